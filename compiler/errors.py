@@ -1,0 +1,55 @@
+"""Errors. Two families, kept apart on purpose (as in pystencils): the user's input is wrong
+(:class:`ModelcError` and its subclasses, printed without a traceback by the CLI), or modelc has a bug
+(:class:`InternalError`, which says so)."""
+from __future__ import annotations
+
+from modelc.ir import Loc
+
+
+class ModelcError(Exception):
+    """Something the user can fix. ``str()`` is the complete, user-facing message."""
+
+
+class SpecError(ModelcError):
+    """An error in a spec file, pointing at file:line:col with the offending text and a caret.
+
+    ``loc`` locates the start of ``text`` (the whole offending expression or YAML value);
+    ``span`` optionally narrows the caret to ``text[span[0]:span[1]]``.
+    """
+
+    def __init__(self, message: str, loc: Loc | None = None, *, span: tuple[int, int] | None = None,
+                 hint: str = ""):
+        self.message = message
+        self.loc = loc
+        self.span = span
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.loc is None:
+            out = f"error: {self.message}"
+        else:
+            out = f"{self.loc}: error: {self.message}"
+            if self.loc.text:
+                text = self.loc.text
+                start, end = self.span if self.span is not None else (0, len(text))
+                end = max(end, start + 1)
+                out += f"\n    {text}\n    {' ' * start}{'^' * (end - start)}"
+        if self.hint:
+            out += f"\n  hint: {self.hint}"
+        return out
+
+
+class CompositionError(ModelcError):
+    """Models cannot be wired together: a cycle, two providers, a missing input, a type mismatch."""
+
+
+class InputError(ModelcError):
+    """Bad input at a call boundary of the runtime or of a generated model (shape, dtype, name...)."""
+
+
+class InternalError(Exception):
+    """A bug in modelc: please report it with the spec that triggered it."""
+
+    def __init__(self, message: str):
+        super().__init__(f"internal error (this is a bug in modelc, please report it): {message}")
