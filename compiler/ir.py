@@ -149,7 +149,12 @@ class ImplicitSystem:
 class Partial:
     """The block d ``of`` / d ``wrt`` of a model's derivative (rows: ``of`` components, columns:
     ``wrt`` components). Entries may be expressions over the model's inputs and parameters, or (for a
-    composed model) over the partial-derivative symbols of its sub-models (see lowering)."""
+    composed model) over the partial-derivative symbols of its sub-models (see lowering).
+
+    Sharpened by ``passes.differentiate``: a composed model's partials hold the total derivative of
+    *every* variable its sub-models provide (outputs and intermediates) w.r.t. its inputs, in
+    evaluation order; an implicit model's are the symbols ``d(u)/d(x)@model`` that lowering assigns
+    with a LinearSolve (see ``passes.symbols`` for the naming)."""
 
     of: str
     wrt: str
@@ -168,6 +173,12 @@ class Model:
       declaration order); wiring is by variable name; ``inputs``/``outputs`` are the composed ones.
 
     ``partials`` is filled by the differentiation pass (structurally zero blocks are absent).
+
+    A *resolved* implicit model (what ``passes.compose`` makes of one) has ``implicit`` set and
+    exactly one sub-model: its residual system, an explicit (composed) model whose inputs are the
+    unknowns and the implicit model's inputs and whose outputs are the residuals
+    ``<model>/residual/<unknown>``; the variables provided by the models it ``uses`` are renamed
+    ``<model>/<var>`` inside it. Check ``is_implicit`` before ``is_composed``.
     """
 
     name: str
@@ -220,6 +231,9 @@ class ComposeDecl:
     keep: tuple[str, ...] = ()
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
+    #: optional: the variables the spec declares as the composition's inputs; when given, a consumed
+    #: variable that no model provides and that is not listed here is a composition error
+    inputs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +310,13 @@ class Program:
     written for each output component; ``derivatives[(out, in)]`` the d out / d in block (rows: out
     components, columns: in components), present only for blocks that are not structurally zero.
     ``status`` names the per-point solver status symbols (empty for explicit programs).
+
+    Sharpened by ``passes.lower``: a symbol is assigned at most once per straight-line segment
+    (segments are separated by Newton statements); a later segment may assign it again (e.g. the
+    residual system recomputed at the solution after a Newton), and every read sees the latest
+    assignment in program order. A Newton body's assignments are local to the solve: nothing after
+    the Newton reads them without assigning them again. Status values: ``converged`` is boolean,
+    ``iterations`` an integer, ``residual_norm`` a float (2-norm of the residual).
     """
 
     name: str
@@ -306,3 +327,42 @@ class Program:
     results: Mapping[str, tuple[sp.Expr, ...]]
     derivatives: Mapping[tuple[str, str], tuple[tuple[sp.Expr, ...], ...]] = field(default_factory=dict)
     status: Mapping[str, sp.Symbol] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return format_program(self)
+
+
+def format_program(p: Program) -> str:
+    """A readable, deterministic listing of a Program (what ``--dump-ir`` writes)."""
+    lines = [f"program {p.name}"]
+    lines += [f"  in  {v}" for v in p.inputs]
+    lines += [f"  par {q}" for q in p.parameters]
+    lines += [f"  out {v}" for v in p.outputs]
+    lines += _format_body(p.body, "  ")
+    for name, comps in p.results.items():
+        lines.append(f"  result {name} = ({', '.join(sp.sstr(c) for c in comps)})")
+    for (o, i), block in p.derivatives.items():
+        rows = "; ".join(", ".join(sp.sstr(e) for e in row) for row in block)
+        lines.append(f"  derivative d({o})/d({i}) = [{rows}]")
+    for k, s in p.status.items():
+        lines.append(f"  status {k} = {s}")
+    return "\n".join(lines)
+
+
+def _format_body(body, indent: str) -> list[str]:
+    lines = []
+    for st in body:
+        if isinstance(st, Assign):
+            lines.append(f"{indent}{st.target} = {sp.sstr(st.value)}")
+        elif isinstance(st, LinearSolve):
+            lines.append(f"{indent}solve A X = B for X = {[[t.name for t in row] for row in st.targets]}")
+            lines += [f"{indent}  A[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.A)]
+            lines += [f"{indent}  B[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.B)]
+        else:
+            lines.append(f"{indent}newton {[u.name for u in st.unknowns]} ({st.solver}) -> "
+                         f"{st.converged}, {st.iterations}, {st.residual_norm}")
+            lines += [f"{indent}  guess {u} = {sp.sstr(g)}" for u, g in zip(st.unknowns, st.guess)]
+            lines += _format_body(st.body, indent + "  ")
+            lines += [f"{indent}  R[{i}] = {sp.sstr(r)}" for i, r in enumerate(st.residual)]
+            lines += [f"{indent}  J[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.jacobian)]
+    return lines

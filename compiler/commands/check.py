@@ -1,12 +1,94 @@
-"""`modelc check` (not implemented yet)."""
+"""`modelc check SPEC...`: validate specs and print each model's variables, layout and operation counts.
+
+``--dump-ir DIR`` writes the IR after every stage to ``DIR/<spec stem>/NN_<stage>.txt`` (readable,
+byte-identical across runs and PYTHONHASHSEED values).
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+import sympy as sp
+
+from modelc.frontend import load_spec
+from modelc.ir import Model, Spec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (YAML)")
+    p.add_argument("--dump-ir", metavar="DIR", default=None,
+                   help="write the IR after every stage to DIR/<spec>/NN_<stage>.txt")
+
+
+def count_ops(exprs) -> int:
+    return int(sum(sp.count_ops(e) for e in exprs))
+
+
+def _layout(title: str, variables) -> list[str]:
+    lines = [f"  {title}:"]
+    off = 0
+    for v in variables:
+        lines.append(f"    {v.name:<36} {v.type.name:<7} offset {off:>3}  size {v.type.size}")
+        off += v.type.size
+    lines.append(f"    {'(total)':<36} {'':<7} {'':>10}  size {off}")
+    return lines
+
+
+def describe_model(m: Model) -> str:
+    kind = "implicit" if m.is_implicit else "explicit"
+    lines = [f"model {m.name} ({kind})" + (f": {m.doc}" if m.doc else "")]
+    if m.parameters:
+        lines.append("  parameters:")
+        for p in m.parameters:
+            d = "" if p.default is None else (f" = {p.default[0]!r}" if len(p.default) == 1 else f" = {p.default}")
+            lines.append(f"    {p.name:<36} {p.type.name:<7}{d}" + (f" [{p.units}]" if p.units else ""))
+    lines += _layout("inputs", m.inputs)
+    lines += _layout("unknowns (outputs)" if m.is_implicit else "outputs", m.outputs)
+    lines.append("  operation counts (before CSE):")
+    eqs = m.implicit.residuals if m.implicit is not None else m.equations
+    total = 0
+    for eq in eqs:
+        n = count_ops(eq.components)
+        total += n
+        label = f"R({eq.var.name})" if m.is_implicit else eq.var.name
+        lines.append(f"    {label:<36} {n:>6}")
+    lines.append(f"    {'(total)':<36} {total:>6}")
+    if m.implicit is not None and m.implicit.uses:
+        lines.append(f"  uses: {', '.join(m.implicit.uses)}")
+    return "\n".join(lines)
+
+
+def describe(spec: Spec) -> str:
+    parts = [f"spec {spec.path}: {len(spec.models)} models, {len(spec.compositions)} compositions "
+             f"(digest {spec.digest[:12]})"]
+    parts += [describe_model(m) for m in spec.models]
+    for c in spec.compositions:
+        keep = f" keep [{', '.join(c.keep)}]" if c.keep else ""
+        parts.append(f"composition {c.name} = [{', '.join(c.models)}]{keep}" + (f": {c.doc}" if c.doc else ""))
+    return "\n\n".join(parts)
+
+
+class _Dumper:
+    """Writes one file per stage, numbered in order."""
+
+    def __init__(self, root: str, spec_path: str):
+        self.dir = os.path.join(root, os.path.splitext(os.path.basename(spec_path))[0])
+        os.makedirs(self.dir, exist_ok=True)
+        self.n = 0
+
+    def __call__(self, stage: str, text: str) -> None:
+        self.n += 1
+        path = os.path.join(self.dir, f"{self.n:02d}_{stage}.txt")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        os.replace(tmp, path)
 
 
 def main(args: argparse.Namespace) -> int:
-    raise SystemExit("modelc check: not implemented yet")
+    for path in args.specs:
+        trace = _Dumper(args.dump_ir, path) if args.dump_ir else None
+        spec = load_spec(path, trace=trace)
+        sys.stdout.write(describe(spec) + "\n\n")
+    return 0

@@ -1,12 +1,160 @@
-"""`modelc run` (not implemented yet)."""
+"""`modelc run SPEC --history H.npz --out R.npz`: drive a model through a strain-controlled history.
+
+H.npz holds ``time`` (steps, batch) and ``strain`` (steps, batch, 6, Mandel), row 0 being the
+unstressed initial state (zero strain). R.npz receives ``stress`` (steps, batch, 6), every state
+variable by name, ``converged`` and ``iterations`` (steps, batch), and the consistent tangent at
+``--tangent-steps``. Exit status: 0 when every point converged, 1 when some did not (their results are
+NaN and written anyway; the summary names them), 2 for bad input.
+"""
 from __future__ import annotations
 
 import argparse
+import time as _time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from modelc.errors import InputError, ModelcError
+
+DTYPES = ("float64", "float32")
+BACKENDS = ("auto", "torch", "triton")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    p.epilog = ("exit status: 0 when every point converged; 1 when some did not (their results are "
+                "NaN, written anyway, and named in the summary); 2 for bad input")
+    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
+    p.add_argument("--history", required=True, metavar="H.npz",
+                   help="strain history: 'time' (steps, batch) and 'strain' (steps, batch, 6)")
+    p.add_argument("--out", required=True, metavar="R.npz", help="where to write the results")
+    p.add_argument("--model", metavar="NAME", help="which model of the spec (when it holds several)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter: one number, or one per point separated by commas "
+                        "(repeatable)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="code path (default: from the device, triton on cuda, torch on cpu)")
+    p.add_argument("--dtype", choices=DTYPES, default="float64")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
+    p.add_argument("--tangent-steps", metavar="N,N,...",
+                   help="record the consistent tangent d stress / d strain at these steps")
+    p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
-    raise SystemExit("modelc run: not implemented yet")
+    from modelc.runtime.driver import plot_results, run_history, save_results
+    from modelc.runtime.histories import load_history
+
+    params = parse_sets(args.sets)
+    tangent_steps = parse_steps(args.tangent_steps)
+    history = load_history(args.history)
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise InputError(f"--plot {args.plot}: expected a .png (or .svg, .pdf) file name")
+    device = check_device(args.device)
+    model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend)
+    dtype = _torch_dtype(args.dtype)
+
+    start = _time.perf_counter()
+    results = run_history(model, history, params=params, dtype=dtype, device=device,
+                          tangent_steps=tangent_steps, progress=not args.no_progress)
+    elapsed = _time.perf_counter() - start
+    out = save_results(results, args.out)
+    name = args.model or getattr(model, "name", None) or Path(args.spec).stem
+    print(f"{name}: {history.steps - 1} steps x {history.batch} points in {elapsed:.2f} s "
+          f"({args.dtype}, {device})")
+    print(results_table(results))
+    print(results.summary())
+    print(f"results: {out}")
+    if args.plot:
+        title = f"{name}: {Path(history.source).name}"
+        print(f"plot:    {plot_results(results, args.plot, title=title)}")
+    return 0 if results.ok else 1
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``["E=210e3", "sigma_y=100,150"]`` -> ``{"E": 210e3, "sigma_y": array([100, 150])}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            raise InputError(f"--set {item!r}: expected NAME=VALUE (e.g. --set E=210000, or one value "
+                             f"per point: --set sigma_y=100,150)")
+        try:
+            values = [float(v) for v in text.split(",")]
+        except ValueError:
+            raise InputError(f"--set {item!r}: {text!r} is not a number or a comma-separated list "
+                             f"of numbers") from None
+        if name in out:
+            raise InputError(f"--set {item!r}: parameter '{name}' is set twice")
+        out[name] = values[0] if len(values) == 1 else np.array(values)
+    return out
+
+
+def parse_steps(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--tangent-steps {text!r}: expected step numbers separated by commas, "
+                         f"e.g. 2,20,27") from None
+
+
+def check_device(device: str) -> str:
+    import torch
+
+    kind = device.split(":", 1)[0]
+    if kind not in ("cpu", "cuda"):
+        raise InputError(f"--device {device!r}: expected cpu or cuda[:N]")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: CUDA is not available on this machine "
+                         f"(torch {torch.__version__}); use --device cpu")
+    return device
+
+
+def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend: str) -> Any:
+    """Compile (or fetch from the cache) the model of ``spec`` through ``modelc.load``."""
+    import modelc
+
+    if not Path(spec).is_file():
+        raise InputError(f"{spec}: spec file not found")
+    load = getattr(modelc, "load", None)
+    if load is None:
+        raise ModelcError("modelc run: this build of modelc has no compiler entry point "
+                          "(modelc.load) yet, so it cannot compile a spec")
+    return load(spec, model=model, dtype=_torch_dtype(dtype), device=device, backend=backend)
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float64": torch.float64, "float32": torch.float32}[name]
+
+
+def results_table(results: Mapping[str, np.ndarray], max_rows: int = 20) -> str:
+    """One row per point: peak |stress_xx|, final equivalent plastic strain (when there is one),
+    Newton iterations (total and worst step) and converged steps."""
+    stress, conv, its = results["stress"][..., 0], results["converged"], results["iterations"]
+    ep = results.get("equivalent_plastic_strain")
+    labels = [str(x) for x in results.get("labels", range(stress.shape[1]))]
+    head = ["point", "", "peak |sxx|", "final sxx"] + (["final ep"] if ep is not None else []) + \
+        ["Newton its", "worst step", "converged"]
+    rows = []
+    for i in range(min(stress.shape[1], max_rows)):
+        with np.errstate(invalid="ignore"):
+            peak = np.nanmax(np.abs(stress[1:, i])) if np.isfinite(stress[1:, i]).any() else np.nan
+        row = [str(i), labels[i], f"{peak:.6g}", f"{stress[-1, i]:.6g}"]
+        if ep is not None:
+            row.append(f"{ep[-1, i]:.6g}")
+        row += [str(int(its[1:, i].sum())), str(int(its[1:, i].max())),
+                f"{int(conv[1:, i].sum())}/{conv.shape[0] - 1}"]
+        rows.append(row)
+    widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
+    line = lambda r: "  ".join(x.ljust(w) if c == 1 else x.rjust(w)  # noqa: E731
+                               for c, (x, w) in enumerate(zip(r, widths)))
+    out = [line(head), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+    if stress.shape[1] > max_rows:
+        out.append(f"... ({stress.shape[1] - max_rows} more points)")
+    return "\n".join(out)

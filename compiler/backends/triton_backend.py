@@ -1,0 +1,132 @@
+"""Program -> the body of a generated Triton kernel.
+
+One program instance handles ``BLOCK`` batch points (``offs``), masked against ``n``. Every input
+component is loaded once, every output and Jacobian entry (zeros included) stored once; everything in
+between lives in registers. Layout: see :mod:`modelc.backends.layout`; row offsets are int64.
+
+Kernel signature (both variants, so launches are uniform)::
+
+    kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride,
+           <c_NAME: constexpr for each baked parameter component>, DTYPE: constexpr, EPS: constexpr,
+           BLOCK: constexpr)
+
+``EPS`` is the machine epsilon of ``DTYPE`` (Newton's relative tolerance is floored at a few EPS).
+
+The value-only variant ignores ``J`` (and computes no derivative); explicit programs ignore ``ST``.
+Parameters come from ``P`` (kernel dtype, row stride 0 when shared), never as Python floats (a float
+argument becomes fp32 on a GPU). Baked parameters are constexpr arguments turned into constants of
+the kernel dtype, so the compiler folds them.
+
+Newton: a ``while`` loop whose scalar condition is "some point of this block still updates"; the
+per-point mask ``converged`` freezes converged points; ``iterations`` counts a point's updates. The
+Newton body is re-evaluated once after the loop (values assigned inside a Triton loop do not leave it).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from modelc import ir
+from modelc.backends.layout import Layout
+from modelc.backends.names import Namer, sanitize
+from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, status_symbols
+from modelc.backends.triton_printer import TritonPrinter
+
+
+def baked_arg(sym: sp.Symbol) -> str:
+    """The constexpr argument name of a baked parameter component."""
+    return "c_" + sanitize(sym.name)[2:] if sym.name.startswith("$") else "c_" + sanitize(sym.name)
+
+
+class TritonEmitter(Emitter):
+    def newton(self, st: ir.Newton, k: int) -> None:
+        res, du, rn0 = self.newton_symbols(st, k)
+        n = self.namer
+        names = ", ".join(v.name for v in st.unknowns)
+        self.comment(f"Newton solve {k} for {names}: per-point mask, converged points stop changing")
+        zero = self.p.doprint(sp.S.Zero)
+        for u, g in zip(st.unknowns, st.guess):
+            self.line(f"{n(u)} = {self.p.doprint(g)} + tl.zeros([BLOCK], dtype=DTYPE)")
+        self.line(f"{n(st.converged)} = offs >= n  # lanes past the batch count as converged")
+        self.line(f"{n(st.iterations)} = tl.zeros([BLOCK], dtype=tl.int32)")
+        self.line(f"{n(st.residual_norm)} = tl.zeros([BLOCK], dtype=DTYPE)")
+        self.line(f"{n(rn0)} = tl.zeros([BLOCK], dtype=DTYPE)")
+        self.line(f"{n(self.rtol_symbol(k))} = tl.maximum({self.p.doprint(sp.Float(st.solver.rtol, 17))}, "
+                  f"{float(RTOL_FLOOR_EPS)!r} * EPS)")
+        it = self.namer.fresh(f"it{k}")
+        todo = self.namer.fresh(f"todo{k}")
+        upd = self.namer.fresh(f"update{k}")
+        self.line(f"{it} = 0")
+        self.line(f"{todo} = tl.sum(mask.to(tl.int32), axis=0)")
+        self.line(f"while {todo} > 0:")
+        self.depth += 1
+        self.statements(st.body)
+        for r, e in zip(res, st.residual):
+            self.assign(r, e)
+        self.assign(st.residual_norm, self.residual_norm(res))
+        self.line(f"{n(rn0)} = tl.where({it} == 0, {n(st.residual_norm)}, {n(rn0)})")
+        self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(self.convergence(st, rn0, k))}")
+        self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {int(st.solver.max_iter)})")
+        self.newton_step(st, k, res, du)
+        for u, d in zip(st.unknowns, du):
+            self.line(f"{n(u)} = tl.where({upd}, {n(u)} + {n(d)}, {n(u)})")
+        self.line(f"{n(st.iterations)} = {n(st.iterations)} + {upd}.to(tl.int32)")
+        self.line(f"{it} += 1")
+        self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
+        self.depth -= 1
+        if st.body:
+            self.comment("the Newton body at the solution (loop-local values do not leave the loop)")
+            self.statements(st.body)
+        del zero
+
+
+def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
+                baked: frozenset[str]) -> tuple[list[str], list[str]]:
+    """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args."""
+    namer = Namer()
+    pr = TritonPrinter(namer)
+    em = TritonEmitter(pr, namer)
+    em.depth = 1
+    head: list[str] = []
+    em.comment("inputs: each component read once")
+    for sym, col in layout.input_columns():
+        em.line(f"{namer(sym)} = tl.load(X + row * x_stride + {col}, mask=mask, other=0.0)")
+    em.comment("parameters: from P (row stride 0: shared), or baked in as constants")
+    baked_args: list[str] = []
+    for (sym, col), pname in zip(layout.param_columns(), layout.param_names_by_column()):
+        if pname in baked:
+            arg = baked_arg(sym)
+            baked_args.append(arg)
+            em.line(f"{namer(sym)} = tl.full([], {arg}, DTYPE)")
+        else:
+            em.line(f"{namer(sym)} = tl.load(P + row * p_stride + {col}, mask=mask, other=0.0)")
+    em.statements(program.body)
+    status = status_symbols(program)
+    ok = pr.doprint(status["converged"]) if status else None
+    nan = pr.literal(float("nan"))
+    em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
+    for col, expr in layout.output_entries(program):
+        val = pr.doprint(expr)
+        em.line(f"tl.store(Y + row * y_stride + {col}, {_guard(val, ok, nan)}, mask=mask)")
+    if derivatives:
+        em.comment("jacobian d outputs / d inputs: every entry written once, zeros included")
+        for (r, c), expr in layout.jacobian_entries(program):
+            val = pr.doprint(expr)
+            em.line(f"tl.store(J + row * j_stride + {r * layout.nx + c}, {_guard(val, ok, nan)}, "
+                    "mask=mask)")
+    if status:
+        em.comment("status: converged, iterations, residual norm")
+        em.line(f"tl.store(ST + row * st_stride + 0, {ok}.to(DTYPE), mask=mask)")
+        em.line(f"tl.store(ST + row * st_stride + 1, {pr.doprint(status['iterations'])}.to(DTYPE), "
+                "mask=mask)")
+        em.line(f"tl.store(ST + row * st_stride + 2, {pr.doprint(status['residual_norm'])}, mask=mask)")
+    head.append("pid = tl.program_id(0)")
+    head.append("offs = pid * BLOCK + tl.arange(0, BLOCK)")
+    head.append("mask = offs < n")
+    head.append("row = offs.to(tl.int64)")
+    head.append("# constants of the kernel dtype (a bare float literal would be fp32)")
+    head += pr.prologue()
+    return ["    " + h for h in head] + em.lines, baked_args
+
+
+def _guard(val: str, ok: str | None, nan: str) -> str:
+    return val if ok is None else f"tl.where({ok}, {val}, {nan})"

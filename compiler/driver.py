@@ -1,0 +1,76 @@
+"""The compile pipeline, in order. Every stage is a pure function in its own module; this file only
+lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
+
+    spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
+              ─lower─▶ Program ─cse─▶ Program ─emit_module─▶ Python source
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelc import ir
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Everything that changes what is generated (and so is part of the cache key)."""
+
+    constant_params: tuple[str, ...] = ()  # parameters baked into the kernel as compile-time constants
+    block: int = 0  # Triton BLOCK (0: the backend's default)
+
+
+@dataclass
+class Stage:
+    name: str
+    result: object
+    seconds: float
+
+
+@dataclass
+class Compiled:
+    """The result of compiling one model: its programs, the module source and the stages' record."""
+
+    model: ir.Model
+    value: ir.Program
+    full: ir.Program
+    source: str
+    stages: list[Stage] = field(default_factory=list)
+
+
+def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
+    """The model called ``name`` in ``spec``: a leaf model, or a declared composition, composed."""
+    from modelc.passes.compose import compose_spec_model
+
+    return compose_spec_model(spec, name)
+
+
+def compile_model(spec: ir.Spec, name: str, options: Options = Options()) -> Compiled:
+    """Compile model ``name`` of a loaded spec to a module's source."""
+    from modelc.backends.module import emit_module
+    from modelc.passes.cse import cse
+    from modelc.passes.differentiate import differentiate
+    from modelc.passes.lower import lower
+
+    stages: list[Stage] = []
+
+    def run(stage: str, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        stages.append(Stage(stage, out, time.perf_counter() - t0))
+        return out
+
+    model = run("compose", resolve_model, spec, name)
+    model = run("differentiate", differentiate, model)
+    # Two programs: a call that does not ask for the tangent must not compute it.
+    value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
+    full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
+    source = run("emit", emit_module, value, full, spec=spec, options=options)
+    return Compiled(model, value, full, source, stages)
+
+
+def load_spec(path: str | Path) -> ir.Spec:
+    from modelc.frontend import load_spec as _load
+
+    return _load(path)

@@ -1,0 +1,71 @@
+"""Readable, deterministic text of the front end's stages (for ``--dump-ir`` and the spec digest).
+
+Expressions print with ``sympy.sstr`` (canonical term order, independent of PYTHONHASHSEED).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from modelc.frontend.yamlio import YList, YMap, YScalar
+from modelc.ir import Model, Spec
+
+
+def format_yaml(node, indent: int = 0) -> str:
+    """The located YAML tree: one value per line, with its line:col."""
+    pad = "  " * indent
+    if isinstance(node, YMap):
+        lines = []
+        for k, v in node.items.items():
+            kl = node.keys[k].loc
+            if isinstance(v, YScalar):
+                lines.append(f"{pad}{k}: {v.value!r}    @{kl.line}:{kl.col}")
+            else:
+                lines.append(f"{pad}{k}:    @{kl.line}:{kl.col}")
+                lines.append(format_yaml(v, indent + 1))
+        return "\n".join(lines)
+    if isinstance(node, YList):
+        return "\n".join(f"{pad}- {i.value!r}" if isinstance(i, YScalar) else f"{pad}-\n{format_yaml(i, indent + 1)}"
+                         for i in node.items)
+    return f"{pad}{node.value!r}"
+
+
+def _components(label: str, comps) -> list[str]:
+    if len(comps) == 1:
+        return [f"    {label} = {sp.sstr(comps[0])}"]
+    return [f"    {label}[{i}] = {sp.sstr(c)}" for i, c in enumerate(comps)]
+
+
+def format_model(m: Model) -> str:
+    kind = "implicit" if m.is_implicit else "explicit"
+    lines = [f"model {m.name} ({kind})" + (f"  # {m.doc}" if m.doc else "")]
+    for p in m.parameters:
+        lines.append(f"  parameter {p}" + (f"  # {p.doc}" if p.doc else ""))
+    for v in m.inputs:
+        lines.append(f"  input     {v}")
+    for v in m.outputs:
+        lines.append(f"  {'unknown ' if m.is_implicit else 'output  '}  {v}")
+    for eq in m.equations:
+        lines.append(f"  equation {eq.var.name}:")
+        lines += _components(eq.var.name, eq.components)
+    if m.implicit is not None:
+        s = m.implicit
+        if s.uses:
+            lines.append(f"  uses {', '.join(s.uses)}")
+        o = s.solver
+        lines.append(f"  solver rtol={o.rtol!r} atol={o.atol!r} max_iter={o.max_iter} "
+                     f"on_failure={o.on_failure} max_substeps={o.max_substeps}")
+        for eq in s.residuals:
+            lines.append(f"  residual {eq.var.name}:")
+            lines += _components(f"R({eq.var.name})", eq.components)
+        for eq in s.guess:
+            lines.append(f"  guess {eq.var.name}:")
+            lines += _components(f"{eq.var.name}0", eq.components)
+    return "\n".join(lines)
+
+
+def format_spec(spec: Spec) -> str:
+    parts = [format_model(m) for m in spec.models]
+    for c in spec.compositions:
+        keep = f" keep {', '.join(c.keep)}" if c.keep else ""
+        parts.append(f"compose {c.name} = [{', '.join(c.models)}]{keep}" + (f"  # {c.doc}" if c.doc else ""))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,429 @@
+"""Expressions of the spec language: Python syntax parsed by :mod:`ast`, never evaluated.
+
+``parse(source)`` parses a string in ``eval`` mode and checks it against a whitelist of node types
+(anything else — attribute access, lambdas, comprehensions, strings, keyword arguments, ... — is a
+:class:`SpecError` with a caret). :class:`Builder` then walks the tree and builds typed SymPy tensor
+values (:class:`~modelc.frontend.tensor.TValue`), resolving names in a :class:`Scope` and calls in
+:data:`BUILTINS` or the spec's helper functions. Nothing from the spec is ever executed.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import sympy as sp
+
+from modelc.errors import SpecError
+from modelc.frontend import tensor as T
+from modelc.frontend.tensor import Indexed, OpError, TValue
+from modelc.functions import BY_SPELLING, ifnonneg, ifpos
+from modelc.ir import Loc, Variable
+from modelc.runtime.types import Scalar
+
+
+# --------------------------------------------------------------------------------------------------
+# source text and errors
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An expression's text and where it starts in the spec file."""
+
+    text: str
+    loc: Loc
+
+    def error(self, message: str, node: ast.AST | None = None, hint: str = "") -> SpecError:
+        lines = self.text.split("\n")
+        if node is None or not hasattr(node, "col_offset"):
+            return SpecError(message, Loc(self.loc.file, self.loc.line, self.loc.col, lines[0]), hint=hint)
+        lineno = node.lineno
+        line = lines[lineno - 1]
+        raw = line.encode()
+        start = len(raw[:node.col_offset].decode(errors="replace"))
+        if node.end_lineno == lineno:
+            end = len(raw[:node.end_col_offset].decode(errors="replace"))
+        else:
+            end = len(line)
+        if lineno == 1:
+            loc = Loc(self.loc.file, self.loc.line, self.loc.col, line)
+        else:  # a multi-line expression: point at its own line
+            loc = Loc(self.loc.file, self.loc.line + lineno - 1, 1, line)
+        return SpecError(message, loc, span=(start, end), hint=hint)
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """A hint naming the closest candidate (same letters in another case first), or ''."""
+    same = [c for c in sorted(candidates) if c.lower() == name.lower() and c != name]
+    close = same or difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Constant, ast.Subscript,
+            ast.Tuple, ast.Compare, ast.IfExp, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow,
+            ast.USub, ast.UAdd, ast.Gt, ast.GtE, ast.Lt, ast.LtE)
+_WHAT = {ast.Attribute: "attribute access", ast.Lambda: "a lambda", ast.ListComp: "a comprehension",
+         ast.SetComp: "a comprehension", ast.DictComp: "a comprehension", ast.GeneratorExp: "a generator",
+         ast.List: "a list", ast.Dict: "a dict", ast.Set: "a set", ast.BoolOp: "'and'/'or'",
+         ast.NamedExpr: "':='", ast.Starred: "'*' unpacking", ast.JoinedStr: "a string",
+         ast.Await: "await", ast.Yield: "yield", ast.Slice: "a slice"}
+_OP_HINT = {ast.BitXor: "use ** for powers", ast.MatMult: "use ddot(A, B) or dot(A, B)",
+            ast.Mod: "", ast.FloorDiv: "use / for division", ast.Not: "", ast.Invert: ""}
+
+
+def parse(src: Source) -> ast.expr:
+    """Parse and whitelist-check; returns the expression body."""
+    text = src.text.strip("\n")
+    if not text.strip():
+        raise src.error("empty expression")
+    multiline = "\n" in text  # parenthesised so that the expression may span lines
+    shift = 1 if multiline else 0
+    try:
+        tree = ast.parse("(\n" + text + "\n)" if multiline else text, mode="eval")
+        if multiline:
+            ast.increment_lineno(tree, -1)
+    except SyntaxError as exc:
+        node = None
+        if exc.lineno is not None and exc.offset is not None and 1 <= exc.lineno - shift <= text.count("\n") + 1:
+            ln = exc.lineno - shift
+            node = ast.Name("x", lineno=ln, col_offset=max(exc.offset - 1, 0),
+                            end_lineno=ln, end_col_offset=max(exc.offset, 1))
+        hint = "a double contraction is written ddot(A, B)" if ":" in text.replace(":=", "") else ""
+        raise src.error(f"invalid expression syntax ({exc.msg})", node, hint) from None
+    for node in ast.walk(tree):  # dunder names first: the most suspicious thing gets reported
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise src.error(f"name {node.id!r} is not allowed in expressions", node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or
+                                               not isinstance(node.value, (int, float))):
+            raise src.error(f"{type(node.value).__name__} constants are not allowed in expressions "
+                            f"(only numbers)", node)
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise src.error(f"name {node.id!r} is not allowed in expressions", node)
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                raise src.error("only named functions can be called", node.func)
+            if node.keywords:
+                raise src.error("keyword arguments are not allowed", node.keywords[0].value,
+                                f"pass the arguments of {node.func.id}() by position")
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)) and not isinstance(node.op, _ALLOWED):
+            hint = _OP_HINT.get(type(node.op), "")
+            raise src.error(f"operator {type(node.op).__name__} is not allowed in expressions", node, hint)
+        if isinstance(node, ast.Compare) and len(node.ops) != 1:
+            raise src.error("chained comparisons are not allowed; nest where() instead", node)
+        if not isinstance(node, _ALLOWED):
+            what = _WHAT.get(type(node))
+            if isinstance(node, ast.cmpop):
+                raise src.error(f"comparison {type(node).__name__} is not allowed; use >, >=, < or <=")
+            raise src.error(f"{what or type(node).__name__} is not allowed in expressions",
+                            node if hasattr(node, "col_offset") else None)
+    return tree.body
+
+
+# --------------------------------------------------------------------------------------------------
+# names
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What a name means in an expression: a variable (input/unknown), parameter, or defined value."""
+
+    kind: str                      # "input", "unknown", "parameter", "define", "argument", "constant"
+    value: TValue
+    var: Variable | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Helper:
+    """A helper function defined in the spec: ``name(params): body``."""
+
+    name: str
+    params: tuple[str, ...]
+    body: ast.expr
+    source: Source
+
+
+@dataclass
+class Scope:
+    """The names visible in a model's expressions.
+
+    ``old`` maps a variable to its previous-step value (and records that the model needs it as an
+    input); it is supplied by the model loader.
+    """
+
+    names: dict = field(default_factory=dict)       # str -> Binding
+    helpers: dict = field(default_factory=dict)     # str -> Helper
+    old: Callable[[Binding], TValue] | None = None
+
+
+CONSTANTS: dict[str, tuple[Callable[[], TValue], str]] = {
+    "I2": (T.I2, "the 2nd-order identity (SR2)"),
+    "IR2": (T.IR2, "the 2nd-order identity as a full tensor (R2)"),
+    "I4sym": (T.I4sym, "the symmetric 4th-order identity (SSR4): I4sym : a = a for a symmetric a"),
+    "I4vol": (T.I4vol, "the volumetric projector I2 x I2 / 3 (SSR4): I4vol : a = vol(a)"),
+    "I4dev": (T.I4dev, "the deviatoric projector I4sym - I4vol (SSR4): I4dev : a = dev(a)"),
+    "pi": (lambda: TValue.scalar(sp.pi), "the number pi"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Builtin:
+    name: str
+    nargs: int
+    op: Callable[..., TValue]
+    doc: str
+
+
+def _b(name, nargs, op, doc):
+    return Builtin(name, nargs, op, doc)
+
+
+def _from_rule(spelling: str) -> Builtin:
+    r = BY_SPELLING[spelling]
+    return Builtin(spelling, r.nargs, T.scalar_fn(r.cls, spelling), f"{r.cls.__doc__} At the kink: {r.kink_doc}.")
+
+
+BUILTINS: dict[str, Builtin] = {b.name: b for b in (
+    _b("exp", 1, T.scalar_fn(sp.exp, "exp"), "exponential (Scalar)"),
+    _b("log", 1, T.scalar_fn(sp.log, "log"), "natural logarithm (Scalar)"),
+    _b("sqrt", 1, T.scalar_fn(sp.sqrt, "sqrt"), "square root (Scalar); see safe_sqrt for a kink-safe one"),
+    *(_from_rule(s) for s in ("abs", "sign", "heaviside", "macaulay", "min", "max", "safe_sqrt", "safe_div")),
+    _b("tr", 1, T.tr, "trace of an SR2 or R2 (Scalar)"),
+    _b("vol", 1, T.vol, "volumetric part tr(a)/3 I of an SR2 or R2"),
+    _b("dev", 1, T.dev, "deviatoric part a - vol(a) of an SR2 or R2"),
+    _b("norm", 1, T.norm, "sqrt(a : a) of a Scalar, Vec, SR2 or R2, with the safe square root "
+                          "(0 with zero derivative at a = 0)"),
+    _b("ddot", 2, T.ddot, "double contraction: SR2:SR2, R2:R2 (Scalar), SSR4:SR2, SR2:SSR4 (SR2), "
+                          "SSR4:SSR4 (SSR4)"),
+    _b("dot", 2, T.dot, "single contraction a_..k b_k..: Vec.Vec (Scalar), R2.Vec (Vec), SR2/R2.SR2/R2 (R2)"),
+    _b("outer", 2, T.outer, "outer product: SR2 x SR2 (SSR4), Vec x Vec (R2)"),
+    _b("transpose", 1, T.transpose, "transpose of an R2, major transpose of an SSR4 (SR2 unchanged)"),
+    _b("sym", 1, T.sym, "symmetric part of an R2 (SR2)"),
+    _b("skew", 1, T.skew, "skew part of an R2 (WR2)"),
+    _b("inv", 1, T.inv, "inverse of a Scalar, SR2 or R2"),
+    _b("det", 1, T.det, "determinant of an SR2 or R2 (Scalar)"),
+)}
+
+#: Special forms: their arguments are not all plain values (conditions, variables).
+SPECIAL = {
+    "where": "where(cond, a, b): a where cond holds else b, component-wise; cond is one comparison "
+             "x > y, x >= y, x < y or x <= y of Scalars",
+    "diff": "diff(f, x): derivative of the Scalar f w.r.t. the variable x (any type; for SR2 the Mandel "
+            "gradient, i.e. the partial derivatives w.r.t. the 6 Mandel components)",
+    "old": "old(x): the value of variable x at the previous step (state/a -> old_state/a, "
+           "forces/a -> old_forces/a, else old_ prefix); added to the model's inputs",
+}
+
+RESERVED = set(BUILTINS) | set(SPECIAL) | set(CONSTANTS)
+
+
+# --------------------------------------------------------------------------------------------------
+# the builder
+# --------------------------------------------------------------------------------------------------
+class Builder:
+    """Builds typed values from whitelisted ASTs, in a scope."""
+
+    def __init__(self, scope: Scope, source: Source, args: dict | None = None, depth: int = 0):
+        self.scope, self.src, self.args, self.depth = scope, source, args or {}, depth
+
+    def build(self, node: ast.expr) -> TValue:
+        return self._value(self._node(node), node)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _value(self, v, node) -> TValue:
+        if isinstance(v, Indexed):
+            try:
+                return T.from_indexed(v)
+            except OpError as exc:
+                raise self.src.error(exc.message, node, exc.hint) from None
+        return v
+
+    def _op(self, fn, args, node, arg_nodes):
+        try:
+            return fn(*args)
+        except OpError as exc:
+            where = arg_nodes[exc.arg] if exc.arg is not None and exc.arg < len(arg_nodes) else node
+            raise self.src.error(exc.message, where, exc.hint) from None
+
+    def _lookup(self, name: str, node) -> Binding:
+        if name in self.args:
+            return self.args[name]
+        if name in self.scope.names:
+            return self.scope.names[name]
+        if name in CONSTANTS:
+            return Binding("constant", CONSTANTS[name][0]())
+        if name in BUILTINS or name in SPECIAL or name in self.scope.helpers:
+            raise self.src.error(f"{name!r} is a function; call it as {name}(...)", node)
+        known = set(self.args) | set(self.scope.names) | set(CONSTANTS)
+        raise self.src.error(f"undefined name {name!r}", node, did_you_mean(name, known) or
+                             "declare it as an input, parameter or define entry")
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def _node(self, node):
+        meth = getattr(self, "_" + type(node).__name__, None)
+        if meth is None:
+            raise self.src.error(f"{type(node).__name__} is not allowed here", node)
+        return meth(node)
+
+    def _Constant(self, node):
+        v = node.value
+        return TValue.scalar(sp.Integer(v) if isinstance(v, int) else sp.Float(repr(v)))
+
+    def _Name(self, node):
+        return self._lookup(node.id, node).value
+
+    def _UnaryOp(self, node):
+        v = self._node(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return v
+        if isinstance(v, Indexed):
+            return T.index_scale(v, sp.S.NegativeOne)
+        return T.neg(v)
+
+    def _BinOp(self, node):
+        a, b = self._node(node.left), self._node(node.right)
+        nodes = (node.left, node.right)
+        op = node.op
+        if isinstance(op, (ast.Add, ast.Sub)):
+            sym = "+" if isinstance(op, ast.Add) else "-"
+            if isinstance(a, Indexed) and isinstance(b, Indexed):
+                return self._op(lambda x, y: T.index_add(x, y, sym), (a, b), node, nodes)
+            return self._op(lambda x, y: T.add(x, y, sym),
+                            (self._value(a, node.left), self._value(b, node.right)), node, nodes)
+        if isinstance(op, ast.Mult):
+            if isinstance(a, Indexed) and isinstance(b, Indexed):
+                return T.index_mul(a, b)
+            if isinstance(a, Indexed) and b.is_scalar:
+                return T.index_scale(a, b.expr)
+            if isinstance(b, Indexed) and a.is_scalar:
+                return T.index_scale(b, a.expr)
+            if isinstance(a, Indexed) or isinstance(b, Indexed):
+                bad = node.right if isinstance(a, Indexed) else node.left
+                raise self.src.error("cannot multiply an index expression by a tensor without indices", bad,
+                                     "index both operands, e.g. C[i,j,k,l]*e[k,l]")
+            return self._op(T.mul, (a, b), node, nodes)
+        if isinstance(op, ast.Div):
+            if isinstance(a, Indexed):
+                b = self._value(b, node.right)
+                if not b.is_scalar:
+                    raise self.src.error(f"cannot divide by a {b.type.name}: the divisor must be a Scalar",
+                                         node.right)
+                return T.index_scale(a, 1 / b.expr)
+            return self._op(T.div, (a, self._value(b, node.right)), node, nodes)
+        if isinstance(op, ast.Pow):
+            return self._op(T.power, (self._value(a, node.left), self._value(b, node.right)), node, nodes)
+        raise self.src.error(f"operator {type(op).__name__} is not allowed", node, _OP_HINT.get(type(op), ""))
+
+    def _Subscript(self, node):
+        base = self._value(self._node(node.value), node.value)
+        sl = node.slice
+        elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        for e in elts:
+            if not isinstance(e, ast.Name):
+                raise self.src.error("an index must be a letter (Einstein notation), e.g. eps[i,j]", e)
+        names = tuple(e.id for e in elts)
+        try:
+            return T.index(base, names)
+        except OpError as exc:
+            raise self.src.error(exc.message, node.value if exc.arg == 0 else sl, exc.hint) from None
+
+    def _Tuple(self, node):
+        raise self.src.error("a tuple is not a value", node)
+
+    def _Compare(self, node):
+        raise self.src.error("a comparison is only allowed as the condition of where(cond, a, b)", node)
+
+    def _IfExp(self, node):
+        return self._select(node.test, node.body, node.orelse, node)
+
+    def _select(self, cond, a_node, b_node, node):
+        if not isinstance(cond, ast.Compare):
+            raise self.src.error("a condition must be one comparison x > y, x >= y, x < y or x <= y", cond)
+        lhs, rhs = self.build(cond.left), self.build(cond.comparators[0])
+        for v, n in ((lhs, cond.left), (rhs, cond.comparators[0])):
+            if not v.is_scalar:
+                raise self.src.error(f"a comparison needs Scalars, got {v.type.name}", n)
+        op = cond.ops[0]
+        d = lhs.expr - rhs.expr if isinstance(op, (ast.Gt, ast.GtE)) else rhs.expr - lhs.expr
+        fn = ifpos if isinstance(op, (ast.Gt, ast.Lt)) else ifnonneg
+        a, b = self.build(a_node), self.build(b_node)
+        if a.type is not b.type:
+            raise self.src.error(f"both branches must have the same type: {a.type.name} and {b.type.name}",
+                                 b_node)
+        return TValue(a.type, tuple(fn(d, x, y) for x, y in zip(a.comps, b.comps)))
+
+    def _Call(self, node):
+        name = node.func.id
+        args = node.args
+        if name == "where":
+            self._arity(node, 3)
+            return self._select(args[0], args[1], args[2], node)
+        if name == "diff":
+            self._arity(node, 2)
+            f = self.build(args[0])
+            if not f.is_scalar:
+                raise self.src.error(f"diff(f, x) needs a Scalar f, got {f.type.name}", args[0])
+            x = self._variable(args[1], "diff")
+            return TValue(x.value.type, tuple(sp.diff(f.expr, s) for s in x.value.comps))
+        if name == "old":
+            self._arity(node, 1)
+            b = self._variable(args[0], "old")
+            if b.var is None or self.scope.old is None:
+                raise self.src.error("old(x) takes a variable of the model (an input or unknown)", args[0])
+            return self.scope.old(b)
+        if name in self.scope.helpers and name not in self.args:
+            return self._helper(self.scope.helpers[name], node)
+        if name in BUILTINS:
+            b = BUILTINS[name]
+            self._arity(node, b.nargs)
+            vals = [self.build(a) for a in args]
+            return self._op(b.op, vals, node, args)
+        known = set(BUILTINS) | set(SPECIAL) | set(self.scope.helpers)
+        raise self.src.error(f"unknown function {name!r}", node.func,
+                             did_you_mean(name, known) or "define it under 'define:' as name(args): expr")
+
+    def _arity(self, node, n):
+        if len(node.args) != n:
+            name = node.func.id
+            sig = SPECIAL.get(name, "").split(":")[0] or f"{name}() takes {n} argument{'s' * (n != 1)}"
+            raise self.src.error(f"{name}() takes {n} argument{'s' * (n != 1)}, got {len(node.args)}",
+                                 node, sig if name in SPECIAL else "")
+
+    def _variable(self, node, what) -> Binding:
+        if not isinstance(node, ast.Name):
+            raise self.src.error(f"{what}()'s argument must be the name of a variable", node)
+        b = self._lookup(node.id, node)
+        if what == "old":
+            if b.kind not in ("input", "unknown"):
+                raise self.src.error(f"old() takes a variable (an input or unknown), {node.id!r} is "
+                                     f"a{'n' * (b.kind[0] in 'aeiou')} {b.kind}", node)
+            return b
+        comps = b.value.comps
+        if not all(isinstance(c, sp.Symbol) for c in comps) or len(set(comps)) != len(comps):
+            raise self.src.error(f"diff(f, x) differentiates w.r.t. a variable; {node.id!r} is an "
+                                 f"expression", node, "use an input, unknown or parameter as x")
+        return b
+
+    def _helper(self, h: Helper, node):
+        if len(node.args) != len(h.params):
+            raise self.src.error(f"{h.name}() takes {len(h.params)} argument{'s' * (len(h.params) != 1)} "
+                                 f"({', '.join(h.params)}), got {len(node.args)}", node)
+        if self.depth > 40:
+            raise self.src.error(f"helper {h.name}() calls itself (recursion is not supported)", node)
+        bound = {}
+        for p, a in zip(h.params, node.args):
+            if isinstance(a, ast.Name) and (a.id in self.args or a.id in self.scope.names):
+                b = self._lookup(a.id, a)
+                bound[p] = Binding("argument", b.value, b.var)
+            else:
+                bound[p] = Binding("argument", self.build(a))
+        return Builder(self.scope, h.source, bound, self.depth + 1).build(h.body)
+
+
+def build_expr(text: str, loc: Loc, scope: Scope) -> TValue:
+    """Parse and build one expression in ``scope``."""
+    src = Source(text, loc)
+    return Builder(scope, src).build(parse(src))
+
+
+def scalar_type_name(v: TValue) -> str:
+    return "Scalar" if v.type is Scalar else v.type.name

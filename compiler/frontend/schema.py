@@ -1,0 +1,161 @@
+"""The spec's fields, declared as data: validation, error messages and docs/spec.md come from here.
+
+Each section of a spec file has a table of :class:`Field` (name, kind, required, default, doc).
+:func:`check` validates a YAML mapping against its table (unknown keys get a "did you mean", missing
+required keys and wrong kinds name the section) and returns a dict with defaults filled in.
+:func:`markdown` renders the tables for the docs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelc.errors import SpecError
+from modelc.frontend.expr import did_you_mean
+from modelc.frontend.yamlio import YList, YMap, YScalar
+from modelc.runtime.types import TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    kind: str          # "str", "number", "int", "type", "expr", "names" (list of str), "map", "numbers"
+    required: bool = False
+    default: object = None
+    doc: str = ""
+
+
+_NO = object()
+
+SCHEMA: dict[str, tuple[Field, ...]] = {
+    "file": (
+        Field("include", "names", False, (), "spec files whose models and compositions become available "
+              "here (paths relative to this file)"),
+        Field("define", "map", False, None, "file-level helper functions `name(args): expr`, callable from "
+              "every model of this file"),
+        Field("models", "map", False, None, "model name -> model (explicit or implicit)"),
+        Field("compose", "map", False, None, "composition name -> composition"),
+    ),
+    "model": (
+        Field("doc", "str", False, "", "one-line description"),
+        Field("parameters", "map", False, None, "parameter name -> parameter (names are global: the same "
+              "name in two composed models is one parameter)"),
+        Field("inputs", "map", False, None, "local name -> variable the model reads"),
+        Field("outputs", "map", False, None, "local name -> variable the model provides (explicit models)"),
+        Field("define", "map", False, None, "named sub-expressions `name: expr` (in order) and helper "
+              "functions `name(args): expr`"),
+        Field("equations", "map", False, None, "output local name -> expression (explicit models)"),
+        Field("implicit", "map", False, None, "the implicit system (implicit models): unknowns, residuals, "
+              "guess, uses, solver"),
+    ),
+    "parameter": (
+        Field("type", "type", False, "Scalar", "tensor type"),
+        Field("default", "numbers", False, None, "default value (a number, or a list of the flat "
+              "components for a tensor)"),
+        Field("units", "str", False, "", "units, for documentation"),
+        Field("doc", "str", False, "", "description"),
+    ),
+    "variable": (
+        Field("var", "str", False, None, "qualified name (e.g. state/internal/ep); default: the local name"),
+        Field("type", "type", False, "Scalar", "tensor type: " + ", ".join(TYPES)),
+        Field("doc", "str", False, "", "description"),
+    ),
+    "implicit": (
+        Field("unknowns", "map", True, None, "local name -> variable solved for (these are the model's "
+              "outputs)"),
+        Field("residuals", "map", True, None, "unknown local name -> residual expression (same type as the "
+              "unknown; zero at the solution)"),
+        Field("guess", "map", False, None, "unknown local name -> initial guess expression (default: "
+              "old(unknown))"),
+        Field("uses", "names", False, (), "models whose outputs the residuals read; composition evaluates "
+              "them inside the Newton loop with the unknowns as their inputs"),
+        Field("solver", "map", False, None, "Newton options"),
+    ),
+    "solver": (
+        Field("rtol", "number", False, 1e-10, "relative tolerance on the residual norm"),
+        Field("atol", "number", False, 1e-10, "absolute tolerance on the residual norm"),
+        Field("max_iter", "int", False, 25, "maximum Newton iterations"),
+        Field("on_failure", "str", False, "nan", "'nan' (mark the point, NaN outputs) or 'substep' "
+              "(cut the step and retry)"),
+        Field("max_substeps", "int", False, 8, "maximum step cuts with on_failure: substep"),
+    ),
+    "compose": (
+        Field("models", "names", True, None, "the models (or earlier compositions) to wire together by "
+              "variable name"),
+        Field("keep", "names", False, (), "variables to expose as outputs even though a sub-model "
+              "consumes them"),
+        Field("doc", "str", False, "", "one-line description"),
+    ),
+}
+
+_KIND_DOC = {"str": "string", "number": "number", "int": "integer", "type": "type name",
+             "expr": "expression", "names": "list of names", "map": "mapping",
+             "numbers": "number or list of numbers"}
+
+
+def _kind_ok(kind: str, node) -> bool:
+    if kind == "map":
+        return isinstance(node, YMap)
+    if kind == "names":
+        return isinstance(node, YList) and all(isinstance(i, YScalar) and isinstance(i.value, str)
+                                               for i in node.items)
+    if not isinstance(node, (YScalar, YList)):
+        return False
+    if kind == "numbers":
+        items = node.items if isinstance(node, YList) else (node,)
+        return all(isinstance(i, YScalar) and isinstance(i.value, (int, float))
+                   and not isinstance(i.value, bool) for i in items)
+    if not isinstance(node, YScalar):
+        return False
+    v = node.value
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "type":
+        return isinstance(v, str)
+    if kind == "expr":
+        return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+    raise AssertionError(kind)
+
+
+def check(node, section: str, where: str) -> dict:
+    """Validate ``node`` (a YMap) against ``SCHEMA[section]``; returns {field: node-or-default}."""
+    fields = {f.name: f for f in SCHEMA[section]}
+    if not isinstance(node, YMap):
+        loc = getattr(node, "loc", None)
+        raise SpecError(f"{where} must be a mapping with keys {', '.join(fields)}", loc)
+    for key, knode in node.keys.items():
+        if key not in fields:
+            raise SpecError(f"unknown key {key!r} in {where}", knode.loc,
+                            hint=did_you_mean(key, fields) or f"expected one of: {', '.join(fields)}")
+    out = {}
+    for f in fields.values():
+        if f.name not in node.items:
+            if f.required:
+                raise SpecError(f"{where} is missing the required key {f.name!r} ({f.doc})", node.loc)
+            out[f.name] = f.default
+            continue
+        value = node.items[f.name]
+        if value is None or (isinstance(value, YScalar) and value.value is None):
+            if f.required:
+                raise SpecError(f"{where}: {f.name!r} must not be empty", node.keys[f.name].loc)
+            out[f.name] = f.default
+            continue
+        if not _kind_ok(f.kind, value):
+            raise SpecError(f"{where}: {f.name!r} must be a {_KIND_DOC[f.kind]}", value.loc)
+        out[f.name] = value
+    return out
+
+
+def markdown() -> str:
+    """The schema tables, for docs/spec.md."""
+    parts = []
+    for section, fields in SCHEMA.items():
+        parts.append(f"#### `{section}`\n\n| key | kind | required | default | meaning |\n|---|---|---|---|---|")
+        for f in fields:
+            d = "" if f.default in (None, (), "") else f"`{f.default}`"
+            parts.append(f"| `{f.name}` | {_KIND_DOC[f.kind]} | {'yes' if f.required else 'no'} | {d} | {f.doc} |")
+        parts.append("")
+    return "\n".join(parts)

@@ -1,0 +1,128 @@
+"""Safe YAML loading that keeps where every value came from.
+
+``load_yaml(path)`` composes the document with PyYAML's *safe* loader (no Python tags, no code) and
+returns a tree of :class:`YMap` / :class:`YList` / :class:`YScalar`, each with a :class:`Loc`
+(1-based line and column) and, for scalars, the source text, so that every later error can point at
+the offending value. Duplicate keys are errors (plain YAML silently keeps the last one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import yaml
+
+from modelc.errors import SpecError
+from modelc.ir import Loc
+
+
+@dataclass(frozen=True, slots=True)
+class YScalar:
+    value: object          # str, int, float, bool or None (YAML's safe scalars)
+    loc: Loc               # where the value's text starts (after a quote, for quoted scalars)
+    style: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class YList:
+    items: tuple["YNode", ...]
+    loc: Loc
+
+
+@dataclass(frozen=True, slots=True)
+class YMap:
+    """An ordered mapping; ``keys[k]`` is the key's own scalar node (for errors about the key)."""
+
+    items: dict                # str -> YNode (insertion ordered)
+    keys: dict                 # str -> YScalar
+    loc: Loc
+
+    def get(self, key: str, default=None):
+        return self.items.get(key, default)
+
+
+YNode = Union[YScalar, YList, YMap]
+
+
+def _loc(file: str, lines: list[str], mark, style: str | None = None, end=None) -> Loc:
+    """1-based location; ``text`` is the node's source text from its start (to its end, or to the
+    end of the line when it spans lines), so that a caret under ``text`` underlines the node."""
+    line, col = mark.line, mark.column
+    full = lines[line] if line < len(lines) else ""
+    stop = end.column if end is not None and end.line == line else len(full)
+    if style in ('"', "'"):
+        col, stop = col + 1, stop - 1 if end is not None and end.line == line else stop
+    return Loc(file, line + 1, col + 1, full[col:stop])
+
+
+def _convert(node, file: str, lines: list[str], constructor) -> YNode:
+    if isinstance(node, yaml.ScalarNode):
+        value = constructor.construct_object(node, deep=True)
+        style = node.style
+        loc = _loc(file, lines, node.start_mark, style, node.end_mark)
+        if style in ("|", ">"):  # block scalar: its text starts on the next line
+            nxt = node.start_mark.line + 1
+            text = lines[nxt] if nxt < len(lines) else ""
+            loc = Loc(file, nxt + 1, len(text) - len(text.lstrip()) + 1, text)
+        if isinstance(value, (bytes, bytearray)) or not isinstance(value, (str, int, float, bool, type(None))):
+            raise SpecError(f"unsupported YAML value of type {type(value).__name__}", loc)
+        return YScalar(value, loc, style)
+    if isinstance(node, yaml.SequenceNode):
+        return YList(tuple(_convert(n, file, lines, constructor) for n in node.value),
+                     _loc(file, lines, node.start_mark))
+    if isinstance(node, yaml.MappingNode):
+        items, keys = {}, {}
+        for knode, vnode in node.value:
+            key = _convert(knode, file, lines, constructor)
+            if not isinstance(key, YScalar) or not isinstance(key.value, str):
+                raise SpecError("mapping keys must be plain names", key.loc)
+            if key.value in items:
+                first = keys[key.value].loc
+                raise SpecError(f"duplicate key {key.value!r} (first given at line {first.line})", key.loc)
+            items[key.value] = _convert(vnode, file, lines, constructor)
+            keys[key.value] = key
+        return YMap(items, keys, _loc(file, lines, node.start_mark))
+    raise SpecError("unsupported YAML node (anchors, aliases and tags are not part of the spec language)",
+                    _loc(file, lines, node.start_mark))
+
+
+def load_yaml_text(text: str, file: str) -> YNode | None:
+    """Compose ``text`` (the content of ``file``) safely into a located tree."""
+    lines = text.splitlines()
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = _loc(file, lines, mark) if mark is not None else Loc(file, 1, 1)
+        raise SpecError(f"invalid YAML: {exc.problem or exc.context}", loc) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", Loc(file, 1, 1)) from None
+    if node is None:
+        return None
+    constructor = yaml.SafeLoader("")
+    for n in _walk(node):
+        if n.tag not in _TAGS:
+            raise SpecError(f"YAML tag {n.tag!r} is not allowed in a spec (plain strings, numbers, "
+                            f"booleans, null, lists and mappings only)", _loc(file, lines, n.start_mark))
+    return _convert(node, file, lines, constructor)
+
+
+_TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}
+
+
+def _walk(node):
+    yield node
+    if isinstance(node, yaml.SequenceNode):
+        for n in node.value:
+            yield from _walk(n)
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            yield from _walk(k)
+            yield from _walk(v)

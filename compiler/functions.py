@@ -1,0 +1,344 @@
+"""The custom (non-smooth and special) scalar functions of modelc, declared once each.
+
+Every entry of :data:`FUNCTIONS` carries, on adjacent lines: the SymPy ``Function`` subclass with an
+explicit derivative (``fdiff``), the number of arguments, its value and derivative at the kink
+(``kink_doc``), its PyTorch and Triton spellings (``str.format`` templates over the printed
+arguments ``{0}``, ``{1}``, ...), and a NumPy reference implementation (``numpy``, for tests and
+``lambdify``). The printers take the spellings from here; nothing else knows these functions.
+
+Conventions (the derivation is the point of the table):
+
+- No derivative ever produces ``DiracDelta``: the derivative of a step (``heaviside``, ``sign``) is 0
+  by rule; ``abs'`` is ``sign``; ``macaulay'`` is ``heaviside``.
+- ``heaviside(0) = 0``; ``sign(0) = 0``; ``macaulay'(0) = heaviside(0) = 0``; ``abs'(0) = 0``.
+- ``max(a, b)`` at a tie ``a == b`` differentiates as its FIRST argument (d/da = 1, d/db = 0);
+  ``min(a, b)`` likewise takes the first argument at a tie.
+- ``safe_sqrt(x) = sqrt(max(x, 0))`` with derivative ``safe_div(1, 2 safe_sqrt(x))``: 0 for x <= 0.
+- ``safe_div(a, b) = a / b`` for ``b != 0`` and 0 for ``b == 0``, derivatives ``safe_div(1, b)`` and
+  ``-safe_div(a, b**2)``: 0 at ``b == 0``. Used by ``norm`` and the J2 flow direction so that
+  ``dev(s) / |dev(s)|`` at ``s = 0`` is 0 (and its derivative 0) instead of NaN. The printed form
+  guards the denominator with a second ``where`` so no inf/NaN is ever formed, even in the branch
+  that is discarded.
+- ``ifpos(d, a, b)`` is ``a`` if ``d > 0`` else ``b``; ``ifnonneg(d, a, b)`` is ``a`` if ``d >= 0``
+  else ``b`` (comparisons ``x > y`` etc. in spec conditionals become these with ``d = x - y``). Their
+  derivatives w.r.t. ``a``/``b`` are steps (never with two numeric branches: those fold to steps).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+
+_ZERO = sp.S.Zero
+_ONE = sp.S.One
+
+
+def _num(x) -> bool:
+    return isinstance(x, sp.Number)
+
+
+class _RealFunction(sp.Function):
+    """Base of modelc's custom functions: real-valued, folded on numeric arguments."""
+
+    is_real = True
+    is_extended_real = True
+    is_finite = True
+
+
+class heaviside(_RealFunction):
+    """H(x) = 1 for x > 0, 0 for x <= 0 (H(0) = 0). H' = 0 (never DiracDelta)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            return _ONE if x > 0 else _ZERO
+        if x.is_positive:
+            return _ONE
+        if x.is_nonpositive:
+            return _ZERO
+        return None
+
+    def fdiff(self, argindex=1):
+        return _ZERO
+
+
+class sign(_RealFunction):
+    """sign(x) in {-1, 0, 1}, sign(0) = 0; sign' = 0 (never DiracDelta)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            return sp.Integer(int(bool(x > 0)) - int(bool(x < 0)))
+        return None
+
+    def fdiff(self, argindex=1):
+        return _ZERO
+
+
+class abs_(_RealFunction):
+    """|x|; derivative sign(x) (0 at x = 0)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            return abs(x)
+        return None
+
+    def fdiff(self, argindex=1):
+        return sign(self.args[0])
+
+
+class macaulay(_RealFunction):
+    """<x> = max(x, 0); derivative heaviside(x) (0 at x = 0)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            return x if x > 0 else _ZERO
+        if x.is_nonnegative:
+            return x
+        if x.is_nonpositive:
+            return _ZERO
+        return None
+
+    def fdiff(self, argindex=1):
+        return heaviside(self.args[0])
+
+
+class max_(_RealFunction):
+    """max(a, b); at a tie the derivative follows the first argument: d/da = 1 - H(b - a)."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if _num(a) and _num(b):
+            return a if a >= b else b
+        if a == b:
+            return a
+        return None
+
+    def fdiff(self, argindex=1):
+        a, b = self.args
+        return _ONE - heaviside(b - a) if argindex == 1 else heaviside(b - a)
+
+
+class min_(_RealFunction):
+    """min(a, b); at a tie the derivative follows the first argument: d/da = 1 - H(a - b)."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if _num(a) and _num(b):
+            return a if a <= b else b
+        if a == b:
+            return a
+        return None
+
+    def fdiff(self, argindex=1):
+        a, b = self.args
+        return _ONE - heaviside(a - b) if argindex == 1 else heaviside(a - b)
+
+
+class safe_div(_RealFunction):
+    """a / b for b != 0, 0 for b == 0; derivatives safe_div(1, b) and -safe_div(a, b**2)."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if a == _ZERO or b == _ZERO:
+            return _ZERO
+        if _num(b) or b.is_nonzero:
+            return a / b
+        return None
+
+    def fdiff(self, argindex=1):
+        a, b = self.args
+        return safe_div(_ONE, b) if argindex == 1 else -safe_div(a, b**2)
+
+
+class safe_sqrt(_RealFunction):
+    """sqrt(max(x, 0)); derivative safe_div(1, 2 safe_sqrt(x)): 0 for x <= 0 (no inf at 0)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            return sp.sqrt(x) if x > 0 else _ZERO
+        if x.is_positive:
+            return sp.sqrt(x)
+        return None
+
+    def fdiff(self, argindex=1):
+        return safe_div(_ONE, 2 * safe_sqrt(self.args[0]))
+
+
+def _fold_select(d, a, b, step):
+    if _num(d):
+        return a if step(d) else b
+    if a == b:
+        return a
+    if _num(a) and _num(b):  # no where() with two constant branches: a step instead
+        h = heaviside(d) if step is _pos else _ONE - heaviside(-d)
+        return b + (a - b) * h
+    return None
+
+
+def _pos(d) -> bool:
+    return bool(d > 0)
+
+
+def _nonneg(d) -> bool:
+    return bool(d >= 0)
+
+
+class ifpos(_RealFunction):
+    """a if d > 0 else b. d/dd = 0, d/da = H(d), d/db = 1 - H(d)."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, d, a, b):
+        return _fold_select(d, a, b, _pos)
+
+    def fdiff(self, argindex=1):
+        d = self.args[0]
+        return (_ZERO, heaviside(d), _ONE - heaviside(d))[argindex - 1]
+
+
+class ifnonneg(_RealFunction):
+    """a if d >= 0 else b. d/dd = 0, d/da = 1 - H(-d), d/db = H(-d)."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, d, a, b):
+        return _fold_select(d, a, b, _nonneg)
+
+    def fdiff(self, argindex=1):
+        d = self.args[0]
+        return (_ZERO, _ONE - heaviside(-d), heaviside(-d))[argindex - 1]
+
+
+# --------------------------------------------------------------------------------------------------
+# the table
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class FunctionRule:
+    """Everything modelc knows about one custom function.
+
+    ``name``: the SymPy function's name (``cls.__name__``, what appears in printed IR);
+    ``spelling``: what a spec author writes (``None``: internal, produced by the front end only);
+    ``torch`` / ``triton``: ``str.format`` templates over the printed arguments;
+    ``numpy``: a reference implementation on float arrays; ``kink_doc``: value and derivative at
+    the kink, and which branch a tie takes.
+    """
+
+    name: str
+    cls: type
+    nargs: int
+    spelling: str | None
+    torch: str
+    triton: str
+    numpy: Callable
+    kink_doc: str
+
+
+def _where_np(c, a, b):
+    return np.where(c, a, b)
+
+
+def _safe_div_np(a, b):
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    return np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0)
+
+
+FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
+    FunctionRule(
+        "heaviside", heaviside, 1, "heaviside",
+        torch="torch.heaviside({0}, torch.zeros_like({0}))",
+        triton="tl.where({0} > 0.0, 1.0, 0.0)",
+        numpy=lambda x: np.where(np.asarray(x) > 0, 1.0, 0.0),
+        kink_doc="heaviside(0) = 0; derivative 0 everywhere (including at 0)"),
+    FunctionRule(
+        "sign", sign, 1, "sign",
+        torch="torch.sign({0})",
+        triton="tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
+        numpy=np.sign,
+        kink_doc="sign(0) = 0; derivative 0 everywhere (including at 0)"),
+    FunctionRule(
+        "abs_", abs_, 1, "abs",
+        torch="torch.abs({0})",
+        triton="tl.abs({0})",
+        numpy=np.abs,
+        kink_doc="abs(0) = 0; derivative sign(x), so 0 at x = 0"),
+    FunctionRule(
+        "macaulay", macaulay, 1, "macaulay",
+        torch="torch.clamp({0}, min=0.0)",
+        triton="tl.maximum({0}, 0.0)",
+        numpy=lambda x: np.maximum(x, 0.0),
+        kink_doc="macaulay(0) = 0; derivative heaviside(x), so 0 at x = 0"),
+    FunctionRule(
+        "max_", max_, 2, "max",
+        torch="torch.where({0} >= {1}, {0}, {1})",
+        triton="tl.where({0} >= {1}, {0}, {1})",
+        numpy=lambda a, b: np.where(np.asarray(a) >= b, a, b),
+        kink_doc="max(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
+    FunctionRule(
+        "min_", min_, 2, "min",
+        torch="torch.where({0} <= {1}, {0}, {1})",
+        triton="tl.where({0} <= {1}, {0}, {1})",
+        numpy=lambda a, b: np.where(np.asarray(a) <= b, a, b),
+        kink_doc="min(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
+    FunctionRule(
+        "safe_div", safe_div, 2, "safe_div",
+        torch="torch.where({1} != 0.0, {0} / torch.where({1} != 0.0, {1}, 1.0), 0.0)",
+        triton="tl.where({1} != 0.0, {0} / tl.where({1} != 0.0, {1}, 1.0), 0.0)",
+        numpy=_safe_div_np,
+        kink_doc="safe_div(a, 0) = 0; both derivatives 0 at b = 0 (safe_div(1, b), -safe_div(a, b**2))"),
+    FunctionRule(
+        "safe_sqrt", safe_sqrt, 1, "safe_sqrt",
+        torch="torch.sqrt(torch.clamp({0}, min=0.0))",
+        triton="tl.sqrt(tl.maximum({0}, 0.0))",
+        numpy=lambda x: np.sqrt(np.maximum(x, 0.0)),
+        kink_doc="safe_sqrt(x) = 0 for x <= 0; derivative safe_div(1, 2 safe_sqrt(x)), 0 for x <= 0"),
+    FunctionRule(
+        "ifpos", ifpos, 3, None,
+        torch="torch.where({0} > 0.0, {1}, {2})",
+        triton="tl.where({0} > 0.0, {1}, {2})",
+        numpy=lambda d, a, b: _where_np(np.asarray(d) > 0, a, b),
+        kink_doc="ifpos(0, a, b) = b (the condition d > 0 is false at 0); d/da = heaviside(d)"),
+    FunctionRule(
+        "ifnonneg", ifnonneg, 3, None,
+        torch="torch.where({0} >= 0.0, {1}, {2})",
+        triton="tl.where({0} >= 0.0, {1}, {2})",
+        numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
+        kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
+)}
+
+#: spec spelling -> rule, for the functions a spec author may call directly.
+BY_SPELLING: dict[str, FunctionRule] = {r.spelling: r for r in FUNCTIONS.values() if r.spelling}
+
+
+def rule_for(expr: sp.Basic) -> FunctionRule | None:
+    """The rule of a SymPy node if it is one of ours (``None`` otherwise)."""
+    return FUNCTIONS.get(type(expr).__name__) if isinstance(expr, _RealFunction) else None
+
+
+def numpy_namespace() -> dict[str, Callable]:
+    """A ``sympy.lambdify`` module mapping for the custom functions: ``lambdify(x, e,
+    modules=[numpy_namespace(), "numpy"])``."""
+    return {name: rule.numpy for name, rule in FUNCTIONS.items()}

@@ -1,0 +1,331 @@
+"""Composition: wire models together by the variables they share (NEML2's ComposedModel).
+
+Given models that each declare what they consume (inputs) and provide (outputs), :func:`compose`
+does, with no manual wiring:
+
+1. dependency registration: model i depends on model j when i consumes a variable j provides;
+2. input/output identification: the composed inputs are consumed and provided by nobody; the
+   composed outputs are provided and consumed by nobody, plus those listed in ``keep``;
+3. dependency resolution: a topological order, ties broken by declaration order (deterministic);
+4. parameters merged by name (same name = same parameter; a type/default conflict is an error).
+
+The chain rule is the differentiation pass's job (:mod:`modelc.passes.differentiate`).
+
+Implicit models: ``ImplicitSystem.uses`` names models whose outputs the residuals read. Composing an
+implicit model *resolves* it: the used models and a leaf that computes the residuals are composed
+into one explicit *residual system* whose inputs are the unknowns and the implicit model's external
+inputs, and which becomes the implicit model's single sub-model (``submodels == (system,)``). The
+variables the used models provide are renamed ``<implicit>/<var>`` inside the system so that the
+same building block (elasticity, say) can also appear in the outer composition without a clash.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, Mapping, Sequence
+
+import sympy as sp
+
+from modelc.errors import CompositionError
+from modelc.ir import ComposeDecl, Equation, Model, Parameter, Spec, Variable
+from modelc.passes.symbols import local_name, residual_name
+
+
+# --------------------------------------------------------------------------------------------------
+# public entry points
+# --------------------------------------------------------------------------------------------------
+def compose(decl: ComposeDecl, available: Mapping[str, Model]) -> Model:
+    """The composed model ``decl`` asks for, from the models in ``available`` (by name)."""
+    models = []
+    for name in decl.models:
+        if name not in available:
+            raise CompositionError(
+                f"composition '{decl.name}': unknown model '{name}'"
+                f"{_loc(decl)}; known models: {', '.join(sorted(available)) or '(none)'}")
+        m = available[name]
+        models.append(resolve_implicit(m, available) if m.is_implicit else m)
+    declared = getattr(decl, "inputs", None) or None  # ComposeDecl.inputs, when the spec declares them
+    return compose_models(decl.name, models, keep=decl.keep, declared_inputs=declared,
+                          doc=decl.doc, loc=decl.loc)
+
+
+def compose_spec_model(spec: Spec, name: str) -> Model:
+    """Model ``name`` of ``spec``: a leaf model (implicit ones resolved) or a declared composition,
+    composed (compositions may use other compositions, in any declaration order)."""
+    leaves = {m.name: m for m in spec.models}
+    decls = {d.name: d for d in spec.compositions}
+    for d in spec.compositions:
+        if d.name in leaves:
+            raise CompositionError(f"'{d.name}' is declared both as a model and as a composition{_loc(d)}")
+    done: dict[str, Model] = {}
+
+    class _Available(Mapping):  # composes declared compositions on first use
+        def __getitem__(self, key: str) -> Model:
+            if key in leaves:
+                return leaves[key]
+            if key not in decls:
+                raise KeyError(key)
+            if key not in done:
+                if key in stack:
+                    raise CompositionError("compositions include each other: " + " -> ".join(stack + [key]))
+                stack.append(key)
+                done[key] = compose(decls[key], self)
+                stack.pop()
+            return done[key]
+
+        def __iter__(self):
+            return iter(list(leaves) + [d for d in decls if d not in leaves])
+
+        def __len__(self):
+            return len(leaves) + len(decls)
+
+    stack: list[str] = []
+    avail = _Available()
+    if name not in leaves and name not in decls:
+        raise CompositionError(f"{spec.path}: no model or composition named '{name}'; "
+                               f"known: {', '.join(avail) or '(none)'}")
+    m = avail[name]
+    return resolve_implicit(m, avail) if m.is_implicit else m
+
+
+def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = (),
+                   declared_inputs: Iterable[str] | None = None, doc: str = "", loc=None) -> Model:
+    """Compose ``models`` (in declaration order) into one model called ``name``."""
+    models = tuple(models)
+    seen: dict[str, int] = {}
+    for i, m in enumerate(models):
+        if m.name in seen:
+            raise CompositionError(f"composition '{name}': model '{m.name}' is listed twice")
+        seen[m.name] = i
+
+    # 1. dependency registration
+    provider: dict[str, tuple[int, Variable]] = {}
+    for i, m in enumerate(models):
+        for v in m.outputs:
+            if v.name in provider:
+                j = provider[v.name][0]
+                raise CompositionError(
+                    f"composition '{name}': variable '{v.name}' is provided by two models, "
+                    f"'{models[j].name}' and '{m.name}'")
+            provider[v.name] = (i, v)
+    deps: list[list[tuple[int, str]]] = []  # deps[i]: (j, variable) for each variable i takes from j
+    for i, m in enumerate(models):
+        d = []
+        for v in m.inputs:
+            if v.name in provider:
+                j, pv = provider[v.name]
+                if pv.type != v.type:
+                    raise CompositionError(
+                        f"composition '{name}': type mismatch for '{v.name}': model '{models[j].name}' "
+                        f"provides it as {pv.type.name}, model '{m.name}' consumes it as {v.type.name}")
+                d.append((j, v.name))
+        deps.append(d)
+
+    # 3. dependency resolution (Kahn; the ready model declared first goes first)
+    order = _toposort(name, models, deps)
+    ordered = tuple(models[i] for i in order)
+
+    # 2. input/output identification
+    consumed: dict[str, Variable] = {}
+    consumer: dict[str, str] = {}
+    for m in ordered:
+        for v in m.inputs:
+            if v.name in consumed and consumed[v.name].type != v.type and v.name not in provider:
+                raise CompositionError(
+                    f"composition '{name}': type mismatch for input '{v.name}': model "
+                    f"'{consumer[v.name]}' consumes it as {consumed[v.name].type.name}, model "
+                    f"'{m.name}' as {v.type.name}")
+            consumed.setdefault(v.name, v)
+            consumer.setdefault(v.name, m.name)
+    keep = tuple(keep)
+    for k in keep:
+        if k not in provider:
+            raise CompositionError(f"composition '{name}': 'keep' names '{k}', which no model provides"
+                                   f"{_loc_of(loc)}")
+    inputs = tuple(v for n, v in consumed.items() if n not in provider)
+    if declared_inputs is not None:
+        declared = set(declared_inputs)
+        for v in inputs:
+            if v.name not in declared:
+                raise CompositionError(
+                    f"composition '{name}': model '{consumer[v.name]}' consumes '{v.name}', which no "
+                    f"model provides and which is not declared as an input{_loc_of(loc)}")
+    outputs = tuple(v for m in ordered for v in m.outputs if v.name not in consumed or v.name in keep)
+    params = merge_parameters(name, ordered)
+    return Model(name=name, inputs=inputs, outputs=outputs, parameters=params, submodels=ordered,
+                 doc=doc, loc=loc)
+
+
+def merge_parameters(where: str, models: Sequence[Model],
+                     extra: Sequence[Parameter] = ()) -> tuple[Parameter, ...]:
+    """Parameters of ``models`` merged by name (first appearance order); conflicts are errors."""
+    merged: dict[str, tuple[Parameter, str]] = {p.name: (p, where) for p in extra}
+    for m in models:
+        for p in m.parameters:
+            if p.name not in merged:
+                merged[p.name] = (p, m.name)
+                continue
+            q, owner = merged[p.name]
+            if q.type != p.type:
+                raise CompositionError(
+                    f"composition '{where}': parameter '{p.name}' is {q.type.name} in '{owner}' but "
+                    f"{p.type.name} in '{m.name}'")
+            if q.default is not None and p.default is not None and tuple(q.default) != tuple(p.default):
+                raise CompositionError(
+                    f"composition '{where}': parameter '{p.name}' has default {_d(q)} in '{owner}' "
+                    f"but {_d(p)} in '{m.name}'")
+            if q.default is None and p.default is not None:
+                merged[p.name] = (p, m.name)
+    return tuple(p for p, _ in merged.values())
+
+
+# --------------------------------------------------------------------------------------------------
+# implicit models
+# --------------------------------------------------------------------------------------------------
+def is_resolved(model: Model) -> bool:
+    return model.is_implicit and len(model.submodels) == 1
+
+
+def resolve_implicit(model: Model, available: Mapping[str, Model]) -> Model:
+    """An implicit model with its residual system composed (see the module docstring)."""
+    if is_resolved(model):
+        return model
+    system = model.implicit
+    unknowns = {u.name for u in system.unknowns}
+    used = []
+    for n in system.uses:
+        if n not in available:
+            raise CompositionError(
+                f"implicit model '{model.name}' uses unknown model '{n}'{_loc_of(model.loc)}; "
+                f"known models: {', '.join(sorted(available)) or '(none)'}")
+        u = available[n]
+        if u.is_implicit or any(s.is_implicit for s in _walk(u)):
+            raise CompositionError(f"implicit model '{model.name}' uses '{n}', which is itself implicit "
+                                   "(nested implicit solves are not supported)")
+        for v in u.outputs:
+            if v.name in unknowns:
+                raise CompositionError(
+                    f"implicit model '{model.name}': used model '{n}' provides '{v.name}', which is an "
+                    "unknown of the implicit model")
+        used.append(u)
+    mapping = {v.name: local_name(model.name, v.name) for u in used for v in u.outputs}
+    renamed = [rename(u, mapping, f"{model.name}/") for u in used]
+    symmap = _symbol_map([v for u in used for v in u.outputs], mapping)
+
+    res_inputs = tuple(_renamed_var(v, mapping) for v in model.inputs)
+    res_inputs += tuple(u for u in system.unknowns if u.name not in {v.name for v in res_inputs})
+    res_vars = tuple(Variable(residual_name(model.name, u.name), u.type, doc=f"residual of {u.name}")
+                     for u in system.unknowns)
+    res_eqs = tuple(Equation(rv, tuple(sp.sympify(c).xreplace(symmap) for c in eq.components), eq.loc)
+                    for rv, eq in zip(res_vars, system.residuals))
+    leaf = Model(name=f"{model.name}/residual", inputs=res_inputs, outputs=res_vars,
+                 parameters=model.parameters, equations=res_eqs, loc=model.loc)
+    composed = compose_models(f"{model.name}/system", renamed + [leaf])
+    composed = replace(composed, outputs=res_vars)
+
+    guess_syms = set().union(*(sp.sympify(c).free_symbols for g in system.guess for c in g.components))
+    for u in used:
+        for v in u.outputs:
+            if guess_syms & set(v.symbols):
+                raise CompositionError(f"implicit model '{model.name}': the initial guess reads '{v.name}', "
+                                       f"which used model '{u.name}' computes from the unknowns")
+    inputs = tuple(v for v in composed.inputs if v.name not in unknowns)
+    names = {v.name for v in inputs}
+    inputs += tuple(v for v in model.inputs
+                    if v.name not in names and v.name not in mapping and guess_syms & set(v.symbols))
+    params = merge_parameters(model.name, [composed], extra=model.parameters)
+    return replace(model, inputs=inputs, parameters=params, submodels=(composed,), partials=())
+
+
+# --------------------------------------------------------------------------------------------------
+# renaming
+# --------------------------------------------------------------------------------------------------
+def rename(model: Model, mapping: Mapping[str, str], prefix: str = "") -> Model:
+    """``model`` with variables renamed by ``mapping`` (old -> new name) and its name (and its
+    sub-models' names) prefixed by ``prefix``. Partials are dropped (differentiate again)."""
+    variables = [v for m in _walk(model) for v in m.inputs + m.outputs]
+    symmap = _symbol_map(variables, mapping)
+    return _rename(model, mapping, symmap, prefix)
+
+
+def _rename(m: Model, mapping, symmap, prefix) -> Model:
+    def eqs(equations):
+        return tuple(Equation(_renamed_var(e.var, mapping),
+                              tuple(sp.sympify(c).xreplace(symmap) for c in e.components), e.loc)
+                     for e in equations)
+    implicit = m.implicit
+    if implicit is not None:
+        implicit = replace(implicit, unknowns=tuple(_renamed_var(v, mapping) for v in implicit.unknowns),
+                           residuals=eqs(implicit.residuals), guess=eqs(implicit.guess))
+    return replace(m, name=prefix + m.name,
+                   inputs=tuple(_renamed_var(v, mapping) for v in m.inputs),
+                   outputs=tuple(_renamed_var(v, mapping) for v in m.outputs),
+                   equations=eqs(m.equations), implicit=implicit,
+                   submodels=tuple(_rename(s, mapping, symmap, prefix) for s in m.submodels),
+                   partials=())
+
+
+def _renamed_var(v: Variable, mapping: Mapping[str, str]) -> Variable:
+    return replace(v, name=mapping[v.name]) if v.name in mapping else v
+
+
+def _symbol_map(variables: Iterable[Variable], mapping: Mapping[str, str]) -> dict:
+    out = {}
+    for v in variables:
+        if v.name in mapping:
+            out.update(zip(v.symbols, _renamed_var(v, mapping).symbols))
+    return out
+
+
+def _walk(m: Model):
+    yield m
+    for s in m.submodels:
+        yield from _walk(s)
+
+
+# --------------------------------------------------------------------------------------------------
+# topological order and cycles
+# --------------------------------------------------------------------------------------------------
+def _toposort(name: str, models: Sequence[Model], deps: list[list[tuple[int, str]]]) -> list[int]:
+    n = len(models)
+    waiting = [set(j for j, _ in d) for d in deps]
+    order: list[int] = []
+    done = [False] * n
+    while len(order) < n:
+        ready = [i for i in range(n) if not done[i] and all(done[j] and j != i for j in waiting[i])]
+        if not ready:
+            raise CompositionError(_cycle_message(name, models, deps, done))
+        i = ready[0]
+        done[i] = True
+        order.append(i)
+    return order
+
+
+def _cycle_message(name, models, deps, done) -> str:
+    """Walk back along unmet dependencies from the first stuck model until a model repeats."""
+    start = next(i for i in range(len(models)) if not done[i])
+    path: list[tuple[int, str]] = []  # (model, variable it consumes from the next model in path)
+    visited: dict[int, int] = {}
+    i = start
+    while i not in visited:
+        visited[i] = len(path)
+        j, var = min((j, v) for j, v in deps[i] if not done[j])
+        path.append((i, var))
+        i = j
+    cycle = path[visited[i]:]
+    lines = [f"composition '{name}': dependency cycle:"]
+    for k, (c, var) in enumerate(cycle):
+        p = cycle[(k + 1) % len(cycle)][0]
+        lines.append(f"  model '{models[c].name}' consumes '{var}', provided by model '{models[p].name}'")
+    return "\n".join(lines)
+
+
+def _loc(decl) -> str:
+    return _loc_of(decl.loc)
+
+
+def _loc_of(loc) -> str:
+    return f" (at {loc})" if loc is not None else ""
+
+
+def _d(p: Parameter) -> str:
+    return str(p.default[0] if len(p.default) == 1 else p.default)

@@ -1,0 +1,148 @@
+"""Common-subexpression elimination over a Program, and operation counts.
+
+Each straight-line segment (a maximal run of Assigns; a Newton body is a segment of its own) is
+handled as one unit: every assignment is inlined into its readers (``xreplace``), then a single
+``sympy.cse`` runs over everything the segment must deliver together — the symbols read later
+(results, derivatives, status, later statements) and, for a Newton body, the residual and the
+Jacobian. The segment becomes the common subexpressions (``cse/0``, ``cse/1``, ... from a counter
+over the whole program, so names never depend on hash order) followed by the delivered symbols,
+which keep their names. A delivered symbol whose value is itself a common subexpression takes
+that subexpression's place (no copies). Assignments nothing reads disappear.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import sympy as sp
+
+from modelc.errors import InternalError
+from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
+from modelc.passes.lower import reads
+from modelc.passes.symbols import Counter
+
+
+def cse(program: Program) -> Program:
+    """``program`` with common subexpressions shared across outputs and derivatives."""
+    counter = Counter()
+    final = set()
+    for comps in list(program.results.values()) + [e for b in program.derivatives.values() for e in b]:
+        for e in comps:
+            final |= sp.sympify(e).free_symbols
+    final |= set(program.status.values())
+    body = list(program.body)
+    after: list[set] = [set()] * len(body)  # symbols read after statement k (conservative)
+    acc = set(final)
+    for k in range(len(body) - 1, -1, -1):
+        after[k] = set(acc)
+        acc |= reads(body[k])
+    out: list[Statement] = []
+    segment: list[Assign] = []
+    for k, st in enumerate(body):
+        if isinstance(st, Assign):
+            segment.append(st)
+            continue
+        if segment:
+            out += _segment(segment, (), after[k - 1], counter)[0]
+            segment = []
+        if isinstance(st, Newton):
+            st = _newton(st, counter)
+        out.append(st)
+    if segment:
+        out += _segment(segment, (), after[len(body) - 1], counter)[0]
+    new = replace(program, body=tuple(out))
+    return program if _same(new.body, program.body) else new
+
+
+def _newton(st: Newton, counter: Counter) -> Newton:
+    n = len(st.residual)
+    extra = tuple(st.residual) + tuple(e for row in st.jacobian for e in row)
+    body, reduced = _segment(list(st.body), extra, set(), counter)
+    residual = tuple(reduced[:n])
+    jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
+    return replace(st, body=tuple(body), residual=residual, jacobian=jac)
+
+
+def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
+    """(statements, reduced extra expressions) for one straight-line segment."""
+    env: dict[sp.Symbol, sp.Expr] = {}
+    for a in assigns:
+        if a.target in env:
+            raise InternalError(f"cse: '{a.target}' is assigned twice in one straight-line segment")
+        env[a.target] = sp.sympify(a.value).xreplace(env) if env else sp.sympify(a.value)
+    keep = [a.target for a in assigns if a.target in live_out]
+    exprs = [env[t] for t in keep] + [sp.sympify(e).xreplace(env) for e in extra]
+    if not exprs:
+        return [], []
+    replacements, reduced = sp.cse(exprs, symbols=counter, order="canonical")
+    # a kept symbol whose value is a common subexpression takes its place
+    rename = {}
+    free = set().union(*(e.free_symbols for e in exprs))
+    for t, r in zip(keep, reduced):
+        if (isinstance(r, sp.Symbol) and r.name.startswith(counter.prefix + "/") and r not in rename
+                and t not in free):
+            rename[r] = t
+    stmts = [Assign(rename.get(s, s), e.xreplace(rename)) for s, e in replacements]
+    for t, r in zip(keep, reduced):
+        if rename.get(r) is t:
+            continue
+        stmts.append(Assign(t, r.xreplace(rename)))
+    return stmts, [r.xreplace(rename) for r in reduced[len(keep):]]
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+
+
+# --------------------------------------------------------------------------------------------------
+# operation counts
+# --------------------------------------------------------------------------------------------------
+_KIND = {"ADD": "adds", "SUB": "adds", "MUL": "muls", "NEG": "muls", "DIV": "divs", "POW": "pows"}
+_KEYS = ("adds", "muls", "divs", "pows", "calls", "other")
+
+
+def count_ops(program: Program) -> dict[str, int]:
+    """Operation counts: ``adds muls divs pows calls other total`` over the straight-line code (a
+    Newton body, residual and Jacobian counted once, i.e. per iteration, also under ``newton_*``),
+    plus ``assigns``, ``newton_solves``, ``linear_solves`` and ``linear_solve_entries`` (nonzero
+    entries of the matrices A, a measure of elimination work)."""
+    total = dict.fromkeys(_KEYS, 0)
+    newton = dict.fromkeys(_KEYS, 0)
+    extra = {"assigns": 0, "newton_solves": 0, "linear_solves": 0, "linear_solve_entries": 0}
+    for st in program.body:
+        if isinstance(st, Assign):
+            extra["assigns"] += 1
+            _add(total, st.value)
+        elif isinstance(st, LinearSolve):
+            extra["linear_solves"] += 1
+            extra["linear_solve_entries"] += sum(1 for row in st.A for e in row if e != 0)
+            for m in (st.A, st.B):
+                for row in m:
+                    for e in row:
+                        _add(total, e)
+        else:
+            extra["newton_solves"] += 1
+            extra["assigns"] += len(st.body)
+            exprs = [a.value for a in st.body] + list(st.residual) + [e for row in st.jacobian for e in row]
+            for e in exprs + list(st.guess):
+                _add(total, e)
+            for e in exprs:
+                _add(newton, e)
+    out = dict(total)
+    out["total"] = sum(total.values())
+    out.update({f"newton_{k}": v for k, v in newton.items()})
+    out["newton_total"] = sum(newton.values())
+    out.update(extra)
+    return out
+
+
+def _add(acc: dict, expr) -> None:
+    visual = sp.count_ops(sp.sympify(expr), visual=True)
+    if visual == 0:
+        return
+    for term in sp.Add.make_args(visual):
+        coeff, sym = term.as_coeff_Mul()
+        name = str(sym)
+        kind = _KIND.get(name)
+        if kind is None:
+            kind = "other" if name in ("AND", "OR", "NOT", "GT", "LT", "GE", "LE", "EQ", "NE") else "calls"
+        acc[kind] += int(coeff)

@@ -1,0 +1,218 @@
+"""Lowering: a (differentiated) Model becomes a Program.
+
+Statements, in evaluation order:
+
+- every leaf's outputs: ``Assign(component symbol, expression)`` — component symbols are named by
+  qualified variable names, so the wiring between models is free;
+- with ``derivatives=True`` only: every non-numeric partial-derivative entry of every model
+  (``d(o)/d(i)@model``, leaf partials and chain-rule totals alike, see ``differentiate``);
+- an implicit model: one :class:`~modelc.ir.Newton` (body = its residual system lowered with the
+  unknowns as inputs, pruned to what the residual and the Jacobian dR/du need) and, with
+  ``derivatives=True``, the residual system again at the solution, then
+  ``LinearSolve(dR/du, -dR/dx)`` whose targets are the implicit model's partial symbols du/dx.
+
+A symbol is assigned at most once per straight-line segment (segments are separated by Newton
+statements); two different values for one symbol in a segment are a composition error. Dead
+statements are removed at the end (nothing is computed that no result, derivative or status reads).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import sympy as sp
+
+from modelc.errors import CompositionError, InternalError
+from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Variable
+from modelc.passes.differentiate import differentiate
+from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
+
+
+def lower(model: Model, *, derivatives: bool) -> Program:
+    """The Program evaluating ``model`` (and, if asked, d outputs / d inputs)."""
+    if _needs_partials(model, derivatives):
+        model = differentiate(model)
+    em = _Emitter()
+    em.model(model, derivatives)
+    results = {o.name: tuple(o.symbols) for o in model.outputs}
+    derivs = {}
+    if derivatives:
+        outs = {o.name: o for o in model.outputs}
+        ins = {x.name: x for x in model.inputs}
+        for p in model.partials:
+            if p.of in outs and p.wrt in ins:
+                derivs[(p.of, p.wrt)] = tuple(
+                    tuple(ref(model.name, a, b, sp.sympify(e)) for b, e in zip(ins[p.wrt].symbols, row))
+                    for a, row in zip(outs[p.of].symbols, p.block))
+    status = {}
+    if len(em.newtons) == 1:
+        n = em.newtons[0]
+        status = {"converged": n.converged, "iterations": n.iterations, "residual_norm": n.residual_norm}
+    elif em.newtons:
+        c, i, r = (named(f"{model.name}/status/{k}") for k in ("converged", "iterations", "residual_norm"))
+        em.body.append(Assign(c, sp.And(*[n.converged for n in em.newtons])))
+        em.body.append(Assign(i, sp.Max(*[n.iterations for n in em.newtons])))
+        em.body.append(Assign(r, sp.Max(*[n.residual_norm for n in em.newtons])))
+        status = {"converged": c, "iterations": i, "residual_norm": r}
+    live = set()
+    for block in list(results.values()) + [e for b in derivs.values() for e in b]:
+        for e in block:
+            live |= sp.sympify(e).free_symbols
+    live |= set(status.values())
+    body = prune(em.body, live)
+    return Program(name=model.name, inputs=model.inputs, parameters=model.parameters,
+                   outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status)
+
+
+def _needs_partials(model: Model, derivatives: bool) -> bool:
+    def implicit_undiff(m: Model) -> bool:
+        if m.is_implicit:
+            return not m.submodels or not m.submodels[0].partials
+        return any(implicit_undiff(s) for s in m.submodels)
+    return (derivatives and not model.partials and bool(model.inputs)) or implicit_undiff(model)
+
+
+class _Emitter:
+    def __init__(self):
+        self.body: list[Statement] = []
+        self.assigned: dict[sp.Symbol, sp.Expr] = {}
+        self.newtons: list[Newton] = []
+
+    def assign(self, target: sp.Symbol, value) -> None:
+        value = sp.sympify(value)
+        if target in self.assigned:
+            if self.assigned[target] == value:
+                return
+            raise CompositionError(f"'{target.name}' is computed twice, differently ({self.assigned[target]} "
+                                   f"and {value}): two models inside the composition provide it")
+        self.assigned[target] = value
+        self.body.append(Assign(target, value))
+
+    def model(self, m: Model, derivatives: bool) -> None:
+        if m.is_implicit:
+            self.implicit(m, derivatives)
+            return
+        if m.is_composed:
+            for s in m.submodels:
+                self.model(s, derivatives)
+        else:
+            for eq in m.equations:
+                for s, c in zip(eq.var.symbols, eq.components):
+                    self.assign(s, c)
+        if derivatives:
+            self.partials(m)
+
+    def partials(self, m: Model) -> None:
+        variables = _variables(m)
+        for p in m.partials:
+            of, wrt = variables[p.of], variables[p.wrt]
+            for a, row in zip(of.symbols, p.block):
+                for b, e in zip(wrt.symbols, row):
+                    e = sp.sympify(e)
+                    if not (e.is_Number or e.is_Symbol):
+                        self.assign(partial_symbol(m.name, a, b), e)
+
+    def implicit(self, m: Model, derivatives: bool) -> None:
+        system = m.submodels[0]
+        unknowns = m.implicit.unknowns
+        residuals = system.outputs
+        blocks = {(p.of, p.wrt): p.block for p in system.partials}
+        svars = _variables(system)
+
+        def rows(wrt: Iterable[Variable], sign: int = 1) -> tuple[tuple[sp.Expr, ...], ...]:
+            out = []
+            for rv in residuals:
+                for r, a in enumerate(rv.symbols):
+                    row = []
+                    for x in wrt:
+                        blk = blocks.get((rv.name, x.name))
+                        for c, b in enumerate(x.symbols):
+                            row.append(sp.S.Zero if blk is None
+                                       else sign * ref(system.name, a, b, sp.sympify(blk[r][c])))
+                    out.append(tuple(row))
+            return tuple(out)
+
+        jac = rows([svars[u.name] if u.name in svars else u for u in unknowns])
+        res = tuple(s for rv in residuals for s in rv.symbols)
+        inner = _Emitter()
+        inner.model(system, True)
+        live = set(res) | set().union(*(e.free_symbols for row in jac for e in row))
+        body = prune(inner.body, live)
+        if any(not isinstance(st, Assign) for st in body):
+            raise InternalError(f"the residual system of '{m.name}' lowered to non-Assign statements")
+        conv, its, norm = status_symbols(m.name)
+        guess = tuple(sp.sympify(c) for g in m.implicit.guess for c in g.components)
+        usyms = tuple(s for u in unknowns for s in u.symbols)
+        if len(guess) != len(usyms):
+            raise InternalError(f"implicit model '{m.name}': {len(guess)} guess components for "
+                                f"{len(usyms)} unknowns")
+        newton = Newton(unknowns=usyms, guess=guess, body=body, residual=res, jacobian=jac,
+                        solver=m.implicit.solver, converged=conv, iterations=its, residual_norm=norm)
+        self.body.append(newton)
+        self.newtons.append(newton)
+        self.assigned = {}  # a new straight-line segment starts after the Newton statement
+        for s in usyms:
+            self.assigned[s] = s
+        if derivatives and m.partials:
+            self.model(system, True)  # the residual system again, at the solution
+            wrt = []
+            for p in m.partials:
+                if p.wrt not in [x.name for x in wrt]:
+                    wrt.append(m.variable(p.wrt))
+            B = rows(wrt, -1)
+            targets = tuple(tuple(partial_symbol(m.name, a, b) for x in wrt for b in x.symbols)
+                            for a in usyms)
+            self.body.append(LinearSolve(A=jac, B=B, targets=targets))
+
+
+def _variables(m: Model) -> dict[str, Variable]:
+    out = {}
+    for s in (m,) + m.submodels:
+        for v in s.inputs + s.outputs:
+            out.setdefault(v.name, v)
+    if m.implicit is not None:
+        for v in m.implicit.unknowns:
+            out.setdefault(v.name, v)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# liveness
+# --------------------------------------------------------------------------------------------------
+def reads(st: Statement) -> set[sp.Symbol]:
+    """The symbols a statement reads from before it (a Newton's own body and unknowns excluded)."""
+    if isinstance(st, Assign):
+        return set(sp.sympify(st.value).free_symbols)
+    if isinstance(st, LinearSolve):
+        return set().union(*(sp.sympify(e).free_symbols for m in (st.A, st.B) for row in m for e in row))
+    inner = set(st.unknowns)
+    free = set()
+    for a in st.body:
+        free |= sp.sympify(a.value).free_symbols - inner
+        inner.add(a.target)
+    for e in list(st.residual) + [e for row in st.jacobian for e in row]:
+        free |= sp.sympify(e).free_symbols - inner
+    for g in st.guess:
+        free |= sp.sympify(g).free_symbols
+    return free
+
+
+def writes(st: Statement) -> set[sp.Symbol]:
+    if isinstance(st, Assign):
+        return {st.target}
+    if isinstance(st, LinearSolve):
+        return {t for row in st.targets for t in row}
+    return set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
+
+
+def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, ...]:
+    """``body`` without the statements whose results nothing in ``live`` (or later) reads."""
+    live = set(live)
+    out = []
+    for st in reversed(list(body)):
+        w = writes(st)
+        if not w & live:
+            continue
+        out.append(st)
+        live -= w
+        live |= reads(st)
+    return tuple(reversed(out))

@@ -1,0 +1,389 @@
+"""The base class of generated models, and what a call returns.
+
+A generated module defines ``class Model(CompiledModel)`` with class attributes describing the model
+(``INPUTS``, ``OUTPUTS``, ``PARAMETERS``, ``STATE``, ``FORCES``, ``IMPLICIT``, ``SOLVER``, ``BAKED``)
+and four entry points: ``torch_value`` / ``torch_jacobian`` (generated PyTorch functions) and
+``kernel_value`` / ``kernel_jacobian`` (Triton kernels). Everything else — validation at the call
+boundary, parameter handling, backend choice, launch, labeled results, convergence status and
+adaptive sub-stepping — lives here, once, generically.
+
+Flat layout shared with the generated code: ``X (B, nx)`` inputs on :attr:`input_axis`, ``P (1|B, np)``
+parameters in ``PARAMETERS`` order, ``Y (B, ny)`` outputs on :attr:`output_axis`, ``J (B, ny, nx)``,
+``ST (B, 3)`` = (converged, iterations, residual norm).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any, Mapping, NamedTuple
+
+import torch
+
+from modelc.errors import InputError
+from modelc.runtime.axis import LabeledAxis
+from modelc.runtime.labeled import LabeledMatrix, LabeledVector
+from modelc.runtime.types import TYPES, TensorType
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers the generated PyTorch code imports (accept Python floats where torch wants tensors)
+# --------------------------------------------------------------------------------------------------
+def t_where(c, a, b):
+    return torch.where(c, a, b)
+
+
+def t_minimum(a, b):
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
+
+
+def t_maximum(a, b):
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
+
+
+def t_pow(a, b):
+    return torch.pow(a, b)
+
+
+def t_batch(v, X: torch.Tensor) -> torch.Tensor:
+    """``v`` as a ``(B,)`` tensor like the columns of ``X`` (a Newton unknown must be per point)."""
+    B = X.shape[0]
+    if isinstance(v, torch.Tensor) and v.shape == (B,):
+        return v
+    return torch.as_tensor(v, dtype=X.dtype, device=X.device).expand(B).clone()
+
+
+# --------------------------------------------------------------------------------------------------
+# descriptions
+# --------------------------------------------------------------------------------------------------
+class VariableInfo(NamedTuple):
+    name: str
+    type: str
+    doc: str = ""
+
+
+class ParameterInfo(NamedTuple):
+    name: str
+    type: str
+    default: tuple[float, ...] | None
+    units: str = ""
+    doc: str = ""
+
+    def __str__(self) -> str:
+        d = "required" if self.default is None else (
+            f"{self.default[0]:g}" if len(self.default) == 1 else str(self.default))
+        return f"{self.name}: {self.type} = {d}{f' [{self.units}]' if self.units else ''}" + \
+            (f"  {self.doc}" if self.doc else "")
+
+
+@dataclass(frozen=True)
+class Status:
+    """Per-point Newton status of one call (batch shape of the call)."""
+
+    converged: torch.Tensor      # bool
+    iterations: torch.Tensor     # int32
+    residual_norm: torch.Tensor  # the call's dtype
+    substeps: torch.Tensor | None = None  # int32: sub-steps used (1 = none), when sub-stepping ran
+
+    @property
+    def n_failed(self) -> int:
+        return int((~self.converged).sum())
+
+    @property
+    def all_converged(self) -> bool:
+        return self.n_failed == 0
+
+    def failed(self) -> torch.Tensor:
+        """Indices (one row per failed point, one column per batch dim) of the failed points."""
+        return torch.nonzero(~self.converged)
+
+    def summary(self, show: int = 10) -> str:
+        n = self.converged.numel()
+        if n == 0:
+            return "no points"
+        it = self.iterations.float()
+        text = (f"{n - self.n_failed} of {n} points converged (iterations: max {int(it.max())}, "
+                f"mean {float(it.mean()):.2f})")
+        if self.substeps is not None and bool((self.substeps > 1).any()):
+            text += f"; {int((self.substeps > 1).sum())} needed sub-stepping"
+        if self.n_failed:
+            idx = [tuple(int(i) for i in row) for row in self.failed()[:show]]
+            idx_text = ", ".join(str(i[0]) if len(i) == 1 else str(i) for i in idx)
+            more = f" and {self.n_failed - show} more" if self.n_failed > show else ""
+            text += f"; {self.n_failed} FAILED (outputs are NaN) at {idx_text}{more}"
+        return text
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+class Result:
+    """Outputs of one call: typed views by name, the labeled outputs, the Jacobian, the status."""
+
+    def __init__(self, outputs: LabeledVector, jacobian: LabeledMatrix | None, status: Status | None):
+        self.outputs = outputs
+        self._jacobian = jacobian
+        self.status = status
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.outputs[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.outputs.axis.variable_names
+
+    @property
+    def jacobian(self) -> LabeledMatrix:
+        if self._jacobian is None:
+            raise InputError("this call computed no derivatives: call the model with derivatives=True")
+        return self._jacobian
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        return self.outputs.to_dict()
+
+    def __repr__(self) -> str:
+        s = f"Result({', '.join(self.outputs.axis.variable_names)}; batch {tuple(self.outputs.batch_shape)}"
+        return s + (f"; {self.status.summary()})" if self.status is not None else ")")
+
+
+def _type(name: str) -> TensorType:
+    return TYPES[name]
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run under the interpreter (TRITON_INTERPRET=1; read, never set)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------------------
+# the base class
+# --------------------------------------------------------------------------------------------------
+class CompiledModel:
+    """Base of every generated ``Model``. See the module docstring and docs/architecture.md."""
+
+    NAME = ""
+    SOURCE = ""
+    SPEC_HASH = ""
+    INPUTS: tuple[VariableInfo, ...] = ()
+    OUTPUTS: tuple[VariableInfo, ...] = ()
+    PARAMETERS: tuple[ParameterInfo, ...] = ()
+    STATE: tuple[tuple[str, str], ...] = ()
+    FORCES: tuple[tuple[str, str], ...] = ()
+    IMPLICIT = False
+    SOLVER: dict = {}
+    BAKED: tuple[str, ...] = ()
+    BAKED_ARGS: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    torch_value: Any = None
+    torch_jacobian: Any = None
+    kernel_value: Any = None
+    kernel_jacobian: Any = None
+
+    def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
+                 backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
+                 max_substeps: int | None = None, **param_overrides):
+        if dtype not in (torch.float32, torch.float64):
+            raise InputError(f"model {self.NAME}: dtype must be torch.float64 or torch.float32, got {dtype}")
+        self.dtype = dtype
+        self.device = torch.device(device)
+        if backend not in ("auto", "torch", "triton"):
+            raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        if backend == "auto":
+            backend = "triton" if (self.device.type == "cuda" and self.kernel_value is not None) else "torch"
+        if backend == "triton":
+            if self.kernel_value is None:
+                raise InputError(f"model {self.NAME}: backend='triton' needs the triton package")
+            if self.device.type != "cuda" and not interpreting():
+                raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
+                                 "device, or TRITON_INTERPRET=1 set before the generated module is imported")
+        self.backend = backend
+        self.block = block
+        self.on_failure = on_failure or self.SOLVER.get("on_failure", "nan")
+        if self.on_failure not in ("nan", "substep"):
+            raise InputError(f"model {self.NAME}: on_failure must be 'nan' or 'substep', got {self.on_failure!r}")
+        self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
+        self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
+        self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
+        self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
+        self._values: dict[str, Any] = {}
+        self.set_parameters(**param_overrides)
+
+    # -- parameters ----------------------------------------------------------------------------
+    def set_parameters(self, **values) -> None:
+        """Override parameters on this model object (scalar, or batched: batch shape + base shape)."""
+        self._check_param_names(values)
+        self._values.update(values)
+
+    def _check_param_names(self, values: Mapping[str, Any]) -> None:
+        unknown = [k for k in values if k not in self.parameters]
+        if unknown:
+            known = ", ".join(self.parameters) or "(none)"
+            raise InputError(f"model {self.NAME}: unknown parameter(s) {', '.join(unknown)}; "
+                             f"its parameters are {known}")
+
+    def _param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
+        """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared."""
+        self._check_param_names(overrides)
+        cols, shared = [], True
+        B = math.prod(batch_shape)
+        for p in self.PARAMETERS:
+            t = _type(p.type)
+            v = overrides.get(p.name, self._values.get(p.name, p.default))
+            if v is None:
+                raise InputError(f"model {self.NAME}: parameter {p.name} has no default; pass {p.name}=...")
+            v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
+                if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
+                    v = v.expand(t.size)
+                else:
+                    raise InputError(f"model {self.NAME}: parameter {p.name} is a {p.type} (base shape "
+                                     f"{t.base_shape}), got a value of shape {tuple(v.shape)}")
+            pb = v.shape[: v.dim() - t.base_dim]
+            if len(pb) and math.prod(pb) != 1:
+                shared = False
+                try:
+                    v = v.expand(*batch_shape, *t.base_shape)
+                except RuntimeError:
+                    raise InputError(f"model {self.NAME}: parameter {p.name} has batch shape {tuple(pb)}, "
+                                     f"which does not broadcast to the inputs' {tuple(batch_shape)}") from None
+                cols.append(v.reshape(B, t.size))
+            else:
+                cols.append(v.reshape(1, t.size))
+        if not cols:
+            return torch.zeros(1, 1, dtype=self.dtype, device=self.device), True
+        if not shared:
+            cols = [c.expand(B, c.shape[1]) for c in cols]
+        return torch.cat(cols, dim=1).contiguous(), shared
+
+    # -- inputs --------------------------------------------------------------------------------
+    def _inputs_tensor(self, inputs) -> tuple[torch.Tensor, torch.Size]:
+        """``X`` ``(B, nx)`` on the input axis, and the batch shape."""
+        if isinstance(inputs, LabeledVector):
+            if inputs.axis != self.input_axis:
+                missing = [n for n in self.input_axis.variable_names if n not in inputs.axis]
+                if missing:
+                    raise InputError(f"model {self.NAME}: the input vector lacks {', '.join(missing)}")
+                inputs = {n: inputs[n] for n in self.input_axis.variable_names}
+            else:
+                self._check_tensor("inputs", inputs.tensor)
+                bs = inputs.batch_shape
+                return inputs.tensor.reshape(math.prod(bs), self.input_axis.size), bs
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"model {self.NAME}: inputs must be a LabeledVector or a dict of tensors by "
+                             f"name, got {type(inputs).__name__}")
+        names = self.input_axis.variable_names
+        unknown = [k for k in inputs if k not in names]
+        missing = [k for k in names if k not in inputs]
+        if unknown or missing:
+            parts = []
+            if missing:
+                parts.append(f"missing input(s) {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown input(s) {', '.join(map(str, unknown))}")
+            raise InputError(f"model {self.NAME}: {'; '.join(parts)}; its inputs are {', '.join(names)}")
+        shapes = []
+        for k in names:
+            v = inputs[k]
+            if isinstance(v, Number):
+                v = torch.tensor(float(v), dtype=self.dtype, device=self.device)
+            if not isinstance(v, torch.Tensor):
+                raise InputError(f"model {self.NAME}: input {k} must be a tensor, got {type(v).__name__}")
+            self._check_tensor(f"input {k}", v)
+            t = self.input_axis.type_of(k)
+            if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
+                raise InputError(f"model {self.NAME}: input {k} is a {t.name}: its shape must end in "
+                                 f"{t.base_shape}, got {tuple(v.shape)}")
+            shapes.append(v.shape[: v.dim() - t.base_dim])
+        try:
+            bs = torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            raise InputError(f"model {self.NAME}: input batch shapes do not broadcast: " + ", ".join(
+                f"{k} {tuple(s)}" for k, s in zip(names, shapes))) from None
+        B = math.prod(bs)
+        X = torch.empty(B, self.input_axis.size, dtype=self.dtype, device=self.device)
+        for k in names:
+            t = self.input_axis.type_of(k)
+            a, b = self.input_axis.span(k)
+            X[:, a:b] = torch.as_tensor(inputs[k], dtype=self.dtype, device=self.device).expand(
+                *bs, *t.base_shape).reshape(B, t.size)
+        return X, bs
+
+    def _check_tensor(self, what: str, v: torch.Tensor) -> None:
+        if v.dtype != self.dtype:
+            raise InputError(f"model {self.NAME}: {what} has dtype {v.dtype}, the model runs in {self.dtype} "
+                             "(convert it, or build the model with that dtype)")
+        if v.device.type != self.device.type:
+            raise InputError(f"model {self.NAME}: {what} is on {v.device}, the model on {self.device}")
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def __call__(self, inputs, derivatives: bool = False, **param_overrides) -> Result:
+        X, bs = self._inputs_tensor(inputs)
+        P, shared = self._param_tensor(param_overrides, bs)
+        Y, J, ST = self.evaluate(X, P, derivatives, shared=shared, overrides=param_overrides)
+        substeps = None
+        if ST is not None and self.on_failure == "substep" and not bool(ST[:, 0].all()):
+            Y, J, ST, substeps = self._substep(X, P, Y, J, ST, derivatives, shared, param_overrides)
+        out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
+        jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), self.output_axis, self.input_axis) \
+            if J is not None else None
+        status = None
+        if ST is not None:
+            status = Status(ST[:, 0].reshape(bs) > 0.5, ST[:, 1].reshape(bs).round().to(torch.int32),
+                            ST[:, 2].reshape(bs),
+                            None if substeps is None else substeps.reshape(bs))
+        return Result(out, jac, status)
+
+    def evaluate(self, X: torch.Tensor, P: torch.Tensor, derivatives: bool, *, shared: bool = True,
+                 overrides: Mapping[str, Any] | None = None):
+        """Raw entry: ``X (B, nx)``, ``P (1|B, np)`` -> ``(Y, J or None, ST or None)``."""
+        if self.backend == "torch":
+            fn = self.torch_jacobian if derivatives else self.torch_value
+            return fn(X, P)
+        return self._launch(X, P, derivatives, shared, overrides or {})
+
+    def _launch(self, X, P, derivatives, shared, overrides):
+        import triton
+        import triton.language as tl
+
+        B, nx = X.shape
+        ny = self.output_axis.size
+        X = X.contiguous()
+        Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
+        J = torch.empty(B, ny, nx, dtype=self.dtype, device=self.device) if derivatives else None
+        ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
+        if B == 0:
+            return Y, J, ST
+        consts = {}
+        for name, args in self.BAKED_ARGS:
+            v = overrides.get(name, self._values.get(name, self.parameters[name].default))
+            v = torch.as_tensor(v, dtype=torch.float64).reshape(-1)
+            if v.numel() != len(args):
+                raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
+                                 f"be one shared value, got {v.numel() // max(len(args), 1)} values")
+            consts.update({a: float(x) for a, x in zip(args, v.tolist())})
+        block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
+        kernel = self.kernel_jacobian if derivatives else self.kernel_value
+        grid = (triton.cdiv(B, block),)
+        kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
+                     X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
+                     J.stride(0) if J is not None else 0, 3, **consts,
+                     DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
+                     EPS=torch.finfo(self.dtype).eps, BLOCK=block)
+        return Y, J, ST
+
+    # -- adaptive sub-stepping -----------------------------------------------------------------
+    def _substep(self, X, P, Y, J, ST, derivatives, shared, overrides):
+        raise InputError(f"model {self.NAME}: sub-stepping is not available yet")
+
+    # -- description ---------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"{type(self).__module__}.Model({self.NAME!r}, {self.dtype}, {self.device}, backend={self.backend!r})"
+
+    def describe(self) -> str:
+        lines = [f"model {self.NAME} (from {self.SOURCE})" + ("  [implicit]" if self.IMPLICIT else ""),
+                 "inputs:", str(self.input_axis), "outputs:", str(self.output_axis), "parameters:"]
+        lines += [f"  {p}" for p in self.PARAMETERS] or ["  (none)"]
+        return "\n".join(lines)

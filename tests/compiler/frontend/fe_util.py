@@ -1,0 +1,34 @@
+"""Shared helpers of the front-end tests (a plain module, imported by the test files)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+
+from modelc.functions import numpy_namespace
+
+REPO = Path(__file__).resolve().parents[3]
+SPEC_DIR = REPO / "spec"
+
+
+def lambdify(args, expr):
+    return sp.lambdify(args, expr, modules=[numpy_namespace(), "numpy"])
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    """A spec file holding the dedented text."""
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text).lstrip("\n"))
+    return p
+
+
+def central_fd(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """Central finite-difference gradient of a scalar function of a flat float64 vector."""
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g

@@ -1,0 +1,122 @@
+"""The custom-function table (modelc.functions): every rule present, derivatives against central
+finite differences on both sides of every kink, the documented values at the kinks, and the torch
+spellings against the NumPy references (float64 and float32)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+from fe_util import lambdify
+from modelc import functions as F
+
+x, y, z = sp.symbols("x y z", real=True)
+ARGS = (x, y, z)
+
+
+def _kink_points(name: str, rng) -> list[tuple[float, ...]]:
+    """Random points on both sides of the function's kink (and far from it)."""
+    pts = []
+    for _ in range(6):
+        d = float(rng.uniform(1e-3, 1.0)) * (1 if rng.random() < 0.5 else -1)
+        a, b = (float(v) for v in rng.normal(size=2))
+        pts += {
+            1: [(d,), (-d,)],
+            2: [(b + d, b), (b - d, b)] if name in ("max_", "min_") else [(a, d), (a, -d)],
+            3: [(d, a, b), (-d, a, b)],
+        }[F.FUNCTIONS[name].nargs]
+    return pts
+
+
+def test_every_entry_has_every_rule():
+    assert F.FUNCTIONS, "the table is empty"
+    for name, r in F.FUNCTIONS.items():
+        assert r.name == name == r.cls.__name__
+        assert r.nargs in r.cls.nargs
+        placeholders = [f"<{i}>" for i in range(r.nargs)]
+        for spelling in (r.torch, r.triton):
+            printed = spelling.format(*placeholders)
+            assert all(p in printed for p in placeholders), (name, spelling)
+        assert r.torch.startswith("torch.") and "tl." in r.triton
+        assert callable(r.numpy) and len(r.kink_doc) > 10 and r.cls.__doc__
+        e = r.cls(*ARGS[:r.nargs])
+        for a in ARGS[:r.nargs]:
+            d1 = e.diff(a)
+            d2 = d1.diff(a)
+            for d in (d1, d2):
+                assert not d.has(sp.DiracDelta, sp.Derivative, sp.Subs), (name, d)
+        assert F.rule_for(e) is r
+    assert F.rule_for(sp.exp(x)) is None
+    assert set(F.BY_SPELLING) >= {"abs", "sign", "heaviside", "macaulay", "min", "max", "safe_sqrt", "safe_div"}
+
+
+@pytest.mark.parametrize("name", sorted(F.FUNCTIONS))
+def test_derivatives_match_central_differences_on_both_sides_of_the_kink(name):
+    rng = np.random.default_rng()
+    r = F.FUNCTIONS[name]
+    args = ARGS[:r.nargs]
+    e = r.cls(*args)
+    f = lambdify(args, e)
+    grads = [lambdify(args, e.diff(a)) for a in args]
+    h = 1e-7
+    for p in _kink_points(name, rng):
+        for i in range(r.nargs):
+            up, dn = list(p), list(p)
+            up[i] += h
+            dn[i] -= h
+            fd = (f(*up) - f(*dn)) / (2 * h)
+            assert abs(float(grads[i](*p)) - fd) <= 1e-6 * max(1.0, abs(fd)), (name, p, i)
+
+
+def test_values_and_derivatives_at_the_kinks_are_the_documented_ones():
+    a, b = sp.Rational(3, 7), sp.Rational(-2, 5)
+    assert F.heaviside(0) == 0 and F.sign(0) == 0 and F.macaulay(0) == 0 and F.abs_(0) == 0
+    assert F.macaulay(x).diff(x).subs(x, 0) == 0
+    assert F.abs_(x).diff(x).subs(x, 0) == 0
+    assert F.heaviside(x).diff(x) == 0 and F.sign(x).diff(x) == 0
+    for fn in (F.max_, F.min_):  # a tie differentiates as the first argument
+        e = fn(x, y)
+        assert e.diff(x).subs({x: a, y: a}) == 1 and e.diff(y).subs({x: a, y: a}) == 0
+    assert F.safe_div(x, 0) == 0
+    assert F.safe_div(x, y).diff(x).subs(y, 0) == 0 and F.safe_div(x, y).diff(y).subs(y, 0) == 0
+    assert F.safe_sqrt(0) == 0 and F.safe_sqrt(-1) == 0
+    assert F.safe_sqrt(x).diff(x).subs(x, 0) == 0
+    assert F.ifpos(0, a, b) == b and F.ifnonneg(0, a, b) == a
+    # the NumPy references agree at the kinks
+    ns = F.numpy_namespace()
+    assert ns["heaviside"](0.0) == 0 and ns["sign"](0.0) == 0 and ns["safe_div"](1.0, 0.0) == 0
+    assert ns["safe_sqrt"](-1.0) == 0 and ns["ifpos"](0.0, 1.0, 2.0) == 2 and ns["ifnonneg"](0.0, 1.0, 2.0) == 1
+    # the unit flow direction of J2 at zero stress: no NaN in value or derivative
+    q = x**2 + y**2
+    n = F.safe_div(x, F.safe_sqrt(q))
+    for d in (n, n.diff(x), n.diff(y), n.diff(x).diff(y)):
+        v = lambdify((x, y), d)(0.0, 0.0)
+        assert np.isfinite(v) and v == 0
+
+
+def test_numeric_arguments_fold_and_constant_branches_become_steps():
+    assert F.macaulay(sp.Rational(-3, 2)) == 0 and F.macaulay(2) == 2
+    assert F.max_(1, 3) == 3 and F.min_(1, 3) == 1 and F.max_(x, x) == x
+    assert F.safe_sqrt(4) == 2 and F.safe_div(x, 2) == x / 2
+    assert F.ifpos(x, 1, 0) == F.heaviside(x)
+    assert F.ifnonneg(x, 1, 0) == 1 - F.heaviside(-x)
+    assert F.ifpos(x, y, y) == y
+    assert F.sign(-3) == -1 and F.abs_(-3) == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(F.FUNCTIONS))
+def test_torch_spelling_matches_the_numpy_reference(name, dtype):
+    rng = np.random.default_rng()
+    r = F.FUNCTIONS[name]
+    pts = np.array(_kink_points(name, rng) + [tuple([0.0] * r.nargs)])
+    if r.nargs == 2:  # ties and zero denominators exactly
+        pts = np.vstack([pts, [[0.5, 0.5], [1.5, 0.0]]])
+    cols = [torch.tensor(pts[:, i], dtype=dtype) for i in range(r.nargs)]
+    ns = {"torch": torch, **{f"a{i}": c for i, c in enumerate(cols)}}
+    code = r.torch.format(*(f"a{i}" for i in range(r.nargs)))
+    got = eval(code, ns)  # our own spelling, not spec input
+    want = r.numpy(*(c.numpy() for c in cols))
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.numpy(), np.asarray(want, dtype=np.float64), rtol=1e-6, atol=0)

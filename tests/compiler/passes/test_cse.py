@@ -1,0 +1,108 @@
+"""CSE: values unchanged, fewer operations, deterministic names and output across processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+
+from modelc.interpret import interpret
+from modelc.ir import Assign, ComposeDecl, Newton
+from modelc.passes.compose import compose
+from modelc.passes.cse import count_ops, cse
+from modelc.passes.differentiate import differentiate
+from modelc.passes.lower import lower
+from passes_helpers import coupled, coupled_inputs, leaf, seed_models, sym, var
+
+HERE = Path(__file__).parent
+
+
+def _seed_program(derivatives=True):
+    f, g, h = seed_models()
+    m = differentiate(compose(ComposeDecl("r", ("h", "g", "f")), {"f": f, "g": g, "h": h}))
+    return lower(m, derivatives=derivatives)
+
+
+def test_cse_preserves_values_and_derivatives():
+    P = _seed_program()
+    Q = cse(P)
+    rng = np.random.default_rng()
+    x = {n: rng.uniform(-1, 1, 9) for n in ("x1", "x2", "x3", "x4")}
+    (r1, d1, _), (r2, d2, _) = interpret(P, x), interpret(Q, x)
+    np.testing.assert_allclose(r2["y"], r1["y"], rtol=1e-14)
+    assert d1.keys() == d2.keys()
+    for k in d1:
+        np.testing.assert_allclose(d2[k], d1[k], rtol=1e-12, atol=1e-15)
+
+
+def test_cse_shares_subexpressions_and_counts_ops():
+    x = sym("x")
+    e = sp.exp(sp.sin(x) ** 2 + 1)
+    m = differentiate(leaf("m", [var("x")], {var("a"): e * x, var("b"): e + x}))
+    P = lower(m, derivatives=True)
+    Q = cse(P)
+    before, after = count_ops(P), count_ops(Q)
+    assert set(before) >= {"adds", "muls", "divs", "pows", "calls", "total", "assigns"}
+    assert after["calls"] < before["calls"] and after["total"] < before["total"]
+    # exp(sin(x)**2 + 1) is computed exactly once
+    exps = [st for st in Q.body if isinstance(st, Assign) and st.value.has(sp.exp)]
+    assert sum(sp.sympify(st.value).count(sp.exp) for st in exps) == 1
+    assert cse(Q).body == Q.body or count_ops(cse(Q))["total"] <= after["total"]
+
+
+def test_cse_names_are_numbered_and_unique():
+    Q = cse(_seed_program())
+    names = [st.target.name for st in Q.body if st.target.name.startswith("cse/")]
+    assert len(names) == len(set(names)) and names
+    assert [int(n.split("/")[1]) for n in names] == sorted(int(n.split("/")[1]) for n in names)
+
+
+def test_cse_in_newton_body_keeps_solution():
+    model, _, _ = coupled(1)
+    P = lower(differentiate(model), derivatives=True)
+    Q = cse(P)
+    nq = next(s for s in Q.body if isinstance(s, Newton))
+    assert all(st.target.name.startswith("cse/") for st in nq.body)
+    x = coupled_inputs(model, np.random.default_rng())
+    (r1, d1, s1), (r2, d2, s2) = interpret(P, x), interpret(Q, x)
+    assert s2["converged"].all()
+    for k in r1:
+        np.testing.assert_allclose(r2[k], r1[k], rtol=1e-12, atol=1e-14)
+    for k in d1:
+        np.testing.assert_allclose(d2[k], d1[k], rtol=1e-10, atol=1e-12)
+
+
+_SCRIPT = textwrap.dedent("""
+    from modelc.ir import ComposeDecl
+    from modelc.passes.compose import compose
+    from modelc.passes.cse import cse, count_ops
+    from modelc.passes.differentiate import differentiate
+    from modelc.passes.lower import lower
+    from passes_helpers import seed_models
+    from passes_helpers import coupled
+    f, g, h = seed_models()
+    m = compose(ComposeDecl("r", ("h", "g", "f")), {"f": f, "g": g, "h": h})
+    print([s.name for s in m.submodels])
+    for model in (m, coupled(2)[0]):
+        for d in (False, True):
+            p = lower(differentiate(model), derivatives=d)
+            print(p)
+            q = cse(p)
+            print(q)
+            print(count_ops(q))
+""")
+
+
+def test_identical_output_across_hash_seeds():
+    outs = []
+    for seed in ("0", "4242"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(HERE))
+        r = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, cwd=HERE)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+    assert "newton" in outs[0] and "cse/0" in outs[0]

@@ -1,0 +1,141 @@
+"""Differentiation: leaf partials, the chain rule (the seed's four total derivatives), finite
+differences of composed functions, implicit-model bookkeeping."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from modelc.interpret import interpret
+from modelc.ir import ComposeDecl
+from modelc.passes.compose import compose
+from modelc.passes.differentiate import differentiate
+from modelc.passes.lower import lower
+from modelc.passes.symbols import partial_symbol
+from modelc.runtime.types import SR2
+from passes_helpers import central_fd, leaf, param, psym, seed_models, sym, var
+
+X = ("x1", "x2", "x3", "x4")
+
+
+def _symbolic_seed():
+    """The seed's example with undefined functions f, g, h."""
+    F, G, H = sp.Function("F"), sp.Function("G"), sp.Function("H")
+    x1, x2, x3, x4, y1, y2 = (sym(n) for n in ("x1", "x2", "x3", "x4", "y1", "y2"))
+    f = leaf("f", [var("x1"), var("x2")], {var("y1"): F(x1, x2)})
+    g = leaf("g", [var("y1"), var("x3")], {var("y2"): G(y1, x3)})
+    h = leaf("h", [var("y1"), var("y2"), var("x4")], {var("y"): H(y1, y2, x4)})
+    return f, g, h
+
+
+def _expand_totals(model):
+    """{total symbol: expression over leaf partial symbols only}."""
+    defs = {}
+    variables = {v.name: v for s in model.submodels for v in s.inputs + s.outputs}
+    for p in model.partials:
+        for a, row in zip(variables[p.of].symbols, p.block):
+            for b, e in zip(variables[p.wrt].symbols, row):
+                defs[partial_symbol(model.name, a, b)] = sp.sympify(e).xreplace(defs)
+    return defs
+
+
+def test_seed_four_total_derivatives():
+    f, g, h = _symbolic_seed()
+    m = differentiate(compose(ComposeDecl("r", ("h", "g", "f")), {"f": f, "g": g, "h": h}))
+    y, y1, y2, x1, x2, x3, x4 = (sym(n) for n in ("y", "y1", "y2", "x1", "x2", "x3", "x4"))
+    d = lambda model, a, b: partial_symbol(model, a, b)  # noqa: E731
+    hy1, hy2, hx4 = d("h", y, y1), d("h", y, y2), d("h", y, x4)
+    gy1, gx3 = d("g", y2, y1), d("g", y2, x3)
+    fx1, fx2 = d("f", y1, x1), d("f", y1, x2)
+    seed = {  # the seed's formulas, verbatim
+        "x1": (hy1 + hy2 * gy1) * fx1,
+        "x2": (hy1 + hy2 * gy1) * fx2,
+        "x3": hy2 * gx3,
+        "x4": hx4,
+    }
+    defs = _expand_totals(m)
+    totals = {p.wrt: p.block[0][0] for p in m.partials if p.of == "y"}
+    assert set(totals) == set(X)
+    for x, formula in seed.items():
+        assert sp.expand(sp.sympify(totals[x]).xreplace(defs) - formula) == 0, x
+    # and the leaf partials are what sympy says
+    leafs = {s.name: s for s in m.submodels}
+    hb = {p.wrt: p.block[0][0] for p in leafs["h"].partials}
+    assert hb["y1"] == sp.diff(h.equations[0].components[0], y1)
+    assert set(hb) == {"y1", "y2", "x4"}  # structural zeros absent
+
+
+def test_seed_totals_equal_direct_derivative_of_the_composed_function():
+    f, g, h = seed_models()
+    m = differentiate(compose(ComposeDecl("r", ("f", "g", "h")), {"f": f, "g": g, "h": h}))
+    # substitute: leaf partial symbols -> leaf expressions, y1/y2 -> their definitions
+    x1, x2, x3 = sym("x1"), sym("x2"), sym("x3")
+    y1e = f.equations[0].components[0]
+    y2e = g.equations[0].components[0].xreplace({sym("y1"): y1e})
+    env = {sym("y1"): y1e, sym("y2"): y2e}
+    leaf_defs = {}
+    for s in m.submodels:
+        for p in s.partials:
+            a, b = s.variable(p.of).symbols[0], s.variable(p.wrt).symbols[0]
+            leaf_defs[partial_symbol(s.name, a, b)] = sp.sympify(p.block[0][0]).xreplace(env)
+    defs = _expand_totals(m)
+    ye = h.equations[0].components[0].xreplace(env)
+    for p in m.partials:
+        if p.of == "y":
+            total = sp.sympify(p.block[0][0]).xreplace(defs).xreplace(leaf_defs).xreplace(env)
+            assert sp.simplify(total - sp.diff(ye, sym(p.wrt))) == 0
+
+
+def _tensor_chain():
+    eps = sym("forces/E", SR2)
+    mu, lam = psym("mu"), psym("lambda")
+    tr = eps[0] + eps[1] + eps[2]
+    s = tuple(2 * mu * eps[i] + (lam * tr if i < 3 else 0) for i in range(6))
+    a = leaf("elastic", [var("forces/E", SR2)], {var("state/S", SR2): s}, [param("mu", 1.3), param("lambda", 0.8)])
+    S = sym("state/S", SR2)
+    b = leaf("norm", [var("state/S", SR2)], {var("state/q"): sp.sqrt(1 + sum(c ** 2 for c in S))})
+    q = sym("state/q")
+    c = leaf("scale", [var("state/S", SR2), var("state/q"), var("forces/t")],
+             {var("state/T", SR2): tuple(S[i] * q * sp.exp(-sym("forces/t") * S[i]) for i in range(6))})
+    return {"elastic": a, "norm": b, "scale": c}
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_composed_derivatives_match_finite_differences(nested):
+    rng = np.random.default_rng()
+    if nested:
+        f, g, h = seed_models()
+        inner = compose(ComposeDecl("fg", ("g", "f"), keep=("y1",)), {"f": f, "g": g})
+        model = compose(ComposeDecl("r", ("h", "fg")), {"fg": inner, "h": h})
+        x = {n: rng.uniform(-1, 1, size=7) for n in X}
+    else:
+        model = compose(ComposeDecl("t", ("scale", "norm", "elastic"), keep=("state/q",)), _tensor_chain())
+        x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6)), "forces/t": rng.uniform(0, 1, size=7)}
+    model = differentiate(model)
+    value = lower(model, derivatives=False)
+    full = lower(model, derivatives=True)
+    assert not value.derivatives
+    res, der, _ = interpret(full, x)
+    res0, _, _ = interpret(value, x)
+    for o in model.outputs:
+        np.testing.assert_allclose(res[o.name], res0[o.name], rtol=1e-14)
+        for i in model.inputs:
+            fd = central_fd(lambda xx: interpret(value, xx)[0][o.name].reshape(7, -1), x, i.name)
+            got = der.get((o.name, i.name), np.zeros_like(fd))
+            np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8, err_msg=f"d{o.name}/d{i.name}")
+
+
+def test_differentiate_is_idempotent_and_float32():
+    f, g, h = seed_models()
+    m = differentiate(compose(ComposeDecl("r", ("f", "g", "h")), {"f": f, "g": g, "h": h}))
+    assert differentiate(m) is m
+    rng = np.random.default_rng()
+    x64 = {n: rng.uniform(-1, 1, size=5) for n in X}
+    x32 = {n: v.astype(np.float32) for n, v in x64.items()}
+    P = lower(m, derivatives=True)
+    r64, d64, _ = interpret(P, x64)
+    r32, d32, _ = interpret(P, x32)
+    assert r32["y"].dtype == np.float32 and d32[("y", "x1")].dtype == np.float32
+    np.testing.assert_allclose(r32["y"], r64["y"], rtol=1e-4, atol=1e-5)
+    for k in d64:
+        np.testing.assert_allclose(d32[k], d64[k], rtol=1e-3, atol=1e-4)

@@ -1,0 +1,30 @@
+"""Shared helpers for the runtime tests: devices (CUDA skipped without a GPU), dtypes, tolerances."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.gpu])]
+DTYPES = [torch.float64, torch.float32]
+
+
+def tol(dtype: torch.dtype) -> dict:
+    """assert_close tolerances for values of order one."""
+    return {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 2e-5, "atol": 2e-5}
+
+
+def rand(gen: torch.Generator, *shape: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """Fresh uniform(-1, 1) values from a seeded generator (CPU), moved to the device."""
+    return (2 * torch.rand(shape, generator=gen, dtype=torch.float64) - 1).to(dtype=dtype, device=device)
+
+DTYPE = st.sampled_from(DTYPES)
+SEED = st.integers(0, 2**31 - 1)
+BATCH = st.lists(st.integers(1, 3), max_size=3).map(tuple)
+FAST = settings(max_examples=20, deadline=None)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
