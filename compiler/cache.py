@@ -25,7 +25,7 @@ from modelc.errors import ModelcError
 _LOADED: dict[str, ModuleType] = {}
 
 
-def cache_dir(explicit: str | os.PathLike | None = None) -> Path:
+def cache_folder(explicit: str | os.PathLike | None = None) -> Path:
     if explicit is not None:
         return Path(explicit)
     env = os.environ.get("MODELC_CACHE_DIR")
@@ -86,7 +86,7 @@ def import_file(path: Path, name: str) -> ModuleType:
     return mod
 
 
-def load(path: str | os.PathLike, model: str | None = None, *, cache_dir_: str | os.PathLike | None = None,
+def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | os.PathLike | None = None,
          dtype: str | None = None, **options) -> ModuleType:
     """Compile ``model`` of the spec at ``path`` (once; later calls reuse the cached file) and
     import the generated module. ``options`` are fields of :class:`modelc.driver.Options`."""
@@ -105,7 +105,7 @@ def load(path: str | os.PathLike, model: str | None = None, *, cache_dir_: str |
         return _LOADED[key]
     from modelc.backends.names import sanitize
 
-    file = cache_dir(cache_dir_) / f"{sanitize(name)}-{key[:24]}.py"
+    file = cache_folder(cache_dir) / f"{sanitize(name)}-{key[:24]}.py"
     if not file.exists():
         write_atomic(file, compile_model(spec, name, opts).source)
     mod = import_file(file, f"modelc_cache_{sanitize(name)}_{key[:24]}")

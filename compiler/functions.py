@@ -233,6 +233,33 @@ class ifnonneg(_RealFunction):
         return (_ZERO, _ONE - heaviside(-d), heaviside(-d))[argindex - 1]
 
 
+class powr(_RealFunction):
+    """a**b for a non-integer (or symbolic) exponent b, with a >= 0.
+
+    SymPy differentiates ``Pow(a, b)`` as ``b*a**b*a'/a``, which is 0/0 = NaN at a = 0 (e.g. the
+    Perzyna rate (<f>/eta)**n in the elastic range). Here d/da = b*powr(a, b - 1) (0 at a = 0 for
+    b > 1) and d/db = powr(a, b)*log(a) for a > 0, 0 at a = 0 (the limit for b > 0).
+    """
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b.is_Integer:
+            return a**b
+        if a == _ZERO and (b.is_positive or (_num(b) and b > 0)):
+            return _ZERO
+        if _num(a) and _num(b) and a >= 0:
+            return a**b
+        return None
+
+    def fdiff(self, argindex=1):
+        a, b = self.args
+        if argindex == 1:
+            return b * powr(a, b - 1)
+        return ifpos(a, powr(a, b) * sp.log(a), _ZERO)
+
+
 # --------------------------------------------------------------------------------------------------
 # the table
 # --------------------------------------------------------------------------------------------------
@@ -315,6 +342,13 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         triton="tl.sqrt(tl.maximum({0}, 0.0))",
         numpy=lambda x: np.sqrt(np.maximum(x, 0.0)),
         kink_doc="safe_sqrt(x) = 0 for x <= 0; derivative safe_div(1, 2 safe_sqrt(x)), 0 for x <= 0"),
+    FunctionRule(
+        "powr", powr, 2, None,
+        torch="torch.pow({0}, {1})",
+        triton="tl.exp({1} * tl.log({0}))",
+        numpy=lambda a, b: np.power(np.asarray(a, dtype=float), b),
+        kink_doc="a**b for a >= 0 (NaN for a < 0); at a = 0: value 0 (b > 0), d/da = b*0**(b-1) "
+                 "(0 for b > 1), d/db = 0"),
     FunctionRule(
         "ifpos", ifpos, 3, None,
         torch="torch.where({0} > 0.0, {1}, {2})",

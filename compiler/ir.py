@@ -231,8 +231,8 @@ class ComposeDecl:
     keep: tuple[str, ...] = ()
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
-    #: optional: the variables the spec declares as the composition's inputs; when given, a consumed
-    #: variable that no model provides and that is not listed here is a composition error
+    #: optional: the variables the spec declares as the composition's inputs; when given (not None,
+    #: not empty), a consumed variable that no model provides and is not listed is a composition error
     inputs: tuple[str, ...] | None = None
 
 

@@ -24,7 +24,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -59,14 +59,13 @@ ALIASES: dict[str, str] = {
 
 @runtime_checkable
 class ModelLike(Protocol):
-    """The part of a compiled model the driver uses."""
+    """The part of a compiled model the driver uses (plus ``input_axis``/``output_axis``, or
+    ``input_names``/``input_types`` and the same for outputs; see :func:`variable_shapes`)."""
 
-    input_names: Sequence[str]
-    output_names: Sequence[str]
     parameters: Mapping[str, Any]  # name -> info with .default
 
-    def __call__(self, inputs: dict[str, torch.Tensor], *, derivatives: bool = False,
-                 params: dict[str, torch.Tensor] | None = None) -> Any: ...
+    def __call__(self, inputs: dict[str, torch.Tensor], derivatives: bool = False,
+                 **params: torch.Tensor) -> Any: ...
 
 
 # --- adapter: the only functions that touch the compiled model's API --------------------------------
@@ -84,14 +83,15 @@ def _base_shape(t: Any) -> tuple[int, ...]:
 def variable_shapes(model: Any, side: str) -> dict[str, tuple[int, ...]]:
     """``{name: base shape}`` of the model's inputs (``side="input"``) or outputs, in order.
 
-    Accepts ``model.<side>_types`` (name -> TensorType / type name) or ``model.<side>_axis`` (a
-    LabeledAxis: ``axis.type_of(name)``, ``axis[name].type`` or ``axis.variables[name]``).
+    Names come from ``model.<side>_names`` or ``model.<side>_axis.variable_names``; types from
+    ``model.<side>_types`` (name -> TensorType / type name) or the LabeledAxis (``axis.type_of``).
     """
-    names = [str(n) for n in getattr(model, f"{side}_names")]
+    axis = getattr(model, f"{side}_axis", None)
+    names = getattr(model, f"{side}_names", None)
+    names = [str(n) for n in (names if names is not None else axis.variable_names)]
     types = getattr(model, f"{side}_types", None)
     if types is not None:
         return {n: _base_shape(types[n]) for n in names}
-    axis = getattr(model, f"{side}_axis", None)
     out: dict[str, tuple[int, ...]] = {}
     for n in names:
         if hasattr(axis, "type_of"):
@@ -121,9 +121,7 @@ def output_tensor(result: Any, name: str) -> torch.Tensor:
 
 def tangent_block(result: Any, out_name: str, in_name: str) -> torch.Tensor:
     """d out / d in from a call with ``derivatives=True``, shape (batch, out size, in size)."""
-    jac = result.jacobian
-    block = jac.block(out_name, in_name) if hasattr(jac, "block") else jac[out_name, in_name]
-    t = _raw(block)
+    t = _raw(result.jacobian[out_name, in_name])  # LabeledMatrix: typed (batch, 6, 6) view
     return t.reshape(t.shape[0], -1, t.shape[-1]) if t.dim() >= 3 else t.reshape(t.shape[0], -1, 1)
 
 
@@ -146,12 +144,9 @@ def step_status(result: Any, batch: int, device: Any) -> tuple[torch.Tensor, tor
 
 
 def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
-               params: dict[str, torch.Tensor] | None, backend: str | None) -> Any:
-    """One evaluation; ``backend`` is forwarded only when given."""
-    kwargs: dict[str, Any] = {"derivatives": derivatives, "params": params}
-    if backend is not None:
-        kwargs["backend"] = backend
-    return model(inputs, **kwargs)
+               params: dict[str, torch.Tensor] | None) -> Any:
+    """One evaluation: ``model(inputs, derivatives=..., **parameter overrides)``."""
+    return model(inputs, derivatives=derivatives, **(params or {}))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -211,6 +206,7 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
 
     ``params``: parameter overrides, each a number or one value per point. ``dtype``/``device``
     default to the model's own (``model.dtype``/``model.device``), else float64 on the CPU.
+    ``backend``: checked against the backend the model was built for (``model.backend``).
     ``tangent_steps``: steps (1 .. steps-1) at which to record d stress / d strain.
 
     Returns a :class:`RunResult` with ``time``, ``strain``, ``labels``, ``stress`` (steps, batch, 6),
@@ -220,6 +216,10 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     not converge; see :meth:`RunResult.summary`.
     """
     hist = as_history(history)
+    built_for = getattr(model, "backend", None)
+    if backend is not None and built_for is not None and backend != built_for:
+        raise InputError(f"the model was built for backend {built_for!r}, not {backend!r}: build it "
+                         f"with backend={backend!r}")
     dtype = dtype or getattr(model, "dtype", None) or torch.float64
     device = torch.device(device or getattr(model, "device", None) or "cpu")
     in_shapes, out_shapes = variable_shapes(model, "input"), variable_shapes(model, "output")
@@ -240,11 +240,11 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     alive = torch.ones(batch, dtype=torch.bool, device=device)
     failed: dict[int, int] = {}
 
-    bar = _progress_bar(steps - 1, progress, getattr(model, "name", None) or type(model).__name__)
+    bar = _progress_bar(steps - 1, progress, _model_name(model))
     for n in range(1, steps):
         inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
         want_tangent = n in t_steps
-        result = call_model(model, inputs, want_tangent, call_params, backend)
+        result = call_model(model, inputs, want_tangent, call_params)
         conv, its, res = step_status(result, batch, device)
         outs = {name: output_tensor(result, name).to(dtype).reshape(batch, *shape)
                 for name, shape in out_shapes.items()}
@@ -286,6 +286,10 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
         arrays["tangent"] = torch.stack(tangents).cpu().numpy()
         arrays["tangent_steps"] = np.array(t_steps, dtype=np.int64)
     return RunResult(arrays, failed)
+
+
+def _model_name(model: Any) -> str:
+    return getattr(model, "NAME", None) or getattr(model, "name", None) or type(model).__name__
 
 
 def _col(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

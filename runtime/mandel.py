@@ -51,7 +51,7 @@ VOIGT_ORDERS: dict[str, tuple[int, ...]] = {"neml2": (0, 1, 2, 3, 4, 5), "abaqus
 _VOIGT_FACTOR = {"stress": (1.0, 1.0, 1.0, 1 / SQRT2, 1 / SQRT2, 1 / SQRT2),
                  "strain": (1.0, 1.0, 1.0, SQRT2, SQRT2, SQRT2)}
 # per-row/col factor: Voigt matrix = Mandel matrix * f_a * f_b
-_VOIGT4_FACTOR = {"stiffness": _VOIGT_FACTOR["stress"], "compliance": _VOIGT_FACTOR["stress"]}
+_VOIGT4_FACTOR = {"stiffness": _VOIGT_FACTOR["stress"], "compliance": _VOIGT_FACTOR["strain"]}
 
 
 def _check(x: torch.Tensor, base: tuple[int, ...], what: str, fn: str) -> None:
@@ -138,7 +138,7 @@ def full_to_wr2(a: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------
 # Voigt (engineering shear)
 # ------------------------------------------------------------------------------------------------
-def _order(order: str, fn: str) -> torch.Tensor | tuple[int, ...]:
+def _order(order: str, fn: str) -> tuple[int, ...]:
     try:
         return VOIGT_ORDERS[order]
     except KeyError:

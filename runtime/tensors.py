@@ -107,9 +107,9 @@ class TypedTensor:
         return dict(zip(self.batch_names, self.batch_shape))
 
     def __repr__(self) -> str:
-        b = (", ".join(f"{n}={s}" for n, s in zip(self.batch_names, self.batch_shape))
-             if self.batch_names is not None else tuple(self.batch_shape))
-        return f"TypedTensor({self.type}, batch=({b}), {self.dtype}, {self.device})"
+        b = ("(" + ", ".join(f"{n}={s}" for n, s in zip(self.batch_names, self.batch_shape)) + ")"
+             if self.batch_names is not None else str(tuple(self.batch_shape)))
+        return f"TypedTensor({self.type}, batch={b}, {self.dtype}, {self.device})"
 
     # -- views -------------------------------------------------------------------------------
     def named(self, *names: str) -> TypedTensor:

@@ -74,8 +74,10 @@ class Emitter:
         eps(dtype))`` (assigned by :meth:`rtol_line`): a float64 tolerance like 1e-10 cannot be met
         in float32, so the relative tolerance is floored at a few ulps of the kernel dtype."""
         rn = st.residual_norm
+        # rn0 < 3e38 (finite in float32 too): a point whose first residual is inf never "converges" by rtol
         return sp.Or(sp.LessThan(rn, sp.Float(st.solver.atol, 17)),
-                     sp.LessThan(rn, self.rtol_symbol(k) * rn0))
+                     sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0),
+                            sp.StrictLessThan(rn0, sp.Float(3.0e38, 17))))
 
     def rtol_symbol(self, k: int) -> sp.Symbol:
         return sp.Symbol(f"nt{k}.rtol", real=True)

@@ -14,6 +14,8 @@ from pathlib import Path
 from modelc.errors import InputError, ModelcError
 
 DEFAULT_MODEL = "j2_linear_iso"
+TANGENT_STEPS = [2, 20, 27, 45, 74, 80, 100]  # the steps where the NEML2 reference files record them
+SHOW_TANGENT_AT, SHOW_POINT = 20, 3  # loading, plastic for every library model at A = 0.02
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     model = load_model(str(spec), args.model, dtype=args.dtype, device=device, backend=args.backend)
     compiled = _time.perf_counter() - start
     results = run_history(model, history, dtype=_torch_dtype(args.dtype), device=device,
-                          tangent_steps=[history.steps // 4], progress=not args.no_progress)
+                          tangent_steps=TANGENT_STEPS, progress=not args.no_progress)
     ran = _time.perf_counter() - start - compiled
 
     npz = save_results(results, out_dir / "results.npz")
@@ -54,9 +56,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"  history: uniaxial strain 0 -> +A -> -A -> 0 ({Path(history.source).name})\n")
     print(results_table(results))
     print(f"\n{int(conv.sum())} of {conv.size} point-steps converged; {results.summary()}")
-    tan = results["tangent"][0, 0]
-    print(f"consistent tangent d stress/d strain at step {int(results['tangent_steps'][0])}, point 0, "
-          f"first row: [{', '.join(f'{x:.6g}' for x in tan[0])}]")
+    k = TANGENT_STEPS.index(SHOW_TANGENT_AT)
+    row = results["tangent"][k, SHOW_POINT, 0] + 0.0  # (+ 0.0: no "-0")
+    print(f"consistent tangent d stress / d strain, point {SHOW_POINT} at step {SHOW_TANGENT_AT} "
+          f"(first row): [{', '.join(f'{x:.6g}' for x in row)}]")
     print(f"\nresults: {npz}\nplot:    {png}")
     return 0 if results.ok else 1
 
@@ -68,8 +71,8 @@ def spec_dir() -> Path:
 
 
 def bundled_spec(name: str) -> Path:
-    """The bundled spec file that defines model ``name``: ``<name>.yaml`` in the library, else the
-    one YAML file that declares ``name:`` as a key."""
+    """The bundled spec file that defines model ``name``: ``<name>.yaml``, else ``library.yaml`` or
+    another bundled YAML file that declares ``name:`` as an (indented) key."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise InputError(f"--model {name!r}: not a model name")
     root = spec_dir()
@@ -77,7 +80,8 @@ def bundled_spec(name: str) -> Path:
     direct = [f for f in files if f.stem == name]
     if direct:
         return direct[0]
-    key = re.compile(rf"^\s*(?:-\s*)?(?:name:\s*)?['\"]?{re.escape(name)}['\"]?\s*:?\s*$", re.M)
+    key = re.compile(rf"^\s+['\"]?{re.escape(name)}['\"]?\s*:\s*$", re.M)  # a model's key
+    files.sort(key=lambda f: f.stem != "library")  # the library's compositions first
     found = [f for f in files if key.search(f.read_text(encoding="utf-8", errors="replace"))]
     if len(found) >= 1:
         return found[0]

@@ -1,6 +1,7 @@
 """`modelc graph SPEC [--model NAME] [--format dot|mermaid|svg|png] [-o FILE]`: the dependency graph.
 
-Sub-models are boxes in evaluation order (implicit ones say so and list their unknowns); composed
+Sub-models are boxes in evaluation order (an implicit model drawn on its own shows its residual
+system: the models it uses, renamed ``<model>/...``, with the unknowns as inputs) (implicit ones say so and list their unknowns); composed
 inputs are green ovals, composed outputs blue ovals; every edge carries the variables it passes.
 DOT and Mermaid are text (stdout or ``-o``); SVG/PNG run Graphviz's ``dot`` when it is installed.
 """
@@ -71,7 +72,10 @@ def render_image(dot_text: str, out: Path, fmt: str) -> int:
 # --------------------------------------------------------------------------------------------------
 def graph_of(model: Model):
     """(nodes, edges): nodes are (id, label, kind) with kind in model/implicit/input/output; edges
-    are (source id, target id, variable names)."""
+    are (source id, target id, variable names). An implicit model on its own is drawn as its
+    residual system (the models it uses, with the unknowns among the inputs)."""
+    if model.is_implicit and model.submodels:
+        model = model.submodels[0]
     subs = model.submodels if model.is_composed and not model.is_implicit else (model,)
     nodes, edges = [], {}
     provider = {}

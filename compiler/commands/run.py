@@ -115,7 +115,8 @@ def check_device(device: str) -> str:
 
 
 def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend: str) -> Any:
-    """Compile (or fetch from the cache) the model of ``spec`` through ``modelc.load``."""
+    """Compile (or fetch from the cache) the model of ``spec`` through ``modelc.load``, and build
+    it: ``module.Model(dtype=..., device=..., backend=...)``."""
     import modelc
 
     if not Path(spec).is_file():
@@ -124,7 +125,8 @@ def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend
     if load is None:
         raise ModelcError("modelc run: this build of modelc has no compiler entry point "
                           "(modelc.load) yet, so it cannot compile a spec")
-    return load(spec, model=model, dtype=_torch_dtype(dtype), device=device, backend=backend)
+    module = load(spec, model=model)
+    return module.Model(dtype=_torch_dtype(dtype), device=device, backend=backend)
 
 
 def _torch_dtype(name: str) -> Any:
@@ -135,12 +137,13 @@ def _torch_dtype(name: str) -> Any:
 
 def results_table(results: Mapping[str, np.ndarray], max_rows: int = 20) -> str:
     """One row per point: peak |stress_xx|, final equivalent plastic strain (when there is one),
-    Newton iterations (total and worst step) and converged steps."""
+    Newton iterations (total and worst step; implicit models) and converged steps."""
     stress, conv, its = results["stress"][..., 0], results["converged"], results["iterations"]
     ep = results.get("equivalent_plastic_strain")
     labels = [str(x) for x in results.get("labels", range(stress.shape[1]))]
+    newton = bool(its.any())  # explicit models take no Newton iterations: no columns for them
     head = ["point", "", "peak |sxx|", "final sxx"] + (["final ep"] if ep is not None else []) + \
-        ["Newton its", "worst step", "converged"]
+        (["Newton its", "worst step"] if newton else []) + ["converged"]
     rows = []
     for i in range(min(stress.shape[1], max_rows)):
         with np.errstate(invalid="ignore"):
@@ -148,8 +151,9 @@ def results_table(results: Mapping[str, np.ndarray], max_rows: int = 20) -> str:
         row = [str(i), labels[i], f"{peak:.6g}", f"{stress[-1, i]:.6g}"]
         if ep is not None:
             row.append(f"{ep[-1, i]:.6g}")
-        row += [str(int(its[1:, i].sum())), str(int(its[1:, i].max())),
-                f"{int(conv[1:, i].sum())}/{conv.shape[0] - 1}"]
+        if newton:
+            row += [str(int(its[1:, i].sum())), str(int(its[1:, i].max()))]
+        row.append(f"{int(conv[1:, i].sum())}/{conv.shape[0] - 1}")
         rows.append(row)
     widths = [max(len(r[c]) for r in [head] + rows) for c in range(len(head))]
     line = lambda r: "  ".join(x.ljust(w) if c == 1 else x.rjust(w)  # noqa: E731

@@ -427,3 +427,14 @@ def build_expr(text: str, loc: Loc, scope: Scope) -> TValue:
 
 def scalar_type_name(v: TValue) -> str:
     return "Scalar" if v.type is Scalar else v.type.name
+
+
+def markdown() -> str:
+    """The built-in functions, special forms and constants as Markdown tables (for docs/spec.md)."""
+    rows = ["| function | args | meaning |", "|---|---|---|"]
+    rows += [f"| `{b.name}` | {b.nargs} | {b.doc.replace('|', '&#124;')} |" for b in BUILTINS.values()]
+    rows += ["", "| special form | meaning |", "|---|---|"]
+    rows += [f"| `{k}` | {v} |" for k, v in SPECIAL.items()]
+    rows += ["", "| constant | meaning |", "|---|---|"]
+    rows += [f"| `{k}` | {doc} |" for k, (_, doc) in CONSTANTS.items()]
+    return "\n".join(rows) + "\n"

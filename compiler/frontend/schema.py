@@ -159,3 +159,33 @@ def markdown() -> str:
             parts.append(f"| `{f.name}` | {_KIND_DOC[f.kind]} | {'yes' if f.required else 'no'} | {d} | {f.doc} |")
         parts.append("")
     return "\n".join(parts)
+
+
+GENERATED = ("<!-- BEGIN GENERATED: {name} (python -m modelc.frontend.schema docs/spec.md) -->",
+             "<!-- END GENERATED: {name} -->")
+
+
+def generated_sections() -> dict[str, str]:
+    from modelc.frontend.expr import markdown as builtins_markdown
+    return {"schema": markdown(), "builtins": builtins_markdown()}
+
+
+def render_docs(text: str) -> str:
+    """``text`` with every generated section replaced by its current content."""
+    for name, body in generated_sections().items():
+        begin, end = (g.format(name=name) for g in GENERATED)
+        i, j = text.index(begin) + len(begin), text.index(end)
+        text = text[:i] + "\n" + body.rstrip("\n") + "\n" + text[j:]
+    return text
+
+
+if __name__ == "__main__":  # regenerate the tables in docs/spec.md
+    import sys
+
+    path = sys.argv[1]
+    with open(path, encoding="utf-8") as fh:
+        old = fh.read()
+    new = render_docs(old)
+    if new != old:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)

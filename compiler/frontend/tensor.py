@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from modelc import mandel
-from modelc.functions import safe_sqrt
+from modelc.functions import powr, safe_sqrt
 from modelc.runtime.types import R2, SR2, SSR4, Scalar, TensorType, Vec, WR2
 
 
@@ -102,7 +102,9 @@ def div(a: TValue, b: TValue) -> TValue:
 def power(a: TValue, b: TValue) -> TValue:
     _require(a, (Scalar,), 0, "'**'")
     _require(b, (Scalar,), 1, "'**'")
-    return TValue.scalar(sp.Pow(a.expr, b.expr))
+    if b.expr.is_Integer:  # kept as a power: the printers expand integer powers
+        return TValue.scalar(sp.Pow(a.expr, b.expr))
+    return TValue.scalar(powr(a.expr, b.expr))  # NaN-free derivative at a = 0 (see functions.powr)
 
 
 def scalar_fn(f, name: str):

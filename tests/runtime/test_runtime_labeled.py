@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from rt_helpers import BATCH, DEVICES, DTYPE, FAST, SEED, gen, rand, tol
+from rt_helpers import BATCH, DEVICES, DTYPE, FAST, SEED, gen, rand
 
 from modelc.errors import InputError
 from modelc.runtime import (R2, SR2, SSR4, WR2, LabeledAxis, LabeledMatrix, LabeledTensor, LabeledVector, Scalar,
@@ -277,3 +277,14 @@ def test_remaining_forms():
     assert x.batch_expand((3, 2)).batch_shape == (3, 2)
     ax = LabeledAxis([("a", Scalar), ("s", LabeledAxis([("b", SR2)]))])
     assert repr(ax) == "LabeledAxis([('a', Scalar), ('s', LabeledAxis([('b', SR2)]))])"
+
+
+def test_assembly_and_views_are_differentiable():
+    """Calibration needs gradients through assembly and typed views (autograd as the oracle)."""
+    E = torch.tensor([2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    eps = rand(gen(2), 2, 6).requires_grad_(True)
+    ax = LabeledAxis.from_variables([("E", Scalar), ("eps", SR2)])
+    x = LabeledVector.from_dict(ax, {"E": E, "eps": eps})
+    (x["E"][:, None] * x["eps"] ** 2).sum().backward()
+    torch.testing.assert_close(E.grad, (eps ** 2).sum(-1).detach())
+    torch.testing.assert_close(eps.grad, (2 * E[:, None] * eps).detach())

@@ -205,3 +205,18 @@ def test_remaining_view_and_arithmetic_forms():
     k = TypedTensor(rand(gen(6), 2, 3, 4), Scalar, ("a", "b", "c"))
     torch.testing.assert_close((k * n).data, k.data[..., None] * raw)
     assert (k * n).batch_names == ("a", "b", "c") and (k * n).type == SR2
+
+
+@FAST
+@given(s=st.integers(1, 3), p=st.integers(1, 3), seed=SEED)
+def test_scalar_on_the_left_keeps_operand_order_and_names(s, p, seed):
+    g = gen(seed)
+    E = TypedTensor(rand(g, s) + 3, Scalar, ("samples",))
+    eps = TypedTensor(rand(g, p, 6) + 3, SR2, ("points",))
+    for res, oracle in ((E - eps, E.data[:, None, None] - eps.data[None]),
+                        (E / eps, E.data[:, None, None] / eps.data[None])):
+        assert res.type == SR2 and res.batch_names == ("samples", "points")
+        torch.testing.assert_close(res.data, oracle)
+    u = TypedTensor(torch.tensor([1.0, 2.0]), Scalar) / TypedTensor(torch.full((2, 6), 4.0), SR2)
+    assert repr(u) == "TypedTensor(SR2, batch=(2,), torch.float32, cpu)"
+    torch.testing.assert_close(u.data, torch.tensor([0.25, 0.5])[:, None].expand(2, 6))

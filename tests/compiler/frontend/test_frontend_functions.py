@@ -18,6 +18,8 @@ ARGS = (x, y, z)
 def _kink_points(name: str, rng) -> list[tuple[float, ...]]:
     """Random points on both sides of the function's kink (and far from it)."""
     pts = []
+    if name == "powr":  # defined for a >= 0; the kink is a = 0
+        return [(float(rng.uniform(1e-3, 2.0)), float(rng.uniform(0.5, 5.0))) for _ in range(6)]
     for _ in range(6):
         d = float(rng.uniform(1e-3, 1.0)) * (1 if rng.random() < 0.5 else -1)
         a, b = (float(v) for v in rng.normal(size=2))
@@ -103,6 +105,11 @@ def test_numeric_arguments_fold_and_constant_branches_become_steps():
     assert F.ifnonneg(x, 1, 0) == 1 - F.heaviside(-x)
     assert F.ifpos(x, y, y) == y
     assert F.sign(-3) == -1 and F.abs_(-3) == 3
+    assert F.powr(x, 3) == x**3 and F.powr(0, y) != 0 and F.powr(0, sp.Rational(5, 2)) == 0
+    # the Perzyna rate: no NaN in the derivative at a zero base (SymPy's Pow gives 0/0 there)
+    n = sp.Symbol("n", real=True)
+    d = F.powr(F.macaulay(x), n).diff(x)
+    assert lambdify((x, n), d)(-1.0, 5.0) == 0 and lambdify((x, n), d)(0.0, 5.0) == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -111,6 +118,8 @@ def test_torch_spelling_matches_the_numpy_reference(name, dtype):
     rng = np.random.default_rng()
     r = F.FUNCTIONS[name]
     pts = np.array(_kink_points(name, rng) + [tuple([0.0] * r.nargs)])
+    if name == "powr":
+        pts = np.abs(pts)
     if r.nargs == 2:  # ties and zero denominators exactly
         pts = np.vstack([pts, [[0.5, 0.5], [1.5, 0.0]]])
     cols = [torch.tensor(pts[:, i], dtype=dtype) for i in range(r.nargs)]

@@ -109,3 +109,13 @@ def coupled_inputs(model, rng, n=6):
         else:
             x[v.name] = rng.uniform(-0.5, 0.5, (n,) + v.type.base_shape)
     return x
+
+
+def visco():
+    """Viscoelastic backward Euler: S = E (eps - ep) used by R(ep) = ep - ep_old - dt S / eta."""
+    eps, ep, epo, dt, sig = sym("forces/E"), sym("state/ep"), sym("old_state/ep"), sym("forces/dt"), sym("state/S")
+    el = leaf("elastic", [var("forces/E"), var("state/ep")], {var("state/S"): psym("E") * (eps - ep)},
+              [param("E", 100.0)])
+    vi = implicit("visco", [var("old_state/ep"), var("forces/dt"), var("state/S")], [var("state/ep")],
+                  [ep - epo - dt * sig / psym("eta")], [epo], uses=["elastic"], params=[param("eta", 10.0)])
+    return el, vi

@@ -7,8 +7,8 @@ import sympy as sp
 from modelc.errors import CompositionError
 from modelc.ir import ComposeDecl, Spec
 from modelc.passes.compose import compose, compose_spec_model
-from modelc.runtime.types import SR2, Scalar
-from passes_helpers import implicit, leaf, param, psym, seed_models, sym, var
+from modelc.runtime.types import SR2
+from passes_helpers import implicit, leaf, param, psym, seed_models, sym, var, visco
 
 
 def _avail(*models):
@@ -132,17 +132,8 @@ def test_error_listed_twice():
 
 
 # ---------------------------------------------------------------------------------------------- implicit
-def _visco():
-    eps, ep, epo, dt, sig = sym("forces/E"), sym("state/ep"), sym("old_state/ep"), sym("forces/dt"), sym("state/S")
-    el = leaf("elastic", [var("forces/E"), var("state/ep")], {var("state/S"): psym("E") * (eps - ep)},
-              [param("E", 100.0)])
-    vi = implicit("visco", [var("old_state/ep"), var("forces/dt"), var("state/S")], [var("state/ep")],
-                  [ep - epo - dt * sig / psym("eta")], [epo], uses=["elastic"], params=[param("eta", 10.0)])
-    return el, vi
-
-
 def test_implicit_resolution_and_same_block_inside_and_outside():
-    el, vi = _visco()
+    el, vi = visco()
     m = compose(ComposeDecl("vm", ("elastic", "visco"), keep=("state/ep",)), _avail(el, vi))
     assert [s.name for s in m.submodels] == ["visco", "elastic"]
     assert [v.name for v in m.inputs] == ["forces/E", "old_state/ep", "forces/dt"]
@@ -158,9 +149,28 @@ def test_implicit_resolution_and_same_block_inside_and_outside():
 
 
 def test_implicit_errors():
-    el, vi = _visco()
+    el, vi = visco()
     with pytest.raises(CompositionError, match="implicit model 'visco' uses unknown model 'elastic'"):
         compose(ComposeDecl("vm", ("visco",)), _avail(vi))
     bad = leaf("elastic", [var("forces/E")], {var("state/ep"): sym("forces/E")})
     with pytest.raises(CompositionError, match="provides 'state/ep', which is an unknown"):
         compose(ComposeDecl("vm", ("visco",)), _avail(vi, bad))
+
+
+def test_implicit_using_an_implicit_model_is_an_error():
+    el, vi = visco()
+    inner = implicit("inner", [var("forces/E")], [var("state/ep")], [sym("state/ep") - sym("forces/E")],
+                     [sym("forces/E")])
+    outer = implicit("outer", [var("state/ep")], [var("state/z")], [sym("state/z") - sym("state/ep")],
+                     [sp.S.Zero], uses=["inner"])
+    with pytest.raises(CompositionError, match="uses 'inner', which is itself implicit"):
+        compose(ComposeDecl("m", ("outer",)), _avail(inner, outer))
+
+
+def test_compose_is_deterministic_and_pure():
+    el, vi = visco()
+    avail = _avail(el, vi)
+    a = compose(ComposeDecl("vm", ("elastic", "visco")), avail)
+    b = compose(ComposeDecl("vm", ("elastic", "visco")), avail)
+    assert a == b and str(a) == str(b)
+    assert avail["visco"] is vi and not vi.submodels  # inputs untouched

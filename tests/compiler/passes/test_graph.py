@@ -64,3 +64,20 @@ def test_image_with_graphviz(tmp_path):
     out = tmp_path / "g.svg"
     graph.render_image(graph.to_dot(_seed()), out, "svg")
     assert "<svg" in out.read_text()
+
+
+def test_cli_on_the_library_spec(tmp_path, capsys):
+    pytest.importorskip("modelc.frontend.load")
+    from pathlib import Path
+
+    from modelc.cli import main
+
+    spec = Path(__file__).parents[3] / "spec" / "library.yaml"
+    if not spec.exists():
+        pytest.skip("spec/library.yaml not there")
+    out = tmp_path / "g.mmd"
+    assert main(["graph", str(spec), "--model", "j2_perfect", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("flowchart LR") and "(implicit:" in text and '-->|"state/S"|' in text
+    assert main(["graph", str(spec), "--model", "no_such_model"]) == 2
+    assert "no model or composition named 'no_such_model'" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from modelc.passes.cse import cse
 from modelc.passes.differentiate import differentiate
 from modelc.passes.lower import lower
 from modelc.runtime.types import SR2
-from passes_helpers import central_fd, coupled as _coupled, coupled_inputs as _inputs, implicit, param, psym, seed_models, sym, var
+from passes_helpers import central_fd, coupled as _coupled, coupled_inputs as _inputs, implicit, param, psym, seed_models, sym, var, visco
 
 
 def test_program_without_derivatives_computes_none():
@@ -134,3 +134,20 @@ def test_assign_once_per_segment():
         for t in ([st.target] if isinstance(st, Assign) else [t for row in st.targets for t in row]):
             assert t not in seen
             seen.add(t)
+
+
+def test_two_implicit_models_combined_status():
+    el, vi = visco()
+    dec = _quadratic(rtol=1e-12, atol=1e-13, max_iter=4)
+    m = compose(ComposeDecl("both", ("visco", "decay", "elastic")), {"elastic": el, "visco": vi, "decay": dec})
+    prog = cse(lower(differentiate(m), derivatives=True))
+    assert sum(isinstance(s, Newton) for s in prog.body) == 2
+    assert set(prog.status) == {"converged", "iterations", "residual_norm"}
+    x = {"forces/E": np.array([0.1, 0.2]), "old_state/ep": np.array([0.0, 0.01]), "forces/dt": np.array([0.1, 0.2]),
+         "old_state/u": np.array([0.5, 5000.0])}
+    res, der, status = interpret(prog, x)
+    # point 1: the decay solve runs out of iterations (max_iter=4 from a far guess): not converged overall
+    assert status["converged"].tolist() == [True, False]
+    assert status["iterations"][1] == 4 and np.isnan(res["state/u"][1]) and np.isfinite(res["state/S"][1])
+    exact = (-1 + np.sqrt(1 + 4 * 0.1 * 2.0 * 0.5)) / (2 * 0.1 * 2.0)
+    np.testing.assert_allclose(res["state/u"][0], exact, rtol=1e-12)

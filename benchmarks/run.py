@@ -1,0 +1,325 @@
+"""One-command benchmark: modelc vs hand-written PyTorch (eager, torch.compile) vs NEML2.
+
+    python -m benchmarks.run [--models ...] [--sizes ...] [--dtypes ...] [--tangent yes no] [--quick]
+
+For each model, dtype, batch size and with/without the tangent: every implementation is run once and
+its outputs compared with the hand-written eager baseline (a mismatch is recorded instead of a time),
+warmed up, then timed interleaved (one call of each per round), median of the rounds. NEML2 runs in its
+own venv as a subprocess (benchmarks/neml2_runner.py), checked against the same baseline. Results go
+to benchmarks/results/<stamp>.json (+ .md table, + .png plot). See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import baselines as bl  # noqa: E402
+from benchmarks import modelc_hook  # noqa: E402
+from benchmarks import workload as wl  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+NEML2_PYTHON = REPO / ".neml2-venv" / "bin" / "python"
+REFERENCE = REPO.parent / "shared" / "reference" / "neml2"
+#: max relative error (vs the largest magnitude of each output) accepted before timing
+AGREE = {torch.float64: 1e-8, torch.float32: 1e-3}
+ROTATE = 3  # input buffers cycled through so caches do not flatter repeated calls
+
+
+# ------------------------------------------------------------------------------------ environment
+
+def machine_info(device: torch.device) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "device": str(device)}
+    for mod in ("numpy", "triton", "sympy", "modelc"):
+        try:
+            m = __import__(mod)
+            info[mod] = getattr(m, "__version__", "?")
+        except Exception:  # not installed / not importable here: recorded as absent
+            info[mod] = None
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+class Timer:
+    """Wall time of one call: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+def copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 5) -> float:
+    """Measured device copy bandwidth in bytes/s (read + write counted: 2 x buffer size / time)."""
+    src = torch.empty(nbytes // 8, dtype=torch.float64, device=device).uniform_()
+    dst = torch.empty_like(src)
+    timer = Timer(device)
+    dst.copy_(src)
+    t = min(timer(lambda: dst.copy_(src)) for _ in range(repeats))
+    return 2 * nbytes / t
+
+
+# ---------------------------------------------------------------------------------- implementations
+
+def implementations(model: str, dtype: torch.dtype, device: torch.device, which: list[str],
+                    notes: list[str]) -> dict[str, Callable]:
+    """name -> step(*args, tangent=bool) in the baseline convention."""
+    p = bl.params_for(model)
+    impls: dict[str, Callable] = {}
+    if "modelc" in which:
+        for backend in modelc_hook.modelc_backends(device):
+            try:
+                impls[f"modelc-{backend}"] = modelc_hook.modelc_step(model, backend, dtype, device)
+            except modelc_hook.ModelcUnavailable as e:
+                notes.append(f"modelc-{backend} skipped for {model}: {e}")
+    if "eager" in which:
+        steps = {t: bl.make_step(model, p, tangent=t) for t in (False, True)}
+        impls["torch-eager"] = lambda *a, tangent: steps[tangent](*a)
+    if "compile" in which:
+        csteps = {t: torch.compile(bl.make_step(model, p, tangent=t)) for t in (False, True)}
+        impls["torch-compile"] = lambda *a, tangent: csteps[tangent](*a)
+    return impls
+
+
+def _max_rel_errors(model: str, got: tuple, want: tuple, tangent: bool) -> dict[str, float]:
+    return {n: float((g.double() - w.double()).abs().max() / w.double().abs().max().clamp_min(1e-300))
+            for n, g, w in zip(bl.output_names(model, tangent), got, want)}
+
+
+def bench_config(model: str, dtype: torch.dtype, device: torch.device, size: int, tangent: bool,
+                 impls: dict[str, Callable], a: argparse.Namespace, bandwidth: float | None) -> list[dict]:
+    """Check, warm up and time every implementation on one configuration (interleaved)."""
+    pool = wl.pool(model)
+    bufs = [wl.args_of(model, wl.batch(pool, size, dtype, device, offset=97 * i)) for i in range(ROTATE)]
+    want = bl.make_step(model, tangent=tangent)(*bufs[0])
+    timer = Timer(device)
+    nbytes = wl.bytes_per_point(model, tangent, dtype)
+    recs, live = {}, {}
+    for name, fn in impls.items():
+        rec = {"impl": name, "model": model, "dtype": str(dtype).removeprefix("torch."), "size": size,
+               "tangent": tangent, "device": str(device), "bytes_per_point": nbytes}
+        try:
+            rec["first_call_s"] = timer(lambda: fn(*bufs[0], tangent=tangent))
+            rec["errors"] = _max_rel_errors(model, fn(*bufs[0], tangent=tangent), want, tangent)
+        except Exception as e:  # reported, the others still run
+            rec["error"] = f"{type(e).__name__}: {e}"[:1000]
+            recs[name] = rec
+            continue
+        worst = max(rec["errors"].values())
+        if not worst <= AGREE[dtype]:
+            rec["error"] = f"outputs disagree with torch-eager: max relative error {worst:.2e} > {AGREE[dtype]:.0e}"
+        else:
+            live[name] = fn
+        recs[name] = rec
+    for _ in range(a.warmup):
+        for fn in live.values():
+            for b in bufs:
+                fn(*b, tangent=tangent)
+    times: dict[str, list[float]] = {n: [] for n in live}
+    budget_end = time.perf_counter() + a.max_seconds
+    for r in range(a.repeats):
+        order = list(live.items()) if r % 2 == 0 else list(reversed(live.items()))
+        for name, fn in order:
+            b = bufs[r % ROTATE]
+            times[name].append(timer(lambda: fn(*b, tangent=tangent)))
+        if r >= 2 and time.perf_counter() > budget_end:
+            break
+    for name, ts in times.items():
+        rec = recs[name]
+        rec["times_s"] = ts
+        rec["median_s"] = statistics.median(ts)
+        rec["points_per_s"] = size / rec["median_s"]
+        rec["achieved_bytes_per_s"] = nbytes * size / rec["median_s"]
+        if bandwidth:
+            rec["fraction_of_copy_bandwidth"] = rec["achieved_bytes_per_s"] / bandwidth
+    return list(recs.values())
+
+
+def run_neml2(a: argparse.Namespace, notes: list[str]) -> dict | None:
+    """NEML2 in its own venv (subprocess); None with a note when the venv is absent or it fails."""
+    py = Path(a.neml2_python)
+    if not py.is_file():
+        notes.append(f"NEML2 skipped: no venv at {py} (bash benchmarks/setup_neml2.sh)")
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "neml2.json"
+        cmd = [str(py), str(REPO / "benchmarks" / "neml2_runner.py"), "--models", *a.models,
+               "--sizes", *map(str, a.neml2_sizes or a.sizes), "--dtypes", *a.dtypes,
+               "--routes", *a.neml2_routes, "--tangent", *a.tangent, "--repeats", str(a.repeats),
+               "--warmup", str(a.warmup), "--max-seconds", str(a.max_seconds), "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        if proc.returncode != 0 or not out.is_file():
+            notes.append(f"NEML2 runner failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
+            return None
+        res = json.loads(out.read_text())
+    for rec in res["records"]:
+        worst = max(rec["errors"].values())
+        if not worst <= AGREE[getattr(torch, rec["dtype"])]:
+            rec["error"] = f"outputs disagree with torch-eager: max relative error {worst:.2e}"
+            for k in ("median_s", "points_per_s"):
+                rec.pop(k, None)
+    return res
+
+
+def reference_check() -> dict[str, float] | None:
+    """Max relative error of the hand-written baselines against NEML2's reference arrays (float64)."""
+    import numpy as np
+
+    if not REFERENCE.is_dir():
+        return None
+    names = {bl.STRESS: "stress", bl.EP: "plastic_strain", bl.EPS: "equivalent_plastic_strain",
+             bl.X: "back_stress", bl.GAMMA: "flow_rate", bl.TANGENT: "tangent"}
+    worst = {}
+    for model in bl.MODELS:
+        with np.load(REFERENCE / f"{model}__uniaxial.npz") as z:
+            steps = tuple(int(s) for s in z["tangent_steps"])
+            h = bl.run_history(model, torch.tensor(z["strain"]), torch.tensor(z["time"]), tangent_steps=steps)
+            worst[model] = max(float(np.abs(v.numpy() - z[names[k]]).max() / np.abs(z[names[k]]).max())
+                               for k, v in h.items())
+    return worst
+
+
+def add_ratios(records: list[dict]) -> None:
+    """speedup = t(reference impl) / t(impl), reference = best modelc if timed, else torch-eager."""
+    key = lambda r: (r["model"], r["dtype"], r["size"], r["tangent"])  # noqa: E731
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if "median_s" in r:
+            groups.setdefault(key(r), []).append(r)
+    for recs in groups.values():
+        mc = [r for r in recs if r["impl"].startswith("modelc")]
+        ref = min(mc, key=lambda r: r["median_s"]) if mc else next((r for r in recs if r["impl"] == "torch-eager"), None)
+        if ref is None:
+            continue
+        for r in recs:
+            r["ratio_ref"] = ref["impl"]
+            r["speedup_vs_ref"] = ref["median_s"] / r["median_s"]
+
+
+def table(records: list[dict]) -> str:
+    rows = ["| model | dtype | tangent | size | impl | points/s | vs ref | ref | note |", "|---" * 9 + "|"]
+    for r in sorted(records, key=lambda r: (r["model"], r["dtype"], r["tangent"], r["size"], r["impl"])):
+        pps = f"{r['points_per_s']:.3g}" if "points_per_s" in r else "-"
+        sp = f"{r['speedup_vs_ref']:.3g}" if "speedup_vs_ref" in r else "-"
+        rows.append(f"| {r['model']} | {r['dtype']} | {'yes' if r['tangent'] else 'no'} | {r['size']} | {r['impl']} "
+                    f"| {pps} | {sp} | {r.get('ratio_ref', '-')} | {r.get('error', '')[:60]} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description="modelc vs NEML2 vs hand-written PyTorch (see benchmarks/README.md)")
+    ap.add_argument("--models", nargs="+", default=list(bl.MODELS), choices=bl.MODELS)
+    ap.add_argument("--sizes", nargs="+", type=int, default=None, help="default 1e2..1e5 (CPU), 1e3..1e7 (GPU)")
+    ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
+    ap.add_argument("--tangent", nargs="+", default=["no", "yes"], choices=["no", "yes"])
+    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2"],
+                    choices=["modelc", "eager", "compile", "neml2"])
+    ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
+                    help="compile/aoti cost 1-10 min of compilation per model and shape")
+    ap.add_argument("--neml2-sizes", nargs="+", type=int, default=None, help="default: --sizes")
+    ap.add_argument("--neml2-python", default=str(NEML2_PYTHON))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--max-seconds", type=float, default=3.0, help="per configuration, after 3 rounds")
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats, no torch.compile")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--tag", default="", help="added to the result file name")
+    a = ap.parse_args(argv)
+    device = torch.device(a.device)
+    if a.sizes is None:
+        a.sizes = [100, 1000, 10000] if a.quick else (
+            [10**k for k in range(3, 8)] if device.type == "cuda" else [10**k for k in range(2, 6)])
+    if a.quick:
+        a.repeats, a.warmup, a.max_seconds = min(a.repeats, 5), 1, min(a.max_seconds, 1.0)
+        a.impls = [i for i in a.impls if i != "compile"]
+    notes: list[str] = []
+    t_start = time.perf_counter()
+    info = machine_info(device)
+    bw = copy_bandwidth(device, 2**28 if device.type == "cuda" else 2**26)
+    result = {"machine": info, "settings": vars(a), "copy_bandwidth_bytes_per_s": bw,
+              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "baselines_vs_neml2_reference": reference_check(), "records": [], "notes": notes}
+    for model in a.models:
+        for dname in a.dtypes:
+            dtype = getattr(torch, dname)
+            impls = implementations(model, dtype, device, a.impls, notes)
+            for size in a.sizes:
+                for tan in a.tangent:
+                    recs = bench_config(model, dtype, device, size, tan == "yes", impls, a, bw)
+                    result["records"].extend(recs)
+                    for r in recs:
+                        print(f"{model:14s} {dname:7s} B={size:<8d} tangent={tan:3s} {r['impl']:14s} "
+                              + (f"{r['points_per_s']:.3g} pts/s" if "points_per_s" in r else r.get("error", "")),
+                              flush=True)
+    if "neml2" in a.impls:
+        res = run_neml2(a, notes)
+        if res:
+            result["neml2"] = {k: v for k, v in res.items() if k != "records"}
+            for r in res["records"]:
+                r["device"] = "cpu"
+                r["bytes_per_point"] = wl.bytes_per_point(r["model"], r["tangent"], getattr(torch, r["dtype"]))
+            result["records"].extend(res["records"])
+    add_ratios(result["records"])
+    result["wall_s"] = time.perf_counter() - t_start
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{device.type}" + (f"-{a.tag}" if a.tag else "")
+    path = out / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=1))
+    md = table(result["records"])
+    (out / f"{stem}.md").write_text(f"{info['cpu']} ({info['cores']} cores), {info.get('gpu', 'no GPU')}, "
+                                    f"torch {info['torch']}\n\n{md}\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    try:
+        from benchmarks.plot import plot
+
+        plot(result, out / f"{stem}.png")
+    except ImportError as e:
+        notes.append(f"no plot: {e}")
+    print(md)
+    for n in notes:
+        print("note:", n)
+    print(f"results: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

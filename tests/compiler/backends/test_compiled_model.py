@@ -1,0 +1,86 @@
+"""runtime.model.CompiledModel at the call boundary: validation, parameters, batching, labeled I/O."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend_programs import elastic_numpy, generated
+from modelc.errors import InputError
+from modelc.runtime.labeled import LabeledVector
+
+
+@pytest.fixture
+def elastic(gen_dir):
+    return generated("elastic", gen_dir)
+
+
+def test_input_errors_name_the_problem(elastic):
+    m = elastic.Model()
+    e = torch.zeros(4, 6, dtype=torch.float64)
+    with pytest.raises(InputError, match="missing input.*forces/E"):
+        m({})
+    with pytest.raises(InputError, match="unknown input.*forces/T"):
+        m({"forces/E": e, "forces/T": e})
+    with pytest.raises(InputError, match="dtype torch.float32.*float64"):
+        m({"forces/E": e.float()})
+    with pytest.raises(InputError, match=r"SR2: its shape must end in \(6,\), got \(4, 3\)"):
+        m({"forces/E": e[:, :3]})
+    with pytest.raises(InputError, match="is on meta"):
+        m({"forces/E": torch.zeros(4, 6, dtype=torch.float64, device="meta")})
+    with pytest.raises(InputError, match="LabeledVector or a dict"):
+        m(e)
+
+
+def test_model_options_are_checked(elastic, monkeypatch):
+    with pytest.raises(InputError, match="unknown parameter.*Q.*E, nu"):
+        elastic.Model(Q=1.0)
+    with pytest.raises(InputError, match="unknown parameter.*G"):
+        elastic.Model()({"forces/E": torch.zeros(1, 6, dtype=torch.float64)}, G=3.0)
+    with pytest.raises(InputError, match="dtype must be"):
+        elastic.Model(dtype=torch.float16)
+    with pytest.raises(InputError, match="backend must be"):
+        elastic.Model(backend="cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(InputError, match="TRITON_INTERPRET=1"):
+        elastic.Model(backend="triton")
+    assert elastic.Model().backend == "torch"  # auto on CPU
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_batched_parameters_and_batch_dims(elastic, backend):
+    g = torch.Generator().manual_seed(5)
+    strain = torch.randn(2, 3, 6, generator=g, dtype=torch.float64) * 1e-3
+    E = 1e5 + 1e5 * torch.rand(2, 3, generator=g, dtype=torch.float64)  # one per point
+    out = elastic.Model(backend=backend, nu=0.25)({"forces/E": strain}, derivatives=True, E=E)
+    assert out["state/S"].shape == (2, 3, 6)
+    assert out.jacobian["state/S", "forces/E"].shape == (2, 3, 6, 6)
+    for i in range(2):
+        for j in range(3):
+            S, C = elastic_numpy(strain[i, j].numpy(), float(E[i, j]), 0.25)
+            assert torch.allclose(out["state/S"][i, j], torch.as_tensor(S), rtol=1e-12)
+            assert torch.allclose(out.jacobian["state/S", "forces/E"][i, j], torch.as_tensor(C), rtol=1e-12)
+    # a parameter batched over a broadcastable shape (per row)
+    out2 = elastic.Model(backend=backend)({"forces/E": strain}, E=E[:, :1])
+    S, _ = elastic_numpy(strain[1, 2].numpy(), float(E[1, 0]), 0.3)
+    assert torch.allclose(out2["state/S"][1, 2], torch.as_tensor(S), rtol=1e-12)
+    with pytest.raises(InputError, match="does not broadcast"):
+        elastic.Model(backend=backend)({"forces/E": strain}, E=torch.ones(5, dtype=torch.float64))
+
+
+def test_labeled_vector_in_and_views_out(elastic):
+    m = elastic.Model()
+    x = LabeledVector(torch.randn(5, 6, dtype=torch.float64), m.input_axis)
+    out = m(x)
+    assert isinstance(out.outputs, LabeledVector) and out.outputs.axis == m.output_axis
+    S = out["state/S"]
+    assert S.data_ptr() == out.outputs.tensor.data_ptr()  # a view, not a copy
+    assert torch.allclose(S, m({"forces/E": x["forces/E"]})["state/S"])
+    assert "state/S" in out and "forces/E" not in out
+
+
+def test_description(elastic):
+    m = elastic.Model()
+    text = m.describe()
+    assert "forces/" in text and "E: Scalar = 210000 [MPa]" in text
+    assert m.parameters["nu"].default == (0.3,)
+    assert "backend='torch'" in repr(m)

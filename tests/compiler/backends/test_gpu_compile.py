@@ -1,0 +1,64 @@
+"""Every generated kernel also compiles for a GPU target without a GPU (triton.compile to PTX), so
+errors that only compiled mode sees (types of loop-carried values, fp64 math, constexpr handling)
+are caught here, not on a user's machine.
+
+Under TRITON_INTERPRET=1 the decorator yields interpreter objects, so the compile runs in a child
+process without that variable, importing the generated files (kernels must live in real files)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backend_programs import generated
+
+pytest.importorskip("triton")
+
+CHILD = r'''
+import importlib.util, json, sys
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+POINTERS = ("X", "P", "Y", "J", "ST")
+INTS = ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")
+out = []
+for path, baked in json.loads(sys.argv[1]):
+    spec = importlib.util.spec_from_file_location("gpu_compile_" + str(len(out)), path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for kname in ("_kernel_value", "_kernel_jacobian"):
+        for dt in ("fp64", "fp32"):
+            k = getattr(mod, kname)
+            sig = {a: "*" + dt for a in POINTERS}
+            sig.update({a: "i32" for a in INTS})
+            sig.update({a: "constexpr" for a in baked})
+            sig.update({"DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+            consts = dict(baked, DTYPE=tl.float64 if dt == "fp64" else tl.float32,
+                          EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
+            c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32))
+            ptx = c.asm["ptx"]
+            out.append([path, kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx])
+print(json.dumps(out))
+'''
+
+
+def compile_in_child(items) -> list:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(items)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_kernels_compile_for_sm90(gen_dir):
+    items = [[generated(name, gen_dir).__file__, {}] for name in ("elastic", "newton3", "solve3", "pivot2")]
+    items.append([generated("elastic", gen_dir, constant_params=("E", "nu")).__file__,
+                  {"c_E": 2.0e5, "c_nu": 0.3}])
+    results = compile_in_child(items)
+    assert len(results) == len(items) * 4
+    for path, kname, dt, entry, loads, stores in results:
+        assert entry and loads and stores, (path, kname, dt)
