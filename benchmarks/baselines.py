@@ -16,10 +16,9 @@ equation phi(x) = 0 for x, from which the update is explicit.
 
 How each tangent is computed:
     elastic, j2_perfect, j2_linear_iso, perzyna_iso: analytic (closed form, derivation inline);
-    j2_voce_af: forward-mode AD (torch.func.jvp, vmapped over the 6 strain directions) through the
-    converged update, with x made a function of the strain by one implicit Newton correction
-    x* = x - phi(E, x)/phi'(E, x) at the converged x (exact: d x*/dE = -phi_E/phi_x where phi = 0),
-    so no derivative is taken through the iterations.
+    j2_voce_af: analytic too, through the implicit-function theorem on the scalar equation
+    (dx/dE = -phi_E / phi_x at the converged x; no derivative is taken through the iterations) and
+    the chain rule through the turning flow direction n(x, E) (a few batched 6x6 products).
 
 API: ``make_step(model, params, tangent=True)`` returns ``step(E, dt, *old_state) -> tuple`` of
 tensors ``(S, *new_state, gamma_rate?, tangent?)`` named by ``output_names(model, tangent)``; the
@@ -85,14 +84,17 @@ def params_for(model: str, **overrides: float) -> dict[str, float]:
     return {k: float(overrides.get(k, DEFAULTS[k])) for k in PARAMS[model]}
 
 
-def make_step(model: str, params: dict[str, float] | None = None, *, tangent: bool = True) -> Callable:
+def make_step(model: str, params: dict[str, float] | None = None, *, tangent: bool = True,
+              fixed_iterations: int | None = None) -> Callable:
     """One backward-Euler step of ``model``: ``step(E, dt, *old_state) -> tuple`` (see module doc).
 
     ``E`` (B, 6) is the new total strain, ``dt`` (B,) the time step, ``old_state`` as ``STATE[model]``.
+    ``fixed_iterations``: run exactly this many Newton iterations with no convergence test (no
+    data-dependent Python branch, so torch.compile captures one graph); default: iterate until every
+    point has converged (at most NEWTON_MAX_IT).
     """
     p = params_for(model, **(params or {}))
-    builder = _BUILDERS[model]
-    return builder(p, tangent)
+    return _BUILDERS[model](p, tangent, fixed_iterations)
 
 
 def step_dict(model: str, E: torch.Tensor, dt: torch.Tensor, old: dict[str, torch.Tensor],
@@ -181,6 +183,14 @@ def _idev(like: torch.Tensor) -> torch.Tensor:
     return torch.eye(6, dtype=like.dtype, device=like.device) - torch.outer(i, i) / 3
 
 
+def _radial_tangent(like, n, a, b, lam: float, mu: float) -> torch.Tensor:
+    """D = C - a n(x)n - b (Idev - n(x)n) = (C - b Idev) + (b - a) n(x)n, in two passes over (B, 6, 6)."""
+    i = _ident(like)
+    C = lam * torch.outer(i, i) + 2 * mu * torch.eye(6, dtype=like.dtype, device=like.device)
+    base = C - b[:, None, None] * _idev(like)
+    return torch.baddbmm(base, ((b - a)[:, None] * n).unsqueeze(-1), n.unsqueeze(-2))
+
+
 def _tol(scale: torch.Tensor) -> torch.Tensor:
     """Newton tolerance on phi (MPa): a few hundred ulps of the trial stress magnitude."""
     return 256 * torch.finfo(scale.dtype).eps * scale
@@ -188,7 +198,12 @@ def _tol(scale: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------- models
 
-def _build_elastic(p: dict[str, float], tangent: bool) -> Callable:
+def _iterations(fixed: int | None) -> tuple[int, bool]:
+    """(number of iterations, whether to test convergence before each)."""
+    return (NEWTON_MAX_IT, True) if fixed is None else (fixed, False)
+
+
+def _build_elastic(p: dict[str, float], tangent: bool, fixed: int | None = None) -> Callable:
     lam, mu = _lame(p)
 
     def step(E: torch.Tensor, dt: torch.Tensor):
@@ -198,7 +213,7 @@ def _build_elastic(p: dict[str, float], tangent: bool) -> Callable:
     return step
 
 
-def _build_j2_linear(p: dict[str, float], tangent: bool, with_ep: bool) -> Callable:
+def _build_j2_linear(p: dict[str, float], tangent: bool, fixed: int | None, with_ep: bool) -> Callable:
     """Radial return, k = K ep (K = 0: perfect plasticity), closed form.
 
     phi(x) = f_tr - (2 mu + 2/3 K) x, so x = <f_tr> / (2 mu + 2/3 K), n = s_tr/|s_tr| fixed.
@@ -225,16 +240,15 @@ def _build_j2_linear(p: dict[str, float], tangent: bool, with_ep: bool) -> Calla
             out.append(ep + SQ23 * x)
         out.append(x / dt)
         if tangent:
-            nn = n.unsqueeze(-1) * n.unsqueeze(-2)
-            a = torch.where(plastic, (2 * mu) ** 2 / c, torch.zeros_like(x))[:, None, None]
-            b = ((2 * mu) ** 2 * x / nrm)[:, None, None]
-            out.append(_elastic_tangent(E, lam, mu) - a * nn - b * (_idev(E) - nn))
+            a = torch.where(plastic, (2 * mu) ** 2 / c, torch.zeros_like(x))
+            b = (2 * mu) ** 2 * x / nrm
+            out.append(_radial_tangent(E, n, a, b, lam, mu))
         return tuple(out)
 
     return step
 
 
-def _build_j2_voce_af(p: dict[str, float], tangent: bool) -> Callable:
+def _build_j2_voce_af(p: dict[str, float], tangent: bool, fixed: int | None = None) -> Callable:
     """Voce isotropic + Armstrong-Frederick kinematic hardening; scalar Newton on x = dt gamma_rate.
 
     Backward Euler gives X = (X_old + 2/3 C x n)/(1 + g x) and s = s_tr - 2 mu x n, so with
@@ -244,6 +258,7 @@ def _build_j2_voce_af(p: dict[str, float], tangent: bool) -> Callable:
     """
     lam, mu = _lame(p)
     sy, R, d, C, g = p["sigma_y"], p["R"], p["d"], p["C"], p["g"]
+    iters, check = _iterations(fixed)
 
     def phi_and_slope(x, s_tr, X_old, ep_old):
         q = 1 + g * x
@@ -256,46 +271,41 @@ def _build_j2_voce_af(p: dict[str, float], tangent: bool) -> Callable:
         dphi = dna / q - g * na / q**2 - 2 * mu - (2.0 / 3.0) * C / q**2 - (2.0 / 3.0) * R * d * e
         return phi, dphi
 
-    def update(E, dt, Ep, X_old, ep_old, x_conv, plastic):
-        """Outputs as explicit functions of E, with x from one implicit Newton correction."""
-        s_tr_E = _dev(_elastic_stress(E - Ep, lam, mu))
-        phi, dphi = phi_and_slope(x_conv, s_tr_E, X_old, ep_old)
-        x = torch.where(plastic, x_conv - phi / dphi, torch.zeros_like(x_conv))
-        q = 1 + g * x
-        a = q.unsqueeze(-1) * s_tr_E - X_old
-        n = a / _norm(a).unsqueeze(-1)
-        xn = x.unsqueeze(-1) * n
-        S = _elastic_stress(E - Ep - xn, lam, mu)
-        X = (X_old + (2.0 / 3.0) * C * xn) / q.unsqueeze(-1)
-        return S, Ep + xn, X, ep_old + SQ23 * x, x / dt
-
     def step(E: torch.Tensor, dt: torch.Tensor, Ep: torch.Tensor, X_old: torch.Tensor, ep_old: torch.Tensor):
-        with torch.no_grad():
-            s_tr = _dev(_elastic_stress(E - Ep, lam, mu))
-            x = torch.zeros_like(ep_old)
+        S_tr = _elastic_stress(E - Ep, lam, mu)
+        s_tr = _dev(S_tr)
+        x = torch.zeros_like(ep_old)
+        phi, dphi = phi_and_slope(x, s_tr, X_old, ep_old)
+        plastic = phi > 0
+        tol = _tol(_norm(s_tr) + sy)
+        for _ in range(iters):
+            if check and not bool(((phi.abs() > tol) & plastic).any()):
+                break
+            x = torch.where(plastic, torch.clamp_min(x - phi / dphi, 0.0), x)
             phi, dphi = phi_and_slope(x, s_tr, X_old, ep_old)
-            plastic = phi > 0
-            tol = _tol(_norm(s_tr) + sy)
-            for _ in range(NEWTON_MAX_IT):
-                if not bool(((phi.abs() > tol) & plastic).any()):
-                    break
-                x = torch.where(plastic, torch.clamp_min(x - phi / dphi, 0.0), x)
-                phi, dphi = phi_and_slope(x, s_tr, X_old, ep_old)
-        out = update(E, dt, Ep, X_old, ep_old, x, plastic)
+        q = 1 + g * x
+        a = q.unsqueeze(-1) * s_tr - X_old
+        na = _norm(a)
+        n = a / na.unsqueeze(-1)
+        xn = x.unsqueeze(-1) * n
+        X = (X_old + (2.0 / 3.0) * C * xn) / q.unsqueeze(-1)
+        out = (S_tr - 2 * mu * xn, Ep + xn, X, ep_old + SQ23 * x, x / dt)
         if not tangent:
             return out
-        basis = torch.eye(6, dtype=E.dtype, device=E.device).unsqueeze(1).expand(6, *E.shape)
-
-        def stress_of(Ein):
-            return update(Ein, dt, Ep, X_old, ep_old, x, plastic)[0]
-
-        cols = torch.func.vmap(lambda v: torch.func.jvp(stress_of, (E,), (v,))[1])(basis)  # (6, B, 6)
-        return (*out, cols.permute(1, 2, 0).contiguous())
+        # d s_tr/dE = 2 mu Idev; phi_E = 2 mu Idev n, so dx/dE = -2 mu Idev n / phi' (0 if elastic);
+        # da/dE = 2 mu q Idev + g s_tr (x) dx/dE; dn/dE = (I - n n)/|a| da/dE;
+        # D = C (I - n (x) dx/dE - x dn/dE).
+        Idev, I6 = _idev(E), torch.eye(6, dtype=E.dtype, device=E.device)
+        dxdE = torch.where(plastic, -2 * mu / dphi, torch.zeros_like(dphi)).unsqueeze(-1) * (n @ Idev)
+        da = (2 * mu * q)[:, None, None] * Idev + g * s_tr.unsqueeze(-1) * dxdE.unsqueeze(-2)
+        P = (I6 - n.unsqueeze(-1) * n.unsqueeze(-2)) / na[:, None, None]
+        dEe = I6 - n.unsqueeze(-1) * dxdE.unsqueeze(-2) - x[:, None, None] * (P @ da)
+        return (*out, _elastic_tangent(E, lam, mu) @ dEe)
 
     return step
 
 
-def _build_perzyna(p: dict[str, float], tangent: bool) -> Callable:
+def _build_perzyna(p: dict[str, float], tangent: bool, fixed: int | None = None) -> Callable:
     """Perzyna with linear hardening: gamma_rate = (<f>/eta)^n at the new state, radial return.
 
     f(x) = f_tr - c x with c = 2 mu + 2/3 K. In y = gamma_rate^(1/n) (so x = dt y^n):
@@ -307,6 +317,7 @@ def _build_perzyna(p: dict[str, float], tangent: bool) -> Callable:
     lam, mu = _lame(p)
     sy, K, eta, m = p["sigma_y"], p["K"], p["eta"], p["n"]
     c = 2 * mu + 2.0 / 3.0 * K
+    iters, check = _iterations(fixed)
 
     def step(E: torch.Tensor, dt: torch.Tensor, Ep: torch.Tensor, ep_old: torch.Tensor):
         S_tr = _elastic_stress(E - Ep, lam, mu)
@@ -317,9 +328,9 @@ def _build_perzyna(p: dict[str, float], tangent: bool) -> Callable:
         fp = torch.clamp_min(f_tr, 0.0)
         y = torch.minimum(fp / eta, (fp / (c * dt)) ** (1.0 / m))
         tol = _tol(nrm + sy)
-        for _ in range(NEWTON_MAX_IT):
+        for _ in range(iters):
             psi = fp - c * dt * y**m - eta * y
-            if not bool(((psi.abs() > tol) & plastic).any()):
+            if check and not bool(((psi.abs() > tol) & plastic).any()):
                 break
             dpsi = -c * dt * m * y ** (m - 1) - eta
             y = torch.where(plastic, torch.clamp_min(y - psi / dpsi, 0.0), y)
@@ -330,20 +341,17 @@ def _build_perzyna(p: dict[str, float], tangent: bool) -> Callable:
         out = (S_tr - 2 * mu * xn, Ep + xn, ep_old + SQ23 * x, gamma)
         if not tangent:
             return out
-        nn = n.unsqueeze(-1) * n.unsqueeze(-2)
         w = dt * m * y ** (m - 1)
         h = torch.where(plastic, w / (c * w + eta), torch.zeros_like(w))
-        D = (_elastic_tangent(E, lam, mu) - ((2 * mu) ** 2 * h)[:, None, None] * nn
-             - ((2 * mu) ** 2 * x / nrm)[:, None, None] * (_idev(E) - nn))
-        return (*out, D)
+        return (*out, _radial_tangent(E, n, (2 * mu) ** 2 * h, (2 * mu) ** 2 * x / nrm, lam, mu))
 
     return step
 
 
-_BUILDERS: dict[str, Callable[[dict[str, float], bool], Callable]] = {
+_BUILDERS: dict[str, Callable[[dict[str, float], bool, int | None], Callable]] = {
     "elastic": _build_elastic,
-    "j2_perfect": lambda p, t: _build_j2_linear(p, t, with_ep=False),
-    "j2_linear_iso": lambda p, t: _build_j2_linear(p, t, with_ep=True),
+    "j2_perfect": lambda p, t, f: _build_j2_linear(p, t, f, with_ep=False),
+    "j2_linear_iso": lambda p, t, f: _build_j2_linear(p, t, f, with_ep=True),
     "j2_voce_af": _build_j2_voce_af,
     "perzyna_iso": _build_perzyna,
 }

@@ -23,6 +23,7 @@ import io
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
@@ -33,7 +34,7 @@ from modelc.errors import InputError
 from modelc.runtime.histories import History, as_history
 from modelc.runtime.types import TensorType, tensor_type
 
-__all__ = ["run_history", "RunResult", "save_results", "plot_results", "ALIASES",
+__all__ = ["run_history", "RunResult", "NonConvergenceWarning", "save_results", "plot_results", "ALIASES",
            "STRESS", "STRAIN", "TIME"]
 
 STRESS, STRAIN, TIME = "state/S", "forces/E", "forces/t"
@@ -92,16 +93,7 @@ def variable_shapes(model: Any, side: str) -> dict[str, tuple[int, ...]]:
     types = getattr(model, f"{side}_types", None)
     if types is not None:
         return {n: _base_shape(types[n]) for n in names}
-    out: dict[str, tuple[int, ...]] = {}
-    for n in names:
-        if hasattr(axis, "type_of"):
-            t = axis.type_of(n)
-        elif hasattr(axis, "variables"):
-            t = axis.variables[n]
-        else:
-            t = axis[n]
-        out[n] = _base_shape(getattr(t, "type", t))
-    return out
+    return {n: _base_shape(axis.type_of(n)) for n in names}
 
 
 def _raw(x: Any) -> torch.Tensor:
@@ -151,6 +143,10 @@ def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
 
 # ---------------------------------------------------------------------------------------------------
 # Results
+
+
+class NonConvergenceWarning(RuntimeWarning):
+    """Some points of a run did not converge (their outputs are NaN from the failed step on)."""
 
 
 class RunResult(dict):
@@ -213,7 +209,7 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     every output by its name (``state/internal/ep``, ...) and by its alias in :data:`ALIASES`,
     ``converged``, ``iterations``, ``residual_norm`` (steps, batch), and with ``tangent_steps``
     given, ``tangent`` (k, batch, 6, 6) and ``tangent_steps`` (k,). Outputs are NaN where a point did
-    not converge; see :meth:`RunResult.summary`.
+    not converge; then a :class:`NonConvergenceWarning` carries :meth:`RunResult.summary`.
     """
     hist = as_history(history)
     built_for = getattr(model, "backend", None)
@@ -285,7 +281,10 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     if t_steps:
         arrays["tangent"] = torch.stack(tangents).cpu().numpy()
         arrays["tangent_steps"] = np.array(t_steps, dtype=np.int64)
-    return RunResult(arrays, failed)
+    result = RunResult(arrays, failed)
+    if failed:  # never silent: the caller hears about it without scanning arrays
+        warnings.warn(result.summary(), NonConvergenceWarning, stacklevel=2)
+    return result
 
 
 def _model_name(model: Any) -> str:

@@ -16,7 +16,7 @@ never evaluated. Any other array in a history file is ignored, so a reference re
 """
 from __future__ import annotations
 
-import importlib.resources
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,7 +213,7 @@ def bundled_history(name: str = "uniaxial") -> History:
 
 def _spec_dir() -> Path:
     """The folder of the bundled library (``modelc.spec``), installed or in a source checkout."""
-    try:
-        return Path(str(importlib.resources.files("modelc.spec")))
-    except ModuleNotFoundError:  # a checkout where modelc.spec holds no module yet
+    try:  # __path__ works for regular and namespace packages (files() may be a MultiplexedPath)
+        return Path(next(iter(importlib.import_module("modelc.spec").__path__)))
+    except (ModuleNotFoundError, StopIteration):  # a checkout where modelc.spec is not importable
         return Path(__file__).resolve().parents[1] / "spec"

@@ -58,6 +58,14 @@ def t_batch(v, X: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(v, dtype=X.dtype, device=X.device).expand(B).clone()
 
 
+def t_matrix(rows, X: torch.Tensor) -> torch.Tensor:
+    """``(B, n, m)`` from nested lists of ``(B,)``/``(1,)`` tensors and Python floats (structural
+    zeros), for ``torch.linalg.solve_ex``."""
+    B = X.shape[0]
+    flat = [torch.as_tensor(v, dtype=X.dtype, device=X.device).expand(B) for row in rows for v in row]
+    return torch.stack(flat, dim=-1).reshape(B, len(rows), len(rows[0]))
+
+
 # --------------------------------------------------------------------------------------------------
 # descriptions
 # --------------------------------------------------------------------------------------------------
@@ -319,13 +327,17 @@ class CompiledModel:
             raise InputError(f"model {self.NAME}: {what} is on {v.device}, the model on {self.device}")
 
     # -- evaluation ----------------------------------------------------------------------------
-    def __call__(self, inputs, derivatives: bool = False, **param_overrides) -> Result:
+    def __call__(self, inputs, derivatives: bool = False, *, old_forces: Mapping[str, Any] | None = None,
+                 **param_overrides) -> Result:
+        """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
+        the model has no ``old_forces/`` input of its own."""
         X, bs = self._inputs_tensor(inputs)
         P, shared = self._param_tensor(param_overrides, bs)
         Y, J, ST = self.evaluate(X, P, derivatives, shared=shared, overrides=param_overrides)
         substeps = None
         if ST is not None and self.on_failure == "substep" and not bool(ST[:, 0].all()):
-            Y, J, ST, substeps = self._substep(X, P, Y, J, ST, derivatives, shared, param_overrides)
+            Y, J, ST, substeps = self._substep(X, P, Y, J, ST, derivatives, shared, param_overrides,
+                                               old_forces)
         out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
         jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), self.output_axis, self.input_axis) \
             if J is not None else None
@@ -375,8 +387,97 @@ class CompiledModel:
         return Y, J, ST
 
     # -- adaptive sub-stepping -----------------------------------------------------------------
-    def _substep(self, X, P, Y, J, ST, derivatives, shared, overrides):
-        raise InputError(f"model {self.NAME}: sub-stepping is not available yet")
+    def _substep(self, X, P, Y, J, ST, derivatives, shared, overrides, old_forces=None):
+        """Retry the failed points with the step cut into 2, 4, ... ``max_substeps`` sub-steps.
+
+        Sub-step ``j`` of ``n`` moves every force linearly from its old value to its new one
+        (``forces/x`` at ``a_j = j/n``, ``old_forces/x`` at ``a_{j-1}``); ``old_state/x`` is the
+        previous sub-step's ``state/x``; other inputs are unchanged. The Jacobian follows by the
+        chain rule: ``dX_j/dX = L_j + S dY_{j-1}/dX`` and ``dY_j/dX = J_j dX_j/dX``, with ``L_j``
+        the interpolation and ``S`` the state -> old state wiring. A force without an
+        ``old_forces/`` input needs its old value from the caller (``old_forces=``)."""
+        ax, ay = self.input_axis, self.output_axis
+        nx = ax.size
+        dt = X.dtype
+        ok = ST[:, 0] > 0.5
+        fail = torch.nonzero(~ok).flatten()
+        substeps = torch.ones(X.shape[0], dtype=torch.int32, device=X.device)
+        old_forces = old_forces or {}
+        pairs = []  # (forces span, old value getter, old_forces span or None)
+        for name in ax.variable_names:
+            if not name.startswith("forces/"):
+                continue
+            old = "old_" + name
+            if old in ax:
+                pairs.append((ax.span(name), ax.span(old)))
+            elif name in old_forces:
+                pairs.append((ax.span(name), None))
+            else:
+                raise InputError(f"model {self.NAME}: sub-stepping needs the previous value of {name}: "
+                                 f"pass old_forces={{{name!r}: ...}}")
+        state = [(ay.span(s), ax.span(o)) for s, o in self.STATE]
+        n = 2
+        while fail.numel() and n <= self.max_substeps:
+            Xf = X[fail]
+            Pf = P if shared else P[fail]
+            start = Xf.clone()  # the values at a = 0
+            for (a, b), old in pairs:
+                if old is not None:
+                    start[:, a:b] = Xf[:, old[0]:old[1]]
+                else:
+                    name = next(nm for nm in ax.variable_names if ax.span(nm) == (a, b))
+                    v = torch.as_tensor(old_forces[name], dtype=dt, device=X.device)
+                    start[:, a:b] = v.reshape(-1, b - a).expand(X.shape[0], b - a)[fail]
+            Xj = Xf.clone()
+            good = torch.ones(fail.numel(), dtype=torch.bool, device=X.device)
+            its = torch.zeros(fail.numel(), dtype=ST.dtype, device=X.device)
+            D = None  # d X_j / d X (len(fail), nx, nx)
+            Yj = Jj = STj = None
+            for j in range(1, n + 1):
+                a1, a0 = j / n, (j - 1) / n
+                Lj = torch.zeros(nx, nx, dtype=dt, device=X.device)
+                keep = torch.ones(nx, dtype=torch.bool, device=X.device)
+                for (a, b), old in pairs:
+                    Xj[:, a:b] = start[:, a:b] + a1 * (Xf[:, a:b] - start[:, a:b])
+                    idx = torch.arange(a, b, device=X.device)
+                    Lj[idx, idx] = a1
+                    keep[a:b] = False
+                    if old is not None:
+                        Xj[:, old[0]:old[1]] = start[:, a:b] + a0 * (Xf[:, a:b] - start[:, a:b])
+                        oidx = torch.arange(old[0], old[1], device=X.device)
+                        Lj[idx, oidx] = 1 - a1
+                        Lj[oidx, idx] = a0
+                        Lj[oidx, oidx] = 1 - a0
+                        keep[old[0]:old[1]] = False
+                for (ys, xs) in state:
+                    keep[xs[0]:xs[1]] = False
+                    if j > 1:
+                        Xj[:, xs[0]:xs[1]] = Yj[:, ys[0]:ys[1]]
+                    else:
+                        idx = torch.arange(xs[0], xs[1], device=X.device)
+                        Lj[idx, idx] = 1
+                kidx = torch.nonzero(keep).flatten()
+                Lj[kidx, kidx] = 1
+                if derivatives:
+                    Dj = Lj.expand(fail.numel(), nx, nx).clone()
+                    if j > 1:
+                        for (ys, xs) in state:
+                            Dj[:, xs[0]:xs[1], :] += Jj[:, ys[0]:ys[1], :]
+                Yj, Jn, STj = self.evaluate(Xj.clone(), Pf, derivatives, shared=shared, overrides=overrides)
+                good &= STj[:, 0] > 0.5
+                its += STj[:, 1]
+                if derivatives:
+                    Jj = torch.bmm(Jn, Dj)  # d Y_j / d X (original inputs)
+            Y[fail[good]] = Yj[good]
+            if derivatives:
+                J[fail[good]] = Jj[good]
+            ST[fail[good], 0] = 1.0
+            ST[fail[good], 1] = its[good]
+            ST[fail[good], 2] = STj[good, 2]
+            substeps[fail[good]] = n
+            fail = fail[~good]
+            n *= 2
+        return Y, J, ST, substeps
 
     # -- description ---------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -45,8 +45,9 @@ def _numbered(source: str) -> str:
     return "\n".join(f"{i + 1:5d}  {line}" for i, line in enumerate(source.splitlines()))
 
 
-def _state_pairs(inputs, outputs, prefix_new: str, prefix_old: str) -> tuple[tuple[str, str], ...]:
-    names_out = {v.name for v in outputs} | {v.name for v in inputs}
+def _state_pairs(inputs, news, prefix_new: str, prefix_old: str) -> tuple[tuple[str, str], ...]:
+    """``(prefix_new/x, prefix_old/x)`` for every input ``prefix_old/x`` whose partner is in ``news``."""
+    names_out = {v.name for v in news}
     pairs = []
     for v in inputs:
         if v.name.startswith(prefix_old + "/"):

@@ -46,8 +46,7 @@ class Emitter:
                 n = len(st.A)
                 self.comment(f"linear solve {self.n_solves}: {n}x{n}, {len(st.B[0]) if n else 0} "
                              "right-hand side(s), unrolled over structural nonzeros")
-                for a in expand_solve(st.A, st.B, st.targets, f"ls{self.n_solves}"):
-                    self.assign(a.target, a.value)
+                self.solve(st.A, st.B, st.targets, f"ls{self.n_solves}")
             elif isinstance(st, ir.Newton):
                 self.n_newton += 1
                 self.newton(st, self.n_newton)
@@ -64,9 +63,11 @@ class Emitter:
 
     def newton_step(self, st: ir.Newton, k: int, res, du) -> None:
         """Lines computing ``du`` from ``J du = -R`` (residuals already assigned to ``res``)."""
-        A = st.jacobian
-        B = tuple((-r,) for r in res)
-        for a in expand_solve(A, B, tuple((d,) for d in du), f"nt{k}"):
+        self.solve(st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in du), f"nt{k}")
+
+    def solve(self, A, B, targets, prefix: str) -> None:
+        """Lines solving ``A X = B`` into ``targets`` (default: unrolled elimination)."""
+        for a in expand_solve(A, B, targets, prefix):
             self.assign(a.target, a.value)
 
     def convergence(self, st: ir.Newton, rn0: sp.Symbol, k: int) -> sp.Expr:

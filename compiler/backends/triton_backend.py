@@ -102,7 +102,7 @@ def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
     em.statements(program.body)
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
-    nan = pr.literal(float("nan"))
+    nan = pr.literal(float("nan")) if ok else ""
     em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
     for col, expr in layout.output_entries(program):
         val = pr.doprint(expr)

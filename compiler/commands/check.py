@@ -69,7 +69,7 @@ def describe(spec: Spec) -> str:
     return "\n\n".join(parts)
 
 
-class _Dumper:
+class IRDumper:
     """Writes one file per stage, numbered in order."""
 
     def __init__(self, root: str, spec_path: str):
@@ -88,7 +88,7 @@ class _Dumper:
 
 def main(args: argparse.Namespace) -> int:
     for path in args.specs:
-        trace = _Dumper(args.dump_ir, path) if args.dump_ir else None
+        trace = IRDumper(args.dump_ir, path) if args.dump_ir else None
         spec = load_spec(path, trace=trace)
         sys.stdout.write(describe(spec) + "\n\n")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import time as _time
+import warnings
 from pathlib import Path
 
 from modelc.errors import InputError, ModelcError
@@ -31,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from modelc.commands.run import _torch_dtype, check_device, load_model, results_table
-    from modelc.runtime.driver import plot_results, run_history, save_results
+    from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
     from modelc.runtime.histories import bundled_history
 
     spec = bundled_spec(args.model)
@@ -42,8 +43,10 @@ def main(args: argparse.Namespace) -> int:
     start = _time.perf_counter()
     model = load_model(str(spec), args.model, dtype=args.dtype, device=device, backend=args.backend)
     compiled = _time.perf_counter() - start
-    results = run_history(model, history, dtype=_torch_dtype(args.dtype), device=device,
-                          tangent_steps=TANGENT_STEPS, progress=not args.no_progress)
+    with warnings.catch_warnings():  # the summary below says it
+        warnings.simplefilter("ignore", NonConvergenceWarning)
+        results = run_history(model, history, dtype=_torch_dtype(args.dtype), device=device,
+                              tangent_steps=TANGENT_STEPS, progress=not args.no_progress)
     ran = _time.perf_counter() - start - compiled
 
     npz = save_results(results, out_dir / "results.npz")

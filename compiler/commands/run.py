@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time as _time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from modelc.runtime.driver import plot_results, run_history, save_results
+    from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
     from modelc.runtime.histories import load_history
 
     params = parse_sets(args.sets)
@@ -56,11 +57,13 @@ def main(args: argparse.Namespace) -> int:
     dtype = _torch_dtype(args.dtype)
 
     start = _time.perf_counter()
-    results = run_history(model, history, params=params, dtype=dtype, device=device,
-                          tangent_steps=tangent_steps, progress=not args.no_progress)
+    with warnings.catch_warnings():  # the summary below says it
+        warnings.simplefilter("ignore", NonConvergenceWarning)
+        results = run_history(model, history, params=params, dtype=dtype, device=device,
+                              tangent_steps=tangent_steps, progress=not args.no_progress)
     elapsed = _time.perf_counter() - start
     out = save_results(results, args.out)
-    name = args.model or getattr(model, "name", None) or Path(args.spec).stem
+    name = args.model or getattr(model, "NAME", "") or Path(args.spec).stem
     print(f"{name}: {history.steps - 1} steps x {history.batch} points in {elapsed:.2f} s "
           f"({args.dtype}, {device})")
     print(results_table(results))

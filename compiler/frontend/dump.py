@@ -41,9 +41,9 @@ def format_model(m: Model) -> str:
     for p in m.parameters:
         lines.append(f"  parameter {p}" + (f"  # {p.doc}" if p.doc else ""))
     for v in m.inputs:
-        lines.append(f"  input     {v}")
+        lines.append(f"  input     {v}" + (f"  # {v.doc}" if v.doc else ""))
     for v in m.outputs:
-        lines.append(f"  {'unknown ' if m.is_implicit else 'output  '}  {v}")
+        lines.append(f"  {'unknown ' if m.is_implicit else 'output  '}  {v}" + (f"  # {v.doc}" if v.doc else ""))
     for eq in m.equations:
         lines.append(f"  equation {eq.var.name}:")
         lines += _components(eq.var.name, eq.components)

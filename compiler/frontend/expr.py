@@ -20,7 +20,6 @@ from modelc.frontend import tensor as T
 from modelc.frontend.tensor import Indexed, OpError, TValue
 from modelc.functions import BY_SPELLING, ifnonneg, ifpos
 from modelc.ir import Loc, Variable
-from modelc.runtime.types import Scalar
 
 
 # --------------------------------------------------------------------------------------------------
@@ -82,6 +81,8 @@ def parse(src: Source) -> ast.expr:
         tree = ast.parse("(\n" + text + "\n)" if multiline else text, mode="eval")
         if multiline:
             ast.increment_lineno(tree, -1)
+    except (RecursionError, MemoryError):
+        raise src.error("expression too deeply nested") from None
     except SyntaxError as exc:
         node = None
         if exc.lineno is not None and exc.offset is not None and 1 <= exc.lineno - shift <= text.count("\n") + 1:
@@ -98,8 +99,6 @@ def parse(src: Source) -> ast.expr:
                                                not isinstance(node.value, (int, float))):
             raise src.error(f"{type(node.value).__name__} constants are not allowed in expressions "
                             f"(only numbers)", node)
-        if isinstance(node, ast.Name) and node.id.startswith("__"):
-            raise src.error(f"name {node.id!r} is not allowed in expressions", node)
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):
                 raise src.error("only named functions can be called", node.func)
@@ -291,7 +290,7 @@ class Builder:
                             (self._value(a, node.left), self._value(b, node.right)), node, nodes)
         if isinstance(op, ast.Mult):
             if isinstance(a, Indexed) and isinstance(b, Indexed):
-                return T.index_mul(a, b)
+                return self._op(T.index_mul, (a, b), node, nodes)
             if isinstance(a, Indexed) and b.is_scalar:
                 return T.index_scale(a, b.expr)
             if isinstance(b, Indexed) and a.is_scalar:
@@ -384,9 +383,9 @@ class Builder:
     def _arity(self, node, n):
         if len(node.args) != n:
             name = node.func.id
-            sig = SPECIAL.get(name, "").split(":")[0] or f"{name}() takes {n} argument{'s' * (n != 1)}"
+            hint = f"usage: {SPECIAL[name].split(':')[0]}" if name in SPECIAL else ""
             raise self.src.error(f"{name}() takes {n} argument{'s' * (n != 1)}, got {len(node.args)}",
-                                 node, sig if name in SPECIAL else "")
+                                 node, hint)
 
     def _variable(self, node, what) -> Binding:
         if not isinstance(node, ast.Name):
@@ -422,11 +421,11 @@ class Builder:
 def build_expr(text: str, loc: Loc, scope: Scope) -> TValue:
     """Parse and build one expression in ``scope``."""
     src = Source(text, loc)
-    return Builder(scope, src).build(parse(src))
-
-
-def scalar_type_name(v: TValue) -> str:
-    return "Scalar" if v.type is Scalar else v.type.name
+    tree = parse(src)
+    try:
+        return Builder(scope, src).build(tree)
+    except RecursionError:
+        raise src.error("expression too deeply nested") from None
 
 
 def markdown() -> str:

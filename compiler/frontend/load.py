@@ -21,8 +21,8 @@ from modelc.frontend import schema
 from modelc.frontend.dump import format_spec, format_yaml
 from modelc.frontend.expr import did_you_mean
 from modelc.frontend.model import ModelBuilder, check_ident, file_helpers
-from modelc.frontend.yamlio import YMap, YScalar, load_yaml_text
-from modelc.ir import ComposeDecl, Loc, Model, Spec
+from modelc.frontend.yamlio import YScalar, load_yaml_text
+from modelc.ir import ComposeDecl, Loc, Spec
 
 Trace = Callable[[str, str], None]
 

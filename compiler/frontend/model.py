@@ -29,10 +29,8 @@ ON_FAILURE = ("nan", "substep")
 
 
 def old_name(name: str) -> str:
-    """The qualified name of a variable's previous-step value (NEML2's convention)."""
-    for prefix in ("state/", "forces/"):
-        if name.startswith(prefix):
-            return "old_" + name
+    """The qualified name of a variable's previous-step value (NEML2's convention):
+    ``state/x`` -> ``old_state/x``, ``forces/x`` -> ``old_forces/x``, ``x`` -> ``old_x``."""
     return "old_" + name
 
 
@@ -53,14 +51,6 @@ def tensor_type(node, where: str) -> TensorType:
         raise SpecError(f"unknown type {name!r} for {where}", node.loc,
                         hint=did_you_mean(name, TYPES) or f"known types: {', '.join(TYPES)}")
     return TYPES[name]
-
-
-def _text(node) -> str:
-    return node if isinstance(node, str) else str(node.value)
-
-
-def _value_text(node: YScalar) -> tuple[str, Loc]:
-    return str(node.value), node.loc
 
 
 class ModelBuilder:
@@ -147,6 +137,9 @@ class ModelBuilder:
         name = old_name(var.name)
         if name not in self.olds:
             existing = next((v for v in self.inputs if v.name == name), None)
+            if existing is not None and existing.type is not var.type:
+                raise SpecError(f"input {name!r} is declared {existing.type.name}, but it is the previous "
+                                f"value of {var.name!r}, a {var.type.name}", existing.loc)
             self.olds[name] = existing or Variable(name, var.type, f"{var.name} at the previous step", var.loc)
         v = self.olds[name]
         return TValue(v.type, component_symbols(v.name, v.type))
@@ -230,6 +223,12 @@ class ModelBuilder:
             residuals = self._equations(fi["residuals"], unknowns, "residuals", True)
             guess = self._equations(fi["guess"], unknowns, "guess", False,
                                     default=lambda local, var: self._old(self.scope.names[local]))
+            unknown_syms = {sym for _, v in unknowns for sym in v.symbols}
+            for eq in guess:
+                if eq.loc is not None and any(c.free_symbols & unknown_syms for c in eq.components):
+                    raise SpecError(f"the guess of {eq.var.name!r} depends on the unknowns; a guess is "
+                                    f"computed before the solve (use old(...) values, inputs and parameters)",
+                                    eq.loc)
             uses_nodes = fi["uses"].items if fi["uses"] else ()
             system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
                                     tuple(u.value for u in uses_nodes), _solver(fi["solver"]))

@@ -64,8 +64,8 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
               "outputs)"),
         Field("residuals", "map", True, None, "unknown local name -> residual expression (same type as the "
               "unknown; zero at the solution)"),
-        Field("guess", "map", False, None, "unknown local name -> initial guess expression (default: "
-              "old(unknown))"),
+        Field("guess", "map", False, None, "unknown local name -> initial guess expression over inputs, "
+              "old values and parameters, not the unknowns (default: old(unknown))"),
         Field("uses", "names", False, (), "models whose outputs the residuals read; composition evaluates "
               "them inside the Newton loop with the unknowns as their inputs"),
         Field("solver", "map", False, None, "Newton options"),

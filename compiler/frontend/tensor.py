@@ -21,6 +21,9 @@ from modelc.functions import powr, safe_sqrt
 from modelc.runtime.types import R2, SR2, SSR4, Scalar, TensorType, Vec, WR2
 
 
+MAX_EXPONENT = 1024  # a numeric exponent beyond this is refused (9**9**9 would not finish)
+
+
 class OpError(Exception):
     """A type error in an operation: ``arg`` is the index of the offending argument (or None)."""
 
@@ -102,6 +105,8 @@ def div(a: TValue, b: TValue) -> TValue:
 def power(a: TValue, b: TValue) -> TValue:
     _require(a, (Scalar,), 0, "'**'")
     _require(b, (Scalar,), 1, "'**'")
+    if b.expr.is_Number and abs(b.expr) > MAX_EXPONENT:
+        raise OpError(f"exponent {b.expr} is too large (at most {MAX_EXPONENT} in magnitude)", 1)
     if b.expr.is_Integer:  # kept as a power: the printers expand integer powers
         return TValue.scalar(sp.Pow(a.expr, b.expr))
     return TValue.scalar(powr(a.expr, b.expr))  # NaN-free derivative at a = 0 (see functions.powr)
@@ -259,14 +264,16 @@ class Indexed:
 
     indices: tuple[str, ...]
     data: dict
+    summed: frozenset = frozenset()   # indices already contracted (they may not appear again)
 
     def __str__(self) -> str:
         return f"Indexed[{','.join(self.indices)}]"
 
 
-def _canonical(idx: tuple[str, ...], data: dict) -> Indexed:
+def _canonical(idx: tuple[str, ...], data: dict, summed: frozenset = frozenset()) -> Indexed:
     """Sum over indices repeated within one term; order free indices alphabetically."""
     free = tuple(sorted(set(i for i in idx if idx.count(i) == 1)))
+    summed = summed | {i for i in idx if idx.count(i) == 2}
     out = {}
     for vals in itertools.product(range(3), repeat=len(idx)):
         env = {}
@@ -278,7 +285,7 @@ def _canonical(idx: tuple[str, ...], data: dict) -> Indexed:
         if ok:
             key = tuple(env[n] for n in free)
             out[key] = out.get(key, sp.S.Zero) + data[vals]
-    return Indexed(free, out)
+    return Indexed(free, out, summed)
 
 
 def index(a: TValue, names: tuple[str, ...]) -> Indexed:
@@ -296,16 +303,20 @@ def index(a: TValue, names: tuple[str, ...]) -> Indexed:
 
 
 def index_mul(a: Indexed, b: Indexed) -> Indexed:
+    again = sorted((set(a.indices) | a.summed) & b.summed | (set(b.indices) | b.summed) & a.summed)
+    if again:
+        raise OpError(f"index {again[0]!r} appears more than twice in a product (an index appears at most "
+                      f"twice: once to be free, twice to be summed)", None)
     idx = a.indices + b.indices
     data = {}
     for va in itertools.product(range(3), repeat=len(a.indices)):
         for vb in itertools.product(range(3), repeat=len(b.indices)):
             data[va + vb] = a.data[va] * b.data[vb]
-    return _canonical(idx, data)
+    return _canonical(idx, data, a.summed | b.summed)
 
 
 def index_scale(a: Indexed, s: sp.Expr) -> Indexed:
-    return Indexed(a.indices, {k: v * s for k, v in a.data.items()})
+    return Indexed(a.indices, {k: v * s for k, v in a.data.items()}, a.summed)
 
 
 def index_add(a: Indexed, b: Indexed, op: str = "+") -> Indexed:
@@ -313,11 +324,11 @@ def index_add(a: Indexed, b: Indexed, op: str = "+") -> Indexed:
         raise OpError(f"cannot apply '{op}' to terms with free indices [{','.join(a.indices)}] and "
                       f"[{','.join(b.indices)}]: both terms must have the same free indices", 1)
     sign = 1 if op == "+" else -1
-    return Indexed(a.indices, {k: a.data[k] + sign * b.data[k] for k in a.data})
+    return Indexed(a.indices, {k: a.data[k] + sign * b.data[k] for k in a.data})  # terms: fresh sums
 
 
-def _zero(e) -> bool:
-    return sp.expand(e) == 0
+def _same(a, b) -> bool:
+    return a == b or sp.expand(a - b) == 0  # structural equality first: expand only when needed
 
 
 def from_indexed(a: Indexed) -> TValue:
@@ -328,12 +339,12 @@ def from_indexed(a: Indexed) -> TValue:
     if n == 1:
         return TValue(Vec, mandel.from_full(Vec, a.data))
     if n == 2:
-        symmetric = all(_zero(a.data[(i, j)] - a.data[(j, i)]) for i, j in ((0, 1), (0, 2), (1, 2)))
+        symmetric = all(_same(a.data[(i, j)], a.data[(j, i)]) for i, j in ((0, 1), (0, 2), (1, 2)))
         t = SR2 if symmetric else R2
         return TValue(t, mandel.from_full(t, a.data))
     if n == 4:
-        minor = all(_zero(a.data[(i, j, k, l)] - a.data[(j, i, k, l)])
-                    and _zero(a.data[(i, j, k, l)] - a.data[(i, j, l, k)])
+        minor = all(_same(a.data[(i, j, k, l)], a.data[(j, i, k, l)])
+                    and _same(a.data[(i, j, k, l)], a.data[(i, j, l, k)])
                     for i, j, k, l in itertools.product(range(3), repeat=4) if i < j or k < l)
         if minor:
             return TValue(SSR4, mandel.from_full(SSR4, a.data))

@@ -7,6 +7,7 @@ the offending value. Duplicate keys are errors (plain YAML silently keeps the la
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Union
 
@@ -89,11 +90,20 @@ def _convert(node, file: str, lines: list[str], constructor) -> YNode:
                     _loc(file, lines, node.start_mark))
 
 
+class _Loader(yaml.SafeLoader):
+    """The safe loader, plus YAML 1.2's floats without a dot (``1e5``, which YAML 1.1 reads as a
+    string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
 def load_yaml_text(text: str, file: str) -> YNode | None:
     """Compose ``text`` (the content of ``file``) safely into a located tree."""
     lines = text.splitlines()
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
         finally:
@@ -106,23 +116,35 @@ def load_yaml_text(text: str, file: str) -> YNode | None:
         raise SpecError(f"invalid YAML: {exc}", Loc(file, 1, 1)) from None
     if node is None:
         return None
-    constructor = yaml.SafeLoader("")
-    for n in _walk(node):
-        if n.tag not in _TAGS:
-            raise SpecError(f"YAML tag {n.tag!r} is not allowed in a spec (plain strings, numbers, "
-                            f"booleans, null, lists and mappings only)", _loc(file, lines, n.start_mark))
+    constructor = _Loader("")
+    try:
+        for n in _walk(node, set()):
+            if n.tag not in _TAGS:
+                raise SpecError(f"YAML tag {n.tag!r} is not allowed in a spec (plain strings, numbers, "
+                                f"booleans, null, lists and mappings only)", _loc(file, lines, n.start_mark))
+    except _Alias as exc:
+        raise SpecError("YAML anchors and aliases (&name, *name) are not supported in a spec",
+                        _loc(file, lines, exc.args[0].start_mark)) from None
     return _convert(node, file, lines, constructor)
 
 
 _TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}
 
 
-def _walk(node):
+class _Alias(Exception):
+    pass
+
+
+def _walk(node, seen: set[int]):
+    """Every node once; a node met twice is an alias (refused: aliases can blow up exponentially)."""
+    if id(node) in seen:
+        raise _Alias(node)
+    seen.add(id(node))
     yield node
     if isinstance(node, yaml.SequenceNode):
         for n in node.value:
-            yield from _walk(n)
+            yield from _walk(n, seen)
     elif isinstance(node, yaml.MappingNode):
         for k, v in node.value:
-            yield from _walk(k)
-            yield from _walk(v)
+            yield from _walk(k, seen)
+            yield from _walk(v, seen)

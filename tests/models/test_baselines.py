@@ -162,6 +162,21 @@ def test_rate_independent_return_lands_on_yield_surface(model: str) -> None:
                           * s / s.norm(dim=-1, keepdim=True).clamp_min(1e-300), atol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("model", ["j2_voce_af", "perzyna_iso"])
+def test_fixed_iteration_variant_agrees(model: str, dtype: torch.dtype) -> None:
+    """The compile-friendly variant (fixed Newton count, no convergence test) gives the same answer."""
+    gen = torch.Generator().manual_seed(99)
+    E, dt, old = _random_points(model, 64, gen, dtype)
+    ref = bl.make_step(model)(E, dt, *old)
+    got = bl.make_step(model, fixed_iterations=12)(E, dt, *old)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for name, g, r in zip(bl.output_names(model), got, ref):
+        assert ((g - r).abs().max() / r.abs().max()) <= tol, name
+    few = bl.make_step(model, fixed_iterations=1)(E, dt, *old)  # and the count matters
+    assert (few[0] - ref[0]).abs().max() > 1e-6 * ref[0].abs().max()
+
+
 def test_unknown_model_and_parameter_are_named() -> None:
     with pytest.raises(ValueError, match="no_such_model"):
         bl.make_step("no_such_model")

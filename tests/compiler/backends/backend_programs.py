@@ -135,3 +135,27 @@ def generated(name: str, folder, **options):
         write_atomic(path, src)
         _MODULES[key] = import_file(path, f"backend_test_{path.stem}")
     return _MODULES[key]
+
+
+def ode_program(max_iter: int = 4, on_failure: str = "substep") -> tuple[Program, Program]:
+    """Backward Euler for du/dx = exp(-u): R = u - old_u - (x - old_x) exp(-u) (for sub-stepping)."""
+    xv, oxv, ouv = Variable("forces/x", Scalar), Variable("old_forces/x", Scalar), Variable("old_state/u", Scalar)
+    uv = Variable("state/u", Scalar)
+    x, ox, ou, u = xv.symbols[0], oxv.symbols[0], ouv.symbols[0], uv.symbols[0]
+    R = u - ou - (x - ox) * sp.exp(-u)
+    conv, its, rn = (sp.Symbol(f"ode/status/{k}", real=True) for k in ("converged", "iterations", "norm"))
+    nt = Newton((u,), (ou,), (), (R,), ((sp.diff(R, u),),),
+                SolverOptions(rtol=1e-12, atol=1e-12, max_iter=max_iter, on_failure=on_failure,
+                              max_substeps=64), conv, its, rn)
+    status = {"converged": conv, "iterations": its, "residual_norm": rn}
+    inputs = (xv, oxv, ouv)
+    value = Program("ode", inputs, (), (uv,), (nt,), {"state/u": (u,)}, {}, status)
+    d = [sp.Symbol(f"du_d{k}", real=True) for k in ("x", "ox", "ou")]
+    ls = LinearSolve(((sp.diff(R, u),),), ((-sp.diff(R, x), -sp.diff(R, ox), -sp.diff(R, ou)),), (tuple(d),))
+    derivs = {("state/u", "forces/x"): ((d[0],),), ("state/u", "old_forces/x"): ((d[1],),),
+              ("state/u", "old_state/u"): ((d[2],),)}
+    full = Program("ode", inputs, (), (uv,), (nt, ls), {"state/u": (u,)}, derivs, status)
+    return value, full
+
+
+ALL["ode"] = ode_program

@@ -62,6 +62,21 @@ def test_elastic_matches_closed_form_both_backends(gen_dir, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_implicit_kernels_write_every_element(gen_dir, dtype):
+    mod = generated("newton3", gen_dir)
+    B = 11
+    X = torch.cat([torch.randn(B, 3, dtype=dtype), torch.zeros(B, 3, dtype=dtype)], 1)
+    P = torch.tensor([[0.5]], dtype=dtype)
+    Y, J, ST = launch(mod, X, P, True, dtype)
+    Yt, Jt, STt = mod._torch_jacobian(X, P)
+    for a, b in ((Y, Yt), (J, Jt)):
+        assert not a.isnan().any()
+        assert torch.allclose(a, b, rtol=10 * TOL[dtype], atol=10 * TOL[dtype])
+    assert (ST[:, 0] == 1).all() and (ST[:, 1] >= 1).all() and (ST[:, 2] >= 0).all()
+    assert torch.equal(ST[:, 0], STt[:, 0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_kernels_write_every_element(gen_dir, dtype):
     mod = generated("elastic", gen_dir)
     X = torch.randn(11, 6, dtype=dtype)

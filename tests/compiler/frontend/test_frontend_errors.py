@@ -71,6 +71,7 @@ def _caret(err: SpecError) -> str:
     ("where(t, eps, eps)", "one comparison", "t"),
     ("exp(x=t)*eps", "keyword arguments are not allowed", "t"),
     ("", "must be an expression", None),
+    ("eps[i,j]*eps[j,k]*eps[j,l]*0 + eps", "index 'j' appears more than twice", "eps[i,j]*eps[j,k]*eps[j,l]"),
 ])
 def test_expression_errors_point_at_the_offending_part(tmp_path, expr, message, caret):
     err = _error(tmp_path, BASE.replace("EXPR", json.dumps(expr) if expr else ""))
@@ -145,6 +146,13 @@ def test_did_you_mean_for_names_keys_types_and_models(tmp_path):
     ("models: !!python/object:os.system {}\n", "not allowed"),
     ("models:\n  m:\n    outputs: {y: {}}\n    equations: {y: [1, 2]}\n", "must be an expression"),
     ("", "empty"),
+    ("a: &x [1, 2]\nb: [*x, *x, *x]\n", "anchors and aliases"),
+    ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, guess: {x: 2*x}}\n",
+     "the guess of 'x' depends on the unknowns"),
+    ("models:\n  m:\n    inputs: {x: SR2}\n    outputs: {y: {}}\n    equations: {y: 1}\n",
+     "input 'x' of model 'm' must be a mapping"),
+    ("models:\n  m:\n    inputs: {x: {var: state/x}, ox: {var: old_state/x, type: SR2}}\n    outputs: {y: {}}\n"
+     "    equations: {y: old(x)}\n", "is declared SR2, but it is the previous value of 'state/x'"),
     ("include: [nope.yaml]\n", "cannot read spec file"),
 ])
 def test_spec_errors(tmp_path, text, message):
@@ -178,3 +186,13 @@ def test_nothing_from_the_spec_is_executed(tmp_path, monkeypatch):
         with pytest.raises(SpecError):
             load_spec(write(tmp_path, BASE.replace("EXPR", json.dumps(expr))))
     assert not calls and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("9**9**9**9*eps", "is too large"),
+    ("(" * 300 + "eps" + ")" * 300, "too many nested parentheses"),
+    ("-" * 5000 + "eps", "too deeply nested"),
+])
+def test_expressions_that_would_exhaust_the_machine_are_refused(tmp_path, expr, message):
+    err = _error(tmp_path, BASE.replace("EXPR", json.dumps(expr)))
+    assert message in str(err)

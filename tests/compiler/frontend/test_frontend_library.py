@@ -74,14 +74,19 @@ def test_library_models_parameters_and_wiring(lib):
                 assert v.name in unknowns | provided | {"forces/E"}, (name, u, v.name)
 
 
-def _eval(model, out_name, values, params=None):
-    params = {**DEFAULTS, **(params or {})}
-    syms = [s for v in model.inputs for s in v.symbols]
-    psyms = [s for p in model.parameters for s in p.symbols]
-    pvals = [params[p.name] for p in model.parameters]
-    comps = model.equations[[e.var.name for e in model.equations].index(out_name)].components
-    f = lambdify(syms + psyms, sp.Matrix(comps))
-    return np.asarray(f(*values, *pvals), dtype=float).ravel()
+_COMPILED: dict = {}
+
+
+def _eval(model, out_name, values):
+    """An output of an explicit model at ``values`` (inputs in order), parameters at their defaults."""
+    key = (model.name, out_name)
+    if key not in _COMPILED:
+        syms = [s for v in model.inputs for s in v.symbols]
+        psyms = [s for p in model.parameters for s in p.symbols]
+        comps = model.equations[[e.var.name for e in model.equations].index(out_name)].components
+        _COMPILED[key] = lambdify(syms + psyms, sp.Matrix(comps))
+    pvals = [DEFAULTS[p.name] for p in model.parameters]
+    return np.asarray(_COMPILED[key](*values, *pvals), dtype=float).ravel()
 
 
 def _sym_full(m6):
@@ -145,17 +150,17 @@ def _generic_fd(model, rng, overrides=None):
     psyms = [s for p in model.parameters for s in p.symbols]
     pvals = [DEFAULTS[p.name] for p in model.parameters]
     for eq in model.equations:
-        for i, c in enumerate(eq.components):
-            f = lambdify(syms + psyms, c)
-            grad = [lambdify(syms + psyms, sp.diff(c, s)) for s in syms]
-            g = np.array([float(gi(*x0, *pvals)) for gi in grad])
-            fd = np.zeros_like(x0)
-            for j in range(x0.size):
-                h = 1e-6 * scales[j]
-                xp, xm = x0.copy(), x0.copy()
-                xp[j] += h
-                xm[j] -= h
-                fd[j] = (f(*xp, *pvals) - f(*xm, *pvals)) / (2 * h)
+        f = lambdify(syms + psyms, sp.Matrix(eq.components))
+        jac = lambdify(syms + psyms, sp.Matrix(eq.components).jacobian(syms))
+        J = np.asarray(jac(*x0, *pvals), dtype=float).reshape(len(eq.components), len(syms))
+        FD = np.zeros_like(J)
+        for j in range(x0.size):
+            h = 1e-6 * scales[j]
+            xp, xm = x0.copy(), x0.copy()
+            xp[j] += h
+            xm[j] -= h
+            FD[:, j] = (np.asarray(f(*xp, *pvals), float).ravel() - np.asarray(f(*xm, *pvals), float).ravel()) / (2 * h)
+        for i, (g, fd) in enumerate(zip(J, FD)):
             np.testing.assert_allclose(g, fd, rtol=2e-5, atol=2e-5 * max(1.0, np.max(np.abs(fd))),
                                        err_msg=f"{model.name}: d {eq.var.name}[{i}]")
 

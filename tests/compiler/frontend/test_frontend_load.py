@@ -176,3 +176,30 @@ def test_helpers_are_polymorphic_and_see_the_calling_model(tmp_path):
     assert o == tuple(k * c for c in e)
     assert sp.expand(p[0] - (k * sp.Symbol("s", real=True) + sum(c**2 for c in e))) == 0
     assert g == tuple(2 * c for c in e)
+
+
+def test_a_declared_previous_value_is_what_old_refers_to(tmp_path):
+    text = """
+    models:
+      m:
+        inputs: {t: {var: forces/t}, t_n: {var: old_forces/t}}
+        outputs: {dt: {}}
+        equations: {dt: t - old(t) + 0*t_n}
+    """
+    m = load_spec(write(tmp_path, text)).models[0]
+    assert [v.name for v in m.inputs] == ["forces/t", "old_forces/t"]
+    t, tn = (sp.Symbol(n, real=True) for n in ("forces/t", "old_forces/t"))
+    assert m.equations[0].components == (t - tn,)
+
+
+def test_numbers_without_a_dot_are_numbers(tmp_path):
+    text = """
+    models:
+      m:
+        parameters: {E: {default: 2e5}, k: {default: -1E-3}}
+        outputs: {y: {}}
+        equations: {y: 1e3}
+    """
+    m = load_spec(write(tmp_path, text)).models[0]
+    assert [p.default for p in m.parameters] == [(2e5,), (-1e-3,)]
+    assert m.equations[0].components == (sp.Float(1000.0),)

@@ -172,3 +172,28 @@ def test_diff_is_the_mandel_gradient(env):
     d = full_sym(sym_full(env.num["a"]) - np.trace(sym_full(env.num["a"])) / 3 * np.eye(3))
     close(env.eval("diff(norm(dev(a)), a)")[1], d / np.linalg.norm(d))
     close(env.eval("diff(s**2*tr(a), s)")[1], 2 * env.num["s"] * np.trace(sym_full(env.num["a"])))
+
+
+@pytest.mark.parametrize("text, kink", [
+    ("where(s > 0.3, s**3, 2*s)", 0.3),
+    ("s if s >= -0.1 else -s**2", -0.1),
+    ("max(s, 0.5*s + 0.1)*tr(a)", 0.2),
+    ("min(s, 0.2)*ddot(a, b)", 0.2),
+    ("macaulay(s - 0.2)**2*norm(dev(a))", 0.2),
+    ("abs(s)*norm(a) + sign(s) + heaviside(s)", 0.0),
+    ("(macaulay(s)/0.5)**2.5", 0.0),
+])
+def test_expression_derivatives_match_central_differences_on_both_sides_of_kinks(env, text, kink):
+    from fe_util import lambdify
+
+    v = build_expr(text, Loc("t.yaml", 1, 1, text), env.scope)
+    syms = [sym for n in ("s", "a", "b") for sym in env.scope.names[n].value.comps]
+    f = lambdify(syms, v.expr)
+    grad = lambdify(syms, sp.Matrix([sp.diff(v.expr, x) for x in syms]))
+    rng = np.random.default_rng()
+    for side in (1.0, -1.0):
+        x0 = np.array([env.subs[x] for x in syms])
+        x0[0] = kink + side * rng.uniform(1e-2, 0.5)
+        h = 1e-6
+        fd = np.array([(f(*(x0 + h * e)) - f(*(x0 - h * e))) / (2 * h) for e in np.eye(len(syms))])
+        np.testing.assert_allclose(np.asarray(grad(*x0), float).ravel(), fd, rtol=1e-6, atol=1e-7)

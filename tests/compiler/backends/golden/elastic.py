@@ -14,13 +14,15 @@ Use::
 
     m = Model(dtype=torch.float64, device="cpu")
     out = m({...inputs by name...}, derivatives=True)
-    out["state/S"], out.jacobian"""
+    out["state/S"], out.jacobian
+"""
 from __future__ import annotations
 
 import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
-from modelc.runtime.model import t_batch as _batch, t_maximum as _maximum, t_minimum as _minimum
+from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
+from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
 
 try:
@@ -148,7 +150,6 @@ if triton is not None:
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
-        K2 = tl.full([], float("nan"), DTYPE)
         # inputs: each component read once
         forces_E_0 = tl.load(X + row * x_stride + 0, mask=mask, other=0.0)
         forces_E_1 = tl.load(X + row * x_stride + 1, mask=mask, other=0.0)
@@ -186,8 +187,7 @@ if triton is not None:
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
-        K2 = tl.full([], float("nan"), DTYPE)
-        K3 = tl.full([], 0.0, DTYPE)
+        K2 = tl.full([], 0.0, DTYPE)
         # inputs: each component read once
         forces_E_0 = tl.load(X + row * x_stride + 0, mask=mask, other=0.0)
         forces_E_1 = tl.load(X + row * x_stride + 1, mask=mask, other=0.0)
@@ -218,38 +218,38 @@ if triton is not None:
         tl.store(J + row * j_stride + 0, (lam + (K1 * mu)), mask=mask)
         tl.store(J + row * j_stride + 1, lam, mask=mask)
         tl.store(J + row * j_stride + 2, lam, mask=mask)
-        tl.store(J + row * j_stride + 3, K3, mask=mask)
-        tl.store(J + row * j_stride + 4, K3, mask=mask)
-        tl.store(J + row * j_stride + 5, K3, mask=mask)
+        tl.store(J + row * j_stride + 3, K2, mask=mask)
+        tl.store(J + row * j_stride + 4, K2, mask=mask)
+        tl.store(J + row * j_stride + 5, K2, mask=mask)
         tl.store(J + row * j_stride + 6, lam, mask=mask)
         tl.store(J + row * j_stride + 7, (lam + (K1 * mu)), mask=mask)
         tl.store(J + row * j_stride + 8, lam, mask=mask)
-        tl.store(J + row * j_stride + 9, K3, mask=mask)
-        tl.store(J + row * j_stride + 10, K3, mask=mask)
-        tl.store(J + row * j_stride + 11, K3, mask=mask)
+        tl.store(J + row * j_stride + 9, K2, mask=mask)
+        tl.store(J + row * j_stride + 10, K2, mask=mask)
+        tl.store(J + row * j_stride + 11, K2, mask=mask)
         tl.store(J + row * j_stride + 12, lam, mask=mask)
         tl.store(J + row * j_stride + 13, lam, mask=mask)
         tl.store(J + row * j_stride + 14, (lam + (K1 * mu)), mask=mask)
-        tl.store(J + row * j_stride + 15, K3, mask=mask)
-        tl.store(J + row * j_stride + 16, K3, mask=mask)
-        tl.store(J + row * j_stride + 17, K3, mask=mask)
-        tl.store(J + row * j_stride + 18, K3, mask=mask)
-        tl.store(J + row * j_stride + 19, K3, mask=mask)
-        tl.store(J + row * j_stride + 20, K3, mask=mask)
+        tl.store(J + row * j_stride + 15, K2, mask=mask)
+        tl.store(J + row * j_stride + 16, K2, mask=mask)
+        tl.store(J + row * j_stride + 17, K2, mask=mask)
+        tl.store(J + row * j_stride + 18, K2, mask=mask)
+        tl.store(J + row * j_stride + 19, K2, mask=mask)
+        tl.store(J + row * j_stride + 20, K2, mask=mask)
         tl.store(J + row * j_stride + 21, (K1 * mu), mask=mask)
-        tl.store(J + row * j_stride + 22, K3, mask=mask)
-        tl.store(J + row * j_stride + 23, K3, mask=mask)
-        tl.store(J + row * j_stride + 24, K3, mask=mask)
-        tl.store(J + row * j_stride + 25, K3, mask=mask)
-        tl.store(J + row * j_stride + 26, K3, mask=mask)
-        tl.store(J + row * j_stride + 27, K3, mask=mask)
+        tl.store(J + row * j_stride + 22, K2, mask=mask)
+        tl.store(J + row * j_stride + 23, K2, mask=mask)
+        tl.store(J + row * j_stride + 24, K2, mask=mask)
+        tl.store(J + row * j_stride + 25, K2, mask=mask)
+        tl.store(J + row * j_stride + 26, K2, mask=mask)
+        tl.store(J + row * j_stride + 27, K2, mask=mask)
         tl.store(J + row * j_stride + 28, (K1 * mu), mask=mask)
-        tl.store(J + row * j_stride + 29, K3, mask=mask)
-        tl.store(J + row * j_stride + 30, K3, mask=mask)
-        tl.store(J + row * j_stride + 31, K3, mask=mask)
-        tl.store(J + row * j_stride + 32, K3, mask=mask)
-        tl.store(J + row * j_stride + 33, K3, mask=mask)
-        tl.store(J + row * j_stride + 34, K3, mask=mask)
+        tl.store(J + row * j_stride + 29, K2, mask=mask)
+        tl.store(J + row * j_stride + 30, K2, mask=mask)
+        tl.store(J + row * j_stride + 31, K2, mask=mask)
+        tl.store(J + row * j_stride + 32, K2, mask=mask)
+        tl.store(J + row * j_stride + 33, K2, mask=mask)
+        tl.store(J + row * j_stride + 34, K2, mask=mask)
         tl.store(J + row * j_stride + 35, (K1 * mu), mask=mask)
 else:
     _kernel_value = None

@@ -19,7 +19,7 @@ import torch
 import modelc
 from modelc.cli import main as cli_main
 from modelc.errors import InputError
-from modelc.runtime.driver import plot_results, run_history, save_results
+from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
 from modelc.runtime.histories import uniaxial_strain_history
 from modelc.runtime.types import SR2, Scalar
 
@@ -171,7 +171,7 @@ def _random_history(rng, steps, batch, scale=1e-3):
     return {"time": time, "strain": strain}
 
 
-@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-13), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
 def test_elastic_closed_form_and_tangent_orientation(dtype, rtol):
     rng = np.random.default_rng()
     extra = torch.as_tensor(rng.normal(scale=5e4, size=(6, 6)))  # non-symmetric on purpose
@@ -180,10 +180,12 @@ def test_elastic_closed_form_and_tangent_orientation(dtype, rtol):
     res = run_history(model, hist, dtype=dtype, tangent_steps=[3, 1], progress=False)
     C = model.stiffness(torch.float64).numpy()
     expect = hist["strain"] @ C.T
-    np.testing.assert_allclose(res["stress"], expect, rtol=rtol, atol=rtol * np.abs(expect).max())
+    bound = (np.abs(hist["strain"]) @ np.abs(C).T).max()  # rounding scales with |C| |eps|
+    np.testing.assert_allclose(res["stress"], expect, rtol=rtol, atol=rtol * bound)
     assert res["stress"].dtype == (np.float64 if dtype == torch.float64 else np.float32)
     np.testing.assert_array_equal(res["tangent_steps"], [1, 3])
-    np.testing.assert_allclose(res["tangent"], np.broadcast_to(C, (2, 5, 6, 6)), rtol=rtol)
+    np.testing.assert_allclose(res["tangent"], np.broadcast_to(C, (2, 5, 6, 6)), rtol=rtol,
+                               atol=rtol * np.abs(C).max())
     assert res["converged"].all() and not res["iterations"].any() and res.ok
     np.testing.assert_array_equal(res["stress"][0], 0.0)
     # only declared inputs are passed, in the requested dtype; derivatives only where asked
@@ -257,7 +259,8 @@ def test_non_converged_points_are_nan_and_summarised():
     hist = uniaxial_strain_history([0.002, 0.01, 0.004, 0.02], 1.0, steps=20)
     good = run_history(FakeJ2(), hist, progress=False)
     model = FakeJ2(fail_above=0.005)
-    res = run_history(model, hist, tangent_steps=[5, 10], progress=False)
+    with pytest.warns(NonConvergenceWarning, match=r"2 of 4 point\(s\) did not converge"):
+        res = run_history(model, hist, tangent_steps=[5, 10], progress=False)
     assert not res.ok and set(res.failed) == {1, 3}
     first = {p: int(np.argmax(np.abs(hist["strain"][:, p, 0]) > 0.005)) for p in (1, 3)}
     assert res.failed == first
@@ -277,7 +280,8 @@ def test_non_converged_points_are_nan_and_summarised():
 
 def test_non_converged_finite_garbage_is_never_returned_as_good():
     hist = uniaxial_strain_history([0.01], 1.0, steps=8)
-    res = run_history(FakeJ2(fail_above=0.005, garbage=True), hist, progress=False)
+    with pytest.warns(NonConvergenceWarning):
+        res = run_history(FakeJ2(fail_above=0.005, garbage=True), hist, progress=False)
     s = res.failed[0]
     assert np.isnan(res["stress"][s:, 0]).all() and not res["converged"][s:, 0].any()
 
@@ -338,7 +342,8 @@ def test_progress_off_prints_nothing_and_results_round_trip(tmp_path, capsys):
 
 def test_plot_writes_png(tmp_path):
     hist = uniaxial_strain_history(np.linspace(0.002, 0.02, 14), 1.0, steps=12)  # > 12: colour bar
-    res = run_history(FakeJ2(fail_above=0.015), hist, progress=False)
+    with pytest.warns(NonConvergenceWarning):
+        res = run_history(FakeJ2(fail_above=0.015), hist, progress=False)
     for name, r in (("many.png", res), ("elastic.png", run_history(FakeElastic(), hist, progress=False))):
         p = plot_results(r, tmp_path / name, title=name)
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
@@ -395,7 +400,8 @@ def test_cli_run_exit_1_when_points_fail(fake_load, monkeypatch, capsys):
         Model=lambda **kw: FakeJ2(fail_above=0.007)))
     rc = cli_main(["run", fake_load.spec, "--history", _history_file(fake_load.tmp),
                    "--out", str(fake_load.tmp / "r.npz")])
-    assert rc == 1 and "1 of 2 point(s) did not converge" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert rc == 1 and "1 of 2 point(s) did not converge" in out and "Warning" not in err
     assert (fake_load.tmp / "r.npz").is_file()
 
 

@@ -1,0 +1,1 @@
+"""The bundled model library: YAML specs (package data). See README.md in this folder."""
