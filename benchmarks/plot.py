@@ -47,7 +47,7 @@ def plot(result: dict, path: Path) -> None:
                     if pts:
                         c, mk = _style(impl)
                         ax.plot(*zip(*pts), ls=ls, color=c, marker=mk, ms=4,
-                                label=f"{impl}{' +tangent' if tangent else ''}")
+                                label=f"{impl} ({'with' if tangent else 'no'} tangent)")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(f"{m} ({dt})", fontsize=9)

@@ -46,9 +46,11 @@ def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
     return compose_spec_model(spec, name)
 
 
-def compile_model(spec: ir.Spec, name: str, options: Options = Options()) -> Compiled:
-    """Compile model ``name`` of a loaded spec to a module's source."""
-    from modelc.backends.module import emit_module
+def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
+    """Run the passes for model ``name`` of a loaded spec, up to (not including) code emission.
+
+    ``trace(stage, text)``, when given, receives each stage's printed IR (``--dump-ir``).
+    """
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
@@ -59,6 +61,8 @@ def compile_model(spec: ir.Spec, name: str, options: Options = Options()) -> Com
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         stages.append(Stage(stage, out, time.perf_counter() - t0))
+        if trace is not None:
+            trace(f"{name}.{stage}", str(out))
         return out
 
     model = run("compose", resolve_model, spec, name)
@@ -66,8 +70,18 @@ def compile_model(spec: ir.Spec, name: str, options: Options = Options()) -> Com
     # Two programs: a call that does not ask for the tangent must not compute it.
     value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
     full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
-    source = run("emit", emit_module, value, full, spec=spec, options=options)
-    return Compiled(model, value, full, source, stages)
+    return Compiled(model, value, full, "", stages)
+
+
+def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=None) -> Compiled:
+    """Compile model ``name`` of a loaded spec to a module's source."""
+    from modelc.backends.module import emit_module
+
+    done = lower_model(spec, name, trace)
+    t0 = time.perf_counter()
+    done.source = emit_module(done.value, done.full, spec=spec, options=options)
+    done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
+    return done
 
 
 def load_spec(path: str | Path) -> ir.Spec:

@@ -218,6 +218,13 @@ class Model:
             for eq in self.implicit.residuals:
                 for i, c in enumerate(eq.components):
                     lines.append(f"  R({eq.var.name})[{i}] = {sp.sstr(c)}")
+        for p in self.partials:
+            nz = sum(1 for row in p.block for e in row if e != 0)
+            lines.append(f"  partial d({p.of})/d({p.wrt}): {len(p.block)}x{len(p.block[0]) if p.block else 0}, "
+                         f"{nz} nonzero")
+            lines += [f"    {', '.join(sp.sstr(e) for e in row)}" for row in p.block]
+        for sub in self.submodels:
+            lines.append("  submodel " + str(sub).replace("\n", "\n  "))
         return "\n".join(lines)
 
 

@@ -86,9 +86,33 @@ class IRDumper:
         os.replace(tmp, path)
 
 
+def describe_compiled(spec: Spec, trace=None) -> str:
+    """Run the passes on every composition of ``spec``; report operation counts after CSE and the
+    time each stage took."""
+    from modelc.driver import lower_model
+    from modelc.passes.cse import count_ops as program_ops
+
+    parts = []
+    for c in spec.compositions:
+        done = lower_model(spec, c.name, trace)
+        lines = [f"compiled {c.name}: inputs {', '.join(v.name for v in done.model.inputs)}",
+                 f"  outputs {', '.join(v.name for v in done.model.outputs)}",
+                 "  operation counts after CSE (per point; newton_* = one Newton iteration):"]
+        for label, prog in (("value", done.value), ("value+tangent", done.full)):
+            ops = program_ops(prog)
+            shown = ", ".join(f"{k} {v}" for k, v in ops.items() if v)
+            lines.append(f"    {label:<14} {shown}")
+        lines.append("  passes: " + ", ".join(f"{s.name} {s.seconds:.2f}s" for s in done.stages))
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
 def main(args: argparse.Namespace) -> int:
     for path in args.specs:
         trace = IRDumper(args.dump_ir, path) if args.dump_ir else None
         spec = load_spec(path, trace=trace)
         sys.stdout.write(describe(spec) + "\n\n")
+        compiled = describe_compiled(spec, trace)
+        if compiled:
+            sys.stdout.write(compiled + "\n\n")
     return 0

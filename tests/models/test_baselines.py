@@ -177,6 +177,33 @@ def test_fixed_iteration_variant_agrees(model: str, dtype: torch.dtype) -> None:
     assert (few[0] - ref[0]).abs().max() > 1e-6 * ref[0].abs().max()
 
 
+def test_benchmark_runner_checks_before_timing(tmp_path: Path) -> None:
+    """benchmarks.run end to end on a tiny config (no NEML2 venv needed), and a wrong implementation
+    gets an error instead of a time."""
+    from benchmarks import run
+
+    path = run.main(["--models", "j2_linear_iso", "--sizes", "16", "--dtypes", "float64", "--impls", "eager",
+                     "--repeats", "2", "--warmup", "0", "--neml2-python", str(tmp_path / "none"),
+                     "--out", str(tmp_path)])
+    import json
+
+    res = json.loads(path.read_text())
+    assert res["machine"]["cores"] and res["copy_bandwidth_bytes_per_s"] > 0
+    assert {(r["impl"], r["tangent"]) for r in res["records"]} == {("torch-eager", False), ("torch-eager", True)}
+    assert all(r["points_per_s"] > 0 and max(r["errors"].values()) == 0 for r in res["records"])
+    assert path.with_suffix(".md").is_file() and path.with_suffix(".png").is_file()
+
+    good = bl.make_step("j2_linear_iso")
+
+    def wrong(*args, tangent):  # stress off by 1e-6 relative
+        out = good(*args)
+        return (out[0] * (1 + 1e-6), *out[1:]) if tangent else out[:-1]
+
+    args = run.argparse.Namespace(warmup=0, repeats=2, max_seconds=1.0)
+    recs = run.bench_config("j2_linear_iso", torch.float64, torch.device("cpu"), 16, True, {"bad": wrong}, args, None)
+    assert "state/S disagrees" in recs[0]["error"] and "median_s" not in recs[0]
+
+
 def test_unknown_model_and_parameter_are_named() -> None:
     with pytest.raises(ValueError, match="no_such_model"):
         bl.make_step("no_such_model")
