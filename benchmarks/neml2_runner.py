@@ -10,8 +10,8 @@ Routes:
            tangent = chain-rule forward derivative seeded on the strain only.
   compile  the same, after ``neml2.compile`` (in-process torch.compile of the residual model;
            for the explicit elastic model, of its forward).
-  aoti     ``neml2-compile`` (AOTInductor .pt2, with the derivative graph ``-d``), loaded through the
-           AOTIModel shim; tangent = its full ``jacobian`` (all inputs: what the route offers).
+  aoti     ``neml2-compile`` (AOTInductor .pt2, with the derivative graph ``-d stress:strain``), loaded
+           through the AOTIModel shim; tangent = its ``jacobian``.
 Before a configuration is timed, its outputs are compared with the hand-written baseline
 (benchmarks/baselines.py, itself checked against NEML2's reference arrays by the tests); the errors are
 reported with the times. Prints (or writes with --out) one JSON document.
@@ -203,8 +203,10 @@ class AotiRoute:
         dname = str(dtype).removeprefix("torch.")
         exe = Path(sys.executable).with_name("neml2-compile")
         t0 = time.perf_counter()
-        subprocess.run([str(exe), path, "--model", "model", "--output-dir", str(workdir), "--device", "cpu",
-                        "--dtype", dname, "-d", "-q"], check=True, capture_output=True, text=True)
+        proc = subprocess.run([str(exe), path, "--model", "model", "--output-dir", str(workdir), "--device", "cpu",
+                               "--dtype", dname, "-d", "stress:strain", "-q"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"neml2-compile failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
         self.compile_s = time.perf_counter() - t0
         stub = next(workdir.glob("*.i"))
         t0 = time.perf_counter()

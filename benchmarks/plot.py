@@ -43,7 +43,7 @@ def plot(result: dict, path: Path) -> None:
             for impl in dict.fromkeys(r["impl"] for r in recs):
                 for tangent, ls in ((True, "-"), (False, "--")):
                     pts = sorted((r["size"], r["points_per_s"]) for r in recs
-                                 if r["model"] == m and r["dtype"] == dt and r["impl"] == impl and r["tangent"] == tangent)
+                                 if (r["model"], r["dtype"], r["impl"], r["tangent"]) == (m, dt, impl, tangent))
                     if pts:
                         c, mk = _style(impl)
                         ax.plot(*zip(*pts), ls=ls, color=c, marker=mk, ms=4,

@@ -230,7 +230,8 @@ def add_ratios(records: list[dict]) -> None:
             groups.setdefault(key(r), []).append(r)
     for recs in groups.values():
         mc = [r for r in recs if r["impl"].startswith("modelc")]
-        ref = min(mc, key=lambda r: r["median_s"]) if mc else next((r for r in recs if r["impl"] == "torch-eager"), None)
+        eager = [r for r in recs if r["impl"] == "torch-eager"]
+        ref = min(mc, key=lambda r: r["median_s"]) if mc else (eager[0] if eager else None)
         if ref is None:
             continue
         for r in recs:
@@ -283,6 +284,12 @@ def main(argv: list[str] | None = None) -> Path:
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "baselines_vs_neml2_reference": reference_check(), "records": [], "notes": notes}
     for model in a.models:
+        if "modelc" in a.impls:  # spec -> importable module; first-call latency is in each record
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    result.setdefault("modelc_compile", {})[model] = modelc_hook.modelc_compile(model, tmp)
+            except modelc_hook.ModelcUnavailable as e:
+                notes.append(f"modelc compile time not measured: {e}")
         for dname in a.dtypes:
             dtype = getattr(torch, dname)
             impls = implementations(model, dtype, device, a.impls, notes)
@@ -307,7 +314,8 @@ def main(argv: list[str] | None = None) -> Path:
     result["wall_s"] = time.perf_counter() - t_start
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{device.type}" + (f"-{a.tag}" if a.tag else "")
+    stem = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{device.type}"
+    stem += f"-{a.tag}" if a.tag else ""
     path = out / f"{stem}.json"
     path.write_text(json.dumps(result, indent=1))
     md = table(result["records"])

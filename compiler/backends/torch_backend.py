@@ -14,7 +14,6 @@ converged point's unknowns stop changing; the loop ends when every point converg
 ``max_iter`` updates (one host sync per iteration). """
 from __future__ import annotations
 
-import sympy as sp
 
 from modelc import ir
 from modelc.backends.layout import Layout

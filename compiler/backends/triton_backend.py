@@ -43,7 +43,6 @@ class TritonEmitter(Emitter):
         n = self.namer
         names = ", ".join(v.name for v in st.unknowns)
         self.comment(f"Newton solve {k} for {names}: per-point mask, converged points stop changing")
-        zero = self.p.doprint(sp.S.Zero)
         for u, g in zip(st.unknowns, st.guess):
             self.line(f"{n(u)} = {self.p.doprint(g)} + tl.zeros([BLOCK], dtype=DTYPE)")
         self.line(f"{n(st.converged)} = offs >= n  # lanes past the batch count as converged")
@@ -76,7 +75,69 @@ class TritonEmitter(Emitter):
         if st.body:
             self.comment("the Newton body at the solution (loop-local values do not leave the loop)")
             self.statements(st.body)
-        del zero
+
+
+def _bitrev(i: int, bits: int) -> int:
+    return int(format(i, f"0{bits}b")[::-1], 2) if bits else 0
+
+
+def _width(n: int) -> tuple[int, int]:
+    """(bits, width): the power of two >= max(n, 2) that a row of ``n`` values is padded to."""
+    bits = max(1, (max(n, 2) - 1).bit_length())
+    return bits, 1 << bits
+
+
+class _Rows:
+    """Whole-row loads and stores: one ``tl.load``/``tl.store`` of a ``[BLOCK, W]`` tile per array.
+
+    Why: Triton's coalescing pass walks the whole data-flow slice of every memory operation, so a
+    kernel with one load/store per component (hundreds for a Jacobian) took minutes to compile for
+    a GPU. A tile is split into its columns with ``tl.split`` (and assembled with ``tl.join``), a
+    binary tree over a ``[BLOCK, 2, ..., 2]`` reshape; in that tree, leaf ``m`` is column
+    ``bitrev(m)``, which the code below accounts for. Everything stays in registers."""
+
+    def __init__(self, em: "TritonEmitter"):
+        self.em = em
+        self.k = 0
+
+    def _tmp(self, base: str) -> str:
+        self.k += 1
+        return self.em.namer.fresh(f"_{base}{self.k}")
+
+    def load(self, ptr: str, stride: str, n: int, other: str = "0.0") -> list[str]:
+        bits, W = _width(n)
+        em = self.em
+        tile = self._tmp("tile")
+        em.line(f"{tile} = tl.load({ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :], "
+                f"mask=mask[:, None] & (tl.arange(0, {W})[None, :] < {n}), other={other})")
+        level = [self._tmp("t")]
+        em.line(f"{level[0]} = tl.reshape({tile}, [BLOCK{', 2' * bits}])")
+        for _ in range(bits):
+            nxt = []
+            for t in level:
+                a, b = self._tmp("t"), self._tmp("t")
+                em.line(f"{a}, {b} = tl.split({t})")
+                nxt += [a, b]
+            level = nxt
+        return [level[_bitrev(c, bits)] for c in range(n)]
+
+    def store(self, ptr: str, stride: str, values: list[str]) -> None:
+        n = len(values)
+        bits, W = _width(n)
+        em = self.em
+        zero = self._tmp("zero")
+        em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
+        leaves = values + [zero] * (W - n)
+        level = [leaves[_bitrev(m, bits)] for m in range(W)]
+        while len(level) > 1:
+            nxt = []
+            for i in range(0, len(level), 2):
+                t = self._tmp("j")
+                em.line(f"{t} = tl.join({level[i]}, {level[i + 1]})")
+                nxt.append(t)
+            level = nxt
+        em.line(f"tl.store({ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :], "
+                f"tl.reshape({level[0]}, [BLOCK, {W}]), mask=mask[:, None] & (tl.arange(0, {W})[None, :] < {n}))")
 
 
 def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
@@ -86,39 +147,47 @@ def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
     pr = TritonPrinter(namer)
     em = TritonEmitter(pr, namer)
     em.depth = 1
+    rows = _Rows(em)
     head: list[str] = []
-    em.comment("inputs: each component read once")
-    for sym, col in layout.input_columns():
-        em.line(f"{namer(sym)} = tl.load(X + row * x_stride + {col}, mask=mask, other=0.0)")
+    em.comment("inputs: one tile load of X, split into components (each read once)")
+    cols = layout.input_columns()
+    tiles = rows.load("X", "x_stride", layout.nx)
+    for sym, col in cols:
+        em.line(f"{namer(sym)} = {tiles[col]}")
     em.comment("parameters: from P (row stride 0: shared), or baked in as constants")
     baked_args: list[str] = []
-    for (sym, col), pname in zip(layout.param_columns(), layout.param_names_by_column()):
+    pcols = list(zip(layout.param_columns(), layout.param_names_by_column()))
+    ptiles = rows.load("P", "p_stride", layout.np) if any(p not in baked for _, p in pcols) else []
+    for (sym, col), pname in pcols:
         if pname in baked:
             arg = baked_arg(sym)
             baked_args.append(arg)
             em.line(f"{namer(sym)} = tl.full([], {arg}, DTYPE)")
         else:
-            em.line(f"{namer(sym)} = tl.load(P + row * p_stride + {col}, mask=mask, other=0.0)")
+            em.line(f"{namer(sym)} = {ptiles[col]}")
     em.statements(program.body)
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
     nan = pr.literal(float("nan")) if ok else ""
+
+    baked_syms = {sym for (sym, _), pname in pcols if pname in baked}
+
+    def block(expr) -> str:
+        # constants and baked-parameter-only values are 0-d: broadcast them to the block
+        val = _guard(pr.doprint(expr), ok, nan)
+        flat = ok is None and (expr.is_Number or expr.free_symbols <= baked_syms)
+        return f"({val} + tl.zeros([BLOCK], dtype=DTYPE))" if flat else val
+
     em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
-    for col, expr in layout.output_entries(program):
-        val = pr.doprint(expr)
-        em.line(f"tl.store(Y + row * y_stride + {col}, {_guard(val, ok, nan)}, mask=mask)")
+    outs = dict(layout.output_entries(program))
+    rows.store("Y", "y_stride", [block(outs[c]) for c in range(layout.ny)])
     if derivatives:
         em.comment("jacobian d outputs / d inputs: every entry written once, zeros included")
-        for (r, c), expr in layout.jacobian_entries(program):
-            val = pr.doprint(expr)
-            em.line(f"tl.store(J + row * j_stride + {r * layout.nx + c}, {_guard(val, ok, nan)}, "
-                    "mask=mask)")
+        rows.store("J", "j_stride", [block(e) for _, e in layout.jacobian_entries(program)])
     if status:
         em.comment("status: converged, iterations, residual norm")
-        em.line(f"tl.store(ST + row * st_stride + 0, {ok}.to(DTYPE), mask=mask)")
-        em.line(f"tl.store(ST + row * st_stride + 1, {pr.doprint(status['iterations'])}.to(DTYPE), "
-                "mask=mask)")
-        em.line(f"tl.store(ST + row * st_stride + 2, {pr.doprint(status['residual_norm'])}, mask=mask)")
+        rows.store("ST", "st_stride", [f"{ok}.to(DTYPE)", f"{pr.doprint(status['iterations'])}.to(DTYPE)",
+                                       f"({pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE))"])
     head.append("pid = tl.program_id(0)")
     head.append("offs = pid * BLOCK + tl.arange(0, BLOCK)")
     head.append("mask = offs < n")

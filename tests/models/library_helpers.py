@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Triton kernels run under the interpreter when there is no GPU; the variable must be set before any
+# generated module is imported (collection imports this file first).
+try:
+    import torch as _torch
+
+    if not _torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover
+    pass
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference" / "neml2"
@@ -165,3 +176,169 @@ def rel_err(actual, expected, scale=None) -> float:
     actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     scale = np.max(np.abs(expected)) if scale is None else scale
     return float(np.max(np.abs(actual - expected)) / max(scale, 1e-300))
+
+
+# --------------------------------------------------------------------------------------------------
+# one-step ("teacher-forced") evaluation on NEML2's own states
+
+
+def with_solver_tolerance(prog, tol: float):
+    """``prog`` with every Newton's ``atol`` and ``rtol`` set to ``tol`` (the IR is immutable)."""
+    import dataclasses
+
+    from modelc import ir
+
+    body = tuple(dataclasses.replace(s, solver=dataclasses.replace(s.solver, atol=tol, rtol=tol))
+                 if isinstance(s, ir.Newton) else s for s in prog.body)
+    return dataclasses.replace(prog, body=body)
+
+
+def forced_inputs(input_names, ref: dict, steps, points) -> dict[str, np.ndarray]:
+    """Inputs of steps ``steps`` at points ``points`` of the reference history, every (step, point)
+    pair one batch entry (step-major), each starting from NEML2's converged state of the row before.
+    The model is then checked one step at a time, without accumulation along the history."""
+    steps, points = np.asarray(steps), np.asarray(points)
+    S, P = np.meshgrid(steps, points, indexing="ij")
+    S, P = S.ravel(), P.ravel()
+    by_state = {k.replace("state/", "old_state/", 1): v for k, v in REF_NAMES.items()}
+    out = {}
+    for name in input_names:
+        if name == STRAIN:
+            out[name] = ref["strain"][S, P]
+        elif name == TIME:
+            out[name] = ref["time"][S, P]
+        elif name == "old_forces/E":
+            out[name] = ref["strain"][S - 1, P]
+        elif name == "old_forces/t":
+            out[name] = ref["time"][S - 1, P]
+        elif name in by_state:
+            out[name] = ref[by_state[name]][S - 1, P]
+        else:
+            raise AssertionError(f"input {name!r} has no reference array")
+    return out
+
+
+def forced_expected(output_names, ref: dict, steps, points) -> dict[str, np.ndarray]:
+    """NEML2's results at the (step, point) pairs of :func:`forced_inputs`, by output name."""
+    S, P = np.meshgrid(np.asarray(steps), np.asarray(points), indexing="ij")
+    return {n: ref[REF_NAMES[n]][S.ravel(), P.ravel()] for n in output_names}
+
+
+def per_point_rel_err(actual, expected, point_axis: int = 1) -> float:
+    """max over points of (max |actual - expected| / max |expected|), both maxima over everything
+    but ``point_axis``: a slow point with small flow rates is judged against its own scale."""
+    a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    axes = tuple(i for i in range(e.ndim) if i != point_axis)
+    scale = np.abs(e).max(axis=axes)
+    err = np.abs(a - e).max(axis=axes)
+    return float(np.max(err / np.maximum(scale, 1e-300)))
+
+
+# --------------------------------------------------------------------------------------------------
+# the compiled path (modelc.load -> generated module -> CompiledModel)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_module(model: str):
+    """The generated module of library model ``model`` (compiled once per process, then cached)."""
+    import modelc
+
+    return modelc.load(SPEC, model)
+
+
+def compiled(model: str, backend: str, dtype):
+    """A runnable model; Triton runs on the GPU when there is one, else under the interpreter."""
+    import torch
+
+    device = "cuda" if backend == "triton" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") \
+        and torch.cuda.is_available() else "cpu"
+    return compiled_module(model).Model(dtype=dtype, backend=backend, device=device)
+
+
+def call_compiled(model_obj, inputs: dict[str, np.ndarray], derivatives: bool = True, params=None):
+    """One call of a compiled model on numpy inputs: ``(outputs, d S / d E or None, status)``, all
+    numpy float64 (status: converged, iterations)."""
+    import torch
+
+    dev = model_obj.device
+    ins = {k: torch.as_tensor(np.asarray(v), dtype=model_obj.dtype, device=dev) for k, v in inputs.items()}
+    params = {k: torch.as_tensor(v, dtype=model_obj.dtype, device=dev) for k, v in (params or {}).items()}
+    r = model_obj(ins, derivatives=derivatives, **params)
+
+    def host(x):
+        return x.detach().cpu().to(torch.float64).numpy().copy()
+
+    outs = {v.name: host(r[v.name]) for v in model_obj.OUTPUTS}
+    tan = None
+    if derivatives:
+        t = r.jacobian[STRESS, STRAIN]
+        t = getattr(t, "tensor", t)
+        tan = host(t).reshape(-1, 6, 6)
+    status = {}
+    if r.status is not None:
+        status = {"converged": r.status.converged.cpu().numpy().copy(),
+                  "iterations": r.status.iterations.cpu().numpy().copy()}
+    return outs, tan, status
+
+
+# --------------------------------------------------------------------------------------------------
+# points on both sides of the elastic/plastic switch
+
+
+def lame(E: float, nu: float) -> tuple[float, float, float]:
+    """(lambda, mu, bulk modulus)."""
+    lam = E * nu / ((1 + nu) * (1 - 2 * nu))
+    mu = E / (2 * (1 + nu))
+    return lam, mu, lam + 2 * mu / 3
+
+
+I6 = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def dev(a: np.ndarray) -> np.ndarray:
+    return a - a[..., :3].mean(axis=-1, keepdims=True) * I6
+
+
+def von_mises(a: np.ndarray) -> np.ndarray:
+    d = dev(a)
+    return np.sqrt(1.5 * np.sum(d * d, axis=-1))
+
+
+def yield_radius(model: str, p: dict[str, float], ep) -> np.ndarray:
+    """sigma_y + k(ep) of the library's hardening laws."""
+    ep = np.asarray(ep, dtype=np.float64)
+    k = {"j2_linear_iso": lambda: p["K"] * ep, "perzyna_iso": lambda: p["K"] * ep,
+         "j2_voce_af": lambda: p["R"] * (1 - np.exp(-p["d"] * ep))}.get(model, lambda: 0 * ep)()
+    return p["sigma_y"] + k
+
+
+def switch_points(model: str, ratios, rng, old_rows=((24, 1), (60, 3))):
+    """Step inputs whose trial (elastic predictor) von Mises overstress is ``ratio`` times the current
+    yield radius, for each ratio, from a virgin state and from NEML2's converged states at
+    ``old_rows`` ((step, point) pairs of the reference): random deviatoric directions and pressures.
+
+    Returns ``(state_old, strain_new, ratio)``: state by output name, (batch, ...)."""
+    ref = reference(model)
+    p = reference_params(model)
+    _, mu, kb = lame(p["E"], p["nu"])
+    bases = [{k: np.zeros_like(v[0, 0]) for k, v in
+              ((k, ref[r]) for k, r in REF_NAMES.items() if r in ref)}]
+    for s, q in old_rows:
+        bases.append({k: ref[r][s, q] for k, r in REF_NAMES.items() if r in ref})
+    states, strains, rs = [], [], []
+    for base in bases:
+        ep = base.get("state/internal/ep", 0.0)
+        X = base.get("state/internal/X", np.zeros(6))
+        Ep = base.get("state/internal/Ep", np.zeros(6))
+        radius = float(yield_radius(model, p, ep))
+        for ratio in ratios:
+            u = dev(rng.standard_normal(6))
+            u /= np.sqrt(1.5 * u @ u)  # von_mises(u) = 1
+            pressure = rng.uniform(-200.0, 200.0)
+            sigma_trial = X + ratio * radius * u + pressure * I6
+            strain = Ep + dev(sigma_trial) / (2 * mu) + sigma_trial[:3].sum() / (9 * kb) * I6
+            states.append(base)
+            strains.append(strain)
+            rs.append(ratio)
+    state = {k: np.stack([s[k] for s in states]) for k in states[0]}
+    return state, np.stack(strains), np.asarray(rs)
