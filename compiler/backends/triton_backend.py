@@ -2,7 +2,10 @@
 
 One program instance handles ``BLOCK`` batch points (``offs``), masked against ``n``. Every input
 component is loaded once, every output and Jacobian entry (zeros included) stored once; everything in
-between lives in registers. Layout: see :mod:`modelc.backends.layout`; row offsets are int64.
+between lives in registers. Each array moves as one ``[BLOCK, W]`` tile (``W`` its row length padded
+to a power of two) split into / assembled from components with ``tl.split`` / ``tl.join`` (see
+:class:`_Rows`: one memory op per array keeps GPU compile times reasonable). Layout: see
+:mod:`modelc.backends.layout`; row offsets are int64.
 
 Kernel signature (both variants, so launches are uniform)::
 
