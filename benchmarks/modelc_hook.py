@@ -14,27 +14,86 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pathlib import Path
+
 import torch
+
+from benchmarks.baselines import STATE, params_for
 
 
 class ModelcUnavailable(RuntimeError):
     """modelc (or this backend of it) cannot be benchmarked here; the message says why."""
 
 
+_LIBRARY = Path(__file__).resolve().parents[1] / "spec" / "library.yaml"
+
+
 def modelc_backends(device: torch.device) -> list[str]:
-    """modelc backends to benchmark on ``device`` (e.g. ["torch"] on CPU, ["triton", "torch"] on CUDA)."""
-    return ["auto"]
+    """modelc backends to benchmark on ``device``: every backend that runs there."""
+    if torch.device(device).type == "cuda":
+        return ["triton", "torch"]
+    return ["torch"]
+
+
+def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device):
+    import modelc
+
+    module = modelc.load(_LIBRARY, model=model_name)
+    try:
+        return module.Model(dtype=dtype, device=device, backend=backend, **params_for(model_name))
+    except Exception as exc:  # a backend that cannot run here (no GPU, no compiler, ...)
+        raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
 
 def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device) -> Callable:
-    """A compiled modelc model wrapped in the baseline calling convention (see module doc)."""
-    raise ModelcUnavailable("modelc hook not implemented yet (benchmarks/modelc_hook.py: modelc_step)")
+    """A compiled modelc model wrapped in the baseline calling convention (see module doc).
+
+    It goes through the public call (named inputs in, typed views out), so the timing includes what a
+    user pays: assembling the flat input, the launch, and the labeled views of the result.
+    """
+    m = _model(model_name, backend, dtype, device)
+    names = STATE[model_name]
+    plastic = model_name != "elastic"
+    input_names = set(m.input_axis.variable_names)
+    forces = [v for v in input_names if v.startswith("old_forces/") and v != "old_forces/t"]
+
+    def step(E, dt, *old_state, tangent: bool = False):
+        t = dt
+        inputs = {"forces/E": E}
+        if "forces/t" in input_names:
+            inputs["forces/t"] = t
+            inputs["old_forces/t"] = torch.zeros_like(t)
+        for f in forces:
+            inputs[f] = torch.zeros_like(E)
+        for name, value in zip(names, old_state):
+            inputs["old_" + name] = value
+        if plastic and "old_state/internal/gamma_rate" in input_names:
+            inputs["old_state/internal/gamma_rate"] = torch.zeros_like(dt)
+        out = m(inputs, derivatives=tangent)
+        res = [out["state/S"], *(out[n] for n in names)]
+        if plastic:
+            res.append(out["state/internal/gamma_rate"])
+        if tangent:
+            res.append(out.jacobian["state/S", "forces/E"])
+        return tuple(res)
+
+    return step
 
 
 def modelc_compile(model_name: str, out_dir: str) -> dict[str, float]:
-    """Compile the library spec of ``model_name`` into ``out_dir`` and import it.
+    """Compile the library spec of ``model_name`` into ``out_dir`` and import it (no cache)."""
+    import time
 
-    Returns {"compile_s": spec -> module written, "import_s": import of the module}; first-call latency
-    is measured by the runner on the callable of ``modelc_step``.
-    """
-    raise ModelcUnavailable("modelc hook not implemented yet (benchmarks/modelc_hook.py: modelc_compile)")
+    from modelc import driver
+    from modelc.backends.module import module_file_name, write_modules
+    from modelc.cache import import_file
+
+    t0 = time.perf_counter()
+    spec = driver.load_spec(_LIBRARY)
+    src = driver.compile_model(spec, model_name).source
+    fname = module_file_name(model_name)
+    write_modules({fname: src}, out_dir)
+    t1 = time.perf_counter()
+    import_file(Path(out_dir) / fname, f"modelc_bench_{model_name}")
+    t2 = time.perf_counter()
+    return {"compile_s": t1 - t0, "import_s": t2 - t1}

@@ -5,10 +5,12 @@ reversal) and on the generated PyTorch code (float64, the whole 100-step history
 
 Tolerances: the specs' Newton stops at ||R|| <= 1e-10 (or 1e-10 ||R0||) on a residual mixing plastic
 strains and stresses. A time-scaled history reaches the same solution by different iterates (the flow
-rate unknown scales with 1 / dt, and with it the consistency residual), so results agree to the
-stopping error: ~1e-10 in plastic strains, ~1e-8 relative in stress, bound 5e-8 (1e-6 for flow
-rates x time scale). The same stopping error bounds how far a converged state can sit off the yield
-surface: ~2e-5 MPa of stress; bound 1e-4 MPa (NEML2 at 1e-12 tolerance: ~1e-11 MPa).
+rate unknown scales with 1 / dt, and with it the consistency residual), so results can differ by the
+stopping error; Newton's last (quadratic) step usually lands far below it: observed 5e-12 relative
+in stress; bound 1e-9 (a rate-dependent model differs by percents: Perzyna 1.7e-2), flow rate x time
+scale 1e-6. How far a converged state sits off the yield surface: by the tolerance argument up to
+~2e-5 MPa (1e-10 of plastic strain x 2 mu), observed 1.5e-8 MPa; bound 1e-5 MPa (NEML2 at 1e-12
+tolerance: ~1e-11 MPa).
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def test_rate_independent_models_ignore_the_time_scale(model: str, path: str, ru
             if name == "state/internal/gamma_rate":  # a rate: gamma * dt is what is invariant
                 err, tol = per_point_rel_err(other * s, base), 1e-6
             else:
-                err, tol = per_point_rel_err(other, base), 5e-8
+                err, tol = per_point_rel_err(other, base), 1e-9
             assert err <= tol, f"{model} ({path}): {name} changes by {err:.2e} when time runs x{s}"
 
 
@@ -141,8 +143,8 @@ def test_rate_independent_states_respect_consistency(model: str, path: str, runs
     gamma = out["state/internal/gamma_rate"]
     flowing = gamma > 1e-8
     assert flowing.sum() > 10 and (~flowing).sum() > 10
-    assert f.max() <= 1e-4, f"{model} ({path}): a state outside the yield surface, f = {f.max():.2e} MPa"
-    assert np.abs(f[flowing]).max() <= 1e-4, f"{model} ({path}): flowing off the yield surface"
+    assert f.max() <= 1e-5, f"{model} ({path}): a state outside the yield surface, f = {f.max():.2e} MPa"
+    assert np.abs(f[flowing]).max() <= 1e-5, f"{model} ({path}): flowing off the yield surface"
     assert gamma.min() >= -1e-8
     # the plastic strain is deviatoric (associative J2 flow) and follows the flow direction
     Ep = out["state/internal/Ep"]
