@@ -290,7 +290,9 @@ class Newton:
 
     Start from ``guess``; each iteration evaluates ``body`` (assignments that may read the
     unknowns), then the ``residual`` and ``jacobian`` (dR/du) expressions, solves J du = -R and
-    updates the points that have not converged. Convergence: ||R|| <= atol or ||R|| <= rtol ||R0||.
+    updates the points that have not converged. Convergence: ||R|| <= atol, or every
+    |R_i| <= rtol * residual_scale[i] (or, when no scale is given, ||R|| <= rtol ||R0||), with rtol
+    floored at a few ulps of the dtype.
     After the loop, ``unknowns`` hold the solution, and ``converged``, ``iterations`` and
     ``residual_norm`` hold the per-point status.
     """
@@ -304,6 +306,13 @@ class Newton:
     converged: sp.Symbol
     iterations: sp.Symbol
     residual_norm: sp.Symbol
+    #: per residual component, the sum of the magnitudes of its terms (same symbols as ``residual``).
+    #: A point counts as converged when every |R_i| <= rtol_eff * residual_scale[i]: each residual
+    #: is zero to within the relative tolerance of the terms it is made of. Unlike rtol * ||R0|| this
+    #: does not mix units, and it makes float32 (and tight float64 tolerances) reachable: an elastic
+    #: step whose first residual is already at round-off level converges at once. Empty: the
+    #: backends fall back to ||R|| <= rtol_eff * ||R0||.
+    residual_scale: tuple[sp.Expr, ...] = ()
 
 
 Statement = Assign | LinearSolve | Newton

@@ -14,15 +14,22 @@ from modelc.backends.linsolve import expand_solve
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
 from modelc.errors import InternalError
+from modelc.functions import FUNCTIONS
+
+_abs = FUNCTIONS["abs_"].cls
 
 
 RTOL_FLOOR_EPS = 32  # the relative Newton tolerance is at least this many machine epsilons
 
 
 class Emitter:
-    def __init__(self, printer: ExprPrinter, namer: Namer):
+    """``pivoting``: the linear solves' strategy (see :mod:`modelc.backends.linsolve`)."""
+
+    def __init__(self, printer: ExprPrinter, namer: Namer, pivoting: str = "auto"):
         self.p = printer
         self.namer = namer
+        self.pivoting = pivoting
+        self.defs: dict[sp.Symbol, sp.Expr] = {}  # latest value assigned to each symbol
         self.lines: list[str] = []
         self.depth = 1  # inside a function
         self.n_solves = 0
@@ -35,6 +42,7 @@ class Emitter:
         self.line(f"# {text}")
 
     def assign(self, target: sp.Symbol, value: sp.Expr) -> None:
+        self.defs[target] = value
         self.line(f"{self.namer(target)} = {self.p.doprint(value)}")
 
     def statements(self, stmts) -> None:
@@ -67,18 +75,28 @@ class Emitter:
 
     def solve(self, A, B, targets, prefix: str) -> None:
         """Lines solving ``A X = B`` into ``targets`` (default: unrolled elimination)."""
-        for a in expand_solve(A, B, targets, prefix):
+        for a in expand_solve(A, B, targets, prefix, pivoting=self.pivoting, defs=self.defs):
             self.assign(a.target, a.value)
 
     def convergence(self, st: ir.Newton, rn0: sp.Symbol, k: int) -> sp.Expr:
-        """||R|| <= atol or ||R|| <= rtol_eff ||R0||, where ``rtol_eff = max(rtol, RTOL_FLOOR_EPS *
-        eps(dtype))`` (assigned by :meth:`rtol_line`): a float64 tolerance like 1e-10 cannot be met
-        in float32, so the relative tolerance is floored at a few ulps of the kernel dtype."""
+        """||R|| <= atol, or (with ``residual_scale``) every |R_i| <= rtol_eff * scale_i, or (without)
+        ||R|| <= rtol_eff ||R0||; ``rtol_eff = max(rtol, RTOL_FLOOR_EPS * eps(dtype))`` (assigned by
+        the backend): a float64 tolerance like 1e-12 cannot be met in float32, so the relative
+        tolerance is floored at a few ulps of the kernel dtype."""
         rn = st.residual_norm
+        res, _, _ = self.newton_symbols(st, k)
         # rn0 < 3e38 (finite in float32 too): a point whose first residual is inf never "converges" by rtol
-        return sp.Or(sp.LessThan(rn, sp.Float(st.solver.atol, 17)),
-                     sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0),
-                            sp.StrictLessThan(rn0, sp.Float(3.0e38, 17))))
+        tests = [sp.LessThan(rn, sp.Float(st.solver.atol, 17))]
+        if st.residual_scale:
+            # scaled test (see ir.Newton.residual_scale): every residual is zero to within rtol_eff of
+            # the magnitude of its own terms. Unlike rtol * ||R0|| it does not mix units (a residual in
+            # MPa next to one in strain), and it is reachable in float32 (NaN compares false).
+            tests.append(sp.And(*[sp.LessThan(_abs(r), self.rtol_symbol(k) * s)
+                                  for r, s in zip(res, st.residual_scale)]))
+        else:
+            tests.append(sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0),
+                                sp.StrictLessThan(rn0, sp.Float(3.0e38, 17))))
+        return sp.Or(*tests)
 
     def rtol_symbol(self, k: int) -> sp.Symbol:
         return sp.Symbol(f"nt{k}.rtol", real=True)

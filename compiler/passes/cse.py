@@ -55,11 +55,12 @@ def cse(program: Program) -> Program:
 
 def _newton(st: Newton, counter: Counter) -> Newton:
     n = len(st.residual)
-    extra = tuple(st.residual) + tuple(e for row in st.jacobian for e in row)
+    extra = tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
     body, reduced = _segment(list(st.body), extra, set(), counter)
     residual = tuple(reduced[:n])
     jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
-    return replace(st, body=tuple(body), residual=residual, jacobian=jac)
+    scale = tuple(reduced[n + n * n:])
+    return replace(st, body=tuple(body), residual=residual, jacobian=jac, residual_scale=scale)
 
 
 def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):

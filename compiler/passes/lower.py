@@ -133,9 +133,11 @@ class _Emitter:
 
         jac = rows([svars[u.name] if u.name in svars else u for u in unknowns])
         res = tuple(s for rv in residuals for s in rv.symbols)
+        scale = _residual_scale(m, system)
         inner = _Emitter()
         inner.model(system, True)
-        live = set(res) | set().union(*(e.free_symbols for row in jac for e in row))
+        live = (set(res) | set().union(*(e.free_symbols for row in jac for e in row))
+                | set().union(*(e.free_symbols for e in scale)))
         body = prune(inner.body, live)
         if any(not isinstance(st, Assign) for st in body):
             raise InternalError(f"the residual system of '{m.name}' lowered to non-Assign statements")
@@ -146,7 +148,8 @@ class _Emitter:
             raise InternalError(f"implicit model '{m.name}': {len(guess)} guess components for "
                                 f"{len(usyms)} unknowns")
         newton = Newton(unknowns=usyms, guess=guess, body=body, residual=res, jacobian=jac,
-                        solver=m.implicit.solver, converged=conv, iterations=its, residual_norm=norm)
+                        solver=m.implicit.solver, converged=conv, iterations=its, residual_norm=norm,
+                        residual_scale=scale)
         self.body.append(newton)
         self.newtons.append(newton)
         self.assigned = {}  # a new straight-line segment starts after the Newton statement
@@ -162,6 +165,60 @@ class _Emitter:
             targets = tuple(tuple(partial_symbol(m.name, a, b) for x in wrt for b in x.symbols)
                             for a in usyms)
             self.body.append(LinearSolve(A=jac, B=B, targets=targets))
+
+
+def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
+    """Per residual component, the magnitude round-off in it is measured against (see
+    ``ir.Newton.residual_scale``): a running-error style bound of its defining expression, where a
+    sum counts the magnitudes of its terms, a product multiplies them, and a variable defined inside
+    the residual system counts the magnitude of its definition (a few levels deep), so that
+    ``f = sqrt(2/3) (seff - sigma_y - k)`` is measured against ``|seff| + |sigma_y| + |k|``, not
+    against its own (possibly cancelled) value; a power ``x^n`` counts ``|x^n| + |n x^(n-1)| M(x)``.
+    """
+    from modelc.functions import FUNCTIONS
+
+    absf = FUNCTIONS["abs_"].cls
+    leaf = next((s for s in system.submodels if s.name == f"{m.name}/residual"), None)  # see compose
+    if leaf is None:
+        return ()
+    defs: dict[sp.Symbol, sp.Expr] = {}  # symbol -> its defining component, across the system
+
+    def collect(model: Model) -> None:
+        for sub in model.submodels:
+            collect(sub)
+        for eq in model.equations:
+            defs.update(zip(eq.var.symbols, (sp.sympify(c) for c in eq.components)))
+
+    collect(system)
+
+    def mag(e: sp.Expr, depth: int) -> sp.Expr:
+        if not e.free_symbols:  # a constant: its magnitude, folded (never abs_ of a number)
+            return sp.Abs(e)
+        if e.is_Symbol:
+            return mag(defs[e], depth - 1) if (depth > 0 and e in defs) else absf(e)
+        if e.is_Add:
+            return sp.Add(*[mag(a, depth) for a in e.args])
+        if e.is_Mul:
+            return sp.Mul(*[mag(a, depth) for a in e.args])
+        if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+            return mag(e.base, depth) ** e.exp
+        if not (e.is_Pow or e.func is FUNCTIONS["powr"].cls):
+            return absf(e)  # a function's value: its own scale
+        # a power x^n: first-order error propagation |x^n| + |n x^(n-1)| M(x) (a relative error in x
+        # grows n-fold); parameters are exact inputs (no round-off to propagate)
+        extra = []
+        for j, x in enumerate(e.args):
+            if x.free_symbols and not (x.is_Symbol and x.name.startswith("$")):
+                d = sp.Dummy()
+                args = list(e.args)
+                args[j] = d
+                dg = sp.diff(e.func(*args), d).xreplace({d: x})
+                extra.append(absf(dg) * mag(x, depth))
+        return absf(e) + sp.Add(*extra)
+
+    by_var = {eq.var.name: eq.components for eq in leaf.equations}
+    out = [mag(sp.sympify(c), 4) for rv in system.outputs for c in by_var.get(rv.name, ())]
+    return tuple(out) if len(out) == sum(rv.type.size for rv in system.outputs) else ()
 
 
 def _variables(m: Model) -> dict[str, Variable]:
@@ -189,7 +246,7 @@ def reads(st: Statement) -> set[sp.Symbol]:
     for a in st.body:
         free |= sp.sympify(a.value).free_symbols - inner
         inner.add(a.target)
-    for e in list(st.residual) + [e for row in st.jacobian for e in row]:
+    for e in list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale):
         free |= sp.sympify(e).free_symbols - inner
     for g in st.guess:
         free |= sp.sympify(g).free_symbols

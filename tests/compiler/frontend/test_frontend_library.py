@@ -71,7 +71,8 @@ def test_library_models_parameters_and_wiring(lib):
         # the used models read only unknowns, strain, or what another used model provides
         for u in rm.implicit.uses:
             for v in lib.model(u).inputs:
-                assert v.name in unknowns | provided | {"forces/E"}, (name, u, v.name)
+                assert (v.name in unknowns | provided | {"forces/E", "forces/t", "old_forces/t"}
+                        or v.name.startswith("old_")), (name, u, v.name)
 
 
 _COMPILED: dict = {}
@@ -182,16 +183,25 @@ def test_kinks_of_the_flow_rules_from_both_sides(lib, side):
     # Perzyna: f just above / below 0
     _generic_fd(lib.model("perzyna_flow_rate"), rng, lambda x: side * np.abs(x) * 1e-2 + side * 1e-3)
     # Fischer-Burmeister around (0, 0): every sign combination of (-f, gamma_rate)
+    # (inputs f, gamma_rate, t, old t; dt = 1/E makes the scaled flow rate E dt gamma_rate = gamma_rate)
     for s2 in (1.0, -1.0):
         _generic_fd(lib.model("fischer_burmeister_consistency"), rng,
-                    lambda x: np.array([side * (abs(x[0]) * 1e-3 + 1e-3), s2 * (abs(x[1]) * 1e-3 + 1e-3)]))
+                    lambda x: np.array([side * (abs(x[0]) * 1e-3 + 1e-3), s2 * (abs(x[1]) * 1e-3 + 1e-3),
+                                        1.0 / DEFAULTS["E"], 0.0]))
 
 
 def test_consistency_and_perzyna_values(lib):
     fb, pz = lib.model("fischer_burmeister_consistency"), lib.model("perzyna_flow_rate")
-    assert _eval(fb, "state/internal/consistency", [-5.0, 0.0])[0] == 0  # elastic: f < 0, no flow
-    assert abs(_eval(fb, "state/internal/consistency", [0.0, 0.3])[0]) < 1e-15  # plastic: f = 0
-    assert _eval(fb, "state/internal/consistency", [2.0, 0.0])[0] < 0  # violated: f > 0
+    # inputs (f, gamma_rate, t, old t); the flow rate enters scaled to a stress, E dt gamma_rate
+    assert [v.name for v in fb.inputs] == ["state/internal/fp", "state/internal/gamma_rate", "forces/t",
+                                           "old_forces/t"]
+    assert _eval(fb, "state/internal/consistency", [-5.0, 0.0, 1.0, 0.5])[0] == 0  # elastic: f < 0, no flow
+    assert abs(_eval(fb, "state/internal/consistency", [0.0, 0.3, 1.0, 0.5])[0]) < 1e-15  # plastic: f = 0
+    assert _eval(fb, "state/internal/consistency", [2.0, 0.0, 1.0, 0.5])[0] < 0  # violated: f > 0
+    # both arguments violated: fb(-f, E dt g) = -f + E dt g - sqrt(f^2 + (E dt g)^2)
+    f, g, dt = 3.0, -1e-5, 0.5
+    b = DEFAULTS["E"] * dt * g
+    assert np.isclose(_eval(fb, "state/internal/consistency", [f, g, 1.0, 0.5])[0], -f + b - np.hypot(f, b))
     assert _eval(pz, "state/internal/gamma_rate_perzyna", [-3.0])[0] == 0
     assert np.isclose(_eval(pz, "state/internal/gamma_rate_perzyna", [30.0])[0], (30 / 200) ** 5)
     af = lib.model("armstrong_frederick")
