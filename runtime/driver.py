@@ -136,8 +136,13 @@ def step_status(result: Any, batch: int, device: Any) -> tuple[torch.Tensor, tor
 
 
 def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
-               params: dict[str, torch.Tensor] | None) -> Any:
-    """One evaluation: ``model(inputs, derivatives=..., **parameter overrides)``."""
+               params: dict[str, torch.Tensor] | None,
+               old_forces: dict[str, torch.Tensor] | None = None) -> Any:
+    """One evaluation: ``model(inputs, derivatives=..., **parameter overrides)``. ``old_forces``
+    (the previous step's value of each force the model has no ``old_forces/`` input for) is passed
+    to models that sub-step failed points (``on_failure="substep"``), which need it to cut the step."""
+    if old_forces and getattr(model, "on_failure", "nan") == "substep":
+        return model(inputs, derivatives=derivatives, old_forces=old_forces, **(params or {}))
     return model(inputs, derivatives=derivatives, **(params or {}))
 
 
@@ -240,7 +245,8 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     for n in range(1, steps):
         inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
         want_tangent = n in t_steps
-        result = call_model(model, inputs, want_tangent, call_params)
+        old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
+        result = call_model(model, inputs, want_tangent, call_params, old_forces)
         conv, its, res = step_status(result, batch, device)
         outs = {name: output_tensor(result, name).to(dtype).reshape(batch, *shape)
                 for name, shape in out_shapes.items()}

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="record the consistent tangent d stress / d strain at these steps")
     p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--on-failure", choices=("nan", "substep"), default=None,
+                   help="a point whose Newton solve fails: mark it and return NaN (default), or cut "
+                        "its step into sub-steps and retry (adaptive sub-stepping)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError(f"--plot {args.plot}: expected a .png (or .svg, .pdf) file name")
     device = check_device(args.device)
-    model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend)
+    model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,
+                       on_failure=args.on_failure)
     dtype = _torch_dtype(args.dtype)
 
     start = _time.perf_counter()
@@ -117,7 +121,8 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend: str) -> Any:
+def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend: str,
+               on_failure: str | None = None) -> Any:
     """Compile (or fetch from the cache) the model of ``spec`` through ``modelc.load``, and build
     it: ``module.Model(dtype=..., device=..., backend=...)``."""
     import modelc
@@ -129,7 +134,7 @@ def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend
         raise ModelcError("modelc run: this build of modelc has no compiler entry point "
                           "(modelc.load) yet, so it cannot compile a spec")
     module = load(spec, model=model)
-    return module.Model(dtype=_torch_dtype(dtype), device=device, backend=backend)
+    return module.Model(dtype=_torch_dtype(dtype), device=device, backend=backend, on_failure=on_failure)
 
 
 def _torch_dtype(name: str) -> Any:

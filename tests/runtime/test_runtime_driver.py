@@ -525,3 +525,27 @@ def test_real_cli_run_elastic(tmp_path, capsys):
     with np.load(out) as r:
         np.testing.assert_allclose(r["stress"], r["strain"] @ C.T, rtol=1e-5, atol=1e-5 * 200)
         np.testing.assert_allclose(r["tangent"][0], np.broadcast_to(C, (2, 6, 6)), rtol=1e-5, atol=1e-2)
+
+
+class FakeSubstepping(FakeElastic):
+    """An elastic model built with on_failure="substep": records the old forces it is handed."""
+
+    on_failure = "substep"
+
+    def __call__(self, inputs, derivatives=False, old_forces=None, **params):
+        self.old = getattr(self, "old", []) + [None if old_forces is None else old_forces["forces/E"].clone()]
+        return super().__call__(inputs, derivatives, **params)
+
+
+def test_substepping_models_get_the_previous_strain():
+    rng = np.random.default_rng()
+    hist = _random_history(rng, 5, 3)
+    m = FakeSubstepping()
+    run_history(m, hist, progress=False)
+    # step n is handed the strain of step n-1 (row 0 for the first step), so it can cut the step
+    assert len(m.old) == 4
+    for n, old in enumerate(m.old, start=1):
+        np.testing.assert_array_equal(old.numpy(), hist["strain"][n - 1])
+    plain = FakeElastic()
+    run_history(plain, hist, progress=False)  # a model that does not sub-step gets no old_forces
+    assert len(plain.calls) == 4
