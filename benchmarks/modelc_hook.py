@@ -32,7 +32,7 @@ def modelc_backends(device: torch.device) -> list[str]:
     """modelc backends to benchmark on ``device``: every backend that runs there."""
     if torch.device(device).type == "cuda":
         return ["triton", "torch"]
-    return ["torch"]
+    return ["c", "torch"]  # "c" is skipped with a note where no C compiler builds it
 
 
 def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device):

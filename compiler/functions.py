@@ -2,7 +2,7 @@
 
 Every entry of :data:`FUNCTIONS` carries, on adjacent lines: the SymPy ``Function`` subclass with an
 explicit derivative (``fdiff``), the number of arguments, its value and derivative at the kink
-(``kink_doc``), its PyTorch and Triton spellings (``str.format`` templates over the printed
+(``kink_doc``), its PyTorch, Triton and C spellings (``str.format`` templates over the printed
 arguments ``{0}``, ``{1}``, ...), and a NumPy reference implementation (``numpy``, for tests and
 ``lambdify``). The printers take the spellings from here; nothing else knows these functions.
 
@@ -269,7 +269,8 @@ class FunctionRule:
 
     ``name``: the SymPy function's name (``cls.__name__``, what appears in printed IR);
     ``spelling``: what a spec author writes (``None``: internal, produced by the front end only);
-    ``torch`` / ``triton``: ``str.format`` templates over the printed arguments;
+    ``torch`` / ``triton`` / ``c``: ``str.format`` templates over the printed arguments (C: over
+    ``real`` scalars, NaN handled like the PyTorch spelling);
     ``numpy``: a reference implementation on float arrays; ``kink_doc``: value and derivative at
     the kink, and which branch a tie takes.
     """
@@ -280,6 +281,7 @@ class FunctionRule:
     spelling: str | None
     torch: str
     triton: str
+    c: str
     numpy: Callable
     kink_doc: str
 
@@ -298,54 +300,63 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         "heaviside", heaviside, 1, "heaviside",
         torch="torch.heaviside({0}, torch.zeros_like({0}))",
         triton="tl.where({0} > 0.0, 1.0, 0.0)",
+        c="({0} > 0 ? 1 : 0)",
         numpy=lambda x: np.where(np.asarray(x) > 0, 1.0, 0.0),
         kink_doc="heaviside(0) = 0; derivative 0 everywhere (including at 0)"),
     FunctionRule(
         "sign", sign, 1, "sign",
         torch="torch.sign({0})",
         triton="tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
+        c="({0} > 0 ? 1 : ({0} < 0 ? -1 : 0))",
         numpy=np.sign,
         kink_doc="sign(0) = 0; derivative 0 everywhere (including at 0)"),
     FunctionRule(
         "abs_", abs_, 1, "abs",
         torch="torch.abs({0})",
         triton="tl.abs({0})",
+        c="fabs({0})",
         numpy=np.abs,
         kink_doc="abs(0) = 0; derivative sign(x), so 0 at x = 0"),
     FunctionRule(
         "macaulay", macaulay, 1, "macaulay",
         torch="torch.clamp({0}, min=0.0)",
         triton="tl.maximum({0}, 0.0)",
+        c="({0} < 0 ? 0 : {0})",
         numpy=lambda x: np.maximum(x, 0.0),
         kink_doc="macaulay(0) = 0; derivative heaviside(x), so 0 at x = 0"),
     FunctionRule(
         "max_", max_, 2, "max",
         torch="torch.where({0} >= {1}, {0}, {1})",
         triton="tl.where({0} >= {1}, {0}, {1})",
+        c="({0} >= {1} ? {0} : {1})",
         numpy=lambda a, b: np.where(np.asarray(a) >= b, a, b),
         kink_doc="max(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
     FunctionRule(
         "min_", min_, 2, "min",
         torch="torch.where({0} <= {1}, {0}, {1})",
         triton="tl.where({0} <= {1}, {0}, {1})",
+        c="({0} <= {1} ? {0} : {1})",
         numpy=lambda a, b: np.where(np.asarray(a) <= b, a, b),
         kink_doc="min(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
     FunctionRule(
         "safe_div", safe_div, 2, "safe_div",
         torch="torch.where({1} != 0.0, {0} / torch.where({1} != 0.0, {1}, 1.0), 0.0)",
         triton="tl.where({1} != 0.0, {0} / tl.where({1} != 0.0, {1}, 1.0), 0.0)",
+        c="({1} != 0 ? {0} / {1} : 0)",
         numpy=_safe_div_np,
         kink_doc="safe_div(a, 0) = 0; both derivatives 0 at b = 0 (safe_div(1, b), -safe_div(a, b**2))"),
     FunctionRule(
         "safe_sqrt", safe_sqrt, 1, "safe_sqrt",
         torch="torch.sqrt(torch.clamp({0}, min=0.0))",
         triton="tl.sqrt(tl.maximum({0}, 0.0))",
+        c="sqrt({0} < 0 ? 0 : {0})",
         numpy=lambda x: np.sqrt(np.maximum(x, 0.0)),
         kink_doc="safe_sqrt(x) = 0 for x <= 0; derivative safe_div(1, 2 safe_sqrt(x)), 0 for x <= 0"),
     FunctionRule(
         "powr", powr, 2, None,
         torch="torch.pow({0}, {1})",
         triton="tl.exp({1} * tl.log({0}))",
+        c="pow({0}, {1})",
         numpy=lambda a, b: np.power(np.asarray(a, dtype=float), b),
         kink_doc="a**b for a >= 0 (NaN for a < 0); at a = 0: value 0 (b > 0), d/da = b*0**(b-1) "
                  "(0 for b > 1), d/db = 0"),
@@ -353,12 +364,14 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         "ifpos", ifpos, 3, None,
         torch="torch.where({0} > 0.0, {1}, {2})",
         triton="tl.where({0} > 0.0, {1}, {2})",
+        c="({0} > 0 ? {1} : {2})",
         numpy=lambda d, a, b: _where_np(np.asarray(d) > 0, a, b),
         kink_doc="ifpos(0, a, b) = b (the condition d > 0 is false at 0); d/da = heaviside(d)"),
     FunctionRule(
         "ifnonneg", ifnonneg, 3, None,
         torch="torch.where({0} >= 0.0, {1}, {2})",
         triton="tl.where({0} >= 0.0, {1}, {2})",
+        c="({0} >= 0 ? {1} : {2})",
         numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
         kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
 )}

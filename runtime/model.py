@@ -2,8 +2,11 @@
 
 A generated module defines ``class Model(CompiledModel)`` with class attributes describing the model
 (``INPUTS``, ``OUTPUTS``, ``PARAMETERS``, ``STATE``, ``FORCES``, ``IMPLICIT``, ``SOLVER``, ``BAKED``)
-and four entry points: ``torch_value`` / ``torch_jacobian`` (generated PyTorch functions) and
-``kernel_value`` / ``kernel_jacobian`` (Triton kernels). Everything else — validation at the call
+and entry points: ``torch_value`` / ``torch_jacobian`` (generated PyTorch functions),
+``kernel_value`` / ``kernel_jacobian`` (Triton kernels) and ``c_source`` (the C backend's source,
+built by :mod:`modelc.runtime.cbuild`). Backends: ``"torch"``, ``"triton"`` (CUDA, or the interpreter),
+``"c"`` (CPU); ``"auto"`` picks Triton on CUDA, C on the CPU when a compiler builds it, else PyTorch
+(see docs/backends.md). Everything else — validation at the call
 boundary, parameter handling, backend choice, launch, labeled results, convergence status and
 adaptive sub-stepping — lives here, once, generically.
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from numbers import Number
 from typing import Any, Mapping, NamedTuple
@@ -167,6 +171,9 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+_WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
+
+
 # --------------------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------------------
@@ -189,6 +196,7 @@ class CompiledModel:
     torch_jacobian: Any = None
     kernel_value: Any = None
     kernel_jacobian: Any = None
+    c_source: str | None = None  # the C backend's source (modelc.backends.c_backend), if generated
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
@@ -197,10 +205,23 @@ class CompiledModel:
             raise InputError(f"model {self.NAME}: dtype must be torch.float64 or torch.float32, got {dtype}")
         self.dtype = dtype
         self.device = torch.device(device)
-        if backend not in ("auto", "torch", "triton"):
-            raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+        if backend not in ("auto", "torch", "triton", "c"):
+            raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
+        self._clib = None
         if backend == "auto":
             backend = "triton" if (self.device.type == "cuda" and self.kernel_value is not None) else "torch"
+            if self.device.type == "cpu" and self.c_source:
+                backend = self._auto_c()
+        elif backend == "c":
+            if self.device.type != "cpu":
+                raise InputError(f"model {self.NAME}: backend='c' runs on the CPU only, not on {self.device} "
+                                 "(use backend='triton' or 'torch' there)")
+            if not self.c_source:
+                raise InputError(f"model {self.NAME}: this generated module has no C source (it predates "
+                                 "the C backend): regenerate it with `modelc compile`")
+            from modelc.runtime.cbuild import load_library
+
+            self._clib = load_library(self.c_source, self.NAME, dtype)
         if backend == "triton":
             if self.kernel_value is None:
                 raise InputError(f"model {self.NAME}: backend='triton' needs the triton package")
@@ -218,6 +239,22 @@ class CompiledModel:
         self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
         self._values: dict[str, Any] = {}
         self.set_parameters(**param_overrides)
+
+    def _auto_c(self) -> str:
+        """'c' if the C library builds (or is cached) for this dtype, else 'torch' with a warning
+        (once per process and reason)."""
+        from modelc.runtime.cbuild import CBuildError, load_library
+
+        try:
+            self._clib = load_library(self.c_source, self.NAME, self.dtype)
+            return "c"
+        except CBuildError as exc:
+            reason = str(exc)
+        if reason not in _WARNED:
+            _WARNED.add(reason)
+            warnings.warn(f"modelc: the C backend is unavailable ({reason}); model {self.NAME} uses the "
+                          "slower generated PyTorch code on the CPU", RuntimeWarning, stacklevel=3)
+        return "torch"
 
     # -- parameters ----------------------------------------------------------------------------
     def set_parameters(self, **values) -> None:
@@ -354,7 +391,20 @@ class CompiledModel:
         if self.backend == "torch":
             fn = self.torch_jacobian if derivatives else self.torch_value
             return fn(X, P)
+        if self.backend == "c":
+            return self._run_c(X, P, derivatives)
         return self._launch(X, P, derivatives, shared, overrides or {})
+
+    def _run_c(self, X, P, derivatives):
+        B, nx = X.shape
+        ny = self.output_axis.size
+        X = X if X.stride(-1) == 1 else X.contiguous()
+        P = P.contiguous()
+        Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
+        J = torch.empty(B, ny, nx, dtype=self.dtype, device=self.device) if derivatives else None
+        ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
+        self._clib(X, P, Y, J, ST)
+        return Y, J, ST
 
     def _launch(self, X, P, derivatives, shared, overrides):
         import triton

@@ -1,4 +1,4 @@
-"""Programs -> one generated Python module (Triton kernels + PyTorch code + a ``Model`` class).
+"""Programs -> one generated Python module (Triton kernels + PyTorch code + C source + a ``Model`` class).
 
 :func:`emit_module` renders ``templates/module.py.j2`` (Jinja2, ``StrictUndefined``) from a small
 context built here: function bodies come from the backends' printers, never from template logic.
@@ -19,6 +19,7 @@ from typing import Mapping
 import jinja2
 
 from modelc import __version__, ir
+from modelc.backends.c_backend import c_source
 from modelc.backends.layout import Layout
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
@@ -112,6 +113,7 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
+        "c_source": c_source(value, full),
         "inputs": [var_info(v) for v in value.inputs],
         "outputs": [var_info(v) for v in value.outputs],
         "parameters": [par_info(p) for p in value.parameters],

@@ -76,10 +76,12 @@ class TorchEmitter(Emitter):
         self.depth -= 1
 
 
-def torch_body(program: ir.Program, layout: Layout, derivatives: bool) -> list[str]:
-    """The lines of ``def _torch_<variant>(X, P):`` (without the ``def`` line)."""
-    namer = Namer()
-    em = TorchEmitter(TorchPrinter(namer), namer)
+def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoting: str = "auto",
+               short_names: bool = True) -> list[str]:
+    """The lines of ``def _torch_<variant>(X, P):`` (without the ``def`` line); the options as for
+    :func:`modelc.backends.triton_backend.triton_body` (``pivoting`` applies to unrolled solves)."""
+    namer = Namer(short=short_names)
+    em = TorchEmitter(TorchPrinter(namer), namer, pivoting)
     em.comment("inputs: column views of X")
     for sym, col in layout.input_columns():
         em.line(f"{namer(sym)} = X[:, {col}]")

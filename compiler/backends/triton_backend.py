@@ -144,11 +144,13 @@ class _Rows:
 
 
 def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
-                baked: frozenset[str]) -> tuple[list[str], list[str]]:
-    """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args."""
-    namer = Namer()
+                baked: frozenset[str], *, pivoting: str = "auto",
+                short_names: bool = True) -> tuple[list[str], list[str]]:
+    """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args.
+    ``pivoting``: see :mod:`modelc.backends.linsolve`; ``short_names``: see :mod:`modelc.backends.names`."""
+    namer = Namer(short=short_names)
     pr = TritonPrinter(namer)
-    em = TritonEmitter(pr, namer)
+    em = TritonEmitter(pr, namer, pivoting)
     em.depth = 1
     rows = _Rows(em)
     head: list[str] = []

@@ -1,0 +1,402 @@
+"""The C backend (modelc.backends.c_backend + modelc.runtime.cbuild): library models against the
+generated PyTorch code (poisoned output buffers, status, NaN points), the custom functions against
+their NumPy references, a linear solve that needs pivoting against numpy.linalg.solve, the build cache
+(including concurrent builds) and the automatic backend choice without a compiler."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+from modelc import ir
+from modelc.backends.c_backend import c_source
+from modelc.runtime import cbuild
+from modelc.runtime.types import Scalar
+
+LIBRARY = Path(__file__).parents[3] / "spec" / "library.yaml"
+MODELS = ("elastic", "j2_linear_iso", "j2_voce_af", "perzyna_iso")  # j2_perfect: like j2_linear_iso
+
+try:
+    cbuild.compiler()
+    HAVE_CC = True
+except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
+    HAVE_CC = False
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """A private C cache for this module (restores $MODELC_CACHE_DIR afterwards)."""
+    old = os.environ.get("MODELC_CACHE_DIR")
+    path = tmp_path_factory.mktemp("ccache")
+    os.environ["MODELC_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("MODELC_CACHE_DIR", None)
+    else:
+        os.environ["MODELC_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def library(cache_dir, tmp_path_factory):
+    from modelc import driver
+    from modelc.backends.module import write_atomic
+    from modelc.cache import import_file
+
+    spec = driver.load_spec(LIBRARY)
+    folder = tmp_path_factory.mktemp("clibrary")
+    out = {}
+    for name in MODELS:
+        path = folder / f"{name}.py"
+        write_atomic(path, driver.compile_model(spec, name).source)
+        out[name] = import_file(path, f"c_backend_library_{name}")
+    return out
+
+
+def _inputs(m, B: int, seed: int) -> torch.Tensor:
+    """Flat X (float64): strains of magnitude 1e-5..1e-2 (elastic and plastic points), zero old
+    state, unit time step."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.zeros(B, m.input_axis.size, dtype=torch.float64)
+    for name in m.input_axis.variable_names:
+        a, b = m.input_axis.span(name)
+        if name == "forces/t":
+            X[:, a:b] = 1.0
+        elif not name.startswith("old_"):
+            mag = 10 ** (-5 + 3 * torch.rand(B, 1, generator=g, dtype=torch.float64))
+            X[:, a:b] = torch.randn(B, b - a, generator=g, dtype=torch.float64) * mag
+    return X
+
+
+def _poisoned_c(m, X, P, derivatives):
+    B, nx = X.shape
+    ny = m.output_axis.size
+    Y = torch.full((B, ny), math.nan, dtype=m.dtype)
+    J = torch.full((B, ny, nx), math.nan, dtype=m.dtype) if derivatives else None
+    ST = torch.full((B, 3), math.nan, dtype=m.dtype) if m.IMPLICIT else None
+    m._clib(X.contiguous(), P.contiguous(), Y, J, ST)
+    return Y, J, ST
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-300))
+
+
+@needs_cc
+@pytest.mark.parametrize("name", MODELS)
+def test_library_models_match_torch(library, name):
+    """float64: every point converges in both backends, same iterations, tight agreement. float32
+    (where Newton may stall at round-off in either backend): a failed point is NaN and flagged, and
+    on the points both converged the C results are no worse than PyTorch's, both against float64."""
+    mod = library[name]
+    B = 300
+    X64 = _inputs(mod.Model(backend="torch"), B, seed=zlib.crc32(name.encode()) % 1000)
+    ref = {}
+    for dtype in (torch.float64, torch.float32):
+        mt, mc = mod.Model(dtype=dtype, backend="torch"), mod.Model(dtype=dtype, backend="c")
+        assert mc.backend == "c"
+        X = X64.to(dtype)
+        P, _ = mt._param_tensor({}, torch.Size([B]))
+        for deriv in (False, True):
+            Yt, Jt, STt = mt.evaluate(X, P, deriv)
+            Yc, Jc, STc = _poisoned_c(mc, X, P, deriv)
+            assert (Jc is None) == (not deriv)
+            ok = torch.ones(B, dtype=torch.bool)
+            both = ok
+            if mod.Model.IMPLICIT:
+                assert not STc.isnan().any()
+                ok = STc[:, 0] == 1
+                both = ok & (STt[:, 0] == 1)
+                assert set(STc[:, 0].tolist()) <= {0.0, 1.0}
+            # every entry written: NaN exactly on the failed points, nowhere else
+            assert torch.equal(Yc.isnan().any(-1), ~ok) and torch.equal(Yc.isnan().all(-1), ~ok)
+            if deriv:
+                assert torch.equal(Jc.isnan().flatten(1).any(-1), ~ok) and Jc[~ok].isnan().all()
+            if dtype == torch.float64:
+                assert bool(ok.all()) and bool(both.all())
+                if mod.Model.IMPLICIT:
+                    assert torch.equal(STc[:, 1], STt[:, 1])
+                    assert _rel(STc[:, 2], STt[:, 2].clamp(min=1e-300)) < 1e-3 or float(STt[:, 2].max()) < 1e-9
+                assert _rel(Yc, Yt) < 1e-10
+                ref["Y"] = Yt
+                if deriv:
+                    assert _rel(Jc, Jt) < 1e-8
+                    ref["J"] = Jt
+            else:
+                assert int(ok.sum()) >= int((STt[:, 0] == 1).sum()) - B // 10 if mod.Model.IMPLICIT else True
+                assert int(both.sum()) >= B // 2
+                Yr = ref["Y"][both]
+                assert _rel(Yc[both].double(), Yr) <= 4 * _rel(Yt[both].double(), Yr) + 1e-5
+                if deriv:
+                    Jr = ref["J"][both]
+                    assert _rel(Jc[both].double(), Jr) <= 4 * _rel(Jt[both].double(), Jr) + 1e-4
+        if mod.Model.IMPLICIT and dtype == torch.float64:  # the points span elastic and plastic behaviour
+            its = STc[:, 1]
+            assert bool((its >= 2).any())
+            assert bool((its <= 1).any()) or name == "perzyna_iso"
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["j2_linear_iso", "elastic"])
+def test_nan_points_fail_and_public_call(library, name):
+    mod = library[name]
+    mc, mt = mod.Model(backend="c"), mod.Model(backend="torch")
+    X = _inputs(mt, 20, seed=5)
+    X[3, 0] = math.nan
+    P, _ = mt._param_tensor({}, torch.Size([20]))
+    Yc, Jc, STc = _poisoned_c(mc, X, P, True)
+    Yt, Jt, STt = mt.evaluate(X, P, True)
+    assert torch.equal(Yc.isnan(), Yt.isnan()) and torch.equal(Jc.isnan(), Jt.isnan())
+    assert Yc[3].isnan().any()
+    if mod.Model.IMPLICIT:  # a failed Newton: the whole point is NaN
+        assert Yc[3].isnan().all() and Jc[3].isnan().all()
+        assert STc[3, 0] == 0 and STt[3, 0] == 0
+        assert torch.equal(STc[:, 0], STt[:, 0])
+    ok = torch.ones(20, dtype=torch.bool)
+    ok[3] = False
+    assert _rel(Yc[ok], Yt[ok]) < 1e-10 and _rel(Jc[ok], Jt[ok]) < 1e-8
+    # the public call, with per-point parameters (P row stride B) and a 2-d batch
+    inputs = {n: X[:, slice(*mt.input_axis.span(n))].reshape(4, 5, -1).squeeze(-1)
+              if mt.input_axis.type_of(n).size == 1 else X[:, slice(*mt.input_axis.span(n))].reshape(4, 5, -1)
+              for n in mt.input_axis.variable_names}
+    E = torch.linspace(150e3, 250e3, 20, dtype=torch.float64).reshape(4, 5)
+    a, b = mt(inputs, derivatives=True, E=E), mc(inputs, derivatives=True, E=E)
+    fin = ~a.outputs.tensor.isnan().any(-1)
+    assert torch.equal(fin, ~b.outputs.tensor.isnan().any(-1))
+    assert _rel(b.outputs.tensor[fin], a.outputs.tensor[fin]) < 1e-10
+    assert _rel(b.jacobian.tensor[fin], a.jacobian.tensor[fin]) < 1e-8
+    assert (b.status is None) == (a.status is None)
+
+
+def test_cuda_and_errors_are_clear(library):
+    from modelc.errors import InputError
+
+    mod = library["elastic"]
+    with pytest.raises(InputError, match="CPU only"):
+        mod.Model(device="cuda", backend="c")
+    with pytest.raises(InputError, match="backend must be"):
+        mod.Model(backend="fortran")
+
+
+# --------------------------------------------------------------------------------------------------
+# hand-built programs: custom functions, pivoting
+# --------------------------------------------------------------------------------------------------
+def _scalar_program(name, n_in, exprs_of, body=()):
+    ins = tuple(ir.Variable(f"forces/x{i}", Scalar) for i in range(n_in))
+    syms = [v.symbols[0] for v in ins]
+    exprs = exprs_of(*syms)
+    outs = tuple(ir.Variable(f"state/y{k}", Scalar) for k in range(len(exprs)))
+    results = {o.name: (e,) for o, e in zip(outs, exprs)}
+    return ir.Program(name, ins, (), outs, tuple(body), results)
+
+
+def _run_program(prog, X, dtype=torch.float64):
+    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype)
+    Y = torch.full((X.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
+    lib(X.to(dtype).contiguous(), torch.zeros(1, 1, dtype=dtype), Y, None, None)
+    return Y
+
+
+def test_every_function_has_a_c_spelling():
+    from modelc.functions import FUNCTIONS
+
+    for name, rule in FUNCTIONS.items():
+        assert isinstance(rule.c, str) and rule.c, name
+        text = rule.c.format(*[f"a{i}" for i in range(rule.nargs)])
+        assert all(f"a{i}" in text for i in range(rule.nargs)), name
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_custom_functions_match_numpy(cache_dir, dtype):
+    from modelc.functions import FUNCTIONS
+
+    rules = list(FUNCTIONS.values())
+    vals = np.array([0.0, -0.0, 1.5, -2.25, 0.3, -1e-3, 4.0, math.nan])
+    g = np.random.default_rng(7)
+    X = np.stack([np.concatenate([vals, g.normal(size=40)]) for _ in range(3)], axis=1)
+    X[:, 1] = np.roll(X[:, 1], 3)
+    X[:, 2] = np.roll(X[:, 2], 5)
+    X[5, 1] = X[5, 0]  # a tie for max/min
+
+    def exprs(a, b, c):
+        args = (a, b, c)
+        out = [r.cls(*args[:r.nargs]) for r in rules]
+        out += [sp.Min(a, b), sp.Max(a, b, c), sp.Abs(a), sp.exp(a) + sp.sqrt(b * b) + a ** -3,
+                sp.Piecewise((a, a > b), (b * 2, True)), sp.tanh(c) * sp.cos(a) ** 2]
+        return out
+
+    prog = _scalar_program(f"fns_{str(dtype)[-2:]}", 3, exprs)
+    Y = _run_program(prog, torch.from_numpy(X), dtype).double().numpy()
+    a, b, c = X.T
+    with np.errstate(all="ignore"):
+        ref = [r.numpy(*(a, b, c)[:r.nargs]) for r in rules]
+        ref += [torch.minimum(torch.from_numpy(a), torch.from_numpy(b)).numpy(),
+                np.maximum(np.maximum(a, b), c), np.abs(a), np.exp(a) + np.abs(b) + a ** -3.0,
+                np.where(a > b, a, 2 * b), np.tanh(c) * np.cos(a) ** 2]
+    tol = 1e-12 if dtype == torch.float64 else 2e-6
+    finite = ~np.isnan(X).any(axis=1)
+    for k, r in enumerate(ref):  # NumPy references away from NaN
+        r = np.broadcast_to(np.asarray(r, dtype=float), a.shape)
+        np.testing.assert_allclose(Y[finite, k], r[finite], rtol=tol, atol=tol,
+                                   err_msg=f"output {k} ({prog.results[f'state/y{k}'][0]})")
+    # everywhere, NaN included: the PyTorch spelling (the backends' common NaN semantics)
+    env = {"torch": torch, **{f"a{i}": torch.from_numpy(X[:, i]) for i in range(3)}}
+    for k, r in enumerate(rules):
+        want = eval(r.torch.format(*[f"a{i}" for i in range(r.nargs)]), env).numpy()
+        np.testing.assert_allclose(Y[:, k], want, rtol=tol, atol=tol, equal_nan=True, err_msg=r.name)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("n", [4, 10])  # the unrolled LU (n <= 8) and the looped one
+def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n):
+    """An n x n system with a zero structural diagonal (a saddle point) and a tiny (1e-13) pivot that
+    only row exchanges solve accurately; two right-hand sides share the factorisation."""
+    from modelc.backends.c_backend import LU_UNROLL_MAX_N
+
+    assert (n <= LU_UNROLL_MAX_N) == (n == 4)
+    ins = tuple(ir.Variable(f"forces/a{i}", Scalar) for i in range(n * n + 2 * n))
+    s = [v.symbols[0] for v in ins]
+    A = [[s[i * n + j] for j in range(n)] for i in range(n)]
+    A[0][0] = sp.S.Zero
+    A[2][2] = sp.S.Zero
+    B = [[s[n * n + 2 * i], s[n * n + 2 * i + 1]] for i in range(n)]
+    tg = [[sp.Symbol(f"x{i}_{c}", real=True) for c in range(2)] for i in range(n)]
+    outs = tuple(ir.Variable(f"state/x{i}_{c}", Scalar) for i in range(n) for c in range(2))
+    body = (ir.LinearSolve(tuple(map(tuple, A)), tuple(map(tuple, B)), tuple(map(tuple, tg))),)
+    prog = ir.Program(f"pivot_{n}_{str(dtype)[-2:]}", ins, (), outs, body,
+                      {f"state/x{i}_{c}": (tg[i][c],) for i in range(n) for c in range(2)})
+    g = np.random.default_rng(3)
+    Xn = g.normal(size=(50, len(ins)))
+    Xn[:, 1 * n + 1] = 1e-13 * g.normal(size=50)  # tiny A[1][1]
+    X = torch.from_numpy(Xn)
+    Y = _run_program(prog, X, dtype).double().numpy()
+    Am = Xn[:, : n * n].reshape(-1, n, n).copy()
+    Am[:, 0, 0] = 0
+    Am[:, 2, 2] = 0
+    Bm = Xn[:, n * n:].reshape(-1, n, 2)
+    ref = np.linalg.solve(Am, Bm).reshape(-1, 2 * n)
+    cond = np.linalg.cond(Am)
+    good = cond < 1e6
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
+    np.testing.assert_allclose(Y[good], ref[good], rtol=tol, atol=tol * np.abs(ref[good]).max())
+
+
+# --------------------------------------------------------------------------------------------------
+# build cache and automatic choice
+# --------------------------------------------------------------------------------------------------
+def _small_source(tag: str) -> str:
+    prog = _scalar_program(f"small_{tag}", 2, lambda a, b: [a * b + sp.exp(a)])
+    return c_source(prog, prog)
+
+
+@needs_cc
+def test_second_build_is_a_load(tmp_path, monkeypatch):
+    src = _small_source("cache")
+    lib = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
+    files = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert [f for f in files if f.endswith(".so")] == [lib.path.name] and lib.path.with_suffix(".c").exists()
+    assert not [f for f in files if f.startswith(".")]  # no temporary files left
+    cbuild._LOADED.clear()
+
+    def no_build(*a, **k):
+        raise AssertionError("rebuilt a cached library")
+
+    monkeypatch.setattr(cbuild, "build", no_build)
+    lib2 = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
+    X = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
+    Y = torch.empty(1, 1, dtype=torch.float64)
+    lib2(X, torch.zeros(1, 1, dtype=torch.float64), Y, None, None)
+    assert float(Y) == pytest.approx(1.0 + math.exp(0.5), rel=1e-15)
+    # a different dtype is another library (compiled with -DMC_FLOAT32)
+    monkeypatch.undo()
+    lib32 = cbuild.load_library(src, "small", torch.float32, cache_dir=tmp_path)
+    assert lib32.path != lib2.path and lib32.path.name.endswith("-f32.so")
+
+
+@needs_cc
+def test_concurrent_builds(tmp_path):
+    src = _small_source("concurrent")
+    (tmp_path / "src.c").write_text(src)
+    script = textwrap.dedent(f"""
+        import sys, torch
+        from modelc.runtime import cbuild
+        src = open({str(tmp_path / 'src.c')!r}).read()
+        lib = cbuild.load_library(src, "conc", torch.float64, cache_dir={str(tmp_path / 'cache')!r})
+        X = torch.tensor([[1.0, 3.0]], dtype=torch.float64); Y = torch.empty(1, 1, dtype=torch.float64)
+        lib(X, torch.zeros(1, 1, dtype=torch.float64), Y, None, None)
+        print(float(Y))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert float(out.strip()) == pytest.approx(3.0 + math.e, rel=1e-15)
+    files = sorted(p.name for p in (tmp_path / "cache" / "c").iterdir())
+    assert len([f for f in files if f.endswith(".so")]) == 1
+    assert not [f for f in files if f.startswith(".")]
+
+
+def test_auto_falls_back_to_torch_without_a_compiler(library, monkeypatch, tmp_path):
+    from modelc.errors import ModelcError
+    from modelc.runtime import model as runtime_model
+
+    mod = library["elastic"]
+    for env in ({"CC": str(tmp_path / "no-such-cc")}, {"PATH": str(tmp_path)}):
+        monkeypatch.delenv("CC", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(runtime_model, "_WARNED", set())
+        cbuild._LOADED.clear()
+        with pytest.warns(RuntimeWarning, match="C backend is unavailable"):
+            m = mod.Model()
+        assert m.backend == "torch"
+        with pytest.raises(ModelcError, match="C compiler"):
+            mod.Model(backend="c")
+        monkeypatch.undo()
+    if HAVE_CC:
+        assert mod.Model().backend == "c"
+        assert mod.Model(dtype=torch.float32).backend == "c"
+
+
+@needs_cc
+def test_non_contiguous_and_wrong_dtype_are_rejected(cache_dir):
+    from modelc.errors import ModelcError
+
+    src = _small_source("checks")
+    lib = cbuild.load_library(src, "small", torch.float64)
+    X = torch.zeros(4, 4, dtype=torch.float64)[:, ::2]
+    with pytest.raises(ModelcError, match="contiguous"):
+        lib(X, torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64), None, None)
+    with pytest.raises(ModelcError, match="float64"):
+        lib(torch.zeros(4, 2), torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64),
+            None, None)
+
+
+@needs_cc
+def test_threads_give_identical_results(library):
+    """The OpenMP loop (2 threads, enough points to go parallel) computes exactly the serial result."""
+    mod = library["j2_linear_iso"]
+    mc = mod.Model(backend="c")
+    X = _inputs(mc, 1000, seed=9)
+    P, _ = mc._param_tensor({}, torch.Size([1000]))
+    outs = []
+    for threads in (1, 2):
+        Y = torch.full((1000, mc.output_axis.size), math.nan, dtype=torch.float64)
+        J = torch.full((1000, mc.output_axis.size, mc.input_axis.size), math.nan, dtype=torch.float64)
+        ST = torch.full((1000, 3), math.nan, dtype=torch.float64)
+        mc._clib(X, P, Y, J, ST, threads=threads)
+        outs.append((Y, J, ST))
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    assert not outs[1][0].isnan().any()

@@ -1,0 +1,153 @@
+"""The unrolled linear solve (modelc.backends.linsolve) on its own: its assignments are evaluated with
+NumPy (SymPy lambdify, one statement at a time) on a batch of fresh random systems and compared with
+numpy.linalg.solve. Covers the pivoting contract of the module docstring: static structural ordering
+(zero structural diagonal), per-point partial pivoting where a pivot is not anchored (tiny dynamic
+pivot), the guard on static pivots lost to cancellation, and every mode agreeing on benign systems."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from modelc.backends.linsolve import GUARD, anchored, expand_solve, structural_matching
+from modelc.errors import ModelcError
+
+MODES = ("auto", "partial", "none")
+
+
+def _run(assigns, env: dict) -> dict:
+    """Evaluate the assignments in order on a batch (every value a (batch,) array)."""
+    env = dict(env)
+    batch = len(next(iter(env.values())))
+    for a in assigns:
+        syms = sorted(a.value.free_symbols, key=lambda s: s.name)
+        f = sp.lambdify(syms, a.value, modules="numpy")
+        with np.errstate(all="ignore"):
+            v = f(*[env[s] for s in syms])
+        env[a.target] = np.broadcast_to(np.asarray(v), (batch,))
+    return env
+
+
+BATCH = 16
+
+
+def _system(pattern: np.ndarray, m: int, tag: str):
+    """Symbolic A (entries a_ij where pattern is True, else 0), B (dense), targets."""
+    n = len(pattern)
+    A = [[sp.Symbol(f"{tag}a{i}_{j}", real=True) if pattern[i][j] else sp.S.Zero for j in range(n)]
+         for i in range(n)]
+    B = [[sp.Symbol(f"{tag}b{i}_{c}", real=True) for c in range(m)] for i in range(n)]
+    X = [[sp.Symbol(f"{tag}x{i}_{c}", real=True) for c in range(m)] for i in range(n)]
+    return A, B, X
+
+
+def _solve(A, B, X, Aval: np.ndarray, Bval: np.ndarray, mode: str) -> np.ndarray:
+    n, m = len(A), len(B[0])
+    env = {}
+    for i in range(n):
+        for j in range(n):
+            if isinstance(A[i][j], sp.Symbol):
+                env[A[i][j]] = Aval[:, i, j]
+        for c in range(m):
+            env[B[i][c]] = Bval[:, i, c]
+    env = _run(expand_solve(A, B, X, "t", pivoting=mode), env)
+    return np.stack([np.stack([env[X[i][c]] for c in range(m)], -1) for i in range(n)], 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n,m", [(1, 1), (2, 3), (4, 1), (5, 3)])
+def test_all_modes_match_numpy_on_random_sparse_systems(mode, n, m):
+    rng = np.random.default_rng(100 * n + m)
+    pattern = rng.random((n, n)) < 0.6
+    perm = rng.permutation(n)
+    pattern[np.arange(n), perm] = True  # structurally nonsingular, diagonal often structurally zero
+    A, B, X = _system(pattern, m, "r")
+    Aval = rng.standard_normal((BATCH, n, n)) * pattern
+    Aval[:, np.arange(n), perm] += 3.0  # well conditioned whatever the ordering
+    Bval = rng.standard_normal((BATCH, n, m))
+    x = _solve(A, B, X, Aval, Bval, mode)
+    ref = np.linalg.solve(Aval, Bval)
+    np.testing.assert_allclose(x, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_zero_structural_diagonal_is_fixed_by_the_static_ordering():
+    pattern = np.array([[0, 1, 1], [1, 0, 0], [0, 1, 1]], dtype=bool)
+    assert structural_matching(pattern.tolist()) is not None
+    A, B, X = _system(pattern, 2, "z")
+    rng = np.random.default_rng(1)
+    Aval = rng.standard_normal((BATCH, 3, 3)) * pattern
+    Bval = rng.standard_normal((BATCH, 3, 2))
+    ref = np.linalg.solve(Aval, Bval)
+    for mode in MODES:  # even without any dynamic pivoting
+        np.testing.assert_allclose(_solve(A, B, X, Aval, Bval, mode), ref, rtol=1e-9, atol=1e-9)
+
+
+def _eps_system(anchor: bool):
+    e = sp.Symbol("e", real=True)
+    b0, b1 = sp.symbols("b0 b1", real=True)
+    x = sp.symbols("x0 x1", real=True)
+    a00 = 1 + e if anchor else e
+    return e, [[a00, sp.S.One], [sp.S.One, sp.S.One]], [[b0], [b1]], [[x[0]], [x[1]]], (b0, b1)
+
+
+def _solve_eps(anchor: bool, evals: np.ndarray, mode: str):
+    e, A, B, X, (b0, b1) = _eps_system(anchor)
+    rng = np.random.default_rng(7)
+    bv = rng.standard_normal((2, len(evals)))
+    env = _run(expand_solve(A, B, X, "p", pivoting=mode), {e: evals, b0: bv[0], b1: bv[1]})
+    x = np.stack([env[X[0][0]], env[X[1][0]]], -1)
+    a00 = (1 + evals) if anchor else evals
+    M = np.zeros((len(evals), 2, 2))
+    M[:, 0, 0], M[:, 0, 1], M[:, 1, 0], M[:, 1, 1] = a00, 1, 1, 1
+    return x, np.linalg.solve(M, bv.T[..., None])[..., 0]
+
+
+def test_tiny_dynamic_pivot_is_pivoted_per_point():
+    evals = np.array([1e-30, -1e-20, 1e-9, 0.5, 2.0, 0.0, 1e-300, -3.0])
+    for mode in ("auto", "partial"):  # e has no constant term: auto pivots dynamically here
+        x, ref = _solve_eps(False, evals, mode)
+        np.testing.assert_allclose(x, ref, rtol=1e-12, atol=1e-12)
+    x, ref = _solve_eps(False, evals, "none")  # the static order alone is catastrophic here
+    bad = ~np.isclose(x, ref, rtol=1e-6, atol=1e-6).all(-1)
+    assert bad[[0, 1, 5, 6]].all()
+
+
+def test_guard_turns_a_cancelled_static_pivot_into_nan():
+    evals = np.array([-1.0, -1.0 + 1e-14, 0.5, 3.0, -0.25, 1e-3])
+    x, ref = _solve_eps(True, evals, "auto")  # 1 + e is anchored: static pivot, guarded
+    assert np.isnan(x[:2]).all()  # pivot 0 and ~1e-14 < GUARD * |a01|: never silently wrong
+    np.testing.assert_allclose(x[2:], ref[2:], rtol=1e-12)
+    x, ref = _solve_eps(True, evals[1:], "partial")  # dynamic pivoting solves it
+    np.testing.assert_allclose(x[:1], ref[:1], rtol=1e-6)
+    assert GUARD < 1e-10
+
+
+def test_anchored_follows_definitions():
+    u, v, w = sp.symbols("u v w", real=True)
+    assert anchored(1 + u) and anchored(sp.Float(2.5)) and not anchored(u) and not anchored(2 * u)
+    assert not anchored(sp.S.Zero)
+    defs = {v: w, w: 1 - u * v}
+    assert anchored(v, defs) and not anchored(v, {v: u * w})
+
+
+def test_auto_emits_far_fewer_selects_on_anchored_systems():
+    n, m = 7, 14
+    u = sp.symbols(f"u0:{n * n}", real=True)
+    A = [[(1 + u[i * n + j]) if i == j else u[i * n + j] for j in range(n)] for i in range(n)]
+    B = [[sp.Symbol(f"b{i}_{c}", real=True) for c in range(m)] for i in range(n)]
+    X = [[sp.Symbol(f"x{i}_{c}", real=True) for c in range(m)] for i in range(n)]
+
+    def selects(mode):
+        return sum(1 for a in expand_solve(A, B, X, "c", pivoting=mode) if a.value.has(sp.Piecewise))
+
+    assert selects("none") == 0
+    assert selects("auto") <= n  # one guarded reciprocal per step at most
+    assert selects("partial") > 20 * selects("auto")
+
+
+def test_errors_name_the_solve():
+    x = sp.Symbol("x", real=True)
+    with pytest.raises(ModelcError, match="ls9.*structurally singular"):
+        expand_solve([[x, x], [0, 0]], [[x], [x]], [[x], [x]], "ls9")
+    with pytest.raises(ModelcError, match="pivoting mode"):
+        expand_solve([[x]], [[x]], [[x]], "ls9", pivoting="full")
