@@ -1,0 +1,57 @@
+"""Every kernel of the committed library modules (generated/) compiles for a GPU target (sm_90) without
+a GPU, in float64 (the default dtype); float32 for the value kernels. One child process per model so
+pytest-xdist spreads them. (The derivative kernel of j2_voce_af, a 14-unknown Newton solve plus a
+14x21 tangent solve, is the slowest: about a minute.)"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+GENERATED = Path(__file__).resolve().parents[3] / "generated"
+MODELS = ["j2_voce_af", "j2_perfect", "j2_linear_iso", "perzyna_iso", "elastic"]  # slowest first (xdist)
+
+CHILD = r'''
+import importlib.util, json, sys
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+path = sys.argv[1]
+spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+out = []
+for kname, dtypes in (("_kernel_value", ("fp64", "fp32")), ("_kernel_jacobian", ("fp64",))):
+    for dt in dtypes:
+        sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
+        sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
+        sig.update({"DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+        consts = dict(DTYPE=tl.float64 if dt == "fp64" else tl.float32,
+                      EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
+        c = triton.compile(ASTSource(fn=getattr(mod, kname), signature=sig, constexprs=consts),
+                           target=GPUTarget("cuda", 90, 32))
+        ptx = c.asm["ptx"]
+        out.append([kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx])
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_library_kernels_compile_for_sm90(model):
+    path = GENERATED / f"{model}.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    results = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(results) == 3
+    for kname, dt, entry, loads, stores in results:
+        assert entry and loads and stores, (model, kname, dt)
