@@ -135,12 +135,14 @@ class Status:
 
 
 class Result:
-    """Outputs of one call: typed views by name, the labeled outputs, the Jacobian, the status."""
+    """Outputs of one call: typed views by name, the labeled outputs, the Jacobian, the status, and
+    the names of the batch dims when the inputs had named batch dims (else None)."""
 
     def __init__(self, outputs: LabeledVector, jacobian: LabeledMatrix | None, status: Status | None):
         self.outputs = outputs
         self._jacobian = jacobian
         self.status = status
+        self.batch_names: tuple[str, ...] | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.outputs[name]
@@ -164,6 +166,13 @@ class Result:
 
 def _type(name: str) -> TensorType:
     return TYPES[name]
+
+
+def _type_dim(model: "CompiledModel", name: str) -> int:
+    """The base dimension of input or parameter ``name`` (for telling batch dims from base dims)."""
+    if name in model.parameters:
+        return _type(model.parameters[name].type).base_dim
+    return model.input_axis.type_of(name).base_dim
 
 
 def interpreting() -> bool:
@@ -367,7 +376,40 @@ class CompiledModel:
     def __call__(self, inputs, derivatives: bool = False, *, old_forces: Mapping[str, Any] | None = None,
                  **param_overrides) -> Result:
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
-        the model has no ``old_forces/`` input of its own."""
+        the model has no ``old_forces/`` input of its own.
+
+        Inputs and parameters may be :class:`~modelc.runtime.tensors.TypedTensor` s with named batch
+        dims: they are aligned and broadcast by name (a parameter batched over ``samples`` meets
+        strains batched over ``points``), and the result is batched over the union of the names, in
+        first-seen order (``result.batch_names``)."""
+        inputs, param_overrides, names = self._align_named(inputs, param_overrides)
+        result = self._call(inputs, derivatives, old_forces, param_overrides)
+        result.batch_names = names
+        return result
+
+    def _align_named(self, inputs, params):
+        """Replace named TypedTensors by plain tensors aligned to the union of their batch names."""
+        from modelc.runtime.tensors import TypedTensor, broadcast_batch
+
+        values = {**(inputs if isinstance(inputs, Mapping) else {}), **params}
+        typed = {k: v for k, v in values.items() if isinstance(v, TypedTensor)}
+        if not typed:
+            return inputs, params, None
+        names, shape = broadcast_batch(*typed.values())
+        # every named operand expanded (a view) to the full named batch shape
+        plain = {k: (v.data if names is None else v.align_to(names, shape).data) for k, v in typed.items()}
+        if names is not None:
+            for k, v in values.items():
+                if isinstance(v, torch.Tensor) and k not in typed and v.dim() > _type_dim(self, k):
+                    raise InputError(f"model {self.NAME}: {k} has unnamed batch dims while other inputs are "
+                                     f"batched over named dims {names}; name it with TypedTensor(..., "
+                                     "batch_names=...)")
+        if isinstance(inputs, Mapping):
+            inputs = {k: plain.get(k, v) for k, v in inputs.items()}
+        params = {k: plain.get(k, v) for k, v in params.items()}
+        return inputs, params, names
+
+    def _call(self, inputs, derivatives, old_forces, param_overrides) -> Result:
         X, bs = self._inputs_tensor(inputs)
         P, shared = self._param_tensor(param_overrides, bs)
         Y, J, ST = self.evaluate(X, P, derivatives, shared=shared, overrides=param_overrides)
