@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 STYLE = {  # impl prefix -> (colour, marker)
+    "modelc-c": ("tab:red", "o"),
+    "modelc-triton": ("darkred", "*"),
+    "modelc-torch": ("tab:orange", "h"),
     "modelc": ("tab:red", "o"),
     "torch-eager": ("tab:blue", "s"),
     "torch-compile": ("tab:cyan", "D"),

@@ -173,11 +173,13 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
     sum counts the magnitudes of its terms, a product multiplies them, and a variable defined inside
     the residual system counts the magnitude of its definition (a few levels deep), so that
     ``f = sqrt(2/3) (seff - sigma_y - k)`` is measured against ``|seff| + |sigma_y| + |k|``, not
-    against its own (possibly cancelled) value; a power ``x^n`` counts ``|x^n| + |n x^(n-1)| M(x)``.
+    against its own (possibly cancelled) value; a power ``x^n`` counts ``|x^n| + |n x^(n-1)| M(x)``,
+    ``min(a, b)`` / ``max(a, b)`` count ``M(a) + M(b)``.
     """
     from modelc.functions import FUNCTIONS
 
     absf = FUNCTIONS["abs_"].cls
+    selects = (FUNCTIONS["min_"].cls, FUNCTIONS["max_"].cls, sp.Min, sp.Max)
     leaf = next((s for s in system.submodels if s.name == f"{m.name}/residual"), None)  # see compose
     if leaf is None:
         return ()
@@ -202,6 +204,8 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
             return sp.Mul(*[mag(a, depth) for a in e.args])
         if e.is_Pow and e.exp.is_Integer and e.exp > 0:
             return mag(e.base, depth) ** e.exp
+        if e.func in selects:  # min(a, b), max(a, b): the value is one of the arguments
+            return sp.Add(*[mag(a, depth) for a in e.args])
         if not (e.is_Pow or e.func is FUNCTIONS["powr"].cls):
             return absf(e)  # a function's value: its own scale
         # a power x^n: first-order error propagation |x^n| + |n x^(n-1)| M(x) (a relative error in x

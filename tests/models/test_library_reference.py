@@ -19,7 +19,8 @@ Tolerances and why (observed maxima in brackets, measured on this machine):
   (kept from the 1e-10 era as a ceiling; observed errors are far below).
 - float32: one step costs a few ulps (6e-8) of the trial stress; along 100 steps with reversals this
   accumulates to ~1e-6, and Newton stops once every residual is zero to 32 ulps of its terms
-  (observed: states 1.5e-5, flow rate 6.5e-4): states 1e-4, flow rate 1e-3, tangent 1e-4 (elastic: [1.3e-7] stress, [4.5e-8] tangent; the hand-written
+  (observed: states 1.5e-5 (j2_voce_af), 4e-7 (min-map J2 models); flow rate 6.5e-4):
+  states 1e-4, flow rate 1e-3, tangent 1e-4 (elastic: [1.3e-7] stress, [4.5e-8] tangent; the hand-written
   float32 baselines reach 1e-6 / 8e-6). The implicit models converge in float32 thanks to the
   round-off floor (rtol floored at 32 ulps, applied to each residual's own terms).
 - Triton (under the interpreter, slow per launch, fast per point): every step of 3 points from

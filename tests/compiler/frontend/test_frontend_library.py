@@ -23,7 +23,8 @@ LIBRARY = {
 #: typical magnitudes of the variables, for random points
 SCALE = {"forces/E": 1e-2, "state/internal/Ep": 1e-2, "state/S": 150.0, "state/internal/M": 150.0,
          "state/internal/X": 30.0, "state/internal/k": 20.0, "state/internal/fp": 20.0,
-         "state/internal/ep": 0.05, "state/internal/gamma_rate": 0.1, "state/internal/NM": 0.5}
+         "state/internal/ep": 0.05, "state/internal/gamma_rate": 0.1, "state/internal/NM": 0.5,
+         "forces/t": 1e-6, "old_forces/t": 1e-6}
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,7 @@ def _generic_fd(model, rng, overrides=None):
 EXPLICIT_BLOCKS = ["elasticity", "elasticity_total", "mandel_stress", "overstress", "j2_yield",
                    "j2_yield_perfect", "associative_flow", "associative_isotropic_hardening",
                    "linear_isotropic_hardening", "voce_isotropic_hardening", "armstrong_frederick",
-                   "perzyna_flow_rate", "fischer_burmeister_consistency"]
+                   "perzyna_flow_rate", "fischer_burmeister_consistency", "min_map_consistency"]
 
 
 @pytest.mark.parametrize("name", EXPLICIT_BLOCKS)
@@ -183,7 +184,8 @@ def test_kinks_of_the_flow_rules_from_both_sides(lib, side):
     # Perzyna: f just above / below 0
     _generic_fd(lib.model("perzyna_flow_rate"), rng, lambda x: side * np.abs(x) * 1e-2 + side * 1e-3)
     # Fischer-Burmeister around (0, 0): every sign combination of (-f, gamma_rate)
-    # (inputs f, gamma_rate, t, old t; dt = 1/E makes the scaled flow rate E dt gamma_rate = gamma_rate)
+    # (inputs f, gamma_rate, t, old t; dt = 1/E makes the scaled flow rate E dt gamma_rate = gamma_rate;
+    # the time steps of the differences are 1e-6 of SCALE["forces/t"], well below dt)
     for s2 in (1.0, -1.0):
         _generic_fd(lib.model("fischer_burmeister_consistency"), rng,
                     lambda x: np.array([side * (abs(x[0]) * 1e-3 + 1e-3), s2 * (abs(x[1]) * 1e-3 + 1e-3),
@@ -204,6 +206,11 @@ def test_consistency_and_perzyna_values(lib):
     assert np.isclose(_eval(fb, "state/internal/consistency", [f, g, 1.0, 0.5])[0], -f + b - np.hypot(f, b))
     assert _eval(pz, "state/internal/gamma_rate_perzyna", [-3.0])[0] == 0
     assert np.isclose(_eval(pz, "state/internal/gamma_rate_perzyna", [30.0])[0], (30 / 200) ** 5)
+    mm = lib.model("min_map_consistency")  # min(-f, E dt gamma_rate)
+    assert _eval(mm, "state/internal/consistency", [-5.0, 0.0, 1.0, 0.5])[0] == 0  # elastic
+    assert _eval(mm, "state/internal/consistency", [0.0, 0.3, 1.0, 0.5])[0] == 0  # plastic: f = 0
+    assert _eval(mm, "state/internal/consistency", [2.0, 0.0, 1.0, 0.5])[0] == -2.0  # violated: f > 0
+    assert _eval(mm, "state/internal/consistency", [-3.0, 1e-5, 1.0, 0.5])[0] == DEFAULTS["E"] * 0.5 * 1e-5
     af = lib.model("armstrong_frederick")
     rng = np.random.default_rng()
     g, N, X = 0.7, rng.normal(size=6), rng.normal(size=6)
