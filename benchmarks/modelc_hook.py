@@ -1,4 +1,4 @@
-"""The plug-in point for modelc in the benchmark: fill in these functions once the compiler lands.
+"""modelc in the benchmark: the library models, through their public call, as the baselines call them.
 
 Contract (the same as benchmarks/baselines.py, so results compare directly):
 ``modelc_step(model_name, backend, dtype, device)`` returns ``step(E, dt, *old_state, tangent=bool)``
@@ -7,7 +7,11 @@ where ``E`` is (B, 6) Mandel strain, ``dt`` (B,), ``old_state`` the tensors name
 ``dtype`` on ``device``; it returns a tuple in the order of ``baselines.output_names(model_name, tangent)``:
 stress, new internal state, gamma_rate (plastic models), and the (B, 6, 6) tangent when asked.
 ``model_name`` is one of ``baselines.MODELS`` (map it to the library spec); parameters are
-``baselines.params_for(model_name)``. Until implemented, the benchmark skips modelc with a note.
+``baselines.params_for(model_name)``. A backend that cannot run here is skipped with a note.
+
+The tangent is asked for as ``derivatives=[("state/S", "forces/E")]``, the block the baselines and
+NEML2 (``-d stress:strain``) compute: the library declares it as each model's ``tangent``, so the
+tangent variant (which computes and writes only that 6x6 block) runs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class ModelcUnavailable(RuntimeError):
 
 
 _LIBRARY = Path(__file__).resolve().parents[1] / "spec" / "library.yaml"
+TANGENT = [("state/S", "forces/E")]  # the consistent tangent, what a finite-element code asks for
 
 
 def modelc_backends(device: torch.device) -> list[str]:
@@ -69,7 +74,7 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
             inputs["old_" + name] = value
         if plastic and "old_state/internal/gamma_rate" in input_names:
             inputs["old_state/internal/gamma_rate"] = torch.zeros_like(dt)
-        out = m(inputs, derivatives=tangent)
+        out = m(inputs, derivatives=TANGENT if tangent else False)
         res = [out["state/S"], *(out[n] for n in names)]
         if plastic:
             res.append(out["state/internal/gamma_rate"])
@@ -77,7 +82,28 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
             res.append(out.jacobian["state/S", "forces/E"])
         return tuple(res)
 
+    step.model = m
     return step
+
+
+def kernel_resources(step: Callable) -> list[dict]:
+    """Registers and spills per thread of the Triton kernels a modelc step has launched on a GPU (as
+    Triton loaded them: ``n_regs``, ``n_spills``), one entry per compiled kernel; [] elsewhere."""
+    m = getattr(step, "model", None)
+    out = []
+    for variant in ("value", "tangent", "jacobian"):
+        kernel = getattr(m, f"kernel_{variant}", None)
+        for caches in getattr(kernel, "device_caches", {}).values():
+            try:
+                compiled = list(caches[0].values())
+            except (TypeError, IndexError, AttributeError):  # another Triton's layout: report nothing
+                continue
+            for ck in compiled:
+                regs, spills = getattr(ck, "n_regs", None), getattr(ck, "n_spills", None)
+                if regs is not None:
+                    out.append({"variant": variant, "n_regs": int(regs), "n_spills": int(spills or 0),
+                                "name": getattr(getattr(ck, "metadata", None), "name", variant)})
+    return out
 
 
 def modelc_compile(model_name: str, out_dir: str) -> dict[str, float]:

@@ -158,11 +158,11 @@ def _neml2_inputs(model: str, b: dict[str, torch.Tensor], names: list[str]) -> d
 class EagerRoute:
     """Raw-tensor adapter over the Python-native model (optionally neml2.compile'd)."""
 
-    def __init__(self, path: str, dtype: torch.dtype, compiled: bool) -> None:
+    def __init__(self, path: str, dtype: torch.dtype, compiled: bool, device: str = "cpu") -> None:
         import neml2
         from neml2.eager._model import _EagerModel
 
-        em = _EagerModel(path, "model")
+        em = _EagerModel(path, "model", device=device)
         if dtype != em.dtype:
             em._model = em._model.to(dtype)
             em._dtype = dtype
@@ -197,20 +197,21 @@ class EagerRoute:
 class AotiRoute:
     """neml2-compile'd AOTInductor artifact (compiled once per model/dtype, timed)."""
 
-    def __init__(self, path: str, dtype: torch.dtype, workdir: Path) -> None:
+    def __init__(self, path: str, dtype: torch.dtype, workdir: Path, device: str = "cpu") -> None:
         import neml2
 
         dname = str(dtype).removeprefix("torch.")
         exe = Path(sys.executable).with_name("neml2-compile")
+        family = torch.device(device).type
         t0 = time.perf_counter()
-        proc = subprocess.run([str(exe), path, "--model", "model", "--output-dir", str(workdir), "--device", "cpu",
+        proc = subprocess.run([str(exe), path, "--model", "model", "--output-dir", str(workdir), "--device", family,
                                "--dtype", dname, "-d", "stress:strain", "-q"], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"neml2-compile failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
         self.compile_s = time.perf_counter() - t0
         stub = next(workdir.glob("*.i"))
         t0 = time.perf_counter()
-        self.m = neml2.load_model(str(stub), "model", device="cpu", dtype=dtype)
+        self.m = neml2.load_model(str(stub), "model", device=device, dtype=dtype)
         self.load_s = time.perf_counter() - t0
         self.input_names = list(self.m.input_spec)
 
@@ -243,7 +244,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-seconds", type=float, default=2.0, help="stop repeating a config after this long")
     ap.add_argument("--out", type=str, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (NEML2 on the same GPU as modelc)")
     a = ap.parse_args(argv)
+    device = torch.device(a.device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     import neml2
 
     result = {"neml2": str(getattr(neml2, "__version__", "?")).lstrip("v"), "torch": torch.__version__,
@@ -260,8 +267,9 @@ def main(argv: list[str] | None = None) -> dict:
             for r in a.routes:
                 t0 = time.perf_counter()
                 try:
-                    routes[r] = (AotiRoute(str(path), dtype, tmp / f"aoti_{model}_{dname}") if r == "aoti"
-                                 else EagerRoute(str(path), dtype, compiled=(r == "compile")))
+                    routes[r] = (AotiRoute(str(path), dtype, tmp / f"aoti_{model}_{dname}", a.device)
+                                 if r == "aoti" else EagerRoute(str(path), dtype, compiled=(r == "compile"),
+                                                                device=a.device))
                 except Exception as e:  # a route that does not run here is reported, not fatal
                     result["failures"].append({"model": model, "dtype": dname, "route": r, "stage": "build",
                                                "error": f"{type(e).__name__}: {e}"[:2000]})
@@ -270,23 +278,29 @@ def main(argv: list[str] | None = None) -> dict:
                 if r == "aoti":
                     result.setdefault("aoti_compile_s", {})[f"{model}/{dname}"] = routes[r].compile_s
             for size in a.sizes:
-                b = wl.batch(pool, size, dtype)
+                bufs = [wl.batch(pool, size, dtype, device, offset=97 * i) for i in range(3)]  # rotated
+                b = bufs[0]
                 for tan in a.tangent:
                     tangent = tan == "yes"
                     want = bl.make_step(model, p, tangent=tangent)(*wl.args_of(model, b))
                     for r, fn in list(routes.items()):
                         inputs = _neml2_inputs(model, b, fn.input_names)
+                        rotated = [_neml2_inputs(model, bb, fn.input_names) for bb in bufs]
                         rec = {"impl": f"neml2-{r}", "model": model, "dtype": dname, "size": size,
-                               "tangent": tangent}
+                               "tangent": tangent, "device": str(device)}
                         try:
+                            sync()
                             t0 = time.perf_counter()
                             got = fn(inputs, tangent)
+                            sync()
                             rec["first_call_s"] = time.perf_counter() - t0
                             rec["errors"] = _errors(model, got, want, tangent)
                             times = []
                             for i in range(a.warmup + a.repeats):
+                                sync()
                                 t0 = time.perf_counter()
-                                fn(inputs, tangent)
+                                fn(rotated[i % len(rotated)], tangent)
+                                sync()
                                 dt = time.perf_counter() - t0
                                 if i >= a.warmup:
                                     times.append(dt)

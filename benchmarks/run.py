@@ -188,7 +188,8 @@ def run_neml2(a: argparse.Namespace, notes: list[str]) -> dict | None:
         cmd = [str(py), str(REPO / "benchmarks" / "neml2_runner.py"), "--models", *a.models,
                "--sizes", *map(str, a.neml2_sizes or a.sizes), "--dtypes", *a.dtypes,
                "--routes", *a.neml2_routes, "--tangent", *a.tangent, "--repeats", str(a.repeats),
-               "--warmup", str(a.warmup), "--max-seconds", str(a.max_seconds), "--out", str(out)]
+               "--warmup", str(a.warmup), "--max-seconds", str(a.max_seconds), "--out", str(out),
+               "--device", str(a.device)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if proc.returncode != 0 or not out.is_file():
             notes.append(f"NEML2 runner failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
@@ -296,6 +297,9 @@ def main(argv: list[str] | None = None) -> Path:
             for size in a.sizes:
                 for tan in a.tangent:
                     recs = bench_config(model, dtype, device, size, tan == "yes", impls, a, bw)
+                    for r in recs:  # registers/spills of the Triton kernels as loaded on the GPU
+                        if r["impl"] == "modelc-triton" and r["impl"] in impls:
+                            r["kernel_resources"] = modelc_hook.kernel_resources(impls[r["impl"]])
                     result["records"].extend(recs)
                     for r in recs:
                         print(f"{model:14s} {dname:7s} B={size:<8d} tangent={tan:3s} {r['impl']:14s} "
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> Path:
         if res:
             result["neml2"] = {k: v for k, v in res.items() if k != "records"}
             for r in res["records"]:
-                r["device"] = "cpu"
+                r.setdefault("device", str(a.device))
                 r["bytes_per_point"] = wl.bytes_per_point(r["model"], r["tangent"], getattr(torch, r["dtype"]))
             result["records"].extend(res["records"])
     notes[:] = list(dict.fromkeys(notes))

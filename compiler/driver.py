@@ -3,6 +3,9 @@ lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
 
     spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
               ─lower─▶ Program ─cse─▶ Program ─emit_module─▶ Python source
+
+Up to three Programs per model: value only, value + every derivative, and (when the spec declares
+a ``tangent``) value + the declared derivative blocks only.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ class Compiled:
     full: ir.Program
     source: str
     stages: list[Stage] = field(default_factory=list)
+    tangent: ir.Program | None = None  # the declared tangent blocks only (None: none declared)
 
 
 def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
@@ -44,6 +48,21 @@ def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
     from modelc.passes.compose import compose_spec_model
 
     return compose_spec_model(spec, name)
+
+
+def declared_tangent(spec: ir.Spec, name: str, model: ir.Model) -> ir.Tangent | None:
+    """The tangent the spec declares for ``name`` (a composition's or a leaf model's), its names
+    checked against the composed model's outputs and inputs (a SpecError at the name otherwise)."""
+    from modelc.frontend.model import check_tangent
+
+    decl = next((c for c in spec.compositions if c.name == name), None)
+    tangent = decl.tangent if decl is not None else next(
+        (m.tangent for m in spec.models if m.name == name), None)
+    if tangent is not None:
+        kind = "composition" if decl is not None else "model"
+        check_tangent(tangent, f"{kind} {name!r}", [v.name for v in model.outputs],
+                      [v.name for v in model.inputs])
+    return tangent
 
 
 def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
@@ -70,7 +89,12 @@ def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
     # Two programs: a call that does not ask for the tangent must not compute it.
     value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
     full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
-    return Compiled(model, value, full, "", stages)
+    tangent = None
+    decl = declared_tangent(spec, name, model)
+    if decl is not None:  # a third program: only the declared blocks (what a FE code asks for)
+        tangent = run("cse-tangent", cse, run("lower-tangent", lower, model, derivatives=True,
+                                              select=(decl.of, decl.wrt)))
+    return Compiled(model, value, full, "", stages, tangent)
 
 
 def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=None) -> Compiled:
@@ -79,7 +103,7 @@ def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=
 
     done = lower_model(spec, name, trace)
     t0 = time.perf_counter()
-    done.source = emit_module(done.value, done.full, spec=spec, options=options)
+    done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent)
     done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
     return done
 

@@ -162,6 +162,27 @@ class Partial:
 
 
 @dataclass(frozen=True, slots=True)
+class Tangent:
+    """The derivative blocks a spec declares as the model's *tangent*: d ``of`` / d ``wrt`` for every
+    listed output and input (e.g. ``state/S`` by ``forces/E``, the consistent tangent a finite-element
+    code needs). The generated module gets a third variant that computes and stores only these blocks
+    (see ``Program.jacobian_of``); a call asking for them uses it."""
+
+    of: tuple[str, ...]
+    wrt: tuple[str, ...]
+    loc: Loc | None = field(default=None, compare=False)
+    #: where each name was written (``of`` then ``wrt``), for errors
+    name_locs: tuple[Loc | None, ...] = field(default=(), compare=False)
+
+    def loc_of(self, name: str) -> Loc | None:
+        names = self.of + self.wrt
+        return self.name_locs[names.index(name)] if name in names and self.name_locs else self.loc
+
+    def __str__(self) -> str:
+        return f"tangent d({', '.join(self.of)}) / d({', '.join(self.wrt)})"
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     """A model: inputs -> outputs, given parameters.
 
@@ -191,6 +212,7 @@ class Model:
     partials: tuple[Partial, ...] = ()
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
+    tangent: Tangent | None = None  # declared in the spec (leaf models); compositions: ComposeDecl
 
     @property
     def is_composed(self) -> bool:
@@ -241,6 +263,7 @@ class ComposeDecl:
     #: optional: the variables the spec declares as the composition's inputs; when given (not None,
     #: not empty), a consumed variable that no model provides and is not listed is a composition error
     inputs: tuple[str, ...] | None = None
+    tangent: Tangent | None = None  # the derivative blocks declared as the composition's tangent
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +366,10 @@ class Program:
     results: Mapping[str, tuple[sp.Expr, ...]]
     derivatives: Mapping[tuple[str, str], tuple[tuple[sp.Expr, ...], ...]] = field(default_factory=dict)
     status: Mapping[str, sp.Symbol] = field(default_factory=dict)
+    #: the Jacobian's rows and columns (output and input names, in ``outputs``/``inputs`` order) when
+    #: the program computes a selection (a tangent); None: every output by every input
+    jacobian_of: tuple[str, ...] | None = None
+    jacobian_wrt: tuple[str, ...] | None = None
 
     def __str__(self) -> str:
         return format_program(self)
@@ -362,6 +389,8 @@ def format_program(p: Program) -> str:
         lines.append(f"  derivative d({o})/d({i}) = [{rows}]")
     for k, s in p.status.items():
         lines.append(f"  status {k} = {s}")
+    if p.jacobian_of is not None:
+        lines.append(f"  jacobian rows {', '.join(p.jacobian_of)}; columns {', '.join(p.jacobian_wrt or ())}")
     return "\n".join(lines)
 
 

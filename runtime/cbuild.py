@@ -114,13 +114,20 @@ class CLibrary:
         self._jacobian = lib.mc_jacobian
         self._jacobian.argtypes = [i64, ptr, i64, ptr, i64, ptr, ptr, ptr, cint]
         self._jacobian.restype = None
+        self._tangent = getattr(lib, "mc_tangent", None)  # only models with a declared tangent
+        if self._tangent is not None:
+            self._tangent.argtypes = [i64, ptr, i64, ptr, i64, ptr, ptr, ptr, cint]
+            self._tangent.restype = None
         self._lib = lib
 
     def __call__(self, X: torch.Tensor, P: torch.Tensor, Y: torch.Tensor, J: torch.Tensor | None,
-                 ST: torch.Tensor | None, threads: int | None = None) -> None:
+                 ST: torch.Tensor | None, threads: int | None = None, *, tangent: bool = False) -> None:
         """Evaluate ``X (B, nx)``, ``P (1|B, np)`` into ``Y (B, ny)``, ``J (B, ny, nx)`` (None: value
-        only) and ``ST (B, 3)`` (None for explicit models). Rows must be contiguous CPU tensors of
-        the library's dtype."""
+        only; with ``tangent``, ``(B, NTY, NTX)`` from ``mc_tangent``) and ``ST (B, 3)`` (None for
+        explicit models). Rows must be contiguous CPU tensors of the library's dtype."""
+        if tangent and (self._tangent is None or J is None):
+            raise ModelcError(f"C backend: {self.path.name} has no tangent entry point (mc_tangent)"
+                              if self._tangent is None else "C backend: the tangent needs J")
         B = X.shape[0]
         for what, t in (("X", X), ("P", P), ("Y", Y), ("J", J), ("ST", ST)):
             if t is None:
@@ -141,8 +148,8 @@ class CLibrary:
         if J is None:
             self._value(B, X.data_ptr(), X.stride(0), P.data_ptr(), p_stride, Y.data_ptr(), st, threads)
         else:
-            self._jacobian(B, X.data_ptr(), X.stride(0), P.data_ptr(), p_stride, Y.data_ptr(),
-                           J.data_ptr(), st, threads)
+            fn = self._tangent if tangent else self._jacobian
+            fn(B, X.data_ptr(), X.stride(0), P.data_ptr(), p_stride, Y.data_ptr(), J.data_ptr(), st, threads)
 
 
 _LOADED: dict[str, CLibrary] = {}

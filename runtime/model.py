@@ -168,6 +168,19 @@ def _type(name: str) -> TensorType:
     return TYPES[name]
 
 
+def _block(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledMatrix:
+    """The rows ``rows`` and columns ``cols`` of ``jac`` (variables of its axes), as a new matrix."""
+    def index(axis: LabeledAxis, sub: LabeledAxis) -> torch.Tensor:
+        idx = []
+        for name in sub.variable_names:
+            a, b = axis.span(name)
+            idx += range(a, b)
+        return torch.tensor(idx, dtype=torch.long, device=jac.tensor.device)
+
+    t = jac.tensor.index_select(-2, index(jac.row_axis, rows)).index_select(-1, index(jac.col_axis, cols))
+    return LabeledMatrix(t, rows, cols)
+
+
 def _type_dim(model: "CompiledModel", name: str) -> int:
     """The base dimension of input or parameter ``name`` (for telling batch dims from base dims)."""
     if name in model.parameters:
@@ -201,10 +214,13 @@ class CompiledModel:
     SOLVER: dict = {}
     BAKED: tuple[str, ...] = ()
     BAKED_ARGS: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    TANGENT: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # declared tangent (rows, columns)
     torch_value: Any = None
     torch_jacobian: Any = None
+    torch_tangent: Any = None
     kernel_value: Any = None
     kernel_jacobian: Any = None
+    kernel_tangent: Any = None
     c_source: str | None = None  # the C backend's source (modelc.backends.c_backend), if generated
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
@@ -245,6 +261,7 @@ class CompiledModel:
         self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
         self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
         self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
+        self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
         self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
         self._values: dict[str, Any] = {}
         self.set_parameters(**param_overrides)
@@ -372,11 +389,62 @@ class CompiledModel:
         if v.device.type != self.device.type:
             raise InputError(f"model {self.NAME}: {what} is on {v.device}, the model on {self.device}")
 
+    # -- derivative requests ---------------------------------------------------------------------
+    def _axes(self, of, wrt) -> tuple[LabeledAxis, LabeledAxis]:
+        """Row and column axes of the Jacobian block d ``of`` / d ``wrt`` (model order)."""
+        rows = [(v.name, v.type) for v in self.OUTPUTS if v.name in of]
+        cols = [(v.name, v.type) for v in self.INPUTS if v.name in wrt]
+        return LabeledAxis.from_variables(rows), LabeledAxis.from_variables(cols)
+
+    def _derivative_request(self, derivatives):
+        """``(variant, (row axis, column axis))`` for a call's ``derivatives=`` argument, or None.
+
+        ``False``: none. ``True``: every output by every input (variant ``jacobian``). ``"tangent"``:
+        the blocks the spec declares as the tangent. A list of ``(output, input)`` pairs: the rows
+        of those outputs by the columns of those inputs, from the ``tangent`` variant when it covers
+        them (it computes less), else from the full Jacobian."""
+        if derivatives is False or derivatives is None:
+            return None
+        if derivatives is True:
+            return "jacobian", (self.output_axis, self.input_axis)
+        if isinstance(derivatives, str):
+            if derivatives != "tangent":
+                raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
+                                 f"(output, input) pairs, got {derivatives!r}")
+            if self.TANGENT is None:
+                raise InputError(f"model {self.NAME}: its spec declares no tangent (add `tangent: {{of: [...], "
+                                 "wrt: [...]}}` to the model or composition), so derivatives='tangent' has "
+                                 "nothing to compute; ask for derivatives=True or a list of (output, input) pairs")
+            return "tangent", self.tangent_axes
+        try:
+            pairs = [(str(o), str(i)) for o, i in derivatives]
+        except (TypeError, ValueError):
+            raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
+                             f"(output, input) pairs, got {derivatives!r}") from None
+        if not pairs:
+            raise InputError(f"model {self.NAME}: derivatives=[] asks for no derivative; pass False")
+        bad = [o for o, _ in pairs if o not in self.output_axis] + [i for _, i in pairs if i not in self.input_axis]
+        if bad:
+            raise InputError(f"model {self.NAME}: derivatives names {', '.join(dict.fromkeys(bad))}, not among "
+                             f"its outputs ({', '.join(self.output_axis.variable_names)}) or inputs "
+                             f"({', '.join(self.input_axis.variable_names)})")
+        of, wrt = {o for o, _ in pairs}, {i for _, i in pairs}
+        axes = self._axes(of, wrt)
+        if self.TANGENT is not None and of <= set(self.TANGENT[0]) and wrt <= set(self.TANGENT[1]):
+            return "tangent", axes
+        return "jacobian", axes
+
     # -- evaluation ----------------------------------------------------------------------------
-    def __call__(self, inputs, derivatives: bool = False, *, old_forces: Mapping[str, Any] | None = None,
+    def __call__(self, inputs, derivatives=False, *, old_forces: Mapping[str, Any] | None = None,
                  **param_overrides) -> Result:
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
         the model has no ``old_forces/`` input of its own.
+
+        ``derivatives``: ``False`` (none), ``True`` (every output by every input), ``"tangent"`` (the
+        blocks the spec declares as the model's tangent, computed by a variant that does only that)
+        or a list of ``(output, input)`` pairs such as ``[("state/S", "forces/E")]`` (those rows by
+        those columns; the tangent variant runs when it covers them). ``result.jacobian`` is a
+        :class:`~modelc.runtime.labeled.LabeledMatrix` over the requested rows and columns.
 
         Inputs and parameters may be :class:`~modelc.runtime.tensors.TypedTensor` s with named batch
         dims: they are aligned and broadcast by name (a parameter batched over ``samples`` meets
@@ -410,16 +478,25 @@ class CompiledModel:
         return inputs, params, names
 
     def _call(self, inputs, derivatives, old_forces, param_overrides) -> Result:
+        request = self._derivative_request(derivatives)
+        variant = request[0] if request else False
         X, bs = self._inputs_tensor(inputs)
         P, shared = self._param_tensor(param_overrides, bs)
-        Y, J, ST = self.evaluate(X, P, derivatives, shared=shared, overrides=param_overrides)
+        Y, J, ST = self.evaluate(X, P, variant, shared=shared, overrides=param_overrides)
         substeps = None
         if ST is not None and self.on_failure == "substep" and not bool(ST[:, 0].all()):
-            Y, J, ST, substeps = self._substep(X, P, Y, J, ST, derivatives, shared, param_overrides,
-                                               old_forces)
+            if variant == "tangent":
+                Y, J, ST, substeps = self._substep_tangent(X, P, Y, J, ST, shared, param_overrides, old_forces)
+            else:
+                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, bool(variant), shared, param_overrides,
+                                                   old_forces)
         out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
-        jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), self.output_axis, self.input_axis) \
-            if J is not None else None
+        jac = None
+        if J is not None:
+            rows, cols = (self.output_axis, self.input_axis) if variant == "jacobian" else self.tangent_axes
+            jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), rows, cols)
+            if (rows, cols) != request[1]:  # a narrower request: gather its rows and columns
+                jac = _block(jac, *request[1])
         status = None
         if ST is not None:
             status = Status(ST[:, 0].reshape(bs) > 0.5, ST[:, 1].reshape(bs).round().to(torch.int32),
@@ -427,28 +504,52 @@ class CompiledModel:
                             None if substeps is None else substeps.reshape(bs))
         return Result(out, jac, status)
 
-    def evaluate(self, X: torch.Tensor, P: torch.Tensor, derivatives: bool, *, shared: bool = True,
+    def evaluate(self, X: torch.Tensor, P: torch.Tensor, derivatives, *, shared: bool = True,
                  overrides: Mapping[str, Any] | None = None):
-        """Raw entry: ``X (B, nx)``, ``P (1|B, np)`` -> ``(Y, J or None, ST or None)``."""
+        """Raw entry: ``X (B, nx)``, ``P (1|B, np)`` -> ``(Y, J or None, ST or None)``.
+
+        ``derivatives``: False, True or ``"jacobian"`` (``J (B, ny, nx)``), or ``"tangent"`` (``J`` over
+        :attr:`tangent_axes`, from the tangent variant)."""
+        variant = self._variant(derivatives)
         if self.backend == "torch":
-            fn = self.torch_jacobian if derivatives else self.torch_value
+            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent}[variant]
             return fn(X, P)
         if self.backend == "c":
-            return self._run_c(X, P, derivatives)
-        return self._launch(X, P, derivatives, shared, overrides or {})
+            return self._run_c(X, P, variant)
+        return self._launch(X, P, variant, shared, overrides or {})
 
-    def _run_c(self, X, P, derivatives):
+    def _variant(self, derivatives) -> str | None:
+        if derivatives == "tangent":
+            if self.TANGENT is None:
+                raise InputError(f"model {self.NAME}: no tangent variant (the spec declares no tangent)")
+            return "tangent"
+        if derivatives == "jacobian":
+            return "jacobian"
+        if derivatives not in (True, False, None):
+            raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian' or "
+                             f"'tangent', got {derivatives!r}")
+        return "jacobian" if derivatives else None
+
+    def _jacobian_shape(self, variant: str | None) -> tuple[int, int] | None:
+        if variant is None:
+            return None
+        if variant == "tangent":
+            return self.tangent_axes[0].size, self.tangent_axes[1].size
+        return self.output_axis.size, self.input_axis.size
+
+    def _run_c(self, X, P, variant):
         B, nx = X.shape
         ny = self.output_axis.size
         X = X if X.stride(-1) == 1 else X.contiguous()
         P = P.contiguous()
         Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
-        J = torch.empty(B, ny, nx, dtype=self.dtype, device=self.device) if derivatives else None
+        shape = self._jacobian_shape(variant)
+        J = torch.empty(B, *shape, dtype=self.dtype, device=self.device) if shape else None
         ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
-        self._clib(X, P, Y, J, ST)
+        self._clib(X, P, Y, J, ST, tangent=variant == "tangent")
         return Y, J, ST
 
-    def _launch(self, X, P, derivatives, shared, overrides):
+    def _launch(self, X, P, variant, shared, overrides):
         import triton
         import triton.language as tl
 
@@ -456,7 +557,8 @@ class CompiledModel:
         ny = self.output_axis.size
         X = X.contiguous()
         Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
-        J = torch.empty(B, ny, nx, dtype=self.dtype, device=self.device) if derivatives else None
+        shape = self._jacobian_shape(variant)
+        J = torch.empty(B, *shape, dtype=self.dtype, device=self.device) if shape else None
         ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
         if B == 0:
             return Y, J, ST
@@ -469,7 +571,7 @@ class CompiledModel:
                                  f"be one shared value, got {v.numel() // max(len(args), 1)} values")
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
-        kernel = self.kernel_jacobian if derivatives else self.kernel_value
+        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent}[variant]
         grid = (triton.cdiv(B, block),)
         kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
@@ -569,6 +671,32 @@ class CompiledModel:
             substeps[fail[good]] = n
             fail = fail[~good]
             n *= 2
+        return Y, J, ST, substeps
+
+    def _substep_tangent(self, X, P, Y, J, ST, shared, overrides, old_forces):
+        """Sub-stepping for a tangent-variant call: the failed points (few) are re-run on their own
+        with the full Jacobian, which the chain rule through the sub-steps needs, and the tangent
+        rows and columns are taken from it."""
+        fail = torch.nonzero(ST[:, 0] <= 0.5).flatten()
+        B, k = X.shape[0], fail.numel()
+        Xf, Pf = X[fail], (P if shared else P[fail])
+        Yf, STf = Y[fail], ST[fail]
+        Jf = torch.full((k, self.output_axis.size, self.input_axis.size), float("nan"), dtype=X.dtype,
+                        device=X.device)
+        olds = None
+        if old_forces:  # per-point old values follow their points
+            olds = {}
+            for name, v in old_forces.items():
+                size = self.input_axis.type_of(name).size if name in self.input_axis else 1
+                v = torch.as_tensor(v, dtype=X.dtype, device=X.device).reshape(-1, size)
+                olds[name] = v.expand(B, size)[fail] if v.shape[0] in (1, B) else v
+        Yf, Jf, STf, sub_f = self._substep(Xf, Pf, Yf, Jf, STf, True, shared, overrides, olds)
+        full = LabeledMatrix(Jf, self.output_axis, self.input_axis)
+        Y, J, ST = Y.clone(), J.clone(), ST.clone()
+        Y[fail], ST[fail] = Yf, STf
+        J[fail] = _block(full, *self.tangent_axes).tensor
+        substeps = torch.ones(B, dtype=torch.int32, device=X.device)
+        substeps[fail] = sub_f
         return Y, J, ST, substeps
 
     # -- description ---------------------------------------------------------------------------

@@ -6,7 +6,10 @@
 - ``P`` ``(B or 1, np)``: parameters in ``program.parameters`` order, components contiguous; the row
   stride is 0 when the parameters are shared by all points.
 - ``Y`` ``(B, ny)``: the output axis' storage (same rule).
-- ``J`` ``(B, ny, nx)``: d Y / d X, row-major: entry (r, c) at ``r * nx + c`` within a point.
+- ``J`` ``(B, ny, nx)``: d Y / d X, row-major: entry (r, c) at ``r * nx + c`` within a point. A
+  program computing a tangent (``Program.jacobian_of``/``jacobian_wrt`` set) writes ``(B, nty, ntx)``
+  instead: rows the selected outputs, columns the selected inputs, each on its own axis built by the
+  same rule (:meth:`Layout.jacobian_shape`).
 - ``ST`` ``(B, 3)``: converged (1/0), iterations, residual norm (implicit programs).
 """
 from __future__ import annotations
@@ -79,16 +82,30 @@ class Layout:
             out += [(off[v.name] + i, sp.sympify(c)) for i, c in enumerate(comps)]
         return out
 
+    def jacobian_variables(self, program: ir.Program) -> tuple[tuple[ir.Variable, ...], tuple[ir.Variable, ...]]:
+        """The Jacobian's row (output) and column (input) variables: all, or the program's selection."""
+        rows = self.outputs if program.jacobian_of is None else tuple(
+            v for v in self.outputs if v.name in program.jacobian_of)
+        cols = self.inputs if program.jacobian_wrt is None else tuple(
+            v for v in self.inputs if v.name in program.jacobian_wrt)
+        return rows, cols
+
+    def jacobian_shape(self, program: ir.Program) -> tuple[int, int]:
+        """(rows, columns) of one point's Jacobian in ``program``."""
+        rows, cols = self.jacobian_variables(program)
+        return _offsets(rows)[1], _offsets(cols)[1]
+
     def jacobian_entries(self, program: ir.Program) -> list[tuple[tuple[int, int], sp.Expr]]:
         """Every entry of J, zeros included, in row-major order."""
-        yoff, ny = _offsets(self.outputs)
-        xoff, nx = _offsets(self.inputs)
+        rows, cols = self.jacobian_variables(program)
+        yoff, ny = _offsets(rows)
+        xoff, nx = _offsets(cols)
         types = {v.name: v.type for v in self.outputs + self.inputs}
         entries: dict[tuple[int, int], sp.Expr] = {}
         for (of, wrt), block in program.derivatives.items():
             if of not in yoff or wrt not in xoff:
                 raise InternalError(f"program {program.name}: derivative block d {of} / d {wrt} is not "
-                                    "over an output and an input")
+                                    "over a (selected) output and input")
             if len(block) != types[of].size or any(len(r) != types[wrt].size for r in block):
                 raise InternalError(f"program {program.name}: block d {of} / d {wrt} has the wrong shape")
             for i, row in enumerate(block):

@@ -67,12 +67,13 @@ def _solver(program: ir.Program) -> dict:
 
 
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
-                options=None, source: str | None = None) -> str:
-    """The generated module's source for the value-only program ``value`` and the program with
-    derivatives ``full`` (same inputs, parameters and outputs)."""
+                options=None, source: str | None = None, tangent: ir.Program | None = None) -> str:
+    """The generated module's source for the value-only program ``value``, the program with
+    derivatives ``full`` and, when given, the program computing only the declared tangent blocks
+    (same inputs, parameters and outputs)."""
     options = options if options is not None else EmitOptions()
     layout = Layout.of(value)
-    if Layout.of(full) != layout:
+    if any(Layout.of(p) != layout for p in (full, tangent) if p is not None):
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
     baked = frozenset(getattr(options, "constant_params", ()) or ())
@@ -85,8 +86,14 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     implicit = any(isinstance(s, ir.Newton) for s in value.body)
 
     kernels, torch_fns = [], []
-    for variant, prog, deriv in (("value", value, False), ("jacobian", full, True)):
+    variants = [("value", value, False), ("jacobian", full, True)]
+    if tangent is not None:
+        variants.append(("tangent", tangent, True))
+    for variant, prog, deriv in variants:
         what = "outputs and d outputs / d inputs" if deriv else "outputs only (no derivative computed)"
+        if prog is tangent:
+            what = (f"outputs and the tangent d({', '.join(tangent.jacobian_of or ())}) / "
+                    f"d({', '.join(tangent.jacobian_wrt or ())}) only")
         torch_fns.append({"name": f"_torch_{variant}", "doc": f"{value.name}: {what}.",
                           "lines": torch_body(prog, layout, deriv)})
         lines, baked_args = triton_body(prog, layout, deriv, baked)
@@ -113,7 +120,10 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
-        "c_source": c_source(value, full),
+        "c_source": c_source(value, full, tangent),
+        "tangent": tangent is not None,
+        "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
+                                                           tuple(tangent.jacobian_wrt or ()))),
         "inputs": [var_info(v) for v in value.inputs],
         "outputs": [var_info(v) for v in value.outputs],
         "parameters": [par_info(p) for p in value.parameters],

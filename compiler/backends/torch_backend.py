@@ -95,7 +95,8 @@ def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoti
         em.line(f"Y[:, {col}] = {em.p.doprint(expr)}")
     if derivatives:
         em.comment("jacobian d outputs / d inputs (structurally zero blocks stay zero)")
-        em.line(f"J = torch.zeros((X.shape[0], {layout.ny}, {layout.nx}), dtype=X.dtype, device=X.device)")
+        jy, jx = layout.jacobian_shape(program)
+        em.line(f"J = torch.zeros((X.shape[0], {jy}, {jx}), dtype=X.dtype, device=X.device)")
         for (r, c), expr in layout.jacobian_entries(program):
             if not (expr.is_Number and expr == 0):
                 em.line(f"J[:, {r}, {c}] = {em.p.doprint(expr)}")

@@ -4,7 +4,8 @@ One program instance handles ``BLOCK`` batch points (``offs``), masked against `
 component is loaded once, every output and Jacobian entry (zeros included) stored once; everything in
 between lives in registers. Each array moves as one ``[BLOCK, W]`` tile (``W`` its row length padded
 to a power of two) split into / assembled from components with ``tl.split`` / ``tl.join`` (see
-:class:`_Rows`: one memory op per array keeps GPU compile times reasonable). Layout: see
+:class:`_Rows`: few memory ops per array keep GPU compile times reasonable); rows of up to 64 values
+are stored 4 columns at a time, which keeps register pressure down. Layout: see
 :mod:`modelc.backends.layout`; row offsets are int64.
 
 Kernel signature (both variants, so launches are uniform)::
@@ -90,8 +91,13 @@ def _width(n: int) -> tuple[int, int]:
     return bits, 1 << bits
 
 
+STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values (see _Rows.store)
+CHUNKED_ROW_MAX = 64
+
+
 class _Rows:
-    """Whole-row loads and stores: one ``tl.load``/``tl.store`` of a ``[BLOCK, W]`` tile per array.
+    """Whole-row loads and stores: one ``tl.load``/``tl.store`` of a ``[BLOCK, W]`` tile per array
+    (short rows are stored a few columns at a time, see :meth:`store`).
 
     Why: Triton's coalescing pass walks the whole data-flow slice of every memory operation, so a
     kernel with one load/store per component (hundreds for a Jacobian) took minutes to compile for
@@ -125,9 +131,22 @@ class _Rows:
         return [level[_bitrev(c, bits)] for c in range(n)]
 
     def store(self, ptr: str, stride: str, values: list[str]) -> None:
+        """Rows of up to ``CHUNKED_ROW_MAX`` values are stored ``STORE_CHUNK`` columns at a time (a
+        whole-row tile keeps every value and the join tree live at once: for a 6x6 tangent that was
+        255 registers and ~0.4 KB of spills per thread on sm_90, chunked 55 and none); longer rows
+        (a full Jacobian) stay one tile, since chunking them multiplies the GPU compile time (j2_voce_af:
+        64 s -> 559 s). Measured with benchmarks/gpu_kernels.py."""
+        if CHUNKED_ROW_MAX >= len(values) > STORE_CHUNK:
+            for start in range(0, len(values), STORE_CHUNK):
+                self._store(ptr, stride, values[start:start + STORE_CHUNK], start)
+            return
+        self._store(ptr, stride, values, 0)
+
+    def _store(self, ptr: str, stride: str, values: list[str], start: int) -> None:
         n = len(values)
         bits, W = _width(n)
         em = self.em
+        ptr = f"{ptr} + {start}" if start else ptr
         zero = self._tmp("zero")
         em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
         leaves = values + [zero] * (W - n)

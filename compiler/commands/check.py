@@ -98,10 +98,13 @@ def describe_compiled(spec: Spec, trace=None) -> str:
         lines = [f"compiled {c.name}: inputs {', '.join(v.name for v in done.model.inputs)}",
                  f"  outputs {', '.join(v.name for v in done.model.outputs)}",
                  "  operation counts after CSE (per point; newton_* = one Newton iteration):"]
-        for label, prog in (("value", done.value), ("value+tangent", done.full)):
+        progs = [("value", done.value), ("value+jacobian", done.full)]
+        if done.tangent is not None:
+            progs.append(("value+tangent", done.tangent))
+        for label, prog in progs:
             ops = program_ops(prog)
             shown = ", ".join(f"{k} {v}" for k, v in ops.items() if v)
-            lines.append(f"    {label:<14} {shown}")
+            lines.append(f"    {label:<15} {shown}")
         lines.append("  passes: " + ", ".join(f"{s.name} {s.seconds:.2f}s" for s in done.stages))
         parts.append("\n".join(lines))
     return "\n\n".join(parts)

@@ -44,6 +44,8 @@ def format_model(m: Model) -> str:
         lines.append(f"  input     {v}" + (f"  # {v.doc}" if v.doc else ""))
     for v in m.outputs:
         lines.append(f"  {'unknown ' if m.is_implicit else 'output  '}  {v}" + (f"  # {v.doc}" if v.doc else ""))
+    if m.tangent is not None:
+        lines.append(f"  {m.tangent}")
     for eq in m.equations:
         lines.append(f"  equation {eq.var.name}:")
         lines += _components(eq.var.name, eq.components)
@@ -67,5 +69,7 @@ def format_spec(spec: Spec) -> str:
     parts = [format_model(m) for m in spec.models]
     for c in spec.compositions:
         keep = f" keep {', '.join(c.keep)}" if c.keep else ""
-        parts.append(f"compose {c.name} = [{', '.join(c.models)}]{keep}" + (f"  # {c.doc}" if c.doc else ""))
+        tangent = f" {c.tangent}" if c.tangent else ""
+        parts.append(f"compose {c.name} = [{', '.join(c.models)}]{keep}{tangent}"
+                     + (f"  # {c.doc}" if c.doc else ""))
     return "\n\n".join(parts) + "\n"

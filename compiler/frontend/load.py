@@ -20,7 +20,7 @@ from modelc.errors import SpecError
 from modelc.frontend import schema
 from modelc.frontend.dump import format_spec, format_yaml
 from modelc.frontend.expr import did_you_mean
-from modelc.frontend.model import ModelBuilder, check_ident, file_helpers
+from modelc.frontend.model import ModelBuilder, check_ident, file_helpers, tangent_decl
 from modelc.frontend.yamlio import YScalar, load_yaml_text
 from modelc.ir import ComposeDecl, Loc, Spec
 
@@ -120,7 +120,9 @@ def _compose(name: str, node, kloc: Loc, st: _State) -> ComposeDecl:
                 raise SpecError(f"composition {name!r} keeps {k.value!r}, which none of its models provides",
                                 k.loc, hint=did_you_mean(k.value, provided))
     doc = c["doc"] if isinstance(c["doc"], str) else str(c["doc"].value)
-    return ComposeDecl(name, tuple(names), keep, doc, kloc)
+    # the tangent's names are checked against the composed inputs and outputs when it is composed
+    tangent = tangent_decl(c["tangent"], f"composition {name!r}", node.keys.get("tangent"))
+    return ComposeDecl(name, tuple(names), keep, doc, kloc, tangent=tangent)
 
 
 def load_spec(path, trace: Trace | None = None) -> Spec:

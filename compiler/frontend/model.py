@@ -18,7 +18,7 @@ from modelc.frontend.expr import (RESERVED, Binding, Helper, Scope, Source, buil
                                   parse)
 from modelc.frontend.tensor import TValue
 from modelc.frontend.yamlio import YMap, YScalar
-from modelc.ir import (Equation, ImplicitSystem, Loc, Model, Parameter, SolverOptions, Variable,
+from modelc.ir import (Equation, ImplicitSystem, Loc, Model, Parameter, SolverOptions, Tangent, Variable,
                        component_symbols, param_symbols)
 from modelc.runtime.types import TYPES, TensorType
 
@@ -245,9 +245,44 @@ class ModelBuilder:
             system = None
         extra = tuple(v for n, v in self.olds.items() if v not in self.inputs)
         doc = f["doc"] if isinstance(f["doc"], str) else str(f["doc"].value)
+        tangent = tangent_decl(f["tangent"], f"model {self.name!r}", self.node.keys.get("tangent"))
+        if tangent is not None:
+            check_tangent(tangent, f"model {self.name!r}", [v.name for v in outputs],
+                          [v.name for v in tuple(self.inputs) + extra])
         model = Model(self.name, tuple(self.inputs) + extra, outputs, tuple(parameters), equations, system,
-                      doc=doc, loc=self.loc)
+                      doc=doc, loc=self.loc, tangent=tangent)
         return model, uses_nodes
+
+
+def tangent_decl(node, where: str, key=None) -> Tangent | None:
+    """``tangent: {of: [...], wrt: [...]}`` of a model or composition (None when absent)."""
+    if node is None:
+        return None
+    f = schema.check(node, "tangent", f"the tangent of {where}")
+    names, locs = {}, []
+    for side in ("of", "wrt"):
+        items = f[side].items
+        if not items:
+            raise SpecError(f"the tangent of {where}: '{side}' lists no variables", f[side].loc)
+        seen = []
+        for item in items:
+            if item.value in seen:
+                raise SpecError(f"the tangent of {where} lists {item.value!r} twice in '{side}'", item.loc)
+            seen.append(item.value)
+            locs.append(item.loc)
+        names[side] = tuple(seen)
+    return Tangent(names["of"], names["wrt"], getattr(key, "loc", None) or node.loc, tuple(locs))
+
+
+def check_tangent(t: Tangent, where: str, outputs, inputs) -> None:
+    """Every ``of`` name is an output and every ``wrt`` name an input of the model, or a SpecError at
+    the name."""
+    for side, names, pool, what in (("of", t.of, outputs, "output"), ("wrt", t.wrt, inputs, "input")):
+        for n in names:
+            if n not in pool:
+                raise SpecError(f"the tangent of {where} names {n!r} in '{side}', which is not one of its "
+                                f"{what}s ({', '.join(pool) or 'none'})", t.loc_of(n),
+                                hint=did_you_mean(n, pool))
 
 
 def _expr_node(node, what: str) -> tuple[str, Loc]:

@@ -46,6 +46,8 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("equations", "map", False, None, "output local name -> expression (explicit models)"),
         Field("implicit", "map", False, None, "the implicit system (implicit models): unknowns, residuals, "
               "guess, uses, solver"),
+        Field("tangent", "map", False, None, "derivative blocks a caller needs (e.g. of: [state/S], wrt: "
+              "[forces/E]): the module gets a variant that computes only these"),
     ),
     "parameter": (
         Field("type", "type", False, "Scalar", "tensor type"),
@@ -84,6 +86,12 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("keep", "names", False, (), "variables to expose as outputs even though a sub-model "
               "consumes them"),
         Field("doc", "str", False, "", "one-line description"),
+        Field("tangent", "map", False, None, "derivative blocks a caller needs (e.g. of: [state/S], wrt: "
+              "[forces/E]): the module gets a variant that computes only these"),
+    ),
+    "tangent": (
+        Field("of", "names", True, None, "outputs (rows of the tangent)"),
+        Field("wrt", "names", True, None, "inputs (columns of the tangent)"),
     ),
 }
 

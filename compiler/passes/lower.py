@@ -27,8 +27,12 @@ from modelc.passes.differentiate import differentiate
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
 
 
-def lower(model: Model, *, derivatives: bool) -> Program:
-    """The Program evaluating ``model`` (and, if asked, d outputs / d inputs)."""
+def lower(model: Model, *, derivatives: bool,
+          select: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Program:
+    """The Program evaluating ``model`` (and, if asked, d outputs / d inputs).
+
+    ``select = (of, wrt)`` (with ``derivatives``) keeps only the blocks d of / d wrt (a tangent): the
+    rest, down to the columns of the implicit models' linear solves that only they read, is pruned."""
     if _needs_partials(model, derivatives):
         model = differentiate(model)
     em = _Emitter()
@@ -39,6 +43,8 @@ def lower(model: Model, *, derivatives: bool) -> Program:
         outs = {o.name: o for o in model.outputs}
         ins = {x.name: x for x in model.inputs}
         for p in model.partials:
+            if select is not None and not (p.of in select[0] and p.wrt in select[1]):
+                continue
             if p.of in outs and p.wrt in ins:
                 derivs[(p.of, p.wrt)] = tuple(
                     tuple(ref(model.name, a, b, sp.sympify(e)) for b, e in zip(ins[p.wrt].symbols, row))
@@ -59,8 +65,18 @@ def lower(model: Model, *, derivatives: bool) -> Program:
             live |= sp.sympify(e).free_symbols
     live |= set(status.values())
     body = prune(em.body, live)
+    rows = cols = None
+    if derivatives and select is not None:
+        unknown = [n for n in select[0] if n not in {o.name for o in model.outputs}] + \
+                  [n for n in select[1] if n not in {x.name for x in model.inputs}]
+        if unknown:
+            raise InternalError(f"model {model.name}: the selected derivative blocks name {unknown}, which "
+                                "are not its outputs / inputs (the driver checks this first)")
+        rows = tuple(o.name for o in model.outputs if o.name in select[0])
+        cols = tuple(x.name for x in model.inputs if x.name in select[1])
     return Program(name=model.name, inputs=model.inputs, parameters=model.parameters,
-                   outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status)
+                   outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status,
+                   jacobian_of=rows, jacobian_wrt=cols)
 
 
 def _needs_partials(model: Model, derivatives: bool) -> bool:
@@ -266,13 +282,21 @@ def writes(st: Statement) -> set[sp.Symbol]:
 
 
 def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, ...]:
-    """``body`` without the statements whose results nothing in ``live`` (or later) reads."""
+    """``body`` without the statements whose results nothing in ``live`` (or later) reads; a
+    LinearSolve keeps only the right-hand-side columns whose solutions are read."""
     live = set(live)
     out = []
     for st in reversed(list(body)):
         w = writes(st)
         if not w & live:
             continue
+        if isinstance(st, LinearSolve):
+            keep = [j for j in range(len(st.targets[0]) if st.targets else 0)
+                    if any(row[j] in live for row in st.targets)]
+            if len(keep) < len(st.targets[0]):
+                st = LinearSolve(A=st.A, B=tuple(tuple(row[j] for j in keep) for row in st.B),
+                                 targets=tuple(tuple(row[j] for j in keep) for row in st.targets))
+                w = writes(st)
         out.append(st)
         live -= w
         live |= reads(st)

@@ -204,6 +204,33 @@ def test_benchmark_runner_checks_before_timing(tmp_path: Path) -> None:
     assert "state/S disagrees" in recs[0]["error"] and "median_s" not in recs[0]
 
 
+def test_benchmark_runner_times_modelc_through_its_tangent(tmp_path: Path) -> None:
+    """modelc's backends in the runner: checked against the baseline (stress, state, flow rate and the
+    6x6 tangent) before they are timed; the tangent comes from the declared-tangent variant."""
+    from benchmarks import modelc_hook, run
+
+    path = run.main(["--models", "j2_linear_iso", "--sizes", "64", "--dtypes", "float64", "float32",
+                     "--impls", "modelc", "eager", "--repeats", "2", "--warmup", "0",
+                     "--neml2-python", str(tmp_path / "none"), "--out", str(tmp_path)])
+    import json
+
+    res = json.loads(path.read_text())
+    recs = [r for r in res["records"] if r["impl"].startswith("modelc-")]
+    assert {r["impl"] for r in recs} >= {"modelc-torch"}
+    for r in recs:
+        assert "error" not in r and r["points_per_s"] > 0, r
+        assert max(r["errors"].values()) <= (1e-8 if r["dtype"] == "float64" else 1e-3), r
+    step = modelc_hook.modelc_step("j2_linear_iso", "torch", torch.float64, torch.device("cpu"))
+    assert step.model.TANGENT == (("state/S",), ("forces/E",))
+    calls = []
+    orig = step.model.evaluate
+    step.model.evaluate = lambda X, P, d, **kw: calls.append(d) or orig(X, P, d, **kw)
+    pool = __import__("benchmarks.workload", fromlist=["pool"])
+    b = pool.batch(pool.pool("j2_linear_iso"), 8, torch.float64)
+    out = step(*pool.args_of("j2_linear_iso", b), tangent=True)
+    assert calls == ["tangent"] and out[-1].shape == (8, 6, 6)
+
+
 def test_unknown_model_and_parameter_are_named() -> None:
     with pytest.raises(ValueError, match="no_such_model"):
         bl.make_step("no_such_model")

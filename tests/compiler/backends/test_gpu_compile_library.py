@@ -1,5 +1,5 @@
 """Every kernel of the committed library modules (generated/) compiles for a GPU target (sm_90) without
-a GPU, in float64 (the default dtype); float32 for the value kernels. One child process per model so
+a GPU, in float64 (the default dtype); float32 for the value and tangent kernels. One child process per model so
 pytest-xdist spreads them. (The derivative kernel of j2_voce_af, a 14-unknown Newton solve plus a
 14x21 tangent solve, is the slowest: about a minute.)"""
 from __future__ import annotations
@@ -28,7 +28,8 @@ spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 out = []
-for kname, dtypes in (("_kernel_value", ("fp64", "fp32")), ("_kernel_jacobian", ("fp64",))):
+for kname, dtypes in (("_kernel_value", ("fp64", "fp32")), ("_kernel_tangent", ("fp64", "fp32")),
+                      ("_kernel_jacobian", ("fp64",))):
     for dt in dtypes:
         sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
         sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
@@ -52,6 +53,6 @@ def test_library_kernels_compile_for_sm90(model):
                        timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     results = json.loads(r.stdout.strip().splitlines()[-1])
-    assert len(results) == 3
+    assert len(results) == 5
     for kname, dt, entry, loads, stores in results:
         assert entry and loads and stores, (model, kname, dt)

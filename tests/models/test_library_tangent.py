@@ -1,0 +1,135 @@
+"""The tangent variant: every library model declares ``tangent: {of: [state/S], wrt: [forces/E]}``, and
+its generated module has a variant that computes and writes only that 6x6 block (the consistent
+tangent a finite-element code asks for; NEML2's ``-d stress:strain``).
+
+Checked on every backend (PyTorch, C, Triton under the interpreter), float64 and float32, at the steps
+where NEML2 recorded its tangent (each step from NEML2's converged state of the row before): against
+NEML2's tangent (the independent oracle; the tolerances of test_library_reference.TOL_SHIPPED), and
+against the same block of the full Jacobian (``derivatives=True``) on the same inputs, which runs
+the same Newton solve: the two agree to round-off. Also: how a call's ``derivatives=`` picks the
+variant, the errors for requests that cannot be served, and that the tangent program is smaller.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from library_helpers import (MODELS, STRAIN, STRESS, call_compiled, compiled, compiled_module,
+                             forced_expected, forced_inputs, per_point_rel_err, reference)
+from modelc.errors import InputError
+
+DTYPES = {"f64": torch.float64, "f32": torch.float32}
+TOL_NEML2 = {torch.float64: 1e-6, torch.float32: 1e-4}  # tangent, as TOL_SHIPPED in test_library_reference
+TOL_FULL = {torch.float64: 1e-11, torch.float32: 2e-5}  # same solve, a different elimination order
+POINTS = np.arange(8)
+TANGENT = [(STRESS, STRAIN)]
+
+
+def _model(model: str, backend: str, dtype):
+    from modelc.runtime.cbuild import CBuildError
+
+    try:
+        return compiled(model, backend, dtype)
+    except CBuildError as exc:  # no C compiler on this machine
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("backend", ["torch", "c", "triton"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("model", MODELS)
+def test_tangent_variant_matches_neml2_and_the_full_jacobian(model: str, dtype, backend: str) -> None:
+    ref = reference(model)
+    steps = ref["tangent_steps"]
+    m = _model(model, backend, dtype)
+    ins = forced_inputs([v.name for v in m.INPUTS], ref, steps, POINTS)
+    outs_t, tan_t, st_t = call_compiled(m, ins, derivatives="tangent")
+    outs_f, tan_f, st_f = call_compiled(m, ins, derivatives=True)
+    what = f"{model} ({backend}, {dtype})"
+    if st_t:
+        assert st_t["converged"].all() and st_f["converged"].all(), what
+    shape = (len(steps), len(POINTS), 6, 6)
+    err = per_point_rel_err(tan_t.reshape(shape), ref["tangent"])
+    assert err <= TOL_NEML2[dtype], f"{what}: tangent variant vs NEML2's tangent {err:.2e}"
+    err = per_point_rel_err(tan_t.reshape(shape), tan_f.reshape(shape))
+    assert err <= TOL_FULL[dtype], f"{what}: tangent variant vs the full Jacobian's block {err:.2e}"
+    expected = forced_expected([STRESS], ref, steps, POINTS)[STRESS]
+    for name in outs_f:  # the same Newton solve: the outputs agree to round-off
+        e = per_point_rel_err(outs_t[name].reshape(len(steps), len(POINTS), -1),
+                              outs_f[name].reshape(len(steps), len(POINTS), -1))
+        assert e <= TOL_FULL[dtype], f"{what}: {name} differs between the variants by {e:.2e}"
+    e = per_point_rel_err(outs_t[STRESS].reshape(len(steps), len(POINTS), 6),
+                          expected.reshape(len(steps), len(POINTS), 6))
+    assert e <= (5e-8 if dtype == torch.float64 else 1e-4), f"{what}: stress vs NEML2 {e:.2e}"
+
+
+def _inputs(m, B: int, seed: int):
+    """Random inputs around yield (strains ~ 1e-3), zero internal state, dt = 1."""
+    g = torch.Generator().manual_seed(seed)
+    ins = {}
+    for v in m.INPUTS:
+        t = m.input_axis.type_of(v.name)
+        ins[v.name] = torch.zeros(B, *t.base_shape, dtype=m.dtype)
+    ins[STRAIN] = 2e-3 * torch.randn(B, 6, generator=g, dtype=torch.float64).to(m.dtype)
+    if "forces/t" in ins:
+        ins["forces/t"] = torch.ones(B, dtype=m.dtype)
+    return ins
+
+
+def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
+    """A list of (output, input) pairs inside the declared tangent runs the tangent variant; one
+    outside it runs the full Jacobian and gathers the rows and columns asked for (their product)."""
+    mod = compiled_module("j2_linear_iso")
+    m = mod.Model(backend="torch")
+    calls = []
+    for name in ("torch_jacobian", "torch_tangent"):
+        fn = getattr(mod.Model, name)
+        monkeypatch.setattr(mod.Model, name, staticmethod(lambda X, P, fn=fn, name=name: calls.append(name) or fn(X, P)))
+    ins = _inputs(m, 64, seed=1)
+    full = m(ins, derivatives=True)
+    assert calls == ["torch_jacobian"] and full.jacobian.tensor.shape == (64, 14, 16)
+    t = m(ins, derivatives=TANGENT)
+    assert calls[-1] == "torch_tangent" and t.jacobian.tensor.shape == (64, 6, 6)
+    assert t.jacobian.row_axis.variable_names == (STRESS,) and t.jacobian.col_axis.variable_names == (STRAIN,)
+    torch.testing.assert_close(t.jacobian[STRESS, STRAIN], full.jacobian[STRESS, STRAIN], rtol=1e-11, atol=1e-6)
+    assert m(ins, derivatives="tangent").jacobian.tensor.shape == (64, 6, 6) and calls[-1] == "torch_tangent"
+    # outside the tangent: the full variant, then rows {S, Ep} x columns {E, old Ep}
+    pairs = [(STRESS, STRAIN), ("state/internal/Ep", "old_state/internal/Ep")]
+    r = m(ins, derivatives=pairs)
+    assert calls[-1] == "torch_jacobian"
+    assert set(r.jacobian.row_axis.variable_names) == {STRESS, "state/internal/Ep"}
+    assert set(r.jacobian.col_axis.variable_names) == {STRAIN, "old_state/internal/Ep"}
+    for o in (STRESS, "state/internal/Ep"):
+        for i in (STRAIN, "old_state/internal/Ep"):
+            assert torch.equal(r.jacobian[o, i], full.jacobian[o, i]), (o, i)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("full", "derivatives must be False, True, 'tangent' or a list of (output, input) pairs"),
+    ([("state/SS", STRAIN)], "derivatives names state/SS, not among its outputs"),
+    ([(STRESS, "forces/EE")], "derivatives names forces/EE"),
+    ([], "derivatives=[] asks for no derivative"),
+    ([STRESS], "a list of (output, input) pairs"),
+])
+def test_bad_derivative_requests_are_clear_errors(bad, message) -> None:
+    m = compiled_module("j2_perfect").Model(backend="torch")
+    with pytest.raises(InputError) as exc:
+        m(_inputs(m, 4, seed=2), derivatives=bad)
+    assert message in str(exc.value)
+
+
+def test_tangent_program_solves_only_the_columns_it_needs() -> None:
+    """The implicit model's linear solve for du/dx keeps the right-hand-side columns the tangent reads
+    (forces/E: 6), not one per input it depends on (15), and the module writes a 6x6 block per point."""
+    from library_helpers import SPEC
+    from modelc import ir
+    from modelc.backends.layout import Layout
+    from modelc.driver import load_spec, lower_model
+
+    done = lower_model(load_spec(SPEC), "j2_linear_iso")
+    cols = {k: [len(s.targets[0]) for s in p.body if isinstance(s, ir.LinearSolve)]
+            for k, p in (("full", done.full), ("tangent", done.tangent))}
+    assert cols["tangent"] == [6] and cols["full"][0] >= 14, cols  # full: one per input it depends on
+    assert Layout.of(done.tangent).jacobian_shape(done.tangent) == (6, 6)
+    assert Layout.of(done.full).jacobian_shape(done.full) == (14, 16)
+    assert set(done.tangent.derivatives) == {(STRESS, STRAIN)}
