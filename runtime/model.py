@@ -261,6 +261,7 @@ class CompiledModel:
         self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
         self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
         self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
+        self._axes_cache: dict = {}
         self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
         self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
         self._values: dict[str, Any] = {}
@@ -287,6 +288,7 @@ class CompiledModel:
         """Override parameters on this model object (scalar, or batched: batch shape + base shape)."""
         self._check_param_names(values)
         self._values.update(values)
+        self._shared_P = None  # the cached (1, np) row of shared parameters, rebuilt on next use
 
     def _check_param_names(self, values: Mapping[str, Any]) -> None:
         unknown = [k for k in values if k not in self.parameters]
@@ -296,7 +298,17 @@ class CompiledModel:
                              f"its parameters are {known}")
 
     def _param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
-        """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared."""
+        """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared.
+        Without call overrides, a shared row of plain numbers is built once and reused until
+        ``set_parameters``."""
+        if not overrides and self._shared_P is not None:
+            return self._shared_P, True
+        P, shared = self._build_param_tensor(overrides, batch_shape)
+        if not overrides and shared and not any(isinstance(v, torch.Tensor) for v in self._values.values()):
+            self._shared_P = P  # numbers only: a tensor the caller may change in place is re-read every call
+        return P, shared
+
+    def _build_param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
         self._check_param_names(overrides)
         cols, shared = [], True
         B = math.prod(batch_shape)
@@ -346,6 +358,13 @@ class CompiledModel:
             raise InputError(f"model {self.NAME}: inputs must be a LabeledVector or a dict of tensors by "
                              f"name, got {type(inputs).__name__}")
         names = self.input_axis.variable_names
+        if len(names) == 1 and len(inputs) == 1 and isinstance(inputs.get(names[0]), torch.Tensor):
+            v = inputs[names[0]]  # one input: X is a view of it when its layout allows (no copy)
+            t = self.input_axis.type_of(names[0])
+            if (v.dtype == self.dtype and v.device.type == self.device.type and v.dim() > t.base_dim
+                    and tuple(v.shape[v.dim() - t.base_dim:]) == t.base_shape):
+                bs = v.shape[: v.dim() - t.base_dim]
+                return v.reshape(math.prod(bs), t.size), bs
         unknown = [k for k in inputs if k not in names]
         missing = [k for k in names if k not in inputs]
         if unknown or missing:
@@ -391,10 +410,14 @@ class CompiledModel:
 
     # -- derivative requests ---------------------------------------------------------------------
     def _axes(self, of, wrt) -> tuple[LabeledAxis, LabeledAxis]:
-        """Row and column axes of the Jacobian block d ``of`` / d ``wrt`` (model order)."""
-        rows = [(v.name, v.type) for v in self.OUTPUTS if v.name in of]
-        cols = [(v.name, v.type) for v in self.INPUTS if v.name in wrt]
-        return LabeledAxis.from_variables(rows), LabeledAxis.from_variables(cols)
+        """Row and column axes of the Jacobian block d ``of`` / d ``wrt`` (model order; memoised)."""
+        key = (frozenset(of), frozenset(wrt))
+        axes = self._axes_cache.get(key)
+        if axes is None:
+            rows = [(v.name, v.type) for v in self.OUTPUTS if v.name in of]
+            cols = [(v.name, v.type) for v in self.INPUTS if v.name in wrt]
+            axes = self._axes_cache[key] = (LabeledAxis.from_variables(rows), LabeledAxis.from_variables(cols))
+        return axes
 
     def _derivative_request(self, derivatives):
         """``(variant, (row axis, column axis))`` for a call's ``derivatives=`` argument, or None.
