@@ -426,6 +426,8 @@ class CompiledModel:
         the blocks the spec declares as the tangent. A list of ``(output, input)`` pairs: the rows
         of those outputs by the columns of those inputs, from the ``tangent`` variant when it covers
         them (it computes less), else from the full Jacobian."""
+        if isinstance(derivatives, (bool, int)) or type(derivatives).__name__ == "bool_":
+            derivatives = bool(derivatives)  # 0 / 1 and numpy booleans, as before
         if derivatives is False or derivatives is None:
             return None
         if derivatives is True:

@@ -93,6 +93,7 @@ def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     assert t.jacobian.row_axis.variable_names == (STRESS,) and t.jacobian.col_axis.variable_names == (STRAIN,)
     torch.testing.assert_close(t.jacobian[STRESS, STRAIN], full.jacobian[STRESS, STRAIN], rtol=1e-11, atol=1e-6)
     assert m(ins, derivatives="tangent").jacobian.tensor.shape == (64, 6, 6) and calls[-1] == "torch_tangent"
+    assert m(ins, derivatives=1).jacobian.tensor.shape == (64, 14, 16) and m(ins, derivatives=0)._jacobian is None
     # outside the tangent: the full variant, then rows {S, Ep} x columns {E, old Ep}
     pairs = [(STRESS, STRAIN), ("state/internal/Ep", "old_state/internal/Ep")]
     r = m(ins, derivatives=pairs)
