@@ -782,6 +782,7 @@ class Model(CompiledModel):
     FORCES = ()  # (force, old force) pairs, for sub-stepping
     IMPLICIT = False
     SOLVER = {}
+    CONSTANT_JACOBIAN = ('jacobian', 'tangent')  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

@@ -215,6 +215,7 @@ class CompiledModel:
     BAKED: tuple[str, ...] = ()
     BAKED_ARGS: tuple[tuple[str, tuple[str, ...]], ...] = ()
     TANGENT: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # declared tangent (rows, columns)
+    CONSTANT_JACOBIAN: tuple[str, ...] = ()  # variants whose Jacobian depends on the parameters only
     torch_value: Any = None
     torch_jacobian: Any = None
     torch_tangent: Any = None
@@ -469,7 +470,10 @@ class CompiledModel:
         blocks the spec declares as the model's tangent, computed by a variant that does only that)
         or a list of ``(output, input)`` pairs such as ``[("state/S", "forces/E")]`` (those rows by
         those columns; the tangent variant runs when it covers them). ``result.jacobian`` is a
-        :class:`~modelc.runtime.labeled.LabeledMatrix` over the requested rows and columns.
+        :class:`~modelc.runtime.labeled.LabeledMatrix` over the requested rows and columns. A
+        Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``, e.g. linear
+        elasticity) is computed for one point and returned broadcast over the batch (a stride-0
+        view: ``.clone()`` it before writing into it) when the parameters are shared.
 
         Inputs and parameters may be :class:`~modelc.runtime.tensors.TypedTensor` s with named batch
         dims: they are aligned and broadcast by name (a parameter batched over ``samples`` meets
@@ -507,7 +511,13 @@ class CompiledModel:
         variant = request[0] if request else False
         X, bs = self._inputs_tensor(inputs)
         P, shared = self._param_tensor(param_overrides, bs)
-        Y, J, ST = self.evaluate(X, P, variant, shared=shared, overrides=param_overrides)
+        if variant in self.CONSTANT_JACOBIAN and shared and X.shape[0] > 1:
+            # the same matrix at every point: computed once, returned broadcast (a stride-0 view)
+            Y, _, ST = self.evaluate(X, P, False, shared=shared, overrides=param_overrides)
+            J1 = self.evaluate(X[:1], P, variant, shared=shared, overrides=param_overrides)[1]
+            J = J1.expand(X.shape[0], *J1.shape[1:])
+        else:
+            Y, J, ST = self.evaluate(X, P, variant, shared=shared, overrides=param_overrides)
         substeps = None
         if ST is not None and self.on_failure == "substep" and not bool(ST[:, 0].all()):
             if variant == "tangent":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 import jinja2
+import sympy as sp
 
 from modelc import __version__, ir
 from modelc.backends.c_backend import c_source
@@ -64,6 +65,22 @@ def _solver(program: ir.Program) -> dict:
         return {}
     s = newtons[0].solver
     return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
+
+
+def constant_jacobian(program: ir.Program) -> bool:
+    """Whether ``program`` (explicit: no Newton) has a Jacobian that depends on no input, only on the
+    parameters (linear elasticity): the runtime then computes it for one point and returns it
+    broadcast over the batch when the parameters are shared."""
+    from modelc.passes.lower import reads, writes
+
+    if not program.derivatives or any(not isinstance(st, ir.Assign) for st in program.body):
+        return False
+    varying = {s for v in program.inputs for s in v.symbols}
+    for st in program.body:  # symbols whose value depends on an input, in program order
+        if reads(st) & varying:
+            varying |= writes(st)
+    return not any(sp.sympify(e).free_symbols & varying
+                   for block in program.derivatives.values() for row in block for e in row)
 
 
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
@@ -130,6 +147,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "state_repr": repr(_state_pairs(value.inputs, value.outputs, "state", "old_state")),
         "forces_repr": repr(_state_pairs(value.inputs, value.inputs, "forces", "old_forces")),
         "solver_repr": repr(_solver(value)),
+        "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent))
+                                    if prog is not None and constant_jacobian(prog))),
         "baked_repr": repr(tuple(sorted(baked))),
         "baked_args_repr": repr(tuple((p.name, tuple(baked_arg(s) for s in p.symbols))
                                       for p in value.parameters if p.name in baked)),

@@ -33,3 +33,36 @@ def test_parameter_row_follows_set_parameters_and_in_place_tensors():
     s4 = m({"forces/E": E})["state/S"]
     torch.testing.assert_close(s4, 3 * s3, rtol=1e-14, atol=0)
     assert torch.equal(m({"forces/E": E}, E=200000.0)["state/S"], s3)  # a call override wins
+
+
+def test_a_constant_jacobian_is_computed_once_and_broadcast():
+    """Linear elasticity's tangent depends on the parameters only: with shared parameters it is one
+    matrix returned as a stride-0 view over the batch, equal to the per-point computation (and to
+    Hooke's law's closed form); with per-point parameters every point gets its own."""
+    mod = compiled_module("elastic")
+    assert set(mod.Model.CONSTANT_JACOBIAN) == {"jacobian", "tangent"}
+    assert compiled_module("j2_linear_iso").Model.CONSTANT_JACOBIAN == ()
+    E = 1e-3 * torch.randn(9, 6, dtype=torch.float64)
+    for backend in ("torch", "c"):
+        try:
+            m = mod.Model(backend=backend)
+        except Exception as exc:  # no C compiler here
+            assert backend == "c", exc
+            continue
+        out = m({"forces/E": E}, derivatives="tangent")
+        C = out.jacobian["state/S", "forces/E"]
+        assert C.shape == (9, 6, 6) and C.stride(0) == 0
+        X, _ = m._inputs_tensor({"forces/E": E})
+        P, _ = m._param_tensor({}, torch.Size([9]))
+        per_point = m.evaluate(X, P, "tangent")[1]
+        assert torch.equal(C, per_point)
+        lam, mu = 200000.0 * 0.3 / (1.3 * 0.4), 200000.0 / 2.6
+        one = torch.tensor([1.0, 1, 1, 0, 0, 0], dtype=torch.float64)
+        hooke = lam * torch.outer(one, one) \
+            + 2 * mu * torch.eye(6, dtype=torch.float64)
+        torch.testing.assert_close(C[0], hooke, rtol=1e-14, atol=1e-9)
+        torch.testing.assert_close(out["state/S"], E @ hooke.T, rtol=1e-13, atol=1e-9)
+        youngs = torch.linspace(1e5, 3e5, 9, dtype=torch.float64)
+        varied = m({"forces/E": E}, derivatives="tangent", E=youngs).jacobian["state/S", "forces/E"]
+        assert varied.stride(0) != 0
+        torch.testing.assert_close(varied, C * (youngs / 200000.0)[:, None, None], rtol=1e-13, atol=1e-9)

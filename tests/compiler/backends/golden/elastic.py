@@ -518,6 +518,7 @@ class Model(CompiledModel):
     FORCES = ()  # (force, old force) pairs, for sub-stepping
     IMPLICIT = False
     SOLVER = {}
+    CONSTANT_JACOBIAN = ('jacobian',)  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = None  # (outputs, inputs) of the declared tangent variant, or None
