@@ -50,11 +50,14 @@ def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.devi
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
 
-def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device) -> Callable:
+def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device,
+                derivatives=None) -> Callable:
     """A compiled modelc model wrapped in the baseline calling convention (see module doc).
 
     It goes through the public call (named inputs in, typed views out), so the timing includes what a
     user pays: assembling the flat input, the launch, and the labeled views of the result.
+    ``derivatives``: what a ``tangent=True`` call asks for (default ``TANGENT``; ``True`` for the full
+    Jacobian, of which the stress/strain block is returned).
     """
     m = _model(model_name, backend, dtype, device)
     names = STATE[model_name]
@@ -74,7 +77,7 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
             inputs["old_" + name] = value
         if plastic and "old_state/internal/gamma_rate" in input_names:
             inputs["old_state/internal/gamma_rate"] = torch.zeros_like(dt)
-        out = m(inputs, derivatives=TANGENT if tangent else False)
+        out = m(inputs, derivatives=(TANGENT if derivatives is None else derivatives) if tangent else False)
         res = [out["state/S"], *(out[n] for n in names)]
         if plastic:
             res.append(out["state/internal/gamma_rate"])

@@ -170,15 +170,8 @@ def _type(name: str) -> TensorType:
 
 def _block(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledMatrix:
     """The rows ``rows`` and columns ``cols`` of ``jac`` (variables of its axes), as a new matrix."""
-    def index(axis: LabeledAxis, sub: LabeledAxis) -> torch.Tensor:
-        idx = []
-        for name in sub.variable_names:
-            a, b = axis.span(name)
-            idx += range(a, b)
-        return torch.tensor(idx, dtype=torch.long, device=jac.tensor.device)
-
-    t = jac.tensor.index_select(-2, index(jac.row_axis, rows)).index_select(-1, index(jac.col_axis, cols))
-    return LabeledMatrix(t, rows, cols)
+    return LabeledMatrix.from_dict(rows, cols, {(r, c): jac[r, c] for r in rows.variable_names
+                                                for c in cols.variable_names})
 
 
 def _type_dim(model: "CompiledModel", name: str) -> int:

@@ -231,6 +231,18 @@ def test_benchmark_runner_times_modelc_through_its_tangent(tmp_path: Path) -> No
     assert calls == ["tangent"] and out[-1].shape == (8, 6, 6)
 
 
+def test_tangent_vs_jacobian_runner(tmp_path: Path) -> None:
+    """benchmarks.tangent_vs_jacobian on a tiny config: both variants give the same 6x6 tangent."""
+    import json
+
+    from benchmarks import tangent_vs_jacobian
+
+    path = tangent_vs_jacobian.main(["--models", "j2_perfect", "--sizes", "32", "--backend", "torch",
+                                     "--repeats", "2", "--out", str(tmp_path)])
+    (rec,) = json.loads(path.read_text())["records"]
+    assert rec["max_rel_difference"] <= 1e-12 and rec["tangent_points_per_s"] > 0 and rec["speedup"] > 0
+
+
 def test_unknown_model_and_parameter_are_named() -> None:
     with pytest.raises(ValueError, match="no_such_model"):
         bl.make_step("no_such_model")
