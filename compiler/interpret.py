@@ -4,7 +4,9 @@ Every statement is evaluated with ``sympy.lambdify`` over NumPy arrays of the ba
 scalar component at a time, in program order (a later assignment to a symbol replaces the earlier
 value). ``Newton``: per-point mask; each iteration evaluates the body, the residual and the
 Jacobian at every point, and updates only the points that have not converged
-(||R|| <= atol or ||R|| <= rtol ||R0||, 2-norm). Points that fail (iteration limit, singular or
+(||R|| <= atol, or every |R_i| <= rtol |terms of R_i| -- the
+``residual_scale`` test of the backends, rtol floored at ``RTOL_FLOOR_EPS`` machine epsilons --
+or, without a residual scale, ||R|| <= rtol ||R0||; 2-norms). Points that fail (iteration limit, singular or
 non-finite Jacobian) get NaN unknowns (``on_failure == "substep"`` needs the step, which a Program
 does not see: the interpreter treats it as ``"nan"``). ``LinearSolve``: ``numpy.linalg.solve`` per
 point (NaN where the matrix is not finite or singular).
@@ -23,11 +25,14 @@ import numpy as np
 import sympy as sp
 
 from modelc.errors import InputError
-from modelc.ir import Assign, LinearSolve, Newton, Program
+from modelc.ir import RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
 
 
-def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None):
-    """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays."""
+def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
+              *, solves: list | None = None):
+    """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays. ``solves``: a list
+    that receives the ``(A, B)`` arrays of every :class:`LinearSolve`, in program order (what
+    :func:`skeel_condition` reads)."""
     params = dict(params or {})
     torch_out = None
     arrays = {}
@@ -64,6 +69,8 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
 
     for st in program.body:
         _run(st, env, batch, dtype)
+        if solves is not None and isinstance(st, LinearSolve):
+            solves.append((_matrix(st.A, env, batch, dtype), _matrix(st.B, env, batch, dtype)))
 
     results = {name: _stack([_eval(e, env, batch, dtype) for e in comps], batch,
                             program_var(program, name).type.base_shape)
@@ -79,6 +86,26 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
         derivatives = {k: conv(v) for k, v in derivatives.items()}
         status = {k: conv(v) for k, v in status.items()}
     return results, derivatives, status
+
+
+def skeel_condition(A: np.ndarray) -> np.ndarray:
+    """Skeel's condition number ``|| |A^-1| |A| ||_inf`` per point (``A``: ``(..., n, n)``).
+
+    It bounds how far componentwise relative errors of size ``e`` in ``A`` and the right-hand side
+    (round-off in computing the entries, and a backward-stable elimination) move the solution:
+    ``|dX| <= e |A^-1| (|A| |X| + |B|) <= 2 e cond_S(A) |X|`` to first order (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2nd ed., Thm. 7.4). Unlike the 2-norm condition number it
+    does not change when residual rows or unknowns are rescaled (MPa rows beside strain rows), so it
+    measures the formulation, not its units. Singular or non-finite points give ``inf``."""
+    out = np.full(A.shape[:-2], np.inf)
+    good = np.all(np.isfinite(A), axis=(-2, -1))
+    for idx in zip(*np.nonzero(good)) if A.ndim > 2 else ([()] if good else []):
+        try:
+            inv = np.linalg.inv(A[idx])
+        except np.linalg.LinAlgError:
+            continue
+        out[idx] = np.max(np.sum(np.abs(inv) @ np.abs(A[idx]), axis=-1))
+    return out
 
 
 def program_var(program: Program, name: str):
@@ -121,7 +148,13 @@ def _newton(st: Newton, env, batch, dtype) -> None:
         norm = np.sqrt(np.sum(R * R, axis=-1))
         if norm0 is None:
             norm0 = norm
-        now = ~failed & ((norm <= o.atol) | (norm <= o.rtol * norm0))
+        if st.residual_scale:  # the backends' test: every residual zero to rtol of its own terms
+            rtol = max(o.rtol, RTOL_FLOOR_EPS * float(np.finfo(dtype).eps))
+            scale = np.stack([np.abs(_eval(r, local, batch, dtype)) for r in st.residual_scale], axis=-1)
+            small = np.all(np.abs(R) <= rtol * scale, axis=-1)
+        else:
+            small = norm <= o.rtol * norm0
+        now = ~failed & ((norm <= o.atol) | small)
         converged |= now
         final_norm = norm if it == 0 else np.where(converged & ~now, final_norm, norm)
         failed |= ~np.isfinite(norm)

@@ -307,6 +307,11 @@ class LinearSolve:
     targets: tuple[tuple[sp.Symbol, ...], ...]
 
 
+#: the relative Newton tolerance is at least this many machine epsilons of the dtype (every backend,
+#: and the reference interpreter, apply it to the residual-scale test of :class:`Newton`)
+RTOL_FLOOR_EPS = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Newton:
     """A Newton solve for ``unknowns`` with a per-point convergence mask.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc import ir
+from modelc.ir import RTOL_FLOOR_EPS
 from modelc.backends.linsolve import expand_solve
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
@@ -18,8 +19,6 @@ from modelc.functions import FUNCTIONS
 
 _abs = FUNCTIONS["abs_"].cls
 
-
-RTOL_FLOOR_EPS = 32  # the relative Newton tolerance is at least this many machine epsilons
 
 
 class Emitter:

@@ -235,6 +235,66 @@ def per_point_rel_err(actual, expected, point_axis: int = 1) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
+# float32 tangent bounds from the formulation's conditioning
+
+#: unit round-off of float32 (half its machine epsilon)
+U32 = 2.0 ** -24
+#: relative error of one computed entry of a linear solve's matrix or right-hand side, in units of U32:
+#: each entry is a short CSE'd expression of the converged unknowns (a few roundings), and the
+#: elimination adds a backward error of a few more (observed: the whole tangent stays within
+#: 2.4 U32 cond_S |T| per step on every library model and backend, 0.75 per point)
+ENTRY_ROUNDOFF = 4
+
+
+@functools.lru_cache(maxsize=None)
+def tangent_conditioning(model: str, steps: tuple, points: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``(cond, T)`` per batch entry of ``forced_inputs(..., steps, points)``: Skeel's condition number
+    of the linear solves the tangent goes through (the implicit-function theorem's ``dR/du``; the
+    largest over the program's solves, 1 for a program without any) and the float64 tangent d S / d E
+    ``(batch, 6, 6)``, both from the reference interpreter (independent of every backend)."""
+    from modelc.interpret import interpret, skeel_condition
+
+    prog = program(model, True)
+    ins = forced_inputs([v.name for v in prog.inputs], reference(model), steps, points)
+    solves: list = []
+    _, der, status = interpret(prog, ins, reference_params(model), solves=solves)
+    if "converged" in status:
+        assert np.all(np.asarray(status["converged"])), f"{model}: the float64 interpreter did not converge"
+    batch = len(steps) * len(points)
+    cond = np.ones(batch)
+    for A, _ in solves:
+        cond = np.maximum(cond, skeel_condition(A))
+    return cond, np.asarray(der[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
+
+
+def float32_tangent_bound(model: str, steps, points, results: int = 1, reference_tol: float = 0.0) -> np.ndarray:
+    """Per batch entry, how far a float32 tangent may lie from the exact one (``results=1``) or two
+    float32 tangents from each other (``results=2``), derived from the formulation's conditioning.
+
+    The tangent comes from ``dR/du X = -dR/dE`` (then a chain rule). If every entry of the matrix and
+    the right-hand side carries a relative error ``e`` (round-off in computing it, and the backward
+    error of the elimination), the solution moves by ``|dX| <= e |A^-1| (|A| |X| + |B|) <=
+    2 e cond_S(A) |X|`` to first order (Higham, Accuracy and Stability of Numerical Algorithms, Thm.
+    7.4), with cond_S Skeel's condition number (invariant to the units of rows and unknowns). With
+    ``e = ENTRY_ROUNDOFF * U32``: ``2 e cond_S max|T|`` per result, twice that between two results,
+    plus ``reference_tol * max|T|`` when the other side is a reference with its own error (NEML2).
+    A point next to the elastic/plastic switch of a Fischer-Burmeister complementarity can have
+    cond_S ~ 1e4-1e5: there float32 tangents legitimately differ by 1e-4-1e-3 of their size."""
+    cond, T = tangent_conditioning(model, tuple(int(s) for s in steps), tuple(int(p) for p in points))
+    size = np.abs(T).max(axis=(1, 2))
+    return (results * 2 * ENTRY_ROUNDOFF * U32 * cond + reference_tol) * size
+
+
+def assert_tangent_within(got, expected, bound: np.ndarray, what: str) -> None:
+    """Every batch entry of ``got`` (batch, 6, 6) within ``bound`` (batch,) of ``expected``, max norm."""
+    got = np.asarray(got, dtype=np.float64).reshape(len(bound), -1)
+    err = np.abs(got - np.asarray(expected, dtype=np.float64).reshape(len(bound), -1)).max(axis=1)
+    k = int(np.argmax(err / bound))
+    assert np.all(err <= bound), (f"{what}: tangent differs by {err[k]:.3e} at batch entry {k}, above its "
+                                  f"conditioning bound {bound[k]:.3e}")
+
+
+# --------------------------------------------------------------------------------------------------
 # the compiled path (modelc.load -> generated module -> CompiledModel)
 
 

@@ -25,7 +25,16 @@ Tolerances and why (observed maxima in brackets, measured on this machine):
   round-off floor (rtol floored at 32 ulps, applied to each residual's own terms).
 - Triton (under the interpreter, slow per launch, fast per point): every step of 3 points from
   NEML2's states in one launch, and a short chained run; against NEML2 as above, and against the
-  generated PyTorch code on the same inputs (same program: 1e-9 [1e-15], float32 1e-4).
+  generated PyTorch code on the same inputs (same program: 1e-9 [1e-15], float32 states 1e-4).
+- float32 tangents of the one-step checks are held to a bound derived per step from the
+  formulation's conditioning, not to one number: the tangent solves dR/du X = -dR/dE, and with
+  every entry known to a few float32 roundings the solution moves by up to 2 e cond_S(dR/du) |T|
+  (Skeel's condition number; library_helpers.float32_tangent_bound has the derivation). Most steps
+  have cond_S ~ 2-10, but j2_voce_af's Fischer-Burmeister complementarity reaches cond_S ~ 1e4-1e5
+  next to the elastic/plastic switch, where float32 tangents of two correct backends legitimately
+  differ by ~2e-4 of their size (triton vs torch at step 82 of point 0, on an AMD EPYC: a fixed
+  bound of 1e-4 failed there and passed on another CPU). Observed: at most 0.75 of
+  U32 cond_S max|T| per point, 2.4 per step, on every model and backend.
 - Finite differences, h = 1e-7 on strains ~1e-3, points >= 1 MPa (trial von Mises 0.99 or 1.01 of the
   yield radius) from the switch, so the +-h stencil (it moves the trial stress by ~0.03 MPa) never
   crosses it. Truncation ~h^2 |S'''| [1e-8 just past yield, scaling as h^2]; round-off ~eps |S| / h
@@ -39,8 +48,9 @@ import numpy as np
 import pytest
 import torch
 
-from library_helpers import (MODELS, REF_NAMES, STRAIN, STRESS, TIME, call_compiled, compiled,
-                             fd_tangent, forced_expected, forced_inputs, lame, one_step,
+from library_helpers import (MODELS, REF_NAMES, STRAIN, STRESS, TIME, assert_tangent_within, call_compiled,
+                             compiled, fd_tangent, float32_tangent_bound, forced_expected, forced_inputs,
+                             lame, one_step,
                              per_point_rel_err, program, reference, reference_params, run_interpreted,
                              switch_points, with_solver_tolerance)
 
@@ -359,16 +369,26 @@ def test_triton_one_step_matches_neml2(model: str, dtype: torch.dtype, request) 
         got = outs[name].reshape(*shape, *exp.shape[1:])
         _check(name, got, exp.reshape(got.shape), tols, what)
     tan = tan.reshape(*shape, 6, 6)
-    err = per_point_rel_err(tan[ref["tangent_steps"] - 1], ref["tangent"][:, TRITON_POINTS])
-    assert err <= tols[2], f"{what}: tangent differs from NEML2's by {err:.2e}"
+    tsteps = ref["tangent_steps"]
+    if dtype == torch.float64:
+        err = per_point_rel_err(tan[tsteps - 1], ref["tangent"][:, TRITON_POINTS])
+        assert err <= tols[2], f"{what}: tangent differs from NEML2's by {err:.2e}"
+    else:  # float32: each step within its own conditioning bound (library_helpers.float32_tangent_bound)
+        assert_tangent_within(tan[tsteps - 1], ref["tangent"][:, TRITON_POINTS],
+                              float32_tangent_bound(model, tsteps, TRITON_POINTS, 1, TOL_FORMULATION[2]),
+                              f"{what} vs NEML2")
     # same program, same inputs: the two backends agree far closer than either agrees with NEML2
     touts, ttan, _ = call_compiled(compiled(model, "torch", dtype), ins)
     close = 1e-9 if dtype == torch.float64 else 1e-4
     for name in expected:
         e = per_point_rel_err(outs[name].reshape(*shape, -1), touts[name].reshape(*shape, -1))
         assert e <= close, f"{what}: {name} differs from the torch backend by {e:.2e}"
-    e = per_point_rel_err(tan, ttan.reshape(tan.shape))
-    assert e <= close, f"{what}: tangent differs from the torch backend by {e:.2e}"
+    if dtype == torch.float64:
+        e = per_point_rel_err(tan, ttan.reshape(tan.shape))
+        assert e <= close, f"{what}: tangent differs from the torch backend by {e:.2e}"
+    else:  # two float32 results of an ill-conditioned solve differ by up to twice the bound of one
+        assert_tangent_within(tan, ttan, float32_tangent_bound(model, STEPS, TRITON_POINTS, 2),
+                              f"{what} vs the torch backend")
 
 
 @pytest.mark.parametrize("model", ["j2_linear_iso", "perzyna_iso"])
