@@ -134,6 +134,12 @@ def bench_config(model: str, dtype: torch.dtype, device: torch.device, size: int
     pool = wl.pool(model)
     bufs = [wl.args_of(model, wl.batch(pool, size, dtype, device, offset=97 * i)) for i in range(ROTATE)]
     want = bl.make_step(model, tangent=tangent)(*bufs[0])
+    floors = set()
+    if "floor" in a.impls and dtype == torch.float64 and device.type == "cpu":
+        from benchmarks.floor import floor_steps
+
+        impls = {**impls, **floor_steps(want)}
+        floors = {"floor", "floor-nt"}
     timer = Timer(device)
     nbytes = wl.bytes_per_point(model, tangent, dtype)
     recs, live = {}, {}
@@ -148,7 +154,10 @@ def bench_config(model: str, dtype: torch.dtype, device: torch.device, size: int
             recs[name] = rec
             continue
         name_w, worst = max(rec["errors"].items(), key=lambda kv: kv[1])
-        if not worst <= AGREE[dtype]:
+        if name in floors:  # no arithmetic: nothing to agree with
+            rec.pop("errors")
+            live[name] = fn
+        elif not worst <= AGREE[dtype]:
             rec["error"] = f"{name_w} disagrees with torch-eager: max relative error {worst:.2e} > {AGREE[dtype]:.0e}"
         else:
             live[name] = fn
@@ -235,18 +244,24 @@ def add_ratios(records: list[dict]) -> None:
         ref = min(mc, key=lambda r: r["median_s"]) if mc else (eager[0] if eager else None)
         if ref is None:
             continue
+        floor = [r for r in recs if r["impl"].startswith("floor")]
+        best_floor = min(floor, key=lambda r: r["median_s"]) if floor else None
         for r in recs:
             r["ratio_ref"] = ref["impl"]
             r["speedup_vs_ref"] = ref["median_s"] / r["median_s"]
+            if best_floor is not None:  # 1.0: as fast as moving the bytes can be
+                r["fraction_of_floor"] = best_floor["median_s"] / r["median_s"]
 
 
 def table(records: list[dict]) -> str:
-    rows = ["| model | dtype | tangent | size | impl | points/s | vs ref | ref | note |", "|---" * 9 + "|"]
+    rows = ["| model | dtype | tangent | size | impl | points/s | vs ref | ref | of floor | note |", "|---" * 10 + "|"]
     for r in sorted(records, key=lambda r: (r["model"], r["dtype"], r["tangent"], r["size"], r["impl"])):
         pps = f"{r['points_per_s']:.3g}" if "points_per_s" in r else "-"
         sp = f"{r['speedup_vs_ref']:.3g}" if "speedup_vs_ref" in r else "-"
         rows.append(f"| {r['model']} | {r['dtype']} | {'yes' if r['tangent'] else 'no'} | {r['size']} | {r['impl']} "
-                    f"| {pps} | {sp} | {r.get('ratio_ref', '-')} | {r.get('error', '')[:90]} |")
+                    f"| {pps} | {sp} | {r.get('ratio_ref', '-')} | "
+                    f"{format(r['fraction_of_floor'], '.2f') if 'fraction_of_floor' in r else '-'} | "
+                    f"{r.get('error', '')[:90]} |")
     return "\n".join(rows)
 
 
@@ -256,8 +271,11 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--sizes", nargs="+", type=int, default=None, help="default 1e2..1e5 (CPU), 1e3..1e7 (GPU)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--tangent", nargs="+", default=["no", "yes"], choices=["no", "yes"])
-    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2"],
-                    choices=["modelc", "eager", "compile", "neml2"])
+    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2", "floor"],
+                    choices=["modelc", "eager", "compile", "neml2", "floor"],
+                    help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU)")
+    ap.add_argument("--out-sizes", nargs="+", type=int, default=None,
+                    help="sizes at which modelc-c with out= is timed against fresh outputs (default 1e6 on the CPU)")
     ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
                     help="compile/aoti cost 1-10 min of compilation per model and shape")
     ap.add_argument("--neml2-sizes", nargs="+", type=int, default=None, help="default: --sizes")
@@ -305,6 +323,14 @@ def main(argv: list[str] | None = None) -> Path:
                         print(f"{model:14s} {dname:7s} B={size:<8d} tangent={tan:3s} {r['impl']:14s} "
                               + (f"{r['points_per_s']:.3g} pts/s" if "points_per_s" in r else r.get("error", "")),
                               flush=True)
+    if "modelc" in a.impls and device.type == "cpu":
+        from benchmarks.out_timing import out_vs_fresh
+
+        for model in a.models:
+            for size in a.out_sizes or ([10**4] if a.quick else [10**6]):
+                rec = out_vs_fresh(model, size, a.repeats)
+                result.setdefault("out_vs_fresh", []).append(rec)
+                print(f"{model:14s} out= vs fresh at {size}: {rec}", flush=True)
     if "neml2" in a.impls:
         res = run_neml2(a, notes)
         if res:

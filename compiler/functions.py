@@ -356,7 +356,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         "powr", powr, 2, None,
         torch="torch.pow({0}, {1})",
         triton="tl.exp({1} * tl.log({0}))",
-        c="pow({0}, {1})",
+        c="mc_pow({0}, {1})",
         numpy=lambda a, b: np.power(np.asarray(a, dtype=float), b),
         kink_doc="a**b for a >= 0 (NaN for a < 0); at a = 0: value 0 (b > 0), d/da = b*0**(b-1) "
                  "(0 for b > 1), d/db = 0"),

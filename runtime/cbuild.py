@@ -5,13 +5,17 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
 
 - **compiler**: ``$CC`` when set (a name on ``PATH`` or a path; if it cannot be found, there is no
   compiler: ``$CC`` is never silently replaced), else ``cc``, ``gcc`` or ``clang`` from ``PATH``.
-- **flags**: ``-O2 -std=gnu99 -fPIC -shared -fno-math-errno -ffp-contract=off``, plus ``-fopenmp``
-  and ``-march=native`` when a probe compile with them succeeds (probed once per compiler).
+- **flags**: ``-O2 -std=gnu99 -fPIC -shared -fno-math-errno -fno-trapping-math -ffp-contract=off``,
+  plus ``-fopenmp`` (else ``-fopenmp-simd``: vectorized, one thread) and ``-march=native`` when a probe
+  compile with them succeeds (probed once per compiler), and ``-DMC_W=<lanes>`` (points per block,
+  ``$MODELC_C_LANES``, default 8; 1 is the scalar build).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
   :func:`modelc.cache.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
-  the source, the flags, the dtype and the compiler's ``--version``. The library is compiled to a
+  the source, the flags, the dtype, the compiler's ``--version`` and what ``-march=native`` means on
+  this CPU (its predefined macros), so a cache shared between machines never loads a library built
+  for another instruction set. The library is compiled to a
   temporary file in that folder and moved into place with ``os.replace``: concurrent processes build
   identical files and never load a partial one. The ``.c`` file is kept next to it for reading.
 """
@@ -21,6 +25,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -31,9 +36,12 @@ import torch
 
 from modelc.errors import ModelcError
 
-BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off")
+BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+              "-ffp-contract=off")
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
          "for (int i = 0; i < n; ++i) s += i; return s; }\n"
+DEFAULT_LANES = 8
+VARIANTS = ("value", "jacobian", "tangent")
 
 
 class CBuildError(ModelcError):
@@ -45,6 +53,7 @@ class Compiler:
     path: str
     version: str
     flags: tuple[str, ...]
+    target: str = ""  # what -march=native means on this machine (a hash of the predefined macros)
 
 
 def find_compiler() -> str:
@@ -76,11 +85,28 @@ def _compiler_info(path: str, extra: str) -> Compiler:
         src.write_text(_PROBE)
         if not _try(path, flags, src, Path(tmp) / "base.so"):
             raise CBuildError(f"the C compiler {path} cannot build a shared library with {' '.join(flags)}")
-        for opt in ("-fopenmp", "-march=native"):
-            if _try(path, flags + [opt], src, Path(tmp) / "opt.so", load=True):
-                flags.append(opt)
+        if _try(path, flags + ["-fopenmp"], src, Path(tmp) / "omp.so", load=True):
+            flags.append("-fopenmp")
+        elif _try(path, flags + ["-fopenmp-simd"], src, Path(tmp) / "simd.so", load=True):
+            flags += ["-fopenmp-simd", "-DMC_OMP_SIMD"]  # vectorized lanes, one thread
+        target = ""
+        if _try(path, flags + ["-march=native"], src, Path(tmp) / "native.so", load=True):
+            flags.append("-march=native")
+            target = _native_target(path)
     flags += extra.split()
-    return Compiler(path, version, tuple(flags))
+    return Compiler(path, version, tuple(flags), target)
+
+
+def _native_target(cc: str) -> str:
+    """A digest of the macros ``-march=native`` predefines (instruction sets, CPU): libraries built
+    with it run only on a CPU like this one, so it is part of the cache key."""
+    try:
+        r = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
+                           text=True, timeout=60)
+        text = "\n".join(sorted(r.stdout.splitlines()))
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    return hashlib.sha256((text or platform.processor() or platform.machine()).encode()).hexdigest()[:16]
 
 
 def _try(cc: str, flags, src: Path, out: Path, load: bool = False) -> bool:
@@ -100,78 +126,110 @@ def compiler() -> Compiler:
     return _compiler_info(find_compiler(), os.environ.get("MODELC_CFLAGS", ""))
 
 
-class CLibrary:
-    """A loaded model library for one dtype: ``value`` and ``jacobian`` entry points."""
+def default_lanes() -> int:
+    """Points per block: ``$MODELC_C_LANES`` (1 = the scalar build, one point at a time with libm's
+    exp/log/pow), else :data:`DEFAULT_LANES`."""
+    text = os.environ.get("MODELC_C_LANES", "")
+    if not text:
+        return DEFAULT_LANES
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise CBuildError(f"$MODELC_C_LANES must be a whole number from 1 to 64, got {text!r}")
+    return int(text)
 
-    def __init__(self, path: Path, dtype: torch.dtype):
+
+class CLibrary:
+    """A loaded model library for one dtype: entry points ``mc_value``, ``mc_jacobian`` and
+    ``mc_tangent`` (when the model declares a tangent), see :mod:`modelc.backends.c_backend`."""
+
+    def __init__(self, path: Path, dtype: torch.dtype, lanes: int):
         self.path = path
         self.dtype = dtype
+        self.lanes = lanes
         lib = ctypes.CDLL(str(path))
-        i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-        self._value = lib.mc_value
-        self._value.argtypes = [i64, ptr, i64, ptr, i64, ptr, ptr, cint]
-        self._value.restype = None
-        self._jacobian = lib.mc_jacobian
-        self._jacobian.argtypes = [i64, ptr, i64, ptr, i64, ptr, ptr, ptr, cint]
-        self._jacobian.restype = None
-        self._tangent = getattr(lib, "mc_tangent", None)  # only models with a declared tangent
-        if self._tangent is not None:
-            self._tangent.argtypes = [i64, ptr, i64, ptr, i64, ptr, ptr, ptr, cint]
-            self._tangent.restype = None
+        self.entry: dict[str, object] = {}
+        for name in VARIANTS:
+            fn = getattr(lib, f"mc_{name}", None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+                fn.restype = None
+                self.entry[name] = fn
         self._lib = lib
 
-    def __call__(self, X: torch.Tensor, P: torch.Tensor, Y: torch.Tensor, J: torch.Tensor | None,
-                 ST: torch.Tensor | None, threads: int | None = None, *, tangent: bool = False) -> None:
-        """Evaluate ``X (B, nx)``, ``P (1|B, np)`` into ``Y (B, ny)``, ``J (B, ny, nx)`` (None: value
-        only; with ``tangent``, ``(B, NTY, NTX)`` from ``mc_tangent``) and ``ST (B, 3)`` (None for
-        explicit models). Rows must be contiguous CPU tensors of the library's dtype."""
-        if tangent and (self._tangent is None or J is None):
-            raise ModelcError(f"C backend: {self.path.name} has no tangent entry point (mc_tangent)"
-                              if self._tangent is None else "C backend: the tangent needs J")
-        B = X.shape[0]
-        for what, t in (("X", X), ("P", P), ("Y", Y), ("J", J), ("ST", ST)):
+    def run(self, variant: str, n: int, args, threads: int) -> None:
+        """Raw call: ``args`` a ctypes ``c_int64`` array laid out as the C ``mc_unpack`` reads it."""
+        self.entry[variant](n, ctypes.addressof(args), threads)
+
+    def __call__(self, inputs, P: torch.Tensor, Y: torch.Tensor, J: torch.Tensor | None = None,
+                 status=None, threads: int | None = None, *, variant: str | None = None) -> None:
+        """Evaluate into ``Y (B, ny)``, ``J`` (None: value only) and ``status`` = (converged uint8,
+        iterations int32, residual norm) of ``(B,)`` (None for explicit models). ``inputs``: one
+        ``(B, size)`` tensor per input variable with contiguous components (any row stride, 0
+        broadcasts); ``P`` ``(1|B, np)`` with contiguous rows. ``variant``: ``"value"`` (default without
+        ``J``), ``"jacobian"`` (default with ``J``) or ``"tangent"``."""
+        variant = variant or ("jacobian" if J is not None else "value")
+        if variant not in self.entry:
+            raise ModelcError(f"C backend: {self.path.name} has no {variant} entry point (mc_{variant})")
+        if (J is None) != (variant == "value"):
+            raise ModelcError(f"C backend: the {variant} entry point {'needs' if J is None else 'takes no'} J")
+        B = Y.shape[0]
+        conv, iters, rnorm = status if status is not None else (None, None, None)
+        checks = [(f"input {k}", t, self.dtype) for k, t in enumerate(inputs)]
+        checks += [("P", P, self.dtype), ("Y", Y, self.dtype), ("J", J, self.dtype), ("converged", conv, torch.bool),
+                   ("iterations", iters, torch.int32), ("residual norm", rnorm, self.dtype)]
+        for what, t, dt in checks:
             if t is None:
                 continue
-            if t.device.type != "cpu" or t.dtype != self.dtype:
-                raise ModelcError(f"C backend: {what} must be a CPU tensor of {self.dtype}, got "
-                                  f"{t.dtype} on {t.device}")
-            rows_ok = t.stride(-1) == 1 if what in ("X", "P") else t.is_contiguous()
-            if not rows_ok:
-                raise ModelcError(f"C backend: {what} must be contiguous (got strides {tuple(t.stride())})")
-        if P.shape[0] not in (1, B):
-            raise ModelcError(f"C backend: P has {P.shape[0]} rows for {B} points")
+            if t.device.type != "cpu" or t.dtype != dt:
+                raise ModelcError(f"C backend: {what} must be a CPU tensor of {dt}, got {t.dtype} on {t.device}")
+            if what.startswith("input") or what == "P":
+                ok = t.dim() == 2 and t.shape[0] in (1, B) and (t.stride(-1) == 1 or t.shape[-1] == 1)
+            else:
+                ok = t.is_contiguous() and t.shape[0] == B
+            if not ok:
+                raise ModelcError(f"C backend: {what} must have {B} rows with contiguous components (got shape "
+                                  f"{tuple(t.shape)}, strides {tuple(t.stride())})")
         if B == 0:
             return
-        p_stride = 0 if P.shape[0] == 1 else P.stride(0)
-        threads = int(threads or torch.get_num_threads())
-        st = ST.data_ptr() if ST is not None else None
-        if J is None:
-            self._value(B, X.data_ptr(), X.stride(0), P.data_ptr(), p_stride, Y.data_ptr(), st, threads)
-        else:
-            fn = self._tangent if tangent else self._jacobian
-            fn(B, X.data_ptr(), X.stride(0), P.data_ptr(), p_stride, Y.data_ptr(), J.data_ptr(), st, threads)
+        args = pack_args(inputs, P, Y, J, status)
+        self.run(variant, B, args, int(threads or torch.get_num_threads()))
+
+
+def pack_args(inputs, P, Y, J, status):
+    """The ``c_int64`` argument array of an entry point (no checks: the caller made them)."""
+    xs = [0 if t.shape[0] == 1 else t.stride(0) for t in inputs]
+    vals = [t.data_ptr() for t in inputs] + xs
+    vals += [P.data_ptr(), 0 if P.shape[0] == 1 else P.stride(0), Y.data_ptr(), Y.stride(0)]
+    vals += [0, 0] if J is None else [J.data_ptr(), J.stride(0)]
+    vals += [0, 0, 0] if status is None else [t.data_ptr() for t in status]
+    if not inputs:
+        vals = [0, 0] + vals
+    return (ctypes.c_int64 * len(vals))(*vals)
 
 
 _LOADED: dict[str, CLibrary] = {}
 
 
-def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> tuple[Path, list[str]]:
+def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
+                 lanes: int | None = None) -> tuple[Path, list[str]]:
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
     from modelc.cache import cache_folder
     from modelc.backends.names import sanitize
 
     cc = compiler()
-    flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else [])
-    key = hashlib.sha256("\0".join([source, cc.path, cc.version, *flags]).encode()).hexdigest()[:20]
-    tag = "f32" if dtype == torch.float32 else "f64"
+    lanes = default_lanes() if lanes is None else int(lanes)
+    flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + [f"-DMC_W={lanes}"]
+    key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
+    tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}")
     return cache_folder(cache_dir) / "c" / f"{sanitize(name)}-{key}-{tag}.so", flags
 
 
-def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> CLibrary:
-    """The compiled library of ``source`` for ``dtype`` (built on first use, then cached)."""
+def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lanes: int | None = None) -> CLibrary:
+    """The compiled library of ``source`` for ``dtype`` (built on first use, then cached). ``lanes``:
+    points per block (default :func:`default_lanes`; 1 is the scalar build)."""
     if dtype not in (torch.float32, torch.float64):
         raise ModelcError(f"C backend: dtype must be float64 or float32, got {dtype}")
-    path, flags = library_path(source, name, dtype, cache_dir)
+    lanes = default_lanes() if lanes is None else int(lanes)
+    path, flags = library_path(source, name, dtype, cache_dir, lanes)
     lib = _LOADED.get(str(path))
     if lib is not None:
         return lib
@@ -180,8 +238,20 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> 
             build(source, path, flags)
         except OSError as exc:  # an unwritable cache folder, a compiler that vanished, ...
             raise CBuildError(f"C backend: cannot build {path.name} in {path.parent}: {exc}") from None
-    lib = _LOADED[str(path)] = CLibrary(path, dtype)
+    lib = _LOADED[str(path)] = CLibrary(path, dtype, lanes)
     return lib
+
+
+def load_library_source(source: str, name: str, cache_dir=None) -> ctypes.CDLL:
+    """Any C source (e.g. the benchmarks' memory floor) built with the backend's flags and cache."""
+    from modelc.cache import cache_folder
+
+    cc = compiler()
+    key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *cc.flags]).encode()).hexdigest()[:20]
+    path = cache_folder(cache_dir) / "c" / f"{name}-{key}.so"
+    if not path.exists():
+        build(source, path, list(cc.flags))
+    return ctypes.CDLL(str(path))
 
 
 def build(source: str, path: Path, flags: list[str]) -> None:

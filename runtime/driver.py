@@ -137,13 +137,24 @@ def step_status(result: Any, batch: int, device: Any) -> tuple[torch.Tensor, tor
 
 def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
                params: dict[str, torch.Tensor] | None,
-               old_forces: dict[str, torch.Tensor] | None = None) -> Any:
+               old_forces: dict[str, torch.Tensor] | None = None, out: Any = None) -> Any:
     """One evaluation: ``model(inputs, derivatives=..., **parameter overrides)``. ``old_forces``
     (the previous step's value of each force the model has no ``old_forces/`` input for) is passed
-    to models that sub-step failed points (``on_failure="substep"``), which need it to cut the step."""
+    to models that sub-step failed points (``on_failure="substep"``), which need it to cut the step.
+    ``out``: an earlier result to write into (models that :func:`reuses_results` only)."""
+    kw = dict(params or {})
+    if out is not None:
+        kw["out"] = out
     if old_forces and getattr(model, "on_failure", "nan") == "substep":
-        return model(inputs, derivatives=derivatives, old_forces=old_forces, **(params or {}))
-    return model(inputs, derivatives=derivatives, **(params or {}))
+        return model(inputs, derivatives=derivatives, old_forces=old_forces, **kw)
+    return model(inputs, derivatives=derivatives, **kw)
+
+
+def reuses_results(model: Any) -> bool:
+    """Whether ``model`` takes ``out=`` (a modelc compiled model does)."""
+    from modelc.runtime.model import CompiledModel
+
+    return isinstance(model, CompiledModel)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -242,11 +253,17 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     failed: dict[int, int] = {}
 
     bar = _progress_bar(steps - 1, progress, _model_name(model))
+    # results are written into the buffers of the call before the previous one (out=): two per kind
+    # of call, so a step never overwrites the result its inputs may still be read from
+    reuse, buffers = reuses_results(model), {}
     for n in range(1, steps):
         inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
         want_tangent = n in t_steps
         old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
-        result = call_model(model, inputs, want_tangent, call_params, old_forces)
+        key = (want_tangent, n % 2)
+        result = call_model(model, inputs, want_tangent, call_params, old_forces,
+                            out=buffers.get(key) if reuse else None)
+        buffers[key] = result
         conv, its, res = step_status(result, batch, device)
         outs = {name: output_tensor(result, name).to(dtype).reshape(batch, *shape)
                 for name, shape in out_shapes.items()}

@@ -25,7 +25,9 @@ from typing import Any, Mapping, NamedTuple
 
 import torch
 
-from modelc.errors import InputError
+from modelc.errors import InputError, InternalError
+from modelc.runtime import callpath
+from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector
 from modelc.runtime.types import TYPES, TensorType
@@ -143,6 +145,7 @@ class Result:
         self._jacobian = jacobian
         self.status = status
         self.batch_names: tuple[str, ...] | None = None
+        self.producer: tuple[str, str] | None = None  # (NAME, SPEC_HASH) of the model that computed it
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.outputs[name]
@@ -187,6 +190,17 @@ def interpreting() -> bool:
 
 
 _WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
+
+
+def _copy_into(target: "callpath.Buffers", Y, J, status) -> None:
+    """Copy what was computed outside ``target`` into it (nothing when it is already there)."""
+    for dst, src in ((target.Y, Y), (target.J, J)) + tuple(zip(target.status or (), status or ())):
+        if dst is None or src is None or (dst.data_ptr() == src.data_ptr() and dst.stride() == src.stride()):
+            continue
+        src = src.reshape(dst.shape)
+        if dst.dim() == 3 and dst.stride(0) == 0:  # out= holds a broadcast (constant) Jacobian
+            dst, src = dst[:1], src[:1]
+        dst.copy_(src)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -337,63 +351,9 @@ class CompiledModel:
 
     # -- inputs --------------------------------------------------------------------------------
     def _inputs_tensor(self, inputs) -> tuple[torch.Tensor, torch.Size]:
-        """``X`` ``(B, nx)`` on the input axis, and the batch shape."""
-        if isinstance(inputs, LabeledVector):
-            if inputs.axis != self.input_axis:
-                missing = [n for n in self.input_axis.variable_names if n not in inputs.axis]
-                if missing:
-                    raise InputError(f"model {self.NAME}: the input vector lacks {', '.join(missing)}")
-                inputs = {n: inputs[n] for n in self.input_axis.variable_names}
-            else:
-                self._check_tensor("inputs", inputs.tensor)
-                bs = inputs.batch_shape
-                return inputs.tensor.reshape(math.prod(bs), self.input_axis.size), bs
-        if not isinstance(inputs, Mapping):
-            raise InputError(f"model {self.NAME}: inputs must be a LabeledVector or a dict of tensors by "
-                             f"name, got {type(inputs).__name__}")
-        names = self.input_axis.variable_names
-        if len(names) == 1 and len(inputs) == 1 and isinstance(inputs.get(names[0]), torch.Tensor):
-            v = inputs[names[0]]  # one input: X is a view of it when its layout allows (no copy)
-            t = self.input_axis.type_of(names[0])
-            if (v.dtype == self.dtype and v.device.type == self.device.type and v.dim() > t.base_dim
-                    and tuple(v.shape[v.dim() - t.base_dim:]) == t.base_shape):
-                bs = v.shape[: v.dim() - t.base_dim]
-                return v.reshape(math.prod(bs), t.size), bs
-        unknown = [k for k in inputs if k not in names]
-        missing = [k for k in names if k not in inputs]
-        if unknown or missing:
-            parts = []
-            if missing:
-                parts.append(f"missing input(s) {', '.join(missing)}")
-            if unknown:
-                parts.append(f"unknown input(s) {', '.join(map(str, unknown))}")
-            raise InputError(f"model {self.NAME}: {'; '.join(parts)}; its inputs are {', '.join(names)}")
-        shapes = []
-        for k in names:
-            v = inputs[k]
-            if isinstance(v, Number):
-                v = torch.tensor(float(v), dtype=self.dtype, device=self.device)
-            if not isinstance(v, torch.Tensor):
-                raise InputError(f"model {self.NAME}: input {k} must be a tensor, got {type(v).__name__}")
-            self._check_tensor(f"input {k}", v)
-            t = self.input_axis.type_of(k)
-            if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
-                raise InputError(f"model {self.NAME}: input {k} is a {t.name}: its shape must end in "
-                                 f"{t.base_shape}, got {tuple(v.shape)}")
-            shapes.append(v.shape[: v.dim() - t.base_dim])
-        try:
-            bs = torch.broadcast_shapes(*shapes)
-        except RuntimeError:
-            raise InputError(f"model {self.NAME}: input batch shapes do not broadcast: " + ", ".join(
-                f"{k} {tuple(s)}" for k, s in zip(names, shapes))) from None
-        B = math.prod(bs)
-        X = torch.empty(B, self.input_axis.size, dtype=self.dtype, device=self.device)
-        for k in names:
-            t = self.input_axis.type_of(k)
-            a, b = self.input_axis.span(k)
-            X[:, a:b] = torch.as_tensor(inputs[k], dtype=self.dtype, device=self.device).expand(
-                *bs, *t.base_shape).reshape(B, t.size)
-        return X, bs
+        """``X`` ``(B, nx)`` on the input axis (packed: a view when the inputs allow), and the batch shape."""
+        views, bs = callpath.input_views(self, inputs)
+        return callpath.pack(self, views, math.prod(bs)), bs
 
     def _check_tensor(self, what: str, v: torch.Tensor) -> None:
         if v.dtype != self.dtype:
@@ -455,7 +415,7 @@ class CompiledModel:
 
     # -- evaluation ----------------------------------------------------------------------------
     def __call__(self, inputs, derivatives=False, *, old_forces: Mapping[str, Any] | None = None,
-                 **param_overrides) -> Result:
+                 out: Result | None = None, **param_overrides) -> Result:
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
         the model has no ``old_forces/`` input of its own.
 
@@ -471,9 +431,14 @@ class CompiledModel:
         Inputs and parameters may be :class:`~modelc.runtime.tensors.TypedTensor` s with named batch
         dims: they are aligned and broadcast by name (a parameter batched over ``samples`` meets
         strains batched over ``points``), and the result is batched over the union of the names, in
-        first-seen order (``result.batch_names``)."""
+        first-seen order (``result.batch_names``).
+
+        Inputs are read where they lie (no packing on the C backend; see docs/backends.md).
+        ``out``: an earlier result of this model (same batch shape, dtype, device and kind of
+        derivatives); the outputs, Jacobian and status are written into its storage and ``out`` is
+        returned. A mismatch is an :class:`InputError` and nothing is written."""
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
-        result = self._call(inputs, derivatives, old_forces, param_overrides)
+        result = self._call(inputs, derivatives, old_forces, param_overrides, out)
         result.batch_names = names
         return result
 
@@ -499,38 +464,90 @@ class CompiledModel:
         params = {k: plain.get(k, v) for k, v in params.items()}
         return inputs, params, names
 
-    def _call(self, inputs, derivatives, old_forces, param_overrides) -> Result:
+    def _call(self, inputs, derivatives, old_forces, param_overrides, out=None) -> Result:
         request = self._derivative_request(derivatives)
-        variant = request[0] if request else False
-        X, bs = self._inputs_tensor(inputs)
+        variant = request[0] if request else None
+        views, bs = callpath.input_views(self, inputs)
         P, shared = self._param_tensor(param_overrides, bs)
-        if variant in self.CONSTANT_JACOBIAN and shared and X.shape[0] > 1:
-            # the same matrix at every point: computed once, returned broadcast (a stride-0 view)
-            Y, _, ST = self.evaluate(X, P, False, shared=shared, overrides=param_overrides)
-            J1 = self.evaluate(X[:1], P, variant, shared=shared, overrides=param_overrides)[1]
-            J = J1.expand(X.shape[0], *J1.shape[1:])
+        B = math.prod(bs)
+        vaxes = None if variant is None else (
+            (self.output_axis, self.input_axis) if variant == "jacobian" else self.tangent_axes)
+        target = None if out is None else callpath.out_buffers(self, out, bs, None if request is None else request[1])
+        narrow = request is not None and vaxes != request[1]  # a block of the variant's Jacobian
+        if self.backend == "c" and (target is None or not narrow):
+            constant = variant in self.CONSTANT_JACOBIAN and shared and B > 1
+            buf = target if target is not None else callpath.allocate(
+                self, B, None if constant else self._jacobian_shape(variant))
+            if buf.J is None and variant is not None and not constant:
+                raise InternalError(f"model {self.NAME}: no Jacobian buffer for a {variant} call")
+            Y, J, status = self._run_c_into(views, P, variant, buf, shared)
         else:
-            Y, J, ST = self.evaluate(X, P, variant, shared=shared, overrides=param_overrides)
+            Y, J, status = self._run_packed(callpath.pack(self, views, B), P, variant, shared, param_overrides)
         substeps = None
-        if ST is not None and self.on_failure == "substep" and not bool(ST[:, 0].all()):
+        if status is not None and self.on_failure == "substep" and not bool(status[0].all()):
+            X = callpath.pack(self, views, B)
+            ST = torch.stack([status[0].to(Y.dtype), status[1].to(Y.dtype), status[2]], dim=1)
             if variant == "tangent":
                 Y, J, ST, substeps = self._substep_tangent(X, P, Y, J, ST, shared, param_overrides, old_forces)
             else:
-                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, bool(variant), shared, param_overrides,
+                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant is not None, shared, param_overrides,
                                                    old_forces)
-        out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
+            status = (ST[:, 0] > 0.5, ST[:, 1].round().to(torch.int32), ST[:, 2].contiguous())
         jac = None
         if J is not None:
-            rows, cols = (self.output_axis, self.input_axis) if variant == "jacobian" else self.tangent_axes
-            jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), rows, cols)
-            if (rows, cols) != request[1]:  # a narrower request: gather its rows and columns
+            jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), *vaxes)
+            if narrow:
                 jac = _block(jac, *request[1])
-        status = None
-        if ST is not None:
-            status = Status(ST[:, 0].reshape(bs) > 0.5, ST[:, 1].reshape(bs).round().to(torch.int32),
-                            ST[:, 2].reshape(bs),
-                            None if substeps is None else substeps.reshape(bs))
-        return Result(out, jac, status)
+        if target is not None:  # write into out's storage (what was computed elsewhere is copied)
+            _copy_into(target, Y, None if jac is None else jac.tensor.reshape(B, *jac.tensor.shape[-2:]), status)
+            if out.status is not None and (substeps is not None or out.status.substeps is not None):
+                out.status = Status(out.status.converged, out.status.iterations, out.status.residual_norm,
+                                    None if substeps is None else substeps.reshape(bs))
+            return out
+        st = None
+        if status is not None:
+            st = Status(status[0].reshape(bs), status[1].reshape(bs), status[2].reshape(bs),
+                        None if substeps is None else substeps.reshape(bs))
+        result = Result(LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis), jac, st)
+        result.producer = (self.NAME, self.SPEC_HASH)
+        return result
+
+    def _run_c_into(self, views, P, variant, buf: callpath.Buffers, shared: bool):
+        """The C entry point of ``variant`` over ``views`` into ``buf``; returns ``(Y, J, status)``. A
+        Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``) is computed for one point
+        when they are shared: returned broadcast (a stride-0 view) unless ``buf`` has a full one."""
+        lib, threads = self._clib, torch.get_num_threads()
+        B = buf.Y.shape[0]
+        J = buf.J
+        if B == 0:
+            return buf.Y, J, buf.status
+        name = variant or "value"
+        if not (variant in self.CONSTANT_JACOBIAN and shared and B > 1):
+            lib.run(name, B, pack_args(views, P, buf.Y, J, buf.status), threads)
+            return buf.Y, J, buf.status
+        lib.run("value", B, pack_args(views, P, buf.Y, None, buf.status), threads)
+        one, scratch = [v[:1] for v in views], torch.empty_like(buf.Y[:1])
+        if J is not None and J.stride(0) == 0:  # out= holds the broadcast: write its one point
+            lib.run(name, 1, pack_args(one, P, scratch, J[:1], None), threads)
+            return buf.Y, J, buf.status
+        J1 = torch.empty(1, *self._jacobian_shape(variant), dtype=self.dtype)
+        lib.run(name, 1, pack_args(one, P, scratch, J1, None), threads)
+        if J is None:
+            return buf.Y, J1.expand(B, *J1.shape[1:]), buf.status
+        J.copy_(J1.expand(B, *J1.shape[1:]))
+        return buf.Y, J, buf.status
+
+    def _run_packed(self, X, P, variant, shared, overrides):
+        """The PyTorch and Triton backends (and the C backend for a narrower Jacobian into out=)."""
+        if variant in self.CONSTANT_JACOBIAN and shared and X.shape[0] > 1:
+            # the same matrix at every point: computed once, returned broadcast (a stride-0 view)
+            Y, _, ST = self.evaluate(X, P, False, shared=shared, overrides=overrides)
+            J1 = self.evaluate(X[:1], P, variant, shared=shared, overrides=overrides)[1]
+            J = J1.expand(X.shape[0], *J1.shape[1:])
+        else:
+            Y, J, ST = self.evaluate(X, P, variant, shared=shared, overrides=overrides)
+        status = None if ST is None else (ST[:, 0] > 0.5, ST[:, 1].round().to(torch.int32), ST[:, 2].contiguous())
+        return Y, J, status
 
     def evaluate(self, X: torch.Tensor, P: torch.Tensor, derivatives, *, shared: bool = True,
                  overrides: Mapping[str, Any] | None = None):
@@ -566,16 +583,16 @@ class CompiledModel:
         return self.output_axis.size, self.input_axis.size
 
     def _run_c(self, X, P, variant):
-        B, nx = X.shape
-        ny = self.output_axis.size
+        """``(Y, J, ST)`` of the C backend for a packed ``X`` (the raw :meth:`evaluate` entry)."""
+        B = X.shape[0]
         X = X if X.stride(-1) == 1 else X.contiguous()
-        P = P.contiguous()
-        Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
-        shape = self._jacobian_shape(variant)
-        J = torch.empty(B, *shape, dtype=self.dtype, device=self.device) if shape else None
-        ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
-        self._clib(X, P, Y, J, ST, tangent=variant == "tangent")
-        return Y, J, ST
+        buf = callpath.allocate(self, B, self._jacobian_shape(variant))
+        if B:
+            self._clib(callpath.split(self, X), P.contiguous(), buf.Y, buf.J, buf.status, variant=variant or "value")
+        ST = None
+        if buf.status is not None:
+            ST = torch.stack([buf.status[0].to(self.dtype), buf.status[1].to(self.dtype), buf.status[2]], dim=1)
+        return buf.Y, buf.J, ST
 
     def _launch(self, X, P, variant, shared, overrides):
         import triton

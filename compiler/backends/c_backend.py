@@ -1,40 +1,40 @@
-"""Programs -> one C99 translation unit: the per-point code of a model, compiled by the system C
-compiler (:mod:`modelc.runtime.cbuild`) and called through ``ctypes`` (the CPU backend ``"c"``).
+"""Programs -> one C99 translation unit (``templates/c_source.c.j2``): the code of a model, compiled
+by the system C compiler (:mod:`modelc.runtime.cbuild`) and called through ``ctypes`` (backend ``"c"``).
 
-Why: the generated PyTorch code runs ~1000 tiny batch ops per Newton iteration, so on a CPU its cost
-is dispatch, not arithmetic. Here each point runs straight-line C in registers, with a real per-point
-Newton loop, and the batch loop is an OpenMP ``parallel for`` (serial without OpenMP).
+Points run in blocks of ``MC_W`` lanes (8 by default; ``-DMC_W=1`` is the scalar build). Every
+straight-line run of statements becomes one loop over the lanes of a block (``MC_SIMD MC_LANES``)
+that the C compiler vectorizes: a value used by a later loop lives in a lane array ``v_<name>[MC_W]``,
+everything else in registers. A Newton solve is one ``static`` function per module, called by every
+variant that contains it (value, Jacobian, tangent); it iterates until no lane of the block is active
+(masked updates, per-lane convergence) and solves ``J du = -R`` with the one LU routine of the
+template, which works on all lanes at once. A linear solve (the implicit-function theorem) fills lane
+matrices and calls the same routine. One source serves both dtypes: ``real`` is ``double``, or
+``float`` with ``-DMC_FLOAT32``.
 
-One source serves both dtypes: ``real`` is ``double``, or ``float`` when compiled with
-``-DMC_FLOAT32`` (:func:`c_source` documents the macros). Exported functions (row-major, contiguous
-rows; ``p_stride`` 0 when the parameters are shared)::
+Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared)::
 
-    void mc_value(int64_t n, const real *X, int64_t x_stride, const real *P, int64_t p_stride,
-                  real *Y, real *ST, int threads);
-    void mc_jacobian(int64_t n, const real *X, int64_t x_stride, const real *P, int64_t p_stride,
-                     real *Y, real *J, real *ST, int threads);
+    void mc_<variant>(int64_t n, const int64_t *args, int threads);
 
-``Y`` is ``(n, ny)``, ``J`` ``(n, ny, nx)`` (every entry written: zero-filled, then the nonzeros), ``ST``
-``(n, 3)`` (converged 1/0, iterations, residual norm; ignored, may be NULL, for explicit programs).
+``args`` (see the template's ``mc_unpack``): one pointer and one row stride per input variable (its
+components contiguous: inputs are read where they lie, a stride 0 broadcasts), the parameters
+(row stride 0 when shared), the outputs ``Y`` and the Jacobian ``J`` (row strides; ``J`` rows of
+``ny x nx`` or, for the tangent, ``nty x ntx`` entries, every entry written), and for implicit
+models the status: converged (``uint8``), iterations (``int32``), residual norm (``real``).
 
-Semantics match the PyTorch backend point for point:
-
-- Newton: iteration ``it = 0, 1, ...`` evaluates the body and the residual, records ``||R0||`` at
-  ``it = 0``, tests the shared criterion (:meth:`~modelc.backends.statements.Emitter.convergence`:
-  ||R|| <= atol, or ||R|| <= max(rtol, 32 eps) ||R0||, or the residual-scale floor), and stops when
-  converged or at ``it = max_iter``; otherwise solves ``J du = -R``, updates, counts an iteration.
-- linear systems (``LinearSolve`` and the Newton step): dense LU with partial pivoting on a small
-  local array (``mc_lu_solve``: the largest ``|a[i][k]|`` of the remaining rows is the pivot, so a
-  zero structural diagonal is fine); one factorisation serves every right-hand side; fully unrolled
-  by the compiler for ``n <= LU_UNROLL_MAX_N``.
-- a point whose Newton did not converge gets NaN outputs and a NaN Jacobian row block.
+Semantics match the PyTorch backend point for point: Newton iteration ``it = 0, 1, ...`` evaluates
+the residual, records ``||R0||`` at ``it = 0``, tests the shared criterion
+(:meth:`~modelc.backends.statements.Emitter.convergence`) and stops when converged or at
+``it = max_iter``, else solves and updates. A point whose Newton did not converge gets NaN outputs
+and a NaN Jacobian row block.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import sympy as sp
 from sympy.logic.boolalg import Boolean
 
-from modelc import ir
+from modelc import __version__, ir
 from modelc.backends.c_printer import CPrinter
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
@@ -45,272 +45,354 @@ from modelc.errors import InternalError
 _C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int
 long register restrict return short signed sizeof static struct switch typedef union unsigned void
-volatile while real x p y j st it n i mc_A mc_B MC_NAN MC_INF MC_EPS exp log sin cos tan tanh sinh
-cosh atan asin acos erf sqrt pow fabs NX NY NAN INFINITY mc_min mc_max mc_lu_solve mc_lu_solve_unrolled
-MC_UNROLL MC_INLINE point_value point_jacobian point_tangent mc_value mc_jacobian mc_tangent NTY NTX
+volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_act mc_ok mc_args
+MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
+sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY mc_min mc_max mc_exp mc_log mc_pow
+mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent
 """.split())
 
-PREAMBLE_TEMPLATE = r"""/* generated by modelc: per-point C code, see modelc.backends.c_backend */
-#include <stdint.h>
-#include <float.h>
-#include <math.h>
-#include <tgmath.h>
 
-#ifdef MC_FLOAT32
-typedef float real;
-#define MC_EPS FLT_EPSILON
-#else
-typedef double real;
-#define MC_EPS DBL_EPSILON
-#endif
-#define MC_NAN ((real)NAN)
-#define MC_INF ((real)INFINITY)
+@dataclass
+class _Loop:
+    """One loop over the lanes. ``ops``: ``(target symbol or None, C lvalue or None, value)``; a value
+    is a SymPy expression (its symbols are loaded from their lane arrays when the loop does not
+    define them first) or raw C text over names the loop already has."""
 
-/* NaN-propagating minimum / maximum (like torch.minimum / torch.maximum) */
-static inline real mc_min(real a, real b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
-static inline real mc_max(real a, real b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
-
-/* Solve A X = B in place (A n x n, B n x m, row-major): LU with partial pivoting (the row with the
-   largest |a[i][k]| among rows k..n-1 becomes the pivot row); X overwrites B. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define MC_UNROLL _Pragma("GCC unroll 16")
-#else
-#define MC_UNROLL
-#endif
-#if defined(__GNUC__)
-#define MC_INLINE static inline __attribute__((always_inline))
-#else
-#define MC_INLINE static inline
-#endif
-{LU_FUNCTIONS}"""
-
-# Systems with at most this many unknowns use the fully unrolled LU (gcc unrolls its loops for the
-# constant n: the matrix lives in registers; about 2x faster for J2's 8x8 Newton step); larger ones
-# keep the loops (unrolling a 14x14 doubled the build time and was slower).
-LU_UNROLL_MAX_N = 8
-
-_LU = r"""{Q} void {NAME}(const int n, const int m, real *a, real *b) {
-    {U}for (int k = 0; k < n; ++k) {
-        int piv = k;
-        real best = fabs(a[k * n + k]);
-        {U}for (int i = k + 1; i < n; ++i) {
-            real v = fabs(a[i * n + k]);
-            if (v > best) { best = v; piv = i; }
-        }
-        if (piv != k) {
-            {U}for (int j = 0; j < n; ++j) { real t = a[k * n + j]; a[k * n + j] = a[piv * n + j]; a[piv * n + j] = t; }
-            {U}for (int c = 0; c < m; ++c) { real t = b[k * m + c]; b[k * m + c] = b[piv * m + c]; b[piv * m + c] = t; }
-        }
-        real inv = ((real)1) / a[k * n + k];
-        a[k * n + k] = inv;
-        {U}for (int i = k + 1; i < n; ++i) {
-            real l = a[i * n + k] * inv;
-            {U}for (int j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
-            {U}for (int c = 0; c < m; ++c) b[i * m + c] -= l * b[k * m + c];
-        }
-    }
-    {U}for (int i = n - 1; i >= 0; --i) {
-        {U}for (int c = 0; c < m; ++c) {
-            real acc = b[i * m + c];
-            {U}for (int j = i + 1; j < n; ++j) acc -= a[i * n + j] * b[j * m + c];
-            b[i * m + c] = acc * a[i * n + i];
-        }
-    }
-}
-"""
-
-PREAMBLE = PREAMBLE_TEMPLATE.replace("{LU_FUNCTIONS}", "\n".join([
-    _LU.replace("{U}", "MC_UNROLL ").replace("{Q}", "MC_INLINE").replace("{NAME}", "mc_lu_solve_unrolled"),
-    _LU.replace("{U}", "").replace("{Q}", "static inline").replace("{NAME}", "mc_lu_solve")]))
+    ops: list = field(default_factory=list)
+    pragma: str = "MC_SIMD"
 
 
-class CEmitter(Emitter):
-    """Statements -> C lines; records every assigned identifier's C type for the declarations."""
+@dataclass
+class _Call:
+    """Lines between lane loops (a Newton call, an LU solve): the symbols they read from and define
+    in lane arrays; ``lines`` may be a function of the arrays (symbol -> array name)."""
 
-    def __init__(self, printer: CPrinter, namer: Namer):
-        super().__init__(printer, namer)
-        self.types: dict[str, str] = {}  # identifier -> "real" | "int", in first-assignment order
+    lines: object
+    defines: tuple[sp.Symbol, ...] = ()
+    reads: tuple[sp.Symbol, ...] = ()
 
-    def comment(self, text: str) -> None:
-        self.line(f"/* {text.replace('*/', '* /')} */")
 
-    def declare(self, name: str, ctype: str = "real") -> str:
-        old = self.types.setdefault(name, ctype)
-        if old != ctype:
-            self.types[name] = "real"  # assigned both a boolean and a number: real holds both
-        return name
+class _Code:
+    """Emission state of one module: names, C types and the shared Newton functions."""
 
-    def assign(self, target: sp.Symbol, value: sp.Expr) -> None:
-        self.defs[target] = value
-        if isinstance(value, sp.Symbol):  # a copy: the source's type (a Symbol is a Boolean too)
-            ctype = self.types.get(self.namer(value), "real")
+    def __init__(self, programs):
+        self.namer = Namer(_C_RESERVED)
+        self.p = CPrinter(self.namer)
+        self.base = Emitter(self.p, self.namer)  # the shared Newton pieces (criterion, norm)
+        self.types = _types(programs)
+        self.newtons: dict[ir.Newton, str] = {}  # the statement -> its function's name
+        self.functions: list[str] = []
+
+    def name(self, s: sp.Symbol) -> str:
+        return self.namer(s)
+
+    def ctype(self, s: sp.Symbol) -> str:
+        return self.types.get(s, "real")
+
+    def expr(self, e) -> str:
+        return self.p.doprint(sp.sympify(e))
+
+
+def _types(programs) -> dict[sp.Symbol, str]:
+    """Symbol -> ``int`` (booleans) or ``real``; assigned both: ``real`` (it holds both)."""
+    types: dict[sp.Symbol, str] = {}
+
+    def note(target, value):
+        value = sp.sympify(value)
+        if isinstance(value, sp.Symbol):
+            t = types.get(value, "real")
         else:
-            ctype = "int" if isinstance(value, Boolean) else "real"
-        name = self.declare(self.namer(target), ctype)
-        self.line(f"{name} = {self.p.doprint(value)};")
+            t = "int" if isinstance(value, Boolean) else "real"
+        old = types.setdefault(target, t)
+        if old != t:
+            types[target] = "real"
 
-    def solve(self, A, B, targets, prefix: str) -> None:
-        n, m = len(A), (len(B[0]) if len(B) else 0)
-        if any(len(r) != n for r in A) or len(B) != n or any(len(r) != m for r in B):
-            raise InternalError(f"linear solve {prefix}: A must be n x n and B n x m")
-        self.line("{")
-        self.depth += 1
-        self.line(f"real mc_A[{n * n}], mc_B[{n * m}];")
-        for i in range(n):
-            for j in range(n):
-                self.line(f"mc_A[{i * n + j}] = {self.p.doprint(sp.sympify(A[i][j]))};")
-        for i in range(n):
-            for c in range(m):
-                self.line(f"mc_B[{i * m + c}] = {self.p.doprint(sp.sympify(B[i][c]))};")
-        fn = "mc_lu_solve_unrolled" if n <= LU_UNROLL_MAX_N else "mc_lu_solve"
-        self.line(f"{fn}({n}, {m}, mc_A, mc_B);")
-        for i in range(n):
-            for c in range(m):
-                self.line(f"{self.declare(self.namer(targets[i][c]))} = mc_B[{i * m + c}];")
-        self.depth -= 1
-        self.line("}")
-
-    def newton(self, st: ir.Newton, k: int) -> None:
-        res, du, rn0 = self.newton_symbols(st, k)
-        n = self.namer
-        names = ", ".join(v.name for v in st.unknowns)
-        self.comment(f"Newton solve {k} for {names}: a per-point loop")
-        for u, g in zip(st.unknowns, st.guess):
-            self.assign(u, g)
-        conv = self.declare(n(st.converged), "int")
-        iters = self.declare(n(st.iterations), "int")
-        rtol = self.declare(n(self.rtol_symbol(k)))
-        self.declare(n(rn0))
-        self.line(f"{conv} = 0;")
-        self.line(f"{iters} = 0;")
-        self.line(f"{rtol} = mc_max({self.p.doprint(sp.Float(st.solver.rtol, 17))}, "
-                  f"{float(RTOL_FLOOR_EPS)!r} * MC_EPS);")
-        self.line(f"for (int it = 0; ; ++it) {{")
-        self.depth += 1
-        self.statements(st.body)
-        for r, e in zip(res, st.residual):
-            self.assign(r, e)
-        self.assign(st.residual_norm, self.residual_norm(res))
-        self.line(f"if (it == 0) {n(rn0)} = {n(st.residual_norm)};")
-        self.line(f"{conv} = {self.p.doprint(self.convergence(st, rn0, k))};")
-        self.line(f"if ({conv} || it == {int(st.solver.max_iter)}) break;")
-        self.newton_step(st, k, res, du)
-        for u, d in zip(st.unknowns, du):
-            self.line(f"{n(u)} = {n(u)} + {n(d)};")
-        self.line(f"{iters} = {iters} + 1;")
-        self.depth -= 1
-        self.line("}")
+    for prog in programs:
+        for st in prog.body:
+            if isinstance(st, ir.Assign):
+                note(st.target, st.value)
+            elif isinstance(st, ir.Newton):
+                for a in st.body:
+                    note(a.target, a.value)
+                types[st.converged] = types[st.iterations] = "int"
+    return types
 
 
-def _point_function(program: ir.Program, layout: Layout, derivatives: bool, fname: str) -> list[str]:
-    """``static void <fname>(const real *x, const real *p, real *y, real *j, real *st)``: one point."""
-    namer = Namer(_C_RESERVED)
-    em = CEmitter(CPrinter(namer), namer)
-    em.comment("inputs")
-    for sym, col in layout.input_columns():
-        em.line(f"{em.declare(namer(sym))} = x[{col}];")
-    em.comment("parameters (p points at a shared row or at this point's row)")
-    for sym, col in layout.param_columns():
-        em.line(f"{em.declare(namer(sym))} = p[{col}];")
-    em.statements(program.body)
+def _reads(e) -> set:
+    if isinstance(e, str):
+        return set()
+    if isinstance(e, tuple):  # (C format, expressions)
+        return set().union(*(_reads(x) for x in e[1]))
+    return sp.sympify(e).free_symbols
+
+
+def _text(code: "_Code", e) -> str:
+    if isinstance(e, str):
+        return e
+    if isinstance(e, tuple):
+        return e[0].format(*(code.expr(x) for x in e[1]))
+    return code.expr(e)
+
+
+def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str]) -> list[str]:
+    """C lines for a sequence of lane loops and calls. ``arrays`` maps every symbol a loop may load
+    to its lane array (``v_x``, read as ``v_x[l]``); a symbol defined in one loop and read by a later
+    one gets an array ``v_<name>[MC_W]`` (declared first) and is stored there."""
+    later: list[set] = [set() for _ in items]  # symbols read by the items after k
+    acc: set = set()
+    for k in range(len(items) - 1, -1, -1):
+        later[k] = set(acc)
+        it = items[k]
+        if isinstance(it, _Loop):
+            defined: set = set()
+            reads: set = set()
+            for tgt, _, e in it.ops:
+                reads |= _reads(e) - defined
+                if tgt is not None:
+                    defined.add(tgt)
+            acc = (acc - defined) | reads
+        else:
+            acc = (acc - set(it.defines)) | set(it.reads)
+    homes = dict(arrays)
+    decls, body = [], []
+    for k, it in enumerate(items):
+        if isinstance(it, _Call):
+            for s in it.defines:
+                if s not in homes:
+                    homes[s] = f"v_{code.name(s)}"
+                    decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
+            body += it.lines(homes) if callable(it.lines) else it.lines
+            continue
+        defined: dict[sp.Symbol, None] = {}
+        loads: dict[sp.Symbol, None] = {}
+        for tgt, _, e in it.ops:
+            for s in sorted(_reads(e), key=sp.default_sort_key):
+                if s not in defined and s not in loads:
+                    if s not in homes:
+                        raise InternalError(f"C backend: {s} is read before it is assigned")
+                    if homes[s]:  # "": a C name in scope (no load)
+                        loads[s] = None
+            if tgt is not None:
+                defined[tgt] = None
+        stores = [s for s in defined if s in later[k]]
+        for s in stores:
+            if s not in homes:
+                homes[s] = f"v_{code.name(s)}"
+                decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
+        lines = [f"const {code.ctype(s)} {code.name(s)} = {homes[s]}[l];" for s in loads]
+        declared = set(loads)
+        for tgt, lhs, e in it.ops:
+            text = _text(code, e)
+            if tgt is None:
+                lines.append(f"{lhs} = {text};")
+            elif tgt in declared:
+                raise InternalError(f"C backend: {tgt} is assigned twice in one lane loop")
+            else:
+                declared.add(tgt)
+                lines.append(f"const {code.ctype(tgt)} {code.name(tgt)} = {text};")
+        lines += [f"{homes[s]}[l] = {code.name(s)};" for s in stores]
+        if not lines:
+            continue
+        body += [f"{it.pragma} MC_LANES {{"] + ["    " + x for x in lines] + ["}"]
+    return decls + body
+
+
+def _newton_function(code: _Code, st: ir.Newton) -> str:
+    """The name of ``st``'s function, emitting it on first use: ``static void newton_k(inputs...,
+    unknowns..., converged, iterations, residual norm)``, every argument a lane array."""
+    fname = code.newtons.get(st)
+    if fname is not None:
+        return fname
+    k = len(code.newtons) + 1
+    fname = code.newtons[st] = f"newton_{k}"
+    res, _, rn0 = code.base.newton_symbols(st, k)
+    n = len(st.unknowns)
+    unknowns = set(st.unknowns)
+    local = {a.target for a in st.body}
+    # assignments that do not depend on the unknowns run once, before the iterations
+    varying = set(unknowns)
+    invariant, variant = [], []
+    for a in st.body:
+        if _reads(a.value) & varying:
+            varying.add(a.target)
+            variant.append(a)
+        else:
+            invariant.append(a)
+    exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
+        [e for row in st.jacobian for e in row] + list(st.residual_scale)
+    ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
+    outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
+    args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins] + \
+        [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs]
+    conv, its, rn, r0 = (code.name(s) for s in (st.converged, st.iterations, st.residual_norm, rn0))
+    rtol = code.base.rtol_symbol(k)
+    ok = sp.Symbol(f"nt{k}.ok", real=True)
+    code.types[ok] = "int"
+    # before the iterations: the guess, the invariant assignments, the lanes' bookkeeping
+    start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
+    start.ops += [(a.target, None, a.value) for a in invariant]
+    start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
+    # one iteration on every lane; a lane that has stopped keeps its unknowns and status
+    step = _Loop([(a.target, None, a.value) for a in variant])
+    step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
+    step.ops.append((st.residual_norm, None, code.base.residual_norm(res)))
+    step.ops.append((rn0, None, f"it == 0 ? {rn} : v_{r0}[l]"))
+    step.ops.append((ok, None, code.base.convergence(st, rn0, k)))
+    step.ops += [(None, f"v_{r0}[l]", r0), (None, "const int mc_was", "mc_act[l]"),
+                 (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
+                 (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
+                 (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < {int(st.solver.max_iter)})"),
+                 (None, "mc_act[l]", "mc_go")]
+    for i in range(n):
+        for j in range(n):
+            step.ops.append((None, f"mc_A[{i * n + j} * MC_W + l]", st.jacobian[i][j]))
+        step.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
+    update = _Loop([(None, "const int mc_go", "mc_act[l]")])
+    for i, u in enumerate(st.unknowns):
+        x = f"v_{code.name(u)}[l]"
+        update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
+    update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+    items = [start,
+             _Call([f"const real {code.name(rtol)} = mc_max({code.expr(sp.Float(st.solver.rtol, 17))}, "
+                    f"((real){float(RTOL_FLOOR_EPS)!r}) * MC_EPS);", "for (int it = 0; ; ++it) {"], (rtol,)),
+             step,
+             _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
+                    "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;", f"mc_lu_solve({n}, 1, mc_A, mc_B);"]),
+             update, _Call(["}"])]
+    arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
+    arrays[rtol] = ""
+    lines = _emit_loops(code, items, arrays)
+    decls = [f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], v_{r0}[MC_W];", "int mc_act[MC_W];"]
+    text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
+            "iterate together until none is active */", f"static void {fname}({', '.join(args)}) {{"]
+    text += ["    " + x for x in decls + lines] + ["}"]
+    code.functions.append("\n".join(text))
+    return fname
+
+
+def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: bool, fname: str) -> str:
+    """``static void <fname>(const mc_args *a, int64_t i0, int nl)``: lanes ``0 .. nl-1`` of the block
+    at point ``i0`` (the lanes beyond repeat the last point: they compute, nothing is stored)."""
+    inputs = [(s, v, c) for v, (var) in enumerate(layout.inputs) for c, s in enumerate(var.symbols)]
+    params = layout.param_columns()
+    homes = {s: f"v_{code.name(s)}" for s, _, _ in inputs}
+    homes.update({s: f"v_{code.name(s)}" for s, _ in params})
+    stage = [f"real {homes[s]}[MC_W];" for s in homes]
+    stage += ["MC_LANES {", "    const int64_t i = i0 + (l < nl ? l : nl - 1);"]
+    for v in range(len(layout.inputs)):
+        stage.append(f"    const real *x{v} = a->x[{v}] + i * a->xs[{v}];")
+    stage += [f"    {homes[s]}[l] = x{v}[{c}];" for s, v, c in inputs]
+    if params:
+        stage.append("    const real *pr = a->p + i * a->ps;")
+        stage += [f"    {homes[s]}[l] = pr[{c}];" for s, c in params]
+    stage.append("}")
+    items: list = []
+    cur = _Loop()
+    n_ls = 0
+    for st in program.body:
+        if isinstance(st, ir.Assign):
+            cur.ops.append((st.target, None, st.value))
+        elif isinstance(st, ir.LinearSolve):
+            n_ls += 1
+            n, m = len(st.A), (len(st.B[0]) if st.B else 0)
+            A, B = f"mc_ls{n_ls}_A", f"mc_ls{n_ls}_B"
+            for i in range(n):
+                for j in range(n):
+                    cur.ops.append((None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]))
+                for c in range(m):
+                    cur.ops.append((None, f"{B}[{i * m + c} * MC_W + l]", st.B[i][c]))
+            targets = tuple(t for row in st.targets for t in row)
+            for i, row in enumerate(st.targets):
+                for c, t in enumerate(row):
+                    homes[t] = f"({B} + {i * m + c} * MC_W)"
+            stage.append(f"real {A}[{n * n} * MC_W], {B}[{n * m} * MC_W];")
+            items += [cur, _Call([f"mc_lu_solve({n}, {m}, {A}, {B});"], ())]
+            cur = _Loop()
+        elif isinstance(st, ir.Newton):
+            fn = _newton_function(code, st)
+            exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
+                [e for row in st.jacobian for e in row] + list(st.residual_scale)
+            local = {a.target for a in st.body} | set(st.unknowns)
+            ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
+            outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
+            items += [cur, _Call(lambda h, fn=fn, args=ins + outs: [f"{fn}({', '.join(h[s] for s in args)});"],
+                                 outs, ins)]
+            cur = _Loop()
+        else:
+            raise InternalError(f"unknown statement {type(st).__name__}")
     status = status_symbols(program)
-    ok = em.p.doprint(status["converged"]) if status else None
-    em.comment("outputs")
-    for col, expr in layout.output_entries(program):
-        em.line(f"y[{col}] = {em.p.doprint(expr)};")
-    if derivatives:
-        em.comment("jacobian d outputs / d inputs: zero-filled, then the structural nonzeros")
-        nx = layout.jacobian_shape(program)[1]
-        entries = layout.jacobian_entries(program)
-        if any(e.is_Number and e == 0 for _, e in entries):
-            em.line(f"for (int i = 0; i < {len(entries)}; ++i) j[i] = 0;")
-        for (r, c), expr in entries:
-            if not (expr.is_Number and expr == 0):
-                em.line(f"j[{r * nx + c}] = {em.p.doprint(expr)};")
-    if status:
-        em.comment("status; a point that did not converge gets NaN outputs, never a plausible value")
-        em.line(f"st[0] = ({ok}) ? (real)1 : (real)0;")
-        em.line(f"st[1] = (real)({em.p.doprint(status['iterations'])});")
-        em.line(f"st[2] = (real)({em.p.doprint(status['residual_norm'])});")
-        em.line(f"if (!({ok})) {{")
-        em.line(f"    for (int i = 0; i < {layout.ny}; ++i) y[i] = MC_NAN;")
-        if derivatives:
-            jy, jx = layout.jacobian_shape(program)
-            em.line(f"    for (int i = 0; i < {jy * jx}; ++i) j[i] = MC_NAN;")
-        em.line("}")
-    decls = []
-    for ctype in ("real", "int"):
-        names = [nm for nm, t in em.types.items() if t == ctype]
-        for i in range(0, len(names), 8):
-            decls.append(f"    {ctype} {', '.join(names[i:i + 8])};")
-    head = [f"static void {fname}(const real *restrict x, const real *restrict p, real *restrict y, "
-            "real *restrict j, real *restrict st) {",
-            "    (void)p; (void)j; (void)st;"]
-    return head + decls + em.lines + ["}"]
+    ok = status.get("converged")
+    out_lines = []
+    ny = layout.ny
+    for col, e in layout.output_entries(program):
+        cur.ops.append((None, f"o_y[{col} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
+    out_lines.append(f"real o_y[{ny} * MC_W];")
+    store = ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;",
+             "    real *y = a->y + i * a->ys;",
+             f"    for (int c = 0; c < {ny}; ++c) y[c] = o_y[c * MC_W + l];"]
+    if deriv:
+        nty, ntx = layout.jacobian_shape(program)
+        nz = [(r * ntx + c, e) for (r, c), e in layout.jacobian_entries(program) if not (e.is_Number and e == 0)]
+        for k, (_, e) in enumerate(nz):
+            cur.ops.append((None, f"o_j[{k} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
+        out_lines.append(f"real o_j[{max(len(nz), 1)} * MC_W];")
+        store.append("    real *j = a->j + i * a->js;")
+        if len(nz) < nty * ntx:
+            zero = "o_c[l] ? (real)0 : MC_NAN" if ok is not None else "(real)0"
+            store.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = {zero};")
+        if [i for i, _ in nz] == list(range(nty * ntx)):
+            store.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = o_j[c * MC_W + l];")
+        else:
+            idx = ", ".join(str(i) for i, _ in nz)
+            out_lines.append(f"static const int16_t jpos[{max(len(nz), 1)}] = {{{idx or '0'}}};")
+            store.append(f"    for (int k = 0; k < {len(nz)}; ++k) j[jpos[k]] = o_j[k * MC_W + l];")
+    if ok is not None:
+        out_lines.append("int o_c[MC_W], o_it[MC_W];")
+        out_lines.append("real o_r[MC_W];")
+        cur.ops += [(None, "o_c[l]", ok), (None, "o_it[l]", status["iterations"]),
+                    (None, "o_r[l]", status["residual_norm"])]
+        store += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
+                  "    a->rnorm[i] = o_r[l];"]
+    store.append("}")
+    items.append(cur)
+    lines = _emit_loops(code, items, homes)
+    body = stage + out_lines + lines + store
+    head = f"static void {fname}(const mc_args *restrict a, const int64_t i0, const int nl) {{"
+    return "\n".join([head] + ["    " + x for x in body] + ["}"])
 
 
-_DRIVERS = """
-void mc_value(int64_t n, const real *X, int64_t x_stride, const real *P, int64_t p_stride,
-              real *Y, real *ST, int threads) {
-#ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && n >= 256)
-#endif
-    for (int64_t i = 0; i < n; ++i)
-        point_value(X + i * x_stride, P + i * p_stride, Y + i * NY, (real *)0, ST ? ST + 3 * i : (real *)0);
-    (void)threads;
-}
+def _template():
+    from modelc.backends.module import _template as load
 
-void mc_jacobian(int64_t n, const real *X, int64_t x_stride, const real *P, int64_t p_stride,
-                 real *Y, real *J, real *ST, int threads) {
-#ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && n >= 256)
-#endif
-    for (int64_t i = 0; i < n; ++i)
-        point_jacobian(X + i * x_stride, P + i * p_stride, Y + i * NY, J + i * NY * NX,
-                       ST ? ST + 3 * i : (real *)0);
-    (void)threads;
-}
-"""
-
-_TANGENT_DRIVER = """
-void mc_tangent(int64_t n, const real *X, int64_t x_stride, const real *P, int64_t p_stride,
-                real *Y, real *J, real *ST, int threads) {
-#ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && n >= 256)
-#endif
-    for (int64_t i = 0; i < n; ++i)
-        point_tangent(X + i * x_stride, P + i * p_stride, Y + i * NY, J + i * NTY * NTX,
-                      ST ? ST + 3 * i : (real *)0);
-    (void)threads;
-}
-"""
+    return load("c_source.c.j2")
 
 
 def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = None) -> str:
-    """The C translation unit of a model: its value-only and value+jacobian entry points, and
-    ``mc_tangent`` (same arguments as ``mc_jacobian``, ``J`` ``(n, NTY, NTX)``) when the model has a
-    declared tangent.
-
-    Compile with ``-DMC_FLOAT32`` for the float32 build (default: float64); ``NX``/``NY`` are the row
-    lengths of ``X`` and ``Y``; the exported functions are described in the module docstring."""
+    """The C translation unit of a model: entry points ``mc_value``, ``mc_jacobian`` and, when the
+    model declares a tangent, ``mc_tangent`` (module docstring). Compile with ``-DMC_FLOAT32`` for
+    float32, ``-DMC_W=1`` for the scalar build."""
     layout = Layout.of(value)
     if any(Layout.of(p) != layout for p in (full, tangent) if p is not None):
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
-    lines = [PREAMBLE, f"/* model {value.name}: nx = {layout.nx}, ny = {layout.ny}, np = {layout.np} */",
-             f"#define NX {layout.nx}", f"#define NY {layout.ny}"]
-    if tangent is not None:
-        nty, ntx = layout.jacobian_shape(tangent)
-        lines += [f"#define NTY {nty}", f"#define NTX {ntx}"]
-    lines.append("")
-    lines += _point_function(value, layout, False, "point_value")
-    lines.append("")
-    lines += _point_function(full, layout, True, "point_jacobian")
-    if tangent is not None:
-        lines.append("")
-        lines += _point_function(tangent, layout, True, "point_tangent")
-    lines.append(_DRIVERS + (_TANGENT_DRIVER if tangent is not None else ""))
-    text = "\n".join(lines)
-    if "\\" in text.replace(PREAMBLE, "") or "'''" in text:
+    programs = [p for p in (value, full, tangent) if p is not None]
+    code = _Code(programs)
+    variants = []
+    for name, prog, deriv, doc in (
+            ("value", value, False, "outputs only"),
+            ("jacobian", full, True, f"outputs and d outputs / d inputs ({layout.ny} x {layout.nx} per point)"),
+            ("tangent", tangent, True, "outputs and the declared tangent")):
+        if prog is None:
+            continue
+        if name == "tangent":
+            nty, ntx = layout.jacobian_shape(prog)
+            doc = (f"outputs and the tangent d({', '.join(prog.jacobian_of or ())}) / "
+                   f"d({', '.join(prog.jacobian_wrt or ())}) ({nty} x {ntx} per point)")
+        code.functions.append(_block_function(code, prog, layout, deriv, f"block_{name}"))
+        variants.append({"name": name, "block": f"block_{name}", "doc": f"{value.name}: {doc}"})
+    text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
+                              nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
+                              variants=variants)
+    if "\\" in text or "'''" in text:
         raise InternalError(f"model {value.name}: the C source contains a backslash or triple quote")
     return text

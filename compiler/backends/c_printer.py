@@ -11,10 +11,12 @@ C specifics this printer owns:
 - **typed literals**: the source is compiled once per dtype with ``real`` a ``typedef`` of ``double``
   or ``float``; every literal is printed as ``((real)<repr>)`` so a float32 build computes in float32
   (a bare ``0.1`` is a double and would promote the whole expression);
-- math functions come from ``<tgmath.h>`` (type-generic: ``exp`` of a ``float`` is ``expf``);
+- math functions come from ``<tgmath.h>`` (type-generic: ``sqrt`` of a ``float`` is ``sqrtf``), except
+  ``exp``, ``log`` and ``pow``: ``mc_exp``/``mc_log``/``mc_pow`` of the generated source, libm in the
+  scalar build and branch-free inline versions that vectorize in the SIMD build;
 - ``minimum``/``maximum`` propagate NaN like ``torch.minimum``/``torch.maximum`` (``mc_min``/``mc_max``
   of the generated preamble; C's ``fmin``/``fmax`` would drop a NaN);
-- ``Piecewise`` is a nested ``?:``; booleans are ``int`` (``&&``, ``||``, ``!``).
+- ``Piecewise`` is a nested ``?:``; booleans are ``int`` 0/1 (``&``, ``|``, ``== 0``: branch-free).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ class CPrinter(ExprPrinter):
     backend = "c"
     ABS = "fabs"
     UNARY = {
-        sp.exp: "exp", sp.log: "log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "tanh",
+        sp.exp: "mc_exp", sp.log: "mc_log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "tanh",
         sp.sinh: "sinh", sp.cosh: "cosh", sp.atan: "atan", sp.asin: "asin", sp.acos: "acos",
         sp.erf: "erf",
     }
@@ -57,13 +59,15 @@ class CPrinter(ExprPrinter):
         return f"sqrt({a})"
 
     def pow(self, base: str, exp: str) -> str:
-        return f"pow({base}, {exp})"
+        return f"mc_pow({base}, {exp})"
 
+    # booleans are int 0/1: bitwise & | keep a lane loop branch-free (&& || short-circuit, and the
+    # vectorizer gives up on the _Bool conversions they leave)
     def _print_And(self, expr) -> str:
-        return "(" + " && ".join(self._print(a) for a in expr.args) + ")"
+        return "(" + " & ".join(self._print(a) for a in expr.args) + ")"
 
     def _print_Or(self, expr) -> str:
-        return "(" + " || ".join(self._print(a) for a in expr.args) + ")"
+        return "(" + " | ".join(self._print(a) for a in expr.args) + ")"
 
     def _print_Not(self, expr) -> str:
-        return f"(!{self._print(expr.args[0])})"
+        return f"({self._print(expr.args[0])} == 0)"

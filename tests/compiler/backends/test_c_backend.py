@@ -77,13 +77,30 @@ def _inputs(m, B: int, seed: int) -> torch.Tensor:
     return X
 
 
-def _poisoned_c(m, X, P, derivatives):
+def _split(X, sizes):
+    """Per-variable column views of X (what the C entry points read in place)."""
+    out, a = [], 0
+    for n in sizes:
+        out.append(X[:, a:a + n])
+        a += n
+    return out
+
+
+def _status(B, dtype, fill=True):
+    """Poisoned status buffers: converged, iterations, residual norm."""
+    return (torch.full((B,), fill, dtype=torch.bool), torch.full((B,), -7, dtype=torch.int32),
+            torch.full((B,), math.nan, dtype=dtype))
+
+
+def _poisoned_c(m, X, P, derivatives, threads=None, lib=None):
     B, nx = X.shape
     ny = m.output_axis.size
     Y = torch.full((B, ny), math.nan, dtype=m.dtype)
     J = torch.full((B, ny, nx), math.nan, dtype=m.dtype) if derivatives else None
-    ST = torch.full((B, 3), math.nan, dtype=m.dtype) if m.IMPLICIT else None
-    m._clib(X.contiguous(), P.contiguous(), Y, J, ST)
+    status = _status(B, m.dtype) if m.IMPLICIT else None
+    sizes = [m.input_axis.type_of(n).size for n in m.input_axis.variable_names]
+    (lib or m._clib)(_split(X, sizes), P.contiguous(), Y, J, status, threads)
+    ST = None if status is None else torch.stack([status[0].to(m.dtype), status[1].to(m.dtype), status[2]], 1)
     return Y, J, ST
 
 
@@ -199,10 +216,11 @@ def _scalar_program(name, n_in, exprs_of, body=()):
     return ir.Program(name, ins, (), outs, tuple(body), results)
 
 
-def _run_program(prog, X, dtype=torch.float64):
-    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype)
+def _run_program(prog, X, dtype=torch.float64, lanes=None):
+    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype, lanes=lanes)
     Y = torch.full((X.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
-    lib(X.to(dtype).contiguous(), torch.zeros(1, 1, dtype=dtype), Y, None, None)
+    X = X.to(dtype).contiguous()
+    lib(_split(X, [v.type.size for v in prog.inputs]), torch.zeros(1, 1, dtype=dtype), Y)
     return Y
 
 
@@ -258,13 +276,12 @@ def test_custom_functions_match_numpy(cache_dir, dtype):
 
 @needs_cc
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("n", [4, 10])  # the unrolled LU (n <= 8) and the looped one
-def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n):
+@pytest.mark.parametrize("n", [4, 10])
+@pytest.mark.parametrize("lanes", [1, 8])  # the scalar build, and blocks of 8 points
+def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n, lanes):
     """An n x n system with a zero structural diagonal (a saddle point) and a tiny (1e-13) pivot that
-    only row exchanges solve accurately; two right-hand sides share the factorisation."""
-    from modelc.backends.c_backend import LU_UNROLL_MAX_N
-
-    assert (n <= LU_UNROLL_MAX_N) == (n == 4)
+    only row exchanges solve accurately; two right-hand sides share the factorisation. 50 points: the
+    last block of 8 is partial."""
     ins = tuple(ir.Variable(f"forces/a{i}", Scalar) for i in range(n * n + 2 * n))
     s = [v.symbols[0] for v in ins]
     A = [[s[i * n + j] for j in range(n)] for i in range(n)]
@@ -274,13 +291,13 @@ def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n):
     tg = [[sp.Symbol(f"x{i}_{c}", real=True) for c in range(2)] for i in range(n)]
     outs = tuple(ir.Variable(f"state/x{i}_{c}", Scalar) for i in range(n) for c in range(2))
     body = (ir.LinearSolve(tuple(map(tuple, A)), tuple(map(tuple, B)), tuple(map(tuple, tg))),)
-    prog = ir.Program(f"pivot_{n}_{str(dtype)[-2:]}", ins, (), outs, body,
+    prog = ir.Program(f"pivot_{n}_{str(dtype)[-2:]}_{lanes}", ins, (), outs, body,
                       {f"state/x{i}_{c}": (tg[i][c],) for i in range(n) for c in range(2)})
     g = np.random.default_rng(3)
     Xn = g.normal(size=(50, len(ins)))
     Xn[:, 1 * n + 1] = 1e-13 * g.normal(size=50)  # tiny A[1][1]
     X = torch.from_numpy(Xn)
-    Y = _run_program(prog, X, dtype).double().numpy()
+    Y = _run_program(prog, X, dtype, lanes).double().numpy()
     Am = Xn[:, : n * n].reshape(-1, n, n).copy()
     Am[:, 0, 0] = 0
     Am[:, 2, 2] = 0
@@ -316,7 +333,7 @@ def test_second_build_is_a_load(tmp_path, monkeypatch):
     lib2 = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
     X = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
     Y = torch.empty(1, 1, dtype=torch.float64)
-    lib2(X, torch.zeros(1, 1, dtype=torch.float64), Y, None, None)
+    lib2([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
     assert float(Y) == pytest.approx(1.0 + math.exp(0.5), rel=1e-15)
     # a different dtype is another library (compiled with -DMC_FLOAT32)
     monkeypatch.undo()
@@ -334,7 +351,7 @@ def test_concurrent_builds(tmp_path):
         src = open({str(tmp_path / 'src.c')!r}).read()
         lib = cbuild.load_library(src, "conc", torch.float64, cache_dir={str(tmp_path / 'cache')!r})
         X = torch.tensor([[1.0, 3.0]], dtype=torch.float64); Y = torch.empty(1, 1, dtype=torch.float64)
-        lib(X, torch.zeros(1, 1, dtype=torch.float64), Y, None, None)
+        lib([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
         print(float(Y))
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -376,27 +393,27 @@ def test_non_contiguous_and_wrong_dtype_are_rejected(cache_dir):
 
     src = _small_source("checks")
     lib = cbuild.load_library(src, "small", torch.float64)
-    X = torch.zeros(4, 4, dtype=torch.float64)[:, ::2]
+    P, Y = torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64)
+    x = torch.zeros(4, 1, dtype=torch.float64)
     with pytest.raises(ModelcError, match="contiguous"):
-        lib(X, torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64), None, None)
+        lib([x, x], P, torch.empty(4, 2, dtype=torch.float64)[:, ::2])
+    with pytest.raises(ModelcError, match="4 rows"):
+        lib([x, torch.zeros(3, 1, dtype=torch.float64)], P, Y)
     with pytest.raises(ModelcError, match="float64"):
-        lib(torch.zeros(4, 2), torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64),
-            None, None)
+        lib([x, torch.zeros(4, 1)], P, Y)
+    with pytest.raises(ModelcError, match="no tangent entry point"):
+        lib([x, x], P, Y, torch.empty(4, 1, 2, dtype=torch.float64), variant="tangent")
 
 
 @needs_cc
 def test_threads_give_identical_results(library):
-    """The OpenMP loop (2 threads, enough points to go parallel) computes exactly the serial result."""
+    """The OpenMP loop over blocks (2 and 3 threads, enough points to go parallel) computes exactly
+    the serial result: a point's block never depends on the thread count."""
     mod = library["j2_linear_iso"]
     mc = mod.Model(backend="c")
     X = _inputs(mc, 1000, seed=9)
     P, _ = mc._param_tensor({}, torch.Size([1000]))
-    outs = []
-    for threads in (1, 2):
-        Y = torch.full((1000, mc.output_axis.size), math.nan, dtype=torch.float64)
-        J = torch.full((1000, mc.output_axis.size, mc.input_axis.size), math.nan, dtype=torch.float64)
-        ST = torch.full((1000, 3), math.nan, dtype=torch.float64)
-        mc._clib(X, P, Y, J, ST, threads=threads)
-        outs.append((Y, J, ST))
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    outs = [_poisoned_c(mc, X, P, True, threads=threads) for threads in (1, 2, 3)]
+    for other in outs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], other))
     assert not outs[1][0].isnan().any()

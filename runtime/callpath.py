@@ -1,0 +1,176 @@
+"""The call path of a compiled model: inputs read where they lie, result buffers allocated or taken
+from ``out=`` (an earlier result of the same model), checked before anything is written.
+
+A call hands each backend one ``(B, size)`` tensor per input variable (:func:`input_views`): a view of
+the caller's tensor whenever its layout allows (components contiguous and the batch dims collapsible
+into one stride; an input broadcast over the batch has stride 0), else a copy. The C backend reads
+them in place; the other backends pack them into one ``X`` (:func:`pack`).
+
+Buffers (:class:`Buffers`): ``Y (B, ny)``, ``J (B, rows, cols)`` or None, and for implicit models the
+status ``converged`` (bool, written as 0/1 bytes), ``iterations`` (int32) and ``residual_norm`` (the
+model's dtype), all ``(B,)``: what the C entry points write, and what :class:`~modelc.runtime.model.Result`
+wraps without copying.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any, Mapping
+
+import torch
+
+from modelc.errors import InputError
+
+
+@dataclass(frozen=True)
+class Buffers:
+    Y: torch.Tensor
+    J: torch.Tensor | None
+    status: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+
+
+def allocate(model, B: int, jshape: tuple[int, int] | None) -> Buffers:
+    """Fresh (uninitialised) buffers for ``B`` points."""
+    kw = {"dtype": model.dtype, "device": model.device}
+    Y = torch.empty(B, model.output_axis.size, **kw)
+    J = torch.empty(B, *jshape, **kw) if jshape else None
+    status = None
+    if model.IMPLICIT:
+        status = (torch.empty(B, dtype=torch.bool, device=model.device),
+                  torch.empty(B, dtype=torch.int32, device=model.device), torch.empty(B, **kw))
+    return Buffers(Y, J, status)
+
+
+def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
+    """One ``(B, size)`` tensor per input variable in input-axis order, and the batch shape."""
+    from modelc.runtime.labeled import LabeledVector
+
+    axis = model.input_axis
+    names = axis.variable_names
+    if isinstance(inputs, LabeledVector):
+        if inputs.axis == axis:
+            model._check_tensor("inputs", inputs.tensor)
+            bs = inputs.batch_shape
+            X = inputs.tensor.reshape(math.prod(bs), axis.size)
+            return split(model, X), bs
+        missing = [n for n in names if n not in inputs.axis]
+        if missing:
+            raise InputError(f"model {model.NAME}: the input vector lacks {', '.join(missing)}")
+        inputs = {n: inputs[n] for n in names}
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"model {model.NAME}: inputs must be a LabeledVector or a dict of tensors by "
+                         f"name, got {type(inputs).__name__}")
+    if len(inputs) != len(names) or any(k not in inputs for k in names):
+        unknown = [k for k in inputs if k not in names]
+        missing = [k for k in names if k not in inputs]
+        parts = ([f"missing input(s) {', '.join(missing)}"] if missing else []) + \
+            ([f"unknown input(s) {', '.join(map(str, unknown))}"] if unknown else [])
+        raise InputError(f"model {model.NAME}: {'; '.join(parts)}; its inputs are {', '.join(names)}")
+    values, shapes = [], []
+    for k in names:
+        v = inputs[k]
+        if isinstance(v, Number):
+            v = torch.tensor(float(v), dtype=model.dtype, device=model.device)
+        if not isinstance(v, torch.Tensor):
+            raise InputError(f"model {model.NAME}: input {k} must be a tensor, got {type(v).__name__}")
+        model._check_tensor(f"input {k}", v)
+        t = axis.type_of(k)
+        nb = v.dim() - t.base_dim
+        if nb < 0 or tuple(v.shape[nb:]) != t.base_shape:
+            raise InputError(f"model {model.NAME}: input {k} is a {t.name}: its shape must end in "
+                             f"{t.base_shape}, got {tuple(v.shape)}")
+        values.append((v, t))
+        shapes.append(v.shape[:nb])
+    try:
+        bs = shapes[0] if all(s == shapes[0] for s in shapes) else torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise InputError(f"model {model.NAME}: input batch shapes do not broadcast: " + ", ".join(
+            f"{k} {tuple(s)}" for k, s in zip(names, shapes))) from None
+    B = math.prod(bs)
+    views = []
+    for (v, t), s in zip(values, shapes):
+        if s != bs:
+            v = v.expand(*bs, *t.base_shape)
+        v = v.reshape(B, t.size)  # a view when the batch dims collapse (a broadcast: stride 0)
+        if v.stride(-1) != 1 and t.size > 1:
+            v = v.contiguous()
+        views.append(v)
+    return views, torch.Size(bs)
+
+
+def split(model, X: torch.Tensor) -> list[torch.Tensor]:
+    """The per-variable column views of a packed ``X (B, nx)``."""
+    axis = model.input_axis
+    return [X[:, slice(*axis.span(n))] for n in axis.variable_names]
+
+
+def pack(model, views: list[torch.Tensor], B: int) -> torch.Tensor:
+    """``X (B, nx)`` from per-variable tensors (a view when they are the columns of one tensor)."""
+    if len(views) == 1:
+        return views[0] if views[0].stride(-1) == 1 else views[0].contiguous()
+    X = torch.empty(B, model.input_axis.size, dtype=model.dtype, device=model.device)
+    a = 0
+    for v in views:
+        X[:, a:a + v.shape[1]] = v
+        a += v.shape[1]
+    return X
+
+
+def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
+    """The buffers of ``out`` (an earlier result of this model) for a call over batch shape ``bs``
+    returning a Jacobian over ``axes`` (rows, columns) or none (None); an :class:`InputError` naming
+    what does not match, before anything is written."""
+    from modelc.runtime.model import Result
+
+    who = f"model {model.NAME}: out="
+    if not isinstance(out, Result):
+        raise InputError(f"{who} must be the result of an earlier call of this model, got {type(out).__name__}")
+    if out.producer != (model.NAME, model.SPEC_HASH):
+        raise InputError(f"{who} is a result of model {out.producer[0] if out.producer else '(unknown)'}, "
+                         f"not of {model.NAME}")
+
+    def check(what: str, t: torch.Tensor, shape, dtype) -> None:
+        if t.dtype != dtype:
+            raise InputError(f"{who} holds {what} of dtype {t.dtype}; this call writes {dtype}")
+        if t.device != model.device:
+            raise InputError(f"{who} holds {what} on {t.device}; this call runs on {model.device}")
+        if tuple(t.shape) != tuple(shape):
+            raise InputError(f"{who} holds {what} of shape {tuple(t.shape)}; this call needs {tuple(shape)} "
+                             f"(batch shape {tuple(bs)})")
+
+    B = math.prod(bs)
+    Y = out.outputs.tensor
+    check("outputs", Y, (*bs, model.output_axis.size), model.dtype)
+    jac = out._jacobian
+    if (jac is None) != (axes is None):
+        raise InputError(f"{who} was computed {'without' if jac is None else 'with'} derivatives; this call "
+                         f"asks for {'some' if axes is not None else 'none'}: pass a result of the same kind of call")
+    J = None
+    if axes is not None:
+        if (jac.row_axis, jac.col_axis) != tuple(axes):
+            raise InputError(f"{who} holds a Jacobian over other rows or columns than this call computes")
+        check("the Jacobian", jac.tensor, (*bs, axes[0].size, axes[1].size), model.dtype)
+        J = jac.tensor.reshape(B, axes[0].size, axes[1].size)
+    status = None
+    if model.IMPLICIT:
+        st = out.status
+        if st is None:
+            raise InputError(f"{who} has no status; results of {model.NAME} always have one")
+        check("the converged flags", st.converged, bs, torch.bool)
+        check("the iteration counts", st.iterations, bs, torch.int32)
+        check("the residual norms", st.residual_norm, bs, model.dtype)
+        status = tuple(t.reshape(B) for t in (st.converged, st.iterations, st.residual_norm))
+    parts = [("outputs", Y, False), ("Jacobian", None if jac is None else jac.tensor, True)]
+    if model.IMPLICIT:
+        parts += [("status", t, False) for t in (out.status.converged, out.status.iterations,
+                                                  out.status.residual_norm)]
+    for name, t, may_broadcast in parts:
+        if t is not None and not (t.is_contiguous() or (may_broadcast and _broadcast(t, len(bs)))):
+            raise InputError(f"{who} its {name} are not a buffer this call can write in place (not contiguous)")
+    return Buffers(Y.reshape(B, -1), J, status)
+
+
+def _broadcast(t: torch.Tensor, nb: int) -> bool:
+    """The stride-0 broadcast of one point's block (a constant Jacobian) over ``nb`` batch dims."""
+    return all(s == 0 for s in t.stride()[:nb]) and t[(0,) * nb].is_contiguous()

@@ -1,0 +1,141 @@
+"""The C backend's blocks of points (SIMD across points): the scalar build (``MC_W=1``, libm) against
+the vectorized build (8 lanes, the template's inline exp/log/pow), on the library models and on the
+vector math functions themselves, at 1e-12 relative in float64 on fresh random inputs; partial
+blocks; and results that do not depend on the number of threads."""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+from modelc import ir
+from modelc.backends.c_backend import c_source
+from modelc.runtime import cbuild
+from modelc.runtime.types import Scalar
+
+try:
+    cbuild.compiler()
+except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
+    pytest.skip("no C compiler", allow_module_level=True)
+
+from test_c_backend import _inputs, _poisoned_c, cache_dir, library  # noqa: F401,E402
+
+
+def _lib(mod, dtype, lanes):
+    return cbuild.load_library(mod.Model.c_source, mod.Model.NAME, dtype, lanes=lanes)
+
+
+@pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af", "perzyna_iso", "elastic"])
+def test_scalar_and_simd_builds_agree(library, name):
+    """1e-12 relative (to each output's, each Jacobian row's largest magnitude) in float64, same
+    iterations and status;
+    101 points: 12 full blocks and a partial one."""
+    mod = library[name]
+    m = mod.Model(backend="c")
+    B = 101
+    X = _inputs(m, B, seed=zlib.crc32(name.encode()) % 977 + 1)
+    P, _ = m._param_tensor({}, torch.Size([B]))
+    for deriv in (False, True):
+        Ys, Js, STs = _poisoned_c(m, X, P, deriv, lib=_lib(mod, torch.float64, 1))
+        Yv, Jv, STv = _poisoned_c(m, X, P, deriv, lib=_lib(mod, torch.float64, 8))
+        assert not Yv.isnan().any()
+        scale = Ys.abs().amax(0).clamp(min=1e-300)
+        assert float(((Yv - Ys).abs() / scale).max()) <= 1e-12
+        if deriv:  # relative to each Jacobian row's largest entry (some entries are round-off)
+            jscale = Js.abs().amax(dim=(0, 2)).clamp(min=1e-300)[None, :, None]
+            assert float(((Jv - Js).abs() / jscale).max()) <= 1e-12
+        if STs is not None:
+            assert torch.equal(STs[:, :2], STv[:, :2])
+
+
+def _fn_program(name, exprs_of):
+    x = ir.Variable("forces/x", Scalar)
+    y = ir.Variable("forces/y", Scalar)
+    exprs = exprs_of(x.symbols[0], y.symbols[0])
+    outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
+    return ir.Program(name, (x, y), (), outs, (), {o.name: (e,) for o, e in zip(outs, exprs)})
+
+
+def _run(prog, x, y, lanes, dtype=torch.float64):
+    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype, lanes=lanes)
+    Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
+    lib([x.to(dtype).reshape(-1, 1), y.to(dtype).reshape(-1, 1)], torch.zeros(1, 1, dtype=dtype), Y)
+    return Y
+
+
+def test_vector_exp_log_pow_match_libm(cache_dir):
+    """The inline exp, log and pow of the vectorized build against libm (the scalar build) and numpy:
+    within 2 ulp (exp, log) and (2 + 2|y ln x|) ulp (pow) over their whole range, and the same special
+    values (0, inf, NaN, subnormals, negative bases)."""
+    g = np.random.default_rng(11)
+    n = 4000
+    xe = np.concatenate([g.uniform(-745, 709.7, n), g.uniform(-1, 1, n), [0.0, -0.0, 709.78, -744.4, -746.0,
+                        710.0, math.inf, -math.inf, math.nan, 1e-300, -1e-300]])
+    xl = np.concatenate([10.0 ** g.uniform(-320, 308, n), g.uniform(0.5, 2.0, n),
+                         [0.0, -0.0, 1.0, 5e-324, 2.2250738585072014e-308, math.inf, -1.0, math.nan, 1e308]])
+    m = min(len(xe), len(xl))
+    px = np.concatenate([g.uniform(0, 10, n), [0.0, 0.0, 1.0, -2.0, -2.0, -2.0, math.nan, 2.0, math.inf, 0.5]])
+    py = np.concatenate([g.uniform(-30, 30, n), [2.5, -1.5, math.nan, 3.0, 2.0, 0.5, 0.0, math.nan, -1.0, 1e3]])
+    k = min(len(px), len(py), m)
+    prog = _fn_program("vecmath", lambda a, b: [sp.exp(a), sp.log(b), sp.Pow(a, b, evaluate=False)])
+    cols = [torch.tensor(xe[:m]), torch.tensor(xl[:m])]
+    vec = _run(prog, *cols, lanes=8).numpy()
+    sca = _run(prog, *cols, lanes=1).numpy()
+    with np.errstate(all="ignore"):
+        ref_exp, ref_log = np.exp(xe[:m]), np.log(xl[:m])
+    for got, want in ((vec[:, 0], ref_exp), (vec[:, 1], ref_log), (sca[:, 0], ref_exp), (sca[:, 1], ref_log)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        fin = np.isfinite(want) & (want != 0)
+        np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+        ulp = np.abs(got[fin] - want[fin]) / np.spacing(np.abs(want[fin]))
+        assert ulp.max() <= 2.0, ulp.max()
+    powp = _fn_program("vecpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
+    cols = [torch.tensor(px[:k]), torch.tensor(py[:k])]
+    vec, sca = _run(powp, *cols, lanes=8).numpy()[:, 0], _run(powp, *cols, lanes=1).numpy()[:, 0]
+    with np.errstate(all="ignore"):
+        want = np.power(px[:k], py[:k])
+    np.testing.assert_array_equal(np.isnan(vec), np.isnan(want))
+    fin = np.isfinite(want) & (want != 0)
+    np.testing.assert_array_equal(vec[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    with np.errstate(all="ignore"):
+        bound = np.nan_to_num(2.0 + 2.0 * np.abs(py[:k] * np.log(np.abs(px[:k]))), nan=2.0)
+    ulp = np.abs(vec[fin] - want[fin]) / np.spacing(np.abs(want[fin]))
+    assert (ulp <= bound[fin]).all(), (ulp / bound[fin]).max()
+    assert float(np.max(np.abs(vec[fin] - sca[fin]) / np.abs(sca[fin]))) <= 1e-12
+
+
+def test_float32_vector_math(cache_dir):
+    """float32: the vectorized build computes exp/log in double and rounds once (within 1 float ulp)."""
+    g = np.random.default_rng(5)
+    x = torch.tensor(g.uniform(-80, 80, 3000))
+    y = torch.tensor(10.0 ** g.uniform(-30, 30, 3000))
+    prog = _fn_program("vecmath32", lambda a, b: [sp.exp(a), sp.log(b)])
+    got = _run(prog, x, y, lanes=8, dtype=torch.float32).double().numpy()
+    xf, yf = x.float().double().numpy(), y.float().double().numpy()
+    for k, want in enumerate((np.exp(xf), np.log(yf))):
+        fin = np.isfinite(want.astype(np.float32)) & (np.abs(want) > 1e-37)
+        ulp = np.abs(got[fin, k] - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32))
+        assert ulp.max() <= 1.0
+
+
+def test_lanes_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("MODELC_C_LANES", "0")
+    with pytest.raises(cbuild.CBuildError, match="MODELC_C_LANES"):
+        cbuild.default_lanes()
+    monkeypatch.setenv("MODELC_C_LANES", "4")
+    assert cbuild.default_lanes() == 4
+
+
+def test_cache_key_names_the_cpu_and_lanes(tmp_path):
+    """Libraries built with -march=native are keyed on what it means here; lanes change the file."""
+    cc = cbuild.compiler()
+    if "-march=native" in cc.flags:
+        assert cc.target
+    src = c_source(*(2 * (_fn_program("keyed", lambda a, b: [a + b]),)))
+    p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
+    p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
+    assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8

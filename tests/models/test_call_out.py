@@ -1,0 +1,148 @@
+"""The call path: ``out=`` (an earlier result written in place), inputs read where they lie
+(broadcast and strided inputs, no packing), and clear errors with nothing written on a mismatch.
+Oracles: the same call with fresh outputs (bit-identical), and the generated PyTorch code."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from modelc.errors import InputError
+from modelc.runtime import cbuild
+
+try:
+    cbuild.compiler()
+    BACKENDS = ("c", "torch")
+except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
+    BACKENDS = ("torch",)
+
+
+@pytest.fixture(scope="module")
+def mods():
+    from modelc.generated import elastic, j2_linear_iso
+
+    return {"j2_linear_iso": j2_linear_iso, "elastic": elastic}
+
+
+def _inputs(m, bs, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name in m.input_axis.variable_names:
+        t = m.input_axis.type_of(name)
+        if name == "forces/t":
+            out[name] = torch.ones(bs, dtype=dtype)
+        elif name.startswith("old_"):
+            out[name] = torch.zeros(*bs, *t.base_shape, dtype=dtype)
+        else:
+            out[name] = 2e-3 * torch.randn(*bs, *t.base_shape, generator=g, dtype=dtype)
+    return out
+
+
+def _same(a, b):
+    assert torch.equal(a.outputs.tensor, b.outputs.tensor)
+    assert (a._jacobian is None) == (b._jacobian is None)
+    if a._jacobian is not None:
+        assert torch.equal(a.jacobian.tensor, b.jacobian.tensor)
+    if a.status is not None:
+        for f in ("converged", "iterations", "residual_norm"):
+            assert torch.equal(getattr(a.status, f), getattr(b.status, f))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("derivatives", [False, "tangent", True, [("state/S", "forces/E")]])
+def test_out_writes_in_place_and_equals_fresh(mods, backend, derivatives):
+    m = mods["j2_linear_iso"].Model(backend=backend)
+    first = m(_inputs(m, (5, 7), 1), derivatives=derivatives)
+    ptrs = [first.outputs.tensor.data_ptr(), first.status.converged.data_ptr()]
+    if derivatives:
+        ptrs.append(first.jacobian.tensor.data_ptr())
+    first.outputs.tensor.fill_(math.nan)  # poisoned: every entry must be written again
+    if derivatives:
+        first.jacobian.tensor.fill_(math.nan)
+    x = _inputs(m, (5, 7), 2)
+    again = m(x, derivatives=derivatives, out=first)
+    assert again is first
+    assert [first.outputs.tensor.data_ptr(), first.status.converged.data_ptr()] + (
+        [first.jacobian.tensor.data_ptr()] if derivatives else []) == ptrs
+    _same(first, m(x, derivatives=derivatives))
+    assert bool((first.status.iterations >= 1).any())  # plastic points: the Newton ran
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_with_a_broadcast_constant_jacobian(mods, backend):
+    """elastic: the Jacobian depends on the parameters only and comes back broadcast (stride 0); out=
+    writes its one point (shared parameters) or the whole block (per-point parameters)."""
+    m = mods["elastic"].Model(backend=backend)
+    x = _inputs(m, (9,), 3)
+    first = m(x, derivatives=True)
+    assert first.jacobian.tensor.stride(0) == 0
+    again = m(_inputs(m, (9,), 4), derivatives=True, out=first)
+    _same(again, m(_inputs(m, (9,), 4), derivatives=True))
+    E = torch.linspace(1e5, 2e5, 9, dtype=torch.float64)
+    full = m(x, derivatives=True, E=E)
+    assert full.jacobian.tensor.stride(0) != 0
+    full.jacobian.tensor.fill_(math.nan)
+    m(x, derivatives=True, out=full)  # shared parameters into a full buffer
+    _same(full, m(x, derivatives=True))
+
+
+def test_inputs_are_read_where_they_lie(mods):
+    """A broadcast input (stride 0), a strided view of a wider tensor and a 2-d batch give the same
+    numbers as contiguous copies; the C call packs nothing (no (B, nx) buffer is made)."""
+    if "c" not in BACKENDS:
+        pytest.skip("no C compiler")
+    m = mods["j2_linear_iso"].Model(backend="c")
+    x = _inputs(m, (6, 4), 5)
+    wide = torch.randn(6, 4, 10, dtype=torch.float64)
+    wide[..., 2:8] = x["forces/E"]
+    x2 = dict(x, **{"forces/E": wide[..., 2:8], "forces/t": torch.tensor(1.0, dtype=torch.float64)})
+    from modelc.runtime import callpath
+
+    views, bs = callpath.input_views(m, x2)
+    assert views[m.input_axis.variable_names.index("forces/E")].data_ptr() == wide[..., 2:8].data_ptr()
+    assert views[m.input_axis.variable_names.index("forces/t")].stride(0) == 0
+    want = m({k: v.contiguous() if k != "forces/t" else torch.ones(6, 4, dtype=torch.float64)
+              for k, v in x2.items()}, derivatives="tangent")
+    _same(m(x2, derivatives="tangent"), want)
+    ref = mods["j2_linear_iso"].Model(backend="torch")(x2, derivatives="tangent")
+    assert float((want.outputs.tensor - ref.outputs.tensor).abs().max()) <= 1e-10 * float(
+        ref.outputs.tensor.abs().max())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_mismatch_is_a_clear_error_and_writes_nothing(mods, backend):
+    m = mods["j2_linear_iso"].Model(backend=backend)
+    x = _inputs(m, (8,), 6)
+    res = m(x, derivatives="tangent")
+    before = [res.outputs.tensor.clone(), res.jacobian.tensor.clone(), res.status.converged.clone()]
+    other = _inputs(m, (8,), 7)
+
+    def unchanged():
+        after = [res.outputs.tensor, res.jacobian.tensor, res.status.converged]
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+    cases = [
+        (dict(inputs=_inputs(m, (9,), 7)), "shape"),
+        (dict(inputs=other, derivatives=False), "with derivatives"),
+        (dict(inputs=other, derivatives=True), "other rows or columns"),
+        (dict(inputs=other, out_model=mods["elastic"].Model(backend=backend)), "result of model"),
+        (dict(inputs=other, out_obj=res.outputs), "must be the result"),
+    ]
+    for kw, match in cases:
+        target = kw.get("out_obj", res)
+        if "out_model" in kw:
+            e = kw["out_model"]
+            target = e(_inputs(e, (8,), 1), derivatives=True)
+        with pytest.raises(InputError, match=match):
+            m(kw["inputs"], derivatives=kw.get("derivatives", "tangent"), out=target)
+        unchanged()
+    m32 = mods["j2_linear_iso"].Model(backend=backend, dtype=torch.float32)
+    with pytest.raises(InputError, match="dtype"):
+        m32(_inputs(m32, (8,), 7, torch.float32), derivatives="tangent", out=res)
+    unchanged()
+    meta = mods["j2_linear_iso"].Model(backend="torch", device="meta") if backend == "torch" else None
+    if meta is not None:
+        with pytest.raises(InputError, match="device|on meta|on cpu"):
+            meta({k: v.to("meta") for k, v in other.items()}, derivatives="tangent", out=res)
+        unchanged()
