@@ -21,6 +21,7 @@ import _thread
 import hashlib
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -125,18 +126,40 @@ class _Monitor:
         self.ctx, self.timeout, self.show = ctx, timeout, show
         self.failure: str | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._seen = {r: (-1, _time.monotonic()) for r in range(ctx.world)}
         self._thread = threading.Thread(target=self._loop, name="modelc-monitor", daemon=True)
+        self._old_handler: Any = None
 
     def __enter__(self) -> "_Monitor":
         if self.ctx.store is not None:
+            if threading.current_thread() is threading.main_thread():
+                # a simulated SIGUSR1 (never a real signal) stops the main thread's work mid-chunk
+                self._old_handler = signal.signal(signal.SIGUSR1, self._on_interrupt)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
+        self.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if self._old_handler is not None:
+            signal.signal(signal.SIGUSR1, self._old_handler)
+
+    def stop(self) -> None:
+        """No interrupt after this returns (this rank is failing or done)."""
+        with self._lock:
+            self._stop.set()
+
+    def check(self) -> None:
+        """Raise :class:`RankFailed` when another rank failed (between chunks, for runs off the
+        main thread, where no interrupt reaches)."""
+        if self.failure is not None:
+            raise RankFailed(f"the run stopped on rank {self.ctx.rank}: {self.failure}")
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if not self._stop.is_set():
+            self.check()
 
     def _loop(self) -> None:
         store, rank = self.ctx.store, self.ctx.rank
@@ -182,20 +205,24 @@ class _Monitor:
         return "another rank failed"
 
     def _fail(self, msg: str) -> None:
-        if not self._stop.is_set():
-            self.failure = msg
-            _thread.interrupt_main()  # the main thread raises KeyboardInterrupt at its next bytecode
+        with self._lock:
+            if not self._stop.is_set():
+                self.failure = msg
+                if self._old_handler is not None:  # the main thread runs the handler next
+                    _thread.interrupt_main(signal.SIGUSR1)
 
     # Waits poll (a blocking store call could not be interrupted): a failure ends them through the
     # monitor's interrupt.
     def wait(self, key: str, count: int) -> None:
         """Until counter ``key`` reaches ``count``."""
         while int(self.ctx.store.add(key, 0)) < count:
+            self.check()
             _time.sleep(POLL_S / 4)
 
     def wait_key(self, key: str) -> None:
         """Until ``key`` is set."""
         while not self.ctx.store.check([key]):
+            self.check()
             _time.sleep(POLL_S / 4)
 
 
@@ -272,12 +299,11 @@ def run_history(model: Any, history: Any, out: "str | os.PathLike[str]", *,
             try:
                 return _run(ctx, mon, show, model, history, Path(out), params, samples, dtype,
                             tangent_steps, chunk_steps, shards, resume)
-            except KeyboardInterrupt:
-                if mon.failure is not None:
-                    raise RankFailed(f"the run stopped on rank {ctx.rank}: {mon.failure}") from None
-                report(ctx, "interrupted")
+            except RankFailed:
+                mon.stop()
                 raise
-            except BaseException as exc:
+            except BaseException as exc:  # this rank's own failure: the others hear of it
+                mon.stop()
                 report(ctx, f"{type(exc).__name__}: {exc}")
                 raise
             finally:
@@ -305,7 +331,7 @@ def _run(ctx: Context, mon: _Monitor, show: _Progress, model: Any, history: Any,
     mine = [i for i in range(len(plan.shards)) if i % ctx.world == ctx.rank]
     for i in mine:
         if not (shard_dir(out, i) / "shard.json").is_file():
-            _run_shard(ctx, show, model, src, plan, i, out, params, samples, dtype, list(outs))
+            _run_shard(ctx, mon, show, model, src, plan, i, out, params, samples, dtype, list(outs))
     if ctx.store is None:
         return _complete(out, plan)
     ctx.store.set(f"done/{ctx.rank}", "1")
@@ -397,7 +423,7 @@ def _plan(ctx: Context, model: Any, src: HistorySource, out: Path, params: Mappi
     return plan
 
 
-def _run_shard(ctx: Context, show: _Progress, model: Any, src: HistorySource, plan: Plan, i: int,
+def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: HistorySource, plan: Plan, i: int,
                out: Path, params: Mapping[str, Any] | None, samples: Mapping[str, np.ndarray],
                dtype: torch.dtype, outs: list[str]) -> None:
     """Shard ``i``: its chunks of steps in order, each continuing from the previous one's state."""
@@ -415,6 +441,7 @@ def _run_shard(ctx: Context, show: _Progress, model: Any, src: HistorySource, pl
     row = done[-1][1] if done else 0
     labels = src.labels(slice(pa, pb))
     while row < plan.steps:
+        mon.check()
         lo, r0 = row, max(row - 1, 0)
         hi = min(plan.steps, max(lo, 1) + plan.chunk_steps)
         time, strain = src.read(r0, hi, slice(pa, pb))
