@@ -8,12 +8,11 @@ points, or with ``samples`` every (point, sample) pair, point-major; a shard is 
 of them. Every point is computed exactly as a single-process run computes it (the driver's step
 loop, with the state carried from chunk to chunk), so the results equal that run's bit for bit.
 
-Coordination goes through the rendezvous store of torch.distributed (the one torchrun provides):
-the plan, progress counters, heartbeats and failures. A monitor thread on every rank sees another
-rank's failure (or, on rank 0, a rank whose heartbeat stopped for ``timeout`` seconds) and stops its
-own rank's work at once with :class:`RankFailed`, naming the rank and its error; torchrun itself
-also stops every rank when one exits. A rerun with ``resume=True`` skips complete shards and
-continues incomplete ones from their last complete chunk.
+Coordination goes through torch.distributed's rendezvous store (torchrun's): the plan, progress,
+heartbeats, failures. A monitor thread per rank sees another rank's failure (on rank 0 also a
+heartbeat stopped for ``timeout`` s) and stops its rank's work at once with :class:`RankFailed`
+naming the rank and its error (torchrun also stops every rank when one exits). ``resume=True``
+keeps complete shards and continues the others after their last complete chunk.
 """
 from __future__ import annotations
 
@@ -244,10 +243,11 @@ def report(ctx: Context, message: str) -> None:
 
 
 class _Progress:
-    """Point-steps done, on rank 0 for all ranks: a tqdm bar on a terminal, else a line every 30 s."""
+    """Point-steps done, on rank 0 for all ranks: a tqdm bar on a terminal, else a line every
+    ``every`` seconds (logs of batch jobs)."""
 
-    def __init__(self, total: int, enabled: bool, desc: str):
-        self.total, self.enabled, self.desc = total, enabled, desc
+    def __init__(self, total: int, enabled: bool, desc: str, every: float = 30.0):
+        self.total, self.enabled, self.desc, self.every = total, enabled, desc, every
         self.bar, self.last, self.start = None, 0, _time.monotonic()
         self._printed = self.start
         if enabled and sys.stderr.isatty():
@@ -260,7 +260,7 @@ class _Progress:
             return
         if self.bar is not None:
             self.bar.update(done - self.last)
-        elif _time.monotonic() - self._printed >= 30:
+        elif _time.monotonic() - self._printed >= self.every:
             self._printed = _time.monotonic()
             print(f"{self.desc}: {100 * done / max(self.total, 1):.0f}% ({done} of {self.total} "
                   f"point-steps, {self._printed - self.start:.0f} s)", file=sys.stderr, flush=True)

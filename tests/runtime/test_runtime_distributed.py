@@ -27,7 +27,7 @@ import torch
 import modelc
 from dist_helpers import SlowElastic
 from modelc.cli import main as cli_main
-from modelc.distributed import RankFailed, run_history
+from modelc.distributed import run_history
 from modelc.errors import InputError
 from modelc.results import load
 from modelc.runtime import driver
@@ -332,3 +332,19 @@ def test_docs_mpi_example_with_a_stand_in_communicator(monkeypatch, capsys):
     assert capsys.readouterr().out == "0 non-converged points on 1 ranks\n"
     assert scope["stress"].shape == (10_000, 6) and scope["tangent"].shape == (10_000, 6, 6)
     assert scope["out"]["state/internal/ep"].min() > 0  # 2e-3 strain in 1 s: past yield, plastic
+
+
+def test_progress_lines_for_batch_logs(capsys):
+    """Off a terminal, rank 0 prints the progress of all ranks as lines (every ``every`` seconds)."""
+    from modelc.runtime.distributed import _Progress
+
+    show = _Progress(200, True, "j2", every=0.0)
+    show(50)
+    show(50)  # no news, no line
+    show(200)
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(" (")[0] for e in err] == ["j2: 25%", "j2: 100%"]
+    assert "200 of 200 point-steps" in err[1]
+    quiet = _Progress(200, False, "j2", every=0.0)
+    quiet(100)
+    assert capsys.readouterr().err == ""
