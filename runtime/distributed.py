@@ -286,7 +286,8 @@ def run_history(model: Any, history: Any, out: "str | os.PathLike[str]", *,
     rank.
 
     ``params``: overrides, each a number or one value per point (as in the single-process driver).
-    ``samples``: ``{name: values}`` with one value per sample (all of one length S): every point
+    ``samples``: ``{name: values}`` with one value per sample (all of one length S; or a parameter
+    given as ``TypedTensor(values, "Scalar", batch_names=("samples",))``): every point
     runs once per sample; results are shaped (steps, points, samples, ...). ``chunk_steps``: steps per
     chunk (default: what fits in 256 MiB per rank). ``shards``: how many (default: one per rank).
     ``resume``: continue the run already in ``out``. ``timeout``: seconds without a heartbeat after
@@ -318,7 +319,9 @@ def _run(ctx: Context, mon: _Monitor, show: _Progress, model: Any, history: Any,
     src = open_history(history)
     dtype = dtype or getattr(model, "dtype", None) or torch.float64
     outs = driver.variable_shapes(model, "output")
-    samples = _samples(samples)
+    named = {k for k, v in (params or {}).items() if getattr(v, "batch_names", None) == ("samples",)}
+    samples = _samples({**(samples or {}), **{k: params[k] for k in named}})  # TypedTensor(..., ("samples",))
+    params = {k: v for k, v in (params or {}).items() if k not in named}
     if ctx.rank == 0:
         plan = _plan(ctx, model, src, out, params, samples, dtype, tangent_steps, chunk_steps, shards,
                      resume, outs)
@@ -470,7 +473,8 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
     work = np.array(sorted(failed), dtype=np.int64)
     save_npz(shard_dir(out, i) / "failed.npz",
              {"work": work, "step": np.array([failed[w] for w in work.tolist()], dtype=np.int64)})
-    info = {"shard": i, "range": [a, b], "rank": ctx.rank, "world": ctx.world, "device": str(ctx.device),
+    info = {"shard": i, "range": [a, b], "rank": ctx.rank, "world": ctx.world,
+            "device": str(getattr(model, "device", ctx.device)),
             "failed": len(failed), "seconds": round(_time.perf_counter() - start, 3)}
     write_atomic(shard_dir(out, i) / "shard.json", json.dumps(info).encode())
 

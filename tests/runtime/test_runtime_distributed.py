@@ -107,6 +107,13 @@ def test_samples_run_every_point_once_per_sample(j2, tmp_path):
     np.testing.assert_array_equal(res["samples/sigma_y"], sy)
     # a sample differs from its neighbour (the samples really were applied)
     assert not np.array_equal(res["stress"][:, :, 0], res["stress"][:, :, 1])
+    # the same sweep with the samples as parameters batched over a named `samples` dim
+    from modelc.runtime.tensors import TypedTensor
+
+    named = run_history(m, hist, tmp_path / "named", shards=2, tangent_steps=[4], progress=False,
+                        params={"K": K, "sigma_y": TypedTensor(torch.tensor(sy), "Scalar", ("samples",)),
+                                "E": TypedTensor(torch.tensor(E), "Scalar", ("samples",))})
+    np.testing.assert_array_equal(named["stress"], res["stress"])
 
 
 def test_failures_are_summarised_over_all_shards(tmp_path):
