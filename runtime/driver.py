@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
@@ -34,7 +35,7 @@ from modelc.errors import InputError
 from modelc.runtime.histories import History, as_history
 from modelc.runtime.types import TensorType, tensor_type
 
-__all__ = ["run_history", "RunResult", "NonConvergenceWarning", "save_results", "plot_results", "ALIASES",
+__all__ = ["run_history", "RunResult", "Carry", "NonConvergenceWarning", "save_results", "plot_results", "ALIASES",
            "STRESS", "STRAIN", "TIME"]
 
 STRESS, STRAIN, TIME = "state/S", "forces/E", "forces/t"
@@ -175,6 +176,10 @@ class RunResult(dict):
         super().__init__(arrays)
         self.failed = failed
 
+    def carry(self, outputs: Iterable[str]) -> Carry:
+        """The state after the last row (for ``run_history(..., initial=...)``)."""
+        return Carry({n: self[n][-1] for n in outputs}, self["converged"][-1].copy())
+
     @property
     def ok(self) -> bool:
         """True when every point converged at every step."""
@@ -192,6 +197,29 @@ class RunResult(dict):
         more = f"; and {len(self.failed) - 10} more" if len(self.failed) > 10 else ""
         return (f"{len(self.failed)} of {batch} point(s) did not converge ({bad_pairs} of "
                 f"{steps * batch} point-steps are NaN): " + "; ".join(parts) + more)
+
+
+@dataclass(frozen=True)
+class Carry:
+    """Where a run stands after its last row: every output (``state``, name -> (batch, *shape)) and
+    which points are still live (``alive``, (batch,) bool). :meth:`RunResult.carry` makes one;
+    ``run_history(..., initial=carry)`` continues from it bit for bit."""
+
+    state: Mapping[str, np.ndarray]
+    alive: np.ndarray
+
+    def tensors(self, like: Mapping[str, torch.Tensor], dtype: torch.dtype,
+                device: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        missing = [n for n in like if n not in self.state]
+        if missing:
+            raise InputError(f"the carried state lacks output(s) {', '.join(missing)} of the model")
+        state = {}
+        for n, z in like.items():
+            v = torch.as_tensor(np.asarray(self.state[n]), device=device).to(dtype)
+            if v.shape != z.shape:
+                raise InputError(f"carried '{n}' has shape {tuple(v.shape)}, expected {tuple(z.shape)}")
+            state[n] = v
+        return state, torch.as_tensor(np.asarray(self.alive, dtype=bool), device=device)
 
 
 def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str]") -> Path:
@@ -213,7 +241,8 @@ def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str
 def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[str]", *,
                 params: Mapping[str, Any] | None = None, dtype: torch.dtype | None = None,
                 device: "str | torch.device | None" = None, backend: str | None = None,
-                tangent_steps: Iterable[int] | None = None, progress: bool = True) -> RunResult:
+                tangent_steps: Iterable[int] | None = None, progress: bool = True,
+                initial: "Carry | None" = None) -> RunResult:
     """Drive ``model`` through a strain-controlled ``history`` (mapping, History or .npz path).
 
     ``params``: parameter overrides, each a number or one value per point. ``dtype``/``device``
@@ -226,6 +255,10 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     ``converged``, ``iterations``, ``residual_norm`` (steps, batch), and with ``tangent_steps``
     given, ``tangent`` (k, batch, 6, 6) and ``tangent_steps`` (k,). Outputs are NaN where a point did
     not converge; then a :class:`NonConvergenceWarning` carries :meth:`RunResult.summary`.
+
+    ``initial`` (a :class:`Carry`) continues a run chunk by chunk (``modelc.runtime.distributed``):
+    row 0 of ``history`` is then the previous chunk's last row, and the state and live points start
+    from it instead of zero; :attr:`RunResult.failed` lists only the points that fail in this chunk.
     """
     hist = as_history(history)
     built_for = getattr(model, "backend", None)
@@ -244,12 +277,14 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     time = torch.as_tensor(hist.time, dtype=dtype, device=device)
     state = {n: torch.zeros((batch, *s), dtype=dtype, device=device)
              for n, s in out_shapes.items()}
+    alive = torch.ones(batch, dtype=torch.bool, device=device)
+    if initial is not None:  # --- a chunk of a longer run: start from the carried state ---
+        state, alive = initial.tensors(state, dtype, device)
     rows: dict[str, list[torch.Tensor]] = {n: [v.clone()] for n, v in state.items()}
-    conv_rows = [torch.ones(batch, dtype=torch.bool, device=device)]
+    conv_rows = [alive.clone()]
     its_rows = [torch.zeros(batch, dtype=torch.int64, device=device)]
     res_rows = [torch.zeros(batch, dtype=torch.float64, device=device)]
     tangents: list[torch.Tensor] = []
-    alive = torch.ones(batch, dtype=torch.bool, device=device)
     failed: dict[int, int] = {}
 
     bar = _progress_bar(steps - 1, progress, _model_name(model))

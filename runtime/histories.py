@@ -31,6 +31,8 @@ __all__ = [
     "uniaxial_strain_history",
     "as_history",
     "load_history",
+    "check_shapes",
+    "check_values",
     "bundled_history",
     "bundled_history_path",
     "BUNDLED_HISTORIES",
@@ -145,36 +147,49 @@ def _validate(arrays: Mapping[str, Any], source: str) -> History:
                          f"arrays present: {have})")
     time = _float_array(arrays["time"], "time", source)
     strain = _float_array(arrays["strain"], "strain", source)
-    if time.ndim != 2:
-        raise InputError(f"{source}: 'time' must have shape (steps, batch), got {time.shape}")
-    if strain.ndim != 3 or strain.shape[2] != 6:
-        raise InputError(f"{source}: 'strain' must have shape (steps, batch, 6) (Mandel), "
-                         f"got {strain.shape}")
-    if strain.shape[:2] != time.shape:
-        raise InputError(f"{source}: 'strain' has (steps, batch) = {strain.shape[:2]} but 'time' has "
-                         f"{time.shape}; they must agree")
-    steps, batch = time.shape
+    steps, batch = check_shapes(time.shape, strain.shape, source)
+    check_values(time, strain, source)
+    labels = _labels(arrays.get("labels"), batch, source)
+    return History(time=time, strain=strain, labels=labels, source=source)
+
+
+def check_shapes(time: tuple[int, ...], strain: tuple[int, ...], source: str) -> tuple[int, int]:
+    """``(steps, batch)`` from the shapes of ``time`` and ``strain``, or an InputError."""
+    if len(time) != 2:
+        raise InputError(f"{source}: 'time' must have shape (steps, batch), got {time}")
+    if len(strain) != 3 or strain[2] != 6:
+        raise InputError(f"{source}: 'strain' must have shape (steps, batch, 6) (Mandel), got {strain}")
+    if tuple(strain[:2]) != tuple(time):
+        raise InputError(f"{source}: 'strain' has (steps, batch) = {tuple(strain[:2])} but 'time' has "
+                         f"{time}; they must agree")
+    steps, batch = time
     if steps < 2 or batch < 1:
         raise InputError(f"{source}: a history needs the initial row 0 and at least one step, and at "
                          f"least one point; got {steps} row(s) and {batch} point(s)")
+    return steps, batch
+
+
+def check_values(time: np.ndarray, strain: np.ndarray, source: str, row0: int = 0, point0: int = 0) -> None:
+    """Finite values, zero strain at row 0, strictly increasing time; for a chunk of a history,
+    ``row0`` and ``point0`` say where it starts (row 0 is checked only when ``row0 == 0``)."""
     for name, a in (("time", time), ("strain", strain)):
         bad = ~np.isfinite(a)
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            idx = (idx[0] + row0, idx[1] + point0, *idx[2:])
             raise InputError(f"{source}: '{name}' has {int(bad.sum())} non-finite value(s), "
                              f"the first at index {idx}")
-    if np.any(strain[0] != 0.0):
-        pts = np.flatnonzero(np.any(strain[0] != 0.0, axis=-1))
+    if row0 == 0 and np.any(strain[0] != 0.0):
+        pts = np.flatnonzero(np.any(strain[0] != 0.0, axis=-1)) + point0
         raise InputError(f"{source}: the history must start from zero strain (row 0 is the "
                          f"unstressed initial state), but strain[0] is nonzero at point(s) "
                          f"{_list(pts)}")
     dt = np.diff(time, axis=0)
     if np.any(dt <= 0.0):
         n, b = (int(i) for i in np.argwhere(dt <= 0.0)[0])
-        raise InputError(f"{source}: 'time' must increase strictly at every step; at point {b} it "
-                         f"goes from {time[n, b]:g} (row {n}) to {time[n + 1, b]:g} (row {n + 1})")
-    labels = _labels(arrays.get("labels"), batch, source)
-    return History(time=time, strain=strain, labels=labels, source=source)
+        raise InputError(f"{source}: 'time' must increase strictly at every step; at point {b + point0} "
+                         f"it goes from {time[n, b]:g} (row {n + row0}) to {time[n + 1, b]:g} "
+                         f"(row {n + row0 + 1})")
 
 
 def _float_array(a: Any, name: str, source: str) -> np.ndarray:

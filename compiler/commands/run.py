@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
     p.add_argument("--history", required=True, metavar="H.npz",
                    help="strain history: 'time' (steps, batch) and 'strain' (steps, batch, 6)")
-    p.add_argument("--out", required=True, metavar="R.npz", help="where to write the results")
+    p.add_argument("--out", required=True, metavar="R.npz",
+                   help="where to write the results (a directory with --distributed)")
     p.add_argument("--model", metavar="NAME", help="which model of the spec (when it holds several)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter: one number, or one per point separated by commas "
@@ -36,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="code path (default: from the device, triton on cuda, torch on cpu)")
     p.add_argument("--dtype", choices=DTYPES, default="float64")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
+    p.add_argument("--device", default=None,
+                   help="cpu or cuda[:N] (default: cpu; with --distributed cuda:LOCAL_RANK when CUDA is there)")
     p.add_argument("--tangent-steps", metavar="N,N,...",
                    help="record the consistent tangent d stress / d strain at these steps")
     p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
@@ -44,18 +46,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-failure", choices=("nan", "substep"), default=None,
                    help="a point whose Newton solve fails: mark it and return NaN (default), or cut "
                         "its step into sub-steps and retry (adaptive sub-stepping)")
+    from modelc.commands.run_distributed import add_distributed_arguments  # --distributed and co.
+
+    add_distributed_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
     from modelc.runtime.histories import load_history
 
+    from modelc.commands.run_distributed import main_distributed, check_single
+
+    if args.distributed:
+        return main_distributed(args)
+    check_single(args)
     params = parse_sets(args.sets)
     tangent_steps = parse_steps(args.tangent_steps)
     history = load_history(args.history)
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError(f"--plot {args.plot}: expected a .png (or .svg, .pdf) file name")
-    device = check_device(args.device)
+    device = check_device(args.device or "cpu")
     model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,
                        on_failure=args.on_failure)
     dtype = _torch_dtype(args.dtype)

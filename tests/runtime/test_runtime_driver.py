@@ -549,3 +549,25 @@ def test_substepping_models_get_the_previous_strain():
     plain = FakeElastic()
     run_history(plain, hist, progress=False)  # a model that does not sub-step gets no old_forces
     assert len(plain.calls) == 4
+
+
+def test_a_run_continued_from_its_carry_equals_the_whole_run():
+    """run_history(initial=carry) (how modelc.runtime.distributed runs chunks): the second half,
+    started from the first half's last row, equals the whole run's rows bit for bit."""
+    from modelc.runtime.driver import Carry
+    from modelc.runtime.histories import History
+
+    hist = uniaxial_strain_history([0.002, 0.004, 0.001], [1.0, 2.0, 3.0], steps=12)
+    m = FakeJ2(fail_above=0.0035)  # plastic state to carry, and a failed point (1) carried as dead
+    with pytest.warns(NonConvergenceWarning):
+        whole = run_history(m, hist, progress=False)
+    with pytest.warns(NonConvergenceWarning):
+        first = run_history(m, {k: v[:6] for k, v in hist.items()}, progress=False)
+    assert first.failed == {1: 3} and whole["state/internal/ep"][5, 0] > 0
+    outs = [k for k in whole if k.startswith("state/")]
+    carry = first.carry(outs)
+    assert isinstance(carry, Carry)
+    rest = History(time=hist["time"][5:], strain=hist["strain"][5:], labels=tuple(hist["labels"]))
+    second = run_history(m, rest, progress=False, initial=carry)
+    for k in outs + ["converged", "iterations", "residual_norm"]:
+        np.testing.assert_array_equal(second[k][1:], whole[k][6:], err_msg=k)
