@@ -19,7 +19,8 @@ import torch
 import modelc
 from modelc.cli import main as cli_main
 from modelc.errors import InputError
-from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
+from modelc.runtime.driver import (NonConvergenceWarning, load_results, plot_results, run_history,
+                                  save_results)
 from modelc.runtime.histories import uniaxial_strain_history
 from modelc.runtime.types import SR2, Scalar
 
@@ -334,10 +335,18 @@ def test_progress_off_prints_nothing_and_results_round_trip(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     path = save_results(res, tmp_path / "sub" / "r.npz")
     with np.load(path) as back:
-        assert set(back.files) == set(res)
+        assert set(back.files) == set(res) | {"aliases"}  # each array once, the aliases as metadata
         for k in res:
             np.testing.assert_array_equal(back[k], res[k])
     assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary left behind
+    # each array is stored once: no two stored arrays are the same object, and the aliases resolve
+    ids = [id(v) for v in res.values()]
+    assert len(ids) == len(set(ids))
+    assert res.aliases["state/S"] == "stress" and res["state/S"] is res["stress"]
+    assert res.aliases["state/internal/Ep"] == "plastic_strain" and "state/internal/Ep" not in dict(res)
+    back = load_results(path)
+    assert back.aliases == res.aliases and back.failed == res.failed == {}
+    np.testing.assert_array_equal(back["state/internal/ep"], res["equivalent_plastic_strain"])
 
 
 def test_plot_writes_png(tmp_path):
@@ -388,7 +397,8 @@ def test_cli_run_writes_results_table_and_plot(fake_load, capsys):
     with np.load(out) as r:
         assert r["stress"].shape == (9, 2, 6) and r["stress"].dtype == np.float32
         assert r["converged"].shape == r["iterations"].shape == (9, 2) and r["converged"].all()
-        assert r["tangent"].shape == (2, 2, 6, 6) and "state/internal/ep" in r.files
+        assert r["tangent"].shape == (2, 2, 6, 6) and "equivalent_plastic_strain" in r.files
+        assert "state/internal/ep" not in r.files and "state/internal/ep" in str(r["aliases"])
         q = r["stress"][2, 1, 0] - r["stress"][2, 1, 1]
         assert abs(q - (120 + 2000 * r["equivalent_plastic_strain"][2, 1])) < 1e-2
     assert "peak |sxx|" in text and "final ep" in text and "all 2 point(s) converged" in text
