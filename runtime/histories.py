@@ -195,6 +195,9 @@ def load_history(path: "str | os.PathLike[str]") -> History:
 
 
 def _validate(arrays: Mapping[str, Any], source: str) -> History:
+    if "stress" in arrays and "control" not in arrays and "strain" not in arrays:
+        raise InputError(f"{source}: 'stress' is given without a 'control' mask saying which "
+                         f"components it prescribes (True = stress-controlled)")
     all_stress = "control" in arrays and "stress" in arrays and bool(np.all(arrays["control"]))
     missing = [k for k in ("time", "strain") if k not in arrays and not (k == "strain" and all_stress)]
     if missing:
@@ -248,9 +251,6 @@ def _control(arrays: Mapping[str, Any], shape: tuple[int, int], source: str
     """The ``control`` mask broadcast to (steps, batch, 6) and the ``stress`` targets (zero where
     not stress-controlled), or (None, None) when no component is stress-controlled."""
     if "control" not in arrays:
-        if "stress" in arrays and "strain" not in arrays:
-            raise InputError(f"{source}: 'stress' is given without a 'control' mask saying which "
-                             f"components it prescribes")
         return None, None
     raw = np.asarray(arrays["control"])
     if raw.dtype != bool:

@@ -68,28 +68,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def spec_dir() -> Path:
-    from modelc.runtime.histories import _spec_dir
+    from modelc.bundled import spec_dir as _spec_dir
 
     return _spec_dir()
 
 
 def bundled_spec(name: str) -> Path:
-    """The bundled spec file that defines model ``name``: ``<name>.yaml``, else ``library.yaml`` or
-    another bundled YAML file that declares ``name:`` as an (indented) key."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise InputError(f"--model {name!r}: not a model name")
-    root = spec_dir()
-    files = sorted(root.rglob("*.yaml")) + sorted(root.rglob("*.yml")) if root.is_dir() else []
-    direct = [f for f in files if f.stem == name]
-    if direct:
-        return direct[0]
-    key = re.compile(rf"^\s+['\"]?{re.escape(name)}['\"]?\s*:\s*$", re.M)  # a model's key
-    files.sort(key=lambda f: f.stem != "library")  # the library's compositions first
-    found = [f for f in files if key.search(f.read_text(encoding="utf-8", errors="replace"))]
-    if len(found) >= 1:
-        return found[0]
-    if not files:
-        raise ModelcError(f"modelc demo: the bundled model library ({root}) holds no spec files; "
-                          f"this installation of modelc is incomplete")
-    raise InputError(f"--model {name!r}: no bundled spec defines it; bundled spec files: "
-                     f"{', '.join(f.stem for f in files)}")
+    """The bundled spec file that defines model ``name`` (see :mod:`modelc.bundled`)."""
+    from modelc.bundled import bundled_spec as _find
+
+    try:
+        return _find(name).path
+    except InputError as exc:
+        raise InputError(f"--model: {exc}") from None

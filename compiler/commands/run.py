@@ -25,7 +25,7 @@ BACKENDS = ("auto", "torch", "triton")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("exit status: 0 when every point converged; 1 when some did not (their results are "
                 "NaN, written anyway, and named in the summary); 2 for bad input")
-    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
+    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML), or the name of a bundled model")
     p.add_argument("--history", required=True, metavar="H.npz",
                    help="strain history: 'time' (steps, batch) and 'strain' (steps, batch, 6)")
     p.add_argument("--out", required=True, metavar="R.npz", help="where to write the results")
@@ -127,8 +127,8 @@ def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend
     it: ``module.Model(dtype=..., device=..., backend=...)``."""
     import modelc
 
-    if not Path(spec).is_file():
-        raise InputError(f"{spec}: spec file not found")
+    if not Path(spec).is_file() and ("/" in spec or spec.endswith((".yaml", ".yml"))):
+        raise InputError(f"{spec}: spec file not found")  # a bare name is a bundled model (modelc.load)
     load = getattr(modelc, "load", None)
     if load is None:
         raise ModelcError("modelc run: this build of modelc has no compiler entry point "
