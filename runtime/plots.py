@@ -49,7 +49,10 @@ def plot_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str
     labels = [str(x) for x in results.get("labels", [f"point {i}" for i in range(batch)])]
     conv = results.get("converged", np.ones(time.shape, dtype=bool))
     colors = _colors(plt, batch)
-    styles = ["-", "--", "-.", ":"]
+    # later points are drawn thinner and dashed on top of earlier ones: curves that coincide (the
+    # same amplitude at another rate of a rate-independent model) stay visible
+    widths = np.linspace(2.8, 1.2, batch) if batch > 1 else [1.6]
+    styles = ["-", (0, (5, 2))]
     first_bad = np.where(conv.all(axis=0), 0, np.argmin(conv, axis=0))  # 0: never failed
     s_unit = f" [{stress_units}]" if stress_units else ""
     s_label = rf"stress $\sigma_{{{comp}}}${s_unit}"
@@ -67,8 +70,8 @@ def plot_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str
               (ax3, t_plot, y3, t_label, y3_label, f"{y3_label.split(' [')[0]} vs time"))
     for ax, x, y, xl, yl, sub in panels:
         for i in range(batch):
-            ax.plot(x[:, i], y[:, i], color=colors[i], ls=styles[(i // 10) % 4] if batch <= 40 else "-",
-                    lw=1.5, label=labels[i])
+            ax.plot(x[:, i], y[:, i], color=colors[i], ls=styles[i % 2] if batch <= 20 else "-",
+                    lw=widths[i] if batch <= 20 else 1.2, label=labels[i])
             if first_bad[i] > 0:  # the last converged state of a point that then failed
                 k = first_bad[i] - 1
                 ax.plot(x[k, i], y[k, i], "X", color="crimson", ms=9, zorder=5)
