@@ -194,6 +194,13 @@ class RunResult(dict):
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self else default
 
+    def with_aliases(self) -> dict[str, np.ndarray]:
+        """A plain dict holding every array under its key and under each of its aliases (the same
+        array objects: nothing is copied)."""
+        out = dict(self)
+        out.update({alias: dict.__getitem__(self, key) for alias, key in self.aliases.items()})
+        return out
+
     @property
     def ok(self) -> bool:
         """True when every point converged at every step."""
