@@ -7,12 +7,32 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "load", "library"]
 
 
 def load(path, model=None, **options):
     """Compile ``model`` of the spec at ``path`` once (cached, see :mod:`modelc.cache`) and return the
-    generated module; ``module.Model(dtype=..., device=..., **parameters)`` builds a runnable model."""
+    generated module; ``module.Model(dtype=..., device=..., **parameters)`` builds a runnable model.
+
+    ``path`` may also be the name of a bundled library model (``modelc.load("j2_linear_iso")``; see
+    :func:`library`): then ``model`` defaults to that name."""
+    import os
+
     from modelc.cache import load as _load
 
+    text = os.fspath(path)
+    if not os.path.exists(text) and "/" not in text and os.sep not in text and \
+            not text.endswith((".yaml", ".yml")):
+        from modelc.bundled import bundled_spec
+
+        found = bundled_spec(text)
+        return _load(found.path, model or found.name, **options)
     return _load(path, model, **options)
+
+
+def library(*, building_blocks: bool = False):
+    """The bundled models: ``{name: LibraryModel(name, path, doc, kind)}`` (the complete models; with
+    ``building_blocks=True`` also the models they are composed of). ``modelc.load(name)`` compiles one."""
+    from modelc.bundled import library as _library
+
+    return _library(building_blocks=building_blocks)

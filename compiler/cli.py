@@ -17,7 +17,8 @@ COMMANDS = {
     "check": "validate specs and print each model's variables, layout and operation counts",
     "graph": "draw the dependency graph of a composed model (DOT, Mermaid, SVG/PNG)",
     "compile": "generate Python/Triton modules from specs",
-    "run": "drive a model through a strain-controlled history",
+    "run": "drive a model through a strain-, stress- or mixed-controlled history",
+    "export": "write a C interface (header, source, layout, ABI page) or an Abaqus-style UMAT",
     "demo": "compile a bundled model, run it through a bundled history and show the results",
 }
 

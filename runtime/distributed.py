@@ -417,7 +417,7 @@ def _plan(ctx: Context, model: Any, src: HistorySource, out: Path, params: Mappi
         per_row = 8 * (sum(int(np.prod(s, dtype=np.int64)) for s in outs.values()) + 12) * 4
         chunk_steps = CHUNK_BYTES // max(1, per_row * (bounds[1] - bounds[0]))
     chunk_steps = int(max(1, min(int(chunk_steps), src.steps - 1)))
-    aliases = {"stress": driver.STRESS, **driver._aliases({n: n for n in outs}, outs)}
+    aliases = driver._aliases(outs)  # variable name -> the key the driver stores it under
     plan = Plan(model=name, dtype=str(dtype).replace("torch.", ""), steps=src.steps, points=src.batch,
                 history=src.source, fingerprint=fp, shards=tuple(zip(bounds[:-1], bounds[1:])),
                 chunk_steps=chunk_steps, tangent_steps=t_steps, aliases=aliases,
@@ -440,7 +440,7 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
     call = {k: _shard_param(v, pa, pb, point_of, src.batch) for k, v in (params or {}).items()}
     call.update({k: v[sample_of] for k, v in samples.items()})
     done = chunks_of(out, i)
-    carry, failed = _recover(done, outs, a)
+    carry, failed = _recover(done, outs, a, plan.aliases)
     row = done[-1][1] if done else 0
     labels = src.labels(slice(pa, pb))
     while row < plan.steps:
@@ -459,7 +459,7 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
         for p, s in res.failed.items():
             failed[a + p] = r0 + s
         keep = lo - r0  # the carried row 0 belongs to the previous chunk
-        arrays = {k: res[k][keep:] for k in (*outs, "converged", "iterations", "residual_norm")}
+        arrays = {plan.aliases.get(k, k): res[k][keep:] for k in (*outs, "converged", "iterations", "residual_norm")}
         arrays["time"], arrays["strain"] = time[keep:], strain[keep:]
         if plan.tangent_steps:
             tan = res["tangent"] if t_local else np.zeros((0, b - a, 6, 6), res[driver.STRESS].dtype)
@@ -488,8 +488,8 @@ def _shard_param(value: Any, pa: int, pb: int, point_of: np.ndarray, batch: int)
     return value
 
 
-def _recover(done: list[tuple[int, int, Path]], outs: list[str],
-             first: int) -> tuple[driver.Carry | None, dict[int, int]]:
+def _recover(done: list[tuple[int, int, Path]], outs: list[str], first: int,
+             aliases: Mapping[str, str]) -> tuple[driver.Carry | None, dict[int, int]]:
     """Resuming a shard: the state after its last complete chunk, and the failures so far."""
     if not done:
         return None, {}
@@ -500,7 +500,7 @@ def _recover(done: list[tuple[int, int, Path]], outs: list[str],
         for w in np.flatnonzero(~conv.all(axis=0)).tolist():
             failed.setdefault(first + w, lo + int(np.argmin(conv[:, w])))
     with np.load(done[-1][2]) as f:
-        carry = driver.Carry({n: f[n][-1] for n in outs}, f["converged"][-1].copy())
+        carry = driver.Carry({n: f[aliases.get(n, n)][-1] for n in outs}, f["converged"][-1].copy())
     return carry, failed
 
 

@@ -1,4 +1,4 @@
-"""The transient driver: a batch of material points through a strain-controlled history.
+"""The transient driver: a batch of material points through a strain- or mixed-controlled history.
 
 Row 0 of the history is the initial state (zero strain, stress and internal state; not evaluated).
 Step ``n >= 1`` evaluates the model once, from the previous converged step::
@@ -7,7 +7,10 @@ Step ``n >= 1`` evaluates the model once, from the previous converged step::
     forces/t     = time[n]          old_forces/t = time[n-1]
     old_state/x  = state/x of step n-1 (zero at row 0)
 
-Only the inputs the model declares are passed. A point that does not converge (or returns a
+Only the inputs the model declares are passed. Where the history prescribes stress on some
+components (its ``control`` mask, :mod:`modelc.runtime.histories`), the step instead solves for
+those strain components by Newton on the consistent tangent (:mod:`modelc.runtime.control`), and
+the result's ``strain`` holds the solved strain. A point that does not converge (or returns a
 non-finite output) is marked ``converged = False`` with NaN outputs at that step and every later one
 (it is fed the neutral initial state from then on, so it cannot slow the batch's Newton loops down);
 :meth:`RunResult.summary` says which points failed and where, and the caller never has to scan arrays.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import json
 import math
 import os
 import sys
@@ -32,11 +36,13 @@ import numpy as np
 import torch
 
 from modelc.errors import InputError
+from modelc.runtime.control import ControlOptions, solve_mixed
 from modelc.runtime.histories import History, as_history
+from modelc.runtime.plots import plot_results
 from modelc.runtime.types import TensorType, tensor_type
 
-__all__ = ["run_history", "RunResult", "Carry", "NonConvergenceWarning", "save_results", "plot_results", "ALIASES",
-           "STRESS", "STRAIN", "TIME"]
+__all__ = ["run_history", "RunResult", "Carry", "NonConvergenceWarning", "save_results", "load_results",
+           "plot_results", "ALIASES", "STRESS", "STRAIN", "TIME"]
 
 STRESS, STRAIN, TIME = "state/S", "forces/E", "forces/t"
 
@@ -136,6 +142,12 @@ def step_status(result: Any, batch: int, device: Any) -> tuple[torch.Tensor, tor
         get("residual_norm", torch.float64, 0.0)
 
 
+def tangent_request(model: Any) -> Any:
+    """The ``derivatives=`` argument asking for d stress / d strain only: the pair list for a
+    compiled model (its tangent variant computes just that block), ``True`` for other models."""
+    return [(STRESS, STRAIN)] if hasattr(model, "TANGENT") else True
+
+
 def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
                params: dict[str, torch.Tensor] | None,
                old_forces: dict[str, torch.Tensor] | None = None, out: Any = None) -> Any:
@@ -167,14 +179,39 @@ class NonConvergenceWarning(RuntimeWarning):
 
 
 class RunResult(dict):
-    """The driver's result: a ``dict`` of numpy arrays (``np.savez(path, **result)`` works), plus
-    :attr:`failed` (point -> first failed step) and :meth:`summary`."""
+    """The driver's result: a ``dict`` of numpy arrays, each held once (``np.savez(path, **result)``
+    writes each once), plus :attr:`failed` (point -> first failed step) and :meth:`summary`.
+
+    :attr:`aliases` maps other names of an array to the key it is stored under (a model variable's
+    name such as ``state/S`` to its friendly name ``stress``); ``result[alias]``, ``alias in result``
+    and ``result.get(alias)`` resolve them."""
 
     failed: dict[int, int]
+    aliases: dict[str, str]
 
-    def __init__(self, arrays: dict[str, np.ndarray], failed: dict[int, int]):
+    def __init__(self, arrays: dict[str, np.ndarray], failed: dict[int, int],
+                 aliases: Mapping[str, str] | None = None):
         super().__init__(arrays)
         self.failed = failed
+        self.aliases = dict(aliases or {})
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if not dict.__contains__(self, key) and key in self.aliases:
+            key = self.aliases[key]
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self.aliases
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def with_aliases(self) -> dict[str, np.ndarray]:
+        """A plain dict holding every array under its key and under each of its aliases (the same
+        array objects: nothing is copied)."""
+        out = dict(self)
+        out.update({alias: dict.__getitem__(self, key) for alias, key in self.aliases.items()})
+        return out
 
     def carry(self, outputs: Iterable[str]) -> Carry:
         """The state after the last row (for ``run_history(..., initial=...)``)."""
@@ -223,15 +260,37 @@ class Carry:
 
 
 def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str]") -> Path:
-    """Write results to an ``.npz`` file atomically (no partial file on failure)."""
+    """Write results to an ``.npz`` file atomically (no partial file on failure): each array once,
+    and the aliases (a :class:`RunResult`'s) as JSON text in the array ``aliases``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    np.savez_compressed(buf, **dict(results))
+    arrays = dict(results)
+    aliases = getattr(results, "aliases", None)
+    if aliases:
+        arrays["aliases"] = np.array(json.dumps(aliases, sort_keys=True))
+    np.savez_compressed(buf, **arrays)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, p)
     return p
+
+
+def load_results(path: "str | os.PathLike[str]") -> RunResult:
+    """Read a results file written by :func:`save_results` (or ``modelc run``) as a
+    :class:`RunResult`: every array, with its aliases resolved again."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: results file not found")
+    with np.load(p, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    aliases = json.loads(str(arrays.pop("aliases"))) if "aliases" in arrays else {}
+    conv = arrays.get("converged")
+    failed = {}
+    if conv is not None:
+        for pt in np.flatnonzero(~conv.all(axis=0)):
+            failed[int(pt)] = int(np.argmin(conv[:, pt]))
+    return RunResult(arrays, failed, aliases)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -242,19 +301,25 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
                 params: Mapping[str, Any] | None = None, dtype: torch.dtype | None = None,
                 device: "str | torch.device | None" = None, backend: str | None = None,
                 tangent_steps: Iterable[int] | None = None, progress: bool = True,
-                initial: "Carry | None" = None) -> RunResult:
-    """Drive ``model`` through a strain-controlled ``history`` (mapping, History or .npz path).
+                initial: "Carry | None" = None,
+                control: ControlOptions = ControlOptions()) -> RunResult:
+    """Drive ``model`` through a ``history`` (mapping, History or .npz path): strain-controlled, or
+    mixed (stress targets where its ``control`` mask is True; see :mod:`modelc.runtime.histories`).
 
     ``params``: parameter overrides, each a number or one value per point. ``dtype``/``device``
     default to the model's own (``model.dtype``/``model.device``), else float64 on the CPU.
     ``backend``: checked against the backend the model was built for (``model.backend``).
     ``tangent_steps``: steps (1 .. steps-1) at which to record d stress / d strain.
+    ``control``: tolerances of the mixed-control Newton (:class:`~modelc.runtime.control.ControlOptions`).
 
-    Returns a :class:`RunResult` with ``time``, ``strain``, ``labels``, ``stress`` (steps, batch, 6),
-    every output by its name (``state/internal/ep``, ...) and by its alias in :data:`ALIASES`,
-    ``converged``, ``iterations``, ``residual_norm`` (steps, batch), and with ``tangent_steps``
-    given, ``tangent`` (k, batch, 6, 6) and ``tangent_steps`` (k,). Outputs are NaN where a point did
-    not converge; then a :class:`NonConvergenceWarning` carries :meth:`RunResult.summary`.
+    Returns a :class:`RunResult` with ``time``, ``strain`` (the solved strain under mixed control),
+    ``labels``, ``stress`` (steps, batch, 6), every other output under its alias in :data:`ALIASES`
+    (``equivalent_plastic_strain``, ...) or else its name (``state/internal/ep``; the variable
+    names resolve as aliases), ``converged``, ``iterations``, ``residual_norm`` (steps, batch), with
+    stress control also ``control`` (steps, batch, 6) and ``control_iterations`` (steps, batch), and
+    with ``tangent_steps`` given, ``tangent`` (k, batch, 6, 6) and ``tangent_steps`` (k,). Outputs
+    are NaN where a point did not converge (the model's Newton, or the stress targets); then a
+    :class:`NonConvergenceWarning` carries :meth:`RunResult.summary`.
 
     ``initial`` (a :class:`Carry`) continues a run chunk by chunk (``modelc.runtime.distributed``):
     row 0 of ``history`` is then the previous chunk's last row, and the state and live points start
@@ -273,8 +338,13 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     t_steps = _tangent_steps(tangent_steps, hist.steps)
 
     steps, batch = hist.steps, hist.batch
-    strain = torch.as_tensor(hist.strain, dtype=dtype, device=device)
+    strain = torch.as_tensor(hist.strain, dtype=dtype, device=device).clone()  # row n: solved at step n
     time = torch.as_tensor(hist.time, dtype=dtype, device=device)
+    mixed = hist.mixed
+    if mixed:
+        targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
+        controls = torch.as_tensor(hist.control, device=device)
+        ctl_rows = [torch.zeros(batch, dtype=torch.int64, device=device)]
     state = {n: torch.zeros((batch, *s), dtype=dtype, device=device)
              for n, s in out_shapes.items()}
     alive = torch.ones(batch, dtype=torch.bool, device=device)
@@ -295,11 +365,24 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
         inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
         want_tangent = n in t_steps
         old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
-        key = (want_tangent, n % 2)
-        result = call_model(model, inputs, want_tangent, call_params, old_forces,
-                            out=buffers.get(key) if reuse else None)
-        buffers[key] = result
+        ctrl = controls[n] & alive.unsqueeze(-1) if mixed else None
+        if ctrl is not None and bool(ctrl.any()):
+            step = _mixed_step(model, inputs, strain, targets[n], ctrl, n, alive, call_params,
+                               old_forces, batch, control)
+            result, strain[n] = step.result, step.strain
+            ctl_ok = step.converged | ~ctrl.any(dim=-1)
+            ctl_rows.append(step.iterations)
+        else:
+            key = (want_tangent, n % 2)
+            result = call_model(model, inputs, tangent_request(model) if want_tangent else False,
+                                call_params, old_forces, out=buffers.get(key) if reuse else None)
+            buffers[key] = result
+            ctl_ok = None
+            if mixed:
+                ctl_rows.append(torch.zeros(batch, dtype=torch.int64, device=device))
         conv, its, res = step_status(result, batch, device)
+        if ctl_ok is not None:
+            conv = conv & ctl_ok
         outs = {name: output_tensor(result, name).to(dtype).reshape(batch, *shape)
                 for name, shape in out_shapes.items()}
         finite = torch.ones(batch, dtype=torch.bool, device=device)
@@ -314,6 +397,8 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
             v = torch.where(_col(ok, v), v, torch.full_like(v, math.nan))
             state[name] = v
             rows[name].append(v)
+        if mixed:  # a failed point has no solved strain on its stress-controlled components
+            strain[n] = torch.where(controls[n] & ~ok.unsqueeze(-1), math.nan, strain[n])
         conv_rows.append(ok)
         its_rows.append(torch.where(was_alive, its, torch.zeros_like(its)))
         res_rows.append(torch.where(was_alive, res, torch.full_like(res, math.nan)))
@@ -327,19 +412,22 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     if bar is not None:
         bar.close()
 
-    arrays: dict[str, np.ndarray] = {"time": hist.time, "strain": hist.strain,
+    arrays: dict[str, np.ndarray] = {"time": hist.time,
+                                     "strain": strain.cpu().numpy().astype(np.float64) if mixed else hist.strain,
                                      "labels": np.array(hist.labels)}
+    aliases = _aliases(out_shapes)
     for name, vals in rows.items():
-        arrays[name] = torch.stack(vals).cpu().numpy()
-    arrays["stress"] = arrays[STRESS]
-    arrays.update(_aliases(arrays, out_shapes))
+        arrays[aliases.get(name, name)] = torch.stack(vals).cpu().numpy()
+    if mixed:
+        arrays["control"] = hist.control
+        arrays["control_iterations"] = torch.stack(ctl_rows).cpu().numpy()
     arrays["converged"] = torch.stack(conv_rows).cpu().numpy()
     arrays["iterations"] = torch.stack(its_rows).cpu().numpy()
     arrays["residual_norm"] = torch.stack(res_rows).cpu().numpy()
     if t_steps:
         arrays["tangent"] = torch.stack(tangents).cpu().numpy()
         arrays["tangent_steps"] = np.array(t_steps, dtype=np.int64)
-    result = RunResult(arrays, failed)
+    result = RunResult(arrays, failed, aliases)
     if failed:  # never silent: the caller hears about it without scanning arrays
         warnings.warn(result.summary(), NonConvergenceWarning, stacklevel=2)
     return result
@@ -430,13 +518,34 @@ def _tangent_steps(steps: Iterable[int] | None, nrows: int) -> list[int]:
     return out
 
 
-def _aliases(arrays: Mapping[str, np.ndarray], outs: Iterable[str]) -> dict[str, np.ndarray]:
+def _aliases(outs: Iterable[str]) -> dict[str, str]:
+    """``{variable name: friendly key}``: ``state/S`` is ``stress``; a state variable whose last name
+    component is in :data:`ALIASES` gets that alias when no other variable maps to it."""
     wanted: dict[str, list[str]] = {}
     for name in outs:
-        if name.startswith("state/") and name.rsplit("/", 1)[-1] in ALIASES:
+        if name.startswith("state/") and name != STRESS and name.rsplit("/", 1)[-1] in ALIASES:
             wanted.setdefault(ALIASES[name.rsplit("/", 1)[-1]], []).append(name)
-    return {alias: arrays[names[0]] for alias, names in wanted.items()
-            if len(names) == 1 and alias not in arrays}
+    out = {STRESS: "stress"}
+    out.update({names[0]: alias for alias, names in wanted.items() if len(names) == 1})
+    return out
+
+
+def _mixed_step(model: Any, inputs: dict[str, torch.Tensor], strain: torch.Tensor, target: torch.Tensor,
+                ctrl: torch.Tensor, n: int, alive: torch.Tensor, params: Any, old_forces: Any, batch: int,
+                options: ControlOptions):
+    """Solve step ``n`` for the stress-controlled strain components (``ctrl``), starting from the
+    previous step's strain there; failed points keep the neutral zero strain."""
+    guess = torch.where(ctrl, strain[n - 1], strain[n])
+    guess = torch.where(alive.unsqueeze(-1), guess, torch.zeros_like(guess))
+    request = tangent_request(model)
+
+    def evaluate(E: torch.Tensor):
+        result = call_model(model, {**inputs, STRAIN: E}, request, params, old_forces)
+        conv, _, _ = step_status(result, batch, E.device)
+        S = output_tensor(result, STRESS).to(E.dtype).reshape(batch, 6)
+        return result, S, tangent_block(result, STRESS, STRAIN).to(E.dtype), conv
+
+    return solve_mixed(evaluate, guess, target, ctrl, options)
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
@@ -444,85 +553,3 @@ def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
         return None
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Plot
-
-
-def plot_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str]", *,
-                 title: str | None = None, component: int = 0) -> Path:
-    """Stress-strain curves (one per point), von Mises stress against strain, and equivalent plastic
-    strain against time when present (else stress against time); written with matplotlib's Agg
-    backend (.png, .svg or .pdf from the file name)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("plotting needs matplotlib: pip install 'modelc[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    comp = ("xx", "yy", "zz", "yz", "xz", "xy")[component]
-    strain, stress = results["strain"][..., component], results["stress"][..., component]
-    if component >= 3:  # Mandel shear carries sqrt 2: plot the tensor components
-        strain, stress = strain / math.sqrt(2.0), stress / math.sqrt(2.0)
-    time = results["time"]
-    batch = strain.shape[1]
-    labels = [str(x) for x in results.get("labels", [f"point {i}" for i in range(batch)])]
-    conv = results.get("converged", np.ones(time.shape, dtype=bool))
-    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.9, batch))
-    first_bad = np.where(conv.all(axis=0), 0, np.argmin(conv, axis=0))  # 0: never failed
-
-    # von Mises stress signed by the plotted deviatoric component: shows the hysteresis that the
-    # pressure part hides in sigma_xx (under uniaxial strain it is sigma_xx - sigma_yy)
-    full = results["stress"]
-    dev = full - full[..., :3].mean(axis=-1, keepdims=True) * np.array([1, 1, 1, 0, 0, 0])
-    vm = np.sqrt(1.5 * (dev * dev).sum(axis=-1)) * np.where(dev[..., component] < 0, -1.0, 1.0)
-
-    fig, (ax1, axv, ax2) = plt.subplots(1, 3, figsize=(16, 4.8), layout="constrained")
-    for ax, y, ylabel, sub in ((ax1, stress, rf"stress $\sigma_{{{comp}}}$", "stress-strain"),
-                               (axv, vm, rf"von Mises stress, signed as $\sigma'_{{{comp}}}$",
-                                "equivalent stress-strain")):
-        for i in range(batch):
-            ax.plot(strain[:, i], y[:, i], color=colors[i], lw=1.6, label=labels[i])
-            if first_bad[i] > 0:  # the last converged state of a point that then failed
-                k = first_bad[i] - 1
-                ax.plot(strain[k, i], y[k, i], "X", color="crimson", ms=9, zorder=5)
-        ax.set_xlabel(rf"strain $\varepsilon_{{{comp}}}$")
-        ax.set_ylabel(ylabel)
-        ax.set_title(sub)
-        ax.axhline(0.0, color="0.8", lw=0.8, zorder=0)
-        ax.axvline(0.0, color="0.8", lw=0.8, zorder=0)
-        ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(plt.MaxNLocator(nbins=5))
-
-    same_span = np.allclose(time[-1], time[-1, 0]) and np.allclose(time[0], time[0, 0])
-    t_plot = time if same_span else (time - time[0]) / (time[-1] - time[0])
-    ep = results.get("equivalent_plastic_strain")
-    y, ylabel = (ep, "equivalent plastic strain") if ep is not None else \
-        (stress, rf"stress $\sigma_{{{comp}}}$")
-    for i in range(batch):
-        ax2.plot(t_plot[:, i], y[:, i], color=colors[i], lw=1.6)
-        if first_bad[i] > 0:
-            ax2.plot(t_plot[first_bad[i] - 1, i], y[first_bad[i] - 1, i], "X", color="crimson", ms=9)
-    ax2.set_xlabel("time" if same_span else "time / total time of the point")
-    ax2.set_ylabel(ylabel)
-    ax2.set_title(f"{ylabel} vs time")
-    ax2.grid(alpha=0.3)
-
-    if batch <= 12:
-        fig.legend(*ax1.get_legend_handles_labels(), loc="outside right center", fontsize=8,
-                   title="points", title_fontsize=8, frameon=False)
-    else:
-        sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, batch - 1))
-        fig.colorbar(sm, ax=(ax1, axv, ax2), label="point index")
-    failed = int((~conv.all(axis=0)).sum())
-    sup = title or "modelc run"
-    if failed:
-        sup += f"  ({failed} point(s) did not converge: X marks each one's last converged state)"
-    fig.suptitle(sup)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p

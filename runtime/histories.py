@@ -1,18 +1,29 @@
-"""Strain-controlled histories: building the standard ones, validating and loading user ones.
+"""Loading histories: building the standard ones, validating and loading user ones.
 
 A *history* drives a batch of material points through time. It is a mapping of arrays:
 
-==========  ===================  ==========================================================
-array       shape                content
-==========  ===================  ==========================================================
-time        (steps, batch)       time of each row (s); strictly increasing per point
-strain      (steps, batch, 6)    total strain, Mandel (xx, yy, zz, s2*yz, s2*xz, s2*xy)
-labels      (batch,) optional    a short text per point (used in tables and plot legends)
-==========  ===================  ==========================================================
+==========  ============================  ======================================================
+array       shape                         content
+==========  ============================  ======================================================
+time        (steps, batch)                time of each row (s); strictly increasing per point
+strain      (steps, batch, 6)             total strain, Mandel (xx, yy, zz, s2*yz, s2*xz, s2*xy);
+                                          optional when every component is stress-controlled
+stress      (steps, batch, 6) optional    stress targets, Mandel, where ``control`` is True
+control     (steps, batch, 6), (batch,    True where a component is stress-controlled (the driver
+            6) or (6,), bool, optional    solves for that strain component), False where the
+                                          strain is prescribed; missing: all strain-controlled
+labels      (batch,) optional             a short text per point (used in tables and plot legends)
+==========  ============================  ======================================================
 
-Row 0 is the initial state: zero strain (and zero stress and state, which the driver sets); it is
-never evaluated. Any other array in a history file is ignored, so a reference result file (which holds
-``time`` and ``strain`` next to its results) is a valid history too.
+Mixed control is what MTest and NEML2's drivers call a ``control`` mask: uniaxial stress is
+``control = (0, 1, 1, 1, 1, 1)`` (xx strain prescribed, the other stresses held at zero) or all ones
+(every stress prescribed). Where a component is stress-controlled its ``strain`` entry is ignored;
+where it is strain-controlled its ``stress`` entry is ignored.
+
+Row 0 is the initial state: zero strain, stress and state (the driver sets them); it is never
+evaluated, so the prescribed values of row 0 must be zero. Any other array in a history file is
+ignored, so a reference result file (which holds ``time`` and ``strain`` next to its results) is a
+valid history too.
 """
 from __future__ import annotations
 
@@ -29,6 +40,7 @@ from modelc.errors import InputError
 __all__ = [
     "History",
     "uniaxial_strain_history",
+    "uniaxial_stress_history",
     "as_history",
     "load_history",
     "check_shapes",
@@ -51,12 +63,19 @@ BUNDLED_HISTORIES: dict[str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class History:
-    """A validated strain-controlled history (float64 numpy arrays)."""
+    """A validated history (float64 numpy arrays; ``control`` bool)."""
 
     time: np.ndarray  # (steps, batch)
-    strain: np.ndarray  # (steps, batch, 6)
+    strain: np.ndarray  # (steps, batch, 6); zero where stress-controlled
     labels: tuple[str, ...]  # one per point
     source: str = "history"
+    stress: np.ndarray | None = None  # (steps, batch, 6) targets; None: no stress control
+    control: np.ndarray | None = None  # (steps, batch, 6) bool, True = stress-controlled
+
+    @property
+    def mixed(self) -> bool:
+        """Whether any component of any step is stress-controlled."""
+        return self.control is not None and bool(self.control.any())
 
     @property
     def steps(self) -> int:
@@ -69,7 +88,10 @@ class History:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """The arrays, as they are written to a history file."""
-        return {"time": self.time, "strain": self.strain, "labels": np.array(self.labels)}
+        out = {"time": self.time, "strain": self.strain, "labels": np.array(self.labels)}
+        if self.control is not None:
+            out.update(stress=self.stress, control=self.control)
+        return out
 
 
 def _fmt(x: float) -> str:
@@ -110,6 +132,42 @@ def uniaxial_strain_history(amplitudes: Sequence[float] | np.ndarray,
     return {"time": time, "strain": strain, "amplitude": amp, "total_time": total, "labels": labels}
 
 
+def uniaxial_stress_history(amplitudes: Sequence[float] | np.ndarray,
+                            total_times: Sequence[float] | np.ndarray | float,
+                            steps: int = 100, *, cycles: int = 1,
+                            controlled: str = "strain") -> dict[str, np.ndarray]:
+    """A cyclic *uniaxial stress* history, one point per amplitude: the xx component follows
+    ``cycles`` triangle waves 0 -> +A -> -A -> 0 (``steps`` steps per cycle) while the other five
+    stress components are held at zero (the lateral strains are solved for).
+
+    ``controlled="strain"``: A is an xx strain amplitude (the xx strain is prescribed, as in a
+    strain-controlled tension-compression test); ``"stress"``: A is an xx stress amplitude (every
+    component stress-controlled). Returns ``time``, ``strain``, ``stress``, ``control``,
+    ``amplitude``, ``total_time`` and ``labels`` (``total_time`` is the time of one cycle)."""
+    if controlled not in ("strain", "stress"):
+        raise InputError(f"controlled must be 'strain' or 'stress', got {controlled!r}")
+    if int(cycles) != cycles or cycles < 1:
+        raise InputError(f"cycles must be a positive integer, got {cycles!r}")
+    one = uniaxial_strain_history(amplitudes, total_times, steps)
+    amp, total = one["amplitude"], one["total_time"]
+    wave = one["strain"][:, :, 0]
+    rows = [wave] + [wave[1:]] * (int(cycles) - 1)
+    axial = np.concatenate(rows, axis=0)
+    n = axial.shape[0]
+    time = np.linspace(0.0, float(cycles), n)[:, None] * total
+    strain, stress = np.zeros((n, amp.size, 6)), np.zeros((n, amp.size, 6))
+    control = np.ones(6, dtype=bool)
+    if controlled == "strain":
+        strain[:, :, 0] = axial
+        control[0] = False
+    else:
+        stress[:, :, 0] = axial
+    kind = "strain" if controlled == "strain" else "stress"
+    labels = np.array([f"{kind} A={_fmt(a)}, T={_fmt(t)} s" for a, t in zip(amp, total)])
+    return {"time": time, "strain": strain, "stress": stress, "control": control,
+            "amplitude": amp, "total_time": total, "labels": labels}
+
+
 def as_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]") -> History:
     """Validate a history given as a mapping of arrays, a path to an ``.npz`` file, or a History.
 
@@ -139,18 +197,28 @@ def load_history(path: "str | os.PathLike[str]") -> History:
 
 
 def _validate(arrays: Mapping[str, Any], source: str) -> History:
-    missing = [k for k in ("time", "strain") if k not in arrays]
+    if "stress" in arrays and "control" not in arrays and "strain" not in arrays:
+        raise InputError(f"{source}: 'stress' is given without a 'control' mask saying which "
+                         f"components it prescribes (True = stress-controlled)")
+    all_stress = "control" in arrays and "stress" in arrays and bool(np.all(arrays["control"]))
+    missing = [k for k in ("time", "strain") if k not in arrays and not (k == "strain" and all_stress)]
     if missing:
         have = ", ".join(sorted(arrays)) or "none"
         raise InputError(f"{source}: missing array(s) {', '.join(repr(m) for m in missing)} "
                          f"(a history needs 'time' (steps, batch) and 'strain' (steps, batch, 6); "
                          f"arrays present: {have})")
     time = _float_array(arrays["time"], "time", source)
+    if "strain" not in arrays:
+        stress0 = np.asarray(arrays["stress"])
+        arrays = {**arrays, "strain": np.zeros(stress0.shape if stress0.ndim == 3 else time.shape + (6,))}
     strain = _float_array(arrays["strain"], "strain", source)
     steps, batch = check_shapes(time.shape, strain.shape, source)
-    check_values(time, strain, source)
+    control, stress = _control(arrays, time.shape, source)
+    if control is not None:  # the strain of stress-controlled components is not used
+        strain = np.where(control, 0.0, strain)
+    check_values(time, strain, source, stress=stress)
     labels = _labels(arrays.get("labels"), batch, source)
-    return History(time=time, strain=strain, labels=labels, source=source)
+    return History(time=time, strain=strain, labels=labels, source=source, stress=stress, control=control)
 
 
 def check_shapes(time: tuple[int, ...], strain: tuple[int, ...], source: str) -> tuple[int, int]:
@@ -169,27 +237,61 @@ def check_shapes(time: tuple[int, ...], strain: tuple[int, ...], source: str) ->
     return steps, batch
 
 
-def check_values(time: np.ndarray, strain: np.ndarray, source: str, row0: int = 0, point0: int = 0) -> None:
-    """Finite values, zero strain at row 0, strictly increasing time; for a chunk of a history,
-    ``row0`` and ``point0`` say where it starts (row 0 is checked only when ``row0 == 0``)."""
-    for name, a in (("time", time), ("strain", strain)):
+def check_values(time: np.ndarray, strain: np.ndarray, source: str, row0: int = 0, point0: int = 0,
+                 stress: np.ndarray | None = None) -> None:
+    """Finite values, zero strain (and stress targets) at row 0, strictly increasing time; for a
+    chunk of a history, ``row0`` and ``point0`` say where it starts (row 0 is checked only when
+    ``row0 == 0``)."""
+    for name, a in (("time", time), ("strain", strain), ("stress", stress)):
+        if a is None:
+            continue
         bad = ~np.isfinite(a)
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             idx = (idx[0] + row0, idx[1] + point0, *idx[2:])
             raise InputError(f"{source}: '{name}' has {int(bad.sum())} non-finite value(s), "
                              f"the first at index {idx}")
-    if row0 == 0 and np.any(strain[0] != 0.0):
-        pts = np.flatnonzero(np.any(strain[0] != 0.0, axis=-1)) + point0
-        raise InputError(f"{source}: the history must start from zero strain (row 0 is the "
-                         f"unstressed initial state), but strain[0] is nonzero at point(s) "
-                         f"{_list(pts)}")
+    for name, a in (("strain", strain), ("stress", stress)):
+        if row0 == 0 and a is not None and np.any(a[0] != 0.0):
+            pts = np.flatnonzero(np.any(a[0] != 0.0, axis=-1)) + point0
+            raise InputError(f"{source}: the history must start from zero {name} (row 0 is the "
+                             f"unstressed initial state), but {name}[0] is nonzero at point(s) "
+                             f"{_list(pts)}")
     dt = np.diff(time, axis=0)
     if np.any(dt <= 0.0):
         n, b = (int(i) for i in np.argwhere(dt <= 0.0)[0])
         raise InputError(f"{source}: 'time' must increase strictly at every step; at point {b + point0} "
                          f"it goes from {time[n, b]:g} (row {n + row0}) to {time[n + 1, b]:g} "
                          f"(row {n + row0 + 1})")
+
+
+def _control(arrays: Mapping[str, Any], shape: tuple[int, int], source: str
+             ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The ``control`` mask broadcast to (steps, batch, 6) and the ``stress`` targets (zero where
+    not stress-controlled), or (None, None) when no component is stress-controlled."""
+    if "control" not in arrays:
+        return None, None
+    raw = np.asarray(arrays["control"])
+    if raw.dtype != bool:
+        if not np.issubdtype(raw.dtype, np.number) or not np.isin(raw, (0, 1)).all():
+            raise InputError(f"{source}: 'control' must be booleans (or 0/1): True where a component "
+                             f"is stress-controlled, got dtype {raw.dtype}")
+        raw = raw.astype(bool)
+    full = shape + (6,)
+    if raw.shape not in (full, full[1:], (6,)):
+        raise InputError(f"{source}: 'control' must have shape (steps, batch, 6) = {full}, "
+                         f"(batch, 6) or (6,), got {raw.shape}")
+    control = np.broadcast_to(raw, full).copy()
+    if not control.any():
+        return None, None
+    if "stress" not in arrays:
+        raise InputError(f"{source}: 'control' marks stress-controlled components but there is no "
+                         f"'stress' array (steps, batch, 6) of targets")
+    stress = _float_array(arrays["stress"], "stress", source)
+    if stress.shape != full:
+        raise InputError(f"{source}: 'stress' must have shape (steps, batch, 6) = {full}, got "
+                         f"{stress.shape}")
+    return control, np.where(control, stress, 0.0)
 
 
 def _float_array(a: Any, name: str, source: str) -> np.ndarray:

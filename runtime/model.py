@@ -625,6 +625,28 @@ class CompiledModel:
                      EPS=torch.finfo(self.dtype).eps, BLOCK=block)
         return Y, J, ST
 
+    # -- stepping helpers ----------------------------------------------------------------------
+    def initial_state(self, batch: int | tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
+        """Inputs for a first step: a zero tensor (the model's dtype and device) of shape ``batch`` +
+        base shape for every input: zero strain, time, old forces and old state (an unstressed start).
+        Write the step's ``forces/...`` into it, call the model, then :meth:`advance`."""
+        bs = (batch,) if isinstance(batch, int) else tuple(batch)
+        return {v.name: torch.zeros(*bs, *_type(v.type).base_shape, dtype=self.dtype, device=self.device)
+                for v in self.INPUTS}
+
+    def advance(self, inputs: Mapping[str, Any], result: Result) -> dict[str, torch.Tensor]:
+        """The inputs of the next step after a converged one: ``old_state/x`` takes the result's
+        ``state/x``, ``old_forces/x`` the inputs' ``forces/x``; everything else is carried over (write
+        the new forces before the next call). The tensors are new; ``inputs`` is not modified."""
+        out = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        for new, old in self.STATE:
+            out[old] = result[new].clone()
+        for name in list(out):
+            if name.startswith("old_forces/") and name[4:] in inputs:
+                v = inputs[name[4:]]
+                out[name] = v.clone() if isinstance(v, torch.Tensor) else v
+        return out
+
     # -- adaptive sub-stepping -----------------------------------------------------------------
     def _substep(self, X, P, Y, J, ST, derivatives, shared, overrides, old_forces=None):
         """Retry the failed points with the step cut into 2, 4, ... ``max_substeps`` sub-steps.

@@ -153,17 +153,17 @@ def load(path: "str | os.PathLike[str]") -> "Results":
         return open_dir(p, plan)
     if not p.is_file():
         raise InputError(f"{p}: no such results file or directory")
+    from modelc.runtime.driver import load_results
+
     try:
-        with np.load(p, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        arrays = load_results(p)  # each array once, its aliases resolved
+    except InputError:
+        raise
     except Exception as exc:  # numpy raises several types for a file that is not an npz
         raise InputError(f"{p}: cannot read as an .npz results file ({exc})") from None
     if "converged" not in arrays:
         raise InputError(f"{p}: not a modelc results file (no 'converged' array)")
-    conv = arrays["converged"]
-    bad = ~conv.all(axis=0)
-    failed = {int(i): int(np.argmin(conv[:, i])) for i in np.flatnonzero(bad)}
-    return Results(arrays, failed, None)
+    return Results(arrays, dict(arrays.failed), None)
 
 
 class Results(Mapping):
@@ -236,7 +236,7 @@ class _ShardedArrays(Mapping):
                                  f"{ch[-1][1] if ch else 0} of {plan.steps}); the directory is damaged")
         with np.load(self._chunks[0][0][2]) as f:
             stored = list(f.files)
-        self._keys = stored + [a for a in plan.aliases if a not in stored]
+        self._keys = list(stored)  # variable names resolve through plan.aliases, as in RunResult
         if plan.tangent_steps:
             self._keys.append("tangent_steps")
         self._keys += [f"samples/{k}" for k in plan.samples]
@@ -249,6 +249,7 @@ class _ShardedArrays(Mapping):
         return len(self._keys)
 
     def __getitem__(self, key: str) -> np.ndarray:
+        key = self.plan.aliases.get(key, key)
         if key not in self._keys:
             raise KeyError(key)
         if key not in self._cache:

@@ -396,3 +396,24 @@ def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = N
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {value.name}: the C source contains a backslash or triple quote")
     return text
+
+
+def point_source(value: ir.Program, derivative: ir.Program) -> str:
+    """The per-point C code of a model for other C layers (:mod:`modelc.export`), without the batch
+    drivers: :data:`PREAMBLE` (``real`` is ``double`` unless ``-DMC_FLOAT32``), then two static
+    functions with the layouts of :mod:`modelc.backends.layout`::
+
+        static void point_value(const real *x, const real *p, real *y, real *j, real *st);
+        static void point_derivative(const real *x, const real *p, real *y, real *j, real *st);
+
+    ``point_value`` writes the outputs ``y`` (``j`` unused); ``point_derivative`` also writes the
+    derivative block ``derivative`` computes into ``j`` (row-major, ``Layout.jacobian_shape``: the
+    full ``NY x NX`` Jacobian or a declared tangent). ``st`` (converged, iterations, residual norm)
+    is written by implicit models only; a point that did not converge gets NaN outputs."""
+    layout = Layout.of(value)
+    if Layout.of(derivative) != layout:
+        raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
+                            "inputs, parameters or outputs")
+    lines = [PREAMBLE, ""] + _point_function(value, layout, False, "point_value") + [""]
+    lines += _point_function(derivative, layout, True, "point_derivative")
+    return "\n".join(lines) + "\n"

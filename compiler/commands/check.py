@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (YAML)")
     p.add_argument("--dump-ir", metavar="DIR", default=None,
                    help="write the IR after every stage to DIR/<spec>/NN_<stage>.txt")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (specs, models, variables with offsets, counts)")
 
 
 def count_ops(exprs) -> int:
@@ -110,7 +112,50 @@ def describe_compiled(spec: Spec, trace=None) -> str:
     return "\n\n".join(parts)
 
 
+def _vars_json(variables) -> list[dict]:
+    out, off = [], 0
+    for v in variables:
+        out.append({"name": v.name, "type": v.type.name, "offset": off, "size": v.type.size})
+        off += v.type.size
+    return out
+
+
+def model_json(m: Model) -> dict:
+    eqs = m.implicit.residuals if m.implicit is not None else m.equations
+    return {"name": m.name, "kind": "implicit" if m.is_implicit else "explicit", "doc": m.doc,
+            "parameters": [{"name": p.name, "type": p.type.name, "units": p.units,
+                            "default": None if p.default is None else list(p.default)} for p in m.parameters],
+            "inputs": _vars_json(m.inputs), "outputs": _vars_json(m.outputs),
+            "operations": {(f"R({eq.var.name})" if m.is_implicit else eq.var.name): count_ops(eq.components)
+                           for eq in eqs}}
+
+
+def spec_json(spec: Spec) -> dict:
+    """The machine-readable form of what ``modelc check`` prints for one spec."""
+    from modelc.driver import lower_model
+    from modelc.passes.cse import count_ops as program_ops
+
+    comps = []
+    for c in spec.compositions:
+        done = lower_model(spec, c.name)
+        progs = {"value": done.value, "value+jacobian": done.full}
+        if done.tangent is not None:
+            progs["value+tangent"] = done.tangent
+        comps.append({"name": c.name, "doc": c.doc, "models": list(c.models), "keep": list(c.keep),
+                      "inputs": _vars_json(done.model.inputs), "outputs": _vars_json(done.model.outputs),
+                      "operations_after_cse": {k: {n: int(v) for n, v in program_ops(p).items()}
+                                               for k, p in progs.items()}})
+    return {"spec": str(spec.path), "digest": spec.digest, "models": [model_json(m) for m in spec.models],
+            "compositions": comps}
+
+
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        import json
+
+        docs = [spec_json(load_spec(path)) for path in args.specs]
+        sys.stdout.write(json.dumps({"specs": docs}, indent=2) + "\n")
+        return 0
     for path in args.specs:
         trace = IRDumper(args.dump_ir, path) if args.dump_ir else None
         spec = load_spec(path, trace=trace)

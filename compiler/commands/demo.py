@@ -1,8 +1,11 @@
-"""`modelc demo`: compile a bundled library model, run it through the bundled uniaxial history, and
-show what it does (a table per material point, the results file and a stress-strain plot).
+"""`modelc demo`: compile a bundled library model, drive it through cyclic *uniaxial stress* loading,
+and show what it does (a table per material point, the results file and a stress-strain plot with
+its hysteresis loops).
 
-The history is the NEML2 reference batch (spec/histories/uniaxial.npz): 8 points, 100 steps of
-uniaxial strain 0 -> +A -> -A -> 0, four amplitudes at one rate and one amplitude at four rates.
+The history (:func:`modelc.runtime.histories.uniaxial_stress_history`): 6 points, two cycles of the xx
+strain 0 -> +A -> -A -> 0 (100 steps each) with the five other stress components held at zero (mixed
+control: the driver solves for the lateral and shear strains), four amplitudes at one rate and one
+amplitude at two more rates.
 """
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ from pathlib import Path
 from modelc.errors import InputError, ModelcError
 
 DEFAULT_MODEL = "j2_linear_iso"
-TANGENT_STEPS = [2, 20, 27, 45, 74, 80, 100]  # the steps where the NEML2 reference files record them
-SHOW_TANGENT_AT, SHOW_POINT = 20, 3  # loading, plastic for every library model at A = 0.02
+AMPLITUDES = (0.002, 0.004, 0.006, 0.008, 0.004, 0.004)  # xx strain
+TOTAL_TIMES = (10.0, 10.0, 10.0, 10.0, 0.1, 1000.0)       # s per cycle
+STEPS, CYCLES = 100, 2
+TANGENT_STEPS = [2, 20, 27, 45, 74, 80, 100]
+SHOW_TANGENT_AT, SHOW_POINT = 20, 3  # loading, plastic for every library model at A = 0.008
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,12 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from modelc.commands.run import _torch_dtype, check_device, load_model, results_table
+    from modelc.commands.run import _torch_dtype, check_device, load_model, results_table, stress_units
     from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
-    from modelc.runtime.histories import bundled_history
+    from modelc.runtime.histories import as_history, uniaxial_stress_history
 
     spec = bundled_spec(args.model)
-    history = bundled_history("uniaxial")
+    history = as_history(uniaxial_stress_history(AMPLITUDES, TOTAL_TIMES, STEPS, cycles=CYCLES))
     device = check_device(args.device)
     out_dir = Path(args.out)
 
@@ -50,13 +56,15 @@ def main(args: argparse.Namespace) -> int:
     ran = _time.perf_counter() - start - compiled
 
     npz = save_results(results, out_dir / "results.npz")
-    png = plot_results(results, out_dir / "stress_strain.png",
-                       title=f"{args.model}: uniaxial strain, 8 points")
+    png = plot_results(results, out_dir / "stress_strain.png", stress_units=stress_units(model),
+                       title=f"{args.model}: cyclic uniaxial stress (xx strain prescribed, other stresses "
+                             f"zero), {history.batch} points")
     conv = results["converged"][1:]
     print(f"modelc demo: {args.model} ({spec.name}), {args.dtype} on {device}")
     print(f"  compiled/loaded in {compiled:.2f} s; {history.steps - 1} steps x {history.batch} points "
           f"in {ran:.2f} s")
-    print(f"  history: uniaxial strain 0 -> +A -> -A -> 0 ({Path(history.source).name})\n")
+    print(f"  history: uniaxial stress, {CYCLES} cycles of xx strain 0 -> +A -> -A -> 0, the other "
+          f"stresses held at zero (max |lateral stress| {abs(results['stress'][..., 1:]).max():.1e})\n")
     print(results_table(results))
     print(f"\n{int(conv.sum())} of {conv.size} point-steps converged; {results.summary()}")
     k = TANGENT_STEPS.index(SHOW_TANGENT_AT)
@@ -68,28 +76,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def spec_dir() -> Path:
-    from modelc.runtime.histories import _spec_dir
+    from modelc.bundled import spec_dir as _spec_dir
 
     return _spec_dir()
 
 
 def bundled_spec(name: str) -> Path:
-    """The bundled spec file that defines model ``name``: ``<name>.yaml``, else ``library.yaml`` or
-    another bundled YAML file that declares ``name:`` as an (indented) key."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise InputError(f"--model {name!r}: not a model name")
-    root = spec_dir()
-    files = sorted(root.rglob("*.yaml")) + sorted(root.rglob("*.yml")) if root.is_dir() else []
-    direct = [f for f in files if f.stem == name]
-    if direct:
-        return direct[0]
-    key = re.compile(rf"^\s+['\"]?{re.escape(name)}['\"]?\s*:\s*$", re.M)  # a model's key
-    files.sort(key=lambda f: f.stem != "library")  # the library's compositions first
-    found = [f for f in files if key.search(f.read_text(encoding="utf-8", errors="replace"))]
-    if len(found) >= 1:
-        return found[0]
-    if not files:
-        raise ModelcError(f"modelc demo: the bundled model library ({root}) holds no spec files; "
-                          f"this installation of modelc is incomplete")
-    raise InputError(f"--model {name!r}: no bundled spec defines it; bundled spec files: "
-                     f"{', '.join(f.stem for f in files)}")
+    """The bundled spec file that defines model ``name`` (see :mod:`modelc.bundled`)."""
+    from modelc.bundled import bundled_spec as _find
+
+    try:
+        return _find(name).path
+    except InputError as exc:
+        raise InputError(f"--model: {exc}") from None

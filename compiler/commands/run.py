@@ -25,7 +25,7 @@ BACKENDS = ("auto", "torch", "triton")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("exit status: 0 when every point converged; 1 when some did not (their results are "
                 "NaN, written anyway, and named in the summary); 2 for bad input")
-    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML)")
+    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML), or the name of a bundled model")
     p.add_argument("--history", required=True, metavar="H.npz",
                    help="strain history: 'time' (steps, batch) and 'strain' (steps, batch, 6)")
     p.add_argument("--out", required=True, metavar="R.npz",
@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="record the consistent tangent d stress / d strain at these steps")
     p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the run summary as one JSON document")
     p.add_argument("--on-failure", choices=("nan", "substep"), default=None,
                    help="a point whose Newton solve fails: mark it and return NaN (default), or cut "
                         "its step into sub-steps and retry (adaptive sub-stepping)")
@@ -78,15 +79,54 @@ def main(args: argparse.Namespace) -> int:
     elapsed = _time.perf_counter() - start
     out = save_results(results, args.out)
     name = args.model or getattr(model, "NAME", "") or Path(args.spec).stem
+    png = None
+    if args.plot:
+        png = plot_results(results, args.plot, title=f"{name}: {Path(history.source).name}",
+                           stress_units=stress_units(model))
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps(summary_json(results, name=name, seconds=elapsed, dtype=args.dtype, device=device,
+                                      out=out, plot=png), indent=2))
+        return 0 if results.ok else 1
     print(f"{name}: {history.steps - 1} steps x {history.batch} points in {elapsed:.2f} s "
           f"({args.dtype}, {device})")
     print(results_table(results))
     print(results.summary())
     print(f"results: {out}")
-    if args.plot:
-        title = f"{name}: {Path(history.source).name}"
-        print(f"plot:    {plot_results(results, args.plot, title=title)}")
+    if png is not None:
+        print(f"plot:    {png}")
     return 0 if results.ok else 1
+
+
+def stress_units(model: Any) -> str | None:
+    """The stress units of a model: those of its Young's modulus ``E`` when it has one."""
+    info = getattr(model, "parameters", {}).get("E")
+    return getattr(info, "units", None) or None
+
+
+def summary_json(results: Any, **extra: Any) -> dict:
+    """The run summary as data: counts, failed points (first failed step), per-point table."""
+    stress, conv, its = results["stress"][..., 0], results["converged"], results["iterations"]
+    ep = results.get("equivalent_plastic_strain")
+    labels = [str(x) for x in results.get("labels", range(stress.shape[1]))]
+    points = []
+    for i in range(stress.shape[1]):
+        finite = stress[1:, i][np.isfinite(stress[1:, i])]
+        points.append({"point": i, "label": labels[i],
+                       "peak_abs_sxx": float(np.abs(finite).max()) if finite.size else None,
+                       "final_sxx": _num(stress[-1, i]), "final_ep": None if ep is None else _num(ep[-1, i]),
+                       "newton_iterations": int(its[1:, i].sum()), "worst_step_iterations": int(its[1:, i].max()),
+                       "converged_steps": int(conv[1:, i].sum())})
+    out = {key: (str(v) if isinstance(v, Path) else v) for key, v in extra.items()}
+    out.update(steps=int(conv.shape[0] - 1), points=int(conv.shape[1]), ok=bool(results.ok),
+               failed={str(p): s for p, s in sorted(results.failed.items())}, summary=results.summary(),
+               table=points)
+    return out
+
+
+def _num(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
@@ -137,8 +177,8 @@ def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend
     it: ``module.Model(dtype=..., device=..., backend=...)``."""
     import modelc
 
-    if not Path(spec).is_file():
-        raise InputError(f"{spec}: spec file not found")
+    if not Path(spec).is_file() and ("/" in spec or spec.endswith((".yaml", ".yml"))):
+        raise InputError(f"{spec}: spec file not found")  # a bare name is a bundled model (modelc.load)
     load = getattr(modelc, "load", None)
     if load is None:
         raise ModelcError("modelc run: this build of modelc has no compiler entry point "

@@ -45,6 +45,8 @@ def _run(path: str, model: str, time: np.ndarray, strain: np.ndarray, params: di
         out = run_history(compiled(model, "torch", torch.float64), {"time": time, "strain": strain},
                           params=params, progress=False)
     assert np.asarray(out["converged"]).all(), f"{model} ({path}): a point did not converge"
+    if hasattr(out, "with_aliases"):  # a RunResult holds each array once; its aliases are names too
+        out = out.with_aliases()
     return {k: np.asarray(v) for k, v in out.items()}
 
 

@@ -1,0 +1,37 @@
+"""`modelc export c|umat SPEC --model NAME --out DIR`: files a host code uses without Python.
+
+``c``: ``NAME.h``, ``NAME.c``, ``NAME.json`` (layout) and ``NAME.md`` (the ABI). ``umat``:
+``NAME_umat.c`` (an Abaqus-style UMAT, self-contained) and ``NAME_umat.json`` (PROPS and STATEV).
+SPEC is a spec file or the name of a bundled model.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=("c", "umat"), help="c: a C interface; umat: an Abaqus-style UMAT")
+    p.add_argument("spec", metavar="SPEC", help="the spec file (YAML), or the name of a bundled model")
+    p.add_argument("--model", metavar="NAME", help="which model of the spec (when it holds several)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the folder to write into")
+
+
+def main(args: argparse.Namespace) -> int:
+    from modelc.errors import InputError
+    from modelc.export import prepare
+    from modelc.export.c_interface import export_c
+    from modelc.export.umat import export_umat
+
+    spec, model = args.spec, args.model
+    if not Path(spec).is_file():
+        if "/" in spec or spec.endswith((".yaml", ".yml")):
+            raise InputError(f"{spec}: spec file not found")
+        from modelc.bundled import bundled_spec
+
+        found = bundled_spec(spec)
+        spec, model = str(found.path), model or found.name
+    m = prepare(spec, model)
+    paths = (export_c if args.kind == "c" else export_umat)(m, args.out)
+    print(f"{m.name}: wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,115 @@
+"""What an export needs from a compiled model: its flat layouts and the per-point C code.
+
+The tangent is always d ``state/S`` / d ``forces/E`` (6 x 6, Mandel), lowered as its own program
+(the implicit-function-theorem solve pruned to those columns), whatever the spec declares.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelc import __version__
+from modelc.errors import InputError
+
+STRESS, STRAIN = "state/S", "forces/E"
+
+
+@dataclass(frozen=True)
+class VarSlot:
+    """A variable's place in a flat per-point array: name, type name, offset, size (and, for a
+    parameter, its default values, units and doc)."""
+
+    name: str
+    type: str
+    offset: int
+    size: int
+    default: tuple[float, ...] | None = None
+    units: str = ""
+    doc: str = ""
+
+    def as_json(self) -> dict:
+        out = {"name": self.name, "type": self.type, "offset": self.offset, "size": self.size}
+        if self.default is not None or self.units or self.doc:
+            out.update(default=None if self.default is None else list(self.default), units=self.units,
+                       doc=self.doc)
+        return out
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A model ready to export: names, layouts and the per-point C code (``point_value``,
+    ``point_derivative`` writing the 6 x 6 tangent)."""
+
+    name: str          # the model's name
+    symbol: str        # the C identifier prefix (the name, sanitised)
+    spec: str          # the spec file, as given
+    spec_hash: str
+    implicit: bool
+    inputs: tuple[VarSlot, ...]
+    outputs: tuple[VarSlot, ...]
+    parameters: tuple[VarSlot, ...]
+    state: tuple[tuple[str, str], ...]  # (state/x, old_state/x) pairs: outputs fed back as inputs
+    point_code: str
+    version: str = __version__
+
+    @property
+    def nx(self) -> int:
+        return sum(v.size for v in self.inputs)
+
+    @property
+    def ny(self) -> int:
+        return sum(v.size for v in self.outputs)
+
+    @property
+    def np(self) -> int:
+        return sum(v.size for v in self.parameters)
+
+    def slot(self, side: str, name: str) -> VarSlot:
+        for v in getattr(self, side):
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def has(self, side: str, name: str) -> bool:
+        return any(v.name == name for v in getattr(self, side))
+
+
+def _slots(variables) -> tuple[VarSlot, ...]:
+    from modelc.runtime.axis import LabeledAxis
+
+    axis = LabeledAxis.from_variables([(v.name, v.type) for v in variables])
+    return tuple(VarSlot(v.name, v.type.name, axis.offset(v.name), v.type.size) for v in variables)
+
+
+def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
+    """Compile ``model`` of the spec (the spec's only composition when None) for export.
+
+    An :class:`InputError` when the model has no ``state/S`` output or no ``forces/E`` input (an
+    export drives a stress update by the strain)."""
+    from modelc.backends.c_backend import point_source
+    from modelc.backends.names import sanitize
+    from modelc.cache import pick_model
+    from modelc.driver import load_spec, lower_model
+    from modelc.passes.cse import cse
+    from modelc.passes.lower import lower
+
+    spec = load_spec(spec_path)
+    name = pick_model(spec, model)
+    done = lower_model(spec, name)
+    outs, ins = [v.name for v in done.model.outputs], [v.name for v in done.model.inputs]
+    if STRESS not in outs or STRAIN not in ins:
+        raise InputError(f"{spec_path}: model {name!r} cannot be exported for a host code: it needs an "
+                         f"output {STRESS!r} (stress) and an input {STRAIN!r} (strain); its outputs: "
+                         f"{', '.join(outs)}; its inputs: {', '.join(ins)}")
+    tangent = cse(lower(done.model, derivatives=True, select=((STRESS,), (STRAIN,))))
+    params, off = [], 0
+    for p in done.value.parameters:
+        params.append(VarSlot(p.name, p.type.name, off, p.type.size, p.default, p.units, p.doc))
+        off += p.type.size
+    pairs = tuple((o, "old_" + o) for o in outs if "old_" + o in ins and o.startswith("state/"))
+    symbol = re.sub(r"[^A-Za-z0-9_]", "_", sanitize(name))
+    return Exported(name=name, symbol=symbol, spec=str(spec_path), spec_hash=spec.digest,
+                    implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
+                    outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
+                    point_code=point_source(done.value, tangent))

@@ -1,0 +1,47 @@
+"""Rendering helpers shared by the exports: the Jinja2 environment and atomic file writes."""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+
+def template(name: str) -> jinja2.Template:
+    """A template of ``modelc.templates`` with ``StrictUndefined`` (a missing value is an error)."""
+    from importlib.resources import files
+
+    text = files("modelc.templates").joinpath(name).read_text(encoding="utf-8")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True, autoescape=False)
+    return env.from_string(text)
+
+
+def macro(name: str) -> str:
+    """A C macro suffix for a variable name (case kept: ``state/internal/Ep`` and ``.../ep`` differ)."""
+    return re.sub(r"[^A-Za-z0-9]", "_", name).strip("_")
+
+
+def c_comment(text: str) -> str:
+    """User text made safe inside a C block comment."""
+    return text.replace("*/", "* /").replace("\n", " ")
+
+
+def write_files(out_dir: str | os.PathLike, files: dict[str, str]) -> list[Path]:
+    """Write ``{file name: text}`` into ``out_dir`` (created), each atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in files.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+            os.replace(tmp, out / name)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        paths.append(out / name)
+    return paths

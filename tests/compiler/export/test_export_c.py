@@ -1,0 +1,143 @@
+"""`modelc export c`: the header, source, layout file and ABI page; the source built alone (no Python)
+and called through ctypes against the generated PyTorch path on fresh random inputs; the C host
+example of docs/integration.md built and run against run_history."""
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import modelc
+from modelc.cli import main as cli_main
+from modelc.runtime.driver import run_history
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "integration.md"
+
+
+def _cc() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: the C backend and the exports need one")
+    return cc
+
+
+def _export(name: str, out: Path) -> dict:
+    assert cli_main(["export", "c", name, "--out", str(out)]) == 0
+    for ext in ("h", "c", "json", "md"):
+        assert (out / f"{name}.{ext}").is_file()
+    return json.loads((out / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["j2_linear_iso", "perzyna_iso", "elastic"])
+def test_built_alone_matches_the_python_path(tmp_path, name):
+    layout = _export(name, tmp_path)
+    lib = tmp_path / f"lib{name}.so"
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", f"{name}.c", "-o", lib.name, "-lm"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = ctypes.CDLL(str(lib))
+    dp, i64 = ctypes.POINTER(ctypes.c_double), ctypes.c_int64
+    for fn in ("value", "tangent"):
+        getattr(c, f"{name}_{fn}").restype = i64
+
+    model = modelc.load(name).Model(backend="torch")
+    assert layout["nx"] == model.input_axis.size and layout["ny"] == model.output_axis.size
+    for v in layout["inputs"]:  # the layout file agrees with the runtime's axis
+        assert model.input_axis.offset(v["name"]) == v["offset"]
+    for v in layout["outputs"]:
+        assert model.output_axis.offset(v["name"]) == v["offset"]
+    assert [p["name"] for p in layout["parameters"]] == list(model.parameters)
+
+    rng = np.random.default_rng()
+    n = 64
+    X = np.zeros((n, layout["nx"]))
+    E = model.input_axis.span("forces/E")
+    X[:, E[0]:E[1]] = rng.normal(scale=3e-3, size=(n, 6))
+    if "forces/t" in model.input_axis:
+        X[:, model.input_axis.span("forces/t")[0]] = rng.uniform(0.1, 2.0, n)
+    for v in layout["inputs"]:
+        if v["name"].startswith("old_state/"):
+            X[:, v["offset"]:v["offset"] + v["size"]] = rng.normal(scale=1e-4, size=(n, v["size"])) \
+                if v["name"].endswith("Ep") else 0.0
+    P = np.zeros(layout["np"])
+    assert c[f"{name}_default_parameters"](P.ctypes.data_as(dp)) == 0
+    np.testing.assert_array_equal(P, [model.parameters[p["name"]].default[0] for p in layout["parameters"]])
+    Y, T, ST = np.full((n, layout["ny"]), -7.0), np.full((n, 36), -7.0), np.full((n, 3), -7.0)
+    failed = c[f"{name}_tangent"](n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
+                                  T.ctypes.data_as(dp), ST.ctypes.data_as(dp))
+    want = model(_labeled(model, X), derivatives=[("state/S", "forces/E")])
+    assert failed == 0 and (ST[:, 0] == 1).all()
+    np.testing.assert_allclose(Y, want.outputs.tensor.numpy(), rtol=1e-11, atol=1e-9)
+    np.testing.assert_allclose(T.reshape(n, 6, 6), want.jacobian["state/S", "forces/E"].numpy(), rtol=1e-10,
+                               atol=1e-6)
+    Y2 = np.full_like(Y, -7.0)
+    assert c[f"{name}_value"](n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y2.ctypes.data_as(dp), None) == 0
+    np.testing.assert_allclose(Y2, Y, rtol=1e-13, atol=1e-12)  # value-only code: its own rounding
+    # advance: old_state <- state, old_forces <- forces
+    c[f"{name}_advance"](n, X.ctypes.data_as(dp), Y.ctypes.data_as(dp))
+    for s in layout["state"]:
+        a, b = model.input_axis.span(s["old_state"])
+        o, _ = model.output_axis.span(s["state"])
+        np.testing.assert_array_equal(X[:, a:b], Y[:, o:o + b - a])
+    if "old_forces/t" in model.input_axis:
+        np.testing.assert_array_equal(X[:, model.input_axis.span("old_forces/t")[0]],
+                                      X[:, model.input_axis.span("forces/t")[0]])
+
+
+def _labeled(model, X):
+    from modelc.runtime.labeled import LabeledVector
+
+    return LabeledVector(torch.as_tensor(X), model.input_axis)
+
+
+def test_failed_points_are_counted_and_nan(tmp_path):
+    layout = _export("perzyna_iso", tmp_path)
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso.c", "-o", "lib.so", "-lm"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c.perzyna_iso_value.restype = ctypes.c_int64
+    dp = ctypes.POINTER(ctypes.c_double)
+    X = np.zeros((3, layout["nx"]))
+    X[:, 0] = [1e-4, 1e-2, 1e-4]  # the middle point: a step Newton cannot take with n = 10, eta = 1
+    X[:, 6] = 1.0
+    P = np.zeros(layout["np"])
+    c.perzyna_iso_default_parameters(P.ctypes.data_as(dp))
+    names = [p["name"] for p in layout["parameters"]]
+    P[names.index("n")], P[names.index("eta")] = 10.0, 1.0
+    Y, ST = np.zeros((3, layout["ny"])), np.zeros((3, 3))
+    assert c.perzyna_iso_value(3, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
+                               ST.ctypes.data_as(dp)) == 1
+    assert list(ST[:, 0]) == [1.0, 0.0, 1.0] and np.isnan(Y[1]).all() and np.isfinite(Y[[0, 2]]).all()
+
+
+def test_doc_example_host_program(tmp_path):
+    """The C host program of docs/integration.md, built against the export, agrees with run_history."""
+    text = DOC.read_text()
+    src = re.search(r"```c\n(/\* host\.c.*?)```", text, re.S)
+    assert src, "docs/integration.md lost its C host example"
+    _export("j2_linear_iso", tmp_path)
+    (tmp_path / "host.c").write_text(src.group(1))
+    r = subprocess.run([_cc(), "-O2", "host.c", "j2_linear_iso.c", "-o", "host", "-lm"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(tmp_path / "host")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = np.array([[float(v) for v in line.split()] for line in out.stdout.split("\n") if line.strip()])
+    # the same history in Python: 4 points, xx strain 0.001 * step * (i + 1), time = step
+    steps = np.arange(11)
+    strain = np.zeros((11, 4, 6))
+    strain[:, :, 0] = 1e-3 * steps[:, None] * np.arange(1, 5)[None, :]
+    res = run_history(modelc.load("j2_linear_iso").Model(backend="torch"),
+                      {"time": np.repeat(steps[:, None], 4, 1).astype(float), "strain": strain},
+                      tangent_steps=[10], progress=False)
+    np.testing.assert_allclose(got[:, 0], res["stress"][10, :, 0], rtol=1e-12)
+    np.testing.assert_allclose(got[:, 1], res["equivalent_plastic_strain"][10], rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(got[:, 2], res["tangent"][0, :, 0, 0], rtol=1e-10)

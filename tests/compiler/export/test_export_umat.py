@@ -1,0 +1,203 @@
+"""`modelc export umat`: the UMAT compiled alone, then called from a Fortran driver (gfortran) the way
+a host code calls it, through multiaxial histories. Oracles: closed forms of j2_linear_iso (elastic
+steps; monotonic pure shear above yield, stress and DDSDDE), the generated PyTorch path (run_history
+with backend="torch") for multiaxial histories, and the PyTorch path's status for PNEWDT.
+
+gfortran is required in CI (.ci/run installs it); on a developer machine without it the Fortran tests
+are skipped with that reason."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import modelc
+from modelc.cli import main as cli_main
+from modelc.runtime import mandel
+from modelc.runtime.driver import run_history
+
+HERE = Path(__file__).resolve().parent
+E, NU, K, SY = 200000.0, 0.3, 2000.0, 100.0
+G, LAM = E / (2 * (1 + NU)), E * NU / ((1 + NU) * (1 - 2 * NU))
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{tool} is required in CI (.ci/run installs it with apt-get)")
+        pytest.skip(f"{tool} is not installed (apt-get install {tool}); required in CI")
+    return path
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """``build(model) -> (driver executable, umat json)``, exported and compiled once per model."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            gfortran, cc = _need("gfortran"), _need("cc")
+            out = tmp_path_factory.mktemp(name)
+            assert cli_main(["export", "umat", name, "--out", str(out)]) == 0
+            src = out / f"{name}_umat.c"
+            # the documented stand-alone build works as is
+            r = subprocess.run([cc, "-shared", "-fPIC", "-O2", src.name, "-lm"], cwd=out,
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            r = subprocess.run([cc, "-O2", "-c", str(src), "-o", str(out / "umat.o")], capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stderr
+            r = subprocess.run([gfortran, "-O1", str(HERE / "umat_driver.f90"), str(out / "umat.o"), "-lm",
+                                "-o", str(out / "driver")], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            cache[name] = (out / "driver", json.loads((out / f"{name}_umat.json").read_text()))
+        return cache[name]
+
+    return get
+
+
+def _run_driver(driver: Path, props, nstatv: int, times, dstran, tmp: Path):
+    """Run the Fortran host: returns pnewdt (n,), stress (n, 6), statev (n, nstatv), ddsdde (n, 6, 6)."""
+    lines = [str(len(props)), " ".join(repr(float(p)) for p in props), str(nstatv), str(len(dstran))]
+    for k, d in enumerate(dstran):
+        lines.append(" ".join(repr(float(v)) for v in [times[k], times[k + 1] - times[k], *d]))
+    (tmp / "in.txt").write_text("\n".join(lines) + "\n")
+    r = subprocess.run([str(driver), str(tmp / "in.txt"), str(tmp / "out.txt")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = np.atleast_2d(np.loadtxt(tmp / "out.txt"))
+    dd = out[:, 7 + nstatv:].reshape(-1, 6, 6).transpose(0, 2, 1)  # Fortran column-major -> [i, j]
+    return out[:, 0], out[:, 1:7], out[:, 7:7 + nstatv], dd
+
+
+def _props(info, **overrides):
+    return [overrides.get(n, d) for n, d in zip(info["props"], info["props_default"])]
+
+
+def test_umat_json_describes_props_and_statev(build):
+    _, info = build("j2_linear_iso")
+    assert info["props"] == ["E", "nu", "K", "sigma_y"]
+    assert info["statev"] == [["state/internal/Ep", 6], ["state/internal/ep", 1], ["state/internal/gamma_rate", 1]]
+    assert info["nstatv"] == 8 and info["ntens"] == 6 and info["voigt_order"] == ["11", "22", "33", "12", "13", "23"]
+
+
+def test_j2_linear_iso_closed_forms_elastic_and_pure_shear(build, tmp_path):
+    driver, info = build("j2_linear_iso")
+    # 1. an elastic multiaxial step: sigma = lambda tr(e) I + 2 G e, DDSDDE the isotropic stiffness
+    rng = np.random.default_rng()
+    d = rng.uniform(-2e-4, 2e-4, 6)  # Abaqus order, engineering shear
+    pnew, s, sv, dd = _run_driver(driver, _props(info), 8, [0.0, 1.0], [d], tmp_path)
+    eps = np.array([[d[0], d[3] / 2, d[4] / 2], [d[3] / 2, d[1], d[5] / 2], [d[4] / 2, d[5] / 2, d[2]]])
+    sig = LAM * np.trace(eps) * np.eye(3) + 2 * G * eps
+    want = [sig[0, 0], sig[1, 1], sig[2, 2], sig[0, 1], sig[0, 2], sig[1, 2]]
+    np.testing.assert_allclose(s[0], want, rtol=1e-12, atol=1e-9)
+    D = np.zeros((6, 6))
+    D[:3, :3] = LAM
+    D[:3, :3] += 2 * G * np.eye(3)
+    D[3:, 3:] = G * np.eye(3)
+    np.testing.assert_allclose(dd[0], D, rtol=1e-12, atol=1e-6)
+    assert pnew[0] >= 1 and np.all(sv[0] == 0)
+    # 2. monotonic pure shear gamma_12 past yield (tau_y = sy / sqrt3): with hardening K,
+    #    tau = (G gamma + sqrt3 G sy / K) / (1 + 3 G / K) and d tau / d gamma = G / (1 + 3 G / K)
+    n = 20
+    gam = np.linspace(0, 4e-3, n + 1)
+    dstran = np.zeros((n, 6))
+    dstran[:, 3] = np.diff(gam)
+    pnew, s, sv, dd = _run_driver(driver, _props(info), 8, np.linspace(0, 1, n + 1), dstran, tmp_path)
+    assert (pnew >= 1).all()
+    tau_el = G * gam[1:]
+    plastic = tau_el > SY / math.sqrt(3)
+    assert plastic.any() and (~plastic).any()
+    tau = np.where(plastic, (G * gam[1:] + math.sqrt(3) * G * SY / K) / (1 + 3 * G / K), tau_el)
+    np.testing.assert_allclose(s[:, 3], tau, rtol=1e-11)
+    np.testing.assert_allclose(s[:, [0, 1, 2, 4, 5]], 0.0, atol=1e-9)
+    np.testing.assert_allclose(dd[:, 3, 3], np.where(plastic, G / (1 + 3 * G / K), G), rtol=1e-10)
+    ep = np.where(plastic, (math.sqrt(3) * tau - SY) / K, 0.0)
+    np.testing.assert_allclose(sv[:, 6], ep, rtol=1e-10, atol=1e-15)  # STATEV(7) = ep
+    np.testing.assert_allclose(sv[:, 5] / math.sqrt(2), math.sqrt(3) / 2 * ep, rtol=1e-10, atol=1e-15)  # Ep_xy
+
+
+def _python_path(name, times, dstran, **params):
+    """The same history through the generated PyTorch code: stress and tangent in Abaqus Voigt."""
+    strain_v = np.concatenate([np.zeros((1, 6)), np.cumsum(dstran, axis=0)])
+    strain_m = mandel.voigt_to_sr2(torch.as_tensor(strain_v), "strain", "abaqus").numpy()
+    model = modelc.load(name).Model(backend="torch")
+    res = run_history(model, {"time": np.asarray(times)[:, None], "strain": strain_m[:, None, :]},
+                      params=params, tangent_steps=range(1, len(times)), progress=False)
+    stress = mandel.sr2_to_voigt(torch.as_tensor(res["stress"][1:, 0]), "stress", "abaqus").numpy()
+    dd = mandel.ssr4_to_voigt(torch.as_tensor(res["tangent"][:, 0]), "stiffness", "abaqus").numpy()
+    return res, stress, dd
+
+
+@pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af", "perzyna_iso"])
+def test_multiaxial_history_matches_python_path(build, tmp_path, name):
+    """Tension with shear, then reversal into compression with the other shears: loading, elastic
+    unloading and reverse yielding, with STATEV handed back each increment."""
+    driver, info = build(name)
+    rng = np.random.default_rng()
+    n = 36
+    path = np.zeros((n + 1, 6))
+    s = np.linspace(0.0, 1.0, n + 1)
+    wave = np.interp(s, [0, 0.4, 1.0], [0, 1, -0.8])
+    direction = np.array([1.0, -0.3, -0.3, 0.6, 0.2, -0.4]) + rng.uniform(-0.1, 0.1, 6)
+    path = wave[:, None] * 4e-3 * direction
+    path[:, 3:] += np.sin(np.pi * s)[:, None] * rng.uniform(-1e-3, 1e-3, 3)  # non-proportional
+    times = np.linspace(0.0, 5.0, n + 1)
+    dstran = np.diff(path, axis=0)
+    pnew, stress, statev, dd = _run_driver(driver, _props(info), info["nstatv"], times, dstran, tmp_path)
+    assert (pnew >= 1).all()
+    res, stress_py, dd_py = _python_path(name, times, dstran)
+    assert res.ok
+    scale = np.abs(stress_py).max()
+    np.testing.assert_allclose(stress, stress_py, rtol=1e-10, atol=1e-10 * scale)
+    np.testing.assert_allclose(dd, dd_py, rtol=1e-9, atol=1e-9 * E)
+    off = 0
+    for var, size in info["statev"]:
+        want = res[var][1:, 0].reshape(n, size)
+        np.testing.assert_allclose(statev[:, off:off + size], want, rtol=1e-9,
+                                   atol=1e-9 * max(np.abs(want).max(), 1e-12), err_msg=var)
+        off += size
+    assert res["equivalent_plastic_strain"][-1, 0] > 0  # it did yield
+
+
+def test_pnewdt_when_a_point_does_not_converge(build, tmp_path):
+    """Perzyna with n = 10, eta = 1: the Python path's Newton fails on a large step; the UMAT asks for a
+    smaller step (PNEWDT < 1) and leaves STRESS and STATEV as they were; smaller steps then pass."""
+    driver, info = build("perzyna_iso")
+    params = {"n": 10.0, "eta": 1.0}
+    props = _props(info, **params)
+    small = np.zeros(6)
+    small[0] = 4e-4  # elastic
+    big = np.zeros(6)
+    big[0] = 1e-2
+    times = [0.0, 0.1, 1.1]
+    model = modelc.load("perzyna_iso").Model(backend="torch")
+    strain_m = mandel.voigt_to_sr2(torch.as_tensor(np.array([0 * small, small, small + big])), "strain",
+                                   "abaqus").numpy()
+    with pytest.warns(Warning):
+        py = run_history(model, {"time": np.array(times)[:, None], "strain": strain_m[:, None]},
+                         params=params, progress=False)
+    assert py.failed == {0: 2}  # the oracle: the second step does not converge
+    pnew, stress, statev, dd = _run_driver(driver, props, info["nstatv"], times, [small, big], tmp_path)
+    assert pnew[0] >= 1 and pnew[1] == 0.5
+    np.testing.assert_array_equal(stress[1], stress[0])  # untouched: the host may retry
+    np.testing.assert_array_equal(statev[1], statev[0])
+    assert np.isfinite(stress).all()
+
+
+def test_configuration_errors_stop_the_host(build, tmp_path):
+    driver, info = build("j2_linear_iso")
+    lines = ["3", "1 2 3", "8", "1", "0 1 0 0 0 0 0 0"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    r = subprocess.run([str(driver), str(tmp_path / "in.txt"), str(tmp_path / "out.txt")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "j2_linear_iso_umat: NPROPS = 3, expected 4" in r.stderr

@@ -1,0 +1,148 @@
+"""modelc.integrations.torchfem against torch-fem 0.14's own J2 plasticity (IsotropicPlasticity3D with
+linear hardening sigma_f(q) = sigma_y + K q, the same model as j2_linear_iso) on a small hexahedral
+mesh under loading, unloading and reverse loading: the same force-displacement curve to 1e-10, the
+same global Newton iterations, quadratic convergence; plus the conversions, the eigenstrain path
+(a free thermal expansion is stress-free) and per-element parameters."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+torchfem = pytest.importorskip("torchfem", reason="torch-fem is a test dependency (pip install -e '.[test]')")
+from torchfem import Solid  # noqa: E402
+from torchfem.materials import IsotropicPlasticity3D  # noqa: E402
+from torchfem.mesh import cube_hexa  # noqa: E402
+from torchfem.report import SolveReport  # noqa: E402
+
+from modelc.errors import InputError  # noqa: E402
+from modelc.integrations.torchfem import Conversions, ModelcMaterial  # noqa: E402
+from modelc.runtime import mandel  # noqa: E402
+
+E, NU, K, SY = 200000.0, 0.3, 2000.0, 100.0
+_ITERATION = SolveReport.iteration  # torch-fem's own, wrapped per solve below
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def _bar(material):
+    """A 2 x 1 x 1 bar of 3 x 2 x 2 hexahedra, clamped at x = 0, its end pulled along x and sheared
+    along y (an inhomogeneous stress state)."""
+    nodes, elements = cube_hexa(4, 3, 3, Lx=2.0)
+    bar = Solid(nodes, elements, material)
+    left, right = nodes[:, 0] < 1e-9, nodes[:, 0] > 2.0 - 1e-9
+    bar.constraints[left, :] = True
+    bar.constraints[right, :] = True
+    bar.displacements[right, 0] = 3e-3
+    bar.displacements[right, 1] = 1.5e-3
+    return bar, right
+
+
+def _solve(material, monkeypatch, increments):
+    record = []
+
+    def iteration(self, i, res):
+        record.append((i, float(res)))
+        return _ITERATION(self, i, res)
+
+    monkeypatch.setattr(SolveReport, "iteration", iteration)
+    bar, right = _bar(material)
+    u, f, sigma, F, state = bar.solve(increments=increments, return_intermediate=True, rtol=1e-10, atol=1e-7,
+                                      max_iter=20)
+    force = f[:, right, :].sum(dim=1)  # reaction at the pulled end, per increment
+    return force, sigma, state, record
+
+
+def _newton_runs(record):
+    runs = []
+    for i, res in record:
+        if i == 0:
+            runs.append([])
+        runs[-1].append(res)
+    return runs
+
+
+def test_same_curve_and_iterations_as_torchfem_plasticity(monkeypatch):
+    increments = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 0.5, 0.0, -0.5, -1.0])
+    ref_mat = IsotropicPlasticity3D(E, NU, lambda q: SY + K * q, lambda q: K * torch.ones_like(q),
+                                    tolerance=1e-10, max_iter=20)
+    f_ref, s_ref, st_ref, rec_ref = _solve(ref_mat, monkeypatch, increments)
+    mine = ModelcMaterial("j2_linear_iso", E=E, nu=NU, K=K, sigma_y=SY)
+    f_mc, s_mc, st_mc, rec_mc = _solve(mine, monkeypatch, increments)
+    scale = f_ref.abs().max()
+    assert scale > 0
+    torch.testing.assert_close(f_mc, f_ref, rtol=1e-10, atol=1e-10 * scale)
+    torch.testing.assert_close(s_mc, s_ref, rtol=1e-10, atol=1e-10 * s_ref.abs().max())
+    ep = st_mc[..., 13]  # the flat state's equivalent plastic strain (state_layout)
+    assert mine.state_layout[3] == ("state/internal/ep", 13, 1)
+    torch.testing.assert_close(ep, st_ref[..., 0], rtol=1e-9, atol=1e-14)
+    assert float(ep.max()) > 0  # it did yield ...
+    runs_ref, runs_mc = _newton_runs(rec_ref), _newton_runs(rec_mc)
+    assert [len(r) for r in runs_mc] == [len(r) for r in runs_ref]  # ... with the same global iterations
+    # quadratic convergence: once in the basin, each residual is ~ the square of the previous one
+    # (runs of max_iter = 20 are the unloading increments where torch-fem's Newton stalls and cuts the
+    # step back, with its own material exactly as with this one)
+    plastic_runs = [r for r in runs_mc if 4 <= len(r) < 20]
+    assert plastic_runs, "no increment needed Newton iterations beyond the first corrections"
+    for r in plastic_runs:
+        rel = [x / r[0] for x in r]
+        k = next(i for i in range(1, len(rel)) if rel[i] < 1e-3)
+        if k + 1 < len(rel) and rel[k + 1] > 1e-14:
+            assert rel[k + 1] <= 10 * rel[k] ** 2, rel
+
+
+def test_conversions_match_the_runtime():
+    c = Conversions.build(torch.float64)
+    rng = torch.Generator().manual_seed(0)
+    H = torch.randn(5, 3, 3, generator=rng)
+    torch.testing.assert_close(H.reshape(5, 9) @ c.strain, mandel.full_to_sr2(H))
+    S = torch.randn(5, 6, generator=rng)
+    torch.testing.assert_close((S @ c.stress).reshape(5, 3, 3), mandel.sr2_to_full(S))
+    C = torch.randn(5, 6, 6, generator=rng)
+    full = (C.reshape(5, 36) @ c.tangent).reshape(5, 3, 3, 3, 3)
+    torch.testing.assert_close(full, mandel.ssr4_to_full(C))
+    torch.testing.assert_close(full, full.transpose(1, 2))  # minor symmetries
+    torch.testing.assert_close(full, full.transpose(3, 4))
+
+
+def test_step_eigenstrain_time_and_per_element_parameters():
+    """A thermal strain increment equal to the total strain increment is stress-free; the flat state
+    carries the mechanical strain and the time; sigma_y per element changes only its own element."""
+    mat = ModelcMaterial("perzyna_iso", dt=0.5, sigma_y=torch.tensor([100.0, 50.0]))
+    n = 2
+    H = torch.zeros(n, 3, 3)
+    H[:, 0, 0] = 2e-3
+    state = torch.zeros(n, mat.n_state)
+    zero = torch.zeros(n, 3, 3)
+    s, st, C = mat.step(H, torch.eye(3).expand(n, 3, 3), zero, state, H.clone(), torch.ones(n, 1), 0)
+    torch.testing.assert_close(s, zero, atol=1e-12, rtol=0)
+    torch.testing.assert_close(st[:, 6], torch.full((n,), 0.5))  # the time advanced by dt
+    s, st, C = mat.step(H, torch.eye(3).expand(n, 3, 3), zero, state, zero, torch.ones(n, 1), 0)
+    assert float(s[1, 0, 0]) < float(s[0, 0, 0])  # the weaker element flows more
+    # the state's strain is the Mandel total mechanical strain; the tangent is the model's
+    torch.testing.assert_close(st[:, :6], mandel.full_to_sr2(H))
+    want = mat.model({"forces/E": st[:, :6], "forces/t": st[:, 6], "old_forces/t": torch.zeros(n),
+                      "old_state/internal/Ep": torch.zeros(n, 6), "old_state/internal/ep": torch.zeros(n),
+                      "old_state/internal/gamma_rate": torch.zeros(n)},
+                     derivatives=[("state/S", "forces/E")], sigma_y=torch.tensor([100.0, 50.0]))
+    torch.testing.assert_close(C, mandel.ssr4_to_full(want.jacobian["state/S", "forces/E"]))
+    torch.testing.assert_close(s, mandel.sr2_to_full(want["state/S"]))
+
+
+def test_errors():
+    with pytest.raises(InputError, match="unknown parameter"):
+        ModelcMaterial("j2_linear_iso", sigma_Y=1.0)
+    mat = ModelcMaterial("perzyna_iso", n=10.0, eta=1.0)
+    H = torch.zeros(1, 3, 3)
+    H[0, 0, 0] = 1e-2
+    with pytest.raises(torchfem.sparse.ConvergenceError, match="did not converge|FAILED"):
+        mat.step(H, torch.eye(3)[None], torch.zeros(1, 3, 3), torch.zeros(1, mat.n_state),
+                 torch.zeros(1, 3, 3), torch.ones(1, 1), 0)
+    assert math.isfinite(mat.dt)
