@@ -10,7 +10,7 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
-  :func:`modelc.cache.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
+  :func:`modelc.runtime.paths.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
   the source, the flags, the dtype and the compiler's ``--version``. The library is compiled to a
   temporary file in that folder and moved into place with ``os.replace``: concurrent processes build
   identical files and never load a partial one. The ``.c`` file is kept next to it for reading.
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from modelc.errors import ModelcError
+from modelc.runtime.errors import ModelcError
+from modelc.runtime.paths import cache_folder, sanitize
 
 BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off")
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
@@ -157,9 +158,6 @@ _LOADED: dict[str, CLibrary] = {}
 
 def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> tuple[Path, list[str]]:
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
-    from modelc.cache import cache_folder
-    from modelc.backends.names import sanitize
-
     cc = compiler()
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else [])
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, *flags]).encode()).hexdigest()[:20]

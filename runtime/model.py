@@ -25,9 +25,10 @@ from typing import Any, Mapping, NamedTuple
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector
+from modelc.runtime.tensors import broadcast_shapes
 from modelc.runtime.types import TYPES, TensorType
 
 
@@ -382,7 +383,7 @@ class CompiledModel:
                                  f"{t.base_shape}, got {tuple(v.shape)}")
             shapes.append(v.shape[: v.dim() - t.base_dim])
         try:
-            bs = torch.broadcast_shapes(*shapes)
+            bs = broadcast_shapes(*shapes)
         except RuntimeError:
             raise InputError(f"model {self.NAME}: input batch shapes do not broadcast: " + ", ".join(
                 f"{k} {tuple(s)}" for k, s in zip(names, shapes))) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -25,6 +24,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
 from modelc.errors import InternalError, ModelcError
+from modelc.runtime.paths import sanitize, write_atomic
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,24 +185,6 @@ def check_source(text: str, what: str) -> None:
                             f"{_numbered(text)}") from None
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; generated files are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_modules(modules: Mapping[str, str], out_dir: str | Path) -> list[Path]:
     """Write ``{file name: source}`` into ``out_dir`` atomically, in sorted order; returns the paths."""
     paths = []
@@ -215,6 +197,4 @@ def write_modules(modules: Mapping[str, str], out_dir: str | Path) -> list[Path]
 
 def module_file_name(model_name: str) -> str:
     """The file name of a model's generated module (``j2_perfect`` -> ``j2_perfect.py``)."""
-    from modelc.backends.names import sanitize
-
     return sanitize(model_name) + ".py"
