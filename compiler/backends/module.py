@@ -23,6 +23,7 @@ from modelc.backends.c_backend import c_source
 from modelc.backends.layout import Layout
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
+from modelc.ir.analysis import constant_jacobian
 from modelc.errors import InternalError, ModelcError
 from modelc.runtime.paths import sanitize, write_atomic
 
@@ -65,22 +66,6 @@ def _solver(program: ir.Program) -> dict:
         return {}
     s = newtons[0].solver
     return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
-
-
-def constant_jacobian(program: ir.Program) -> bool:
-    """Whether ``program`` (explicit: no Newton) has a Jacobian that depends on no input, only on the
-    parameters (linear elasticity): the runtime then computes it for one point and returns it
-    broadcast over the batch when the parameters are shared."""
-    from modelc.passes.lower import reads, writes
-
-    if not program.derivatives or any(not isinstance(st, ir.Assign) for st in program.body):
-        return False
-    varying = {s for v in program.inputs for s in v.symbols}
-    for st in program.body:  # symbols whose value depends on an input, in program order
-        if reads(st) & varying:
-            varying |= writes(st)
-    return not any(sp.sympify(e).free_symbols & varying
-                   for block in program.derivatives.values() for row in block for e in row)
 
 
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,

@@ -1,7 +1,7 @@
 """Program statements -> lines of a generated function body, shared by both backends.
 
 An :class:`Emitter` walks a Program's statements in order: an :class:`~modelc.ir.Assign` is one line;
-a :class:`~modelc.ir.LinearSolve` is expanded by :func:`~modelc.backends.linsolve.expand_solve` into
+a :class:`~modelc.ir.LinearSolve` is expanded by :func:`~modelc.passes.expand_solve.expand_solve` into
 assignments; a :class:`~modelc.ir.Newton` is a loop whose shape the backend decides
 (:meth:`Emitter.newton`). The loop's linear solve ``J du = -R`` is expanded the same way.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc import ir
-from modelc.backends.linsolve import expand_solve
+from modelc.passes.expand_solve import expand_solve
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
 from modelc.errors import InternalError
@@ -23,7 +23,7 @@ RTOL_FLOOR_EPS = 32  # the relative Newton tolerance is at least this many machi
 
 
 class Emitter:
-    """``pivoting``: the linear solves' strategy (see :mod:`modelc.backends.linsolve`)."""
+    """``pivoting``: the linear solves' strategy (see :mod:`modelc.passes.expand_solve`)."""
 
     def __init__(self, printer: ExprPrinter, namer: Namer, pivoting: str = "auto"):
         self.p = printer

@@ -166,7 +166,7 @@ def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
                 baked: frozenset[str], *, pivoting: str = "auto",
                 short_names: bool = True) -> tuple[list[str], list[str]]:
     """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args.
-    ``pivoting``: see :mod:`modelc.backends.linsolve`; ``short_names``: see :mod:`modelc.backends.names`."""
+    ``pivoting``: see :mod:`modelc.passes.expand_solve`; ``short_names``: see :mod:`modelc.backends.names`."""
     namer = Namer(short=short_names)
     pr = TritonPrinter(namer)
     em = TritonEmitter(pr, namer, pivoting)

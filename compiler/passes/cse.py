@@ -17,7 +17,7 @@ import sympy as sp
 
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
-from modelc.passes.lower import reads
+from modelc.ir.analysis import reads
 from modelc.passes.symbols import Counter
 
 

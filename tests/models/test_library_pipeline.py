@@ -11,7 +11,7 @@ import pytest
 from modelc.interpret import interpret
 from passes_helpers import central_fd
 
-SPEC = Path(__file__).parents[3] / "spec" / "library.yaml"
+SPEC = Path(__file__).parents[2] / "spec" / "library.yaml"
 
 
 def test_j2_voce_af_tangent_matches_finite_differences(capsys):
