@@ -11,7 +11,6 @@ Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -59,7 +58,7 @@ def compiler_fingerprint() -> str:
 
 
 def cache_key(spec_digest: str, model: str, options=None, dtype: str | None = None) -> str:
-    opts = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else (options or {})
+    opts = options.cache_fields() if hasattr(options, "cache_fields") else dict(options or {})
     payload = {"spec": spec_digest, "model": model, "options": opts, "dtype": dtype,
                "versions": tool_versions(), "compiler": compiler_fingerprint()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -84,14 +83,11 @@ def pick_model(spec, model: str | None) -> str:
 def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | os.PathLike | None = None,
          dtype: str | None = None, **options) -> ModuleType:
     """Compile ``model`` of the spec at ``path`` (once; later calls reuse the cached file) and
-    import the generated module. ``options`` are fields of :class:`modelc.driver.Options`."""
-    from modelc.driver import Options, compile_model, load_spec
+    import the generated module. ``options`` are fields of :class:`modelc.options.CompileOptions`."""
+    from modelc.driver import compile_model, load_spec
+    from modelc.options import CompileOptions
 
-    fields = {f.name for f in dataclasses.fields(Options)}
-    bad = sorted(set(options) - fields)
-    if bad:
-        raise ModelcError(f"unknown compile option(s) {', '.join(bad)}; known: {', '.join(sorted(fields))}")
-    opts = Options(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items()})
+    opts = CompileOptions.from_mapping(options)
     spec = load_spec(path)
     name = pick_model(spec, model)
     key = cache_key(spec.digest, name, opts, dtype)

@@ -204,7 +204,7 @@ class Model:
     partials: tuple[Partial, ...] = ()
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
-    tangent: Tangent | None = None  # declared in the spec (leaf models); compositions: ComposeDecl
+    tangent: Tangent | None = None  # declared in the spec (a leaf model's, or its composition's)
 
     @property
     def is_composed(self) -> bool:

@@ -104,6 +104,10 @@ class Program:
     #: the program computes a selection (a tangent); None: every output by every input
     jacobian_of: tuple[str, ...] | None = None
     jacobian_wrt: tuple[str, ...] | None = None
+    #: the model's documentation and where it was declared (traceability: the generated module's
+    #: header names the spec file and line and quotes the doc; nothing goes back to the Spec for them)
+    doc: str = ""
+    loc: Loc | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return format_program(self)
@@ -111,7 +115,7 @@ class Program:
 
 def format_program(p: Program) -> str:
     """A readable, deterministic listing of a Program (what ``--dump-ir`` writes)."""
-    lines = [f"program {p.name}"]
+    lines = [f"program {p.name}" + (f"  # {p.loc.file}:{p.loc.line}" if p.loc is not None else "")]
     lines += [f"  in  {v}" for v in p.inputs]
     lines += [f"  par {q}" for q in p.parameters]
     lines += [f"  out {v}" for v in p.outputs]
