@@ -19,6 +19,7 @@ import jinja2
 from modelc import __version__, ir
 from modelc.backends.c_backend import c_source
 from modelc.backends.layout import Layout
+from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
 from modelc.ir.analysis import constant_jacobian
@@ -83,6 +84,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     implicit = any(isinstance(s, ir.Newton) for s in value.body)
 
     kernels, torch_fns = [], []
+    # each Newton solve once per backend: helpers the value, Jacobian and tangent variants call
+    torch_helpers, triton_helpers = Helpers("_torch_newton_"), Helpers("_triton_newton_")
     variants = [("value", value, False), ("jacobian", full, True)]
     if tangent is not None:
         variants.append(("tangent", tangent, True))
@@ -92,8 +95,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
             what = (f"outputs and the tangent d({', '.join(tangent.jacobian_of or ())}) / "
                     f"d({', '.join(tangent.jacobian_wrt or ())}) only")
         torch_fns.append({"name": f"_torch_{variant}", "doc": f"{value.name}: {what}.",
-                          "lines": torch_body(prog, layout, deriv)})
-        lines, baked_args = triton_body(prog, layout, deriv, baked)
+                          "lines": torch_body(prog, layout, deriv, helpers=torch_helpers)})
+        lines, baked_args = triton_body(prog, layout, deriv, baked, helpers=triton_helpers)
         sig = ("X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
                + "".join(f"{a}: tl.constexpr, " for a in baked_args) + "DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
         kernels.append({"name": f"_kernel_{variant}", "doc": f"{value.name}: {what}.", "lines": lines,
@@ -118,6 +121,7 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
+        "torch_helpers": torch_helpers.lines, "triton_helpers": triton_helpers.lines,
         "c_source": c_source(value, full, tangent),
         "tangent": tangent is not None,
         "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),

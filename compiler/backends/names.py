@@ -45,6 +45,7 @@ class Namer:
         self._names: dict[sp.Symbol, str] = {}
         self._used: set[str] = set(reserved)
         self._short = short
+        self.short = short
         self._n_deriv = 0
 
     def __call__(self, sym: sp.Symbol) -> str:
