@@ -60,11 +60,14 @@ def declared_tangent(model: ir.Model) -> ir.Tangent | None:
     return tangent
 
 
-def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
+def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -> Compiled:
     """Run the passes for model ``name`` of a loaded spec, up to (not including) code emission.
 
-    ``trace(stage, text)``, when given, receives each stage's printed IR (``--dump-ir``).
+    ``trace(stage, text)``, when given, receives each stage's printed IR (``--dump-ir``);
+    ``verify`` runs the IR verifier (:mod:`modelc.ir.verify`) on every stage's result (the tests do).
     """
+    from modelc.ir.verify import verify_model, verify_program
+
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
@@ -75,6 +78,8 @@ def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         stages.append(Stage(stage, out, time.perf_counter() - t0))
+        if verify:
+            (verify_program if isinstance(out, ir.Program) else verify_model)(out)
         if trace is not None:
             trace(f"{name}.{stage}", str(out))
         return out

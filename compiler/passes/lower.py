@@ -24,7 +24,6 @@ import sympy as sp
 from modelc.errors import CompositionError, InternalError
 from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Variable
 from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
-from modelc.passes.differentiate import differentiate
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
 
 
@@ -34,8 +33,9 @@ def lower(model: Model, *, derivatives: bool,
 
     ``select = (of, wrt)`` (with ``derivatives``) keeps only the blocks d of / d wrt (a tangent): the
     rest, down to the columns of the implicit models' linear solves that only they read, is pruned."""
-    if _needs_partials(model, derivatives):
-        model = differentiate(model)
+    if _needs_partials(model, derivatives):  # precondition: the driver differentiates first
+        raise InternalError(f"lower: model {model.name} is not differentiated (run passes.differentiate "
+                            "before lowering; the driver owns the order)")
     em = _Emitter()
     em.model(model, derivatives)
     results = {o.name: tuple(o.symbols) for o in model.outputs}

@@ -91,7 +91,7 @@ def program(model: str, derivatives: bool = True):
     from modelc.passes.lower import lower
 
     m = differentiate(compose_spec_model(library_spec(), model))
-    return cse(lower(m, derivatives=derivatives))
+    return cse(lower(differentiate(m), derivatives=derivatives))
 
 
 def shapes(prog) -> tuple[dict[str, tuple], dict[str, tuple]]:
