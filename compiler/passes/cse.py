@@ -118,14 +118,14 @@ def _hoist_power_bases(replacements, reduced, counter: Counter):
         if e.is_Atom or not e.args:
             return e
         args = tuple(hoist(a) for a in e.args)
-        if args != e.args:
-            e = e.func(*args)
+        if args != e.args:  # rebuilt unevaluated: the same arithmetic as the expression printed inline
+            e = e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
         if e.is_Pow and not e.base.is_Atom and _power_prints(e.exp) > 1:
             s = memo.get(e.base)
             if s is None:
                 s = memo[e.base] = next(counter)
                 out.append((s, e.base))
-            return sp.Pow(s, e.exp)
+            return sp.Pow(s, e.exp, evaluate=False)
         return e
 
     for target, value in replacements:
