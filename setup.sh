@@ -15,7 +15,7 @@ want="torch==$TORCH_VERSION triton==$TRITON_VERSION $(sha1sum pyproject.toml | c
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==$TORCH_VERSION" "triton==$TRITON_VERSION"
-  python -m pip install -q -e '.[test]'
+  python -m pip install -q -e '.[gpu,test]'
   echo "$want" > "$stamp"
 fi
 # Fail loudly if the resolver gave us anything other than the pinned versions.

@@ -6,8 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")"
 ./setup.sh || exit 1
 . .venv/bin/activate
-export TRITON_INTERPRET=1 OMP_NUM_THREADS=1 PYTHONHASHSEED=0
+# nproc honours OMP_NUM_THREADS: count the cores before setting it, or pytest runs one worker.
 workers=${MODELC_TEST_WORKERS:-$(nproc)}
+export TRITON_INTERPRET=1 OMP_NUM_THREADS=1 PYTHONHASHSEED=0
 python -m pytest -n "$workers" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

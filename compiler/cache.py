@@ -11,26 +11,20 @@ Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from modelc.errors import ModelcError
+from modelc.runtime.paths import cache_folder, import_file, sanitize, write_atomic
+
+__all__ = ["cache_folder", "cache_key", "compiler_fingerprint", "import_file", "load", "pick_model",
+           "tool_versions"]
 
 _LOADED: dict[str, ModuleType] = {}
-
-
-def cache_folder(explicit: str | os.PathLike | None = None) -> Path:
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get("MODELC_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "modelc"
 
 
 def tool_versions() -> dict[str, str]:
@@ -64,7 +58,7 @@ def compiler_fingerprint() -> str:
 
 
 def cache_key(spec_digest: str, model: str, options=None, dtype: str | None = None) -> str:
-    opts = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else (options or {})
+    opts = options.cache_fields() if hasattr(options, "cache_fields") else dict(options or {})
     payload = {"spec": spec_digest, "model": model, "options": opts, "dtype": dtype,
                "versions": tool_versions(), "compiler": compiler_fingerprint()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -86,42 +80,19 @@ def pick_model(spec, model: str | None) -> str:
     raise ModelcError(f"{spec.path} holds several models; pick one with model=...: {', '.join(names)}")
 
 
-def import_file(path: Path, name: str) -> ModuleType:
-    """Import a generated module from its file (registered in ``sys.modules`` under ``name``)."""
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover
-        raise ModelcError(f"cannot import generated module {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return mod
-
-
 def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | os.PathLike | None = None,
          dtype: str | None = None, **options) -> ModuleType:
     """Compile ``model`` of the spec at ``path`` (once; later calls reuse the cached file) and
-    import the generated module. ``options`` are fields of :class:`modelc.driver.Options`."""
-    from modelc.backends.module import write_atomic
-    from modelc.driver import Options, compile_model, load_spec
+    import the generated module. ``options`` are fields of :class:`modelc.options.CompileOptions`."""
+    from modelc.driver import compile_model, load_spec
+    from modelc.options import CompileOptions
 
-    fields = {f.name for f in dataclasses.fields(Options)}
-    bad = sorted(set(options) - fields)
-    if bad:
-        raise ModelcError(f"unknown compile option(s) {', '.join(bad)}; known: {', '.join(sorted(fields))}")
-    opts = Options(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items()})
+    opts = CompileOptions.from_mapping(options)
     spec = load_spec(path)
     name = pick_model(spec, model)
     key = cache_key(spec.digest, name, opts, dtype)
     if key in _LOADED:
         return _LOADED[key]
-    from modelc.backends.names import sanitize
-
     file = cache_folder(cache_dir) / f"{sanitize(name)}-{key[:24]}.py"
     if not file.exists():
         write_atomic(file, compile_model(spec, name, opts).source)

@@ -14,14 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelc import ir
+from modelc.options import CompileOptions
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    """Everything that changes what is generated (and so is part of the cache key)."""
-
-    constant_params: tuple[str, ...] = ()  # parameters baked into the kernel as compile-time constants
-    block: int = 0  # Triton BLOCK (0: the backend's default)
+Options = CompileOptions  # the former name
 
 
 @dataclass
@@ -50,26 +46,28 @@ def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
     return compose_spec_model(spec, name)
 
 
-def declared_tangent(spec: ir.Spec, name: str, model: ir.Model) -> ir.Tangent | None:
-    """The tangent the spec declares for ``name`` (a composition's or a leaf model's), its names
-    checked against the composed model's outputs and inputs (a SpecError at the name otherwise)."""
+def declared_tangent(model: ir.Model) -> ir.Tangent | None:
+    """The tangent declared for ``model`` (carried by the composed model: a composition's or a leaf
+    model's), its names checked against the model's outputs and inputs (a SpecError at the name
+    otherwise)."""
     from modelc.frontend.model import check_tangent
 
-    decl = next((c for c in spec.compositions if c.name == name), None)
-    tangent = decl.tangent if decl is not None else next(
-        (m.tangent for m in spec.models if m.name == name), None)
+    tangent = model.tangent
     if tangent is not None:
-        kind = "composition" if decl is not None else "model"
-        check_tangent(tangent, f"{kind} {name!r}", [v.name for v in model.outputs],
+        kind = "model" if not model.is_composed or model.is_implicit else "composition"
+        check_tangent(tangent, f"{kind} {model.name!r}", [v.name for v in model.outputs],
                       [v.name for v in model.inputs])
     return tangent
 
 
-def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
+def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -> Compiled:
     """Run the passes for model ``name`` of a loaded spec, up to (not including) code emission.
 
-    ``trace(stage, text)``, when given, receives each stage's printed IR (``--dump-ir``).
+    ``trace(stage, text)``, when given, receives each stage's printed IR (``--dump-ir``);
+    ``verify`` runs the IR verifier (:mod:`modelc.ir.verify`) on every stage's result (the tests do).
     """
+    from modelc.ir.verify import verify_model, verify_program
+
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
@@ -80,6 +78,8 @@ def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         stages.append(Stage(stage, out, time.perf_counter() - t0))
+        if verify:
+            (verify_program if isinstance(out, ir.Program) else verify_model)(out)
         if trace is not None:
             trace(f"{name}.{stage}", str(out))
         return out
@@ -90,14 +90,15 @@ def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
     value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
     full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
     tangent = None
-    decl = declared_tangent(spec, name, model)
+    decl = declared_tangent(model)
     if decl is not None:  # a third program: only the declared blocks (what a FE code asks for)
         tangent = run("cse-tangent", cse, run("lower-tangent", lower, model, derivatives=True,
                                               select=(decl.of, decl.wrt)))
     return Compiled(model, value, full, "", stages, tangent)
 
 
-def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=None) -> Compiled:
+def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOptions(),
+                  trace=None) -> Compiled:
     """Compile model ``name`` of a loaded spec to a module's source."""
     from modelc.backends.module import emit_module
 

@@ -1,13 +1,17 @@
 """Errors. Two families, kept apart on purpose (as in pystencils): the user's input is wrong
 (:class:`ModelcError` and its subclasses, printed without a traceback by the CLI), or modelc has a bug
-(:class:`InternalError`, which says so)."""
+(:class:`InternalError`, which says so). The base classes live in :mod:`modelc.runtime.errors` (the
+runtime raises them without importing the compiler); the compiler's own errors subclass them."""
 from __future__ import annotations
 
-from modelc.ir import Loc
+from typing import TYPE_CHECKING
 
+from modelc.runtime.errors import InputError, InternalError, ModelcError
 
-class ModelcError(Exception):
-    """Something the user can fix. ``str()`` is the complete, user-facing message."""
+if TYPE_CHECKING:
+    from modelc.ir import Loc
+
+__all__ = ["ModelcError", "SpecError", "CompositionError", "InputError", "InternalError"]
 
 
 class SpecError(ModelcError):
@@ -42,14 +46,3 @@ class SpecError(ModelcError):
 
 class CompositionError(ModelcError):
     """Models cannot be wired together: a cycle, two providers, a missing input, a type mismatch."""
-
-
-class InputError(ModelcError):
-    """Bad input at a call boundary of the runtime or of a generated model (shape, dtype, name...)."""
-
-
-class InternalError(Exception):
-    """A bug in modelc: please report it with the spec that triggered it."""
-
-    def __init__(self, message: str):
-        super().__init__(f"internal error (this is a bug in modelc, please report it): {message}")

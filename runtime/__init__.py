@@ -1,7 +1,9 @@
 """modelc.runtime: labeled, batched tensors and what generated models import.
 
-Only the type table is imported eagerly (``modelc.ir`` and ``modelc.errors`` import it, and the
-other runtime modules import ``modelc.errors``); everything else loads on first use (PEP 562).
+The runtime stands alone: it never imports the compiler (``modelc.frontend``, ``modelc.passes``,
+``modelc.backends``, ``modelc.ir``) nor SymPy; the base errors (:mod:`modelc.runtime.errors`) and path
+helpers (:mod:`modelc.runtime.paths`) live here and the compiler builds on them. Only the type table is
+imported eagerly; everything else loads on first use (PEP 562).
 """
 from __future__ import annotations
 

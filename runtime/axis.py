@@ -5,7 +5,7 @@ or a *sub-axis* (a label and a nested :class:`LabeledAxis`). Items are stored on
 every item, sub-axes included, occupies a contiguous span ``[start, stop)`` of the flat axis.
 Qualified names join labels with ``/``: ``old_state/internal/ep``.
 
-Rules checked on construction (errors are :class:`modelc.errors.InputError` naming the label):
+Rules checked on construction (errors are :class:`modelc.runtime.errors.InputError` naming the label):
 
 * a label is a non-empty string without whitespace (newlines included), quotes (``' " `````) or ``/``;
 * labels are unique on one level (``sub/a`` and ``a`` may coexist);
@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable, NamedTuple, Union
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 from modelc.runtime.types import TYPES, TensorType
 
 _BAD_LABEL_CHARS = set("'\"`/")

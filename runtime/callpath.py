@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
+from modelc.runtime.tensors import broadcast_shapes
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
         values.append((v, t))
         shapes.append(v.shape[:nb])
     try:
-        bs = shapes[0] if all(s == shapes[0] for s in shapes) else torch.broadcast_shapes(*shapes)
+        bs = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shapes(*shapes)
     except RuntimeError:
         raise InputError(f"model {model.NAME}: input batch shapes do not broadcast: " + ", ".join(
             f"{k} {tuple(s)}" for k, s in zip(names, shapes))) from None

@@ -12,7 +12,7 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
-  :func:`modelc.cache.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
+  :func:`modelc.runtime.paths.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
   the source, the flags, the dtype, the compiler's ``--version`` and what ``-march=native`` means on
   this CPU (its predefined macros), so a cache shared between machines never loads a library built
   for another instruction set. The library is compiled to a
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-from modelc.errors import ModelcError
+from modelc.runtime.errors import ModelcError
+from modelc.runtime.paths import cache_folder, sanitize
 
 BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off")
@@ -212,9 +213,6 @@ _LOADED: dict[str, CLibrary] = {}
 def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
                  lanes: int | None = None) -> tuple[Path, list[str]]:
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
-    from modelc.cache import cache_folder
-    from modelc.backends.names import sanitize
-
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + [f"-DMC_W={lanes}"]
@@ -244,8 +242,6 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lan
 
 def load_library_source(source: str, name: str, cache_dir=None) -> ctypes.CDLL:
     """Any C source (e.g. the benchmarks' memory floor) built with the backend's flags and cache."""
-    from modelc.cache import cache_folder
-
     cc = compiler()
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *cc.flags]).encode()).hexdigest()[:20]
     path = cache_folder(cache_dir) / "c" / f"{name}-{key}.so"

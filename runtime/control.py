@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 __all__ = ["ControlOptions", "solve_mixed"]
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from modelc.errors import InputError, ModelcError
+from modelc.runtime.errors import InputError, ModelcError
 from modelc.runtime import driver
 from modelc.runtime.history_chunks import HistorySource, open_history
 from modelc.runtime.results import INDEX, Plan, Results, chunk_path, chunks_of, load, open_dir, save_npz, \

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 from modelc.runtime.control import ControlOptions, solve_mixed
 from modelc.runtime.histories import History, as_history
 from modelc.runtime.plots import plot_results

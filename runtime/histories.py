@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 __all__ = [
     "History",
@@ -171,7 +171,7 @@ def uniaxial_stress_history(amplitudes: Sequence[float] | np.ndarray,
 def as_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]") -> History:
     """Validate a history given as a mapping of arrays, a path to an ``.npz`` file, or a History.
 
-    Raises :class:`~modelc.errors.InputError` naming the array and what is wrong with it.
+    Raises :class:`~modelc.runtime.errors.InputError` naming the array and what is wrong with it.
     """
     if isinstance(history, History):
         return history

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 from modelc.runtime.histories import History, as_history, check_shapes, check_values
 
 __all__ = ["HistorySource", "open_history"]

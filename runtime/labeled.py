@@ -8,7 +8,7 @@ Everything that selects a part returns a *view* sharing storage with the origina
 it land in the original): ``x["state/S"]`` / :meth:`LabeledTensor.get` (typed view, reshaped to the
 variable's base shape), :meth:`raw` (flat), :meth:`slice` (to a sub-axis), :meth:`LabeledMatrix.block`,
 and the batch methods. :meth:`set` writes in place. User errors raise
-:class:`modelc.errors.InputError` naming the variable.
+:class:`modelc.runtime.errors.InputError` naming the variable.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Mapping, Sequence
 
 import torch
 
-from modelc.errors import InputError, InternalError
+from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime.axis import LabeledAxis
-from modelc.runtime.tensors import TypedTensor, align, check_batch_name
+from modelc.runtime.tensors import TypedTensor, align, broadcast_shapes, check_batch_name
 
 __all__ = ["LabeledAxis", "LabeledTensor", "LabeledVector", "LabeledMatrix"]
 
@@ -151,7 +151,7 @@ class LabeledTensor:
             raise InputError(f"{what}: expected a tensor or a number, got {value.__class__.__name__}")
         _check_like(value, self.tensor, what)
         try:
-            ok = torch.broadcast_shapes(value.shape, target.shape) == target.shape
+            ok = broadcast_shapes(value.shape, target.shape) == target.shape
         except RuntimeError:
             ok = False
         if not ok:
@@ -291,7 +291,7 @@ class LabeledVector(LabeledTensor):
         names, aligned = align(*typed.values()) if typed else (None, [])
         if batch_shape is None:
             try:
-                batch_shape = torch.broadcast_shapes(*(a.batch_shape for a in aligned))
+                batch_shape = broadcast_shapes(*(a.batch_shape for a in aligned))
             except RuntimeError:
                 raise InputError("batch shapes do not broadcast: " + ", ".join(
                     f"{k}{tuple(v.batch_shape)}" for k, v in typed.items())) from None
@@ -358,7 +358,7 @@ class LabeledMatrix(LabeledTensor):
         device = device if device is not None else (ref.device if ref is not None else None)
         if batch_shape is None:
             try:
-                batch_shape = torch.broadcast_shapes(*shapes)
+                batch_shape = broadcast_shapes(*shapes)
             except RuntimeError:
                 raise InputError(f"block batch shapes do not broadcast: {[tuple(s) for s in shapes]}") from None
         out = cls.zeros(row_axis, col_axis, batch_shape, dtype=dtype, device=device)

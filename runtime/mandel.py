@@ -27,7 +27,7 @@ This is the ONLY runtime module that knows the sqrt(2) factors. Conventions (NEM
 
 Every function is batched over any number of leading dimensions, keeps the input's dtype and
 device, and accepts any floating dtype. Wrong trailing shapes or non-float inputs raise
-:class:`modelc.errors.InputError`.
+:class:`modelc.runtime.errors.InputError`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 SQRT2 = math.sqrt(2.0)
 

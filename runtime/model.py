@@ -25,7 +25,7 @@ from typing import Any, Mapping, NamedTuple
 
 import torch
 
-from modelc.errors import InputError, InternalError
+from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import callpath
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
@@ -257,7 +257,9 @@ class CompiledModel:
             self._clib = load_library(self.c_source, self.NAME, dtype)
         if backend == "triton":
             if self.kernel_value is None:
-                raise InputError(f"model {self.NAME}: backend='triton' needs the triton package")
+                raise InputError(f"model {self.NAME}: backend='triton' needs the triton package, which is "
+                                 "not installed (Linux: pip install 'modelc[gpu]'); backend='c' or "
+                                 "'torch' run without it")
             if self.device.type != "cuda" and not interpreting():
                 raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
                                  "device, or TRITON_INTERPRET=1 set before the generated module is imported")

@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 __all__ = ["plot_results"]
 

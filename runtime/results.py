@@ -28,7 +28,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 __all__ = ["Plan", "Results", "load", "open_dir", "shard_dir", "INDEX", "FORMAT"]
 

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 from modelc.runtime.types import TYPES, Scalar, SR2, SSR4, TensorType
 
 _BAD_NAME_CHARS = set("'\"`/")
@@ -315,11 +315,30 @@ def align(*tensors: TypedTensor) -> tuple[tuple[str, ...] | None, list[TypedTens
     return names, [t.align_to(names) for t in tensors]
 
 
+def broadcast_shapes(*shapes) -> torch.Size:
+    """NumPy broadcasting of batch shapes (RuntimeError when they do not broadcast), as
+    ``torch.broadcast_shapes`` computes it: that one imports SymPy on first use (through
+    ``torch.fx``), and the runtime must not load it."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(tuple(s)[::-1]):
+            d = int(d)
+            if d < 0:
+                raise RuntimeError(f"negative dimension in shape {tuple(s)}")
+            j = ndim - 1 - i
+            if out[j] == 1:
+                out[j] = d
+            elif d != 1 and d != out[j]:
+                raise RuntimeError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
+    return torch.Size(out)
+
+
 def broadcast_batch(*tensors: TypedTensor) -> tuple[tuple[str, ...] | None, torch.Size]:
     """The common batch names and batch shape of typed tensors (rules in the module docstring)."""
     names, aligned = align(*tensors)
     try:
-        shape = torch.broadcast_shapes(*(t.batch_shape for t in aligned))
+        shape = broadcast_shapes(*(t.batch_shape for t in aligned))
     except RuntimeError:
         raise InputError("batch shapes do not broadcast: "
                          + ", ".join(f"{t.type}{tuple(t.batch_shape)}" for t in aligned)) from None

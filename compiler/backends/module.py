@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import ast
 import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 import jinja2
-import sympy as sp
 
 from modelc import __version__, ir
 from modelc.backends.c_backend import c_source
 from modelc.backends.layout import Layout
+from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
+from modelc.ir.analysis import constant_jacobian
 from modelc.errors import InternalError, ModelcError
+from modelc.options import CompileOptions
+from modelc.runtime.paths import sanitize, write_atomic
 
 
-@dataclass(frozen=True, slots=True)
-class EmitOptions:
-    """What changes the generated text (the driver's ``Options`` has the same fields)."""
-
-    constant_params: tuple[str, ...] = ()  # parameters baked into the kernels as constexpr
+EmitOptions = CompileOptions  # the former name: one options object from the CLI to emission
 
 
 def _template(name: str) -> jinja2.Template:
@@ -67,33 +64,17 @@ def _solver(program: ir.Program) -> dict:
     return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
 
 
-def constant_jacobian(program: ir.Program) -> bool:
-    """Whether ``program`` (explicit: no Newton) has a Jacobian that depends on no input, only on the
-    parameters (linear elasticity): the runtime then computes it for one point and returns it
-    broadcast over the batch when the parameters are shared."""
-    from modelc.passes.lower import reads, writes
-
-    if not program.derivatives or any(not isinstance(st, ir.Assign) for st in program.body):
-        return False
-    varying = {s for v in program.inputs for s in v.symbols}
-    for st in program.body:  # symbols whose value depends on an input, in program order
-        if reads(st) & varying:
-            varying |= writes(st)
-    return not any(sp.sympify(e).free_symbols & varying
-                   for block in program.derivatives.values() for row in block for e in row)
-
-
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
                 options=None, source: str | None = None, tangent: ir.Program | None = None) -> str:
     """The generated module's source for the value-only program ``value``, the program with
     derivatives ``full`` and, when given, the program computing only the declared tangent blocks
     (same inputs, parameters and outputs)."""
-    options = options if options is not None else EmitOptions()
+    options = options if options is not None else CompileOptions()
     layout = Layout.of(value)
     if any(Layout.of(p) != layout for p in (full, tangent) if p is not None):
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
-    baked = frozenset(getattr(options, "constant_params", ()) or ())
+    baked = frozenset(options.constant_params)
     unknown = sorted(baked - {p.name for p in value.parameters})
     if unknown:
         raise ModelcError(f"model {value.name}: cannot bake unknown parameter(s) {', '.join(unknown)}; "
@@ -103,6 +84,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     implicit = any(isinstance(s, ir.Newton) for s in value.body)
 
     kernels, torch_fns = [], []
+    # each Newton solve once per backend: helpers the value, Jacobian and tangent variants call
+    torch_helpers, triton_helpers = Helpers("_torch_newton_"), Helpers("_triton_newton_")
     variants = [("value", value, False), ("jacobian", full, True)]
     if tangent is not None:
         variants.append(("tangent", tangent, True))
@@ -112,8 +95,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
             what = (f"outputs and the tangent d({', '.join(tangent.jacobian_of or ())}) / "
                     f"d({', '.join(tangent.jacobian_wrt or ())}) only")
         torch_fns.append({"name": f"_torch_{variant}", "doc": f"{value.name}: {what}.",
-                          "lines": torch_body(prog, layout, deriv)})
-        lines, baked_args = triton_body(prog, layout, deriv, baked)
+                          "lines": torch_body(prog, layout, deriv, helpers=torch_helpers)})
+        lines, baked_args = triton_body(prog, layout, deriv, baked, helpers=triton_helpers)
         sig = ("X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
                + "".join(f"{a}: tl.constexpr, " for a in baked_args) + "DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
         kernels.append({"name": f"_kernel_{variant}", "doc": f"{value.name}: {what}.", "lines": lines,
@@ -126,17 +109,19 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         default = None if p.default is None else tuple(float(x) for x in p.default)
         return f"{p.name!r}, {p.type.name!r}, {default!r}, {p.units!r}, {p.doc!r}"
 
-    doc = (getattr(spec.model(value.name), "doc", "") if spec is not None and _has(spec, value.name)
-           else "") or f"Compiled model {value.name}."
+    doc = value.doc.strip() or f"Compiled model {value.name}."
+    where = src if value.loc is None else f"{display_path(value.loc.file)}:{value.loc.line}"
     ctx = {
         "title": f"{value.name} — generated by modelc",
         "version": __version__, "source": src, "model": value.name, "spec_hash": spec_hash,
         "model_repr": repr(value.name), "source_repr": repr(src), "spec_hash_repr": repr(spec_hash),
-        "doc": doc, "doc_line": doc.strip().splitlines()[0] if doc.strip() else "",
+        "where": where, "doc_comment": "\n".join(f"#   {line}".rstrip() for line in doc.splitlines()),
+        "doc": _docstring_text(doc), "doc_line": _docstring_text(doc.splitlines()[0]),
         "first_output": value.outputs[0].name if value.outputs else "",
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
+        "torch_helpers": torch_helpers.lines, "triton_helpers": triton_helpers.lines,
         "c_source": c_source(value, full, tangent),
         "tangent": tangent is not None,
         "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
@@ -168,12 +153,9 @@ def display_path(path: str) -> str:
     return p.replace(os.sep, "/")
 
 
-def _has(spec: ir.Spec, name: str) -> bool:
-    try:
-        spec.model(name)
-        return True
-    except KeyError:
-        return False
+def _docstring_text(text: str) -> str:
+    """User text made safe inside a generated triple-quoted docstring (STYLE: user text is data)."""
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
 def check_source(text: str, what: str) -> None:
@@ -183,24 +165,6 @@ def check_source(text: str, what: str) -> None:
     except SyntaxError as exc:
         raise InternalError(f"{what} is not valid Python ({exc.msg} at line {exc.lineno}):\n"
                             f"{_numbered(text)}") from None
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; generated files are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_modules(modules: Mapping[str, str], out_dir: str | Path) -> list[Path]:
@@ -215,6 +179,4 @@ def write_modules(modules: Mapping[str, str], out_dir: str | Path) -> list[Path]
 
 def module_file_name(model_name: str) -> str:
     """The file name of a model's generated module (``j2_perfect`` -> ``j2_perfect.py``)."""
-    from modelc.backends.names import sanitize
-
     return sanitize(model_name) + ".py"

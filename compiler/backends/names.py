@@ -15,32 +15,13 @@ always gives the same names (independent of ``PYTHONHASHSEED``):
 """
 from __future__ import annotations
 
-import keyword
 import re
 
 import sympy as sp
 
-_BAD = re.compile(r"[^0-9A-Za-z_]+")
+from modelc.runtime.paths import RESERVED as _RESERVED, sanitize
 
-
-def sanitize(name: str) -> str:
-    """A readable identifier for ``name``: ``$E`` -> ``p_E``, ``state/S[3]`` -> ``state_S_3``."""
-    if name.startswith("$"):
-        name = "p_" + name[1:]
-    ident = _BAD.sub("_", name).strip("_") or "v"
-    if ident[0].isdigit():
-        ident = "v_" + ident
-    if keyword.iskeyword(ident) or ident in _RESERVED:
-        ident = "v_" + ident
-    return ident
-
-
-# Names the generated function bodies use themselves (pointers, masks, modules, helpers).
-_RESERVED = frozenset({
-    "tl", "triton", "torch", "math", "X", "P", "Y", "J", "ST", "n", "offs", "mask", "pid", "BLOCK",
-    "DTYPE", "EPS", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride", "nan", "B",
-})
-
+__all__ = ["Namer", "sanitize", "short_base"]
 
 _SOLVE_TEMP = re.compile(r"^([A-Za-z]\w*)\..*#(\d+)$")
 
@@ -64,6 +45,7 @@ class Namer:
         self._names: dict[sp.Symbol, str] = {}
         self._used: set[str] = set(reserved)
         self._short = short
+        self.short = short
         self._n_deriv = 0
 
     def __call__(self, sym: sp.Symbol) -> str:

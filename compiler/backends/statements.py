@@ -1,9 +1,16 @@
 """Program statements -> lines of a generated function body, shared by both backends.
 
 An :class:`Emitter` walks a Program's statements in order: an :class:`~modelc.ir.Assign` is one line;
-a :class:`~modelc.ir.LinearSolve` is expanded by :func:`~modelc.backends.linsolve.expand_solve` into
+a :class:`~modelc.ir.LinearSolve` is expanded by :func:`~modelc.passes.expand_solve.expand_solve` into
 assignments; a :class:`~modelc.ir.Newton` is a loop whose shape the backend decides
 (:meth:`Emitter.newton`). The loop's linear solve ``J du = -R`` is expanded the same way.
+
+With a :class:`Helpers` registry (what module emission passes), a Newton solve is emitted once per
+module as a helper function of its own (:meth:`Emitter.helper`) and every variant (value, Jacobian,
+tangent) calls it: the CSE pass numbers a Newton body on its own, so the value, Jacobian and
+tangent programs of a model hold the same Newton statement. The helper's arguments are what the
+solve reads (sorted by name); it returns the unknowns and the status (converged, iterations,
+residual norm): nothing else of a solve is read after it (``ir.Program``'s rule).
 """
 from __future__ import annotations
 
@@ -11,23 +18,43 @@ import sympy as sp
 
 from modelc import ir
 from modelc.ir import RTOL_FLOOR_EPS
-from modelc.backends.linsolve import expand_solve
+from modelc.passes.expand_solve import expand_solve
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
 from modelc.errors import InternalError
 from modelc.functions import FUNCTIONS
+from modelc.ir.analysis import reads
 
 _abs = FUNCTIONS["abs_"].cls
 
 
 
-class Emitter:
-    """``pivoting``: the linear solves' strategy (see :mod:`modelc.backends.linsolve`)."""
+class Helpers:
+    """The Newton helpers of one module and one backend, in first-use order: (statement, name,
+    lines of the whole function, the definitions its emission recorded)."""
 
-    def __init__(self, printer: ExprPrinter, namer: Namer, pivoting: str = "auto"):
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.items: list[tuple[ir.Newton, str, list[str], dict]] = []
+
+    def find(self, st: ir.Newton):
+        return next((item for item in self.items if item[0] == st), None)
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for item in self.items for line in item[2]]
+
+
+class Emitter:
+    """``pivoting``: the linear solves' strategy (see :mod:`modelc.passes.expand_solve`);
+    ``helpers``: emit Newton solves as shared helper functions (None: inline)."""
+
+    def __init__(self, printer: ExprPrinter, namer: Namer, pivoting: str = "auto",
+                 helpers: Helpers | None = None):
         self.p = printer
         self.namer = namer
         self.pivoting = pivoting
+        self.helpers = helpers
         self.defs: dict[sp.Symbol, sp.Expr] = {}  # latest value assigned to each symbol
         self.lines: list[str] = []
         self.depth = 1  # inside a function
@@ -56,7 +83,10 @@ class Emitter:
                 self.solve(st.A, st.B, st.targets, f"ls{self.n_solves}")
             elif isinstance(st, ir.Newton):
                 self.n_newton += 1
-                self.newton(st, self.n_newton)
+                if self.helpers is None:
+                    self.newton(st, self.n_newton)
+                else:
+                    self.call_helper(st)
             else:
                 raise InternalError(f"unknown statement {type(st).__name__}")
 
@@ -105,6 +135,35 @@ class Emitter:
 
     def newton(self, st: ir.Newton, k: int) -> None:
         raise NotImplementedError
+
+    # -- Newton helpers ----------------------------------------------------------------------
+    def call_helper(self, st: ir.Newton) -> None:
+        """One line calling the module's helper for ``st`` (emitted on first use)."""
+        args = sorted(reads(st), key=lambda s: s.name)
+        outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
+        item = self.helpers.find(st)
+        if item is None:
+            name = f"{self.helpers.prefix}{len(self.helpers.items) + 1}"
+            namer = Namer(short=self.namer.short)
+            em = type(self)(type(self.p)(namer), namer, self.pivoting)
+            em.defs = dict(self.defs)  # the same pivoting decisions as an inline solve
+            params = [namer(a) for a in args]
+            em.newton(st, 1, helper=True)
+            em.line(f"return {', '.join(namer(o) for o in outs)}")
+            item = (st, name, self.helper_function(name, params, em), em.defs)
+            self.helpers.items.append(item)
+        self.defs.update(item[3])
+        names = ", ".join(self.namer(o) for o in outs)
+        self.comment(f"Newton solve for {', '.join(u.name for u in st.unknowns)} (helper {item[1]})")
+        self.line(f"{names} = {item[1]}({', '.join([self.namer(a) for a in args] + self.helper_args())})")
+
+    def helper_function(self, name: str, params: list[str], em: "Emitter") -> list[str]:
+        """The helper's lines, ``def`` included (backend-specific)."""
+        raise NotImplementedError
+
+    def helper_args(self) -> list[str]:
+        """Arguments every helper takes after the solve's inputs (backend-specific)."""
+        return []
 
 
 def status_symbols(program: ir.Program) -> dict[str, sp.Symbol]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from modelc import ir
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, status_symbols
+from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, Helpers, status_symbols
 from modelc.backends.torch_printer import TorchPrinter
 
 
@@ -37,16 +37,25 @@ class TorchEmitter(Emitter):
         p = self.p
         a, b = self.namer.fresh(f"{prefix}_A"), self.namer.fresh(f"{prefix}_B")
         x = self.namer.fresh(f"{prefix}_X")
-        rows = ", ".join("[" + ", ".join(p.doprint(e) for e in row) + "]" for row in A)
-        self.line(f"{a} = _matrix([{rows}], X)")
-        rows = ", ".join("[" + ", ".join(p.doprint(e) for e in row) + "]" for row in B)
-        self.line(f"{b} = _matrix([{rows}], X)")
+        for name, M in ((a, A), (b, B)):  # one row per line
+            self.line(f"{name} = _matrix([")
+            for row in M:
+                self.line("    [" + ", ".join(p.doprint(e) for e in row) + "],")
+            self.line("], X)")
         self.line(f"{x} = torch.linalg.solve_ex({a}, {b}, check_errors=False)[0]")
         for i in range(n):
             for j in range(m):
                 self.line(f"{self.namer(targets[i][j])} = {x}[:, {i}, {j}]")
 
-    def newton(self, st: ir.Newton, k: int) -> None:
+    def helper_args(self) -> list[str]:
+        return ["X"]
+
+    def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
+        return ["", f"def {name}({', '.join(params + ['X'])}):",
+                '    """Newton solve (shared by the variants): the unknowns, converged, iterations, '
+                'residual norm."""', *em.lines, ""]
+
+    def newton(self, st: ir.Newton, k: int, helper: bool = False) -> None:
         res, du, rn0 = self.newton_symbols(st, k)
         n = self.namer
         names = ", ".join(v.name for v in st.unknowns)
@@ -77,11 +86,11 @@ class TorchEmitter(Emitter):
 
 
 def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoting: str = "auto",
-               short_names: bool = True) -> list[str]:
+               short_names: bool = True, helpers: Helpers | None = None) -> list[str]:
     """The lines of ``def _torch_<variant>(X, P):`` (without the ``def`` line); the options as for
     :func:`modelc.backends.triton_backend.triton_body` (``pivoting`` applies to unrolled solves)."""
     namer = Namer(short=short_names)
-    em = TorchEmitter(TorchPrinter(namer), namer, pivoting)
+    em = TorchEmitter(TorchPrinter(namer), namer, pivoting, helpers)
     em.comment("inputs: column views of X")
     for sym, col in layout.input_columns():
         em.line(f"{namer(sym)} = X[:, {col}]")

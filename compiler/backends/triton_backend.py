@@ -32,7 +32,7 @@ import sympy as sp
 from modelc import ir
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, status_symbols
+from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, Helpers, status_symbols
 from modelc.backends.triton_printer import TritonPrinter
 
 
@@ -42,14 +42,25 @@ def baked_arg(sym: sp.Symbol) -> str:
 
 
 class TritonEmitter(Emitter):
-    def newton(self, st: ir.Newton, k: int) -> None:
+    def helper_args(self) -> list[str]:
+        return ["mask", "DTYPE", "EPS", "BLOCK"]
+
+    def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
+        sig = ", ".join(params + ["mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr"])
+        return ["", "@triton.jit", f"def {name}({sig}):",
+                '    """Newton solve (shared by the kernels): the unknowns, converged, iterations, '
+                'residual norm."""', "    # constants of the kernel dtype",
+                *("    " + line for line in em.p.prologue()), *em.lines]
+
+    def newton(self, st: ir.Newton, k: int, helper: bool = False) -> None:
         res, du, rn0 = self.newton_symbols(st, k)
         n = self.namer
         names = ", ".join(v.name for v in st.unknowns)
         self.comment(f"Newton solve {k} for {names}: per-point mask, converged points stop changing")
         for u, g in zip(st.unknowns, st.guess):
             self.line(f"{n(u)} = {self.p.doprint(g)} + tl.zeros([BLOCK], dtype=DTYPE)")
-        self.line(f"{n(st.converged)} = offs >= n  # lanes past the batch count as converged")
+        past = "~mask" if helper else "offs >= n"
+        self.line(f"{n(st.converged)} = {past}  # lanes past the batch count as converged")
         self.line(f"{n(st.iterations)} = tl.zeros([BLOCK], dtype=tl.int32)")
         self.line(f"{n(st.residual_norm)} = tl.zeros([BLOCK], dtype=DTYPE)")
         self.line(f"{n(rn0)} = tl.zeros([BLOCK], dtype=DTYPE)")
@@ -76,7 +87,7 @@ class TritonEmitter(Emitter):
         self.line(f"{it} += 1")
         self.line(f"{todo} = tl.sum({upd}.to(tl.int32), axis=0)")
         self.depth -= 1
-        if st.body:
+        if st.body and not helper:  # a helper returns the unknowns and status only
             self.comment("the Newton body at the solution (loop-local values do not leave the loop)")
             self.statements(st.body)
 
@@ -164,12 +175,12 @@ class _Rows:
 
 def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
                 baked: frozenset[str], *, pivoting: str = "auto",
-                short_names: bool = True) -> tuple[list[str], list[str]]:
+                short_names: bool = True, helpers: Helpers | None = None) -> tuple[list[str], list[str]]:
     """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args.
-    ``pivoting``: see :mod:`modelc.backends.linsolve`; ``short_names``: see :mod:`modelc.backends.names`."""
+    ``pivoting``: see :mod:`modelc.passes.expand_solve`; ``short_names``: see :mod:`modelc.backends.names`."""
     namer = Namer(short=short_names)
     pr = TritonPrinter(namer)
-    em = TritonEmitter(pr, namer, pivoting)
+    em = TritonEmitter(pr, namer, pivoting, helpers)
     em.depth = 1
     rows = _Rows(em)
     head: list[str] = []

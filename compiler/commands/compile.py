@@ -71,7 +71,8 @@ def selected(spec, select: str) -> list[str]:
 def generate(paths, select: str = "auto", bake: tuple[str, ...] = ()) -> dict[str, str]:
     """``{file name: source}`` for every selected model of every spec."""
     from modelc.backends.module import module_file_name
-    from modelc.driver import Options, compile_model, load_spec
+    from modelc.driver import compile_model, load_spec
+    from modelc.options import CompileOptions
 
     modules: dict[str, str] = {}
     origin: dict[str, Path] = {}
@@ -83,7 +84,7 @@ def generate(paths, select: str = "auto", bake: tuple[str, ...] = ()) -> dict[st
                 raise ModelcError(f"model {name} is produced by both {origin[fname]} and {f}; "
                                   "compile them into different folders")
             params = {p.name for m in spec.models for p in m.parameters}
-            opts = Options(constant_params=tuple(b for b in bake if b in params))
+            opts = CompileOptions(constant_params=tuple(b for b in bake if b in params))
             modules[fname] = compile_model(spec, name, opts).source
             origin[fname] = f
     return modules

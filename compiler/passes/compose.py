@@ -44,8 +44,9 @@ def compose(decl: ComposeDecl, available: Mapping[str, Model]) -> Model:
         m = available[name]
         models.append(resolve_implicit(m, available) if m.is_implicit else m)
     declared = getattr(decl, "inputs", None) or None  # ComposeDecl.inputs, when the spec declares them
-    return compose_models(decl.name, models, keep=decl.keep, declared_inputs=declared,
-                          doc=decl.doc, loc=decl.loc)
+    composed = compose_models(decl.name, models, keep=decl.keep, declared_inputs=declared,
+                              doc=decl.doc, loc=decl.loc)
+    return replace(composed, tangent=decl.tangent) if decl.tangent is not None else composed
 
 
 def compose_spec_model(spec: Spec, name: str) -> Model:

@@ -5,7 +5,9 @@ handled as one unit: every assignment is inlined into its readers (``xreplace``)
 ``sympy.cse`` runs over everything the segment must deliver together — the symbols read later
 (results, derivatives, status, later statements) and, for a Newton body, the residual and the
 Jacobian. The segment becomes the common subexpressions (``cse/0``, ``cse/1``, ... from a counter
-over the whole program, so names never depend on hash order) followed by the delivered symbols,
+over the whole program, so names never depend on hash order; a Newton body counts ``ncse/0``, ...
+on its own, so the same solve is the same statement in every program of a model) followed by the
+delivered symbols,
 which keep their names. A delivered symbol whose value is itself a common subexpression takes
 that subexpression's place (no copies). Assignments nothing reads disappear.
 """
@@ -17,7 +19,7 @@ import sympy as sp
 
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
-from modelc.passes.lower import reads
+from modelc.ir.analysis import reads
 from modelc.passes.symbols import Counter
 
 
@@ -45,7 +47,9 @@ def cse(program: Program) -> Program:
             out += _segment(segment, (), after[k - 1], counter)[0]
             segment = []
         if isinstance(st, Newton):
-            st = _newton(st, counter)
+            # its own counter: a Newton solve comes out the same in every program that holds it
+            # (value, Jacobian, tangent), so the backends emit it once per module as a helper
+            st = _newton(st, Counter("ncse"))
         out.append(st)
     if segment:
         out += _segment(segment, (), after[len(body) - 1], counter)[0]
@@ -75,6 +79,7 @@ def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
     if not exprs:
         return [], []
     replacements, reduced = sp.cse(exprs, symbols=counter, order="canonical")
+    replacements, reduced = _hoist_power_bases(replacements, reduced, counter)
     # a kept symbol whose value is a common subexpression takes its place
     rename = {}
     free = set().union(*(e.free_symbols for e in exprs))
@@ -88,6 +93,46 @@ def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
             continue
         stmts.append(Assign(t, r.xreplace(rename)))
     return stmts, [r.xreplace(rename) for r in reduced[len(keep):]]
+
+
+def _power_prints(exp) -> int:
+    """How many times the printers write the base of ``base**exp`` (integer and half-integer
+    powers up to MAX_EXPANDED_POWER are expanded to products, see modelc.backends.printer)."""
+    from modelc.backends.printer import MAX_EXPANDED_POWER
+
+    if not (exp.is_Integer or (exp.is_Rational and exp.q == 2)):
+        return 1
+    n2 = abs(int(exp * 2))
+    return n2 // 2 + n2 % 2 if n2 <= 2 * MAX_EXPANDED_POWER else 1
+
+
+def _hoist_power_bases(replacements, reduced, counter: Counter):
+    """Expand integer powers before printing: the compound base of a power that the printers
+    expand to a product (``(a - b)**2`` -> ``(a - b) * (a - b)``) becomes a common subexpression of
+    its own, so each base is computed and printed once. A new assignment is placed right before
+    the first statement that uses it (its operands are all defined by then)."""
+    memo: dict[sp.Expr, sp.Symbol] = {}
+    out: list[tuple[sp.Symbol, sp.Expr]] = []
+
+    def hoist(e):
+        if e.is_Atom or not e.args:
+            return e
+        args = tuple(hoist(a) for a in e.args)
+        if args != e.args:  # rebuilt unevaluated: the same arithmetic as the expression printed inline
+            e = e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+        if e.is_Pow and not e.base.is_Atom and _power_prints(e.exp) > 1:
+            s = memo.get(e.base)
+            if s is None:
+                s = memo[e.base] = next(counter)
+                out.append((s, e.base))
+            return sp.Pow(s, e.exp, evaluate=False)
+        return e
+
+    for target, value in replacements:
+        value = hoist(value)
+        out.append((target, value))
+    reduced = [hoist(r) for r in reduced]
+    return out, reduced
 
 
 def _same(a, b) -> bool:

@@ -23,7 +23,7 @@ import sympy as sp
 
 from modelc.errors import CompositionError, InternalError
 from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Variable
-from modelc.passes.differentiate import differentiate
+from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
 
 
@@ -33,8 +33,9 @@ def lower(model: Model, *, derivatives: bool,
 
     ``select = (of, wrt)`` (with ``derivatives``) keeps only the blocks d of / d wrt (a tangent): the
     rest, down to the columns of the implicit models' linear solves that only they read, is pruned."""
-    if _needs_partials(model, derivatives):
-        model = differentiate(model)
+    if _needs_partials(model, derivatives):  # precondition: the driver differentiates first
+        raise InternalError(f"lower: model {model.name} is not differentiated (run passes.differentiate "
+                            "before lowering; the driver owns the order)")
     em = _Emitter()
     em.model(model, derivatives)
     results = {o.name: tuple(o.symbols) for o in model.outputs}
@@ -76,7 +77,7 @@ def lower(model: Model, *, derivatives: bool,
         cols = tuple(x.name for x in model.inputs if x.name in select[1])
     return Program(name=model.name, inputs=model.inputs, parameters=model.parameters,
                    outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status,
-                   jacobian_of=rows, jacobian_wrt=cols)
+                   jacobian_of=rows, jacobian_wrt=cols, doc=model.doc, loc=model.loc)
 
 
 def _needs_partials(model: Model, derivatives: bool) -> bool:
@@ -250,54 +251,3 @@ def _variables(m: Model) -> dict[str, Variable]:
         for v in m.implicit.unknowns:
             out.setdefault(v.name, v)
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# liveness
-# --------------------------------------------------------------------------------------------------
-def reads(st: Statement) -> set[sp.Symbol]:
-    """The symbols a statement reads from before it (a Newton's own body and unknowns excluded)."""
-    if isinstance(st, Assign):
-        return set(sp.sympify(st.value).free_symbols)
-    if isinstance(st, LinearSolve):
-        return set().union(*(sp.sympify(e).free_symbols for m in (st.A, st.B) for row in m for e in row))
-    inner = set(st.unknowns)
-    free = set()
-    for a in st.body:
-        free |= sp.sympify(a.value).free_symbols - inner
-        inner.add(a.target)
-    for e in list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale):
-        free |= sp.sympify(e).free_symbols - inner
-    for g in st.guess:
-        free |= sp.sympify(g).free_symbols
-    return free
-
-
-def writes(st: Statement) -> set[sp.Symbol]:
-    if isinstance(st, Assign):
-        return {st.target}
-    if isinstance(st, LinearSolve):
-        return {t for row in st.targets for t in row}
-    return set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
-
-
-def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, ...]:
-    """``body`` without the statements whose results nothing in ``live`` (or later) reads; a
-    LinearSolve keeps only the right-hand-side columns whose solutions are read."""
-    live = set(live)
-    out = []
-    for st in reversed(list(body)):
-        w = writes(st)
-        if not w & live:
-            continue
-        if isinstance(st, LinearSolve):
-            keep = [j for j in range(len(st.targets[0]) if st.targets else 0)
-                    if any(row[j] in live for row in st.targets)]
-            if len(keep) < len(st.targets[0]):
-                st = LinearSolve(A=st.A, B=tuple(tuple(row[j] for j in keep) for row in st.B),
-                                 targets=tuple(tuple(row[j] for j in keep) for row in st.targets))
-                w = writes(st)
-        out.append(st)
-        live -= w
-        live |= reads(st)
-    return tuple(reversed(out))

@@ -1,4 +1,4 @@
-"""The library models (spec/library.yaml) against NEML2 3.1.0's results (../shared/reference/neml2),
+"""The library models (spec/library.yaml) against NEML2 3.1.0's results (tests/reference/neml2),
 against central finite differences of their own one-step map, against autograd, and against closed
 forms; through the reference interpreter of the compiled Program (independent of the backends) and
 through the generated modules (backend torch in float64/float32, triton under TRITON_INTERPRET=1).

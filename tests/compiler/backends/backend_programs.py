@@ -123,13 +123,14 @@ _MODULES: dict = {}
 
 def generated(name: str, folder, **options):
     """Emit, write and import the generated module of hand-built program ``name`` (memoised)."""
-    from modelc.backends.module import EmitOptions, emit_module, write_atomic
+    from modelc.options import CompileOptions
+    from modelc.backends.module import emit_module, write_atomic
     from modelc.cache import import_file
 
     key = (name, tuple(sorted(options.items())))
     if key not in _MODULES:
         value, full = ALL[name]()
-        src = emit_module(value, full, options=EmitOptions(**options))
+        src = emit_module(value, full, options=CompileOptions(**options))
         tag = "_".join(f"{k}{len(v)}" for k, v in sorted(options.items()))
         path = folder / f"{name}{'_' + tag if tag else ''}.py"
         write_atomic(path, src)

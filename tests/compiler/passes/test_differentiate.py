@@ -112,8 +112,8 @@ def test_composed_derivatives_match_finite_differences(nested):
         model = compose(ComposeDecl("t", ("scale", "norm", "elastic"), keep=("state/q",)), _tensor_chain())
         x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6)), "forces/t": rng.uniform(0, 1, size=7)}
     model = differentiate(model)
-    value = lower(model, derivatives=False)
-    full = lower(model, derivatives=True)
+    value = lower(differentiate(model), derivatives=False)
+    full = lower(differentiate(model), derivatives=True)
     assert not value.derivatives
     res, der, _ = interpret(full, x)
     res0, _, _ = interpret(value, x)
@@ -132,7 +132,7 @@ def test_differentiate_is_idempotent_and_float32():
     rng = np.random.default_rng()
     x64 = {n: rng.uniform(-1, 1, size=5) for n in X}
     x32 = {n: v.astype(np.float32) for n, v in x64.items()}
-    P = lower(m, derivatives=True)
+    P = lower(differentiate(m), derivatives=True)
     r64, d64, _ = interpret(P, x64)
     r32, d32, _ = interpret(P, x32)
     assert r32["y"].dtype == np.float32 and d32[("y", "x1")].dtype == np.float32

@@ -21,12 +21,12 @@ from passes_helpers import central_fd, coupled as _coupled, coupled_inputs as _i
 def test_program_without_derivatives_computes_none():
     f, g, h = seed_models()
     m = differentiate(compose(ComposeDecl("r", ("f", "g", "h")), {"f": f, "g": g, "h": h}))
-    value = lower(m, derivatives=False)
+    value = lower(differentiate(m), derivatives=False)
     assert [st.target.name for st in value.body] == ["y1", "y2", "y"]
     assert not value.derivatives and not value.status
-    full = lower(m, derivatives=True)
+    full = lower(differentiate(m), derivatives=True)
     assert set(full.derivatives) == {("y", x) for x in ("x1", "x2", "x3", "x4")}
-    assert lower(compose(ComposeDecl("r", ("f", "g", "h")), {"f": f, "g": g, "h": h}), derivatives=True).derivatives
+    assert lower(differentiate(compose(ComposeDecl("r", ("f", "g", "h")), {"f": f, "g": g, "h": h})), derivatives=True).derivatives
 
 
 # ------------------------------------------------------------------------------------ scalar implicit
@@ -44,7 +44,7 @@ def test_scalar_backward_euler_closed_form_and_tangent(dtype):
     m = differentiate(_quadratic(rtol=1e-12, atol=1e-6 if dtype == np.float32 else 1e-13))
     rng = np.random.default_rng()
     x = {"old_state/u": rng.uniform(0.1, 2.0, 50).astype(dtype), "forces/dt": rng.uniform(0.01, 1.0, 50).astype(dtype)}
-    for prog in (lower(m, derivatives=True), cse(lower(m, derivatives=True))):
+    for prog in (lower(differentiate(m), derivatives=True), cse(lower(differentiate(m), derivatives=True))):
         assert sum(isinstance(s, Newton) for s in prog.body) == 1
         assert sum(isinstance(s, LinearSolve) for s in prog.body) == 1
         res, der, status = interpret(prog, x)
@@ -62,7 +62,7 @@ def test_scalar_backward_euler_closed_form_and_tangent(dtype):
         np.testing.assert_allclose(der[("state/u", "old_state/u")][:, 0, 0], 1 / (1 + 2 * dt * k * exact), rtol=10 * tol)
         np.testing.assert_allclose(der[("state/u", "forces/dt")][:, 0, 0], -k * exact ** 2 / (1 + 2 * dt * k * exact),
                                    rtol=100 * tol)
-    value = lower(m, derivatives=False)
+    value = lower(differentiate(m), derivatives=False)
     assert not any(isinstance(s, LinearSolve) for s in value.body) and not value.derivatives
     assert set(value.status) == {"converged", "iterations", "residual_norm"}
 
@@ -70,7 +70,7 @@ def test_scalar_backward_euler_closed_form_and_tangent(dtype):
 def test_newton_mask_and_non_converged_points_are_nan():
     m = _quadratic(max_iter=3, rtol=1e-14, atol=1e-14)
     x = {"old_state/u": np.array([1e-9, 1.0, 500.0]), "forces/dt": np.array([1.0, 0.1, 50.0])}
-    res, _, status = interpret(lower(m, derivatives=False), x)
+    res, _, status = interpret(lower(differentiate(m), derivatives=False), x)
     conv = status["converged"]
     assert conv[0] and not conv[2]
     assert status["iterations"][0] < status["iterations"][2] == 3
@@ -84,7 +84,7 @@ def test_coupled_system_solution_and_tangent(n_tensors):
     model, residuals, unknowns = _coupled(n_tensors)
     model = differentiate(model)
     assert [v.name for v in model.outputs] == [u.name for u in unknowns] + ["state/S"]
-    full, value = cse(lower(model, derivatives=True)), cse(lower(model, derivatives=False))
+    full, value = cse(lower(differentiate(model), derivatives=True)), cse(lower(differentiate(model), derivatives=False))
     rng = np.random.default_rng()
     x = _inputs(model, rng)
     res, der, status = interpret(full, x)

@@ -220,3 +220,21 @@ def test_scalar_on_the_left_keeps_operand_order_and_names(s, p, seed):
     u = TypedTensor(torch.tensor([1.0, 2.0]), Scalar) / TypedTensor(torch.full((2, 6), 4.0), SR2)
     assert repr(u) == "TypedTensor(SR2, batch=(2,), torch.float32, cpu)"
     torch.testing.assert_close(u.data, torch.tensor([0.25, 0.5])[:, None].expand(2, 6))
+
+
+def test_broadcast_shapes_agrees_with_torch():
+    """The runtime's own broadcast (torch's imports SymPy) gives torch's answer and its error."""
+    from modelc.runtime.tensors import broadcast_shapes
+
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        shapes = [tuple(int(d) for d in torch.randint(0, 4, (int(torch.randint(0, 4, (1,), generator=gen)),),
+                                                      generator=gen)) for _ in range(3)]
+        try:
+            want = torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                broadcast_shapes(*shapes)
+        else:
+            assert broadcast_shapes(*shapes) == want
+    assert broadcast_shapes() == torch.Size([])

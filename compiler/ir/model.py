@@ -1,19 +1,11 @@
-"""The compiler's intermediate representations.
+"""The Model IR: what the front end produces, composition wires and differentiation sharpens.
 
-Two levels, both immutable (frozen dataclasses, tuples, SymPy expressions as leaves):
-
-1. **Model IR** (what the front end produces and composition consumes). A :class:`Model` is a
-   function from its input variables (and parameters) to its output variables. Every tensor variable
-   is already expanded to scalar components: an SR2 variable ``state/S`` is six SymPy symbols (see
-   :func:`component_symbols`), and each output is a tuple of SymPy expressions over input and
-   parameter component symbols, in Mandel order. An *implicit* model instead declares unknowns and
-   residuals; its outputs are its unknowns.
-
-2. **Program IR** (what lowering produces and the backends consume). A :class:`Program` is a
-   straight-line list of statements over batch-wise scalar values — :class:`Assign`,
-   :class:`Newton` (a whole Newton solve, emitted as a loop with a per-point convergence mask) and
-   :class:`LinearSolve` (an unrolled, sparsity-aware elimination) — plus which symbols hold the
-   outputs and the requested derivatives. Backends print a Program; they never see Models.
+A :class:`Model` is a function from its input variables (and parameters) to its output variables.
+Every tensor variable is already expanded to scalar components: an SR2 variable ``state/S`` is six
+SymPy symbols (see :func:`component_symbols`), and each output is a tuple of SymPy expressions over
+input and parameter component symbols, in Mandel order. An *implicit* model instead declares unknowns
+and residuals; its outputs are its unknowns. Everything is immutable (frozen dataclasses, tuples,
+SymPy expressions as leaves).
 
 Symbols: every component symbol is created by :func:`component_symbols` / :func:`param_symbols`
 (a registry, so the same name always gives the same symbol, and naming is deterministic). Symbol
@@ -212,7 +204,7 @@ class Model:
     partials: tuple[Partial, ...] = ()
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
-    tangent: Tangent | None = None  # declared in the spec (leaf models); compositions: ComposeDecl
+    tangent: Tangent | None = None  # declared in the spec (a leaf model's, or its composition's)
 
     @property
     def is_composed(self) -> bool:
@@ -281,138 +273,3 @@ class Spec:
             if m.name == name:
                 return m
         raise KeyError(name)
-
-
-# --------------------------------------------------------------------------------------------------
-# program IR
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Assign:
-    """``target = value`` for every batch point."""
-
-    target: sp.Symbol
-    value: sp.Expr
-
-
-@dataclass(frozen=True, slots=True)
-class LinearSolve:
-    """Solve ``A X = B`` per point; ``X[i][j]`` is assigned to ``targets[i][j]``.
-
-    ``A`` is n x n, ``B`` n x m, entries are expressions over symbols already assigned; structural
-    zeros are ``sympy.S.Zero`` and the backend eliminates only over structurally nonzero entries.
-    """
-
-    A: tuple[tuple[sp.Expr, ...], ...]
-    B: tuple[tuple[sp.Expr, ...], ...]
-    targets: tuple[tuple[sp.Symbol, ...], ...]
-
-
-#: the relative Newton tolerance is at least this many machine epsilons of the dtype (every backend,
-#: and the reference interpreter, apply it to the residual-scale test of :class:`Newton`)
-RTOL_FLOOR_EPS = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Newton:
-    """A Newton solve for ``unknowns`` with a per-point convergence mask.
-
-    Start from ``guess``; each iteration evaluates ``body`` (assignments that may read the
-    unknowns), then the ``residual`` and ``jacobian`` (dR/du) expressions, solves J du = -R and
-    updates the points that have not converged. Convergence: ||R|| <= atol, or every
-    |R_i| <= rtol * residual_scale[i] (or, when no scale is given, ||R|| <= rtol ||R0||), with rtol
-    floored at a few ulps of the dtype.
-    After the loop, ``unknowns`` hold the solution, and ``converged``, ``iterations`` and
-    ``residual_norm`` hold the per-point status.
-    """
-
-    unknowns: tuple[sp.Symbol, ...]
-    guess: tuple[sp.Expr, ...]
-    body: tuple[Assign, ...]
-    residual: tuple[sp.Expr, ...]
-    jacobian: tuple[tuple[sp.Expr, ...], ...]
-    solver: SolverOptions
-    converged: sp.Symbol
-    iterations: sp.Symbol
-    residual_norm: sp.Symbol
-    #: per residual component, the sum of the magnitudes of its terms (same symbols as ``residual``).
-    #: A point counts as converged when every |R_i| <= rtol_eff * residual_scale[i]: each residual
-    #: is zero to within the relative tolerance of the terms it is made of. Unlike rtol * ||R0|| this
-    #: does not mix units, and it makes float32 (and tight float64 tolerances) reachable: an elastic
-    #: step whose first residual is already at round-off level converges at once. Empty: the
-    #: backends fall back to ||R|| <= rtol_eff * ||R0||.
-    residual_scale: tuple[sp.Expr, ...] = ()
-
-
-Statement = Assign | LinearSolve | Newton
-
-
-@dataclass(frozen=True, slots=True)
-class Program:
-    """A straight-line program that evaluates a (composed) model for every batch point.
-
-    ``inputs`` and ``parameters`` are read; ``outputs[var]`` are the expressions (usually symbols)
-    written for each output component; ``derivatives[(out, in)]`` the d out / d in block (rows: out
-    components, columns: in components), present only for blocks that are not structurally zero.
-    ``status`` names the per-point solver status symbols (empty for explicit programs).
-
-    Sharpened by ``passes.lower``: a symbol is assigned at most once per straight-line segment
-    (segments are separated by Newton statements); a later segment may assign it again (e.g. the
-    residual system recomputed at the solution after a Newton), and every read sees the latest
-    assignment in program order. A Newton body's assignments are local to the solve: nothing after
-    the Newton reads them without assigning them again. Status values: ``converged`` is boolean,
-    ``iterations`` an integer, ``residual_norm`` a float (2-norm of the residual).
-    """
-
-    name: str
-    inputs: tuple[Variable, ...]
-    parameters: tuple[Parameter, ...]
-    outputs: tuple[Variable, ...]
-    body: tuple[Statement, ...]
-    results: Mapping[str, tuple[sp.Expr, ...]]
-    derivatives: Mapping[tuple[str, str], tuple[tuple[sp.Expr, ...], ...]] = field(default_factory=dict)
-    status: Mapping[str, sp.Symbol] = field(default_factory=dict)
-    #: the Jacobian's rows and columns (output and input names, in ``outputs``/``inputs`` order) when
-    #: the program computes a selection (a tangent); None: every output by every input
-    jacobian_of: tuple[str, ...] | None = None
-    jacobian_wrt: tuple[str, ...] | None = None
-
-    def __str__(self) -> str:
-        return format_program(self)
-
-
-def format_program(p: Program) -> str:
-    """A readable, deterministic listing of a Program (what ``--dump-ir`` writes)."""
-    lines = [f"program {p.name}"]
-    lines += [f"  in  {v}" for v in p.inputs]
-    lines += [f"  par {q}" for q in p.parameters]
-    lines += [f"  out {v}" for v in p.outputs]
-    lines += _format_body(p.body, "  ")
-    for name, comps in p.results.items():
-        lines.append(f"  result {name} = ({', '.join(sp.sstr(c) for c in comps)})")
-    for (o, i), block in p.derivatives.items():
-        rows = "; ".join(", ".join(sp.sstr(e) for e in row) for row in block)
-        lines.append(f"  derivative d({o})/d({i}) = [{rows}]")
-    for k, s in p.status.items():
-        lines.append(f"  status {k} = {s}")
-    if p.jacobian_of is not None:
-        lines.append(f"  jacobian rows {', '.join(p.jacobian_of)}; columns {', '.join(p.jacobian_wrt or ())}")
-    return "\n".join(lines)
-
-
-def _format_body(body, indent: str) -> list[str]:
-    lines = []
-    for st in body:
-        if isinstance(st, Assign):
-            lines.append(f"{indent}{st.target} = {sp.sstr(st.value)}")
-        elif isinstance(st, LinearSolve):
-            lines.append(f"{indent}solve A X = B for X = {[[t.name for t in row] for row in st.targets]}")
-            lines += [f"{indent}  A[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.A)]
-            lines += [f"{indent}  B[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.B)]
-        else:
-            lines.append(f"{indent}newton {[u.name for u in st.unknowns]} ({st.solver}) -> "
-                         f"{st.converged}, {st.iterations}, {st.residual_norm}")
-            lines += [f"{indent}  guess {u} = {sp.sstr(g)}" for u, g in zip(st.unknowns, st.guess)]
-            lines += _format_body(st.body, indent + "  ")
-            lines += [f"{indent}  R[{i}] = {sp.sstr(r)}" for i, r in enumerate(st.residual)]
-            lines += [f"{indent}  J[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.jacobian)]
-    return lines

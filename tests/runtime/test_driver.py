@@ -24,7 +24,7 @@ from modelc.runtime.driver import (NonConvergenceWarning, load_results, plot_res
 from modelc.runtime.histories import uniaxial_strain_history
 from modelc.runtime.types import SR2, Scalar
 
-REF = "/work/shared/reference/neml2/{}__uniaxial.npz"
+REF = str(Path(__file__).resolve().parents[1] / "reference" / "neml2" / "{}__uniaxial.npz")
 ONE = torch.tensor([1.0, 1, 1, 0, 0, 0], dtype=torch.float64)
 
 

@@ -1,4 +1,4 @@
-"""The unrolled linear solve (modelc.backends.linsolve) on its own: its assignments are evaluated with
+"""The unrolled linear solve (modelc.passes.expand_solve) on its own: its assignments are evaluated with
 NumPy (SymPy lambdify, one statement at a time) on a batch of fresh random systems and compared with
 numpy.linalg.solve. Covers the pivoting contract of the module docstring: static structural ordering
 (zero structural diagonal), per-point partial pivoting where a pivot is not anchored (tiny dynamic
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from modelc.backends.linsolve import GUARD, anchored, expand_solve, structural_matching
+from modelc.passes.expand_solve import GUARD, anchored, expand_solve, structural_matching
 from modelc.errors import ModelcError
 
 MODES = ("auto", "partial", "none")

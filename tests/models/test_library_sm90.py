@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-GENERATED = Path(__file__).resolve().parents[3] / "generated"
+GENERATED = Path(__file__).resolve().parents[2] / "generated"
 MODELS = ["j2_voce_af", "j2_perfect", "j2_linear_iso", "perzyna_iso", "elastic"]  # slowest first (xdist)
 
 CHILD = r'''

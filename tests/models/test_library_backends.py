@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-LIBRARY = Path(__file__).parents[3] / "spec" / "library.yaml"
+LIBRARY = Path(__file__).parents[2] / "spec" / "library.yaml"
 
 
 @pytest.fixture(scope="module")

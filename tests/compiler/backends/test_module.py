@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import backend_programs as bp
-from modelc.backends.module import EmitOptions, check_source, emit_module, write_atomic, write_modules
+from modelc.options import CompileOptions
+from modelc.backends.module import check_source, emit_module, write_atomic, write_modules
 from modelc.errors import InternalError, ModelcError
 
 HERE = Path(__file__).parent
@@ -80,7 +81,7 @@ def test_header_and_structure():
 def test_bad_bake_option_names_the_parameter():
     v, f = bp.elastic()
     with pytest.raises(ModelcError, match="cannot bake unknown parameter.*Q"):
-        emit_module(v, f, options=EmitOptions(constant_params=("Q",)))
+        emit_module(v, f, options=CompileOptions(constant_params=("Q",)))
 
 
 def test_syntax_errors_show_numbered_source():
@@ -98,3 +99,45 @@ def test_atomic_writes(tmp_path):
     paths = write_modules({"b.py": "b = 1\n", "a.py": "a = 1\n"}, tmp_path / "out")
     assert [q.name for q in paths] == ["a.py", "b.py"]
     assert hashlib.sha256((tmp_path / "out" / "b.py").read_bytes()).hexdigest()
+
+
+TRACE_SPEC = '''\
+models:
+  scale:
+    doc: "Scaled strain.\\nA second line with \\"\\"\\" quotes and a back\\\\slash"
+    parameters:
+      k: {default: 2.0}
+    inputs:
+      eps: {var: forces/E, type: SR2}
+    outputs:
+      S: {var: state/S, type: SR2}
+    equations:
+      S: k*eps
+compose:
+  both:
+    doc: The composition's own doc
+    models: [scale]
+'''
+
+
+def test_header_names_spec_line_and_doc(tmp_path, monkeypatch):
+    """Traceability: the header names the spec file and the line of the model's declaration (a
+    path relative to the working folder, so the bytes do not depend on where the checkout is) and
+    quotes the doc; user text with quotes and backslashes stays data."""
+    from modelc import driver
+    from modelc.runtime.paths import import_file
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "t.yaml").write_text(TRACE_SPEC)
+    monkeypatch.chdir(tmp_path)
+    spec = driver.load_spec("specs/t.yaml")
+    leaf = driver.compile_model(spec, "scale").source
+    assert "# model:       scale, declared at specs/t.yaml:2\n" in leaf
+    assert "#   Scaled strain.\n#   A second line with \"\"\" quotes and a back\\slash\n" in leaf
+    comp = driver.compile_model(spec, "both").source
+    assert "# model:       both, declared at specs/t.yaml:13\n" in comp
+    assert "#   The composition's own doc\n" in comp and "Compiled model" not in comp
+    write_atomic(tmp_path / "scale.py", leaf)
+    mod = import_file(tmp_path / "scale.py", "trace_scale")
+    assert 'A second line with """ quotes and a back\\slash' in mod.__doc__
+    assert driver.lower_model(spec, "scale").value.doc.startswith("Scaled strain.")

@@ -13,7 +13,7 @@ import modelc
 from modelc import cache
 from modelc.errors import ModelcError
 
-LIBRARY = str(Path(__file__).parents[3] / "spec" / "library.yaml")
+LIBRARY = str(Path(__file__).parents[2] / "spec" / "library.yaml")
 
 
 @pytest.fixture(autouse=True)

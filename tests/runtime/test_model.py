@@ -91,3 +91,19 @@ def test_description(elastic):
     assert "forces/" in text and "E: Scalar = 210000 [MPa]" in text
     assert m.parameters["nu"].default == (0.3,)
     assert f"backend={m.backend!r}" in repr(m) and m.backend in ("c", "torch")
+
+
+def test_triton_missing_is_a_clear_error_and_auto_picks_another_backend():
+    """Without triton (kernels None, as a module imported where triton is absent), backend='triton'
+    says what to install; 'auto' still runs (C or PyTorch)."""
+    from modelc.generated import elastic
+
+    class NoTriton(elastic.Model):
+        kernel_value = kernel_jacobian = kernel_tangent = None
+
+    with pytest.raises(InputError, match=r"triton package, which is not installed .*modelc\[gpu\]"):
+        NoTriton(backend="triton")
+    m = NoTriton()
+    assert m.backend in ("c", "torch")
+    eps = torch.zeros(2, 6, dtype=torch.float64)
+    assert torch.equal(m({"forces/E": eps})["state/S"], torch.zeros(2, 6, dtype=torch.float64))

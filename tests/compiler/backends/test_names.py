@@ -1,8 +1,8 @@
 """Generated code size: temporaries get short deterministic names (modelc.backends.names) and the
-linear solves emit per-point pivoting only where it can matter (modelc.backends.linsolve), so the
+linear solves emit per-point pivoting only where it can matter (modelc.passes.expand_solve), so the
 library's modules are much smaller than with readable names everywhere and pivoting at every step
 (the former output, still available through the backends' options). Determinism across
-PYTHONHASHSEED is tested in test_module_emission.py."""
+PYTHONHASHSEED is tested in test_module.py."""
 from __future__ import annotations
 
 import functools

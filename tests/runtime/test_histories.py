@@ -11,7 +11,7 @@ from modelc.errors import InputError
 from modelc.runtime.histories import (BUNDLED_HISTORIES, History, as_history, bundled_history,
                                       bundled_history_path, load_history, uniaxial_strain_history)
 
-REF_DIR = Path("/work/shared/reference/neml2")
+REF_DIR = Path(__file__).resolve().parents[1] / "reference" / "neml2"
 MODELS = ["elastic", "j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso"]
 
 

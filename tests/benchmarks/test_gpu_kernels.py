@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton")
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 

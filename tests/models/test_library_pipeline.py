@@ -11,7 +11,7 @@ import pytest
 from modelc.interpret import interpret
 from passes_helpers import central_fd
 
-SPEC = Path(__file__).parents[3] / "spec" / "library.yaml"
+SPEC = Path(__file__).parents[2] / "spec" / "library.yaml"
 
 
 def test_j2_voce_af_tangent_matches_finite_differences(capsys):
@@ -26,7 +26,7 @@ def test_j2_voce_af_tangent_matches_finite_differences(capsys):
 
     t0 = time.perf_counter()
     model = differentiate(compose_spec_model(load_spec(SPEC), "j2_voce_af"))
-    full, value = cse(lower(model, derivatives=True)), cse(lower(model, derivatives=False))
+    full, value = cse(lower(differentiate(model), derivatives=True)), cse(lower(differentiate(model), derivatives=False))
     seconds = time.perf_counter() - t0
     rng = np.random.default_rng()
     n = 3

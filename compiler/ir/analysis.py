@@ -1,0 +1,71 @@
+"""Analyses of the Program IR: what a statement reads and writes, liveness pruning, and whether a
+Jacobian depends on the inputs at all (constant-Jacobian analysis)."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import sympy as sp
+
+from modelc.ir.program import Assign, LinearSolve, Program, Statement
+
+
+def reads(st: Statement) -> set[sp.Symbol]:
+    """The symbols a statement reads from before it (a Newton's own body and unknowns excluded)."""
+    if isinstance(st, Assign):
+        return set(sp.sympify(st.value).free_symbols)
+    if isinstance(st, LinearSolve):
+        return set().union(*(sp.sympify(e).free_symbols for m in (st.A, st.B) for row in m for e in row))
+    inner = set(st.unknowns)
+    free = set()
+    for a in st.body:
+        free |= sp.sympify(a.value).free_symbols - inner
+        inner.add(a.target)
+    for e in list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale):
+        free |= sp.sympify(e).free_symbols - inner
+    for g in st.guess:
+        free |= sp.sympify(g).free_symbols
+    return free
+
+
+def writes(st: Statement) -> set[sp.Symbol]:
+    if isinstance(st, Assign):
+        return {st.target}
+    if isinstance(st, LinearSolve):
+        return {t for row in st.targets for t in row}
+    return set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
+
+
+def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, ...]:
+    """``body`` without the statements whose results nothing in ``live`` (or later) reads; a
+    LinearSolve keeps only the right-hand-side columns whose solutions are read."""
+    live = set(live)
+    out = []
+    for st in reversed(list(body)):
+        w = writes(st)
+        if not w & live:
+            continue
+        if isinstance(st, LinearSolve):
+            keep = [j for j in range(len(st.targets[0]) if st.targets else 0)
+                    if any(row[j] in live for row in st.targets)]
+            if len(keep) < len(st.targets[0]):
+                st = LinearSolve(A=st.A, B=tuple(tuple(row[j] for j in keep) for row in st.B),
+                                 targets=tuple(tuple(row[j] for j in keep) for row in st.targets))
+                w = writes(st)
+        out.append(st)
+        live -= w
+        live |= reads(st)
+    return tuple(reversed(out))
+
+
+def constant_jacobian(program: Program) -> bool:
+    """Whether ``program`` (explicit: no Newton) has a Jacobian that depends on no input, only on the
+    parameters (linear elasticity): the runtime then computes it for one point and returns it
+    broadcast over the batch when the parameters are shared."""
+    if not program.derivatives or any(not isinstance(st, Assign) for st in program.body):
+        return False
+    varying = {s for v in program.inputs for s in v.symbols}
+    for st in program.body:  # symbols whose value depends on an input, in program order
+        if reads(st) & varying:
+            varying |= writes(st)
+    return not any(sp.sympify(e).free_symbols & varying
+                   for block in program.derivatives.values() for row in block for e in row)

@@ -1,0 +1,247 @@
+"""A slow, simple reference interpreter of Program IR over batches (the test oracle).
+
+Every statement is evaluated with ``sympy.lambdify`` over NumPy arrays of the batch shape, one
+scalar component at a time, in program order (a later assignment to a symbol replaces the earlier
+value). ``Newton``: per-point mask; each iteration evaluates the body, the residual and the
+Jacobian at every point, and updates only the points that have not converged
+(||R|| <= atol, or every |R_i| <= rtol |terms of R_i| -- the
+``residual_scale`` test of the backends, rtol floored at ``RTOL_FLOOR_EPS`` machine epsilons --
+or, without a residual scale, ||R|| <= rtol ||R0||; 2-norms). Points that fail (iteration limit, singular or
+non-finite Jacobian) get NaN unknowns (``on_failure == "substep"`` needs the step, which a Program
+does not see: the interpreter treats it as ``"nan"``). ``LinearSolve``: ``numpy.linalg.solve`` per
+point (NaN where the matrix is not finite or singular).
+
+Shapes: an input or parameter of type T is an array of ``batch + T.base_shape`` (parameters may
+also be plain numbers or omitted, then their default is used); ``results[name]`` has
+``batch + base_shape``; ``derivatives[(out, in)]`` has ``batch + (out.size, in.size)``.
+Torch tensors in give torch tensors out (same dtype); computation is in NumPy.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping
+
+import numpy as np
+import sympy as sp
+
+from modelc.errors import InputError
+from modelc.ir import RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
+
+
+def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
+              *, solves: list | None = None):
+    """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays. ``solves``: a list
+    that receives the ``(A, B)`` arrays of every :class:`LinearSolve`, in program order (what
+    :func:`skeel_condition` reads)."""
+    params = dict(params or {})
+    torch_out = None
+    arrays = {}
+    for v in program.inputs:
+        if v.name not in inputs:
+            raise InputError(f"program '{program.name}': missing input '{v.name}'")
+        arrays[v.name] = _np(inputs[v.name])
+        torch_out = torch_out or _torch_like(inputs[v.name])
+    unknown = set(inputs) - {v.name for v in program.inputs}
+    if unknown:
+        raise InputError(f"program '{program.name}': unknown inputs {sorted(unknown)}")
+    dtype = np.result_type(*[a.dtype for a in arrays.values()]) if arrays else np.float64
+    pvals = {}
+    for p in program.parameters:
+        if p.name in params:
+            pvals[p.name] = _np(params.pop(p.name))
+            torch_out = torch_out or _torch_like(pvals[p.name])
+        elif p.default is not None:
+            pvals[p.name] = np.asarray(p.default, dtype=dtype).reshape(p.type.base_shape)
+        else:
+            raise InputError(f"program '{program.name}': parameter '{p.name}' has no default and no value")
+    if params:
+        raise InputError(f"program '{program.name}': unknown parameters {sorted(params)}")
+
+    batch = np.broadcast_shapes(*[a.shape[:a.ndim - v.type.base_dim] for v in program.inputs
+                                  for a in [arrays[v.name]]],
+                                *[a.shape[:a.ndim - p.type.base_dim] for p in program.parameters
+                                  for a in [pvals[p.name]]])
+    env: dict[sp.Symbol, np.ndarray] = {}
+    for v in program.inputs:
+        _bind(env, v.symbols, arrays[v.name], v.type.base_dim, batch, dtype)
+    for p in program.parameters:
+        _bind(env, p.symbols, pvals[p.name], p.type.base_dim, batch, dtype)
+
+    for st in program.body:
+        _run(st, env, batch, dtype)
+        if solves is not None and isinstance(st, LinearSolve):
+            solves.append((_matrix(st.A, env, batch, dtype), _matrix(st.B, env, batch, dtype)))
+
+    results = {name: _stack([_eval(e, env, batch, dtype) for e in comps], batch,
+                            program_var(program, name).type.base_shape)
+               for name, comps in program.results.items()}
+    derivatives = {}
+    for (o, i), block in program.derivatives.items():
+        rows = [np.stack([_eval(e, env, batch, dtype) for e in row], axis=-1) for row in block]
+        derivatives[(o, i)] = np.stack(rows, axis=-2)
+    status = {k: env[s] for k, s in program.status.items()}
+    if torch_out is not None:
+        conv = torch_out
+        results = {k: conv(v) for k, v in results.items()}
+        derivatives = {k: conv(v) for k, v in derivatives.items()}
+        status = {k: conv(v) for k, v in status.items()}
+    return results, derivatives, status
+
+
+def skeel_condition(A: np.ndarray) -> np.ndarray:
+    """Skeel's condition number ``|| |A^-1| |A| ||_inf`` per point (``A``: ``(..., n, n)``).
+
+    It bounds how far componentwise relative errors of size ``e`` in ``A`` and the right-hand side
+    (round-off in computing the entries, and a backward-stable elimination) move the solution:
+    ``|dX| <= e |A^-1| (|A| |X| + |B|) <= 2 e cond_S(A) |X|`` to first order (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2nd ed., Thm. 7.4). Unlike the 2-norm condition number it
+    does not change when residual rows or unknowns are rescaled (MPa rows beside strain rows), so it
+    measures the formulation, not its units. Singular or non-finite points give ``inf``."""
+    out = np.full(A.shape[:-2], np.inf)
+    good = np.all(np.isfinite(A), axis=(-2, -1))
+    for idx in zip(*np.nonzero(good)) if A.ndim > 2 else ([()] if good else []):
+        try:
+            inv = np.linalg.inv(A[idx])
+        except np.linalg.LinAlgError:
+            continue
+        out[idx] = np.max(np.sum(np.abs(inv) @ np.abs(A[idx]), axis=-1))
+    return out
+
+
+def program_var(program: Program, name: str):
+    for v in program.outputs + program.inputs:
+        if v.name == name:
+            return v
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------------------------------
+def _run(st, env, batch, dtype) -> None:
+    if isinstance(st, Assign):
+        env[st.target] = _eval(st.value, env, batch, dtype)
+    elif isinstance(st, LinearSolve):
+        A = _matrix(st.A, env, batch, dtype)
+        B = _matrix(st.B, env, batch, dtype)
+        X = _solve(A, B)
+        for i, row in enumerate(st.targets):
+            for j, t in enumerate(row):
+                env[t] = X[..., i, j]
+    elif isinstance(st, Newton):
+        _newton(st, env, batch, dtype)
+    else:  # pragma: no cover
+        raise TypeError(f"unknown statement {st!r}")
+
+
+def _newton(st: Newton, env, batch, dtype) -> None:
+    o = st.solver
+    u = [_eval(g, env, batch, dtype).copy() for g in st.guess]
+    converged = np.zeros(batch, dtype=bool)
+    failed = np.zeros(batch, dtype=bool)
+    iterations = np.zeros(batch, dtype=np.int64)
+    norm0 = None
+    for it in range(o.max_iter + 1):
+        local = dict(env)
+        local.update(zip(st.unknowns, u))
+        for a in st.body:
+            local[a.target] = _eval(a.value, local, batch, dtype)
+        R = np.stack([_eval(r, local, batch, dtype) for r in st.residual], axis=-1)
+        norm = np.sqrt(np.sum(R * R, axis=-1))
+        if norm0 is None:
+            norm0 = norm
+        if st.residual_scale:  # the backends' test: every residual zero to rtol of its own terms
+            rtol = max(o.rtol, RTOL_FLOOR_EPS * float(np.finfo(dtype).eps))
+            scale = np.stack([np.abs(_eval(r, local, batch, dtype)) for r in st.residual_scale], axis=-1)
+            small = np.all(np.abs(R) <= rtol * scale, axis=-1)
+        else:
+            small = norm <= o.rtol * norm0
+        now = ~failed & ((norm <= o.atol) | small)
+        converged |= now
+        final_norm = norm if it == 0 else np.where(converged & ~now, final_norm, norm)
+        failed |= ~np.isfinite(norm)
+        active = ~converged & ~failed
+        if it == o.max_iter or not active.any():
+            break
+        J = _matrix(st.jacobian, local, batch, dtype)
+        du = _solve(J, -R[..., None])[..., 0]
+        bad = active & ~np.all(np.isfinite(du), axis=-1)
+        failed |= bad
+        active &= ~bad
+        for k in range(len(u)):
+            u[k] = np.where(active, u[k] + du[..., k], u[k])
+        iterations += active
+    ok = converged
+    for k, s in enumerate(st.unknowns):
+        env[s] = np.where(ok, u[k], np.nan).astype(dtype)
+    env[st.converged] = ok
+    env[st.iterations] = iterations
+    env[st.residual_norm] = final_norm.astype(dtype)
+
+
+def _solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    X = np.full(A.shape[:-1] + B.shape[-1:], np.nan, dtype=A.dtype)
+    good = np.all(np.isfinite(A), axis=(-2, -1)) & np.all(np.isfinite(B), axis=(-2, -1))
+    for idx in zip(*np.nonzero(good)) if A.ndim > 2 else ([()] if good else []):
+        try:
+            X[idx] = np.linalg.solve(A[idx], B[idx])
+        except np.linalg.LinAlgError:
+            pass
+    return X
+
+
+def _matrix(rows, env, batch, dtype) -> np.ndarray:
+    return np.stack([np.stack([_eval(e, env, batch, dtype) for e in row], axis=-1) for row in rows], axis=-2)
+
+
+def _eval(expr, env, batch, dtype) -> np.ndarray:
+    expr = sp.sympify(expr)
+    syms = tuple(sorted(expr.free_symbols, key=lambda s: s.name))
+    missing = [s.name for s in syms if s not in env]
+    if missing:
+        raise KeyError(f"interpret: {missing} read before assignment in {expr}")
+    f = _lambdify(syms, expr)
+    with np.errstate(all="ignore"):
+        val = f(*[env[s] for s in syms])
+    val = np.asarray(val)
+    if val.dtype == bool:
+        return np.broadcast_to(val, batch).copy()
+    return np.broadcast_to(val.astype(dtype, copy=False), batch).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _lambdify(syms, expr):
+    return sp.lambdify(syms, expr, modules=[_namespace(), "numpy"], dummify=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _namespace() -> dict:
+    try:
+        from modelc.functions import numpy_namespace
+    except ImportError:  # pragma: no cover - the custom functions module is optional here
+        return {}
+    return numpy_namespace()
+
+
+def _bind(env, symbols, arr, base_dim, batch, dtype) -> None:
+    flat = arr.reshape(arr.shape[:arr.ndim - base_dim] + (-1,)) if base_dim else arr[..., None]
+    for k, s in enumerate(symbols):
+        env[s] = np.broadcast_to(flat[..., k], batch).astype(dtype)
+
+
+def _stack(comps, batch, base_shape) -> np.ndarray:
+    a = np.stack(comps, axis=-1)
+    return a.reshape(tuple(batch) + tuple(base_shape))
+
+
+def _np(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.result_type(np.asarray(x).dtype, np.float32)
+                      if np.asarray(x).dtype.kind in "iub" else None)
+
+
+def _torch_like(x):
+    if not hasattr(x, "detach"):
+        return None
+    import torch
+
+    return lambda a: torch.as_tensor(np.ascontiguousarray(a), device=x.device)

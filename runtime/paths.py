@@ -1,0 +1,81 @@
+"""Paths and files shared by the runtime and the compiler: the cache folder, identifiers made from
+model names, atomic writes and importing a generated module from its file.
+
+They live in the runtime (the C backend's library cache needs them at run time, and the runtime
+never imports the compiler); ``modelc.cache`` and ``modelc.backends.names`` re-export them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import keyword
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from modelc.runtime.errors import ModelcError
+
+_BAD = re.compile(r"[^0-9A-Za-z_]+")
+
+# Names the generated function bodies use themselves (pointers, masks, modules, helpers).
+RESERVED = frozenset({
+    "tl", "triton", "torch", "math", "X", "P", "Y", "J", "ST", "n", "offs", "mask", "pid", "BLOCK",
+    "DTYPE", "EPS", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride", "nan", "B",
+})
+
+
+def sanitize(name: str) -> str:
+    """A readable identifier for ``name``: ``$E`` -> ``p_E``, ``state/S[3]`` -> ``state_S_3``."""
+    if name.startswith("$"):
+        name = "p_" + name[1:]
+    ident = _BAD.sub("_", name).strip("_") or "v"
+    if ident[0].isdigit():
+        ident = "v_" + ident
+    if keyword.iskeyword(ident) or ident in RESERVED:
+        ident = "v_" + ident
+    return ident
+
+
+def cache_folder(explicit: str | os.PathLike | None = None) -> Path:
+    """The cache folder: ``explicit``, else ``$MODELC_CACHE_DIR``, else ``~/.cache/modelc``."""
+    if explicit is not None:
+        return Path(explicit)
+    env = os.environ.get("MODELC_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "modelc"
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; generated files are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def import_file(path: Path, name: str) -> ModuleType:
+    """Import a generated module from its file (registered in ``sys.modules`` under ``name``)."""
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ModelcError(f"cannot import generated module {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
