@@ -400,12 +400,14 @@ def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = N
 
 def point_source(value: ir.Program, derivative: ir.Program) -> str:
     """The per-point C code of a model for other C layers (:mod:`modelc.export`), without the batch
-    drivers: :data:`PREAMBLE` (``real`` is ``double`` unless ``-DMC_FLOAT32``), then two static
-    functions with the layouts of :mod:`modelc.backends.layout`::
+    entry points: the skeleton's preamble and block functions built for one lane (``MC_W`` 1, libm;
+    ``real`` is ``double`` unless ``-DMC_FLOAT32``), then two static functions with the layouts of
+    :mod:`modelc.backends.layout`::
 
         static void point_value(const real *x, const real *p, real *y, real *j, real *st);
         static void point_derivative(const real *x, const real *p, real *y, real *j, real *st);
 
+    ``x`` holds the inputs in layout order (``NX`` values), ``p`` the parameters (``NP``).
     ``point_value`` writes the outputs ``y`` (``j`` unused); ``point_derivative`` also writes the
     derivative block ``derivative`` computes into ``j`` (row-major, ``Layout.jacobian_shape``: the
     full ``NY x NX`` Jacobian or a declared tangent). ``st`` (converged, iterations, residual norm)
@@ -414,6 +416,30 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
     if Layout.of(derivative) != layout:
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
-    lines = [PREAMBLE, ""] + _point_function(value, layout, False, "point_value") + [""]
-    lines += _point_function(derivative, layout, True, "point_derivative")
-    return "\n".join(lines) + "\n"
+    code = _Code([value, derivative])
+    code.functions.append(_block_function(code, value, layout, False, "block_point_value"))
+    code.functions.append(_block_function(code, derivative, layout, True, "block_point_derivative"))
+    text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
+                              nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
+                              variants=[])
+    offsets, off = [], 0
+    for var in layout.inputs:
+        offsets.append(off)
+        off += len(var.symbols)
+    status = bool(value.status)
+    lines = ["#define MC_W 1", text, ""]
+    for name in ("point_value", "point_derivative"):
+        lines += [f"static void {name}(const real *x, const real *p, real *y, real *j, real *st) {{",
+                  "    mc_args a;",
+                  "    uint8_t conv = 1;",
+                  "    int32_t iters = 0;",
+                  "    real rnorm = 0;"]
+        for v, o in enumerate(offsets):
+            lines += [f"    a.x[{v}] = x + {o};", f"    a.xs[{v}] = 0;"]
+        lines += ["    a.p = p;", "    a.ps = 0;", "    a.y = y;", "    a.ys = 0;", "    a.j = j;", "    a.js = 0;",
+                  "    a.conv = &conv;", "    a.iters = &iters;", "    a.rnorm = &rnorm;",
+                  f"    block_{name}(&a, 0, 1);"]
+        lines += (["    st[0] = (real)conv;", "    st[1] = (real)iters;", "    st[2] = rnorm;"] if status
+                  else ["    (void)st;"])
+        lines += ["}", ""]
+    return "\n".join(lines)
