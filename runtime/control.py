@@ -58,13 +58,17 @@ class MixedStep:
 
 def solve_mixed(evaluate: Callable[[torch.Tensor], tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]],
                 strain: torch.Tensor, target: torch.Tensor, control: torch.Tensor,
-                options: ControlOptions = ControlOptions()) -> MixedStep:
+                options: ControlOptions = ControlOptions(), scale: torch.Tensor | None = None) -> MixedStep:
     """Newton with a backtracking line search for the controlled components of one step.
 
     ``evaluate(E)`` runs the model at strain ``E (batch, 6)`` and returns ``(result, S (batch, 6),
     K (batch, 6, 6), ok (batch,) bool)`` with ``ok`` False where the model failed. ``strain``: the
     starting point (prescribed values on the strain-controlled components, a guess elsewhere);
-    ``target``: the stress targets; ``control`` ``(batch, 6)`` bool.
+    ``target``: the stress targets; ``control`` ``(batch, 6)`` bool; ``scale`` ``(batch,)``: the
+    stress magnitude the targets are judged against besides their own and the stress's (the driver
+    passes each point's largest prescribed stress over the whole history). Without it a zero target
+    (a cycle crossing zero stress) could only be met to ``rtol`` of zero: unreachable in float32,
+    where the stress of a strain of 1e-13 is already ~1e-8 of round-off.
 
     Why the line search: a full Newton step taken with the plastic tangent when a point unloads
     overshoots into the elastic range and beyond (even into reverse yielding), and plain Newton can
@@ -85,6 +89,8 @@ def solve_mixed(evaluate: Callable[[torch.Tensor], tuple[Any, torch.Tensor, torc
         return r, torch.where(good, rmax, torch.full_like(rmax, math.inf)), good
 
     scale_t = torch.where(control, target, zero).abs().amax(dim=-1)
+    if scale is not None:
+        scale_t = torch.maximum(scale_t, scale.to(scale_t))
     result, S, K, ok = evaluate(E)
     r, rmax, good = residual(S, K, ok)
     done = ~good  # a point the model fails at, at the start, has failed

@@ -344,6 +344,8 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     if mixed:
         targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
         controls = torch.as_tensor(hist.control, device=device)
+        # each point's largest prescribed stress: the scale its targets are met to (rtol of it)
+        target_scale = targets.abs().amax(dim=(0, 2))
         ctl_rows = [torch.zeros(batch, dtype=torch.int64, device=device)]
     state = {n: torch.zeros((batch, *s), dtype=dtype, device=device)
              for n, s in out_shapes.items()}
@@ -368,7 +370,7 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
         ctrl = controls[n] & alive.unsqueeze(-1) if mixed else None
         if ctrl is not None and bool(ctrl.any()):
             step = _mixed_step(model, inputs, strain, targets[n], ctrl, n, alive, call_params,
-                               old_forces, batch, control)
+                               old_forces, batch, control, target_scale)
             result, strain[n] = step.result, step.strain
             ctl_ok = step.converged | ~ctrl.any(dim=-1)
             ctl_rows.append(step.iterations)
@@ -532,7 +534,7 @@ def _aliases(outs: Iterable[str]) -> dict[str, str]:
 
 def _mixed_step(model: Any, inputs: dict[str, torch.Tensor], strain: torch.Tensor, target: torch.Tensor,
                 ctrl: torch.Tensor, n: int, alive: torch.Tensor, params: Any, old_forces: Any, batch: int,
-                options: ControlOptions):
+                options: ControlOptions, scale: torch.Tensor):
     """Solve step ``n`` for the stress-controlled strain components (``ctrl``), starting from the
     previous step's strain there; failed points keep the neutral zero strain."""
     guess = torch.where(ctrl, strain[n - 1], strain[n])
@@ -545,7 +547,7 @@ def _mixed_step(model: Any, inputs: dict[str, torch.Tensor], strain: torch.Tenso
         S = output_tensor(result, STRESS).to(E.dtype).reshape(batch, 6)
         return result, S, tangent_block(result, STRESS, STRAIN).to(E.dtype), conv
 
-    return solve_mixed(evaluate, guess, target, ctrl, options)
+    return solve_mixed(evaluate, guess, target, ctrl, options, scale)
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
