@@ -98,6 +98,8 @@ def _composed(model: Model) -> Model:
 def _implicit(model: Model) -> Model:
     if not is_resolved(model):
         model = resolve_implicit(model, {})
+        if not model.is_implicit:  # explicit outputs split off: a composition
+            return differentiate(model)
     system = differentiate(model.submodels[0])
     wrt = {p.wrt for p in system.partials if p.of in {v.name for v in system.outputs}}
     partials = tuple(
