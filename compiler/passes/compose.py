@@ -242,9 +242,10 @@ def _split_outputs(model: Model, available: Mapping[str, Model]) -> Model:
     """An implicit model with explicit outputs (``equations`` computed from the solved unknowns):
     the composition of
 
-    - ``<model>/solve``: the implicit model proper, whose outputs are its unknowns; the outputs leaf is
-      one of the models it uses, so that inside the Newton loop the other used models and the
-      residuals see the outputs at the current iterate (e.g. a hardening law reading ep(dgamma));
+    - ``<model>/solve``: the implicit model proper, whose outputs are its unknowns; the outputs that
+      a used model reads are computed inside it (a leaf among the models it uses), so that inside
+      the Newton loop the used models see them at the current iterate (a hardening law reading
+      ep(dgamma));
     - ``<model>/outputs``: an explicit leaf computing the outputs from the solution (it consumes the
       unknowns, so they are internal to the composition).
 
@@ -258,9 +259,19 @@ def _split_outputs(model: Model, available: Mapping[str, Model]) -> Model:
                  parameters=model.parameters, equations=model.equations, doc=model.doc, loc=model.loc)
     if leaf.name in available:
         raise CompositionError(f"implicit model '{model.name}': a model named '{leaf.name}' already exists")
+    # inside the solve, only the outputs a used model reads (the rest would be computed and
+    # differentiated at every iterate for nothing)
+    read = {v.name for n in system.uses if n in available for v in available[n].inputs}
+    inner = [eq for eq in model.equations if eq.var.name in read]
+    uses, more = system.uses, {}
+    if inner:
+        ifree = set().union(*(sp.sympify(c).free_symbols for eq in inner for c in eq.components))
+        more[leaf.name] = replace(leaf, inputs=tuple(v for v in reads if ifree & set(v.symbols)),
+                                  outputs=tuple(eq.var for eq in inner), equations=tuple(inner))
+        uses += (leaf.name,)
     solve = replace(model, name=f"{model.name}/solve", outputs=unknowns, equations=(),
-                    implicit=replace(system, uses=system.uses + (leaf.name,)), tangent=None)
-    solve = resolve_implicit(solve, _With(available, {leaf.name: leaf}))
+                    implicit=replace(system, uses=uses), tangent=None)
+    solve = resolve_implicit(solve, _With(available, more))
     return compose_models(model.name, [solve, leaf], doc=model.doc, loc=model.loc)
 
 
