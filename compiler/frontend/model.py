@@ -213,6 +213,51 @@ class ModelBuilder:
             out.append(Equation(var, comps, loc))
         return tuple(out)
 
+    # -- implicit models ------------------------------------------------------------------------
+    def _implicit(self, f: dict, implicit) -> tuple:
+        """An implicit model's outputs, equations, system and ``uses`` nodes. With declared outputs
+        (computed from the solution), the unknowns are internal: no previous value, a guess is
+        required."""
+        if f["equations"] is not None and f["outputs"] is None:
+            raise SpecError(f"model {self.name!r} has 'equations' but no 'outputs': declare the variables "
+                            f"the equations compute from the solved unknowns",
+                            self.node.keys["equations"].loc)
+        fi = schema.check(implicit, "implicit", f"implicit system of model {self.name!r}")
+        unknowns = self._variables(fi["unknowns"], "unknown")
+        for local, var in unknowns:
+            self._bind(local, var, "unknown")
+        # with declared outputs, the unknowns are the solver's own (not outputs, no previous value)
+        self.internal_unknowns = {v.name for _, v in unknowns} if f["outputs"] is not None else set()
+        outputs_l = self._outputs(f["outputs"])
+        self._defines(f["define"])
+        residuals = self._equations(fi["residuals"], unknowns, "residuals", True)
+        if self.internal_unknowns:
+            given = fi["guess"].items if fi["guess"] is not None else {}
+            for local, var in unknowns:
+                if local not in given:
+                    raise SpecError(f"unknown {local!r} of model {self.name!r} needs a guess: the model "
+                                    f"declares outputs, so its unknowns are internal to the solve and "
+                                    f"have no previous value (e.g. guess: {{{local}: 0}})",
+                                    fi["unknowns"].keys[local].loc)
+        guess = self._equations(fi["guess"], unknowns, "guess", False,
+                                default=lambda local, var: self._old(self.scope.names[local]))
+        unknown_syms = {sym for _, v in unknowns for sym in v.symbols}
+        for eq in guess:
+            if eq.loc is not None and any(c.free_symbols & unknown_syms for c in eq.components):
+                raise SpecError(f"the guess of {eq.var.name!r} depends on the unknowns; a guess is "
+                                f"computed before the solve (use old(...) values, inputs and parameters)",
+                                eq.loc)
+        uses_nodes = fi["uses"].items if fi["uses"] else ()
+        system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
+                                tuple(u.value for u in uses_nodes), _solver(fi["solver"]))
+        if outputs_l:  # explicit outputs, computed from the solution (passes.compose splits them off)
+            equations = self._equations(f["equations"], outputs_l, "equations", True)
+            outputs = tuple(v for _, v in outputs_l)
+        else:
+            outputs = tuple(v for _, v in unknowns)
+            equations = ()
+        return outputs, equations, system, uses_nodes
+
     # -- the model -----------------------------------------------------------------------------
     def build(self) -> tuple[Model, tuple]:
         f = schema.check(self.node, "model", f"model {self.name!r}")
@@ -224,43 +269,7 @@ class ModelBuilder:
             self._bind(local, var, "input")
         uses_nodes = ()
         if implicit is not None:
-            if f["equations"] is not None and f["outputs"] is None:
-                raise SpecError(f"model {self.name!r} has 'equations' but no 'outputs': declare the variables "
-                                f"the equations compute from the solved unknowns", self.node.keys["equations"].loc)
-            fi = schema.check(implicit, "implicit", f"implicit system of model {self.name!r}")
-            unknowns = self._variables(fi["unknowns"], "unknown")
-            for local, var in unknowns:
-                self._bind(local, var, "unknown")
-            # with declared outputs, the unknowns are the solver's own (not outputs, no previous value)
-            self.internal_unknowns = {v.name for _, v in unknowns} if f["outputs"] is not None else set()
-            outputs_l = self._outputs(f["outputs"])
-            self._defines(f["define"])
-            residuals = self._equations(fi["residuals"], unknowns, "residuals", True)
-            if self.internal_unknowns:
-                given = fi["guess"].items if fi["guess"] is not None else {}
-                for local, var in unknowns:
-                    if local not in given:
-                        raise SpecError(f"unknown {local!r} of model {self.name!r} needs a guess: the model "
-                                        f"declares outputs, so its unknowns are internal to the solve and "
-                                        f"have no previous value (e.g. guess: {{{local}: 0}})",
-                                        fi["unknowns"].keys[local].loc)
-            guess = self._equations(fi["guess"], unknowns, "guess", False,
-                                    default=lambda local, var: self._old(self.scope.names[local]))
-            unknown_syms = {sym for _, v in unknowns for sym in v.symbols}
-            for eq in guess:
-                if eq.loc is not None and any(c.free_symbols & unknown_syms for c in eq.components):
-                    raise SpecError(f"the guess of {eq.var.name!r} depends on the unknowns; a guess is "
-                                    f"computed before the solve (use old(...) values, inputs and parameters)",
-                                    eq.loc)
-            uses_nodes = fi["uses"].items if fi["uses"] else ()
-            system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
-                                    tuple(u.value for u in uses_nodes), _solver(fi["solver"]))
-            if outputs_l:  # explicit outputs, computed from the solution (passes.compose splits them off)
-                equations = self._equations(f["equations"], outputs_l, "equations", True)
-                outputs = tuple(v for _, v in outputs_l)
-            else:
-                outputs = tuple(v for _, v in unknowns)
-                equations = ()
+            outputs, equations, system, uses_nodes = self._implicit(f, implicit)
         else:
             if f["outputs"] is None:
                 raise SpecError(f"model {self.name!r} has neither 'outputs' (an explicit model) nor "
