@@ -46,14 +46,18 @@ def describe_model(m: Model) -> str:
             d = "" if p.default is None else (f" = {p.default[0]!r}" if len(p.default) == 1 else f" = {p.default}")
             lines.append(f"    {p.name:<36} {p.type.name:<7}{d}" + (f" [{p.units}]" if p.units else ""))
     lines += _layout("inputs", m.inputs)
-    lines += _layout("unknowns (outputs)" if m.is_implicit else "outputs", m.outputs)
+    if m.is_implicit and m.equations:  # outputs computed from the solved (internal) unknowns
+        lines += _layout("unknowns", m.implicit.unknowns)
+        lines += _layout("outputs (from the solution)", m.outputs)
+    else:
+        lines += _layout("unknowns (outputs)" if m.is_implicit else "outputs", m.outputs)
     lines.append("  operation counts (before CSE):")
-    eqs = m.implicit.residuals if m.implicit is not None else m.equations
+    eqs = (m.implicit.residuals if m.implicit is not None else ()) + m.equations
     total = 0
     for eq in eqs:
         n = count_ops(eq.components)
         total += n
-        label = f"R({eq.var.name})" if m.is_implicit else eq.var.name
+        label = f"R({eq.var.name})" if m.is_implicit and eq.var in m.implicit.unknowns else eq.var.name
         lines.append(f"    {label:<36} {n:>6}")
     lines.append(f"    {'(total)':<36} {total:>6}")
     if m.implicit is not None and m.implicit.uses:

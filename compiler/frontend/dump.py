@@ -42,8 +42,10 @@ def format_model(m: Model) -> str:
         lines.append(f"  parameter {p}" + (f"  # {p.doc}" if p.doc else ""))
     for v in m.inputs:
         lines.append(f"  input     {v}" + (f"  # {v.doc}" if v.doc else ""))
-    for v in m.outputs:
-        lines.append(f"  {'unknown ' if m.is_implicit else 'output  '}  {v}" + (f"  # {v.doc}" if v.doc else ""))
+    unknowns = m.implicit.unknowns if m.is_implicit else ()
+    for v in tuple(unknowns) + tuple(v for v in m.outputs if v not in unknowns):
+        kind = "unknown " if v in unknowns else "output  "
+        lines.append(f"  {kind}  {v}" + (f"  # {v.doc}" if v.doc else ""))
     if m.tangent is not None:
         lines.append(f"  {m.tangent}")
     for eq in m.equations:

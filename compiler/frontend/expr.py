@@ -126,7 +126,7 @@ def parse(src: Source) -> ast.expr:
 class Binding:
     """What a name means in an expression: a variable (input/unknown), parameter, or defined value."""
 
-    kind: str                      # "input", "unknown", "parameter", "define", "argument", "constant"
+    kind: str  # "input", "unknown", "output", "parameter", "define", "argument", "constant"
     value: TValue
     var: Variable | None = None
 
@@ -209,7 +209,8 @@ SPECIAL = {
     "diff": "diff(f, x): derivative of the Scalar f w.r.t. the variable x (any type; for SR2 the Mandel "
             "gradient, i.e. the partial derivatives w.r.t. the 6 Mandel components)",
     "old": "old(x): the value of variable x at the previous step (state/a -> old_state/a, "
-           "forces/a -> old_forces/a, else old_ prefix); added to the model's inputs",
+           "forces/a -> old_forces/a, else old_ prefix), of an input, output or unknown; added to the model's "
+           "inputs",
 }
 
 RESERVED = set(BUILTINS) | set(SPECIAL) | set(CONSTANTS)
@@ -268,7 +269,16 @@ class Builder:
         return TValue.scalar(sp.Integer(v) if isinstance(v, int) else sp.Float(repr(v)))
 
     def _Name(self, node):
-        return self._lookup(node.id, node).value
+        b = self._lookup(node.id, node)
+        if b.kind == "output":
+            raise self._output_error(node)
+        return b.value
+
+    def _output_error(self, node) -> SpecError:
+        return self.src.error(f"{node.id!r} is an output of this model: its equation defines it, so it has "
+                              f"no value to read here", node,
+                              f"old({node.id}) is its value at the previous step; to reuse its expression, "
+                              f"name it under 'define:'")
 
     def _UnaryOp(self, node):
         v = self._node(node.operand)
@@ -367,8 +377,9 @@ class Builder:
             self._arity(node, 1)
             b = self._variable(args[0], "old")
             if b.var is None or self.scope.old is None:
-                raise self.src.error("old(x) takes a variable of the model (an input or unknown)", args[0])
-            return self.scope.old(b)
+                raise self.src.error("old(x) takes a variable of the model (an input, output or unknown)",
+                                     args[0])
+            return self._op(self.scope.old, (b,), node, args)
         if name in self.scope.helpers and name not in self.args:
             return self._helper(self.scope.helpers[name], node)
         if name in BUILTINS:
@@ -392,10 +403,12 @@ class Builder:
             raise self.src.error(f"{what}()'s argument must be the name of a variable", node)
         b = self._lookup(node.id, node)
         if what == "old":
-            if b.kind not in ("input", "unknown"):
-                raise self.src.error(f"old() takes a variable (an input or unknown), {node.id!r} is "
-                                     f"a{'n' * (b.kind[0] in 'aeiou')} {b.kind}", node)
+            if b.kind not in ("input", "unknown", "output"):
+                raise self.src.error(f"old() takes a variable (an input, output or unknown), {node.id!r} "
+                                     f"is a{'n' * (b.kind[0] in 'aeiou')} {b.kind}", node)
             return b
+        if b.kind == "output":
+            raise self._output_error(node)
         comps = b.value.comps
         if not all(isinstance(c, sp.Symbol) for c in comps) or len(set(comps)) != len(comps):
             raise self.src.error(f"diff(f, x) differentiates w.r.t. a variable; {node.id!r} is an "
@@ -412,6 +425,8 @@ class Builder:
         for p, a in zip(h.params, node.args):
             if isinstance(a, ast.Name) and (a.id in self.args or a.id in self.scope.names):
                 b = self._lookup(a.id, a)
+                if b.kind == "output":
+                    raise self._output_error(a)
                 bound[p] = Binding("argument", b.value, b.var)
             else:
                 bound[p] = Binding("argument", self.build(a))

@@ -89,6 +89,7 @@ def _load_file(path: str, st: _State, stack: tuple[str, ...], loc: Loc | None) -
             if st.models[u.value].is_implicit:
                 raise SpecError(f"model {model.name!r} uses {u.value!r}, which is implicit: the models "
                                 f"in 'uses' must be explicit", u.loc)
+        _check_solution_outputs(model, st)
     if f["compose"] is not None:
         for name, node in f["compose"].items.items():
             kloc = f["compose"].keys[name].loc
@@ -97,6 +98,23 @@ def _load_file(path: str, st: _State, stack: tuple[str, ...], loc: Loc | None) -
                 raise SpecError(f"composition {name!r} clashes with the model or composition defined at "
                                 f"{_where_defined(st, name)}", kloc)
             st.compositions[name] = _compose(name, node, kloc, st)
+
+
+def _check_solution_outputs(model, st: _State) -> None:
+    """The outputs of an implicit model are computed after the solve, from the unknowns and the
+    model's own inputs: they cannot read what a used model computes inside the solve."""
+    if not (model.is_implicit and model.equations):
+        return
+    inside = {s: (v.name, u) for u in model.implicit.uses for v in st.models[u].outputs for s in v.symbols}
+    for eq in model.equations:
+        hit = sorted((inside[s] for c in eq.components for s in c.free_symbols if s in inside))
+        if hit:
+            var, used = hit[0]
+            raise SpecError(f"the equation of output {eq.var.name!r} reads {var!r}, which used model "
+                            f"{used!r} computes inside the solve; outputs are computed after the solve "
+                            f"from the unknowns, inputs, parameters and old values", eq.loc,
+                            hint="compute it in the equation itself (a define entry can share the expression "
+                                 "with the residual)")
 
 
 def _compose(name: str, node, kloc: Loc, st: _State) -> ComposeDecl:

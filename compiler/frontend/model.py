@@ -16,7 +16,7 @@ from modelc.errors import SpecError
 from modelc.frontend import schema
 from modelc.frontend.expr import (RESERVED, Binding, Helper, Scope, Source, build_expr, did_you_mean,
                                   parse)
-from modelc.frontend.tensor import TValue
+from modelc.frontend.tensor import OpError, TValue
 from modelc.frontend.yamlio import YMap, YScalar
 from modelc.ir import (Equation, ImplicitSystem, Loc, Model, Parameter, SolverOptions, Tangent, Variable,
                        component_symbols, param_symbols)
@@ -63,6 +63,7 @@ class ModelBuilder:
         self.qualified: dict[str, Loc] = {}     # qualified name -> where declared
         self.olds: dict[str, Variable] = {}
         self.inputs: list[Variable] = []
+        self.internal_unknowns: set[str] = set()
 
     # -- declarations --------------------------------------------------------------------------
     def _declare_local(self, local: str, loc: Loc, what: str) -> None:
@@ -129,11 +130,23 @@ class ModelBuilder:
             out.append(p)
         return out
 
+    def _outputs(self, mapping) -> list[tuple[str, Variable]]:
+        """Declared outputs, bound so that ``old(x)`` reads an output's previous value (reading the
+        output itself in an expression is an error: its equation defines it)."""
+        out = self._variables(mapping, "output")
+        for local, var in out:
+            self._bind(local, var, "output")
+        return out
+
     def _bind(self, local: str, var: Variable, kind: str) -> None:
         self.scope.names[local] = Binding(kind, TValue(var.type, component_symbols(var.name, var.type)), var)
 
     def _old(self, b: Binding) -> TValue:
         var = b.var
+        if var.name in self.internal_unknowns:
+            raise OpError(f"old() of unknown {var.name!r}: model {self.name!r} declares outputs, so its "
+                          f"unknowns are internal to the solve and have no previous value", 0,
+                          "take old() of an output, or give the unknown a guess without old()")
         name = old_name(var.name)
         if name not in self.olds:
             existing = next((v for v in self.inputs if v.name == name), None)
@@ -200,6 +213,51 @@ class ModelBuilder:
             out.append(Equation(var, comps, loc))
         return tuple(out)
 
+    # -- implicit models ------------------------------------------------------------------------
+    def _implicit(self, f: dict, implicit) -> tuple:
+        """An implicit model's outputs, equations, system and ``uses`` nodes. With declared outputs
+        (computed from the solution), the unknowns are internal: no previous value, a guess is
+        required."""
+        if f["equations"] is not None and f["outputs"] is None:
+            raise SpecError(f"model {self.name!r} has 'equations' but no 'outputs': declare the variables "
+                            f"the equations compute from the solved unknowns",
+                            self.node.keys["equations"].loc)
+        fi = schema.check(implicit, "implicit", f"implicit system of model {self.name!r}")
+        unknowns = self._variables(fi["unknowns"], "unknown")
+        for local, var in unknowns:
+            self._bind(local, var, "unknown")
+        # with declared outputs, the unknowns are the solver's own (not outputs, no previous value)
+        self.internal_unknowns = {v.name for _, v in unknowns} if f["outputs"] is not None else set()
+        outputs_l = self._outputs(f["outputs"])
+        self._defines(f["define"])
+        residuals = self._equations(fi["residuals"], unknowns, "residuals", True)
+        if self.internal_unknowns:
+            given = fi["guess"].items if fi["guess"] is not None else {}
+            for local, var in unknowns:
+                if local not in given:
+                    raise SpecError(f"unknown {local!r} of model {self.name!r} needs a guess: the model "
+                                    f"declares outputs, so its unknowns are internal to the solve and "
+                                    f"have no previous value (e.g. guess: {{{local}: 0}})",
+                                    fi["unknowns"].keys[local].loc)
+        guess = self._equations(fi["guess"], unknowns, "guess", False,
+                                default=lambda local, var: self._old(self.scope.names[local]))
+        unknown_syms = {sym for _, v in unknowns for sym in v.symbols}
+        for eq in guess:
+            if eq.loc is not None and any(c.free_symbols & unknown_syms for c in eq.components):
+                raise SpecError(f"the guess of {eq.var.name!r} depends on the unknowns; a guess is "
+                                f"computed before the solve (use old(...) values, inputs and parameters)",
+                                eq.loc)
+        uses_nodes = fi["uses"].items if fi["uses"] else ()
+        system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
+                                tuple(u.value for u in uses_nodes), _solver(fi["solver"]))
+        if outputs_l:  # explicit outputs, computed from the solution (passes.compose splits them off)
+            equations = self._equations(f["equations"], outputs_l, "equations", True)
+            outputs = tuple(v for _, v in outputs_l)
+        else:
+            outputs = tuple(v for _, v in unknowns)
+            equations = ()
+        return outputs, equations, system, uses_nodes
+
     # -- the model -----------------------------------------------------------------------------
     def build(self) -> tuple[Model, tuple]:
         f = schema.check(self.node, "model", f"model {self.name!r}")
@@ -211,34 +269,12 @@ class ModelBuilder:
             self._bind(local, var, "input")
         uses_nodes = ()
         if implicit is not None:
-            for key in ("outputs", "equations"):
-                if f[key] is not None:
-                    raise SpecError(f"model {self.name!r} is implicit: its outputs are its unknowns, so it "
-                                    f"has no {key!r}", self.node.keys[key].loc)
-            fi = schema.check(implicit, "implicit", f"implicit system of model {self.name!r}")
-            unknowns = self._variables(fi["unknowns"], "unknown")
-            for local, var in unknowns:
-                self._bind(local, var, "unknown")
-            self._defines(f["define"])
-            residuals = self._equations(fi["residuals"], unknowns, "residuals", True)
-            guess = self._equations(fi["guess"], unknowns, "guess", False,
-                                    default=lambda local, var: self._old(self.scope.names[local]))
-            unknown_syms = {sym for _, v in unknowns for sym in v.symbols}
-            for eq in guess:
-                if eq.loc is not None and any(c.free_symbols & unknown_syms for c in eq.components):
-                    raise SpecError(f"the guess of {eq.var.name!r} depends on the unknowns; a guess is "
-                                    f"computed before the solve (use old(...) values, inputs and parameters)",
-                                    eq.loc)
-            uses_nodes = fi["uses"].items if fi["uses"] else ()
-            system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
-                                    tuple(u.value for u in uses_nodes), _solver(fi["solver"]))
-            outputs = tuple(v for _, v in unknowns)
-            equations = ()
+            outputs, equations, system, uses_nodes = self._implicit(f, implicit)
         else:
             if f["outputs"] is None:
                 raise SpecError(f"model {self.name!r} has neither 'outputs' (an explicit model) nor "
                                 f"'implicit' (an implicit model)", self.loc)
-            outputs_l = self._variables(f["outputs"], "output")
+            outputs_l = self._outputs(f["outputs"])
             self._defines(f["define"])
             equations = self._equations(f["equations"], outputs_l, "equations", True)
             outputs = tuple(v for _, v in outputs_l)

@@ -181,7 +181,9 @@ class Model:
     Three kinds, one class (so a composed model composes again):
 
     - explicit: ``equations`` give each output;
-    - implicit: ``implicit`` is set, the outputs are its unknowns, ``equations`` is empty;
+    - implicit: ``implicit`` is set, the outputs are its unknowns, ``equations`` is empty; or, with
+      explicit outputs, ``equations`` compute ``outputs`` from the solved unknowns (which are then
+      internal); composition splits such a model into the solve and an outputs leaf;
     - composed: ``submodels`` holds the sub-models in evaluation order (topologically sorted, ties by
       declaration order); wiring is by variable name; ``inputs``/``outputs`` are the composed ones.
 

@@ -190,6 +190,8 @@ def resolve_implicit(model: Model, available: Mapping[str, Model]) -> Model:
     """An implicit model with its residual system composed (see the module docstring)."""
     if is_resolved(model):
         return model
+    if model.equations:
+        return _split_outputs(model, available)
     system = model.implicit
     unknowns = {u.name for u in system.unknowns}
     used = []
@@ -235,6 +237,59 @@ def resolve_implicit(model: Model, available: Mapping[str, Model]) -> Model:
                     if v.name not in names and v.name not in mapping and guess_syms & set(v.symbols))
     params = merge_parameters(model.name, [composed], extra=model.parameters)
     return replace(model, inputs=inputs, parameters=params, submodels=(composed,), partials=())
+
+
+def _split_outputs(model: Model, available: Mapping[str, Model]) -> Model:
+    """An implicit model with explicit outputs (``equations`` computed from the solved unknowns):
+    the composition of
+
+    - ``<model>/solve``: the implicit model proper, whose outputs are its unknowns; the outputs that
+      a used model reads are computed inside it (a leaf among the models it uses), so that inside
+      the Newton loop the used models see them at the current iterate (a hardening law reading
+      ep(dgamma));
+    - ``<model>/outputs``: an explicit leaf computing the outputs from the solution (it consumes the
+      unknowns, so they are internal to the composition).
+
+    The front end checks that the outputs do not read what a used model computes inside the solve."""
+    system = model.implicit
+    unknowns = tuple(system.unknowns)
+    free = set().union(*(sp.sympify(c).free_symbols for eq in model.equations for c in eq.components))
+    reads = tuple(v for v in model.inputs if free & set(v.symbols))
+    reads += tuple(u for u in unknowns if u not in reads)
+    leaf = Model(name=f"{model.name}/outputs", inputs=reads, outputs=model.outputs,
+                 parameters=model.parameters, equations=model.equations, doc=model.doc, loc=model.loc)
+    if leaf.name in available:
+        raise CompositionError(f"implicit model '{model.name}': a model named '{leaf.name}' already exists")
+    # inside the solve, only the outputs a used model reads (the rest would be computed and
+    # differentiated at every iterate for nothing)
+    read = {v.name for n in system.uses if n in available for v in available[n].inputs}
+    inner = [eq for eq in model.equations if eq.var.name in read]
+    uses, more = system.uses, {}
+    if inner:
+        ifree = set().union(*(sp.sympify(c).free_symbols for eq in inner for c in eq.components))
+        more[leaf.name] = replace(leaf, inputs=tuple(v for v in reads if ifree & set(v.symbols)),
+                                  outputs=tuple(eq.var for eq in inner), equations=tuple(inner))
+        uses += (leaf.name,)
+    solve = replace(model, name=f"{model.name}/solve", outputs=unknowns, equations=(),
+                    implicit=replace(system, uses=uses), tangent=None)
+    solve = resolve_implicit(solve, _With(available, more))
+    return compose_models(model.name, [solve, leaf], doc=model.doc, loc=model.loc)
+
+
+class _With(Mapping):
+    """``base`` plus a few more models (by name)."""
+
+    def __init__(self, base: Mapping[str, Model], more: Mapping[str, Model]):
+        self.base, self.more = base, more
+
+    def __getitem__(self, key: str) -> Model:
+        return self.more[key] if key in self.more else self.base[key]
+
+    def __iter__(self):
+        return iter(list(self.base) + [k for k in self.more if k not in self.base])
+
+    def __len__(self):
+        return len(self.base) + len(self.more)
 
 
 # --------------------------------------------------------------------------------------------------

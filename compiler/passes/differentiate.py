@@ -56,12 +56,13 @@ def _leaf(model: Model) -> Model:
     partials = []
     for eq in model.equations:
         comps = [sp.sympify(c) for c in eq.components]
-        free = set().union(*(c.free_symbols for c in comps)) if comps else set()
+        frees = [c.free_symbols for c in comps]  # computed once: a walk of the whole expression
+        free = set().union(*frees) if comps else set()
         for x in model.inputs:
             if not free & set(x.symbols):
                 continue
-            block = tuple(tuple(sp.diff(c, s) if s in c.free_symbols else sp.S.Zero for s in x.symbols)
-                          for c in comps)
+            block = tuple(tuple(sp.diff(c, s) if s in fc else sp.S.Zero for s in x.symbols)
+                          for c, fc in zip(comps, frees))
             if any(e != 0 for row in block for e in row):
                 partials.append(Partial(eq.var.name, x.name, block))
     return _done(model, tuple(partials))
@@ -98,6 +99,8 @@ def _composed(model: Model) -> Model:
 def _implicit(model: Model) -> Model:
     if not is_resolved(model):
         model = resolve_implicit(model, {})
+        if not model.is_implicit:  # explicit outputs split off: a composition
+            return differentiate(model)
     system = differentiate(model.submodels[0])
     wrt = {p.wrt for p in system.partials if p.of in {v.name for v in system.outputs}}
     partials = tuple(

@@ -191,12 +191,17 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
     the residual system counts the magnitude of its definition (a few levels deep), so that
     ``f = sqrt(2/3) (seff - sigma_y - k)`` is measured against ``|seff| + |sigma_y| + |k|``, not
     against its own (possibly cancelled) value; a power ``x^n`` counts ``|x^n| + |n x^(n-1)| M(x)``,
-    ``min(a, b)`` / ``max(a, b)`` count ``M(a) + M(b)``.
+    ``min(a, b)`` / ``max(a, b)`` count ``M(a) + M(b)``, ``macaulay(a)`` and ``abs(a)`` count ``M(a)``.
+    An expression that does not depend on the unknowns (a time step ``t - old(t)``, a trial stress)
+    counts its own value: it is the same at every iterate, so its rounding is no iteration noise
+    (counting its terms made ``dt`` weigh ``|t| + |old(t)|``, hundreds of times ``dt`` late in a
+    history, and let float32 solves stop far from the root).
     """
     from modelc.functions import FUNCTIONS
 
     absf = FUNCTIONS["abs_"].cls
-    selects = (FUNCTIONS["min_"].cls, FUNCTIONS["max_"].cls, sp.Min, sp.Max)
+    # the value is one of the arguments (or 0): min, max, macaulay = max(x, 0), abs = max(x, -x)
+    selects = (FUNCTIONS["min_"].cls, FUNCTIONS["max_"].cls, sp.Min, sp.Max, FUNCTIONS["macaulay"].cls, absf)
     leaf = next((s for s in system.submodels if s.name == f"{m.name}/residual"), None)  # see compose
     if leaf is None:
         return ()
@@ -209,19 +214,36 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
             defs.update(zip(eq.var.symbols, (sp.sympify(c) for c in eq.components)))
 
     collect(system)
+    constants = {s: d for s, d in defs.items() if not d.free_symbols}
+    # what changes from one Newton iteration to the next: the unknowns and what is computed from them
+    variant = {s for u in m.implicit.unknowns for s in u.symbols}
+    grew = True
+    while grew:
+        grew = False
+        for s, d in defs.items():
+            if s not in variant and d.free_symbols & variant:
+                variant.add(s)
+                grew = True
 
     def mag(e: sp.Expr, depth: int) -> sp.Expr:
         if not e.free_symbols:  # a constant: its magnitude, folded (never abs_ of a number)
             return sp.Abs(e)
         if e.is_Symbol:
             return mag(defs[e], depth - 1) if (depth > 0 and e in defs) else absf(e)
+        if not e.free_symbols & variant:
+            # fixed during the solve (dt = t - old(t), a trial stress): its own rounding is the same
+            # at every iterate, it moves the root but adds no noise; its magnitude is its value
+            e = e.xreplace(constants)
+            factors = sp.Mul.make_args(e)  # constant factors folded (never abs_ of a number)
+            const = sp.Mul(*[f for f in factors if not f.free_symbols])
+            return sp.Abs(const) * absf(sp.Mul(*[f for f in factors if f.free_symbols]))
         if e.is_Add:
             return sp.Add(*[mag(a, depth) for a in e.args])
         if e.is_Mul:
             return sp.Mul(*[mag(a, depth) for a in e.args])
         if e.is_Pow and e.exp.is_Integer and e.exp > 0:
             return mag(e.base, depth) ** e.exp
-        if e.func in selects:  # min(a, b), max(a, b): the value is one of the arguments
+        if e.func in selects:  # min(a, b), max(a, b), <a>, |a|: the magnitudes of the arguments
             return sp.Add(*[mag(a, depth) for a in e.args])
         if not (e.is_Pow or e.func is FUNCTIONS["powr"].cls):
             return absf(e)  # a function's value: its own scale

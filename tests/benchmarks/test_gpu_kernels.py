@@ -29,10 +29,12 @@ def test_parse_ptxas():
 
 
 def test_bytes_per_point_follows_the_layout():
-    # j2_linear_iso: X 16, Y 14, status 3; tangent 6x6, full Jacobian 14x16 (float64)
-    assert bytes_per_point("j2_linear_iso", "value", "fp64") == (16 + 14 + 3) * 8
-    assert bytes_per_point("j2_linear_iso", "tangent", "fp32") == (16 + 14 + 36 + 3) * 4
-    assert bytes_per_point("j2_linear_iso", "jacobian", "fp64") == (16 + 14 + 224 + 3) * 8
+    # j2_linear_iso_coupled: X 16, Y 14, status 3; tangent 6x6, full Jacobian 14x16 (float64)
+    assert bytes_per_point("j2_linear_iso_coupled", "value", "fp64") == (16 + 14 + 3) * 8
+    assert bytes_per_point("j2_linear_iso_coupled", "tangent", "fp32") == (16 + 14 + 36 + 3) * 4
+    assert bytes_per_point("j2_linear_iso_coupled", "jacobian", "fp64") == (16 + 14 + 224 + 3) * 8
+    # the radial return (closed form): X 15 (no previous flow rate), Y 14, no status
+    assert bytes_per_point("j2_linear_iso", "tangent", "fp64") == (15 + 14 + 36) * 8
 
 
 @pytest.mark.slow

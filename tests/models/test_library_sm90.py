@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("triton")
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated"
-MODELS = ["j2_voce_af", "j2_perfect", "j2_linear_iso", "perzyna_iso", "elastic"]  # slowest first (xdist)
+MODELS = ["j2_voce_af_coupled", "j2_voce_af", "perzyna_iso_coupled", "j2_linear_iso_coupled", "j2_perfect_coupled",
+          "j2_perfect", "j2_linear_iso", "perzyna_iso", "elastic"]  # slowest first (xdist)
 
 CHILD = r'''
 import importlib.util, json, sys

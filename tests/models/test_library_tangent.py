@@ -88,7 +88,7 @@ def _inputs(m, B: int, seed: int):
 def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     """A list of (output, input) pairs inside the declared tangent runs the tangent variant; one
     outside it runs the full Jacobian and gathers the rows and columns asked for (their product)."""
-    mod = compiled_module("j2_linear_iso")
+    mod = compiled_module("j2_linear_iso_coupled")
     m = mod.Model(backend="torch")
     calls = []
     for name in ("torch_jacobian", "torch_tangent"):
@@ -136,7 +136,7 @@ def test_tangent_program_solves_only_the_columns_it_needs() -> None:
     from modelc.backends.layout import Layout
     from modelc.driver import load_spec, lower_model
 
-    done = lower_model(load_spec(SPEC), "j2_linear_iso")
+    done = lower_model(load_spec(SPEC), "j2_linear_iso_coupled")
     cols = {k: [len(s.targets[0]) for s in p.body if isinstance(s, ir.LinearSolve)]
             for k, p in (("full", done.full), ("tangent", done.tangent))}
     assert cols["tangent"] == [6] and cols["full"][0] >= 14, cols  # full: one per input it depends on

@@ -46,4 +46,5 @@ def test_dump_ir_is_identical_across_hash_seeds(tmp_path):
     assert a == b
     text = a["library/02_models.txt"].decode()
     assert "model j2_yield (explicit)" in text and "R(state/internal/Ep)[0] =" in text
-    assert "compose j2_voce_af = [j2_voce_af_return_map, elasticity] keep state/internal/Ep" in text
+    assert "compose j2_voce_af_coupled = [j2_voce_af_return_map, elasticity] keep state/internal/Ep" in text
+    assert "compose j2_voce_af = [j2_voce_af_radial_return, elasticity] keep state/internal/Ep" in text

@@ -76,7 +76,7 @@ def test_cli_on_the_library_spec(tmp_path, capsys):
     if not spec.exists():
         pytest.skip("spec/library.yaml not there")
     out = tmp_path / "g.mmd"
-    assert main(["graph", str(spec), "--model", "j2_perfect", "-o", str(out)]) == 0
+    assert main(["graph", str(spec), "--model", "j2_perfect_coupled", "-o", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("flowchart LR") and "(implicit:" in text and '-->|"state/S"|' in text
     assert main(["graph", str(spec), "--model", "no_such_model"]) == 2

@@ -1,6 +1,7 @@
 """Shared helpers of the front-end tests (a plain module, imported by the test files)."""
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -32,3 +33,14 @@ def central_fd(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
         e[i] = h
         g[i] = (f(x + e) - f(x - e)) / (2 * h)
     return g
+
+
+def caret(err) -> str:
+    """The text the caret of a located error (SpecError) underlines."""
+    lines = str(err).split("\n")
+    for i, line in enumerate(lines[1:], 1):
+        m = re.fullmatch(r"    ( *)(\^+)", line)
+        if m:
+            text = lines[i - 1][4:]
+            return text[len(m.group(1)):len(m.group(1)) + len(m.group(2))]
+    raise AssertionError(f"no caret in:\n{err}")

@@ -4,10 +4,10 @@ caret under the offending part, and saying what was expected."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
+from fe_util import caret as _caret
 from fe_util import write
 from modelc.errors import SpecError
 from modelc.frontend import load_spec
@@ -32,17 +32,6 @@ def _error(tmp_path, text: str, name: str = "s.yaml") -> SpecError:
     with pytest.raises(SpecError) as info:
         load_spec(path)
     return info.value
-
-
-def _caret(err: SpecError) -> str:
-    """The text the caret underlines."""
-    lines = str(err).split("\n")
-    for i, line in enumerate(lines[1:], 1):
-        m = re.fullmatch(r"    ( *)(\^+)", line)
-        if m:
-            text = lines[i - 1][4:]
-            return text[len(m.group(1)):len(m.group(1)) + len(m.group(2))]
-    raise AssertionError(f"no caret in:\n{err}")
 
 
 @pytest.mark.parametrize("expr, message, caret", [
@@ -102,7 +91,9 @@ def test_did_you_mean_for_names_keys_types_and_models(tmp_path):
     ("models:\n  m:\n    implicit: {residuals: {x: x}}\n", "missing the required key 'unknowns'"),
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {}}\n", "no expression for 'x'"),
     ("models:\n  m:\n    outputs: {y: {}}\n    implicit: {unknowns: {x: {}}, residuals: {x: x}}\n",
-     "is implicit"),
+     "needs a guess"),
+    ("models:\n  m:\n    outputs: {y: {}}\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, guess: {x: 0}}\n",
+     "equations: no expression for 'y'"),
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, solver: {rtol: -1}}\n", "'rtol' must be >= 0"),
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, solver: {on_failure: nann}}\n",
      "did you mean 'nan'?"),
