@@ -27,6 +27,7 @@ import torch
 
 from modelc.errors import InputError
 from modelc.runtime.axis import LabeledAxis
+from modelc.runtime.checks import check_parameter, nonfinite_rows
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector
 from modelc.runtime.types import TYPES, TensorType
 
@@ -85,12 +86,13 @@ class ParameterInfo(NamedTuple):
     default: tuple[float, ...] | None
     units: str = ""
     doc: str = ""
+    bounds: str = ""  # an interval such as "[0, 0.5)" (modelc.runtime.checks.Interval), or "" for none
 
     def __str__(self) -> str:
         d = "required" if self.default is None else (
             f"{self.default[0]:g}" if len(self.default) == 1 else str(self.default))
         return f"{self.name}: {self.type} = {d}{f' [{self.units}]' if self.units else ''}" + \
-            (f"  {self.doc}" if self.doc else "")
+            (f" in {self.bounds}" if self.bounds else "") + (f"  {self.doc}" if self.doc else "")
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,19 @@ def _block(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledM
     """The rows ``rows`` and columns ``cols`` of ``jac`` (variables of its axes), as a new matrix."""
     return LabeledMatrix.from_dict(rows, cols, {(r, c): jac[r, c] for r in rows.variable_names
                                                 for c in cols.variable_names})
+
+
+def _fail_rows(bad: torch.Tensor, Y, J, ST):
+    """Mark the points ``bad`` failed: NaN outputs and derivatives, not converged."""
+    Y = Y.clone()
+    Y[bad] = float("nan")
+    if J is not None:
+        J = J.clone()  # (it may be a broadcast view of one point's Jacobian)
+        J[bad] = float("nan")
+    if ST is not None:
+        ST = ST.clone()
+        ST[bad, 0] = 0.0
+    return Y, J, ST
 
 
 def _type_dim(model: "CompiledModel", name: str) -> int:
@@ -312,6 +327,7 @@ class CompiledModel:
             if v is None:
                 raise InputError(f"model {self.NAME}: parameter {p.name} has no default; pass {p.name}=...")
             v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            check_parameter(self.NAME, p.name, v, p.bounds)
             if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
                 if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
                     v = v.expand(t.size)
@@ -518,6 +534,9 @@ class CompiledModel:
             else:
                 Y, J, ST, substeps = self._substep(X, P, Y, J, ST, bool(variant), shared, param_overrides,
                                                    old_forces)
+        bad = nonfinite_rows(X)
+        if bad is not None:  # NaN or infinite inputs: those points are failed, never a plausible number
+            Y, J, ST = _fail_rows(bad, Y, J, ST)
         out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
         jac = None
         if J is not None:

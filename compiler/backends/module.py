@@ -124,7 +124,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
 
     def par_info(p: ir.Parameter) -> str:
         default = None if p.default is None else tuple(float(x) for x in p.default)
-        return f"{p.name!r}, {p.type.name!r}, {default!r}, {p.units!r}, {p.doc!r}"
+        bounds = f", bounds={p.bounds!r}" if p.bounds else ""
+        return f"{p.name!r}, {p.type.name!r}, {default!r}, {p.units!r}, {p.doc!r}{bounds}"
 
     doc = (getattr(spec.model(value.name), "doc", "") if spec is not None and _has(spec, value.name)
            else "") or f"Compiled model {value.name}."

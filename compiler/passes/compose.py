@@ -173,8 +173,14 @@ def merge_parameters(where: str, models: Sequence[Model],
                 raise CompositionError(
                     f"composition '{where}': parameter '{p.name}' has default {_d(q)} in '{owner}' "
                     f"but {_d(p)} in '{m.name}'")
+            if q.bounds and p.bounds and q.bounds != p.bounds:
+                raise CompositionError(
+                    f"composition '{where}': parameter '{p.name}' has bounds {q.bounds} in '{owner}' "
+                    f"but {p.bounds} in '{m.name}'{_loc_of(p.loc)}")
             if q.default is None and p.default is not None:
-                merged[p.name] = (p, m.name)
+                merged[p.name] = (replace(p, bounds=p.bounds or q.bounds), m.name)
+            elif p.bounds and not q.bounds:
+                merged[p.name] = (replace(q, bounds=p.bounds), owner)
     return tuple(p for p, _ in merged.values())
 
 
