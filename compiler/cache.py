@@ -7,7 +7,10 @@ its inputs), so dtype is part of the key only when a caller asks for it. The art
 file (kernels must live in real files to compile for a GPU), written atomically: concurrent compiles
 of the same key write identical bytes and ``os.replace`` them, so a reader never sees a partial file.
 
-Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.cache/modelc``.
+Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.cache/modelc``; when
+it cannot be written, a temporary folder for this process (with a warning). Every artifact's SHA-256
+is recorded next to it when it is written and checked before it is imported: a truncated or edited
+module is regenerated, never imported (:mod:`modelc.runtime.cachefiles`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 from modelc.errors import ModelcError
+from modelc.runtime.cachefiles import usable_folder, verified, write_digest
 
 _LOADED: dict[str, ModuleType] = {}
 
@@ -83,7 +87,17 @@ def pick_model(spec, model: str | None) -> str:
         return spec.compositions[0].name
     if not spec.compositions and len(spec.models) == 1:
         return spec.models[0].name
-    raise ModelcError(f"{spec.path} holds several models; pick one with model=...: {', '.join(names)}")
+    raise ModelcError(f"{spec.path} holds several models; pick one (--model NAME on the command line, "
+                      f"model=NAME in Python): {', '.join(names)}")
+
+
+def write_verified(file: Path, text: str) -> None:
+    """Write a cache artifact and then its digest; an unwritable file falls back to the temporary
+    cache (see :mod:`modelc.runtime.cachefiles`)."""
+    from modelc.backends.module import write_atomic
+
+    write_atomic(file, text)
+    write_digest(file)
 
 
 def import_file(path: Path, name: str) -> ModuleType:
@@ -107,7 +121,6 @@ def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | 
          dtype: str | None = None, **options) -> ModuleType:
     """Compile ``model`` of the spec at ``path`` (once; later calls reuse the cached file) and
     import the generated module. ``options`` are fields of :class:`modelc.driver.Options`."""
-    from modelc.backends.module import write_atomic
     from modelc.driver import Options, compile_model, load_spec
 
     fields = {f.name for f in dataclasses.fields(Options)}
@@ -122,9 +135,10 @@ def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | 
         return _LOADED[key]
     from modelc.backends.names import sanitize
 
-    file = cache_folder(cache_dir) / f"{sanitize(name)}-{key[:24]}.py"
-    if not file.exists():
-        write_atomic(file, compile_model(spec, name, opts).source)
+    folder = usable_folder(cache_folder(cache_dir))
+    file = folder / f"{sanitize(name)}-{key[:24]}.py"
+    if not verified(file):  # missing, truncated, edited, or written without its digest: rebuild
+        write_verified(file, compile_model(spec, name, opts).source)
     mod = import_file(file, f"modelc_cache_{sanitize(name)}_{key[:24]}")
     _LOADED[key] = mod
     return mod

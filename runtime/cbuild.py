@@ -13,7 +13,10 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   :func:`modelc.cache.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
   the source, the flags, the dtype and the compiler's ``--version``. The library is compiled to a
   temporary file in that folder and moved into place with ``os.replace``: concurrent processes build
-  identical files and never load a partial one. The ``.c`` file is kept next to it for reading.
+  identical files and never load a partial one. The ``.c`` file is kept next to it for reading. The
+  library's SHA-256 is recorded in ``<library>.sha256`` and checked before every load: a truncated or
+  altered library is rebuilt, never loaded (see :mod:`modelc.runtime.cachefiles`); an unusable cache
+  folder falls back to a temporary one with a warning.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from pathlib import Path
 import torch
 
 from modelc.errors import ModelcError
+from modelc.runtime.cachefiles import usable_folder, verified, write_digest
 
 BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off")
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
@@ -164,7 +168,7 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> 
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else [])
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, *flags]).encode()).hexdigest()[:20]
     tag = "f32" if dtype == torch.float32 else "f64"
-    return cache_folder(cache_dir) / "c" / f"{sanitize(name)}-{key}-{tag}.so", flags
+    return usable_folder(cache_folder(cache_dir) / "c") / f"{sanitize(name)}-{key}-{tag}.so", flags
 
 
 def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> CLibrary:
@@ -175,7 +179,7 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None) -> 
     lib = _LOADED.get(str(path))
     if lib is not None:
         return lib
-    if not path.exists():
+    if not verified(path):  # missing, truncated or edited: loading it could kill the process (SIGBUS)
         try:
             build(source, path, flags)
         except OSError as exc:  # an unwritable cache folder, a compiler that vanished, ...
@@ -200,6 +204,7 @@ def build(source: str, path: Path, flags: list[str]) -> None:
         os.chmod(tmp_so, 0o755)
         os.replace(tmp_so, path)
         os.replace(tmp_c, path.with_suffix(".c"))
+        write_digest(path)
     finally:
         for t in (tmp_c, tmp_so):
             if os.path.exists(t):

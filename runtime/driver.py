@@ -185,14 +185,12 @@ class RunResult(dict):
 
 def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str]") -> Path:
     """Write results to an ``.npz`` file atomically (no partial file on failure)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    from modelc.runtime.outputs import check_output_file, write_atomic_bytes
+
+    p = check_output_file(path, "results file")
     buf = io.BytesIO()
     np.savez_compressed(buf, **dict(results))
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, p)
-    return p
+    return write_atomic_bytes(p, buf.getvalue(), "results file")
 
 
 # ---------------------------------------------------------------------------------------------------

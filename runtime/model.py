@@ -534,8 +534,10 @@ class CompiledModel:
             else:
                 Y, J, ST, substeps = self._substep(X, P, Y, J, ST, bool(variant), shared, param_overrides,
                                                    old_forces)
-        bad = nonfinite_rows(X)
-        if bad is not None:  # NaN or infinite inputs: those points are failed, never a plausible number
+        # NaN or infinite inputs: those points are failed, never a plausible number. An affine model
+        # (constant Jacobian: outputs = A(P) inputs + b(P)) propagates NaN by itself: no check.
+        bad = nonfinite_rows(X) if self.IMPLICIT or not self.CONSTANT_JACOBIAN else None
+        if bad is not None:
             Y, J, ST = _fail_rows(bad, Y, J, ST)
         out = LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis)
         jac = None
