@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
           f"({args.dtype}, {device})")
     print(results_table(results))
     print(results.summary())
-    if not results.ok and model.on_failure != "substep" and getattr(model, "IMPLICIT", False):
+    if not results.ok and getattr(model, "on_failure", "nan") != "substep" and getattr(model, "IMPLICIT", False):
         print("hint: --on-failure substep retries the failed points with their step cut into sub-steps")
     print(f"results: {out}")
     if args.plot:
