@@ -2,7 +2,8 @@
 
 Each sub-command lives in :mod:`modelc.commands` (one module each) and exposes ``add_arguments``
 and ``main(args) -> int``. User errors (:class:`modelc.errors.ModelcError`) are printed without a
-traceback and give exit status 2.
+traceback and give exit status 2; an :class:`modelc.errors.InternalError` (a bug in modelc) exit
+status 3, also without a traceback; a closed output pipe (``modelc check ... | head``) exit status 1.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import warnings
 
 from modelc import __version__
-from modelc.errors import ModelcError
+from modelc.errors import InternalError, ModelcError
 
 COMMANDS = {
     "check": "validate specs and print each model's variables, layout and operation counts",
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModelcError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    except InternalError as exc:  # a bug in modelc: the message says so and asks for the spec
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:  # `modelc check spec.yaml | head`: the reader left, nothing to report
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

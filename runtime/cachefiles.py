@@ -68,9 +68,9 @@ def usable_folder(folder: Path) -> Path:
         os.close(fd)
         os.unlink(probe)
         return folder
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
         fallback = _temporary_cache()
-        _warn_once(str(folder), f"modelc: cache folder {folder} is not usable ({exc.strerror or exc}); "
+        _warn_once(str(folder), f"modelc: cache folder {folder} is not usable ({getattr(exc, 'strerror', None) or exc}); "
                                 f"using the temporary cache {fallback} for this process")
         return fallback
 
