@@ -7,7 +7,10 @@ its inputs), so dtype is part of the key only when a caller asks for it. The art
 file (kernels must live in real files to compile for a GPU), written atomically: concurrent compiles
 of the same key write identical bytes and ``os.replace`` them, so a reader never sees a partial file.
 
-Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.cache/modelc``.
+Cache folder: the ``cache_dir`` argument, else ``$MODELC_CACHE_DIR``, else ``~/.cache/modelc``; when
+it cannot be written, a temporary folder for this process (with a warning). Every artifact's SHA-256
+is recorded next to it when it is written and checked before it is imported: a truncated or edited
+module is regenerated, never imported (:mod:`modelc.runtime.cachefiles`).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from modelc.runtime.paths import cache_folder, import_file, sanitize, write_atom
 
 __all__ = ["cache_folder", "cache_key", "compiler_fingerprint", "import_file", "load", "pick_model",
            "tool_versions"]
+from modelc.runtime.cachefiles import usable_folder, verified, write_digest
 
 _LOADED: dict[str, ModuleType] = {}
 
@@ -77,7 +81,15 @@ def pick_model(spec, model: str | None) -> str:
         return spec.compositions[0].name
     if not spec.compositions and len(spec.models) == 1:
         return spec.models[0].name
-    raise ModelcError(f"{spec.path} holds several models; pick one with model=...: {', '.join(names)}")
+    raise ModelcError(f"{spec.path} holds several models; pick one (--model NAME on the command line, "
+                      f"model=NAME in Python): {', '.join(names)}")
+
+
+def write_verified(file: Path, text: str) -> None:
+    """Write a cache artifact and then its digest; an unwritable file falls back to the temporary
+    cache (see :mod:`modelc.runtime.cachefiles`)."""
+    write_atomic(file, text)
+    write_digest(file)
 
 
 def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | os.PathLike | None = None,
@@ -93,9 +105,10 @@ def load(path: str | os.PathLike, model: str | None = None, *, cache_dir: str | 
     key = cache_key(spec.digest, name, opts, dtype)
     if key in _LOADED:
         return _LOADED[key]
-    file = cache_folder(cache_dir) / f"{sanitize(name)}-{key[:24]}.py"
-    if not file.exists():
-        write_atomic(file, compile_model(spec, name, opts).source)
+    folder = usable_folder(cache_folder(cache_dir))
+    file = folder / f"{sanitize(name)}-{key[:24]}.py"
+    if not verified(file):  # missing, truncated, edited, or written without its digest: rebuild
+        write_verified(file, compile_model(spec, name, opts).source)
     mod = import_file(file, f"modelc_cache_{sanitize(name)}_{key[:24]}")
     _LOADED[key] = mod
     return mod

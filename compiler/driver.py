@@ -9,6 +9,7 @@ a ``tangent``) value + the declared derivative blocks only.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,21 @@ def declared_tangent(model: ir.Model) -> ir.Tangent | None:
     return tangent
 
 
+@contextlib.contextmanager
+def located_recursion(spec: ir.Spec, name: str, stage: str):
+    """A pass that recursed past Python's limit (an expression nested deeper than the passes can
+    follow, e.g. after composing many models) becomes a SpecError at the model, not a traceback."""
+    try:
+        yield
+    except RecursionError:
+        from modelc.errors import SpecError
+
+        decl = next((d for d in (*spec.compositions, *spec.models) if d.name == name), None)
+        raise SpecError(f"model {name!r} nests its expressions too deeply for the {stage} pass (Python's "
+                        "recursion limit)", getattr(decl, "loc", None),
+                        hint="split deep expressions into define entries; see docs/limits.md") from None
+
+
 def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -> Compiled:
     """Run the passes for model ``name`` of a loaded spec, up to (not including) code emission.
 
@@ -76,7 +92,8 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
 
     def run(stage: str, fn, *args, **kwargs):
         t0 = time.perf_counter()
-        out = fn(*args, **kwargs)
+        with located_recursion(spec, name, stage):
+            out = fn(*args, **kwargs)
         stages.append(Stage(stage, out, time.perf_counter() - t0))
         if verify:
             (verify_program if isinstance(out, ir.Program) else verify_model)(out)
@@ -104,7 +121,8 @@ def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOpt
 
     done = lower_model(spec, name, trace)
     t0 = time.perf_counter()
-    done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent)
+    with located_recursion(spec, name, "emit"):
+        done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent)
     done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
     return done
 

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 __all__ = ["ModelcError", "SpecError", "CompositionError", "InputError", "InternalError"]
 
 
+_WIDTH = 100  # the longest source line an error shows whole
+
+
 class SpecError(ModelcError):
     """An error in a spec file, pointing at file:line:col with the offending text and a caret.
 
@@ -38,6 +41,13 @@ class SpecError(ModelcError):
                 text = self.loc.text
                 start, end = self.span if self.span is not None else (0, len(text))
                 end = max(end, start + 1)
+                if len(text) > _WIDTH:  # a window around the caret, so that a huge line stays readable
+                    a = max(0, min(start - 20, len(text) - _WIDTH))
+                    b = min(len(text), a + _WIDTH)
+                    text = ("..." if a else "") + text[a:b] + ("..." if b < len(text) else "")
+                    shift = 3 if a else 0
+                    start, end = start - a + shift, min(end, b) - a + shift
+                    end = max(end, start + 1)
                 out += f"\n    {text}\n    {' ' * start}{'^' * (end - start)}"
         if self.hint:
             out += f"\n  hint: {self.hint}"

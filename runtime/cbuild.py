@@ -17,7 +17,10 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   this CPU (its predefined macros), so a cache shared between machines never loads a library built
   for another instruction set. The library is compiled to a
   temporary file in that folder and moved into place with ``os.replace``: concurrent processes build
-  identical files and never load a partial one. The ``.c`` file is kept next to it for reading.
+  identical files and never load a partial one. The ``.c`` file is kept next to it for reading. The
+  library's SHA-256 is recorded in ``<library>.sha256`` and checked before every load: a truncated or
+  altered library is rebuilt, never loaded (see :mod:`modelc.runtime.cachefiles`); an unusable cache
+  folder falls back to a temporary one with a warning.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import torch
 
 from modelc.runtime.errors import ModelcError
 from modelc.runtime.paths import cache_folder, sanitize
+from modelc.runtime.cachefiles import usable_folder, verified, write_digest
 
 BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off")
@@ -218,7 +222,7 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + [f"-DMC_W={lanes}"]
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
     tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}")
-    return cache_folder(cache_dir) / "c" / f"{sanitize(name)}-{key}-{tag}.so", flags
+    return usable_folder(cache_folder(cache_dir) / "c") / f"{sanitize(name)}-{key}-{tag}.so", flags
 
 
 def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lanes: int | None = None) -> CLibrary:
@@ -231,7 +235,7 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lan
     lib = _LOADED.get(str(path))
     if lib is not None:
         return lib
-    if not path.exists():
+    if not verified(path):  # missing, truncated or edited: loading it could kill the process (SIGBUS)
         try:
             build(source, path, flags)
         except OSError as exc:  # an unwritable cache folder, a compiler that vanished, ...
@@ -266,6 +270,7 @@ def build(source: str, path: Path, flags: list[str]) -> None:
         os.chmod(tmp_so, 0o755)
         os.replace(tmp_so, path)
         os.replace(tmp_c, path.with_suffix(".c"))
+        write_digest(path)
     finally:
         for t in (tmp_c, tmp_so):
             if os.path.exists(t):

@@ -262,18 +262,16 @@ class Carry:
 def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str]") -> Path:
     """Write results to an ``.npz`` file atomically (no partial file on failure): each array once,
     and the aliases (a :class:`RunResult`'s) as JSON text in the array ``aliases``."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    from modelc.runtime.outputs import check_output_file, write_atomic_bytes
+
+    p = check_output_file(path, "results file")
     buf = io.BytesIO()
     arrays = dict(results)
     aliases = getattr(results, "aliases", None)
     if aliases:
         arrays["aliases"] = np.array(json.dumps(aliases, sort_keys=True))
     np.savez_compressed(buf, **arrays)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, p)
-    return p
+    return write_atomic_bytes(p, buf.getvalue(), "results file")
 
 
 def load_results(path: "str | os.PathLike[str]") -> RunResult:

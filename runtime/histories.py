@@ -295,9 +295,19 @@ def _control(arrays: Mapping[str, Any], shape: tuple[int, int], source: str
 
 
 def _float_array(a: Any, name: str, source: str) -> np.ndarray:
+    """``a`` as float64; only real numbers (integers, floats) are accepted: a complex array is
+    never cut to its real part, and strings, booleans or objects are refused."""
+    try:
+        kind = np.asarray(a).dtype.kind
+    except (TypeError, ValueError):
+        raise InputError(f"{source}: '{name}' must be an array of numbers") from None
+    if kind not in "iuf":
+        what = {"c": "complex numbers", "b": "booleans", "U": "strings", "S": "bytes", "O": "Python objects",
+                "M": "dates", "m": "time deltas", "V": "records"}.get(kind, f"values of kind {kind!r}")
+        raise InputError(f"{source}: '{name}' must hold numbers (real ones), but it holds {what}")
     try:
         out = np.array(a, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{source}: '{name}' must hold numbers") from None
     return out
 

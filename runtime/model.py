@@ -29,6 +29,7 @@ from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import callpath
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
+from modelc.runtime.checks import check_parameter, nonfinite_rows
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector
 from modelc.runtime.types import TYPES, TensorType
 
@@ -87,12 +88,13 @@ class ParameterInfo(NamedTuple):
     default: tuple[float, ...] | None
     units: str = ""
     doc: str = ""
+    bounds: str = ""  # an interval such as "[0, 0.5)" (modelc.runtime.checks.Interval), or "" for none
 
     def __str__(self) -> str:
         d = "required" if self.default is None else (
             f"{self.default[0]:g}" if len(self.default) == 1 else str(self.default))
         return f"{self.name}: {self.type} = {d}{f' [{self.units}]' if self.units else ''}" + \
-            (f"  {self.doc}" if self.doc else "")
+            (f" in {self.bounds}" if self.bounds else "") + (f"  {self.doc}" if self.doc else "")
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,31 @@ def _block(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledM
     """The rows ``rows`` and columns ``cols`` of ``jac`` (variables of its axes), as a new matrix."""
     return LabeledMatrix.from_dict(rows, cols, {(r, c): jac[r, c] for r in rows.variable_names
                                                 for c in cols.variable_names})
+
+
+def _nonfinite_points(views, B: int) -> torch.Tensor | None:
+    """The points (B,) whose inputs hold a NaN or an infinity, or None when every value is finite
+    (the common case costs one sum per input). ``views``: per input variable, (B or 1, size)."""
+    bad = None
+    for v in views:
+        rows = nonfinite_rows(v.reshape(v.shape[0], -1))
+        if rows is not None:
+            rows = rows.expand(B)
+            bad = rows if bad is None else bad | rows
+    return bad
+
+
+def _fail_points(bad: torch.Tensor, Y, J, status):
+    """Mark the points ``bad`` failed: NaN outputs and derivatives, not converged (in place where
+    the buffers are the call's own or ``out=``'s; a broadcast Jacobian is materialised first)."""
+    Y[bad] = float("nan")
+    if J is not None:
+        if J.stride(0) == 0:
+            J = J.clone()
+        J[bad] = float("nan")
+    if status is not None:
+        status[0][bad] = False
+    return Y, J, status
 
 
 def _type_dim(model: "CompiledModel", name: str) -> int:
@@ -328,6 +355,7 @@ class CompiledModel:
             if v is None:
                 raise InputError(f"model {self.NAME}: parameter {p.name} has no default; pass {p.name}=...")
             v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            check_parameter(self.NAME, p.name, v, p.bounds)
             if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
                 if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
                     v = v.expand(t.size)
@@ -495,6 +523,12 @@ class CompiledModel:
                 Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant is not None, shared, param_overrides,
                                                    old_forces)
             status = (ST[:, 0] > 0.5, ST[:, 1].round().to(torch.int32), ST[:, 2].contiguous())
+        # NaN or infinite inputs: those points are failed, never a plausible number. An affine model
+        # (constant Jacobian: outputs = A(P) inputs + b(P)) propagates NaN by itself: no check.
+        if self.IMPLICIT or not self.CONSTANT_JACOBIAN:
+            bad = _nonfinite_points(views, B)
+            if bad is not None:
+                Y, J, status = _fail_points(bad, Y, J, status)
         jac = None
         if J is not None:
             jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), *vaxes)

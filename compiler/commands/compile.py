@@ -16,9 +16,9 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
-
-from modelc.errors import ModelcError
+from modelc.errors import ModelcError, SpecError
+from modelc.frontend.limits import read_spec_file
+from modelc.frontend.yamlio import YList, YMap, YScalar, load_yaml_text
 
 SELECT = ("auto", "compositions", "leaves", "all")
 
@@ -41,13 +41,14 @@ def spec_files(paths) -> list[Path]:
             files = sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))
             included: set[str] = set()
             for f in files:
-                try:
-                    data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-                except yaml.YAMLError:
+                try:  # the front end's reader: regular files only, bounded, safe YAML
+                    root = load_yaml_text(read_spec_file(str(f), None), str(f))
+                except SpecError:
                     continue  # the front end reports it when the file is compiled
-                inc = data.get("include", []) if isinstance(data, dict) else []
-                for i in inc if isinstance(inc, list) else []:
-                    included.add(os.path.normpath(f.parent / str(i)))
+                inc = root.get("include") if isinstance(root, YMap) else None
+                for i in inc.items if isinstance(inc, YList) else ():
+                    if isinstance(i, YScalar) and isinstance(i.value, str):
+                        included.add(os.path.normpath(f.parent / i.value))
             out += [f for f in files if os.path.normpath(f) not in included]
         elif p.exists():
             out.append(p)
@@ -76,8 +77,21 @@ def generate(paths, select: str = "auto", bake: tuple[str, ...] = ()) -> dict[st
 
     modules: dict[str, str] = {}
     origin: dict[str, Path] = {}
-    for f in spec_files(paths):
-        spec = load_spec(f)
+    files = spec_files(paths)
+    known = set()
+    specs = []
+    for f in files:
+        specs.append((f, load_spec(f)))
+        known |= {p.name for _, s in specs[-1:] for m in s.models for p in m.parameters}
+    unknown = [b for b in bake if b not in known]
+    if unknown:
+        from modelc.frontend.expr import did_you_mean
+
+        hint = did_you_mean(unknown[0], known)
+        raise ModelcError(f"--bake: no model in {', '.join(map(str, files))} has a parameter named "
+                          f"{', '.join(map(repr, unknown))}" + (f"; {hint}" if hint else "")
+                          + f" (parameters: {', '.join(sorted(known)) or 'none'})")
+    for f, spec in specs:
         for name in selected(spec, select):
             fname = module_file_name(name)
             if fname in modules:
@@ -109,9 +123,11 @@ def check(modules: dict[str, str], out: Path) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from modelc.backends.module import write_modules
 
-    bake = tuple(b for b in args.bake.split(",") if b)
+    from modelc.runtime.outputs import check_output_folder
+
+    bake = tuple(b.strip() for b in args.bake.split(",") if b.strip())
+    out = Path(args.out) if args.check else check_output_folder(args.out, "--out")  # before the work
     modules = generate(args.specs, args.select, bake)
-    out = Path(args.out)
     if args.check:
         problems = check(modules, out)
         if problems:
@@ -122,6 +138,34 @@ def main(args: argparse.Namespace) -> int:
             return 1
         print(f"{out}: {len(modules)} module(s) up to date")
         return 0
-    for p in write_modules(modules, out):
+    for name, text in sorted(modules.items()):
+        check_imports(name, text)
+    try:
+        written = write_modules(modules, out)
+    except OSError as exc:
+        raise ModelcError(f"--out {out}: cannot write the generated modules ({exc.strerror or exc}"
+                          f"{': ' + exc.filename if getattr(exc, 'filename', None) else ''})") from None
+    for p in written:
         print(f"wrote {p}")
     return 0
+
+
+def check_imports(name: str, text: str) -> None:
+    """Import a generated module from a temporary file: ``compile`` never reports success for a
+    module that does not import."""
+    import tempfile
+
+    from modelc.cache import import_file
+    from modelc.errors import InternalError
+
+    mod_name = f"_modelc_compile_check_{Path(name).stem}"
+    with tempfile.TemporaryDirectory(prefix="modelc-check-") as tmp:
+        p = Path(tmp) / name
+        p.write_text(text, encoding="utf-8")
+        try:
+            import_file(p, mod_name)
+        except Exception as exc:
+            raise InternalError(f"the generated module {name} does not import: {type(exc).__name__}: {exc}") \
+                from None
+        finally:
+            sys.modules.pop(mod_name, None)

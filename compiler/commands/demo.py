@@ -15,6 +15,7 @@ import time as _time
 import warnings
 from pathlib import Path
 
+from modelc.commands.run import BACKEND_HELP, BACKENDS
 from modelc.errors import InputError, ModelcError
 
 DEFAULT_MODEL = "j2_linear_iso"
@@ -30,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"a model of the bundled library (default: {DEFAULT_MODEL})")
     p.add_argument("--out", default="modelc-demo", metavar="DIR",
                    help="where to write results.npz and stress_strain.png (default: ./modelc-demo)")
-    p.add_argument("--backend", choices=("auto", "torch", "triton"), default="auto")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help=BACKEND_HELP)
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -40,11 +41,12 @@ def main(args: argparse.Namespace) -> int:
     from modelc.commands.run import _torch_dtype, check_device, load_model, results_table, stress_units
     from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
     from modelc.runtime.histories import as_history, uniaxial_stress_history
+    from modelc.runtime.outputs import check_output_folder
 
     spec = bundled_spec(args.model)
     history = as_history(uniaxial_stress_history(AMPLITUDES, TOTAL_TIMES, STEPS, cycles=CYCLES))
     device = check_device(args.device)
-    out_dir = Path(args.out)
+    out_dir = check_output_folder(args.out, "--out")
 
     start = _time.perf_counter()
     model = load_model(str(spec), args.model, dtype=args.dtype, device=device, backend=args.backend)
@@ -56,9 +58,12 @@ def main(args: argparse.Namespace) -> int:
     ran = _time.perf_counter() - start - compiled
 
     npz = save_results(results, out_dir / "results.npz")
-    png = plot_results(results, out_dir / "stress_strain.png", stress_units=stress_units(model),
-                       title=f"{args.model}: cyclic uniaxial stress (xx strain prescribed, other stresses "
-                             f"zero), {history.batch} points")
+    try:
+        png = plot_results(results, out_dir / "stress_strain.png", stress_units=stress_units(model),
+                           title=f"{args.model}: cyclic uniaxial stress (xx strain prescribed, other stresses "
+                                 f"zero), {history.batch} points")
+    except InputError as exc:  # no matplotlib: the table and the results still matter
+        png = f"(none: {exc})"
     conv = results["converged"][1:]
     print(f"modelc demo: {args.model} ({spec.name}), {args.dtype} on {device}")
     print(f"  compiled/loaded in {compiled:.2f} s; {history.steps - 1} steps x {history.batch} points "

@@ -19,7 +19,9 @@ import numpy as np
 from modelc.errors import InputError, ModelcError
 
 DTYPES = ("float64", "float32")
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "c", "torch", "triton")
+BACKEND_HELP = ("code path (default auto: triton on cuda; on the cpu the C backend when a C compiler "
+                "builds it, else torch)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,8 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter: one number, or one per point separated by commas "
                         "(repeatable)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="code path (default: from the device, triton on cuda, torch on cpu)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help=BACKEND_HELP)
     p.add_argument("--dtype", choices=DTYPES, default="float64")
     p.add_argument("--device", default=None,
                    help="cpu or cuda[:N] (default: cpu; with --distributed cuda:LOCAL_RANK when CUDA is there)")
@@ -55,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from modelc.runtime.driver import NonConvergenceWarning, plot_results, run_history, save_results
     from modelc.runtime.histories import load_history
+    from modelc.runtime.outputs import check_output_file
 
     from modelc.commands.run_distributed import main_distributed, check_single
 
@@ -63,9 +65,12 @@ def main(args: argparse.Namespace) -> int:
     check_single(args)
     params = parse_sets(args.sets)
     tangent_steps = parse_steps(args.tangent_steps)
-    history = load_history(args.history)
+    check_output_file(args.out, "--out")  # before the work: a run is never lost to its output path
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError(f"--plot {args.plot}: expected a .png (or .svg, .pdf) file name")
+    if args.plot:
+        check_output_file(args.plot, "--plot")
+    history = load_history(args.history)
     device = check_device(args.device or "cpu")
     model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,
                        on_failure=args.on_failure)
@@ -93,6 +98,8 @@ def main(args: argparse.Namespace) -> int:
           f"({args.dtype}, {device})")
     print(results_table(results))
     print(results.summary())
+    if not results.ok and getattr(model, "on_failure", "nan") != "substep" and getattr(model, "IMPLICIT", False):
+        print("hint: --on-failure substep retries the failed points with their step cut into sub-steps")
     print(f"results: {out}")
     if png is not None:
         print(f"plot:    {png}")

@@ -16,6 +16,7 @@ from typing import Callable
 import sympy as sp
 
 from modelc.errors import SpecError
+from modelc.frontend import limits
 from modelc.frontend import tensor as T
 from modelc.frontend.tensor import Indexed, OpError, TValue
 from modelc.functions import BY_SPELLING, ifnonneg, ifpos
@@ -83,6 +84,8 @@ def parse(src: Source) -> ast.expr:
             ast.increment_lineno(tree, -1)
     except (RecursionError, MemoryError):
         raise src.error("expression too deeply nested") from None
+    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
+        raise src.error(f"invalid expression ({exc})") from None
     except SyntaxError as exc:
         node = None
         if exc.lineno is not None and exc.offset is not None and 1 <= exc.lineno - shift <= text.count("\n") + 1:
@@ -90,7 +93,9 @@ def parse(src: Source) -> ast.expr:
             node = ast.Name("x", lineno=ln, col_offset=max(exc.offset - 1, 0),
                             end_lineno=ln, end_col_offset=max(exc.offset, 1))
         hint = "a double contraction is written ddot(A, B)" if ":" in text.replace(":=", "") else ""
-        raise src.error(f"invalid expression syntax ({exc.msg})", node, hint) from None
+        msg = "a number of more than 4300 digits" if "integer string conversion" in exc.msg else exc.msg
+        raise src.error(f"invalid expression syntax ({msg})", node, hint) from None
+    _check_depth(src, tree)
     for node in ast.walk(tree):  # dunder names first: the most suspicious thing gets reported
         if isinstance(node, ast.Name) and node.id.startswith("__"):
             raise src.error(f"name {node.id!r} is not allowed in expressions", node)
@@ -99,6 +104,8 @@ def parse(src: Source) -> ast.expr:
                                                not isinstance(node.value, (int, float))):
             raise src.error(f"{type(node.value).__name__} constants are not allowed in expressions "
                             f"(only numbers)", node)
+        if isinstance(node, ast.Constant) and not _finite_literal(node.value):
+            raise src.error(f"this number is beyond the largest float64 ({limits.FLOAT_MAX:.6g})", node)
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):
                 raise src.error("only named functions can be called", node.func)
@@ -117,6 +124,27 @@ def parse(src: Source) -> ast.expr:
             raise src.error(f"{what or type(node).__name__} is not allowed in expressions",
                             node if hasattr(node, "col_offset") else None)
     return tree.body
+
+
+def _check_depth(src: Source, tree: ast.AST) -> None:
+    """Refuse an expression nesting more than ``limits.MAX_AST_DEPTH`` nodes (iteratively: the check
+    itself must not recurse), pointing at the first node past the limit."""
+    stack = [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        if d > limits.MAX_AST_DEPTH:
+            where = node if hasattr(node, "col_offset") else None
+            raise src.error(f"expression nested more than {limits.MAX_AST_DEPTH} levels deep", where,
+                            "split it into define entries")
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node))
+
+
+def _finite_literal(v) -> bool:
+    if isinstance(v, float):
+        return v == v and abs(v) <= limits.FLOAT_MAX
+    if isinstance(v, int):
+        return v.bit_length() <= 1024
+    return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,6 +180,7 @@ class Scope:
     names: dict = field(default_factory=dict)       # str -> Binding
     helpers: dict = field(default_factory=dict)     # str -> Helper
     old: Callable[[Binding], TValue] | None = None
+    expanded: dict = field(default_factory=dict)    # (helper, argument values) -> TValue (memo)
 
 
 CONSTANTS: dict[str, tuple[Callable[[], TValue], str]] = {
@@ -222,8 +251,10 @@ RESERVED = set(BUILTINS) | set(SPECIAL) | set(CONSTANTS)
 class Builder:
     """Builds typed values from whitelisted ASTs, in a scope."""
 
-    def __init__(self, scope: Scope, source: Source, args: dict | None = None, depth: int = 0):
-        self.scope, self.src, self.args, self.depth = scope, source, args or {}, depth
+    def __init__(self, scope: Scope, source: Source, args: dict | None = None, calls: tuple[str, ...] = (),
+                 check: bool = False):
+        self.scope, self.src, self.args, self.calls = scope, source, args or {}, calls
+        self.check = check  # check every node's value (to locate an undefined constant)
 
     def build(self, node: ast.expr) -> TValue:
         return self._value(self._node(node), node)
@@ -262,7 +293,13 @@ class Builder:
         meth = getattr(self, "_" + type(node).__name__, None)
         if meth is None:
             raise self.src.error(f"{type(node).__name__} is not allowed here", node)
-        return meth(node)
+        out = meth(node)
+        if self.check and isinstance(out, TValue):
+            limits.check_value(out.comps, lambda m, h: self._raise(m, node, h))
+        return out
+
+    def _raise(self, message, node, hint):
+        raise self.src.error(message, node, hint)
 
     def _Constant(self, node):
         v = node.value
@@ -419,8 +456,12 @@ class Builder:
         if len(node.args) != len(h.params):
             raise self.src.error(f"{h.name}() takes {len(h.params)} argument{'s' * (len(h.params) != 1)} "
                                  f"({', '.join(h.params)}), got {len(node.args)}", node)
-        if self.depth > 40:
-            raise self.src.error(f"helper {h.name}() calls itself (recursion is not supported)", node)
+        if h.name in self.calls:
+            chain = " -> ".join(self.calls[self.calls.index(h.name):] + (h.name,))
+            raise self.src.error(f"helper {h.name}() calls itself ({chain}): recursion is not supported", node)
+        if len(self.calls) >= limits.MAX_HELPER_DEPTH:
+            raise self.src.error(f"helper calls nested more than {limits.MAX_HELPER_DEPTH} deep "
+                                 f"({' -> '.join(self.calls[:3])} -> ... -> {h.name})", node)
         bound = {}
         for p, a in zip(h.params, node.args):
             if isinstance(a, ast.Name) and (a.id in self.args or a.id in self.scope.names):
@@ -430,7 +471,19 @@ class Builder:
                 bound[p] = Binding("argument", b.value, b.var)
             else:
                 bound[p] = Binding("argument", self.build(a))
-        return Builder(self.scope, h.source, bound, self.depth + 1).build(h.body)
+        # one expansion per distinct call: a chain of helpers calling the previous one twice is linear
+        key = (h.name, tuple((p, b.value.type.name, b.value.comps, b.var.name if b.var else None)
+                             for p, b in bound.items()))
+        done = self.scope.expanded.get(key)
+        if done is None:
+            if len(self.scope.expanded) >= limits.MAX_HELPER_CALLS:
+                raise self.src.error(f"more than {limits.MAX_HELPER_CALLS} distinct helper expansions in one "
+                                     f"model (at this call of {h.name}())", node,
+                                     "helpers that call other helpers several times with different "
+                                     "arguments multiply the work; simplify the chain")
+            done = self.scope.expanded[key] = Builder(self.scope, h.source, bound, self.calls + (h.name,),
+                                                      self.check).build(h.body)
+        return done
 
 
 def build_expr(text: str, loc: Loc, scope: Scope) -> TValue:
@@ -438,9 +491,18 @@ def build_expr(text: str, loc: Loc, scope: Scope) -> TValue:
     src = Source(text, loc)
     tree = parse(src)
     try:
-        return Builder(scope, src).build(tree)
+        value = Builder(scope, src).build(tree)
+        limits.check_value(value.comps, lambda m, h: _locate(scope, src, tree, m, h))
     except RecursionError:
         raise src.error("expression too deeply nested") from None
+    return value
+
+
+def _locate(scope: Scope, src: Source, tree: ast.expr, message: str, hint: str) -> None:
+    """Raise ``message`` at the innermost node of ``tree`` whose value is refused: the expression is
+    built again, checking every node (only on this error path)."""
+    Builder(Scope(scope.names, scope.helpers, scope.old), src, check=True).build(tree)
+    raise src.error(message, None, hint)
 
 
 def markdown() -> str:

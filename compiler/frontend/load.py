@@ -20,6 +20,7 @@ from modelc.errors import SpecError
 from modelc.frontend import schema
 from modelc.frontend.dump import format_spec, format_yaml
 from modelc.frontend.expr import did_you_mean
+from modelc.frontend.limits import MAX_INCLUDE_DEPTH, read_spec_file
 from modelc.frontend.model import ModelBuilder, check_ident, file_helpers, tangent_decl
 from modelc.frontend.yamlio import YScalar, load_yaml_text
 from modelc.ir import ComposeDecl, Loc, Spec
@@ -35,27 +36,24 @@ class _State:
     yaml_dumps: list = field(default_factory=list)
 
 
-def _read(path: str, loc: Loc | None) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise SpecError(f"cannot read spec file {path!r}: {exc.strerror or exc}", loc) from None
-
-
 def _where_defined(st: _State, name: str) -> Loc | None:
     obj = st.models.get(name) or st.compositions.get(name)
     return obj.loc if obj is not None else None
 
 
 def _load_file(path: str, st: _State, stack: tuple[str, ...], loc: Loc | None) -> None:
+    if "\0" in path:
+        raise SpecError(f"cannot read spec file {path!r}: a file name cannot hold a NUL character", loc)
     real = os.path.realpath(path)
     if real in stack:
         chain = " -> ".join(os.path.basename(p) for p in stack[stack.index(real):] + (real,))
         raise SpecError(f"include cycle: {chain}", loc)
     if real in st.loaded:
         return
-    text = _read(path, loc)
+    if len(stack) >= MAX_INCLUDE_DEPTH:
+        raise SpecError(f"includes nested more than {MAX_INCLUDE_DEPTH} deep ({os.path.basename(stack[0])} -> "
+                        f"... -> {os.path.basename(path)})", loc)
+    text = read_spec_file(path, loc)
     root = load_yaml_text(text, path)
     if root is None:
         raise SpecError("the spec file is empty", Loc(path, 1, 1))

@@ -20,11 +20,12 @@ from modelc.frontend.tensor import OpError, TValue
 from modelc.frontend.yamlio import YMap, YScalar
 from modelc.ir import (Equation, ImplicitSystem, Loc, Model, Parameter, SolverOptions, Tangent, Variable,
                        component_symbols, param_symbols)
+from modelc.runtime.checks import Interval
 from modelc.runtime.types import TYPES, TensorType
 
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-QUALIFIED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
-HELPER_KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*$")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # always fullmatch: "$" accepts a trailing newline
+QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
+HELPER_KEY = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*")
 ON_FAILURE = ("nan", "substep")
 
 
@@ -35,7 +36,7 @@ def old_name(name: str) -> str:
 
 
 def check_ident(name: str, loc: Loc, what: str) -> None:
-    if not IDENT.match(name) or keyword.iskeyword(name) or name.startswith("__"):
+    if not isinstance(name, str) or not IDENT.fullmatch(name) or keyword.iskeyword(name) or name.startswith("__"):
         raise SpecError(f"{what} {name!r} is not a valid name (letters, digits and _, not starting with a "
                         f"digit or __, not a Python keyword)", loc)
     if name in RESERVED:
@@ -87,7 +88,7 @@ class ModelBuilder:
                 {"var": None, "type": "Scalar", "doc": ""}
             qname = local if f["var"] is None else f["var"].value
             qloc = kloc if f["var"] is None else f["var"].loc
-            if not QUALIFIED.match(qname):
+            if not QUALIFIED.fullmatch(qname):
                 raise SpecError(f"{qname!r} is not a valid qualified variable name (names of letters, digits "
                                 f"and _ separated by '/')", qloc)
             if qname in self.qualified:
@@ -110,7 +111,7 @@ class ModelBuilder:
             self._declare_local(pname, kloc, "parameter")
             f = schema.check(pnode, "parameter", f"parameter {pname!r} of model {self.name!r}") \
                 if not (isinstance(pnode, YScalar) and pnode.value is None) else \
-                {"type": "Scalar", "default": None, "units": "", "doc": ""}
+                {"type": "Scalar", "default": None, "units": "", "doc": "", "bounds": None}
             ttype = tensor_type(f["type"] if not isinstance(f["type"], str) else TYPES[f["type"]],
                                 f"parameter {pname!r}")
             default = None
@@ -125,7 +126,8 @@ class ModelBuilder:
                 default = vals
             units = f["units"] if isinstance(f["units"], str) else str(f["units"].value)
             doc = f["doc"] if isinstance(f["doc"], str) else str(f["doc"].value)
-            p = Parameter(pname, ttype, default, units, doc, kloc)
+            bounds = _bounds(f.get("bounds"), pname, default, f["default"])
+            p = Parameter(pname, ttype, default, units, doc, kloc, bounds=bounds)
             self.scope.names[pname] = Binding("parameter", TValue(ttype, param_symbols(pname, ttype)))
             out.append(p)
         return out
@@ -164,7 +166,7 @@ class ModelBuilder:
         for key, vnode in mapping.items.items():
             kloc = mapping.keys[key].loc
             text, vloc = _expr_node(vnode, f"define {key!r}")
-            m = HELPER_KEY.match(key)
+            m = HELPER_KEY.fullmatch(key)
             if m:
                 fname, params = m.group(1), tuple(p.strip() for p in m.group(2).split(",") if p.strip())
                 check_ident(fname, kloc, "helper function")
@@ -321,6 +323,28 @@ def check_tangent(t: Tangent, where: str, outputs, inputs) -> None:
                                 hint=did_you_mean(n, pool))
 
 
+def _bounds(node, pname: str, default, default_node) -> str:
+    """A parameter's ``bounds`` in the runtime's canonical text (``"[0, 0.5)"``), or "" for none;
+    the default must lie inside."""
+    if node is None:
+        return ""
+    if isinstance(node, YScalar):
+        text = node.value
+    else:
+        lo, hi = (i.value for i in node.items)
+        text = f"[{lo!r}, {hi!r}]"
+    try:
+        interval = Interval.parse(text)
+    except ValueError as exc:
+        hint = "e.g. bounds: \"[0, 0.5)\" or bounds: \"(0, inf)\"" if "not an interval" in str(exc) else ""
+        raise SpecError(f"parameter {pname!r}: {exc}", node.loc, hint=hint) from None
+    for x in default or ():
+        if not interval.contains(x):
+            raise SpecError(f"the default {x!r} of parameter {pname!r} is outside its bounds {interval}",
+                            default_node.loc)
+    return str(interval)
+
+
 def _expr_node(node, what: str) -> tuple[str, Loc]:
     if not isinstance(node, YScalar) or isinstance(node.value, bool) or node.value is None \
             or not isinstance(node.value, (str, int, float)):
@@ -353,7 +377,7 @@ def file_helpers(mapping) -> dict:
         return out
     for key, vnode in mapping.items.items():
         kloc = mapping.keys[key].loc
-        m = HELPER_KEY.match(key)
+        m = HELPER_KEY.fullmatch(key)
         if not m:
             raise SpecError(f"file-level define {key!r} must be a helper function `name(args): expr`", kloc,
                             hint="named values belong in a model's define section")

@@ -7,10 +7,12 @@ required keys and wrong kinds name the section) and returns a dict with defaults
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from modelc.errors import SpecError
 from modelc.frontend.expr import did_you_mean
+from modelc.frontend.limits import FLOAT_MAX
 from modelc.frontend.yamlio import YList, YMap, YScalar
 from modelc.runtime.types import TYPES
 
@@ -55,6 +57,9 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
               "components for a tensor)"),
         Field("units", "str", False, "", "units, for documentation"),
         Field("doc", "str", False, "", "description"),
+        Field("bounds", "interval", False, None, "allowed values, checked at every call: an interval "
+              "`\"[0, 0.5)\"`, `\"(0, inf)\"` (quoted: `[`/`(` closed/open ends, `inf` for none), or a "
+              "list `[lo, hi]` (closed); the default must lie inside"),
     ),
     "variable": (
         Field("var", "str", False, None, "qualified name (e.g. state/internal/ep); default: the local name"),
@@ -97,12 +102,16 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
 
 _KIND_DOC = {"str": "string", "number": "number", "int": "integer", "type": "type name",
              "expr": "expression", "names": "list of names", "map": "mapping",
-             "numbers": "number or list of numbers"}
+             "numbers": "number or list of numbers",
+             "interval": "interval such as \"[0, 0.5)\" or a list [lo, hi]"}
 
 
 def _kind_ok(kind: str, node) -> bool:
     if kind == "map":
         return isinstance(node, YMap)
+    if kind == "interval":
+        return (isinstance(node, YScalar) and isinstance(node.value, str)) or (
+            isinstance(node, YList) and len(node.items) == 2 and _kind_ok("numbers", node))
     if kind == "names":
         return isinstance(node, YList) and all(isinstance(i, YScalar) and isinstance(i.value, str)
                                                for i in node.items)
@@ -153,6 +162,13 @@ def check(node, section: str, where: str) -> dict:
             continue
         if not _kind_ok(f.kind, value):
             raise SpecError(f"{where}: {f.name!r} must be a {_KIND_DOC[f.kind]}", value.loc)
+        if f.kind in ("number", "numbers", "interval"):
+            for item in (value.items if isinstance(value, YList) else (value,)):
+                v = item.value
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise SpecError(f"{where}: {f.name!r} must be finite, got {v}", item.loc)
+                if isinstance(v, int) and abs(v) > FLOAT_MAX:
+                    raise SpecError(f"{where}: {f.name!r} is beyond the largest float64", item.loc)
         out[f.name] = value
     return out
 

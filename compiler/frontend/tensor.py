@@ -12,6 +12,7 @@ outer product of two SR2 is ``a_m b_n``; tensors without these identities go thr
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import sympy as sp
@@ -107,9 +108,25 @@ def power(a: TValue, b: TValue) -> TValue:
     _require(b, (Scalar,), 1, "'**'")
     if b.expr.is_Number and abs(b.expr) > MAX_EXPONENT:
         raise OpError(f"exponent {b.expr} is too large (at most {MAX_EXPONENT} in magnitude)", 1)
+    if a.expr.is_Number and b.expr.is_Number and a.expr != 0 and _pow_bits(a.expr, b.expr) > 1100:
+        raise OpError(f"{a.expr}**{b.expr} is beyond the largest float64", None)
+    if a.expr.is_Number and a.expr < 0 and b.expr.is_Number and not b.expr.is_Integer:
+        raise OpError(f"({a.expr})**{b.expr}: a negative number to a non-integer power is not a real number",
+                      None)
     if b.expr.is_Integer:  # kept as a power: the printers expand integer powers
         return TValue.scalar(sp.Pow(a.expr, b.expr))
     return TValue.scalar(powr(a.expr, b.expr))  # NaN-free derivative at a = 0 (see functions.powr)
+
+
+def _pow_bits(a: sp.Expr, b: sp.Expr) -> float:
+    """About log2 |a**b| for numbers a != 0 and b, without computing the power."""
+    try:
+        log_a = math.log2(abs(float(a)))
+    except OverflowError:  # |a| beyond a float64
+        log_a = float(sp.log(abs(a), 2).evalf(10))
+    except ValueError:  # |a| underflows to 0
+        log_a = -1100.0
+    return float(b) * log_a
 
 
 def scalar_fn(f, name: str):

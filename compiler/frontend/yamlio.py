@@ -14,6 +14,7 @@ from typing import Union
 import yaml
 
 from modelc.errors import SpecError
+from modelc.frontend.limits import MAX_YAML_DEPTH
 from modelc.ir import Loc
 
 
@@ -90,9 +91,24 @@ def _convert(node, file: str, lines: list[str], constructor) -> YNode:
                     _loc(file, lines, node.start_mark))
 
 
+class _TooDeep(Exception):
+    pass
+
+
 class _Loader(yaml.SafeLoader):
     """The safe loader, plus YAML 1.2's floats without a dot (``1e5``, which YAML 1.1 reads as a
-    string)."""
+    string), and a bound on nesting (PyYAML's composer recurses once per level)."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 _Loader.add_implicit_resolver(
@@ -108,10 +124,19 @@ def load_yaml_text(text: str, file: str) -> YNode | None:
             node = loader.get_single_node()
         finally:
             loader.dispose()
+    except _TooDeep as exc:
+        raise SpecError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", _loc(file, lines, exc.args[0]),
+                        hint="a spec needs a few levels (models: name: section: entry)") from None
+    except RecursionError:  # deeper than the parser itself can go (flow collections: [[[[...]]]])
+        raise SpecError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", _deepest(text, file, lines),
+                        hint="a spec needs a few levels (models: name: section: entry)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = _loc(file, lines, mark) if mark is not None else Loc(file, 1, 1)
-        raise SpecError(f"invalid YAML: {exc.problem or exc.context}", loc) from None
+        line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+        hint = ("an interval with an open end is text: quote it, e.g. bounds: \"[0, 0.5)\""
+                if re.search(r"bounds\s*:\s*[\[(]", line) else "")
+        raise SpecError(f"invalid YAML: {exc.problem or exc.context}", loc, hint=hint) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"invalid YAML: {exc}", Loc(file, 1, 1)) from None
     if node is None:
@@ -126,6 +151,23 @@ def load_yaml_text(text: str, file: str) -> YNode | None:
         raise SpecError("YAML anchors and aliases (&name, *name) are not supported in a spec",
                         _loc(file, lines, exc.args[0].start_mark)) from None
     return _convert(node, file, lines, constructor)
+
+
+def _deepest(text: str, file: str, lines: list[str]) -> Loc:
+    """Where flow brackets first nest past the limit (or the start of the file)."""
+    depth, line, col = 0, 0, 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                return Loc(file, line + 1, col + 1, lines[line] if line < len(lines) else "")
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        if ch == "\n":
+            line, col = line + 1, 0
+        else:
+            col += 1
+    return Loc(file, 1, 1, lines[0] if lines else "")
 
 
 _TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}

@@ -89,6 +89,7 @@ class Parameter:
     units: str = ""
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
+    bounds: str = ""  # allowed values, an interval such as "[0, 0.5)" (modelc.runtime.checks.Interval)
 
     @property
     def symbols(self) -> tuple[sp.Symbol, ...]:
@@ -97,7 +98,8 @@ class Parameter:
     def __str__(self) -> str:
         d = "" if self.default is None else f" = {self.default[0] if len(self.default) == 1 else self.default}"
         u = f" [{self.units}]" if self.units else ""
-        return f"{self.name}: {self.type.name}{d}{u}"
+        b = f" in {self.bounds}" if self.bounds else ""
+        return f"{self.name}: {self.type.name}{d}{u}{b}"
 
 
 @dataclass(frozen=True, slots=True)

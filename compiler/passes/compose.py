@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import sympy as sp
 
-from modelc.errors import CompositionError
+from modelc.errors import CompositionError, SpecError
 from modelc.ir import ComposeDecl, Equation, Model, Parameter, Spec, Variable
 from modelc.passes.symbols import local_name, residual_name
 
@@ -103,10 +103,12 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
     for i, m in enumerate(models):
         for v in m.outputs:
             if v.name in provider:
-                j = provider[v.name][0]
-                raise CompositionError(
+                j, first = provider[v.name]
+                raise _located(
                     f"composition '{name}': variable '{v.name}' is provided by two models, "
-                    f"'{models[j].name}' and '{m.name}'")
+                    f"'{models[j].name}'{_loc_of(first.loc)} and '{m.name}'", v.loc or m.loc,
+                    "a variable has one provider: rename one of the outputs (var: ...), or compose the "
+                    "two models separately")
             provider[v.name] = (i, v)
     deps: list[list[tuple[int, str]]] = []  # deps[i]: (j, variable) for each variable i takes from j
     for i, m in enumerate(models):
@@ -115,9 +117,10 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
             if v.name in provider:
                 j, pv = provider[v.name]
                 if pv.type != v.type:
-                    raise CompositionError(
+                    raise _located(
                         f"composition '{name}': type mismatch for '{v.name}': model '{models[j].name}' "
-                        f"provides it as {pv.type.name}, model '{m.name}' consumes it as {v.type.name}")
+                        f"provides it as {pv.type.name}{_loc_of(pv.loc)}, model '{m.name}' consumes it as "
+                        f"{v.type.name}", v.loc or m.loc)
                 d.append((j, v.name))
         deps.append(d)
 
@@ -174,8 +177,14 @@ def merge_parameters(where: str, models: Sequence[Model],
                 raise CompositionError(
                     f"composition '{where}': parameter '{p.name}' has default {_d(q)} in '{owner}' "
                     f"but {_d(p)} in '{m.name}'")
+            if q.bounds and p.bounds and q.bounds != p.bounds:
+                raise CompositionError(
+                    f"composition '{where}': parameter '{p.name}' has bounds {q.bounds} in '{owner}' "
+                    f"but {p.bounds} in '{m.name}'{_loc_of(p.loc)}")
             if q.default is None and p.default is not None:
-                merged[p.name] = (p, m.name)
+                merged[p.name] = (replace(p, bounds=p.bounds or q.bounds), m.name)
+            elif p.bounds and not q.bounds:
+                merged[p.name] = (replace(q, bounds=p.bounds), owner)
     return tuple(p for p, _ in merged.values())
 
 
@@ -349,7 +358,8 @@ def _toposort(name: str, models: Sequence[Model], deps: list[list[tuple[int, str
     while len(order) < n:
         ready = [i for i in range(n) if not done[i] and all(done[j] and j != i for j in waiting[i])]
         if not ready:
-            raise CompositionError(_cycle_message(name, models, deps, done))
+            message, loc, hint = _cycle_message(name, models, deps, done)
+            raise _located(message, loc, hint)
         i = ready[0]
         done[i] = True
         order.append(i)
@@ -371,8 +381,25 @@ def _cycle_message(name, models, deps, done) -> str:
     lines = [f"composition '{name}': dependency cycle:"]
     for k, (c, var) in enumerate(cycle):
         p = cycle[(k + 1) % len(cycle)][0]
-        lines.append(f"  model '{models[c].name}' consumes '{var}', provided by model '{models[p].name}'")
-    return "\n".join(lines)
+        lines.append(f"  model '{models[c].name}'{_loc_of(models[c].loc)} consumes '{var}', provided by "
+                     f"model '{models[p].name}'{_loc_of(models[p].loc)}")
+    implicit = [models[c] for c, _ in cycle if models[c].is_implicit]
+    if implicit:
+        m = implicit[0]
+        feeders = [models[p].name for k, (c, _) in enumerate(cycle) if models[c] is m
+                   for p in [cycle[(k + 1) % len(cycle)][0]]]
+        hint = (f"an implicit model that reads a variable computed from its unknowns must list its provider "
+                f"under `uses:` (implicit: uses: [{', '.join(feeders)}] in model '{m.name}'), so that the "
+                "provider is evaluated inside its Newton loop")
+    else:
+        hint = "each variable must be computed before it is read: one of these models must not read the other's output"
+    first = models[cycle[0][0]]
+    return "\n".join(lines), first.loc, hint
+
+
+def _located(message: str, loc, hint: str = "") -> CompositionError:
+    """A CompositionError rendered like a SpecError: file:line:col, the spec text, a hint."""
+    return CompositionError(str(SpecError(message, loc, hint=hint)))
 
 
 def _loc(decl) -> str:

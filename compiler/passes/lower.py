@@ -149,6 +149,7 @@ class _Emitter:
             return tuple(out)
 
         jac = rows([svars[u.name] if u.name in svars else u for u in unknowns])
+        _check_structure(m, jac)
         res = tuple(s for rv in residuals for s in rv.symbols)
         scale = _residual_scale(m, system)
         inner = _Emitter()
@@ -182,6 +183,38 @@ class _Emitter:
             targets = tuple(tuple(partial_symbol(m.name, a, b) for x in wrt for b in x.symbols)
                             for a in usyms)
             self.body.append(LinearSolve(A=jac, B=B, targets=targets))
+
+
+def _check_structure(m: Model, jac) -> None:
+    """A Newton system whose Jacobian is structurally singular (no assignment of residual components
+    to unknown components through nonzero entries) can never be solved: a SpecError at the model
+    naming the unknowns no residual reads, or the residuals that read no unknown."""
+    from modelc.backends.linsolve import structural_matching
+    from modelc.errors import SpecError
+
+    nonzero = [[not (sp.sympify(e).is_zero is True) for e in row] for row in jac]
+    if structural_matching(nonzero) is not None:
+        return
+
+    def comp(v: Variable, k: int) -> str:
+        return v.name if v.type.size == 1 else f"{v.name}[{k}]"
+
+    unknowns = [comp(u, k) for u in m.implicit.unknowns for k in range(u.type.size)]
+    residuals = [(eq, comp(eq.var, k)) for eq in m.implicit.residuals for k in range(eq.var.type.size)]
+    unread = [unknowns[j] for j in range(len(unknowns)) if not any(row[j] for row in nonzero)]
+    blind = [(eq, name) for (eq, name), row in zip(residuals, nonzero) if not any(row)]
+    if unread:
+        what = f"no residual depends on the unknown(s) {', '.join(unread)}"
+    elif blind:
+        what = f"the residual(s) of {', '.join(n for _, n in blind)} depend on no unknown"
+    else:
+        what = (f"its residuals cannot determine every unknown ({', '.join(unknowns)}): some unknowns "
+                "appear in too few residuals")
+    loc = blind[0][0].loc if blind and blind[0][0].loc is not None else m.loc
+    raise SpecError(f"implicit model '{m.name}': the Newton system is structurally singular: {what}", loc,
+                    hint="each unknown needs a residual that depends on it (dR/du must be invertible); a "
+                         "residual that reads a variable computed from the unknowns needs its provider "
+                         "under `uses:`")
 
 
 def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:

@@ -83,9 +83,10 @@ def test_concurrent_compiles_do_not_corrupt(tmp_path):
     ctx = mp.get_context("spawn")
     with ctx.Pool(3) as pool:
         digests = pool.map(_worker, [str(tmp_path)] * 3)
-    files = list(tmp_path.iterdir())
-    assert len(files) == 1, files  # one module, no temp files left
+    files = sorted(tmp_path.iterdir())
+    assert [f.suffix for f in files] == [".py", ".sha256"], files  # one module and its digest, no temp files
     assert set(digests) == {hashlib.sha256(files[0].read_bytes()).hexdigest()}
+    assert files[1].read_text().strip() == digests[0]
     compile(files[0].read_text(), str(files[0]), "exec")
 
 
