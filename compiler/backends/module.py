@@ -64,6 +64,19 @@ def _solver(program: ir.Program) -> dict:
     return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
 
 
+def _initial_function(value: ir.Program) -> list[str] | None:
+    """The body of ``_torch_initial(X, P)`` -> ``(Y, None, None)``: the declared initial values
+    (``Program.initial``, over parameters only) on their own output axis; None when none is declared.
+    It is the PyTorch backend's code for a program with no inputs, so parameters (shared or per point)
+    are read exactly as in the model's own functions."""
+    if not value.initial:
+        return None
+    prog = ir.Program(name=f"{value.name}/initial", inputs=(), parameters=value.parameters,
+                      outputs=tuple(eq.var for eq in value.initial), body=(),
+                      results={eq.var.name: eq.components for eq in value.initial})
+    return torch_body(prog, Layout.of(prog), False)
+
+
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
                 options=None, source: str | None = None, tangent: ir.Program | None = None) -> str:
     """The generated module's source for the value-only program ``value``, the program with
@@ -102,6 +115,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         kernels.append({"name": f"_kernel_{variant}", "doc": f"{value.name}: {what}.", "lines": lines,
                         "signature": sig})
 
+    initial = _initial_function(value)
+
     def var_info(v: ir.Variable) -> str:
         return f"{v.name!r}, {v.type.name!r}, {v.doc!r}"
 
@@ -132,6 +147,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "state_repr": repr(_state_pairs(value.inputs, value.outputs, "state", "old_state")),
         "forces_repr": repr(_state_pairs(value.inputs, value.inputs, "forces", "old_forces")),
         "solver_repr": repr(_solver(value)),
+        "initial": initial,
+        "initial_vars": [var_info(eq.var) for eq in value.initial],
         "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent))
                                     if prog is not None and constant_jacobian(prog))),
         "baked_repr": repr(tuple(sorted(baked))),

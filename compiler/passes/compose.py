@@ -152,8 +152,10 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
                     f"model provides and which is not declared as an input{_loc_of(loc)}")
     outputs = tuple(v for m in ordered for v in m.outputs if v.name not in consumed or v.name in keep)
     params = merge_parameters(name, ordered)
+    out_names = {v.name for v in outputs}
+    initial = tuple(eq for m in ordered for eq in m.initial if eq.var.name in out_names)
     return Model(name=name, inputs=inputs, outputs=outputs, parameters=params, submodels=ordered,
-                 doc=doc, loc=loc)
+                 doc=doc, loc=loc, initial=initial)
 
 
 def merge_parameters(where: str, models: Sequence[Model],
@@ -260,7 +262,7 @@ def _rename(m: Model, mapping, symmap, prefix) -> Model:
     return replace(m, name=prefix + m.name,
                    inputs=tuple(_renamed_var(v, mapping) for v in m.inputs),
                    outputs=tuple(_renamed_var(v, mapping) for v in m.outputs),
-                   equations=eqs(m.equations), implicit=implicit,
+                   equations=eqs(m.equations), implicit=implicit, initial=eqs(m.initial),
                    submodels=tuple(_rename(s, mapping, symmap, prefix) for s in m.submodels),
                    partials=())
 
