@@ -22,6 +22,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
+from modelc.backends.triton_math import helpers_for, helper_source
 from modelc.ir.analysis import constant_jacobian
 from modelc.errors import InternalError, ModelcError
 from modelc.options import CompileOptions
@@ -137,6 +138,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
         "torch_helpers": torch_helpers.lines, "triton_helpers": triton_helpers.lines,
+        "triton_math": helper_source(helpers_for(
+            [ln for k in kernels for ln in k["lines"]] + list(triton_helpers.lines))).splitlines(),
         "c_source": c_source(value, full, tangent),
         "tangent": tangent is not None,
         "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
