@@ -261,6 +261,118 @@ class powr(_RealFunction):
 
 
 # --------------------------------------------------------------------------------------------------
+# smooth elementary functions: hyperbolic and their inverses, log1p, expm1, atan2
+# --------------------------------------------------------------------------------------------------
+class _Elementary(_RealFunction):
+    """A smooth elementary function of one argument, folded on numbers by SymPy's own (``_sympy``)
+    when the value is a finite real; outside its real domain the value is NaN at run time."""
+
+    nargs = 1
+    _sympy: Callable = staticmethod(sp.sinh)
+
+    @classmethod
+    def eval(cls, x):
+        if _num(x):
+            v = cls._sympy(x)
+            if v.is_Number:
+                return v
+            if v.is_real and v.is_finite:  # e.g. sinh(2): a float, so no SymPy function reaches a printer
+                return v.evalf(17)
+        return None
+
+
+class sinh_(_Elementary):
+    """sinh(x); derivative cosh(x)."""
+
+    _sympy = staticmethod(sp.sinh)
+
+    def fdiff(self, argindex=1):
+        return cosh_(self.args[0])
+
+
+class cosh_(_Elementary):
+    """cosh(x); derivative sinh(x)."""
+
+    _sympy = staticmethod(sp.cosh)
+
+    def fdiff(self, argindex=1):
+        return sinh_(self.args[0])
+
+
+class tanh_(_Elementary):
+    """tanh(x); derivative 1 - tanh(x)**2."""
+
+    _sympy = staticmethod(sp.tanh)
+
+    def fdiff(self, argindex=1):
+        return _ONE - tanh_(self.args[0]) ** 2
+
+
+class asinh_(_Elementary):
+    """asinh(x) = log(x + sqrt(x**2 + 1)); derivative 1/sqrt(x**2 + 1)."""
+
+    _sympy = staticmethod(sp.asinh)
+
+    def fdiff(self, argindex=1):
+        return _ONE / sp.sqrt(self.args[0] ** 2 + 1)
+
+
+class acosh_(_Elementary):
+    """acosh(x) for x >= 1 (NaN below); derivative 1/(sqrt(x - 1) sqrt(x + 1)), inf at x = 1."""
+
+    _sympy = staticmethod(sp.acosh)
+
+    def fdiff(self, argindex=1):
+        x = self.args[0]
+        return _ONE / (sp.sqrt(x - 1) * sp.sqrt(x + 1))
+
+
+class atanh_(_Elementary):
+    """atanh(x) for |x| < 1 (+-inf at +-1, NaN beyond); derivative 1/(1 - x**2)."""
+
+    _sympy = staticmethod(sp.atanh)
+
+    def fdiff(self, argindex=1):
+        return _ONE / (1 - self.args[0] ** 2)
+
+
+class log1p_(_Elementary):
+    """log(1 + x), accurate for small x; for x > -1 (-inf at -1, NaN below); derivative 1/(1 + x)."""
+
+    _sympy = staticmethod(lambda x: sp.log(1 + x))
+
+    def fdiff(self, argindex=1):
+        return _ONE / (1 + self.args[0])
+
+
+class expm1_(_Elementary):
+    """exp(x) - 1, accurate for small x; derivative exp(x)."""
+
+    _sympy = staticmethod(lambda x: sp.exp(x) - 1)
+
+    def fdiff(self, argindex=1):
+        return sp.exp(self.args[0])
+
+
+class atan2_(_RealFunction):
+    """atan2(y, x): the angle of (x, y) in (-pi, pi]; 0 at the origin. d/dy = x/(x**2 + y**2),
+    d/dx = -y/(x**2 + y**2), both 0 at the origin (safe_div); the branch cut is y = 0, x < 0."""
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, y, x):
+        if _num(y) and _num(x):
+            return _ZERO if y == 0 and x == 0 else sp.atan2(y, x).evalf(17)
+        return None
+
+    def fdiff(self, argindex=1):
+        y, x = self.args
+        r2 = x**2 + y**2
+        return safe_div(x, r2) if argindex == 1 else safe_div(-y, r2)
+
+
+# --------------------------------------------------------------------------------------------------
 # the table
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -284,6 +396,9 @@ class FunctionRule:
     c: str
     numpy: Callable
     kink_doc: str
+    #: Triton helpers the spelling calls (``modelc.backends.triton_math``: written with tl.exp/tl.log
+    #: only, since libdevice does not run under TRITON_INTERPRET)
+    triton_helpers: tuple[str, ...] = ()
 
 
 def _where_np(c, a, b):
@@ -374,6 +489,32 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         c="({0} >= 0 ? {1} : {2})",
         numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
         kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
+    *(FunctionRule(f"{fn}_", cls, 1, fn, torch=f"torch.{fn}({{0}})", triton=f"_mc_{fn}({{0}})", c=f"{fn}({{0}})",
+                   numpy=getattr(np, {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn)),
+                   kink_doc=kink, triton_helpers=(f"_mc_{fn}",))
+      for fn, cls, kink in (
+        ("sinh", sinh_, "smooth; Triton: 0.5*(u + u/(u + 1)) with u = expm1(|x|) (no cancellation at small x)"),
+        ("cosh", cosh_, "smooth; Triton: 0.5*(e + 1/e), e = exp(|x|)"),
+        ("tanh", tanh_, "smooth; +-1 for |x| > 20 (exactly, in float64 and float32); Triton: u/(u + 2) "
+                        "with u = expm1(2|x|)"),
+        ("asinh", asinh_, "smooth, odd; Triton: log1p(|x| + x**2/(1 + sqrt(1 + x**2))), log(2|x|) for "
+                          "|x| > 1e8"),
+        ("acosh", acosh_, "acosh(1) = 0 with derivative inf; NaN for x < 1 (no clamping: a value below 1 "
+                          "is a modelling error that must show)"),
+        ("atanh", atanh_, "atanh(+-1) = +-inf; NaN for |x| > 1; Triton: 0.5*log1p(2x/(1 - x))"),
+        ("log1p", log1p_, "log1p(-1) = -inf, NaN for x < -1; Triton: log(u)*x/(u - 1), u = 1 + x "
+                          "(exact at small x)"),
+        ("expm1", expm1_, "smooth; Triton: (u - 1)*x/log(u), u = exp(x) (exact at small x)"),
+      )),
+    FunctionRule(
+        "atan2_", atan2_, 2, "atan2",
+        torch="torch.atan2(torch.as_tensor({0}), torch.as_tensor({1}))",
+        triton="_mc_atan2({0}, {1})",
+        c="atan2({0}, {1})",
+        numpy=np.arctan2,
+        kink_doc="atan2(y, x) in (-pi, pi]: atan2(0, 0) = 0 with both derivatives 0 (safe_div); on the "
+                 "cut y = 0, x < 0 the value is pi (from y = +0)",
+        triton_helpers=("_mc_atan2",)),
 )}
 
 #: spec spelling -> rule, for the functions a spec author may call directly.

@@ -300,6 +300,7 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
                 device: "str | torch.device | None" = None, backend: str | None = None,
                 tangent_steps: Iterable[int] | None = None, progress: bool = True,
                 initial: "Carry | None" = None,
+                initial_state: Mapping[str, Any] | None = None,
                 control: ControlOptions = ControlOptions()) -> RunResult:
     """Drive ``model`` through a ``history`` (mapping, History or .npz path): strain-controlled, or
     mixed (stress targets where its ``control`` mask is True; see :mod:`modelc.runtime.histories`).
@@ -322,6 +323,11 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     ``initial`` (a :class:`Carry`) continues a run chunk by chunk (``modelc.runtime.distributed``):
     row 0 of ``history`` is then the previous chunk's last row, and the state and live points start
     from it instead of zero; :attr:`RunResult.failed` lists only the points that fail in this chunk.
+
+    Otherwise row 0's state is the model's declared initial values (``initial:`` in the spec, from
+    the run's parameters, so a per-point parameter gives per-point initial values; undeclared state
+    is zero), and ``initial_state`` (``state/x`` or its alias -> one value, or one per point)
+    overrides them.
     """
     hist = as_history(history)
     built_for = getattr(model, "backend", None)
@@ -349,7 +355,12 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
              for n, s in out_shapes.items()}
     alive = torch.ones(batch, dtype=torch.bool, device=device)
     if initial is not None:  # --- a chunk of a longer run: start from the carried state ---
+        if initial_state is not None:
+            raise InputError("run_history: pass either initial= (a Carry continuing a run) or "
+                             "initial_state= (the state at row 0), not both")
         state, alive = initial.tensors(state, dtype, device)
+    else:
+        state.update(_initial_state(model, out_shapes, batch, call_params, initial_state, dtype, device))
     rows: dict[str, list[torch.Tensor]] = {n: [v.clone()] for n, v in state.items()}
     conv_rows = [alive.clone()]
     its_rows = [torch.zeros(batch, dtype=torch.int64, device=device)]
@@ -464,6 +475,39 @@ def _check_wiring(ins: Mapping[str, tuple[int, ...]], outs: Mapping[str, tuple[i
         else:
             raise InputError(f"model input '{name}' is not driven by a strain-controlled history (it "
                              f"provides {', '.join(forces)} and old_state/* from the model's state)")
+
+
+def declared_initial(model: Any, batch: int, params: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """The model's declared initial state values (``state/x`` -> (batch, *base)); {} when it has none."""
+    fn = getattr(model, "initial_values", None)
+    return dict(fn(batch, **(params or {}))) if fn is not None else {}
+
+
+def _initial_state(model: Any, out_shapes: Mapping[str, tuple[int, ...]], batch: int,
+                   params: Mapping[str, torch.Tensor] | None, given: Mapping[str, Any] | None,
+                   dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    """Row 0's state: the declared initial values, then the caller's ``initial_state`` (by name or
+    alias, broadcast to (batch, *base))."""
+    out = {n: v.to(dtype=dtype, device=device) for n, v in declared_initial(model, batch, params).items()
+           if n in out_shapes}
+    by_alias = {a: n for n, a in _aliases(out_shapes).items()}
+    for name, value in (given or {}).items():
+        key = name if name in out_shapes else by_alias.get(name)
+        if key is None:
+            close = difflib.get_close_matches(name, list(out_shapes) + list(by_alias), n=1)
+            raise InputError(f"initial_state names {name!r}, which is not an output of the model"
+                             + (f"; did you mean '{close[0]}'?" if close else "")
+                             + f" (its outputs: {', '.join(out_shapes)})")
+        shape = (batch, *out_shapes[key])
+        try:
+            v = torch.as_tensor(value, dtype=dtype, device=device)
+            out[key] = v.expand(shape).clone()
+        except (RuntimeError, TypeError, ValueError):
+            raise InputError(f"initial_state[{name!r}]: expected one value or one per point, "
+                             f"broadcastable to {shape} (batch, base shape)") from None
+        if not bool(torch.isfinite(out[key]).all()):
+            raise InputError(f"initial_state[{name!r}] has non-finite values")
+    return out
 
 
 def _step_inputs(shapes: Mapping[str, tuple[int, ...]], strain: torch.Tensor, time: torch.Tensor,

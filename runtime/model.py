@@ -250,7 +250,8 @@ class CompiledModel:
     BAKED_ARGS: tuple[tuple[str, tuple[str, ...]], ...] = ()
     TANGENT: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # declared tangent (rows, columns)
     CONSTANT_JACOBIAN: tuple[str, ...] = ()  # variants whose Jacobian depends on the parameters only
-    torch_value: Any = None
+    INITIAL: tuple[VariableInfo, ...] = ()  # state variables with a declared initial value
+    torch_initial: Any = None  # (X (rows, 0), P) -> (Y, None, None) on the INITIAL axis
     torch_jacobian: Any = None
     torch_tangent: Any = None
     kernel_value: Any = None
@@ -662,13 +663,51 @@ class CompiledModel:
         return Y, J, ST
 
     # -- stepping helpers ----------------------------------------------------------------------
-    def initial_state(self, batch: int | tuple[int, ...] = ()) -> dict[str, torch.Tensor]:
-        """Inputs for a first step: a zero tensor (the model's dtype and device) of shape ``batch`` +
-        base shape for every input: zero strain, time, old forces and old state (an unstressed start).
-        Write the step's ``forces/...`` into it, call the model, then :meth:`advance`."""
+    def initial_values(self, batch: int | tuple[int, ...] = (), **params) -> dict[str, torch.Tensor]:
+        """The declared initial value of every state variable that has one (``state/x`` -> a tensor
+        of shape ``batch`` + base shape), from the model's parameters (its own values, overridden by
+        ``params``: a number, or one value per point of ``batch``). Undeclared state starts at zero."""
+        if not self.INITIAL:
+            return {}
+        bs = torch.Size((batch,) if isinstance(batch, int) else tuple(batch))
+        P, _ = self._param_tensor(params, bs)
+        Y, _, _ = self.torch_initial(torch.empty(P.shape[0], 0, dtype=self.dtype, device=self.device), P)
+        axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INITIAL])
+        out = {}
+        for v in self.INITIAL:
+            a, b = axis.span(v.name)
+            base = _type(v.type).base_shape
+            out[v.name] = Y[:, a:b].expand(math.prod(bs), b - a).reshape(*bs, *base).clone()
+        return out
+
+    def initial_state(self, batch: int | tuple[int, ...] = (), *, state: Mapping[str, Any] | None = None,
+                      **params) -> dict[str, torch.Tensor]:
+        """Inputs for a first step (the model's dtype and device, shape ``batch`` + base shape for every
+        input): zero strain, time and old forces; every ``old_state/x`` starts at the declared initial
+        value of ``state/x`` (:meth:`initial_values`, with ``params`` overriding parameters), else
+        zero. ``state`` gives explicit initial values instead (``state/x`` or ``old_state/x`` ->
+        one value, or one per point). Write the step's ``forces/...`` into it, call the model, then
+        :meth:`advance`."""
         bs = (batch,) if isinstance(batch, int) else tuple(batch)
-        return {v.name: torch.zeros(*bs, *_type(v.type).base_shape, dtype=self.dtype, device=self.device)
-                for v in self.INPUTS}
+        out = {v.name: torch.zeros(*bs, *_type(v.type).base_shape, dtype=self.dtype, device=self.device)
+               for v in self.INPUTS}
+        olds = dict(self.STATE)
+        for new, v in self.initial_values(bs, **params).items():
+            if new in olds:
+                out[olds[new]] = v
+        for name, value in (state or {}).items():
+            old = olds.get(name, name if name in olds.values() else None)
+            if old is None:
+                raise InputError(f"model {self.NAME}: initial state {name!r} is not one of its state "
+                                 f"variables ({', '.join(n for n, _ in self.STATE) or 'none'})")
+            shape = out[old].shape
+            v = torch.as_tensor(value, dtype=self.dtype, device=self.device)
+            try:
+                out[old] = v.expand(shape).clone()
+            except RuntimeError:
+                raise InputError(f"model {self.NAME}: initial state {name!r} has shape {tuple(v.shape)}, "
+                                 f"which does not broadcast to {tuple(shape)} (batch + base shape)") from None
+        return out
 
     def advance(self, inputs: Mapping[str, Any], result: Result) -> dict[str, torch.Tensor]:
         """The inputs of the next step after a converged one: ``old_state/x`` takes the result's

@@ -47,7 +47,7 @@ auto break case char const continue default do double else enum extern float for
 long register restrict return short signed sizeof static struct switch typedef union unsigned void
 volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_act mc_ok mc_args
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
-sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY mc_min mc_max mc_exp mc_log mc_pow
+sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
 mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent
 """.split())
 

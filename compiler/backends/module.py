@@ -21,6 +21,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, triton_body
+from modelc.backends.triton_math import helpers_for, helper_source
 from modelc.ir.analysis import constant_jacobian
 from modelc.errors import InternalError, ModelcError
 from modelc.options import CompileOptions
@@ -63,6 +64,19 @@ def _solver(program: ir.Program) -> dict:
     return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
 
 
+def _initial_function(value: ir.Program) -> list[str] | None:
+    """The body of ``_torch_initial(X, P)`` -> ``(Y, None, None)``: the declared initial values
+    (``Program.initial``, over parameters only) on their own output axis; None when none is declared.
+    It is the PyTorch backend's code for a program with no inputs, so parameters (shared or per point)
+    are read exactly as in the model's own functions."""
+    if not value.initial:
+        return None
+    prog = ir.Program(name=f"{value.name}/initial", inputs=(), parameters=value.parameters,
+                      outputs=tuple(eq.var for eq in value.initial), body=(),
+                      results={eq.var.name: eq.components for eq in value.initial})
+    return torch_body(prog, Layout.of(prog), False)
+
+
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
                 options=None, source: str | None = None, tangent: ir.Program | None = None) -> str:
     """The generated module's source for the value-only program ``value``, the program with
@@ -101,6 +115,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         kernels.append({"name": f"_kernel_{variant}", "doc": f"{value.name}: {what}.", "lines": lines,
                         "signature": sig})
 
+    initial = _initial_function(value)
+
     def var_info(v: ir.Variable) -> str:
         return f"{v.name!r}, {v.type.name!r}, {v.doc!r}"
 
@@ -131,6 +147,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
         "torch_helpers": torch_helpers.lines, "triton_helpers": triton_helpers.lines,
+        "triton_math": helper_source(helpers_for(
+            [ln for k in kernels for ln in k["lines"]] + list(triton_helpers.lines))).splitlines(),
         "tangent": tangent is not None,
         "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
                                                            tuple(tangent.jacobian_wrt or ()))),
@@ -140,6 +158,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "state_repr": repr(_state_pairs(value.inputs, value.outputs, "state", "old_state")),
         "forces_repr": repr(_state_pairs(value.inputs, value.inputs, "forces", "old_forces")),
         "solver_repr": repr(_solver(value)),
+        "initial": initial,
+        "initial_vars": [var_info(eq.var) for eq in value.initial],
         "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent))
                                     if prog is not None and constant_jacobian(prog))),
         "baked_repr": repr(tuple(sorted(baked))),

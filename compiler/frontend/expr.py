@@ -215,6 +215,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in (
     _b("log", 1, T.scalar_fn(sp.log, "log"), "natural logarithm (Scalar)"),
     _b("sqrt", 1, T.scalar_fn(sp.sqrt, "sqrt"), "square root (Scalar); see safe_sqrt for a kink-safe one"),
     *(_from_rule(s) for s in ("abs", "sign", "heaviside", "macaulay", "min", "max", "safe_sqrt", "safe_div")),
+    *(_from_rule(s) for s in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "log1p", "expm1", "atan2")),
     _b("tr", 1, T.tr, "trace of an SR2 or R2 (Scalar)"),
     _b("vol", 1, T.vol, "volumetric part tr(a)/3 I of an SR2 or R2"),
     _b("dev", 1, T.dev, "deviatoric part a - vol(a) of an SR2 or R2"),

@@ -65,6 +65,7 @@ class ModelBuilder:
         self.olds: dict[str, Variable] = {}
         self.inputs: list[Variable] = []
         self.internal_unknowns: set[str] = set()
+        self.initial: list[Equation] = []
 
     # -- declarations --------------------------------------------------------------------------
     def _declare_local(self, local: str, loc: Loc, what: str) -> None:
@@ -85,7 +86,7 @@ class ModelBuilder:
             self._declare_local(local, kloc, role)
             f = schema.check(vnode, "variable", f"{role} {local!r} of model {self.name!r}") \
                 if not (isinstance(vnode, YScalar) and vnode.value is None) else \
-                {"var": None, "type": "Scalar", "doc": ""}
+                {"var": None, "type": "Scalar", "doc": "", "initial": None}
             qname = local if f["var"] is None else f["var"].value
             qloc = kloc if f["var"] is None else f["var"].loc
             if not QUALIFIED.fullmatch(qname):
@@ -99,8 +100,36 @@ class ModelBuilder:
                                 f"{role} {local!r}")
             doc = f["doc"] if isinstance(f["doc"], str) else f["doc"].value
             var = Variable(qname, ttype, doc, qloc)
+            if f["initial"] is not None:
+                self.initial.append(self._initial_value(f["initial"], var, role, local))
             out.append((local, var))
         return out
+
+    def _initial_value(self, node, var: Variable, role: str, local: str) -> Equation:
+        """``initial:`` of an output or unknown: an expression of parameters and numbers, of the
+        variable's type, for a state variable (the driver carries ``state/x`` to ``old_state/x``)."""
+        text, loc = _expr_node(node, f"the initial value of {local!r}")
+        if role not in ("output", "unknown"):
+            raise SpecError(f"{role} {local!r} declares an initial value; only a model's outputs and "
+                            f"unknowns (the state it provides) have one", loc,
+                            hint="declare it where the variable is provided")
+        if not var.name.startswith("state/"):
+            raise SpecError(f"{role} {local!r} ({var.name}) declares an initial value, but it is not a state "
+                            f"variable: only state/... values are carried from step to step", loc,
+                            hint=f"name it state/{var.name.split('/')[-1]} (var:) or drop 'initial'")
+        value = build_expr(text, loc, self.scope)
+        src = Source(text, loc)
+        if value.type is not var.type:
+            raise src.error(f"the initial value of {local!r} ({var.name}) must be a {var.type.name}, but this "
+                            f"expression is a {value.type.name}",
+                            hint="" if var.type.size == 1 else f"write e.g. 0.01*I2 for an {var.type.name}")
+        comps = tuple(sp.sympify(c) for c in value.comps)
+        params = {s for b in self.scope.names.values() if b.kind == "parameter" for s in b.value.comps}
+        stray = sorted({str(s) for c in comps for s in c.free_symbols if s not in params})
+        if stray:
+            raise src.error(f"the initial value of {local!r} may use numbers and parameters only, not "
+                            f"{', '.join(stray)}", hint="it is evaluated once, before the first step")
+        return Equation(var, comps, loc)
 
     def _parameters(self, mapping) -> list[Parameter]:
         out = []
@@ -288,7 +317,7 @@ class ModelBuilder:
             check_tangent(tangent, f"model {self.name!r}", [v.name for v in outputs],
                           [v.name for v in tuple(self.inputs) + extra])
         model = Model(self.name, tuple(self.inputs) + extra, outputs, tuple(parameters), equations, system,
-                      doc=doc, loc=self.loc, tangent=tangent)
+                      doc=doc, loc=self.loc, tangent=tangent, initial=tuple(self.initial))
         return model, uses_nodes
 
 

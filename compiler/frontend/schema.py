@@ -65,6 +65,9 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("var", "str", False, None, "qualified name (e.g. state/internal/ep); default: the local name"),
         Field("type", "type", False, "Scalar", "tensor type: " + ", ".join(TYPES)),
         Field("doc", "str", False, "", "description"),
+        Field("initial", "expr", False, None, "initial value of a state output or unknown (`state/...`): "
+              "a number or an expression of parameters (default: zero); the driver and "
+              "`Model.initial_state` start from it"),
     ),
     "implicit": (
         Field("unknowns", "map", True, None, "local name -> variable solved for (these are the model's "
@@ -161,7 +164,8 @@ def check(node, section: str, where: str) -> dict:
             out[f.name] = f.default
             continue
         if not _kind_ok(f.kind, value):
-            raise SpecError(f"{where}: {f.name!r} must be a {_KIND_DOC[f.kind]}", value.loc)
+            kind = _KIND_DOC[f.kind]
+            raise SpecError(f"{where}: {f.name!r} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}", value.loc)
         if f.kind in ("number", "numbers", "interval"):
             for item in (value.items if isinstance(value, YList) else (value,)):
                 v = item.value

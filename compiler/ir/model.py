@@ -209,6 +209,9 @@ class Model:
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
     tangent: Tangent | None = None  # declared in the spec (a leaf model's, or its composition's)
+    #: declared initial values of state outputs (``state/...``): expressions over parameters and
+    #: numbers only; a composition carries those of its outputs (undeclared ones start at zero)
+    initial: tuple[Equation, ...] = ()
 
     @property
     def is_composed(self) -> bool:
@@ -229,6 +232,8 @@ class Model:
         lines += [f"  in  {v}" for v in self.inputs]
         lines += [f"  out {v}" for v in self.outputs]
         lines += [f"  par {p}" for p in self.parameters]
+        lines += [f"  init {eq.var.name} = ({', '.join(sp.sstr(c) for c in eq.components)})"
+                  for eq in self.initial]
         for eq in self.equations:
             for i, c in enumerate(eq.components):
                 lines.append(f"  {eq.var.name}[{i}] = {sp.sstr(c)}")

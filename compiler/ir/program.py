@@ -14,7 +14,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from modelc.ir.model import Loc, Parameter, SolverOptions, Variable
+from modelc.ir.model import Equation, Loc, Parameter, SolverOptions, Variable
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,6 +113,8 @@ class Program:
     #: header names the spec file and line and quotes the doc; nothing goes back to the Spec for them)
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
+    #: declared initial values of state outputs, over parameter symbols only (``Model.initial``)
+    initial: tuple[Equation, ...] = ()
 
     def __str__(self) -> str:
         return format_program(self)
@@ -124,6 +126,7 @@ def format_program(p: Program) -> str:
     lines += [f"  in  {v}" for v in p.inputs]
     lines += [f"  par {q}" for q in p.parameters]
     lines += [f"  out {v}" for v in p.outputs]
+    lines += [f"  init {eq.var.name} = ({', '.join(sp.sstr(c) for c in eq.components)})" for eq in p.initial]
     lines += _format_body(p.body, "  ")
     for name, comps in p.results.items():
         lines.append(f"  result {name} = ({', '.join(sp.sstr(c) for c in comps)})")

@@ -45,7 +45,7 @@ def compose(decl: ComposeDecl, available: Mapping[str, Model]) -> Model:
         models.append(resolve_implicit(m, available) if m.is_implicit else m)
     declared = getattr(decl, "inputs", None) or None  # ComposeDecl.inputs, when the spec declares them
     composed = compose_models(decl.name, models, keep=decl.keep, declared_inputs=declared,
-                              doc=decl.doc, loc=decl.loc)
+                              doc=decl.doc, loc=decl.loc, declared_state=True)
     return replace(composed, tangent=decl.tangent) if decl.tangent is not None else composed
 
 
@@ -89,7 +89,8 @@ def compose_spec_model(spec: Spec, name: str) -> Model:
 
 
 def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = (),
-                   declared_inputs: Iterable[str] | None = None, doc: str = "", loc=None) -> Model:
+                   declared_inputs: Iterable[str] | None = None, doc: str = "", loc=None,
+                   declared_state: bool = False) -> Model:
     """Compose ``models`` (in declaration order) into one model called ``name``."""
     models = tuple(models)
     seen: dict[str, int] = {}
@@ -125,7 +126,7 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
         deps.append(d)
 
     # 3. dependency resolution (Kahn; the ready model declared first goes first)
-    order = _toposort(name, models, deps)
+    order = _toposort(name, models, deps, loc)
     ordered = tuple(models[i] for i in order)
 
     # 2. input/output identification
@@ -154,9 +155,12 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
                     f"composition '{name}': model '{consumer[v.name]}' consumes '{v.name}', which no "
                     f"model provides and which is not declared as an input{_loc_of(loc)}")
     outputs = tuple(v for m in ordered for v in m.outputs if v.name not in consumed or v.name in keep)
+    check_state_wiring(name, ordered, inputs, outputs, loc, declared=declared_state)
     params = merge_parameters(name, ordered)
+    out_names = {v.name for v in outputs}
+    initial = tuple(eq for m in ordered for eq in m.initial if eq.var.name in out_names)
     return Model(name=name, inputs=inputs, outputs=outputs, parameters=params, submodels=ordered,
-                 doc=doc, loc=loc)
+                 doc=doc, loc=loc, initial=initial)
 
 
 def merge_parameters(where: str, models: Sequence[Model],
@@ -324,7 +328,7 @@ def _rename(m: Model, mapping, symmap, prefix) -> Model:
     return replace(m, name=prefix + m.name,
                    inputs=tuple(_renamed_var(v, mapping) for v in m.inputs),
                    outputs=tuple(_renamed_var(v, mapping) for v in m.outputs),
-                   equations=eqs(m.equations), implicit=implicit,
+                   equations=eqs(m.equations), implicit=implicit, initial=eqs(m.initial),
                    submodels=tuple(_rename(s, mapping, symmap, prefix) for s in m.submodels),
                    partials=())
 
@@ -350,7 +354,7 @@ def _walk(m: Model):
 # --------------------------------------------------------------------------------------------------
 # topological order and cycles
 # --------------------------------------------------------------------------------------------------
-def _toposort(name: str, models: Sequence[Model], deps: list[list[tuple[int, str]]]) -> list[int]:
+def _toposort(name: str, models: Sequence[Model], deps: list[list[tuple[int, str]]], loc=None) -> list[int]:
     n = len(models)
     waiting = [set(j for j, _ in d) for d in deps]
     order: list[int] = []
@@ -366,7 +370,7 @@ def _toposort(name: str, models: Sequence[Model], deps: list[list[tuple[int, str
     return order
 
 
-def _cycle_message(name, models, deps, done) -> str:
+def _cycle_message(name, models, deps, done):
     """Walk back along unmet dependencies from the first stuck model until a model repeats."""
     start = next(i for i in range(len(models)) if not done[i])
     path: list[tuple[int, str]] = []  # (model, variable it consumes from the next model in path)
@@ -383,6 +387,20 @@ def _cycle_message(name, models, deps, done) -> str:
         p = cycle[(k + 1) % len(cycle)][0]
         lines.append(f"  model '{models[c].name}'{_loc_of(models[c].loc)} consumes '{var}', provided by "
                      f"model '{models[p].name}'{_loc_of(models[p].loc)}")
+    # the usual cause: a model that reads an implicit model's unknowns listed in compose, not in uses
+    for k, (c, _) in enumerate(cycle):
+        p = cycle[(k + 1) % len(cycle)][0]
+        if models[p].is_implicit and models[c] is not models[p]:
+            unknowns = {u.name for u in models[p].implicit.unknowns}
+            if any(v.name in unknowns for v in models[c].inputs):
+                feeds = next((v for v in models[c].outputs
+                              if any(v.name == w.name for w in _walk_inputs(models[p]))), None)
+                lines.append(f"  hint: model '{models[c].name}' reads unknowns of the implicit model "
+                             f"'{models[p].name}'" + (f" and provides '{feeds.name}' to it" if feeds else "")
+                             + f": list it under `implicit: uses: [{models[c].name}]` of "
+                             f"'{models[p].name}' (it then runs inside the Newton loop), not in the "
+                             f"composition's models")
+                break
     implicit = [models[c] for c, _ in cycle if models[c].is_implicit]
     if implicit:
         m = implicit[0]
@@ -400,6 +418,39 @@ def _cycle_message(name, models, deps, done) -> str:
 def _located(message: str, loc, hint: str = "") -> CompositionError:
     """A CompositionError rendered like a SpecError: file:line:col, the spec text, a hint."""
     return CompositionError(str(SpecError(message, loc, hint=hint)))
+
+
+def _walk_inputs(m: Model):
+    """The inputs of ``m`` and of its resolved residual system (what an implicit model reads)."""
+    yield from m.inputs
+    for s in m.submodels:
+        yield from s.inputs
+
+
+def check_state_wiring(name: str, models: Sequence[Model], inputs: Sequence[Variable],
+                       outputs: Sequence[Variable], loc=None, *, declared: bool = False) -> None:
+    """Wiring mistakes that would only surface when the model runs, as composition errors with a
+    hint: an ``old_state/x`` input whose ``state/x`` is consumed inside and not an output (a
+    forgotten ``keep``); with ``declared`` (a spec's composition), a ``state/x`` input that no
+    model provides (consumed, never produced)."""
+    provided = {v.name: m.name for m in models for v in m.outputs}
+    out_names = {v.name for v in outputs}
+    for v in inputs:
+        reader = next(m.name for m in models if any(w.name == v.name for w in m.inputs))
+        if v.name.startswith("old_state/"):
+            new = v.name[len("old_"):]
+            if new in provided and new not in out_names:
+                raise CompositionError(
+                    f"composition '{name}'{_loc_of(loc)}: model '{reader}' reads '{v.name}', the previous "
+                    f"value of '{new}', but '{new}' (provided by '{provided[new]}') is consumed inside the "
+                    f"composition and is not one of its outputs, so it cannot be carried to the next step"
+                    f"\n  hint: add it to the composition's keep: [{new}]")
+        elif declared and v.name.startswith("state/"):
+            raise CompositionError(
+                f"composition '{name}'{_loc_of(loc)}: model '{reader}' consumes '{v.name}', which no model "
+                f"of the composition provides (models: {', '.join(m.name for m in models)})"
+                f"\n  hint: add the model that provides '{v.name}' to the composition's models, or, if "
+                f"'{reader}' means its value at the previous step, read 'old_{v.name}' (old(...))")
 
 
 def _loc(decl) -> str:

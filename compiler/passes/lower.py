@@ -77,7 +77,8 @@ def lower(model: Model, *, derivatives: bool,
         cols = tuple(x.name for x in model.inputs if x.name in select[1])
     return Program(name=model.name, inputs=model.inputs, parameters=model.parameters,
                    outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status,
-                   jacobian_of=rows, jacobian_wrt=cols, doc=model.doc, loc=model.loc)
+                   jacobian_of=rows, jacobian_wrt=cols, doc=model.doc, loc=model.loc,
+                   initial=model.initial)
 
 
 def _needs_partials(model: Model, derivatives: bool) -> bool:

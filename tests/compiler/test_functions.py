@@ -10,9 +10,13 @@ import torch
 
 from fe_util import lambdify
 from modelc import functions as F
+from modelc.backends import triton_math
 
 x, y, z = sp.symbols("x y z", real=True)
 ARGS = (x, y, z)
+#: the real domains (sampled) of the smooth elementary functions
+_DOMAINS = {"sinh_": (-5.0, 5.0), "cosh_": (-5.0, 5.0), "tanh_": (-5.0, 5.0), "asinh_": (-50.0, 50.0),
+            "acosh_": (1.001, 50.0), "atanh_": (-0.999, 0.999), "log1p_": (-0.999, 20.0), "expm1_": (-5.0, 5.0)}
 
 
 def _kink_points(name: str, rng) -> list[tuple[float, ...]]:
@@ -20,6 +24,13 @@ def _kink_points(name: str, rng) -> list[tuple[float, ...]]:
     pts = []
     if name == "powr":  # defined for a >= 0; the kink is a = 0
         return [(float(rng.uniform(1e-3, 2.0)), float(rng.uniform(0.5, 5.0))) for _ in range(6)]
+    if name in _DOMAINS:  # smooth: random points of the domain, tiny and large ones included
+        lo, hi = _DOMAINS[name]
+        return [(float(v),) for v in rng.uniform(lo, hi, 8)] + \
+            [(float(v),) for v in (rng.uniform(-1, 1, 2) * 1e-6 if lo < 0 else lo + rng.uniform(1e-3, 1e-2, 2))]
+    if name == "atan2_":  # across the branch cut (y = 0, x < 0) and around the origin
+        return [(d, float(-rng.uniform(0.1, 2.0))) for d in rng.uniform(1e-3, 1.0, 3) * [1, -1, 1]] + \
+            [(float(a), float(b)) for a, b in rng.normal(size=(6, 2))]
     for _ in range(6):
         d = float(rng.uniform(1e-3, 1.0)) * (1 if rng.random() < 0.5 else -1)
         a, b = (float(v) for v in rng.normal(size=2))
@@ -40,7 +51,9 @@ def test_every_entry_has_every_rule():
         for spelling in (r.torch, r.triton):
             printed = spelling.format(*placeholders)
             assert all(p in printed for p in placeholders), (name, spelling)
-        assert r.torch.startswith("torch.") and "tl." in r.triton
+        assert r.torch.startswith("torch.") and ("tl." in r.triton or r.triton_helpers)
+        for h in r.triton_helpers:
+            assert h in r.triton and h in triton_math.HELPERS
         assert callable(r.numpy) and len(r.kink_doc) > 10 and r.cls.__doc__
         e = r.cls(*ARGS[:r.nargs])
         for a in ARGS[:r.nargs]:
@@ -117,7 +130,7 @@ def test_numeric_arguments_fold_and_constant_branches_become_steps():
 def test_torch_spelling_matches_the_numpy_reference(name, dtype):
     rng = np.random.default_rng()
     r = F.FUNCTIONS[name]
-    pts = np.array(_kink_points(name, rng) + [tuple([0.0] * r.nargs)])
+    pts = np.array(_kink_points(name, rng) + [tuple([0.0 if name != "acosh_" else 1.0] * r.nargs)])
     if name == "powr":
         pts = np.abs(pts)
     if r.nargs == 2:  # ties and zero denominators exactly
@@ -160,12 +173,13 @@ def test_triton_spellings_run_under_the_interpreter(tmp_path, monkeypatch, dtype
         src.append(_KERNEL.format(name=name, params=", ".join(f"{a}_ptr" for a in args), loads=loads,
                                   expr=r.triton.format(*args)))
     path = tmp_path / "fn_kernels.py"
-    path.write_text("\n".join(src))
+    helpers = triton_math.helper_source([h for r in F.FUNCTIONS.values() for h in r.triton_helpers])
+    path.write_text("import triton\nimport triton.language as tl\n" + helpers + "\n".join(src))
     spec = importlib.util.spec_from_file_location("fn_kernels", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for name, r in F.FUNCTIONS.items():
-        pts = np.array(_kink_points(name, rng) + [tuple([0.0] * r.nargs)])
+        pts = np.array(_kink_points(name, rng) + [tuple([0.0 if name != "acosh_" else 1.0] * r.nargs)])
         if name == "powr":
             pts = np.abs(pts) + 0.0
             pts[-1] = (0.0, 2.5)

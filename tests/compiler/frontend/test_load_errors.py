@@ -98,7 +98,7 @@ def test_did_you_mean_for_names_keys_types_and_models(tmp_path):
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, solver: {on_failure: nann}}\n",
      "did you mean 'nan'?"),
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, solver: {max_iter: 2.5}}\n",
-     "'max_iter' must be a integer"),
+     "'max_iter' must be an integer"),
     ("models:\n  m:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}, uses: [q]}\n", "uses unknown model 'q'"),
     ("models:\n  m:\n    inputs: {x: {}}\n    outputs: {y: {}}\n    equations: {y: x}\n"
      "  n:\n    implicit: {unknowns: {x: {}}, residuals: {x: x}}\n"

@@ -143,7 +143,7 @@ def test_assign_once_per_segment():
 def test_two_implicit_models_combined_status():
     el, vi = visco()
     dec = _quadratic(rtol=1e-12, atol=1e-13, max_iter=4)
-    m = compose(ComposeDecl("both", ("visco", "decay", "elastic")), {"elastic": el, "visco": vi, "decay": dec})
+    m = compose(ComposeDecl("both", ("visco", "decay", "elastic"), keep=("state/ep",)), {"elastic": el, "visco": vi, "decay": dec})
     prog = cse(lower(differentiate(m), derivatives=True))
     assert sum(isinstance(s, Newton) for s in prog.body) == 2
     assert set(prog.status) == {"converged", "iterations", "residual_norm"}

@@ -1,0 +1,155 @@
+"""Triton spellings of the elementary functions of :mod:`modelc.functions` that Triton only offers
+through libdevice (which does not run under TRITON_INTERPRET): ``@triton.jit`` helpers written with
+``tl.exp``/``tl.log``/``tl.sqrt`` only, emitted into a generated module only when a kernel calls them.
+
+Accuracy (the derivations; tests compare with NumPy in float64 and float32):
+
+- ``_mc_expm1``: Kahan's ``(u - 1) * x / log(u)`` with ``u = exp(x)``: the rounding error of ``u``
+  cancels between numerator and denominator, so small ``x`` keeps full relative accuracy; ``x``
+  when ``u == 1``, -1 when ``u - 1 == -1``, ``u`` when it is inf or NaN.
+- ``_mc_log1p``: the same trick, ``log(u) * x / (u - 1)`` with ``u = 1 + x``.
+- ``_mc_sinh`` = ``0.5 (v + v / (v + 1))``, ``v = expm1(|x|)``, odd; ``_mc_cosh`` = ``0.5 (e + 1/e)``;
+  ``_mc_tanh`` = ``v / (v + 2)``, ``v = expm1(2|x|)``, exactly +-1 for |x| > 20.
+- ``_mc_asinh`` = ``log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))``, ``log(2|x|)`` for |x| > 1e8 (x^2 would
+  overflow for huge x), odd; ``_mc_acosh`` = ``log1p(t + sqrt(2t + t^2))``, ``t = x - 1`` (NaN for
+  x < 1), ``log(2x)`` for x > 1e8; ``_mc_atanh`` = ``0.5 log1p(2x / (1 - x))`` for x >= 0, odd.
+- ``_mc_atan2`` from ``_mc_atan``: Cephes' atan (reduction to |t| <= 0.66 by t -> -1/t or
+  (t - 1)/(t + 1), a 4/5 rational approximation, the low bits of pi/2 added back), then the
+  quadrant; ``atan2(0, 0) = 0``, ``atan2(+0, x < 0) = pi``.
+
+Constants go through ``tl.full([], value, x.dtype)`` so a float64 kernel keeps float64 constants (a
+bare Python float is an fp32 constant in a kernel).
+"""
+from __future__ import annotations
+
+import re
+
+#: name -> (helpers it calls, source); the sources are indented for the generated module's
+#: ``if triton is not None:`` block by the template
+HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "_mc_expm1": ((), '''
+@triton.jit
+def _mc_expm1(x):
+    u = tl.exp(x)
+    um1 = u - 1.0
+    d = tl.where((um1 == 0.0) | (um1 == -1.0), 1.0, tl.log(tl.where(um1 == -1.0, 1.0, u)))
+    r = tl.where(um1 == 0.0, x, um1 * (x / d))
+    r = tl.where(um1 == -1.0, -1.0, r)
+    return tl.where(um1 * 0.0 != 0.0, u, r)
+'''),
+    "_mc_log1p": ((), '''
+@triton.jit
+def _mc_log1p(x):
+    u = 1.0 + x
+    d = u - 1.0
+    r = tl.log(u) * (x / tl.where(d == 0.0, 1.0, d))
+    r = tl.where(d == 0.0, x, r)
+    return tl.where(d * 0.0 != 0.0, tl.log(u), r)
+'''),
+    "_mc_sinh": (("_mc_expm1",), '''
+@triton.jit
+def _mc_sinh(x):
+    v = _mc_expm1(tl.abs(x))
+    r = 0.5 * (v + v / (v + 1.0))
+    r = tl.where(v * 0.0 != 0.0, v, r)
+    return tl.where(x < 0.0, -r, r)
+'''),
+    "_mc_cosh": ((), '''
+@triton.jit
+def _mc_cosh(x):
+    e = tl.exp(tl.abs(x))
+    return 0.5 * (e + 1.0 / e)
+'''),
+    "_mc_tanh": (("_mc_expm1",), '''
+@triton.jit
+def _mc_tanh(x):
+    a = tl.minimum(tl.abs(x), 20.0)
+    v = _mc_expm1(2.0 * a)
+    r = tl.where(a >= 20.0, 1.0, v / (v + 2.0))
+    r = tl.where(x != x, x, r)
+    return tl.where(x < 0.0, -r, r)
+'''),
+    "_mc_asinh": (("_mc_log1p",), '''
+@triton.jit
+def _mc_asinh(x):
+    a = tl.abs(x)
+    s = tl.minimum(a, 1.0e8)
+    r = _mc_log1p(s + s * s / (1.0 + tl.sqrt(1.0 + s * s)))
+    r = tl.where(a > 1.0e8, tl.log(a) + tl.full([], 0.6931471805599453, x.dtype), r)
+    return tl.where(x < 0.0, -r, r)
+'''),
+    "_mc_acosh": (("_mc_log1p",), '''
+@triton.jit
+def _mc_acosh(x):
+    t = tl.minimum(x, 1.0e8) - 1.0
+    r = _mc_log1p(t + tl.sqrt(2.0 * t + t * t))
+    return tl.where(x > 1.0e8, tl.log(x) + tl.full([], 0.6931471805599453, x.dtype), r)
+'''),
+    "_mc_atanh": (("_mc_log1p",), '''
+@triton.jit
+def _mc_atanh(x):
+    a = tl.abs(x)
+    r = 0.5 * _mc_log1p(2.0 * a / (1.0 - a))
+    return tl.where(x < 0.0, -r, r)
+'''),
+    "_mc_atan": ((), '''
+@triton.jit
+def _mc_atan(x):
+    a = tl.abs(x)
+    big = a > 2.414213562373095
+    mid = a > 0.66
+    t = tl.where(big, -1.0 / tl.where(big, a, 1.0), tl.where(mid, (a - 1.0) / (a + 1.0), a))
+    y0 = tl.where(big, tl.full([], 1.5707963267948966, x.dtype),
+                  tl.where(mid, tl.full([], 0.7853981633974483, x.dtype), 0.0))
+    lo = tl.where(big, tl.full([], 6.123233995736766e-17, x.dtype),
+                  tl.where(mid, tl.full([], 3.061616997868383e-17, x.dtype), 0.0))
+    z = t * t
+    p = tl.full([], -8.750608600031904122785e-1, x.dtype) * z + tl.full([], -1.615753718733365076637e1, x.dtype)
+    p = p * z + tl.full([], -7.500855792314704667340e1, x.dtype)
+    p = p * z + tl.full([], -1.228866684490136173410e2, x.dtype)
+    p = p * z + tl.full([], -6.485021904942025371773e1, x.dtype)
+    q = z + tl.full([], 2.485846490142306297962e1, x.dtype)
+    q = q * z + tl.full([], 1.650270098316988542046e2, x.dtype)
+    q = q * z + tl.full([], 4.328810604912902668951e2, x.dtype)
+    q = q * z + tl.full([], 4.853903996359136964868e2, x.dtype)
+    q = q * z + tl.full([], 1.945506571482613964425e2, x.dtype)
+    r = y0 + ((t * (z * p / q) + t) + lo)
+    return tl.where(x < 0.0, -r, r)
+'''),
+    "_mc_atan2": (("_mc_atan",), '''
+@triton.jit
+def _mc_atan2(y, x):
+    ax = tl.abs(x)
+    ay = tl.abs(y)
+    big = ay > ax
+    r = _mc_atan(tl.where(big, ax, ay) / tl.where(big, ay, tl.where(ax == 0.0, 1.0, ax)))
+    r = tl.where(big, tl.full([], 1.5707963267948966, y.dtype) - r, r)
+    r = tl.where(x < 0.0, tl.full([], 3.141592653589793, y.dtype) - r, r)
+    return tl.where(y < 0.0, -r, r)
+'''),
+}
+
+_CALL = re.compile(r"\b(_mc_[a-z0-9]+)\(")
+
+
+def helpers_for(lines) -> list[str]:
+    """The helper names (with what they call, callees first) that ``lines`` of kernel code call."""
+    wanted: list[str] = []
+
+    def add(name: str) -> None:
+        if name in wanted:
+            return
+        for dep in HELPERS[name][0]:
+            add(dep)
+        wanted.append(name)
+
+    for line in lines:
+        for name in _CALL.findall(line):
+            if name in HELPERS:
+                add(name)
+    return wanted
+
+
+def helper_source(names) -> str:
+    """The sources of ``names`` (and what they call), callees first, for a kernel file."""
+    return "".join(HELPERS[n][1] for n in helpers_for(f"{n}(" for n in names))
