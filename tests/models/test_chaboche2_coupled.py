@@ -10,7 +10,11 @@ tangent 1e-6 in float64; states 1e-4, flow rate 1e-3 in float32, and float32 tan
 library_helpers.float32_tangent_bound derives from the conditioning of the 19x19 solve, per step).
 The flow rate is not an output of the model (it is explicit, inside the update): it is checked through
 ep' = sqrt(2/3) gamma_rate, i.e. gamma_rate = sqrt(3/2) (ep_n - ep_{n-1}) / dt of our own history.
-Observed errors are in the report of the commit that added these tests.
+Observed (torch, whole history, this machine): float64 stress 7e-12, Ep 2e-11, X1 3e-11, tangent 5e-11;
+float32 stress 1.7e-5, Ep 4e-5, ep 2.6e-5, X1 9e-5, X2 4.6e-5, tangent 1.8e-4 (within the bound). The
+float32 history accumulates 100 steps of a 19-unknown Newton stopped at 32 ulps of each residual's
+terms: its states get 3e-4 (HISTORY_F32_STATES), 3x the observed maximum, still 30x below the
+smallest real modelling difference (the 0.2-12 % of a different yield scaling, see the README there).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ TRITON_POINTS = np.array([0, 4, 7])  # A = 0.005 over 10 s, A = 0.01 over 0.1 s 
 TOL_FORMULATION = (1e-9, 5e-9, 1e-8)
 TOL_SHIPPED = {torch.float64: (5e-8, 1e-6, 1e-6), torch.float32: (1e-4, 1e-3, 1e-4)}
 DTYPES = {"f64": torch.float64, "f32": torch.float32}
+HISTORY_F32_STATES = 3e-4
 STATES = ("state/S", "state/internal/Ep", "state/internal/ep", "state/internal/X1", "state/internal/X2")
 
 
@@ -128,7 +133,9 @@ def test_torch_history_matches_neml2(dtype: torch.dtype) -> None:
                       params=reference_params(MODEL), tangent_steps=ref["tangent_steps"], progress=False)
     assert out.ok, out.summary()
     tols, what = TOL_SHIPPED[dtype], f"{MODEL} (torch history, {dtype})"
-    _check_states({n: np.asarray(out[n]) for n in STATES}, {n: ref[REF_NAMES[n]] for n in STATES}, tols[0], what)
+    states_tol = tols[0] if dtype == torch.float64 else HISTORY_F32_STATES
+    _check_states({n: np.asarray(out[n]) for n in STATES}, {n: ref[REF_NAMES[n]] for n in STATES}, states_tol,
+                  what)
     rate = np.sqrt(1.5) * np.diff(np.asarray(out["state/internal/ep"], dtype=np.float64), axis=0) \
         / np.diff(ref["time"], axis=0)
     err = per_point_rel_err(rate, ref["flow_rate"][1:])
