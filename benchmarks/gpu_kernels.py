@@ -30,7 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-MODELS = ["elastic", "j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso"]
+#: every module of the committed library (generated/: one per `compose` model of spec/library.yaml)
+MODELS = sorted(p.stem for p in (REPO / "generated").glob("*.py") if p.stem != "__init__")
 VARIANTS = ["value", "tangent", "jacobian"]
 
 CHILD = r'''

@@ -46,6 +46,8 @@ REF_NAMES = {
     "state/internal/Ep": "plastic_strain",
     "state/internal/ep": "equivalent_plastic_strain",
     "state/internal/X": "back_stress",
+    "state/internal/X1": "back_stress_1",  # chaboche2_coupled
+    "state/internal/X2": "back_stress_2",
     "state/internal/gamma_rate": "flow_rate",
 }
 
@@ -388,7 +390,8 @@ def yield_radius(model: str, p: dict[str, float], ep) -> np.ndarray:
     """sigma_y + k(ep) of the library's hardening laws."""
     ep = np.asarray(ep, dtype=np.float64)
     k = {"j2_linear_iso": lambda: p["K"] * ep, "perzyna_iso": lambda: p["K"] * ep,
-         "j2_voce_af": lambda: p["R"] * (1 - np.exp(-p["d"] * ep))}.get(base_name(model), lambda: 0 * ep)()
+         "j2_voce_af": lambda: p["R"] * (1 - np.exp(-p["d"] * ep)),
+         "chaboche2_coupled": lambda: p["R"] * (1 - np.exp(-p["d"] * ep))}.get(base_name(model), lambda: 0 * ep)()
     return p["sigma_y"] + k
 
 
