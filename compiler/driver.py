@@ -4,8 +4,9 @@ lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
     spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
               ─lower─▶ Program ─cse─▶ Program ─emit_module─▶ Python source
 
-Up to three Programs per model: value only, value + every derivative, and (when the spec declares
-a ``tangent``) value + the declared derivative blocks only.
+Up to four Programs per model: value only, value + d outputs / d inputs, value + d outputs / d
+(inputs and parameters) (``total``: what autograd and calibration use), and (when the spec declares a
+``tangent``) value + the declared derivative blocks only (which may name parameters).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Compiled:
     source: str
     stages: list[Stage] = field(default_factory=list)
     tangent: ir.Program | None = None  # the declared tangent blocks only (None: none declared)
+    total: ir.Program | None = None  # d outputs / d (inputs, parameters)
 
 
 def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
@@ -61,8 +63,15 @@ def declared_tangent(spec: ir.Spec, name: str, model: ir.Model) -> ir.Tangent | 
     if tangent is not None:
         kind = "composition" if decl is not None else "model"
         check_tangent(tangent, f"{kind} {name!r}", [v.name for v in model.outputs],
-                      [v.name for v in model.inputs])
+                      [v.name for v in model.inputs] + [p.name for p in model.parameters])
     return tangent
+
+
+def tangent_select(tangent: ir.Tangent, model: ir.Model) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(of, wrt)`` of a declared tangent as lowering names them (a parameter ``p`` as ``$p``)."""
+    inputs = {v.name for v in model.inputs}
+    params = {p.name for p in model.parameters}
+    return tangent.of, tuple(n if n in inputs or n not in params else "$" + n for n in tangent.wrt)
 
 
 def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
@@ -89,12 +98,13 @@ def lower_model(spec: ir.Spec, name: str, trace=None) -> Compiled:
     # Two programs: a call that does not ask for the tangent must not compute it.
     value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
     full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
+    total = run("cse-total", cse, run("lower-total", lower, model, derivatives=True, parameters=True))
     tangent = None
     decl = declared_tangent(spec, name, model)
     if decl is not None:  # a third program: only the declared blocks (what a FE code asks for)
         tangent = run("cse-tangent", cse, run("lower-tangent", lower, model, derivatives=True,
-                                              select=(decl.of, decl.wrt)))
-    return Compiled(model, value, full, "", stages, tangent)
+                                              select=tangent_select(decl, model)))
+    return Compiled(model, value, full, "", stages, tangent, total)
 
 
 def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=None) -> Compiled:
@@ -103,7 +113,8 @@ def compile_model(spec: ir.Spec, name: str, options: Options = Options(), trace=
 
     done = lower_model(spec, name, trace)
     t0 = time.perf_counter()
-    done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent)
+    done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent,
+                              total=done.total)
     done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
     return done
 

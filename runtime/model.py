@@ -226,9 +226,11 @@ class CompiledModel:
     torch_value: Any = None
     torch_jacobian: Any = None
     torch_tangent: Any = None
+    torch_total: Any = None  # d outputs / d (inputs, parameters): J (B, ny, nx + np)
     kernel_value: Any = None
     kernel_jacobian: Any = None
     kernel_tangent: Any = None
+    kernel_total: Any = None
     c_source: str | None = None  # the C backend's source (modelc.backends.c_backend), if generated
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
@@ -370,8 +372,17 @@ class CompiledModel:
         if axes is None:
             rows = [(v.name, v.type) for v in self.OUTPUTS if v.name in of]
             cols = [(v.name, v.type) for v in self.INPUTS if v.name in wrt]
+            # parameters after the inputs, in PARAMETERS order (the generated code's column layout)
+            cols += [(p.name, p.type) for p in self.PARAMETERS if p.name in wrt and p.name not in self.input_axis]
             axes = self._axes_cache[key] = (LabeledAxis.from_variables(rows), LabeledAxis.from_variables(cols))
         return axes
+
+    @property
+    def total_axes(self) -> tuple[LabeledAxis, LabeledAxis]:
+        """Rows and columns of the ``total`` variant's Jacobian: every output by every input, then
+        every parameter."""
+        return self._axes([v.name for v in self.OUTPUTS], [v.name for v in self.INPUTS] +
+                          [p.name for p in self.PARAMETERS])
 
     def _derivative_request(self, derivatives):
         """``(variant, (row axis, column axis))`` for a call's ``derivatives=`` argument, or None.
@@ -379,7 +390,9 @@ class CompiledModel:
         ``False``: none. ``True``: every output by every input (variant ``jacobian``). ``"tangent"``:
         the blocks the spec declares as the tangent. A list of ``(output, input)`` pairs: the rows
         of those outputs by the columns of those inputs, from the ``tangent`` variant when it covers
-        them (it computes less), else from the full Jacobian."""
+        them (it computes less), else from the full Jacobian. An "input" of a pair may be a
+        parameter (``("state/S", "sigma_y")``): its columns follow the inputs' (variant ``total``
+        unless the tangent covers it)."""
         if isinstance(derivatives, (bool, int)) or type(derivatives).__name__ == "bool_":
             derivatives = bool(derivatives)  # 0 / 1 and numpy booleans, as before
         if derivatives is False or derivatives is None:
@@ -399,19 +412,30 @@ class CompiledModel:
             pairs = [(str(o), str(i)) for o, i in derivatives]
         except (TypeError, ValueError):
             raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
-                             f"(output, input) pairs, got {derivatives!r}") from None
+                             f"(output, input or parameter) pairs, got {derivatives!r}") from None
         if not pairs:
             raise InputError(f"model {self.NAME}: derivatives=[] asks for no derivative; pass False")
-        bad = [o for o, _ in pairs if o not in self.output_axis] + [i for _, i in pairs if i not in self.input_axis]
+        bad = [o for o, _ in pairs if o not in self.output_axis] + \
+            [i for _, i in pairs if i not in self.input_axis and i not in self.parameter_info]
         if bad:
             raise InputError(f"model {self.NAME}: derivatives names {', '.join(dict.fromkeys(bad))}, not among "
-                             f"its outputs ({', '.join(self.output_axis.variable_names)}) or inputs "
-                             f"({', '.join(self.input_axis.variable_names)})")
+                             f"its outputs ({', '.join(self.output_axis.variable_names)}), inputs "
+                             f"({', '.join(self.input_axis.variable_names)}) or parameters "
+                             f"({', '.join(self.parameter_info) or 'none'})")
         of, wrt = {o for o, _ in pairs}, {i for _, i in pairs}
         axes = self._axes(of, wrt)
         if self.TANGENT is not None and of <= set(self.TANGENT[0]) and wrt <= set(self.TANGENT[1]):
             return "tangent", axes
+        if any(i not in self.input_axis for i in wrt):
+            self._check_total()
+            return "total", axes
         return "jacobian", axes
+
+    def _check_total(self) -> None:
+        """An InputError when this generated module has no ``total`` variant (it predates it)."""
+        if self.torch_total is None or (self.backend == "c" and "total" not in self._clib.entry):
+            raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
+                             "to parameters (it predates them): regenerate it with `modelc compile`")
 
     # -- evaluation ----------------------------------------------------------------------------
     def __call__(self, inputs, derivatives=False, *, old_forces: Mapping[str, Any] | None = None,
@@ -470,8 +494,8 @@ class CompiledModel:
         views, bs = callpath.input_views(self, inputs)
         P, shared = self._param_tensor(param_overrides, bs)
         B = math.prod(bs)
-        vaxes = None if variant is None else (
-            (self.output_axis, self.input_axis) if variant == "jacobian" else self.tangent_axes)
+        vaxes = None if variant is None else {"jacobian": (self.output_axis, self.input_axis),
+                                              "tangent": self.tangent_axes, "total": self.total_axes}[variant]
         target = None if out is None else callpath.out_buffers(self, out, bs, None if request is None else request[1])
         narrow = request is not None and vaxes != request[1]  # a block of the variant's Jacobian
         if self.backend == "c" and (target is None or not narrow):
@@ -490,8 +514,7 @@ class CompiledModel:
             if variant == "tangent":
                 Y, J, ST, substeps = self._substep_tangent(X, P, Y, J, ST, shared, param_overrides, old_forces)
             else:
-                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant is not None, shared, param_overrides,
-                                                   old_forces)
+                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant, shared, param_overrides, old_forces)
             status = (ST[:, 0] > 0.5, ST[:, 1].round().to(torch.int32), ST[:, 2].contiguous())
         jac = None
         if J is not None:
@@ -557,7 +580,8 @@ class CompiledModel:
         :attr:`tangent_axes`, from the tangent variant)."""
         variant = self._variant(derivatives)
         if self.backend == "torch":
-            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent}[variant]
+            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent,
+                  "total": self.torch_total}[variant]
             return fn(X, P)
         if self.backend == "c":
             return self._run_c(X, P, variant)
@@ -568,18 +592,21 @@ class CompiledModel:
             if self.TANGENT is None:
                 raise InputError(f"model {self.NAME}: no tangent variant (the spec declares no tangent)")
             return "tangent"
-        if derivatives == "jacobian":
-            return "jacobian"
+        if derivatives in ("jacobian", "total"):
+            if derivatives == "total":
+                self._check_total()
+            return derivatives
         if derivatives not in (True, False, None):
-            raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian' or "
-                             f"'tangent', got {derivatives!r}")
+            raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian', "
+                             f"'tangent' or 'total', got {derivatives!r}")
         return "jacobian" if derivatives else None
 
     def _jacobian_shape(self, variant: str | None) -> tuple[int, int] | None:
         if variant is None:
             return None
-        if variant == "tangent":
-            return self.tangent_axes[0].size, self.tangent_axes[1].size
+        if variant in ("tangent", "total"):
+            axes = self.tangent_axes if variant == "tangent" else self.total_axes
+            return axes[0].size, axes[1].size
         return self.output_axis.size, self.input_axis.size
 
     def _run_c(self, X, P, variant):
@@ -616,7 +643,8 @@ class CompiledModel:
                                  f"be one shared value, got {v.numel() // max(len(args), 1)} values")
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
-        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent}[variant]
+        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent,
+                  "total": self.kernel_total}[variant]
         grid = (triton.cdiv(B, block),)
         kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
@@ -633,8 +661,9 @@ class CompiledModel:
         (``forces/x`` at ``a_j = j/n``, ``old_forces/x`` at ``a_{j-1}``); ``old_state/x`` is the
         previous sub-step's ``state/x``; other inputs are unchanged. The Jacobian follows by the
         chain rule: ``dX_j/dX = L_j + S dY_{j-1}/dX`` and ``dY_j/dX = J_j dX_j/dX``, with ``L_j``
-        the interpolation and ``S`` the state -> old state wiring. A force without an
-        ``old_forces/`` input needs its old value from the caller (``old_forces=``)."""
+        the interpolation and ``S`` the state -> old state wiring; with ``derivatives="total"`` the
+        parameter columns follow ``dY_j/dP = J_j,X dX_j/dP + J_j,P`` with ``dX_j/dP = S dY_{j-1}/dP``.
+        A force without an ``old_forces/`` input needs its old value from the caller (``old_forces=``)."""
         ax, ay = self.input_axis, self.output_axis
         nx = ax.size
         dt = X.dtype
@@ -698,7 +727,8 @@ class CompiledModel:
                 kidx = torch.nonzero(keep).flatten()
                 Lj[kidx, kidx] = 1
                 if derivatives:
-                    Dj = Lj.expand(fail.numel(), nx, nx).clone()
+                    Dj = torch.zeros(fail.numel(), nx, J.shape[-1], dtype=dt, device=X.device)
+                    Dj[:, :, :nx] = Lj
                     if j > 1:
                         for (ys, xs) in state:
                             Dj[:, xs[0]:xs[1], :] += Jj[:, ys[0]:ys[1], :]
@@ -706,7 +736,8 @@ class CompiledModel:
                 good &= STj[:, 0] > 0.5
                 its += STj[:, 1]
                 if derivatives:
-                    Jj = torch.bmm(Jn, Dj)  # d Y_j / d X (original inputs)
+                    Jj = torch.bmm(Jn[:, :, :nx], Dj)  # d Y_j / d X (original inputs)
+                    Jj[:, :, nx:] += Jn[:, :, nx:]  # and d Y_j / d P directly (variant "total")
             Y[fail[good]] = Yj[good]
             if derivatives:
                 J[fail[good]] = Jj[good]
@@ -726,8 +757,10 @@ class CompiledModel:
         B, k = X.shape[0], fail.numel()
         Xf, Pf = X[fail], (P if shared else P[fail])
         Yf, STf = Y[fail], ST[fail]
-        Jf = torch.full((k, self.output_axis.size, self.input_axis.size), float("nan"), dtype=X.dtype,
-                        device=X.device)
+        # the full Jacobian, with the parameter columns when the tangent lists parameters
+        variant = "total" if any(n not in self.input_axis for n in self.TANGENT[1]) else "jacobian"
+        axes = self.total_axes if variant == "total" else (self.output_axis, self.input_axis)
+        Jf = torch.full((k, axes[0].size, axes[1].size), float("nan"), dtype=X.dtype, device=X.device)
         olds = None
         if old_forces:  # per-point old values follow their points
             olds = {}
@@ -735,8 +768,8 @@ class CompiledModel:
                 size = self.input_axis.type_of(name).size if name in self.input_axis else 1
                 v = torch.as_tensor(v, dtype=X.dtype, device=X.device).reshape(-1, size)
                 olds[name] = v.expand(B, size)[fail] if v.shape[0] in (1, B) else v
-        Yf, Jf, STf, sub_f = self._substep(Xf, Pf, Yf, Jf, STf, True, shared, overrides, olds)
-        full = LabeledMatrix(Jf, self.output_axis, self.input_axis)
+        Yf, Jf, STf, sub_f = self._substep(Xf, Pf, Yf, Jf, STf, variant, shared, overrides, olds)
+        full = LabeledMatrix(Jf, *axes)
         Y, J, ST = Y.clone(), J.clone(), ST.clone()
         Y[fail], ST[fail] = Yf, STf
         J[fail] = _block(full, *self.tangent_axes).tensor

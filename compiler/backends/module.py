@@ -84,13 +84,15 @@ def constant_jacobian(program: ir.Program) -> bool:
 
 
 def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
-                options=None, source: str | None = None, tangent: ir.Program | None = None) -> str:
+                options=None, source: str | None = None, tangent: ir.Program | None = None,
+                total: ir.Program | None = None) -> str:
     """The generated module's source for the value-only program ``value``, the program with
-    derivatives ``full`` and, when given, the program computing only the declared tangent blocks
-    (same inputs, parameters and outputs)."""
+    derivatives ``full``, and when given, the program computing only the declared tangent blocks
+    and the program computing d outputs / d (inputs, parameters) ``total`` (same inputs,
+    parameters and outputs)."""
     options = options if options is not None else EmitOptions()
     layout = Layout.of(value)
-    if any(Layout.of(p) != layout for p in (full, tangent) if p is not None):
+    if any(Layout.of(p) != layout for p in (full, tangent, total) if p is not None):
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
     baked = frozenset(getattr(options, "constant_params", ()) or ())
@@ -106,11 +108,15 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     variants = [("value", value, False), ("jacobian", full, True)]
     if tangent is not None:
         variants.append(("tangent", tangent, True))
+    if total is not None:
+        variants.append(("total", total, True))
     for variant, prog, deriv in variants:
         what = "outputs and d outputs / d inputs" if deriv else "outputs only (no derivative computed)"
+        if prog is total:
+            what = "outputs and d outputs / d (inputs, parameters)"
         if prog is tangent:
             what = (f"outputs and the tangent d({', '.join(tangent.jacobian_of or ())}) / "
-                    f"d({', '.join(tangent.jacobian_wrt or ())}) only")
+                    f"d({', '.join(_names(tangent.jacobian_wrt or ()))}) only")
         torch_fns.append({"name": f"_torch_{variant}", "doc": f"{value.name}: {what}.",
                           "lines": torch_body(prog, layout, deriv)})
         lines, baked_args = triton_body(prog, layout, deriv, baked)
@@ -137,17 +143,19 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
         "torch_functions": torch_fns, "kernels": kernels,
-        "c_source": c_source(value, full, tangent),
+        "c_source": c_source(value, full, tangent, total),
         "tangent": tangent is not None,
+        "total": total is not None,
         "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
-                                                           tuple(tangent.jacobian_wrt or ()))),
+                                                           _names(tangent.jacobian_wrt or ()))),
         "inputs": [var_info(v) for v in value.inputs],
         "outputs": [var_info(v) for v in value.outputs],
         "parameters": [par_info(p) for p in value.parameters],
         "state_repr": repr(_state_pairs(value.inputs, value.outputs, "state", "old_state")),
         "forces_repr": repr(_state_pairs(value.inputs, value.inputs, "forces", "old_forces")),
         "solver_repr": repr(_solver(value)),
-        "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent))
+        "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent),
+                                                            ("total", total))
                                     if prog is not None and constant_jacobian(prog))),
         "baked_repr": repr(tuple(sorted(baked))),
         "baked_args_repr": repr(tuple((p.name, tuple(baked_arg(s) for s in p.symbols))
@@ -156,6 +164,11 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     text = _template("module.py.j2").render(**ctx)
     check_source(text, f"generated module for {value.name}")
     return text
+
+
+def _names(wrt) -> tuple[str, ...]:
+    """Jacobian column names as the runtime spells them: a parameter ``$p`` is ``p``."""
+    return tuple(n[1:] if n.startswith("$") else n for n in wrt)
 
 
 def display_path(path: str) -> str:
