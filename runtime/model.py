@@ -26,7 +26,7 @@ from typing import Any, Mapping, NamedTuple
 import torch
 
 from modelc.errors import InputError, InternalError
-from modelc.runtime import callpath
+from modelc.runtime import autograd, callpath
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector
@@ -179,8 +179,8 @@ def _block(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledM
 
 def _type_dim(model: "CompiledModel", name: str) -> int:
     """The base dimension of input or parameter ``name`` (for telling batch dims from base dims)."""
-    if name in model.parameters:
-        return _type(model.parameters[name].type).base_dim
+    if name in model.parameter_info:
+        return _type(model.parameter_info[name].type).base_dim
     return model.input_axis.type_of(name).base_dim
 
 
@@ -206,8 +206,29 @@ def _copy_into(target: "callpath.Buffers", Y, J, status) -> None:
 # --------------------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------------------
-class CompiledModel:
-    """Base of every generated ``Model``. See the module docstring and docs/architecture.md."""
+class ParameterValues(torch.nn.Module):
+    """The parameter values of a model (``model.params``): a buffer per parameter, or a
+    ``torch.nn.Parameter`` for a trainable one (``state_dict`` keys ``params.<name>``)."""
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{n}{'*' if n in self._parameters else ''}" for n in {**self._buffers, **self._parameters})
+
+
+def _default(p: ParameterInfo) -> float | list:
+    """A parameter's default value in its base shape (a float for a scalar)."""
+    t = _type(p.type)
+    if t.size == 1 and not t.base_shape:
+        return float(p.default[0])
+    return torch.tensor(p.default, dtype=torch.float64).reshape(t.base_shape).tolist()
+
+
+class CompiledModel(torch.nn.Module):
+    """Base of every generated ``Model``. See the module docstring and docs/architecture.md.
+
+    A ``torch.nn.Module``: ``.to(device, dtype)`` moves it (and sets it up for the new dtype and
+    device), ``state_dict()`` holds the parameter values (``params.<name>``), :meth:`trainable`
+    makes parameters ``torch.nn.Parameter`` s; calls with inputs or parameters that require grad are
+    differentiable (:mod:`modelc.runtime.autograd`)."""
 
     NAME = ""
     SOURCE = ""
@@ -235,11 +256,34 @@ class CompiledModel:
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
-                 max_substeps: int | None = None, **param_overrides):
+                 max_substeps: int | None = None, trainable: tuple[str, ...] = (), **param_overrides):
+        super().__init__()
+        self._requested_backend = backend
+        self._configure(dtype, torch.device(device), backend)
+        self.block = block
+        self.on_failure = on_failure or self.SOLVER.get("on_failure", "nan")
+        if self.on_failure not in ("nan", "substep"):
+            raise InputError(f"model {self.NAME}: on_failure must be 'nan' or 'substep', got {self.on_failure!r}")
+        self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
+        self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
+        self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
+        self._axes_cache: dict = {}
+        self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
+        self.parameter_info: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
+        self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
+        self._owned: dict[str, torch.Tensor] = {}  # values built here from numbers (see _param_tensor)
+        self._shared_P = self._shared_key = None
+        self.set_parameters(**{p.name: _default(p) for p in self.PARAMETERS if p.default is not None})
+        self.set_parameters(**param_overrides)
+        if trainable:
+            self.trainable(*trainable)
+
+    def _configure(self, dtype: torch.dtype, device: torch.device, backend: str) -> None:
+        """Set dtype, device and backend (``__init__``, and ``.to()`` through :meth:`_apply`)."""
         if dtype not in (torch.float32, torch.float64):
             raise InputError(f"model {self.NAME}: dtype must be torch.float64 or torch.float32, got {dtype}")
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device = device
         if backend not in ("auto", "torch", "triton", "c"):
             raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
         self._clib = None
@@ -264,18 +308,6 @@ class CompiledModel:
                 raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
                                  "device, or TRITON_INTERPRET=1 set before the generated module is imported")
         self.backend = backend
-        self.block = block
-        self.on_failure = on_failure or self.SOLVER.get("on_failure", "nan")
-        if self.on_failure not in ("nan", "substep"):
-            raise InputError(f"model {self.NAME}: on_failure must be 'nan' or 'substep', got {self.on_failure!r}")
-        self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
-        self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
-        self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
-        self._axes_cache: dict = {}
-        self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
-        self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
-        self._values: dict[str, Any] = {}
-        self.set_parameters(**param_overrides)
 
     def _auto_c(self) -> str:
         """'c' if the C library builds (or is cached) for this dtype, else 'torch' with a warning
@@ -293,29 +325,92 @@ class CompiledModel:
                           "slower generated PyTorch code on the CPU", RuntimeWarning, stacklevel=3)
         return "torch"
 
+    # -- torch.nn.Module ------------------------------------------------------------------------
+    def _apply(self, fn, recurse=True):
+        """``.to(device, dtype)``, ``.double()``, ``.cuda()``, ...: the parameter values move (as
+        any module's buffers and parameters) and the model is set up again for the new dtype and
+        device (its backend chosen again when it was ``"auto"``)."""
+        probe = fn(torch.empty(0, dtype=self.dtype, device=self.device))
+        owned = [n for n, t in self._owned.items() if self._values.get(n) is t]
+        super()._apply(fn, recurse)
+        self._owned = {n: self._values[n] for n in owned}
+        self._shared_P = self._shared_key = None
+        if (probe.dtype, probe.device) != (self.dtype, self.device):
+            self._configure(probe.dtype, probe.device, self._requested_backend)
+        return self
+
+    def forward(self, inputs, derivatives=False, **kwargs) -> "Result":
+        """The same as calling the model (``nn.Module`` convention)."""
+        return self(inputs, derivatives, **kwargs)
+
+    def trainable(self, *names: str) -> "CompiledModel":
+        """Make parameters ``names`` trainable: each value becomes a ``torch.nn.Parameter`` (so
+        ``model.parameters()`` yields it to an optimiser, and calls are differentiable with respect to
+        it). Returns the model."""
+        self._check_param_names(dict.fromkeys(names))
+        for name in names:
+            v = self._values.get(name)
+            if v is None:
+                raise InputError(f"model {self.NAME}: parameter {name} has no value to train; set one first")
+            if not isinstance(v, torch.nn.Parameter):
+                self._store(name, torch.nn.Parameter(v.detach().to(self.dtype).clone()))
+        return self
+
     # -- parameters ----------------------------------------------------------------------------
+    @property
+    def _values(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> its value (a tensor: buffer or ``nn.Parameter`` of :attr:`params`)."""
+        return {**self.params._buffers, **self.params._parameters}
+
     def set_parameters(self, **values) -> None:
-        """Override parameters on this model object (scalar, or batched: batch shape + base shape)."""
+        """Override parameters on this model object (scalar, or batched: batch shape + base shape).
+        A tensor is kept as given (read at every call: it may change in place, or require grad); a
+        ``torch.nn.Parameter`` is registered as one (trainable); numbers become buffers."""
         self._check_param_names(values)
-        self._values.update(values)
-        self._shared_P = None  # the cached (1, np) row of shared parameters, rebuilt on next use
+        for name, v in values.items():
+            self._store(name, v)
+        self._shared_P = self._shared_key = None  # the cached (1, np) row of shared parameters
+
+    def _store(self, name: str, v: Any) -> None:
+        holder = self.params
+        holder._buffers.pop(name, None)
+        holder._parameters.pop(name, None)
+        self._owned.pop(name, None)
+        if isinstance(v, torch.nn.Parameter):
+            holder.register_parameter(name, v)
+        elif isinstance(v, torch.Tensor):
+            holder.register_buffer(name, v)
+        else:
+            try:
+                t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            except (TypeError, ValueError, RuntimeError):
+                raise InputError(f"model {self.NAME}: parameter {name} must be a number or a tensor, "
+                                 f"got {type(v).__name__}") from None
+            holder.register_buffer(name, t)
+            self._owned[name] = t
 
     def _check_param_names(self, values: Mapping[str, Any]) -> None:
-        unknown = [k for k in values if k not in self.parameters]
+        unknown = [k for k in values if k not in self.parameter_info]
         if unknown:
-            known = ", ".join(self.parameters) or "(none)"
+            known = ", ".join(self.parameter_info) or "(none)"
             raise InputError(f"model {self.NAME}: unknown parameter(s) {', '.join(unknown)}; "
                              f"its parameters are {known}")
 
     def _param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
         """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared.
-        Without call overrides, a shared row of plain numbers is built once and reused until
-        ``set_parameters``."""
-        if not overrides and self._shared_P is not None:
-            return self._shared_P, True
+        Without call overrides, a shared row built from numbers (values this model owns) is built
+        once and reused until a value changes (``set_parameters``, ``.to()``, an in-place change
+        of the buffer, ``load_state_dict``); a tensor the caller gave is re-read at every call."""
+        key = None
+        if not overrides:
+            vals = self._values
+            if all(self._owned.get(n) is t for n, t in vals.items()):
+                key = tuple(t._version for t in vals.values())
+                if self._shared_P is not None and key == self._shared_key:
+                    return self._shared_P, True
         P, shared = self._build_param_tensor(overrides, batch_shape)
-        if not overrides and shared and not any(isinstance(v, torch.Tensor) for v in self._values.values()):
-            self._shared_P = P  # numbers only: a tensor the caller may change in place is re-read every call
+        if key is not None and shared:
+            self._shared_P, self._shared_key = P, key
         return P, shared
 
     def _build_param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
@@ -462,7 +557,10 @@ class CompiledModel:
         derivatives); the outputs, Jacobian and status are written into its storage and ``out`` is
         returned. A mismatch is an :class:`InputError` and nothing is written."""
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
-        result = self._call(inputs, derivatives, old_forces, param_overrides, out)
+        if torch.is_grad_enabled() and autograd.requires_grad(self, inputs, param_overrides):
+            result = autograd.call(self, inputs, derivatives, old_forces, param_overrides, out)
+        else:
+            result = self._call(inputs, derivatives, old_forces, param_overrides, out)
         result.batch_names = names
         return result
 
@@ -636,7 +734,7 @@ class CompiledModel:
             return Y, J, ST
         consts = {}
         for name, args in self.BAKED_ARGS:
-            v = overrides.get(name, self._values.get(name, self.parameters[name].default))
+            v = overrides.get(name, self._values.get(name, self.parameter_info[name].default))
             v = torch.as_tensor(v, dtype=torch.float64).reshape(-1)
             if v.numel() != len(args):
                 raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
