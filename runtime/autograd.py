@@ -135,6 +135,10 @@ class _Evaluate(torch.autograd.Function):
         Y, UJ = plan.run()
         ctx.plan = plan
         ctx.shapes = [t.shape for t in leaves]
+        # J through save_for_backward (not a ctx attribute): torch.utils.checkpoint can then drop it
+        # and recompute it (run_history's checkpointed gradients bound memory this way)
+        ctx.save_for_backward(plan.J, *leaves)
+        plan.J = None
         if UJ is None:
             return (Y,)
         return Y, UJ
@@ -146,8 +150,9 @@ class _Evaluate(torch.autograd.Function):
             raise _second_order(plan.model, "the Jacobian a call returned (derivatives=...)")
         if gY is None:
             return (None,) * (1 + len(ctx.shapes))
-        B = plan.J.shape[0]
-        g = torch.bmm(gY.reshape(B, 1, -1).to(plan.J.dtype), plan.J).reshape(B, -1)  # (B, columns)
+        J, *leaves = ctx.saved_tensors
+        B = J.shape[0]
+        g = torch.bmm(gY.reshape(B, 1, -1).to(J.dtype), J).reshape(B, -1)  # (B, columns)
         bs = tuple(plan.batch_shape)
         grads = []
         for (a, b), shape, name in zip(plan.spans, ctx.shapes, plan.wrt):
@@ -156,7 +161,7 @@ class _Evaluate(torch.autograd.Function):
             if tuple(gi.shape) != tuple(shape):
                 gi = gi.sum_to_size(shape)
             if torch.is_grad_enabled():  # create_graph=True: no second derivatives through J
-                gi = _FirstOrderOnly.apply(gi, plan.model.NAME)
+                gi = _FirstOrderOnly.apply(gi, plan.model.NAME, *leaves)
             grads.append(gi)
         return (None, *grads)
 
@@ -175,15 +180,15 @@ def _second_order(model, what: str) -> InputError:
 
 
 class _FirstOrderOnly(torch.autograd.Function):
-    """Identity whose backward refuses: marks a gradient that a second backward would need the
-    model's second derivatives for."""
+    """Identity in ``g`` whose backward refuses: marks a gradient that a second backward would need
+    the model's second derivatives for (it depends on the leaves through ``J``, so they are inputs)."""
 
     @staticmethod
-    def forward(ctx, g, name: str):
+    def forward(ctx, g, name: str, *leaves):
         ctx.name = name
         return g.clone()
 
     @staticmethod
-    def backward(ctx, gg):
+    def backward(ctx, *grads):
         raise InputError(f"model {ctx.name}: a gradient of a modelc model call cannot be differentiated again: "
                          "modelc computes first derivatives only (double backward is not supported)")

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cpu or cuda[:N] (default: cpu; with --distributed cuda:LOCAL_RANK when CUDA is there)")
     p.add_argument("--tangent-steps", metavar="N,N,...",
                    help="record the consistent tangent d stress / d strain at these steps")
+    p.add_argument("--sensitivities", metavar="P,P,...",
+                   help="also write d(output)/d(P) at every step for these scalar parameters (exact, "
+                        "carried through the steps with each step's derivatives; one more pass)")
     p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--on-failure", choices=("nan", "substep"), default=None,
@@ -75,6 +78,8 @@ def main(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", NonConvergenceWarning)
         results = run_history(model, history, params=params, dtype=dtype, device=device,
                               tangent_steps=tangent_steps, progress=not args.no_progress)
+    if args.sensitivities:
+        results.update(sensitivities(model, history, params, args.sensitivities))
     elapsed = _time.perf_counter() - start
     out = save_results(results, args.out)
     name = args.model or getattr(model, "NAME", "") or Path(args.spec).stem
@@ -87,6 +92,20 @@ def main(args: argparse.Namespace) -> int:
         title = f"{name}: {Path(history.source).name}"
         print(f"plot:    {plot_results(results, args.plot, title=title)}")
     return 0 if results.ok else 1
+
+
+def sensitivities(model, history, params: dict[str, Any], names: str) -> dict[str, np.ndarray]:
+    """``d(<output>)/d(<parameter>)`` arrays (steps, points, ...) for the listed parameters."""
+    import torch
+
+    from modelc.runtime.simulate import simulate
+
+    listed = [n.strip() for n in names.split(",") if n.strip()]
+    if not listed:
+        raise InputError(f"--sensitivities {names!r}: expected parameter names separated by commas")
+    with torch.no_grad():
+        out = simulate(model, history, params=params, sensitivities=listed)
+    return {k: v.cpu().numpy() for k, v in out.items() if k.startswith("d(")}
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
