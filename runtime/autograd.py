@@ -96,8 +96,9 @@ class _Plan:
         cols = list(self.wrt)
         if self.user is not None:
             cols += [n for n in self.user[1][1].variable_names if n not in cols]
-        pairs = [(o, c) for o in model.output_axis.variable_names for c in cols]
-        res = model._call(self.inputs, pairs, self.old_forces, self.overrides)
+        # a whole variant (the generated code computes all its columns anyway): no narrowing copy
+        full = "total" if any(c not in model.input_axis for c in cols) else True
+        res = model._call(self.inputs, full, self.old_forces, self.overrides)
         self.raw = res
         jac = res.jacobian
         bs = res.outputs.batch_shape
@@ -152,7 +153,8 @@ class _Evaluate(torch.autograd.Function):
             return (None,) * (1 + len(ctx.shapes))
         J, *leaves = ctx.saved_tensors
         B = J.shape[0]
-        g = torch.bmm(gY.reshape(B, 1, -1).to(J.dtype), J).reshape(B, -1)  # (B, columns)
+        # g^T J per point: an elementwise product and a sum (bmm of tiny matrices is slower on the CPU)
+        g = (gY.reshape(B, -1, 1).to(J.dtype) * J).sum(dim=1)  # (B, columns)
         bs = tuple(plan.batch_shape)
         grads = []
         for (a, b), shape, name in zip(plan.spans, ctx.shapes, plan.wrt):

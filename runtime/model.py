@@ -494,6 +494,9 @@ class CompiledModel(torch.nn.Module):
             return None
         if derivatives is True:
             return "jacobian", (self.output_axis, self.input_axis)
+        if derivatives == "total":
+            self._check_total()
+            return "total", self.total_axes
         if isinstance(derivatives, str):
             if derivatives != "tangent":
                 raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
@@ -538,7 +541,8 @@ class CompiledModel(torch.nn.Module):
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
         the model has no ``old_forces/`` input of its own.
 
-        ``derivatives``: ``False`` (none), ``True`` (every output by every input), ``"tangent"`` (the
+        ``derivatives``: ``False`` (none), ``True`` (every output by every input), ``"total"`` (every
+        output by every input, then every parameter), ``"tangent"`` (the
         blocks the spec declares as the model's tangent, computed by a variant that does only that)
         or a list of ``(output, input)`` pairs such as ``[("state/S", "forces/E")]`` (those rows by
         those columns; the tangent variant runs when it covers them). ``result.jacobian`` is a
