@@ -146,7 +146,7 @@ def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
     kw = dict(params or {})
     if out is not None:
         kw["out"] = out
-    with torch.no_grad():  # numbers only (modelc.runtime.simulate is the differentiable driver)
+    with torch.no_grad():  # numbers only (modelc.runtime.history_grad is the differentiable driver)
         if old_forces and getattr(model, "on_failure", "nan") == "substep":
             return model(inputs, derivatives=derivatives, old_forces=old_forces, **kw)
         return model(inputs, derivatives=derivatives, **kw)

@@ -98,7 +98,7 @@ def sensitivities(model, history, params: dict[str, Any], names: str) -> dict[st
     """``d(<output>)/d(<parameter>)`` arrays (steps, points, ...) for the listed parameters."""
     import torch
 
-    from modelc.runtime.simulate import simulate
+    from modelc.runtime.history_grad import simulate
 
     listed = [n.strip() for n in names.split(",") if n.strip()]
     if not listed:

@@ -1,4 +1,4 @@
-"""The differentiable transient driver (modelc.runtime.simulate): the same numbers as run_history,
+"""The differentiable transient driver (modelc.runtime.history_grad): the same numbers as run_history,
 gradients w.r.t. parameters and the initial state against central differences of the whole
 history, checkpointed recomputation (same gradient, Jacobians not kept), forward sensitivities
 equal to the adjoint, named samples of parameters, and `modelc run --sensitivities`."""
@@ -16,7 +16,7 @@ from library_helpers import compiled, reference, reference_params  # noqa: E402
 
 from modelc.errors import InputError  # noqa: E402
 from modelc.runtime.driver import run_history  # noqa: E402
-from modelc.runtime.simulate import simulate  # noqa: E402
+from modelc.runtime.history_grad import simulate  # noqa: E402
 from modelc.runtime.tensors import TypedTensor  # noqa: E402
 
 NAME, STEPS = "j2_voce_af", 30
