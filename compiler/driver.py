@@ -4,8 +4,9 @@ lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
     spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
               ─lower─▶ Program ─cse─▶ Program ─emit_module─▶ Python source
 
-Up to three Programs per model: value only, value + every derivative, and (when the spec declares
-a ``tangent``) value + the declared derivative blocks only.
+Up to four Programs per model: value only, value + d outputs / d inputs, value + d outputs / d
+(inputs and parameters) (``total``: what autograd and calibration use), and (when the spec declares a
+``tangent``) value + the declared derivative blocks only (which may name parameters).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Compiled:
     source: str
     stages: list[Stage] = field(default_factory=list)
     tangent: ir.Program | None = None  # the declared tangent blocks only (None: none declared)
+    total: ir.Program | None = None  # d outputs / d (inputs, parameters)
 
 
 def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
@@ -57,8 +59,15 @@ def declared_tangent(model: ir.Model) -> ir.Tangent | None:
     if tangent is not None:
         kind = "model" if not model.is_composed or model.is_implicit else "composition"
         check_tangent(tangent, f"{kind} {model.name!r}", [v.name for v in model.outputs],
-                      [v.name for v in model.inputs])
+                      [v.name for v in model.inputs] + [p.name for p in model.parameters])
     return tangent
+
+
+def tangent_select(tangent: ir.Tangent, model: ir.Model) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(of, wrt)`` of a declared tangent as lowering names them (a parameter ``p`` as ``$p``)."""
+    inputs = {v.name for v in model.inputs}
+    params = {p.name for p in model.parameters}
+    return tangent.of, tuple(n if n in inputs or n not in params else "$" + n for n in tangent.wrt)
 
 
 @contextlib.contextmanager
@@ -106,12 +115,13 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
     # Two programs: a call that does not ask for the tangent must not compute it.
     value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
     full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
+    total = run("cse-total", cse, run("lower-total", lower, model, derivatives=True, parameters=True))
     tangent = None
     decl = declared_tangent(model)
     if decl is not None:  # a third program: only the declared blocks (what a FE code asks for)
         tangent = run("cse-tangent", cse, run("lower-tangent", lower, model, derivatives=True,
-                                              select=(decl.of, decl.wrt)))
-    return Compiled(model, value, full, "", stages, tangent)
+                                              select=tangent_select(decl, model)))
+    return Compiled(model, value, full, "", stages, tangent, total)
 
 
 def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOptions(),
@@ -122,7 +132,8 @@ def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOpt
     done = lower_model(spec, name, trace)
     t0 = time.perf_counter()
     with located_recursion(spec, name, "emit"):
-        done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent)
+        done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent,
+                                  total=done.total)
     done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
     return done
 

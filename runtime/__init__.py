@@ -22,6 +22,7 @@ _LAZY = {
     "LabeledTensor": ("modelc.runtime.labeled", "LabeledTensor"),
     "LabeledVector": ("modelc.runtime.labeled", "LabeledVector"),
     "LabeledMatrix": ("modelc.runtime.labeled", "LabeledMatrix"),
+    "simulate": ("modelc.runtime.history_grad", "simulate"),
 }
 
 __all__ = ["TensorType", "Scalar", "Vec", "SR2", "R2", "SSR4", "WR2", "TYPES", "tensor_type", *_LAZY]

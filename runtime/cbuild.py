@@ -46,7 +46,7 @@ BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
          "for (int i = 0; i < n; ++i) s += i; return s; }\n"
 DEFAULT_LANES = 8
-VARIANTS = ("value", "jacobian", "tangent")
+VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
 class CBuildError(ModelcError):
@@ -170,7 +170,7 @@ class CLibrary:
         iterations int32, residual norm) of ``(B,)`` (None for explicit models). ``inputs``: one
         ``(B, size)`` tensor per input variable with contiguous components (any row stride, 0
         broadcasts); ``P`` ``(1|B, np)`` with contiguous rows. ``variant``: ``"value"`` (default without
-        ``J``), ``"jacobian"`` (default with ``J``) or ``"tangent"``."""
+        ``J``), ``"jacobian"`` (default with ``J``), ``"tangent"`` or ``"total"``."""
         variant = variant or ("jacobian" if J is not None else "value")
         if variant not in self.entry:
             raise ModelcError(f"C backend: {self.path.name} has no {variant} entry point (mc_{variant})")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 _NUM = r"[-+]?(?:inf|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _INTERVAL = re.compile(rf"\s*([\[(])\s*({_NUM})\s*,\s*({_NUM})\s*([\])])\s*")

@@ -70,7 +70,7 @@ class ModelLike(Protocol):
     """The part of a compiled model the driver uses (plus ``input_axis``/``output_axis``, or
     ``input_names``/``input_types`` and the same for outputs; see :func:`variable_shapes`)."""
 
-    parameters: Mapping[str, Any]  # name -> info with .default
+    parameter_info: Mapping[str, Any]  # name -> info with .default (``parameters`` in older models)
 
     def __call__(self, inputs: dict[str, torch.Tensor], derivatives: bool = False,
                  **params: torch.Tensor) -> Any: ...
@@ -158,9 +158,10 @@ def call_model(model: Any, inputs: dict[str, torch.Tensor], derivatives: bool,
     kw = dict(params or {})
     if out is not None:
         kw["out"] = out
-    if old_forces and getattr(model, "on_failure", "nan") == "substep":
-        return model(inputs, derivatives=derivatives, old_forces=old_forces, **kw)
-    return model(inputs, derivatives=derivatives, **kw)
+    with torch.no_grad():  # numbers only (modelc.runtime.history_grad is the differentiable driver)
+        if old_forces and getattr(model, "on_failure", "nan") == "substep":
+            return model(inputs, derivatives=derivatives, old_forces=old_forces, **kw)
+        return model(inputs, derivatives=derivatives, **kw)
 
 
 def reuses_results(model: Any) -> bool:
@@ -529,7 +530,8 @@ def _params(model: Any, params: Mapping[str, Any] | None, batch: int, dtype: tor
             device: torch.device) -> dict[str, torch.Tensor] | None:
     if not params:
         return None
-    known = list(getattr(model, "parameters", {}) or {})
+    info = getattr(model, "parameter_info", None)
+    known = list(info if info is not None else (getattr(model, "parameters", {}) or {}))
     out: dict[str, torch.Tensor] = {}
     for name, value in params.items():
         if name not in known:
@@ -537,6 +539,9 @@ def _params(model: Any, params: Mapping[str, Any] | None, batch: int, dtype: tor
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise InputError(f"unknown parameter '{name}'{hint} (the model's parameters: "
                              f"{', '.join(known) or 'none'})")
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            raise InputError(f"parameter '{name}' requires grad, but run_history returns numpy arrays: use "
+                             "modelc.runtime.simulate (the differentiable driver) for gradients")
         try:
             t = torch.as_tensor(value, dtype=dtype, device=device)
         except (TypeError, ValueError):

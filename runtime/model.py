@@ -26,7 +26,7 @@ from typing import Any, Mapping, NamedTuple
 import torch
 
 from modelc.runtime.errors import InputError, InternalError
-from modelc.runtime import callpath
+from modelc.runtime import autograd, callpath
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.checks import check_parameter, nonfinite_rows
@@ -206,8 +206,8 @@ def _fail_points(bad: torch.Tensor, Y, J, status):
 
 def _type_dim(model: "CompiledModel", name: str) -> int:
     """The base dimension of input or parameter ``name`` (for telling batch dims from base dims)."""
-    if name in model.parameters:
-        return _type(model.parameters[name].type).base_dim
+    if name in model.parameter_info:
+        return _type(model.parameter_info[name].type).base_dim
     return model.input_axis.type_of(name).base_dim
 
 
@@ -233,8 +233,29 @@ def _copy_into(target: "callpath.Buffers", Y, J, status) -> None:
 # --------------------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------------------
-class CompiledModel:
-    """Base of every generated ``Model``. See the module docstring and docs/architecture.md."""
+class ParameterValues(torch.nn.Module):
+    """The parameter values of a model (``model.params``): a buffer per parameter, or a
+    ``torch.nn.Parameter`` for a trainable one (``state_dict`` keys ``params.<name>``)."""
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{n}{'*' if n in self._parameters else ''}" for n in {**self._buffers, **self._parameters})
+
+
+def _default(p: ParameterInfo) -> float | list:
+    """A parameter's default value in its base shape (a float for a scalar)."""
+    t = _type(p.type)
+    if t.size == 1 and not t.base_shape:
+        return float(p.default[0])
+    return torch.tensor(p.default, dtype=torch.float64).reshape(t.base_shape).tolist()
+
+
+class CompiledModel(torch.nn.Module):
+    """Base of every generated ``Model``. See the module docstring and docs/architecture.md.
+
+    A ``torch.nn.Module``: ``.to(device, dtype)`` moves it (and sets it up for the new dtype and
+    device), ``state_dict()`` holds the parameter values (``params.<name>``), :meth:`trainable`
+    makes parameters ``torch.nn.Parameter`` s; calls with inputs or parameters that require grad are
+    differentiable (:mod:`modelc.runtime.autograd`)."""
 
     NAME = ""
     SOURCE = ""
@@ -254,18 +275,43 @@ class CompiledModel:
     torch_initial: Any = None  # (X (rows, 0), P) -> (Y, None, None) on the INITIAL axis
     torch_jacobian: Any = None
     torch_tangent: Any = None
+    torch_total: Any = None  # d outputs / d (inputs, parameters): J (B, ny, nx + np)
     kernel_value: Any = None
     kernel_jacobian: Any = None
     kernel_tangent: Any = None
+    kernel_total: Any = None
     c_source: str | None = None  # the C backend's source (modelc.backends.c_backend), if generated
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
-                 max_substeps: int | None = None, **param_overrides):
+                 max_substeps: int | None = None, trainable: tuple[str, ...] = (), **param_overrides):
+        super().__init__()
+        self._requested_backend = backend
+        self._configure(dtype, torch.device(device), backend)
+        self.block = block
+        self.on_failure = on_failure or self.SOLVER.get("on_failure", "nan")
+        if self.on_failure not in ("nan", "substep"):
+            raise InputError(f"model {self.NAME}: on_failure must be 'nan' or 'substep', got {self.on_failure!r}")
+        self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
+        self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
+        self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
+        self._axes_cache: dict = {}
+        self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
+        self.parameter_info: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
+        self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
+        self._owned: dict[str, torch.Tensor] = {}  # values built here from numbers (see _param_tensor)
+        self._shared_P = self._shared_key = None
+        self.set_parameters(**{p.name: _default(p) for p in self.PARAMETERS if p.default is not None})
+        self.set_parameters(**param_overrides)
+        if trainable:
+            self.trainable(*trainable)
+
+    def _configure(self, dtype: torch.dtype, device: torch.device, backend: str) -> None:
+        """Set dtype, device and backend (``__init__``, and ``.to()`` through :meth:`_apply`)."""
         if dtype not in (torch.float32, torch.float64):
             raise InputError(f"model {self.NAME}: dtype must be torch.float64 or torch.float32, got {dtype}")
         self.dtype = dtype
-        self.device = torch.device(device)
+        self.device = device
         if backend not in ("auto", "torch", "triton", "c"):
             raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
         self._clib = None
@@ -292,18 +338,6 @@ class CompiledModel:
                 raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
                                  "device, or TRITON_INTERPRET=1 set before the generated module is imported")
         self.backend = backend
-        self.block = block
-        self.on_failure = on_failure or self.SOLVER.get("on_failure", "nan")
-        if self.on_failure not in ("nan", "substep"):
-            raise InputError(f"model {self.NAME}: on_failure must be 'nan' or 'substep', got {self.on_failure!r}")
-        self.max_substeps = int(max_substeps or self.SOLVER.get("max_substeps", 8))
-        self.input_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.INPUTS])
-        self.output_axis = LabeledAxis.from_variables([(v.name, v.type) for v in self.OUTPUTS])
-        self._axes_cache: dict = {}
-        self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
-        self.parameters: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
-        self._values: dict[str, Any] = {}
-        self.set_parameters(**param_overrides)
 
     def _auto_c(self) -> str:
         """'c' if the C library builds (or is cached) for this dtype, else 'torch' with a warning
@@ -321,29 +355,92 @@ class CompiledModel:
                           "slower generated PyTorch code on the CPU", RuntimeWarning, stacklevel=3)
         return "torch"
 
+    # -- torch.nn.Module ------------------------------------------------------------------------
+    def _apply(self, fn, recurse=True):
+        """``.to(device, dtype)``, ``.double()``, ``.cuda()``, ...: the parameter values move (as
+        any module's buffers and parameters) and the model is set up again for the new dtype and
+        device (its backend chosen again when it was ``"auto"``)."""
+        probe = fn(torch.empty(0, dtype=self.dtype, device=self.device))
+        owned = [n for n, t in self._owned.items() if self._values.get(n) is t]
+        super()._apply(fn, recurse)
+        self._owned = {n: self._values[n] for n in owned}
+        self._shared_P = self._shared_key = None
+        if (probe.dtype, probe.device) != (self.dtype, self.device):
+            self._configure(probe.dtype, probe.device, self._requested_backend)
+        return self
+
+    def forward(self, inputs, derivatives=False, **kwargs) -> "Result":
+        """The same as calling the model (``nn.Module`` convention)."""
+        return self(inputs, derivatives, **kwargs)
+
+    def trainable(self, *names: str) -> "CompiledModel":
+        """Make parameters ``names`` trainable: each value becomes a ``torch.nn.Parameter`` (so
+        ``model.parameters()`` yields it to an optimiser, and calls are differentiable with respect to
+        it). Returns the model."""
+        self._check_param_names(dict.fromkeys(names))
+        for name in names:
+            v = self._values.get(name)
+            if v is None:
+                raise InputError(f"model {self.NAME}: parameter {name} has no value to train; set one first")
+            if not isinstance(v, torch.nn.Parameter):
+                self._store(name, torch.nn.Parameter(v.detach().to(self.dtype).clone()))
+        return self
+
     # -- parameters ----------------------------------------------------------------------------
+    @property
+    def _values(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> its value (a tensor: buffer or ``nn.Parameter`` of :attr:`params`)."""
+        return {**self.params._buffers, **self.params._parameters}
+
     def set_parameters(self, **values) -> None:
-        """Override parameters on this model object (scalar, or batched: batch shape + base shape)."""
+        """Override parameters on this model object (scalar, or batched: batch shape + base shape).
+        A tensor is kept as given (read at every call: it may change in place, or require grad); a
+        ``torch.nn.Parameter`` is registered as one (trainable); numbers become buffers."""
         self._check_param_names(values)
-        self._values.update(values)
-        self._shared_P = None  # the cached (1, np) row of shared parameters, rebuilt on next use
+        for name, v in values.items():
+            self._store(name, v)
+        self._shared_P = self._shared_key = None  # the cached (1, np) row of shared parameters
+
+    def _store(self, name: str, v: Any) -> None:
+        holder = self.params
+        holder._buffers.pop(name, None)
+        holder._parameters.pop(name, None)
+        self._owned.pop(name, None)
+        if isinstance(v, torch.nn.Parameter):
+            holder.register_parameter(name, v)
+        elif isinstance(v, torch.Tensor):
+            holder.register_buffer(name, v)
+        else:
+            try:
+                t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            except (TypeError, ValueError, RuntimeError):
+                raise InputError(f"model {self.NAME}: parameter {name} must be a number or a tensor, "
+                                 f"got {type(v).__name__}") from None
+            holder.register_buffer(name, t)
+            self._owned[name] = t
 
     def _check_param_names(self, values: Mapping[str, Any]) -> None:
-        unknown = [k for k in values if k not in self.parameters]
+        unknown = [k for k in values if k not in self.parameter_info]
         if unknown:
-            known = ", ".join(self.parameters) or "(none)"
+            known = ", ".join(self.parameter_info) or "(none)"
             raise InputError(f"model {self.NAME}: unknown parameter(s) {', '.join(unknown)}; "
                              f"its parameters are {known}")
 
     def _param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
         """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared.
-        Without call overrides, a shared row of plain numbers is built once and reused until
-        ``set_parameters``."""
-        if not overrides and self._shared_P is not None:
-            return self._shared_P, True
+        Without call overrides, a shared row built from numbers (values this model owns) is built
+        once and reused until a value changes (``set_parameters``, ``.to()``, an in-place change
+        of the buffer, ``load_state_dict``); a tensor the caller gave is re-read at every call."""
+        key = None
+        if not overrides:
+            vals = self._values
+            if all(self._owned.get(n) is t for n, t in vals.items()):
+                key = tuple(t._version for t in vals.values())
+                if self._shared_P is not None and key == self._shared_key:
+                    return self._shared_P, True
         P, shared = self._build_param_tensor(overrides, batch_shape)
-        if not overrides and shared and not any(isinstance(v, torch.Tensor) for v in self._values.values()):
-            self._shared_P = P  # numbers only: a tensor the caller may change in place is re-read every call
+        if key is not None and shared:
+            self._shared_P, self._shared_key = P, key
         return P, shared
 
     def _build_param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
@@ -401,8 +498,17 @@ class CompiledModel:
         if axes is None:
             rows = [(v.name, v.type) for v in self.OUTPUTS if v.name in of]
             cols = [(v.name, v.type) for v in self.INPUTS if v.name in wrt]
+            # parameters after the inputs, in PARAMETERS order (the generated code's column layout)
+            cols += [(p.name, p.type) for p in self.PARAMETERS if p.name in wrt and p.name not in self.input_axis]
             axes = self._axes_cache[key] = (LabeledAxis.from_variables(rows), LabeledAxis.from_variables(cols))
         return axes
+
+    @property
+    def total_axes(self) -> tuple[LabeledAxis, LabeledAxis]:
+        """Rows and columns of the ``total`` variant's Jacobian: every output by every input, then
+        every parameter."""
+        return self._axes([v.name for v in self.OUTPUTS], [v.name for v in self.INPUTS] +
+                          [p.name for p in self.PARAMETERS])
 
     def _derivative_request(self, derivatives):
         """``(variant, (row axis, column axis))`` for a call's ``derivatives=`` argument, or None.
@@ -410,13 +516,18 @@ class CompiledModel:
         ``False``: none. ``True``: every output by every input (variant ``jacobian``). ``"tangent"``:
         the blocks the spec declares as the tangent. A list of ``(output, input)`` pairs: the rows
         of those outputs by the columns of those inputs, from the ``tangent`` variant when it covers
-        them (it computes less), else from the full Jacobian."""
+        them (it computes less), else from the full Jacobian. An "input" of a pair may be a
+        parameter (``("state/S", "sigma_y")``): its columns follow the inputs' (variant ``total``
+        unless the tangent covers it)."""
         if isinstance(derivatives, (bool, int)) or type(derivatives).__name__ == "bool_":
             derivatives = bool(derivatives)  # 0 / 1 and numpy booleans, as before
         if derivatives is False or derivatives is None:
             return None
         if derivatives is True:
             return "jacobian", (self.output_axis, self.input_axis)
+        if derivatives == "total":
+            self._check_total()
+            return "total", self.total_axes
         if isinstance(derivatives, str):
             if derivatives != "tangent":
                 raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
@@ -430,19 +541,30 @@ class CompiledModel:
             pairs = [(str(o), str(i)) for o, i in derivatives]
         except (TypeError, ValueError):
             raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
-                             f"(output, input) pairs, got {derivatives!r}") from None
+                             f"(output, input or parameter) pairs, got {derivatives!r}") from None
         if not pairs:
             raise InputError(f"model {self.NAME}: derivatives=[] asks for no derivative; pass False")
-        bad = [o for o, _ in pairs if o not in self.output_axis] + [i for _, i in pairs if i not in self.input_axis]
+        bad = [o for o, _ in pairs if o not in self.output_axis] + \
+            [i for _, i in pairs if i not in self.input_axis and i not in self.parameter_info]
         if bad:
             raise InputError(f"model {self.NAME}: derivatives names {', '.join(dict.fromkeys(bad))}, not among "
-                             f"its outputs ({', '.join(self.output_axis.variable_names)}) or inputs "
-                             f"({', '.join(self.input_axis.variable_names)})")
+                             f"its outputs ({', '.join(self.output_axis.variable_names)}), inputs "
+                             f"({', '.join(self.input_axis.variable_names)}) or parameters "
+                             f"({', '.join(self.parameter_info) or 'none'})")
         of, wrt = {o for o, _ in pairs}, {i for _, i in pairs}
         axes = self._axes(of, wrt)
         if self.TANGENT is not None and of <= set(self.TANGENT[0]) and wrt <= set(self.TANGENT[1]):
             return "tangent", axes
+        if any(i not in self.input_axis for i in wrt):
+            self._check_total()
+            return "total", axes
         return "jacobian", axes
+
+    def _check_total(self) -> None:
+        """An InputError when this generated module has no ``total`` variant (it predates it)."""
+        if self.torch_total is None or (self.backend == "c" and "total" not in self._clib.entry):
+            raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
+                             "to parameters (it predates them): regenerate it with `modelc compile`")
 
     # -- evaluation ----------------------------------------------------------------------------
     def __call__(self, inputs, derivatives=False, *, old_forces: Mapping[str, Any] | None = None,
@@ -450,7 +572,8 @@ class CompiledModel:
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
         the model has no ``old_forces/`` input of its own.
 
-        ``derivatives``: ``False`` (none), ``True`` (every output by every input), ``"tangent"`` (the
+        ``derivatives``: ``False`` (none), ``True`` (every output by every input), ``"total"`` (every
+        output by every input, then every parameter), ``"tangent"`` (the
         blocks the spec declares as the model's tangent, computed by a variant that does only that)
         or a list of ``(output, input)`` pairs such as ``[("state/S", "forces/E")]`` (those rows by
         those columns; the tangent variant runs when it covers them). ``result.jacobian`` is a
@@ -469,7 +592,10 @@ class CompiledModel:
         derivatives); the outputs, Jacobian and status are written into its storage and ``out`` is
         returned. A mismatch is an :class:`InputError` and nothing is written."""
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
-        result = self._call(inputs, derivatives, old_forces, param_overrides, out)
+        if torch.is_grad_enabled() and autograd.requires_grad(self, inputs, param_overrides):
+            result = autograd.call(self, inputs, derivatives, old_forces, param_overrides, out)
+        else:
+            result = self._call(inputs, derivatives, old_forces, param_overrides, out)
         result.batch_names = names
         return result
 
@@ -501,8 +627,8 @@ class CompiledModel:
         views, bs = callpath.input_views(self, inputs)
         P, shared = self._param_tensor(param_overrides, bs)
         B = math.prod(bs)
-        vaxes = None if variant is None else (
-            (self.output_axis, self.input_axis) if variant == "jacobian" else self.tangent_axes)
+        vaxes = None if variant is None else {"jacobian": (self.output_axis, self.input_axis),
+                                              "tangent": self.tangent_axes, "total": self.total_axes}[variant]
         target = None if out is None else callpath.out_buffers(self, out, bs, None if request is None else request[1])
         narrow = request is not None and vaxes != request[1]  # a block of the variant's Jacobian
         if self.backend == "c" and (target is None or not narrow):
@@ -521,8 +647,7 @@ class CompiledModel:
             if variant == "tangent":
                 Y, J, ST, substeps = self._substep_tangent(X, P, Y, J, ST, shared, param_overrides, old_forces)
             else:
-                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant is not None, shared, param_overrides,
-                                                   old_forces)
+                Y, J, ST, substeps = self._substep(X, P, Y, J, ST, variant, shared, param_overrides, old_forces)
             status = (ST[:, 0] > 0.5, ST[:, 1].round().to(torch.int32), ST[:, 2].contiguous())
         # NaN or infinite inputs: those points are failed, never a plausible number. An affine model
         # (constant Jacobian: outputs = A(P) inputs + b(P)) propagates NaN by itself: no check.
@@ -594,7 +719,8 @@ class CompiledModel:
         :attr:`tangent_axes`, from the tangent variant)."""
         variant = self._variant(derivatives)
         if self.backend == "torch":
-            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent}[variant]
+            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent,
+                  "total": self.torch_total}[variant]
             return fn(X, P)
         if self.backend == "c":
             return self._run_c(X, P, variant)
@@ -605,18 +731,21 @@ class CompiledModel:
             if self.TANGENT is None:
                 raise InputError(f"model {self.NAME}: no tangent variant (the spec declares no tangent)")
             return "tangent"
-        if derivatives == "jacobian":
-            return "jacobian"
+        if derivatives in ("jacobian", "total"):
+            if derivatives == "total":
+                self._check_total()
+            return derivatives
         if derivatives not in (True, False, None):
-            raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian' or "
-                             f"'tangent', got {derivatives!r}")
+            raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian', "
+                             f"'tangent' or 'total', got {derivatives!r}")
         return "jacobian" if derivatives else None
 
     def _jacobian_shape(self, variant: str | None) -> tuple[int, int] | None:
         if variant is None:
             return None
-        if variant == "tangent":
-            return self.tangent_axes[0].size, self.tangent_axes[1].size
+        if variant in ("tangent", "total"):
+            axes = self.tangent_axes if variant == "tangent" else self.total_axes
+            return axes[0].size, axes[1].size
         return self.output_axis.size, self.input_axis.size
 
     def _run_c(self, X, P, variant):
@@ -646,14 +775,15 @@ class CompiledModel:
             return Y, J, ST
         consts = {}
         for name, args in self.BAKED_ARGS:
-            v = overrides.get(name, self._values.get(name, self.parameters[name].default))
+            v = overrides.get(name, self._values.get(name, self.parameter_info[name].default))
             v = torch.as_tensor(v, dtype=torch.float64).reshape(-1)
             if v.numel() != len(args):
                 raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
                                  f"be one shared value, got {v.numel() // max(len(args), 1)} values")
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
-        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent}[variant]
+        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent,
+                  "total": self.kernel_total}[variant]
         grid = (triton.cdiv(B, block),)
         kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
@@ -730,8 +860,9 @@ class CompiledModel:
         (``forces/x`` at ``a_j = j/n``, ``old_forces/x`` at ``a_{j-1}``); ``old_state/x`` is the
         previous sub-step's ``state/x``; other inputs are unchanged. The Jacobian follows by the
         chain rule: ``dX_j/dX = L_j + S dY_{j-1}/dX`` and ``dY_j/dX = J_j dX_j/dX``, with ``L_j``
-        the interpolation and ``S`` the state -> old state wiring. A force without an
-        ``old_forces/`` input needs its old value from the caller (``old_forces=``)."""
+        the interpolation and ``S`` the state -> old state wiring; with ``derivatives="total"`` the
+        parameter columns follow ``dY_j/dP = J_j,X dX_j/dP + J_j,P`` with ``dX_j/dP = S dY_{j-1}/dP``.
+        A force without an ``old_forces/`` input needs its old value from the caller (``old_forces=``)."""
         ax, ay = self.input_axis, self.output_axis
         nx = ax.size
         dt = X.dtype
@@ -795,7 +926,8 @@ class CompiledModel:
                 kidx = torch.nonzero(keep).flatten()
                 Lj[kidx, kidx] = 1
                 if derivatives:
-                    Dj = Lj.expand(fail.numel(), nx, nx).clone()
+                    Dj = torch.zeros(fail.numel(), nx, J.shape[-1], dtype=dt, device=X.device)
+                    Dj[:, :, :nx] = Lj
                     if j > 1:
                         for (ys, xs) in state:
                             Dj[:, xs[0]:xs[1], :] += Jj[:, ys[0]:ys[1], :]
@@ -803,7 +935,8 @@ class CompiledModel:
                 good &= STj[:, 0] > 0.5
                 its += STj[:, 1]
                 if derivatives:
-                    Jj = torch.bmm(Jn, Dj)  # d Y_j / d X (original inputs)
+                    Jj = torch.bmm(Jn[:, :, :nx], Dj)  # d Y_j / d X (original inputs)
+                    Jj[:, :, nx:] += Jn[:, :, nx:]  # and d Y_j / d P directly (variant "total")
             Y[fail[good]] = Yj[good]
             if derivatives:
                 J[fail[good]] = Jj[good]
@@ -823,8 +956,10 @@ class CompiledModel:
         B, k = X.shape[0], fail.numel()
         Xf, Pf = X[fail], (P if shared else P[fail])
         Yf, STf = Y[fail], ST[fail]
-        Jf = torch.full((k, self.output_axis.size, self.input_axis.size), float("nan"), dtype=X.dtype,
-                        device=X.device)
+        # the full Jacobian, with the parameter columns when the tangent lists parameters
+        variant = "total" if any(n not in self.input_axis for n in self.TANGENT[1]) else "jacobian"
+        axes = self.total_axes if variant == "total" else (self.output_axis, self.input_axis)
+        Jf = torch.full((k, axes[0].size, axes[1].size), float("nan"), dtype=X.dtype, device=X.device)
         olds = None
         if old_forces:  # per-point old values follow their points
             olds = {}
@@ -832,8 +967,8 @@ class CompiledModel:
                 size = self.input_axis.type_of(name).size if name in self.input_axis else 1
                 v = torch.as_tensor(v, dtype=X.dtype, device=X.device).reshape(-1, size)
                 olds[name] = v.expand(B, size)[fail] if v.shape[0] in (1, B) else v
-        Yf, Jf, STf, sub_f = self._substep(Xf, Pf, Yf, Jf, STf, True, shared, overrides, olds)
-        full = LabeledMatrix(Jf, self.output_axis, self.input_axis)
+        Yf, Jf, STf, sub_f = self._substep(Xf, Pf, Yf, Jf, STf, variant, shared, overrides, olds)
+        full = LabeledMatrix(Jf, *axes)
         Y, J, ST = Y.clone(), J.clone(), ST.clone()
         Y[fail], ST[fail] = Yf, STf
         J[fail] = _block(full, *self.tangent_axes).tensor

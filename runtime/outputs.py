@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from modelc.errors import InputError
+from modelc.runtime.errors import InputError
 
 
 def _nearest_existing(p: Path) -> Path:

@@ -11,7 +11,8 @@ template, which works on all lanes at once. A linear solve (the implicit-functio
 matrices and calls the same routine. One source serves both dtypes: ``real`` is ``double``, or
 ``float`` with ``-DMC_FLOAT32``.
 
-Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared)::
+Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared, ``total``: d outputs / d
+(inputs, parameters), when generated)::
 
     void mc_<variant>(int64_t n, const int64_t *args, int threads);
 
@@ -48,7 +49,7 @@ long register restrict return short signed sizeof static struct switch typedef u
 volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_act mc_ok mc_args
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
 sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
-mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent
+mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total
 """.split())
 
 
@@ -367,27 +368,30 @@ def _template():
     return load("c_source.c.j2")
 
 
-def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = None) -> str:
+def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = None,
+             total: ir.Program | None = None) -> str:
     """The C translation unit of a model: entry points ``mc_value``, ``mc_jacobian`` and, when the
     model declares a tangent, ``mc_tangent`` (module docstring). Compile with ``-DMC_FLOAT32`` for
     float32, ``-DMC_W=1`` for the scalar build."""
     layout = Layout.of(value)
-    if any(Layout.of(p) != layout for p in (full, tangent) if p is not None):
+    if any(Layout.of(p) != layout for p in (full, tangent, total) if p is not None):
         raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
                             "inputs, parameters or outputs")
-    programs = [p for p in (value, full, tangent) if p is not None]
+    programs = [p for p in (value, full, tangent, total) if p is not None]
     code = _Code(programs)
     variants = []
     for name, prog, deriv, doc in (
             ("value", value, False, "outputs only"),
             ("jacobian", full, True, f"outputs and d outputs / d inputs ({layout.ny} x {layout.nx} per point)"),
-            ("tangent", tangent, True, "outputs and the declared tangent")):
+            ("tangent", tangent, True, "outputs and the declared tangent"),
+            ("total", total, True, "outputs and d outputs / d (inputs, parameters)")):
         if prog is None:
             continue
-        if name == "tangent":
+        if name in ("tangent", "total"):
             nty, ntx = layout.jacobian_shape(prog)
             doc = (f"outputs and the tangent d({', '.join(prog.jacobian_of or ())}) / "
-                   f"d({', '.join(prog.jacobian_wrt or ())}) ({nty} x {ntx} per point)")
+                   f"d({', '.join(prog.jacobian_wrt or ())}) ({nty} x {ntx} per point)" if name == "tangent"
+                   else f"{doc} ({nty} x {ntx} per point)")
         code.functions.append(_block_function(code, prog, layout, deriv, f"block_{name}"))
         variants.append({"name": name, "block": f"block_{name}", "doc": f"{value.name}: {doc}"})
     text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),

@@ -9,7 +9,9 @@
 - ``J`` ``(B, ny, nx)``: d Y / d X, row-major: entry (r, c) at ``r * nx + c`` within a point. A
   program computing a tangent (``Program.jacobian_of``/``jacobian_wrt`` set) writes ``(B, nty, ntx)``
   instead: rows the selected outputs, columns the selected inputs, each on its own axis built by the
-  same rule (:meth:`Layout.jacobian_shape`).
+  same rule (:meth:`Layout.jacobian_shape`). Columns may include parameters (``jacobian_wrt`` names
+  ``$p``: the ``total`` variant, or a tangent that lists parameters): they follow the selected
+  inputs, in parameter order, the runtime's axis of ``(input names..., parameter names...)``.
 - ``ST`` ``(B, 3)``: converged (1/0), iterations, residual norm (implicit programs).
 """
 from __future__ import annotations
@@ -84,10 +86,13 @@ class Layout:
 
     def jacobian_variables(self, program: ir.Program) -> tuple[tuple[ir.Variable, ...], tuple[ir.Variable, ...]]:
         """The Jacobian's row (output) and column (input) variables: all, or the program's selection."""
+        from modelc.passes.differentiate import param_variable
+
         rows = self.outputs if program.jacobian_of is None else tuple(
             v for v in self.outputs if v.name in program.jacobian_of)
+        pvars = tuple(param_variable(p) for p in self.parameters)
         cols = self.inputs if program.jacobian_wrt is None else tuple(
-            v for v in self.inputs if v.name in program.jacobian_wrt)
+            v for v in self.inputs + pvars if v.name in program.jacobian_wrt)
         return rows, cols
 
     def jacobian_shape(self, program: ir.Program) -> tuple[int, int]:
@@ -100,7 +105,7 @@ class Layout:
         rows, cols = self.jacobian_variables(program)
         yoff, ny = _offsets(rows)
         xoff, nx = _offsets(cols)
-        types = {v.name: v.type for v in self.outputs + self.inputs}
+        types = {v.name: v.type for v in self.outputs + cols}
         entries: dict[tuple[int, int], sp.Expr] = {}
         for (of, wrt), block in program.derivatives.items():
             if of not in yoff or wrt not in xoff:

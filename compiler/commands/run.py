@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cpu or cuda[:N] (default: cpu; with --distributed cuda:LOCAL_RANK when CUDA is there)")
     p.add_argument("--tangent-steps", metavar="N,N,...",
                    help="record the consistent tangent d stress / d strain at these steps")
+    p.add_argument("--sensitivities", metavar="P,P,...",
+                   help="also write d(output)/d(P) at every step for these scalar parameters (exact, "
+                        "carried through the steps with each step's derivatives; one more pass)")
     p.add_argument("--plot", metavar="FILE.png", help="draw stress-strain curves to this PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the run summary as one JSON document")
@@ -81,6 +84,8 @@ def main(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", NonConvergenceWarning)
         results = run_history(model, history, params=params, dtype=dtype, device=device,
                               tangent_steps=tangent_steps, progress=not args.no_progress)
+    if args.sensitivities:
+        results.update(sensitivities(model, history, params, args.sensitivities))
     elapsed = _time.perf_counter() - start
     out = save_results(results, args.out)
     name = args.model or getattr(model, "NAME", "") or Path(args.spec).stem
@@ -108,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
 
 def stress_units(model: Any) -> str | None:
     """The stress units of a model: those of its Young's modulus ``E`` when it has one."""
-    info = getattr(model, "parameters", {}).get("E")
+    info = (getattr(model, "parameter_info", None) or {}).get("E")
     return getattr(info, "units", None) or None
 
 
@@ -134,6 +139,20 @@ def summary_json(results: Any, **extra: Any) -> dict:
 
 def _num(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def sensitivities(model, history, params: dict[str, Any], names: str) -> dict[str, np.ndarray]:
+    """``d(<output>)/d(<parameter>)`` arrays (steps, points, ...) for the listed parameters."""
+    import torch
+
+    from modelc.runtime.history_grad import simulate
+
+    listed = [n.strip() for n in names.split(",") if n.strip()]
+    if not listed:
+        raise InputError(f"--sensitivities {names!r}: expected parameter names separated by commas")
+    with torch.no_grad():
+        out = simulate(model, history, params=params, sensitivities=listed)
+    return {k: v.cpu().numpy() for k, v in out.items() if k.startswith("d(")}
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

@@ -315,7 +315,7 @@ class ModelBuilder:
         tangent = tangent_decl(f["tangent"], f"model {self.name!r}", self.node.keys.get("tangent"))
         if tangent is not None:
             check_tangent(tangent, f"model {self.name!r}", [v.name for v in outputs],
-                          [v.name for v in tuple(self.inputs) + extra])
+                          [v.name for v in tuple(self.inputs) + extra] + [p.name for p in parameters])
         model = Model(self.name, tuple(self.inputs) + extra, outputs, tuple(parameters), equations, system,
                       doc=doc, loc=self.loc, tangent=tangent, initial=tuple(self.initial))
         return model, uses_nodes
@@ -342,13 +342,13 @@ def tangent_decl(node, where: str, key=None) -> Tangent | None:
 
 
 def check_tangent(t: Tangent, where: str, outputs, inputs) -> None:
-    """Every ``of`` name is an output and every ``wrt`` name an input of the model, or a SpecError at
-    the name."""
-    for side, names, pool, what in (("of", t.of, outputs, "output"), ("wrt", t.wrt, inputs, "input")):
+    """Every ``of`` name is an output and every ``wrt`` name an input (or a parameter: ``inputs`` lists
+    both) of the model, or a SpecError at the name."""
+    for side, names, pool, what in (("of", t.of, outputs, "outputs"), ("wrt", t.wrt, inputs, "inputs or parameters")):
         for n in names:
             if n not in pool:
                 raise SpecError(f"the tangent of {where} names {n!r} in '{side}', which is not one of its "
-                                f"{what}s ({', '.join(pool) or 'none'})", t.loc_of(n),
+                                f"{what} ({', '.join(pool) or 'none'})", t.loc_of(n),
                                 hint=did_you_mean(n, pool))
 
 

@@ -90,7 +90,7 @@ class ModelcMaterial(MechanicsMaterial):
         self.module = _module(spec_or_module, model)
         dtype = dtype or torch.get_default_dtype()
         self.model = self.module.Model(dtype=dtype, backend=backend)
-        unknown = [k for k in parameters if k not in self.model.parameters]
+        unknown = [k for k in parameters if k not in self.model.parameter_info]
         if unknown:
             raise InputError(f"model {self.model.NAME}: unknown parameter(s) {', '.join(unknown)}; its "
                              f"parameters are {', '.join(self.model.parameters)}")

@@ -20,6 +20,11 @@
   partials du/dx = -(dR/du)^-1 dR/dx are *symbols* (``d(u)/d(x)@model``) that lowering assigns with
   a LinearSolve after the Newton solve (implicit-function theorem; never through the iterations).
   Blocks are present for every unknown and every input some residual depends on.
+- **Parameters** are differentiated like inputs: each parameter ``p`` takes part as the pseudo-input
+  ``$p`` (:func:`param_variable`, whose symbols are the parameter's own), so leaf partials, the chain
+  rule and the implicit-function theorem (du/dp = -(dR/du)^-1 dR/dp) give d outputs / d parameters
+  with no rule of their own. Lowering computes these blocks only for a program that asks for them
+  (``lower(..., parameters=True)`` or a tangent that lists parameters); others prune them.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from dataclasses import replace
 
 import sympy as sp
 
-from modelc.ir import Model, Partial, Variable
+from modelc.ir import Model, Parameter, Partial, Variable
 from modelc.passes.compose import is_resolved, resolve_implicit
 from modelc.passes.symbols import partial_symbol, ref
 
@@ -41,6 +46,17 @@ def differentiate(model: Model) -> Model:
     if model.is_composed:
         return _composed(model)
     return _leaf(model)
+
+
+def param_variable(p: Parameter) -> Variable:
+    """Parameter ``p`` as the pseudo-input ``$<name>`` that derivative blocks name (its symbols are
+    ``p.symbols``: a parameter's symbols carry the same ``$`` prefix, see ``ir.param_symbols``)."""
+    return Variable("$" + p.name, p.type, p.doc)
+
+
+def differentiable(model: Model) -> tuple[Variable, ...]:
+    """What ``model``'s outputs are differentiated with respect to: its inputs, then its parameters."""
+    return model.inputs + tuple(param_variable(p) for p in model.parameters)
 
 
 def _done(model: Model, partials: tuple[Partial, ...], submodels: tuple[Model, ...] | None = None) -> Model:
@@ -58,7 +74,7 @@ def _leaf(model: Model) -> Model:
         comps = [sp.sympify(c) for c in eq.components]
         frees = [c.free_symbols for c in comps]  # computed once: a walk of the whole expression
         free = set().union(*frees) if comps else set()
-        for x in model.inputs:
+        for x in differentiable(model):
             if not free & set(x.symbols):
                 continue
             block = tuple(tuple(sp.diff(c, s) if s in fc else sp.S.Zero for s in x.symbols)
@@ -70,16 +86,17 @@ def _leaf(model: Model) -> Model:
 
 def _composed(model: Model) -> Model:
     subs = tuple(differentiate(s) for s in model.submodels)
-    inputs = {x.name: x for x in model.inputs}
+    xs = differentiable(model)
+    inputs = {x.name: x for x in xs}
     totals: dict[tuple[str, str], Block] = {}  # (v, x) -> refs of T(v, x) entries
     partials = []
     for s in subs:
         by_out: dict[str, list[Partial]] = {}
         for p in s.partials:
             by_out.setdefault(p.of, []).append(p)
-        svars = {v.name: v for v in s.inputs + s.outputs}
+        svars = {v.name: v for v in differentiable(s) + s.outputs}
         for o in s.outputs:
-            for x in model.inputs:
+            for x in xs:
                 acc = None
                 for p in by_out.get(o.name, ()):
                     if p.wrt == x.name:
@@ -106,7 +123,7 @@ def _implicit(model: Model) -> Model:
     partials = tuple(
         Partial(u.name, x.name, tuple(tuple(partial_symbol(model.name, a, b) for b in x.symbols)
                                       for a in u.symbols))
-        for u in model.implicit.unknowns for x in model.inputs if x.name in wrt)
+        for u in model.implicit.unknowns for x in differentiable(model) if x.name in wrt)
     return _done(model, partials, (system,))
 
 

@@ -5,7 +5,9 @@ Statements, in evaluation order:
 - every leaf's outputs: ``Assign(component symbol, expression)`` — component symbols are named by
   qualified variable names, so the wiring between models is free;
 - with ``derivatives=True`` only: every non-numeric partial-derivative entry of every model
-  (``d(o)/d(i)@model``, leaf partials and chain-rule totals alike, see ``differentiate``);
+  (``d(o)/d(i)@model``, leaf partials and chain-rule totals alike, see ``differentiate``); the
+  blocks by parameters (pseudo-inputs ``$p``) are results only with ``parameters=True`` or when
+  ``select`` names them, else pruned like any dead statement;
 - an implicit model: one :class:`~modelc.ir.Newton` (body = its residual system lowered with the
   unknowns as inputs, pruned to what the residual and the Jacobian dR/du need) and, with
   ``derivatives=True``, the residual system again at the solution, then
@@ -24,15 +26,19 @@ import sympy as sp
 from modelc.errors import CompositionError, InternalError
 from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Variable
 from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
+from modelc.passes.differentiate import differentiable
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
 
 
 def lower(model: Model, *, derivatives: bool,
-          select: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Program:
+          select: tuple[tuple[str, ...], tuple[str, ...]] | None = None, parameters: bool = False) -> Program:
     """The Program evaluating ``model`` (and, if asked, d outputs / d inputs).
 
-    ``select = (of, wrt)`` (with ``derivatives``) keeps only the blocks d of / d wrt (a tangent): the
-    rest, down to the columns of the implicit models' linear solves that only they read, is pruned."""
+    ``select = (of, wrt)`` (with ``derivatives``) keeps only the blocks d of / d wrt (a tangent; a
+    parameter ``p`` is named ``$p`` in ``wrt``): the rest, down to the columns of the implicit
+    models' linear solves that only they read, is pruned. ``parameters=True`` (without ``select``)
+    adds d outputs / d every parameter to d outputs / d inputs (``Program.jacobian_wrt`` then lists
+    every input and every ``$p``)."""
     if _needs_partials(model, derivatives):  # precondition: the driver differentiates first
         raise InternalError(f"lower: model {model.name} is not differentiated (run passes.differentiate "
                             "before lowering; the driver owns the order)")
@@ -42,7 +48,7 @@ def lower(model: Model, *, derivatives: bool,
     derivs = {}
     if derivatives:
         outs = {o.name: o for o in model.outputs}
-        ins = {x.name: x for x in model.inputs}
+        ins = {x.name: x for x in (differentiable(model) if (parameters or select) else model.inputs)}
         for p in model.partials:
             if select is not None and not (p.of in select[0] and p.wrt in select[1]):
                 continue
@@ -69,12 +75,14 @@ def lower(model: Model, *, derivatives: bool,
     rows = cols = None
     if derivatives and select is not None:
         unknown = [n for n in select[0] if n not in {o.name for o in model.outputs}] + \
-                  [n for n in select[1] if n not in {x.name for x in model.inputs}]
+                  [n for n in select[1] if n not in {x.name for x in differentiable(model)}]
         if unknown:
             raise InternalError(f"model {model.name}: the selected derivative blocks name {unknown}, which "
                                 "are not its outputs / inputs (the driver checks this first)")
         rows = tuple(o.name for o in model.outputs if o.name in select[0])
-        cols = tuple(x.name for x in model.inputs if x.name in select[1])
+        cols = tuple(x.name for x in differentiable(model) if x.name in select[1])
+    elif derivatives and parameters:
+        cols = tuple(x.name for x in differentiable(model))
     return Program(name=model.name, inputs=model.inputs, parameters=model.parameters,
                    outputs=model.outputs, body=body, results=results, derivatives=derivs, status=status,
                    jacobian_of=rows, jacobian_wrt=cols, doc=model.doc, loc=model.loc,
@@ -179,7 +187,7 @@ class _Emitter:
             wrt = []
             for p in m.partials:
                 if p.wrt not in [x.name for x in wrt]:
-                    wrt.append(m.variable(p.wrt))
+                    wrt.append(next(x for x in differentiable(m) if x.name == p.wrt))
             B = rows(wrt, -1)
             targets = tuple(tuple(partial_symbol(m.name, a, b) for x in wrt for b in x.symbols)
                             for a in usyms)
@@ -301,7 +309,7 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
 def _variables(m: Model) -> dict[str, Variable]:
     out = {}
     for s in (m,) + m.submodels:
-        for v in s.inputs + s.outputs:
+        for v in differentiable(s) + s.outputs:
             out.setdefault(v.name, v)
     if m.implicit is not None:
         for v in m.implicit.unknowns:

@@ -25,7 +25,7 @@ def test_parameter_row_follows_set_parameters_and_in_place_tensors():
     s1 = m({"forces/E": E})["state/S"]
     m.set_parameters(E=2 * 200000.0)  # the library default is 2e5 MPa
     s2 = m({"forces/E": E})["state/S"]
-    torch.testing.assert_close(s2, 2 * s1 * (m.parameters["E"].default[0] / 200000.0), rtol=1e-14, atol=0)
+    torch.testing.assert_close(s2, 2 * s1 * (m.parameter_info["E"].default[0] / 200000.0), rtol=1e-14, atol=0)
     youngs = torch.tensor(200000.0, dtype=torch.float64)
     m.set_parameters(E=youngs)
     s3 = m({"forces/E": E})["state/S"]

@@ -119,7 +119,7 @@ def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     ([("state/SS", STRAIN)], "derivatives names state/SS, not among its outputs"),
     ([(STRESS, "forces/EE")], "derivatives names forces/EE"),
     ([], "derivatives=[] asks for no derivative"),
-    ([STRESS], "a list of (output, input) pairs"),
+    ([STRESS], "a list of (output, input or parameter) pairs"),
 ])
 def test_bad_derivative_requests_are_clear_errors(bad, message) -> None:
     m = compiled_module("j2_perfect").Model(backend="torch")

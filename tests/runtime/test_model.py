@@ -89,7 +89,8 @@ def test_description(elastic):
     m = elastic.Model()
     text = m.describe()
     assert "forces/" in text and "E: Scalar = 210000 [MPa]" in text
-    assert m.parameters["nu"].default == (0.3,)
+    assert m.parameter_info["nu"].default == (0.3,)
+    assert list(m.parameters()) == []  # a torch.nn.Module: no trainable parameter unless asked for
     assert f"backend={m.backend!r}" in repr(m) and m.backend in ("c", "torch")
 
 

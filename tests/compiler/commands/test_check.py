@@ -42,7 +42,8 @@ def test_dump_ir_is_identical_across_hash_seeds(tmp_path):
     a, b = _dump(tmp_path, "0"), _dump(tmp_path, "4242")
     # front end (yaml, models), then every pass for every composition
     assert list(a)[:3] == ["library/01_yaml.txt", "library/02_models.txt", "library/03_elastic.compose.txt"]
-    assert "library/40_perzyna_iso.cse-full.txt" in a and "library/42_perzyna_iso.cse-tangent.txt" in a
+    assert "library/48_perzyna_iso.cse-full.txt" in a and "library/52_perzyna_iso.cse-tangent.txt" in a
+    assert "library/50_perzyna_iso.cse-total.txt" in a  # d outputs / d (inputs, parameters)
     assert a == b
     text = a["library/02_models.txt"].decode()
     assert "model j2_yield (explicit)" in text and "R(state/internal/Ep)[0] =" in text

@@ -9,7 +9,7 @@ import sympy as sp
 from modelc.interpret import interpret
 from modelc.ir import ComposeDecl
 from modelc.passes.compose import compose
-from modelc.passes.differentiate import differentiate
+from modelc.passes.differentiate import differentiable, differentiate
 from modelc.passes.lower import lower
 from modelc.passes.symbols import partial_symbol
 from modelc.runtime.types import SR2
@@ -31,7 +31,7 @@ def _symbolic_seed():
 def _expand_totals(model):
     """{total symbol: expression over leaf partial symbols only}."""
     defs = {}
-    variables = {v.name: v for s in model.submodels for v in s.inputs + s.outputs}
+    variables = {v.name: v for s in model.submodels for v in differentiable(s) + s.outputs}
     for p in model.partials:
         for a, row in zip(variables[p.of].symbols, p.block):
             for b, e in zip(variables[p.wrt].symbols, row):
@@ -76,14 +76,18 @@ def test_seed_totals_equal_direct_derivative_of_the_composed_function():
     leaf_defs = {}
     for s in m.submodels:
         for p in s.partials:
-            a, b = s.variable(p.of).symbols[0], s.variable(p.wrt).symbols[0]
+            wrt = next(v for v in differentiable(s) if v.name == p.wrt)  # an input or a parameter $p
+            a, b = s.variable(p.of).symbols[0], wrt.symbols[0]
             leaf_defs[partial_symbol(s.name, a, b)] = sp.sympify(p.block[0][0]).xreplace(env)
     defs = _expand_totals(m)
     ye = h.equations[0].components[0].xreplace(env)
+    seen = set()
     for p in m.partials:
         if p.of == "y":
             total = sp.sympify(p.block[0][0]).xreplace(defs).xreplace(leaf_defs).xreplace(env)
-            assert sp.simplify(total - sp.diff(ye, sym(p.wrt))) == 0
+            assert sp.simplify(total - sp.diff(ye, sym(p.wrt))) == 0  # sym("$a") is parameter a's symbol
+            seen.add(p.wrt)
+    assert {"x1", "x2", "x3", "x4"} <= seen and any(w.startswith("$") for w in seen)
 
 
 def _tensor_chain():
@@ -123,6 +127,36 @@ def test_composed_derivatives_match_finite_differences(nested):
             fd = central_fd(lambda xx: interpret(value, xx)[0][o.name].reshape(7, -1), x, i.name)
             got = der.get((o.name, i.name), np.zeros_like(fd))
             np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8, err_msg=f"d{o.name}/d{i.name}")
+
+
+@pytest.mark.parametrize("select", [False, True])
+def test_parameter_derivatives_match_finite_differences(select):
+    """d outputs / d parameters (the chain rule through a composition, parameters shared by several
+    models) against central differences in the parameters; only what is asked for is computed."""
+    rng = np.random.default_rng()
+    model = differentiate(compose(ComposeDecl("t", ("scale", "norm", "elastic"), keep=("state/q",)),
+                                  _tensor_chain()))
+    x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6)), "forces/t": rng.uniform(0, 1, size=7)}
+    prm = {"mu": rng.uniform(1, 2, size=7), "lambda": rng.uniform(0.5, 1, size=7)}
+    if select:
+        prog = lower(model, derivatives=True, select=(("state/T",), ("$mu",)))
+        assert set(prog.derivatives) == {("state/T", "$mu")} and prog.jacobian_wrt == ("$mu",)
+    else:
+        prog = lower(model, derivatives=True, parameters=True)
+        assert prog.jacobian_wrt == ("forces/E", "forces/t", "$mu", "$lambda")
+        assert not any(w.startswith("$") for _, w in lower(model, derivatives=True).derivatives)
+    value = lower(model, derivatives=False)
+    _, der, _ = interpret(prog, x, prm)
+    for o in ("state/T", "state/q"):
+        for name in (("mu",) if select else ("mu", "lambda")):
+            def f(pp):
+                return interpret(value, x, {**prm, name: pp[name]})[0][o].reshape(7, -1)
+            fd = central_fd(f, {name: prm[name]}, name)
+            got = der.get((o, "$" + name))
+            if select and o != "state/T":
+                assert got is None
+                continue
+            np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8, err_msg=f"d{o}/d{name}")
 
 
 def test_differentiate_is_idempotent_and_float32():

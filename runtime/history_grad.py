@@ -1,0 +1,214 @@
+"""The transient driver, differentiable: a strain-controlled history as torch tensors whose graph
+reaches the parameters and the initial state.
+
+:func:`simulate` walks the steps exactly as :func:`modelc.runtime.driver.run_history` does (the same
+step inputs: ``forces/E = strain[n]``, ``old_state/x = state/x`` of step n-1, failed points fed the
+neutral state), but keeps torch tensors. Each step is one differentiable model call
+(:mod:`modelc.runtime.autograd`), so back-propagation runs the adjoint recursion through the steps
+
+    lambda_{n-1} = (d state_n / d old_state)^T lambda_n + (d loss / d state_{n-1}),
+    d loss / d p += (d state_n / d p)^T lambda_n,
+
+with every step's exact derivatives (the implicit-function theorem at the converged point), never
+through Newton iterations. Memory: each step keeps its Jacobian for the backward (steps x points x
+outputs x (inputs + parameters) numbers); ``checkpoint=k`` keeps only every k-th state and
+recomputes the steps of one chunk at a time during the backward (``torch.utils.checkpoint``), so
+memory grows with k instead of with the number of steps, for one more forward pass.
+
+Forward sensitivities (``sensitivities=``): d output / d parameter at every step, carried forward
+with the same per-step derivatives (``dY_n/dp = J_n,old_state dY_{n-1}/dp + J_n,p``), without a
+graph: what ``modelc run --sensitivities`` writes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from modelc.runtime.errors import InputError
+from modelc.runtime.driver import STRAIN, TIME, _check_wiring, variable_shapes
+from modelc.runtime.histories import as_history
+
+__all__ = ["simulate"]
+
+
+def simulate(model, history, *, params: Mapping[str, Any] | None = None,
+             initial_state: Mapping[str, torch.Tensor] | None = None, checkpoint: int | None = None,
+             sensitivities: Sequence[str] = ()) -> dict[str, torch.Tensor]:
+    """Drive ``model`` through ``history`` (as for ``run_history``) and return torch tensors:
+    every output by name ``(steps, *batch, *base)`` (row 0 the initial state), ``converged``
+    ``(steps, *batch)``, and with ``sensitivities`` ``d(<output>)/d(<parameter>)`` ``(steps, *batch,
+    *base)`` for each output and listed (scalar) parameter.
+
+    ``params``: call overrides (numbers or tensors, scalar, per point, or TypedTensors over named
+    dims such as ``samples``: the result is then batched over them too); the model's own values and
+    trainable parameters are used otherwise. Anything that requires grad — a parameter, a value of
+    ``initial_state`` (output name -> ``(batch, *base)``) — gets gradients from a backward through
+    the whole history. ``checkpoint``: steps per recomputed chunk (bounded memory)."""
+    hist = as_history(history)
+    ins, outs = variable_shapes(model, "input"), variable_shapes(model, "output")
+    _check_wiring(ins, outs)
+    params = dict(params or {})
+    model._check_param_names(params)
+    if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
+        raise InputError(f"checkpoint must be a whole number of steps >= 1, got {checkpoint!r}")
+    dt, dev = model.dtype, model.device
+    strain = torch.as_tensor(hist.strain, dtype=dt, device=dev)
+    time = torch.as_tensor(hist.time, dtype=dt, device=dev)
+    batch = hist.batch
+    state = {n: torch.zeros((batch, *s), dtype=dt, device=dev) for n, s in outs.items()}
+    for n, v in (initial_state or {}).items():
+        if n not in state:
+            raise InputError(f"initial_state names {n!r}, not an output of model {model.NAME} "
+                             f"({', '.join(outs)})")
+        v = torch.as_tensor(v, dtype=dt, device=dev) if not isinstance(v, torch.Tensor) else v
+        if tuple(v.shape) != tuple(state[n].shape):
+            raise InputError(f"initial_state[{n!r}] has shape {tuple(v.shape)}, expected {tuple(state[n].shape)}")
+        state[n] = v
+    sens = _Sensitivities(model, sensitivities, outs) if sensitivities else None
+    if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
+        raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
+    step = _Stepper(model, ins, outs, strain, time, params, sens)
+    alive = torch.ones(batch, dtype=torch.bool, device=dev)
+    rows = {n: [v] for n, v in state.items()}
+    conv = [alive]
+    k = checkpoint or hist.steps
+    for a in range(1, hist.steps, k):
+        b = min(a + k, hist.steps)
+        names = list(state)
+        if checkpoint is not None and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint as ckpt
+
+            flat = ckpt(step.chunk, a, b, alive, *[state[n] for n in names], use_reentrant=False)
+        else:
+            flat = step.chunk(a, b, alive, *[state[n] for n in names])
+        per = dict(zip(names, flat[:len(names)]))  # each (b - a, batch, ...)
+        oks = flat[len(names)]
+        for n in names:
+            rows[n] += list(per[n].unbind(0))
+            state[n] = per[n][-1]
+        conv += list(oks.unbind(0))
+        alive = oks[-1]
+    result = {n: torch.stack(_like_last(v)) for n, v in rows.items()}
+    result["converged"] = torch.stack(_like_last(conv))
+    if sens is not None:
+        result.update(sens.arrays())
+    return result
+
+
+def _like_last(rows: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Row 0 (batch ``points``) broadcast to the later rows' batch (``points`` + named dims the
+    parameters brought in, after it)."""
+    if len(rows) < 2 or rows[0].shape == rows[1].shape:
+        return rows
+    first, target = rows[0], rows[1].shape
+    extra = len(target) - first.dim()
+    return [first.reshape(first.shape[0], *([1] * extra), *first.shape[1:]).expand(target)] + rows[1:]
+
+
+class _Stepper:
+    """The steps of one chunk (a function of the state, so that ``torch.utils.checkpoint`` can
+    recompute it). With parameters over named dims (TypedTensors) the state is named too: the
+    history's batch is ``points``, the state's names are those of the last result."""
+
+    def __init__(self, model, ins, outs, strain, time, params, sens):
+        from modelc.runtime.tensors import TypedTensor
+
+        self.model, self.ins, self.outs = model, ins, outs
+        self.strain, self.time, self.params, self.sens = strain, time, params, sens
+        self.named = any(isinstance(v, TypedTensor) for v in params.values())
+        self.state_names: tuple[str, ...] | None = ("points",) if self.named else None
+
+    def _inputs(self, n: int, state, alive):
+        from modelc.runtime.tensors import TypedTensor
+
+        vals = {STRAIN: self.strain[n], TIME: self.time[n], "old_forces/E": self.strain[n - 1],
+                "old_forces/t": self.time[n - 1]}
+        out = {}
+        for name in self.ins:
+            if name in vals:
+                v, names = vals[name], ("points",)
+            else:  # old state; a failed point gets the neutral (zero) state, its NaNs never enter Newton
+                v = state["state/" + name[len("old_state/"):]]
+                v = torch.where(alive.reshape(alive.shape + (1,) * (v.dim() - alive.dim())), v, torch.zeros_like(v))
+                names = self.state_names
+            out[name] = TypedTensor(v, self.model.input_axis.type_of(name), batch_names=names) if self.named else v
+        return out
+
+    def chunk(self, a: int, b: int, alive: torch.Tensor, *states):
+        """Steps a .. b-1 from ``states``: stacked outputs per name, then the converged flags."""
+        names = list(self.outs)
+        state = dict(zip(names, states))
+        rows = {n: [] for n in names}
+        oks = []
+        for n in range(a, b):
+            want = self.sens.request() if self.sens is not None else False
+            r = self.model(self._inputs(n, state, alive), want, **self.params)
+            if self.named:
+                self.state_names = r.batch_names
+            bs = r.outputs.batch_shape  # points, then any named dims the parameters brought in
+            ok = alive.reshape(*alive.shape, *([1] * (len(bs) - alive.dim()))).expand(bs)
+            if r.status is not None:
+                ok = ok & r.status.converged
+            for name in names:
+                v = r[name]
+                ok = ok & torch.isfinite(v.detach()).reshape(*ok.shape, -1).all(dim=-1)
+            for name in names:
+                v = r[name]
+                v = torch.where(ok.reshape(ok.shape + (1,) * (v.dim() - ok.dim())), v, torch.full_like(v, math.nan))
+                state[name] = v
+                rows[name].append(v)
+            if self.sens is not None:
+                self.sens.step(r.jacobian, ok)
+            alive = ok
+            oks.append(ok)
+        return (*[torch.stack(rows[n]) for n in names], torch.stack(oks))
+
+
+class _Sensitivities:
+    """d outputs / d parameters carried forward through the steps (no graph)."""
+
+    def __init__(self, model, names: Sequence[str], outs):
+        model._check_param_names(dict.fromkeys(names))
+        nonscalar = [n for n in names if model.parameter_info[n].type != "Scalar"]
+        if nonscalar:
+            raise InputError(f"sensitivities: only scalar parameters, not {', '.join(nonscalar)}")
+        self.model, self.names, self.outs = model, list(names), outs
+        self.olds = {o: "old_" + o for o in outs if "old_" + o in model.input_axis}
+        self.D = None  # (B, ny, np): d outputs / d parameters of the last step
+        self.rows: list[torch.Tensor] = []
+
+    def request(self):
+        cols = list(self.olds.values()) + self.names
+        return [(o, c) for o in self.outs for c in cols]
+
+    def step(self, jac, ok):
+        m = self.model
+        with torch.no_grad():
+            J = jac.tensor.detach()
+            ok = ok.reshape(-1)
+            B = ok.shape[0]
+            J = J.reshape(B, J.shape[-2], J.shape[-1])
+            ny, npar = m.output_axis.size, len(self.names)
+            if self.D is None:
+                self.D = torch.zeros(B, ny, npar, dtype=J.dtype, device=J.device)
+                self.rows.append(self.D)
+            D = J[:, :, jac.col_axis.size - npar:].clone()
+            for o, old in self.olds.items():  # chain rule through the old state
+                a, b = jac.col_axis.span(old)
+                ya, yb = m.output_axis.span(o)
+                D += torch.bmm(J[:, :, a:b], self.D[:, ya:yb, :])
+            D[~ok] = math.nan
+            self.D = D
+            self.rows.append(D)
+
+    def arrays(self) -> dict[str, torch.Tensor]:
+        S = torch.stack(self.rows)  # (steps, B, ny, np)
+        out = {}
+        for o in self.outs:
+            a, b = self.model.output_axis.span(o)
+            base = self.outs[o]
+            for k, p in enumerate(self.names):
+                out[f"d({o})/d({p})"] = S[:, :, a:b, k].reshape(S.shape[0], S.shape[1], *base)
+        return out

@@ -1,0 +1,155 @@
+"""The differentiable transient driver (modelc.runtime.history_grad): the same numbers as run_history,
+gradients w.r.t. parameters and the initial state against central differences of the whole
+history, checkpointed recomputation (same gradient, Jacobians not kept), forward sensitivities
+equal to the adjoint, named samples of parameters, and `modelc run --sensitivities`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from library_helpers import compiled, reference, reference_params  # noqa: E402
+
+from modelc.errors import InputError  # noqa: E402
+from modelc.runtime.driver import run_history  # noqa: E402
+from modelc.runtime.history_grad import simulate  # noqa: E402
+from modelc.runtime.tensors import TypedTensor  # noqa: E402
+
+NAME, STEPS = "j2_voce_af", 30
+
+
+def _history(points=(0, 2)):
+    ref = reference(NAME)
+    return {"time": ref["time"][:STEPS, list(points)], "strain": ref["strain"][:STEPS, list(points)]}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return compiled(NAME, "c", torch.float64)
+
+
+def test_values_equal_run_history(model):
+    hist = _history()
+    got = simulate(model, hist)
+    want = run_history(model, hist, progress=False)
+    for k in ("state/S", "state/internal/ep", "state/internal/X"):
+        np.testing.assert_array_equal(got[k].numpy(), want[k])
+    assert bool(got["converged"].all())
+
+
+def test_gradients_through_the_history_match_central_differences(model):
+    p = reference_params(NAME)
+    hist = _history()
+    w = torch.randn(STEPS, 2, 6, dtype=torch.float64)
+    X0 = torch.full((2, 6), 0.0, dtype=torch.float64)
+    X0[:, 0], X0[:, 1] = 20.0, -10.0  # a back stress to start from
+
+    def loss(sy, C, x0, checkpoint=None):
+        r = simulate(model, hist, params={"sigma_y": sy, "C": C}, initial_state={"state/internal/X": x0},
+                     checkpoint=checkpoint)
+        return (r["state/S"] * w).sum()
+
+    sy = torch.tensor(p["sigma_y"], dtype=torch.float64, requires_grad=True)
+    C = torch.tensor(p["C"], dtype=torch.float64, requires_grad=True)
+    x0 = X0.clone().requires_grad_()
+    loss(sy, C, x0).backward()
+    grads = [sy.grad.clone(), C.grad.clone(), x0.grad.clone()]
+    with torch.no_grad():
+        for k, h in ((0, 1e-3), (1, 1e-1)):
+            a, b = [sy, C], [sy, C]
+            a = [v + h if i == k else v for i, v in enumerate(a)]
+            b = [v - h if i == k else v for i, v in enumerate(b)]
+            fd = (loss(*a, X0) - loss(*b, X0)) / (2 * h)
+            assert abs(float(fd - grads[k])) <= 1e-6 * abs(float(fd)), (k, fd, grads[k])
+        for j in (0, 1, 3):
+            d = torch.zeros_like(X0)
+            d[1, j] = 1e-3
+            fd = (loss(sy, C, X0 + d) - loss(sy, C, X0 - d)) / 2e-3
+            assert abs(float(fd - grads[2][1, j])) <= 1e-6 * max(abs(float(fd)), 1e-3), (j, fd, grads[2])
+    for v in (sy, C, x0):
+        v.grad = None
+    loss(sy, C, x0, checkpoint=7).backward()  # recomputed chunk by chunk: the same gradient
+    for a, b in zip((sy.grad, C.grad, x0.grad), grads):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=0)
+
+
+def test_checkpointing_keeps_no_jacobian_outside_its_chunks(model):
+    """Bytes saved for the backward outside checkpointed regions: every step's Jacobian without
+    checkpoint=, none with it (they are recomputed chunk by chunk)."""
+    sy = torch.tensor(reference_params(NAME)["sigma_y"], dtype=torch.float64, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    for ck in (None, 5):
+        saved.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            r = simulate(model, _history(), params={"sigma_y": sy}, checkpoint=ck)
+        r["state/S"].sum().backward()
+        if ck is None:
+            big = sum(saved)
+            per_step_J = 2 * model.output_axis.size * 8  # at least one column per point and output
+            assert big > (STEPS - 1) * per_step_J
+        else:
+            assert sum(saved) < big / 10
+
+
+def test_forward_sensitivities_equal_the_adjoint_gradient(model):
+    sy = torch.tensor(reference_params(NAME)["sigma_y"], dtype=torch.float64, requires_grad=True)
+    w = torch.randn(STEPS, 2, dtype=torch.float64)
+    (simulate(model, _history(), params={"sigma_y": sy})["state/internal/ep"] * w).sum().backward()
+    with torch.no_grad():
+        s = simulate(model, _history(), sensitivities=["sigma_y"])
+    assert s["d(state/S)/d(sigma_y)"].shape == (STEPS, 2, 6)
+    torch.testing.assert_close((s["d(state/internal/ep)/d(sigma_y)"] * w).sum(), sy.grad, rtol=1e-12, atol=0)
+
+
+def test_parameter_samples_run_as_one_batch(model):
+    """sigma_y over a named samples dim: outputs (steps, points, samples), each sample equal to its
+    own run, and each sample's gradient its own."""
+    sy = torch.tensor([180.0, 240.0, 300.0], dtype=torch.float64, requires_grad=True)
+    r = simulate(model, _history(), params={"sigma_y": TypedTensor(sy, "Scalar", batch_names=("samples",))})
+    assert r["state/S"].shape == (STEPS, 2, 3, 6)
+    r["state/S"][..., 1, 0].sum().backward()
+    for k in range(3):
+        one = torch.tensor(float(sy[k].detach()), dtype=torch.float64, requires_grad=True)
+        rk = simulate(model, _history(), params={"sigma_y": one})
+        torch.testing.assert_close(r["state/S"][:, :, k].detach(), rk["state/S"].detach(), rtol=1e-13, atol=1e-10)
+        rk["state/S"][..., 0].sum().backward() if k == 1 else None
+        if k == 1:
+            torch.testing.assert_close(sy.grad[1], one.grad, rtol=1e-12, atol=0)
+    assert sy.grad[0] == 0 and sy.grad[2] == 0
+
+
+def test_bad_arguments_are_clear(model):
+    with pytest.raises(InputError, match="initial_state names 'state/Q'"):
+        simulate(model, _history(), initial_state={"state/Q": torch.zeros(2)})
+    with pytest.raises(InputError, match="checkpoint must be"):
+        simulate(model, _history(), checkpoint=0)
+    with pytest.raises(InputError, match="use modelc.runtime.simulate"):
+        run_history(model, _history(), params={"sigma_y": torch.tensor(200.0, dtype=torch.float64,
+                                                                        requires_grad=True)}, progress=False)
+
+
+def test_cli_writes_sensitivities(tmp_path, model):
+    from modelc.cli import main
+
+    h = tmp_path / "h.npz"
+    np.savez(h, **_history())
+    out = tmp_path / "r.npz"
+    from library_helpers import SPEC
+
+    code = main(["run", str(SPEC), "--model", NAME, "--history", str(h), "--out", str(out), "--no-progress",
+                 "--sensitivities", "sigma_y,C"])
+    assert code == 0
+    with np.load(out) as z:
+        got = z["d(state/S)/d(sigma_y)"]
+    with torch.no_grad():
+        want = simulate(model, _history(), sensitivities=["sigma_y"])["d(state/S)/d(sigma_y)"].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
