@@ -53,7 +53,7 @@ def test_built_alone_matches_the_python_path(tmp_path, name):
         assert model.input_axis.offset(v["name"]) == v["offset"]
     for v in layout["outputs"]:
         assert model.output_axis.offset(v["name"]) == v["offset"]
-    assert [p["name"] for p in layout["parameters"]] == list(model.parameters)
+    assert [p["name"] for p in layout["parameters"]] == list(model.parameter_info)
 
     rng = np.random.default_rng()
     n = 64
@@ -68,7 +68,7 @@ def test_built_alone_matches_the_python_path(tmp_path, name):
                 if v["name"].endswith("Ep") else 0.0
     P = np.zeros(layout["np"])
     assert c[f"{name}_default_parameters"](P.ctypes.data_as(dp)) == 0
-    np.testing.assert_array_equal(P, [model.parameters[p["name"]].default[0] for p in layout["parameters"]])
+    np.testing.assert_array_equal(P, [model.parameter_info[p["name"]].default[0] for p in layout["parameters"]])
     Y, T, ST = np.full((n, layout["ny"]), -7.0), np.full((n, 36), -7.0), np.full((n, 3), -7.0)
     failed = c[f"{name}_tangent"](n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
                                   T.ctypes.data_as(dp), ST.ctypes.data_as(dp))
