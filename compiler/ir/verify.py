@@ -94,6 +94,7 @@ def verify_program(p: Program) -> Program:
                  f"expected {v.type.size}")
         need(comps, defined, f"result {v.name}")
     sizes = {v.name: v.type.size for v in p.inputs + p.outputs}
+    sizes.update({"$" + q.name: q.type.size for q in p.parameters})  # parameter columns (total variant)
     for (o, i), block in p.derivatives.items():
         if o not in sizes or i not in sizes or len(block) != sizes[o] or any(len(r) != sizes[i] for r in block):
             fail(f"derivative block d {o} / d {i} is not (output components) x (input components)")

@@ -63,7 +63,9 @@ def base_name(model: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _load_reference(model: str) -> dict[str, np.ndarray] | None:
-    path = REFERENCE / f"{base_name(model)}__uniaxial.npz"
+    path = REFERENCE / f"{model}__uniaxial.npz"  # a model with its own reference (chaboche2_coupled)
+    if not path.is_file():
+        path = REFERENCE / f"{base_name(model)}__uniaxial.npz"
     if not path.is_file():
         return None
     with np.load(path) as z:

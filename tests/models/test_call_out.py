@@ -20,9 +20,9 @@ except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
 
 @pytest.fixture(scope="module")
 def mods():
-    from modelc.generated import elastic, j2_linear_iso
+    from modelc.generated import elastic, j2_linear_iso_coupled  # implicit: has a status
 
-    return {"j2_linear_iso": j2_linear_iso, "elastic": elastic}
+    return {"j2_linear_iso": j2_linear_iso_coupled, "elastic": elastic}
 
 
 def _inputs(m, bs, seed, dtype=torch.float64):

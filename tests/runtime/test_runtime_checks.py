@@ -25,8 +25,8 @@ def _generated(name: str):
 
 
 def _j2_inputs(n: int, strain: float = 0.01):
-    """Inputs of the library's j2_linear_iso: uniaxial strain, one second, zero old state."""
-    mod = _generated("j2_linear_iso")
+    """Inputs of the library's j2_linear_iso_coupled (implicit: it has a status): uniaxial strain, one second, zero old state."""
+    mod = _generated("j2_linear_iso_coupled")
     x = {}
     for v in mod.Model.INPUTS:
         shape = (n, 6) if v.type == "SR2" else (n,)

@@ -90,6 +90,6 @@ def test_model_rules(spec):
 def test_lower_requires_a_differentiated_model(spec):
     """The driver owns the order: lowering an implicit model that was not differentiated is a bug
     (InternalError), not a reason to run the earlier pass."""
-    model = driver.resolve_model(spec, "j2_perfect")
+    model = driver.resolve_model(spec, "j2_perfect_coupled")
     with pytest.raises(InternalError, match="not differentiated"):
         lower(model, derivatives=False)
