@@ -15,8 +15,9 @@ Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared)::
 
     void mc_<variant>(int64_t n, const int64_t *args, int threads);
 
-``args`` (see the template's ``mc_unpack``): one pointer and one row stride per input variable (its
-components contiguous: inputs are read where they lie, a stride 0 broadcasts), the parameters
+``args`` (see the template's ``mc_unpack``): one pointer and one row stride per input variable, in
+the order of the runtime's input axis (its components contiguous: inputs are read where they lie, a
+stride 0 broadcasts), the parameters
 (row stride 0 when shared), the outputs ``Y`` and the Jacobian ``J`` (row strides; ``J`` rows of
 ``ny x nx`` or, for the tangent, ``nty x ntx`` entries, every entry written), and for implicit
 models the status: converged (``uint8``), iterations (``int32``), residual norm (``real``).
@@ -273,7 +274,7 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
 def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: bool, fname: str) -> str:
     """``static void <fname>(const mc_args *a, int64_t i0, int nl)``: lanes ``0 .. nl-1`` of the block
     at point ``i0`` (the lanes beyond repeat the last point: they compute, nothing is stored)."""
-    inputs = [(s, v, c) for v, (var) in enumerate(layout.inputs) for c, s in enumerate(var.symbols)]
+    inputs = [(s, v, c) for v, (var, _) in enumerate(layout.axis_inputs()) for c, s in enumerate(var.symbols)]
     params = layout.param_columns()
     homes = {s: f"v_{code.name(s)}" for s, _, _ in inputs}
     homes.update({s: f"v_{code.name(s)}" for s, _ in params})
@@ -407,7 +408,7 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
         static void point_value(const real *x, const real *p, real *y, real *j, real *st);
         static void point_derivative(const real *x, const real *p, real *y, real *j, real *st);
 
-    ``x`` holds the inputs in layout order (``NX`` values), ``p`` the parameters (``NP``).
+    ``x`` holds the inputs at their input-axis offsets (``NX`` values), ``p`` the parameters (``NP``).
     ``point_value`` writes the outputs ``y`` (``j`` unused); ``point_derivative`` also writes the
     derivative block ``derivative`` computes into ``j`` (row-major, ``Layout.jacobian_shape``: the
     full ``NY x NX`` Jacobian or a declared tangent). ``st`` (converged, iterations, residual norm)
@@ -422,10 +423,7 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
     text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=[])
-    offsets, off = [], 0
-    for var in layout.inputs:
-        offsets.append(off)
-        off += len(var.symbols)
+    offsets = [o for _, o in layout.axis_inputs()]
     status = bool(value.status)
     lines = ["#define MC_W 1", text, ""]
     for name in ("point_value", "point_derivative"):
