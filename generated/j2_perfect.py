@@ -3579,6 +3579,9 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
+#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#include <immintrin.h>
+#endif
 #include <tgmath.h>
 
 #ifdef MC_FLOAT32
@@ -3751,6 +3754,64 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
     }
 }
 
+/* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes
+   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 (double, MC_W a
+   multiple of 4) moves as 4 x 4 tiles transposed in registers (per 16 entries: 4 loads, 8 shuffles,
+   4 stores) instead of 16 scalar copies; the rest entry by entry. */
+#if defined(__AVX2__) && !defined(MC_FLOAT32) && MC_W % 4 == 0
+#define MC_TILES 1
+/* rows d + k * ds (k < 4) get the columns of the 4 x 4 tile at rows s + k * ss */
+MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
+    const __m256d r2 = _mm256_loadu_pd(s + 2 * ss), r3 = _mm256_loadu_pd(s + 3 * ss);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(d + ds, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(d + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(d + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#else
+#define MC_TILES 0
+#endif
+
+/* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
+   Jacobian: every lane writes the same row) */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, y + l * ys + c, ys);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < nl; ++l)
+        for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
+MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t xs, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(x + l * xs + c, xs, d + c * MC_W + l, MC_W);
+            for (int c = n4; c < nc; ++c)
+                for (int k = 0; k < 4; ++k) d[c * MC_W + l + k] = x[(l + k) * xs + c];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < MC_W; ++l) {
+        const real *r = x + (int64_t)(l < nl ? l : nl - 1) * xs;
+        for (int c = 0; c < nc; ++c) d[c * MC_W + l] = r[c];
+    }
+}
+
 /* model j2_perfect: 4 input variables (14 components), 3 parameter components,
    13 output components */
 #define NIN 4
@@ -3793,67 +3854,35 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
 }
 
 static void block_value(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_sigma_y[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_state_internal_Ep_0[l] = x2[0];
-        v_old_state_internal_Ep_1[l] = x2[1];
-        v_old_state_internal_Ep_2[l] = x2[2];
-        v_old_state_internal_Ep_3[l] = x2[3];
-        v_old_state_internal_Ep_4[l] = x2[4];
-        v_old_state_internal_Ep_5[l] = x2[5];
-        v_old_forces_t[l] = x3[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_sigma_y[l] = pr[2];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[6 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 6, nl);
+    real v_x3[1 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 1, nl);
+    real v_p[3 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
     real o_y[13 * MC_W];
     MC_SIMD MC_LANES {
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real p_sigma_y = v_p_sigma_y[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_1 = (v_x2 + 1 * MC_W)[l];
+        const real old_state_internal_Ep_2 = (v_x2 + 2 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real old_state_internal_Ep_3 = (v_x2 + 3 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real old_state_internal_Ep_4 = (v_x2 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
+        const real old_state_internal_Ep_5 = (v_x2 + 5 * MC_W)[l];
+        const real p_sigma_y = (v_p + 2 * MC_W)[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x3 + 0 * MC_W)[l];
         const real cse_0 = (((real)0.3333333333333333) * forces_E_1);
         const real cse_1 = (((real)0.3333333333333333) * forces_E_2);
         const real cse_2 = (-cse_0 - cse_1 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
@@ -3901,77 +3930,41 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
         o_y[11 * MC_W + l] = state_S_4;
         o_y[12 * MC_W + l] = state_S_5;
     }
-    for (int l = 0; l < nl; ++l) {
-        const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 13; ++c) y[c] = o_y[c * MC_W + l];
-    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
 }
 
 static void block_jacobian(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_sigma_y[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_state_internal_Ep_0[l] = x2[0];
-        v_old_state_internal_Ep_1[l] = x2[1];
-        v_old_state_internal_Ep_2[l] = x2[2];
-        v_old_state_internal_Ep_3[l] = x2[3];
-        v_old_state_internal_Ep_4[l] = x2[4];
-        v_old_state_internal_Ep_5[l] = x2[5];
-        v_old_forces_t[l] = x3[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_sigma_y[l] = pr[2];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[6 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 6, nl);
+    real v_x3[1 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 1, nl);
+    real v_p[3 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
     real o_y[13 * MC_W];
     real o_j[158 * MC_W];
     static const int16_t jpos[158] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18, 19, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 35, 36, 37, 38, 39, 40, 42, 43, 44, 45, 46, 47, 49, 50, 51, 52, 53, 54, 56, 57, 58, 59, 60, 61, 63, 64, 65, 66, 67, 68, 70, 71, 72, 73, 74, 75, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 105, 106, 107, 108, 109, 110, 112, 113, 114, 115, 116, 117, 119, 120, 121, 122, 123, 124, 126, 127, 128, 129, 130, 131, 133, 134, 135, 136, 137, 138, 140, 141, 142, 143, 144, 145, 147, 148, 149, 150, 151, 152, 154, 155, 156, 157, 158, 159, 161, 162, 163, 164, 165, 166, 168, 169, 170, 171, 172, 173, 175, 176, 177, 178, 179, 180};
     MC_SIMD MC_LANES {
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real p_sigma_y = v_p_sigma_y[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_1 = (v_x2 + 1 * MC_W)[l];
+        const real old_state_internal_Ep_2 = (v_x2 + 2 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real old_state_internal_Ep_3 = (v_x2 + 3 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real old_state_internal_Ep_4 = (v_x2 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
+        const real old_state_internal_Ep_5 = (v_x2 + 5 * MC_W)[l];
+        const real p_sigma_y = (v_p + 2 * MC_W)[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x3 + 0 * MC_W)[l];
         const real cse_0 = (((real)0.3333333333333333) * forces_E_1);
         const real cse_1 = (((real)0.3333333333333333) * forces_E_2);
         const real cse_2 = (-cse_0 - cse_1 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
@@ -4506,10 +4499,9 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         o_j[156 * MC_W + l] = d157;
         o_j[157 * MC_W + l] = d158;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 13; ++c) y[c] = o_y[c * MC_W + l];
         real *j = a->j + i * a->js;
         for (int c = 0; c < 182; ++c) j[c] = (real)0;
         for (int k = 0; k < 158; ++k) j[jpos[k]] = o_j[k * MC_W + l];
@@ -4517,68 +4509,36 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
 }
 
 static void block_tangent(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_sigma_y[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_state_internal_Ep_0[l] = x2[0];
-        v_old_state_internal_Ep_1[l] = x2[1];
-        v_old_state_internal_Ep_2[l] = x2[2];
-        v_old_state_internal_Ep_3[l] = x2[3];
-        v_old_state_internal_Ep_4[l] = x2[4];
-        v_old_state_internal_Ep_5[l] = x2[5];
-        v_old_forces_t[l] = x3[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_sigma_y[l] = pr[2];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[6 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 6, nl);
+    real v_x3[1 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 1, nl);
+    real v_p[3 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
     real o_y[13 * MC_W];
     real o_j[36 * MC_W];
     MC_SIMD MC_LANES {
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real p_sigma_y = v_p_sigma_y[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_1 = (v_x2 + 1 * MC_W)[l];
+        const real old_state_internal_Ep_2 = (v_x2 + 2 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real old_state_internal_Ep_3 = (v_x2 + 3 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real old_state_internal_Ep_4 = (v_x2 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
+        const real old_state_internal_Ep_5 = (v_x2 + 5 * MC_W)[l];
+        const real p_sigma_y = (v_p + 2 * MC_W)[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x3 + 0 * MC_W)[l];
         const real cse_0 = (((real)0.3333333333333333) * forces_E_1);
         const real cse_1 = (((real)0.3333333333333333) * forces_E_2);
         const real cse_2 = (-cse_0 - cse_1 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
@@ -4798,79 +4758,42 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
         o_j[34 * MC_W + l] = d121;
         o_j[35 * MC_W + l] = d122;
     }
-    for (int l = 0; l < nl; ++l) {
-        const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 13; ++c) y[c] = o_y[c * MC_W + l];
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 36; ++c) j[c] = o_j[c * MC_W + l];
-    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
+    mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
 }
 
 static void block_total(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_sigma_y[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_state_internal_Ep_0[l] = x2[0];
-        v_old_state_internal_Ep_1[l] = x2[1];
-        v_old_state_internal_Ep_2[l] = x2[2];
-        v_old_state_internal_Ep_3[l] = x2[3];
-        v_old_state_internal_Ep_4[l] = x2[4];
-        v_old_state_internal_Ep_5[l] = x2[5];
-        v_old_forces_t[l] = x3[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_sigma_y[l] = pr[2];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[6 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 6, nl);
+    real v_x3[1 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 1, nl);
+    real v_p[3 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
     real o_y[13 * MC_W];
     real o_j[197 * MC_W];
     static const int16_t jpos[197] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 31, 32, 33, 34, 35, 36, 37, 38, 39, 41, 42, 43, 44, 45, 46, 48, 49, 50, 51, 52, 53, 54, 55, 56, 58, 59, 60, 61, 62, 63, 65, 66, 67, 68, 69, 70, 71, 72, 73, 75, 76, 77, 78, 79, 80, 82, 83, 84, 85, 86, 87, 88, 89, 90, 92, 93, 94, 95, 96, 97, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 126, 127, 128, 129, 130, 131, 133, 134, 135, 136, 137, 138, 139, 140, 141, 143, 144, 145, 146, 147, 148, 150, 151, 152, 153, 154, 155, 156, 157, 158, 160, 161, 162, 163, 164, 165, 167, 168, 169, 170, 171, 172, 173, 174, 175, 177, 178, 179, 180, 181, 182, 184, 185, 186, 187, 188, 189, 190, 191, 192, 194, 195, 196, 197, 198, 199, 201, 202, 203, 204, 205, 206, 207, 208, 209, 211, 212, 213, 214, 215, 216, 218, 219, 220};
     MC_SIMD MC_LANES {
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real p_sigma_y = v_p_sigma_y[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_0 = (v_x2 + 0 * MC_W)[l];
+        const real old_state_internal_Ep_1 = (v_x2 + 1 * MC_W)[l];
+        const real old_state_internal_Ep_2 = (v_x2 + 2 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real old_state_internal_Ep_3 = (v_x2 + 3 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real old_state_internal_Ep_4 = (v_x2 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
+        const real old_state_internal_Ep_5 = (v_x2 + 5 * MC_W)[l];
+        const real p_sigma_y = (v_p + 2 * MC_W)[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x3 + 0 * MC_W)[l];
         const real cse_0 = (((real)0.3333333333333333) * forces_E_1);
         const real cse_1 = (((real)0.3333333333333333) * forces_E_2);
         const real cse_2 = (-cse_0 - cse_1 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
@@ -5550,10 +5473,9 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         o_j[195 * MC_W + l] = d191;
         o_j[196 * MC_W + l] = d197;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 13; ++c) y[c] = o_y[c * MC_W + l];
         real *j = a->j + i * a->js;
         for (int c = 0; c < 221; ++c) j[c] = (real)0;
         for (int k = 0; k < 197; ++k) j[jpos[k]] = o_j[k * MC_W + l];

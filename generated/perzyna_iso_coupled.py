@@ -7388,6 +7388,9 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
+#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#include <immintrin.h>
+#endif
 #include <tgmath.h>
 
 #ifdef MC_FLOAT32
@@ -7557,6 +7560,64 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
             const real *d = a + (i * n + i) * MC_W;
             MC_SIMD MC_LANES q[l] *= d[l];
         }
+    }
+}
+
+/* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes
+   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 (double, MC_W a
+   multiple of 4) moves as 4 x 4 tiles transposed in registers (per 16 entries: 4 loads, 8 shuffles,
+   4 stores) instead of 16 scalar copies; the rest entry by entry. */
+#if defined(__AVX2__) && !defined(MC_FLOAT32) && MC_W % 4 == 0
+#define MC_TILES 1
+/* rows d + k * ds (k < 4) get the columns of the 4 x 4 tile at rows s + k * ss */
+MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
+    const __m256d r2 = _mm256_loadu_pd(s + 2 * ss), r3 = _mm256_loadu_pd(s + 3 * ss);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(d + ds, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(d + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(d + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#else
+#define MC_TILES 0
+#endif
+
+/* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
+   Jacobian: every lane writes the same row) */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, y + l * ys + c, ys);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < nl; ++l)
+        for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
+MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t xs, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(x + l * xs + c, xs, d + c * MC_W + l, MC_W);
+            for (int c = n4; c < nc; ++c)
+                for (int k = 0; k < 4; ++k) d[c * MC_W + l + k] = x[(l + k) * xs + c];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < MC_W; ++l) {
+        const real *r = x + (int64_t)(l < nl ? l : nl - 1) * xs;
+        for (int c = 0; c < nc; ++c) d[c * MC_W + l] = r[c];
     }
 }
 
@@ -7980,60 +8041,20 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
 }
 
 static void block_value(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_state_internal_ep[MC_W];
-    real v_old_state_internal_gamma_rate[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_K[MC_W];
-    real v_p_sigma_y[MC_W];
-    real v_p_eta[MC_W];
-    real v_p_n[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        const real *x4 = a->x[4] + i * a->xs[4];
-        const real *x5 = a->x[5] + i * a->xs[5];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_forces_t[l] = x2[0];
-        v_old_state_internal_Ep_0[l] = x3[0];
-        v_old_state_internal_Ep_1[l] = x3[1];
-        v_old_state_internal_Ep_2[l] = x3[2];
-        v_old_state_internal_Ep_3[l] = x3[3];
-        v_old_state_internal_Ep_4[l] = x3[4];
-        v_old_state_internal_Ep_5[l] = x3[5];
-        v_old_state_internal_ep[l] = x4[0];
-        v_old_state_internal_gamma_rate[l] = x5[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_K[l] = pr[2];
-        v_p_sigma_y[l] = pr[3];
-        v_p_eta[l] = pr[4];
-        v_p_n[l] = pr[5];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[1 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 1, nl);
+    real v_x3[6 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 6, nl);
+    real v_x4[1 * MC_W];
+    mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
+    real v_x5[1 * MC_W];
+    mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
+    real v_p[6 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 6, nl);
     real o_y[14 * MC_W];
     int o_c[MC_W], o_it[MC_W];
     real o_r[MC_W];
@@ -8048,21 +8069,21 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
     int v_perzyna_iso_return_map_converged[MC_W];
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
-    newton_1(v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_ep, v_old_state_internal_gamma_rate, v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
+    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
     MC_SIMD MC_LANES {
-        const real forces_E_0 = v_forces_E_0[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_E = v_p_E[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
         const real state_internal_ep = v_state_internal_ep[l];
@@ -8098,10 +8119,9 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
         o_it[l] = perzyna_iso_return_map_iterations;
         o_r[l] = perzyna_iso_return_map_residual_norm;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 14; ++c) y[c] = o_y[c * MC_W + l];
         a->conv[i] = (uint8_t)o_c[l];
         a->iters[i] = (int32_t)o_it[l];
         a->rnorm[i] = o_r[l];
@@ -8109,60 +8129,20 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
 }
 
 static void block_jacobian(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_state_internal_ep[MC_W];
-    real v_old_state_internal_gamma_rate[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_K[MC_W];
-    real v_p_sigma_y[MC_W];
-    real v_p_eta[MC_W];
-    real v_p_n[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        const real *x4 = a->x[4] + i * a->xs[4];
-        const real *x5 = a->x[5] + i * a->xs[5];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_forces_t[l] = x2[0];
-        v_old_state_internal_Ep_0[l] = x3[0];
-        v_old_state_internal_Ep_1[l] = x3[1];
-        v_old_state_internal_Ep_2[l] = x3[2];
-        v_old_state_internal_Ep_3[l] = x3[3];
-        v_old_state_internal_Ep_4[l] = x3[4];
-        v_old_state_internal_Ep_5[l] = x3[5];
-        v_old_state_internal_ep[l] = x4[0];
-        v_old_state_internal_gamma_rate[l] = x5[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_K[l] = pr[2];
-        v_p_sigma_y[l] = pr[3];
-        v_p_eta[l] = pr[4];
-        v_p_n[l] = pr[5];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[1 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 1, nl);
+    real v_x3[6 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 6, nl);
+    real v_x4[1 * MC_W];
+    mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
+    real v_x5[1 * MC_W];
+    mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
+    real v_p[6 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 6, nl);
     real mc_ls1_A[64 * MC_W], mc_ls1_B[120 * MC_W];
     real o_y[14 * MC_W];
     real o_j[210 * MC_W];
@@ -8180,30 +8160,30 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
     int v_perzyna_iso_return_map_converged[MC_W];
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
-    newton_1(v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_ep, v_old_state_internal_gamma_rate, v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
+    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
     MC_SIMD MC_LANES {
-        const real p_nu = v_p_nu[l];
-        const real forces_E_0 = v_forces_E_0[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
-        const real p_eta = v_p_eta[l];
-        const real p_K = v_p_K[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x2 + 0 * MC_W)[l];
+        const real p_eta = (v_p + 4 * MC_W)[l];
+        const real p_K = (v_p + 2 * MC_W)[l];
+        const real p_sigma_y = (v_p + 3 * MC_W)[l];
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_n = v_p_n[l];
+        const real p_n = (v_p + 5 * MC_W)[l];
         const real cse_0 = (((real)1.0) + p_nu);
         const real cse_1 = (((real)1.0) / cse_0);
         const real cse_2 = (forces_E_0 - state_internal_Ep_0);
@@ -8635,13 +8615,13 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
     }
     mc_lu_solve(8, 15, mc_ls1_A, mc_ls1_B);
     MC_SIMD MC_LANES {
-        const real forces_E_0 = v_forces_E_0[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_E = v_p_E[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
         const real d100 = (mc_ls1_B + 15 * MC_W)[l];
         const real d101 = (mc_ls1_B + 30 * MC_W)[l];
@@ -8688,11 +8668,11 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         const real d142 = (mc_ls1_B + 29 * MC_W)[l];
         const real d143 = (mc_ls1_B + 44 * MC_W)[l];
         const real d144 = (mc_ls1_B + 14 * MC_W)[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real d145 = (mc_ls1_B + 45 * MC_W)[l];
         const real d146 = (mc_ls1_B + 46 * MC_W)[l];
@@ -9153,10 +9133,9 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         o_it[l] = perzyna_iso_return_map_iterations;
         o_r[l] = perzyna_iso_return_map_residual_norm;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 14; ++c) y[c] = o_y[c * MC_W + l];
         real *j = a->j + i * a->js;
         for (int c = 0; c < 224; ++c) j[c] = o_c[l] ? (real)0 : MC_NAN;
         for (int k = 0; k < 210; ++k) j[jpos[k]] = o_j[k * MC_W + l];
@@ -9167,60 +9146,20 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
 }
 
 static void block_tangent(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_state_internal_ep[MC_W];
-    real v_old_state_internal_gamma_rate[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_K[MC_W];
-    real v_p_sigma_y[MC_W];
-    real v_p_eta[MC_W];
-    real v_p_n[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        const real *x4 = a->x[4] + i * a->xs[4];
-        const real *x5 = a->x[5] + i * a->xs[5];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_forces_t[l] = x2[0];
-        v_old_state_internal_Ep_0[l] = x3[0];
-        v_old_state_internal_Ep_1[l] = x3[1];
-        v_old_state_internal_Ep_2[l] = x3[2];
-        v_old_state_internal_Ep_3[l] = x3[3];
-        v_old_state_internal_Ep_4[l] = x3[4];
-        v_old_state_internal_Ep_5[l] = x3[5];
-        v_old_state_internal_ep[l] = x4[0];
-        v_old_state_internal_gamma_rate[l] = x5[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_K[l] = pr[2];
-        v_p_sigma_y[l] = pr[3];
-        v_p_eta[l] = pr[4];
-        v_p_n[l] = pr[5];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[1 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 1, nl);
+    real v_x3[6 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 6, nl);
+    real v_x4[1 * MC_W];
+    mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
+    real v_x5[1 * MC_W];
+    mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
+    real v_p[6 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 6, nl);
     real mc_ls1_A[64 * MC_W], mc_ls1_B[48 * MC_W];
     real o_y[14 * MC_W];
     real o_j[36 * MC_W];
@@ -9237,30 +9176,30 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
     int v_perzyna_iso_return_map_converged[MC_W];
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
-    newton_1(v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_ep, v_old_state_internal_gamma_rate, v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
+    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
     MC_SIMD MC_LANES {
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real forces_E_0 = v_forces_E_0[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_eta = v_p_eta[l];
-        const real p_K = v_p_K[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_eta = (v_p + 4 * MC_W)[l];
+        const real p_K = (v_p + 2 * MC_W)[l];
+        const real p_sigma_y = (v_p + 3 * MC_W)[l];
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_n = v_p_n[l];
+        const real p_n = (v_p + 5 * MC_W)[l];
         const real cse_0 = (((real)1.0) + p_nu);
         const real cse_1 = (((real)1.0) / cse_0);
         const real cse_2 = (p_E * cse_1);
@@ -9602,13 +9541,13 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
     }
     mc_lu_solve(8, 6, mc_ls1_A, mc_ls1_B);
     MC_SIMD MC_LANES {
-        const real forces_E_0 = v_forces_E_0[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_E = v_p_E[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
         const real d100 = (mc_ls1_B + 6 * MC_W)[l];
         const real d101 = (mc_ls1_B + 12 * MC_W)[l];
@@ -9628,11 +9567,11 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
         const real d115 = (mc_ls1_B + 3 * MC_W)[l];
         const real d116 = (mc_ls1_B + 4 * MC_W)[l];
         const real d117 = (mc_ls1_B + 5 * MC_W)[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real d145 = (mc_ls1_B + 18 * MC_W)[l];
         const real d146 = (mc_ls1_B + 19 * MC_W)[l];
@@ -9781,12 +9720,10 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
         o_it[l] = perzyna_iso_return_map_iterations;
         o_r[l] = perzyna_iso_return_map_residual_norm;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
+    mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 14; ++c) y[c] = o_y[c * MC_W + l];
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 36; ++c) j[c] = o_j[c * MC_W + l];
         a->conv[i] = (uint8_t)o_c[l];
         a->iters[i] = (int32_t)o_it[l];
         a->rnorm[i] = o_r[l];
@@ -9794,60 +9731,20 @@ static void block_tangent(const mc_args *restrict a, const int64_t i0, const int
 }
 
 static void block_total(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_forces_t[MC_W];
-    real v_old_forces_t[MC_W];
-    real v_old_state_internal_Ep_0[MC_W];
-    real v_old_state_internal_Ep_1[MC_W];
-    real v_old_state_internal_Ep_2[MC_W];
-    real v_old_state_internal_Ep_3[MC_W];
-    real v_old_state_internal_Ep_4[MC_W];
-    real v_old_state_internal_Ep_5[MC_W];
-    real v_old_state_internal_ep[MC_W];
-    real v_old_state_internal_gamma_rate[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    real v_p_K[MC_W];
-    real v_p_sigma_y[MC_W];
-    real v_p_eta[MC_W];
-    real v_p_n[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        const real *x1 = a->x[1] + i * a->xs[1];
-        const real *x2 = a->x[2] + i * a->xs[2];
-        const real *x3 = a->x[3] + i * a->xs[3];
-        const real *x4 = a->x[4] + i * a->xs[4];
-        const real *x5 = a->x[5] + i * a->xs[5];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        v_forces_t[l] = x1[0];
-        v_old_forces_t[l] = x2[0];
-        v_old_state_internal_Ep_0[l] = x3[0];
-        v_old_state_internal_Ep_1[l] = x3[1];
-        v_old_state_internal_Ep_2[l] = x3[2];
-        v_old_state_internal_Ep_3[l] = x3[3];
-        v_old_state_internal_Ep_4[l] = x3[4];
-        v_old_state_internal_Ep_5[l] = x3[5];
-        v_old_state_internal_ep[l] = x4[0];
-        v_old_state_internal_gamma_rate[l] = x5[0];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-        v_p_K[l] = pr[2];
-        v_p_sigma_y[l] = pr[3];
-        v_p_eta[l] = pr[4];
-        v_p_n[l] = pr[5];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_x1[1 * MC_W];
+    mc_load(v_x1, a->x[1] + i0 * a->xs[1], a->xs[1], 1, nl);
+    real v_x2[1 * MC_W];
+    mc_load(v_x2, a->x[2] + i0 * a->xs[2], a->xs[2], 1, nl);
+    real v_x3[6 * MC_W];
+    mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 6, nl);
+    real v_x4[1 * MC_W];
+    mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
+    real v_x5[1 * MC_W];
+    mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
+    real v_p[6 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 6, nl);
     real mc_ls1_A[64 * MC_W], mc_ls1_B[168 * MC_W];
     real o_y[14 * MC_W];
     real o_j[294 * MC_W];
@@ -9865,30 +9762,30 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
     int v_perzyna_iso_return_map_converged[MC_W];
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
-    newton_1(v_p_E, v_p_K, v_p_eta, v_p_n, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_ep, v_old_state_internal_gamma_rate, v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
+    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_perzyna_iso_return_map_converged, v_perzyna_iso_return_map_iterations, v_perzyna_iso_return_map_residual_norm);
     MC_SIMD MC_LANES {
-        const real p_nu = v_p_nu[l];
-        const real forces_E_0 = v_forces_E_0[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
-        const real p_eta = v_p_eta[l];
-        const real p_K = v_p_K[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real forces_t = (v_x1 + 0 * MC_W)[l];
+        const real old_forces_t = (v_x2 + 0 * MC_W)[l];
+        const real p_eta = (v_p + 4 * MC_W)[l];
+        const real p_K = (v_p + 2 * MC_W)[l];
+        const real p_sigma_y = (v_p + 3 * MC_W)[l];
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_n = v_p_n[l];
+        const real p_n = (v_p + 5 * MC_W)[l];
         const real cse_0 = (((real)1.0) + p_nu);
         const real cse_1 = (((real)1.0) / cse_0);
         const real cse_2 = (forces_E_0 - state_internal_Ep_0);
@@ -10429,19 +10326,19 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
     }
     mc_lu_solve(8, 21, mc_ls1_A, mc_ls1_B);
     MC_SIMD MC_LANES {
-        const real forces_E_0 = v_forces_E_0[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real d100 = (mc_ls1_B + 21 * MC_W)[l];
         const real d101 = (mc_ls1_B + 42 * MC_W)[l];
@@ -11148,10 +11045,9 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         o_it[l] = perzyna_iso_return_map_iterations;
         o_r[l] = perzyna_iso_return_map_residual_norm;
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 14; ++c) y[c] = o_y[c * MC_W + l];
         real *j = a->j + i * a->js;
         for (int c = 0; c < 308; ++c) j[c] = o_c[l] ? (real)0 : MC_NAN;
         for (int k = 0; k < 294; ++k) j[jpos[k]] = o_j[k * MC_W + l];

@@ -16,8 +16,9 @@ Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared, ``tot
 
     void mc_<variant>(int64_t n, const int64_t *args, int threads);
 
-``args`` (see the template's ``mc_unpack``): one pointer and one row stride per input variable (its
-components contiguous: inputs are read where they lie, a stride 0 broadcasts), the parameters
+``args`` (see the template's ``mc_unpack``): one pointer and one row stride per input variable, in
+the order of the runtime's input axis (its components contiguous: inputs are read where they lie, a
+stride 0 broadcasts), the parameters
 (row stride 0 when shared), the outputs ``Y`` and the Jacobian ``J`` (row strides; ``J`` rows of
 ``ny x nx`` or, for the tangent, ``nty x ntx`` entries, every entry written), and for implicit
 models the status: converged (``uint8``), iterations (``int32``), residual norm (``real``).
@@ -274,19 +275,18 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
 def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: bool, fname: str) -> str:
     """``static void <fname>(const mc_args *a, int64_t i0, int nl)``: lanes ``0 .. nl-1`` of the block
     at point ``i0`` (the lanes beyond repeat the last point: they compute, nothing is stored)."""
-    inputs = [(s, v, c) for v, (var) in enumerate(layout.inputs) for c, s in enumerate(var.symbols)]
+    # each input variable (and the parameters) staged lane-major in one array, entry c of lane l at
+    # v_x<v>[c * MC_W + l] (mc_load: 4 x 4 tiles transposed in registers where it can)
+    homes, stage = {}, []
+    for v, (var, _) in enumerate(layout.axis_inputs()):
+        stage.append(f"real v_x{v}[{len(var.symbols)} * MC_W];")
+        stage.append(f"mc_load(v_x{v}, a->x[{v}] + i0 * a->xs[{v}], a->xs[{v}], {len(var.symbols)}, nl);")
+        homes.update({s: f"(v_x{v} + {c} * MC_W)" for c, s in enumerate(var.symbols)})
     params = layout.param_columns()
-    homes = {s: f"v_{code.name(s)}" for s, _, _ in inputs}
-    homes.update({s: f"v_{code.name(s)}" for s, _ in params})
-    stage = [f"real {homes[s]}[MC_W];" for s in homes]
-    stage += ["MC_LANES {", "    const int64_t i = i0 + (l < nl ? l : nl - 1);"]
-    for v in range(len(layout.inputs)):
-        stage.append(f"    const real *x{v} = a->x[{v}] + i * a->xs[{v}];")
-    stage += [f"    {homes[s]}[l] = x{v}[{c}];" for s, v, c in inputs]
     if params:
-        stage.append("    const real *pr = a->p + i * a->ps;")
-        stage += [f"    {homes[s]}[l] = pr[{c}];" for s, c in params]
-    stage.append("}")
+        stage.append(f"real v_p[{layout.np} * MC_W];")
+        stage.append(f"mc_load(v_p, a->p + i0 * a->ps, a->ps, {layout.np}, nl);")
+        homes.update({s: f"(v_p + {c} * MC_W)" for s, c in params})
     items: list = []
     cur = _Loop()
     n_ls = 0
@@ -328,33 +328,34 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: boo
     for col, e in layout.output_entries(program):
         cur.ops.append((None, f"o_y[{col} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
     out_lines.append(f"real o_y[{ny} * MC_W];")
-    store = ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;",
-             "    real *y = a->y + i * a->ys;",
-             f"    for (int c = 0; c < {ny}; ++c) y[c] = o_y[c * MC_W + l];"]
+    # the staged lane-major blocks go out row by row (mc_store: 4 x 4 tiles transposed in registers
+    # where it can); a sparse Jacobian and the status lane by lane
+    store = [f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {ny}, nl);"]
+    lane = []
     if deriv:
         nty, ntx = layout.jacobian_shape(program)
         nz = [(r * ntx + c, e) for (r, c), e in layout.jacobian_entries(program) if not (e.is_Number and e == 0)]
         for k, (_, e) in enumerate(nz):
             cur.ops.append((None, f"o_j[{k} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
         out_lines.append(f"real o_j[{max(len(nz), 1)} * MC_W];")
-        store.append("    real *j = a->j + i * a->js;")
-        if len(nz) < nty * ntx:
-            zero = "o_c[l] ? (real)0 : MC_NAN" if ok is not None else "(real)0"
-            store.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = {zero};")
         if [i for i, _ in nz] == list(range(nty * ntx)):
-            store.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = o_j[c * MC_W + l];")
+            store.append(f"mc_store(a->j + i0 * a->js, a->js, o_j, {nty * ntx}, nl);")
         else:
+            lane.append("    real *j = a->j + i * a->js;")
+            zero = "o_c[l] ? (real)0 : MC_NAN" if ok is not None else "(real)0"
+            lane.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = {zero};")
             idx = ", ".join(str(i) for i, _ in nz)
             out_lines.append(f"static const int16_t jpos[{max(len(nz), 1)}] = {{{idx or '0'}}};")
-            store.append(f"    for (int k = 0; k < {len(nz)}; ++k) j[jpos[k]] = o_j[k * MC_W + l];")
+            lane.append(f"    for (int k = 0; k < {len(nz)}; ++k) j[jpos[k]] = o_j[k * MC_W + l];")
     if ok is not None:
         out_lines.append("int o_c[MC_W], o_it[MC_W];")
         out_lines.append("real o_r[MC_W];")
         cur.ops += [(None, "o_c[l]", ok), (None, "o_it[l]", status["iterations"]),
                     (None, "o_r[l]", status["residual_norm"])]
-        store += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
-                  "    a->rnorm[i] = o_r[l];"]
-    store.append("}")
+        lane += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
+                 "    a->rnorm[i] = o_r[l];"]
+    if lane:
+        store += ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;"] + lane + ["}"]
     items.append(cur)
     lines = _emit_loops(code, items, homes)
     body = stage + out_lines + lines + store
@@ -411,7 +412,7 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
         static void point_value(const real *x, const real *p, real *y, real *j, real *st);
         static void point_derivative(const real *x, const real *p, real *y, real *j, real *st);
 
-    ``x`` holds the inputs in layout order (``NX`` values), ``p`` the parameters (``NP``).
+    ``x`` holds the inputs at their input-axis offsets (``NX`` values), ``p`` the parameters (``NP``).
     ``point_value`` writes the outputs ``y`` (``j`` unused); ``point_derivative`` also writes the
     derivative block ``derivative`` computes into ``j`` (row-major, ``Layout.jacobian_shape``: the
     full ``NY x NX`` Jacobian or a declared tangent). ``st`` (converged, iterations, residual norm)
@@ -426,10 +427,7 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
     text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=[])
-    offsets, off = [], 0
-    for var in layout.inputs:
-        offsets.append(off)
-        off += len(var.symbols)
+    offsets = [o for _, o in layout.axis_inputs()]
     status = bool(value.status)
     lines = ["#define MC_W 1", text, ""]
     for name in ("point_value", "point_derivative"):

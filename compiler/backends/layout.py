@@ -61,6 +61,13 @@ class Layout:
     def np(self) -> int:
         return _offsets(self.parameters)[1]
 
+    def axis_inputs(self) -> tuple[tuple[ir.Variable, int], ...]:
+        """The input variables in the order of the runtime's input axis (grouped by sub-axis, which
+        may differ from the program's order) with their offsets: the order of the per-variable
+        views a call hands the C backend (``input_axis.variable_names``)."""
+        off, _ = _offsets(self.inputs)
+        return tuple(sorted(((v, off[v.name]) for v in self.inputs), key=lambda p: p[1]))
+
     def input_columns(self) -> list[tuple[sp.Symbol, int]]:
         off, _ = _offsets(self.inputs)
         return [(s, off[v.name] + i) for v in self.inputs for i, s in enumerate(v.symbols)]

@@ -20,9 +20,9 @@ except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
 
 @pytest.fixture(scope="module")
 def mods():
-    from modelc.generated import elastic, j2_linear_iso_coupled  # implicit: has a status
+    from modelc.generated import elastic, j2_voce_af  # implicit: results carry a status
 
-    return {"j2_linear_iso": j2_linear_iso_coupled, "elastic": elastic}
+    return {"plastic": j2_voce_af, "elastic": elastic}
 
 
 def _inputs(m, bs, seed, dtype=torch.float64):
@@ -52,7 +52,7 @@ def _same(a, b):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("derivatives", [False, "tangent", True, [("state/S", "forces/E")]])
 def test_out_writes_in_place_and_equals_fresh(mods, backend, derivatives):
-    m = mods["j2_linear_iso"].Model(backend=backend)
+    m = mods["plastic"].Model(backend=backend)
     first = m(_inputs(m, (5, 7), 1), derivatives=derivatives)
     ptrs = [first.outputs.tensor.data_ptr(), first.status.converged.data_ptr()]
     if derivatives:
@@ -92,7 +92,7 @@ def test_inputs_are_read_where_they_lie(mods):
     numbers as contiguous copies; the C call packs nothing (no (B, nx) buffer is made)."""
     if "c" not in BACKENDS:
         pytest.skip("no C compiler")
-    m = mods["j2_linear_iso"].Model(backend="c")
+    m = mods["plastic"].Model(backend="c")
     x = _inputs(m, (6, 4), 5)
     wide = torch.randn(6, 4, 10, dtype=torch.float64)
     wide[..., 2:8] = x["forces/E"]
@@ -105,14 +105,14 @@ def test_inputs_are_read_where_they_lie(mods):
     want = m({k: v.contiguous() if k != "forces/t" else torch.ones(6, 4, dtype=torch.float64)
               for k, v in x2.items()}, derivatives="tangent")
     _same(m(x2, derivatives="tangent"), want)
-    ref = mods["j2_linear_iso"].Model(backend="torch")(x2, derivatives="tangent")
+    ref = mods["plastic"].Model(backend="torch")(x2, derivatives="tangent")
     assert float((want.outputs.tensor - ref.outputs.tensor).abs().max()) <= 1e-10 * float(
         ref.outputs.tensor.abs().max())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_out_mismatch_is_a_clear_error_and_writes_nothing(mods, backend):
-    m = mods["j2_linear_iso"].Model(backend=backend)
+    m = mods["plastic"].Model(backend=backend)
     x = _inputs(m, (8,), 6)
     res = m(x, derivatives="tangent")
     before = [res.outputs.tensor.clone(), res.jacobian.tensor.clone(), res.status.converged.clone()]
@@ -137,11 +137,11 @@ def test_out_mismatch_is_a_clear_error_and_writes_nothing(mods, backend):
         with pytest.raises(InputError, match=match):
             m(kw["inputs"], derivatives=kw.get("derivatives", "tangent"), out=target)
         unchanged()
-    m32 = mods["j2_linear_iso"].Model(backend=backend, dtype=torch.float32)
+    m32 = mods["plastic"].Model(backend=backend, dtype=torch.float32)
     with pytest.raises(InputError, match="dtype"):
         m32(_inputs(m32, (8,), 7, torch.float32), derivatives="tangent", out=res)
     unchanged()
-    meta = mods["j2_linear_iso"].Model(backend="torch", device="meta") if backend == "torch" else None
+    meta = mods["plastic"].Model(backend="torch", device="meta") if backend == "torch" else None
     if meta is not None:
         with pytest.raises(InputError, match="device|on meta|on cpu"):
             meta({k: v.to("meta") for k, v in other.items()}, derivatives="tangent", out=res)

@@ -305,6 +305,9 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
+#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#include <immintrin.h>
+#endif
 #include <tgmath.h>
 
 #ifdef MC_FLOAT32
@@ -477,6 +480,64 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
     }
 }
 
+/* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes
+   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 (double, MC_W a
+   multiple of 4) moves as 4 x 4 tiles transposed in registers (per 16 entries: 4 loads, 8 shuffles,
+   4 stores) instead of 16 scalar copies; the rest entry by entry. */
+#if defined(__AVX2__) && !defined(MC_FLOAT32) && MC_W % 4 == 0
+#define MC_TILES 1
+/* rows d + k * ds (k < 4) get the columns of the 4 x 4 tile at rows s + k * ss */
+MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
+    const __m256d r2 = _mm256_loadu_pd(s + 2 * ss), r3 = _mm256_loadu_pd(s + 3 * ss);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(d + ds, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(d + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(d + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#else
+#define MC_TILES 0
+#endif
+
+/* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
+   Jacobian: every lane writes the same row) */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, y + l * ys + c, ys);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < nl; ++l)
+        for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
+MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t xs, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(x + l * xs + c, xs, d + c * MC_W + l, MC_W);
+            for (int c = n4; c < nc; ++c)
+                for (int k = 0; k < 4; ++k) d[c * MC_W + l + k] = x[(l + k) * xs + c];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < MC_W; ++l) {
+        const real *r = x + (int64_t)(l < nl ? l : nl - 1) * xs;
+        for (int c = 0; c < nc; ++c) d[c * MC_W + l] = r[c];
+    }
+}
+
 /* model elastic: 1 input variables (6 components), 2 parameter components,
    6 output components */
 #define NIN 1
@@ -519,37 +580,20 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
 }
 
 static void block_value(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_p[2 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
     MC_SIMD MC_LANES {
-        const real p_E = v_p_E[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real lam = (p_E * p_nu / ((((real)1.0) + p_nu) * (((real)1.0) - (((real)2.0) * p_nu))));
         const real mu = (p_E / (((real)2.0) + (((real)2.0) * p_nu)));
         const real trE = (forces_E_0 + forces_E_1 + forces_E_2);
@@ -566,47 +610,26 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
         o_y[4 * MC_W + l] = state_S_4;
         o_y[5 * MC_W + l] = state_S_5;
     }
-    for (int l = 0; l < nl; ++l) {
-        const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 6; ++c) y[c] = o_y[c * MC_W + l];
-    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
 }
 
 static void block_jacobian(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_forces_E_0[MC_W];
-    real v_forces_E_1[MC_W];
-    real v_forces_E_2[MC_W];
-    real v_forces_E_3[MC_W];
-    real v_forces_E_4[MC_W];
-    real v_forces_E_5[MC_W];
-    real v_p_E[MC_W];
-    real v_p_nu[MC_W];
-    MC_LANES {
-        const int64_t i = i0 + (l < nl ? l : nl - 1);
-        const real *x0 = a->x[0] + i * a->xs[0];
-        v_forces_E_0[l] = x0[0];
-        v_forces_E_1[l] = x0[1];
-        v_forces_E_2[l] = x0[2];
-        v_forces_E_3[l] = x0[3];
-        v_forces_E_4[l] = x0[4];
-        v_forces_E_5[l] = x0[5];
-        const real *pr = a->p + i * a->ps;
-        v_p_E[l] = pr[0];
-        v_p_nu[l] = pr[1];
-    }
+    real v_x0[6 * MC_W];
+    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
+    real v_p[2 * MC_W];
+    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
     real o_j[12 * MC_W];
     static const int16_t jpos[12] = {0, 1, 2, 6, 7, 8, 12, 13, 14, 21, 28, 35};
     MC_SIMD MC_LANES {
-        const real p_E = v_p_E[l];
-        const real p_nu = v_p_nu[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
+        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real lam = (p_E * p_nu / ((((real)1.0) + p_nu) * (((real)1.0) - (((real)2.0) * p_nu))));
         const real mu = (p_E / (((real)2.0) + (((real)2.0) * p_nu)));
         const real trE = (forces_E_0 + forces_E_1 + forces_E_2);
@@ -635,10 +658,9 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         o_j[10 * MC_W + l] = (((real)2.0) * mu);
         o_j[11 * MC_W + l] = (((real)2.0) * mu);
     }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *y = a->y + i * a->ys;
-        for (int c = 0; c < 6; ++c) y[c] = o_y[c * MC_W + l];
         real *j = a->j + i * a->js;
         for (int c = 0; c < 36; ++c) j[c] = (real)0;
         for (int k = 0; k < 12; ++k) j[jpos[k]] = o_j[k * MC_W + l];
