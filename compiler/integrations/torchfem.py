@@ -93,7 +93,7 @@ class ModelcMaterial(MechanicsMaterial):
         unknown = [k for k in parameters if k not in self.model.parameter_info]
         if unknown:
             raise InputError(f"model {self.model.NAME}: unknown parameter(s) {', '.join(unknown)}; its "
-                             f"parameters are {', '.join(self.model.parameters)}")
+                             f"parameters are {', '.join(self.model.parameter_info)}")
         ins = self.model.input_axis.variable_names
         outs = self.model.output_axis.variable_names
         bad = [n for n in ins if n not in _DRIVEN and not (n.startswith("old_state/") and n[4:] in outs)]

@@ -29,10 +29,13 @@ from modelc.ir import RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
-              *, solves: list | None = None):
+              *, solves: list | None = None, stop_slack: float = 0.0):
     """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays. ``solves``: a list
     that receives the ``(A, B)`` arrays of every :class:`LinearSolve`, in program order (what
-    :func:`skeel_condition` reads)."""
+    :func:`skeel_condition` reads). ``stop_slack`` (signed): after a converged Newton of one unknown,
+    move the unknown by ``stop_slack * residual_scale / |dR/du|`` -- as far from the root as a
+    stopping test with that relative tolerance allows -- to see what the stopping test can cost the
+    results computed after it (the tests' float32 bounds)."""
     params = dict(params or {})
     torch_out = None
     arrays = {}
@@ -69,6 +72,8 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
 
     for st in program.body:
         _run(st, env, batch, dtype)
+        if stop_slack and isinstance(st, Newton) and len(st.unknowns) == 1 and st.residual_scale:
+            _slack(st, env, batch, dtype, stop_slack)
         if solves is not None and isinstance(st, LinearSolve):
             solves.append((_matrix(st.A, env, batch, dtype), _matrix(st.B, env, batch, dtype)))
 
@@ -175,6 +180,19 @@ def _newton(st: Newton, env, batch, dtype) -> None:
     env[st.converged] = ok
     env[st.iterations] = iterations
     env[st.residual_norm] = final_norm.astype(dtype)
+
+
+def _slack(st: Newton, env, batch, dtype, slack: float) -> None:
+    """Move a scalar Newton's solution by ``slack * scale / |dR/du|`` (see :func:`interpret`)."""
+    local = dict(env)
+    for a in st.body:
+        local[a.target] = _eval(a.value, local, batch, dtype)
+    J = _eval(st.jacobian[0][0], local, batch, dtype)
+    scale = np.abs(_eval(st.residual_scale[0], local, batch, dtype))
+    u = st.unknowns[0]
+    with np.errstate(all="ignore"):
+        du = np.where(J != 0, slack * scale / np.abs(J), 0.0)
+    env[u] = env[u] + du
 
 
 def _solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:

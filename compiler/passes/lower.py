@@ -94,7 +94,18 @@ def _needs_partials(model: Model, derivatives: bool) -> bool:
         if m.is_implicit:
             return not m.submodels or not m.submodels[0].partials
         return any(implicit_undiff(s) for s in m.submodels)
-    return (derivatives and not model.partials and bool(model.inputs)) or implicit_undiff(model)
+    def leaf_undiff(m: Model) -> bool:
+        # structurally zero blocks are absent, so no partials is right for outputs that are constant
+        # (e.g. ``y: pi``); only a leaf whose equations read an input or parameter must have some
+        if m.is_implicit:
+            return False
+        if m.is_composed:
+            return any(leaf_undiff(s) for s in m.submodels)
+        if m.partials:
+            return False
+        syms = {s for x in differentiable(m) for s in x.symbols}
+        return any(sp.sympify(c).free_symbols & syms for eq in m.equations for c in eq.components)
+    return (derivatives and not model.partials and leaf_undiff(model)) or implicit_undiff(model)
 
 
 class _Emitter:

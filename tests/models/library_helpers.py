@@ -268,45 +268,61 @@ U32 = 2.0 ** -24
 #: elimination adds a backward error of a few more (observed: the whole tangent stays within
 #: 2.4 U32 cond_S |T| per step on every library model and backend, 0.75 per point)
 ENTRY_ROUNDOFF = 4
+#: the relative Newton tolerance is floored at this many machine epsilons (modelc.ir.RTOL_FLOOR_EPS)
+RTOL_FLOOR_EPS = 32
 
 
 @functools.lru_cache(maxsize=None)
-def tangent_conditioning(model: str, steps: tuple, points: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """``(cond, T)`` per batch entry of ``forced_inputs(..., steps, points)``: Skeel's condition number
-    of the linear solves the tangent goes through (the implicit-function theorem's ``dR/du``; the
-    largest over the program's solves, 1 for a program without any) and the float64 tangent d S / d E
-    ``(batch, 6, 6)``, both from the reference interpreter (independent of every backend)."""
+def tangent_conditioning(model: str, steps: tuple, points: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(cond, T, stop)`` per batch entry of ``forced_inputs(..., steps, points)``: Skeel's condition
+    number of the linear solves the tangent goes through (the implicit-function theorem's ``dR/du``;
+    the largest over the program's solves, 1 for a program without any), the float64 tangent
+    d S / d E ``(batch, 6, 6)``, and how far the tangent moves (max norm) when a scalar Newton stops
+    as far from its root as float32's stopping test allows, all from the reference interpreter
+    (independent of every backend)."""
     from modelc.interpret import interpret, skeel_condition
 
     prog = program(model, True)
     ins = forced_inputs([v.name for v in prog.inputs], reference(model), steps, points)
     solves: list = []
-    _, der, status = interpret(prog, ins, reference_params(model), solves=solves)
+    params = reference_params(model)
+    _, der, status = interpret(prog, ins, params, solves=solves)
     if "converged" in status:
         assert np.all(np.asarray(status["converged"])), f"{model}: the float64 interpreter did not converge"
     batch = len(steps) * len(points)
     cond = np.ones(batch)
     for A, _ in solves:
         cond = np.maximum(cond, skeel_condition(A))
-    return cond, np.asarray(der[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
+    T = np.asarray(der[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
+    stop = np.zeros(batch)
+    for sign in (1.0, -1.0):  # the float32 floor of the stopping test: RTOL_FLOOR_EPS machine epsilons
+        _, d, _ = interpret(prog, ins, params, stop_slack=sign * RTOL_FLOOR_EPS * 2 * U32)
+        moved = np.asarray(d[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
+        stop = np.maximum(stop, np.abs(moved - T).max(axis=(1, 2)))
+    return cond, T, stop
 
 
 def float32_tangent_bound(model: str, steps, points, results: int = 1, reference_tol: float = 0.0) -> np.ndarray:
     """Per batch entry, how far a float32 tangent may lie from the exact one (``results=1``) or two
     float32 tangents from each other (``results=2``), derived from the formulation's conditioning.
 
-    The tangent comes from ``dR/du X = -dR/dE`` (then a chain rule). If every entry of the matrix and
-    the right-hand side carries a relative error ``e`` (round-off in computing it, and the backward
-    error of the elimination), the solution moves by ``|dX| <= e |A^-1| (|A| |X| + |B|) <=
-    2 e cond_S(A) |X|`` to first order (Higham, Accuracy and Stability of Numerical Algorithms, Thm.
-    7.4), with cond_S Skeel's condition number (invariant to the units of rows and unknowns). With
-    ``e = ENTRY_ROUNDOFF * U32``: ``2 e cond_S max|T|`` per result, twice that between two results,
-    plus ``reference_tol * max|T|`` when the other side is a reference with its own error (NEML2).
+    Two parts. (1) Round-off in the solve: the tangent comes from ``dR/du X = -dR/dE`` (then a chain
+    rule); if every entry of the matrix and the right-hand side carries a relative error ``e``
+    (round-off in computing it, and the backward error of the elimination), the solution moves by
+    ``|dX| <= e |A^-1| (|A| |X| + |B|) <= 2 e cond_S(A) |X|`` to first order (Higham, Accuracy and
+    Stability of Numerical Algorithms, Thm. 7.4), with cond_S Skeel's condition number (invariant
+    to the units of rows and unknowns); ``e = ENTRY_ROUNDOFF * U32``. (2) Where Newton stops: a
+    float32 Newton stops once its residual is within ``RTOL_FLOOR_EPS`` machine epsilons of its
+    terms, so the unknown may sit ``rtol scale / |dR/du|`` from the root, and the tangent is
+    evaluated there; for a scalar Newton (the radial returns) the interpreter moves the solution by
+    exactly that and measures the tangent's change (coupled systems: part (1) covers them, as
+    measured). Each result may err by both parts, two results by twice that, plus ``reference_tol *
+    max|T|`` when the other side is a reference with its own error (NEML2).
     A point next to the elastic/plastic switch of a Fischer-Burmeister complementarity can have
     cond_S ~ 1e4-1e5: there float32 tangents legitimately differ by 1e-4-1e-3 of their size."""
-    cond, T = tangent_conditioning(model, tuple(int(s) for s in steps), tuple(int(p) for p in points))
+    cond, T, stop = tangent_conditioning(model, tuple(int(s) for s in steps), tuple(int(p) for p in points))
     size = np.abs(T).max(axis=(1, 2))
-    return (results * 2 * ENTRY_ROUNDOFF * U32 * cond + reference_tol) * size
+    return results * (2 * ENTRY_ROUNDOFF * U32 * cond * size + stop) + reference_tol * size
 
 
 def assert_tangent_within(got, expected, bound: np.ndarray, what: str) -> None:

@@ -73,7 +73,8 @@ def test_sharded_chunked_run_equals_single_process(j2, tmp_path, dtype, shards, 
     ref = driver.run_history(m, hist, params={"sigma_y": sy}, tangent_steps=[2, 5, 13], progress=False)
     res = run_history(m, hist, tmp_path / "out", params={"sigma_y": sy}, tangent_steps=[2, 5, 13],
                       shards=shards, chunk_steps=chunk, progress=False)
-    assert res["iterations"][1:].max() > 1  # plastic steps were reached
+    # plastic steps were reached (j2_linear_iso is closed-form: no Newton iterations to count)
+    assert np.asarray(res["state/internal/ep"])[1:].max() > 0
     _assert_same(ref, res)
     assert len(res.plan.shards) == shards and res.ok and res.plan.complete
     assert res.summary() == "all 7 point(s) converged at all 13 step(s)"

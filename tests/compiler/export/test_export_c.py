@@ -98,22 +98,22 @@ def _labeled(model, X):
 
 
 def test_failed_points_are_counted_and_nan(tmp_path):
-    layout = _export("perzyna_iso", tmp_path)
-    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso.c", "-o", "lib.so", "-lm"],
+    layout = _export("perzyna_iso_coupled", tmp_path)  # the coupled system: its Newton fails on the middle point (the radial return converges)
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso_coupled.c", "-o", "lib.so", "-lm"],
                        cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     c = ctypes.CDLL(str(tmp_path / "lib.so"))
-    c.perzyna_iso_value.restype = ctypes.c_int64
+    c.perzyna_iso_coupled_value.restype = ctypes.c_int64
     dp = ctypes.POINTER(ctypes.c_double)
     X = np.zeros((3, layout["nx"]))
     X[:, 0] = [1e-4, 1e-2, 1e-4]  # the middle point: a step Newton cannot take with n = 10, eta = 1
     X[:, 6] = 1.0
     P = np.zeros(layout["np"])
-    c.perzyna_iso_default_parameters(P.ctypes.data_as(dp))
+    c.perzyna_iso_coupled_default_parameters(P.ctypes.data_as(dp))
     names = [p["name"] for p in layout["parameters"]]
     P[names.index("n")], P[names.index("eta")] = 10.0, 1.0
     Y, ST = np.zeros((3, layout["ny"])), np.zeros((3, 3))
-    assert c.perzyna_iso_value(3, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
+    assert c.perzyna_iso_coupled_value(3, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
                                ST.ctypes.data_as(dp)) == 1
     assert list(ST[:, 0]) == [1.0, 0.0, 1.0] and np.isnan(Y[1]).all() and np.isfinite(Y[[0, 2]]).all()
 
