@@ -60,21 +60,27 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_9 = (0.3333333333333333 * ncse_8)
         ncse_10 = torch.exp((-p_d * (old_state_internal_ep + (ncse_9 * state_internal_dgamma))))
         ncse_11 = (p_sigma_y + (p_R * (1.0 - ncse_10)))
-        ncse_12 = ((ncse_6 * (forces_E_3 - old_state_internal_Ep_3)) - (ncse_2 * old_state_internal_X_3))
-        ncse_13 = ((ncse_6 * (forces_E_4 - old_state_internal_Ep_4)) - (ncse_2 * old_state_internal_X_4))
-        ncse_14 = ((ncse_6 * (forces_E_5 - old_state_internal_Ep_5)) - (ncse_2 * old_state_internal_X_5))
+        ncse_34 = (ncse_6 * (forces_E_3 - old_state_internal_Ep_3))
+        ncse_12 = (ncse_34 - (ncse_2 * old_state_internal_X_3))
+        ncse_35 = (ncse_6 * (forces_E_4 - old_state_internal_Ep_4))
+        ncse_13 = (ncse_35 - (ncse_2 * old_state_internal_X_4))
+        ncse_36 = (ncse_6 * (forces_E_5 - old_state_internal_Ep_5))
+        ncse_14 = (ncse_36 - (ncse_2 * old_state_internal_X_5))
         ncse_15 = (0.3333333333333333 * old_state_internal_X_0)
         ncse_16 = (0.3333333333333333 * old_state_internal_X_1)
         ncse_17 = (-ncse_15 - ncse_16 + (0.6666666666666666 * old_state_internal_X_2))
         ncse_18 = (0.3333333333333333 * forces_E_1)
         ncse_19 = (-(0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * forces_E_0))
-        ncse_20 = ((ncse_6 * (-ncse_18 - ncse_19 - (0.6666666666666666 * old_state_internal_Ep_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2))) - (ncse_17 * ncse_2))
+        ncse_37 = (ncse_6 * (-ncse_18 - ncse_19 - (0.6666666666666666 * old_state_internal_Ep_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2)))
+        ncse_20 = (ncse_37 - (ncse_17 * ncse_2))
         ncse_21 = (0.3333333333333333 * old_state_internal_X_2)
         ncse_22 = (-ncse_15 - ncse_21 + (0.6666666666666666 * old_state_internal_X_1))
         ncse_23 = (0.3333333333333333 * forces_E_2)
-        ncse_24 = ((ncse_6 * (-ncse_19 - ncse_23 - (0.6666666666666666 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1))) - (ncse_2 * ncse_22))
+        ncse_38 = (ncse_6 * (-ncse_19 - ncse_23 - (0.6666666666666666 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1)))
+        ncse_24 = (ncse_38 - (ncse_2 * ncse_22))
         ncse_25 = (-ncse_16 - ncse_21 + (0.6666666666666666 * old_state_internal_X_0))
-        ncse_26 = ((ncse_6 * (-ncse_18 - ncse_23 - (0.6666666666666666 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0))) - (ncse_2 * ncse_25))
+        ncse_39 = (ncse_6 * (-ncse_18 - ncse_23 - (0.6666666666666666 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0)))
+        ncse_26 = (ncse_39 - (ncse_2 * ncse_25))
         ncse_27 = torch.sqrt(torch.clamp(((ncse_12 * ncse_12) + (ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_20 * ncse_20) + (ncse_24 * ncse_24) + (ncse_26 * ncse_26)), min=0.0))
         ncse_28 = (p_E * state_internal_dgamma)
         ncse_29 = torch.heaviside((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8)), torch.zeros_like((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8))))
@@ -82,14 +88,16 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_31 = (1.0 / (ncse_1 * ncse_1))
         ncse_32 = (2.0 * p_g * ncse_31)
         ncse_33 = torch.abs(state_internal_dgamma)
+        ncse_40 = (2.0 * p_E * ncse_4)
+        ncse_41 = (2.0 * torch.abs(ncse_5))
         nt1_r_0 = torch.where((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28, (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
-        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= 1e-12) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * ((2.0 * torch.abs(ncse_5)) + (0.6666666666666666 * (((1.0 + (ncse_33 * torch.abs(p_g))) * torch.abs((-ncse_31))) + torch.abs(ncse_2)) * torch.abs(p_C)))) + (ncse_33 * torch.abs(p_E)) + (ncse_9 * (((1.0 + torch.abs(ncse_10)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_27)))))
+        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= 1e-12) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (0.6666666666666666 * (((1.0 + (ncse_33 * torch.abs(p_g))) * torch.abs((-ncse_31))) + torch.abs(ncse_2)) * torch.abs(p_C)))) + (ncse_33 * torch.abs(p_E)) + (ncse_9 * (((1.0 + torch.abs(ncse_10)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_27)))))
         if it1 == 50 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
-        nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * torch.where((2.0 * ncse_27) != 0.0, 1.0 / torch.where((2.0 * ncse_27) != 0.0, (2.0 * ncse_27), 1.0), 0.0)) + (2.0 * p_E * ncse_4) + (0.6666666666666666 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (0.6666666666666666 * p_R * p_d * ncse_10 * ncse_30))
+        nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * torch.where((2.0 * ncse_27) != 0.0, 1.0 / torch.where((2.0 * ncse_27) != 0.0, (2.0 * ncse_27), 1.0), 0.0)) + ncse_40 + (0.6666666666666666 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (0.6666666666666666 * p_R * p_d * ncse_10 * ncse_30))
         nt1_2 = (-nt1_r_0)
         nt1_3 = (1.0 / nt1_1)
         nt1_4 = (nt1_2 * nt1_3)
@@ -3632,21 +3640,27 @@ if triton is not None:
             ncse_9 = (K6 * ncse_8)
             ncse_10 = tl.exp((-p_d * (old_state_internal_ep + (ncse_9 * state_internal_dgamma))))
             ncse_11 = (p_sigma_y + (p_R * (K2 - ncse_10)))
-            ncse_12 = ((ncse_6 * (forces_E_3 - old_state_internal_Ep_3)) - (ncse_2 * old_state_internal_X_3))
-            ncse_13 = ((ncse_6 * (forces_E_4 - old_state_internal_Ep_4)) - (ncse_2 * old_state_internal_X_4))
-            ncse_14 = ((ncse_6 * (forces_E_5 - old_state_internal_Ep_5)) - (ncse_2 * old_state_internal_X_5))
+            ncse_34 = (ncse_6 * (forces_E_3 - old_state_internal_Ep_3))
+            ncse_12 = (ncse_34 - (ncse_2 * old_state_internal_X_3))
+            ncse_35 = (ncse_6 * (forces_E_4 - old_state_internal_Ep_4))
+            ncse_13 = (ncse_35 - (ncse_2 * old_state_internal_X_4))
+            ncse_36 = (ncse_6 * (forces_E_5 - old_state_internal_Ep_5))
+            ncse_14 = (ncse_36 - (ncse_2 * old_state_internal_X_5))
             ncse_15 = (K6 * old_state_internal_X_0)
             ncse_16 = (K6 * old_state_internal_X_1)
             ncse_17 = (-ncse_15 - ncse_16 + (K3 * old_state_internal_X_2))
             ncse_18 = (K6 * forces_E_1)
             ncse_19 = (-(K6 * old_state_internal_Ep_0) + (K6 * forces_E_0))
-            ncse_20 = ((ncse_6 * (-ncse_18 - ncse_19 - (K3 * old_state_internal_Ep_2) + (K6 * old_state_internal_Ep_1) + (K3 * forces_E_2))) - (ncse_17 * ncse_2))
+            ncse_37 = (ncse_6 * (-ncse_18 - ncse_19 - (K3 * old_state_internal_Ep_2) + (K6 * old_state_internal_Ep_1) + (K3 * forces_E_2)))
+            ncse_20 = (ncse_37 - (ncse_17 * ncse_2))
             ncse_21 = (K6 * old_state_internal_X_2)
             ncse_22 = (-ncse_15 - ncse_21 + (K3 * old_state_internal_X_1))
             ncse_23 = (K6 * forces_E_2)
-            ncse_24 = ((ncse_6 * (-ncse_19 - ncse_23 - (K3 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K3 * forces_E_1))) - (ncse_2 * ncse_22))
+            ncse_38 = (ncse_6 * (-ncse_19 - ncse_23 - (K3 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K3 * forces_E_1)))
+            ncse_24 = (ncse_38 - (ncse_2 * ncse_22))
             ncse_25 = (-ncse_16 - ncse_21 + (K3 * old_state_internal_X_0))
-            ncse_26 = ((ncse_6 * (-ncse_18 - ncse_23 - (K3 * old_state_internal_Ep_0) + (K6 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K3 * forces_E_0))) - (ncse_2 * ncse_25))
+            ncse_39 = (ncse_6 * (-ncse_18 - ncse_23 - (K3 * old_state_internal_Ep_0) + (K6 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K3 * forces_E_0)))
+            ncse_26 = (ncse_39 - (ncse_2 * ncse_25))
             ncse_27 = tl.sqrt(tl.maximum(((ncse_12 * ncse_12) + (ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_20 * ncse_20) + (ncse_24 * ncse_24) + (ncse_26 * ncse_26)), 0.0))
             ncse_28 = (p_E * state_internal_dgamma)
             ncse_29 = tl.where((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (K6 * ncse_11 * ncse_8)) > 0.0, 1.0, 0.0)
@@ -3654,12 +3668,14 @@ if triton is not None:
             ncse_31 = (K2 / (ncse_1 * ncse_1))
             ncse_32 = (K4 * p_g * ncse_31)
             ncse_33 = tl.abs(state_internal_dgamma)
+            ncse_40 = (K4 * p_E * ncse_4)
+            ncse_41 = (K4 * tl.abs(ncse_5))
             nt1_r_0 = tl.where((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28, (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
-            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= K1) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * ((K4 * tl.abs(ncse_5)) + (K3 * (((K2 + (ncse_33 * tl.abs(p_g))) * tl.abs((-ncse_31))) + tl.abs(ncse_2)) * tl.abs(p_C)))) + (ncse_33 * tl.abs(p_E)) + (ncse_9 * (((K2 + tl.abs(ncse_10)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_27)))))
+            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= K1) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (K3 * (((K2 + (ncse_33 * tl.abs(p_g))) * tl.abs((-ncse_31))) + tl.abs(ncse_2)) * tl.abs(p_C)))) + (ncse_33 * tl.abs(p_E)) + (ncse_9 * (((K2 + tl.abs(ncse_10)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_27)))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < 50)
-            nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * tl.where((K4 * ncse_27) != 0.0, K2 / tl.where((K4 * ncse_27) != 0.0, (K4 * ncse_27), 1.0), 0.0)) + (K4 * p_E * ncse_4) + (K3 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (K3 * p_R * p_d * ncse_10 * ncse_30))
+            nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * tl.where((K4 * ncse_27) != 0.0, K2 / tl.where((K4 * ncse_27) != 0.0, (K4 * ncse_27), 1.0), 0.0)) + ncse_40 + (K3 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (K3 * p_R * p_d * ncse_10 * ncse_30))
             nt1_2 = (-nt1_r_0)
             nt1_3 = (K2 / nt1_1)
             nt1_4 = (nt1_2 * nt1_3)
@@ -8324,21 +8340,30 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
     real mc_A[1 * MC_W], mc_B[1 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_3[MC_W];
-    real v_ncse_4[MC_W];
-    real v_ncse_5[MC_W];
     real v_ncse_6[MC_W];
     real v_ncse_8[MC_W];
     real v_ncse_9[MC_W];
+    real v_ncse_34[MC_W];
+    real v_ncse_35[MC_W];
+    real v_ncse_36[MC_W];
     real v_ncse_17[MC_W];
-    real v_ncse_18[MC_W];
-    real v_ncse_19[MC_W];
+    real v_ncse_37[MC_W];
     real v_ncse_22[MC_W];
-    real v_ncse_23[MC_W];
+    real v_ncse_38[MC_W];
     real v_ncse_25[MC_W];
+    real v_ncse_39[MC_W];
+    real v_ncse_40[MC_W];
+    real v_ncse_41[MC_W];
     MC_SIMD MC_LANES {
         const real p_C = v_p_C[l];
         const real p_nu = v_p_nu[l];
         const real p_E = v_p_E[l];
+        const real forces_E_3 = v_forces_E_3[l];
+        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
+        const real forces_E_4 = v_forces_E_4[l];
+        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
+        const real forces_E_5 = v_forces_E_5[l];
+        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_X_0 = v_old_state_internal_X_0[l];
         const real old_state_internal_X_1 = v_old_state_internal_X_1[l];
         const real old_state_internal_X_2 = v_old_state_internal_X_2[l];
@@ -8346,6 +8371,8 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real forces_E_0 = v_forces_E_0[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real forces_E_2 = v_forces_E_2[l];
+        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
+        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real state_internal_dgamma = ((real)0.0);
         const real ncse_3 = (((real)0.6666666666666666) * p_C);
         const real ncse_4 = (((real)1.0) / (((real)2.0) + (((real)2.0) * p_nu)));
@@ -8353,31 +8380,42 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real ncse_6 = (((real)2.0) * ncse_5);
         const real ncse_8 = ((real)2.449489742783178);
         const real ncse_9 = (((real)0.3333333333333333) * ncse_8);
+        const real ncse_34 = (ncse_6 * (forces_E_3 - old_state_internal_Ep_3));
+        const real ncse_35 = (ncse_6 * (forces_E_4 - old_state_internal_Ep_4));
+        const real ncse_36 = (ncse_6 * (forces_E_5 - old_state_internal_Ep_5));
         const real ncse_15 = (((real)0.3333333333333333) * old_state_internal_X_0);
         const real ncse_16 = (((real)0.3333333333333333) * old_state_internal_X_1);
         const real ncse_17 = (-ncse_15 - ncse_16 + (((real)0.6666666666666666) * old_state_internal_X_2));
         const real ncse_18 = (((real)0.3333333333333333) * forces_E_1);
         const real ncse_19 = (-(((real)0.3333333333333333) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * forces_E_0));
+        const real ncse_37 = (ncse_6 * (-ncse_18 - ncse_19 - (((real)0.6666666666666666) * old_state_internal_Ep_2) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.6666666666666666) * forces_E_2)));
         const real ncse_21 = (((real)0.3333333333333333) * old_state_internal_X_2);
         const real ncse_22 = (-ncse_15 - ncse_21 + (((real)0.6666666666666666) * old_state_internal_X_1));
         const real ncse_23 = (((real)0.3333333333333333) * forces_E_2);
+        const real ncse_38 = (ncse_6 * (-ncse_19 - ncse_23 - (((real)0.6666666666666666) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_1)));
         const real ncse_25 = (-ncse_16 - ncse_21 + (((real)0.6666666666666666) * old_state_internal_X_0));
+        const real ncse_39 = (ncse_6 * (-ncse_18 - ncse_23 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0)));
+        const real ncse_40 = (((real)2.0) * p_E * ncse_4);
+        const real ncse_41 = (((real)2.0) * fabs(ncse_5));
         v_j2_voce_af_radial_return_solve_converged[l] = 0;
         v_j2_voce_af_radial_return_solve_iterations[l] = 0;
         mc_act[l] = 1;
         v_state_internal_dgamma[l] = state_internal_dgamma;
         v_ncse_3[l] = ncse_3;
-        v_ncse_4[l] = ncse_4;
-        v_ncse_5[l] = ncse_5;
         v_ncse_6[l] = ncse_6;
         v_ncse_8[l] = ncse_8;
         v_ncse_9[l] = ncse_9;
+        v_ncse_34[l] = ncse_34;
+        v_ncse_35[l] = ncse_35;
+        v_ncse_36[l] = ncse_36;
         v_ncse_17[l] = ncse_17;
-        v_ncse_18[l] = ncse_18;
-        v_ncse_19[l] = ncse_19;
+        v_ncse_37[l] = ncse_37;
         v_ncse_22[l] = ncse_22;
-        v_ncse_23[l] = ncse_23;
+        v_ncse_38[l] = ncse_38;
         v_ncse_25[l] = ncse_25;
+        v_ncse_39[l] = ncse_39;
+        v_ncse_40[l] = ncse_40;
+        v_ncse_41[l] = ncse_41;
     }
     const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
     for (int it = 0; ; ++it) {
@@ -8391,44 +8429,35 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real p_R = v_p_R[l];
         const real p_sigma_y = v_p_sigma_y[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
+        const real ncse_34 = v_ncse_34[l];
         const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
+        const real ncse_35 = v_ncse_35[l];
         const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
+        const real ncse_36 = v_ncse_36[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real forces_E_2 = v_forces_E_2[l];
         const real ncse_17 = v_ncse_17[l];
-        const real ncse_18 = v_ncse_18[l];
-        const real ncse_19 = v_ncse_19[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real forces_E_1 = v_forces_E_1[l];
+        const real ncse_37 = v_ncse_37[l];
         const real ncse_22 = v_ncse_22[l];
-        const real ncse_23 = v_ncse_23[l];
-        const real forces_E_0 = v_forces_E_0[l];
+        const real ncse_38 = v_ncse_38[l];
         const real ncse_25 = v_ncse_25[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
+        const real ncse_39 = v_ncse_39[l];
         const real p_E = v_p_E[l];
         const real ncse_8 = v_ncse_8[l];
         const real p_C = v_p_C[l];
-        const real ncse_5 = v_ncse_5[l];
-        const real ncse_4 = v_ncse_4[l];
+        const real ncse_41 = v_ncse_41[l];
+        const real ncse_40 = v_ncse_40[l];
         const real ncse_0 = (p_g * state_internal_dgamma);
         const real ncse_1 = (((real)1.0) + ncse_0);
         const real ncse_2 = (((real)1.0) / ncse_1);
         const real ncse_7 = (ncse_6 + (ncse_2 * ncse_3));
         const real ncse_10 = mc_exp((-p_d * (old_state_internal_ep + (ncse_9 * state_internal_dgamma))));
         const real ncse_11 = (p_sigma_y + (p_R * (((real)1.0) - ncse_10)));
-        const real ncse_12 = ((ncse_6 * (forces_E_3 - old_state_internal_Ep_3)) - (ncse_2 * old_state_internal_X_3));
-        const real ncse_13 = ((ncse_6 * (forces_E_4 - old_state_internal_Ep_4)) - (ncse_2 * old_state_internal_X_4));
-        const real ncse_14 = ((ncse_6 * (forces_E_5 - old_state_internal_Ep_5)) - (ncse_2 * old_state_internal_X_5));
-        const real ncse_20 = ((ncse_6 * (-ncse_18 - ncse_19 - (((real)0.6666666666666666) * old_state_internal_Ep_2) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.6666666666666666) * forces_E_2))) - (ncse_17 * ncse_2));
-        const real ncse_24 = ((ncse_6 * (-ncse_19 - ncse_23 - (((real)0.6666666666666666) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_1))) - (ncse_2 * ncse_22));
-        const real ncse_26 = ((ncse_6 * (-ncse_18 - ncse_23 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0))) - (ncse_2 * ncse_25));
+        const real ncse_12 = (ncse_34 - (ncse_2 * old_state_internal_X_3));
+        const real ncse_13 = (ncse_35 - (ncse_2 * old_state_internal_X_4));
+        const real ncse_14 = (ncse_36 - (ncse_2 * old_state_internal_X_5));
+        const real ncse_20 = (ncse_37 - (ncse_17 * ncse_2));
+        const real ncse_24 = (ncse_38 - (ncse_2 * ncse_22));
+        const real ncse_26 = (ncse_39 - (ncse_2 * ncse_25));
         const real ncse_27 = sqrt(((ncse_12 * ncse_12) + (ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_20 * ncse_20) + (ncse_24 * ncse_24) + (ncse_26 * ncse_26)) < 0 ? 0 : ((ncse_12 * ncse_12) + (ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_20 * ncse_20) + (ncse_24 * ncse_24) + (ncse_26 * ncse_26)));
         const real ncse_28 = (p_E * state_internal_dgamma);
         const real ncse_29 = ((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (((real)0.3333333333333333) * ncse_11 * ncse_8)) > 0 ? 1 : 0);
@@ -8439,14 +8468,14 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real nt1_r_0 = ((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28 ? (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) : ncse_28);
         const real j2_voce_af_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= ((real)1e-12)) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * ((((real)2.0) * fabs(ncse_5)) + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_33 * fabs(p_g))) * fabs((-ncse_31))) + fabs(ncse_2)) * fabs(p_C)))) + (ncse_33 * fabs(p_E)) + (ncse_9 * (((((real)1.0) + fabs(ncse_10)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_27)))));
+        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= ((real)1e-12)) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_33 * fabs(p_g))) * fabs((-ncse_31))) + fabs(ncse_2)) * fabs(p_C)))) + (ncse_33 * fabs(p_E)) + (ncse_9 * (((((real)1.0) + fabs(ncse_10)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_27)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];
         v_j2_voce_af_radial_return_solve_residual_norm[l] = mc_was ? j2_voce_af_radial_return_solve_residual_norm : v_j2_voce_af_radial_return_solve_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
         mc_act[l] = mc_go;
-        mc_A[0 * MC_W + l] = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * ((((real)2.0) * ncse_27) != 0 ? ((real)1.0) / (((real)2.0) * ncse_27) : 0)) + (((real)2.0) * p_E * ncse_4) + (((real)0.6666666666666666) * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (((real)0.6666666666666666) * p_R * p_d * ncse_10 * ncse_30));
+        mc_A[0 * MC_W + l] = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * ((((real)2.0) * ncse_27) != 0 ? ((real)1.0) / (((real)2.0) * ncse_27) : 0)) + ncse_40 + (((real)0.6666666666666666) * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (((real)0.6666666666666666) * p_R * p_d * ncse_10 * ncse_30));
         mc_B[0 * MC_W + l] = (-nt1_r_0);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */

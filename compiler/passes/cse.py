@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import sympy as sp
+from sympy.logic.boolalg import Boolean
 
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
@@ -61,10 +62,60 @@ def _newton(st: Newton, counter: Counter) -> Newton:
     n = len(st.residual)
     extra = tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
     body, reduced = _segment(list(st.body), extra, set(), counter)
+    body, reduced = _hoist_invariants(body, reduced, set(st.unknowns), counter)
     residual = tuple(reduced[:n])
     jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
     scale = tuple(reduced[n + n * n:])
     return replace(st, body=tuple(body), residual=residual, jacobian=jac, residual_scale=scale)
+
+
+def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter: Counter):
+    """Loop-invariant code motion for a Newton body: every maximal subexpression (of at least two
+    operations) of an iteration-dependent statement, residual or Jacobian entry that does not depend
+    on the unknowns becomes an assignment of its own (``ncse/k``), which the backends compute once
+    before the iterations (the trial stress inside the Armstrong-Frederick direction, the invariant
+    terms of the residual scale). Nothing is reassociated (a sum or product keeps its terms in their
+    order: grouping its invariant terms changed float32 tangents by 1e-4), so the arithmetic is that
+    of the inline expression. Each new assignment is placed right before its first reader; its
+    operands are all defined by then."""
+    varying = set(unknowns)
+    for a in body:
+        if sp.sympify(a.value).free_symbols & varying:
+            varying.add(a.target)
+    memo: dict[sp.Expr, sp.Symbol] = {}
+    pending: list[Assign] = []
+
+    def name(e):
+        s = memo.get(e)
+        if s is None:
+            s = memo[e] = next(counter)
+            pending.append(Assign(s, e))
+        return s
+
+    def liftable(e) -> bool:
+        return (isinstance(e, sp.Expr) and not isinstance(e, Boolean) and not e.is_Atom
+                and bool(e.free_symbols) and sp.count_ops(e) >= 2)
+
+    def hoist(e):
+        if e.is_Atom or not e.args:
+            return e
+        if not (e.free_symbols & varying):
+            return name(e) if liftable(e) else e
+        args = [hoist(a) for a in e.args]
+        if tuple(args) == e.args:
+            return e
+        return e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+
+    out: list[Assign] = []
+    for a in body:
+        if a.target in varying:
+            value = hoist(sp.sympify(a.value))
+            out += pending
+            pending.clear()
+            a = Assign(a.target, value) if value is not a.value else a
+        out.append(a)
+    reduced = [hoist(sp.sympify(r)) for r in reduced]
+    return out + pending, reduced
 
 
 def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
