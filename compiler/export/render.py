@@ -10,13 +10,10 @@ import jinja2
 
 
 def template(name: str) -> jinja2.Template:
-    """A template of ``modelc.templates`` with ``StrictUndefined`` (a missing value is an error)."""
-    from importlib.resources import files
+    """A template of ``modelc.templates`` with ``StrictUndefined`` (the code generator's loader)."""
+    from modelc.backends.module import _template
 
-    text = files("modelc.templates").joinpath(name).read_text(encoding="utf-8")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True, autoescape=False)
-    return env.from_string(text)
+    return _template(name)
 
 
 def macro(name: str) -> str:
