@@ -48,14 +48,14 @@ if len(sys.argv) > 6:  # a module file from --modules
     spec.loader.exec_module(mod)
 else:
     mod = importlib.import_module(f"modelc.generated.{model}")
-kernel = getattr(mod, f"_kernel_{variant}", None)
-if kernel is None:
+kernel = getattr(mod, "_kernel", None)
+if kernel is None or variant not in mod.Model.VARIANTS:
     print(json.dumps({"missing": True}))
     sys.exit(0)
 sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
 sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
-sig.update({"DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
-consts = dict(DTYPE=tl.float64 if dt == "fp64" else tl.float32,
+sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
               EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block)
 t0 = time.perf_counter()
 c = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", arch, 32))

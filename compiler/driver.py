@@ -2,11 +2,12 @@
 lists them (STYLE habit 1) and keeps each stage's result for ``--dump-ir``.
 
     spec file ─load_spec─▶ Spec ─compose─▶ Model ─differentiate─▶ Model(partials)
-              ─lower─▶ Program ─cse─▶ Program ─emit_module─▶ Python source
+              ─lower─▶ Program ─cse─▶ Program ─variants─▶ Program(masks) ─emit_module─▶ Python source
 
-Up to four Programs per model: value only, value + d outputs / d inputs, value + d outputs / d
-(inputs and parameters) (``total``: what autograd and calibration use), and (when the spec declares a
-``tangent``) value + the declared derivative blocks only (which may name parameters).
+One Program per model serves every call: value only, value + d outputs / d inputs (``jacobian``),
+value + d outputs / d (inputs and parameters) (``total``: what autograd and calibration use), and
+(when the spec declares a ``tangent``) value + the declared derivative blocks only (which may name
+parameters). Each statement carries the variants that need it; every backend emits the model once.
 """
 from __future__ import annotations
 
@@ -31,15 +32,38 @@ class Stage:
 
 @dataclass
 class Compiled:
-    """The result of compiling one model: its programs, the module source and the stages' record."""
+    """The result of compiling one model: its program (every variant, see :mod:`modelc.passes.variants`),
+    the module source and the stages' record. ``value``, ``full``, ``tangent`` and ``total`` are the
+    program's variants on their own (:func:`modelc.ir.view`)."""
 
     model: ir.Model
-    value: ir.Program
-    full: ir.Program
+    program: ir.Program
     source: str
     stages: list[Stage] = field(default_factory=list)
-    tangent: ir.Program | None = None  # the declared tangent blocks only (None: none declared)
-    total: ir.Program | None = None  # d outputs / d (inputs, parameters)
+
+    def _view(self, name: str) -> ir.Program | None:
+        if not any(v.name == name for v in self.program.variants):
+            return None
+        return ir.view(self.program, name)
+
+    @property
+    def value(self) -> ir.Program:
+        return self._view("value")
+
+    @property
+    def full(self) -> ir.Program:
+        """d outputs / d inputs (the ``jacobian`` variant)."""
+        return self._view("jacobian")
+
+    @property
+    def tangent(self) -> ir.Program | None:
+        """The declared tangent blocks only (None: none declared)."""
+        return self._view("tangent")
+
+    @property
+    def total(self) -> ir.Program | None:
+        """d outputs / d (inputs, parameters)."""
+        return self._view("total")
 
 
 def resolve_model(spec: ir.Spec, name: str) -> ir.Model:
@@ -96,6 +120,7 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
+    from modelc.passes.variants import split_variants, standard_variants
 
     stages: list[Stage] = []
 
@@ -112,16 +137,13 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
 
     model = run("compose", resolve_model, spec, name)
     model = run("differentiate", differentiate, model)
-    # Two programs: a call that does not ask for the tangent must not compute it.
-    value = run("cse-value", cse, run("lower-value", lower, model, derivatives=False))
-    full = run("cse-full", cse, run("lower-full", lower, model, derivatives=True))
-    total = run("cse-total", cse, run("lower-total", lower, model, derivatives=True, parameters=True))
-    tangent = None
+    # one program computes everything any call asks for; the variants pass tags each statement
+    # with the calls that need it (a call that does not ask for the tangent must not compute it)
+    program = run("cse", cse, run("lower", lower, model, derivatives=True, parameters=True))
     decl = declared_tangent(model)
-    if decl is not None:  # a third program: only the declared blocks (what a FE code asks for)
-        tangent = run("cse-tangent", cse, run("lower-tangent", lower, model, derivatives=True,
-                                              select=tangent_select(decl, model)))
-    return Compiled(model, value, full, "", stages, tangent, total)
+    select = tangent_select(decl, model) if decl is not None else None
+    program = run("variants", split_variants, program, standard_variants(program, select))
+    return Compiled(model, program, "", stages)
 
 
 def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOptions(),
@@ -132,8 +154,7 @@ def compile_model(spec: ir.Spec, name: str, options: CompileOptions = CompileOpt
     done = lower_model(spec, name, trace)
     t0 = time.perf_counter()
     with located_recursion(spec, name, "emit"):
-        done.source = emit_module(done.value, done.full, spec=spec, options=options, tangent=done.tangent,
-                                  total=done.total)
+        done.source = emit_module(done.program, spec=spec, options=options)
     done.stages.append(Stage("emit", done.source, time.perf_counter() - t0))
     return done
 

@@ -40,152 +40,8 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_value(X, P):
-    """elastic: outputs only (no derivative computed)."""
-    # inputs: column views of X
-    forces_E_0 = X[:, 0]
-    forces_E_1 = X[:, 1]
-    forces_E_2 = X[:, 2]
-    forces_E_3 = X[:, 3]
-    forces_E_4 = X[:, 4]
-    forces_E_5 = X[:, 5]
-    # parameters: column views of P ((1, np) shared or (B, np) per point)
-    p_E = P[:, 0]
-    p_nu = P[:, 1]
-    cse_0 = (p_E / (1.0 + p_nu))
-    cse_1 = (p_nu * cse_0 * (forces_E_0 + forces_E_1 + forces_E_2) / (1.0 - (2.0 * p_nu)))
-    state_S_0 = (cse_1 + (cse_0 * forces_E_0))
-    state_S_1 = (cse_1 + (cse_0 * forces_E_1))
-    state_S_2 = (cse_1 + (cse_0 * forces_E_2))
-    state_S_3 = (cse_0 * forces_E_3)
-    state_S_4 = (cse_0 * forces_E_4)
-    state_S_5 = (cse_0 * forces_E_5)
-    # outputs
-    Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
-    J = None
-    ST = None
-    return Y, J, ST
-
-def _torch_jacobian(X, P):
-    """elastic: outputs and d outputs / d inputs."""
-    # inputs: column views of X
-    forces_E_0 = X[:, 0]
-    forces_E_1 = X[:, 1]
-    forces_E_2 = X[:, 2]
-    forces_E_3 = X[:, 3]
-    forces_E_4 = X[:, 4]
-    forces_E_5 = X[:, 5]
-    # parameters: column views of P ((1, np) shared or (B, np) per point)
-    p_E = P[:, 0]
-    p_nu = P[:, 1]
-    d1 = (p_E / (1.0 + p_nu))
-    d2 = (p_nu * d1 / (1.0 - (2.0 * p_nu)))
-    cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2))
-    d3 = (d2 + d1)
-    state_S_0 = (cse_2 + (d1 * forces_E_0))
-    state_S_1 = (cse_2 + (d1 * forces_E_1))
-    state_S_2 = (cse_2 + (d1 * forces_E_2))
-    state_S_3 = (d1 * forces_E_3)
-    state_S_4 = (d1 * forces_E_4)
-    state_S_5 = (d1 * forces_E_5)
-    d4 = d2
-    d5 = d2
-    d6 = d3
-    d7 = d2
-    d8 = d2
-    d9 = d2
-    d10 = d3
-    d11 = d1
-    d12 = d1
-    # outputs
-    Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
-    # jacobian d outputs / d inputs (structurally zero blocks stay zero)
-    J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-    J[:, 0, 0] = d3
-    J[:, 0, 1] = d2
-    J[:, 0, 2] = d4
-    J[:, 1, 0] = d5
-    J[:, 1, 1] = d6
-    J[:, 1, 2] = d7
-    J[:, 2, 0] = d8
-    J[:, 2, 1] = d9
-    J[:, 2, 2] = d10
-    J[:, 3, 3] = d1
-    J[:, 4, 4] = d11
-    J[:, 5, 5] = d12
-    ST = None
-    return Y, J, ST
-
-def _torch_tangent(X, P):
-    """elastic: outputs and the tangent d(state/S) / d(forces/E) only."""
-    # inputs: column views of X
-    forces_E_0 = X[:, 0]
-    forces_E_1 = X[:, 1]
-    forces_E_2 = X[:, 2]
-    forces_E_3 = X[:, 3]
-    forces_E_4 = X[:, 4]
-    forces_E_5 = X[:, 5]
-    # parameters: column views of P ((1, np) shared or (B, np) per point)
-    p_E = P[:, 0]
-    p_nu = P[:, 1]
-    d1 = (p_E / (1.0 + p_nu))
-    d2 = (p_nu * d1 / (1.0 - (2.0 * p_nu)))
-    cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2))
-    d3 = (d2 + d1)
-    state_S_0 = (cse_2 + (d1 * forces_E_0))
-    state_S_1 = (cse_2 + (d1 * forces_E_1))
-    state_S_2 = (cse_2 + (d1 * forces_E_2))
-    state_S_3 = (d1 * forces_E_3)
-    state_S_4 = (d1 * forces_E_4)
-    state_S_5 = (d1 * forces_E_5)
-    d4 = d2
-    d5 = d2
-    d6 = d3
-    d7 = d2
-    d8 = d2
-    d9 = d2
-    d10 = d3
-    d11 = d1
-    d12 = d1
-    # outputs
-    Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
-    # jacobian d outputs / d inputs (structurally zero blocks stay zero)
-    J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-    J[:, 0, 0] = d3
-    J[:, 0, 1] = d2
-    J[:, 0, 2] = d4
-    J[:, 1, 0] = d5
-    J[:, 1, 1] = d6
-    J[:, 1, 2] = d7
-    J[:, 2, 0] = d8
-    J[:, 2, 1] = d9
-    J[:, 2, 2] = d10
-    J[:, 3, 3] = d1
-    J[:, 4, 4] = d11
-    J[:, 5, 5] = d12
-    ST = None
-    return Y, J, ST
-
-def _torch_total(X, P):
-    """elastic: outputs and d outputs / d (inputs, parameters)."""
+def _torch_eval(X, P, V):
+    """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
     forces_E_1 = X[:, 1]
@@ -205,38 +61,40 @@ def _torch_total(X, P):
     cse_6 = (p_nu * cse_5)
     d2 = (cse_6 * d1)
     cse_8 = (cse_3 * d2)
-    d3 = (d2 + d1)
-    cse_10 = (cse_3 * cse_6)
-    cse_11 = (cse_1 * cse_10)
-    cse_12 = (p_E / (cse_0 * cse_0))
-    cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (2.0 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
     state_S_0 = (cse_8 + (d1 * forces_E_0))
     state_S_1 = (cse_8 + (d1 * forces_E_1))
     state_S_2 = (cse_8 + (d1 * forces_E_2))
     state_S_3 = (d1 * forces_E_3)
     state_S_4 = (d1 * forces_E_4)
     state_S_5 = (d1 * forces_E_5)
-    d4 = d2
-    d5 = d2
-    d6 = d3
-    d7 = d2
-    d8 = d2
-    d9 = d2
-    d10 = d3
-    d11 = d1
-    d12 = d1
-    d13 = (cse_11 + (cse_1 * forces_E_0))
-    d14 = (cse_11 + (cse_1 * forces_E_1))
-    d15 = (cse_11 + (cse_1 * forces_E_2))
-    d16 = (cse_1 * forces_E_3)
-    d17 = (cse_1 * forces_E_4)
-    d18 = (cse_1 * forces_E_5)
-    d19 = (-cse_13 - (cse_12 * forces_E_0))
-    d20 = (-cse_13 - (cse_12 * forces_E_1))
-    d21 = (-cse_13 - (cse_12 * forces_E_2))
-    d22 = (-cse_12 * forces_E_3)
-    d23 = (-cse_12 * forces_E_4)
-    d24 = (-cse_12 * forces_E_5)
+    if V & 14:  # tangent, jacobian, total
+        d3 = (d2 + d1)
+        d4 = d2
+        d5 = d2
+        d6 = d3
+        d7 = d2
+        d8 = d2
+        d9 = d2
+        d10 = d3
+        d11 = d1
+        d12 = d1
+    if V & 8:  # total
+        cse_10 = (cse_3 * cse_6)
+        cse_11 = (cse_1 * cse_10)
+        cse_12 = (p_E / (cse_0 * cse_0))
+        cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (2.0 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
+        d13 = (cse_11 + (cse_1 * forces_E_0))
+        d14 = (cse_11 + (cse_1 * forces_E_1))
+        d15 = (cse_11 + (cse_1 * forces_E_2))
+        d16 = (cse_1 * forces_E_3)
+        d17 = (cse_1 * forces_E_4)
+        d18 = (cse_1 * forces_E_5)
+        d19 = (-cse_13 - (cse_12 * forces_E_0))
+        d20 = (-cse_13 - (cse_12 * forces_E_1))
+        d21 = (-cse_13 - (cse_12 * forces_E_2))
+        d22 = (-cse_12 * forces_E_3)
+        d23 = (-cse_12 * forces_E_4)
+        d24 = (-cse_12 * forces_E_5)
     # outputs
     Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
     Y[:, 0] = state_S_0
@@ -245,32 +103,50 @@ def _torch_total(X, P):
     Y[:, 3] = state_S_3
     Y[:, 4] = state_S_4
     Y[:, 5] = state_S_5
-    # jacobian d outputs / d inputs (structurally zero blocks stay zero)
-    J = torch.zeros((X.shape[0], 6, 8), dtype=X.dtype, device=X.device)
-    J[:, 0, 0] = d3
-    J[:, 0, 1] = d2
-    J[:, 0, 2] = d4
-    J[:, 0, 6] = d13
-    J[:, 0, 7] = d19
-    J[:, 1, 0] = d5
-    J[:, 1, 1] = d6
-    J[:, 1, 2] = d7
-    J[:, 1, 6] = d14
-    J[:, 1, 7] = d20
-    J[:, 2, 0] = d8
-    J[:, 2, 1] = d9
-    J[:, 2, 2] = d10
-    J[:, 2, 6] = d15
-    J[:, 2, 7] = d21
-    J[:, 3, 3] = d1
-    J[:, 3, 6] = d16
-    J[:, 3, 7] = d22
-    J[:, 4, 4] = d11
-    J[:, 4, 6] = d17
-    J[:, 4, 7] = d23
-    J[:, 5, 5] = d12
-    J[:, 5, 6] = d18
-    J[:, 5, 7] = d24
+    J = None
+    if V & 2:  # tangent
+        # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
+        J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
+        J[:, 0, 0] = d3
+        J[:, 0, 1] = d2
+        J[:, 0, 2] = d4
+        J[:, 1, 0] = d5
+        J[:, 1, 1] = d6
+        J[:, 1, 2] = d7
+        J[:, 2, 0] = d8
+        J[:, 2, 1] = d9
+        J[:, 2, 2] = d10
+        J[:, 3, 3] = d1
+        J[:, 4, 4] = d11
+        J[:, 5, 5] = d12
+    if V & 12:  # jacobian, total
+        # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
+        J = torch.zeros((X.shape[0], *((6, 6) if V == 4 else (6, 8))), dtype=X.dtype, device=X.device)
+        J[:, 0, 0] = d3
+        J[:, 0, 1] = d2
+        J[:, 0, 2] = d4
+        J[:, 1, 0] = d5
+        J[:, 1, 1] = d6
+        J[:, 1, 2] = d7
+        J[:, 2, 0] = d8
+        J[:, 2, 1] = d9
+        J[:, 2, 2] = d10
+        J[:, 3, 3] = d1
+        J[:, 4, 4] = d11
+        J[:, 5, 5] = d12
+        if V & 8:
+            J[:, 0, 6] = d13
+            J[:, 0, 7] = d19
+            J[:, 1, 6] = d14
+            J[:, 1, 7] = d20
+            J[:, 2, 6] = d15
+            J[:, 2, 7] = d21
+            J[:, 3, 6] = d16
+            J[:, 3, 7] = d22
+            J[:, 4, 6] = d17
+            J[:, 4, 7] = d23
+            J[:, 5, 6] = d18
+            J[:, 5, 7] = d24
     ST = None
     return Y, J, ST
 
@@ -300,274 +176,8 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel_value(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs only (no derivative computed)."""
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        row = offs.to(tl.int64)
-        # constants of the kernel dtype (a bare float literal would be fp32)
-        K0 = tl.full([], 1.0, DTYPE)
-        K1 = tl.full([], 2.0, DTYPE)
-        # inputs: one tile load of X, split into components (each read once)
-        _tile1 = tl.load(X + row[:, None] * x_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
-        cse_0 = (p_E / (K0 + p_nu))
-        cse_1 = (p_nu * cse_0 * (forces_E_0 + forces_E_1 + forces_E_2) / (K0 - (K1 * p_nu)))
-        state_S_0 = (cse_1 + (cse_0 * forces_E_0))
-        state_S_1 = (cse_1 + (cse_0 * forces_E_1))
-        state_S_2 = (cse_1 + (cse_0 * forces_E_2))
-        state_S_3 = (cse_0 * forces_E_3)
-        state_S_4 = (cse_0 * forces_E_4)
-        state_S_5 = (cse_0 * forces_E_5)
-        # outputs: every entry written once
-        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j22 = tl.join(state_S_0, state_S_2)
-        _j23 = tl.join(state_S_1, state_S_3)
-        _j24 = tl.join(_j22, _j23)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-
-    @triton.jit
-    def _kernel_jacobian(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs and d outputs / d inputs."""
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        row = offs.to(tl.int64)
-        # constants of the kernel dtype (a bare float literal would be fp32)
-        K0 = tl.full([], 1.0, DTYPE)
-        K1 = tl.full([], 2.0, DTYPE)
-        K2 = tl.full([], 0.0, DTYPE)
-        # inputs: one tile load of X, split into components (each read once)
-        _tile1 = tl.load(X + row[:, None] * x_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
-        d1 = (p_E / (K0 + p_nu))
-        d2 = (p_nu * d1 / (K0 - (K1 * p_nu)))
-        cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2))
-        d3 = (d2 + d1)
-        state_S_0 = (cse_2 + (d1 * forces_E_0))
-        state_S_1 = (cse_2 + (d1 * forces_E_1))
-        state_S_2 = (cse_2 + (d1 * forces_E_2))
-        state_S_3 = (d1 * forces_E_3)
-        state_S_4 = (d1 * forces_E_4)
-        state_S_5 = (d1 * forces_E_5)
-        d4 = d2
-        d5 = d2
-        d6 = d3
-        d7 = d2
-        d8 = d2
-        d9 = d2
-        d10 = d3
-        d11 = d1
-        d12 = d1
-        # outputs: every entry written once
-        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j22 = tl.join(state_S_0, state_S_2)
-        _j23 = tl.join(state_S_1, state_S_3)
-        _j24 = tl.join(_j22, _j23)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-        # jacobian d outputs / d inputs: every entry written once, zeros included
-        _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j28 = tl.join(d3, d4)
-        _j29 = tl.join(d2, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j30 = tl.join(_j28, _j29)
-        tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
-        _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
-        _j34 = tl.join(_j32, _j33)
-        tl.store(J + 4 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j36 = tl.join(d7, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j38 = tl.join(_j36, _j37)
-        tl.store(J + 8 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j40 = tl.join(d8, d10)
-        _j41 = tl.join(d9, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j42 = tl.join(_j40, _j41)
-        tl.store(J + 12 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j45 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j46 = tl.join(_j44, _j45)
-        tl.store(J + 16 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j49 = tl.join(d1, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j50 = tl.join(_j48, _j49)
-        tl.store(J + 20 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j54 = tl.join(_j52, _j53)
-        tl.store(J + 24 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j56 = tl.join(d11, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j58 = tl.join(_j56, _j57)
-        tl.store(J + 28 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
-        _j62 = tl.join(_j60, _j61)
-        tl.store(J + 32 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-
-    @triton.jit
-    def _kernel_tangent(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs and the tangent d(state/S) / d(forces/E) only."""
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        row = offs.to(tl.int64)
-        # constants of the kernel dtype (a bare float literal would be fp32)
-        K0 = tl.full([], 1.0, DTYPE)
-        K1 = tl.full([], 2.0, DTYPE)
-        K2 = tl.full([], 0.0, DTYPE)
-        # inputs: one tile load of X, split into components (each read once)
-        _tile1 = tl.load(X + row[:, None] * x_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
-        d1 = (p_E / (K0 + p_nu))
-        d2 = (p_nu * d1 / (K0 - (K1 * p_nu)))
-        cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2))
-        d3 = (d2 + d1)
-        state_S_0 = (cse_2 + (d1 * forces_E_0))
-        state_S_1 = (cse_2 + (d1 * forces_E_1))
-        state_S_2 = (cse_2 + (d1 * forces_E_2))
-        state_S_3 = (d1 * forces_E_3)
-        state_S_4 = (d1 * forces_E_4)
-        state_S_5 = (d1 * forces_E_5)
-        d4 = d2
-        d5 = d2
-        d6 = d3
-        d7 = d2
-        d8 = d2
-        d9 = d2
-        d10 = d3
-        d11 = d1
-        d12 = d1
-        # outputs: every entry written once
-        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j22 = tl.join(state_S_0, state_S_2)
-        _j23 = tl.join(state_S_1, state_S_3)
-        _j24 = tl.join(_j22, _j23)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-        # jacobian d outputs / d inputs: every entry written once, zeros included
-        _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j28 = tl.join(d3, d4)
-        _j29 = tl.join(d2, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j30 = tl.join(_j28, _j29)
-        tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
-        _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
-        _j34 = tl.join(_j32, _j33)
-        tl.store(J + 4 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j36 = tl.join(d7, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j38 = tl.join(_j36, _j37)
-        tl.store(J + 8 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j40 = tl.join(d8, d10)
-        _j41 = tl.join(d9, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j42 = tl.join(_j40, _j41)
-        tl.store(J + 12 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j45 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j46 = tl.join(_j44, _j45)
-        tl.store(J + 16 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j49 = tl.join(d1, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j50 = tl.join(_j48, _j49)
-        tl.store(J + 20 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j54 = tl.join(_j52, _j53)
-        tl.store(J + 24 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j56 = tl.join(d11, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j58 = tl.join(_j56, _j57)
-        tl.store(J + 28 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
-        _j62 = tl.join(_j60, _j61)
-        tl.store(J + 32 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-
-    @triton.jit
-    def _kernel_total(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs and d outputs / d (inputs, parameters)."""
+    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+        """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -607,38 +217,40 @@ if triton is not None:
         cse_6 = (p_nu * cse_5)
         d2 = (cse_6 * d1)
         cse_8 = (cse_3 * d2)
-        d3 = (d2 + d1)
-        cse_10 = (cse_3 * cse_6)
-        cse_11 = (cse_1 * cse_10)
-        cse_12 = (p_E / (cse_0 * cse_0))
-        cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (K1 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
         state_S_0 = (cse_8 + (d1 * forces_E_0))
         state_S_1 = (cse_8 + (d1 * forces_E_1))
         state_S_2 = (cse_8 + (d1 * forces_E_2))
         state_S_3 = (d1 * forces_E_3)
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
-        d4 = d2
-        d5 = d2
-        d6 = d3
-        d7 = d2
-        d8 = d2
-        d9 = d2
-        d10 = d3
-        d11 = d1
-        d12 = d1
-        d13 = (cse_11 + (cse_1 * forces_E_0))
-        d14 = (cse_11 + (cse_1 * forces_E_1))
-        d15 = (cse_11 + (cse_1 * forces_E_2))
-        d16 = (cse_1 * forces_E_3)
-        d17 = (cse_1 * forces_E_4)
-        d18 = (cse_1 * forces_E_5)
-        d19 = (-cse_13 - (cse_12 * forces_E_0))
-        d20 = (-cse_13 - (cse_12 * forces_E_1))
-        d21 = (-cse_13 - (cse_12 * forces_E_2))
-        d22 = (-cse_12 * forces_E_3)
-        d23 = (-cse_12 * forces_E_4)
-        d24 = (-cse_12 * forces_E_5)
+        if V & 14:  # tangent, jacobian, total
+            d3 = (d2 + d1)
+            d4 = d2
+            d5 = d2
+            d6 = d3
+            d7 = d2
+            d8 = d2
+            d9 = d2
+            d10 = d3
+            d11 = d1
+            d12 = d1
+        if V & 8:  # total
+            cse_10 = (cse_3 * cse_6)
+            cse_11 = (cse_1 * cse_10)
+            cse_12 = (p_E / (cse_0 * cse_0))
+            cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (K1 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
+            d13 = (cse_11 + (cse_1 * forces_E_0))
+            d14 = (cse_11 + (cse_1 * forces_E_1))
+            d15 = (cse_11 + (cse_1 * forces_E_2))
+            d16 = (cse_1 * forces_E_3)
+            d17 = (cse_1 * forces_E_4)
+            d18 = (cse_1 * forces_E_5)
+            d19 = (-cse_13 - (cse_12 * forces_E_0))
+            d20 = (-cse_13 - (cse_12 * forces_E_1))
+            d21 = (-cse_13 - (cse_12 * forces_E_2))
+            d22 = (-cse_12 * forces_E_3)
+            d23 = (-cse_12 * forces_E_4)
+            d24 = (-cse_12 * forces_E_5)
         # outputs: every entry written once
         _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
         _j22 = tl.join(state_S_0, state_S_2)
@@ -647,73 +259,131 @@ if triton is not None:
         tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
         _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-        # jacobian d outputs / d inputs: every entry written once, zeros included
-        _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j28 = tl.join(d3, d4)
-        _j29 = tl.join(d2, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j30 = tl.join(_j28, _j29)
-        tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d13)
-        _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d19)
-        _j34 = tl.join(_j32, _j33)
-        tl.store(J + 4 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j36 = tl.join(d5, d7)
-        _j37 = tl.join(d6, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j38 = tl.join(_j36, _j37)
-        tl.store(J + 8 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j40 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d14)
-        _j41 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d20)
-        _j42 = tl.join(_j40, _j41)
-        tl.store(J + 12 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j44 = tl.join(d8, d10)
-        _j45 = tl.join(d9, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j46 = tl.join(_j44, _j45)
-        tl.store(J + 16 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d15)
-        _j49 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d21)
-        _j50 = tl.join(_j48, _j49)
-        tl.store(J + 20 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d1)
-        _j54 = tl.join(_j52, _j53)
-        tl.store(J + 24 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j56 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d16)
-        _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d22)
-        _j58 = tl.join(_j56, _j57)
-        tl.store(J + 28 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j62 = tl.join(_j60, _j61)
-        tl.store(J + 32 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j64 = tl.join(d11, d17)
-        _j65 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d23)
-        _j66 = tl.join(_j64, _j65)
-        tl.store(J + 36 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero67 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j68 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j69 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j70 = tl.join(_j68, _j69)
-        tl.store(J + 40 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j72 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d18)
-        _j73 = tl.join(d12, d24)
-        _j74 = tl.join(_j72, _j73)
-        tl.store(J + 44 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if V & 2:  # tangent
+            # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
+            _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j28 = tl.join(d3, d4)
+            _j29 = tl.join(d2, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j30 = tl.join(_j28, _j29)
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
+            _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
+            _j34 = tl.join(_j32, _j33)
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j36 = tl.join(d7, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j38 = tl.join(_j36, _j37)
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j40 = tl.join(d8, d10)
+            _j41 = tl.join(d9, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j42 = tl.join(_j40, _j41)
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j45 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j46 = tl.join(_j44, _j45)
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j49 = tl.join(d1, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j50 = tl.join(_j48, _j49)
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j54 = tl.join(_j52, _j53)
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j56 = tl.join(d11, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j58 = tl.join(_j56, _j57)
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
+            _j62 = tl.join(_j60, _j61)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 12:  # jacobian, total
+            # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
+            _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j64 = tl.join(d3, d4)
+            _j65 = tl.join(d2, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j66 = tl.join(_j64, _j65)
+            _k67 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k67 + (_k67 // 6) * (2 * (V // 8)), tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero68 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j69 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
+            _j70 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
+            _j71 = tl.join(_j69, _j70)
+            _k72 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k72 + (_k72 // 6) * (2 * (V // 8)), tl.reshape(_j71, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero73 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j74 = tl.join(d7, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j75 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j76 = tl.join(_j74, _j75)
+            _k77 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k77 + (_k77 // 6) * (2 * (V // 8)), tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero78 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j79 = tl.join(d8, d10)
+            _j80 = tl.join(d9, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j81 = tl.join(_j79, _j80)
+            _k82 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k82 + (_k82 // 6) * (2 * (V // 8)), tl.reshape(_j81, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero83 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j84 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j85 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j86 = tl.join(_j84, _j85)
+            _k87 = tl.arange(0, 4)[None, :] + 16
+            tl.store(J + row[:, None] * j_stride + _k87 + (_k87 // 6) * (2 * (V // 8)), tl.reshape(_j86, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero88 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j89 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j90 = tl.join(d1, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j91 = tl.join(_j89, _j90)
+            _k92 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k92 + (_k92 // 6) * (2 * (V // 8)), tl.reshape(_j91, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero93 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j94 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j95 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j96 = tl.join(_j94, _j95)
+            _k97 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k97 + (_k97 // 6) * (2 * (V // 8)), tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero98 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j99 = tl.join(d11, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j100 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j101 = tl.join(_j99, _j100)
+            _k102 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k102 + (_k102 // 6) * (2 * (V // 8)), tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero103 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j104 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j105 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
+            _j106 = tl.join(_j104, _j105)
+            _k107 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k107 + (_k107 // 6) * (2 * (V // 8)), tl.reshape(_j106, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if V & 8:
+                _zero108 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j109 = tl.join(d13, d14)
+                _j110 = tl.join(d19, d20)
+                _j111 = tl.join(_j109, _j110)
+                _k112 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k112 // 2) * 8 + 6 + _k112 % 2, tl.reshape(_j111, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero113 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j114 = tl.join(d15, d16)
+                _j115 = tl.join(d21, d22)
+                _j116 = tl.join(_j114, _j115)
+                _k117 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k117 // 2) * 8 + 6 + _k117 % 2, tl.reshape(_j116, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero118 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j119 = tl.join(d17, d18)
+                _j120 = tl.join(d23, d24)
+                _j121 = tl.join(_j119, _j120)
+                _k122 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k122 // 2) * 8 + 6 + _k122 % 2, tl.reshape(_j121, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
-    _kernel_value = None
-    _kernel_jacobian = None
-    _kernel_tangent = None
-    _kernel_total = None
+    _kernel = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1000,175 +670,21 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->rnorm = (real *)(intptr_t)r[8];
 }
 
-static void block_value(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_x0[6 * MC_W];
-    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
-    real v_p[2 * MC_W];
-    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
-    real o_y[6 * MC_W];
-    MC_SIMD MC_LANES {
-        const real p_E = (v_p + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
-        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
-        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
-        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
-        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
-        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
-        const real cse_0 = (p_E / (((real)1.0) + p_nu));
-        const real cse_1 = (p_nu * cse_0 * (forces_E_0 + forces_E_1 + forces_E_2) / (((real)1.0) - (((real)2.0) * p_nu)));
-        const real state_S_0 = (cse_1 + (cse_0 * forces_E_0));
-        const real state_S_1 = (cse_1 + (cse_0 * forces_E_1));
-        const real state_S_2 = (cse_1 + (cse_0 * forces_E_2));
-        const real state_S_3 = (cse_0 * forces_E_3);
-        const real state_S_4 = (cse_0 * forces_E_4);
-        const real state_S_5 = (cse_0 * forces_E_5);
-        o_y[0 * MC_W + l] = state_S_0;
-        o_y[1 * MC_W + l] = state_S_1;
-        o_y[2 * MC_W + l] = state_S_2;
-        o_y[3 * MC_W + l] = state_S_3;
-        o_y[4 * MC_W + l] = state_S_4;
-        o_y[5 * MC_W + l] = state_S_5;
-    }
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
-}
-
-static void block_jacobian(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_x0[6 * MC_W];
-    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
-    real v_p[2 * MC_W];
-    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
-    real o_y[6 * MC_W];
-    real o_j[12 * MC_W];
-    static const int16_t jpos[12] = {0, 1, 2, 6, 7, 8, 12, 13, 14, 21, 28, 35};
-    MC_SIMD MC_LANES {
-        const real p_E = (v_p + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
-        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
-        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
-        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
-        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
-        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
-        const real d1 = (p_E / (((real)1.0) + p_nu));
-        const real d2 = (p_nu * d1 / (((real)1.0) - (((real)2.0) * p_nu)));
-        const real cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2));
-        const real d3 = (d2 + d1);
-        const real state_S_0 = (cse_2 + (d1 * forces_E_0));
-        const real state_S_1 = (cse_2 + (d1 * forces_E_1));
-        const real state_S_2 = (cse_2 + (d1 * forces_E_2));
-        const real state_S_3 = (d1 * forces_E_3);
-        const real state_S_4 = (d1 * forces_E_4);
-        const real state_S_5 = (d1 * forces_E_5);
-        const real d4 = d2;
-        const real d5 = d2;
-        const real d6 = d3;
-        const real d7 = d2;
-        const real d8 = d2;
-        const real d9 = d2;
-        const real d10 = d3;
-        const real d11 = d1;
-        const real d12 = d1;
-        o_y[0 * MC_W + l] = state_S_0;
-        o_y[1 * MC_W + l] = state_S_1;
-        o_y[2 * MC_W + l] = state_S_2;
-        o_y[3 * MC_W + l] = state_S_3;
-        o_y[4 * MC_W + l] = state_S_4;
-        o_y[5 * MC_W + l] = state_S_5;
-        o_j[0 * MC_W + l] = d3;
-        o_j[1 * MC_W + l] = d2;
-        o_j[2 * MC_W + l] = d4;
-        o_j[3 * MC_W + l] = d5;
-        o_j[4 * MC_W + l] = d6;
-        o_j[5 * MC_W + l] = d7;
-        o_j[6 * MC_W + l] = d8;
-        o_j[7 * MC_W + l] = d9;
-        o_j[8 * MC_W + l] = d10;
-        o_j[9 * MC_W + l] = d1;
-        o_j[10 * MC_W + l] = d11;
-        o_j[11 * MC_W + l] = d12;
-    }
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
-    for (int l = 0; l < nl; ++l) {
-        const int64_t i = i0 + l;
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 36; ++c) j[c] = (real)0;
-        for (int k = 0; k < 12; ++k) j[jpos[k]] = o_j[k * MC_W + l];
-    }
-}
-
-static void block_tangent(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_x0[6 * MC_W];
-    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
-    real v_p[2 * MC_W];
-    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
-    real o_y[6 * MC_W];
-    real o_j[12 * MC_W];
-    static const int16_t jpos[12] = {0, 1, 2, 6, 7, 8, 12, 13, 14, 21, 28, 35};
-    MC_SIMD MC_LANES {
-        const real p_E = (v_p + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
-        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
-        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
-        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
-        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
-        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
-        const real d1 = (p_E / (((real)1.0) + p_nu));
-        const real d2 = (p_nu * d1 / (((real)1.0) - (((real)2.0) * p_nu)));
-        const real cse_2 = (d2 * (forces_E_0 + forces_E_1 + forces_E_2));
-        const real d3 = (d2 + d1);
-        const real state_S_0 = (cse_2 + (d1 * forces_E_0));
-        const real state_S_1 = (cse_2 + (d1 * forces_E_1));
-        const real state_S_2 = (cse_2 + (d1 * forces_E_2));
-        const real state_S_3 = (d1 * forces_E_3);
-        const real state_S_4 = (d1 * forces_E_4);
-        const real state_S_5 = (d1 * forces_E_5);
-        const real d4 = d2;
-        const real d5 = d2;
-        const real d6 = d3;
-        const real d7 = d2;
-        const real d8 = d2;
-        const real d9 = d2;
-        const real d10 = d3;
-        const real d11 = d1;
-        const real d12 = d1;
-        o_y[0 * MC_W + l] = state_S_0;
-        o_y[1 * MC_W + l] = state_S_1;
-        o_y[2 * MC_W + l] = state_S_2;
-        o_y[3 * MC_W + l] = state_S_3;
-        o_y[4 * MC_W + l] = state_S_4;
-        o_y[5 * MC_W + l] = state_S_5;
-        o_j[0 * MC_W + l] = d3;
-        o_j[1 * MC_W + l] = d2;
-        o_j[2 * MC_W + l] = d4;
-        o_j[3 * MC_W + l] = d5;
-        o_j[4 * MC_W + l] = d6;
-        o_j[5 * MC_W + l] = d7;
-        o_j[6 * MC_W + l] = d8;
-        o_j[7 * MC_W + l] = d9;
-        o_j[8 * MC_W + l] = d10;
-        o_j[9 * MC_W + l] = d1;
-        o_j[10 * MC_W + l] = d11;
-        o_j[11 * MC_W + l] = d12;
-    }
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
-    for (int l = 0; l < nl; ++l) {
-        const int64_t i = i0 + l;
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 36; ++c) j[c] = (real)0;
-        for (int k = 0; k < 12; ++k) j[jpos[k]] = o_j[k * MC_W + l];
-    }
-}
-
-static void block_total(const mc_args *restrict a, const int64_t i0, const int nl) {
+MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
     real v_x0[6 * MC_W];
     mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
     real v_p[2 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
     real o_j[24 * MC_W];
-    static const int16_t jpos[24] = {0, 1, 2, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 22, 23, 27, 30, 31, 36, 38, 39, 45, 46, 47};
+    real v_cse_0[MC_W];
+    real v_cse_1[MC_W];
+    real v_d1[MC_W];
+    real v_cse_3[MC_W];
+    real v_cse_4[MC_W];
+    real v_cse_5[MC_W];
+    real v_cse_6[MC_W];
+    real v_d2[MC_W];
     MC_SIMD MC_LANES {
         const real p_nu = (v_p + 1 * MC_W)[l];
         const real p_E = (v_p + 0 * MC_W)[l];
@@ -1181,81 +697,124 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         const real cse_0 = (((real)1.0) + p_nu);
         const real cse_1 = (((real)1.0) / cse_0);
         const real d1 = (p_E * cse_1);
+        if (V & 14) o_j[9 * MC_W + l] = d1;
         const real cse_3 = (forces_E_0 + forces_E_1 + forces_E_2);
         const real cse_4 = (((real)1.0) - (((real)2.0) * p_nu));
         const real cse_5 = (((real)1.0) / cse_4);
         const real cse_6 = (p_nu * cse_5);
         const real d2 = (cse_6 * d1);
+        if (V & 14) o_j[1 * MC_W + l] = d2;
         const real cse_8 = (cse_3 * d2);
-        const real d3 = (d2 + d1);
-        const real cse_10 = (cse_3 * cse_6);
-        const real cse_11 = (cse_1 * cse_10);
-        const real cse_12 = (p_E / (cse_0 * cse_0));
-        const real cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (((real)2.0) * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)));
         const real state_S_0 = (cse_8 + (d1 * forces_E_0));
-        const real state_S_1 = (cse_8 + (d1 * forces_E_1));
-        const real state_S_2 = (cse_8 + (d1 * forces_E_2));
-        const real state_S_3 = (d1 * forces_E_3);
-        const real state_S_4 = (d1 * forces_E_4);
-        const real state_S_5 = (d1 * forces_E_5);
-        const real d4 = d2;
-        const real d5 = d2;
-        const real d6 = d3;
-        const real d7 = d2;
-        const real d8 = d2;
-        const real d9 = d2;
-        const real d10 = d3;
-        const real d11 = d1;
-        const real d12 = d1;
-        const real d13 = (cse_11 + (cse_1 * forces_E_0));
-        const real d14 = (cse_11 + (cse_1 * forces_E_1));
-        const real d15 = (cse_11 + (cse_1 * forces_E_2));
-        const real d16 = (cse_1 * forces_E_3);
-        const real d17 = (cse_1 * forces_E_4);
-        const real d18 = (cse_1 * forces_E_5);
-        const real d19 = (-cse_13 - (cse_12 * forces_E_0));
-        const real d20 = (-cse_13 - (cse_12 * forces_E_1));
-        const real d21 = (-cse_13 - (cse_12 * forces_E_2));
-        const real d22 = (-cse_12 * forces_E_3);
-        const real d23 = (-cse_12 * forces_E_4);
-        const real d24 = (-cse_12 * forces_E_5);
         o_y[0 * MC_W + l] = state_S_0;
+        const real state_S_1 = (cse_8 + (d1 * forces_E_1));
         o_y[1 * MC_W + l] = state_S_1;
+        const real state_S_2 = (cse_8 + (d1 * forces_E_2));
         o_y[2 * MC_W + l] = state_S_2;
+        const real state_S_3 = (d1 * forces_E_3);
         o_y[3 * MC_W + l] = state_S_3;
+        const real state_S_4 = (d1 * forces_E_4);
         o_y[4 * MC_W + l] = state_S_4;
+        const real state_S_5 = (d1 * forces_E_5);
         o_y[5 * MC_W + l] = state_S_5;
-        o_j[0 * MC_W + l] = d3;
-        o_j[1 * MC_W + l] = d2;
-        o_j[2 * MC_W + l] = d4;
-        o_j[3 * MC_W + l] = d13;
-        o_j[4 * MC_W + l] = d19;
-        o_j[5 * MC_W + l] = d5;
-        o_j[6 * MC_W + l] = d6;
-        o_j[7 * MC_W + l] = d7;
-        o_j[8 * MC_W + l] = d14;
-        o_j[9 * MC_W + l] = d20;
-        o_j[10 * MC_W + l] = d8;
-        o_j[11 * MC_W + l] = d9;
-        o_j[12 * MC_W + l] = d10;
-        o_j[13 * MC_W + l] = d15;
-        o_j[14 * MC_W + l] = d21;
-        o_j[15 * MC_W + l] = d1;
-        o_j[16 * MC_W + l] = d16;
-        o_j[17 * MC_W + l] = d22;
-        o_j[18 * MC_W + l] = d11;
-        o_j[19 * MC_W + l] = d17;
-        o_j[20 * MC_W + l] = d23;
-        o_j[21 * MC_W + l] = d12;
-        o_j[22 * MC_W + l] = d18;
-        o_j[23 * MC_W + l] = d24;
+        v_cse_0[l] = cse_0;
+        v_cse_1[l] = cse_1;
+        v_d1[l] = d1;
+        v_cse_3[l] = cse_3;
+        v_cse_4[l] = cse_4;
+        v_cse_5[l] = cse_5;
+        v_cse_6[l] = cse_6;
+        v_d2[l] = d2;
     }
+    if (V & 14) {
+        MC_SIMD MC_LANES {
+            const real d2 = v_d2[l];
+            const real d1 = v_d1[l];
+            const real d3 = (d2 + d1);
+            o_j[0 * MC_W + l] = d3;
+            const real d4 = d2;
+            o_j[2 * MC_W + l] = d4;
+            const real d5 = d2;
+            o_j[3 * MC_W + l] = d5;
+            const real d6 = d3;
+            o_j[4 * MC_W + l] = d6;
+            const real d7 = d2;
+            o_j[5 * MC_W + l] = d7;
+            const real d8 = d2;
+            o_j[6 * MC_W + l] = d8;
+            const real d9 = d2;
+            o_j[7 * MC_W + l] = d9;
+            const real d10 = d3;
+            o_j[8 * MC_W + l] = d10;
+            const real d11 = d1;
+            o_j[10 * MC_W + l] = d11;
+            const real d12 = d1;
+            o_j[11 * MC_W + l] = d12;
+        }
+    }
+    if (V & 8) {
+        MC_SIMD MC_LANES {
+            const real cse_3 = v_cse_3[l];
+            const real cse_6 = v_cse_6[l];
+            const real cse_1 = v_cse_1[l];
+            const real p_E = (v_p + 0 * MC_W)[l];
+            const real cse_0 = v_cse_0[l];
+            const real p_nu = (v_p + 1 * MC_W)[l];
+            const real cse_4 = v_cse_4[l];
+            const real cse_5 = v_cse_5[l];
+            const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
+            const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
+            const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+            const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
+            const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
+            const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
+            const real cse_10 = (cse_3 * cse_6);
+            const real cse_11 = (cse_1 * cse_10);
+            const real cse_12 = (p_E / (cse_0 * cse_0));
+            const real cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (((real)2.0) * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)));
+            const real d13 = (cse_11 + (cse_1 * forces_E_0));
+            o_j[12 * MC_W + l] = d13;
+            const real d14 = (cse_11 + (cse_1 * forces_E_1));
+            o_j[14 * MC_W + l] = d14;
+            const real d15 = (cse_11 + (cse_1 * forces_E_2));
+            o_j[16 * MC_W + l] = d15;
+            const real d16 = (cse_1 * forces_E_3);
+            o_j[18 * MC_W + l] = d16;
+            const real d17 = (cse_1 * forces_E_4);
+            o_j[20 * MC_W + l] = d17;
+            const real d18 = (cse_1 * forces_E_5);
+            o_j[22 * MC_W + l] = d18;
+            const real d19 = (-cse_13 - (cse_12 * forces_E_0));
+            o_j[13 * MC_W + l] = d19;
+            const real d20 = (-cse_13 - (cse_12 * forces_E_1));
+            o_j[15 * MC_W + l] = d20;
+            const real d21 = (-cse_13 - (cse_12 * forces_E_2));
+            o_j[17 * MC_W + l] = d21;
+            const real d22 = (-cse_12 * forces_E_3);
+            o_j[19 * MC_W + l] = d22;
+            const real d23 = (-cse_12 * forces_E_4);
+            o_j[21 * MC_W + l] = d23;
+            const real d24 = (-cse_12 * forces_E_5);
+            o_j[23 * MC_W + l] = d24;
+        }
+    }
+    static const int16_t jt1[24][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}, {12, 0, 6}, {13, 0, 7}, {14, 1, 6}, {15, 1, 7}, {16, 2, 6}, {17, 2, 7}, {18, 3, 6}, {19, 3, 7}, {20, 4, 6}, {21, 4, 7}, {22, 5, 6}, {23, 5, 7}};
+    static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}};
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 48; ++c) j[c] = (real)0;
-        for (int k = 0; k < 24; ++k) j[jpos[k]] = o_j[k * MC_W + l];
+        if (V == 2) {
+            real *j = a->j + i * a->js;
+            for (int c = 0; c < 36; ++c) j[c] = (real)0;
+            for (int k = 0; k < 12; ++k)
+                j[jt0[k][1] * 6 + jt0[k][2]] = o_j[jt0[k][0] * MC_W + l];
+        }
+        if (V == 4 || V == 8) {
+            real *j = a->j + i * a->js;
+            for (int c = 0; c < (V == 4 ? 36 : 48); ++c) j[c] = (real)0;
+            for (int k = 0; k < (V == 4 ? 12 : 24); ++k)
+                j[jt1[k][1] * (V == 4 ? 6 : 8) + jt1[k][2]] = o_j[jt1[k][0] * MC_W + l];
+        }
     }
 }
 
@@ -1269,22 +828,7 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * MC_W;
-        block_value(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
-    }
-    (void)threads;
-}
-
-/* elastic: outputs and d outputs / d inputs (6 x 6 per point) */
-void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
-    mc_args a;
-    mc_unpack(args, &a);
-    const int64_t nb = (n + MC_W - 1) / MC_W;
-#ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
-#endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_jacobian(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
     }
     (void)threads;
 }
@@ -1299,7 +843,22 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * MC_W;
-        block_tangent(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    }
+    (void)threads;
+}
+
+/* elastic: outputs and d outputs / d inputs (6 x 6 per point) */
+void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
+    mc_args a;
+    mc_unpack(args, &a);
+    const int64_t nb = (n + MC_W - 1) / MC_W;
+#ifdef _OPENMP
+    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+#endif
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t i0 = b * MC_W;
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
     }
     (void)threads;
 }
@@ -1314,7 +873,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * MC_W;
-        block_total(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
     }
     (void)threads;
 }
@@ -1344,17 +903,12 @@ class Model(CompiledModel):
     FORCES = ()  # (force, old force) pairs, for sub-stepping
     IMPLICIT = False
     SOLVER = {}
-    CONSTANT_JACOBIAN = ('jacobian', 'tangent')  # variants whose Jacobian depends on parameters only
+    CONSTANT_JACOBIAN = ('tangent', 'jacobian')  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None
 
-    torch_value = staticmethod(_torch_value)
-    torch_jacobian = staticmethod(_torch_jacobian)
-    kernel_value = _kernel_value
-    kernel_jacobian = _kernel_jacobian
-    torch_tangent = staticmethod(_torch_tangent)
-    kernel_tangent = _kernel_tangent
-    torch_total = staticmethod(_torch_total)
-    kernel_total = _kernel_total
+    VARIANTS = {'value': 1, 'tangent': 2, 'jacobian': 4, 'total': 8}  # what a call can ask for -> its bit V
+    torch_eval = staticmethod(_torch_eval)
+    kernel = _kernel
     c_source = C_SOURCE

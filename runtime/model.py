@@ -2,9 +2,9 @@
 
 A generated module defines ``class Model(CompiledModel)`` with class attributes describing the model
 (``INPUTS``, ``OUTPUTS``, ``PARAMETERS``, ``STATE``, ``FORCES``, ``IMPLICIT``, ``SOLVER``, ``BAKED``)
-and entry points: ``torch_value`` / ``torch_jacobian`` (generated PyTorch functions),
-``kernel_value`` / ``kernel_jacobian`` (Triton kernels) and ``c_source`` (the C backend's source,
-built by :mod:`modelc.runtime.cbuild`). Backends: ``"torch"``, ``"triton"`` (CUDA, or the interpreter),
+and entry points: ``torch_eval`` (the generated PyTorch function), ``kernel`` (the Triton kernel),
+each taking the bit of the variant asked for (``VARIANTS``), and ``c_source`` (the C backend's
+source, one entry point per variant, built by :mod:`modelc.runtime.cbuild`). Backends: ``"torch"``, ``"triton"`` (CUDA, or the interpreter),
 ``"c"`` (CPU); ``"auto"`` picks Triton on CUDA, C on the CPU when a compiler builds it, else PyTorch
 (see docs/backends.md). Everything else — validation at the call
 boundary, parameter handling, backend choice, launch, labeled results, convergence status and
@@ -275,13 +275,11 @@ class CompiledModel(torch.nn.Module):
     CONSTANT_JACOBIAN: tuple[str, ...] = ()  # variants whose Jacobian depends on the parameters only
     INITIAL: tuple[VariableInfo, ...] = ()  # state variables with a declared initial value
     torch_initial: Any = None  # (X (rows, 0), P) -> (Y, None, None) on the INITIAL axis
-    torch_jacobian: Any = None
-    torch_tangent: Any = None
-    torch_total: Any = None  # d outputs / d (inputs, parameters): J (B, ny, nx + np)
-    kernel_value: Any = None
-    kernel_jacobian: Any = None
-    kernel_tangent: Any = None
-    kernel_total: Any = None
+    #: what a call can ask for -> the bit ``V`` the generated function and kernel take: ``value``,
+    #: ``jacobian`` (J (B, ny, nx)), ``tangent`` (declared blocks), ``total`` (J (B, ny, nx + np))
+    VARIANTS: dict = {}
+    torch_eval: Any = None  # (X, P, V) -> (Y, J or None, ST or None)
+    kernel: Any = None  # the Triton kernel (V: constexpr), None without triton
     c_source: str | None = None  # the C backend's source (modelc.backends.c_backend), if generated
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
@@ -318,7 +316,7 @@ class CompiledModel(torch.nn.Module):
             raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
         self._clib = None
         if backend == "auto":
-            backend = "triton" if (self.device.type == "cuda" and self.kernel_value is not None) else "torch"
+            backend = "triton" if (self.device.type == "cuda" and self.kernel is not None) else "torch"
             if self.device.type == "cpu" and self.c_source:
                 backend = self._auto_c()
         elif backend == "c":
@@ -332,7 +330,7 @@ class CompiledModel(torch.nn.Module):
 
             self._clib = load_library(self.c_source, self.NAME, dtype)
         if backend == "triton":
-            if self.kernel_value is None:
+            if self.kernel is None:
                 raise InputError(f"model {self.NAME}: backend='triton' needs the triton package, which is "
                                  "not installed (Linux: pip install 'modelc[gpu]'); backend='c' or "
                                  "'torch' run without it")
@@ -564,7 +562,7 @@ class CompiledModel(torch.nn.Module):
 
     def _check_total(self) -> None:
         """An InputError when this generated module has no ``total`` variant (it predates it)."""
-        if self.torch_total is None or (self.backend == "c" and "total" not in self._clib.entry):
+        if "total" not in self.VARIANTS or (self.backend == "c" and "total" not in self._clib.entry):
             raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
                              "to parameters (it predates them): regenerate it with `modelc compile`")
 
@@ -721,9 +719,7 @@ class CompiledModel(torch.nn.Module):
         :attr:`tangent_axes`, from the tangent variant)."""
         variant = self._variant(derivatives)
         if self.backend == "torch":
-            fn = {None: self.torch_value, "jacobian": self.torch_jacobian, "tangent": self.torch_tangent,
-                  "total": self.torch_total}[variant]
-            return fn(X, P)
+            return self.torch_eval(X, P, self.VARIANTS[variant or "value"])
         if self.backend == "c":
             return self._run_c(X, P, variant)
         return self._launch(X, P, variant, shared, overrides or {})
@@ -784,12 +780,10 @@ class CompiledModel(torch.nn.Module):
                                  f"be one shared value, got {v.numel() // max(len(args), 1)} values")
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
-        kernel = {None: self.kernel_value, "jacobian": self.kernel_jacobian, "tangent": self.kernel_tangent,
-                  "total": self.kernel_total}[variant]
         grid = (triton.cdiv(B, block),)
-        kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
+        self.kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
-                     J.stride(0) if J is not None else 0, 3, **consts,
+                     J.stride(0) if J is not None else 0, 3, **consts, V=self.VARIANTS[variant or "value"],
                      DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
                      EPS=torch.finfo(self.dtype).eps, BLOCK=block)
         return Y, J, ST

@@ -40,7 +40,7 @@ from modelc import __version__, ir
 from modelc.backends.c_printer import CPrinter
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, status_symbols
+from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
 from modelc.errors import InternalError
 
 # C keywords and the names the generated code uses itself (never given to a symbol)
@@ -62,6 +62,7 @@ class _Loop:
 
     ops: list = field(default_factory=list)
     pragma: str = "MC_SIMD"
+    mask: int = 0  # the variants that run it (0 or the block's every variant: unguarded)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class _Call:
     lines: object
     defines: tuple[sp.Symbol, ...] = ()
     reads: tuple[sp.Symbol, ...] = ()
+    mask: int = 0
 
 
 class _Code:
@@ -136,10 +138,11 @@ def _text(code: "_Code", e) -> str:
     return code.expr(e)
 
 
-def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str]) -> list[str]:
+def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0) -> list[str]:
     """C lines for a sequence of lane loops and calls. ``arrays`` maps every symbol a loop may load
     to its lane array (``v_x``, read as ``v_x[l]``); a symbol defined in one loop and read by a later
-    one gets an array ``v_<name>[MC_W]`` (declared first) and is stored there."""
+    one gets an array ``v_<name>[MC_W]`` (declared first) and is stored there. Consecutive items of
+    one mask other than 0 and ``full`` run under ``if (V & mask)``."""
     later: list[set] = [set() for _ in items]  # symbols read by the items after k
     acc: set = set()
     for k in range(len(items) - 1, -1, -1):
@@ -157,13 +160,29 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str]) -> list[str]:
             acc = (acc - set(it.defines)) | set(it.reads)
     homes = dict(arrays)
     decls, body = [], []
+    guard = 0
+
+    def enter(mask: int) -> None:
+        nonlocal guard
+        mask = 0 if mask == full else mask
+        if mask != guard:
+            if guard:
+                body.append("}")
+            if mask:
+                body.append(f"if (V & {mask}) {{")
+            guard = mask
+
+    def emit(lines) -> None:
+        body.extend(("    " + x if guard else x) for x in lines)
+
     for k, it in enumerate(items):
         if isinstance(it, _Call):
             for s in it.defines:
                 if s not in homes:
                     homes[s] = f"v_{code.name(s)}"
                     decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
-            body += it.lines(homes) if callable(it.lines) else it.lines
+            enter(it.mask)
+            emit(it.lines(homes) if callable(it.lines) else it.lines)
             continue
         defined: dict[sp.Symbol, None] = {}
         loads: dict[sp.Symbol, None] = {}
@@ -195,7 +214,9 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str]) -> list[str]:
         lines += [f"{homes[s]}[l] = {code.name(s)};" for s in stores]
         if not lines:
             continue
-        body += [f"{it.pragma} MC_LANES {{"] + ["    " + x for x in lines] + ["}"]
+        enter(it.mask)
+        emit([f"{it.pragma} MC_LANES {{"] + ["    " + x for x in lines] + ["}"])
+    enter(0)
     return decls + body
 
 
@@ -272,9 +293,18 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     return fname
 
 
-def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: bool, fname: str) -> str:
-    """``static void <fname>(const mc_args *a, int64_t i0, int nl)``: lanes ``0 .. nl-1`` of the block
-    at point ``i0`` (the lanes beyond repeat the last point: they compute, nothing is stored)."""
+def _guard(m: int, full: int) -> str:
+    return "" if m == full else f"V & {m}"
+
+
+def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
+    """``MC_INLINE void block_eval(const mc_args *a, int64_t i0, int nl, int V)``: lanes ``0 .. nl-1``
+    of the block at point ``i0`` for variant bit ``V`` (the lanes beyond repeat the last point: they
+    compute, nothing is stored). Each entry point calls it with a constant ``V``: the C compiler
+    inlines it and drops every guarded group the variant does not need."""
+    variants = ir.variants_of(program)
+    full = sum(v.bit for v in variants)
+    masks = program.masks or (full,) * len(program.body)
     # each input variable (and the parameters) staged lane-major in one array, entry c of lane l at
     # v_x<v>[c * MC_W + l] (mc_load: 4 x 4 tiles transposed in registers where it can)
     homes, stage = {}, []
@@ -287,28 +317,40 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: boo
         stage.append(f"real v_p[{layout.np} * MC_W];")
         stage.append(f"mc_load(v_p, a->p + i0 * a->ps, a->ps, {layout.np}, nl);")
         homes.update({s: f"(v_p + {c} * MC_W)" for s, c in params})
+    status = status_symbols(program)
+    ok = status.get("converged")
+    stores = _Stores(program, layout, ok)
+    # where each staged value is written: right after the last assignment of its symbol when that
+    # comes after the status is known, else in a final loop
+    last = {st.target: k for k, st in enumerate(program.body) if isinstance(st, ir.Assign)}
+    ready = 0 if ok is None else max((k for k, st in enumerate(program.body) if ok in ir.analysis.writes(st)),
+                                     default=len(program.body))
     items: list = []
-    cur = _Loop()
+    cur = _Loop(mask=full)
     n_ls = 0
-    for st in program.body:
+    for k, (st, m) in enumerate(zip(program.body, masks)):
+        if m != cur.mask and not isinstance(st, ir.Newton):
+            items.append(cur)
+            cur = _Loop(mask=m)
         if isinstance(st, ir.Assign):
             cur.ops.append((st.target, None, st.value))
+            if last[st.target] == k and k >= ready:
+                cur.ops += stores.at(st.target, m)
         elif isinstance(st, ir.LinearSolve):
             n_ls += 1
-            n, m = len(st.A), (len(st.B[0]) if st.B else 0)
+            n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
             A, B = f"mc_ls{n_ls}_A", f"mc_ls{n_ls}_B"
             for i in range(n):
                 for j in range(n):
                     cur.ops.append((None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]))
-                for c in range(m):
-                    cur.ops.append((None, f"{B}[{i * m + c} * MC_W + l]", st.B[i][c]))
-            targets = tuple(t for row in st.targets for t in row)
+                for c in range(mm):
+                    cur.ops.append((None, f"{B}[{i * mm + c} * MC_W + l]", st.B[i][c]))
             for i, row in enumerate(st.targets):
                 for c, t in enumerate(row):
-                    homes[t] = f"({B} + {i * m + c} * MC_W)"
-            stage.append(f"real {A}[{n * n} * MC_W], {B}[{n * m} * MC_W];")
-            items += [cur, _Call([f"mc_lu_solve({n}, {m}, {A}, {B});"], ())]
-            cur = _Loop()
+                    homes[t] = f"({B} + {i * mm + c} * MC_W)"
+            stage.append(f"real {A}[{n * n} * MC_W], {B}[{n * mm} * MC_W];")
+            items += [cur, _Call([f"mc_lu_solve({n}, {mm}, {A}, {B});"], (), (), m)]
+            cur = _Loop(mask=m)
         elif isinstance(st, ir.Newton):
             fn = _newton_function(code, st)
             exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
@@ -317,50 +359,117 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout, deriv: boo
             ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
             outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
             items += [cur, _Call(lambda h, fn=fn, args=ins + outs: [f"{fn}({', '.join(h[s] for s in args)});"],
-                                 outs, ins)]
-            cur = _Loop()
+                                 outs, ins, m)]
+            cur = _Loop(mask=m)
         else:
             raise InternalError(f"unknown statement {type(st).__name__}")
-    status = status_symbols(program)
-    ok = status.get("converged")
-    out_lines = []
-    ny = layout.ny
-    for col, e in layout.output_entries(program):
-        cur.ops.append((None, f"o_y[{col} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
-    out_lines.append(f"real o_y[{ny} * MC_W];")
-    # the staged lane-major blocks go out row by row (mc_store: 4 x 4 tiles transposed in registers
-    # where it can); a sparse Jacobian and the status lane by lane
-    store = [f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {ny}, nl);"]
-    lane = []
-    if deriv:
-        nty, ntx = layout.jacobian_shape(program)
-        nz = [(r * ntx + c, e) for (r, c), e in layout.jacobian_entries(program) if not (e.is_Number and e == 0)]
-        for k, (_, e) in enumerate(nz):
-            cur.ops.append((None, f"o_j[{k} * MC_W + l]", ("{0} ? {1} : MC_NAN", (ok, e)) if ok is not None else e))
-        out_lines.append(f"real o_j[{max(len(nz), 1)} * MC_W];")
-        if [i for i, _ in nz] == list(range(nty * ntx)):
-            store.append(f"mc_store(a->j + i0 * a->js, a->js, o_j, {nty * ntx}, nl);")
-        else:
-            lane.append("    real *j = a->j + i * a->js;")
-            zero = "o_c[l] ? (real)0 : MC_NAN" if ok is not None else "(real)0"
-            lane.append(f"    for (int c = 0; c < {nty * ntx}; ++c) j[c] = {zero};")
-            idx = ", ".join(str(i) for i, _ in nz)
-            out_lines.append(f"static const int16_t jpos[{max(len(nz), 1)}] = {{{idx or '0'}}};")
-            lane.append(f"    for (int k = 0; k < {len(nz)}; ++k) j[jpos[k]] = o_j[k * MC_W + l];")
-    if ok is not None:
-        out_lines.append("int o_c[MC_W], o_it[MC_W];")
-        out_lines.append("real o_r[MC_W];")
-        cur.ops += [(None, "o_c[l]", ok), (None, "o_it[l]", status["iterations"]),
-                    (None, "o_r[l]", status["residual_norm"])]
-        lane += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
-                 "    a->rnorm[i] = o_r[l];"]
-    if lane:
-        store += ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;"] + lane + ["}"]
     items.append(cur)
-    lines = _emit_loops(code, items, homes)
-    body = stage + out_lines + lines + store
-    head = f"static void {fname}(const mc_args *restrict a, const int64_t i0, const int nl) {{"
+    items += stores.rest(full)
+    if ok is not None:
+        items.append(_Loop([(None, "o_c[l]", ok), (None, "o_it[l]", status["iterations"]),
+                            (None, "o_r[l]", status["residual_norm"])], mask=full))
+    lines = _emit_loops(code, items, homes, full)
+    body = stage + stores.declarations() + lines + stores.lines()
+    head = "MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {"
     return "\n".join([head] + ["    " + x for x in body] + ["}"])
+
+
+class _Stores:
+    """The outputs and each variant's Jacobian: values staged lane-major in ``o_y`` / ``o_j`` (one slot
+    per distinct entry, shared by the variants that return it), then written to the caller's rows
+    (``mc_store``: 4 x 4 tiles transposed in registers where it can; a sparse or shared Jacobian
+    through a table of (slot, row, column)). ``jacobian`` and ``total`` share one table: their
+    d / d inputs entries sit at the same rows and columns (``total`` rows are wider), the
+    parameter columns of ``total`` follow in the table."""
+
+    def __init__(self, program: ir.Program, layout: Layout, ok):
+        self.ok, self.layout = ok, layout
+        self.y = list(layout.output_entries(program))
+        self.slots: dict[sp.Expr, int] = {}
+        self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
+        self.tables = []  # (the group's variants and shapes, [(slot, row, column)], entries per variant)
+        for group in jacobian_groups(program, layout):
+            table, counts = [], []
+            for k, (v, _, entries) in enumerate(group):
+                for (r, c), e in entries:
+                    self.slots.setdefault(e, len(self.slots))
+                    self.bits[e] = self.bits.get(e, 0) | sum(w.bit for w, _, _ in group[k:])
+                    table.append((self.slots[e], r, c))
+                counts.append(len(table))
+            self.tables.append(([(v, shape) for v, shape, _ in group], table, counts))
+        self.staged: set = set()
+
+    def _value(self, e):
+        return ("{0} ? {1} : MC_NAN", (self.ok, e)) if self.ok is not None else e
+
+    def at(self, sym: sp.Symbol, mask: int) -> list:
+        """Staging ops for the outputs and entries that are ``sym`` itself (in the loop assigning it)."""
+        ops = []
+        for col, e in self.y:
+            if e == sym and ("y", col) not in self.staged:
+                self.staged.add(("y", col))
+                ops.append((None, f"o_y[{col} * MC_W + l]", self._value(e)))
+        if sym in self.slots and sym not in self.staged:
+            self.staged.add(sym)
+            cond = "" if mask & ~self.bits[sym] == 0 else f"if (V & {self.bits[sym]}) "
+            ops.append((None, f"{cond}o_j[{self.slots[sym]} * MC_W + l]", self._value(sym)))
+        return ops
+
+    def rest(self, full: int) -> list:
+        """Final loops (one per set of variants) for what was not staged where it was computed."""
+        by_mask: dict[int, _Loop] = {}
+        for col, e in self.y:
+            if ("y", col) not in self.staged:
+                by_mask.setdefault(full, _Loop(mask=full)).ops.append((None, f"o_y[{col} * MC_W + l]", self._value(e)))
+        for e, slot in self.slots.items():
+            if e not in self.staged:
+                by_mask.setdefault(self.bits[e], _Loop(mask=self.bits[e])).ops.append(
+                    (None, f"o_j[{slot} * MC_W + l]", self._value(e)))
+        return [by_mask[m] for m in sorted(by_mask, key=lambda m: (-bin(m).count("1"), m))]
+
+    def declarations(self) -> list[str]:
+        out = [f"real o_y[{self.layout.ny} * MC_W];"]
+        if self.tables:
+            out.append(f"real o_j[{max(len(self.slots), 1)} * MC_W];")
+        if self.ok is not None:
+            out += ["int o_c[MC_W], o_it[MC_W];", "real o_r[MC_W];"]
+        return out
+
+    def lines(self) -> list[str]:
+        out = [f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {self.layout.ny}, nl);"]
+        lane = []
+        zero = "o_c[l] ? (real)0 : MC_NAN" if self.ok is not None else "(real)0"
+        for t, (group, table, counts) in enumerate(self.tables):
+            cond = " || ".join(f"V == {v.bit}" for v, _ in group)
+            (nty, ntx) = group[0][1]
+            if len(group) == 1 and [(r * ntx + c, s) for s, r, c in table] == [(k, k) for k in range(nty * ntx)]:
+                # every entry, in slot order: the block goes out as it is
+                out.append(f"if ({cond}) mc_store(a->j + i0 * a->js, a->js, o_j, {nty * ntx}, nl);")
+                continue
+
+            def per_variant(values) -> str:  # a constant once the entry point's V is inlined
+                text = str(values[-1])
+                for (v, _), x in reversed(list(zip(group[:-1], values[:-1]))):
+                    text = f"V == {v.bit} ? {x} : {text}"
+                return text if len(values) == 1 else f"({text})"
+
+            width = per_variant([w for _, (_, w) in group])
+            size = per_variant([h * w for _, (h, w) in group])
+            tab = f"jt{t}"
+            flat = ", ".join(f"{{{s}, {r}, {c}}}" for s, r, c in table) or "{0, 0, 0}"
+            out.insert(0, f"static const int16_t {tab}[{max(len(table), 1)}][3] = {{{flat}}};")
+            lane += [f"    if ({cond}) {{",
+                     "        real *j = a->j + i * a->js;",
+                     f"        for (int c = 0; c < {size}; ++c) j[c] = {zero};",
+                     f"        for (int k = 0; k < {per_variant(counts)}; ++k)",
+                     f"            j[{tab}[k][1] * {width} + {tab}[k][2]] = o_j[{tab}[k][0] * MC_W + l];",
+                     "    }"]
+        if self.ok is not None:
+            lane += ["    a->conv[i] = (uint8_t)o_c[l];", "    a->iters[i] = (int32_t)o_it[l];",
+                     "    a->rnorm[i] = o_r[l];"]
+        if lane:
+            out += ["for (int l = 0; l < nl; ++l) {", "    const int64_t i = i0 + l;"] + lane + ["}"]
+        return out
 
 
 def _template():
@@ -369,43 +478,36 @@ def _template():
     return load("c_source.c.j2")
 
 
-def c_source(value: ir.Program, full: ir.Program, tangent: ir.Program | None = None,
-             total: ir.Program | None = None) -> str:
-    """The C translation unit of a model: entry points ``mc_value``, ``mc_jacobian`` and, when the
-    model declares a tangent, ``mc_tangent`` (module docstring). Compile with ``-DMC_FLOAT32`` for
-    float32, ``-DMC_W=1`` for the scalar build."""
-    layout = Layout.of(value)
-    if any(Layout.of(p) != layout for p in (full, tangent, total) if p is not None):
-        raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
-                            "inputs, parameters or outputs")
-    programs = [p for p in (value, full, tangent, total) if p is not None]
-    code = _Code(programs)
-    variants = []
-    for name, prog, deriv, doc in (
-            ("value", value, False, "outputs only"),
-            ("jacobian", full, True, f"outputs and d outputs / d inputs ({layout.ny} x {layout.nx} per point)"),
-            ("tangent", tangent, True, "outputs and the declared tangent"),
-            ("total", total, True, "outputs and d outputs / d (inputs, parameters)")):
-        if prog is None:
-            continue
-        if name in ("tangent", "total"):
-            nty, ntx = layout.jacobian_shape(prog)
-            doc = (f"outputs and the tangent d({', '.join(prog.jacobian_of or ())}) / "
-                   f"d({', '.join(prog.jacobian_wrt or ())}) ({nty} x {ntx} per point)" if name == "tangent"
-                   else f"{doc} ({nty} x {ntx} per point)")
-        code.functions.append(_block_function(code, prog, layout, deriv, f"block_{name}"))
-        variants.append({"name": name, "block": f"block_{name}", "doc": f"{value.name}: {doc}"})
-    text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
+def _doc(program: ir.Program, layout: Layout, v: ir.Variant) -> str:
+    if not v.derivatives:
+        return f"{program.name}: outputs only"
+    nty, ntx = layout.jacobian_shape(ir.view(program, v.name))
+    what = {"jacobian": "d outputs / d inputs", "total": "d outputs / d (inputs, parameters)"}.get(
+        v.name, f"the tangent d({', '.join(v.of or ())}) / d({', '.join(v.wrt or ())})")
+    return f"{program.name}: outputs and {what} ({nty} x {ntx} per point)"
+
+
+def c_source(program: ir.Program) -> str:
+    """The C translation unit of a model: one entry point ``mc_<variant>`` per variant the program
+    serves (``value``, ``jacobian``; ``tangent`` when declared, ``total``), each the one block
+    function with its variant bit (module docstring). Compile with ``-DMC_FLOAT32`` for float32,
+    ``-DMC_W=1`` for the scalar build."""
+    program = with_variants(program)
+    layout = Layout.of(program)
+    code = _Code([program])
+    code.functions.append(_block_function(code, program, layout))
+    variants = [{"name": v.name, "bit": v.bit, "doc": _doc(program, layout, v)} for v in program.variants]
+    text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=variants)
     if "\\" in text or "'''" in text:
-        raise InternalError(f"model {value.name}: the C source contains a backslash or triple quote")
+        raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text
 
 
-def point_source(value: ir.Program, derivative: ir.Program) -> str:
+def point_source(program: ir.Program, derivative: str) -> str:
     """The per-point C code of a model for other C layers (:mod:`modelc.export`), without the batch
-    entry points: the skeleton's preamble and block functions built for one lane (``MC_W`` 1, libm;
+    entry points: the skeleton's preamble and block function built for one lane (``MC_W`` 1, libm;
     ``real`` is ``double`` unless ``-DMC_FLOAT32``), then two static functions with the layouts of
     :mod:`modelc.backends.layout`::
 
@@ -414,23 +516,24 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
 
     ``x`` holds the inputs at their input-axis offsets (``NX`` values), ``p`` the parameters (``NP``).
     ``point_value`` writes the outputs ``y`` (``j`` unused); ``point_derivative`` also writes the
-    derivative block ``derivative`` computes into ``j`` (row-major, ``Layout.jacobian_shape``: the
-    full ``NY x NX`` Jacobian or a declared tangent). ``st`` (converged, iterations, residual norm)
-    is written by implicit models only; a point that did not converge gets NaN outputs."""
-    layout = Layout.of(value)
-    if Layout.of(derivative) != layout:
-        raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
-                            "inputs, parameters or outputs")
-    code = _Code([value, derivative])
-    code.functions.append(_block_function(code, value, layout, False, "block_point_value"))
-    code.functions.append(_block_function(code, derivative, layout, True, "block_point_derivative"))
-    text = _template().render(model=value.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
+    derivative block of variant ``derivative`` of ``program`` into ``j`` (row-major,
+    ``Layout.jacobian_shape``: the full ``NY x NX`` Jacobian or a declared tangent). ``st``
+    (converged, iterations, residual norm) is written by implicit models only; a point that did not
+    converge gets NaN outputs."""
+    program = with_variants(program)
+    layout = Layout.of(program)
+    bits = {v.name: v.bit for v in program.variants}
+    if derivative not in bits:
+        raise InternalError(f"program {program.name} has no variant {derivative!r}")
+    code = _Code([program])
+    code.functions.append(_block_function(code, program, layout))
+    text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=[])
     offsets = [o for _, o in layout.axis_inputs()]
-    status = bool(value.status)
+    status = bool(program.status)
     lines = ["#define MC_W 1", text, ""]
-    for name in ("point_value", "point_derivative"):
+    for name, bit in (("point_value", bits["value"]), ("point_derivative", bits[derivative])):
         lines += [f"static void {name}(const real *x, const real *p, real *y, real *j, real *st) {{",
                   "    mc_args a;",
                   "    uint8_t conv = 1;",
@@ -440,7 +543,7 @@ def point_source(value: ir.Program, derivative: ir.Program) -> str:
             lines += [f"    a.x[{v}] = x + {o};", f"    a.xs[{v}] = 0;"]
         lines += ["    a.p = p;", "    a.ps = 0;", "    a.y = y;", "    a.ys = 0;", "    a.j = j;", "    a.js = 0;",
                   "    a.conv = &conv;", "    a.iters = &iters;", "    a.rnorm = &rnorm;",
-                  f"    block_{name}(&a, 0, 1);"]
+                  f"    block_eval(&a, 0, 1, {bit});"]
         lines += (["    st[0] = (real)conv;", "    st[1] = (real)iters;", "    st[2] = rnorm;"] if status
                   else ["    (void)st;"])
         lines += ["}", ""]

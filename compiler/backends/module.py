@@ -73,22 +73,22 @@ def _initial_function(value: ir.Program) -> list[str] | None:
         return None
     prog = ir.Program(name=f"{value.name}/initial", inputs=(), parameters=value.parameters,
                       outputs=tuple(eq.var for eq in value.initial), body=(),
-                      results={eq.var.name: eq.components for eq in value.initial})
-    return torch_body(prog, Layout.of(prog), False)
+                      results={eq.var.name: eq.components for eq in value.initial},
+                      variants=(ir.Variant("value", ir.VARIANT_BITS["value"], False),))
+    return torch_body(prog, Layout.of(prog))
 
 
-def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = None,
-                options=None, source: str | None = None, tangent: ir.Program | None = None,
-                total: ir.Program | None = None) -> str:
-    """The generated module's source for the value-only program ``value``, the program with
-    derivatives ``full``, and when given, the program computing only the declared tangent blocks
-    and the program computing d outputs / d (inputs, parameters) ``total`` (same inputs,
-    parameters and outputs)."""
+def emit_module(program: ir.Program, *, spec: ir.Spec | None = None, options=None,
+                source: str | None = None) -> str:
+    """The generated module's source for ``program`` and the variants it serves
+    (:mod:`modelc.passes.variants`; a program without variants serves ``value`` and its derivatives):
+    one PyTorch function, one Triton kernel and one C block function, each taking the variant's bit."""
+    from modelc.backends.statements import with_variants
+
     options = options if options is not None else CompileOptions()
-    layout = Layout.of(value)
-    if any(Layout.of(p) != layout for p in (full, tangent, total) if p is not None):
-        raise InternalError(f"program {value.name}: the value and derivative programs differ in their "
-                            "inputs, parameters or outputs")
+    program = with_variants(program)
+    value = program
+    layout = Layout.of(program)
     baked = frozenset(options.constant_params)
     unknown = sorted(baked - {p.name for p in value.parameters})
     if unknown:
@@ -97,29 +97,21 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
     src = source if source is not None else (display_path(spec.path) if spec is not None else "(built in code)")
     spec_hash = spec.digest if spec is not None and spec.digest else "(none)"
     implicit = any(isinstance(s, ir.Newton) for s in value.body)
+    variants = {v.name: v for v in program.variants}
+    tangent = variants.get("tangent")
 
-    kernels, torch_fns = [], []
-    # each Newton solve once per backend: helpers the value, Jacobian and tangent variants call
+    # each Newton solve once per backend: helpers the function and the kernel call
     torch_helpers, triton_helpers = Helpers("_torch_newton_"), Helpers("_triton_newton_")
-    variants = [("value", value, False), ("jacobian", full, True)]
-    if tangent is not None:
-        variants.append(("tangent", tangent, True))
-    if total is not None:
-        variants.append(("total", total, True))
-    for variant, prog, deriv in variants:
-        what = "outputs and d outputs / d inputs" if deriv else "outputs only (no derivative computed)"
-        if prog is total:
-            what = "outputs and d outputs / d (inputs, parameters)"
-        if prog is tangent:
-            what = (f"outputs and the tangent d({', '.join(tangent.jacobian_of or ())}) / "
-                    f"d({', '.join(_names(tangent.jacobian_wrt or ()))}) only")
-        torch_fns.append({"name": f"_torch_{variant}", "doc": f"{value.name}: {what}.",
-                          "lines": torch_body(prog, layout, deriv, helpers=torch_helpers)})
-        lines, baked_args = triton_body(prog, layout, deriv, baked, helpers=triton_helpers)
-        sig = ("X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
-               + "".join(f"{a}: tl.constexpr, " for a in baked_args) + "DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
-        kernels.append({"name": f"_kernel_{variant}", "doc": f"{value.name}: {what}.", "lines": lines,
-                        "signature": sig})
+    what = "; ".join(f"{v.bit} {v.name}" for v in program.variants)
+    torch_lines = torch_body(program, layout, helpers=torch_helpers)
+    kernel_lines, baked_args = triton_body(program, layout, baked, helpers=triton_helpers)
+    sig = ("X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
+           + "".join(f"{a}: tl.constexpr, " for a in baked_args)
+           + "V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
+    doc = f"{value.name}, variant V ({what}): Y, J (None for value), ST (None for explicit models)."
+    torch_fns = [{"name": "_torch_eval", "doc": doc, "lines": torch_lines}]
+    kernels = [{"name": "_kernel", "doc": f"{value.name}, variant V ({what}).", "lines": kernel_lines,
+                "signature": sig}]
 
     initial = _initial_function(value)
 
@@ -147,7 +139,7 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "doc_comment": "\n".join(f"#   {comment_text(line)}".rstrip() for line in doc.splitlines()),
         "module_doc": py_string(f"{value.name}: generated by modelc from {where}.\n\n{doc}\n\n{use}"),
         "class_doc": py_string(f"{value.name}: {doc_line}"),
-        "c_source_literal": raw_string(c_source(value, full, tangent, total)),
+        "c_source_literal": raw_string(c_source(program)),
         "first_output": value.outputs[0].name if value.outputs else "",
         "implicit": implicit,
         "nx": layout.nx, "ny": layout.ny, "np": layout.np,
@@ -156,9 +148,9 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "triton_math": helper_source(helpers_for(
             [ln for k in kernels for ln in k["lines"]] + list(triton_helpers.lines))).splitlines(),
         "tangent": tangent is not None,
-        "total": total is not None,
-        "tangent_repr": repr(None if tangent is None else (tuple(tangent.jacobian_of or ()),
-                                                           _names(tangent.jacobian_wrt or ()))),
+        "total": "total" in variants,
+        "variants_repr": repr({v.name: v.bit for v in program.variants}),
+        "tangent_repr": repr(None if tangent is None else (tuple(tangent.of or ()), _names(tangent.wrt or ()))),
         "inputs": [var_info(v) for v in value.inputs],
         "outputs": [var_info(v) for v in value.outputs],
         "parameters": [par_info(p) for p in value.parameters],
@@ -167,9 +159,8 @@ def emit_module(value: ir.Program, full: ir.Program, *, spec: ir.Spec | None = N
         "solver_repr": repr(_solver(value)),
         "initial": initial,
         "initial_vars": [var_info(eq.var) for eq in value.initial],
-        "constant_repr": repr(tuple(name for name, prog in (("jacobian", full), ("tangent", tangent),
-                                                            ("total", total))
-                                    if prog is not None and constant_jacobian(prog))),
+        "constant_repr": repr(tuple(v.name for v in program.variants
+                                    if v.derivatives and constant_jacobian(ir.view(program, v.name)))),
         "baked_repr": repr(tuple(sorted(baked))),
         "baked_args_repr": repr(tuple((p.name, tuple(baked_arg(s) for s in p.symbols))
                                       for p in value.parameters if p.name in baked)),

@@ -71,6 +71,27 @@ class Emitter:
         self.defs[target] = value
         self.line(f"{self.namer(target)} = {self.p.doprint(value)}")
 
+    def guarded(self, program: ir.Program) -> None:
+        """The program's statements, each group of one mask under ``if V & mask:`` (``V``: the
+        variant bit the generated function or kernel is called with; a Triton ``constexpr``, so the
+        kernel of each variant holds only its own code)."""
+        full = sum(v.bit for v in ir.variants_of(program))
+        masks = program.masks or (full,) * len(program.body)
+        k = 0
+        while k < len(program.body):
+            m = masks[k]
+            end = k
+            while end < len(program.body) and masks[end] == m:
+                end += 1
+            if m != full:
+                names = ", ".join(v.name for v in program.variants if v.bit & m)
+                self.line(f"if V & {m}:  # {names}")
+                self.depth += 1
+            self.statements(program.body[k:end])
+            if m != full:
+                self.depth -= 1
+            k = end
+
     def statements(self, stmts) -> None:
         for st in stmts:
             if isinstance(st, ir.Assign):
@@ -164,6 +185,45 @@ class Emitter:
     def helper_args(self) -> list[str]:
         """Arguments every helper takes after the solve's inputs (backend-specific)."""
         return []
+
+
+def with_variants(program: ir.Program) -> ir.Program:
+    """``program`` split into its variants (:mod:`modelc.passes.variants`); a program that computes
+    one thing (built by hand, or lowered for one selection) serves ``value`` and its derivatives."""
+    if program.variants:
+        return program
+    from modelc.passes.variants import split_variants
+
+    return split_variants(program, ir.variants_of(program))
+
+
+def jacobian_groups(program: ir.Program, layout):
+    """The Jacobians a program's variants return, grouped for emission: a list of groups, each a list
+    of ``(variant, (rows, columns), entries)`` where ``entries`` are the structurally nonzero
+    ``((row, column), expression)`` that variant returns beyond the earlier ones of its group.
+    ``jacobian`` and ``total`` form one group (total's first columns are the Jacobian's: same rows,
+    columns and entries, total's rows wider); every other variant is a group of its own."""
+    def entries(v):
+        view = ir.view(program, v.name)
+        return layout.jacobian_shape(view), [(rc, e) for rc, e in layout.jacobian_entries(view)
+                                             if not (e.is_Number and e == 0)]
+
+    derivs = [v for v in program.variants if v.derivatives]
+    found = {v.name: entries(v) for v in derivs}
+    chain = [v for v in derivs if v.name in ("jacobian", "total")]
+    if len(chain) == 2 and not set(found["jacobian"][1]) <= set(found["total"][1]):
+        chain = []  # (not for lowered programs)
+    groups = []
+    for v in derivs:
+        if v in chain[1:]:
+            continue
+        group, seen = [], set()
+        for w in (chain if v in chain else [v]):
+            shape, es = found[w.name]
+            group.append((w, shape, [(rc, e) for rc, e in es if rc not in seen]))
+            seen |= {rc for rc, _ in es}
+        groups.append(group)
+    return groups
 
 
 def status_symbols(program: ir.Program) -> dict[str, sp.Symbol]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from modelc import ir
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, Helpers, status_symbols
+from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
+                                        with_variants)
 from modelc.backends.torch_printer import TorchPrinter
 
 
@@ -85,10 +86,12 @@ class TorchEmitter(Emitter):
         self.depth -= 1
 
 
-def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoting: str = "auto",
+def torch_body(program: ir.Program, layout: Layout, *, pivoting: str = "auto",
                short_names: bool = True, helpers: Helpers | None = None) -> list[str]:
-    """The lines of ``def _torch_<variant>(X, P):`` (without the ``def`` line); the options as for
+    """The lines of ``def _torch_eval(X, P, V):`` (without the ``def`` line): ``V`` is the bit of the
+    variant asked for (:class:`~modelc.ir.Variant`); the options as for
     :func:`modelc.backends.triton_backend.triton_body` (``pivoting`` applies to unrolled solves)."""
+    program = with_variants(program)
     namer = Namer(short=short_names)
     em = TorchEmitter(TorchPrinter(namer), namer, pivoting, helpers)
     em.comment("inputs: column views of X")
@@ -97,20 +100,14 @@ def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoti
     em.comment("parameters: column views of P ((1, np) shared or (B, np) per point)")
     for sym, col in layout.param_columns():
         em.line(f"{namer(sym)} = P[:, {col}]")
-    em.statements(program.body)
+    em.guarded(program)
     em.comment("outputs")
     em.line(f"Y = torch.empty((X.shape[0], {layout.ny}), dtype=X.dtype, device=X.device)")
     for col, expr in layout.output_entries(program):
         em.line(f"Y[:, {col}] = {em.p.doprint(expr)}")
-    if derivatives:
-        em.comment("jacobian d outputs / d inputs (structurally zero blocks stay zero)")
-        jy, jx = layout.jacobian_shape(program)
-        em.line(f"J = torch.zeros((X.shape[0], {jy}, {jx}), dtype=X.dtype, device=X.device)")
-        for (r, c), expr in layout.jacobian_entries(program):
-            if not (expr.is_Number and expr == 0):
-                em.line(f"J[:, {r}, {c}] = {em.p.doprint(expr)}")
-    else:
-        em.line("J = None")
+    em.line("J = None")
+    for group in jacobian_groups(program, layout):
+        _jacobian(em, group)
     status = status_symbols(program)
     if status:
         em.comment("status; a point that did not converge gets NaN outputs, never a plausible value")
@@ -119,9 +116,34 @@ def torch_body(program: ir.Program, layout: Layout, derivatives: bool, *, pivoti
             em.line(f"ST[:, {i}] = {em.p.doprint(status[key])}")
         ok = em.p.doprint(status["converged"])
         em.line(f"Y[~{ok}] = float(\"nan\")")
-        if derivatives:
-            em.line(f"J[~{ok}] = float(\"nan\")")
+        em.line("if J is not None:")
+        em.line(f"    J[~{ok}] = float(\"nan\")")
     else:
         em.line("ST = None")
     em.line("return Y, J, ST")
     return em.lines
+
+
+def _jacobian(em: Emitter, group) -> None:
+    """``J`` of one group of variants (:func:`jacobian_groups`): allocated at the width of the variant
+    asked for, then each variant's entries under its own test (a later variant returns the earlier
+    ones' entries too)."""
+    names = ", ".join(v.name for v, _, _ in group)
+    em.line(f"if V & {sum(v.bit for v, _, _ in group)}:  # {names}")
+    em.depth += 1
+    em.comment(f"d outputs / d inputs of the {names} variant(s) (structurally zero entries stay zero)")
+    shape = ", ".join(map(str, group[-1][1]))
+    if len(group) > 1:  # the width of the variant asked for
+        shape = str(group[-1][1])
+        for v, s, _ in reversed(group[:-1]):
+            shape = f"{s} if V == {v.bit} else {shape}"
+        shape = f"*({shape})"
+    em.line(f"J = torch.zeros((X.shape[0], {shape}), dtype=X.dtype, device=X.device)")
+    depth = em.depth
+    for k, (v, _, entries) in enumerate(group):
+        if k and entries:
+            em.line(f"if V & {sum(w.bit for w, _, _ in group[k:])}:")
+            em.depth += 1
+        for (r, c), expr in entries:
+            em.line(f"J[:, {r}, {c}] = {em.p.doprint(expr)}")
+    em.depth = depth - 1

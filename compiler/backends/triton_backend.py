@@ -32,7 +32,8 @@ import sympy as sp
 from modelc import ir
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, Helpers, status_symbols
+from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
+                                        with_variants)
 from modelc.backends.triton_printer import TritonPrinter
 
 
@@ -141,23 +142,23 @@ class _Rows:
             level = nxt
         return [level[_bitrev(c, bits)] for c in range(n)]
 
-    def store(self, ptr: str, stride: str, values: list[str]) -> None:
+    def store(self, ptr: str, stride: str, values: list[str], index=None) -> None:
         """Rows of up to ``CHUNKED_ROW_MAX`` values are stored ``STORE_CHUNK`` columns at a time (a
         whole-row tile keeps every value and the join tree live at once: for a 6x6 tangent that was
         255 registers and ~0.4 KB of spills per thread on sm_90, chunked 55 and none); longer rows
         (a full Jacobian) stay one tile, since chunking them multiplies the GPU compile time (j2_voce_af:
-        64 s -> 559 s). Measured with benchmarks/gpu_kernels.py."""
+        64 s -> 559 s). Measured with benchmarks/gpu_kernels.py. ``index(k)``, when given, maps the
+        text of the values' positions ``k`` (a ``[1, W]`` int tensor) to their columns in the row."""
         if CHUNKED_ROW_MAX >= len(values) > STORE_CHUNK:
             for start in range(0, len(values), STORE_CHUNK):
-                self._store(ptr, stride, values[start:start + STORE_CHUNK], start)
+                self._store(ptr, stride, values[start:start + STORE_CHUNK], start, index)
             return
-        self._store(ptr, stride, values, 0)
+        self._store(ptr, stride, values, 0, index)
 
-    def _store(self, ptr: str, stride: str, values: list[str], start: int) -> None:
+    def _store(self, ptr: str, stride: str, values: list[str], start: int, index=None) -> None:
         n = len(values)
         bits, W = _width(n)
         em = self.em
-        ptr = f"{ptr} + {start}" if start else ptr
         zero = self._tmp("zero")
         em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
         leaves = values + [zero] * (W - n)
@@ -169,15 +170,24 @@ class _Rows:
                 em.line(f"{t} = tl.join({level[i]}, {level[i + 1]})")
                 nxt.append(t)
             level = nxt
-        em.line(f"tl.store({ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :], "
-                f"tl.reshape({level[0]}, [BLOCK, {W}]), mask=mask[:, None] & (tl.arange(0, {W})[None, :] < {n}))")
+        cols = f"tl.arange(0, {W})[None, :]"
+        if index is not None:
+            k = self._tmp("k")
+            em.line(f"{k} = {cols} + {start}" if start else f"{k} = {cols}")
+            where = index(k)
+        else:
+            where = f"{start} + {cols}" if start else cols
+        em.line(f"tl.store({ptr} + row[:, None] * {stride} + {where}, "
+                f"tl.reshape({level[0]}, [BLOCK, {W}]), mask=mask[:, None] & ({cols} < {n}))")
 
 
-def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
-                baked: frozenset[str], *, pivoting: str = "auto",
+def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, pivoting: str = "auto",
                 short_names: bool = True, helpers: Helpers | None = None) -> tuple[list[str], list[str]]:
-    """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args.
-    ``pivoting``: see :mod:`modelc.passes.expand_solve`; ``short_names``: see :mod:`modelc.backends.names`."""
+    """The kernel's lines (without the ``def`` line) and the names of its constexpr baked args; the
+    kernel's ``V: tl.constexpr`` is the bit of the variant asked for (each variant compiles to its
+    own kernel holding only its code). ``pivoting``: see :mod:`modelc.passes.expand_solve`;
+    ``short_names``: see :mod:`modelc.backends.names`."""
+    program = with_variants(program)
     namer = Namer(short=short_names)
     pr = TritonPrinter(namer)
     em = TritonEmitter(pr, namer, pivoting, helpers)
@@ -200,7 +210,7 @@ def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
             em.line(f"{namer(sym)} = tl.full([], {arg}, DTYPE)")
         else:
             em.line(f"{namer(sym)} = {ptiles[col]}")
-    em.statements(program.body)
+    em.guarded(program)
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
     nan = pr.literal(float("nan")) if ok else ""
@@ -216,9 +226,33 @@ def triton_body(program: ir.Program, layout: Layout, derivatives: bool,
     em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
     outs = dict(layout.output_entries(program))
     rows.store("Y", "y_stride", [block(outs[c]) for c in range(layout.ny)])
-    if derivatives:
-        em.comment("jacobian d outputs / d inputs: every entry written once, zeros included")
-        rows.store("J", "j_stride", [block(e) for _, e in layout.jacobian_entries(program)])
+    for group in jacobian_groups(program, layout):
+        names = ", ".join(v.name for v, _, _ in group)
+        em.line(f"if V & {sum(v.bit for v, _, _ in group)}:  # {names}")
+        em.depth += 1
+        em.comment(f"d outputs / d inputs of the {names} variant(s): every entry written once, zeros "
+                   "included")
+        (nty, ntx), wide = group[0][1], group[-1][1][1]
+        depth = em.depth
+        for k, (v, shape, _) in enumerate(group):
+            view = ir.view(program, v.name)
+            entries = [((r, c), e) for (r, c), e in layout.jacobian_entries(view) if k == 0 or c >= ntx]
+            if not entries:
+                continue
+            if k:  # the next variant's columns (total: the parameters), entry (r, c) at r * wide + c
+                em.line(f"if V & {v.bit}:")
+                em.depth += 1
+            if len(group) == 1:
+                rows.store("J", "j_stride", [block(e) for _, e in entries])
+            elif k == 0:  # rows of this variant's width, or of the widest when that is the one asked for
+                extra = wide - ntx
+                rows.store("J", "j_stride", [block(e) for _, e in entries],
+                           lambda q: f"{q} + ({q} // {ntx}) * ({extra} * (V // {group[-1][0].bit}))")
+            else:
+                cols = shape[1] - ntx
+                rows.store("J", "j_stride", [block(e) for _, e in entries],
+                           lambda q: f"({q} // {cols}) * {shape[1]} + {ntx} + {q} % {cols}")
+        em.depth = depth - 1
     if status:
         em.comment("status: converged, iterations, residual norm")
         rows.store("ST", "st_stride", [f"{ok}.to(DTYPE)", f"{pr.doprint(status['iterations'])}.to(DTYPE)",

@@ -112,4 +112,4 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
     return Exported(name=name, symbol=symbol, spec=str(spec_path), spec_hash=spec.digest,
                     implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
                     outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
-                    point_code=point_source(done.value, tangent))
+                    point_code=point_source(tangent, "tangent"))

@@ -9,7 +9,7 @@ solver options it reuses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import sympy as sp
@@ -81,6 +81,26 @@ Statement = Assign | LinearSolve | Newton
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """One thing a caller can ask a model for, computed by the same Program: ``value`` (outputs
+    only), ``tangent`` (outputs and the declared derivative blocks ``of`` x ``wrt``), ``jacobian``
+    (outputs and d outputs / d inputs) or ``total`` (outputs and d outputs / d (inputs, parameters)).
+    ``bit`` is its flag in :attr:`Program.masks` and the selector the generated code takes (``V``);
+    ``of`` / ``wrt`` name the Jacobian's rows and columns (None: every output / every input; a
+    parameter ``p`` is ``$p``)."""
+
+    name: str
+    bit: int
+    derivatives: bool
+    of: tuple[str, ...] | None = None
+    wrt: tuple[str, ...] | None = None
+
+
+#: the variants' bits (the selector ``V`` of the generated functions and kernels)
+VARIANT_BITS = {"value": 1, "tangent": 2, "jacobian": 4, "total": 8}
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     """A straight-line program that evaluates a (composed) model for every batch point.
 
@@ -115,9 +135,50 @@ class Program:
     loc: Loc | None = field(default=None, compare=False)
     #: declared initial values of state outputs, over parameter symbols only (``Model.initial``)
     initial: tuple[Equation, ...] = ()
+    #: what the program serves (``passes.variants``): empty for a program that computes one thing
+    #: (its derivatives, if any, are its Jacobian). With variants, ``masks[k]`` holds the bits of the
+    #: variants that need statement ``k`` (the backends guard it by them) and ``derivatives`` holds
+    #: every block any variant returns.
+    variants: tuple[Variant, ...] = ()
+    masks: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return format_program(self)
+
+
+def variants_of(p: Program) -> tuple[Variant, ...]:
+    """The variants ``p`` serves: its own, or (a program that computes one thing) ``value`` and its
+    Jacobian: ``jacobian`` (every output by every input; all zero when ``p`` has no derivative
+    block) or, for a selection, ``tangent``."""
+    if p.variants:
+        return p.variants
+    name = "jacobian" if p.jacobian_of is None and p.jacobian_wrt is None else "tangent"
+    return (Variant("value", VARIANT_BITS["value"], False),
+            Variant(name, VARIANT_BITS[name], True, p.jacobian_of, p.jacobian_wrt))
+
+
+def selects(v: Variant, of: str, wrt: str) -> bool:
+    """Whether variant ``v`` returns the derivative block d ``of`` / d ``wrt``."""
+    if not v.derivatives:
+        return False
+    if v.wrt is None and wrt.startswith("$"):
+        return False
+    return (v.of is None or of in v.of) and (v.wrt is None or wrt in v.wrt)
+
+
+def view(p: Program, name: str) -> Program:
+    """The program that computes variant ``name`` of ``p`` alone: the statements it needs (no masks)
+    and the derivative blocks it returns, with its Jacobian selection."""
+    v = next((x for x in variants_of(p) if x.name == name), None)
+    if v is None:
+        raise KeyError(f"program {p.name} has no variant {name!r}")
+    body = p.body if not p.masks else tuple(st for st, m in zip(p.body, p.masks) if m & v.bit)
+    derivs = {k: b for k, b in p.derivatives.items() if selects(v, *k)} if p.variants else (
+        dict(p.derivatives) if v.derivatives else {})
+    return replace(p, body=body, derivatives=derivs, jacobian_of=v.of, jacobian_wrt=v.wrt, variants=(),
+                   masks=())
+
+
 
 
 def format_program(p: Program) -> str:
@@ -127,7 +188,14 @@ def format_program(p: Program) -> str:
     lines += [f"  par {q}" for q in p.parameters]
     lines += [f"  out {v}" for v in p.outputs]
     lines += [f"  init {eq.var.name} = ({', '.join(sp.sstr(c) for c in eq.components)})" for eq in p.initial]
-    lines += _format_body(p.body, "  ")
+    for v in p.variants:
+        sel = "" if not v.derivatives else f" d({', '.join(v.of or ('*',))})/d({', '.join(v.wrt or ('*',))})"
+        lines.append(f"  variant {v.name} (bit {v.bit}){sel}")
+    if p.masks:  # each statement under the bits of the variants that need it
+        for st, m in zip(p.body, p.masks):
+            lines += _format_body((st,), f"  [{m:2d}] ")
+    else:
+        lines += _format_body(p.body, "  ")
     for name, comps in p.results.items():
         lines.append(f"  result {name} = ({', '.join(sp.sstr(c) for c in comps)})")
     for (o, i), block in p.derivatives.items():

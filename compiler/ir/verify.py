@@ -24,13 +24,26 @@ import sympy as sp
 
 from modelc.errors import InternalError
 from modelc.ir.model import Model
-from modelc.ir.program import Assign, LinearSolve, Newton, Program
+from modelc.ir.program import Assign, LinearSolve, Newton, Program, view
 
 
 def verify_program(p: Program) -> Program:
     """``p`` unchanged if it keeps every Program rule; InternalError otherwise."""
     def fail(msg: str):
         raise InternalError(f"program {p.name}: {msg}")
+
+    if p.masks or p.variants:  # every variant on its own keeps the rules (what it reads, it computes)
+        if len(p.masks) != len(p.body):
+            fail(f"{len(p.masks)} masks for {len(p.body)} statements")
+        bits = sum(v.bit for v in p.variants)
+        if any(not m or m & ~bits for m in p.masks):
+            fail("a statement's mask names no variant, or one the program does not serve")
+        for v in p.variants:
+            try:
+                verify_program(view(p, v.name))
+            except InternalError as exc:
+                fail(f"variant {v.name}: {exc}")
+        return p
 
     defined = {s for v in p.inputs + p.parameters for s in v.symbols}
     segment: set[sp.Symbol] = set()

@@ -29,15 +29,14 @@ spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 out = []
-for kname, dtypes in (("_kernel_value", ("fp64", "fp32")), ("_kernel_tangent", ("fp64", "fp32")),
-                      ("_kernel_jacobian", ("fp64",))):
+for kname, dtypes in (("value", ("fp64", "fp32")), ("tangent", ("fp64", "fp32")), ("jacobian", ("fp64",))):
     for dt in dtypes:
         sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
         sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
-        sig.update({"DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
-        consts = dict(DTYPE=tl.float64 if dt == "fp64" else tl.float32,
+        sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+        consts = dict(V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
                       EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
-        c = triton.compile(ASTSource(fn=getattr(mod, kname), signature=sig, constexprs=consts),
+        c = triton.compile(ASTSource(fn=mod._kernel, signature=sig, constexprs=consts),
                            target=GPUTarget("cuda", 90, 32))
         ptx = c.asm["ptx"]
         out.append([kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx])

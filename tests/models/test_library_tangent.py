@@ -91,9 +91,9 @@ def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     mod = compiled_module("j2_linear_iso_coupled")
     m = mod.Model(backend="torch")
     calls = []
-    for name in ("torch_jacobian", "torch_tangent"):
-        fn = getattr(mod.Model, name)
-        monkeypatch.setattr(mod.Model, name, staticmethod(lambda X, P, fn=fn, name=name: calls.append(name) or fn(X, P)))
+    bits = {bit: f"torch_{name}" for name, bit in mod.Model.VARIANTS.items()}
+    fn = mod.Model.torch_eval
+    monkeypatch.setattr(mod.Model, "torch_eval", staticmethod(lambda X, P, V: calls.append(bits[V]) or fn(X, P, V)))
     ins = _inputs(m, 64, seed=1)
     full = m(ins, derivatives=True)
     assert calls == ["torch_jacobian"] and full.jacobian.tensor.shape == (64, 14, 16)
@@ -139,7 +139,7 @@ def test_tangent_program_solves_only_the_columns_it_needs() -> None:
     done = lower_model(load_spec(SPEC), "j2_linear_iso_coupled")
     cols = {k: [len(s.targets[0]) for s in p.body if isinstance(s, ir.LinearSolve)]
             for k, p in (("full", done.full), ("tangent", done.tangent))}
-    assert cols["tangent"] == [6] and cols["full"][0] >= 14, cols  # full: one per input it depends on
+    assert cols["tangent"] == [6] and sum(cols["full"]) >= 14, cols  # full: one per input it depends on
     assert Layout.of(done.tangent).jacobian_shape(done.tangent) == (6, 6)
     assert Layout.of(done.full).jacobian_shape(done.full) == (14, 16)
     assert set(done.tangent.derivatives) == {(STRESS, STRAIN)}

@@ -100,7 +100,7 @@ def test_triton_missing_is_a_clear_error_and_auto_picks_another_backend():
     from modelc.generated import elastic
 
     class NoTriton(elastic.Model):
-        kernel_value = kernel_jacobian = kernel_tangent = None
+        kernel = None
 
     with pytest.raises(InputError, match=r"triton package, which is not installed .*modelc\[gpu\]"):
         NoTriton(backend="triton")

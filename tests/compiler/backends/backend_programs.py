@@ -130,7 +130,7 @@ def generated(name: str, folder, **options):
     key = (name, tuple(sorted(options.items())))
     if key not in _MODULES:
         value, full = ALL[name]()
-        src = emit_module(value, full, options=CompileOptions(**options))
+        src = emit_module(full, options=CompileOptions(**options))
         tag = "_".join(f"{k}{len(v)}" for k, v in sorted(options.items()))
         path = folder / f"{name}{'_' + tag if tag else ''}.py"
         write_atomic(path, src)

@@ -217,7 +217,7 @@ def _scalar_program(name, n_in, exprs_of, body=()):
 
 
 def _run_program(prog, X, dtype=torch.float64, lanes=None):
-    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype, lanes=lanes)
+    lib = cbuild.load_library(c_source(prog), prog.name, dtype, lanes=lanes)
     Y = torch.full((X.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
     X = X.to(dtype).contiguous()
     lib(_split(X, [v.type.size for v in prog.inputs]), torch.zeros(1, 1, dtype=dtype), Y)
@@ -314,7 +314,7 @@ def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n, lan
 # --------------------------------------------------------------------------------------------------
 def _small_source(tag: str) -> str:
     prog = _scalar_program(f"small_{tag}", 2, lambda a, b: [a * b + sp.exp(a)])
-    return c_source(prog, prog)
+    return c_source(prog)
 
 
 @needs_cc

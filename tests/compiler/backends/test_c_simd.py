@@ -106,7 +106,7 @@ def _fn_program(name, exprs_of):
 
 
 def _run(prog, x, y, lanes, dtype=torch.float64):
-    lib = cbuild.load_library(c_source(prog, prog), prog.name, dtype, lanes=lanes)
+    lib = cbuild.load_library(c_source(prog), prog.name, dtype, lanes=lanes)
     Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
     lib([x.to(dtype).reshape(-1, 1), y.to(dtype).reshape(-1, 1)], torch.zeros(1, 1, dtype=dtype), Y)
     return Y
@@ -180,7 +180,7 @@ def test_cache_key_names_the_cpu_and_lanes(tmp_path):
     cc = cbuild.compiler()
     if "-march=native" in cc.flags:
         assert cc.target
-    src = c_source(*(2 * (_fn_program("keyed", lambda a, b: [a + b]),)))
+    src = c_source(_fn_program("keyed", lambda a, b: [a + b]))
     p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
     p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
     assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8

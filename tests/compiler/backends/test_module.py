@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ import backend_programs as bp
 from modelc.backends.module import emit_module
 for name in ("elastic", "newton3", "solve3"):
     v, f = bp.ALL[name]()
-    print(name, hashlib.sha256(emit_module(v, f).encode()).hexdigest())
+    print(name, hashlib.sha256(emit_module(f).encode()).hexdigest())
 try:
     from modelc import driver
     spec = driver.load_spec(sys.argv[2])
@@ -52,7 +53,7 @@ def test_byte_identical_across_processes_and_hash_seeds():
 
 def test_golden_module():
     v, f = bp.elastic()
-    text = emit_module(v, f)
+    text = emit_module(f)
     if os.environ.get("MODELC_UPDATE_GOLDEN") == "1":
         write_atomic(GOLDEN, text)
     want = GOLDEN.read_text(encoding="utf-8")
@@ -64,24 +65,30 @@ def test_golden_module():
 
 def test_header_and_structure():
     v, f = bp.newton_system(3, "newton3")
-    text = emit_module(v, f)
+    text = emit_module(f)
     head = text.splitlines()[:8]
     assert any("do not edit" in line for line in head)
     assert any("model:       newton3" in line for line in head)
     assert any("spec hash:" in line for line in head)
-    assert "def _torch_value(X, P):" in text and "def _torch_jacobian(X, P):" in text
-    assert "def _kernel_value(" in text and "def _kernel_jacobian(" in text
-    assert "class Model(CompiledModel):" in text
-    # the value variants compute no derivative: no linear solve of the implicit-function theorem
-    value_part = text.split("def _torch_jacobian")[0]
-    assert "linear solve" not in value_part
+    assert "def _torch_eval(X, P, V):" in text and "def _kernel(" in text and "V: tl.constexpr" in text
+    assert "class Model(CompiledModel):" in text and "VARIANTS = {'value': 1, 'jacobian': 4}" in text
+    # the value variant computes no derivative: the implicit-function theorem's linear solve sits
+    # under a guard that the value bit (1) fails, in the PyTorch function and the Triton kernel
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        if "# linear solve" in line:
+            indent = len(line) - len(line.lstrip())
+            guard = next(g for g in reversed(lines[:k]) if len(g) - len(g.lstrip()) < indent)
+            m = re.match(r"\s*if V & (\d+):", guard)
+            assert m and not int(m.group(1)) & 1, guard
+    assert sum("# linear solve" in line for line in lines) == 2
     assert "**" not in text.split("class Model")[0].replace('"""', "")
 
 
 def test_bad_bake_option_names_the_parameter():
     v, f = bp.elastic()
     with pytest.raises(ModelcError, match="cannot bake unknown parameter.*Q"):
-        emit_module(v, f, options=CompileOptions(constant_params=("Q",)))
+        emit_module(f, options=CompileOptions(constant_params=("Q",)))
 
 
 def test_syntax_errors_show_numbered_source():

@@ -41,7 +41,7 @@ def j2_sources():
     try:
         spec = driver.load_spec(LIBRARY)
         done = driver.lower_model(spec, "j2_perfect_coupled")  # a linear solve to pivot
-        new = module.emit_module(done.value, done.full, spec=spec)
+        new = module.emit_module(done.program, spec=spec)
     except Exception as e:  # pragma: no cover - the pipeline's own tests say why
         pytest.skip(f"library pipeline unavailable: {type(e).__name__}: {e}")
     mp = pytest.MonkeyPatch()
@@ -50,7 +50,7 @@ def j2_sources():
                                                             short_names=False))
         mp.setattr(module, "torch_body", functools.partial(torch_backend.torch_body, pivoting="partial",
                                                            short_names=False))
-        old = module.emit_module(done.value, done.full, spec=spec)
+        old = module.emit_module(done.program, spec=spec)
     finally:
         mp.undo()
     return new, old

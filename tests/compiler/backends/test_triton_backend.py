@@ -24,10 +24,10 @@ def launch(mod, X, P, derivatives, dtype, shared=True, **consts):
     Y = torch.full((B, ny), float("nan"), dtype=dtype)
     J = torch.full((B, ny, nx), float("nan"), dtype=dtype)
     ST = torch.full((B, 3), float("nan"), dtype=dtype)
-    k = mod._kernel_jacobian if derivatives else mod._kernel_value
+    V = mod.Model.VARIANTS["jacobian" if derivatives else "value"]
     block = 8  # several programs, last one partial
-    k[(triton_cdiv(B, block),)](X, P, Y, J, ST, B, X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
-                                J.stride(0), 3, **consts,
+    mod._kernel[(triton_cdiv(B, block),)](X, P, Y, J, ST, B, X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
+                                          J.stride(0), 3, **consts, V=V,
                                 DTYPE=tl.float64 if dtype == torch.float64 else tl.float32,
                                 EPS=torch.finfo(dtype).eps, BLOCK=block)
     return Y, J, ST
@@ -68,7 +68,7 @@ def test_implicit_kernels_write_every_element(gen_dir, dtype):
     X = torch.cat([torch.randn(B, 3, dtype=dtype), torch.zeros(B, 3, dtype=dtype)], 1)
     P = torch.tensor([[0.5]], dtype=dtype)
     Y, J, ST = launch(mod, X, P, True, dtype)
-    Yt, Jt, STt = mod._torch_jacobian(X, P)
+    Yt, Jt, STt = mod._torch_eval(X, P, mod.Model.VARIANTS["jacobian"])
     for a, b in ((Y, Yt), (J, Jt)):
         assert not a.isnan().any()
         assert torch.allclose(a, b, rtol=10 * TOL[dtype], atol=10 * TOL[dtype])
@@ -82,7 +82,7 @@ def test_kernels_write_every_element(gen_dir, dtype):
     X = torch.randn(11, 6, dtype=dtype)
     P = torch.tensor([[2e5, 0.3]], dtype=dtype)
     Y, J, _ = launch(mod, X, P, True, dtype)
-    Yt, Jt, _ = mod._torch_jacobian(X, P)
+    Yt, Jt, _ = mod._torch_eval(X, P, mod.Model.VARIANTS["jacobian"])
     assert not Y.isnan().any() and not J.isnan().any()
     assert torch.allclose(Y, Yt, rtol=TOL[dtype]) and torch.allclose(J, Jt, rtol=TOL[dtype])
     Y, J, _ = launch(mod, X, P, False, dtype)

@@ -30,14 +30,14 @@ for path, baked in json.loads(sys.argv[1]):
     spec = importlib.util.spec_from_file_location("gpu_compile_" + str(len(out)), path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for kname in ("_kernel_value", "_kernel_jacobian"):
+    for kname in ("value", "jacobian"):
         for dt in ("fp64", "fp32"):
-            k = getattr(mod, kname)
+            k = mod._kernel
             sig = {a: "*" + dt for a in POINTERS}
             sig.update({a: "i32" for a in INTS})
             sig.update({a: "constexpr" for a in baked})
-            sig.update({"DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
-            consts = dict(baked, DTYPE=tl.float64 if dt == "fp64" else tl.float32,
+            sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+            consts = dict(baked, V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
                           EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
             c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32))
             ptx = c.asm["ptx"]

@@ -27,7 +27,25 @@ def spec():
 def test_every_stage_of_library_models_verifies(spec, name):
     done = driver.lower_model(spec, name, verify=True)
     kinds = [s.name for s in done.stages]
-    assert kinds[:2] == ["compose", "differentiate"] and "cse-full" in kinds
+    assert kinds == ["compose", "differentiate", "lower", "cse", "variants"]
+    assert [v.name for v in done.program.variants] == ["value", "tangent", "jacobian", "total"]
+
+
+def test_a_variant_that_reads_what_it_does_not_compute_fails(spec):
+    """The variants' masks are verified per variant: a statement needed by the value call that reads
+    a symbol only the derivative calls compute is caught."""
+    done = driver.lower_model(spec, "j2_linear_iso")
+    p = done.program
+    # a statement the value call skips, and a later one that reads it
+    k, reader = next((k, i) for k, m in enumerate(p.masks) if not m & 1 and isinstance(p.body[k], Assign)
+                     for i in range(k + 1, len(p.body)) if isinstance(p.body[i], Assign)
+                     and p.body[k].target in p.body[i].value.free_symbols)
+    masks = list(p.masks)
+    masks[reader] |= 1
+    with pytest.raises(InternalError, match="variant value: .* reads .* before it is assigned"):
+        verify_program(replace(p, masks=tuple(masks)))
+    with pytest.raises(InternalError, match="masks for"):
+        verify_program(replace(p, masks=p.masks[:-1]))
 
 
 def _vars():

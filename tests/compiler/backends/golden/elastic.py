@@ -38,8 +38,8 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_value(X, P):
-    """elastic: outputs only (no derivative computed)."""
+def _torch_eval(X, P, V):
+    """elastic, variant V (1 value; 4 jacobian): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
     forces_E_1 = X[:, 1]
@@ -68,52 +68,21 @@ def _torch_value(X, P):
     Y[:, 4] = state_S_4
     Y[:, 5] = state_S_5
     J = None
-    ST = None
-    return Y, J, ST
-
-def _torch_jacobian(X, P):
-    """elastic: outputs and d outputs / d inputs."""
-    # inputs: column views of X
-    forces_E_0 = X[:, 0]
-    forces_E_1 = X[:, 1]
-    forces_E_2 = X[:, 2]
-    forces_E_3 = X[:, 3]
-    forces_E_4 = X[:, 4]
-    forces_E_5 = X[:, 5]
-    # parameters: column views of P ((1, np) shared or (B, np) per point)
-    p_E = P[:, 0]
-    p_nu = P[:, 1]
-    lam = (p_E * p_nu / ((1.0 + p_nu) * (1.0 - (2.0 * p_nu))))
-    mu = (p_E / (2.0 + (2.0 * p_nu)))
-    trE = (forces_E_0 + forces_E_1 + forces_E_2)
-    state_S_0 = ((lam * trE) + (2.0 * forces_E_0 * mu))
-    state_S_1 = ((lam * trE) + (2.0 * forces_E_1 * mu))
-    state_S_2 = ((lam * trE) + (2.0 * forces_E_2 * mu))
-    state_S_3 = (2.0 * forces_E_3 * mu)
-    state_S_4 = (2.0 * forces_E_4 * mu)
-    state_S_5 = (2.0 * forces_E_5 * mu)
-    # outputs
-    Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
-    # jacobian d outputs / d inputs (structurally zero blocks stay zero)
-    J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-    J[:, 0, 0] = (lam + (2.0 * mu))
-    J[:, 0, 1] = lam
-    J[:, 0, 2] = lam
-    J[:, 1, 0] = lam
-    J[:, 1, 1] = (lam + (2.0 * mu))
-    J[:, 1, 2] = lam
-    J[:, 2, 0] = lam
-    J[:, 2, 1] = lam
-    J[:, 2, 2] = (lam + (2.0 * mu))
-    J[:, 3, 3] = (2.0 * mu)
-    J[:, 4, 4] = (2.0 * mu)
-    J[:, 5, 5] = (2.0 * mu)
+    if V & 4:  # jacobian
+        # d outputs / d inputs of the jacobian variant(s) (structurally zero entries stay zero)
+        J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
+        J[:, 0, 0] = (lam + (2.0 * mu))
+        J[:, 0, 1] = lam
+        J[:, 0, 2] = lam
+        J[:, 1, 0] = lam
+        J[:, 1, 1] = (lam + (2.0 * mu))
+        J[:, 1, 2] = lam
+        J[:, 2, 0] = lam
+        J[:, 2, 1] = lam
+        J[:, 2, 2] = (lam + (2.0 * mu))
+        J[:, 3, 3] = (2.0 * mu)
+        J[:, 4, 4] = (2.0 * mu)
+        J[:, 5, 5] = (2.0 * mu)
     ST = None
     return Y, J, ST
 
@@ -143,59 +112,8 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel_value(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs only (no derivative computed)."""
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        row = offs.to(tl.int64)
-        # constants of the kernel dtype (a bare float literal would be fp32)
-        K0 = tl.full([], 1.0, DTYPE)
-        K1 = tl.full([], 2.0, DTYPE)
-        # inputs: one tile load of X, split into components (each read once)
-        _tile1 = tl.load(X + row[:, None] * x_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
-        lam = (p_E * p_nu / ((K0 + p_nu) * (K0 - (K1 * p_nu))))
-        mu = (p_E / (K1 + (K1 * p_nu)))
-        trE = (forces_E_0 + forces_E_1 + forces_E_2)
-        state_S_0 = ((lam * trE) + (K1 * forces_E_0 * mu))
-        state_S_1 = ((lam * trE) + (K1 * forces_E_1 * mu))
-        state_S_2 = ((lam * trE) + (K1 * forces_E_2 * mu))
-        state_S_3 = (K1 * forces_E_3 * mu)
-        state_S_4 = (K1 * forces_E_4 * mu)
-        state_S_5 = (K1 * forces_E_5 * mu)
-        # outputs: every entry written once
-        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j22 = tl.join(state_S_0, state_S_2)
-        _j23 = tl.join(state_S_1, state_S_3)
-        _j24 = tl.join(_j22, _j23)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-
-    @triton.jit
-    def _kernel_jacobian(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
-        """elastic: outputs and d outputs / d inputs."""
+    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+        """elastic, variant V (1 value; 4 jacobian)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -243,56 +161,56 @@ if triton is not None:
         tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
         _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + 4 + row[:, None] * y_stride + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-        # jacobian d outputs / d inputs: every entry written once, zeros included
-        _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j28 = tl.join((lam + (K1 * mu)), lam)
-        _j29 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j30 = tl.join(_j28, _j29)
-        tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam)
-        _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (lam + (K1 * mu)))
-        _j34 = tl.join(_j32, _j33)
-        tl.store(J + 4 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j36 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j38 = tl.join(_j36, _j37)
-        tl.store(J + 8 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j40 = tl.join(lam, (lam + (K1 * mu)))
-        _j41 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j42 = tl.join(_j40, _j41)
-        tl.store(J + 12 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j45 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j46 = tl.join(_j44, _j45)
-        tl.store(J + 16 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j49 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j50 = tl.join(_j48, _j49)
-        tl.store(J + 20 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j54 = tl.join(_j52, _j53)
-        tl.store(J + 24 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j56 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j58 = tl.join(_j56, _j57)
-        tl.store(J + 28 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-        _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu))
-        _j62 = tl.join(_j60, _j61)
-        tl.store(J + 32 + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if V & 4:  # jacobian
+            # d outputs / d inputs of the jacobian variant(s): every entry written once, zeros included
+            _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j28 = tl.join((lam + (K1 * mu)), lam)
+            _j29 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j30 = tl.join(_j28, _j29)
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam)
+            _j33 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (lam + (K1 * mu)))
+            _j34 = tl.join(_j32, _j33)
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j36 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j38 = tl.join(_j36, _j37)
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j40 = tl.join(lam, (lam + (K1 * mu)))
+            _j41 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j42 = tl.join(_j40, _j41)
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j45 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j46 = tl.join(_j44, _j45)
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j48 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j49 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j50 = tl.join(_j48, _j49)
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j52 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j54 = tl.join(_j52, _j53)
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j56 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j58 = tl.join(_j56, _j57)
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu))
+            _j62 = tl.join(_j60, _j61)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
-    _kernel_value = None
-    _kernel_jacobian = None
+    _kernel = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,12 +497,15 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->rnorm = (real *)(intptr_t)r[8];
 }
 
-static void block_value(const mc_args *restrict a, const int64_t i0, const int nl) {
+MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
     real v_x0[6 * MC_W];
     mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
     real v_p[2 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
+    real o_j[3 * MC_W];
+    real v_lam[MC_W];
+    real v_mu[MC_W];
     MC_SIMD MC_LANES {
         const real p_E = (v_p + 0 * MC_W)[l];
         const real p_nu = (v_p + 1 * MC_W)[l];
@@ -595,75 +516,42 @@ static void block_value(const mc_args *restrict a, const int64_t i0, const int n
         const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real lam = (p_E * p_nu / ((((real)1.0) + p_nu) * (((real)1.0) - (((real)2.0) * p_nu))));
+        if (V & 4) o_j[1 * MC_W + l] = lam;
         const real mu = (p_E / (((real)2.0) + (((real)2.0) * p_nu)));
         const real trE = (forces_E_0 + forces_E_1 + forces_E_2);
         const real state_S_0 = ((lam * trE) + (((real)2.0) * forces_E_0 * mu));
-        const real state_S_1 = ((lam * trE) + (((real)2.0) * forces_E_1 * mu));
-        const real state_S_2 = ((lam * trE) + (((real)2.0) * forces_E_2 * mu));
-        const real state_S_3 = (((real)2.0) * forces_E_3 * mu);
-        const real state_S_4 = (((real)2.0) * forces_E_4 * mu);
-        const real state_S_5 = (((real)2.0) * forces_E_5 * mu);
         o_y[0 * MC_W + l] = state_S_0;
-        o_y[1 * MC_W + l] = state_S_1;
-        o_y[2 * MC_W + l] = state_S_2;
-        o_y[3 * MC_W + l] = state_S_3;
-        o_y[4 * MC_W + l] = state_S_4;
-        o_y[5 * MC_W + l] = state_S_5;
-    }
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
-}
-
-static void block_jacobian(const mc_args *restrict a, const int64_t i0, const int nl) {
-    real v_x0[6 * MC_W];
-    mc_load(v_x0, a->x[0] + i0 * a->xs[0], a->xs[0], 6, nl);
-    real v_p[2 * MC_W];
-    mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
-    real o_y[6 * MC_W];
-    real o_j[12 * MC_W];
-    static const int16_t jpos[12] = {0, 1, 2, 6, 7, 8, 12, 13, 14, 21, 28, 35};
-    MC_SIMD MC_LANES {
-        const real p_E = (v_p + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
-        const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
-        const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
-        const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
-        const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
-        const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
-        const real lam = (p_E * p_nu / ((((real)1.0) + p_nu) * (((real)1.0) - (((real)2.0) * p_nu))));
-        const real mu = (p_E / (((real)2.0) + (((real)2.0) * p_nu)));
-        const real trE = (forces_E_0 + forces_E_1 + forces_E_2);
-        const real state_S_0 = ((lam * trE) + (((real)2.0) * forces_E_0 * mu));
         const real state_S_1 = ((lam * trE) + (((real)2.0) * forces_E_1 * mu));
-        const real state_S_2 = ((lam * trE) + (((real)2.0) * forces_E_2 * mu));
-        const real state_S_3 = (((real)2.0) * forces_E_3 * mu);
-        const real state_S_4 = (((real)2.0) * forces_E_4 * mu);
-        const real state_S_5 = (((real)2.0) * forces_E_5 * mu);
-        o_y[0 * MC_W + l] = state_S_0;
         o_y[1 * MC_W + l] = state_S_1;
+        const real state_S_2 = ((lam * trE) + (((real)2.0) * forces_E_2 * mu));
         o_y[2 * MC_W + l] = state_S_2;
+        const real state_S_3 = (((real)2.0) * forces_E_3 * mu);
         o_y[3 * MC_W + l] = state_S_3;
+        const real state_S_4 = (((real)2.0) * forces_E_4 * mu);
         o_y[4 * MC_W + l] = state_S_4;
+        const real state_S_5 = (((real)2.0) * forces_E_5 * mu);
         o_y[5 * MC_W + l] = state_S_5;
-        o_j[0 * MC_W + l] = (lam + (((real)2.0) * mu));
-        o_j[1 * MC_W + l] = lam;
-        o_j[2 * MC_W + l] = lam;
-        o_j[3 * MC_W + l] = lam;
-        o_j[4 * MC_W + l] = (lam + (((real)2.0) * mu));
-        o_j[5 * MC_W + l] = lam;
-        o_j[6 * MC_W + l] = lam;
-        o_j[7 * MC_W + l] = lam;
-        o_j[8 * MC_W + l] = (lam + (((real)2.0) * mu));
-        o_j[9 * MC_W + l] = (((real)2.0) * mu);
-        o_j[10 * MC_W + l] = (((real)2.0) * mu);
-        o_j[11 * MC_W + l] = (((real)2.0) * mu);
+        v_lam[l] = lam;
+        v_mu[l] = mu;
     }
+    if (V & 4) {
+        MC_SIMD MC_LANES {
+            const real lam = v_lam[l];
+            const real mu = v_mu[l];
+            o_j[0 * MC_W + l] = (lam + (((real)2.0) * mu));
+            o_j[2 * MC_W + l] = (((real)2.0) * mu);
+        }
+    }
+    static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1}, {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5}};
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
-        real *j = a->j + i * a->js;
-        for (int c = 0; c < 36; ++c) j[c] = (real)0;
-        for (int k = 0; k < 12; ++k) j[jpos[k]] = o_j[k * MC_W + l];
+        if (V == 4) {
+            real *j = a->j + i * a->js;
+            for (int c = 0; c < 36; ++c) j[c] = (real)0;
+            for (int k = 0; k < 12; ++k)
+                j[jt0[k][1] * 6 + jt0[k][2]] = o_j[jt0[k][0] * MC_W + l];
+        }
     }
 }
 
@@ -677,7 +565,7 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * MC_W;
-        block_value(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
     }
     (void)threads;
 }
@@ -692,7 +580,7 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * MC_W;
-        block_jacobian(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W);
+        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
     }
     (void)threads;
 }
@@ -727,8 +615,7 @@ class Model(CompiledModel):
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = None  # (outputs, inputs) of the declared tangent variant, or None
 
-    torch_value = staticmethod(_torch_value)
-    torch_jacobian = staticmethod(_torch_jacobian)
-    kernel_value = _kernel_value
-    kernel_jacobian = _kernel_jacobian
+    VARIANTS = {'value': 1, 'jacobian': 4}  # what a call can ask for -> its bit V
+    torch_eval = staticmethod(_torch_eval)
+    kernel = _kernel
     c_source = C_SOURCE
