@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:295
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233
+# spec hash:   7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -891,33 +891,33 @@ def _torch_jacobian(X, P):
     cse_52 = (0.6666666666666666 * cse_37)
     cse_53 = (p_C1 * cse_52)
     cse_54 = ((cse_15 * cse_53) - (p_g1 * state_internal_X1_0))
-    chaboche2_return_map_state_internal_X1_rate_0 = (cse_36 * cse_54)
+    chaboche2_return_map_state_internal_X_rate1_0 = (cse_36 * cse_54)
     cse_56 = ((cse_42 * cse_53) - (p_g1 * state_internal_X1_1))
-    chaboche2_return_map_state_internal_X1_rate_1 = (cse_36 * cse_56)
+    chaboche2_return_map_state_internal_X_rate1_1 = (cse_36 * cse_56)
     cse_58 = ((cse_44 * cse_53) - (p_g1 * state_internal_X1_2))
-    chaboche2_return_map_state_internal_X1_rate_2 = (cse_36 * cse_58)
+    chaboche2_return_map_state_internal_X_rate1_2 = (cse_36 * cse_58)
     cse_60 = (1.3333333333333333 * cse_37)
     cse_61 = (p_C1 * cse_60)
     cse_62 = ((cse_19 * cse_61) - (p_g1 * state_internal_X1_3))
-    chaboche2_return_map_state_internal_X1_rate_3 = (cse_36 * cse_62)
+    chaboche2_return_map_state_internal_X_rate1_3 = (cse_36 * cse_62)
     cse_64 = ((cse_21 * cse_61) - (p_g1 * state_internal_X1_4))
-    chaboche2_return_map_state_internal_X1_rate_4 = (cse_36 * cse_64)
+    chaboche2_return_map_state_internal_X_rate1_4 = (cse_36 * cse_64)
     cse_66 = ((cse_23 * cse_61) - (p_g1 * state_internal_X1_5))
-    chaboche2_return_map_state_internal_X1_rate_5 = (cse_36 * cse_66)
+    chaboche2_return_map_state_internal_X_rate1_5 = (cse_36 * cse_66)
     cse_68 = (p_C2 * cse_52)
     cse_69 = ((cse_15 * cse_68) - (p_g2 * state_internal_X2_0))
-    chaboche2_return_map_state_internal_X2_rate_0 = (cse_36 * cse_69)
+    chaboche2_return_map_state_internal_X_rate2_0 = (cse_36 * cse_69)
     cse_71 = ((cse_42 * cse_68) - (p_g2 * state_internal_X2_1))
-    chaboche2_return_map_state_internal_X2_rate_1 = (cse_36 * cse_71)
+    chaboche2_return_map_state_internal_X_rate2_1 = (cse_36 * cse_71)
     cse_73 = ((cse_44 * cse_68) - (p_g2 * state_internal_X2_2))
-    chaboche2_return_map_state_internal_X2_rate_2 = (cse_36 * cse_73)
+    chaboche2_return_map_state_internal_X_rate2_2 = (cse_36 * cse_73)
     cse_75 = (p_C2 * cse_60)
     cse_76 = ((cse_19 * cse_75) - (p_g2 * state_internal_X2_3))
-    chaboche2_return_map_state_internal_X2_rate_3 = (cse_36 * cse_76)
+    chaboche2_return_map_state_internal_X_rate2_3 = (cse_36 * cse_76)
     cse_78 = ((cse_21 * cse_75) - (p_g2 * state_internal_X2_4))
-    chaboche2_return_map_state_internal_X2_rate_4 = (cse_36 * cse_78)
+    chaboche2_return_map_state_internal_X_rate2_4 = (cse_36 * cse_78)
     cse_80 = ((cse_23 * cse_75) - (p_g2 * state_internal_X2_5))
-    chaboche2_return_map_state_internal_X2_rate_5 = (cse_36 * cse_80)
+    chaboche2_return_map_state_internal_X_rate2_5 = (cse_36 * cse_80)
     cse_82 = (old_forces_t - forces_t)
     cse_83 = (p_nu * cse_2 / (1.0 - (2.0 * p_nu)))
     cse_84 = (cse_2 + cse_83)
@@ -1371,18 +1371,18 @@ def _torch_jacobian(X, P):
     d101 = (-chaboche2_return_map_state_internal_Ep_rate_4)
     d102 = (-chaboche2_return_map_state_internal_Ep_rate_5)
     d103 = (-chaboche2_return_map_state_internal_ep_rate)
-    d104 = (-chaboche2_return_map_state_internal_X1_rate_0)
-    d105 = (-chaboche2_return_map_state_internal_X1_rate_1)
-    d106 = (-chaboche2_return_map_state_internal_X1_rate_2)
-    d107 = (-chaboche2_return_map_state_internal_X1_rate_3)
-    d108 = (-chaboche2_return_map_state_internal_X1_rate_4)
-    d109 = (-chaboche2_return_map_state_internal_X1_rate_5)
-    d110 = (-chaboche2_return_map_state_internal_X2_rate_0)
-    d111 = (-chaboche2_return_map_state_internal_X2_rate_1)
-    d112 = (-chaboche2_return_map_state_internal_X2_rate_2)
-    d113 = (-chaboche2_return_map_state_internal_X2_rate_3)
-    d114 = (-chaboche2_return_map_state_internal_X2_rate_4)
-    d115 = (-chaboche2_return_map_state_internal_X2_rate_5)
+    d104 = (-chaboche2_return_map_state_internal_X_rate1_0)
+    d105 = (-chaboche2_return_map_state_internal_X_rate1_1)
+    d106 = (-chaboche2_return_map_state_internal_X_rate1_2)
+    d107 = (-chaboche2_return_map_state_internal_X_rate1_3)
+    d108 = (-chaboche2_return_map_state_internal_X_rate1_4)
+    d109 = (-chaboche2_return_map_state_internal_X_rate1_5)
+    d110 = (-chaboche2_return_map_state_internal_X_rate2_0)
+    d111 = (-chaboche2_return_map_state_internal_X_rate2_1)
+    d112 = (-chaboche2_return_map_state_internal_X_rate2_2)
+    d113 = (-chaboche2_return_map_state_internal_X_rate2_3)
+    d114 = (-chaboche2_return_map_state_internal_X_rate2_4)
+    d115 = (-chaboche2_return_map_state_internal_X_rate2_5)
     d116 = (cse_82 * (cse_111 + (cse_91 * cse_96)))
     d117 = (cse_82 * (cse_119 + (cse_115 * cse_96)))
     d118 = (cse_82 * (cse_125 + (cse_122 * cse_96)))
@@ -1792,18 +1792,18 @@ def _torch_jacobian(X, P):
         [(-d138), (-d139), (-d140), (-d141), (-d142), (-d3), (-d101), (-chaboche2_return_map_state_internal_Ep_rate_4), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         [(-d143), (-d144), (-d145), (-d146), (-d147), (-d148), (-d102), (-chaboche2_return_map_state_internal_Ep_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         [(-d239), (-d240), (-d241), (-d28), (-d29), (-d30), (-d103), (-chaboche2_return_map_state_internal_ep_rate), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d255), (-d256), (-d257), (-d258), (-d259), (-d260), (-d104), (-chaboche2_return_map_state_internal_X1_rate_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d261), (-d262), (-d263), (-d264), (-d265), (-d266), (-d105), (-chaboche2_return_map_state_internal_X1_rate_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d267), (-d268), (-d269), (-d270), (-d271), (-d272), (-d106), (-chaboche2_return_map_state_internal_X1_rate_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d273), (-d274), (-d275), (-d276), (-d277), (-d278), (-d107), (-chaboche2_return_map_state_internal_X1_rate_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d279), (-d280), (-d281), (-d282), (-d283), (-d284), (-d108), (-chaboche2_return_map_state_internal_X1_rate_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d285), (-d286), (-d287), (-d288), (-d289), (-d290), (-d109), (-chaboche2_return_map_state_internal_X1_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d375), (-d376), (-d377), (-d378), (-d379), (-d380), (-d110), (-chaboche2_return_map_state_internal_X2_rate_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d381), (-d382), (-d383), (-d384), (-d385), (-d386), (-d111), (-chaboche2_return_map_state_internal_X2_rate_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-        [(-d387), (-d388), (-d389), (-d390), (-d391), (-d392), (-d112), (-chaboche2_return_map_state_internal_X2_rate_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-        [(-d393), (-d394), (-d395), (-d396), (-d397), (-d398), (-d113), (-chaboche2_return_map_state_internal_X2_rate_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-        [(-d399), (-d400), (-d401), (-d402), (-d403), (-d404), (-d114), (-chaboche2_return_map_state_internal_X2_rate_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-        [(-d405), (-d406), (-d407), (-d408), (-d409), (-d410), (-d115), (-chaboche2_return_map_state_internal_X2_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        [(-d255), (-d256), (-d257), (-d258), (-d259), (-d260), (-d104), (-chaboche2_return_map_state_internal_X_rate1_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d261), (-d262), (-d263), (-d264), (-d265), (-d266), (-d105), (-chaboche2_return_map_state_internal_X_rate1_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d267), (-d268), (-d269), (-d270), (-d271), (-d272), (-d106), (-chaboche2_return_map_state_internal_X_rate1_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d273), (-d274), (-d275), (-d276), (-d277), (-d278), (-d107), (-chaboche2_return_map_state_internal_X_rate1_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d279), (-d280), (-d281), (-d282), (-d283), (-d284), (-d108), (-chaboche2_return_map_state_internal_X_rate1_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d285), (-d286), (-d287), (-d288), (-d289), (-d290), (-d109), (-chaboche2_return_map_state_internal_X_rate1_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d375), (-d376), (-d377), (-d378), (-d379), (-d380), (-d110), (-chaboche2_return_map_state_internal_X_rate2_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d381), (-d382), (-d383), (-d384), (-d385), (-d386), (-d111), (-chaboche2_return_map_state_internal_X_rate2_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+        [(-d387), (-d388), (-d389), (-d390), (-d391), (-d392), (-d112), (-chaboche2_return_map_state_internal_X_rate2_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+        [(-d393), (-d394), (-d395), (-d396), (-d397), (-d398), (-d113), (-chaboche2_return_map_state_internal_X_rate2_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+        [(-d399), (-d400), (-d401), (-d402), (-d403), (-d404), (-d114), (-chaboche2_return_map_state_internal_X_rate2_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        [(-d405), (-d406), (-d407), (-d408), (-d409), (-d410), (-d115), (-chaboche2_return_map_state_internal_X_rate2_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
     ], X)
     ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
     d495 = ls1_X[:, 0, 0]
@@ -4642,33 +4642,33 @@ def _torch_total(X, P):
     cse_58 = (0.6666666666666666 * cse_43)
     cse_59 = (p_C1 * cse_58)
     cse_60 = ((cse_16 * cse_59) - (p_g1 * state_internal_X1_0))
-    chaboche2_return_map_state_internal_X1_rate_0 = (cse_42 * cse_60)
+    chaboche2_return_map_state_internal_X_rate1_0 = (cse_42 * cse_60)
     cse_62 = ((cse_48 * cse_59) - (p_g1 * state_internal_X1_1))
-    chaboche2_return_map_state_internal_X1_rate_1 = (cse_42 * cse_62)
+    chaboche2_return_map_state_internal_X_rate1_1 = (cse_42 * cse_62)
     cse_64 = ((cse_50 * cse_59) - (p_g1 * state_internal_X1_2))
-    chaboche2_return_map_state_internal_X1_rate_2 = (cse_42 * cse_64)
+    chaboche2_return_map_state_internal_X_rate1_2 = (cse_42 * cse_64)
     cse_66 = (1.3333333333333333 * cse_43)
     cse_67 = (p_C1 * cse_66)
     cse_68 = ((cse_22 * cse_67) - (p_g1 * state_internal_X1_3))
-    chaboche2_return_map_state_internal_X1_rate_3 = (cse_42 * cse_68)
+    chaboche2_return_map_state_internal_X_rate1_3 = (cse_42 * cse_68)
     cse_70 = ((cse_25 * cse_67) - (p_g1 * state_internal_X1_4))
-    chaboche2_return_map_state_internal_X1_rate_4 = (cse_42 * cse_70)
+    chaboche2_return_map_state_internal_X_rate1_4 = (cse_42 * cse_70)
     cse_72 = ((cse_28 * cse_67) - (p_g1 * state_internal_X1_5))
-    chaboche2_return_map_state_internal_X1_rate_5 = (cse_42 * cse_72)
+    chaboche2_return_map_state_internal_X_rate1_5 = (cse_42 * cse_72)
     cse_74 = (p_C2 * cse_58)
     cse_75 = ((cse_16 * cse_74) - (p_g2 * state_internal_X2_0))
-    chaboche2_return_map_state_internal_X2_rate_0 = (cse_42 * cse_75)
+    chaboche2_return_map_state_internal_X_rate2_0 = (cse_42 * cse_75)
     cse_77 = ((cse_48 * cse_74) - (p_g2 * state_internal_X2_1))
-    chaboche2_return_map_state_internal_X2_rate_1 = (cse_42 * cse_77)
+    chaboche2_return_map_state_internal_X_rate2_1 = (cse_42 * cse_77)
     cse_79 = ((cse_50 * cse_74) - (p_g2 * state_internal_X2_2))
-    chaboche2_return_map_state_internal_X2_rate_2 = (cse_42 * cse_79)
+    chaboche2_return_map_state_internal_X_rate2_2 = (cse_42 * cse_79)
     cse_81 = (p_C2 * cse_66)
     cse_82 = ((cse_22 * cse_81) - (p_g2 * state_internal_X2_3))
-    chaboche2_return_map_state_internal_X2_rate_3 = (cse_42 * cse_82)
+    chaboche2_return_map_state_internal_X_rate2_3 = (cse_42 * cse_82)
     cse_84 = ((cse_25 * cse_81) - (p_g2 * state_internal_X2_4))
-    chaboche2_return_map_state_internal_X2_rate_4 = (cse_42 * cse_84)
+    chaboche2_return_map_state_internal_X_rate2_4 = (cse_42 * cse_84)
     cse_86 = ((cse_28 * cse_81) - (p_g2 * state_internal_X2_5))
-    chaboche2_return_map_state_internal_X2_rate_5 = (cse_42 * cse_86)
+    chaboche2_return_map_state_internal_X_rate2_5 = (cse_42 * cse_86)
     cse_88 = (old_forces_t - forces_t)
     cse_89 = (1.0 - (2.0 * p_nu))
     cse_90 = (1.0 / cse_89)
@@ -5191,18 +5191,18 @@ def _torch_total(X, P):
     d107 = (-chaboche2_return_map_state_internal_Ep_rate_4)
     d108 = (-chaboche2_return_map_state_internal_Ep_rate_5)
     d109 = (-chaboche2_return_map_state_internal_ep_rate)
-    d110 = (-chaboche2_return_map_state_internal_X1_rate_0)
-    d111 = (-chaboche2_return_map_state_internal_X1_rate_1)
-    d112 = (-chaboche2_return_map_state_internal_X1_rate_2)
-    d113 = (-chaboche2_return_map_state_internal_X1_rate_3)
-    d114 = (-chaboche2_return_map_state_internal_X1_rate_4)
-    d115 = (-chaboche2_return_map_state_internal_X1_rate_5)
-    d116 = (-chaboche2_return_map_state_internal_X2_rate_0)
-    d117 = (-chaboche2_return_map_state_internal_X2_rate_1)
-    d118 = (-chaboche2_return_map_state_internal_X2_rate_2)
-    d119 = (-chaboche2_return_map_state_internal_X2_rate_3)
-    d120 = (-chaboche2_return_map_state_internal_X2_rate_4)
-    d121 = (-chaboche2_return_map_state_internal_X2_rate_5)
+    d110 = (-chaboche2_return_map_state_internal_X_rate1_0)
+    d111 = (-chaboche2_return_map_state_internal_X_rate1_1)
+    d112 = (-chaboche2_return_map_state_internal_X_rate1_2)
+    d113 = (-chaboche2_return_map_state_internal_X_rate1_3)
+    d114 = (-chaboche2_return_map_state_internal_X_rate1_4)
+    d115 = (-chaboche2_return_map_state_internal_X_rate1_5)
+    d116 = (-chaboche2_return_map_state_internal_X_rate2_0)
+    d117 = (-chaboche2_return_map_state_internal_X_rate2_1)
+    d118 = (-chaboche2_return_map_state_internal_X_rate2_2)
+    d119 = (-chaboche2_return_map_state_internal_X_rate2_3)
+    d120 = (-chaboche2_return_map_state_internal_X_rate2_4)
+    d121 = (-chaboche2_return_map_state_internal_X_rate2_5)
     d122 = (cse_88 * (cse_122 + (cse_101 * cse_107)))
     d123 = (cse_88 * (cse_130 + (cse_107 * cse_126)))
     d124 = (cse_88 * (cse_136 + (cse_107 * cse_133)))
@@ -5763,18 +5763,18 @@ def _torch_total(X, P):
         [(-d144), (-d145), (-d146), (-d147), (-d148), (-d3), (-d107), (-chaboche2_return_map_state_internal_Ep_rate_4), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d249), (-d255), (-d261), (-d267), (-d32), (-d273), (-d279), 0.0, 0.0, 0.0, 0.0],
         [(-d149), (-d150), (-d151), (-d152), (-d153), (-d154), (-d108), (-chaboche2_return_map_state_internal_Ep_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d250), (-d256), (-d262), (-d268), (-d33), (-d274), (-d280), 0.0, 0.0, 0.0, 0.0],
         [(-d281), (-d282), (-d283), (-d34), (-d35), (-d36), (-d109), (-chaboche2_return_map_state_internal_ep_rate), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d303), (-d304), (-d305), (-d306), (-d307), (-d308), (-d309), 0.0, 0.0, 0.0, 0.0],
-        [(-d310), (-d311), (-d312), (-d313), (-d314), (-d315), (-d110), (-chaboche2_return_map_state_internal_X1_rate_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d430), (-d436), (-d442), (-d448), (-d454), (-d460), (-d466), (-d67), (-d472), 0.0, 0.0],
-        [(-d316), (-d317), (-d318), (-d319), (-d320), (-d321), (-d111), (-chaboche2_return_map_state_internal_X1_rate_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d431), (-d437), (-d443), (-d449), (-d455), (-d461), (-d467), (-d68), (-d473), 0.0, 0.0],
-        [(-d322), (-d323), (-d324), (-d325), (-d326), (-d327), (-d112), (-chaboche2_return_map_state_internal_X1_rate_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d432), (-d438), (-d444), (-d450), (-d456), (-d462), (-d468), (-d69), (-d474), 0.0, 0.0],
-        [(-d328), (-d329), (-d330), (-d331), (-d332), (-d333), (-d113), (-chaboche2_return_map_state_internal_X1_rate_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d433), (-d439), (-d445), (-d451), (-d457), (-d463), (-d469), (-d70), (-d475), 0.0, 0.0],
-        [(-d334), (-d335), (-d336), (-d337), (-d338), (-d339), (-d114), (-chaboche2_return_map_state_internal_X1_rate_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d434), (-d440), (-d446), (-d452), (-d458), (-d464), (-d470), (-d71), (-d476), 0.0, 0.0],
-        [(-d340), (-d341), (-d342), (-d343), (-d344), (-d345), (-d115), (-chaboche2_return_map_state_internal_X1_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d435), (-d441), (-d447), (-d453), (-d459), (-d465), (-d471), (-d72), (-d477), 0.0, 0.0],
-        [(-d478), (-d479), (-d480), (-d481), (-d482), (-d483), (-d116), (-chaboche2_return_map_state_internal_X2_rate_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d598), (-d604), (-d610), (-d616), (-d622), (-d628), (-d634), 0.0, 0.0, (-d640), (-d646)],
-        [(-d484), (-d485), (-d486), (-d487), (-d488), (-d489), (-d117), (-chaboche2_return_map_state_internal_X2_rate_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, (-d599), (-d605), (-d611), (-d617), (-d623), (-d629), (-d635), 0.0, 0.0, (-d641), (-d647)],
-        [(-d490), (-d491), (-d492), (-d493), (-d494), (-d495), (-d118), (-chaboche2_return_map_state_internal_X2_rate_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, (-d600), (-d606), (-d612), (-d618), (-d624), (-d630), (-d636), 0.0, 0.0, (-d642), (-d648)],
-        [(-d496), (-d497), (-d498), (-d499), (-d500), (-d501), (-d119), (-chaboche2_return_map_state_internal_X2_rate_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, (-d601), (-d607), (-d613), (-d619), (-d625), (-d631), (-d637), 0.0, 0.0, (-d643), (-d649)],
-        [(-d502), (-d503), (-d504), (-d505), (-d506), (-d507), (-d120), (-chaboche2_return_map_state_internal_X2_rate_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, (-d602), (-d608), (-d614), (-d620), (-d626), (-d632), (-d638), 0.0, 0.0, (-d644), (-d650)],
-        [(-d508), (-d509), (-d510), (-d511), (-d512), (-d513), (-d121), (-chaboche2_return_map_state_internal_X2_rate_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (-d603), (-d609), (-d615), (-d621), (-d627), (-d633), (-d639), 0.0, 0.0, (-d645), (-d651)],
+        [(-d310), (-d311), (-d312), (-d313), (-d314), (-d315), (-d110), (-chaboche2_return_map_state_internal_X_rate1_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d430), (-d436), (-d442), (-d448), (-d454), (-d460), (-d466), (-d67), (-d472), 0.0, 0.0],
+        [(-d316), (-d317), (-d318), (-d319), (-d320), (-d321), (-d111), (-chaboche2_return_map_state_internal_X_rate1_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d431), (-d437), (-d443), (-d449), (-d455), (-d461), (-d467), (-d68), (-d473), 0.0, 0.0],
+        [(-d322), (-d323), (-d324), (-d325), (-d326), (-d327), (-d112), (-chaboche2_return_map_state_internal_X_rate1_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d432), (-d438), (-d444), (-d450), (-d456), (-d462), (-d468), (-d69), (-d474), 0.0, 0.0],
+        [(-d328), (-d329), (-d330), (-d331), (-d332), (-d333), (-d113), (-chaboche2_return_map_state_internal_X_rate1_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d433), (-d439), (-d445), (-d451), (-d457), (-d463), (-d469), (-d70), (-d475), 0.0, 0.0],
+        [(-d334), (-d335), (-d336), (-d337), (-d338), (-d339), (-d114), (-chaboche2_return_map_state_internal_X_rate1_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d434), (-d440), (-d446), (-d452), (-d458), (-d464), (-d470), (-d71), (-d476), 0.0, 0.0],
+        [(-d340), (-d341), (-d342), (-d343), (-d344), (-d345), (-d115), (-chaboche2_return_map_state_internal_X_rate1_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d435), (-d441), (-d447), (-d453), (-d459), (-d465), (-d471), (-d72), (-d477), 0.0, 0.0],
+        [(-d478), (-d479), (-d480), (-d481), (-d482), (-d483), (-d116), (-chaboche2_return_map_state_internal_X_rate2_0), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-d598), (-d604), (-d610), (-d616), (-d622), (-d628), (-d634), 0.0, 0.0, (-d640), (-d646)],
+        [(-d484), (-d485), (-d486), (-d487), (-d488), (-d489), (-d117), (-chaboche2_return_map_state_internal_X_rate2_1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, (-d599), (-d605), (-d611), (-d617), (-d623), (-d629), (-d635), 0.0, 0.0, (-d641), (-d647)],
+        [(-d490), (-d491), (-d492), (-d493), (-d494), (-d495), (-d118), (-chaboche2_return_map_state_internal_X_rate2_2), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, (-d600), (-d606), (-d612), (-d618), (-d624), (-d630), (-d636), 0.0, 0.0, (-d642), (-d648)],
+        [(-d496), (-d497), (-d498), (-d499), (-d500), (-d501), (-d119), (-chaboche2_return_map_state_internal_X_rate2_3), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, (-d601), (-d607), (-d613), (-d619), (-d625), (-d631), (-d637), 0.0, 0.0, (-d643), (-d649)],
+        [(-d502), (-d503), (-d504), (-d505), (-d506), (-d507), (-d120), (-chaboche2_return_map_state_internal_X_rate2_4), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, (-d602), (-d608), (-d614), (-d620), (-d626), (-d632), (-d638), 0.0, 0.0, (-d644), (-d650)],
+        [(-d508), (-d509), (-d510), (-d511), (-d512), (-d513), (-d121), (-chaboche2_return_map_state_internal_X_rate2_5), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (-d603), (-d609), (-d615), (-d621), (-d627), (-d633), (-d639), 0.0, 0.0, (-d645), (-d651)],
     ], X)
     ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
     d652 = ls1_X[:, 0, 0]
@@ -11521,33 +11521,33 @@ if triton is not None:
         cse_52 = (K1 * cse_37)
         cse_53 = (p_C1 * cse_52)
         cse_54 = ((cse_15 * cse_53) - (p_g1 * state_internal_X1_0))
-        chaboche2_return_map_state_internal_X1_rate_0 = (cse_36 * cse_54)
+        chaboche2_return_map_state_internal_X_rate1_0 = (cse_36 * cse_54)
         cse_56 = ((cse_42 * cse_53) - (p_g1 * state_internal_X1_1))
-        chaboche2_return_map_state_internal_X1_rate_1 = (cse_36 * cse_56)
+        chaboche2_return_map_state_internal_X_rate1_1 = (cse_36 * cse_56)
         cse_58 = ((cse_44 * cse_53) - (p_g1 * state_internal_X1_2))
-        chaboche2_return_map_state_internal_X1_rate_2 = (cse_36 * cse_58)
+        chaboche2_return_map_state_internal_X_rate1_2 = (cse_36 * cse_58)
         cse_60 = (K2 * cse_37)
         cse_61 = (p_C1 * cse_60)
         cse_62 = ((cse_19 * cse_61) - (p_g1 * state_internal_X1_3))
-        chaboche2_return_map_state_internal_X1_rate_3 = (cse_36 * cse_62)
+        chaboche2_return_map_state_internal_X_rate1_3 = (cse_36 * cse_62)
         cse_64 = ((cse_21 * cse_61) - (p_g1 * state_internal_X1_4))
-        chaboche2_return_map_state_internal_X1_rate_4 = (cse_36 * cse_64)
+        chaboche2_return_map_state_internal_X_rate1_4 = (cse_36 * cse_64)
         cse_66 = ((cse_23 * cse_61) - (p_g1 * state_internal_X1_5))
-        chaboche2_return_map_state_internal_X1_rate_5 = (cse_36 * cse_66)
+        chaboche2_return_map_state_internal_X_rate1_5 = (cse_36 * cse_66)
         cse_68 = (p_C2 * cse_52)
         cse_69 = ((cse_15 * cse_68) - (p_g2 * state_internal_X2_0))
-        chaboche2_return_map_state_internal_X2_rate_0 = (cse_36 * cse_69)
+        chaboche2_return_map_state_internal_X_rate2_0 = (cse_36 * cse_69)
         cse_71 = ((cse_42 * cse_68) - (p_g2 * state_internal_X2_1))
-        chaboche2_return_map_state_internal_X2_rate_1 = (cse_36 * cse_71)
+        chaboche2_return_map_state_internal_X_rate2_1 = (cse_36 * cse_71)
         cse_73 = ((cse_44 * cse_68) - (p_g2 * state_internal_X2_2))
-        chaboche2_return_map_state_internal_X2_rate_2 = (cse_36 * cse_73)
+        chaboche2_return_map_state_internal_X_rate2_2 = (cse_36 * cse_73)
         cse_75 = (p_C2 * cse_60)
         cse_76 = ((cse_19 * cse_75) - (p_g2 * state_internal_X2_3))
-        chaboche2_return_map_state_internal_X2_rate_3 = (cse_36 * cse_76)
+        chaboche2_return_map_state_internal_X_rate2_3 = (cse_36 * cse_76)
         cse_78 = ((cse_21 * cse_75) - (p_g2 * state_internal_X2_4))
-        chaboche2_return_map_state_internal_X2_rate_4 = (cse_36 * cse_78)
+        chaboche2_return_map_state_internal_X_rate2_4 = (cse_36 * cse_78)
         cse_80 = ((cse_23 * cse_75) - (p_g2 * state_internal_X2_5))
-        chaboche2_return_map_state_internal_X2_rate_5 = (cse_36 * cse_80)
+        chaboche2_return_map_state_internal_X_rate2_5 = (cse_36 * cse_80)
         cse_82 = (old_forces_t - forces_t)
         cse_83 = (p_nu * cse_2 / (K0 - (K6 * p_nu)))
         cse_84 = (cse_2 + cse_83)
@@ -12001,18 +12001,18 @@ if triton is not None:
         d101 = (-chaboche2_return_map_state_internal_Ep_rate_4)
         d102 = (-chaboche2_return_map_state_internal_Ep_rate_5)
         d103 = (-chaboche2_return_map_state_internal_ep_rate)
-        d104 = (-chaboche2_return_map_state_internal_X1_rate_0)
-        d105 = (-chaboche2_return_map_state_internal_X1_rate_1)
-        d106 = (-chaboche2_return_map_state_internal_X1_rate_2)
-        d107 = (-chaboche2_return_map_state_internal_X1_rate_3)
-        d108 = (-chaboche2_return_map_state_internal_X1_rate_4)
-        d109 = (-chaboche2_return_map_state_internal_X1_rate_5)
-        d110 = (-chaboche2_return_map_state_internal_X2_rate_0)
-        d111 = (-chaboche2_return_map_state_internal_X2_rate_1)
-        d112 = (-chaboche2_return_map_state_internal_X2_rate_2)
-        d113 = (-chaboche2_return_map_state_internal_X2_rate_3)
-        d114 = (-chaboche2_return_map_state_internal_X2_rate_4)
-        d115 = (-chaboche2_return_map_state_internal_X2_rate_5)
+        d104 = (-chaboche2_return_map_state_internal_X_rate1_0)
+        d105 = (-chaboche2_return_map_state_internal_X_rate1_1)
+        d106 = (-chaboche2_return_map_state_internal_X_rate1_2)
+        d107 = (-chaboche2_return_map_state_internal_X_rate1_3)
+        d108 = (-chaboche2_return_map_state_internal_X_rate1_4)
+        d109 = (-chaboche2_return_map_state_internal_X_rate1_5)
+        d110 = (-chaboche2_return_map_state_internal_X_rate2_0)
+        d111 = (-chaboche2_return_map_state_internal_X_rate2_1)
+        d112 = (-chaboche2_return_map_state_internal_X_rate2_2)
+        d113 = (-chaboche2_return_map_state_internal_X_rate2_3)
+        d114 = (-chaboche2_return_map_state_internal_X_rate2_4)
+        d115 = (-chaboche2_return_map_state_internal_X_rate2_5)
         d116 = (cse_82 * (cse_111 + (cse_91 * cse_96)))
         d117 = (cse_82 * (cse_119 + (cse_115 * cse_96)))
         d118 = (cse_82 * (cse_125 + (cse_122 * cse_96)))
@@ -12456,7 +12456,7 @@ if triton is not None:
         ls1_61 = (-d259)
         ls1_62 = (-d260)
         ls1_63 = (-d104)
-        ls1_64 = (-chaboche2_return_map_state_internal_X1_rate_0)
+        ls1_64 = (-chaboche2_return_map_state_internal_X_rate1_0)
         ls1_65 = (-d261)
         ls1_66 = (-d262)
         ls1_67 = (-d263)
@@ -12464,7 +12464,7 @@ if triton is not None:
         ls1_69 = (-d265)
         ls1_70 = (-d266)
         ls1_71 = (-d105)
-        ls1_72 = (-chaboche2_return_map_state_internal_X1_rate_1)
+        ls1_72 = (-chaboche2_return_map_state_internal_X_rate1_1)
         ls1_73 = (-d267)
         ls1_74 = (-d268)
         ls1_75 = (-d269)
@@ -12472,7 +12472,7 @@ if triton is not None:
         ls1_77 = (-d271)
         ls1_78 = (-d272)
         ls1_79 = (-d106)
-        ls1_80 = (-chaboche2_return_map_state_internal_X1_rate_2)
+        ls1_80 = (-chaboche2_return_map_state_internal_X_rate1_2)
         ls1_81 = (-d273)
         ls1_82 = (-d274)
         ls1_83 = (-d275)
@@ -12480,7 +12480,7 @@ if triton is not None:
         ls1_85 = (-d277)
         ls1_86 = (-d278)
         ls1_87 = (-d107)
-        ls1_88 = (-chaboche2_return_map_state_internal_X1_rate_3)
+        ls1_88 = (-chaboche2_return_map_state_internal_X_rate1_3)
         ls1_89 = (-d279)
         ls1_90 = (-d280)
         ls1_91 = (-d281)
@@ -12488,7 +12488,7 @@ if triton is not None:
         ls1_93 = (-d283)
         ls1_94 = (-d284)
         ls1_95 = (-d108)
-        ls1_96 = (-chaboche2_return_map_state_internal_X1_rate_4)
+        ls1_96 = (-chaboche2_return_map_state_internal_X_rate1_4)
         ls1_97 = (-d285)
         ls1_98 = (-d286)
         ls1_99 = (-d287)
@@ -12496,7 +12496,7 @@ if triton is not None:
         ls1_101 = (-d289)
         ls1_102 = (-d290)
         ls1_103 = (-d109)
-        ls1_104 = (-chaboche2_return_map_state_internal_X1_rate_5)
+        ls1_104 = (-chaboche2_return_map_state_internal_X_rate1_5)
         ls1_105 = (-d375)
         ls1_106 = (-d376)
         ls1_107 = (-d377)
@@ -12504,7 +12504,7 @@ if triton is not None:
         ls1_109 = (-d379)
         ls1_110 = (-d380)
         ls1_111 = (-d110)
-        ls1_112 = (-chaboche2_return_map_state_internal_X2_rate_0)
+        ls1_112 = (-chaboche2_return_map_state_internal_X_rate2_0)
         ls1_113 = (-d381)
         ls1_114 = (-d382)
         ls1_115 = (-d383)
@@ -12512,7 +12512,7 @@ if triton is not None:
         ls1_117 = (-d385)
         ls1_118 = (-d386)
         ls1_119 = (-d111)
-        ls1_120 = (-chaboche2_return_map_state_internal_X2_rate_1)
+        ls1_120 = (-chaboche2_return_map_state_internal_X_rate2_1)
         ls1_121 = (-d387)
         ls1_122 = (-d388)
         ls1_123 = (-d389)
@@ -12520,7 +12520,7 @@ if triton is not None:
         ls1_125 = (-d391)
         ls1_126 = (-d392)
         ls1_127 = (-d112)
-        ls1_128 = (-chaboche2_return_map_state_internal_X2_rate_2)
+        ls1_128 = (-chaboche2_return_map_state_internal_X_rate2_2)
         ls1_129 = (-d393)
         ls1_130 = (-d394)
         ls1_131 = (-d395)
@@ -12528,7 +12528,7 @@ if triton is not None:
         ls1_133 = (-d397)
         ls1_134 = (-d398)
         ls1_135 = (-d113)
-        ls1_136 = (-chaboche2_return_map_state_internal_X2_rate_3)
+        ls1_136 = (-chaboche2_return_map_state_internal_X_rate2_3)
         ls1_137 = (-d399)
         ls1_138 = (-d400)
         ls1_139 = (-d401)
@@ -12536,7 +12536,7 @@ if triton is not None:
         ls1_141 = (-d403)
         ls1_142 = (-d404)
         ls1_143 = (-d114)
-        ls1_144 = (-chaboche2_return_map_state_internal_X2_rate_4)
+        ls1_144 = (-chaboche2_return_map_state_internal_X_rate2_4)
         ls1_145 = (-d405)
         ls1_146 = (-d406)
         ls1_147 = (-d407)
@@ -12544,7 +12544,7 @@ if triton is not None:
         ls1_149 = (-d409)
         ls1_150 = (-d410)
         ls1_151 = (-d115)
-        ls1_152 = (-chaboche2_return_map_state_internal_X2_rate_5)
+        ls1_152 = (-chaboche2_return_map_state_internal_X_rate2_5)
         ls1_153 = (tl.abs(d149) >= (K11 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(d150), tl.abs(d151)), tl.abs(d152)), tl.abs(d153)), tl.abs(d154)), tl.abs(d7)), tl.abs(d8)), tl.abs(d9)), tl.abs(d10)), tl.abs(d11)), tl.abs(d12)), tl.abs(d197)), tl.abs(d198)), tl.abs(d199)), tl.abs(d200)), tl.abs(d201)), tl.abs(d202)), tl.abs(d233))))
         ls1_154 = tl.where(ls1_153, (K0 / d149), K12)
         ls1_155 = (d155 * ls1_154)
@@ -24752,33 +24752,33 @@ if triton is not None:
         cse_58 = (K1 * cse_43)
         cse_59 = (p_C1 * cse_58)
         cse_60 = ((cse_16 * cse_59) - (p_g1 * state_internal_X1_0))
-        chaboche2_return_map_state_internal_X1_rate_0 = (cse_42 * cse_60)
+        chaboche2_return_map_state_internal_X_rate1_0 = (cse_42 * cse_60)
         cse_62 = ((cse_48 * cse_59) - (p_g1 * state_internal_X1_1))
-        chaboche2_return_map_state_internal_X1_rate_1 = (cse_42 * cse_62)
+        chaboche2_return_map_state_internal_X_rate1_1 = (cse_42 * cse_62)
         cse_64 = ((cse_50 * cse_59) - (p_g1 * state_internal_X1_2))
-        chaboche2_return_map_state_internal_X1_rate_2 = (cse_42 * cse_64)
+        chaboche2_return_map_state_internal_X_rate1_2 = (cse_42 * cse_64)
         cse_66 = (K2 * cse_43)
         cse_67 = (p_C1 * cse_66)
         cse_68 = ((cse_22 * cse_67) - (p_g1 * state_internal_X1_3))
-        chaboche2_return_map_state_internal_X1_rate_3 = (cse_42 * cse_68)
+        chaboche2_return_map_state_internal_X_rate1_3 = (cse_42 * cse_68)
         cse_70 = ((cse_25 * cse_67) - (p_g1 * state_internal_X1_4))
-        chaboche2_return_map_state_internal_X1_rate_4 = (cse_42 * cse_70)
+        chaboche2_return_map_state_internal_X_rate1_4 = (cse_42 * cse_70)
         cse_72 = ((cse_28 * cse_67) - (p_g1 * state_internal_X1_5))
-        chaboche2_return_map_state_internal_X1_rate_5 = (cse_42 * cse_72)
+        chaboche2_return_map_state_internal_X_rate1_5 = (cse_42 * cse_72)
         cse_74 = (p_C2 * cse_58)
         cse_75 = ((cse_16 * cse_74) - (p_g2 * state_internal_X2_0))
-        chaboche2_return_map_state_internal_X2_rate_0 = (cse_42 * cse_75)
+        chaboche2_return_map_state_internal_X_rate2_0 = (cse_42 * cse_75)
         cse_77 = ((cse_48 * cse_74) - (p_g2 * state_internal_X2_1))
-        chaboche2_return_map_state_internal_X2_rate_1 = (cse_42 * cse_77)
+        chaboche2_return_map_state_internal_X_rate2_1 = (cse_42 * cse_77)
         cse_79 = ((cse_50 * cse_74) - (p_g2 * state_internal_X2_2))
-        chaboche2_return_map_state_internal_X2_rate_2 = (cse_42 * cse_79)
+        chaboche2_return_map_state_internal_X_rate2_2 = (cse_42 * cse_79)
         cse_81 = (p_C2 * cse_66)
         cse_82 = ((cse_22 * cse_81) - (p_g2 * state_internal_X2_3))
-        chaboche2_return_map_state_internal_X2_rate_3 = (cse_42 * cse_82)
+        chaboche2_return_map_state_internal_X_rate2_3 = (cse_42 * cse_82)
         cse_84 = ((cse_25 * cse_81) - (p_g2 * state_internal_X2_4))
-        chaboche2_return_map_state_internal_X2_rate_4 = (cse_42 * cse_84)
+        chaboche2_return_map_state_internal_X_rate2_4 = (cse_42 * cse_84)
         cse_86 = ((cse_28 * cse_81) - (p_g2 * state_internal_X2_5))
-        chaboche2_return_map_state_internal_X2_rate_5 = (cse_42 * cse_86)
+        chaboche2_return_map_state_internal_X_rate2_5 = (cse_42 * cse_86)
         cse_88 = (old_forces_t - forces_t)
         cse_89 = (K0 - (K6 * p_nu))
         cse_90 = (K0 / cse_89)
@@ -25301,18 +25301,18 @@ if triton is not None:
         d107 = (-chaboche2_return_map_state_internal_Ep_rate_4)
         d108 = (-chaboche2_return_map_state_internal_Ep_rate_5)
         d109 = (-chaboche2_return_map_state_internal_ep_rate)
-        d110 = (-chaboche2_return_map_state_internal_X1_rate_0)
-        d111 = (-chaboche2_return_map_state_internal_X1_rate_1)
-        d112 = (-chaboche2_return_map_state_internal_X1_rate_2)
-        d113 = (-chaboche2_return_map_state_internal_X1_rate_3)
-        d114 = (-chaboche2_return_map_state_internal_X1_rate_4)
-        d115 = (-chaboche2_return_map_state_internal_X1_rate_5)
-        d116 = (-chaboche2_return_map_state_internal_X2_rate_0)
-        d117 = (-chaboche2_return_map_state_internal_X2_rate_1)
-        d118 = (-chaboche2_return_map_state_internal_X2_rate_2)
-        d119 = (-chaboche2_return_map_state_internal_X2_rate_3)
-        d120 = (-chaboche2_return_map_state_internal_X2_rate_4)
-        d121 = (-chaboche2_return_map_state_internal_X2_rate_5)
+        d110 = (-chaboche2_return_map_state_internal_X_rate1_0)
+        d111 = (-chaboche2_return_map_state_internal_X_rate1_1)
+        d112 = (-chaboche2_return_map_state_internal_X_rate1_2)
+        d113 = (-chaboche2_return_map_state_internal_X_rate1_3)
+        d114 = (-chaboche2_return_map_state_internal_X_rate1_4)
+        d115 = (-chaboche2_return_map_state_internal_X_rate1_5)
+        d116 = (-chaboche2_return_map_state_internal_X_rate2_0)
+        d117 = (-chaboche2_return_map_state_internal_X_rate2_1)
+        d118 = (-chaboche2_return_map_state_internal_X_rate2_2)
+        d119 = (-chaboche2_return_map_state_internal_X_rate2_3)
+        d120 = (-chaboche2_return_map_state_internal_X_rate2_4)
+        d121 = (-chaboche2_return_map_state_internal_X_rate2_5)
         d122 = (cse_88 * (cse_122 + (cse_101 * cse_107)))
         d123 = (cse_88 * (cse_130 + (cse_107 * cse_126)))
         d124 = (cse_88 * (cse_136 + (cse_107 * cse_133)))
@@ -25956,7 +25956,7 @@ if triton is not None:
         ls1_110 = (-d314)
         ls1_111 = (-d315)
         ls1_112 = (-d110)
-        ls1_113 = (-chaboche2_return_map_state_internal_X1_rate_0)
+        ls1_113 = (-chaboche2_return_map_state_internal_X_rate1_0)
         ls1_114 = (-d430)
         ls1_115 = (-d436)
         ls1_116 = (-d442)
@@ -25973,7 +25973,7 @@ if triton is not None:
         ls1_127 = (-d320)
         ls1_128 = (-d321)
         ls1_129 = (-d111)
-        ls1_130 = (-chaboche2_return_map_state_internal_X1_rate_1)
+        ls1_130 = (-chaboche2_return_map_state_internal_X_rate1_1)
         ls1_131 = (-d431)
         ls1_132 = (-d437)
         ls1_133 = (-d443)
@@ -25990,7 +25990,7 @@ if triton is not None:
         ls1_144 = (-d326)
         ls1_145 = (-d327)
         ls1_146 = (-d112)
-        ls1_147 = (-chaboche2_return_map_state_internal_X1_rate_2)
+        ls1_147 = (-chaboche2_return_map_state_internal_X_rate1_2)
         ls1_148 = (-d432)
         ls1_149 = (-d438)
         ls1_150 = (-d444)
@@ -26007,7 +26007,7 @@ if triton is not None:
         ls1_161 = (-d332)
         ls1_162 = (-d333)
         ls1_163 = (-d113)
-        ls1_164 = (-chaboche2_return_map_state_internal_X1_rate_3)
+        ls1_164 = (-chaboche2_return_map_state_internal_X_rate1_3)
         ls1_165 = (-d433)
         ls1_166 = (-d439)
         ls1_167 = (-d445)
@@ -26024,7 +26024,7 @@ if triton is not None:
         ls1_178 = (-d338)
         ls1_179 = (-d339)
         ls1_180 = (-d114)
-        ls1_181 = (-chaboche2_return_map_state_internal_X1_rate_4)
+        ls1_181 = (-chaboche2_return_map_state_internal_X_rate1_4)
         ls1_182 = (-d434)
         ls1_183 = (-d440)
         ls1_184 = (-d446)
@@ -26041,7 +26041,7 @@ if triton is not None:
         ls1_195 = (-d344)
         ls1_196 = (-d345)
         ls1_197 = (-d115)
-        ls1_198 = (-chaboche2_return_map_state_internal_X1_rate_5)
+        ls1_198 = (-chaboche2_return_map_state_internal_X_rate1_5)
         ls1_199 = (-d435)
         ls1_200 = (-d441)
         ls1_201 = (-d447)
@@ -26058,7 +26058,7 @@ if triton is not None:
         ls1_212 = (-d482)
         ls1_213 = (-d483)
         ls1_214 = (-d116)
-        ls1_215 = (-chaboche2_return_map_state_internal_X2_rate_0)
+        ls1_215 = (-chaboche2_return_map_state_internal_X_rate2_0)
         ls1_216 = (-d598)
         ls1_217 = (-d604)
         ls1_218 = (-d610)
@@ -26075,7 +26075,7 @@ if triton is not None:
         ls1_229 = (-d488)
         ls1_230 = (-d489)
         ls1_231 = (-d117)
-        ls1_232 = (-chaboche2_return_map_state_internal_X2_rate_1)
+        ls1_232 = (-chaboche2_return_map_state_internal_X_rate2_1)
         ls1_233 = (-d599)
         ls1_234 = (-d605)
         ls1_235 = (-d611)
@@ -26092,7 +26092,7 @@ if triton is not None:
         ls1_246 = (-d494)
         ls1_247 = (-d495)
         ls1_248 = (-d118)
-        ls1_249 = (-chaboche2_return_map_state_internal_X2_rate_2)
+        ls1_249 = (-chaboche2_return_map_state_internal_X_rate2_2)
         ls1_250 = (-d600)
         ls1_251 = (-d606)
         ls1_252 = (-d612)
@@ -26109,7 +26109,7 @@ if triton is not None:
         ls1_263 = (-d500)
         ls1_264 = (-d501)
         ls1_265 = (-d119)
-        ls1_266 = (-chaboche2_return_map_state_internal_X2_rate_3)
+        ls1_266 = (-chaboche2_return_map_state_internal_X_rate2_3)
         ls1_267 = (-d601)
         ls1_268 = (-d607)
         ls1_269 = (-d613)
@@ -26126,7 +26126,7 @@ if triton is not None:
         ls1_280 = (-d506)
         ls1_281 = (-d507)
         ls1_282 = (-d120)
-        ls1_283 = (-chaboche2_return_map_state_internal_X2_rate_4)
+        ls1_283 = (-chaboche2_return_map_state_internal_X_rate2_4)
         ls1_284 = (-d602)
         ls1_285 = (-d608)
         ls1_286 = (-d614)
@@ -26143,7 +26143,7 @@ if triton is not None:
         ls1_297 = (-d512)
         ls1_298 = (-d513)
         ls1_299 = (-d121)
-        ls1_300 = (-chaboche2_return_map_state_internal_X2_rate_5)
+        ls1_300 = (-chaboche2_return_map_state_internal_X_rate2_5)
         ls1_301 = (-d603)
         ls1_302 = (-d609)
         ls1_303 = (-d615)
@@ -36937,33 +36937,33 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         const real cse_52 = (((real)0.6666666666666666) * cse_37);
         const real cse_53 = (p_C1 * cse_52);
         const real cse_54 = ((cse_15 * cse_53) - (p_g1 * state_internal_X1_0));
-        const real chaboche2_return_map_state_internal_X1_rate_0 = (cse_36 * cse_54);
+        const real chaboche2_return_map_state_internal_X_rate1_0 = (cse_36 * cse_54);
         const real cse_56 = ((cse_42 * cse_53) - (p_g1 * state_internal_X1_1));
-        const real chaboche2_return_map_state_internal_X1_rate_1 = (cse_36 * cse_56);
+        const real chaboche2_return_map_state_internal_X_rate1_1 = (cse_36 * cse_56);
         const real cse_58 = ((cse_44 * cse_53) - (p_g1 * state_internal_X1_2));
-        const real chaboche2_return_map_state_internal_X1_rate_2 = (cse_36 * cse_58);
+        const real chaboche2_return_map_state_internal_X_rate1_2 = (cse_36 * cse_58);
         const real cse_60 = (((real)1.3333333333333333) * cse_37);
         const real cse_61 = (p_C1 * cse_60);
         const real cse_62 = ((cse_19 * cse_61) - (p_g1 * state_internal_X1_3));
-        const real chaboche2_return_map_state_internal_X1_rate_3 = (cse_36 * cse_62);
+        const real chaboche2_return_map_state_internal_X_rate1_3 = (cse_36 * cse_62);
         const real cse_64 = ((cse_21 * cse_61) - (p_g1 * state_internal_X1_4));
-        const real chaboche2_return_map_state_internal_X1_rate_4 = (cse_36 * cse_64);
+        const real chaboche2_return_map_state_internal_X_rate1_4 = (cse_36 * cse_64);
         const real cse_66 = ((cse_23 * cse_61) - (p_g1 * state_internal_X1_5));
-        const real chaboche2_return_map_state_internal_X1_rate_5 = (cse_36 * cse_66);
+        const real chaboche2_return_map_state_internal_X_rate1_5 = (cse_36 * cse_66);
         const real cse_68 = (p_C2 * cse_52);
         const real cse_69 = ((cse_15 * cse_68) - (p_g2 * state_internal_X2_0));
-        const real chaboche2_return_map_state_internal_X2_rate_0 = (cse_36 * cse_69);
+        const real chaboche2_return_map_state_internal_X_rate2_0 = (cse_36 * cse_69);
         const real cse_71 = ((cse_42 * cse_68) - (p_g2 * state_internal_X2_1));
-        const real chaboche2_return_map_state_internal_X2_rate_1 = (cse_36 * cse_71);
+        const real chaboche2_return_map_state_internal_X_rate2_1 = (cse_36 * cse_71);
         const real cse_73 = ((cse_44 * cse_68) - (p_g2 * state_internal_X2_2));
-        const real chaboche2_return_map_state_internal_X2_rate_2 = (cse_36 * cse_73);
+        const real chaboche2_return_map_state_internal_X_rate2_2 = (cse_36 * cse_73);
         const real cse_75 = (p_C2 * cse_60);
         const real cse_76 = ((cse_19 * cse_75) - (p_g2 * state_internal_X2_3));
-        const real chaboche2_return_map_state_internal_X2_rate_3 = (cse_36 * cse_76);
+        const real chaboche2_return_map_state_internal_X_rate2_3 = (cse_36 * cse_76);
         const real cse_78 = ((cse_21 * cse_75) - (p_g2 * state_internal_X2_4));
-        const real chaboche2_return_map_state_internal_X2_rate_4 = (cse_36 * cse_78);
+        const real chaboche2_return_map_state_internal_X_rate2_4 = (cse_36 * cse_78);
         const real cse_80 = ((cse_23 * cse_75) - (p_g2 * state_internal_X2_5));
-        const real chaboche2_return_map_state_internal_X2_rate_5 = (cse_36 * cse_80);
+        const real chaboche2_return_map_state_internal_X_rate2_5 = (cse_36 * cse_80);
         const real cse_82 = (old_forces_t - forces_t);
         const real cse_83 = (p_nu * cse_2 / (((real)1.0) - (((real)2.0) * p_nu)));
         const real cse_84 = (cse_2 + cse_83);
@@ -37417,18 +37417,18 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         const real d101 = (-chaboche2_return_map_state_internal_Ep_rate_4);
         const real d102 = (-chaboche2_return_map_state_internal_Ep_rate_5);
         const real d103 = (-chaboche2_return_map_state_internal_ep_rate);
-        const real d104 = (-chaboche2_return_map_state_internal_X1_rate_0);
-        const real d105 = (-chaboche2_return_map_state_internal_X1_rate_1);
-        const real d106 = (-chaboche2_return_map_state_internal_X1_rate_2);
-        const real d107 = (-chaboche2_return_map_state_internal_X1_rate_3);
-        const real d108 = (-chaboche2_return_map_state_internal_X1_rate_4);
-        const real d109 = (-chaboche2_return_map_state_internal_X1_rate_5);
-        const real d110 = (-chaboche2_return_map_state_internal_X2_rate_0);
-        const real d111 = (-chaboche2_return_map_state_internal_X2_rate_1);
-        const real d112 = (-chaboche2_return_map_state_internal_X2_rate_2);
-        const real d113 = (-chaboche2_return_map_state_internal_X2_rate_3);
-        const real d114 = (-chaboche2_return_map_state_internal_X2_rate_4);
-        const real d115 = (-chaboche2_return_map_state_internal_X2_rate_5);
+        const real d104 = (-chaboche2_return_map_state_internal_X_rate1_0);
+        const real d105 = (-chaboche2_return_map_state_internal_X_rate1_1);
+        const real d106 = (-chaboche2_return_map_state_internal_X_rate1_2);
+        const real d107 = (-chaboche2_return_map_state_internal_X_rate1_3);
+        const real d108 = (-chaboche2_return_map_state_internal_X_rate1_4);
+        const real d109 = (-chaboche2_return_map_state_internal_X_rate1_5);
+        const real d110 = (-chaboche2_return_map_state_internal_X_rate2_0);
+        const real d111 = (-chaboche2_return_map_state_internal_X_rate2_1);
+        const real d112 = (-chaboche2_return_map_state_internal_X_rate2_2);
+        const real d113 = (-chaboche2_return_map_state_internal_X_rate2_3);
+        const real d114 = (-chaboche2_return_map_state_internal_X_rate2_4);
+        const real d115 = (-chaboche2_return_map_state_internal_X_rate2_5);
         const real d116 = (cse_82 * (cse_111 + (cse_91 * cse_96)));
         const real d117 = (cse_82 * (cse_119 + (cse_115 * cse_96)));
         const real d118 = (cse_82 * (cse_125 + (cse_122 * cse_96)));
@@ -38156,7 +38156,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[193 * MC_W + l] = (-d259);
         mc_ls1_B[194 * MC_W + l] = (-d260);
         mc_ls1_B[195 * MC_W + l] = (-d104);
-        mc_ls1_B[196 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_0);
+        mc_ls1_B[196 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_0);
         mc_ls1_B[197 * MC_W + l] = ((real)0.0);
         mc_ls1_B[198 * MC_W + l] = ((real)0.0);
         mc_ls1_B[199 * MC_W + l] = ((real)0.0);
@@ -38202,7 +38202,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[220 * MC_W + l] = (-d265);
         mc_ls1_B[221 * MC_W + l] = (-d266);
         mc_ls1_B[222 * MC_W + l] = (-d105);
-        mc_ls1_B[223 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_1);
+        mc_ls1_B[223 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_1);
         mc_ls1_B[224 * MC_W + l] = ((real)0.0);
         mc_ls1_B[225 * MC_W + l] = ((real)0.0);
         mc_ls1_B[226 * MC_W + l] = ((real)0.0);
@@ -38248,7 +38248,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[247 * MC_W + l] = (-d271);
         mc_ls1_B[248 * MC_W + l] = (-d272);
         mc_ls1_B[249 * MC_W + l] = (-d106);
-        mc_ls1_B[250 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_2);
+        mc_ls1_B[250 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_2);
         mc_ls1_B[251 * MC_W + l] = ((real)0.0);
         mc_ls1_B[252 * MC_W + l] = ((real)0.0);
         mc_ls1_B[253 * MC_W + l] = ((real)0.0);
@@ -38294,7 +38294,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[274 * MC_W + l] = (-d277);
         mc_ls1_B[275 * MC_W + l] = (-d278);
         mc_ls1_B[276 * MC_W + l] = (-d107);
-        mc_ls1_B[277 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_3);
+        mc_ls1_B[277 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_3);
         mc_ls1_B[278 * MC_W + l] = ((real)0.0);
         mc_ls1_B[279 * MC_W + l] = ((real)0.0);
         mc_ls1_B[280 * MC_W + l] = ((real)0.0);
@@ -38340,7 +38340,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[301 * MC_W + l] = (-d283);
         mc_ls1_B[302 * MC_W + l] = (-d284);
         mc_ls1_B[303 * MC_W + l] = (-d108);
-        mc_ls1_B[304 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_4);
+        mc_ls1_B[304 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_4);
         mc_ls1_B[305 * MC_W + l] = ((real)0.0);
         mc_ls1_B[306 * MC_W + l] = ((real)0.0);
         mc_ls1_B[307 * MC_W + l] = ((real)0.0);
@@ -38386,7 +38386,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[328 * MC_W + l] = (-d289);
         mc_ls1_B[329 * MC_W + l] = (-d290);
         mc_ls1_B[330 * MC_W + l] = (-d109);
-        mc_ls1_B[331 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_5);
+        mc_ls1_B[331 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_5);
         mc_ls1_B[332 * MC_W + l] = ((real)0.0);
         mc_ls1_B[333 * MC_W + l] = ((real)0.0);
         mc_ls1_B[334 * MC_W + l] = ((real)0.0);
@@ -38432,7 +38432,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[355 * MC_W + l] = (-d379);
         mc_ls1_B[356 * MC_W + l] = (-d380);
         mc_ls1_B[357 * MC_W + l] = (-d110);
-        mc_ls1_B[358 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_0);
+        mc_ls1_B[358 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_0);
         mc_ls1_B[359 * MC_W + l] = ((real)0.0);
         mc_ls1_B[360 * MC_W + l] = ((real)0.0);
         mc_ls1_B[361 * MC_W + l] = ((real)0.0);
@@ -38478,7 +38478,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[382 * MC_W + l] = (-d385);
         mc_ls1_B[383 * MC_W + l] = (-d386);
         mc_ls1_B[384 * MC_W + l] = (-d111);
-        mc_ls1_B[385 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_1);
+        mc_ls1_B[385 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_1);
         mc_ls1_B[386 * MC_W + l] = ((real)0.0);
         mc_ls1_B[387 * MC_W + l] = ((real)0.0);
         mc_ls1_B[388 * MC_W + l] = ((real)0.0);
@@ -38524,7 +38524,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[409 * MC_W + l] = (-d391);
         mc_ls1_B[410 * MC_W + l] = (-d392);
         mc_ls1_B[411 * MC_W + l] = (-d112);
-        mc_ls1_B[412 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_2);
+        mc_ls1_B[412 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_2);
         mc_ls1_B[413 * MC_W + l] = ((real)0.0);
         mc_ls1_B[414 * MC_W + l] = ((real)0.0);
         mc_ls1_B[415 * MC_W + l] = ((real)0.0);
@@ -38570,7 +38570,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[436 * MC_W + l] = (-d397);
         mc_ls1_B[437 * MC_W + l] = (-d398);
         mc_ls1_B[438 * MC_W + l] = (-d113);
-        mc_ls1_B[439 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_3);
+        mc_ls1_B[439 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_3);
         mc_ls1_B[440 * MC_W + l] = ((real)0.0);
         mc_ls1_B[441 * MC_W + l] = ((real)0.0);
         mc_ls1_B[442 * MC_W + l] = ((real)0.0);
@@ -38616,7 +38616,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[463 * MC_W + l] = (-d403);
         mc_ls1_B[464 * MC_W + l] = (-d404);
         mc_ls1_B[465 * MC_W + l] = (-d114);
-        mc_ls1_B[466 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_4);
+        mc_ls1_B[466 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_4);
         mc_ls1_B[467 * MC_W + l] = ((real)0.0);
         mc_ls1_B[468 * MC_W + l] = ((real)0.0);
         mc_ls1_B[469 * MC_W + l] = ((real)0.0);
@@ -38662,7 +38662,7 @@ static void block_jacobian(const mc_args *restrict a, const int64_t i0, const in
         mc_ls1_B[490 * MC_W + l] = (-d409);
         mc_ls1_B[491 * MC_W + l] = (-d410);
         mc_ls1_B[492 * MC_W + l] = (-d115);
-        mc_ls1_B[493 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_5);
+        mc_ls1_B[493 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_5);
         mc_ls1_B[494 * MC_W + l] = ((real)0.0);
         mc_ls1_B[495 * MC_W + l] = ((real)0.0);
         mc_ls1_B[496 * MC_W + l] = ((real)0.0);
@@ -42019,33 +42019,33 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         const real cse_58 = (((real)0.6666666666666666) * cse_43);
         const real cse_59 = (p_C1 * cse_58);
         const real cse_60 = ((cse_16 * cse_59) - (p_g1 * state_internal_X1_0));
-        const real chaboche2_return_map_state_internal_X1_rate_0 = (cse_42 * cse_60);
+        const real chaboche2_return_map_state_internal_X_rate1_0 = (cse_42 * cse_60);
         const real cse_62 = ((cse_48 * cse_59) - (p_g1 * state_internal_X1_1));
-        const real chaboche2_return_map_state_internal_X1_rate_1 = (cse_42 * cse_62);
+        const real chaboche2_return_map_state_internal_X_rate1_1 = (cse_42 * cse_62);
         const real cse_64 = ((cse_50 * cse_59) - (p_g1 * state_internal_X1_2));
-        const real chaboche2_return_map_state_internal_X1_rate_2 = (cse_42 * cse_64);
+        const real chaboche2_return_map_state_internal_X_rate1_2 = (cse_42 * cse_64);
         const real cse_66 = (((real)1.3333333333333333) * cse_43);
         const real cse_67 = (p_C1 * cse_66);
         const real cse_68 = ((cse_22 * cse_67) - (p_g1 * state_internal_X1_3));
-        const real chaboche2_return_map_state_internal_X1_rate_3 = (cse_42 * cse_68);
+        const real chaboche2_return_map_state_internal_X_rate1_3 = (cse_42 * cse_68);
         const real cse_70 = ((cse_25 * cse_67) - (p_g1 * state_internal_X1_4));
-        const real chaboche2_return_map_state_internal_X1_rate_4 = (cse_42 * cse_70);
+        const real chaboche2_return_map_state_internal_X_rate1_4 = (cse_42 * cse_70);
         const real cse_72 = ((cse_28 * cse_67) - (p_g1 * state_internal_X1_5));
-        const real chaboche2_return_map_state_internal_X1_rate_5 = (cse_42 * cse_72);
+        const real chaboche2_return_map_state_internal_X_rate1_5 = (cse_42 * cse_72);
         const real cse_74 = (p_C2 * cse_58);
         const real cse_75 = ((cse_16 * cse_74) - (p_g2 * state_internal_X2_0));
-        const real chaboche2_return_map_state_internal_X2_rate_0 = (cse_42 * cse_75);
+        const real chaboche2_return_map_state_internal_X_rate2_0 = (cse_42 * cse_75);
         const real cse_77 = ((cse_48 * cse_74) - (p_g2 * state_internal_X2_1));
-        const real chaboche2_return_map_state_internal_X2_rate_1 = (cse_42 * cse_77);
+        const real chaboche2_return_map_state_internal_X_rate2_1 = (cse_42 * cse_77);
         const real cse_79 = ((cse_50 * cse_74) - (p_g2 * state_internal_X2_2));
-        const real chaboche2_return_map_state_internal_X2_rate_2 = (cse_42 * cse_79);
+        const real chaboche2_return_map_state_internal_X_rate2_2 = (cse_42 * cse_79);
         const real cse_81 = (p_C2 * cse_66);
         const real cse_82 = ((cse_22 * cse_81) - (p_g2 * state_internal_X2_3));
-        const real chaboche2_return_map_state_internal_X2_rate_3 = (cse_42 * cse_82);
+        const real chaboche2_return_map_state_internal_X_rate2_3 = (cse_42 * cse_82);
         const real cse_84 = ((cse_25 * cse_81) - (p_g2 * state_internal_X2_4));
-        const real chaboche2_return_map_state_internal_X2_rate_4 = (cse_42 * cse_84);
+        const real chaboche2_return_map_state_internal_X_rate2_4 = (cse_42 * cse_84);
         const real cse_86 = ((cse_28 * cse_81) - (p_g2 * state_internal_X2_5));
-        const real chaboche2_return_map_state_internal_X2_rate_5 = (cse_42 * cse_86);
+        const real chaboche2_return_map_state_internal_X_rate2_5 = (cse_42 * cse_86);
         const real cse_88 = (old_forces_t - forces_t);
         const real cse_89 = (((real)1.0) - (((real)2.0) * p_nu));
         const real cse_90 = (((real)1.0) / cse_89);
@@ -42568,18 +42568,18 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         const real d101 = (-chaboche2_return_map_state_internal_Ep_rate_4);
         const real d102 = (-chaboche2_return_map_state_internal_Ep_rate_5);
         const real d103 = (-chaboche2_return_map_state_internal_ep_rate);
-        const real d104 = (-chaboche2_return_map_state_internal_X1_rate_0);
-        const real d105 = (-chaboche2_return_map_state_internal_X1_rate_1);
-        const real d106 = (-chaboche2_return_map_state_internal_X1_rate_2);
-        const real d107 = (-chaboche2_return_map_state_internal_X1_rate_3);
-        const real d108 = (-chaboche2_return_map_state_internal_X1_rate_4);
-        const real d109 = (-chaboche2_return_map_state_internal_X1_rate_5);
-        const real d110 = (-chaboche2_return_map_state_internal_X2_rate_0);
-        const real d111 = (-chaboche2_return_map_state_internal_X2_rate_1);
-        const real d112 = (-chaboche2_return_map_state_internal_X2_rate_2);
-        const real d113 = (-chaboche2_return_map_state_internal_X2_rate_3);
-        const real d114 = (-chaboche2_return_map_state_internal_X2_rate_4);
-        const real d115 = (-chaboche2_return_map_state_internal_X2_rate_5);
+        const real d104 = (-chaboche2_return_map_state_internal_X_rate1_0);
+        const real d105 = (-chaboche2_return_map_state_internal_X_rate1_1);
+        const real d106 = (-chaboche2_return_map_state_internal_X_rate1_2);
+        const real d107 = (-chaboche2_return_map_state_internal_X_rate1_3);
+        const real d108 = (-chaboche2_return_map_state_internal_X_rate1_4);
+        const real d109 = (-chaboche2_return_map_state_internal_X_rate1_5);
+        const real d110 = (-chaboche2_return_map_state_internal_X_rate2_0);
+        const real d111 = (-chaboche2_return_map_state_internal_X_rate2_1);
+        const real d112 = (-chaboche2_return_map_state_internal_X_rate2_2);
+        const real d113 = (-chaboche2_return_map_state_internal_X_rate2_3);
+        const real d114 = (-chaboche2_return_map_state_internal_X_rate2_4);
+        const real d115 = (-chaboche2_return_map_state_internal_X_rate2_5);
         const real d116 = (cse_88 * (cse_122 + (cse_101 * cse_107)));
         const real d117 = (cse_88 * (cse_130 + (cse_107 * cse_126)));
         const real d118 = (cse_88 * (cse_136 + (cse_107 * cse_133)));
@@ -43535,7 +43535,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[270 * MC_W + l] = (-d259);
         mc_ls1_B[271 * MC_W + l] = (-d260);
         mc_ls1_B[272 * MC_W + l] = (-d104);
-        mc_ls1_B[273 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_0);
+        mc_ls1_B[273 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_0);
         mc_ls1_B[274 * MC_W + l] = ((real)0.0);
         mc_ls1_B[275 * MC_W + l] = ((real)0.0);
         mc_ls1_B[276 * MC_W + l] = ((real)0.0);
@@ -43592,7 +43592,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[308 * MC_W + l] = (-d265);
         mc_ls1_B[309 * MC_W + l] = (-d266);
         mc_ls1_B[310 * MC_W + l] = (-d105);
-        mc_ls1_B[311 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_1);
+        mc_ls1_B[311 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_1);
         mc_ls1_B[312 * MC_W + l] = ((real)0.0);
         mc_ls1_B[313 * MC_W + l] = ((real)0.0);
         mc_ls1_B[314 * MC_W + l] = ((real)0.0);
@@ -43649,7 +43649,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[346 * MC_W + l] = (-d271);
         mc_ls1_B[347 * MC_W + l] = (-d272);
         mc_ls1_B[348 * MC_W + l] = (-d106);
-        mc_ls1_B[349 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_2);
+        mc_ls1_B[349 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_2);
         mc_ls1_B[350 * MC_W + l] = ((real)0.0);
         mc_ls1_B[351 * MC_W + l] = ((real)0.0);
         mc_ls1_B[352 * MC_W + l] = ((real)0.0);
@@ -43706,7 +43706,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[384 * MC_W + l] = (-d277);
         mc_ls1_B[385 * MC_W + l] = (-d278);
         mc_ls1_B[386 * MC_W + l] = (-d107);
-        mc_ls1_B[387 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_3);
+        mc_ls1_B[387 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_3);
         mc_ls1_B[388 * MC_W + l] = ((real)0.0);
         mc_ls1_B[389 * MC_W + l] = ((real)0.0);
         mc_ls1_B[390 * MC_W + l] = ((real)0.0);
@@ -43763,7 +43763,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[422 * MC_W + l] = (-d283);
         mc_ls1_B[423 * MC_W + l] = (-d284);
         mc_ls1_B[424 * MC_W + l] = (-d108);
-        mc_ls1_B[425 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_4);
+        mc_ls1_B[425 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_4);
         mc_ls1_B[426 * MC_W + l] = ((real)0.0);
         mc_ls1_B[427 * MC_W + l] = ((real)0.0);
         mc_ls1_B[428 * MC_W + l] = ((real)0.0);
@@ -43820,7 +43820,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[460 * MC_W + l] = (-d289);
         mc_ls1_B[461 * MC_W + l] = (-d290);
         mc_ls1_B[462 * MC_W + l] = (-d109);
-        mc_ls1_B[463 * MC_W + l] = (-chaboche2_return_map_state_internal_X1_rate_5);
+        mc_ls1_B[463 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate1_5);
         mc_ls1_B[464 * MC_W + l] = ((real)0.0);
         mc_ls1_B[465 * MC_W + l] = ((real)0.0);
         mc_ls1_B[466 * MC_W + l] = ((real)0.0);
@@ -43877,7 +43877,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[498 * MC_W + l] = (-d379);
         mc_ls1_B[499 * MC_W + l] = (-d380);
         mc_ls1_B[500 * MC_W + l] = (-d110);
-        mc_ls1_B[501 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_0);
+        mc_ls1_B[501 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_0);
         mc_ls1_B[502 * MC_W + l] = ((real)0.0);
         mc_ls1_B[503 * MC_W + l] = ((real)0.0);
         mc_ls1_B[504 * MC_W + l] = ((real)0.0);
@@ -43934,7 +43934,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[536 * MC_W + l] = (-d385);
         mc_ls1_B[537 * MC_W + l] = (-d386);
         mc_ls1_B[538 * MC_W + l] = (-d111);
-        mc_ls1_B[539 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_1);
+        mc_ls1_B[539 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_1);
         mc_ls1_B[540 * MC_W + l] = ((real)0.0);
         mc_ls1_B[541 * MC_W + l] = ((real)0.0);
         mc_ls1_B[542 * MC_W + l] = ((real)0.0);
@@ -43991,7 +43991,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[574 * MC_W + l] = (-d391);
         mc_ls1_B[575 * MC_W + l] = (-d392);
         mc_ls1_B[576 * MC_W + l] = (-d112);
-        mc_ls1_B[577 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_2);
+        mc_ls1_B[577 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_2);
         mc_ls1_B[578 * MC_W + l] = ((real)0.0);
         mc_ls1_B[579 * MC_W + l] = ((real)0.0);
         mc_ls1_B[580 * MC_W + l] = ((real)0.0);
@@ -44048,7 +44048,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[612 * MC_W + l] = (-d397);
         mc_ls1_B[613 * MC_W + l] = (-d398);
         mc_ls1_B[614 * MC_W + l] = (-d113);
-        mc_ls1_B[615 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_3);
+        mc_ls1_B[615 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_3);
         mc_ls1_B[616 * MC_W + l] = ((real)0.0);
         mc_ls1_B[617 * MC_W + l] = ((real)0.0);
         mc_ls1_B[618 * MC_W + l] = ((real)0.0);
@@ -44105,7 +44105,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[650 * MC_W + l] = (-d403);
         mc_ls1_B[651 * MC_W + l] = (-d404);
         mc_ls1_B[652 * MC_W + l] = (-d114);
-        mc_ls1_B[653 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_4);
+        mc_ls1_B[653 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_4);
         mc_ls1_B[654 * MC_W + l] = ((real)0.0);
         mc_ls1_B[655 * MC_W + l] = ((real)0.0);
         mc_ls1_B[656 * MC_W + l] = ((real)0.0);
@@ -44162,7 +44162,7 @@ static void block_total(const mc_args *restrict a, const int64_t i0, const int n
         mc_ls1_B[688 * MC_W + l] = (-d409);
         mc_ls1_B[689 * MC_W + l] = (-d410);
         mc_ls1_B[690 * MC_W + l] = (-d115);
-        mc_ls1_B[691 * MC_W + l] = (-chaboche2_return_map_state_internal_X2_rate_5);
+        mc_ls1_B[691 * MC_W + l] = (-chaboche2_return_map_state_internal_X_rate2_5);
         mc_ls1_B[692 * MC_W + l] = ((real)0.0);
         mc_ls1_B[693 * MC_W + l] = ((real)0.0);
         mc_ls1_B[694 * MC_W + l] = ((real)0.0);
@@ -46380,7 +46380,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233'
+    SPEC_HASH = '7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
@@ -46405,10 +46405,10 @@ class Model(CompiledModel):
         ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress'),
         ParameterInfo('eta', 'Scalar', (200.0,), 'MPa s^(1/n)', 'reference stress'),
         ParameterInfo('n', 'Scalar', (5.0,), '', 'rate exponent'),
-        ParameterInfo('C1', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus of X1'),
-        ParameterInfo('g1', 'Scalar', (100.0,), '', 'dynamic recovery of X1'),
-        ParameterInfo('C2', 'Scalar', (2000.0,), 'MPa', 'kinematic hardening modulus of X2'),
-        ParameterInfo('g2', 'Scalar', (10.0,), '', 'dynamic recovery of X2'),
+        ParameterInfo('C1', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus (backstress1)'),
+        ParameterInfo('g1', 'Scalar', (100.0,), '', 'dynamic recovery (backstress1)'),
+        ParameterInfo('C2', 'Scalar', (2000.0,), 'MPa', 'kinematic hardening modulus (backstress2)'),
+        ParameterInfo('g2', 'Scalar', (10.0,), '', 'dynamic recovery (backstress2)'),
     )
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/X1', 'old_state/internal/X1'), ('state/internal/X2', 'old_state/internal/X2'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping

@@ -5,7 +5,7 @@
 # model:       j2_linear_iso, declared at spec/library.yaml:260
 # doc:
 #   Rate-independent J2 plasticity with linear isotropic hardening (E, nu, sigma_y, K), radial return
-# spec hash:   f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233
+# spec hash:   7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e
 # layout:      X (B, 15) inputs, P (B or 1, 4) parameters, Y (B, 14) outputs,
 #              J (B, 14, 15) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -6277,7 +6277,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_linear_iso'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233'
+    SPEC_HASH = '7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

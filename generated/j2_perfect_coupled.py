@@ -5,7 +5,7 @@
 # model:       j2_perfect_coupled, declared at spec/library.yaml:275
 # doc:
 #   Rate-independent J2 perfect plasticity (E, nu, sigma_y), NEML2's coupled system
-# spec hash:   f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233
+# spec hash:   7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e
 # layout:      X (B, 15) inputs, P (B or 1, 3) parameters, Y (B, 13) outputs,
 #              J (B, 13, 15) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -9979,7 +9979,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_perfect_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233'
+    SPEC_HASH = '7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

@@ -5,7 +5,7 @@
 # model:       j2_voce_af_coupled, declared at spec/library.yaml:285
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), NEML2's coupled system
-# spec hash:   f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233
+# spec hash:   7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e
 # layout:      X (B, 22) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 22) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -23448,7 +23448,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'f9446a35ee0dd2b32d1158f7cfce36e7b3538cc0ba8158151830b22b2cc8e233'
+    SPEC_HASH = '7f4a7871c3bdb19ac769029aae4d43598880c4cd2ad1447a8f8b04d8fcaaa15e'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
