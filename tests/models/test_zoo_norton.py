@@ -82,3 +82,32 @@ def test_tangent_against_finite_differences():
     tan = np.asarray(der[("state/S", "forces/E")])
     assert rel_err(tan, fd) <= 1e-6
     assert rel_err(tan[-1], tan[0]) > 1e-3  # a long step relaxes: the tangent depends on the step
+
+
+def test_interpreter_reports_where_newton_stopped():
+    """interpret(..., stops=[...]) (what float32_bounds.py builds on) gives the scalar Newton's
+    dR/dy = -1 - 3 G dt A n y^(n-1) and its residual scale, the magnitudes of the terms of
+    svm_tr - y - 3 G dt A y^n as the compiler splits them (svm_tr into its own terms), so at least
+    |svm_tr| + |y| + |3 G dt A y^n| = 2 svm_tr at the root, at the solution."""
+    from modelc.interpret import interpret
+    from library_helpers import step_inputs
+
+    prog = program("norton")
+    b = 4
+    rng = np.random.default_rng(11)
+    eps = 1e-3 * rng.standard_normal((b, 6))
+    state = {"state/internal/Ep": np.zeros((b, 6)), "state/internal/ep": np.zeros(b),
+             "state/internal/creep_rate": np.zeros(b), "state/S": np.zeros((b, 6))}
+    dt = np.array([1.0, 10.0, 100.0, 1000.0])
+    stops = []
+    res, _, status = interpret(prog, step_inputs(prog, eps, 0 * eps, dt, 0 * dt, state), PARAMS, stops=stops)
+    assert np.all(status["converged"]) and len(stops) == 1
+    names, J, scale = stops[0]
+    assert names == ("state/internal/svm",)
+    y = A ** -1 * np.asarray(res["state/internal/creep_rate"])
+    y = y ** (1 / N_EXP)
+    G = E / (2 * (1 + NU))
+    np.testing.assert_allclose(J[:, 0, 0], -1 - 3 * G * dt * A * N_EXP * y ** (N_EXP - 1), rtol=1e-9)
+    d = eps - eps[:, :3].mean(axis=1, keepdims=True) * np.r_[1.0, 1, 1, 0, 0, 0]
+    svm_tr = np.sqrt(1.5) * 2 * G * np.linalg.norm(d, axis=1)
+    assert np.all(scale[:, 0] >= 2 * svm_tr * (1 - 1e-12)) and np.all(scale[:, 0] < 10 * svm_tr)
