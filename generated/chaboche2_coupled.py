@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:297
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf
+# spec hash:   9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -46380,7 +46380,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf'
+    SPEC_HASH = '9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

@@ -5,7 +5,7 @@
 # model:       j2_voce_af, declared at spec/library.yaml:267
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), radial return
-# spec hash:   0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf
+# spec hash:   9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8
 # layout:      X (B, 21) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 21) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -12164,7 +12164,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf'
+    SPEC_HASH = '9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8'
     INPUTS = (
         VariableInfo('old_state/internal/ep', 'Scalar', 'state/internal/ep at the previous step'),
         VariableInfo('forces/E', 'SR2', 'total strain'),

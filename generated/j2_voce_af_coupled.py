@@ -5,7 +5,7 @@
 # model:       j2_voce_af_coupled, declared at spec/library.yaml:287
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), NEML2's coupled system
-# spec hash:   0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf
+# spec hash:   9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8
 # layout:      X (B, 22) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 22) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -23448,7 +23448,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf'
+    SPEC_HASH = '9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

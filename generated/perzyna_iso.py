@@ -5,7 +5,7 @@
 # model:       perzyna_iso, declared at spec/library.yaml:272
 # doc:
 #   Perzyna viscoplasticity with linear isotropic hardening (E, nu, sigma_y, K, eta, n), radial return
-# spec hash:   0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf
+# spec hash:   9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8
 # layout:      X (B, 15) inputs, P (B or 1, 6) parameters, Y (B, 14) outputs,
 #              J (B, 14, 15) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -7666,7 +7666,7 @@ class Model(CompiledModel):
 
     NAME = 'perzyna_iso'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '0057a8f88ddebb14aff730c9d4ab909c9b8668efa8e1a2536f1203d95a748dcf'
+    SPEC_HASH = '9156752b5662d9cf2b11d0aea534ab59deafbe60a85aea3cdfef1765569b08c8'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

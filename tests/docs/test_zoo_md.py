@@ -8,8 +8,8 @@ import pytest
 
 from fe_util import REPO
 
-PAGES = {"chaboche": ("spec/chaboche.yaml", "spec/library.yaml"), "gtn": ("spec/gtn.yaml",),
-         "norton": ("spec/creep.yaml",)}
+PAGES = {"chaboche": ("spec/chaboche.yaml", "spec/library.yaml"), "gtn": ("spec/gtn.yaml", "spec/library.yaml"),
+         "norton": ("spec/creep.yaml", "spec/library.yaml")}
 
 
 @pytest.mark.parametrize("page", PAGES)

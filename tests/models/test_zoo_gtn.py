@@ -17,22 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from library_helpers import (REF_NAMES, REPO, STRAIN, STRESS, forced_expected, forced_inputs, per_point_rel_err,
+from library_helpers import (REF_NAMES, STRAIN, STRESS, forced_expected, forced_inputs, per_point_rel_err, program,
                              reference, reference_params, with_solver_tolerance)
 
-SPEC = REPO / "spec" / "gtn.yaml"
 STEPS, POINTS = np.arange(1, 101), np.arange(8)
 STATES = ("state/S", "state/internal/Ep", "state/internal/ep", "state/internal/phi", "state/internal/gamma_rate")
 
 
 def _program():
-    from modelc.frontend import load_spec
-    from modelc.passes.compose import compose_spec_model
-    from modelc.passes.cse import cse
-    from modelc.passes.differentiate import differentiate
-    from modelc.passes.lower import lower
-
-    return cse(lower(differentiate(compose_spec_model(load_spec(SPEC), "gtn")), derivatives=True))
+    return program("gtn")
 
 
 def test_reference_is_consistent():
