@@ -7,9 +7,9 @@ histories whose pressure makes the voids grow in tension and close in compressio
   the reference interpreter at NEML2's tolerance: the formulation (states 1e-9, tangent 1e-8, as for the
   library's coupled models in test_library_reference.py);
 - the whole history, chained by runtime.driver.run_history on the compiled module (torch backend,
-  float64) from the declared initial state, with no initial state given: states 1e-7 (the same as the
-  coupled library models' shipped tolerance, 5e-8, doubled for 100 steps of a history that accumulates
-  the porosity), and the porosity really moves: it ends far from phi0 and from zero.
+  float64) from the declared initial state, with no initial state given: states 1e-9, the formulation's
+  tolerance (observed: 1.1e-11 stress, 3.1e-12 porosity, 9.4e-11 flow rate), and the porosity really
+  moves: it grows to 0.027 and closes to 2e-4 (test_reference_is_consistent).
 """
 from __future__ import annotations
 
@@ -74,4 +74,4 @@ def test_history_starts_from_phi0_and_matches_neml2(gtn_module):
     assert np.all(phi[0] == 0.01), "row 0 is the declared initial porosity phi0"
     for name in STATES:
         err = per_point_rel_err(np.asarray(out[name]), ref[REF_NAMES[name]])
-        assert err <= 1e-7, f"{name}: whole history differs from NEML2 by {err:.2e}"
+        assert err <= 1e-9, f"{name}: whole history differs from NEML2 by {err:.2e}"
