@@ -157,6 +157,7 @@ class Binding:
     kind: str  # "input", "unknown", "output", "parameter", "define", "argument", "constant"
     value: TValue
     var: Variable | None = None
+    src: "Source | None" = None  # a define's expression (diff(f, define) builds the later ones again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +237,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in (
 SPECIAL = {
     "where": "where(cond, a, b): a where cond holds else b, component-wise; cond is one comparison "
              "x > y, x >= y, x < y or x <= y of Scalars",
-    "diff": "diff(f, x): derivative of the Scalar f w.r.t. the variable x (any type; for SR2 the Mandel "
-            "gradient, i.e. the partial derivatives w.r.t. the 6 Mandel components)",
+    "diff": "diff(f, x): derivative of the Scalar f w.r.t. x (any type; for SR2 the Mandel "
+            "gradient, i.e. the partial derivatives w.r.t. the 6 Mandel components); x is a variable, a "
+            "parameter or a named define (then f is differentiated w.r.t. x as an argument of its own, "
+            "the variables x is made of held fixed)",
     "old": "old(x): the value of variable x at the previous step (state/a -> old_state/a, "
            "forces/a -> old_forces/a, else old_ prefix), of an input, output or unknown; added to the model's "
            "inputs",
@@ -406,6 +409,10 @@ class Builder:
             return self._select(args[0], args[1], args[2], node)
         if name == "diff":
             self._arity(node, 2)
+            if isinstance(args[1], ast.Name):
+                b = self._lookup(args[1].id, args[1])
+                if b.kind == "define" or (b.kind == "argument" and b.var is None):
+                    return self._diff_expression(args[0], args[1], b)
             f = self.build(args[0])
             if not f.is_scalar:
                 raise self.src.error(f"diff(f, x) needs a Scalar f, got {f.type.name}", args[0])
@@ -429,6 +436,35 @@ class Builder:
         raise self.src.error(f"unknown function {name!r}", node.func,
                              did_you_mean(name, known) or "define it under 'define:' as name(args): expr")
 
+    def _diff_expression(self, f_node, x_node, b: Binding) -> TValue:
+        """diff(f, x) for a define (or a helper argument) ``x = x(v)`` of the variables v: f is built
+        again with x bound to placeholder symbols p (and the defines after x rebuilt on p, so that
+        f's dependence on x through them counts), differentiated w.r.t. p, and p replaced by x(v).
+        This is the partial derivative of f(x, v) w.r.t. its argument x at fixed v: with
+        g(v) = f(x(v), v), the chain rule reads dg/dv = diff(f, x) dx/dv + (the direct part)."""
+        name = x_node.id
+        ph = TValue(b.value.type, tuple(sp.Symbol(f"diff%{name}" + (f"[{i}]" if len(b.value.comps) > 1 else ""),
+                                                  real=True) for i in range(len(b.value.comps))))
+        if b.kind == "argument":
+            builder = Builder(self.scope, self.src, {**self.args, name: Binding("argument", ph)}, self.calls,
+                              self.check)
+        else:
+            names = dict(self.scope.names)
+            scope = Scope(names, self.scope.helpers, self.scope.old)  # its own memo: names differ
+            keys = list(names)
+            names[name] = Binding("define", ph)
+            for k in keys[keys.index(name) + 1:]:
+                later = names[k]
+                if later.kind == "define" and later.src is not None:
+                    names[k] = Binding("define", Builder(scope, later.src).build(parse(later.src)), None,
+                                       later.src)
+            builder = Builder(scope, self.src, self.args, self.calls, self.check)
+        f = builder.build(f_node)
+        if not f.is_scalar:
+            raise self.src.error(f"diff(f, x) needs a Scalar f, got {f.type.name}", f_node)
+        back = dict(zip(ph.comps, b.value.comps))
+        return TValue(b.value.type, tuple(sp.diff(f.expr, p).xreplace(back) for p in ph.comps))
+
     def _arity(self, node, n):
         if len(node.args) != n:
             name = node.func.id
@@ -449,8 +485,8 @@ class Builder:
             raise self._output_error(node)
         comps = b.value.comps
         if not all(isinstance(c, sp.Symbol) for c in comps) or len(set(comps)) != len(comps):
-            raise self.src.error(f"diff(f, x) differentiates w.r.t. a variable; {node.id!r} is an "
-                                 f"expression", node, "use an input, unknown or parameter as x")
+            raise self.src.error(f"diff(f, x) differentiates w.r.t. a variable or a named define; {node.id!r} "
+                                 f"is not one", node, "use an input, unknown, parameter or define entry as x")
         return b
 
     def _helper(self, h: Helper, node):

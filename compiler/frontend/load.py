@@ -20,6 +20,7 @@ from modelc.errors import SpecError
 from modelc.frontend import schema
 from modelc.frontend.dump import format_spec, format_yaml
 from modelc.frontend.expr import did_you_mean
+from modelc.frontend.instances import build_instance, build_sum
 from modelc.frontend.limits import MAX_INCLUDE_DEPTH, read_spec_file
 from modelc.frontend.model import ModelBuilder, check_ident, file_helpers, tangent_decl
 from modelc.frontend.yamlio import YScalar, load_yaml_text
@@ -33,6 +34,7 @@ class _State:
     models: dict = field(default_factory=dict)        # name -> Model
     compositions: dict = field(default_factory=dict)  # name -> ComposeDecl
     loaded: set = field(default_factory=set)          # real paths
+    instances: dict = field(default_factory=dict)     # name -> instances.Instance
     yaml_dumps: list = field(default_factory=list)
 
 
@@ -77,7 +79,19 @@ def _load_file(path: str, st: _State, stack: tuple[str, ...], loc: Loc | None) -
             model, uses = ModelBuilder(name, node, kloc, helpers).build()
             st.models[name] = model
             pending_uses.append((model, uses))
-    for model, uses in pending_uses:  # a model may use a model defined below it in the same file
+    for section in ("instances", "sums"):
+        for name, node in (f[section].items.items() if f[section] is not None else ()):
+            kloc = f[section].keys[name].loc
+            check_ident(name, kloc, section[:-1])
+            if name in st.models or name in st.compositions:
+                raise SpecError(f"{section[:-1]} {name!r} clashes with the model or composition defined at "
+                                f"{_where_defined(st, name)}", kloc)
+            if section == "instances":
+                st.models[name], st.instances[name] = build_instance(name, node, kloc, st.models)
+            else:
+                st.models[name] = build_sum(name, node, kloc, st.instances, st.models)
+    # a model may use a model defined below it in the same file, or an instance or sum of it
+    for model, uses in pending_uses:
         for u in uses:
             if u.value not in st.models:
                 raise SpecError(f"model {model.name!r} uses unknown model {u.value!r}", u.loc,

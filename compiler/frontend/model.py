@@ -156,7 +156,8 @@ class ModelBuilder:
             units = f["units"] if isinstance(f["units"], str) else str(f["units"].value)
             doc = f["doc"] if isinstance(f["doc"], str) else str(f["doc"].value)
             bounds = _bounds(f.get("bounds"), pname, default, f["default"])
-            p = Parameter(pname, ttype, default, units, doc, kloc, bounds=bounds)
+            shared = bool(getattr(f.get("shared"), "value", False))
+            p = Parameter(pname, ttype, default, units, doc, kloc, bounds=bounds, shared=shared)
             self.scope.names[pname] = Binding("parameter", TValue(ttype, param_symbols(pname, ttype)))
             out.append(p)
         return out
@@ -211,7 +212,7 @@ class ModelBuilder:
                 continue
             self._declare_local(key, kloc, "define")
             value = build_expr(text, vloc, self.scope)
-            self.scope.names[key] = Binding("define", value)
+            self.scope.names[key] = Binding("define", value, None, Source(text, vloc))
 
     # -- equations -----------------------------------------------------------------------------
     def _equations(self, mapping, targets: list[tuple[str, Variable]], what: str, required: bool,

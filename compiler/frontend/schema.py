@@ -8,6 +8,7 @@ required keys and wrong kinds name the section) and returns a dict with defaults
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from modelc.errors import SpecError
@@ -35,12 +36,16 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("define", "map", False, None, "file-level helper functions `name(args): expr`, callable from "
               "every model of this file"),
         Field("models", "map", False, None, "model name -> model (explicit or implicit)"),
+        Field("instances", "map", False, None, "instance name -> a named copy of a model with its own "
+              "parameters and variables (see `instance`)"),
+        Field("sums", "map", False, None, "model name -> a model providing the sum of one variable over "
+              "instances (see `sum`)"),
         Field("compose", "map", False, None, "composition name -> composition"),
     ),
     "model": (
         Field("doc", "str", False, "", "one-line description"),
-        Field("parameters", "map", False, None, "parameter name -> parameter (names are global: the same "
-              "name in two composed models is one parameter)"),
+        Field("parameters", "map", False, None, "parameter name -> parameter (names are global: two "
+              "composed models may declare one name only if both mark it `shared: true`)"),
         Field("inputs", "map", False, None, "local name -> variable the model reads"),
         Field("outputs", "map", False, None, "local name -> variable the model provides (explicit models)"),
         Field("define", "map", False, None, "named sub-expressions `name: expr` (in order) and helper "
@@ -60,6 +65,9 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("bounds", "interval", False, None, "allowed values, checked at every call: an interval "
               "`\"[0, 0.5)\"`, `\"(0, inf)\"` (quoted: `[`/`(` closed/open ends, `inf` for none), or a "
               "list `[lo, hi]` (closed); the default must lie inside"),
+        Field("shared", "bool", False, False, "true: other models may declare this parameter too (one "
+              "parameter, e.g. Young's modulus); every declaration must say so, or two declarations of a "
+              "name are an error; an instance keeps a shared parameter's name"),
     ),
     "variable": (
         Field("var", "str", False, None, "qualified name (e.g. state/internal/ep); default: the local name"),
@@ -97,6 +105,23 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("tangent", "map", False, None, "derivative blocks a caller needs (e.g. of: [state/S], wrt: "
               "[forces/E]): the module gets a variant that computes only these"),
     ),
+    "instance": (
+        Field("block", "str", True, None, "the model to instantiate (an explicit model, or an implicit one "
+              "without `uses`)"),
+        Field("suffix", "name", True, None, "appended to the names the instance owns: parameter `C` -> "
+              "`C1`, variable `state/internal/X` -> `state/internal/X1` (suffix 1)"),
+        Field("own", "names", False, (), "qualified names of the block's inputs that belong to the instance "
+              "(renamed with the suffix, their `old_` values too); the block's outputs always do"),
+        Field("defaults", "map", False, None, "block parameter name -> this instance's default value"),
+        Field("doc", "str", False, "", "one-line description (default: the block's)"),
+    ),
+    "sum": (
+        Field("var", "str", True, None, "the block's qualified variable name (e.g. state/internal/X): the "
+              "model provides it as the sum of the instances' renamed ones"),
+        Field("over", "names", True, None, "the instances summed (instances of one block or of blocks "
+              "declaring `var` with one type)"),
+        Field("doc", "str", False, "", "one-line description"),
+    ),
     "tangent": (
         Field("of", "names", True, None, "outputs (rows of the tangent)"),
         Field("wrt", "names", True, None, "inputs (columns of the tangent)"),
@@ -105,7 +130,8 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
 
 _KIND_DOC = {"str": "string", "number": "number", "int": "integer", "type": "type name",
              "expr": "expression", "names": "list of names", "map": "mapping",
-             "numbers": "number or list of numbers",
+             "numbers": "number or list of numbers", "bool": "true or false",
+             "name": "name (letters, digits, _)",
              "interval": "interval such as \"[0, 0.5)\" or a list [lo, hi]"}
 
 
@@ -118,6 +144,11 @@ def _kind_ok(kind: str, node) -> bool:
     if kind == "names":
         return isinstance(node, YList) and all(isinstance(i, YScalar) and isinstance(i.value, str)
                                                for i in node.items)
+    if kind == "bool":
+        return isinstance(node, YScalar) and isinstance(node.value, bool)
+    if kind == "name":
+        return isinstance(node, YScalar) and not isinstance(node.value, bool) and isinstance(
+            node.value, (str, int)) and re.fullmatch(r"[A-Za-z0-9_]+", str(node.value)) is not None
     if not isinstance(node, (YScalar, YList)):
         return False
     if kind == "numbers":

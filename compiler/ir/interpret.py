@@ -29,13 +29,17 @@ from modelc.ir import RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
-              *, solves: list | None = None, stop_slack: float = 0.0):
+              *, solves: list | None = None, stop_slack: float = 0.0, stops: list | None = None):
     """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays. ``solves``: a list
     that receives the ``(A, B)`` arrays of every :class:`LinearSolve`, in program order (what
     :func:`skeel_condition` reads). ``stop_slack`` (signed): after a converged Newton of one unknown,
     move the unknown by ``stop_slack * residual_scale / |dR/du|`` -- as far from the root as a
     stopping test with that relative tolerance allows -- to see what the stopping test can cost the
-    results computed after it (the tests' float32 bounds)."""
+    results computed after it (the tests' float32 bounds). ``stops``: a list that receives, for every
+    Newton with a residual scale, ``(unknowns, J, scale)`` at its solution: the unknown symbols'
+    names, the Jacobian ``dR/du`` ``(batch, n, n)`` and the residual scale (the magnitudes of each
+    residual's terms that the stopping test compares with, ``(batch, n)``): how far a stopping test
+    at a given relative tolerance may leave the unknowns from the root is ``tol |J^-1| scale``."""
     params = dict(params or {})
     torch_out = None
     arrays = {}
@@ -74,6 +78,8 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
         _run(st, env, batch, dtype)
         if stop_slack and isinstance(st, Newton) and len(st.unknowns) == 1 and st.residual_scale:
             _slack(st, env, batch, dtype, stop_slack)
+        if stops is not None and isinstance(st, Newton) and st.residual_scale:
+            stops.append(_stop(st, env, batch, dtype))
         if solves is not None and isinstance(st, LinearSolve):
             solves.append((_matrix(st.A, env, batch, dtype), _matrix(st.B, env, batch, dtype)))
 
@@ -193,6 +199,15 @@ def _slack(st: Newton, env, batch, dtype, slack: float) -> None:
     with np.errstate(all="ignore"):
         du = np.where(J != 0, slack * scale / np.abs(J), 0.0)
     env[u] = env[u] + du
+
+
+def _stop(st: Newton, env, batch, dtype) -> tuple:
+    """``(unknown names, dR/du, residual scale)`` of a solved Newton (see :func:`interpret`)."""
+    local = dict(env)
+    for a in st.body:
+        local[a.target] = _eval(a.value, local, batch, dtype)
+    scale = np.stack([np.abs(_eval(r, local, batch, dtype)) for r in st.residual_scale], axis=-1)
+    return tuple(u.name for u in st.unknowns), _matrix(st.jacobian, local, batch, dtype), scale
 
 
 def _solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -90,6 +90,8 @@ class Parameter:
     doc: str = ""
     loc: Loc | None = field(default=None, compare=False)
     bounds: str = ""  # allowed values, an interval such as "[0, 0.5)" (modelc.runtime.checks.Interval)
+    #: declared ``shared: true``: other models may declare the same parameter (see passes.compose)
+    shared: bool = False
 
     @property
     def symbols(self) -> tuple[sp.Symbol, ...]:

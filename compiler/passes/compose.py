@@ -165,7 +165,12 @@ def compose_models(name: str, models: Sequence[Model], *, keep: Iterable[str] = 
 
 def merge_parameters(where: str, models: Sequence[Model],
                      extra: Sequence[Parameter] = ()) -> tuple[Parameter, ...]:
-    """Parameters of ``models`` merged by name (first appearance order); conflicts are errors."""
+    """Parameters of ``models`` merged by name (first appearance order); conflicts are errors.
+
+    Names never merge silently: one declaration reached twice (a block used inside an implicit model
+    and composed again outside it) is one parameter; two *different* declarations of one name (two
+    spec locations) are one parameter only when both say ``shared: true``, else an error at the
+    second. Parameters built without a location (by code, not a spec) merge when they agree."""
     merged: dict[str, tuple[Parameter, str]] = {p.name: (p, where) for p in extra}
     for m in models:
         for p in m.parameters:
@@ -173,18 +178,27 @@ def merge_parameters(where: str, models: Sequence[Model],
                 merged[p.name] = (p, m.name)
                 continue
             q, owner = merged[p.name]
+            if p.loc is not None and q.loc is not None and p.loc != q.loc and not (p.shared and q.shared):
+                unmarked = [f"'{n}'" for n, x in ((owner, q), (m.name, p)) if not x.shared]
+                unmarked = "neither does" if len(unmarked) == 2 else f"{unmarked[0]} does not"
+                raise _located(
+                    f"composition '{where}': parameter '{p.name}' is declared by model '{owner}' (at {q.loc}) "
+                    f"and by model '{m.name}'; two declarations are one parameter only when both say "
+                    f"shared: true ({unmarked})", p.loc,
+                    f"if they are one parameter, mark both `{p.name}: {{shared: true, ...}}`; if not, rename "
+                    f"one, or give each block its own parameters with `instances:`")
             if q.type != p.type:
-                raise CompositionError(
-                    f"composition '{where}': parameter '{p.name}' is {q.type.name} in '{owner}' but "
-                    f"{p.type.name} in '{m.name}'")
+                raise _located(
+                    f"composition '{where}': parameter '{p.name}' is {q.type.name} in '{owner}'"
+                    f"{_loc_of(q.loc)} but {p.type.name} in '{m.name}'", p.loc)
             if q.default is not None and p.default is not None and tuple(q.default) != tuple(p.default):
-                raise CompositionError(
-                    f"composition '{where}': parameter '{p.name}' has default {_d(q)} in '{owner}' "
-                    f"but {_d(p)} in '{m.name}'")
+                raise _located(
+                    f"composition '{where}': parameter '{p.name}' has default {_d(q)} in '{owner}'"
+                    f"{_loc_of(q.loc)} but {_d(p)} in '{m.name}'", p.loc)
             if q.bounds and p.bounds and q.bounds != p.bounds:
-                raise CompositionError(
-                    f"composition '{where}': parameter '{p.name}' has bounds {q.bounds} in '{owner}' "
-                    f"but {p.bounds} in '{m.name}'{_loc_of(p.loc)}")
+                raise _located(
+                    f"composition '{where}': parameter '{p.name}' has bounds {q.bounds} in '{owner}'"
+                    f"{_loc_of(q.loc)} but {p.bounds} in '{m.name}'", p.loc)
             if q.default is None and p.default is not None:
                 merged[p.name] = (replace(p, bounds=p.bounds or q.bounds), m.name)
             elif p.bounds and not q.bounds:
@@ -308,11 +322,14 @@ class _With(Mapping):
 # --------------------------------------------------------------------------------------------------
 # renaming
 # --------------------------------------------------------------------------------------------------
-def rename(model: Model, mapping: Mapping[str, str], prefix: str = "") -> Model:
+def rename(model: Model, mapping: Mapping[str, str], prefix: str = "",
+           symbols: Mapping[sp.Symbol, sp.Symbol] | None = None) -> Model:
     """``model`` with variables renamed by ``mapping`` (old -> new name) and its name (and its
-    sub-models' names) prefixed by ``prefix``. Partials are dropped (differentiate again)."""
+    sub-models' names) prefixed by ``prefix``; ``symbols`` replaces more symbols in every expression
+    (a block instance's parameters). Partials are dropped (differentiate again)."""
     variables = [v for m in _walk(model) for v in m.inputs + m.outputs]
     symmap = _symbol_map(variables, mapping)
+    symmap.update(symbols or {})
     return _rename(model, mapping, symmap, prefix)
 
 

@@ -49,6 +49,7 @@ REF_NAMES = {
     "state/internal/X1": "back_stress_1",  # chaboche2_coupled
     "state/internal/X2": "back_stress_2",
     "state/internal/gamma_rate": "flow_rate",
+    "state/internal/phi": "void_fraction",  # gtn (spec/gtn.yaml)
 }
 
 

@@ -1,27 +1,40 @@
 """chaboche2_coupled (spec/chaboche.yaml: Voce isotropic hardening, two Armstrong-Frederick back
-stresses, Perzyna flow; one backward-Euler system of 19 unknowns) against NEML2 3.1.0's results
-(tests/reference/neml2/chaboche2_coupled__uniaxial.npz, made by make_chaboche2_coupled.py beside it),
-through the reference interpreter and the generated module's torch, C and Triton (TRITON_INTERPRET=1)
-backends, float64 and float32.
+stresses -- two instances of one block -- Perzyna flow; one backward-Euler system of 19 unknowns) against
+NEML2 3.1.0's results (tests/reference/neml2/chaboche2_coupled__uniaxial.npz, made by
+make_chaboche2_coupled.py beside it), through the reference interpreter and the generated module's
+torch, C and Triton (TRITON_INTERPRET=1) backends, float64 and float32.
 
-Tolerances are test_library_reference.py's (its docstring has the reasons): the formulation at NEML2's
-solver tolerance 1e-12 (states 1e-9, tangent 1e-8); the shipped module (states 5e-8, flow rate 1e-6,
-tangent 1e-6 in float64; states 1e-4, flow rate 1e-3 in float32, and float32 tangents within the bound
-library_helpers.float32_tangent_bound derives from the conditioning of the 19x19 solve, per step).
+Float64 tolerances are test_library_reference.py's (its docstring has the reasons): the formulation at
+NEML2's solver tolerance 1e-12 (states 1e-9, tangent 1e-8); the shipped module (states 5e-8, flow rate
+1e-6, tangent 1e-6).
+
+Float32: every state, per component and point, within the bound float32_bounds.float32_state_bounds
+derives from the formulation -- where the stopping test lets Newton stop (2 RTOL_FLOOR_EPS U32 of each
+residual's terms) plus round-off in the residuals, both through |J^-1|, the inputs rounded to float32
+through the model's own derivatives, and the stress through |C| from the plastic strain -- plus NEML2's
+own error (1e-9 of the variable's size). Over the whole history, each step may add that much on top of
+carrying the previous step's error through the old-state derivatives. Tangents: within the bound
+library_helpers.float32_tangent_bound derives from the conditioning of the 19x19 solve, per step.
+
+What the issue saw (one back stress 1.4e-3 off relative to its size in float32) does not reproduce with
+the current stopping test: measured (torch and C, this machine), float32 one-step errors relative to
+each variable's size per point are Ep 9e-6, ep 2.4e-6, X1 1.2e-5, X2 8.4e-6, S 4e-6, and over the whole
+history 1.2e-5, 9e-6, 1.6e-5, 1.3e-5, 5.6e-6. They are round-off of the formulation, not early
+stopping: per point they are 0.04-5 units of U32 |J^-1| s (the residuals' round-off carried through
+the solve), while the stopping test would allow 64 units; the derived bounds hold with a margin of
+1.6-2.5 (observed/bound <= 0.61 one step, and per step over the history).
 The flow rate is not an output of the model (it is explicit, inside the update): it is checked through
 ep' = sqrt(2/3) gamma_rate, i.e. gamma_rate = sqrt(3/2) (ep_n - ep_{n-1}) / dt of our own history.
-Observed (torch, whole history, this machine): float64 stress 7e-12, Ep 2e-11, X1 3e-11, tangent 5e-11;
-float32 stress 1.7e-5, Ep 4e-5, ep 2.6e-5, X1 9e-5, X2 4.6e-5, tangent 1.8e-4 (within the bound). The
-float32 history accumulates 100 steps of a 19-unknown Newton stopped at 32 ulps of each residual's
-terms: its states get 3e-4 (HISTORY_F32_STATES), 3x the observed maximum, still 30x below the
-smallest real modelling difference (the 0.2-12 % of a different yield scaling, see the README there).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
 import torch
 
+from float32_bounds import float32_state_bounds, isotropic_stiffness
 from library_helpers import (REF_NAMES, STRAIN, STRESS, assert_tangent_within, call_compiled, compiled,
                              float32_tangent_bound, forced_expected, forced_inputs, per_point_rel_err, program,
                              reference, reference_params, with_solver_tolerance)
@@ -34,7 +47,6 @@ TRITON_POINTS = np.array([0, 4, 7])  # A = 0.005 over 10 s, A = 0.01 over 0.1 s 
 TOL_FORMULATION = (1e-9, 5e-9, 1e-8)
 TOL_SHIPPED = {torch.float64: (5e-8, 1e-6, 1e-6), torch.float32: (1e-4, 1e-3, 1e-4)}
 DTYPES = {"f64": torch.float64, "f32": torch.float32}
-HISTORY_F32_STATES = 3e-4
 STATES = ("state/S", "state/internal/Ep", "state/internal/ep", "state/internal/X1", "state/internal/X2")
 
 
@@ -42,6 +54,30 @@ def _check_states(got: dict, expected: dict, tol: float, what: str) -> None:
     for name in STATES:
         err = per_point_rel_err(got[name], expected[name])
         assert err <= tol, f"{what}: {name} differs from NEML2 by {err:.2e} (relative, per point) > {tol:.0e}"
+
+
+@functools.lru_cache(maxsize=None)
+def _f32_bounds(points: tuple) -> dict:
+    """The derived float32 one-step bounds (float32_bounds.py), (steps, points, components) per state,
+    NEML2's own error (1e-9 of the variable's size per point) included; ``_der``: the derivatives."""
+    p = reference_params(MODEL)
+    b = float32_state_bounds(MODEL, STEPS, np.asarray(points),
+                             {"state/S": ("state/internal/Ep", isotropic_stiffness(p["E"], p["nu"]))})
+    ref, shape = reference(MODEL), (len(STEPS), len(points))
+    out = {"_der": b.pop("_der")}
+    for n in STATES:
+        size = np.abs(ref[REF_NAMES[n]][:, list(points)]).reshape(101, len(points), -1).max(axis=(0, 2))
+        out[n] = b[n].reshape(*shape, -1) + TOL_FORMULATION[0] * size[:, None]
+    return out
+
+
+def _check_states_f32(got: dict, expected: dict, points, what: str) -> None:
+    bounds = _f32_bounds(tuple(int(p) for p in points))
+    for name in STATES:
+        err = np.abs(got[name].reshape(bounds[name].shape) - expected[name].reshape(bounds[name].shape))
+        k = np.unravel_index(np.argmax(err / bounds[name]), err.shape)
+        assert np.all(err <= bounds[name]), (f"{what}: {name} differs from NEML2 by {err[k]:.3e} at (step, point, "
+                                             f"component) {k}, above its derived float32 bound {bounds[name][k]:.3e}")
 
 
 def test_reference_is_consistent() -> None:
@@ -99,7 +135,10 @@ def test_compiled_one_step_matches_neml2(backend: str, dtype: torch.dtype) -> No
     expected = forced_expected(STATES, ref, STEPS, points)
     got = {n: outs[n].reshape(*shape, *expected[n].shape[1:]) for n in STATES}
     tols, what = TOL_SHIPPED[dtype], f"{MODEL} ({backend}, {dtype})"
-    _check_states(got, {n: e.reshape(got[n].shape) for n, e in expected.items()}, tols[0], what)
+    if dtype == torch.float64:
+        _check_states(got, {n: e.reshape(got[n].shape) for n, e in expected.items()}, tols[0], what)
+    else:
+        _check_states_f32(got, expected, points, what)
     tan = tan.reshape(*shape, 6, 6)
     tsteps = ref["tangent_steps"]
     if dtype == torch.float64:
@@ -133,9 +172,24 @@ def test_torch_history_matches_neml2(dtype: torch.dtype) -> None:
                       params=reference_params(MODEL), tangent_steps=ref["tangent_steps"], progress=False)
     assert out.ok, out.summary()
     tols, what = TOL_SHIPPED[dtype], f"{MODEL} (torch history, {dtype})"
-    states_tol = tols[0] if dtype == torch.float64 else HISTORY_F32_STATES
-    _check_states({n: np.asarray(out[n]) for n in STATES}, {n: ref[REF_NAMES[n]] for n in STATES}, states_tol,
-                  what)
+    if dtype == torch.float64:
+        _check_states({n: np.asarray(out[n]) for n in STATES}, {n: ref[REF_NAMES[n]] for n in STATES}, tols[0],
+                      what)
+    else:  # each step adds at most its one-step bound to the error it carries from the step before
+        bounds = _f32_bounds(tuple(int(p) for p in POINTS))
+        der = bounds["_der"]
+        err = {n: (np.asarray(out[n], dtype=np.float64) - ref[REF_NAMES[n]]).reshape(101, len(POINTS), -1)
+               for n in STATES}
+        for k in range(len(STEPS)):
+            rows = slice(k * len(POINTS), (k + 1) * len(POINTS))
+            for n in STATES:
+                carried = sum(np.einsum("pij,pj->pi", np.asarray(der[(n, "old_" + y)])[rows]
+                                        .reshape(len(POINTS), err[n].shape[2], -1), err[y][k])
+                              for y in STATES if (n, "old_" + y) in der)
+                added = np.abs(err[n][k + 1] - carried)
+                assert np.all(added <= bounds[n][k]), (
+                    f"{what}: step {k + 1} adds {added.max():.3e} to the error of {n}, above its derived float32 "
+                    f"one-step bound {bounds[n][k][np.unravel_index(np.argmax(added / bounds[n][k]), added.shape)]:.3e}")
     rate = np.sqrt(1.5) * np.diff(np.asarray(out["state/internal/ep"], dtype=np.float64), axis=0) \
         / np.diff(ref["time"], axis=0)
     err = per_point_rel_err(rate, ref["flow_rate"][1:])

@@ -15,24 +15,13 @@ are recorded at the same steps, with central differences of the one-step map (h 
 """
 from __future__ import annotations
 
-import json
-import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
-import torch
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.neml2_runner import EagerRoute, _block  # noqa: E402
+from neml2_history import _block, run_history
 
 PARAMS = dict(E=200000.0, nu=0.3, sigma_y=100.0, R=50.0, d=20.0, C1=10000.0, g1=100.0, C2=2000.0, g2=10.0,
               eta=200.0, n=5.0)
 TOL = 1e-12
-FD_H = 1e-8
 STATE = ("plastic_strain", "equivalent_plastic_strain", "back_stress_1", "back_stress_2")
 
 
@@ -92,54 +81,8 @@ def hit_input(p: dict[str, float]) -> str:
 
 
 def main() -> Path:
-    torch.set_default_dtype(torch.float64)
-    hist = np.load(HERE / "j2_voce_af__uniaxial.npz")
-    time, strain, tsteps = hist["time"], hist["strain"], hist["tangent_steps"]
-    rows, batch = time.shape
-    path = Path(tempfile.mkdtemp(prefix="neml2_chaboche_")) / "chaboche2.i"
-    path.write_text(hit_input(PARAMS))
-    route = EagerRoute(str(path), torch.float64, compiled=False)
-    print("inputs:", route.input_names, file=sys.stderr)
-    T = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float64)  # noqa: E731
-    out = {k: np.zeros((rows, batch, 6)) for k in ("stress", "plastic_strain", "back_stress_1", "back_stress_2")}
-    out["equivalent_plastic_strain"] = np.zeros((rows, batch))
-    out["flow_rate"] = np.zeros((rows, batch))
-    tangents, fds = [], []
-
-    def inputs(n: int, eps: np.ndarray, k: int = 1) -> dict[str, torch.Tensor]:
-        vals = {"strain": T(eps), "t": T(np.tile(time[n], k)), "t~1": T(np.tile(time[n - 1], k))}
-        for s in STATE:
-            vals[s + "~1"] = T(np.concatenate([out[s][n - 1]] * k))
-        missing = set(route.input_names) - set(vals)
-        assert not missing, f"NEML2 asks for inputs this driver does not provide: {missing}"
-        return {k_: vals[k_] for k_ in route.input_names}
-
-    for n in range(1, rows):
-        want_tangent = n in tsteps
-        res = route(inputs(n, strain[n]), want_tangent)
-        if n == 1:
-            print("outputs:", sorted(res), file=sys.stderr)
-        for k in out:
-            out[k][n] = res[k].numpy().reshape(out[k][n].shape)
-        if want_tangent:
-            tangents.append(res["tangent"].numpy().reshape(batch, 6, 6))
-            eye = np.eye(6) * FD_H
-            big = np.concatenate([strain[n] + eye[j] for j in range(6)] + [strain[n] - eye[j] for j in range(6)])
-            S = route(inputs(n, big, 12), False)["stress"].numpy().reshape(12, batch, 6)
-            fds.append(np.stack([(S[j] - S[6 + j]) / (2 * FD_H) for j in range(6)], axis=-1))
-    import neml2
-
-    dest = HERE / "chaboche2_coupled__uniaxial.npz"
-    np.savez_compressed(dest, time=time, strain=strain, **out, tangent=np.stack(tangents),
-                        tangent_fd=np.stack(fds), tangent_steps=tsteps,
-                        params_json=json.dumps(PARAMS), **{f"param_{k}": v for k, v in PARAMS.items()},
-                        neml2_version=str(getattr(neml2, "__version__", "?")), torch_version=torch.__version__)
-    print(f"wrote {dest}; max |stress| {np.abs(out['stress']).max():.3f} MPa, max ep "
-          f"{out['equivalent_plastic_strain'].max():.3e}, max |X1| {np.abs(out['back_stress_1']).max():.3f}, "
-          f"max |X2| {np.abs(out['back_stress_2']).max():.3f}, tangent vs FD "
-          f"{np.abs(np.stack(tangents) - np.stack(fds)).max() / np.abs(np.stack(tangents)).max():.2e}",
-          file=sys.stderr)
-    return dest
+    return run_history("chaboche2_coupled", hit_input(PARAMS), {s: 1 if s == "equivalent_plastic_strain" else 6
+                                                                for s in STATE}, PARAMS)
 
 
 if __name__ == "__main__":

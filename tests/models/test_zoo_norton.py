@@ -1,0 +1,113 @@
+"""Norton power-law creep (spec/creep.yaml, library model ``norton``: a radial return in one unknown)
+against closed forms.
+
+Constant-stress creep: a strain history that holds a uniaxial stress sigma constant is
+    E(t) = sigma/E (1, -nu, -nu, 0, 0, 0) + A sigma^n t (1, -1/2, -1/2, 0, 0, 0)
+(elastic part + the creep strain of the constant rate A sigma^n). Backward Euler integrates a constant
+rate exactly, so the model must return S = sigma e_x e_x, Ec = A sigma^n t (1, -1/2, -1/2, ...),
+ec = A sigma^n t and the rate A sigma^n at every step, for any step size: float64 to 1e-10 (Newton
+stops at 1e-12 of the residual's stresses; the closed forms carry a few ulps of sigma^n), float32 to
+1e-5 (a few hundred ulps: s_tr is a difference of strains of size 1e-3 whose float32 round-off is ~1e-4
+relative to the creep part at the smallest stress). The tangent against central differences of the
+one-step map (interpreter, float64): 1e-6 relative (h = 1e-8 on strains of 1e-3).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from library_helpers import fd_tangent, one_step, program, rel_err
+
+SIGMA = np.array([30.0, 100.0, 160.0])
+A, N_EXP, E, NU = 2.0e-15, 4.5, 200000.0, 0.3
+PARAMS = {"A": A, "n": N_EXP, "E": E, "nu": NU}
+STEPS, T_END = 40, np.array([10.0, 100.0, 3000.0])
+
+
+def _history():
+    t = np.linspace(0.0, 1.0, STEPS + 1)[:, None] * T_END[None, :]
+    el = np.array([1.0, -NU, -NU, 0, 0, 0]) / E
+    cr = np.array([1.0, -0.5, -0.5, 0, 0, 0])
+    strain = SIGMA[None, :, None] * el + (A * SIGMA ** N_EXP)[None, :, None] * t[..., None] * cr
+    strain[0] = 0.0
+    return t, strain
+
+
+@pytest.fixture(scope="module")
+def norton_module():
+    import modelc
+
+    return modelc.load("norton")
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"])
+def test_constant_stress_creep_is_the_closed_form(norton_module, dtype, tol):
+    from modelc.runtime.driver import run_history
+
+    t, strain = _history()
+    out = run_history(norton_module.Model(dtype=dtype), {"time": t, "strain": strain}, params=PARAMS,
+                      progress=False)
+    assert out.ok, out.summary()
+    S = np.asarray(out["state/S"], dtype=np.float64)[1:]
+    rate = A * SIGMA ** N_EXP
+    want = np.zeros_like(S)
+    want[..., 0] = SIGMA
+    assert rel_err(S, want, SIGMA.max()) <= tol
+    Ec = np.asarray(out["state/internal/Ep"], dtype=np.float64)[1:]
+    cr = np.array([1.0, -0.5, -0.5, 0, 0, 0])
+    want_Ec = (rate[None, :] * t[1:])[..., None] * cr
+    for p in range(len(SIGMA)):  # each point against its own scale (the rates differ by 1e4)
+        assert rel_err(Ec[:, p], want_Ec[:, p]) <= 20 * tol
+        assert rel_err(np.asarray(out["state/internal/ep"], dtype=np.float64)[1:, p], rate[p] * t[1:, p]) <= 20 * tol
+        assert rel_err(np.asarray(out["state/internal/creep_rate"], dtype=np.float64)[1:, p],
+                       np.full(STEPS, rate[p])) <= 20 * tol
+
+
+def test_tangent_against_finite_differences():
+    prog = program("norton")
+    rng = np.random.default_rng(3)
+    b = 6
+    eps_old = 1e-3 * rng.standard_normal((b, 6))
+    eps = eps_old + 1e-3 * rng.standard_normal((b, 6))
+    state = {"state/internal/Ep": 2e-4 * rng.standard_normal((b, 6)), "state/internal/ep": np.full(b, 1e-3),
+             "state/internal/creep_rate": np.zeros(b), "state/S": np.zeros((b, 6))}
+    t_old, t_new = np.zeros(b), np.array([0.1, 1.0, 10.0, 100.0, 1e3, 1e4])
+    res, der, status = one_step(prog, PARAMS, eps, eps_old, t_new, t_old, state)
+    assert np.all(status["converged"])
+    svm = np.sqrt(1.5) * np.linalg.norm(np.asarray(res["state/S"])[:, :3] - np.asarray(res["state/S"])[:, :3]
+                                        .mean(axis=1, keepdims=True), axis=1)
+    assert np.all(svm > 1.0)  # creeping points, not a trivial elastic check
+    fd = fd_tangent(prog, PARAMS, eps, eps_old, t_new, t_old, state, 1e-8)
+    tan = np.asarray(der[("state/S", "forces/E")])
+    assert rel_err(tan, fd) <= 1e-6
+    assert rel_err(tan[-1], tan[0]) > 1e-3  # a long step relaxes: the tangent depends on the step
+
+
+def test_interpreter_reports_where_newton_stopped():
+    """interpret(..., stops=[...]) (what float32_bounds.py builds on) gives the scalar Newton's
+    dR/dy = -1 - 3 G dt A n y^(n-1) and its residual scale, the magnitudes of the terms of
+    svm_tr - y - 3 G dt A y^n as the compiler splits them (svm_tr into its own terms), so at least
+    |svm_tr| + |y| + |3 G dt A y^n| = 2 svm_tr at the root, at the solution."""
+    from modelc.interpret import interpret
+    from library_helpers import step_inputs
+
+    prog = program("norton")
+    b = 4
+    rng = np.random.default_rng(11)
+    eps = 1e-3 * rng.standard_normal((b, 6))
+    state = {"state/internal/Ep": np.zeros((b, 6)), "state/internal/ep": np.zeros(b),
+             "state/internal/creep_rate": np.zeros(b), "state/S": np.zeros((b, 6))}
+    dt = np.array([1.0, 10.0, 100.0, 1000.0])
+    stops = []
+    res, _, status = interpret(prog, step_inputs(prog, eps, 0 * eps, dt, 0 * dt, state), PARAMS, stops=stops)
+    assert np.all(status["converged"]) and len(stops) == 1
+    names, J, scale = stops[0]
+    assert names == ("state/internal/svm",)
+    y = A ** -1 * np.asarray(res["state/internal/creep_rate"])
+    y = y ** (1 / N_EXP)
+    G = E / (2 * (1 + NU))
+    np.testing.assert_allclose(J[:, 0, 0], -1 - 3 * G * dt * A * N_EXP * y ** (N_EXP - 1), rtol=1e-9)
+    d = eps - eps[:, :3].mean(axis=1, keepdims=True) * np.r_[1.0, 1, 1, 0, 0, 0]
+    svm_tr = np.sqrt(1.5) * 2 * G * np.linalg.norm(d, axis=1)
+    assert np.all(scale[:, 0] >= 2 * svm_tr * (1 - 1e-12)) and np.all(scale[:, 0] < 10 * svm_tr)
