@@ -40,12 +40,18 @@ def modelc_backends(device: torch.device) -> list[str]:
     return ["c", "torch"]  # "c" is skipped with a note where no C compiler builds it
 
 
+def _base(model_name: str) -> str:
+    """The baselines' name of a library model: a ``<name>_coupled`` twin (NEML2's coupled
+    backward-Euler system, same parameters, inputs and outputs) is measured against ``<name>``."""
+    return model_name.removesuffix("_coupled")
+
+
 def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device):
     import modelc
 
     module = modelc.load(_LIBRARY, model=model_name)
     try:
-        return module.Model(dtype=dtype, device=device, backend=backend, **params_for(model_name))
+        return module.Model(dtype=dtype, device=device, backend=backend, **params_for(_base(model_name)))
     except Exception as exc:  # a backend that cannot run here (no GPU, no compiler, ...)
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
@@ -60,8 +66,8 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
     Jacobian, of which the stress/strain block is returned).
     """
     m = _model(model_name, backend, dtype, device)
-    names = STATE[model_name]
-    plastic = model_name != "elastic"
+    names = STATE[_base(model_name)]
+    plastic = _base(model_name) != "elastic"
     input_names = set(m.input_axis.variable_names)
     forces = [v for v in input_names if v.startswith("old_forces/") and v != "old_forces/t"]
 

@@ -111,6 +111,12 @@ def implementations(model: str, dtype: torch.dtype, device: torch.device, which:
                 impls[f"modelc-{backend}"] = modelc_hook.modelc_step(model, backend, dtype, device)
             except modelc_hook.ModelcUnavailable as e:
                 notes.append(f"modelc-{backend} skipped for {model}: {e}")
+        if model != "elastic":  # the `_coupled` twin (NEML2's coupled system) on the default backend
+            backend = modelc_hook.modelc_backends(device)[0]
+            try:
+                impls[f"modelc-{backend}-coupled"] = modelc_hook.modelc_step(f"{model}_coupled", backend, dtype, device)
+            except modelc_hook.ModelcUnavailable as e:
+                notes.append(f"modelc-{backend}-coupled skipped for {model}: {e}")
     if "eager" in which:
         steps = {t: bl.make_step(model, p, tangent=t) for t in (False, True)}
         impls["torch-eager"] = lambda *a, tangent: steps[tangent](*a)
@@ -239,7 +245,7 @@ def add_ratios(records: list[dict]) -> None:
         if "median_s" in r:
             groups.setdefault(key(r), []).append(r)
     for recs in groups.values():
-        mc = [r for r in recs if r["impl"].startswith("modelc")]
+        mc = [r for r in recs if r["impl"].startswith("modelc") and not r["impl"].endswith("-coupled")]
         eager = [r for r in recs if r["impl"] == "torch-eager"]
         ref = min(mc, key=lambda r: r["median_s"]) if mc else (eager[0] if eager else None)
         if ref is None:
