@@ -52,7 +52,7 @@ kernel = getattr(mod, "_kernel", None)
 if kernel is None or variant not in mod.Model.VARIANTS:
     print(json.dumps({"missing": True}))
     sys.exit(0)
-sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
+sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST", "O")}
 sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
 sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
 consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,

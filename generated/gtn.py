@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X):
+def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -54,8 +54,10 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
     state_internal_gamma_rate = _batch(0.0, X)
     gtn_return_map_converged = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     gtn_return_map_iterations = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)
-    nt1_rtol = max(1e-12, 32 * torch.finfo(X.dtype).eps)
-    for it1 in range(51):
+    nt1_rtol = max(O[0] if O[0] >= 0 else 1e-12, 32 * torch.finfo(X.dtype).eps)
+    nt1_atol = O[1] if O[1] >= 0 else 1e-12
+    maxit1 = int(O[2]) if O[2] >= 0 else 50
+    for it1 in range(maxit1 + 1):
         ncse_0 = (-state_internal_Ep_0)
         ncse_1 = (forces_t - old_forces_t)
         ncse_2 = (p_sigma_y + (p_K * state_internal_ep))
@@ -227,8 +229,8 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
-        gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= 1e-12) | ((torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (2.0 * ncse_122))))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (2.0 * ncse_120))))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (2.0 * ncse_125))))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * torch.abs(p_q3)) + (2.0 * ncse_130 * torch.abs(ncse_63))))) & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((2.0 * ncse_149 * ((ncse_113 * torch.abs((-3.0 * ncse_100))) + torch.abs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (3.0 * ncse_126))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (1.0 + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (2.0 * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (2.0 * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (2.0 * ncse_150))))))) + torch.abs(old_state_internal_phi))))))
-        if it1 == 50 or bool(gtn_return_map_converged.all()):
+        gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (2.0 * ncse_122))))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (2.0 * ncse_120))))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (2.0 * ncse_125))))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * torch.abs(p_q3)) + (2.0 * ncse_130 * torch.abs(ncse_63))))) & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((2.0 * ncse_149 * ((ncse_113 * torch.abs((-3.0 * ncse_100))) + torch.abs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (3.0 * ncse_126))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (1.0 + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (2.0 * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (2.0 * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (2.0 * ncse_150))))))) + torch.abs(old_state_internal_phi))))))
+        if it1 == maxit1 or bool(gtn_return_map_converged.all()):
             break
         nt1_A = _matrix([
             [ncse_77, ncse_79, ncse_79, 0.0, 0.0, 0.0, (ncse_82 * ncse_83), ncse_85, (ncse_31 * ncse_75)],
@@ -275,7 +277,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
     return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm
 
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """gtn, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
@@ -304,7 +306,7 @@ def _torch_eval(X, P, V):
     p_q2 = P[:, 6]
     p_q3 = P[:, 7]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X)
+    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X, O)
     cse_195 = (forces_E_0 - state_internal_Ep_0)
     cse_196 = (1.0 + p_nu)
     cse_197 = (1.0 / cse_196)
@@ -1617,7 +1619,7 @@ if triton is not None:
         return 0.5 * (e + 1.0 / e)
 
     @triton.jit
-    def _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 0.0, DTYPE)
@@ -1647,7 +1649,9 @@ if triton is not None:
         gtn_return_map_iterations = tl.zeros([BLOCK], dtype=tl.int32)
         gtn_return_map_residual_norm = tl.zeros([BLOCK], dtype=DTYPE)
         nt1_rnorm0 = tl.zeros([BLOCK], dtype=DTYPE)
-        nt1_rtol = tl.maximum(K1, 32.0 * EPS)
+        nt1_rtol = tl.maximum(tl.where(o_rtol >= 0, o_rtol, K1), 32.0 * EPS)
+        nt1_atol = tl.where(o_atol >= 0, o_atol, K1)
+        maxit1 = tl.where(o_maxit >= 0, o_maxit, 50)
         it1 = 0
         todo1 = tl.sum(mask.to(tl.int32), axis=0)
         while todo1 > 0:
@@ -1821,8 +1825,8 @@ if triton is not None:
             nt1_r_8 = tl.where((-ncse_65) <= ncse_66, (-ncse_65), ncse_66)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
-            gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= K1) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (K3 * ncse_122))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (K3 * ncse_120))))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (K3 * ncse_125))))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * tl.abs(p_q3)) + (K3 * ncse_130 * tl.abs(ncse_63))))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((K3 * ncse_149 * ((ncse_113 * tl.abs((-K4 * ncse_100))) + tl.abs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (K4 * ncse_126))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (K2 + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (K3 * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (K3 * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (K3 * ncse_150))))))) + tl.abs(old_state_internal_phi))))))
-            update1 = (~gtn_return_map_converged) & (it1 < 50)
+            gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (K3 * ncse_122))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (K3 * ncse_120))))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (K3 * ncse_125))))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * tl.abs(p_q3)) + (K3 * ncse_130 * tl.abs(ncse_63))))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((K3 * ncse_149 * ((ncse_113 * tl.abs((-K4 * ncse_100))) + tl.abs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (K4 * ncse_126))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (K2 + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (K3 * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (K3 * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (K3 * ncse_150))))))) + tl.abs(old_state_internal_phi))))))
+            update1 = (~gtn_return_map_converged) & (it1 < maxit1)
             nt1_1 = (ncse_82 * ncse_83)
             nt1_2 = (ncse_31 * ncse_75)
             nt1_3 = (ncse_83 * ncse_87)
@@ -2024,12 +2028,16 @@ if triton is not None:
         return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """gtn, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
@@ -2095,7 +2103,7 @@ if triton is not None:
         p_q2 = _t44
         p_q3 = _t48
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, mask, DTYPE, EPS, BLOCK)
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_195 = (forces_E_0 - state_internal_Ep_0)
         cse_196 = (K0 + p_nu)
         cse_197 = (K0 / cse_196)
@@ -4471,9 +4479,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4489,10 +4500,16 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm) {
+static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
@@ -4577,7 +4594,9 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         v_ncse_134[l] = ncse_134;
         v_ncse_144[l] = ncse_144;
     }
-    const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
+    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -4778,12 +4797,12 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real nt1_r_8 = ((-ncse_65) <= ncse_66 ? (-ncse_65) : ncse_66);
         const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
         const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((gtn_return_map_residual_norm <= ((real)1e-12)) | ((fabs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (((real)2.0) * ncse_122))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (((real)2.0) * ncse_120))))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (((real)2.0) * ncse_125))))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * fabs(p_q3)) + (((real)2.0) * ncse_130 * fabs(ncse_63))))) & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((((real)2.0) * ncse_149 * ((ncse_113 * fabs((-((real)3.0) * ncse_100))) + fabs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (((real)3.0) * ncse_126))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (((real)1.0) + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (((real)2.0) * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (((real)2.0) * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (((real)2.0) * ncse_150))))))) + fabs(old_state_internal_phi))))));
+        const int nt1_ok = ((gtn_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (((real)2.0) * ncse_122))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (((real)2.0) * ncse_120))))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (((real)2.0) * ncse_125))))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * fabs(p_q3)) + (((real)2.0) * ncse_130 * fabs(ncse_63))))) & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((((real)2.0) * ncse_149 * ((ncse_113 * fabs((-((real)3.0) * ncse_100))) + fabs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (((real)3.0) * ncse_126))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (((real)1.0) + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (((real)2.0) * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (((real)2.0) * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (((real)2.0) * ncse_150))))))) + fabs(old_state_internal_phi))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];
         v_gtn_return_map_residual_norm[l] = mc_was ? gtn_return_map_residual_norm : v_gtn_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
         mc_A[0 * MC_W + l] = ncse_77;
         mc_A[1 * MC_W + l] = ncse_79;
@@ -5064,7 +5083,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_d56[MC_W];
     real v_cse_211[MC_W];
     real v_cse_74[MC_W];
-    newton_1((v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_p + 2 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 7 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate, v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm);
+    newton_1((v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_p + 2 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 7 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate, v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -7316,7 +7335,7 @@ class Model(CompiledModel):
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/phi', 'old_state/internal/phi'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping
     IMPLICIT = True
-    SOLVER = {'on_failure': 'nan', 'max_substeps': 8}
+    SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

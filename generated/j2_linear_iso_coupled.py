@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X):
+def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -53,8 +53,10 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
     state_internal_gamma_rate = _batch(old_state_internal_gamma_rate, X)
     j2_linear_iso_return_map_converged = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     j2_linear_iso_return_map_iterations = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)
-    nt1_rtol = max(1e-12, 32 * torch.finfo(X.dtype).eps)
-    for it1 in range(51):
+    nt1_rtol = max(O[0] if O[0] >= 0 else 1e-12, 32 * torch.finfo(X.dtype).eps)
+    nt1_atol = O[1] if O[1] >= 0 else 1e-12
+    maxit1 = int(O[2]) if O[2] >= 0 else 50
+    for it1 in range(maxit1 + 1):
         ncse_0 = (-state_internal_Ep_0)
         ncse_1 = (forces_t - old_forces_t)
         ncse_2 = (ncse_1 * state_internal_gamma_rate)
@@ -216,8 +218,8 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         j2_linear_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = j2_linear_iso_return_map_residual_norm
-        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= 1e-12) | ((torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * torch.abs(p_K)) + (0.5 * ncse_40 * torch.abs(ncse_29)) + torch.abs(p_sigma_y))))))))
-        if it1 == 50 or bool(j2_linear_iso_return_map_converged.all()):
+        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * torch.abs(p_K)) + (0.5 * ncse_40 * torch.abs(ncse_29)) + torch.abs(p_sigma_y))))))))
+        if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
             [(1.0 + (ncse_60 * (-ncse_56 - ncse_58 + (ncse_48 * ncse_52)))), (ncse_60 * (-ncse_56 - ncse_61 - ncse_62)), (ncse_60 * (-ncse_58 - ncse_61 - ncse_63)), (ncse_65 * ncse_67), (ncse_68 * ncse_9), (ncse_12 * ncse_68), 0.0, (ncse_31 * ncse_69)],
@@ -260,7 +262,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
     return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm
 
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """j2_linear_iso_coupled, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
@@ -285,7 +287,7 @@ def _torch_eval(X, P, V):
     p_K = P[:, 2]
     p_sigma_y = P[:, 3]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X)
+    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_212 = (forces_E_0 - state_internal_Ep_0)
     cse_213 = (1.0 + p_nu)
     cse_214 = (1.0 / cse_213)
@@ -1379,7 +1381,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -1407,7 +1409,9 @@ if triton is not None:
         j2_linear_iso_return_map_iterations = tl.zeros([BLOCK], dtype=tl.int32)
         j2_linear_iso_return_map_residual_norm = tl.zeros([BLOCK], dtype=DTYPE)
         nt1_rnorm0 = tl.zeros([BLOCK], dtype=DTYPE)
-        nt1_rtol = tl.maximum(K0, 32.0 * EPS)
+        nt1_rtol = tl.maximum(tl.where(o_rtol >= 0, o_rtol, K0), 32.0 * EPS)
+        nt1_atol = tl.where(o_atol >= 0, o_atol, K0)
+        maxit1 = tl.where(o_maxit >= 0, o_maxit, 50)
         it1 = 0
         todo1 = tl.sum(mask.to(tl.int32), axis=0)
         while todo1 > 0:
@@ -1571,8 +1575,8 @@ if triton is not None:
             nt1_r_7 = tl.where((-ncse_42) <= ncse_44, (-ncse_42), ncse_44)
             j2_linear_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_linear_iso_return_map_residual_norm, nt1_rnorm0)
-            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= K0) | ((tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * tl.abs(p_K)) + (K7 * ncse_40 * tl.abs(ncse_29)) + tl.abs(p_sigma_y))))))))
-            update1 = (~j2_linear_iso_return_map_converged) & (it1 < 50)
+            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * tl.abs(p_K)) + (K7 * ncse_40 * tl.abs(ncse_29)) + tl.abs(p_sigma_y))))))))
+            update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 + (ncse_60 * (-ncse_56 - ncse_58 + (ncse_48 * ncse_52))))
             nt1_2 = (ncse_60 * (-ncse_56 - ncse_61 - ncse_62))
             nt1_3 = (ncse_60 * (-ncse_58 - ncse_61 - ncse_63))
@@ -1807,12 +1811,16 @@ if triton is not None:
         return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """j2_linear_iso_coupled, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
@@ -1871,7 +1879,7 @@ if triton is not None:
         p_K = _t38
         p_sigma_y = _t40
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, mask, DTYPE, EPS, BLOCK)
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_212 = (forces_E_0 - state_internal_Ep_0)
         cse_213 = (K0 + p_nu)
         cse_214 = (K0 / cse_213)
@@ -4107,9 +4115,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4125,10 +4136,16 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_linear_iso_return_map_converged, int *restrict v_j2_linear_iso_return_map_iterations, real *restrict v_j2_linear_iso_return_map_residual_norm) {
+static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_linear_iso_return_map_converged, int *restrict v_j2_linear_iso_return_map_iterations, real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
@@ -4232,7 +4249,9 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         v_ncse_129[l] = ncse_129;
         v_ncse_132[l] = ncse_132;
     }
-    const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
+    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -4418,12 +4437,12 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real nt1_r_7 = ((-ncse_42) <= ncse_44 ? (-ncse_42) : ncse_44);
         const real j2_linear_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? j2_linear_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_linear_iso_return_map_residual_norm <= ((real)1e-12)) | ((fabs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * fabs(p_K)) + (((real)0.5) * ncse_40 * fabs(ncse_29)) + fabs(p_sigma_y))))))));
+        const int nt1_ok = ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * fabs(p_K)) + (((real)0.5) * ncse_40 * fabs(ncse_29)) + fabs(p_sigma_y))))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];
         v_j2_linear_iso_return_map_residual_norm[l] = mc_was ? j2_linear_iso_return_map_residual_norm : v_j2_linear_iso_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
         mc_A[0 * MC_W + l] = (((real)1.0) + (ncse_60 * (-ncse_56 - ncse_58 + (ncse_48 * ncse_52))));
         mc_A[1 * MC_W + l] = (ncse_60 * (-ncse_56 - ncse_61 - ncse_62));
@@ -4669,7 +4688,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_d51[MC_W];
     real v_cse_228[MC_W];
     real v_cse_48[MC_W];
-    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged, v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm);
+    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged, v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -6575,7 +6594,7 @@ class Model(CompiledModel):
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/gamma_rate', 'old_state/internal/gamma_rate'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping
     IMPLICIT = True
-    SOLVER = {'on_failure': 'nan', 'max_substeps': 8}
+    SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

@@ -40,14 +40,16 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X):
+def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/dgamma: per-point mask, converged points stop changing
     state_internal_dgamma = _batch(0.0, X)
     j2_voce_af_radial_return_solve_converged = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     j2_voce_af_radial_return_solve_iterations = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)
-    nt1_rtol = max(1e-12, 32 * torch.finfo(X.dtype).eps)
-    for it1 in range(51):
+    nt1_rtol = max(O[0] if O[0] >= 0 else 1e-12, 32 * torch.finfo(X.dtype).eps)
+    nt1_atol = O[1] if O[1] >= 0 else 1e-12
+    maxit1 = int(O[2]) if O[2] >= 0 else 50
+    for it1 in range(maxit1 + 1):
         ncse_0 = (p_g * state_internal_dgamma)
         ncse_1 = (1.0 + ncse_0)
         ncse_2 = (1.0 / ncse_1)
@@ -94,8 +96,8 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
-        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= 1e-12) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (0.6666666666666666 * (((1.0 + (ncse_33 * torch.abs(p_g))) * torch.abs((-ncse_31))) + torch.abs(ncse_2)) * torch.abs(p_C)))) + (ncse_33 * torch.abs(p_E)) + (ncse_9 * (((1.0 + torch.abs(ncse_10)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_27)))))
-        if it1 == 50 or bool(j2_voce_af_radial_return_solve_converged.all()):
+        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (0.6666666666666666 * (((1.0 + (ncse_33 * torch.abs(p_g))) * torch.abs((-ncse_31))) + torch.abs(ncse_2)) * torch.abs(p_C)))) + (ncse_33 * torch.abs(p_E)) + (ncse_9 * (((1.0 + torch.abs(ncse_10)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_27)))))
+        if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
         nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * torch.where((2.0 * ncse_27) != 0.0, 1.0 / torch.where((2.0 * ncse_27) != 0.0, (2.0 * ncse_27), 1.0), 0.0)) + ncse_40 + (0.6666666666666666 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (0.6666666666666666 * p_R * p_d * ncse_10 * ncse_30))
         nt1_2 = (-nt1_r_0)
@@ -107,7 +109,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
     return state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm
 
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """j2_voce_af, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     old_state_internal_ep = X[:, 0]
@@ -140,7 +142,7 @@ def _torch_eval(X, P, V):
     p_R = P[:, 5]
     p_d = P[:, 6]
     # Newton solve for state/internal/dgamma (helper _torch_newton_1)
-    state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X)
+    state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X, O)
     cse_83 = (p_g * state_internal_dgamma)
     cse_84 = (1.0 + cse_83)
     cse_85 = (1.0 / cse_84)
@@ -1909,7 +1911,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 0.0, DTYPE)
@@ -1925,7 +1927,9 @@ if triton is not None:
         j2_voce_af_radial_return_solve_iterations = tl.zeros([BLOCK], dtype=tl.int32)
         j2_voce_af_radial_return_solve_residual_norm = tl.zeros([BLOCK], dtype=DTYPE)
         nt1_rnorm0 = tl.zeros([BLOCK], dtype=DTYPE)
-        nt1_rtol = tl.maximum(K1, 32.0 * EPS)
+        nt1_rtol = tl.maximum(tl.where(o_rtol >= 0, o_rtol, K1), 32.0 * EPS)
+        nt1_atol = tl.where(o_atol >= 0, o_atol, K1)
+        maxit1 = tl.where(o_maxit >= 0, o_maxit, 50)
         it1 = 0
         todo1 = tl.sum(mask.to(tl.int32), axis=0)
         while todo1 > 0:
@@ -1974,8 +1978,8 @@ if triton is not None:
             nt1_r_0 = tl.where((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28, (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
-            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= K1) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (K3 * (((K2 + (ncse_33 * tl.abs(p_g))) * tl.abs((-ncse_31))) + tl.abs(ncse_2)) * tl.abs(p_C)))) + (ncse_33 * tl.abs(p_E)) + (ncse_9 * (((K2 + tl.abs(ncse_10)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_27)))))
-            update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < 50)
+            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (K3 * (((K2 + (ncse_33 * tl.abs(p_g))) * tl.abs((-ncse_31))) + tl.abs(ncse_2)) * tl.abs(p_C)))) + (ncse_33 * tl.abs(p_E)) + (ncse_9 * (((K2 + tl.abs(ncse_10)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_27)))))
+            update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * tl.where((K4 * ncse_27) != 0.0, K2 / tl.where((K4 * ncse_27) != 0.0, (K4 * ncse_27), 1.0), 0.0)) + ncse_40 + (K3 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (K3 * p_R * p_d * ncse_10 * ncse_30))
             nt1_2 = (-nt1_r_0)
             nt1_3 = (K2 / nt1_1)
@@ -1988,12 +1992,16 @@ if triton is not None:
         return state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """j2_voce_af, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 0.3333333333333333, DTYPE)
@@ -2083,7 +2091,7 @@ if triton is not None:
         p_R = _t78
         p_d = _t76
         # Newton solve for state/internal/dgamma (helper _triton_newton_1)
-        state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, mask, DTYPE, EPS, BLOCK)
+        state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_83 = (p_g * state_internal_dgamma)
         cse_84 = (K0 + cse_83)
         cse_85 = (K0 / cse_84)
@@ -4350,9 +4358,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4368,10 +4379,16 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 /* Newton solve 1 for state/internal/dgamma: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, real *restrict v_state_internal_dgamma, int *restrict v_j2_voce_af_radial_return_solve_converged, int *restrict v_j2_voce_af_radial_return_solve_iterations, real *restrict v_j2_voce_af_radial_return_solve_residual_norm) {
+static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, real *restrict v_state_internal_dgamma, int *restrict v_j2_voce_af_radial_return_solve_converged, int *restrict v_j2_voce_af_radial_return_solve_iterations, real *restrict v_j2_voce_af_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real mc_A[1 * MC_W], mc_B[1 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_3[MC_W];
@@ -4452,7 +4469,9 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         v_ncse_40[l] = ncse_40;
         v_ncse_41[l] = ncse_41;
     }
-    const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
+    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real p_g = v_p_g[l];
@@ -4503,12 +4522,12 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real nt1_r_0 = ((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28 ? (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) : ncse_28);
         const real j2_voce_af_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= ((real)1e-12)) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_33 * fabs(p_g))) * fabs((-ncse_31))) + fabs(ncse_2)) * fabs(p_C)))) + (ncse_33 * fabs(p_E)) + (ncse_9 * (((((real)1.0) + fabs(ncse_10)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_27)))));
+        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_33 * fabs(p_g))) * fabs((-ncse_31))) + fabs(ncse_2)) * fabs(p_C)))) + (ncse_33 * fabs(p_E)) + (ncse_9 * (((((real)1.0) + fabs(ncse_10)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_27)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];
         v_j2_voce_af_radial_return_solve_residual_norm[l] = mc_was ? j2_voce_af_radial_return_solve_residual_norm : v_j2_voce_af_radial_return_solve_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
         mc_A[0 * MC_W + l] = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * ((((real)2.0) * ncse_27) != 0 ? ((real)1.0) / (((real)2.0) * ncse_27) : 0)) + ncse_40 + (((real)0.6666666666666666) * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (((real)0.6666666666666666) * p_R * p_d * ncse_10 * ncse_30));
         mc_B[0 * MC_W + l] = (-nt1_r_0);
@@ -4745,7 +4764,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_502[MC_W];
     real v_cse_503[MC_W];
     real v_cse_548[MC_W];
-    newton_1((v_p + 3 * MC_W), (v_p + 0 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 4 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x1 + 1 * MC_W), (v_x1 + 2 * MC_W), (v_x1 + 3 * MC_W), (v_x1 + 4 * MC_W), (v_x1 + 5 * MC_W), (v_x2 + 0 * MC_W), (v_x2 + 1 * MC_W), (v_x2 + 2 * MC_W), (v_x2 + 3 * MC_W), (v_x2 + 4 * MC_W), (v_x2 + 5 * MC_W), (v_x0 + 0 * MC_W), v_state_internal_dgamma, v_j2_voce_af_radial_return_solve_converged, v_j2_voce_af_radial_return_solve_iterations, v_j2_voce_af_radial_return_solve_residual_norm);
+    newton_1((v_p + 3 * MC_W), (v_p + 0 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 4 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x1 + 1 * MC_W), (v_x1 + 2 * MC_W), (v_x1 + 3 * MC_W), (v_x1 + 4 * MC_W), (v_x1 + 5 * MC_W), (v_x2 + 0 * MC_W), (v_x2 + 1 * MC_W), (v_x2 + 2 * MC_W), (v_x2 + 3 * MC_W), (v_x2 + 4 * MC_W), (v_x2 + 5 * MC_W), (v_x0 + 0 * MC_W), v_state_internal_dgamma, v_j2_voce_af_radial_return_solve_converged, v_j2_voce_af_radial_return_solve_iterations, v_j2_voce_af_radial_return_solve_residual_norm, a);
     MC_SIMD MC_LANES {
         const real p_g = (v_p + 4 * MC_W)[l];
         const real state_internal_dgamma = v_state_internal_dgamma[l];
@@ -7078,7 +7097,7 @@ class Model(CompiledModel):
     STATE = (('state/internal/ep', 'old_state/internal/ep'), ('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/X', 'old_state/internal/X'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping
     IMPLICIT = True
-    SOLVER = {'on_failure': 'nan', 'max_substeps': 8}
+    SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X):
+def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -59,8 +59,10 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
     state_internal_gamma_rate = _batch(old_state_internal_gamma_rate, X)
     j2_voce_af_return_map_converged = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     j2_voce_af_return_map_iterations = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)
-    nt1_rtol = max(1e-12, 32 * torch.finfo(X.dtype).eps)
-    for it1 in range(51):
+    nt1_rtol = max(O[0] if O[0] >= 0 else 1e-12, 32 * torch.finfo(X.dtype).eps)
+    nt1_atol = O[1] if O[1] >= 0 else 1e-12
+    maxit1 = int(O[2]) if O[2] >= 0 else 50
+    for it1 in range(maxit1 + 1):
         ncse_0 = (-state_internal_Ep_0)
         ncse_1 = (forces_E_0 + ncse_0)
         ncse_2 = (1.0 / (1.0 + p_nu))
@@ -340,8 +342,8 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         j2_voce_af_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_return_map_residual_norm
-        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= 1e-12) | ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + torch.abs(old_state_internal_X_4)))) & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + torch.abs(old_state_internal_X_0)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + torch.abs(old_state_internal_X_2)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((1.0 + torch.abs(ncse_54)) * torch.abs(p_R)) + (0.5 * ncse_43 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_57))))))
-        if it1 == 50 or bool(j2_voce_af_return_map_converged.all()):
+        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + torch.abs(old_state_internal_X_4)))) & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + torch.abs(old_state_internal_X_0)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + torch.abs(old_state_internal_X_2)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((1.0 + torch.abs(ncse_54)) * torch.abs(p_R)) + (0.5 * ncse_43 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_57))))))
+        if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
         nt1_A = _matrix([
             [(1.0 + ncse_75), ncse_78, ncse_80, (ncse_19 * ncse_85), (ncse_23 * ncse_85), (ncse_27 * ncse_85), 0.0, (ncse_64 * ncse_74), ncse_86, ncse_87, ncse_89, ncse_91, ncse_92, (ncse_16 * ncse_93)],
@@ -408,7 +410,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
     return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm
 
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """j2_voce_af_coupled, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
@@ -442,7 +444,7 @@ def _torch_eval(X, P, V):
     p_C = P[:, 5]
     p_g = P[:, 6]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X)
+    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_366 = (forces_E_0 - state_internal_Ep_0)
     cse_367 = (1.0 + p_nu)
     cse_368 = (1.0 / cse_367)
@@ -2439,7 +2441,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -2474,7 +2476,9 @@ if triton is not None:
         j2_voce_af_return_map_iterations = tl.zeros([BLOCK], dtype=tl.int32)
         j2_voce_af_return_map_residual_norm = tl.zeros([BLOCK], dtype=DTYPE)
         nt1_rnorm0 = tl.zeros([BLOCK], dtype=DTYPE)
-        nt1_rtol = tl.maximum(K0, 32.0 * EPS)
+        nt1_rtol = tl.maximum(tl.where(o_rtol >= 0, o_rtol, K0), 32.0 * EPS)
+        nt1_atol = tl.where(o_atol >= 0, o_atol, K0)
+        maxit1 = tl.where(o_maxit >= 0, o_maxit, 50)
         it1 = 0
         todo1 = tl.sum(mask.to(tl.int32), axis=0)
         while todo1 > 0:
@@ -2756,8 +2760,8 @@ if triton is not None:
             nt1_r_13 = (-ncse_57 - (ncse_44 * ncse_55) + (p_E * ncse_36 * state_internal_gamma_rate))
             j2_voce_af_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_return_map_residual_norm, nt1_rnorm0)
-            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= K0) | ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + tl.abs(old_state_internal_X_4)))) & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + tl.abs(old_state_internal_X_0)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + tl.abs(old_state_internal_X_2)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((K1 + tl.abs(ncse_54)) * tl.abs(p_R)) + (K7 * ncse_43 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_57))))))
-            update1 = (~j2_voce_af_return_map_converged) & (it1 < 50)
+            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + tl.abs(old_state_internal_X_4)))) & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + tl.abs(old_state_internal_X_0)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + tl.abs(old_state_internal_X_2)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((K1 + tl.abs(ncse_54)) * tl.abs(p_R)) + (K7 * ncse_43 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_57))))))
+            update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 + ncse_75)
             nt1_2 = (ncse_19 * ncse_85)
             nt1_3 = (ncse_23 * ncse_85)
@@ -3740,12 +3744,16 @@ if triton is not None:
         return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """j2_voce_af_coupled, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
@@ -3835,7 +3843,7 @@ if triton is not None:
         p_C = _t78
         p_g = _t76
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, mask, DTYPE, EPS, BLOCK)
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_366 = (forces_E_0 - state_internal_Ep_0)
         cse_367 = (K0 + p_nu)
         cse_368 = (K0 / cse_367)
@@ -10192,9 +10200,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -10210,10 +10221,16 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1, real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3, real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged, int *restrict v_j2_voce_af_return_map_iterations, real *restrict v_j2_voce_af_return_map_residual_norm) {
+static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1, real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3, real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged, int *restrict v_j2_voce_af_return_map_iterations, real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_2[MC_W];
@@ -10323,7 +10340,9 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         v_ncse_231[l] = ncse_231;
         v_ncse_255[l] = ncse_255;
     }
-    const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
+    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -10644,12 +10663,12 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real nt1_r_13 = (-ncse_57 - (ncse_44 * ncse_55) + (p_E * ncse_36 * state_internal_gamma_rate));
         const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_return_map_residual_norm <= ((real)1e-12)) | ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + fabs(old_state_internal_X_4)))) & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + fabs(old_state_internal_X_0)))) & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + fabs(old_state_internal_X_2)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((((real)1.0) + fabs(ncse_54)) * fabs(p_R)) + (((real)0.5) * ncse_43 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_57))))));
+        const int nt1_ok = ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_222 + (ncse_238 * ncse_241) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_232 + (ncse_241 * ncse_243) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_229 + (ncse_241 * ncse_244) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_245 + (ncse_247 * ncse_248) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_249 + (ncse_248 * ncse_251) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_252 + (ncse_248 * ncse_254) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_240 * ncse_44) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_246 + (ncse_240 * ((ncse_246 * ncse_255) + (ncse_247 * ncse_258))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_250 + (ncse_240 * ((ncse_250 * ncse_255) + (ncse_251 * ncse_258))) + fabs(old_state_internal_X_4)))) & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_253 + (ncse_240 * ((ncse_253 * ncse_255) + (ncse_254 * ncse_258))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_223 + (ncse_240 * ((ncse_223 * ncse_255) + (ncse_238 * ncse_257))) + fabs(old_state_internal_X_0)))) & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_236 + (ncse_240 * ((ncse_236 * ncse_255) + (ncse_243 * ncse_257))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_228 + (ncse_240 * ((ncse_228 * ncse_255) + (ncse_244 * ncse_257))) + fabs(old_state_internal_X_2)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_225 * ncse_240) + (ncse_44 * (((((real)1.0) + fabs(ncse_54)) * fabs(p_R)) + (((real)0.5) * ncse_43 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_57))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
         v_j2_voce_af_return_map_residual_norm[l] = mc_was ? j2_voce_af_return_map_residual_norm : v_j2_voce_af_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
         mc_A[0 * MC_W + l] = (((real)1.0) + ncse_75);
         mc_A[1 * MC_W + l] = ncse_78;
@@ -11175,7 +11194,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_d170[MC_W];
     real v_d171[MC_W];
     real v_cse_382[MC_W];
-    newton_1((v_p + 5 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W), (v_x5 + 4 * MC_W), (v_x5 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x6 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged, v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm);
+    newton_1((v_p + 5 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W), (v_x5 + 4 * MC_W), (v_x5 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x6 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged, v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
@@ -15043,7 +15062,7 @@ class Model(CompiledModel):
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/X', 'old_state/internal/X'), ('state/internal/gamma_rate', 'old_state/internal/gamma_rate'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping
     IMPLICIT = True
-    SOLVER = {'on_failure': 'nan', 'max_substeps': 8}
+    SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

@@ -40,14 +40,16 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X):
+def _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/svm: per-point mask, converged points stop changing
     state_internal_svm = _batch((0.5 * 2.449489742783178 * torch.sqrt(torch.clamp(((4.0 * (p_E * p_E) * ((forces_E_3 - old_state_internal_Ep_3) * (forces_E_3 - old_state_internal_Ep_3)) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu)))) + (4.0 * (p_E * p_E) * ((forces_E_4 - old_state_internal_Ep_4) * (forces_E_4 - old_state_internal_Ep_4)) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu)))) + (4.0 * (p_E * p_E) * ((forces_E_5 - old_state_internal_Ep_5) * (forces_E_5 - old_state_internal_Ep_5)) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu)))) + (4.0 * (p_E * p_E) * ((-(0.6666666666666666 * old_state_internal_Ep_0) - (0.3333333333333333 * forces_E_1) - (0.3333333333333333 * forces_E_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0)) * (-(0.6666666666666666 * old_state_internal_Ep_0) - (0.3333333333333333 * forces_E_1) - (0.3333333333333333 * forces_E_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0))) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu)))) + (4.0 * (p_E * p_E) * ((-(0.6666666666666666 * old_state_internal_Ep_1) - (0.3333333333333333 * forces_E_0) - (0.3333333333333333 * forces_E_2) + (0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1)) * (-(0.6666666666666666 * old_state_internal_Ep_1) - (0.3333333333333333 * forces_E_0) - (0.3333333333333333 * forces_E_2) + (0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1))) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu)))) + (4.0 * (p_E * p_E) * ((-(0.6666666666666666 * old_state_internal_Ep_2) - (0.3333333333333333 * forces_E_0) - (0.3333333333333333 * forces_E_1) + (0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2)) * (-(0.6666666666666666 * old_state_internal_Ep_2) - (0.3333333333333333 * forces_E_0) - (0.3333333333333333 * forces_E_1) + (0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2))) / ((2.0 + (2.0 * p_nu)) * (2.0 + (2.0 * p_nu))))), min=0.0))), X)
     norton_radial_return_solve_converged = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     norton_radial_return_solve_iterations = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)
-    nt1_rtol = max(1e-12, 32 * torch.finfo(X.dtype).eps)
-    for it1 in range(51):
+    nt1_rtol = max(O[0] if O[0] >= 0 else 1e-12, 32 * torch.finfo(X.dtype).eps)
+    nt1_atol = O[1] if O[1] >= 0 else 1e-12
+    maxit1 = int(O[2]) if O[2] >= 0 else 50
+    for it1 in range(maxit1 + 1):
         ncse_0 = torch.pow(state_internal_svm, p_n)
         ncse_1 = (2.0 + (2.0 * p_nu))
         ncse_2 = (1.0 / ncse_1)
@@ -73,8 +75,8 @@ def _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, for
         norton_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
-        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= 1e-12) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (3.0 * ((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_2) * torch.abs(ncse_3))))))
-        if it1 == 50 or bool(norton_radial_return_solve_converged.all()):
+        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (3.0 * ((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_2) * torch.abs(ncse_3))))))
+        if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
             break
         nt1_1 = (-1.0 - (ncse_11 * ncse_4))
         nt1_2 = (-nt1_r_0)
@@ -86,7 +88,7 @@ def _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, for
     return state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm
 
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """norton, variant V (1 value; 2 tangent; 4 jacobian; 8 total): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
@@ -110,7 +112,7 @@ def _torch_eval(X, P, V):
     p_A = P[:, 2]
     p_n = P[:, 3]
     # Newton solve for state/internal/svm (helper _torch_newton_1)
-    state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X)
+    state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X, O)
     cse_63 = (0.3333333333333333 * forces_E_1)
     cse_64 = (0.3333333333333333 * forces_E_2)
     cse_65 = (-cse_63 - cse_64 - (0.6666666666666666 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0))
@@ -1078,7 +1080,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _triton_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 0.5, DTYPE)
@@ -1096,7 +1098,9 @@ if triton is not None:
         norton_radial_return_solve_iterations = tl.zeros([BLOCK], dtype=tl.int32)
         norton_radial_return_solve_residual_norm = tl.zeros([BLOCK], dtype=DTYPE)
         nt1_rnorm0 = tl.zeros([BLOCK], dtype=DTYPE)
-        nt1_rtol = tl.maximum(K6, 32.0 * EPS)
+        nt1_rtol = tl.maximum(tl.where(o_rtol >= 0, o_rtol, K6), 32.0 * EPS)
+        nt1_atol = tl.where(o_atol >= 0, o_atol, K6)
+        maxit1 = tl.where(o_maxit >= 0, o_maxit, 50)
         it1 = 0
         todo1 = tl.sum(mask.to(tl.int32), axis=0)
         while todo1 > 0:
@@ -1124,8 +1128,8 @@ if triton is not None:
             nt1_r_0 = (-state_internal_svm + ncse_19 - (ncse_0 * ncse_4))
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
-            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= K6) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (K8 * ((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_2) * tl.abs(ncse_3))))))
-            update1 = (~norton_radial_return_solve_converged) & (it1 < 50)
+            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (K8 * ((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_2) * tl.abs(ncse_3))))))
+            update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = (-K7 - (ncse_11 * ncse_4))
             nt1_2 = (-nt1_r_0)
             nt1_3 = (K7 / nt1_1)
@@ -1138,12 +1142,16 @@ if triton is not None:
         return state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """norton, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 0.3333333333333333, DTYPE)
         K1 = tl.full([], 0.6666666666666666, DTYPE)
@@ -1205,7 +1213,7 @@ if triton is not None:
         p_A = _t38
         p_n = _t40
         # Newton solve for state/internal/svm (helper _triton_newton_1)
-        state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _triton_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, mask, DTYPE, EPS, BLOCK)
+        state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _triton_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_63 = (K0 * forces_E_1)
         cse_64 = (K0 * forces_E_2)
         cse_65 = (-cse_63 - cse_64 - (K1 * old_state_internal_Ep_0) + (K0 * old_state_internal_Ep_1) + (K0 * old_state_internal_Ep_2) + (K1 * forces_E_0))
@@ -2509,9 +2517,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -2527,10 +2538,16 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 /* Newton solve 1 for state/internal/svm: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, real *restrict v_state_internal_svm, int *restrict v_norton_radial_return_solve_converged, int *restrict v_norton_radial_return_solve_iterations, real *restrict v_norton_radial_return_solve_residual_norm) {
+static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, real *restrict v_state_internal_svm, int *restrict v_norton_radial_return_solve_converged, int *restrict v_norton_radial_return_solve_iterations, real *restrict v_norton_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real mc_A[1 * MC_W], mc_B[1 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_2[MC_W];
@@ -2585,7 +2602,9 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
         v_ncse_19[l] = ncse_19;
         v_ncse_20[l] = ncse_20;
     }
-    const real nt1_rtol = mc_max(((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
+    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
+    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real p_n = v_p_n[l];
@@ -2603,12 +2622,12 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
         const real nt1_r_0 = (-state_internal_svm + ncse_19 - (ncse_0 * ncse_4));
         const real norton_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? norton_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= ((real)1e-12)) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (((real)3.0) * ((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_2) * fabs(ncse_3))))));
+        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (((real)3.0) * ((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_2) * fabs(ncse_3))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];
         v_norton_radial_return_solve_residual_norm[l] = mc_was ? norton_radial_return_solve_residual_norm : v_norton_radial_return_solve_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < 50);
+        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
         mc_A[0 * MC_W + l] = (-((real)1.0) - (ncse_11 * ncse_4));
         mc_B[0 * MC_W + l] = (-nt1_r_0);
@@ -2756,7 +2775,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_44[MC_W];
     real v_cse_45[MC_W];
     real v_cse_46[MC_W];
-    newton_1((v_p + 2 * MC_W), (v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 1 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), v_state_internal_svm, v_norton_radial_return_solve_converged, v_norton_radial_return_solve_iterations, v_norton_radial_return_solve_residual_norm);
+    newton_1((v_p + 2 * MC_W), (v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 1 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), v_state_internal_svm, v_norton_radial_return_solve_converged, v_norton_radial_return_solve_iterations, v_norton_radial_return_solve_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
@@ -4096,7 +4115,7 @@ class Model(CompiledModel):
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping
     IMPLICIT = True
-    SOLVER = {'on_failure': 'nan', 'max_substeps': 8}
+    SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

@@ -30,6 +30,7 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -165,12 +166,14 @@ class CLibrary:
         self.entry[variant](n, ctypes.addressof(args), threads)
 
     def __call__(self, inputs, P: torch.Tensor, Y: torch.Tensor, J: torch.Tensor | None = None,
-                 status=None, threads: int | None = None, *, variant: str | None = None) -> None:
+                 status=None, threads: int | None = None, *, variant: str | None = None,
+                 options: tuple[float, float, int] = (-1.0, -1.0, -1)) -> None:
         """Evaluate into ``Y (B, ny)``, ``J`` (None: value only) and ``status`` = (converged uint8,
         iterations int32, residual norm) of ``(B,)`` (None for explicit models). ``inputs``: one
         ``(B, size)`` tensor per input variable with contiguous components (any row stride, 0
         broadcasts); ``P`` ``(1|B, np)`` with contiguous rows. ``variant``: ``"value"`` (default without
-        ``J``), ``"jacobian"`` (default with ``J``), ``"tangent"`` or ``"total"``."""
+        ``J``), ``"jacobian"`` (default with ``J``), ``"tangent"`` or ``"total"``. ``options``: the
+        Newton options (rtol, atol, max_iter; negative: the spec's, see :mod:`modelc.runtime.solver`)."""
         variant = variant or ("jacobian" if J is not None else "value")
         if variant not in self.entry:
             raise ModelcError(f"C backend: {self.path.name} has no {variant} entry point (mc_{variant})")
@@ -195,20 +198,27 @@ class CLibrary:
                                   f"{tuple(t.shape)}, strides {tuple(t.stride())})")
         if B == 0:
             return
-        args = pack_args(inputs, P, Y, J, status)
+        args = pack_args(inputs, P, Y, J, status, options)
         self.run(variant, B, args, int(threads or torch.get_num_threads()))
 
 
-def pack_args(inputs, P, Y, J, status):
-    """The ``c_int64`` argument array of an entry point (no checks: the caller made them)."""
+def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
+    """The ``c_int64`` argument array of an entry point (no checks: the caller made them); the Newton
+    options (rtol, atol: the bits of a double; max_iter) come last."""
     xs = [0 if t.shape[0] == 1 else t.stride(0) for t in inputs]
     vals = [t.data_ptr() for t in inputs] + xs
     vals += [P.data_ptr(), 0 if P.shape[0] == 1 else P.stride(0), Y.data_ptr(), Y.stride(0)]
     vals += [0, 0] if J is None else [J.data_ptr(), J.stride(0)]
     vals += [0, 0, 0] if status is None else [t.data_ptr() for t in status]
+    rtol, atol, max_iter = options
+    vals += [_bits(rtol), _bits(atol), int(max_iter)]
     if not inputs:
         vals = [0, 0] + vals
     return (ctypes.c_int64 * len(vals))(*vals)
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
 _LOADED: dict[str, CLibrary] = {}

@@ -189,12 +189,15 @@ class RunResult(dict):
 
     failed: dict[int, int]
     aliases: dict[str, str]
+    #: the Newton options the run used, each with where it came from (``model.solver_info()``)
+    solver: dict[str, Any]
 
     def __init__(self, arrays: dict[str, np.ndarray], failed: dict[int, int],
-                 aliases: Mapping[str, str] | None = None):
+                 aliases: Mapping[str, str] | None = None, solver: Mapping[str, Any] | None = None):
         super().__init__(arrays)
         self.failed = failed
         self.aliases = dict(aliases or {})
+        self.solver = dict(solver or {})
 
     def __getitem__(self, key: str) -> np.ndarray:
         if not dict.__contains__(self, key) and key in self.aliases:
@@ -271,6 +274,8 @@ def save_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str
     aliases = getattr(results, "aliases", None)
     if aliases:
         arrays["aliases"] = np.array(json.dumps(aliases, sort_keys=True))
+    if getattr(results, "solver", None):
+        arrays["solver"] = np.array(json.dumps(results.solver, sort_keys=True))
     np.savez_compressed(buf, **arrays)
     return write_atomic_bytes(p, buf.getvalue(), "results file")
 
@@ -284,12 +289,13 @@ def load_results(path: "str | os.PathLike[str]") -> RunResult:
     with np.load(p, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     aliases = json.loads(str(arrays.pop("aliases"))) if "aliases" in arrays else {}
+    solver = json.loads(str(arrays.pop("solver"))) if "solver" in arrays else {}
     conv = arrays.get("converged")
     failed = {}
     if conv is not None:
         for pt in np.flatnonzero(~conv.all(axis=0)):
             failed[int(pt)] = int(np.argmin(conv[:, pt]))
-    return RunResult(arrays, failed, aliases)
+    return RunResult(arrays, failed, aliases, solver)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -297,12 +303,33 @@ def load_results(path: "str | os.PathLike[str]") -> RunResult:
 
 
 def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[str]", *,
-                params: Mapping[str, Any] | None = None, dtype: torch.dtype | None = None,
-                device: "str | torch.device | None" = None, backend: str | None = None,
-                tangent_steps: Iterable[int] | None = None, progress: bool = True,
-                initial: "Carry | None" = None,
-                initial_state: Mapping[str, Any] | None = None,
-                control: ControlOptions = ControlOptions()) -> RunResult:
+                solver: Mapping[str, Any] | None = None, **kwargs) -> RunResult:
+    """:func:`drive` ``model`` through ``history``; ``solver`` (``rtol``, ``atol``, ``max_iter``)
+    overrides the model's Newton options for this run (:mod:`modelc.runtime.solver`). The options
+    used are recorded in :attr:`RunResult.solver` (and saved with the results). The other keyword
+    arguments are :func:`drive`'s."""
+    if solver and not hasattr(model, "set_solver"):
+        raise InputError(f"run_history: solver= needs a generated modelc model, got {type(model).__name__}")
+    saved = dict(getattr(model, "_solver", {}))
+    try:
+        if solver:
+            model.set_solver(**solver)
+        result = drive(model, history, **kwargs)
+        if hasattr(model, "solver_info"):
+            result.solver = model.solver_info()
+    finally:
+        if hasattr(model, "_solver"):
+            model._solver = saved
+    return result
+
+
+def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[str]", *,
+          params: Mapping[str, Any] | None = None, dtype: torch.dtype | None = None,
+          device: "str | torch.device | None" = None, backend: str | None = None,
+          tangent_steps: Iterable[int] | None = None, progress: bool = True,
+          initial: "Carry | None" = None,
+          initial_state: Mapping[str, Any] | None = None,
+          control: ControlOptions = ControlOptions()) -> RunResult:
     """Drive ``model`` through a ``history`` (mapping, History or .npz path): strain-controlled, or
     mixed (stress targets where its ``control`` mask is True; see :mod:`modelc.runtime.histories`).
 

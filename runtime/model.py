@@ -27,6 +27,7 @@ import torch
 
 from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import autograd, callpath
+from modelc.runtime import solver as _solver
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.checks import check_parameter, nonfinite_rows
@@ -284,8 +285,11 @@ class CompiledModel(torch.nn.Module):
 
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
-                 max_substeps: int | None = None, trainable: tuple[str, ...] = (), **param_overrides):
+                 max_substeps: int | None = None, trainable: tuple[str, ...] = (), rtol: float | None = None,
+                 atol: float | None = None, max_iter: int | None = None, **param_overrides):
         super().__init__()
+        self._solver = _solver.check({"rtol": rtol, "atol": atol, "max_iter": max_iter}, f"model {self.NAME}")
+        self._call_solver: dict[str, Any] = {}
         self._requested_backend = backend
         self._configure(dtype, torch.device(device), backend)
         self.block = block
@@ -566,9 +570,30 @@ class CompiledModel(torch.nn.Module):
             raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
                              "to parameters (it predates them): regenerate it with `modelc compile`")
 
+    # -- Newton options --------------------------------------------------------------------------
+    def set_solver(self, **options) -> "CompiledModel":
+        """Newton options of this object (``rtol``, ``atol``, ``max_iter``; None: back to the spec's),
+        used by every call that does not give its own (:mod:`modelc.runtime.solver`)."""
+        new = _solver.check(options, f"model {self.NAME}")
+        self._solver = {k: v for k, v in {**self._solver, **new}.items()
+                        if options.get(k, v) is not None}
+        return self
+
+    def solver_info(self) -> dict[str, Any]:
+        """What a call uses now: each Newton option's value and whether it comes from the spec, the
+        model object or the call (empty for an explicit model)."""
+        if not self.IMPLICIT:
+            return {}
+        spec = {k: self.SOLVER[k] for k in _solver.KEYS if k in self.SOLVER}
+        return _solver.info(spec, self._solver, self._call_solver)
+
+    def _solver_triple(self) -> tuple[float, float, int]:
+        return _solver.triple({**self._solver, **self._call_solver})
+
     # -- evaluation ----------------------------------------------------------------------------
     def __call__(self, inputs, derivatives=False, *, old_forces: Mapping[str, Any] | None = None,
-                 out: Result | None = None, **param_overrides) -> Result:
+                 out: Result | None = None, solver: Mapping[str, Any] | None = None,
+                 **param_overrides) -> Result:
         """Evaluate on ``inputs``; ``old_forces`` gives previous force values for sub-stepping when
         the model has no ``old_forces/`` input of its own.
 
@@ -590,12 +615,20 @@ class CompiledModel(torch.nn.Module):
         Inputs are read where they lie (no packing on the C backend; see docs/backends.md).
         ``out``: an earlier result of this model (same batch shape, dtype, device and kind of
         derivatives); the outputs, Jacobian and status are written into its storage and ``out`` is
-        returned. A mismatch is an :class:`InputError` and nothing is written."""
+        returned. A mismatch is an :class:`InputError` and nothing is written.
+
+        ``solver``: Newton options for this call (``rtol``, ``atol``, ``max_iter``), over the object's
+        (:meth:`set_solver`) and the spec's (:mod:`modelc.runtime.solver`)."""
+        options = _solver.check(solver, f"model {self.NAME}: solver=")
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
-        if torch.is_grad_enabled() and autograd.requires_grad(self, inputs, param_overrides):
-            result = autograd.call(self, inputs, derivatives, old_forces, param_overrides, out)
-        else:
-            result = self._call(inputs, derivatives, old_forces, param_overrides, out)
+        saved, self._call_solver = self._call_solver, options
+        try:
+            if torch.is_grad_enabled() and autograd.requires_grad(self, inputs, param_overrides):
+                result = autograd.call(self, inputs, derivatives, old_forces, param_overrides, out)
+            else:
+                result = self._call(inputs, derivatives, old_forces, param_overrides, out)
+        finally:
+            self._call_solver = saved
         result.batch_names = names
         return result
 
@@ -678,22 +711,22 @@ class CompiledModel(torch.nn.Module):
         """The C entry point of ``variant`` over ``views`` into ``buf``; returns ``(Y, J, status)``. A
         Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``) is computed for one point
         when they are shared: returned broadcast (a stride-0 view) unless ``buf`` has a full one."""
-        lib, threads = self._clib, torch.get_num_threads()
+        lib, threads, opts = self._clib, torch.get_num_threads(), self._solver_triple()
         B = buf.Y.shape[0]
         J = buf.J
         if B == 0:
             return buf.Y, J, buf.status
         name = variant or "value"
         if not (variant in self.CONSTANT_JACOBIAN and shared and B > 1):
-            lib.run(name, B, pack_args(views, P, buf.Y, J, buf.status), threads)
+            lib.run(name, B, pack_args(views, P, buf.Y, J, buf.status, opts), threads)
             return buf.Y, J, buf.status
-        lib.run("value", B, pack_args(views, P, buf.Y, None, buf.status), threads)
+        lib.run("value", B, pack_args(views, P, buf.Y, None, buf.status, opts), threads)
         one, scratch = [v[:1] for v in views], torch.empty_like(buf.Y[:1])
         if J is not None and J.stride(0) == 0:  # out= holds the broadcast: write its one point
-            lib.run(name, 1, pack_args(one, P, scratch, J[:1], None), threads)
+            lib.run(name, 1, pack_args(one, P, scratch, J[:1], None, opts), threads)
             return buf.Y, J, buf.status
         J1 = torch.empty(1, *self._jacobian_shape(variant), dtype=self.dtype)
-        lib.run(name, 1, pack_args(one, P, scratch, J1, None), threads)
+        lib.run(name, 1, pack_args(one, P, scratch, J1, None, opts), threads)
         if J is None:
             return buf.Y, J1.expand(B, *J1.shape[1:]), buf.status
         J.copy_(J1.expand(B, *J1.shape[1:]))
@@ -719,7 +752,7 @@ class CompiledModel(torch.nn.Module):
         :attr:`tangent_axes`, from the tangent variant)."""
         variant = self._variant(derivatives)
         if self.backend == "torch":
-            return self.torch_eval(X, P, self.VARIANTS[variant or "value"])
+            return self.torch_eval(X, P, self.VARIANTS[variant or "value"], self._solver_triple())
         if self.backend == "c":
             return self._run_c(X, P, variant)
         return self._launch(X, P, variant, shared, overrides or {})
@@ -752,7 +785,8 @@ class CompiledModel(torch.nn.Module):
         X = X if X.stride(-1) == 1 else X.contiguous()
         buf = callpath.allocate(self, B, self._jacobian_shape(variant))
         if B:
-            self._clib(callpath.split(self, X), P.contiguous(), buf.Y, buf.J, buf.status, variant=variant or "value")
+            self._clib(callpath.split(self, X), P.contiguous(), buf.Y, buf.J, buf.status, variant=variant or "value",
+                       options=self._solver_triple())
         ST = None
         if buf.status is not None:
             ST = torch.stack([buf.status[0].to(self.dtype), buf.status[1].to(self.dtype), buf.status[2]], dim=1)
@@ -781,7 +815,8 @@ class CompiledModel(torch.nn.Module):
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
         grid = (triton.cdiv(B, block),)
-        self.kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, B,
+        O = torch.tensor(self._solver_triple(), dtype=self.dtype, device=self.device)
+        self.kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, O, B,
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
                      J.stride(0) if J is not None else 0, 3, **consts, V=self.VARIANTS[variant or "value"],
                      DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,

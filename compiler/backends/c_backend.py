@@ -50,7 +50,7 @@ long register restrict return short signed sizeof static struct switch typedef u
 volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_act mc_ok mc_args
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
 sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
-mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total
+mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total mc_maxit
 """.split())
 
 
@@ -246,9 +246,9 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
     outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
     args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins] + \
-        [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs]
+        [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs] + ["const mc_args *restrict a"]
     conv, its, rn, r0 = (code.name(s) for s in (st.converged, st.iterations, st.residual_norm, rn0))
-    rtol = code.base.rtol_symbol(k)
+    rtol, atol = code.base.rtol_symbol(k), code.base.atol_symbol(k)
     ok = sp.Symbol(f"nt{k}.ok", real=True)
     code.types[ok] = "int"
     # before the iterations: the guess, the invariant assignments, the lanes' bookkeeping
@@ -264,7 +264,7 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     step.ops += [(None, f"v_{r0}[l]", r0), (None, "const int mc_was", "mc_act[l]"),
                  (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
-                 (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < {int(st.solver.max_iter)})"),
+                 (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
                  (None, "mc_act[l]", "mc_go")]
     for i in range(n):
         for j in range(n):
@@ -276,14 +276,18 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
         update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
     update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
     items = [start,
-             _Call([f"const real {code.name(rtol)} = mc_max({code.expr(sp.Float(st.solver.rtol, 17))}, "
-                    f"((real){float(RTOL_FLOOR_EPS)!r}) * MC_EPS);", "for (int it = 0; ; ++it) {"], (rtol,)),
+             # tolerances and iteration limit: the call's (a->rtol, ...), negative: the spec's
+             _Call([f"const real {code.name(rtol)} = mc_max(a->rtol >= 0 ? a->rtol : "
+                    f"{code.expr(sp.Float(st.solver.rtol, 17))}, ((real){float(RTOL_FLOOR_EPS)!r}) * MC_EPS);",
+                    f"const real {code.name(atol)} = a->atol >= 0 ? a->atol : {code.expr(sp.Float(st.solver.atol, 17))};",
+                    f"const int mc_maxit = a->maxit >= 0 ? a->maxit : {int(st.solver.max_iter)};",
+                    "for (int it = 0; ; ++it) {"], (rtol, atol)),
              step,
              _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
                     "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;", f"mc_lu_solve({n}, 1, mc_A, mc_B);"]),
              update, _Call(["}"])]
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
-    arrays[rtol] = ""
+    arrays[rtol] = arrays[atol] = ""
     lines = _emit_loops(code, items, arrays)
     decls = [f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], v_{r0}[MC_W];", "int mc_act[MC_W];"]
     text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
@@ -358,7 +362,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             local = {a.target for a in st.body} | set(st.unknowns)
             ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
             outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
-            items += [cur, _Call(lambda h, fn=fn, args=ins + outs: [f"{fn}({', '.join(h[s] for s in args)});"],
+            items += [cur, _Call(lambda h, fn=fn, args=ins + outs: [f"{fn}({', '.join(h[s] for s in args)}, a);"],
                                  outs, ins, m)]
             cur = _Loop(mask=m)
         else:
@@ -543,6 +547,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
             lines += [f"    a.x[{v}] = x + {o};", f"    a.xs[{v}] = 0;"]
         lines += ["    a.p = p;", "    a.ps = 0;", "    a.y = y;", "    a.ys = 0;", "    a.j = j;", "    a.js = 0;",
                   "    a.conv = &conv;", "    a.iters = &iters;", "    a.rnorm = &rnorm;",
+                  "    a.rtol = -1;", "    a.atol = -1;", "    a.maxit = -1;  /* the spec's Newton options */",
                   f"    block_eval(&a, 0, 1, {bit});"]
         lines += (["    st[0] = (real)conv;", "    st[1] = (real)iters;", "    st[2] = rnorm;"] if status
                   else ["    (void)st;"])

@@ -61,7 +61,8 @@ def _solver(program: ir.Program) -> dict:
     if not newtons:
         return {}
     s = newtons[0].solver
-    return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps)}
+    return {"on_failure": s.on_failure, "max_substeps": int(s.max_substeps), "rtol": float(s.rtol),
+            "atol": float(s.atol), "max_iter": int(s.max_iter)}
 
 
 def _initial_function(value: ir.Program) -> list[str] | None:
@@ -105,7 +106,7 @@ def emit_module(program: ir.Program, *, spec: ir.Spec | None = None, options=Non
     what = "; ".join(f"{v.bit} {v.name}" for v in program.variants)
     torch_lines = torch_body(program, layout, helpers=torch_helpers)
     kernel_lines, baked_args = triton_body(program, layout, baked, helpers=triton_helpers)
-    sig = ("X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
+    sig = ("X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
            + "".join(f"{a}: tl.constexpr, " for a in baked_args)
            + "V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
     doc = f"{value.name}, variant V ({what}): Y, J (None for value), ST (None for explicit models)."

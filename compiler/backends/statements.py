@@ -130,13 +130,14 @@ class Emitter:
 
     def convergence(self, st: ir.Newton, rn0: sp.Symbol, k: int) -> sp.Expr:
         """||R|| <= atol, or (with ``residual_scale``) every |R_i| <= rtol_eff * scale_i, or (without)
-        ||R|| <= rtol_eff ||R0||; ``rtol_eff = max(rtol, RTOL_FLOOR_EPS * eps(dtype))`` (assigned by
-        the backend): a float64 tolerance like 1e-12 cannot be met in float32, so the relative
+        ||R|| <= rtol_eff ||R0||; ``rtol_eff = max(rtol, RTOL_FLOOR_EPS * eps(dtype))`` and ``atol``
+        are assigned by the backend (:meth:`rtol_symbol`, :meth:`atol_symbol`): the spec's values, or
+        the caller's at run time (the options argument: rtol, atol, max_iter; negative = the spec's): a float64 tolerance like 1e-12 cannot be met in float32, so the relative
         tolerance is floored at a few ulps of the kernel dtype."""
         rn = st.residual_norm
         res, _, _ = self.newton_symbols(st, k)
         # rn0 < 3e38 (finite in float32 too): a point whose first residual is inf never "converges" by rtol
-        tests = [sp.LessThan(rn, sp.Float(st.solver.atol, 17))]
+        tests = [sp.LessThan(rn, self.atol_symbol(k))]
         if st.residual_scale:
             # scaled test (see ir.Newton.residual_scale): every residual is zero to within rtol_eff of
             # the magnitude of its own terms. Unlike rtol * ||R0|| it does not mix units (a residual in
@@ -150,6 +151,9 @@ class Emitter:
 
     def rtol_symbol(self, k: int) -> sp.Symbol:
         return sp.Symbol(f"nt{k}.rtol", real=True)
+
+    def atol_symbol(self, k: int) -> sp.Symbol:
+        return sp.Symbol(f"nt{k}.atol", real=True)
 
     def residual_norm(self, res) -> sp.Expr:
         return sp.sqrt(sp.Add(*[r * r for r in res]))

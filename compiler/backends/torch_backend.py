@@ -49,10 +49,10 @@ class TorchEmitter(Emitter):
                 self.line(f"{self.namer(targets[i][j])} = {x}[:, {i}, {j}]")
 
     def helper_args(self) -> list[str]:
-        return ["X"]
+        return ["X", "O"]
 
     def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
-        return ["", f"def {name}({', '.join(params + ['X'])}):",
+        return ["", f"def {name}({', '.join(params + ['X', 'O'])}):",
                 '    """Newton solve (shared by the variants): the unknowns, converged, iterations, '
                 'residual norm."""', *em.lines, ""]
 
@@ -65,10 +65,13 @@ class TorchEmitter(Emitter):
             self.line(f"{n(u)} = _batch({self.p.doprint(g)}, X)")
         self.line(f"{n(st.converged)} = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)")
         self.line(f"{n(st.iterations)} = torch.zeros(X.shape[0], dtype=torch.int32, device=X.device)")
-        self.line(f"{n(self.rtol_symbol(k))} = max({float(st.solver.rtol)!r}, {RTOL_FLOOR_EPS} * "
-                  "torch.finfo(X.dtype).eps)")
-        it = self.namer.fresh(f"it{k}")
-        self.line(f"for {it} in range({int(st.solver.max_iter) + 1}):")
+        # tolerances and iteration limit: the caller's (O = rtol, atol, max_iter), negative: the spec's
+        self.line(f"{n(self.rtol_symbol(k))} = max(O[0] if O[0] >= 0 else {float(st.solver.rtol)!r}, "
+                  f"{RTOL_FLOOR_EPS} * torch.finfo(X.dtype).eps)")
+        self.line(f"{n(self.atol_symbol(k))} = O[1] if O[1] >= 0 else {float(st.solver.atol)!r}")
+        it, maxit = self.namer.fresh(f"it{k}"), self.namer.fresh(f"maxit{k}")
+        self.line(f"{maxit} = int(O[2]) if O[2] >= 0 else {int(st.solver.max_iter)}")
+        self.line(f"for {it} in range({maxit} + 1):")
         self.depth += 1
         self.statements(st.body)
         for r, e in zip(res, st.residual):
@@ -77,7 +80,7 @@ class TorchEmitter(Emitter):
         self.line(f"if {it} == 0:")
         self.line(f"    {n(rn0)} = {n(st.residual_norm)}")
         self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(self.convergence(st, rn0, k))}")
-        self.line(f"if {it} == {int(st.solver.max_iter)} or bool({n(st.converged)}.all()):")
+        self.line(f"if {it} == {maxit} or bool({n(st.converged)}.all()):")
         self.line("    break")
         self.newton_step(st, k, res, du)
         for u, d in zip(st.unknowns, du):
@@ -88,8 +91,9 @@ class TorchEmitter(Emitter):
 
 def torch_body(program: ir.Program, layout: Layout, *, pivoting: str = "auto",
                short_names: bool = True, helpers: Helpers | None = None) -> list[str]:
-    """The lines of ``def _torch_eval(X, P, V):`` (without the ``def`` line): ``V`` is the bit of the
-    variant asked for (:class:`~modelc.ir.Variant`); the options as for
+    """The lines of ``def _torch_eval(X, P, V, O):`` (without the ``def`` line): ``V`` is the bit of
+    the variant asked for (:class:`~modelc.ir.Variant`), ``O`` the Newton options (rtol, atol,
+    max_iter; negative: the spec's); the options as for
     :func:`modelc.backends.triton_backend.triton_body` (``pivoting`` applies to unrolled solves)."""
     program = with_variants(program)
     namer = Namer(short=short_names)

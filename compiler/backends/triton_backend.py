@@ -10,9 +10,12 @@ are stored 4 columns at a time, which keeps register pressure down. Layout: see
 
 Kernel signature (both variants, so launches are uniform)::
 
-    kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride,
-           <c_NAME: constexpr for each baked parameter component>, DTYPE: constexpr, EPS: constexpr,
-           BLOCK: constexpr)
+    kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride,
+           <c_NAME: constexpr for each baked parameter component>, V: constexpr, DTYPE: constexpr,
+           EPS: constexpr, BLOCK: constexpr)
+
+``O`` points to the call's Newton options (rtol, atol, max_iter in the kernel dtype; negative: the
+spec's value), ``V`` is the bit of the variant asked for.
 
 ``EPS`` is the machine epsilon of ``DTYPE`` (Newton's relative tolerance is floored at a few EPS).
 
@@ -44,10 +47,11 @@ def baked_arg(sym: sp.Symbol) -> str:
 
 class TritonEmitter(Emitter):
     def helper_args(self) -> list[str]:
-        return ["mask", "DTYPE", "EPS", "BLOCK"]
+        return ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE", "EPS", "BLOCK"]
 
     def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
-        sig = ", ".join(params + ["mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr"])
+        sig = ", ".join(params + ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr",
+                                  "BLOCK: tl.constexpr"])
         return ["", "@triton.jit", f"def {name}({sig}):",
                 '    """Newton solve (shared by the kernels): the unknowns, converged, iterations, '
                 'residual norm."""', "    # constants of the kernel dtype",
@@ -65,8 +69,13 @@ class TritonEmitter(Emitter):
         self.line(f"{n(st.iterations)} = tl.zeros([BLOCK], dtype=tl.int32)")
         self.line(f"{n(st.residual_norm)} = tl.zeros([BLOCK], dtype=DTYPE)")
         self.line(f"{n(rn0)} = tl.zeros([BLOCK], dtype=DTYPE)")
-        self.line(f"{n(self.rtol_symbol(k))} = tl.maximum({self.p.doprint(sp.Float(st.solver.rtol, 17))}, "
-                  f"{float(RTOL_FLOOR_EPS)!r} * EPS)")
+        # tolerances and iteration limit: the caller's (o_*), negative: the spec's
+        self.line(f"{n(self.rtol_symbol(k))} = tl.maximum(tl.where(o_rtol >= 0, o_rtol, "
+                  f"{self.p.doprint(sp.Float(st.solver.rtol, 17))}), {float(RTOL_FLOOR_EPS)!r} * EPS)")
+        self.line(f"{n(self.atol_symbol(k))} = tl.where(o_atol >= 0, o_atol, "
+                  f"{self.p.doprint(sp.Float(st.solver.atol, 17))})")
+        maxit = self.namer.fresh(f"maxit{k}")
+        self.line(f"{maxit} = tl.where(o_maxit >= 0, o_maxit, {int(st.solver.max_iter)})")
         it = self.namer.fresh(f"it{k}")
         todo = self.namer.fresh(f"todo{k}")
         upd = self.namer.fresh(f"update{k}")
@@ -80,7 +89,7 @@ class TritonEmitter(Emitter):
         self.assign(st.residual_norm, self.residual_norm(res))
         self.line(f"{n(rn0)} = tl.where({it} == 0, {n(st.residual_norm)}, {n(rn0)})")
         self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(self.convergence(st, rn0, k))}")
-        self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {int(st.solver.max_iter)})")
+        self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit})")
         self.newton_step(st, k, res, du)
         for u, d in zip(st.unknowns, du):
             self.line(f"{n(u)} = tl.where({upd}, {n(u)} + {n(d)}, {n(u)})")
@@ -261,6 +270,10 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     head.append("offs = pid * BLOCK + tl.arange(0, BLOCK)")
     head.append("mask = offs < n")
     head.append("row = offs.to(tl.int64)")
+    head.append("# Newton options of the call (rtol, atol, max_iter; negative: the spec's)")
+    head.append("o_rtol = tl.load(O)")
+    head.append("o_atol = tl.load(O + 1)")
+    head.append("o_maxit = tl.load(O + 2).to(tl.int32)")
     head.append("# constants of the kernel dtype (a bare float literal would be fp32)")
     head += pr.prologue()
     return ["    " + h for h in head] + em.lines, baked_args

@@ -24,6 +24,12 @@ BACKEND_HELP = ("code path (default auto: triton on cuda; on the cpu the C backe
                 "builds it, else torch)")
 
 
+def solver_options(args) -> dict:
+    """The Newton options given on the command line (``--rtol``, ``--atol``, ``--max-iter``)."""
+    return {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol), ("max_iter", args.max_iter))
+            if v is not None}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("exit status: 0 when every point converged; 1 when some did not (their results are "
                 "NaN, written anyway, and named in the summary); 2 for bad input")
@@ -51,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-failure", choices=("nan", "substep"), default=None,
                    help="a point whose Newton solve fails: mark it and return NaN (default), or cut "
                         "its step into sub-steps and retry (adaptive sub-stepping)")
+    p.add_argument("--rtol", type=float, default=None, help="Newton relative tolerance (default: the spec's)")
+    p.add_argument("--atol", type=float, default=None, help="Newton absolute tolerance (default: the spec's)")
+    p.add_argument("--max-iter", type=int, default=None, help="Newton iteration limit (default: the spec's)")
     from modelc.commands.run_distributed import add_distributed_arguments  # --distributed and co.
 
     add_distributed_arguments(p)
@@ -83,7 +92,8 @@ def main(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the summary below says it
         warnings.simplefilter("ignore", NonConvergenceWarning)
         results = run_history(model, history, params=params, dtype=dtype, device=device,
-                              tangent_steps=tangent_steps, progress=not args.no_progress)
+                              tangent_steps=tangent_steps, progress=not args.no_progress,
+                              solver=solver_options(args))
     if args.sensitivities:
         results.update(sensitivities(model, history, params, args.sensitivities))
     elapsed = _time.perf_counter() - start
@@ -133,7 +143,7 @@ def summary_json(results: Any, **extra: Any) -> dict:
     out = {key: (str(v) if isinstance(v, Path) else v) for key, v in extra.items()}
     out.update(steps=int(conv.shape[0] - 1), points=int(conv.shape[1]), ok=bool(results.ok),
                failed={str(p): s for p, s in sorted(results.failed.items())}, summary=results.summary(),
-               table=points)
+               solver=getattr(results, "solver", {}), table=points)
     return out
 
 

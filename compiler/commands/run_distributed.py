@@ -73,6 +73,9 @@ def main_distributed(args: argparse.Namespace) -> int:
         device = check_device(args.device)
     model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,
                        on_failure=args.on_failure)
+    from modelc.commands.run import solver_options
+
+    model.set_solver(**solver_options(args))  # every rank's every chunk (--rtol, --atol, --max-iter)
     start = _time.perf_counter()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:

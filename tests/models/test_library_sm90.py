@@ -31,7 +31,7 @@ spec.loader.exec_module(mod)
 out = []
 for kname, dtypes in (("value", ("fp64", "fp32")), ("tangent", ("fp64", "fp32")), ("jacobian", ("fp64",))):
     for dt in dtypes:
-        sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST")}
+        sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST", "O")}
         sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
         sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
         consts = dict(V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,

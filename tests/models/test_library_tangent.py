@@ -93,7 +93,7 @@ def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
     calls = []
     bits = {bit: f"torch_{name}" for name, bit in mod.Model.VARIANTS.items()}
     fn = mod.Model.torch_eval
-    monkeypatch.setattr(mod.Model, "torch_eval", staticmethod(lambda X, P, V: calls.append(bits[V]) or fn(X, P, V)))
+    monkeypatch.setattr(mod.Model, "torch_eval", staticmethod(lambda X, P, V, O: calls.append(bits[V]) or fn(X, P, V, O)))
     ins = _inputs(m, 64, seed=1)
     full = m(ins, derivatives=True)
     assert calls == ["torch_jacobian"] and full.jacobian.tensor.shape == (64, 14, 16)

@@ -70,7 +70,7 @@ def test_header_and_structure():
     assert any("do not edit" in line for line in head)
     assert any("model:       newton3" in line for line in head)
     assert any("spec hash:" in line for line in head)
-    assert "def _torch_eval(X, P, V):" in text and "def _kernel(" in text and "V: tl.constexpr" in text
+    assert "def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):" in text and "def _kernel(" in text and "V: tl.constexpr" in text
     assert "class Model(CompiledModel):" in text and "VARIANTS = {'value': 1, 'jacobian': 4}" in text
     # the value variant computes no derivative: the implicit-function theorem's linear solve sits
     # under a guard that the value bit (1) fails, in the PyTorch function and the Triton kernel

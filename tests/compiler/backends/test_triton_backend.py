@@ -26,7 +26,8 @@ def launch(mod, X, P, derivatives, dtype, shared=True, **consts):
     ST = torch.full((B, 3), float("nan"), dtype=dtype)
     V = mod.Model.VARIANTS["jacobian" if derivatives else "value"]
     block = 8  # several programs, last one partial
-    mod._kernel[(triton_cdiv(B, block),)](X, P, Y, J, ST, B, X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
+    O = torch.tensor([-1.0, -1.0, -1.0], dtype=dtype)  # the spec's Newton options
+    mod._kernel[(triton_cdiv(B, block),)](X, P, Y, J, ST, O, B, X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
                                           J.stride(0), 3, **consts, V=V,
                                 DTYPE=tl.float64 if dtype == torch.float64 else tl.float32,
                                 EPS=torch.finfo(dtype).eps, BLOCK=block)

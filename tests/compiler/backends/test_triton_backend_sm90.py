@@ -23,7 +23,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-POINTERS = ("X", "P", "Y", "J", "ST")
+POINTERS = ("X", "P", "Y", "J", "ST", "O")
 INTS = ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")
 out = []
 for path, baked in json.loads(sys.argv[1]):

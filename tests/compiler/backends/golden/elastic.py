@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_eval(X, P, V):
+def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     """elastic, variant V (1 value; 4 jacobian): Y, J (None for value), ST (None for explicit models)."""
     # inputs: column views of X
     forces_E_0 = X[:, 0]
@@ -112,12 +112,16 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel(X, P, Y, J, ST, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """elastic, variant V (1 value; 4 jacobian)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         row = offs.to(tl.int64)
+        # Newton options of the call (rtol, atol, max_iter; negative: the spec's)
+        o_rtol = tl.load(O)
+        o_atol = tl.load(O + 1)
+        o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], 1.0, DTYPE)
         K1 = tl.full([], 2.0, DTYPE)
@@ -477,9 +481,12 @@ typedef struct {
     uint8_t *conv;
     int32_t *iters;
     real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
 } mc_args;
 
-/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm */
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -495,6 +502,12 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     a->conv = (uint8_t *)(intptr_t)r[6];
     a->iters = (int32_t *)(intptr_t)r[7];
     a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
