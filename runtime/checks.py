@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from modelc.runtime.errors import InputError
+
+if TYPE_CHECKING:  # the compiler parses bounds with Interval and never needs torch
+    import torch
 
 _NUM = r"[-+]?(?:inf|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _INTERVAL = re.compile(rf"\s*([\[(])\s*({_NUM})\s*,\s*({_NUM})\s*([\])])\s*")
@@ -56,12 +58,14 @@ class Interval:
         return lo_ok & hi_ok
 
     def contains(self, x: float) -> bool:
-        return bool(self.inside(torch.tensor(float(x), dtype=torch.float64)))
+        return bool(self.inside(float(x)))
 
 
-def check_parameter(model: str, name: str, v: torch.Tensor, bounds: str = "") -> None:
+def check_parameter(model: str, name: str, v: "torch.Tensor", bounds: str = "") -> None:
     """Refuse a non-finite value of parameter ``name``, or one outside its ``bounds``; the error
     names the parameter, the first bad value and (for a batched parameter) where it is."""
+    import torch
+
     if v.device.type == "meta":  # shapes only: no values to check
         return
     ok = torch.isfinite(v)
@@ -77,9 +81,11 @@ def check_parameter(model: str, name: str, v: torch.Tensor, bounds: str = "") ->
     raise InputError(f"model {model}: parameter {name} = {value!r}{at} {what}")
 
 
-def nonfinite_rows(X: torch.Tensor) -> torch.Tensor | None:
+def nonfinite_rows(X: "torch.Tensor") -> "torch.Tensor | None":
     """The rows of ``X (B, n)`` holding a NaN or an infinity, as a bool mask, or None when every
     value is finite (the common case costs one sum over ``X``)."""
+    import torch
+
     if X.numel() == 0 or bool(torch.isfinite(X.sum())):
         return None
     bad = ~torch.isfinite(X).all(dim=1)
