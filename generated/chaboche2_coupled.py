@@ -23493,21 +23493,37 @@ MC_INLINE double mc_pow_d(double x, double y) {
 #endif
 
 /* Solve A X = B for every lane of a block, in place (X overwrites B): A n x n, B n x m, entry (i, j)
-   of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, each row
-   i > k is swapped with row k when |a[i][k]| > |a[k][k]| (branch-free selects), which leaves the
-   first row with the largest |a[i][k]| as the pivot, as a search would. */
+   of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, a search
+   over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
+   selects), and that lane swaps it with row k (one swap per lane and step; a lane whose pivot is
+   already in place swaps nothing). */
 static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b) {
     for (int k = 0; k < n; ++k) {
+        int piv[MC_W];
+        real big[MC_W];
+        MC_SIMD MC_LANES { piv[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]); }
         for (int i = k + 1; i < n; ++i) {
-            int sw[MC_W];
-            MC_SIMD MC_LANES sw[l] = fabs(a[(i * n + k) * MC_W + l]) > fabs(a[(k * n + k) * MC_W + l]);
+            MC_SIMD MC_LANES {
+                const real v = fabs(a[(i * n + k) * MC_W + l]);
+                const int s = v > big[l];
+                big[l] = s ? v : big[l];
+                piv[l] = s ? i : piv[l];
+            }
+        }
+        for (int l = 0; l < MC_W; ++l) {
+            const int r = piv[l];
+            if (r == k) continue;
             for (int j = k; j < n; ++j) {
-                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
-                MC_SIMD MC_LANES { real t = p[l]; p[l] = sw[l] ? q[l] : t; q[l] = sw[l] ? t : q[l]; }
+                real *p = a + (k * n + j) * MC_W + l, *q = a + (r * n + j) * MC_W + l;
+                const real t = *p;
+                *p = *q;
+                *q = t;
             }
             for (int c = 0; c < m; ++c) {
-                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
-                MC_SIMD MC_LANES { real t = p[l]; p[l] = sw[l] ? q[l] : t; q[l] = sw[l] ? t : q[l]; }
+                real *p = b + (k * m + c) * MC_W + l, *q = b + (r * m + c) * MC_W + l;
+                const real t = *p;
+                *p = *q;
+                *q = t;
             }
         }
         real *d = a + (k * n + k) * MC_W;
