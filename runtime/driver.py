@@ -310,16 +310,18 @@ def run_history(model: Any, history: "Mapping[str, Any] | History | str | os.Pat
     arguments are :func:`drive`'s."""
     if solver and not hasattr(model, "set_solver"):
         raise InputError(f"run_history: solver= needs a generated modelc model, got {type(model).__name__}")
-    saved = dict(getattr(model, "_solver", {}))
-    try:
-        if solver:
-            model.set_solver(**solver)
+    if not solver:
         result = drive(model, history, **kwargs)
         if hasattr(model, "solver_info"):
             result.solver = model.solver_info()
-    finally:
-        if hasattr(model, "_solver"):
-            model._solver = saved
+        return result
+    saved = model.solver_options()
+    try:
+        model.set_solver(**solver)
+        result = drive(model, history, **kwargs)
+        result.solver = model.solver_info()
+    finally:  # the run's options do not stay on the object
+        model.set_solver(**{k: saved.get(k) for k in ("rtol", "atol", "max_iter")})
     return result
 
 

@@ -579,6 +579,10 @@ class CompiledModel(torch.nn.Module):
                         if options.get(k, v) is not None}
         return self
 
+    def solver_options(self) -> dict[str, Any]:
+        """The Newton options set on this object (:meth:`set_solver`; what is absent is the spec's)."""
+        return dict(self._solver)
+
     def solver_info(self) -> dict[str, Any]:
         """What a call uses now: each Newton option's value and whether it comes from the spec, the
         model object or the call (empty for an explicit model)."""

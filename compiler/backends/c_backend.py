@@ -297,10 +297,6 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     return fname
 
 
-def _guard(m: int, full: int) -> str:
-    return "" if m == full else f"V & {m}"
-
-
 def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     """``MC_INLINE void block_eval(const mc_args *a, int64_t i0, int nl, int V)``: lanes ``0 .. nl-1``
     of the block at point ``i0`` for variant bit ``V`` (the lanes beyond repeat the last point: they
