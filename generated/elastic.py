@@ -400,7 +400,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -422,9 +422,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 0
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -613,8 +620,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -628,6 +666,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -672,10 +719,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -697,6 +746,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -829,7 +879,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
     static const int16_t jt1[24][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}, {12, 0, 6}, {13, 0, 7}, {14, 1, 6}, {15, 1, 7}, {16, 2, 6}, {17, 2, 7}, {18, 3, 6}, {19, 3, 7}, {20, 4, 6}, {21, 4, 7}, {22, 5, 6}, {23, 5, 7}};
     static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl);
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 2) {
@@ -852,12 +902,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -867,12 +924,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -882,12 +946,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -897,12 +968,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -933,6 +1011,7 @@ class Model(CompiledModel):
     IMPLICIT = False
     SOLVER = {}
     CONSTANT_JACOBIAN = ('tangent', 'jacobian')  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

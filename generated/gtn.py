@@ -4225,7 +4225,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -4247,9 +4247,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -4438,8 +4445,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -4453,6 +4491,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -4497,10 +4544,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4522,6 +4571,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
@@ -4946,6 +4996,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
     real v_p[8 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 8, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        z += (v_x5 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[81 * MC_W], mc_ls1_B[54 * MC_W];
     real mc_ls2_A[81 * MC_W], mc_ls2_B[90 * MC_W];
     real mc_ls3_A[81 * MC_W], mc_ls3_B[63 * MC_W];
@@ -7236,8 +7307,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = gtn_return_map_residual_norm;
     }
     static const int16_t jt1[345][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 0, 14}, {51, 0, 15}, {52, 1, 0}, {53, 1, 1}, {54, 1, 2}, {55, 1, 3}, {56, 1, 4}, {57, 1, 5}, {58, 1, 6}, {59, 1, 7}, {60, 1, 8}, {61, 1, 9}, {62, 1, 10}, {63, 1, 11}, {64, 1, 12}, {65, 1, 13}, {66, 1, 14}, {67, 1, 15}, {68, 2, 0}, {69, 2, 1}, {70, 2, 2}, {71, 2, 3}, {72, 2, 4}, {73, 2, 5}, {74, 2, 6}, {75, 2, 7}, {76, 2, 8}, {77, 2, 9}, {78, 2, 10}, {79, 2, 11}, {80, 2, 12}, {81, 2, 13}, {82, 2, 14}, {83, 2, 15}, {84, 3, 0}, {85, 3, 1}, {86, 3, 2}, {87, 3, 3}, {88, 3, 4}, {89, 3, 5}, {90, 3, 6}, {91, 3, 7}, {92, 3, 8}, {93, 3, 9}, {94, 3, 10}, {95, 3, 11}, {96, 3, 12}, {97, 3, 13}, {98, 3, 14}, {99, 3, 15}, {100, 4, 0}, {101, 4, 1}, {102, 4, 2}, {103, 4, 3}, {104, 4, 4}, {105, 4, 5}, {106, 4, 6}, {107, 4, 7}, {108, 4, 8}, {109, 4, 9}, {110, 4, 10}, {111, 4, 11}, {112, 4, 12}, {113, 4, 13}, {114, 4, 14}, {115, 4, 15}, {116, 5, 0}, {117, 5, 1}, {118, 5, 2}, {119, 5, 3}, {120, 5, 4}, {121, 5, 5}, {122, 5, 6}, {123, 5, 7}, {124, 5, 8}, {125, 5, 9}, {126, 5, 10}, {127, 5, 11}, {128, 5, 12}, {129, 5, 13}, {130, 5, 14}, {131, 5, 15}, {132, 6, 0}, {133, 6, 1}, {134, 6, 2}, {135, 6, 3}, {136, 6, 4}, {137, 6, 5}, {138, 6, 6}, {139, 6, 7}, {140, 6, 8}, {141, 6, 9}, {142, 6, 10}, {143, 6, 11}, {144, 6, 12}, {145, 6, 13}, {146, 6, 14}, {147, 6, 15}, {148, 7, 0}, {149, 7, 1}, {150, 7, 2}, {151, 7, 3}, {152, 7, 4}, {153, 7, 5}, {154, 7, 6}, {155, 7, 7}, {156, 7, 8}, {157, 7, 9}, {158, 7, 10}, {159, 7, 11}, {160, 7, 12}, {161, 7, 13}, {162, 7, 14}, {163, 7, 15}, {164, 8, 0}, {165, 8, 1}, {166, 8, 2}, {167, 8, 3}, {168, 8, 4}, {169, 8, 5}, {170, 8, 6}, {171, 8, 7}, {172, 8, 8}, {173, 8, 9}, {174, 8, 10}, {175, 8, 11}, {176, 8, 12}, {177, 8, 13}, {178, 8, 14}, {179, 8, 15}, {0, 9, 0}, {1, 9, 1}, {2, 9, 2}, {3, 9, 3}, {4, 9, 4}, {5, 9, 5}, {180, 9, 6}, {181, 9, 7}, {182, 9, 8}, {183, 9, 9}, {184, 9, 10}, {185, 9, 11}, {186, 9, 12}, {187, 9, 13}, {188, 9, 14}, {189, 9, 15}, {6, 10, 0}, {7, 10, 1}, {8, 10, 2}, {9, 10, 3}, {10, 10, 4}, {11, 10, 5}, {190, 10, 6}, {191, 10, 7}, {192, 10, 8}, {193, 10, 9}, {194, 10, 10}, {195, 10, 11}, {196, 10, 12}, {197, 10, 13}, {198, 10, 14}, {199, 10, 15}, {12, 11, 0}, {13, 11, 1}, {14, 11, 2}, {15, 11, 3}, {16, 11, 4}, {17, 11, 5}, {200, 11, 6}, {201, 11, 7}, {202, 11, 8}, {203, 11, 9}, {204, 11, 10}, {205, 11, 11}, {206, 11, 12}, {207, 11, 13}, {208, 11, 14}, {209, 11, 15}, {18, 12, 0}, {19, 12, 1}, {20, 12, 2}, {21, 12, 3}, {22, 12, 4}, {23, 12, 5}, {210, 12, 6}, {211, 12, 7}, {212, 12, 8}, {213, 12, 9}, {214, 12, 10}, {215, 12, 11}, {216, 12, 12}, {217, 12, 13}, {218, 12, 14}, {219, 12, 15}, {24, 13, 0}, {25, 13, 1}, {26, 13, 2}, {27, 13, 3}, {28, 13, 4}, {29, 13, 5}, {220, 13, 6}, {221, 13, 7}, {222, 13, 8}, {223, 13, 9}, {224, 13, 10}, {225, 13, 11}, {226, 13, 12}, {227, 13, 13}, {228, 13, 14}, {229, 13, 15}, {30, 14, 0}, {31, 14, 1}, {32, 14, 2}, {33, 14, 3}, {34, 14, 4}, {35, 14, 5}, {230, 14, 6}, {231, 14, 7}, {232, 14, 8}, {233, 14, 9}, {234, 14, 10}, {235, 14, 11}, {236, 14, 12}, {237, 14, 13}, {238, 14, 14}, {239, 14, 15}, {240, 0, 17}, {241, 0, 18}, {242, 0, 19}, {243, 0, 20}, {244, 0, 21}, {245, 0, 22}, {246, 0, 23}, {247, 1, 17}, {248, 1, 18}, {249, 1, 19}, {250, 1, 20}, {251, 1, 21}, {252, 1, 22}, {253, 1, 23}, {254, 2, 17}, {255, 2, 18}, {256, 2, 19}, {257, 2, 20}, {258, 2, 21}, {259, 2, 22}, {260, 2, 23}, {261, 3, 17}, {262, 3, 18}, {263, 3, 19}, {264, 3, 20}, {265, 3, 21}, {266, 3, 22}, {267, 3, 23}, {268, 4, 17}, {269, 4, 18}, {270, 4, 19}, {271, 4, 20}, {272, 4, 21}, {273, 4, 22}, {274, 4, 23}, {275, 5, 17}, {276, 5, 18}, {277, 5, 19}, {278, 5, 20}, {279, 5, 21}, {280, 5, 22}, {281, 5, 23}, {282, 6, 17}, {283, 6, 18}, {284, 6, 19}, {285, 6, 20}, {286, 6, 21}, {287, 6, 22}, {288, 6, 23}, {289, 7, 17}, {290, 7, 18}, {291, 7, 19}, {292, 7, 20}, {293, 7, 21}, {294, 7, 22}, {295, 7, 23}, {296, 8, 17}, {297, 8, 18}, {298, 8, 19}, {299, 8, 20}, {300, 8, 21}, {301, 8, 22}, {302, 8, 23}, {303, 9, 17}, {304, 9, 18}, {305, 9, 19}, {306, 9, 20}, {307, 9, 21}, {308, 9, 22}, {309, 9, 23}, {310, 10, 17}, {311, 10, 18}, {312, 10, 19}, {313, 10, 20}, {314, 10, 21}, {315, 10, 22}, {316, 10, 23}, {317, 11, 17}, {318, 11, 18}, {319, 11, 19}, {320, 11, 20}, {321, 11, 21}, {322, 11, 22}, {323, 11, 23}, {324, 12, 17}, {325, 12, 18}, {326, 12, 19}, {327, 12, 20}, {328, 12, 21}, {329, 12, 22}, {330, 12, 23}, {331, 13, 17}, {332, 13, 18}, {333, 13, 19}, {334, 13, 20}, {335, 13, 21}, {336, 13, 22}, {337, 13, 23}, {338, 14, 17}, {339, 14, 18}, {340, 14, 19}, {341, 14, 20}, {342, 14, 21}, {343, 14, 22}, {344, 14, 23}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 15, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 15 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 345 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 15, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -7257,12 +7335,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7272,12 +7357,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7287,12 +7379,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7302,12 +7401,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7353,6 +7459,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

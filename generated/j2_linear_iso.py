@@ -1960,7 +1960,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -1982,9 +1982,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 0
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -2173,8 +2180,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -2188,6 +2226,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -2232,10 +2279,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -2257,6 +2306,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -2272,6 +2322,26 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
     real v_p[4 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 4, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 1 * MC_W)[l] * (real)0;
+        z += (v_x2 + 2 * MC_W)[l] * (real)0;
+        z += (v_x2 + 3 * MC_W)[l] * (real)0;
+        z += (v_x2 + 4 * MC_W)[l] * (real)0;
+        z += (v_x2 + 5 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real o_y[14 * MC_W];
     real o_j[240 * MC_W];
     real v_cse_2[MC_W];
@@ -3437,13 +3507,19 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         }
     }
     static const int16_t jt1[240][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 7}, {43, 0, 8}, {44, 0, 9}, {45, 0, 10}, {46, 0, 11}, {47, 0, 12}, {48, 0, 13}, {49, 1, 0}, {50, 1, 1}, {51, 1, 2}, {52, 1, 3}, {53, 1, 4}, {54, 1, 5}, {55, 1, 7}, {56, 1, 8}, {57, 1, 9}, {58, 1, 10}, {59, 1, 11}, {60, 1, 12}, {61, 1, 13}, {62, 2, 0}, {63, 2, 1}, {64, 2, 2}, {65, 2, 3}, {66, 2, 4}, {67, 2, 5}, {68, 2, 7}, {69, 2, 8}, {70, 2, 9}, {71, 2, 10}, {72, 2, 11}, {73, 2, 12}, {74, 2, 13}, {75, 3, 0}, {76, 3, 1}, {77, 3, 2}, {78, 3, 3}, {79, 3, 4}, {80, 3, 5}, {81, 3, 7}, {82, 3, 8}, {83, 3, 9}, {84, 3, 10}, {85, 3, 11}, {86, 3, 12}, {87, 3, 13}, {88, 4, 0}, {89, 4, 1}, {90, 4, 2}, {91, 4, 3}, {92, 4, 4}, {93, 4, 5}, {94, 4, 7}, {95, 4, 8}, {96, 4, 9}, {97, 4, 10}, {98, 4, 11}, {99, 4, 12}, {100, 4, 13}, {101, 5, 0}, {102, 5, 1}, {103, 5, 2}, {104, 5, 3}, {105, 5, 4}, {106, 5, 5}, {107, 5, 7}, {108, 5, 8}, {109, 5, 9}, {110, 5, 10}, {111, 5, 11}, {112, 5, 12}, {113, 5, 13}, {114, 6, 0}, {115, 6, 1}, {116, 6, 2}, {117, 6, 3}, {118, 6, 4}, {119, 6, 5}, {120, 6, 7}, {121, 6, 8}, {122, 6, 9}, {123, 6, 10}, {124, 6, 11}, {125, 6, 12}, {126, 6, 13}, {127, 7, 0}, {128, 7, 1}, {129, 7, 2}, {130, 7, 3}, {131, 7, 4}, {132, 7, 5}, {133, 7, 6}, {134, 7, 7}, {135, 7, 8}, {136, 7, 9}, {137, 7, 10}, {138, 7, 11}, {139, 7, 12}, {140, 7, 13}, {141, 7, 14}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {142, 8, 7}, {143, 8, 8}, {144, 8, 9}, {145, 8, 10}, {146, 8, 11}, {147, 8, 12}, {148, 8, 13}, {6, 9, 0}, {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {149, 9, 7}, {150, 9, 8}, {151, 9, 9}, {152, 9, 10}, {153, 9, 11}, {154, 9, 12}, {155, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {156, 10, 7}, {157, 10, 8}, {158, 10, 9}, {159, 10, 10}, {160, 10, 11}, {161, 10, 12}, {162, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {163, 11, 7}, {164, 11, 8}, {165, 11, 9}, {166, 11, 10}, {167, 11, 11}, {168, 11, 12}, {169, 11, 13}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {170, 12, 7}, {171, 12, 8}, {172, 12, 9}, {173, 12, 10}, {174, 12, 11}, {175, 12, 12}, {176, 12, 13}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4}, {35, 13, 5}, {177, 13, 7}, {178, 13, 8}, {179, 13, 9}, {180, 13, 10}, {181, 13, 11}, {182, 13, 12}, {183, 13, 13}, {184, 0, 15}, {185, 0, 16}, {186, 0, 17}, {187, 0, 18}, {188, 1, 15}, {189, 1, 16}, {190, 1, 17}, {191, 1, 18}, {192, 2, 15}, {193, 2, 16}, {194, 2, 17}, {195, 2, 18}, {196, 3, 15}, {197, 3, 16}, {198, 3, 17}, {199, 3, 18}, {200, 4, 15}, {201, 4, 16}, {202, 4, 17}, {203, 4, 18}, {204, 5, 15}, {205, 5, 16}, {206, 5, 17}, {207, 5, 18}, {208, 6, 15}, {209, 6, 16}, {210, 6, 17}, {211, 6, 18}, {212, 7, 15}, {213, 7, 16}, {214, 7, 17}, {215, 7, 18}, {216, 8, 15}, {217, 8, 16}, {218, 8, 17}, {219, 8, 18}, {220, 9, 15}, {221, 9, 16}, {222, 9, 17}, {223, 9, 18}, {224, 10, 15}, {225, 10, 16}, {226, 10, 17}, {227, 10, 18}, {228, 11, 15}, {229, 11, 16}, {230, 11, 17}, {231, 11, 18}, {232, 12, 15}, {233, 12, 16}, {234, 12, 17}, {235, 12, 18}, {236, 13, 15}, {237, 13, 16}, {238, 13, 17}, {239, 13, 18}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 240 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
             real *j = a->j + i * a->js;
-            for (int c = 0; c < (V == 4 ? 210 : 266); ++c) j[c] = (real)0;
+            for (int c = 0; c < (V == 4 ? 210 : 266); ++c) j[c] = mc_z[l];
             for (int k = 0; k < (V == 4 ? 184 : 240); ++k)
                 j[jt1[k][1] * (V == 4 ? 15 : 19) + jt1[k][2]] = o_j[jt1[k][0] * MC_W + l];
         }
@@ -3455,12 +3531,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3470,12 +3553,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3485,12 +3575,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3500,12 +3597,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3545,6 +3649,7 @@ class Model(CompiledModel):
     IMPLICIT = False
     SOLVER = {}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

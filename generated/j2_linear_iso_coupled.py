@@ -3861,7 +3861,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -3883,9 +3883,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -4074,8 +4081,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -4089,6 +4127,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -4133,10 +4180,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4158,6 +4207,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
@@ -4567,6 +4617,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
     real v_p[4 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 4, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        z += (v_x5 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[64 * MC_W], mc_ls1_B[48 * MC_W];
     real mc_ls2_A[64 * MC_W], mc_ls2_B[72 * MC_W];
     real mc_ls3_A[64 * MC_W], mc_ls3_B[32 * MC_W];
@@ -6500,8 +6571,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = j2_linear_iso_return_map_residual_norm;
     }
     static const int16_t jt1[266][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 0, 14}, {51, 1, 0}, {52, 1, 1}, {53, 1, 2}, {54, 1, 3}, {55, 1, 4}, {56, 1, 5}, {57, 1, 6}, {58, 1, 7}, {59, 1, 8}, {60, 1, 9}, {61, 1, 10}, {62, 1, 11}, {63, 1, 12}, {64, 1, 13}, {65, 1, 14}, {66, 2, 0}, {67, 2, 1}, {68, 2, 2}, {69, 2, 3}, {70, 2, 4}, {71, 2, 5}, {72, 2, 6}, {73, 2, 7}, {74, 2, 8}, {75, 2, 9}, {76, 2, 10}, {77, 2, 11}, {78, 2, 12}, {79, 2, 13}, {80, 2, 14}, {81, 3, 0}, {82, 3, 1}, {83, 3, 2}, {84, 3, 3}, {85, 3, 4}, {86, 3, 5}, {87, 3, 6}, {88, 3, 7}, {89, 3, 8}, {90, 3, 9}, {91, 3, 10}, {92, 3, 11}, {93, 3, 12}, {94, 3, 13}, {95, 3, 14}, {96, 4, 0}, {97, 4, 1}, {98, 4, 2}, {99, 4, 3}, {100, 4, 4}, {101, 4, 5}, {102, 4, 6}, {103, 4, 7}, {104, 4, 8}, {105, 4, 9}, {106, 4, 10}, {107, 4, 11}, {108, 4, 12}, {109, 4, 13}, {110, 4, 14}, {111, 5, 0}, {112, 5, 1}, {113, 5, 2}, {114, 5, 3}, {115, 5, 4}, {116, 5, 5}, {117, 5, 6}, {118, 5, 7}, {119, 5, 8}, {120, 5, 9}, {121, 5, 10}, {122, 5, 11}, {123, 5, 12}, {124, 5, 13}, {125, 5, 14}, {126, 6, 0}, {127, 6, 1}, {128, 6, 2}, {129, 6, 3}, {130, 6, 4}, {131, 6, 5}, {132, 6, 6}, {133, 6, 7}, {134, 6, 8}, {135, 6, 9}, {136, 6, 10}, {137, 6, 11}, {138, 6, 12}, {139, 6, 13}, {140, 6, 14}, {141, 7, 0}, {142, 7, 1}, {143, 7, 2}, {144, 7, 3}, {145, 7, 4}, {146, 7, 5}, {147, 7, 6}, {148, 7, 7}, {149, 7, 8}, {150, 7, 9}, {151, 7, 10}, {152, 7, 11}, {153, 7, 12}, {154, 7, 13}, {155, 7, 14}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {156, 8, 6}, {157, 8, 7}, {158, 8, 8}, {159, 8, 9}, {160, 8, 10}, {161, 8, 11}, {162, 8, 12}, {163, 8, 13}, {164, 8, 14}, {6, 9, 0}, {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {165, 9, 6}, {166, 9, 7}, {167, 9, 8}, {168, 9, 9}, {169, 9, 10}, {170, 9, 11}, {171, 9, 12}, {172, 9, 13}, {173, 9, 14}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {174, 10, 6}, {175, 10, 7}, {176, 10, 8}, {177, 10, 9}, {178, 10, 10}, {179, 10, 11}, {180, 10, 12}, {181, 10, 13}, {182, 10, 14}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {183, 11, 6}, {184, 11, 7}, {185, 11, 8}, {186, 11, 9}, {187, 11, 10}, {188, 11, 11}, {189, 11, 12}, {190, 11, 13}, {191, 11, 14}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {192, 12, 6}, {193, 12, 7}, {194, 12, 8}, {195, 12, 9}, {196, 12, 10}, {197, 12, 11}, {198, 12, 12}, {199, 12, 13}, {200, 12, 14}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4}, {35, 13, 5}, {201, 13, 6}, {202, 13, 7}, {203, 13, 8}, {204, 13, 9}, {205, 13, 10}, {206, 13, 11}, {207, 13, 12}, {208, 13, 13}, {209, 13, 14}, {210, 0, 16}, {211, 0, 17}, {212, 0, 18}, {213, 0, 19}, {214, 1, 16}, {215, 1, 17}, {216, 1, 18}, {217, 1, 19}, {218, 2, 16}, {219, 2, 17}, {220, 2, 18}, {221, 2, 19}, {222, 3, 16}, {223, 3, 17}, {224, 3, 18}, {225, 3, 19}, {226, 4, 16}, {227, 4, 17}, {228, 4, 18}, {229, 4, 19}, {230, 5, 16}, {231, 5, 17}, {232, 5, 18}, {233, 5, 19}, {234, 6, 16}, {235, 6, 17}, {236, 6, 18}, {237, 6, 19}, {238, 7, 16}, {239, 7, 17}, {240, 7, 18}, {241, 7, 19}, {242, 8, 16}, {243, 8, 17}, {244, 8, 18}, {245, 8, 19}, {246, 9, 16}, {247, 9, 17}, {248, 9, 18}, {249, 9, 19}, {250, 10, 16}, {251, 10, 17}, {252, 10, 18}, {253, 10, 19}, {254, 11, 16}, {255, 11, 17}, {256, 11, 18}, {257, 11, 19}, {258, 12, 16}, {259, 12, 17}, {260, 12, 18}, {261, 12, 19}, {262, 13, 16}, {263, 13, 17}, {264, 13, 18}, {265, 13, 19}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 266 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -6521,12 +6599,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6536,12 +6621,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6551,12 +6643,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6566,12 +6665,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6612,6 +6718,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

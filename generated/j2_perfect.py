@@ -1755,7 +1755,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -1777,9 +1777,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 0
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -1968,8 +1975,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -1983,6 +2021,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -2027,10 +2074,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -2052,6 +2101,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {
@@ -2065,6 +2115,25 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x3, a->x[3] + i0 * a->xs[3], a->xs[3], 1, nl);
     real v_p[3 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 1 * MC_W)[l] * (real)0;
+        z += (v_x2 + 2 * MC_W)[l] * (real)0;
+        z += (v_x2 + 3 * MC_W)[l] * (real)0;
+        z += (v_x2 + 4 * MC_W)[l] * (real)0;
+        z += (v_x2 + 5 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real o_y[13 * MC_W];
     real o_j[197 * MC_W];
     real v_cse_2[MC_W];
@@ -3047,13 +3116,19 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         }
     }
     static const int16_t jt1[197][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 7}, {43, 0, 8}, {44, 0, 9}, {45, 0, 10}, {46, 0, 11}, {47, 0, 12}, {48, 1, 0}, {49, 1, 1}, {50, 1, 2}, {51, 1, 3}, {52, 1, 4}, {53, 1, 5}, {54, 1, 7}, {55, 1, 8}, {56, 1, 9}, {57, 1, 10}, {58, 1, 11}, {59, 1, 12}, {60, 2, 0}, {61, 2, 1}, {62, 2, 2}, {63, 2, 3}, {64, 2, 4}, {65, 2, 5}, {66, 2, 7}, {67, 2, 8}, {68, 2, 9}, {69, 2, 10}, {70, 2, 11}, {71, 2, 12}, {72, 3, 0}, {73, 3, 1}, {74, 3, 2}, {75, 3, 3}, {76, 3, 4}, {77, 3, 5}, {78, 3, 7}, {79, 3, 8}, {80, 3, 9}, {81, 3, 10}, {82, 3, 11}, {83, 3, 12}, {84, 4, 0}, {85, 4, 1}, {86, 4, 2}, {87, 4, 3}, {88, 4, 4}, {89, 4, 5}, {90, 4, 7}, {91, 4, 8}, {92, 4, 9}, {93, 4, 10}, {94, 4, 11}, {95, 4, 12}, {96, 5, 0}, {97, 5, 1}, {98, 5, 2}, {99, 5, 3}, {100, 5, 4}, {101, 5, 5}, {102, 5, 7}, {103, 5, 8}, {104, 5, 9}, {105, 5, 10}, {106, 5, 11}, {107, 5, 12}, {108, 6, 0}, {109, 6, 1}, {110, 6, 2}, {111, 6, 3}, {112, 6, 4}, {113, 6, 5}, {114, 6, 6}, {115, 6, 7}, {116, 6, 8}, {117, 6, 9}, {118, 6, 10}, {119, 6, 11}, {120, 6, 12}, {121, 6, 13}, {0, 7, 0}, {1, 7, 1}, {2, 7, 2}, {3, 7, 3}, {4, 7, 4}, {5, 7, 5}, {122, 7, 7}, {123, 7, 8}, {124, 7, 9}, {125, 7, 10}, {126, 7, 11}, {127, 7, 12}, {6, 8, 0}, {7, 8, 1}, {8, 8, 2}, {9, 8, 3}, {10, 8, 4}, {11, 8, 5}, {128, 8, 7}, {129, 8, 8}, {130, 8, 9}, {131, 8, 10}, {132, 8, 11}, {133, 8, 12}, {12, 9, 0}, {13, 9, 1}, {14, 9, 2}, {15, 9, 3}, {16, 9, 4}, {17, 9, 5}, {134, 9, 7}, {135, 9, 8}, {136, 9, 9}, {137, 9, 10}, {138, 9, 11}, {139, 9, 12}, {18, 10, 0}, {19, 10, 1}, {20, 10, 2}, {21, 10, 3}, {22, 10, 4}, {23, 10, 5}, {140, 10, 7}, {141, 10, 8}, {142, 10, 9}, {143, 10, 10}, {144, 10, 11}, {145, 10, 12}, {24, 11, 0}, {25, 11, 1}, {26, 11, 2}, {27, 11, 3}, {28, 11, 4}, {29, 11, 5}, {146, 11, 7}, {147, 11, 8}, {148, 11, 9}, {149, 11, 10}, {150, 11, 11}, {151, 11, 12}, {30, 12, 0}, {31, 12, 1}, {32, 12, 2}, {33, 12, 3}, {34, 12, 4}, {35, 12, 5}, {152, 12, 7}, {153, 12, 8}, {154, 12, 9}, {155, 12, 10}, {156, 12, 11}, {157, 12, 12}, {158, 0, 14}, {159, 0, 15}, {160, 0, 16}, {161, 1, 14}, {162, 1, 15}, {163, 1, 16}, {164, 2, 14}, {165, 2, 15}, {166, 2, 16}, {167, 3, 14}, {168, 3, 15}, {169, 3, 16}, {170, 4, 14}, {171, 4, 15}, {172, 4, 16}, {173, 5, 14}, {174, 5, 15}, {175, 5, 16}, {176, 6, 14}, {177, 6, 15}, {178, 6, 16}, {179, 7, 14}, {180, 7, 15}, {181, 7, 16}, {182, 8, 14}, {183, 8, 15}, {184, 8, 16}, {185, 9, 14}, {186, 9, 15}, {187, 9, 16}, {188, 10, 14}, {189, 10, 15}, {190, 10, 16}, {191, 11, 14}, {192, 11, 15}, {193, 11, 16}, {194, 12, 14}, {195, 12, 15}, {196, 12, 16}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 13 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 197 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
             real *j = a->j + i * a->js;
-            for (int c = 0; c < (V == 4 ? 182 : 221); ++c) j[c] = (real)0;
+            for (int c = 0; c < (V == 4 ? 182 : 221); ++c) j[c] = mc_z[l];
             for (int k = 0; k < (V == 4 ? 158 : 197); ++k)
                 j[jt1[k][1] * (V == 4 ? 14 : 17) + jt1[k][2]] = o_j[jt1[k][0] * MC_W + l];
         }
@@ -3065,12 +3140,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3080,12 +3162,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3095,12 +3184,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3110,12 +3206,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -3152,6 +3255,7 @@ class Model(CompiledModel):
     IMPLICIT = False
     SOLVER = {}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

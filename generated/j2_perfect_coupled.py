@@ -3595,7 +3595,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -3617,9 +3617,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -3808,8 +3815,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -3823,6 +3861,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -3867,10 +3914,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -3892,6 +3941,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
@@ -4274,6 +4324,26 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
     real v_p[3 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 3, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[49 * MC_W], mc_ls1_B[42 * MC_W];
     real mc_ls2_A[49 * MC_W], mc_ls2_B[56 * MC_W];
     real mc_ls3_A[49 * MC_W], mc_ls3_B[21 * MC_W];
@@ -5998,8 +6068,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = j2_perfect_return_map_residual_norm;
     }
     static const int16_t jt1[221][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 1, 0}, {51, 1, 1}, {52, 1, 2}, {53, 1, 3}, {54, 1, 4}, {55, 1, 5}, {56, 1, 6}, {57, 1, 7}, {58, 1, 8}, {59, 1, 9}, {60, 1, 10}, {61, 1, 11}, {62, 1, 12}, {63, 1, 13}, {64, 2, 0}, {65, 2, 1}, {66, 2, 2}, {67, 2, 3}, {68, 2, 4}, {69, 2, 5}, {70, 2, 6}, {71, 2, 7}, {72, 2, 8}, {73, 2, 9}, {74, 2, 10}, {75, 2, 11}, {76, 2, 12}, {77, 2, 13}, {78, 3, 0}, {79, 3, 1}, {80, 3, 2}, {81, 3, 3}, {82, 3, 4}, {83, 3, 5}, {84, 3, 6}, {85, 3, 7}, {86, 3, 8}, {87, 3, 9}, {88, 3, 10}, {89, 3, 11}, {90, 3, 12}, {91, 3, 13}, {92, 4, 0}, {93, 4, 1}, {94, 4, 2}, {95, 4, 3}, {96, 4, 4}, {97, 4, 5}, {98, 4, 6}, {99, 4, 7}, {100, 4, 8}, {101, 4, 9}, {102, 4, 10}, {103, 4, 11}, {104, 4, 12}, {105, 4, 13}, {106, 5, 0}, {107, 5, 1}, {108, 5, 2}, {109, 5, 3}, {110, 5, 4}, {111, 5, 5}, {112, 5, 6}, {113, 5, 7}, {114, 5, 8}, {115, 5, 9}, {116, 5, 10}, {117, 5, 11}, {118, 5, 12}, {119, 5, 13}, {120, 6, 0}, {121, 6, 1}, {122, 6, 2}, {123, 6, 3}, {124, 6, 4}, {125, 6, 5}, {126, 6, 6}, {127, 6, 7}, {128, 6, 8}, {129, 6, 9}, {130, 6, 10}, {131, 6, 11}, {132, 6, 12}, {133, 6, 13}, {0, 7, 0}, {1, 7, 1}, {2, 7, 2}, {3, 7, 3}, {4, 7, 4}, {5, 7, 5}, {134, 7, 6}, {135, 7, 7}, {136, 7, 8}, {137, 7, 9}, {138, 7, 10}, {139, 7, 11}, {140, 7, 12}, {141, 7, 13}, {6, 8, 0}, {7, 8, 1}, {8, 8, 2}, {9, 8, 3}, {10, 8, 4}, {11, 8, 5}, {142, 8, 6}, {143, 8, 7}, {144, 8, 8}, {145, 8, 9}, {146, 8, 10}, {147, 8, 11}, {148, 8, 12}, {149, 8, 13}, {12, 9, 0}, {13, 9, 1}, {14, 9, 2}, {15, 9, 3}, {16, 9, 4}, {17, 9, 5}, {150, 9, 6}, {151, 9, 7}, {152, 9, 8}, {153, 9, 9}, {154, 9, 10}, {155, 9, 11}, {156, 9, 12}, {157, 9, 13}, {18, 10, 0}, {19, 10, 1}, {20, 10, 2}, {21, 10, 3}, {22, 10, 4}, {23, 10, 5}, {158, 10, 6}, {159, 10, 7}, {160, 10, 8}, {161, 10, 9}, {162, 10, 10}, {163, 10, 11}, {164, 10, 12}, {165, 10, 13}, {24, 11, 0}, {25, 11, 1}, {26, 11, 2}, {27, 11, 3}, {28, 11, 4}, {29, 11, 5}, {166, 11, 6}, {167, 11, 7}, {168, 11, 8}, {169, 11, 9}, {170, 11, 10}, {171, 11, 11}, {172, 11, 12}, {173, 11, 13}, {30, 12, 0}, {31, 12, 1}, {32, 12, 2}, {33, 12, 3}, {34, 12, 4}, {35, 12, 5}, {174, 12, 6}, {175, 12, 7}, {176, 12, 8}, {177, 12, 9}, {178, 12, 10}, {179, 12, 11}, {180, 12, 12}, {181, 12, 13}, {182, 0, 15}, {183, 0, 16}, {184, 0, 17}, {185, 1, 15}, {186, 1, 16}, {187, 1, 17}, {188, 2, 15}, {189, 2, 16}, {190, 2, 17}, {191, 3, 15}, {192, 3, 16}, {193, 3, 17}, {194, 4, 15}, {195, 4, 16}, {196, 4, 17}, {197, 5, 15}, {198, 5, 16}, {199, 5, 17}, {200, 6, 15}, {201, 6, 16}, {202, 6, 17}, {203, 7, 15}, {204, 7, 16}, {205, 7, 17}, {206, 8, 15}, {207, 8, 16}, {208, 8, 17}, {209, 9, 15}, {210, 9, 16}, {211, 9, 17}, {212, 10, 15}, {213, 10, 16}, {214, 10, 17}, {215, 11, 15}, {216, 11, 16}, {217, 11, 17}, {218, 12, 15}, {219, 12, 16}, {220, 12, 17}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 13 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 221 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 13, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -6019,12 +6096,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6034,12 +6118,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6049,12 +6140,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6064,12 +6162,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -6107,6 +6212,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

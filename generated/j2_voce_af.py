@@ -4104,7 +4104,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -4126,9 +4126,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -4317,8 +4324,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -4332,6 +4370,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -4376,10 +4423,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -4401,6 +4450,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/dgamma: the lanes of a block iterate together until none is active */
@@ -4575,6 +4625,32 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x5, a->x[5] + i0 * a->xs[5], a->xs[5], 1, nl);
     real v_p[7 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 7, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x1 + 1 * MC_W)[l] * (real)0;
+        z += (v_x1 + 2 * MC_W)[l] * (real)0;
+        z += (v_x1 + 3 * MC_W)[l] * (real)0;
+        z += (v_x1 + 4 * MC_W)[l] * (real)0;
+        z += (v_x1 + 5 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 1 * MC_W)[l] * (real)0;
+        z += (v_x2 + 2 * MC_W)[l] * (real)0;
+        z += (v_x2 + 3 * MC_W)[l] * (real)0;
+        z += (v_x2 + 4 * MC_W)[l] * (real)0;
+        z += (v_x2 + 5 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        z += (v_x5 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[1 * MC_W], mc_ls1_B[6 * MC_W];
     real mc_ls2_A[1 * MC_W], mc_ls2_B[13 * MC_W];
     real mc_ls3_A[1 * MC_W], mc_ls3_B[7 * MC_W];
@@ -6999,8 +7075,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = j2_voce_af_radial_return_solve_residual_norm;
     }
     static const int16_t jt1[522][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 0, 14}, {51, 0, 15}, {52, 0, 16}, {53, 0, 17}, {54, 0, 18}, {55, 1, 0}, {56, 1, 1}, {57, 1, 2}, {58, 1, 3}, {59, 1, 4}, {60, 1, 5}, {61, 1, 6}, {62, 1, 7}, {63, 1, 8}, {64, 1, 9}, {65, 1, 10}, {66, 1, 11}, {67, 1, 12}, {68, 1, 13}, {69, 1, 14}, {70, 1, 15}, {71, 1, 16}, {72, 1, 17}, {73, 1, 18}, {74, 2, 0}, {75, 2, 1}, {76, 2, 2}, {77, 2, 3}, {78, 2, 4}, {79, 2, 5}, {80, 2, 6}, {81, 2, 7}, {82, 2, 8}, {83, 2, 9}, {84, 2, 10}, {85, 2, 11}, {86, 2, 12}, {87, 2, 13}, {88, 2, 14}, {89, 2, 15}, {90, 2, 16}, {91, 2, 17}, {92, 2, 18}, {93, 3, 0}, {94, 3, 1}, {95, 3, 2}, {96, 3, 3}, {97, 3, 4}, {98, 3, 5}, {99, 3, 6}, {100, 3, 7}, {101, 3, 8}, {102, 3, 9}, {103, 3, 10}, {104, 3, 11}, {105, 3, 12}, {106, 3, 13}, {107, 3, 14}, {108, 3, 15}, {109, 3, 16}, {110, 3, 17}, {111, 3, 18}, {112, 4, 0}, {113, 4, 1}, {114, 4, 2}, {115, 4, 3}, {116, 4, 4}, {117, 4, 5}, {118, 4, 6}, {119, 4, 7}, {120, 4, 8}, {121, 4, 9}, {122, 4, 10}, {123, 4, 11}, {124, 4, 12}, {125, 4, 13}, {126, 4, 14}, {127, 4, 15}, {128, 4, 16}, {129, 4, 17}, {130, 4, 18}, {131, 5, 0}, {132, 5, 1}, {133, 5, 2}, {134, 5, 3}, {135, 5, 4}, {136, 5, 5}, {137, 5, 6}, {138, 5, 7}, {139, 5, 8}, {140, 5, 9}, {141, 5, 10}, {142, 5, 11}, {143, 5, 12}, {144, 5, 13}, {145, 5, 14}, {146, 5, 15}, {147, 5, 16}, {148, 5, 17}, {149, 5, 18}, {150, 6, 0}, {151, 6, 1}, {152, 6, 2}, {153, 6, 3}, {154, 6, 4}, {155, 6, 5}, {156, 6, 6}, {157, 6, 7}, {158, 6, 8}, {159, 6, 9}, {160, 6, 10}, {161, 6, 11}, {162, 6, 12}, {163, 6, 13}, {164, 6, 14}, {165, 6, 15}, {166, 6, 16}, {167, 6, 17}, {168, 6, 18}, {169, 7, 0}, {170, 7, 1}, {171, 7, 2}, {172, 7, 3}, {173, 7, 4}, {174, 7, 5}, {175, 7, 6}, {176, 7, 7}, {177, 7, 8}, {178, 7, 9}, {179, 7, 10}, {180, 7, 11}, {181, 7, 12}, {182, 7, 13}, {183, 7, 14}, {184, 7, 15}, {185, 7, 16}, {186, 7, 17}, {187, 7, 18}, {188, 8, 0}, {189, 8, 1}, {190, 8, 2}, {191, 8, 3}, {192, 8, 4}, {193, 8, 5}, {194, 8, 6}, {195, 8, 7}, {196, 8, 8}, {197, 8, 9}, {198, 8, 10}, {199, 8, 11}, {200, 8, 12}, {201, 8, 13}, {202, 8, 14}, {203, 8, 15}, {204, 8, 16}, {205, 8, 17}, {206, 8, 18}, {207, 9, 0}, {208, 9, 1}, {209, 9, 2}, {210, 9, 3}, {211, 9, 4}, {212, 9, 5}, {213, 9, 6}, {214, 9, 7}, {215, 9, 8}, {216, 9, 9}, {217, 9, 10}, {218, 9, 11}, {219, 9, 12}, {220, 9, 13}, {221, 9, 14}, {222, 9, 15}, {223, 9, 16}, {224, 9, 17}, {225, 9, 18}, {226, 10, 0}, {227, 10, 1}, {228, 10, 2}, {229, 10, 3}, {230, 10, 4}, {231, 10, 5}, {232, 10, 6}, {233, 10, 7}, {234, 10, 8}, {235, 10, 9}, {236, 10, 10}, {237, 10, 11}, {238, 10, 12}, {239, 10, 13}, {240, 10, 14}, {241, 10, 15}, {242, 10, 16}, {243, 10, 17}, {244, 10, 18}, {245, 11, 0}, {246, 11, 1}, {247, 11, 2}, {248, 11, 3}, {249, 11, 4}, {250, 11, 5}, {251, 11, 6}, {252, 11, 7}, {253, 11, 8}, {254, 11, 9}, {255, 11, 10}, {256, 11, 11}, {257, 11, 12}, {258, 11, 13}, {259, 11, 14}, {260, 11, 15}, {261, 11, 16}, {262, 11, 17}, {263, 11, 18}, {264, 12, 0}, {265, 12, 1}, {266, 12, 2}, {267, 12, 3}, {268, 12, 4}, {269, 12, 5}, {270, 12, 6}, {271, 12, 7}, {272, 12, 8}, {273, 12, 9}, {274, 12, 10}, {275, 12, 11}, {276, 12, 12}, {277, 12, 13}, {278, 12, 14}, {279, 12, 15}, {280, 12, 16}, {281, 12, 17}, {282, 12, 18}, {283, 13, 0}, {284, 13, 1}, {285, 13, 2}, {286, 13, 3}, {287, 13, 4}, {288, 13, 5}, {289, 13, 6}, {290, 13, 7}, {291, 13, 8}, {292, 13, 9}, {293, 13, 10}, {294, 13, 11}, {295, 13, 12}, {296, 13, 13}, {297, 13, 14}, {298, 13, 15}, {299, 13, 16}, {300, 13, 17}, {301, 13, 18}, {302, 13, 19}, {303, 13, 20}, {304, 14, 0}, {305, 14, 1}, {306, 14, 2}, {307, 14, 3}, {308, 14, 4}, {309, 14, 5}, {310, 14, 6}, {311, 14, 7}, {312, 14, 8}, {313, 14, 9}, {314, 14, 10}, {315, 14, 11}, {316, 14, 12}, {0, 14, 13}, {1, 14, 14}, {2, 14, 15}, {3, 14, 16}, {4, 14, 17}, {5, 14, 18}, {317, 15, 0}, {318, 15, 1}, {319, 15, 2}, {320, 15, 3}, {321, 15, 4}, {322, 15, 5}, {323, 15, 6}, {324, 15, 7}, {325, 15, 8}, {326, 15, 9}, {327, 15, 10}, {328, 15, 11}, {329, 15, 12}, {6, 15, 13}, {7, 15, 14}, {8, 15, 15}, {9, 15, 16}, {10, 15, 17}, {11, 15, 18}, {330, 16, 0}, {331, 16, 1}, {332, 16, 2}, {333, 16, 3}, {334, 16, 4}, {335, 16, 5}, {336, 16, 6}, {337, 16, 7}, {338, 16, 8}, {339, 16, 9}, {340, 16, 10}, {341, 16, 11}, {342, 16, 12}, {12, 16, 13}, {13, 16, 14}, {14, 16, 15}, {15, 16, 16}, {16, 16, 17}, {17, 16, 18}, {343, 17, 0}, {344, 17, 1}, {345, 17, 2}, {346, 17, 3}, {347, 17, 4}, {348, 17, 5}, {349, 17, 6}, {350, 17, 7}, {351, 17, 8}, {352, 17, 9}, {353, 17, 10}, {354, 17, 11}, {355, 17, 12}, {18, 17, 13}, {19, 17, 14}, {20, 17, 15}, {21, 17, 16}, {22, 17, 17}, {23, 17, 18}, {356, 18, 0}, {357, 18, 1}, {358, 18, 2}, {359, 18, 3}, {360, 18, 4}, {361, 18, 5}, {362, 18, 6}, {363, 18, 7}, {364, 18, 8}, {365, 18, 9}, {366, 18, 10}, {367, 18, 11}, {368, 18, 12}, {24, 18, 13}, {25, 18, 14}, {26, 18, 15}, {27, 18, 16}, {28, 18, 17}, {29, 18, 18}, {369, 19, 0}, {370, 19, 1}, {371, 19, 2}, {372, 19, 3}, {373, 19, 4}, {374, 19, 5}, {375, 19, 6}, {376, 19, 7}, {377, 19, 8}, {378, 19, 9}, {379, 19, 10}, {380, 19, 11}, {381, 19, 12}, {30, 19, 13}, {31, 19, 14}, {32, 19, 15}, {33, 19, 16}, {34, 19, 17}, {35, 19, 18}, {382, 0, 21}, {383, 0, 22}, {384, 0, 23}, {385, 0, 24}, {386, 0, 25}, {387, 0, 26}, {388, 0, 27}, {389, 1, 21}, {390, 1, 22}, {391, 1, 23}, {392, 1, 24}, {393, 1, 25}, {394, 1, 26}, {395, 1, 27}, {396, 2, 21}, {397, 2, 22}, {398, 2, 23}, {399, 2, 24}, {400, 2, 25}, {401, 2, 26}, {402, 2, 27}, {403, 3, 21}, {404, 3, 22}, {405, 3, 23}, {406, 3, 24}, {407, 3, 25}, {408, 3, 26}, {409, 3, 27}, {410, 4, 21}, {411, 4, 22}, {412, 4, 23}, {413, 4, 24}, {414, 4, 25}, {415, 4, 26}, {416, 4, 27}, {417, 5, 21}, {418, 5, 22}, {419, 5, 23}, {420, 5, 24}, {421, 5, 25}, {422, 5, 26}, {423, 5, 27}, {424, 6, 21}, {425, 6, 22}, {426, 6, 23}, {427, 6, 24}, {428, 6, 25}, {429, 6, 26}, {430, 6, 27}, {431, 7, 21}, {432, 7, 22}, {433, 7, 23}, {434, 7, 24}, {435, 7, 25}, {436, 7, 26}, {437, 7, 27}, {438, 8, 21}, {439, 8, 22}, {440, 8, 23}, {441, 8, 24}, {442, 8, 25}, {443, 8, 26}, {444, 8, 27}, {445, 9, 21}, {446, 9, 22}, {447, 9, 23}, {448, 9, 24}, {449, 9, 25}, {450, 9, 26}, {451, 9, 27}, {452, 10, 21}, {453, 10, 22}, {454, 10, 23}, {455, 10, 24}, {456, 10, 25}, {457, 10, 26}, {458, 10, 27}, {459, 11, 21}, {460, 11, 22}, {461, 11, 23}, {462, 11, 24}, {463, 11, 25}, {464, 11, 26}, {465, 11, 27}, {466, 12, 21}, {467, 12, 22}, {468, 12, 23}, {469, 12, 24}, {470, 12, 25}, {471, 12, 26}, {472, 12, 27}, {473, 13, 21}, {474, 13, 22}, {475, 13, 23}, {476, 13, 24}, {477, 13, 25}, {478, 13, 26}, {479, 13, 27}, {480, 14, 21}, {481, 14, 22}, {482, 14, 23}, {483, 14, 24}, {484, 14, 25}, {485, 14, 26}, {486, 14, 27}, {487, 15, 21}, {488, 15, 22}, {489, 15, 23}, {490, 15, 24}, {491, 15, 25}, {492, 15, 26}, {493, 15, 27}, {494, 16, 21}, {495, 16, 22}, {496, 16, 23}, {497, 16, 24}, {498, 16, 25}, {499, 16, 26}, {500, 16, 27}, {501, 17, 21}, {502, 17, 22}, {503, 17, 23}, {504, 17, 24}, {505, 17, 25}, {506, 17, 26}, {507, 17, 27}, {508, 18, 21}, {509, 18, 22}, {510, 18, 23}, {511, 18, 24}, {512, 18, 25}, {513, 18, 26}, {514, 18, 27}, {515, 19, 21}, {516, 19, 22}, {517, 19, 23}, {518, 19, 24}, {519, 19, 25}, {520, 19, 26}, {521, 19, 27}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 20 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 522 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -7020,12 +7103,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7035,12 +7125,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7050,12 +7147,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7065,12 +7169,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -7115,6 +7226,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

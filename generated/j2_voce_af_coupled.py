@@ -9946,7 +9946,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -9968,9 +9968,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -10159,8 +10166,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -10174,6 +10212,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -10218,10 +10265,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -10243,6 +10292,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
@@ -10939,6 +10989,33 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x6, a->x[6] + i0 * a->xs[6], a->xs[6], 1, nl);
     real v_p[7 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 7, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        z += (v_x5 + 0 * MC_W)[l] * (real)0;
+        z += (v_x5 + 1 * MC_W)[l] * (real)0;
+        z += (v_x5 + 2 * MC_W)[l] * (real)0;
+        z += (v_x5 + 3 * MC_W)[l] * (real)0;
+        z += (v_x5 + 4 * MC_W)[l] * (real)0;
+        z += (v_x5 + 5 * MC_W)[l] * (real)0;
+        z += (v_x6 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[196 * MC_W], mc_ls1_B[84 * MC_W];
     real mc_ls2_A[196 * MC_W], mc_ls2_B[210 * MC_W];
     real mc_ls3_A[196 * MC_W], mc_ls3_B[98 * MC_W];
@@ -14963,8 +15040,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = j2_voce_af_return_map_residual_norm;
     }
     static const int16_t jt1[560][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 0, 14}, {51, 0, 15}, {52, 0, 16}, {53, 0, 17}, {54, 0, 18}, {55, 0, 19}, {56, 0, 20}, {57, 1, 0}, {58, 1, 1}, {59, 1, 2}, {60, 1, 3}, {61, 1, 4}, {62, 1, 5}, {63, 1, 6}, {64, 1, 7}, {65, 1, 8}, {66, 1, 9}, {67, 1, 10}, {68, 1, 11}, {69, 1, 12}, {70, 1, 13}, {71, 1, 14}, {72, 1, 15}, {73, 1, 16}, {74, 1, 17}, {75, 1, 18}, {76, 1, 19}, {77, 1, 20}, {78, 2, 0}, {79, 2, 1}, {80, 2, 2}, {81, 2, 3}, {82, 2, 4}, {83, 2, 5}, {84, 2, 6}, {85, 2, 7}, {86, 2, 8}, {87, 2, 9}, {88, 2, 10}, {89, 2, 11}, {90, 2, 12}, {91, 2, 13}, {92, 2, 14}, {93, 2, 15}, {94, 2, 16}, {95, 2, 17}, {96, 2, 18}, {97, 2, 19}, {98, 2, 20}, {99, 3, 0}, {100, 3, 1}, {101, 3, 2}, {102, 3, 3}, {103, 3, 4}, {104, 3, 5}, {105, 3, 6}, {106, 3, 7}, {107, 3, 8}, {108, 3, 9}, {109, 3, 10}, {110, 3, 11}, {111, 3, 12}, {112, 3, 13}, {113, 3, 14}, {114, 3, 15}, {115, 3, 16}, {116, 3, 17}, {117, 3, 18}, {118, 3, 19}, {119, 3, 20}, {120, 4, 0}, {121, 4, 1}, {122, 4, 2}, {123, 4, 3}, {124, 4, 4}, {125, 4, 5}, {126, 4, 6}, {127, 4, 7}, {128, 4, 8}, {129, 4, 9}, {130, 4, 10}, {131, 4, 11}, {132, 4, 12}, {133, 4, 13}, {134, 4, 14}, {135, 4, 15}, {136, 4, 16}, {137, 4, 17}, {138, 4, 18}, {139, 4, 19}, {140, 4, 20}, {141, 5, 0}, {142, 5, 1}, {143, 5, 2}, {144, 5, 3}, {145, 5, 4}, {146, 5, 5}, {147, 5, 6}, {148, 5, 7}, {149, 5, 8}, {150, 5, 9}, {151, 5, 10}, {152, 5, 11}, {153, 5, 12}, {154, 5, 13}, {155, 5, 14}, {156, 5, 15}, {157, 5, 16}, {158, 5, 17}, {159, 5, 18}, {160, 5, 19}, {161, 5, 20}, {162, 6, 0}, {163, 6, 1}, {164, 6, 2}, {165, 6, 3}, {166, 6, 4}, {167, 6, 5}, {168, 6, 6}, {169, 6, 7}, {170, 6, 8}, {171, 6, 9}, {172, 6, 10}, {173, 6, 11}, {174, 6, 12}, {175, 6, 13}, {176, 6, 14}, {177, 6, 15}, {178, 6, 16}, {179, 6, 17}, {180, 6, 18}, {181, 6, 19}, {182, 6, 20}, {183, 7, 0}, {184, 7, 1}, {185, 7, 2}, {186, 7, 3}, {187, 7, 4}, {188, 7, 5}, {189, 7, 6}, {190, 7, 7}, {191, 7, 8}, {192, 7, 9}, {193, 7, 10}, {194, 7, 11}, {195, 7, 12}, {196, 7, 13}, {197, 7, 14}, {198, 7, 15}, {199, 7, 16}, {200, 7, 17}, {201, 7, 18}, {202, 7, 19}, {203, 7, 20}, {204, 8, 0}, {205, 8, 1}, {206, 8, 2}, {207, 8, 3}, {208, 8, 4}, {209, 8, 5}, {210, 8, 6}, {211, 8, 7}, {212, 8, 8}, {213, 8, 9}, {214, 8, 10}, {215, 8, 11}, {216, 8, 12}, {217, 8, 13}, {218, 8, 14}, {219, 8, 15}, {220, 8, 16}, {221, 8, 17}, {222, 8, 18}, {223, 8, 19}, {224, 8, 20}, {225, 9, 0}, {226, 9, 1}, {227, 9, 2}, {228, 9, 3}, {229, 9, 4}, {230, 9, 5}, {231, 9, 6}, {232, 9, 7}, {233, 9, 8}, {234, 9, 9}, {235, 9, 10}, {236, 9, 11}, {237, 9, 12}, {238, 9, 13}, {239, 9, 14}, {240, 9, 15}, {241, 9, 16}, {242, 9, 17}, {243, 9, 18}, {244, 9, 19}, {245, 9, 20}, {246, 10, 0}, {247, 10, 1}, {248, 10, 2}, {249, 10, 3}, {250, 10, 4}, {251, 10, 5}, {252, 10, 6}, {253, 10, 7}, {254, 10, 8}, {255, 10, 9}, {256, 10, 10}, {257, 10, 11}, {258, 10, 12}, {259, 10, 13}, {260, 10, 14}, {261, 10, 15}, {262, 10, 16}, {263, 10, 17}, {264, 10, 18}, {265, 10, 19}, {266, 10, 20}, {267, 11, 0}, {268, 11, 1}, {269, 11, 2}, {270, 11, 3}, {271, 11, 4}, {272, 11, 5}, {273, 11, 6}, {274, 11, 7}, {275, 11, 8}, {276, 11, 9}, {277, 11, 10}, {278, 11, 11}, {279, 11, 12}, {280, 11, 13}, {281, 11, 14}, {282, 11, 15}, {283, 11, 16}, {284, 11, 17}, {285, 11, 18}, {286, 11, 19}, {287, 11, 20}, {288, 12, 0}, {289, 12, 1}, {290, 12, 2}, {291, 12, 3}, {292, 12, 4}, {293, 12, 5}, {294, 12, 6}, {295, 12, 7}, {296, 12, 8}, {297, 12, 9}, {298, 12, 10}, {299, 12, 11}, {300, 12, 12}, {301, 12, 13}, {302, 12, 14}, {303, 12, 15}, {304, 12, 16}, {305, 12, 17}, {306, 12, 18}, {307, 12, 19}, {308, 12, 20}, {309, 13, 0}, {310, 13, 1}, {311, 13, 2}, {312, 13, 3}, {313, 13, 4}, {314, 13, 5}, {315, 13, 6}, {316, 13, 7}, {317, 13, 8}, {318, 13, 9}, {319, 13, 10}, {320, 13, 11}, {321, 13, 12}, {322, 13, 13}, {323, 13, 14}, {324, 13, 15}, {325, 13, 16}, {326, 13, 17}, {327, 13, 18}, {328, 13, 19}, {329, 13, 20}, {0, 14, 0}, {1, 14, 1}, {2, 14, 2}, {3, 14, 3}, {4, 14, 4}, {5, 14, 5}, {330, 14, 6}, {331, 14, 7}, {332, 14, 8}, {333, 14, 9}, {334, 14, 10}, {335, 14, 11}, {336, 14, 12}, {337, 14, 13}, {338, 14, 14}, {339, 14, 15}, {340, 14, 16}, {341, 14, 17}, {342, 14, 18}, {343, 14, 19}, {344, 14, 20}, {6, 15, 0}, {7, 15, 1}, {8, 15, 2}, {9, 15, 3}, {10, 15, 4}, {11, 15, 5}, {345, 15, 6}, {346, 15, 7}, {347, 15, 8}, {348, 15, 9}, {349, 15, 10}, {350, 15, 11}, {351, 15, 12}, {352, 15, 13}, {353, 15, 14}, {354, 15, 15}, {355, 15, 16}, {356, 15, 17}, {357, 15, 18}, {358, 15, 19}, {359, 15, 20}, {12, 16, 0}, {13, 16, 1}, {14, 16, 2}, {15, 16, 3}, {16, 16, 4}, {17, 16, 5}, {360, 16, 6}, {361, 16, 7}, {362, 16, 8}, {363, 16, 9}, {364, 16, 10}, {365, 16, 11}, {366, 16, 12}, {367, 16, 13}, {368, 16, 14}, {369, 16, 15}, {370, 16, 16}, {371, 16, 17}, {372, 16, 18}, {373, 16, 19}, {374, 16, 20}, {18, 17, 0}, {19, 17, 1}, {20, 17, 2}, {21, 17, 3}, {22, 17, 4}, {23, 17, 5}, {375, 17, 6}, {376, 17, 7}, {377, 17, 8}, {378, 17, 9}, {379, 17, 10}, {380, 17, 11}, {381, 17, 12}, {382, 17, 13}, {383, 17, 14}, {384, 17, 15}, {385, 17, 16}, {386, 17, 17}, {387, 17, 18}, {388, 17, 19}, {389, 17, 20}, {24, 18, 0}, {25, 18, 1}, {26, 18, 2}, {27, 18, 3}, {28, 18, 4}, {29, 18, 5}, {390, 18, 6}, {391, 18, 7}, {392, 18, 8}, {393, 18, 9}, {394, 18, 10}, {395, 18, 11}, {396, 18, 12}, {397, 18, 13}, {398, 18, 14}, {399, 18, 15}, {400, 18, 16}, {401, 18, 17}, {402, 18, 18}, {403, 18, 19}, {404, 18, 20}, {30, 19, 0}, {31, 19, 1}, {32, 19, 2}, {33, 19, 3}, {34, 19, 4}, {35, 19, 5}, {405, 19, 6}, {406, 19, 7}, {407, 19, 8}, {408, 19, 9}, {409, 19, 10}, {410, 19, 11}, {411, 19, 12}, {412, 19, 13}, {413, 19, 14}, {414, 19, 15}, {415, 19, 16}, {416, 19, 17}, {417, 19, 18}, {418, 19, 19}, {419, 19, 20}, {420, 0, 22}, {421, 0, 23}, {422, 0, 24}, {423, 0, 25}, {424, 0, 26}, {425, 0, 27}, {426, 0, 28}, {427, 1, 22}, {428, 1, 23}, {429, 1, 24}, {430, 1, 25}, {431, 1, 26}, {432, 1, 27}, {433, 1, 28}, {434, 2, 22}, {435, 2, 23}, {436, 2, 24}, {437, 2, 25}, {438, 2, 26}, {439, 2, 27}, {440, 2, 28}, {441, 3, 22}, {442, 3, 23}, {443, 3, 24}, {444, 3, 25}, {445, 3, 26}, {446, 3, 27}, {447, 3, 28}, {448, 4, 22}, {449, 4, 23}, {450, 4, 24}, {451, 4, 25}, {452, 4, 26}, {453, 4, 27}, {454, 4, 28}, {455, 5, 22}, {456, 5, 23}, {457, 5, 24}, {458, 5, 25}, {459, 5, 26}, {460, 5, 27}, {461, 5, 28}, {462, 6, 22}, {463, 6, 23}, {464, 6, 24}, {465, 6, 25}, {466, 6, 26}, {467, 6, 27}, {468, 6, 28}, {469, 7, 22}, {470, 7, 23}, {471, 7, 24}, {472, 7, 25}, {473, 7, 26}, {474, 7, 27}, {475, 7, 28}, {476, 8, 22}, {477, 8, 23}, {478, 8, 24}, {479, 8, 25}, {480, 8, 26}, {481, 8, 27}, {482, 8, 28}, {483, 9, 22}, {484, 9, 23}, {485, 9, 24}, {486, 9, 25}, {487, 9, 26}, {488, 9, 27}, {489, 9, 28}, {490, 10, 22}, {491, 10, 23}, {492, 10, 24}, {493, 10, 25}, {494, 10, 26}, {495, 10, 27}, {496, 10, 28}, {497, 11, 22}, {498, 11, 23}, {499, 11, 24}, {500, 11, 25}, {501, 11, 26}, {502, 11, 27}, {503, 11, 28}, {504, 12, 22}, {505, 12, 23}, {506, 12, 24}, {507, 12, 25}, {508, 12, 26}, {509, 12, 27}, {510, 12, 28}, {511, 13, 22}, {512, 13, 23}, {513, 13, 24}, {514, 13, 25}, {515, 13, 26}, {516, 13, 27}, {517, 13, 28}, {518, 14, 22}, {519, 14, 23}, {520, 14, 24}, {521, 14, 25}, {522, 14, 26}, {523, 14, 27}, {524, 14, 28}, {525, 15, 22}, {526, 15, 23}, {527, 15, 24}, {528, 15, 25}, {529, 15, 26}, {530, 15, 27}, {531, 15, 28}, {532, 16, 22}, {533, 16, 23}, {534, 16, 24}, {535, 16, 25}, {536, 16, 26}, {537, 16, 27}, {538, 16, 28}, {539, 17, 22}, {540, 17, 23}, {541, 17, 24}, {542, 17, 25}, {543, 17, 26}, {544, 17, 27}, {545, 17, 28}, {546, 18, 22}, {547, 18, 23}, {548, 18, 24}, {549, 18, 25}, {550, 18, 26}, {551, 18, 27}, {552, 18, 28}, {553, 19, 22}, {554, 19, 23}, {555, 19, 24}, {556, 19, 25}, {557, 19, 26}, {558, 19, 27}, {559, 19, 28}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 20 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 560 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 20, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -14984,12 +15068,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -14999,12 +15090,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -15014,12 +15112,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -15029,12 +15134,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -15080,6 +15192,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

@@ -2263,7 +2263,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -2285,9 +2285,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -2476,8 +2483,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -2491,6 +2529,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -2535,10 +2582,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -2560,6 +2609,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/svm: the lanes of a block iterate together until none is active */
@@ -2673,6 +2723,26 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
     real v_p[4 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 4, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[1 * MC_W], mc_ls1_B[6 * MC_W];
     real mc_ls2_A[1 * MC_W], mc_ls2_B[8 * MC_W];
     real mc_ls3_A[1 * MC_W], mc_ls3_B[4 * MC_W];
@@ -4022,8 +4092,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = norton_radial_return_solve_residual_norm;
     }
     static const int16_t jt1[253][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 1, 0}, {51, 1, 1}, {52, 1, 2}, {53, 1, 3}, {54, 1, 4}, {55, 1, 5}, {56, 1, 6}, {57, 1, 7}, {58, 1, 8}, {59, 1, 9}, {60, 1, 10}, {61, 1, 11}, {62, 1, 12}, {63, 1, 13}, {64, 2, 0}, {65, 2, 1}, {66, 2, 2}, {67, 2, 3}, {68, 2, 4}, {69, 2, 5}, {70, 2, 6}, {71, 2, 7}, {72, 2, 8}, {73, 2, 9}, {74, 2, 10}, {75, 2, 11}, {76, 2, 12}, {77, 2, 13}, {78, 3, 0}, {79, 3, 1}, {80, 3, 2}, {81, 3, 3}, {82, 3, 4}, {83, 3, 5}, {84, 3, 6}, {85, 3, 7}, {86, 3, 8}, {87, 3, 9}, {88, 3, 10}, {89, 3, 11}, {90, 3, 12}, {91, 3, 13}, {92, 4, 0}, {93, 4, 1}, {94, 4, 2}, {95, 4, 3}, {96, 4, 4}, {97, 4, 5}, {98, 4, 6}, {99, 4, 7}, {100, 4, 8}, {101, 4, 9}, {102, 4, 10}, {103, 4, 11}, {104, 4, 12}, {105, 4, 13}, {106, 5, 0}, {107, 5, 1}, {108, 5, 2}, {109, 5, 3}, {110, 5, 4}, {111, 5, 5}, {112, 5, 6}, {113, 5, 7}, {114, 5, 8}, {115, 5, 9}, {116, 5, 10}, {117, 5, 11}, {118, 5, 12}, {119, 5, 13}, {120, 6, 0}, {121, 6, 1}, {122, 6, 2}, {123, 6, 3}, {124, 6, 4}, {125, 6, 5}, {126, 6, 6}, {127, 6, 7}, {128, 6, 8}, {129, 6, 9}, {130, 6, 10}, {131, 6, 11}, {132, 6, 12}, {133, 6, 13}, {134, 6, 14}, {135, 7, 0}, {136, 7, 1}, {137, 7, 2}, {138, 7, 3}, {139, 7, 4}, {140, 7, 5}, {141, 7, 6}, {142, 7, 7}, {143, 7, 8}, {144, 7, 9}, {145, 7, 10}, {146, 7, 11}, {147, 7, 12}, {148, 7, 13}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {149, 8, 6}, {150, 8, 7}, {151, 8, 8}, {152, 8, 9}, {153, 8, 10}, {154, 8, 11}, {155, 8, 12}, {156, 8, 13}, {6, 9, 0}, {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {157, 9, 6}, {158, 9, 7}, {159, 9, 8}, {160, 9, 9}, {161, 9, 10}, {162, 9, 11}, {163, 9, 12}, {164, 9, 13}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {165, 10, 6}, {166, 10, 7}, {167, 10, 8}, {168, 10, 9}, {169, 10, 10}, {170, 10, 11}, {171, 10, 12}, {172, 10, 13}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {173, 11, 6}, {174, 11, 7}, {175, 11, 8}, {176, 11, 9}, {177, 11, 10}, {178, 11, 11}, {179, 11, 12}, {180, 11, 13}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {181, 12, 6}, {182, 12, 7}, {183, 12, 8}, {184, 12, 9}, {185, 12, 10}, {186, 12, 11}, {187, 12, 12}, {188, 12, 13}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4}, {35, 13, 5}, {189, 13, 6}, {190, 13, 7}, {191, 13, 8}, {192, 13, 9}, {193, 13, 10}, {194, 13, 11}, {195, 13, 12}, {196, 13, 13}, {197, 0, 15}, {198, 0, 16}, {199, 0, 17}, {200, 0, 18}, {201, 1, 15}, {202, 1, 16}, {203, 1, 17}, {204, 1, 18}, {205, 2, 15}, {206, 2, 16}, {207, 2, 17}, {208, 2, 18}, {209, 3, 15}, {210, 3, 16}, {211, 3, 17}, {212, 3, 18}, {213, 4, 15}, {214, 4, 16}, {215, 4, 17}, {216, 4, 18}, {217, 5, 15}, {218, 5, 16}, {219, 5, 17}, {220, 5, 18}, {221, 6, 15}, {222, 6, 16}, {223, 6, 17}, {224, 6, 18}, {225, 7, 15}, {226, 7, 16}, {227, 7, 17}, {228, 7, 18}, {229, 8, 15}, {230, 8, 16}, {231, 8, 17}, {232, 8, 18}, {233, 9, 15}, {234, 9, 16}, {235, 9, 17}, {236, 9, 18}, {237, 10, 15}, {238, 10, 16}, {239, 10, 17}, {240, 10, 18}, {241, 11, 15}, {242, 11, 16}, {243, 11, 17}, {244, 11, 18}, {245, 12, 15}, {246, 12, 16}, {247, 12, 17}, {248, 12, 18}, {249, 13, 15}, {250, 13, 16}, {251, 13, 17}, {252, 13, 18}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 253 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -4043,12 +4120,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4058,12 +4142,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4073,12 +4164,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4088,12 +4186,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4133,6 +4238,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

@@ -2492,7 +2492,7 @@ C_SOURCE = r'''
 #include <string.h>
 #include <float.h>
 #include <math.h>
-#if defined(__AVX2__) && !defined(MC_FLOAT32)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <tgmath.h>
@@ -2514,9 +2514,16 @@ typedef double real;
 
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
-   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm). */
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
 #ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && 1
+#define MC_W 16
+#else
 #define MC_W 8
+#endif
 #endif
 #if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
 #define MC_SIMD _Pragma("omp simd")
@@ -2705,8 +2712,39 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 #endif
 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
-   Jacobian: every lane writes the same row) */
-MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl) {
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
 #if MC_TILES
     if (nl == MC_W) {
         const int n4 = nc & ~3;
@@ -2720,6 +2758,15 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
 #endif
     for (int l = 0; l < nl; ++l)
         for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
 }
 
 /* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
@@ -2764,10 +2811,12 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
 } mc_args;
+#define MC_STREAM 1
 
 /* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
-   then the Newton options: rtol and atol (the bits of a double), max_iter */
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
 static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     for (int v = 0; v < NIN; ++v) {
         a->x[v] = (const real *)(intptr_t)args[v];
@@ -2789,6 +2838,7 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
     memcpy(&tol, &r[10], 8);
     a->atol = (real)tol;
     a->maxit = (int)r[11];
+    a->flags = (int)r[12];
 }
 
 /* Newton solve 1 for state/internal/gamma_rate_root: the lanes of a block iterate together until none is active */
@@ -2899,6 +2949,26 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_x4, a->x[4] + i0 * a->xs[4], a->xs[4], 1, nl);
     real v_p[6 * MC_W];
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 6, nl);
+    real mc_z[MC_W];
+    MC_SIMD MC_LANES {
+        real z = 0;
+        z += (v_x0 + 0 * MC_W)[l] * (real)0;
+        z += (v_x0 + 1 * MC_W)[l] * (real)0;
+        z += (v_x0 + 2 * MC_W)[l] * (real)0;
+        z += (v_x0 + 3 * MC_W)[l] * (real)0;
+        z += (v_x0 + 4 * MC_W)[l] * (real)0;
+        z += (v_x0 + 5 * MC_W)[l] * (real)0;
+        z += (v_x1 + 0 * MC_W)[l] * (real)0;
+        z += (v_x2 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 0 * MC_W)[l] * (real)0;
+        z += (v_x3 + 1 * MC_W)[l] * (real)0;
+        z += (v_x3 + 2 * MC_W)[l] * (real)0;
+        z += (v_x3 + 3 * MC_W)[l] * (real)0;
+        z += (v_x3 + 4 * MC_W)[l] * (real)0;
+        z += (v_x3 + 5 * MC_W)[l] * (real)0;
+        z += (v_x4 + 0 * MC_W)[l] * (real)0;
+        mc_z[l] = z;
+    }
     real mc_ls1_A[1 * MC_W], mc_ls1_B[6 * MC_W];
     real mc_ls2_A[1 * MC_W], mc_ls2_B[9 * MC_W];
     real mc_ls3_A[1 * MC_W], mc_ls3_B[6 * MC_W];
@@ -4407,8 +4477,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_r[l] = perzyna_iso_radial_return_solve_residual_norm;
     }
     static const int16_t jt1[294][3] = {{36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 6}, {43, 0, 7}, {44, 0, 8}, {45, 0, 9}, {46, 0, 10}, {47, 0, 11}, {48, 0, 12}, {49, 0, 13}, {50, 0, 14}, {51, 1, 0}, {52, 1, 1}, {53, 1, 2}, {54, 1, 3}, {55, 1, 4}, {56, 1, 5}, {57, 1, 6}, {58, 1, 7}, {59, 1, 8}, {60, 1, 9}, {61, 1, 10}, {62, 1, 11}, {63, 1, 12}, {64, 1, 13}, {65, 1, 14}, {66, 2, 0}, {67, 2, 1}, {68, 2, 2}, {69, 2, 3}, {70, 2, 4}, {71, 2, 5}, {72, 2, 6}, {73, 2, 7}, {74, 2, 8}, {75, 2, 9}, {76, 2, 10}, {77, 2, 11}, {78, 2, 12}, {79, 2, 13}, {80, 2, 14}, {81, 3, 0}, {82, 3, 1}, {83, 3, 2}, {84, 3, 3}, {85, 3, 4}, {86, 3, 5}, {87, 3, 6}, {88, 3, 7}, {89, 3, 8}, {90, 3, 9}, {91, 3, 10}, {92, 3, 11}, {93, 3, 12}, {94, 3, 13}, {95, 3, 14}, {96, 4, 0}, {97, 4, 1}, {98, 4, 2}, {99, 4, 3}, {100, 4, 4}, {101, 4, 5}, {102, 4, 6}, {103, 4, 7}, {104, 4, 8}, {105, 4, 9}, {106, 4, 10}, {107, 4, 11}, {108, 4, 12}, {109, 4, 13}, {110, 4, 14}, {111, 5, 0}, {112, 5, 1}, {113, 5, 2}, {114, 5, 3}, {115, 5, 4}, {116, 5, 5}, {117, 5, 6}, {118, 5, 7}, {119, 5, 8}, {120, 5, 9}, {121, 5, 10}, {122, 5, 11}, {123, 5, 12}, {124, 5, 13}, {125, 5, 14}, {126, 6, 0}, {127, 6, 1}, {128, 6, 2}, {129, 6, 3}, {130, 6, 4}, {131, 6, 5}, {132, 6, 6}, {133, 6, 7}, {134, 6, 8}, {135, 6, 9}, {136, 6, 10}, {137, 6, 11}, {138, 6, 12}, {139, 6, 13}, {140, 6, 14}, {141, 7, 0}, {142, 7, 1}, {143, 7, 2}, {144, 7, 3}, {145, 7, 4}, {146, 7, 5}, {147, 7, 6}, {148, 7, 7}, {149, 7, 8}, {150, 7, 9}, {151, 7, 10}, {152, 7, 11}, {153, 7, 12}, {154, 7, 13}, {155, 7, 14}, {0, 8, 0}, {1, 8, 1}, {2, 8, 2}, {3, 8, 3}, {4, 8, 4}, {5, 8, 5}, {156, 8, 6}, {157, 8, 7}, {158, 8, 8}, {159, 8, 9}, {160, 8, 10}, {161, 8, 11}, {162, 8, 12}, {163, 8, 13}, {164, 8, 14}, {6, 9, 0}, {7, 9, 1}, {8, 9, 2}, {9, 9, 3}, {10, 9, 4}, {11, 9, 5}, {165, 9, 6}, {166, 9, 7}, {167, 9, 8}, {168, 9, 9}, {169, 9, 10}, {170, 9, 11}, {171, 9, 12}, {172, 9, 13}, {173, 9, 14}, {12, 10, 0}, {13, 10, 1}, {14, 10, 2}, {15, 10, 3}, {16, 10, 4}, {17, 10, 5}, {174, 10, 6}, {175, 10, 7}, {176, 10, 8}, {177, 10, 9}, {178, 10, 10}, {179, 10, 11}, {180, 10, 12}, {181, 10, 13}, {182, 10, 14}, {18, 11, 0}, {19, 11, 1}, {20, 11, 2}, {21, 11, 3}, {22, 11, 4}, {23, 11, 5}, {183, 11, 6}, {184, 11, 7}, {185, 11, 8}, {186, 11, 9}, {187, 11, 10}, {188, 11, 11}, {189, 11, 12}, {190, 11, 13}, {191, 11, 14}, {24, 12, 0}, {25, 12, 1}, {26, 12, 2}, {27, 12, 3}, {28, 12, 4}, {29, 12, 5}, {192, 12, 6}, {193, 12, 7}, {194, 12, 8}, {195, 12, 9}, {196, 12, 10}, {197, 12, 11}, {198, 12, 12}, {199, 12, 13}, {200, 12, 14}, {30, 13, 0}, {31, 13, 1}, {32, 13, 2}, {33, 13, 3}, {34, 13, 4}, {35, 13, 5}, {201, 13, 6}, {202, 13, 7}, {203, 13, 8}, {204, 13, 9}, {205, 13, 10}, {206, 13, 11}, {207, 13, 12}, {208, 13, 13}, {209, 13, 14}, {210, 0, 15}, {211, 0, 16}, {212, 0, 17}, {213, 0, 18}, {214, 0, 19}, {215, 0, 20}, {216, 1, 15}, {217, 1, 16}, {218, 1, 17}, {219, 1, 18}, {220, 1, 19}, {221, 1, 20}, {222, 2, 15}, {223, 2, 16}, {224, 2, 17}, {225, 2, 18}, {226, 2, 19}, {227, 2, 20}, {228, 3, 15}, {229, 3, 16}, {230, 3, 17}, {231, 3, 18}, {232, 3, 19}, {233, 3, 20}, {234, 4, 15}, {235, 4, 16}, {236, 4, 17}, {237, 4, 18}, {238, 4, 19}, {239, 4, 20}, {240, 5, 15}, {241, 5, 16}, {242, 5, 17}, {243, 5, 18}, {244, 5, 19}, {245, 5, 20}, {246, 6, 15}, {247, 6, 16}, {248, 6, 17}, {249, 6, 18}, {250, 6, 19}, {251, 6, 20}, {252, 7, 15}, {253, 7, 16}, {254, 7, 17}, {255, 7, 18}, {256, 7, 19}, {257, 7, 20}, {258, 8, 15}, {259, 8, 16}, {260, 8, 17}, {261, 8, 18}, {262, 8, 19}, {263, 8, 20}, {264, 9, 15}, {265, 9, 16}, {266, 9, 17}, {267, 9, 18}, {268, 9, 19}, {269, 9, 20}, {270, 10, 15}, {271, 10, 16}, {272, 10, 17}, {273, 10, 18}, {274, 10, 19}, {275, 10, 20}, {276, 11, 15}, {277, 11, 16}, {278, 11, 17}, {279, 11, 18}, {280, 11, 19}, {281, 11, 20}, {282, 12, 15}, {283, 12, 16}, {284, 12, 17}, {285, 12, 18}, {286, 12, 19}, {287, 12, 20}, {288, 13, 15}, {289, 13, 16}, {290, 13, 17}, {291, 13, 18}, {292, 13, 19}, {293, 13, 20}};
-    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl);
-    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl);
+    int mc_bad = 0;
+    MC_LANES mc_bad |= mc_z[l] != mc_z[l];
+    if (mc_bad) {
+        for (int k = 0; k < 14 * MC_W; ++k) o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];
+        for (int k = 0; k < 294 * MC_W; ++k) o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];
+        MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];
+    }
+    mc_store(a->y + i0 * a->ys, a->ys, o_y, 14, nl, a->flags & MC_STREAM);
+    if (V == 2) mc_store(a->j + i0 * a->js, a->js, o_j, 36, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
         if (V == 4 || V == 8) {
@@ -4428,12 +4505,19 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 1);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4443,12 +4527,19 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 2);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4458,12 +4549,19 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 4);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4473,12 +4571,19 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
+    const int nt = a.flags & MC_STREAM;
 #ifdef _OPENMP
-    #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1 && nb >= 16)
+    #pragma omp parallel num_threads(threads) if(threads > 1 && nb >= 16)
 #endif
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i0 = b * MC_W;
-        block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+    {
+#ifdef _OPENMP
+        #pragma omp for schedule(static)
+#endif
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t i0 = b * MC_W;
+            block_eval(&a, i0, n - i0 < MC_W ? (int)(n - i0) : MC_W, 8);
+        }
+        mc_fence(nt);
     }
     (void)threads;
 }
@@ -4520,6 +4625,7 @@ class Model(CompiledModel):
     IMPLICIT = True
     SOLVER = {'on_failure': 'nan', 'max_substeps': 8, 'rtol': 1e-12, 'atol': 1e-12, 'max_iter': 50}
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
+    C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

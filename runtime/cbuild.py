@@ -7,8 +7,9 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   compiler: ``$CC`` is never silently replaced), else ``cc``, ``gcc`` or ``clang`` from ``PATH``.
 - **flags**: ``-O2 -std=gnu99 -fPIC -shared -fno-math-errno -fno-trapping-math -ffp-contract=off``,
   plus ``-fopenmp`` (else ``-fopenmp-simd``: vectorized, one thread) and ``-march=native`` when a probe
-  compile with them succeeds (probed once per compiler), and ``-DMC_W=<lanes>`` (points per block,
-  ``$MODELC_C_LANES``, default 8; 1 is the scalar build).
+  compile with them succeeds (probed once per compiler), and ``-DMC_W=<lanes>`` (points per block)
+  when ``$MODELC_C_LANES`` or the caller sets it (1 is the scalar build); otherwise the source picks
+  (8, or 16 for a model with a Newton solve on an AVX-512 CPU in double).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
@@ -46,7 +47,10 @@ BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-
               "-ffp-contract=off")
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
          "for (int i = 0; i < n; ++i) s += i; return s; }\n"
-DEFAULT_LANES = 8
+DEFAULT_LANES = 0  # the source's own choice of points per block (no -DMC_W)
+#: calls whose outputs (and Jacobian) take more bytes than this write them with streaming stores
+#: (``MC_STREAM``): 3/4 of the last-level cache, where regular stores start paying a read for ownership
+STREAM_FRACTION = 0.75
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
@@ -134,7 +138,7 @@ def compiler() -> Compiler:
 
 def default_lanes() -> int:
     """Points per block: ``$MODELC_C_LANES`` (1 = the scalar build, one point at a time with libm's
-    exp/log/pow), else :data:`DEFAULT_LANES`."""
+    exp/log/pow), else :data:`DEFAULT_LANES` (0: the source's choice)."""
     text = os.environ.get("MODELC_C_LANES", "")
     if not text:
         return DEFAULT_LANES
@@ -203,8 +207,9 @@ class CLibrary:
 
 
 def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
-    """The ``c_int64`` argument array of an entry point (no checks: the caller made them); the Newton
-    options (rtol, atol: the bits of a double; max_iter) come last."""
+    """The ``c_int64`` argument array of an entry point (no checks: the caller made them); then the
+    Newton options (rtol, atol: the bits of a double; max_iter) and the flags (``MC_STREAM`` when the
+    outputs are larger than :func:`stream_bytes`)."""
     xs = [0 if t.shape[0] == 1 else t.stride(0) for t in inputs]
     vals = [t.data_ptr() for t in inputs] + xs
     vals += [P.data_ptr(), 0 if P.shape[0] == 1 else P.stride(0), Y.data_ptr(), Y.stride(0)]
@@ -212,9 +217,35 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
     vals += [0, 0, 0] if status is None else [t.data_ptr() for t in status]
     rtol, atol, max_iter = options
     vals += [_bits(rtol), _bits(atol), int(max_iter)]
+    written = Y.numel() + (0 if J is None or J.stride(0) == 0 else J.numel())
+    vals.append(1 if written * Y.element_size() > stream_bytes() else 0)
     if not inputs:
         vals = [0, 0] + vals
     return (ctypes.c_int64 * len(vals))(*vals)
+
+
+@functools.lru_cache(maxsize=1)
+def stream_bytes() -> int:
+    """Output bytes above which a call writes with streaming stores: ``$MODELC_C_STREAM_BYTES``, else
+    :data:`STREAM_FRACTION` of the largest CPU cache Linux reports (32 MiB assumed where it reports
+    none)."""
+    text = os.environ.get("MODELC_C_STREAM_BYTES", "")
+    if text:
+        if not text.isdigit():
+            raise CBuildError(f"$MODELC_C_STREAM_BYTES must be a whole number of bytes, got {text!r}")
+        return int(text)
+    return int(STREAM_FRACTION * _cache_bytes())
+
+
+def _cache_bytes() -> int:
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            t = f.read_text().strip().upper()
+            sizes.append(int(t[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]] if t[-1] in "KMG" else int(t))
+        except (OSError, ValueError, KeyError):
+            continue
+    return max(sizes, default=32 << 20)
 
 
 def _bits(x: float) -> int:
@@ -229,7 +260,8 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
-    flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + [f"-DMC_W={lanes}"]
+    flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
+        ([f"-DMC_W={lanes}"] if lanes else [])
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
     tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}")
     return usable_folder(cache_folder(cache_dir) / "c") / f"{sanitize(name)}-{key}-{tag}.so", flags

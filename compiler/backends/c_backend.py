@@ -319,7 +319,13 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
         homes.update({s: f"(v_p + {c} * MC_W)" for s, c in params})
     status = status_symbols(program)
     ok = status.get("converged")
-    stores = _Stores(program, layout, ok)
+    check = ir.analysis.marks_nonfinite(program)
+    if check:  # mc_z[l]: 0, or NaN when an input of lane l is NaN or infinite (x * 0 is NaN then)
+        terms = [f"{home}[l] * (real)0" for v, (var, _) in enumerate(layout.axis_inputs())
+                 for home in (f"(v_x{v} + {c} * MC_W)" for c in range(len(var.symbols)))]
+        stage += ["real mc_z[MC_W];", "MC_SIMD MC_LANES {", "    real z = 0;"]
+        stage += [f"    z += {t};" for t in terms] + ["    mc_z[l] = z;", "}"]
+    stores = _Stores(program, layout, ok, check)
     # where each staged value is written: right after the last assignment of its symbol when that
     # comes after the status is known, else in a final loop
     last = {st.target: k for k, st in enumerate(program.body) if isinstance(st, ir.Assign)}
@@ -382,8 +388,8 @@ class _Stores:
     d / d inputs entries sit at the same rows and columns (``total`` rows are wider), the
     parameter columns of ``total`` follow in the table."""
 
-    def __init__(self, program: ir.Program, layout: Layout, ok):
-        self.ok, self.layout = ok, layout
+    def __init__(self, program: ir.Program, layout: Layout, ok, check: bool):
+        self.ok, self.layout, self.check = ok, layout, check
         self.y = list(layout.output_entries(program))
         self.slots: dict[sp.Expr, int] = {}
         self.bits: dict[sp.Expr, int] = {}  # entry -> the variants that return it
@@ -435,16 +441,32 @@ class _Stores:
             out += ["int o_c[MC_W], o_it[MC_W];", "real o_r[MC_W];"]
         return out
 
+    def failed(self) -> list[str]:
+        """A block with a NaN or infinite input (rare): those lanes fail (NaN outputs and entries,
+        not converged), like a point whose Newton did not converge."""
+        if not self.check:
+            return []
+        slots = ([f"o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];"] +
+                 ([f"o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables else []))
+        sizes = [self.layout.ny] + ([max(len(self.slots), 1)] if self.tables else [])
+        out = ["int mc_bad = 0;", "MC_LANES mc_bad |= mc_z[l] != mc_z[l];", "if (mc_bad) {"]
+        out += [f"    for (int k = 0; k < {n} * MC_W; ++k) {line}" for n, line in zip(sizes, slots)]
+        if self.ok is not None:
+            out.append("    MC_LANES o_c[l] = mc_z[l] != mc_z[l] ? 0 : o_c[l];")
+        return out + ["}"]
+
     def lines(self) -> list[str]:
-        out = [f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {self.layout.ny}, nl);"]
+        out = self.failed()
+        out.append(f"mc_store(a->y + i0 * a->ys, a->ys, o_y, {self.layout.ny}, nl, a->flags & MC_STREAM);")
         lane = []
-        zero = "o_c[l] ? (real)0 : MC_NAN" if self.ok is not None else "(real)0"
+        zero = ("o_c[l] ? (real)0 : MC_NAN" if self.ok is not None else
+                "mc_z[l]" if self.check else "(real)0")  # mc_z: 0, NaN for a lane with a NaN input
         for t, (group, table, counts) in enumerate(self.tables):
             cond = " || ".join(f"V == {v.bit}" for v, _ in group)
             (nty, ntx) = group[0][1]
             if len(group) == 1 and [(r * ntx + c, s) for s, r, c in table] == [(k, k) for k in range(nty * ntx)]:
                 # every entry, in slot order: the block goes out as it is
-                out.append(f"if ({cond}) mc_store(a->j + i0 * a->js, a->js, o_j, {nty * ntx}, nl);")
+                out.append(f"if ({cond}) mc_store(a->j + i0 * a->js, a->js, o_j, {nty * ntx}, nl, a->flags & MC_STREAM);")
                 continue
 
             def per_variant(values) -> str:  # a constant once the entry point's V is inlined
@@ -499,7 +521,7 @@ def c_source(program: ir.Program) -> str:
     variants = [{"name": v.name, "bit": v.bit, "doc": _doc(program, layout, v)} for v in program.variants]
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=variants)
+                              variants=variants, newton=int(bool(program.status)))
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text
@@ -529,7 +551,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
     code.functions.append(_block_function(code, program, layout))
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=[])
+                              variants=[], newton=0)
     offsets = [o for _, o in layout.axis_inputs()]
     status = bool(program.status)
     lines = ["#define MC_W 1", text, ""]
@@ -544,6 +566,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
         lines += ["    a.p = p;", "    a.ps = 0;", "    a.y = y;", "    a.ys = 0;", "    a.j = j;", "    a.js = 0;",
                   "    a.conv = &conv;", "    a.iters = &iters;", "    a.rnorm = &rnorm;",
                   "    a.rtol = -1;", "    a.atol = -1;", "    a.maxit = -1;  /* the spec's Newton options */",
+                  "    a.flags = 0;",
                   f"    block_eval(&a, 0, 1, {bit});"]
         lines += (["    st[0] = (real)conv;", "    st[1] = (real)iters;", "    st[2] = rnorm;"] if status
                   else ["    (void)st;"])

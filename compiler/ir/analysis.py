@@ -6,7 +6,7 @@ from typing import Iterable
 
 import sympy as sp
 
-from modelc.ir.program import Assign, LinearSolve, Program, Statement
+from modelc.ir.program import Assign, LinearSolve, Program, Statement, view
 
 
 def reads(st: Statement) -> set[sp.Symbol]:
@@ -69,3 +69,16 @@ def constant_jacobian(program: Program) -> bool:
             varying |= writes(st)
     return not any(sp.sympify(e).free_symbols & varying
                    for block in program.derivatives.values() for row in block for e in row)
+
+
+def constant_variants(program: Program) -> tuple[str, ...]:
+    """The variants of ``program`` whose Jacobian depends on the parameters only (see
+    :func:`constant_jacobian`)."""
+    return tuple(v.name for v in program.variants if v.derivatives and constant_jacobian(view(program, v.name)))
+
+
+def marks_nonfinite(program: Program) -> bool:
+    """Whether a point whose inputs hold a NaN or an infinity must be marked failed explicitly (NaN
+    outputs and derivatives, not converged): every model but an affine one (no Newton, a constant
+    Jacobian), whose outputs carry the NaN by themselves."""
+    return bool(program.status) or not constant_variants(program)

@@ -32,16 +32,16 @@ def _lib(mod, dtype, lanes):
 @pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af", "perzyna_iso", "elastic"])
 def test_scalar_and_simd_builds_agree(library, name):
     """1e-12 relative (to each output's, each Jacobian row's largest magnitude) in float64, same
-    iterations and status;
-    101 points: 12 full blocks and a partial one."""
+    iterations and status, with blocks of 8 and of 16 points (the default of a Newton model with
+    AVX-512); 101 points: full blocks and a partial one."""
     mod = library[name]
     m = mod.Model(backend="c")
     B = 101
     X = _inputs(m, B, seed=zlib.crc32(name.encode()) % 977 + 1)
     P, _ = m._param_tensor({}, torch.Size([B]))
-    for deriv in (False, True):
+    for deriv, lanes in ((False, 8), (True, 8), (False, 16), (True, 16)):
         Ys, Js, STs = _poisoned_c(m, X, P, deriv, lib=_lib(mod, torch.float64, 1))
-        Yv, Jv, STv = _poisoned_c(m, X, P, deriv, lib=_lib(mod, torch.float64, 8))
+        Yv, Jv, STv = _poisoned_c(m, X, P, deriv, lib=_lib(mod, torch.float64, lanes))
         assert not Yv.isnan().any()
         scale = Ys.abs().amax(0).clamp(min=1e-300)
         assert float(((Yv - Ys).abs() / scale).max()) <= 1e-12
@@ -98,17 +98,20 @@ def test_tiled_loads_and_stores_match_the_scalar_build(library, name):
 
 
 def _fn_program(name, exprs_of):
-    x = ir.Variable("forces/x", Scalar)
-    y = ir.Variable("forces/y", Scalar)
+    """Functions of two per-point parameters x, y (a NaN or infinite *input* fails the whole point in
+    the kernel; parameters reach the functions as they are)."""
+    x, y = ir.Parameter("x", Scalar), ir.Parameter("y", Scalar)
     exprs = exprs_of(x.symbols[0], y.symbols[0])
     outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
-    return ir.Program(name, (x, y), (), outs, (), {o.name: (e,) for o, e in zip(outs, exprs)})
+    return ir.Program(name, (ir.Variable("forces/t", Scalar),), (x, y), outs, (),
+                      {o.name: (e,) for o, e in zip(outs, exprs)})
 
 
 def _run(prog, x, y, lanes, dtype=torch.float64):
     lib = cbuild.load_library(c_source(prog), prog.name, dtype, lanes=lanes)
     Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
-    lib([x.to(dtype).reshape(-1, 1), y.to(dtype).reshape(-1, 1)], torch.zeros(1, 1, dtype=dtype), Y)
+    P = torch.stack([x, y], dim=1).to(dtype).contiguous()
+    lib([torch.zeros(x.shape[0], 1, dtype=dtype)], P, Y)
     return Y
 
 
@@ -184,3 +187,51 @@ def test_cache_key_names_the_cpu_and_lanes(tmp_path):
     p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
     p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
     assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8
+
+
+@pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, name, dtype):
+    """Outputs larger than the cache go out with streaming stores from a block staged in L1
+    (``MC_STREAM``, chosen by ``pack_args``). Forced on for a small call, the results are bit for bit
+    those of regular stores: 37 points (a partial last block), outputs at an address 8 bytes past a
+    32-byte boundary (the unaligned head), and outputs with a row stride wider than a row (the
+    regular path), with every entry written (poisoned buffers)."""
+    mod = library[name]
+    m = mod.Model(backend="c", dtype=dtype)
+    B = 37
+    X = _inputs(m, B, seed=13).to(dtype)
+    P, _ = m._param_tensor({}, torch.Size([B]))
+    sizes = [m.input_axis.type_of(n).size for n in m.input_axis.variable_names]
+    views = list(torch.split(X, sizes, dim=1))
+    rows, cols = (ax.size for ax in m.tangent_axes)
+    ny = m.output_axis.size
+
+    def call(stream: bool, shift: int, pad: int):
+        monkeypatch.setattr(cbuild, "stream_bytes", lambda: -1 if stream else 1 << 62)
+        ybuf = torch.full((B * (ny + pad) + 8,), math.nan, dtype=dtype)
+        Y = ybuf[shift:shift + B * (ny + pad)].view(B, ny + pad)[:, :ny]
+        J = torch.full((B, rows, cols), math.nan, dtype=dtype)
+        st = (torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=dtype))
+        args = cbuild.pack_args(views, P.contiguous(), Y, J, st)  # (the raw entry: Y's row stride is free)
+        assert args[-1] == int(stream)
+        m._clib.run("tangent", B, args, 1)
+        return Y.clone(), J, st[0]
+
+    want = call(False, 0, 0)
+    assert not want[0].isnan().any() and not want[1].isnan().any()
+    for shift, pad in ((0, 0), (1, 0), (0, 3)):
+        got = call(True, shift, pad)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), (shift, pad)
+
+
+def test_stream_threshold_setting_is_checked(monkeypatch):
+    cbuild.stream_bytes.cache_clear()
+    try:
+        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "lots")
+        with pytest.raises(cbuild.CBuildError, match="MODELC_C_STREAM_BYTES"):
+            cbuild.stream_bytes()
+        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "4096")
+        assert cbuild.stream_bytes() == 4096
+    finally:
+        cbuild.stream_bytes.cache_clear()
