@@ -271,6 +271,27 @@ def table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def extra_tables(result: dict) -> str:
+    """``out=`` against fresh outputs (and torch.compile), and the thread scaling, as Markdown."""
+    text = ""
+    if result.get("out_vs_fresh"):
+        text += ("\n\nmodelc-c, float64, tangent, into `out=` buffers vs fresh outputs (and the hand-written "
+                 "update under torch.compile, fresh outputs), best of the repeats, points/s:\n\n"
+                 "| model | size | out= | fresh | torch.compile | out= / fresh | out= / torch.compile |\n"
+                 "|---|---|---|---|---|---|---|\n")
+        for r in result["out_vs_fresh"]:
+            c = r.get("compile_points_per_s")
+            text += (f"| {r['model']} | {r['size']} | {r['out_points_per_s']:.3g} | {r['fresh_points_per_s']:.3g} | "
+                     f"{'-' if c is None else format(c, '.3g')} | {r['out_speedup']:.2f} | "
+                     f"{'-' if c is None else format(r['out_vs_compile'], '.2f')} |\n")
+    if result.get("threads"):
+        text += ("\nmodelc-c, float64, tangent, `out=`, OpenMP threads (points/s, speedup over 1 thread):\n\n"
+                 "| model | size | threads | points/s | speedup |\n|---|---|---|---|---|\n")
+        for r in result["threads"]:
+            text += f"| {r['model']} | {r['size']} | {r['threads']} | {r['points_per_s']:.3g} | {r['speedup_vs_1']:.2f} |\n"
+    return text
+
+
 def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description="modelc vs NEML2 vs hand-written PyTorch (see benchmarks/README.md)")
     ap.add_argument("--models", nargs="+", default=list(bl.MODELS), choices=bl.MODELS)
@@ -330,13 +351,21 @@ def main(argv: list[str] | None = None) -> Path:
                               + (f"{r['points_per_s']:.3g} pts/s" if "points_per_s" in r else r.get("error", "")),
                               flush=True)
     if "modelc" in a.impls and device.type == "cpu":
-        from benchmarks.out_timing import out_vs_fresh
+        from benchmarks.out_timing import out_vs_fresh, threads_scaling
 
         for model in a.models:
+            compiled = None
+            if "compile" in a.impls:  # the hand-written update under torch.compile, fresh outputs
+                compiled = implementations(model, torch.float64, device, ["compile"], notes)["torch-compile"]
             for size in a.out_sizes or ([10**4] if a.quick else [10**6]):
-                rec = out_vs_fresh(model, size, a.repeats)
+                rec = out_vs_fresh(model, size, a.repeats, compiled)
                 result.setdefault("out_vs_fresh", []).append(rec)
                 print(f"{model:14s} out= vs fresh at {size}: {rec}", flush=True)
+            if model != "elastic":
+                for size in ([10**4] if a.quick else [10**5, 10**6]):
+                    recs = threads_scaling(model, size, a.repeats)
+                    result.setdefault("threads", []).extend(recs)
+                    print(f"{model:14s} threads at {size}: {[round(r['speedup_vs_1'], 2) for r in recs]}", flush=True)
     if "neml2" in a.impls:
         res = run_neml2(a, notes)
         if res:
@@ -354,7 +383,7 @@ def main(argv: list[str] | None = None) -> Path:
     stem += f"-{a.tag}" if a.tag else ""
     path = out / f"{stem}.json"
     path.write_text(json.dumps(result, indent=1))
-    md = table(result["records"])
+    md = table(result["records"]) + extra_tables(result)
     (out / f"{stem}.md").write_text(f"{info['cpu']} ({info['cores']} cores), {info.get('gpu', 'no GPU')}, "
                                     f"torch {info['torch']}\n\n{md}\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     try:
