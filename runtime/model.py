@@ -639,6 +639,17 @@ class CompiledModel(torch.nn.Module):
         result.batch_names = names
         return result
 
+    def bind(self, inputs, derivatives=False, *, solver: Mapping[str, Any] | None = None,
+             **param_overrides) -> "BoundCall":
+        """A call bound to ``inputs``' tensors: ``bound()`` evaluates again on whatever they hold
+        now (write new values into them in place) and writes into the same result, for hosts that
+        evaluate the same batch every step. On the C backend it goes straight to the kernel (see
+        :mod:`modelc.runtime.bound`); its numbers are always those of
+        ``self(inputs, derivatives, out=bound.result, ...)``."""
+        from modelc.runtime.bound import BoundCall
+
+        return BoundCall(self, inputs, derivatives, solver, param_overrides)
+
     def _align_named(self, inputs, params):
         """Replace named TypedTensors by plain tensors aligned to the union of their batch names."""
         from modelc.runtime.tensors import TypedTensor, broadcast_batch
