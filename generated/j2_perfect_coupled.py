@@ -3734,8 +3734,9 @@ MC_INLINE double mc_pow_d(double x, double y) {
 /* Solve A X = B for every lane of a block, in place (X overwrites B): A n x n, B n x m, entry (i, j)
    of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, a search
    over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
-   selects), and that lane swaps it with row k (one swap per lane and step; a lane whose pivot is
-   already in place swaps nothing). */
+   selects); then each row that is some lane's pivot is exchanged with row k in those lanes, by
+   vectorized selects (usually one or two rows per step; a lane whose pivot is already in place
+   exchanges nothing). */
 static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b) {
     for (int k = 0; k < n; ++k) {
         int piv[MC_W];
@@ -3749,27 +3750,40 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
                 piv[l] = s ? i : piv[l];
             }
         }
-        for (int l = 0; l < MC_W; ++l) {
-            const int r = piv[l];
-            if (r == k) continue;
+        uint64_t rows = 0;  /* the rows below k that are some lane's pivot (n <= 64; else each row) */
+        if (n <= 64) {
+            MC_LANES rows |= (uint64_t)1 << piv[l];
+            rows &= ~(((uint64_t)2 << k) - 1);
+        }
+        for (int i = k + 1; i < n; ++i) {
+            if (n <= 64 && !((rows >> i) & 1)) continue;
             for (int j = k; j < n; ++j) {
-                real *p = a + (k * n + j) * MC_W + l, *q = a + (r * n + j) * MC_W + l;
-                const real t = *p;
-                *p = *q;
-                *q = t;
+                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
+                MC_SIMD MC_LANES {
+                    const int s = piv[l] == i;
+                    const real t = p[l];
+                    p[l] = s ? q[l] : t;
+                    q[l] = s ? t : q[l];
+                }
             }
             for (int c = 0; c < m; ++c) {
-                real *p = b + (k * m + c) * MC_W + l, *q = b + (r * m + c) * MC_W + l;
-                const real t = *p;
-                *p = *q;
-                *q = t;
+                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
+                MC_SIMD MC_LANES {
+                    const int s = piv[l] == i;
+                    const real t = p[l];
+                    p[l] = s ? q[l] : t;
+                    q[l] = s ? t : q[l];
+                }
             }
         }
         real *d = a + (k * n + k) * MC_W;
         MC_SIMD MC_LANES d[l] = ((real)1) / d[l];
         for (int i = k + 1; i < n; ++i) {
             real f[MC_W];
+            int nz = 0;
             MC_SIMD MC_LANES f[l] = a[(i * n + k) * MC_W + l] * d[l];
+            MC_LANES nz |= f[l] != 0;
+            if (!nz) continue;  /* a zero below the pivot in every lane (a sparse Jacobian): nothing to do */
             for (int j = k + 1; j < n; ++j) {
                 real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
                 MC_SIMD MC_LANES q[l] -= f[l] * p[l];
@@ -3781,13 +3795,20 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
         }
     }
     for (int i = n - 1; i >= 0; --i) {
-        for (int c = 0; c < m; ++c) {
-            real *q = b + (i * m + c) * MC_W;
-            for (int j = i + 1; j < n; ++j) {
-                const real *u = a + (i * n + j) * MC_W, *p = b + (j * m + c) * MC_W;
+        for (int j = i + 1; j < n; ++j) {  /* per right-hand side, the same order of operations over j */
+            const real *u = a + (i * n + j) * MC_W;
+            int nz = 0;
+            MC_LANES nz |= u[l] != 0;
+            if (!nz) continue;
+            for (int c = 0; c < m; ++c) {
+                real *q = b + (i * m + c) * MC_W;
+                const real *p = b + (j * m + c) * MC_W;
                 MC_SIMD MC_LANES q[l] -= u[l] * p[l];
             }
-            const real *d = a + (i * n + i) * MC_W;
+        }
+        const real *d = a + (i * n + i) * MC_W;
+        for (int c = 0; c < m; ++c) {
+            real *q = b + (i * m + c) * MC_W;
             MC_SIMD MC_LANES q[l] *= d[l];
         }
     }
