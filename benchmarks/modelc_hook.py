@@ -57,21 +57,24 @@ def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.devi
 
 
 def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device,
-                derivatives=None) -> Callable:
+                derivatives=None, bound: bool = False) -> Callable:
     """A compiled modelc model wrapped in the baseline calling convention (see module doc).
 
     It goes through the public call (named inputs in, typed views out), so the timing includes what a
     user pays: assembling the flat input, the launch, and the labeled views of the result.
     ``derivatives``: what a ``tangent=True`` call asks for (default ``TANGENT``; ``True`` for the full
-    Jacobian, of which the stress/strain block is returned).
+    Jacobian, of which the stress/strain block is returned). ``bound``: the route of a host that
+    evaluates the same arrays every step (``model.bind``, one bound call per set of input tensors,
+    made on first use of those tensors).
     """
     m = _model(model_name, backend, dtype, device)
     names = STATE[_base(model_name)]
     plastic = _base(model_name) != "elastic"
     input_names = set(m.input_axis.variable_names)
     forces = [v for v in input_names if v.startswith("old_forces/") and v != "old_forces/t"]
+    calls: dict[tuple, Callable] = {}
 
-    def step(E, dt, *old_state, tangent: bool = False):
+    def named(E, dt, old_state):
         t = dt
         inputs = {"forces/E": E}
         if "forces/t" in input_names:
@@ -83,7 +86,17 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
             inputs["old_" + name] = value
         if plastic and "old_state/internal/gamma_rate" in input_names:
             inputs["old_state/internal/gamma_rate"] = torch.zeros_like(dt)
-        out = m(inputs, derivatives=(TANGENT if derivatives is None else derivatives) if tangent else False)
+        return inputs
+
+    def step(E, dt, *old_state, tangent: bool = False):
+        kind = (TANGENT if derivatives is None else derivatives) if tangent else False
+        if bound:
+            key = (tangent, E.data_ptr(), dt.data_ptr(), *(v.data_ptr() for v in old_state))
+            if key not in calls:
+                calls[key] = m.bind(named(E, dt, old_state), kind)
+            out = calls[key]()
+        else:
+            out = m(named(E, dt, old_state), derivatives=kind)
         res = [out["state/S"], *(out[n] for n in names)]
         if plastic:
             res.append(out["state/internal/gamma_rate"])
@@ -92,6 +105,7 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
         return tuple(res)
 
     step.model = m
+    step.calls = calls
     return step
 
 

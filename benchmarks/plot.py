@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-STYLE = {  # impl prefix -> (colour, marker)
+STYLE = {  # impl prefix -> (colour, marker); the first prefix that matches
+    "modelc-c-bound": ("magenta", "<"),
     "modelc-c": ("tab:red", "o"),
     "modelc-triton": ("darkred", "*"),
     "modelc-torch": ("tab:orange", "h"),
@@ -20,6 +21,8 @@ STYLE = {  # impl prefix -> (colour, marker)
 
 
 def _style(impl: str) -> tuple[str, str]:
+    if impl.endswith("-coupled"):  # the `_coupled` twin of a library model (any backend)
+        return ("tab:brown", ">")
     for prefix, s in STYLE.items():
         if impl.startswith(prefix):
             return s

@@ -111,6 +111,8 @@ def implementations(model: str, dtype: torch.dtype, device: torch.device, which:
                 impls[f"modelc-{backend}"] = modelc_hook.modelc_step(model, backend, dtype, device)
             except modelc_hook.ModelcUnavailable as e:
                 notes.append(f"modelc-{backend} skipped for {model}: {e}")
+        if device.type == "cpu" and "modelc-c" in impls:  # a host's same arrays every step (model.bind)
+            impls["modelc-c-bound"] = modelc_hook.modelc_step(model, "c", dtype, device, bound=True)
         if model != "elastic":  # the `_coupled` twin (NEML2's coupled system) on the default backend
             backend = modelc_hook.modelc_backends(device)[0]
             try:
@@ -245,7 +247,7 @@ def add_ratios(records: list[dict]) -> None:
         if "median_s" in r:
             groups.setdefault(key(r), []).append(r)
     for recs in groups.values():
-        mc = [r for r in recs if r["impl"].startswith("modelc") and not r["impl"].endswith("-coupled")]
+        mc = [r for r in recs if r["impl"].startswith("modelc") and not r["impl"].endswith(("-coupled", "-bound"))]
         eager = [r for r in recs if r["impl"] == "torch-eager"]
         ref = min(mc, key=lambda r: r["median_s"]) if mc else (eager[0] if eager else None)
         if ref is None:
