@@ -27,6 +27,7 @@ from sympy.core.sorting import default_sort_key
 from sympy.matrices.expressions.matexpr import MatrixElement
 from sympy.ntheory.multinomial import multinomial_coefficients_iterator
 from sympy.polys.rootoftools import RootOf
+from sympy.printing.str import StrPrinter
 from sympy.simplify.cse_main import Unevaluated, opt_cse
 from sympy.utilities.iterables import iterable
 
@@ -311,3 +312,26 @@ def _tree_cse(exprs, symbols, opt_subs):
 
     reduced_exprs = [_rebuild(e) if isinstance(e, sp.Basic) else e for e in exprs]
     return replacements, reduced_exprs
+
+
+class StrPrinterMemo(StrPrinter):
+    """``sympy.sstr`` (default settings) for many expressions that share subexpressions: a
+    subexpression printed inside another is printed once and its text reused. Only nested prints
+    are reused: the one setting that depends on the nesting (a Float's trailing zeros, stripped
+    below the top level) is then the same for every use. Keyed on the object (``id``, the object
+    kept alive by the memo), so two equal but distinct objects are printed separately."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._memo: dict[int, tuple[sp.Basic, str]] = {}
+
+    def __call__(self, expr) -> str:
+        return self.doprint(expr)
+
+    def _print(self, expr, **kwargs) -> str:
+        if kwargs or self._print_level < 1 or not isinstance(expr, sp.Basic) or not expr.args:
+            return super()._print(expr, **kwargs)
+        hit = self._memo.get(id(expr))
+        if hit is None:
+            hit = self._memo[id(expr)] = (expr, super()._print(expr))
+        return hit[1]

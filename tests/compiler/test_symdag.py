@@ -10,7 +10,7 @@ import pytest
 import sympy as sp
 
 from modelc import functions as F
-from modelc.symdag import Diff, FreeSymbols, cse, free_symbols, xreplace
+from modelc.symdag import Diff, FreeSymbols, StrPrinterMemo, cse, free_symbols, xreplace
 
 X = sp.symbols("x0:5", real=True)
 SEED = int.from_bytes(os.urandom(4), "little")
@@ -80,6 +80,19 @@ def test_cse_is_sympy_cse(trial):
     theirs = sp.cse(exprs, symbols=names(), order="canonical")
     assert sp.srepr(ours[0]) == sp.srepr(theirs[0]), f"seed {SEED + 200 + trial}"
     assert sp.srepr(ours[1]) == sp.srepr(theirs[1]), f"seed {SEED + 200 + trial}"
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_printer_is_sstr(trial):
+    """Shared subexpressions printed once, the text as sympy.sstr's: also a lone Float (printed
+    with its trailing zeros at the top level, stripped inside an expression)."""
+    rng = random.Random(SEED + 300 + trial)
+    exprs = _random_exprs(rng)
+    scaled = sp.Float(0.25) * X[0]
+    exprs += [scaled + exprs[0], scaled.args[0], sp.Float(0.1) * X[0], exprs[0] ** 2 + sp.Float(2.0)]
+    printer = StrPrinterMemo()
+    for e in exprs + exprs[::-1]:
+        assert printer(e) == sp.sstr(e), f"seed {SEED + 300 + trial}"
 
 
 def test_diff_handles_the_trivial_cases():
