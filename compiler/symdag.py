@@ -1,23 +1,27 @@
-"""SymPy tree walks that visit each *distinct* subexpression once: exact, faster equivalents of
-``expr.free_symbols`` and ``sympy.diff(expr, symbol)`` for the expressions the passes build.
+"""SymPy walks that visit each *distinct* subexpression once: exact, faster equivalents of
+``expr.free_symbols`` (:class:`FreeSymbols`), ``expr.xreplace`` (:func:`xreplace`),
+``sympy.diff(expr, symbol)`` (:class:`Diff`), ``sympy.cse(..., order="canonical")`` (:func:`cse`)
+and ``sympy.sstr`` (:class:`StrPrinterMemo`), for the expressions the passes build.
 
 Why: the compiler's expressions are DAGs (a trial stress, a flow direction, a hardening term read by
 every component), but SymPy walks them as trees. ``free_symbols`` recomputes every shared subtree,
 and ``sympy.diff`` is worse: each recursive step goes through ``Derivative.__new__``, which walks the
 whole subexpression for its free symbols (twice) and then once more for a ``replace`` of unevaluated
 derivatives: quadratic in the depth of the expression, and repeated for every component and every
-symbol differentiated against. These functions memoize per distinct subexpression, so the work is
-linear in the DAG's size.
+symbol differentiated against. These memoize per distinct subexpression, so the work is linear in
+the DAG's size (j2_voce_af: differentiate 1.6 -> 0.17 s, cse 1.8 -> 0.5 s).
 
 They are *exact*: the same expressions as SymPy's, node for node (the generated code depends on the
-structure, and ``generated/`` is checked byte for byte). :func:`diff` applies the very rules of
-SymPy 1.12-1.15 (``Add._eval_derivative``, ``Mul._eval_derivative_n_times``, ``Pow._eval_derivative``,
-``Function._eval_derivative``) with the recursive ``arg.diff(s)`` replaced by the memoized one, and
-calls ``sympy.diff`` itself for any node it has no rule for. tests/compiler/test_symdag.py checks
-both against SymPy on random expressions and on every model of the library.
+structure, and ``generated/`` is checked byte for byte). :class:`Diff` applies SymPy's own rules
+(``Add._eval_derivative``, ``Mul._eval_derivative_n_times``, ``Pow._eval_derivative``,
+``Function._eval_derivative``, as in SymPy 1.12-1.15) with the recursive ``arg.diff(s)`` replaced by
+the memoized one, and calls ``sympy.diff`` itself for any node it has no rule for (Piecewise, Abs,
+...). A memo is keyed on expression equality, as SymPy's own caches are. tests/compiler/test_symdag.py
+compares each with SymPy (``srepr``) on fresh random DAGs and on the largest library model.
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Iterable
 
 import sympy as sp
@@ -32,6 +36,7 @@ from sympy.simplify.cse_main import Unevaluated, opt_cse
 from sympy.utilities.iterables import iterable
 
 _BASIC_FREE = sp.Basic.__dict__["free_symbols"]
+_BASIC_XREPLACE = sp.Basic.__dict__["_xreplace"]
 _FUNCTION_DERIVATIVE = sp.Function.__dict__["_eval_derivative"]
 _FUNCTION_FDIFF = sp.Function.__dict__["fdiff"]
 
@@ -43,15 +48,16 @@ def _defined_in(cls: type, attr: str):
     return None
 
 
-_UNION_OF_ARGS: dict[type, bool] = {}
-
-
+@cache
 def _union_of_args(cls: type) -> bool:
     """Whether ``cls.free_symbols`` is Basic's: the union of its arguments' free symbols."""
-    hit = _UNION_OF_ARGS.get(cls)
-    if hit is None:
-        hit = _UNION_OF_ARGS[cls] = _defined_in(cls, "free_symbols") is _BASIC_FREE
-    return hit
+    return _defined_in(cls, "free_symbols") is _BASIC_FREE
+
+
+@cache
+def _plain_xreplace(cls: type) -> bool:
+    """Whether ``cls._xreplace`` is Basic's."""
+    return _defined_in(cls, "_xreplace") is _BASIC_XREPLACE
 
 
 class FreeSymbols:
@@ -134,15 +140,6 @@ def xreplace(expr, rule: dict):
         return expr.xreplace(rule)
     return walk(expr)[0]
 
-
-_PLAIN_XREPLACE: dict[type, bool] = {}
-
-
-def _plain_xreplace(cls: type) -> bool:
-    hit = _PLAIN_XREPLACE.get(cls)
-    if hit is None:
-        hit = _PLAIN_XREPLACE[cls] = _defined_in(cls, "_xreplace") is sp.Basic.__dict__["_xreplace"]
-    return hit
 
 class Diff:
     """``sympy.diff(expr, s)`` for one Symbol ``s``, memoized over the subexpressions of every
