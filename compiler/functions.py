@@ -28,8 +28,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import sympy as sp
+
+
+class _LazyNumpy:
+    """numpy, imported on first use: the reference implementations (``FunctionRule.numpy``) run in
+    tests and ``lambdify`` only, and compiling a model should not pay numpy's import (~0.1 s of
+    every cold ``modelc compile``)."""
+
+    def __getattr__(self, name: str):
+        import numpy
+
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
+
+
+def _np(name: str) -> Callable:
+    """numpy's function ``name``, looked up at the call."""
+    def call(*args, **kwargs):
+        return getattr(np, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = f"numpy.{name}"
+    return call
+
 
 _ZERO = sp.S.Zero
 _ONE = sp.S.One
@@ -423,14 +446,14 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         torch="torch.sign({0})",
         triton="tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
         c="({0} > 0 ? 1 : ({0} < 0 ? -1 : 0))",
-        numpy=np.sign,
+        numpy=_np("sign"),
         kink_doc="sign(0) = 0; derivative 0 everywhere (including at 0)"),
     FunctionRule(
         "abs_", abs_, 1, "abs",
         torch="torch.abs({0})",
         triton="tl.abs({0})",
         c="fabs({0})",
-        numpy=np.abs,
+        numpy=_np("abs"),
         kink_doc="abs(0) = 0; derivative sign(x), so 0 at x = 0"),
     FunctionRule(
         "macaulay", macaulay, 1, "macaulay",
@@ -490,7 +513,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
         kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
     *(FunctionRule(f"{fn}_", cls, 1, fn, torch=f"torch.{fn}({{0}})", triton=f"_mc_{fn}({{0}})", c=f"{fn}({{0}})",
-                   numpy=getattr(np, {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn)),
+                   numpy=_np({"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn)),
                    kink_doc=kink, triton_helpers=(f"_mc_{fn}",))
       for fn, cls, kink in (
         ("sinh", sinh_, "smooth; Triton: 0.5*(u + u/(u + 1)) with u = expm1(|x|) (no cancellation at small x)"),
@@ -511,7 +534,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         torch="torch.atan2(torch.as_tensor({0}), torch.as_tensor({1}))",
         triton="_mc_atan2({0}, {1})",
         c="atan2({0}, {1})",
-        numpy=np.arctan2,
+        numpy=_np("arctan2"),
         kink_doc="atan2(y, x) in (-pi, pi]: atan2(0, 0) = 0 with both derivatives 0 (safe_div); on the "
                  "cut y = 0, x < 0 the value is pi (from y = +0)",
         triton_helpers=("_mc_atan2",)),

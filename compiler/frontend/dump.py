@@ -4,10 +4,9 @@ Expressions print with ``sympy.sstr`` (canonical term order, independent of PYTH
 """
 from __future__ import annotations
 
-import sympy as sp
-
 from modelc.frontend.yamlio import YList, YMap, YScalar
 from modelc.ir import Model, Spec
+from modelc.symdag import StrPrinterMemo
 
 
 def format_yaml(node, indent: int = 0) -> str:
@@ -29,13 +28,16 @@ def format_yaml(node, indent: int = 0) -> str:
     return f"{pad}{node.value!r}"
 
 
-def _components(label: str, comps) -> list[str]:
+def _components(label: str, comps, sstr) -> list[str]:
     if len(comps) == 1:
-        return [f"    {label} = {sp.sstr(comps[0])}"]
-    return [f"    {label}[{i}] = {sp.sstr(c)}" for i, c in enumerate(comps)]
+        return [f"    {label} = {sstr(comps[0])}"]
+    return [f"    {label}[{i}] = {sstr(c)}" for i, c in enumerate(comps)]
 
 
-def format_model(m: Model) -> str:
+def format_model(m: Model, sstr=None) -> str:
+    """``sstr``: the expression printer (``sympy.sstr``'s text; default a fresh
+    :class:`~modelc.symdag.StrPrinterMemo`, which prints a shared subexpression once)."""
+    sstr = sstr if sstr is not None else StrPrinterMemo()
     kind = "implicit" if m.is_implicit else "explicit"
     lines = [f"model {m.name} ({kind})" + (f"  # {m.doc}" if m.doc else "")]
     for p in m.parameters:
@@ -50,7 +52,7 @@ def format_model(m: Model) -> str:
         lines.append(f"  {m.tangent}")
     for eq in m.equations:
         lines.append(f"  equation {eq.var.name}:")
-        lines += _components(eq.var.name, eq.components)
+        lines += _components(eq.var.name, eq.components, sstr)
     if m.implicit is not None:
         s = m.implicit
         if s.uses:
@@ -60,15 +62,16 @@ def format_model(m: Model) -> str:
                      f"on_failure={o.on_failure} max_substeps={o.max_substeps}")
         for eq in s.residuals:
             lines.append(f"  residual {eq.var.name}:")
-            lines += _components(f"R({eq.var.name})", eq.components)
+            lines += _components(f"R({eq.var.name})", eq.components, sstr)
         for eq in s.guess:
             lines.append(f"  guess {eq.var.name}:")
-            lines += _components(f"{eq.var.name}0", eq.components)
+            lines += _components(f"{eq.var.name}0", eq.components, sstr)
     return "\n".join(lines)
 
 
 def format_spec(spec: Spec) -> str:
-    parts = [format_model(m) for m in spec.models]
+    sstr = StrPrinterMemo()  # the models share subexpressions (instances, includes)
+    parts = [format_model(m, sstr) for m in spec.models]
     for c in spec.compositions:
         keep = f" keep {', '.join(c.keep)}" if c.keep else ""
         tangent = f" {c.tangent}" if c.tangent else ""

@@ -21,6 +21,7 @@ from modelc.frontend import tensor as T
 from modelc.frontend.tensor import Indexed, OpError, TValue
 from modelc.functions import BY_SPELLING, ifnonneg, ifpos
 from modelc.ir import Loc, Variable
+from modelc.symdag import Diff, FreeSymbols
 
 
 # --------------------------------------------------------------------------------------------------
@@ -417,7 +418,8 @@ class Builder:
             if not f.is_scalar:
                 raise self.src.error(f"diff(f, x) needs a Scalar f, got {f.type.name}", args[0])
             x = self._variable(args[1], "diff")
-            return TValue(x.value.type, tuple(sp.diff(f.expr, s) for s in x.value.comps))
+            free = FreeSymbols()  # sympy.diff's results, shared subexpressions walked once
+            return TValue(x.value.type, tuple(Diff(s, free)(f.expr) for s in x.value.comps))
         if name == "old":
             self._arity(node, 1)
             b = self._variable(args[0], "old")
@@ -463,7 +465,8 @@ class Builder:
         if not f.is_scalar:
             raise self.src.error(f"diff(f, x) needs a Scalar f, got {f.type.name}", f_node)
         back = dict(zip(ph.comps, b.value.comps))
-        return TValue(b.value.type, tuple(sp.diff(f.expr, p).xreplace(back) for p in ph.comps))
+        free = FreeSymbols()
+        return TValue(b.value.type, tuple(Diff(p, free)(f.expr).xreplace(back) for p in ph.comps))
 
     def _arity(self, node, n):
         if len(node.args) != n:

@@ -7,24 +7,27 @@ from typing import Iterable
 import sympy as sp
 
 from modelc.ir.program import Assign, LinearSolve, Program, Statement, view
+from modelc.symdag import FreeSymbols
 
 
-def reads(st: Statement) -> set[sp.Symbol]:
-    """The symbols a statement reads from before it (a Newton's own body and unknowns excluded)."""
+def reads(st: Statement, free: FreeSymbols | None = None) -> set[sp.Symbol]:
+    """The symbols a statement reads from before it (a Newton's own body and unknowns excluded).
+    ``free``: a memo to share between the statements of one pass (their expressions share subtrees)."""
+    fs = free if free is not None else FreeSymbols()
     if isinstance(st, Assign):
-        return set(sp.sympify(st.value).free_symbols)
+        return set(fs(st.value))
     if isinstance(st, LinearSolve):
-        return set().union(*(sp.sympify(e).free_symbols for m in (st.A, st.B) for row in m for e in row))
+        return fs.union(e for m in (st.A, st.B) for row in m for e in row)
     inner = set(st.unknowns)
-    free = set()
+    out = set()
     for a in st.body:
-        free |= sp.sympify(a.value).free_symbols - inner
+        out |= fs(a.value) - inner
         inner.add(a.target)
     for e in list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale):
-        free |= sp.sympify(e).free_symbols - inner
+        out |= fs(e) - inner
     for g in st.guess:
-        free |= sp.sympify(g).free_symbols
-    return free
+        out |= fs(g)
+    return out
 
 
 def writes(st: Statement) -> set[sp.Symbol]:
@@ -40,6 +43,7 @@ def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, .
     LinearSolve keeps only the right-hand-side columns whose solutions are read."""
     live = set(live)
     out = []
+    free = FreeSymbols()
     for st in reversed(list(body)):
         w = writes(st)
         if not w & live:
@@ -53,7 +57,7 @@ def prune(body: Iterable[Statement], live: set[sp.Symbol]) -> tuple[Statement, .
                 w = writes(st)
         out.append(st)
         live -= w
-        live |= reads(st)
+        live |= reads(st, free)
     return tuple(reversed(out))
 
 
@@ -64,8 +68,9 @@ def constant_jacobian(program: Program) -> bool:
     if not program.derivatives or any(not isinstance(st, Assign) for st in program.body):
         return False
     varying = {s for v in program.inputs for s in v.symbols}
+    free = FreeSymbols()
     for st in program.body:  # symbols whose value depends on an input, in program order
-        if reads(st) & varying:
+        if reads(st, free) & varying:
             varying |= writes(st)
     return not any(sp.sympify(e).free_symbols & varying
                    for block in program.derivatives.values() for row in block for e in row)

@@ -22,6 +22,8 @@ from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
 from modelc.ir.analysis import reads
 from modelc.passes.symbols import Counter
+from modelc.symdag import cse as cse_exprs
+from modelc.symdag import FreeSymbols, free_symbols, xreplace
 
 
 def cse(program: Program) -> Program:
@@ -35,9 +37,10 @@ def cse(program: Program) -> Program:
     body = list(program.body)
     after: list[set] = [set()] * len(body)  # symbols read after statement k (conservative)
     acc = set(final)
+    free = FreeSymbols()
     for k in range(len(body) - 1, -1, -1):
         after[k] = set(acc)
-        acc |= reads(body[k])
+        acc |= reads(body[k], free)
     out: list[Statement] = []
     segment: list[Assign] = []
     for k, st in enumerate(body):
@@ -124,16 +127,16 @@ def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
     for a in assigns:
         if a.target in env:
             raise InternalError(f"cse: '{a.target}' is assigned twice in one straight-line segment")
-        env[a.target] = sp.sympify(a.value).xreplace(env) if env else sp.sympify(a.value)
+        env[a.target] = xreplace(sp.sympify(a.value), env) if env else sp.sympify(a.value)
     keep = [a.target for a in assigns if a.target in live_out]
     exprs = [env[t] for t in keep] + [sp.sympify(e).xreplace(env) for e in extra]
     if not exprs:
         return [], []
-    replacements, reduced = sp.cse(exprs, symbols=counter, order="canonical")
+    replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
     replacements, reduced = _hoist_power_bases(replacements, reduced, counter)
     # a kept symbol whose value is a common subexpression takes its place
     rename = {}
-    free = set().union(*(e.free_symbols for e in exprs))
+    free = free_symbols(exprs)  # the inlined expressions share subtrees: walk each once
     for t, r in zip(keep, reduced):
         if (isinstance(r, sp.Symbol) and r.name.startswith(counter.prefix + "/") and r not in rename
                 and t not in free):

@@ -35,6 +35,7 @@ import sympy as sp
 from modelc.ir import Model, Parameter, Partial, Variable
 from modelc.passes.compose import is_resolved, resolve_implicit
 from modelc.passes.symbols import partial_symbol, ref
+from modelc.symdag import Diff, FreeSymbols
 
 Block = tuple[tuple[sp.Expr, ...], ...]
 
@@ -70,18 +71,28 @@ def _done(model: Model, partials: tuple[Partial, ...], submodels: tuple[Model, .
 
 def _leaf(model: Model) -> Model:
     partials = []
+    free = FreeSymbols()  # memoized over shared subexpressions, like the derivatives
+    diffs: dict[sp.Symbol, Diff] = {}
     for eq in model.equations:
         comps = [sp.sympify(c) for c in eq.components]
-        frees = [c.free_symbols for c in comps]  # computed once: a walk of the whole expression
-        free = set().union(*frees) if comps else set()
+        frees = [free(c) for c in comps]
+        every = free.union(comps)
         for x in differentiable(model):
-            if not free & set(x.symbols):
+            if not every & set(x.symbols):
                 continue
-            block = tuple(tuple(sp.diff(c, s) if s in fc else sp.S.Zero for s in x.symbols)
+            block = tuple(tuple(_diff(diffs, s, free)(c) if s in fc else sp.S.Zero for s in x.symbols)
                           for c, fc in zip(comps, frees))
             if any(e != 0 for row in block for e in row):
                 partials.append(Partial(eq.var.name, x.name, block))
     return _done(model, tuple(partials))
+
+
+def _diff(diffs: dict, s: sp.Symbol, free: FreeSymbols) -> Diff:
+    """d/ds, one per symbol for the whole model (sympy.diff's result; shared subexpressions once)."""
+    d = diffs.get(s)
+    if d is None:
+        d = diffs[s] = Diff(s, free)
+    return d
 
 
 def _composed(model: Model) -> Model:
