@@ -108,10 +108,10 @@ class _Plan:
         self.spans = [jac.col_axis.span(n) for n in self.wrt]
         user = None
         if self.user is not None:
-            from modelc.runtime.model import _block
+            from modelc.runtime.labeled import sub_matrix
 
             axes = self.user[1]
-            user = jac if (jac.row_axis, jac.col_axis) == tuple(axes) else _block(jac, *axes)
+            user = jac if (jac.row_axis, jac.col_axis) == tuple(axes) else sub_matrix(jac, *axes)
         self.user_axes = None if user is None else (user.row_axis, user.col_axis)
         return res.outputs.tensor, (None if user is None else user.tensor)
 

@@ -380,3 +380,9 @@ def _check_like(value: torch.Tensor, like: torch.Tensor, what: str) -> None:
         raise InputError(f"{what}: dtype {value.dtype} does not match {like.dtype}")
     if value.device != like.device:
         raise InputError(f"{what}: device {value.device} does not match {like.device}")
+
+
+def sub_matrix(jac: LabeledMatrix, rows: LabeledAxis, cols: LabeledAxis) -> LabeledMatrix:
+    """The rows ``rows`` and columns ``cols`` of ``jac`` (variables of its axes), as a new matrix."""
+    return LabeledMatrix.from_dict(rows, cols, {(r, c): jac[r, c] for r in rows.variable_names
+                                                for c in cols.variable_names})
