@@ -18,7 +18,8 @@ with ``create_graph=True`` carry a node whose backward raises an :class:`InputEr
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

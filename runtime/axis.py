@@ -66,7 +66,7 @@ class LabeledAxis:
     """An immutable labeled axis. Build with ``LabeledAxis([(label, type_or_axis), ...])`` or
     :meth:`from_variables` (qualified names; sub-axes created automatically)."""
 
-    __slots__ = ("_items", "_index", "_size", "_hash")
+    __slots__ = ("_items", "_index", "_size", "_hash", "_variables", "_names")
 
     def __init__(self, items: Iterable[tuple[str, TensorType | str | LabeledAxis]] = ()):
         checked: list[tuple[str, Item]] = []
@@ -93,6 +93,8 @@ class LabeledAxis:
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_size", offset)
         object.__setattr__(self, "_hash", hash(tuple(checked)))
+        object.__setattr__(self, "_variables", tuple((n, e.item) for n, e in index.items() if e.is_variable))
+        object.__setattr__(self, "_names", tuple(n for n, _ in self._variables))
 
     def __setattr__(self, key, value):
         raise AttributeError("LabeledAxis is immutable; build a new one")
@@ -146,11 +148,11 @@ class LabeledAxis:
     @property
     def variables(self) -> tuple[tuple[str, TensorType], ...]:
         """All variables, recursively, as ``(qualified_name, type)`` in storage order."""
-        return tuple((n, e.item) for n, e in self._index.items() if e.is_variable)
+        return self._variables
 
     @property
     def variable_names(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.variables)
+        return self._names
 
     @property
     def subaxis_names(self) -> tuple[str, ...]:

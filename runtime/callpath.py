@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

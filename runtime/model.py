@@ -21,7 +21,8 @@ import os
 import warnings
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
 
