@@ -72,12 +72,22 @@ _PTXAS = {
 }
 
 
-def parse_ptxas(log: str) -> dict[str, int]:
-    """Numbers from a ``ptxas -v`` log (the kernel's entry; 0 when a line is absent)."""
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+
+
+def parse_ptxas(log: str, entry: str = "_kernel") -> dict[str, int]:
+    """Numbers from a ``ptxas -v`` log, of the section of the entry function ``entry`` (the kernel;
+    the first entry when none has that name, the whole log when it names no entry): a log may hold
+    other functions after the kernel, whose lines must not be read as the kernel's. 0 when a line is
+    absent (None for the registers)."""
+    starts = [(m.start(), m.group(1)) for m in _ENTRY.finditer(log)]
+    if starts:
+        k = next((i for i, (_, name) in enumerate(starts) if name == entry), 0)
+        log = log[starts[k][0]:starts[k + 1][0] if k + 1 < len(starts) else len(log)]
     out = {}
     for key, rx in _PTXAS.items():
         m = rx.findall(log)
-        out[key] = int(m[-1]) if m else (None if key == "registers" else 0)
+        out[key] = int(m[0]) if m else (None if key == "registers" else 0)
     return out
 
 

@@ -28,6 +28,20 @@ def test_parse_ptxas():
     assert parse_ptxas("ptxas info    : Used 40 registers")["spill_stores_bytes"] == 0
 
 
+def test_parse_ptxas_reads_the_kernel_entry_only():
+    """A log that also compiles another function after the kernel: its lines are not the kernel's
+    (an earlier report read 32 registers and large spills that belonged to another function)."""
+    other = """ptxas info    : Compiling entry function 'helper' for 'sm_90'
+ptxas info    : Function properties for helper
+    5096 bytes stack frame, 38608 bytes spill stores, 51440 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+"""
+    kernel = LOG.replace("_kernel_tangent", "_kernel")
+    want = {"registers": 255, "spill_stores_bytes": 372, "spill_loads_bytes": 376, "stack_frame_bytes": 376}
+    assert parse_ptxas(kernel + other) == want
+    assert parse_ptxas(other + kernel) == want
+
+
 def test_bytes_per_point_follows_the_layout():
     # j2_linear_iso_coupled: X 16, Y 14, status 3; tangent 6x6, full Jacobian 14x16 (float64)
     assert bytes_per_point("j2_linear_iso_coupled", "value", "fp64") == (16 + 14 + 3) * 8
