@@ -1821,20 +1821,14 @@ MC_INLINE double mc_exp_d(double x) {
     int64_t k1 = (int64_t)(mc_d_to_bits(kh) - 0x4338000000000000ULL);
     kd -= shift;
     double r = (xc - kd * 6.93147180369123816490e-01) - kd * 1.90821492927058770002e-10;
-    double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    /* the polynomial by Estrin's scheme (pairs, then r^2, r^4, r^8): a dependency chain of ~5
+       multiply-adds instead of Horner's 13 */
+    const double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    const double a0 = 1.0 + r, a1 = 0.5 + r * (1.0 / 6.0), a2 = 1.0 / 24.0 + r * (1.0 / 120.0);
+    const double a3 = 1.0 / 720.0 + r * (1.0 / 5040.0), a4 = 1.0 / 40320.0 + r * (1.0 / 362880.0);
+    const double a5 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0), a6 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0);
+    const double b0 = a0 + r2 * a1, b1 = a2 + r2 * a3, b2 = a4 + r2 * a5;
+    const double p = (b0 + r4 * b1) + r8 * (b2 + r4 * a6);
     double s1 = mc_bits_to_d((uint64_t)(k1 + 1023) << 52);
     double s2 = mc_bits_to_d((uint64_t)(k - k1 + 1023) << 52);
     return (p * s1) * s2;
@@ -1855,17 +1849,12 @@ MC_INLINE double mc_log_d(double x) {
     e = hi ? e + 1.0 : e;
     double s = (m - 1.0) / (m + 1.0);
     double z = s * s;
-    double p = 2.0 / 23.0;
-    p = p * z + 2.0 / 21.0;
-    p = p * z + 2.0 / 19.0;
-    p = p * z + 2.0 / 17.0;
-    p = p * z + 2.0 / 15.0;
-    p = p * z + 2.0 / 13.0;
-    p = p * z + 2.0 / 11.0;
-    p = p * z + 2.0 / 9.0;
-    p = p * z + 2.0 / 7.0;
-    p = p * z + 2.0 / 5.0;
-    p = p * z + 2.0 / 3.0;
+    /* 2/3 + 2/5 z + ... + 2/23 z^10 by Estrin's scheme (pairs, then z^2, z^4, z^8) */
+    const double z2 = z * z, z4 = z2 * z2, z8 = z4 * z4;
+    const double c0 = 2.0 / 3.0 + z * (2.0 / 5.0), c1 = 2.0 / 7.0 + z * (2.0 / 9.0);
+    const double c2 = 2.0 / 11.0 + z * (2.0 / 13.0), c3 = 2.0 / 15.0 + z * (2.0 / 17.0);
+    const double c4 = 2.0 / 19.0 + z * (2.0 / 21.0);
+    const double p = (c0 + z2 * c1) + z4 * (c2 + z2 * c3) + z8 * (c4 + z2 * (2.0 / 23.0));
     double lm = s * 2.0 + s * (z * p);
     double r = e * 6.93147180369123816490e-01 + (lm + e * 1.90821492927058770002e-10);
     r = x == INFINITY ? x : r;
