@@ -73,11 +73,7 @@ class BoundCall:
         m = self.model
         variant, views, bs, buf = self._plan
         P, _ = m._param_tensor(self.params, bs)
-        saved, m._call_solver = m._call_solver, self._options
-        try:
-            opts = m._solver_triple()
-        finally:
-            m._call_solver = saved
+        opts = _solver.triple({**m._solver, **self._options})  # as the call computes it
         key = (P.data_ptr(), tuple(P.shape), opts)
         if key != self._key:  # new parameter values or Newton options: re-pack the arguments
             self._P = P.contiguous()

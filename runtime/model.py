@@ -624,14 +624,15 @@ class CompiledModel(torch.nn.Module):
         (:meth:`set_solver`) and the spec's (:mod:`modelc.runtime.solver`)."""
         options = _solver.check(solver, f"model {self.NAME}: solver=")
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
-        saved, self._call_solver = self._call_solver, options
+        # (a plain attribute: set through __dict__, past nn.Module.__setattr__'s checks, ~3 us each)
+        saved, self.__dict__["_call_solver"] = self._call_solver, options
         try:
             if torch.is_grad_enabled() and autograd.requires_grad(self, inputs, param_overrides):
                 result = autograd.call(self, inputs, derivatives, old_forces, param_overrides, out)
             else:
                 result = self._call(inputs, derivatives, old_forces, param_overrides, out)
         finally:
-            self._call_solver = saved
+            self.__dict__["_call_solver"] = saved
         result.batch_names = names
         return result
 
