@@ -12,7 +12,9 @@ the numbers are those of ``model(inputs, derivatives, out=bound.result)``.
 The fast path re-reads the parameter row and the Newton options at every call (a changed value
 re-packs the arguments), leaves sub-stepping to the regular call (a point that did not converge
 with ``on_failure="substep"``), and is used only when every input is read in place (a view of the
-caller's tensor, which ``bound()`` then sees change) and no input or parameter requires grad.
+caller's tensor, which ``bound()`` then sees change) and no input or parameter requires grad (checked
+again at every call). A call where something requires grad goes through autograd and returns a new
+result (autograd needs tensors of its own), not ``bound.result``.
 """
 from __future__ import annotations
 
@@ -59,11 +61,8 @@ class BoundCall:
             given = self.inputs[name]
             if not isinstance(given, Number) and view.untyped_storage().data_ptr() != given.untyped_storage().data_ptr():
                 return None  # a copy: in-place changes of the caller's tensor would not be seen
-        if variant is not None:
-            vaxes = {"jacobian": (m.output_axis, m.input_axis), "tangent": m.tangent_axes,
-                     "total": m.total_axes}[variant]
-            if vaxes != request[1] or variant in m.CONSTANT_JACOBIAN:
-                return None  # a block of the variant's Jacobian, or a broadcast one: the regular call
+        if variant is not None and (m._variant_axes(variant) != request[1] or variant in m.CONSTANT_JACOBIAN):
+            return None  # a block of the variant's Jacobian, or a broadcast one: the regular call
         buf = callpath.out_buffers(m, self.result, bs, None if request is None else request[1])
         return variant or "value", views, bs, buf
 
@@ -73,6 +72,8 @@ class BoundCall:
         m = self.model
         variant, views, bs, buf = self._plan
         P, _ = m._param_tensor(self.params, bs)
+        if torch.is_grad_enabled() and (P.requires_grad or any(v.requires_grad for v in views)):
+            return self._regular()  # something requires grad since bind: the call through autograd
         opts = _solver.triple({**m._solver, **self._options})  # as the call computes it
         key = (P.data_ptr(), tuple(P.shape), opts)
         if key != self._key:  # new parameter values or Newton options: re-pack the arguments
@@ -86,7 +87,11 @@ class BoundCall:
         return self.result
 
     def _regular(self):
-        return self.model(self.inputs, self.derivatives, out=self.result, solver=self.solver, **self.params)
+        m = self.model
+        if torch.is_grad_enabled() and autograd.requires_grad(m, self.inputs, self.params):
+            # autograd needs tensors of its own (out= refuses a differentiable call): a new result
+            return m(self.inputs, self.derivatives, solver=self.solver, **self.params)
+        return m(self.inputs, self.derivatives, out=self.result, solver=self.solver, **self.params)
 
     def __repr__(self) -> str:
         return f"BoundCall({self.model.NAME}, derivatives={self.derivatives!r}, fast={self.fast})"

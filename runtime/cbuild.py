@@ -238,12 +238,14 @@ def stream_bytes() -> int:
 
 
 def _cache_bytes() -> int:
+    """The largest cache of CPU 0 as Linux reports it (sysfs sizes such as ``32768K``)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     sizes = []
     for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         try:
-            t = f.read_text().strip().upper()
-            sizes.append(int(t[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1]] if t[-1] in "KMG" else int(t))
-        except (OSError, ValueError, KeyError):
+            text = f.read_text().strip().upper()
+            sizes.append(int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text))
+        except (OSError, ValueError):
             continue
     return max(sizes, default=32 << 20)
 

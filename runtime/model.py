@@ -675,8 +675,7 @@ class CompiledModel(torch.nn.Module):
         views, bs = callpath.input_views(self, inputs)
         P, shared = self._param_tensor(param_overrides, bs)
         B = math.prod(bs)
-        vaxes = None if variant is None else {"jacobian": (self.output_axis, self.input_axis),
-                                              "tangent": self.tangent_axes, "total": self.total_axes}[variant]
+        vaxes = self._variant_axes(variant)
         target = None if out is None else callpath.out_buffers(self, out, bs, None if request is None else request[1])
         narrow = request is not None and vaxes != request[1]  # a block of the variant's Jacobian
         in_kernel = False  # whether the C kernel marked the points with NaN or infinite inputs
@@ -788,6 +787,13 @@ class CompiledModel(torch.nn.Module):
             raise InputError(f"model {self.NAME}: evaluate() takes derivatives=False, True, 'jacobian', "
                              f"'tangent' or 'total', got {derivatives!r}")
         return "jacobian" if derivatives else None
+
+    def _variant_axes(self, variant: str | None) -> tuple[LabeledAxis, LabeledAxis] | None:
+        """Rows and columns of the Jacobian a variant computes (None for ``value``)."""
+        if variant is None:
+            return None
+        return {"jacobian": (self.output_axis, self.input_axis), "tangent": self.tangent_axes,
+                "total": self.total_axes}[variant]
 
     def _jacobian_shape(self, variant: str | None) -> tuple[int, int] | None:
         if variant is None:

@@ -94,3 +94,21 @@ def test_bind_checks_like_a_call(mods):
         m.bind(inputs, "tangent")
     with pytest.raises(InputError, match="max_iter"):
         m.bind(_inputs(m, (4,), seed=8), "tangent", solver={"max_iter": -1})
+
+
+@pytest.mark.skipif("c" not in BACKENDS, reason="needs a C compiler")
+def test_bound_call_follows_grad_requested_after_bind(mods):
+    """An input that requires grad after bind: bound() is the regular call through autograd (a new
+    result; a gradient reaches the input), with the same numbers as a fresh call."""
+    m = mods["plastic"].Model(backend="c")
+    inputs = _inputs(m, (6,), seed=9)
+    inputs["forces/E"].mul_(3)
+    bound = m.bind(inputs, False)
+    assert bound.fast
+    inputs["forces/E"].requires_grad_(True)
+    got = bound()
+    assert got is not bound.result
+    want = m(inputs)
+    torch.testing.assert_close(got["state/S"], want["state/S"], rtol=0, atol=0)
+    got["state/S"].sum().backward()
+    assert inputs["forces/E"].grad is not None and bool(inputs["forces/E"].grad.abs().sum() > 0)
