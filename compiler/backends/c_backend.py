@@ -21,7 +21,10 @@ the order of the runtime's input axis (its components contiguous: inputs are rea
 stride 0 broadcasts), the parameters
 (row stride 0 when shared), the outputs ``Y`` and the Jacobian ``J`` (row strides; ``J`` rows of
 ``ny x nx`` or, for the tangent, ``nty x ntx`` entries, every entry written), and for implicit
-models the status: converged (``uint8``), iterations (``int32``), residual norm (``real``).
+models the status: converged (``uint8``), iterations (``int32``), residual norm (``real``); then the
+Newton options and the flags (``MC_STREAM``: streaming stores, set by the runtime for outputs larger
+than the cache). A point whose inputs hold a NaN or an infinity is failed by the kernel itself (NaN
+outputs and Jacobian, not converged), except in affine models (``ir.analysis.marks_nonfinite``).
 
 Semantics match the PyTorch backend point for point: Newton iteration ``it = 0, 1, ...`` evaluates
 the residual, records ``||R0||`` at ``it = 0``, tests the shared criterion
@@ -446,8 +449,8 @@ class _Stores:
         not converged), like a point whose Newton did not converge."""
         if not self.check:
             return []
-        slots = ([f"o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];"] +
-                 ([f"o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables else []))
+        slots = (["o_y[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_y[k];"] +
+                 (["o_j[k] = mc_z[k % MC_W] != mc_z[k % MC_W] ? MC_NAN : o_j[k];"] if self.tables else []))
         sizes = [self.layout.ny] + ([max(len(self.slots), 1)] if self.tables else [])
         out = ["int mc_bad = 0;", "MC_LANES mc_bad |= mc_z[l] != mc_z[l];", "if (mc_bad) {"]
         out += [f"    for (int k = 0; k < {n} * MC_W; ++k) {line}" for n, line in zip(sizes, slots)]
