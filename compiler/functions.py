@@ -63,11 +63,23 @@ def _num(x) -> bool:
 
 
 class _RealFunction(sp.Function):
-    """Base of modelc's custom functions: real-valued, folded on numeric arguments."""
+    """Base of modelc's custom functions: real-valued, folded on numeric arguments. On constant
+    arguments that do not fold (``abs_(pi)``, ``safe_sqrt(sqrt(2) - 1)``) ``evalf`` runs the
+    function's reference implementation (:data:`FUNCTIONS`, double precision), so a printer can
+    write the constant as a number."""
 
     is_real = True
     is_extended_real = True
     is_finite = True
+
+    def _eval_evalf(self, prec):
+        args = [a.evalf(prec) for a in self.args]
+        rule = FUNCTIONS.get(type(self).__name__)
+        if rule is None or not all(a.is_Number for a in args):
+            return None
+        with np.errstate(all="ignore"):
+            value = float(rule.numpy(*(float(a) for a in args)))
+        return sp.Float(value, precision=prec) if value == value else sp.nan
 
 
 class heaviside(_RealFunction):

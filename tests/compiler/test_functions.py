@@ -190,3 +190,29 @@ def test_triton_spellings_run_under_the_interpreter(tmp_path, monkeypatch, dtype
         getattr(mod, f"k_{name}")[(1,)](*cols, out, len(pts), BLOCK=64)
         want = np.asarray(r.numpy(*(c.numpy() for c in cols)), dtype=np.float64)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_custom_functions_evaluate_on_constant_arguments():
+    """Constant arguments that do not fold to a SymPy number (pi, sqrt(2)) evaluate through the
+    reference implementation, so every printer can write them (abs(pi) in a spec was an internal
+    error: "the torch printer cannot print the constant abs_(pi)", found by the frontend fuzz test)."""
+    import math
+
+    from modelc.functions import abs_, macaulay, powr, safe_div, safe_sqrt, sign
+
+    assert float(abs_(-sp.pi).evalf()) == math.pi
+    assert float(sign(-sp.sqrt(2)).evalf()) == -1.0
+    assert float(macaulay(sp.pi - 4).evalf()) == 0.0
+    assert float(safe_sqrt(sp.sqrt(2) - 2).evalf()) == 0.0
+    assert float(safe_div(sp.pi, sp.sqrt(2)).evalf()) == math.pi / math.sqrt(2)
+    assert abs(float(powr(sp.pi, sp.Rational(1, 3)).evalf()) - math.pi ** (1 / 3)) < 1e-15
+    assert abs_(sp.Symbol("x")).evalf().has(abs_)  # not constant: stays symbolic
+
+
+def test_a_spec_with_a_constant_inside_a_custom_function_compiles(tmp_path):
+    from modelc.driver import compile_model, load_spec
+
+    spec = tmp_path / "c.yaml"
+    spec.write_text("models:\n  m:\n    inputs:\n      x: {var: forces/x}\n    outputs:\n      y: {var: state/y}\n"
+                    "    equations:\n      y: abs(pi)*x + sqrt(2)\n", encoding="utf-8")
+    compile_model(load_spec(spec), "m")
