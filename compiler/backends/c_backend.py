@@ -66,6 +66,7 @@ class _Loop:
     ops: list = field(default_factory=list)
     pragma: str = "MC_SIMD"
     mask: int = 0  # the variants that run it (0 or the block's every variant: unguarded)
+    masks: list | None = None  # per op, when loops of different masks were fused (see _fuse)
 
 
 @dataclass
@@ -145,7 +146,14 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
     """C lines for a sequence of lane loops and calls. ``arrays`` maps every symbol a loop may load
     to its lane array (``v_x``, read as ``v_x[l]``); a symbol defined in one loop and read by a later
     one gets an array ``v_<name>[MC_W]`` (declared first) and is stored there. Consecutive items of
-    one mask other than 0 and ``full`` run under ``if (V & mask)``."""
+    one mask other than 0 and ``full`` run under ``if (V & mask)``.
+
+    Consecutive loops (nothing between them) are fused into one, whatever their masks: a value
+    computed for every variant and read by the tangent's statements stays in a register instead of
+    going through a lane array. Inside a fused loop, assignments are unguarded (pure arithmetic:
+    an entry point's ``V`` is a constant, and the C compiler drops what that variant never reads)
+    and each store runs under its own statement's mask."""
+    items = _fuse(items, full)
     later: list[set] = [set() for _ in items]  # symbols read by the items after k
     acc: set = set()
     for k in range(len(items) - 1, -1, -1):
@@ -205,16 +213,23 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
                 decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
         lines = [f"const {code.ctype(s)} {code.name(s)} = {homes[s]}[l];" for s in loads]
         declared = set(loads)
-        for tgt, lhs, e in it.ops:
+        masks = it.masks or [it.mask] * len(it.ops)
+        own = {}  # a defined symbol -> the mask of its statement
+
+        def when(m: int, it=it) -> str:  # a store's own guard inside a fused loop
+            return "" if m in (0, full, it.mask) else f"if (V & {m}) "
+
+        for (tgt, lhs, e), m in zip(it.ops, masks):
             text = _text(code, e)
             if tgt is None:
-                lines.append(f"{lhs} = {text};")
+                lines.append(f"{when(m)}{lhs} = {text};")
             elif tgt in declared:
                 raise InternalError(f"C backend: {tgt} is assigned twice in one lane loop")
             else:
                 declared.add(tgt)
+                own[tgt] = m
                 lines.append(f"const {code.ctype(tgt)} {code.name(tgt)} = {text};")
-        lines += [f"{homes[s]}[l] = {code.name(s)};" for s in stores]
+        lines += [f"{when(own[s])}{homes[s]}[l] = {code.name(s)};" for s in stores]
         if not lines:
             continue
         enter(it.mask)
@@ -298,6 +313,23 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     text += ["    " + x for x in decls + lines] + ["}"]
     code.functions.append("\n".join(text))
     return fname
+
+
+def _fuse(items, full: int) -> list:
+    """``items`` with every run of consecutive lane loops (same pragma) made one loop; its ops keep
+    their loops' masks (``_Loop.masks``), the loop runs for the union of them."""
+    out: list = []
+    for it in items:
+        prev = out[-1] if out else None
+        if (isinstance(it, _Loop) and isinstance(prev, _Loop) and prev.pragma == it.pragma
+                and it.ops and prev.ops):
+            masks = (prev.masks or [prev.mask] * len(prev.ops)) + (it.masks or [it.mask] * len(it.ops))
+            union = prev.mask | it.mask
+            out[-1] = _Loop(ops=prev.ops + it.ops, pragma=it.pragma, mask=full if union == full else union,
+                            masks=[full if m in (0, full) else m for m in masks])
+        else:
+            out.append(it)
+    return out
 
 
 def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:

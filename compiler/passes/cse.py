@@ -42,19 +42,17 @@ def cse(program: Program) -> Program:
         after[k] = set(acc)
         acc |= reads(body[k], free)
     out: list[Statement] = []
-    segment: list[Assign] = []
+    segment: list[Statement] = []  # Assigns and LinearSolves: one CSE unit (see _segment)
     for k, st in enumerate(body):
-        if isinstance(st, Assign):
+        if not isinstance(st, Newton):
             segment.append(st)
             continue
         if segment:
             out += _segment(segment, (), after[k - 1], counter)[0]
             segment = []
-        if isinstance(st, Newton):
-            # its own counter: a Newton solve comes out the same in every program that holds it
-            # (value, Jacobian, tangent), so the backends emit it once per module as a helper
-            st = _newton(st, Counter("ncse"))
-        out.append(st)
+        # its own counter: a Newton solve comes out the same in every program that holds it
+        # (value, Jacobian, tangent), so the backends emit it once per module as a helper
+        out.append(_newton(st, Counter("ncse")))
     if segment:
         out += _segment(segment, (), after[len(body) - 1], counter)[0]
     new = replace(program, body=tuple(out))
@@ -121,15 +119,28 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
     return out + pending, reduced
 
 
-def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
-    """(statements, reduced extra expressions) for one straight-line segment."""
+def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
+    """(statements, reduced extra expressions) for one straight-line segment.
+
+    A segment may hold linear solves (the implicit-function theorem's ``dR/du X = -dR/dx``): they
+    are part of the unit, their matrices reduced with everything else. Without that, the residual
+    system evaluated at the solution (for A and B) and the outputs evaluated after the solve were
+    two CSE units, and a tangent call computed the flow direction, its norm (a sqrt) and the
+    hardening (an exp) twice. After the common ``cse``, each statement is placed after the last
+    solve whose solution it reads (its *level*), and before the next one."""
     env: dict[sp.Symbol, sp.Expr] = {}
-    for a in assigns:
+    solves: list[LinearSolve] = []
+    for a in stmts:
+        if isinstance(a, LinearSolve):
+            solves.append(a)
+            continue
         if a.target in env:
             raise InternalError(f"cse: '{a.target}' is assigned twice in one straight-line segment")
         env[a.target] = xreplace(sp.sympify(a.value), env) if env else sp.sympify(a.value)
-    keep = [a.target for a in assigns if a.target in live_out]
-    exprs = [env[t] for t in keep] + [sp.sympify(e).xreplace(env) for e in extra]
+    keep = [a.target for a in stmts if isinstance(a, Assign) and a.target in live_out]
+    matrices = [sp.sympify(e) for ls in solves for m in (ls.A, ls.B) for row in m for e in row]
+    exprs = ([env[t] for t in keep] + [xreplace(e, env) if env else e for e in matrices]
+             + [sp.sympify(e).xreplace(env) for e in extra])
     if not exprs:
         return [], []
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
@@ -141,12 +152,47 @@ def _segment(assigns: list[Assign], extra, live_out: set, counter: Counter):
         if (isinstance(r, sp.Symbol) and r.name.startswith(counter.prefix + "/") and r not in rename
                 and t not in free):
             rename[r] = t
-    stmts = [Assign(rename.get(s, s), e.xreplace(rename)) for s, e in replacements]
+    stmts_out = [Assign(rename.get(s, s), e.xreplace(rename)) for s, e in replacements]
     for t, r in zip(keep, reduced):
         if rename.get(r) is t:
             continue
-        stmts.append(Assign(t, r.xreplace(rename)))
-    return stmts, [r.xreplace(rename) for r in reduced[len(keep):]]
+        stmts_out.append(Assign(t, r.xreplace(rename)))
+    tail = [r.xreplace(rename) for r in reduced[len(keep):]]
+    if not solves:
+        return stmts_out, tail
+    return _place(stmts_out, solves, tail[:len(matrices)]), tail[len(matrices):]
+
+
+def _place(assigns: list[Assign], solves: list[LinearSolve], matrices: list) -> list[Statement]:
+    """``assigns`` (in dependency order) and the linear solves (their A and B entries, reduced, in
+    ``matrices``): each assignment right before the first solve after every solve it reads."""
+    level: dict[sp.Symbol, int] = {}
+    for j, ls in enumerate(solves):
+        for row in ls.targets:
+            for t in row:
+                level[t] = j + 1
+
+    def of(e) -> int:
+        return max((level.get(s, 0) for s in sp.sympify(e).free_symbols), default=0)
+
+    groups: list[list[Statement]] = [[] for _ in range(len(solves) + 1)]
+    for a in assigns:
+        level[a.target] = of(a.value)
+        groups[level[a.target]].append(a)
+    out: list[Statement] = list(groups[0])
+    k = 0
+    for j, ls in enumerate(solves):
+        na, nb = len(ls.A) * len(ls.A[0]), len(ls.B) * (len(ls.B[0]) if ls.B else 0)
+        flat = matrices[k:k + na + nb]
+        k += na + nb
+        if any(of(e) > j for e in flat):
+            raise InternalError("cse: a linear solve's matrix reads its own or a later solution")
+        A = tuple(tuple(flat[r * len(ls.A[0]):(r + 1) * len(ls.A[0])]) for r in range(len(ls.A)))
+        cb = len(ls.B[0]) if ls.B else 0
+        B = tuple(tuple(flat[na + r * cb:na + (r + 1) * cb]) for r in range(len(ls.B)))
+        out.append(LinearSolve(A=A, B=B, targets=ls.targets))
+        out += groups[j + 1]
+    return out
 
 
 def _power_prints(exp) -> int:

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import library_helpers
-from library_helpers import (COUPLED, RADIAL, REF_NAMES, STRAIN, STRESS, call_compiled, compiled,
-                             forced_expected, forced_inputs, per_point_rel_err, program, reference,
-                             reference_params, run_interpreted, with_solver_tolerance)
+from library_helpers import (COUPLED, RADIAL, REF_NAMES, STRAIN, STRESS, assert_tangent_within, call_compiled,
+                             compiled, float32_tangent_bound, forced_expected, forced_inputs, per_point_rel_err,
+                             program, reference, reference_params, run_interpreted, with_solver_tolerance)
 
 TOL = 1e-10
 SOLVER_TOL = {"perzyna_iso_coupled": 1e-15}
@@ -63,8 +63,16 @@ def test_radial_return_matches_coupled_over_the_histories(model: str, monkeypatc
 def test_compiled_radial_return_matches_coupled(model: str, dtype, tol) -> None:
     """The generated C modules (the CPU default), one step from each of NEML2's converged states,
     every step and point of the history in one call, at the spec's own solver tolerance. float64:
-    states 1e-10, flow rate and tangent 1e-9 (the coupled form's stopping error); float32: both
-    forms are within ~2e-5 of NEML2 (test_library_reference), so 1e-5 / 1e-4 between them."""
+    states 1e-10, flow rate and tangent 1e-9 (the coupled form's stopping error); float32: states
+    and flow rate 1e-5 / 1e-4 (both forms are within ~2e-5 of NEML2, test_library_reference); the
+    tangents 1e-4 of their size, or at a point where a solve is ill-conditioned, the sum of both
+    forms' conditioning bounds (library_helpers.float32_tangent_bound). The coupled form's
+    Fischer-Burmeister solve has cond_S up to ~1e4 next to the elastic/plastic switch, where its
+    float32 tangent legitimately moves by ~3e-4 of its size (j2_voce_af_coupled, measured: 0.03 of
+    the pair's bound; it depends on the rounding of the CSE'd expressions). The conditioning bound
+    alone is too tight where the solves are well conditioned: it models round-off in the solve, not
+    the float32 rounding of the inputs (strain minus plastic strain cancels), which dominates there
+    (measured: up to 2e-6 of |T|, 3.6x that bound, on j2_linear_iso_coupled)."""
     ref, params = reference(model), reference_params(model)
     out = {}
     for m in (model, model + "_coupled"):
@@ -81,8 +89,14 @@ def test_compiled_radial_return_matches_coupled(model: str, dtype, tol) -> None:
         got, want = (x[name].reshape(shape + x[name].shape[1:]) for x in (a, b))
         err = per_point_rel_err(got, want)
         assert err <= t, f"{model} ({dtype}): {name} differs from the coupled form by {err:.2e}"
-    err = per_point_rel_err(ta.reshape(shape + (6, 6)), tb.reshape(shape + (6, 6)))
-    assert err <= tol[2], f"{model} ({dtype}): tangent differs from the coupled form by {err:.2e}"
+    if dtype == torch.float64:
+        err = per_point_rel_err(ta.reshape(shape + (6, 6)), tb.reshape(shape + (6, 6)))
+        assert err <= tol[2], f"{model} ({dtype}): tangent differs from the coupled form by {err:.2e}"
+    else:  # 1e-4 of the point's tangent, or where a solve is ill-conditioned, its conditioning bound
+        size = np.abs(np.asarray(tb, dtype=np.float64).reshape(len(STEPS) * len(POINTS), -1)).max(axis=1)
+        bound = np.maximum(tol[2] * size, float32_tangent_bound(model, STEPS, POINTS, 1)
+                           + float32_tangent_bound(model + "_coupled", STEPS, POINTS, 1))
+        assert_tangent_within(ta, tb, bound, f"{model} (float32) vs the coupled form")
 
 
 def test_radial_returns_have_at_most_one_scalar_unknown() -> None:

@@ -105,6 +105,34 @@ def test_newton_invariants_are_hoisted_out_of_the_iteration():
     assert len(hoisted) >= 6  # at least the six trial-stress components
 
 
+def test_linear_solve_shares_one_cse_unit_with_its_segment():
+    """j2_voce_af with its tangent: the residual system at the solution (the solve's A and B) and
+    the outputs after the solve are one CSE unit, so the norm of the direction (a sqrt) and the
+    Voce hardening (an exp) are computed once outside the Newton solve (they were computed twice,
+    once for each side of the solve). Statements before the solve read none of its solutions; the
+    program still verifies and evaluates to the same numbers as without CSE."""
+    from modelc import driver
+    from modelc.ir import LinearSolve, verify
+    from modelc.ir.analysis import reads
+
+    spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
+    done = driver.lower_model(spec, "j2_voce_af")
+    prog = done.program
+    body = [st for st in prog.body if not isinstance(st, Newton)]
+    calls: dict[str, int] = {}
+    for st in body:
+        if isinstance(st, Assign):
+            for q in sp.preorder_traversal(sp.sympify(st.value)):
+                if isinstance(q, sp.Function):
+                    calls[q.func.__name__] = calls.get(q.func.__name__, 0) + 1
+    assert calls.get("safe_sqrt") == 1 and calls.get("exp") == 1, calls
+    k = next(i for i, st in enumerate(prog.body) if isinstance(st, LinearSolve))
+    solved = {t for row in prog.body[k].targets for t in row}
+    assert not any(reads(st) & solved for st in prog.body[:k])
+    assert any(reads(st) & solved for st in prog.body[k + 1:])
+    verify.verify_program(prog)
+
+
 _SCRIPT = textwrap.dedent("""
     from modelc.ir import ComposeDecl
     from modelc.passes.compose import compose

@@ -593,8 +593,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     mc_load(v_p, a->p + i0 * a->ps, a->ps, 2, nl);
     real o_y[6 * MC_W];
     real o_j[3 * MC_W];
-    real v_lam[MC_W];
-    real v_mu[MC_W];
     MC_SIMD MC_LANES {
         const real p_E = (v_p + 0 * MC_W)[l];
         const real p_nu = (v_p + 1 * MC_W)[l];
@@ -620,16 +618,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[4 * MC_W + l] = state_S_4;
         const real state_S_5 = (((real)2.0) * forces_E_5 * mu);
         o_y[5 * MC_W + l] = state_S_5;
-        v_lam[l] = lam;
-        v_mu[l] = mu;
-    }
-    if (V & 4) {
-        MC_SIMD MC_LANES {
-            const real lam = v_lam[l];
-            const real mu = v_mu[l];
-            o_j[0 * MC_W + l] = (lam + (((real)2.0) * mu));
-            o_j[2 * MC_W + l] = (((real)2.0) * mu);
-        }
+        if (V & 4) o_j[0 * MC_W + l] = (lam + (((real)2.0) * mu));
+        if (V & 4) o_j[2 * MC_W + l] = (((real)2.0) * mu);
     }
     static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1}, {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5}};
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl, a->flags & MC_STREAM);
