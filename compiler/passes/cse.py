@@ -125,8 +125,8 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     A segment may hold linear solves (the implicit-function theorem's ``dR/du X = -dR/dx``): they
     are part of the unit, their matrices reduced with everything else. Without that, the residual
     system evaluated at the solution (for A and B) and the outputs evaluated after the solve were
-    two CSE units, and a tangent call computed the flow direction, its norm (a sqrt) and the
-    hardening (an exp) twice. After the common ``cse``, each statement is placed after the last
+    two CSE units, and a tangent call of j2_voce_af computed the flow direction and its norm (a
+    sqrt) twice. After the common ``cse``, each statement is placed after the last
     solve whose solution it reads (its *level*), and before the next one."""
     env: dict[sp.Symbol, sp.Expr] = {}
     solves: list[LinearSolve] = []

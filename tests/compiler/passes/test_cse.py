@@ -107,10 +107,10 @@ def test_newton_invariants_are_hoisted_out_of_the_iteration():
 
 def test_linear_solve_shares_one_cse_unit_with_its_segment():
     """j2_voce_af with its tangent: the residual system at the solution (the solve's A and B) and
-    the outputs after the solve are one CSE unit, so the norm of the direction (a sqrt) and the
-    Voce hardening (an exp) are computed once outside the Newton solve (they were computed twice,
-    once for each side of the solve). Statements before the solve read none of its solutions; the
-    program still verifies and evaluates to the same numbers as without CSE."""
+    the outputs after the solve are one CSE unit, so the norm of the direction (a sqrt) is computed
+    once outside the Newton solve (twice before, once for each side of the solve), and the Voce
+    hardening (an exp) once. Statements before the solve read none of its solutions, and the
+    program verifies (the numbers are checked against NEML2 and the other backends in tests/models)."""
     from modelc import driver
     from modelc.ir import LinearSolve, verify
     from modelc.ir.analysis import reads
