@@ -128,23 +128,34 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     two CSE units, and a tangent call of j2_voce_af computed the flow direction and its norm (a
     sqrt) twice. After the common ``cse``, each statement is placed after the last
     solve whose solution it reads (its *level*), and before the next one."""
-    env: dict[sp.Symbol, sp.Expr] = {}
+    flat: dict[sp.Symbol, sp.Expr] = {}
+    nested: dict[sp.Symbol, sp.Expr] = {}
     solves: list[LinearSolve] = []
     for a in stmts:
         if isinstance(a, LinearSolve):
             solves.append(a)
             continue
-        if a.target in env:
+        if a.target in flat:
             raise InternalError(f"cse: '{a.target}' is assigned twice in one straight-line segment")
-        env[a.target] = xreplace(sp.sympify(a.value), env) if env else sp.sympify(a.value)
+        value = sp.sympify(a.value)
+        flat[a.target] = xreplace(value, flat) if flat else value
+        nested[a.target] = _inline_products(value, nested) if nested else value
     keep = [a.target for a in stmts if isinstance(a, Assign) and a.target in live_out]
     matrices = [sp.sympify(e) for ls in solves for m in (ls.A, ls.B) for row in m for e in row]
-    exprs = ([env[t] for t in keep] + [xreplace(e, env) if env else e for e in matrices]
-             + [sp.sympify(e).xreplace(env) for e in extra])
+    exprs = ([flat[t] for t in keep] + [xreplace(e, flat) if flat else e for e in matrices]
+             + [sp.sympify(e).xreplace(flat) for e in extra])
     if not exprs:
         return [], []
-    replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
-    replacements, reduced = _hoist_power_bases(replacements, reduced, counter)
+    first = counter.n
+    replacements, reduced = _reduce(exprs, counter)
+    alt = [nested[t] for t in keep] + exprs[len(keep):]
+    if alt != exprs:  # some derivative's product kept whole: the cheaper of the two reductions
+        after_flat, counter.n = counter.n, first
+        r_alt, red_alt = _reduce(alt, counter)
+        if _ops(r_alt, red_alt) < _ops(replacements, reduced):
+            exprs, replacements, reduced = alt, r_alt, red_alt
+        else:
+            counter.n = after_flat
     # a kept symbol whose value is a common subexpression takes its place
     rename = {}
     free = free_symbols(exprs)  # the inlined expressions share subtrees: walk each once
@@ -161,6 +172,50 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     if not solves:
         return stmts_out, tail
     return _place(stmts_out, solves, tail[:len(matrices)]), tail[len(matrices):]
+
+
+def _reduce(exprs: list, counter: Counter):
+    replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
+    return _hoist_power_bases(replacements, reduced, counter)
+
+
+def _ops(replacements, reduced) -> int:
+    return sum(sp.count_ops(v) for _, v in replacements) + sum(sp.count_ops(v) for v in reduced)
+
+
+def _inline_products(expr, rule: dict):
+    """``expr.xreplace(rule)``, except that a derivative symbol (``d(...)``) whose value is a
+    product stays one factor of the product it is read in (an unevaluated ``Mul``).
+
+    The chain rule writes each entry of a composed derivative as P(o, u) * T(u, x): the sub-model's
+    partial times a total derivative. Inlined and flattened, P's factors merge into every entry
+    (perzyna_iso: ``2*E*n*N_i*dt*...*y**(n - 1)*du/dx_j``, eight factors in each of 30 entries), and
+    ``cse`` does not find the common sub-product again; kept whole, P is one common subexpression.
+    Flattening is better elsewhere (a coupled system's Newton body shares sub-products across
+    residuals), so :func:`_segment` reduces both ways and keeps the one with fewer operations."""
+    memo: dict = {}
+
+    def walk(e):
+        hit = memo.get(e)
+        if hit is not None:
+            return hit
+        if e in rule:
+            out = rule[e]
+        elif e.is_Atom or not e.args:
+            out = e
+        else:
+            args = [walk(a) for a in e.args]
+            if all(x is y for x, y in zip(args, e.args)):
+                out = e
+            elif isinstance(e, sp.Mul) and any(isinstance(x, sp.Mul) and a in rule and a.name.startswith("d(")
+                                               for x, a in zip(args, e.args)):
+                out = sp.Mul(*args, evaluate=False)
+            else:
+                out = e.func(*args)
+        memo[e] = out
+        return out
+
+    return walk(expr)
 
 
 def _place(assigns: list[Assign], solves: list[LinearSolve], matrices: list) -> list[Statement]:

@@ -133,6 +133,30 @@ def test_linear_solve_shares_one_cse_unit_with_its_segment():
     verify.verify_program(prog)
 
 
+def _tangent_ops(model: str) -> dict[str, int]:
+    from modelc import driver
+    from modelc.ir import program as P
+
+    spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
+    return count_ops(P.view(driver.lower_model(spec, model).program, "tangent"))
+
+
+def test_chain_rule_products_are_shared_and_never_cost_more(monkeypatch):
+    """perzyna_iso's tangent: each entry dEp_i/dE_j = P(Ep_i, y) * dy/dE_j + ... Flattened, the
+    partial's factors (2 E n N_i dt ... y^(n-1)) were multiplied again in every entry; kept whole,
+    the partial is one common subexpression (multiplications 514 -> 343 when written). Where
+    flattening is cheaper (a coupled system's Newton body), the pass keeps the flattened reduction:
+    with the kept-whole alternative switched off, no model gets cheaper."""
+    import modelc.passes.cse as cse_pass
+
+    both = {m: _tangent_ops(m) for m in ("perzyna_iso", "j2_perfect_coupled")}
+    monkeypatch.setattr(cse_pass, "_inline_products", lambda value, rule: value.xreplace(rule))
+    flat = {m: _tangent_ops(m) for m in both}
+    assert both["perzyna_iso"]["muls"] < 0.75 * flat["perzyna_iso"]["muls"], (both, flat)
+    assert both["perzyna_iso"]["total"] < flat["perzyna_iso"]["total"], (both, flat)
+    assert both["j2_perfect_coupled"]["total"] <= flat["j2_perfect_coupled"]["total"], (both, flat)
+
+
 _SCRIPT = textwrap.dedent("""
     from modelc.ir import ComposeDecl
     from modelc.passes.compose import compose
