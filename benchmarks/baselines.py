@@ -310,8 +310,9 @@ def _build_perzyna(p: dict[str, float], tangent: bool, fixed: int | None = None)
 
     f(x) = f_tr - c x with c = 2 mu + 2/3 K. In y = gamma_rate^(1/n) (so x = dt y^n):
         psi(y) = f_tr - c dt y^n - eta y = 0,
-    concave and decreasing for y >= 0; Newton from y0 = min(f_tr/eta, (f_tr/(c dt))^(1/n)) >= root
-    converges monotonically. Tangent: dy/dE = 2 mu n / (c dt n y^(n-1) + eta), dx/dE = dt n y^(n-1) dy/dE:
+    concave and decreasing for y >= 0; Newton from y0 = (a^-2 + b^-2)^(-1/2), a = f_tr/eta and
+    b = (f_tr/(c dt))^(1/n) (both above the root; the library's guess, see spec/library.yaml)
+    converges: the first step lands at or above the root, then monotonically down. Tangent: dy/dE = 2 mu n / (c dt n y^(n-1) + eta), dx/dE = dt n y^(n-1) dy/dE:
         D = C - (2 mu)^2 h n(x)n - (2 mu)^2 x/|s_tr| (Idev - n(x)n),  h = dt n y^(n-1) / (c dt n y^(n-1) + eta).
     """
     lam, mu = _lame(p)
@@ -326,7 +327,7 @@ def _build_perzyna(p: dict[str, float], tangent: bool, fixed: int | None = None)
         f_tr = nrm - SQ23 * (sy + K * ep_old)
         plastic = f_tr > 0
         fp = torch.clamp_min(f_tr, 0.0)
-        y = torch.minimum(fp / eta, (fp / (c * dt)) ** (1.0 / m))
+        y = 1.0 / torch.sqrt((eta / fp) ** 2 + (fp / (c * dt)) ** (-2.0 / m))
         tol = _tol(nrm + sy)
         for _ in range(iters):
             psi = fp - c * dt * y**m - eta * y
