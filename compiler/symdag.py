@@ -109,11 +109,19 @@ def free_symbols(exprs: Iterable) -> set:
     return FreeSymbols().union(exprs)
 
 
-def xreplace(expr, rule: dict):
-    """``expr.xreplace(rule)``: the same expression, each distinct subexpression rebuilt once."""
+def xreplace(expr, rule: dict, whole=None):
+    """``expr.xreplace(rule)``: the same expression, each distinct subexpression rebuilt once.
+
+    ``whole``: a predicate on the replaced keys. A product one of whose factors is such a key
+    replaced by a product is rebuilt unevaluated (``Mul(..., evaluate=False)``), so the replacement
+    stays one factor instead of being flattened into the product (see modelc.passes.cse)."""
     if not rule or not isinstance(expr, sp.Basic):
         return expr.xreplace(rule) if isinstance(expr, sp.Basic) else expr
     memo: dict = {}
+
+    def nest(e, args) -> bool:
+        return (whole is not None and isinstance(e, sp.Mul)
+                and any(a in rule and whole(a) and isinstance(x, sp.Mul) for a, x in zip(e.args, args)))
 
     def walk(e):  # Basic._xreplace, memoized
         hit = memo.get(e)
@@ -132,7 +140,10 @@ def xreplace(expr, rule: dict):
                     a, c = a._xreplace(rule)
                     changed |= c
                 args.append(a)
-            out = (e.func(*args), True) if changed else (e, False)
+            if not changed:
+                out = (e, False)
+            else:
+                out = (sp.Mul(*args, evaluate=False) if nest(e, args) else e.func(*args), True)
         memo[e] = out
         return out
 

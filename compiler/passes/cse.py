@@ -21,7 +21,7 @@ from sympy.logic.boolalg import Boolean
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
 from modelc.ir.analysis import reads
-from modelc.passes.symbols import Counter
+from modelc.passes.symbols import Counter, is_partial_symbol
 from modelc.symdag import cse as cse_exprs
 from modelc.symdag import FreeSymbols, free_symbols, xreplace
 
@@ -193,29 +193,7 @@ def _inline_products(expr, rule: dict):
     ``cse`` does not find the common sub-product again; kept whole, P is one common subexpression.
     Flattening is better elsewhere (a coupled system's Newton body shares sub-products across
     residuals), so :func:`_segment` reduces both ways and keeps the one with fewer operations."""
-    memo: dict = {}
-
-    def walk(e):
-        hit = memo.get(e)
-        if hit is not None:
-            return hit
-        if e in rule:
-            out = rule[e]
-        elif e.is_Atom or not e.args:
-            out = e
-        else:
-            args = [walk(a) for a in e.args]
-            if all(x is y for x, y in zip(args, e.args)):
-                out = e
-            elif isinstance(e, sp.Mul) and any(isinstance(x, sp.Mul) and a in rule and a.name.startswith("d(")
-                                               for x, a in zip(args, e.args)):
-                out = sp.Mul(*args, evaluate=False)
-            else:
-                out = e.func(*args)
-        memo[e] = out
-        return out
-
-    return walk(expr)
+    return xreplace(expr, rule, whole=is_partial_symbol)
 
 
 def _place(assigns: list[Assign], solves: list[LinearSolve], matrices: list) -> list[Statement]:

@@ -27,6 +27,11 @@ def partial_symbol(model: str, of: sp.Symbol, wrt: sp.Symbol) -> sp.Symbol:
     return named(f"d({of.name})/d({wrt.name})@{model}")
 
 
+def is_partial_symbol(s: sp.Basic) -> bool:
+    """Whether ``s`` is a partial-derivative entry's symbol (``d(of)/d(wrt)@model``)."""
+    return isinstance(s, sp.Symbol) and s.name.startswith("d(") and ")/d(" in s.name
+
+
 def ref(model: str, of: sp.Symbol, wrt: sp.Symbol, entry: sp.Expr) -> sp.Expr:
     """How other code refers to a partial-derivative entry: numbers and lone symbols (a variable,
     a parameter, another partial symbol) inline, anything else by its partial symbol (assigned by

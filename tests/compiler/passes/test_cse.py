@@ -146,7 +146,7 @@ def test_chain_rule_products_are_shared_and_never_cost_more(monkeypatch):
     partial's factors (2 E n N_i dt ... y^(n-1)) were multiplied again in every entry; kept whole,
     the partial is one common subexpression (multiplications 514 -> 343 when written). Where
     flattening is cheaper (a coupled system's Newton body), the pass keeps the flattened reduction:
-    with the kept-whole alternative switched off, no model gets cheaper."""
+    no model costs more than with the flattened reduction alone (the alternative switched off)."""
     import modelc.passes.cse as cse_pass
 
     both = {m: _tangent_ops(m) for m in ("perzyna_iso", "j2_perfect_coupled")}
