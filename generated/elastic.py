@@ -443,6 +443,14 @@ typedef double real;
 /* NaN-propagating minimum / maximum (like torch.minimum / torch.maximum) */
 MC_INLINE real mc_min(real a, real b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 MC_INLINE real mc_max(real a, real b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+/* the spec's functions whose argument the expression would name twice (printed inline, a nested
+   argument doubles the source at each level): macaulay, safe_sqrt's clamp, sign, max and min (the
+   first argument at a tie), safe_div */
+MC_INLINE real mc_pos(real x) { return x < 0 ? 0 : x; }
+MC_INLINE real mc_sign(real x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+MC_INLINE real mc_ge(real a, real b) { return a >= b ? a : b; }
+MC_INLINE real mc_le(real a, real b) { return a <= b ? a : b; }
+MC_INLINE real mc_sdiv(real a, real b) { return b != 0 ? a / b : 0; }
 
 #if MC_W > 1
 /* Branch-free exp, log and pow that the compiler vectorizes (libm calls would keep a lane loop
@@ -847,8 +855,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d24 = (-cse_12 * forces_E_5);
         if (V & 8) o_j[23 * MC_W + l] = d24;
     }
-    static const int16_t jt1[24][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}, {12, 0, 6}, {13, 0, 7}, {14, 1, 6}, {15, 1, 7}, {16, 2, 6}, {17, 2, 7}, {18, 3, 6}, {19, 3, 7}, {20, 4, 6}, {21, 4, 7}, {22, 5, 6}, {23, 5, 7}};
-    static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1}, {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}};
+    static const int16_t jt1[24][3] = {
+        {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1},
+        {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5}, {12, 0, 6}, {13, 0, 7}, {14, 1, 6}, {15, 1, 7},
+        {16, 2, 6}, {17, 2, 7}, {18, 3, 6}, {19, 3, 7}, {20, 4, 6}, {21, 4, 7}, {22, 5, 6}, {23, 5, 7},
+    };
+    static const int16_t jt0[12][3] = {
+        {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1},
+        {8, 2, 2}, {9, 3, 3}, {10, 4, 4}, {11, 5, 5},
+    };
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;

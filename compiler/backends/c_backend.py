@@ -513,8 +513,10 @@ class _Stores:
             width = per_variant([w for _, (_, w) in group])
             size = per_variant([h * w for _, (h, w) in group])
             tab = f"jt{t}"
-            flat = ", ".join(f"{{{s}, {r}, {c}}}" for s, r, c in table) or "{0, 0, 0}"
-            out.insert(0, f"static const int16_t {tab}[{max(len(table), 1)}][3] = {{{flat}}};")
+            # the table ({slot, row, column} per entry), eight entries to a line
+            entries = [f"{{{s}, {r}, {c}}}" for s, r, c in table] or ["{0, 0, 0}"]
+            rows = ["    " + ", ".join(entries[k:k + 8]) + "," for k in range(0, len(entries), 8)]
+            out[0:0] = [f"static const int16_t {tab}[{len(entries)}][3] = {{"] + rows + ["};"]
             lane += [f"    if ({cond}) {{",
                      "        real *j = a->j + i * a->js;",
                      f"        for (int c = 0; c < {size}; ++c) j[c] = {zero};",

@@ -12,7 +12,7 @@ Program rules (see :class:`~modelc.ir.Program`):
 - Newton locals: nothing after a Newton reads a symbol assigned only in its body;
 - shapes: every output has a result with one entry per component; every derivative block is
   (output components) x (input components); a Newton's guess, residual, Jacobian and scale match
-  its unknowns; a linear solve's A is n x n, B and targets n x m.
+  its unknowns, and each guess is a number or a symbol; a linear solve's A is n x n, B and targets n x m.
 
 Model rules: equations and residuals read only the model's inputs and parameters (and, in a
 residual, its unknowns), with one component per entry of the variable's type; partial blocks have
@@ -83,6 +83,8 @@ def verify_program(p: Program) -> Program:
                     len(r) != n for r in st.jacobian) or (st.residual_scale and len(st.residual_scale) != n):
                 fail(f"Newton solve {k}: guess, residual, Jacobian or scale do not match its {n} unknowns")
             need(st.guess, defined, f"Newton solve {k} (guess)")
+            if any(not sp.sympify(g).is_Atom for g in st.guess):
+                fail(f"Newton solve {k}: a guess is an expression (lowering assigns it before the solve)")
             inner = defined | set(st.unknowns)
             local: set[sp.Symbol] = set()
             for a in st.body:

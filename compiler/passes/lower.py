@@ -124,6 +124,12 @@ class _Emitter:
         self.assigned[target] = value
         self.body.append(Assign(target, value))
 
+    def guess(self, m: Model, unknown: sp.Symbol, value: sp.Expr) -> sp.Symbol:
+        """The symbol ``<model>/guess/<unknown>``, assigned ``value``."""
+        target = named(f"{m.name}/guess/{unknown.name}")
+        self.assign(target, value)
+        return target
+
     def model(self, m: Model, derivatives: bool) -> None:
         if m.is_implicit:
             self.implicit(m, derivatives)
@@ -185,6 +191,9 @@ class _Emitter:
         if len(guess) != len(usyms):
             raise InternalError(f"implicit model '{m.name}': {len(guess)} guess components for "
                                 f"{len(usyms)} unknowns")
+        # a guess that is an expression is assigned before the solve, in the segment before it, so
+        # that CSE shares its subexpressions (it often reads the trial state the body reads too)
+        guess = tuple(g if g.is_Atom else self.guess(m, u, g) for u, g in zip(usyms, guess))
         newton = Newton(unknowns=usyms, guess=guess, body=body, residual=res, jacobian=jac,
                         solver=m.implicit.solver, converged=conv, iterations=its, residual_norm=norm,
                         residual_scale=scale)

@@ -91,3 +91,19 @@ def test_math_shim_functions_match_numpy():
     r = (1 - t) / (1 + t)
     assert torch.allclose(torch.where(xs < 0, -r, r), torch.tanh(xs), atol=1e-15)
     assert math.isclose(math.exp(2.5 * math.log(1.7)), 1.7 ** 2.5)
+
+
+@pytest.mark.parametrize("fn", [F.macaulay, F.safe_sqrt, F.sign, lambda a: F.max_(a, y), lambda a: F.min_(a, y),
+                                lambda a: F.safe_div(y, a)],
+                         ids=["macaulay", "safe_sqrt", "sign", "max", "min", "safe_div"])
+def test_c_prints_each_argument_once(fn):
+    """A function whose C spelling names its argument twice would double the source at each level of
+    nesting (perzyna_iso's guess, a Macaulay bracket of a safe_sqrt, was one 34,000-character line):
+    C spells them as inline helpers (mc_pos, mc_sign, mc_ge, mc_le, mc_sdiv), so x appears once at
+    any depth."""
+    from modelc.backends.c_printer import CPrinter
+    expr = x
+    for _ in range(6):
+        expr = fn(expr - 1)
+    text = CPrinter(Namer()).doprint(expr)
+    assert text.count(Namer()(x)) == 1, text

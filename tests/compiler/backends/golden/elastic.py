@@ -270,6 +270,14 @@ typedef double real;
 /* NaN-propagating minimum / maximum (like torch.minimum / torch.maximum) */
 MC_INLINE real mc_min(real a, real b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 MC_INLINE real mc_max(real a, real b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+/* the spec's functions whose argument the expression would name twice (printed inline, a nested
+   argument doubles the source at each level): macaulay, safe_sqrt's clamp, sign, max and min (the
+   first argument at a tie), safe_div */
+MC_INLINE real mc_pos(real x) { return x < 0 ? 0 : x; }
+MC_INLINE real mc_sign(real x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+MC_INLINE real mc_ge(real a, real b) { return a >= b ? a : b; }
+MC_INLINE real mc_le(real a, real b) { return a <= b ? a : b; }
+MC_INLINE real mc_sdiv(real a, real b) { return b != 0 ? a / b : 0; }
 
 #if MC_W > 1
 /* Branch-free exp, log and pow that the compiler vectorizes (libm calls would keep a lane loop
@@ -621,7 +629,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 4) o_j[0 * MC_W + l] = (lam + (((real)2.0) * mu));
         if (V & 4) o_j[2 * MC_W + l] = (((real)2.0) * mu);
     }
-    static const int16_t jt0[12][3] = {{0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1}, {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5}};
+    static const int16_t jt0[12][3] = {
+        {0, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 0}, {0, 1, 1}, {1, 1, 2}, {1, 2, 0}, {1, 2, 1},
+        {0, 2, 2}, {2, 3, 3}, {2, 4, 4}, {2, 5, 5},
+    };
     mc_store(a->y + i0 * a->ys, a->ys, o_y, 6, nl, a->flags & MC_STREAM);
     for (int l = 0; l < nl; ++l) {
         const int64_t i = i0 + l;
