@@ -448,7 +448,7 @@ def _safe_div_np(a, b):
 FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
     FunctionRule(
         "heaviside", heaviside, 1, "heaviside",
-        torch="torch.heaviside({0}, torch.zeros_like({0}))",
+        torch="_heaviside({0})",
         triton="tl.where({0} > 0.0, 1.0, 0.0)",
         c="({0} > 0 ? 1 : 0)",
         numpy=lambda x: np.where(np.asarray(x) > 0, 1.0, 0.0),
@@ -456,9 +456,10 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
     FunctionRule(
         "sign", sign, 1, "sign",
         torch="torch.sign({0})",
-        triton="tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
+        triton="_mc_sign({0})",
         c="mc_sign({0})",
         numpy=_np("sign"),
+        triton_helpers=("_mc_sign",),
         kink_doc="sign(0) = 0; derivative 0 everywhere (including at 0)"),
     FunctionRule(
         "abs_", abs_, 1, "abs",
@@ -476,24 +477,27 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         kink_doc="macaulay(0) = 0; derivative heaviside(x), so 0 at x = 0"),
     FunctionRule(
         "max_", max_, 2, "max",
-        torch="torch.where({0} >= {1}, {0}, {1})",
-        triton="tl.where({0} >= {1}, {0}, {1})",
+        torch="_ge({0}, {1})",
+        triton="_mc_ge({0}, {1})",
         c="mc_ge({0}, {1})",
         numpy=lambda a, b: np.where(np.asarray(a) >= b, a, b),
+        triton_helpers=("_mc_ge",),
         kink_doc="max(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
     FunctionRule(
         "min_", min_, 2, "min",
-        torch="torch.where({0} <= {1}, {0}, {1})",
-        triton="tl.where({0} <= {1}, {0}, {1})",
+        torch="_le({0}, {1})",
+        triton="_mc_le({0}, {1})",
         c="mc_le({0}, {1})",
         numpy=lambda a, b: np.where(np.asarray(a) <= b, a, b),
+        triton_helpers=("_mc_le",),
         kink_doc="min(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
     FunctionRule(
         "safe_div", safe_div, 2, "safe_div",
-        torch="torch.where({1} != 0.0, {0} / torch.where({1} != 0.0, {1}, 1.0), 0.0)",
-        triton="tl.where({1} != 0.0, {0} / tl.where({1} != 0.0, {1}, 1.0), 0.0)",
+        torch="_sdiv({0}, {1})",
+        triton="_mc_sdiv({0}, {1})",
         c="mc_sdiv({0}, {1})",
         numpy=_safe_div_np,
+        triton_helpers=("_mc_sdiv",),
         kink_doc="safe_div(a, 0) = 0; both derivatives 0 at b = 0 (safe_div(1, b), -safe_div(a, b**2))"),
     FunctionRule(
         "safe_sqrt", safe_sqrt, 1, "safe_sqrt",

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -107,7 +108,7 @@ def _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_s
         ncse_520 = (ncse_16 + ncse_30 + ncse_31 - ncse_12 - ncse_13)
         ncse_521 = (ncse_29 + ncse_31 + ncse_34 - ncse_32 - ncse_33)
         ncse_35 = torch.sqrt(torch.clamp((ncse_21 + ncse_24 + ncse_27 + (ncse_519 * ncse_519) + (ncse_520 * ncse_520) + (ncse_521 * ncse_521)), min=0.0))
-        ncse_36 = torch.where((2.0 * ncse_35) != 0.0, 1.0 / torch.where((2.0 * ncse_35) != 0.0, (2.0 * ncse_35), 1.0), 0.0)
+        ncse_36 = _sdiv(1.0, (2.0 * ncse_35))
         ncse_37 = (1.0 / p_eta)
         ncse_38 = torch.exp((-p_d * state_internal_ep))
         ncse_39 = 2.449489742783178
@@ -151,12 +152,12 @@ def _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_s
         ncse_77 = (-ncse_3 - ncse_73)
         ncse_78 = (-ncse_75 - ncse_76 + (ncse_18 * ncse_36 * ncse_77))
         ncse_79 = (p_n * torch.pow(ncse_42, (-1.0 + p_n)))
-        ncse_80 = (ncse_37 * ncse_79 * torch.heaviside(ncse_41, torch.zeros_like(ncse_41)))
+        ncse_80 = (ncse_37 * ncse_79 * _heaviside(ncse_41))
         ncse_81 = (ncse_36 * ncse_80)
         ncse_82 = (ncse_18 * ncse_81)
         ncse_83 = (-1.3333333333333333 * ncse_36)
         ncse_84 = (ncse_18 * ncse_18)
-        ncse_85 = torch.where((4.0 * (ncse_35 * ncse_35)) != 0.0, 1.0 / torch.where((4.0 * (ncse_35 * ncse_35)) != 0.0, (4.0 * (ncse_35 * ncse_35)), 1.0), 0.0)
+        ncse_85 = _sdiv(1.0, (4.0 * (ncse_35 * ncse_35)))
         ncse_86 = (ncse_51 * ncse_85)
         ncse_87 = (ncse_83 + (ncse_84 * ncse_86))
         ncse_88 = (-ncse_87)
@@ -800,7 +801,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_761 = (cse_166 + cse_176 + cse_177 - cse_164 - cse_165)
         cse_762 = (cse_175 + cse_177 + cse_180 - cse_178 - cse_179)
         cse_181 = torch.sqrt(torch.clamp((cse_170 + cse_172 + cse_174 + (cse_760 * cse_760) + (cse_761 * cse_761) + (cse_762 * cse_762)), min=0.0))
-        cse_182 = torch.where((2.0 * cse_181) != 0.0, 1.0 / torch.where((2.0 * cse_181) != 0.0, (2.0 * cse_181), 1.0), 0.0)
+        cse_182 = _sdiv(1.0, (2.0 * cse_181))
         cse_183 = (cse_178 + cse_179 - cse_180)
         cse_184 = (cse_163 + cse_183 - (1.3333333333333333 * state_internal_X1_1) - (1.3333333333333333 * state_internal_X2_1) + (1.3333333333333333 * cse_14))
         cse_185 = (cse_182 * cse_184)
@@ -820,12 +821,12 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_199 = torch.clamp(cse_198, min=0.0)
         cse_200 = (cse_193 * cse_199)
         cse_201 = (p_n * torch.pow(cse_200, (-1.0 + p_n)))
-        cse_202 = (cse_193 * cse_201 * torch.heaviside(cse_198, torch.zeros_like(cse_198)))
+        cse_202 = (cse_193 * cse_201 * _heaviside(cse_198))
         cse_203 = (cse_192 * cse_202)
         cse_204 = torch.pow(cse_200, p_n)
         cse_205 = (-1.3333333333333333 * cse_182)
         cse_206 = (cse_168 * cse_168)
-        cse_207 = torch.where((4.0 * (cse_181 * cse_181)) != 0.0, 1.0 / torch.where((4.0 * (cse_181 * cse_181)) != 0.0, (4.0 * (cse_181 * cse_181)), 1.0), 0.0)
+        cse_207 = _sdiv(1.0, (4.0 * (cse_181 * cse_181)))
         cse_208 = (2.0 * cse_182)
         cse_209 = (cse_207 * cse_208)
         cse_210 = (cse_205 + (cse_206 * cse_209))
@@ -3655,6 +3656,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _triton_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -3740,7 +3746,7 @@ if triton is not None:
             ncse_520 = (ncse_16 + ncse_30 + ncse_31 - ncse_12 - ncse_13)
             ncse_521 = (ncse_29 + ncse_31 + ncse_34 - ncse_32 - ncse_33)
             ncse_35 = tl.sqrt(tl.maximum((ncse_21 + ncse_24 + ncse_27 + (ncse_519 * ncse_519) + (ncse_520 * ncse_520) + (ncse_521 * ncse_521)), 0.0))
-            ncse_36 = tl.where((K5 * ncse_35) != 0.0, K1 / tl.where((K5 * ncse_35) != 0.0, (K5 * ncse_35), 1.0), 0.0)
+            ncse_36 = _mc_sdiv(K1, (K5 * ncse_35))
             ncse_37 = (K1 / p_eta)
             ncse_38 = tl.exp((-p_d * state_internal_ep))
             ncse_39 = K6
@@ -3789,7 +3795,7 @@ if triton is not None:
             ncse_82 = (ncse_18 * ncse_81)
             ncse_83 = (-K3 * ncse_36)
             ncse_84 = (ncse_18 * ncse_18)
-            ncse_85 = tl.where((K8 * (ncse_35 * ncse_35)) != 0.0, K1 / tl.where((K8 * (ncse_35 * ncse_35)) != 0.0, (K8 * (ncse_35 * ncse_35)), 1.0), 0.0)
+            ncse_85 = _mc_sdiv(K1, (K8 * (ncse_35 * ncse_35)))
             ncse_86 = (ncse_51 * ncse_85)
             ncse_87 = (ncse_83 + (ncse_84 * ncse_86))
             ncse_88 = (-ncse_87)
@@ -7140,7 +7146,7 @@ if triton is not None:
             cse_761 = (cse_166 + cse_176 + cse_177 - cse_164 - cse_165)
             cse_762 = (cse_175 + cse_177 + cse_180 - cse_178 - cse_179)
             cse_181 = tl.sqrt(tl.maximum((cse_170 + cse_172 + cse_174 + (cse_760 * cse_760) + (cse_761 * cse_761) + (cse_762 * cse_762)), 0.0))
-            cse_182 = tl.where((K1 * cse_181) != 0.0, K0 / tl.where((K1 * cse_181) != 0.0, (K1 * cse_181), 1.0), 0.0)
+            cse_182 = _mc_sdiv(K0, (K1 * cse_181))
             cse_183 = (cse_178 + cse_179 - cse_180)
             cse_184 = (cse_163 + cse_183 - (K3 * state_internal_X1_1) - (K3 * state_internal_X2_1) + (K3 * cse_14))
             cse_185 = (cse_182 * cse_184)
@@ -7165,7 +7171,7 @@ if triton is not None:
             cse_204 = tl.exp(p_n * tl.log(cse_200))
             cse_205 = (-K3 * cse_182)
             cse_206 = (cse_168 * cse_168)
-            cse_207 = tl.where((K7 * (cse_181 * cse_181)) != 0.0, K0 / tl.where((K7 * (cse_181 * cse_181)) != 0.0, (K7 * (cse_181 * cse_181)), 1.0), 0.0)
+            cse_207 = _mc_sdiv(K0, (K7 * (cse_181 * cse_181)))
             cse_208 = (K1 * cse_182)
             cse_209 = (cse_207 * cse_208)
             cse_210 = (cse_205 + (cse_206 * cse_209))

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -165,7 +166,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_101 = (ncse_60 * state_internal_gamma_rate)
         ncse_102 = (ncse_75 * ((ncse_101 * ncse_74) + (2.0 * ncse_101 * ncse_78)))
         ncse_103 = (p_K * ncse_101)
-        ncse_104 = torch.heaviside((-ncse_65 - ncse_66), torch.zeros_like((-ncse_65 - ncse_66)))
+        ncse_104 = _heaviside((-ncse_65 - ncse_66))
         ncse_105 = (-1.0 + ncse_104)
         ncse_106 = (ncse_22 * ncse_37)
         ncse_107 = (ncse_22 * ncse_34)
@@ -225,7 +226,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         nt1_r_5 = (-ncse_47 - old_state_internal_Ep_5 - (ncse_44 * ncse_48))
         nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_41 * ncse_59))
         nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_1 * ncse_60 * ncse_61))
-        nt1_r_8 = torch.where((-ncse_65) <= ncse_66, (-ncse_65), ncse_66)
+        nt1_r_8 = _le((-ncse_65), ncse_66)
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
@@ -446,7 +447,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_219 = (state_internal_phi * state_internal_phi)
         cse_220 = (p_E * cse_135)
         cse_221 = (2.0 * state_internal_phi)
-        cse_222 = torch.heaviside((1.0 + (p_q3 * cse_219) - (cse_118 * cse_204) - (cse_127 * cse_221) - (cse_220 * state_internal_gamma_rate)), torch.zeros_like((1.0 + (p_q3 * cse_219) - (cse_118 * cse_204) - (cse_127 * cse_221) - (cse_220 * state_internal_gamma_rate))))
+        cse_222 = _heaviside((1.0 + (p_q3 * cse_219) - (cse_118 * cse_204) - (cse_127 * cse_221) - (cse_220 * state_internal_gamma_rate)))
         cse_223 = (-1.0 + cse_222)
         cse_224 = (cse_12 * cse_168)
         cse_225 = (cse_12 * cse_163)
@@ -1497,6 +1498,10 @@ if triton is not None:
         return tl.where(x < 0.0, -r, r)
 
     @triton.jit
+    def _mc_le(a, b):
+        return tl.where(a <= b, a, b)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1700,7 +1705,7 @@ if triton is not None:
             nt1_r_5 = (-ncse_47 - old_state_internal_Ep_5 - (ncse_44 * ncse_48))
             nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_41 * ncse_59))
             nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_1 * ncse_60 * ncse_61))
-            nt1_r_8 = tl.where((-ncse_65) <= ncse_66, (-ncse_65), ncse_66)
+            nt1_r_8 = _mc_le((-ncse_65), ncse_66)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
             gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_137 + (ncse_138 * ncse_139) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_140 + (ncse_139 * ncse_141) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_142 + (ncse_139 * ncse_143) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_111 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_120 + ncse_128 + (K3 * ncse_122))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_115 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_122 + ncse_128 + (K3 * ncse_120))))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_123 + (ncse_135 * (ncse_132 + (ncse_114 * (ncse_127 + ncse_136 + (K3 * ncse_125))))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_114 * ncse_149) + (ncse_117 * ncse_135) + ((ncse_129 * ncse_129) * tl.abs(p_q3)) + (K3 * ncse_130 * tl.abs(ncse_63))))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_135 * ((K3 * ncse_149 * ((ncse_113 * tl.abs((-K4 * ncse_100))) + tl.abs(ncse_57))) + (ncse_114 * ncse_131 * (ncse_125 + ncse_136 + (K4 * ncse_126))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_129 + (ncse_134 * (K2 + ncse_129) * ((ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_151 + (K3 * ncse_152))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_150 + ncse_152 + (K3 * ncse_151))))) + (ncse_133 * (ncse_132 + (ncse_114 * (ncse_151 + ncse_152 + (K3 * ncse_150))))))) + tl.abs(old_state_internal_phi))))))

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -89,7 +90,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_23 = (cse_22 * cse_22)
     cse_24 = (cse_2 * cse_2)
     cse_25 = torch.sqrt(torch.clamp(((cse_11 * cse_13) + (cse_15 * cse_16) + (cse_16 * cse_18) + (cse_16 * cse_21) + (cse_16 * cse_23) + (cse_16 * cse_24)), min=0.0))
-    cse_26 = torch.where(cse_25 != 0.0, 1.0 / torch.where(cse_25 != 0.0, cse_25, 1.0), 0.0)
+    cse_26 = _sdiv(1.0, cse_25)
     cse_27 = (0.6666666666666666 * p_K)
     cse_28 = (cse_27 + cse_7)
     cse_29 = (1.0 / cse_28)
@@ -126,7 +127,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_316 = (forces_E_4 - state_internal_Ep_4)
     cse_317 = (forces_E_5 - state_internal_Ep_5)
     state_internal_ep = (old_state_internal_ep + (cse_31 * cse_34))
-    state_internal_gamma_rate = torch.where(cse_43 != 0.0, cse_34 / torch.where(cse_43 != 0.0, cse_43, 1.0), 0.0)
+    state_internal_gamma_rate = _sdiv(cse_34, cse_43)
     state_S_0 = (cse_312 + (cse_301 * cse_304))
     state_S_1 = (cse_312 + (cse_304 * cse_313))
     state_S_2 = (cse_312 + (cse_304 * cse_314))
@@ -155,12 +156,12 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_62 = (cse_53 + cse_60 + (cse_16 * cse_61))
         cse_63 = (cse_2 * cse_7)
         cse_64 = (cse_62 * cse_63)
-        cse_65 = torch.where((2.0 * cse_25) != 0.0, 1.0 / torch.where((2.0 * cse_25) != 0.0, (2.0 * cse_25), 1.0), 0.0)
-        cse_66 = torch.heaviside(cse_32, torch.zeros_like(cse_32))
+        cse_65 = _sdiv(1.0, (2.0 * cse_25))
+        cse_66 = _heaviside(cse_32)
         cse_67 = (cse_29 * cse_66)
         cse_68 = (cse_65 * cse_67)
         cse_69 = (cse_26 * cse_68)
-        cse_70 = (cse_34 * cse_65 * torch.where((cse_25 * cse_25) != 0.0, 1.0 / torch.where((cse_25 * cse_25) != 0.0, (cse_25 * cse_25), 1.0), 0.0))
+        cse_70 = (cse_34 * cse_65 * _sdiv(1.0, (cse_25 * cse_25)))
         d1 = (cse_45 + (cse_64 * cse_69) - (cse_64 * cse_70))
         cse_72 = (0.6666666666666666 * cse_44)
         cse_73 = (-(0.4444444444444444 * old_state_internal_Ep_0) + (0.4444444444444444 * forces_E_0))
@@ -387,10 +388,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_289 = (cse_31 * cse_68)
         cse_290 = (1.3333333333333333 * cse_12 * cse_30 * cse_8)
         cse_291 = (cse_290 * cse_68)
-        cse_294 = torch.where(cse_43 != 0.0, 1.0 / torch.where(cse_43 != 0.0, cse_43, 1.0), 0.0)
+        cse_294 = _sdiv(1.0, cse_43)
         cse_295 = (cse_294 * cse_68)
         cse_296 = (cse_16 * cse_295)
-        d115 = torch.where((cse_43 * cse_43) != 0.0, cse_34 / torch.where((cse_43 * cse_43) != 0.0, (cse_43 * cse_43), 1.0), 0.0)
+        d115 = _sdiv(cse_34, (cse_43 * cse_43))
         cse_298 = (cse_31 * cse_67)
         cse_299 = (cse_294 * cse_298)
         cse_340 = (cse_318 * d85)
@@ -920,6 +921,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """j2_linear_iso, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
@@ -1013,7 +1019,7 @@ if triton is not None:
         cse_23 = (cse_22 * cse_22)
         cse_24 = (cse_2 * cse_2)
         cse_25 = tl.sqrt(tl.maximum(((cse_11 * cse_13) + (cse_15 * cse_16) + (cse_16 * cse_18) + (cse_16 * cse_21) + (cse_16 * cse_23) + (cse_16 * cse_24)), 0.0))
-        cse_26 = tl.where(cse_25 != 0.0, K3 / tl.where(cse_25 != 0.0, cse_25, 1.0), 0.0)
+        cse_26 = _mc_sdiv(K3, cse_25)
         cse_27 = (K1 * p_K)
         cse_28 = (cse_27 + cse_7)
         cse_29 = (K3 / cse_28)
@@ -1050,7 +1056,7 @@ if triton is not None:
         cse_316 = (forces_E_4 - state_internal_Ep_4)
         cse_317 = (forces_E_5 - state_internal_Ep_5)
         state_internal_ep = (old_state_internal_ep + (cse_31 * cse_34))
-        state_internal_gamma_rate = tl.where(cse_43 != 0.0, cse_34 / tl.where(cse_43 != 0.0, cse_43, 1.0), 0.0)
+        state_internal_gamma_rate = _mc_sdiv(cse_34, cse_43)
         state_S_0 = (cse_312 + (cse_301 * cse_304))
         state_S_1 = (cse_312 + (cse_304 * cse_313))
         state_S_2 = (cse_312 + (cse_304 * cse_314))
@@ -1079,12 +1085,12 @@ if triton is not None:
             cse_62 = (cse_53 + cse_60 + (cse_16 * cse_61))
             cse_63 = (cse_2 * cse_7)
             cse_64 = (cse_62 * cse_63)
-            cse_65 = tl.where((K2 * cse_25) != 0.0, K3 / tl.where((K2 * cse_25) != 0.0, (K2 * cse_25), 1.0), 0.0)
+            cse_65 = _mc_sdiv(K3, (K2 * cse_25))
             cse_66 = tl.where(cse_32 > 0.0, 1.0, 0.0)
             cse_67 = (cse_29 * cse_66)
             cse_68 = (cse_65 * cse_67)
             cse_69 = (cse_26 * cse_68)
-            cse_70 = (cse_34 * cse_65 * tl.where((cse_25 * cse_25) != 0.0, K3 / tl.where((cse_25 * cse_25) != 0.0, (cse_25 * cse_25), 1.0), 0.0))
+            cse_70 = (cse_34 * cse_65 * _mc_sdiv(K3, (cse_25 * cse_25)))
             d1 = (cse_45 + (cse_64 * cse_69) - (cse_64 * cse_70))
             cse_72 = (K1 * cse_44)
             cse_73 = (-(K8 * old_state_internal_Ep_0) + (K8 * forces_E_0))
@@ -1311,10 +1317,10 @@ if triton is not None:
             cse_289 = (cse_31 * cse_68)
             cse_290 = (K6 * cse_12 * cse_30 * cse_8)
             cse_291 = (cse_290 * cse_68)
-            cse_294 = tl.where(cse_43 != 0.0, K3 / tl.where(cse_43 != 0.0, cse_43, 1.0), 0.0)
+            cse_294 = _mc_sdiv(K3, cse_43)
             cse_295 = (cse_294 * cse_68)
             cse_296 = (cse_16 * cse_295)
-            d115 = tl.where((cse_43 * cse_43) != 0.0, cse_34 / tl.where((cse_43 * cse_43) != 0.0, (cse_43 * cse_43), 1.0), 0.0)
+            d115 = _mc_sdiv(cse_34, (cse_43 * cse_43))
             cse_298 = (cse_31 * cse_67)
             cse_299 = (cse_294 * cse_298)
             cse_340 = (cse_318 * d85)

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -90,7 +91,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_148 = (ncse_26 - ncse_17 - ncse_27)
         ncse_149 = (ncse_28 - ncse_21 - ncse_27)
         ncse_29 = torch.sqrt(torch.clamp((ncse_10 + ncse_13 + ncse_7 + (ncse_147 * ncse_147) + (ncse_148 * ncse_148) + (ncse_149 * ncse_149)), min=0.0))
-        ncse_30 = torch.where((2.0 * ncse_29) != 0.0, 1.0 / torch.where((2.0 * ncse_29) != 0.0, (2.0 * ncse_29), 1.0), 0.0)
+        ncse_30 = _sdiv(1.0, (2.0 * ncse_29))
         ncse_31 = (-ncse_25 - ncse_26 + (1.3333333333333333 * p_E * ncse_14 * ncse_15))
         ncse_32 = (ncse_30 * ncse_31)
         ncse_33 = (-ncse_25 - ncse_28 + (1.3333333333333333 * p_E * ncse_15 * ncse_19))
@@ -110,7 +111,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_47 = (ncse_16 * ncse_46)
         ncse_48 = (-ncse_16 - ncse_47)
         ncse_49 = (-1.3333333333333333 * ncse_30)
-        ncse_50 = torch.where((4.0 * (ncse_29 * ncse_29)) != 0.0, 1.0 / torch.where((4.0 * (ncse_29 * ncse_29)) != 0.0, (4.0 * (ncse_29 * ncse_29)), 1.0), 0.0)
+        ncse_50 = _sdiv(1.0, (4.0 * (ncse_29 * ncse_29)))
         ncse_51 = (ncse_36 * ncse_50)
         ncse_52 = (-ncse_49 - (ncse_51 * (ncse_31 * ncse_31)))
         ncse_53 = (0.6666666666666666 * ncse_30)
@@ -175,7 +176,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_112 = (ncse_110 * ncse_77)
         ncse_113 = (ncse_12 * ncse_89)
         ncse_114 = (ncse_110 * ncse_67)
-        ncse_115 = torch.heaviside((-ncse_42 - ncse_44), torch.zeros_like((-ncse_42 - ncse_44)))
+        ncse_115 = _heaviside((-ncse_42 - ncse_44))
         ncse_116 = (-1.0 + ncse_115)
         ncse_117 = (ncse_30 * ncse_47)
         ncse_118 = (ncse_117 * ncse_35)
@@ -214,7 +215,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         nt1_r_4 = (-ncse_8 - old_state_internal_Ep_4 - (ncse_39 * ncse_9))
         nt1_r_5 = (-ncse_11 - old_state_internal_Ep_5 - (ncse_12 * ncse_39))
         nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_2 * ncse_41))
-        nt1_r_7 = torch.where((-ncse_42) <= ncse_44, (-ncse_42), ncse_44)
+        nt1_r_7 = _le((-ncse_42), ncse_44)
         j2_linear_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = j2_linear_iso_return_map_residual_norm
@@ -337,10 +338,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_285 = (cse_113 - cse_110 - cse_114)
         cse_286 = (cse_115 - cse_111 - cse_114)
         cse_116 = torch.sqrt(torch.clamp((cse_105 + cse_107 + cse_109 + (cse_284 * cse_284) + (cse_285 * cse_285) + (cse_286 * cse_286)), min=0.0))
-        cse_117 = torch.where((2.0 * cse_116) != 0.0, 1.0 / torch.where((2.0 * cse_116) != 0.0, (2.0 * cse_116), 1.0), 0.0)
+        cse_117 = _sdiv(1.0, (2.0 * cse_116))
         cse_118 = (-1.3333333333333333 * cse_117)
         cse_119 = (-cse_112 - cse_113 + (1.3333333333333333 * p_E * cse_0 * cse_2))
-        cse_120 = torch.where((4.0 * (cse_116 * cse_116)) != 0.0, 1.0 / torch.where((4.0 * (cse_116 * cse_116)) != 0.0, (4.0 * (cse_116 * cse_116)), 1.0), 0.0)
+        cse_120 = _sdiv(1.0, (4.0 * (cse_116 * cse_116)))
         cse_121 = (2.0 * cse_117)
         cse_122 = (cse_120 * cse_121)
         cse_123 = (-cse_118 - (cse_122 * (cse_119 * cse_119)))
@@ -449,7 +450,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_226 = 2.449489742783178
         cse_227 = (0.3333333333333333 * cse_226)
         cse_228 = (p_E * cse_133)
-        cse_229 = torch.heaviside((-(cse_227 * (-p_sigma_y + (0.5 * cse_116 * cse_226) - (p_K * state_internal_ep))) - (cse_228 * state_internal_gamma_rate)), torch.zeros_like((-(cse_227 * (-p_sigma_y + (0.5 * cse_116 * cse_226) - (p_K * state_internal_ep))) - (cse_228 * state_internal_gamma_rate))))
+        cse_229 = _heaviside((-(cse_227 * (-p_sigma_y + (0.5 * cse_116 * cse_226) - (p_K * state_internal_ep))) - (cse_228 * state_internal_gamma_rate)))
         cse_230 = (-1.0 + cse_229)
         cse_231 = (cse_12 * cse_171)
         cse_232 = (cse_12 * cse_159)
@@ -1275,6 +1276,15 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_le(a, b):
+        return tl.where(a <= b, a, b)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1342,7 +1352,7 @@ if triton is not None:
             ncse_148 = (ncse_26 - ncse_17 - ncse_27)
             ncse_149 = (ncse_28 - ncse_21 - ncse_27)
             ncse_29 = tl.sqrt(tl.maximum((ncse_10 + ncse_13 + ncse_7 + (ncse_147 * ncse_147) + (ncse_148 * ncse_148) + (ncse_149 * ncse_149)), 0.0))
-            ncse_30 = tl.where((K4 * ncse_29) != 0.0, K1 / tl.where((K4 * ncse_29) != 0.0, (K4 * ncse_29), 1.0), 0.0)
+            ncse_30 = _mc_sdiv(K1, (K4 * ncse_29))
             ncse_31 = (-ncse_25 - ncse_26 + (K5 * p_E * ncse_14 * ncse_15))
             ncse_32 = (ncse_30 * ncse_31)
             ncse_33 = (-ncse_25 - ncse_28 + (K5 * p_E * ncse_15 * ncse_19))
@@ -1362,7 +1372,7 @@ if triton is not None:
             ncse_47 = (ncse_16 * ncse_46)
             ncse_48 = (-ncse_16 - ncse_47)
             ncse_49 = (-K5 * ncse_30)
-            ncse_50 = tl.where((K8 * (ncse_29 * ncse_29)) != 0.0, K1 / tl.where((K8 * (ncse_29 * ncse_29)) != 0.0, (K8 * (ncse_29 * ncse_29)), 1.0), 0.0)
+            ncse_50 = _mc_sdiv(K1, (K8 * (ncse_29 * ncse_29)))
             ncse_51 = (ncse_36 * ncse_50)
             ncse_52 = (-ncse_49 - (ncse_51 * (ncse_31 * ncse_31)))
             ncse_53 = (K3 * ncse_30)
@@ -1466,7 +1476,7 @@ if triton is not None:
             nt1_r_4 = (-ncse_8 - old_state_internal_Ep_4 - (ncse_39 * ncse_9))
             nt1_r_5 = (-ncse_11 - old_state_internal_Ep_5 - (ncse_12 * ncse_39))
             nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_2 * ncse_41))
-            nt1_r_7 = tl.where((-ncse_42) <= ncse_44, (-ncse_42), ncse_44)
+            nt1_r_7 = _mc_le((-ncse_42), ncse_44)
             j2_linear_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_linear_iso_return_map_residual_norm, nt1_rnorm0)
             j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_146 + (ncse_138 * ncse_41) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((ncse_146 * tl.abs(p_K)) + (K7 * ncse_40 * tl.abs(ncse_29)) + tl.abs(p_sigma_y))))))))
@@ -1823,10 +1833,10 @@ if triton is not None:
             cse_285 = (cse_113 - cse_110 - cse_114)
             cse_286 = (cse_115 - cse_111 - cse_114)
             cse_116 = tl.sqrt(tl.maximum((cse_105 + cse_107 + cse_109 + (cse_284 * cse_284) + (cse_285 * cse_285) + (cse_286 * cse_286)), 0.0))
-            cse_117 = tl.where((K1 * cse_116) != 0.0, K0 / tl.where((K1 * cse_116) != 0.0, (K1 * cse_116), 1.0), 0.0)
+            cse_117 = _mc_sdiv(K0, (K1 * cse_116))
             cse_118 = (-K4 * cse_117)
             cse_119 = (-cse_112 - cse_113 + (K4 * p_E * cse_0 * cse_2))
-            cse_120 = tl.where((K5 * (cse_116 * cse_116)) != 0.0, K0 / tl.where((K5 * (cse_116 * cse_116)) != 0.0, (K5 * (cse_116 * cse_116)), 1.0), 0.0)
+            cse_120 = _mc_sdiv(K0, (K5 * (cse_116 * cse_116)))
             cse_121 = (K1 * cse_117)
             cse_122 = (cse_120 * cse_121)
             cse_123 = (-cse_118 - (cse_122 * (cse_119 * cse_119)))

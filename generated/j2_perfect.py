@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -84,7 +85,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_20 = (cse_19 * cse_19)
     cse_21 = (cse_2 * cse_2)
     cse_22 = torch.sqrt(torch.clamp(((cse_10 * cse_8) + (cse_12 * cse_13) + (cse_13 * cse_15) + (cse_13 * cse_18) + (cse_13 * cse_20) + (cse_13 * cse_21)), min=0.0))
-    cse_23 = torch.where(cse_22 != 0.0, 1.0 / torch.where(cse_22 != 0.0, cse_22, 1.0), 0.0)
+    cse_23 = _sdiv(1.0, cse_22)
     cse_24 = 2.449489742783178
     cse_25 = (0.3333333333333333 * cse_24)
     cse_26 = (cse_22 - (p_sigma_y * cse_25))
@@ -119,7 +120,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_291 = (forces_E_3 - state_internal_Ep_3)
     cse_292 = (forces_E_4 - state_internal_Ep_4)
     cse_293 = (forces_E_5 - state_internal_Ep_5)
-    state_internal_gamma_rate = torch.where(cse_39 != 0.0, cse_38 / torch.where(cse_39 != 0.0, cse_39, 1.0), 0.0)
+    state_internal_gamma_rate = _sdiv(cse_38, cse_39)
     state_S_0 = (cse_288 + (cse_277 * cse_280))
     state_S_1 = (cse_288 + (cse_280 * cse_289))
     state_S_2 = (cse_288 + (cse_280 * cse_290))
@@ -128,7 +129,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_5 = (cse_280 * cse_293)
     if V & 14:  # tangent, jacobian, total
         cse_40 = (0.6666666666666666 * cse_28)
-        cse_41 = torch.heaviside(cse_26, torch.zeros_like(cse_26))
+        cse_41 = _heaviside(cse_26)
         cse_42 = (cse_23 * cse_41)
         cse_43 = (0.2222222222222222 * old_state_internal_Ep_2)
         cse_44 = (0.2222222222222222 * forces_E_2)
@@ -147,10 +148,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_57 = (cse_13 * cse_56)
         cse_58 = (cse_47 + cse_55 - (0.8888888888888888 * old_state_internal_Ep_0) + (0.8888888888888888 * forces_E_0))
         cse_59 = (cse_50 + cse_57 + (cse_13 * cse_58))
-        cse_60 = torch.where((2.0 * cse_22) != 0.0, 1.0 / torch.where((2.0 * cse_22) != 0.0, (2.0 * cse_22), 1.0), 0.0)
+        cse_60 = _sdiv(1.0, (2.0 * cse_22))
         cse_61 = (cse_2 * cse_60)
         cse_62 = (cse_59 * cse_61)
-        cse_63 = (cse_27 * torch.where((cse_22 * cse_22) != 0.0, 1.0 / torch.where((cse_22 * cse_22) != 0.0, (cse_22 * cse_22), 1.0), 0.0))
+        cse_63 = (cse_27 * _sdiv(1.0, (cse_22 * cse_22)))
         d1 = (cse_40 + (cse_42 * cse_62) - (cse_62 * cse_63))
         cse_65 = (0.3333333333333333 * cse_28)
         cse_66 = (-(0.4444444444444444 * old_state_internal_Ep_0) + (0.4444444444444444 * forces_E_0))
@@ -380,12 +381,12 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d107 = ((cse_230 * cse_42) - (cse_230 * cse_63))
         cse_232 = (cse_144 * cse_170)
         d108 = (cse_204 + (cse_232 * cse_42) - (cse_232 * cse_63))
-        cse_270 = torch.where(cse_39 != 0.0, 1.0 / torch.where(cse_39 != 0.0, cse_39, 1.0), 0.0)
+        cse_270 = _sdiv(1.0, cse_39)
         cse_271 = (cse_35 * cse_41)
         cse_272 = (cse_271 * cse_37 * cse_60)
         cse_273 = (cse_270 * cse_272)
         cse_274 = (2.0 * p_E * cse_270 * cse_41 * cse_60 / cse_4)
-        d109 = torch.where((cse_39 * cse_39) != 0.0, cse_38 / torch.where((cse_39 * cse_39) != 0.0, (cse_39 * cse_39), 1.0), 0.0)
+        d109 = _sdiv(cse_38, (cse_39 * cse_39))
         cse_316 = (cse_294 * d85)
         cse_317 = (cse_294 * d79)
         cse_318 = (cse_294 * d86)
@@ -812,6 +813,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """j2_perfect, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
@@ -901,7 +907,7 @@ if triton is not None:
         cse_20 = (cse_19 * cse_19)
         cse_21 = (cse_2 * cse_2)
         cse_22 = tl.sqrt(tl.maximum(((cse_10 * cse_8) + (cse_12 * cse_13) + (cse_13 * cse_15) + (cse_13 * cse_18) + (cse_13 * cse_20) + (cse_13 * cse_21)), 0.0))
-        cse_23 = tl.where(cse_22 != 0.0, K3 / tl.where(cse_22 != 0.0, cse_22, 1.0), 0.0)
+        cse_23 = _mc_sdiv(K3, cse_22)
         cse_24 = K5
         cse_25 = (K0 * cse_24)
         cse_26 = (cse_22 - (p_sigma_y * cse_25))
@@ -936,7 +942,7 @@ if triton is not None:
         cse_291 = (forces_E_3 - state_internal_Ep_3)
         cse_292 = (forces_E_4 - state_internal_Ep_4)
         cse_293 = (forces_E_5 - state_internal_Ep_5)
-        state_internal_gamma_rate = tl.where(cse_39 != 0.0, cse_38 / tl.where(cse_39 != 0.0, cse_39, 1.0), 0.0)
+        state_internal_gamma_rate = _mc_sdiv(cse_38, cse_39)
         state_S_0 = (cse_288 + (cse_277 * cse_280))
         state_S_1 = (cse_288 + (cse_280 * cse_289))
         state_S_2 = (cse_288 + (cse_280 * cse_290))
@@ -964,10 +970,10 @@ if triton is not None:
             cse_57 = (cse_13 * cse_56)
             cse_58 = (cse_47 + cse_55 - (K9 * old_state_internal_Ep_0) + (K9 * forces_E_0))
             cse_59 = (cse_50 + cse_57 + (cse_13 * cse_58))
-            cse_60 = tl.where((K2 * cse_22) != 0.0, K3 / tl.where((K2 * cse_22) != 0.0, (K2 * cse_22), 1.0), 0.0)
+            cse_60 = _mc_sdiv(K3, (K2 * cse_22))
             cse_61 = (cse_2 * cse_60)
             cse_62 = (cse_59 * cse_61)
-            cse_63 = (cse_27 * tl.where((cse_22 * cse_22) != 0.0, K3 / tl.where((cse_22 * cse_22) != 0.0, (cse_22 * cse_22), 1.0), 0.0))
+            cse_63 = (cse_27 * _mc_sdiv(K3, (cse_22 * cse_22)))
             d1 = (cse_40 + (cse_42 * cse_62) - (cse_62 * cse_63))
             cse_65 = (K0 * cse_28)
             cse_66 = (-(K8 * old_state_internal_Ep_0) + (K8 * forces_E_0))
@@ -1197,12 +1203,12 @@ if triton is not None:
             d107 = ((cse_230 * cse_42) - (cse_230 * cse_63))
             cse_232 = (cse_144 * cse_170)
             d108 = (cse_204 + (cse_232 * cse_42) - (cse_232 * cse_63))
-            cse_270 = tl.where(cse_39 != 0.0, K3 / tl.where(cse_39 != 0.0, cse_39, 1.0), 0.0)
+            cse_270 = _mc_sdiv(K3, cse_39)
             cse_271 = (cse_35 * cse_41)
             cse_272 = (cse_271 * cse_37 * cse_60)
             cse_273 = (cse_270 * cse_272)
             cse_274 = (K2 * p_E * cse_270 * cse_41 * cse_60 / cse_4)
-            d109 = tl.where((cse_39 * cse_39) != 0.0, cse_38 / tl.where((cse_39 * cse_39) != 0.0, (cse_39 * cse_39), 1.0), 0.0)
+            d109 = _mc_sdiv(cse_38, (cse_39 * cse_39))
             cse_316 = (cse_294 * d85)
             cse_317 = (cse_294 * d79)
             cse_318 = (cse_294 * d86)

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -87,7 +88,7 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_147 = (ncse_24 - ncse_15 - ncse_25)
         ncse_148 = (ncse_26 - ncse_19 - ncse_25)
         ncse_27 = torch.sqrt(torch.clamp((ncse_11 + ncse_5 + ncse_8 + (ncse_146 * ncse_146) + (ncse_147 * ncse_147) + (ncse_148 * ncse_148)), min=0.0))
-        ncse_28 = torch.where((2.0 * ncse_27) != 0.0, 1.0 / torch.where((2.0 * ncse_27) != 0.0, (2.0 * ncse_27), 1.0), 0.0)
+        ncse_28 = _sdiv(1.0, (2.0 * ncse_27))
         ncse_29 = (-ncse_23 - ncse_24 + (1.3333333333333333 * p_E * ncse_12 * ncse_13))
         ncse_30 = (ncse_28 * ncse_29)
         ncse_31 = (forces_t - old_forces_t)
@@ -109,7 +110,7 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_47 = (ncse_14 * ncse_46)
         ncse_48 = (-ncse_14 - ncse_47)
         ncse_49 = (-1.3333333333333333 * ncse_28)
-        ncse_50 = torch.where((4.0 * (ncse_27 * ncse_27)) != 0.0, 1.0 / torch.where((4.0 * (ncse_27 * ncse_27)) != 0.0, (4.0 * (ncse_27 * ncse_27)), 1.0), 0.0)
+        ncse_50 = _sdiv(1.0, (4.0 * (ncse_27 * ncse_27)))
         ncse_51 = (ncse_36 * ncse_50)
         ncse_52 = (-ncse_49 - (ncse_51 * (ncse_29 * ncse_29)))
         ncse_53 = (0.6666666666666666 * ncse_28)
@@ -174,7 +175,7 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_112 = (ncse_110 * ncse_77)
         ncse_113 = (ncse_10 * ncse_89)
         ncse_114 = (ncse_110 * ncse_67)
-        ncse_115 = torch.heaviside((-ncse_42 - ncse_44), torch.zeros_like((-ncse_42 - ncse_44)))
+        ncse_115 = _heaviside((-ncse_42 - ncse_44))
         ncse_116 = (-1.0 + ncse_115)
         ncse_117 = (ncse_28 * ncse_47)
         ncse_118 = (ncse_117 * ncse_35)
@@ -211,7 +212,7 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         nt1_r_3 = (-ncse_1 - old_state_internal_Ep_3 - (ncse_37 * ncse_38))
         nt1_r_4 = (-ncse_6 - old_state_internal_Ep_4 - (ncse_39 * ncse_7))
         nt1_r_5 = (-ncse_9 - old_state_internal_Ep_5 - (ncse_10 * ncse_39))
-        nt1_r_6 = torch.where((-ncse_42) <= ncse_44, (-ncse_42), ncse_44)
+        nt1_r_6 = _le((-ncse_42), ncse_44)
         j2_perfect_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
         if it1 == 0:
             nt1_rnorm0 = j2_perfect_return_map_residual_norm
@@ -328,10 +329,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_277 = (cse_107 - cse_104 - cse_108)
         cse_278 = (cse_109 - cse_105 - cse_108)
         cse_110 = torch.sqrt(torch.clamp((cse_101 + cse_103 + cse_99 + (cse_276 * cse_276) + (cse_277 * cse_277) + (cse_278 * cse_278)), min=0.0))
-        cse_111 = torch.where((2.0 * cse_110) != 0.0, 1.0 / torch.where((2.0 * cse_110) != 0.0, (2.0 * cse_110), 1.0), 0.0)
+        cse_111 = _sdiv(1.0, (2.0 * cse_110))
         cse_112 = (-1.3333333333333333 * cse_111)
         cse_113 = (-cse_106 - cse_107 + (1.3333333333333333 * p_E * cse_0 * cse_2))
-        cse_114 = torch.where((4.0 * (cse_110 * cse_110)) != 0.0, 1.0 / torch.where((4.0 * (cse_110 * cse_110)) != 0.0, (4.0 * (cse_110 * cse_110)), 1.0), 0.0)
+        cse_114 = _sdiv(1.0, (4.0 * (cse_110 * cse_110)))
         cse_115 = (2.0 * cse_111)
         cse_116 = (cse_114 * cse_115)
         cse_117 = (-cse_112 - (cse_116 * (cse_113 * cse_113)))
@@ -440,7 +441,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_220 = (p_E * cse_127)
         cse_221 = 2.449489742783178
         cse_222 = (0.3333333333333333 * cse_221)
-        cse_223 = torch.heaviside((-(cse_220 * state_internal_gamma_rate) - (cse_222 * (-p_sigma_y + (0.5 * cse_110 * cse_221)))), torch.zeros_like((-(cse_220 * state_internal_gamma_rate) - (cse_222 * (-p_sigma_y + (0.5 * cse_110 * cse_221))))))
+        cse_223 = _heaviside((-(cse_220 * state_internal_gamma_rate) - (cse_222 * (-p_sigma_y + (0.5 * cse_110 * cse_221)))))
         cse_224 = (-1.0 + cse_223)
         cse_225 = (cse_12 * cse_165)
         cse_226 = (cse_12 * cse_153)
@@ -1161,6 +1162,15 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_le(a, b):
+        return tl.where(a <= b, a, b)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1225,7 +1235,7 @@ if triton is not None:
             ncse_147 = (ncse_24 - ncse_15 - ncse_25)
             ncse_148 = (ncse_26 - ncse_19 - ncse_25)
             ncse_27 = tl.sqrt(tl.maximum((ncse_11 + ncse_5 + ncse_8 + (ncse_146 * ncse_146) + (ncse_147 * ncse_147) + (ncse_148 * ncse_148)), 0.0))
-            ncse_28 = tl.where((K4 * ncse_27) != 0.0, K1 / tl.where((K4 * ncse_27) != 0.0, (K4 * ncse_27), 1.0), 0.0)
+            ncse_28 = _mc_sdiv(K1, (K4 * ncse_27))
             ncse_29 = (-ncse_23 - ncse_24 + (K5 * p_E * ncse_12 * ncse_13))
             ncse_30 = (ncse_28 * ncse_29)
             ncse_31 = (forces_t - old_forces_t)
@@ -1247,7 +1257,7 @@ if triton is not None:
             ncse_47 = (ncse_14 * ncse_46)
             ncse_48 = (-ncse_14 - ncse_47)
             ncse_49 = (-K5 * ncse_28)
-            ncse_50 = tl.where((K8 * (ncse_27 * ncse_27)) != 0.0, K1 / tl.where((K8 * (ncse_27 * ncse_27)) != 0.0, (K8 * (ncse_27 * ncse_27)), 1.0), 0.0)
+            ncse_50 = _mc_sdiv(K1, (K8 * (ncse_27 * ncse_27)))
             ncse_51 = (ncse_36 * ncse_50)
             ncse_52 = (-ncse_49 - (ncse_51 * (ncse_29 * ncse_29)))
             ncse_53 = (K3 * ncse_28)
@@ -1349,7 +1359,7 @@ if triton is not None:
             nt1_r_3 = (-ncse_1 - old_state_internal_Ep_3 - (ncse_37 * ncse_38))
             nt1_r_4 = (-ncse_6 - old_state_internal_Ep_4 - (ncse_39 * ncse_7))
             nt1_r_5 = (-ncse_9 - old_state_internal_Ep_5 - (ncse_10 * ncse_39))
-            nt1_r_6 = tl.where((-ncse_42) <= ncse_44, (-ncse_42), ncse_44)
+            nt1_r_6 = _mc_le((-ncse_42), ncse_44)
             j2_perfect_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_perfect_return_map_residual_norm, nt1_rnorm0)
             j2_perfect_return_map_converged = j2_perfect_return_map_converged | ((j2_perfect_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_141 + (ncse_143 * (ncse_141 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_144 + (ncse_143 * (ncse_144 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_145 + (ncse_143 * (ncse_145 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_123 + (ncse_139 * (ncse_130 + ncse_136 + (ncse_131 * ncse_132))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_124 + (ncse_139 * (ncse_136 + ncse_140 + (ncse_125 * ncse_132))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_142 + (ncse_41 * ((K7 * ncse_40 * tl.abs(ncse_27)) + tl.abs(p_sigma_y)))))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_133 + (ncse_139 * (ncse_130 + ncse_135 + ncse_140 + (ncse_132 * ncse_134))) + tl.abs(old_state_internal_Ep_2))))))
@@ -1693,10 +1703,10 @@ if triton is not None:
             cse_277 = (cse_107 - cse_104 - cse_108)
             cse_278 = (cse_109 - cse_105 - cse_108)
             cse_110 = tl.sqrt(tl.maximum((cse_101 + cse_103 + cse_99 + (cse_276 * cse_276) + (cse_277 * cse_277) + (cse_278 * cse_278)), 0.0))
-            cse_111 = tl.where((K1 * cse_110) != 0.0, K0 / tl.where((K1 * cse_110) != 0.0, (K1 * cse_110), 1.0), 0.0)
+            cse_111 = _mc_sdiv(K0, (K1 * cse_110))
             cse_112 = (-K4 * cse_111)
             cse_113 = (-cse_106 - cse_107 + (K4 * p_E * cse_0 * cse_2))
-            cse_114 = tl.where((K5 * (cse_110 * cse_110)) != 0.0, K0 / tl.where((K5 * (cse_110 * cse_110)) != 0.0, (K5 * (cse_110 * cse_110)), 1.0), 0.0)
+            cse_114 = _mc_sdiv(K0, (K5 * (cse_110 * cse_110)))
             cse_115 = (K1 * cse_111)
             cse_116 = (cse_114 * cse_115)
             cse_117 = (-cse_112 - (cse_116 * (cse_113 * cse_113)))

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -85,21 +86,21 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_26 = (ncse_39 - (ncse_2 * ncse_25))
         ncse_27 = torch.sqrt(torch.clamp(((ncse_12 * ncse_12) + (ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_20 * ncse_20) + (ncse_24 * ncse_24) + (ncse_26 * ncse_26)), min=0.0))
         ncse_28 = (p_E * state_internal_dgamma)
-        ncse_29 = torch.heaviside((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8)), torch.zeros_like((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8))))
+        ncse_29 = _heaviside((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8)))
         ncse_30 = (1.0 - ncse_29)
         ncse_31 = (1.0 / (ncse_1 * ncse_1))
         ncse_32 = (2.0 * p_g * ncse_31)
         ncse_33 = torch.abs(state_internal_dgamma)
         ncse_40 = (2.0 * p_E * ncse_4)
         ncse_41 = (2.0 * torch.abs(ncse_5))
-        nt1_r_0 = torch.where((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28, (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
+        nt1_r_0 = _le((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
         j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (0.6666666666666666 * (((1.0 + (ncse_33 * torch.abs(p_g))) * torch.abs((-ncse_31))) + torch.abs(ncse_2)) * torch.abs(p_C)))) + (ncse_33 * torch.abs(p_E)) + (ncse_9 * (((1.0 + torch.abs(ncse_10)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_27)))))
         if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
-        nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * torch.where((2.0 * ncse_27) != 0.0, 1.0 / torch.where((2.0 * ncse_27) != 0.0, (2.0 * ncse_27), 1.0), 0.0)) + ncse_40 + (0.6666666666666666 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (0.6666666666666666 * p_R * p_d * ncse_10 * ncse_30))
+        nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * _sdiv(1.0, (2.0 * ncse_27))) + ncse_40 + (0.6666666666666666 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (0.6666666666666666 * p_R * p_d * ncse_10 * ncse_30))
         nt1_2 = (-nt1_r_0)
         nt1_3 = (1.0 / nt1_1)
         nt1_4 = (nt1_2 * nt1_3)
@@ -176,7 +177,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_30 = (-cse_26 - cse_7 - (0.6666666666666666 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1))
     cse_31 = ((cse_13 * cse_30) - (cse_2 * cse_29))
     cse_32 = torch.sqrt(torch.clamp((cse_17 + cse_20 + cse_23 + (cse_14 * cse_14) + (cse_28 * cse_28) + (cse_31 * cse_31)), min=0.0))
-    cse_33 = torch.where(cse_32 != 0.0, 1.0 / torch.where(cse_32 != 0.0, cse_32, 1.0), 0.0)
+    cse_33 = _sdiv(1.0, cse_32)
     cse_34 = (cse_14 * cse_33)
     cse_35 = (cse_34 * state_internal_dgamma)
     state_internal_Ep_0 = (cse_35 + old_state_internal_Ep_0)
@@ -230,7 +231,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_internal_X_3 = (cse_2 * cse_59)
     state_internal_X_4 = (cse_2 * cse_60)
     state_internal_X_5 = (cse_2 * cse_61)
-    state_internal_gamma_rate = torch.where(cse_62 != 0.0, state_internal_dgamma / torch.where(cse_62 != 0.0, cse_62, 1.0), 0.0)
+    state_internal_gamma_rate = _sdiv(state_internal_dgamma, cse_62)
     state_S_0 = (cse_491 + (cse_480 * cse_483))
     state_S_1 = (cse_491 + (cse_483 * cse_492))
     state_S_2 = (cse_491 + (cse_483 * cse_493))
@@ -242,7 +243,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_65 = (cse_0 * cse_64)
         cse_66 = (cse_33 * cse_65)
         cse_67 = (cse_5 * cse_66)
-        cse_68 = torch.where((2.0 * cse_32) != 0.0, 1.0 / torch.where((2.0 * cse_32) != 0.0, (2.0 * cse_32), 1.0), 0.0)
+        cse_68 = _sdiv(1.0, (2.0 * cse_32))
         cse_69 = (p_g * cse_64)
         cse_70 = (2.0 * cse_69)
         cse_71 = (cse_16 * old_state_internal_X_3)
@@ -252,7 +253,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_75 = (cse_29 * cse_31)
         cse_76 = (cse_14 * cse_5)
         cse_77 = (cse_68 * ((cse_70 * cse_71) + (cse_70 * cse_72) + (cse_70 * cse_73) + (cse_70 * cse_74) + (cse_70 * cse_75) + (cse_70 * cse_76)))
-        cse_78 = torch.where((cse_32 * cse_32) != 0.0, 1.0 / torch.where((cse_32 * cse_32) != 0.0, (cse_32 * cse_32), 1.0), 0.0)
+        cse_78 = _sdiv(1.0, (cse_32 * cse_32))
         cse_79 = (cse_78 * state_internal_dgamma)
         cse_80 = (cse_77 * cse_79)
         cse_81 = (cse_14 * cse_80)
@@ -347,7 +348,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_503 = (-cse_483)
         cse_586 = torch.exp((-p_d * state_internal_ep))
         cse_587 = (1.0 - cse_586)
-        cse_588 = torch.heaviside((-cse_104 - cse_32 + (state_internal_dgamma * (cse_13 + cse_452)) + (0.3333333333333333 * cse_52 * (p_sigma_y + (p_R * cse_587)))), torch.zeros_like((-cse_104 - cse_32 + (state_internal_dgamma * (cse_13 + cse_452)) + (0.3333333333333333 * cse_52 * (p_sigma_y + (p_R * cse_587))))))
+        cse_588 = _heaviside((-cse_104 - cse_32 + (state_internal_dgamma * (cse_13 + cse_452)) + (0.3333333333333333 * cse_52 * (p_sigma_y + (p_R * cse_587)))))
         cse_589 = (1.0 - cse_588)
         cse_590 = (p_R * cse_586)
         cse_591 = (p_d * cse_590)
@@ -467,7 +468,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d77 = (cse_503 * d41)
         d78 = (cse_483 + (cse_503 * d42))
     if V & 12:  # jacobian, total
-        d79 = torch.where((cse_62 * cse_62) != 0.0, state_internal_dgamma / torch.where((cse_62 * cse_62) != 0.0, (cse_62 * cse_62), 1.0), 0.0)
+        d79 = _sdiv(state_internal_dgamma, (cse_62 * cse_62))
         cse_207 = (cse_112 * cse_115)
         cse_208 = (-1.0 + cse_106)
         cse_210 = (cse_115 * cse_121)
@@ -576,7 +577,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_473 = (cse_22 * cse_471)
         cse_474 = (p_C * cse_469)
         cse_475 = (cse_193 * cse_465)
-        cse_478 = torch.where(cse_62 != 0.0, 1.0 / torch.where(cse_62 != 0.0, cse_62, 1.0), 0.0)
+        cse_478 = _sdiv(1.0, cse_62)
         cse_592 = (cse_53 * cse_589)
         cse_600 = (cse_281 * cse_593)
         d80 = (-d79)
@@ -1833,6 +1834,15 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_le(a, b):
+        return tl.where(a <= b, a, b)
+
+    @triton.jit
     def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1897,12 +1907,12 @@ if triton is not None:
             ncse_33 = tl.abs(state_internal_dgamma)
             ncse_40 = (K4 * p_E * ncse_4)
             ncse_41 = (K4 * tl.abs(ncse_5))
-            nt1_r_0 = tl.where((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)) <= ncse_28, (-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
+            nt1_r_0 = _mc_le((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28)
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
             j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_33 * (ncse_41 + (K3 * (((K2 + (ncse_33 * tl.abs(p_g))) * tl.abs((-ncse_31))) + tl.abs(ncse_2)) * tl.abs(p_C)))) + (ncse_33 * tl.abs(p_E)) + (ncse_9 * (((K2 + tl.abs(ncse_10)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_27)))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
-            nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * tl.where((K4 * ncse_27) != 0.0, K2 / tl.where((K4 * ncse_27) != 0.0, (K4 * ncse_27), 1.0), 0.0)) + ncse_40 + (K3 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (K3 * p_R * p_d * ncse_10 * ncse_30))
+            nt1_1 = ((p_E * ncse_29) + (ncse_30 * (-(((ncse_12 * ncse_32 * old_state_internal_X_3) + (ncse_13 * ncse_32 * old_state_internal_X_4) + (ncse_14 * ncse_32 * old_state_internal_X_5) + (ncse_17 * ncse_20 * ncse_32) + (ncse_22 * ncse_24 * ncse_32) + (ncse_25 * ncse_26 * ncse_32)) * _mc_sdiv(K2, (K4 * ncse_27))) + ncse_40 + (K3 * p_C * ncse_2) - (ncse_0 * ncse_3 * ncse_31))) + (K3 * p_R * p_d * ncse_10 * ncse_30))
             nt1_2 = (-nt1_r_0)
             nt1_3 = (K2 / nt1_1)
             nt1_4 = (nt1_2 * nt1_3)
@@ -2046,7 +2056,7 @@ if triton is not None:
         cse_30 = (-cse_26 - cse_7 - (K2 * old_state_internal_Ep_1) + (K1 * old_state_internal_Ep_2) + (K2 * forces_E_1))
         cse_31 = ((cse_13 * cse_30) - (cse_2 * cse_29))
         cse_32 = tl.sqrt(tl.maximum((cse_17 + cse_20 + cse_23 + (cse_14 * cse_14) + (cse_28 * cse_28) + (cse_31 * cse_31)), 0.0))
-        cse_33 = tl.where(cse_32 != 0.0, K0 / tl.where(cse_32 != 0.0, cse_32, 1.0), 0.0)
+        cse_33 = _mc_sdiv(K0, cse_32)
         cse_34 = (cse_14 * cse_33)
         cse_35 = (cse_34 * state_internal_dgamma)
         state_internal_Ep_0 = (cse_35 + old_state_internal_Ep_0)
@@ -2100,7 +2110,7 @@ if triton is not None:
         state_internal_X_3 = (cse_2 * cse_59)
         state_internal_X_4 = (cse_2 * cse_60)
         state_internal_X_5 = (cse_2 * cse_61)
-        state_internal_gamma_rate = tl.where(cse_62 != 0.0, state_internal_dgamma / tl.where(cse_62 != 0.0, cse_62, 1.0), 0.0)
+        state_internal_gamma_rate = _mc_sdiv(state_internal_dgamma, cse_62)
         state_S_0 = (cse_491 + (cse_480 * cse_483))
         state_S_1 = (cse_491 + (cse_483 * cse_492))
         state_S_2 = (cse_491 + (cse_483 * cse_493))
@@ -2112,7 +2122,7 @@ if triton is not None:
             cse_65 = (cse_0 * cse_64)
             cse_66 = (cse_33 * cse_65)
             cse_67 = (cse_5 * cse_66)
-            cse_68 = tl.where((K3 * cse_32) != 0.0, K0 / tl.where((K3 * cse_32) != 0.0, (K3 * cse_32), 1.0), 0.0)
+            cse_68 = _mc_sdiv(K0, (K3 * cse_32))
             cse_69 = (p_g * cse_64)
             cse_70 = (K3 * cse_69)
             cse_71 = (cse_16 * old_state_internal_X_3)
@@ -2122,7 +2132,7 @@ if triton is not None:
             cse_75 = (cse_29 * cse_31)
             cse_76 = (cse_14 * cse_5)
             cse_77 = (cse_68 * ((cse_70 * cse_71) + (cse_70 * cse_72) + (cse_70 * cse_73) + (cse_70 * cse_74) + (cse_70 * cse_75) + (cse_70 * cse_76)))
-            cse_78 = tl.where((cse_32 * cse_32) != 0.0, K0 / tl.where((cse_32 * cse_32) != 0.0, (cse_32 * cse_32), 1.0), 0.0)
+            cse_78 = _mc_sdiv(K0, (cse_32 * cse_32))
             cse_79 = (cse_78 * state_internal_dgamma)
             cse_80 = (cse_77 * cse_79)
             cse_81 = (cse_14 * cse_80)
@@ -2337,7 +2347,7 @@ if triton is not None:
             d77 = (cse_503 * d41)
             d78 = (cse_483 + (cse_503 * d42))
         if V & 12:  # jacobian, total
-            d79 = tl.where((cse_62 * cse_62) != 0.0, state_internal_dgamma / tl.where((cse_62 * cse_62) != 0.0, (cse_62 * cse_62), 1.0), 0.0)
+            d79 = _mc_sdiv(state_internal_dgamma, (cse_62 * cse_62))
             cse_207 = (cse_112 * cse_115)
             cse_208 = (-K0 + cse_106)
             cse_210 = (cse_115 * cse_121)
@@ -2446,7 +2456,7 @@ if triton is not None:
             cse_473 = (cse_22 * cse_471)
             cse_474 = (p_C * cse_469)
             cse_475 = (cse_193 * cse_465)
-            cse_478 = tl.where(cse_62 != 0.0, K0 / tl.where(cse_62 != 0.0, cse_62, 1.0), 0.0)
+            cse_478 = _mc_sdiv(K0, cse_62)
             cse_592 = (cse_53 * cse_589)
             cse_600 = (cse_281 * cse_593)
             d80 = (-d79)

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -101,7 +102,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_260 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
         ncse_261 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
         ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_259 * ncse_259) + (ncse_260 * ncse_260) + (ncse_261 * ncse_261)), min=0.0))
-        ncse_35 = torch.where((2.0 * ncse_34) != 0.0, 1.0 / torch.where((2.0 * ncse_34) != 0.0, (2.0 * ncse_34), 1.0), 0.0)
+        ncse_35 = _sdiv(1.0, (2.0 * ncse_34))
         ncse_36 = (forces_t - old_forces_t)
         ncse_37 = (ncse_36 * state_internal_gamma_rate)
         ncse_38 = (ncse_35 * ncse_37)
@@ -128,7 +129,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_59 = (p_nu * ncse_3 * ncse_58)
         ncse_60 = (-ncse_3 - ncse_59)
         ncse_61 = (-1.3333333333333333 * ncse_35)
-        ncse_62 = torch.where((4.0 * (ncse_34 * ncse_34)) != 0.0, 1.0 / torch.where((4.0 * (ncse_34 * ncse_34)) != 0.0, (4.0 * (ncse_34 * ncse_34)), 1.0), 0.0)
+        ncse_62 = _sdiv(1.0, (4.0 * (ncse_34 * ncse_34)))
         ncse_63 = (ncse_41 * ncse_62)
         ncse_64 = (ncse_61 + (ncse_63 * (ncse_16 * ncse_16)))
         ncse_65 = (-ncse_64)
@@ -277,7 +278,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_208 = (ncse_206 * ncse_27)
         ncse_209 = (ncse_159 * ncse_204)
         ncse_210 = (ncse_184 * ncse_203)
-        ncse_211 = torch.where((2.0 * ncse_57) != 0.0, 1.0 / torch.where((2.0 * ncse_57) != 0.0, (2.0 * ncse_57), 1.0), 0.0)
+        ncse_211 = _sdiv(1.0, (2.0 * ncse_57))
         ncse_212 = (-1.0 - (0.6666666666666666 * ncse_211 * ncse_43 * ncse_55))
         ncse_213 = (ncse_35 * ncse_59)
         ncse_214 = (ncse_213 * ncse_40)
@@ -495,10 +496,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_457 = (-cse_139 - cse_143 - cse_146 + (0.3333333333333333 * state_internal_X_2))
         cse_458 = (cse_147 - cse_138 - cse_143 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
         cse_148 = torch.sqrt(torch.clamp((cse_133 + cse_135 + cse_137 + (cse_456 * cse_456) + (cse_457 * cse_457) + (cse_458 * cse_458)), min=0.0))
-        cse_149 = torch.where((2.0 * cse_148) != 0.0, 1.0 / torch.where((2.0 * cse_148) != 0.0, (2.0 * cse_148), 1.0), 0.0)
+        cse_149 = _sdiv(1.0, (2.0 * cse_148))
         cse_150 = (-1.3333333333333333 * cse_149)
         cse_151 = (cse_142 + cse_146 - (1.3333333333333333 * state_internal_X_0) + (1.3333333333333333 * cse_4))
-        cse_152 = torch.where((4.0 * (cse_148 * cse_148)) != 0.0, 1.0 / torch.where((4.0 * (cse_148 * cse_148)) != 0.0, (4.0 * (cse_148 * cse_148)), 1.0), 0.0)
+        cse_152 = _sdiv(1.0, (4.0 * (cse_148 * cse_148)))
         cse_153 = (2.0 * cse_149)
         cse_154 = (cse_152 * cse_153)
         cse_155 = (cse_150 + (cse_154 * (cse_151 * cse_151)))
@@ -711,7 +712,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_362 = (p_E * p_E)
         cse_363 = (state_internal_gamma_rate * state_internal_gamma_rate)
         cse_364 = (cse_362 * cse_363)
-        cse_365 = torch.where((2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_360 * cse_360)) + (cse_361 * cse_364)), min=0.0))) != 0.0, 1.0 / torch.where((2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_360 * cse_360)) + (cse_361 * cse_364)), min=0.0))) != 0.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_360 * cse_360)) + (cse_361 * cse_364)), min=0.0))), 1.0), 0.0)
+        cse_365 = _sdiv(1.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_360 * cse_360)) + (cse_361 * cse_364)), min=0.0))))
         cse_366 = (-1.0 - (0.6666666666666666 * cse_296 * cse_360 * cse_365))
         cse_367 = (cse_239 + cse_241)
         cse_368 = (cse_241 + cse_246)
@@ -2234,6 +2235,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -2313,7 +2319,7 @@ if triton is not None:
             ncse_260 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
             ncse_261 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
             ncse_34 = tl.sqrt(tl.maximum((ncse_20 + ncse_24 + ncse_28 + (ncse_259 * ncse_259) + (ncse_260 * ncse_260) + (ncse_261 * ncse_261)), 0.0))
-            ncse_35 = tl.where((K5 * ncse_34) != 0.0, K1 / tl.where((K5 * ncse_34) != 0.0, (K5 * ncse_34), 1.0), 0.0)
+            ncse_35 = _mc_sdiv(K1, (K5 * ncse_34))
             ncse_36 = (forces_t - old_forces_t)
             ncse_37 = (ncse_36 * state_internal_gamma_rate)
             ncse_38 = (ncse_35 * ncse_37)
@@ -2340,7 +2346,7 @@ if triton is not None:
             ncse_59 = (p_nu * ncse_3 * ncse_58)
             ncse_60 = (-ncse_3 - ncse_59)
             ncse_61 = (-K3 * ncse_35)
-            ncse_62 = tl.where((K8 * (ncse_34 * ncse_34)) != 0.0, K1 / tl.where((K8 * (ncse_34 * ncse_34)) != 0.0, (K8 * (ncse_34 * ncse_34)), 1.0), 0.0)
+            ncse_62 = _mc_sdiv(K1, (K8 * (ncse_34 * ncse_34)))
             ncse_63 = (ncse_41 * ncse_62)
             ncse_64 = (ncse_61 + (ncse_63 * (ncse_16 * ncse_16)))
             ncse_65 = (-ncse_64)
@@ -2489,7 +2495,7 @@ if triton is not None:
             ncse_208 = (ncse_206 * ncse_27)
             ncse_209 = (ncse_159 * ncse_204)
             ncse_210 = (ncse_184 * ncse_203)
-            ncse_211 = tl.where((K5 * ncse_57) != 0.0, K1 / tl.where((K5 * ncse_57) != 0.0, (K5 * ncse_57), 1.0), 0.0)
+            ncse_211 = _mc_sdiv(K1, (K5 * ncse_57))
             ncse_212 = (-K1 - (K2 * ncse_211 * ncse_43 * ncse_55))
             ncse_213 = (ncse_35 * ncse_59)
             ncse_214 = (ncse_213 * ncse_40)
@@ -3687,10 +3693,10 @@ if triton is not None:
             cse_457 = (-cse_139 - cse_143 - cse_146 + (K2 * state_internal_X_2))
             cse_458 = (cse_147 - cse_138 - cse_143 + (K2 * state_internal_X_1) + (K2 * state_internal_X_2))
             cse_148 = tl.sqrt(tl.maximum((cse_133 + cse_135 + cse_137 + (cse_456 * cse_456) + (cse_457 * cse_457) + (cse_458 * cse_458)), 0.0))
-            cse_149 = tl.where((K1 * cse_148) != 0.0, K0 / tl.where((K1 * cse_148) != 0.0, (K1 * cse_148), 1.0), 0.0)
+            cse_149 = _mc_sdiv(K0, (K1 * cse_148))
             cse_150 = (-K4 * cse_149)
             cse_151 = (cse_142 + cse_146 - (K4 * state_internal_X_0) + (K4 * cse_4))
-            cse_152 = tl.where((K5 * (cse_148 * cse_148)) != 0.0, K0 / tl.where((K5 * (cse_148 * cse_148)) != 0.0, (K5 * (cse_148 * cse_148)), 1.0), 0.0)
+            cse_152 = _mc_sdiv(K0, (K5 * (cse_148 * cse_148)))
             cse_153 = (K1 * cse_149)
             cse_154 = (cse_152 * cse_153)
             cse_155 = (cse_150 + (cse_154 * (cse_151 * cse_151)))
@@ -3903,7 +3909,7 @@ if triton is not None:
             cse_362 = (p_E * p_E)
             cse_363 = (state_internal_gamma_rate * state_internal_gamma_rate)
             cse_364 = (cse_362 * cse_363)
-            cse_365 = tl.where((K1 * tl.sqrt(tl.maximum(((K3 * (cse_360 * cse_360)) + (cse_361 * cse_364)), 0.0))) != 0.0, K0 / tl.where((K1 * tl.sqrt(tl.maximum(((K3 * (cse_360 * cse_360)) + (cse_361 * cse_364)), 0.0))) != 0.0, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_360 * cse_360)) + (cse_361 * cse_364)), 0.0))), 1.0), 0.0)
+            cse_365 = _mc_sdiv(K0, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_360 * cse_360)) + (cse_361 * cse_364)), 0.0))))
             cse_366 = (-K0 - (K3 * cse_296 * cse_360 * cse_365))
             cse_367 = (cse_239 + cse_241)
             cse_368 = (cse_241 + cse_246)

@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -156,7 +157,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_39 = (cse_38 * cse_38)
     cse_40 = (cse_13 * cse_13)
     cse_41 = torch.sqrt(torch.clamp(((cse_27 * cse_29) + (cse_31 * cse_32) + (cse_32 * cse_34) + (cse_32 * cse_37) + (cse_32 * cse_39) + (cse_32 * cse_40)), min=0.0))
-    cse_42 = (cse_23 * torch.where(cse_41 != 0.0, 1.0 / torch.where(cse_41 != 0.0, cse_41, 1.0), 0.0))
+    cse_42 = (cse_23 * _sdiv(1.0, cse_41))
     cse_43 = (cse_22 * cse_42)
     state_internal_Ep_0 = (old_state_internal_Ep_0 + (cse_13 * cse_43))
     state_internal_Ep_1 = (old_state_internal_Ep_1 + (cse_38 * cse_43))
@@ -214,9 +215,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_71 = (cse_32 * cse_70)
         cse_72 = (cse_61 + cse_69 - (0.8888888888888888 * old_state_internal_Ep_0) + (0.8888888888888888 * forces_E_0))
         cse_73 = (cse_64 + cse_71 + (cse_32 * cse_72))
-        cse_74 = torch.where((cse_41 * cse_41) != 0.0, 1.0 / torch.where((cse_41 * cse_41) != 0.0, (cse_41 * cse_41), 1.0), 0.0)
+        cse_74 = _sdiv(1.0, (cse_41 * cse_41))
         cse_75 = (cse_13 * cse_74)
-        cse_76 = (cse_23 * torch.where((2.0 * cse_41) != 0.0, 1.0 / torch.where((2.0 * cse_41) != 0.0, (2.0 * cse_41), 1.0), 0.0))
+        cse_76 = (cse_23 * _sdiv(1.0, (2.0 * cse_41)))
         cse_77 = (cse_22 * cse_76)
         cse_78 = (cse_75 * cse_77)
         cse_80 = (0.3333333333333333 * cse_43)
@@ -1028,6 +1029,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _triton_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1205,7 +1211,7 @@ if triton is not None:
         cse_39 = (cse_38 * cse_38)
         cse_40 = (cse_13 * cse_13)
         cse_41 = tl.sqrt(tl.maximum(((cse_27 * cse_29) + (cse_31 * cse_32) + (cse_32 * cse_34) + (cse_32 * cse_37) + (cse_32 * cse_39) + (cse_32 * cse_40)), 0.0))
-        cse_42 = (cse_23 * tl.where(cse_41 != 0.0, K6 / tl.where(cse_41 != 0.0, cse_41, 1.0), 0.0))
+        cse_42 = (cse_23 * _mc_sdiv(K6, cse_41))
         cse_43 = (cse_22 * cse_42)
         state_internal_Ep_0 = (old_state_internal_Ep_0 + (cse_13 * cse_43))
         state_internal_Ep_1 = (old_state_internal_Ep_1 + (cse_38 * cse_43))
@@ -1263,9 +1269,9 @@ if triton is not None:
             cse_71 = (cse_32 * cse_70)
             cse_72 = (cse_61 + cse_69 - (K9 * old_state_internal_Ep_0) + (K9 * forces_E_0))
             cse_73 = (cse_64 + cse_71 + (cse_32 * cse_72))
-            cse_74 = tl.where((cse_41 * cse_41) != 0.0, K6 / tl.where((cse_41 * cse_41) != 0.0, (cse_41 * cse_41), 1.0), 0.0)
+            cse_74 = _mc_sdiv(K6, (cse_41 * cse_41))
             cse_75 = (cse_13 * cse_74)
-            cse_76 = (cse_23 * tl.where((K0 * cse_41) != 0.0, K6 / tl.where((K0 * cse_41) != 0.0, (K0 * cse_41), 1.0), 0.0))
+            cse_76 = (cse_23 * _mc_sdiv(K6, (K0 * cse_41)))
             cse_77 = (cse_22 * cse_76)
             cse_78 = (cse_75 * cse_77)
             cse_80 = (K2 * cse_43)

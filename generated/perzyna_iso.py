@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -151,7 +152,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_35 = (cse_34 * cse_34)
     cse_36 = (cse_14 * cse_14)
     cse_37 = torch.sqrt(torch.clamp(((cse_23 * cse_25) + (cse_27 * cse_28) + (cse_28 * cse_30) + (cse_28 * cse_33) + (cse_28 * cse_35) + (cse_28 * cse_36)), min=0.0))
-    cse_38 = torch.where(cse_37 != 0.0, 1.0 / torch.where(cse_37 != 0.0, cse_37, 1.0), 0.0)
+    cse_38 = _sdiv(1.0, cse_37)
     cse_39 = (1.0 / cse_19)
     cse_40 = (2.0 * cse_39)
     cse_41 = (p_E * cse_40)
@@ -215,8 +216,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_73 = (cse_28 * cse_72)
         cse_74 = (cse_63 + cse_71 - (0.8888888888888888 * old_state_internal_Ep_0) + (0.8888888888888888 * forces_E_0))
         cse_75 = (cse_66 + cse_73 + (cse_28 * cse_74))
-        cse_76 = torch.where((2.0 * cse_37) != 0.0, 1.0 / torch.where((2.0 * cse_37) != 0.0, (2.0 * cse_37), 1.0), 0.0)
-        cse_77 = (cse_17 * cse_76 * torch.where((cse_37 * cse_37) != 0.0, 1.0 / torch.where((cse_37 * cse_37) != 0.0, (cse_37 * cse_37), 1.0), 0.0))
+        cse_76 = _sdiv(1.0, (2.0 * cse_37))
+        cse_77 = (cse_17 * cse_76 * _sdiv(1.0, (cse_37 * cse_37)))
         cse_78 = (cse_14 * cse_77)
         cse_79 = (cse_41 * cse_78)
         cse_81 = (0.6666666666666666 * cse_17)
@@ -259,7 +260,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_293 = (-cse_292)
         cse_310 = (-cse_275)
         cse_363 = (cse_41 + (0.6666666666666666 * p_K))
-        cse_364 = torch.heaviside((cse_37 - (cse_50 * (p_sigma_y + (p_K * old_state_internal_ep)))), torch.zeros_like((cse_37 - (cse_50 * (p_sigma_y + (p_K * old_state_internal_ep))))))
+        cse_364 = _heaviside((cse_37 - (cse_50 * (p_sigma_y + (p_K * old_state_internal_ep)))))
         cse_365 = (cse_364 * cse_76)
         cse_366 = (cse_28 * cse_365)
         # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
@@ -1119,6 +1120,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1292,7 +1298,7 @@ if triton is not None:
         cse_35 = (cse_34 * cse_34)
         cse_36 = (cse_14 * cse_14)
         cse_37 = tl.sqrt(tl.maximum(((cse_23 * cse_25) + (cse_27 * cse_28) + (cse_28 * cse_30) + (cse_28 * cse_33) + (cse_28 * cse_35) + (cse_28 * cse_36)), 0.0))
-        cse_38 = tl.where(cse_37 != 0.0, K5 / tl.where(cse_37 != 0.0, cse_37, 1.0), 0.0)
+        cse_38 = _mc_sdiv(K5, cse_37)
         cse_39 = (K5 / cse_19)
         cse_40 = (K0 * cse_39)
         cse_41 = (p_E * cse_40)
@@ -1356,8 +1362,8 @@ if triton is not None:
             cse_73 = (cse_28 * cse_72)
             cse_74 = (cse_63 + cse_71 - (K10 * old_state_internal_Ep_0) + (K10 * forces_E_0))
             cse_75 = (cse_66 + cse_73 + (cse_28 * cse_74))
-            cse_76 = tl.where((K0 * cse_37) != 0.0, K5 / tl.where((K0 * cse_37) != 0.0, (K0 * cse_37), 1.0), 0.0)
-            cse_77 = (cse_17 * cse_76 * tl.where((cse_37 * cse_37) != 0.0, K5 / tl.where((cse_37 * cse_37) != 0.0, (cse_37 * cse_37), 1.0), 0.0))
+            cse_76 = _mc_sdiv(K5, (K0 * cse_37))
+            cse_77 = (cse_17 * cse_76 * _mc_sdiv(K5, (cse_37 * cse_37)))
             cse_78 = (cse_14 * cse_77)
             cse_79 = (cse_41 * cse_78)
             cse_81 = (K3 * cse_17)

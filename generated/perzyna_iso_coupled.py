@@ -28,6 +28,7 @@ from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
 from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
     import triton
@@ -90,7 +91,7 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_143 = (ncse_26 - ncse_17 - ncse_27)
         ncse_144 = (ncse_28 - ncse_21 - ncse_27)
         ncse_29 = torch.sqrt(torch.clamp((ncse_10 + ncse_13 + ncse_7 + (ncse_142 * ncse_142) + (ncse_143 * ncse_143) + (ncse_144 * ncse_144)), min=0.0))
-        ncse_30 = torch.where((2.0 * ncse_29) != 0.0, 1.0 / torch.where((2.0 * ncse_29) != 0.0, (2.0 * ncse_29), 1.0), 0.0)
+        ncse_30 = _sdiv(1.0, (2.0 * ncse_29))
         ncse_31 = (-ncse_25 - ncse_26 + (1.3333333333333333 * p_E * ncse_14 * ncse_15))
         ncse_32 = (ncse_30 * ncse_31)
         ncse_33 = (-ncse_25 - ncse_28 + (1.3333333333333333 * p_E * ncse_15 * ncse_19))
@@ -110,7 +111,7 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_47 = (ncse_16 * ncse_46)
         ncse_48 = (-ncse_16 - ncse_47)
         ncse_49 = (-1.3333333333333333 * ncse_30)
-        ncse_50 = torch.where((4.0 * (ncse_29 * ncse_29)) != 0.0, 1.0 / torch.where((4.0 * (ncse_29 * ncse_29)) != 0.0, (4.0 * (ncse_29 * ncse_29)), 1.0), 0.0)
+        ncse_50 = _sdiv(1.0, (4.0 * (ncse_29 * ncse_29)))
         ncse_51 = (ncse_36 * ncse_50)
         ncse_52 = (-ncse_49 - (ncse_51 * (ncse_31 * ncse_31)))
         ncse_53 = (0.6666666666666666 * ncse_30)
@@ -178,7 +179,7 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_115 = (ncse_114 * ncse_35)
         ncse_116 = (ncse_114 * ncse_33)
         ncse_117 = (p_n * torch.pow(ncse_43, (-1.0 + p_n)))
-        ncse_118 = (ncse_117 * ncse_41 * torch.heaviside(ncse_42, torch.zeros_like(ncse_42)))
+        ncse_118 = (ncse_117 * ncse_41 * _heaviside(ncse_42))
         ncse_119 = (ncse_32 * ncse_47)
         ncse_120 = (ncse_118 * ncse_36 * ncse_6)
         ncse_121 = torch.abs(state_internal_Ep_0)
@@ -334,10 +335,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_287 = (cse_119 - cse_116 - cse_120)
         cse_288 = (cse_121 - cse_117 - cse_120)
         cse_122 = torch.sqrt(torch.clamp((cse_111 + cse_113 + cse_115 + (cse_286 * cse_286) + (cse_287 * cse_287) + (cse_288 * cse_288)), min=0.0))
-        cse_123 = torch.where((2.0 * cse_122) != 0.0, 1.0 / torch.where((2.0 * cse_122) != 0.0, (2.0 * cse_122), 1.0), 0.0)
+        cse_123 = _sdiv(1.0, (2.0 * cse_122))
         cse_124 = (-1.3333333333333333 * cse_123)
         cse_125 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_2))
-        cse_126 = torch.where((4.0 * (cse_122 * cse_122)) != 0.0, 1.0 / torch.where((4.0 * (cse_122 * cse_122)) != 0.0, (4.0 * (cse_122 * cse_122)), 1.0), 0.0)
+        cse_126 = _sdiv(1.0, (4.0 * (cse_122 * cse_122)))
         cse_127 = (2.0 * cse_123)
         cse_128 = (cse_126 * cse_127)
         cse_129 = (-cse_124 - (cse_128 * (cse_125 * cse_125)))
@@ -449,7 +450,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_235 = torch.clamp(cse_234, min=0.0)
         cse_236 = (cse_233 * cse_235)
         cse_237 = (p_n * torch.pow(cse_236, (-1.0 + p_n)))
-        cse_238 = (cse_233 * cse_237 * torch.heaviside(cse_234, torch.zeros_like(cse_234)))
+        cse_238 = (cse_233 * cse_237 * _heaviside(cse_234))
         cse_239 = (cse_12 * cse_146)
         cse_240 = (cse_230 + cse_239)
         cse_241 = (cse_231 + cse_239)
@@ -1330,6 +1331,11 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_sdiv(a, b):
+        nz = b != 0.0
+        return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1397,7 +1403,7 @@ if triton is not None:
             ncse_143 = (ncse_26 - ncse_17 - ncse_27)
             ncse_144 = (ncse_28 - ncse_21 - ncse_27)
             ncse_29 = tl.sqrt(tl.maximum((ncse_10 + ncse_13 + ncse_7 + (ncse_142 * ncse_142) + (ncse_143 * ncse_143) + (ncse_144 * ncse_144)), 0.0))
-            ncse_30 = tl.where((K4 * ncse_29) != 0.0, K1 / tl.where((K4 * ncse_29) != 0.0, (K4 * ncse_29), 1.0), 0.0)
+            ncse_30 = _mc_sdiv(K1, (K4 * ncse_29))
             ncse_31 = (-ncse_25 - ncse_26 + (K5 * p_E * ncse_14 * ncse_15))
             ncse_32 = (ncse_30 * ncse_31)
             ncse_33 = (-ncse_25 - ncse_28 + (K5 * p_E * ncse_15 * ncse_19))
@@ -1417,7 +1423,7 @@ if triton is not None:
             ncse_47 = (ncse_16 * ncse_46)
             ncse_48 = (-ncse_16 - ncse_47)
             ncse_49 = (-K5 * ncse_30)
-            ncse_50 = tl.where((K8 * (ncse_29 * ncse_29)) != 0.0, K1 / tl.where((K8 * (ncse_29 * ncse_29)) != 0.0, (K8 * (ncse_29 * ncse_29)), 1.0), 0.0)
+            ncse_50 = _mc_sdiv(K1, (K8 * (ncse_29 * ncse_29)))
             ncse_51 = (ncse_36 * ncse_50)
             ncse_52 = (-ncse_49 - (ncse_51 * (ncse_31 * ncse_31)))
             ncse_53 = (K3 * ncse_30)
@@ -1878,10 +1884,10 @@ if triton is not None:
             cse_287 = (cse_119 - cse_116 - cse_120)
             cse_288 = (cse_121 - cse_117 - cse_120)
             cse_122 = tl.sqrt(tl.maximum((cse_111 + cse_113 + cse_115 + (cse_286 * cse_286) + (cse_287 * cse_287) + (cse_288 * cse_288)), 0.0))
-            cse_123 = tl.where((K1 * cse_122) != 0.0, K0 / tl.where((K1 * cse_122) != 0.0, (K1 * cse_122), 1.0), 0.0)
+            cse_123 = _mc_sdiv(K0, (K1 * cse_122))
             cse_124 = (-K4 * cse_123)
             cse_125 = (-cse_118 - cse_119 + (K4 * p_E * cse_0 * cse_2))
-            cse_126 = tl.where((K5 * (cse_122 * cse_122)) != 0.0, K0 / tl.where((K5 * (cse_122 * cse_122)) != 0.0, (K5 * (cse_122 * cse_122)), 1.0), 0.0)
+            cse_126 = _mc_sdiv(K0, (K5 * (cse_122 * cse_122)))
             cse_127 = (K1 * cse_123)
             cse_128 = (cse_126 * cse_127)
             cse_129 = (-cse_124 - (cse_128 * (cse_125 * cse_125)))

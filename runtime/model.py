@@ -60,6 +60,34 @@ def t_pow(a, b):
     return torch.pow(a, b)
 
 
+# The spellings of modelc.functions that would name an argument more than once are these helpers,
+# so an argument is printed (and, in eager PyTorch, evaluated) once at any depth of nesting.
+def t_ge(a, b):
+    """max_(a, b): a where a >= b, else b (NaN in b wins, like the C and Triton spellings)."""
+    return torch.where(a >= b, a, b)
+
+
+def t_le(a, b):
+    """min_(a, b): a where a <= b, else b."""
+    return torch.where(a <= b, a, b)
+
+
+def t_sdiv(a, b):
+    """safe_div(a, b): a / b, 0 where b == 0."""
+    nz = b != 0.0
+    return torch.where(nz, a / torch.where(nz, b, 1.0), 0.0)
+
+
+def t_heaviside(x):
+    """heaviside(x): 1 for x > 0, 0 for x <= 0, NaN for NaN."""
+    return torch.heaviside(x, torch.zeros_like(x))
+
+
+#: the names the generated PyTorch code calls these helpers by (templates/module.py.j2 imports them)
+TORCH_HELPERS = {"_where": t_where, "_minimum": t_minimum, "_maximum": t_maximum, "_tpow": t_pow,
+                 "_ge": t_ge, "_le": t_le, "_sdiv": t_sdiv, "_heaviside": t_heaviside}
+
+
 def t_batch(v, X: torch.Tensor) -> torch.Tensor:
     """``v`` as a ``(B,)`` tensor like the columns of ``X`` (a Newton unknown must be per point)."""
     B = X.shape[0]

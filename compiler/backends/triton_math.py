@@ -1,6 +1,8 @@
 """Triton spellings of the elementary functions of :mod:`modelc.functions` that Triton only offers
 through libdevice (which does not run under TRITON_INTERPRET): ``@triton.jit`` helpers written with
-``tl.exp``/``tl.log``/``tl.sqrt`` only, emitted into a generated module only when a kernel calls them.
+``tl.exp``/``tl.log``/``tl.sqrt`` only, emitted into a generated module only when a kernel calls them;
+and the functions whose inline spelling would name an argument twice (``sign``, ``max_``, ``min_``,
+``safe_div``), so that a nested argument is printed once.
 
 Accuracy (the derivations; tests compare with NumPy in float64 and float32):
 
@@ -27,6 +29,29 @@ import re
 #: name -> (helpers it calls, source); the sources are indented for the generated module's
 #: ``if triton is not None:`` block by the template
 HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
+    # functions whose inline spelling would name an argument twice (the source would double at
+    # each level of nesting): one call each, inlined by Triton
+    "_mc_sign": ((), '''
+@triton.jit
+def _mc_sign(x):
+    return tl.where(x > 0.0, 1.0, tl.where(x < 0.0, -1.0, 0.0))
+'''),
+    "_mc_ge": ((), '''
+@triton.jit
+def _mc_ge(a, b):
+    return tl.where(a >= b, a, b)
+'''),
+    "_mc_le": ((), '''
+@triton.jit
+def _mc_le(a, b):
+    return tl.where(a <= b, a, b)
+'''),
+    "_mc_sdiv": ((), '''
+@triton.jit
+def _mc_sdiv(a, b):
+    nz = b != 0.0
+    return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+'''),
     "_mc_expm1": ((), '''
 @triton.jit
 def _mc_expm1(x):

@@ -11,6 +11,7 @@ import torch
 from fe_util import lambdify
 from modelc import functions as F
 from modelc.backends import triton_math
+from modelc.runtime.model import TORCH_HELPERS
 
 x, y, z = sp.symbols("x y z", real=True)
 ARGS = (x, y, z)
@@ -51,7 +52,8 @@ def test_every_entry_has_every_rule():
         for spelling in (r.torch, r.triton):
             printed = spelling.format(*placeholders)
             assert all(p in printed for p in placeholders), (name, spelling)
-        assert r.torch.startswith("torch.") and ("tl." in r.triton or r.triton_helpers)
+        assert r.torch.startswith(("torch.",) + tuple(f"{h}(" for h in TORCH_HELPERS))
+        assert "tl." in r.triton or r.triton_helpers
         for h in r.triton_helpers:
             assert h in r.triton and h in triton_math.HELPERS
         assert callable(r.numpy) and len(r.kink_doc) > 10 and r.cls.__doc__
@@ -136,7 +138,7 @@ def test_torch_spelling_matches_the_numpy_reference(name, dtype):
     if r.nargs == 2:  # ties and zero denominators exactly
         pts = np.vstack([pts, [[0.5, 0.5], [1.5, 0.0]]])
     cols = [torch.tensor(pts[:, i], dtype=dtype) for i in range(r.nargs)]
-    ns = {"torch": torch, **{f"a{i}": c for i, c in enumerate(cols)}}
+    ns = {"torch": torch, **TORCH_HELPERS, **{f"a{i}": c for i, c in enumerate(cols)}}
     code = r.torch.format(*(f"a{i}" for i in range(r.nargs)))
     got = eval(code, ns)  # our own spelling, not spec input
     want = r.numpy(*(c.numpy() for c in cols))

@@ -247,6 +247,7 @@ def test_custom_functions_match_numpy(cache_dir, dtype):
     come in as per-point parameters: a NaN *input* fails the whole point in the kernel (see
     test_nan_points_fail_and_public_call), parameters reach the functions as they are."""
     from modelc.functions import FUNCTIONS
+    from modelc.runtime.model import TORCH_HELPERS
 
     rules = list(FUNCTIONS.values())
     vals = np.array([0.0, -0.0, 1.5, -2.25, 0.3, -1e-3, 4.0, math.nan])
@@ -283,7 +284,7 @@ def test_custom_functions_match_numpy(cache_dir, dtype):
         np.testing.assert_allclose(Y[finite, k], r[finite], rtol=tol, atol=tol,
                                    err_msg=f"output {k} ({prog.results[f'state/y{k}'][0]})")
     # everywhere, NaN included: the PyTorch spelling (the backends' common NaN semantics)
-    env = {"torch": torch, **{f"a{i}": torch.from_numpy(X[:, i]) for i in range(3)}}
+    env = {"torch": torch, **TORCH_HELPERS, **{f"a{i}": torch.from_numpy(X[:, i]) for i in range(3)}}
     for k, r in enumerate(rules):
         want = eval(r.torch.format(*[f"a{i}" for i in range(r.nargs)]), env).numpy()
         np.testing.assert_allclose(Y[:, k], want, rtol=tol, atol=tol, equal_nan=True, err_msg=r.name)

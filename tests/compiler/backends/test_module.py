@@ -85,6 +85,22 @@ def test_header_and_structure():
     assert "**" not in text.split("class Model")[0].replace('"""', "")
 
 
+def test_generated_torch_code_binds_every_runtime_helper():
+    """The PyTorch spellings call the runtime's helpers by the names of TORCH_HELPERS: a generated
+    module binds each of them, to the runtime's function (a name the template forgot to import would
+    only fail when a spec first used that function)."""
+    import importlib
+
+    from modelc.runtime.model import TORCH_HELPERS
+
+    ns: dict = {}
+    exec(compile(emit_module(bp.elastic()[1]), "elastic.py", "exec"), ns)  # our own emitted module
+    for name, fn in TORCH_HELPERS.items():
+        assert ns.get(name) is fn, name
+    mod = importlib.import_module("modelc.generated.gtn")
+    assert all(getattr(mod, name) is fn for name, fn in TORCH_HELPERS.items())
+
+
 def test_bad_bake_option_names_the_parameter():
     v, f = bp.elastic()
     with pytest.raises(ModelcError, match="cannot bake unknown parameter.*Q"):

@@ -28,8 +28,7 @@ EXPRS = [
 def _eval_torch(expr, xv, yv):
     namer = Namer()
     text = TorchPrinter(namer).doprint(expr)
-    env = {"torch": torch, "_where": rt.t_where, "_minimum": rt.t_minimum, "_maximum": rt.t_maximum,
-           "_tpow": rt.t_pow, namer(x): xv, namer(y): yv}
+    env = {"torch": torch, **rt.TORCH_HELPERS, namer(x): xv, namer(y): yv}
     return eval(text, env), text
 
 
@@ -93,17 +92,24 @@ def test_math_shim_functions_match_numpy():
     assert math.isclose(math.exp(2.5 * math.log(1.7)), 1.7 ** 2.5)
 
 
-@pytest.mark.parametrize("fn", [F.macaulay, F.safe_sqrt, F.sign, lambda a: F.max_(a, y), lambda a: F.min_(a, y),
-                                lambda a: F.safe_div(y, a)],
-                         ids=["macaulay", "safe_sqrt", "sign", "max", "min", "safe_div"])
-def test_c_prints_each_argument_once(fn):
-    """A function whose C spelling names its argument twice would double the source at each level of
-    nesting (perzyna_iso's guess, a Macaulay bracket of a safe_sqrt, was one 34,000-character line):
-    C spells them as inline helpers (mc_pos, mc_sign, mc_ge, mc_le, mc_sdiv), so x appears once at
-    any depth."""
+@pytest.mark.parametrize("backend", ["c", "torch", "triton"])
+def test_every_function_prints_each_argument_once(backend):
+    """A function whose spelling names an argument twice would double the source at each level of
+    nesting (perzyna_iso's guess, a Macaulay bracket of a safe_sqrt, was one 34,000-character line of
+    C), and eager PyTorch would evaluate that argument twice: such functions are helpers (C: mc_pos,
+    mc_sign, mc_ge, mc_le, mc_sdiv; Triton: _mc_sign, _mc_ge, _mc_le, _mc_sdiv; PyTorch: _ge, _le,
+    _sdiv, _heaviside). Every function of the table, in every argument position, nested six deep:
+    x appears once."""
     from modelc.backends.c_printer import CPrinter
-    expr = x
-    for _ in range(6):
-        expr = fn(expr - 1)
-    text = CPrinter(Namer()).doprint(expr)
-    assert text.count(Namer()(x)) == 1, text
+    from modelc.backends.torch_printer import TorchPrinter
+    from modelc.backends.triton_printer import TritonPrinter
+    printer = {"c": CPrinter, "torch": TorchPrinter, "triton": TritonPrinter}[backend]
+    for name, rule in F.FUNCTIONS.items():
+        for pos in range(rule.nargs):
+            expr = x
+            for _ in range(6):
+                args = [y + k for k in range(2, 2 + rule.nargs)]  # distinct: nothing folds
+                args[pos] = expr - 1
+                expr = rule.cls(*args)
+            text = printer(Namer()).doprint(expr)
+            assert text.count(Namer()(x)) == 1, (name, pos, text)
