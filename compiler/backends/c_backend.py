@@ -284,15 +284,24 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
                  (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
                  (None, "mc_act[l]", "mc_go")]
-    for i in range(n):
-        for j in range(n):
-            step.ops.append((None, f"mc_A[{i * n + j} * MC_W + l]", st.jacobian[i][j]))
-        step.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
-    update = _Loop([(None, "const int mc_go", "mc_act[l]")])
-    for i, u in enumerate(st.unknowns):
-        x = f"v_{code.name(u)}[l]"
-        update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
-    update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+    if n == 1:  # one unknown: the step -r * (1/J) (mc_lu_solve's arithmetic for n = 1) in the same loop
+        inv, dx = sp.Symbol(f"nt{k}.inv", real=True), sp.Symbol(f"nt{k}.dx", real=True)
+        step.ops += [(inv, None, sp.Pow(st.jacobian[0][0], -1, evaluate=False)),
+                     (dx, None, sp.Mul(-res[0], inv, evaluate=False))]
+        x = f"v_{code.name(st.unknowns[0])}[l]"
+        step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
+        solve, update = ["if (!mc_any) break;"], None
+    else:
+        for i in range(n):
+            for j in range(n):
+                step.ops.append((None, f"mc_A[{i * n + j} * MC_W + l]", st.jacobian[i][j]))
+            step.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
+        solve = ["if (!mc_any) break;", f"mc_lu_solve({n}, 1, mc_A, mc_B);"]
+        update = _Loop([(None, "const int mc_go", "mc_act[l]")])
+        for i, u in enumerate(st.unknowns):
+            x = f"v_{code.name(u)}[l]"
+            update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
+        update.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
     items = [start,
              # tolerances and iteration limit: the call's (a->rtol, ...), negative: the spec's
              _Call([f"const real {code.name(rtol)} = mc_max(a->rtol >= 0 ? a->rtol : "
@@ -302,12 +311,12 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
                     "for (int it = 0; ; ++it) {"], (rtol, atol)),
              step,
              _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
-                    "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;", f"mc_lu_solve({n}, 1, mc_A, mc_B);"]),
-             update, _Call(["}"])]
+                    "MC_LANES mc_any |= mc_act[l];"] + solve)] + ([update] if update else []) + [_Call(["}"])]
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
     arrays[rtol] = arrays[atol] = ""
     lines = _emit_loops(code, items, arrays)
-    decls = [f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], v_{r0}[MC_W];", "int mc_act[MC_W];"]
+    decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 else "real ") + f"v_{r0}[MC_W];",
+             "int mc_act[MC_W];"]
     text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
             "iterate together until none is active */", f"static void {fname}({', '.join(args)}) {{"]
     text += ["    " + x for x in decls + lines] + ["}"]
@@ -377,6 +386,14 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             cur.ops.append((st.target, None, st.value))
             if last[st.target] == k and k >= ready:
                 cur.ops += stores.at(st.target, m)
+        elif isinstance(st, ir.LinearSolve) and len(st.A) == 1:
+            # a scalar system (a radial return's one unknown): x = b * (1/a), the arithmetic of
+            # mc_lu_solve for n = 1, inline in the lane loop, which goes on (no break, nothing staged)
+            n_ls += 1
+            inv = sp.Symbol(f"ls{n_ls}.inv", real=True)
+            cur.ops.append((inv, None, sp.Pow(st.A[0][0], -1, evaluate=False)))
+            for b, t in zip(st.B[0], st.targets[0]):
+                cur.ops.append((t, None, sp.Mul(b, inv, evaluate=False)))
         elif isinstance(st, ir.LinearSolve):
             n_ls += 1
             n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
