@@ -45,6 +45,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
 from modelc.errors import InternalError
+from modelc.passes.expand_solve import expand_solve
 
 # C keywords and the names the generated code uses itself (never given to a symbol)
 _C_RESERVED = frozenset("""
@@ -284,10 +285,9 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
                  (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
                  (None, "mc_act[l]", "mc_go")]
-    if n == 1:  # one unknown: the step -r * (1/J) (mc_lu_solve's arithmetic for n = 1) in the same loop
-        inv, dx = sp.Symbol(f"nt{k}.inv", real=True), sp.Symbol(f"nt{k}.dx", real=True)
-        step.ops += [(inv, None, sp.Pow(st.jacobian[0][0], -1, evaluate=False)),
-                     (dx, None, sp.Mul(-res[0], inv, evaluate=False))]
+    if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
+        dx = sp.Symbol(f"nt{k}.dx", real=True)
+        step.ops += _scalar_solve(st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}")
         x = f"v_{code.name(st.unknowns[0])}[l]"
         step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
         solve, update = ["if (!mc_any) break;"], None
@@ -322,6 +322,15 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     text += ["    " + x for x in decls + lines] + ["}"]
     code.functions.append("\n".join(text))
     return fname
+
+
+def _scalar_solve(A, B, targets, prefix: str) -> list:
+    """Lane-loop ops solving a 1 x 1 system ``a x = b`` (one or more right-hand sides), expanded as
+    the other backends expand every solve (:func:`~modelc.passes.expand_solve.expand_solve`:
+    ``x = b * (1/a)``, also the arithmetic of ``mc_lu_solve`` for n = 1). Inline, a scalar solve
+    needs no call, no staged A and B, and does not split the lane loop; larger systems call
+    ``mc_lu_solve``."""
+    return [(a.target, None, a.value) for a in expand_solve(A, B, targets, prefix, pivoting="none")]
 
 
 def _fuse(items, full: int) -> list:
@@ -387,13 +396,9 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             if last[st.target] == k and k >= ready:
                 cur.ops += stores.at(st.target, m)
         elif isinstance(st, ir.LinearSolve) and len(st.A) == 1:
-            # a scalar system (a radial return's one unknown): x = b * (1/a), the arithmetic of
-            # mc_lu_solve for n = 1, inline in the lane loop, which goes on (no break, nothing staged)
+            # a scalar system (a radial return's one unknown): inline in the lane loop, which goes on
             n_ls += 1
-            inv = sp.Symbol(f"ls{n_ls}.inv", real=True)
-            cur.ops.append((inv, None, sp.Pow(st.A[0][0], -1, evaluate=False)))
-            for b, t in zip(st.B[0], st.targets[0]):
-                cur.ops.append((t, None, sp.Mul(b, inv, evaluate=False)))
+            cur.ops += _scalar_solve(st.A, st.B, st.targets, f"ls{n_ls}")
         elif isinstance(st, ir.LinearSolve):
             n_ls += 1
             n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
