@@ -46,18 +46,19 @@ def _base(model_name: str) -> str:
     return model_name.removesuffix("_coupled")
 
 
-def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device):
+def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device, baked: bool = False):
     import modelc
 
-    module = modelc.load(_LIBRARY, model=model_name)
+    params = params_for(_base(model_name))
+    module = modelc.load(_LIBRARY, model=model_name, constant_params=list(params) if baked else [])
     try:
-        return module.Model(dtype=dtype, device=device, backend=backend, **params_for(_base(model_name)))
+        return module.Model(dtype=dtype, device=device, backend=backend, **params)
     except Exception as exc:  # a backend that cannot run here (no GPU, no compiler, ...)
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
 
 def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device,
-                derivatives=None, bound: bool = False) -> Callable:
+                derivatives=None, bound: bool = False, baked: bool = False) -> Callable:
     """A compiled modelc model wrapped in the baseline calling convention (see module doc).
 
     It goes through the public call (named inputs in, typed views out), so the timing includes what a
@@ -65,9 +66,11 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
     ``derivatives``: what a ``tangent=True`` call asks for (default ``TANGENT``; ``True`` for the full
     Jacobian, of which the stress/strain block is returned). ``bound``: the route of a host that
     evaluates the same arrays every step (``model.bind``, one bound call per set of input tensors,
-    made on first use of those tensors).
+    made on first use of those tensors). ``baked``: the module compiled with every parameter baked in
+    (``constant_params``: a material whose constants are known when the kernel is built; the C
+    backend compiles them in, the Triton backend makes them constexpr).
     """
-    m = _model(model_name, backend, dtype, device)
+    m = _model(model_name, backend, dtype, device, baked)
     names = STATE[_base(model_name)]
     plastic = _base(model_name) != "elastic"
     input_names = set(m.input_axis.variable_names)

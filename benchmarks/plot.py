@@ -8,6 +8,7 @@ from pathlib import Path
 
 STYLE = {  # impl prefix -> (colour, marker); the first prefix that matches
     "modelc-c-bound": ("magenta", "<"),
+    "modelc-c-baked": ("crimson", "p"),
     "modelc-c": ("tab:red", "o"),
     "modelc-triton": ("darkred", "*"),
     "modelc-torch": ("tab:orange", "h"),

@@ -22808,8 +22808,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -23012,6 +23036,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 11
 #define NY 25
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -23106,15 +23143,15 @@ static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, c
         const real old_state_internal_X2_3 = v_old_state_internal_X2_3[l];
         const real old_state_internal_X2_4 = v_old_state_internal_X2_4[l];
         const real old_state_internal_X2_5 = v_old_state_internal_X2_5[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real p_eta = v_p_eta[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
+        const real p_E = MC_P(0, v_p_E[l]);
+        const real p_eta = MC_P(5, v_p_eta[l]);
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real p_C1 = v_p_C1[l];
-        const real p_C2 = v_p_C2[l];
-        const real p_g1 = v_p_g1[l];
-        const real p_g2 = v_p_g2[l];
+        const real p_C1 = MC_P(7, v_p_C1[l]);
+        const real p_C2 = MC_P(9, v_p_C2[l]);
+        const real p_g1 = MC_P(8, v_p_g1[l]);
+        const real p_g2 = MC_P(10, v_p_g2[l]);
         const real state_internal_Ep_0 = old_state_internal_Ep_0;
         const real state_internal_Ep_1 = old_state_internal_Ep_1;
         const real state_internal_Ep_2 = old_state_internal_Ep_2;
@@ -23223,7 +23260,7 @@ static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, c
         const real state_internal_X1_0 = v_state_internal_X1_0[l];
         const real state_internal_X2_0 = v_state_internal_X2_0[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real p_E = v_p_E[l];
+        const real p_E = MC_P(0, v_p_E[l]);
         const real forces_E_3 = v_forces_E_3[l];
         const real ncse_2 = v_ncse_2[l];
         const real state_internal_X1_3 = v_state_internal_X1_3[l];
@@ -23237,20 +23274,20 @@ static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, c
         const real state_internal_X1_5 = v_state_internal_X1_5[l];
         const real state_internal_X2_5 = v_state_internal_X2_5[l];
         const real ncse_28 = v_ncse_28[l];
-        const real p_d = v_p_d[l];
+        const real p_d = MC_P(3, v_p_d[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_R = v_p_R[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_R = MC_P(2, v_p_R[l]);
+        const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
         const real ncse_39 = v_ncse_39[l];
         const real ncse_40 = v_ncse_40[l];
         const real ncse_37 = v_ncse_37[l];
-        const real p_n = v_p_n[l];
+        const real p_n = MC_P(6, v_p_n[l]);
         const real ncse_44 = v_ncse_44[l];
         const real ncse_47 = v_ncse_47[l];
-        const real p_C1 = v_p_C1[l];
-        const real p_g1 = v_p_g1[l];
-        const real p_C2 = v_p_C2[l];
-        const real p_g2 = v_p_g2[l];
+        const real p_C1 = MC_P(7, v_p_C1[l]);
+        const real p_g1 = MC_P(8, v_p_g1[l]);
+        const real p_C2 = MC_P(9, v_p_C2[l]);
+        const real p_g2 = MC_P(10, v_p_g2[l]);
         const real ncse_73 = v_ncse_73[l];
         const real ncse_77 = v_ncse_77[l];
         const real ncse_118 = v_ncse_118[l];
@@ -23259,7 +23296,7 @@ static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, c
         const real ncse_269 = v_ncse_269[l];
         const real ncse_375 = v_ncse_375[l];
         const real ncse_374 = v_ncse_374[l];
-        const real p_nu = v_p_nu[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
         const real ncse_477 = v_ncse_477[l];
         const real ncse_72 = v_ncse_72[l];
         const real ncse_483 = v_ncse_483[l];
@@ -24626,8 +24663,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
@@ -24653,16 +24690,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_X2_4 = v_state_internal_X2_4[l];
         const real state_internal_X1_5 = v_state_internal_X1_5[l];
         const real state_internal_X2_5 = v_state_internal_X2_5[l];
-        const real p_eta = (v_p + 5 * MC_W)[l];
-        const real p_d = (v_p + 3 * MC_W)[l];
+        const real p_eta = MC_P(5, (v_p + 5 * MC_W)[l]);
+        const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_R = (v_p + 2 * MC_W)[l];
-        const real p_sigma_y = (v_p + 4 * MC_W)[l];
-        const real p_n = (v_p + 6 * MC_W)[l];
-        const real p_C1 = (v_p + 7 * MC_W)[l];
-        const real p_g1 = (v_p + 8 * MC_W)[l];
-        const real p_C2 = (v_p + 9 * MC_W)[l];
-        const real p_g2 = (v_p + 10 * MC_W)[l];
+        const real p_R = MC_P(2, (v_p + 2 * MC_W)[l]);
+        const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
+        const real p_n = MC_P(6, (v_p + 6 * MC_W)[l]);
+        const real p_C1 = MC_P(7, (v_p + 7 * MC_W)[l]);
+        const real p_g1 = MC_P(8, (v_p + 8 * MC_W)[l]);
+        const real p_C2 = MC_P(9, (v_p + 9 * MC_W)[l]);
+        const real p_g2 = MC_P(10, (v_p + 10 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (((real)1.0) + p_nu);
         const real cse_2 = (((real)1.0) / cse_1);
@@ -26166,7 +26203,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_420 = v_cse_420[l];
             const real cse_421 = v_cse_421[l];
             const real cse_422 = v_cse_422[l];
-            const real p_d = (v_p + 3 * MC_W)[l];
+            const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_424 = v_cse_424[l];
             const real cse_425 = v_cse_425[l];
             const real cse_426 = v_cse_426[l];
@@ -26180,7 +26217,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_444 = v_cse_444[l];
             const real cse_447 = v_cse_447[l];
             const real cse_449 = v_cse_449[l];
-            const real p_C1 = (v_p + 7 * MC_W)[l];
+            const real p_C1 = MC_P(7, (v_p + 7 * MC_W)[l]);
             const real cse_210 = v_cse_210[l];
             const real cse_450 = v_cse_450[l];
             const real cse_451 = v_cse_451[l];
@@ -26267,7 +26304,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_575 = v_cse_575[l];
             const real cse_576 = v_cse_576[l];
             const real cse_577 = v_cse_577[l];
-            const real p_C2 = (v_p + 9 * MC_W)[l];
+            const real p_C2 = MC_P(9, (v_p + 9 * MC_W)[l]);
             const real cse_578 = v_cse_578[l];
             const real cse_580 = v_cse_580[l];
             const real cse_584 = v_cse_584[l];
@@ -27336,7 +27373,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_17 = v_cse_17[l];
             const real cse_18 = v_cse_18[l];
             const real cse_1 = v_cse_1[l];
-            const real p_E = (v_p + 0 * MC_W)[l];
+            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
             const real cse_9 = v_cse_9[l];
@@ -27354,14 +27391,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_211 = v_cse_211[l];
             const real cse_215 = v_cse_215[l];
             const real cse_218 = v_cse_218[l];
-            const real p_nu = (v_p + 1 * MC_W)[l];
+            const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_168 = v_cse_168[l];
             const real cse_182 = v_cse_182[l];
             const real cse_184 = v_cse_184[l];
             const real cse_187 = v_cse_187[l];
             const real cse_252 = v_cse_252[l];
             const real state_internal_ep = v_state_internal_ep[l];
-            const real p_eta = (v_p + 5 * MC_W)[l];
+            const real p_eta = MC_P(5, (v_p + 5 * MC_W)[l]);
             const real cse_159 = v_cse_159[l];
             const real cse_199 = v_cse_199[l];
             const real cse_201 = v_cse_201[l];
@@ -27458,7 +27495,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_420 = v_cse_420[l];
             const real cse_421 = v_cse_421[l];
             const real cse_422 = v_cse_422[l];
-            const real p_d = (v_p + 3 * MC_W)[l];
+            const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_424 = v_cse_424[l];
             const real cse_425 = v_cse_425[l];
             const real cse_426 = v_cse_426[l];
@@ -27474,7 +27511,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_444 = v_cse_444[l];
             const real cse_447 = v_cse_447[l];
             const real cse_449 = v_cse_449[l];
-            const real p_C1 = (v_p + 7 * MC_W)[l];
+            const real p_C1 = MC_P(7, (v_p + 7 * MC_W)[l]);
             const real cse_210 = v_cse_210[l];
             const real cse_450 = v_cse_450[l];
             const real cse_451 = v_cse_451[l];
@@ -27573,7 +27610,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_575 = v_cse_575[l];
             const real cse_576 = v_cse_576[l];
             const real cse_577 = v_cse_577[l];
-            const real p_C2 = (v_p + 9 * MC_W)[l];
+            const real p_C2 = MC_P(9, (v_p + 9 * MC_W)[l]);
             const real cse_578 = v_cse_578[l];
             const real cse_556 = v_cse_556[l];
             const real state_internal_X2_0 = v_state_internal_X2_0[l];

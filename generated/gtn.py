@@ -4144,8 +4144,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -4348,6 +4372,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 8
 #define NY 15
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -4425,8 +4462,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real old_state_internal_phi = v_old_state_internal_phi[l];
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
+        const real p_nu = MC_P(2, v_p_nu[l]);
+        const real p_E = MC_P(1, v_p_E[l]);
         const real state_internal_Ep_0 = old_state_internal_Ep_0;
         const real state_internal_Ep_1 = old_state_internal_Ep_1;
         const real state_internal_Ep_2 = old_state_internal_Ep_2;
@@ -4487,8 +4524,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_K = v_p_K[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_K = MC_P(3, v_p_K[l]);
+        const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
         const real state_internal_ep = v_state_internal_ep[l];
         const real forces_E_0 = v_forces_E_0[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
@@ -4496,11 +4533,11 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_9 = v_ncse_9[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
         const real forces_E_2 = v_forces_E_2[l];
-        const real p_E = v_p_E[l];
+        const real p_E = MC_P(1, v_p_E[l]);
         const real ncse_5 = v_ncse_5[l];
-        const real p_q2 = v_p_q2[l];
+        const real p_q2 = MC_P(6, v_p_q2[l]);
         const real ncse_22 = v_ncse_22[l];
-        const real p_q1 = v_p_q1[l];
+        const real p_q1 = MC_P(5, v_p_q1[l]);
         const real state_internal_phi = v_state_internal_phi[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
@@ -4511,14 +4548,14 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
         const real forces_E_5 = v_forces_E_5[l];
         const real ncse_52 = v_ncse_52[l];
-        const real p_q3 = v_p_q3[l];
+        const real p_q3 = MC_P(7, v_p_q3[l]);
         const real ncse_19 = v_ncse_19[l];
         const real ncse_21 = v_ncse_21[l];
         const real ncse_72 = v_ncse_72[l];
         const real ncse_75 = v_ncse_75[l];
         const real ncse_51 = v_ncse_51[l];
         const real ncse_119 = v_ncse_119[l];
-        const real p_nu = v_p_nu[l];
+        const real p_nu = MC_P(2, v_p_nu[l]);
         const real ncse_20 = v_ncse_20[l];
         const real ncse_134 = v_ncse_134[l];
         const real ncse_144 = v_ncse_144[l];
@@ -4975,8 +5012,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = (v_p + 2 * MC_W)[l];
-        const real p_E = (v_p + 1 * MC_W)[l];
+        const real p_nu = MC_P(2, (v_p + 2 * MC_W)[l]);
+        const real p_E = MC_P(1, (v_p + 1 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
@@ -4988,16 +5025,16 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real p_K = (v_p + 3 * MC_W)[l];
-        const real p_sigma_y = (v_p + 4 * MC_W)[l];
+        const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
+        const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
         const real state_internal_phi = v_state_internal_phi[l];
-        const real p_q2 = (v_p + 6 * MC_W)[l];
-        const real p_q1 = (v_p + 5 * MC_W)[l];
+        const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
+        const real p_q1 = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_q3 = (v_p + 7 * MC_W)[l];
+        const real p_q3 = MC_P(7, (v_p + 7 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (((real)1.0) + p_nu);
         const real cse_2 = (((real)1.0) / cse_1);
@@ -5451,10 +5488,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_208 = v_cse_208[l];
             const real cse_218 = v_cse_218[l];
             const real cse_222 = v_cse_222[l];
-            const real p_E = (v_p + 1 * MC_W)[l];
+            const real p_E = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_138 = v_cse_138[l];
             const real cse_141 = v_cse_141[l];
-            const real p_K = (v_p + 3 * MC_W)[l];
+            const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_154 = v_cse_154[l];
             const real cse_156 = v_cse_156[l];
             const real cse_136 = v_cse_136[l];
@@ -5489,8 +5526,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_212 = v_cse_212[l];
             const real cse_213 = v_cse_213[l];
             const real cse_214 = v_cse_214[l];
-            const real p_q1 = (v_p + 5 * MC_W)[l];
-            const real p_q2 = (v_p + 6 * MC_W)[l];
+            const real p_q1 = MC_P(5, (v_p + 5 * MC_W)[l]);
+            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
             const real cse_120 = v_cse_120[l];
             const real cse_145 = v_cse_145[l];
             const real cse_223 = v_cse_223[l];
@@ -5501,7 +5538,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_233 = v_cse_233[l];
             const real cse_234 = v_cse_234[l];
             const real cse_235 = v_cse_235[l];
-            const real p_q3 = (v_p + 7 * MC_W)[l];
+            const real p_q3 = MC_P(7, (v_p + 7 * MC_W)[l]);
             const real cse_127 = v_cse_127[l];
             const real cse_221 = v_cse_221[l];
             const real cse_220 = v_cse_220[l];
@@ -5853,7 +5890,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_16 = v_cse_16[l];
             const real cse_18 = v_cse_18[l];
             const real cse_20 = v_cse_20[l];
-            const real p_E = (v_p + 1 * MC_W)[l];
+            const real p_E = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_86 = v_cse_86[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
@@ -5861,13 +5898,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_8 = v_cse_8[l];
             const real cse_131 = v_cse_131[l];
             const real cse_133 = v_cse_133[l];
-            const real p_nu = (v_p + 2 * MC_W)[l];
+            const real p_nu = MC_P(2, (v_p + 2 * MC_W)[l]);
             const real cse_145 = v_cse_145[l];
             const real cse_155 = v_cse_155[l];
             const real state_internal_phi = v_state_internal_phi[l];
             const real cse_120 = v_cse_120[l];
             const real cse_147 = v_cse_147[l];
-            const real p_q2 = (v_p + 6 * MC_W)[l];
+            const real p_q2 = MC_P(6, (v_p + 6 * MC_W)[l]);
             const real cse_127 = v_cse_127[l];
             const real cse_119 = v_cse_119[l];
             const real cse_124 = v_cse_124[l];
@@ -5880,7 +5917,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_169 = v_cse_169[l];
             const real cse_138 = v_cse_138[l];
             const real cse_141 = v_cse_141[l];
-            const real p_K = (v_p + 3 * MC_W)[l];
+            const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_154 = v_cse_154[l];
             const real cse_156 = v_cse_156[l];
             const real cse_136 = v_cse_136[l];
@@ -5924,7 +5961,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_212 = v_cse_212[l];
             const real cse_213 = v_cse_213[l];
             const real cse_214 = v_cse_214[l];
-            const real p_q1 = (v_p + 5 * MC_W)[l];
+            const real p_q1 = MC_P(5, (v_p + 5 * MC_W)[l]);
             const real cse_218 = v_cse_218[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
             const real cse_209 = v_cse_209[l];
@@ -5936,7 +5973,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_233 = v_cse_233[l];
             const real cse_234 = v_cse_234[l];
             const real cse_235 = v_cse_235[l];
-            const real p_q3 = (v_p + 7 * MC_W)[l];
+            const real p_q3 = MC_P(7, (v_p + 7 * MC_W)[l]);
             const real cse_221 = v_cse_221[l];
             const real cse_220 = v_cse_220[l];
             const real cse_222 = v_cse_222[l];

@@ -9784,8 +9784,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -9988,6 +10012,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 7
 #define NY 20
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -10072,12 +10109,12 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
         const real old_state_internal_gamma_rate = v_old_state_internal_gamma_rate[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
+        const real p_E = MC_P(0, v_p_E[l]);
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real p_C = v_p_C[l];
-        const real p_g = v_p_g[l];
+        const real p_C = MC_P(5, v_p_C[l]);
+        const real p_g = MC_P(6, v_p_g[l]);
         const real state_internal_Ep_0 = old_state_internal_Ep_0;
         const real state_internal_Ep_1 = old_state_internal_Ep_1;
         const real state_internal_Ep_2 = old_state_internal_Ep_2;
@@ -10174,21 +10211,21 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real ncse_29 = v_ncse_29[l];
         const real ncse_36 = v_ncse_36[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_E = v_p_E[l];
+        const real p_E = MC_P(0, v_p_E[l]);
         const real ncse_2 = v_ncse_2[l];
-        const real p_C = v_p_C[l];
-        const real p_g = v_p_g[l];
-        const real p_d = v_p_d[l];
+        const real p_C = MC_P(5, v_p_C[l]);
+        const real p_g = MC_P(6, v_p_g[l]);
+        const real p_d = MC_P(3, v_p_d[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_R = v_p_R[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_R = MC_P(2, v_p_R[l]);
+        const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
         const real ncse_43 = v_ncse_43[l];
         const real ncse_56 = v_ncse_56[l];
         const real ncse_59 = v_ncse_59[l];
         const real ncse_73 = v_ncse_73[l];
         const real ncse_60 = v_ncse_60[l];
         const real ncse_173 = v_ncse_173[l];
-        const real p_nu = v_p_nu[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
         const real ncse_226 = v_ncse_226[l];
         const real ncse_58 = v_ncse_58[l];
         const real ncse_231 = v_ncse_231[l];
@@ -10965,8 +11002,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
@@ -10987,12 +11024,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_C = (v_p + 5 * MC_W)[l];
-        const real p_g = (v_p + 6 * MC_W)[l];
-        const real p_d = (v_p + 3 * MC_W)[l];
+        const real p_C = MC_P(5, (v_p + 5 * MC_W)[l]);
+        const real p_g = MC_P(6, (v_p + 6 * MC_W)[l]);
+        const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_R = (v_p + 2 * MC_W)[l];
-        const real p_sigma_y = (v_p + 4 * MC_W)[l];
+        const real p_R = MC_P(2, (v_p + 2 * MC_W)[l]);
+        const real p_sigma_y = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (((real)1.0) + p_nu);
         const real cse_2 = (((real)1.0) / cse_1);
@@ -11813,7 +11850,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_350 = v_cse_350[l];
             const real cse_355 = v_cse_355[l];
             const real cse_357 = v_cse_357[l];
-            const real p_E = (v_p + 0 * MC_W)[l];
+            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real forces_t = (v_x1 + 0 * MC_W)[l];
             const real old_forces_t = (v_x2 + 0 * MC_W)[l];
             const real cse_364 = v_cse_364[l];
@@ -11916,7 +11953,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_372 = v_cse_372[l];
             const real cse_374 = v_cse_374[l];
             const real cse_376 = v_cse_376[l];
-            const real p_d = (v_p + 3 * MC_W)[l];
+            const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_378 = v_cse_378[l];
             const real cse_379 = v_cse_379[l];
             const real cse_371 = v_cse_371[l];
@@ -12548,7 +12585,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_18 = v_cse_18[l];
             const real cse_20 = v_cse_20[l];
             const real cse_1 = v_cse_1[l];
-            const real p_E = (v_p + 0 * MC_W)[l];
+            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
             const real cse_9 = v_cse_9[l];
@@ -12561,7 +12598,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_165 = v_cse_165[l];
             const real cse_170 = v_cse_170[l];
             const real cse_181 = v_cse_181[l];
-            const real p_nu = (v_p + 1 * MC_W)[l];
+            const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_197 = v_cse_197[l];
             const real cse_200 = v_cse_200[l];
             const real cse_209 = v_cse_209[l];
@@ -12694,7 +12731,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_372 = v_cse_372[l];
             const real cse_374 = v_cse_374[l];
             const real cse_376 = v_cse_376[l];
-            const real p_d = (v_p + 3 * MC_W)[l];
+            const real p_d = MC_P(3, (v_p + 3 * MC_W)[l]);
             const real cse_378 = v_cse_378[l];
             const real cse_379 = v_cse_379[l];
             const real cse_371 = v_cse_371[l];

@@ -2469,8 +2469,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -2673,6 +2697,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 6
 #define NY 14
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -2732,9 +2769,9 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root[l];
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real p_K = v_p_K[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
+        const real p_E = MC_P(0, v_p_E[l]);
+        const real p_K = MC_P(3, v_p_K[l]);
         const real forces_E_1 = v_forces_E_1[l];
         const real forces_E_0 = v_forces_E_0[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
@@ -2747,7 +2784,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real state_internal_gamma_rate_root = perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root;
         const real ncse_1 = (forces_t - old_forces_t);
@@ -2779,9 +2816,9 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
     const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
     for (int it = 0; ; ++it) {
     MC_SIMD MC_LANES {
-        const real p_n = v_p_n[l];
+        const real p_n = MC_P(5, v_p_n[l]);
         const real state_internal_gamma_rate_root = v_state_internal_gamma_rate_root[l];
-        const real p_eta = v_p_eta[l];
+        const real p_eta = MC_P(4, v_p_eta[l]);
         const real ncse_4 = v_ncse_4[l];
         const real ncse_9 = v_ncse_9[l];
         const real ncse_1 = v_ncse_1[l];
@@ -2856,8 +2893,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_perzyna_iso_radial_return_solve_iterations[MC_W];
     real v_perzyna_iso_radial_return_solve_residual_norm[MC_W];
     MC_SIMD MC_LANES {
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x3 + 0 * MC_W)[l];
@@ -2870,11 +2907,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real old_state_internal_Ep_5 = (v_x3 + 5 * MC_W)[l];
         const real old_state_internal_Ep_1 = (v_x3 + 1 * MC_W)[l];
         const real old_state_internal_Ep_2 = (v_x3 + 2 * MC_W)[l];
-        const real p_K = (v_p + 3 * MC_W)[l];
-        const real p_sigma_y = (v_p + 2 * MC_W)[l];
+        const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
+        const real p_sigma_y = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real old_state_internal_ep = (v_x4 + 0 * MC_W)[l];
-        const real p_eta = (v_p + 4 * MC_W)[l];
-        const real p_n = (v_p + 5 * MC_W)[l];
+        const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
+        const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real cse_0 = (((real)2.0) + (((real)2.0) * p_nu));
@@ -2900,23 +2937,23 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real old_state_internal_Ep_0 = (v_x3 + 0 * MC_W)[l];
         const real old_state_internal_Ep_1 = (v_x3 + 1 * MC_W)[l];
         const real old_state_internal_Ep_2 = (v_x3 + 2 * MC_W)[l];
-        const real p_n = (v_p + 5 * MC_W)[l];
+        const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real state_internal_gamma_rate_root = v_state_internal_gamma_rate_root[l];
         const int perzyna_iso_radial_return_solve_converged = v_perzyna_iso_radial_return_solve_converged[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real old_state_internal_Ep_3 = (v_x3 + 3 * MC_W)[l];
-        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real old_state_internal_Ep_4 = (v_x3 + 4 * MC_W)[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real old_state_internal_Ep_5 = (v_x3 + 5 * MC_W)[l];
         const real old_state_internal_ep = (v_x4 + 0 * MC_W)[l];
-        const real p_K = (v_p + 3 * MC_W)[l];
-        const real p_sigma_y = (v_p + 2 * MC_W)[l];
-        const real p_eta = (v_p + 4 * MC_W)[l];
+        const real p_K = MC_P(3, (v_p + 3 * MC_W)[l]);
+        const real p_sigma_y = MC_P(2, (v_p + 2 * MC_W)[l]);
+        const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
         const int perzyna_iso_radial_return_solve_iterations = v_perzyna_iso_radial_return_solve_iterations[l];
         const real perzyna_iso_radial_return_solve_residual_norm = v_perzyna_iso_radial_return_solve_residual_norm[l];
         const real cse_12 = (((real)0.3333333333333333) * forces_E_1);

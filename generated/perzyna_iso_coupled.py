@@ -3989,8 +3989,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -4193,6 +4217,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 6
 #define NY 14
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -4274,9 +4311,9 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real old_state_internal_gamma_rate = v_old_state_internal_gamma_rate[l];
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real p_nu = v_p_nu[l];
-        const real p_E = v_p_E[l];
-        const real p_eta = v_p_eta[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
+        const real p_E = MC_P(0, v_p_E[l]);
+        const real p_eta = MC_P(4, v_p_eta[l]);
         const real state_internal_Ep_0 = old_state_internal_Ep_0;
         const real state_internal_Ep_1 = old_state_internal_Ep_1;
         const real state_internal_Ep_2 = old_state_internal_Ep_2;
@@ -4360,15 +4397,15 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
         const real forces_E_2 = v_forces_E_2[l];
         const real ncse_24 = v_ncse_24[l];
-        const real p_E = v_p_E[l];
+        const real p_E = MC_P(0, v_p_E[l]);
         const real ncse_15 = v_ncse_15[l];
-        const real p_K = v_p_K[l];
-        const real p_sigma_y = v_p_sigma_y[l];
+        const real p_K = MC_P(2, v_p_K[l]);
+        const real p_sigma_y = MC_P(3, v_p_sigma_y[l]);
         const real ncse_39 = v_ncse_39[l];
         const real ncse_40 = v_ncse_40[l];
         const real state_internal_ep = v_state_internal_ep[l];
         const real ncse_41 = v_ncse_41[l];
-        const real p_n = v_p_n[l];
+        const real p_n = MC_P(5, v_p_n[l]);
         const real ncse_47 = v_ncse_47[l];
         const real ncse_59 = v_ncse_59[l];
         const real ncse_48 = v_ncse_48[l];
@@ -4376,7 +4413,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_97 = v_ncse_97[l];
         const real ncse_98 = v_ncse_98[l];
         const real ncse_125 = v_ncse_125[l];
-        const real p_nu = v_p_nu[l];
+        const real p_nu = MC_P(1, v_p_nu[l]);
         const real ncse_124 = v_ncse_124[l];
         const real ncse_45 = v_ncse_45[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
@@ -4801,8 +4838,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
-        const real p_E = (v_p + 0 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
@@ -4817,11 +4854,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_eta = (v_p + 4 * MC_W)[l];
-        const real p_K = (v_p + 2 * MC_W)[l];
-        const real p_sigma_y = (v_p + 3 * MC_W)[l];
+        const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
+        const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
+        const real p_sigma_y = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
-        const real p_n = (v_p + 5 * MC_W)[l];
+        const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (((real)1.0) + p_nu);
         const real cse_2 = (((real)1.0) / cse_1);
@@ -5343,7 +5380,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_243 = v_cse_243[l];
             const real cse_244 = v_cse_244[l];
             const real cse_245 = v_cse_245[l];
-            const real p_K = (v_p + 2 * MC_W)[l];
+            const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
             const real cse_246 = v_cse_246[l];
             const real cse_23 = (cse_22 * d1);
             const real cse_24 = (cse_22 * d2);
@@ -5649,7 +5686,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_0 = v_cse_0[l];
             const real cse_5 = v_cse_5[l];
             const real cse_6 = v_cse_6[l];
-            const real p_E = (v_p + 0 * MC_W)[l];
+            const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_80 = v_cse_80[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
@@ -5661,7 +5698,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_148 = v_cse_148[l];
             const real cse_109 = v_cse_109[l];
             const real cse_199 = v_cse_199[l];
-            const real p_nu = (v_p + 1 * MC_W)[l];
+            const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_164 = v_cse_164[l];
             const real cse_175 = v_cse_175[l];
             const real cse_198 = v_cse_198[l];
@@ -5747,13 +5784,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_243 = v_cse_243[l];
             const real cse_244 = v_cse_244[l];
             const real cse_245 = v_cse_245[l];
-            const real p_K = (v_p + 2 * MC_W)[l];
+            const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
             const real cse_246 = v_cse_246[l];
             const real state_internal_ep = v_state_internal_ep[l];
-            const real p_eta = (v_p + 4 * MC_W)[l];
+            const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
             const real cse_235 = v_cse_235[l];
             const real cse_237 = v_cse_237[l];
-            const real p_n = (v_p + 5 * MC_W)[l];
+            const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
             const real cse_236 = v_cse_236[l];
             const real cse_44 = (cse_22 * d73);
             const real cse_45 = (cse_22 * d74);

@@ -79,8 +79,9 @@ class BoundCall:
         if key != self._key:  # new parameter values or Newton options: re-pack the arguments
             self._P = P.contiguous()
             self._args = pack_args(views, self._P, buf.Y, buf.J, buf.status, opts)
+            self._lib = m._c_library(self._P)  # baked parameters: the library of these values
             self._key = key
-        m._clib.run(variant, math.prod(bs), self._args, torch.get_num_threads())
+        self._lib.run(variant, math.prod(bs), self._args, torch.get_num_threads())
         st = self.result.status
         if st is not None and m.on_failure == "substep" and not bool(st.converged.all()):
             return self._regular()

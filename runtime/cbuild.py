@@ -9,7 +9,9 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   plus ``-fopenmp`` (else ``-fopenmp-simd``: vectorized, one thread) and ``-march=native`` when a probe
   compile with them succeeds (probed once per compiler), and ``-DMC_W=<lanes>`` (points per block)
   when ``$MODELC_C_LANES`` or the caller sets it (1 is the scalar build); otherwise the source picks
-  (8, or 16 for a model with a Newton solve on an AVX-512 CPU in double).
+  (8, or 16 for a model with a Newton solve on an AVX-512 CPU in double); for a module with baked
+  parameters (``BAKED``), ``-DMC_BAKED_FLAGS``/``-DMC_BAKED_VALUES`` with their values
+  (:func:`baked_flags`: one library per set of values).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
@@ -28,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -257,25 +260,43 @@ def _bits(x: float) -> int:
 _LOADED: dict[str, CLibrary] = {}
 
 
+def baked_flags(baked: tuple[float | None, ...]) -> list[str]:
+    """The defines that bake parameter columns into a library (the template's ``MC_BAKED_FLAGS``):
+    ``baked`` has one entry per parameter column, its value or None (read from the call's row).
+    Values are written as hexadecimal literals: exact in both dtypes."""
+    if not any(v is not None for v in baked):
+        return []
+    bad = [v for v in baked if v is not None and not math.isfinite(v)]
+    if bad:
+        raise ModelcError(f"C backend: a baked parameter must be finite, got {bad[0]}")
+    flags = ",".join("0" if v is None else "1" for v in baked)
+    values = ",".join("0" if v is None else float(v).hex() for v in baked)
+    return [f"-DMC_BAKED_FLAGS={{{flags}}}", f"-DMC_BAKED_VALUES={{{values}}}"]
+
+
 def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
-                 lanes: int | None = None) -> tuple[Path, list[str]]:
+                 lanes: int | None = None, baked: tuple[float | None, ...] = ()) -> tuple[Path, list[str]]:
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
-        ([f"-DMC_W={lanes}"] if lanes else [])
+        ([f"-DMC_W={lanes}"] if lanes else []) + baked_flags(baked)
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
-    tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}")
+    tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}") + \
+        ("-baked" if baked_flags(baked) else "")
     return usable_folder(cache_folder(cache_dir) / "c") / f"{sanitize(name)}-{key}-{tag}.so", flags
 
 
-def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lanes: int | None = None) -> CLibrary:
+def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lanes: int | None = None,
+                 baked: tuple[float | None, ...] = ()) -> CLibrary:
     """The compiled library of ``source`` for ``dtype`` (built on first use, then cached). ``lanes``:
-    points per block (default :func:`default_lanes`; 1 is the scalar build)."""
+    points per block (default :func:`default_lanes`; 1 is the scalar build). ``baked``: per parameter
+    column, a value compiled into the library as a constant, or None (:func:`baked_flags`); each set
+    of values is its own library."""
     if dtype not in (torch.float32, torch.float64):
         raise ModelcError(f"C backend: dtype must be float64 or float32, got {dtype}")
     lanes = default_lanes() if lanes is None else int(lanes)
-    path, flags = library_path(source, name, dtype, cache_dir, lanes)
+    path, flags = library_path(source, name, dtype, cache_dir, lanes, baked)
     lib = _LOADED.get(str(path))
     if lib is not None:
         return lib

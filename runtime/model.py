@@ -346,6 +346,7 @@ class CompiledModel(torch.nn.Module):
         if backend not in ("auto", "torch", "triton", "c"):
             raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
         self._clib = None
+        self._baked_libs = {}  # (per parameter column: its baked value or None) -> CLibrary
         if backend == "auto":
             backend = "triton" if (self.device.type == "cuda" and self.kernel is not None) else "torch"
             if self.device.type == "cpu" and self.c_source:
@@ -756,7 +757,7 @@ class CompiledModel(torch.nn.Module):
         """The C entry point of ``variant`` over ``views`` into ``buf``; returns ``(Y, J, status)``. A
         Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``) is computed for one point
         when they are shared: returned broadcast (a stride-0 view) unless ``buf`` has a full one."""
-        lib, threads, opts = self._clib, torch.get_num_threads(), self._solver_triple()
+        lib, threads, opts = self._c_library(P), torch.get_num_threads(), self._solver_triple()
         B = buf.Y.shape[0]
         J = buf.J
         if B == 0:
@@ -776,6 +777,37 @@ class CompiledModel(torch.nn.Module):
             return buf.Y, J1.expand(B, *J1.shape[1:]), buf.status
         J.copy_(J1.expand(B, *J1.shape[1:]))
         return buf.Y, J, buf.status
+
+    def _c_library(self, P: torch.Tensor):
+        """The C library for a call with parameter rows ``P``: the module's own, or, when it bakes
+        parameters (``BAKED``), the one built with their values in ``P`` as constants (one library
+        per set of values, cached in memory and on disk; the first call with new values compiles)."""
+        if not self.BAKED:
+            return self._clib
+        cols = self._baked_columns()
+        if P.shape[0] > 1:
+            uniform = (P[:, cols] == P[:1, cols]).all(dim=0)
+            if not bool(uniform.all()):
+                name = self.param_names_by_column()[cols[int((~uniform).nonzero()[0])]]
+                raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
+                                 "be one shared value, got different values per point")
+        row = P[0].tolist()
+        baked = tuple(row[c] if c in cols else None for c in range(len(row)))
+        lib = self._baked_libs.get(baked)
+        if lib is None:
+            from modelc.runtime.cbuild import load_library
+
+            lib = self._baked_libs[baked] = load_library(self.c_source, self.NAME, self.dtype, baked=baked)
+        return lib
+
+    def _baked_columns(self) -> list[int]:
+        """The parameter columns (``P``'s) of the baked parameters."""
+        names = self.param_names_by_column()
+        return [c for c, n in enumerate(names) if n in self.BAKED]
+
+    def param_names_by_column(self) -> list[str]:
+        """The parameter each column of a parameter row ``P`` belongs to."""
+        return [p.name for p in self.PARAMETERS for _ in range(_type(p.type).size)]
 
     def _run_packed(self, X, P, variant, shared, overrides):
         """The PyTorch and Triton backends (and the C backend for a narrower Jacobian into out=)."""
@@ -837,7 +869,7 @@ class CompiledModel(torch.nn.Module):
         X = X if X.stride(-1) == 1 else X.contiguous()
         buf = callpath.allocate(self, B, self._jacobian_shape(variant))
         if B:
-            self._clib(callpath.split(self, X), P.contiguous(), buf.Y, buf.J, buf.status, variant=variant or "value",
+            self._c_library(P)(callpath.split(self, X), P.contiguous(), buf.Y, buf.J, buf.status, variant=variant or "value",
                        options=self._solver_triple())
         ST = None
         if buf.status is not None:

@@ -9,7 +9,9 @@ variant that contains it (value, Jacobian, tangent); it iterates until no lane o
 (masked updates, per-lane convergence) and solves ``J du = -R`` with the one LU routine of the
 template, which works on all lanes at once. A linear solve (the implicit-function theorem) fills lane
 matrices and calls the same routine. One source serves both dtypes: ``real`` is ``double``, or
-``float`` with ``-DMC_FLOAT32``.
+``float`` with ``-DMC_FLOAT32``. Every read of a parameter is ``MC_P(column, value)``: the runtime
+can build the same source with chosen columns as compile-time constants (baked parameters,
+docs/backends.md).
 
 Exported, per variant (``value``, ``jacobian``, ``tangent`` when declared, ``total``: d outputs / d
 (inputs, parameters), when generated)::
@@ -84,7 +86,10 @@ class _Call:
 class _Code:
     """Emission state of one module: names, C types and the shared Newton functions."""
 
-    def __init__(self, programs):
+    def __init__(self, programs, layout: Layout | None = None):
+        # parameter symbol -> its column: every load of it is MC_P(column, value), a constant when
+        # the runtime bakes that column into the library (the template's MC_BAKED_FLAGS)
+        self.param_column = dict(layout.param_columns()) if layout is not None else {}
         self.namer = Namer(_C_RESERVED)
         self.p = CPrinter(self.namer)
         self.base = Emitter(self.p, self.namer)  # the shared Newton pieces (criterion, norm)
@@ -97,6 +102,11 @@ class _Code:
 
     def ctype(self, s: sp.Symbol) -> str:
         return self.types.get(s, "real")
+
+    def load(self, s: sp.Symbol, home: str) -> str:
+        """The C expression of lane ``l``'s ``s`` from its lane array ``home``."""
+        c = self.param_column.get(s)
+        return f"{home}[l]" if c is None else f"MC_P({c}, {home}[l])"
 
     def expr(self, e) -> str:
         return self.p.doprint(sp.sympify(e))
@@ -212,7 +222,7 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
             if s not in homes:
                 homes[s] = f"v_{code.name(s)}"
                 decls.append(f"{code.ctype(s)} v_{code.name(s)}[MC_W];")
-        lines = [f"const {code.ctype(s)} {code.name(s)} = {homes[s]}[l];" for s in loads]
+        lines = [f"const {code.ctype(s)} {code.name(s)} = {code.load(s, homes[s])};" for s in loads]
         declared = set(loads)
         masks = it.masks or [it.mask] * len(it.ops)
         own = {}  # a defined symbol -> the mask of its statement
@@ -575,7 +585,7 @@ def c_source(program: ir.Program) -> str:
     ``-DMC_W=1`` for the scalar build."""
     program = with_variants(program)
     layout = Layout.of(program)
-    code = _Code([program])
+    code = _Code([program], layout)
     code.functions.append(_block_function(code, program, layout))
     variants = [{"name": v.name, "bit": v.bit, "doc": _doc(program, layout, v)} for v in program.variants]
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
@@ -606,7 +616,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
     bits = {v.name: v.bit for v in program.variants}
     if derivative not in bits:
         raise InternalError(f"program {program.name} has no variant {derivative!r}")
-    code = _Code([program])
+    code = _Code([program], layout)
     code.functions.append(_block_function(code, program, layout))
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,

@@ -219,6 +219,51 @@ def test_nan_points_fail_and_public_call(library, name):
     assert (b.status is None) == (a.status is None)
 
 
+@needs_cc
+def test_baked_parameters_on_the_c_backend(library, tmp_path):
+    """A module compiled with ``constant_params`` (``--bake``) builds one C library per set of baked
+    values, with those values compiled in: perzyna_iso with its exponent n baked (pow(y, n) becomes
+    multiplications) agrees with the runtime-parameter module to 1e-12 (outputs, tangent, status),
+    for the model's value and for a per-call override (another library: the results follow n); the
+    bound fast path uses the baked library too. A per-point value of a baked parameter is refused and
+    nothing is written."""
+    from modelc import driver
+    from modelc.backends.module import write_atomic
+    from modelc.cache import import_file
+    from modelc.errors import InputError
+    from modelc.options import CompileOptions
+
+    spec = driver.load_spec(LIBRARY)
+    path = tmp_path / "perzyna_iso_baked.py"
+    write_atomic(path, driver.compile_model(spec, "perzyna_iso", CompileOptions(constant_params=("n",))).source)
+    baked = import_file(path, "c_backend_perzyna_baked")
+    assert baked.Model.BAKED == ("n",) and "MC_P(" in baked.Model.c_source
+    mb, mr = baked.Model(backend="c"), library["perzyna_iso"].Model(backend="c")
+    B = 45
+    X = _inputs(mr, B, seed=21)
+    inputs = {n: X[:, slice(*mr.input_axis.span(n))].squeeze(-1) for n in mr.input_axis.variable_names}
+    results = {}
+    for n in (5.0, 3.0):
+        a = mr(inputs, derivatives="tangent", n=n)
+        b = mb(inputs, derivatives="tangent", n=n)
+        assert bool(a.status.converged.all()) and torch.equal(a.status.iterations, b.status.iterations)
+        assert bool((a.status.iterations >= 2).any())  # points flow
+        assert _rel(b.outputs.tensor, a.outputs.tensor) <= 1e-12
+        assert _rel(b.jacobian.tensor, a.jacobian.tensor) <= 1e-12
+        results[n] = b.outputs.tensor
+    assert _rel(results[3.0], results[5.0]) > 1e-6  # the second library has n = 3 compiled in
+    assert len(mb._baked_libs) == 2 and all(lib.path.name.endswith("-baked.so") for lib in mb._baked_libs.values())
+    bound = mb.bind(inputs, derivatives="tangent")
+    assert bound.fast
+    again = bound()
+    assert _rel(again.outputs.tensor, mr(inputs, derivatives="tangent").outputs.tensor) <= 1e-12
+    out = mb(inputs, derivatives="tangent")
+    before = out.outputs.tensor.clone()
+    with pytest.raises(InputError, match="parameter n is baked into the kernel and must be one shared value"):
+        mb(inputs, derivatives="tangent", out=out, n=torch.linspace(3.0, 5.0, B, dtype=torch.float64))
+    assert torch.equal(out.outputs.tensor, before)
+
+
 def test_cuda_and_errors_are_clear(library):
     from modelc.errors import InputError
 

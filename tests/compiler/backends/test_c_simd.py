@@ -156,6 +156,55 @@ def test_vector_exp_log_pow_match_libm(cache_dir):
     assert float(np.max(np.abs(vec[fin] - sca[fin]) / np.abs(sca[fin]))) <= 1e-12
 
 
+def _run_baked(prog, x, k: int, lanes: int = 8):
+    """``prog`` on parameters x (per point) and y baked into the library as the constant ``k``."""
+    lib = cbuild.load_library(c_source(prog), prog.name, torch.float64, lanes=lanes, baked=(None, float(k)))
+    Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=torch.float64)
+    P = torch.stack([x, torch.full_like(x, math.nan)], dim=1).contiguous()  # y's column is never read
+    lib([torch.zeros(x.shape[0], 1, dtype=torch.float64)], P, Y)
+    return Y[:, 0].numpy()
+
+
+@pytest.mark.parametrize("k", [-7, -2, -1, 0, 1, 2, 3, 5, 8, 17, 63])
+def test_pow_with_a_baked_integer_exponent(cache_dir, k):
+    """pow(x, k) with k a compile-time integer (a baked parameter) is binary powering: exact where
+    every product is (integer bases, results below 2^53: the exp/log path is not), within
+    (|k| + 1) 2^-53 of the exactly rounded power on random bases of both signs, and C's special
+    values (0, -0, infinities, NaN, 1, -1; -0 to a negative odd power is -inf)."""
+    from fractions import Fraction
+
+    powp = _fn_program(f"bakedpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
+    g = np.random.default_rng(100 + k)
+    ints = np.arange(2.0, 40.0)
+    ints = ints[np.abs(k) * np.log2(ints) < 53]  # |x^k| exactly representable (k >= 0), or 1 / it
+    rand = np.concatenate([g.uniform(-3, 3, 300), 10.0 ** g.uniform(-4, 4, 300)])
+    rand = rand[np.abs(k) * np.log2(np.abs(rand)) < 1000]  # finite, normal results
+    special = np.array([0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, -2.0])
+    x = np.concatenate([ints, rand, special])
+    got = _run_baked(powp, torch.tensor(x), k)
+    n_int, n_rand = len(ints), len(rand)
+    if k >= 0:
+        np.testing.assert_array_equal(got[:n_int], ints ** k)
+    want = np.array([float(Fraction(v) ** k) for v in rand])
+    rel = np.abs(got[n_int:n_int + n_rand] - want) / np.abs(want)
+    assert rel.max() <= (abs(k) + 1) * 2.0 ** -53, rel.max()
+    with np.errstate(all="ignore"):
+        ref = np.power(special, float(k))
+    np.testing.assert_array_equal(got[-len(special):], ref)  # NaN == NaN, and the sign of zeros:
+    np.testing.assert_array_equal(np.signbit(got[-len(special):]), np.signbit(ref))
+
+
+def test_baked_flags_are_exact_and_checked():
+    """Baked values reach the C compiler as hexadecimal literals (exact), one flag per column; a
+    non-finite baked value is refused, and nothing baked adds no flag."""
+    flags = cbuild.baked_flags((None, 0.1, None, -3.0))
+    assert flags == ["-DMC_BAKED_FLAGS={0,1,0,1}", f"-DMC_BAKED_VALUES={{0,{(0.1).hex()},0,{(-3.0).hex()}}}"]
+    assert float.fromhex((0.1).hex()) == 0.1
+    assert cbuild.baked_flags((None, None)) == [] and cbuild.baked_flags(()) == []
+    with pytest.raises(cbuild.CBuildError.__mro__[1], match="finite"):
+        cbuild.baked_flags((math.inf,))
+
+
 def test_float32_vector_math(cache_dir):
     """float32: the vectorized build computes exp/log in double and rounds once (within 1 float ulp)."""
     g = np.random.default_rng(5)

@@ -344,8 +344,32 @@ MC_INLINE double mc_log_d(double x) {
 }
 
 /* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
-   x < 0: NaN unless y is an integer (then the sign of x^y). */
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
 MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
     double r = mc_exp_d(y * mc_log_d(fabs(x)));
     int yint = floor(y) == y;
     int yodd = yint && floor(y * 0.5) != y * 0.5;
@@ -548,6 +572,19 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
 #define NP 2
 #define NY 6
 
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
 /* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
    parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
    status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
@@ -603,8 +640,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_y[6 * MC_W];
     real o_j[3 * MC_W];
     MC_SIMD MC_LANES {
-        const real p_E = (v_p + 0 * MC_W)[l];
-        const real p_nu = (v_p + 1 * MC_W)[l];
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
