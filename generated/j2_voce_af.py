@@ -4331,7 +4331,7 @@ typedef struct {
     real *rnorm;
     real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
     int maxit;
-    int flags;  /* MC_STREAM: write full blocks with streaming stores (outputs larger than the cache) */
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (a call moving more than half the cache) */
 } mc_args;
 #define MC_STREAM 1
 

@@ -51,9 +51,11 @@ BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
          "for (int i = 0; i < n; ++i) s += i; return s; }\n"
 DEFAULT_LANES = 0  # the source's own choice of points per block (no -DMC_W)
-#: calls whose outputs (and Jacobian) take more bytes than this write them with streaming stores
-#: (``MC_STREAM``): 3/4 of the last-level cache, where regular stores start paying a read for ownership
-STREAM_FRACTION = 0.75
+#: calls that read and write more bytes than this fraction of the largest cache (inputs, parameters,
+#: outputs and Jacobian) write their outputs with streaming stores (``MC_STREAM``): beyond it, a call
+#: repeated on the same arrays no longer finds them in cache and regular stores pay a read for
+#: ownership of every output line (docs/backends.md has the measurements)
+STREAM_FRACTION = 0.5
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
@@ -212,7 +214,7 @@ class CLibrary:
 def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
     """The ``c_int64`` argument array of an entry point (no checks: the caller made them); then the
     Newton options (rtol, atol: the bits of a double; max_iter) and the flags (``MC_STREAM`` when the
-    outputs are larger than :func:`stream_bytes`)."""
+    call reads and writes more than :func:`stream_bytes`)."""
     xs = [0 if t.shape[0] == 1 else t.stride(0) for t in inputs]
     vals = [t.data_ptr() for t in inputs] + xs
     vals += [P.data_ptr(), 0 if P.shape[0] == 1 else P.stride(0), Y.data_ptr(), Y.stride(0)]
@@ -220,8 +222,9 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
     vals += [0, 0, 0] if status is None else [t.data_ptr() for t in status]
     rtol, atol, max_iter = options
     vals += [_bits(rtol), _bits(atol), int(max_iter)]
-    written = Y.numel() + (0 if J is None or J.stride(0) == 0 else J.numel())
-    vals.append(1 if written * Y.element_size() > stream_bytes() else 0)
+    moved = Y.numel() + (0 if J is None or J.stride(0) == 0 else J.numel())
+    moved += sum(t[:1].numel() if t.shape[0] == 1 or t.stride(0) == 0 else t.numel() for t in (*inputs, P))
+    vals.append(1 if moved * Y.element_size() > stream_bytes() else 0)
     if not inputs:
         vals = [0, 0] + vals
     return (ctypes.c_int64 * len(vals))(*vals)
@@ -229,7 +232,8 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
 
 @functools.lru_cache(maxsize=1)
 def stream_bytes() -> int:
-    """Output bytes above which a call writes with streaming stores: ``$MODELC_C_STREAM_BYTES``, else
+    """Bytes read and written (inputs, parameters, outputs, Jacobian) above which a call writes its
+    outputs with streaming stores: ``$MODELC_C_STREAM_BYTES``, else
     :data:`STREAM_FRACTION` of the largest CPU cache Linux reports (32 MiB assumed where it reports
     none)."""
     text = os.environ.get("MODELC_C_STREAM_BYTES", "")

@@ -274,6 +274,24 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (shift, pad)
 
 
+def test_streaming_counts_the_bytes_read_and_written(monkeypatch):
+    """``pack_args`` streams when inputs, parameters, outputs and Jacobian together exceed the
+    threshold (outputs alone did before: a call repeated on arrays that no longer fit in cache paid
+    a read for ownership per output line); a broadcast input or parameter row (row stride 0) counts
+    once, a broadcast Jacobian not at all."""
+    B, f64 = 1000, torch.float64
+    X = [torch.zeros(B, 6, dtype=f64), torch.zeros(1, 1, dtype=f64).expand(B, 1)]  # 6 per point + 1
+    P = torch.zeros(1, 3, dtype=f64)
+    Y, J = torch.zeros(B, 4, dtype=f64), torch.zeros(B, 2, 2, dtype=f64)
+    moved = 8 * (B * 6 + 1 + 3 + B * 4 + B * 4)
+    for threshold, flag in ((moved - 1, 1), (moved, 0)):
+        monkeypatch.setattr(cbuild, "stream_bytes", lambda t=threshold: t)
+        assert cbuild.pack_args(X, P, Y, J, None)[-1] == flag
+    monkeypatch.setattr(cbuild, "stream_bytes", lambda: 8 * (B * 6 + 1 + 3 + B * 4) - 1)
+    assert cbuild.pack_args(X, P, Y, J[:1].expand(B, 2, 2), None)[-1] == 1
+    assert cbuild.pack_args(X, P, Y[:, :2], J[:1].expand(B, 2, 2), None)[-1] == 0
+
+
 def test_stream_threshold_setting_is_checked(monkeypatch):
     cbuild.stream_bytes.cache_clear()
     try:
