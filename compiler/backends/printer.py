@@ -114,6 +114,10 @@ class ExprPrinter:
     def pow(self, base: str, exp: str) -> str:
         raise NotImplementedError
 
+    def sibling(self, namer) -> "ExprPrinter":
+        """A printer of the same backend and settings with its own names (a helper function's)."""
+        return type(self)(namer)
+
     def call(self, fn: str, *args: str) -> str:
         return f"{fn}({', '.join(args)})"
 

@@ -170,7 +170,7 @@ class Emitter:
         if item is None:
             name = f"{self.helpers.prefix}{len(self.helpers.items) + 1}"
             namer = Namer(short=self.namer.short)
-            em = type(self)(type(self.p)(namer), namer, self.pivoting)
+            em = type(self)(self.p.sibling(namer), namer, self.pivoting)
             em.defs = dict(self.defs)  # the same pivoting decisions as an inline solve
             params = [namer(a) for a in args]
             em.newton(st, 1, helper=True)

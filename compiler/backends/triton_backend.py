@@ -47,11 +47,15 @@ def baked_arg(sym: sp.Symbol) -> str:
 
 class TritonEmitter(Emitter):
     def helper_args(self) -> list[str]:
-        return ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE", "EPS", "BLOCK"]
+        # the baked parameters' constexpr arguments too: a power of them stays a compile-time one
+        return ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE", "EPS", "BLOCK", *self._constexpr_args()]
+
+    def _constexpr_args(self) -> list[str]:
+        return sorted(set(self.p.constexpr.values()))
 
     def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
         sig = ", ".join(params + ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr",
-                                  "BLOCK: tl.constexpr"])
+                                  "BLOCK: tl.constexpr"] + [f"{a}: tl.constexpr" for a in self._constexpr_args()])
         return ["", "@triton.jit", f"def {name}({sig}):",
                 '    """Newton solve (shared by the kernels): the unknowns, converged, iterations, '
                 'residual norm."""', "    # constants of the kernel dtype",
@@ -198,7 +202,8 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     ``short_names``: see :mod:`modelc.backends.names`."""
     program = with_variants(program)
     namer = Namer(short=short_names)
-    pr = TritonPrinter(namer)
+    pcols = list(zip(layout.param_columns(), layout.param_names_by_column()))
+    pr = TritonPrinter(namer, {sym: baked_arg(sym) for (sym, _), pname in pcols if pname in baked})
     em = TritonEmitter(pr, namer, pivoting, helpers)
     em.depth = 1
     rows = _Rows(em)
@@ -210,7 +215,6 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         em.line(f"{namer(sym)} = {tiles[col]}")
     em.comment("parameters: from P (row stride 0: shared), or baked in as constants")
     baked_args: list[str] = []
-    pcols = list(zip(layout.param_columns(), layout.param_names_by_column()))
     ptiles = rows.load("P", "p_stride", layout.np) if any(p not in baked for _, p in pcols) else []
     for (sym, col), pname in pcols:
         if pname in baked:

@@ -28,9 +28,12 @@ class TritonPrinter(ExprPrinter):
         sp.tanh: "_tanh", sp.sinh: "_sinh", sp.cosh: "_cosh",
     }
 
-    def __init__(self, namer):
+    def __init__(self, namer, constexpr: dict[sp.Symbol, str] | None = None):
         super().__init__(namer)
         self.constants: dict[str, str] = {}  # value text -> constant name
+        # baked parameter symbol -> its constexpr kernel argument: a power whose exponent is made of
+        # them alone is computed by _mc_powk with the exponent known at compile time
+        self.constexpr = dict(constexpr or {})
 
     def literal(self, value: float) -> str:
         if math.isnan(value):
@@ -65,3 +68,44 @@ class TritonPrinter(ExprPrinter):
 
     def pow(self, base: str, exp: str) -> str:
         return f"_pow({base}, {exp})"
+
+    def sibling(self, namer) -> "TritonPrinter":
+        return type(self)(namer, self.constexpr)
+
+    def _print_Pow(self, expr: sp.Pow) -> str:
+        text = self._constexpr_power(expr.base, expr.exp)
+        return text if text is not None else super()._print_Pow(expr)
+
+    def _print_custom(self, name: str, expr) -> str:
+        if name == "powr":
+            text = self._constexpr_power(*expr.args)
+            if text is not None:
+                return text
+        return super()._print_custom(name, expr)
+
+    def _constexpr_power(self, base, exp) -> str | None:
+        """``_mc_powk(base, K)`` when the exponent is an expression of baked parameters only (a
+        constexpr the helper branches on), else None."""
+        free = exp.free_symbols
+        if not free or not free <= set(self.constexpr) or exp.is_Number:
+            return None
+        k = self._constexpr_text(exp)
+        return None if k is None else f"_mc_powk({self._print(base)}, {k})"
+
+    def _constexpr_text(self, e) -> str | None:
+        """``e`` as Python arithmetic on constexpr arguments and float literals (Triton folds it at
+        compile time), or None for a node that has no such spelling."""
+        if e.is_Symbol:
+            return self.constexpr.get(e)
+        if e.is_Number:
+            return repr(float(e)) if e.is_finite else None
+        parts = [self._constexpr_text(a) for a in e.args]
+        if any(p is None for p in parts):
+            return None
+        if e.is_Add:
+            return "(" + " + ".join(parts) + ")"
+        if e.is_Mul:
+            return "(" + " * ".join(parts) + ")"
+        if e.is_Pow and e.exp.is_Integer and e.exp == -1:
+            return f"(1.0 / {parts[0]})"
+        return None

@@ -184,6 +184,93 @@ def test_linear_solve_tiny_pivot_needs_dynamic_pivoting(gen_dir, dtype):
         assert torch.equal(out["state/x"][:, 2], b[:, 2].to(dtype))
 
 
+_POWK_KERNEL = """
+@triton.jit
+def k_powk(X, Y, n, K: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    m = i < n
+    x = tl.load(X + i, mask=m, other=1.0)
+    tl.store(Y + i, _mc_powk(x, K), mask=m)
+"""
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # log of a negative base on the exp/log path
+@pytest.mark.parametrize("k", [-3.0, 0.0, 1.0, 2.0, 5.0, 63.0, 2.5])
+def test_compile_time_power_helper(tmp_path, k):
+    """_mc_powk (a power whose exponent is a constexpr: baked parameters) under the interpreter: an
+    integer K is binary powering, exact where every product is (integer bases), within |K| 2^-53 of
+    the exactly rounded power, the sign of a negative base kept (as torch.pow and the C backend do),
+    C's special values; a non-integer K is exp(K log x) (NaN for a negative base, like powr)."""
+    import importlib.util
+    from fractions import Fraction
+
+    from modelc.backends import triton_math
+
+    path = tmp_path / "powk_kernel.py"
+    path.write_text("import triton\nimport triton.language as tl\n" + triton_math.helper_source(["_mc_powk"])
+                    + _POWK_KERNEL)
+    spec = importlib.util.spec_from_file_location("powk_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = np.random.default_rng(int(k) + 50)
+    x = np.concatenate([np.arange(2.0, 9.0), g.uniform(-3, 3, 40), [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0]])
+    y = torch.empty(len(x), dtype=torch.float64)
+    mod.k_powk[(1,)](torch.tensor(x), y, len(x), K=k, BLOCK=64)
+    got = y.numpy()
+    with np.errstate(all="ignore"):
+        ref = np.power(x, k)
+    if k != int(k):  # exp(K log x)
+        pos = x > 0
+        np.testing.assert_allclose(got[pos], ref[pos], rtol=1e-14)
+        assert np.isnan(got[x < 0]).all()
+        return
+    if k >= 0:
+        np.testing.assert_array_equal(got[:7][np.arange(2.0, 9.0) ** k < 2.0 ** 53], (np.arange(2.0, 9.0) ** k)[
+            np.arange(2.0, 9.0) ** k < 2.0 ** 53])
+    fin = np.isfinite(x) & (x != 0)
+    want = np.array([float(Fraction(v) ** int(k)) for v in x[fin]])
+    assert (np.abs(got[fin] - want) <= (abs(k) + 1) * 2.0 ** -53 * np.abs(want)).all()
+    special = ~fin
+    np.testing.assert_array_equal(got[special], ref[special])
+    np.testing.assert_array_equal(np.signbit(got[special]), np.signbit(ref[special]))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # masked 0/0 lanes
+def test_baked_exponent_is_a_compile_time_power(tmp_path):
+    """perzyna_iso with its exponent n baked: every power of n in the kernel and its Newton helper
+    (which takes the baked constexpr arguments) goes through _mc_powk with the exponent folded at
+    compile time (y**n, y**(n - 1), the guess's (...)**(-2/n)); under the interpreter the kernel
+    matches the PyTorch backend to 1e-12 for an integer and a non-integer n."""
+    from pathlib import Path
+
+    from modelc import driver
+    from modelc.backends.module import write_atomic
+    from modelc.cache import import_file
+    from modelc.options import CompileOptions
+
+    spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
+    path = tmp_path / "perzyna_iso_baked_n.py"
+    write_atomic(path, driver.compile_model(spec, "perzyna_iso", CompileOptions(constant_params=("n",))).source)
+    mod = import_file(path, "triton_perzyna_baked_n")
+    text = path.read_text()
+    assert "_mc_powk(state_internal_gamma_rate_root, c_n)" in text
+    assert "_mc_powk(state_internal_gamma_rate_root, (-1.0 + c_n))" in text
+    assert "c_n: tl.constexpr" in text[text.index("def _triton_newton_1"):]
+    g = torch.Generator().manual_seed(8)
+    B = 24
+    inputs = {"forces/E": torch.randn(B, 6, generator=g, dtype=torch.float64) * 3e-3,
+              "forces/t": torch.ones(B, dtype=torch.float64), "old_forces/t": torch.zeros(B, dtype=torch.float64),
+              "old_state/internal/Ep": torch.zeros(B, 6, dtype=torch.float64),
+              "old_state/internal/ep": torch.zeros(B, dtype=torch.float64)}
+    for n in (5.0, 2.5):
+        a = mod.Model(backend="torch", n=n)(inputs, derivatives="tangent")
+        b = mod.Model(backend="triton", n=n)(inputs, derivatives="tangent")
+        assert bool(a.status.converged.all()) and bool(b.status.converged.all())
+        assert bool((a.status.iterations >= 2).any())  # points flow
+        for u, v in ((b.outputs.tensor, a.outputs.tensor), (b.jacobian.tensor, a.jacobian.tensor)):
+            assert float((u - v).abs().max() / v.abs().max()) <= 1e-12
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_baked_parameters_agree_with_runtime_parameters(gen_dir, dtype):
     runtime = generated("elastic", gen_dir)

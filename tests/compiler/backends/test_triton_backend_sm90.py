@@ -41,7 +41,8 @@ for path, baked in json.loads(sys.argv[1]):
                           EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
             c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32))
             ptx = c.asm["ptx"]
-            out.append([path, kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx])
+            out.append([path, kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx,
+                        ptx.count("ex2.approx")])
 print(json.dumps(out))
 '''
 
@@ -60,5 +61,29 @@ def test_kernels_compile_for_sm90(gen_dir):
                   {"c_E": 2.0e5, "c_nu": 0.3}])
     results = compile_in_child(items)
     assert len(results) == len(items) * 4
-    for path, kname, dt, entry, loads, stores in results:
+    for path, kname, dt, entry, loads, stores, _ in results:
         assert entry and loads and stores, (path, kname, dt)
+
+
+def test_baked_exponent_compiles_to_multiplications_for_sm90(tmp_path):
+    """perzyna_iso with n baked (= 5) compiles for sm_90, its powers of n folded at compile time:
+    in float32, where exp and log are ex2/lg2 instructions, the baked kernels keep only the guess's
+    non-integer power (-2/n), the runtime-parameter ones exponentiate in the Newton loop too."""
+    from pathlib import Path
+
+    from modelc import driver
+    from modelc.backends.module import write_atomic
+    from modelc.options import CompileOptions
+
+    spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
+    paths = []
+    for bake in ((), ("n",)):
+        path = tmp_path / f"perzyna_iso_{len(bake)}.py"
+        write_atomic(path, driver.compile_model(spec, "perzyna_iso", CompileOptions(constant_params=bake)).source)
+        paths.append(str(path))
+    results = compile_in_child([[paths[0], {}], [paths[1], {"c_n": 5.0}]])
+    ex2 = {(p, k, dt): n for p, k, dt, entry, loads, stores, n in results if entry and loads and stores}
+    assert len(ex2) == 8
+    for kname in ("value", "jacobian"):
+        runtime, baked = ex2[paths[0], kname, "fp32"], ex2[paths[1], kname, "fp32"]
+        assert baked == 1 and runtime > baked, (kname, runtime, baked)
