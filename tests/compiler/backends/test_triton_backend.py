@@ -195,7 +195,7 @@ def k_powk(X, Y, n, K: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # log of a negative base on the exp/log path
-@pytest.mark.parametrize("k", [-3.0, 0.0, 1.0, 2.0, 5.0, 63.0, 2.5])
+@pytest.mark.parametrize("k", [-3.0, 0.0, 1.0, 2.0, 5.0, 63.0, 2.5, 0.3])
 def test_compile_time_power_helper(tmp_path, k):
     """_mc_powk (a power whose exponent is a constexpr: baked parameters) under the interpreter: an
     integer K is binary powering, exact where every product is (integer bases), within |K| 2^-53 of
