@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU work of a session that is lent a GPU machine (the `device` tool: one H100 or H200, no
+# network, at most 10 minutes per command and 30 minutes in all), as commands run there from the
+# repository root. Everything it writes goes under $OUT, which the tool brings back.
+#
+# Prepare here first (this needs the network; modelc's own dependencies are already on that
+# machine, only NEML2 travels as a wheel):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl neml2==3.1.0
+# Then, one step per call, each with carry=[".whl"]:
+#   bash benchmarks/gpu_session.sh tests    # the suite, CUDA tests included (~5 min on 16 cores)
+#   bash benchmarks/gpu_session.sh bench    # benchmarks.run on the GPU, NEML2 on the same GPU
+#   bash benchmarks/gpu_session.sh kernels  # registers and spills of every kernel as loaded, timed
+# and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+step=${1:-}
+case "$step" in tests|bench|kernels) ;; *) echo "usage: $0 tests|bench|kernels" >&2; exit 2 ;; esac
+
+# modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
+# compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
+rm -rf /tmp/mc && mkdir -p /tmp/mc/modelc
+for f in compiler/*; do ln -s "$PWD/$f" /tmp/mc/modelc/; done
+for d in runtime templates spec generated; do ln -s "$PWD/$d" "/tmp/mc/modelc/$d"; done
+export PYTHONPATH=/tmp/mc
+if compgen -G ".whl/*.whl" >/dev/null; then  # NEML2 (and anything else carried)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/mc:/tmp/site
+fi
+python3 -c "import modelc.runtime, sympy, jinja2, yaml" || { echo "modelc does not import here"; exit 1; }
+{ nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"; } \
+  | tee "$OUT/gpu.txt"
+
+case "$step" in
+  tests)
+    # TRITON_INTERPRET stays 1 for the suite (its Triton tests run on CPU tensors); the tests that
+    # need a CUDA device run for real here. Compiled kernels on the GPU are checked by `bench`.
+    python3 -m pytest -q -n "${NPROC:-16}" -p no:cacheprovider ${TESTS:-tests} 2>&1 | tee "$OUT/tests.log"
+    ;;
+  bench)
+    # every route checked against the hand-written eager update before it is timed (a compiled
+    # Triton kernel that disagrees is recorded with its error, not a time)
+    python3 -m benchmarks.run --device cuda --sizes 1000 100000 1000000 --dtypes float64 float32 \
+      --impls modelc eager compile neml2 --neml2-python "$(command -v python3)" --repeats 10 \
+      --max-seconds 4 --out "$OUT" --tag gpu 2>&1 | tee "$OUT/bench.log"
+    ;;
+  kernels)
+    # registers and spills as Triton loaded the kernels, and their throughput, per model
+    python3 -m benchmarks.run --device cuda --sizes 1000000 --dtypes float64 float32 --tangent yes \
+      --impls modelc --repeats 10 --out "$OUT" --tag gpu-kernels 2>&1 | tee "$OUT/kernels.log"
+    ;;
+esac
