@@ -7,7 +7,10 @@
 # machine, only NEML2 travels as a wheel):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl neml2==3.1.0
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d .whl \
+#       neml2==3.1.0 pyzag==2.0.0 nmhit==0.3.6 pyro-ppl==1.9.2 pyro-api==0.1.2
+#   (2.9 MB: NEML2 for torch 2.10-2.12 and what it needs beyond that machine's packages, checked
+#   against its package list on 2026-11-25; NEML2 itself could not be imported here, torch 2.13)
 # Then, one step per call, each with carry=[".whl"]:
 #   bash benchmarks/gpu_session.sh tests    # the suite, CUDA tests included (~5 min on 16 cores)
 #   bash benchmarks/gpu_session.sh bench    # benchmarks.run on the GPU, NEML2 on the same GPU
