@@ -36,7 +36,7 @@ from benchmarks import workload as wl  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 NEML2_PYTHON = REPO / ".neml2-venv" / "bin" / "python"
-REFERENCE = REPO.parent / "shared" / "reference" / "neml2"
+REFERENCE = REPO / "tests" / "reference" / "neml2"  # NEML2 reference results, committed (tests use them too)
 #: max relative error (vs the largest magnitude of each output) accepted before timing
 AGREE = {torch.float64: 1e-8, torch.float32: 1e-3}
 COMPILE_NEWTON_IT = 8  # twice what the workload needs (checked against torch-eager before timing)
