@@ -11,6 +11,7 @@ status rows written; shared parameters are one row for the whole batch).
 
     python -m benchmarks.gpu_kernels                       # all models, fp64 + fp32, sm_90
     python -m benchmarks.gpu_kernels --models j2_linear_iso --dtypes fp64 --arch 90
+    python -m benchmarks.gpu_kernels --maxnreg 128 --tag cap128   # under ptxas' register cap
 
 Writes ``benchmarks/results/<UTC stamp>-sm<arch>-kernels.{json,md}``. On a GPU, ``benchmarks.run``
 measures what these kernels achieve; this report is what can be known before running them.
@@ -40,10 +41,11 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-model, variant, dt, arch, block = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-if len(sys.argv) > 6:  # a module file from --modules
+model, variant, dt, arch, block, maxnreg = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                                            int(sys.argv[6]))
+if len(sys.argv) > 7:  # a module file from --modules
     import importlib.util
-    spec = importlib.util.spec_from_file_location(f"gk_{model}", sys.argv[6])
+    spec = importlib.util.spec_from_file_location(f"gk_{model}", sys.argv[7])
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
 else:
@@ -58,7 +60,8 @@ sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK":
 consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
               EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block)
 t0 = time.perf_counter()
-c = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", arch, 32))
+c = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", arch, 32),
+                   options={"maxnreg": maxnreg} if maxnreg else None)
 sys.stdout.flush()
 print("\n" + json.dumps({"compile_s": time.perf_counter() - t0, "ptx_lines": c.asm["ptx"].count("\n"),
                          "cubin_bytes": len(c.asm["cubin"]), "num_warps": c.metadata.num_warps}))
@@ -120,16 +123,19 @@ def bytes_per_point(model: str, variant: str, dtype: str, modules: str | None = 
     return (nx + ny + nj + (3 if m.IMPLICIT else 0)) * (8 if dtype == "fp64" else 4)
 
 
-def compile_one(model: str, variant: str, dtype: str, arch: int, block: int, modules: str | None = None) -> dict:
+def compile_one(model: str, variant: str, dtype: str, arch: int, block: int, modules: str | None = None,
+                maxnreg: int = 0) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory(prefix="triton_cache_") as cache:
         env.update(TRITON_CACHE_DIR=cache, TRITON_DUMP_PTXAS_LOG="1")
         t0 = time.perf_counter()
         extra = [str(Path(modules) / f"{model}.py")] if modules else []
-        proc = subprocess.run([sys.executable, "-c", CHILD, model, variant, dtype, str(arch), str(block), *extra],
+        proc = subprocess.run([sys.executable, "-c", CHILD, model, variant, dtype, str(arch), str(block), str(maxnreg),
+                               *extra],
                               capture_output=True, text=True, env=env, timeout=1800)
         wall = time.perf_counter() - t0
-    rec = {"model": model, "variant": variant, "dtype": dtype, "arch": f"sm_{arch}", "block": block}
+    rec = {"model": model, "variant": variant, "dtype": dtype, "arch": f"sm_{arch}", "block": block,
+           "maxnreg": maxnreg or None}
     if proc.returncode != 0:
         rec["error"] = proc.stderr[-3000:]
         return rec
@@ -168,14 +174,19 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--block", type=int, default=128, help="points per program (the runtime's GPU default)")
     ap.add_argument("--modules", default=None, help="folder of generated modules (default: the committed "
                     "library, modelc.generated)")
+    ap.add_argument("--maxnreg", type=int, default=0, help="cap on registers per thread (ptxas .maxnreg; what "
+                    "$MODELC_TRITON_MAXNREG gives a launch); 0: none")
+    ap.add_argument("--tag", default="", help="added to the result file name")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
+    if a.maxnreg and not 16 <= a.maxnreg <= 255:
+        ap.error(f"--maxnreg must be from 16 to 255, got {a.maxnreg}")
     import triton
 
     records = []
     jobs = [(m, v, d) for m in a.models for v in a.variants for d in a.dtypes]
     for i, (m, v, d) in enumerate(jobs, 1):
-        rec = compile_one(m, v, d, a.arch, a.block, a.modules)
+        rec = compile_one(m, v, d, a.arch, a.block, a.modules, a.maxnreg)
         records.append(rec)
         status = ("missing" if rec.get("missing") else "FAILED" if "error" in rec else
                   f"{rec['registers']} regs, spills {rec['spill_stores_bytes']}/{rec['spill_loads_bytes']} B, "
@@ -185,11 +196,12 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"what": "ptxas -v of the library's Triton kernels, compiled for a GPU target without a GPU",
-              "target": f"cuda sm_{a.arch}", "block": a.block, "triton": triton.__version__,
+              "target": f"cuda sm_{a.arch}", "block": a.block, "maxnreg": a.maxnreg or None, "triton": triton.__version__,
               "python": sys.version.split()[0], "started": stamp, "records": records}
-    path = out / f"{stamp}-sm{a.arch}-kernels.json"
+    path = out / f"{stamp}-sm{a.arch}-kernels{'-' + a.tag if a.tag else ''}.json"
     path.write_text(json.dumps(result, indent=1))
-    md = (f"# Library kernels for sm_{a.arch} (Triton {triton.__version__}, BLOCK {a.block}), compiled without a GPU\n\n"
+    cap = f", maxnreg {a.maxnreg}" if a.maxnreg else ""
+    md = (f"# Library kernels for sm_{a.arch} (Triton {triton.__version__}, BLOCK {a.block}{cap}), compiled without a GPU\n\n"
           + table(records) + "\n")
     path.with_suffix(".md").write_text(md)
     print(md)

@@ -243,6 +243,18 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def triton_launch_options() -> dict[str, int]:
+    """Options every Triton launch gets: ``maxnreg`` (ptxas' cap on registers per thread) from
+    ``$MODELC_TRITON_MAXNREG`` when set, for measuring a register budget on a GPU against the default
+    (``benchmarks/gpu_kernels.py --maxnreg`` reports what ptxas makes of it without one)."""
+    text = os.environ.get("MODELC_TRITON_MAXNREG", "")
+    if not text:
+        return {}
+    if not text.isdigit() or not 16 <= int(text) <= 255:
+        raise InputError(f"$MODELC_TRITON_MAXNREG must be a whole number of registers from 16 to 255, got {text!r}")
+    return {"maxnreg": int(text)}
+
+
 _WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
 
 
@@ -880,6 +892,7 @@ class CompiledModel(torch.nn.Module):
         import triton
         import triton.language as tl
 
+        launch = triton_launch_options()  # (checked before anything is allocated or written)
         B, nx = X.shape
         ny = self.output_axis.size
         X = X.contiguous()
@@ -904,7 +917,7 @@ class CompiledModel(torch.nn.Module):
                      X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
                      J.stride(0) if J is not None else 0, 3, **consts, V=self.VARIANTS[variant or "value"],
                      DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
-                     EPS=torch.finfo(self.dtype).eps, BLOCK=block)
+                     EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
         return Y, J, ST
 
     # -- stepping helpers ----------------------------------------------------------------------

@@ -108,3 +108,25 @@ def test_triton_missing_is_a_clear_error_and_auto_picks_another_backend():
     assert m.backend in ("c", "torch")
     eps = torch.zeros(2, 6, dtype=torch.float64)
     assert torch.equal(m({"forces/E": eps})["state/S"], torch.zeros(2, 6, dtype=torch.float64))
+
+
+def test_triton_register_cap_setting(elastic, monkeypatch):
+    """$MODELC_TRITON_MAXNREG caps registers per thread in every Triton launch (for measuring a
+    register budget on a GPU): a bad value is an InputError naming the variable, raised before
+    anything is computed; a good one is accepted by the launch (the interpreter ignores it) and
+    changes no number."""
+    from modelc.runtime.model import triton_launch_options
+
+    strain = torch.randn(9, 6, dtype=torch.float64) * 1e-3
+    want = elastic.Model(backend="triton")({"forces/E": strain}, derivatives=True)
+    for bad in ("lots", "8", "300"):
+        monkeypatch.setenv("MODELC_TRITON_MAXNREG", bad)
+        with pytest.raises(InputError, match="MODELC_TRITON_MAXNREG must be a whole number"):
+            elastic.Model(backend="triton")({"forces/E": strain})
+    monkeypatch.setenv("MODELC_TRITON_MAXNREG", "128")
+    assert triton_launch_options() == {"maxnreg": 128}
+    got = elastic.Model(backend="triton")({"forces/E": strain}, derivatives=True)
+    assert torch.equal(got.outputs.tensor, want.outputs.tensor)
+    assert torch.equal(got.jacobian.tensor, want.jacobian.tensor)
+    monkeypatch.delenv("MODELC_TRITON_MAXNREG")
+    assert triton_launch_options() == {}
