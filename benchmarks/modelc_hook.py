@@ -50,9 +50,9 @@ def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.devi
     import modelc
 
     params = params_for(_base(model_name))
-    module = modelc.load(_LIBRARY, model=model_name, constant_params=list(params) if baked else [])
+    module = modelc.load(_LIBRARY, model=model_name)
     try:
-        return module.Model(dtype=dtype, device=device, backend=backend, **params)
+        return module.Model(dtype=dtype, device=device, backend=backend, **({"bake": True} if baked else {}), **params)
     except Exception as exc:  # a backend that cannot run here (no GPU, no compiler, ...)
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
@@ -66,9 +66,8 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
     ``derivatives``: what a ``tangent=True`` call asks for (default ``TANGENT``; ``True`` for the full
     Jacobian, of which the stress/strain block is returned). ``bound``: the route of a host that
     evaluates the same arrays every step (``model.bind``, one bound call per set of input tensors,
-    made on first use of those tensors). ``baked``: the module compiled with every parameter baked in
-    (``constant_params``: a material whose constants are known when the kernel is built; the C
-    backend compiles them in, the Triton backend makes them constexpr).
+    made on first use of those tensors). ``baked``: every parameter baked into the C library
+    (``Model(..., bake=True)``: a material whose constants are known when the kernel is built).
     """
     m = _model(model_name, backend, dtype, device, baked)
     names = STATE[_base(model_name)]

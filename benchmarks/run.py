@@ -113,8 +113,8 @@ def implementations(model: str, dtype: torch.dtype, device: torch.device, which:
                 notes.append(f"modelc-{backend} skipped for {model}: {e}")
         if device.type == "cpu" and "modelc-c" in impls:  # a host's same arrays every step (model.bind)
             impls["modelc-c-bound"] = modelc_hook.modelc_step(model, "c", dtype, device, bound=True)
-            # every parameter compiled in as a constant (a material known at build time, like the
-            # hand-written update's literals): pow with an integer exponent becomes multiplications
+            # every parameter compiled in as a constant (Model(bake=True): a material known at build
+            # time, like the hand-written update's literals): pow(y, 5) becomes multiplications
             impls["modelc-c-baked"] = modelc_hook.modelc_step(model, "c", dtype, device, baked=True)
         if model != "elastic":  # the `_coupled` twin (NEML2's coupled system) on the default backend
             backend = modelc_hook.modelc_backends(device)[0]

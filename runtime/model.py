@@ -325,7 +325,8 @@ class CompiledModel(torch.nn.Module):
     def __init__(self, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
                  max_substeps: int | None = None, trainable: tuple[str, ...] = (), rtol: float | None = None,
-                 atol: float | None = None, max_iter: int | None = None, **param_overrides):
+                 atol: float | None = None, max_iter: int | None = None, bake: bool | tuple[str, ...] = (),
+                 **param_overrides):
         super().__init__()
         self._solver = _solver.check({"rtol": rtol, "atol": atol, "max_iter": max_iter}, f"model {self.NAME}")
         self._call_solver: dict[str, Any] = {}
@@ -341,6 +342,12 @@ class CompiledModel(torch.nn.Module):
         self._axes_cache: dict = {}
         self.tangent_axes = None if self.TANGENT is None else self._axes(*self.TANGENT)
         self.parameter_info: dict[str, ParameterInfo] = {p.name: p for p in self.PARAMETERS}
+        # parameters the C backend compiles into its library as constants (docs/backends.md, "Baked
+        # parameters"): the module's own BAKED, and those asked for here (True: all of them)
+        chosen = tuple(self.parameter_info) if bake is True else (bake,) if isinstance(bake, str) else tuple(bake or ())
+        self._check_param_names(dict.fromkeys(chosen))
+        self.c_baked = tuple(n for n in self.parameter_info if n in set(self.BAKED) | set(chosen))
+        self._runtime_baked = frozenset(chosen)
         self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
         self._owned: dict[str, torch.Tensor] = {}  # values built here from numbers (see _param_tensor)
         self._shared_P = self._shared_key = None
@@ -422,6 +429,11 @@ class CompiledModel(torch.nn.Module):
         ``model.parameters()`` yields it to an optimiser, and calls are differentiable with respect to
         it). Returns the model."""
         self._check_param_names(dict.fromkeys(names))
+        baked = sorted(set(names) & self._runtime_baked)
+        if baked:
+            raise InputError(f"model {self.NAME}: parameter(s) {', '.join(baked)} are baked into the C library "
+                             "(bake=): training them would compile a library for every new value; "
+                             "leave them out of bake=")
         for name in names:
             v = self._values.get(name)
             if v is None:
@@ -791,10 +803,11 @@ class CompiledModel(torch.nn.Module):
         return buf.Y, J, buf.status
 
     def _c_library(self, P: torch.Tensor):
-        """The C library for a call with parameter rows ``P``: the module's own, or, when it bakes
-        parameters (``BAKED``), the one built with their values in ``P`` as constants (one library
-        per set of values, cached in memory and on disk; the first call with new values compiles)."""
-        if not self.BAKED:
+        """The C library for a call with parameter rows ``P``: the module's own, or, when parameters
+        are baked (the module's ``BAKED``, or ``bake=``: :attr:`c_baked`), the one built with their
+        values in ``P`` as constants (one library per set of values, cached in memory and on disk;
+        the first call with new values compiles)."""
+        if not self.c_baked:
             return self._clib
         cols = self._baked_columns()
         if P.shape[0] > 1:
@@ -813,9 +826,9 @@ class CompiledModel(torch.nn.Module):
         return lib
 
     def _baked_columns(self) -> list[int]:
-        """The parameter columns (``P``'s) of the baked parameters."""
+        """The parameter columns (``P``'s) of the parameters the C library bakes in."""
         names = self.param_names_by_column()
-        return [c for c, n in enumerate(names) if n in self.BAKED]
+        return [c for c, n in enumerate(names) if n in self.c_baked]
 
     def param_names_by_column(self) -> list[str]:
         """The parameter each column of a parameter row ``P`` belongs to."""

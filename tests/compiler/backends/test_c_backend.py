@@ -264,6 +264,32 @@ def test_baked_parameters_on_the_c_backend(library, tmp_path):
     assert torch.equal(out.outputs.tensor, before)
 
 
+@needs_cc
+def test_bake_at_run_time(library):
+    """``Model(..., bake=...)`` bakes parameters into the C library of any module, without
+    recompiling it (the source reads every parameter through MC_P): perzyna_iso with n, and with
+    every parameter (bake=True), agrees with the unbaked call to 1e-12; a name that is not a
+    parameter is refused, and so is training a baked parameter."""
+    from modelc.errors import InputError
+
+    mod = library["perzyna_iso"]
+    plain = mod.Model(backend="c")
+    X = _inputs(plain, 33, seed=4)
+    inputs = {n: X[:, slice(*plain.input_axis.span(n))].squeeze(-1) for n in plain.input_axis.variable_names}
+    want = plain(inputs, derivatives="tangent")
+    for bake, names in ((["n"], ("n",)), (True, tuple(plain.parameter_info))):
+        m = mod.Model(backend="c", bake=bake)
+        assert m.c_baked == names
+        got = m(inputs, derivatives="tangent")
+        assert _rel(got.outputs.tensor, want.outputs.tensor) <= 1e-12
+        assert _rel(got.jacobian.tensor, want.jacobian.tensor) <= 1e-12
+        assert [lib.path.name.endswith("-baked.so") for lib in m._baked_libs.values()] == [True]
+    with pytest.raises(InputError, match="unknown parameter.*q"):
+        mod.Model(backend="c", bake=["q"])
+    with pytest.raises(InputError, match="baked into the C library"):
+        mod.Model(backend="c", bake="n").trainable("n")
+
+
 def test_cuda_and_errors_are_clear(library):
     from modelc.errors import InputError
 
