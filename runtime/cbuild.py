@@ -283,11 +283,12 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     """Where the library for ``source`` lives in the cache, and the compile command's flags."""
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
+    bake = baked_flags(baked)
     flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
-        ([f"-DMC_W={lanes}"] if lanes else []) + baked_flags(baked)
+        ([f"-DMC_W={lanes}"] if lanes else []) + bake
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
     tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}") + \
-        ("-baked" if baked_flags(baked) else "")
+        ("-baked" if bake else "")
     return usable_folder(cache_folder(cache_dir) / "c") / f"{sanitize(name)}-{key}-{tag}.so", flags
 
 

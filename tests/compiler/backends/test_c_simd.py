@@ -173,7 +173,7 @@ def test_pow_with_a_baked_integer_exponent(cache_dir, k):
     values (0, -0, infinities, NaN, 1, -1; -0 to a negative odd power is -inf)."""
     from fractions import Fraction
 
-    powp = _fn_program(f"bakedpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
+    powp = _fn_program("bakedpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
     g = np.random.default_rng(100 + k)
     ints = np.arange(2.0, 40.0)
     ints = ints[np.abs(k) * np.log2(ints) < 53]  # |x^k| exactly representable (k >= 0), or 1 / it
@@ -197,11 +197,12 @@ def test_pow_with_a_baked_integer_exponent(cache_dir, k):
 def test_baked_flags_are_exact_and_checked():
     """Baked values reach the C compiler as hexadecimal literals (exact), one flag per column; a
     non-finite baked value is refused, and nothing baked adds no flag."""
+    from modelc.runtime.errors import ModelcError
+
     flags = cbuild.baked_flags((None, 0.1, None, -3.0))
     assert flags == ["-DMC_BAKED_FLAGS={0,1,0,1}", f"-DMC_BAKED_VALUES={{0,{(0.1).hex()},0,{(-3.0).hex()}}}"]
-    assert float.fromhex((0.1).hex()) == 0.1
     assert cbuild.baked_flags((None, None)) == [] and cbuild.baked_flags(()) == []
-    with pytest.raises(cbuild.CBuildError.__mro__[1], match="finite"):
+    with pytest.raises(ModelcError, match="finite"):
         cbuild.baked_flags((math.inf,))
 
 
