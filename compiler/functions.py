@@ -295,6 +295,24 @@ class powr(_RealFunction):
         return ifpos(a, powr(a, b) * sp.log(a), _ZERO)
 
 
+class powr_shift(_RealFunction):
+    """``powr(a, e)`` computed from ``P = powr(a, e + 1)`` as ``P / a`` (``a != 0``); at ``a = 0``
+    the value of ``powr(0, e)``: 0 for e > 0, 1 for e = 0, inf for e < 0 (NaN for a NaN e).
+
+    Internal: :mod:`modelc.passes.cse` writes it where an expression needs both powers of one base
+    with exponents one apart (a power law and its derivative, ``y**n`` and ``n*y**(n - 1)``), so
+    the two cost one exp and one log and a division instead of two exps. It appears after
+    differentiation only; as a function of three arguments its derivatives are those of P / a
+    (d/dP = 1/a, d/da = -P/a**2, d/de = 0; 0 at a = 0 by safe_div). The division adds one
+    rounding to the power's own error."""
+
+    nargs = 3
+
+    def fdiff(self, argindex=1):
+        P, a, _ = self.args
+        return (safe_div(_ONE, a), -safe_div(P, a * a), _ZERO)[argindex - 1]
+
+
 # --------------------------------------------------------------------------------------------------
 # smooth elementary functions: hyperbolic and their inverses, log1p, expm1, atan2
 # --------------------------------------------------------------------------------------------------
@@ -445,6 +463,12 @@ def _safe_div_np(a, b):
     return np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0)
 
 
+def _powr_shift_np(P, a, e):
+    P, a, e = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (P, a, e)))
+    at0 = np.where(e > 0, 0.0, np.where(e == 0, 1.0, np.where(e < 0, np.inf, np.nan)))
+    return np.where(a != 0, P / np.where(a != 0, a, 1.0), at0)
+
+
 FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
     FunctionRule(
         "heaviside", heaviside, 1, "heaviside",
@@ -514,6 +538,15 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         numpy=lambda a, b: np.power(np.asarray(a, dtype=float), b),
         kink_doc="a**b for a >= 0 (NaN for a < 0); at a = 0: value 0 (b > 0), d/da = b*0**(b-1) "
                  "(0 for b > 1), d/db = 0"),
+    FunctionRule(
+        "powr_shift", powr_shift, 3, None,
+        torch="_powr_shift({0}, {1}, {2})",
+        triton="_mc_powr_shift({0}, {1}, {2})",
+        c="mc_powr_shift({0}, {1}, {2})",
+        numpy=lambda P, a, e: _powr_shift_np(P, a, e),
+        triton_helpers=("_mc_powr_shift",),
+        kink_doc="internal (powr(a, e) = P / a, P = powr(a, e + 1)); at a = 0 the value of powr(0, e): "
+                 "0, 1 or inf by the sign of e; derivatives those of P / a, 0 at a = 0"),
     FunctionRule(
         "ifpos", ifpos, 3, None,
         torch="torch.where({0} > 0.0, {1}, {2})",

@@ -83,9 +83,19 @@ def t_heaviside(x):
     return torch.heaviside(x, torch.zeros_like(x))
 
 
+def t_powr_shift(P, a, e):
+    """powr(a, e) from P = powr(a, e + 1): P / a, and powr(0, e) at a = 0 (0, 1 or inf by the sign of
+    e; NaN for a NaN e). See modelc.functions.powr_shift."""
+    e = torch.as_tensor(e, dtype=a.dtype, device=a.device)
+    at0 = torch.where(e > 0, 0.0, torch.where(e == 0, 1.0, torch.where(e < 0, float("inf"), float("nan"))))
+    nz = a != 0
+    return torch.where(nz, P / torch.where(nz, a, 1.0), at0.to(a.dtype))
+
+
 #: the names the generated PyTorch code calls these helpers by (templates/module.py.j2 imports them)
 TORCH_HELPERS = {"_where": t_where, "_minimum": t_minimum, "_maximum": t_maximum, "_tpow": t_pow,
-                 "_ge": t_ge, "_le": t_le, "_sdiv": t_sdiv, "_heaviside": t_heaviside}
+                 "_ge": t_ge, "_le": t_le, "_sdiv": t_sdiv, "_heaviside": t_heaviside,
+                 "_powr_shift": t_powr_shift}
 
 
 def t_batch(v, X: torch.Tensor) -> torch.Tensor:

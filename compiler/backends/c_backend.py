@@ -47,7 +47,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
 from modelc.errors import InternalError
-from modelc.passes.expand_solve import expand_solve
+from modelc.passes.expand_solve import expand_solve, halley_step
 
 # C keywords and the names the generated code uses itself (never given to a symbol)
 _C_RESERVED = frozenset("""
@@ -271,7 +271,7 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
         else:
             invariant.append(a)
     exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
-        [e for row in st.jacobian for e in row] + list(st.residual_scale)
+        [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature)
     ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
     outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
     args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins] + \
@@ -297,7 +297,11 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
                  (None, "mc_act[l]", "mc_go")]
     if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
         dx = sp.Symbol(f"nt{k}.dx", real=True)
-        step.ops += _scalar_solve(st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}")
+        if st.curvature:  # a Halley step (one formula for every backend)
+            step.ops += [(a.target, None, a.value)
+                         for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], dx, f"nt{k}")]
+        else:
+            step.ops += _scalar_solve(st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}")
         x = f"v_{code.name(st.unknowns[0])}[l]"
         step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
         solve, update = ["if (!mc_any) break;"], None
@@ -427,7 +431,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
         elif isinstance(st, ir.Newton):
             fn = _newton_function(code, st)
             exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
-                [e for row in st.jacobian for e in row] + list(st.residual_scale)
+                [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature)
             local = {a.target for a in st.body} | set(st.unknowns)
             ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
             outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)

@@ -18,7 +18,7 @@ import sympy as sp
 
 from modelc import ir
 from modelc.ir import RTOL_FLOOR_EPS
-from modelc.passes.expand_solve import expand_solve
+from modelc.passes.expand_solve import expand_solve, halley_step
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
 from modelc.errors import InternalError
@@ -120,8 +120,13 @@ class Emitter:
         return res, du, rn0
 
     def newton_step(self, st: ir.Newton, k: int, res, du) -> None:
-        """Lines computing ``du`` from ``J du = -R`` (residuals already assigned to ``res``)."""
-        self.solve(st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in du), f"nt{k}")
+        """Lines computing ``du`` from ``J du = -R`` (residuals already assigned to ``res``), or the
+        Halley step of a solve with a ``curvature`` (:func:`~modelc.passes.expand_solve.halley_step`)."""
+        if not st.curvature:
+            self.solve(st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in du), f"nt{k}")
+            return
+        for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], du[0], f"nt{k}"):
+            self.assign(a.target, a.value)
 
     def solve(self, A, B, targets, prefix: str) -> None:
         """Lines solving ``A X = B`` into ``targets`` (default: unrolled elimination)."""

@@ -81,6 +81,17 @@ def _mc_powk(x, K: tl.constexpr):
         r = tl.exp(K * tl.log(x))
     return r
 '''),
+    # powr(a, e) from P = powr(a, e + 1) (modelc.functions.powr_shift); at a = 0 powr(0, e):
+    # 0, 1 or inf by the sign of e, NaN for a NaN e
+    "_mc_powr_shift": ((), '''
+@triton.jit
+def _mc_powr_shift(P, a, e):
+    zero = tl.zeros_like(a)
+    z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
+                                                                         zero + float("nan"))))
+    nz = a != 0.0
+    return tl.where(nz, P / tl.where(nz, a, 1.0), z)
+'''),
     "_mc_expm1": ((), '''
 @triton.jit
 def _mc_expm1(x):
@@ -183,7 +194,7 @@ def _mc_atan2(y, x):
 '''),
 }
 
-_CALL = re.compile(r"\b(_mc_[a-z0-9]+)\(")
+_CALL = re.compile(r"\b(_mc_[a-z0-9_]+)\(")
 
 
 def helpers_for(lines) -> list[str]:

@@ -81,6 +81,10 @@ class TritonPrinter(ExprPrinter):
             text = self._constexpr_power(*expr.args)
             if text is not None:
                 return text
+        if name == "powr_shift":  # a baked exponent: binary powering, like powr's
+            text = self._constexpr_power(expr.args[1], expr.args[2])
+            if text is not None:
+                return text
         return super()._print_custom(name, expr)
 
     def _constexpr_power(self, base, exp) -> str | None:

@@ -59,7 +59,8 @@ def format_model(m: Model, sstr=None) -> str:
             lines.append(f"  uses {', '.join(s.uses)}")
         o = s.solver
         lines.append(f"  solver rtol={o.rtol!r} atol={o.atol!r} max_iter={o.max_iter} "
-                     f"on_failure={o.on_failure} max_substeps={o.max_substeps}")
+                     f"on_failure={o.on_failure} max_substeps={o.max_substeps}"
+                     + (f" method={o.method}" if o.method != "newton" else ""))
         for eq in s.residuals:
             lines.append(f"  residual {eq.var.name}:")
             lines += _components(f"R({eq.var.name})", eq.components, sstr)

@@ -27,6 +27,7 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # always fullmatch: "$" accepts a
 QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
 HELPER_KEY = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*")
 ON_FAILURE = ("nan", "substep")
+METHODS = ("newton", "halley")
 
 
 def old_name(name: str) -> str:
@@ -280,8 +281,13 @@ class ModelBuilder:
                                 f"computed before the solve (use old(...) values, inputs and parameters)",
                                 eq.loc)
         uses_nodes = fi["uses"].items if fi["uses"] else ()
+        solver = _solver(fi["solver"])
+        if solver.method == "halley" and (len(unknowns) != 1 or len(unknowns[0][1].symbols) != 1):
+            raise SpecError(f"solver method 'halley' of model {self.name!r} needs one scalar unknown "
+                            f"(it has {sum(len(v.symbols) for _, v in unknowns)} components); use "
+                            f"'newton' for a system", fi["solver"].keys["method"].loc)
         system = ImplicitSystem(tuple(v for _, v in unknowns), residuals, guess,
-                                tuple(u.value for u in uses_nodes), _solver(fi["solver"]))
+                                tuple(u.value for u in uses_nodes), solver)
         if outputs_l:  # explicit outputs, computed from the solution (passes.compose splits them off)
             equations = self._equations(f["equations"], outputs_l, "equations", True)
             outputs = tuple(v for _, v in outputs_l)
@@ -396,8 +402,11 @@ def _solver(node) -> SolverOptions:
     if vals["on_failure"] not in ON_FAILURE:
         raise SpecError(f"solver option 'on_failure' must be one of {', '.join(ON_FAILURE)}",
                         f["on_failure"].loc, hint=did_you_mean(vals["on_failure"], ON_FAILURE))
+    if vals["method"] not in METHODS:
+        raise SpecError(f"solver option 'method' must be one of {', '.join(METHODS)}",
+                        f["method"].loc, hint=did_you_mean(vals["method"], METHODS))
     return SolverOptions(float(vals["rtol"]), float(vals["atol"]), int(vals["max_iter"]),
-                         vals["on_failure"], int(vals["max_substeps"]))
+                         vals["on_failure"], int(vals["max_substeps"]), vals["method"])
 
 
 def file_helpers(mapping) -> dict:

@@ -95,6 +95,8 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         Field("on_failure", "str", False, "nan", "'nan' (mark the point, NaN outputs) or 'substep' "
               "(cut the step and retry)"),
         Field("max_substeps", "int", False, 8, "maximum step cuts with on_failure: substep"),
+        Field("method", "str", False, "newton", "'newton', or 'halley' for one scalar unknown (each step "
+              "also uses the second derivative: fewer iterations, see docs)"),
     ),
     "compose": (
         Field("models", "names", True, None, "the models (or earlier compositions) to wire together by "

@@ -23,7 +23,8 @@ def reads(st: Statement, free: FreeSymbols | None = None) -> set[sp.Symbol]:
     for a in st.body:
         out |= fs(a.value) - inner
         inner.add(a.target)
-    for e in list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale):
+    for e in (list(st.residual) + [e for row in st.jacobian for e in row] + list(st.residual_scale)
+              + list(st.curvature)):
         out |= fs(e) - inner
     for g in st.guess:
         out |= fs(g)

@@ -174,6 +174,12 @@ def _newton(st: Newton, env, batch, dtype) -> None:
             break
         J = _matrix(st.jacobian, local, batch, dtype)
         du = _solve(J, -R[..., None])[..., 0]
+        if st.curvature:  # Halley (see modelc.passes.expand_solve.halley_step)
+            r, j = R[..., 0], J[..., 0, 0]
+            q = r * _eval(st.curvature[0], local, batch, dtype)
+            with np.errstate(all="ignore"):
+                halley = (-2 * r * j) / (2 * (j * j) - q)
+            du = np.where(np.abs(q) <= j * j, halley, du[..., 0])[..., None].astype(dtype)
         bad = active & ~np.all(np.isfinite(du), axis=-1)
         failed |= bad
         active &= ~bad

@@ -122,6 +122,9 @@ class SolverOptions:
     max_iter: int = 25
     on_failure: str = "nan"  # "nan" (mark the point, NaN outputs) or "substep" (cut the step and retry)
     max_substeps: int = 8
+    #: "newton", or "halley" for a solve with one scalar unknown: each step also uses d2R/du2
+    #: (cubic convergence; see modelc.ir.Newton.curvature)
+    method: str = "newton"
 
 
 @dataclass(frozen=True, slots=True)

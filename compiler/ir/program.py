@@ -75,6 +75,11 @@ class Newton:
     #: step whose first residual is already at round-off level converges at once. Empty: the
     #: backends fall back to ||R|| <= rtol_eff * ||R0||.
     residual_scale: tuple[sp.Expr, ...] = ()
+    #: ``(d2R/du2,)`` for a Halley solve (``solver.method == "halley"``, one scalar unknown; same
+    #: symbols as ``residual``), else empty. A Halley step is ``du = -2 R J / (2 J^2 - R H)`` where
+    #: ``|R H| <= J^2`` (the Newton step scaled by 2/3..2), else the Newton step ``-R / J``
+    #: (:func:`modelc.passes.expand_solve.halley_step`, the one formula every backend prints).
+    curvature: tuple[sp.Expr, ...] = ()
 
 
 Statement = Assign | LinearSolve | Newton
@@ -224,4 +229,5 @@ def _format_body(body, indent: str) -> list[str]:
             lines += _format_body(st.body, indent + "  ")
             lines += [f"{indent}  R[{i}] = {sp.sstr(r)}" for i, r in enumerate(st.residual)]
             lines += [f"{indent}  J[{i}] = {[sp.sstr(e) for e in row]}" for i, row in enumerate(st.jacobian)]
+            lines += [f"{indent}  H[{i}] = {sp.sstr(h)}" for i, h in enumerate(st.curvature)]
     return lines

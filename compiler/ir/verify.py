@@ -82,6 +82,8 @@ def verify_program(p: Program) -> Program:
             if len(st.guess) != n or len(st.residual) != n or len(st.jacobian) != n or any(
                     len(r) != n for r in st.jacobian) or (st.residual_scale and len(st.residual_scale) != n):
                 fail(f"Newton solve {k}: guess, residual, Jacobian or scale do not match its {n} unknowns")
+            if st.curvature and (n != 1 or len(st.curvature) != 1):
+                fail(f"Newton solve {k}: a curvature (Halley step) needs exactly one unknown")
             need(st.guess, defined, f"Newton solve {k} (guess)")
             if any(not sp.sympify(g).is_Atom for g in st.guess):
                 fail(f"Newton solve {k}: a guess is an expression (lowering assigns it before the solve)")
@@ -93,7 +95,8 @@ def verify_program(p: Program) -> Program:
                     fail(f"{a.target} is assigned twice in the body of Newton solve {k}")
                 local.add(a.target)
                 inner.add(a.target)
-            need(list(st.residual) + [e for r in st.jacobian for e in r] + list(st.residual_scale), inner,
+            need(list(st.residual) + [e for r in st.jacobian for e in r] + list(st.residual_scale)
+                 + list(st.curvature), inner,
                  f"Newton solve {k} (residual)")
             outs = set(st.unknowns) | {st.converged, st.iterations, st.residual_norm}
             newton_locals |= local - outs - defined

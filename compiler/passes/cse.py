@@ -61,13 +61,17 @@ def cse(program: Program) -> Program:
 
 def _newton(st: Newton, counter: Counter) -> Newton:
     n = len(st.residual)
-    extra = tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
+    ns = len(st.residual_scale)
+    extra = (tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
+             + tuple(st.curvature))
     body, reduced = _segment(list(st.body), extra, set(), counter)
     body, reduced = _hoist_invariants(body, reduced, set(st.unknowns), counter)
     residual = tuple(reduced[:n])
     jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
-    scale = tuple(reduced[n + n * n:])
-    return replace(st, body=tuple(body), residual=residual, jacobian=jac, residual_scale=scale)
+    scale = tuple(reduced[n + n * n:n + n * n + ns])
+    curvature = tuple(reduced[n + n * n + ns:])
+    return replace(st, body=tuple(body), residual=residual, jacobian=jac, residual_scale=scale,
+                   curvature=curvature)
 
 
 def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter: Counter):
@@ -175,8 +179,66 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
 
 
 def _reduce(exprs: list, counter: Counter):
+    exprs = _share_powers(exprs)
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
     return _hoist_power_bases(replacements, reduced, counter)
+
+
+def _share_powers(exprs: list) -> list:
+    """Powers of one base whose exponents are one apart, computed from the highest: where the
+    expressions hold ``powr(a, e)`` and ``powr(a, e + 1)``, the lower one becomes
+    ``powr_shift(powr(a, e + 1), a, e)`` (a division, :class:`modelc.functions.powr_shift`), down
+    a chain (``e + 2``, ``e + 1``, ``e``), so ``cse`` then shares the one power. A power law and its
+    derivatives (``y**n``, ``n*y**(n - 1)``, and ``n*(n - 1)*y**(n - 2)`` in a Halley step) cost one
+    log and one exp instead of one of each per power: perzyna_iso's Newton iteration has one exp
+    where it had three."""
+    from modelc.functions import FUNCTIONS, powr_shift
+
+    powr = FUNCTIONS["powr"].cls
+    by_base: dict[sp.Expr, dict[sp.Expr, sp.Expr]] = {}
+    seen: set = set()
+    stack = [sp.sympify(e) for e in exprs]
+    while stack:  # the expressions share subtrees: each distinct node once
+        e = stack.pop()
+        if e in seen or e.is_Atom:
+            continue
+        seen.add(e)
+        if e.func is powr:
+            by_base.setdefault(e.args[0], {})[e.args[1]] = e
+        stack.extend(e.args)
+    rule: dict[sp.Expr, sp.Expr] = {}
+    for base, powers in by_base.items():
+        memo: dict[sp.Expr, sp.Expr] = {}
+
+        def value(exp, base=base, powers=powers, memo=memo):
+            if exp not in memo:
+                up = exp + 1
+                memo[exp] = powr_shift(value(up), base, exp) if up in powers else powers[exp]
+            return memo[exp]
+
+        for exp, node in powers.items():
+            if exp + 1 in powers:
+                rule[node] = value(exp)
+    if not rule:
+        return exprs
+    memo: dict = {}
+
+    def rebuild(e):  # like xreplace, but a product kept whole (_inline_products) stays unevaluated
+        if e in rule:
+            return rule[e]
+        if e.is_Atom or not e.args:
+            return e
+        out = memo.get(e)
+        if out is None:
+            args = tuple(rebuild(a) for a in e.args)
+            if args == e.args:
+                out = e
+            else:
+                out = e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+            memo[e] = out
+        return out
+
+    return [rebuild(sp.sympify(e)) for e in exprs]
 
 
 def _ops(replacements, reduced) -> int:

@@ -28,6 +28,7 @@ from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Va
 from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
 from modelc.passes.differentiate import differentiable
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
+from modelc.symdag import xreplace
 
 
 def lower(model: Model, *, derivatives: bool,
@@ -194,9 +195,14 @@ class _Emitter:
         # a guess that is an expression is assigned before the solve, in the segment before it, so
         # that CSE shares its subexpressions (it often reads the trial state the body reads too)
         guess = tuple(g if g.is_Atom else self.guess(m, u, g) for u, g in zip(usyms, guess))
+        curvature = ()
+        if m.implicit.solver.method == "halley":
+            if len(usyms) != 1:
+                raise InternalError(f"implicit model '{m.name}': a Halley solve has one scalar unknown")
+            curvature = (_curvature(body, jac[0][0], usyms[0]),)
         newton = Newton(unknowns=usyms, guess=guess, body=body, residual=res, jacobian=jac,
                         solver=m.implicit.solver, converged=conv, iterations=its, residual_norm=norm,
-                        residual_scale=scale)
+                        residual_scale=scale, curvature=curvature)
         self.body.append(newton)
         self.newtons.append(newton)
         self.assigned = {}  # a new straight-line segment starts after the Newton statement
@@ -244,6 +250,17 @@ def _check_structure(m: Model, jac) -> None:
                     hint="each unknown needs a residual that depends on it (dR/du must be invertible); a "
                          "residual that reads a variable computed from the unknowns needs its provider "
                          "under `uses:`")
+
+
+def _curvature(body, jacobian: sp.Expr, unknown: sp.Symbol) -> sp.Expr:
+    """d2R/du2 of a one-unknown solve: dR/du with the body's assignments inlined (an expression of
+    the unknown and the solve's inputs), differentiated by SymPy once more (the custom functions'
+    own derivative rules, as for every other derivative). CSE shares it with the residual and the
+    Jacobian it is evaluated beside."""
+    flat: dict[sp.Symbol, sp.Expr] = {}
+    for a in body:
+        flat[a.target] = xreplace(sp.sympify(a.value), flat) if flat else sp.sympify(a.value)
+    return sp.diff(xreplace(sp.sympify(jacobian), flat), unknown)
 
 
 def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:

@@ -25,6 +25,9 @@ def _kink_points(name: str, rng) -> list[tuple[float, ...]]:
     pts = []
     if name == "powr":  # defined for a >= 0; the kink is a = 0
         return [(float(rng.uniform(1e-3, 2.0)), float(rng.uniform(0.5, 5.0))) for _ in range(6)]
+    if name == "powr_shift":  # P / a away from a = 0 (where it is powr(0, e), a jump)
+        return [(float(rng.normal()), float(rng.uniform(0.1, 2.0)) * s, float(rng.normal()))
+                for s in (1, -1, 1, -1, 1, -1)]
     if name in _DOMAINS:  # smooth: random points of the domain, tiny and large ones included
         lo, hi = _DOMAINS[name]
         return [(float(v),) for v in rng.uniform(lo, hi, 8)] + \

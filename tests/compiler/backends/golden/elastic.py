@@ -25,7 +25,7 @@ import torch
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
 from modelc.runtime.model import t_minimum as _minimum
-from modelc.runtime.model import t_pow as _tpow, t_where as _where
+from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
 try:
@@ -380,10 +380,23 @@ MC_INLINE double mc_pow_d(double x, double y) {
 #define mc_log(x) ((real)mc_log_d((double)(x)))
 #define mc_pow(x, y) ((real)mc_pow_d((double)(x), (double)(y)))
 #else
+#define MC_CONST_INT(y) 0
+MC_INLINE double mc_powi_d(double x, int k) { return pow(x, k); }
 #define mc_exp(x) exp(x)
 #define mc_log(x) log(x)
 #define mc_pow(x, y) pow(x, y)
 #endif
+/* powr(a, e) from P = powr(a, e + 1) (modelc.functions.powr_shift): P / a, one division where a
+   second power would take an exp; at a = 0 the value of powr(0, e) (0, 1 or inf by the sign of e,
+   NaN for a NaN e). An exponent the compiler knows to be an integer (baked) is binary powering, as
+   in mc_pow. */
+MC_INLINE double mc_powr_shift_d(double P, double a, double e) {
+    if (MC_CONST_INT(e))
+        return mc_powi_d(a, (int)e);
+    double z = e > 0.0 ? 0.0 : (e == 0.0 ? 1.0 : (e < 0.0 ? INFINITY : NAN));
+    return a != 0.0 ? P / a : z;
+}
+#define mc_powr_shift(P, a, e) ((real)mc_powr_shift_d((double)(P), (double)(a), (double)(e)))
 
 /* Solve A X = B for every lane of a block, in place (X overwrites B): A n x n, B n x m, entry (i, j)
    of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, a search
