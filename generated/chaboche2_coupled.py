@@ -2190,14 +2190,14 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_112 = (cse_16 * cse_2)
         cse_113 = (cse_17 * cse_2)
         cse_114 = (cse_18 * cse_2)
-        cse_116 = (1.0 / (cse_1 * cse_1))
+        cse_116 = (cse_2 * cse_2)
         cse_117 = (p_E * cse_116)
         cse_118 = (cse_0 * cse_117)
         cse_119 = (cse_3 * cse_7)
         cse_120 = (cse_10 * cse_119)
         cse_121 = (cse_106 * cse_117)
         cse_122 = (-cse_121)
-        cse_123 = (1.0 / (cse_9 * cse_9))
+        cse_123 = (cse_10 * cse_10)
         cse_124 = (cse_119 * cse_123 * cse_8)
         cse_127 = (cse_117 * cse_5)
         cse_128 = (cse_117 * cse_6)
@@ -2222,7 +2222,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_696 = (cse_131 * cse_400)
         cse_697 = (cse_201 * ((cse_192 * cse_694) + (cse_192 * cse_695) + (cse_192 * cse_696) + (cse_211 * cse_690) + (cse_215 * cse_691) + (cse_218 * cse_692)))
         cse_698 = (cse_252 * state_internal_ep)
-        cse_699 = (cse_159 * cse_199 * cse_202 / (p_eta * p_eta))
+        cse_699 = (cse_159 * cse_199 * cse_202 * (cse_193 * cse_193))
         cse_700 = (cse_159 * torch.where(cse_200 > 0.0, (cse_201 * torch.log(cse_200)), 0.0))
         cse_705 = (cse_201 * ((cse_108 * cse_215) + (cse_110 * cse_270) + (cse_111 * cse_266) - (cse_185 * cse_685) - (cse_185 * cse_686) - (cse_185 * cse_687)))
         cse_706 = (cse_201 * ((cse_185 * cse_694) + (cse_185 * cse_695) + (cse_185 * cse_696) + (cse_215 * cse_690) + (cse_266 * cse_692) + (cse_270 * cse_691)))
@@ -16531,14 +16531,14 @@ if triton is not None:
             cse_112 = (cse_16 * cse_2)
             cse_113 = (cse_17 * cse_2)
             cse_114 = (cse_18 * cse_2)
-            cse_116 = (K0 / (cse_1 * cse_1))
+            cse_116 = (cse_2 * cse_2)
             cse_117 = (p_E * cse_116)
             cse_118 = (cse_0 * cse_117)
             cse_119 = (cse_3 * cse_7)
             cse_120 = (cse_10 * cse_119)
             cse_121 = (cse_106 * cse_117)
             cse_122 = (-cse_121)
-            cse_123 = (K0 / (cse_9 * cse_9))
+            cse_123 = (cse_10 * cse_10)
             cse_124 = (cse_119 * cse_123 * cse_8)
             cse_127 = (cse_117 * cse_5)
             cse_128 = (cse_117 * cse_6)
@@ -16563,7 +16563,7 @@ if triton is not None:
             cse_696 = (cse_131 * cse_400)
             cse_697 = (cse_201 * ((cse_192 * cse_694) + (cse_192 * cse_695) + (cse_192 * cse_696) + (cse_211 * cse_690) + (cse_215 * cse_691) + (cse_218 * cse_692)))
             cse_698 = (cse_252 * state_internal_ep)
-            cse_699 = (cse_159 * cse_199 * cse_202 / (p_eta * p_eta))
+            cse_699 = (cse_159 * cse_199 * cse_202 * (cse_193 * cse_193))
             cse_700 = (cse_159 * tl.where(cse_200 > 0.0, (cse_201 * tl.log(cse_200)), K13))
             cse_705 = (cse_201 * ((cse_108 * cse_215) + (cse_110 * cse_270) + (cse_111 * cse_266) - (cse_185 * cse_685) - (cse_185 * cse_686) - (cse_185 * cse_687)))
             cse_706 = (cse_201 * ((cse_185 * cse_694) + (cse_185 * cse_695) + (cse_185 * cse_696) + (cse_215 * cse_690) + (cse_266 * cse_692) + (cse_270 * cse_691)))
@@ -24360,14 +24360,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_chaboche2_return_map_iterations[MC_W];
     real v_chaboche2_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -24390,6 +24388,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_188[MC_W];
     real v_cse_191[MC_W];
     real v_cse_192[MC_W];
+    real v_cse_193[MC_W];
     real v_cse_195[MC_W];
     real v_cse_197[MC_W];
     real v_cse_199[MC_W];
@@ -25776,14 +25775,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[112 * MC_W + l] = (cse_159 * cse_660);
         if (V & 14) mc_ls1_B[113 * MC_W + l] = (-cse_159 * cse_662);
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -25806,6 +25803,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_188[l] = cse_188;
         if (V & 14) v_cse_191[l] = cse_191;
         if (V & 14) v_cse_192[l] = cse_192;
+        if (V & 14) v_cse_193[l] = cse_193;
         if (V & 14) v_cse_195[l] = cse_195;
         if (V & 14) v_cse_197[l] = cse_197;
         if (V & 14) v_cse_199[l] = cse_199;
@@ -27393,11 +27391,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_16 = v_cse_16[l];
             const real cse_17 = v_cse_17[l];
             const real cse_18 = v_cse_18[l];
-            const real cse_1 = v_cse_1[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_192 = v_cse_192[l];
             const real cse_185 = v_cse_185[l];
@@ -27419,8 +27415,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_187 = v_cse_187[l];
             const real cse_252 = v_cse_252[l];
             const real state_internal_ep = v_state_internal_ep[l];
-            const real p_eta = MC_P(5, (v_p + 5 * MC_W)[l]);
             const real cse_159 = v_cse_159[l];
+            const real cse_193 = v_cse_193[l];
             const real cse_199 = v_cse_199[l];
             const real cse_202 = v_cse_202[l];
             const real cse_200 = v_cse_200[l];
@@ -28023,14 +28019,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_112 = (cse_16 * cse_2);
             const real cse_113 = (cse_17 * cse_2);
             const real cse_114 = (cse_18 * cse_2);
-            const real cse_116 = (((real)1.0) / (cse_1 * cse_1));
+            const real cse_116 = (cse_2 * cse_2);
             const real cse_117 = (p_E * cse_116);
             const real cse_118 = (cse_0 * cse_117);
             const real cse_119 = (cse_3 * cse_7);
             const real cse_120 = (cse_10 * cse_119);
             const real cse_121 = (cse_106 * cse_117);
             const real cse_122 = (-cse_121);
-            const real cse_123 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_123 = (cse_10 * cse_10);
             const real cse_124 = (cse_119 * cse_123 * cse_8);
             const real cse_127 = (cse_117 * cse_5);
             const real cse_128 = (cse_117 * cse_6);
@@ -28055,7 +28051,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_696 = (cse_131 * cse_400);
             const real cse_697 = (cse_201 * ((cse_192 * cse_694) + (cse_192 * cse_695) + (cse_192 * cse_696) + (cse_211 * cse_690) + (cse_215 * cse_691) + (cse_218 * cse_692)));
             const real cse_698 = (cse_252 * state_internal_ep);
-            const real cse_699 = (cse_159 * cse_199 * cse_202 / (p_eta * p_eta));
+            const real cse_699 = (cse_159 * cse_199 * cse_202 * (cse_193 * cse_193));
             const real cse_700 = (cse_159 * (cse_200 > 0 ? (cse_201 * mc_log(cse_200)) : ((real)0.0)));
             const real cse_705 = (cse_201 * ((cse_108 * cse_215) + (cse_110 * cse_270) + (cse_111 * cse_266) - (cse_185 * cse_685) - (cse_185 * cse_686) - (cse_185 * cse_687)));
             const real cse_706 = (cse_201 * ((cse_185 * cse_694) + (cse_185 * cse_695) + (cse_185 * cse_696) + (cse_215 * cse_690) + (cse_266 * cse_692) + (cse_270 * cse_691)));

@@ -82,8 +82,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 8:  # total
         cse_10 = (cse_3 * cse_6)
         cse_11 = (cse_1 * cse_10)
-        cse_12 = (p_E / (cse_0 * cse_0))
-        cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (2.0 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
+        cse_12 = (p_E * (cse_1 * cse_1))
+        cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (2.0 * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)))
         d13 = (cse_11 + (cse_1 * forces_E_0))
         d14 = (cse_11 + (cse_1 * forces_E_1))
         d15 = (cse_11 + (cse_1 * forces_E_2))
@@ -242,8 +242,8 @@ if triton is not None:
         if V & 8:  # total
             cse_10 = (cse_3 * cse_6)
             cse_11 = (cse_1 * cse_10)
-            cse_12 = (p_E / (cse_0 * cse_0))
-            cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (K1 * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)))
+            cse_12 = (p_E * (cse_1 * cse_1))
+            cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (K1 * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)))
             d13 = (cse_11 + (cse_1 * forces_E_0))
             d14 = (cse_11 + (cse_1 * forces_E_1))
             d15 = (cse_11 + (cse_1 * forces_E_2))
@@ -879,8 +879,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) o_j[11 * MC_W + l] = d12;
         const real cse_10 = (cse_3 * cse_6);
         const real cse_11 = (cse_1 * cse_10);
-        const real cse_12 = (p_E / (cse_0 * cse_0));
-        const real cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (((real)2.0) * p_E * p_nu * cse_1 * cse_3 / (cse_4 * cse_4)));
+        const real cse_12 = (p_E * (cse_1 * cse_1));
+        const real cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (((real)2.0) * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)));
         const real d13 = (cse_11 + (cse_1 * forces_E_0));
         if (V & 8) o_j[12 * MC_W + l] = d13;
         const real d14 = (cse_11 + (cse_1 * forces_E_1));

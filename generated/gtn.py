@@ -62,7 +62,8 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_0 = (-state_internal_Ep_0)
         ncse_1 = (forces_t - old_forces_t)
         ncse_2 = (p_sigma_y + (p_K * state_internal_ep))
-        ncse_3 = (1.0 / (ncse_2 * ncse_2))
+        ncse_16 = (1.0 / ncse_2)
+        ncse_3 = (ncse_16 * ncse_16)
         ncse_4 = (1.0 + p_nu)
         ncse_5 = (1.0 / ncse_4)
         ncse_6 = (forces_E_0 + ncse_0)
@@ -75,7 +76,6 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_13 = (ncse_12 * ncse_9)
         ncse_14 = (ncse_10 + ncse_13)
         ncse_15 = (-ncse_14 + (2.0 * p_E * ncse_5 * ncse_6))
-        ncse_16 = (1.0 / ncse_2)
         ncse_17 = (p_q2 * ncse_16)
         ncse_18 = (ncse_6 * ncse_9)
         ncse_19 = (2.0 * p_nu)
@@ -110,7 +110,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_48 = (forces_E_5 + ncse_47)
         ncse_49 = (p_q2 * ncse_29)
         ncse_50 = (ncse_3 * ncse_49)
-        ncse_51 = ((p_E * p_E) / (ncse_4 * ncse_4))
+        ncse_51 = ((p_E * p_E) * (ncse_5 * ncse_5))
         ncse_52 = (1.5 * ncse_51)
         ncse_53 = (0.3333333333333333 * ncse_18)
         ncse_54 = (0.3333333333333333 * ncse_10)
@@ -119,7 +119,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_154 = (-ncse_53 - ncse_55 + (0.6666666666666666 * p_E * ncse_5 * ncse_8))
         ncse_155 = (-ncse_54 - ncse_55 + (0.6666666666666666 * p_E * ncse_5 * ncse_6))
         ncse_56 = ((1.5 * (ncse_153 * ncse_153)) + (1.5 * (ncse_154 * ncse_154)) + (1.5 * (ncse_155 * ncse_155)) + (ncse_52 * (ncse_40 * ncse_40)) + (ncse_52 * (ncse_46 * ncse_46)) + (ncse_52 * (ncse_48 * ncse_48)))
-        ncse_57 = (1.0 / (ncse_2 * ncse_2 * ncse_2))
+        ncse_57 = (ncse_16 * ncse_16 * ncse_16)
         ncse_58 = (2.0 * ncse_57)
         ncse_59 = ((ncse_24 * ncse_50) + (ncse_56 * ncse_58))
         ncse_60 = (1.0 - state_internal_phi)
@@ -162,7 +162,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         ncse_97 = (ncse_40 * ncse_51)
         ncse_98 = (ncse_76 * ncse_91)
         ncse_99 = (ncse_51 * ncse_98)
-        ncse_100 = (1.0 / (ncse_2 * ncse_2 * ncse_2 * ncse_2))
+        ncse_100 = (ncse_16 * ncse_16 * ncse_16 * ncse_16)
         ncse_101 = (ncse_60 * state_internal_gamma_rate)
         ncse_102 = (ncse_75 * ((ncse_101 * ncse_74) + (2.0 * ncse_101 * ncse_78)))
         ncse_103 = (p_K * ncse_101)
@@ -338,11 +338,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_25 = (cse_12 + cse_3)
         cse_26 = (-cse_25)
         cse_43 = (-cse_3)
-        cse_86 = (1.0 / (cse_1 * cse_1))
+        cse_86 = (cse_2 * cse_2)
         cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-        cse_118 = (1.0 / (cse_117 * cse_117))
-        cse_119 = (cse_118 * state_internal_phi)
         cse_120 = (1.0 / cse_117)
+        cse_118 = (cse_120 * cse_120)
+        cse_119 = (cse_118 * state_internal_phi)
         cse_121 = (p_q2 * cse_120)
         cse_122 = (cse_14 + cse_15)
         cse_123 = (cse_122 + cse_4 + (3.0 * cse_13))
@@ -365,7 +365,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_140 = (-cse_139 + (cse_131 * cse_26))
         cse_141 = (cse_137 * cse_140)
         cse_142 = (-cse_122 + (2.0 * p_E * cse_0 * cse_2))
-        cse_143 = (1.0 / (cse_117 * cse_117 * cse_117))
+        cse_143 = (cse_120 * cse_120 * cse_120)
         cse_144 = (2.0 * cse_143)
         cse_145 = torch.sinh(cse_125)
         cse_146 = (p_q1 * cse_145)
@@ -415,7 +415,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_190 = (-cse_18 * cse_189)
         cse_191 = (-cse_189 * cse_20)
         cse_192 = (p_q2 * cse_123)
-        cse_193 = (1.0 / (cse_117 * cse_117 * cse_117 * cse_117))
+        cse_193 = (cse_120 * cse_120 * cse_120 * cse_120)
         cse_194 = (cse_123 * cse_123)
         cse_195 = (cse_16 * cse_16)
         cse_196 = (cse_185 * cse_195)
@@ -827,7 +827,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_90 = (cse_10 * cse_89)
         cse_91 = (cse_76 * cse_87)
         cse_92 = (-cse_91)
-        cse_93 = (1.0 / (cse_9 * cse_9))
+        cse_93 = (cse_10 * cse_10)
         cse_94 = (cse_8 * cse_89 * cse_93)
         cse_97 = (cse_5 * cse_87)
         cse_98 = (cse_6 * cse_87)
@@ -858,7 +858,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_261 = (cse_245 + cse_258 + (cse_133 * cse_246))
         cse_268 = (cse_195 * cse_87)
         cse_269 = (cse_173 * cse_87)
-        cse_270 = (1.0 / (cse_1 * cse_1 * cse_1))
+        cse_270 = (cse_2 * cse_2 * cse_2)
         cse_271 = (cse_173 * cse_270)
         cse_272 = (cse_185 * cse_271)
         cse_275 = (3.0 * cse_208)
@@ -1541,7 +1541,8 @@ if triton is not None:
             ncse_0 = (-state_internal_Ep_0)
             ncse_1 = (forces_t - old_forces_t)
             ncse_2 = (p_sigma_y + (p_K * state_internal_ep))
-            ncse_3 = (K2 / (ncse_2 * ncse_2))
+            ncse_16 = (K2 / ncse_2)
+            ncse_3 = (ncse_16 * ncse_16)
             ncse_4 = (K2 + p_nu)
             ncse_5 = (K2 / ncse_4)
             ncse_6 = (forces_E_0 + ncse_0)
@@ -1554,7 +1555,6 @@ if triton is not None:
             ncse_13 = (ncse_12 * ncse_9)
             ncse_14 = (ncse_10 + ncse_13)
             ncse_15 = (-ncse_14 + (K3 * p_E * ncse_5 * ncse_6))
-            ncse_16 = (K2 / ncse_2)
             ncse_17 = (p_q2 * ncse_16)
             ncse_18 = (ncse_6 * ncse_9)
             ncse_19 = (K3 * p_nu)
@@ -1589,7 +1589,7 @@ if triton is not None:
             ncse_48 = (forces_E_5 + ncse_47)
             ncse_49 = (p_q2 * ncse_29)
             ncse_50 = (ncse_3 * ncse_49)
-            ncse_51 = ((p_E * p_E) / (ncse_4 * ncse_4))
+            ncse_51 = ((p_E * p_E) * (ncse_5 * ncse_5))
             ncse_52 = (K6 * ncse_51)
             ncse_53 = (K7 * ncse_18)
             ncse_54 = (K7 * ncse_10)
@@ -1598,7 +1598,7 @@ if triton is not None:
             ncse_154 = (-ncse_53 - ncse_55 + (K8 * p_E * ncse_5 * ncse_8))
             ncse_155 = (-ncse_54 - ncse_55 + (K8 * p_E * ncse_5 * ncse_6))
             ncse_56 = ((K6 * (ncse_153 * ncse_153)) + (K6 * (ncse_154 * ncse_154)) + (K6 * (ncse_155 * ncse_155)) + (ncse_52 * (ncse_40 * ncse_40)) + (ncse_52 * (ncse_46 * ncse_46)) + (ncse_52 * (ncse_48 * ncse_48)))
-            ncse_57 = (K2 / (ncse_2 * ncse_2 * ncse_2))
+            ncse_57 = (ncse_16 * ncse_16 * ncse_16)
             ncse_58 = (K3 * ncse_57)
             ncse_59 = ((ncse_24 * ncse_50) + (ncse_56 * ncse_58))
             ncse_60 = (K2 - state_internal_phi)
@@ -1641,7 +1641,7 @@ if triton is not None:
             ncse_97 = (ncse_40 * ncse_51)
             ncse_98 = (ncse_76 * ncse_91)
             ncse_99 = (ncse_51 * ncse_98)
-            ncse_100 = (K2 / (ncse_2 * ncse_2 * ncse_2 * ncse_2))
+            ncse_100 = (ncse_16 * ncse_16 * ncse_16 * ncse_16)
             ncse_101 = (ncse_60 * state_internal_gamma_rate)
             ncse_102 = (ncse_75 * ((ncse_101 * ncse_74) + (K3 * ncse_101 * ncse_78)))
             ncse_103 = (p_K * ncse_101)
@@ -2017,11 +2017,11 @@ if triton is not None:
             cse_25 = (cse_12 + cse_3)
             cse_26 = (-cse_25)
             cse_43 = (-cse_3)
-            cse_86 = (K0 / (cse_1 * cse_1))
+            cse_86 = (cse_2 * cse_2)
             cse_117 = (p_sigma_y + (p_K * state_internal_ep))
-            cse_118 = (K0 / (cse_117 * cse_117))
-            cse_119 = (cse_118 * state_internal_phi)
             cse_120 = (K0 / cse_117)
+            cse_118 = (cse_120 * cse_120)
+            cse_119 = (cse_118 * state_internal_phi)
             cse_121 = (p_q2 * cse_120)
             cse_122 = (cse_14 + cse_15)
             cse_123 = (cse_122 + cse_4 + (K2 * cse_13))
@@ -2044,7 +2044,7 @@ if triton is not None:
             cse_140 = (-cse_139 + (cse_131 * cse_26))
             cse_141 = (cse_137 * cse_140)
             cse_142 = (-cse_122 + (K1 * p_E * cse_0 * cse_2))
-            cse_143 = (K0 / (cse_117 * cse_117 * cse_117))
+            cse_143 = (cse_120 * cse_120 * cse_120)
             cse_144 = (K1 * cse_143)
             cse_145 = _mc_sinh(cse_125)
             cse_146 = (p_q1 * cse_145)
@@ -2094,7 +2094,7 @@ if triton is not None:
             cse_190 = (-cse_18 * cse_189)
             cse_191 = (-cse_189 * cse_20)
             cse_192 = (p_q2 * cse_123)
-            cse_193 = (K0 / (cse_117 * cse_117 * cse_117 * cse_117))
+            cse_193 = (cse_120 * cse_120 * cse_120 * cse_120)
             cse_194 = (cse_123 * cse_123)
             cse_195 = (cse_16 * cse_16)
             cse_196 = (cse_185 * cse_195)
@@ -3035,7 +3035,7 @@ if triton is not None:
             cse_90 = (cse_10 * cse_89)
             cse_91 = (cse_76 * cse_87)
             cse_92 = (-cse_91)
-            cse_93 = (K0 / (cse_9 * cse_9))
+            cse_93 = (cse_10 * cse_10)
             cse_94 = (cse_8 * cse_89 * cse_93)
             cse_97 = (cse_5 * cse_87)
             cse_98 = (cse_6 * cse_87)
@@ -3066,7 +3066,7 @@ if triton is not None:
             cse_261 = (cse_245 + cse_258 + (cse_133 * cse_246))
             cse_268 = (cse_195 * cse_87)
             cse_269 = (cse_173 * cse_87)
-            cse_270 = (K0 / (cse_1 * cse_1 * cse_1))
+            cse_270 = (cse_2 * cse_2 * cse_2)
             cse_271 = (cse_173 * cse_270)
             cse_272 = (cse_185 * cse_271)
             cse_275 = (K2 * cse_208)
@@ -4494,7 +4494,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_20 = (((real)1.0) / (((real)1.0) - ncse_19));
         const real ncse_21 = (ncse_20 * ncse_9);
         const real ncse_22 = (p_nu * ncse_21);
-        const real ncse_51 = ((p_E * p_E) / (ncse_4 * ncse_4));
+        const real ncse_51 = ((p_E * p_E) * (ncse_5 * ncse_5));
         const real ncse_52 = (((real)1.5) * ncse_51);
         const real ncse_72 = (-ncse_22 - ncse_9);
         const real ncse_75 = (-ncse_1);
@@ -4583,7 +4583,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_117 = v_ncse_117[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_2 = (p_sigma_y + (p_K * state_internal_ep));
-        const real ncse_3 = (((real)1.0) / (ncse_2 * ncse_2));
+        const real ncse_16 = (((real)1.0) / ncse_2);
+        const real ncse_3 = (ncse_16 * ncse_16);
         const real ncse_6 = (forces_E_0 + ncse_0);
         const real ncse_7 = (-state_internal_Ep_1);
         const real ncse_8 = (forces_E_1 + ncse_7);
@@ -4593,7 +4594,6 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_13 = (ncse_12 * ncse_9);
         const real ncse_14 = (ncse_10 + ncse_13);
         const real ncse_15 = (-ncse_14 + (((real)2.0) * p_E * ncse_5 * ncse_6));
-        const real ncse_16 = (((real)1.0) / ncse_2);
         const real ncse_17 = (p_q2 * ncse_16);
         const real ncse_18 = (ncse_6 * ncse_9);
         const real ncse_23 = (ncse_22 * (ncse_12 + ncse_6 + ncse_8));
@@ -4631,7 +4631,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_154 = (-ncse_53 - ncse_55 + (((real)0.6666666666666666) * p_E * ncse_5 * ncse_8));
         const real ncse_155 = (-ncse_54 - ncse_55 + (((real)0.6666666666666666) * p_E * ncse_5 * ncse_6));
         const real ncse_56 = ((((real)1.5) * (ncse_153 * ncse_153)) + (((real)1.5) * (ncse_154 * ncse_154)) + (((real)1.5) * (ncse_155 * ncse_155)) + (ncse_52 * (ncse_40 * ncse_40)) + (ncse_52 * (ncse_46 * ncse_46)) + (ncse_52 * (ncse_48 * ncse_48)));
-        const real ncse_57 = (((real)1.0) / (ncse_2 * ncse_2 * ncse_2));
+        const real ncse_57 = (ncse_16 * ncse_16 * ncse_16);
         const real ncse_58 = (((real)2.0) * ncse_57);
         const real ncse_59 = ((ncse_24 * ncse_50) + (ncse_56 * ncse_58));
         const real ncse_60 = (((real)1.0) - state_internal_phi);
@@ -4672,7 +4672,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_97 = (ncse_40 * ncse_51);
         const real ncse_98 = (ncse_76 * ncse_91);
         const real ncse_99 = (ncse_51 * ncse_98);
-        const real ncse_100 = (((real)1.0) / (ncse_2 * ncse_2 * ncse_2 * ncse_2));
+        const real ncse_100 = (ncse_16 * ncse_16 * ncse_16 * ncse_16);
         const real ncse_101 = (ncse_60 * state_internal_gamma_rate);
         const real ncse_102 = (ncse_75 * ((ncse_101 * ncse_74) + (((real)2.0) * ncse_101 * ncse_78)));
         const real ncse_103 = (p_K * ncse_101);
@@ -4908,14 +4908,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_gtn_return_map_iterations[MC_W];
     real v_gtn_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -4930,9 +4928,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_26[MC_W];
     real v_cse_43[MC_W];
     real v_cse_86[MC_W];
+    real v_cse_120[MC_W];
     real v_cse_118[MC_W];
     real v_cse_119[MC_W];
-    real v_cse_120[MC_W];
     real v_cse_123[MC_W];
     real v_cse_124[MC_W];
     real v_cse_126[MC_W];
@@ -5083,11 +5081,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_25 = (cse_12 + cse_3);
         const real cse_26 = (-cse_25);
         const real cse_43 = (-cse_3);
-        const real cse_86 = (((real)1.0) / (cse_1 * cse_1));
+        const real cse_86 = (cse_2 * cse_2);
         const real cse_117 = (p_sigma_y + (p_K * state_internal_ep));
-        const real cse_118 = (((real)1.0) / (cse_117 * cse_117));
-        const real cse_119 = (cse_118 * state_internal_phi);
         const real cse_120 = (((real)1.0) / cse_117);
+        const real cse_118 = (cse_120 * cse_120);
+        const real cse_119 = (cse_118 * state_internal_phi);
         const real cse_121 = (p_q2 * cse_120);
         const real cse_122 = (cse_14 + cse_15);
         const real cse_123 = (cse_122 + cse_4 + (((real)3.0) * cse_13));
@@ -5110,7 +5108,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_140 = (-cse_139 + (cse_131 * cse_26));
         const real cse_141 = (cse_137 * cse_140);
         const real cse_142 = (-cse_122 + (((real)2.0) * p_E * cse_0 * cse_2));
-        const real cse_143 = (((real)1.0) / (cse_117 * cse_117 * cse_117));
+        const real cse_143 = (cse_120 * cse_120 * cse_120);
         const real cse_144 = (((real)2.0) * cse_143);
         const real cse_145 = sinh(cse_125);
         const real cse_146 = (p_q1 * cse_145);
@@ -5160,7 +5158,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_190 = (-cse_18 * cse_189);
         const real cse_191 = (-cse_189 * cse_20);
         const real cse_192 = (p_q2 * cse_123);
-        const real cse_193 = (((real)1.0) / (cse_117 * cse_117 * cse_117 * cse_117));
+        const real cse_193 = (cse_120 * cse_120 * cse_120 * cse_120);
         const real cse_194 = (cse_123 * cse_123);
         const real cse_195 = (cse_16 * cse_16);
         const real cse_196 = (cse_185 * cse_195);
@@ -5348,14 +5346,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_233;
         if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_234;
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -5370,9 +5366,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_26[l] = cse_26;
         if (V & 14) v_cse_43[l] = cse_43;
         if (V & 14) v_cse_86[l] = cse_86;
+        if (V & 14) v_cse_120[l] = cse_120;
         if (V & 14) v_cse_118[l] = cse_118;
         if (V & 14) v_cse_119[l] = cse_119;
-        if (V & 14) v_cse_120[l] = cse_120;
         if (V & 14) v_cse_123[l] = cse_123;
         if (V & 14) v_cse_124[l] = cse_124;
         if (V & 14) v_cse_126[l] = cse_126;
@@ -5907,7 +5903,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_86 = v_cse_86[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_131 = v_cse_131[l];
             const real cse_133 = v_cse_133[l];
@@ -5924,7 +5919,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_137 = v_cse_137[l];
             const real cse_195 = v_cse_195[l];
             const real cse_173 = v_cse_173[l];
-            const real cse_1 = v_cse_1[l];
             const real cse_185 = v_cse_185[l];
             const real cse_208 = v_cse_208[l];
             const real cse_169 = v_cse_169[l];
@@ -6158,7 +6152,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_90 = (cse_10 * cse_89);
             const real cse_91 = (cse_76 * cse_87);
             const real cse_92 = (-cse_91);
-            const real cse_93 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_93 = (cse_10 * cse_10);
             const real cse_94 = (cse_8 * cse_89 * cse_93);
             const real cse_97 = (cse_5 * cse_87);
             const real cse_98 = (cse_6 * cse_87);
@@ -6189,7 +6183,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_261 = (cse_245 + cse_258 + (cse_133 * cse_246));
             const real cse_268 = (cse_195 * cse_87);
             const real cse_269 = (cse_173 * cse_87);
-            const real cse_270 = (((real)1.0) / (cse_1 * cse_1 * cse_1));
+            const real cse_270 = (cse_2 * cse_2 * cse_2);
             const real cse_271 = (cse_173 * cse_270);
             const real cse_272 = (cse_185 * cse_271);
             const real cse_275 = (((real)3.0) * cse_208);

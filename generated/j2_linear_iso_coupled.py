@@ -64,7 +64,8 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_3 = (-state_internal_Ep_3)
         ncse_4 = (forces_E_3 + ncse_3)
         ncse_5 = (1.0 + p_nu)
-        ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5))
+        ncse_15 = (1.0 / ncse_5)
+        ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15))
         ncse_7 = (ncse_6 * (ncse_4 * ncse_4))
         ncse_8 = (-state_internal_Ep_4)
         ncse_9 = (forces_E_4 + ncse_8)
@@ -73,7 +74,6 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_12 = (forces_E_5 + ncse_11)
         ncse_13 = (ncse_6 * (ncse_12 * ncse_12))
         ncse_14 = (forces_E_0 + ncse_0)
-        ncse_15 = (1.0 / ncse_5)
         ncse_16 = (p_E * ncse_15)
         ncse_17 = (0.3333333333333333 * ncse_14 * ncse_16)
         ncse_18 = (-state_internal_Ep_1)
@@ -159,7 +159,7 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         ncse_95 = (8.0 * ncse_75)
         ncse_96 = (ncse_16 * ncse_60)
         ncse_97 = (p_E * p_E * p_E)
-        ncse_98 = (1.0 / (ncse_5 * ncse_5 * ncse_5))
+        ncse_98 = (ncse_15 * ncse_15 * ncse_15)
         ncse_99 = (ncse_4 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
         ncse_100 = (ncse_9 * ncse_99)
         ncse_101 = (ncse_12 * ncse_99)
@@ -319,7 +319,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_25 = (cse_12 + cse_3)
         cse_26 = (-cse_25)
         cse_43 = (-cse_3)
-        cse_80 = (1.0 / (cse_1 * cse_1))
+        cse_80 = (cse_2 * cse_2)
         cse_102 = (cse_16 * cse_16)
         cse_103 = (p_E * p_E)
         cse_104 = (cse_103 * cse_80)
@@ -417,7 +417,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_193 = (cse_135 * cse_3)
         cse_194 = (cse_192 * cse_193)
         cse_195 = (cse_16 * cse_191)
-        cse_196 = (1.0 / (cse_1 * cse_1 * cse_1))
+        cse_196 = (cse_2 * cse_2 * cse_2)
         cse_197 = (p_E * p_E * p_E)
         cse_198 = (cse_135 * cse_196 * cse_197)
         cse_199 = (cse_195 * cse_198)
@@ -794,7 +794,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_84 = (cse_10 * cse_83)
         cse_85 = (cse_73 * cse_81)
         cse_86 = (-cse_85)
-        cse_87 = (1.0 / (cse_9 * cse_9))
+        cse_87 = (cse_10 * cse_10)
         cse_88 = (cse_8 * cse_83 * cse_87)
         cse_91 = (cse_5 * cse_81)
         cse_92 = (cse_6 * cse_81)
@@ -816,7 +816,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_268 = (cse_142 * cse_75)
         cse_269 = (cse_159 * cse_77)
         cse_270 = (cse_171 * cse_78)
-        cse_271 = (1.0 / (cse_1 * cse_1 * cse_1 * cse_1))
+        cse_271 = (cse_2 * cse_2 * cse_2 * cse_2)
         cse_272 = (cse_171 * cse_252)
         cse_273 = (cse_159 * cse_253)
         cse_274 = (cse_142 * cse_251)
@@ -1325,7 +1325,8 @@ if triton is not None:
             ncse_3 = (-state_internal_Ep_3)
             ncse_4 = (forces_E_3 + ncse_3)
             ncse_5 = (K1 + p_nu)
-            ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5))
+            ncse_15 = (K1 / ncse_5)
+            ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15))
             ncse_7 = (ncse_6 * (ncse_4 * ncse_4))
             ncse_8 = (-state_internal_Ep_4)
             ncse_9 = (forces_E_4 + ncse_8)
@@ -1334,7 +1335,6 @@ if triton is not None:
             ncse_12 = (forces_E_5 + ncse_11)
             ncse_13 = (ncse_6 * (ncse_12 * ncse_12))
             ncse_14 = (forces_E_0 + ncse_0)
-            ncse_15 = (K1 / ncse_5)
             ncse_16 = (p_E * ncse_15)
             ncse_17 = (K2 * ncse_14 * ncse_16)
             ncse_18 = (-state_internal_Ep_1)
@@ -1420,7 +1420,7 @@ if triton is not None:
             ncse_95 = (K9 * ncse_75)
             ncse_96 = (ncse_16 * ncse_60)
             ncse_97 = (p_E * p_E * p_E)
-            ncse_98 = (K1 / (ncse_5 * ncse_5 * ncse_5))
+            ncse_98 = (ncse_15 * ncse_15 * ncse_15)
             ncse_99 = (ncse_4 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
             ncse_100 = (ncse_9 * ncse_99)
             ncse_101 = (ncse_12 * ncse_99)
@@ -1814,7 +1814,7 @@ if triton is not None:
             cse_25 = (cse_12 + cse_3)
             cse_26 = (-cse_25)
             cse_43 = (-cse_3)
-            cse_80 = (K0 / (cse_1 * cse_1))
+            cse_80 = (cse_2 * cse_2)
             cse_102 = (cse_16 * cse_16)
             cse_103 = (p_E * p_E)
             cse_104 = (cse_103 * cse_80)
@@ -1912,7 +1912,7 @@ if triton is not None:
             cse_193 = (cse_135 * cse_3)
             cse_194 = (cse_192 * cse_193)
             cse_195 = (cse_16 * cse_191)
-            cse_196 = (K0 / (cse_1 * cse_1 * cse_1))
+            cse_196 = (cse_2 * cse_2 * cse_2)
             cse_197 = (p_E * p_E * p_E)
             cse_198 = (cse_135 * cse_196 * cse_197)
             cse_199 = (cse_195 * cse_198)
@@ -2950,7 +2950,7 @@ if triton is not None:
             cse_84 = (cse_10 * cse_83)
             cse_85 = (cse_73 * cse_81)
             cse_86 = (-cse_85)
-            cse_87 = (K0 / (cse_9 * cse_9))
+            cse_87 = (cse_10 * cse_10)
             cse_88 = (cse_8 * cse_83 * cse_87)
             cse_91 = (cse_5 * cse_81)
             cse_92 = (cse_6 * cse_81)
@@ -2972,7 +2972,7 @@ if triton is not None:
             cse_268 = (cse_142 * cse_75)
             cse_269 = (cse_159 * cse_77)
             cse_270 = (cse_171 * cse_78)
-            cse_271 = (K0 / (cse_1 * cse_1 * cse_1 * cse_1))
+            cse_271 = (cse_2 * cse_2 * cse_2 * cse_2)
             cse_272 = (cse_171 * cse_252)
             cse_273 = (cse_159 * cse_253)
             cse_274 = (cse_142 * cse_251)
@@ -4153,8 +4153,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
-    real v_ncse_6[MC_W];
     real v_ncse_15[MC_W];
+    real v_ncse_6[MC_W];
     real v_ncse_16[MC_W];
     real v_ncse_20[MC_W];
     real v_ncse_24[MC_W];
@@ -4197,8 +4197,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real state_internal_gamma_rate = old_state_internal_gamma_rate;
         const real ncse_1 = (forces_t - old_forces_t);
         const real ncse_5 = (((real)1.0) + p_nu);
-        const real ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5));
         const real ncse_15 = (((real)1.0) / ncse_5);
+        const real ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15));
         const real ncse_16 = (p_E * ncse_15);
         const real ncse_20 = (((real)0.3333333333333333) * ncse_16);
         const real ncse_24 = (((real)0.6666666666666666) * ncse_16);
@@ -4212,7 +4212,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_59 = (-ncse_1);
         const real ncse_83 = (ncse_46 * ncse_6);
         const real ncse_97 = (p_E * p_E * p_E);
-        const real ncse_98 = (((real)1.0) / (ncse_5 * ncse_5 * ncse_5));
+        const real ncse_98 = (ncse_15 * ncse_15 * ncse_15);
         const real ncse_102 = (ncse_16 * ncse_59);
         const real ncse_126 = fabs(p_E);
         const real ncse_127 = fabs(ncse_15);
@@ -4231,8 +4231,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         v_state_internal_ep[l] = state_internal_ep;
         v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
         v_ncse_1[l] = ncse_1;
-        v_ncse_6[l] = ncse_6;
         v_ncse_15[l] = ncse_15;
+        v_ncse_6[l] = ncse_6;
         v_ncse_16[l] = ncse_16;
         v_ncse_20[l] = ncse_20;
         v_ncse_24[l] = ncse_24;
@@ -4595,14 +4595,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_linear_iso_return_map_iterations[MC_W];
     real v_j2_linear_iso_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -4776,7 +4774,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_25 = (cse_12 + cse_3);
         const real cse_26 = (-cse_25);
         const real cse_43 = (-cse_3);
-        const real cse_80 = (((real)1.0) / (cse_1 * cse_1));
+        const real cse_80 = (cse_2 * cse_2);
         const real cse_102 = (cse_16 * cse_16);
         const real cse_103 = (p_E * p_E);
         const real cse_104 = (cse_103 * cse_80);
@@ -4874,7 +4872,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_193 = (cse_135 * cse_3);
         const real cse_194 = (cse_192 * cse_193);
         const real cse_195 = (cse_16 * cse_191);
-        const real cse_196 = (((real)1.0) / (cse_1 * cse_1 * cse_1));
+        const real cse_196 = (cse_2 * cse_2 * cse_2);
         const real cse_197 = (p_E * p_E * p_E);
         const real cse_198 = (cse_135 * cse_196 * cse_197);
         const real cse_199 = (cse_195 * cse_198);
@@ -5041,14 +5039,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_240;
         if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_241;
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -5580,7 +5576,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_80 = v_cse_80[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
             const real cse_18 = v_cse_18[l];
@@ -5595,7 +5590,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_142 = v_cse_142[l];
             const real cse_159 = v_cse_159[l];
             const real cse_171 = v_cse_171[l];
-            const real cse_1 = v_cse_1[l];
             const real cse_214 = v_cse_214[l];
             const real cse_191 = v_cse_191[l];
             const real cse_121 = v_cse_121[l];
@@ -5827,7 +5821,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_84 = (cse_10 * cse_83);
             const real cse_85 = (cse_73 * cse_81);
             const real cse_86 = (-cse_85);
-            const real cse_87 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_87 = (cse_10 * cse_10);
             const real cse_88 = (cse_8 * cse_83 * cse_87);
             const real cse_91 = (cse_5 * cse_81);
             const real cse_92 = (cse_6 * cse_81);
@@ -5849,7 +5843,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_268 = (cse_142 * cse_75);
             const real cse_269 = (cse_159 * cse_77);
             const real cse_270 = (cse_171 * cse_78);
-            const real cse_271 = (((real)1.0) / (cse_1 * cse_1 * cse_1 * cse_1));
+            const real cse_271 = (cse_2 * cse_2 * cse_2 * cse_2);
             const real cse_272 = (cse_171 * cse_252);
             const real cse_273 = (cse_159 * cse_253);
             const real cse_274 = (cse_142 * cse_251);

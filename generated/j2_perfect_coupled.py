@@ -61,7 +61,8 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_1 = (-state_internal_Ep_3)
         ncse_2 = (forces_E_3 + ncse_1)
         ncse_3 = (1.0 + p_nu)
-        ncse_4 = ((p_E * p_E) / (ncse_3 * ncse_3))
+        ncse_13 = (1.0 / ncse_3)
+        ncse_4 = ((p_E * p_E) * (ncse_13 * ncse_13))
         ncse_5 = (ncse_4 * (ncse_2 * ncse_2))
         ncse_6 = (-state_internal_Ep_4)
         ncse_7 = (forces_E_4 + ncse_6)
@@ -70,7 +71,6 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_10 = (forces_E_5 + ncse_9)
         ncse_11 = (ncse_4 * (ncse_10 * ncse_10))
         ncse_12 = (forces_E_0 + ncse_0)
-        ncse_13 = (1.0 / ncse_3)
         ncse_14 = (p_E * ncse_13)
         ncse_15 = (0.3333333333333333 * ncse_12 * ncse_14)
         ncse_16 = (-state_internal_Ep_1)
@@ -158,7 +158,7 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         ncse_95 = (8.0 * ncse_75)
         ncse_96 = (ncse_14 * ncse_60)
         ncse_97 = (p_E * p_E * p_E)
-        ncse_98 = (1.0 / (ncse_3 * ncse_3 * ncse_3))
+        ncse_98 = (ncse_13 * ncse_13 * ncse_13)
         ncse_99 = (ncse_2 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
         ncse_100 = (ncse_7 * ncse_99)
         ncse_101 = (ncse_10 * ncse_99)
@@ -310,7 +310,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_25 = (cse_12 + cse_3)
         cse_26 = (-cse_25)
         cse_43 = (-cse_3)
-        cse_77 = (1.0 / (cse_1 * cse_1))
+        cse_77 = (cse_2 * cse_2)
         cse_96 = (cse_16 * cse_16)
         cse_97 = (p_E * p_E)
         cse_98 = (cse_77 * cse_97)
@@ -408,7 +408,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_187 = (cse_129 * cse_3)
         cse_188 = (cse_186 * cse_187)
         cse_189 = (cse_16 * cse_185)
-        cse_190 = (1.0 / (cse_1 * cse_1 * cse_1))
+        cse_190 = (cse_2 * cse_2 * cse_2)
         cse_191 = (p_E * p_E * p_E)
         cse_192 = (cse_129 * cse_190 * cse_191)
         cse_193 = (cse_189 * cse_192)
@@ -748,7 +748,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_81 = (cse_10 * cse_80)
         cse_82 = (cse_70 * cse_78)
         cse_83 = (-cse_82)
-        cse_84 = (1.0 / (cse_9 * cse_9))
+        cse_84 = (cse_10 * cse_10)
         cse_85 = (cse_8 * cse_80 * cse_84)
         cse_88 = (cse_5 * cse_78)
         cse_89 = (cse_6 * cse_78)
@@ -770,7 +770,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_261 = (cse_136 * cse_72)
         cse_262 = (cse_153 * cse_74)
         cse_263 = (cse_165 * cse_75)
-        cse_264 = (1.0 / (cse_1 * cse_1 * cse_1 * cse_1))
+        cse_264 = (cse_2 * cse_2 * cse_2 * cse_2)
         cse_265 = (cse_165 * cse_245)
         cse_266 = (cse_153 * cse_246)
         cse_267 = (cse_136 * cse_244)
@@ -1208,7 +1208,8 @@ if triton is not None:
             ncse_1 = (-state_internal_Ep_3)
             ncse_2 = (forces_E_3 + ncse_1)
             ncse_3 = (K1 + p_nu)
-            ncse_4 = ((p_E * p_E) / (ncse_3 * ncse_3))
+            ncse_13 = (K1 / ncse_3)
+            ncse_4 = ((p_E * p_E) * (ncse_13 * ncse_13))
             ncse_5 = (ncse_4 * (ncse_2 * ncse_2))
             ncse_6 = (-state_internal_Ep_4)
             ncse_7 = (forces_E_4 + ncse_6)
@@ -1217,7 +1218,6 @@ if triton is not None:
             ncse_10 = (forces_E_5 + ncse_9)
             ncse_11 = (ncse_4 * (ncse_10 * ncse_10))
             ncse_12 = (forces_E_0 + ncse_0)
-            ncse_13 = (K1 / ncse_3)
             ncse_14 = (p_E * ncse_13)
             ncse_15 = (K2 * ncse_12 * ncse_14)
             ncse_16 = (-state_internal_Ep_1)
@@ -1305,7 +1305,7 @@ if triton is not None:
             ncse_95 = (K9 * ncse_75)
             ncse_96 = (ncse_14 * ncse_60)
             ncse_97 = (p_E * p_E * p_E)
-            ncse_98 = (K1 / (ncse_3 * ncse_3 * ncse_3))
+            ncse_98 = (ncse_13 * ncse_13 * ncse_13)
             ncse_99 = (ncse_2 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
             ncse_100 = (ncse_7 * ncse_99)
             ncse_101 = (ncse_10 * ncse_99)
@@ -1684,7 +1684,7 @@ if triton is not None:
             cse_25 = (cse_12 + cse_3)
             cse_26 = (-cse_25)
             cse_43 = (-cse_3)
-            cse_77 = (K0 / (cse_1 * cse_1))
+            cse_77 = (cse_2 * cse_2)
             cse_96 = (cse_16 * cse_16)
             cse_97 = (p_E * p_E)
             cse_98 = (cse_77 * cse_97)
@@ -1782,7 +1782,7 @@ if triton is not None:
             cse_187 = (cse_129 * cse_3)
             cse_188 = (cse_186 * cse_187)
             cse_189 = (cse_16 * cse_185)
-            cse_190 = (K0 / (cse_1 * cse_1 * cse_1))
+            cse_190 = (cse_2 * cse_2 * cse_2)
             cse_191 = (p_E * p_E * p_E)
             cse_192 = (cse_129 * cse_190 * cse_191)
             cse_193 = (cse_189 * cse_192)
@@ -2749,7 +2749,7 @@ if triton is not None:
             cse_81 = (cse_10 * cse_80)
             cse_82 = (cse_70 * cse_78)
             cse_83 = (-cse_82)
-            cse_84 = (K0 / (cse_9 * cse_9))
+            cse_84 = (cse_10 * cse_10)
             cse_85 = (cse_8 * cse_80 * cse_84)
             cse_88 = (cse_5 * cse_78)
             cse_89 = (cse_6 * cse_78)
@@ -2771,7 +2771,7 @@ if triton is not None:
             cse_261 = (cse_136 * cse_72)
             cse_262 = (cse_153 * cse_74)
             cse_263 = (cse_165 * cse_75)
-            cse_264 = (K0 / (cse_1 * cse_1 * cse_1 * cse_1))
+            cse_264 = (cse_2 * cse_2 * cse_2 * cse_2)
             cse_265 = (cse_165 * cse_245)
             cse_266 = (cse_153 * cse_246)
             cse_267 = (cse_136 * cse_244)
@@ -3890,8 +3890,8 @@ static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
 static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged, int *restrict v_j2_perfect_return_map_iterations, real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
-    real v_ncse_4[MC_W];
     real v_ncse_13[MC_W];
+    real v_ncse_4[MC_W];
     real v_ncse_14[MC_W];
     real v_ncse_18[MC_W];
     real v_ncse_22[MC_W];
@@ -3932,8 +3932,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, co
         const real state_internal_Ep_5 = old_state_internal_Ep_5;
         const real state_internal_gamma_rate = old_state_internal_gamma_rate;
         const real ncse_3 = (((real)1.0) + p_nu);
-        const real ncse_4 = ((p_E * p_E) / (ncse_3 * ncse_3));
         const real ncse_13 = (((real)1.0) / ncse_3);
+        const real ncse_4 = ((p_E * p_E) * (ncse_13 * ncse_13));
         const real ncse_14 = (p_E * ncse_13);
         const real ncse_18 = (((real)0.3333333333333333) * ncse_14);
         const real ncse_22 = (((real)0.6666666666666666) * ncse_14);
@@ -3948,7 +3948,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, co
         const real ncse_59 = (-ncse_31);
         const real ncse_83 = (ncse_4 * ncse_46);
         const real ncse_97 = (p_E * p_E * p_E);
-        const real ncse_98 = (((real)1.0) / (ncse_3 * ncse_3 * ncse_3));
+        const real ncse_98 = (ncse_13 * ncse_13 * ncse_13);
         const real ncse_102 = (ncse_14 * ncse_59);
         const real ncse_126 = fabs(p_E);
         const real ncse_127 = fabs(ncse_13);
@@ -3965,8 +3965,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, co
         v_state_internal_Ep_4[l] = state_internal_Ep_4;
         v_state_internal_Ep_5[l] = state_internal_Ep_5;
         v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
-        v_ncse_4[l] = ncse_4;
         v_ncse_13[l] = ncse_13;
+        v_ncse_4[l] = ncse_4;
         v_ncse_14[l] = ncse_14;
         v_ncse_18[l] = ncse_18;
         v_ncse_22[l] = ncse_22;
@@ -4304,14 +4304,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_perfect_return_map_iterations[MC_W];
     real v_j2_perfect_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -4481,7 +4479,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_25 = (cse_12 + cse_3);
         const real cse_26 = (-cse_25);
         const real cse_43 = (-cse_3);
-        const real cse_77 = (((real)1.0) / (cse_1 * cse_1));
+        const real cse_77 = (cse_2 * cse_2);
         const real cse_96 = (cse_16 * cse_16);
         const real cse_97 = (p_E * p_E);
         const real cse_98 = (cse_77 * cse_97);
@@ -4579,7 +4577,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_187 = (cse_129 * cse_3);
         const real cse_188 = (cse_186 * cse_187);
         const real cse_189 = (cse_16 * cse_185);
-        const real cse_190 = (((real)1.0) / (cse_1 * cse_1 * cse_1));
+        const real cse_190 = (cse_2 * cse_2 * cse_2);
         const real cse_191 = (p_E * p_E * p_E);
         const real cse_192 = (cse_129 * cse_190 * cse_191);
         const real cse_193 = (cse_189 * cse_192);
@@ -4724,14 +4722,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_234;
         if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_235;
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -5219,7 +5215,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_77 = v_cse_77[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
             const real cse_18 = v_cse_18[l];
@@ -5234,7 +5229,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_136 = v_cse_136[l];
             const real cse_153 = v_cse_153[l];
             const real cse_165 = v_cse_165[l];
-            const real cse_1 = v_cse_1[l];
             const real cse_208 = v_cse_208[l];
             const real cse_185 = v_cse_185[l];
             const real cse_115 = v_cse_115[l];
@@ -5447,7 +5441,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_81 = (cse_10 * cse_80);
             const real cse_82 = (cse_70 * cse_78);
             const real cse_83 = (-cse_82);
-            const real cse_84 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_84 = (cse_10 * cse_10);
             const real cse_85 = (cse_8 * cse_80 * cse_84);
             const real cse_88 = (cse_5 * cse_78);
             const real cse_89 = (cse_6 * cse_78);
@@ -5469,7 +5463,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_261 = (cse_136 * cse_72);
             const real cse_262 = (cse_153 * cse_74);
             const real cse_263 = (cse_165 * cse_75);
-            const real cse_264 = (((real)1.0) / (cse_1 * cse_1 * cse_1 * cse_1));
+            const real cse_264 = (cse_2 * cse_2 * cse_2 * cse_2);
             const real cse_265 = (cse_165 * cse_245);
             const real cse_266 = (cse_153 * cse_246);
             const real cse_267 = (cse_136 * cse_244);

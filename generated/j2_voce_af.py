@@ -88,7 +88,7 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         ncse_28 = (p_E * state_internal_dgamma)
         ncse_29 = _heaviside((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (0.3333333333333333 * ncse_11 * ncse_8)))
         ncse_30 = (1.0 - ncse_29)
-        ncse_31 = (1.0 / (ncse_1 * ncse_1))
+        ncse_31 = (ncse_2 * ncse_2)
         ncse_32 = (2.0 * p_g * ncse_31)
         ncse_33 = torch.abs(state_internal_dgamma)
         ncse_40 = (2.0 * p_E * ncse_4)
@@ -239,7 +239,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_4 = (cse_483 * cse_495)
     state_S_5 = (cse_483 * cse_496)
     if V & 14:  # tangent, jacobian, total
-        cse_64 = (1.0 / (cse_1 * cse_1))
+        cse_64 = (cse_2 * cse_2)
         cse_65 = (cse_0 * cse_64)
         cse_66 = (cse_33 * cse_65)
         cse_67 = (cse_5 * cse_66)
@@ -986,7 +986,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_354 = (cse_16 * cse_347)
         cse_356 = (cse_19 * cse_347)
         cse_358 = (cse_22 * cse_347)
-        cse_360 = (1.0 / (cse_10 * cse_10))
+        cse_360 = (cse_11 * cse_11)
         cse_361 = (cse_104 * cse_360)
         cse_362 = (4.0 * cse_361)
         cse_363 = (cse_33 * cse_362)
@@ -1020,11 +1020,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_477 = (p_C * cse_476)
         cse_559 = (cse_486 * cse_489)
         cse_560 = (cse_482 * cse_559)
-        cse_564 = (p_E / (cse_481 * cse_481))
+        cse_564 = (p_E * (cse_482 * cse_482))
         cse_565 = (cse_483 * cse_486)
         cse_566 = (cse_488 * cse_565)
         cse_567 = (-cse_559 * cse_564)
-        cse_568 = (cse_565 * cse_9 / (cse_487 * cse_487))
+        cse_568 = (cse_565 * cse_9 * (cse_488 * cse_488))
         # linear solve 3: 1x1, 7 right-hand side(s), unrolled over structural nonzeros
         ls3_1 = ((p_E * cse_588) + (cse_589 * (-cse_77 - (cse_55 * cse_65) + (2.0 * p_E * cse_11) + (0.6666666666666666 * p_C * cse_2))) + (0.6666666666666666 * cse_589 * cse_591))
         ls3_2 = (-(cse_588 * state_internal_dgamma) - (cse_589 * (-cse_346 + (cse_12 * state_internal_dgamma))))
@@ -1902,7 +1902,7 @@ if triton is not None:
             ncse_28 = (p_E * state_internal_dgamma)
             ncse_29 = tl.where((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (K6 * ncse_11 * ncse_8)) > 0.0, 1.0, 0.0)
             ncse_30 = (K2 - ncse_29)
-            ncse_31 = (K2 / (ncse_1 * ncse_1))
+            ncse_31 = (ncse_2 * ncse_2)
             ncse_32 = (K4 * p_g * ncse_31)
             ncse_33 = tl.abs(state_internal_dgamma)
             ncse_40 = (K4 * p_E * ncse_4)
@@ -2118,7 +2118,7 @@ if triton is not None:
         state_S_4 = (cse_483 * cse_495)
         state_S_5 = (cse_483 * cse_496)
         if V & 14:  # tangent, jacobian, total
-            cse_64 = (K0 / (cse_1 * cse_1))
+            cse_64 = (cse_2 * cse_2)
             cse_65 = (cse_0 * cse_64)
             cse_66 = (cse_33 * cse_65)
             cse_67 = (cse_5 * cse_66)
@@ -2865,7 +2865,7 @@ if triton is not None:
             cse_354 = (cse_16 * cse_347)
             cse_356 = (cse_19 * cse_347)
             cse_358 = (cse_22 * cse_347)
-            cse_360 = (K0 / (cse_10 * cse_10))
+            cse_360 = (cse_11 * cse_11)
             cse_361 = (cse_104 * cse_360)
             cse_362 = (K7 * cse_361)
             cse_363 = (cse_33 * cse_362)
@@ -2899,11 +2899,11 @@ if triton is not None:
             cse_477 = (p_C * cse_476)
             cse_559 = (cse_486 * cse_489)
             cse_560 = (cse_482 * cse_559)
-            cse_564 = (p_E / (cse_481 * cse_481))
+            cse_564 = (p_E * (cse_482 * cse_482))
             cse_565 = (cse_483 * cse_486)
             cse_566 = (cse_488 * cse_565)
             cse_567 = (-cse_559 * cse_564)
-            cse_568 = (cse_565 * cse_9 / (cse_487 * cse_487))
+            cse_568 = (cse_565 * cse_9 * (cse_488 * cse_488))
             # linear solve 3: 1x1, 7 right-hand side(s), unrolled over structural nonzeros
             ls3_1 = ((p_E * cse_588) + (cse_589 * (-cse_77 - (cse_55 * cse_65) + (K3 * p_E * cse_11) + (K2 * p_C * cse_2))) + (K2 * cse_589 * cse_591))
             ls3_2 = (-(cse_588 * state_internal_dgamma) - (cse_589 * (-cse_346 + (cse_12 * state_internal_dgamma))))
@@ -4503,7 +4503,7 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real ncse_28 = (p_E * state_internal_dgamma);
         const real ncse_29 = ((-ncse_27 - ncse_28 + (ncse_7 * state_internal_dgamma) + (((real)0.3333333333333333) * ncse_11 * ncse_8)) > 0 ? 1 : 0);
         const real ncse_30 = (((real)1.0) - ncse_29);
-        const real ncse_31 = (((real)1.0) / (ncse_1 * ncse_1));
+        const real ncse_31 = (ncse_2 * ncse_2);
         const real ncse_32 = (((real)2.0) * p_g * ncse_31);
         const real ncse_33 = fabs(state_internal_dgamma);
         const real nt1_r_0 = mc_le((-ncse_27 + (ncse_11 * ncse_9) + (ncse_7 * state_internal_dgamma)), ncse_28);
@@ -4727,7 +4727,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[18 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? state_S_4 : MC_NAN;
         const real state_S_5 = (cse_483 * cse_496);
         o_y[19 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? state_S_5 : MC_NAN;
-        const real cse_64 = (((real)1.0) / (cse_1 * cse_1));
+        const real cse_64 = (cse_2 * cse_2);
         const real cse_65 = (cse_0 * cse_64);
         const real cse_66 = (cse_33 * cse_65);
         const real cse_67 = (cse_5 * cse_66);
@@ -5852,7 +5852,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_354 = (cse_16 * cse_347);
         const real cse_356 = (cse_19 * cse_347);
         const real cse_358 = (cse_22 * cse_347);
-        const real cse_360 = (((real)1.0) / (cse_10 * cse_10));
+        const real cse_360 = (cse_11 * cse_11);
         const real cse_361 = (cse_104 * cse_360);
         const real cse_362 = (((real)4.0) * cse_361);
         const real cse_363 = (cse_33 * cse_362);
@@ -5886,11 +5886,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_477 = (p_C * cse_476);
         const real cse_559 = (cse_486 * cse_489);
         const real cse_560 = (cse_482 * cse_559);
-        const real cse_564 = (p_E / (cse_481 * cse_481));
+        const real cse_564 = (p_E * (cse_482 * cse_482));
         const real cse_565 = (cse_483 * cse_486);
         const real cse_566 = (cse_488 * cse_565);
         const real cse_567 = (-cse_559 * cse_564);
-        const real cse_568 = (cse_565 * cse_9 / (cse_487 * cse_487));
+        const real cse_568 = (cse_565 * cse_9 * (cse_488 * cse_488));
         const real ls3_1 = ((p_E * cse_588) + (cse_589 * (-cse_77 - (cse_55 * cse_65) + (((real)2.0) * p_E * cse_11) + (((real)0.6666666666666666) * p_C * cse_2))) + (((real)0.6666666666666666) * cse_589 * cse_591));
         const real ls3_2 = (-(cse_588 * state_internal_dgamma) - (cse_589 * (-cse_346 + (cse_12 * state_internal_dgamma))));
         const real ls3_3 = (-cse_589 * (-cse_362 - cse_365));

@@ -1331,14 +1331,14 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_97 = (cse_16 * cse_2)
         cse_98 = (cse_18 * cse_2)
         cse_99 = (cse_2 * cse_20)
-        cse_101 = (1.0 / (cse_1 * cse_1))
+        cse_101 = (cse_2 * cse_2)
         cse_102 = (p_E * cse_101)
         cse_103 = (cse_0 * cse_102)
         cse_104 = (cse_3 * cse_7)
         cse_105 = (cse_10 * cse_104)
         cse_106 = (cse_102 * cse_91)
         cse_107 = (-cse_106)
-        cse_108 = (1.0 / (cse_9 * cse_9))
+        cse_108 = (cse_10 * cse_10)
         cse_109 = (cse_104 * cse_108 * cse_8)
         cse_112 = (cse_102 * cse_5)
         cse_113 = (cse_102 * cse_6)
@@ -7438,14 +7438,14 @@ if triton is not None:
             cse_97 = (cse_16 * cse_2)
             cse_98 = (cse_18 * cse_2)
             cse_99 = (cse_2 * cse_20)
-            cse_101 = (K0 / (cse_1 * cse_1))
+            cse_101 = (cse_2 * cse_2)
             cse_102 = (p_E * cse_101)
             cse_103 = (cse_0 * cse_102)
             cse_104 = (cse_3 * cse_7)
             cse_105 = (cse_10 * cse_104)
             cse_106 = (cse_102 * cse_91)
             cse_107 = (-cse_106)
-            cse_108 = (K0 / (cse_9 * cse_9))
+            cse_108 = (cse_10 * cse_10)
             cse_109 = (cse_104 * cse_108 * cse_8)
             cse_112 = (cse_102 * cse_5)
             cse_113 = (cse_102 * cse_6)
@@ -10831,14 +10831,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_voce_af_return_map_iterations[MC_W];
     real v_j2_voce_af_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -11635,14 +11633,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[82 * MC_W + l] = cse_374;
         if (V & 14) mc_ls1_B[83 * MC_W + l] = cse_376;
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -12597,11 +12593,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_16 = v_cse_16[l];
             const real cse_18 = v_cse_18[l];
             const real cse_20 = v_cse_20[l];
-            const real cse_1 = v_cse_1[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_180 = v_cse_180[l];
             const real cse_185 = v_cse_185[l];
@@ -12992,14 +12986,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_97 = (cse_16 * cse_2);
             const real cse_98 = (cse_18 * cse_2);
             const real cse_99 = (cse_2 * cse_20);
-            const real cse_101 = (((real)1.0) / (cse_1 * cse_1));
+            const real cse_101 = (cse_2 * cse_2);
             const real cse_102 = (p_E * cse_101);
             const real cse_103 = (cse_0 * cse_102);
             const real cse_104 = (cse_3 * cse_7);
             const real cse_105 = (cse_10 * cse_104);
             const real cse_106 = (cse_102 * cse_91);
             const real cse_107 = (-cse_106);
-            const real cse_108 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_108 = (cse_10 * cse_10);
             const real cse_109 = (cse_104 * cse_108 * cse_8);
             const real cse_112 = (cse_102 * cse_5);
             const real cse_113 = (cse_102 * cse_6);

@@ -64,7 +64,8 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_3 = (-state_internal_Ep_3)
         ncse_4 = (forces_E_3 + ncse_3)
         ncse_5 = (1.0 + p_nu)
-        ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5))
+        ncse_15 = (1.0 / ncse_5)
+        ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15))
         ncse_7 = (ncse_6 * (ncse_4 * ncse_4))
         ncse_8 = (-state_internal_Ep_4)
         ncse_9 = (forces_E_4 + ncse_8)
@@ -73,7 +74,6 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_12 = (forces_E_5 + ncse_11)
         ncse_13 = (ncse_6 * (ncse_12 * ncse_12))
         ncse_14 = (forces_E_0 + ncse_0)
-        ncse_15 = (1.0 / ncse_5)
         ncse_16 = (p_E * ncse_15)
         ncse_17 = (0.3333333333333333 * ncse_14 * ncse_16)
         ncse_18 = (-state_internal_Ep_1)
@@ -159,7 +159,7 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_
         ncse_95 = (8.0 * ncse_75)
         ncse_96 = (ncse_16 * ncse_60)
         ncse_97 = (p_E * p_E * p_E)
-        ncse_98 = (1.0 / (ncse_5 * ncse_5 * ncse_5))
+        ncse_98 = (ncse_15 * ncse_15 * ncse_15)
         ncse_99 = (ncse_4 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
         ncse_100 = (ncse_9 * ncse_99)
         ncse_101 = (ncse_12 * ncse_99)
@@ -316,7 +316,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_25 = (cse_12 + cse_3)
         cse_26 = (-cse_25)
         cse_43 = (-cse_3)
-        cse_80 = (1.0 / (cse_1 * cse_1))
+        cse_80 = (cse_2 * cse_2)
         cse_108 = (cse_16 * cse_16)
         cse_109 = (p_E * p_E)
         cse_110 = (cse_109 * cse_80)
@@ -411,7 +411,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_196 = (cse_140 * cse_3)
         cse_197 = (cse_195 * cse_196)
         cse_198 = (cse_16 * cse_194)
-        cse_199 = (1.0 / (cse_1 * cse_1 * cse_1))
+        cse_199 = (cse_2 * cse_2 * cse_2)
         cse_200 = (p_E * p_E * p_E)
         cse_201 = (cse_140 * cse_199 * cse_200)
         cse_202 = (cse_198 * cse_201)
@@ -788,7 +788,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_84 = (cse_10 * cse_83)
         cse_85 = (cse_73 * cse_81)
         cse_86 = (-cse_85)
-        cse_87 = (1.0 / (cse_9 * cse_9))
+        cse_87 = (cse_10 * cse_10)
         cse_88 = (cse_8 * cse_83 * cse_87)
         cse_91 = (cse_5 * cse_81)
         cse_92 = (cse_6 * cse_81)
@@ -810,7 +810,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_273 = (cse_146 * cse_75)
         cse_274 = (cse_163 * cse_77)
         cse_275 = (cse_174 * cse_78)
-        cse_276 = (1.0 / (cse_1 * cse_1 * cse_1 * cse_1))
+        cse_276 = (cse_2 * cse_2 * cse_2 * cse_2)
         cse_277 = (cse_174 * cse_257)
         cse_278 = (cse_163 * cse_258)
         cse_279 = (cse_146 * cse_256)
@@ -837,7 +837,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_2 * cse_214))), (-cse_140 * (-(cse_206 * cse_277) - (cse_206 * cse_278) - (cse_206 * cse_279) - (cse_214 * cse_94) + (8.0 * cse_108 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276) + (8.0 * cse_114 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
             [(-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_2 * cse_20 * cse_226))), (-cse_140 * (-(cse_218 * cse_277) - (cse_218 * cse_278) - (cse_218 * cse_279) - (cse_226 * cse_95) + (8.0 * cse_108 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276) + (8.0 * cse_112 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [(cse_239 * (cse_273 + cse_274 + cse_275 + (cse_108 * cse_285) + (cse_112 * cse_285) + (cse_114 * cse_285))), (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258))), (-cse_247 * state_internal_ep), (-cse_247), (-cse_235 * cse_238 / (p_eta * p_eta)), torch.where(cse_236 > 0.0, (cse_237 * torch.log(cse_236)), 0.0)],
+            [(cse_239 * (cse_273 + cse_274 + cse_275 + (cse_108 * cse_285) + (cse_112 * cse_285) + (cse_114 * cse_285))), (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258))), (-cse_247 * state_internal_ep), (-cse_247), (-cse_235 * cse_238 * (cse_233 * cse_233)), torch.where(cse_236 > 0.0, (cse_237 * torch.log(cse_236)), 0.0)],
         ], X)
         ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
         d211 = ls3_X[:, 0, 0]
@@ -1385,7 +1385,8 @@ if triton is not None:
             ncse_3 = (-state_internal_Ep_3)
             ncse_4 = (forces_E_3 + ncse_3)
             ncse_5 = (K1 + p_nu)
-            ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5))
+            ncse_15 = (K1 / ncse_5)
+            ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15))
             ncse_7 = (ncse_6 * (ncse_4 * ncse_4))
             ncse_8 = (-state_internal_Ep_4)
             ncse_9 = (forces_E_4 + ncse_8)
@@ -1394,7 +1395,6 @@ if triton is not None:
             ncse_12 = (forces_E_5 + ncse_11)
             ncse_13 = (ncse_6 * (ncse_12 * ncse_12))
             ncse_14 = (forces_E_0 + ncse_0)
-            ncse_15 = (K1 / ncse_5)
             ncse_16 = (p_E * ncse_15)
             ncse_17 = (K2 * ncse_14 * ncse_16)
             ncse_18 = (-state_internal_Ep_1)
@@ -1480,7 +1480,7 @@ if triton is not None:
             ncse_95 = (K9 * ncse_75)
             ncse_96 = (ncse_16 * ncse_60)
             ncse_97 = (p_E * p_E * p_E)
-            ncse_98 = (K1 / (ncse_5 * ncse_5 * ncse_5))
+            ncse_98 = (ncse_15 * ncse_15 * ncse_15)
             ncse_99 = (ncse_4 * ncse_60 * ncse_95 * ncse_97 * ncse_98)
             ncse_100 = (ncse_9 * ncse_99)
             ncse_101 = (ncse_12 * ncse_99)
@@ -1874,7 +1874,7 @@ if triton is not None:
             cse_25 = (cse_12 + cse_3)
             cse_26 = (-cse_25)
             cse_43 = (-cse_3)
-            cse_80 = (K0 / (cse_1 * cse_1))
+            cse_80 = (cse_2 * cse_2)
             cse_108 = (cse_16 * cse_16)
             cse_109 = (p_E * p_E)
             cse_110 = (cse_109 * cse_80)
@@ -1969,7 +1969,7 @@ if triton is not None:
             cse_196 = (cse_140 * cse_3)
             cse_197 = (cse_195 * cse_196)
             cse_198 = (cse_16 * cse_194)
-            cse_199 = (K0 / (cse_1 * cse_1 * cse_1))
+            cse_199 = (cse_2 * cse_2 * cse_2)
             cse_200 = (p_E * p_E * p_E)
             cse_201 = (cse_140 * cse_199 * cse_200)
             cse_202 = (cse_198 * cse_201)
@@ -3004,7 +3004,7 @@ if triton is not None:
             cse_84 = (cse_10 * cse_83)
             cse_85 = (cse_73 * cse_81)
             cse_86 = (-cse_85)
-            cse_87 = (K0 / (cse_9 * cse_9))
+            cse_87 = (cse_10 * cse_10)
             cse_88 = (cse_8 * cse_83 * cse_87)
             cse_91 = (cse_5 * cse_81)
             cse_92 = (cse_6 * cse_81)
@@ -3026,7 +3026,7 @@ if triton is not None:
             cse_273 = (cse_146 * cse_75)
             cse_274 = (cse_163 * cse_77)
             cse_275 = (cse_174 * cse_78)
-            cse_276 = (K0 / (cse_1 * cse_1 * cse_1 * cse_1))
+            cse_276 = (cse_2 * cse_2 * cse_2 * cse_2)
             cse_277 = (cse_174 * cse_257)
             cse_278 = (cse_163 * cse_258)
             cse_279 = (cse_146 * cse_256)
@@ -3083,7 +3083,7 @@ if triton is not None:
             ls3_46 = (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258)))
             ls3_47 = (-cse_247 * state_internal_ep)
             ls3_48 = (-cse_247)
-            ls3_49 = (-cse_235 * cse_238 / (p_eta * p_eta))
+            ls3_49 = (-cse_235 * cse_238 * (cse_233 * cse_233))
             ls3_50 = tl.where(cse_236 > 0.0, (cse_237 * tl.log(cse_236)), K11)
             ls3_51 = (tl.abs(ls3_1) >= (K9 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(cse_151), tl.abs(cse_152)), tl.abs(cse_153)), tl.abs(ls3_2)), tl.abs(ls3_3)), tl.abs(ls3_4))))
             ls3_52 = tl.where(ls3_51, (K0 / ls3_1), K10)
@@ -4305,8 +4305,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
-    real v_ncse_6[MC_W];
     real v_ncse_15[MC_W];
+    real v_ncse_6[MC_W];
     real v_ncse_16[MC_W];
     real v_ncse_20[MC_W];
     real v_ncse_24[MC_W];
@@ -4347,8 +4347,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real state_internal_gamma_rate = old_state_internal_gamma_rate;
         const real ncse_1 = (forces_t - old_forces_t);
         const real ncse_5 = (((real)1.0) + p_nu);
-        const real ncse_6 = ((p_E * p_E) / (ncse_5 * ncse_5));
         const real ncse_15 = (((real)1.0) / ncse_5);
+        const real ncse_6 = ((p_E * p_E) * (ncse_15 * ncse_15));
         const real ncse_16 = (p_E * ncse_15);
         const real ncse_20 = (((real)0.3333333333333333) * ncse_16);
         const real ncse_24 = (((real)0.6666666666666666) * ncse_16);
@@ -4362,7 +4362,7 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real ncse_59 = (-ncse_1);
         const real ncse_83 = (ncse_46 * ncse_6);
         const real ncse_97 = (p_E * p_E * p_E);
-        const real ncse_98 = (((real)1.0) / (ncse_5 * ncse_5 * ncse_5));
+        const real ncse_98 = (ncse_15 * ncse_15 * ncse_15);
         const real ncse_124 = (fabs(p_E) * fabs(ncse_15));
         const real ncse_125 = (((real)0.6666666666666666) * ncse_124);
         const real ncse_128 = (((real)1.3333333333333333) * ncse_124);
@@ -4378,8 +4378,8 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         v_state_internal_ep[l] = state_internal_ep;
         v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
         v_ncse_1[l] = ncse_1;
-        v_ncse_6[l] = ncse_6;
         v_ncse_15[l] = ncse_15;
+        v_ncse_6[l] = ncse_6;
         v_ncse_16[l] = ncse_16;
         v_ncse_20[l] = ncse_20;
         v_ncse_24[l] = ncse_24;
@@ -4735,14 +4735,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
-    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
     real v_cse_3[MC_W];
     real v_cse_5[MC_W];
     real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
-    real v_cse_9[MC_W];
     real v_cse_10[MC_W];
     real v_cse_11[MC_W];
     real v_cse_12[MC_W];
@@ -4835,6 +4833,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_227[MC_W];
     real v_cse_229[MC_W];
     real v_cse_232[MC_W];
+    real v_cse_233[MC_W];
     real v_cse_235[MC_W];
     real v_cse_236[MC_W];
     real v_cse_237[MC_W];
@@ -4918,7 +4917,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_25 = (cse_12 + cse_3);
         const real cse_26 = (-cse_25);
         const real cse_43 = (-cse_3);
-        const real cse_80 = (((real)1.0) / (cse_1 * cse_1));
+        const real cse_80 = (cse_2 * cse_2);
         const real cse_108 = (cse_16 * cse_16);
         const real cse_109 = (p_E * p_E);
         const real cse_110 = (cse_109 * cse_80);
@@ -5013,7 +5012,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_196 = (cse_140 * cse_3);
         const real cse_197 = (cse_195 * cse_196);
         const real cse_198 = (cse_16 * cse_194);
-        const real cse_199 = (((real)1.0) / (cse_1 * cse_1 * cse_1));
+        const real cse_199 = (cse_2 * cse_2 * cse_2);
         const real cse_200 = (p_E * p_E * p_E);
         const real cse_201 = (cse_140 * cse_199 * cse_200);
         const real cse_202 = (cse_198 * cse_201);
@@ -5182,14 +5181,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_245;
         if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_246;
         v_cse_0[l] = cse_0;
-        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
         v_cse_3[l] = cse_3;
         v_cse_5[l] = cse_5;
         v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
-        v_cse_9[l] = cse_9;
         v_cse_10[l] = cse_10;
         v_cse_11[l] = cse_11;
         v_cse_12[l] = cse_12;
@@ -5282,6 +5279,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_227[l] = cse_227;
         if (V & 14) v_cse_229[l] = cse_229;
         if (V & 14) v_cse_232[l] = cse_232;
+        if (V & 14) v_cse_233[l] = cse_233;
         if (V & 14) v_cse_235[l] = cse_235;
         if (V & 14) v_cse_236[l] = cse_236;
         if (V & 14) v_cse_237[l] = cse_237;
@@ -5716,7 +5714,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_80 = v_cse_80[l];
             const real cse_3 = v_cse_3[l];
             const real cse_10 = v_cse_10[l];
-            const real cse_9 = v_cse_9[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
             const real cse_18 = v_cse_18[l];
@@ -5731,7 +5728,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_146 = v_cse_146[l];
             const real cse_163 = v_cse_163[l];
             const real cse_174 = v_cse_174[l];
-            const real cse_1 = v_cse_1[l];
             const real cse_216 = v_cse_216[l];
             const real cse_194 = v_cse_194[l];
             const real cse_127 = v_cse_127[l];
@@ -5813,7 +5809,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
             const real cse_247 = v_cse_247[l];
             const real state_internal_ep = v_state_internal_ep[l];
-            const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
+            const real cse_233 = v_cse_233[l];
             const real cse_235 = v_cse_235[l];
             const real cse_238 = v_cse_238[l];
             const real cse_236 = v_cse_236[l];
@@ -5964,7 +5960,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_84 = (cse_10 * cse_83);
             const real cse_85 = (cse_73 * cse_81);
             const real cse_86 = (-cse_85);
-            const real cse_87 = (((real)1.0) / (cse_9 * cse_9));
+            const real cse_87 = (cse_10 * cse_10);
             const real cse_88 = (cse_8 * cse_83 * cse_87);
             const real cse_91 = (cse_5 * cse_81);
             const real cse_92 = (cse_6 * cse_81);
@@ -5986,7 +5982,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_273 = (cse_146 * cse_75);
             const real cse_274 = (cse_163 * cse_77);
             const real cse_275 = (cse_174 * cse_78);
-            const real cse_276 = (((real)1.0) / (cse_1 * cse_1 * cse_1 * cse_1));
+            const real cse_276 = (cse_2 * cse_2 * cse_2 * cse_2);
             const real cse_277 = (cse_174 * cse_257);
             const real cse_278 = (cse_163 * cse_258);
             const real cse_279 = (cse_146 * cse_256);
@@ -6104,7 +6100,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[43 * MC_W + l] = (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258)));
             if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_247 * state_internal_ep);
             if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_247);
-            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_235 * cse_238 / (p_eta * p_eta));
+            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_235 * cse_238 * (cse_233 * cse_233));
             if (V & 8) mc_ls3_B[47 * MC_W + l] = (cse_236 > 0 ? (cse_237 * mc_log(cse_236)) : ((real)0.0));
             if (V & 8) v_cse_75[l] = cse_75;
             if (V & 8) v_cse_77[l] = cse_77;

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 import sympy as sp
 
 from modelc.interpret import interpret
@@ -207,3 +208,27 @@ def test_compound_power_bases_become_subexpressions():
                 assert pw.base.is_Symbol, st
     x = {"a": np.array([0.3, 2.0]), "b": np.array([-1.1, 0.5])}
     np.testing.assert_allclose(interpret(Q, x)[0]["y"], interpret(P, x)[0]["y"], rtol=1e-15)
+
+
+def test_negative_powers_reuse_a_reciprocal():
+    """x / b**3 before 1/b and y / b**2 after it: both become products of the reciprocal, which
+    moves up to the first of them; the values agree with the divisions to a few ulps."""
+    from modelc.passes.cse import _share_reciprocals
+
+    b, x, y, s0, s1, s2, s3 = sp.symbols("b x y s0 s1 s2 s3", real=True)
+    reps = [(s0, b + 1), (s1, x * s0 ** -3), (s2, s0 ** -1), (s3, y * s0 ** -2)]
+    out, red = _share_reciprocals(reps, [s1 + s3 + s2 * x])
+    assert [t for t, _ in out] == [s0, s2, s1, s3]  # the reciprocal moved before its first power
+    assert all(not any(p.is_Pow and p.exp.is_Integer and p.exp <= -2 for p in sp.preorder_traversal(v))
+               for _, v in out)
+    rng = np.random.default_rng()
+    for _ in range(20):
+        env = {b: rng.uniform(-3, 3), x: rng.normal(), y: rng.normal()}
+        want = dict(env)
+        for t, v in reps:
+            want[t] = float(v.subs(want))
+        got = dict(env)
+        for t, v in out:
+            got[t] = float(v.subs(got))
+        for t in (s1, s2, s3):
+            assert got[t] == pytest.approx(want[t], rel=1e-14)
