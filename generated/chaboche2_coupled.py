@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:303
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a
+# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -30581,7 +30581,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a'
+    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

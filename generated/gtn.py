@@ -5,7 +5,7 @@
 # model:       gtn, declared at spec/library.yaml:308
 # doc:
 #   Gurson-Tvergaard-Needleman porous plasticity, rate independent, linear isotropic hardening (E, nu, sigma_y, K, q1, q2, q3, phi0); NEML2's coupled system of 9 unknowns
-# spec hash:   dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a
+# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
 # layout:      X (B, 16) inputs, P (B or 1, 8) parameters, Y (B, 15) outputs,
 #              J (B, 15, 16) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -7084,7 +7084,7 @@ class Model(CompiledModel):
 
     NAME = 'gtn'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a'
+    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

@@ -5,7 +5,7 @@
 # model:       j2_perfect_coupled, declared at spec/library.yaml:283
 # doc:
 #   Rate-independent J2 perfect plasticity (E, nu, sigma_y), NEML2's coupled system
-# spec hash:   dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a
+# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
 # layout:      X (B, 15) inputs, P (B or 1, 3) parameters, Y (B, 13) outputs,
 #              J (B, 13, 15) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -6033,7 +6033,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_perfect_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a'
+    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

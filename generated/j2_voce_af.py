@@ -5,7 +5,7 @@
 # model:       j2_voce_af, declared at spec/library.yaml:273
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), radial return
-# spec hash:   dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a
+# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
 # layout:      X (B, 21) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 21) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -6408,7 +6408,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a'
+    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
     INPUTS = (
         VariableInfo('old_state/internal/ep', 'Scalar', 'state/internal/ep at the previous step'),
         VariableInfo('forces/E', 'SR2', 'total strain'),

@@ -5,7 +5,7 @@
 # model:       norton, declared at spec/library.yaml:313
 # doc:
 #   Norton power-law creep, J2 (E, nu, A, n), radial return
-# spec hash:   dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a
+# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
 # layout:      X (B, 15) inputs, P (B or 1, 4) parameters, Y (B, 14) outputs,
 #              J (B, 14, 15) d outputs / d inputs, ST (B, 3) status; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -61,29 +61,32 @@ def _torch_newton_1(p_A, p_E, p_n, p_nu, forces_E_0, forces_E_1, forces_E_2, for
         ncse_7 = (0.3333333333333333 * forces_E_1)
         ncse_8 = (-(0.3333333333333333 * old_state_internal_Ep_0) + (0.3333333333333333 * forces_E_0))
         ncse_9 = (0.3333333333333333 * forces_E_2)
-        ncse_13 = (forces_E_3 - old_state_internal_Ep_3)
-        ncse_14 = (forces_E_4 - old_state_internal_Ep_4)
-        ncse_15 = (forces_E_5 - old_state_internal_Ep_5)
-        ncse_16 = (-ncse_7 - ncse_8 - (0.6666666666666666 * old_state_internal_Ep_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2))
-        ncse_17 = (-ncse_8 - ncse_9 - (0.6666666666666666 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1))
-        ncse_18 = (-ncse_7 - ncse_9 - (0.6666666666666666 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0))
-        ncse_10 = torch.sqrt(torch.clamp(((ncse_6 * (ncse_13 * ncse_13)) + (ncse_6 * (ncse_14 * ncse_14)) + (ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18))), min=0.0))
-        ncse_11 = (p_n * _powr_shift(ncse_0, state_internal_svm, (-1.0 + p_n)))
-        ncse_12 = torch.abs(state_internal_svm)
-        ncse_19 = (0.5 * ncse_10 * ncse_5)
-        ncse_20 = (0.5 * ncse_5 * torch.abs(ncse_10))
-        nt1_r_0 = (-state_internal_svm + ncse_19 - (ncse_0 * ncse_4))
+        ncse_15 = (forces_E_3 - old_state_internal_Ep_3)
+        ncse_16 = (forces_E_4 - old_state_internal_Ep_4)
+        ncse_17 = (forces_E_5 - old_state_internal_Ep_5)
+        ncse_18 = (-ncse_7 - ncse_8 - (0.6666666666666666 * old_state_internal_Ep_2) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.6666666666666666 * forces_E_2))
+        ncse_19 = (-ncse_8 - ncse_9 - (0.6666666666666666 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_1))
+        ncse_20 = (-ncse_7 - ncse_9 - (0.6666666666666666 * old_state_internal_Ep_0) + (0.3333333333333333 * old_state_internal_Ep_1) + (0.3333333333333333 * old_state_internal_Ep_2) + (0.6666666666666666 * forces_E_0))
+        ncse_10 = torch.sqrt(torch.clamp(((ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18)) + (ncse_6 * (ncse_19 * ncse_19)) + (ncse_6 * (ncse_20 * ncse_20))), min=0.0))
+        ncse_11 = (-1.0 + p_n)
+        ncse_12 = _powr_shift(ncse_0, state_internal_svm, ncse_11)
+        ncse_13 = (p_n * ncse_12)
+        ncse_14 = torch.abs(state_internal_svm)
+        ncse_21 = (0.5 * ncse_10 * ncse_5)
+        ncse_22 = (0.5 * ncse_5 * torch.abs(ncse_10))
+        nt1_r_0 = (-state_internal_svm + ncse_21 - (ncse_0 * ncse_4))
         norton_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
-        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (3.0 * ((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_2) * torch.abs(ncse_3))))))
+        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_13)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_2) * torch.abs(ncse_3))))))
         if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
             break
-        nt1_1 = (-1.0 - (ncse_11 * ncse_4))
-        nt1_2 = (-nt1_r_0)
-        nt1_3 = (1.0 / nt1_1)
-        nt1_4 = (nt1_2 * nt1_3)
-        nt1_du_0 = nt1_4
+        nt1_1 = (-1.0 - (ncse_13 * ncse_4))
+        nt1_2 = (1.0 / nt1_1)
+        nt1_3 = (-nt1_2 * nt1_r_0)
+        nt1_4 = (-p_n * ncse_11 * ncse_4 * nt1_r_0 * _powr_shift(ncse_12, state_internal_svm, (-2.0 + p_n)))
+        nt1_5 = (nt1_1 * nt1_1)
+        nt1_du_0 = _where((nt1_5 >= torch.abs(nt1_4)), (-2.0 * nt1_1 * nt1_r_0 / (-nt1_4 + (2.0 * nt1_5))), nt1_3)
         state_internal_svm = torch.where(norton_radial_return_solve_converged, state_internal_svm, state_internal_svm + nt1_du_0)
         norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + (~norton_radial_return_solve_converged).to(torch.int32)
     return state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm
@@ -1076,27 +1079,30 @@ if triton is not None:
             ncse_7 = (K6 * forces_E_1)
             ncse_8 = (-(K6 * old_state_internal_Ep_0) + (K6 * forces_E_0))
             ncse_9 = (K6 * forces_E_2)
-            ncse_13 = (forces_E_3 - old_state_internal_Ep_3)
-            ncse_14 = (forces_E_4 - old_state_internal_Ep_4)
-            ncse_15 = (forces_E_5 - old_state_internal_Ep_5)
-            ncse_16 = (-ncse_7 - ncse_8 - (K7 * old_state_internal_Ep_2) + (K6 * old_state_internal_Ep_1) + (K7 * forces_E_2))
-            ncse_17 = (-ncse_8 - ncse_9 - (K7 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K7 * forces_E_1))
-            ncse_18 = (-ncse_7 - ncse_9 - (K7 * old_state_internal_Ep_0) + (K6 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K7 * forces_E_0))
-            ncse_10 = tl.sqrt(tl.maximum(((ncse_6 * (ncse_13 * ncse_13)) + (ncse_6 * (ncse_14 * ncse_14)) + (ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18))), 0.0))
-            ncse_11 = (p_n * _mc_powr_shift(ncse_0, state_internal_svm, (-K2 + p_n)))
-            ncse_12 = tl.abs(state_internal_svm)
-            ncse_19 = (K8 * ncse_10 * ncse_5)
-            ncse_20 = (K8 * ncse_5 * tl.abs(ncse_10))
-            nt1_r_0 = (-state_internal_svm + ncse_19 - (ncse_0 * ncse_4))
+            ncse_15 = (forces_E_3 - old_state_internal_Ep_3)
+            ncse_16 = (forces_E_4 - old_state_internal_Ep_4)
+            ncse_17 = (forces_E_5 - old_state_internal_Ep_5)
+            ncse_18 = (-ncse_7 - ncse_8 - (K7 * old_state_internal_Ep_2) + (K6 * old_state_internal_Ep_1) + (K7 * forces_E_2))
+            ncse_19 = (-ncse_8 - ncse_9 - (K7 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K7 * forces_E_1))
+            ncse_20 = (-ncse_7 - ncse_9 - (K7 * old_state_internal_Ep_0) + (K6 * old_state_internal_Ep_1) + (K6 * old_state_internal_Ep_2) + (K7 * forces_E_0))
+            ncse_10 = tl.sqrt(tl.maximum(((ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18)) + (ncse_6 * (ncse_19 * ncse_19)) + (ncse_6 * (ncse_20 * ncse_20))), 0.0))
+            ncse_11 = (-K2 + p_n)
+            ncse_12 = _mc_powr_shift(ncse_0, state_internal_svm, ncse_11)
+            ncse_13 = (p_n * ncse_12)
+            ncse_14 = tl.abs(state_internal_svm)
+            ncse_21 = (K8 * ncse_10 * ncse_5)
+            ncse_22 = (K8 * ncse_5 * tl.abs(ncse_10))
+            nt1_r_0 = (-state_internal_svm + ncse_21 - (ncse_0 * ncse_4))
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
-            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (K3 * ((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_2) * tl.abs(ncse_3))))))
+            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (K3 * ((ncse_14 * tl.abs(ncse_13)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_2) * tl.abs(ncse_3))))))
             update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
-            nt1_1 = (-K2 - (ncse_11 * ncse_4))
-            nt1_2 = (-nt1_r_0)
-            nt1_3 = (K2 / nt1_1)
-            nt1_4 = (nt1_2 * nt1_3)
-            nt1_du_0 = nt1_4
+            nt1_1 = (-K2 - (ncse_13 * ncse_4))
+            nt1_2 = (K2 / nt1_1)
+            nt1_3 = (-nt1_2 * nt1_r_0)
+            nt1_4 = (-p_n * ncse_11 * ncse_4 * nt1_r_0 * _mc_powr_shift(ncse_12, state_internal_svm, (-K1 + p_n)))
+            nt1_5 = (nt1_1 * nt1_1)
+            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K1 * nt1_1 * nt1_r_0 / (-nt1_4 + (K1 * nt1_5))), nt1_3)
             state_internal_svm = tl.where(update1, state_internal_svm + nt1_du_0, state_internal_svm)
             norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + update1.to(tl.int32)
             it1 += 1
@@ -2597,8 +2603,9 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
     real v_ncse_2[MC_W];
     real v_ncse_3[MC_W];
     real v_ncse_4[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_20[MC_W];
+    real v_ncse_11[MC_W];
+    real v_ncse_21[MC_W];
+    real v_ncse_22[MC_W];
     MC_SIMD MC_LANES {
         const real norton_radial_return_solve_guess_state_internal_svm = v_norton_radial_return_solve_guess_state_internal_svm[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
@@ -2618,6 +2625,7 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
+        const real p_n = MC_P(3, v_p_n[l]);
         const real state_internal_svm = norton_radial_return_solve_guess_state_internal_svm;
         const real ncse_1 = (((real)2.0) + (((real)2.0) * p_nu));
         const real ncse_2 = (((real)1.0) / ncse_1);
@@ -2628,15 +2636,16 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
         const real ncse_7 = (((real)0.3333333333333333) * forces_E_1);
         const real ncse_8 = (-(((real)0.3333333333333333) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * forces_E_0));
         const real ncse_9 = (((real)0.3333333333333333) * forces_E_2);
-        const real ncse_13 = (forces_E_3 - old_state_internal_Ep_3);
-        const real ncse_14 = (forces_E_4 - old_state_internal_Ep_4);
-        const real ncse_15 = (forces_E_5 - old_state_internal_Ep_5);
-        const real ncse_16 = (-ncse_7 - ncse_8 - (((real)0.6666666666666666) * old_state_internal_Ep_2) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.6666666666666666) * forces_E_2));
-        const real ncse_17 = (-ncse_8 - ncse_9 - (((real)0.6666666666666666) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_1));
-        const real ncse_18 = (-ncse_7 - ncse_9 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
-        const real ncse_10 = sqrt(mc_pos(((ncse_6 * (ncse_13 * ncse_13)) + (ncse_6 * (ncse_14 * ncse_14)) + (ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18)))));
-        const real ncse_19 = (((real)0.5) * ncse_10 * ncse_5);
-        const real ncse_20 = (((real)0.5) * ncse_5 * fabs(ncse_10));
+        const real ncse_15 = (forces_E_3 - old_state_internal_Ep_3);
+        const real ncse_16 = (forces_E_4 - old_state_internal_Ep_4);
+        const real ncse_17 = (forces_E_5 - old_state_internal_Ep_5);
+        const real ncse_18 = (-ncse_7 - ncse_8 - (((real)0.6666666666666666) * old_state_internal_Ep_2) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.6666666666666666) * forces_E_2));
+        const real ncse_19 = (-ncse_8 - ncse_9 - (((real)0.6666666666666666) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_1));
+        const real ncse_20 = (-ncse_7 - ncse_9 - (((real)0.6666666666666666) * old_state_internal_Ep_0) + (((real)0.3333333333333333) * old_state_internal_Ep_1) + (((real)0.3333333333333333) * old_state_internal_Ep_2) + (((real)0.6666666666666666) * forces_E_0));
+        const real ncse_10 = sqrt(mc_pos(((ncse_6 * (ncse_15 * ncse_15)) + (ncse_6 * (ncse_16 * ncse_16)) + (ncse_6 * (ncse_17 * ncse_17)) + (ncse_6 * (ncse_18 * ncse_18)) + (ncse_6 * (ncse_19 * ncse_19)) + (ncse_6 * (ncse_20 * ncse_20)))));
+        const real ncse_11 = (-((real)1.0) + p_n);
+        const real ncse_21 = (((real)0.5) * ncse_10 * ncse_5);
+        const real ncse_22 = (((real)0.5) * ncse_5 * fabs(ncse_10));
         v_norton_radial_return_solve_converged[l] = 0;
         v_norton_radial_return_solve_iterations[l] = 0;
         mc_act[l] = 1;
@@ -2644,8 +2653,9 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
         v_ncse_2[l] = ncse_2;
         v_ncse_3[l] = ncse_3;
         v_ncse_4[l] = ncse_4;
-        v_ncse_19[l] = ncse_19;
-        v_ncse_20[l] = ncse_20;
+        v_ncse_11[l] = ncse_11;
+        v_ncse_21[l] = ncse_21;
+        v_ncse_22[l] = ncse_22;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2654,31 +2664,34 @@ static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, con
     MC_SIMD MC_LANES {
         const real p_n = MC_P(3, v_p_n[l]);
         const real state_internal_svm = v_state_internal_svm[l];
-        const real ncse_19 = v_ncse_19[l];
+        const real ncse_11 = v_ncse_11[l];
+        const real ncse_21 = v_ncse_21[l];
         const real ncse_4 = v_ncse_4[l];
         const real p_A = MC_P(2, v_p_A[l]);
         const real p_E = MC_P(0, v_p_E[l]);
         const real ncse_2 = v_ncse_2[l];
-        const real ncse_20 = v_ncse_20[l];
+        const real ncse_22 = v_ncse_22[l];
         const real ncse_3 = v_ncse_3[l];
         const real ncse_0 = mc_pow(state_internal_svm, p_n);
-        const real ncse_11 = (p_n * mc_powr_shift(ncse_0, state_internal_svm, (-((real)1.0) + p_n)));
-        const real ncse_12 = fabs(state_internal_svm);
-        const real nt1_r_0 = (-state_internal_svm + ncse_19 - (ncse_0 * ncse_4));
+        const real ncse_12 = mc_powr_shift(ncse_0, state_internal_svm, ncse_11);
+        const real ncse_13 = (p_n * ncse_12);
+        const real ncse_14 = fabs(state_internal_svm);
+        const real nt1_r_0 = (-state_internal_svm + ncse_21 - (ncse_0 * ncse_4));
         const real norton_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? norton_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_12 + ncse_20 + (((real)3.0) * ((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_2) * fabs(ncse_3))))));
+        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_13)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_2) * fabs(ncse_3))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];
         v_norton_radial_return_solve_residual_norm[l] = mc_was ? norton_radial_return_solve_residual_norm : v_norton_radial_return_solve_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
-        const real nt1_1 = (-((real)1.0) - (ncse_11 * ncse_4));
-        const real nt1_2 = (-nt1_r_0);
-        const real nt1_3 = (((real)1.0) / nt1_1);
-        const real nt1_4 = (nt1_2 * nt1_3);
-        const real nt1_dx = nt1_4;
+        const real nt1_1 = (-((real)1.0) - (ncse_13 * ncse_4));
+        const real nt1_2 = (((real)1.0) / nt1_1);
+        const real nt1_3 = (-nt1_2 * nt1_r_0);
+        const real nt1_4 = (-p_n * ncse_11 * ncse_4 * nt1_r_0 * mc_powr_shift(ncse_12, state_internal_svm, (-((real)2.0) + p_n)));
+        const real nt1_5 = (nt1_1 * nt1_1);
+        const real nt1_dx = ((nt1_5 >= fabs(nt1_4)) ? (-((real)2.0) * nt1_1 * nt1_r_0 / (-nt1_4 + (((real)2.0) * nt1_5))) : nt1_3);
         v_state_internal_svm[l] = mc_go ? v_state_internal_svm[l] + nt1_dx : v_state_internal_svm[l];
         v_norton_radial_return_solve_iterations[l] = v_norton_radial_return_solve_iterations[l] + mc_go;
     }
@@ -3758,7 +3771,7 @@ class Model(CompiledModel):
 
     NAME = 'norton'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = 'dcac32773d96a36ff803b0cb45b1a1af35b309600f79db6e45aabcfb601f2e4a'
+    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
