@@ -155,20 +155,23 @@ def _bisect(uo, c, p):
     return 0.5 * (lo + hi)
 
 
-@pytest.mark.parametrize("backend", ["torch", "c", "triton"])
-def test_power_law_on_the_backends(modules, backend):
+@pytest.mark.parametrize("backend, p", [("torch", 2.5), ("c", 2.5), ("triton", 2.5),
+                                        ("c", 1.0), ("c", 1.5), ("torch", 1.5), ("c", 7.0)])
+def test_power_law_on_the_backends(modules, backend, p):
+    """p = 1: H = 0 (Halley is Newton); 1 < p < 2: u**(p - 2) is infinite at u = 0 (a point that
+    converges at once, before any step); p = 7: a stiff power."""
     rng = np.random.default_rng()
     B = 300
     uo = rng.uniform(0.0, 5.0, B)
     uo[:3] = [0.0, 1e-300, 40.0]  # u = 0 (powr_shift at its zero base), a subnormal-range u, a stiff point
     dt = rng.uniform(0.01, 2.0, B)
-    k, p = 3.0, 2.5
+    k = 3.0
     exact = _bisect(uo, dt * k, p)
     ins = {"forces/t": torch.tensor(dt), "old_forces/t": torch.zeros(B, dtype=torch.float64),
            "old_state/u": torch.tensor(uo)}
     its = {}
     for method, mod in modules.items():
-        m = mod.Model(dtype=torch.float64, backend=backend)
+        m = mod.Model(dtype=torch.float64, backend=backend, p=p)
         r = m(ins, derivatives=True)
         u = r["state/u"].numpy().reshape(-1)
         assert bool(r.status.converged.all())
@@ -177,7 +180,8 @@ def test_power_law_on_the_backends(modules, backend):
         dudo = r.jacobian["state/u", "old_state/u"].numpy().reshape(-1)
         np.testing.assert_allclose(dudo, 1 / (1 + dt * k * p * exact ** (p - 1)), rtol=1e-10)
         its[method] = r.status.iterations.numpy().reshape(-1)
-    assert (its["halley"] <= its["newton"] + 1).all() and its["halley"].sum() < its["newton"].sum()
+    assert (its["halley"] <= its["newton"] + 1).all()
+    assert its["halley"].sum() < its["newton"].sum() if p != 1.0 else (its["halley"] == its["newton"]).all()
 
 
 def test_float32_halley_meets_the_float32_tolerance(modules):
