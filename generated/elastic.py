@@ -228,6 +228,15 @@ if triton is not None:
         state_S_3 = (d1 * forces_E_3)
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
+        # outputs: every entry written once
+        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j22 = tl.join(state_S_0, state_S_2)
+        _j23 = tl.join(state_S_1, state_S_3)
+        _j24 = tl.join(_j22, _j23)
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j26 = tl.join(state_S_4, state_S_5)
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 14:  # tangent, jacobian, total
             d3 = (d2 + d1)
             d4 = d2
@@ -256,15 +265,6 @@ if triton is not None:
             d22 = (-cse_12 * forces_E_3)
             d23 = (-cse_12 * forces_E_4)
             d24 = (-cse_12 * forces_E_5)
-        # outputs: every entry written once
-        _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j22 = tl.join(state_S_0, state_S_2)
-        _j23 = tl.join(state_S_1, state_S_3)
-        _j24 = tl.join(_j22, _j23)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j26, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)

@@ -71,12 +71,15 @@ class Emitter:
         self.defs[target] = value
         self.line(f"{self.namer(target)} = {self.p.doprint(value)}")
 
-    def guarded(self, program: ir.Program) -> None:
+    def guarded(self, program: ir.Program, after: dict | None = None) -> None:
         """The program's statements, each group of one mask under ``if V & mask:`` (``V``: the
         variant bit the generated function or kernel is called with; a Triton ``constexpr``, so the
-        kernel of each variant holds only its own code)."""
+        kernel of each variant holds only its own code). ``after``: statement index -> a callable
+        that emits lines for every variant once that statement is done: right after it in an
+        unguarded group, after its group otherwise."""
         full = sum(v.bit for v in ir.variants_of(program))
         masks = program.masks or (full,) * len(program.body)
+        after = after or {}
         k = 0
         while k < len(program.body):
             m = masks[k]
@@ -87,9 +90,16 @@ class Emitter:
                 names = ", ".join(v.name for v in program.variants if v.bit & m)
                 self.line(f"if V & {m}:  # {names}")
                 self.depth += 1
-            self.statements(program.body[k:end])
-            if m != full:
+                self.statements(program.body[k:end])
                 self.depth -= 1
+                for j in range(k, end):
+                    if j in after:
+                        after[j]()
+            else:
+                for j in range(k, end):
+                    self.statements(program.body[j:j + 1])
+                    if j in after:
+                        after[j]()
             k = end
 
     def statements(self, stmts) -> None:

@@ -223,7 +223,6 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
             em.line(f"{namer(sym)} = tl.full([], {arg}, DTYPE)")
         else:
             em.line(f"{namer(sym)} = {ptiles[col]}")
-    em.guarded(program)
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
     nan = pr.literal(float("nan")) if ok else ""
@@ -236,9 +235,26 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         flat = ok is None and (expr.is_Number or expr.free_symbols <= baked_syms)
         return f"({val} + tl.zeros([BLOCK], dtype=DTYPE))" if flat else val
 
-    em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
     outs = dict(layout.output_entries(program))
-    rows.store("Y", "y_stride", [block(outs[c]) for c in range(layout.ny)])
+
+    def store_outputs() -> None:
+        em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
+        rows.store("Y", "y_stride", [block(outs[c]) for c in range(layout.ny)])
+
+    # the outputs are stored as soon as the statements they read are done, before a derivative
+    # variant's statements: their values need no register while the Jacobian is computed (sm_90,
+    # float64 tangent kernels: 142-200 -> 128-180 registers; the Jacobian's chunks stored early
+    # as well changed nothing, its entries all come out of the last linear solve)
+    needed = set().union(*(sp.sympify(e).free_symbols for e in outs.values())) | (
+        {status["converged"]} if status else set())
+    last = max((k for k, st in enumerate(program.body) if ir.analysis.writes(st) & needed), default=None)
+    full = sum(v.bit for v in ir.variants_of(program))
+    masks = program.masks or (full,) * len(program.body)
+    while last is not None and masks[last] != full and last + 1 < len(masks) and masks[last + 1] == masks[last]:
+        last += 1  # (the outputs of every variant: after a guarded group, not inside it)
+    if last is None:
+        store_outputs()
+    em.guarded(program, {last: store_outputs} if last is not None else None)
     for group in jacobian_groups(program, layout):
         names = ", ".join(v.name for v, _, _ in group)
         em.line(f"if V & {sum(v.bit for v, _, _ in group)}:  # {names}")
