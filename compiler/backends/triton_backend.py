@@ -248,10 +248,6 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     needed = set().union(*(sp.sympify(e).free_symbols for e in outs.values())) | (
         {status["converged"]} if status else set())
     last = max((k for k, st in enumerate(program.body) if ir.analysis.writes(st) & needed), default=None)
-    full = sum(v.bit for v in ir.variants_of(program))
-    masks = program.masks or (full,) * len(program.body)
-    while last is not None and masks[last] != full and last + 1 < len(masks) and masks[last + 1] == masks[last]:
-        last += 1  # (the outputs of every variant: after a guarded group, not inside it)
     if last is None:
         store_outputs()
     em.guarded(program, {last: store_outputs} if last is not None else None)

@@ -109,7 +109,7 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
         args = [hoist(a) for a in e.args]
         if tuple(args) == e.args:
             return e
-        return e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+        return _rebuilt(e, args)
 
     out: list[Assign] = []
     for a in body:
@@ -202,8 +202,7 @@ def _share_reciprocals(replacements, reduced):
         if out is not None:
             return out
         args = tuple(rewrite(a) for a in e.args)
-        out = e.func(*args, evaluate=False) if args != e.args and isinstance(e, (sp.Add, sp.Mul, sp.Pow)) \
-            else (e.func(*args) if args != e.args else e)
+        out = _rebuilt(e, args) if args != e.args else e
         if out.is_Pow and out.exp.is_Integer and out.exp <= -2 and out.base in recip:
             out = sp.Pow(recip[out.base], -out.exp, evaluate=False)
         memo[e] = out
@@ -286,14 +285,18 @@ def _share_powers(exprs: list) -> list:
         out = memo.get(e)
         if out is None:
             args = tuple(rebuild(a) for a in e.args)
-            if args == e.args:
-                out = e
-            else:
-                out = e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+            out = _rebuilt(e, args) if args != e.args else e
             memo[e] = out
         return out
 
     return [rebuild(sp.sympify(e)) for e in exprs]
+
+
+def _rebuilt(e, args):
+    """``e`` with new ``args``; a sum, product or power unevaluated, so its terms keep their order and
+    grouping (the arithmetic of the expression as written, and a product kept whole by
+    :func:`_inline_products` stays one factor)."""
+    return e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
 
 
 def _ops(replacements, reduced) -> int:
@@ -369,7 +372,7 @@ def _hoist_power_bases(replacements, reduced, counter: Counter):
             return e
         args = tuple(hoist(a) for a in e.args)
         if args != e.args:  # rebuilt unevaluated: the same arithmetic as the expression printed inline
-            e = e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
+            e = _rebuilt(e, args)
         if e.is_Pow and not e.base.is_Atom and _power_prints(e.exp) > 1:
             s = memo.get(e.base)
             if s is None:

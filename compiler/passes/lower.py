@@ -28,7 +28,7 @@ from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Va
 from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
 from modelc.passes.differentiate import differentiable
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
-from modelc.symdag import xreplace
+from modelc.symdag import Diff, xreplace
 
 
 def lower(model: Model, *, derivatives: bool,
@@ -254,13 +254,13 @@ def _check_structure(m: Model, jac) -> None:
 
 def _curvature(body, jacobian: sp.Expr, unknown: sp.Symbol) -> sp.Expr:
     """d2R/du2 of a one-unknown solve: dR/du with the body's assignments inlined (an expression of
-    the unknown and the solve's inputs), differentiated by SymPy once more (the custom functions'
-    own derivative rules, as for every other derivative). CSE shares it with the residual and the
+    the unknown and the solve's inputs), differentiated once more by the memoized
+    :class:`~modelc.symdag.Diff` the derivatives pass uses (the custom functions' own rules). CSE shares it with the residual and the
     Jacobian it is evaluated beside."""
     flat: dict[sp.Symbol, sp.Expr] = {}
     for a in body:
         flat[a.target] = xreplace(sp.sympify(a.value), flat) if flat else sp.sympify(a.value)
-    return sp.diff(xreplace(sp.sympify(jacobian), flat), unknown)
+    return Diff(unknown)(xreplace(sp.sympify(jacobian), flat))
 
 
 def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
