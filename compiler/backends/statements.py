@@ -75,16 +75,16 @@ class Emitter:
         """The program's statements, each group of one mask under ``if V & mask:`` (``V``: the
         variant bit the generated function or kernel is called with; a Triton ``constexpr``, so the
         kernel of each variant holds only its own code). ``after``: statement index -> a callable
-        that emits lines for every variant once that statement is done: right after it in an
-        unguarded group, after its group otherwise."""
+        that emits lines for every variant once that statement is done, right after it (a guarded
+        group is closed there and opened again after the lines)."""
         full = sum(v.bit for v in ir.variants_of(program))
         masks = program.masks or (full,) * len(program.body)
         after = after or {}
         k = 0
         while k < len(program.body):
             m = masks[k]
-            end = k
-            while end < len(program.body) and masks[end] == m:
+            end = k + 1
+            while end < len(program.body) and masks[end] == m and end - 1 not in after:
                 end += 1
             if m != full:
                 names = ", ".join(v.name for v in program.variants if v.bit & m)
@@ -92,14 +92,10 @@ class Emitter:
                 self.depth += 1
                 self.statements(program.body[k:end])
                 self.depth -= 1
-                for j in range(k, end):
-                    if j in after:
-                        after[j]()
             else:
-                for j in range(k, end):
-                    self.statements(program.body[j:j + 1])
-                    if j in after:
-                        after[j]()
+                self.statements(program.body[k:end])
+            if end - 1 in after:
+                after[end - 1]()
             k = end
 
     def statements(self, stmts) -> None:

@@ -33,11 +33,13 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc import ir
+from modelc.errors import InternalError
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
 from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
                                         with_variants)
 from modelc.backends.triton_printer import TritonPrinter
+from modelc.passes.schedule import schedule
 
 
 def baked_arg(sym: sp.Symbol) -> str:
@@ -168,6 +170,13 @@ class _Rows:
             return
         self._store(ptr, stride, values, 0, index)
 
+    def store_chunk(self, ptr: str, stride: str, values: list[str], start: int) -> None:
+        """One chunk of a row (at most ``STORE_CHUNK`` values, from column ``start``), stored on its own:
+        see :meth:`store`."""
+        if len(values) > STORE_CHUNK:
+            raise InternalError(f"store_chunk: {len(values)} values, more than a chunk ({STORE_CHUNK})")
+        self._store(ptr, stride, values, start)
+
     def _store(self, ptr: str, stride: str, values: list[str], start: int, index=None) -> None:
         n = len(values)
         bits, W = _width(n)
@@ -237,21 +246,56 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
 
     outs = dict(layout.output_entries(program))
 
-    def store_outputs() -> None:
-        em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
-        rows.store("Y", "y_stride", [block(outs[c]) for c in range(layout.ny)])
+    y_chunks, chunks = _chunks(program, layout, outs, {status["converged"]} if status else set())
+    groups = jacobian_groups(program, layout)
 
-    # the outputs are stored as soon as the statements they read are done, before a derivative
-    # variant's statements: their values need no register while the Jacobian is computed (sm_90,
-    # float64 tangent kernels: 142-200 -> 128-180 registers; the Jacobian's chunks stored early
-    # as well changed nothing, its entries all come out of the last linear solve)
-    needed = set().union(*(sp.sympify(e).free_symbols for e in outs.values())) | (
-        {status["converged"]} if status else set())
-    last = max((k for k, st in enumerate(program.body) if ir.analysis.writes(st) & needed), default=None)
-    if last is None:
-        store_outputs()
-    em.guarded(program, {last: store_outputs} if last is not None else None)
-    for group in jacobian_groups(program, layout):
+    def store_outputs(start, es) -> None:
+        if start is None:
+            em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
+            rows.store("Y", "y_stride", [block(e) for e in es])
+            return
+        em.comment(f"outputs {start} .. {start + len(es) - 1}" + ("; NaN where Newton did not converge" if ok else ""))
+        rows.store_chunk("Y", "y_stride", [block(e) for e in es], start)
+
+    # The outputs are stored as soon as the statements they read are done, before a derivative
+    # variant's statements, and so is each chunk of a tangent's row (see _Rows.store): their
+    # values need no register afterwards. The statements are scheduled for that order
+    # (modelc.passes.schedule): the outputs' statements first, then each chunk's, depth first.
+    # sm_90, float64 tangent kernels: the outputs early 142-200 -> 128-180 registers; scheduled
+    # with the chunks early (and CSE's named differences), 116-172
+    # (benchmarks/results/20261125T194647Z-sm90-kernels-schedule.md).
+    tangent_bit = next((v.bit for v in program.variants if v.name == "tangent"), 1)
+    program = schedule(program, [syms for *_, syms in y_chunks] + [syms for _, syms in chunks], tangent_bit)
+
+    def last_writer(symbols):
+        return max((k for k, st in enumerate(program.body) if ir.analysis.writes(st) & symbols), default=None)
+
+    after: dict[int, list] = {}
+    for start, es, syms in y_chunks:
+        last = last_writer(syms)
+        if last is None:
+            store_outputs(start, es)
+        else:
+            after.setdefault(last, []).append(lambda start=start, es=es: store_outputs(start, es))
+    early, late = set(), []  # variants stored chunk by chunk; chunks of constants only (stored last)
+    for (v, start, es), syms in chunks:
+        k = last_writer(syms)
+        early.add(v.name)
+        if k is None:
+            late.append((v, start, es))
+            continue
+
+        def store_chunk(v=v, start=start, es=es):
+            em.line(f"if V & {v.bit}:  # {v.name}: entries {start} .. {start + len(es) - 1} of d outputs / d inputs")
+            em.depth += 1
+            rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
+            em.depth -= 1
+
+        after.setdefault(k, []).append(store_chunk)
+    em.guarded(program, {k: (lambda fs=fs: [f() for f in fs]) for k, fs in after.items()})
+    for group in groups:
+        if group[0][0].name in early and not any(v.name == group[0][0].name for v, _, _ in late):
+            continue
         names = ", ".join(v.name for v, _, _ in group)
         em.line(f"if V & {sum(v.bit for v, _, _ in group)}:  # {names}")
         em.depth += 1
@@ -268,7 +312,12 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
                 em.line(f"if V & {v.bit}:")
                 em.depth += 1
             if len(group) == 1:
-                rows.store("J", "j_stride", [block(e) for _, e in entries])
+                if v.name in early:  # chunks stored as computed; those of constants only here
+                    for w, start, es in late:
+                        if w.name == v.name:
+                            rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
+                else:
+                    rows.store("J", "j_stride", [block(e) for _, e in entries])
             elif k == 0:  # rows of this variant's width, or of the widest when that is the one asked for
                 extra = wide - ntx
                 rows.store("J", "j_stride", [block(e) for _, e in entries],
@@ -278,7 +327,7 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
                 rows.store("J", "j_stride", [block(e) for _, e in entries],
                            lambda q: f"({q} // {cols}) * {shape[1]} + {ntx} + {q} % {cols}")
         em.depth = depth - 1
-    if status:
+    if status:  # last: stored right after the solve, perzyna_iso's tangent took 168 registers, not 144
         em.comment("status: converged, iterations, residual norm")
         rows.store("ST", "st_stride", [f"{ok}.to(DTYPE)", f"{pr.doprint(status['iterations'])}.to(DTYPE)",
                                        f"({pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE))"])
@@ -293,6 +342,32 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     head.append("# constants of the kernel dtype (a bare float literal would be fp32)")
     head += pr.prologue()
     return ["    " + h for h in head] + em.lines, baked_args
+
+
+def _chunks(program: ir.Program, layout: Layout, outs: dict, conv: set):
+    """What the kernel stores as soon as it is computed: ``(y_chunks, chunks)``, the outputs' row as
+    ``(start, entries, symbols read)`` (one item, start None, for a row stored whole) and the chunked
+    Jacobian rows (a tangent's; a lone Jacobian's of up to ``CHUNKED_ROW_MAX`` entries) as
+    ``((variant, start, entries), symbols read)``. ``conv``: what every guarded store reads."""
+    def reads(es):
+        return set().union(conv, *(sp.sympify(e).free_symbols for e in es))
+
+    ny = layout.ny
+    if CHUNKED_ROW_MAX >= ny > STORE_CHUNK:  # the outputs' row a chunk at a time (_Rows.store)
+        y = [[outs[c] for c in range(i, min(i + STORE_CHUNK, ny))] for i in range(0, ny, STORE_CHUNK)]
+        y_chunks = [(i * STORE_CHUNK, es, reads(es)) for i, es in enumerate(y)]
+    else:
+        es = [outs[c] for c in range(ny)]
+        y_chunks = [(None, es, reads(es))]
+    chunks = []
+    for group in jacobian_groups(program, layout):
+        v = group[0][0]
+        values = [e for _, e in layout.jacobian_entries(ir.view(program, v.name))]
+        if len(group) == 1 and CHUNKED_ROW_MAX >= len(values) > STORE_CHUNK:
+            for i in range(0, len(values), STORE_CHUNK):
+                es = values[i:i + STORE_CHUNK]
+                chunks.append(((v, i, es), reads(es) - conv))
+    return y_chunks, chunks
 
 
 def _guard(val: str, ok: str | None, nan: str) -> str:

@@ -151,11 +151,11 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     if not exprs:
         return [], []
     first = counter.n
-    replacements, reduced = _reduce(exprs, counter)
+    replacements, reduced = _reduce(exprs, counter, differences=True)
     alt = [nested[t] for t in keep] + exprs[len(keep):]
     if alt != exprs:  # some derivative's product kept whole: the cheaper of the two reductions
         after_flat, counter.n = counter.n, first
-        r_alt, red_alt = _reduce(alt, counter)
+        r_alt, red_alt = _reduce(alt, counter, differences=False)
         if _ops(r_alt, red_alt) < _ops(replacements, reduced):
             exprs, replacements, reduced = alt, r_alt, red_alt
         else:
@@ -178,9 +178,14 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     return _place(stmts_out, solves, tail[:len(matrices)]), tail[len(matrices):]
 
 
-def _reduce(exprs: list, counter: Counter):
+def _reduce(exprs: list, counter: Counter, differences: bool):
+    """``differences``: name the differences of symbols first (:func:`_share_differences`); not
+    where products are kept whole, whose sharing it would undo (it rebuilds the products it
+    touches evaluated)."""
+    differences, exprs = _share_differences(exprs, counter) if differences else ([], exprs)
     exprs = _share_powers(exprs)
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
+    replacements = differences + replacements
     replacements, reduced = _hoist_power_bases(replacements, reduced, counter)
     return _share_reciprocals(replacements, reduced)
 
@@ -236,6 +241,107 @@ def _share_reciprocals(replacements, reduced):
             recip[value.base] = target
             memo.clear()
     return out, [rewrite(r) for r in reduced] if recip else reduced
+
+
+def _share_differences(exprs: list, counter: Counter) -> tuple[list, list]:
+    """Differences of two symbols that the sums hold with opposite coefficients, named once: where
+    ``c*x - c*y`` occurs (with the same ``c``) in at least two sums, or once with ``c`` other than
+    +-1, ``z = x - y`` becomes a statement and each such pair of terms ``c*z``. Returns (the new
+    statements, the rewritten expressions).
+
+    Symbolic differentiation distributes: the derivatives of ``dev(eps - old(Ep))`` hold
+    ``4/9*eps_0 - 4/9*Ep_0`` and the like in dozens of entries, which ``cse`` cannot relate to the
+    ``eps_0 - Ep_0`` of the value (a sum is shared only when its terms are identical). Named, the
+    strain difference is one subtraction, each term one multiplication instead of two, and the
+    inputs are dead once the differences are taken (a GPU kernel keeps fewer values live: issue 13).
+    Pairs are chosen by how many sums hold them, most first, each symbol in one pair; rounds repeat
+    while a choice is made, so differences of differences are found too (at most three rounds).
+    ``c*(x - y)`` rounds once where ``c*x - c*y`` rounded twice."""
+    statements: list = []
+    for _ in range(3):
+        counts: dict[tuple, int] = {}
+        unit: set = set()  # pairs seen with a coefficient other than +-1
+        seen: set = set()
+        stack = [sp.sympify(e) for e in exprs]
+        while stack:  # the expressions share subtrees: each distinct node once
+            e = stack.pop()
+            if e in seen or e.is_Atom or not e.args:
+                continue
+            seen.add(e)
+            stack.extend(e.args)
+            if not e.is_Add:
+                continue
+            terms = _symbol_terms(e)
+            for i, (x, cx) in enumerate(terms):
+                for y, cy in terms[i + 1:]:
+                    if cx == -cy:
+                        key = (x, y) if cx > 0 else (y, x)
+                        counts[key] = counts.get(key, 0) + 1
+                        if abs(cx) != 1:
+                            unit.add(key)
+        used: set = set()
+        chosen: dict[frozenset, tuple] = {}
+        for (x, y), k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0].name, kv[0][1].name)):
+            if (k >= 2 or (x, y) in unit) and x not in used and y not in used:
+                z = next(counter)
+                statements.append((z, sp.Add(x, sp.Mul(-1, y, evaluate=False), evaluate=False)))
+                chosen[frozenset((x, y))] = (x, z)
+                used |= {x, y}
+        if not chosen:
+            break
+        memo: dict = {}
+
+        def rewrite(e):
+            if e.is_Atom or not e.args:
+                return e
+            out = memo.get(e)
+            if out is None:
+                args = tuple(rewrite(a) for a in e.args)
+                if e.is_Add:
+                    args = _paired(args, chosen)
+                # a product rebuilt unevaluated (nested) hid its factors from cse: j2_linear_iso's
+                # tangent took 1922 multiplications instead of 714
+                out = (e.func(*args) if e.is_Mul else _rebuilt(e, args)) if args != e.args else e
+                if out.is_Add and len(out.args) == 1:
+                    out = out.args[0]
+                memo[e] = out
+            return out
+
+        exprs = [rewrite(sp.sympify(e)) for e in exprs]
+    return statements, exprs
+
+
+def _symbol_terms(add) -> list[tuple]:
+    """(symbol, numeric coefficient) of the terms of the sum ``add`` that are a number times a symbol."""
+    out = []
+    for t in add.args:
+        c, rest = t.as_coeff_Mul()
+        if rest.is_Symbol:
+            out.append((rest, c))
+    return out
+
+
+def _paired(args: tuple, chosen: dict) -> tuple:
+    """The terms ``args`` of a sum with each chosen pair ``c*x - c*y`` replaced by ``c*z``, in the
+    place of its first term."""
+    terms = {}
+    for i, t in enumerate(args):
+        c, rest = t.as_coeff_Mul()
+        if rest.is_Symbol:
+            terms[rest] = (i, c)
+    drop, put = set(), {}
+    for x, (i, cx) in terms.items():
+        for y, (j, cy) in terms.items():
+            pair = chosen.get(frozenset((x, y))) if x != y else None
+            if pair is None or cx != -cy or i in drop or j in drop:
+                continue
+            first, z = pair
+            c = cx if first == x else cy
+            drop |= {i, j}
+            put[min(i, j)] = z if c == 1 else sp.Mul(c, z, evaluate=False)
+    if not drop:
+        return args
+    return tuple(put.get(i, a) for i, a in enumerate(args) if i not in drop or i in put)
 
 
 def _share_powers(exprs: list) -> list:

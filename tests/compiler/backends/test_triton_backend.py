@@ -285,3 +285,27 @@ def test_baked_parameters_agree_with_runtime_parameters(gen_dir, dtype):
     with pytest.raises(Exception, match="baked"):
         baked.Model(backend="triton")({"forces/E": torch.randn(7, 6, dtype=torch.float64)},
                                       E=torch.full((7,), 2e5, dtype=torch.float64))
+
+
+def test_tangent_chunks_stored_as_soon_as_computed():
+    """j2_linear_iso's kernel: each 4-entry chunk of the 6x6 tangent is stored once, right after the
+    statements it reads (modelc.passes.schedule), so the first store comes before the last entry is
+    computed; the outputs' row likewise comes before any tangent entry."""
+    import inspect
+    import re
+
+    from modelc.generated import j2_linear_iso
+
+    src = inspect.getsource(j2_linear_iso._kernel.fn)
+    lines = src.splitlines()
+    heads = [(i, int(m.group(1))) for i, l in enumerate(lines)
+             if (m := re.search(r"if V & 2:  # tangent: entries (\d+) \.\. ", l))]
+    assert sorted(start for _, start in heads) == list(range(0, 36, 4))
+    for i, start in heads:  # each guard holds its chunk's store
+        store = next(l for l in lines[i + 1:] if "tl.store(" in l)
+        assert "tl.store(J + row[:, None] * j_stride + " + (f"{start} + " if start else "tl.arange") in store
+    entry = re.compile(r"^\s+d\d+ = ")
+    first_store = min(i for i, _ in heads)
+    assert any(entry.match(l) for l in lines[first_store:])  # entries still computed after the first store
+    first_y = min(i for i, l in enumerate(lines) if "tl.store(Y" in l)
+    assert first_y < first_store
