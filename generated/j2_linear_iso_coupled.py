@@ -290,36 +290,36 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _torch_newton_1)
     state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
-    cse_1 = (1.0 + p_nu)
-    cse_2 = (1.0 / cse_1)
-    cse_3 = (p_E * cse_2)
-    cse_4 = (cse_0 * cse_3)
-    cse_5 = (forces_E_1 - state_internal_Ep_1)
-    cse_6 = (forces_E_2 - state_internal_Ep_2)
-    cse_7 = (cse_0 + cse_5 + cse_6)
+    cse_1 = (forces_E_1 - state_internal_Ep_1)
+    cse_2 = (forces_E_2 - state_internal_Ep_2)
+    cse_3 = (1.0 + p_nu)
+    cse_4 = (1.0 / cse_3)
+    cse_5 = (p_E * cse_4)
+    cse_6 = (cse_0 * cse_5)
+    cse_7 = (cse_0 + cse_1 + cse_2)
     cse_8 = (2.0 * p_nu)
     cse_9 = (1.0 - cse_8)
     cse_10 = (1.0 / cse_9)
     cse_11 = (p_nu * cse_10)
-    cse_12 = (cse_11 * cse_3)
+    cse_12 = (cse_11 * cse_5)
     cse_13 = (cse_12 * cse_7)
-    cse_14 = (cse_3 * cse_5)
-    cse_15 = (cse_3 * cse_6)
+    cse_14 = (cse_1 * cse_5)
+    cse_15 = (cse_2 * cse_5)
     cse_16 = (forces_E_3 - state_internal_Ep_3)
-    state_S_3 = (cse_16 * cse_3)
+    state_S_3 = (cse_16 * cse_5)
     cse_18 = (forces_E_4 - state_internal_Ep_4)
-    state_S_4 = (cse_18 * cse_3)
+    state_S_4 = (cse_18 * cse_5)
     cse_20 = (forces_E_5 - state_internal_Ep_5)
-    state_S_5 = (cse_20 * cse_3)
-    state_S_0 = (cse_13 + cse_4)
+    state_S_5 = (cse_20 * cse_5)
+    state_S_0 = (cse_13 + cse_6)
     state_S_1 = (cse_13 + cse_14)
     state_S_2 = (cse_13 + cse_15)
     if V & 14:  # tangent, jacobian, total
         cse_22 = (-cse_12)
-        cse_25 = (cse_12 + cse_3)
+        cse_25 = (cse_12 + cse_5)
         cse_26 = (-cse_25)
-        cse_43 = (-cse_3)
-        cse_80 = (cse_2 * cse_2)
+        cse_43 = (-cse_5)
+        cse_80 = (cse_4 * cse_4)
         cse_102 = (cse_16 * cse_16)
         cse_103 = (p_E * p_E)
         cse_104 = (cse_103 * cse_80)
@@ -328,29 +328,29 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_107 = (cse_104 * cse_106)
         cse_108 = (cse_20 * cse_20)
         cse_109 = (cse_104 * cse_108)
-        cse_110 = (0.3333333333333333 * cse_4)
+        cse_110 = (0.3333333333333333 * cse_6)
         cse_111 = (0.3333333333333333 * cse_14)
         cse_112 = (0.6666666666666666 * cse_15)
         cse_113 = (0.6666666666666666 * cse_14)
         cse_114 = (0.3333333333333333 * cse_15)
-        cse_115 = (0.6666666666666666 * cse_4)
+        cse_115 = (0.6666666666666666 * cse_6)
         cse_284 = (cse_112 - cse_110 - cse_111)
         cse_285 = (cse_113 - cse_110 - cse_114)
         cse_286 = (cse_115 - cse_111 - cse_114)
         cse_116 = torch.sqrt(torch.clamp((cse_105 + cse_107 + cse_109 + (cse_284 * cse_284) + (cse_285 * cse_285) + (cse_286 * cse_286)), min=0.0))
         cse_117 = _sdiv(1.0, (2.0 * cse_116))
         cse_118 = (-1.3333333333333333 * cse_117)
-        cse_119 = (-cse_112 - cse_113 + (1.3333333333333333 * p_E * cse_0 * cse_2))
+        cse_119 = (-cse_112 - cse_113 + (1.3333333333333333 * p_E * cse_0 * cse_4))
         cse_120 = _sdiv(1.0, (4.0 * (cse_116 * cse_116)))
         cse_121 = (2.0 * cse_117)
         cse_122 = (cse_120 * cse_121)
         cse_123 = (-cse_118 - (cse_122 * (cse_119 * cse_119)))
         cse_124 = (0.6666666666666666 * cse_117)
-        cse_125 = (-cse_113 - cse_115 + (1.3333333333333333 * p_E * cse_2 * cse_6))
+        cse_125 = (-cse_113 - cse_115 + (1.3333333333333333 * p_E * cse_2 * cse_4))
         cse_126 = (cse_119 * cse_122)
         cse_127 = (-cse_124 - (cse_125 * cse_126))
         cse_128 = (cse_12 * cse_127)
-        cse_129 = (-cse_112 - cse_115 + (1.3333333333333333 * p_E * cse_2 * cse_5))
+        cse_129 = (-cse_112 - cse_115 + (1.3333333333333333 * p_E * cse_1 * cse_4))
         cse_130 = (-cse_124 - (cse_126 * cse_129))
         cse_131 = (cse_12 * cse_130)
         cse_132 = (cse_128 + cse_131)
@@ -414,10 +414,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_190 = (-2.0 * cse_117)
         cse_191 = (8.0 * cse_117 * cse_120)
         cse_192 = (-cse_190 - (cse_105 * cse_191))
-        cse_193 = (cse_135 * cse_3)
+        cse_193 = (cse_135 * cse_5)
         cse_194 = (cse_192 * cse_193)
         cse_195 = (cse_16 * cse_191)
-        cse_196 = (cse_2 * cse_2 * cse_2)
+        cse_196 = (cse_4 * cse_4 * cse_4)
         cse_197 = (p_E * p_E * p_E)
         cse_198 = (cse_135 * cse_196 * cse_197)
         cse_199 = (cse_195 * cse_198)
@@ -580,21 +580,21 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d67 = (cse_43 * d19)
         d68 = (cse_43 * d20)
         d69 = (cse_43 * d21)
-        d70 = (cse_3 + (cse_43 * d22))
+        d70 = (cse_5 + (cse_43 * d22))
         d71 = (cse_43 * d23)
         d72 = (cse_43 * d24)
         d73 = (cse_43 * d25)
         d74 = (cse_43 * d26)
         d75 = (cse_43 * d27)
         d76 = (cse_43 * d28)
-        d77 = (cse_3 + (cse_43 * d29))
+        d77 = (cse_5 + (cse_43 * d29))
         d78 = (cse_43 * d30)
         d79 = (cse_43 * d31)
         d80 = (cse_43 * d32)
         d81 = (cse_43 * d33)
         d82 = (cse_43 * d34)
         d83 = (cse_43 * d35)
-        d84 = (cse_3 + (cse_43 * d36))
+        d84 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
         cse_245 = (cse_117 * state_internal_gamma_rate)
         cse_246 = (cse_119 * cse_245)
@@ -784,27 +784,27 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d210 = (cse_43 * d138)
     if V & 8:  # total
         cse_73 = (cse_11 * cse_7)
-        cse_74 = (cse_2 * cse_73)
-        cse_75 = (cse_74 + (cse_0 * cse_2))
-        cse_77 = (cse_74 + (cse_2 * cse_5))
-        cse_78 = (cse_74 + (cse_2 * cse_6))
+        cse_74 = (cse_4 * cse_73)
+        cse_75 = (cse_74 + (cse_0 * cse_4))
+        cse_77 = (cse_74 + (cse_1 * cse_4))
+        cse_78 = (cse_74 + (cse_2 * cse_4))
         cse_81 = (p_E * cse_80)
         cse_82 = (cse_0 * cse_81)
-        cse_83 = (cse_3 * cse_7)
+        cse_83 = (cse_5 * cse_7)
         cse_84 = (cse_10 * cse_83)
         cse_85 = (cse_73 * cse_81)
         cse_86 = (-cse_85)
         cse_87 = (cse_10 * cse_10)
         cse_88 = (cse_8 * cse_83 * cse_87)
-        cse_91 = (cse_5 * cse_81)
-        cse_92 = (cse_6 * cse_81)
+        cse_91 = (cse_1 * cse_81)
+        cse_92 = (cse_2 * cse_81)
         cse_93 = (cse_16 * cse_81)
         cse_94 = (cse_18 * cse_81)
         cse_95 = (cse_20 * cse_81)
         cse_247 = (cse_144 * cse_81)
         cse_248 = (cse_103 * cse_196)
         cse_249 = (cse_144 * cse_248)
-        cse_250 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (2.0 * p_E * p_nu * cse_2 * cse_7 * cse_87))
+        cse_250 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_87))
         cse_251 = (-cse_250 - cse_82)
         cse_252 = (-cse_250 - cse_92)
         cse_253 = (-cse_250 - cse_91)
@@ -816,7 +816,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_268 = (cse_142 * cse_75)
         cse_269 = (cse_159 * cse_77)
         cse_270 = (cse_171 * cse_78)
-        cse_271 = (cse_2 * cse_2 * cse_2 * cse_2)
+        cse_271 = (cse_4 * cse_4 * cse_4 * cse_4)
         cse_272 = (cse_171 * cse_252)
         cse_273 = (cse_159 * cse_253)
         cse_274 = (cse_142 * cse_251)
@@ -839,9 +839,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_135 * ((cse_123 * cse_75) + (cse_127 * cse_78) + (cse_130 * cse_77) - (cse_102 * cse_247) - (cse_106 * cse_247) - (cse_108 * cse_247))), (-cse_135 * ((cse_102 * cse_249) + (cse_106 * cse_249) + (cse_108 * cse_249) + (cse_123 * cse_251) + (cse_127 * cse_252) + (cse_130 * cse_253))), 0.0, 0.0],
             [(-cse_135 * ((cse_130 * cse_75) + (cse_151 * cse_78) + (cse_153 * cse_77) - (cse_102 * cse_256) - (cse_106 * cse_256) - (cse_108 * cse_256))), (-cse_135 * ((cse_102 * cse_257) + (cse_106 * cse_257) + (cse_108 * cse_257) + (cse_130 * cse_251) + (cse_151 * cse_252) + (cse_153 * cse_253))), 0.0, 0.0],
             [(-cse_135 * ((cse_127 * cse_75) + (cse_151 * cse_77) + (cse_166 * cse_78) - (cse_102 * cse_259) - (cse_106 * cse_259) - (cse_108 * cse_259))), (-cse_135 * ((cse_102 * cse_260) + (cse_106 * cse_260) + (cse_108 * cse_260) + (cse_127 * cse_251) + (cse_151 * cse_253) + (cse_166 * cse_252))), 0.0, 0.0],
-            [(-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_2))), (-cse_135 * (-(cse_180 * cse_272) - (cse_180 * cse_273) - (cse_180 * cse_274) - (cse_192 * cse_93) + (8.0 * cse_106 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271) + (8.0 * cse_108 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271))), 0.0, 0.0],
-            [(-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_2 * cse_212))), (-cse_135 * (-(cse_203 * cse_272) - (cse_203 * cse_273) - (cse_203 * cse_274) - (cse_212 * cse_94) + (8.0 * cse_102 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271) + (8.0 * cse_108 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271))), 0.0, 0.0],
-            [(-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_2 * cse_20 * cse_224))), (-cse_135 * (-(cse_216 * cse_272) - (cse_216 * cse_273) - (cse_216 * cse_274) - (cse_224 * cse_95) + (8.0 * cse_102 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271) + (8.0 * cse_106 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271))), 0.0, 0.0],
+            [(-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_4))), (-cse_135 * (-(cse_180 * cse_272) - (cse_180 * cse_273) - (cse_180 * cse_274) - (cse_192 * cse_93) + (8.0 * cse_106 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271) + (8.0 * cse_108 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271))), 0.0, 0.0],
+            [(-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_212 * cse_4))), (-cse_135 * (-(cse_203 * cse_272) - (cse_203 * cse_273) - (cse_203 * cse_274) - (cse_212 * cse_94) + (8.0 * cse_102 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271) + (8.0 * cse_108 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271))), 0.0, 0.0],
+            [(-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_20 * cse_224 * cse_4))), (-cse_135 * (-(cse_216 * cse_272) - (cse_216 * cse_273) - (cse_216 * cse_274) - (cse_224 * cse_95) + (8.0 * cse_102 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271) + (8.0 * cse_106 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271))), 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0],
             [(-(cse_133 * cse_280) - (cse_230 * (cse_268 + cse_269 + cse_270 + (cse_102 * cse_282) + (cse_106 * cse_282) + (cse_108 * cse_282)))), (-cse_230 * (-(cse_102 * cse_283) - (cse_106 * cse_283) - (cse_108 * cse_283) + (cse_117 * cse_119 * cse_251) + (cse_117 * cse_125 * cse_252) + (cse_117 * cse_129 * cse_253))), (cse_242 * state_internal_ep), cse_242],
         ], X)
@@ -893,9 +893,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d243 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
         d244 = (cse_72 + cse_76 + cse_77 + (cse_26 * d215))
         d245 = (cse_71 + cse_76 + cse_78 + (cse_26 * d219))
-        d246 = ((cse_16 * cse_2) + (cse_43 * d223))
-        d247 = ((cse_18 * cse_2) + (cse_43 * d227))
-        d248 = ((cse_2 * cse_20) + (cse_43 * d231))
+        d246 = ((cse_16 * cse_4) + (cse_43 * d223))
+        d247 = ((cse_18 * cse_4) + (cse_43 * d227))
+        d248 = ((cse_20 * cse_4) + (cse_43 * d231))
         d249 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
         d250 = (cse_89 + cse_90 - cse_91 + (cse_26 * d216))
         d251 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d220))
@@ -1796,26 +1796,26 @@ if triton is not None:
         _j47 = tl.join(tl.where(j2_linear_iso_return_map_converged, state_internal_Ep_5, K0), tl.where(j2_linear_iso_return_map_converged, state_internal_gamma_rate, K0))
         _j48 = tl.join(_j46, _j47)
         tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j48, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_1 = (K1 + p_nu)
-        cse_2 = (K1 / cse_1)
-        cse_3 = (p_E * cse_2)
+        cse_3 = (K1 + p_nu)
+        cse_4 = (K1 / cse_3)
+        cse_5 = (p_E * cse_4)
         cse_16 = (forces_E_3 - state_internal_Ep_3)
-        state_S_3 = (cse_16 * cse_3)
+        state_S_3 = (cse_16 * cse_5)
         cse_8 = (K2 * p_nu)
         cse_9 = (K1 - cse_8)
         cse_10 = (K1 / cse_9)
         cse_11 = (p_nu * cse_10)
-        cse_12 = (cse_11 * cse_3)
+        cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
-        cse_5 = (forces_E_1 - state_internal_Ep_1)
-        cse_6 = (forces_E_2 - state_internal_Ep_2)
-        cse_7 = (cse_0 + cse_5 + cse_6)
+        cse_1 = (forces_E_1 - state_internal_Ep_1)
+        cse_2 = (forces_E_2 - state_internal_Ep_2)
+        cse_7 = (cse_0 + cse_1 + cse_2)
         cse_13 = (cse_12 * cse_7)
-        cse_4 = (cse_0 * cse_3)
-        state_S_0 = (cse_13 + cse_4)
-        cse_14 = (cse_3 * cse_5)
+        cse_6 = (cse_0 * cse_5)
+        state_S_0 = (cse_13 + cse_6)
+        cse_14 = (cse_1 * cse_5)
         state_S_1 = (cse_13 + cse_14)
-        cse_15 = (cse_3 * cse_6)
+        cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
         _zero49 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -1824,24 +1824,24 @@ if triton is not None:
         _j52 = tl.join(_j50, _j51)
         tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_18 = (forces_E_4 - state_internal_Ep_4)
-        state_S_4 = (cse_18 * cse_3)
+        state_S_4 = (cse_18 * cse_5)
         cse_20 = (forces_E_5 - state_internal_Ep_5)
-        state_S_5 = (cse_20 * cse_3)
+        state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
         _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
         _j54 = tl.join(tl.where(j2_linear_iso_return_map_converged, state_S_4, K0), tl.where(j2_linear_iso_return_map_converged, state_S_5, K0))
         tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j54, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 14:  # tangent, jacobian, total
-            cse_110 = (K3 * cse_4)
+            cse_110 = (K3 * cse_6)
             cse_111 = (K3 * cse_14)
             cse_112 = (K4 * cse_15)
             cse_284 = (cse_112 - cse_110 - cse_111)
             cse_113 = (K4 * cse_14)
             cse_114 = (K3 * cse_15)
             cse_285 = (cse_113 - cse_110 - cse_114)
-            cse_115 = (K4 * cse_4)
+            cse_115 = (K4 * cse_6)
             cse_286 = (cse_115 - cse_111 - cse_114)
-            cse_80 = (cse_2 * cse_2)
+            cse_80 = (cse_4 * cse_4)
             cse_103 = (p_E * p_E)
             cse_104 = (cse_103 * cse_80)
             cse_102 = (cse_16 * cse_16)
@@ -1855,13 +1855,13 @@ if triton is not None:
             cse_121 = (K2 * cse_117)
             cse_120 = _mc_sdiv(K1, (K5 * (cse_116 * cse_116)))
             cse_122 = (cse_120 * cse_121)
-            cse_119 = (-cse_112 - cse_113 + (K6 * p_E * cse_0 * cse_2))
+            cse_119 = (-cse_112 - cse_113 + (K6 * p_E * cse_0 * cse_4))
             cse_126 = (cse_119 * cse_122)
             cse_124 = (K4 * cse_117)
-            cse_125 = (-cse_113 - cse_115 + (K6 * p_E * cse_2 * cse_6))
+            cse_125 = (-cse_113 - cse_115 + (K6 * p_E * cse_2 * cse_4))
             cse_127 = (-cse_124 - (cse_125 * cse_126))
             cse_128 = (cse_12 * cse_127)
-            cse_129 = (-cse_112 - cse_115 + (K6 * p_E * cse_2 * cse_5))
+            cse_129 = (-cse_112 - cse_115 + (K6 * p_E * cse_1 * cse_4))
             cse_130 = (-cse_124 - (cse_126 * cse_129))
             cse_131 = (cse_12 * cse_130)
             cse_132 = (cse_128 + cse_131)
@@ -1912,7 +1912,7 @@ if triton is not None:
             cse_221 = (cse_144 * cse_217)
             cse_222 = (cse_218 + cse_221)
             cse_223 = (cse_219 + cse_221)
-            cse_25 = (cse_12 + cse_3)
+            cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
             cse_136 = (-cse_130 * cse_26)
             cse_139 = (-cse_127 * cse_26)
@@ -1946,7 +1946,7 @@ if triton is not None:
             cse_177 = (cse_175 * cse_20)
             cse_191 = (K7 * cse_117 * cse_120)
             cse_195 = (cse_16 * cse_191)
-            cse_196 = (cse_2 * cse_2 * cse_2)
+            cse_196 = (cse_4 * cse_4 * cse_4)
             cse_197 = (p_E * p_E * p_E)
             cse_198 = (cse_135 * cse_196 * cse_197)
             cse_199 = (cse_195 * cse_198)
@@ -1970,7 +1970,7 @@ if triton is not None:
             cse_241 = (-cse_20 * cse_239)
             cse_190 = (-K2 * cse_117)
             cse_192 = (-cse_190 - (cse_105 * cse_191))
-            cse_193 = (cse_135 * cse_3)
+            cse_193 = (cse_135 * cse_5)
             cse_194 = (cse_192 * cse_193)
             cse_212 = (-cse_190 - (cse_107 * cse_191))
             cse_213 = (cse_193 * cse_212)
@@ -2460,7 +2460,7 @@ if triton is not None:
         if V & 14:  # tangent, jacobian, total
             d65 = (cse_33 + cse_41 + (cse_26 * d17))
             d66 = (cse_35 + cse_42 + (cse_26 * d18))
-            cse_43 = (-cse_3)
+            cse_43 = (-cse_5)
             d67 = (cse_43 * d19)
             d68 = (cse_43 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
@@ -2471,7 +2471,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_43 * d21)
-            d70 = (cse_3 + (cse_43 * d22))
+            d70 = (cse_5 + (cse_43 * d22))
             d71 = (cse_43 * d23)
             d72 = (cse_43 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
@@ -2492,7 +2492,7 @@ if triton is not None:
             _j82 = tl.join(_j80, _j81)
             tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d77 = (cse_3 + (cse_43 * d29))
+            d77 = (cse_5 + (cse_43 * d29))
             d78 = (cse_43 * d30)
             d79 = (cse_43 * d31)
             d80 = (cse_43 * d32)
@@ -2506,7 +2506,7 @@ if triton is not None:
             d81 = (cse_43 * d33)
             d82 = (cse_43 * d34)
             d83 = (cse_43 * d35)
-            d84 = (cse_3 + (cse_43 * d36))
+            d84 = (cse_5 + (cse_43 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
             _j88 = tl.join(tl.where(j2_linear_iso_return_map_converged, d81, K0), tl.where(j2_linear_iso_return_map_converged, d83, K0))
@@ -3024,27 +3024,27 @@ if triton is not None:
             d210 = (cse_43 * d138)
         if V & 8:  # total
             cse_73 = (cse_11 * cse_7)
-            cse_74 = (cse_2 * cse_73)
-            cse_75 = (cse_74 + (cse_0 * cse_2))
-            cse_77 = (cse_74 + (cse_2 * cse_5))
-            cse_78 = (cse_74 + (cse_2 * cse_6))
+            cse_74 = (cse_4 * cse_73)
+            cse_75 = (cse_74 + (cse_0 * cse_4))
+            cse_77 = (cse_74 + (cse_1 * cse_4))
+            cse_78 = (cse_74 + (cse_2 * cse_4))
             cse_81 = (p_E * cse_80)
             cse_82 = (cse_0 * cse_81)
-            cse_83 = (cse_3 * cse_7)
+            cse_83 = (cse_5 * cse_7)
             cse_84 = (cse_10 * cse_83)
             cse_85 = (cse_73 * cse_81)
             cse_86 = (-cse_85)
             cse_87 = (cse_10 * cse_10)
             cse_88 = (cse_8 * cse_83 * cse_87)
-            cse_91 = (cse_5 * cse_81)
-            cse_92 = (cse_6 * cse_81)
+            cse_91 = (cse_1 * cse_81)
+            cse_92 = (cse_2 * cse_81)
             cse_93 = (cse_16 * cse_81)
             cse_94 = (cse_18 * cse_81)
             cse_95 = (cse_20 * cse_81)
             cse_247 = (cse_144 * cse_81)
             cse_248 = (cse_103 * cse_196)
             cse_249 = (cse_144 * cse_248)
-            cse_250 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (K2 * p_E * p_nu * cse_2 * cse_7 * cse_87))
+            cse_250 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_87))
             cse_251 = (-cse_250 - cse_82)
             cse_252 = (-cse_250 - cse_92)
             cse_253 = (-cse_250 - cse_91)
@@ -3056,7 +3056,7 @@ if triton is not None:
             cse_268 = (cse_142 * cse_75)
             cse_269 = (cse_159 * cse_77)
             cse_270 = (cse_171 * cse_78)
-            cse_271 = (cse_2 * cse_2 * cse_2 * cse_2)
+            cse_271 = (cse_4 * cse_4 * cse_4 * cse_4)
             cse_272 = (cse_171 * cse_252)
             cse_273 = (cse_159 * cse_253)
             cse_274 = (cse_142 * cse_251)
@@ -3104,11 +3104,11 @@ if triton is not None:
             ls3_37 = (-cse_135 * ((cse_102 * cse_257) + (cse_106 * cse_257) + (cse_108 * cse_257) + (cse_130 * cse_251) + (cse_151 * cse_252) + (cse_153 * cse_253)))
             ls3_38 = (-cse_135 * ((cse_127 * cse_75) + (cse_151 * cse_77) + (cse_166 * cse_78) - (cse_102 * cse_259) - (cse_106 * cse_259) - (cse_108 * cse_259)))
             ls3_39 = (-cse_135 * ((cse_102 * cse_260) + (cse_106 * cse_260) + (cse_108 * cse_260) + (cse_127 * cse_251) + (cse_151 * cse_253) + (cse_166 * cse_252)))
-            ls3_40 = (-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_2)))
+            ls3_40 = (-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_4)))
             ls3_41 = (-cse_135 * (-(cse_180 * cse_272) - (cse_180 * cse_273) - (cse_180 * cse_274) - (cse_192 * cse_93) + (K7 * cse_106 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271) + (K7 * cse_108 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271)))
-            ls3_42 = (-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_2 * cse_212)))
+            ls3_42 = (-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_212 * cse_4)))
             ls3_43 = (-cse_135 * (-(cse_203 * cse_272) - (cse_203 * cse_273) - (cse_203 * cse_274) - (cse_212 * cse_94) + (K7 * cse_102 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271) + (K7 * cse_108 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271)))
-            ls3_44 = (-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_2 * cse_20 * cse_224)))
+            ls3_44 = (-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_20 * cse_224 * cse_4)))
             ls3_45 = (-cse_135 * (-(cse_216 * cse_272) - (cse_216 * cse_273) - (cse_216 * cse_274) - (cse_224 * cse_95) + (K7 * cse_102 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271) + (K7 * cse_106 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271)))
             ls3_46 = (-(cse_133 * cse_280) - (cse_230 * (cse_268 + cse_269 + cse_270 + (cse_102 * cse_282) + (cse_106 * cse_282) + (cse_108 * cse_282))))
             ls3_47 = (-cse_230 * (-(cse_102 * cse_283) - (cse_106 * cse_283) - (cse_108 * cse_283) + (cse_117 * cse_119 * cse_251) + (cse_117 * cse_125 * cse_252) + (cse_117 * cse_129 * cse_253)))
@@ -3363,9 +3363,9 @@ if triton is not None:
             d243 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
             d244 = (cse_72 + cse_76 + cse_77 + (cse_26 * d215))
             d245 = (cse_71 + cse_76 + cse_78 + (cse_26 * d219))
-            d246 = ((cse_16 * cse_2) + (cse_43 * d223))
-            d247 = ((cse_18 * cse_2) + (cse_43 * d227))
-            d248 = ((cse_2 * cse_20) + (cse_43 * d231))
+            d246 = ((cse_16 * cse_4) + (cse_43 * d223))
+            d247 = ((cse_18 * cse_4) + (cse_43 * d227))
+            d248 = ((cse_20 * cse_4) + (cse_43 * d231))
             d249 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
             d250 = (cse_89 + cse_90 - cse_91 + (cse_26 * d216))
             d251 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d220))
@@ -4613,10 +4613,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_linear_iso_return_map_iterations[MC_W];
     real v_j2_linear_iso_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
+    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
-    real v_cse_3[MC_W];
+    real v_cse_4[MC_W];
     real v_cse_5[MC_W];
-    real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
     real v_cse_10[MC_W];
@@ -4738,12 +4738,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
         const int j2_linear_iso_return_map_converged = v_j2_linear_iso_return_map_converged[l];
@@ -4758,41 +4758,41 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real p_sigma_y = MC_P(3, (v_p + 3 * MC_W)[l]);
         const real state_internal_ep = v_state_internal_ep[l];
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
-        const real cse_1 = (((real)1.0) + p_nu);
-        const real cse_2 = (((real)1.0) / cse_1);
-        const real cse_3 = (p_E * cse_2);
-        const real cse_4 = (cse_0 * cse_3);
-        const real cse_5 = (forces_E_1 - state_internal_Ep_1);
-        const real cse_6 = (forces_E_2 - state_internal_Ep_2);
-        const real cse_7 = (cse_0 + cse_5 + cse_6);
+        const real cse_1 = (forces_E_1 - state_internal_Ep_1);
+        const real cse_2 = (forces_E_2 - state_internal_Ep_2);
+        const real cse_3 = (((real)1.0) + p_nu);
+        const real cse_4 = (((real)1.0) / cse_3);
+        const real cse_5 = (p_E * cse_4);
+        const real cse_6 = (cse_0 * cse_5);
+        const real cse_7 = (cse_0 + cse_1 + cse_2);
         const real cse_8 = (((real)2.0) * p_nu);
         const real cse_9 = (((real)1.0) - cse_8);
         const real cse_10 = (((real)1.0) / cse_9);
         const real cse_11 = (p_nu * cse_10);
-        const real cse_12 = (cse_11 * cse_3);
+        const real cse_12 = (cse_11 * cse_5);
         const real cse_13 = (cse_12 * cse_7);
-        const real cse_14 = (cse_3 * cse_5);
-        const real cse_15 = (cse_3 * cse_6);
+        const real cse_14 = (cse_1 * cse_5);
+        const real cse_15 = (cse_2 * cse_5);
         const real cse_16 = (forces_E_3 - state_internal_Ep_3);
-        const real state_S_3 = (cse_16 * cse_3);
+        const real state_S_3 = (cse_16 * cse_5);
         o_y[11 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_3 : MC_NAN;
         const real cse_18 = (forces_E_4 - state_internal_Ep_4);
-        const real state_S_4 = (cse_18 * cse_3);
+        const real state_S_4 = (cse_18 * cse_5);
         o_y[12 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_4 : MC_NAN;
         const real cse_20 = (forces_E_5 - state_internal_Ep_5);
-        const real state_S_5 = (cse_20 * cse_3);
+        const real state_S_5 = (cse_20 * cse_5);
         o_y[13 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_5 : MC_NAN;
-        const real state_S_0 = (cse_13 + cse_4);
+        const real state_S_0 = (cse_13 + cse_6);
         o_y[8 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_0 : MC_NAN;
         const real state_S_1 = (cse_13 + cse_14);
         o_y[9 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_1 : MC_NAN;
         const real state_S_2 = (cse_13 + cse_15);
         o_y[10 * MC_W + l] = j2_linear_iso_return_map_converged ? state_S_2 : MC_NAN;
         const real cse_22 = (-cse_12);
-        const real cse_25 = (cse_12 + cse_3);
+        const real cse_25 = (cse_12 + cse_5);
         const real cse_26 = (-cse_25);
-        const real cse_43 = (-cse_3);
-        const real cse_80 = (cse_2 * cse_2);
+        const real cse_43 = (-cse_5);
+        const real cse_80 = (cse_4 * cse_4);
         const real cse_102 = (cse_16 * cse_16);
         const real cse_103 = (p_E * p_E);
         const real cse_104 = (cse_103 * cse_80);
@@ -4801,29 +4801,29 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_107 = (cse_104 * cse_106);
         const real cse_108 = (cse_20 * cse_20);
         const real cse_109 = (cse_104 * cse_108);
-        const real cse_110 = (((real)0.3333333333333333) * cse_4);
+        const real cse_110 = (((real)0.3333333333333333) * cse_6);
         const real cse_111 = (((real)0.3333333333333333) * cse_14);
         const real cse_112 = (((real)0.6666666666666666) * cse_15);
         const real cse_113 = (((real)0.6666666666666666) * cse_14);
         const real cse_114 = (((real)0.3333333333333333) * cse_15);
-        const real cse_115 = (((real)0.6666666666666666) * cse_4);
+        const real cse_115 = (((real)0.6666666666666666) * cse_6);
         const real cse_284 = (cse_112 - cse_110 - cse_111);
         const real cse_285 = (cse_113 - cse_110 - cse_114);
         const real cse_286 = (cse_115 - cse_111 - cse_114);
         const real cse_116 = sqrt(mc_pos((cse_105 + cse_107 + cse_109 + (cse_284 * cse_284) + (cse_285 * cse_285) + (cse_286 * cse_286))));
         const real cse_117 = mc_sdiv(((real)1.0), (((real)2.0) * cse_116));
         const real cse_118 = (-((real)1.3333333333333333) * cse_117);
-        const real cse_119 = (-cse_112 - cse_113 + (((real)1.3333333333333333) * p_E * cse_0 * cse_2));
+        const real cse_119 = (-cse_112 - cse_113 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
         const real cse_120 = mc_sdiv(((real)1.0), (((real)4.0) * (cse_116 * cse_116)));
         const real cse_121 = (((real)2.0) * cse_117);
         const real cse_122 = (cse_120 * cse_121);
         const real cse_123 = (-cse_118 - (cse_122 * (cse_119 * cse_119)));
         const real cse_124 = (((real)0.6666666666666666) * cse_117);
-        const real cse_125 = (-cse_113 - cse_115 + (((real)1.3333333333333333) * p_E * cse_2 * cse_6));
+        const real cse_125 = (-cse_113 - cse_115 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
         const real cse_126 = (cse_119 * cse_122);
         const real cse_127 = (-cse_124 - (cse_125 * cse_126));
         const real cse_128 = (cse_12 * cse_127);
-        const real cse_129 = (-cse_112 - cse_115 + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
+        const real cse_129 = (-cse_112 - cse_115 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
         const real cse_130 = (-cse_124 - (cse_126 * cse_129));
         const real cse_131 = (cse_12 * cse_130);
         const real cse_132 = (cse_128 + cse_131);
@@ -4887,10 +4887,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_190 = (-((real)2.0) * cse_117);
         const real cse_191 = (((real)8.0) * cse_117 * cse_120);
         const real cse_192 = (-cse_190 - (cse_105 * cse_191));
-        const real cse_193 = (cse_135 * cse_3);
+        const real cse_193 = (cse_135 * cse_5);
         const real cse_194 = (cse_192 * cse_193);
         const real cse_195 = (cse_16 * cse_191);
-        const real cse_196 = (cse_2 * cse_2 * cse_2);
+        const real cse_196 = (cse_4 * cse_4 * cse_4);
         const real cse_197 = (p_E * p_E * p_E);
         const real cse_198 = (cse_135 * cse_196 * cse_197);
         const real cse_199 = (cse_195 * cse_198);
@@ -5057,10 +5057,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_240;
         if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_241;
         v_cse_0[l] = cse_0;
+        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
-        v_cse_3[l] = cse_3;
+        v_cse_4[l] = cse_4;
         v_cse_5[l] = cse_5;
-        v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
         v_cse_10[l] = cse_10;
@@ -5196,7 +5196,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d19 = (mc_ls1_B + 18 * MC_W)[l];
             const real d20 = (mc_ls1_B + 19 * MC_W)[l];
             const real d21 = (mc_ls1_B + 20 * MC_W)[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real d22 = (mc_ls1_B + 21 * MC_W)[l];
             const real d23 = (mc_ls1_B + 22 * MC_W)[l];
             const real d24 = (mc_ls1_B + 23 * MC_W)[l];
@@ -5343,7 +5343,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[19 * MC_W + l] = j2_linear_iso_return_map_converged ? d56 : MC_NAN;
             const real d57 = (cse_43 * d21);
             o_j[20 * MC_W + l] = j2_linear_iso_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_3 + (cse_43 * d22));
+            const real d58 = (cse_5 + (cse_43 * d22));
             o_j[21 * MC_W + l] = j2_linear_iso_return_map_converged ? d58 : MC_NAN;
             const real d59 = (cse_43 * d23);
             o_j[22 * MC_W + l] = j2_linear_iso_return_map_converged ? d59 : MC_NAN;
@@ -5357,7 +5357,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[26 * MC_W + l] = j2_linear_iso_return_map_converged ? d63 : MC_NAN;
             const real d64 = (cse_43 * d28);
             o_j[27 * MC_W + l] = j2_linear_iso_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_3 + (cse_43 * d29));
+            const real d65 = (cse_5 + (cse_43 * d29));
             o_j[28 * MC_W + l] = j2_linear_iso_return_map_converged ? d65 : MC_NAN;
             const real d66 = (cse_43 * d30);
             o_j[29 * MC_W + l] = j2_linear_iso_return_map_converged ? d66 : MC_NAN;
@@ -5371,7 +5371,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_linear_iso_return_map_converged ? d70 : MC_NAN;
             const real d71 = (cse_43 * d35);
             o_j[34 * MC_W + l] = j2_linear_iso_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_3 + (cse_43 * d36));
+            const real d72 = (cse_5 + (cse_43 * d36));
             o_j[35 * MC_W + l] = j2_linear_iso_return_map_converged ? d72 : MC_NAN;
             const real cse_245 = (cse_117 * state_internal_gamma_rate);
             const real cse_246 = (cse_119 * cse_245);
@@ -5586,13 +5586,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d126 = (mc_ls2_B + 53 * MC_W)[l];
             const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
-            const real cse_2 = v_cse_2[l];
+            const real cse_4 = v_cse_4[l];
             const real cse_0 = v_cse_0[l];
-            const real cse_5 = v_cse_5[l];
-            const real cse_6 = v_cse_6[l];
+            const real cse_1 = v_cse_1[l];
+            const real cse_2 = v_cse_2[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_80 = v_cse_80[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real cse_10 = v_cse_10[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
@@ -5829,27 +5829,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d180 = (cse_43 * d126);
             o_j[209 * MC_W + l] = j2_linear_iso_return_map_converged ? d180 : MC_NAN;
             const real cse_73 = (cse_11 * cse_7);
-            const real cse_74 = (cse_2 * cse_73);
-            const real cse_75 = (cse_74 + (cse_0 * cse_2));
-            const real cse_77 = (cse_74 + (cse_2 * cse_5));
-            const real cse_78 = (cse_74 + (cse_2 * cse_6));
+            const real cse_74 = (cse_4 * cse_73);
+            const real cse_75 = (cse_74 + (cse_0 * cse_4));
+            const real cse_77 = (cse_74 + (cse_1 * cse_4));
+            const real cse_78 = (cse_74 + (cse_2 * cse_4));
             const real cse_81 = (p_E * cse_80);
             const real cse_82 = (cse_0 * cse_81);
-            const real cse_83 = (cse_3 * cse_7);
+            const real cse_83 = (cse_5 * cse_7);
             const real cse_84 = (cse_10 * cse_83);
             const real cse_85 = (cse_73 * cse_81);
             const real cse_86 = (-cse_85);
             const real cse_87 = (cse_10 * cse_10);
             const real cse_88 = (cse_8 * cse_83 * cse_87);
-            const real cse_91 = (cse_5 * cse_81);
-            const real cse_92 = (cse_6 * cse_81);
+            const real cse_91 = (cse_1 * cse_81);
+            const real cse_92 = (cse_2 * cse_81);
             const real cse_93 = (cse_16 * cse_81);
             const real cse_94 = (cse_18 * cse_81);
             const real cse_95 = (cse_20 * cse_81);
             const real cse_247 = (cse_144 * cse_81);
             const real cse_248 = (cse_103 * cse_196);
             const real cse_249 = (cse_144 * cse_248);
-            const real cse_250 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (((real)2.0) * p_E * p_nu * cse_2 * cse_7 * cse_87));
+            const real cse_250 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_87));
             const real cse_251 = (-cse_250 - cse_82);
             const real cse_252 = (-cse_250 - cse_92);
             const real cse_253 = (-cse_250 - cse_91);
@@ -5861,7 +5861,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_268 = (cse_142 * cse_75);
             const real cse_269 = (cse_159 * cse_77);
             const real cse_270 = (cse_171 * cse_78);
-            const real cse_271 = (cse_2 * cse_2 * cse_2 * cse_2);
+            const real cse_271 = (cse_4 * cse_4 * cse_4 * cse_4);
             const real cse_272 = (cse_171 * cse_252);
             const real cse_273 = (cse_159 * cse_253);
             const real cse_274 = (cse_142 * cse_251);
@@ -5913,7 +5913,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[29 * MC_W + l] = cse_201;
             if (V & 8) mc_ls3_A[30 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[31 * MC_W + l] = (cse_202 * state_S_3);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_2)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_135 * (-(cse_106 * cse_267) - (cse_108 * cse_267) - (cse_180 * cse_268) - (cse_180 * cse_269) - (cse_180 * cse_270) + (cse_16 * cse_192 * cse_4)));
             if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_135 * (-(cse_180 * cse_272) - (cse_180 * cse_273) - (cse_180 * cse_274) - (cse_192 * cse_93) + (((real)8.0) * cse_106 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271) + (((real)8.0) * cse_108 * cse_117 * cse_120 * cse_16 * cse_197 * cse_271)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[15 * MC_W + l] = ((real)0.0);
@@ -5925,7 +5925,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[37 * MC_W + l] = cse_215;
             if (V & 8) mc_ls3_A[38 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[39 * MC_W + l] = (cse_202 * state_S_4);
-            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_2 * cse_212)));
+            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_135 * (-(cse_102 * cse_276) - (cse_108 * cse_276) - (cse_203 * cse_268) - (cse_203 * cse_269) - (cse_203 * cse_270) + (cse_18 * cse_212 * cse_4)));
             if (V & 8) mc_ls3_B[17 * MC_W + l] = (-cse_135 * (-(cse_203 * cse_272) - (cse_203 * cse_273) - (cse_203 * cse_274) - (cse_212 * cse_94) + (((real)8.0) * cse_102 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271) + (((real)8.0) * cse_108 * cse_117 * cse_120 * cse_18 * cse_197 * cse_271)));
             if (V & 8) mc_ls3_B[18 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[19 * MC_W + l] = ((real)0.0);
@@ -5937,7 +5937,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[45 * MC_W + l] = (((real)1.0) - cse_225);
             if (V & 8) mc_ls3_A[46 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[47 * MC_W + l] = (cse_202 * state_S_5);
-            if (V & 8) mc_ls3_B[20 * MC_W + l] = (-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_2 * cse_20 * cse_224)));
+            if (V & 8) mc_ls3_B[20 * MC_W + l] = (-cse_135 * (-(cse_102 * cse_278) - (cse_106 * cse_278) - (cse_216 * cse_268) - (cse_216 * cse_269) - (cse_216 * cse_270) + (cse_20 * cse_224 * cse_4)));
             if (V & 8) mc_ls3_B[21 * MC_W + l] = (-cse_135 * (-(cse_216 * cse_272) - (cse_216 * cse_273) - (cse_216 * cse_274) - (cse_224 * cse_95) + (((real)8.0) * cse_102 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271) + (((real)8.0) * cse_106 * cse_117 * cse_120 * cse_197 * cse_20 * cse_271)));
             if (V & 8) mc_ls3_B[22 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
@@ -6005,7 +6005,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_77 = v_cse_77[l];
         const real cse_78 = v_cse_78[l];
         const real cse_16 = v_cse_16[l];
-        const real cse_2 = v_cse_2[l];
+        const real cse_4 = v_cse_4[l];
         const real cse_43 = v_cse_43[l];
         const real d193 = (mc_ls3_B + 12 * MC_W)[l];
         const real cse_18 = v_cse_18[l];
@@ -6183,11 +6183,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[246 * MC_W + l] = j2_linear_iso_return_map_converged ? d244 : MC_NAN;
         const real d245 = (cse_71 + cse_76 + cse_78 + (cse_26 * d182));
         if (V & 8) o_j[250 * MC_W + l] = j2_linear_iso_return_map_converged ? d245 : MC_NAN;
-        const real d246 = ((cse_16 * cse_2) + (cse_43 * d193));
+        const real d246 = ((cse_16 * cse_4) + (cse_43 * d193));
         if (V & 8) o_j[254 * MC_W + l] = j2_linear_iso_return_map_converged ? d246 : MC_NAN;
-        const real d247 = ((cse_18 * cse_2) + (cse_43 * d194));
+        const real d247 = ((cse_18 * cse_4) + (cse_43 * d194));
         if (V & 8) o_j[258 * MC_W + l] = j2_linear_iso_return_map_converged ? d247 : MC_NAN;
-        const real d248 = ((cse_2 * cse_20) + (cse_43 * d195));
+        const real d248 = ((cse_20 * cse_4) + (cse_43 * d195));
         if (V & 8) o_j[262 * MC_W + l] = j2_linear_iso_return_map_converged ? d248 : MC_NAN;
         const real d249 = (cse_79 + cse_89 - cse_82 + (cse_26 * d186));
         if (V & 8) o_j[243 * MC_W + l] = j2_linear_iso_return_map_converged ? d249 : MC_NAN;

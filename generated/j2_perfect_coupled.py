@@ -281,36 +281,36 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _torch_newton_1)
     state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm = _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
-    cse_1 = (1.0 + p_nu)
-    cse_2 = (1.0 / cse_1)
-    cse_3 = (p_E * cse_2)
-    cse_4 = (cse_0 * cse_3)
-    cse_5 = (forces_E_1 - state_internal_Ep_1)
-    cse_6 = (forces_E_2 - state_internal_Ep_2)
-    cse_7 = (cse_0 + cse_5 + cse_6)
+    cse_1 = (forces_E_1 - state_internal_Ep_1)
+    cse_2 = (forces_E_2 - state_internal_Ep_2)
+    cse_3 = (1.0 + p_nu)
+    cse_4 = (1.0 / cse_3)
+    cse_5 = (p_E * cse_4)
+    cse_6 = (cse_0 * cse_5)
+    cse_7 = (cse_0 + cse_1 + cse_2)
     cse_8 = (2.0 * p_nu)
     cse_9 = (1.0 - cse_8)
     cse_10 = (1.0 / cse_9)
     cse_11 = (p_nu * cse_10)
-    cse_12 = (cse_11 * cse_3)
+    cse_12 = (cse_11 * cse_5)
     cse_13 = (cse_12 * cse_7)
-    cse_14 = (cse_3 * cse_5)
-    cse_15 = (cse_3 * cse_6)
+    cse_14 = (cse_1 * cse_5)
+    cse_15 = (cse_2 * cse_5)
     cse_16 = (forces_E_3 - state_internal_Ep_3)
-    state_S_3 = (cse_16 * cse_3)
+    state_S_3 = (cse_16 * cse_5)
     cse_18 = (forces_E_4 - state_internal_Ep_4)
-    state_S_4 = (cse_18 * cse_3)
+    state_S_4 = (cse_18 * cse_5)
     cse_20 = (forces_E_5 - state_internal_Ep_5)
-    state_S_5 = (cse_20 * cse_3)
-    state_S_0 = (cse_13 + cse_4)
+    state_S_5 = (cse_20 * cse_5)
+    state_S_0 = (cse_13 + cse_6)
     state_S_1 = (cse_13 + cse_14)
     state_S_2 = (cse_13 + cse_15)
     if V & 14:  # tangent, jacobian, total
         cse_22 = (-cse_12)
-        cse_25 = (cse_12 + cse_3)
+        cse_25 = (cse_12 + cse_5)
         cse_26 = (-cse_25)
-        cse_43 = (-cse_3)
-        cse_77 = (cse_2 * cse_2)
+        cse_43 = (-cse_5)
+        cse_77 = (cse_4 * cse_4)
         cse_96 = (cse_16 * cse_16)
         cse_97 = (p_E * p_E)
         cse_98 = (cse_77 * cse_97)
@@ -319,29 +319,29 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_101 = (cse_100 * cse_98)
         cse_102 = (cse_20 * cse_20)
         cse_103 = (cse_102 * cse_98)
-        cse_104 = (0.3333333333333333 * cse_4)
+        cse_104 = (0.3333333333333333 * cse_6)
         cse_105 = (0.3333333333333333 * cse_14)
         cse_106 = (0.6666666666666666 * cse_15)
         cse_107 = (0.6666666666666666 * cse_14)
         cse_108 = (0.3333333333333333 * cse_15)
-        cse_109 = (0.6666666666666666 * cse_4)
+        cse_109 = (0.6666666666666666 * cse_6)
         cse_276 = (cse_106 - cse_104 - cse_105)
         cse_277 = (cse_107 - cse_104 - cse_108)
         cse_278 = (cse_109 - cse_105 - cse_108)
         cse_110 = torch.sqrt(torch.clamp((cse_101 + cse_103 + cse_99 + (cse_276 * cse_276) + (cse_277 * cse_277) + (cse_278 * cse_278)), min=0.0))
         cse_111 = _sdiv(1.0, (2.0 * cse_110))
         cse_112 = (-1.3333333333333333 * cse_111)
-        cse_113 = (-cse_106 - cse_107 + (1.3333333333333333 * p_E * cse_0 * cse_2))
+        cse_113 = (-cse_106 - cse_107 + (1.3333333333333333 * p_E * cse_0 * cse_4))
         cse_114 = _sdiv(1.0, (4.0 * (cse_110 * cse_110)))
         cse_115 = (2.0 * cse_111)
         cse_116 = (cse_114 * cse_115)
         cse_117 = (-cse_112 - (cse_116 * (cse_113 * cse_113)))
         cse_118 = (0.6666666666666666 * cse_111)
-        cse_119 = (-cse_107 - cse_109 + (1.3333333333333333 * p_E * cse_2 * cse_6))
+        cse_119 = (-cse_107 - cse_109 + (1.3333333333333333 * p_E * cse_2 * cse_4))
         cse_120 = (cse_113 * cse_116)
         cse_121 = (-cse_118 - (cse_119 * cse_120))
         cse_122 = (cse_12 * cse_121)
-        cse_123 = (-cse_106 - cse_109 + (1.3333333333333333 * p_E * cse_2 * cse_5))
+        cse_123 = (-cse_106 - cse_109 + (1.3333333333333333 * p_E * cse_1 * cse_4))
         cse_124 = (-cse_118 - (cse_120 * cse_123))
         cse_125 = (cse_12 * cse_124)
         cse_126 = (cse_122 + cse_125)
@@ -405,10 +405,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_184 = (-2.0 * cse_111)
         cse_185 = (8.0 * cse_111 * cse_114)
         cse_186 = (-cse_184 - (cse_185 * cse_99))
-        cse_187 = (cse_129 * cse_3)
+        cse_187 = (cse_129 * cse_5)
         cse_188 = (cse_186 * cse_187)
         cse_189 = (cse_16 * cse_185)
-        cse_190 = (cse_2 * cse_2 * cse_2)
+        cse_190 = (cse_4 * cse_4 * cse_4)
         cse_191 = (p_E * p_E * p_E)
         cse_192 = (cse_129 * cse_190 * cse_191)
         cse_193 = (cse_189 * cse_192)
@@ -562,21 +562,21 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d61 = (cse_43 * d19)
         d62 = (cse_43 * d20)
         d63 = (cse_43 * d21)
-        d64 = (cse_3 + (cse_43 * d22))
+        d64 = (cse_5 + (cse_43 * d22))
         d65 = (cse_43 * d23)
         d66 = (cse_43 * d24)
         d67 = (cse_43 * d25)
         d68 = (cse_43 * d26)
         d69 = (cse_43 * d27)
         d70 = (cse_43 * d28)
-        d71 = (cse_3 + (cse_43 * d29))
+        d71 = (cse_5 + (cse_43 * d29))
         d72 = (cse_43 * d30)
         d73 = (cse_43 * d31)
         d74 = (cse_43 * d32)
         d75 = (cse_43 * d33)
         d76 = (cse_43 * d34)
         d77 = (cse_43 * d35)
-        d78 = (cse_3 + (cse_43 * d36))
+        d78 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
         cse_238 = (cse_111 * state_internal_gamma_rate)
         cse_239 = (cse_113 * cse_238)
@@ -738,27 +738,27 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d182 = (cse_43 * d126)
     if V & 8:  # total
         cse_70 = (cse_11 * cse_7)
-        cse_71 = (cse_2 * cse_70)
-        cse_72 = (cse_71 + (cse_0 * cse_2))
-        cse_74 = (cse_71 + (cse_2 * cse_5))
-        cse_75 = (cse_71 + (cse_2 * cse_6))
+        cse_71 = (cse_4 * cse_70)
+        cse_72 = (cse_71 + (cse_0 * cse_4))
+        cse_74 = (cse_71 + (cse_1 * cse_4))
+        cse_75 = (cse_71 + (cse_2 * cse_4))
         cse_78 = (p_E * cse_77)
         cse_79 = (cse_0 * cse_78)
-        cse_80 = (cse_3 * cse_7)
+        cse_80 = (cse_5 * cse_7)
         cse_81 = (cse_10 * cse_80)
         cse_82 = (cse_70 * cse_78)
         cse_83 = (-cse_82)
         cse_84 = (cse_10 * cse_10)
         cse_85 = (cse_8 * cse_80 * cse_84)
-        cse_88 = (cse_5 * cse_78)
-        cse_89 = (cse_6 * cse_78)
+        cse_88 = (cse_1 * cse_78)
+        cse_89 = (cse_2 * cse_78)
         cse_90 = (cse_16 * cse_78)
         cse_91 = (cse_18 * cse_78)
         cse_92 = (cse_20 * cse_78)
         cse_240 = (cse_138 * cse_78)
         cse_241 = (cse_190 * cse_97)
         cse_242 = (cse_138 * cse_241)
-        cse_243 = (cse_82 - (p_E * cse_10 * cse_2 * cse_7) - (2.0 * p_E * p_nu * cse_2 * cse_7 * cse_84))
+        cse_243 = (cse_82 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_84))
         cse_244 = (-cse_243 - cse_79)
         cse_245 = (-cse_243 - cse_89)
         cse_246 = (-cse_243 - cse_88)
@@ -770,7 +770,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_261 = (cse_136 * cse_72)
         cse_262 = (cse_153 * cse_74)
         cse_263 = (cse_165 * cse_75)
-        cse_264 = (cse_2 * cse_2 * cse_2 * cse_2)
+        cse_264 = (cse_4 * cse_4 * cse_4 * cse_4)
         cse_265 = (cse_165 * cse_245)
         cse_266 = (cse_153 * cse_246)
         cse_267 = (cse_136 * cse_244)
@@ -792,9 +792,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_129 * ((cse_117 * cse_72) + (cse_121 * cse_75) + (cse_124 * cse_74) - (cse_100 * cse_240) - (cse_102 * cse_240) - (cse_240 * cse_96))), (-cse_129 * ((cse_100 * cse_242) + (cse_102 * cse_242) + (cse_117 * cse_244) + (cse_121 * cse_245) + (cse_124 * cse_246) + (cse_242 * cse_96))), 0.0],
             [(-cse_129 * ((cse_124 * cse_72) + (cse_145 * cse_75) + (cse_147 * cse_74) - (cse_100 * cse_249) - (cse_102 * cse_249) - (cse_249 * cse_96))), (-cse_129 * ((cse_100 * cse_250) + (cse_102 * cse_250) + (cse_124 * cse_244) + (cse_145 * cse_245) + (cse_147 * cse_246) + (cse_250 * cse_96))), 0.0],
             [(-cse_129 * ((cse_121 * cse_72) + (cse_145 * cse_74) + (cse_160 * cse_75) - (cse_100 * cse_252) - (cse_102 * cse_252) - (cse_252 * cse_96))), (-cse_129 * ((cse_100 * cse_253) + (cse_102 * cse_253) + (cse_121 * cse_244) + (cse_145 * cse_246) + (cse_160 * cse_245) + (cse_253 * cse_96))), 0.0],
-            [(-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_2))), (-cse_129 * (-(cse_174 * cse_265) - (cse_174 * cse_266) - (cse_174 * cse_267) - (cse_186 * cse_90) + (8.0 * cse_100 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264) + (8.0 * cse_102 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264))), 0.0],
-            [(-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_2 * cse_206))), (-cse_129 * (-(cse_197 * cse_265) - (cse_197 * cse_266) - (cse_197 * cse_267) - (cse_206 * cse_91) + (8.0 * cse_102 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264) + (8.0 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264 * cse_96))), 0.0],
-            [(-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_2 * cse_20 * cse_218))), (-cse_129 * (-(cse_210 * cse_265) - (cse_210 * cse_266) - (cse_210 * cse_267) - (cse_218 * cse_92) + (8.0 * cse_100 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264) + (8.0 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264 * cse_96))), 0.0],
+            [(-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_4))), (-cse_129 * (-(cse_174 * cse_265) - (cse_174 * cse_266) - (cse_174 * cse_267) - (cse_186 * cse_90) + (8.0 * cse_100 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264) + (8.0 * cse_102 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264))), 0.0],
+            [(-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_206 * cse_4))), (-cse_129 * (-(cse_197 * cse_265) - (cse_197 * cse_266) - (cse_197 * cse_267) - (cse_206 * cse_91) + (8.0 * cse_102 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264) + (8.0 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264 * cse_96))), 0.0],
+            [(-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_20 * cse_218 * cse_4))), (-cse_129 * (-(cse_210 * cse_265) - (cse_210 * cse_266) - (cse_210 * cse_267) - (cse_218 * cse_92) + (8.0 * cse_100 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264) + (8.0 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264 * cse_96))), 0.0],
             [(-(cse_127 * cse_272) - (cse_224 * (cse_261 + cse_262 + cse_263 + (cse_100 * cse_274) + (cse_102 * cse_274) + (cse_274 * cse_96)))), (-cse_224 * (-(cse_100 * cse_275) - (cse_102 * cse_275) - (cse_275 * cse_96) + (cse_111 * cse_113 * cse_244) + (cse_111 * cse_119 * cse_245) + (cse_111 * cse_123 * cse_246))), (cse_222 * cse_224)],
         ], X)
         ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
@@ -831,9 +831,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d204 = (cse_68 + cse_69 + cse_72 + (cse_26 * d183))
         d205 = (cse_69 + cse_73 + cse_74 + (cse_26 * d186))
         d206 = (cse_68 + cse_73 + cse_75 + (cse_26 * d189))
-        d207 = ((cse_16 * cse_2) + (cse_43 * d192))
-        d208 = ((cse_18 * cse_2) + (cse_43 * d195))
-        d209 = ((cse_2 * cse_20) + (cse_43 * d198))
+        d207 = ((cse_16 * cse_4) + (cse_43 * d192))
+        d208 = ((cse_18 * cse_4) + (cse_43 * d195))
+        d209 = ((cse_20 * cse_4) + (cse_43 * d198))
         d210 = (cse_76 + cse_86 - cse_79 + (cse_26 * d184))
         d211 = (cse_86 + cse_87 - cse_88 + (cse_26 * d187))
         d212 = (cse_76 + cse_81 + cse_83 + cse_85 + cse_87 - cse_89 + (cse_26 * d190))
@@ -1664,17 +1664,17 @@ if triton is not None:
         cse_9 = (K2 - cse_8)
         cse_10 = (K2 / cse_9)
         cse_11 = (p_nu * cse_10)
-        cse_1 = (K2 + p_nu)
-        cse_2 = (K2 / cse_1)
-        cse_3 = (p_E * cse_2)
-        cse_12 = (cse_11 * cse_3)
+        cse_3 = (K2 + p_nu)
+        cse_4 = (K2 / cse_3)
+        cse_5 = (p_E * cse_4)
+        cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
-        cse_5 = (forces_E_1 - state_internal_Ep_1)
-        cse_6 = (forces_E_2 - state_internal_Ep_2)
-        cse_7 = (cse_0 + cse_5 + cse_6)
+        cse_1 = (forces_E_1 - state_internal_Ep_1)
+        cse_2 = (forces_E_2 - state_internal_Ep_2)
+        cse_7 = (cse_0 + cse_1 + cse_2)
         cse_13 = (cse_12 * cse_7)
-        cse_4 = (cse_0 * cse_3)
-        state_S_0 = (cse_13 + cse_4)
+        cse_6 = (cse_0 * cse_5)
+        state_S_0 = (cse_13 + cse_6)
         # outputs 4 .. 7; NaN where Newton did not converge
         _zero45 = tl.zeros([BLOCK], dtype=DTYPE)
         _j46 = tl.join(tl.where(j2_perfect_return_map_converged, state_internal_Ep_4, K0), tl.where(j2_perfect_return_map_converged, state_internal_gamma_rate, K0))
@@ -1682,12 +1682,12 @@ if triton is not None:
         _j48 = tl.join(_j46, _j47)
         tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j48, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_16 = (forces_E_3 - state_internal_Ep_3)
-        state_S_3 = (cse_16 * cse_3)
+        state_S_3 = (cse_16 * cse_5)
         cse_18 = (forces_E_4 - state_internal_Ep_4)
-        state_S_4 = (cse_18 * cse_3)
-        cse_14 = (cse_3 * cse_5)
+        state_S_4 = (cse_18 * cse_5)
+        cse_14 = (cse_1 * cse_5)
         state_S_1 = (cse_13 + cse_14)
-        cse_15 = (cse_3 * cse_6)
+        cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
         _zero49 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -1696,22 +1696,22 @@ if triton is not None:
         _j52 = tl.join(_j50, _j51)
         tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_20 = (forces_E_5 - state_internal_Ep_5)
-        state_S_5 = (cse_20 * cse_3)
+        state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 12; NaN where Newton did not converge
         _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
         _j54 = tl.join(tl.where(j2_perfect_return_map_converged, state_S_5, K0), _zero53)
         tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j54, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
         if V & 14:  # tangent, jacobian, total
-            cse_104 = (K3 * cse_4)
+            cse_104 = (K3 * cse_6)
             cse_105 = (K3 * cse_14)
             cse_106 = (K4 * cse_15)
             cse_276 = (cse_106 - cse_104 - cse_105)
             cse_107 = (K4 * cse_14)
             cse_108 = (K3 * cse_15)
             cse_277 = (cse_107 - cse_104 - cse_108)
-            cse_109 = (K4 * cse_4)
+            cse_109 = (K4 * cse_6)
             cse_278 = (cse_109 - cse_105 - cse_108)
-            cse_77 = (cse_2 * cse_2)
+            cse_77 = (cse_4 * cse_4)
             cse_97 = (p_E * p_E)
             cse_98 = (cse_77 * cse_97)
             cse_96 = (cse_16 * cse_16)
@@ -1725,13 +1725,13 @@ if triton is not None:
             cse_115 = (K1 * cse_111)
             cse_114 = _mc_sdiv(K2, (K5 * (cse_110 * cse_110)))
             cse_116 = (cse_114 * cse_115)
-            cse_113 = (-cse_106 - cse_107 + (K6 * p_E * cse_0 * cse_2))
+            cse_113 = (-cse_106 - cse_107 + (K6 * p_E * cse_0 * cse_4))
             cse_120 = (cse_113 * cse_116)
             cse_118 = (K4 * cse_111)
-            cse_119 = (-cse_107 - cse_109 + (K6 * p_E * cse_2 * cse_6))
+            cse_119 = (-cse_107 - cse_109 + (K6 * p_E * cse_2 * cse_4))
             cse_121 = (-cse_118 - (cse_119 * cse_120))
             cse_122 = (cse_12 * cse_121)
-            cse_123 = (-cse_106 - cse_109 + (K6 * p_E * cse_2 * cse_5))
+            cse_123 = (-cse_106 - cse_109 + (K6 * p_E * cse_1 * cse_4))
             cse_124 = (-cse_118 - (cse_120 * cse_123))
             cse_125 = (cse_12 * cse_124)
             cse_126 = (cse_122 + cse_125)
@@ -1782,7 +1782,7 @@ if triton is not None:
             cse_215 = (cse_138 * cse_211)
             cse_216 = (cse_212 + cse_215)
             cse_217 = (cse_213 + cse_215)
-            cse_25 = (cse_12 + cse_3)
+            cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
             cse_130 = (-cse_124 * cse_26)
             cse_133 = (-cse_121 * cse_26)
@@ -1816,7 +1816,7 @@ if triton is not None:
             cse_171 = (cse_169 * cse_20)
             cse_185 = (K7 * cse_111 * cse_114)
             cse_189 = (cse_16 * cse_185)
-            cse_190 = (cse_2 * cse_2 * cse_2)
+            cse_190 = (cse_4 * cse_4 * cse_4)
             cse_191 = (p_E * p_E * p_E)
             cse_192 = (cse_129 * cse_190 * cse_191)
             cse_193 = (cse_189 * cse_192)
@@ -1840,7 +1840,7 @@ if triton is not None:
             cse_235 = (-cse_20 * cse_233)
             cse_184 = (-K1 * cse_111)
             cse_186 = (-cse_184 - (cse_185 * cse_99))
-            cse_187 = (cse_129 * cse_3)
+            cse_187 = (cse_129 * cse_5)
             cse_188 = (cse_186 * cse_187)
             cse_206 = (-cse_184 - (cse_101 * cse_185))
             cse_207 = (cse_187 * cse_206)
@@ -2311,7 +2311,7 @@ if triton is not None:
         if V & 14:  # tangent, jacobian, total
             d59 = (cse_33 + cse_41 + (cse_26 * d17))
             d60 = (cse_35 + cse_42 + (cse_26 * d18))
-            cse_43 = (-cse_3)
+            cse_43 = (-cse_5)
             d61 = (cse_43 * d19)
             d62 = (cse_43 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
@@ -2322,7 +2322,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d63 = (cse_43 * d21)
-            d64 = (cse_3 + (cse_43 * d22))
+            d64 = (cse_5 + (cse_43 * d22))
             d65 = (cse_43 * d23)
             d66 = (cse_43 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
@@ -2343,7 +2343,7 @@ if triton is not None:
             _j82 = tl.join(_j80, _j81)
             tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d71 = (cse_3 + (cse_43 * d29))
+            d71 = (cse_5 + (cse_43 * d29))
             d72 = (cse_43 * d30)
             d73 = (cse_43 * d31)
             d74 = (cse_43 * d32)
@@ -2357,7 +2357,7 @@ if triton is not None:
             d75 = (cse_43 * d33)
             d76 = (cse_43 * d34)
             d77 = (cse_43 * d35)
-            d78 = (cse_3 + (cse_43 * d36))
+            d78 = (cse_5 + (cse_43 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
             _j88 = tl.join(tl.where(j2_perfect_return_map_converged, d75, K0), tl.where(j2_perfect_return_map_converged, d77, K0))
@@ -2823,27 +2823,27 @@ if triton is not None:
             d182 = (cse_43 * d126)
         if V & 8:  # total
             cse_70 = (cse_11 * cse_7)
-            cse_71 = (cse_2 * cse_70)
-            cse_72 = (cse_71 + (cse_0 * cse_2))
-            cse_74 = (cse_71 + (cse_2 * cse_5))
-            cse_75 = (cse_71 + (cse_2 * cse_6))
+            cse_71 = (cse_4 * cse_70)
+            cse_72 = (cse_71 + (cse_0 * cse_4))
+            cse_74 = (cse_71 + (cse_1 * cse_4))
+            cse_75 = (cse_71 + (cse_2 * cse_4))
             cse_78 = (p_E * cse_77)
             cse_79 = (cse_0 * cse_78)
-            cse_80 = (cse_3 * cse_7)
+            cse_80 = (cse_5 * cse_7)
             cse_81 = (cse_10 * cse_80)
             cse_82 = (cse_70 * cse_78)
             cse_83 = (-cse_82)
             cse_84 = (cse_10 * cse_10)
             cse_85 = (cse_8 * cse_80 * cse_84)
-            cse_88 = (cse_5 * cse_78)
-            cse_89 = (cse_6 * cse_78)
+            cse_88 = (cse_1 * cse_78)
+            cse_89 = (cse_2 * cse_78)
             cse_90 = (cse_16 * cse_78)
             cse_91 = (cse_18 * cse_78)
             cse_92 = (cse_20 * cse_78)
             cse_240 = (cse_138 * cse_78)
             cse_241 = (cse_190 * cse_97)
             cse_242 = (cse_138 * cse_241)
-            cse_243 = (cse_82 - (p_E * cse_10 * cse_2 * cse_7) - (K1 * p_E * p_nu * cse_2 * cse_7 * cse_84))
+            cse_243 = (cse_82 - (p_E * cse_10 * cse_4 * cse_7) - (K1 * p_E * p_nu * cse_4 * cse_7 * cse_84))
             cse_244 = (-cse_243 - cse_79)
             cse_245 = (-cse_243 - cse_89)
             cse_246 = (-cse_243 - cse_88)
@@ -2855,7 +2855,7 @@ if triton is not None:
             cse_261 = (cse_136 * cse_72)
             cse_262 = (cse_153 * cse_74)
             cse_263 = (cse_165 * cse_75)
-            cse_264 = (cse_2 * cse_2 * cse_2 * cse_2)
+            cse_264 = (cse_4 * cse_4 * cse_4 * cse_4)
             cse_265 = (cse_165 * cse_245)
             cse_266 = (cse_153 * cse_246)
             cse_267 = (cse_136 * cse_244)
@@ -2901,11 +2901,11 @@ if triton is not None:
             ls3_35 = (-cse_129 * ((cse_100 * cse_250) + (cse_102 * cse_250) + (cse_124 * cse_244) + (cse_145 * cse_245) + (cse_147 * cse_246) + (cse_250 * cse_96)))
             ls3_36 = (-cse_129 * ((cse_121 * cse_72) + (cse_145 * cse_74) + (cse_160 * cse_75) - (cse_100 * cse_252) - (cse_102 * cse_252) - (cse_252 * cse_96)))
             ls3_37 = (-cse_129 * ((cse_100 * cse_253) + (cse_102 * cse_253) + (cse_121 * cse_244) + (cse_145 * cse_246) + (cse_160 * cse_245) + (cse_253 * cse_96)))
-            ls3_38 = (-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_2)))
+            ls3_38 = (-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_4)))
             ls3_39 = (-cse_129 * (-(cse_174 * cse_265) - (cse_174 * cse_266) - (cse_174 * cse_267) - (cse_186 * cse_90) + (K7 * cse_100 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264) + (K7 * cse_102 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264)))
-            ls3_40 = (-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_2 * cse_206)))
+            ls3_40 = (-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_206 * cse_4)))
             ls3_41 = (-cse_129 * (-(cse_197 * cse_265) - (cse_197 * cse_266) - (cse_197 * cse_267) - (cse_206 * cse_91) + (K7 * cse_102 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264) + (K7 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264 * cse_96)))
-            ls3_42 = (-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_2 * cse_20 * cse_218)))
+            ls3_42 = (-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_20 * cse_218 * cse_4)))
             ls3_43 = (-cse_129 * (-(cse_210 * cse_265) - (cse_210 * cse_266) - (cse_210 * cse_267) - (cse_218 * cse_92) + (K7 * cse_100 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264) + (K7 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264 * cse_96)))
             ls3_44 = (-(cse_127 * cse_272) - (cse_224 * (cse_261 + cse_262 + cse_263 + (cse_100 * cse_274) + (cse_102 * cse_274) + (cse_274 * cse_96))))
             ls3_45 = (-cse_224 * (-(cse_100 * cse_275) - (cse_102 * cse_275) - (cse_275 * cse_96) + (cse_111 * cse_113 * cse_244) + (cse_111 * cse_119 * cse_245) + (cse_111 * cse_123 * cse_246)))
@@ -3131,9 +3131,9 @@ if triton is not None:
             d204 = (cse_68 + cse_69 + cse_72 + (cse_26 * d183))
             d205 = (cse_69 + cse_73 + cse_74 + (cse_26 * d186))
             d206 = (cse_68 + cse_73 + cse_75 + (cse_26 * d189))
-            d207 = ((cse_16 * cse_2) + (cse_43 * d192))
-            d208 = ((cse_18 * cse_2) + (cse_43 * d195))
-            d209 = ((cse_2 * cse_20) + (cse_43 * d198))
+            d207 = ((cse_16 * cse_4) + (cse_43 * d192))
+            d208 = ((cse_18 * cse_4) + (cse_43 * d195))
+            d209 = ((cse_20 * cse_4) + (cse_43 * d198))
             d210 = (cse_76 + cse_86 - cse_79 + (cse_26 * d184))
             d211 = (cse_86 + cse_87 - cse_88 + (cse_26 * d187))
             d212 = (cse_76 + cse_81 + cse_83 + cse_85 + cse_87 - cse_89 + (cse_26 * d190))
@@ -4322,10 +4322,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_perfect_return_map_iterations[MC_W];
     real v_j2_perfect_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
+    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
-    real v_cse_3[MC_W];
+    real v_cse_4[MC_W];
     real v_cse_5[MC_W];
-    real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
     real v_cse_10[MC_W];
@@ -4445,12 +4445,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
         const int j2_perfect_return_map_converged = v_j2_perfect_return_map_converged[l];
@@ -4463,41 +4463,41 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real p_sigma_y = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
-        const real cse_1 = (((real)1.0) + p_nu);
-        const real cse_2 = (((real)1.0) / cse_1);
-        const real cse_3 = (p_E * cse_2);
-        const real cse_4 = (cse_0 * cse_3);
-        const real cse_5 = (forces_E_1 - state_internal_Ep_1);
-        const real cse_6 = (forces_E_2 - state_internal_Ep_2);
-        const real cse_7 = (cse_0 + cse_5 + cse_6);
+        const real cse_1 = (forces_E_1 - state_internal_Ep_1);
+        const real cse_2 = (forces_E_2 - state_internal_Ep_2);
+        const real cse_3 = (((real)1.0) + p_nu);
+        const real cse_4 = (((real)1.0) / cse_3);
+        const real cse_5 = (p_E * cse_4);
+        const real cse_6 = (cse_0 * cse_5);
+        const real cse_7 = (cse_0 + cse_1 + cse_2);
         const real cse_8 = (((real)2.0) * p_nu);
         const real cse_9 = (((real)1.0) - cse_8);
         const real cse_10 = (((real)1.0) / cse_9);
         const real cse_11 = (p_nu * cse_10);
-        const real cse_12 = (cse_11 * cse_3);
+        const real cse_12 = (cse_11 * cse_5);
         const real cse_13 = (cse_12 * cse_7);
-        const real cse_14 = (cse_3 * cse_5);
-        const real cse_15 = (cse_3 * cse_6);
+        const real cse_14 = (cse_1 * cse_5);
+        const real cse_15 = (cse_2 * cse_5);
         const real cse_16 = (forces_E_3 - state_internal_Ep_3);
-        const real state_S_3 = (cse_16 * cse_3);
+        const real state_S_3 = (cse_16 * cse_5);
         o_y[10 * MC_W + l] = j2_perfect_return_map_converged ? state_S_3 : MC_NAN;
         const real cse_18 = (forces_E_4 - state_internal_Ep_4);
-        const real state_S_4 = (cse_18 * cse_3);
+        const real state_S_4 = (cse_18 * cse_5);
         o_y[11 * MC_W + l] = j2_perfect_return_map_converged ? state_S_4 : MC_NAN;
         const real cse_20 = (forces_E_5 - state_internal_Ep_5);
-        const real state_S_5 = (cse_20 * cse_3);
+        const real state_S_5 = (cse_20 * cse_5);
         o_y[12 * MC_W + l] = j2_perfect_return_map_converged ? state_S_5 : MC_NAN;
-        const real state_S_0 = (cse_13 + cse_4);
+        const real state_S_0 = (cse_13 + cse_6);
         o_y[7 * MC_W + l] = j2_perfect_return_map_converged ? state_S_0 : MC_NAN;
         const real state_S_1 = (cse_13 + cse_14);
         o_y[8 * MC_W + l] = j2_perfect_return_map_converged ? state_S_1 : MC_NAN;
         const real state_S_2 = (cse_13 + cse_15);
         o_y[9 * MC_W + l] = j2_perfect_return_map_converged ? state_S_2 : MC_NAN;
         const real cse_22 = (-cse_12);
-        const real cse_25 = (cse_12 + cse_3);
+        const real cse_25 = (cse_12 + cse_5);
         const real cse_26 = (-cse_25);
-        const real cse_43 = (-cse_3);
-        const real cse_77 = (cse_2 * cse_2);
+        const real cse_43 = (-cse_5);
+        const real cse_77 = (cse_4 * cse_4);
         const real cse_96 = (cse_16 * cse_16);
         const real cse_97 = (p_E * p_E);
         const real cse_98 = (cse_77 * cse_97);
@@ -4506,29 +4506,29 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_101 = (cse_100 * cse_98);
         const real cse_102 = (cse_20 * cse_20);
         const real cse_103 = (cse_102 * cse_98);
-        const real cse_104 = (((real)0.3333333333333333) * cse_4);
+        const real cse_104 = (((real)0.3333333333333333) * cse_6);
         const real cse_105 = (((real)0.3333333333333333) * cse_14);
         const real cse_106 = (((real)0.6666666666666666) * cse_15);
         const real cse_107 = (((real)0.6666666666666666) * cse_14);
         const real cse_108 = (((real)0.3333333333333333) * cse_15);
-        const real cse_109 = (((real)0.6666666666666666) * cse_4);
+        const real cse_109 = (((real)0.6666666666666666) * cse_6);
         const real cse_276 = (cse_106 - cse_104 - cse_105);
         const real cse_277 = (cse_107 - cse_104 - cse_108);
         const real cse_278 = (cse_109 - cse_105 - cse_108);
         const real cse_110 = sqrt(mc_pos((cse_101 + cse_103 + cse_99 + (cse_276 * cse_276) + (cse_277 * cse_277) + (cse_278 * cse_278))));
         const real cse_111 = mc_sdiv(((real)1.0), (((real)2.0) * cse_110));
         const real cse_112 = (-((real)1.3333333333333333) * cse_111);
-        const real cse_113 = (-cse_106 - cse_107 + (((real)1.3333333333333333) * p_E * cse_0 * cse_2));
+        const real cse_113 = (-cse_106 - cse_107 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
         const real cse_114 = mc_sdiv(((real)1.0), (((real)4.0) * (cse_110 * cse_110)));
         const real cse_115 = (((real)2.0) * cse_111);
         const real cse_116 = (cse_114 * cse_115);
         const real cse_117 = (-cse_112 - (cse_116 * (cse_113 * cse_113)));
         const real cse_118 = (((real)0.6666666666666666) * cse_111);
-        const real cse_119 = (-cse_107 - cse_109 + (((real)1.3333333333333333) * p_E * cse_2 * cse_6));
+        const real cse_119 = (-cse_107 - cse_109 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
         const real cse_120 = (cse_113 * cse_116);
         const real cse_121 = (-cse_118 - (cse_119 * cse_120));
         const real cse_122 = (cse_12 * cse_121);
-        const real cse_123 = (-cse_106 - cse_109 + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
+        const real cse_123 = (-cse_106 - cse_109 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
         const real cse_124 = (-cse_118 - (cse_120 * cse_123));
         const real cse_125 = (cse_12 * cse_124);
         const real cse_126 = (cse_122 + cse_125);
@@ -4592,10 +4592,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_184 = (-((real)2.0) * cse_111);
         const real cse_185 = (((real)8.0) * cse_111 * cse_114);
         const real cse_186 = (-cse_184 - (cse_185 * cse_99));
-        const real cse_187 = (cse_129 * cse_3);
+        const real cse_187 = (cse_129 * cse_5);
         const real cse_188 = (cse_186 * cse_187);
         const real cse_189 = (cse_16 * cse_185);
-        const real cse_190 = (cse_2 * cse_2 * cse_2);
+        const real cse_190 = (cse_4 * cse_4 * cse_4);
         const real cse_191 = (p_E * p_E * p_E);
         const real cse_192 = (cse_129 * cse_190 * cse_191);
         const real cse_193 = (cse_189 * cse_192);
@@ -4740,10 +4740,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_234;
         if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_235;
         v_cse_0[l] = cse_0;
+        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
-        v_cse_3[l] = cse_3;
+        v_cse_4[l] = cse_4;
         v_cse_5[l] = cse_5;
-        v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
         v_cse_10[l] = cse_10;
@@ -4877,7 +4877,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d19 = (mc_ls1_B + 18 * MC_W)[l];
             const real d20 = (mc_ls1_B + 19 * MC_W)[l];
             const real d21 = (mc_ls1_B + 20 * MC_W)[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real d22 = (mc_ls1_B + 21 * MC_W)[l];
             const real d23 = (mc_ls1_B + 22 * MC_W)[l];
             const real d24 = (mc_ls1_B + 23 * MC_W)[l];
@@ -5020,7 +5020,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[19 * MC_W + l] = j2_perfect_return_map_converged ? d56 : MC_NAN;
             const real d57 = (cse_43 * d21);
             o_j[20 * MC_W + l] = j2_perfect_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_3 + (cse_43 * d22));
+            const real d58 = (cse_5 + (cse_43 * d22));
             o_j[21 * MC_W + l] = j2_perfect_return_map_converged ? d58 : MC_NAN;
             const real d59 = (cse_43 * d23);
             o_j[22 * MC_W + l] = j2_perfect_return_map_converged ? d59 : MC_NAN;
@@ -5034,7 +5034,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[26 * MC_W + l] = j2_perfect_return_map_converged ? d63 : MC_NAN;
             const real d64 = (cse_43 * d28);
             o_j[27 * MC_W + l] = j2_perfect_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_3 + (cse_43 * d29));
+            const real d65 = (cse_5 + (cse_43 * d29));
             o_j[28 * MC_W + l] = j2_perfect_return_map_converged ? d65 : MC_NAN;
             const real d66 = (cse_43 * d30);
             o_j[29 * MC_W + l] = j2_perfect_return_map_converged ? d66 : MC_NAN;
@@ -5048,7 +5048,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_perfect_return_map_converged ? d70 : MC_NAN;
             const real d71 = (cse_43 * d35);
             o_j[34 * MC_W + l] = j2_perfect_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_3 + (cse_43 * d36));
+            const real d72 = (cse_5 + (cse_43 * d36));
             o_j[35 * MC_W + l] = j2_perfect_return_map_converged ? d72 : MC_NAN;
             const real cse_238 = (cse_111 * state_internal_gamma_rate);
             const real cse_239 = (cse_113 * cse_238);
@@ -5225,13 +5225,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d120 = (mc_ls2_B + 47 * MC_W)[l];
             const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
-            const real cse_2 = v_cse_2[l];
+            const real cse_4 = v_cse_4[l];
             const real cse_0 = v_cse_0[l];
-            const real cse_5 = v_cse_5[l];
-            const real cse_6 = v_cse_6[l];
+            const real cse_1 = v_cse_1[l];
+            const real cse_2 = v_cse_2[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_77 = v_cse_77[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real cse_10 = v_cse_10[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
@@ -5449,27 +5449,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d168 = (cse_43 * d120);
             o_j[181 * MC_W + l] = j2_perfect_return_map_converged ? d168 : MC_NAN;
             const real cse_70 = (cse_11 * cse_7);
-            const real cse_71 = (cse_2 * cse_70);
-            const real cse_72 = (cse_71 + (cse_0 * cse_2));
-            const real cse_74 = (cse_71 + (cse_2 * cse_5));
-            const real cse_75 = (cse_71 + (cse_2 * cse_6));
+            const real cse_71 = (cse_4 * cse_70);
+            const real cse_72 = (cse_71 + (cse_0 * cse_4));
+            const real cse_74 = (cse_71 + (cse_1 * cse_4));
+            const real cse_75 = (cse_71 + (cse_2 * cse_4));
             const real cse_78 = (p_E * cse_77);
             const real cse_79 = (cse_0 * cse_78);
-            const real cse_80 = (cse_3 * cse_7);
+            const real cse_80 = (cse_5 * cse_7);
             const real cse_81 = (cse_10 * cse_80);
             const real cse_82 = (cse_70 * cse_78);
             const real cse_83 = (-cse_82);
             const real cse_84 = (cse_10 * cse_10);
             const real cse_85 = (cse_8 * cse_80 * cse_84);
-            const real cse_88 = (cse_5 * cse_78);
-            const real cse_89 = (cse_6 * cse_78);
+            const real cse_88 = (cse_1 * cse_78);
+            const real cse_89 = (cse_2 * cse_78);
             const real cse_90 = (cse_16 * cse_78);
             const real cse_91 = (cse_18 * cse_78);
             const real cse_92 = (cse_20 * cse_78);
             const real cse_240 = (cse_138 * cse_78);
             const real cse_241 = (cse_190 * cse_97);
             const real cse_242 = (cse_138 * cse_241);
-            const real cse_243 = (cse_82 - (p_E * cse_10 * cse_2 * cse_7) - (((real)2.0) * p_E * p_nu * cse_2 * cse_7 * cse_84));
+            const real cse_243 = (cse_82 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_84));
             const real cse_244 = (-cse_243 - cse_79);
             const real cse_245 = (-cse_243 - cse_89);
             const real cse_246 = (-cse_243 - cse_88);
@@ -5481,7 +5481,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_261 = (cse_136 * cse_72);
             const real cse_262 = (cse_153 * cse_74);
             const real cse_263 = (cse_165 * cse_75);
-            const real cse_264 = (cse_2 * cse_2 * cse_2 * cse_2);
+            const real cse_264 = (cse_4 * cse_4 * cse_4 * cse_4);
             const real cse_265 = (cse_165 * cse_245);
             const real cse_266 = (cse_153 * cse_246);
             const real cse_267 = (cse_136 * cse_244);
@@ -5526,7 +5526,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[25 * MC_W + l] = cse_194;
             if (V & 8) mc_ls3_A[26 * MC_W + l] = cse_195;
             if (V & 8) mc_ls3_A[27 * MC_W + l] = (cse_196 * state_S_3);
-            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_2)));
+            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_129 * (-(cse_100 * cse_260) - (cse_102 * cse_260) - (cse_174 * cse_261) - (cse_174 * cse_262) - (cse_174 * cse_263) + (cse_16 * cse_186 * cse_4)));
             if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_129 * (-(cse_174 * cse_265) - (cse_174 * cse_266) - (cse_174 * cse_267) - (cse_186 * cse_90) + (((real)8.0) * cse_100 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264) + (((real)8.0) * cse_102 * cse_111 * cse_114 * cse_16 * cse_191 * cse_264)));
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[28 * MC_W + l] = (cse_129 * (cse_202 - (cse_173 * cse_197)));
@@ -5536,7 +5536,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[32 * MC_W + l] = (((real)1.0) - cse_207);
             if (V & 8) mc_ls3_A[33 * MC_W + l] = cse_209;
             if (V & 8) mc_ls3_A[34 * MC_W + l] = (cse_196 * state_S_4);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_2 * cse_206)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_129 * (-(cse_102 * cse_269) - (cse_197 * cse_261) - (cse_197 * cse_262) - (cse_197 * cse_263) - (cse_269 * cse_96) + (cse_18 * cse_206 * cse_4)));
             if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_129 * (-(cse_197 * cse_265) - (cse_197 * cse_266) - (cse_197 * cse_267) - (cse_206 * cse_91) + (((real)8.0) * cse_102 * cse_111 * cse_114 * cse_18 * cse_191 * cse_264) + (((real)8.0) * cse_111 * cse_114 * cse_18 * cse_191 * cse_264 * cse_96)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[35 * MC_W + l] = (cse_129 * (cse_214 - (cse_173 * cse_210)));
@@ -5546,7 +5546,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[39 * MC_W + l] = cse_209;
             if (V & 8) mc_ls3_A[40 * MC_W + l] = (((real)1.0) - cse_219);
             if (V & 8) mc_ls3_A[41 * MC_W + l] = (cse_196 * state_S_5);
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_2 * cse_20 * cse_218)));
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_129 * (-(cse_100 * cse_271) - (cse_210 * cse_261) - (cse_210 * cse_262) - (cse_210 * cse_263) - (cse_271 * cse_96) + (cse_20 * cse_218 * cse_4)));
             if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_129 * (-(cse_210 * cse_265) - (cse_210 * cse_266) - (cse_210 * cse_267) - (cse_218 * cse_92) + (((real)8.0) * cse_100 * cse_111 * cse_114 * cse_191 * cse_20 * cse_264) + (((real)8.0) * cse_111 * cse_114 * cse_191 * cse_20 * cse_264 * cse_96)));
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[42 * MC_W + l] = (cse_224 * (-cse_227 + (cse_111 * cse_113 * cse_26)));
@@ -5596,7 +5596,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_74 = v_cse_74[l];
         const real cse_75 = v_cse_75[l];
         const real cse_16 = v_cse_16[l];
-        const real cse_2 = v_cse_2[l];
+        const real cse_4 = v_cse_4[l];
         const real cse_43 = v_cse_43[l];
         const real d178 = (mc_ls3_B + 9 * MC_W)[l];
         const real cse_18 = v_cse_18[l];
@@ -5740,11 +5740,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[206 * MC_W + l] = j2_perfect_return_map_converged ? d205 : MC_NAN;
         const real d206 = (cse_68 + cse_73 + cse_75 + (cse_26 * d170));
         if (V & 8) o_j[209 * MC_W + l] = j2_perfect_return_map_converged ? d206 : MC_NAN;
-        const real d207 = ((cse_16 * cse_2) + (cse_43 * d178));
+        const real d207 = ((cse_16 * cse_4) + (cse_43 * d178));
         if (V & 8) o_j[212 * MC_W + l] = j2_perfect_return_map_converged ? d207 : MC_NAN;
-        const real d208 = ((cse_18 * cse_2) + (cse_43 * d179));
+        const real d208 = ((cse_18 * cse_4) + (cse_43 * d179));
         if (V & 8) o_j[215 * MC_W + l] = j2_perfect_return_map_converged ? d208 : MC_NAN;
-        const real d209 = ((cse_2 * cse_20) + (cse_43 * d180));
+        const real d209 = ((cse_20 * cse_4) + (cse_43 * d180));
         if (V & 8) o_j[218 * MC_W + l] = j2_perfect_return_map_converged ? d209 : MC_NAN;
         const real d210 = (cse_76 + cse_86 - cse_79 + (cse_26 * d174));
         if (V & 8) o_j[204 * MC_W + l] = j2_perfect_return_map_converged ? d210 : MC_NAN;

@@ -287,36 +287,36 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _torch_newton_1)
     state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, perzyna_iso_return_map_converged, perzyna_iso_return_map_iterations, perzyna_iso_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
-    cse_1 = (1.0 + p_nu)
-    cse_2 = (1.0 / cse_1)
-    cse_3 = (p_E * cse_2)
-    cse_4 = (cse_0 * cse_3)
-    cse_5 = (forces_E_1 - state_internal_Ep_1)
-    cse_6 = (forces_E_2 - state_internal_Ep_2)
-    cse_7 = (cse_0 + cse_5 + cse_6)
+    cse_1 = (forces_E_1 - state_internal_Ep_1)
+    cse_2 = (forces_E_2 - state_internal_Ep_2)
+    cse_3 = (1.0 + p_nu)
+    cse_4 = (1.0 / cse_3)
+    cse_5 = (p_E * cse_4)
+    cse_6 = (cse_0 * cse_5)
+    cse_7 = (cse_0 + cse_1 + cse_2)
     cse_8 = (2.0 * p_nu)
     cse_9 = (1.0 - cse_8)
     cse_10 = (1.0 / cse_9)
     cse_11 = (p_nu * cse_10)
-    cse_12 = (cse_11 * cse_3)
+    cse_12 = (cse_11 * cse_5)
     cse_13 = (cse_12 * cse_7)
-    cse_14 = (cse_3 * cse_5)
-    cse_15 = (cse_3 * cse_6)
+    cse_14 = (cse_1 * cse_5)
+    cse_15 = (cse_2 * cse_5)
     cse_16 = (forces_E_3 - state_internal_Ep_3)
-    state_S_3 = (cse_16 * cse_3)
+    state_S_3 = (cse_16 * cse_5)
     cse_18 = (forces_E_4 - state_internal_Ep_4)
-    state_S_4 = (cse_18 * cse_3)
+    state_S_4 = (cse_18 * cse_5)
     cse_20 = (forces_E_5 - state_internal_Ep_5)
-    state_S_5 = (cse_20 * cse_3)
-    state_S_0 = (cse_13 + cse_4)
+    state_S_5 = (cse_20 * cse_5)
+    state_S_0 = (cse_13 + cse_6)
     state_S_1 = (cse_13 + cse_14)
     state_S_2 = (cse_13 + cse_15)
     if V & 14:  # tangent, jacobian, total
         cse_22 = (-cse_12)
-        cse_25 = (cse_12 + cse_3)
+        cse_25 = (cse_12 + cse_5)
         cse_26 = (-cse_25)
-        cse_43 = (-cse_3)
-        cse_80 = (cse_2 * cse_2)
+        cse_43 = (-cse_5)
+        cse_80 = (cse_4 * cse_4)
         cse_108 = (cse_16 * cse_16)
         cse_109 = (p_E * p_E)
         cse_110 = (cse_109 * cse_80)
@@ -325,29 +325,29 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_113 = (cse_110 * cse_112)
         cse_114 = (cse_20 * cse_20)
         cse_115 = (cse_110 * cse_114)
-        cse_116 = (0.3333333333333333 * cse_4)
+        cse_116 = (0.3333333333333333 * cse_6)
         cse_117 = (0.3333333333333333 * cse_14)
         cse_118 = (0.6666666666666666 * cse_15)
         cse_119 = (0.6666666666666666 * cse_14)
         cse_120 = (0.3333333333333333 * cse_15)
-        cse_121 = (0.6666666666666666 * cse_4)
+        cse_121 = (0.6666666666666666 * cse_6)
         cse_287 = (cse_118 - cse_116 - cse_117)
         cse_288 = (cse_119 - cse_116 - cse_120)
         cse_289 = (cse_121 - cse_117 - cse_120)
         cse_122 = torch.sqrt(torch.clamp((cse_111 + cse_113 + cse_115 + (cse_287 * cse_287) + (cse_288 * cse_288) + (cse_289 * cse_289)), min=0.0))
         cse_123 = _sdiv(1.0, (2.0 * cse_122))
         cse_124 = (-1.3333333333333333 * cse_123)
-        cse_125 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_2))
+        cse_125 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_4))
         cse_126 = _sdiv(1.0, (4.0 * (cse_122 * cse_122)))
         cse_127 = (2.0 * cse_123)
         cse_128 = (cse_126 * cse_127)
         cse_129 = (-cse_124 - (cse_128 * (cse_125 * cse_125)))
         cse_130 = (0.6666666666666666 * cse_123)
-        cse_131 = (-cse_119 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_6))
+        cse_131 = (-cse_119 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_4))
         cse_132 = (cse_125 * cse_128)
         cse_133 = (-cse_130 - (cse_131 * cse_132))
         cse_134 = (cse_12 * cse_133)
-        cse_135 = (-cse_118 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_5))
+        cse_135 = (-cse_118 - cse_121 + (1.3333333333333333 * p_E * cse_1 * cse_4))
         cse_136 = (-cse_130 - (cse_132 * cse_135))
         cse_137 = (cse_12 * cse_136)
         cse_138 = (cse_134 + cse_137)
@@ -408,10 +408,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_193 = (-2.0 * cse_123)
         cse_194 = (8.0 * cse_123 * cse_126)
         cse_195 = (-cse_193 - (cse_111 * cse_194))
-        cse_196 = (cse_140 * cse_3)
+        cse_196 = (cse_140 * cse_5)
         cse_197 = (cse_195 * cse_196)
         cse_198 = (cse_16 * cse_194)
-        cse_199 = (cse_2 * cse_2 * cse_2)
+        cse_199 = (cse_4 * cse_4 * cse_4)
         cse_200 = (p_E * p_E * p_E)
         cse_201 = (cse_140 * cse_199 * cse_200)
         cse_202 = (cse_198 * cse_201)
@@ -576,21 +576,21 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d67 = (cse_43 * d19)
         d68 = (cse_43 * d20)
         d69 = (cse_43 * d21)
-        d70 = (cse_3 + (cse_43 * d22))
+        d70 = (cse_5 + (cse_43 * d22))
         d71 = (cse_43 * d23)
         d72 = (cse_43 * d24)
         d73 = (cse_43 * d25)
         d74 = (cse_43 * d26)
         d75 = (cse_43 * d27)
         d76 = (cse_43 * d28)
-        d77 = (cse_3 + (cse_43 * d29))
+        d77 = (cse_5 + (cse_43 * d29))
         d78 = (cse_43 * d30)
         d79 = (cse_43 * d31)
         d80 = (cse_43 * d32)
         d81 = (cse_43 * d33)
         d82 = (cse_43 * d34)
         d83 = (cse_43 * d35)
-        d84 = (cse_3 + (cse_43 * d36))
+        d84 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
         cse_250 = (cse_123 * state_internal_gamma_rate)
         cse_251 = (cse_125 * cse_250)
@@ -778,27 +778,27 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d210 = (cse_43 * d138)
     if V & 8:  # total
         cse_73 = (cse_11 * cse_7)
-        cse_74 = (cse_2 * cse_73)
-        cse_75 = (cse_74 + (cse_0 * cse_2))
-        cse_77 = (cse_74 + (cse_2 * cse_5))
-        cse_78 = (cse_74 + (cse_2 * cse_6))
+        cse_74 = (cse_4 * cse_73)
+        cse_75 = (cse_74 + (cse_0 * cse_4))
+        cse_77 = (cse_74 + (cse_1 * cse_4))
+        cse_78 = (cse_74 + (cse_2 * cse_4))
         cse_81 = (p_E * cse_80)
         cse_82 = (cse_0 * cse_81)
-        cse_83 = (cse_3 * cse_7)
+        cse_83 = (cse_5 * cse_7)
         cse_84 = (cse_10 * cse_83)
         cse_85 = (cse_73 * cse_81)
         cse_86 = (-cse_85)
         cse_87 = (cse_10 * cse_10)
         cse_88 = (cse_8 * cse_83 * cse_87)
-        cse_91 = (cse_5 * cse_81)
-        cse_92 = (cse_6 * cse_81)
+        cse_91 = (cse_1 * cse_81)
+        cse_92 = (cse_2 * cse_81)
         cse_93 = (cse_16 * cse_81)
         cse_94 = (cse_18 * cse_81)
         cse_95 = (cse_20 * cse_81)
         cse_252 = (cse_148 * cse_81)
         cse_253 = (cse_109 * cse_199)
         cse_254 = (cse_148 * cse_253)
-        cse_255 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (2.0 * p_E * p_nu * cse_2 * cse_7 * cse_87))
+        cse_255 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_87))
         cse_256 = (-cse_255 - cse_82)
         cse_257 = (-cse_255 - cse_92)
         cse_258 = (-cse_255 - cse_91)
@@ -810,7 +810,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_273 = (cse_146 * cse_75)
         cse_274 = (cse_163 * cse_77)
         cse_275 = (cse_174 * cse_78)
-        cse_276 = (cse_2 * cse_2 * cse_2 * cse_2)
+        cse_276 = (cse_4 * cse_4 * cse_4 * cse_4)
         cse_277 = (cse_174 * cse_257)
         cse_278 = (cse_163 * cse_258)
         cse_279 = (cse_146 * cse_256)
@@ -833,9 +833,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_140 * ((cse_129 * cse_75) + (cse_133 * cse_78) + (cse_136 * cse_77) - (cse_108 * cse_252) - (cse_112 * cse_252) - (cse_114 * cse_252))), (-cse_140 * ((cse_108 * cse_254) + (cse_112 * cse_254) + (cse_114 * cse_254) + (cse_129 * cse_256) + (cse_133 * cse_257) + (cse_136 * cse_258))), 0.0, 0.0, 0.0, 0.0],
             [(-cse_140 * ((cse_136 * cse_75) + (cse_155 * cse_78) + (cse_157 * cse_77) - (cse_108 * cse_261) - (cse_112 * cse_261) - (cse_114 * cse_261))), (-cse_140 * ((cse_108 * cse_262) + (cse_112 * cse_262) + (cse_114 * cse_262) + (cse_136 * cse_256) + (cse_155 * cse_257) + (cse_157 * cse_258))), 0.0, 0.0, 0.0, 0.0],
             [(-cse_140 * ((cse_133 * cse_75) + (cse_155 * cse_77) + (cse_169 * cse_78) - (cse_108 * cse_264) - (cse_112 * cse_264) - (cse_114 * cse_264))), (-cse_140 * ((cse_108 * cse_265) + (cse_112 * cse_265) + (cse_114 * cse_265) + (cse_133 * cse_256) + (cse_155 * cse_258) + (cse_169 * cse_257))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_2))), (-cse_140 * (-(cse_182 * cse_277) - (cse_182 * cse_278) - (cse_182 * cse_279) - (cse_195 * cse_93) + (8.0 * cse_112 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276) + (8.0 * cse_114 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_2 * cse_214))), (-cse_140 * (-(cse_206 * cse_277) - (cse_206 * cse_278) - (cse_206 * cse_279) - (cse_214 * cse_94) + (8.0 * cse_108 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276) + (8.0 * cse_114 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_2 * cse_20 * cse_226))), (-cse_140 * (-(cse_218 * cse_277) - (cse_218 * cse_278) - (cse_218 * cse_279) - (cse_226 * cse_95) + (8.0 * cse_108 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276) + (8.0 * cse_112 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_4))), (-cse_140 * (-(cse_182 * cse_277) - (cse_182 * cse_278) - (cse_182 * cse_279) - (cse_195 * cse_93) + (8.0 * cse_112 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276) + (8.0 * cse_114 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_214 * cse_4))), (-cse_140 * (-(cse_206 * cse_277) - (cse_206 * cse_278) - (cse_206 * cse_279) - (cse_214 * cse_94) + (8.0 * cse_108 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276) + (8.0 * cse_114 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_20 * cse_226 * cse_4))), (-cse_140 * (-(cse_218 * cse_277) - (cse_218 * cse_278) - (cse_218 * cse_279) - (cse_226 * cse_95) + (8.0 * cse_108 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276) + (8.0 * cse_112 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276))), 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [(cse_239 * (cse_273 + cse_274 + cse_275 + (cse_108 * cse_285) + (cse_112 * cse_285) + (cse_114 * cse_285))), (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258))), (-cse_247 * state_internal_ep), (-cse_247), (-cse_235 * cse_238 * (cse_233 * cse_233)), torch.where(cse_236 > 0.0, (cse_237 * torch.log(cse_236)), 0.0)],
         ], X)
@@ -909,9 +909,9 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
         d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d217))
         d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d223))
-        d262 = ((cse_16 * cse_2) + (cse_43 * d229))
-        d263 = ((cse_18 * cse_2) + (cse_43 * d235))
-        d264 = ((cse_2 * cse_20) + (cse_43 * d241))
+        d262 = ((cse_16 * cse_4) + (cse_43 * d229))
+        d263 = ((cse_18 * cse_4) + (cse_43 * d235))
+        d264 = ((cse_20 * cse_4) + (cse_43 * d241))
         d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
         d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d218))
         d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d224))
@@ -1856,26 +1856,26 @@ if triton is not None:
         _j55 = tl.join(tl.where(perzyna_iso_return_map_converged, state_internal_Ep_5, K0), tl.where(perzyna_iso_return_map_converged, state_internal_gamma_rate, K0))
         _j56 = tl.join(_j54, _j55)
         tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j56, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_1 = (K1 + p_nu)
-        cse_2 = (K1 / cse_1)
-        cse_3 = (p_E * cse_2)
+        cse_3 = (K1 + p_nu)
+        cse_4 = (K1 / cse_3)
+        cse_5 = (p_E * cse_4)
         cse_16 = (forces_E_3 - state_internal_Ep_3)
-        state_S_3 = (cse_16 * cse_3)
+        state_S_3 = (cse_16 * cse_5)
         cse_8 = (K2 * p_nu)
         cse_9 = (K1 - cse_8)
         cse_10 = (K1 / cse_9)
         cse_11 = (p_nu * cse_10)
-        cse_12 = (cse_11 * cse_3)
+        cse_12 = (cse_11 * cse_5)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
-        cse_5 = (forces_E_1 - state_internal_Ep_1)
-        cse_6 = (forces_E_2 - state_internal_Ep_2)
-        cse_7 = (cse_0 + cse_5 + cse_6)
+        cse_1 = (forces_E_1 - state_internal_Ep_1)
+        cse_2 = (forces_E_2 - state_internal_Ep_2)
+        cse_7 = (cse_0 + cse_1 + cse_2)
         cse_13 = (cse_12 * cse_7)
-        cse_4 = (cse_0 * cse_3)
-        state_S_0 = (cse_13 + cse_4)
-        cse_14 = (cse_3 * cse_5)
+        cse_6 = (cse_0 * cse_5)
+        state_S_0 = (cse_13 + cse_6)
+        cse_14 = (cse_1 * cse_5)
         state_S_1 = (cse_13 + cse_14)
-        cse_15 = (cse_3 * cse_6)
+        cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
         _zero57 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -1884,24 +1884,24 @@ if triton is not None:
         _j60 = tl.join(_j58, _j59)
         tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j60, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_18 = (forces_E_4 - state_internal_Ep_4)
-        state_S_4 = (cse_18 * cse_3)
+        state_S_4 = (cse_18 * cse_5)
         cse_20 = (forces_E_5 - state_internal_Ep_5)
-        state_S_5 = (cse_20 * cse_3)
+        state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
         _zero61 = tl.zeros([BLOCK], dtype=DTYPE)
         _j62 = tl.join(tl.where(perzyna_iso_return_map_converged, state_S_4, K0), tl.where(perzyna_iso_return_map_converged, state_S_5, K0))
         tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j62, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 14:  # tangent, jacobian, total
-            cse_116 = (K3 * cse_4)
+            cse_116 = (K3 * cse_6)
             cse_117 = (K3 * cse_14)
             cse_118 = (K4 * cse_15)
             cse_287 = (cse_118 - cse_116 - cse_117)
             cse_119 = (K4 * cse_14)
             cse_120 = (K3 * cse_15)
             cse_288 = (cse_119 - cse_116 - cse_120)
-            cse_121 = (K4 * cse_4)
+            cse_121 = (K4 * cse_6)
             cse_289 = (cse_121 - cse_117 - cse_120)
-            cse_80 = (cse_2 * cse_2)
+            cse_80 = (cse_4 * cse_4)
             cse_109 = (p_E * p_E)
             cse_110 = (cse_109 * cse_80)
             cse_108 = (cse_16 * cse_16)
@@ -1915,13 +1915,13 @@ if triton is not None:
             cse_127 = (K2 * cse_123)
             cse_126 = _mc_sdiv(K1, (K5 * (cse_122 * cse_122)))
             cse_128 = (cse_126 * cse_127)
-            cse_125 = (-cse_118 - cse_119 + (K6 * p_E * cse_0 * cse_2))
+            cse_125 = (-cse_118 - cse_119 + (K6 * p_E * cse_0 * cse_4))
             cse_132 = (cse_125 * cse_128)
             cse_130 = (K4 * cse_123)
-            cse_131 = (-cse_119 - cse_121 + (K6 * p_E * cse_2 * cse_6))
+            cse_131 = (-cse_119 - cse_121 + (K6 * p_E * cse_2 * cse_4))
             cse_133 = (-cse_130 - (cse_131 * cse_132))
             cse_134 = (cse_12 * cse_133)
-            cse_135 = (-cse_118 - cse_121 + (K6 * p_E * cse_2 * cse_5))
+            cse_135 = (-cse_118 - cse_121 + (K6 * p_E * cse_1 * cse_4))
             cse_136 = (-cse_130 - (cse_132 * cse_135))
             cse_137 = (cse_12 * cse_136)
             cse_138 = (cse_134 + cse_137)
@@ -1971,7 +1971,7 @@ if triton is not None:
             cse_223 = (cse_148 * cse_219)
             cse_224 = (cse_220 + cse_223)
             cse_225 = (cse_221 + cse_223)
-            cse_25 = (cse_12 + cse_3)
+            cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
             cse_141 = (-cse_136 * cse_26)
             cse_144 = (-cse_133 * cse_26)
@@ -2019,7 +2019,7 @@ if triton is not None:
             cse_191 = (cse_131 * cse_180)
             cse_194 = (K9 * cse_123 * cse_126)
             cse_198 = (cse_16 * cse_194)
-            cse_199 = (cse_2 * cse_2 * cse_2)
+            cse_199 = (cse_4 * cse_4 * cse_4)
             cse_200 = (p_E * p_E * p_E)
             cse_201 = (cse_140 * cse_199 * cse_200)
             cse_202 = (cse_198 * cse_201)
@@ -2034,7 +2034,7 @@ if triton is not None:
             cse_269 = (cse_131 * cse_266)
             cse_193 = (-K2 * cse_123)
             cse_195 = (-cse_193 - (cse_111 * cse_194))
-            cse_196 = (cse_140 * cse_3)
+            cse_196 = (cse_140 * cse_5)
             cse_197 = (cse_195 * cse_196)
             cse_214 = (-cse_193 - (cse_113 * cse_194))
             cse_215 = (cse_196 * cse_214)
@@ -2518,7 +2518,7 @@ if triton is not None:
         if V & 14:  # tangent, jacobian, total
             d65 = (cse_33 + cse_41 + (cse_26 * d17))
             d66 = (cse_35 + cse_42 + (cse_26 * d18))
-            cse_43 = (-cse_3)
+            cse_43 = (-cse_5)
             d67 = (cse_43 * d19)
             d68 = (cse_43 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
@@ -2529,7 +2529,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_43 * d21)
-            d70 = (cse_3 + (cse_43 * d22))
+            d70 = (cse_5 + (cse_43 * d22))
             d71 = (cse_43 * d23)
             d72 = (cse_43 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
@@ -2550,7 +2550,7 @@ if triton is not None:
             _j90 = tl.join(_j88, _j89)
             tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j90, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d77 = (cse_3 + (cse_43 * d29))
+            d77 = (cse_5 + (cse_43 * d29))
             d78 = (cse_43 * d30)
             d79 = (cse_43 * d31)
             d80 = (cse_43 * d32)
@@ -2564,7 +2564,7 @@ if triton is not None:
             d81 = (cse_43 * d33)
             d82 = (cse_43 * d34)
             d83 = (cse_43 * d35)
-            d84 = (cse_3 + (cse_43 * d36))
+            d84 = (cse_5 + (cse_43 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _zero95 = tl.zeros([BLOCK], dtype=DTYPE)
             _j96 = tl.join(tl.where(perzyna_iso_return_map_converged, d81, K0), tl.where(perzyna_iso_return_map_converged, d83, K0))
@@ -3078,27 +3078,27 @@ if triton is not None:
             d210 = (cse_43 * d138)
         if V & 8:  # total
             cse_73 = (cse_11 * cse_7)
-            cse_74 = (cse_2 * cse_73)
-            cse_75 = (cse_74 + (cse_0 * cse_2))
-            cse_77 = (cse_74 + (cse_2 * cse_5))
-            cse_78 = (cse_74 + (cse_2 * cse_6))
+            cse_74 = (cse_4 * cse_73)
+            cse_75 = (cse_74 + (cse_0 * cse_4))
+            cse_77 = (cse_74 + (cse_1 * cse_4))
+            cse_78 = (cse_74 + (cse_2 * cse_4))
             cse_81 = (p_E * cse_80)
             cse_82 = (cse_0 * cse_81)
-            cse_83 = (cse_3 * cse_7)
+            cse_83 = (cse_5 * cse_7)
             cse_84 = (cse_10 * cse_83)
             cse_85 = (cse_73 * cse_81)
             cse_86 = (-cse_85)
             cse_87 = (cse_10 * cse_10)
             cse_88 = (cse_8 * cse_83 * cse_87)
-            cse_91 = (cse_5 * cse_81)
-            cse_92 = (cse_6 * cse_81)
+            cse_91 = (cse_1 * cse_81)
+            cse_92 = (cse_2 * cse_81)
             cse_93 = (cse_16 * cse_81)
             cse_94 = (cse_18 * cse_81)
             cse_95 = (cse_20 * cse_81)
             cse_252 = (cse_148 * cse_81)
             cse_253 = (cse_109 * cse_199)
             cse_254 = (cse_148 * cse_253)
-            cse_255 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (K2 * p_E * p_nu * cse_2 * cse_7 * cse_87))
+            cse_255 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_87))
             cse_256 = (-cse_255 - cse_82)
             cse_257 = (-cse_255 - cse_92)
             cse_258 = (-cse_255 - cse_91)
@@ -3110,7 +3110,7 @@ if triton is not None:
             cse_273 = (cse_146 * cse_75)
             cse_274 = (cse_163 * cse_77)
             cse_275 = (cse_174 * cse_78)
-            cse_276 = (cse_2 * cse_2 * cse_2 * cse_2)
+            cse_276 = (cse_4 * cse_4 * cse_4 * cse_4)
             cse_277 = (cse_174 * cse_257)
             cse_278 = (cse_163 * cse_258)
             cse_279 = (cse_146 * cse_256)
@@ -3157,11 +3157,11 @@ if triton is not None:
             ls3_36 = (-cse_140 * ((cse_108 * cse_262) + (cse_112 * cse_262) + (cse_114 * cse_262) + (cse_136 * cse_256) + (cse_155 * cse_257) + (cse_157 * cse_258)))
             ls3_37 = (-cse_140 * ((cse_133 * cse_75) + (cse_155 * cse_77) + (cse_169 * cse_78) - (cse_108 * cse_264) - (cse_112 * cse_264) - (cse_114 * cse_264)))
             ls3_38 = (-cse_140 * ((cse_108 * cse_265) + (cse_112 * cse_265) + (cse_114 * cse_265) + (cse_133 * cse_256) + (cse_155 * cse_258) + (cse_169 * cse_257)))
-            ls3_39 = (-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_2)))
+            ls3_39 = (-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_4)))
             ls3_40 = (-cse_140 * (-(cse_182 * cse_277) - (cse_182 * cse_278) - (cse_182 * cse_279) - (cse_195 * cse_93) + (K9 * cse_112 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276) + (K9 * cse_114 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276)))
-            ls3_41 = (-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_2 * cse_214)))
+            ls3_41 = (-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_214 * cse_4)))
             ls3_42 = (-cse_140 * (-(cse_206 * cse_277) - (cse_206 * cse_278) - (cse_206 * cse_279) - (cse_214 * cse_94) + (K9 * cse_108 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276) + (K9 * cse_114 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276)))
-            ls3_43 = (-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_2 * cse_20 * cse_226)))
+            ls3_43 = (-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_20 * cse_226 * cse_4)))
             ls3_44 = (-cse_140 * (-(cse_218 * cse_277) - (cse_218 * cse_278) - (cse_218 * cse_279) - (cse_226 * cse_95) + (K9 * cse_108 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276) + (K9 * cse_112 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276)))
             ls3_45 = (cse_239 * (cse_273 + cse_274 + cse_275 + (cse_108 * cse_285) + (cse_112 * cse_285) + (cse_114 * cse_285)))
             ls3_46 = (cse_239 * (-(cse_108 * cse_286) - (cse_112 * cse_286) - (cse_114 * cse_286) + (cse_123 * cse_125 * cse_256) + (cse_123 * cse_131 * cse_257) + (cse_123 * cse_135 * cse_258)))
@@ -3457,9 +3457,9 @@ if triton is not None:
             d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
             d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d217))
             d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d223))
-            d262 = ((cse_16 * cse_2) + (cse_43 * d229))
-            d263 = ((cse_18 * cse_2) + (cse_43 * d235))
-            d264 = ((cse_2 * cse_20) + (cse_43 * d241))
+            d262 = ((cse_16 * cse_4) + (cse_43 * d229))
+            d263 = ((cse_18 * cse_4) + (cse_43 * d235))
+            d264 = ((cse_20 * cse_4) + (cse_43 * d241))
             d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
             d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d218))
             d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d224))
@@ -4753,10 +4753,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_perzyna_iso_return_map_iterations[MC_W];
     real v_perzyna_iso_return_map_residual_norm[MC_W];
     real v_cse_0[MC_W];
+    real v_cse_1[MC_W];
     real v_cse_2[MC_W];
-    real v_cse_3[MC_W];
+    real v_cse_4[MC_W];
     real v_cse_5[MC_W];
-    real v_cse_6[MC_W];
     real v_cse_7[MC_W];
     real v_cse_8[MC_W];
     real v_cse_10[MC_W];
@@ -4879,12 +4879,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
         const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
@@ -4901,41 +4901,41 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_ep = v_state_internal_ep[l];
         const real p_n = MC_P(5, (v_p + 5 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
-        const real cse_1 = (((real)1.0) + p_nu);
-        const real cse_2 = (((real)1.0) / cse_1);
-        const real cse_3 = (p_E * cse_2);
-        const real cse_4 = (cse_0 * cse_3);
-        const real cse_5 = (forces_E_1 - state_internal_Ep_1);
-        const real cse_6 = (forces_E_2 - state_internal_Ep_2);
-        const real cse_7 = (cse_0 + cse_5 + cse_6);
+        const real cse_1 = (forces_E_1 - state_internal_Ep_1);
+        const real cse_2 = (forces_E_2 - state_internal_Ep_2);
+        const real cse_3 = (((real)1.0) + p_nu);
+        const real cse_4 = (((real)1.0) / cse_3);
+        const real cse_5 = (p_E * cse_4);
+        const real cse_6 = (cse_0 * cse_5);
+        const real cse_7 = (cse_0 + cse_1 + cse_2);
         const real cse_8 = (((real)2.0) * p_nu);
         const real cse_9 = (((real)1.0) - cse_8);
         const real cse_10 = (((real)1.0) / cse_9);
         const real cse_11 = (p_nu * cse_10);
-        const real cse_12 = (cse_11 * cse_3);
+        const real cse_12 = (cse_11 * cse_5);
         const real cse_13 = (cse_12 * cse_7);
-        const real cse_14 = (cse_3 * cse_5);
-        const real cse_15 = (cse_3 * cse_6);
+        const real cse_14 = (cse_1 * cse_5);
+        const real cse_15 = (cse_2 * cse_5);
         const real cse_16 = (forces_E_3 - state_internal_Ep_3);
-        const real state_S_3 = (cse_16 * cse_3);
+        const real state_S_3 = (cse_16 * cse_5);
         o_y[11 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_3 : MC_NAN;
         const real cse_18 = (forces_E_4 - state_internal_Ep_4);
-        const real state_S_4 = (cse_18 * cse_3);
+        const real state_S_4 = (cse_18 * cse_5);
         o_y[12 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_4 : MC_NAN;
         const real cse_20 = (forces_E_5 - state_internal_Ep_5);
-        const real state_S_5 = (cse_20 * cse_3);
+        const real state_S_5 = (cse_20 * cse_5);
         o_y[13 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_5 : MC_NAN;
-        const real state_S_0 = (cse_13 + cse_4);
+        const real state_S_0 = (cse_13 + cse_6);
         o_y[8 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_0 : MC_NAN;
         const real state_S_1 = (cse_13 + cse_14);
         o_y[9 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_1 : MC_NAN;
         const real state_S_2 = (cse_13 + cse_15);
         o_y[10 * MC_W + l] = perzyna_iso_return_map_converged ? state_S_2 : MC_NAN;
         const real cse_22 = (-cse_12);
-        const real cse_25 = (cse_12 + cse_3);
+        const real cse_25 = (cse_12 + cse_5);
         const real cse_26 = (-cse_25);
-        const real cse_43 = (-cse_3);
-        const real cse_80 = (cse_2 * cse_2);
+        const real cse_43 = (-cse_5);
+        const real cse_80 = (cse_4 * cse_4);
         const real cse_108 = (cse_16 * cse_16);
         const real cse_109 = (p_E * p_E);
         const real cse_110 = (cse_109 * cse_80);
@@ -4944,29 +4944,29 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_113 = (cse_110 * cse_112);
         const real cse_114 = (cse_20 * cse_20);
         const real cse_115 = (cse_110 * cse_114);
-        const real cse_116 = (((real)0.3333333333333333) * cse_4);
+        const real cse_116 = (((real)0.3333333333333333) * cse_6);
         const real cse_117 = (((real)0.3333333333333333) * cse_14);
         const real cse_118 = (((real)0.6666666666666666) * cse_15);
         const real cse_119 = (((real)0.6666666666666666) * cse_14);
         const real cse_120 = (((real)0.3333333333333333) * cse_15);
-        const real cse_121 = (((real)0.6666666666666666) * cse_4);
+        const real cse_121 = (((real)0.6666666666666666) * cse_6);
         const real cse_287 = (cse_118 - cse_116 - cse_117);
         const real cse_288 = (cse_119 - cse_116 - cse_120);
         const real cse_289 = (cse_121 - cse_117 - cse_120);
         const real cse_122 = sqrt(mc_pos((cse_111 + cse_113 + cse_115 + (cse_287 * cse_287) + (cse_288 * cse_288) + (cse_289 * cse_289))));
         const real cse_123 = mc_sdiv(((real)1.0), (((real)2.0) * cse_122));
         const real cse_124 = (-((real)1.3333333333333333) * cse_123);
-        const real cse_125 = (-cse_118 - cse_119 + (((real)1.3333333333333333) * p_E * cse_0 * cse_2));
+        const real cse_125 = (-cse_118 - cse_119 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
         const real cse_126 = mc_sdiv(((real)1.0), (((real)4.0) * (cse_122 * cse_122)));
         const real cse_127 = (((real)2.0) * cse_123);
         const real cse_128 = (cse_126 * cse_127);
         const real cse_129 = (-cse_124 - (cse_128 * (cse_125 * cse_125)));
         const real cse_130 = (((real)0.6666666666666666) * cse_123);
-        const real cse_131 = (-cse_119 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_6));
+        const real cse_131 = (-cse_119 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
         const real cse_132 = (cse_125 * cse_128);
         const real cse_133 = (-cse_130 - (cse_131 * cse_132));
         const real cse_134 = (cse_12 * cse_133);
-        const real cse_135 = (-cse_118 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
+        const real cse_135 = (-cse_118 - cse_121 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
         const real cse_136 = (-cse_130 - (cse_132 * cse_135));
         const real cse_137 = (cse_12 * cse_136);
         const real cse_138 = (cse_134 + cse_137);
@@ -5027,10 +5027,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_193 = (-((real)2.0) * cse_123);
         const real cse_194 = (((real)8.0) * cse_123 * cse_126);
         const real cse_195 = (-cse_193 - (cse_111 * cse_194));
-        const real cse_196 = (cse_140 * cse_3);
+        const real cse_196 = (cse_140 * cse_5);
         const real cse_197 = (cse_195 * cse_196);
         const real cse_198 = (cse_16 * cse_194);
-        const real cse_199 = (cse_2 * cse_2 * cse_2);
+        const real cse_199 = (cse_4 * cse_4 * cse_4);
         const real cse_200 = (p_E * p_E * p_E);
         const real cse_201 = (cse_140 * cse_199 * cse_200);
         const real cse_202 = (cse_198 * cse_201);
@@ -5199,10 +5199,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_245;
         if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_246;
         v_cse_0[l] = cse_0;
+        v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
-        v_cse_3[l] = cse_3;
+        v_cse_4[l] = cse_4;
         v_cse_5[l] = cse_5;
-        v_cse_6[l] = cse_6;
         v_cse_7[l] = cse_7;
         v_cse_8[l] = cse_8;
         v_cse_10[l] = cse_10;
@@ -5340,7 +5340,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d19 = (mc_ls1_B + 18 * MC_W)[l];
             const real d20 = (mc_ls1_B + 19 * MC_W)[l];
             const real d21 = (mc_ls1_B + 20 * MC_W)[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real d22 = (mc_ls1_B + 21 * MC_W)[l];
             const real d23 = (mc_ls1_B + 22 * MC_W)[l];
             const real d24 = (mc_ls1_B + 23 * MC_W)[l];
@@ -5484,7 +5484,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[19 * MC_W + l] = perzyna_iso_return_map_converged ? d56 : MC_NAN;
             const real d57 = (cse_43 * d21);
             o_j[20 * MC_W + l] = perzyna_iso_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_3 + (cse_43 * d22));
+            const real d58 = (cse_5 + (cse_43 * d22));
             o_j[21 * MC_W + l] = perzyna_iso_return_map_converged ? d58 : MC_NAN;
             const real d59 = (cse_43 * d23);
             o_j[22 * MC_W + l] = perzyna_iso_return_map_converged ? d59 : MC_NAN;
@@ -5498,7 +5498,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[26 * MC_W + l] = perzyna_iso_return_map_converged ? d63 : MC_NAN;
             const real d64 = (cse_43 * d28);
             o_j[27 * MC_W + l] = perzyna_iso_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_3 + (cse_43 * d29));
+            const real d65 = (cse_5 + (cse_43 * d29));
             o_j[28 * MC_W + l] = perzyna_iso_return_map_converged ? d65 : MC_NAN;
             const real d66 = (cse_43 * d30);
             o_j[29 * MC_W + l] = perzyna_iso_return_map_converged ? d66 : MC_NAN;
@@ -5512,7 +5512,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? d70 : MC_NAN;
             const real d71 = (cse_43 * d35);
             o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_3 + (cse_43 * d36));
+            const real d72 = (cse_5 + (cse_43 * d36));
             o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? d72 : MC_NAN;
             const real cse_250 = (cse_123 * state_internal_gamma_rate);
             const real cse_251 = (cse_125 * cse_250);
@@ -5724,13 +5724,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d126 = (mc_ls2_B + 53 * MC_W)[l];
             const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
-            const real cse_2 = v_cse_2[l];
+            const real cse_4 = v_cse_4[l];
             const real cse_0 = v_cse_0[l];
-            const real cse_5 = v_cse_5[l];
-            const real cse_6 = v_cse_6[l];
+            const real cse_1 = v_cse_1[l];
+            const real cse_2 = v_cse_2[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_80 = v_cse_80[l];
-            const real cse_3 = v_cse_3[l];
+            const real cse_5 = v_cse_5[l];
             const real cse_10 = v_cse_10[l];
             const real cse_8 = v_cse_8[l];
             const real cse_16 = v_cse_16[l];
@@ -5968,27 +5968,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d180 = (cse_43 * d126);
             o_j[209 * MC_W + l] = perzyna_iso_return_map_converged ? d180 : MC_NAN;
             const real cse_73 = (cse_11 * cse_7);
-            const real cse_74 = (cse_2 * cse_73);
-            const real cse_75 = (cse_74 + (cse_0 * cse_2));
-            const real cse_77 = (cse_74 + (cse_2 * cse_5));
-            const real cse_78 = (cse_74 + (cse_2 * cse_6));
+            const real cse_74 = (cse_4 * cse_73);
+            const real cse_75 = (cse_74 + (cse_0 * cse_4));
+            const real cse_77 = (cse_74 + (cse_1 * cse_4));
+            const real cse_78 = (cse_74 + (cse_2 * cse_4));
             const real cse_81 = (p_E * cse_80);
             const real cse_82 = (cse_0 * cse_81);
-            const real cse_83 = (cse_3 * cse_7);
+            const real cse_83 = (cse_5 * cse_7);
             const real cse_84 = (cse_10 * cse_83);
             const real cse_85 = (cse_73 * cse_81);
             const real cse_86 = (-cse_85);
             const real cse_87 = (cse_10 * cse_10);
             const real cse_88 = (cse_8 * cse_83 * cse_87);
-            const real cse_91 = (cse_5 * cse_81);
-            const real cse_92 = (cse_6 * cse_81);
+            const real cse_91 = (cse_1 * cse_81);
+            const real cse_92 = (cse_2 * cse_81);
             const real cse_93 = (cse_16 * cse_81);
             const real cse_94 = (cse_18 * cse_81);
             const real cse_95 = (cse_20 * cse_81);
             const real cse_252 = (cse_148 * cse_81);
             const real cse_253 = (cse_109 * cse_199);
             const real cse_254 = (cse_148 * cse_253);
-            const real cse_255 = (cse_85 - (p_E * cse_10 * cse_2 * cse_7) - (((real)2.0) * p_E * p_nu * cse_2 * cse_7 * cse_87));
+            const real cse_255 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_87));
             const real cse_256 = (-cse_255 - cse_82);
             const real cse_257 = (-cse_255 - cse_92);
             const real cse_258 = (-cse_255 - cse_91);
@@ -6000,7 +6000,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_273 = (cse_146 * cse_75);
             const real cse_274 = (cse_163 * cse_77);
             const real cse_275 = (cse_174 * cse_78);
-            const real cse_276 = (cse_2 * cse_2 * cse_2 * cse_2);
+            const real cse_276 = (cse_4 * cse_4 * cse_4 * cse_4);
             const real cse_277 = (cse_174 * cse_257);
             const real cse_278 = (cse_163 * cse_258);
             const real cse_279 = (cse_146 * cse_256);
@@ -6058,7 +6058,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[29 * MC_W + l] = cse_204;
             if (V & 8) mc_ls3_A[30 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[31 * MC_W + l] = (cse_205 * state_S_3);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_2)));
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_140 * (-(cse_112 * cse_272) - (cse_114 * cse_272) - (cse_182 * cse_273) - (cse_182 * cse_274) - (cse_182 * cse_275) + (cse_16 * cse_195 * cse_4)));
             if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_140 * (-(cse_182 * cse_277) - (cse_182 * cse_278) - (cse_182 * cse_279) - (cse_195 * cse_93) + (((real)8.0) * cse_112 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276) + (((real)8.0) * cse_114 * cse_123 * cse_126 * cse_16 * cse_200 * cse_276)));
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[21 * MC_W + l] = ((real)0.0);
@@ -6072,7 +6072,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[37 * MC_W + l] = cse_217;
             if (V & 8) mc_ls3_A[38 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[39 * MC_W + l] = (cse_205 * state_S_4);
-            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_2 * cse_214)));
+            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_140 * (-(cse_108 * cse_281) - (cse_114 * cse_281) - (cse_206 * cse_273) - (cse_206 * cse_274) - (cse_206 * cse_275) + (cse_18 * cse_214 * cse_4)));
             if (V & 8) mc_ls3_B[25 * MC_W + l] = (-cse_140 * (-(cse_206 * cse_277) - (cse_206 * cse_278) - (cse_206 * cse_279) - (cse_214 * cse_94) + (((real)8.0) * cse_108 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276) + (((real)8.0) * cse_114 * cse_123 * cse_126 * cse_18 * cse_200 * cse_276)));
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
@@ -6086,7 +6086,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_A[45 * MC_W + l] = (((real)1.0) - cse_227);
             if (V & 8) mc_ls3_A[46 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_A[47 * MC_W + l] = (cse_205 * state_S_5);
-            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_2 * cse_20 * cse_226)));
+            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_140 * (-(cse_108 * cse_283) - (cse_112 * cse_283) - (cse_218 * cse_273) - (cse_218 * cse_274) - (cse_218 * cse_275) + (cse_20 * cse_226 * cse_4)));
             if (V & 8) mc_ls3_B[31 * MC_W + l] = (-cse_140 * (-(cse_218 * cse_277) - (cse_218 * cse_278) - (cse_218 * cse_279) - (cse_226 * cse_95) + (((real)8.0) * cse_108 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276) + (((real)8.0) * cse_112 * cse_123 * cse_126 * cse_20 * cse_200 * cse_276)));
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
@@ -6166,7 +6166,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_77 = v_cse_77[l];
         const real cse_78 = v_cse_78[l];
         const real cse_16 = v_cse_16[l];
-        const real cse_2 = v_cse_2[l];
+        const real cse_4 = v_cse_4[l];
         const real cse_43 = v_cse_43[l];
         const real d199 = (mc_ls3_B + 18 * MC_W)[l];
         const real cse_18 = v_cse_18[l];
@@ -6360,11 +6360,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_return_map_converged ? d260 : MC_NAN;
         const real d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d182));
         if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_return_map_converged ? d261 : MC_NAN;
-        const real d262 = ((cse_16 * cse_2) + (cse_43 * d199));
+        const real d262 = ((cse_16 * cse_4) + (cse_43 * d199));
         if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_return_map_converged ? d262 : MC_NAN;
-        const real d263 = ((cse_18 * cse_2) + (cse_43 * d200));
+        const real d263 = ((cse_18 * cse_4) + (cse_43 * d200));
         if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_return_map_converged ? d263 : MC_NAN;
-        const real d264 = ((cse_2 * cse_20) + (cse_43 * d201));
+        const real d264 = ((cse_20 * cse_4) + (cse_43 * d201));
         if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_return_map_converged ? d264 : MC_NAN;
         const real d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d186));
         if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_return_map_converged ? d265 : MC_NAN;

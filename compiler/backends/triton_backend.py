@@ -262,8 +262,8 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     # values need no register afterwards. The statements are scheduled for that order
     # (modelc.passes.schedule): the outputs' statements first, then each chunk's, depth first.
     # sm_90, float64 tangent kernels: the outputs early 142-200 -> 128-180 registers; scheduled
-    # with the chunks early (and CSE's named differences), 116-172
-    # (benchmarks/results/20261125T194647Z-sm90-kernels-schedule.md).
+    # with the chunks early (and CSE's named differences), 116-168
+    # (benchmarks/results/20261125T203016Z-sm90-kernels-schedule.md).
     tangent_bit = next((v.bit for v in program.variants if v.name == "tangent"), 1)
     program = schedule(program, [syms for *_, syms in y_chunks] + [syms for _, syms in chunks], tangent_bit)
 

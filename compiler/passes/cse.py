@@ -43,28 +43,30 @@ def cse(program: Program) -> Program:
         acc |= reads(body[k], free)
     out: list[Statement] = []
     segment: list[Statement] = []  # Assigns and LinearSolves: one CSE unit (see _segment)
+    known: dict = {}  # the differences named so far (_share_differences), for the later segments
     for k, st in enumerate(body):
         if not isinstance(st, Newton):
             segment.append(st)
             continue
         if segment:
-            out += _segment(segment, (), after[k - 1], counter)[0]
+            out += _segment(segment, (), after[k - 1], counter, known)[0]
             segment = []
         # its own counter: a Newton solve comes out the same in every program that holds it
-        # (value, Jacobian, tangent), so the backends emit it once per module as a helper
-        out.append(_newton(st, Counter("ncse")))
+        # (value, Jacobian, tangent), so the backends emit it once per module as a helper; it may
+        # read the differences named before it, its own stay inside it
+        out.append(_newton(st, Counter("ncse"), dict(known)))
     if segment:
-        out += _segment(segment, (), after[len(body) - 1], counter)[0]
+        out += _segment(segment, (), after[len(body) - 1], counter, known)[0]
     new = replace(program, body=tuple(out))
     return program if _same(new.body, program.body) else new
 
 
-def _newton(st: Newton, counter: Counter) -> Newton:
+def _newton(st: Newton, counter: Counter, known: dict) -> Newton:
     n = len(st.residual)
     ns = len(st.residual_scale)
     extra = (tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
              + tuple(st.curvature))
-    body, reduced = _segment(list(st.body), extra, set(), counter)
+    body, reduced = _segment(list(st.body), extra, set(), counter, known)
     body, reduced = _hoist_invariants(body, reduced, set(st.unknowns), counter)
     residual = tuple(reduced[:n])
     jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
@@ -123,7 +125,7 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
     return out + pending, reduced
 
 
-def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
+def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, known: dict):
     """(statements, reduced extra expressions) for one straight-line segment.
 
     A segment may hold linear solves (the implicit-function theorem's ``dR/du X = -dR/dx``): they
@@ -131,7 +133,8 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     system evaluated at the solution (for A and B) and the outputs evaluated after the solve were
     two CSE units, and a tangent call of j2_voce_af computed the flow direction and its norm (a
     sqrt) twice. After the common ``cse``, each statement is placed after the last
-    solve whose solution it reads (its *level*), and before the next one."""
+    solve whose solution it reads (its *level*), and before the next one. ``known``: the
+    differences named before the segment (:func:`_share_differences`), updated with its own."""
     flat: dict[sp.Symbol, sp.Expr] = {}
     nested: dict[sp.Symbol, sp.Expr] = {}
     solves: list[LinearSolve] = []
@@ -151,15 +154,19 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     if not exprs:
         return [], []
     first = counter.n
-    replacements, reduced = _reduce(exprs, counter, differences=True)
+    named = dict(known)
+    replacements, reduced = _reduce(exprs, counter, named)
     alt = [nested[t] for t in keep] + exprs[len(keep):]
     if alt != exprs:  # some derivative's product kept whole: the cheaper of the two reductions
         after_flat, counter.n = counter.n, first
-        r_alt, red_alt = _reduce(alt, counter, differences=False)
+        named_alt = dict(known)
+        r_alt, red_alt = _reduce(alt, counter, named_alt)
         if _ops(r_alt, red_alt) < _ops(replacements, reduced):
             exprs, replacements, reduced = alt, r_alt, red_alt
+            named = named_alt
         else:
             counter.n = after_flat
+    known.update(named)
     # a kept symbol whose value is a common subexpression takes its place
     rename = {}
     free = free_symbols(exprs)  # the inlined expressions share subtrees: walk each once
@@ -178,11 +185,10 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter):
     return _place(stmts_out, solves, tail[:len(matrices)]), tail[len(matrices):]
 
 
-def _reduce(exprs: list, counter: Counter, differences: bool):
-    """``differences``: name the differences of symbols first (:func:`_share_differences`); not
-    where products are kept whole, whose sharing it would undo (it rebuilds the products it
-    touches evaluated)."""
-    differences, exprs = _share_differences(exprs, counter) if differences else ([], exprs)
+def _reduce(exprs: list, counter: Counter, differences: dict):
+    """``differences``: the differences of symbols named so far, updated with those this reduction
+    names first (:func:`_share_differences`)."""
+    differences, exprs = _share_differences(exprs, counter, differences)
     exprs = _share_powers(exprs)
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
     replacements = differences + replacements
@@ -243,7 +249,7 @@ def _share_reciprocals(replacements, reduced):
     return out, [rewrite(r) for r in reduced] if recip else reduced
 
 
-def _share_differences(exprs: list, counter: Counter) -> tuple[list, list]:
+def _share_differences(exprs: list, counter: Counter, known: dict) -> tuple[list, list]:
     """Differences of two symbols that the sums hold with opposite coefficients, named once: where
     ``c*x - c*y`` occurs (with the same ``c``) in at least two sums, or once with ``c`` other than
     +-1, ``z = x - y`` becomes a statement and each such pair of terms ``c*z``. Returns (the new
@@ -256,9 +262,13 @@ def _share_differences(exprs: list, counter: Counter) -> tuple[list, list]:
     inputs are dead once the differences are taken (a GPU kernel keeps fewer values live: issue 13).
     Pairs are chosen by how many sums hold them, most first, each symbol in one pair; rounds repeat
     while a choice is made, so differences of differences are found too (at most three rounds).
-    ``c*(x - y)`` rounds once where ``c*x - c*y`` rounded twice."""
+    ``c*(x - y)`` rounds once where ``c*x - c*y`` rounded twice.
+
+    ``known``: pair -> (its first symbol, its difference) named before (an earlier segment's,
+    before a Newton solve: the solve and what follows it read the same ``z`` instead of the inputs,
+    which then die before the solve); used wherever found, and updated with the new ones."""
     statements: list = []
-    for _ in range(3):
+    for round_ in range(3):
         counts: dict[tuple, int] = {}
         unit: set = set()  # pairs seen with a coefficient other than +-1
         seen: set = set()
@@ -281,11 +291,17 @@ def _share_differences(exprs: list, counter: Counter) -> tuple[list, list]:
                             unit.add(key)
         used: set = set()
         chosen: dict[frozenset, tuple] = {}
+        if round_ == 0:
+            for (x, y) in sorted(counts, key=lambda xy: (xy[0].name, xy[1].name)):
+                pair = known.get(frozenset((x, y)))
+                if pair is not None and x not in used and y not in used:
+                    chosen[frozenset((x, y))] = pair
+                    used |= {x, y}
         for (x, y), k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0].name, kv[0][1].name)):
             if (k >= 2 or (x, y) in unit) and x not in used and y not in used:
                 z = next(counter)
                 statements.append((z, sp.Add(x, sp.Mul(-1, y, evaluate=False), evaluate=False)))
-                chosen[frozenset((x, y))] = (x, z)
+                chosen[frozenset((x, y))] = known[frozenset((x, y))] = (x, z)
                 used |= {x, y}
         if not chosen:
             break
@@ -300,8 +316,13 @@ def _share_differences(exprs: list, counter: Counter) -> tuple[list, list]:
                 if e.is_Add:
                     args = _paired(args, chosen)
                 # a product rebuilt unevaluated (nested) hid its factors from cse: j2_linear_iso's
-                # tangent took 1922 multiplications instead of 714
-                out = (e.func(*args) if e.is_Mul else _rebuilt(e, args)) if args != e.args else e
+                # tangent took 1922 multiplications instead of 714; one kept whole stays whole
+                if args == e.args:
+                    out = e
+                elif e.is_Mul and e.func(*e.args) == e:
+                    out = e.func(*args)
+                else:
+                    out = _rebuilt(e, args)
                 if out.is_Add and len(out.args) == 1:
                     out = out.args[0]
                 memo[e] = out

@@ -244,13 +244,19 @@ def test_differences_named_once_and_values_kept():
     third = sp.Rational(4, 9)
     exprs = [third * e - third * p + a, 2 * e - 2 * p, sp.exp(3 * q - 3 * e) * a, r - a]
     counter = Counter("t")
-    stmts, out = _share_differences(exprs, counter)
+    known = {}
+    stmts, out = _share_differences(exprs, counter, known)
     targets = [t for t, _ in stmts]
     assert [sp.sympify(v) for _, v in stmts][0] == e - p  # seen twice: named first
     assert len(stmts) == 2  # e - p, and q - e (coefficient 3, seen once); r - a (unit, once) is not
     assert not out[3].free_symbols & set(targets)
     for s in out[:2]:
         assert not s.has(p)  # every e - p pair went
+    assert set(known) == {frozenset((e, p)), frozenset((q, e))}
+    # a later segment reuses the named difference, even where the pair occurs once with a unit
+    # coefficient, and names nothing new
+    again, later = _share_differences([e - p + r], counter, known)
+    assert again == [] and sp.Add(*later[0].args) == targets[0] + r
     rng = np.random.default_rng()
     for _ in range(20):
         env = {s: rng.normal() for s in (e, p, q, r, a)}
@@ -259,6 +265,19 @@ def test_differences_named_once_and_values_kept():
         for before, after in zip(exprs, out):
             want = float(before.subs(env))
             assert float(after.subs(env)) == pytest.approx(want, rel=1e-13, abs=1e-13)
+
+
+def test_difference_named_before_a_solve_serves_after_it():
+    """perzyna_iso: the strain differences eps_i - Ep_i named before the Newton solve are what the
+    code after it reads; no statement after the solve reads the strain itself."""
+    from modelc import driver
+
+    spec = driver.load_spec(Path(__file__).parents[3] / "spec" / "library.yaml")
+    program = driver.compile_model(spec, "perzyna_iso").program
+    k = next(i for i, st in enumerate(program.body) if isinstance(st, Newton))
+    for st in program.body[k + 1:]:
+        names = {s.name for s in sp.sympify(st.value).free_symbols} if isinstance(st, Assign) else set()
+        assert not {f"forces/E[{i}]" for i in range(3)} & names, st
 
 
 def test_strain_difference_shared_in_a_radial_return():
