@@ -3,19 +3,22 @@
 Input: a Program split into variants (``Program.masks``) and the *sinks* of a backend, in the order
 it wants them done: sets of symbols that it writes out together (the outputs' row, then a chunk
 of the tangent's entries, ...). Output: the same statements and masks, reordered within each
-segment (the statements between Newton solves; a Newton solve stays where it is). For each sink in
-turn (the one needing the fewest statements not yet placed; the first given on ties), the
+segment (the statements between Newton solves; a Newton solve stays where it is). Statements
+before a Newton solve that it does not need move after it first. Then, for each sink in turn, the
 statements it needs are placed depth first, the operand with the larger dependency cone first
-(Sethi-Ullman's rule, which for a tree needs the fewest registers);
-statements no sink reaches follow in their former order. Every dependency is kept: a statement is
-placed after everything it reads. Statements before a Newton solve that it does not need move
-after it first.
+(Sethi-Ullman's rule, which for a tree needs the fewest registers); statements no sink reaches
+follow in their former order. Two orders of the sinks are tried (as given; the one needing the
+fewest statements not yet placed first) and the segment's former order is the third candidate:
+the one with the fewest values of the backend's variant live at once is kept (:func:`_pressure`,
+a count, not ptxas' allocation: every change here was measured with benchmarks/gpu_kernels.py).
+Every dependency is kept: a statement is placed after everything it reads.
 
 Why: :mod:`modelc.passes.variants` orders a segment by how many variants need a statement, so a
 tangent kernel computed all 36 entries of ``dEp/dE`` before the first entry of ``dS/dE`` that reads
-them, and a GPU thread held them all (sm_90, float64 tangent kernels: 136-174 registers). Placed
-entry by entry next to the stores that read them, those values die as soon as their chunk is
-written. The order changes no arithmetic: every statement computes what it did.
+them, and a GPU thread held them all. Placed entry by entry next to the stores that read them,
+those values die as soon as their chunk is written (sm_90, float64 tangent kernels, with CSE's
+named differences: 128-180 -> 116-168 registers). The order changes no arithmetic: every
+statement computes what it did.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def schedule(program: Program, sinks: Sequence[Iterable[sp.Symbol]], bit: int) -
             out.append(body[k])
             out_masks.append(masks[k])
         start = k + 1
-    if out == body:
+    if out == list(program.body):
         return program
     return replace(program, body=tuple(out), masks=tuple(out_masks))
 
@@ -113,6 +116,9 @@ def _segment(stmts: list, masks: list[int], sinks: list[set], later: set, bit: i
 
 
 def _depth_first(roots: list[list[int]], deps, cone, size, n: int, greedy: bool) -> list[int]:
+    """The order placing each sink's statements (``roots``: its statements) depth first, the sinks
+    in the order given or (``greedy``) the one with the fewest statements not yet placed first;
+    then every statement not yet placed, in index order."""
     placed = [False] * n
     order: list[int] = []
 
