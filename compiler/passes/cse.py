@@ -269,26 +269,7 @@ def _share_differences(exprs: list, counter: Counter, known: dict) -> tuple[list
     which then die before the solve); used wherever found, and updated with the new ones."""
     statements: list = []
     for round_ in range(3):
-        counts: dict[tuple, int] = {}
-        unit: set = set()  # pairs seen with a coefficient other than +-1
-        seen: set = set()
-        stack = [sp.sympify(e) for e in exprs]
-        while stack:  # the expressions share subtrees: each distinct node once
-            e = stack.pop()
-            if e in seen or e.is_Atom or not e.args:
-                continue
-            seen.add(e)
-            stack.extend(e.args)
-            if not e.is_Add:
-                continue
-            terms = _symbol_terms(e)
-            for i, (x, cx) in enumerate(terms):
-                for y, cy in terms[i + 1:]:
-                    if cx == -cy:
-                        key = (x, y) if cx > 0 else (y, x)
-                        counts[key] = counts.get(key, 0) + 1
-                        if abs(cx) != 1:
-                            unit.add(key)
+        counts, scaled = _pair_counts(exprs)
         used: set = set()
         chosen: dict[frozenset, tuple] = {}
         if round_ == 0:
@@ -298,38 +279,70 @@ def _share_differences(exprs: list, counter: Counter, known: dict) -> tuple[list
                     chosen[frozenset((x, y))] = pair
                     used |= {x, y}
         for (x, y), k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0].name, kv[0][1].name)):
-            if (k >= 2 or (x, y) in unit) and x not in used and y not in used:
+            if (k >= 2 or (x, y) in scaled) and x not in used and y not in used:
                 z = next(counter)
                 statements.append((z, sp.Add(x, sp.Mul(-1, y, evaluate=False), evaluate=False)))
                 chosen[frozenset((x, y))] = known[frozenset((x, y))] = (x, z)
                 used |= {x, y}
         if not chosen:
             break
-        memo: dict = {}
-
-        def rewrite(e):
-            if e.is_Atom or not e.args:
-                return e
-            out = memo.get(e)
-            if out is None:
-                args = tuple(rewrite(a) for a in e.args)
-                if e.is_Add:
-                    args = _paired(args, chosen)
-                # a product rebuilt unevaluated (nested) hid its factors from cse: j2_linear_iso's
-                # tangent took 1922 multiplications instead of 714; one kept whole stays whole
-                if args == e.args:
-                    out = e
-                elif e.is_Mul and e.func(*e.args) == e:
-                    out = e.func(*args)
-                else:
-                    out = _rebuilt(e, args)
-                if out.is_Add and len(out.args) == 1:
-                    out = out.args[0]
-                memo[e] = out
-            return out
-
-        exprs = [rewrite(sp.sympify(e)) for e in exprs]
+        exprs = _with_pairs(exprs, chosen)
     return statements, exprs
+
+
+def _pair_counts(exprs: list) -> tuple[dict, set]:
+    """(pair (x, y) -> how many distinct sums hold ``c*x - c*y`` with ``c > 0``, the pairs seen with
+    a ``c`` other than 1)."""
+    counts: dict[tuple, int] = {}
+    scaled: set = set()
+    seen: set = set()
+    stack = [sp.sympify(e) for e in exprs]
+    while stack:  # the expressions share subtrees: each distinct node once
+        e = stack.pop()
+        if e in seen or e.is_Atom or not e.args:
+            continue
+        seen.add(e)
+        stack.extend(e.args)
+        if not e.is_Add:
+            continue
+        terms = _symbol_terms(e)
+        for i, (x, cx) in enumerate(terms):
+            for y, cy in terms[i + 1:]:
+                if cx == -cy:
+                    key = (x, y) if cx > 0 else (y, x)
+                    counts[key] = counts.get(key, 0) + 1
+                    if abs(cx) != 1:
+                        scaled.add(key)
+    return counts, scaled
+
+
+def _with_pairs(exprs: list, chosen: dict) -> list:
+    """``exprs`` with every chosen pair of terms ``c*x - c*y`` written ``c*z`` (:func:`_paired`). A
+    product rebuilt unevaluated (nested) hid its factors from ``cse`` (j2_linear_iso's tangent took
+    1922 multiplications instead of 714), so one that was evaluated is rebuilt evaluated; one kept
+    whole (unevaluated, :func:`_inline_products`) stays whole."""
+    memo: dict = {}
+
+    def rewrite(e):
+        if e.is_Atom or not e.args:
+            return e
+        out = memo.get(e)
+        if out is None:
+            args = tuple(rewrite(a) for a in e.args)
+            if e.is_Add:
+                args = _paired(args, chosen)
+            if args == e.args:
+                out = e
+            elif e.is_Mul and e.func(*e.args) == e:
+                out = e.func(*args)
+            else:
+                out = _rebuilt(e, args)
+            if out.is_Add and len(out.args) == 1:
+                out = out.args[0]
+            memo[e] = out
+        return out
+
+    return [rewrite(sp.sympify(e)) for e in exprs]
 
 
 def _symbol_terms(add) -> list[tuple]:
