@@ -277,12 +277,12 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
             store_outputs(start, es)
         else:
             after.setdefault(last, []).append(lambda start=start, es=es: store_outputs(start, es))
-    early, late = set(), []  # variants stored chunk by chunk; chunks of constants only (stored last)
+    early: dict[str, list] = {}  # variant stored chunk by chunk -> its chunks of constants only (stored last)
     for (v, start, es), syms in chunks:
         k = last_writer(syms)
-        early.add(v.name)
+        early.setdefault(v.name, [])
         if k is None:
-            late.append((v, start, es))
+            early[v.name].append((start, es))
             continue
 
         def store_chunk(v=v, start=start, es=es):
@@ -294,7 +294,7 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         after.setdefault(k, []).append(store_chunk)
     em.guarded(program, {k: (lambda fs=fs: [f() for f in fs]) for k, fs in after.items()})
     for group in groups:
-        if group[0][0].name in early and not any(v.name == group[0][0].name for v, _, _ in late):
+        if early.get(group[0][0].name) == []:  # every chunk already stored
             continue
         names = ", ".join(v.name for v, _, _ in group)
         em.line(f"if V & {sum(v.bit for v, _, _ in group)}:  # {names}")
@@ -313,9 +313,8 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
                 em.depth += 1
             if len(group) == 1:
                 if v.name in early:  # chunks stored as computed; those of constants only here
-                    for w, start, es in late:
-                        if w.name == v.name:
-                            rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
+                    for start, es in early[v.name]:
+                        rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
                 else:
                     rows.store("J", "j_stride", [block(e) for _, e in entries])
             elif k == 0:  # rows of this variant's width, or of the widest when that is the one asked for

@@ -111,8 +111,7 @@ def _segment(stmts: list, masks: list[int], sinks: list[set], later: set, bit: i
     candidates = [list(range(n)), _depth_first(roots, deps, cone, size, n, greedy=False),
                   _depth_first(roots, deps, cone, size, n, greedy=True)]
     active = [bool(m & bit) for m in masks]
-    stores = [set(sink) for sink in sinks]
-    return min(candidates, key=lambda order: _pressure(order, rd, wr, active, stores, later))
+    return min(candidates, key=lambda order: _pressure(order, rd, wr, active, sinks, later))
 
 
 def _depth_first(roots: list[list[int]], deps, cone, size, n: int, greedy: bool) -> list[int]:
