@@ -53,49 +53,52 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     # parameters: column views of P ((1, np) shared or (B, np) per point)
     p_E = P[:, 0]
     p_nu = P[:, 1]
-    cse_0 = (1.0 + p_nu)
-    cse_1 = (1.0 / cse_0)
-    d1 = (p_E * cse_1)
-    cse_3 = (forces_E_0 + forces_E_1 + forces_E_2)
-    cse_4 = (1.0 - (2.0 * p_nu))
-    cse_5 = (1.0 / cse_4)
-    cse_6 = (p_nu * cse_5)
-    d2 = (cse_6 * d1)
-    cse_8 = (cse_3 * d2)
-    state_S_0 = (cse_8 + (d1 * forces_E_0))
-    state_S_1 = (cse_8 + (d1 * forces_E_1))
-    state_S_2 = (cse_8 + (d1 * forces_E_2))
+    cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
+    cse_1 = (2.0 * p_nu)
+    cse_2 = (1.0 - cse_1)
+    cse_3 = (1.0 / cse_2)
+    cse_4 = (p_nu * cse_3)
+    cse_5 = (cse_0 * cse_4)
+    cse_6 = (cse_5 + forces_E_0)
+    cse_7 = (1.0 + p_nu)
+    cse_8 = (1.0 / cse_7)
+    d1 = (p_E * cse_8)
+    cse_10 = (cse_5 + forces_E_1)
+    cse_11 = (cse_5 + forces_E_2)
+    state_S_0 = (cse_6 * d1)
+    state_S_1 = (cse_10 * d1)
+    state_S_2 = (cse_11 * d1)
     state_S_3 = (d1 * forces_E_3)
     state_S_4 = (d1 * forces_E_4)
     state_S_5 = (d1 * forces_E_5)
     if V & 14:  # tangent, jacobian, total
-        d3 = (d2 + d1)
-        d4 = d2
-        d5 = d2
-        d6 = d3
-        d7 = d2
-        d8 = d2
-        d9 = d2
-        d10 = d3
+        d2 = (d1 * (1.0 + cse_4))
+        d3 = (cse_4 * d1)
+        d4 = d3
+        d5 = d3
+        d6 = d2
+        d7 = d3
+        d8 = d3
+        d9 = d3
+        d10 = d2
         d11 = d1
         d12 = d1
     if V & 8:  # total
-        cse_10 = (cse_3 * cse_6)
-        cse_11 = (cse_1 * cse_10)
-        cse_12 = (p_E * (cse_1 * cse_1))
-        cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (2.0 * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)))
-        d13 = (cse_11 + (cse_1 * forces_E_0))
-        d14 = (cse_11 + (cse_1 * forces_E_1))
-        d15 = (cse_11 + (cse_1 * forces_E_2))
-        d16 = (cse_1 * forces_E_3)
-        d17 = (cse_1 * forces_E_4)
-        d18 = (cse_1 * forces_E_5)
-        d19 = (-cse_13 - (cse_12 * forces_E_0))
-        d20 = (-cse_13 - (cse_12 * forces_E_1))
-        d21 = (-cse_13 - (cse_12 * forces_E_2))
-        d22 = (-cse_12 * forces_E_3)
-        d23 = (-cse_12 * forces_E_4)
-        d24 = (-cse_12 * forces_E_5)
+        cse_14 = (cse_8 * cse_8)
+        cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
+        cse_16 = (p_E * cse_14)
+        d13 = (cse_6 * cse_8)
+        d14 = (cse_10 * cse_8)
+        d15 = (cse_11 * cse_8)
+        d16 = (cse_8 * forces_E_3)
+        d17 = (cse_8 * forces_E_4)
+        d18 = (cse_8 * forces_E_5)
+        d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)))
+        d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)))
+        d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)))
+        d22 = (-cse_16 * forces_E_3)
+        d23 = (-cse_16 * forces_E_4)
+        d24 = (-cse_16 * forces_E_5)
     # outputs
     Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
     Y[:, 0] = state_S_0
@@ -108,8 +111,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d3
-        J[:, 0, 1] = d2
+        J[:, 0, 0] = d2
+        J[:, 0, 1] = d3
         J[:, 0, 2] = d4
         J[:, 1, 0] = d5
         J[:, 1, 1] = d6
@@ -123,8 +126,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((6, 6) if V == 4 else (6, 8))), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d3
-        J[:, 0, 1] = d2
+        J[:, 0, 0] = d2
+        J[:, 0, 1] = d3
         J[:, 0, 2] = d4
         J[:, 1, 0] = d5
         J[:, 1, 1] = d6
@@ -213,106 +216,109 @@ if triton is not None:
         _t19, _t20 = tl.split(_t18)
         p_E = _t19
         p_nu = _t20
-        cse_0 = (K0 + p_nu)
-        cse_1 = (K0 / cse_0)
-        d1 = (p_E * cse_1)
+        cse_7 = (K0 + p_nu)
+        cse_8 = (K0 / cse_7)
+        d1 = (p_E * cse_8)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
             _j22 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j23 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j24 = tl.join(_j22, _j23)
             tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_4 = (K0 - (K2 * p_nu))
-        cse_5 = (K0 / cse_4)
-        cse_6 = (p_nu * cse_5)
-        d2 = (cse_6 * d1)
-        cse_3 = (forces_E_0 + forces_E_1 + forces_E_2)
-        cse_8 = (cse_3 * d2)
-        state_S_0 = (cse_8 + (d1 * forces_E_0))
-        state_S_1 = (cse_8 + (d1 * forces_E_1))
-        state_S_2 = (cse_8 + (d1 * forces_E_2))
-        state_S_3 = (d1 * forces_E_3)
-        # outputs 0 .. 3
-        _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j26 = tl.join(state_S_0, state_S_2)
-        _j27 = tl.join(state_S_1, state_S_3)
-        _j28 = tl.join(_j26, _j27)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            d2 = d1
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j26 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j27 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j28 = tl.join(_j26, _j27)
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            d3 = d1
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            _zero29 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j30 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j31 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
+            _j32 = tl.join(_j30, _j31)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j32, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
         # outputs 4 .. 5
-        _zero29 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j30 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j30, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        _zero33 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j34 = tl.join(state_S_4, state_S_5)
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j34, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        cse_1 = (K2 * p_nu)
+        cse_2 = (K0 - cse_1)
+        cse_3 = (K0 / cse_2)
+        cse_4 = (p_nu * cse_3)
         if V & 14:  # tangent, jacobian, total
-            d3 = (d2 + d1)
-            d4 = d2
-        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _zero31 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j32 = tl.join(d3, d4)
-            _j33 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j34 = tl.join(_j32, _j33)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j34, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            d5 = d2
-            d6 = d3
-        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j36 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
-            _j37 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
-            _j38 = tl.join(_j36, _j37)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            d7 = d2
+            d4 = (cse_4 * d1)
+            d5 = d4
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
+            _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j36 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j37 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j38 = tl.join(_j36, _j37)
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            d6 = (d1 * (K0 + cse_4))
+            d7 = d4
+        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j40 = tl.join(d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j41 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j40 = tl.join(d6, d7)
+            _j41 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j42 = tl.join(_j40, _j41)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d8 = d2
-            d9 = d2
-            d10 = d3
-        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
+            d8 = d4
+            d9 = d6
+        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j44 = tl.join(d8, d10)
-            _j45 = tl.join(d9, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j44 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
+            _j45 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
             _j46 = tl.join(_j44, _j45)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            d11 = d1
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            d10 = d4
+            d11 = d4
+            d12 = d6
+        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j48 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j49 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j48 = tl.join(d10, d12)
+            _j49 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j50 = tl.join(_j48, _j49)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            d12 = d1
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j52 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j53 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
-            _j54 = tl.join(_j52, _j53)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
+        cse_5 = (cse_0 * cse_4)
+        cse_6 = (cse_5 + forces_E_0)
+        state_S_0 = (cse_6 * d1)
+        cse_10 = (cse_5 + forces_E_1)
+        state_S_1 = (cse_10 * d1)
+        cse_11 = (cse_5 + forces_E_2)
+        state_S_2 = (cse_11 * d1)
+        state_S_3 = (d1 * forces_E_3)
+        # outputs 0 .. 3
+        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j52 = tl.join(state_S_0, state_S_2)
+        _j53 = tl.join(state_S_1, state_S_3)
+        _j54 = tl.join(_j52, _j53)
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 8:  # total
-            cse_10 = (cse_3 * cse_6)
-            cse_11 = (cse_1 * cse_10)
-            cse_12 = (p_E * (cse_1 * cse_1))
-            cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (K2 * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)))
-            d13 = (cse_11 + (cse_1 * forces_E_0))
-            d14 = (cse_11 + (cse_1 * forces_E_1))
-            d15 = (cse_11 + (cse_1 * forces_E_2))
-            d16 = (cse_1 * forces_E_3)
-            d17 = (cse_1 * forces_E_4)
-            d18 = (cse_1 * forces_E_5)
-            d19 = (-cse_13 - (cse_12 * forces_E_0))
-            d20 = (-cse_13 - (cse_12 * forces_E_1))
-            d21 = (-cse_13 - (cse_12 * forces_E_2))
-            d22 = (-cse_12 * forces_E_3)
-            d23 = (-cse_12 * forces_E_4)
-            d24 = (-cse_12 * forces_E_5)
+            cse_14 = (cse_8 * cse_8)
+            cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
+            cse_16 = (p_E * cse_14)
+            d13 = (cse_6 * cse_8)
+            d14 = (cse_10 * cse_8)
+            d15 = (cse_11 * cse_8)
+            d16 = (cse_8 * forces_E_3)
+            d17 = (cse_8 * forces_E_4)
+            d18 = (cse_8 * forces_E_5)
+            d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)))
+            d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)))
+            d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)))
+            d22 = (-cse_16 * forces_E_3)
+            d23 = (-cse_16 * forces_E_4)
+            d24 = (-cse_16 * forces_E_5)
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
             _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -328,26 +334,26 @@ if triton is not None:
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j64 = tl.join(d3, d4)
-            _j65 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j64 = tl.join(d6, d7)
+            _j65 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j66 = tl.join(_j64, _j65)
             _k67 = tl.arange(0, 4)[None, :]
             tl.store(J + row[:, None] * j_stride + _k67 + (_k67 // 6) * (2 * (V // 8)), tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero68 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j69 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d5)
-            _j70 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d6)
+            _j69 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
+            _j70 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
             _j71 = tl.join(_j69, _j70)
             _k72 = tl.arange(0, 4)[None, :] + 4
             tl.store(J + row[:, None] * j_stride + _k72 + (_k72 // 6) * (2 * (V // 8)), tl.reshape(_j71, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero73 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j74 = tl.join(d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j74 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j75 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j76 = tl.join(_j74, _j75)
             _k77 = tl.arange(0, 4)[None, :] + 8
             tl.store(J + row[:, None] * j_stride + _k77 + (_k77 // 6) * (2 * (V // 8)), tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero78 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j79 = tl.join(d8, d10)
-            _j80 = tl.join(d9, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j79 = tl.join(d10, d12)
+            _j80 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j81 = tl.join(_j79, _j80)
             _k82 = tl.arange(0, 4)[None, :] + 12
             tl.store(J + row[:, None] * j_stride + _k82 + (_k82 // 6) * (2 * (V // 8)), tl.reshape(_j81, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -370,14 +376,14 @@ if triton is not None:
             _k97 = tl.arange(0, 4)[None, :] + 24
             tl.store(J + row[:, None] * j_stride + _k97 + (_k97 // 6) * (2 * (V // 8)), tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero98 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j99 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j99 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j100 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j101 = tl.join(_j99, _j100)
             _k102 = tl.arange(0, 4)[None, :] + 28
             tl.store(J + row[:, None] * j_stride + _k102 + (_k102 // 6) * (2 * (V // 8)), tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero103 = tl.zeros([BLOCK], dtype=DTYPE)
             _j104 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j105 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d12)
+            _j105 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
             _j106 = tl.join(_j104, _j105)
             _k107 = tl.arange(0, 4)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k107 + (_k107 // 6) * (2 * (V // 8)), tl.reshape(_j106, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -839,30 +845,32 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real o_y[6 * MC_W];
     real o_j[24 * MC_W];
     MC_SIMD MC_LANES {
-        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real forces_E_1 = (v_x0 + 1 * MC_W)[l];
         const real forces_E_2 = (v_x0 + 2 * MC_W)[l];
+        const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
+        const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real forces_E_4 = (v_x0 + 4 * MC_W)[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
-        const real cse_0 = (((real)1.0) + p_nu);
-        const real cse_1 = (((real)1.0) / cse_0);
-        const real d1 = (p_E * cse_1);
+        const real cse_0 = (forces_E_0 + forces_E_1 + forces_E_2);
+        const real cse_1 = (((real)2.0) * p_nu);
+        const real cse_2 = (((real)1.0) - cse_1);
+        const real cse_3 = (((real)1.0) / cse_2);
+        const real cse_4 = (p_nu * cse_3);
+        const real cse_5 = (cse_0 * cse_4);
+        const real cse_6 = (cse_5 + forces_E_0);
+        const real cse_7 = (((real)1.0) + p_nu);
+        const real cse_8 = (((real)1.0) / cse_7);
+        const real d1 = (p_E * cse_8);
         if (V & 14) o_j[9 * MC_W + l] = d1;
-        const real cse_3 = (forces_E_0 + forces_E_1 + forces_E_2);
-        const real cse_4 = (((real)1.0) - (((real)2.0) * p_nu));
-        const real cse_5 = (((real)1.0) / cse_4);
-        const real cse_6 = (p_nu * cse_5);
-        const real d2 = (cse_6 * d1);
-        if (V & 14) o_j[1 * MC_W + l] = d2;
-        const real cse_8 = (cse_3 * d2);
-        const real state_S_0 = (cse_8 + (d1 * forces_E_0));
+        const real cse_10 = (cse_5 + forces_E_1);
+        const real cse_11 = (cse_5 + forces_E_2);
+        const real state_S_0 = (cse_6 * d1);
         o_y[0 * MC_W + l] = state_S_0;
-        const real state_S_1 = (cse_8 + (d1 * forces_E_1));
+        const real state_S_1 = (cse_10 * d1);
         o_y[1 * MC_W + l] = state_S_1;
-        const real state_S_2 = (cse_8 + (d1 * forces_E_2));
+        const real state_S_2 = (cse_11 * d1);
         o_y[2 * MC_W + l] = state_S_2;
         const real state_S_3 = (d1 * forces_E_3);
         o_y[3 * MC_W + l] = state_S_3;
@@ -870,53 +878,54 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[4 * MC_W + l] = state_S_4;
         const real state_S_5 = (d1 * forces_E_5);
         o_y[5 * MC_W + l] = state_S_5;
-        const real d3 = (d2 + d1);
-        if (V & 14) o_j[0 * MC_W + l] = d3;
-        const real d4 = d2;
+        const real d2 = (d1 * (((real)1.0) + cse_4));
+        if (V & 14) o_j[0 * MC_W + l] = d2;
+        const real d3 = (cse_4 * d1);
+        if (V & 14) o_j[1 * MC_W + l] = d3;
+        const real d4 = d3;
         if (V & 14) o_j[2 * MC_W + l] = d4;
-        const real d5 = d2;
+        const real d5 = d3;
         if (V & 14) o_j[3 * MC_W + l] = d5;
-        const real d6 = d3;
+        const real d6 = d2;
         if (V & 14) o_j[4 * MC_W + l] = d6;
-        const real d7 = d2;
+        const real d7 = d3;
         if (V & 14) o_j[5 * MC_W + l] = d7;
-        const real d8 = d2;
+        const real d8 = d3;
         if (V & 14) o_j[6 * MC_W + l] = d8;
-        const real d9 = d2;
+        const real d9 = d3;
         if (V & 14) o_j[7 * MC_W + l] = d9;
-        const real d10 = d3;
+        const real d10 = d2;
         if (V & 14) o_j[8 * MC_W + l] = d10;
         const real d11 = d1;
         if (V & 14) o_j[10 * MC_W + l] = d11;
         const real d12 = d1;
         if (V & 14) o_j[11 * MC_W + l] = d12;
-        const real cse_10 = (cse_3 * cse_6);
-        const real cse_11 = (cse_1 * cse_10);
-        const real cse_12 = (p_E * (cse_1 * cse_1));
-        const real cse_13 = ((cse_10 * cse_12) - (p_E * cse_1 * cse_3 * cse_5) - (((real)2.0) * p_E * p_nu * cse_1 * cse_3 * (cse_5 * cse_5)));
-        const real d13 = (cse_11 + (cse_1 * forces_E_0));
+        const real cse_14 = (cse_8 * cse_8);
+        const real cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)));
+        const real cse_16 = (p_E * cse_14);
+        const real d13 = (cse_6 * cse_8);
         if (V & 8) o_j[12 * MC_W + l] = d13;
-        const real d14 = (cse_11 + (cse_1 * forces_E_1));
+        const real d14 = (cse_10 * cse_8);
         if (V & 8) o_j[14 * MC_W + l] = d14;
-        const real d15 = (cse_11 + (cse_1 * forces_E_2));
+        const real d15 = (cse_11 * cse_8);
         if (V & 8) o_j[16 * MC_W + l] = d15;
-        const real d16 = (cse_1 * forces_E_3);
+        const real d16 = (cse_8 * forces_E_3);
         if (V & 8) o_j[18 * MC_W + l] = d16;
-        const real d17 = (cse_1 * forces_E_4);
+        const real d17 = (cse_8 * forces_E_4);
         if (V & 8) o_j[20 * MC_W + l] = d17;
-        const real d18 = (cse_1 * forces_E_5);
+        const real d18 = (cse_8 * forces_E_5);
         if (V & 8) o_j[22 * MC_W + l] = d18;
-        const real d19 = (-cse_13 - (cse_12 * forces_E_0));
+        const real d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)));
         if (V & 8) o_j[13 * MC_W + l] = d19;
-        const real d20 = (-cse_13 - (cse_12 * forces_E_1));
+        const real d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)));
         if (V & 8) o_j[15 * MC_W + l] = d20;
-        const real d21 = (-cse_13 - (cse_12 * forces_E_2));
+        const real d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)));
         if (V & 8) o_j[17 * MC_W + l] = d21;
-        const real d22 = (-cse_12 * forces_E_3);
+        const real d22 = (-cse_16 * forces_E_3);
         if (V & 8) o_j[19 * MC_W + l] = d22;
-        const real d23 = (-cse_12 * forces_E_4);
+        const real d23 = (-cse_16 * forces_E_4);
         if (V & 8) o_j[21 * MC_W + l] = d23;
-        const real d24 = (-cse_12 * forces_E_5);
+        const real d24 = (-cse_16 * forces_E_5);
         if (V & 8) o_j[23 * MC_W + l] = d24;
     }
     static const int16_t jt1[24][3] = {

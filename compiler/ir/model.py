@@ -153,11 +153,17 @@ class Partial:
     Sharpened by ``passes.differentiate``: a composed model's partials hold the total derivative of
     *every* variable its sub-models provide (outputs and intermediates) w.r.t. its inputs, in
     evaluation order; an implicit model's are the symbols ``d(u)/d(x)@model`` that lowering assigns
-    with a LinearSolve (see ``passes.symbols`` for the naming)."""
+    with a LinearSolve (see ``passes.symbols`` for the naming).
+
+    ``traceless``: ``of`` is a symmetric tensor (SR2, Mandel) whose trace does not depend on
+    ``wrt`` — rows 0-2 (the diagonal) sum to zero in every column, e.g. a plastic strain's
+    increment along a deviatoric flow direction (set by ``passes.differentiate``, which uses it to
+    drop the trace terms of the chain rule)."""
 
     of: str
     wrt: str
     block: tuple[tuple[sp.Expr, ...], ...]
+    traceless: bool = False
 
 
 @dataclass(frozen=True, slots=True)

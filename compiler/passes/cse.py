@@ -154,18 +154,19 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, kno
     if not exprs:
         return [], []
     first = counter.n
-    named = dict(known)
-    replacements, reduced = _reduce(exprs, counter, named)
     alt = [nested[t] for t in keep] + exprs[len(keep):]
-    if alt != exprs:  # some derivative's product kept whole: the cheaper of the two reductions
-        after_flat, counter.n = counter.n, first
-        named_alt = dict(known)
-        r_alt, red_alt = _reduce(alt, counter, named_alt)
-        if _ops(r_alt, red_alt) < _ops(replacements, reduced):
-            exprs, replacements, reduced = alt, r_alt, red_alt
-            named = named_alt
-        else:
-            counter.n = after_flat
+    best = None
+    tries = [(c, False) for c in ([exprs, alt] if alt != exprs else [exprs])]
+    tries.append((None, True))  # the cheaper of the two, with common factors taken out of sums
+    for candidate, factor in tries:
+        candidate = best[1] if candidate is None else candidate
+        counter.n = first
+        named_c = dict(known)
+        r, red = _reduce(candidate, counter, named_c, factor)
+        ops = _ops(r, red)
+        if best is None or ops < best[0]:
+            best = (ops, candidate, r, red, named_c, counter.n)
+    _, exprs, replacements, reduced, named, counter.n = best
     known.update(named)
     # a kept symbol whose value is a common subexpression takes its place
     rename = {}
@@ -185,10 +186,12 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, kno
     return _place(stmts_out, solves, tail[:len(matrices)]), tail[len(matrices):]
 
 
-def _reduce(exprs: list, counter: Counter, differences: dict):
+def _reduce(exprs: list, counter: Counter, differences: dict, factor: bool = False):
     """``differences``: the differences of symbols named so far, updated with those this reduction
     names first (:func:`_share_differences`)."""
     differences, exprs = _share_differences(exprs, counter, differences)
+    if factor:
+        exprs = _factor_sums(exprs)
     exprs = _share_powers(exprs)
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
     replacements = differences + replacements
@@ -376,6 +379,57 @@ def _paired(args: tuple, chosen: dict) -> tuple:
     if not drop:
         return args
     return tuple(put.get(i, a) for i, a in enumerate(args) if i not in drop or i in put)
+
+
+def _factor_sums(exprs: list) -> list:
+    """Common factors of a sum's terms taken out: ``a*x + a*y + z`` becomes ``a*(x + y) + z``.
+    Greedy, by the factor most terms share (ties: the first met, in the sum's canonical order),
+    then again inside the bracket and over the remaining terms. Only whole non-numeric factors
+    count (``a`` in ``2*a*x``; ``a**2`` and ``a`` are different factors).
+
+    The chain rule and the product rule leave sums like ``H/|s|*c_i - m/|s|**2*c_i`` in every entry
+    of a tangent (the derivative of ``macaulay(f)/|s|``, times a different ``c_i`` per entry):
+    factored, each entry is ``c_i*(H/|s| - m/|s|**2)`` and ``cse`` shares the bracket, one
+    multiplication per entry instead of two and a subtraction."""
+    memo: dict = {}
+
+    def factors(t) -> list:
+        return [a for a in sp.Mul.make_args(t) if not a.is_Number]
+
+    def group(terms: list):
+        if len(terms) < 2:
+            return sp.Add(*terms)
+        count: dict = {}
+        for t in terms:
+            for f in factors(t):
+                count[f] = count.get(f, 0) + 1
+        best = max(count.values(), default=0)
+        if best < 2:
+            return sp.Add(*terms)
+        f = next(f for f, k in count.items() if k == best)  # the first met (dicts keep order)
+        inner = [t for t in terms if f in factors(t)]
+        rest = [t for t in terms if f not in factors(t)]
+        bracket = group([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f]) for t in inner])
+        return sp.Add(sp.Mul(f, bracket), group(rest)) if rest else sp.Mul(f, bracket)
+
+    def rewrite(e):
+        if e.is_Atom or not e.args:
+            return e
+        out = memo.get(e)
+        if out is None:
+            args = tuple(rewrite(a) for a in e.args)
+            if e.is_Add:
+                out = group(list(args))
+            elif args == e.args:
+                out = e
+            elif e.is_Mul and e.func(*e.args) == e:
+                out = e.func(*args)
+            else:
+                out = _rebuilt(e, args)
+            memo[e] = out
+        return out
+
+    return [rewrite(sp.sympify(e)) for e in exprs]
 
 
 def _share_powers(exprs: list) -> list:

@@ -77,14 +77,32 @@ def _leaf(model: Model) -> Model:
         comps = [sp.sympify(c) for c in eq.components]
         frees = [free(c) for c in comps]
         every = free.union(comps)
+        trace = _trace_reads(eq.var, comps)
         for x in differentiable(model):
             if not every & set(x.symbols):
                 continue
             block = tuple(tuple(_diff(diffs, s, free)(c) if s in fc else sp.S.Zero for s in x.symbols)
                           for c, fc in zip(comps, frees))
             if any(e != 0 for row in block for e in row):
-                partials.append(Partial(eq.var.name, x.name, block))
+                traceless = trace is not None and not trace & set(x.symbols)
+                partials.append(Partial(eq.var.name, x.name, block, traceless))
     return _done(model, tuple(partials))
+
+
+_TRACE_OPS = 2000  # larger traces are not expanded (bounds the time expand may take)
+
+
+def _trace_reads(var: Variable, comps: list) -> set | None:
+    """The symbols the trace of an SR2 output reads once expanded (None: not an SR2, or too large to
+    expand). ``Ep = old(Ep) + dgamma*s/|s|`` with ``s = 2*G*dev(eps - old(Ep))``: the trace reads
+    ``old(Ep)`` only, so d Ep / d eps and d Ep / d dgamma are traceless. ``expand`` may miss a
+    cancellation (the partial is then not marked: safe), never invent one."""
+    if var.type.name != "SR2":
+        return None
+    tr = sp.Add(*comps[:3])
+    if sp.count_ops(tr) > _TRACE_OPS:
+        return None
+    return sp.expand(tr).free_symbols
 
 
 def _diff(diffs: dict, s: sp.Symbol, free: FreeSymbols) -> Diff:
@@ -100,6 +118,7 @@ def _composed(model: Model) -> Model:
     xs = differentiable(model)
     inputs = {x.name: x for x in xs}
     totals: dict[tuple[str, str], Block] = {}  # (v, x) -> refs of T(v, x) entries
+    traceless: set[tuple[str, str]] = set()  # the (v, x) whose T(v, x) is traceless
     partials = []
     for s in subs:
         by_out: dict[str, list[Partial]] = {}
@@ -109,19 +128,48 @@ def _composed(model: Model) -> Model:
         for o in s.outputs:
             for x in xs:
                 acc = None
+                flags = []
                 for p in by_out.get(o.name, ()):
                     if p.wrt == x.name:
                         term = _refs(s.name, o, svars[p.wrt], p.block)
                     elif (p.wrt, x.name) in totals:
-                        term = _matmul(_refs(s.name, o, svars[p.wrt], p.block), totals[(p.wrt, x.name)])
+                        refs = _refs(s.name, o, svars[p.wrt], p.block)
+                        if (p.wrt, x.name) in traceless:
+                            refs = _without_trace(refs, p.block)
+                        term = _matmul(refs, totals[(p.wrt, x.name)])
                     else:
                         continue
+                    flags.append(p.traceless)
                     acc = term if acc is None else _add(acc, term)
                 if acc is None or all(e == 0 for row in acc for e in row):
                     continue
-                partials.append(Partial(o.name, x.name, acc))
+                flat = all(flags) and o.type.name == "SR2"
+                partials.append(Partial(o.name, x.name, acc, flat))
                 totals[(o.name, x.name)] = _refs(model.name, o, inputs[x.name], acc)
+                if flat:
+                    traceless.add((o.name, x.name))
     return _done(model, tuple(partials), subs)
+
+
+def _without_trace(refs: Block, block: Block) -> Block:
+    """P(o, v) for a product P(o, v) T(v, x) whose T(v, x) is traceless (its rows 0-2 sum to zero in
+    every column): any multiple of (1, 1, 1, 0, 0, 0) can be taken from a row of P without changing
+    the product. Each row takes away the value that most of its first three entries hold (at least
+    two, nonzero), which zeroes them: the elasticity's P(S, Ep) rows (-lambda - 2G, -lambda, -lambda)
+    become (-2G, 0, 0), and the tangent loses lambda * tr(dEp/deps) (zero, computed in 18 products
+    and as many sums). ``refs``: the entries as the chain rule refers to them; ``block``: their values
+    (compared for equality)."""
+    out = []
+    for ref_row, row in zip(refs, block):
+        vals = [sp.sympify(e) for e in row[:3]]
+        common = [v for v in vals if v != 0 and vals.count(v) >= 2]
+        if len(row) < 3 or not common:
+            out.append(ref_row)
+            continue
+        m = vals.index(common[0])
+        head = tuple(sp.S.Zero if v == common[0] else ref_row[k] - ref_row[m] for k, v in enumerate(vals))
+        out.append(head + tuple(ref_row[3:]))
+    return tuple(out)
 
 
 def _implicit(model: Model) -> Model:

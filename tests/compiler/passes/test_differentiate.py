@@ -173,3 +173,48 @@ def test_differentiate_is_idempotent_and_float32():
     np.testing.assert_allclose(r32["y"], r64["y"], rtol=1e-4, atol=1e-5)
     for k in d64:
         np.testing.assert_allclose(d32[k], d64[k], rtol=1e-3, atol=1e-4)
+
+
+def _flow_chain(traceless: bool):
+    """Ep = g(eps) * dev(eps) (traceless in eps) or g(eps) * eps (not), then the isotropic
+    elasticity S = 2 mu (eps - Ep) + lambda tr(eps - Ep) I, composed."""
+    eps, Ep = sym("forces/E", SR2), sym("state/Ep", SR2)
+    mu, lam = psym("mu"), psym("lambda")
+    tr = eps[0] + eps[1] + eps[2]
+    g = sp.sqrt(1 + sum(c ** 2 for c in eps)) / 3
+    dev = tuple(eps[i] - (tr / 3 if i < 3 else 0) for i in range(6))
+    flow = leaf("flow", [var("forces/E", SR2)],
+                {var("state/Ep", SR2): tuple(g * (d if traceless else e) for d, e in zip(dev, eps))})
+    el = tuple(eps[i] - Ep[i] for i in range(6))
+    tr_el = el[0] + el[1] + el[2]
+    elastic = leaf("elastic", [var("forces/E", SR2), var("state/Ep", SR2)],
+                   {var("state/S", SR2): tuple(2 * mu * el[i] + (lam * tr_el if i < 3 else 0) for i in range(6))},
+                   [param("mu", 1.3), param("lambda", 0.8)])
+    return compose(ComposeDecl("c", ("elastic", "flow"), keep=("state/Ep",)), {"flow": flow, "elastic": elastic})
+
+
+@pytest.mark.parametrize("traceless", [True, False])
+def test_traceless_flow_drops_the_trace_terms_of_the_chain_rule(traceless):
+    """An SR2 whose trace does not depend on an input is marked traceless in it; a product
+    P(S, Ep) T(Ep, eps) then takes lambda * tr(dEp/deps) (zero) out: rows 0-2 of the composed
+    tangent read one entry of P's diagonal block instead of three. The derivatives still match
+    central differences either way."""
+    model = differentiate(_flow_chain(traceless))
+    flow = next(s for s in model.submodels if s.name == "flow")
+    elastic = next(s for s in model.submodels if s.name == "elastic")
+    assert [p.traceless for p in flow.partials] == [traceless]
+    assert not any(p.traceless for p in elastic.partials)  # S's trace reads eps and Ep
+    total = next(p for p in model.partials if (p.of, p.wrt) == ("state/S", "forces/E"))
+    Ep, E = sym("state/Ep", SR2), sym("forces/E", SR2)
+    for i in range(3):
+        for j in range(6):
+            diagonal = {partial_symbol("flow", Ep[k], E[j]) for k in range(3)}  # dEp_k/dE_j, k < 3
+            read = sp.sympify(total.block[i][j]).free_symbols & diagonal
+            assert len(read) == (1 if traceless else 3), (i, j, total.block[i][j])
+    rng = np.random.default_rng()
+    x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6))}
+    value, full = lower(model, derivatives=False), lower(model, derivatives=True)
+    _, der, _ = interpret(full, x)
+    for o in ("state/S", "state/Ep"):
+        fd = central_fd(lambda xx: interpret(value, xx)[0][o].reshape(7, -1), x, "forces/E")
+        np.testing.assert_allclose(der[(o, "forces/E")], fd, rtol=1e-6, atol=1e-8, err_msg=o)
