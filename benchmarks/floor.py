@@ -7,6 +7,9 @@ half the real one when the outputs do not fit in cache (the read-for-ownership o
 - ``floor-nt``: non-temporal (streaming) stores where the compiler offers them (x86 SSE2), else regular.
 
 Every route's time is reported as a fraction of the faster floor (``fraction_of_floor`` in run.py).
+The floor runs on as many threads as the modelc call (``torch.get_num_threads()``, which the C
+backend's OpenMP region uses too): before 2026-11-25 it ran on one thread whatever the setting, so
+runs made with 2 threads overstated every route's fraction (see benchmarks/README.md).
 Built once with the C backend's compiler and cache (:mod:`modelc.runtime.cbuild`).
 """
 from __future__ import annotations
@@ -22,39 +25,63 @@ SOURCE = r"""
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-/* read every input array once (a sum keeps the loads), write every output array once */
-static double mc_read(int nin, const double *const *x, const int64_t *len) {
+/* read every input array once (a sum keeps the loads), write every output array once; ``threads``
+   OpenMP threads, like the modelc call it is the floor of (one where OpenMP is not built in) */
+static double mc_read(int nin, const double *const *x, const int64_t *len, int threads) {
     double s = 0;
     for (int v = 0; v < nin; ++v) {
         const double *p = x[v];
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= len[v]; i += 4) { a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3]; }
-        for (; i < len[v]; ++i) a0 += p[i];
-        s += (a0 + a1) + (a2 + a3);
+        const int64_t n4 = len[v] / 4;
+        double a = 0;
+#ifdef _OPENMP
+        #pragma omp parallel for reduction(+:a) schedule(static) num_threads(threads) if(threads > 1)
+#endif
+        for (int64_t k = 0; k < n4; ++k) a += (p[4 * k] + p[4 * k + 1]) + (p[4 * k + 2] + p[4 * k + 3]);
+        for (int64_t i = 4 * n4; i < len[v]; ++i) a += p[i];
+        s += a;
     }
+    (void)threads;
     return s;
 }
 void mc_floor(int nin, const double *const *x, const int64_t *len, int nout, double *const *y,
-              const int64_t *ylen) {
-    double s = mc_read(nin, x, len);
-    for (int w = 0; w < nout; ++w)
-        for (int64_t i = 0; i < ylen[w]; ++i) y[w][i] = s;
+              const int64_t *ylen, int threads) {
+    double s = mc_read(nin, x, len, threads);
+    for (int w = 0; w < nout; ++w) {
+        double *q = y[w];
+#ifdef _OPENMP
+        #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
+#endif
+        for (int64_t i = 0; i < ylen[w]; ++i) q[i] = s;
+    }
 }
 void mc_floor_nt(int nin, const double *const *x, const int64_t *len, int nout, double *const *y,
-                 const int64_t *ylen) {
-    double s = mc_read(nin, x, len);
+                 const int64_t *ylen, int threads) {
+    double s = mc_read(nin, x, len, threads);
     for (int w = 0; w < nout; ++w) {
         double *q = y[w];
         int64_t i = 0;
 #if defined(__SSE2__)
-        for (; i < ylen[w] && ((uintptr_t)(q + i) & 15); ++i) q[i] = s;
-        __m128d v = _mm_set1_pd(s);
-        for (; i + 2 <= ylen[w]; i += 2) _mm_stream_pd(q + i, v);
-        _mm_sfence();
+        for (; i < ylen[w] && ((uintptr_t)(q + i) & 63); ++i) q[i] = s;  /* to a cache-line boundary */
+        const int64_t head = i, lines = (ylen[w] - head) / 8;
+#ifdef _OPENMP
+        #pragma omp parallel num_threads(threads) if(threads > 1)
+#endif
+        {
+            const __m128d v = _mm_set1_pd(s);
+#ifdef _OPENMP
+            #pragma omp for schedule(static)
+#endif
+            for (int64_t k = 0; k < lines; ++k) {
+                double *c = q + head + 8 * k;
+                _mm_stream_pd(c, v); _mm_stream_pd(c + 2, v); _mm_stream_pd(c + 4, v); _mm_stream_pd(c + 6, v);
+            }
+            _mm_sfence();
+        }
+        i = head + 8 * lines;
 #endif
         for (; i < ylen[w]; ++i) q[i] = s;
     }
+    (void)threads;
 }
 """
 
@@ -69,7 +96,7 @@ def floor_steps(want: tuple[torch.Tensor, ...]) -> dict[str, Callable]:
     steps = {}
     for name, fn in (("floor", lib.mc_floor), ("floor-nt", lib.mc_floor_nt)):
         fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                       ctypes.c_void_p]
+                       ctypes.c_void_p, ctypes.c_int]
         fn.restype = None
 
         def step(*args, tangent: bool, fn=fn):
@@ -79,7 +106,7 @@ def floor_steps(want: tuple[torch.Tensor, ...]) -> dict[str, Callable]:
             ptr = ctypes.c_int64 * len(xs)
             optr = ctypes.c_int64 * len(outs)
             fn(len(xs), ptr(*[a.data_ptr() for a in xs]), ptr(*[a.numel() for a in xs]), len(outs),
-               optr(*[o.data_ptr() for o in outs]), optr(*[o.numel() for o in outs]))
+               optr(*[o.data_ptr() for o in outs]), optr(*[o.numel() for o in outs]), torch.get_num_threads())
             return tuple(outs)
 
         steps[name] = step
