@@ -158,12 +158,17 @@ class Partial:
     ``traceless``: ``of`` is a symmetric tensor (SR2, Mandel) whose trace does not depend on
     ``wrt`` — rows 0-2 (the diagonal) sum to zero in every column, e.g. a plastic strain's
     increment along a deviatoric flow direction (set by ``passes.differentiate``, which uses it to
-    drop the trace terms of the chain rule)."""
+    drop the trace terms of the chain rule).
+
+    ``blind``: ``wrt`` is an SR2 and ``of`` does not change when the same value is added to its
+    first three components (the diagonal) — columns 0-2 sum to zero in every row, e.g. a J2 flow
+    direction or yield function of a stress, which read its deviator only (set and used likewise)."""
 
     of: str
     wrt: str
     block: tuple[tuple[sp.Expr, ...], ...]
     traceless: bool = False
+    blind: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,8 +85,23 @@ def _leaf(model: Model) -> Model:
                           for c, fc in zip(comps, frees))
             if any(e != 0 for row in block for e in row):
                 traceless = trace is not None and not trace & set(x.symbols)
-                partials.append(Partial(eq.var.name, x.name, block, traceless))
+                partials.append(Partial(eq.var.name, x.name, block, traceless, _blind(x, block)))
     return _done(model, tuple(partials))
+
+
+def _blind(x: Variable, block: Block) -> bool:
+    """Whether every row of ``block`` (d o / d x, ``x`` an SR2) sums to zero over its first three
+    columns once expanded: ``o`` reads the deviator of ``x`` only (a J2 flow direction
+    ``dev(M)/|dev(M)|`` of the Mandel stress ``M``). A row too large to expand counts as not zero."""
+    if x.type.name != "SR2":
+        return False
+    for row in block:
+        s = sp.Add(*row[:3])
+        if s == 0:
+            continue
+        if sp.count_ops(s) > _TRACE_OPS or sp.expand(s) != 0:
+            return False
+    return True
 
 
 _TRACE_OPS = 2000  # larger traces are not expanded (bounds the time expand may take)
@@ -119,6 +134,8 @@ def _composed(model: Model) -> Model:
     inputs = {x.name: x for x in xs}
     totals: dict[tuple[str, str], Block] = {}  # (v, x) -> refs of T(v, x) entries
     traceless: set[tuple[str, str]] = set()  # the (v, x) whose T(v, x) is traceless
+    blind: set[tuple[str, str]] = set()  # the (v, x) whose T(v, x) is blind to x's trace
+    values = _Values()  # what the refs stand for (to compare entries)
     partials = []
     for s in subs:
         by_out: dict[str, list[Partial]] = {}
@@ -128,15 +145,20 @@ def _composed(model: Model) -> Model:
         for o in s.outputs:
             for x in xs:
                 acc = None
-                flags = []
+                flags, blinds = [], []
                 for p in by_out.get(o.name, ()):
+                    refs = values.refs(s.name, o, svars[p.wrt], p.block)
                     if p.wrt == x.name:
-                        term = _refs(s.name, o, svars[p.wrt], p.block)
+                        term = refs
+                        blinds.append(p.blind)
                     elif (p.wrt, x.name) in totals:
-                        refs = _refs(s.name, o, svars[p.wrt], p.block)
                         if (p.wrt, x.name) in traceless:
                             refs = _without_trace(refs, p.block)
-                        term = _matmul(refs, totals[(p.wrt, x.name)])
+                        total = totals[(p.wrt, x.name)]
+                        if p.blind:
+                            total = _without_common(total, values)
+                        term = _matmul(refs, total)
+                        blinds.append((p.wrt, x.name) in blind)
                     else:
                         continue
                     flags.append(p.traceless)
@@ -144,11 +166,67 @@ def _composed(model: Model) -> Model:
                 if acc is None or all(e == 0 for row in acc for e in row):
                     continue
                 flat = all(flags) and o.type.name == "SR2"
-                partials.append(Partial(o.name, x.name, acc, flat))
-                totals[(o.name, x.name)] = _refs(model.name, o, inputs[x.name], acc)
+                deaf = all(blinds) and inputs[x.name].type.name == "SR2"
+                partials.append(Partial(o.name, x.name, acc, flat, deaf))
+                totals[(o.name, x.name)] = values.refs(model.name, o, inputs[x.name], acc)
                 if flat:
                     traceless.add((o.name, x.name))
+                if deaf:
+                    blind.add((o.name, x.name))
     return _done(model, tuple(partials), subs)
+
+
+class _Values:
+    """The refs a composition's chain rule writes, and the entries they stand for: the sub-models'
+    partials and the composition's own totals, so that two refs can be compared by value (resolved
+    through the totals down to the sub-models' entries)."""
+
+    def __init__(self):
+        self.of: dict[sp.Symbol, sp.Expr] = {}
+        self.memo: dict[sp.Expr, sp.Expr] = {}
+
+    def refs(self, model: str, of: Variable, wrt: Variable, block: Block) -> Block:
+        out = _refs(model, of, wrt, block)
+        for ref_row, row in zip(out, block):
+            for r, e in zip(ref_row, row):
+                if isinstance(r, sp.Symbol) and r is not e and r != e:
+                    self.of[r] = sp.sympify(e)
+        return out
+
+    def __call__(self, e: sp.Expr) -> sp.Expr:
+        got = self.memo.get(e)
+        if got is None:
+            got = e
+            for _ in range(8):  # a total refers to totals before it: a few levels at most
+                nxt = got.xreplace(self.of)
+                if nxt == got:
+                    break
+                got = nxt
+            self.memo[e] = got
+        return got
+
+
+def _without_common(total: Block, values: _Values) -> Block:
+    """T(v, x) for a product P(o, v) T(v, x) whose P(o, v) is blind to v's trace (its columns 0-2
+    sum to zero in every row): any multiple of (1, 1, 1, 0, 0, 0)^T can be taken from a column of T
+    without changing the product. Each column takes away the value that most of its first three
+    entries hold (at least two, nonzero, compared by what they stand for), which zeroes them: inside
+    a coupled return map, d M / d Ep = -C has columns (-lambda - 2G, -lambda, -lambda, 0, 0, 0), and
+    d NM / d Ep = P(NM, M) T(M, Ep) no longer multiplies lambda by columns of P(NM, M) that sum to
+    zero. ``values``: what the refs stand for."""
+    if len(total) != 6:
+        return total
+    cols = len(total[0])
+    out = [list(row) for row in total]
+    for j in range(cols):
+        vals = [values(sp.sympify(total[k][j])) for k in range(3)]
+        common = [v for v in vals if v != 0 and vals.count(v) >= 2]
+        if not common:
+            continue
+        m = vals.index(common[0])
+        for k in range(3):
+            out[k][j] = sp.S.Zero if vals[k] == common[0] else total[k][j] - total[m][j]
+    return tuple(tuple(row) for row in out)
 
 
 def _without_trace(refs: Block, block: Block) -> Block:

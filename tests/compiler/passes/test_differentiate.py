@@ -218,3 +218,51 @@ def test_traceless_flow_drops_the_trace_terms_of_the_chain_rule(traceless):
     for o in ("state/S", "state/Ep"):
         fd = central_fd(lambda xx: interpret(value, xx)[0][o].reshape(7, -1), x, "forces/E")
         np.testing.assert_allclose(der[(o, "forces/E")], fd, rtol=1e-6, atol=1e-8, err_msg=o)
+
+
+def _direction_chain(deviatoric: bool):
+    """S = 2 mu (eps - Ep) + lambda tr(eps - Ep) I, then a direction N = dev(S) / sqrt(1 + |dev S|^2)
+    (blind to S's trace) or N = S / sqrt(1 + |S|^2) (not), composed."""
+    eps, Ep, S = sym("forces/E", SR2), sym("forces/Ep", SR2), sym("state/S", SR2)
+    mu, lam = psym("mu"), psym("lambda")
+    el = tuple(eps[i] - Ep[i] for i in range(6))
+    tr_el = el[0] + el[1] + el[2]
+    elastic = leaf("elastic", [var("forces/E", SR2), var("forces/Ep", SR2)],
+                   {var("state/S", SR2): tuple(2 * mu * el[i] + (lam * tr_el if i < 3 else 0) for i in range(6))},
+                   [param("mu", 1.3), param("lambda", 0.8)])
+    tr = S[0] + S[1] + S[2]
+    d = tuple(S[i] - (tr / 3 if i < 3 else 0) for i in range(6)) if deviatoric else tuple(S)
+    norm = sp.sqrt(1 + sum(c ** 2 for c in d))
+    direction = leaf("direction", [var("state/S", SR2)], {var("state/N", SR2): tuple(c / norm for c in d)})
+    return compose(ComposeDecl("c", ("direction", "elastic"), keep=("state/S",)),
+                   {"elastic": elastic, "direction": direction})
+
+
+@pytest.mark.parametrize("deviatoric", [True, False])
+def test_direction_blind_to_the_trace_drops_lambda_from_the_chain_rule(deviatoric):
+    """A direction that reads the stress deviator only is marked blind to the stress's trace; the
+    product P(N, S) T(S, Ep) then takes each column's common entry (-lambda) out of T's first three
+    rows, so d N / d Ep no longer involves lambda at all (it cancelled only numerically before).
+    Derivatives match central differences either way."""
+    model = differentiate(_direction_chain(deviatoric))
+    subs = {s.name: s for s in model.submodels}
+    assert [p.blind for p in subs["direction"].partials] == [deviatoric]
+    assert not any(p.blind for p in subs["elastic"].partials if p.wrt == "forces/Ep")
+    lam = psym("lambda")
+    values = {}
+    for s in model.submodels:
+        for p in s.partials:
+            wrt = next(v for v in differentiable(s) if v.name == p.wrt)
+            for a, row in zip(s.variable(p.of).symbols, p.block):
+                for b, e in zip(wrt.symbols, row):
+                    values[partial_symbol(s.name, a, b)] = sp.sympify(e)
+    total = next(p for p in model.partials if (p.of, p.wrt) == ("state/N", "forces/Ep"))
+    reads_lambda = any(lam in sp.sympify(e).xreplace(values).free_symbols for row in total.block for e in row)
+    assert reads_lambda is not deviatoric
+    rng = np.random.default_rng()
+    x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6)), "forces/Ep": rng.uniform(-0.2, 0.2, size=(7, 6))}
+    value, full = lower(model, derivatives=False), lower(model, derivatives=True)
+    _, der, _ = interpret(full, x)
+    for i in ("forces/E", "forces/Ep"):
+        fd = central_fd(lambda xx: interpret(value, xx)[0]["state/N"].reshape(7, -1), x, i)
+        np.testing.assert_allclose(der[("state/N", i)], fd, rtol=1e-6, atol=1e-8, err_msg=i)
