@@ -152,10 +152,11 @@ def _composed(model: Model) -> Model:
                         term = refs
                         blinds.append(p.blind)
                     elif (p.wrt, x.name) in totals:
+                        total = totals[(p.wrt, x.name)]
+                        # one rewrite or the other, never both: P' T' = P T + 3 a c^T
                         if (p.wrt, x.name) in traceless:
                             refs = _without_trace(refs, p.block)
-                        total = totals[(p.wrt, x.name)]
-                        if p.blind:
+                        elif p.blind:
                             total = _without_common(total, values)
                         term = _matmul(refs, total)
                         blinds.append((p.wrt, x.name) in blind)

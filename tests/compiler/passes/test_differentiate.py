@@ -266,3 +266,32 @@ def test_direction_blind_to_the_trace_drops_lambda_from_the_chain_rule(deviatori
     for i in ("forces/E", "forces/Ep"):
         fd = central_fd(lambda xx: interpret(value, xx)[0]["state/N"].reshape(7, -1), x, i)
         np.testing.assert_allclose(der[("state/N", i)], fd, rtol=1e-6, atol=1e-8, err_msg=i)
+
+
+def test_blind_derivative_of_a_traceless_total_is_taken_once():
+    """P(N, v) blind to v's trace times a traceless T(v, eps): either rewrite alone keeps the product,
+    both together would not (P' T' = P T + 3 a c^T). The derivatives match central differences."""
+    eps, v = sym("forces/E", SR2), sym("state/v", SR2)
+    mu, lam = psym("mu"), psym("lambda")
+    tr = eps[0] + eps[1] + eps[2]
+    # v = 2 mu dev(eps): traceless in eps, its columns (2/3, -1/3, -1/3) 2 mu share an entry too
+    first = leaf("first", [var("forces/E", SR2)],
+                 {var("state/v", SR2): tuple(2 * mu * (eps[i] - (tr / 3 if i < 3 else 0)) for i in range(6))},
+                 [param("mu", 1.3)])
+    trv = v[0] + v[1] + v[2]
+    # N = (1 + lambda) dev(v): rows of P(N, v) like (2/3, -1/3, -1/3) (1 + lambda), a shared entry that
+    # the traceless rewrite takes out, and blind to v's trace
+    d = tuple(v[i] - (trv / 3 if i < 3 else 0) for i in range(6))
+    second = leaf("second", [var("state/v", SR2)], {var("state/N", SR2): tuple(c * (1 + lam) for c in d)},
+                  [param("lambda", 0.8)])
+    model = differentiate(compose(ComposeDecl("c", ("second", "first"), keep=("state/v",)),
+                                  {"first": first, "second": second}))
+    subs = {s.name: s for s in model.submodels}
+    assert [p.traceless for p in subs["first"].partials if p.wrt == "forces/E"] == [True]
+    assert [p.blind for p in subs["second"].partials if p.wrt == "state/v"] == [True]
+    rng = np.random.default_rng()
+    x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6))}
+    value, full = lower(model, derivatives=False), lower(model, derivatives=True)
+    _, der, _ = interpret(full, x)
+    fd = central_fd(lambda xx: interpret(value, xx)[0]["state/N"].reshape(7, -1), x, "forces/E")
+    np.testing.assert_allclose(der[("state/N", "forces/E")], fd, rtol=1e-6, atol=1e-8)
