@@ -320,10 +320,8 @@ def _pair_counts(exprs: list) -> tuple[dict, set]:
 
 
 def _with_pairs(exprs: list, chosen: dict) -> list:
-    """``exprs`` with every chosen pair of terms ``c*x - c*y`` written ``c*z`` (:func:`_paired`). A
-    product rebuilt unevaluated (nested) hid its factors from ``cse`` (j2_linear_iso's tangent took
-    1922 multiplications instead of 714), so one that was evaluated is rebuilt evaluated; one kept
-    whole (unevaluated, :func:`_inline_products`) stays whole."""
+    """``exprs`` with every chosen pair of terms ``c*x - c*y`` written ``c*z`` (:func:`_paired`);
+    the nodes above a rewrite are rebuilt the way they were built (:func:`_rebuilt_like`)."""
     memo: dict = {}
 
     def rewrite(e):
@@ -334,12 +332,7 @@ def _with_pairs(exprs: list, chosen: dict) -> list:
             args = tuple(rewrite(a) for a in e.args)
             if e.is_Add:
                 args = _paired(args, chosen)
-            if args == e.args:
-                out = e
-            elif e.is_Mul and e.func(*e.args) == e:
-                out = e.func(*args)
-            else:
-                out = _rebuilt(e, args)
+            out = _rebuilt_like(e, args)
             if out.is_Add and len(out.args) == 1:
                 out = out.args[0]
             memo[e] = out
@@ -418,14 +411,7 @@ def _factor_sums(exprs: list) -> list:
         out = memo.get(e)
         if out is None:
             args = tuple(rewrite(a) for a in e.args)
-            if e.is_Add:
-                out = group(list(args))
-            elif args == e.args:
-                out = e
-            elif e.is_Mul and e.func(*e.args) == e:
-                out = e.func(*args)
-            else:
-                out = _rebuilt(e, args)
+            out = group(list(args)) if e.is_Add else _rebuilt_like(e, args)
             memo[e] = out
         return out
 
@@ -484,6 +470,18 @@ def _share_powers(exprs: list) -> list:
         return out
 
     return [rebuild(sp.sympify(e)) for e in exprs]
+
+
+def _rebuilt_like(e, args):
+    """``e`` with new ``args``, built the way ``e`` was: a product that was evaluated is evaluated
+    again (rebuilt unevaluated, it hid its factors from ``cse``: j2_linear_iso's tangent took 1922
+    multiplications instead of 714); anything else, a product kept whole included, unevaluated
+    (:func:`_rebuilt`)."""
+    if args == e.args:
+        return e
+    if e.is_Mul and e.func(*e.args) == e:
+        return e.func(*args)
+    return _rebuilt(e, args)
 
 
 def _rebuilt(e, args):

@@ -217,17 +217,24 @@ def _without_common(total: Block, values: _Values) -> Block:
     zero. ``values``: what the refs stand for."""
     if len(total) != 6:
         return total
-    cols = len(total[0])
     out = [list(row) for row in total]
-    for j in range(cols):
-        vals = [values(sp.sympify(total[k][j])) for k in range(3)]
-        common = [v for v in vals if v != 0 and vals.count(v) >= 2]
-        if not common:
-            continue
-        m = vals.index(common[0])
-        for k in range(3):
-            out[k][j] = sp.S.Zero if vals[k] == common[0] else total[k][j] - total[m][j]
+    for j in range(len(total[0])):
+        head = _shared_out([total[k][j] for k in range(3)], [values(sp.sympify(total[k][j])) for k in range(3)])
+        for k, e in enumerate(head):
+            out[k][j] = e
     return tuple(tuple(row) for row in out)
+
+
+def _shared_out(refs: list, vals: list) -> tuple:
+    """Three entries (``refs``, standing for ``vals``) less the value that at least two of them
+    share (nonzero): those become zero, the other ``ref - ref_of_the_shared``. Unchanged where no
+    value is shared. What :func:`_without_trace` does to a row and :func:`_without_common` to a
+    column."""
+    common = [v for v in vals if v != 0 and vals.count(v) >= 2]
+    if not common:
+        return tuple(refs)
+    m = vals.index(common[0])
+    return tuple(sp.S.Zero if v == common[0] else r - refs[m] for r, v in zip(refs, vals))
 
 
 def _without_trace(refs: Block, block: Block) -> Block:
@@ -238,17 +245,8 @@ def _without_trace(refs: Block, block: Block) -> Block:
     become (-2G, 0, 0), and the tangent loses lambda * tr(dEp/deps) (zero, computed in 18 products
     and as many sums). ``refs``: the entries as the chain rule refers to them; ``block``: their values
     (compared for equality)."""
-    out = []
-    for ref_row, row in zip(refs, block):
-        vals = [sp.sympify(e) for e in row[:3]]
-        common = [v for v in vals if v != 0 and vals.count(v) >= 2]
-        if len(row) < 3 or not common:
-            out.append(ref_row)
-            continue
-        m = vals.index(common[0])
-        head = tuple(sp.S.Zero if v == common[0] else ref_row[k] - ref_row[m] for k, v in enumerate(vals))
-        out.append(head + tuple(ref_row[3:]))
-    return tuple(out)
+    return tuple(_shared_out(list(ref_row[:3]), [sp.sympify(e) for e in row[:3]]) + tuple(ref_row[3:])
+                 for ref_row, row in zip(refs, block))
 
 
 def _implicit(model: Model) -> Model:
