@@ -1,5 +1,9 @@
 """Programs -> one C99 translation unit (``templates/c_source.c.j2``): the code of a model, compiled
 by the system C compiler (:mod:`modelc.runtime.cbuild`) and called through ``ctypes`` (backend ``"c"``).
+What does not depend on the model (vector math, the LU routine, loads and stores, the argument block)
+is the runtime's ``modelc_kernel.h``: a source includes it by one line, which the runtime replaces
+by the header's text before compiling (:func:`modelc.runtime.cbuild.standalone`); :func:`point_source`
+(for ``modelc export``) writes it inline.
 
 Points run in blocks of ``MC_W`` lanes (8 by default; ``-DMC_W=1`` is the scalar build). Every
 straight-line run of statements becomes one loop over the lanes of a block (``MC_SIMD MC_LANES``)
@@ -7,7 +11,7 @@ that the C compiler vectorizes: a value used by a later loop lives in a lane arr
 everything else in registers. A Newton solve is one ``static`` function per module, called by every
 variant that contains it (value, Jacobian, tangent); it iterates until no lane of the block is active
 (masked updates, per-lane convergence) and solves ``J du = -R`` with the one LU routine of the
-template, which works on all lanes at once. A linear solve (the implicit-function theorem) fills lane
+header, which works on all lanes at once. A linear solve (the implicit-function theorem) fills lane
 matrices and calls the same routine. One source serves both dtypes: ``real`` is ``double``, or
 ``float`` with ``-DMC_FLOAT32``. Every read of a parameter is ``MC_P(column, value)``: the runtime
 can build the same source with chosen columns as compile-time constants (baked parameters,
@@ -46,6 +50,7 @@ from modelc.backends.c_printer import CPrinter
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
+from modelc.runtime import cbuild
 from modelc.errors import InternalError
 from modelc.passes.expand_solve import expand_solve, halley_step
 
@@ -573,6 +578,16 @@ def _template():
     return load("c_source.c.j2")
 
 
+def _include() -> str:
+    """The lines that take in the runtime's ``modelc_kernel.h`` (what every model's source shares; the
+    runtime writes its text in place before compiling, :func:`modelc.runtime.cbuild.standalone`),
+    then check that the installed header is the one this source was generated for."""
+    abi = cbuild.kernel_abi()
+    return "\n".join([cbuild.KERNEL_INCLUDE, f"#if MC_KERNEL_ABI != {abi}",
+                      f'#error "this source needs modelc_kernel.h ABI {abi}: regenerate it with the installed modelc"',
+                      "#endif"])
+
+
 def _doc(program: ir.Program, layout: Layout, v: ir.Variant) -> str:
     if not v.derivatives:
         return f"{program.name}: outputs only"
@@ -594,7 +609,7 @@ def c_source(program: ir.Program) -> str:
     variants = [{"name": v.name, "bit": v.bit, "doc": _doc(program, layout, v)} for v in program.variants]
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=variants, newton=int(bool(program.status)))
+                              variants=variants, newton=int(bool(program.status)), kernel=_include())
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text
@@ -624,7 +639,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
     code.functions.append(_block_function(code, program, layout))
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=[], newton=0)
+                              variants=[], newton=0, kernel=cbuild.kernel_header().rstrip("\n"))
     offsets = [o for _, o in layout.axis_inputs()]
     status = bool(program.status)
     lines = ["#define MC_W 1", text, ""]

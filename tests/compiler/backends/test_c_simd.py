@@ -239,6 +239,54 @@ def test_cache_key_names_the_cpu_and_lanes(tmp_path):
     assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8
 
 
+def test_sources_share_the_runtime_kernel_header(tmp_path):
+    """A model's source holds its own code only: the shared part (vector exp/log/pow, the block LU
+    solve, loads and stores, the argument block) is the runtime's modelc_kernel.h, included by one
+    line and written in place before compiling, so the source kept beside the library in the cache
+    reads (and compiles) on its own. The exported per-point code inlines the header."""
+    from modelc.backends.c_backend import point_source
+
+    prog = _fn_program("shared", lambda a, b: [sp.exp(a) * b])
+    src = c_source(prog)
+    header = cbuild.kernel_header()
+    assert src.count(cbuild.KERNEL_INCLUDE) == 1
+    assert "static inline void mc_lu_solve(" in header and "mc_lu_solve(" not in src
+    assert "MC_INLINE double mc_exp_d(" in header and "mc_exp_d(" not in src
+    full = cbuild.standalone(src)
+    assert cbuild.KERNEL_INCLUDE not in full and header in full
+    assert cbuild.standalone(full) == full  # nothing left to replace
+    lib = cbuild.load_library(src, "shared", torch.float64, cache_dir=tmp_path)
+    kept = lib.path.with_suffix(".c").read_text()
+    assert kept == full
+    x = torch.tensor([0.5, -1.25, 3.0], dtype=torch.float64)
+    y = torch.tensor([2.0, 0.75, -0.5], dtype=torch.float64)
+    Y = _run(prog, x, y, lanes=None)
+    torch.testing.assert_close(Y[:, 0], torch.exp(x) * y, rtol=1e-14, atol=0)
+    assert cbuild.KERNEL_INCLUDE not in point_source(prog, "jacobian")
+
+
+def test_a_changed_kernel_header_builds_a_new_library(monkeypatch, tmp_path):
+    """The cache key hashes the header's text with the source's: libraries built with another
+    modelc_kernel.h are never loaded for this one."""
+    src = c_source(_fn_program("rekeyed", lambda a, b: [a * b]))
+    before, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
+    text = cbuild.kernel_header()
+    monkeypatch.setattr(cbuild, "kernel_header", lambda: text + "/* changed */\n")
+    after, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
+    assert before != after
+
+
+def test_a_source_for_another_kernel_header_is_a_clear_build_error(monkeypatch, tmp_path):
+    """A module generated for one header ABI, run by a runtime that ships another: the compile stops
+    at the source's check with a message that says to regenerate, not at some missing symbol."""
+    src = c_source(_fn_program("stale", lambda a, b: [a - b]))
+    abi = cbuild.kernel_abi()
+    text = cbuild.kernel_header().replace(f"#define MC_KERNEL_ABI {abi}\n", f"#define MC_KERNEL_ABI {abi + 1}\n")
+    monkeypatch.setattr(cbuild, "kernel_header", lambda: text)
+    with pytest.raises(cbuild.CBuildError, match=f"needs modelc_kernel.h ABI {abi}: regenerate"):
+        cbuild.load_library(src, "stale", torch.float64, cache_dir=tmp_path)
+
+
 @pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, name, dtype):

@@ -1,0 +1,431 @@
+/* modelc_kernel.h: what every C source of modelc's C backend (modelc.backends.c_backend) shares, one
+   copy for all models: the real type, the points-per-block choice, vector exp/log/pow, the block LU
+   solve, the moves between the caller's rows and a block's lanes, the argument block. A model's
+   source defines NIN, NP, NY (its input variables, parameter and output components) and MC_NEWTON
+   (1: it has a Newton solve), then includes this file; modelc.runtime.cbuild compiles it with
+   -I <this folder> and keys its library cache on this file's text as well as the source's.
+   `modelc export c` writes it inline, so an exported source stands alone. MC_KERNEL_ABI changes
+   whenever what a model's source relies on here changes. */
+#ifndef MODELC_KERNEL_H
+#define MODELC_KERNEL_H
+#define MC_KERNEL_ABI 1
+#if !defined(NIN) || !defined(NP) || !defined(NY) || !defined(MC_NEWTON)
+#error "modelc_kernel.h: define NIN, NP, NY and MC_NEWTON before including it"
+#endif
+
+#include <stdint.h>
+#include <string.h>
+#include <float.h>
+#include <math.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+#include <tgmath.h>
+
+#ifdef MC_FLOAT32
+typedef float real;
+#define MC_EPS FLT_EPSILON
+#else
+typedef double real;
+#define MC_EPS DBL_EPSILON
+#endif
+#define MC_NAN ((real)NAN)
+#define MC_INF ((real)INFINITY)
+#if defined(__GNUC__)
+#define MC_INLINE static inline __attribute__((always_inline))
+#else
+#define MC_INLINE static inline
+#endif
+
+/* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
+   lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
+   until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
+   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
+   faster, see docs/backends.md). */
+#ifndef MC_W
+#if defined(__AVX512F__) && !defined(MC_FLOAT32) && MC_NEWTON
+#define MC_W 16
+#else
+#define MC_W 8
+#endif
+#endif
+#if MC_W > 1 && (defined(_OPENMP) || defined(MC_OMP_SIMD))
+#define MC_SIMD _Pragma("omp simd")
+#else
+#define MC_SIMD
+#endif
+#define MC_LANES for (int l = 0; l < MC_W; ++l)
+
+/* NaN-propagating minimum / maximum (like torch.minimum / torch.maximum) */
+MC_INLINE real mc_min(real a, real b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+MC_INLINE real mc_max(real a, real b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+/* the spec's functions whose argument the expression would name twice (printed inline, a nested
+   argument doubles the source at each level): macaulay, safe_sqrt's clamp, sign, max and min (the
+   first argument at a tie), safe_div */
+MC_INLINE real mc_pos(real x) { return x < 0 ? 0 : x; }
+MC_INLINE real mc_sign(real x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+MC_INLINE real mc_ge(real a, real b) { return a >= b ? a : b; }
+MC_INLINE real mc_le(real a, real b) { return a <= b ? a : b; }
+MC_INLINE real mc_sdiv(real a, real b) { return b != 0 ? a / b : 0; }
+
+#if MC_W > 1
+/* Branch-free exp, log and pow that the compiler vectorizes (libm calls would keep a lane loop
+   scalar). Computed in double for both dtypes. Accuracy, tested against libm (the scalar build)
+   in tests/compiler/backends/test_c_simd.py: exp and log within 2 ulp; pow(x, y) = exp(y log x)
+   within (2 + 2|y ln x|) ulp (<= 4e-13 relative for any finite non-zero result). */
+MC_INLINE double mc_bits_to_d(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+MC_INLINE uint64_t mc_d_to_bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+
+/* exp(x) = 2^k exp(r): k = nearest integer to x / ln 2, r = x - k ln 2 (Cody-Waite: k ln2_hi is
+   exact), |r| <= 0.35; exp(r) by its Taylor polynomial of degree 13 (truncation < 2^-57 relative);
+   2^k applied as two factors so that subnormal results are right. x is clamped to [-746, 709.8]
+   (0 and inf beyond); NaN stays NaN. */
+MC_INLINE double mc_exp_d(double x) {
+    const double shift = 6755399441055744.0; /* 1.5 * 2^52: x + shift rounds x to an integer */
+    double xc = x < -746.0 ? -746.0 : x;
+    xc = xc > 709.8 ? 709.8 : xc;
+    double kd = xc * 1.4426950408889634 + shift;
+    int64_t k = (int64_t)(mc_d_to_bits(kd) - 0x4338000000000000ULL);
+    double kh = (kd - shift) * 0.5 + shift;
+    int64_t k1 = (int64_t)(mc_d_to_bits(kh) - 0x4338000000000000ULL);
+    kd -= shift;
+    double r = (xc - kd * 6.93147180369123816490e-01) - kd * 1.90821492927058770002e-10;
+    /* the polynomial by Estrin's scheme (pairs, then r^2, r^4, r^8): a dependency chain of ~5
+       multiply-adds instead of Horner's 13 */
+    const double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    const double a0 = 1.0 + r, a1 = 0.5 + r * (1.0 / 6.0), a2 = 1.0 / 24.0 + r * (1.0 / 120.0);
+    const double a3 = 1.0 / 720.0 + r * (1.0 / 5040.0), a4 = 1.0 / 40320.0 + r * (1.0 / 362880.0);
+    const double a5 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0), a6 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0);
+    const double b0 = a0 + r2 * a1, b1 = a2 + r2 * a3, b2 = a4 + r2 * a5;
+    const double p = (b0 + r4 * b1) + r8 * (b2 + r4 * a6);
+    double s1 = mc_bits_to_d((uint64_t)(k1 + 1023) << 52);
+    double s2 = mc_bits_to_d((uint64_t)(k - k1 + 1023) << 52);
+    return (p * s1) * s2;
+}
+
+/* log(x) = e ln 2 + log(m), x = 2^e m with m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s),
+   s = (m - 1) / (m + 1), |s| <= 0.172: the odd series to s^23 (truncation < 2^-60 relative).
+   Subnormal x is scaled by 2^54 first; log(0) = -inf, log(x < 0) = NaN, log(inf) = inf. */
+MC_INLINE double mc_log_d(double x) {
+    const double magic = 4503599627370496.0; /* 2^52: the bits of magic + n, n < 2^52, hold n */
+    int sub = x < 2.2250738585072014e-308;
+    double xs = sub ? x * 18014398509481984.0 : x;
+    uint64_t u = mc_d_to_bits(xs);
+    double e = (mc_bits_to_d(0x4330000000000000ULL | (u >> 52)) - magic) - (sub ? 1077.0 : 1023.0);
+    double m = mc_bits_to_d((u & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);
+    int hi = m > 1.4142135623730951;
+    m = hi ? m * 0.5 : m;
+    e = hi ? e + 1.0 : e;
+    double s = (m - 1.0) / (m + 1.0);
+    double z = s * s;
+    /* 2/3 + 2/5 z + ... + 2/23 z^10 by Estrin's scheme (pairs, then z^2, z^4, z^8) */
+    const double z2 = z * z, z4 = z2 * z2, z8 = z4 * z4;
+    const double c0 = 2.0 / 3.0 + z * (2.0 / 5.0), c1 = 2.0 / 7.0 + z * (2.0 / 9.0);
+    const double c2 = 2.0 / 11.0 + z * (2.0 / 13.0), c3 = 2.0 / 15.0 + z * (2.0 / 17.0);
+    const double c4 = 2.0 / 19.0 + z * (2.0 / 21.0);
+    const double p = (c0 + z2 * c1) + z4 * (c2 + z2 * c3) + z8 * (c4 + z2 * (2.0 / 23.0));
+    double lm = s * 2.0 + s * (z * p);
+    double r = e * 6.93147180369123816490e-01 + (lm + e * 1.90821492927058770002e-10);
+    r = x == INFINITY ? x : r;
+    r = x == 0.0 ? -INFINITY : r;
+    return x < 0.0 || x != x ? NAN : r;
+}
+
+/* pow(x, y) = exp(y log |x|), with C's special cases: pow(x, 0) = 1 and pow(1, y) = 1 (NaN too);
+   x < 0: NaN unless y is an integer (then the sign of x^y). An exponent the C compiler knows to be
+   an integer k, |k| <= 63 (a baked parameter, or an expression of baked parameters), is binary
+   powering instead: at most 10 multiplications (and 1 / x^|k| for k < 0) where exp and log take
+   ~70 operations. Relative error <= |k| 2^-53 to first order (x^(2^j) by j squarings carries
+   2^j - 1 roundings, the products of the set bits one each: |k| - 1 in all, the reciprocal one
+   more; <= 7e-15 for |k| <= 63); the same special cases (x^0 = 1, NaN, infinities, signed
+   zeros). Tested against exactly rounded powers. */
+#if defined(__GNUC__)
+#define MC_CONST_INT(y) (__builtin_constant_p(y) && (y) >= -63.0 && (y) <= 63.0 && (y) == (double)(int)(y))
+#else
+#define MC_CONST_INT(y) 0
+#endif
+MC_INLINE double mc_powi_d(double x, int k) {
+    const int e = k < 0 ? -k : k;
+    double r = (e & 1) ? x : 1.0, b = x;
+    /* every test below is on a constant: the compiler keeps only this k's multiplications */
+    if (e >= 2) { b *= b; if (e & 2) r *= b; }
+    if (e >= 4) { b *= b; if (e & 4) r *= b; }
+    if (e >= 8) { b *= b; if (e & 8) r *= b; }
+    if (e >= 16) { b *= b; if (e & 16) r *= b; }
+    if (e >= 32) { b *= b; if (e & 32) r *= b; }
+    return k < 0 ? 1.0 / r : r;
+}
+MC_INLINE double mc_pow_d(double x, double y) {
+    if (MC_CONST_INT(y))
+        return mc_powi_d(x, (int)y);
+    double r = mc_exp_d(y * mc_log_d(fabs(x)));
+    int yint = floor(y) == y;
+    int yodd = yint && floor(y * 0.5) != y * 0.5;
+    r = x < 0.0 ? (yint ? (yodd ? -r : r) : NAN) : r;
+    return (y == 0.0 || x == 1.0) ? 1.0 : r;
+}
+#define mc_exp(x) ((real)mc_exp_d((double)(x)))
+#define mc_log(x) ((real)mc_log_d((double)(x)))
+#define mc_pow(x, y) ((real)mc_pow_d((double)(x), (double)(y)))
+#else
+#define MC_CONST_INT(y) 0
+MC_INLINE double mc_powi_d(double x, int k) { return pow(x, k); }
+#define mc_exp(x) exp(x)
+#define mc_log(x) log(x)
+#define mc_pow(x, y) pow(x, y)
+#endif
+/* powr(a, e) from P = powr(a, e + 1) (modelc.functions.powr_shift): P / a, one division where a
+   second power would take an exp; at a = 0 the value of powr(0, e) (0, 1 or inf by the sign of e,
+   NaN for a NaN e). An exponent the compiler knows to be an integer (baked) is binary powering, as
+   in mc_pow. */
+MC_INLINE double mc_powr_shift_d(double P, double a, double e) {
+    if (MC_CONST_INT(e))
+        return mc_powi_d(a, (int)e);
+    double z = e > 0.0 ? 0.0 : (e == 0.0 ? 1.0 : (e < 0.0 ? INFINITY : NAN));
+    return a != 0.0 ? P / a : z;
+}
+#define mc_powr_shift(P, a, e) ((real)mc_powr_shift_d((double)(P), (double)(a), (double)(e)))
+
+/* Solve A X = B for every lane of a block, in place (X overwrites B): A n x n, B n x m, entry (i, j)
+   of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, a search
+   over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
+   selects); then each row that is some lane's pivot is exchanged with row k in those lanes, by
+   vectorized selects (usually one or two rows per step; a lane whose pivot is already in place
+   exchanges nothing). */
+static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b) {
+    for (int k = 0; k < n; ++k) {
+        int piv[MC_W];
+        real big[MC_W];
+        MC_SIMD MC_LANES { piv[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]); }
+        for (int i = k + 1; i < n; ++i) {
+            MC_SIMD MC_LANES {
+                const real v = fabs(a[(i * n + k) * MC_W + l]);
+                const int s = v > big[l];
+                big[l] = s ? v : big[l];
+                piv[l] = s ? i : piv[l];
+            }
+        }
+        uint64_t rows = 0;  /* the rows below k that are some lane's pivot (n <= 64; else each row) */
+        if (n <= 64) {
+            MC_LANES rows |= (uint64_t)1 << piv[l];
+            rows &= ~(((uint64_t)2 << k) - 1);
+        }
+        for (int i = k + 1; i < n; ++i) {
+            if (n <= 64 && !((rows >> i) & 1)) continue;
+            for (int j = k; j < n; ++j) {
+                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
+                MC_SIMD MC_LANES {
+                    const int s = piv[l] == i;
+                    const real t = p[l];
+                    p[l] = s ? q[l] : t;
+                    q[l] = s ? t : q[l];
+                }
+            }
+            for (int c = 0; c < m; ++c) {
+                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
+                MC_SIMD MC_LANES {
+                    const int s = piv[l] == i;
+                    const real t = p[l];
+                    p[l] = s ? q[l] : t;
+                    q[l] = s ? t : q[l];
+                }
+            }
+        }
+        real *d = a + (k * n + k) * MC_W;
+        MC_SIMD MC_LANES d[l] = ((real)1) / d[l];
+        for (int i = k + 1; i < n; ++i) {
+            real f[MC_W];
+            int nz = 0;
+            MC_SIMD MC_LANES f[l] = a[(i * n + k) * MC_W + l] * d[l];
+            MC_LANES nz |= f[l] != 0;
+            if (!nz) continue;  /* a zero below the pivot in every lane (a sparse Jacobian): nothing to do */
+            for (int j = k + 1; j < n; ++j) {
+                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
+                MC_SIMD MC_LANES q[l] -= f[l] * p[l];
+            }
+            for (int c = 0; c < m; ++c) {
+                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
+                MC_SIMD MC_LANES q[l] -= f[l] * p[l];
+            }
+        }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+        for (int j = i + 1; j < n; ++j) {  /* per right-hand side, the same order of operations over j */
+            const real *u = a + (i * n + j) * MC_W;
+            int nz = 0;
+            MC_LANES nz |= u[l] != 0;
+            if (!nz) continue;
+            for (int c = 0; c < m; ++c) {
+                real *q = b + (i * m + c) * MC_W;
+                const real *p = b + (j * m + c) * MC_W;
+                MC_SIMD MC_LANES q[l] -= u[l] * p[l];
+            }
+        }
+        const real *d = a + (i * n + i) * MC_W;
+        for (int c = 0; c < m; ++c) {
+            real *q = b + (i * m + c) * MC_W;
+            MC_SIMD MC_LANES q[l] *= d[l];
+        }
+    }
+}
+
+/* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes
+   (lane-major: entry c of lane l at s[c * MC_W + l]). A full block with AVX2 (double, MC_W a
+   multiple of 4) moves as 4 x 4 tiles transposed in registers (per 16 entries: 4 loads, 8 shuffles,
+   4 stores) instead of 16 scalar copies; the rest entry by entry. */
+#if defined(__AVX2__) && !defined(MC_FLOAT32) && MC_W % 4 == 0
+#define MC_TILES 1
+/* rows d + k * ds (k < 4) get the columns of the 4 x 4 tile at rows s + k * ss */
+MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
+    const __m256d r2 = _mm256_loadu_pd(s + 2 * ss), r3 = _mm256_loadu_pd(s + 3 * ss);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(d + ds, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(d + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(d + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#else
+#define MC_TILES 0
+#endif
+
+/* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
+   Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
+   mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
+                        const int nt) {
+#if defined(__AVX__)
+    if (nt && nl == MC_W && ys == nc && nc <= 128) {
+        real q[MC_W * 128] __attribute__((aligned(64)));
+#if MC_TILES
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+        }
+#else
+        for (int l = 0; l < MC_W; ++l)
+            for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
+#endif
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        int i = 0;
+        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+#ifdef MC_FLOAT32
+        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+#else
+        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+#endif
+        for (; i < tot; ++i) y[i] = q[i];
+        return;
+    }
+#else
+    (void)nt;
+#endif
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, y + l * ys + c, ys);
+            for (int k = 0; k < 4; ++k)
+                for (int c = n4; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < nl; ++l)
+        for (int c = 0; c < nc; ++c) y[l * ys + c] = s[c * MC_W + l];
+}
+
+/* after a thread's last streaming store: make them visible before the call returns */
+MC_INLINE void mc_fence(const int nt) {
+#if defined(__AVX__)
+    if (nt) _mm_sfence();
+#else
+    (void)nt;
+#endif
+}
+
+/* the block d from entries 0 .. nc-1 of the rows x + l * xs; lanes nl .. MC_W-1 repeat row nl-1 */
+MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t xs, const int nc, const int nl) {
+#if MC_TILES
+    if (nl == MC_W) {
+        const int n4 = nc & ~3;
+        for (int l = 0; l < MC_W; l += 4) {
+            for (int c = 0; c < n4; c += 4) mc_tile(x + l * xs + c, xs, d + c * MC_W + l, MC_W);
+            for (int c = n4; c < nc; ++c)
+                for (int k = 0; k < 4; ++k) d[c * MC_W + l + k] = x[(l + k) * xs + c];
+        }
+        return;
+    }
+#endif
+    for (int l = 0; l < MC_W; ++l) {
+        const real *r = x + (int64_t)(l < nl ? l : nl - 1) * xs;
+        for (int c = 0; c < nc; ++c) d[c * MC_W + l] = r[c];
+    }
+}
+
+/* baked parameters (the module's BAKED, see modelc.runtime.cbuild): the runtime builds a library per
+   set of their values with -DMC_BAKED_FLAGS={0, 1, ...} (one flag per parameter column) and
+   -DMC_BAKED_VALUES={...}; every read of parameter column c is MC_P(c, the lane's value), so a baked
+   column is a compile-time constant the C compiler folds (a constant integer exponent becomes
+   multiplications in mc_pow). Without them, MC_P(c, x) is x. */
+#ifdef MC_BAKED_FLAGS
+static const signed char mc_baked_flag[NP] = MC_BAKED_FLAGS;
+static const real mc_baked_value[NP] = MC_BAKED_VALUES;
+#define MC_P(c, x) (mc_baked_flag[c] ? mc_baked_value[c] : (x))
+#else
+#define MC_P(c, x) (x)
+#endif
+
+/* where a call's data lies: input variable v of point i at x[v] + i * xs[v] (components contiguous);
+   parameters at p + i * ps (ps = 0: shared); outputs at y + i * ys; the Jacobian at j + i * js;
+   status (implicit models) at conv[i] (1/0), iters[i], rnorm[i] */
+typedef struct {
+    const real *x[NIN];
+    int64_t xs[NIN];
+    const real *p;
+    int64_t ps;
+    real *y;
+    int64_t ys;
+    real *j;
+    int64_t js;
+    uint8_t *conv;
+    int32_t *iters;
+    real *rnorm;
+    real rtol, atol;  /* the call's Newton options; negative: each solve's spec value */
+    int maxit;
+    int flags;  /* MC_STREAM: write full blocks with streaming stores (a call moving more than half the cache) */
+} mc_args;
+#define MC_STREAM 1
+
+/* an entry point's args: NIN input pointers, NIN row strides, p, ps, y, ys, j, js, conv, iters, rnorm,
+   then the Newton options: rtol and atol (the bits of a double), max_iter; then the flags */
+static void mc_unpack(const int64_t *restrict args, mc_args *restrict a) {
+    for (int v = 0; v < NIN; ++v) {
+        a->x[v] = (const real *)(intptr_t)args[v];
+        a->xs[v] = args[NIN + v];
+    }
+    const int64_t *r = args + 2 * NIN;
+    a->p = (const real *)(intptr_t)r[0];
+    a->ps = r[1];
+    a->y = (real *)(intptr_t)r[2];
+    a->ys = r[3];
+    a->j = (real *)(intptr_t)r[4];
+    a->js = r[5];
+    a->conv = (uint8_t *)(intptr_t)r[6];
+    a->iters = (int32_t *)(intptr_t)r[7];
+    a->rnorm = (real *)(intptr_t)r[8];
+    double tol;
+    memcpy(&tol, &r[9], 8);
+    a->rtol = (real)tol;
+    memcpy(&tol, &r[10], 8);
+    a->atol = (real)tol;
+    a->maxit = (int)r[11];
+    a->flags = (int)r[12];
+}
+
+#endif /* MODELC_KERNEL_H */
