@@ -8,9 +8,6 @@ import dataclasses
 
 import math
 import os
-import subprocess
-import sys
-import textwrap
 import zlib
 from pathlib import Path
 
@@ -417,57 +414,6 @@ def test_linear_solve_with_zero_diagonal_needs_pivoting(cache_dir, dtype, n, lan
 # --------------------------------------------------------------------------------------------------
 # build cache and automatic choice
 # --------------------------------------------------------------------------------------------------
-def _small_source(tag: str) -> str:
-    prog = _scalar_program(f"small_{tag}", 2, lambda a, b: [a * b + sp.exp(a)])
-    return c_source(prog)
-
-
-@needs_cc
-def test_second_build_is_a_load(tmp_path, monkeypatch):
-    src = _small_source("cache")
-    lib = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
-    files = sorted(p.name for p in (tmp_path / "c").iterdir())
-    assert [f for f in files if f.endswith(".so")] == [lib.path.name] and lib.path.with_suffix(".c").exists()
-    assert not [f for f in files if f.startswith(".")]  # no temporary files left
-    cbuild._LOADED.clear()
-
-    def no_build(*a, **k):
-        raise AssertionError("rebuilt a cached library")
-
-    monkeypatch.setattr(cbuild, "build", no_build)
-    lib2 = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
-    X = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
-    Y = torch.empty(1, 1, dtype=torch.float64)
-    lib2([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
-    assert float(Y) == pytest.approx(1.0 + math.exp(0.5), rel=1e-15)
-    # a different dtype is another library (compiled with -DMC_FLOAT32)
-    monkeypatch.undo()
-    lib32 = cbuild.load_library(src, "small", torch.float32, cache_dir=tmp_path)
-    assert lib32.path != lib2.path and lib32.path.name.endswith("-f32.so")
-
-
-@needs_cc
-def test_concurrent_builds(tmp_path):
-    src = _small_source("concurrent")
-    (tmp_path / "src.c").write_text(src)
-    script = textwrap.dedent(f"""
-        import sys, torch
-        from modelc.runtime import cbuild
-        src = open({str(tmp_path / 'src.c')!r}).read()
-        lib = cbuild.load_library(src, "conc", torch.float64, cache_dir={str(tmp_path / 'cache')!r})
-        X = torch.tensor([[1.0, 3.0]], dtype=torch.float64); Y = torch.empty(1, 1, dtype=torch.float64)
-        lib([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
-        print(float(Y))
-    """)
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-        assert float(out.strip()) == pytest.approx(3.0 + math.e, rel=1e-15)
-    files = sorted(p.name for p in (tmp_path / "cache" / "c").iterdir())
-    assert len([f for f in files if f.endswith(".so")]) == 1
-    assert not [f for f in files if f.startswith(".")]
 
 
 def test_auto_falls_back_to_torch_without_a_compiler(library, monkeypatch, tmp_path):
@@ -490,24 +436,6 @@ def test_auto_falls_back_to_torch_without_a_compiler(library, monkeypatch, tmp_p
     if HAVE_CC:
         assert mod.Model().backend == "c"
         assert mod.Model(dtype=torch.float32).backend == "c"
-
-
-@needs_cc
-def test_non_contiguous_and_wrong_dtype_are_rejected(cache_dir):
-    from modelc.errors import ModelcError
-
-    src = _small_source("checks")
-    lib = cbuild.load_library(src, "small", torch.float64)
-    P, Y = torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64)
-    x = torch.zeros(4, 1, dtype=torch.float64)
-    with pytest.raises(ModelcError, match="contiguous"):
-        lib([x, x], P, torch.empty(4, 2, dtype=torch.float64)[:, ::2])
-    with pytest.raises(ModelcError, match="4 rows"):
-        lib([x, torch.zeros(3, 1, dtype=torch.float64)], P, Y)
-    with pytest.raises(ModelcError, match="float64"):
-        lib([x, torch.zeros(4, 1)], P, Y)
-    with pytest.raises(ModelcError, match="no tangent entry point"):
-        lib([x, x], P, Y, torch.empty(4, 1, 2, dtype=torch.float64), variant="tangent")
 
 
 @needs_cc

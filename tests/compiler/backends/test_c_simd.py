@@ -194,18 +194,6 @@ def test_pow_with_a_baked_integer_exponent(cache_dir, k):
     np.testing.assert_array_equal(np.signbit(got[-len(special):]), np.signbit(ref))
 
 
-def test_baked_flags_are_exact_and_checked():
-    """Baked values reach the C compiler as hexadecimal literals (exact), one flag per column; a
-    non-finite baked value is refused, and nothing baked adds no flag."""
-    from modelc.runtime.errors import ModelcError
-
-    flags = cbuild.baked_flags((None, 0.1, None, -3.0))
-    assert flags == ["-DMC_BAKED_FLAGS={0,1,0,1}", f"-DMC_BAKED_VALUES={{0,{(0.1).hex()},0,{(-3.0).hex()}}}"]
-    assert cbuild.baked_flags((None, None)) == [] and cbuild.baked_flags(()) == []
-    with pytest.raises(ModelcError, match="finite"):
-        cbuild.baked_flags((math.inf,))
-
-
 def test_float32_vector_math(cache_dir):
     """float32: the vectorized build computes exp/log in double and rounds once (within 1 float ulp)."""
     g = np.random.default_rng(5)
@@ -218,73 +206,6 @@ def test_float32_vector_math(cache_dir):
         fin = np.isfinite(want.astype(np.float32)) & (np.abs(want) > 1e-37)
         ulp = np.abs(got[fin, k] - want[fin]) / np.spacing(np.abs(want[fin]).astype(np.float32))
         assert ulp.max() <= 1.0
-
-
-def test_lanes_setting_is_checked(monkeypatch):
-    monkeypatch.setenv("MODELC_C_LANES", "0")
-    with pytest.raises(cbuild.CBuildError, match="MODELC_C_LANES"):
-        cbuild.default_lanes()
-    monkeypatch.setenv("MODELC_C_LANES", "4")
-    assert cbuild.default_lanes() == 4
-
-
-def test_cache_key_names_the_cpu_and_lanes(tmp_path):
-    """Libraries built with -march=native are keyed on what it means here; lanes change the file."""
-    cc = cbuild.compiler()
-    if "-march=native" in cc.flags:
-        assert cc.target
-    src = c_source(_fn_program("keyed", lambda a, b: [a + b]))
-    p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
-    p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
-    assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8
-
-
-def test_sources_share_the_runtime_kernel_header(tmp_path):
-    """A model's source holds its own code only: the shared part (vector exp/log/pow, the block LU
-    solve, loads and stores, the argument block) is the runtime's modelc_kernel.h, included by one
-    line and written in place before compiling, so the source kept beside the library in the cache
-    reads (and compiles) on its own. The exported per-point code inlines the header."""
-    from modelc.backends.c_backend import point_source
-
-    prog = _fn_program("shared", lambda a, b: [sp.exp(a) * b])
-    src = c_source(prog)
-    header = cbuild.kernel_header()
-    assert src.count(cbuild.KERNEL_INCLUDE) == 1
-    assert "static inline void mc_lu_solve(" in header and "mc_lu_solve(" not in src
-    assert "MC_INLINE double mc_exp_d(" in header and "mc_exp_d(" not in src
-    full = cbuild.standalone(src)
-    assert cbuild.KERNEL_INCLUDE not in full and header in full
-    assert cbuild.standalone(full) == full  # nothing left to replace
-    lib = cbuild.load_library(src, "shared", torch.float64, cache_dir=tmp_path)
-    kept = lib.path.with_suffix(".c").read_text()
-    assert kept == full
-    x = torch.tensor([0.5, -1.25, 3.0], dtype=torch.float64)
-    y = torch.tensor([2.0, 0.75, -0.5], dtype=torch.float64)
-    Y = _run(prog, x, y, lanes=None)
-    torch.testing.assert_close(Y[:, 0], torch.exp(x) * y, rtol=1e-14, atol=0)
-    assert cbuild.KERNEL_INCLUDE not in point_source(prog, "jacobian")
-
-
-def test_a_changed_kernel_header_builds_a_new_library(monkeypatch, tmp_path):
-    """The cache key hashes the header's text with the source's: libraries built with another
-    modelc_kernel.h are never loaded for this one."""
-    src = c_source(_fn_program("rekeyed", lambda a, b: [a * b]))
-    before, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
-    text = cbuild.kernel_header()
-    monkeypatch.setattr(cbuild, "kernel_header", lambda: text + "/* changed */\n")
-    after, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
-    assert before != after
-
-
-def test_a_source_for_another_kernel_header_is_a_clear_build_error(monkeypatch, tmp_path):
-    """A module generated for one header ABI, run by a runtime that ships another: the compile stops
-    at the source's check with a message that says to regenerate, not at some missing symbol."""
-    src = c_source(_fn_program("stale", lambda a, b: [a - b]))
-    abi = cbuild.kernel_abi()
-    text = cbuild.kernel_header().replace(f"#define MC_KERNEL_ABI {abi}\n", f"#define MC_KERNEL_ABI {abi + 1}\n")
-    monkeypatch.setattr(cbuild, "kernel_header", lambda: text)
-    with pytest.raises(cbuild.CBuildError, match=f"needs modelc_kernel.h ABI {abi}: regenerate"):
-        cbuild.load_library(src, "stale", torch.float64, cache_dir=tmp_path)
 
 
 @pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af"])
@@ -323,31 +244,3 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (shift, pad)
 
 
-def test_streaming_counts_the_bytes_read_and_written(monkeypatch):
-    """``pack_args`` streams when inputs, parameters, outputs and Jacobian together exceed the
-    threshold (outputs alone did before: a call repeated on arrays that no longer fit in cache paid
-    a read for ownership per output line); a broadcast input or parameter row (row stride 0) counts
-    once, a broadcast Jacobian not at all."""
-    B, f64 = 1000, torch.float64
-    X = [torch.zeros(B, 6, dtype=f64), torch.zeros(1, 1, dtype=f64).expand(B, 1)]  # 6 per point + 1
-    P = torch.zeros(1, 3, dtype=f64)
-    Y, J = torch.zeros(B, 4, dtype=f64), torch.zeros(B, 2, 2, dtype=f64)
-    moved = 8 * (B * 6 + 1 + 3 + B * 4 + B * 4)
-    for threshold, flag in ((moved - 1, 1), (moved, 0)):
-        monkeypatch.setattr(cbuild, "stream_bytes", lambda t=threshold: t)
-        assert cbuild.pack_args(X, P, Y, J, None)[-1] == flag
-    monkeypatch.setattr(cbuild, "stream_bytes", lambda: 8 * (B * 6 + 1 + 3 + B * 4) - 1)
-    assert cbuild.pack_args(X, P, Y, J[:1].expand(B, 2, 2), None)[-1] == 1
-    assert cbuild.pack_args(X, P, Y[:, :2], J[:1].expand(B, 2, 2), None)[-1] == 0
-
-
-def test_stream_threshold_setting_is_checked(monkeypatch):
-    cbuild.stream_bytes.cache_clear()
-    try:
-        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "lots")
-        with pytest.raises(cbuild.CBuildError, match="MODELC_C_STREAM_BYTES"):
-            cbuild.stream_bytes()
-        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "4096")
-        assert cbuild.stream_bytes() == 4096
-    finally:
-        cbuild.stream_bytes.cache_clear()

@@ -1,0 +1,225 @@
+"""runtime/cbuild.py: building, keying and loading the C backend's libraries, the shared kernel header,
+the settings it reads from the environment, and the streaming-store decision of ``pack_args``. (The
+generated code itself is tested in tests/compiler/backends/test_c_backend.py and test_c_simd.py.)"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import sympy as sp
+import torch
+
+from modelc import ir
+from modelc.backends.c_backend import c_source
+from modelc.runtime import cbuild
+from modelc.runtime.types import Scalar
+
+try:
+    cbuild.compiler()
+    HAVE_CC = True
+except cbuild.CBuildError:
+    HAVE_CC = False
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+
+
+def _fn_program(name, exprs_of):
+    """Functions of two per-point parameters x, y, one output each."""
+    x, y = ir.Parameter("x", Scalar), ir.Parameter("y", Scalar)
+    exprs = exprs_of(x.symbols[0], y.symbols[0])
+    outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
+    return ir.Program(name, (ir.Variable("forces/t", Scalar),), (x, y), outs, (),
+                      {o.name: (e,) for o, e in zip(outs, exprs)})
+
+
+def _run(prog, x, y, cache_dir=None):
+    """``prog`` on parameters x, y (per point): its outputs (B, n)."""
+    lib = cbuild.load_library(c_source(prog), prog.name, torch.float64, cache_dir=cache_dir)
+    Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=torch.float64)
+    P = torch.stack([x, y], dim=1).contiguous()
+    lib([torch.zeros(x.shape[0], 1, dtype=torch.float64)], P, Y)
+    return Y
+
+
+def _small_source(tag: str) -> str:
+    x0, x1 = ir.Variable("forces/x0", Scalar), ir.Variable("forces/x1", Scalar)
+    a, b = x0.symbols[0], x1.symbols[0]
+    out = ir.Variable("state/y0", Scalar)
+    return c_source(ir.Program(f"small_{tag}", (x0, x1), (), (out,), (), {out.name: (a * b + sp.exp(a),)}))
+
+
+def test_baked_flags_are_exact_and_checked():
+    """Baked values reach the C compiler as hexadecimal literals (exact), one flag per column; a
+    non-finite baked value is refused, and nothing baked adds no flag."""
+    from modelc.runtime.errors import ModelcError
+
+    flags = cbuild.baked_flags((None, 0.1, None, -3.0))
+    assert flags == ["-DMC_BAKED_FLAGS={0,1,0,1}", f"-DMC_BAKED_VALUES={{0,{(0.1).hex()},0,{(-3.0).hex()}}}"]
+    assert cbuild.baked_flags((None, None)) == [] and cbuild.baked_flags(()) == []
+    with pytest.raises(ModelcError, match="finite"):
+        cbuild.baked_flags((math.inf,))
+
+
+def test_lanes_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("MODELC_C_LANES", "0")
+    with pytest.raises(cbuild.CBuildError, match="MODELC_C_LANES"):
+        cbuild.default_lanes()
+    monkeypatch.setenv("MODELC_C_LANES", "4")
+    assert cbuild.default_lanes() == 4
+
+
+def test_cache_key_names_the_cpu_and_lanes(tmp_path):
+    """Libraries built with -march=native are keyed on what it means here; lanes change the file."""
+    cc = cbuild.compiler()
+    if "-march=native" in cc.flags:
+        assert cc.target
+    src = c_source(_fn_program("keyed", lambda a, b: [a + b]))
+    p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
+    p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
+    assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8
+
+
+@needs_cc
+def test_second_build_is_a_load(tmp_path, monkeypatch):
+    src = _small_source("cache")
+    lib = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
+    files = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert [f for f in files if f.endswith(".so")] == [lib.path.name] and lib.path.with_suffix(".c").exists()
+    assert not [f for f in files if f.startswith(".")]  # no temporary files left
+    cbuild._LOADED.clear()
+
+    def no_build(*a, **k):
+        raise AssertionError("rebuilt a cached library")
+
+    monkeypatch.setattr(cbuild, "build", no_build)
+    lib2 = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
+    X = torch.tensor([[0.5, 2.0]], dtype=torch.float64)
+    Y = torch.empty(1, 1, dtype=torch.float64)
+    lib2([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
+    assert float(Y) == pytest.approx(1.0 + math.exp(0.5), rel=1e-15)
+    # a different dtype is another library (compiled with -DMC_FLOAT32)
+    monkeypatch.undo()
+    lib32 = cbuild.load_library(src, "small", torch.float32, cache_dir=tmp_path)
+    assert lib32.path != lib2.path and lib32.path.name.endswith("-f32.so")
+
+
+@needs_cc
+def test_concurrent_builds(tmp_path):
+    src = _small_source("concurrent")
+    (tmp_path / "src.c").write_text(src)
+    script = textwrap.dedent(f"""
+        import sys, torch
+        from modelc.runtime import cbuild
+        src = open({str(tmp_path / 'src.c')!r}).read()
+        lib = cbuild.load_library(src, "conc", torch.float64, cache_dir={str(tmp_path / 'cache')!r})
+        X = torch.tensor([[1.0, 3.0]], dtype=torch.float64); Y = torch.empty(1, 1, dtype=torch.float64)
+        lib([X[:, :1], X[:, 1:]], torch.zeros(1, 1, dtype=torch.float64), Y)
+        print(float(Y))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert float(out.strip()) == pytest.approx(3.0 + math.e, rel=1e-15)
+    files = sorted(p.name for p in (tmp_path / "cache" / "c").iterdir())
+    assert len([f for f in files if f.endswith(".so")]) == 1
+    assert not [f for f in files if f.startswith(".")]
+
+
+@needs_cc
+def test_non_contiguous_and_wrong_dtype_are_rejected(tmp_path):
+    from modelc.errors import ModelcError
+
+    src = _small_source("checks")
+    lib = cbuild.load_library(src, "small", torch.float64, cache_dir=tmp_path)
+    P, Y = torch.zeros(1, 1, dtype=torch.float64), torch.empty(4, 1, dtype=torch.float64)
+    x = torch.zeros(4, 1, dtype=torch.float64)
+    with pytest.raises(ModelcError, match="contiguous"):
+        lib([x, x], P, torch.empty(4, 2, dtype=torch.float64)[:, ::2])
+    with pytest.raises(ModelcError, match="4 rows"):
+        lib([x, torch.zeros(3, 1, dtype=torch.float64)], P, Y)
+    with pytest.raises(ModelcError, match="float64"):
+        lib([x, torch.zeros(4, 1)], P, Y)
+    with pytest.raises(ModelcError, match="no tangent entry point"):
+        lib([x, x], P, Y, torch.empty(4, 1, 2, dtype=torch.float64), variant="tangent")
+
+
+def test_sources_share_the_runtime_kernel_header(tmp_path):
+    """A model's source holds its own code only: the shared part (vector exp/log/pow, the block LU
+    solve, loads and stores, the argument block) is the runtime's modelc_kernel.h, included by one
+    line and written in place before compiling, so the source kept beside the library in the cache
+    reads (and compiles) on its own. The exported per-point code inlines the header."""
+    from modelc.backends.c_backend import point_source
+
+    prog = _fn_program("shared", lambda a, b: [sp.exp(a) * b])
+    src = c_source(prog)
+    header = cbuild.kernel_header()
+    assert src.count(cbuild.KERNEL_INCLUDE) == 1
+    assert "static inline void mc_lu_solve(" in header and "mc_lu_solve(" not in src
+    assert "MC_INLINE double mc_exp_d(" in header and "mc_exp_d(" not in src
+    full = cbuild.standalone(src)
+    assert cbuild.KERNEL_INCLUDE not in full and header in full
+    assert cbuild.standalone(full) == full  # nothing left to replace
+    lib = cbuild.load_library(src, "shared", torch.float64, cache_dir=tmp_path)
+    kept = lib.path.with_suffix(".c").read_text()
+    assert kept == full
+    x = torch.tensor([0.5, -1.25, 3.0], dtype=torch.float64)
+    y = torch.tensor([2.0, 0.75, -0.5], dtype=torch.float64)
+    Y = _run(prog, x, y, cache_dir=tmp_path)
+    torch.testing.assert_close(Y[:, 0], torch.exp(x) * y, rtol=1e-14, atol=0)
+    assert cbuild.KERNEL_INCLUDE not in point_source(prog, "jacobian")
+
+
+def test_a_changed_kernel_header_builds_a_new_library(monkeypatch, tmp_path):
+    """The cache key hashes the header's text with the source's: libraries built with another
+    modelc_kernel.h are never loaded for this one."""
+    src = c_source(_fn_program("rekeyed", lambda a, b: [a * b]))
+    before, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
+    text = cbuild.kernel_header()
+    monkeypatch.setattr(cbuild, "kernel_header", lambda: text + "/* changed */\n")
+    after, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
+    assert before != after
+
+
+def test_a_source_for_another_kernel_header_is_a_clear_build_error(monkeypatch, tmp_path):
+    """A module generated for one header ABI, run by a runtime that ships another: the compile stops
+    at the source's check with a message that says to regenerate, not at some missing symbol."""
+    src = c_source(_fn_program("stale", lambda a, b: [a - b]))
+    abi = cbuild.kernel_abi()
+    text = cbuild.kernel_header().replace(f"#define MC_KERNEL_ABI {abi}\n", f"#define MC_KERNEL_ABI {abi + 1}\n")
+    monkeypatch.setattr(cbuild, "kernel_header", lambda: text)
+    with pytest.raises(cbuild.CBuildError, match=f"needs modelc_kernel.h ABI {abi}: regenerate"):
+        cbuild.load_library(src, "stale", torch.float64, cache_dir=tmp_path)
+
+
+def test_streaming_counts_the_bytes_read_and_written(monkeypatch):
+    """``pack_args`` streams when inputs, parameters, outputs and Jacobian together exceed the
+    threshold (outputs alone did before: a call repeated on arrays that no longer fit in cache paid
+    a read for ownership per output line); a broadcast input or parameter row (row stride 0) counts
+    once, a broadcast Jacobian not at all."""
+    B, f64 = 1000, torch.float64
+    X = [torch.zeros(B, 6, dtype=f64), torch.zeros(1, 1, dtype=f64).expand(B, 1)]  # 6 per point + 1
+    P = torch.zeros(1, 3, dtype=f64)
+    Y, J = torch.zeros(B, 4, dtype=f64), torch.zeros(B, 2, 2, dtype=f64)
+    moved = 8 * (B * 6 + 1 + 3 + B * 4 + B * 4)
+    for threshold, flag in ((moved - 1, 1), (moved, 0)):
+        monkeypatch.setattr(cbuild, "stream_bytes", lambda t=threshold: t)
+        assert cbuild.pack_args(X, P, Y, J, None)[-1] == flag
+    monkeypatch.setattr(cbuild, "stream_bytes", lambda: 8 * (B * 6 + 1 + 3 + B * 4) - 1)
+    assert cbuild.pack_args(X, P, Y, J[:1].expand(B, 2, 2), None)[-1] == 1
+    assert cbuild.pack_args(X, P, Y[:, :2], J[:1].expand(B, 2, 2), None)[-1] == 0
+
+
+def test_stream_threshold_setting_is_checked(monkeypatch):
+    cbuild.stream_bytes.cache_clear()
+    try:
+        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "lots")
+        with pytest.raises(cbuild.CBuildError, match="MODELC_C_STREAM_BYTES"):
+            cbuild.stream_bytes()
+        monkeypatch.setenv("MODELC_C_STREAM_BYTES", "4096")
+        assert cbuild.stream_bytes() == 4096
+    finally:
+        cbuild.stream_bytes.cache_clear()
