@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from modelc.runtime import cbuild
-from test_call_out import BACKENDS, _inputs, mods  # noqa: F401
+from test_callpath import BACKENDS, _inputs, mods  # noqa: F401
 
 
 def _same(a, b):
