@@ -198,11 +198,15 @@ def main(argv: list[str] | None = None) -> Path:
     result = {"what": "ptxas -v of the library's Triton kernels, compiled for a GPU target without a GPU",
               "target": f"cuda sm_{a.arch}", "block": a.block, "maxnreg": a.maxnreg or None, "triton": triton.__version__,
               "python": sys.version.split()[0], "started": stamp, "records": records}
-    path = out / f"{stamp}-sm{a.arch}-kernels{'-' + a.tag if a.tag else ''}.json"
-    path.write_text(json.dumps(result, indent=1))
     cap = f", maxnreg {a.maxnreg}" if a.maxnreg else ""
     md = (f"# Library kernels for sm_{a.arch} (Triton {triton.__version__}, BLOCK {a.block}{cap}), compiled without a GPU\n\n"
           + table(records) + "\n")
+    return write_report(out / f"{stamp}-sm{a.arch}-kernels{'-' + a.tag if a.tag else ''}.json", result, md)
+
+
+def write_report(path: Path, result: dict, md: str) -> Path:
+    """``result`` as JSON at ``path`` and ``md`` beside it (``.md``), printed; returns ``path``."""
+    path.write_text(json.dumps(result, indent=1))
     path.with_suffix(".md").write_text(md)
     print(md)
     return path

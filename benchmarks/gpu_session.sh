@@ -15,13 +15,14 @@
 #   bash benchmarks/gpu_session.sh tests    # the suite, CUDA tests included (~5 min on 16 cores)
 #   bash benchmarks/gpu_session.sh bench    # benchmarks.run on the GPU, NEML2 on the same GPU
 #   bash benchmarks/gpu_session.sh kernels  # registers and spills of every kernel as loaded, timed
+#   bash benchmarks/gpu_session.sh layout   # the linear solve's two layouts timed (issue 13, ~5 min)
 # and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|bench|kernels) ;; *) echo "usage: $0 tests|bench|kernels" >&2; exit 2 ;; esac
+case "$step" in tests|bench|kernels|layout) ;; *) echo "usage: $0 tests|bench|kernels|layout" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -60,5 +61,13 @@ case "$step" in
         --tangent yes --impls modelc --repeats 10 --out "$OUT" --tag "gpu-kernels${cap:+-cap$cap}" 2>&1 \
         | tee -a "$OUT/kernels.log"
     done
+    ;;
+  layout)
+    # one n x n solve per point: the backend's unrolled layout against the tile layout, registers
+    # as compiled and points per second on this GPU (the unrolled n = 19 kernel alone takes ~4 min
+    # to compile: left out here, its registers and spills are in the committed no-GPU report)
+    python3 -m benchmarks.layout_probe --time --sizes 6 13 --out "$OUT" --tag gpu 2>&1 | tee "$OUT/layout.log"
+    python3 -m benchmarks.layout_probe --time --sizes 19 --layouts tile --out "$OUT" --tag gpu19 2>&1 \
+      | tee -a "$OUT/layout.log"
     ;;
 esac
