@@ -14,9 +14,9 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   (:func:`baked_flags`: one library per set of values).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
-- **header**: a generated source includes ``modelc_kernel.h`` (shipped here: what every model's source
-  shares); :func:`standalone` writes its text in place of that line before anything is hashed or
-  compiled, so the key below covers it and the kept ``.c`` stands alone.
+- **header**: a generated source includes ``modelc_kernel.h`` (what every model's source shares,
+  :mod:`modelc.runtime.cheader`), whose text is written in place of that line before anything is
+  hashed or compiled: the key below covers it and the kept ``.c`` stands alone.
 - **cache**: ``<cache folder>/c/<model>-<key>-<f64|f32>.so`` where the cache folder is the one of
   :func:`modelc.runtime.paths.cache_folder` (``$MODELC_CACHE_DIR`` or ``~/.cache/modelc``) and ``key`` hashes
   the source, the flags, the dtype, the compiler's ``--version`` and what ``-march=native`` means on
@@ -48,6 +48,7 @@ import torch
 from modelc.runtime.errors import ModelcError
 from modelc.runtime.paths import cache_folder, sanitize
 from modelc.runtime.cachefiles import usable_folder, verified, write_digest
+from modelc.runtime import cheader
 
 BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off")
@@ -266,39 +267,6 @@ def _bits(x: float) -> int:
 
 _LOADED: dict[str, CLibrary] = {}
 
-#: the part of every model's C source that does not depend on the model (one copy for all models):
-#: a generated source includes it by this exact line, which :func:`standalone` replaces by its text
-KERNEL_HEADER = Path(__file__).with_name("modelc_kernel.h")
-KERNEL_INCLUDE = '#include "modelc_kernel.h"'
-
-
-@functools.lru_cache(maxsize=1)
-def kernel_header() -> str:
-    """The text of ``modelc_kernel.h`` (shipped with the runtime)."""
-    try:
-        return KERNEL_HEADER.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CBuildError(f"C backend: cannot read {KERNEL_HEADER} (a broken installation?): {exc}") from None
-
-
-def kernel_abi() -> int:
-    """``MC_KERNEL_ABI`` of the shipped header: a generated source checks it after the include."""
-    for line in kernel_header().splitlines():
-        if line.startswith("#define MC_KERNEL_ABI "):
-            return int(line.split()[2])
-    raise CBuildError(f"C backend: {KERNEL_HEADER} defines no MC_KERNEL_ABI (a broken installation?)")
-
-
-def standalone(source: str) -> str:
-    """``source`` with its line ``#include "modelc_kernel.h"`` replaced by the header's text: what is
-    compiled, cached (the ``.c`` beside a library reads on its own) and hashed into the cache key,
-    so a changed header builds new libraries. A source without that line is returned as it is."""
-    line = KERNEL_INCLUDE + "\n"
-    if line not in source:
-        return source
-    return source.replace(line, kernel_header(), 1)
-
-
 def baked_flags(baked: tuple[float | None, ...]) -> list[str]:
     """The defines that bake parameter columns into a library (the template's ``MC_BAKED_FLAGS``):
     ``baked`` has one entry per parameter column, its value or None (read from the call's row).
@@ -316,8 +284,8 @@ def baked_flags(baked: tuple[float | None, ...]) -> list[str]:
 def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
                  lanes: int | None = None, baked: tuple[float | None, ...] = ()) -> tuple[Path, list[str]]:
     """Where the library for ``source`` lives in the cache, and the compile command's flags (the key
-    hashes :func:`standalone` of ``source``: the header's text too)."""
-    source = standalone(source)
+    hashes :func:`modelc.runtime.cheader.standalone` of ``source``: the header's text too)."""
+    source = cheader.standalone(source)
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     bake = baked_flags(baked)
@@ -337,7 +305,7 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lan
     of values is its own library."""
     if dtype not in (torch.float32, torch.float64):
         raise ModelcError(f"C backend: dtype must be float64 or float32, got {dtype}")
-    source = standalone(source)
+    source = cheader.standalone(source)
     lanes = default_lanes() if lanes is None else int(lanes)
     path, flags = library_path(source, name, dtype, cache_dir, lanes, baked)
     lib = _LOADED.get(str(path))
@@ -354,7 +322,7 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lan
 
 def load_library_source(source: str, name: str, cache_dir=None) -> ctypes.CDLL:
     """Any C source (e.g. the benchmarks' memory floor) built with the backend's flags and cache."""
-    source = standalone(source)
+    source = cheader.standalone(source)
     cc = compiler()
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *cc.flags]).encode()).hexdigest()[:20]
     path = cache_folder(cache_dir) / "c" / f"{name}-{key}.so"

@@ -2,7 +2,7 @@
 by the system C compiler (:mod:`modelc.runtime.cbuild`) and called through ``ctypes`` (backend ``"c"``).
 What does not depend on the model (vector math, the LU routine, loads and stores, the argument block)
 is the runtime's ``modelc_kernel.h``: a source includes it by one line, which the runtime replaces
-by the header's text before compiling (:func:`modelc.runtime.cbuild.standalone`); :func:`point_source`
+by the header's text before compiling (:func:`modelc.runtime.cheader.standalone`); :func:`point_source`
 (for ``modelc export``) writes it inline.
 
 Points run in blocks of ``MC_W`` lanes (8 by default; ``-DMC_W=1`` is the scalar build). Every
@@ -50,7 +50,7 @@ from modelc.backends.c_printer import CPrinter
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
-from modelc.runtime import cbuild
+from modelc.runtime import cheader
 from modelc.errors import InternalError
 from modelc.passes.expand_solve import expand_solve, halley_step
 
@@ -580,10 +580,10 @@ def _template():
 
 def _include() -> str:
     """The lines that take in the runtime's ``modelc_kernel.h`` (what every model's source shares; the
-    runtime writes its text in place before compiling, :func:`modelc.runtime.cbuild.standalone`),
+    runtime writes its text in place before compiling, :func:`modelc.runtime.cheader.standalone`),
     then check that the installed header is the one this source was generated for."""
-    abi = cbuild.kernel_abi()
-    return "\n".join([cbuild.KERNEL_INCLUDE, f"#if MC_KERNEL_ABI != {abi}",
+    abi = cheader.kernel_abi()
+    return "\n".join([cheader.KERNEL_INCLUDE, f"#if MC_KERNEL_ABI != {abi}",
                       f'#error "this source needs modelc_kernel.h ABI {abi}: regenerate it with the installed modelc"',
                       "#endif"])
 
@@ -639,7 +639,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
     code.functions.append(_block_function(code, program, layout))
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=[], newton=0, kernel=cbuild.kernel_header().rstrip("\n"))
+                              variants=[], newton=0, kernel=cheader.kernel_header().rstrip("\n"))
     offsets = [o for _, o in layout.axis_inputs()]
     status = bool(program.status)
     lines = ["#define MC_W 1", text, ""]

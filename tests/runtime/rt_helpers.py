@@ -28,3 +28,16 @@ FAST = settings(max_examples=20, deadline=None)
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def fn_program(name, exprs_of):
+    """A Program of functions of two per-point parameters x, y (``exprs_of(x, y)``: one output each),
+    for the C build tests (tests/runtime/test_cbuild.py, test_cheader.py)."""
+    from modelc import ir
+    from modelc.runtime.types import Scalar
+
+    x, y = ir.Parameter("x", Scalar), ir.Parameter("y", Scalar)
+    exprs = exprs_of(x.symbols[0], y.symbols[0])
+    outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
+    return ir.Program(name, (ir.Variable("forces/t", Scalar),), (x, y), outs, (),
+                      {o.name: (e,) for o, e in zip(outs, exprs)})

@@ -1,5 +1,5 @@
-"""runtime/cbuild.py: building, keying and loading the C backend's libraries, the shared kernel header,
-the settings it reads from the environment, and the streaming-store decision of ``pack_args``. (The
+"""runtime/cbuild.py: building, keying and loading the C backend's libraries (the shared kernel header:
+test_cheader.py), the settings it reads from the environment, and the streaming-store decision of ``pack_args``. (The
 generated code itself is tested in tests/compiler/backends/test_c_backend.py and test_c_simd.py.)"""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from modelc import ir
 from modelc.backends.c_backend import c_source
 from modelc.runtime import cbuild
 from modelc.runtime.types import Scalar
+from rt_helpers import fn_program
 
 try:
     cbuild.compiler()
@@ -23,24 +24,6 @@ try:
 except cbuild.CBuildError:
     HAVE_CC = False
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
-
-
-def _fn_program(name, exprs_of):
-    """Functions of two per-point parameters x, y, one output each."""
-    x, y = ir.Parameter("x", Scalar), ir.Parameter("y", Scalar)
-    exprs = exprs_of(x.symbols[0], y.symbols[0])
-    outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
-    return ir.Program(name, (ir.Variable("forces/t", Scalar),), (x, y), outs, (),
-                      {o.name: (e,) for o, e in zip(outs, exprs)})
-
-
-def _run(prog, x, y, cache_dir=None):
-    """``prog`` on parameters x, y (per point): its outputs (B, n)."""
-    lib = cbuild.load_library(c_source(prog), prog.name, torch.float64, cache_dir=cache_dir)
-    Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=torch.float64)
-    P = torch.stack([x, y], dim=1).contiguous()
-    lib([torch.zeros(x.shape[0], 1, dtype=torch.float64)], P, Y)
-    return Y
 
 
 def _small_source(tag: str) -> str:
@@ -75,7 +58,7 @@ def test_cache_key_names_the_cpu_and_lanes(tmp_path):
     cc = cbuild.compiler()
     if "-march=native" in cc.flags:
         assert cc.target
-    src = c_source(_fn_program("keyed", lambda a, b: [a + b]))
+    src = c_source(fn_program("keyed", lambda a, b: [a + b]))
     p8, f8 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=8)
     p1, f1 = cbuild.library_path(src, "keyed", torch.float64, tmp_path, lanes=1)
     assert p8 != p1 and "-DMC_W=1" in f1 and "-DMC_W=8" in f8
@@ -145,54 +128,6 @@ def test_non_contiguous_and_wrong_dtype_are_rejected(tmp_path):
         lib([x, torch.zeros(4, 1)], P, Y)
     with pytest.raises(ModelcError, match="no tangent entry point"):
         lib([x, x], P, Y, torch.empty(4, 1, 2, dtype=torch.float64), variant="tangent")
-
-
-def test_sources_share_the_runtime_kernel_header(tmp_path):
-    """A model's source holds its own code only: the shared part (vector exp/log/pow, the block LU
-    solve, loads and stores, the argument block) is the runtime's modelc_kernel.h, included by one
-    line and written in place before compiling, so the source kept beside the library in the cache
-    reads (and compiles) on its own. The exported per-point code inlines the header."""
-    from modelc.backends.c_backend import point_source
-
-    prog = _fn_program("shared", lambda a, b: [sp.exp(a) * b])
-    src = c_source(prog)
-    header = cbuild.kernel_header()
-    assert src.count(cbuild.KERNEL_INCLUDE) == 1
-    assert "static inline void mc_lu_solve(" in header and "mc_lu_solve(" not in src
-    assert "MC_INLINE double mc_exp_d(" in header and "mc_exp_d(" not in src
-    full = cbuild.standalone(src)
-    assert cbuild.KERNEL_INCLUDE not in full and header in full
-    assert cbuild.standalone(full) == full  # nothing left to replace
-    lib = cbuild.load_library(src, "shared", torch.float64, cache_dir=tmp_path)
-    kept = lib.path.with_suffix(".c").read_text()
-    assert kept == full
-    x = torch.tensor([0.5, -1.25, 3.0], dtype=torch.float64)
-    y = torch.tensor([2.0, 0.75, -0.5], dtype=torch.float64)
-    Y = _run(prog, x, y, cache_dir=tmp_path)
-    torch.testing.assert_close(Y[:, 0], torch.exp(x) * y, rtol=1e-14, atol=0)
-    assert cbuild.KERNEL_INCLUDE not in point_source(prog, "jacobian")
-
-
-def test_a_changed_kernel_header_builds_a_new_library(monkeypatch, tmp_path):
-    """The cache key hashes the header's text with the source's: libraries built with another
-    modelc_kernel.h are never loaded for this one."""
-    src = c_source(_fn_program("rekeyed", lambda a, b: [a * b]))
-    before, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
-    text = cbuild.kernel_header()
-    monkeypatch.setattr(cbuild, "kernel_header", lambda: text + "/* changed */\n")
-    after, _ = cbuild.library_path(src, "rekeyed", torch.float64, tmp_path)
-    assert before != after
-
-
-def test_a_source_for_another_kernel_header_is_a_clear_build_error(monkeypatch, tmp_path):
-    """A module generated for one header ABI, run by a runtime that ships another: the compile stops
-    at the source's check with a message that says to regenerate, not at some missing symbol."""
-    src = c_source(_fn_program("stale", lambda a, b: [a - b]))
-    abi = cbuild.kernel_abi()
-    text = cbuild.kernel_header().replace(f"#define MC_KERNEL_ABI {abi}\n", f"#define MC_KERNEL_ABI {abi + 1}\n")
-    monkeypatch.setattr(cbuild, "kernel_header", lambda: text)
-    with pytest.raises(cbuild.CBuildError, match=f"needs modelc_kernel.h ABI {abi}: regenerate"):
-        cbuild.load_library(src, "stale", torch.float64, cache_dir=tmp_path)
 
 
 def test_streaming_counts_the_bytes_read_and_written(monkeypatch):
