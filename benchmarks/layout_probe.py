@@ -24,9 +24,11 @@ Writes ``benchmarks/results/<UTC stamp>-sm<arch>-layout-probe.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -100,8 +102,10 @@ def padded(n: int) -> int:
     return p
 
 
+@functools.lru_cache(maxsize=None)
 def kernel(layout: str, n: int):
-    """The ``solve`` kernel of a layout (a module written to a temporary file: Triton reads the source)."""
+    """The ``solve`` kernel of a layout (a module written to a temporary file: Triton reads the source),
+    once per process and (layout, n)."""
     if layout not in ("tile", "unrolled"):
         raise ValueError(f"layout must be 'tile' or 'unrolled', got {layout!r}")
     folder = Path(tempfile.mkdtemp(prefix="modelc-layout-"))
@@ -246,7 +250,9 @@ def main(argv: list[str] | None = None) -> Path:
     from benchmarks.gpu_kernels import write_report
 
     result = {"what": "one dense n x n solve per point, two Triton layouts (benchmarks/layout_probe.py)",
-              "target": f"cuda sm_{a.arch}", "triton": triton.__version__, "started": stamp, "records": records}
+              "target": f"cuda sm_{a.arch}", "triton": triton.__version__, "started": stamp,
+              "host": f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+              "records": records}
     md = (f"# One dense n x n solve per point, two Triton layouts, sm_{a.arch} (Triton {triton.__version__})\n\n"
           + table(records) + "\n")
     return write_report(out / f"{stamp}-sm{a.arch}-layout-probe{'-' + a.tag if a.tag else ''}.json", result, md)

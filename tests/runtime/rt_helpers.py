@@ -32,7 +32,9 @@ def gen(seed: int) -> torch.Generator:
 
 def fn_program(name, exprs_of):
     """A Program of functions of two per-point parameters x, y (``exprs_of(x, y)``: one output each),
-    for the C build tests (tests/runtime/test_cbuild.py, test_cheader.py)."""
+    for the C tests (test_cbuild.py, test_cheader.py, tests/compiler/backends/test_c_simd.py). A NaN
+    or infinite *input* fails the whole point in the kernel; parameters reach the functions as they
+    are."""
     from modelc import ir
     from modelc.runtime.types import Scalar
 

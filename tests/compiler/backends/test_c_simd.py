@@ -12,16 +12,15 @@ import pytest
 import sympy as sp
 import torch
 
-from modelc import ir
 from modelc.backends.c_backend import c_source
 from modelc.runtime import cbuild
-from modelc.runtime.types import Scalar
 
 try:
     cbuild.compiler()
 except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
     pytest.skip("no C compiler", allow_module_level=True)
 
+from rt_helpers import fn_program  # noqa: E402
 from test_c_backend import _inputs, _poisoned_c, cache_dir, library  # noqa: F401,E402
 
 
@@ -97,16 +96,6 @@ def test_tiled_loads_and_stores_match_the_scalar_build(library, name):
         assert float(((Jv - Js).abs() / jscale).max()) <= 1e-12
 
 
-def _fn_program(name, exprs_of):
-    """Functions of two per-point parameters x, y (a NaN or infinite *input* fails the whole point in
-    the kernel; parameters reach the functions as they are)."""
-    x, y = ir.Parameter("x", Scalar), ir.Parameter("y", Scalar)
-    exprs = exprs_of(x.symbols[0], y.symbols[0])
-    outs = tuple(ir.Variable(f"state/o{k}", Scalar) for k in range(len(exprs)))
-    return ir.Program(name, (ir.Variable("forces/t", Scalar),), (x, y), outs, (),
-                      {o.name: (e,) for o, e in zip(outs, exprs)})
-
-
 def _run(prog, x, y, lanes, dtype=torch.float64):
     lib = cbuild.load_library(c_source(prog), prog.name, dtype, lanes=lanes)
     Y = torch.full((x.shape[0], len(prog.outputs)), math.nan, dtype=dtype)
@@ -129,7 +118,7 @@ def test_vector_exp_log_pow_match_libm(cache_dir):
     px = np.concatenate([g.uniform(0, 10, n), [0.0, 0.0, 1.0, -2.0, -2.0, -2.0, math.nan, 2.0, math.inf, 0.5]])
     py = np.concatenate([g.uniform(-30, 30, n), [2.5, -1.5, math.nan, 3.0, 2.0, 0.5, 0.0, math.nan, -1.0, 1e3]])
     k = min(len(px), len(py), m)
-    prog = _fn_program("vecmath", lambda a, b: [sp.exp(a), sp.log(b), sp.Pow(a, b, evaluate=False)])
+    prog = fn_program("vecmath", lambda a, b: [sp.exp(a), sp.log(b), sp.Pow(a, b, evaluate=False)])
     cols = [torch.tensor(xe[:m]), torch.tensor(xl[:m])]
     vec = _run(prog, *cols, lanes=8).numpy()
     sca = _run(prog, *cols, lanes=1).numpy()
@@ -141,7 +130,7 @@ def test_vector_exp_log_pow_match_libm(cache_dir):
         np.testing.assert_array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
         ulp = np.abs(got[fin] - want[fin]) / np.spacing(np.abs(want[fin]))
         assert ulp.max() <= 2.0, ulp.max()
-    powp = _fn_program("vecpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
+    powp = fn_program("vecpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
     cols = [torch.tensor(px[:k]), torch.tensor(py[:k])]
     vec, sca = _run(powp, *cols, lanes=8).numpy()[:, 0], _run(powp, *cols, lanes=1).numpy()[:, 0]
     with np.errstate(all="ignore"):
@@ -173,7 +162,7 @@ def test_pow_with_a_baked_integer_exponent(cache_dir, k):
     values (0, -0, infinities, NaN, 1, -1; -0 to a negative odd power is -inf)."""
     from fractions import Fraction
 
-    powp = _fn_program("bakedpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
+    powp = fn_program("bakedpow", lambda a, b: [sp.Pow(a, b, evaluate=False)])
     g = np.random.default_rng(100 + k)
     ints = np.arange(2.0, 40.0)
     ints = ints[np.abs(k) * np.log2(ints) < 53]  # |x^k| exactly representable (k >= 0), or 1 / it
@@ -199,7 +188,7 @@ def test_float32_vector_math(cache_dir):
     g = np.random.default_rng(5)
     x = torch.tensor(g.uniform(-80, 80, 3000))
     y = torch.tensor(10.0 ** g.uniform(-30, 30, 3000))
-    prog = _fn_program("vecmath32", lambda a, b: [sp.exp(a), sp.log(b)])
+    prog = fn_program("vecmath32", lambda a, b: [sp.exp(a), sp.log(b)])
     got = _run(prog, x, y, lanes=8, dtype=torch.float32).double().numpy()
     xf, yf = x.float().double().numpy(), y.float().double().numpy()
     for k, want in enumerate((np.exp(xf), np.log(yf))):
