@@ -16,13 +16,17 @@
 #   bash benchmarks/gpu_session.sh bench    # benchmarks.run on the GPU, NEML2 on the same GPU
 #   bash benchmarks/gpu_session.sh kernels  # registers and spills of every kernel as loaded, timed
 #   bash benchmarks/gpu_session.sh layout   # the linear solve's two layouts timed (issue 13, ~5 min)
+# or, when the lease is 15 minutes of device time (one machine start and one call of at most 10
+# minutes: no room for a second), everything that matters in one call of ~9 minutes, each part
+# under a time box (SIGINT: benchmarks.run keeps what it measured), packed in one archive:
+#   bash benchmarks/gpu_session.sh session  # compiled-Triton tests, then benchmarks model by model
 # and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|bench|kernels|layout) ;; *) echo "usage: $0 tests|bench|kernels|layout" >&2; exit 2 ;; esac
+case "$step" in tests|bench|kernels|layout|session) ;; *) echo "usage: $0 tests|bench|kernels|layout|session" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -69,5 +73,24 @@ case "$step" in
     python3 -m benchmarks.layout_probe --time --sizes 6 13 --out "$OUT" --tag gpu 2>&1 | tee "$OUT/layout.log"
     python3 -m benchmarks.layout_probe --time --sizes 19 --layouts tile --out "$OUT" --tag gpu19 2>&1 \
       | tee -a "$OUT/layout.log"
+    ;;
+  session)
+    # 1. the library's tests whose Triton kernels run compiled on this GPU (elsewhere they run under
+    #    the interpreter), and the runtime's CUDA tests
+    R=/tmp/session && rm -rf $R && mkdir -p $R && cp "$OUT/gpu.txt" $R/
+    timeout -s INT "${T_TESTS:-150}" python3 -m pytest -q -n "${NPROC:-16}" -p no:cacheprovider \
+      tests/models tests/runtime/test_tensors.py -k "triton or cuda" 2>&1 | tee $R/tests.log
+    # 2. float64 at 1e6 points, value and tangent: modelc, the hand-written update eager and under
+    #    torch.compile, NEML2, one process per model so that a time box loses one model at most
+    for m in ${MODELS:-j2_voce_af perzyna_iso j2_linear_iso j2_perfect elastic}; do
+      timeout -s INT "${T_MODEL:-65}" python3 -m benchmarks.run --device cuda --models "$m" --sizes 1000000 \
+        --dtypes float64 --impls modelc eager compile neml2 --neml2-python "$(command -v python3)" \
+        --repeats 10 --max-seconds 1 --out $R --tag "gpu-f64-$m" 2>&1 | tee -a $R/bench.log
+    done
+    # 3. float32, and 1e4 points (launch overhead), without torch.compile (its compilations cost most)
+    timeout -s INT "${T_F32:-70}" python3 -m benchmarks.run --device cuda --sizes 10000 1000000 --dtypes float32 \
+      --impls modelc eager neml2 --neml2-python "$(command -v python3)" --repeats 10 --max-seconds 0.5 \
+      --out $R --tag gpu-f32 2>&1 | tee -a $R/bench.log
+    tar -czf "$OUT/session.tgz" -C $R .
     ;;
 esac

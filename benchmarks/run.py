@@ -305,43 +305,17 @@ def extra_tables(result: dict) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> Path:
-    ap = argparse.ArgumentParser(description="modelc vs NEML2 vs hand-written PyTorch (see benchmarks/README.md)")
-    ap.add_argument("--models", nargs="+", default=list(bl.MODELS), choices=bl.MODELS)
-    ap.add_argument("--sizes", nargs="+", type=int, default=None, help="default 1e2..1e5 (CPU), 1e3..1e7 (GPU)")
-    ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
-    ap.add_argument("--tangent", nargs="+", default=["no", "yes"], choices=["no", "yes"])
-    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2", "floor"],
-                    choices=["modelc", "eager", "compile", "neml2", "floor"],
-                    help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU)")
-    ap.add_argument("--out-sizes", nargs="+", type=int, default=None,
-                    help="sizes at which modelc-c with out= is timed against fresh outputs (default 1e6 on the CPU)")
-    ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
-                    help="compile/aoti cost 1-10 min of compilation per model and shape")
-    ap.add_argument("--neml2-sizes", nargs="+", type=int, default=None, help="default: --sizes")
-    ap.add_argument("--neml2-python", default=str(NEML2_PYTHON))
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--max-seconds", type=float, default=3.0, help="per configuration, after 3 rounds")
-    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats, no torch.compile")
-    ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--tag", default="", help="added to the result file name")
-    a = ap.parse_args(argv)
-    device = torch.device(a.device)
-    if a.sizes is None:
-        a.sizes = [100, 1000, 10000] if a.quick else (
-            [10**k for k in range(3, 8)] if device.type == "cuda" else [10**k for k in range(2, 6)])
-    if a.quick:
-        a.repeats, a.warmup, a.max_seconds = min(a.repeats, 5), 1, min(a.max_seconds, 1.0)
-        a.impls = [i for i in a.impls if i != "compile"]
-    notes: list[str] = []
-    t_start = time.perf_counter()
-    info = machine_info(device)
-    bw = copy_bandwidth(device, 2**28 if device.type == "cuda" else 2**26)
-    result = {"machine": info, "settings": vars(a), "copy_bandwidth_bytes_per_s": bw,
-              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "baselines_vs_neml2_reference": reference_check(), "records": [], "notes": notes}
+def _run_all(a: argparse.Namespace, device: torch.device, result: dict, notes: list[str],
+             bw: float | None) -> None:
+    """Every configuration of `a`, records appended to `result` as they are measured."""
+    if "neml2" in a.impls:  # first: its own process, which a time box (SIGINT) would cut last
+        res = run_neml2(a, notes)
+        if res:
+            result["neml2"] = {k: v for k, v in res.items() if k != "records"}
+            for r in res["records"]:
+                r.setdefault("device", str(a.device))
+                r["bytes_per_point"] = wl.bytes_per_point(r["model"], r["tangent"], getattr(torch, r["dtype"]))
+            result["records"].extend(res["records"])
     for model in a.models:
         if "modelc" in a.impls:  # spec -> importable module; first-call latency is in each record
             try:
@@ -379,14 +353,49 @@ def main(argv: list[str] | None = None) -> Path:
                     recs = threads_scaling(model, size, a.repeats)
                     result.setdefault("threads", []).extend(recs)
                     print(f"{model:14s} threads at {size}: {[round(r['speedup_vs_1'], 2) for r in recs]}", flush=True)
-    if "neml2" in a.impls:
-        res = run_neml2(a, notes)
-        if res:
-            result["neml2"] = {k: v for k, v in res.items() if k != "records"}
-            for r in res["records"]:
-                r.setdefault("device", str(a.device))
-                r["bytes_per_point"] = wl.bytes_per_point(r["model"], r["tangent"], getattr(torch, r["dtype"]))
-            result["records"].extend(res["records"])
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description="modelc vs NEML2 vs hand-written PyTorch (see benchmarks/README.md)")
+    ap.add_argument("--models", nargs="+", default=list(bl.MODELS), choices=bl.MODELS)
+    ap.add_argument("--sizes", nargs="+", type=int, default=None, help="default 1e2..1e5 (CPU), 1e3..1e7 (GPU)")
+    ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
+    ap.add_argument("--tangent", nargs="+", default=["no", "yes"], choices=["no", "yes"])
+    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2", "floor"],
+                    choices=["modelc", "eager", "compile", "neml2", "floor"],
+                    help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU)")
+    ap.add_argument("--out-sizes", nargs="+", type=int, default=None,
+                    help="sizes at which modelc-c with out= is timed against fresh outputs (default 1e6 on the CPU)")
+    ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
+                    help="compile/aoti cost 1-10 min of compilation per model and shape")
+    ap.add_argument("--neml2-sizes", nargs="+", type=int, default=None, help="default: --sizes")
+    ap.add_argument("--neml2-python", default=str(NEML2_PYTHON))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--max-seconds", type=float, default=3.0, help="per configuration, after 3 rounds")
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats, no torch.compile")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--tag", default="", help="added to the result file name")
+    a = ap.parse_args(argv)
+    device = torch.device(a.device)
+    if a.sizes is None:
+        a.sizes = [100, 1000, 10000] if a.quick else (
+            [10**k for k in range(3, 8)] if device.type == "cuda" else [10**k for k in range(2, 6)])
+    if a.quick:
+        a.repeats, a.warmup, a.max_seconds = min(a.repeats, 5), 1, min(a.max_seconds, 1.0)
+        a.impls = [i for i in a.impls if i != "compile"]
+    notes: list[str] = []
+    t_start = time.perf_counter()
+    info = machine_info(device)
+    bw = copy_bandwidth(device, 2**28 if device.type == "cuda" else 2**26)
+    result = {"machine": info, "settings": vars(a), "copy_bandwidth_bytes_per_s": bw,
+              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "baselines_vs_neml2_reference": reference_check(), "records": [], "notes": notes}
+    try:
+        _run_all(a, device, result, notes, bw)
+    except KeyboardInterrupt:  # SIGINT (`timeout -s INT` on a leased GPU): keep what was measured
+        notes.append("interrupted: the records are those measured before the interrupt")
     notes[:] = list(dict.fromkeys(notes))
     add_ratios(result["records"])
     result["wall_s"] = time.perf_counter() - t_start
