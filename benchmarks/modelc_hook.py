@@ -113,21 +113,27 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
 
 def kernel_resources(step: Callable) -> list[dict]:
     """Registers and spills per thread of the Triton kernels a modelc step has launched on a GPU (as
-    Triton loaded them: ``n_regs``, ``n_spills``), one entry per compiled kernel; [] elsewhere."""
+    Triton loaded them: ``n_regs``, ``n_spills``), one entry per compiled specialisation (the
+    variant is the kernel's ``V`` constexpr); [] elsewhere."""
     m = getattr(step, "model", None)
+    kernel = getattr(m, "kernel", None)
+    bits = {bit: name for name, bit in getattr(m, "VARIANTS", {}).items()}
+    names = list(getattr(kernel, "arg_names", ()))
+    vpos = names.index("V") if "V" in names else -1  # constexprs are keyed by (position,) in Triton 3
     out = []
-    for variant in ("value", "tangent", "jacobian"):
-        kernel = getattr(m, f"kernel_{variant}", None)
-        for caches in getattr(kernel, "device_caches", {}).values():
-            try:
-                compiled = list(caches[0].values())
-            except (TypeError, IndexError, AttributeError):  # another Triton's layout: report nothing
+    for caches in getattr(kernel, "device_caches", {}).values():
+        try:
+            compiled = list(caches[0].items())
+        except (TypeError, IndexError, AttributeError):  # another Triton's layout: report nothing
+            continue
+        for key, ck in compiled:
+            regs, spills = getattr(ck, "n_regs", None), getattr(ck, "n_spills", None)
+            if regs is None:
                 continue
-            for ck in compiled:
-                regs, spills = getattr(ck, "n_regs", None), getattr(ck, "n_spills", None)
-                if regs is not None:
-                    out.append({"variant": variant, "n_regs": int(regs), "n_spills": int(spills or 0),
-                                "name": getattr(getattr(ck, "metadata", None), "name", variant)})
+            consts = getattr(getattr(ck, "src", None), "constants", None) or {}
+            v = consts.get("V", consts.get((vpos,))) if isinstance(consts, dict) else None
+            out.append({"variant": bits.get(v, str(key)[:80]), "n_regs": int(regs), "n_spills": int(spills or 0),
+                        "name": getattr(getattr(ck, "metadata", None), "name", "kernel")})
     return out
 
 

@@ -306,8 +306,9 @@ def extra_tables(result: dict) -> str:
 
 
 def _run_all(a: argparse.Namespace, device: torch.device, result: dict, notes: list[str],
-             bw: float | None) -> None:
-    """Every configuration of `a`, records appended to `result` as they are measured."""
+             bw: float | None, save: Callable[[], None]) -> None:
+    """Every configuration of `a`, records appended to `result` as they are measured (``save()``
+    after each: a run killed outright keeps what it measured)."""
     if "neml2" in a.impls:  # first: its own process, which a time box (SIGINT) would cut last
         res = run_neml2(a, notes)
         if res:
@@ -316,6 +317,7 @@ def _run_all(a: argparse.Namespace, device: torch.device, result: dict, notes: l
                 r.setdefault("device", str(a.device))
                 r["bytes_per_point"] = wl.bytes_per_point(r["model"], r["tangent"], getattr(torch, r["dtype"]))
             result["records"].extend(res["records"])
+        save()
     for model in a.models:
         if "modelc" in a.impls:  # spec -> importable module; first-call latency is in each record
             try:
@@ -333,6 +335,7 @@ def _run_all(a: argparse.Namespace, device: torch.device, result: dict, notes: l
                         if r["impl"] == "modelc-triton" and r["impl"] in impls:
                             r["kernel_resources"] = modelc_hook.kernel_resources(impls[r["impl"]])
                     result["records"].extend(recs)
+                    save()
                     for r in recs:
                         print(f"{model:14s} {dname:7s} B={size:<8d} tangent={tan:3s} {r['impl']:14s} "
                               + (f"{r['points_per_s']:.3g} pts/s" if "points_per_s" in r else r.get("error", "")),
@@ -392,18 +395,22 @@ def main(argv: list[str] | None = None) -> Path:
     result = {"machine": info, "settings": vars(a), "copy_bandwidth_bytes_per_s": bw,
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "baselines_vs_neml2_reference": reference_check(), "records": [], "notes": notes}
-    try:
-        _run_all(a, device, result, notes, bw)
-    except KeyboardInterrupt:  # SIGINT (`timeout -s INT` on a leased GPU): keep what was measured
-        notes.append("interrupted: the records are those measured before the interrupt")
-    notes[:] = list(dict.fromkeys(notes))
-    add_ratios(result["records"])
-    result["wall_s"] = time.perf_counter() - t_start
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{device.type}"
     stem += f"-{a.tag}" if a.tag else ""
     path = out / f"{stem}.json"
+
+    def save() -> None:
+        path.write_text(json.dumps({**result, "partial": True}, indent=1))
+
+    try:
+        _run_all(a, device, result, notes, bw, save)
+    except KeyboardInterrupt:  # SIGINT (`timeout -s INT` on a leased GPU): keep what was measured
+        notes.append("interrupted: the records are those measured before the interrupt")
+    notes[:] = list(dict.fromkeys(notes))
+    add_ratios(result["records"])
+    result["wall_s"] = time.perf_counter() - t_start
     path.write_text(json.dumps(result, indent=1))
     md = table(result["records"]) + extra_tables(result)
     (out / f"{stem}.md").write_text(f"{info['cpu']} ({info['cores']} cores), {info.get('gpu', 'no GPU')}, "
