@@ -40,6 +40,7 @@ import importlib, json, sys, time
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from modelc.backends.triton_backend import aot_signature
 
 model, variant, dt, arch, block, maxnreg = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
                                             int(sys.argv[6]))
@@ -54,9 +55,7 @@ kernel = getattr(mod, "_kernel", None)
 if kernel is None or variant not in mod.Model.VARIANTS:
     print(json.dumps({"missing": True}))
     sys.exit(0)
-sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST", "O")}
-sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
-sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+sig = aot_signature(kernel.arg_names, dt)
 consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
               EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block)
 t0 = time.perf_counter()

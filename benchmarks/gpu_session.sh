@@ -46,7 +46,7 @@ python3 -c "import modelc.runtime, sympy, jinja2, yaml" || { echo "modelc does n
 case "$step" in
   tests)
     # TRITON_INTERPRET stays 1 for the suite (its Triton tests run on CPU tensors); the tests that
-    # need a CUDA device run for real here. Compiled kernels on the GPU are checked by `bench`.
+    # need a CUDA device run for real here. Compiled kernels on the GPU: `session` (its step 1).
     python3 -m pytest -q -n "${NPROC:-16}" -p no:cacheprovider ${TESTS:-tests} 2>&1 | tee "$OUT/tests.log"
     ;;
   bench)
@@ -75,11 +75,13 @@ case "$step" in
       | tee -a "$OUT/layout.log"
     ;;
   session)
-    # 1. the library's tests whose Triton kernels run compiled on this GPU (elsewhere they run under
-    #    the interpreter), and the runtime's CUDA tests
+    # 1. the library's Triton tests with their kernels compiled and run on this GPU
+    #    (MODELC_TEST_DEVICE=cuda: tests/conftest.py then leaves TRITON_INTERPRET unset; without it
+    #    they ran under the interpreter, as on 2026-11-26), and the runtime's CUDA tests
     R=/tmp/session && rm -rf $R && mkdir -p $R && cp "$OUT/gpu.txt" $R/
-    timeout -s INT "${T_TESTS:-120}" python3 -m pytest -q -n "${NPROC:-16}" -p no:cacheprovider \
-      tests/models tests/runtime/test_tensors.py -k "triton or cuda" 2>&1 | tee $R/tests.log
+    MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-120}" python3 -m pytest -q -n "${NPROC:-16}" \
+      -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_gpu_callpath.py \
+      -k "triton or cuda" 2>&1 | tee $R/tests.log
     # 2. float64 at 1e6 and 1e7 points, value and tangent: modelc, the hand-written update eager and
     #    under torch.compile, NEML2, one process per model so that a time box cuts one model at most
     #    (records are written after every configuration). On an H200, 1e6 points is 100-300 us of

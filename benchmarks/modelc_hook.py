@@ -76,18 +76,28 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
     forces = [v for v in input_names if v.startswith("old_forces/") and v != "old_forces/t"]
     calls: dict[tuple, Callable] = {}
 
+    zeros: dict[tuple, torch.Tensor] = {}
+
+    def zero_like(t):
+        # the baseline convention's constant inputs (old time 0, old forces 0, ...), which a host
+        # keeps from step to step: made once per shape, not per call (a kernel launch each on a GPU)
+        key = (tuple(t.shape), t.dtype, t.device)
+        if key not in zeros:
+            zeros[key] = torch.zeros_like(t)
+        return zeros[key]
+
     def named(E, dt, old_state):
         t = dt
         inputs = {"forces/E": E}
         if "forces/t" in input_names:
             inputs["forces/t"] = t
-            inputs["old_forces/t"] = torch.zeros_like(t)
+            inputs["old_forces/t"] = zero_like(t)
         for f in forces:
-            inputs[f] = torch.zeros_like(E)
+            inputs[f] = zero_like(E)
         for name, value in zip(names, old_state):
             inputs["old_" + name] = value
         if plastic and "old_state/internal/gamma_rate" in input_names:
-            inputs["old_state/internal/gamma_rate"] = torch.zeros_like(dt)
+            inputs["old_state/internal/gamma_rate"] = zero_like(dt)
         return inputs
 
     def step(E, dt, *old_state, tangent: bool = False):

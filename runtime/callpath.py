@@ -4,7 +4,8 @@ from ``out=`` (an earlier result of the same model), checked before anything is 
 A call hands each backend one ``(B, size)`` tensor per input variable (:func:`input_views`): a view of
 the caller's tensor whenever its layout allows (components contiguous and the batch dims collapsible
 into one stride; an input broadcast over the batch has stride 0), else a copy. The C backend reads
-them in place; the other backends pack them into one ``X`` (:func:`pack`).
+them in place, so does the Triton kernel (one pointer and row stride per variable); the PyTorch
+function takes them packed into one ``X`` (:func:`pack`).
 
 Buffers (:class:`Buffers`): ``Y (B, ny)``, ``J (B, rows, cols)`` or None, and for implicit models the
 status ``converged`` (bool, written as 0/1 bytes), ``iterations`` (int32) and ``residual_norm`` (the

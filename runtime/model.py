@@ -267,6 +267,14 @@ def triton_launch_options() -> dict[str, int]:
 
 _WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
 
+TRITON_ABI = 2  # the generated Triton kernels' calling convention this runtime launches (Model.TRITON_ABI)
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
 
 def _copy_into(target: "callpath.Buffers", Y, J, status) -> None:
     """Copy what was computed outside ``target`` into it (nothing when it is already there)."""
@@ -323,6 +331,10 @@ class CompiledModel(torch.nn.Module):
     #: the C kernel itself fails the points whose inputs hold a NaN or an infinity (modules generated
     #: before it did leave it to the runtime's check after the call)
     C_MARKS_NONFINITE = False
+    #: the Triton kernel's calling convention: 2 reads each input where it lies, writes the status as
+    #: the C entry points do and fails non-finite inputs itself (modules generated before: 1, a packed
+    #: X and a (B, 3) status, which this runtime no longer launches)
+    TRITON_ABI = 1
     INITIAL: tuple[VariableInfo, ...] = ()  # state variables with a declared initial value
     torch_initial: Any = None  # (X (rows, 0), P) -> (Y, None, None) on the INITIAL axis
     #: what a call can ask for -> the bit ``V`` the generated function and kernel take: ``value``,
@@ -378,6 +390,10 @@ class CompiledModel(torch.nn.Module):
         self._baked_libs = {}  # (per parameter column: its baked value or None) -> CLibrary
         if backend == "auto":
             backend = "triton" if (self.device.type == "cuda" and self.kernel is not None) else "torch"
+            if backend == "triton" and self.TRITON_ABI != TRITON_ABI:
+                _warn_once(f"{self.NAME}: its generated module predates this runtime's Triton calling "
+                           "convention; it runs on the PyTorch backend (regenerate it with `modelc compile`)")
+                backend = "torch"
             if self.device.type == "cpu" and self.c_source:
                 backend = self._auto_c()
         elif backend == "c":
@@ -398,6 +414,10 @@ class CompiledModel(torch.nn.Module):
             if self.device.type != "cuda" and not interpreting():
                 raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
                                  "device, or TRITON_INTERPRET=1 set before the generated module is imported")
+            if self.TRITON_ABI != TRITON_ABI:
+                raise InputError(f"model {self.NAME}: its generated module predates this runtime's Triton "
+                                 f"calling convention (kernel ABI {self.TRITON_ABI}, this runtime launches "
+                                 f"{TRITON_ABI}): regenerate it with `modelc compile`")
         self.backend = backend
 
     def _auto_c(self) -> str:
@@ -742,14 +762,15 @@ class CompiledModel(torch.nn.Module):
         target = None if out is None else callpath.out_buffers(self, out, bs, None if request is None else request[1])
         narrow = request is not None and vaxes != request[1]  # a block of the variant's Jacobian
         in_kernel = False  # whether the C kernel marked the points with NaN or infinite inputs
-        if self.backend == "c" and (target is None or not narrow):
+        if self.backend in ("c", "triton") and (target is None or not narrow):
+            # the kernel reads the inputs where they lie and writes into fresh buffers or out='s
             constant = variant in self.CONSTANT_JACOBIAN and shared and B > 1
-            in_kernel = self.C_MARKS_NONFINITE and not constant
+            in_kernel = (self.C_MARKS_NONFINITE if self.backend == "c" else True) and not constant
             buf = target if target is not None else callpath.allocate(
                 self, B, None if constant else self._jacobian_shape(variant))
             if buf.J is None and variant is not None and not constant:
                 raise InternalError(f"model {self.NAME}: no Jacobian buffer for a {variant} call")
-            Y, J, status = self._run_c_into(views, P, variant, buf, shared)
+            Y, J, status = self._run_into(views, P, variant, buf, shared, param_overrides)
         else:
             Y, J, status = self._run_packed(callpath.pack(self, views, B), P, variant, shared, param_overrides)
         substeps = None
@@ -787,26 +808,33 @@ class CompiledModel(torch.nn.Module):
         result.producer = (self.NAME, self.SPEC_HASH)
         return result
 
-    def _run_c_into(self, views, P, variant, buf: callpath.Buffers, shared: bool):
-        """The C entry point of ``variant`` over ``views`` into ``buf``; returns ``(Y, J, status)``. A
-        Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``) is computed for one point
-        when they are shared: returned broadcast (a stride-0 view) unless ``buf`` has a full one."""
-        lib, threads, opts = self._c_library(P), torch.get_num_threads(), self._solver_triple()
+    def _run_into(self, views, P, variant, buf: callpath.Buffers, shared: bool, overrides):
+        """The C entry point or the Triton kernel of ``variant`` over ``views`` into ``buf``; returns
+        ``(Y, J, status)``. A Jacobian that depends on the parameters only (``CONSTANT_JACOBIAN``) is
+        computed for one point when they are shared: returned broadcast (a stride-0 view) unless
+        ``buf`` has a full one."""
         B = buf.Y.shape[0]
         J = buf.J
         if B == 0:
             return buf.Y, J, buf.status
-        name = variant or "value"
+        if self.backend == "c":
+            lib, threads, opts = self._c_library(P), torch.get_num_threads(), self._solver_triple()
+
+            def run(v, vs, Y, J, status):
+                lib.run(v or "value", Y.shape[0], pack_args(vs, P, Y, J, status, opts), threads)
+        else:
+            def run(v, vs, Y, J, status):
+                self._launch_into(vs, P, Y, J, status, v, shared, overrides)
         if not (variant in self.CONSTANT_JACOBIAN and shared and B > 1):
-            lib.run(name, B, pack_args(views, P, buf.Y, J, buf.status, opts), threads)
+            run(variant, views, buf.Y, J, buf.status)
             return buf.Y, J, buf.status
-        lib.run("value", B, pack_args(views, P, buf.Y, None, buf.status, opts), threads)
+        run(None, views, buf.Y, None, buf.status)
         one, scratch = [v[:1] for v in views], torch.empty_like(buf.Y[:1])
         if J is not None and J.stride(0) == 0:  # out= holds the broadcast: write its one point
-            lib.run(name, 1, pack_args(one, P, scratch, J[:1], None, opts), threads)
+            run(variant, one, scratch, J[:1], None)
             return buf.Y, J, buf.status
-        J1 = torch.empty(1, *self._jacobian_shape(variant), dtype=self.dtype)
-        lib.run(name, 1, pack_args(one, P, scratch, J1, None, opts), threads)
+        J1 = torch.empty(1, *self._jacobian_shape(variant), dtype=self.dtype, device=self.device)
+        run(variant, one, scratch, J1, None)
         if J is None:
             return buf.Y, J1.expand(B, *J1.shape[1:]), buf.status
         J.copy_(J1.expand(B, *J1.shape[1:]))
@@ -912,19 +940,26 @@ class CompiledModel(torch.nn.Module):
         return buf.Y, buf.J, ST
 
     def _launch(self, X, P, variant, shared, overrides):
+        """``(Y, J, ST)`` of the Triton kernel for a packed ``X`` (the raw :meth:`evaluate` entry)."""
+        X = X if X.stride(-1) == 1 else X.contiguous()
+        buf = callpath.allocate(self, X.shape[0], self._jacobian_shape(variant))
+        self._launch_into(callpath.split(self, X), P, buf.Y, buf.J, buf.status, variant, shared, overrides)
+        ST = None
+        if buf.status is not None:
+            ST = torch.stack([buf.status[0].to(self.dtype), buf.status[1].to(self.dtype), buf.status[2]], dim=1)
+        return buf.Y, buf.J, ST
+
+    def _launch_into(self, views, P, Y, J, status, variant, shared, overrides) -> None:
+        """The Triton kernel of ``variant``: inputs read from ``views`` (one ``(B or 1, size)`` tensor
+        per input variable, unit column stride), outputs into ``Y``, ``J`` and ``status``
+        (``(converged, iterations, residual_norm)``, or None: scratch for an implicit model)."""
         import triton
         import triton.language as tl
 
         launch = triton_launch_options()  # (checked before anything is allocated or written)
-        B, nx = X.shape
-        ny = self.output_axis.size
-        X = X.contiguous()
-        Y = torch.empty(B, ny, dtype=self.dtype, device=self.device)
-        shape = self._jacobian_shape(variant)
-        J = torch.empty(B, *shape, dtype=self.dtype, device=self.device) if shape else None
-        ST = torch.empty(B, 3, dtype=self.dtype, device=self.device) if self.IMPLICIT else None
+        B = Y.shape[0]
         if B == 0:
-            return Y, J, ST
+            return
         consts = {}
         for name, args in self.BAKED_ARGS:
             v = overrides.get(name, self._values.get(name, self.parameter_info[name].default))
@@ -933,15 +968,29 @@ class CompiledModel(torch.nn.Module):
                 raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
                                  f"be one shared value, got {v.numel() // max(len(args), 1)} values")
             consts.update({a: float(x) for a, x in zip(args, v.tolist())})
+        if self.IMPLICIT and status is None:
+            status = (torch.empty(B, dtype=torch.bool, device=self.device),
+                      torch.empty(B, dtype=torch.int32, device=self.device),
+                      torch.empty(B, dtype=self.dtype, device=self.device))
+        cv, it, rn = status if status is not None else (Y, Y, Y)  # (explicit kernels store no status)
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
         grid = (triton.cdiv(B, block),)
-        O = torch.tensor(self._solver_triple(), dtype=self.dtype, device=self.device)
-        self.kernel[grid](X, P, Y, J if J is not None else Y, ST if ST is not None else Y, O, B,
-                     X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
-                     J.stride(0) if J is not None else 0, 3, **consts, V=self.VARIANTS[variant or "value"],
-                     DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
-                     EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
-        return Y, J, ST
+        self.kernel[grid](*views, P, Y, J if J is not None else Y, cv, it, rn, self._options_tensor(), B,
+                          *(v.stride(0) for v in views), 0 if shared else P.stride(0), Y.stride(0),
+                          J.stride(0) if J is not None else 0, **consts, V=self.VARIANTS[variant or "value"],
+                          DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
+                          EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
+
+    def _options_tensor(self) -> torch.Tensor:
+        """The call's Newton options (rtol, atol, max_iter; negative: the spec's) as the kernel reads
+        them, on the model's device: made once per set of options (a host-to-device copy per call
+        would wait for the GPU)."""
+        key = (self._solver_triple(), self.dtype, str(self.device))
+        cache = self.__dict__.setdefault("_options_tensors", {})
+        O = cache.get(key)
+        if O is None:
+            O = cache[key] = torch.tensor(key[0], dtype=self.dtype, device=self.device)
+        return O
 
     # -- stepping helpers ----------------------------------------------------------------------
     def initial_values(self, batch: int | tuple[int, ...] = (), **params) -> dict[str, torch.Tensor]:

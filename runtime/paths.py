@@ -21,9 +21,12 @@ _BAD = re.compile(r"[^0-9A-Za-z_]+")
 
 # Names the generated function bodies use themselves (pointers, masks, modules, helpers).
 RESERVED = frozenset({
-    "tl", "triton", "torch", "math", "X", "P", "Y", "J", "ST", "n", "offs", "mask", "pid", "BLOCK",
-    "DTYPE", "EPS", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride", "nan", "B",
+    "tl", "triton", "torch", "math", "X", "P", "Y", "J", "ST", "O", "CV", "IT", "RN", "n", "offs", "mask",
+    "pid", "row", "BLOCK", "DTYPE", "EPS", "V", "x_stride", "p_stride", "y_stride", "j_stride",
+    "st_stride", "nan", "B",
 })
+#: ... and the Triton kernel's per-input-variable pointers and row strides (``IN0``, ``in0_stride``, ...)
+RESERVED_PATTERN = re.compile(r"IN\d+|in\d+_stride")
 
 
 def sanitize(name: str) -> str:
@@ -33,7 +36,7 @@ def sanitize(name: str) -> str:
     ident = _BAD.sub("_", name).strip("_") or "v"
     if ident[0].isdigit():
         ident = "v_" + ident
-    if keyword.iskeyword(ident) or ident in RESERVED:
+    if keyword.iskeyword(ident) or ident in RESERVED or RESERVED_PATTERN.fullmatch(ident):
         ident = "v_" + ident
     return ident
 

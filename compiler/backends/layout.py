@@ -12,7 +12,9 @@
   same rule (:meth:`Layout.jacobian_shape`). Columns may include parameters (``jacobian_wrt`` names
   ``$p``: the ``total`` variant, or a tangent that lists parameters): they follow the selected
   inputs, in parameter order, the runtime's axis of ``(input names..., parameter names...)``.
-- ``ST`` ``(B, 3)``: converged (1/0), iterations, residual norm (implicit programs).
+- ``ST`` ``(B, 3)``: converged (1/0), iterations, residual norm (implicit programs), as the generated
+  PyTorch function returns it; the C and Triton kernels write the three as ``(B,)`` arrays (bool,
+  int32, dtype) and read ``X`` as one pointer and row stride per input variable (its columns).
 """
 from __future__ import annotations
 

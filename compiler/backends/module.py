@@ -20,7 +20,7 @@ from modelc.backends.c_backend import c_source
 from modelc.backends.layout import Layout
 from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
-from modelc.backends.triton_backend import baked_arg, triton_body
+from modelc.backends.triton_backend import baked_arg, kernel_signature, triton_body
 from modelc.backends.triton_math import helpers_for, helper_source
 from modelc.ir.analysis import constant_variants
 from modelc.errors import InternalError, ModelcError
@@ -106,9 +106,7 @@ def emit_module(program: ir.Program, *, spec: ir.Spec | None = None, options=Non
     what = "; ".join(f"{v.bit} {v.name}" for v in program.variants)
     torch_lines = torch_body(program, layout, helpers=torch_helpers)
     kernel_lines, baked_args = triton_body(program, layout, baked, helpers=triton_helpers)
-    sig = ("X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride, "
-           + "".join(f"{a}: tl.constexpr, " for a in baked_args)
-           + "V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr")
+    sig = kernel_signature(layout, baked_args)
     doc = f"{value.name}, variant V ({what}): Y, J (None for value), ST (None for explicit models)."
     torch_fns = [{"name": "_torch_eval", "doc": doc, "lines": torch_lines}]
     kernels = [{"name": "_kernel", "doc": f"{value.name}, variant V ({what}).", "lines": kernel_lines,

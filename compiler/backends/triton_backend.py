@@ -8,18 +8,25 @@ to a power of two) split into / assembled from components with ``tl.split`` / ``
 are stored 4 columns at a time, which keeps register pressure down. Layout: see
 :mod:`modelc.backends.layout`; row offsets are int64.
 
-Kernel signature (both variants, so launches are uniform)::
+Kernel signature (every variant, so launches are uniform; :func:`kernel_signature`)::
 
-    kernel(X, P, Y, J, ST, O, n, x_stride, p_stride, y_stride, j_stride, st_stride,
-           <c_NAME: constexpr for each baked parameter component>, V: constexpr, DTYPE: constexpr,
-           EPS: constexpr, BLOCK: constexpr)
+    kernel(IN0, ..., INk, P, Y, J, CV, IT, RN, O, n, in0_stride, ..., ink_stride, p_stride, y_stride,
+           j_stride, <c_NAME: constexpr for each baked parameter component>, V: constexpr,
+           DTYPE: constexpr, EPS: constexpr, BLOCK: constexpr)
 
-``O`` points to the call's Newton options (rtol, atol, max_iter in the kernel dtype; negative: the
-spec's value), ``V`` is the bit of the variant asked for.
+Each input variable is read where it lies: ``INv`` points to its ``(B, size)`` rows (components
+contiguous, row stride ``inv_stride``; 0 for an input broadcast over the batch), in the order of the
+runtime's input axis, so a call packs nothing. ``CV`` (bool), ``IT`` (int32) and ``RN`` (the kernel
+dtype) receive each point's status (implicit programs; unit stride), as the C entry points write it.
+A point whose inputs hold a NaN or an infinity gets NaN outputs and derivatives and is not converged
+(``ir.analysis.marks_nonfinite``; affine programs propagate NaN by themselves), so the call needs no
+check of its own on the host. ``O`` points to the call's Newton options (rtol, atol, max_iter in the
+kernel dtype; negative: the spec's value), ``V`` is the bit of the variant asked for.
 
 ``EPS`` is the machine epsilon of ``DTYPE`` (Newton's relative tolerance is floored at a few EPS).
 
-The value-only variant ignores ``J`` (and computes no derivative); explicit programs ignore ``ST``.
+The value-only variant ignores ``J`` (and computes no derivative); explicit programs ignore ``CV``,
+``IT`` and ``RN``.
 Parameters come from ``P`` (kernel dtype, row stride 0 when shared), never as Python floats (a float
 argument becomes fp32 on a GPU). Baked parameters are constexpr arguments turned into constants of
 the kernel dtype, so the compiler folds them.
@@ -141,9 +148,13 @@ class _Rows:
         return self.em.namer.fresh(f"_{base}{self.k}")
 
     def load(self, ptr: str, stride: str, n: int, other: str = "0.0") -> list[str]:
-        bits, W = _width(n)
         em = self.em
-        tile = self._tmp("tile")
+        if n == 1:  # a scalar variable: one value per point, no tile
+            t = self.last_tile = self._tmp("x")
+            em.line(f"{t} = tl.load({ptr} + row * {stride}, mask=mask, other={other})")
+            return [t]
+        bits, W = _width(n)
+        tile = self.last_tile = self._tmp("tile")
         em.line(f"{tile} = tl.load({ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :], "
                 f"mask=mask[:, None] & (tl.arange(0, {W})[None, :] < {n}), other={other})")
         level = [self._tmp("t")]
@@ -217,11 +228,18 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     em.depth = 1
     rows = _Rows(em)
     head: list[str] = []
-    em.comment("inputs: one tile load of X, split into components (each read once)")
-    cols = layout.input_columns()
-    tiles = rows.load("X", "x_stride", layout.nx)
-    for sym, col in cols:
-        em.line(f"{namer(sym)} = {tiles[col]}")
+    em.comment("inputs: one tile load per input variable where it lies, split into components (each read once)")
+    zeros = []  # per input variable: 0 per point, NaN where one of its values is NaN or infinite
+    for v, (var, _) in enumerate(layout.axis_inputs()):
+        values = rows.load(f"IN{v}", f"in{v}_stride", len(var.symbols))
+        zeros.append(f"{rows.last_tile} * 0.0" if len(values) == 1 else f"tl.sum({rows.last_tile} * 0.0, axis=1)")
+        for sym, value in zip(var.symbols, values):
+            em.line(f"{namer(sym)} = {value}")
+    fin = None
+    if zeros and ir.analysis.marks_nonfinite(program):
+        fin = namer.fresh("fin")
+        em.comment("the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail")
+        em.line(f"{fin} = ({' + '.join(zeros)}) == 0.0")
     em.comment("parameters: from P (row stride 0: shared), or baked in as constants")
     baked_args: list[str] = []
     ptiles = rows.load("P", "p_stride", layout.np) if any(p not in baked for _, p in pcols) else []
@@ -234,6 +252,8 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
             em.line(f"{namer(sym)} = {ptiles[col]}")
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
+    if fin is not None:  # what every store is guarded by: converged, and finite inputs
+        ok = fin if ok is None else f"({ok} & {fin})"
     nan = pr.literal(float("nan")) if ok else ""
 
     baked_syms = {sym for (sym, _), pname in pcols if pname in baked}
@@ -327,9 +347,10 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
                            lambda q: f"({q} // {cols}) * {shape[1]} + {ntx} + {q} % {cols}")
         em.depth = depth - 1
     if status:  # last: stored right after the solve, perzyna_iso's tangent took 168 registers, not 144
-        em.comment("status: converged, iterations, residual norm")
-        rows.store("ST", "st_stride", [f"{ok}.to(DTYPE)", f"{pr.doprint(status['iterations'])}.to(DTYPE)",
-                                       f"({pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE))"])
+        em.comment("status: converged (bool), iterations (int32), residual norm")
+        em.line(f"tl.store(CV + row, {ok}, mask=mask)")
+        em.line(f"tl.store(IT + row, ({pr.doprint(status['iterations'])}).to(tl.int32), mask=mask)")
+        em.line(f"tl.store(RN + row, {pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)")
     head.append("pid = tl.program_id(0)")
     head.append("offs = pid * BLOCK + tl.arange(0, BLOCK)")
     head.append("mask = offs < n")
@@ -341,6 +362,34 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     head.append("# constants of the kernel dtype (a bare float literal would be fp32)")
     head += pr.prologue()
     return ["    " + h for h in head] + em.lines, baked_args
+
+
+def kernel_signature(layout: Layout, baked_args: list[str]) -> str:
+    """The generated kernel's parameter list (see the module docstring)."""
+    k = len(layout.axis_inputs())
+    return ", ".join([f"IN{v}" for v in range(k)] + ["P", "Y", "J", "CV", "IT", "RN", "O", "n"]
+                     + [f"in{v}_stride" for v in range(k)] + ["p_stride", "y_stride", "j_stride"]
+                     + [f"{a}: tl.constexpr" for a in baked_args]
+                     + ["V: tl.constexpr", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr"])
+
+
+def aot_signature(arg_names, dt: str) -> dict[str, str]:
+    """Triton's signature of a generated kernel with parameters ``arg_names`` (its ``arg_names``) for
+    a compilation without a launch (``triton.compile(ASTSource(kernel, signature, constexprs))``, as
+    benchmarks/gpu_kernels.py and the sm_90 tests do): ``dt`` ("fp64" or "fp32") is the kernel dtype."""
+    sig = {}
+    for a in arg_names:
+        if a == "CV":
+            sig[a] = "*i1"
+        elif a == "IT":
+            sig[a] = "*i32"
+        elif a in ("P", "Y", "J", "RN", "O") or (a.startswith("IN") and a[2:].isdigit()):
+            sig[a] = "*" + dt
+        elif a == "n" or a.endswith("_stride"):
+            sig[a] = "i32"
+        else:
+            sig[a] = "constexpr"
+    return sig
 
 
 def _chunks(program: ir.Program, layout: Layout, outs: dict, conv: set):

@@ -23,6 +23,7 @@ import importlib.util, json, sys
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from modelc.backends.triton_backend import aot_signature
 
 path = sys.argv[1]
 spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
@@ -31,9 +32,7 @@ spec.loader.exec_module(mod)
 out = []
 for kname, dtypes in (("value", ("fp64", "fp32")), ("tangent", ("fp64", "fp32")), ("jacobian", ("fp64",))):
     for dt in dtypes:
-        sig = {a: "*" + dt for a in ("X", "P", "Y", "J", "ST", "O")}
-        sig.update({a: "i32" for a in ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")})
-        sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+        sig = aot_signature(mod._kernel.arg_names, dt)
         consts = dict(V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
                       EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
         c = triton.compile(ASTSource(fn=mod._kernel, signature=sig, constexprs=consts),

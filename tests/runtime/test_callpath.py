@@ -16,6 +16,8 @@ try:
     BACKENDS = ("c", "torch")
 except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
     BACKENDS = ("torch",)
+BACKENDS += ("triton",)  # under the interpreter here (tests/conftest.py), compiled on a GPU machine
+KERNELS = tuple(b for b in BACKENDS if b != "torch")  # the backends that read inputs where they lie
 
 
 @pytest.fixture(scope="module")
@@ -87,24 +89,31 @@ def test_out_with_a_broadcast_constant_jacobian(mods, backend):
     _same(full, m(x, derivatives=True))
 
 
-def test_inputs_are_read_where_they_lie(mods):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_inputs_are_read_where_they_lie(mods, backend, monkeypatch):
     """A broadcast input (stride 0), a strided view of a wider tensor and a 2-d batch give the same
-    numbers as contiguous copies; the C call packs nothing (no (B, nx) buffer is made)."""
-    if "c" not in BACKENDS:
-        pytest.skip("no C compiler")
-    m = mods["plastic"].Model(backend="c")
+    numbers as contiguous copies; the C and Triton calls pack nothing (no (B, nx) buffer is made)
+    and leave the NaN/infinity check to the kernel (no reduction and no host round trip per input)."""
+    from modelc.runtime import callpath, model as runtime_model
+
+    m = mods["plastic"].Model(backend=backend)
+
+    def refused(*a, **k):
+        raise AssertionError("the call packed its inputs or checked them on the host")
+
+    monkeypatch.setattr(callpath, "pack", refused)
+    monkeypatch.setattr(runtime_model, "nonfinite_rows", refused)
     x = _inputs(m, (6, 4), 5)
     wide = torch.randn(6, 4, 10, dtype=torch.float64)
     wide[..., 2:8] = x["forces/E"]
     x2 = dict(x, **{"forces/E": wide[..., 2:8], "forces/t": torch.tensor(1.0, dtype=torch.float64)})
-    from modelc.runtime import callpath
-
     views, bs = callpath.input_views(m, x2)
     assert views[m.input_axis.variable_names.index("forces/E")].data_ptr() == wide[..., 2:8].data_ptr()
     assert views[m.input_axis.variable_names.index("forces/t")].stride(0) == 0
     want = m({k: v.contiguous() if k != "forces/t" else torch.ones(6, 4, dtype=torch.float64)
               for k, v in x2.items()}, derivatives="tangent")
     _same(m(x2, derivatives="tangent"), want)
+    monkeypatch.undo()  # the PyTorch function takes its inputs packed
     ref = mods["plastic"].Model(backend="torch")(x2, derivatives="tangent")
     assert float((want.outputs.tensor - ref.outputs.tensor).abs().max()) <= 1e-10 * float(
         ref.outputs.tensor.abs().max())
@@ -146,3 +155,12 @@ def test_out_mismatch_is_a_clear_error_and_writes_nothing(mods, backend):
         with pytest.raises(InputError, match="device|on meta|on cpu"):
             meta({k: v.to("meta") for k, v in other.items()}, derivatives="tangent", out=res)
         unchanged()
+
+
+def test_a_module_older_than_the_triton_calling_convention_is_refused(mods):
+    """A module generated before the kernel read its inputs where they lie (TRITON_ABI 1) would be
+    launched with the wrong arguments: the Triton backend refuses it by name, with the fix."""
+    old = type("Model", (mods["elastic"].Model,), {"TRITON_ABI": 1})
+    with pytest.raises(InputError, match=r"elastic: its generated module predates .* regenerate it with `modelc compile`"):
+        old(backend="triton")
+    assert old(backend="torch")({"forces/E": torch.zeros(2, 6, dtype=torch.float64)}).outputs.tensor.shape == (2, 6)

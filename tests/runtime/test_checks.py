@@ -17,7 +17,7 @@ from modelc.runtime.checks import Interval, check_parameter, nonfinite_rows
 from modelc.runtime.histories import as_history, uniaxial_strain_history
 
 REPO = Path(__file__).resolve().parents[2]
-BACKENDS = ["torch", "c"]
+BACKENDS = ["torch", "c", "triton"]  # triton: the interpreter here (tests/conftest.py)
 
 
 def _generated(name: str):

@@ -16,22 +16,29 @@ TOL = {torch.float64: 1e-11, torch.float32: 2e-4}
 
 
 def launch(mod, X, P, derivatives, dtype, shared=True, **consts):
-    """Call a kernel directly on NaN-poisoned outputs."""
+    """Call a kernel directly on NaN-poisoned outputs (status poisoned too: not converged, -1
+    iterations, NaN residual), each input variable a column view of ``X``; the status is returned
+    stacked as ``(B, 3)`` like the generated PyTorch function's."""
     import triton.language as tl
+
+    from modelc.runtime.axis import LabeledAxis
 
     B, nx = X.shape
     ny = sum(math.prod(_shape(v.type)) for v in mod.Model.OUTPUTS)
+    axis = LabeledAxis.from_variables([(v.name, v.type) for v in mod.Model.INPUTS])
+    views = [X[:, slice(*axis.span(name))] for name in axis.variable_names]
     Y = torch.full((B, ny), float("nan"), dtype=dtype)
     J = torch.full((B, ny, nx), float("nan"), dtype=dtype)
-    ST = torch.full((B, 3), float("nan"), dtype=dtype)
+    CV, IT = torch.zeros(B, dtype=torch.bool), torch.full((B,), -1, dtype=torch.int32)
+    RN = torch.full((B,), float("nan"), dtype=dtype)
     V = mod.Model.VARIANTS["jacobian" if derivatives else "value"]
     block = 8  # several programs, last one partial
     O = torch.tensor([-1.0, -1.0, -1.0], dtype=dtype)  # the spec's Newton options
-    mod._kernel[(triton_cdiv(B, block),)](X, P, Y, J, ST, O, B, X.stride(0), 0 if shared else P.stride(0), Y.stride(0),
-                                          J.stride(0), 3, **consts, V=V,
-                                DTYPE=tl.float64 if dtype == torch.float64 else tl.float32,
-                                EPS=torch.finfo(dtype).eps, BLOCK=block)
-    return Y, J, ST
+    mod._kernel[(triton_cdiv(B, block),)](*views, P, Y, J, CV, IT, RN, O, B, *(v.stride(0) for v in views),
+                                          0 if shared else P.stride(0), Y.stride(0), J.stride(0), **consts, V=V,
+                                          DTYPE=tl.float64 if dtype == torch.float64 else tl.float32,
+                                          EPS=torch.finfo(dtype).eps, BLOCK=block)
+    return Y, J, torch.stack([CV.to(dtype), IT.to(dtype), RN], dim=1)
 
 
 def triton_cdiv(a, b):

@@ -22,9 +22,8 @@ import importlib.util, json, sys
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from modelc.backends.triton_backend import aot_signature
 
-POINTERS = ("X", "P", "Y", "J", "ST", "O")
-INTS = ("n", "x_stride", "p_stride", "y_stride", "j_stride", "st_stride")
 out = []
 for path, baked in json.loads(sys.argv[1]):
     spec = importlib.util.spec_from_file_location("gpu_compile_" + str(len(out)), path)
@@ -33,10 +32,7 @@ for path, baked in json.loads(sys.argv[1]):
     for kname in ("value", "jacobian"):
         for dt in ("fp64", "fp32"):
             k = mod._kernel
-            sig = {a: "*" + dt for a in POINTERS}
-            sig.update({a: "i32" for a in INTS})
-            sig.update({a: "constexpr" for a in baked})
-            sig.update({"V": "constexpr", "DTYPE": "constexpr", "EPS": "constexpr", "BLOCK": "constexpr"})
+            sig = aot_signature(k.arg_names, dt)
             consts = dict(baked, V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
                           EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
             c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32))
