@@ -71,20 +71,22 @@ def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
             ([f"unknown input(s) {', '.join(map(str, unknown))}"] if unknown else [])
         raise InputError(f"model {model.NAME}: {'; '.join(parts)}; its inputs are {', '.join(names)}")
     values, shapes = [], []
-    for k in names:
+    dtype, dev = model.dtype, model.device.type
+    for k, t in _input_types(model, axis):
         v = inputs[k]
         if isinstance(v, Number):
             v = torch.tensor(float(v), dtype=model.dtype, device=model.device)
         if not isinstance(v, torch.Tensor):
             raise InputError(f"model {model.NAME}: input {k} must be a tensor, got {type(v).__name__}")
-        model._check_tensor(f"input {k}", v)
-        t = axis.type_of(k)
-        nb = v.dim() - t.base_dim
-        if nb < 0 or tuple(v.shape[nb:]) != t.base_shape:
+        if v.dtype != dtype or v.device.type != dev:
+            model._check_tensor(f"input {k}", v)
+        shape = v.shape
+        nb = len(shape) - t.base_dim
+        if nb < 0 or shape[nb:] != t.base_shape:
             raise InputError(f"model {model.NAME}: input {k} is a {t.name}: its shape must end in "
                              f"{t.base_shape}, got {tuple(v.shape)}")
         values.append((v, t))
-        shapes.append(v.shape[:nb])
+        shapes.append(shape[:nb])
     try:
         bs = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shapes(*shapes)
     except RuntimeError:
@@ -95,11 +97,21 @@ def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
     for (v, t), s in zip(values, shapes):
         if s != bs:
             v = v.expand(*bs, *t.base_shape)
-        v = v.reshape(B, t.size)  # a view when the batch dims collapse (a broadcast: stride 0)
-        if v.stride(-1) != 1 and t.size > 1:
+        n = t.size
+        if v.dim() != 2 or v.shape[0] != B or v.shape[1] != n:
+            v = v.reshape(B, n)  # a view when the batch dims collapse (a broadcast: stride 0)
+        if n > 1 and v.stride(1) != 1:
             v = v.contiguous()
         views.append(v)
     return views, torch.Size(bs)
+
+
+def _input_types(model, axis) -> tuple:
+    """``((name, TensorType), ...)`` of the model's input axis, in axis order (memoised on the model)."""
+    hit = model.__dict__.get("_input_types")
+    if hit is None or hit[0] is not axis:
+        hit = model.__dict__["_input_types"] = (axis, tuple((n, axis.type_of(n)) for n in axis.variable_names))
+    return hit[1]
 
 
 def split(model, X: torch.Tensor) -> list[torch.Tensor]:

@@ -227,7 +227,8 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
     rtol, atol, max_iter = options
     vals += [_bits(rtol), _bits(atol), int(max_iter)]
     moved = Y.numel() + (0 if J is None or J.stride(0) == 0 else J.numel())
-    moved += sum(t[:1].numel() if t.shape[0] == 1 or t.stride(0) == 0 else t.numel() for t in (*inputs, P))
+    # (one row of an input or P that is broadcast; inputs and P are 2-d: (rows, size))
+    moved += sum(t.shape[-1] if t.shape[0] == 1 or t.stride(0) == 0 else t.numel() for t in (*inputs, P))
     vals.append(1 if moved * Y.element_size() > stream_bytes() else 0)
     if not inputs:
         vals = [0, 0] + vals

@@ -62,6 +62,16 @@ class LabeledTensor:
     def __setattr__(self, key, value):
         raise AttributeError(f"{type(self).__name__} attributes are fixed; use set() to write values")
 
+    @classmethod
+    def trusted(cls, tensor: torch.Tensor, axes: Sequence[LabeledAxis]) -> LabeledTensor:
+        """A labeled view the runtime made itself (a floating tensor ending in the axes' sizes, no
+        batch names): built without the checks a caller's tensor gets (a call builds two)."""
+        self = cls.__new__(cls)
+        object.__setattr__(self, "tensor", tensor)
+        object.__setattr__(self, "axes", tuple(axes))
+        object.__setattr__(self, "batch_names", None)
+        return self
+
     def _new(self, tensor: torch.Tensor, axes: Sequence[LabeledAxis], names=None) -> LabeledTensor:
         cls = {1: LabeledVector, 2: LabeledMatrix}.get(len(axes), LabeledTensor)
         return LabeledTensor.__new__(cls)._init(tensor, axes, names)

@@ -791,7 +791,7 @@ class CompiledModel(torch.nn.Module):
                 Y, J, status = _fail_points(bad, Y, J, status)
         jac = None
         if J is not None:
-            jac = LabeledMatrix(J.reshape(*bs, *J.shape[-2:]), *vaxes)
+            jac = LabeledMatrix.trusted(J.reshape(*bs, *J.shape[-2:]), vaxes)
             if narrow:
                 jac = sub_matrix(jac, *request[1])
         if target is not None:  # write into out's storage (what was computed elsewhere is copied)
@@ -804,7 +804,7 @@ class CompiledModel(torch.nn.Module):
         if status is not None:
             st = Status(status[0].reshape(bs), status[1].reshape(bs), status[2].reshape(bs),
                         None if substeps is None else substeps.reshape(bs))
-        result = Result(LabeledVector(Y.reshape(*bs, Y.shape[-1]), self.output_axis), jac, st)
+        result = Result(LabeledVector.trusted(Y.reshape(*bs, Y.shape[-1]), (self.output_axis,)), jac, st)
         result.producer = (self.NAME, self.SPEC_HASH)
         return result
 
@@ -915,8 +915,9 @@ class CompiledModel(torch.nn.Module):
         """Rows and columns of the Jacobian a variant computes (None for ``value``)."""
         if variant is None:
             return None
-        return {"jacobian": (self.output_axis, self.input_axis), "tangent": self.tangent_axes,
-                "total": self.total_axes}[variant]
+        if variant == "jacobian":
+            return self.output_axis, self.input_axis
+        return self.tangent_axes if variant == "tangent" else self.total_axes
 
     def _jacobian_shape(self, variant: str | None) -> tuple[int, int] | None:
         if variant is None:
