@@ -80,7 +80,7 @@ case "$step" in
     #    they ran under the interpreter, as on 2026-11-26), and the runtime's CUDA tests
     R=/tmp/session && rm -rf $R && mkdir -p $R && cp "$OUT/gpu.txt" $R/
     MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-120}" python3 -m pytest -q -n "${NPROC:-16}" \
-      -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_gpu_callpath.py \
+      -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_callpath.py \
       -k "triton or cuda" 2>&1 | tee $R/tests.log
     # 2. float64 at 1e6 and 1e7 points, value and tangent: modelc, the hand-written update eager and
     #    under torch.compile, NEML2, one process per model so that a time box cuts one model at most

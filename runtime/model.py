@@ -411,13 +411,13 @@ class CompiledModel(torch.nn.Module):
                 raise InputError(f"model {self.NAME}: backend='triton' needs the triton package, which is "
                                  "not installed (Linux: pip install 'modelc[gpu]'); backend='c' or "
                                  "'torch' run without it")
-            if self.device.type != "cuda" and not interpreting():
-                raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
-                                 "device, or TRITON_INTERPRET=1 set before the generated module is imported")
             if self.TRITON_ABI != TRITON_ABI:
                 raise InputError(f"model {self.NAME}: its generated module predates this runtime's Triton "
                                  f"calling convention (kernel ABI {self.TRITON_ABI}, this runtime launches "
                                  f"{TRITON_ABI}): regenerate it with `modelc compile`")
+            if self.device.type != "cuda" and not interpreting():
+                raise InputError(f"model {self.NAME}: backend='triton' on device {self.device} needs a CUDA "
+                                 "device, or TRITON_INTERPRET=1 set before the generated module is imported")
         self.backend = backend
 
     def _auto_c(self) -> str:

@@ -49,10 +49,14 @@ def _inputs(m, B, g, dtype):
 def test_triton_and_torch_agree(library, name, dtype):
     mod = library[name]
     g = torch.Generator().manual_seed(11)
+    # the Triton kernel under the interpreter here, compiled on a GPU machine (MODELC_TEST_DEVICE=cuda)
+    from modelc.runtime.model import interpreting
+
+    device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
     inputs = _inputs(mod.Model(), 16, g, torch.float64)
-    inputs = {k: v.to(dtype) for k, v in inputs.items()}
-    a = mod.Model(dtype=dtype, backend="torch")(inputs, derivatives=True)
-    b = mod.Model(dtype=dtype, backend="triton")(inputs, derivatives=True)
+    inputs = {k: v.to(dtype=dtype, device=device) for k, v in inputs.items()}
+    a = mod.Model(dtype=dtype, backend="torch", device=device)(inputs, derivatives=True)
+    b = mod.Model(dtype=dtype, backend="triton", device=device)(inputs, derivatives=True)
     if a.status is not None:
         assert a.status.all_converged and b.status.all_converged, (a.status.summary(), b.status.summary())
     rtol = 1e-9 if dtype == torch.float64 else 2e-3

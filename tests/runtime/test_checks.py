@@ -15,9 +15,10 @@ from modelc.cache import import_file
 from modelc.errors import InputError
 from modelc.runtime.checks import Interval, check_parameter, nonfinite_rows
 from modelc.runtime.histories import as_history, uniaxial_strain_history
+from modelc.runtime.model import interpreting
 
 REPO = Path(__file__).resolve().parents[2]
-BACKENDS = ["torch", "c", "triton"]  # triton: the interpreter here (tests/conftest.py)
+BACKENDS = ["torch", "c"] + (["triton"] if interpreting() else [])  # triton: the interpreter (tests/conftest.py)
 
 
 def _generated(name: str):
