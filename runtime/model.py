@@ -950,10 +950,11 @@ class CompiledModel(torch.nn.Module):
             ST = torch.stack([buf.status[0].to(self.dtype), buf.status[1].to(self.dtype), buf.status[2]], dim=1)
         return buf.Y, buf.J, ST
 
-    def _launch_into(self, views, P, Y, J, status, variant, shared, overrides) -> None:
+    def _launch_into(self, views, P, Y, J, status, variant, shared, overrides, options=None) -> None:
         """The Triton kernel of ``variant``: inputs read from ``views`` (one ``(B or 1, size)`` tensor
         per input variable, unit column stride), outputs into ``Y``, ``J`` and ``status``
-        (``(converged, iterations, residual_norm)``, or None: scratch for an implicit model)."""
+        (``(converged, iterations, residual_norm)``, or None: scratch for an implicit model);
+        ``options``: the Newton options triple (default: the call's, :meth:`_solver_triple`)."""
         import triton
         import triton.language as tl
 
@@ -976,17 +977,17 @@ class CompiledModel(torch.nn.Module):
         cv, it, rn = status if status is not None else (Y, Y, Y)  # (explicit kernels store no status)
         block = self.block or (min(4096, triton.next_power_of_2(B)) if interpreting() else 128)
         grid = (triton.cdiv(B, block),)
-        self.kernel[grid](*views, P, Y, J if J is not None else Y, cv, it, rn, self._options_tensor(), B,
+        self.kernel[grid](*views, P, Y, J if J is not None else Y, cv, it, rn, self._options_tensor(options), B,
                           *(v.stride(0) for v in views), 0 if shared else P.stride(0), Y.stride(0),
                           J.stride(0) if J is not None else 0, **consts, V=self.VARIANTS[variant or "value"],
                           DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
                           EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
 
-    def _options_tensor(self) -> torch.Tensor:
-        """The call's Newton options (rtol, atol, max_iter; negative: the spec's) as the kernel reads
-        them, on the model's device: made once per set of options (a host-to-device copy per call
-        would wait for the GPU)."""
-        key = (self._solver_triple(), self.dtype, str(self.device))
+    def _options_tensor(self, options=None) -> torch.Tensor:
+        """The Newton options (rtol, atol, max_iter; negative: the spec's; default: the call's) as the
+        kernel reads them, on the model's device: made once per set of options (a host-to-device
+        copy per call would wait for the GPU)."""
+        key = (tuple(options) if options is not None else self._solver_triple(), self.dtype, str(self.device))
         cache = self.__dict__.setdefault("_options_tensors", {})
         O = cache.get(key)
         if O is None:

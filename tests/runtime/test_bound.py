@@ -1,7 +1,8 @@
 """Bound calls (``model.bind``): ``bound()`` re-evaluates on the tensors given at bind time, whatever
 they hold now, into one result. Oracle: the regular call on the same tensors (bit-identical), after
 in-place changes of the inputs, the parameters and the Newton options; NaN inputs fail their points;
-inputs that cannot be read in place, and the PyTorch backend, take the regular path."""
+inputs that cannot be read in place, and the PyTorch backend, take the regular path. The C and Triton
+backends take the fast path (Triton: under the interpreter here)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from modelc.runtime import cbuild
-from test_callpath import BACKENDS, _inputs, mods  # noqa: F401
+from test_callpath import BACKENDS, KERNELS, _inputs, mods  # noqa: F401
 
 
 def _same(a, b):
@@ -29,7 +30,7 @@ def test_bound_call_sees_inplace_changes(mods, backend):
     m = mods["plastic"].Model(backend=backend)
     inputs = _inputs(m, (37,), seed=3)
     bound = m.bind(inputs, "tangent")
-    assert bound.fast == (backend == "c")
+    assert bound.fast == (backend in KERNELS)
     g = torch.Generator().manual_seed(4)
     for step in range(3):  # a strain history written into the same tensors
         inputs["forces/E"].add_(1e-3 * torch.randn(inputs["forces/E"].shape, generator=g, dtype=torch.float64))
@@ -41,9 +42,9 @@ def test_bound_call_sees_inplace_changes(mods, backend):
         inputs["old_state/internal/ep"].copy_(want["state/internal/ep"])
 
 
-@pytest.mark.skipif("c" not in BACKENDS, reason="needs a C compiler")
-def test_bound_call_follows_parameters_and_solver_options(mods):
-    m = mods["plastic"].Model(backend="c")
+@pytest.mark.parametrize("backend", KERNELS)
+def test_bound_call_follows_parameters_and_solver_options(mods, backend):
+    m = mods["plastic"].Model(backend=backend)
     inputs = _inputs(m, (20,), seed=5)
     inputs["forces/E"].mul_(3)
     bound = m.bind(inputs, True)
@@ -60,9 +61,9 @@ def test_bound_call_follows_parameters_and_solver_options(mods):
     assert bool(bound.result.status.converged.all())
 
 
-@pytest.mark.skipif("c" not in BACKENDS, reason="needs a C compiler")
-def test_bound_call_fails_nan_points(mods):
-    m = mods["plastic"].Model(backend="c")
+@pytest.mark.parametrize("backend", KERNELS)
+def test_bound_call_fails_nan_points(mods, backend):
+    m = mods["plastic"].Model(backend=backend)
     inputs = _inputs(m, (11,), seed=6)
     bound = m.bind(inputs, "tangent")
     inputs["forces/E"][4, 2] = math.nan

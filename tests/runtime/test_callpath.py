@@ -185,7 +185,7 @@ def _cuda_inputs(m, B, seed):
 @pytest.mark.parametrize("name", ["j2_perfect", "perzyna_iso", "elastic"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_cuda_triton_call_does_not_synchronise(name, dtype):
-    """After the first call (which compiles), a call with fresh outputs or with out= makes no
+    """After the first call (which compiles), a call with fresh outputs, with out= or bound makes no
     synchronising CUDA call (torch's sync debug mode raises on one); the numbers are the PyTorch
     backend's on the same GPU."""
     import importlib
@@ -195,14 +195,18 @@ def test_cuda_triton_call_does_not_synchronise(name, dtype):
     x = _cuda_inputs(m, 1000, 1)
     first = m(x, derivatives="tangent")  # compiles
     m(x)
+    bound = m.bind(x, "tangent")
+    assert bound.fast
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         r = m(x, derivatives="tangent")
         m(x, derivatives="tangent", out=first)
         v = m(x)
+        bound()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    _same(bound.result, r)
     ref = mod.Model(dtype=dtype, device="cuda", backend="torch")(x, derivatives="tangent")
     tol = 1e-10 if dtype == torch.float64 else 1e-4
     for got in (r, first):
