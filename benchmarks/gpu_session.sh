@@ -93,7 +93,11 @@ case "$step" in
         --dtypes float64 --impls modelc eager compile neml2 --neml2-python "$(command -v python3)" \
         --repeats 10 --max-seconds 1 --out $R --tag "gpu-f64-$m" 2>&1 | tee -a $R/bench.log
     done
-    # 3. float32, and 1e4 points (launch overhead), without torch.compile (its compilations cost most)
+    # 3. what a call costs besides its kernel on this GPU: the regular call, out=, the bound call and
+    #    the kernel launch alone, at 1e3 and 1e6 points
+    timeout -s INT "${T_CALL:-40}" python3 -m benchmarks.call_overhead --device cuda --sizes 1000 1000000 \
+      --out $R --tag gpu 2>&1 | tee -a $R/bench.log
+    # 4. float32, and 1e4 points (launch overhead), without torch.compile (its compilations cost most)
     timeout -s INT "${T_F32:-70}" python3 -m benchmarks.run --device cuda --sizes 10000 1000000 --dtypes float32 \
       --impls modelc eager neml2 --neml2-python "$(command -v python3)" --repeats 10 --max-seconds 0.5 \
       --out $R --tag gpu-f32 2>&1 | tee -a $R/bench.log

@@ -57,6 +57,23 @@ def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.devi
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
 
+def named_inputs(m, model_name: str, args) -> dict:
+    """A modelc model's named inputs from a baseline-convention step's arguments ``(E, dt,
+    *old_state)``: time ``dt`` after an old time of 0, the old state by name, every other input zero
+    (same dtype and device)."""
+    E = args[0]
+    inputs = {"forces/E": E}
+    names = set(m.input_axis.variable_names)
+    if "forces/t" in names:
+        inputs["forces/t"], inputs["old_forces/t"] = args[1], torch.zeros_like(args[1])
+    for name, value in zip(STATE[_base(model_name)], args[2:]):
+        inputs["old_" + name] = value
+    for name in names - set(inputs):  # inputs the baseline convention does not carry: zero
+        t = m.input_axis.type_of(name)
+        inputs[name] = torch.zeros(E.shape[0], *t.base_shape, dtype=E.dtype, device=E.device)
+    return inputs
+
+
 def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device,
                 derivatives=None, bound: bool = False, baked: bool = False) -> Callable:
     """A compiled modelc model wrapped in the baseline calling convention (see module doc).

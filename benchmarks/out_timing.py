@@ -10,7 +10,6 @@ import time
 
 import torch
 
-from benchmarks import baselines as bl
 from benchmarks import modelc_hook
 from benchmarks import workload as wl
 
@@ -20,16 +19,7 @@ def _call_inputs(model: str, size: int):
     step = modelc_hook.modelc_step(model, "c", torch.float64, torch.device("cpu"))
     m = step.model
     args = wl.args_of(model, wl.batch(wl.pool(model), size, torch.float64))
-    inputs = {"forces/E": args[0]}
-    names = set(m.input_axis.variable_names)
-    if "forces/t" in names:
-        inputs["forces/t"], inputs["old_forces/t"] = args[1], torch.zeros_like(args[1])
-    for name, value in zip(bl.STATE[model], args[2:]):
-        inputs["old_" + name] = value
-    for name in names - set(inputs):  # inputs the baseline convention does not carry: zero
-        t = m.input_axis.type_of(name)
-        inputs[name] = torch.zeros(size, *t.base_shape, dtype=torch.float64)
-    return m, inputs, args
+    return m, modelc_hook.named_inputs(m, model, args), args
 
 
 def out_vs_fresh(model: str, size: int, repeats: int = 7, compiled=None) -> dict:

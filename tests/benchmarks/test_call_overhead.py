@@ -1,0 +1,44 @@
+"""benchmarks/call_overhead.py: its four routes (regular call, out=, bound call, kernel alone) do the
+same work (identical outputs and tangent), the bound call takes the fast path, and a run writes its
+report (no timing is asserted: speed is for the benchmark to show)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import call_overhead as co  # noqa: E402
+from modelc.runtime import cbuild  # noqa: E402
+
+try:
+    cbuild.compiler()
+    HAVE_CC = True
+except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
+    HAVE_CC = False
+pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler")
+
+
+@pytest.mark.parametrize("model", ["j2_linear_iso", "j2_voce_af"])
+def test_routes_do_the_same_work(model):
+    fns = co.routes(model, 37, torch.device("cpu"))
+    assert fns["bound"].fast
+    got = {k: tuple(t.clone() for t in fn()) for k, fn in fns.items()}
+    Y, J = got["call"]
+    assert Y.shape == (37, Y.shape[1]) and J.shape[0] == 37 and bool(torch.isfinite(J).all())
+    for k in ("out", "bound", "kernel"):
+        assert torch.equal(got[k][0].reshape(Y.shape), Y), k
+        assert torch.equal(got[k][1].reshape(J.shape), J), k
+
+
+def test_run_writes_a_report(tmp_path):
+    path = co.main(["--models", "j2_perfect", "--sizes", "16", "--calls", "3", "--rounds", "1", "--out", str(tmp_path)])
+    rec = json.loads(path.read_text())["records"][0]
+    assert set(rec["us_per_call"]) == set(co.ROUTES) and all(v > 0 for v in rec["us_per_call"].values())
+    assert rec["bound_fast"] and path.with_suffix(".md").read_text().count("| j2_perfect | 16 |") == 1
