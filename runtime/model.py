@@ -791,7 +791,7 @@ class CompiledModel(torch.nn.Module):
                 Y, J, status = _fail_points(bad, Y, J, status)
         jac = None
         if J is not None:
-            jac = LabeledMatrix.trusted(J.reshape(*bs, *J.shape[-2:]), vaxes)
+            jac = LabeledMatrix.trusted(J if len(bs) == 1 else J.reshape(*bs, *J.shape[-2:]), vaxes)
             if narrow:
                 jac = sub_matrix(jac, *request[1])
         if target is not None:  # write into out's storage (what was computed elsewhere is copied)
@@ -802,9 +802,11 @@ class CompiledModel(torch.nn.Module):
             return out
         st = None
         if status is not None:
-            st = Status(status[0].reshape(bs), status[1].reshape(bs), status[2].reshape(bs),
+            flat = len(bs) == 1  # (B,): the buffers have the batch shape already
+            st = Status(*(t if flat else t.reshape(bs) for t in status),
                         None if substeps is None else substeps.reshape(bs))
-        result = Result(LabeledVector.trusted(Y.reshape(*bs, Y.shape[-1]), (self.output_axis,)), jac, st)
+        result = Result(LabeledVector.trusted(Y if len(bs) == 1 else Y.reshape(*bs, Y.shape[-1]),
+                                              (self.output_axis,)), jac, st)
         result.producer = (self.NAME, self.SPEC_HASH)
         return result
 
