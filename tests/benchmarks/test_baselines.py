@@ -204,6 +204,34 @@ def test_benchmark_runner_checks_before_timing(tmp_path: Path) -> None:
     assert "state/S disagrees" in recs[0]["error"] and "median_s" not in recs[0]
 
 
+def test_benchmark_runner_keeps_what_it_measured_when_cut(tmp_path: Path, monkeypatch) -> None:
+    """A time box (SIGINT) during the second configuration: the run still writes its report with the
+    first configuration's records and says it was interrupted; while it runs, the records measured
+    so far are already on disk (a run killed outright keeps them)."""
+    import json
+
+    from benchmarks import run
+
+    real, seen = run.bench_config, []
+
+    def cut(*args, **kwargs):
+        seen.append(sorted(p.name for p in tmp_path.glob("*.json")))
+        if len(seen) == 2:
+            on_disk = json.loads(next(tmp_path.glob("*.json")).read_text())
+            assert on_disk["partial"] and len(on_disk["records"]) == 1
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "bench_config", cut)
+    path = run.main(["--models", "j2_linear_iso", "--sizes", "16", "32", "--dtypes", "float64", "--tangent", "no",
+                     "--impls", "eager", "--repeats", "2", "--warmup", "0", "--neml2-python", str(tmp_path / "none"),
+                     "--out", str(tmp_path)])
+    res = json.loads(path.read_text())
+    assert [r["size"] for r in res["records"]] == [16] and "partial" not in res
+    assert any(n.startswith("interrupted") for n in res["notes"])
+    assert path.with_suffix(".md").is_file()
+
+
 def test_benchmark_runner_times_modelc_through_its_tangent(tmp_path: Path) -> None:
     """modelc's backends in the runner: checked against the baseline (stress, state, flow rate and the
     6x6 tangent) before they are timed; the tangent comes from the declared-tangent variant."""
