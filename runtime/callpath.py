@@ -166,7 +166,7 @@ def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
         if (jac.row_axis, jac.col_axis) != tuple(axes):
             raise InputError(f"{who} holds a Jacobian over other rows or columns than this call computes")
         check("the Jacobian", jac.tensor, (*bs, axes[0].size, axes[1].size), model.dtype)
-        J = jac.tensor.reshape(B, axes[0].size, axes[1].size)
+        J = jac.tensor if jac.tensor.dim() == 3 else jac.tensor.reshape(B, axes[0].size, axes[1].size)
     status = None
     if model.IMPLICIT:
         st = out.status
@@ -175,7 +175,7 @@ def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
         check("the converged flags", st.converged, bs, torch.bool)
         check("the iteration counts", st.iterations, bs, torch.int32)
         check("the residual norms", st.residual_norm, bs, model.dtype)
-        status = tuple(t.reshape(B) for t in (st.converged, st.iterations, st.residual_norm))
+        status = tuple(t if t.dim() == 1 else t.reshape(B) for t in (st.converged, st.iterations, st.residual_norm))
     parts = [("outputs", Y, False), ("Jacobian", None if jac is None else jac.tensor, True)]
     if model.IMPLICIT:
         parts += [("status", t, False) for t in (out.status.converged, out.status.iterations,
@@ -183,7 +183,7 @@ def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
     for name, t, may_broadcast in parts:
         if t is not None and not (t.is_contiguous() or (may_broadcast and _broadcast(t, len(bs)))):
             raise InputError(f"{who} its {name} are not a buffer this call can write in place (not contiguous)")
-    return Buffers(Y.reshape(B, -1), J, status)
+    return Buffers(Y if Y.dim() == 2 else Y.reshape(B, -1), J, status)  # (a 1-d batch: no view to make)
 
 
 def _broadcast(t: torch.Tensor, nb: int) -> bool:
