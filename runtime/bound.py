@@ -4,8 +4,8 @@ every step (a finite-element code owns its arrays and overwrites them in place).
 ``bound = model.bind(inputs, derivatives="tangent")`` makes one ordinary call (every check of
 ``model(...)``) and keeps its result; ``bound()`` evaluates again on the same input tensors, whatever
 they hold now, writing into that result's storage, and returns it. On the C backend it goes straight
-to the kernel with the argument block packed at bind time (the regular call's Python work, ~57 us per
-call at 1e3 points, is skipped), and on the Triton backend straight to the kernel launch with the
+to the kernel with the argument block packed at bind time (the regular call's Python work, ~50-70 us
+per call at 1e3 points, is skipped), and on the Triton backend straight to the kernel launch with the
 views, parameters and buffers found at bind time; on the PyTorch backend, and whenever the fast path
 cannot prove it reads what the regular call would read, ``bound()`` is the regular call with ``out=``. Either way
 the numbers are those of ``model(inputs, derivatives, out=bound.result)``.

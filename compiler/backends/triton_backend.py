@@ -142,6 +142,7 @@ class _Rows:
     def __init__(self, em: "TritonEmitter"):
         self.em = em
         self.k = 0
+        self.last_tile = None  # the name of what the last load() read whole (tile, or a scalar's value)
 
     def _tmp(self, base: str) -> str:
         self.k += 1
