@@ -15,14 +15,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import call_overhead as co  # noqa: E402
-from modelc.runtime import cbuild  # noqa: E402
+from rt_helpers import needs_cc  # noqa: E402
 
-try:
-    cbuild.compiler()
-    HAVE_CC = True
-except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
-    HAVE_CC = False
-pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler")
+pytestmark = needs_cc
 
 
 @pytest.mark.parametrize("model", ["j2_linear_iso", "j2_voce_af"])

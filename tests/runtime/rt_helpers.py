@@ -1,5 +1,8 @@
-"""Shared helpers for the runtime tests: devices (CUDA skipped without a GPU), dtypes, tolerances."""
+"""Shared helpers for the runtime tests: devices (CUDA skipped without a GPU), the C compiler
+(skipped without one on a developer's machine, required in CI), dtypes, tolerances."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -9,6 +12,30 @@ from hypothesis import strategies as st
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.gpu])]
 DTYPES = [torch.float64, torch.float32]
+
+
+def _have_cc() -> bool:
+    from modelc.runtime import cbuild
+
+    try:
+        cbuild.compiler()
+        return True
+    except cbuild.CBuildError:
+        return False
+
+
+#: a C compiler the C backend can use is here; in CI (``$CI`` true) the C tests run whatever this
+#: says, so a missing compiler fails them with the backend's own message instead of skipping them
+HAVE_CC = _have_cc()
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+NO_CC = "no C compiler (cc, gcc or clang on PATH, or $CC): the C backend's tests need one; CI requires it"
+needs_cc = pytest.mark.skipif(not HAVE_CC and not IN_CI, reason=NO_CC)
+
+
+def skip_module_without_cc() -> None:
+    """At a test module's top: skip it on a machine without a C compiler (never in CI)."""
+    if not HAVE_CC and not IN_CI:
+        pytest.skip(NO_CC, allow_module_level=True)
 
 
 def tol(dtype: torch.dtype) -> dict:

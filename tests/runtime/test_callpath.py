@@ -9,14 +9,10 @@ import pytest
 import torch
 
 from modelc.errors import InputError
-from modelc.runtime import cbuild
 from modelc.runtime.model import interpreting
+from rt_helpers import HAVE_CC, IN_CI
 
-try:
-    cbuild.compiler()
-    BACKENDS = ("c", "torch")
-except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
-    BACKENDS = ("torch",)
+BACKENDS = ("c", "torch") if HAVE_CC or IN_CI else ("torch",)
 if interpreting():  # the Triton kernels on CPU tensors (tests/conftest.py); on a GPU: the tests below
     BACKENDS += ("triton",)
 KERNELS = tuple(b for b in BACKENDS if b != "torch")  # the backends that read inputs where they lie

@@ -16,14 +16,8 @@ from modelc import ir
 from modelc.backends.c_backend import c_source
 from modelc.runtime import cbuild
 from modelc.runtime.types import Scalar
-from rt_helpers import fn_program
+from rt_helpers import fn_program, needs_cc
 
-try:
-    cbuild.compiler()
-    HAVE_CC = True
-except cbuild.CBuildError:
-    HAVE_CC = False
-needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
 
 
 def _small_source(tag: str) -> str:

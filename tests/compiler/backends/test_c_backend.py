@@ -20,16 +20,11 @@ from modelc import ir
 from modelc.backends.c_backend import c_source
 from modelc.runtime import cbuild
 from modelc.runtime.types import Scalar
+from rt_helpers import HAVE_CC, needs_cc
 
 LIBRARY = Path(__file__).parents[3] / "spec" / "library.yaml"
 MODELS = ("elastic", "j2_linear_iso", "j2_voce_af", "perzyna_iso")  # j2_perfect: like j2_linear_iso
 
-try:
-    cbuild.compiler()
-    HAVE_CC = True
-except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
-    HAVE_CC = False
-needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
 
 
 @pytest.fixture(scope="module")

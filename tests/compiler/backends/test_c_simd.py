@@ -17,12 +17,10 @@ import torch
 from modelc.backends.c_backend import c_source
 from modelc.runtime import cbuild
 
-try:
-    cbuild.compiler()
-except cbuild.CBuildError:  # pragma: no cover - every CI machine has cc
-    pytest.skip("no C compiler", allow_module_level=True)
+from rt_helpers import fn_program, skip_module_without_cc  # noqa: E402
 
-from rt_helpers import fn_program  # noqa: E402
+skip_module_without_cc()
+
 from test_c_backend import _inputs, _poisoned_c, cache_dir, library  # noqa: F401,E402
 
 
