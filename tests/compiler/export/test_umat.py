@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +21,7 @@ import modelc
 from modelc.cli import main as cli_main
 from modelc.runtime import mandel
 from modelc.runtime.driver import run_history
+from rt_helpers import IN_CI
 
 HERE = Path(__file__).resolve().parent
 E, NU, K, SY = 200000.0, 0.3, 2000.0, 100.0
@@ -31,7 +31,7 @@ G, LAM = E / (2 * (1 + NU)), E * NU / ((1 + NU) * (1 - 2 * NU))
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        if IN_CI:
             pytest.fail(f"{tool} is required in CI (.ci/run installs it with apt-get)")
         pytest.skip(f"{tool} is not installed (apt-get install {tool}); required in CI")
     return path
