@@ -13,6 +13,7 @@
 #   against its package list on 2026-11-25; NEML2 itself could not be imported here, torch 2.13)
 # Then, one step per call, each with carry=[".whl"]:
 #   bash benchmarks/gpu_session.sh tests    # the suite, CUDA tests included (~5 min on 16 cores)
+#   bash benchmarks/gpu_session.sh cudatests  # the Triton tests compiled for this GPU (T_TESTS s)
 #   bash benchmarks/gpu_session.sh bench    # benchmarks.run on the GPU, NEML2 on the same GPU
 #   bash benchmarks/gpu_session.sh kernels  # registers and spills of every kernel as loaded, timed
 #   bash benchmarks/gpu_session.sh layout   # the linear solve's two layouts timed (issue 13, ~5 min)
@@ -28,7 +29,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|bench|kernels|layout|session) ;; *) echo "usage: $0 tests|bench|kernels|layout|session" >&2; exit 2 ;; esac
+case "$step" in tests|cudatests|bench|kernels|layout|session) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -45,7 +46,19 @@ python3 -c "import modelc.runtime, sympy, jinja2, yaml" || { echo "modelc does n
 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"; } \
   | tee "$OUT/gpu.txt"
 
+# the library's Triton tests with their kernels compiled and run on this GPU (MODELC_TEST_DEVICE=cuda:
+# tests/conftest.py then leaves TRITON_INTERPRET unset) and the runtime's CUDA tests, one line per
+# test (-v: what a time box cut off shows), into $1
+cuda_tests() {
+  MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-120}" python3 -m pytest -v -n "${NPROC:-16}" \
+    -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_callpath.py \
+    -k "triton or cuda" 2>&1 | tee "$1"
+}
+
 case "$step" in
+  cudatests)  # step 1 of `session` alone
+    cuda_tests "$OUT/tests.log"
+    ;;
   tests)
     # TRITON_INTERPRET stays 1 for the suite (its Triton tests run on CPU tensors); the tests that
     # need a CUDA device run for real here. Compiled kernels on the GPU: `session` (its step 1).
@@ -77,13 +90,9 @@ case "$step" in
       | tee -a "$OUT/layout.log"
     ;;
   session)
-    # 1. the library's Triton tests with their kernels compiled and run on this GPU
-    #    (MODELC_TEST_DEVICE=cuda: tests/conftest.py then leaves TRITON_INTERPRET unset; without it
-    #    they ran under the interpreter, as on 2026-11-26), and the runtime's CUDA tests
+    # 1. the library's Triton tests compiled and run on this GPU (cuda_tests above)
     R=/tmp/session && rm -rf $R && mkdir -p $R && cp "$OUT/gpu.txt" $R/
-    MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-120}" python3 -m pytest -q -n "${NPROC:-16}" \
-      -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_callpath.py \
-      -k "triton or cuda" 2>&1 | tee $R/tests.log
+    cuda_tests $R/tests.log
     # 2. float64 at 1e6 and 1e7 points, value and tangent: modelc, the hand-written update eager and
     #    under torch.compile, NEML2, one process per model so that a time box cuts one model at most
     #    (records are written after every configuration). On an H200, 1e6 points is 100-300 us of

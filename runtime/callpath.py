@@ -132,6 +132,17 @@ def pack(model, views: list[torch.Tensor], B: int) -> torch.Tensor:
     return X
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether tensors on ``a`` and ``b`` are on one device: "cuda" (no index, as a model built with
+    device="cuda" holds it) is the current CUDA device, which is where such a tensor lands."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    current = torch.cuda.current_device()
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
 def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
     """The buffers of ``out`` (an earlier result of this model) for a call over batch shape ``bs``
     returning a Jacobian over ``axes`` (rows, columns) or none (None); an :class:`InputError` naming
@@ -148,7 +159,7 @@ def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
     def check(what: str, t: torch.Tensor, shape, dtype) -> None:
         if t.dtype != dtype:
             raise InputError(f"{who} holds {what} of dtype {t.dtype}; this call writes {dtype}")
-        if t.device != model.device:
+        if not same_device(t.device, model.device):
             raise InputError(f"{who} holds {what} on {t.device}; this call runs on {model.device}")
         if tuple(t.shape) != tuple(shape):
             raise InputError(f"{who} holds {what} of shape {tuple(t.shape)}; this call needs {tuple(shape)} "

@@ -127,6 +127,11 @@ def _width(n: int) -> tuple[int, int]:
 
 STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values (see _Rows.store)
 CHUNKED_ROW_MAX = 64
+#: columns per store for longer rows (a full Jacobian): a [BLOCK, W] tile is stored through shared
+#: memory, BLOCK * W * 8 bytes in float64; whole, j2_perfect's 13x14 Jacobian (W 256) asked for 256 KB
+#: on sm_90 and failed to launch on an H200 (227 KB is the most a block gets); 32 columns: 32 KB, the
+#: same GPU compile time (j2_voce_af's Jacobian kernel 9 s with Triton 3.6)
+LONG_CHUNK = 32
 
 
 class _Rows:
@@ -173,12 +178,17 @@ class _Rows:
         """Rows of up to ``CHUNKED_ROW_MAX`` values are stored ``STORE_CHUNK`` columns at a time (a
         whole-row tile keeps every value and the join tree live at once: for a 6x6 tangent that was
         255 registers and ~0.4 KB of spills per thread on sm_90, chunked 55 and none); longer rows
-        (a full Jacobian) stay one tile, since chunking them multiplies the GPU compile time (j2_voce_af:
-        64 s -> 559 s). Measured with benchmarks/gpu_kernels.py. ``index(k)``, when given, maps the
+        (a full Jacobian) are stored ``LONG_CHUNK`` columns at a time, since chunking them finer multiplies
+        the GPU compile time (j2_voce_af: 64 s -> 559 s) and a whole row needs too much shared memory
+        (see ``LONG_CHUNK``). Measured with benchmarks/gpu_kernels.py. ``index(k)``, when given, maps the
         text of the values' positions ``k`` (a ``[1, W]`` int tensor) to their columns in the row."""
         if CHUNKED_ROW_MAX >= len(values) > STORE_CHUNK:
             for start in range(0, len(values), STORE_CHUNK):
                 self._store(ptr, stride, values[start:start + STORE_CHUNK], start, index)
+            return
+        if len(values) > LONG_CHUNK:
+            for start in range(0, len(values), LONG_CHUNK):
+                self._store(ptr, stride, values[start:start + LONG_CHUNK], start, index)
             return
         self._store(ptr, stride, values, 0, index)
 

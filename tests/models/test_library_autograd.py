@@ -23,10 +23,11 @@ def _problem(name: str, backend: str):
     """The model, and ``f(z)``: its outputs (scaled) as a function of one flat perturbation ``z``."""
     m = compiled(name, backend, torch.float64)
     ref = reference(name)
-    x0 = {k: torch.as_tensor(v, dtype=torch.float64)
+    kw = {"dtype": torch.float64, "device": m.device}  # (a GPU under MODELC_TEST_DEVICE=cuda)
+    x0 = {k: torch.as_tensor(v, **kw)
           for k, v in forced_inputs(m.input_axis.variable_names, ref, ROWS["steps"], ROWS["points"]).items()}
     prm = reference_params(name)
-    p0 = {p.name: torch.tensor(prm[p.name], dtype=torch.float64) for p in m.PARAMETERS}
+    p0 = {p.name: torch.tensor(prm[p.name], **kw) for p in m.PARAMETERS}
     scale = {k: float(v.abs().max()) or 1.0 for k, v in x0.items()}
     sizes = [(k, v.numel()) for k, v in x0.items()] + [(k, 1) for k in p0]
 
@@ -38,7 +39,7 @@ def _problem(name: str, backend: str):
         assert r.status is None or r.status.all_converged, r.status
         return r.outputs.tensor / 100.0
 
-    z = torch.zeros(sum(n for _, n in sizes), dtype=torch.float64, requires_grad=True)
+    z = torch.zeros(sum(n for _, n in sizes), **kw, requires_grad=True)
     return m, f, z
 
 
