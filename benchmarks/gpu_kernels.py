@@ -40,10 +40,10 @@ import importlib, json, sys, time
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from modelc.backends.triton_backend import aot_signature
+from modelc.backends.triton_backend import aot_attrs, aot_signature
 
 model, variant, dt, arch, block, maxnreg = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
-                                            int(sys.argv[6]))
+                                            sys.argv[6])
 if len(sys.argv) > 7:  # a module file from --modules
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"gk_{model}", sys.argv[7])
@@ -55,18 +55,23 @@ kernel = getattr(mod, "_kernel", None)
 if kernel is None or variant not in mod.Model.VARIANTS:
     print(json.dumps({"missing": True}))
     sys.exit(0)
+# the register cap: as a launch asks for it (the module's Model.TRITON_MAXNREG_F64 in float64), none, or a number
+own = getattr(mod.Model, "TRITON_MAXNREG_F64", None) if dt == "fp64" else None
+maxnreg = {"module": own, "none": None}.get(maxnreg, maxnreg)
+maxnreg = int(maxnreg) if maxnreg else 0
 sig = aot_signature(kernel.arg_names, dt)
 consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
               EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block)
-# pointers 16-byte aligned, as a launch on torch's tensors specialises them
-attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(kernel.arg_names) if sig[a][0] == "*"}
+# pointers 16-byte aligned and `zero` divisible by 16, as a launch specialises them
+attrs = aot_attrs(kernel.arg_names, sig)
 t0 = time.perf_counter()
 c = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                    target=GPUTarget("cuda", arch, 32),
                    options={"maxnreg": maxnreg} if maxnreg else None)
+cap = maxnreg or None
 sys.stdout.flush()
 print("\n" + json.dumps({"compile_s": time.perf_counter() - t0, "ptx_lines": c.asm["ptx"].count("\n"),
-                         "cubin_bytes": len(c.asm["cubin"]), "num_warps": c.metadata.num_warps,
+                         "cubin_bytes": len(c.asm["cubin"]), "num_warps": c.metadata.num_warps, "maxnreg": cap,
                          "shared_bytes": c.metadata.shared}))
 '''
 
@@ -127,7 +132,7 @@ def bytes_per_point(model: str, variant: str, dtype: str, modules: str | None = 
 
 
 def compile_one(model: str, variant: str, dtype: str, arch: int, block: int, modules: str | None = None,
-                maxnreg: int = 0) -> dict:
+                maxnreg: str = "module") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory(prefix="triton_cache_") as cache:
         env.update(TRITON_CACHE_DIR=cache, TRITON_DUMP_PTXAS_LOG="1")
@@ -138,7 +143,7 @@ def compile_one(model: str, variant: str, dtype: str, arch: int, block: int, mod
                               capture_output=True, text=True, env=env, timeout=1800)
         wall = time.perf_counter() - t0
     rec = {"model": model, "variant": variant, "dtype": dtype, "arch": f"sm_{arch}", "block": block,
-           "maxnreg": maxnreg or None}
+           "maxnreg_setting": maxnreg}
     if proc.returncode != 0:
         rec["error"] = proc.stderr[-3000:]
         return rec
@@ -154,7 +159,7 @@ def compile_one(model: str, variant: str, dtype: str, arch: int, block: int, mod
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| model | variant | dtype | registers/thread | spill stores / loads (bytes) | stack frame (bytes) "
+    lines = ["| model | variant | dtype | registers/thread (cap) | spill stores / loads (bytes) | stack frame (bytes) "
              "| shared memory/block (bytes) | bytes/point | GPU compile (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         if r.get("missing"):
@@ -162,7 +167,8 @@ def table(records: list[dict]) -> str:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['variant']} | {r['dtype']} | compile failed | | | | | |")
             continue
-        lines.append(f"| {r['model']} | {r['variant']} | {r['dtype']} | {r['registers']} | "
+        cap = f" ({r['maxnreg']})" if r.get("maxnreg") else ""
+        lines.append(f"| {r['model']} | {r['variant']} | {r['dtype']} | {r['registers']}{cap} | "
                      f"{r['spill_stores_bytes']} / {r['spill_loads_bytes']} | {r['stack_frame_bytes']} | "
                      f"{r.get('shared_bytes', '')} | {r['bytes_per_point']} | {r['compile_s']:.1f} |")
     return "\n".join(lines)
@@ -177,13 +183,14 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--block", type=int, default=128, help="points per program (the runtime's GPU default)")
     ap.add_argument("--modules", default=None, help="folder of generated modules (default: the committed "
                     "library, modelc.generated)")
-    ap.add_argument("--maxnreg", type=int, default=0, help="cap on registers per thread (ptxas .maxnreg; what "
-                    "$MODELC_TRITON_MAXNREG gives a launch); 0: none")
+    ap.add_argument("--maxnreg", default="module", help="cap on registers per thread (ptxas .maxnreg): "
+                    "'module' (default: what a launch asks for, the module's Model.TRITON_MAXNREG_F64 in float64), 'none', or "
+                    "16 to 255 (what $MODELC_TRITON_MAXNREG gives a launch)")
     ap.add_argument("--tag", default="", help="added to the result file name")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
-    if a.maxnreg and not 16 <= a.maxnreg <= 255:
-        ap.error(f"--maxnreg must be from 16 to 255, got {a.maxnreg}")
+    if a.maxnreg not in ("module", "none") and not (a.maxnreg.isdigit() and 16 <= int(a.maxnreg) <= 255):
+        ap.error(f"--maxnreg must be module, none or from 16 to 255, got {a.maxnreg}")
     import triton
 
     records = []
@@ -199,9 +206,9 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"what": "ptxas -v of the library's Triton kernels, compiled for a GPU target without a GPU",
-              "target": f"cuda sm_{a.arch}", "block": a.block, "maxnreg": a.maxnreg or None, "triton": triton.__version__,
+              "target": f"cuda sm_{a.arch}", "block": a.block, "maxnreg": a.maxnreg, "triton": triton.__version__,
               "python": sys.version.split()[0], "started": stamp, "records": records}
-    cap = f", maxnreg {a.maxnreg}" if a.maxnreg else ""
+    cap = f", maxnreg {a.maxnreg}" if a.maxnreg != "module" else ", maxnreg as each module asks"
     md = (f"# Library kernels for sm_{a.arch} (Triton {triton.__version__}, BLOCK {a.block}{cap}), compiled without a GPU\n\n"
           + table(records) + "\n")
     return write_report(out / f"{stamp}-sm{a.arch}-kernels{'-' + a.tag if a.tag else ''}.json", result, md)

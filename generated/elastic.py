@@ -180,7 +180,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -661,7 +661,8 @@ class Model(CompiledModel):
     SOLVER = {}
     CONSTANT_JACOBIAN = ('tangent', 'jacobian')  # variants whose Jacobian depends on parameters only
     C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
-    TRITON_ABI = 2  # the kernel reads each input where it lies, writes the status, fails non-finite inputs
+    TRITON_ABI = 3  # the kernel reads each input where it lies, writes the status, fails non-finite inputs; takes `zero` (0: one-trip loops of coupled systems)
+    TRITON_MAXNREG_F64 = None  # ptxas' register cap for the float64 kernels (None: ptxas' choice)
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None

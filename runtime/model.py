@@ -253,21 +253,28 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def triton_launch_options() -> dict[str, int]:
-    """Options every Triton launch gets: ``maxnreg`` (ptxas' cap on registers per thread) from
+def triton_launch_options(default: int | None = None) -> dict[str, int]:
+    """Options every Triton launch gets: ``maxnreg`` (ptxas' cap on registers per thread): the
+    module's ``default`` (``Model.TRITON_MAXNREG_F64`` for a float64 launch: 255 for the kernels of
+    coupled systems, which ptxas otherwise compiles for 32 registers and heavy spills; None: ptxas'
+    choice), or
     ``$MODELC_TRITON_MAXNREG`` when set, for measuring a register budget on a GPU against the default
-    (``benchmarks/gpu_kernels.py --maxnreg`` reports what ptxas makes of it without one)."""
+    ("none": no cap even where the module asks for one). ``benchmarks/gpu_kernels.py --maxnreg``
+    reports what ptxas makes of a cap without a GPU."""
     text = os.environ.get("MODELC_TRITON_MAXNREG", "")
     if not text:
+        return {"maxnreg": default} if default else {}
+    if text == "none":
         return {}
     if not text.isdigit() or not 16 <= int(text) <= 255:
-        raise InputError(f"$MODELC_TRITON_MAXNREG must be a whole number of registers from 16 to 255, got {text!r}")
+        raise InputError(f"$MODELC_TRITON_MAXNREG must be a whole number of registers from 16 to 255, "
+                         f"or none, got {text!r}")
     return {"maxnreg": int(text)}
 
 
 _WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
 
-TRITON_ABI = 2  # the generated Triton kernels' calling convention this runtime launches (Model.TRITON_ABI)
+TRITON_ABI = 3  # the generated Triton kernels' calling convention this runtime launches (Model.TRITON_ABI)
 
 
 def _warn_once(message: str) -> None:
@@ -332,9 +339,11 @@ class CompiledModel(torch.nn.Module):
     #: before it did leave it to the runtime's check after the call)
     C_MARKS_NONFINITE = False
     #: the Triton kernel's calling convention: 2 reads each input where it lies, writes the status as
-    #: the C entry points do and fails non-finite inputs itself (modules generated before: 1, a packed
-    #: X and a (B, 3) status, which this runtime no longer launches)
+    #: the C entry points do and fails non-finite inputs itself; 3 adds the ``zero`` argument (the
+    #: one-trip loops of coupled systems' kernels). Modules generated before: 1, a packed X and a
+    #: (B, 3) status. This runtime launches 3 only.
     TRITON_ABI = 1
+    TRITON_MAXNREG_F64 = None  # (generated modules: their float64 kernels' register cap, see triton_launch_options)
     INITIAL: tuple[VariableInfo, ...] = ()  # state variables with a declared initial value
     torch_initial: Any = None  # (X (rows, 0), P) -> (Y, None, None) on the INITIAL axis
     #: what a call can ask for -> the bit ``V`` the generated function and kernel take: ``value``,
@@ -960,7 +969,8 @@ class CompiledModel(torch.nn.Module):
         import triton
         import triton.language as tl
 
-        launch = triton_launch_options()  # (checked before anything is allocated or written)
+        # (checked before anything is allocated or written)
+        launch = triton_launch_options(self.TRITON_MAXNREG_F64 if self.dtype == torch.float64 else None)
         B = Y.shape[0]
         if B == 0:
             return
@@ -981,7 +991,7 @@ class CompiledModel(torch.nn.Module):
         grid = (triton.cdiv(B, block),)
         self.kernel[grid](*views, P, Y, J if J is not None else Y, cv, it, rn, self._options_tensor(options), B,
                           *(v.stride(0) for v in views), 0 if shared else P.stride(0), Y.stride(0),
-                          J.stride(0) if J is not None else 0, **consts, V=self.VARIANTS[variant or "value"],
+                          J.stride(0) if J is not None else 0, 0, **consts, V=self.VARIANTS[variant or "value"],
                           DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
                           EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
 

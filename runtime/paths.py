@@ -23,7 +23,7 @@ _BAD = re.compile(r"[^0-9A-Za-z_]+")
 RESERVED = frozenset({
     "tl", "triton", "torch", "math", "X", "P", "Y", "J", "ST", "O", "CV", "IT", "RN", "n", "offs", "mask",
     "pid", "row", "BLOCK", "DTYPE", "EPS", "V", "x_stride", "p_stride", "y_stride", "j_stride",
-    "st_stride", "nan", "B",
+    "st_stride", "nan", "B", "zero",
 })
 #: ... and the Triton kernel's per-input-variable pointers and row strides (``IN0``, ``in0_stride``, ...)
 RESERVED_PATTERN = re.compile(r"IN\d+|in\d+_stride")

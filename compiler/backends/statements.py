@@ -18,7 +18,7 @@ import sympy as sp
 
 from modelc import ir
 from modelc.ir import RTOL_FLOOR_EPS
-from modelc.passes.expand_solve import expand_solve, halley_step
+from modelc.passes.expand_solve import expand_solve, factor, halley_step, substitute
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
 from modelc.errors import InternalError
@@ -49,6 +49,11 @@ class Emitter:
     """``pivoting``: the linear solves' strategy (see :mod:`modelc.passes.expand_solve`);
     ``helpers``: emit Newton solves as shared helper functions (None: inline)."""
 
+    #: print the elimination of a matrix that several linear solves of a program share (the
+    #: variants' implicit-function-theorem solves with one ``dR/du``) once, under the union of their
+    #: variants (:meth:`guarded`), instead of once per solve
+    share_factors = False
+
     def __init__(self, printer: ExprPrinter, namer: Namer, pivoting: str = "auto",
                  helpers: Helpers | None = None):
         self.p = printer
@@ -60,6 +65,9 @@ class Emitter:
         self.depth = 1  # inside a function
         self.n_solves = 0
         self.n_newton = 0
+        self.n_factors = 0
+        self.factors: dict = {}  # matrix (LinearSolve.A) -> (name, its printed Factor)
+        self._shared: dict = {}  # matrix -> the variants of its solves (guarded, share_factors)
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
@@ -80,12 +88,24 @@ class Emitter:
         full = sum(v.bit for v in ir.variants_of(program))
         masks = program.masks or (full,) * len(program.body)
         after = after or {}
+        shared = self._shared_matrices(program, masks) if self.share_factors else {}
         k = 0
         while k < len(program.body):
             m = masks[k]
             end = k + 1
             while end < len(program.body) and masks[end] == m and end - 1 not in after:
                 end += 1
+            self._shared = shared
+            for st in program.body[k:end]:
+                # a shared matrix is eliminated once, for all its solves, under the union of their
+                # variants: inside the group of its first solve when that group is for all of them
+                # (statements()), else before that group. Then its entries, needed by every variant
+                # of the solves, are computed in an earlier group (groups are ordered by how many
+                # variants need them), and so is anything they read.
+                union = shared.get(st.A) if isinstance(st, ir.LinearSolve) else None
+                if union is not None and st.A not in self.factors and m != union:
+                    names = ", ".join(v.name for v in program.variants if v.bit & union)
+                    self.shared_factor(st.A, None if union == full else f"if V & {union}:  # {names}")
             if m != full:
                 names = ", ".join(v.name for v in program.variants if v.bit & m)
                 self.line(f"if V & {m}:  # {names}")
@@ -105,6 +125,16 @@ class Emitter:
             elif isinstance(st, ir.LinearSolve):
                 self.n_solves += 1
                 n = len(st.A)
+                if st.A in self._shared and st.A not in self.factors:  # (see guarded)
+                    self.shared_factor(st.A, None)
+                F = self.factors.get(st.A)
+                if F is not None:
+                    name, F = F
+                    self.comment(f"linear solve {self.n_solves}: {n}x{n}, {len(st.B[0]) if n else 0} "
+                                 f"right-hand side(s) through elimination {name}")
+                    for a in substitute(F, st.B, st.targets, f"ls{self.n_solves}"):
+                        self.assign(a.target, a.value)
+                    continue
                 self.comment(f"linear solve {self.n_solves}: {n}x{n}, {len(st.B[0]) if n else 0} "
                              "right-hand side(s), unrolled over structural nonzeros")
                 self.solve(st.A, st.B, st.targets, f"ls{self.n_solves}")
@@ -116,6 +146,41 @@ class Emitter:
                     self.call_helper(st)
             else:
                 raise InternalError(f"unknown statement {type(st).__name__}")
+
+    @staticmethod
+    def _shared_matrices(program: ir.Program, masks) -> dict:
+        """Matrix -> the union of the masks of its solves, for matrices of more than one solve
+        (larger than 1x1: a scalar "elimination" is one reciprocal)."""
+        users: dict = {}
+        for st, m in zip(program.body, masks):
+            if isinstance(st, ir.LinearSolve) and len(st.A) > 1:
+                users.setdefault(st.A, []).append(m)
+        out = {}
+        for A, ms in users.items():
+            if len(ms) > 1:
+                union = 0
+                for m in ms:
+                    union |= m
+                out[A] = union
+        return out
+
+    def shared_factor(self, A, guard: str | None) -> None:
+        """Lines eliminating ``A`` once for all the solves that share it, under ``guard`` (an
+        ``if V & mask:`` line; None: where the lines go already runs for those variants)."""
+        self.n_factors += 1
+        name = f"lu{self.n_factors}"
+        n = len(A)
+        if guard:
+            self.line(guard)
+            self.depth += 1
+        self.comment(f"elimination {name}: {n}x{n}, shared by the linear solves below, unrolled over "
+                     "structural nonzeros")
+        assigns, F = factor(A, name, pivoting=self.pivoting, defs=self.defs)
+        for a in assigns:
+            self.assign(a.target, a.value)
+        if guard:
+            self.depth -= 1
+        self.factors[A] = (name, F)
 
     # -- Newton: shared pieces ---------------------------------------------------------------
     def newton_symbols(self, st: ir.Newton, k: int):

@@ -55,6 +55,8 @@ def baked_arg(sym: sp.Symbol) -> str:
 
 
 class TritonEmitter(Emitter):
+    share_factors = True  # (PyTorch: torch.linalg from 4 unknowns on; C: the template LU, mc_lu_solve)
+
     def helper_args(self) -> list[str]:
         # the baked parameters' constexpr arguments too: a power of them stays a compile-time one
         return ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE", "EPS", "BLOCK", *self._constexpr_args()]
@@ -142,12 +144,50 @@ class _Rows:
     kernel with one load/store per component (hundreds for a Jacobian) took minutes to compile for
     a GPU. A tile is split into its columns with ``tl.split`` (and assembled with ``tl.join``), a
     binary tree over a ``[BLOCK, 2, ..., 2]`` reshape; in that tree, leaf ``m`` is column
-    ``bitrev(m)``, which the code below accounts for. Everything stays in registers."""
+    ``bitrev(m)``, which the code below accounts for. Everything stays in registers.
 
-    def __init__(self, em: "TritonEmitter"):
+    ``detach`` (the kernels of coupled systems, see :func:`_detach`): every load and store goes
+    through a loop of one trip (``range(0, zero + 1)``, ``zero`` a kernel argument the runtime passes
+    as 0) whose pointer is carried by the loop (``p += zero``). The coalescing pass then skips the
+    slice of that operation (it computes one only for a pointer defined by an operation, and a
+    loop-carried value is a block argument), which cost time quadratic in the kernel's size for
+    every memory operation: 97% of a 26 s compile of j2_voce_af_coupled's tangent kernel (sm_90,
+    MLIR_ENABLE_TIMING). The slice only serves to widen an access to what related accesses allow;
+    here each thread's accesses are its own row, so the same loads and stores come out (PTX compared
+    in float64 and float32, tests/compiler/backends/test_triton_backend_sm90.py; a launch specialises
+    ``zero`` as divisible by 16, so the pointers' alignment is kept as well). The GPU compile of
+    chaboche2_coupled's float64 tangent kernel went from 146 s to 17 s, its value kernel from 28 s
+    to 7 s; what a one-trip loop costs at run time is a compare and a branch per access (not yet
+    timed on a GPU)."""
+
+    def __init__(self, em: "TritonEmitter", detach: bool = False):
         self.em = em
         self.k = 0
         self.last_tile = None  # the name of what the last load() read whole (tile, or a scalar's value)
+        self.detach = detach
+
+    def load_line(self, name: str, ptr: str, mask: str, other: str, shape: str) -> None:
+        """``name = tl.load(ptr, mask, other)`` (``shape``: the loaded tensor's, for ``detach``)."""
+        if not self.detach:
+            self.em.line(f"{name} = tl.load({ptr}, mask={mask}, other={other})")
+            return
+        self.em.line(f"{name} = tl.zeros({shape}, dtype=DTYPE)")  # (the loop carries it out)
+        self._one_trip(ptr, lambda p: f"{name} = tl.load({p}, mask={mask}, other={other})")
+
+    def store_line(self, ptr: str, value: str, mask: str) -> None:
+        """``tl.store(ptr, value, mask)`` (through a one-trip loop for ``detach``)."""
+        if not self.detach:
+            self.em.line(f"tl.store({ptr}, {value}, mask={mask})")
+            return
+        self._one_trip(ptr, lambda p: f"tl.store({p}, {value}, mask={mask})")
+
+    def _one_trip(self, ptr: str, access) -> None:
+        """``access(p)`` in a loop of one trip whose pointer ``p`` (starting at ``ptr``) the loop carries."""
+        p = self._tmp("p")
+        self.em.line(f"{p} = {ptr}")
+        self.em.line("for _ in range(0, zero + 1):  # one trip: see _Rows (detach)")
+        self.em.line(f"    {access(p)}")
+        self.em.line(f"    {p} += zero")
 
     def _tmp(self, base: str) -> str:
         self.k += 1
@@ -157,12 +197,12 @@ class _Rows:
         em = self.em
         if n == 1:  # a scalar variable: one value per point, no tile
             t = self.last_tile = self._tmp("x")
-            em.line(f"{t} = tl.load({ptr} + row * {stride}, mask=mask, other={other})")
+            self.load_line(t, f"{ptr} + row * {stride}", "mask", other, "[BLOCK]")
             return [t]
         bits, W = _width(n)
         tile = self.last_tile = self._tmp("tile")
-        em.line(f"{tile} = tl.load({ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :], "
-                f"mask=mask[:, None] & (tl.arange(0, {W})[None, :] < {n}), other={other})")
+        self.load_line(tile, f"{ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :]",
+                       f"mask[:, None] & (tl.arange(0, {W})[None, :] < {n})", other, f"[BLOCK, {W}]")
         level = [self._tmp("t")]
         em.line(f"{level[0]} = tl.reshape({tile}, [BLOCK{', 2' * bits}])")
         for _ in range(bits):
@@ -221,8 +261,8 @@ class _Rows:
             where = index(k)
         else:
             where = f"{start} + {cols}" if start else cols
-        em.line(f"tl.store({ptr} + row[:, None] * {stride} + {where}, "
-                f"tl.reshape({level[0]}, [BLOCK, {W}]), mask=mask[:, None] & ({cols} < {n}))")
+        self.store_line(f"{ptr} + row[:, None] * {stride} + {where}", f"tl.reshape({level[0]}, [BLOCK, {W}])",
+                        f"mask[:, None] & ({cols} < {n})")
 
 
 def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, pivoting: str = "auto",
@@ -237,7 +277,7 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     pr = TritonPrinter(namer, {sym: baked_arg(sym) for (sym, _), pname in pcols if pname in baked})
     em = TritonEmitter(pr, namer, pivoting, helpers)
     em.depth = 1
-    rows = _Rows(em)
+    rows = _Rows(em, detach=_detach(program))
     head: list[str] = []
     em.comment("inputs: one tile load per input variable where it lies, split into components (each read once)")
     zeros = []  # per input variable: 0 per point, NaN where one of its values is NaN or infinite
@@ -359,9 +399,9 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         em.depth = depth - 1
     if status:  # last: stored right after the solve, perzyna_iso's tangent took 168 registers, not 144
         em.comment("status: converged (bool), iterations (int32), residual norm")
-        em.line(f"tl.store(CV + row, {ok}, mask=mask)")
-        em.line(f"tl.store(IT + row, ({pr.doprint(status['iterations'])}).to(tl.int32), mask=mask)")
-        em.line(f"tl.store(RN + row, {pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)")
+        rows.store_line("CV + row", ok, "mask")
+        rows.store_line("IT + row", f"({pr.doprint(status['iterations'])}).to(tl.int32)", "mask")
+        rows.store_line("RN + row", f"{pr.doprint(status['residual_norm'])} + tl.zeros([BLOCK], dtype=DTYPE)", "mask")
     head.append("pid = tl.program_id(0)")
     head.append("offs = pid * BLOCK + tl.arange(0, BLOCK)")
     head.append("mask = offs < n")
@@ -379,9 +419,43 @@ def kernel_signature(layout: Layout, baked_args: list[str]) -> str:
     """The generated kernel's parameter list (see the module docstring)."""
     k = len(layout.axis_inputs())
     return ", ".join([f"IN{v}" for v in range(k)] + ["P", "Y", "J", "CV", "IT", "RN", "O", "n"]
-                     + [f"in{v}_stride" for v in range(k)] + ["p_stride", "y_stride", "j_stride"]
+                     + [f"in{v}_stride" for v in range(k)] + ["p_stride", "y_stride", "j_stride", "zero"]
                      + [f"{a}: tl.constexpr" for a in baked_args]
                      + ["V: tl.constexpr", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr"])
+
+
+def _detach(program: ir.Program) -> bool:
+    """Whether the kernel's loads and stores go through one-trip loops (:class:`_Rows`, ``detach``):
+    for a coupled system (a Newton solve of more than one unknown or a linear solve larger than
+    1x1), whose kernels are large enough for the coalescing pass to dominate the GPU compile. The
+    radial returns keep the straight form (their kernels compile in about a second either way)."""
+    def big(st) -> bool:
+        return (isinstance(st, ir.Newton) and len(st.unknowns) > 1) or \
+            (isinstance(st, ir.LinearSolve) and len(st.A) > 1)
+    return any(big(st) for st in program.body)
+
+
+#: ptxas' register cap (``maxnreg``) for the float64 kernels of coupled systems. Without a cap, ptxas
+#: compiled the largest float64 kernels (j2_voce_af_coupled, chaboche2_coupled) for full occupancy,
+#: 32 registers per thread with 2048 threads per SM, and spilled 3x more than at 255: j2_voce_af_coupled's
+#: value kernel 17.6 KB of spill stores at 32 registers, 5.9 KB at 255 (sm_90). The smaller twins'
+#: float64 kernels already took 255 uncapped, so the cap gives these the same treatment.
+LARGE_KERNEL_MAXNREG = 255
+
+
+def kernel_maxnreg(program: ir.Program) -> int | None:
+    """The register cap the generated module asks its float64 launches for (``Model.TRITON_MAXNREG_F64``;
+    float32 launches take none: the cap raised the small twins' float32 kernels from 128 registers
+    to 147-161, where ptxas' own choice had no spills):
+    :data:`LARGE_KERNEL_MAXNREG` for a coupled system (:func:`_detach`), else None (ptxas' choice:
+    a cap raised the radial returns' registers, benchmarks/results/*-sm90-kernels-cap128.md)."""
+    return LARGE_KERNEL_MAXNREG if _detach(program) else None
+
+
+def aot_attrs(arg_names, sig: dict[str, str]) -> dict:
+    """The argument attributes a launch on torch's tensors gives a generated kernel (``attrs`` of
+    ``ASTSource``): pointers 16-byte aligned, and ``zero`` (always 0) divisible by 16."""
+    return {(i,): [["tt.divisibility", 16]] for i, a in enumerate(arg_names) if sig[a][0] == "*" or a == "zero"}
 
 
 def aot_signature(arg_names, dt: str) -> dict[str, str]:
@@ -396,7 +470,7 @@ def aot_signature(arg_names, dt: str) -> dict[str, str]:
             sig[a] = "*i32"
         elif a in ("P", "Y", "J", "RN", "O") or (a.startswith("IN") and a[2:].isdigit()):
             sig[a] = "*" + dt
-        elif a == "n" or a.endswith("_stride"):
+        elif a in ("n", "zero") or a.endswith("_stride"):
             sig[a] = "i32"
         else:
             sig[a] = "constexpr"

@@ -1,7 +1,10 @@
 """Unrolled, sparsity-aware Gaussian elimination: a :class:`~modelc.ir.LinearSolve` (or a Newton step)
 expanded into straight-line assignments that both backends print like any other code. Every solve
 factors its matrix once and carries all right-hand sides through the same elimination (the Newton
-step has one, the implicit-function-theorem tangent one per input component).
+step has one, the implicit-function-theorem tangent one per input component). :func:`factor` and
+:func:`substitute` are the two halves, for solves that share a matrix (an implicit model's tangent,
+Jacobian and total variants each solve with its ``dR/du``: the backends print its elimination once,
+:meth:`modelc.backends.statements.Emitter.guarded`).
 
 Pivoting strategy (documented contract; ``pivoting=`` selects it, default ``"auto"``):
 
@@ -41,6 +44,7 @@ numbers or symbols are used directly.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import sympy as sp
@@ -138,33 +142,45 @@ class _Builder:
         return sym
 
 
-def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
-                 targets: Sequence[Sequence[sp.Symbol]], prefix: str, *,
-                 pivoting: str | bool = "auto",
-                 defs: Mapping[sp.Symbol, sp.Expr] | None = None) -> tuple[Assign, ...]:
-    """Assignments that solve ``A X = B`` and assign ``X[i][j]`` to ``targets[i][j]``.
+@dataclass
+class Factor:
+    """The elimination of one matrix, to be applied to right-hand sides by :func:`substitute`:
+    ``perm`` (the static row order), per step ``k`` its ``swaps`` (``(p, s)``: rows ``k`` and ``p``
+    exchanged where ``s``) and ``elims`` (``(p, l)``: row ``p`` minus ``l`` times row ``k``), the
+    upper triangle ``a`` and the pivots' reciprocals ``inv``."""
+    n: int
+    perm: list[int]
+    swaps: list[list[tuple[int, sp.Expr]]]
+    elims: list[list[tuple[int, sp.Expr]]]
+    a: list[list[sp.Expr]]
+    inv: list[sp.Expr]
 
-    ``pivoting``: ``"auto"`` (default), ``"partial"`` or ``"none"`` (True/False mean "partial"/"none"),
-    see the module docstring; ``defs``: values of symbols assigned before the solve (to see through
-    symbols when deciding whether a pivot is anchored)."""
-    mode = _mode(pivoting)
-    n = len(A)
-    m = len(B[0]) if n else 0
-    if any(len(row) != n for row in A) or len(B) != n or any(len(row) != m for row in B):
-        raise ModelcError(f"linear solve {prefix}: A must be n x n and B n x m (got {len(A)} rows)")
+
+def factor(A: Sequence[Sequence[sp.Expr]], prefix: str, *, pivoting: str | bool = "auto",
+           defs: Mapping[sp.Symbol, sp.Expr] | None = None) -> tuple[tuple[Assign, ...], Factor]:
+    """Assignments that eliminate ``A`` (n x n) and the :class:`Factor` that :func:`substitute`
+    applies to right-hand sides: one factorization for every set of right-hand sides (the tangent,
+    Jacobian and total variants of an implicit model share their ``dR/du``)."""
     bld = _Builder(prefix)
-    a = [[bld.value(f"a[{i},{j}]", sp.sympify(A[i][j])) for j in range(n)] for i in range(n)]
-    b = [[bld.value(f"b[{i},{c}]", sp.sympify(B[i][c])) for c in range(m)] for i in range(n)]
+    F = _factor(bld, A, prefix, _mode(pivoting), defs)
+    return tuple(bld.out), F
 
+
+def _factor(bld: "_Builder", A, prefix: str, mode: str, defs) -> Factor:
+    n = len(A)
+    if any(len(row) != n for row in A):
+        raise ModelcError(f"linear solve {prefix}: A must be n x n (got {len(A)} rows)")
+    a = [[bld.value(f"a[{i},{j}]", sp.sympify(A[i][j])) for j in range(n)] for i in range(n)]
     perm = structural_matching([[not _is_zero(a[i][j]) for j in range(n)] for i in range(n)])
     if perm is None:
         raise ModelcError(f"linear solve {prefix}: the {n}x{n} system is structurally singular "
                           "(no ordering of its equations puts a nonzero on every diagonal entry)")
     at_risk = [perm[k] != k or not anchored(A[perm[k]][k], defs) for k in range(n)]
     a = [a[perm[k]] for k in range(n)]
-    b = [b[perm[k]] for k in range(n)]
 
     inv: list[sp.Expr] = [sp.S.Zero] * n
+    swaps: list[list[tuple[int, sp.Expr]]] = [[] for _ in range(n)]
+    elims: list[list[tuple[int, sp.Expr]]] = [[] for _ in range(n)]
     for k in range(n):
         cands = [p for p in range(k + 1, n) if not _is_zero(a[p][k])]
         dynamic = mode == "partial" or (mode == "auto" and at_risk[k])
@@ -175,18 +191,13 @@ def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
                               boolean=True)
                 if s is sp.false:
                     continue
+                swaps[k].append((p, s))
                 for j in range(k, n):
                     if _is_zero(a[k][j]) and _is_zero(a[p][j]):
                         continue
                     hi, lo = a[k][j], a[p][j]
                     a[k][j] = bld.value(f"a[{k},{j}]", sp.Piecewise((lo, s), (hi, True)))
                     a[p][j] = bld.value(f"a[{p},{j}]", sp.Piecewise((hi, s), (lo, True)))
-                for c in range(m):
-                    if _is_zero(b[k][c]) and _is_zero(b[p][c]):
-                        continue
-                    hi, lo = b[k][c], b[p][c]
-                    b[k][c] = bld.value(f"b[{k},{c}]", sp.Piecewise((lo, s), (hi, True)))
-                    b[p][c] = bld.value(f"b[{p},{c}]", sp.Piecewise((hi, s), (lo, True)))
         elif mode == "auto" and cands:
             others = [sp.Abs(a[k][j]) for j in range(k + 1, n) if not _is_zero(a[k][j])]
             if others:
@@ -200,14 +211,45 @@ def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
             inv[k] = bld.value(f"inv[{k}]", sp.Piecewise((1 / a[k][k], guard)))
         for p in cands:
             l = bld.value(f"l[{p},{k}]", a[p][k] * inv[k])
+            elims[k].append((p, l))
             a[p][k] = sp.S.Zero
             for j in range(k + 1, n):
                 if not _is_zero(a[k][j]):
                     a[p][j] = bld.value(f"a[{p},{j}]", a[p][j] - l * a[k][j])
+    return Factor(n, perm, swaps, elims, a, inv)
+
+
+def substitute(F: Factor, B: Sequence[Sequence[sp.Expr]], targets: Sequence[Sequence[sp.Symbol]],
+               prefix: str) -> tuple[Assign, ...]:
+    """Assignments that solve ``A X = B`` with ``A`` eliminated as ``F`` (:func:`factor`) and
+    assign ``X[i][j]`` to ``targets[i][j]``: each right-hand side goes through the factorization's
+    row exchanges and eliminations in the order they were made, then back substitution, so the
+    result is the same arithmetic as :func:`expand_solve`'s."""
+    bld = _Builder(prefix)
+    _substitute(bld, F, B, targets, prefix)
+    return tuple(bld.out)
+
+
+def _substitute(bld: "_Builder", F: Factor, B, targets, prefix: str) -> None:
+    n = F.n
+    m = len(B[0]) if n else 0
+    if len(B) != n or any(len(row) != m for row in B):
+        raise ModelcError(f"linear solve {prefix}: B must have {n} rows of {m} columns")
+    b = [[bld.value(f"b[{i},{c}]", sp.sympify(B[i][c])) for c in range(m)] for i in range(n)]
+    b = [b[F.perm[k]] for k in range(n)]
+    for k in range(n):
+        for p, s in F.swaps[k]:
+            for c in range(m):
+                if _is_zero(b[k][c]) and _is_zero(b[p][c]):
+                    continue
+                hi, lo = b[k][c], b[p][c]
+                b[k][c] = bld.value(f"b[{k},{c}]", sp.Piecewise((lo, s), (hi, True)))
+                b[p][c] = bld.value(f"b[{p},{c}]", sp.Piecewise((hi, s), (lo, True)))
+        for p, l in F.elims[k]:
             for c in range(m):
                 if not _is_zero(b[k][c]):
                     b[p][c] = bld.value(f"b[{p},{c}]", b[p][c] - l * b[k][c])
-
+    a, inv = F.a, F.inv
     x: list[list[sp.Expr]] = [[sp.S.Zero] * m for _ in range(n)]
     for i in reversed(range(n)):
         for c in range(m):
@@ -219,6 +261,26 @@ def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
     for i in range(n):
         for c in range(m):
             bld.out.append(Assign(targets[i][c], x[i][c]))
+
+
+def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
+                 targets: Sequence[Sequence[sp.Symbol]], prefix: str, *,
+                 pivoting: str | bool = "auto",
+                 defs: Mapping[sp.Symbol, sp.Expr] | None = None) -> tuple[Assign, ...]:
+    """Assignments that solve ``A X = B`` and assign ``X[i][j]`` to ``targets[i][j]``
+    (:func:`factor`, then :func:`substitute`).
+
+    ``pivoting``: ``"auto"`` (default), ``"partial"`` or ``"none"`` (True/False mean "partial"/"none"),
+    see the module docstring; ``defs``: values of symbols assigned before the solve (to see through
+    symbols when deciding whether a pivot is anchored)."""
+    mode = _mode(pivoting)
+    n = len(A)
+    m = len(B[0]) if n else 0
+    if any(len(row) != n for row in A) or len(B) != n or any(len(row) != m for row in B):
+        raise ModelcError(f"linear solve {prefix}: A must be n x n and B n x m (got {len(A)} rows)")
+    bld = _Builder(prefix)
+    F = _factor(bld, A, prefix, mode, defs)
+    _substitute(bld, F, B, targets, prefix)
     return tuple(bld.out)
 
 

@@ -11,9 +11,10 @@ model and the backends printed each (most of a generated module was the same cod
   status). A statement no variant needs is dropped.
 - A :class:`~modelc.ir.LinearSolve` (the implicit function theorem's ``dR/du X = -dR/dx``) is split
   by right-hand-side columns into one solve per set of variants that needs them: a tangent call
-  solves for its own columns only. A call that needs several groups (Jacobian, total) factors the
-  matrix once per group: for the radial returns the matrix is 1 x 1; for the coupled systems this
-  costs the Jacobian and total calls one extra elimination of dR/du (tangent and value unchanged).
+  solves for its own columns only. The groups share the matrix: the Triton backend eliminates it
+  once for all of them (``Emitter.share_factors``), so a call that needs several groups (Jacobian,
+  total) factors it once; the PyTorch backend (torch.linalg from 4 unknowns on) and the C backend
+  (the template LU) solve each group on its own.
 - Within each straight-line segment (between Newton solves) statements are stably sorted by
   how many variants need them, most first, then by mask: a statement's operands are needed by
   every variant that needs it, so this order respects every dependency, and each variant's

@@ -72,3 +72,16 @@ def test_register_cap_is_passed_to_ptxas():
     assert "error" not in free and "error" not in capped, (free.get("error"), capped.get("error"))
     assert free["registers"] > 128 >= capped["registers"], (free["registers"], capped["registers"])
     assert capped["maxnreg"] == 128 and free["maxnreg"] is None
+
+
+@pytest.mark.slow
+def test_module_register_cap_ends_the_32_register_collapse():
+    """A coupled system's module asks for 255 registers in float64 (Model.TRITON_MAXNREG_F64), which the report
+    compiles with by default, as a launch does. Uncapped, ptxas compiled j2_voce_af_coupled's
+    float64 value kernel for full occupancy: 32 registers and about 3x the spills."""
+    own = compile_one("j2_voce_af_coupled", "value", "fp64", 90, 128)
+    free = compile_one("j2_voce_af_coupled", "value", "fp64", 90, 128, maxnreg="none")
+    assert "error" not in own and "error" not in free, (own.get("error"), free.get("error"))
+    assert own["maxnreg"] == 255 and free["maxnreg"] is None
+    assert free["registers"] == 32 < own["registers"], (free["registers"], own["registers"])
+    assert own["spill_stores_bytes"] * 2 < free["spill_stores_bytes"], (own, free)

@@ -25,7 +25,7 @@ import importlib.util, json, sys
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from modelc.backends.triton_backend import aot_signature
+from modelc.backends.triton_backend import aot_attrs, aot_signature
 
 path = sys.argv[1]
 spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
@@ -37,8 +37,8 @@ for kname, dtypes in (("value", ("fp64", "fp32")), ("tangent", ("fp64", "fp32"))
         sig = aot_signature(mod._kernel.arg_names, dt)
         consts = dict(V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
                       EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
-        # pointers 16-byte aligned, as a launch on torch's tensors specialises them
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(mod._kernel.arg_names) if sig[a][0] == "*"}
+        # pointers 16-byte aligned and `zero` divisible by 16, as a launch specialises them
+        attrs = aot_attrs(mod._kernel.arg_names, sig)
         c = triton.compile(ASTSource(fn=mod._kernel, signature=sig, constexprs=consts, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32))
         ptx = c.asm["ptx"]

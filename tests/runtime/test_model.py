@@ -128,5 +128,21 @@ def test_triton_register_cap_setting(elastic, monkeypatch):
     got = elastic.Model(backend="triton")({"forces/E": strain}, derivatives=True)
     assert torch.equal(got.outputs.tensor, want.outputs.tensor)
     assert torch.equal(got.jacobian.tensor, want.jacobian.tensor)
+    assert triton_launch_options(255) == {"maxnreg": 128}  # the setting wins over a module's cap
+    monkeypatch.setenv("MODELC_TRITON_MAXNREG", "none")
+    assert triton_launch_options(255) == {}
     monkeypatch.delenv("MODELC_TRITON_MAXNREG")
     assert triton_launch_options() == {}
+    assert triton_launch_options(255) == {"maxnreg": 255}
+
+
+def test_generated_modules_cap_registers_of_coupled_systems_only():
+    """The float64 kernels of a coupled system ask ptxas for at most 255 registers (uncapped, it
+    compiled the largest ones for 32 registers and 3x the spills); a radial return, and float32,
+    leave ptxas its choice. The number it makes on sm_90: tests/compiler/backends/test_triton_backend_sm90.py."""
+    from modelc.generated import chaboche2_coupled, j2_linear_iso, j2_voce_af, j2_voce_af_coupled
+
+    assert j2_voce_af_coupled.Model.TRITON_MAXNREG_F64 == 255
+    assert chaboche2_coupled.Model.TRITON_MAXNREG_F64 == 255
+    assert j2_voce_af.Model.TRITON_MAXNREG_F64 is None
+    assert j2_linear_iso.Model.TRITON_MAXNREG_F64 is None
