@@ -61,7 +61,8 @@ maxnreg = {"module": own, "none": None}.get(maxnreg, maxnreg)
 maxnreg = int(maxnreg) if maxnreg else 0
 sig = aot_signature(kernel.arg_names, dt)
 consts = dict(V=mod.Model.VARIANTS[variant], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
-              EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block)
+              EPS=2.220446049250313e-16 if dt == "fp64" else 1.1920928955078125e-07, BLOCK=block,
+              P_SHARED=True)
 # pointers 16-byte aligned and `zero` divisible by 16, as a launch specialises them
 attrs = aot_attrs(kernel.arg_names, sig)
 t0 = time.perf_counter()

@@ -180,7 +180,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -210,43 +210,50 @@ if triton is not None:
         forces_E_3 = _t15
         forces_E_4 = _t10
         forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
+        # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
+        if P_SHARED:
+            _tile17 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
+            _t18 = tl.reshape(_tile17, [2])
+            _t19, _t20 = tl.split(_t18)
+            p_E = _t19
+            p_nu = _t20
+        else:
+            _tile21 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
+            _t22 = tl.reshape(_tile21, [BLOCK, 2])
+            _t23, _t24 = tl.split(_t22)
+            p_E = _t23
+            p_nu = _t24
         cse_7 = (K0 + p_nu)
         cse_8 = (K0 / cse_7)
         d1 = (p_E * cse_8)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j22 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j23 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j24 = tl.join(_j22, _j23)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j26 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j27 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j28 = tl.join(_j26, _j27)
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d2 = d1
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j26 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j27 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j28 = tl.join(_j26, _j27)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero29 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j30 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j31 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j32 = tl.join(_j30, _j31)
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j32, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d3 = d1
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _zero29 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j30 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j31 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
-            _j32 = tl.join(_j30, _j31)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j32, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero33 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j34 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j35 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
+            _j36 = tl.join(_j34, _j35)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j36, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
         # outputs 4 .. 5
-        _zero33 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j34 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j34, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        _zero37 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j38 = tl.join(state_S_4, state_S_5)
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j38, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_1 = (K2 * p_nu)
         cse_2 = (K0 - cse_1)
         cse_3 = (K0 / cse_2)
@@ -255,39 +262,39 @@ if triton is not None:
             d4 = (cse_4 * d1)
             d5 = d4
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _zero35 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j36 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j37 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j38 = tl.join(_j36, _j37)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j38, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j40 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j41 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j42 = tl.join(_j40, _j41)
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d6 = (d1 * (K0 + cse_4))
             d7 = d4
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j40 = tl.join(d6, d7)
-            _j41 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j42 = tl.join(_j40, _j41)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j44 = tl.join(d6, d7)
+            _j45 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j46 = tl.join(_j44, _j45)
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d8 = d4
             d9 = d6
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _zero43 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j44 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
-            _j45 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
-            _j46 = tl.join(_j44, _j45)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j48 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
+            _j49 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
+            _j50 = tl.join(_j48, _j49)
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d10 = d4
             d11 = d4
             d12 = d6
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j48 = tl.join(d10, d12)
-            _j49 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j50 = tl.join(_j48, _j49)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j50, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j52 = tl.join(d10, d12)
+            _j53 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j54 = tl.join(_j52, _j53)
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
         cse_5 = (cse_0 * cse_4)
         cse_6 = (cse_5 + forces_E_0)
@@ -298,11 +305,11 @@ if triton is not None:
         state_S_2 = (cse_11 * d1)
         state_S_3 = (d1 * forces_E_3)
         # outputs 0 .. 3
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j52 = tl.join(state_S_0, state_S_2)
-        _j53 = tl.join(state_S_1, state_S_3)
-        _j54 = tl.join(_j52, _j53)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j56 = tl.join(state_S_0, state_S_2)
+        _j57 = tl.join(state_S_1, state_S_3)
+        _j58 = tl.join(_j56, _j57)
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 8:  # total
             cse_14 = (cse_8 * cse_8)
             cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
@@ -321,91 +328,91 @@ if triton is not None:
             d24 = (-cse_16 * forces_E_5)
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
-            _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j56 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j57 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j58 = tl.join(_j56, _j57)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
             _j60 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j61 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j62 = tl.join(_j60, _j61)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j64 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j65 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j66 = tl.join(_j64, _j65)
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j64 = tl.join(d6, d7)
-            _j65 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j66 = tl.join(_j64, _j65)
-            _k67 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k67 + (_k67 // 6) * (2 * (V // 8)), tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero68 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j69 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
-            _j70 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
-            _j71 = tl.join(_j69, _j70)
-            _k72 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k72 + (_k72 // 6) * (2 * (V // 8)), tl.reshape(_j71, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero73 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j74 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j75 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j76 = tl.join(_j74, _j75)
-            _k77 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k77 + (_k77 // 6) * (2 * (V // 8)), tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero78 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j79 = tl.join(d10, d12)
-            _j80 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j81 = tl.join(_j79, _j80)
-            _k82 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k82 + (_k82 // 6) * (2 * (V // 8)), tl.reshape(_j81, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero83 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j84 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j85 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j86 = tl.join(_j84, _j85)
-            _k87 = tl.arange(0, 4)[None, :] + 16
-            tl.store(J + row[:, None] * j_stride + _k87 + (_k87 // 6) * (2 * (V // 8)), tl.reshape(_j86, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero88 = tl.zeros([BLOCK], dtype=DTYPE)
+            _zero67 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j68 = tl.join(d6, d7)
+            _j69 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j70 = tl.join(_j68, _j69)
+            _k71 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k71 + (_k71 // 6) * (2 * (V // 8)), tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero72 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j73 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
+            _j74 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
+            _j75 = tl.join(_j73, _j74)
+            _k76 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k76 + (_k76 // 6) * (2 * (V // 8)), tl.reshape(_j75, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero77 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j78 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j79 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j80 = tl.join(_j78, _j79)
+            _k81 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k81 + (_k81 // 6) * (2 * (V // 8)), tl.reshape(_j80, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero82 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j83 = tl.join(d10, d12)
+            _j84 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j85 = tl.join(_j83, _j84)
+            _k86 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k86 + (_k86 // 6) * (2 * (V // 8)), tl.reshape(_j85, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j88 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j89 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j90 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j91 = tl.join(_j89, _j90)
-            _k92 = tl.arange(0, 4)[None, :] + 20
-            tl.store(J + row[:, None] * j_stride + _k92 + (_k92 // 6) * (2 * (V // 8)), tl.reshape(_j91, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero93 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j94 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j95 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j96 = tl.join(_j94, _j95)
-            _k97 = tl.arange(0, 4)[None, :] + 24
-            tl.store(J + row[:, None] * j_stride + _k97 + (_k97 // 6) * (2 * (V // 8)), tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero98 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j99 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j100 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j101 = tl.join(_j99, _j100)
-            _k102 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k102 + (_k102 // 6) * (2 * (V // 8)), tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _zero103 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j90 = tl.join(_j88, _j89)
+            _k91 = tl.arange(0, 4)[None, :] + 16
+            tl.store(J + row[:, None] * j_stride + _k91 + (_k91 // 6) * (2 * (V // 8)), tl.reshape(_j90, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero92 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j93 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j94 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j95 = tl.join(_j93, _j94)
+            _k96 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k96 + (_k96 // 6) * (2 * (V // 8)), tl.reshape(_j95, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero97 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j98 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j99 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j100 = tl.join(_j98, _j99)
+            _k101 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k101 + (_k101 // 6) * (2 * (V // 8)), tl.reshape(_j100, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero102 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j103 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j104 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j105 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
-            _j106 = tl.join(_j104, _j105)
-            _k107 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k107 + (_k107 // 6) * (2 * (V // 8)), tl.reshape(_j106, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _j105 = tl.join(_j103, _j104)
+            _k106 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k106 + (_k106 // 6) * (2 * (V // 8)), tl.reshape(_j105, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero107 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j108 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j109 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
+            _j110 = tl.join(_j108, _j109)
+            _k111 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k111 + (_k111 // 6) * (2 * (V // 8)), tl.reshape(_j110, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _zero108 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j109 = tl.join(d13, d14)
-                _j110 = tl.join(d19, d20)
-                _j111 = tl.join(_j109, _j110)
-                _k112 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k112 // 2) * 8 + 6 + _k112 % 2, tl.reshape(_j111, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _zero113 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j114 = tl.join(d15, d16)
-                _j115 = tl.join(d21, d22)
-                _j116 = tl.join(_j114, _j115)
-                _k117 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k117 // 2) * 8 + 6 + _k117 % 2, tl.reshape(_j116, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _zero118 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j119 = tl.join(d17, d18)
-                _j120 = tl.join(d23, d24)
-                _j121 = tl.join(_j119, _j120)
-                _k122 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k122 // 2) * 8 + 6 + _k122 % 2, tl.reshape(_j121, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero112 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j113 = tl.join(d13, d14)
+                _j114 = tl.join(d19, d20)
+                _j115 = tl.join(_j113, _j114)
+                _k116 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k116 // 2) * 8 + 6 + _k116 % 2, tl.reshape(_j115, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero117 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j118 = tl.join(d15, d16)
+                _j119 = tl.join(d21, d22)
+                _j120 = tl.join(_j118, _j119)
+                _k121 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k121 // 2) * 8 + 6 + _k121 % 2, tl.reshape(_j120, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero122 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j123 = tl.join(d17, d18)
+                _j124 = tl.join(d23, d24)
+                _j125 = tl.join(_j123, _j124)
+                _k126 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k126 // 2) * 8 + 6 + _k126 % 2, tl.reshape(_j125, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

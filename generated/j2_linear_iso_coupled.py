@@ -1498,7 +1498,7 @@ if triton is not None:
         return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm
 
     @triton.jit
-    def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """j2_linear_iso_coupled, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -1586,40 +1586,55 @@ if triton is not None:
         old_state_internal_gamma_rate = _x41
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
         fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0 + _x41 * 0.0) == 0.0
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile43 = tl.zeros([BLOCK, 4], dtype=DTYPE)
-        _p44 = P + row[:, None] * p_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile43 = tl.load(_p44, mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
-            _p44 += zero
-        _t45 = tl.reshape(_tile43, [BLOCK, 2, 2])
-        _t46, _t47 = tl.split(_t45)
-        _t48, _t49 = tl.split(_t46)
-        _t50, _t51 = tl.split(_t47)
-        p_E = _t48
-        p_nu = _t50
-        p_K = _t49
-        p_sigma_y = _t51
+        # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
+        if P_SHARED:
+            _tile43 = tl.zeros([4], dtype=DTYPE)
+            _p44 = P + tl.arange(0, 4)
+            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                _tile43 = tl.load(_p44, mask=tl.arange(0, 4) < 4, other=0.0)
+                _p44 += zero
+            _t45 = tl.reshape(_tile43, [2, 2])
+            _t46, _t47 = tl.split(_t45)
+            _t48, _t49 = tl.split(_t46)
+            _t50, _t51 = tl.split(_t47)
+            p_E = _t48
+            p_nu = _t50
+            p_K = _t49
+            p_sigma_y = _t51
+        else:
+            _tile52 = tl.zeros([BLOCK, 4], dtype=DTYPE)
+            _p53 = P + row[:, None] * p_stride + tl.arange(0, 4)[None, :]
+            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                _tile52 = tl.load(_p53, mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
+                _p53 += zero
+            _t54 = tl.reshape(_tile52, [BLOCK, 2, 2])
+            _t55, _t56 = tl.split(_t54)
+            _t57, _t58 = tl.split(_t55)
+            _t59, _t60 = tl.split(_t56)
+            p_E = _t57
+            p_nu = _t59
+            p_K = _t58
+            p_sigma_y = _t60
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _zero52 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j53 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j54 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j55 = tl.join(_j53, _j54)
-        _p56 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _zero61 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j62 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0))
+        _j63 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0))
+        _j64 = tl.join(_j62, _j63)
+        _p65 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p56, tl.reshape(_j55, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p56 += zero
+            tl.store(_p65, tl.reshape(_j64, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p65 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _zero57 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j58 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0))
-        _j59 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
-        _j60 = tl.join(_j58, _j59)
-        _p61 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _zero66 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j67 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0))
+        _j68 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
+        _j69 = tl.join(_j67, _j68)
+        _p70 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p61, tl.reshape(_j60, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p61 += zero
+            tl.store(_p70, tl.reshape(_j69, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p70 += zero
         cse_10 = (K1 + p_nu)
         cse_11 = (K1 / cse_10)
         cse_12 = (p_E * cse_11)
@@ -1641,25 +1656,25 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _zero62 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j63 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0))
-        _j64 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0))
-        _j65 = tl.join(_j63, _j64)
-        _p66 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j72 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0))
+        _j73 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0))
+        _j74 = tl.join(_j72, _j73)
+        _p75 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p66, tl.reshape(_j65, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p66 += zero
+            tl.store(_p75, tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p75 += zero
         cse_17 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_17)
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _zero67 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j68 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0))
-        _p69 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
+        _zero76 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j77 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0))
+        _p78 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p69, tl.reshape(_j68, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p69 += zero
+            tl.store(_p78, tl.reshape(_j77, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+            _p78 += zero
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -2135,56 +2150,56 @@ if triton is not None:
             d51 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d52 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _zero70 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j71 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0))
-            _j72 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0))
-            _j73 = tl.join(_j71, _j72)
-            _p74 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _zero79 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j80 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0))
+            _j81 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0))
+            _j82 = tl.join(_j80, _j81)
+            _p83 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p74, tl.reshape(_j73, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p74 += zero
+                tl.store(_p83, tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p83 += zero
         if V & 14:  # tangent, jacobian, total
             d53 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
             d54 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
             d55 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
             d56 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _zero75 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j76 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j77 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j78 = tl.join(_j76, _j77)
-            _p79 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _zero84 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j85 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
+            _j86 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
+            _j87 = tl.join(_j85, _j86)
+            _p88 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p79, tl.reshape(_j78, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p79 += zero
+                tl.store(_p88, tl.reshape(_j87, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p88 += zero
         if V & 14:  # tangent, jacobian, total
             d57 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
             d58 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
             d59 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
             d60 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _zero80 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j81 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j82 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j83 = tl.join(_j81, _j82)
-            _p84 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _zero89 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j90 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
+            _j91 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
+            _j92 = tl.join(_j90, _j91)
+            _p93 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p84, tl.reshape(_j83, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p84 += zero
+                tl.store(_p93, tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p93 += zero
         if V & 14:  # tangent, jacobian, total
             d61 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
             d62 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
             d63 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
             d64 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _zero85 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j86 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0))
-            _j87 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0))
-            _j88 = tl.join(_j86, _j87)
-            _p89 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _zero94 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j95 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0))
+            _j96 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0))
+            _j97 = tl.join(_j95, _j96)
+            _p98 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p89, tl.reshape(_j88, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p89 += zero
+                tl.store(_p98, tl.reshape(_j97, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p98 += zero
         if V & 14:  # tangent, jacobian, total
             d65 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
             d66 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
@@ -2192,70 +2207,70 @@ if triton is not None:
             d67 = (cse_24 * d19)
             d68 = (cse_24 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _zero90 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j91 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j92 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j93 = tl.join(_j91, _j92)
-            _p94 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _zero99 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j100 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
+            _j101 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
+            _j102 = tl.join(_j100, _j101)
+            _p103 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p94, tl.reshape(_j93, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p94 += zero
+                tl.store(_p103, tl.reshape(_j102, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p103 += zero
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_24 * d21)
             d70 = (cse_12 + (cse_24 * d22))
             d71 = (cse_24 * d23)
             d72 = (cse_24 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _zero95 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j96 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j97 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j98 = tl.join(_j96, _j97)
-            _p99 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _zero104 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j105 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
+            _j106 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
+            _j107 = tl.join(_j105, _j106)
+            _p108 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p99, tl.reshape(_j98, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p99 += zero
+                tl.store(_p108, tl.reshape(_j107, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p108 += zero
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_24 * d25)
             d74 = (cse_24 * d26)
             d75 = (cse_24 * d27)
             d76 = (cse_24 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _zero100 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j101 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0))
-            _j102 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0))
-            _j103 = tl.join(_j101, _j102)
-            _p104 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _zero109 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j110 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0))
+            _j111 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0))
+            _j112 = tl.join(_j110, _j111)
+            _p113 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p104, tl.reshape(_j103, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p104 += zero
+                tl.store(_p113, tl.reshape(_j112, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p113 += zero
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_12 + (cse_24 * d29))
             d78 = (cse_24 * d30)
             d79 = (cse_24 * d31)
             d80 = (cse_24 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _zero105 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j106 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j107 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j108 = tl.join(_j106, _j107)
-            _p109 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _zero114 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j115 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
+            _j116 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
+            _j117 = tl.join(_j115, _j116)
+            _p118 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p109, tl.reshape(_j108, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p109 += zero
+                tl.store(_p118, tl.reshape(_j117, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p118 += zero
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_24 * d33)
             d82 = (cse_24 * d34)
             d83 = (cse_24 * d35)
             d84 = (cse_12 + (cse_24 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _zero110 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j111 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j112 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j113 = tl.join(_j111, _j112)
-            _p114 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _zero119 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j120 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
+            _j121 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
+            _j122 = tl.join(_j120, _j121)
+            _p123 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p114, tl.reshape(_j113, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p114 += zero
+                tl.store(_p123, tl.reshape(_j122, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p123 += zero
         if V & 12:  # jacobian, total
             cse_118 = (cse_49 * state_internal_gamma_rate)
             cse_119 = (cse_118 * cse_12)
@@ -2752,405 +2767,405 @@ if triton is not None:
             d266 = (cse_24 * d234)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _zero115 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j116 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d7, K0))
-            _j117 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0))
-            _j118 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0))
-            _j119 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0))
-            _j120 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0))
-            _j121 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0))
-            _j122 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0))
-            _j123 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0))
-            _j124 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0))
-            _j125 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0))
-            _j126 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0))
-            _j127 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0))
-            _j128 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0))
-            _j129 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0))
-            _j130 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0))
-            _j131 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j132 = tl.join(_j116, _j117)
-            _j133 = tl.join(_j118, _j119)
-            _j134 = tl.join(_j120, _j121)
-            _j135 = tl.join(_j122, _j123)
-            _j136 = tl.join(_j124, _j125)
-            _j137 = tl.join(_j126, _j127)
-            _j138 = tl.join(_j128, _j129)
-            _j139 = tl.join(_j130, _j131)
-            _j140 = tl.join(_j132, _j133)
-            _j141 = tl.join(_j134, _j135)
-            _j142 = tl.join(_j136, _j137)
-            _j143 = tl.join(_j138, _j139)
-            _j144 = tl.join(_j140, _j141)
-            _j145 = tl.join(_j142, _j143)
-            _j146 = tl.join(_j144, _j145)
-            _k147 = tl.arange(0, 32)[None, :]
-            _p148 = J + row[:, None] * j_stride + _k147 + (_k147 // 16) * (4 * (V // 8))
+            _zero124 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j125 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d7, K0))
+            _j126 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0))
+            _j127 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0))
+            _j128 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0))
+            _j129 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0))
+            _j130 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0))
+            _j131 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0))
+            _j132 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0))
+            _j133 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0))
+            _j134 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0))
+            _j135 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0))
+            _j136 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0))
+            _j137 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0))
+            _j138 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0))
+            _j139 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0))
+            _j140 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j141 = tl.join(_j125, _j126)
+            _j142 = tl.join(_j127, _j128)
+            _j143 = tl.join(_j129, _j130)
+            _j144 = tl.join(_j131, _j132)
+            _j145 = tl.join(_j133, _j134)
+            _j146 = tl.join(_j135, _j136)
+            _j147 = tl.join(_j137, _j138)
+            _j148 = tl.join(_j139, _j140)
+            _j149 = tl.join(_j141, _j142)
+            _j150 = tl.join(_j143, _j144)
+            _j151 = tl.join(_j145, _j146)
+            _j152 = tl.join(_j147, _j148)
+            _j153 = tl.join(_j149, _j150)
+            _j154 = tl.join(_j151, _j152)
+            _j155 = tl.join(_j153, _j154)
+            _k156 = tl.arange(0, 32)[None, :]
+            _p157 = J + row[:, None] * j_stride + _k156 + (_k156 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p148, tl.reshape(_j146, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p148 += zero
-            _zero149 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j150 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0))
-            _j151 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0))
-            _j152 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0))
-            _j153 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0))
-            _j154 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0))
-            _j155 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0))
-            _j156 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0))
-            _j157 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0))
-            _j158 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0))
-            _j159 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0))
-            _j160 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0))
-            _j161 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0))
-            _j162 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0))
-            _j163 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0))
-            _j164 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0))
-            _j165 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j166 = tl.join(_j150, _j151)
-            _j167 = tl.join(_j152, _j153)
-            _j168 = tl.join(_j154, _j155)
-            _j169 = tl.join(_j156, _j157)
-            _j170 = tl.join(_j158, _j159)
-            _j171 = tl.join(_j160, _j161)
-            _j172 = tl.join(_j162, _j163)
-            _j173 = tl.join(_j164, _j165)
-            _j174 = tl.join(_j166, _j167)
-            _j175 = tl.join(_j168, _j169)
-            _j176 = tl.join(_j170, _j171)
-            _j177 = tl.join(_j172, _j173)
-            _j178 = tl.join(_j174, _j175)
-            _j179 = tl.join(_j176, _j177)
-            _j180 = tl.join(_j178, _j179)
-            _k181 = tl.arange(0, 32)[None, :] + 32
-            _p182 = J + row[:, None] * j_stride + _k181 + (_k181 // 16) * (4 * (V // 8))
+                tl.store(_p157, tl.reshape(_j155, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p157 += zero
+            _zero158 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j159 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0))
+            _j160 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0))
+            _j161 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0))
+            _j162 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0))
+            _j163 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0))
+            _j164 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0))
+            _j165 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0))
+            _j166 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0))
+            _j167 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0))
+            _j168 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0))
+            _j169 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0))
+            _j170 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0))
+            _j171 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0))
+            _j172 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0))
+            _j173 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0))
+            _j174 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j175 = tl.join(_j159, _j160)
+            _j176 = tl.join(_j161, _j162)
+            _j177 = tl.join(_j163, _j164)
+            _j178 = tl.join(_j165, _j166)
+            _j179 = tl.join(_j167, _j168)
+            _j180 = tl.join(_j169, _j170)
+            _j181 = tl.join(_j171, _j172)
+            _j182 = tl.join(_j173, _j174)
+            _j183 = tl.join(_j175, _j176)
+            _j184 = tl.join(_j177, _j178)
+            _j185 = tl.join(_j179, _j180)
+            _j186 = tl.join(_j181, _j182)
+            _j187 = tl.join(_j183, _j184)
+            _j188 = tl.join(_j185, _j186)
+            _j189 = tl.join(_j187, _j188)
+            _k190 = tl.arange(0, 32)[None, :] + 32
+            _p191 = J + row[:, None] * j_stride + _k190 + (_k190 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p182, tl.reshape(_j180, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p182 += zero
-            _zero183 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j184 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0))
-            _j185 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0))
-            _j186 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d35, K0))
-            _j187 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d136, K0))
-            _j188 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0))
-            _j189 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0))
-            _j190 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0))
-            _j191 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0))
-            _j192 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0))
-            _j193 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0))
-            _j194 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0))
-            _j195 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0))
-            _j196 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d28, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0))
-            _j197 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d126, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0))
-            _j198 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0))
-            _j199 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j200 = tl.join(_j184, _j185)
-            _j201 = tl.join(_j186, _j187)
-            _j202 = tl.join(_j188, _j189)
-            _j203 = tl.join(_j190, _j191)
-            _j204 = tl.join(_j192, _j193)
-            _j205 = tl.join(_j194, _j195)
-            _j206 = tl.join(_j196, _j197)
-            _j207 = tl.join(_j198, _j199)
-            _j208 = tl.join(_j200, _j201)
-            _j209 = tl.join(_j202, _j203)
-            _j210 = tl.join(_j204, _j205)
-            _j211 = tl.join(_j206, _j207)
-            _j212 = tl.join(_j208, _j209)
-            _j213 = tl.join(_j210, _j211)
-            _j214 = tl.join(_j212, _j213)
-            _k215 = tl.arange(0, 32)[None, :] + 64
-            _p216 = J + row[:, None] * j_stride + _k215 + (_k215 // 16) * (4 * (V // 8))
+                tl.store(_p191, tl.reshape(_j189, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p191 += zero
+            _zero192 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j193 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0))
+            _j194 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0))
+            _j195 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d35, K0))
+            _j196 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d136, K0))
+            _j197 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0))
+            _j198 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0))
+            _j199 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0))
+            _j200 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0))
+            _j201 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0))
+            _j202 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0))
+            _j203 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0))
+            _j204 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0))
+            _j205 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d28, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0))
+            _j206 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d126, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0))
+            _j207 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0))
+            _j208 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j209 = tl.join(_j193, _j194)
+            _j210 = tl.join(_j195, _j196)
+            _j211 = tl.join(_j197, _j198)
+            _j212 = tl.join(_j199, _j200)
+            _j213 = tl.join(_j201, _j202)
+            _j214 = tl.join(_j203, _j204)
+            _j215 = tl.join(_j205, _j206)
+            _j216 = tl.join(_j207, _j208)
+            _j217 = tl.join(_j209, _j210)
+            _j218 = tl.join(_j211, _j212)
+            _j219 = tl.join(_j213, _j214)
+            _j220 = tl.join(_j215, _j216)
+            _j221 = tl.join(_j217, _j218)
+            _j222 = tl.join(_j219, _j220)
+            _j223 = tl.join(_j221, _j222)
+            _k224 = tl.arange(0, 32)[None, :] + 64
+            _p225 = J + row[:, None] * j_stride + _k224 + (_k224 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p216, tl.reshape(_j214, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p216 += zero
-            _zero217 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j218 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0))
-            _j219 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0))
-            _j220 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0))
-            _j221 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0))
-            _j222 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0))
-            _j223 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0))
-            _j224 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0))
-            _j225 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0))
-            _j226 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0))
-            _j227 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0))
-            _j228 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0))
-            _j229 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0))
-            _j230 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0))
-            _j231 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0))
-            _j232 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0))
-            _j233 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j234 = tl.join(_j218, _j219)
-            _j235 = tl.join(_j220, _j221)
-            _j236 = tl.join(_j222, _j223)
-            _j237 = tl.join(_j224, _j225)
-            _j238 = tl.join(_j226, _j227)
-            _j239 = tl.join(_j228, _j229)
-            _j240 = tl.join(_j230, _j231)
-            _j241 = tl.join(_j232, _j233)
-            _j242 = tl.join(_j234, _j235)
-            _j243 = tl.join(_j236, _j237)
-            _j244 = tl.join(_j238, _j239)
-            _j245 = tl.join(_j240, _j241)
-            _j246 = tl.join(_j242, _j243)
-            _j247 = tl.join(_j244, _j245)
-            _j248 = tl.join(_j246, _j247)
-            _k249 = tl.arange(0, 32)[None, :] + 96
-            _p250 = J + row[:, None] * j_stride + _k249 + (_k249 // 16) * (4 * (V // 8))
+                tl.store(_p225, tl.reshape(_j223, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p225 += zero
+            _zero226 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j227 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0))
+            _j228 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0))
+            _j229 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0))
+            _j230 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0))
+            _j231 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0))
+            _j232 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0))
+            _j233 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0))
+            _j234 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0))
+            _j235 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0))
+            _j236 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0))
+            _j237 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0))
+            _j238 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0))
+            _j239 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0))
+            _j240 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0))
+            _j241 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0))
+            _j242 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j243 = tl.join(_j227, _j228)
+            _j244 = tl.join(_j229, _j230)
+            _j245 = tl.join(_j231, _j232)
+            _j246 = tl.join(_j233, _j234)
+            _j247 = tl.join(_j235, _j236)
+            _j248 = tl.join(_j237, _j238)
+            _j249 = tl.join(_j239, _j240)
+            _j250 = tl.join(_j241, _j242)
+            _j251 = tl.join(_j243, _j244)
+            _j252 = tl.join(_j245, _j246)
+            _j253 = tl.join(_j247, _j248)
+            _j254 = tl.join(_j249, _j250)
+            _j255 = tl.join(_j251, _j252)
+            _j256 = tl.join(_j253, _j254)
+            _j257 = tl.join(_j255, _j256)
+            _k258 = tl.arange(0, 32)[None, :] + 96
+            _p259 = J + row[:, None] * j_stride + _k258 + (_k258 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p250, tl.reshape(_j248, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p250 += zero
-            _zero251 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j252 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j253 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d175, K0))
-            _j254 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j255 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d179, K0))
-            _j256 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0))
-            _j257 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0))
-            _j258 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0))
-            _j259 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0))
-            _j260 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j261 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0))
-            _j262 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j263 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0))
-            _j264 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0))
-            _j265 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d172, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0))
-            _j266 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d163, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0))
-            _j267 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j268 = tl.join(_j252, _j253)
-            _j269 = tl.join(_j254, _j255)
-            _j270 = tl.join(_j256, _j257)
-            _j271 = tl.join(_j258, _j259)
-            _j272 = tl.join(_j260, _j261)
-            _j273 = tl.join(_j262, _j263)
-            _j274 = tl.join(_j264, _j265)
-            _j275 = tl.join(_j266, _j267)
-            _j276 = tl.join(_j268, _j269)
-            _j277 = tl.join(_j270, _j271)
-            _j278 = tl.join(_j272, _j273)
-            _j279 = tl.join(_j274, _j275)
-            _j280 = tl.join(_j276, _j277)
-            _j281 = tl.join(_j278, _j279)
-            _j282 = tl.join(_j280, _j281)
-            _k283 = tl.arange(0, 32)[None, :] + 128
-            _p284 = J + row[:, None] * j_stride + _k283 + (_k283 // 16) * (4 * (V // 8))
+                tl.store(_p259, tl.reshape(_j257, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p259 += zero
+            _zero260 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j261 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
+            _j262 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d175, K0))
+            _j263 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
+            _j264 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d179, K0))
+            _j265 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0))
+            _j266 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0))
+            _j267 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0))
+            _j268 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0))
+            _j269 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
+            _j270 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0))
+            _j271 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
+            _j272 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0))
+            _j273 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0))
+            _j274 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d172, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0))
+            _j275 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d163, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0))
+            _j276 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j277 = tl.join(_j261, _j262)
+            _j278 = tl.join(_j263, _j264)
+            _j279 = tl.join(_j265, _j266)
+            _j280 = tl.join(_j267, _j268)
+            _j281 = tl.join(_j269, _j270)
+            _j282 = tl.join(_j271, _j272)
+            _j283 = tl.join(_j273, _j274)
+            _j284 = tl.join(_j275, _j276)
+            _j285 = tl.join(_j277, _j278)
+            _j286 = tl.join(_j279, _j280)
+            _j287 = tl.join(_j281, _j282)
+            _j288 = tl.join(_j283, _j284)
+            _j289 = tl.join(_j285, _j286)
+            _j290 = tl.join(_j287, _j288)
+            _j291 = tl.join(_j289, _j290)
+            _k292 = tl.arange(0, 32)[None, :] + 128
+            _p293 = J + row[:, None] * j_stride + _k292 + (_k292 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p284, tl.reshape(_j282, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p284 += zero
-            _zero285 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j286 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j287 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d187, K0))
-            _j288 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j289 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d191, K0))
-            _j290 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0))
-            _j291 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0))
-            _j292 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0))
-            _j293 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0))
-            _j294 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j295 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0))
-            _j296 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j297 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0))
-            _j298 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0))
-            _j299 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d184, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0))
-            _j300 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d165, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0))
-            _j301 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j302 = tl.join(_j286, _j287)
-            _j303 = tl.join(_j288, _j289)
-            _j304 = tl.join(_j290, _j291)
-            _j305 = tl.join(_j292, _j293)
-            _j306 = tl.join(_j294, _j295)
-            _j307 = tl.join(_j296, _j297)
-            _j308 = tl.join(_j298, _j299)
-            _j309 = tl.join(_j300, _j301)
-            _j310 = tl.join(_j302, _j303)
-            _j311 = tl.join(_j304, _j305)
-            _j312 = tl.join(_j306, _j307)
-            _j313 = tl.join(_j308, _j309)
-            _j314 = tl.join(_j310, _j311)
-            _j315 = tl.join(_j312, _j313)
-            _j316 = tl.join(_j314, _j315)
-            _k317 = tl.arange(0, 32)[None, :] + 160
-            _p318 = J + row[:, None] * j_stride + _k317 + (_k317 // 16) * (4 * (V // 8))
+                tl.store(_p293, tl.reshape(_j291, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p293 += zero
+            _zero294 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j295 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
+            _j296 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d187, K0))
+            _j297 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
+            _j298 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d191, K0))
+            _j299 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0))
+            _j300 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0))
+            _j301 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0))
+            _j302 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0))
+            _j303 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
+            _j304 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0))
+            _j305 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
+            _j306 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0))
+            _j307 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0))
+            _j308 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d184, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0))
+            _j309 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d165, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0))
+            _j310 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j311 = tl.join(_j295, _j296)
+            _j312 = tl.join(_j297, _j298)
+            _j313 = tl.join(_j299, _j300)
+            _j314 = tl.join(_j301, _j302)
+            _j315 = tl.join(_j303, _j304)
+            _j316 = tl.join(_j305, _j306)
+            _j317 = tl.join(_j307, _j308)
+            _j318 = tl.join(_j309, _j310)
+            _j319 = tl.join(_j311, _j312)
+            _j320 = tl.join(_j313, _j314)
+            _j321 = tl.join(_j315, _j316)
+            _j322 = tl.join(_j317, _j318)
+            _j323 = tl.join(_j319, _j320)
+            _j324 = tl.join(_j321, _j322)
+            _j325 = tl.join(_j323, _j324)
+            _k326 = tl.arange(0, 32)[None, :] + 160
+            _p327 = J + row[:, None] * j_stride + _k326 + (_k326 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p318, tl.reshape(_j316, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p318 += zero
-            _zero319 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j320 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j321 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d199, K0))
-            _j322 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j323 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d203, K0))
-            _j324 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0))
-            _j325 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0))
-            _j326 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0))
-            _j327 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0))
-            _j328 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j329 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0))
-            _j330 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j331 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0))
-            _j332 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0))
-            _j333 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d196, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0))
-            _j334 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d167, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0))
-            _j335 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j336 = tl.join(_j320, _j321)
-            _j337 = tl.join(_j322, _j323)
-            _j338 = tl.join(_j324, _j325)
-            _j339 = tl.join(_j326, _j327)
-            _j340 = tl.join(_j328, _j329)
-            _j341 = tl.join(_j330, _j331)
-            _j342 = tl.join(_j332, _j333)
-            _j343 = tl.join(_j334, _j335)
-            _j344 = tl.join(_j336, _j337)
-            _j345 = tl.join(_j338, _j339)
-            _j346 = tl.join(_j340, _j341)
-            _j347 = tl.join(_j342, _j343)
-            _j348 = tl.join(_j344, _j345)
-            _j349 = tl.join(_j346, _j347)
-            _j350 = tl.join(_j348, _j349)
-            _k351 = tl.arange(0, 32)[None, :] + 192
-            _p352 = J + row[:, None] * j_stride + _k351 + (_k351 // 16) * (4 * (V // 8))
+                tl.store(_p327, tl.reshape(_j325, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p327 += zero
+            _zero328 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j329 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
+            _j330 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d199, K0))
+            _j331 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
+            _j332 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d203, K0))
+            _j333 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0))
+            _j334 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0))
+            _j335 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0))
+            _j336 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0))
+            _j337 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
+            _j338 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0))
+            _j339 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
+            _j340 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0))
+            _j341 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0))
+            _j342 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d196, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0))
+            _j343 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d167, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0))
+            _j344 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j345 = tl.join(_j329, _j330)
+            _j346 = tl.join(_j331, _j332)
+            _j347 = tl.join(_j333, _j334)
+            _j348 = tl.join(_j335, _j336)
+            _j349 = tl.join(_j337, _j338)
+            _j350 = tl.join(_j339, _j340)
+            _j351 = tl.join(_j341, _j342)
+            _j352 = tl.join(_j343, _j344)
+            _j353 = tl.join(_j345, _j346)
+            _j354 = tl.join(_j347, _j348)
+            _j355 = tl.join(_j349, _j350)
+            _j356 = tl.join(_j351, _j352)
+            _j357 = tl.join(_j353, _j354)
+            _j358 = tl.join(_j355, _j356)
+            _j359 = tl.join(_j357, _j358)
+            _k360 = tl.arange(0, 32)[None, :] + 192
+            _p361 = J + row[:, None] * j_stride + _k360 + (_k360 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p352, tl.reshape(_j350, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p352 += zero
+                tl.store(_p361, tl.reshape(_j359, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p361 += zero
             if V & 8:
-                _zero353 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j354 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0))
-                _j355 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0))
-                _j356 = tl.join(_j354, _j355)
-                _k357 = tl.arange(0, 4)[None, :]
-                _p358 = J + row[:, None] * j_stride + (_k357 // 4) * 20 + 16 + _k357 % 4
+                _zero362 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j363 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0))
+                _j364 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0))
+                _j365 = tl.join(_j363, _j364)
+                _k366 = tl.arange(0, 4)[None, :]
+                _p367 = J + row[:, None] * j_stride + (_k366 // 4) * 20 + 16 + _k366 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p358, tl.reshape(_j356, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p358 += zero
-                _zero359 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j360 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0))
-                _j361 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0))
-                _j362 = tl.join(_j360, _j361)
-                _k363 = tl.arange(0, 4)[None, :] + 4
-                _p364 = J + row[:, None] * j_stride + (_k363 // 4) * 20 + 16 + _k363 % 4
+                    tl.store(_p367, tl.reshape(_j365, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p367 += zero
+                _zero368 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j369 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0))
+                _j370 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0))
+                _j371 = tl.join(_j369, _j370)
+                _k372 = tl.arange(0, 4)[None, :] + 4
+                _p373 = J + row[:, None] * j_stride + (_k372 // 4) * 20 + 16 + _k372 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p364, tl.reshape(_j362, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p364 += zero
-                _zero365 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j366 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0))
-                _j367 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0))
-                _j368 = tl.join(_j366, _j367)
-                _k369 = tl.arange(0, 4)[None, :] + 8
-                _p370 = J + row[:, None] * j_stride + (_k369 // 4) * 20 + 16 + _k369 % 4
+                    tl.store(_p373, tl.reshape(_j371, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p373 += zero
+                _zero374 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j375 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0))
+                _j376 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0))
+                _j377 = tl.join(_j375, _j376)
+                _k378 = tl.arange(0, 4)[None, :] + 8
+                _p379 = J + row[:, None] * j_stride + (_k378 // 4) * 20 + 16 + _k378 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p370, tl.reshape(_j368, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p370 += zero
-                _zero371 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j372 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0))
-                _j373 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0))
-                _j374 = tl.join(_j372, _j373)
-                _k375 = tl.arange(0, 4)[None, :] + 12
-                _p376 = J + row[:, None] * j_stride + (_k375 // 4) * 20 + 16 + _k375 % 4
+                    tl.store(_p379, tl.reshape(_j377, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p379 += zero
+                _zero380 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j381 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0))
+                _j382 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0))
+                _j383 = tl.join(_j381, _j382)
+                _k384 = tl.arange(0, 4)[None, :] + 12
+                _p385 = J + row[:, None] * j_stride + (_k384 // 4) * 20 + 16 + _k384 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p376, tl.reshape(_j374, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p376 += zero
-                _zero377 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j378 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0))
-                _j379 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0))
-                _j380 = tl.join(_j378, _j379)
-                _k381 = tl.arange(0, 4)[None, :] + 16
-                _p382 = J + row[:, None] * j_stride + (_k381 // 4) * 20 + 16 + _k381 % 4
+                    tl.store(_p385, tl.reshape(_j383, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p385 += zero
+                _zero386 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j387 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0))
+                _j388 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0))
+                _j389 = tl.join(_j387, _j388)
+                _k390 = tl.arange(0, 4)[None, :] + 16
+                _p391 = J + row[:, None] * j_stride + (_k390 // 4) * 20 + 16 + _k390 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p382, tl.reshape(_j380, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p382 += zero
-                _zero383 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j384 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0))
-                _j385 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0))
-                _j386 = tl.join(_j384, _j385)
-                _k387 = tl.arange(0, 4)[None, :] + 20
-                _p388 = J + row[:, None] * j_stride + (_k387 // 4) * 20 + 16 + _k387 % 4
+                    tl.store(_p391, tl.reshape(_j389, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p391 += zero
+                _zero392 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j393 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0))
+                _j394 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0))
+                _j395 = tl.join(_j393, _j394)
+                _k396 = tl.arange(0, 4)[None, :] + 20
+                _p397 = J + row[:, None] * j_stride + (_k396 // 4) * 20 + 16 + _k396 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p388, tl.reshape(_j386, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p388 += zero
-                _zero389 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j390 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0))
-                _j391 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0))
-                _j392 = tl.join(_j390, _j391)
-                _k393 = tl.arange(0, 4)[None, :] + 24
-                _p394 = J + row[:, None] * j_stride + (_k393 // 4) * 20 + 16 + _k393 % 4
+                    tl.store(_p397, tl.reshape(_j395, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p397 += zero
+                _zero398 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j399 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0))
+                _j400 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0))
+                _j401 = tl.join(_j399, _j400)
+                _k402 = tl.arange(0, 4)[None, :] + 24
+                _p403 = J + row[:, None] * j_stride + (_k402 // 4) * 20 + 16 + _k402 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p394, tl.reshape(_j392, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p394 += zero
-                _zero395 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j396 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0))
-                _j397 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0))
-                _j398 = tl.join(_j396, _j397)
-                _k399 = tl.arange(0, 4)[None, :] + 28
-                _p400 = J + row[:, None] * j_stride + (_k399 // 4) * 20 + 16 + _k399 % 4
+                    tl.store(_p403, tl.reshape(_j401, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p403 += zero
+                _zero404 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j405 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0))
+                _j406 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0))
+                _j407 = tl.join(_j405, _j406)
+                _k408 = tl.arange(0, 4)[None, :] + 28
+                _p409 = J + row[:, None] * j_stride + (_k408 // 4) * 20 + 16 + _k408 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p400, tl.reshape(_j398, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p400 += zero
-                _zero401 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j402 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0))
-                _j403 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0))
-                _j404 = tl.join(_j402, _j403)
-                _k405 = tl.arange(0, 4)[None, :] + 32
-                _p406 = J + row[:, None] * j_stride + (_k405 // 4) * 20 + 16 + _k405 % 4
+                    tl.store(_p409, tl.reshape(_j407, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p409 += zero
+                _zero410 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j411 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0))
+                _j412 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0))
+                _j413 = tl.join(_j411, _j412)
+                _k414 = tl.arange(0, 4)[None, :] + 32
+                _p415 = J + row[:, None] * j_stride + (_k414 // 4) * 20 + 16 + _k414 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p406, tl.reshape(_j404, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p406 += zero
-                _zero407 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j408 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0))
-                _j409 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0))
-                _j410 = tl.join(_j408, _j409)
-                _k411 = tl.arange(0, 4)[None, :] + 36
-                _p412 = J + row[:, None] * j_stride + (_k411 // 4) * 20 + 16 + _k411 % 4
+                    tl.store(_p415, tl.reshape(_j413, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p415 += zero
+                _zero416 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j417 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0))
+                _j418 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0))
+                _j419 = tl.join(_j417, _j418)
+                _k420 = tl.arange(0, 4)[None, :] + 36
+                _p421 = J + row[:, None] * j_stride + (_k420 // 4) * 20 + 16 + _k420 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p412, tl.reshape(_j410, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p412 += zero
-                _zero413 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j414 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0))
-                _j415 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0))
-                _j416 = tl.join(_j414, _j415)
-                _k417 = tl.arange(0, 4)[None, :] + 40
-                _p418 = J + row[:, None] * j_stride + (_k417 // 4) * 20 + 16 + _k417 % 4
+                    tl.store(_p421, tl.reshape(_j419, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p421 += zero
+                _zero422 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j423 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0))
+                _j424 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0))
+                _j425 = tl.join(_j423, _j424)
+                _k426 = tl.arange(0, 4)[None, :] + 40
+                _p427 = J + row[:, None] * j_stride + (_k426 // 4) * 20 + 16 + _k426 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p418, tl.reshape(_j416, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p418 += zero
-                _zero419 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j420 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0))
-                _j421 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0))
-                _j422 = tl.join(_j420, _j421)
-                _k423 = tl.arange(0, 4)[None, :] + 44
-                _p424 = J + row[:, None] * j_stride + (_k423 // 4) * 20 + 16 + _k423 % 4
+                    tl.store(_p427, tl.reshape(_j425, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p427 += zero
+                _zero428 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j429 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0))
+                _j430 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0))
+                _j431 = tl.join(_j429, _j430)
+                _k432 = tl.arange(0, 4)[None, :] + 44
+                _p433 = J + row[:, None] * j_stride + (_k432 // 4) * 20 + 16 + _k432 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p424, tl.reshape(_j422, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p424 += zero
-                _zero425 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j426 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0))
-                _j427 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0))
-                _j428 = tl.join(_j426, _j427)
-                _k429 = tl.arange(0, 4)[None, :] + 48
-                _p430 = J + row[:, None] * j_stride + (_k429 // 4) * 20 + 16 + _k429 % 4
+                    tl.store(_p433, tl.reshape(_j431, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p433 += zero
+                _zero434 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j435 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0))
+                _j436 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0))
+                _j437 = tl.join(_j435, _j436)
+                _k438 = tl.arange(0, 4)[None, :] + 48
+                _p439 = J + row[:, None] * j_stride + (_k438 // 4) * 20 + 16 + _k438 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p430, tl.reshape(_j428, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p430 += zero
-                _zero431 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j432 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0))
-                _j433 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0))
-                _j434 = tl.join(_j432, _j433)
-                _k435 = tl.arange(0, 4)[None, :] + 52
-                _p436 = J + row[:, None] * j_stride + (_k435 // 4) * 20 + 16 + _k435 % 4
+                    tl.store(_p439, tl.reshape(_j437, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p439 += zero
+                _zero440 = tl.zeros([BLOCK], dtype=DTYPE)
+                _j441 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0))
+                _j442 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0))
+                _j443 = tl.join(_j441, _j442)
+                _k444 = tl.arange(0, 4)[None, :] + 52
+                _p445 = J + row[:, None] * j_stride + (_k444 // 4) * 20 + 16 + _k444 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p436, tl.reshape(_j434, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p436 += zero
+                    tl.store(_p445, tl.reshape(_j443, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p445 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p437 = CV + row
+        _p446 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p437, (j2_linear_iso_return_map_converged & fin), mask=mask)
-            _p437 += zero
-        _p438 = IT + row
+            tl.store(_p446, (j2_linear_iso_return_map_converged & fin), mask=mask)
+            _p446 += zero
+        _p447 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p438, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p438 += zero
-        _p439 = RN + row
+            tl.store(_p447, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
+            _p447 += zero
+        _p448 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p439, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p439 += zero
+            tl.store(_p448, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p448 += zero
 else:
     _kernel = None
 

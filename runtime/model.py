@@ -993,7 +993,7 @@ class CompiledModel(torch.nn.Module):
                           *(v.stride(0) for v in views), 0 if shared else P.stride(0), Y.stride(0),
                           J.stride(0) if J is not None else 0, 0, **consts, V=self.VARIANTS[variant or "value"],
                           DTYPE=tl.float64 if self.dtype == torch.float64 else tl.float32,
-                          EPS=torch.finfo(self.dtype).eps, BLOCK=block, **launch)
+                          EPS=torch.finfo(self.dtype).eps, BLOCK=block, P_SHARED=bool(shared), **launch)
 
     def _options_tensor(self, options=None) -> torch.Tensor:
         """The Newton options (rtol, atol, max_iter; negative: the spec's; default: the call's) as the

@@ -203,8 +203,13 @@ class _Rows:
         tile = self.last_tile = self._tmp("tile")
         self.load_line(tile, f"{ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :]",
                        f"mask[:, None] & (tl.arange(0, {W})[None, :] < {n})", other, f"[BLOCK, {W}]")
+        return self._columns(tile, f"[BLOCK{', 2' * bits}]", bits, n)
+
+    def _columns(self, tile: str, shape: str, bits: int, n: int) -> list[str]:
+        """The first ``n`` columns of ``tile`` (reshaped to ``shape``), split by a binary tree."""
+        em = self.em
         level = [self._tmp("t")]
-        em.line(f"{level[0]} = tl.reshape({tile}, [BLOCK{', 2' * bits}])")
+        em.line(f"{level[0]} = tl.reshape({tile}, {shape})")
         for _ in range(bits):
             nxt = []
             for t in level:
@@ -213,6 +218,17 @@ class _Rows:
                 nxt += [a, b]
             level = nxt
         return [level[_bitrev(c, bits)] for c in range(n)]
+
+    def load_row(self, ptr: str, n: int, other: str = "0.0") -> list[str]:
+        """One row of ``n`` values for the whole program (0-d scalars): :meth:`load` without ``row``."""
+        if n == 1:
+            t = self._tmp("x")
+            self.em.line(f"{t} = tl.load({ptr})")
+            return [t]
+        bits, W = _width(n)
+        tile = self._tmp("tile")
+        self.load_line(tile, f"{ptr} + tl.arange(0, {W})", f"tl.arange(0, {W}) < {n}", other, f"[{W}]")
+        return self._columns(tile, f"[{', '.join(['2'] * bits)}]", bits, n)
 
     def store(self, ptr: str, stride: str, values: list[str], index=None) -> None:
         """Rows of up to ``CHUNKED_ROW_MAX`` values are stored ``STORE_CHUNK`` columns at a time (a
@@ -291,28 +307,36 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         fin = namer.fresh("fin")
         em.comment("the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail")
         em.line(f"{fin} = ({' + '.join(zeros)}) == 0.0")
-    em.comment("parameters: from P (row stride 0: shared), or baked in as constants")
+    em.comment("parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in")
     baked_args: list[str] = []
-    ptiles = rows.load("P", "p_stride", layout.np) if any(p not in baked for _, p in pcols) else []
+    loaded = [(sym, col) for (sym, col), pname in pcols if pname not in baked]
+    if loaded:
+        # shared, the parameters are scalars: a value per program, not per point (no registers per
+        # point; j2_voce_af's float64 kernels 168 -> 155-158 registers, norton's 143-147 -> 128)
+        for shared in (True, False):
+            em.line("if P_SHARED:" if shared else "else:")
+            em.depth += 1
+            cols = rows.load_row("P", layout.np) if shared else rows.load("P", "p_stride", layout.np)
+            for sym, col in loaded:
+                em.line(f"{namer(sym)} = {cols[col]}")
+            em.depth -= 1
     for (sym, col), pname in pcols:
         if pname in baked:
             arg = baked_arg(sym)
             baked_args.append(arg)
             em.line(f"{namer(sym)} = tl.full([], {arg}, DTYPE)")
-        else:
-            em.line(f"{namer(sym)} = {ptiles[col]}")
     status = status_symbols(program)
     ok = pr.doprint(status["converged"]) if status else None
     if fin is not None:  # what every store is guarded by: converged, and finite inputs
         ok = fin if ok is None else f"({ok} & {fin})"
     nan = pr.literal(float("nan")) if ok else ""
 
-    baked_syms = {sym for (sym, _), pname in pcols if pname in baked}
+    param_syms = {sym for (sym, _), _ in pcols}
 
     def block(expr) -> str:
-        # constants and baked-parameter-only values are 0-d: broadcast them to the block
+        # constants and parameter-only values can be 0-d (baked, or shared): broadcast them to the block
         val = _guard(pr.doprint(expr), ok, nan)
-        flat = ok is None and (expr.is_Number or expr.free_symbols <= baked_syms)
+        flat = ok is None and (expr.is_Number or expr.free_symbols <= param_syms)
         return f"({val} + tl.zeros([BLOCK], dtype=DTYPE))" if flat else val
 
     outs = dict(layout.output_entries(program))
@@ -421,7 +445,8 @@ def kernel_signature(layout: Layout, baked_args: list[str]) -> str:
     return ", ".join([f"IN{v}" for v in range(k)] + ["P", "Y", "J", "CV", "IT", "RN", "O", "n"]
                      + [f"in{v}_stride" for v in range(k)] + ["p_stride", "y_stride", "j_stride", "zero"]
                      + [f"{a}: tl.constexpr" for a in baked_args]
-                     + ["V: tl.constexpr", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr"])
+                     + ["V: tl.constexpr", "DTYPE: tl.constexpr", "EPS: tl.constexpr", "BLOCK: tl.constexpr",
+                        "P_SHARED: tl.constexpr"])
 
 
 def _detach(program: ir.Program) -> bool:

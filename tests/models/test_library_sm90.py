@@ -42,7 +42,7 @@ for kname, dtypes in kernels:
     for dt in dtypes:
         sig = aot_signature(mod._kernel.arg_names, dt)
         consts = dict(V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
-                      EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
+                      EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128, P_SHARED=True)
         # pointers 16-byte aligned and `zero` divisible by 16, as a launch specialises them
         attrs = aot_attrs(mod._kernel.arg_names, sig)
         cap = mod.Model.TRITON_MAXNREG_F64 if dt == "fp64" else None  # (what a launch asks for)

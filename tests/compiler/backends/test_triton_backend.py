@@ -37,7 +37,7 @@ def launch(mod, X, P, derivatives, dtype, shared=True, **consts):
     mod._kernel[(triton_cdiv(B, block),)](*views, P, Y, J, CV, IT, RN, O, B, *(v.stride(0) for v in views),
                                           0 if shared else P.stride(0), Y.stride(0), J.stride(0), 0, **consts, V=V,
                                           DTYPE=tl.float64 if dtype == torch.float64 else tl.float32,
-                                          EPS=torch.finfo(dtype).eps, BLOCK=block)
+                                          EPS=torch.finfo(dtype).eps, BLOCK=block, P_SHARED=shared)
     return Y, J, torch.stack([CV.to(dtype), IT.to(dtype), RN], dim=1)
 
 

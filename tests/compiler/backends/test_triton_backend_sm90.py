@@ -34,7 +34,7 @@ for path, baked in json.loads(sys.argv[1]):
             k = mod._kernel
             sig = aot_signature(k.arg_names, dt)
             consts = dict(baked, V=mod.Model.VARIANTS[kname], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
-                          EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
+                          EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128, P_SHARED=True)
             c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32))
             ptx = c.asm["ptx"]
             out.append([path, kname, dt, ".entry" in ptx, "ld.global" in ptx, "st.global" in ptx,
@@ -101,7 +101,9 @@ for label, path in json.loads(sys.argv[1]).items():
     for dt in ("fp64", "fp32"):
         sig = aot_signature(k.arg_names, dt)
         consts = dict(V=mod.Model.VARIANTS["tangent"], DTYPE=tl.float64 if dt == "fp64" else tl.float32,
-                      EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128)
+                      EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128, P_SHARED=False)
+        # (parameters per point: every access is a point's own; a shared row is one load per program,
+        # whose layout the coalescing pass may choose differently)
         c = triton.compile(ASTSource(fn=k, signature=sig, constexprs=consts, attrs=aot_attrs(k.arg_names, sig)),
                            target=GPUTarget("cuda", 90, 32))
         ops = collections.Counter(re.findall(r"\b((?:ld|st)\.global[\w.]*)", c.asm["ptx"]))

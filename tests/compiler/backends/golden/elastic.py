@@ -113,7 +113,7 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
-    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """elastic, variant V (1 value; 4 jacobian)."""
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -143,85 +143,92 @@ if triton is not None:
         forces_E_3 = _t15
         forces_E_4 = _t10
         forces_E_5 = _t14
-        # parameters: from P (row stride 0: shared), or baked in as constants
-        _tile17 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-        _t18 = tl.reshape(_tile17, [BLOCK, 2])
-        _t19, _t20 = tl.split(_t18)
-        p_E = _t19
-        p_nu = _t20
+        # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
+        if P_SHARED:
+            _tile17 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
+            _t18 = tl.reshape(_tile17, [2])
+            _t19, _t20 = tl.split(_t18)
+            p_E = _t19
+            p_nu = _t20
+        else:
+            _tile21 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
+            _t22 = tl.reshape(_tile21, [BLOCK, 2])
+            _t23, _t24 = tl.split(_t22)
+            p_E = _t23
+            p_nu = _t24
         lam = (p_E * p_nu / ((K0 + p_nu) * (K0 - (K1 * p_nu))))
         if V & 4:  # jacobian: entries 8 .. 11 of d outputs / d inputs
-            _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j22 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j23 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j24 = tl.join(_j22, _j23)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j24, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j26 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j27 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j28 = tl.join(_j26, _j27)
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         mu = (p_E / (K1 + (K1 * p_nu)))
         if V & 4:  # jacobian: entries 0 .. 3 of d outputs / d inputs
-            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j26 = tl.join((lam + (K1 * mu)), lam)
-            _j27 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j28 = tl.join(_j26, _j27)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j28, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 4:  # jacobian: entries 4 .. 7 of d outputs / d inputs
             _zero29 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j30 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam)
-            _j31 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (lam + (K1 * mu)))
+            _j30 = tl.join((lam + (K1 * mu)), lam)
+            _j31 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j32 = tl.join(_j30, _j31)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j32, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 4:  # jacobian: entries 12 .. 15 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j32, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 4 .. 7 of d outputs / d inputs
             _zero33 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j34 = tl.join(lam, (lam + (K1 * mu)))
-            _j35 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j34 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam)
+            _j35 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (lam + (K1 * mu)))
             _j36 = tl.join(_j34, _j35)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j36, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 4:  # jacobian: entries 20 .. 23 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j36, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 12 .. 15 of d outputs / d inputs
             _zero37 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j38 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j39 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j38 = tl.join(lam, (lam + (K1 * mu)))
+            _j39 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j40 = tl.join(_j38, _j39)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j40, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 4:  # jacobian: entries 28 .. 31 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j40, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 20 .. 23 of d outputs / d inputs
             _zero41 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j42 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j43 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j42 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j43 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j44 = tl.join(_j42, _j43)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j44, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 4:  # jacobian: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j44, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 28 .. 31 of d outputs / d inputs
             _zero45 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j46 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j47 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu))
+            _j46 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j47 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j48 = tl.join(_j46, _j47)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j48, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j48, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 32 .. 35 of d outputs / d inputs
+            _zero49 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j50 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j51 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu))
+            _j52 = tl.join(_j50, _j51)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         trE = (forces_E_0 + forces_E_1 + forces_E_2)
         state_S_0 = ((lam * trE) + (K1 * forces_E_0 * mu))
         state_S_1 = ((lam * trE) + (K1 * forces_E_1 * mu))
         state_S_2 = ((lam * trE) + (K1 * forces_E_2 * mu))
         state_S_3 = (K1 * forces_E_3 * mu)
         # outputs 0 .. 3
-        _zero49 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j50 = tl.join(state_S_0, state_S_2)
-        _j51 = tl.join(state_S_1, state_S_3)
-        _j52 = tl.join(_j50, _j51)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j54 = tl.join(state_S_0, state_S_2)
+        _j55 = tl.join(state_S_1, state_S_3)
+        _j56 = tl.join(_j54, _j55)
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j56, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (K1 * forces_E_4 * mu)
         state_S_5 = (K1 * forces_E_5 * mu)
         # outputs 4 .. 5
-        _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j54 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j54, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        _zero57 = tl.zeros([BLOCK], dtype=DTYPE)
+        _j58 = tl.join(state_S_4, state_S_5)
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j58, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 4:  # jacobian
             # d outputs / d inputs of the jacobian variant(s): every entry written once, zeros included
-            _zero55 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j56 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j57 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j58 = tl.join(_j56, _j57)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             _zero59 = tl.zeros([BLOCK], dtype=DTYPE)
             _j60 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j61 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
             _j62 = tl.join(_j60, _j61)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _zero63 = tl.zeros([BLOCK], dtype=DTYPE)
+            _j64 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j65 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
+            _j66 = tl.join(_j64, _j65)
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 
