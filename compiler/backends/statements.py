@@ -88,14 +88,13 @@ class Emitter:
         full = sum(v.bit for v in ir.variants_of(program))
         masks = program.masks or (full,) * len(program.body)
         after = after or {}
-        shared = self._shared_matrices(program, masks) if self.share_factors else {}
+        shared = self._shared = self._shared_matrices(program, masks) if self.share_factors else {}
         k = 0
         while k < len(program.body):
             m = masks[k]
             end = k + 1
             while end < len(program.body) and masks[end] == m and end - 1 not in after:
                 end += 1
-            self._shared = shared
             for st in program.body[k:end]:
                 # a shared matrix is eliminated once, for all its solves, under the union of their
                 # variants: inside the group of its first solve when that group is for all of them
