@@ -46,13 +46,15 @@ def _base(model_name: str) -> str:
     return model_name.removesuffix("_coupled")
 
 
-def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device, baked: bool = False):
+def _model(model_name: str, backend: str, dtype: torch.dtype, device: torch.device, baked: bool = False,
+           specialize: bool = True):
     import modelc
 
     params = params_for(_base(model_name))
     module = modelc.load(_LIBRARY, model=model_name)
     try:
-        return module.Model(dtype=dtype, device=device, backend=backend, **({"bake": True} if baked else {}), **params)
+        return module.Model(dtype=dtype, device=device, backend=backend, **({"bake": True} if baked else {}),
+                            **({} if specialize else {"specialize": False}), **params)
     except Exception as exc:  # a backend that cannot run here (no GPU, no compiler, ...)
         raise ModelcUnavailable(f"modelc backend {backend!r}: {exc}") from exc
 
@@ -75,7 +77,7 @@ def named_inputs(m, model_name: str, args) -> dict:
 
 
 def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch.device,
-                derivatives=None, bound: bool = False, baked: bool = False) -> Callable:
+                derivatives=None, bound: bool = False, baked: bool = False, specialize: bool = True) -> Callable:
     """A compiled modelc model wrapped in the baseline calling convention (see module doc).
 
     It goes through the public call (named inputs in, typed views out), so the timing includes what a
@@ -85,8 +87,10 @@ def modelc_step(model_name: str, backend: str, dtype: torch.dtype, device: torch
     evaluates the same arrays every step (``model.bind``, one bound call per set of input tensors,
     made on first use of those tensors). ``baked``: every parameter baked into the C library
     (``Model(..., bake=True)``: a material whose constants are known when the kernel is built).
+    ``specialize=False``: the C library's general powers even for an integer exponent parameter
+    (``Model(..., specialize=False)``; the default bakes it, docs/backends.md).
     """
-    m = _model(model_name, backend, dtype, device, baked)
+    m = _model(model_name, backend, dtype, device, baked, specialize)
     names = STATE[_base(model_name)]
     plastic = _base(model_name) != "elastic"
     input_names = set(m.input_axis.variable_names)

@@ -124,6 +124,9 @@ def implementations(model: str, dtype: torch.dtype, device: torch.device, which:
             # every parameter compiled in as a constant (Model(bake=True): a material known at build
             # time, like the hand-written update's literals): pow(y, 5) becomes multiplications
             impls["modelc-c-baked"] = modelc_hook.modelc_step(model, "c", dtype, device, baked=True)
+            general = modelc_hook.modelc_step(model, "c", dtype, device, specialize=False)
+            if general.model.EXPONENTS:  # modelc-c bakes an integer exponent (y**5): the general powers
+                impls["modelc-c-general"] = general
         if model != "elastic":  # the `_coupled` twin (NEML2's coupled system) on the default backend
             backend = modelc_hook.modelc_backends(device)[0]
             try:

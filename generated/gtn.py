@@ -6601,6 +6601,7 @@ class Model(CompiledModel):
     TRITON_MAXNREG_F64 = 255  # ptxas' register cap for the float64 kernels (None: ptxas' choice)
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
+    EXPONENTS = ()  # parameters making up a power's exponent: the C backend specializes integer values
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None
     INITIAL = (  # state variables with a declared initial value (torch_initial computes them)
         VariableInfo('state/internal/phi', 'Scalar', 'porosity'),

@@ -3557,6 +3557,7 @@ class Model(CompiledModel):
     TRITON_MAXNREG_F64 = None  # ptxas' register cap for the float64 kernels (None: ptxas' choice)
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component
+    EXPONENTS = ('n',)  # parameters making up a power's exponent: the C backend specializes integer values
     TANGENT = (('state/S',), ('forces/E',))  # (outputs, inputs) of the declared tangent variant, or None
 
     VARIANTS = {'value': 1, 'tangent': 2, 'jacobian': 4, 'total': 8}  # what a call can ask for -> its bit V

@@ -273,6 +273,9 @@ def triton_launch_options(default: int | None = None) -> dict[str, int]:
 
 
 _WARNED: set[str] = set()  # reasons the C backend was unavailable, warned once each
+#: at most this many libraries per model for exponent specialization (a sweep over integer values
+#: of an exponent past it runs the general library rather than compile one per value)
+MAX_SPECIALIZED = 8
 
 TRITON_ABI = 3  # the generated Triton kernels' calling convention this runtime launches (Model.TRITON_ABI)
 
@@ -333,6 +336,9 @@ class CompiledModel(torch.nn.Module):
     SOLVER: dict = {}
     BAKED: tuple[str, ...] = ()
     BAKED_ARGS: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: parameters that make up a power's exponent (``y**n``): the C backend builds a library with an
+    #: integer value of theirs baked in (binary powering, not exp and log; ``specialize``)
+    EXPONENTS: tuple[str, ...] = ()
     TANGENT: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # declared tangent (rows, columns)
     CONSTANT_JACOBIAN: tuple[str, ...] = ()  # variants whose Jacobian depends on the parameters only
     #: the C kernel itself fails the points whose inputs hold a NaN or an infinity (modules generated
@@ -357,7 +363,7 @@ class CompiledModel(torch.nn.Module):
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
                  max_substeps: int | None = None, trainable: tuple[str, ...] = (), rtol: float | None = None,
                  atol: float | None = None, max_iter: int | None = None, bake: bool | tuple[str, ...] = (),
-                 **param_overrides):
+                 specialize: bool = True, **param_overrides):
         super().__init__()
         self._solver = _solver.check({"rtol": rtol, "atol": atol, "max_iter": max_iter}, f"model {self.NAME}")
         self._call_solver: dict[str, Any] = {}
@@ -379,6 +385,11 @@ class CompiledModel(torch.nn.Module):
         self._check_param_names(dict.fromkeys(chosen))
         self.c_baked = tuple(n for n in self.parameter_info if n in set(self.BAKED) | set(chosen))
         self._runtime_baked = frozenset(chosen)
+        # exponent specialization (C backend): EXPONENTS with an integer value shared by every point
+        # are baked into a library of their own (see _c_library); bool() refuses a non-boolean
+        if not isinstance(specialize, bool):
+            raise InputError(f"model {self.NAME}: specialize must be True or False, got {specialize!r}")
+        self.specialize = specialize
         self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
         self._owned: dict[str, torch.Tensor] = {}  # values built here from numbers (see _param_tensor)
         self._shared_P = self._shared_key = None
@@ -855,24 +866,48 @@ class CompiledModel(torch.nn.Module):
         """The C library for a call with parameter rows ``P``: the module's own, or, when parameters
         are baked (the module's ``BAKED``, or ``bake=``: :attr:`c_baked`), the one built with their
         values in ``P`` as constants (one library per set of values, cached in memory and on disk;
-        the first call with new values compiles)."""
-        if not self.c_baked:
+        the first call with new values compiles). With ``specialize`` (the default), the
+        ``EXPONENTS`` whose value is an integer ``|k| <= 63`` shared by every point are baked too:
+        their powers become binary powering (:meth:`_specialized_columns`)."""
+        auto = self._specialized_columns(P)
+        if not self.c_baked and not auto:
             return self._clib
         cols = self._baked_columns()
-        if P.shape[0] > 1:
+        if P.shape[0] > 1 and cols:
             uniform = (P[:, cols] == P[:1, cols]).all(dim=0)
             if not bool(uniform.all()):
                 name = self.param_names_by_column()[cols[int((~uniform).nonzero()[0])]]
                 raise InputError(f"model {self.NAME}: parameter {name} is baked into the kernel and must "
                                  "be one shared value, got different values per point")
         row = P[0].tolist()
-        baked = tuple(row[c] if c in cols else None for c in range(len(row)))
+        chosen = set(cols) | set(auto)
+        baked = tuple(row[c] if c in chosen else None for c in range(len(row)))
         lib = self._baked_libs.get(baked)
         if lib is None:
             from modelc.runtime.cbuild import load_library
 
+            if not cols and len(self._baked_libs) >= MAX_SPECIALIZED:  # a sweep over many values
+                return self._clib
             lib = self._baked_libs[baked] = load_library(self.c_source, self.NAME, self.dtype, baked=baked)
         return lib
+
+    def _specialized_columns(self, P: torch.Tensor) -> list[int]:
+        """The parameter columns of ``P`` that exponent specialization bakes for this call: those of
+        the ``EXPONENTS`` (not already baked) when ``specialize`` is on, ``P`` is one row for every
+        point and their values are integers ``|k| <= 63`` (what the C source's binary powering
+        takes, ``MC_CONST_INT``); else none. Per-point parameter rows are not scanned."""
+        if not (self.specialize and self.EXPONENTS) or P.shape[0] != 1:
+            return []
+        memo = self.__dict__.get("_spec_memo")
+        key = (P.data_ptr(), P._version, P.dtype)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        names = self.param_names_by_column()
+        cols = [c for c, n in enumerate(names) if n in self.EXPONENTS and n not in self.c_baked]
+        values = P[0, cols].tolist() if cols else []
+        chosen = [c for c, v in zip(cols, values) if math.isfinite(v) and v == int(v) and abs(v) <= 63]
+        self.__dict__["_spec_memo"] = (key, chosen)
+        return chosen
 
     def _baked_columns(self) -> list[int]:
         """The parameter columns (``P``'s) of the parameters the C library bakes in."""

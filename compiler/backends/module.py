@@ -22,7 +22,7 @@ from modelc.backends.statements import Helpers
 from modelc.backends.torch_backend import torch_body
 from modelc.backends.triton_backend import baked_arg, kernel_maxnreg, kernel_signature, triton_body
 from modelc.backends.triton_math import helpers_for, helper_source
-from modelc.ir.analysis import constant_variants
+from modelc.ir.analysis import constant_variants, exponent_parameters
 from modelc.errors import InternalError, ModelcError
 from modelc.options import CompileOptions
 from modelc.runtime.paths import sanitize, write_atomic
@@ -160,6 +160,7 @@ def emit_module(program: ir.Program, *, spec: ir.Spec | None = None, options=Non
         "initial_vars": [var_info(eq.var) for eq in value.initial],
         "constant_repr": repr(constant_variants(program)),
         "baked_repr": repr(tuple(sorted(baked))),
+        "exponents_repr": repr(tuple(p for p in exponent_parameters(program) if p not in baked)),
         "triton_maxnreg_repr": repr(kernel_maxnreg(program)),
         "baked_args_repr": repr(tuple((p.name, tuple(baked_arg(s) for s in p.symbols))
                                       for p in value.parameters if p.name in baked)),

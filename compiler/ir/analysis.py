@@ -88,3 +88,60 @@ def marks_nonfinite(program: Program) -> bool:
     outputs and derivatives, not converged): every model but an affine one (no Newton, a constant
     Jacobian), whose outputs carry the NaN by themselves."""
     return bool(program.status) or not constant_variants(program)
+
+
+def exponent_parameters(program: Program) -> tuple[str, ...]:
+    """The parameters of ``program`` that make up the exponent of a general power (``y**n``,
+    ``powr(a, n - 1)``, ``powr_shift(P, a, n - 1)``) whose exponent holds nothing but parameters
+    and numbers: with an integer value known when the C library is built, such a power is binary
+    powering instead of an exp and a log (the runtime's exponent specialization,
+    ``Model(specialize=...)``, docs/backends.md). In the order of ``program.parameters``."""
+    from modelc.functions import powr, powr_shift
+
+    owner = {s: p.name for p in program.parameters for s in p.symbols}
+    found: set[str] = set()
+    seen: set = set()
+
+    def exponent(e) -> None:
+        free = e.free_symbols
+        if free and free <= set(owner):
+            found.update(owner[s] for s in free)
+
+    def walk(e) -> None:
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if x in seen or not isinstance(x, sp.Basic) or x.is_Atom:
+                continue
+            seen.add(x)
+            if isinstance(x, sp.Pow) and not x.exp.is_Number:
+                exponent(x.exp)
+            elif isinstance(x, powr):
+                exponent(x.args[1])
+            elif isinstance(x, powr_shift):
+                exponent(x.args[2])
+            stack.extend(x.args)
+
+    def body(statements) -> None:
+        for st in statements:
+            if isinstance(st, Assign):
+                walk(st.value)
+            elif isinstance(st, LinearSolve):
+                for row in (*st.A, *st.B):
+                    for e in row:
+                        walk(e)
+            else:
+                body(st.body)
+                for e in (*st.guess, *st.residual, *(e for row in st.jacobian for e in row),
+                          *st.residual_scale, *st.curvature):
+                    walk(e)
+
+    body(program.body)
+    for exprs in program.results.values():
+        for e in exprs:
+            walk(e)
+    for block in program.derivatives.values():
+        for row in block:
+            for e in row:
+                walk(e)
+    return tuple(p.name for p in program.parameters if p.name in found)

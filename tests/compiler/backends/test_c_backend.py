@@ -230,7 +230,7 @@ def test_baked_parameters_on_the_c_backend(library, tmp_path):
     write_atomic(path, driver.compile_model(spec, "perzyna_iso", CompileOptions(constant_params=("n",))).source)
     baked = import_file(path, "c_backend_perzyna_baked")
     assert baked.Model.BAKED == ("n",) and "MC_P(" in baked.Model.c_source
-    mb, mr = baked.Model(backend="c"), library["perzyna_iso"].Model(backend="c")
+    mb, mr = baked.Model(backend="c"), library["perzyna_iso"].Model(backend="c", specialize=False)
     B = 45
     X = _inputs(mr, B, seed=21)
     inputs = {n: X[:, slice(*mr.input_axis.span(n))].squeeze(-1) for n in mr.input_axis.variable_names}
@@ -265,7 +265,7 @@ def test_bake_at_run_time(library):
     from modelc.errors import InputError
 
     mod = library["perzyna_iso"]
-    plain = mod.Model(backend="c")
+    plain = mod.Model(backend="c", specialize=False)
     X = _inputs(plain, 33, seed=4)
     inputs = {n: X[:, slice(*plain.input_axis.span(n))].squeeze(-1) for n in plain.input_axis.variable_names}
     want = plain(inputs, derivatives="tangent")
@@ -280,6 +280,42 @@ def test_bake_at_run_time(library):
         mod.Model(backend="c", bake=["q"])
     with pytest.raises(InputError, match="baked into the C library"):
         mod.Model(backend="c", bake="n").trainable("n")
+
+
+@needs_cc
+def test_exponent_specialization(library, monkeypatch):
+    """perzyna_iso's exponent n (the module's ``EXPONENTS``): with an integer value shared by every
+    point, the C backend runs a library with n baked in (binary powering instead of exp and log),
+    one per value; a non-integer, a per-point value or ``specialize=False`` run the general library.
+    Every route agrees with the generated PyTorch code and with the general library to 1e-12
+    (outputs and tangent), the bound fast path included; past ``MAX_SPECIALIZED`` libraries a new
+    value runs the general one (still right); a non-boolean ``specialize`` is refused."""
+    import modelc.runtime.model as rmodel
+    from modelc.errors import InputError
+
+    mod = library["perzyna_iso"]
+    assert mod.Model.EXPONENTS == ("n",) and library["j2_voce_af"].Model.EXPONENTS == ()
+    m, general, ref = mod.Model(backend="c"), mod.Model(backend="c", specialize=False), mod.Model(backend="torch")
+    B = 40
+    X = _inputs(m, B, seed=31)
+    inputs = {k: X[:, slice(*m.input_axis.span(k))].squeeze(-1) for k in m.input_axis.variable_names}
+    for n, libs in ((5.0, 1), (5.5, 1), (2.0, 2), (torch.full((B,), 2.0, dtype=torch.float64), 2)):
+        got, gen, want = (x(inputs, derivatives="tangent", n=n) for x in (m, general, ref))
+        assert bool(want.status.converged.all()) and bool((want.status.iterations >= 2).any())
+        for a in (gen, want):
+            assert _rel(got.outputs.tensor, a.outputs.tensor) <= 1e-12
+            assert _rel(got.jacobian.tensor, a.jacobian.tensor) <= 1e-12
+        assert len(m._baked_libs) == libs, n
+        assert all(lib.path.name.endswith("-baked.so") for lib in m._baked_libs.values())
+    assert not general._baked_libs
+    bound = m.bind(inputs, derivatives="tangent")
+    assert bound.fast
+    assert torch.equal(bound().outputs.tensor, m(inputs, derivatives="tangent").outputs.tensor)
+    monkeypatch.setattr(rmodel, "MAX_SPECIALIZED", 2)
+    got, want = m(inputs, derivatives="tangent", n=3.0), ref(inputs, derivatives="tangent", n=3.0)
+    assert len(m._baked_libs) == 2 and _rel(got.jacobian.tensor, want.jacobian.tensor) <= 1e-12
+    with pytest.raises(InputError, match="specialize must be True or False"):
+        mod.Model(backend="c", specialize="yes")
 
 
 def test_cuda_and_errors_are_clear(library):
