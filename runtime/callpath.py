@@ -78,7 +78,7 @@ def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
             v = torch.tensor(float(v), dtype=model.dtype, device=model.device)
         if not isinstance(v, torch.Tensor):
             raise InputError(f"model {model.NAME}: input {k} must be a tensor, got {type(v).__name__}")
-        if v.dtype != dtype or v.device.type != dev:
+        if v.dtype != dtype or v.device.type != dev or (dev == "cuda" and v.device.index != model.device.index):
             model._check_tensor(f"input {k}", v)
         shape = v.shape
         nb = len(shape) - t.base_dim

@@ -540,7 +540,8 @@ class CompiledModel(torch.nn.Module):
         key = None
         if not overrides:
             vals = self._values
-            if all(self._owned.get(n) is t for n, t in vals.items()):
+            # (inference tensors, made under torch.inference_mode, have no version counter: rebuilt)
+            if all(self._owned.get(n) is t and not t.is_inference() for n, t in vals.items()):
                 key = tuple(t._version for t in vals.values())
                 if self._shared_P is not None and key == self._shared_key:
                     return self._shared_P, True
@@ -593,7 +594,7 @@ class CompiledModel(torch.nn.Module):
         if v.dtype != self.dtype:
             raise InputError(f"model {self.NAME}: {what} has dtype {v.dtype}, the model runs in {self.dtype} "
                              "(convert it, or build the model with that dtype)")
-        if v.device.type != self.device.type:
+        if not callpath.same_device(v.device, self.device):  # cuda:1 is not the model's cuda:0
             raise InputError(f"model {self.NAME}: {what} is on {v.device}, the model on {self.device}")
 
     # -- derivative requests ---------------------------------------------------------------------
@@ -898,16 +899,10 @@ class CompiledModel(torch.nn.Module):
         takes, ``MC_CONST_INT``); else none. Per-point parameter rows are not scanned."""
         if not (self.specialize and self.EXPONENTS) or P.shape[0] != 1:
             return []
-        memo = self.__dict__.get("_spec_memo")
-        key = (P.data_ptr(), P._version, P.dtype)
-        if memo is not None and memo[0] == key:
-            return memo[1]
         names = self.param_names_by_column()
         cols = [c for c, n in enumerate(names) if n in self.EXPONENTS and n not in self.c_baked]
         values = P[0, cols].tolist() if cols else []
-        chosen = [c for c, v in zip(cols, values) if math.isfinite(v) and v == int(v) and abs(v) <= 63]
-        self.__dict__["_spec_memo"] = (key, chosen)
-        return chosen
+        return [c for c, v in zip(cols, values) if math.isfinite(v) and v == int(v) and abs(v) <= 63]
 
     def _baked_columns(self) -> list[int]:
         """The parameter columns (``P``'s) of the parameters the C library bakes in."""

@@ -231,3 +231,24 @@ def test_cuda_triton_fails_non_finite_inputs_in_the_kernel():
     assert torch.equal(~r.status.converged, bad)
     assert bool(r["state/S"][bad].isnan().all()) and bool(r.jacobian.tensor[bad].isnan().all())
     assert bool(r["state/S"][~bad].isfinite().all())
+
+
+def test_an_input_on_another_cuda_device_is_refused(mods, monkeypatch):
+    """Devices are compared with their index: for a model on cuda:0 (or "cuda", the current
+    device), an input on cuda:1 is refused with the devices named; cuda:0 and "cuda" are one device
+    while cuda:0 is current. Checked without a GPU (the check reads only dtype and device)."""
+    from types import SimpleNamespace
+
+    from modelc.runtime import callpath
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    dev = torch.device
+    assert callpath.same_device(dev("cuda", 0), dev("cuda")) and callpath.same_device(dev("cuda"), dev("cuda", 0))
+    assert not callpath.same_device(dev("cuda", 1), dev("cuda", 0))
+    assert not callpath.same_device(dev("cuda", 1), dev("cuda")) and not callpath.same_device(dev("cpu"), dev("cuda"))
+    m = mods["elastic"].Model(backend="torch")
+    for model_dev in (dev("cuda", 0), dev("cuda")):
+        m.device = model_dev
+        m._check_tensor("input forces/E", SimpleNamespace(dtype=m.dtype, device=dev("cuda", 0)))
+        with pytest.raises(InputError, match=r"input forces/E is on cuda:1, the model on cuda"):
+            m._check_tensor("input forces/E", SimpleNamespace(dtype=m.dtype, device=dev("cuda", 1)))

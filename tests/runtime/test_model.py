@@ -74,6 +74,24 @@ def test_batched_parameters_and_batch_dims(elastic, backend):
         elastic.Model(backend=backend)({"forces/E": strain}, E=torch.ones(5, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton", "c"])
+def test_a_model_built_and_called_under_inference_mode(elastic, backend):
+    """A model built under ``torch.inference_mode`` (its parameter values are inference tensors,
+    which have no version counter) is called like any other: the stress equals the closed form, in
+    inference mode and after it, and a parameter changed in place is seen by the next call."""
+    strain = torch.linspace(-1e-3, 2e-3, 12, dtype=torch.float64).reshape(2, 6)
+    with torch.inference_mode():
+        m = elastic.Model(backend=backend, E=1.5e5, nu=0.25)
+        first = m({"forces/E": strain})["state/S"].clone()
+        m.params.E.fill_(2e5)  # in place: the next call sees it
+        second = m({"forces/E": strain})["state/S"].clone()
+    for got, E in ((first, 1.5e5), (second, 2e5)):
+        S, _ = elastic_numpy(strain[1].numpy(), E, 0.25)
+        assert torch.allclose(got[1], torch.as_tensor(S), rtol=1e-12)
+    S, _ = elastic_numpy(strain[0].numpy(), 2e5, 0.25)
+    assert torch.allclose(m({"forces/E": strain})["state/S"][0], torch.as_tensor(S), rtol=1e-12)
+
+
 def test_labeled_vector_in_and_views_out(elastic):
     m = elastic.Model()
     x = LabeledVector(torch.randn(5, 6, dtype=torch.float64), m.input_axis)

@@ -311,6 +311,10 @@ def test_exponent_specialization(library, monkeypatch):
     bound = m.bind(inputs, derivatives="tangent")
     assert bound.fast
     assert torch.equal(bound().outputs.tensor, m(inputs, derivatives="tangent").outputs.tensor)
+    with torch.inference_mode():  # inference tensors (no version counter) take the same route
+        fresh = mod.Model(backend="c")
+        assert torch.equal(fresh(inputs, derivatives="tangent").outputs.tensor, bound.result.outputs.tensor)
+        assert len(fresh._baked_libs) == 1
     monkeypatch.setattr(rmodel, "MAX_SPECIALIZED", 2)
     got, want = m(inputs, derivatives="tangent", n=3.0), ref(inputs, derivatives="tangent", n=3.0)
     assert len(m._baked_libs) == 2 and _rel(got.jacobian.tensor, want.jacobian.tensor) <= 1e-12
