@@ -1618,23 +1618,21 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _zero61 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j62 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j63 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j64 = tl.join(_j62, _j63)
-        _p65 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _j61 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0))
+        _j62 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0))
+        _j63 = tl.join(_j61, _j62)
+        _p64 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p65, tl.reshape(_j64, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p65 += zero
+            tl.store(_p64, tl.reshape(_j63, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p64 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _zero66 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j67 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0))
-        _j68 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
-        _j69 = tl.join(_j67, _j68)
-        _p70 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _j65 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0))
+        _j66 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
+        _j67 = tl.join(_j65, _j66)
+        _p68 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p70, tl.reshape(_j69, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p70 += zero
+            tl.store(_p68, tl.reshape(_j67, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p68 += zero
         cse_10 = (K1 + p_nu)
         cse_11 = (K1 / cse_10)
         cse_12 = (p_E * cse_11)
@@ -1656,25 +1654,23 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j72 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0))
-        _j73 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0))
-        _j74 = tl.join(_j72, _j73)
-        _p75 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _j69 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0))
+        _j70 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0))
+        _j71 = tl.join(_j69, _j70)
+        _p72 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p75, tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p75 += zero
+            tl.store(_p72, tl.reshape(_j71, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p72 += zero
         cse_17 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_17)
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _zero76 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j77 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0))
-        _p78 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
+        _j73 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0))
+        _p74 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p78, tl.reshape(_j77, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p78 += zero
+            tl.store(_p74, tl.reshape(_j73, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+            _p74 += zero
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -2150,56 +2146,52 @@ if triton is not None:
             d51 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d52 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _zero79 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j80 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0))
-            _j81 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0))
-            _j82 = tl.join(_j80, _j81)
-            _p83 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _j75 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0))
+            _j76 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0))
+            _j77 = tl.join(_j75, _j76)
+            _p78 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p83, tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p83 += zero
+                tl.store(_p78, tl.reshape(_j77, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p78 += zero
         if V & 14:  # tangent, jacobian, total
             d53 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
             d54 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
             d55 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
             d56 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _zero84 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j85 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j86 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j87 = tl.join(_j85, _j86)
-            _p88 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _j79 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
+            _j80 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
+            _j81 = tl.join(_j79, _j80)
+            _p82 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p88, tl.reshape(_j87, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p88 += zero
+                tl.store(_p82, tl.reshape(_j81, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p82 += zero
         if V & 14:  # tangent, jacobian, total
             d57 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
             d58 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
             d59 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
             d60 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _zero89 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j90 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j91 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j92 = tl.join(_j90, _j91)
-            _p93 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _j83 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
+            _j84 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
+            _j85 = tl.join(_j83, _j84)
+            _p86 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p93, tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p93 += zero
+                tl.store(_p86, tl.reshape(_j85, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p86 += zero
         if V & 14:  # tangent, jacobian, total
             d61 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
             d62 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
             d63 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
             d64 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _zero94 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j95 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0))
-            _j96 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0))
-            _j97 = tl.join(_j95, _j96)
-            _p98 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _j87 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0))
+            _j88 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0))
+            _j89 = tl.join(_j87, _j88)
+            _p90 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p98, tl.reshape(_j97, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p98 += zero
+                tl.store(_p90, tl.reshape(_j89, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p90 += zero
         if V & 14:  # tangent, jacobian, total
             d65 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
             d66 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
@@ -2207,70 +2199,65 @@ if triton is not None:
             d67 = (cse_24 * d19)
             d68 = (cse_24 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _zero99 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j100 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j101 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j102 = tl.join(_j100, _j101)
-            _p103 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _j91 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
+            _j92 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
+            _j93 = tl.join(_j91, _j92)
+            _p94 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p103, tl.reshape(_j102, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p103 += zero
+                tl.store(_p94, tl.reshape(_j93, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p94 += zero
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_24 * d21)
             d70 = (cse_12 + (cse_24 * d22))
             d71 = (cse_24 * d23)
             d72 = (cse_24 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _zero104 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j105 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j106 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j107 = tl.join(_j105, _j106)
-            _p108 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _j95 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
+            _j96 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
+            _j97 = tl.join(_j95, _j96)
+            _p98 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p108, tl.reshape(_j107, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p108 += zero
+                tl.store(_p98, tl.reshape(_j97, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p98 += zero
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_24 * d25)
             d74 = (cse_24 * d26)
             d75 = (cse_24 * d27)
             d76 = (cse_24 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _zero109 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j110 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0))
-            _j111 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0))
-            _j112 = tl.join(_j110, _j111)
-            _p113 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _j99 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0))
+            _j100 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0))
+            _j101 = tl.join(_j99, _j100)
+            _p102 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p113, tl.reshape(_j112, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p113 += zero
+                tl.store(_p102, tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p102 += zero
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_12 + (cse_24 * d29))
             d78 = (cse_24 * d30)
             d79 = (cse_24 * d31)
             d80 = (cse_24 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _zero114 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j115 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j116 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j117 = tl.join(_j115, _j116)
-            _p118 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _j103 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
+            _j104 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
+            _j105 = tl.join(_j103, _j104)
+            _p106 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p118, tl.reshape(_j117, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p118 += zero
+                tl.store(_p106, tl.reshape(_j105, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p106 += zero
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_24 * d33)
             d82 = (cse_24 * d34)
             d83 = (cse_24 * d35)
             d84 = (cse_12 + (cse_24 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _zero119 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j120 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j121 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j122 = tl.join(_j120, _j121)
-            _p123 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _j107 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
+            _j108 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
+            _j109 = tl.join(_j107, _j108)
+            _p110 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p123, tl.reshape(_j122, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p123 += zero
+                tl.store(_p110, tl.reshape(_j109, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p110 += zero
         if V & 12:  # jacobian, total
             cse_118 = (cse_49 * state_internal_gamma_rate)
             cse_119 = (cse_118 * cse_12)
@@ -2767,405 +2754,384 @@ if triton is not None:
             d266 = (cse_24 * d234)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _zero124 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j125 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d7, K0))
-            _j126 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0))
-            _j127 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0))
-            _j128 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0))
-            _j129 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0))
-            _j130 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0))
-            _j131 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0))
-            _j132 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0))
-            _j133 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0))
-            _j134 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0))
-            _j135 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0))
-            _j136 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0))
-            _j137 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0))
-            _j138 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0))
-            _j139 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0))
-            _j140 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j141 = tl.join(_j125, _j126)
-            _j142 = tl.join(_j127, _j128)
-            _j143 = tl.join(_j129, _j130)
-            _j144 = tl.join(_j131, _j132)
-            _j145 = tl.join(_j133, _j134)
-            _j146 = tl.join(_j135, _j136)
-            _j147 = tl.join(_j137, _j138)
-            _j148 = tl.join(_j139, _j140)
-            _j149 = tl.join(_j141, _j142)
-            _j150 = tl.join(_j143, _j144)
-            _j151 = tl.join(_j145, _j146)
-            _j152 = tl.join(_j147, _j148)
-            _j153 = tl.join(_j149, _j150)
-            _j154 = tl.join(_j151, _j152)
-            _j155 = tl.join(_j153, _j154)
-            _k156 = tl.arange(0, 32)[None, :]
-            _p157 = J + row[:, None] * j_stride + _k156 + (_k156 // 16) * (4 * (V // 8))
+            _j111 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d7, K0))
+            _j112 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0))
+            _j113 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0))
+            _j114 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0))
+            _j115 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0))
+            _j116 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0))
+            _j117 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0))
+            _j118 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0))
+            _j119 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0))
+            _j120 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0))
+            _j121 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0))
+            _j122 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0))
+            _j123 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0))
+            _j124 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0))
+            _j125 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0))
+            _j126 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j127 = tl.join(_j111, _j112)
+            _j128 = tl.join(_j113, _j114)
+            _j129 = tl.join(_j115, _j116)
+            _j130 = tl.join(_j117, _j118)
+            _j131 = tl.join(_j119, _j120)
+            _j132 = tl.join(_j121, _j122)
+            _j133 = tl.join(_j123, _j124)
+            _j134 = tl.join(_j125, _j126)
+            _j135 = tl.join(_j127, _j128)
+            _j136 = tl.join(_j129, _j130)
+            _j137 = tl.join(_j131, _j132)
+            _j138 = tl.join(_j133, _j134)
+            _j139 = tl.join(_j135, _j136)
+            _j140 = tl.join(_j137, _j138)
+            _j141 = tl.join(_j139, _j140)
+            _k142 = tl.arange(0, 32)[None, :]
+            _p143 = J + row[:, None] * j_stride + _k142 + (_k142 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p157, tl.reshape(_j155, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p157 += zero
-            _zero158 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j159 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0))
-            _j160 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0))
-            _j161 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0))
-            _j162 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0))
-            _j163 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0))
-            _j164 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0))
-            _j165 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0))
-            _j166 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0))
-            _j167 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0))
-            _j168 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0))
-            _j169 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0))
-            _j170 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0))
-            _j171 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0))
-            _j172 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0))
-            _j173 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0))
-            _j174 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j175 = tl.join(_j159, _j160)
-            _j176 = tl.join(_j161, _j162)
-            _j177 = tl.join(_j163, _j164)
-            _j178 = tl.join(_j165, _j166)
-            _j179 = tl.join(_j167, _j168)
-            _j180 = tl.join(_j169, _j170)
-            _j181 = tl.join(_j171, _j172)
-            _j182 = tl.join(_j173, _j174)
-            _j183 = tl.join(_j175, _j176)
-            _j184 = tl.join(_j177, _j178)
-            _j185 = tl.join(_j179, _j180)
-            _j186 = tl.join(_j181, _j182)
-            _j187 = tl.join(_j183, _j184)
-            _j188 = tl.join(_j185, _j186)
-            _j189 = tl.join(_j187, _j188)
-            _k190 = tl.arange(0, 32)[None, :] + 32
-            _p191 = J + row[:, None] * j_stride + _k190 + (_k190 // 16) * (4 * (V // 8))
+                tl.store(_p143, tl.reshape(_j141, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p143 += zero
+            _j144 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0))
+            _j145 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0))
+            _j146 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0))
+            _j147 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0))
+            _j148 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0))
+            _j149 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0))
+            _j150 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0))
+            _j151 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0))
+            _j152 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0))
+            _j153 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0))
+            _j154 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0))
+            _j155 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0))
+            _j156 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0))
+            _j157 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0))
+            _j158 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0))
+            _j159 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j160 = tl.join(_j144, _j145)
+            _j161 = tl.join(_j146, _j147)
+            _j162 = tl.join(_j148, _j149)
+            _j163 = tl.join(_j150, _j151)
+            _j164 = tl.join(_j152, _j153)
+            _j165 = tl.join(_j154, _j155)
+            _j166 = tl.join(_j156, _j157)
+            _j167 = tl.join(_j158, _j159)
+            _j168 = tl.join(_j160, _j161)
+            _j169 = tl.join(_j162, _j163)
+            _j170 = tl.join(_j164, _j165)
+            _j171 = tl.join(_j166, _j167)
+            _j172 = tl.join(_j168, _j169)
+            _j173 = tl.join(_j170, _j171)
+            _j174 = tl.join(_j172, _j173)
+            _k175 = tl.arange(0, 32)[None, :] + 32
+            _p176 = J + row[:, None] * j_stride + _k175 + (_k175 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p191, tl.reshape(_j189, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p191 += zero
-            _zero192 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j193 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0))
-            _j194 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0))
-            _j195 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d35, K0))
-            _j196 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d136, K0))
-            _j197 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0))
-            _j198 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0))
-            _j199 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0))
-            _j200 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0))
-            _j201 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0))
-            _j202 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0))
-            _j203 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0))
-            _j204 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0))
-            _j205 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d28, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0))
-            _j206 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d126, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0))
-            _j207 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0))
-            _j208 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j209 = tl.join(_j193, _j194)
-            _j210 = tl.join(_j195, _j196)
-            _j211 = tl.join(_j197, _j198)
-            _j212 = tl.join(_j199, _j200)
-            _j213 = tl.join(_j201, _j202)
-            _j214 = tl.join(_j203, _j204)
-            _j215 = tl.join(_j205, _j206)
-            _j216 = tl.join(_j207, _j208)
-            _j217 = tl.join(_j209, _j210)
-            _j218 = tl.join(_j211, _j212)
-            _j219 = tl.join(_j213, _j214)
-            _j220 = tl.join(_j215, _j216)
-            _j221 = tl.join(_j217, _j218)
-            _j222 = tl.join(_j219, _j220)
-            _j223 = tl.join(_j221, _j222)
-            _k224 = tl.arange(0, 32)[None, :] + 64
-            _p225 = J + row[:, None] * j_stride + _k224 + (_k224 // 16) * (4 * (V // 8))
+                tl.store(_p176, tl.reshape(_j174, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p176 += zero
+            _j177 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0))
+            _j178 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0))
+            _j179 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d35, K0))
+            _j180 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d136, K0))
+            _j181 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0))
+            _j182 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0))
+            _j183 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0))
+            _j184 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0))
+            _j185 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0))
+            _j186 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0))
+            _j187 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0))
+            _j188 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0))
+            _j189 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d28, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0))
+            _j190 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d126, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0))
+            _j191 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0))
+            _j192 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j193 = tl.join(_j177, _j178)
+            _j194 = tl.join(_j179, _j180)
+            _j195 = tl.join(_j181, _j182)
+            _j196 = tl.join(_j183, _j184)
+            _j197 = tl.join(_j185, _j186)
+            _j198 = tl.join(_j187, _j188)
+            _j199 = tl.join(_j189, _j190)
+            _j200 = tl.join(_j191, _j192)
+            _j201 = tl.join(_j193, _j194)
+            _j202 = tl.join(_j195, _j196)
+            _j203 = tl.join(_j197, _j198)
+            _j204 = tl.join(_j199, _j200)
+            _j205 = tl.join(_j201, _j202)
+            _j206 = tl.join(_j203, _j204)
+            _j207 = tl.join(_j205, _j206)
+            _k208 = tl.arange(0, 32)[None, :] + 64
+            _p209 = J + row[:, None] * j_stride + _k208 + (_k208 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p225, tl.reshape(_j223, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p225 += zero
-            _zero226 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j227 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0))
-            _j228 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0))
-            _j229 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0))
-            _j230 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0))
-            _j231 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0))
-            _j232 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0))
-            _j233 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0))
-            _j234 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0))
-            _j235 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0))
-            _j236 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0))
-            _j237 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0))
-            _j238 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0))
-            _j239 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0))
-            _j240 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0))
-            _j241 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0))
-            _j242 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j243 = tl.join(_j227, _j228)
-            _j244 = tl.join(_j229, _j230)
-            _j245 = tl.join(_j231, _j232)
-            _j246 = tl.join(_j233, _j234)
-            _j247 = tl.join(_j235, _j236)
-            _j248 = tl.join(_j237, _j238)
-            _j249 = tl.join(_j239, _j240)
-            _j250 = tl.join(_j241, _j242)
-            _j251 = tl.join(_j243, _j244)
-            _j252 = tl.join(_j245, _j246)
-            _j253 = tl.join(_j247, _j248)
-            _j254 = tl.join(_j249, _j250)
-            _j255 = tl.join(_j251, _j252)
-            _j256 = tl.join(_j253, _j254)
-            _j257 = tl.join(_j255, _j256)
-            _k258 = tl.arange(0, 32)[None, :] + 96
-            _p259 = J + row[:, None] * j_stride + _k258 + (_k258 // 16) * (4 * (V // 8))
+                tl.store(_p209, tl.reshape(_j207, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p209 += zero
+            _j210 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0))
+            _j211 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0))
+            _j212 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0))
+            _j213 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0))
+            _j214 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0))
+            _j215 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0))
+            _j216 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0))
+            _j217 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0))
+            _j218 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0))
+            _j219 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0))
+            _j220 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0))
+            _j221 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0))
+            _j222 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0))
+            _j223 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0))
+            _j224 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0))
+            _j225 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j226 = tl.join(_j210, _j211)
+            _j227 = tl.join(_j212, _j213)
+            _j228 = tl.join(_j214, _j215)
+            _j229 = tl.join(_j216, _j217)
+            _j230 = tl.join(_j218, _j219)
+            _j231 = tl.join(_j220, _j221)
+            _j232 = tl.join(_j222, _j223)
+            _j233 = tl.join(_j224, _j225)
+            _j234 = tl.join(_j226, _j227)
+            _j235 = tl.join(_j228, _j229)
+            _j236 = tl.join(_j230, _j231)
+            _j237 = tl.join(_j232, _j233)
+            _j238 = tl.join(_j234, _j235)
+            _j239 = tl.join(_j236, _j237)
+            _j240 = tl.join(_j238, _j239)
+            _k241 = tl.arange(0, 32)[None, :] + 96
+            _p242 = J + row[:, None] * j_stride + _k241 + (_k241 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p259, tl.reshape(_j257, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p259 += zero
-            _zero260 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j261 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j262 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d175, K0))
-            _j263 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j264 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d179, K0))
-            _j265 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0))
-            _j266 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0))
-            _j267 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0))
-            _j268 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0))
-            _j269 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j270 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0))
-            _j271 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j272 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0))
-            _j273 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0))
-            _j274 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d172, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0))
-            _j275 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d163, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0))
-            _j276 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j277 = tl.join(_j261, _j262)
-            _j278 = tl.join(_j263, _j264)
-            _j279 = tl.join(_j265, _j266)
-            _j280 = tl.join(_j267, _j268)
-            _j281 = tl.join(_j269, _j270)
-            _j282 = tl.join(_j271, _j272)
-            _j283 = tl.join(_j273, _j274)
-            _j284 = tl.join(_j275, _j276)
-            _j285 = tl.join(_j277, _j278)
-            _j286 = tl.join(_j279, _j280)
-            _j287 = tl.join(_j281, _j282)
-            _j288 = tl.join(_j283, _j284)
-            _j289 = tl.join(_j285, _j286)
-            _j290 = tl.join(_j287, _j288)
-            _j291 = tl.join(_j289, _j290)
-            _k292 = tl.arange(0, 32)[None, :] + 128
-            _p293 = J + row[:, None] * j_stride + _k292 + (_k292 // 16) * (4 * (V // 8))
+                tl.store(_p242, tl.reshape(_j240, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p242 += zero
+            _j243 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
+            _j244 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d175, K0))
+            _j245 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
+            _j246 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d179, K0))
+            _j247 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0))
+            _j248 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0))
+            _j249 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0))
+            _j250 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0))
+            _j251 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
+            _j252 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0))
+            _j253 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
+            _j254 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0))
+            _j255 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0))
+            _j256 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d172, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0))
+            _j257 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d163, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0))
+            _j258 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j259 = tl.join(_j243, _j244)
+            _j260 = tl.join(_j245, _j246)
+            _j261 = tl.join(_j247, _j248)
+            _j262 = tl.join(_j249, _j250)
+            _j263 = tl.join(_j251, _j252)
+            _j264 = tl.join(_j253, _j254)
+            _j265 = tl.join(_j255, _j256)
+            _j266 = tl.join(_j257, _j258)
+            _j267 = tl.join(_j259, _j260)
+            _j268 = tl.join(_j261, _j262)
+            _j269 = tl.join(_j263, _j264)
+            _j270 = tl.join(_j265, _j266)
+            _j271 = tl.join(_j267, _j268)
+            _j272 = tl.join(_j269, _j270)
+            _j273 = tl.join(_j271, _j272)
+            _k274 = tl.arange(0, 32)[None, :] + 128
+            _p275 = J + row[:, None] * j_stride + _k274 + (_k274 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p293, tl.reshape(_j291, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p293 += zero
-            _zero294 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j295 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j296 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d187, K0))
-            _j297 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j298 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d191, K0))
-            _j299 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0))
-            _j300 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0))
-            _j301 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0))
-            _j302 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0))
-            _j303 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j304 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0))
-            _j305 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j306 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0))
-            _j307 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0))
-            _j308 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d184, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0))
-            _j309 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d165, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0))
-            _j310 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j311 = tl.join(_j295, _j296)
-            _j312 = tl.join(_j297, _j298)
-            _j313 = tl.join(_j299, _j300)
-            _j314 = tl.join(_j301, _j302)
-            _j315 = tl.join(_j303, _j304)
-            _j316 = tl.join(_j305, _j306)
-            _j317 = tl.join(_j307, _j308)
-            _j318 = tl.join(_j309, _j310)
-            _j319 = tl.join(_j311, _j312)
-            _j320 = tl.join(_j313, _j314)
-            _j321 = tl.join(_j315, _j316)
-            _j322 = tl.join(_j317, _j318)
-            _j323 = tl.join(_j319, _j320)
-            _j324 = tl.join(_j321, _j322)
-            _j325 = tl.join(_j323, _j324)
-            _k326 = tl.arange(0, 32)[None, :] + 160
-            _p327 = J + row[:, None] * j_stride + _k326 + (_k326 // 16) * (4 * (V // 8))
+                tl.store(_p275, tl.reshape(_j273, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p275 += zero
+            _j276 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
+            _j277 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d187, K0))
+            _j278 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
+            _j279 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d191, K0))
+            _j280 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0))
+            _j281 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0))
+            _j282 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0))
+            _j283 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0))
+            _j284 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
+            _j285 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0))
+            _j286 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
+            _j287 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0))
+            _j288 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0))
+            _j289 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d184, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0))
+            _j290 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d165, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0))
+            _j291 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j292 = tl.join(_j276, _j277)
+            _j293 = tl.join(_j278, _j279)
+            _j294 = tl.join(_j280, _j281)
+            _j295 = tl.join(_j282, _j283)
+            _j296 = tl.join(_j284, _j285)
+            _j297 = tl.join(_j286, _j287)
+            _j298 = tl.join(_j288, _j289)
+            _j299 = tl.join(_j290, _j291)
+            _j300 = tl.join(_j292, _j293)
+            _j301 = tl.join(_j294, _j295)
+            _j302 = tl.join(_j296, _j297)
+            _j303 = tl.join(_j298, _j299)
+            _j304 = tl.join(_j300, _j301)
+            _j305 = tl.join(_j302, _j303)
+            _j306 = tl.join(_j304, _j305)
+            _k307 = tl.arange(0, 32)[None, :] + 160
+            _p308 = J + row[:, None] * j_stride + _k307 + (_k307 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p327, tl.reshape(_j325, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p327 += zero
-            _zero328 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j329 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j330 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d199, K0))
-            _j331 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j332 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d203, K0))
-            _j333 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0))
-            _j334 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0))
-            _j335 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0))
-            _j336 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0))
-            _j337 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j338 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0))
-            _j339 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j340 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0))
-            _j341 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0))
-            _j342 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d196, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0))
-            _j343 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d167, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0))
-            _j344 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j345 = tl.join(_j329, _j330)
-            _j346 = tl.join(_j331, _j332)
-            _j347 = tl.join(_j333, _j334)
-            _j348 = tl.join(_j335, _j336)
-            _j349 = tl.join(_j337, _j338)
-            _j350 = tl.join(_j339, _j340)
-            _j351 = tl.join(_j341, _j342)
-            _j352 = tl.join(_j343, _j344)
-            _j353 = tl.join(_j345, _j346)
-            _j354 = tl.join(_j347, _j348)
-            _j355 = tl.join(_j349, _j350)
-            _j356 = tl.join(_j351, _j352)
-            _j357 = tl.join(_j353, _j354)
-            _j358 = tl.join(_j355, _j356)
-            _j359 = tl.join(_j357, _j358)
-            _k360 = tl.arange(0, 32)[None, :] + 192
-            _p361 = J + row[:, None] * j_stride + _k360 + (_k360 // 16) * (4 * (V // 8))
+                tl.store(_p308, tl.reshape(_j306, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p308 += zero
+            _j309 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
+            _j310 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d199, K0))
+            _j311 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
+            _j312 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d203, K0))
+            _j313 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0))
+            _j314 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0))
+            _j315 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0))
+            _j316 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0))
+            _j317 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
+            _j318 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0))
+            _j319 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
+            _j320 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0))
+            _j321 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0))
+            _j322 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d196, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0))
+            _j323 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d167, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0))
+            _j324 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
+            _j325 = tl.join(_j309, _j310)
+            _j326 = tl.join(_j311, _j312)
+            _j327 = tl.join(_j313, _j314)
+            _j328 = tl.join(_j315, _j316)
+            _j329 = tl.join(_j317, _j318)
+            _j330 = tl.join(_j319, _j320)
+            _j331 = tl.join(_j321, _j322)
+            _j332 = tl.join(_j323, _j324)
+            _j333 = tl.join(_j325, _j326)
+            _j334 = tl.join(_j327, _j328)
+            _j335 = tl.join(_j329, _j330)
+            _j336 = tl.join(_j331, _j332)
+            _j337 = tl.join(_j333, _j334)
+            _j338 = tl.join(_j335, _j336)
+            _j339 = tl.join(_j337, _j338)
+            _k340 = tl.arange(0, 32)[None, :] + 192
+            _p341 = J + row[:, None] * j_stride + _k340 + (_k340 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p361, tl.reshape(_j359, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p361 += zero
+                tl.store(_p341, tl.reshape(_j339, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p341 += zero
             if V & 8:
-                _zero362 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j363 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0))
-                _j364 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0))
-                _j365 = tl.join(_j363, _j364)
-                _k366 = tl.arange(0, 4)[None, :]
-                _p367 = J + row[:, None] * j_stride + (_k366 // 4) * 20 + 16 + _k366 % 4
+                _j342 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0))
+                _j343 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0))
+                _j344 = tl.join(_j342, _j343)
+                _k345 = tl.arange(0, 4)[None, :]
+                _p346 = J + row[:, None] * j_stride + (_k345 // 4) * 20 + 16 + _k345 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p367, tl.reshape(_j365, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p367 += zero
-                _zero368 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j369 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0))
-                _j370 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0))
-                _j371 = tl.join(_j369, _j370)
-                _k372 = tl.arange(0, 4)[None, :] + 4
-                _p373 = J + row[:, None] * j_stride + (_k372 // 4) * 20 + 16 + _k372 % 4
+                    tl.store(_p346, tl.reshape(_j344, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p346 += zero
+                _j347 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0))
+                _j348 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0))
+                _j349 = tl.join(_j347, _j348)
+                _k350 = tl.arange(0, 4)[None, :] + 4
+                _p351 = J + row[:, None] * j_stride + (_k350 // 4) * 20 + 16 + _k350 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p373, tl.reshape(_j371, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p373 += zero
-                _zero374 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j375 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0))
-                _j376 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0))
-                _j377 = tl.join(_j375, _j376)
-                _k378 = tl.arange(0, 4)[None, :] + 8
-                _p379 = J + row[:, None] * j_stride + (_k378 // 4) * 20 + 16 + _k378 % 4
+                    tl.store(_p351, tl.reshape(_j349, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p351 += zero
+                _j352 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0))
+                _j353 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0))
+                _j354 = tl.join(_j352, _j353)
+                _k355 = tl.arange(0, 4)[None, :] + 8
+                _p356 = J + row[:, None] * j_stride + (_k355 // 4) * 20 + 16 + _k355 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p379, tl.reshape(_j377, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p379 += zero
-                _zero380 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j381 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0))
-                _j382 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0))
-                _j383 = tl.join(_j381, _j382)
-                _k384 = tl.arange(0, 4)[None, :] + 12
-                _p385 = J + row[:, None] * j_stride + (_k384 // 4) * 20 + 16 + _k384 % 4
+                    tl.store(_p356, tl.reshape(_j354, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p356 += zero
+                _j357 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0))
+                _j358 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0))
+                _j359 = tl.join(_j357, _j358)
+                _k360 = tl.arange(0, 4)[None, :] + 12
+                _p361 = J + row[:, None] * j_stride + (_k360 // 4) * 20 + 16 + _k360 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p385, tl.reshape(_j383, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p385 += zero
-                _zero386 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j387 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0))
-                _j388 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0))
+                    tl.store(_p361, tl.reshape(_j359, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p361 += zero
+                _j362 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0))
+                _j363 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0))
+                _j364 = tl.join(_j362, _j363)
+                _k365 = tl.arange(0, 4)[None, :] + 16
+                _p366 = J + row[:, None] * j_stride + (_k365 // 4) * 20 + 16 + _k365 % 4
+                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                    tl.store(_p366, tl.reshape(_j364, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p366 += zero
+                _j367 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0))
+                _j368 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0))
+                _j369 = tl.join(_j367, _j368)
+                _k370 = tl.arange(0, 4)[None, :] + 20
+                _p371 = J + row[:, None] * j_stride + (_k370 // 4) * 20 + 16 + _k370 % 4
+                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                    tl.store(_p371, tl.reshape(_j369, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p371 += zero
+                _j372 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0))
+                _j373 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0))
+                _j374 = tl.join(_j372, _j373)
+                _k375 = tl.arange(0, 4)[None, :] + 24
+                _p376 = J + row[:, None] * j_stride + (_k375 // 4) * 20 + 16 + _k375 % 4
+                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                    tl.store(_p376, tl.reshape(_j374, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p376 += zero
+                _j377 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0))
+                _j378 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0))
+                _j379 = tl.join(_j377, _j378)
+                _k380 = tl.arange(0, 4)[None, :] + 28
+                _p381 = J + row[:, None] * j_stride + (_k380 // 4) * 20 + 16 + _k380 % 4
+                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                    tl.store(_p381, tl.reshape(_j379, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p381 += zero
+                _j382 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0))
+                _j383 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0))
+                _j384 = tl.join(_j382, _j383)
+                _k385 = tl.arange(0, 4)[None, :] + 32
+                _p386 = J + row[:, None] * j_stride + (_k385 // 4) * 20 + 16 + _k385 % 4
+                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
+                    tl.store(_p386, tl.reshape(_j384, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p386 += zero
+                _j387 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0))
+                _j388 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0))
                 _j389 = tl.join(_j387, _j388)
-                _k390 = tl.arange(0, 4)[None, :] + 16
+                _k390 = tl.arange(0, 4)[None, :] + 36
                 _p391 = J + row[:, None] * j_stride + (_k390 // 4) * 20 + 16 + _k390 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                     tl.store(_p391, tl.reshape(_j389, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p391 += zero
-                _zero392 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j393 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0))
-                _j394 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0))
-                _j395 = tl.join(_j393, _j394)
-                _k396 = tl.arange(0, 4)[None, :] + 20
-                _p397 = J + row[:, None] * j_stride + (_k396 // 4) * 20 + 16 + _k396 % 4
+                _j392 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0))
+                _j393 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0))
+                _j394 = tl.join(_j392, _j393)
+                _k395 = tl.arange(0, 4)[None, :] + 40
+                _p396 = J + row[:, None] * j_stride + (_k395 // 4) * 20 + 16 + _k395 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p397, tl.reshape(_j395, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p397 += zero
-                _zero398 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j399 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0))
-                _j400 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0))
-                _j401 = tl.join(_j399, _j400)
-                _k402 = tl.arange(0, 4)[None, :] + 24
-                _p403 = J + row[:, None] * j_stride + (_k402 // 4) * 20 + 16 + _k402 % 4
+                    tl.store(_p396, tl.reshape(_j394, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p396 += zero
+                _j397 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0))
+                _j398 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0))
+                _j399 = tl.join(_j397, _j398)
+                _k400 = tl.arange(0, 4)[None, :] + 44
+                _p401 = J + row[:, None] * j_stride + (_k400 // 4) * 20 + 16 + _k400 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p403, tl.reshape(_j401, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p403 += zero
-                _zero404 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j405 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0))
-                _j406 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0))
-                _j407 = tl.join(_j405, _j406)
-                _k408 = tl.arange(0, 4)[None, :] + 28
-                _p409 = J + row[:, None] * j_stride + (_k408 // 4) * 20 + 16 + _k408 % 4
+                    tl.store(_p401, tl.reshape(_j399, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p401 += zero
+                _j402 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0))
+                _j403 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0))
+                _j404 = tl.join(_j402, _j403)
+                _k405 = tl.arange(0, 4)[None, :] + 48
+                _p406 = J + row[:, None] * j_stride + (_k405 // 4) * 20 + 16 + _k405 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p409, tl.reshape(_j407, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p409 += zero
-                _zero410 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j411 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0))
-                _j412 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0))
-                _j413 = tl.join(_j411, _j412)
-                _k414 = tl.arange(0, 4)[None, :] + 32
-                _p415 = J + row[:, None] * j_stride + (_k414 // 4) * 20 + 16 + _k414 % 4
+                    tl.store(_p406, tl.reshape(_j404, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p406 += zero
+                _j407 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0))
+                _j408 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0))
+                _j409 = tl.join(_j407, _j408)
+                _k410 = tl.arange(0, 4)[None, :] + 52
+                _p411 = J + row[:, None] * j_stride + (_k410 // 4) * 20 + 16 + _k410 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p415, tl.reshape(_j413, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p415 += zero
-                _zero416 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j417 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0))
-                _j418 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0))
-                _j419 = tl.join(_j417, _j418)
-                _k420 = tl.arange(0, 4)[None, :] + 36
-                _p421 = J + row[:, None] * j_stride + (_k420 // 4) * 20 + 16 + _k420 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p421, tl.reshape(_j419, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p421 += zero
-                _zero422 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j423 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0))
-                _j424 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0))
-                _j425 = tl.join(_j423, _j424)
-                _k426 = tl.arange(0, 4)[None, :] + 40
-                _p427 = J + row[:, None] * j_stride + (_k426 // 4) * 20 + 16 + _k426 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p427, tl.reshape(_j425, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p427 += zero
-                _zero428 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j429 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0))
-                _j430 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0))
-                _j431 = tl.join(_j429, _j430)
-                _k432 = tl.arange(0, 4)[None, :] + 44
-                _p433 = J + row[:, None] * j_stride + (_k432 // 4) * 20 + 16 + _k432 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p433, tl.reshape(_j431, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p433 += zero
-                _zero434 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j435 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0))
-                _j436 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0))
-                _j437 = tl.join(_j435, _j436)
-                _k438 = tl.arange(0, 4)[None, :] + 48
-                _p439 = J + row[:, None] * j_stride + (_k438 // 4) * 20 + 16 + _k438 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p439, tl.reshape(_j437, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p439 += zero
-                _zero440 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j441 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0))
-                _j442 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0))
-                _j443 = tl.join(_j441, _j442)
-                _k444 = tl.arange(0, 4)[None, :] + 52
-                _p445 = J + row[:, None] * j_stride + (_k444 // 4) * 20 + 16 + _k444 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p445, tl.reshape(_j443, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p445 += zero
+                    tl.store(_p411, tl.reshape(_j409, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p411 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p446 = CV + row
+        _p412 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p446, (j2_linear_iso_return_map_converged & fin), mask=mask)
-            _p446 += zero
-        _p447 = IT + row
+            tl.store(_p412, (j2_linear_iso_return_map_converged & fin), mask=mask)
+            _p412 += zero
+        _p413 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p447, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p447 += zero
-        _p448 = RN + row
+            tl.store(_p413, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
+            _p413 += zero
+        _p414 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p448, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p448 += zero
+            tl.store(_p414, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p414 += zero
 else:
     _kernel = None
 

@@ -259,8 +259,10 @@ class _Rows:
         n = len(values)
         bits, W = _width(n)
         em = self.em
-        zero = self._tmp("zero")
-        em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
+        zero = None
+        if W > n:  # the padding of a row whose width is not a power of two
+            zero = self._tmp("zero")
+            em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
         leaves = values + [zero] * (W - n)
         level = [leaves[_bitrev(m, bits)] for m in range(W)]
         while len(level) > 1:
