@@ -397,6 +397,7 @@ class CompiledModel(torch.nn.Module):
         self.set_parameters(**param_overrides)
         if trainable:
             self.trainable(*trainable)
+        self._prepare_c()
 
     def _configure(self, dtype: torch.dtype, device: torch.device, backend: str) -> None:
         """Set dtype, device and backend (``__init__``, and ``.to()`` through :meth:`_apply`)."""
@@ -406,7 +407,7 @@ class CompiledModel(torch.nn.Module):
         self.device = device
         if backend not in ("auto", "torch", "triton", "c"):
             raise InputError(f"model {self.NAME}: backend must be 'auto', 'torch', 'triton' or 'c', got {backend!r}")
-        self._clib = None
+        self._clib = None  # the general C library, built on first use (see _prepare_c)
         self._baked_libs = {}  # (per parameter column: its baked value or None) -> CLibrary
         if backend == "auto":
             backend = "triton" if (self.device.type == "cuda" and self.kernel is not None) else "torch"
@@ -423,9 +424,6 @@ class CompiledModel(torch.nn.Module):
             if not self.c_source:
                 raise InputError(f"model {self.NAME}: this generated module has no C source (it predates "
                                  "the C backend): regenerate it with `modelc compile`")
-            from modelc.runtime.cbuild import load_library
-
-            self._clib = load_library(self.c_source, self.NAME, dtype)
         if backend == "triton":
             if self.kernel is None:
                 raise InputError(f"model {self.NAME}: backend='triton' needs the triton package, which is "
@@ -441,20 +439,54 @@ class CompiledModel(torch.nn.Module):
         self.backend = backend
 
     def _auto_c(self) -> str:
-        """'c' if the C library builds (or is cached) for this dtype, else 'torch' with a warning
-        (once per process and reason)."""
-        from modelc.runtime.cbuild import CBuildError, load_library
+        """'c' if a C compiler works here, else 'torch' with a warning (once per process and
+        reason); the library itself is built by :meth:`_prepare_c`, which falls back the same way."""
+        from modelc.runtime.cbuild import CBuildError, compiler
 
         try:
-            self._clib = load_library(self.c_source, self.NAME, self.dtype)
+            compiler()
             return "c"
         except CBuildError as exc:
-            reason = str(exc)
+            return self._c_unavailable(str(exc))
+
+    def _c_unavailable(self, reason: str) -> str:
         if reason not in _WARNED:
             _WARNED.add(reason)
             warnings.warn(f"modelc: the C backend is unavailable ({reason}); model {self.NAME} uses the "
-                          "slower generated PyTorch code on the CPU", RuntimeWarning, stacklevel=3)
+                          "slower generated PyTorch code on the CPU", RuntimeWarning, stacklevel=4)
         return "torch"
+
+    def _prepare_c(self) -> None:
+        """On the C backend, build (or load from the cache) the library that a call with the model's
+        own parameter values runs, when the model is made or moved, as the first call would: with
+        exponent specialization that is the specialized library, and the general one is built only
+        when a call needs it (a large model's C build takes seconds). An automatic backend falls
+        back to PyTorch, with a warning, when the library does not build."""
+        if self.backend != "c":
+            return
+        from modelc.runtime.cbuild import CBuildError
+
+        try:
+            try:
+                P, _ = self._param_tensor({}, torch.Size([1]))
+            except (InputError, RuntimeError):  # values per point given at construction
+                P = None
+            if P is None:
+                self._general_lib()
+            else:
+                self._c_library(P)
+        except CBuildError as exc:
+            if self._requested_backend != "auto":
+                raise
+            self.backend = self._c_unavailable(str(exc))
+
+    def _general_lib(self):
+        """The C library with no exponent specialized (built on first use, then cached)."""
+        if self._clib is None:
+            from modelc.runtime.cbuild import load_library
+
+            self._clib = load_library(self.c_source, self.NAME, self.dtype)
+        return self._clib
 
     # -- torch.nn.Module ------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):
@@ -468,6 +500,7 @@ class CompiledModel(torch.nn.Module):
         self._shared_P = self._shared_key = None
         if (probe.dtype, probe.device) != (self.dtype, self.device):
             self._configure(probe.dtype, probe.device, self._requested_backend)
+            self._prepare_c()
         return self
 
     def forward(self, inputs, derivatives=False, **kwargs) -> "Result":
@@ -669,7 +702,7 @@ class CompiledModel(torch.nn.Module):
 
     def _check_total(self) -> None:
         """An InputError when this generated module has no ``total`` variant (it predates it)."""
-        if "total" not in self.VARIANTS or (self.backend == "c" and "total" not in self._clib.entry):
+        if "total" not in self.VARIANTS or (self.backend == "c" and "void mc_total(" not in self.c_source):
             raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
                              "to parameters (it predates them): regenerate it with `modelc compile`")
 
@@ -872,7 +905,7 @@ class CompiledModel(torch.nn.Module):
         their powers become binary powering (:meth:`_specialized_columns`)."""
         auto = self._specialized_columns(P)
         if not self.c_baked and not auto:
-            return self._clib
+            return self._general_lib()
         cols = self._baked_columns()
         if P.shape[0] > 1 and cols:
             uniform = (P[:, cols] == P[:1, cols]).all(dim=0)
@@ -888,7 +921,7 @@ class CompiledModel(torch.nn.Module):
             from modelc.runtime.cbuild import load_library
 
             if not cols and len(self._baked_libs) >= MAX_SPECIALIZED:  # a sweep over many values
-                return self._clib
+                return self._general_lib()
             lib = self._baked_libs[baked] = load_library(self.c_source, self.NAME, self.dtype, baked=baked)
         return lib
 

@@ -93,7 +93,7 @@ def _poisoned_c(m, X, P, derivatives, threads=None, lib=None):
     J = torch.full((B, ny, nx), math.nan, dtype=m.dtype) if derivatives else None
     status = _status(B, m.dtype) if m.IMPLICIT else None
     sizes = [m.input_axis.type_of(n).size for n in m.input_axis.variable_names]
-    (lib or m._clib)(_split(X, sizes), P.contiguous(), Y, J, status, threads)
+    (lib or m._general_lib())(_split(X, sizes), P.contiguous(), Y, J, status, threads)
     ST = None if status is None else torch.stack([status[0].to(m.dtype), status[1].to(m.dtype), status[2]], 1)
     return Y, J, ST
 
@@ -471,6 +471,37 @@ def test_auto_falls_back_to_torch_without_a_compiler(library, monkeypatch, tmp_p
     if HAVE_CC:
         assert mod.Model().backend == "c"
         assert mod.Model(dtype=torch.float32).backend == "c"
+
+
+@needs_cc
+def test_construction_builds_the_library_its_values_call(library, monkeypatch):
+    """A model on the C backend builds, when it is made, the library a call with its own parameter
+    values runs, and only that one: perzyna_iso with n = 5 the specialized library (the general one
+    is built when a call needs it), with n = 5.5 the general one. A library that does not build
+    sends an automatic backend to PyTorch with a warning, and is an error for backend='c'."""
+    import modelc.runtime.model as rmodel
+    from modelc.errors import ModelcError
+
+    mod = library["perzyna_iso"]
+    m = mod.Model(backend="c")
+    assert m._clib is None and len(m._baked_libs) == 1
+    m5 = mod.Model(backend="c", n=5.5)
+    assert m5._clib is not None and not m5._baked_libs
+    X = _inputs(m, 12, seed=2)
+    inputs = {k: X[:, slice(*m.input_axis.span(k))].squeeze(-1) for k in m.input_axis.variable_names}
+    a, b = m(inputs, derivatives="tangent", n=5.5), m5(inputs, derivatives="tangent")
+    assert m._clib is not None and torch.equal(a.jacobian.tensor, b.jacobian.tensor)
+
+    def fail(*args, **kwargs):
+        raise cbuild.CBuildError("the C compiler failed (simulated)")
+
+    monkeypatch.setattr(cbuild, "load_library", fail)
+    monkeypatch.setattr(rmodel, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match="C backend is unavailable .*simulated"):
+        auto = mod.Model()
+    assert auto.backend == "torch" and bool(auto(inputs).status.converged.all())
+    with pytest.raises(ModelcError, match="simulated"):
+        mod.Model(backend="c")
 
 
 @needs_cc
