@@ -3321,6 +3321,18 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_powr_shift(P, a, e):
         zero = tl.zeros_like(a)
         z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
@@ -3332,6 +3344,41 @@ if triton is not None:
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _triton_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -6681,37 +6728,25 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5] (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0, state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4, state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2, state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged, chaboche2_return_map_iterations, chaboche2_return_map_residual_norm = _triton_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j141 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j142 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j143 = tl.join(_j141, _j142)
-        _p144 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p141 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p144, tl.reshape(_j143, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p144 += zero
+            tl.store(_p141, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p141 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j145 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0))
-        _j146 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0))
-        _j147 = tl.join(_j145, _j146)
-        _p148 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p142 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p148, tl.reshape(_j147, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p148 += zero
+            tl.store(_p142, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p142 += zero
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j149 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0))
-        _j150 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0))
-        _j151 = tl.join(_j149, _j150)
-        _p152 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p143 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p152, tl.reshape(_j151, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p152 += zero
+            tl.store(_p143, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p143 += zero
         # outputs 12 .. 15; NaN where Newton did not converge
-        _j153 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0))
-        _j154 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0))
-        _j155 = tl.join(_j153, _j154)
-        _p156 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
+        _p144 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p156, tl.reshape(_j155, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p156 += zero
+            tl.store(_p144, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p144 += zero
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -6727,13 +6762,10 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _j157 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0))
-        _j158 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0))
-        _j159 = tl.join(_j157, _j158)
-        _p160 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
+        _p145 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p160, tl.reshape(_j159, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p160 += zero
+            tl.store(_p145, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p145 += zero
         cse_13 = (cse_1 + cse_8)
         state_S_1 = (cse_12 * cse_13)
         cse_14 = (cse_2 + cse_8)
@@ -6743,22 +6775,18 @@ if triton is not None:
         cse_16 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_16)
         # outputs 20 .. 23; NaN where Newton did not converge
-        _j161 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0))
-        _j162 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0))
-        _j163 = tl.join(_j161, _j162)
-        _p164 = Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :]
+        _p146 = Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p164, tl.reshape(_j163, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p164 += zero
+            tl.store(_p146, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p146 += zero
         cse_17 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_17)
         # outputs 24 .. 24; NaN where Newton did not converge
-        _zero165 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j166 = tl.join(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero165)
-        _p167 = Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :]
+        _zero147 = tl.zeros([BLOCK], dtype=DTYPE)
+        _p148 = Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p167, tl.reshape(_j166, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
-            _p167 += zero
+            tl.store(_p148, _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero147, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+            _p148 += zero
         if V & 14:  # tangent, jacobian, total
             cse_28 = (K3 * cse_2)
             cse_43 = (K4 * cse_0)
@@ -10983,52 +11011,40 @@ if triton is not None:
             d117 = (-(cse_18 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_20 * d3))))
             d118 = (-(cse_18 * (d10 + d16)) + (p_E * cse_11 * cse_20 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j168 = tl.join(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0))
-            _j169 = tl.join(tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0))
-            _j170 = tl.join(_j168, _j169)
-            _p171 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p149 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p171, tl.reshape(_j170, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p171 += zero
+                tl.store(_p149, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p149 += zero
         if V & 14:  # tangent, jacobian, total
             d119 = (-(cse_18 * (d11 + d17)) + (p_E * cse_11 * cse_20 * d5))
             d120 = (-(cse_18 * (d12 + d18)) + (p_E * cse_11 * cse_20 * d6))
             d121 = (-(cse_18 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_20 * d7))))
             d122 = (-(cse_18 * (d2 + d14)) + (p_E * cse_11 * (cse_19 + (cse_20 * d8))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j172 = tl.join(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0))
-            _j173 = tl.join(tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0))
-            _j174 = tl.join(_j172, _j173)
-            _p175 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p150 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p175, tl.reshape(_j174, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p175 += zero
+                tl.store(_p150, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p150 += zero
         if V & 14:  # tangent, jacobian, total
             d123 = (-(cse_18 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_20 * d9))))
             d124 = (-(cse_18 * (d4 + d16)) + (p_E * cse_11 * cse_20 * d10))
             d125 = (-(cse_18 * (d5 + d17)) + (p_E * cse_11 * cse_20 * d11))
             d126 = (-(cse_18 * (d6 + d18)) + (p_E * cse_11 * cse_20 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j176 = tl.join(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0))
-            _j177 = tl.join(tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0))
-            _j178 = tl.join(_j176, _j177)
-            _p179 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p151 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p179, tl.reshape(_j178, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p179 += zero
+                tl.store(_p151, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p151 += zero
         if V & 14:  # tangent, jacobian, total
             d127 = (-(cse_18 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_20 * d13))))
             d128 = (-(cse_18 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_20 * d14))))
             d129 = (-(cse_18 * (d3 + d9)) + (p_E * cse_11 * (cse_19 + (cse_20 * d15))))
             d130 = (-(cse_18 * (d4 + d10)) + (p_E * cse_11 * cse_20 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j180 = tl.join(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0))
-            _j181 = tl.join(tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0))
-            _j182 = tl.join(_j180, _j181)
-            _p183 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p152 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p183, tl.reshape(_j182, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p183 += zero
+                tl.store(_p152, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p152 += zero
         if V & 14:  # tangent, jacobian, total
             d131 = (-(cse_18 * (d5 + d11)) + (p_E * cse_11 * cse_20 * d17))
             d132 = (-(cse_18 * (d6 + d12)) + (p_E * cse_11 * cse_20 * d18))
@@ -11036,65 +11052,50 @@ if triton is not None:
             d133 = (cse_21 * d19)
             d134 = (cse_21 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j184 = tl.join(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0))
-            _j185 = tl.join(tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0))
-            _j186 = tl.join(_j184, _j185)
-            _p187 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p153 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p187, tl.reshape(_j186, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p187 += zero
+                tl.store(_p153, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p153 += zero
         if V & 14:  # tangent, jacobian, total
             d135 = (cse_21 * d21)
             d136 = (cse_12 + (cse_21 * d22))
             d137 = (cse_21 * d23)
             d138 = (cse_21 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j188 = tl.join(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0))
-            _j189 = tl.join(tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0))
-            _j190 = tl.join(_j188, _j189)
-            _p191 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p154 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p191, tl.reshape(_j190, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p191 += zero
+                tl.store(_p154, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p154 += zero
         if V & 14:  # tangent, jacobian, total
             d139 = (cse_21 * d25)
             d140 = (cse_21 * d26)
             d141 = (cse_21 * d27)
             d142 = (cse_21 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j192 = tl.join(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0))
-            _j193 = tl.join(tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0))
-            _j194 = tl.join(_j192, _j193)
-            _p195 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p155 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p195, tl.reshape(_j194, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p195 += zero
+                tl.store(_p155, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p155 += zero
         if V & 14:  # tangent, jacobian, total
             d143 = (cse_12 + (cse_21 * d29))
             d144 = (cse_21 * d30)
             d145 = (cse_21 * d31)
             d146 = (cse_21 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j196 = tl.join(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0))
-            _j197 = tl.join(tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0))
-            _j198 = tl.join(_j196, _j197)
-            _p199 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p156 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p199, tl.reshape(_j198, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p199 += zero
+                tl.store(_p156, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p156 += zero
         if V & 14:  # tangent, jacobian, total
             d147 = (cse_21 * d33)
             d148 = (cse_21 * d34)
             d149 = (cse_21 * d35)
             d150 = (cse_12 + (cse_21 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j200 = tl.join(tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d149, K0))
-            _j201 = tl.join(tl.where((chaboche2_return_map_converged & fin), d148, K0), tl.where((chaboche2_return_map_converged & fin), d150, K0))
-            _j202 = tl.join(_j200, _j201)
-            _p203 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p157 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p203, tl.reshape(_j202, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p203 += zero
+                tl.store(_p157, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0), tl.where((chaboche2_return_map_converged & fin), d149, K0), tl.where((chaboche2_return_map_converged & fin), d150, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p157 += zero
         if V & 12:  # jacobian, total
             cse_436 = (cse_35 * cse_67)
             cse_470 = (cse_67 * cse_77)
@@ -15590,1110 +15591,447 @@ if triton is not None:
             d950 = (cse_21 * d741)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j204 = tl.join(tl.where((chaboche2_return_map_converged & fin), d1, K0), tl.where((chaboche2_return_map_converged & fin), d161, K0))
-            _j205 = tl.join(tl.where((chaboche2_return_map_converged & fin), d153, K0), tl.where((chaboche2_return_map_converged & fin), d169, K0))
-            _j206 = tl.join(tl.where((chaboche2_return_map_converged & fin), d5, K0), tl.where((chaboche2_return_map_converged & fin), d165, K0))
-            _j207 = tl.join(tl.where((chaboche2_return_map_converged & fin), d157, K0), tl.where((chaboche2_return_map_converged & fin), d8, K0))
-            _j208 = tl.join(tl.where((chaboche2_return_map_converged & fin), d3, K0), tl.where((chaboche2_return_map_converged & fin), d163, K0))
-            _j209 = tl.join(tl.where((chaboche2_return_map_converged & fin), d155, K0), tl.where((chaboche2_return_map_converged & fin), d171, K0))
-            _j210 = tl.join(tl.where((chaboche2_return_map_converged & fin), d151, K0), tl.where((chaboche2_return_map_converged & fin), d167, K0))
-            _j211 = tl.join(tl.where((chaboche2_return_map_converged & fin), d159, K0), tl.where((chaboche2_return_map_converged & fin), d10, K0))
-            _j212 = tl.join(tl.where((chaboche2_return_map_converged & fin), d2, K0), tl.where((chaboche2_return_map_converged & fin), d162, K0))
-            _j213 = tl.join(tl.where((chaboche2_return_map_converged & fin), d154, K0), tl.where((chaboche2_return_map_converged & fin), d170, K0))
-            _j214 = tl.join(tl.where((chaboche2_return_map_converged & fin), d6, K0), tl.where((chaboche2_return_map_converged & fin), d166, K0))
-            _j215 = tl.join(tl.where((chaboche2_return_map_converged & fin), d158, K0), tl.where((chaboche2_return_map_converged & fin), d9, K0))
-            _j216 = tl.join(tl.where((chaboche2_return_map_converged & fin), d4, K0), tl.where((chaboche2_return_map_converged & fin), d164, K0))
-            _j217 = tl.join(tl.where((chaboche2_return_map_converged & fin), d156, K0), tl.where((chaboche2_return_map_converged & fin), d7, K0))
-            _j218 = tl.join(tl.where((chaboche2_return_map_converged & fin), d152, K0), tl.where((chaboche2_return_map_converged & fin), d168, K0))
-            _j219 = tl.join(tl.where((chaboche2_return_map_converged & fin), d160, K0), tl.where((chaboche2_return_map_converged & fin), d11, K0))
-            _j220 = tl.join(_j204, _j205)
-            _j221 = tl.join(_j206, _j207)
-            _j222 = tl.join(_j208, _j209)
-            _j223 = tl.join(_j210, _j211)
-            _j224 = tl.join(_j212, _j213)
-            _j225 = tl.join(_j214, _j215)
-            _j226 = tl.join(_j216, _j217)
-            _j227 = tl.join(_j218, _j219)
-            _j228 = tl.join(_j220, _j221)
-            _j229 = tl.join(_j222, _j223)
-            _j230 = tl.join(_j224, _j225)
-            _j231 = tl.join(_j226, _j227)
-            _j232 = tl.join(_j228, _j229)
-            _j233 = tl.join(_j230, _j231)
-            _j234 = tl.join(_j232, _j233)
-            _k235 = tl.arange(0, 32)[None, :]
-            _p236 = J + row[:, None] * j_stride + _k235 + (_k235 // 27) * (11 * (V // 8))
+            _row158 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d1, K0), tl.where((chaboche2_return_map_converged & fin), d2, K0), tl.where((chaboche2_return_map_converged & fin), d3, K0), tl.where((chaboche2_return_map_converged & fin), d4, K0),
+                tl.where((chaboche2_return_map_converged & fin), d5, K0), tl.where((chaboche2_return_map_converged & fin), d6, K0), tl.where((chaboche2_return_map_converged & fin), d151, K0), tl.where((chaboche2_return_map_converged & fin), d152, K0),
+                tl.where((chaboche2_return_map_converged & fin), d153, K0), tl.where((chaboche2_return_map_converged & fin), d154, K0), tl.where((chaboche2_return_map_converged & fin), d155, K0), tl.where((chaboche2_return_map_converged & fin), d156, K0),
+                tl.where((chaboche2_return_map_converged & fin), d157, K0), tl.where((chaboche2_return_map_converged & fin), d158, K0), tl.where((chaboche2_return_map_converged & fin), d159, K0), tl.where((chaboche2_return_map_converged & fin), d160, K0),
+                tl.where((chaboche2_return_map_converged & fin), d161, K0), tl.where((chaboche2_return_map_converged & fin), d162, K0), tl.where((chaboche2_return_map_converged & fin), d163, K0), tl.where((chaboche2_return_map_converged & fin), d164, K0),
+                tl.where((chaboche2_return_map_converged & fin), d165, K0), tl.where((chaboche2_return_map_converged & fin), d166, K0), tl.where((chaboche2_return_map_converged & fin), d167, K0), tl.where((chaboche2_return_map_converged & fin), d168, K0),
+                tl.where((chaboche2_return_map_converged & fin), d169, K0), tl.where((chaboche2_return_map_converged & fin), d170, K0), tl.where((chaboche2_return_map_converged & fin), d171, K0), tl.where((chaboche2_return_map_converged & fin), d7, K0),
+                tl.where((chaboche2_return_map_converged & fin), d8, K0), tl.where((chaboche2_return_map_converged & fin), d9, K0), tl.where((chaboche2_return_map_converged & fin), d10, K0), tl.where((chaboche2_return_map_converged & fin), d11, K0), BLOCK)
+            _k159 = tl.arange(0, 32)[None, :]
+            _p160 = J + row[:, None] * j_stride + _k159 + (_k159 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p236, tl.reshape(_j234, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p236 += zero
-            _j237 = tl.join(tl.where((chaboche2_return_map_converged & fin), d12, K0), tl.where((chaboche2_return_map_converged & fin), d187, K0))
-            _j238 = tl.join(tl.where((chaboche2_return_map_converged & fin), d179, K0), tl.where((chaboche2_return_map_converged & fin), d15, K0))
-            _j239 = tl.join(tl.where((chaboche2_return_map_converged & fin), d175, K0), tl.where((chaboche2_return_map_converged & fin), d191, K0))
-            _j240 = tl.join(tl.where((chaboche2_return_map_converged & fin), d183, K0), tl.where((chaboche2_return_map_converged & fin), d193, K0))
-            _j241 = tl.join(tl.where((chaboche2_return_map_converged & fin), d173, K0), tl.where((chaboche2_return_map_converged & fin), d189, K0))
-            _j242 = tl.join(tl.where((chaboche2_return_map_converged & fin), d181, K0), tl.where((chaboche2_return_map_converged & fin), d17, K0))
-            _j243 = tl.join(tl.where((chaboche2_return_map_converged & fin), d177, K0), tl.where((chaboche2_return_map_converged & fin), d13, K0))
-            _j244 = tl.join(tl.where((chaboche2_return_map_converged & fin), d185, K0), tl.where((chaboche2_return_map_converged & fin), d195, K0))
-            _j245 = tl.join(tl.where((chaboche2_return_map_converged & fin), d172, K0), tl.where((chaboche2_return_map_converged & fin), d188, K0))
-            _j246 = tl.join(tl.where((chaboche2_return_map_converged & fin), d180, K0), tl.where((chaboche2_return_map_converged & fin), d16, K0))
-            _j247 = tl.join(tl.where((chaboche2_return_map_converged & fin), d176, K0), tl.where((chaboche2_return_map_converged & fin), d192, K0))
-            _j248 = tl.join(tl.where((chaboche2_return_map_converged & fin), d184, K0), tl.where((chaboche2_return_map_converged & fin), d194, K0))
-            _j249 = tl.join(tl.where((chaboche2_return_map_converged & fin), d174, K0), tl.where((chaboche2_return_map_converged & fin), d190, K0))
-            _j250 = tl.join(tl.where((chaboche2_return_map_converged & fin), d182, K0), tl.where((chaboche2_return_map_converged & fin), d18, K0))
-            _j251 = tl.join(tl.where((chaboche2_return_map_converged & fin), d178, K0), tl.where((chaboche2_return_map_converged & fin), d14, K0))
-            _j252 = tl.join(tl.where((chaboche2_return_map_converged & fin), d186, K0), tl.where((chaboche2_return_map_converged & fin), d196, K0))
-            _j253 = tl.join(_j237, _j238)
-            _j254 = tl.join(_j239, _j240)
-            _j255 = tl.join(_j241, _j242)
-            _j256 = tl.join(_j243, _j244)
-            _j257 = tl.join(_j245, _j246)
-            _j258 = tl.join(_j247, _j248)
-            _j259 = tl.join(_j249, _j250)
-            _j260 = tl.join(_j251, _j252)
-            _j261 = tl.join(_j253, _j254)
-            _j262 = tl.join(_j255, _j256)
-            _j263 = tl.join(_j257, _j258)
-            _j264 = tl.join(_j259, _j260)
-            _j265 = tl.join(_j261, _j262)
-            _j266 = tl.join(_j263, _j264)
-            _j267 = tl.join(_j265, _j266)
-            _k268 = tl.arange(0, 32)[None, :] + 32
-            _p269 = J + row[:, None] * j_stride + _k268 + (_k268 // 27) * (11 * (V // 8))
+                tl.store(_p160, _row158, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p160 += zero
+            _row161 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d12, K0), tl.where((chaboche2_return_map_converged & fin), d172, K0), tl.where((chaboche2_return_map_converged & fin), d173, K0), tl.where((chaboche2_return_map_converged & fin), d174, K0),
+                tl.where((chaboche2_return_map_converged & fin), d175, K0), tl.where((chaboche2_return_map_converged & fin), d176, K0), tl.where((chaboche2_return_map_converged & fin), d177, K0), tl.where((chaboche2_return_map_converged & fin), d178, K0),
+                tl.where((chaboche2_return_map_converged & fin), d179, K0), tl.where((chaboche2_return_map_converged & fin), d180, K0), tl.where((chaboche2_return_map_converged & fin), d181, K0), tl.where((chaboche2_return_map_converged & fin), d182, K0),
+                tl.where((chaboche2_return_map_converged & fin), d183, K0), tl.where((chaboche2_return_map_converged & fin), d184, K0), tl.where((chaboche2_return_map_converged & fin), d185, K0), tl.where((chaboche2_return_map_converged & fin), d186, K0),
+                tl.where((chaboche2_return_map_converged & fin), d187, K0), tl.where((chaboche2_return_map_converged & fin), d188, K0), tl.where((chaboche2_return_map_converged & fin), d189, K0), tl.where((chaboche2_return_map_converged & fin), d190, K0),
+                tl.where((chaboche2_return_map_converged & fin), d191, K0), tl.where((chaboche2_return_map_converged & fin), d192, K0), tl.where((chaboche2_return_map_converged & fin), d13, K0), tl.where((chaboche2_return_map_converged & fin), d14, K0),
+                tl.where((chaboche2_return_map_converged & fin), d15, K0), tl.where((chaboche2_return_map_converged & fin), d16, K0), tl.where((chaboche2_return_map_converged & fin), d17, K0), tl.where((chaboche2_return_map_converged & fin), d18, K0),
+                tl.where((chaboche2_return_map_converged & fin), d193, K0), tl.where((chaboche2_return_map_converged & fin), d194, K0), tl.where((chaboche2_return_map_converged & fin), d195, K0), tl.where((chaboche2_return_map_converged & fin), d196, K0), BLOCK)
+            _k162 = tl.arange(0, 32)[None, :] + 32
+            _p163 = J + row[:, None] * j_stride + _k162 + (_k162 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p269, tl.reshape(_j267, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p269 += zero
-            _j270 = tl.join(tl.where((chaboche2_return_map_converged & fin), d197, K0), tl.where((chaboche2_return_map_converged & fin), d213, K0))
-            _j271 = tl.join(tl.where((chaboche2_return_map_converged & fin), d205, K0), tl.where((chaboche2_return_map_converged & fin), d215, K0))
-            _j272 = tl.join(tl.where((chaboche2_return_map_converged & fin), d201, K0), tl.where((chaboche2_return_map_converged & fin), d22, K0))
-            _j273 = tl.join(tl.where((chaboche2_return_map_converged & fin), d209, K0), tl.where((chaboche2_return_map_converged & fin), d219, K0))
-            _j274 = tl.join(tl.where((chaboche2_return_map_converged & fin), d199, K0), tl.where((chaboche2_return_map_converged & fin), d20, K0))
-            _j275 = tl.join(tl.where((chaboche2_return_map_converged & fin), d207, K0), tl.where((chaboche2_return_map_converged & fin), d217, K0))
-            _j276 = tl.join(tl.where((chaboche2_return_map_converged & fin), d203, K0), tl.where((chaboche2_return_map_converged & fin), d24, K0))
-            _j277 = tl.join(tl.where((chaboche2_return_map_converged & fin), d211, K0), tl.where((chaboche2_return_map_converged & fin), d221, K0))
-            _j278 = tl.join(tl.where((chaboche2_return_map_converged & fin), d198, K0), tl.where((chaboche2_return_map_converged & fin), d19, K0))
-            _j279 = tl.join(tl.where((chaboche2_return_map_converged & fin), d206, K0), tl.where((chaboche2_return_map_converged & fin), d216, K0))
-            _j280 = tl.join(tl.where((chaboche2_return_map_converged & fin), d202, K0), tl.where((chaboche2_return_map_converged & fin), d23, K0))
-            _j281 = tl.join(tl.where((chaboche2_return_map_converged & fin), d210, K0), tl.where((chaboche2_return_map_converged & fin), d220, K0))
-            _j282 = tl.join(tl.where((chaboche2_return_map_converged & fin), d200, K0), tl.where((chaboche2_return_map_converged & fin), d21, K0))
-            _j283 = tl.join(tl.where((chaboche2_return_map_converged & fin), d208, K0), tl.where((chaboche2_return_map_converged & fin), d218, K0))
-            _j284 = tl.join(tl.where((chaboche2_return_map_converged & fin), d204, K0), tl.where((chaboche2_return_map_converged & fin), d214, K0))
-            _j285 = tl.join(tl.where((chaboche2_return_map_converged & fin), d212, K0), tl.where((chaboche2_return_map_converged & fin), d222, K0))
-            _j286 = tl.join(_j270, _j271)
-            _j287 = tl.join(_j272, _j273)
-            _j288 = tl.join(_j274, _j275)
-            _j289 = tl.join(_j276, _j277)
-            _j290 = tl.join(_j278, _j279)
-            _j291 = tl.join(_j280, _j281)
-            _j292 = tl.join(_j282, _j283)
-            _j293 = tl.join(_j284, _j285)
-            _j294 = tl.join(_j286, _j287)
-            _j295 = tl.join(_j288, _j289)
-            _j296 = tl.join(_j290, _j291)
-            _j297 = tl.join(_j292, _j293)
-            _j298 = tl.join(_j294, _j295)
-            _j299 = tl.join(_j296, _j297)
-            _j300 = tl.join(_j298, _j299)
-            _k301 = tl.arange(0, 32)[None, :] + 64
-            _p302 = J + row[:, None] * j_stride + _k301 + (_k301 // 27) * (11 * (V // 8))
+                tl.store(_p163, _row161, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p163 += zero
+            _row164 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d197, K0), tl.where((chaboche2_return_map_converged & fin), d198, K0), tl.where((chaboche2_return_map_converged & fin), d199, K0), tl.where((chaboche2_return_map_converged & fin), d200, K0),
+                tl.where((chaboche2_return_map_converged & fin), d201, K0), tl.where((chaboche2_return_map_converged & fin), d202, K0), tl.where((chaboche2_return_map_converged & fin), d203, K0), tl.where((chaboche2_return_map_converged & fin), d204, K0),
+                tl.where((chaboche2_return_map_converged & fin), d205, K0), tl.where((chaboche2_return_map_converged & fin), d206, K0), tl.where((chaboche2_return_map_converged & fin), d207, K0), tl.where((chaboche2_return_map_converged & fin), d208, K0),
+                tl.where((chaboche2_return_map_converged & fin), d209, K0), tl.where((chaboche2_return_map_converged & fin), d210, K0), tl.where((chaboche2_return_map_converged & fin), d211, K0), tl.where((chaboche2_return_map_converged & fin), d212, K0),
+                tl.where((chaboche2_return_map_converged & fin), d213, K0), tl.where((chaboche2_return_map_converged & fin), d19, K0), tl.where((chaboche2_return_map_converged & fin), d20, K0), tl.where((chaboche2_return_map_converged & fin), d21, K0),
+                tl.where((chaboche2_return_map_converged & fin), d22, K0), tl.where((chaboche2_return_map_converged & fin), d23, K0), tl.where((chaboche2_return_map_converged & fin), d24, K0), tl.where((chaboche2_return_map_converged & fin), d214, K0),
+                tl.where((chaboche2_return_map_converged & fin), d215, K0), tl.where((chaboche2_return_map_converged & fin), d216, K0), tl.where((chaboche2_return_map_converged & fin), d217, K0), tl.where((chaboche2_return_map_converged & fin), d218, K0),
+                tl.where((chaboche2_return_map_converged & fin), d219, K0), tl.where((chaboche2_return_map_converged & fin), d220, K0), tl.where((chaboche2_return_map_converged & fin), d221, K0), tl.where((chaboche2_return_map_converged & fin), d222, K0), BLOCK)
+            _k165 = tl.arange(0, 32)[None, :] + 64
+            _p166 = J + row[:, None] * j_stride + _k165 + (_k165 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p302, tl.reshape(_j300, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p302 += zero
-            _j303 = tl.join(tl.where((chaboche2_return_map_converged & fin), d223, K0), tl.where((chaboche2_return_map_converged & fin), d29, K0))
-            _j304 = tl.join(tl.where((chaboche2_return_map_converged & fin), d231, K0), tl.where((chaboche2_return_map_converged & fin), d241, K0))
-            _j305 = tl.join(tl.where((chaboche2_return_map_converged & fin), d227, K0), tl.where((chaboche2_return_map_converged & fin), d237, K0))
-            _j306 = tl.join(tl.where((chaboche2_return_map_converged & fin), d25, K0), tl.where((chaboche2_return_map_converged & fin), d245, K0))
-            _j307 = tl.join(tl.where((chaboche2_return_map_converged & fin), d225, K0), tl.where((chaboche2_return_map_converged & fin), d235, K0))
-            _j308 = tl.join(tl.where((chaboche2_return_map_converged & fin), d233, K0), tl.where((chaboche2_return_map_converged & fin), d243, K0))
-            _j309 = tl.join(tl.where((chaboche2_return_map_converged & fin), d229, K0), tl.where((chaboche2_return_map_converged & fin), d239, K0))
-            _j310 = tl.join(tl.where((chaboche2_return_map_converged & fin), d27, K0), tl.where((chaboche2_return_map_converged & fin), d247, K0))
-            _j311 = tl.join(tl.where((chaboche2_return_map_converged & fin), d224, K0), tl.where((chaboche2_return_map_converged & fin), d30, K0))
-            _j312 = tl.join(tl.where((chaboche2_return_map_converged & fin), d232, K0), tl.where((chaboche2_return_map_converged & fin), d242, K0))
-            _j313 = tl.join(tl.where((chaboche2_return_map_converged & fin), d228, K0), tl.where((chaboche2_return_map_converged & fin), d238, K0))
-            _j314 = tl.join(tl.where((chaboche2_return_map_converged & fin), d26, K0), tl.where((chaboche2_return_map_converged & fin), d246, K0))
-            _j315 = tl.join(tl.where((chaboche2_return_map_converged & fin), d226, K0), tl.where((chaboche2_return_map_converged & fin), d236, K0))
-            _j316 = tl.join(tl.where((chaboche2_return_map_converged & fin), d234, K0), tl.where((chaboche2_return_map_converged & fin), d244, K0))
-            _j317 = tl.join(tl.where((chaboche2_return_map_converged & fin), d230, K0), tl.where((chaboche2_return_map_converged & fin), d240, K0))
-            _j318 = tl.join(tl.where((chaboche2_return_map_converged & fin), d28, K0), tl.where((chaboche2_return_map_converged & fin), d248, K0))
-            _j319 = tl.join(_j303, _j304)
-            _j320 = tl.join(_j305, _j306)
-            _j321 = tl.join(_j307, _j308)
-            _j322 = tl.join(_j309, _j310)
-            _j323 = tl.join(_j311, _j312)
-            _j324 = tl.join(_j313, _j314)
-            _j325 = tl.join(_j315, _j316)
-            _j326 = tl.join(_j317, _j318)
-            _j327 = tl.join(_j319, _j320)
-            _j328 = tl.join(_j321, _j322)
-            _j329 = tl.join(_j323, _j324)
-            _j330 = tl.join(_j325, _j326)
-            _j331 = tl.join(_j327, _j328)
-            _j332 = tl.join(_j329, _j330)
-            _j333 = tl.join(_j331, _j332)
-            _k334 = tl.arange(0, 32)[None, :] + 96
-            _p335 = J + row[:, None] * j_stride + _k334 + (_k334 // 27) * (11 * (V // 8))
+                tl.store(_p166, _row164, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p166 += zero
+            _row167 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d223, K0), tl.where((chaboche2_return_map_converged & fin), d224, K0), tl.where((chaboche2_return_map_converged & fin), d225, K0), tl.where((chaboche2_return_map_converged & fin), d226, K0),
+                tl.where((chaboche2_return_map_converged & fin), d227, K0), tl.where((chaboche2_return_map_converged & fin), d228, K0), tl.where((chaboche2_return_map_converged & fin), d229, K0), tl.where((chaboche2_return_map_converged & fin), d230, K0),
+                tl.where((chaboche2_return_map_converged & fin), d231, K0), tl.where((chaboche2_return_map_converged & fin), d232, K0), tl.where((chaboche2_return_map_converged & fin), d233, K0), tl.where((chaboche2_return_map_converged & fin), d234, K0),
+                tl.where((chaboche2_return_map_converged & fin), d25, K0), tl.where((chaboche2_return_map_converged & fin), d26, K0), tl.where((chaboche2_return_map_converged & fin), d27, K0), tl.where((chaboche2_return_map_converged & fin), d28, K0),
+                tl.where((chaboche2_return_map_converged & fin), d29, K0), tl.where((chaboche2_return_map_converged & fin), d30, K0), tl.where((chaboche2_return_map_converged & fin), d235, K0), tl.where((chaboche2_return_map_converged & fin), d236, K0),
+                tl.where((chaboche2_return_map_converged & fin), d237, K0), tl.where((chaboche2_return_map_converged & fin), d238, K0), tl.where((chaboche2_return_map_converged & fin), d239, K0), tl.where((chaboche2_return_map_converged & fin), d240, K0),
+                tl.where((chaboche2_return_map_converged & fin), d241, K0), tl.where((chaboche2_return_map_converged & fin), d242, K0), tl.where((chaboche2_return_map_converged & fin), d243, K0), tl.where((chaboche2_return_map_converged & fin), d244, K0),
+                tl.where((chaboche2_return_map_converged & fin), d245, K0), tl.where((chaboche2_return_map_converged & fin), d246, K0), tl.where((chaboche2_return_map_converged & fin), d247, K0), tl.where((chaboche2_return_map_converged & fin), d248, K0), BLOCK)
+            _k168 = tl.arange(0, 32)[None, :] + 96
+            _p169 = J + row[:, None] * j_stride + _k168 + (_k168 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p335, tl.reshape(_j333, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p335 += zero
-            _j336 = tl.join(tl.where((chaboche2_return_map_converged & fin), d249, K0), tl.where((chaboche2_return_map_converged & fin), d259, K0))
-            _j337 = tl.join(tl.where((chaboche2_return_map_converged & fin), d32, K0), tl.where((chaboche2_return_map_converged & fin), d267, K0))
-            _j338 = tl.join(tl.where((chaboche2_return_map_converged & fin), d253, K0), tl.where((chaboche2_return_map_converged & fin), d263, K0))
-            _j339 = tl.join(tl.where((chaboche2_return_map_converged & fin), d36, K0), tl.where((chaboche2_return_map_converged & fin), d271, K0))
-            _j340 = tl.join(tl.where((chaboche2_return_map_converged & fin), d251, K0), tl.where((chaboche2_return_map_converged & fin), d261, K0))
-            _j341 = tl.join(tl.where((chaboche2_return_map_converged & fin), d34, K0), tl.where((chaboche2_return_map_converged & fin), d269, K0))
-            _j342 = tl.join(tl.where((chaboche2_return_map_converged & fin), d255, K0), tl.where((chaboche2_return_map_converged & fin), d265, K0))
-            _j343 = tl.join(tl.where((chaboche2_return_map_converged & fin), d257, K0), tl.where((chaboche2_return_map_converged & fin), d273, K0))
-            _j344 = tl.join(tl.where((chaboche2_return_map_converged & fin), d250, K0), tl.where((chaboche2_return_map_converged & fin), d260, K0))
-            _j345 = tl.join(tl.where((chaboche2_return_map_converged & fin), d33, K0), tl.where((chaboche2_return_map_converged & fin), d268, K0))
-            _j346 = tl.join(tl.where((chaboche2_return_map_converged & fin), d254, K0), tl.where((chaboche2_return_map_converged & fin), d264, K0))
-            _j347 = tl.join(tl.where((chaboche2_return_map_converged & fin), d256, K0), tl.where((chaboche2_return_map_converged & fin), d272, K0))
-            _j348 = tl.join(tl.where((chaboche2_return_map_converged & fin), d252, K0), tl.where((chaboche2_return_map_converged & fin), d262, K0))
-            _j349 = tl.join(tl.where((chaboche2_return_map_converged & fin), d35, K0), tl.where((chaboche2_return_map_converged & fin), d270, K0))
-            _j350 = tl.join(tl.where((chaboche2_return_map_converged & fin), d31, K0), tl.where((chaboche2_return_map_converged & fin), d266, K0))
-            _j351 = tl.join(tl.where((chaboche2_return_map_converged & fin), d258, K0), tl.where((chaboche2_return_map_converged & fin), d274, K0))
-            _j352 = tl.join(_j336, _j337)
-            _j353 = tl.join(_j338, _j339)
-            _j354 = tl.join(_j340, _j341)
-            _j355 = tl.join(_j342, _j343)
-            _j356 = tl.join(_j344, _j345)
-            _j357 = tl.join(_j346, _j347)
-            _j358 = tl.join(_j348, _j349)
-            _j359 = tl.join(_j350, _j351)
-            _j360 = tl.join(_j352, _j353)
-            _j361 = tl.join(_j354, _j355)
-            _j362 = tl.join(_j356, _j357)
-            _j363 = tl.join(_j358, _j359)
-            _j364 = tl.join(_j360, _j361)
-            _j365 = tl.join(_j362, _j363)
-            _j366 = tl.join(_j364, _j365)
-            _k367 = tl.arange(0, 32)[None, :] + 128
-            _p368 = J + row[:, None] * j_stride + _k367 + (_k367 // 27) * (11 * (V // 8))
+                tl.store(_p169, _row167, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p169 += zero
+            _row170 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d249, K0), tl.where((chaboche2_return_map_converged & fin), d250, K0), tl.where((chaboche2_return_map_converged & fin), d251, K0), tl.where((chaboche2_return_map_converged & fin), d252, K0),
+                tl.where((chaboche2_return_map_converged & fin), d253, K0), tl.where((chaboche2_return_map_converged & fin), d254, K0), tl.where((chaboche2_return_map_converged & fin), d255, K0), tl.where((chaboche2_return_map_converged & fin), d31, K0),
+                tl.where((chaboche2_return_map_converged & fin), d32, K0), tl.where((chaboche2_return_map_converged & fin), d33, K0), tl.where((chaboche2_return_map_converged & fin), d34, K0), tl.where((chaboche2_return_map_converged & fin), d35, K0),
+                tl.where((chaboche2_return_map_converged & fin), d36, K0), tl.where((chaboche2_return_map_converged & fin), d256, K0), tl.where((chaboche2_return_map_converged & fin), d257, K0), tl.where((chaboche2_return_map_converged & fin), d258, K0),
+                tl.where((chaboche2_return_map_converged & fin), d259, K0), tl.where((chaboche2_return_map_converged & fin), d260, K0), tl.where((chaboche2_return_map_converged & fin), d261, K0), tl.where((chaboche2_return_map_converged & fin), d262, K0),
+                tl.where((chaboche2_return_map_converged & fin), d263, K0), tl.where((chaboche2_return_map_converged & fin), d264, K0), tl.where((chaboche2_return_map_converged & fin), d265, K0), tl.where((chaboche2_return_map_converged & fin), d266, K0),
+                tl.where((chaboche2_return_map_converged & fin), d267, K0), tl.where((chaboche2_return_map_converged & fin), d268, K0), tl.where((chaboche2_return_map_converged & fin), d269, K0), tl.where((chaboche2_return_map_converged & fin), d270, K0),
+                tl.where((chaboche2_return_map_converged & fin), d271, K0), tl.where((chaboche2_return_map_converged & fin), d272, K0), tl.where((chaboche2_return_map_converged & fin), d273, K0), tl.where((chaboche2_return_map_converged & fin), d274, K0), BLOCK)
+            _k171 = tl.arange(0, 32)[None, :] + 128
+            _p172 = J + row[:, None] * j_stride + _k171 + (_k171 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p368, tl.reshape(_j366, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p368 += zero
-            _j369 = tl.join(tl.where((chaboche2_return_map_converged & fin), d275, K0), tl.where((chaboche2_return_map_converged & fin), d285, K0))
-            _j370 = tl.join(tl.where((chaboche2_return_map_converged & fin), d277, K0), tl.where((chaboche2_return_map_converged & fin), d293, K0))
-            _j371 = tl.join(tl.where((chaboche2_return_map_converged & fin), d39, K0), tl.where((chaboche2_return_map_converged & fin), d289, K0))
-            _j372 = tl.join(tl.where((chaboche2_return_map_converged & fin), d281, K0), tl.where((chaboche2_return_map_converged & fin), d297, K0))
-            _j373 = tl.join(tl.where((chaboche2_return_map_converged & fin), d37, K0), tl.where((chaboche2_return_map_converged & fin), d287, K0))
-            _j374 = tl.join(tl.where((chaboche2_return_map_converged & fin), d279, K0), tl.where((chaboche2_return_map_converged & fin), d295, K0))
-            _j375 = tl.join(tl.where((chaboche2_return_map_converged & fin), d41, K0), tl.where((chaboche2_return_map_converged & fin), d291, K0))
-            _j376 = tl.join(tl.where((chaboche2_return_map_converged & fin), d283, K0), tl.where((chaboche2_return_map_converged & fin), d44, K0))
-            _j377 = tl.join(tl.where((chaboche2_return_map_converged & fin), d276, K0), tl.where((chaboche2_return_map_converged & fin), d286, K0))
-            _j378 = tl.join(tl.where((chaboche2_return_map_converged & fin), d278, K0), tl.where((chaboche2_return_map_converged & fin), d294, K0))
-            _j379 = tl.join(tl.where((chaboche2_return_map_converged & fin), d40, K0), tl.where((chaboche2_return_map_converged & fin), d290, K0))
-            _j380 = tl.join(tl.where((chaboche2_return_map_converged & fin), d282, K0), tl.where((chaboche2_return_map_converged & fin), d43, K0))
-            _j381 = tl.join(tl.where((chaboche2_return_map_converged & fin), d38, K0), tl.where((chaboche2_return_map_converged & fin), d288, K0))
-            _j382 = tl.join(tl.where((chaboche2_return_map_converged & fin), d280, K0), tl.where((chaboche2_return_map_converged & fin), d296, K0))
-            _j383 = tl.join(tl.where((chaboche2_return_map_converged & fin), d42, K0), tl.where((chaboche2_return_map_converged & fin), d292, K0))
-            _j384 = tl.join(tl.where((chaboche2_return_map_converged & fin), d284, K0), tl.where((chaboche2_return_map_converged & fin), d45, K0))
-            _j385 = tl.join(_j369, _j370)
-            _j386 = tl.join(_j371, _j372)
-            _j387 = tl.join(_j373, _j374)
-            _j388 = tl.join(_j375, _j376)
-            _j389 = tl.join(_j377, _j378)
-            _j390 = tl.join(_j379, _j380)
-            _j391 = tl.join(_j381, _j382)
-            _j392 = tl.join(_j383, _j384)
-            _j393 = tl.join(_j385, _j386)
-            _j394 = tl.join(_j387, _j388)
-            _j395 = tl.join(_j389, _j390)
-            _j396 = tl.join(_j391, _j392)
-            _j397 = tl.join(_j393, _j394)
-            _j398 = tl.join(_j395, _j396)
-            _j399 = tl.join(_j397, _j398)
-            _k400 = tl.arange(0, 32)[None, :] + 160
-            _p401 = J + row[:, None] * j_stride + _k400 + (_k400 // 27) * (11 * (V // 8))
+                tl.store(_p172, _row170, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p172 += zero
+            _row173 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d275, K0), tl.where((chaboche2_return_map_converged & fin), d276, K0), tl.where((chaboche2_return_map_converged & fin), d37, K0), tl.where((chaboche2_return_map_converged & fin), d38, K0),
+                tl.where((chaboche2_return_map_converged & fin), d39, K0), tl.where((chaboche2_return_map_converged & fin), d40, K0), tl.where((chaboche2_return_map_converged & fin), d41, K0), tl.where((chaboche2_return_map_converged & fin), d42, K0),
+                tl.where((chaboche2_return_map_converged & fin), d277, K0), tl.where((chaboche2_return_map_converged & fin), d278, K0), tl.where((chaboche2_return_map_converged & fin), d279, K0), tl.where((chaboche2_return_map_converged & fin), d280, K0),
+                tl.where((chaboche2_return_map_converged & fin), d281, K0), tl.where((chaboche2_return_map_converged & fin), d282, K0), tl.where((chaboche2_return_map_converged & fin), d283, K0), tl.where((chaboche2_return_map_converged & fin), d284, K0),
+                tl.where((chaboche2_return_map_converged & fin), d285, K0), tl.where((chaboche2_return_map_converged & fin), d286, K0), tl.where((chaboche2_return_map_converged & fin), d287, K0), tl.where((chaboche2_return_map_converged & fin), d288, K0),
+                tl.where((chaboche2_return_map_converged & fin), d289, K0), tl.where((chaboche2_return_map_converged & fin), d290, K0), tl.where((chaboche2_return_map_converged & fin), d291, K0), tl.where((chaboche2_return_map_converged & fin), d292, K0),
+                tl.where((chaboche2_return_map_converged & fin), d293, K0), tl.where((chaboche2_return_map_converged & fin), d294, K0), tl.where((chaboche2_return_map_converged & fin), d295, K0), tl.where((chaboche2_return_map_converged & fin), d296, K0),
+                tl.where((chaboche2_return_map_converged & fin), d297, K0), tl.where((chaboche2_return_map_converged & fin), d43, K0), tl.where((chaboche2_return_map_converged & fin), d44, K0), tl.where((chaboche2_return_map_converged & fin), d45, K0), BLOCK)
+            _k174 = tl.arange(0, 32)[None, :] + 160
+            _p175 = J + row[:, None] * j_stride + _k174 + (_k174 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p401, tl.reshape(_j399, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p401 += zero
-            _j402 = tl.join(tl.where((chaboche2_return_map_converged & fin), d46, K0), tl.where((chaboche2_return_map_converged & fin), d311, K0))
-            _j403 = tl.join(tl.where((chaboche2_return_map_converged & fin), d303, K0), tl.where((chaboche2_return_map_converged & fin), d49, K0))
-            _j404 = tl.join(tl.where((chaboche2_return_map_converged & fin), d299, K0), tl.where((chaboche2_return_map_converged & fin), d315, K0))
-            _j405 = tl.join(tl.where((chaboche2_return_map_converged & fin), d307, K0), tl.where((chaboche2_return_map_converged & fin), d53, K0))
-            _j406 = tl.join(tl.where((chaboche2_return_map_converged & fin), d48, K0), tl.where((chaboche2_return_map_converged & fin), d313, K0))
-            _j407 = tl.join(tl.where((chaboche2_return_map_converged & fin), d305, K0), tl.where((chaboche2_return_map_converged & fin), d51, K0))
-            _j408 = tl.join(tl.where((chaboche2_return_map_converged & fin), d301, K0), tl.where((chaboche2_return_map_converged & fin), d317, K0))
-            _j409 = tl.join(tl.where((chaboche2_return_map_converged & fin), d309, K0), tl.where((chaboche2_return_map_converged & fin), d319, K0))
-            _j410 = tl.join(tl.where((chaboche2_return_map_converged & fin), d47, K0), tl.where((chaboche2_return_map_converged & fin), d312, K0))
-            _j411 = tl.join(tl.where((chaboche2_return_map_converged & fin), d304, K0), tl.where((chaboche2_return_map_converged & fin), d50, K0))
-            _j412 = tl.join(tl.where((chaboche2_return_map_converged & fin), d300, K0), tl.where((chaboche2_return_map_converged & fin), d316, K0))
-            _j413 = tl.join(tl.where((chaboche2_return_map_converged & fin), d308, K0), tl.where((chaboche2_return_map_converged & fin), d54, K0))
-            _j414 = tl.join(tl.where((chaboche2_return_map_converged & fin), d298, K0), tl.where((chaboche2_return_map_converged & fin), d314, K0))
-            _j415 = tl.join(tl.where((chaboche2_return_map_converged & fin), d306, K0), tl.where((chaboche2_return_map_converged & fin), d52, K0))
-            _j416 = tl.join(tl.where((chaboche2_return_map_converged & fin), d302, K0), tl.where((chaboche2_return_map_converged & fin), d318, K0))
-            _j417 = tl.join(tl.where((chaboche2_return_map_converged & fin), d310, K0), tl.where((chaboche2_return_map_converged & fin), d320, K0))
-            _j418 = tl.join(_j402, _j403)
-            _j419 = tl.join(_j404, _j405)
-            _j420 = tl.join(_j406, _j407)
-            _j421 = tl.join(_j408, _j409)
-            _j422 = tl.join(_j410, _j411)
-            _j423 = tl.join(_j412, _j413)
-            _j424 = tl.join(_j414, _j415)
-            _j425 = tl.join(_j416, _j417)
-            _j426 = tl.join(_j418, _j419)
-            _j427 = tl.join(_j420, _j421)
-            _j428 = tl.join(_j422, _j423)
-            _j429 = tl.join(_j424, _j425)
-            _j430 = tl.join(_j426, _j427)
-            _j431 = tl.join(_j428, _j429)
-            _j432 = tl.join(_j430, _j431)
-            _k433 = tl.arange(0, 32)[None, :] + 192
-            _p434 = J + row[:, None] * j_stride + _k433 + (_k433 // 27) * (11 * (V // 8))
+                tl.store(_p175, _row173, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p175 += zero
+            _row176 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d46, K0), tl.where((chaboche2_return_map_converged & fin), d47, K0), tl.where((chaboche2_return_map_converged & fin), d48, K0), tl.where((chaboche2_return_map_converged & fin), d298, K0),
+                tl.where((chaboche2_return_map_converged & fin), d299, K0), tl.where((chaboche2_return_map_converged & fin), d300, K0), tl.where((chaboche2_return_map_converged & fin), d301, K0), tl.where((chaboche2_return_map_converged & fin), d302, K0),
+                tl.where((chaboche2_return_map_converged & fin), d303, K0), tl.where((chaboche2_return_map_converged & fin), d304, K0), tl.where((chaboche2_return_map_converged & fin), d305, K0), tl.where((chaboche2_return_map_converged & fin), d306, K0),
+                tl.where((chaboche2_return_map_converged & fin), d307, K0), tl.where((chaboche2_return_map_converged & fin), d308, K0), tl.where((chaboche2_return_map_converged & fin), d309, K0), tl.where((chaboche2_return_map_converged & fin), d310, K0),
+                tl.where((chaboche2_return_map_converged & fin), d311, K0), tl.where((chaboche2_return_map_converged & fin), d312, K0), tl.where((chaboche2_return_map_converged & fin), d313, K0), tl.where((chaboche2_return_map_converged & fin), d314, K0),
+                tl.where((chaboche2_return_map_converged & fin), d315, K0), tl.where((chaboche2_return_map_converged & fin), d316, K0), tl.where((chaboche2_return_map_converged & fin), d317, K0), tl.where((chaboche2_return_map_converged & fin), d318, K0),
+                tl.where((chaboche2_return_map_converged & fin), d49, K0), tl.where((chaboche2_return_map_converged & fin), d50, K0), tl.where((chaboche2_return_map_converged & fin), d51, K0), tl.where((chaboche2_return_map_converged & fin), d52, K0),
+                tl.where((chaboche2_return_map_converged & fin), d53, K0), tl.where((chaboche2_return_map_converged & fin), d54, K0), tl.where((chaboche2_return_map_converged & fin), d319, K0), tl.where((chaboche2_return_map_converged & fin), d320, K0), BLOCK)
+            _k177 = tl.arange(0, 32)[None, :] + 192
+            _p178 = J + row[:, None] * j_stride + _k177 + (_k177 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p434, tl.reshape(_j432, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p434 += zero
-            _j435 = tl.join(tl.where((chaboche2_return_map_converged & fin), d321, K0), tl.where((chaboche2_return_map_converged & fin), d337, K0))
-            _j436 = tl.join(tl.where((chaboche2_return_map_converged & fin), d329, K0), tl.where((chaboche2_return_map_converged & fin), d60, K0))
-            _j437 = tl.join(tl.where((chaboche2_return_map_converged & fin), d325, K0), tl.where((chaboche2_return_map_converged & fin), d56, K0))
-            _j438 = tl.join(tl.where((chaboche2_return_map_converged & fin), d333, K0), tl.where((chaboche2_return_map_converged & fin), d343, K0))
-            _j439 = tl.join(tl.where((chaboche2_return_map_converged & fin), d323, K0), tl.where((chaboche2_return_map_converged & fin), d339, K0))
-            _j440 = tl.join(tl.where((chaboche2_return_map_converged & fin), d331, K0), tl.where((chaboche2_return_map_converged & fin), d341, K0))
-            _j441 = tl.join(tl.where((chaboche2_return_map_converged & fin), d327, K0), tl.where((chaboche2_return_map_converged & fin), d58, K0))
-            _j442 = tl.join(tl.where((chaboche2_return_map_converged & fin), d335, K0), tl.where((chaboche2_return_map_converged & fin), d345, K0))
-            _j443 = tl.join(tl.where((chaboche2_return_map_converged & fin), d322, K0), tl.where((chaboche2_return_map_converged & fin), d338, K0))
-            _j444 = tl.join(tl.where((chaboche2_return_map_converged & fin), d330, K0), tl.where((chaboche2_return_map_converged & fin), d340, K0))
-            _j445 = tl.join(tl.where((chaboche2_return_map_converged & fin), d326, K0), tl.where((chaboche2_return_map_converged & fin), d57, K0))
-            _j446 = tl.join(tl.where((chaboche2_return_map_converged & fin), d334, K0), tl.where((chaboche2_return_map_converged & fin), d344, K0))
-            _j447 = tl.join(tl.where((chaboche2_return_map_converged & fin), d324, K0), tl.where((chaboche2_return_map_converged & fin), d55, K0))
-            _j448 = tl.join(tl.where((chaboche2_return_map_converged & fin), d332, K0), tl.where((chaboche2_return_map_converged & fin), d342, K0))
-            _j449 = tl.join(tl.where((chaboche2_return_map_converged & fin), d328, K0), tl.where((chaboche2_return_map_converged & fin), d59, K0))
-            _j450 = tl.join(tl.where((chaboche2_return_map_converged & fin), d336, K0), tl.where((chaboche2_return_map_converged & fin), d346, K0))
-            _j451 = tl.join(_j435, _j436)
-            _j452 = tl.join(_j437, _j438)
-            _j453 = tl.join(_j439, _j440)
-            _j454 = tl.join(_j441, _j442)
-            _j455 = tl.join(_j443, _j444)
-            _j456 = tl.join(_j445, _j446)
-            _j457 = tl.join(_j447, _j448)
-            _j458 = tl.join(_j449, _j450)
-            _j459 = tl.join(_j451, _j452)
-            _j460 = tl.join(_j453, _j454)
-            _j461 = tl.join(_j455, _j456)
-            _j462 = tl.join(_j457, _j458)
-            _j463 = tl.join(_j459, _j460)
-            _j464 = tl.join(_j461, _j462)
-            _j465 = tl.join(_j463, _j464)
-            _k466 = tl.arange(0, 32)[None, :] + 224
-            _p467 = J + row[:, None] * j_stride + _k466 + (_k466 // 27) * (11 * (V // 8))
+                tl.store(_p178, _row176, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p178 += zero
+            _row179 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d321, K0), tl.where((chaboche2_return_map_converged & fin), d322, K0), tl.where((chaboche2_return_map_converged & fin), d323, K0), tl.where((chaboche2_return_map_converged & fin), d324, K0),
+                tl.where((chaboche2_return_map_converged & fin), d325, K0), tl.where((chaboche2_return_map_converged & fin), d326, K0), tl.where((chaboche2_return_map_converged & fin), d327, K0), tl.where((chaboche2_return_map_converged & fin), d328, K0),
+                tl.where((chaboche2_return_map_converged & fin), d329, K0), tl.where((chaboche2_return_map_converged & fin), d330, K0), tl.where((chaboche2_return_map_converged & fin), d331, K0), tl.where((chaboche2_return_map_converged & fin), d332, K0),
+                tl.where((chaboche2_return_map_converged & fin), d333, K0), tl.where((chaboche2_return_map_converged & fin), d334, K0), tl.where((chaboche2_return_map_converged & fin), d335, K0), tl.where((chaboche2_return_map_converged & fin), d336, K0),
+                tl.where((chaboche2_return_map_converged & fin), d337, K0), tl.where((chaboche2_return_map_converged & fin), d338, K0), tl.where((chaboche2_return_map_converged & fin), d339, K0), tl.where((chaboche2_return_map_converged & fin), d55, K0),
+                tl.where((chaboche2_return_map_converged & fin), d56, K0), tl.where((chaboche2_return_map_converged & fin), d57, K0), tl.where((chaboche2_return_map_converged & fin), d58, K0), tl.where((chaboche2_return_map_converged & fin), d59, K0),
+                tl.where((chaboche2_return_map_converged & fin), d60, K0), tl.where((chaboche2_return_map_converged & fin), d340, K0), tl.where((chaboche2_return_map_converged & fin), d341, K0), tl.where((chaboche2_return_map_converged & fin), d342, K0),
+                tl.where((chaboche2_return_map_converged & fin), d343, K0), tl.where((chaboche2_return_map_converged & fin), d344, K0), tl.where((chaboche2_return_map_converged & fin), d345, K0), tl.where((chaboche2_return_map_converged & fin), d346, K0), BLOCK)
+            _k180 = tl.arange(0, 32)[None, :] + 224
+            _p181 = J + row[:, None] * j_stride + _k180 + (_k180 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p467, tl.reshape(_j465, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p467 += zero
-            _j468 = tl.join(tl.where((chaboche2_return_map_converged & fin), d347, K0), tl.where((chaboche2_return_map_converged & fin), d63, K0))
-            _j469 = tl.join(tl.where((chaboche2_return_map_converged & fin), d355, K0), tl.where((chaboche2_return_map_converged & fin), d365, K0))
-            _j470 = tl.join(tl.where((chaboche2_return_map_converged & fin), d351, K0), tl.where((chaboche2_return_map_converged & fin), d361, K0))
-            _j471 = tl.join(tl.where((chaboche2_return_map_converged & fin), d359, K0), tl.where((chaboche2_return_map_converged & fin), d369, K0))
-            _j472 = tl.join(tl.where((chaboche2_return_map_converged & fin), d349, K0), tl.where((chaboche2_return_map_converged & fin), d65, K0))
-            _j473 = tl.join(tl.where((chaboche2_return_map_converged & fin), d357, K0), tl.where((chaboche2_return_map_converged & fin), d367, K0))
-            _j474 = tl.join(tl.where((chaboche2_return_map_converged & fin), d353, K0), tl.where((chaboche2_return_map_converged & fin), d363, K0))
-            _j475 = tl.join(tl.where((chaboche2_return_map_converged & fin), d61, K0), tl.where((chaboche2_return_map_converged & fin), d371, K0))
-            _j476 = tl.join(tl.where((chaboche2_return_map_converged & fin), d348, K0), tl.where((chaboche2_return_map_converged & fin), d64, K0))
-            _j477 = tl.join(tl.where((chaboche2_return_map_converged & fin), d356, K0), tl.where((chaboche2_return_map_converged & fin), d366, K0))
-            _j478 = tl.join(tl.where((chaboche2_return_map_converged & fin), d352, K0), tl.where((chaboche2_return_map_converged & fin), d362, K0))
-            _j479 = tl.join(tl.where((chaboche2_return_map_converged & fin), d360, K0), tl.where((chaboche2_return_map_converged & fin), d370, K0))
-            _j480 = tl.join(tl.where((chaboche2_return_map_converged & fin), d350, K0), tl.where((chaboche2_return_map_converged & fin), d66, K0))
-            _j481 = tl.join(tl.where((chaboche2_return_map_converged & fin), d358, K0), tl.where((chaboche2_return_map_converged & fin), d368, K0))
-            _j482 = tl.join(tl.where((chaboche2_return_map_converged & fin), d354, K0), tl.where((chaboche2_return_map_converged & fin), d364, K0))
-            _j483 = tl.join(tl.where((chaboche2_return_map_converged & fin), d62, K0), tl.where((chaboche2_return_map_converged & fin), d372, K0))
-            _j484 = tl.join(_j468, _j469)
-            _j485 = tl.join(_j470, _j471)
-            _j486 = tl.join(_j472, _j473)
-            _j487 = tl.join(_j474, _j475)
-            _j488 = tl.join(_j476, _j477)
-            _j489 = tl.join(_j478, _j479)
-            _j490 = tl.join(_j480, _j481)
-            _j491 = tl.join(_j482, _j483)
-            _j492 = tl.join(_j484, _j485)
-            _j493 = tl.join(_j486, _j487)
-            _j494 = tl.join(_j488, _j489)
-            _j495 = tl.join(_j490, _j491)
-            _j496 = tl.join(_j492, _j493)
-            _j497 = tl.join(_j494, _j495)
-            _j498 = tl.join(_j496, _j497)
-            _k499 = tl.arange(0, 32)[None, :] + 256
-            _p500 = J + row[:, None] * j_stride + _k499 + (_k499 // 27) * (11 * (V // 8))
+                tl.store(_p181, _row179, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p181 += zero
+            _row182 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d347, K0), tl.where((chaboche2_return_map_converged & fin), d348, K0), tl.where((chaboche2_return_map_converged & fin), d349, K0), tl.where((chaboche2_return_map_converged & fin), d350, K0),
+                tl.where((chaboche2_return_map_converged & fin), d351, K0), tl.where((chaboche2_return_map_converged & fin), d352, K0), tl.where((chaboche2_return_map_converged & fin), d353, K0), tl.where((chaboche2_return_map_converged & fin), d354, K0),
+                tl.where((chaboche2_return_map_converged & fin), d355, K0), tl.where((chaboche2_return_map_converged & fin), d356, K0), tl.where((chaboche2_return_map_converged & fin), d357, K0), tl.where((chaboche2_return_map_converged & fin), d358, K0),
+                tl.where((chaboche2_return_map_converged & fin), d359, K0), tl.where((chaboche2_return_map_converged & fin), d360, K0), tl.where((chaboche2_return_map_converged & fin), d61, K0), tl.where((chaboche2_return_map_converged & fin), d62, K0),
+                tl.where((chaboche2_return_map_converged & fin), d63, K0), tl.where((chaboche2_return_map_converged & fin), d64, K0), tl.where((chaboche2_return_map_converged & fin), d65, K0), tl.where((chaboche2_return_map_converged & fin), d66, K0),
+                tl.where((chaboche2_return_map_converged & fin), d361, K0), tl.where((chaboche2_return_map_converged & fin), d362, K0), tl.where((chaboche2_return_map_converged & fin), d363, K0), tl.where((chaboche2_return_map_converged & fin), d364, K0),
+                tl.where((chaboche2_return_map_converged & fin), d365, K0), tl.where((chaboche2_return_map_converged & fin), d366, K0), tl.where((chaboche2_return_map_converged & fin), d367, K0), tl.where((chaboche2_return_map_converged & fin), d368, K0),
+                tl.where((chaboche2_return_map_converged & fin), d369, K0), tl.where((chaboche2_return_map_converged & fin), d370, K0), tl.where((chaboche2_return_map_converged & fin), d371, K0), tl.where((chaboche2_return_map_converged & fin), d372, K0), BLOCK)
+            _k183 = tl.arange(0, 32)[None, :] + 256
+            _p184 = J + row[:, None] * j_stride + _k183 + (_k183 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p500, tl.reshape(_j498, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p500 += zero
-            _j501 = tl.join(tl.where((chaboche2_return_map_converged & fin), d373, K0), tl.where((chaboche2_return_map_converged & fin), d383, K0))
-            _j502 = tl.join(tl.where((chaboche2_return_map_converged & fin), d381, K0), tl.where((chaboche2_return_map_converged & fin), d391, K0))
-            _j503 = tl.join(tl.where((chaboche2_return_map_converged & fin), d377, K0), tl.where((chaboche2_return_map_converged & fin), d387, K0))
-            _j504 = tl.join(tl.where((chaboche2_return_map_converged & fin), d70, K0), tl.where((chaboche2_return_map_converged & fin), d395, K0))
-            _j505 = tl.join(tl.where((chaboche2_return_map_converged & fin), d375, K0), tl.where((chaboche2_return_map_converged & fin), d385, K0))
-            _j506 = tl.join(tl.where((chaboche2_return_map_converged & fin), d68, K0), tl.where((chaboche2_return_map_converged & fin), d393, K0))
-            _j507 = tl.join(tl.where((chaboche2_return_map_converged & fin), d379, K0), tl.where((chaboche2_return_map_converged & fin), d389, K0))
-            _j508 = tl.join(tl.where((chaboche2_return_map_converged & fin), d72, K0), tl.where((chaboche2_return_map_converged & fin), d397, K0))
-            _j509 = tl.join(tl.where((chaboche2_return_map_converged & fin), d374, K0), tl.where((chaboche2_return_map_converged & fin), d384, K0))
-            _j510 = tl.join(tl.where((chaboche2_return_map_converged & fin), d67, K0), tl.where((chaboche2_return_map_converged & fin), d392, K0))
-            _j511 = tl.join(tl.where((chaboche2_return_map_converged & fin), d378, K0), tl.where((chaboche2_return_map_converged & fin), d388, K0))
-            _j512 = tl.join(tl.where((chaboche2_return_map_converged & fin), d71, K0), tl.where((chaboche2_return_map_converged & fin), d396, K0))
-            _j513 = tl.join(tl.where((chaboche2_return_map_converged & fin), d376, K0), tl.where((chaboche2_return_map_converged & fin), d386, K0))
-            _j514 = tl.join(tl.where((chaboche2_return_map_converged & fin), d69, K0), tl.where((chaboche2_return_map_converged & fin), d394, K0))
-            _j515 = tl.join(tl.where((chaboche2_return_map_converged & fin), d380, K0), tl.where((chaboche2_return_map_converged & fin), d390, K0))
-            _j516 = tl.join(tl.where((chaboche2_return_map_converged & fin), d382, K0), tl.where((chaboche2_return_map_converged & fin), d398, K0))
-            _j517 = tl.join(_j501, _j502)
-            _j518 = tl.join(_j503, _j504)
-            _j519 = tl.join(_j505, _j506)
-            _j520 = tl.join(_j507, _j508)
-            _j521 = tl.join(_j509, _j510)
-            _j522 = tl.join(_j511, _j512)
-            _j523 = tl.join(_j513, _j514)
-            _j524 = tl.join(_j515, _j516)
-            _j525 = tl.join(_j517, _j518)
-            _j526 = tl.join(_j519, _j520)
-            _j527 = tl.join(_j521, _j522)
-            _j528 = tl.join(_j523, _j524)
-            _j529 = tl.join(_j525, _j526)
-            _j530 = tl.join(_j527, _j528)
-            _j531 = tl.join(_j529, _j530)
-            _k532 = tl.arange(0, 32)[None, :] + 288
-            _p533 = J + row[:, None] * j_stride + _k532 + (_k532 // 27) * (11 * (V // 8))
+                tl.store(_p184, _row182, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p184 += zero
+            _row185 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d373, K0), tl.where((chaboche2_return_map_converged & fin), d374, K0), tl.where((chaboche2_return_map_converged & fin), d375, K0), tl.where((chaboche2_return_map_converged & fin), d376, K0),
+                tl.where((chaboche2_return_map_converged & fin), d377, K0), tl.where((chaboche2_return_map_converged & fin), d378, K0), tl.where((chaboche2_return_map_converged & fin), d379, K0), tl.where((chaboche2_return_map_converged & fin), d380, K0),
+                tl.where((chaboche2_return_map_converged & fin), d381, K0), tl.where((chaboche2_return_map_converged & fin), d67, K0), tl.where((chaboche2_return_map_converged & fin), d68, K0), tl.where((chaboche2_return_map_converged & fin), d69, K0),
+                tl.where((chaboche2_return_map_converged & fin), d70, K0), tl.where((chaboche2_return_map_converged & fin), d71, K0), tl.where((chaboche2_return_map_converged & fin), d72, K0), tl.where((chaboche2_return_map_converged & fin), d382, K0),
+                tl.where((chaboche2_return_map_converged & fin), d383, K0), tl.where((chaboche2_return_map_converged & fin), d384, K0), tl.where((chaboche2_return_map_converged & fin), d385, K0), tl.where((chaboche2_return_map_converged & fin), d386, K0),
+                tl.where((chaboche2_return_map_converged & fin), d387, K0), tl.where((chaboche2_return_map_converged & fin), d388, K0), tl.where((chaboche2_return_map_converged & fin), d389, K0), tl.where((chaboche2_return_map_converged & fin), d390, K0),
+                tl.where((chaboche2_return_map_converged & fin), d391, K0), tl.where((chaboche2_return_map_converged & fin), d392, K0), tl.where((chaboche2_return_map_converged & fin), d393, K0), tl.where((chaboche2_return_map_converged & fin), d394, K0),
+                tl.where((chaboche2_return_map_converged & fin), d395, K0), tl.where((chaboche2_return_map_converged & fin), d396, K0), tl.where((chaboche2_return_map_converged & fin), d397, K0), tl.where((chaboche2_return_map_converged & fin), d398, K0), BLOCK)
+            _k186 = tl.arange(0, 32)[None, :] + 288
+            _p187 = J + row[:, None] * j_stride + _k186 + (_k186 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p533, tl.reshape(_j531, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p533 += zero
-            _j534 = tl.join(tl.where((chaboche2_return_map_converged & fin), d399, K0), tl.where((chaboche2_return_map_converged & fin), d409, K0))
-            _j535 = tl.join(tl.where((chaboche2_return_map_converged & fin), d77, K0), tl.where((chaboche2_return_map_converged & fin), d417, K0))
-            _j536 = tl.join(tl.where((chaboche2_return_map_converged & fin), d73, K0), tl.where((chaboche2_return_map_converged & fin), d413, K0))
-            _j537 = tl.join(tl.where((chaboche2_return_map_converged & fin), d405, K0), tl.where((chaboche2_return_map_converged & fin), d421, K0))
-            _j538 = tl.join(tl.where((chaboche2_return_map_converged & fin), d401, K0), tl.where((chaboche2_return_map_converged & fin), d411, K0))
-            _j539 = tl.join(tl.where((chaboche2_return_map_converged & fin), d403, K0), tl.where((chaboche2_return_map_converged & fin), d419, K0))
-            _j540 = tl.join(tl.where((chaboche2_return_map_converged & fin), d75, K0), tl.where((chaboche2_return_map_converged & fin), d415, K0))
-            _j541 = tl.join(tl.where((chaboche2_return_map_converged & fin), d407, K0), tl.where((chaboche2_return_map_converged & fin), d423, K0))
-            _j542 = tl.join(tl.where((chaboche2_return_map_converged & fin), d400, K0), tl.where((chaboche2_return_map_converged & fin), d410, K0))
-            _j543 = tl.join(tl.where((chaboche2_return_map_converged & fin), d78, K0), tl.where((chaboche2_return_map_converged & fin), d418, K0))
-            _j544 = tl.join(tl.where((chaboche2_return_map_converged & fin), d74, K0), tl.where((chaboche2_return_map_converged & fin), d414, K0))
-            _j545 = tl.join(tl.where((chaboche2_return_map_converged & fin), d406, K0), tl.where((chaboche2_return_map_converged & fin), d422, K0))
-            _j546 = tl.join(tl.where((chaboche2_return_map_converged & fin), d402, K0), tl.where((chaboche2_return_map_converged & fin), d412, K0))
-            _j547 = tl.join(tl.where((chaboche2_return_map_converged & fin), d404, K0), tl.where((chaboche2_return_map_converged & fin), d420, K0))
-            _j548 = tl.join(tl.where((chaboche2_return_map_converged & fin), d76, K0), tl.where((chaboche2_return_map_converged & fin), d416, K0))
-            _j549 = tl.join(tl.where((chaboche2_return_map_converged & fin), d408, K0), tl.where((chaboche2_return_map_converged & fin), d79, K0))
-            _j550 = tl.join(_j534, _j535)
-            _j551 = tl.join(_j536, _j537)
-            _j552 = tl.join(_j538, _j539)
-            _j553 = tl.join(_j540, _j541)
-            _j554 = tl.join(_j542, _j543)
-            _j555 = tl.join(_j544, _j545)
-            _j556 = tl.join(_j546, _j547)
-            _j557 = tl.join(_j548, _j549)
-            _j558 = tl.join(_j550, _j551)
-            _j559 = tl.join(_j552, _j553)
-            _j560 = tl.join(_j554, _j555)
-            _j561 = tl.join(_j556, _j557)
-            _j562 = tl.join(_j558, _j559)
-            _j563 = tl.join(_j560, _j561)
-            _j564 = tl.join(_j562, _j563)
-            _k565 = tl.arange(0, 32)[None, :] + 320
-            _p566 = J + row[:, None] * j_stride + _k565 + (_k565 // 27) * (11 * (V // 8))
+                tl.store(_p187, _row185, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p187 += zero
+            _row188 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d399, K0), tl.where((chaboche2_return_map_converged & fin), d400, K0), tl.where((chaboche2_return_map_converged & fin), d401, K0), tl.where((chaboche2_return_map_converged & fin), d402, K0),
+                tl.where((chaboche2_return_map_converged & fin), d73, K0), tl.where((chaboche2_return_map_converged & fin), d74, K0), tl.where((chaboche2_return_map_converged & fin), d75, K0), tl.where((chaboche2_return_map_converged & fin), d76, K0),
+                tl.where((chaboche2_return_map_converged & fin), d77, K0), tl.where((chaboche2_return_map_converged & fin), d78, K0), tl.where((chaboche2_return_map_converged & fin), d403, K0), tl.where((chaboche2_return_map_converged & fin), d404, K0),
+                tl.where((chaboche2_return_map_converged & fin), d405, K0), tl.where((chaboche2_return_map_converged & fin), d406, K0), tl.where((chaboche2_return_map_converged & fin), d407, K0), tl.where((chaboche2_return_map_converged & fin), d408, K0),
+                tl.where((chaboche2_return_map_converged & fin), d409, K0), tl.where((chaboche2_return_map_converged & fin), d410, K0), tl.where((chaboche2_return_map_converged & fin), d411, K0), tl.where((chaboche2_return_map_converged & fin), d412, K0),
+                tl.where((chaboche2_return_map_converged & fin), d413, K0), tl.where((chaboche2_return_map_converged & fin), d414, K0), tl.where((chaboche2_return_map_converged & fin), d415, K0), tl.where((chaboche2_return_map_converged & fin), d416, K0),
+                tl.where((chaboche2_return_map_converged & fin), d417, K0), tl.where((chaboche2_return_map_converged & fin), d418, K0), tl.where((chaboche2_return_map_converged & fin), d419, K0), tl.where((chaboche2_return_map_converged & fin), d420, K0),
+                tl.where((chaboche2_return_map_converged & fin), d421, K0), tl.where((chaboche2_return_map_converged & fin), d422, K0), tl.where((chaboche2_return_map_converged & fin), d423, K0), tl.where((chaboche2_return_map_converged & fin), d79, K0), BLOCK)
+            _k189 = tl.arange(0, 32)[None, :] + 320
+            _p190 = J + row[:, None] * j_stride + _k189 + (_k189 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p566, tl.reshape(_j564, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p566 += zero
-            _j567 = tl.join(tl.where((chaboche2_return_map_converged & fin), d80, K0), tl.where((chaboche2_return_map_converged & fin), d435, K0))
-            _j568 = tl.join(tl.where((chaboche2_return_map_converged & fin), d427, K0), tl.where((chaboche2_return_map_converged & fin), d443, K0))
-            _j569 = tl.join(tl.where((chaboche2_return_map_converged & fin), d84, K0), tl.where((chaboche2_return_map_converged & fin), d439, K0))
-            _j570 = tl.join(tl.where((chaboche2_return_map_converged & fin), d431, K0), tl.where((chaboche2_return_map_converged & fin), d87, K0))
-            _j571 = tl.join(tl.where((chaboche2_return_map_converged & fin), d82, K0), tl.where((chaboche2_return_map_converged & fin), d437, K0))
-            _j572 = tl.join(tl.where((chaboche2_return_map_converged & fin), d429, K0), tl.where((chaboche2_return_map_converged & fin), d85, K0))
-            _j573 = tl.join(tl.where((chaboche2_return_map_converged & fin), d425, K0), tl.where((chaboche2_return_map_converged & fin), d441, K0))
-            _j574 = tl.join(tl.where((chaboche2_return_map_converged & fin), d433, K0), tl.where((chaboche2_return_map_converged & fin), d89, K0))
-            _j575 = tl.join(tl.where((chaboche2_return_map_converged & fin), d81, K0), tl.where((chaboche2_return_map_converged & fin), d436, K0))
-            _j576 = tl.join(tl.where((chaboche2_return_map_converged & fin), d428, K0), tl.where((chaboche2_return_map_converged & fin), d444, K0))
-            _j577 = tl.join(tl.where((chaboche2_return_map_converged & fin), d424, K0), tl.where((chaboche2_return_map_converged & fin), d440, K0))
-            _j578 = tl.join(tl.where((chaboche2_return_map_converged & fin), d432, K0), tl.where((chaboche2_return_map_converged & fin), d88, K0))
-            _j579 = tl.join(tl.where((chaboche2_return_map_converged & fin), d83, K0), tl.where((chaboche2_return_map_converged & fin), d438, K0))
-            _j580 = tl.join(tl.where((chaboche2_return_map_converged & fin), d430, K0), tl.where((chaboche2_return_map_converged & fin), d86, K0))
-            _j581 = tl.join(tl.where((chaboche2_return_map_converged & fin), d426, K0), tl.where((chaboche2_return_map_converged & fin), d442, K0))
-            _j582 = tl.join(tl.where((chaboche2_return_map_converged & fin), d434, K0), tl.where((chaboche2_return_map_converged & fin), d90, K0))
-            _j583 = tl.join(_j567, _j568)
-            _j584 = tl.join(_j569, _j570)
-            _j585 = tl.join(_j571, _j572)
-            _j586 = tl.join(_j573, _j574)
-            _j587 = tl.join(_j575, _j576)
-            _j588 = tl.join(_j577, _j578)
-            _j589 = tl.join(_j579, _j580)
-            _j590 = tl.join(_j581, _j582)
-            _j591 = tl.join(_j583, _j584)
-            _j592 = tl.join(_j585, _j586)
-            _j593 = tl.join(_j587, _j588)
-            _j594 = tl.join(_j589, _j590)
-            _j595 = tl.join(_j591, _j592)
-            _j596 = tl.join(_j593, _j594)
-            _j597 = tl.join(_j595, _j596)
-            _k598 = tl.arange(0, 32)[None, :] + 352
-            _p599 = J + row[:, None] * j_stride + _k598 + (_k598 // 27) * (11 * (V // 8))
+                tl.store(_p190, _row188, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p190 += zero
+            _row191 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d80, K0), tl.where((chaboche2_return_map_converged & fin), d81, K0), tl.where((chaboche2_return_map_converged & fin), d82, K0), tl.where((chaboche2_return_map_converged & fin), d83, K0),
+                tl.where((chaboche2_return_map_converged & fin), d84, K0), tl.where((chaboche2_return_map_converged & fin), d424, K0), tl.where((chaboche2_return_map_converged & fin), d425, K0), tl.where((chaboche2_return_map_converged & fin), d426, K0),
+                tl.where((chaboche2_return_map_converged & fin), d427, K0), tl.where((chaboche2_return_map_converged & fin), d428, K0), tl.where((chaboche2_return_map_converged & fin), d429, K0), tl.where((chaboche2_return_map_converged & fin), d430, K0),
+                tl.where((chaboche2_return_map_converged & fin), d431, K0), tl.where((chaboche2_return_map_converged & fin), d432, K0), tl.where((chaboche2_return_map_converged & fin), d433, K0), tl.where((chaboche2_return_map_converged & fin), d434, K0),
+                tl.where((chaboche2_return_map_converged & fin), d435, K0), tl.where((chaboche2_return_map_converged & fin), d436, K0), tl.where((chaboche2_return_map_converged & fin), d437, K0), tl.where((chaboche2_return_map_converged & fin), d438, K0),
+                tl.where((chaboche2_return_map_converged & fin), d439, K0), tl.where((chaboche2_return_map_converged & fin), d440, K0), tl.where((chaboche2_return_map_converged & fin), d441, K0), tl.where((chaboche2_return_map_converged & fin), d442, K0),
+                tl.where((chaboche2_return_map_converged & fin), d443, K0), tl.where((chaboche2_return_map_converged & fin), d444, K0), tl.where((chaboche2_return_map_converged & fin), d85, K0), tl.where((chaboche2_return_map_converged & fin), d86, K0),
+                tl.where((chaboche2_return_map_converged & fin), d87, K0), tl.where((chaboche2_return_map_converged & fin), d88, K0), tl.where((chaboche2_return_map_converged & fin), d89, K0), tl.where((chaboche2_return_map_converged & fin), d90, K0), BLOCK)
+            _k192 = tl.arange(0, 32)[None, :] + 352
+            _p193 = J + row[:, None] * j_stride + _k192 + (_k192 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p599, tl.reshape(_j597, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p599 += zero
-            _j600 = tl.join(tl.where((chaboche2_return_map_converged & fin), d445, K0), tl.where((chaboche2_return_map_converged & fin), d461, K0))
-            _j601 = tl.join(tl.where((chaboche2_return_map_converged & fin), d453, K0), tl.where((chaboche2_return_map_converged & fin), d94, K0))
-            _j602 = tl.join(tl.where((chaboche2_return_map_converged & fin), d449, K0), tl.where((chaboche2_return_map_converged & fin), d465, K0))
-            _j603 = tl.join(tl.where((chaboche2_return_map_converged & fin), d457, K0), tl.where((chaboche2_return_map_converged & fin), d467, K0))
-            _j604 = tl.join(tl.where((chaboche2_return_map_converged & fin), d447, K0), tl.where((chaboche2_return_map_converged & fin), d463, K0))
-            _j605 = tl.join(tl.where((chaboche2_return_map_converged & fin), d455, K0), tl.where((chaboche2_return_map_converged & fin), d96, K0))
-            _j606 = tl.join(tl.where((chaboche2_return_map_converged & fin), d451, K0), tl.where((chaboche2_return_map_converged & fin), d92, K0))
-            _j607 = tl.join(tl.where((chaboche2_return_map_converged & fin), d459, K0), tl.where((chaboche2_return_map_converged & fin), d469, K0))
-            _j608 = tl.join(tl.where((chaboche2_return_map_converged & fin), d446, K0), tl.where((chaboche2_return_map_converged & fin), d462, K0))
-            _j609 = tl.join(tl.where((chaboche2_return_map_converged & fin), d454, K0), tl.where((chaboche2_return_map_converged & fin), d95, K0))
-            _j610 = tl.join(tl.where((chaboche2_return_map_converged & fin), d450, K0), tl.where((chaboche2_return_map_converged & fin), d91, K0))
-            _j611 = tl.join(tl.where((chaboche2_return_map_converged & fin), d458, K0), tl.where((chaboche2_return_map_converged & fin), d468, K0))
-            _j612 = tl.join(tl.where((chaboche2_return_map_converged & fin), d448, K0), tl.where((chaboche2_return_map_converged & fin), d464, K0))
-            _j613 = tl.join(tl.where((chaboche2_return_map_converged & fin), d456, K0), tl.where((chaboche2_return_map_converged & fin), d466, K0))
-            _j614 = tl.join(tl.where((chaboche2_return_map_converged & fin), d452, K0), tl.where((chaboche2_return_map_converged & fin), d93, K0))
-            _j615 = tl.join(tl.where((chaboche2_return_map_converged & fin), d460, K0), tl.where((chaboche2_return_map_converged & fin), d470, K0))
-            _j616 = tl.join(_j600, _j601)
-            _j617 = tl.join(_j602, _j603)
-            _j618 = tl.join(_j604, _j605)
-            _j619 = tl.join(_j606, _j607)
-            _j620 = tl.join(_j608, _j609)
-            _j621 = tl.join(_j610, _j611)
-            _j622 = tl.join(_j612, _j613)
-            _j623 = tl.join(_j614, _j615)
-            _j624 = tl.join(_j616, _j617)
-            _j625 = tl.join(_j618, _j619)
-            _j626 = tl.join(_j620, _j621)
-            _j627 = tl.join(_j622, _j623)
-            _j628 = tl.join(_j624, _j625)
-            _j629 = tl.join(_j626, _j627)
-            _j630 = tl.join(_j628, _j629)
-            _k631 = tl.arange(0, 32)[None, :] + 384
-            _p632 = J + row[:, None] * j_stride + _k631 + (_k631 // 27) * (11 * (V // 8))
+                tl.store(_p193, _row191, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p193 += zero
+            _row194 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d445, K0), tl.where((chaboche2_return_map_converged & fin), d446, K0), tl.where((chaboche2_return_map_converged & fin), d447, K0), tl.where((chaboche2_return_map_converged & fin), d448, K0),
+                tl.where((chaboche2_return_map_converged & fin), d449, K0), tl.where((chaboche2_return_map_converged & fin), d450, K0), tl.where((chaboche2_return_map_converged & fin), d451, K0), tl.where((chaboche2_return_map_converged & fin), d452, K0),
+                tl.where((chaboche2_return_map_converged & fin), d453, K0), tl.where((chaboche2_return_map_converged & fin), d454, K0), tl.where((chaboche2_return_map_converged & fin), d455, K0), tl.where((chaboche2_return_map_converged & fin), d456, K0),
+                tl.where((chaboche2_return_map_converged & fin), d457, K0), tl.where((chaboche2_return_map_converged & fin), d458, K0), tl.where((chaboche2_return_map_converged & fin), d459, K0), tl.where((chaboche2_return_map_converged & fin), d460, K0),
+                tl.where((chaboche2_return_map_converged & fin), d461, K0), tl.where((chaboche2_return_map_converged & fin), d462, K0), tl.where((chaboche2_return_map_converged & fin), d463, K0), tl.where((chaboche2_return_map_converged & fin), d464, K0),
+                tl.where((chaboche2_return_map_converged & fin), d465, K0), tl.where((chaboche2_return_map_converged & fin), d91, K0), tl.where((chaboche2_return_map_converged & fin), d92, K0), tl.where((chaboche2_return_map_converged & fin), d93, K0),
+                tl.where((chaboche2_return_map_converged & fin), d94, K0), tl.where((chaboche2_return_map_converged & fin), d95, K0), tl.where((chaboche2_return_map_converged & fin), d96, K0), tl.where((chaboche2_return_map_converged & fin), d466, K0),
+                tl.where((chaboche2_return_map_converged & fin), d467, K0), tl.where((chaboche2_return_map_converged & fin), d468, K0), tl.where((chaboche2_return_map_converged & fin), d469, K0), tl.where((chaboche2_return_map_converged & fin), d470, K0), BLOCK)
+            _k195 = tl.arange(0, 32)[None, :] + 384
+            _p196 = J + row[:, None] * j_stride + _k195 + (_k195 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p632, tl.reshape(_j630, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p632 += zero
-            _j633 = tl.join(tl.where((chaboche2_return_map_converged & fin), d471, K0), tl.where((chaboche2_return_map_converged & fin), d97, K0))
-            _j634 = tl.join(tl.where((chaboche2_return_map_converged & fin), d479, K0), tl.where((chaboche2_return_map_converged & fin), d489, K0))
-            _j635 = tl.join(tl.where((chaboche2_return_map_converged & fin), d475, K0), tl.where((chaboche2_return_map_converged & fin), d101, K0))
-            _j636 = tl.join(tl.where((chaboche2_return_map_converged & fin), d483, K0), tl.where((chaboche2_return_map_converged & fin), d493, K0))
-            _j637 = tl.join(tl.where((chaboche2_return_map_converged & fin), d473, K0), tl.where((chaboche2_return_map_converged & fin), d99, K0))
-            _j638 = tl.join(tl.where((chaboche2_return_map_converged & fin), d481, K0), tl.where((chaboche2_return_map_converged & fin), d491, K0))
-            _j639 = tl.join(tl.where((chaboche2_return_map_converged & fin), d477, K0), tl.where((chaboche2_return_map_converged & fin), d487, K0))
-            _j640 = tl.join(tl.where((chaboche2_return_map_converged & fin), d485, K0), tl.where((chaboche2_return_map_converged & fin), d495, K0))
-            _j641 = tl.join(tl.where((chaboche2_return_map_converged & fin), d472, K0), tl.where((chaboche2_return_map_converged & fin), d98, K0))
-            _j642 = tl.join(tl.where((chaboche2_return_map_converged & fin), d480, K0), tl.where((chaboche2_return_map_converged & fin), d490, K0))
-            _j643 = tl.join(tl.where((chaboche2_return_map_converged & fin), d476, K0), tl.where((chaboche2_return_map_converged & fin), d102, K0))
-            _j644 = tl.join(tl.where((chaboche2_return_map_converged & fin), d484, K0), tl.where((chaboche2_return_map_converged & fin), d494, K0))
-            _j645 = tl.join(tl.where((chaboche2_return_map_converged & fin), d474, K0), tl.where((chaboche2_return_map_converged & fin), d100, K0))
-            _j646 = tl.join(tl.where((chaboche2_return_map_converged & fin), d482, K0), tl.where((chaboche2_return_map_converged & fin), d492, K0))
-            _j647 = tl.join(tl.where((chaboche2_return_map_converged & fin), d478, K0), tl.where((chaboche2_return_map_converged & fin), d488, K0))
-            _j648 = tl.join(tl.where((chaboche2_return_map_converged & fin), d486, K0), tl.where((chaboche2_return_map_converged & fin), d496, K0))
-            _j649 = tl.join(_j633, _j634)
-            _j650 = tl.join(_j635, _j636)
-            _j651 = tl.join(_j637, _j638)
-            _j652 = tl.join(_j639, _j640)
-            _j653 = tl.join(_j641, _j642)
-            _j654 = tl.join(_j643, _j644)
-            _j655 = tl.join(_j645, _j646)
-            _j656 = tl.join(_j647, _j648)
-            _j657 = tl.join(_j649, _j650)
-            _j658 = tl.join(_j651, _j652)
-            _j659 = tl.join(_j653, _j654)
-            _j660 = tl.join(_j655, _j656)
-            _j661 = tl.join(_j657, _j658)
-            _j662 = tl.join(_j659, _j660)
-            _j663 = tl.join(_j661, _j662)
-            _k664 = tl.arange(0, 32)[None, :] + 416
-            _p665 = J + row[:, None] * j_stride + _k664 + (_k664 // 27) * (11 * (V // 8))
+                tl.store(_p196, _row194, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p196 += zero
+            _row197 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d471, K0), tl.where((chaboche2_return_map_converged & fin), d472, K0), tl.where((chaboche2_return_map_converged & fin), d473, K0), tl.where((chaboche2_return_map_converged & fin), d474, K0),
+                tl.where((chaboche2_return_map_converged & fin), d475, K0), tl.where((chaboche2_return_map_converged & fin), d476, K0), tl.where((chaboche2_return_map_converged & fin), d477, K0), tl.where((chaboche2_return_map_converged & fin), d478, K0),
+                tl.where((chaboche2_return_map_converged & fin), d479, K0), tl.where((chaboche2_return_map_converged & fin), d480, K0), tl.where((chaboche2_return_map_converged & fin), d481, K0), tl.where((chaboche2_return_map_converged & fin), d482, K0),
+                tl.where((chaboche2_return_map_converged & fin), d483, K0), tl.where((chaboche2_return_map_converged & fin), d484, K0), tl.where((chaboche2_return_map_converged & fin), d485, K0), tl.where((chaboche2_return_map_converged & fin), d486, K0),
+                tl.where((chaboche2_return_map_converged & fin), d97, K0), tl.where((chaboche2_return_map_converged & fin), d98, K0), tl.where((chaboche2_return_map_converged & fin), d99, K0), tl.where((chaboche2_return_map_converged & fin), d100, K0),
+                tl.where((chaboche2_return_map_converged & fin), d101, K0), tl.where((chaboche2_return_map_converged & fin), d102, K0), tl.where((chaboche2_return_map_converged & fin), d487, K0), tl.where((chaboche2_return_map_converged & fin), d488, K0),
+                tl.where((chaboche2_return_map_converged & fin), d489, K0), tl.where((chaboche2_return_map_converged & fin), d490, K0), tl.where((chaboche2_return_map_converged & fin), d491, K0), tl.where((chaboche2_return_map_converged & fin), d492, K0),
+                tl.where((chaboche2_return_map_converged & fin), d493, K0), tl.where((chaboche2_return_map_converged & fin), d494, K0), tl.where((chaboche2_return_map_converged & fin), d495, K0), tl.where((chaboche2_return_map_converged & fin), d496, K0), BLOCK)
+            _k198 = tl.arange(0, 32)[None, :] + 416
+            _p199 = J + row[:, None] * j_stride + _k198 + (_k198 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p665, tl.reshape(_j663, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p665 += zero
-            _j666 = tl.join(tl.where((chaboche2_return_map_converged & fin), d497, K0), tl.where((chaboche2_return_map_converged & fin), d108, K0))
-            _j667 = tl.join(tl.where((chaboche2_return_map_converged & fin), d505, K0), tl.where((chaboche2_return_map_converged & fin), d515, K0))
-            _j668 = tl.join(tl.where((chaboche2_return_map_converged & fin), d501, K0), tl.where((chaboche2_return_map_converged & fin), d511, K0))
-            _j669 = tl.join(tl.where((chaboche2_return_map_converged & fin), d104, K0), tl.where((chaboche2_return_map_converged & fin), d519, K0))
-            _j670 = tl.join(tl.where((chaboche2_return_map_converged & fin), d499, K0), tl.where((chaboche2_return_map_converged & fin), d509, K0))
-            _j671 = tl.join(tl.where((chaboche2_return_map_converged & fin), d507, K0), tl.where((chaboche2_return_map_converged & fin), d517, K0))
-            _j672 = tl.join(tl.where((chaboche2_return_map_converged & fin), d503, K0), tl.where((chaboche2_return_map_converged & fin), d513, K0))
-            _j673 = tl.join(tl.where((chaboche2_return_map_converged & fin), d106, K0), tl.where((chaboche2_return_map_converged & fin), d521, K0))
-            _j674 = tl.join(tl.where((chaboche2_return_map_converged & fin), d498, K0), tl.where((chaboche2_return_map_converged & fin), d508, K0))
-            _j675 = tl.join(tl.where((chaboche2_return_map_converged & fin), d506, K0), tl.where((chaboche2_return_map_converged & fin), d516, K0))
-            _j676 = tl.join(tl.where((chaboche2_return_map_converged & fin), d502, K0), tl.where((chaboche2_return_map_converged & fin), d512, K0))
-            _j677 = tl.join(tl.where((chaboche2_return_map_converged & fin), d105, K0), tl.where((chaboche2_return_map_converged & fin), d520, K0))
-            _j678 = tl.join(tl.where((chaboche2_return_map_converged & fin), d500, K0), tl.where((chaboche2_return_map_converged & fin), d510, K0))
-            _j679 = tl.join(tl.where((chaboche2_return_map_converged & fin), d103, K0), tl.where((chaboche2_return_map_converged & fin), d518, K0))
-            _j680 = tl.join(tl.where((chaboche2_return_map_converged & fin), d504, K0), tl.where((chaboche2_return_map_converged & fin), d514, K0))
-            _j681 = tl.join(tl.where((chaboche2_return_map_converged & fin), d107, K0), tl.where((chaboche2_return_map_converged & fin), d522, K0))
-            _j682 = tl.join(_j666, _j667)
-            _j683 = tl.join(_j668, _j669)
-            _j684 = tl.join(_j670, _j671)
-            _j685 = tl.join(_j672, _j673)
-            _j686 = tl.join(_j674, _j675)
-            _j687 = tl.join(_j676, _j677)
-            _j688 = tl.join(_j678, _j679)
-            _j689 = tl.join(_j680, _j681)
-            _j690 = tl.join(_j682, _j683)
-            _j691 = tl.join(_j684, _j685)
-            _j692 = tl.join(_j686, _j687)
-            _j693 = tl.join(_j688, _j689)
-            _j694 = tl.join(_j690, _j691)
-            _j695 = tl.join(_j692, _j693)
-            _j696 = tl.join(_j694, _j695)
-            _k697 = tl.arange(0, 32)[None, :] + 448
-            _p698 = J + row[:, None] * j_stride + _k697 + (_k697 // 27) * (11 * (V // 8))
+                tl.store(_p199, _row197, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p199 += zero
+            _row200 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d497, K0), tl.where((chaboche2_return_map_converged & fin), d498, K0), tl.where((chaboche2_return_map_converged & fin), d499, K0), tl.where((chaboche2_return_map_converged & fin), d500, K0),
+                tl.where((chaboche2_return_map_converged & fin), d501, K0), tl.where((chaboche2_return_map_converged & fin), d502, K0), tl.where((chaboche2_return_map_converged & fin), d503, K0), tl.where((chaboche2_return_map_converged & fin), d504, K0),
+                tl.where((chaboche2_return_map_converged & fin), d505, K0), tl.where((chaboche2_return_map_converged & fin), d506, K0), tl.where((chaboche2_return_map_converged & fin), d507, K0), tl.where((chaboche2_return_map_converged & fin), d103, K0),
+                tl.where((chaboche2_return_map_converged & fin), d104, K0), tl.where((chaboche2_return_map_converged & fin), d105, K0), tl.where((chaboche2_return_map_converged & fin), d106, K0), tl.where((chaboche2_return_map_converged & fin), d107, K0),
+                tl.where((chaboche2_return_map_converged & fin), d108, K0), tl.where((chaboche2_return_map_converged & fin), d508, K0), tl.where((chaboche2_return_map_converged & fin), d509, K0), tl.where((chaboche2_return_map_converged & fin), d510, K0),
+                tl.where((chaboche2_return_map_converged & fin), d511, K0), tl.where((chaboche2_return_map_converged & fin), d512, K0), tl.where((chaboche2_return_map_converged & fin), d513, K0), tl.where((chaboche2_return_map_converged & fin), d514, K0),
+                tl.where((chaboche2_return_map_converged & fin), d515, K0), tl.where((chaboche2_return_map_converged & fin), d516, K0), tl.where((chaboche2_return_map_converged & fin), d517, K0), tl.where((chaboche2_return_map_converged & fin), d518, K0),
+                tl.where((chaboche2_return_map_converged & fin), d519, K0), tl.where((chaboche2_return_map_converged & fin), d520, K0), tl.where((chaboche2_return_map_converged & fin), d521, K0), tl.where((chaboche2_return_map_converged & fin), d522, K0), BLOCK)
+            _k201 = tl.arange(0, 32)[None, :] + 448
+            _p202 = J + row[:, None] * j_stride + _k201 + (_k201 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p698, tl.reshape(_j696, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p698 += zero
-            _j699 = tl.join(tl.where((chaboche2_return_map_converged & fin), d523, K0), tl.where((chaboche2_return_map_converged & fin), d533, K0))
-            _j700 = tl.join(tl.where((chaboche2_return_map_converged & fin), d111, K0), tl.where((chaboche2_return_map_converged & fin), d541, K0))
-            _j701 = tl.join(tl.where((chaboche2_return_map_converged & fin), d527, K0), tl.where((chaboche2_return_map_converged & fin), d537, K0))
-            _j702 = tl.join(tl.where((chaboche2_return_map_converged & fin), d529, K0), tl.where((chaboche2_return_map_converged & fin), d545, K0))
-            _j703 = tl.join(tl.where((chaboche2_return_map_converged & fin), d525, K0), tl.where((chaboche2_return_map_converged & fin), d535, K0))
-            _j704 = tl.join(tl.where((chaboche2_return_map_converged & fin), d113, K0), tl.where((chaboche2_return_map_converged & fin), d543, K0))
-            _j705 = tl.join(tl.where((chaboche2_return_map_converged & fin), d109, K0), tl.where((chaboche2_return_map_converged & fin), d539, K0))
-            _j706 = tl.join(tl.where((chaboche2_return_map_converged & fin), d531, K0), tl.where((chaboche2_return_map_converged & fin), d547, K0))
-            _j707 = tl.join(tl.where((chaboche2_return_map_converged & fin), d524, K0), tl.where((chaboche2_return_map_converged & fin), d534, K0))
-            _j708 = tl.join(tl.where((chaboche2_return_map_converged & fin), d112, K0), tl.where((chaboche2_return_map_converged & fin), d542, K0))
-            _j709 = tl.join(tl.where((chaboche2_return_map_converged & fin), d528, K0), tl.where((chaboche2_return_map_converged & fin), d538, K0))
-            _j710 = tl.join(tl.where((chaboche2_return_map_converged & fin), d530, K0), tl.where((chaboche2_return_map_converged & fin), d546, K0))
-            _j711 = tl.join(tl.where((chaboche2_return_map_converged & fin), d526, K0), tl.where((chaboche2_return_map_converged & fin), d536, K0))
-            _j712 = tl.join(tl.where((chaboche2_return_map_converged & fin), d114, K0), tl.where((chaboche2_return_map_converged & fin), d544, K0))
-            _j713 = tl.join(tl.where((chaboche2_return_map_converged & fin), d110, K0), tl.where((chaboche2_return_map_converged & fin), d540, K0))
-            _j714 = tl.join(tl.where((chaboche2_return_map_converged & fin), d532, K0), tl.where((chaboche2_return_map_converged & fin), d548, K0))
-            _j715 = tl.join(_j699, _j700)
-            _j716 = tl.join(_j701, _j702)
-            _j717 = tl.join(_j703, _j704)
-            _j718 = tl.join(_j705, _j706)
-            _j719 = tl.join(_j707, _j708)
-            _j720 = tl.join(_j709, _j710)
-            _j721 = tl.join(_j711, _j712)
-            _j722 = tl.join(_j713, _j714)
-            _j723 = tl.join(_j715, _j716)
-            _j724 = tl.join(_j717, _j718)
-            _j725 = tl.join(_j719, _j720)
-            _j726 = tl.join(_j721, _j722)
-            _j727 = tl.join(_j723, _j724)
-            _j728 = tl.join(_j725, _j726)
-            _j729 = tl.join(_j727, _j728)
-            _k730 = tl.arange(0, 32)[None, :] + 480
-            _p731 = J + row[:, None] * j_stride + _k730 + (_k730 // 27) * (11 * (V // 8))
+                tl.store(_p202, _row200, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p202 += zero
+            _row203 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d523, K0), tl.where((chaboche2_return_map_converged & fin), d524, K0), tl.where((chaboche2_return_map_converged & fin), d525, K0), tl.where((chaboche2_return_map_converged & fin), d526, K0),
+                tl.where((chaboche2_return_map_converged & fin), d527, K0), tl.where((chaboche2_return_map_converged & fin), d528, K0), tl.where((chaboche2_return_map_converged & fin), d109, K0), tl.where((chaboche2_return_map_converged & fin), d110, K0),
+                tl.where((chaboche2_return_map_converged & fin), d111, K0), tl.where((chaboche2_return_map_converged & fin), d112, K0), tl.where((chaboche2_return_map_converged & fin), d113, K0), tl.where((chaboche2_return_map_converged & fin), d114, K0),
+                tl.where((chaboche2_return_map_converged & fin), d529, K0), tl.where((chaboche2_return_map_converged & fin), d530, K0), tl.where((chaboche2_return_map_converged & fin), d531, K0), tl.where((chaboche2_return_map_converged & fin), d532, K0),
+                tl.where((chaboche2_return_map_converged & fin), d533, K0), tl.where((chaboche2_return_map_converged & fin), d534, K0), tl.where((chaboche2_return_map_converged & fin), d535, K0), tl.where((chaboche2_return_map_converged & fin), d536, K0),
+                tl.where((chaboche2_return_map_converged & fin), d537, K0), tl.where((chaboche2_return_map_converged & fin), d538, K0), tl.where((chaboche2_return_map_converged & fin), d539, K0), tl.where((chaboche2_return_map_converged & fin), d540, K0),
+                tl.where((chaboche2_return_map_converged & fin), d541, K0), tl.where((chaboche2_return_map_converged & fin), d542, K0), tl.where((chaboche2_return_map_converged & fin), d543, K0), tl.where((chaboche2_return_map_converged & fin), d544, K0),
+                tl.where((chaboche2_return_map_converged & fin), d545, K0), tl.where((chaboche2_return_map_converged & fin), d546, K0), tl.where((chaboche2_return_map_converged & fin), d547, K0), tl.where((chaboche2_return_map_converged & fin), d548, K0), BLOCK)
+            _k204 = tl.arange(0, 32)[None, :] + 480
+            _p205 = J + row[:, None] * j_stride + _k204 + (_k204 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p731, tl.reshape(_j729, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p731 += zero
-            _j732 = tl.join(tl.where((chaboche2_return_map_converged & fin), d549, K0), tl.where((chaboche2_return_map_converged & fin), d604, K0))
-            _j733 = tl.join(tl.where((chaboche2_return_map_converged & fin), d556, K0), tl.where((chaboche2_return_map_converged & fin), d642, K0))
-            _j734 = tl.join(tl.where((chaboche2_return_map_converged & fin), d118, K0), tl.where((chaboche2_return_map_converged & fin), d608, K0))
-            _j735 = tl.join(tl.where((chaboche2_return_map_converged & fin), d565, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0))
-            _j736 = tl.join(tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d606, K0))
-            _j737 = tl.join(tl.where((chaboche2_return_map_converged & fin), d563, K0), tl.where((chaboche2_return_map_converged & fin), d644, K0))
-            _j738 = tl.join(tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d640, K0))
-            _j739 = tl.join(tl.where((chaboche2_return_map_converged & fin), d567, K0), tl.where((chaboche2_return_map_converged & fin), d123, K0))
-            _j740 = tl.join(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d605, K0))
-            _j741 = tl.join(tl.where((chaboche2_return_map_converged & fin), d562, K0), tl.where((chaboche2_return_map_converged & fin), d643, K0))
-            _j742 = tl.join(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d609, K0))
-            _j743 = tl.join(tl.where((chaboche2_return_map_converged & fin), d566, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0))
-            _j744 = tl.join(tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d607, K0))
-            _j745 = tl.join(tl.where((chaboche2_return_map_converged & fin), d564, K0), tl.where((chaboche2_return_map_converged & fin), d645, K0))
-            _j746 = tl.join(tl.where((chaboche2_return_map_converged & fin), d550, K0), tl.where((chaboche2_return_map_converged & fin), d641, K0))
-            _j747 = tl.join(tl.where((chaboche2_return_map_converged & fin), d598, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0))
-            _j748 = tl.join(_j732, _j733)
-            _j749 = tl.join(_j734, _j735)
-            _j750 = tl.join(_j736, _j737)
-            _j751 = tl.join(_j738, _j739)
-            _j752 = tl.join(_j740, _j741)
-            _j753 = tl.join(_j742, _j743)
-            _j754 = tl.join(_j744, _j745)
-            _j755 = tl.join(_j746, _j747)
-            _j756 = tl.join(_j748, _j749)
-            _j757 = tl.join(_j750, _j751)
-            _j758 = tl.join(_j752, _j753)
-            _j759 = tl.join(_j754, _j755)
-            _j760 = tl.join(_j756, _j757)
-            _j761 = tl.join(_j758, _j759)
-            _j762 = tl.join(_j760, _j761)
-            _k763 = tl.arange(0, 32)[None, :] + 512
-            _p764 = J + row[:, None] * j_stride + _k763 + (_k763 // 27) * (11 * (V // 8))
+                tl.store(_p205, _row203, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p205 += zero
+            _row206 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d549, K0), tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0),
+                tl.where((chaboche2_return_map_converged & fin), d118, K0), tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d550, K0),
+                tl.where((chaboche2_return_map_converged & fin), d556, K0), tl.where((chaboche2_return_map_converged & fin), d562, K0), tl.where((chaboche2_return_map_converged & fin), d563, K0), tl.where((chaboche2_return_map_converged & fin), d564, K0),
+                tl.where((chaboche2_return_map_converged & fin), d565, K0), tl.where((chaboche2_return_map_converged & fin), d566, K0), tl.where((chaboche2_return_map_converged & fin), d567, K0), tl.where((chaboche2_return_map_converged & fin), d598, K0),
+                tl.where((chaboche2_return_map_converged & fin), d604, K0), tl.where((chaboche2_return_map_converged & fin), d605, K0), tl.where((chaboche2_return_map_converged & fin), d606, K0), tl.where((chaboche2_return_map_converged & fin), d607, K0),
+                tl.where((chaboche2_return_map_converged & fin), d608, K0), tl.where((chaboche2_return_map_converged & fin), d609, K0), tl.where((chaboche2_return_map_converged & fin), d640, K0), tl.where((chaboche2_return_map_converged & fin), d641, K0),
+                tl.where((chaboche2_return_map_converged & fin), d642, K0), tl.where((chaboche2_return_map_converged & fin), d643, K0), tl.where((chaboche2_return_map_converged & fin), d644, K0), tl.where((chaboche2_return_map_converged & fin), d645, K0),
+                tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), BLOCK)
+            _k207 = tl.arange(0, 32)[None, :] + 512
+            _p208 = J + row[:, None] * j_stride + _k207 + (_k207 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p764, tl.reshape(_j762, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p764 += zero
-            _j765 = tl.join(tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d615, K0))
-            _j766 = tl.join(tl.where((chaboche2_return_map_converged & fin), d572, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0))
-            _j767 = tl.join(tl.where((chaboche2_return_map_converged & fin), d568, K0), tl.where((chaboche2_return_map_converged & fin), d649, K0))
-            _j768 = tl.join(tl.where((chaboche2_return_map_converged & fin), d611, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0))
-            _j769 = tl.join(tl.where((chaboche2_return_map_converged & fin), d551, K0), tl.where((chaboche2_return_map_converged & fin), d647, K0))
-            _j770 = tl.join(tl.where((chaboche2_return_map_converged & fin), d599, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0))
-            _j771 = tl.join(tl.where((chaboche2_return_map_converged & fin), d570, K0), tl.where((chaboche2_return_map_converged & fin), d651, K0))
-            _j772 = tl.join(tl.where((chaboche2_return_map_converged & fin), d613, K0), tl.where((chaboche2_return_map_converged & fin), d558, K0))
-            _j773 = tl.join(tl.where((chaboche2_return_map_converged & fin), d126, K0), tl.where((chaboche2_return_map_converged & fin), d646, K0))
-            _j774 = tl.join(tl.where((chaboche2_return_map_converged & fin), d573, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0))
-            _j775 = tl.join(tl.where((chaboche2_return_map_converged & fin), d569, K0), tl.where((chaboche2_return_map_converged & fin), d650, K0))
-            _j776 = tl.join(tl.where((chaboche2_return_map_converged & fin), d612, K0), tl.where((chaboche2_return_map_converged & fin), d552, K0))
-            _j777 = tl.join(tl.where((chaboche2_return_map_converged & fin), d557, K0), tl.where((chaboche2_return_map_converged & fin), d648, K0))
-            _j778 = tl.join(tl.where((chaboche2_return_map_converged & fin), d610, K0), tl.where((chaboche2_return_map_converged & fin), d131, K0))
-            _j779 = tl.join(tl.where((chaboche2_return_map_converged & fin), d571, K0), tl.where((chaboche2_return_map_converged & fin), d127, K0))
-            _j780 = tl.join(tl.where((chaboche2_return_map_converged & fin), d614, K0), tl.where((chaboche2_return_map_converged & fin), d574, K0))
-            _j781 = tl.join(_j765, _j766)
-            _j782 = tl.join(_j767, _j768)
-            _j783 = tl.join(_j769, _j770)
-            _j784 = tl.join(_j771, _j772)
-            _j785 = tl.join(_j773, _j774)
-            _j786 = tl.join(_j775, _j776)
-            _j787 = tl.join(_j777, _j778)
-            _j788 = tl.join(_j779, _j780)
-            _j789 = tl.join(_j781, _j782)
-            _j790 = tl.join(_j783, _j784)
-            _j791 = tl.join(_j785, _j786)
-            _j792 = tl.join(_j787, _j788)
-            _j793 = tl.join(_j789, _j790)
-            _j794 = tl.join(_j791, _j792)
-            _j795 = tl.join(_j793, _j794)
-            _k796 = tl.arange(0, 32)[None, :] + 544
-            _p797 = J + row[:, None] * j_stride + _k796 + (_k796 // 27) * (11 * (V // 8))
+                tl.store(_p208, _row206, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p208 += zero
+            _row209 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), tl.where((chaboche2_return_map_converged & fin), d551, K0), tl.where((chaboche2_return_map_converged & fin), d557, K0),
+                tl.where((chaboche2_return_map_converged & fin), d568, K0), tl.where((chaboche2_return_map_converged & fin), d569, K0), tl.where((chaboche2_return_map_converged & fin), d570, K0), tl.where((chaboche2_return_map_converged & fin), d571, K0),
+                tl.where((chaboche2_return_map_converged & fin), d572, K0), tl.where((chaboche2_return_map_converged & fin), d573, K0), tl.where((chaboche2_return_map_converged & fin), d599, K0), tl.where((chaboche2_return_map_converged & fin), d610, K0),
+                tl.where((chaboche2_return_map_converged & fin), d611, K0), tl.where((chaboche2_return_map_converged & fin), d612, K0), tl.where((chaboche2_return_map_converged & fin), d613, K0), tl.where((chaboche2_return_map_converged & fin), d614, K0),
+                tl.where((chaboche2_return_map_converged & fin), d615, K0), tl.where((chaboche2_return_map_converged & fin), d646, K0), tl.where((chaboche2_return_map_converged & fin), d647, K0), tl.where((chaboche2_return_map_converged & fin), d648, K0),
+                tl.where((chaboche2_return_map_converged & fin), d649, K0), tl.where((chaboche2_return_map_converged & fin), d650, K0), tl.where((chaboche2_return_map_converged & fin), d651, K0), tl.where((chaboche2_return_map_converged & fin), d127, K0),
+                tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), tl.where((chaboche2_return_map_converged & fin), d131, K0),
+                tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d552, K0), tl.where((chaboche2_return_map_converged & fin), d558, K0), tl.where((chaboche2_return_map_converged & fin), d574, K0), BLOCK)
+            _k210 = tl.arange(0, 32)[None, :] + 544
+            _p211 = J + row[:, None] * j_stride + _k210 + (_k210 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p797, tl.reshape(_j795, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p797 += zero
-            _j798 = tl.join(tl.where((chaboche2_return_map_converged & fin), d575, K0), tl.where((chaboche2_return_map_converged & fin), d656, K0))
-            _j799 = tl.join(tl.where((chaboche2_return_map_converged & fin), d618, K0), tl.where((chaboche2_return_map_converged & fin), d553, K0))
-            _j800 = tl.join(tl.where((chaboche2_return_map_converged & fin), d579, K0), tl.where((chaboche2_return_map_converged & fin), d135, K0))
-            _j801 = tl.join(tl.where((chaboche2_return_map_converged & fin), d652, K0), tl.where((chaboche2_return_map_converged & fin), d582, K0))
-            _j802 = tl.join(tl.where((chaboche2_return_map_converged & fin), d577, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0))
-            _j803 = tl.join(tl.where((chaboche2_return_map_converged & fin), d620, K0), tl.where((chaboche2_return_map_converged & fin), d580, K0))
-            _j804 = tl.join(tl.where((chaboche2_return_map_converged & fin), d616, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0))
-            _j805 = tl.join(tl.where((chaboche2_return_map_converged & fin), d654, K0), tl.where((chaboche2_return_map_converged & fin), d584, K0))
-            _j806 = tl.join(tl.where((chaboche2_return_map_converged & fin), d576, K0), tl.where((chaboche2_return_map_converged & fin), d657, K0))
-            _j807 = tl.join(tl.where((chaboche2_return_map_converged & fin), d619, K0), tl.where((chaboche2_return_map_converged & fin), d559, K0))
-            _j808 = tl.join(tl.where((chaboche2_return_map_converged & fin), d600, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0))
-            _j809 = tl.join(tl.where((chaboche2_return_map_converged & fin), d653, K0), tl.where((chaboche2_return_map_converged & fin), d583, K0))
-            _j810 = tl.join(tl.where((chaboche2_return_map_converged & fin), d578, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0))
-            _j811 = tl.join(tl.where((chaboche2_return_map_converged & fin), d621, K0), tl.where((chaboche2_return_map_converged & fin), d581, K0))
-            _j812 = tl.join(tl.where((chaboche2_return_map_converged & fin), d617, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0))
-            _j813 = tl.join(tl.where((chaboche2_return_map_converged & fin), d655, K0), tl.where((chaboche2_return_map_converged & fin), d585, K0))
-            _j814 = tl.join(_j798, _j799)
-            _j815 = tl.join(_j800, _j801)
-            _j816 = tl.join(_j802, _j803)
-            _j817 = tl.join(_j804, _j805)
-            _j818 = tl.join(_j806, _j807)
-            _j819 = tl.join(_j808, _j809)
-            _j820 = tl.join(_j810, _j811)
-            _j821 = tl.join(_j812, _j813)
-            _j822 = tl.join(_j814, _j815)
-            _j823 = tl.join(_j816, _j817)
-            _j824 = tl.join(_j818, _j819)
-            _j825 = tl.join(_j820, _j821)
-            _j826 = tl.join(_j822, _j823)
-            _j827 = tl.join(_j824, _j825)
-            _j828 = tl.join(_j826, _j827)
-            _k829 = tl.arange(0, 32)[None, :] + 576
-            _p830 = J + row[:, None] * j_stride + _k829 + (_k829 // 27) * (11 * (V // 8))
+                tl.store(_p211, _row209, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p211 += zero
+            _row212 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d575, K0), tl.where((chaboche2_return_map_converged & fin), d576, K0), tl.where((chaboche2_return_map_converged & fin), d577, K0), tl.where((chaboche2_return_map_converged & fin), d578, K0),
+                tl.where((chaboche2_return_map_converged & fin), d579, K0), tl.where((chaboche2_return_map_converged & fin), d600, K0), tl.where((chaboche2_return_map_converged & fin), d616, K0), tl.where((chaboche2_return_map_converged & fin), d617, K0),
+                tl.where((chaboche2_return_map_converged & fin), d618, K0), tl.where((chaboche2_return_map_converged & fin), d619, K0), tl.where((chaboche2_return_map_converged & fin), d620, K0), tl.where((chaboche2_return_map_converged & fin), d621, K0),
+                tl.where((chaboche2_return_map_converged & fin), d652, K0), tl.where((chaboche2_return_map_converged & fin), d653, K0), tl.where((chaboche2_return_map_converged & fin), d654, K0), tl.where((chaboche2_return_map_converged & fin), d655, K0),
+                tl.where((chaboche2_return_map_converged & fin), d656, K0), tl.where((chaboche2_return_map_converged & fin), d657, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0),
+                tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0),
+                tl.where((chaboche2_return_map_converged & fin), d553, K0), tl.where((chaboche2_return_map_converged & fin), d559, K0), tl.where((chaboche2_return_map_converged & fin), d580, K0), tl.where((chaboche2_return_map_converged & fin), d581, K0),
+                tl.where((chaboche2_return_map_converged & fin), d582, K0), tl.where((chaboche2_return_map_converged & fin), d583, K0), tl.where((chaboche2_return_map_converged & fin), d584, K0), tl.where((chaboche2_return_map_converged & fin), d585, K0), BLOCK)
+            _k213 = tl.arange(0, 32)[None, :] + 576
+            _p214 = J + row[:, None] * j_stride + _k213 + (_k213 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p830, tl.reshape(_j828, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p830 += zero
-            _j831 = tl.join(tl.where((chaboche2_return_map_converged & fin), d601, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0))
-            _j832 = tl.join(tl.where((chaboche2_return_map_converged & fin), d659, K0), tl.where((chaboche2_return_map_converged & fin), d589, K0))
-            _j833 = tl.join(tl.where((chaboche2_return_map_converged & fin), d625, K0), tl.where((chaboche2_return_map_converged & fin), d560, K0))
-            _j834 = tl.join(tl.where((chaboche2_return_map_converged & fin), d663, K0), tl.where((chaboche2_return_map_converged & fin), d628, K0))
-            _j835 = tl.join(tl.where((chaboche2_return_map_converged & fin), d623, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0))
-            _j836 = tl.join(tl.where((chaboche2_return_map_converged & fin), d661, K0), tl.where((chaboche2_return_map_converged & fin), d591, K0))
-            _j837 = tl.join(tl.where((chaboche2_return_map_converged & fin), d627, K0), tl.where((chaboche2_return_map_converged & fin), d587, K0))
-            _j838 = tl.join(tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d630, K0))
-            _j839 = tl.join(tl.where((chaboche2_return_map_converged & fin), d622, K0), tl.where((chaboche2_return_map_converged & fin), d143, K0))
-            _j840 = tl.join(tl.where((chaboche2_return_map_converged & fin), d660, K0), tl.where((chaboche2_return_map_converged & fin), d590, K0))
-            _j841 = tl.join(tl.where((chaboche2_return_map_converged & fin), d626, K0), tl.where((chaboche2_return_map_converged & fin), d586, K0))
-            _j842 = tl.join(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d629, K0))
-            _j843 = tl.join(tl.where((chaboche2_return_map_converged & fin), d624, K0), tl.where((chaboche2_return_map_converged & fin), d554, K0))
-            _j844 = tl.join(tl.where((chaboche2_return_map_converged & fin), d662, K0), tl.where((chaboche2_return_map_converged & fin), d602, K0))
-            _j845 = tl.join(tl.where((chaboche2_return_map_converged & fin), d658, K0), tl.where((chaboche2_return_map_converged & fin), d588, K0))
-            _j846 = tl.join(tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d631, K0))
-            _j847 = tl.join(_j831, _j832)
-            _j848 = tl.join(_j833, _j834)
-            _j849 = tl.join(_j835, _j836)
-            _j850 = tl.join(_j837, _j838)
-            _j851 = tl.join(_j839, _j840)
-            _j852 = tl.join(_j841, _j842)
-            _j853 = tl.join(_j843, _j844)
-            _j854 = tl.join(_j845, _j846)
-            _j855 = tl.join(_j847, _j848)
-            _j856 = tl.join(_j849, _j850)
-            _j857 = tl.join(_j851, _j852)
-            _j858 = tl.join(_j853, _j854)
-            _j859 = tl.join(_j855, _j856)
-            _j860 = tl.join(_j857, _j858)
-            _j861 = tl.join(_j859, _j860)
-            _k862 = tl.arange(0, 32)[None, :] + 608
-            _p863 = J + row[:, None] * j_stride + _k862 + (_k862 // 27) * (11 * (V // 8))
+                tl.store(_p214, _row212, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p214 += zero
+            _row215 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d601, K0), tl.where((chaboche2_return_map_converged & fin), d622, K0), tl.where((chaboche2_return_map_converged & fin), d623, K0), tl.where((chaboche2_return_map_converged & fin), d624, K0),
+                tl.where((chaboche2_return_map_converged & fin), d625, K0), tl.where((chaboche2_return_map_converged & fin), d626, K0), tl.where((chaboche2_return_map_converged & fin), d627, K0), tl.where((chaboche2_return_map_converged & fin), d658, K0),
+                tl.where((chaboche2_return_map_converged & fin), d659, K0), tl.where((chaboche2_return_map_converged & fin), d660, K0), tl.where((chaboche2_return_map_converged & fin), d661, K0), tl.where((chaboche2_return_map_converged & fin), d662, K0),
+                tl.where((chaboche2_return_map_converged & fin), d663, K0), tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0),
+                tl.where((chaboche2_return_map_converged & fin), d142, K0), tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d554, K0),
+                tl.where((chaboche2_return_map_converged & fin), d560, K0), tl.where((chaboche2_return_map_converged & fin), d586, K0), tl.where((chaboche2_return_map_converged & fin), d587, K0), tl.where((chaboche2_return_map_converged & fin), d588, K0),
+                tl.where((chaboche2_return_map_converged & fin), d589, K0), tl.where((chaboche2_return_map_converged & fin), d590, K0), tl.where((chaboche2_return_map_converged & fin), d591, K0), tl.where((chaboche2_return_map_converged & fin), d602, K0),
+                tl.where((chaboche2_return_map_converged & fin), d628, K0), tl.where((chaboche2_return_map_converged & fin), d629, K0), tl.where((chaboche2_return_map_converged & fin), d630, K0), tl.where((chaboche2_return_map_converged & fin), d631, K0), BLOCK)
+            _k216 = tl.arange(0, 32)[None, :] + 608
+            _p217 = J + row[:, None] * j_stride + _k216 + (_k216 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p863, tl.reshape(_j861, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p863 += zero
-            _j864 = tl.join(tl.where((chaboche2_return_map_converged & fin), d632, K0), tl.where((chaboche2_return_map_converged & fin), d592, K0))
-            _j865 = tl.join(tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d635, K0))
-            _j866 = tl.join(tl.where((chaboche2_return_map_converged & fin), d666, K0), tl.where((chaboche2_return_map_converged & fin), d596, K0))
-            _j867 = tl.join(tl.where((chaboche2_return_map_converged & fin), d149, K0), tl.where((chaboche2_return_map_converged & fin), d639, K0))
-            _j868 = tl.join(tl.where((chaboche2_return_map_converged & fin), d664, K0), tl.where((chaboche2_return_map_converged & fin), d594, K0))
-            _j869 = tl.join(tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d637, K0))
-            _j870 = tl.join(tl.where((chaboche2_return_map_converged & fin), d668, K0), tl.where((chaboche2_return_map_converged & fin), d603, K0))
-            _j871 = tl.join(tl.where((chaboche2_return_map_converged & fin), d555, K0), tl.where((chaboche2_return_map_converged & fin), d671, K0))
-            _j872 = tl.join(tl.where((chaboche2_return_map_converged & fin), d633, K0), tl.where((chaboche2_return_map_converged & fin), d593, K0))
-            _j873 = tl.join(tl.where((chaboche2_return_map_converged & fin), d146, K0), tl.where((chaboche2_return_map_converged & fin), d636, K0))
-            _j874 = tl.join(tl.where((chaboche2_return_map_converged & fin), d667, K0), tl.where((chaboche2_return_map_converged & fin), d597, K0))
-            _j875 = tl.join(tl.where((chaboche2_return_map_converged & fin), d150, K0), tl.where((chaboche2_return_map_converged & fin), d670, K0))
-            _j876 = tl.join(tl.where((chaboche2_return_map_converged & fin), d665, K0), tl.where((chaboche2_return_map_converged & fin), d595, K0))
-            _j877 = tl.join(tl.where((chaboche2_return_map_converged & fin), d148, K0), tl.where((chaboche2_return_map_converged & fin), d638, K0))
-            _j878 = tl.join(tl.where((chaboche2_return_map_converged & fin), d669, K0), tl.where((chaboche2_return_map_converged & fin), d634, K0))
-            _j879 = tl.join(tl.where((chaboche2_return_map_converged & fin), d561, K0), tl.where((chaboche2_return_map_converged & fin), d672, K0))
-            _j880 = tl.join(_j864, _j865)
-            _j881 = tl.join(_j866, _j867)
-            _j882 = tl.join(_j868, _j869)
-            _j883 = tl.join(_j870, _j871)
-            _j884 = tl.join(_j872, _j873)
-            _j885 = tl.join(_j874, _j875)
-            _j886 = tl.join(_j876, _j877)
-            _j887 = tl.join(_j878, _j879)
-            _j888 = tl.join(_j880, _j881)
-            _j889 = tl.join(_j882, _j883)
-            _j890 = tl.join(_j884, _j885)
-            _j891 = tl.join(_j886, _j887)
-            _j892 = tl.join(_j888, _j889)
-            _j893 = tl.join(_j890, _j891)
-            _j894 = tl.join(_j892, _j893)
-            _k895 = tl.arange(0, 32)[None, :] + 640
-            _p896 = J + row[:, None] * j_stride + _k895 + (_k895 // 27) * (11 * (V // 8))
+                tl.store(_p217, _row215, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p217 += zero
+            _row218 = _mc_row32(
+                tl.where((chaboche2_return_map_converged & fin), d632, K0), tl.where((chaboche2_return_map_converged & fin), d633, K0), tl.where((chaboche2_return_map_converged & fin), d664, K0), tl.where((chaboche2_return_map_converged & fin), d665, K0),
+                tl.where((chaboche2_return_map_converged & fin), d666, K0), tl.where((chaboche2_return_map_converged & fin), d667, K0), tl.where((chaboche2_return_map_converged & fin), d668, K0), tl.where((chaboche2_return_map_converged & fin), d669, K0),
+                tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0),
+                tl.where((chaboche2_return_map_converged & fin), d149, K0), tl.where((chaboche2_return_map_converged & fin), d150, K0), tl.where((chaboche2_return_map_converged & fin), d555, K0), tl.where((chaboche2_return_map_converged & fin), d561, K0),
+                tl.where((chaboche2_return_map_converged & fin), d592, K0), tl.where((chaboche2_return_map_converged & fin), d593, K0), tl.where((chaboche2_return_map_converged & fin), d594, K0), tl.where((chaboche2_return_map_converged & fin), d595, K0),
+                tl.where((chaboche2_return_map_converged & fin), d596, K0), tl.where((chaboche2_return_map_converged & fin), d597, K0), tl.where((chaboche2_return_map_converged & fin), d603, K0), tl.where((chaboche2_return_map_converged & fin), d634, K0),
+                tl.where((chaboche2_return_map_converged & fin), d635, K0), tl.where((chaboche2_return_map_converged & fin), d636, K0), tl.where((chaboche2_return_map_converged & fin), d637, K0), tl.where((chaboche2_return_map_converged & fin), d638, K0),
+                tl.where((chaboche2_return_map_converged & fin), d639, K0), tl.where((chaboche2_return_map_converged & fin), d670, K0), tl.where((chaboche2_return_map_converged & fin), d671, K0), tl.where((chaboche2_return_map_converged & fin), d672, K0), BLOCK)
+            _k219 = tl.arange(0, 32)[None, :] + 640
+            _p220 = J + row[:, None] * j_stride + _k219 + (_k219 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p896, tl.reshape(_j894, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p896 += zero
-            _zero897 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j898 = tl.join(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0))
-            _j899 = tl.join(tl.where((chaboche2_return_map_converged & fin), d674, K0), _zero897)
-            _j900 = tl.join(_j898, _j899)
-            _k901 = tl.arange(0, 4)[None, :] + 672
-            _p902 = J + row[:, None] * j_stride + _k901 + (_k901 // 27) * (11 * (V // 8))
+                tl.store(_p220, _row218, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p220 += zero
+            _zero221 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k222 = tl.arange(0, 4)[None, :] + 672
+            _p223 = J + row[:, None] * j_stride + _k222 + (_k222 // 27) * (11 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p902, tl.reshape(_j900, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                _p902 += zero
+                tl.store(_p223, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero221, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                _p223 += zero
             if V & 8:
-                _j903 = tl.join(tl.where((chaboche2_return_map_converged & fin), d676, K0), tl.where((chaboche2_return_map_converged & fin), d692, K0))
-                _j904 = tl.join(tl.where((chaboche2_return_map_converged & fin), d684, K0), tl.where((chaboche2_return_map_converged & fin), d700, K0))
-                _j905 = tl.join(tl.where((chaboche2_return_map_converged & fin), d680, K0), tl.where((chaboche2_return_map_converged & fin), d696, K0))
-                _j906 = tl.join(tl.where((chaboche2_return_map_converged & fin), d688, K0), tl.where((chaboche2_return_map_converged & fin), d704, K0))
-                _j907 = tl.join(tl.where((chaboche2_return_map_converged & fin), d678, K0), tl.where((chaboche2_return_map_converged & fin), d694, K0))
-                _j908 = tl.join(tl.where((chaboche2_return_map_converged & fin), d686, K0), tl.where((chaboche2_return_map_converged & fin), d702, K0))
-                _j909 = tl.join(tl.where((chaboche2_return_map_converged & fin), d682, K0), tl.where((chaboche2_return_map_converged & fin), d698, K0))
-                _j910 = tl.join(tl.where((chaboche2_return_map_converged & fin), d690, K0), tl.where((chaboche2_return_map_converged & fin), d706, K0))
-                _j911 = tl.join(tl.where((chaboche2_return_map_converged & fin), d677, K0), tl.where((chaboche2_return_map_converged & fin), d693, K0))
-                _j912 = tl.join(tl.where((chaboche2_return_map_converged & fin), d685, K0), tl.where((chaboche2_return_map_converged & fin), d701, K0))
-                _j913 = tl.join(tl.where((chaboche2_return_map_converged & fin), d681, K0), tl.where((chaboche2_return_map_converged & fin), d697, K0))
-                _j914 = tl.join(tl.where((chaboche2_return_map_converged & fin), d689, K0), tl.where((chaboche2_return_map_converged & fin), d705, K0))
-                _j915 = tl.join(tl.where((chaboche2_return_map_converged & fin), d679, K0), tl.where((chaboche2_return_map_converged & fin), d695, K0))
-                _j916 = tl.join(tl.where((chaboche2_return_map_converged & fin), d687, K0), tl.where((chaboche2_return_map_converged & fin), d703, K0))
-                _j917 = tl.join(tl.where((chaboche2_return_map_converged & fin), d683, K0), tl.where((chaboche2_return_map_converged & fin), d699, K0))
-                _j918 = tl.join(tl.where((chaboche2_return_map_converged & fin), d691, K0), tl.where((chaboche2_return_map_converged & fin), d707, K0))
-                _j919 = tl.join(_j903, _j904)
-                _j920 = tl.join(_j905, _j906)
-                _j921 = tl.join(_j907, _j908)
-                _j922 = tl.join(_j909, _j910)
-                _j923 = tl.join(_j911, _j912)
-                _j924 = tl.join(_j913, _j914)
-                _j925 = tl.join(_j915, _j916)
-                _j926 = tl.join(_j917, _j918)
-                _j927 = tl.join(_j919, _j920)
-                _j928 = tl.join(_j921, _j922)
-                _j929 = tl.join(_j923, _j924)
-                _j930 = tl.join(_j925, _j926)
-                _j931 = tl.join(_j927, _j928)
-                _j932 = tl.join(_j929, _j930)
-                _j933 = tl.join(_j931, _j932)
-                _k934 = tl.arange(0, 32)[None, :]
-                _p935 = J + row[:, None] * j_stride + (_k934 // 11) * 38 + 27 + _k934 % 11
+                _row224 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d676, K0), tl.where((chaboche2_return_map_converged & fin), d677, K0), tl.where((chaboche2_return_map_converged & fin), d678, K0), tl.where((chaboche2_return_map_converged & fin), d679, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d680, K0), tl.where((chaboche2_return_map_converged & fin), d681, K0), tl.where((chaboche2_return_map_converged & fin), d682, K0), tl.where((chaboche2_return_map_converged & fin), d683, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d684, K0), tl.where((chaboche2_return_map_converged & fin), d685, K0), tl.where((chaboche2_return_map_converged & fin), d686, K0), tl.where((chaboche2_return_map_converged & fin), d687, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d688, K0), tl.where((chaboche2_return_map_converged & fin), d689, K0), tl.where((chaboche2_return_map_converged & fin), d690, K0), tl.where((chaboche2_return_map_converged & fin), d691, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d692, K0), tl.where((chaboche2_return_map_converged & fin), d693, K0), tl.where((chaboche2_return_map_converged & fin), d694, K0), tl.where((chaboche2_return_map_converged & fin), d695, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d696, K0), tl.where((chaboche2_return_map_converged & fin), d697, K0), tl.where((chaboche2_return_map_converged & fin), d698, K0), tl.where((chaboche2_return_map_converged & fin), d699, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d700, K0), tl.where((chaboche2_return_map_converged & fin), d701, K0), tl.where((chaboche2_return_map_converged & fin), d702, K0), tl.where((chaboche2_return_map_converged & fin), d703, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d704, K0), tl.where((chaboche2_return_map_converged & fin), d705, K0), tl.where((chaboche2_return_map_converged & fin), d706, K0), tl.where((chaboche2_return_map_converged & fin), d707, K0), BLOCK)
+                _k225 = tl.arange(0, 32)[None, :]
+                _p226 = J + row[:, None] * j_stride + (_k225 // 11) * 38 + 27 + _k225 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p935, tl.reshape(_j933, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p935 += zero
-                _j936 = tl.join(tl.where((chaboche2_return_map_converged & fin), d708, K0), tl.where((chaboche2_return_map_converged & fin), d724, K0))
-                _j937 = tl.join(tl.where((chaboche2_return_map_converged & fin), d716, K0), tl.where((chaboche2_return_map_converged & fin), d732, K0))
-                _j938 = tl.join(tl.where((chaboche2_return_map_converged & fin), d712, K0), tl.where((chaboche2_return_map_converged & fin), d728, K0))
-                _j939 = tl.join(tl.where((chaboche2_return_map_converged & fin), d720, K0), tl.where((chaboche2_return_map_converged & fin), d736, K0))
-                _j940 = tl.join(tl.where((chaboche2_return_map_converged & fin), d710, K0), tl.where((chaboche2_return_map_converged & fin), d726, K0))
-                _j941 = tl.join(tl.where((chaboche2_return_map_converged & fin), d718, K0), tl.where((chaboche2_return_map_converged & fin), d734, K0))
-                _j942 = tl.join(tl.where((chaboche2_return_map_converged & fin), d714, K0), tl.where((chaboche2_return_map_converged & fin), d730, K0))
-                _j943 = tl.join(tl.where((chaboche2_return_map_converged & fin), d722, K0), tl.where((chaboche2_return_map_converged & fin), d738, K0))
-                _j944 = tl.join(tl.where((chaboche2_return_map_converged & fin), d709, K0), tl.where((chaboche2_return_map_converged & fin), d725, K0))
-                _j945 = tl.join(tl.where((chaboche2_return_map_converged & fin), d717, K0), tl.where((chaboche2_return_map_converged & fin), d733, K0))
-                _j946 = tl.join(tl.where((chaboche2_return_map_converged & fin), d713, K0), tl.where((chaboche2_return_map_converged & fin), d729, K0))
-                _j947 = tl.join(tl.where((chaboche2_return_map_converged & fin), d721, K0), tl.where((chaboche2_return_map_converged & fin), d737, K0))
-                _j948 = tl.join(tl.where((chaboche2_return_map_converged & fin), d711, K0), tl.where((chaboche2_return_map_converged & fin), d727, K0))
-                _j949 = tl.join(tl.where((chaboche2_return_map_converged & fin), d719, K0), tl.where((chaboche2_return_map_converged & fin), d735, K0))
-                _j950 = tl.join(tl.where((chaboche2_return_map_converged & fin), d715, K0), tl.where((chaboche2_return_map_converged & fin), d731, K0))
-                _j951 = tl.join(tl.where((chaboche2_return_map_converged & fin), d723, K0), tl.where((chaboche2_return_map_converged & fin), d739, K0))
-                _j952 = tl.join(_j936, _j937)
-                _j953 = tl.join(_j938, _j939)
-                _j954 = tl.join(_j940, _j941)
-                _j955 = tl.join(_j942, _j943)
-                _j956 = tl.join(_j944, _j945)
-                _j957 = tl.join(_j946, _j947)
-                _j958 = tl.join(_j948, _j949)
-                _j959 = tl.join(_j950, _j951)
-                _j960 = tl.join(_j952, _j953)
-                _j961 = tl.join(_j954, _j955)
-                _j962 = tl.join(_j956, _j957)
-                _j963 = tl.join(_j958, _j959)
-                _j964 = tl.join(_j960, _j961)
-                _j965 = tl.join(_j962, _j963)
-                _j966 = tl.join(_j964, _j965)
-                _k967 = tl.arange(0, 32)[None, :] + 32
-                _p968 = J + row[:, None] * j_stride + (_k967 // 11) * 38 + 27 + _k967 % 11
+                    tl.store(_p226, _row224, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p226 += zero
+                _row227 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d708, K0), tl.where((chaboche2_return_map_converged & fin), d709, K0), tl.where((chaboche2_return_map_converged & fin), d710, K0), tl.where((chaboche2_return_map_converged & fin), d711, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d712, K0), tl.where((chaboche2_return_map_converged & fin), d713, K0), tl.where((chaboche2_return_map_converged & fin), d714, K0), tl.where((chaboche2_return_map_converged & fin), d715, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d716, K0), tl.where((chaboche2_return_map_converged & fin), d717, K0), tl.where((chaboche2_return_map_converged & fin), d718, K0), tl.where((chaboche2_return_map_converged & fin), d719, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d720, K0), tl.where((chaboche2_return_map_converged & fin), d721, K0), tl.where((chaboche2_return_map_converged & fin), d722, K0), tl.where((chaboche2_return_map_converged & fin), d723, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d724, K0), tl.where((chaboche2_return_map_converged & fin), d725, K0), tl.where((chaboche2_return_map_converged & fin), d726, K0), tl.where((chaboche2_return_map_converged & fin), d727, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d728, K0), tl.where((chaboche2_return_map_converged & fin), d729, K0), tl.where((chaboche2_return_map_converged & fin), d730, K0), tl.where((chaboche2_return_map_converged & fin), d731, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d732, K0), tl.where((chaboche2_return_map_converged & fin), d733, K0), tl.where((chaboche2_return_map_converged & fin), d734, K0), tl.where((chaboche2_return_map_converged & fin), d735, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d736, K0), tl.where((chaboche2_return_map_converged & fin), d737, K0), tl.where((chaboche2_return_map_converged & fin), d738, K0), tl.where((chaboche2_return_map_converged & fin), d739, K0), BLOCK)
+                _k228 = tl.arange(0, 32)[None, :] + 32
+                _p229 = J + row[:, None] * j_stride + (_k228 // 11) * 38 + 27 + _k228 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p968, tl.reshape(_j966, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p968 += zero
-                _j969 = tl.join(tl.where((chaboche2_return_map_converged & fin), d740, K0), tl.where((chaboche2_return_map_converged & fin), d756, K0))
-                _j970 = tl.join(tl.where((chaboche2_return_map_converged & fin), d748, K0), tl.where((chaboche2_return_map_converged & fin), d764, K0))
-                _j971 = tl.join(tl.where((chaboche2_return_map_converged & fin), d744, K0), tl.where((chaboche2_return_map_converged & fin), d760, K0))
-                _j972 = tl.join(tl.where((chaboche2_return_map_converged & fin), d752, K0), tl.where((chaboche2_return_map_converged & fin), d768, K0))
-                _j973 = tl.join(tl.where((chaboche2_return_map_converged & fin), d742, K0), tl.where((chaboche2_return_map_converged & fin), d758, K0))
-                _j974 = tl.join(tl.where((chaboche2_return_map_converged & fin), d750, K0), tl.where((chaboche2_return_map_converged & fin), d766, K0))
-                _j975 = tl.join(tl.where((chaboche2_return_map_converged & fin), d746, K0), tl.where((chaboche2_return_map_converged & fin), d762, K0))
-                _j976 = tl.join(tl.where((chaboche2_return_map_converged & fin), d754, K0), tl.where((chaboche2_return_map_converged & fin), d770, K0))
-                _j977 = tl.join(tl.where((chaboche2_return_map_converged & fin), d741, K0), tl.where((chaboche2_return_map_converged & fin), d757, K0))
-                _j978 = tl.join(tl.where((chaboche2_return_map_converged & fin), d749, K0), tl.where((chaboche2_return_map_converged & fin), d765, K0))
-                _j979 = tl.join(tl.where((chaboche2_return_map_converged & fin), d745, K0), tl.where((chaboche2_return_map_converged & fin), d761, K0))
-                _j980 = tl.join(tl.where((chaboche2_return_map_converged & fin), d753, K0), tl.where((chaboche2_return_map_converged & fin), d769, K0))
-                _j981 = tl.join(tl.where((chaboche2_return_map_converged & fin), d743, K0), tl.where((chaboche2_return_map_converged & fin), d759, K0))
-                _j982 = tl.join(tl.where((chaboche2_return_map_converged & fin), d751, K0), tl.where((chaboche2_return_map_converged & fin), d767, K0))
-                _j983 = tl.join(tl.where((chaboche2_return_map_converged & fin), d747, K0), tl.where((chaboche2_return_map_converged & fin), d763, K0))
-                _j984 = tl.join(tl.where((chaboche2_return_map_converged & fin), d755, K0), tl.where((chaboche2_return_map_converged & fin), d771, K0))
-                _j985 = tl.join(_j969, _j970)
-                _j986 = tl.join(_j971, _j972)
-                _j987 = tl.join(_j973, _j974)
-                _j988 = tl.join(_j975, _j976)
-                _j989 = tl.join(_j977, _j978)
-                _j990 = tl.join(_j979, _j980)
-                _j991 = tl.join(_j981, _j982)
-                _j992 = tl.join(_j983, _j984)
-                _j993 = tl.join(_j985, _j986)
-                _j994 = tl.join(_j987, _j988)
-                _j995 = tl.join(_j989, _j990)
-                _j996 = tl.join(_j991, _j992)
-                _j997 = tl.join(_j993, _j994)
-                _j998 = tl.join(_j995, _j996)
-                _j999 = tl.join(_j997, _j998)
-                _k1000 = tl.arange(0, 32)[None, :] + 64
-                _p1001 = J + row[:, None] * j_stride + (_k1000 // 11) * 38 + 27 + _k1000 % 11
+                    tl.store(_p229, _row227, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p229 += zero
+                _row230 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d740, K0), tl.where((chaboche2_return_map_converged & fin), d741, K0), tl.where((chaboche2_return_map_converged & fin), d742, K0), tl.where((chaboche2_return_map_converged & fin), d743, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d744, K0), tl.where((chaboche2_return_map_converged & fin), d745, K0), tl.where((chaboche2_return_map_converged & fin), d746, K0), tl.where((chaboche2_return_map_converged & fin), d747, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d748, K0), tl.where((chaboche2_return_map_converged & fin), d749, K0), tl.where((chaboche2_return_map_converged & fin), d750, K0), tl.where((chaboche2_return_map_converged & fin), d751, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d752, K0), tl.where((chaboche2_return_map_converged & fin), d753, K0), tl.where((chaboche2_return_map_converged & fin), d754, K0), tl.where((chaboche2_return_map_converged & fin), d755, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d756, K0), tl.where((chaboche2_return_map_converged & fin), d757, K0), tl.where((chaboche2_return_map_converged & fin), d758, K0), tl.where((chaboche2_return_map_converged & fin), d759, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d760, K0), tl.where((chaboche2_return_map_converged & fin), d761, K0), tl.where((chaboche2_return_map_converged & fin), d762, K0), tl.where((chaboche2_return_map_converged & fin), d763, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d764, K0), tl.where((chaboche2_return_map_converged & fin), d765, K0), tl.where((chaboche2_return_map_converged & fin), d766, K0), tl.where((chaboche2_return_map_converged & fin), d767, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d768, K0), tl.where((chaboche2_return_map_converged & fin), d769, K0), tl.where((chaboche2_return_map_converged & fin), d770, K0), tl.where((chaboche2_return_map_converged & fin), d771, K0), BLOCK)
+                _k231 = tl.arange(0, 32)[None, :] + 64
+                _p232 = J + row[:, None] * j_stride + (_k231 // 11) * 38 + 27 + _k231 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1001, tl.reshape(_j999, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1001 += zero
-                _j1002 = tl.join(tl.where((chaboche2_return_map_converged & fin), d772, K0), tl.where((chaboche2_return_map_converged & fin), d788, K0))
-                _j1003 = tl.join(tl.where((chaboche2_return_map_converged & fin), d780, K0), tl.where((chaboche2_return_map_converged & fin), d796, K0))
-                _j1004 = tl.join(tl.where((chaboche2_return_map_converged & fin), d776, K0), tl.where((chaboche2_return_map_converged & fin), d792, K0))
-                _j1005 = tl.join(tl.where((chaboche2_return_map_converged & fin), d784, K0), tl.where((chaboche2_return_map_converged & fin), d800, K0))
-                _j1006 = tl.join(tl.where((chaboche2_return_map_converged & fin), d774, K0), tl.where((chaboche2_return_map_converged & fin), d790, K0))
-                _j1007 = tl.join(tl.where((chaboche2_return_map_converged & fin), d782, K0), tl.where((chaboche2_return_map_converged & fin), d798, K0))
-                _j1008 = tl.join(tl.where((chaboche2_return_map_converged & fin), d778, K0), tl.where((chaboche2_return_map_converged & fin), d794, K0))
-                _j1009 = tl.join(tl.where((chaboche2_return_map_converged & fin), d786, K0), tl.where((chaboche2_return_map_converged & fin), d802, K0))
-                _j1010 = tl.join(tl.where((chaboche2_return_map_converged & fin), d773, K0), tl.where((chaboche2_return_map_converged & fin), d789, K0))
-                _j1011 = tl.join(tl.where((chaboche2_return_map_converged & fin), d781, K0), tl.where((chaboche2_return_map_converged & fin), d797, K0))
-                _j1012 = tl.join(tl.where((chaboche2_return_map_converged & fin), d777, K0), tl.where((chaboche2_return_map_converged & fin), d793, K0))
-                _j1013 = tl.join(tl.where((chaboche2_return_map_converged & fin), d785, K0), tl.where((chaboche2_return_map_converged & fin), d801, K0))
-                _j1014 = tl.join(tl.where((chaboche2_return_map_converged & fin), d775, K0), tl.where((chaboche2_return_map_converged & fin), d791, K0))
-                _j1015 = tl.join(tl.where((chaboche2_return_map_converged & fin), d783, K0), tl.where((chaboche2_return_map_converged & fin), d799, K0))
-                _j1016 = tl.join(tl.where((chaboche2_return_map_converged & fin), d779, K0), tl.where((chaboche2_return_map_converged & fin), d795, K0))
-                _j1017 = tl.join(tl.where((chaboche2_return_map_converged & fin), d787, K0), tl.where((chaboche2_return_map_converged & fin), d803, K0))
-                _j1018 = tl.join(_j1002, _j1003)
-                _j1019 = tl.join(_j1004, _j1005)
-                _j1020 = tl.join(_j1006, _j1007)
-                _j1021 = tl.join(_j1008, _j1009)
-                _j1022 = tl.join(_j1010, _j1011)
-                _j1023 = tl.join(_j1012, _j1013)
-                _j1024 = tl.join(_j1014, _j1015)
-                _j1025 = tl.join(_j1016, _j1017)
-                _j1026 = tl.join(_j1018, _j1019)
-                _j1027 = tl.join(_j1020, _j1021)
-                _j1028 = tl.join(_j1022, _j1023)
-                _j1029 = tl.join(_j1024, _j1025)
-                _j1030 = tl.join(_j1026, _j1027)
-                _j1031 = tl.join(_j1028, _j1029)
-                _j1032 = tl.join(_j1030, _j1031)
-                _k1033 = tl.arange(0, 32)[None, :] + 96
-                _p1034 = J + row[:, None] * j_stride + (_k1033 // 11) * 38 + 27 + _k1033 % 11
+                    tl.store(_p232, _row230, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p232 += zero
+                _row233 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d772, K0), tl.where((chaboche2_return_map_converged & fin), d773, K0), tl.where((chaboche2_return_map_converged & fin), d774, K0), tl.where((chaboche2_return_map_converged & fin), d775, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d776, K0), tl.where((chaboche2_return_map_converged & fin), d777, K0), tl.where((chaboche2_return_map_converged & fin), d778, K0), tl.where((chaboche2_return_map_converged & fin), d779, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d780, K0), tl.where((chaboche2_return_map_converged & fin), d781, K0), tl.where((chaboche2_return_map_converged & fin), d782, K0), tl.where((chaboche2_return_map_converged & fin), d783, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d784, K0), tl.where((chaboche2_return_map_converged & fin), d785, K0), tl.where((chaboche2_return_map_converged & fin), d786, K0), tl.where((chaboche2_return_map_converged & fin), d787, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d788, K0), tl.where((chaboche2_return_map_converged & fin), d789, K0), tl.where((chaboche2_return_map_converged & fin), d790, K0), tl.where((chaboche2_return_map_converged & fin), d791, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d792, K0), tl.where((chaboche2_return_map_converged & fin), d793, K0), tl.where((chaboche2_return_map_converged & fin), d794, K0), tl.where((chaboche2_return_map_converged & fin), d795, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d796, K0), tl.where((chaboche2_return_map_converged & fin), d797, K0), tl.where((chaboche2_return_map_converged & fin), d798, K0), tl.where((chaboche2_return_map_converged & fin), d799, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d800, K0), tl.where((chaboche2_return_map_converged & fin), d801, K0), tl.where((chaboche2_return_map_converged & fin), d802, K0), tl.where((chaboche2_return_map_converged & fin), d803, K0), BLOCK)
+                _k234 = tl.arange(0, 32)[None, :] + 96
+                _p235 = J + row[:, None] * j_stride + (_k234 // 11) * 38 + 27 + _k234 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1034, tl.reshape(_j1032, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1034 += zero
-                _j1035 = tl.join(tl.where((chaboche2_return_map_converged & fin), d804, K0), tl.where((chaboche2_return_map_converged & fin), d820, K0))
-                _j1036 = tl.join(tl.where((chaboche2_return_map_converged & fin), d812, K0), tl.where((chaboche2_return_map_converged & fin), d828, K0))
-                _j1037 = tl.join(tl.where((chaboche2_return_map_converged & fin), d808, K0), tl.where((chaboche2_return_map_converged & fin), d824, K0))
-                _j1038 = tl.join(tl.where((chaboche2_return_map_converged & fin), d816, K0), tl.where((chaboche2_return_map_converged & fin), d832, K0))
-                _j1039 = tl.join(tl.where((chaboche2_return_map_converged & fin), d806, K0), tl.where((chaboche2_return_map_converged & fin), d822, K0))
-                _j1040 = tl.join(tl.where((chaboche2_return_map_converged & fin), d814, K0), tl.where((chaboche2_return_map_converged & fin), d830, K0))
-                _j1041 = tl.join(tl.where((chaboche2_return_map_converged & fin), d810, K0), tl.where((chaboche2_return_map_converged & fin), d826, K0))
-                _j1042 = tl.join(tl.where((chaboche2_return_map_converged & fin), d818, K0), tl.where((chaboche2_return_map_converged & fin), d834, K0))
-                _j1043 = tl.join(tl.where((chaboche2_return_map_converged & fin), d805, K0), tl.where((chaboche2_return_map_converged & fin), d821, K0))
-                _j1044 = tl.join(tl.where((chaboche2_return_map_converged & fin), d813, K0), tl.where((chaboche2_return_map_converged & fin), d829, K0))
-                _j1045 = tl.join(tl.where((chaboche2_return_map_converged & fin), d809, K0), tl.where((chaboche2_return_map_converged & fin), d825, K0))
-                _j1046 = tl.join(tl.where((chaboche2_return_map_converged & fin), d817, K0), tl.where((chaboche2_return_map_converged & fin), d833, K0))
-                _j1047 = tl.join(tl.where((chaboche2_return_map_converged & fin), d807, K0), tl.where((chaboche2_return_map_converged & fin), d823, K0))
-                _j1048 = tl.join(tl.where((chaboche2_return_map_converged & fin), d815, K0), tl.where((chaboche2_return_map_converged & fin), d831, K0))
-                _j1049 = tl.join(tl.where((chaboche2_return_map_converged & fin), d811, K0), tl.where((chaboche2_return_map_converged & fin), d827, K0))
-                _j1050 = tl.join(tl.where((chaboche2_return_map_converged & fin), d819, K0), tl.where((chaboche2_return_map_converged & fin), d835, K0))
-                _j1051 = tl.join(_j1035, _j1036)
-                _j1052 = tl.join(_j1037, _j1038)
-                _j1053 = tl.join(_j1039, _j1040)
-                _j1054 = tl.join(_j1041, _j1042)
-                _j1055 = tl.join(_j1043, _j1044)
-                _j1056 = tl.join(_j1045, _j1046)
-                _j1057 = tl.join(_j1047, _j1048)
-                _j1058 = tl.join(_j1049, _j1050)
-                _j1059 = tl.join(_j1051, _j1052)
-                _j1060 = tl.join(_j1053, _j1054)
-                _j1061 = tl.join(_j1055, _j1056)
-                _j1062 = tl.join(_j1057, _j1058)
-                _j1063 = tl.join(_j1059, _j1060)
-                _j1064 = tl.join(_j1061, _j1062)
-                _j1065 = tl.join(_j1063, _j1064)
-                _k1066 = tl.arange(0, 32)[None, :] + 128
-                _p1067 = J + row[:, None] * j_stride + (_k1066 // 11) * 38 + 27 + _k1066 % 11
+                    tl.store(_p235, _row233, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p235 += zero
+                _row236 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d804, K0), tl.where((chaboche2_return_map_converged & fin), d805, K0), tl.where((chaboche2_return_map_converged & fin), d806, K0), tl.where((chaboche2_return_map_converged & fin), d807, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d808, K0), tl.where((chaboche2_return_map_converged & fin), d809, K0), tl.where((chaboche2_return_map_converged & fin), d810, K0), tl.where((chaboche2_return_map_converged & fin), d811, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d812, K0), tl.where((chaboche2_return_map_converged & fin), d813, K0), tl.where((chaboche2_return_map_converged & fin), d814, K0), tl.where((chaboche2_return_map_converged & fin), d815, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d816, K0), tl.where((chaboche2_return_map_converged & fin), d817, K0), tl.where((chaboche2_return_map_converged & fin), d818, K0), tl.where((chaboche2_return_map_converged & fin), d819, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d820, K0), tl.where((chaboche2_return_map_converged & fin), d821, K0), tl.where((chaboche2_return_map_converged & fin), d822, K0), tl.where((chaboche2_return_map_converged & fin), d823, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d824, K0), tl.where((chaboche2_return_map_converged & fin), d825, K0), tl.where((chaboche2_return_map_converged & fin), d826, K0), tl.where((chaboche2_return_map_converged & fin), d827, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d828, K0), tl.where((chaboche2_return_map_converged & fin), d829, K0), tl.where((chaboche2_return_map_converged & fin), d830, K0), tl.where((chaboche2_return_map_converged & fin), d831, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d832, K0), tl.where((chaboche2_return_map_converged & fin), d833, K0), tl.where((chaboche2_return_map_converged & fin), d834, K0), tl.where((chaboche2_return_map_converged & fin), d835, K0), BLOCK)
+                _k237 = tl.arange(0, 32)[None, :] + 128
+                _p238 = J + row[:, None] * j_stride + (_k237 // 11) * 38 + 27 + _k237 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1067, tl.reshape(_j1065, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1067 += zero
-                _j1068 = tl.join(tl.where((chaboche2_return_map_converged & fin), d836, K0), tl.where((chaboche2_return_map_converged & fin), d852, K0))
-                _j1069 = tl.join(tl.where((chaboche2_return_map_converged & fin), d844, K0), tl.where((chaboche2_return_map_converged & fin), d860, K0))
-                _j1070 = tl.join(tl.where((chaboche2_return_map_converged & fin), d840, K0), tl.where((chaboche2_return_map_converged & fin), d856, K0))
-                _j1071 = tl.join(tl.where((chaboche2_return_map_converged & fin), d848, K0), tl.where((chaboche2_return_map_converged & fin), d864, K0))
-                _j1072 = tl.join(tl.where((chaboche2_return_map_converged & fin), d838, K0), tl.where((chaboche2_return_map_converged & fin), d854, K0))
-                _j1073 = tl.join(tl.where((chaboche2_return_map_converged & fin), d846, K0), tl.where((chaboche2_return_map_converged & fin), d862, K0))
-                _j1074 = tl.join(tl.where((chaboche2_return_map_converged & fin), d842, K0), tl.where((chaboche2_return_map_converged & fin), d858, K0))
-                _j1075 = tl.join(tl.where((chaboche2_return_map_converged & fin), d850, K0), tl.where((chaboche2_return_map_converged & fin), d866, K0))
-                _j1076 = tl.join(tl.where((chaboche2_return_map_converged & fin), d837, K0), tl.where((chaboche2_return_map_converged & fin), d853, K0))
-                _j1077 = tl.join(tl.where((chaboche2_return_map_converged & fin), d845, K0), tl.where((chaboche2_return_map_converged & fin), d861, K0))
-                _j1078 = tl.join(tl.where((chaboche2_return_map_converged & fin), d841, K0), tl.where((chaboche2_return_map_converged & fin), d857, K0))
-                _j1079 = tl.join(tl.where((chaboche2_return_map_converged & fin), d849, K0), tl.where((chaboche2_return_map_converged & fin), d865, K0))
-                _j1080 = tl.join(tl.where((chaboche2_return_map_converged & fin), d839, K0), tl.where((chaboche2_return_map_converged & fin), d855, K0))
-                _j1081 = tl.join(tl.where((chaboche2_return_map_converged & fin), d847, K0), tl.where((chaboche2_return_map_converged & fin), d863, K0))
-                _j1082 = tl.join(tl.where((chaboche2_return_map_converged & fin), d843, K0), tl.where((chaboche2_return_map_converged & fin), d859, K0))
-                _j1083 = tl.join(tl.where((chaboche2_return_map_converged & fin), d851, K0), tl.where((chaboche2_return_map_converged & fin), d867, K0))
-                _j1084 = tl.join(_j1068, _j1069)
-                _j1085 = tl.join(_j1070, _j1071)
-                _j1086 = tl.join(_j1072, _j1073)
-                _j1087 = tl.join(_j1074, _j1075)
-                _j1088 = tl.join(_j1076, _j1077)
-                _j1089 = tl.join(_j1078, _j1079)
-                _j1090 = tl.join(_j1080, _j1081)
-                _j1091 = tl.join(_j1082, _j1083)
-                _j1092 = tl.join(_j1084, _j1085)
-                _j1093 = tl.join(_j1086, _j1087)
-                _j1094 = tl.join(_j1088, _j1089)
-                _j1095 = tl.join(_j1090, _j1091)
-                _j1096 = tl.join(_j1092, _j1093)
-                _j1097 = tl.join(_j1094, _j1095)
-                _j1098 = tl.join(_j1096, _j1097)
-                _k1099 = tl.arange(0, 32)[None, :] + 160
-                _p1100 = J + row[:, None] * j_stride + (_k1099 // 11) * 38 + 27 + _k1099 % 11
+                    tl.store(_p238, _row236, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p238 += zero
+                _row239 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d836, K0), tl.where((chaboche2_return_map_converged & fin), d837, K0), tl.where((chaboche2_return_map_converged & fin), d838, K0), tl.where((chaboche2_return_map_converged & fin), d839, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d840, K0), tl.where((chaboche2_return_map_converged & fin), d841, K0), tl.where((chaboche2_return_map_converged & fin), d842, K0), tl.where((chaboche2_return_map_converged & fin), d843, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d844, K0), tl.where((chaboche2_return_map_converged & fin), d845, K0), tl.where((chaboche2_return_map_converged & fin), d846, K0), tl.where((chaboche2_return_map_converged & fin), d847, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d848, K0), tl.where((chaboche2_return_map_converged & fin), d849, K0), tl.where((chaboche2_return_map_converged & fin), d850, K0), tl.where((chaboche2_return_map_converged & fin), d851, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d852, K0), tl.where((chaboche2_return_map_converged & fin), d853, K0), tl.where((chaboche2_return_map_converged & fin), d854, K0), tl.where((chaboche2_return_map_converged & fin), d855, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d856, K0), tl.where((chaboche2_return_map_converged & fin), d857, K0), tl.where((chaboche2_return_map_converged & fin), d858, K0), tl.where((chaboche2_return_map_converged & fin), d859, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d860, K0), tl.where((chaboche2_return_map_converged & fin), d861, K0), tl.where((chaboche2_return_map_converged & fin), d862, K0), tl.where((chaboche2_return_map_converged & fin), d863, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d864, K0), tl.where((chaboche2_return_map_converged & fin), d865, K0), tl.where((chaboche2_return_map_converged & fin), d866, K0), tl.where((chaboche2_return_map_converged & fin), d867, K0), BLOCK)
+                _k240 = tl.arange(0, 32)[None, :] + 160
+                _p241 = J + row[:, None] * j_stride + (_k240 // 11) * 38 + 27 + _k240 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1100, tl.reshape(_j1098, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1100 += zero
-                _j1101 = tl.join(tl.where((chaboche2_return_map_converged & fin), d868, K0), tl.where((chaboche2_return_map_converged & fin), d884, K0))
-                _j1102 = tl.join(tl.where((chaboche2_return_map_converged & fin), d876, K0), tl.where((chaboche2_return_map_converged & fin), d927, K0))
-                _j1103 = tl.join(tl.where((chaboche2_return_map_converged & fin), d872, K0), tl.where((chaboche2_return_map_converged & fin), d903, K0))
-                _j1104 = tl.join(tl.where((chaboche2_return_map_converged & fin), d880, K0), tl.where((chaboche2_return_map_converged & fin), d886, K0))
-                _j1105 = tl.join(tl.where((chaboche2_return_map_converged & fin), d870, K0), tl.where((chaboche2_return_map_converged & fin), d891, K0))
-                _j1106 = tl.join(tl.where((chaboche2_return_map_converged & fin), d878, K0), tl.where((chaboche2_return_map_converged & fin), d939, K0))
-                _j1107 = tl.join(tl.where((chaboche2_return_map_converged & fin), d874, K0), tl.where((chaboche2_return_map_converged & fin), d915, K0))
-                _j1108 = tl.join(tl.where((chaboche2_return_map_converged & fin), d882, K0), tl.where((chaboche2_return_map_converged & fin), d898, K0))
-                _j1109 = tl.join(tl.where((chaboche2_return_map_converged & fin), d869, K0), tl.where((chaboche2_return_map_converged & fin), d885, K0))
-                _j1110 = tl.join(tl.where((chaboche2_return_map_converged & fin), d877, K0), tl.where((chaboche2_return_map_converged & fin), d933, K0))
-                _j1111 = tl.join(tl.where((chaboche2_return_map_converged & fin), d873, K0), tl.where((chaboche2_return_map_converged & fin), d909, K0))
-                _j1112 = tl.join(tl.where((chaboche2_return_map_converged & fin), d881, K0), tl.where((chaboche2_return_map_converged & fin), d892, K0))
-                _j1113 = tl.join(tl.where((chaboche2_return_map_converged & fin), d871, K0), tl.where((chaboche2_return_map_converged & fin), d897, K0))
-                _j1114 = tl.join(tl.where((chaboche2_return_map_converged & fin), d879, K0), tl.where((chaboche2_return_map_converged & fin), d945, K0))
-                _j1115 = tl.join(tl.where((chaboche2_return_map_converged & fin), d875, K0), tl.where((chaboche2_return_map_converged & fin), d921, K0))
-                _j1116 = tl.join(tl.where((chaboche2_return_map_converged & fin), d883, K0), tl.where((chaboche2_return_map_converged & fin), d904, K0))
-                _j1117 = tl.join(_j1101, _j1102)
-                _j1118 = tl.join(_j1103, _j1104)
-                _j1119 = tl.join(_j1105, _j1106)
-                _j1120 = tl.join(_j1107, _j1108)
-                _j1121 = tl.join(_j1109, _j1110)
-                _j1122 = tl.join(_j1111, _j1112)
-                _j1123 = tl.join(_j1113, _j1114)
-                _j1124 = tl.join(_j1115, _j1116)
-                _j1125 = tl.join(_j1117, _j1118)
-                _j1126 = tl.join(_j1119, _j1120)
-                _j1127 = tl.join(_j1121, _j1122)
-                _j1128 = tl.join(_j1123, _j1124)
-                _j1129 = tl.join(_j1125, _j1126)
-                _j1130 = tl.join(_j1127, _j1128)
-                _j1131 = tl.join(_j1129, _j1130)
-                _k1132 = tl.arange(0, 32)[None, :] + 192
-                _p1133 = J + row[:, None] * j_stride + (_k1132 // 11) * 38 + 27 + _k1132 % 11
+                    tl.store(_p241, _row239, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p241 += zero
+                _row242 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d868, K0), tl.where((chaboche2_return_map_converged & fin), d869, K0), tl.where((chaboche2_return_map_converged & fin), d870, K0), tl.where((chaboche2_return_map_converged & fin), d871, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d872, K0), tl.where((chaboche2_return_map_converged & fin), d873, K0), tl.where((chaboche2_return_map_converged & fin), d874, K0), tl.where((chaboche2_return_map_converged & fin), d875, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d876, K0), tl.where((chaboche2_return_map_converged & fin), d877, K0), tl.where((chaboche2_return_map_converged & fin), d878, K0), tl.where((chaboche2_return_map_converged & fin), d879, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d880, K0), tl.where((chaboche2_return_map_converged & fin), d881, K0), tl.where((chaboche2_return_map_converged & fin), d882, K0), tl.where((chaboche2_return_map_converged & fin), d883, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d884, K0), tl.where((chaboche2_return_map_converged & fin), d885, K0), tl.where((chaboche2_return_map_converged & fin), d891, K0), tl.where((chaboche2_return_map_converged & fin), d897, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d903, K0), tl.where((chaboche2_return_map_converged & fin), d909, K0), tl.where((chaboche2_return_map_converged & fin), d915, K0), tl.where((chaboche2_return_map_converged & fin), d921, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d927, K0), tl.where((chaboche2_return_map_converged & fin), d933, K0), tl.where((chaboche2_return_map_converged & fin), d939, K0), tl.where((chaboche2_return_map_converged & fin), d945, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d886, K0), tl.where((chaboche2_return_map_converged & fin), d892, K0), tl.where((chaboche2_return_map_converged & fin), d898, K0), tl.where((chaboche2_return_map_converged & fin), d904, K0), BLOCK)
+                _k243 = tl.arange(0, 32)[None, :] + 192
+                _p244 = J + row[:, None] * j_stride + (_k243 // 11) * 38 + 27 + _k243 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1133, tl.reshape(_j1131, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1133 += zero
-                _j1134 = tl.join(tl.where((chaboche2_return_map_converged & fin), d910, K0), tl.where((chaboche2_return_map_converged & fin), d941, K0))
-                _j1135 = tl.join(tl.where((chaboche2_return_map_converged & fin), d893, K0), tl.where((chaboche2_return_map_converged & fin), d924, K0))
-                _j1136 = tl.join(tl.where((chaboche2_return_map_converged & fin), d934, K0), tl.where((chaboche2_return_map_converged & fin), d900, K0))
-                _j1137 = tl.join(tl.where((chaboche2_return_map_converged & fin), d917, K0), tl.where((chaboche2_return_map_converged & fin), d948, K0))
-                _j1138 = tl.join(tl.where((chaboche2_return_map_converged & fin), d922, K0), tl.where((chaboche2_return_map_converged & fin), d888, K0))
-                _j1139 = tl.join(tl.where((chaboche2_return_map_converged & fin), d905, K0), tl.where((chaboche2_return_map_converged & fin), d936, K0))
-                _j1140 = tl.join(tl.where((chaboche2_return_map_converged & fin), d946, K0), tl.where((chaboche2_return_map_converged & fin), d912, K0))
-                _j1141 = tl.join(tl.where((chaboche2_return_map_converged & fin), d929, K0), tl.where((chaboche2_return_map_converged & fin), d895, K0))
-                _j1142 = tl.join(tl.where((chaboche2_return_map_converged & fin), d916, K0), tl.where((chaboche2_return_map_converged & fin), d947, K0))
-                _j1143 = tl.join(tl.where((chaboche2_return_map_converged & fin), d899, K0), tl.where((chaboche2_return_map_converged & fin), d930, K0))
-                _j1144 = tl.join(tl.where((chaboche2_return_map_converged & fin), d940, K0), tl.where((chaboche2_return_map_converged & fin), d906, K0))
-                _j1145 = tl.join(tl.where((chaboche2_return_map_converged & fin), d923, K0), tl.where((chaboche2_return_map_converged & fin), d889, K0))
-                _j1146 = tl.join(tl.where((chaboche2_return_map_converged & fin), d928, K0), tl.where((chaboche2_return_map_converged & fin), d894, K0))
-                _j1147 = tl.join(tl.where((chaboche2_return_map_converged & fin), d911, K0), tl.where((chaboche2_return_map_converged & fin), d942, K0))
-                _j1148 = tl.join(tl.where((chaboche2_return_map_converged & fin), d887, K0), tl.where((chaboche2_return_map_converged & fin), d918, K0))
-                _j1149 = tl.join(tl.where((chaboche2_return_map_converged & fin), d935, K0), tl.where((chaboche2_return_map_converged & fin), d901, K0))
-                _j1150 = tl.join(_j1134, _j1135)
-                _j1151 = tl.join(_j1136, _j1137)
-                _j1152 = tl.join(_j1138, _j1139)
-                _j1153 = tl.join(_j1140, _j1141)
-                _j1154 = tl.join(_j1142, _j1143)
-                _j1155 = tl.join(_j1144, _j1145)
-                _j1156 = tl.join(_j1146, _j1147)
-                _j1157 = tl.join(_j1148, _j1149)
-                _j1158 = tl.join(_j1150, _j1151)
-                _j1159 = tl.join(_j1152, _j1153)
-                _j1160 = tl.join(_j1154, _j1155)
-                _j1161 = tl.join(_j1156, _j1157)
-                _j1162 = tl.join(_j1158, _j1159)
-                _j1163 = tl.join(_j1160, _j1161)
-                _j1164 = tl.join(_j1162, _j1163)
-                _k1165 = tl.arange(0, 32)[None, :] + 224
-                _p1166 = J + row[:, None] * j_stride + (_k1165 // 11) * 38 + 27 + _k1165 % 11
+                    tl.store(_p244, _row242, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p244 += zero
+                _row245 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d910, K0), tl.where((chaboche2_return_map_converged & fin), d916, K0), tl.where((chaboche2_return_map_converged & fin), d922, K0), tl.where((chaboche2_return_map_converged & fin), d928, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d934, K0), tl.where((chaboche2_return_map_converged & fin), d940, K0), tl.where((chaboche2_return_map_converged & fin), d946, K0), tl.where((chaboche2_return_map_converged & fin), d887, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d893, K0), tl.where((chaboche2_return_map_converged & fin), d899, K0), tl.where((chaboche2_return_map_converged & fin), d905, K0), tl.where((chaboche2_return_map_converged & fin), d911, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d917, K0), tl.where((chaboche2_return_map_converged & fin), d923, K0), tl.where((chaboche2_return_map_converged & fin), d929, K0), tl.where((chaboche2_return_map_converged & fin), d935, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d941, K0), tl.where((chaboche2_return_map_converged & fin), d947, K0), tl.where((chaboche2_return_map_converged & fin), d888, K0), tl.where((chaboche2_return_map_converged & fin), d894, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d900, K0), tl.where((chaboche2_return_map_converged & fin), d906, K0), tl.where((chaboche2_return_map_converged & fin), d912, K0), tl.where((chaboche2_return_map_converged & fin), d918, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d924, K0), tl.where((chaboche2_return_map_converged & fin), d930, K0), tl.where((chaboche2_return_map_converged & fin), d936, K0), tl.where((chaboche2_return_map_converged & fin), d942, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d948, K0), tl.where((chaboche2_return_map_converged & fin), d889, K0), tl.where((chaboche2_return_map_converged & fin), d895, K0), tl.where((chaboche2_return_map_converged & fin), d901, K0), BLOCK)
+                _k246 = tl.arange(0, 32)[None, :] + 224
+                _p247 = J + row[:, None] * j_stride + (_k246 // 11) * 38 + 27 + _k246 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1166, tl.reshape(_j1164, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p1166 += zero
-                _zero1167 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j1168 = tl.join(tl.where((chaboche2_return_map_converged & fin), d907, K0), tl.where((chaboche2_return_map_converged & fin), d938, K0))
-                _j1169 = tl.join(tl.where((chaboche2_return_map_converged & fin), d890, K0), _zero1167)
-                _j1170 = tl.join(tl.where((chaboche2_return_map_converged & fin), d931, K0), _zero1167)
-                _j1171 = tl.join(tl.where((chaboche2_return_map_converged & fin), d914, K0), _zero1167)
-                _j1172 = tl.join(tl.where((chaboche2_return_map_converged & fin), d919, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0))
-                _j1173 = tl.join(tl.where((chaboche2_return_map_converged & fin), d902, K0), _zero1167)
-                _j1174 = tl.join(tl.where((chaboche2_return_map_converged & fin), d943, K0), _zero1167)
-                _j1175 = tl.join(tl.where((chaboche2_return_map_converged & fin), d926, K0), _zero1167)
-                _j1176 = tl.join(tl.where((chaboche2_return_map_converged & fin), d913, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0))
-                _j1177 = tl.join(tl.where((chaboche2_return_map_converged & fin), d896, K0), _zero1167)
-                _j1178 = tl.join(tl.where((chaboche2_return_map_converged & fin), d937, K0), _zero1167)
-                _j1179 = tl.join(tl.where((chaboche2_return_map_converged & fin), d920, K0), _zero1167)
-                _j1180 = tl.join(tl.where((chaboche2_return_map_converged & fin), d925, K0), _zero1167)
-                _j1181 = tl.join(tl.where((chaboche2_return_map_converged & fin), d908, K0), _zero1167)
-                _j1182 = tl.join(tl.where((chaboche2_return_map_converged & fin), d949, K0), _zero1167)
-                _j1183 = tl.join(tl.where((chaboche2_return_map_converged & fin), d932, K0), _zero1167)
-                _j1184 = tl.join(_j1168, _j1169)
-                _j1185 = tl.join(_j1170, _j1171)
-                _j1186 = tl.join(_j1172, _j1173)
-                _j1187 = tl.join(_j1174, _j1175)
-                _j1188 = tl.join(_j1176, _j1177)
-                _j1189 = tl.join(_j1178, _j1179)
-                _j1190 = tl.join(_j1180, _j1181)
-                _j1191 = tl.join(_j1182, _j1183)
-                _j1192 = tl.join(_j1184, _j1185)
-                _j1193 = tl.join(_j1186, _j1187)
-                _j1194 = tl.join(_j1188, _j1189)
-                _j1195 = tl.join(_j1190, _j1191)
-                _j1196 = tl.join(_j1192, _j1193)
-                _j1197 = tl.join(_j1194, _j1195)
-                _j1198 = tl.join(_j1196, _j1197)
-                _k1199 = tl.arange(0, 32)[None, :] + 256
-                _p1200 = J + row[:, None] * j_stride + (_k1199 // 11) * 38 + 27 + _k1199 % 11
+                    tl.store(_p247, _row245, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p247 += zero
+                _zero248 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row249 = _mc_row32(
+                    tl.where((chaboche2_return_map_converged & fin), d907, K0), tl.where((chaboche2_return_map_converged & fin), d913, K0), tl.where((chaboche2_return_map_converged & fin), d919, K0), tl.where((chaboche2_return_map_converged & fin), d925, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d931, K0), tl.where((chaboche2_return_map_converged & fin), d937, K0), tl.where((chaboche2_return_map_converged & fin), d943, K0), tl.where((chaboche2_return_map_converged & fin), d949, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d890, K0), tl.where((chaboche2_return_map_converged & fin), d896, K0), tl.where((chaboche2_return_map_converged & fin), d902, K0), tl.where((chaboche2_return_map_converged & fin), d908, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d914, K0), tl.where((chaboche2_return_map_converged & fin), d920, K0), tl.where((chaboche2_return_map_converged & fin), d926, K0), tl.where((chaboche2_return_map_converged & fin), d932, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero248,
+                    _zero248, _zero248, _zero248, _zero248,
+                    _zero248, _zero248, _zero248, _zero248,
+                    _zero248, _zero248, _zero248, _zero248, BLOCK)
+                _k250 = tl.arange(0, 32)[None, :] + 256
+                _p251 = J + row[:, None] * j_stride + (_k250 // 11) * 38 + 27 + _k250 % 11
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p1200, tl.reshape(_j1198, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 19))
-                    _p1200 += zero
+                    tl.store(_p251, _row249, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 19))
+                    _p251 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p1201 = CV + row
+        _p252 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p1201, (chaboche2_return_map_converged & fin), mask=mask)
-            _p1201 += zero
-        _p1202 = IT + row
+            tl.store(_p252, (chaboche2_return_map_converged & fin), mask=mask)
+            _p252 += zero
+        _p253 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p1202, (chaboche2_return_map_iterations).to(tl.int32), mask=mask)
-            _p1202 += zero
-        _p1203 = RN + row
+            tl.store(_p253, (chaboche2_return_map_iterations).to(tl.int32), mask=mask)
+            _p253 += zero
+        _p254 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p1203, chaboche2_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p1203 += zero
+            tl.store(_p254, chaboche2_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p254 += zero
 else:
     _kernel = None
 

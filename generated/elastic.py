@@ -180,6 +180,18 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
@@ -227,29 +239,19 @@ if triton is not None:
         cse_8 = (K0 / cse_7)
         d1 = (p_E * cse_8)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j25 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j26 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j27 = tl.join(_j25, _j26)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j27, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d2 = d1
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j28 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j29 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j30 = tl.join(_j28, _j29)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d3 = d1
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j31 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j32 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
-            _j33 = tl.join(_j31, _j32)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j33, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
         # outputs 4 .. 5
-        _j34 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j34, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_1 = (K2 * p_nu)
         cse_2 = (K0 - cse_1)
         cse_3 = (K0 / cse_2)
@@ -258,35 +260,23 @@ if triton is not None:
             d4 = (cse_4 * d1)
             d5 = d4
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j35 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j36 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j37 = tl.join(_j35, _j36)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j37, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d6 = (d1 * (K0 + cse_4))
             d7 = d4
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j38 = tl.join(d6, d7)
-            _j39 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j40 = tl.join(_j38, _j39)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j40, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d8 = d4
             d9 = d6
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j41 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
-            _j42 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
-            _j43 = tl.join(_j41, _j42)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j43, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d10 = d4
             d11 = d4
             d12 = d6
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j44 = tl.join(d10, d12)
-            _j45 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j46 = tl.join(_j44, _j45)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j46, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
         cse_5 = (cse_0 * cse_4)
         cse_6 = (cse_5 + forces_E_0)
@@ -297,10 +287,7 @@ if triton is not None:
         state_S_2 = (cse_11 * d1)
         state_S_3 = (d1 * forces_E_3)
         # outputs 0 .. 3
-        _j47 = tl.join(state_S_0, state_S_2)
-        _j48 = tl.join(state_S_1, state_S_3)
-        _j49 = tl.join(_j47, _j48)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j49, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 8:  # total
             cse_14 = (cse_8 * cse_8)
             cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
@@ -319,77 +306,35 @@ if triton is not None:
             d24 = (-cse_16 * forces_E_5)
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
-            _j50 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j51 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j52 = tl.join(_j50, _j51)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j53 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j54 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j55 = tl.join(_j53, _j54)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j55, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j56 = tl.join(d6, d7)
-            _j57 = tl.join(d4, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j58 = tl.join(_j56, _j57)
-            _k59 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 6) * (2 * (V // 8)), tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j60 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8)
-            _j61 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d9)
-            _j62 = tl.join(_j60, _j61)
-            _k63 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k63 + (_k63 // 6) * (2 * (V // 8)), tl.reshape(_j62, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j64 = tl.join(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j65 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j66 = tl.join(_j64, _j65)
-            _k67 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k67 + (_k67 // 6) * (2 * (V // 8)), tl.reshape(_j66, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j68 = tl.join(d10, d12)
-            _j69 = tl.join(d11, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j70 = tl.join(_j68, _j69)
-            _k71 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k71 + (_k71 // 6) * (2 * (V // 8)), tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j72 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j73 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j74 = tl.join(_j72, _j73)
-            _k75 = tl.arange(0, 4)[None, :] + 16
-            tl.store(J + row[:, None] * j_stride + _k75 + (_k75 // 6) * (2 * (V // 8)), tl.reshape(_j74, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j76 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j77 = tl.join(d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j78 = tl.join(_j76, _j77)
-            _k79 = tl.arange(0, 4)[None, :] + 20
-            tl.store(J + row[:, None] * j_stride + _k79 + (_k79 // 6) * (2 * (V // 8)), tl.reshape(_j78, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j80 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j81 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j82 = tl.join(_j80, _j81)
-            _k83 = tl.arange(0, 4)[None, :] + 24
-            tl.store(J + row[:, None] * j_stride + _k83 + (_k83 // 6) * (2 * (V // 8)), tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j84 = tl.join(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j85 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j86 = tl.join(_j84, _j85)
-            _k87 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k87 + (_k87 // 6) * (2 * (V // 8)), tl.reshape(_j86, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j88 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j89 = tl.join((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3)
-            _j90 = tl.join(_j88, _j89)
-            _k91 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k91 + (_k91 // 6) * (2 * (V // 8)), tl.reshape(_j90, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k25 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k26 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k27 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k28 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k29 = tl.arange(0, 4)[None, :] + 16
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k30 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k31 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k31 + (_k31 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k32 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k33 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k33 + (_k33 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _j92 = tl.join(d13, d14)
-                _j93 = tl.join(d19, d20)
-                _j94 = tl.join(_j92, _j93)
-                _k95 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k95 // 2) * 8 + 6 + _k95 % 2, tl.reshape(_j94, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j96 = tl.join(d15, d16)
-                _j97 = tl.join(d21, d22)
-                _j98 = tl.join(_j96, _j97)
-                _k99 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k99 // 2) * 8 + 6 + _k99 % 2, tl.reshape(_j98, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j100 = tl.join(d17, d18)
-                _j101 = tl.join(d23, d24)
-                _j102 = tl.join(_j100, _j101)
-                _k103 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k103 // 2) * 8 + 6 + _k103 % 2, tl.reshape(_j102, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k34 // 2) * 8 + 6 + _k34 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k35 // 2) * 8 + 6 + _k35 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k36 // 2) * 8 + 6 + _k36 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

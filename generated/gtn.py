@@ -1474,6 +1474,13 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
     def _mc_expm1(x):
         u = tl.exp(x)
         um1 = u - 1.0
@@ -1493,6 +1500,60 @@ if triton is not None:
     def _mc_cosh(x):
         e = tl.exp(tl.abs(x))
         return 0.5 * (e + 1.0 / e)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
+
+    @triton.jit
+    def _mc_row16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a8)
+        t1 = tl.join(a4, a12)
+        t2 = tl.join(a2, a10)
+        t3 = tl.join(a6, a14)
+        t4 = tl.join(a1, a9)
+        t5 = tl.join(a5, a13)
+        t6 = tl.join(a3, a11)
+        t7 = tl.join(a7, a15)
+        t8 = tl.join(t0, t1)
+        t9 = tl.join(t2, t3)
+        t10 = tl.join(t4, t5)
+        t11 = tl.join(t6, t7)
+        t12 = tl.join(t8, t9)
+        t13 = tl.join(t10, t11)
+        t14 = tl.join(t12, t13)
+        return tl.reshape(t14, [BLOCK, 16])
 
     @triton.jit
     def _mc_le(a, b):
@@ -2040,21 +2101,15 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j77 = tl.join(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j78 = tl.join(tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j79 = tl.join(_j77, _j78)
-        _p80 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p77 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p80, tl.reshape(_j79, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p80 += zero
+            tl.store(_p77, _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p77 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j81 = tl.join(tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0))
-        _j82 = tl.join(tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0))
-        _j83 = tl.join(_j81, _j82)
-        _p84 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p78 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p84, tl.reshape(_j83, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p84 += zero
+            tl.store(_p78, _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p78 += zero
         cse_8 = (K1 * p_nu)
         cse_9 = (K2 - cse_8)
         cse_10 = (K2 / cse_9)
@@ -2075,13 +2130,10 @@ if triton is not None:
         cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j85 = tl.join(tl.where((gtn_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((gtn_return_map_converged & fin), state_S_1, K0))
-        _j86 = tl.join(tl.where((gtn_return_map_converged & fin), state_S_0, K0), tl.where((gtn_return_map_converged & fin), state_S_2, K0))
-        _j87 = tl.join(_j85, _j86)
-        _p88 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p79 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p88, tl.reshape(_j87, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p88 += zero
+            tl.store(_p79, _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((gtn_return_map_converged & fin), state_S_0, K0), tl.where((gtn_return_map_converged & fin), state_S_1, K0), tl.where((gtn_return_map_converged & fin), state_S_2, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p79 += zero
         cse_16 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_16 * cse_5)
         cse_18 = (forces_E_4 - state_internal_Ep_4)
@@ -2089,14 +2141,11 @@ if triton is not None:
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 14; NaN where Newton did not converge
-        _zero89 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j90 = tl.join(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0))
-        _j91 = tl.join(tl.where((gtn_return_map_converged & fin), state_S_4, K0), _zero89)
-        _j92 = tl.join(_j90, _j91)
-        _p93 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
+        _zero80 = tl.zeros([BLOCK], dtype=DTYPE)
+        _p81 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p93, tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-            _p93 += zero
+            tl.store(_p81, _mc_row4(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero80, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+            _p81 += zero
         if V & 14:  # tangent, jacobian, total
             cse_122 = (cse_14 + cse_15)
             cse_123 = (cse_122 + cse_6 + (K3 * cse_13))
@@ -2551,13 +2600,10 @@ if triton is not None:
             cse_32 = (cse_22 * d16)
             d58 = (cse_31 + cse_32 + (cse_26 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j94 = tl.join(tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d57, K0))
-            _j95 = tl.join(tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d58, K0))
-            _j96 = tl.join(_j94, _j95)
-            _p97 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p82 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p97, tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p97 += zero
+                tl.store(_p82, _mc_row4(tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p82 += zero
         if V & 14:  # tangent, jacobian, total
             cse_33 = (cse_22 * d11)
             cse_34 = (cse_22 * d17)
@@ -2570,13 +2616,10 @@ if triton is not None:
             cse_38 = (cse_22 * d2)
             d62 = (cse_25 + cse_27 + cse_38 + (cse_26 * d8))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j98 = tl.join(tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d61, K0))
-            _j99 = tl.join(tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d62, K0))
-            _j100 = tl.join(_j98, _j99)
-            _p101 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p83 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p101, tl.reshape(_j100, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p101 += zero
+                tl.store(_p83, _mc_row4(tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p83 += zero
         if V & 14:  # tangent, jacobian, total
             cse_39 = (cse_22 * d3)
             d63 = (cse_30 + cse_39 + (cse_26 * d9))
@@ -2587,26 +2630,20 @@ if triton is not None:
             cse_42 = (cse_22 * d6)
             d66 = (cse_36 + cse_42 + (cse_26 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j102 = tl.join(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d65, K0))
-            _j103 = tl.join(tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d66, K0))
-            _j104 = tl.join(_j102, _j103)
-            _p105 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p84 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p105, tl.reshape(_j104, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p105 += zero
+                tl.store(_p84, _mc_row4(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p84 += zero
         if V & 14:  # tangent, jacobian, total
             d67 = (cse_24 + cse_37 + (cse_26 * d13))
             d68 = (cse_28 + cse_38 + (cse_26 * d14))
             d69 = (cse_25 + cse_29 + cse_39 + (cse_26 * d15))
             d70 = (cse_31 + cse_40 + (cse_26 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j106 = tl.join(tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d69, K0))
-            _j107 = tl.join(tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d70, K0))
-            _j108 = tl.join(_j106, _j107)
-            _p109 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p85 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p109, tl.reshape(_j108, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p109 += zero
+                tl.store(_p85, _mc_row4(tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p85 += zero
         if V & 14:  # tangent, jacobian, total
             d71 = (cse_33 + cse_41 + (cse_26 * d17))
             d72 = (cse_35 + cse_42 + (cse_26 * d18))
@@ -2614,65 +2651,50 @@ if triton is not None:
             d73 = (cse_43 * d19)
             d74 = (cse_43 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j110 = tl.join(tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d73, K0))
-            _j111 = tl.join(tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d74, K0))
-            _j112 = tl.join(_j110, _j111)
-            _p113 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p86 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p113, tl.reshape(_j112, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p113 += zero
+                tl.store(_p86, _mc_row4(tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p86 += zero
         if V & 14:  # tangent, jacobian, total
             d75 = (cse_43 * d21)
             d76 = (cse_5 + (cse_43 * d22))
             d77 = (cse_43 * d23)
             d78 = (cse_43 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j114 = tl.join(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d77, K0))
-            _j115 = tl.join(tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d78, K0))
-            _j116 = tl.join(_j114, _j115)
-            _p117 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p87 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p117, tl.reshape(_j116, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p117 += zero
+                tl.store(_p87, _mc_row4(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p87 += zero
         if V & 14:  # tangent, jacobian, total
             d79 = (cse_43 * d25)
             d80 = (cse_43 * d26)
             d81 = (cse_43 * d27)
             d82 = (cse_43 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j118 = tl.join(tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d81, K0))
-            _j119 = tl.join(tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d82, K0))
-            _j120 = tl.join(_j118, _j119)
-            _p121 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p88 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p121, tl.reshape(_j120, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p121 += zero
+                tl.store(_p88, _mc_row4(tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p88 += zero
         if V & 14:  # tangent, jacobian, total
             d83 = (cse_5 + (cse_43 * d29))
             d84 = (cse_43 * d30)
             d85 = (cse_43 * d31)
             d86 = (cse_43 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j122 = tl.join(tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d85, K0))
-            _j123 = tl.join(tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d86, K0))
-            _j124 = tl.join(_j122, _j123)
-            _p125 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p89 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p125, tl.reshape(_j124, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p125 += zero
+                tl.store(_p89, _mc_row4(tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p89 += zero
         if V & 14:  # tangent, jacobian, total
             d87 = (cse_43 * d33)
             d88 = (cse_43 * d34)
             d89 = (cse_43 * d35)
             d90 = (cse_5 + (cse_43 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j126 = tl.join(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d89, K0))
-            _j127 = tl.join(tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d90, K0))
-            _j128 = tl.join(_j126, _j127)
-            _p129 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p90 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p129, tl.reshape(_j128, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p129 += zero
+                tl.store(_p90, _mc_row4(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p90 += zero
         if V & 12:  # jacobian, total
             cse_263 = (cse_169 * state_internal_gamma_rate)
             cse_264 = (cse_263 * state_S_3)
@@ -3453,437 +3475,185 @@ if triton is not None:
             d345 = (cse_43 * d282)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j130 = tl.join(tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d7, K0))
-            _j131 = tl.join(tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d103, K0))
-            _j132 = tl.join(tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d11, K0))
-            _j133 = tl.join(tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d107, K0))
-            _j134 = tl.join(tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d9, K0))
-            _j135 = tl.join(tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d105, K0))
-            _j136 = tl.join(tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d101, K0))
-            _j137 = tl.join(tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d109, K0))
-            _j138 = tl.join(tl.where((gtn_return_map_converged & fin), d2, K0), tl.where((gtn_return_map_converged & fin), d8, K0))
-            _j139 = tl.join(tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d104, K0))
-            _j140 = tl.join(tl.where((gtn_return_map_converged & fin), d6, K0), tl.where((gtn_return_map_converged & fin), d12, K0))
-            _j141 = tl.join(tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d108, K0))
-            _j142 = tl.join(tl.where((gtn_return_map_converged & fin), d4, K0), tl.where((gtn_return_map_converged & fin), d10, K0))
-            _j143 = tl.join(tl.where((gtn_return_map_converged & fin), d96, K0), tl.where((gtn_return_map_converged & fin), d106, K0))
-            _j144 = tl.join(tl.where((gtn_return_map_converged & fin), d92, K0), tl.where((gtn_return_map_converged & fin), d102, K0))
-            _j145 = tl.join(tl.where((gtn_return_map_converged & fin), d100, K0), tl.where((gtn_return_map_converged & fin), d110, K0))
-            _j146 = tl.join(_j130, _j131)
-            _j147 = tl.join(_j132, _j133)
-            _j148 = tl.join(_j134, _j135)
-            _j149 = tl.join(_j136, _j137)
-            _j150 = tl.join(_j138, _j139)
-            _j151 = tl.join(_j140, _j141)
-            _j152 = tl.join(_j142, _j143)
-            _j153 = tl.join(_j144, _j145)
-            _j154 = tl.join(_j146, _j147)
-            _j155 = tl.join(_j148, _j149)
-            _j156 = tl.join(_j150, _j151)
-            _j157 = tl.join(_j152, _j153)
-            _j158 = tl.join(_j154, _j155)
-            _j159 = tl.join(_j156, _j157)
-            _j160 = tl.join(_j158, _j159)
-            _k161 = tl.arange(0, 32)[None, :]
-            _p162 = J + row[:, None] * j_stride + _k161 + (_k161 // 16) * (8 * (V // 8))
+            _row91 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d2, K0), tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d4, K0),
+                tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d6, K0), tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d92, K0),
+                tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d96, K0),
+                tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d100, K0),
+                tl.where((gtn_return_map_converged & fin), d7, K0), tl.where((gtn_return_map_converged & fin), d8, K0), tl.where((gtn_return_map_converged & fin), d9, K0), tl.where((gtn_return_map_converged & fin), d10, K0),
+                tl.where((gtn_return_map_converged & fin), d11, K0), tl.where((gtn_return_map_converged & fin), d12, K0), tl.where((gtn_return_map_converged & fin), d101, K0), tl.where((gtn_return_map_converged & fin), d102, K0),
+                tl.where((gtn_return_map_converged & fin), d103, K0), tl.where((gtn_return_map_converged & fin), d104, K0), tl.where((gtn_return_map_converged & fin), d105, K0), tl.where((gtn_return_map_converged & fin), d106, K0),
+                tl.where((gtn_return_map_converged & fin), d107, K0), tl.where((gtn_return_map_converged & fin), d108, K0), tl.where((gtn_return_map_converged & fin), d109, K0), tl.where((gtn_return_map_converged & fin), d110, K0), BLOCK)
+            _k92 = tl.arange(0, 32)[None, :]
+            _p93 = J + row[:, None] * j_stride + _k92 + (_k92 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p162, tl.reshape(_j160, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p162 += zero
-            _j163 = tl.join(tl.where((gtn_return_map_converged & fin), d13, K0), tl.where((gtn_return_map_converged & fin), d19, K0))
-            _j164 = tl.join(tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d123, K0))
-            _j165 = tl.join(tl.where((gtn_return_map_converged & fin), d17, K0), tl.where((gtn_return_map_converged & fin), d23, K0))
-            _j166 = tl.join(tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d127, K0))
-            _j167 = tl.join(tl.where((gtn_return_map_converged & fin), d15, K0), tl.where((gtn_return_map_converged & fin), d21, K0))
-            _j168 = tl.join(tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d125, K0))
-            _j169 = tl.join(tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d121, K0))
-            _j170 = tl.join(tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d129, K0))
-            _j171 = tl.join(tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d20, K0))
-            _j172 = tl.join(tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d124, K0))
-            _j173 = tl.join(tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d24, K0))
-            _j174 = tl.join(tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d128, K0))
-            _j175 = tl.join(tl.where((gtn_return_map_converged & fin), d16, K0), tl.where((gtn_return_map_converged & fin), d22, K0))
-            _j176 = tl.join(tl.where((gtn_return_map_converged & fin), d116, K0), tl.where((gtn_return_map_converged & fin), d126, K0))
-            _j177 = tl.join(tl.where((gtn_return_map_converged & fin), d112, K0), tl.where((gtn_return_map_converged & fin), d122, K0))
-            _j178 = tl.join(tl.where((gtn_return_map_converged & fin), d120, K0), tl.where((gtn_return_map_converged & fin), d130, K0))
-            _j179 = tl.join(_j163, _j164)
-            _j180 = tl.join(_j165, _j166)
-            _j181 = tl.join(_j167, _j168)
-            _j182 = tl.join(_j169, _j170)
-            _j183 = tl.join(_j171, _j172)
-            _j184 = tl.join(_j173, _j174)
-            _j185 = tl.join(_j175, _j176)
-            _j186 = tl.join(_j177, _j178)
-            _j187 = tl.join(_j179, _j180)
-            _j188 = tl.join(_j181, _j182)
-            _j189 = tl.join(_j183, _j184)
-            _j190 = tl.join(_j185, _j186)
-            _j191 = tl.join(_j187, _j188)
-            _j192 = tl.join(_j189, _j190)
-            _j193 = tl.join(_j191, _j192)
-            _k194 = tl.arange(0, 32)[None, :] + 32
-            _p195 = J + row[:, None] * j_stride + _k194 + (_k194 // 16) * (8 * (V // 8))
+                tl.store(_p93, _row91, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p93 += zero
+            _row94 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d13, K0), tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d15, K0), tl.where((gtn_return_map_converged & fin), d16, K0),
+                tl.where((gtn_return_map_converged & fin), d17, K0), tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d112, K0),
+                tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d116, K0),
+                tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d120, K0),
+                tl.where((gtn_return_map_converged & fin), d19, K0), tl.where((gtn_return_map_converged & fin), d20, K0), tl.where((gtn_return_map_converged & fin), d21, K0), tl.where((gtn_return_map_converged & fin), d22, K0),
+                tl.where((gtn_return_map_converged & fin), d23, K0), tl.where((gtn_return_map_converged & fin), d24, K0), tl.where((gtn_return_map_converged & fin), d121, K0), tl.where((gtn_return_map_converged & fin), d122, K0),
+                tl.where((gtn_return_map_converged & fin), d123, K0), tl.where((gtn_return_map_converged & fin), d124, K0), tl.where((gtn_return_map_converged & fin), d125, K0), tl.where((gtn_return_map_converged & fin), d126, K0),
+                tl.where((gtn_return_map_converged & fin), d127, K0), tl.where((gtn_return_map_converged & fin), d128, K0), tl.where((gtn_return_map_converged & fin), d129, K0), tl.where((gtn_return_map_converged & fin), d130, K0), BLOCK)
+            _k95 = tl.arange(0, 32)[None, :] + 32
+            _p96 = J + row[:, None] * j_stride + _k95 + (_k95 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p195, tl.reshape(_j193, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p195 += zero
-            _j196 = tl.join(tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d31, K0))
-            _j197 = tl.join(tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d143, K0))
-            _j198 = tl.join(tl.where((gtn_return_map_converged & fin), d29, K0), tl.where((gtn_return_map_converged & fin), d35, K0))
-            _j199 = tl.join(tl.where((gtn_return_map_converged & fin), d137, K0), tl.where((gtn_return_map_converged & fin), d147, K0))
-            _j200 = tl.join(tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d33, K0))
-            _j201 = tl.join(tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d145, K0))
-            _j202 = tl.join(tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d141, K0))
-            _j203 = tl.join(tl.where((gtn_return_map_converged & fin), d139, K0), tl.where((gtn_return_map_converged & fin), d149, K0))
-            _j204 = tl.join(tl.where((gtn_return_map_converged & fin), d26, K0), tl.where((gtn_return_map_converged & fin), d32, K0))
-            _j205 = tl.join(tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d144, K0))
-            _j206 = tl.join(tl.where((gtn_return_map_converged & fin), d30, K0), tl.where((gtn_return_map_converged & fin), d36, K0))
-            _j207 = tl.join(tl.where((gtn_return_map_converged & fin), d138, K0), tl.where((gtn_return_map_converged & fin), d148, K0))
-            _j208 = tl.join(tl.where((gtn_return_map_converged & fin), d28, K0), tl.where((gtn_return_map_converged & fin), d34, K0))
-            _j209 = tl.join(tl.where((gtn_return_map_converged & fin), d136, K0), tl.where((gtn_return_map_converged & fin), d146, K0))
-            _j210 = tl.join(tl.where((gtn_return_map_converged & fin), d132, K0), tl.where((gtn_return_map_converged & fin), d142, K0))
-            _j211 = tl.join(tl.where((gtn_return_map_converged & fin), d140, K0), tl.where((gtn_return_map_converged & fin), d150, K0))
-            _j212 = tl.join(_j196, _j197)
-            _j213 = tl.join(_j198, _j199)
-            _j214 = tl.join(_j200, _j201)
-            _j215 = tl.join(_j202, _j203)
-            _j216 = tl.join(_j204, _j205)
-            _j217 = tl.join(_j206, _j207)
-            _j218 = tl.join(_j208, _j209)
-            _j219 = tl.join(_j210, _j211)
-            _j220 = tl.join(_j212, _j213)
-            _j221 = tl.join(_j214, _j215)
-            _j222 = tl.join(_j216, _j217)
-            _j223 = tl.join(_j218, _j219)
-            _j224 = tl.join(_j220, _j221)
-            _j225 = tl.join(_j222, _j223)
-            _j226 = tl.join(_j224, _j225)
-            _k227 = tl.arange(0, 32)[None, :] + 64
-            _p228 = J + row[:, None] * j_stride + _k227 + (_k227 // 16) * (8 * (V // 8))
+                tl.store(_p96, _row94, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p96 += zero
+            _row97 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d26, K0), tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d28, K0),
+                tl.where((gtn_return_map_converged & fin), d29, K0), tl.where((gtn_return_map_converged & fin), d30, K0), tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d132, K0),
+                tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d136, K0),
+                tl.where((gtn_return_map_converged & fin), d137, K0), tl.where((gtn_return_map_converged & fin), d138, K0), tl.where((gtn_return_map_converged & fin), d139, K0), tl.where((gtn_return_map_converged & fin), d140, K0),
+                tl.where((gtn_return_map_converged & fin), d31, K0), tl.where((gtn_return_map_converged & fin), d32, K0), tl.where((gtn_return_map_converged & fin), d33, K0), tl.where((gtn_return_map_converged & fin), d34, K0),
+                tl.where((gtn_return_map_converged & fin), d35, K0), tl.where((gtn_return_map_converged & fin), d36, K0), tl.where((gtn_return_map_converged & fin), d141, K0), tl.where((gtn_return_map_converged & fin), d142, K0),
+                tl.where((gtn_return_map_converged & fin), d143, K0), tl.where((gtn_return_map_converged & fin), d144, K0), tl.where((gtn_return_map_converged & fin), d145, K0), tl.where((gtn_return_map_converged & fin), d146, K0),
+                tl.where((gtn_return_map_converged & fin), d147, K0), tl.where((gtn_return_map_converged & fin), d148, K0), tl.where((gtn_return_map_converged & fin), d149, K0), tl.where((gtn_return_map_converged & fin), d150, K0), BLOCK)
+            _k98 = tl.arange(0, 32)[None, :] + 64
+            _p99 = J + row[:, None] * j_stride + _k98 + (_k98 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p228, tl.reshape(_j226, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p228 += zero
-            _j229 = tl.join(tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d43, K0))
-            _j230 = tl.join(tl.where((gtn_return_map_converged & fin), d153, K0), tl.where((gtn_return_map_converged & fin), d163, K0))
-            _j231 = tl.join(tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d47, K0))
-            _j232 = tl.join(tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d167, K0))
-            _j233 = tl.join(tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d45, K0))
-            _j234 = tl.join(tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d165, K0))
-            _j235 = tl.join(tl.where((gtn_return_map_converged & fin), d151, K0), tl.where((gtn_return_map_converged & fin), d161, K0))
-            _j236 = tl.join(tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d169, K0))
-            _j237 = tl.join(tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d44, K0))
-            _j238 = tl.join(tl.where((gtn_return_map_converged & fin), d154, K0), tl.where((gtn_return_map_converged & fin), d164, K0))
-            _j239 = tl.join(tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d48, K0))
-            _j240 = tl.join(tl.where((gtn_return_map_converged & fin), d158, K0), tl.where((gtn_return_map_converged & fin), d168, K0))
-            _j241 = tl.join(tl.where((gtn_return_map_converged & fin), d40, K0), tl.where((gtn_return_map_converged & fin), d46, K0))
-            _j242 = tl.join(tl.where((gtn_return_map_converged & fin), d156, K0), tl.where((gtn_return_map_converged & fin), d166, K0))
-            _j243 = tl.join(tl.where((gtn_return_map_converged & fin), d152, K0), tl.where((gtn_return_map_converged & fin), d162, K0))
-            _j244 = tl.join(tl.where((gtn_return_map_converged & fin), d160, K0), tl.where((gtn_return_map_converged & fin), d170, K0))
-            _j245 = tl.join(_j229, _j230)
-            _j246 = tl.join(_j231, _j232)
-            _j247 = tl.join(_j233, _j234)
-            _j248 = tl.join(_j235, _j236)
-            _j249 = tl.join(_j237, _j238)
-            _j250 = tl.join(_j239, _j240)
-            _j251 = tl.join(_j241, _j242)
-            _j252 = tl.join(_j243, _j244)
-            _j253 = tl.join(_j245, _j246)
-            _j254 = tl.join(_j247, _j248)
-            _j255 = tl.join(_j249, _j250)
-            _j256 = tl.join(_j251, _j252)
-            _j257 = tl.join(_j253, _j254)
-            _j258 = tl.join(_j255, _j256)
-            _j259 = tl.join(_j257, _j258)
-            _k260 = tl.arange(0, 32)[None, :] + 96
-            _p261 = J + row[:, None] * j_stride + _k260 + (_k260 // 16) * (8 * (V // 8))
+                tl.store(_p99, _row97, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p99 += zero
+            _row100 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d40, K0),
+                tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d151, K0), tl.where((gtn_return_map_converged & fin), d152, K0),
+                tl.where((gtn_return_map_converged & fin), d153, K0), tl.where((gtn_return_map_converged & fin), d154, K0), tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d156, K0),
+                tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d158, K0), tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d160, K0),
+                tl.where((gtn_return_map_converged & fin), d43, K0), tl.where((gtn_return_map_converged & fin), d44, K0), tl.where((gtn_return_map_converged & fin), d45, K0), tl.where((gtn_return_map_converged & fin), d46, K0),
+                tl.where((gtn_return_map_converged & fin), d47, K0), tl.where((gtn_return_map_converged & fin), d48, K0), tl.where((gtn_return_map_converged & fin), d161, K0), tl.where((gtn_return_map_converged & fin), d162, K0),
+                tl.where((gtn_return_map_converged & fin), d163, K0), tl.where((gtn_return_map_converged & fin), d164, K0), tl.where((gtn_return_map_converged & fin), d165, K0), tl.where((gtn_return_map_converged & fin), d166, K0),
+                tl.where((gtn_return_map_converged & fin), d167, K0), tl.where((gtn_return_map_converged & fin), d168, K0), tl.where((gtn_return_map_converged & fin), d169, K0), tl.where((gtn_return_map_converged & fin), d170, K0), BLOCK)
+            _k101 = tl.arange(0, 32)[None, :] + 96
+            _p102 = J + row[:, None] * j_stride + _k101 + (_k101 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p261, tl.reshape(_j259, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p261 += zero
-            _j262 = tl.join(tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d55, K0))
-            _j263 = tl.join(tl.where((gtn_return_map_converged & fin), d173, K0), tl.where((gtn_return_map_converged & fin), d193, K0))
-            _j264 = tl.join(tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d59, K0))
-            _j265 = tl.join(tl.where((gtn_return_map_converged & fin), d177, K0), tl.where((gtn_return_map_converged & fin), d197, K0))
-            _j266 = tl.join(tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d57, K0))
-            _j267 = tl.join(tl.where((gtn_return_map_converged & fin), d175, K0), tl.where((gtn_return_map_converged & fin), d195, K0))
-            _j268 = tl.join(tl.where((gtn_return_map_converged & fin), d171, K0), tl.where((gtn_return_map_converged & fin), d181, K0))
-            _j269 = tl.join(tl.where((gtn_return_map_converged & fin), d179, K0), tl.where((gtn_return_map_converged & fin), d229, K0))
-            _j270 = tl.join(tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d56, K0))
-            _j271 = tl.join(tl.where((gtn_return_map_converged & fin), d174, K0), tl.where((gtn_return_map_converged & fin), d194, K0))
-            _j272 = tl.join(tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d60, K0))
-            _j273 = tl.join(tl.where((gtn_return_map_converged & fin), d178, K0), tl.where((gtn_return_map_converged & fin), d198, K0))
-            _j274 = tl.join(tl.where((gtn_return_map_converged & fin), d52, K0), tl.where((gtn_return_map_converged & fin), d58, K0))
-            _j275 = tl.join(tl.where((gtn_return_map_converged & fin), d176, K0), tl.where((gtn_return_map_converged & fin), d196, K0))
-            _j276 = tl.join(tl.where((gtn_return_map_converged & fin), d172, K0), tl.where((gtn_return_map_converged & fin), d187, K0))
-            _j277 = tl.join(tl.where((gtn_return_map_converged & fin), d180, K0), tl.where((gtn_return_map_converged & fin), d235, K0))
-            _j278 = tl.join(_j262, _j263)
-            _j279 = tl.join(_j264, _j265)
-            _j280 = tl.join(_j266, _j267)
-            _j281 = tl.join(_j268, _j269)
-            _j282 = tl.join(_j270, _j271)
-            _j283 = tl.join(_j272, _j273)
-            _j284 = tl.join(_j274, _j275)
-            _j285 = tl.join(_j276, _j277)
-            _j286 = tl.join(_j278, _j279)
-            _j287 = tl.join(_j280, _j281)
-            _j288 = tl.join(_j282, _j283)
-            _j289 = tl.join(_j284, _j285)
-            _j290 = tl.join(_j286, _j287)
-            _j291 = tl.join(_j288, _j289)
-            _j292 = tl.join(_j290, _j291)
-            _k293 = tl.arange(0, 32)[None, :] + 128
-            _p294 = J + row[:, None] * j_stride + _k293 + (_k293 // 16) * (8 * (V // 8))
+                tl.store(_p102, _row100, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p102 += zero
+            _row103 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d52, K0),
+                tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d171, K0), tl.where((gtn_return_map_converged & fin), d172, K0),
+                tl.where((gtn_return_map_converged & fin), d173, K0), tl.where((gtn_return_map_converged & fin), d174, K0), tl.where((gtn_return_map_converged & fin), d175, K0), tl.where((gtn_return_map_converged & fin), d176, K0),
+                tl.where((gtn_return_map_converged & fin), d177, K0), tl.where((gtn_return_map_converged & fin), d178, K0), tl.where((gtn_return_map_converged & fin), d179, K0), tl.where((gtn_return_map_converged & fin), d180, K0),
+                tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0),
+                tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d181, K0), tl.where((gtn_return_map_converged & fin), d187, K0),
+                tl.where((gtn_return_map_converged & fin), d193, K0), tl.where((gtn_return_map_converged & fin), d194, K0), tl.where((gtn_return_map_converged & fin), d195, K0), tl.where((gtn_return_map_converged & fin), d196, K0),
+                tl.where((gtn_return_map_converged & fin), d197, K0), tl.where((gtn_return_map_converged & fin), d198, K0), tl.where((gtn_return_map_converged & fin), d229, K0), tl.where((gtn_return_map_converged & fin), d235, K0), BLOCK)
+            _k104 = tl.arange(0, 32)[None, :] + 128
+            _p105 = J + row[:, None] * j_stride + _k104 + (_k104 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p294, tl.reshape(_j292, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p294 += zero
-            _j295 = tl.join(tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d67, K0))
-            _j296 = tl.join(tl.where((gtn_return_map_converged & fin), d199, K0), tl.where((gtn_return_map_converged & fin), d205, K0))
-            _j297 = tl.join(tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d71, K0))
-            _j298 = tl.join(tl.where((gtn_return_map_converged & fin), d203, K0), tl.where((gtn_return_map_converged & fin), d209, K0))
-            _j299 = tl.join(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d69, K0))
-            _j300 = tl.join(tl.where((gtn_return_map_converged & fin), d201, K0), tl.where((gtn_return_map_converged & fin), d207, K0))
-            _j301 = tl.join(tl.where((gtn_return_map_converged & fin), d182, K0), tl.where((gtn_return_map_converged & fin), d183, K0))
-            _j302 = tl.join(tl.where((gtn_return_map_converged & fin), d230, K0), tl.where((gtn_return_map_converged & fin), d231, K0))
-            _j303 = tl.join(tl.where((gtn_return_map_converged & fin), d62, K0), tl.where((gtn_return_map_converged & fin), d68, K0))
-            _j304 = tl.join(tl.where((gtn_return_map_converged & fin), d200, K0), tl.where((gtn_return_map_converged & fin), d206, K0))
-            _j305 = tl.join(tl.where((gtn_return_map_converged & fin), d66, K0), tl.where((gtn_return_map_converged & fin), d72, K0))
-            _j306 = tl.join(tl.where((gtn_return_map_converged & fin), d204, K0), tl.where((gtn_return_map_converged & fin), d210, K0))
-            _j307 = tl.join(tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d70, K0))
-            _j308 = tl.join(tl.where((gtn_return_map_converged & fin), d202, K0), tl.where((gtn_return_map_converged & fin), d208, K0))
-            _j309 = tl.join(tl.where((gtn_return_map_converged & fin), d188, K0), tl.where((gtn_return_map_converged & fin), d189, K0))
-            _j310 = tl.join(tl.where((gtn_return_map_converged & fin), d236, K0), tl.where((gtn_return_map_converged & fin), d237, K0))
-            _j311 = tl.join(_j295, _j296)
-            _j312 = tl.join(_j297, _j298)
-            _j313 = tl.join(_j299, _j300)
-            _j314 = tl.join(_j301, _j302)
-            _j315 = tl.join(_j303, _j304)
-            _j316 = tl.join(_j305, _j306)
-            _j317 = tl.join(_j307, _j308)
-            _j318 = tl.join(_j309, _j310)
-            _j319 = tl.join(_j311, _j312)
-            _j320 = tl.join(_j313, _j314)
-            _j321 = tl.join(_j315, _j316)
-            _j322 = tl.join(_j317, _j318)
-            _j323 = tl.join(_j319, _j320)
-            _j324 = tl.join(_j321, _j322)
-            _j325 = tl.join(_j323, _j324)
-            _k326 = tl.arange(0, 32)[None, :] + 160
-            _p327 = J + row[:, None] * j_stride + _k326 + (_k326 // 16) * (8 * (V // 8))
+                tl.store(_p105, _row103, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p105 += zero
+            _row106 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0),
+                tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), tl.where((gtn_return_map_converged & fin), d182, K0), tl.where((gtn_return_map_converged & fin), d188, K0),
+                tl.where((gtn_return_map_converged & fin), d199, K0), tl.where((gtn_return_map_converged & fin), d200, K0), tl.where((gtn_return_map_converged & fin), d201, K0), tl.where((gtn_return_map_converged & fin), d202, K0),
+                tl.where((gtn_return_map_converged & fin), d203, K0), tl.where((gtn_return_map_converged & fin), d204, K0), tl.where((gtn_return_map_converged & fin), d230, K0), tl.where((gtn_return_map_converged & fin), d236, K0),
+                tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0),
+                tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d183, K0), tl.where((gtn_return_map_converged & fin), d189, K0),
+                tl.where((gtn_return_map_converged & fin), d205, K0), tl.where((gtn_return_map_converged & fin), d206, K0), tl.where((gtn_return_map_converged & fin), d207, K0), tl.where((gtn_return_map_converged & fin), d208, K0),
+                tl.where((gtn_return_map_converged & fin), d209, K0), tl.where((gtn_return_map_converged & fin), d210, K0), tl.where((gtn_return_map_converged & fin), d231, K0), tl.where((gtn_return_map_converged & fin), d237, K0), BLOCK)
+            _k107 = tl.arange(0, 32)[None, :] + 160
+            _p108 = J + row[:, None] * j_stride + _k107 + (_k107 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p327, tl.reshape(_j325, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p327 += zero
-            _j328 = tl.join(tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d79, K0))
-            _j329 = tl.join(tl.where((gtn_return_map_converged & fin), d211, K0), tl.where((gtn_return_map_converged & fin), d217, K0))
-            _j330 = tl.join(tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d83, K0))
-            _j331 = tl.join(tl.where((gtn_return_map_converged & fin), d215, K0), tl.where((gtn_return_map_converged & fin), d221, K0))
-            _j332 = tl.join(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d81, K0))
-            _j333 = tl.join(tl.where((gtn_return_map_converged & fin), d213, K0), tl.where((gtn_return_map_converged & fin), d219, K0))
-            _j334 = tl.join(tl.where((gtn_return_map_converged & fin), d184, K0), tl.where((gtn_return_map_converged & fin), d185, K0))
-            _j335 = tl.join(tl.where((gtn_return_map_converged & fin), d232, K0), tl.where((gtn_return_map_converged & fin), d233, K0))
-            _j336 = tl.join(tl.where((gtn_return_map_converged & fin), d74, K0), tl.where((gtn_return_map_converged & fin), d80, K0))
-            _j337 = tl.join(tl.where((gtn_return_map_converged & fin), d212, K0), tl.where((gtn_return_map_converged & fin), d218, K0))
-            _j338 = tl.join(tl.where((gtn_return_map_converged & fin), d78, K0), tl.where((gtn_return_map_converged & fin), d84, K0))
-            _j339 = tl.join(tl.where((gtn_return_map_converged & fin), d216, K0), tl.where((gtn_return_map_converged & fin), d222, K0))
-            _j340 = tl.join(tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d82, K0))
-            _j341 = tl.join(tl.where((gtn_return_map_converged & fin), d214, K0), tl.where((gtn_return_map_converged & fin), d220, K0))
-            _j342 = tl.join(tl.where((gtn_return_map_converged & fin), d190, K0), tl.where((gtn_return_map_converged & fin), d191, K0))
-            _j343 = tl.join(tl.where((gtn_return_map_converged & fin), d238, K0), tl.where((gtn_return_map_converged & fin), d239, K0))
-            _j344 = tl.join(_j328, _j329)
-            _j345 = tl.join(_j330, _j331)
-            _j346 = tl.join(_j332, _j333)
-            _j347 = tl.join(_j334, _j335)
-            _j348 = tl.join(_j336, _j337)
-            _j349 = tl.join(_j338, _j339)
-            _j350 = tl.join(_j340, _j341)
-            _j351 = tl.join(_j342, _j343)
-            _j352 = tl.join(_j344, _j345)
-            _j353 = tl.join(_j346, _j347)
-            _j354 = tl.join(_j348, _j349)
-            _j355 = tl.join(_j350, _j351)
-            _j356 = tl.join(_j352, _j353)
-            _j357 = tl.join(_j354, _j355)
-            _j358 = tl.join(_j356, _j357)
-            _k359 = tl.arange(0, 32)[None, :] + 192
-            _p360 = J + row[:, None] * j_stride + _k359 + (_k359 // 16) * (8 * (V // 8))
+                tl.store(_p108, _row106, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p108 += zero
+            _row109 = _mc_row32(
+                tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0),
+                tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), tl.where((gtn_return_map_converged & fin), d184, K0), tl.where((gtn_return_map_converged & fin), d190, K0),
+                tl.where((gtn_return_map_converged & fin), d211, K0), tl.where((gtn_return_map_converged & fin), d212, K0), tl.where((gtn_return_map_converged & fin), d213, K0), tl.where((gtn_return_map_converged & fin), d214, K0),
+                tl.where((gtn_return_map_converged & fin), d215, K0), tl.where((gtn_return_map_converged & fin), d216, K0), tl.where((gtn_return_map_converged & fin), d232, K0), tl.where((gtn_return_map_converged & fin), d238, K0),
+                tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0),
+                tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d185, K0), tl.where((gtn_return_map_converged & fin), d191, K0),
+                tl.where((gtn_return_map_converged & fin), d217, K0), tl.where((gtn_return_map_converged & fin), d218, K0), tl.where((gtn_return_map_converged & fin), d219, K0), tl.where((gtn_return_map_converged & fin), d220, K0),
+                tl.where((gtn_return_map_converged & fin), d221, K0), tl.where((gtn_return_map_converged & fin), d222, K0), tl.where((gtn_return_map_converged & fin), d233, K0), tl.where((gtn_return_map_converged & fin), d239, K0), BLOCK)
+            _k110 = tl.arange(0, 32)[None, :] + 192
+            _p111 = J + row[:, None] * j_stride + _k110 + (_k110 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p360, tl.reshape(_j358, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p360 += zero
-            _j361 = tl.join(tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d223, K0))
-            _j362 = tl.join(tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d227, K0))
-            _j363 = tl.join(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d225, K0))
-            _j364 = tl.join(tl.where((gtn_return_map_converged & fin), d186, K0), tl.where((gtn_return_map_converged & fin), d234, K0))
-            _j365 = tl.join(tl.where((gtn_return_map_converged & fin), d86, K0), tl.where((gtn_return_map_converged & fin), d224, K0))
-            _j366 = tl.join(tl.where((gtn_return_map_converged & fin), d90, K0), tl.where((gtn_return_map_converged & fin), d228, K0))
-            _j367 = tl.join(tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d226, K0))
-            _j368 = tl.join(tl.where((gtn_return_map_converged & fin), d192, K0), tl.where((gtn_return_map_converged & fin), d240, K0))
-            _j369 = tl.join(_j361, _j362)
-            _j370 = tl.join(_j363, _j364)
-            _j371 = tl.join(_j365, _j366)
-            _j372 = tl.join(_j367, _j368)
-            _j373 = tl.join(_j369, _j370)
-            _j374 = tl.join(_j371, _j372)
-            _j375 = tl.join(_j373, _j374)
-            _k376 = tl.arange(0, 16)[None, :] + 224
-            _p377 = J + row[:, None] * j_stride + _k376 + (_k376 // 16) * (8 * (V // 8))
+                tl.store(_p111, _row109, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p111 += zero
+            _row112 = _mc_row16(
+                tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0),
+                tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), tl.where((gtn_return_map_converged & fin), d186, K0), tl.where((gtn_return_map_converged & fin), d192, K0),
+                tl.where((gtn_return_map_converged & fin), d223, K0), tl.where((gtn_return_map_converged & fin), d224, K0), tl.where((gtn_return_map_converged & fin), d225, K0), tl.where((gtn_return_map_converged & fin), d226, K0),
+                tl.where((gtn_return_map_converged & fin), d227, K0), tl.where((gtn_return_map_converged & fin), d228, K0), tl.where((gtn_return_map_converged & fin), d234, K0), tl.where((gtn_return_map_converged & fin), d240, K0), BLOCK)
+            _k113 = tl.arange(0, 16)[None, :] + 224
+            _p114 = J + row[:, None] * j_stride + _k113 + (_k113 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p377, tl.reshape(_j375, [BLOCK, 16]), mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 16))
-                _p377 += zero
+                tl.store(_p114, _row112, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 16))
+                _p114 += zero
             if V & 8:
-                _j378 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j379 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j380 = tl.join(tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d258, K0))
-                _j381 = tl.join(tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d265, K0))
-                _j382 = tl.join(tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d256, K0))
-                _j383 = tl.join(tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d263, K0))
-                _j384 = tl.join(tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d260, K0))
-                _j385 = tl.join(tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d267, K0))
-                _j386 = tl.join(tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d255, K0))
-                _j387 = tl.join(tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d262, K0))
-                _j388 = tl.join(tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d259, K0))
-                _j389 = tl.join(tl.where((gtn_return_map_converged & fin), d252, K0), tl.where((gtn_return_map_converged & fin), d266, K0))
-                _j390 = tl.join(tl.where((gtn_return_map_converged & fin), d243, K0), tl.where((gtn_return_map_converged & fin), d257, K0))
-                _j391 = tl.join(tl.where((gtn_return_map_converged & fin), d250, K0), tl.where((gtn_return_map_converged & fin), d264, K0))
-                _j392 = tl.join(tl.where((gtn_return_map_converged & fin), d247, K0), tl.where((gtn_return_map_converged & fin), d261, K0))
-                _j393 = tl.join(tl.where((gtn_return_map_converged & fin), d254, K0), tl.where((gtn_return_map_converged & fin), d268, K0))
-                _j394 = tl.join(_j378, _j379)
-                _j395 = tl.join(_j380, _j381)
-                _j396 = tl.join(_j382, _j383)
-                _j397 = tl.join(_j384, _j385)
-                _j398 = tl.join(_j386, _j387)
-                _j399 = tl.join(_j388, _j389)
-                _j400 = tl.join(_j390, _j391)
-                _j401 = tl.join(_j392, _j393)
-                _j402 = tl.join(_j394, _j395)
-                _j403 = tl.join(_j396, _j397)
-                _j404 = tl.join(_j398, _j399)
-                _j405 = tl.join(_j400, _j401)
-                _j406 = tl.join(_j402, _j403)
-                _j407 = tl.join(_j404, _j405)
-                _j408 = tl.join(_j406, _j407)
-                _k409 = tl.arange(0, 32)[None, :]
-                _p410 = J + row[:, None] * j_stride + (_k409 // 8) * 24 + 16 + _k409 % 8
+                _row115 = _mc_row32(
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d243, K0),
+                    tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d247, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d250, K0),
+                    tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d252, K0), tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d254, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d255, K0), tl.where((gtn_return_map_converged & fin), d256, K0), tl.where((gtn_return_map_converged & fin), d257, K0),
+                    tl.where((gtn_return_map_converged & fin), d258, K0), tl.where((gtn_return_map_converged & fin), d259, K0), tl.where((gtn_return_map_converged & fin), d260, K0), tl.where((gtn_return_map_converged & fin), d261, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d262, K0), tl.where((gtn_return_map_converged & fin), d263, K0), tl.where((gtn_return_map_converged & fin), d264, K0),
+                    tl.where((gtn_return_map_converged & fin), d265, K0), tl.where((gtn_return_map_converged & fin), d266, K0), tl.where((gtn_return_map_converged & fin), d267, K0), tl.where((gtn_return_map_converged & fin), d268, K0), BLOCK)
+                _k116 = tl.arange(0, 32)[None, :]
+                _p117 = J + row[:, None] * j_stride + (_k116 // 8) * 24 + 16 + _k116 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p410, tl.reshape(_j408, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p410 += zero
-                _j411 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j412 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j413 = tl.join(tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d286, K0))
-                _j414 = tl.join(tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d293, K0))
-                _j415 = tl.join(tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d284, K0))
-                _j416 = tl.join(tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d291, K0))
-                _j417 = tl.join(tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d288, K0))
-                _j418 = tl.join(tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d295, K0))
-                _j419 = tl.join(tl.where((gtn_return_map_converged & fin), d269, K0), tl.where((gtn_return_map_converged & fin), d283, K0))
-                _j420 = tl.join(tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d290, K0))
-                _j421 = tl.join(tl.where((gtn_return_map_converged & fin), d273, K0), tl.where((gtn_return_map_converged & fin), d287, K0))
-                _j422 = tl.join(tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d294, K0))
-                _j423 = tl.join(tl.where((gtn_return_map_converged & fin), d271, K0), tl.where((gtn_return_map_converged & fin), d285, K0))
-                _j424 = tl.join(tl.where((gtn_return_map_converged & fin), d278, K0), tl.where((gtn_return_map_converged & fin), d292, K0))
-                _j425 = tl.join(tl.where((gtn_return_map_converged & fin), d275, K0), tl.where((gtn_return_map_converged & fin), d289, K0))
-                _j426 = tl.join(tl.where((gtn_return_map_converged & fin), d282, K0), tl.where((gtn_return_map_converged & fin), d296, K0))
-                _j427 = tl.join(_j411, _j412)
-                _j428 = tl.join(_j413, _j414)
-                _j429 = tl.join(_j415, _j416)
-                _j430 = tl.join(_j417, _j418)
-                _j431 = tl.join(_j419, _j420)
-                _j432 = tl.join(_j421, _j422)
-                _j433 = tl.join(_j423, _j424)
-                _j434 = tl.join(_j425, _j426)
-                _j435 = tl.join(_j427, _j428)
-                _j436 = tl.join(_j429, _j430)
-                _j437 = tl.join(_j431, _j432)
-                _j438 = tl.join(_j433, _j434)
-                _j439 = tl.join(_j435, _j436)
-                _j440 = tl.join(_j437, _j438)
-                _j441 = tl.join(_j439, _j440)
-                _k442 = tl.arange(0, 32)[None, :] + 32
-                _p443 = J + row[:, None] * j_stride + (_k442 // 8) * 24 + 16 + _k442 % 8
+                    tl.store(_p117, _row115, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p117 += zero
+                _row118 = _mc_row32(
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d269, K0), tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d271, K0),
+                    tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d273, K0), tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d275, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d278, K0),
+                    tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d282, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d283, K0), tl.where((gtn_return_map_converged & fin), d284, K0), tl.where((gtn_return_map_converged & fin), d285, K0),
+                    tl.where((gtn_return_map_converged & fin), d286, K0), tl.where((gtn_return_map_converged & fin), d287, K0), tl.where((gtn_return_map_converged & fin), d288, K0), tl.where((gtn_return_map_converged & fin), d289, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d290, K0), tl.where((gtn_return_map_converged & fin), d291, K0), tl.where((gtn_return_map_converged & fin), d292, K0),
+                    tl.where((gtn_return_map_converged & fin), d293, K0), tl.where((gtn_return_map_converged & fin), d294, K0), tl.where((gtn_return_map_converged & fin), d295, K0), tl.where((gtn_return_map_converged & fin), d296, K0), BLOCK)
+                _k119 = tl.arange(0, 32)[None, :] + 32
+                _p120 = J + row[:, None] * j_stride + (_k119 // 8) * 24 + 16 + _k119 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p443, tl.reshape(_j441, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p443 += zero
-                _j444 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j445 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j446 = tl.join(tl.where((gtn_return_map_converged & fin), d300, K0), tl.where((gtn_return_map_converged & fin), d323, K0))
-                _j447 = tl.join(tl.where((gtn_return_map_converged & fin), d322, K0), tl.where((gtn_return_map_converged & fin), d324, K0))
-                _j448 = tl.join(tl.where((gtn_return_map_converged & fin), d298, K0), tl.where((gtn_return_map_converged & fin), d311, K0))
-                _j449 = tl.join(tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d312, K0))
-                _j450 = tl.join(tl.where((gtn_return_map_converged & fin), d302, K0), tl.where((gtn_return_map_converged & fin), d335, K0))
-                _j451 = tl.join(tl.where((gtn_return_map_converged & fin), d334, K0), tl.where((gtn_return_map_converged & fin), d336, K0))
-                _j452 = tl.join(tl.where((gtn_return_map_converged & fin), d297, K0), tl.where((gtn_return_map_converged & fin), d305, K0))
-                _j453 = tl.join(tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d306, K0))
-                _j454 = tl.join(tl.where((gtn_return_map_converged & fin), d301, K0), tl.where((gtn_return_map_converged & fin), d329, K0))
-                _j455 = tl.join(tl.where((gtn_return_map_converged & fin), d328, K0), tl.where((gtn_return_map_converged & fin), d330, K0))
-                _j456 = tl.join(tl.where((gtn_return_map_converged & fin), d299, K0), tl.where((gtn_return_map_converged & fin), d317, K0))
-                _j457 = tl.join(tl.where((gtn_return_map_converged & fin), d316, K0), tl.where((gtn_return_map_converged & fin), d318, K0))
-                _j458 = tl.join(tl.where((gtn_return_map_converged & fin), d303, K0), tl.where((gtn_return_map_converged & fin), d341, K0))
-                _j459 = tl.join(tl.where((gtn_return_map_converged & fin), d340, K0), tl.where((gtn_return_map_converged & fin), d342, K0))
-                _j460 = tl.join(_j444, _j445)
-                _j461 = tl.join(_j446, _j447)
-                _j462 = tl.join(_j448, _j449)
-                _j463 = tl.join(_j450, _j451)
-                _j464 = tl.join(_j452, _j453)
-                _j465 = tl.join(_j454, _j455)
-                _j466 = tl.join(_j456, _j457)
-                _j467 = tl.join(_j458, _j459)
-                _j468 = tl.join(_j460, _j461)
-                _j469 = tl.join(_j462, _j463)
-                _j470 = tl.join(_j464, _j465)
-                _j471 = tl.join(_j466, _j467)
-                _j472 = tl.join(_j468, _j469)
-                _j473 = tl.join(_j470, _j471)
-                _j474 = tl.join(_j472, _j473)
-                _k475 = tl.arange(0, 32)[None, :] + 64
-                _p476 = J + row[:, None] * j_stride + (_k475 // 8) * 24 + 16 + _k475 % 8
+                    tl.store(_p120, _row118, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p120 += zero
+                _row121 = _mc_row32(
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d297, K0), tl.where((gtn_return_map_converged & fin), d298, K0), tl.where((gtn_return_map_converged & fin), d299, K0),
+                    tl.where((gtn_return_map_converged & fin), d300, K0), tl.where((gtn_return_map_converged & fin), d301, K0), tl.where((gtn_return_map_converged & fin), d302, K0), tl.where((gtn_return_map_converged & fin), d303, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d316, K0),
+                    tl.where((gtn_return_map_converged & fin), d322, K0), tl.where((gtn_return_map_converged & fin), d328, K0), tl.where((gtn_return_map_converged & fin), d334, K0), tl.where((gtn_return_map_converged & fin), d340, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d305, K0), tl.where((gtn_return_map_converged & fin), d311, K0), tl.where((gtn_return_map_converged & fin), d317, K0),
+                    tl.where((gtn_return_map_converged & fin), d323, K0), tl.where((gtn_return_map_converged & fin), d329, K0), tl.where((gtn_return_map_converged & fin), d335, K0), tl.where((gtn_return_map_converged & fin), d341, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d306, K0), tl.where((gtn_return_map_converged & fin), d312, K0), tl.where((gtn_return_map_converged & fin), d318, K0),
+                    tl.where((gtn_return_map_converged & fin), d324, K0), tl.where((gtn_return_map_converged & fin), d330, K0), tl.where((gtn_return_map_converged & fin), d336, K0), tl.where((gtn_return_map_converged & fin), d342, K0), BLOCK)
+                _k122 = tl.arange(0, 32)[None, :] + 64
+                _p123 = J + row[:, None] * j_stride + (_k122 // 8) * 24 + 16 + _k122 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p476, tl.reshape(_j474, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p476 += zero
-                _zero477 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j478 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), K10, K0))
-                _j479 = tl.join(tl.where((gtn_return_map_converged & fin), K10, K0), _zero477)
-                _j480 = tl.join(tl.where((gtn_return_map_converged & fin), d325, K0), tl.where((gtn_return_map_converged & fin), d327, K0))
-                _j481 = tl.join(tl.where((gtn_return_map_converged & fin), d326, K0), _zero477)
-                _j482 = tl.join(tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d315, K0))
-                _j483 = tl.join(tl.where((gtn_return_map_converged & fin), d314, K0), _zero477)
-                _j484 = tl.join(tl.where((gtn_return_map_converged & fin), d337, K0), tl.where((gtn_return_map_converged & fin), d339, K0))
-                _j485 = tl.join(tl.where((gtn_return_map_converged & fin), d338, K0), _zero477)
-                _j486 = tl.join(tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d309, K0))
-                _j487 = tl.join(tl.where((gtn_return_map_converged & fin), d308, K0), _zero477)
-                _j488 = tl.join(tl.where((gtn_return_map_converged & fin), d331, K0), tl.where((gtn_return_map_converged & fin), d333, K0))
-                _j489 = tl.join(tl.where((gtn_return_map_converged & fin), d332, K0), _zero477)
-                _j490 = tl.join(tl.where((gtn_return_map_converged & fin), d319, K0), tl.where((gtn_return_map_converged & fin), d321, K0))
-                _j491 = tl.join(tl.where((gtn_return_map_converged & fin), d320, K0), _zero477)
-                _j492 = tl.join(tl.where((gtn_return_map_converged & fin), d343, K0), tl.where((gtn_return_map_converged & fin), d345, K0))
-                _j493 = tl.join(tl.where((gtn_return_map_converged & fin), d344, K0), _zero477)
-                _j494 = tl.join(_j478, _j479)
-                _j495 = tl.join(_j480, _j481)
-                _j496 = tl.join(_j482, _j483)
-                _j497 = tl.join(_j484, _j485)
-                _j498 = tl.join(_j486, _j487)
-                _j499 = tl.join(_j488, _j489)
-                _j500 = tl.join(_j490, _j491)
-                _j501 = tl.join(_j492, _j493)
-                _j502 = tl.join(_j494, _j495)
-                _j503 = tl.join(_j496, _j497)
-                _j504 = tl.join(_j498, _j499)
-                _j505 = tl.join(_j500, _j501)
-                _j506 = tl.join(_j502, _j503)
-                _j507 = tl.join(_j504, _j505)
-                _j508 = tl.join(_j506, _j507)
-                _k509 = tl.arange(0, 32)[None, :] + 96
-                _p510 = J + row[:, None] * j_stride + (_k509 // 8) * 24 + 16 + _k509 % 8
+                    tl.store(_p123, _row121, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p123 += zero
+                _zero124 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row125 = _mc_row32(
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d319, K0),
+                    tl.where((gtn_return_map_converged & fin), d325, K0), tl.where((gtn_return_map_converged & fin), d331, K0), tl.where((gtn_return_map_converged & fin), d337, K0), tl.where((gtn_return_map_converged & fin), d343, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d308, K0), tl.where((gtn_return_map_converged & fin), d314, K0), tl.where((gtn_return_map_converged & fin), d320, K0),
+                    tl.where((gtn_return_map_converged & fin), d326, K0), tl.where((gtn_return_map_converged & fin), d332, K0), tl.where((gtn_return_map_converged & fin), d338, K0), tl.where((gtn_return_map_converged & fin), d344, K0),
+                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d309, K0), tl.where((gtn_return_map_converged & fin), d315, K0), tl.where((gtn_return_map_converged & fin), d321, K0),
+                    tl.where((gtn_return_map_converged & fin), d327, K0), tl.where((gtn_return_map_converged & fin), d333, K0), tl.where((gtn_return_map_converged & fin), d339, K0), tl.where((gtn_return_map_converged & fin), d345, K0),
+                    _zero124, _zero124, _zero124, _zero124,
+                    _zero124, _zero124, _zero124, _zero124, BLOCK)
+                _k126 = tl.arange(0, 32)[None, :] + 96
+                _p127 = J + row[:, None] * j_stride + (_k126 // 8) * 24 + 16 + _k126 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p510, tl.reshape(_j508, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
-                    _p510 += zero
+                    tl.store(_p127, _row125, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
+                    _p127 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p511 = CV + row
+        _p128 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p511, (gtn_return_map_converged & fin), mask=mask)
-            _p511 += zero
-        _p512 = IT + row
+            tl.store(_p128, (gtn_return_map_converged & fin), mask=mask)
+            _p128 += zero
+        _p129 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p512, (gtn_return_map_iterations).to(tl.int32), mask=mask)
-            _p512 += zero
-        _p513 = RN + row
+            tl.store(_p129, (gtn_return_map_iterations).to(tl.int32), mask=mask)
+            _p129 += zero
+        _p130 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p513, gtn_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p513 += zero
+            tl.store(_p130, gtn_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p130 += zero
 else:
     _kernel = None
 

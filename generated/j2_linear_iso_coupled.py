@@ -1115,9 +1115,56 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _mc_le(a, b):
@@ -1618,21 +1665,15 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j61 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j62 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j63 = tl.join(_j61, _j62)
-        _p64 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p61 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p64, tl.reshape(_j63, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p64 += zero
+            tl.store(_p61, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p61 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j65 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0))
-        _j66 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
-        _j67 = tl.join(_j65, _j66)
-        _p68 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p62 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p68, tl.reshape(_j67, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p68 += zero
+            tl.store(_p62, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p62 += zero
         cse_10 = (K1 + p_nu)
         cse_11 = (K1 / cse_10)
         cse_12 = (p_E * cse_11)
@@ -1654,23 +1695,19 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j69 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0))
-        _j70 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0))
-        _j71 = tl.join(_j69, _j70)
-        _p72 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p63 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p72, tl.reshape(_j71, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p72 += zero
+            tl.store(_p63, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p63 += zero
         cse_17 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_17)
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _j73 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0))
-        _p74 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
+        _p64 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p74, tl.reshape(_j73, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p74 += zero
+            tl.store(_p64, _mc_row2(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+            _p64 += zero
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -2146,52 +2183,40 @@ if triton is not None:
             d51 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d52 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j75 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0))
-            _j76 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0))
-            _j77 = tl.join(_j75, _j76)
-            _p78 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p65 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p78, tl.reshape(_j77, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p78 += zero
+                tl.store(_p65, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p65 += zero
         if V & 14:  # tangent, jacobian, total
             d53 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
             d54 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
             d55 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
             d56 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j79 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j80 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j81 = tl.join(_j79, _j80)
-            _p82 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p66 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p82, tl.reshape(_j81, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p82 += zero
+                tl.store(_p66, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p66 += zero
         if V & 14:  # tangent, jacobian, total
             d57 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
             d58 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
             d59 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
             d60 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j83 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j84 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j85 = tl.join(_j83, _j84)
-            _p86 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p67 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p86, tl.reshape(_j85, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p86 += zero
+                tl.store(_p67, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p67 += zero
         if V & 14:  # tangent, jacobian, total
             d61 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
             d62 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
             d63 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
             d64 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j87 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0))
-            _j88 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0))
-            _j89 = tl.join(_j87, _j88)
-            _p90 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p68 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p90, tl.reshape(_j89, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p90 += zero
+                tl.store(_p68, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p68 += zero
         if V & 14:  # tangent, jacobian, total
             d65 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
             d66 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
@@ -2199,65 +2224,50 @@ if triton is not None:
             d67 = (cse_24 * d19)
             d68 = (cse_24 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j91 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j92 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j93 = tl.join(_j91, _j92)
-            _p94 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p69 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p94, tl.reshape(_j93, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p94 += zero
+                tl.store(_p69, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p69 += zero
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_24 * d21)
             d70 = (cse_12 + (cse_24 * d22))
             d71 = (cse_24 * d23)
             d72 = (cse_24 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j95 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j96 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j97 = tl.join(_j95, _j96)
-            _p98 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p70 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p98, tl.reshape(_j97, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p98 += zero
+                tl.store(_p70, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p70 += zero
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_24 * d25)
             d74 = (cse_24 * d26)
             d75 = (cse_24 * d27)
             d76 = (cse_24 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j99 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0))
-            _j100 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0))
-            _j101 = tl.join(_j99, _j100)
-            _p102 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p71 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p102, tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p102 += zero
+                tl.store(_p71, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p71 += zero
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_12 + (cse_24 * d29))
             d78 = (cse_24 * d30)
             d79 = (cse_24 * d31)
             d80 = (cse_24 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j103 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j104 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j105 = tl.join(_j103, _j104)
-            _p106 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p72 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p106, tl.reshape(_j105, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p106 += zero
+                tl.store(_p72, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p72 += zero
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_24 * d33)
             d82 = (cse_24 * d34)
             d83 = (cse_24 * d35)
             d84 = (cse_12 + (cse_24 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j107 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j108 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j109 = tl.join(_j107, _j108)
-            _p110 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p73 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p110, tl.reshape(_j109, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p110 += zero
+                tl.store(_p73, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p73 += zero
         if V & 12:  # jacobian, total
             cse_118 = (cse_49 * state_internal_gamma_rate)
             cse_119 = (cse_118 * cse_12)
@@ -2754,384 +2764,188 @@ if triton is not None:
             d266 = (cse_24 * d234)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j111 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d7, K0))
-            _j112 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0))
-            _j113 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0))
-            _j114 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0))
-            _j115 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0))
-            _j116 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0))
-            _j117 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0))
-            _j118 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0))
-            _j119 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0))
-            _j120 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0))
-            _j121 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0))
-            _j122 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0))
-            _j123 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0))
-            _j124 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0))
-            _j125 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0))
-            _j126 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j127 = tl.join(_j111, _j112)
-            _j128 = tl.join(_j113, _j114)
-            _j129 = tl.join(_j115, _j116)
-            _j130 = tl.join(_j117, _j118)
-            _j131 = tl.join(_j119, _j120)
-            _j132 = tl.join(_j121, _j122)
-            _j133 = tl.join(_j123, _j124)
-            _j134 = tl.join(_j125, _j126)
-            _j135 = tl.join(_j127, _j128)
-            _j136 = tl.join(_j129, _j130)
-            _j137 = tl.join(_j131, _j132)
-            _j138 = tl.join(_j133, _j134)
-            _j139 = tl.join(_j135, _j136)
-            _j140 = tl.join(_j137, _j138)
-            _j141 = tl.join(_j139, _j140)
-            _k142 = tl.arange(0, 32)[None, :]
-            _p143 = J + row[:, None] * j_stride + _k142 + (_k142 // 16) * (4 * (V // 8))
+            _row74 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d4, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d86, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d90, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d93, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d7, K0), tl.where((j2_linear_iso_return_map_converged & fin), d8, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d11, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d96, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d100, K0), tl.where((j2_linear_iso_return_map_converged & fin), d101, K0), tl.where((j2_linear_iso_return_map_converged & fin), d102, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k75 = tl.arange(0, 32)[None, :]
+            _p76 = J + row[:, None] * j_stride + _k75 + (_k75 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p143, tl.reshape(_j141, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p143 += zero
-            _j144 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0))
-            _j145 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0))
-            _j146 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0))
-            _j147 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0))
-            _j148 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0))
-            _j149 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0))
-            _j150 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0))
-            _j151 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0))
-            _j152 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0))
-            _j153 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0))
-            _j154 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0))
-            _j155 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0))
-            _j156 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0))
-            _j157 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0))
-            _j158 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0))
-            _j159 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j160 = tl.join(_j144, _j145)
-            _j161 = tl.join(_j146, _j147)
-            _j162 = tl.join(_j148, _j149)
-            _j163 = tl.join(_j150, _j151)
-            _j164 = tl.join(_j152, _j153)
-            _j165 = tl.join(_j154, _j155)
-            _j166 = tl.join(_j156, _j157)
-            _j167 = tl.join(_j158, _j159)
-            _j168 = tl.join(_j160, _j161)
-            _j169 = tl.join(_j162, _j163)
-            _j170 = tl.join(_j164, _j165)
-            _j171 = tl.join(_j166, _j167)
-            _j172 = tl.join(_j168, _j169)
-            _j173 = tl.join(_j170, _j171)
-            _j174 = tl.join(_j172, _j173)
-            _k175 = tl.arange(0, 32)[None, :] + 32
-            _p176 = J + row[:, None] * j_stride + _k175 + (_k175 // 16) * (4 * (V // 8))
+                tl.store(_p76, _row74, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p76 += zero
+            _row77 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d16, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d104, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d108, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d19, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d23, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d114, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d118, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k78 = tl.arange(0, 32)[None, :] + 32
+            _p79 = J + row[:, None] * j_stride + _k78 + (_k78 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p176, tl.reshape(_j174, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p176 += zero
-            _j177 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0))
-            _j178 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0))
-            _j179 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d35, K0))
-            _j180 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d136, K0))
-            _j181 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0))
-            _j182 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0))
-            _j183 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0))
-            _j184 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0))
-            _j185 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0))
-            _j186 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0))
-            _j187 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0))
-            _j188 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0))
-            _j189 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d28, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0))
-            _j190 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d126, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0))
-            _j191 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0))
-            _j192 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j193 = tl.join(_j177, _j178)
-            _j194 = tl.join(_j179, _j180)
-            _j195 = tl.join(_j181, _j182)
-            _j196 = tl.join(_j183, _j184)
-            _j197 = tl.join(_j185, _j186)
-            _j198 = tl.join(_j187, _j188)
-            _j199 = tl.join(_j189, _j190)
-            _j200 = tl.join(_j191, _j192)
-            _j201 = tl.join(_j193, _j194)
-            _j202 = tl.join(_j195, _j196)
-            _j203 = tl.join(_j197, _j198)
-            _j204 = tl.join(_j199, _j200)
-            _j205 = tl.join(_j201, _j202)
-            _j206 = tl.join(_j203, _j204)
-            _j207 = tl.join(_j205, _j206)
-            _k208 = tl.arange(0, 32)[None, :] + 64
-            _p209 = J + row[:, None] * j_stride + _k208 + (_k208 // 16) * (4 * (V // 8))
+                tl.store(_p79, _row77, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p79 += zero
+            _row80 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d25, K0), tl.where((j2_linear_iso_return_map_converged & fin), d26, K0), tl.where((j2_linear_iso_return_map_converged & fin), d27, K0), tl.where((j2_linear_iso_return_map_converged & fin), d28, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d29, K0), tl.where((j2_linear_iso_return_map_converged & fin), d30, K0), tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d122, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d125, K0), tl.where((j2_linear_iso_return_map_converged & fin), d126, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d127, K0), tl.where((j2_linear_iso_return_map_converged & fin), d128, K0), tl.where((j2_linear_iso_return_map_converged & fin), d129, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d31, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0), tl.where((j2_linear_iso_return_map_converged & fin), d33, K0), tl.where((j2_linear_iso_return_map_converged & fin), d34, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d35, K0), tl.where((j2_linear_iso_return_map_converged & fin), d36, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d132, K0), tl.where((j2_linear_iso_return_map_converged & fin), d133, K0), tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d135, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d137, K0), tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k81 = tl.arange(0, 32)[None, :] + 64
+            _p82 = J + row[:, None] * j_stride + _k81 + (_k81 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p209, tl.reshape(_j207, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p209 += zero
-            _j210 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0))
-            _j211 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0))
-            _j212 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0))
-            _j213 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0))
-            _j214 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0))
-            _j215 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0))
-            _j216 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0))
-            _j217 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0))
-            _j218 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0))
-            _j219 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0))
-            _j220 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0))
-            _j221 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0))
-            _j222 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0))
-            _j223 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0))
-            _j224 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0))
-            _j225 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j226 = tl.join(_j210, _j211)
-            _j227 = tl.join(_j212, _j213)
-            _j228 = tl.join(_j214, _j215)
-            _j229 = tl.join(_j216, _j217)
-            _j230 = tl.join(_j218, _j219)
-            _j231 = tl.join(_j220, _j221)
-            _j232 = tl.join(_j222, _j223)
-            _j233 = tl.join(_j224, _j225)
-            _j234 = tl.join(_j226, _j227)
-            _j235 = tl.join(_j228, _j229)
-            _j236 = tl.join(_j230, _j231)
-            _j237 = tl.join(_j232, _j233)
-            _j238 = tl.join(_j234, _j235)
-            _j239 = tl.join(_j236, _j237)
-            _j240 = tl.join(_j238, _j239)
-            _k241 = tl.arange(0, 32)[None, :] + 96
-            _p242 = J + row[:, None] * j_stride + _k241 + (_k241 // 16) * (4 * (V // 8))
+                tl.store(_p82, _row80, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p82 += zero
+            _row83 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d40, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d140, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d43, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d47, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k84 = tl.arange(0, 32)[None, :] + 96
+            _p85 = J + row[:, None] * j_stride + _k84 + (_k84 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p242, tl.reshape(_j240, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p242 += zero
-            _j243 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0))
-            _j244 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d175, K0))
-            _j245 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0))
-            _j246 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d179, K0))
-            _j247 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0))
-            _j248 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0))
-            _j249 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0))
-            _j250 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0))
-            _j251 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0))
-            _j252 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0))
-            _j253 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0))
-            _j254 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0))
-            _j255 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0))
-            _j256 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d172, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0))
-            _j257 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d163, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0))
-            _j258 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j259 = tl.join(_j243, _j244)
-            _j260 = tl.join(_j245, _j246)
-            _j261 = tl.join(_j247, _j248)
-            _j262 = tl.join(_j249, _j250)
-            _j263 = tl.join(_j251, _j252)
-            _j264 = tl.join(_j253, _j254)
-            _j265 = tl.join(_j255, _j256)
-            _j266 = tl.join(_j257, _j258)
-            _j267 = tl.join(_j259, _j260)
-            _j268 = tl.join(_j261, _j262)
-            _j269 = tl.join(_j263, _j264)
-            _j270 = tl.join(_j265, _j266)
-            _j271 = tl.join(_j267, _j268)
-            _j272 = tl.join(_j269, _j270)
-            _j273 = tl.join(_j271, _j272)
-            _k274 = tl.arange(0, 32)[None, :] + 128
-            _p275 = J + row[:, None] * j_stride + _k274 + (_k274 // 16) * (4 * (V // 8))
+                tl.store(_p85, _row83, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p85 += zero
+            _row86 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d163, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d172, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d175, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k87 = tl.arange(0, 32)[None, :] + 128
+            _p88 = J + row[:, None] * j_stride + _k87 + (_k87 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p275, tl.reshape(_j273, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p275 += zero
-            _j276 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0))
-            _j277 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d187, K0))
-            _j278 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0))
-            _j279 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d191, K0))
-            _j280 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0))
-            _j281 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0))
-            _j282 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0))
-            _j283 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0))
-            _j284 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0))
-            _j285 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0))
-            _j286 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0))
-            _j287 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0))
-            _j288 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0))
-            _j289 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d184, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0))
-            _j290 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d165, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0))
-            _j291 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j292 = tl.join(_j276, _j277)
-            _j293 = tl.join(_j278, _j279)
-            _j294 = tl.join(_j280, _j281)
-            _j295 = tl.join(_j282, _j283)
-            _j296 = tl.join(_j284, _j285)
-            _j297 = tl.join(_j286, _j287)
-            _j298 = tl.join(_j288, _j289)
-            _j299 = tl.join(_j290, _j291)
-            _j300 = tl.join(_j292, _j293)
-            _j301 = tl.join(_j294, _j295)
-            _j302 = tl.join(_j296, _j297)
-            _j303 = tl.join(_j298, _j299)
-            _j304 = tl.join(_j300, _j301)
-            _j305 = tl.join(_j302, _j303)
-            _j306 = tl.join(_j304, _j305)
-            _k307 = tl.arange(0, 32)[None, :] + 160
-            _p308 = J + row[:, None] * j_stride + _k307 + (_k307 // 16) * (4 * (V // 8))
+                tl.store(_p88, _row86, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p88 += zero
+            _row89 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d165, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d184, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d187, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k90 = tl.arange(0, 32)[None, :] + 160
+            _p91 = J + row[:, None] * j_stride + _k90 + (_k90 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p308, tl.reshape(_j306, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p308 += zero
-            _j309 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0))
-            _j310 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d199, K0))
-            _j311 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0))
-            _j312 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d203, K0))
-            _j313 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0))
-            _j314 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0))
-            _j315 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0))
-            _j316 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0))
-            _j317 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0))
-            _j318 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0))
-            _j319 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0))
-            _j320 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0))
-            _j321 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0))
-            _j322 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d196, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0))
-            _j323 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d167, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0))
-            _j324 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0))
-            _j325 = tl.join(_j309, _j310)
-            _j326 = tl.join(_j311, _j312)
-            _j327 = tl.join(_j313, _j314)
-            _j328 = tl.join(_j315, _j316)
-            _j329 = tl.join(_j317, _j318)
-            _j330 = tl.join(_j319, _j320)
-            _j331 = tl.join(_j321, _j322)
-            _j332 = tl.join(_j323, _j324)
-            _j333 = tl.join(_j325, _j326)
-            _j334 = tl.join(_j327, _j328)
-            _j335 = tl.join(_j329, _j330)
-            _j336 = tl.join(_j331, _j332)
-            _j337 = tl.join(_j333, _j334)
-            _j338 = tl.join(_j335, _j336)
-            _j339 = tl.join(_j337, _j338)
-            _k340 = tl.arange(0, 32)[None, :] + 192
-            _p341 = J + row[:, None] * j_stride + _k340 + (_k340 // 16) * (4 * (V // 8))
+                tl.store(_p91, _row89, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p91 += zero
+            _row92 = _mc_row32(
+                tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d167, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d196, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d199, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k93 = tl.arange(0, 32)[None, :] + 192
+            _p94 = J + row[:, None] * j_stride + _k93 + (_k93 // 16) * (4 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p341, tl.reshape(_j339, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p341 += zero
+                tl.store(_p94, _row92, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p94 += zero
             if V & 8:
-                _j342 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0))
-                _j343 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0))
-                _j344 = tl.join(_j342, _j343)
-                _k345 = tl.arange(0, 4)[None, :]
-                _p346 = J + row[:, None] * j_stride + (_k345 // 4) * 20 + 16 + _k345 % 4
+                _k95 = tl.arange(0, 4)[None, :]
+                _p96 = J + row[:, None] * j_stride + (_k95 // 4) * 20 + 16 + _k95 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p346, tl.reshape(_j344, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p346 += zero
-                _j347 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0))
-                _j348 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0))
-                _j349 = tl.join(_j347, _j348)
-                _k350 = tl.arange(0, 4)[None, :] + 4
-                _p351 = J + row[:, None] * j_stride + (_k350 // 4) * 20 + 16 + _k350 % 4
+                    tl.store(_p96, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d213, K0), tl.where((j2_linear_iso_return_map_converged & fin), d214, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p96 += zero
+                _k97 = tl.arange(0, 4)[None, :] + 4
+                _p98 = J + row[:, None] * j_stride + (_k97 // 4) * 20 + 16 + _k97 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p351, tl.reshape(_j349, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p351 += zero
-                _j352 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0))
-                _j353 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0))
-                _j354 = tl.join(_j352, _j353)
-                _k355 = tl.arange(0, 4)[None, :] + 8
-                _p356 = J + row[:, None] * j_stride + (_k355 // 4) * 20 + 16 + _k355 % 4
+                    tl.store(_p98, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d217, K0), tl.where((j2_linear_iso_return_map_converged & fin), d218, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p98 += zero
+                _k99 = tl.arange(0, 4)[None, :] + 8
+                _p100 = J + row[:, None] * j_stride + (_k99 // 4) * 20 + 16 + _k99 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p356, tl.reshape(_j354, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p356 += zero
-                _j357 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0))
-                _j358 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0))
-                _j359 = tl.join(_j357, _j358)
-                _k360 = tl.arange(0, 4)[None, :] + 12
-                _p361 = J + row[:, None] * j_stride + (_k360 // 4) * 20 + 16 + _k360 % 4
+                    tl.store(_p100, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p100 += zero
+                _k101 = tl.arange(0, 4)[None, :] + 12
+                _p102 = J + row[:, None] * j_stride + (_k101 // 4) * 20 + 16 + _k101 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p361, tl.reshape(_j359, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p361 += zero
-                _j362 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0))
-                _j363 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0))
-                _j364 = tl.join(_j362, _j363)
-                _k365 = tl.arange(0, 4)[None, :] + 16
-                _p366 = J + row[:, None] * j_stride + (_k365 // 4) * 20 + 16 + _k365 % 4
+                    tl.store(_p102, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p102 += zero
+                _k103 = tl.arange(0, 4)[None, :] + 16
+                _p104 = J + row[:, None] * j_stride + (_k103 // 4) * 20 + 16 + _k103 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p366, tl.reshape(_j364, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p366 += zero
-                _j367 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0))
-                _j368 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0))
-                _j369 = tl.join(_j367, _j368)
-                _k370 = tl.arange(0, 4)[None, :] + 20
-                _p371 = J + row[:, None] * j_stride + (_k370 // 4) * 20 + 16 + _k370 % 4
+                    tl.store(_p104, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p104 += zero
+                _k105 = tl.arange(0, 4)[None, :] + 20
+                _p106 = J + row[:, None] * j_stride + (_k105 // 4) * 20 + 16 + _k105 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p371, tl.reshape(_j369, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p371 += zero
-                _j372 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0))
-                _j373 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0))
-                _j374 = tl.join(_j372, _j373)
-                _k375 = tl.arange(0, 4)[None, :] + 24
-                _p376 = J + row[:, None] * j_stride + (_k375 // 4) * 20 + 16 + _k375 % 4
+                    tl.store(_p106, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p106 += zero
+                _k107 = tl.arange(0, 4)[None, :] + 24
+                _p108 = J + row[:, None] * j_stride + (_k107 // 4) * 20 + 16 + _k107 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p376, tl.reshape(_j374, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p376 += zero
-                _j377 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0))
-                _j378 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0))
-                _j379 = tl.join(_j377, _j378)
-                _k380 = tl.arange(0, 4)[None, :] + 28
-                _p381 = J + row[:, None] * j_stride + (_k380 // 4) * 20 + 16 + _k380 % 4
+                    tl.store(_p108, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p108 += zero
+                _k109 = tl.arange(0, 4)[None, :] + 28
+                _p110 = J + row[:, None] * j_stride + (_k109 // 4) * 20 + 16 + _k109 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p381, tl.reshape(_j379, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p381 += zero
-                _j382 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0))
-                _j383 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0))
-                _j384 = tl.join(_j382, _j383)
-                _k385 = tl.arange(0, 4)[None, :] + 32
-                _p386 = J + row[:, None] * j_stride + (_k385 // 4) * 20 + 16 + _k385 % 4
+                    tl.store(_p110, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p110 += zero
+                _k111 = tl.arange(0, 4)[None, :] + 32
+                _p112 = J + row[:, None] * j_stride + (_k111 // 4) * 20 + 16 + _k111 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p386, tl.reshape(_j384, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p386 += zero
-                _j387 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0))
-                _j388 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0))
-                _j389 = tl.join(_j387, _j388)
-                _k390 = tl.arange(0, 4)[None, :] + 36
-                _p391 = J + row[:, None] * j_stride + (_k390 // 4) * 20 + 16 + _k390 % 4
+                    tl.store(_p112, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p112 += zero
+                _k113 = tl.arange(0, 4)[None, :] + 36
+                _p114 = J + row[:, None] * j_stride + (_k113 // 4) * 20 + 16 + _k113 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p391, tl.reshape(_j389, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p391 += zero
-                _j392 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0))
-                _j393 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0))
-                _j394 = tl.join(_j392, _j393)
-                _k395 = tl.arange(0, 4)[None, :] + 40
-                _p396 = J + row[:, None] * j_stride + (_k395 // 4) * 20 + 16 + _k395 % 4
+                    tl.store(_p114, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p114 += zero
+                _k115 = tl.arange(0, 4)[None, :] + 40
+                _p116 = J + row[:, None] * j_stride + (_k115 // 4) * 20 + 16 + _k115 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p396, tl.reshape(_j394, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p396 += zero
-                _j397 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0))
-                _j398 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0))
-                _j399 = tl.join(_j397, _j398)
-                _k400 = tl.arange(0, 4)[None, :] + 44
-                _p401 = J + row[:, None] * j_stride + (_k400 // 4) * 20 + 16 + _k400 % 4
+                    tl.store(_p116, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p116 += zero
+                _k117 = tl.arange(0, 4)[None, :] + 44
+                _p118 = J + row[:, None] * j_stride + (_k117 // 4) * 20 + 16 + _k117 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p401, tl.reshape(_j399, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p401 += zero
-                _j402 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0))
-                _j403 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0))
-                _j404 = tl.join(_j402, _j403)
-                _k405 = tl.arange(0, 4)[None, :] + 48
-                _p406 = J + row[:, None] * j_stride + (_k405 // 4) * 20 + 16 + _k405 % 4
+                    tl.store(_p118, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p118 += zero
+                _k119 = tl.arange(0, 4)[None, :] + 48
+                _p120 = J + row[:, None] * j_stride + (_k119 // 4) * 20 + 16 + _k119 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p406, tl.reshape(_j404, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p406 += zero
-                _j407 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0))
-                _j408 = tl.join(tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0))
-                _j409 = tl.join(_j407, _j408)
-                _k410 = tl.arange(0, 4)[None, :] + 52
-                _p411 = J + row[:, None] * j_stride + (_k410 // 4) * 20 + 16 + _k410 % 4
+                    tl.store(_p120, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p120 += zero
+                _k121 = tl.arange(0, 4)[None, :] + 52
+                _p122 = J + row[:, None] * j_stride + (_k121 // 4) * 20 + 16 + _k121 % 4
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p411, tl.reshape(_j409, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p411 += zero
+                    tl.store(_p122, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p122 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p412 = CV + row
+        _p123 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p412, (j2_linear_iso_return_map_converged & fin), mask=mask)
-            _p412 += zero
-        _p413 = IT + row
+            tl.store(_p123, (j2_linear_iso_return_map_converged & fin), mask=mask)
+            _p123 += zero
+        _p124 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p413, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p413 += zero
-        _p414 = RN + row
+            tl.store(_p124, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
+            _p124 += zero
+        _p125 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p414, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p414 += zero
+            tl.store(_p125, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p125 += zero
 else:
     _kernel = None
 

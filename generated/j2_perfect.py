@@ -732,6 +732,53 @@ if triton is not None:
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
+
+    @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """j2_perfect, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
@@ -854,10 +901,7 @@ if triton is not None:
         state_internal_Ep_2 = (cse_34 + old_state_internal_Ep_2)
         state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_31))
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j51 = tl.join(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_2, K0))
-        _j52 = tl.join(tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_3, K0))
-        _j53 = tl.join(_j51, _j52)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j53, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_31 * cse_4))
         state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_31 * cse_5))
         cse_35 = (K4 / p_E)
@@ -877,10 +921,7 @@ if triton is not None:
         cse_193 = (p_E * cse_192)
         state_S_0 = (cse_193 * (cse_189 + cse_190))
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j54 = tl.join(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_gamma_rate, K0))
-        _j55 = tl.join(tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_S_0, K0))
-        _j56 = tl.join(_j54, _j55)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j56, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_194 = (cse_1 - cse_33)
         state_S_1 = (cse_193 * (cse_189 + cse_194))
         cse_195 = (cse_2 - cse_34)
@@ -890,15 +931,11 @@ if triton is not None:
         state_S_3 = (cse_197 * cse_3)
         state_S_4 = (cse_197 * cse_4)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j57 = tl.join(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_3, K0))
-        _j58 = tl.join(tl.where(fin, state_S_2, K0), tl.where(fin, state_S_4, K0))
-        _j59 = tl.join(_j57, _j58)
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j59, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_5 = (cse_197 * cse_5)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero60 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j61 = tl.join(tl.where(fin, state_S_5, K0), _zero60)
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j61, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
+        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_5, K0), _zero51, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
         if V & 14:  # tangent, jacobian, total
             cse_44 = tl.where(cse_29 > 0.0, 1.0, 0.0)
             cse_45 = (cse_27 * cse_44)
@@ -938,10 +975,7 @@ if triton is not None:
             cse_202 = (cse_201 * cse_3)
             d7 = (-cse_202 * cse_205)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j62 = tl.join(tl.where(fin, d2, K0), tl.where(fin, d6, K0))
-            _j63 = tl.join(tl.where(fin, d4, K0), tl.where(fin, d7, K0))
-            _j64 = tl.join(_j62, _j63)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j64, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_206 = (cse_201 * cse_205)
             d8 = (-cse_206 * cse_4)
@@ -954,10 +988,7 @@ if triton is not None:
             d12 = ((cse_30 * (-cse_51 - (cse_57 * cse_68))) + (cse_57 * cse_67))
             d13 = (cse_193 * (-cse_199 - d12))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j65 = tl.join(tl.where(fin, d8, K0), tl.where(fin, d11, K0))
-            _j66 = tl.join(tl.where(fin, d9, K0), tl.where(fin, d13, K0))
-            _j67 = tl.join(_j65, _j66)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j67, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d14 = ((cse_30 * (-cse_58 - (cse_61 * cse_68))) + (cse_61 * cse_67))
             d15 = (cse_193 * (-cse_198 - d14))
@@ -967,10 +998,7 @@ if triton is not None:
             d17 = (-cse_208 * cse_4)
             d18 = (-cse_208 * cse_5)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j68 = tl.join(tl.where(fin, d15, K0), tl.where(fin, d17, K0))
-            _j69 = tl.join(tl.where(fin, d16, K0), tl.where(fin, d18, K0))
-            _j70 = tl.join(_j68, _j69)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_73 = (cse_15 * cse_47)
             cse_74 = (cse_45 * cse_73)
@@ -984,10 +1012,7 @@ if triton is not None:
             cse_209 = (cse_15 * cse_204)
             d25 = (-cse_202 * cse_209)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j71 = tl.join(tl.where(fin, d20, K0), tl.where(fin, d24, K0))
-            _j72 = tl.join(tl.where(fin, d22, K0), tl.where(fin, d25, K0))
-            _j73 = tl.join(_j71, _j72)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j73, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_210 = (cse_201 * cse_209)
             d26 = (-cse_210 * cse_4)
@@ -1002,10 +1027,7 @@ if triton is not None:
             d30 = (cse_57 * cse_84)
             d31 = (cse_211 * d30)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j74 = tl.join(tl.where(fin, d26, K0), tl.where(fin, d29, K0))
-            _j75 = tl.join(tl.where(fin, d27, K0), tl.where(fin, d31, K0))
-            _j76 = tl.join(_j74, _j75)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_94 = (cse_64 * cse_80)
             d32 = (cse_4 * cse_94)
@@ -1023,10 +1045,7 @@ if triton is not None:
             d38 = (cse_89 - (cse_30 * cse_92))
             d39 = (cse_193 + (cse_211 * d38))
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j77 = tl.join(tl.where(fin, d37, K0), tl.where(fin, d33, K0))
-            _j78 = tl.join(tl.where(fin, d39, K0), tl.where(fin, d35, K0))
-            _j79 = tl.join(_j77, _j78)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j79, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_97 = (cse_4 * cse_47)
             d40 = (cse_82 * cse_97)
@@ -1038,10 +1057,7 @@ if triton is not None:
             d45 = (cse_211 * d44)
             d46 = d33
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j80 = tl.join(tl.where(fin, d41, K0), tl.where(fin, d45, K0))
-            _j81 = tl.join(tl.where(fin, d43, K0), tl.where(fin, d46, K0))
-            _j82 = tl.join(_j80, _j81)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_106 = (cse_5 * cse_97)
             d47 = (cse_106 * cse_64)
@@ -1058,10 +1074,7 @@ if triton is not None:
             d53 = (cse_110 * cse_57)
             d54 = (cse_211 * d53)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j83 = tl.join(tl.where(fin, d50, K0), tl.where(fin, d52, K0))
-            _j84 = tl.join(tl.where(fin, d48, K0), tl.where(fin, d54, K0))
-            _j85 = tl.join(_j83, _j84)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j85, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d55 = (cse_110 * cse_61)
             d56 = (cse_211 * d55)
@@ -1073,10 +1086,7 @@ if triton is not None:
             d59 = (cse_114 - (cse_115 * cse_30))
             d60 = (cse_193 + (cse_211 * d59))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j86 = tl.join(tl.where(fin, d56, K0), tl.where(fin, d58, K0))
-            _j87 = tl.join(tl.where(fin, d57, K0), tl.where(fin, d60, K0))
-            _j88 = tl.join(_j86, _j87)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j88, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d56, K0), tl.where(fin, d57, K0), tl.where(fin, d58, K0), tl.where(fin, d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_65 = (cse_48 * cse_64)
             cse_72 = (cse_64 * cse_66)
@@ -1267,257 +1277,95 @@ if triton is not None:
             d197 = (cse_211 * d170)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j89 = tl.join(tl.where(fin, d1, K0), tl.where(fin, d14, K0))
-            _j90 = tl.join(tl.where(fin, d62, K0), tl.where(fin, d107, K0))
-            _j91 = tl.join(tl.where(fin, d93, K0), tl.where(fin, K13, K0))
-            _j92 = tl.join(tl.where(fin, d106, K0), tl.where(fin, d19, K0))
-            _j93 = tl.join(tl.where(fin, d5, K0), tl.where(fin, d96, K0))
-            _j94 = tl.join(tl.where(fin, d104, K0), tl.where(fin, d109, K0))
-            _j95 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d65, K0))
-            _j96 = tl.join(tl.where(fin, d10, K0), tl.where(fin, d23, K0))
-            _j97 = tl.join(tl.where(fin, d3, K0), tl.where(fin, d95, K0))
-            _j98 = tl.join(tl.where(fin, d63, K0), tl.where(fin, d108, K0))
-            _j99 = tl.join(tl.where(fin, d94, K0), tl.where(fin, d64, K0))
-            _j100 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d21, K0))
-            _j101 = tl.join(tl.where(fin, d92, K0), tl.where(fin, d97, K0))
-            _j102 = tl.join(tl.where(fin, d105, K0), tl.where(fin, K13, K0))
-            _j103 = tl.join(tl.where(fin, d61, K0), tl.where(fin, d66, K0))
-            _j104 = tl.join(tl.where(fin, d12, K0), tl.where(fin, d98, K0))
-            _j105 = tl.join(_j89, _j90)
-            _j106 = tl.join(_j91, _j92)
-            _j107 = tl.join(_j93, _j94)
-            _j108 = tl.join(_j95, _j96)
-            _j109 = tl.join(_j97, _j98)
-            _j110 = tl.join(_j99, _j100)
-            _j111 = tl.join(_j101, _j102)
-            _j112 = tl.join(_j103, _j104)
-            _j113 = tl.join(_j105, _j106)
-            _j114 = tl.join(_j107, _j108)
-            _j115 = tl.join(_j109, _j110)
-            _j116 = tl.join(_j111, _j112)
-            _j117 = tl.join(_j113, _j114)
-            _j118 = tl.join(_j115, _j116)
-            _j119 = tl.join(_j117, _j118)
-            _k120 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k120 + (_k120 // 14) * (3 * (V // 8)), tl.reshape(_j119, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j121 = tl.join(tl.where(fin, d99, K0), tl.where(fin, K13, K0))
-            _j122 = tl.join(tl.where(fin, d112, K0), tl.where(fin, d40, K0))
-            _j123 = tl.join(tl.where(fin, d68, K0), tl.where(fin, d73, K0))
-            _j124 = tl.join(tl.where(fin, d36, K0), tl.where(fin, d49, K0))
-            _j125 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d71, K0))
-            _j126 = tl.join(tl.where(fin, d28, K0), tl.where(fin, d44, K0))
-            _j127 = tl.join(tl.where(fin, d110, K0), tl.where(fin, d75, K0))
-            _j128 = tl.join(tl.where(fin, d32, K0), tl.where(fin, K13, K0))
-            _j129 = tl.join(tl.where(fin, d100, K0), tl.where(fin, d70, K0))
-            _j130 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d42, K0))
-            _j131 = tl.join(tl.where(fin, d69, K0), tl.where(fin, d74, K0))
-            _j132 = tl.join(tl.where(fin, d38, K0), tl.where(fin, d47, K0))
-            _j133 = tl.join(tl.where(fin, d67, K0), tl.where(fin, d72, K0))
-            _j134 = tl.join(tl.where(fin, d30, K0), tl.where(fin, d101, K0))
-            _j135 = tl.join(tl.where(fin, d111, K0), tl.where(fin, K13, K0))
-            _j136 = tl.join(tl.where(fin, d34, K0), tl.where(fin, d76, K0))
-            _j137 = tl.join(_j121, _j122)
-            _j138 = tl.join(_j123, _j124)
-            _j139 = tl.join(_j125, _j126)
-            _j140 = tl.join(_j127, _j128)
-            _j141 = tl.join(_j129, _j130)
-            _j142 = tl.join(_j131, _j132)
-            _j143 = tl.join(_j133, _j134)
-            _j144 = tl.join(_j135, _j136)
-            _j145 = tl.join(_j137, _j138)
-            _j146 = tl.join(_j139, _j140)
-            _j147 = tl.join(_j141, _j142)
-            _j148 = tl.join(_j143, _j144)
-            _j149 = tl.join(_j145, _j146)
-            _j150 = tl.join(_j147, _j148)
-            _j151 = tl.join(_j149, _j150)
-            _k152 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k152 + (_k152 // 14) * (3 * (V // 8)), tl.reshape(_j151, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j153 = tl.join(tl.where(fin, d77, K0), tl.where(fin, d114, K0))
-            _j154 = tl.join(tl.where(fin, d55, K0), tl.where(fin, d86, K0))
-            _j155 = tl.join(tl.where(fin, d80, K0), tl.where(fin, d116, K0))
-            _j156 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d121, K0))
-            _j157 = tl.join(tl.where(fin, d113, K0), tl.where(fin, d84, K0))
-            _j158 = tl.join(tl.where(fin, d103, K0), tl.where(fin, d119, K0))
-            _j159 = tl.join(tl.where(fin, d51, K0), tl.where(fin, d118, K0))
-            _j160 = tl.join(tl.where(fin, d82, K0), tl.where(fin, d123, K0))
-            _j161 = tl.join(tl.where(fin, d78, K0), tl.where(fin, d115, K0))
-            _j162 = tl.join(tl.where(fin, d102, K0), tl.where(fin, d87, K0))
-            _j163 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d117, K0))
-            _j164 = tl.join(tl.where(fin, d81, K0), tl.where(fin, d122, K0))
-            _j165 = tl.join(tl.where(fin, d79, K0), tl.where(fin, K13, K0))
-            _j166 = tl.join(tl.where(fin, d59, K0), tl.where(fin, d120, K0))
-            _j167 = tl.join(tl.where(fin, d53, K0), tl.where(fin, d85, K0))
-            _j168 = tl.join(tl.where(fin, d83, K0), tl.where(fin, d124, K0))
-            _j169 = tl.join(_j153, _j154)
-            _j170 = tl.join(_j155, _j156)
-            _j171 = tl.join(_j157, _j158)
-            _j172 = tl.join(_j159, _j160)
-            _j173 = tl.join(_j161, _j162)
-            _j174 = tl.join(_j163, _j164)
-            _j175 = tl.join(_j165, _j166)
-            _j176 = tl.join(_j167, _j168)
-            _j177 = tl.join(_j169, _j170)
-            _j178 = tl.join(_j171, _j172)
-            _j179 = tl.join(_j173, _j174)
-            _j180 = tl.join(_j175, _j176)
-            _j181 = tl.join(_j177, _j178)
-            _j182 = tl.join(_j179, _j180)
-            _j183 = tl.join(_j181, _j182)
-            _k184 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k184 + (_k184 // 14) * (3 * (V // 8)), tl.reshape(_j183, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j185 = tl.join(tl.where(fin, d125, K0), tl.where(fin, d11, K0))
-            _j186 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d133, K0))
-            _j187 = tl.join(tl.where(fin, d6, K0), tl.where(fin, d17, K0))
-            _j188 = tl.join(tl.where(fin, d129, K0), tl.where(fin, d137, K0))
-            _j189 = tl.join(tl.where(fin, d2, K0), tl.where(fin, d15, K0))
-            _j190 = tl.join(tl.where(fin, d127, K0), tl.where(fin, d135, K0))
-            _j191 = tl.join(tl.where(fin, d8, K0), tl.where(fin, K13, K0))
-            _j192 = tl.join(tl.where(fin, d131, K0), tl.where(fin, d20, K0))
-            _j193 = tl.join(tl.where(fin, d88, K0), tl.where(fin, d13, K0))
-            _j194 = tl.join(tl.where(fin, d126, K0), tl.where(fin, d134, K0))
-            _j195 = tl.join(tl.where(fin, d7, K0), tl.where(fin, d18, K0))
-            _j196 = tl.join(tl.where(fin, d130, K0), tl.where(fin, K13, K0))
-            _j197 = tl.join(tl.where(fin, d4, K0), tl.where(fin, d16, K0))
-            _j198 = tl.join(tl.where(fin, d128, K0), tl.where(fin, d136, K0))
-            _j199 = tl.join(tl.where(fin, d9, K0), tl.where(fin, d132, K0))
-            _j200 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d22, K0))
-            _j201 = tl.join(_j185, _j186)
-            _j202 = tl.join(_j187, _j188)
-            _j203 = tl.join(_j189, _j190)
-            _j204 = tl.join(_j191, _j192)
-            _j205 = tl.join(_j193, _j194)
-            _j206 = tl.join(_j195, _j196)
-            _j207 = tl.join(_j197, _j198)
-            _j208 = tl.join(_j199, _j200)
-            _j209 = tl.join(_j201, _j202)
-            _j210 = tl.join(_j203, _j204)
-            _j211 = tl.join(_j205, _j206)
-            _j212 = tl.join(_j207, _j208)
-            _j213 = tl.join(_j209, _j210)
-            _j214 = tl.join(_j211, _j212)
-            _j215 = tl.join(_j213, _j214)
-            _k216 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k216 + (_k216 // 14) * (3 * (V // 8)), tl.reshape(_j215, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j217 = tl.join(tl.where(fin, d24, K0), tl.where(fin, d33, K0))
-            _j218 = tl.join(tl.where(fin, d141, K0), tl.where(fin, d90, K0))
-            _j219 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d145, K0))
-            _j220 = tl.join(tl.where(fin, d29, K0), tl.where(fin, d45, K0))
-            _j221 = tl.join(tl.where(fin, d26, K0), tl.where(fin, K13, K0))
-            _j222 = tl.join(tl.where(fin, d143, K0), tl.where(fin, d41, K0))
-            _j223 = tl.join(tl.where(fin, d139, K0), tl.where(fin, d147, K0))
-            _j224 = tl.join(tl.where(fin, d37, K0), tl.where(fin, d50, K0))
-            _j225 = tl.join(tl.where(fin, d25, K0), tl.where(fin, d35, K0))
-            _j226 = tl.join(tl.where(fin, d142, K0), tl.where(fin, K13, K0))
-            _j227 = tl.join(tl.where(fin, d138, K0), tl.where(fin, d146, K0))
-            _j228 = tl.join(tl.where(fin, d31, K0), tl.where(fin, d46, K0))
-            _j229 = tl.join(tl.where(fin, d27, K0), tl.where(fin, d144, K0))
-            _j230 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d43, K0))
-            _j231 = tl.join(tl.where(fin, d140, K0), tl.where(fin, d89, K0))
-            _j232 = tl.join(tl.where(fin, d39, K0), tl.where(fin, d48, K0))
-            _j233 = tl.join(_j217, _j218)
-            _j234 = tl.join(_j219, _j220)
-            _j235 = tl.join(_j221, _j222)
-            _j236 = tl.join(_j223, _j224)
-            _j237 = tl.join(_j225, _j226)
-            _j238 = tl.join(_j227, _j228)
-            _j239 = tl.join(_j229, _j230)
-            _j240 = tl.join(_j231, _j232)
-            _j241 = tl.join(_j233, _j234)
-            _j242 = tl.join(_j235, _j236)
-            _j243 = tl.join(_j237, _j238)
-            _j244 = tl.join(_j239, _j240)
-            _j245 = tl.join(_j241, _j242)
-            _j246 = tl.join(_j243, _j244)
-            _j247 = tl.join(_j245, _j246)
-            _k248 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k248 + (_k248 // 14) * (3 * (V // 8)), tl.reshape(_j247, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero249 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j250 = tl.join(tl.where(fin, K13, K0), tl.where(fin, d154, K0))
-            _j251 = tl.join(tl.where(fin, d52, K0), _zero249)
-            _j252 = tl.join(tl.where(fin, d151, K0), tl.where(fin, d158, K0))
-            _j253 = tl.join(tl.where(fin, d58, K0), _zero249)
-            _j254 = tl.join(tl.where(fin, d149, K0), tl.where(fin, d156, K0))
-            _j255 = tl.join(tl.where(fin, d56, K0), _zero249)
-            _j256 = tl.join(tl.where(fin, d91, K0), _zero249)
-            _j257 = tl.join(tl.where(fin, K13, K0), _zero249)
-            _j258 = tl.join(tl.where(fin, d148, K0), tl.where(fin, d155, K0))
-            _j259 = tl.join(tl.where(fin, d54, K0), _zero249)
-            _j260 = tl.join(tl.where(fin, d152, K0), tl.where(fin, K13, K0))
-            _j261 = tl.join(tl.where(fin, d60, K0), _zero249)
-            _j262 = tl.join(tl.where(fin, d150, K0), tl.where(fin, d157, K0))
-            _j263 = tl.join(tl.where(fin, d57, K0), _zero249)
-            _j264 = tl.join(tl.where(fin, K13, K0), _zero249)
-            _j265 = tl.join(tl.where(fin, d153, K0), _zero249)
-            _j266 = tl.join(_j250, _j251)
-            _j267 = tl.join(_j252, _j253)
-            _j268 = tl.join(_j254, _j255)
-            _j269 = tl.join(_j256, _j257)
-            _j270 = tl.join(_j258, _j259)
-            _j271 = tl.join(_j260, _j261)
-            _j272 = tl.join(_j262, _j263)
-            _j273 = tl.join(_j264, _j265)
-            _j274 = tl.join(_j266, _j267)
-            _j275 = tl.join(_j268, _j269)
-            _j276 = tl.join(_j270, _j271)
-            _j277 = tl.join(_j272, _j273)
-            _j278 = tl.join(_j274, _j275)
-            _j279 = tl.join(_j276, _j277)
-            _j280 = tl.join(_j278, _j279)
-            _k281 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k281 + (_k281 // 14) * (3 * (V // 8)), tl.reshape(_j280, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
+            _row52 = _mc_row32(
+                tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d92, K0),
+                tl.where(fin, d93, K0), tl.where(fin, d94, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
+                tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0),
+                tl.where(fin, d106, K0), tl.where(fin, K13, K0), tl.where(fin, d10, K0), tl.where(fin, d12, K0),
+                tl.where(fin, d14, K0), tl.where(fin, d95, K0), tl.where(fin, d96, K0), tl.where(fin, d97, K0),
+                tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
+                tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0), tl.where(fin, d98, K0), BLOCK)
+            _k53 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k53 + (_k53 // 14) * (3 * (V // 8)), _row52, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row54 = _mc_row32(
+                tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, K13, K0), tl.where(fin, d67, K0),
+                tl.where(fin, d68, K0), tl.where(fin, d69, K0), tl.where(fin, d110, K0), tl.where(fin, d111, K0),
+                tl.where(fin, d112, K0), tl.where(fin, K13, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0),
+                tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0),
+                tl.where(fin, K13, K0), tl.where(fin, d70, K0), tl.where(fin, d71, K0), tl.where(fin, d72, K0),
+                tl.where(fin, d73, K0), tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d101, K0),
+                tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0), BLOCK)
+            _k55 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k55 + (_k55 // 14) * (3 * (V // 8)), _row54, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row56 = _mc_row32(
+                tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d113, K0), tl.where(fin, d79, K0),
+                tl.where(fin, d80, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0),
+                tl.where(fin, d55, K0), tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, d59, K0),
+                tl.where(fin, K13, K0), tl.where(fin, d81, K0), tl.where(fin, d82, K0), tl.where(fin, d83, K0),
+                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d84, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d85, K0),
+                tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
+                tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
+            _k57 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k57 + (_k57 // 14) * (3 * (V // 8)), _row56, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row58 = _mc_row32(
+                tl.where(fin, d125, K0), tl.where(fin, d88, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
+                tl.where(fin, d6, K0), tl.where(fin, d7, K0), tl.where(fin, d8, K0), tl.where(fin, d9, K0),
+                tl.where(fin, K13, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
+                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d11, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0), tl.where(fin, d16, K0),
+                tl.where(fin, d17, K0), tl.where(fin, d18, K0), tl.where(fin, K13, K0), tl.where(fin, d132, K0),
+                tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
+                tl.where(fin, d137, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), BLOCK)
+            _k59 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 14) * (3 * (V // 8)), _row58, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row60 = _mc_row32(
+                tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
+                tl.where(fin, K13, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
+                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
+                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K13, K0), tl.where(fin, d144, K0),
+                tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d89, K0),
+                tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
+                tl.where(fin, d45, K0), tl.where(fin, d46, K0), tl.where(fin, d50, K0), tl.where(fin, d48, K0), BLOCK)
+            _k61 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k61 + (_k61 // 14) * (3 * (V // 8)), _row60, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero62 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row63 = _mc_row32(
+                tl.where(fin, K13, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
+                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d91, K0), tl.where(fin, K13, K0),
+                tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0),
+                tl.where(fin, d58, K0), tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d153, K0),
+                tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
+                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero62, _zero62,
+                _zero62, _zero62, _zero62, _zero62,
+                _zero62, _zero62, _zero62, _zero62, BLOCK)
+            _k64 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k64 + (_k64 // 14) * (3 * (V // 8)), _row63, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
             if V & 8:
-                _j282 = tl.join(tl.where(fin, d171, K0), tl.where(fin, d165, K0))
-                _j283 = tl.join(tl.where(fin, d174, K0), tl.where(fin, d172, K0))
-                _j284 = tl.join(_j282, _j283)
-                _k285 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k285 // 3) * 17 + 14 + _k285 % 3, tl.reshape(_j284, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j286 = tl.join(tl.where(fin, d175, K0), tl.where(fin, d173, K0))
-                _j287 = tl.join(tl.where(fin, d166, K0), tl.where(fin, d176, K0))
-                _j288 = tl.join(_j286, _j287)
-                _k289 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k289 // 3) * 17 + 14 + _k289 % 3, tl.reshape(_j288, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j290 = tl.join(tl.where(fin, d167, K0), tl.where(fin, d162, K0))
-                _j291 = tl.join(tl.where(fin, d159, K0), tl.where(fin, d168, K0))
-                _j292 = tl.join(_j290, _j291)
-                _k293 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k293 // 3) * 17 + 14 + _k293 % 3, tl.reshape(_j292, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j294 = tl.join(tl.where(fin, d160, K0), tl.where(fin, d169, K0))
-                _j295 = tl.join(tl.where(fin, d163, K0), tl.where(fin, d161, K0))
-                _j296 = tl.join(_j294, _j295)
-                _k297 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k297 // 3) * 17 + 14 + _k297 % 3, tl.reshape(_j296, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j298 = tl.join(tl.where(fin, d164, K0), tl.where(fin, d177, K0))
-                _j299 = tl.join(tl.where(fin, d170, K0), tl.where(fin, d178, K0))
-                _j300 = tl.join(_j298, _j299)
-                _k301 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k301 // 3) * 17 + 14 + _k301 % 3, tl.reshape(_j300, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j302 = tl.join(tl.where(fin, d179, K0), tl.where(fin, d186, K0))
-                _j303 = tl.join(tl.where(fin, d180, K0), tl.where(fin, d192, K0))
-                _j304 = tl.join(_j302, _j303)
-                _k305 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k305 // 3) * 17 + 14 + _k305 % 3, tl.reshape(_j304, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j306 = tl.join(tl.where(fin, d181, K0), tl.where(fin, d193, K0))
-                _j307 = tl.join(tl.where(fin, d187, K0), tl.where(fin, d182, K0))
-                _j308 = tl.join(_j306, _j307)
-                _k309 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k309 // 3) * 17 + 14 + _k309 % 3, tl.reshape(_j308, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j310 = tl.join(tl.where(fin, d188, K0), tl.where(fin, d183, K0))
-                _j311 = tl.join(tl.where(fin, d194, K0), tl.where(fin, d189, K0))
-                _j312 = tl.join(_j310, _j311)
-                _k313 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k313 // 3) * 17 + 14 + _k313 % 3, tl.reshape(_j312, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j314 = tl.join(tl.where(fin, d195, K0), tl.where(fin, d190, K0))
-                _j315 = tl.join(tl.where(fin, d184, K0), tl.where(fin, d196, K0))
-                _j316 = tl.join(_j314, _j315)
-                _k317 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k317 // 3) * 17 + 14 + _k317 % 3, tl.reshape(_j316, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _zero318 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j319 = tl.join(tl.where(fin, d185, K0), tl.where(fin, d197, K0))
-                _j320 = tl.join(tl.where(fin, d191, K0), _zero318)
-                _j321 = tl.join(_j319, _j320)
-                _k322 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k322 // 3) * 17 + 14 + _k322 % 3, tl.reshape(_j321, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                _k65 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k65 // 3) * 17 + 14 + _k65 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k66 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k66 // 3) * 17 + 14 + _k66 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k67 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k67 // 3) * 17 + 14 + _k67 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k68 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k68 // 3) * 17 + 14 + _k68 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k69 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k69 // 3) * 17 + 14 + _k69 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k70 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k70 // 3) * 17 + 14 + _k70 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k71 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k71 // 3) * 17 + 14 + _k71 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k72 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k72 // 3) * 17 + 14 + _k72 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k73 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k73 // 3) * 17 + 14 + _k73 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero74 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k75 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k75 // 3) * 17 + 14 + _k75 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero74, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
 else:
     _kernel = None
 

@@ -1006,9 +1006,56 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _mc_le(a, b):
@@ -1487,13 +1534,10 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm = _triton_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j59 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j60 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j61 = tl.join(_j59, _j60)
-        _p62 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p59 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p62, tl.reshape(_j61, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p62 += zero
+            tl.store(_p59, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p59 += zero
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1509,13 +1553,10 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j63 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0))
-        _j64 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0))
-        _j65 = tl.join(_j63, _j64)
-        _p66 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p60 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p66, tl.reshape(_j65, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p66 += zero
+            tl.store(_p60, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p60 += zero
         cse_15 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_12 * cse_15)
         cse_17 = (forces_E_4 - state_internal_Ep_4)
@@ -1525,22 +1566,18 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j67 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0))
-        _j68 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0))
-        _j69 = tl.join(_j67, _j68)
-        _p70 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p61 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p70, tl.reshape(_j69, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p70 += zero
+            tl.store(_p61, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p61 += zero
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
-        _j72 = tl.join(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero71)
-        _p73 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
+        _zero62 = tl.zeros([BLOCK], dtype=DTYPE)
+        _p63 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p73, tl.reshape(_j72, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
-            _p73 += zero
+            tl.store(_p63, _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero62, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+            _p63 += zero
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -1996,52 +2033,40 @@ if triton is not None:
             d45 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d46 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j74 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0))
-            _j75 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0))
-            _j76 = tl.join(_j74, _j75)
-            _p77 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p64 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p77, tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p77 += zero
+                tl.store(_p64, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p64 += zero
         if V & 14:  # tangent, jacobian, total
             d47 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
             d48 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
             d49 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
             d50 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j78 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0))
-            _j79 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0))
-            _j80 = tl.join(_j78, _j79)
-            _p81 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p65 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p81, tl.reshape(_j80, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p81 += zero
+                tl.store(_p65, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p65 += zero
         if V & 14:  # tangent, jacobian, total
             d51 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
             d52 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
             d53 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
             d54 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j82 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0))
-            _j83 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0))
-            _j84 = tl.join(_j82, _j83)
-            _p85 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p66 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p85, tl.reshape(_j84, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p85 += zero
+                tl.store(_p66, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p66 += zero
         if V & 14:  # tangent, jacobian, total
             d55 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
             d56 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
             d57 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
             d58 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j86 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0))
-            _j87 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0))
-            _j88 = tl.join(_j86, _j87)
-            _p89 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p67 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p89, tl.reshape(_j88, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p89 += zero
+                tl.store(_p67, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p67 += zero
         if V & 14:  # tangent, jacobian, total
             d59 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
             d60 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
@@ -2049,65 +2074,50 @@ if triton is not None:
             d61 = (cse_24 * d19)
             d62 = (cse_24 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j90 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0))
-            _j91 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0))
-            _j92 = tl.join(_j90, _j91)
-            _p93 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p68 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p93, tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p93 += zero
+                tl.store(_p68, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p68 += zero
         if V & 14:  # tangent, jacobian, total
             d63 = (cse_24 * d21)
             d64 = (cse_12 + (cse_24 * d22))
             d65 = (cse_24 * d23)
             d66 = (cse_24 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j94 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0))
-            _j95 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0))
-            _j96 = tl.join(_j94, _j95)
-            _p97 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p69 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p97, tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p97 += zero
+                tl.store(_p69, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p69 += zero
         if V & 14:  # tangent, jacobian, total
             d67 = (cse_24 * d25)
             d68 = (cse_24 * d26)
             d69 = (cse_24 * d27)
             d70 = (cse_24 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j98 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0))
-            _j99 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0))
-            _j100 = tl.join(_j98, _j99)
-            _p101 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p70 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p101, tl.reshape(_j100, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p101 += zero
+                tl.store(_p70, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p70 += zero
         if V & 14:  # tangent, jacobian, total
             d71 = (cse_12 + (cse_24 * d29))
             d72 = (cse_24 * d30)
             d73 = (cse_24 * d31)
             d74 = (cse_24 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j102 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0))
-            _j103 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0))
-            _j104 = tl.join(_j102, _j103)
-            _p105 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p71 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p105, tl.reshape(_j104, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p105 += zero
+                tl.store(_p71, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p71 += zero
         if V & 14:  # tangent, jacobian, total
             d75 = (cse_24 * d33)
             d76 = (cse_24 * d34)
             d77 = (cse_24 * d35)
             d78 = (cse_12 + (cse_24 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j106 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0))
-            _j107 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0))
-            _j108 = tl.join(_j106, _j107)
-            _p109 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p72 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p109, tl.reshape(_j108, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p109 += zero
+                tl.store(_p72, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p72 += zero
         if V & 12:  # jacobian, total
             cse_116 = (cse_48 * state_internal_gamma_rate)
             cse_117 = (cse_116 * cse_12)
@@ -2533,326 +2543,161 @@ if triton is not None:
             d221 = (cse_24 * d200)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j110 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0))
-            _j111 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0))
-            _j112 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0))
-            _j113 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0))
-            _j114 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0))
-            _j115 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0))
-            _j116 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0))
-            _j117 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d13, K0))
-            _j118 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d2, K0), tl.where((j2_perfect_return_map_converged & fin), d9, K0))
-            _j119 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d82, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0))
-            _j120 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d6, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0))
-            _j121 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d86, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j122 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0))
-            _j123 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d84, K0), tl.where((j2_perfect_return_map_converged & fin), d93, K0))
-            _j124 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d89, K0))
-            _j125 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0))
-            _j126 = tl.join(_j110, _j111)
-            _j127 = tl.join(_j112, _j113)
-            _j128 = tl.join(_j114, _j115)
-            _j129 = tl.join(_j116, _j117)
-            _j130 = tl.join(_j118, _j119)
-            _j131 = tl.join(_j120, _j121)
-            _j132 = tl.join(_j122, _j123)
-            _j133 = tl.join(_j124, _j125)
-            _j134 = tl.join(_j126, _j127)
-            _j135 = tl.join(_j128, _j129)
-            _j136 = tl.join(_j130, _j131)
-            _j137 = tl.join(_j132, _j133)
-            _j138 = tl.join(_j134, _j135)
-            _j139 = tl.join(_j136, _j137)
-            _j140 = tl.join(_j138, _j139)
-            _k141 = tl.arange(0, 32)[None, :]
-            _p142 = J + row[:, None] * j_stride + _k141 + (_k141 // 15) * (3 * (V // 8))
+            _row73 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d89, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d90, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d93, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d94, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0), BLOCK)
+            _k74 = tl.arange(0, 32)[None, :]
+            _p75 = J + row[:, None] * j_stride + _k74 + (_k74 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p142, tl.reshape(_j140, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p142 += zero
-            _j143 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0))
-            _j144 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0))
-            _j145 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0))
-            _j146 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d25, K0))
-            _j147 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0))
-            _j148 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0))
-            _j149 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0))
-            _j150 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0))
-            _j151 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0))
-            _j152 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d109, K0))
-            _j153 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d105, K0))
-            _j154 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0))
-            _j155 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d18, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0))
-            _j156 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d102, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j157 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d98, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0))
-            _j158 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0))
-            _j159 = tl.join(_j143, _j144)
-            _j160 = tl.join(_j145, _j146)
-            _j161 = tl.join(_j147, _j148)
-            _j162 = tl.join(_j149, _j150)
-            _j163 = tl.join(_j151, _j152)
-            _j164 = tl.join(_j153, _j154)
-            _j165 = tl.join(_j155, _j156)
-            _j166 = tl.join(_j157, _j158)
-            _j167 = tl.join(_j159, _j160)
-            _j168 = tl.join(_j161, _j162)
-            _j169 = tl.join(_j163, _j164)
-            _j170 = tl.join(_j165, _j166)
-            _j171 = tl.join(_j167, _j168)
-            _j172 = tl.join(_j169, _j170)
-            _j173 = tl.join(_j171, _j172)
-            _k174 = tl.arange(0, 32)[None, :] + 32
-            _p175 = J + row[:, None] * j_stride + _k174 + (_k174 // 15) * (3 * (V // 8))
+                tl.store(_p75, _row73, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p75 += zero
+            _row76 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d21, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d22, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), BLOCK)
+            _k77 = tl.arange(0, 32)[None, :] + 32
+            _p78 = J + row[:, None] * j_stride + _k77 + (_k77 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p175, tl.reshape(_j173, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p175 += zero
-            _j176 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0))
-            _j177 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0))
-            _j178 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0))
-            _j179 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d39, K0))
-            _j180 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0))
-            _j181 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d37, K0))
-            _j182 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0))
-            _j183 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d34, K0), tl.where((j2_perfect_return_map_converged & fin), d41, K0))
-            _j184 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d30, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0))
-            _j185 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d118, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j186 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d114, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0))
-            _j187 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0))
-            _j188 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d121, K0))
-            _j189 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0))
-            _j190 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d125, K0))
-            _j191 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0))
-            _j192 = tl.join(_j176, _j177)
-            _j193 = tl.join(_j178, _j179)
-            _j194 = tl.join(_j180, _j181)
-            _j195 = tl.join(_j182, _j183)
-            _j196 = tl.join(_j184, _j185)
-            _j197 = tl.join(_j186, _j187)
-            _j198 = tl.join(_j188, _j189)
-            _j199 = tl.join(_j190, _j191)
-            _j200 = tl.join(_j192, _j193)
-            _j201 = tl.join(_j194, _j195)
-            _j202 = tl.join(_j196, _j197)
-            _j203 = tl.join(_j198, _j199)
-            _j204 = tl.join(_j200, _j201)
-            _j205 = tl.join(_j202, _j203)
-            _j206 = tl.join(_j204, _j205)
-            _k207 = tl.arange(0, 32)[None, :] + 64
-            _p208 = J + row[:, None] * j_stride + _k207 + (_k207 // 15) * (3 * (V // 8))
+                tl.store(_p78, _row76, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p78 += zero
+            _row79 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d121, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d122, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d125, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d126, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
+            _k80 = tl.arange(0, 32)[None, :] + 64
+            _p81 = J + row[:, None] * j_stride + _k80 + (_k80 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p208, tl.reshape(_j206, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p208 += zero
-            _j209 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d141, K0))
-            _j210 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0))
-            _j211 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), d150, K0))
-            _j212 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0))
-            _j213 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0))
-            _j214 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0))
-            _j215 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0))
-            _j216 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0))
-            _j217 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0))
-            _j218 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0))
-            _j219 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0))
-            _j220 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0))
-            _j221 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d130, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0))
-            _j222 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0))
-            _j223 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d134, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j224 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d135, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0))
-            _j225 = tl.join(_j209, _j210)
-            _j226 = tl.join(_j211, _j212)
-            _j227 = tl.join(_j213, _j214)
-            _j228 = tl.join(_j215, _j216)
-            _j229 = tl.join(_j217, _j218)
-            _j230 = tl.join(_j219, _j220)
-            _j231 = tl.join(_j221, _j222)
-            _j232 = tl.join(_j223, _j224)
-            _j233 = tl.join(_j225, _j226)
-            _j234 = tl.join(_j227, _j228)
-            _j235 = tl.join(_j229, _j230)
-            _j236 = tl.join(_j231, _j232)
-            _j237 = tl.join(_j233, _j234)
-            _j238 = tl.join(_j235, _j236)
-            _j239 = tl.join(_j237, _j238)
-            _k240 = tl.arange(0, 32)[None, :] + 96
-            _p241 = J + row[:, None] * j_stride + _k240 + (_k240 // 15) * (3 * (V // 8))
+                tl.store(_p81, _row79, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p81 += zero
+            _row82 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d135, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d141, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
+            _k83 = tl.arange(0, 32)[None, :] + 96
+            _p84 = J + row[:, None] * j_stride + _k83 + (_k83 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p241, tl.reshape(_j239, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p241 += zero
-            _j242 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d160, K0))
-            _j243 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d63, K0))
-            _j244 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d164, K0))
-            _j245 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d138, K0))
-            _j246 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0))
-            _j247 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0))
-            _j248 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0))
-            _j249 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0))
-            _j250 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0))
-            _j251 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0))
-            _j252 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j253 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0))
-            _j254 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d156, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0))
-            _j255 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0))
-            _j256 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0))
-            _j257 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d159, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0))
-            _j258 = tl.join(_j242, _j243)
-            _j259 = tl.join(_j244, _j245)
-            _j260 = tl.join(_j246, _j247)
-            _j261 = tl.join(_j248, _j249)
-            _j262 = tl.join(_j250, _j251)
-            _j263 = tl.join(_j252, _j253)
-            _j264 = tl.join(_j254, _j255)
-            _j265 = tl.join(_j256, _j257)
-            _j266 = tl.join(_j258, _j259)
-            _j267 = tl.join(_j260, _j261)
-            _j268 = tl.join(_j262, _j263)
-            _j269 = tl.join(_j264, _j265)
-            _j270 = tl.join(_j266, _j267)
-            _j271 = tl.join(_j268, _j269)
-            _j272 = tl.join(_j270, _j271)
-            _k273 = tl.arange(0, 32)[None, :] + 128
-            _p274 = J + row[:, None] * j_stride + _k273 + (_k273 // 15) * (3 * (V // 8))
+                tl.store(_p84, _row82, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p84 += zero
+            _row85 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d159, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d160, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
+            _k86 = tl.arange(0, 32)[None, :] + 128
+            _p87 = J + row[:, None] * j_stride + _k86 + (_k86 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p274, tl.reshape(_j272, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p274 += zero
-            _j275 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d174, K0))
-            _j276 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0))
-            _j277 = tl.join(tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0))
-            _j278 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d177, K0))
-            _j279 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0))
-            _j280 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0))
-            _j281 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0))
-            _j282 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0))
-            _j283 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0))
-            _j284 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0))
-            _j285 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0))
-            _j286 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0))
-            _j287 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d170, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j288 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d139, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0))
-            _j289 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0))
-            _j290 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d173, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0))
-            _j291 = tl.join(_j275, _j276)
-            _j292 = tl.join(_j277, _j278)
-            _j293 = tl.join(_j279, _j280)
-            _j294 = tl.join(_j281, _j282)
-            _j295 = tl.join(_j283, _j284)
-            _j296 = tl.join(_j285, _j286)
-            _j297 = tl.join(_j287, _j288)
-            _j298 = tl.join(_j289, _j290)
-            _j299 = tl.join(_j291, _j292)
-            _j300 = tl.join(_j293, _j294)
-            _j301 = tl.join(_j295, _j296)
-            _j302 = tl.join(_j297, _j298)
-            _j303 = tl.join(_j299, _j300)
-            _j304 = tl.join(_j301, _j302)
-            _j305 = tl.join(_j303, _j304)
-            _k306 = tl.arange(0, 32)[None, :] + 160
-            _p307 = J + row[:, None] * j_stride + _k306 + (_k306 // 15) * (3 * (V // 8))
+                tl.store(_p87, _row85, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p87 += zero
+            _row88 = _mc_row32(
+                tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d173, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
+            _k89 = tl.arange(0, 32)[None, :] + 160
+            _p90 = J + row[:, None] * j_stride + _k89 + (_k89 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p307, tl.reshape(_j305, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p307 += zero
-            _zero308 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j309 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0))
-            _j310 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d182, K0), _zero308)
-            _j311 = tl.join(_j309, _j310)
-            _k312 = tl.arange(0, 4)[None, :] + 192
-            _p313 = J + row[:, None] * j_stride + _k312 + (_k312 // 15) * (3 * (V // 8))
+                tl.store(_p90, _row88, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p90 += zero
+            _zero91 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k92 = tl.arange(0, 4)[None, :] + 192
+            _p93 = J + row[:, None] * j_stride + _k92 + (_k92 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p313, tl.reshape(_j311, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                _p313 += zero
+                tl.store(_p93, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), _zero91, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                _p93 += zero
             if V & 8:
-                _j314 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0))
-                _j315 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d184, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0))
-                _j316 = tl.join(_j314, _j315)
-                _k317 = tl.arange(0, 4)[None, :]
-                _p318 = J + row[:, None] * j_stride + (_k317 // 3) * 18 + 15 + _k317 % 3
+                _k94 = tl.arange(0, 4)[None, :]
+                _p95 = J + row[:, None] * j_stride + (_k94 // 3) * 18 + 15 + _k94 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p318, tl.reshape(_j316, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p318 += zero
-                _j319 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0))
-                _j320 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d188, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0))
-                _j321 = tl.join(_j319, _j320)
-                _k322 = tl.arange(0, 4)[None, :] + 4
-                _p323 = J + row[:, None] * j_stride + (_k322 // 3) * 18 + 15 + _k322 % 3
+                    tl.store(_p95, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p95 += zero
+                _k96 = tl.arange(0, 4)[None, :] + 4
+                _p97 = J + row[:, None] * j_stride + (_k96 // 3) * 18 + 15 + _k96 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p323, tl.reshape(_j321, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p323 += zero
-                _j324 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0))
-                _j325 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d192, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0))
-                _j326 = tl.join(_j324, _j325)
-                _k327 = tl.arange(0, 4)[None, :] + 8
-                _p328 = J + row[:, None] * j_stride + (_k327 // 3) * 18 + 15 + _k327 % 3
+                    tl.store(_p97, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p97 += zero
+                _k98 = tl.arange(0, 4)[None, :] + 8
+                _p99 = J + row[:, None] * j_stride + (_k98 // 3) * 18 + 15 + _k98 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p328, tl.reshape(_j326, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p328 += zero
-                _j329 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0))
-                _j330 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d196, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0))
-                _j331 = tl.join(_j329, _j330)
-                _k332 = tl.arange(0, 4)[None, :] + 12
-                _p333 = J + row[:, None] * j_stride + (_k332 // 3) * 18 + 15 + _k332 % 3
+                    tl.store(_p99, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p99 += zero
+                _k100 = tl.arange(0, 4)[None, :] + 12
+                _p101 = J + row[:, None] * j_stride + (_k100 // 3) * 18 + 15 + _k100 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p333, tl.reshape(_j331, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p333 += zero
-                _j334 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0))
-                _j335 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d200, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0))
-                _j336 = tl.join(_j334, _j335)
-                _k337 = tl.arange(0, 4)[None, :] + 16
-                _p338 = J + row[:, None] * j_stride + (_k337 // 3) * 18 + 15 + _k337 % 3
+                    tl.store(_p101, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p101 += zero
+                _k102 = tl.arange(0, 4)[None, :] + 16
+                _p103 = J + row[:, None] * j_stride + (_k102 // 3) * 18 + 15 + _k102 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p338, tl.reshape(_j336, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p338 += zero
-                _j339 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0))
-                _j340 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0))
-                _j341 = tl.join(_j339, _j340)
-                _k342 = tl.arange(0, 4)[None, :] + 20
-                _p343 = J + row[:, None] * j_stride + (_k342 // 3) * 18 + 15 + _k342 % 3
+                    tl.store(_p103, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p103 += zero
+                _k104 = tl.arange(0, 4)[None, :] + 20
+                _p105 = J + row[:, None] * j_stride + (_k104 // 3) * 18 + 15 + _k104 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p343, tl.reshape(_j341, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p343 += zero
-                _j344 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0))
-                _j345 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0))
-                _j346 = tl.join(_j344, _j345)
-                _k347 = tl.arange(0, 4)[None, :] + 24
-                _p348 = J + row[:, None] * j_stride + (_k347 // 3) * 18 + 15 + _k347 % 3
+                    tl.store(_p105, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p105 += zero
+                _k106 = tl.arange(0, 4)[None, :] + 24
+                _p107 = J + row[:, None] * j_stride + (_k106 // 3) * 18 + 15 + _k106 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p348, tl.reshape(_j346, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p348 += zero
-                _j349 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0))
-                _j350 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0))
-                _j351 = tl.join(_j349, _j350)
-                _k352 = tl.arange(0, 4)[None, :] + 28
-                _p353 = J + row[:, None] * j_stride + (_k352 // 3) * 18 + 15 + _k352 % 3
+                    tl.store(_p107, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p107 += zero
+                _k108 = tl.arange(0, 4)[None, :] + 28
+                _p109 = J + row[:, None] * j_stride + (_k108 // 3) * 18 + 15 + _k108 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p353, tl.reshape(_j351, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p353 += zero
-                _j354 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0))
-                _j355 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0))
-                _j356 = tl.join(_j354, _j355)
-                _k357 = tl.arange(0, 4)[None, :] + 32
-                _p358 = J + row[:, None] * j_stride + (_k357 // 3) * 18 + 15 + _k357 % 3
+                    tl.store(_p109, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p109 += zero
+                _k110 = tl.arange(0, 4)[None, :] + 32
+                _p111 = J + row[:, None] * j_stride + (_k110 // 3) * 18 + 15 + _k110 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p358, tl.reshape(_j356, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p358 += zero
-                _zero359 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j360 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0))
-                _j361 = tl.join(tl.where((j2_perfect_return_map_converged & fin), d215, K0), _zero359)
-                _j362 = tl.join(_j360, _j361)
-                _k363 = tl.arange(0, 4)[None, :] + 36
-                _p364 = J + row[:, None] * j_stride + (_k363 // 3) * 18 + 15 + _k363 % 3
+                    tl.store(_p111, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    _p111 += zero
+                _zero112 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k113 = tl.arange(0, 4)[None, :] + 36
+                _p114 = J + row[:, None] * j_stride + (_k113 // 3) * 18 + 15 + _k113 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p364, tl.reshape(_j362, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                    _p364 += zero
+                    tl.store(_p114, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero112, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                    _p114 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p365 = CV + row
+        _p115 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p365, (j2_perfect_return_map_converged & fin), mask=mask)
-            _p365 += zero
-        _p366 = IT + row
+            tl.store(_p115, (j2_perfect_return_map_converged & fin), mask=mask)
+            _p115 += zero
+        _p116 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p366, (j2_perfect_return_map_iterations).to(tl.int32), mask=mask)
-            _p366 += zero
-        _p367 = RN + row
+            tl.store(_p116, (j2_perfect_return_map_iterations).to(tl.int32), mask=mask)
+            _p116 += zero
+        _p117 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p367, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p367 += zero
+            tl.store(_p117, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p117 += zero
 else:
     _kernel = None
 

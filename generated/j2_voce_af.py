@@ -1776,6 +1776,67 @@ if triton is not None:
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
+
+    @triton.jit
+    def _mc_row16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a8)
+        t1 = tl.join(a4, a12)
+        t2 = tl.join(a2, a10)
+        t3 = tl.join(a6, a14)
+        t4 = tl.join(a1, a9)
+        t5 = tl.join(a5, a13)
+        t6 = tl.join(a3, a11)
+        t7 = tl.join(a7, a15)
+        t8 = tl.join(t0, t1)
+        t9 = tl.join(t2, t3)
+        t10 = tl.join(t4, t5)
+        t11 = tl.join(t6, t7)
+        t12 = tl.join(t8, t9)
+        t13 = tl.join(t10, t11)
+        t14 = tl.join(t12, t13)
+        return tl.reshape(t14, [BLOCK, 16])
+
+    @triton.jit
     def _mc_le(a, b):
         return tl.where(a <= b, a, b)
 
@@ -2023,10 +2084,7 @@ if triton is not None:
         cse_44 = (cse_43 * state_internal_dgamma)
         state_internal_Ep_3 = (cse_44 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j84 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0))
-        _j85 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0))
-        _j86 = tl.join(_j84, _j85)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j86, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_52 = (K2 * p_C)
         cse_54 = (old_state_internal_X_1 + (cse_40 * cse_52))
         state_internal_X_1 = (cse_54 * cse_8)
@@ -2039,10 +2097,7 @@ if triton is not None:
         cse_57 = (old_state_internal_X_4 + (cse_46 * cse_52))
         state_internal_X_4 = (cse_57 * cse_8)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j87 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0))
-        _j88 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0))
-        _j89 = tl.join(_j87, _j88)
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j89, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_49 = K5
         cse_50 = (K1 * cse_49)
         state_internal_ep = (old_state_internal_ep + (cse_50 * state_internal_dgamma))
@@ -2053,10 +2108,7 @@ if triton is not None:
         cse_53 = (old_state_internal_X_0 + (cse_38 * cse_52))
         state_internal_X_0 = (cse_53 * cse_8)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j90 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0))
-        _j91 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0))
-        _j92 = tl.join(_j90, _j91)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_58 = (old_state_internal_X_5 + (cse_48 * cse_52))
         state_internal_X_5 = (cse_58 * cse_8)
         cse_59 = (forces_t - old_forces_t)
@@ -2076,10 +2128,7 @@ if triton is not None:
         state_S_0 = (cse_489 + (cse_478 * cse_481))
         state_S_1 = (cse_489 + (cse_481 * cse_482))
         # outputs 12 .. 15; NaN where Newton did not converge
-        _j93 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_0, K0))
-        _j94 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_1, K0))
-        _j95 = tl.join(_j93, _j94)
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j95, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_1, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_2 = (cse_489 + (cse_481 * cse_483))
         cse_490 = (cse_3 - cse_44)
         state_S_3 = (cse_481 * cse_490)
@@ -2088,10 +2137,7 @@ if triton is not None:
         cse_492 = (cse_5 - cse_48)
         state_S_5 = (cse_481 * cse_492)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _j96 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_4, K0))
-        _j97 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_5, K0))
-        _j98 = tl.join(_j96, _j97)
-        tl.store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j98, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_261 = (K2 * cse_8)
             cse_450 = (p_C * cse_261)
@@ -2179,10 +2225,7 @@ if triton is not None:
             d13 = (-cse_177 + (cse_95 * d4))
             d14 = (cse_494 * d13)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j99 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0))
-            _j100 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0))
-            _j101 = tl.join(_j99, _j100)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_90 = (cse_21 * cse_77)
             cse_89 = (cse_63 * old_state_internal_X_3)
@@ -2202,10 +2245,7 @@ if triton is not None:
             d21 = (-cse_179 + (cse_91 * d6))
             d22 = (cse_494 * d21)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j102 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0))
-            _j103 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0))
-            _j104 = tl.join(_j102, _j103)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j104, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_98 = (cse_25 * cse_77)
             cse_97 = (cse_63 * old_state_internal_X_5)
@@ -2224,10 +2264,7 @@ if triton is not None:
             d29 = (cse_173 - cse_203 + (cse_99 * d6))
             d30 = (cse_481 + (cse_494 * d29))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j105 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0))
-            _j106 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0))
-            _j107 = tl.join(_j105, _j106)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j107, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_189 = (cse_130 * cse_24)
             d31 = (cse_173 - cse_189 + (cse_95 * d5))
@@ -2241,10 +2278,7 @@ if triton is not None:
             d37 = (-cse_197 + (cse_99 * d2))
             d38 = (cse_494 * d37)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j108 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0))
-            _j109 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0))
-            _j110 = tl.join(_j108, _j109)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j110, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_86 = (cse_31 * cse_77)
             cse_85 = (cse_28 * cse_63)
@@ -2264,10 +2298,7 @@ if triton is not None:
             d45 = (-cse_169 + (cse_91 * d2))
             d46 = (cse_494 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j111 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0))
-            _j112 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0))
-            _j113 = tl.join(_j111, _j112)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j113, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_152 = (cse_112 * cse_31)
             cse_153 = (cse_111 * cse_152)
@@ -2288,10 +2319,7 @@ if triton is not None:
             d53 = (-cse_160 + (cse_87 * d4))
             d54 = (cse_493 * d53)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j114 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0))
-            _j115 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0))
-            _j116 = tl.join(_j114, _j115)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j116, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_78 = (cse_20 * cse_77)
             cse_64 = (cse_11 * cse_63)
@@ -2311,10 +2339,7 @@ if triton is not None:
             d61 = (-cse_132 + (cse_79 * d4))
             d62 = (cse_493 * d61)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j117 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0))
-            _j118 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0))
-            _j119 = tl.join(_j117, _j118)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j119, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_134 = (cse_131 * cse_23)
             d63 = (-cse_134 + (cse_79 * d5))
@@ -2333,10 +2358,7 @@ if triton is not None:
             d69 = (cse_104 - cse_141 + (cse_83 * d2))
             d70 = (cse_495 + (cse_493 * d69))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j120 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0))
-            _j121 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0))
-            _j122 = tl.join(_j120, _j121)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j122, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_143 = (cse_124 * cse_138)
             d71 = (-cse_117 - cse_143 + (cse_83 * d3))
@@ -2352,10 +2374,7 @@ if triton is not None:
             d77 = (-cse_150 + (cse_83 * d6))
             d78 = (cse_493 * d77)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j123 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0))
-            _j124 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0))
-            _j125 = tl.join(_j123, _j124)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j125, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             d79 = _mc_sdiv(state_internal_dgamma, (cse_59 * cse_59))
             cse_205 = (cse_110 * cse_113)
@@ -3060,591 +3079,204 @@ if triton is not None:
             d548 = (cse_494 * d450)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j126 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d61, K0))
-            _j127 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0))
-            _j128 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j129 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d141, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0))
-            _j130 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d65, K0))
-            _j131 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0))
-            _j132 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0))
-            _j133 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d57, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0))
-            _j134 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d63, K0))
-            _j135 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0))
-            _j136 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0))
-            _j137 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d55, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0))
-            _j138 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j139 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0))
-            _j140 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0))
-            _j141 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d59, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0))
-            _j142 = tl.join(_j126, _j127)
-            _j143 = tl.join(_j128, _j129)
-            _j144 = tl.join(_j130, _j131)
-            _j145 = tl.join(_j132, _j133)
-            _j146 = tl.join(_j134, _j135)
-            _j147 = tl.join(_j136, _j137)
-            _j148 = tl.join(_j138, _j139)
-            _j149 = tl.join(_j140, _j141)
-            _j150 = tl.join(_j142, _j143)
-            _j151 = tl.join(_j144, _j145)
-            _j152 = tl.join(_j146, _j147)
-            _j153 = tl.join(_j148, _j149)
-            _j154 = tl.join(_j150, _j151)
-            _j155 = tl.join(_j152, _j153)
-            _j156 = tl.join(_j154, _j155)
-            _k157 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k157 + (_k157 // 21) * (7 * (V // 8)), tl.reshape(_j156, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j158 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d117, K0))
-            _j159 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0))
-            _j160 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0))
-            _j161 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d113, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0))
-            _j162 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d149, K0))
-            _j163 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0))
-            _j164 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0))
-            _j165 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d115, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j166 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d148, K0))
-            _j167 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0))
-            _j168 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0))
-            _j169 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d114, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j170 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d150, K0))
-            _j171 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0))
-            _j172 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0))
-            _j173 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d116, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0))
-            _j174 = tl.join(_j158, _j159)
-            _j175 = tl.join(_j160, _j161)
-            _j176 = tl.join(_j162, _j163)
-            _j177 = tl.join(_j164, _j165)
-            _j178 = tl.join(_j166, _j167)
-            _j179 = tl.join(_j168, _j169)
-            _j180 = tl.join(_j170, _j171)
-            _j181 = tl.join(_j172, _j173)
-            _j182 = tl.join(_j174, _j175)
-            _j183 = tl.join(_j176, _j177)
-            _j184 = tl.join(_j178, _j179)
-            _j185 = tl.join(_j180, _j181)
-            _j186 = tl.join(_j182, _j183)
-            _j187 = tl.join(_j184, _j185)
-            _j188 = tl.join(_j186, _j187)
-            _k189 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k189 + (_k189 // 21) * (7 * (V // 8)), tl.reshape(_j188, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j190 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d19, K0))
-            _j191 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0))
-            _j192 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0))
-            _j193 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d43, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0))
-            _j194 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j195 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0))
-            _j196 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0))
-            _j197 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d15, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0))
-            _j198 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d21, K0))
-            _j199 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0))
-            _j200 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0))
-            _j201 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d45, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0))
-            _j202 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j203 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0))
-            _j204 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0))
-            _j205 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d17, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0))
-            _j206 = tl.join(_j190, _j191)
-            _j207 = tl.join(_j192, _j193)
-            _j208 = tl.join(_j194, _j195)
-            _j209 = tl.join(_j196, _j197)
-            _j210 = tl.join(_j198, _j199)
-            _j211 = tl.join(_j200, _j201)
-            _j212 = tl.join(_j202, _j203)
-            _j213 = tl.join(_j204, _j205)
-            _j214 = tl.join(_j206, _j207)
-            _j215 = tl.join(_j208, _j209)
-            _j216 = tl.join(_j210, _j211)
-            _j217 = tl.join(_j212, _j213)
-            _j218 = tl.join(_j214, _j215)
-            _j219 = tl.join(_j216, _j217)
-            _j220 = tl.join(_j218, _j219)
-            _k221 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k221 + (_k221 // 21) * (7 * (V // 8)), tl.reshape(_j220, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j222 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d166, K0))
-            _j223 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0))
-            _j224 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0))
-            _j225 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d132, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j226 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d168, K0))
-            _j227 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0))
-            _j228 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0))
-            _j229 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d134, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0))
-            _j230 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d167, K0))
-            _j231 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0))
-            _j232 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0))
-            _j233 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d133, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j234 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d169, K0))
-            _j235 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0))
-            _j236 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0))
-            _j237 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d135, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0))
-            _j238 = tl.join(_j222, _j223)
-            _j239 = tl.join(_j224, _j225)
-            _j240 = tl.join(_j226, _j227)
-            _j241 = tl.join(_j228, _j229)
-            _j242 = tl.join(_j230, _j231)
-            _j243 = tl.join(_j232, _j233)
-            _j244 = tl.join(_j234, _j235)
-            _j245 = tl.join(_j236, _j237)
-            _j246 = tl.join(_j238, _j239)
-            _j247 = tl.join(_j240, _j241)
-            _j248 = tl.join(_j242, _j243)
-            _j249 = tl.join(_j244, _j245)
-            _j250 = tl.join(_j246, _j247)
-            _j251 = tl.join(_j248, _j249)
-            _j252 = tl.join(_j250, _j251)
-            _k253 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k253 + (_k253 // 21) * (7 * (V // 8)), tl.reshape(_j252, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j254 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d180, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d178, K0))
-            _j255 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d188, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d237, K0))
-            _j256 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d184, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d233, K0))
-            _j257 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d174, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d271, K0))
-            _j258 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d182, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j259 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d190, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d269, K0))
-            _j260 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d186, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d235, K0))
-            _j261 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d176, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d273, K0))
-            _j262 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d181, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j263 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d189, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d238, K0))
-            _j264 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d185, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d234, K0))
-            _j265 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d175, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d272, K0))
-            _j266 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d183, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d191, K0))
-            _j267 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d173, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d270, K0))
-            _j268 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d187, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d236, K0))
-            _j269 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d177, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d274, K0))
-            _j270 = tl.join(_j254, _j255)
-            _j271 = tl.join(_j256, _j257)
-            _j272 = tl.join(_j258, _j259)
-            _j273 = tl.join(_j260, _j261)
-            _j274 = tl.join(_j262, _j263)
-            _j275 = tl.join(_j264, _j265)
-            _j276 = tl.join(_j266, _j267)
-            _j277 = tl.join(_j268, _j269)
-            _j278 = tl.join(_j270, _j271)
-            _j279 = tl.join(_j272, _j273)
-            _j280 = tl.join(_j274, _j275)
-            _j281 = tl.join(_j276, _j277)
-            _j282 = tl.join(_j278, _j279)
-            _j283 = tl.join(_j280, _j281)
-            _j284 = tl.join(_j282, _j283)
-            _k285 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k285 + (_k285 // 21) * (7 * (V // 8)), tl.reshape(_j284, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j286 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d197, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d276, K0))
-            _j287 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d192, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d206, K0))
-            _j288 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d201, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d280, K0))
-            _j289 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d242, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j290 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d199, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d278, K0))
-            _j291 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d240, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d208, K0))
-            _j292 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d204, K0))
-            _j293 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d244, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d245, K0))
-            _j294 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d198, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d277, K0))
-            _j295 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d239, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d207, K0))
-            _j296 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d202, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d203, K0))
-            _j297 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d243, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d193, K0))
-            _j298 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d200, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d279, K0))
-            _j299 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d241, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j300 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d205, K0))
-            _j301 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d275, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d246, K0))
-            _j302 = tl.join(_j286, _j287)
-            _j303 = tl.join(_j288, _j289)
-            _j304 = tl.join(_j290, _j291)
-            _j305 = tl.join(_j292, _j293)
-            _j306 = tl.join(_j294, _j295)
-            _j307 = tl.join(_j296, _j297)
-            _j308 = tl.join(_j298, _j299)
-            _j309 = tl.join(_j300, _j301)
-            _j310 = tl.join(_j302, _j303)
-            _j311 = tl.join(_j304, _j305)
-            _j312 = tl.join(_j306, _j307)
-            _j313 = tl.join(_j308, _j309)
-            _j314 = tl.join(_j310, _j311)
-            _j315 = tl.join(_j312, _j313)
-            _j316 = tl.join(_j314, _j315)
-            _k317 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k317 + (_k317 // 21) * (7 * (V // 8)), tl.reshape(_j316, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j318 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d247, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j319 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d285, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d256, K0))
-            _j320 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d281, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d252, K0))
-            _j321 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d211, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d290, K0))
-            _j322 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d249, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d194, K0))
-            _j323 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d209, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d288, K0))
-            _j324 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d283, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d254, K0))
-            _j325 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d213, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d292, K0))
-            _j326 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d248, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j327 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d286, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d287, K0))
-            _j328 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d282, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d253, K0))
-            _j329 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d212, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d291, K0))
-            _j330 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d250, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d251, K0))
-            _j331 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d210, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d289, K0))
-            _j332 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d284, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d255, K0))
-            _j333 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d214, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d215, K0))
-            _j334 = tl.join(_j318, _j319)
-            _j335 = tl.join(_j320, _j321)
-            _j336 = tl.join(_j322, _j323)
-            _j337 = tl.join(_j324, _j325)
-            _j338 = tl.join(_j326, _j327)
-            _j339 = tl.join(_j328, _j329)
-            _j340 = tl.join(_j330, _j331)
-            _j341 = tl.join(_j332, _j333)
-            _j342 = tl.join(_j334, _j335)
-            _j343 = tl.join(_j336, _j337)
-            _j344 = tl.join(_j338, _j339)
-            _j345 = tl.join(_j340, _j341)
-            _j346 = tl.join(_j342, _j343)
-            _j347 = tl.join(_j344, _j345)
-            _j348 = tl.join(_j346, _j347)
-            _k349 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k349 + (_k349 // 21) * (7 * (V // 8)), tl.reshape(_j348, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j350 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d216, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d295, K0))
-            _j351 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d257, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d225, K0))
-            _j352 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d220, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d221, K0))
-            _j353 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d261, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d196, K0))
-            _j354 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d218, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d297, K0))
-            _j355 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d259, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j356 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d223, K0))
-            _j357 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d293, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d264, K0))
-            _j358 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d217, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d296, K0))
-            _j359 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d258, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d226, K0))
-            _j360 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d222, K0))
-            _j361 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d262, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d263, K0))
-            _j362 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d219, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d298, K0))
-            _j363 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d260, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j364 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d195, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d224, K0))
-            _j365 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d294, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d265, K0))
-            _j366 = tl.join(_j350, _j351)
-            _j367 = tl.join(_j352, _j353)
-            _j368 = tl.join(_j354, _j355)
-            _j369 = tl.join(_j356, _j357)
-            _j370 = tl.join(_j358, _j359)
-            _j371 = tl.join(_j360, _j361)
-            _j372 = tl.join(_j362, _j363)
-            _j373 = tl.join(_j364, _j365)
-            _j374 = tl.join(_j366, _j367)
-            _j375 = tl.join(_j368, _j369)
-            _j376 = tl.join(_j370, _j371)
-            _j377 = tl.join(_j372, _j373)
-            _j378 = tl.join(_j374, _j375)
-            _j379 = tl.join(_j376, _j377)
-            _j380 = tl.join(_j378, _j379)
-            _k381 = tl.arange(0, 32)[None, :] + 224
-            tl.store(J + row[:, None] * j_stride + _k381 + (_k381 // 21) * (7 * (V // 8)), tl.reshape(_j380, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j382 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d266, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j383 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d304, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d318, K0))
-            _j384 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d300, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d314, K0))
-            _j385 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d230, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d322, K0))
-            _j386 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d268, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d312, K0))
-            _j387 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d228, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d320, K0))
-            _j388 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d302, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d316, K0))
-            _j389 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d232, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d306, K0))
-            _j390 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d267, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d305, K0))
-            _j391 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d227, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d319, K0))
-            _j392 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d301, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d315, K0))
-            _j393 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d231, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d323, K0))
-            _j394 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d299, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d313, K0))
-            _j395 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d229, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d321, K0))
-            _j396 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d303, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d317, K0))
-            _j397 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d307, K0))
-            _j398 = tl.join(_j382, _j383)
-            _j399 = tl.join(_j384, _j385)
-            _j400 = tl.join(_j386, _j387)
-            _j401 = tl.join(_j388, _j389)
-            _j402 = tl.join(_j390, _j391)
-            _j403 = tl.join(_j392, _j393)
-            _j404 = tl.join(_j394, _j395)
-            _j405 = tl.join(_j396, _j397)
-            _j406 = tl.join(_j398, _j399)
-            _j407 = tl.join(_j400, _j401)
-            _j408 = tl.join(_j402, _j403)
-            _j409 = tl.join(_j404, _j405)
-            _j410 = tl.join(_j406, _j407)
-            _j411 = tl.join(_j408, _j409)
-            _j412 = tl.join(_j410, _j411)
-            _k413 = tl.arange(0, 32)[None, :] + 256
-            tl.store(J + row[:, None] * j_stride + _k413 + (_k413 // 21) * (7 * (V // 8)), tl.reshape(_j412, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j414 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d308, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d369, K0))
-            _j415 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0))
-            _j416 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0))
-            _j417 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d335, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0))
-            _j418 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d310, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d371, K0))
-            _j419 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j420 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0))
-            _j421 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d367, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0))
-            _j422 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d309, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d370, K0))
-            _j423 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j424 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0))
-            _j425 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d366, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0))
-            _j426 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d311, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0))
-            _j427 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0))
-            _j428 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0))
-            _j429 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d368, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0))
-            _j430 = tl.join(_j414, _j415)
-            _j431 = tl.join(_j416, _j417)
-            _j432 = tl.join(_j418, _j419)
-            _j433 = tl.join(_j420, _j421)
-            _j434 = tl.join(_j422, _j423)
-            _j435 = tl.join(_j424, _j425)
-            _j436 = tl.join(_j426, _j427)
-            _j437 = tl.join(_j428, _j429)
-            _j438 = tl.join(_j430, _j431)
-            _j439 = tl.join(_j432, _j433)
-            _j440 = tl.join(_j434, _j435)
-            _j441 = tl.join(_j436, _j437)
-            _j442 = tl.join(_j438, _j439)
-            _j443 = tl.join(_j440, _j441)
-            _j444 = tl.join(_j442, _j443)
-            _k445 = tl.arange(0, 32)[None, :] + 288
-            tl.store(J + row[:, None] * j_stride + _k445 + (_k445 // 21) * (7 * (V // 8)), tl.reshape(_j444, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j446 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d326, K0))
-            _j447 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0))
-            _j448 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0))
-            _j449 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0))
-            _j450 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d343, K0))
-            _j451 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0))
-            _j452 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0))
-            _j453 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0))
-            _j454 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d342, K0))
-            _j455 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0))
-            _j456 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0))
-            _j457 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0))
-            _j458 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d344, K0))
-            _j459 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0))
-            _j460 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0))
-            _j461 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0))
-            _j462 = tl.join(_j446, _j447)
-            _j463 = tl.join(_j448, _j449)
-            _j464 = tl.join(_j450, _j451)
-            _j465 = tl.join(_j452, _j453)
-            _j466 = tl.join(_j454, _j455)
-            _j467 = tl.join(_j456, _j457)
-            _j468 = tl.join(_j458, _j459)
-            _j469 = tl.join(_j460, _j461)
-            _j470 = tl.join(_j462, _j463)
-            _j471 = tl.join(_j464, _j465)
-            _j472 = tl.join(_j466, _j467)
-            _j473 = tl.join(_j468, _j469)
-            _j474 = tl.join(_j470, _j471)
-            _j475 = tl.join(_j472, _j473)
-            _j476 = tl.join(_j474, _j475)
-            _k477 = tl.arange(0, 32)[None, :] + 320
-            tl.store(J + row[:, None] * j_stride + _k477 + (_k477 // 21) * (7 * (V // 8)), tl.reshape(_j476, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j478 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d388, K0))
-            _j479 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j480 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0))
-            _j481 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d384, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0))
-            _j482 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0))
-            _j483 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0))
-            _j484 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0))
-            _j485 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d386, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0))
-            _j486 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d389, K0))
-            _j487 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j488 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0))
-            _j489 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d385, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0))
-            _j490 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0))
-            _j491 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0))
-            _j492 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0))
-            _j493 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d387, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0))
-            _j494 = tl.join(_j478, _j479)
-            _j495 = tl.join(_j480, _j481)
-            _j496 = tl.join(_j482, _j483)
-            _j497 = tl.join(_j484, _j485)
-            _j498 = tl.join(_j486, _j487)
-            _j499 = tl.join(_j488, _j489)
-            _j500 = tl.join(_j490, _j491)
-            _j501 = tl.join(_j492, _j493)
-            _j502 = tl.join(_j494, _j495)
-            _j503 = tl.join(_j496, _j497)
-            _j504 = tl.join(_j498, _j499)
-            _j505 = tl.join(_j500, _j501)
-            _j506 = tl.join(_j502, _j503)
-            _j507 = tl.join(_j504, _j505)
-            _j508 = tl.join(_j506, _j507)
-            _k509 = tl.arange(0, 32)[None, :] + 352
-            tl.store(J + row[:, None] * j_stride + _k509 + (_k509 // 21) * (7 * (V // 8)), tl.reshape(_j508, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j510 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d360, K0))
-            _j511 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0))
-            _j512 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0))
-            _j513 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0))
-            _j514 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d362, K0))
-            _j515 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0))
-            _j516 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0))
-            _j517 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0))
-            _j518 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d361, K0))
-            _j519 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0))
-            _j520 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0))
-            _j521 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0))
-            _j522 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d363, K0))
-            _j523 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0))
-            _j524 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0))
-            _j525 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d329, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0))
-            _j526 = tl.join(_j510, _j511)
-            _j527 = tl.join(_j512, _j513)
-            _j528 = tl.join(_j514, _j515)
-            _j529 = tl.join(_j516, _j517)
-            _j530 = tl.join(_j518, _j519)
-            _j531 = tl.join(_j520, _j521)
-            _j532 = tl.join(_j522, _j523)
-            _j533 = tl.join(_j524, _j525)
-            _j534 = tl.join(_j526, _j527)
-            _j535 = tl.join(_j528, _j529)
-            _j536 = tl.join(_j530, _j531)
-            _j537 = tl.join(_j532, _j533)
-            _j538 = tl.join(_j534, _j535)
-            _j539 = tl.join(_j536, _j537)
-            _j540 = tl.join(_j538, _j539)
-            _k541 = tl.arange(0, 32)[None, :] + 384
-            tl.store(J + row[:, None] * j_stride + _k541 + (_k541 // 21) * (7 * (V // 8)), tl.reshape(_j540, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j542 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j543 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0))
-            _j544 = tl.join(_j542, _j543)
-            _k545 = tl.arange(0, 4)[None, :] + 416
-            tl.store(J + row[:, None] * j_stride + _k545 + (_k545 // 21) * (7 * (V // 8)), tl.reshape(_j544, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _row84 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d141, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d55, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d57, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d59, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d61, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d63, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d65, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0), BLOCK)
+            _k85 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k85 + (_k85 // 21) * (7 * (V // 8)), _row84, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row86 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d113, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d114, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d115, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d116, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d117, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d148, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d149, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d150, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0), BLOCK)
+            _k87 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k87 + (_k87 // 21) * (7 * (V // 8)), _row86, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row88 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d43, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d45, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d15, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d17, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d19, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d21, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0), BLOCK)
+            _k89 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k89 + (_k89 // 21) * (7 * (V // 8)), _row88, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row90 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d132, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d133, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d134, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d135, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d166, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d167, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d168, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d169, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0), BLOCK)
+            _k91 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k91 + (_k91 // 21) * (7 * (V // 8)), _row90, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row92 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d180, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d181, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d182, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d183, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d184, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d185, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d186, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d187, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d188, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d189, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d190, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d173, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d174, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d175, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d176, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d177, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d178, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d191, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d233, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d234, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d235, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d236, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d237, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d238, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d269, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d270, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d271, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d272, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d273, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d274, K0), BLOCK)
+            _k93 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k93 + (_k93 // 21) * (7 * (V // 8)), _row92, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row94 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d197, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d198, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d199, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d200, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d201, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d202, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d192, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d239, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d240, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d241, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d242, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d243, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d244, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d275, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d276, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d277, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d278, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d279, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d280, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d203, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d204, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d205, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d206, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d207, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d208, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d193, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d245, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d246, K0), BLOCK)
+            _k95 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k95 + (_k95 // 21) * (7 * (V // 8)), _row94, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row96 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d247, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d248, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d249, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d250, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d281, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d282, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d283, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d284, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d285, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d286, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d209, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d210, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d211, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d212, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d213, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d214, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d194, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d251, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d252, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d253, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d254, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d255, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d256, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d287, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d288, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d289, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d290, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d291, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d292, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d215, K0), BLOCK)
+            _k97 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k97 + (_k97 // 21) * (7 * (V // 8)), _row96, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row98 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d216, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d217, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d218, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d219, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d220, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d195, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d257, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d258, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d259, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d260, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d261, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d262, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d293, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d294, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d295, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d296, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d297, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d298, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d221, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d222, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d223, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d224, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d225, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d226, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d196, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d263, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d264, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d265, K0), BLOCK)
+            _k99 = tl.arange(0, 32)[None, :] + 224
+            tl.store(J + row[:, None] * j_stride + _k99 + (_k99 // 21) * (7 * (V // 8)), _row98, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row100 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d266, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d267, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d268, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d299, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d300, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d301, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d302, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d303, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d304, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d227, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d228, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d229, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d230, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d231, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d232, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d305, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d312, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d313, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d314, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d315, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d316, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d317, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d318, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d319, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d320, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d321, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d322, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d323, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d306, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d307, K0), BLOCK)
+            _k101 = tl.arange(0, 32)[None, :] + 256
+            tl.store(J + row[:, None] * j_stride + _k101 + (_k101 // 21) * (7 * (V // 8)), _row100, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row102 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d308, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d309, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d310, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d311, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d335, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d366, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d367, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d368, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d369, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d370, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d371, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0), BLOCK)
+            _k103 = tl.arange(0, 32)[None, :] + 288
+            tl.store(J + row[:, None] * j_stride + _k103 + (_k103 // 21) * (7 * (V // 8)), _row102, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row104 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d326, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d342, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d343, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d344, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), BLOCK)
+            _k105 = tl.arange(0, 32)[None, :] + 320
+            tl.store(J + row[:, None] * j_stride + _k105 + (_k105 // 21) * (7 * (V // 8)), _row104, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row106 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d384, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d385, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d386, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d387, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d388, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d389, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0), BLOCK)
+            _k107 = tl.arange(0, 32)[None, :] + 352
+            tl.store(J + row[:, None] * j_stride + _k107 + (_k107 // 21) * (7 * (V // 8)), _row106, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row108 = _mc_row32(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d329, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d360, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d361, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d362, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d363, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), BLOCK)
+            _k109 = tl.arange(0, 32)[None, :] + 384
+            tl.store(J + row[:, None] * j_stride + _k109 + (_k109 // 21) * (7 * (V // 8)), _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _k110 = tl.arange(0, 4)[None, :] + 416
+            tl.store(J + row[:, None] * j_stride + _k110 + (_k110 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _j546 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d423, K0))
-                _j547 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d416, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d430, K0))
-                _j548 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d433, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d447, K0))
-                _j549 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d440, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d413, K0))
-                _j550 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d435, K0))
-                _j551 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d428, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d442, K0))
-                _j552 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d445, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d418, K0))
-                _j553 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d411, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d425, K0))
-                _j554 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d429, K0))
-                _j555 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d422, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d436, K0))
-                _j556 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d439, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d412, K0))
-                _j557 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d446, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d419, K0))
-                _j558 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d441, K0))
-                _j559 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d434, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d448, K0))
-                _j560 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d410, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d424, K0))
-                _j561 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d417, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d431, K0))
-                _j562 = tl.join(_j546, _j547)
-                _j563 = tl.join(_j548, _j549)
-                _j564 = tl.join(_j550, _j551)
-                _j565 = tl.join(_j552, _j553)
-                _j566 = tl.join(_j554, _j555)
-                _j567 = tl.join(_j556, _j557)
-                _j568 = tl.join(_j558, _j559)
-                _j569 = tl.join(_j560, _j561)
-                _j570 = tl.join(_j562, _j563)
-                _j571 = tl.join(_j564, _j565)
-                _j572 = tl.join(_j566, _j567)
-                _j573 = tl.join(_j568, _j569)
-                _j574 = tl.join(_j570, _j571)
-                _j575 = tl.join(_j572, _j573)
-                _j576 = tl.join(_j574, _j575)
-                _k577 = tl.arange(0, 32)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k577 // 7) * 28 + 21 + _k577 % 7, tl.reshape(_j576, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _j578 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d437, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d457, K0))
-                _j579 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d444, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d459, K0))
-                _j580 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d420, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d476, K0))
-                _j581 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d453, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d483, K0))
-                _j582 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d449, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d464, K0))
-                _j583 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d451, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d471, K0))
-                _j584 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d432, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d488, K0))
-                _j585 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d455, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d495, K0))
-                _j586 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d443, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d458, K0))
-                _j587 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d450, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d465, K0))
-                _j588 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d426, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d482, K0))
-                _j589 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d454, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d489, K0))
-                _j590 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d414, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d470, K0))
-                _j591 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d452, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d477, K0))
-                _j592 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d438, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d494, K0))
-                _j593 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d456, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d460, K0))
-                _j594 = tl.join(_j578, _j579)
-                _j595 = tl.join(_j580, _j581)
-                _j596 = tl.join(_j582, _j583)
-                _j597 = tl.join(_j584, _j585)
-                _j598 = tl.join(_j586, _j587)
-                _j599 = tl.join(_j588, _j589)
-                _j600 = tl.join(_j590, _j591)
-                _j601 = tl.join(_j592, _j593)
-                _j602 = tl.join(_j594, _j595)
-                _j603 = tl.join(_j596, _j597)
-                _j604 = tl.join(_j598, _j599)
-                _j605 = tl.join(_j600, _j601)
-                _j606 = tl.join(_j602, _j603)
-                _j607 = tl.join(_j604, _j605)
-                _j608 = tl.join(_j606, _j607)
-                _k609 = tl.arange(0, 32)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k609 // 7) * 28 + 21 + _k609 % 7, tl.reshape(_j608, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _j610 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d466, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d480, K0))
-                _j611 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d473, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d487, K0))
-                _j612 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d490, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d463, K0))
-                _j613 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d497, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d501, K0))
-                _j614 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d478, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d492, K0))
-                _j615 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d485, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d499, K0))
-                _j616 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d461, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d475, K0))
-                _j617 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d468, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d503, K0))
-                _j618 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d486, K0))
-                _j619 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d479, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d493, K0))
-                _j620 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d496, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d469, K0))
-                _j621 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d462, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d502, K0))
-                _j622 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d484, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d498, K0))
-                _j623 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d491, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d500, K0))
-                _j624 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d467, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d481, K0))
-                _j625 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d474, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d504, K0))
-                _j626 = tl.join(_j610, _j611)
-                _j627 = tl.join(_j612, _j613)
-                _j628 = tl.join(_j614, _j615)
-                _j629 = tl.join(_j616, _j617)
-                _j630 = tl.join(_j618, _j619)
-                _j631 = tl.join(_j620, _j621)
-                _j632 = tl.join(_j622, _j623)
-                _j633 = tl.join(_j624, _j625)
-                _j634 = tl.join(_j626, _j627)
-                _j635 = tl.join(_j628, _j629)
-                _j636 = tl.join(_j630, _j631)
-                _j637 = tl.join(_j632, _j633)
-                _j638 = tl.join(_j634, _j635)
-                _j639 = tl.join(_j636, _j637)
-                _j640 = tl.join(_j638, _j639)
-                _k641 = tl.arange(0, 32)[None, :] + 64
-                tl.store(J + row[:, None] * j_stride + (_k641 // 7) * 28 + 21 + _k641 % 7, tl.reshape(_j640, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _j642 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d509, K0))
-                _j643 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d543, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d516, K0))
-                _j644 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d533, K0))
-                _j645 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d526, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d540, K0))
-                _j646 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d521, K0))
-                _j647 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d514, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d528, K0))
-                _j648 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d531, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d545, K0))
-                _j649 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d538, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d511, K0))
-                _j650 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d515, K0))
-                _j651 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d522, K0))
-                _j652 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d525, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d539, K0))
-                _j653 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d532, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d546, K0))
-                _j654 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d513, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d527, K0))
-                _j655 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d520, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d534, K0))
-                _j656 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d537, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d510, K0))
-                _j657 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d544, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d517, K0))
-                _j658 = tl.join(_j642, _j643)
-                _j659 = tl.join(_j644, _j645)
-                _j660 = tl.join(_j646, _j647)
-                _j661 = tl.join(_j648, _j649)
-                _j662 = tl.join(_j650, _j651)
-                _j663 = tl.join(_j652, _j653)
-                _j664 = tl.join(_j654, _j655)
-                _j665 = tl.join(_j656, _j657)
-                _j666 = tl.join(_j658, _j659)
-                _j667 = tl.join(_j660, _j661)
-                _j668 = tl.join(_j662, _j663)
-                _j669 = tl.join(_j664, _j665)
-                _j670 = tl.join(_j666, _j667)
-                _j671 = tl.join(_j668, _j669)
-                _j672 = tl.join(_j670, _j671)
-                _k673 = tl.arange(0, 32)[None, :] + 96
-                tl.store(J + row[:, None] * j_stride + (_k673 // 7) * 28 + 21 + _k673 % 7, tl.reshape(_j672, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _zero674 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j675 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d523, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d530, K0))
-                _j676 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d547, K0), _zero674)
-                _j677 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d535, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d542, K0))
-                _j678 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d518, K0), _zero674)
-                _j679 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d529, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d536, K0))
-                _j680 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d512, K0), _zero674)
-                _j681 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d541, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d548, K0))
-                _j682 = tl.join(tl.where((j2_voce_af_radial_return_solve_converged & fin), d524, K0), _zero674)
-                _j683 = tl.join(_j675, _j676)
-                _j684 = tl.join(_j677, _j678)
-                _j685 = tl.join(_j679, _j680)
-                _j686 = tl.join(_j681, _j682)
-                _j687 = tl.join(_j683, _j684)
-                _j688 = tl.join(_j685, _j686)
-                _j689 = tl.join(_j687, _j688)
-                _k690 = tl.arange(0, 16)[None, :] + 128
-                tl.store(J + row[:, None] * j_stride + (_k690 // 7) * 28 + 21 + _k690 % 7, tl.reshape(_j689, [BLOCK, 16]), mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
+                _row111 = _mc_row32(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d433, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d439, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d445, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d410, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d416, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d422, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d428, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d434, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d440, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d446, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d411, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d417, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d423, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d429, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d435, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d441, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d447, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d412, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d418, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d424, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d430, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d436, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d442, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d448, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d413, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d419, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d425, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d431, K0), BLOCK)
+                _k112 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k112 // 7) * 28 + 21 + _k112 % 7, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row113 = _mc_row32(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d437, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d443, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d449, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d414, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d420, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d426, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d432, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d438, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d444, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d450, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d451, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d452, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d453, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d454, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d455, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d456, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d457, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d458, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d464, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d470, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d476, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d482, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d488, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d494, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d459, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d465, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d471, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d477, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d483, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d489, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d495, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d460, K0), BLOCK)
+                _k114 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k114 // 7) * 28 + 21 + _k114 % 7, _row113, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row115 = _mc_row32(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d466, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d478, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d484, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d490, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d496, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d461, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d467, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d473, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d479, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d485, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d491, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d497, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d462, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d468, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d474, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d480, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d486, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d492, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d498, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d463, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d469, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d475, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d481, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d487, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d493, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d499, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d500, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d501, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d502, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d503, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d504, K0), BLOCK)
+                _k116 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k116 // 7) * 28 + 21 + _k116 % 7, _row115, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row117 = _mc_row32(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d513, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d525, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d531, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d537, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d543, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d514, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d520, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d526, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d532, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d538, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d544, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d509, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d515, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d521, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d527, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d533, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d539, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d545, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d510, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d516, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d522, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d528, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d534, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d540, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d546, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d511, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d517, K0), BLOCK)
+                _k118 = tl.arange(0, 32)[None, :] + 96
+                tl.store(J + row[:, None] * j_stride + (_k118 // 7) * 28 + 21 + _k118 % 7, _row117, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero119 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row120 = _mc_row16(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d523, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d529, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d535, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d541, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d547, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d512, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d518, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d524, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d530, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d536, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d542, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d548, K0),
+                    _zero119, _zero119, _zero119, _zero119, BLOCK)
+                _k121 = tl.arange(0, 16)[None, :] + 128
+                tl.store(J + row[:, None] * j_stride + (_k121 // 7) * 28 + 21 + _k121 % 7, _row120, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (j2_voce_af_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (j2_voce_af_radial_return_solve_iterations).to(tl.int32), mask=mask)

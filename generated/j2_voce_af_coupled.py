@@ -2139,9 +2139,70 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
+
+    @triton.jit
+    def _mc_row16(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a8)
+        t1 = tl.join(a4, a12)
+        t2 = tl.join(a2, a10)
+        t3 = tl.join(a6, a14)
+        t4 = tl.join(a1, a9)
+        t5 = tl.join(a5, a13)
+        t6 = tl.join(a3, a11)
+        t7 = tl.join(a7, a15)
+        t8 = tl.join(t0, t1)
+        t9 = tl.join(t2, t3)
+        t10 = tl.join(t4, t5)
+        t11 = tl.join(t6, t7)
+        t12 = tl.join(t8, t9)
+        t13 = tl.join(t10, t11)
+        t14 = tl.join(t12, t13)
+        return tl.reshape(t14, [BLOCK, 16])
 
     @triton.jit
     def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -3543,29 +3604,20 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j94 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j95 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j96 = tl.join(_j94, _j95)
-        _p97 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p94 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p97, tl.reshape(_j96, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p97 += zero
+            tl.store(_p94, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p94 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j98 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0))
-        _j99 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0))
-        _j100 = tl.join(_j98, _j99)
-        _p101 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p95 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p101, tl.reshape(_j100, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p101 += zero
+            tl.store(_p95, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p95 += zero
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j102 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0))
-        _j103 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0))
-        _j104 = tl.join(_j102, _j103)
-        _p105 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p96 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p105, tl.reshape(_j104, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p105 += zero
+            tl.store(_p96, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p96 += zero
         cse_9 = (K1 * p_nu)
         cse_10 = (K2 - cse_9)
         cse_11 = (K2 / cse_10)
@@ -3584,13 +3636,10 @@ if triton is not None:
         cse_15 = (cse_1 * cse_6)
         state_S_1 = (cse_14 + cse_15)
         # outputs 12 .. 15; NaN where Newton did not converge
-        _j106 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0))
-        _j107 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0))
-        _j108 = tl.join(_j106, _j107)
-        _p109 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
+        _p97 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p109, tl.reshape(_j108, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p109 += zero
+            tl.store(_p97, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p97 += zero
         cse_17 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_17 * cse_6)
         cse_19 = (forces_E_4 - state_internal_Ep_4)
@@ -3600,13 +3649,10 @@ if triton is not None:
         cse_16 = (cse_2 * cse_6)
         state_S_2 = (cse_14 + cse_16)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _j110 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_S_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_4, K0))
-        _j111 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), state_S_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_5, K0))
-        _j112 = tl.join(_j110, _j111)
-        _p113 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
+        _p98 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p113, tl.reshape(_j112, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p113 += zero
+            tl.store(_p98, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_S_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p98 += zero
         if V & 14:  # tangent, jacobian, total
             cse_142 = (K3 * cse_16)
             cse_141 = (K3 * state_internal_X_2)
@@ -5266,13 +5312,10 @@ if triton is not None:
             cse_33 = (cse_23 * d16)
             d88 = (cse_32 + cse_33 + (cse_27 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j114 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0))
-            _j115 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0))
-            _j116 = tl.join(_j114, _j115)
-            _p117 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p99 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p117, tl.reshape(_j116, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p117 += zero
+                tl.store(_p99, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p99 += zero
         if V & 14:  # tangent, jacobian, total
             cse_34 = (cse_23 * d11)
             cse_35 = (cse_23 * d17)
@@ -5285,13 +5328,10 @@ if triton is not None:
             cse_39 = (cse_23 * d2)
             d92 = (cse_26 + cse_28 + cse_39 + (cse_27 * d8))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j118 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0))
-            _j119 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0))
-            _j120 = tl.join(_j118, _j119)
-            _p121 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p100 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p121, tl.reshape(_j120, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p121 += zero
+                tl.store(_p100, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p100 += zero
         if V & 14:  # tangent, jacobian, total
             cse_40 = (cse_23 * d3)
             d93 = (cse_31 + cse_40 + (cse_27 * d9))
@@ -5302,26 +5342,20 @@ if triton is not None:
             cse_43 = (cse_23 * d6)
             d96 = (cse_37 + cse_43 + (cse_27 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j122 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0))
-            _j123 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0))
-            _j124 = tl.join(_j122, _j123)
-            _p125 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p101 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p125, tl.reshape(_j124, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p125 += zero
+                tl.store(_p101, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p101 += zero
         if V & 14:  # tangent, jacobian, total
             d97 = (cse_25 + cse_38 + (cse_27 * d13))
             d98 = (cse_29 + cse_39 + (cse_27 * d14))
             d99 = (cse_26 + cse_30 + cse_40 + (cse_27 * d15))
             d100 = (cse_32 + cse_41 + (cse_27 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j126 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0))
-            _j127 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0))
-            _j128 = tl.join(_j126, _j127)
-            _p129 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p102 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p129, tl.reshape(_j128, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p129 += zero
+                tl.store(_p102, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p102 += zero
         if V & 14:  # tangent, jacobian, total
             d101 = (cse_34 + cse_42 + (cse_27 * d17))
             d102 = (cse_36 + cse_43 + (cse_27 * d18))
@@ -5329,65 +5363,50 @@ if triton is not None:
             d103 = (cse_44 * d19)
             d104 = (cse_44 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j130 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0))
-            _j131 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0))
-            _j132 = tl.join(_j130, _j131)
-            _p133 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p103 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p133, tl.reshape(_j132, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p133 += zero
+                tl.store(_p103, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p103 += zero
         if V & 14:  # tangent, jacobian, total
             d105 = (cse_44 * d21)
             d106 = (cse_6 + (cse_44 * d22))
             d107 = (cse_44 * d23)
             d108 = (cse_44 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j134 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0))
-            _j135 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0))
-            _j136 = tl.join(_j134, _j135)
-            _p137 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p104 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p137, tl.reshape(_j136, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p137 += zero
+                tl.store(_p104, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p104 += zero
         if V & 14:  # tangent, jacobian, total
             d109 = (cse_44 * d25)
             d110 = (cse_44 * d26)
             d111 = (cse_44 * d27)
             d112 = (cse_44 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j138 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0))
-            _j139 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0))
-            _j140 = tl.join(_j138, _j139)
-            _p141 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p105 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p141, tl.reshape(_j140, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p141 += zero
+                tl.store(_p105, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p105 += zero
         if V & 14:  # tangent, jacobian, total
             d113 = (cse_6 + (cse_44 * d29))
             d114 = (cse_44 * d30)
             d115 = (cse_44 * d31)
             d116 = (cse_44 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j142 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0))
-            _j143 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0))
-            _j144 = tl.join(_j142, _j143)
-            _p145 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p106 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p145, tl.reshape(_j144, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p145 += zero
+                tl.store(_p106, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p106 += zero
         if V & 14:  # tangent, jacobian, total
             d117 = (cse_44 * d33)
             d118 = (cse_44 * d34)
             d119 = (cse_44 * d35)
             d120 = (cse_6 + (cse_44 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j146 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0))
-            _j147 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0))
-            _j148 = tl.join(_j146, _j147)
-            _p149 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p107 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p149, tl.reshape(_j148, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p149 += zero
+                tl.store(_p107, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p107 += zero
         if V & 12:  # jacobian, total
             cse_337 = (cse_150 * state_internal_gamma_rate)
             cse_338 = (cse_152 * cse_337)
@@ -7042,690 +7061,284 @@ if triton is not None:
             d560 = (cse_44 * d462)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j150 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d1, K0), tl.where((j2_voce_af_return_map_converged & fin), d131, K0))
-            _j151 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d123, K0), tl.where((j2_voce_af_return_map_converged & fin), d9, K0))
-            _j152 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d135, K0))
-            _j153 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0))
-            _j154 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d3, K0), tl.where((j2_voce_af_return_map_converged & fin), d133, K0))
-            _j155 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d11, K0))
-            _j156 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d121, K0), tl.where((j2_voce_af_return_map_converged & fin), d7, K0))
-            _j157 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0))
-            _j158 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d132, K0))
-            _j159 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0))
-            _j160 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j161 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d137, K0))
-            _j162 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d134, K0))
-            _j163 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0))
-            _j164 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0))
-            _j165 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d130, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0))
-            _j166 = tl.join(_j150, _j151)
-            _j167 = tl.join(_j152, _j153)
-            _j168 = tl.join(_j154, _j155)
-            _j169 = tl.join(_j156, _j157)
-            _j170 = tl.join(_j158, _j159)
-            _j171 = tl.join(_j160, _j161)
-            _j172 = tl.join(_j162, _j163)
-            _j173 = tl.join(_j164, _j165)
-            _j174 = tl.join(_j166, _j167)
-            _j175 = tl.join(_j168, _j169)
-            _j176 = tl.join(_j170, _j171)
-            _j177 = tl.join(_j172, _j173)
-            _j178 = tl.join(_j174, _j175)
-            _j179 = tl.join(_j176, _j177)
-            _j180 = tl.join(_j178, _j179)
-            _k181 = tl.arange(0, 32)[None, :]
-            _p182 = J + row[:, None] * j_stride + _k181 + (_k181 // 22) * (7 * (V // 8))
+            _row108 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d1, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d3, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d121, K0), tl.where((j2_voce_af_return_map_converged & fin), d122, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d123, K0), tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d126, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d130, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d131, K0), tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d133, K0), tl.where((j2_voce_af_return_map_converged & fin), d134, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d135, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d9, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d137, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
+            _k109 = tl.arange(0, 32)[None, :]
+            _p110 = J + row[:, None] * j_stride + _k109 + (_k109 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p182, tl.reshape(_j180, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p182 += zero
-            _j183 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d17, K0))
-            _j184 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d157, K0))
-            _j185 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d144, K0), tl.where((j2_voce_af_return_map_converged & fin), d153, K0))
-            _j186 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d161, K0))
-            _j187 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d151, K0))
-            _j188 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d159, K0))
-            _j189 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d155, K0))
-            _j190 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d15, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0))
-            _j191 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d141, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0))
-            _j192 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d158, K0))
-            _j193 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d145, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0))
-            _j194 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0))
-            _j195 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d143, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0))
-            _j196 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0))
-            _j197 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d147, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0))
-            _j198 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d16, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0))
-            _j199 = tl.join(_j183, _j184)
-            _j200 = tl.join(_j185, _j186)
-            _j201 = tl.join(_j187, _j188)
-            _j202 = tl.join(_j189, _j190)
-            _j203 = tl.join(_j191, _j192)
-            _j204 = tl.join(_j193, _j194)
-            _j205 = tl.join(_j195, _j196)
-            _j206 = tl.join(_j197, _j198)
-            _j207 = tl.join(_j199, _j200)
-            _j208 = tl.join(_j201, _j202)
-            _j209 = tl.join(_j203, _j204)
-            _j210 = tl.join(_j205, _j206)
-            _j211 = tl.join(_j207, _j208)
-            _j212 = tl.join(_j209, _j210)
-            _j213 = tl.join(_j211, _j212)
-            _k214 = tl.arange(0, 32)[None, :] + 32
-            _p215 = J + row[:, None] * j_stride + _k214 + (_k214 // 22) * (7 * (V // 8))
+                tl.store(_p110, _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p110 += zero
+            _row111 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d144, K0), tl.where((j2_voce_af_return_map_converged & fin), d145, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d147, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d15, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d17, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0), tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d155, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d158, K0), tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d161, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
+            _k112 = tl.arange(0, 32)[None, :] + 32
+            _p113 = J + row[:, None] * j_stride + _k112 + (_k112 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p215, tl.reshape(_j213, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p215 += zero
-            _j216 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0))
-            _j217 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d166, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0))
-            _j218 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d178, K0))
-            _j219 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d170, K0), tl.where((j2_voce_af_return_map_converged & fin), d29, K0))
-            _j220 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0))
-            _j221 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d168, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0))
-            _j222 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d23, K0), tl.where((j2_voce_af_return_map_converged & fin), d180, K0))
-            _j223 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d172, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0))
-            _j224 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d175, K0))
-            _j225 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0))
-            _j226 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d22, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0))
-            _j227 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d30, K0))
-            _j228 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d20, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0))
-            _j229 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d169, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0))
-            _j230 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d24, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j231 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d182, K0))
-            _j232 = tl.join(_j216, _j217)
-            _j233 = tl.join(_j218, _j219)
-            _j234 = tl.join(_j220, _j221)
-            _j235 = tl.join(_j222, _j223)
-            _j236 = tl.join(_j224, _j225)
-            _j237 = tl.join(_j226, _j227)
-            _j238 = tl.join(_j228, _j229)
-            _j239 = tl.join(_j230, _j231)
-            _j240 = tl.join(_j232, _j233)
-            _j241 = tl.join(_j234, _j235)
-            _j242 = tl.join(_j236, _j237)
-            _j243 = tl.join(_j238, _j239)
-            _j244 = tl.join(_j240, _j241)
-            _j245 = tl.join(_j242, _j243)
-            _j246 = tl.join(_j244, _j245)
-            _k247 = tl.arange(0, 32)[None, :] + 64
-            _p248 = J + row[:, None] * j_stride + _k247 + (_k247 // 22) * (7 * (V // 8))
+                tl.store(_p113, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p113 += zero
+            _row114 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0), tl.where((j2_voce_af_return_map_converged & fin), d23, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d166, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0), tl.where((j2_voce_af_return_map_converged & fin), d169, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d170, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d172, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d174, K0), tl.where((j2_voce_af_return_map_converged & fin), d175, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d180, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d29, K0), tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d182, K0), BLOCK)
+            _k115 = tl.arange(0, 32)[None, :] + 64
+            _p116 = J + row[:, None] * j_stride + _k115 + (_k115 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p248, tl.reshape(_j246, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p248 += zero
-            _j249 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d183, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0))
-            _j250 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d191, K0), tl.where((j2_voce_af_return_map_converged & fin), d200, K0))
-            _j251 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0))
-            _j252 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d195, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0))
-            _j253 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0))
-            _j254 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d193, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0))
-            _j255 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d189, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0))
-            _j256 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d31, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0))
-            _j257 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d34, K0))
-            _j258 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0))
-            _j259 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d197, K0))
-            _j260 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d205, K0))
-            _j261 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d186, K0), tl.where((j2_voce_af_return_map_converged & fin), d36, K0))
-            _j262 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d194, K0), tl.where((j2_voce_af_return_map_converged & fin), d203, K0))
-            _j263 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0))
-            _j264 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d207, K0))
-            _j265 = tl.join(_j249, _j250)
-            _j266 = tl.join(_j251, _j252)
-            _j267 = tl.join(_j253, _j254)
-            _j268 = tl.join(_j255, _j256)
-            _j269 = tl.join(_j257, _j258)
-            _j270 = tl.join(_j259, _j260)
-            _j271 = tl.join(_j261, _j262)
-            _j272 = tl.join(_j263, _j264)
-            _j273 = tl.join(_j265, _j266)
-            _j274 = tl.join(_j267, _j268)
-            _j275 = tl.join(_j269, _j270)
-            _j276 = tl.join(_j271, _j272)
-            _j277 = tl.join(_j273, _j274)
-            _j278 = tl.join(_j275, _j276)
-            _j279 = tl.join(_j277, _j278)
-            _k280 = tl.arange(0, 32)[None, :] + 96
-            _p281 = J + row[:, None] * j_stride + _k280 + (_k280 // 22) * (7 * (V // 8))
+                tl.store(_p116, _row114, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p116 += zero
+            _row117 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d183, K0), tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d186, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d189, K0), tl.where((j2_voce_af_return_map_converged & fin), d190, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d191, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0), tl.where((j2_voce_af_return_map_converged & fin), d194, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d195, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d31, K0), tl.where((j2_voce_af_return_map_converged & fin), d32, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d34, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d36, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d197, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d200, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d203, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d205, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d207, K0), BLOCK)
+            _k118 = tl.arange(0, 32)[None, :] + 96
+            _p119 = J + row[:, None] * j_stride + _k118 + (_k118 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p281, tl.reshape(_j279, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p281 += zero
-            _j282 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d208, K0), tl.where((j2_voce_af_return_map_converged & fin), d217, K0))
-            _j283 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d225, K0))
-            _j284 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d37, K0), tl.where((j2_voce_af_return_map_converged & fin), d221, K0))
-            _j285 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d213, K0), tl.where((j2_voce_af_return_map_converged & fin), d45, K0))
-            _j286 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d219, K0))
-            _j287 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d211, K0), tl.where((j2_voce_af_return_map_converged & fin), d43, K0))
-            _j288 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0))
-            _j289 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0))
-            _j290 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0))
-            _j291 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d42, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j292 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d222, K0))
-            _j293 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d214, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0))
-            _j294 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0))
-            _j295 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0))
-            _j296 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0))
-            _j297 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d48, K0))
-            _j298 = tl.join(_j282, _j283)
-            _j299 = tl.join(_j284, _j285)
-            _j300 = tl.join(_j286, _j287)
-            _j301 = tl.join(_j288, _j289)
-            _j302 = tl.join(_j290, _j291)
-            _j303 = tl.join(_j292, _j293)
-            _j304 = tl.join(_j294, _j295)
-            _j305 = tl.join(_j296, _j297)
-            _j306 = tl.join(_j298, _j299)
-            _j307 = tl.join(_j300, _j301)
-            _j308 = tl.join(_j302, _j303)
-            _j309 = tl.join(_j304, _j305)
-            _j310 = tl.join(_j306, _j307)
-            _j311 = tl.join(_j308, _j309)
-            _j312 = tl.join(_j310, _j311)
-            _k313 = tl.arange(0, 32)[None, :] + 128
-            _p314 = J + row[:, None] * j_stride + _k313 + (_k313 // 22) * (7 * (V // 8))
+                tl.store(_p119, _row117, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p119 += zero
+            _row120 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d208, K0), tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d37, K0), tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d40, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d42, K0), tl.where((j2_voce_af_return_map_converged & fin), d211, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d213, K0), tl.where((j2_voce_af_return_map_converged & fin), d214, K0), tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d219, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d221, K0), tl.where((j2_voce_af_return_map_converged & fin), d222, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d225, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d43, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d45, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0), tl.where((j2_voce_af_return_map_converged & fin), d48, K0), BLOCK)
+            _k121 = tl.arange(0, 32)[None, :] + 128
+            _p122 = J + row[:, None] * j_stride + _k121 + (_k121 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p314, tl.reshape(_j312, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p314 += zero
-            _j315 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d226, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0))
-            _j316 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0))
-            _j317 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d230, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0))
-            _j318 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d238, K0), tl.where((j2_voce_af_return_map_converged & fin), d247, K0))
-            _j319 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d228, K0), tl.where((j2_voce_af_return_map_converged & fin), d51, K0))
-            _j320 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d236, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0))
-            _j321 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d232, K0), tl.where((j2_voce_af_return_map_converged & fin), d241, K0))
-            _j322 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d249, K0))
-            _j323 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d227, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0))
-            _j324 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d235, K0), tl.where((j2_voce_af_return_map_converged & fin), d244, K0))
-            _j325 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0))
-            _j326 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d239, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0))
-            _j327 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0))
-            _j328 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d246, K0))
-            _j329 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d233, K0), tl.where((j2_voce_af_return_map_converged & fin), d242, K0))
-            _j330 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d250, K0))
-            _j331 = tl.join(_j315, _j316)
-            _j332 = tl.join(_j317, _j318)
-            _j333 = tl.join(_j319, _j320)
-            _j334 = tl.join(_j321, _j322)
-            _j335 = tl.join(_j323, _j324)
-            _j336 = tl.join(_j325, _j326)
-            _j337 = tl.join(_j327, _j328)
-            _j338 = tl.join(_j329, _j330)
-            _j339 = tl.join(_j331, _j332)
-            _j340 = tl.join(_j333, _j334)
-            _j341 = tl.join(_j335, _j336)
-            _j342 = tl.join(_j337, _j338)
-            _j343 = tl.join(_j339, _j340)
-            _j344 = tl.join(_j341, _j342)
-            _j345 = tl.join(_j343, _j344)
-            _k346 = tl.arange(0, 32)[None, :] + 160
-            _p347 = J + row[:, None] * j_stride + _k346 + (_k346 // 22) * (7 * (V // 8))
+                tl.store(_p122, _row120, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p122 += zero
+            _row123 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d226, K0), tl.where((j2_voce_af_return_map_converged & fin), d227, K0), tl.where((j2_voce_af_return_map_converged & fin), d228, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d230, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0), tl.where((j2_voce_af_return_map_converged & fin), d233, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d235, K0), tl.where((j2_voce_af_return_map_converged & fin), d236, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d238, K0), tl.where((j2_voce_af_return_map_converged & fin), d239, K0), tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d49, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d51, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d53, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d241, K0), tl.where((j2_voce_af_return_map_converged & fin), d242, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d246, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d247, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d249, K0), tl.where((j2_voce_af_return_map_converged & fin), d250, K0), BLOCK)
+            _k124 = tl.arange(0, 32)[None, :] + 160
+            _p125 = J + row[:, None] * j_stride + _k124 + (_k124 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p347, tl.reshape(_j345, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p347 += zero
-            _j348 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d251, K0), tl.where((j2_voce_af_return_map_converged & fin), d260, K0))
-            _j349 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d57, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0))
-            _j350 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d255, K0), tl.where((j2_voce_af_return_map_converged & fin), d264, K0))
-            _j351 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d61, K0))
-            _j352 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d253, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0))
-            _j353 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d59, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0))
-            _j354 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d55, K0), tl.where((j2_voce_af_return_map_converged & fin), d266, K0))
-            _j355 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d63, K0))
-            _j356 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d252, K0), tl.where((j2_voce_af_return_map_converged & fin), d261, K0))
-            _j357 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d269, K0))
-            _j358 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d265, K0))
-            _j359 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d257, K0), tl.where((j2_voce_af_return_map_converged & fin), d62, K0))
-            _j360 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d263, K0))
-            _j361 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j362 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d56, K0), tl.where((j2_voce_af_return_map_converged & fin), d267, K0))
-            _j363 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d259, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0))
-            _j364 = tl.join(_j348, _j349)
-            _j365 = tl.join(_j350, _j351)
-            _j366 = tl.join(_j352, _j353)
-            _j367 = tl.join(_j354, _j355)
-            _j368 = tl.join(_j356, _j357)
-            _j369 = tl.join(_j358, _j359)
-            _j370 = tl.join(_j360, _j361)
-            _j371 = tl.join(_j362, _j363)
-            _j372 = tl.join(_j364, _j365)
-            _j373 = tl.join(_j366, _j367)
-            _j374 = tl.join(_j368, _j369)
-            _j375 = tl.join(_j370, _j371)
-            _j376 = tl.join(_j372, _j373)
-            _j377 = tl.join(_j374, _j375)
-            _j378 = tl.join(_j376, _j377)
-            _k379 = tl.arange(0, 32)[None, :] + 192
-            _p380 = J + row[:, None] * j_stride + _k379 + (_k379 // 22) * (7 * (V // 8))
+                tl.store(_p125, _row123, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p125 += zero
+            _row126 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d251, K0), tl.where((j2_voce_af_return_map_converged & fin), d252, K0), tl.where((j2_voce_af_return_map_converged & fin), d253, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d255, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0), tl.where((j2_voce_af_return_map_converged & fin), d56, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d57, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d59, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d260, K0), tl.where((j2_voce_af_return_map_converged & fin), d261, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d263, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d264, K0), tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d266, K0), tl.where((j2_voce_af_return_map_converged & fin), d267, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d62, K0), tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), BLOCK)
+            _k127 = tl.arange(0, 32)[None, :] + 192
+            _p128 = J + row[:, None] * j_stride + _k127 + (_k127 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p380, tl.reshape(_j378, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p380 += zero
-            _j381 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d285, K0))
-            _j382 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d277, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0))
-            _j383 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d69, K0))
-            _j384 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d290, K0))
-            _j385 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d271, K0), tl.where((j2_voce_af_return_map_converged & fin), d67, K0))
-            _j386 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d288, K0))
-            _j387 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d275, K0), tl.where((j2_voce_af_return_map_converged & fin), d71, K0))
-            _j388 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d292, K0))
-            _j389 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j390 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d278, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0))
-            _j391 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d274, K0), tl.where((j2_voce_af_return_map_converged & fin), d70, K0))
-            _j392 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d282, K0), tl.where((j2_voce_af_return_map_converged & fin), d291, K0))
-            _j393 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0))
-            _j394 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d280, K0), tl.where((j2_voce_af_return_map_converged & fin), d289, K0))
-            _j395 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d276, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0))
-            _j396 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d284, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0))
-            _j397 = tl.join(_j381, _j382)
-            _j398 = tl.join(_j383, _j384)
-            _j399 = tl.join(_j385, _j386)
-            _j400 = tl.join(_j387, _j388)
-            _j401 = tl.join(_j389, _j390)
-            _j402 = tl.join(_j391, _j392)
-            _j403 = tl.join(_j393, _j394)
-            _j404 = tl.join(_j395, _j396)
-            _j405 = tl.join(_j397, _j398)
-            _j406 = tl.join(_j399, _j400)
-            _j407 = tl.join(_j401, _j402)
-            _j408 = tl.join(_j403, _j404)
-            _j409 = tl.join(_j405, _j406)
-            _j410 = tl.join(_j407, _j408)
-            _j411 = tl.join(_j409, _j410)
-            _k412 = tl.arange(0, 32)[None, :] + 224
-            _p413 = J + row[:, None] * j_stride + _k412 + (_k412 // 22) * (7 * (V // 8))
+                tl.store(_p128, _row126, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p128 += zero
+            _row129 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d271, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d274, K0), tl.where((j2_voce_af_return_map_converged & fin), d275, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d277, K0), tl.where((j2_voce_af_return_map_converged & fin), d278, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d280, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d285, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d67, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d69, K0), tl.where((j2_voce_af_return_map_converged & fin), d70, K0), tl.where((j2_voce_af_return_map_converged & fin), d71, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d286, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d288, K0), tl.where((j2_voce_af_return_map_converged & fin), d289, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d291, K0), tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), BLOCK)
+            _k130 = tl.arange(0, 32)[None, :] + 224
+            _p131 = J + row[:, None] * j_stride + _k130 + (_k130 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p413, tl.reshape(_j411, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p413 += zero
-            _j414 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d303, K0))
-            _j415 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d73, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0))
-            _j416 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0))
-            _j417 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0))
-            _j418 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d305, K0))
-            _j419 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d313, K0))
-            _j420 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0))
-            _j421 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0))
-            _j422 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0))
-            _j423 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d74, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0))
-            _j424 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d299, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0))
-            _j425 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d78, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j426 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0))
-            _j427 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d76, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0))
-            _j428 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0))
-            _j429 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0))
-            _j430 = tl.join(_j414, _j415)
-            _j431 = tl.join(_j416, _j417)
-            _j432 = tl.join(_j418, _j419)
-            _j433 = tl.join(_j420, _j421)
-            _j434 = tl.join(_j422, _j423)
-            _j435 = tl.join(_j424, _j425)
-            _j436 = tl.join(_j426, _j427)
-            _j437 = tl.join(_j428, _j429)
-            _j438 = tl.join(_j430, _j431)
-            _j439 = tl.join(_j432, _j433)
-            _j440 = tl.join(_j434, _j435)
-            _j441 = tl.join(_j436, _j437)
-            _j442 = tl.join(_j438, _j439)
-            _j443 = tl.join(_j440, _j441)
-            _j444 = tl.join(_j442, _j443)
-            _k445 = tl.arange(0, 32)[None, :] + 256
-            _p446 = J + row[:, None] * j_stride + _k445 + (_k445 // 22) * (7 * (V // 8))
+                tl.store(_p131, _row129, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p131 += zero
+            _row132 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d299, K0), tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d73, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d76, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d302, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d303, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d305, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d307, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d311, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d313, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d315, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0), BLOCK)
+            _k133 = tl.arange(0, 32)[None, :] + 256
+            _p134 = J + row[:, None] * j_stride + _k133 + (_k133 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p446, tl.reshape(_j444, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p446 += zero
-            _j447 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d81, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0))
-            _j448 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), d89, K0))
-            _j449 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d85, K0))
-            _j450 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), d343, K0))
-            _j451 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d83, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0))
-            _j452 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0))
-            _j453 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0))
-            _j454 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0))
-            _j455 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d82, K0), tl.where((j2_voce_af_return_map_converged & fin), d329, K0))
-            _j456 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0))
-            _j457 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0))
-            _j458 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0))
-            _j459 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d84, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j460 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0))
-            _j461 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0))
-            _j462 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0))
-            _j463 = tl.join(_j447, _j448)
-            _j464 = tl.join(_j449, _j450)
-            _j465 = tl.join(_j451, _j452)
-            _j466 = tl.join(_j453, _j454)
-            _j467 = tl.join(_j455, _j456)
-            _j468 = tl.join(_j457, _j458)
-            _j469 = tl.join(_j459, _j460)
-            _j470 = tl.join(_j461, _j462)
-            _j471 = tl.join(_j463, _j464)
-            _j472 = tl.join(_j465, _j466)
-            _j473 = tl.join(_j467, _j468)
-            _j474 = tl.join(_j469, _j470)
-            _j475 = tl.join(_j471, _j472)
-            _j476 = tl.join(_j473, _j474)
-            _j477 = tl.join(_j475, _j476)
-            _k478 = tl.arange(0, 32)[None, :] + 288
-            _p479 = J + row[:, None] * j_stride + _k478 + (_k478 // 22) * (7 * (V // 8))
+                tl.store(_p134, _row132, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p134 += zero
+            _row135 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d81, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0), tl.where((j2_voce_af_return_map_converged & fin), d83, K0), tl.where((j2_voce_af_return_map_converged & fin), d84, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), d319, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), d323, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), d327, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
+            _k136 = tl.arange(0, 32)[None, :] + 288
+            _p137 = J + row[:, None] * j_stride + _k136 + (_k136 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p479, tl.reshape(_j477, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p479 += zero
-            _j480 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d332, K0))
-            _j481 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), d380, K0))
-            _j482 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d351, K0))
-            _j483 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d394, K0))
-            _j484 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d349, K0))
-            _j485 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0))
-            _j486 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0))
-            _j487 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0))
-            _j488 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d338, K0))
-            _j489 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0))
-            _j490 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0))
-            _j491 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0))
-            _j492 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d385, K0), tl.where((j2_voce_af_return_map_converged & fin), d350, K0))
-            _j493 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d92, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0))
-            _j494 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d389, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0))
-            _j495 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d96, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j496 = tl.join(_j480, _j481)
-            _j497 = tl.join(_j482, _j483)
-            _j498 = tl.join(_j484, _j485)
-            _j499 = tl.join(_j486, _j487)
-            _j500 = tl.join(_j488, _j489)
-            _j501 = tl.join(_j490, _j491)
-            _j502 = tl.join(_j492, _j493)
-            _j503 = tl.join(_j494, _j495)
-            _j504 = tl.join(_j496, _j497)
-            _j505 = tl.join(_j498, _j499)
-            _j506 = tl.join(_j500, _j501)
-            _j507 = tl.join(_j502, _j503)
-            _j508 = tl.join(_j504, _j505)
-            _j509 = tl.join(_j506, _j507)
-            _j510 = tl.join(_j508, _j509)
-            _k511 = tl.arange(0, 32)[None, :] + 320
-            _p512 = J + row[:, None] * j_stride + _k511 + (_k511 // 22) * (7 * (V // 8))
+                tl.store(_p137, _row135, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p137 += zero
+            _row138 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d332, K0), tl.where((j2_voce_af_return_map_converged & fin), d338, K0), tl.where((j2_voce_af_return_map_converged & fin), d349, K0), tl.where((j2_voce_af_return_map_converged & fin), d350, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), BLOCK)
+            _k139 = tl.arange(0, 32)[None, :] + 320
+            _p140 = J + row[:, None] * j_stride + _k139 + (_k139 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p512, tl.reshape(_j510, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p512 += zero
-            _j513 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d398, K0))
-            _j514 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d105, K0))
-            _j515 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d402, K0))
-            _j516 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d359, K0), tl.where((j2_voce_af_return_map_converged & fin), d334, K0))
-            _j517 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d400, K0))
-            _j518 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0))
-            _j519 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d333, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0))
-            _j520 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d381, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0))
-            _j521 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d399, K0))
-            _j522 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0))
-            _j523 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j524 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d360, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0))
-            _j525 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d100, K0), tl.where((j2_voce_af_return_map_converged & fin), d401, K0))
-            _j526 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d358, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0))
-            _j527 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d339, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0))
-            _j528 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d397, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0))
-            _j529 = tl.join(_j513, _j514)
-            _j530 = tl.join(_j515, _j516)
-            _j531 = tl.join(_j517, _j518)
-            _j532 = tl.join(_j519, _j520)
-            _j533 = tl.join(_j521, _j522)
-            _j534 = tl.join(_j523, _j524)
-            _j535 = tl.join(_j525, _j526)
-            _j536 = tl.join(_j527, _j528)
-            _j537 = tl.join(_j529, _j530)
-            _j538 = tl.join(_j531, _j532)
-            _j539 = tl.join(_j533, _j534)
-            _j540 = tl.join(_j535, _j536)
-            _j541 = tl.join(_j537, _j538)
-            _j542 = tl.join(_j539, _j540)
-            _j543 = tl.join(_j541, _j542)
-            _k544 = tl.arange(0, 32)[None, :] + 352
-            _p545 = J + row[:, None] * j_stride + _k544 + (_k544 // 22) * (7 * (V // 8))
+                tl.store(_p140, _row138, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p140 += zero
+            _row141 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d333, K0), tl.where((j2_voce_af_return_map_converged & fin), d339, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d359, K0), tl.where((j2_voce_af_return_map_converged & fin), d360, K0), tl.where((j2_voce_af_return_map_converged & fin), d381, K0), tl.where((j2_voce_af_return_map_converged & fin), d397, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d398, K0), tl.where((j2_voce_af_return_map_converged & fin), d399, K0), tl.where((j2_voce_af_return_map_converged & fin), d400, K0), tl.where((j2_voce_af_return_map_converged & fin), d401, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
+            _k142 = tl.arange(0, 32)[None, :] + 352
+            _p143 = J + row[:, None] * j_stride + _k142 + (_k142 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p545, tl.reshape(_j543, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p545 += zero
-            _j546 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d113, K0))
-            _j547 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d371, K0))
-            _j548 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d367, K0))
-            _j549 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d410, K0))
-            _j550 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d335, K0))
-            _j551 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), d383, K0))
-            _j552 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0))
-            _j553 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d412, K0))
-            _j554 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0))
-            _j555 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d372, K0))
-            _j556 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0))
-            _j557 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d411, K0))
-            _j558 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d366, K0), tl.where((j2_voce_af_return_map_converged & fin), d341, K0))
-            _j559 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d409, K0))
-            _j560 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d405, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0))
-            _j561 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d112, K0), tl.where((j2_voce_af_return_map_converged & fin), d413, K0))
-            _j562 = tl.join(_j546, _j547)
-            _j563 = tl.join(_j548, _j549)
-            _j564 = tl.join(_j550, _j551)
-            _j565 = tl.join(_j552, _j553)
-            _j566 = tl.join(_j554, _j555)
-            _j567 = tl.join(_j556, _j557)
-            _j568 = tl.join(_j558, _j559)
-            _j569 = tl.join(_j560, _j561)
-            _j570 = tl.join(_j562, _j563)
-            _j571 = tl.join(_j564, _j565)
-            _j572 = tl.join(_j566, _j567)
-            _j573 = tl.join(_j568, _j569)
-            _j574 = tl.join(_j570, _j571)
-            _j575 = tl.join(_j572, _j573)
-            _j576 = tl.join(_j574, _j575)
-            _k577 = tl.arange(0, 32)[None, :] + 384
-            _p578 = J + row[:, None] * j_stride + _k577 + (_k577 // 22) * (7 * (V // 8))
+                tl.store(_p143, _row141, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p143 += zero
+            _row144 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d335, K0), tl.where((j2_voce_af_return_map_converged & fin), d341, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d371, K0), tl.where((j2_voce_af_return_map_converged & fin), d372, K0), tl.where((j2_voce_af_return_map_converged & fin), d383, K0), tl.where((j2_voce_af_return_map_converged & fin), d409, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d410, K0), tl.where((j2_voce_af_return_map_converged & fin), d411, K0), tl.where((j2_voce_af_return_map_converged & fin), d412, K0), tl.where((j2_voce_af_return_map_converged & fin), d413, K0), BLOCK)
+            _k145 = tl.arange(0, 32)[None, :] + 384
+            _p146 = J + row[:, None] * j_stride + _k145 + (_k145 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p578, tl.reshape(_j576, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p578 += zero
-            _zero579 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j580 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), d384, K0))
-            _j581 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d336, K0), _zero579)
-            _j582 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d418, K0))
-            _j583 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d375, K0), _zero579)
-            _j584 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0))
-            _j585 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d373, K0), _zero579)
-            _j586 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0))
-            _j587 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d377, K0), _zero579)
-            _j588 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0))
-            _j589 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d342, K0), _zero579)
-            _j590 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0))
-            _j591 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d376, K0), _zero579)
-            _j592 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d116, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0))
-            _j593 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d374, K0), _zero579)
-            _j594 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d120, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0))
-            _j595 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d378, K0), _zero579)
-            _j596 = tl.join(_j580, _j581)
-            _j597 = tl.join(_j582, _j583)
-            _j598 = tl.join(_j584, _j585)
-            _j599 = tl.join(_j586, _j587)
-            _j600 = tl.join(_j588, _j589)
-            _j601 = tl.join(_j590, _j591)
-            _j602 = tl.join(_j592, _j593)
-            _j603 = tl.join(_j594, _j595)
-            _j604 = tl.join(_j596, _j597)
-            _j605 = tl.join(_j598, _j599)
-            _j606 = tl.join(_j600, _j601)
-            _j607 = tl.join(_j602, _j603)
-            _j608 = tl.join(_j604, _j605)
-            _j609 = tl.join(_j606, _j607)
-            _j610 = tl.join(_j608, _j609)
-            _k611 = tl.arange(0, 32)[None, :] + 416
-            _p612 = J + row[:, None] * j_stride + _k611 + (_k611 // 22) * (7 * (V // 8))
+                tl.store(_p146, _row144, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p146 += zero
+            _zero147 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row148 = _mc_row32(
+                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K13, K0),
+                _zero147, _zero147, _zero147, _zero147,
+                _zero147, _zero147, _zero147, _zero147, BLOCK)
+            _k149 = tl.arange(0, 32)[None, :] + 416
+            _p150 = J + row[:, None] * j_stride + _k149 + (_k149 // 22) * (7 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p612, tl.reshape(_j610, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
-                _p612 += zero
+                tl.store(_p150, _row148, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
+                _p150 += zero
             if V & 8:
-                _j613 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d421, K0), tl.where((j2_voce_af_return_map_converged & fin), d437, K0))
-                _j614 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d429, K0), tl.where((j2_voce_af_return_map_converged & fin), d445, K0))
-                _j615 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d425, K0), tl.where((j2_voce_af_return_map_converged & fin), d441, K0))
-                _j616 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d433, K0), tl.where((j2_voce_af_return_map_converged & fin), d449, K0))
-                _j617 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d423, K0), tl.where((j2_voce_af_return_map_converged & fin), d439, K0))
-                _j618 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d431, K0), tl.where((j2_voce_af_return_map_converged & fin), d447, K0))
-                _j619 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d427, K0), tl.where((j2_voce_af_return_map_converged & fin), d443, K0))
-                _j620 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d435, K0), tl.where((j2_voce_af_return_map_converged & fin), d451, K0))
-                _j621 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d422, K0), tl.where((j2_voce_af_return_map_converged & fin), d438, K0))
-                _j622 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d430, K0), tl.where((j2_voce_af_return_map_converged & fin), d446, K0))
-                _j623 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d426, K0), tl.where((j2_voce_af_return_map_converged & fin), d442, K0))
-                _j624 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d434, K0), tl.where((j2_voce_af_return_map_converged & fin), d450, K0))
-                _j625 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d424, K0), tl.where((j2_voce_af_return_map_converged & fin), d440, K0))
-                _j626 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d432, K0), tl.where((j2_voce_af_return_map_converged & fin), d448, K0))
-                _j627 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d428, K0), tl.where((j2_voce_af_return_map_converged & fin), d444, K0))
-                _j628 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d436, K0), tl.where((j2_voce_af_return_map_converged & fin), d452, K0))
-                _j629 = tl.join(_j613, _j614)
-                _j630 = tl.join(_j615, _j616)
-                _j631 = tl.join(_j617, _j618)
-                _j632 = tl.join(_j619, _j620)
-                _j633 = tl.join(_j621, _j622)
-                _j634 = tl.join(_j623, _j624)
-                _j635 = tl.join(_j625, _j626)
-                _j636 = tl.join(_j627, _j628)
-                _j637 = tl.join(_j629, _j630)
-                _j638 = tl.join(_j631, _j632)
-                _j639 = tl.join(_j633, _j634)
-                _j640 = tl.join(_j635, _j636)
-                _j641 = tl.join(_j637, _j638)
-                _j642 = tl.join(_j639, _j640)
-                _j643 = tl.join(_j641, _j642)
-                _k644 = tl.arange(0, 32)[None, :]
-                _p645 = J + row[:, None] * j_stride + (_k644 // 7) * 29 + 22 + _k644 % 7
+                _row151 = _mc_row32(
+                    tl.where((j2_voce_af_return_map_converged & fin), d421, K0), tl.where((j2_voce_af_return_map_converged & fin), d422, K0), tl.where((j2_voce_af_return_map_converged & fin), d423, K0), tl.where((j2_voce_af_return_map_converged & fin), d424, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d425, K0), tl.where((j2_voce_af_return_map_converged & fin), d426, K0), tl.where((j2_voce_af_return_map_converged & fin), d427, K0), tl.where((j2_voce_af_return_map_converged & fin), d428, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d429, K0), tl.where((j2_voce_af_return_map_converged & fin), d430, K0), tl.where((j2_voce_af_return_map_converged & fin), d431, K0), tl.where((j2_voce_af_return_map_converged & fin), d432, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d433, K0), tl.where((j2_voce_af_return_map_converged & fin), d434, K0), tl.where((j2_voce_af_return_map_converged & fin), d435, K0), tl.where((j2_voce_af_return_map_converged & fin), d436, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d437, K0), tl.where((j2_voce_af_return_map_converged & fin), d438, K0), tl.where((j2_voce_af_return_map_converged & fin), d439, K0), tl.where((j2_voce_af_return_map_converged & fin), d440, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d441, K0), tl.where((j2_voce_af_return_map_converged & fin), d442, K0), tl.where((j2_voce_af_return_map_converged & fin), d443, K0), tl.where((j2_voce_af_return_map_converged & fin), d444, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d445, K0), tl.where((j2_voce_af_return_map_converged & fin), d446, K0), tl.where((j2_voce_af_return_map_converged & fin), d447, K0), tl.where((j2_voce_af_return_map_converged & fin), d448, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d449, K0), tl.where((j2_voce_af_return_map_converged & fin), d450, K0), tl.where((j2_voce_af_return_map_converged & fin), d451, K0), tl.where((j2_voce_af_return_map_converged & fin), d452, K0), BLOCK)
+                _k152 = tl.arange(0, 32)[None, :]
+                _p153 = J + row[:, None] * j_stride + (_k152 // 7) * 29 + 22 + _k152 % 7
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p645, tl.reshape(_j643, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p645 += zero
-                _j646 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d453, K0), tl.where((j2_voce_af_return_map_converged & fin), d469, K0))
-                _j647 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d461, K0), tl.where((j2_voce_af_return_map_converged & fin), d477, K0))
-                _j648 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d457, K0), tl.where((j2_voce_af_return_map_converged & fin), d473, K0))
-                _j649 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d465, K0), tl.where((j2_voce_af_return_map_converged & fin), d481, K0))
-                _j650 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d455, K0), tl.where((j2_voce_af_return_map_converged & fin), d471, K0))
-                _j651 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d463, K0), tl.where((j2_voce_af_return_map_converged & fin), d479, K0))
-                _j652 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d459, K0), tl.where((j2_voce_af_return_map_converged & fin), d475, K0))
-                _j653 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d467, K0), tl.where((j2_voce_af_return_map_converged & fin), d483, K0))
-                _j654 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d454, K0), tl.where((j2_voce_af_return_map_converged & fin), d470, K0))
-                _j655 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d462, K0), tl.where((j2_voce_af_return_map_converged & fin), d478, K0))
-                _j656 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d458, K0), tl.where((j2_voce_af_return_map_converged & fin), d474, K0))
-                _j657 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d466, K0), tl.where((j2_voce_af_return_map_converged & fin), d482, K0))
-                _j658 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d456, K0), tl.where((j2_voce_af_return_map_converged & fin), d472, K0))
-                _j659 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d464, K0), tl.where((j2_voce_af_return_map_converged & fin), d480, K0))
-                _j660 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d460, K0), tl.where((j2_voce_af_return_map_converged & fin), d476, K0))
-                _j661 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d468, K0), tl.where((j2_voce_af_return_map_converged & fin), d484, K0))
-                _j662 = tl.join(_j646, _j647)
-                _j663 = tl.join(_j648, _j649)
-                _j664 = tl.join(_j650, _j651)
-                _j665 = tl.join(_j652, _j653)
-                _j666 = tl.join(_j654, _j655)
-                _j667 = tl.join(_j656, _j657)
-                _j668 = tl.join(_j658, _j659)
-                _j669 = tl.join(_j660, _j661)
-                _j670 = tl.join(_j662, _j663)
-                _j671 = tl.join(_j664, _j665)
-                _j672 = tl.join(_j666, _j667)
-                _j673 = tl.join(_j668, _j669)
-                _j674 = tl.join(_j670, _j671)
-                _j675 = tl.join(_j672, _j673)
-                _j676 = tl.join(_j674, _j675)
-                _k677 = tl.arange(0, 32)[None, :] + 32
-                _p678 = J + row[:, None] * j_stride + (_k677 // 7) * 29 + 22 + _k677 % 7
+                    tl.store(_p153, _row151, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p153 += zero
+                _row154 = _mc_row32(
+                    tl.where((j2_voce_af_return_map_converged & fin), d453, K0), tl.where((j2_voce_af_return_map_converged & fin), d454, K0), tl.where((j2_voce_af_return_map_converged & fin), d455, K0), tl.where((j2_voce_af_return_map_converged & fin), d456, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d457, K0), tl.where((j2_voce_af_return_map_converged & fin), d458, K0), tl.where((j2_voce_af_return_map_converged & fin), d459, K0), tl.where((j2_voce_af_return_map_converged & fin), d460, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d461, K0), tl.where((j2_voce_af_return_map_converged & fin), d462, K0), tl.where((j2_voce_af_return_map_converged & fin), d463, K0), tl.where((j2_voce_af_return_map_converged & fin), d464, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d465, K0), tl.where((j2_voce_af_return_map_converged & fin), d466, K0), tl.where((j2_voce_af_return_map_converged & fin), d467, K0), tl.where((j2_voce_af_return_map_converged & fin), d468, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d469, K0), tl.where((j2_voce_af_return_map_converged & fin), d470, K0), tl.where((j2_voce_af_return_map_converged & fin), d471, K0), tl.where((j2_voce_af_return_map_converged & fin), d472, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d473, K0), tl.where((j2_voce_af_return_map_converged & fin), d474, K0), tl.where((j2_voce_af_return_map_converged & fin), d475, K0), tl.where((j2_voce_af_return_map_converged & fin), d476, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d477, K0), tl.where((j2_voce_af_return_map_converged & fin), d478, K0), tl.where((j2_voce_af_return_map_converged & fin), d479, K0), tl.where((j2_voce_af_return_map_converged & fin), d480, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d481, K0), tl.where((j2_voce_af_return_map_converged & fin), d482, K0), tl.where((j2_voce_af_return_map_converged & fin), d483, K0), tl.where((j2_voce_af_return_map_converged & fin), d484, K0), BLOCK)
+                _k155 = tl.arange(0, 32)[None, :] + 32
+                _p156 = J + row[:, None] * j_stride + (_k155 // 7) * 29 + 22 + _k155 % 7
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p678, tl.reshape(_j676, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p678 += zero
-                _j679 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d485, K0), tl.where((j2_voce_af_return_map_converged & fin), d501, K0))
-                _j680 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d493, K0), tl.where((j2_voce_af_return_map_converged & fin), d509, K0))
-                _j681 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d489, K0), tl.where((j2_voce_af_return_map_converged & fin), d505, K0))
-                _j682 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d497, K0), tl.where((j2_voce_af_return_map_converged & fin), d513, K0))
-                _j683 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d487, K0), tl.where((j2_voce_af_return_map_converged & fin), d503, K0))
-                _j684 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d495, K0), tl.where((j2_voce_af_return_map_converged & fin), d511, K0))
-                _j685 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d491, K0), tl.where((j2_voce_af_return_map_converged & fin), d507, K0))
-                _j686 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d499, K0), tl.where((j2_voce_af_return_map_converged & fin), d515, K0))
-                _j687 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d486, K0), tl.where((j2_voce_af_return_map_converged & fin), d502, K0))
-                _j688 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d494, K0), tl.where((j2_voce_af_return_map_converged & fin), d510, K0))
-                _j689 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d490, K0), tl.where((j2_voce_af_return_map_converged & fin), d506, K0))
-                _j690 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d498, K0), tl.where((j2_voce_af_return_map_converged & fin), d514, K0))
-                _j691 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d488, K0), tl.where((j2_voce_af_return_map_converged & fin), d504, K0))
-                _j692 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d496, K0), tl.where((j2_voce_af_return_map_converged & fin), d512, K0))
-                _j693 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d492, K0), tl.where((j2_voce_af_return_map_converged & fin), d508, K0))
-                _j694 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d500, K0), tl.where((j2_voce_af_return_map_converged & fin), d516, K0))
-                _j695 = tl.join(_j679, _j680)
-                _j696 = tl.join(_j681, _j682)
-                _j697 = tl.join(_j683, _j684)
-                _j698 = tl.join(_j685, _j686)
-                _j699 = tl.join(_j687, _j688)
-                _j700 = tl.join(_j689, _j690)
-                _j701 = tl.join(_j691, _j692)
-                _j702 = tl.join(_j693, _j694)
-                _j703 = tl.join(_j695, _j696)
-                _j704 = tl.join(_j697, _j698)
-                _j705 = tl.join(_j699, _j700)
-                _j706 = tl.join(_j701, _j702)
-                _j707 = tl.join(_j703, _j704)
-                _j708 = tl.join(_j705, _j706)
-                _j709 = tl.join(_j707, _j708)
-                _k710 = tl.arange(0, 32)[None, :] + 64
-                _p711 = J + row[:, None] * j_stride + (_k710 // 7) * 29 + 22 + _k710 % 7
+                    tl.store(_p156, _row154, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p156 += zero
+                _row157 = _mc_row32(
+                    tl.where((j2_voce_af_return_map_converged & fin), d485, K0), tl.where((j2_voce_af_return_map_converged & fin), d486, K0), tl.where((j2_voce_af_return_map_converged & fin), d487, K0), tl.where((j2_voce_af_return_map_converged & fin), d488, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d489, K0), tl.where((j2_voce_af_return_map_converged & fin), d490, K0), tl.where((j2_voce_af_return_map_converged & fin), d491, K0), tl.where((j2_voce_af_return_map_converged & fin), d492, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d493, K0), tl.where((j2_voce_af_return_map_converged & fin), d494, K0), tl.where((j2_voce_af_return_map_converged & fin), d495, K0), tl.where((j2_voce_af_return_map_converged & fin), d496, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d497, K0), tl.where((j2_voce_af_return_map_converged & fin), d498, K0), tl.where((j2_voce_af_return_map_converged & fin), d499, K0), tl.where((j2_voce_af_return_map_converged & fin), d500, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d501, K0), tl.where((j2_voce_af_return_map_converged & fin), d502, K0), tl.where((j2_voce_af_return_map_converged & fin), d503, K0), tl.where((j2_voce_af_return_map_converged & fin), d504, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d505, K0), tl.where((j2_voce_af_return_map_converged & fin), d506, K0), tl.where((j2_voce_af_return_map_converged & fin), d507, K0), tl.where((j2_voce_af_return_map_converged & fin), d508, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d509, K0), tl.where((j2_voce_af_return_map_converged & fin), d510, K0), tl.where((j2_voce_af_return_map_converged & fin), d511, K0), tl.where((j2_voce_af_return_map_converged & fin), d512, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d513, K0), tl.where((j2_voce_af_return_map_converged & fin), d514, K0), tl.where((j2_voce_af_return_map_converged & fin), d515, K0), tl.where((j2_voce_af_return_map_converged & fin), d516, K0), BLOCK)
+                _k158 = tl.arange(0, 32)[None, :] + 64
+                _p159 = J + row[:, None] * j_stride + (_k158 // 7) * 29 + 22 + _k158 % 7
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p711, tl.reshape(_j709, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p711 += zero
-                _j712 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d517, K0), tl.where((j2_voce_af_return_map_converged & fin), d521, K0))
-                _j713 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d555, K0), tl.where((j2_voce_af_return_map_converged & fin), d528, K0))
-                _j714 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d531, K0), tl.where((j2_voce_af_return_map_converged & fin), d545, K0))
-                _j715 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d538, K0), tl.where((j2_voce_af_return_map_converged & fin), d552, K0))
-                _j716 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d519, K0), tl.where((j2_voce_af_return_map_converged & fin), d533, K0))
-                _j717 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d526, K0), tl.where((j2_voce_af_return_map_converged & fin), d540, K0))
-                _j718 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d543, K0), tl.where((j2_voce_af_return_map_converged & fin), d557, K0))
-                _j719 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d550, K0), tl.where((j2_voce_af_return_map_converged & fin), d523, K0))
-                _j720 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d518, K0), tl.where((j2_voce_af_return_map_converged & fin), d527, K0))
-                _j721 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d520, K0), tl.where((j2_voce_af_return_map_converged & fin), d534, K0))
-                _j722 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d537, K0), tl.where((j2_voce_af_return_map_converged & fin), d551, K0))
-                _j723 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d544, K0), tl.where((j2_voce_af_return_map_converged & fin), d558, K0))
-                _j724 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d525, K0), tl.where((j2_voce_af_return_map_converged & fin), d539, K0))
-                _j725 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d532, K0), tl.where((j2_voce_af_return_map_converged & fin), d546, K0))
-                _j726 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d549, K0), tl.where((j2_voce_af_return_map_converged & fin), d522, K0))
-                _j727 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d556, K0), tl.where((j2_voce_af_return_map_converged & fin), d529, K0))
-                _j728 = tl.join(_j712, _j713)
-                _j729 = tl.join(_j714, _j715)
-                _j730 = tl.join(_j716, _j717)
-                _j731 = tl.join(_j718, _j719)
-                _j732 = tl.join(_j720, _j721)
-                _j733 = tl.join(_j722, _j723)
-                _j734 = tl.join(_j724, _j725)
-                _j735 = tl.join(_j726, _j727)
-                _j736 = tl.join(_j728, _j729)
-                _j737 = tl.join(_j730, _j731)
-                _j738 = tl.join(_j732, _j733)
-                _j739 = tl.join(_j734, _j735)
-                _j740 = tl.join(_j736, _j737)
-                _j741 = tl.join(_j738, _j739)
-                _j742 = tl.join(_j740, _j741)
-                _k743 = tl.arange(0, 32)[None, :] + 96
-                _p744 = J + row[:, None] * j_stride + (_k743 // 7) * 29 + 22 + _k743 % 7
+                    tl.store(_p159, _row157, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p159 += zero
+                _row160 = _mc_row32(
+                    tl.where((j2_voce_af_return_map_converged & fin), d517, K0), tl.where((j2_voce_af_return_map_converged & fin), d518, K0), tl.where((j2_voce_af_return_map_converged & fin), d519, K0), tl.where((j2_voce_af_return_map_converged & fin), d525, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d531, K0), tl.where((j2_voce_af_return_map_converged & fin), d537, K0), tl.where((j2_voce_af_return_map_converged & fin), d543, K0), tl.where((j2_voce_af_return_map_converged & fin), d549, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d555, K0), tl.where((j2_voce_af_return_map_converged & fin), d520, K0), tl.where((j2_voce_af_return_map_converged & fin), d526, K0), tl.where((j2_voce_af_return_map_converged & fin), d532, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d538, K0), tl.where((j2_voce_af_return_map_converged & fin), d544, K0), tl.where((j2_voce_af_return_map_converged & fin), d550, K0), tl.where((j2_voce_af_return_map_converged & fin), d556, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d521, K0), tl.where((j2_voce_af_return_map_converged & fin), d527, K0), tl.where((j2_voce_af_return_map_converged & fin), d533, K0), tl.where((j2_voce_af_return_map_converged & fin), d539, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d545, K0), tl.where((j2_voce_af_return_map_converged & fin), d551, K0), tl.where((j2_voce_af_return_map_converged & fin), d557, K0), tl.where((j2_voce_af_return_map_converged & fin), d522, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d528, K0), tl.where((j2_voce_af_return_map_converged & fin), d534, K0), tl.where((j2_voce_af_return_map_converged & fin), d540, K0), tl.where((j2_voce_af_return_map_converged & fin), d546, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d552, K0), tl.where((j2_voce_af_return_map_converged & fin), d558, K0), tl.where((j2_voce_af_return_map_converged & fin), d523, K0), tl.where((j2_voce_af_return_map_converged & fin), d529, K0), BLOCK)
+                _k161 = tl.arange(0, 32)[None, :] + 96
+                _p162 = J + row[:, None] * j_stride + (_k161 // 7) * 29 + 22 + _k161 % 7
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p744, tl.reshape(_j742, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p744 += zero
-                _zero745 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j746 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d535, K0), tl.where((j2_voce_af_return_map_converged & fin), d542, K0))
-                _j747 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d559, K0), _zero745)
-                _j748 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d547, K0), tl.where((j2_voce_af_return_map_converged & fin), d554, K0))
-                _j749 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d530, K0), _zero745)
-                _j750 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d541, K0), tl.where((j2_voce_af_return_map_converged & fin), d548, K0))
-                _j751 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d524, K0), _zero745)
-                _j752 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d553, K0), tl.where((j2_voce_af_return_map_converged & fin), d560, K0))
-                _j753 = tl.join(tl.where((j2_voce_af_return_map_converged & fin), d536, K0), _zero745)
-                _j754 = tl.join(_j746, _j747)
-                _j755 = tl.join(_j748, _j749)
-                _j756 = tl.join(_j750, _j751)
-                _j757 = tl.join(_j752, _j753)
-                _j758 = tl.join(_j754, _j755)
-                _j759 = tl.join(_j756, _j757)
-                _j760 = tl.join(_j758, _j759)
-                _k761 = tl.arange(0, 16)[None, :] + 128
-                _p762 = J + row[:, None] * j_stride + (_k761 // 7) * 29 + 22 + _k761 % 7
+                    tl.store(_p162, _row160, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p162 += zero
+                _zero163 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row164 = _mc_row16(
+                    tl.where((j2_voce_af_return_map_converged & fin), d535, K0), tl.where((j2_voce_af_return_map_converged & fin), d541, K0), tl.where((j2_voce_af_return_map_converged & fin), d547, K0), tl.where((j2_voce_af_return_map_converged & fin), d553, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d559, K0), tl.where((j2_voce_af_return_map_converged & fin), d524, K0), tl.where((j2_voce_af_return_map_converged & fin), d530, K0), tl.where((j2_voce_af_return_map_converged & fin), d536, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d542, K0), tl.where((j2_voce_af_return_map_converged & fin), d548, K0), tl.where((j2_voce_af_return_map_converged & fin), d554, K0), tl.where((j2_voce_af_return_map_converged & fin), d560, K0),
+                    _zero163, _zero163, _zero163, _zero163, BLOCK)
+                _k165 = tl.arange(0, 16)[None, :] + 128
+                _p166 = J + row[:, None] * j_stride + (_k165 // 7) * 29 + 22 + _k165 % 7
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p762, tl.reshape(_j760, [BLOCK, 16]), mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
-                    _p762 += zero
+                    tl.store(_p166, _row164, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
+                    _p166 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p763 = CV + row
+        _p167 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p763, (j2_voce_af_return_map_converged & fin), mask=mask)
-            _p763 += zero
-        _p764 = IT + row
+            tl.store(_p167, (j2_voce_af_return_map_converged & fin), mask=mask)
+            _p167 += zero
+        _p168 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p764, (j2_voce_af_return_map_iterations).to(tl.int32), mask=mask)
-            _p764 += zero
-        _p765 = RN + row
+            tl.store(_p168, (j2_voce_af_return_map_iterations).to(tl.int32), mask=mask)
+            _p168 += zero
+        _p169 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p765, j2_voce_af_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p765 += zero
+            tl.store(_p169, j2_voce_af_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p169 += zero
 else:
     _kernel = None
 

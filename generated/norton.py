@@ -1002,12 +1002,59 @@ if triton is not None:
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_powr_shift(P, a, e):
         zero = tl.zeros_like(a)
         z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
                                                                              zero + float("nan"))))
         nz = a != 0.0
         return tl.where(nz, P / tl.where(nz, a, 1.0), z)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _triton_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -1218,10 +1265,7 @@ if triton is not None:
         state_internal_Ep_5 = (cse_52 + old_state_internal_Ep_5)
         state_internal_ep = (cse_43 + old_state_internal_ep)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j52 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0))
-        _j53 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0))
-        _j54 = tl.join(_j52, _j53)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j54, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_273 = (cse_15 - cse_51)
         cse_259 = (K7 + p_nu)
         cse_260 = (K7 / cse_259)
@@ -1230,8 +1274,7 @@ if triton is not None:
         cse_274 = (cse_16 - cse_52)
         state_S_5 = (cse_261 * cse_274)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _j55 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0))
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j55, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_47 = (cse_19 * cse_46)
         state_internal_Ep_0 = (cse_47 + old_state_internal_Ep_0)
         cse_48 = (cse_33 * cse_46)
@@ -1241,10 +1284,7 @@ if triton is not None:
         cse_50 = (cse_14 * cse_46)
         state_internal_Ep_3 = (cse_50 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j56 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0))
-        _j57 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0))
-        _j58 = tl.join(_j56, _j57)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j58, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_257 = (cse_0 + cse_47)
         cse_262 = (cse_1 + cse_48)
         cse_263 = (cse_2 + cse_49)
@@ -1263,10 +1303,7 @@ if triton is not None:
         cse_272 = (cse_14 - cse_50)
         state_S_3 = (cse_261 * cse_272)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j59 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0))
-        _j60 = tl.join(tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0))
-        _j61 = tl.join(_j59, _j60)
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j61, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_71 = (cse_20 * _mc_sdiv(K7, (K1 * cse_37)))
             cse_306 = (cse_29 * cse_71)
@@ -1339,10 +1376,7 @@ if triton is not None:
             d13 = (-cse_130 + (cse_134 * d4))
             d14 = (cse_277 * d13)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j62 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0))
-            _j63 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0))
-            _j64 = tl.join(_j62, _j63)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j64, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_140 = (cse_28 * cse_88)
             d15 = (cse_46 - cse_140 + (cse_134 * d5))
@@ -1357,10 +1391,7 @@ if triton is not None:
             d21 = ((cse_144 * d2) - (cse_145 * cse_81))
             d22 = (cse_277 * d21)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j65 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0))
-            _j66 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0))
-            _j67 = tl.join(_j65, _j66)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j67, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d23 = ((cse_144 * d3) - (cse_145 * cse_84))
             d24 = (cse_277 * d23)
@@ -1373,10 +1404,7 @@ if triton is not None:
             d29 = (cse_46 - cse_151 + (cse_144 * d6))
             d30 = (cse_261 + (cse_277 * d29))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j68 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0))
-            _j69 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d30, K0))
-            _j70 = tl.join(_j68, _j69)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0), tl.where((norton_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_122 = (cse_14 * cse_73)
             cse_121 = (cse_14 * cse_96)
@@ -1391,10 +1419,7 @@ if triton is not None:
             d37 = (-cse_132 + (cse_121 * d6))
             d38 = (cse_277 * d37)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j71 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0))
-            _j72 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0))
-            _j73 = tl.join(_j71, _j72)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j73, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_114 = (cse_35 * cse_88)
             cse_117 = (cse_114 * cse_15)
@@ -1410,10 +1435,7 @@ if triton is not None:
             d45 = ((cse_121 * d2) - (cse_122 * cse_81))
             d46 = (cse_277 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j74 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0))
-            _j75 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0))
-            _j76 = tl.join(_j74, _j75)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_110 = (cse_35 * cse_73)
             cse_76 = (K3 * cse_46)
@@ -1429,10 +1451,7 @@ if triton is not None:
             d53 = (-cse_115 + (cse_109 * d4))
             d54 = (cse_275 * d53)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j77 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0))
-            _j78 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0))
-            _j79 = tl.join(_j77, _j78)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j79, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_74 = (cse_19 * cse_73)
             cse_55 = (cse_19 * cse_54)
@@ -1448,10 +1467,7 @@ if triton is not None:
             d61 = (-cse_90 + (cse_59 * d4))
             d62 = (cse_275 * d61)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j80 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0))
-            _j81 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0))
-            _j82 = tl.join(_j80, _j81)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j82, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_92 = (cse_15 * cse_89)
             d63 = (-cse_92 + (cse_59 * d5))
@@ -1466,10 +1482,7 @@ if triton is not None:
             d69 = (cse_53 + (cse_97 * d2) - (cse_81 * cse_98))
             d70 = (cse_276 + (cse_275 * d69))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j83 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0))
-            _j84 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0))
-            _j85 = tl.join(_j83, _j84)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j85, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d71 = (-cse_76 + (cse_97 * d3) - (cse_84 * cse_98))
             d72 = (cse_268 + (cse_275 * d71))
@@ -1484,10 +1497,7 @@ if triton is not None:
             d77 = (-cse_107 + (cse_97 * d6))
             d78 = (cse_275 * d77)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j86 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0))
-            _j87 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0))
-            _j88 = tl.join(_j86, _j87)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j88, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_153 = (p_E * state_internal_creep_rate)
             cse_154 = (cse_153 * cse_55)
@@ -1768,309 +1778,113 @@ if triton is not None:
             d270 = (cse_277 * d238)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j89 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d55, K0), tl.where((norton_radial_return_solve_converged & fin), d69, K0))
-            _j90 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d99, K0), tl.where((norton_radial_return_solve_converged & fin), d106, K0))
-            _j91 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d63, K0), tl.where((norton_radial_return_solve_converged & fin), d77, K0))
-            _j92 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d103, K0), tl.where((norton_radial_return_solve_converged & fin), d110, K0))
-            _j93 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d59, K0), tl.where((norton_radial_return_solve_converged & fin), d73, K0))
-            _j94 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d101, K0), tl.where((norton_radial_return_solve_converged & fin), d108, K0))
-            _j95 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d87, K0), tl.where((norton_radial_return_solve_converged & fin), d94, K0))
-            _j96 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d47, K0))
-            _j97 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d57, K0), tl.where((norton_radial_return_solve_converged & fin), d71, K0))
-            _j98 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d100, K0), tl.where((norton_radial_return_solve_converged & fin), d107, K0))
-            _j99 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d65, K0), tl.where((norton_radial_return_solve_converged & fin), d88, K0))
-            _j100 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d104, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j101 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d61, K0), tl.where((norton_radial_return_solve_converged & fin), d75, K0))
-            _j102 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d102, K0), tl.where((norton_radial_return_solve_converged & fin), d109, K0))
-            _j103 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d93, K0), tl.where((norton_radial_return_solve_converged & fin), d105, K0))
-            _j104 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d67, K0), tl.where((norton_radial_return_solve_converged & fin), d49, K0))
-            _j105 = tl.join(_j89, _j90)
-            _j106 = tl.join(_j91, _j92)
-            _j107 = tl.join(_j93, _j94)
-            _j108 = tl.join(_j95, _j96)
-            _j109 = tl.join(_j97, _j98)
-            _j110 = tl.join(_j99, _j100)
-            _j111 = tl.join(_j101, _j102)
-            _j112 = tl.join(_j103, _j104)
-            _j113 = tl.join(_j105, _j106)
-            _j114 = tl.join(_j107, _j108)
-            _j115 = tl.join(_j109, _j110)
-            _j116 = tl.join(_j111, _j112)
-            _j117 = tl.join(_j113, _j114)
-            _j118 = tl.join(_j115, _j116)
-            _j119 = tl.join(_j117, _j118)
-            _k120 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k120 + (_k120 // 15) * (4 * (V // 8)), tl.reshape(_j119, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j121 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d51, K0), tl.where((norton_radial_return_solve_converged & fin), d33, K0))
-            _j122 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d113, K0), tl.where((norton_radial_return_solve_converged & fin), d120, K0))
-            _j123 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d89, K0), tl.where((norton_radial_return_solve_converged & fin), d96, K0))
-            _j124 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d7, K0))
-            _j125 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d39, K0), tl.where((norton_radial_return_solve_converged & fin), d37, K0))
-            _j126 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d115, K0), tl.where((norton_radial_return_solve_converged & fin), d122, K0))
-            _j127 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d111, K0), tl.where((norton_radial_return_solve_converged & fin), d118, K0))
-            _j128 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d45, K0), tl.where((norton_radial_return_solve_converged & fin), d11, K0))
-            _j129 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d53, K0), tl.where((norton_radial_return_solve_converged & fin), d35, K0))
-            _j130 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d114, K0), tl.where((norton_radial_return_solve_converged & fin), d121, K0))
-            _j131 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d95, K0), tl.where((norton_radial_return_solve_converged & fin), d117, K0))
-            _j132 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d43, K0), tl.where((norton_radial_return_solve_converged & fin), d9, K0))
-            _j133 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d41, K0), tl.where((norton_radial_return_solve_converged & fin), d90, K0))
-            _j134 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d116, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j135 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d112, K0), tl.where((norton_radial_return_solve_converged & fin), d119, K0))
-            _j136 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d31, K0), tl.where((norton_radial_return_solve_converged & fin), d13, K0))
-            _j137 = tl.join(_j121, _j122)
-            _j138 = tl.join(_j123, _j124)
-            _j139 = tl.join(_j125, _j126)
-            _j140 = tl.join(_j127, _j128)
-            _j141 = tl.join(_j129, _j130)
-            _j142 = tl.join(_j131, _j132)
-            _j143 = tl.join(_j133, _j134)
-            _j144 = tl.join(_j135, _j136)
-            _j145 = tl.join(_j137, _j138)
-            _j146 = tl.join(_j139, _j140)
-            _j147 = tl.join(_j141, _j142)
-            _j148 = tl.join(_j143, _j144)
-            _j149 = tl.join(_j145, _j146)
-            _j150 = tl.join(_j147, _j148)
-            _j151 = tl.join(_j149, _j150)
-            _k152 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k152 + (_k152 // 15) * (4 * (V // 8)), tl.reshape(_j151, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j153 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d15, K0), tl.where((norton_radial_return_solve_converged & fin), d29, K0))
-            _j154 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d127, K0), tl.where((norton_radial_return_solve_converged & fin), d134, K0))
-            _j155 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d123, K0), tl.where((norton_radial_return_solve_converged & fin), d130, K0))
-            _j156 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d21, K0), tl.where((norton_radial_return_solve_converged & fin), d137, K0))
-            _j157 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d91, K0), tl.where((norton_radial_return_solve_converged & fin), d98, K0))
-            _j158 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d135, K0))
-            _j159 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d125, K0), tl.where((norton_radial_return_solve_converged & fin), d132, K0))
-            _j160 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d25, K0), tl.where((norton_radial_return_solve_converged & fin), d139, K0))
-            _j161 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d17, K0), tl.where((norton_radial_return_solve_converged & fin), d92, K0))
-            _j162 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d128, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j163 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d124, K0), tl.where((norton_radial_return_solve_converged & fin), d131, K0))
-            _j164 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d23, K0), tl.where((norton_radial_return_solve_converged & fin), d138, K0))
-            _j165 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d97, K0), tl.where((norton_radial_return_solve_converged & fin), d129, K0))
-            _j166 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d19, K0), tl.where((norton_radial_return_solve_converged & fin), d136, K0))
-            _j167 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d126, K0), tl.where((norton_radial_return_solve_converged & fin), d133, K0))
-            _j168 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d27, K0), tl.where((norton_radial_return_solve_converged & fin), d140, K0))
-            _j169 = tl.join(_j153, _j154)
-            _j170 = tl.join(_j155, _j156)
-            _j171 = tl.join(_j157, _j158)
-            _j172 = tl.join(_j159, _j160)
-            _j173 = tl.join(_j161, _j162)
-            _j174 = tl.join(_j163, _j164)
-            _j175 = tl.join(_j165, _j166)
-            _j176 = tl.join(_j167, _j168)
-            _j177 = tl.join(_j169, _j170)
-            _j178 = tl.join(_j171, _j172)
-            _j179 = tl.join(_j173, _j174)
-            _j180 = tl.join(_j175, _j176)
-            _j181 = tl.join(_j177, _j178)
-            _j182 = tl.join(_j179, _j180)
-            _j183 = tl.join(_j181, _j182)
-            _k184 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k184 + (_k184 // 15) * (4 * (V // 8)), tl.reshape(_j183, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j185 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d141, K0), tl.where((norton_radial_return_solve_converged & fin), d156, K0))
-            _j186 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K7, K0), tl.where((norton_radial_return_solve_converged & fin), d56, K0))
-            _j187 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d145, K0), tl.where((norton_radial_return_solve_converged & fin), d160, K0))
-            _j188 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d152, K0), tl.where((norton_radial_return_solve_converged & fin), d64, K0))
-            _j189 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d143, K0), tl.where((norton_radial_return_solve_converged & fin), d158, K0))
-            _j190 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d150, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0))
-            _j191 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d147, K0), tl.where((norton_radial_return_solve_converged & fin), d162, K0))
-            _j192 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d154, K0), tl.where((norton_radial_return_solve_converged & fin), d163, K0))
-            _j193 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d142, K0), tl.where((norton_radial_return_solve_converged & fin), d157, K0))
-            _j194 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d149, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0))
-            _j195 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d146, K0), tl.where((norton_radial_return_solve_converged & fin), d161, K0))
-            _j196 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d153, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0))
-            _j197 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d144, K0), tl.where((norton_radial_return_solve_converged & fin), d159, K0))
-            _j198 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d151, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0))
-            _j199 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d148, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j200 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d155, K0), tl.where((norton_radial_return_solve_converged & fin), d169, K0))
-            _j201 = tl.join(_j185, _j186)
-            _j202 = tl.join(_j187, _j188)
-            _j203 = tl.join(_j189, _j190)
-            _j204 = tl.join(_j191, _j192)
-            _j205 = tl.join(_j193, _j194)
-            _j206 = tl.join(_j195, _j196)
-            _j207 = tl.join(_j197, _j198)
-            _j208 = tl.join(_j199, _j200)
-            _j209 = tl.join(_j201, _j202)
-            _j210 = tl.join(_j203, _j204)
-            _j211 = tl.join(_j205, _j206)
-            _j212 = tl.join(_j207, _j208)
-            _j213 = tl.join(_j209, _j210)
-            _j214 = tl.join(_j211, _j212)
-            _j215 = tl.join(_j213, _j214)
-            _k216 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k216 + (_k216 // 15) * (4 * (V // 8)), tl.reshape(_j215, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j217 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d175, K0), tl.where((norton_radial_return_solve_converged & fin), d182, K0))
-            _j218 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d70, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0))
-            _j219 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d179, K0), tl.where((norton_radial_return_solve_converged & fin), d186, K0))
-            _j220 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d78, K0), tl.where((norton_radial_return_solve_converged & fin), d165, K0))
-            _j221 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d177, K0), tl.where((norton_radial_return_solve_converged & fin), d184, K0))
-            _j222 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d40, K0))
-            _j223 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d48, K0))
-            _j224 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d170, K0), tl.where((norton_radial_return_solve_converged & fin), d187, K0))
-            _j225 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d176, K0), tl.where((norton_radial_return_solve_converged & fin), d183, K0))
-            _j226 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0))
-            _j227 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d180, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j228 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d164, K0), tl.where((norton_radial_return_solve_converged & fin), d171, K0))
-            _j229 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d178, K0), tl.where((norton_radial_return_solve_converged & fin), d185, K0))
-            _j230 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0))
-            _j231 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0))
-            _j232 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d181, K0), tl.where((norton_radial_return_solve_converged & fin), d188, K0))
-            _j233 = tl.join(_j217, _j218)
-            _j234 = tl.join(_j219, _j220)
-            _j235 = tl.join(_j221, _j222)
-            _j236 = tl.join(_j223, _j224)
-            _j237 = tl.join(_j225, _j226)
-            _j238 = tl.join(_j227, _j228)
-            _j239 = tl.join(_j229, _j230)
-            _j240 = tl.join(_j231, _j232)
-            _j241 = tl.join(_j233, _j234)
-            _j242 = tl.join(_j235, _j236)
-            _j243 = tl.join(_j237, _j238)
-            _j244 = tl.join(_j239, _j240)
-            _j245 = tl.join(_j241, _j242)
-            _j246 = tl.join(_j243, _j244)
-            _j247 = tl.join(_j245, _j246)
-            _k248 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k248 + (_k248 // 15) * (4 * (V // 8)), tl.reshape(_j247, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j249 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d189, K0), tl.where((norton_radial_return_solve_converged & fin), d196, K0))
-            _j250 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d16, K0))
-            _j251 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d8, K0))
-            _j252 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d172, K0), tl.where((norton_radial_return_solve_converged & fin), d199, K0))
-            _j253 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d191, K0), tl.where((norton_radial_return_solve_converged & fin), d198, K0))
-            _j254 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d38, K0), tl.where((norton_radial_return_solve_converged & fin), d167, K0))
-            _j255 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d46, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0))
-            _j256 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d194, K0), tl.where((norton_radial_return_solve_converged & fin), d201, K0))
-            _j257 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d190, K0), tl.where((norton_radial_return_solve_converged & fin), d197, K0))
-            _j258 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0))
-            _j259 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0))
-            _j260 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d193, K0), tl.where((norton_radial_return_solve_converged & fin), d200, K0))
-            _j261 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d192, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j262 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d166, K0), tl.where((norton_radial_return_solve_converged & fin), d173, K0))
-            _j263 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0))
-            _j264 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d195, K0), tl.where((norton_radial_return_solve_converged & fin), d202, K0))
-            _j265 = tl.join(_j249, _j250)
-            _j266 = tl.join(_j251, _j252)
-            _j267 = tl.join(_j253, _j254)
-            _j268 = tl.join(_j255, _j256)
-            _j269 = tl.join(_j257, _j258)
-            _j270 = tl.join(_j259, _j260)
-            _j271 = tl.join(_j261, _j262)
-            _j272 = tl.join(_j263, _j264)
-            _j273 = tl.join(_j265, _j266)
-            _j274 = tl.join(_j267, _j268)
-            _j275 = tl.join(_j269, _j270)
-            _j276 = tl.join(_j271, _j272)
-            _j277 = tl.join(_j273, _j274)
-            _j278 = tl.join(_j275, _j276)
-            _j279 = tl.join(_j277, _j278)
-            _k280 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k280 + (_k280 // 15) * (4 * (V // 8)), tl.reshape(_j279, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero281 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j282 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d203, K0), tl.where((norton_radial_return_solve_converged & fin), d210, K0))
-            _j283 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d30, K0), _zero281)
-            _j284 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d22, K0), _zero281)
-            _j285 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d206, K0), _zero281)
-            _j286 = tl.join(tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero281)
-            _j287 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d174, K0), _zero281)
-            _j288 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d26, K0), _zero281)
-            _j289 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d208, K0), _zero281)
-            _j290 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d204, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0))
-            _j291 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d168, K0), _zero281)
-            _j292 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d24, K0), _zero281)
-            _j293 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d207, K0), _zero281)
-            _j294 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d20, K0), _zero281)
-            _j295 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d205, K0), _zero281)
-            _j296 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d28, K0), _zero281)
-            _j297 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d209, K0), _zero281)
-            _j298 = tl.join(_j282, _j283)
-            _j299 = tl.join(_j284, _j285)
-            _j300 = tl.join(_j286, _j287)
-            _j301 = tl.join(_j288, _j289)
-            _j302 = tl.join(_j290, _j291)
-            _j303 = tl.join(_j292, _j293)
-            _j304 = tl.join(_j294, _j295)
-            _j305 = tl.join(_j296, _j297)
-            _j306 = tl.join(_j298, _j299)
-            _j307 = tl.join(_j300, _j301)
-            _j308 = tl.join(_j302, _j303)
-            _j309 = tl.join(_j304, _j305)
-            _j310 = tl.join(_j306, _j307)
-            _j311 = tl.join(_j308, _j309)
-            _j312 = tl.join(_j310, _j311)
-            _k313 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k313 + (_k313 // 15) * (4 * (V // 8)), tl.reshape(_j312, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+            _row52 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d55, K0), tl.where((norton_radial_return_solve_converged & fin), d57, K0), tl.where((norton_radial_return_solve_converged & fin), d59, K0), tl.where((norton_radial_return_solve_converged & fin), d61, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d63, K0), tl.where((norton_radial_return_solve_converged & fin), d65, K0), tl.where((norton_radial_return_solve_converged & fin), d87, K0), tl.where((norton_radial_return_solve_converged & fin), d93, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d99, K0), tl.where((norton_radial_return_solve_converged & fin), d100, K0), tl.where((norton_radial_return_solve_converged & fin), d101, K0), tl.where((norton_radial_return_solve_converged & fin), d102, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d103, K0), tl.where((norton_radial_return_solve_converged & fin), d104, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d67, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d69, K0), tl.where((norton_radial_return_solve_converged & fin), d71, K0), tl.where((norton_radial_return_solve_converged & fin), d73, K0), tl.where((norton_radial_return_solve_converged & fin), d75, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d77, K0), tl.where((norton_radial_return_solve_converged & fin), d88, K0), tl.where((norton_radial_return_solve_converged & fin), d94, K0), tl.where((norton_radial_return_solve_converged & fin), d105, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d106, K0), tl.where((norton_radial_return_solve_converged & fin), d107, K0), tl.where((norton_radial_return_solve_converged & fin), d108, K0), tl.where((norton_radial_return_solve_converged & fin), d109, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d110, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d47, K0), tl.where((norton_radial_return_solve_converged & fin), d49, K0), BLOCK)
+            _k53 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k53 + (_k53 // 15) * (4 * (V // 8)), _row52, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row54 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d51, K0), tl.where((norton_radial_return_solve_converged & fin), d53, K0), tl.where((norton_radial_return_solve_converged & fin), d39, K0), tl.where((norton_radial_return_solve_converged & fin), d41, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d89, K0), tl.where((norton_radial_return_solve_converged & fin), d95, K0), tl.where((norton_radial_return_solve_converged & fin), d111, K0), tl.where((norton_radial_return_solve_converged & fin), d112, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d113, K0), tl.where((norton_radial_return_solve_converged & fin), d114, K0), tl.where((norton_radial_return_solve_converged & fin), d115, K0), tl.where((norton_radial_return_solve_converged & fin), d116, K0),
+                tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d43, K0), tl.where((norton_radial_return_solve_converged & fin), d45, K0), tl.where((norton_radial_return_solve_converged & fin), d31, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d33, K0), tl.where((norton_radial_return_solve_converged & fin), d35, K0), tl.where((norton_radial_return_solve_converged & fin), d37, K0), tl.where((norton_radial_return_solve_converged & fin), d90, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d96, K0), tl.where((norton_radial_return_solve_converged & fin), d117, K0), tl.where((norton_radial_return_solve_converged & fin), d118, K0), tl.where((norton_radial_return_solve_converged & fin), d119, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d120, K0), tl.where((norton_radial_return_solve_converged & fin), d121, K0), tl.where((norton_radial_return_solve_converged & fin), d122, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d7, K0), tl.where((norton_radial_return_solve_converged & fin), d9, K0), tl.where((norton_radial_return_solve_converged & fin), d11, K0), tl.where((norton_radial_return_solve_converged & fin), d13, K0), BLOCK)
+            _k55 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k55 + (_k55 // 15) * (4 * (V // 8)), _row54, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row56 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d15, K0), tl.where((norton_radial_return_solve_converged & fin), d17, K0), tl.where((norton_radial_return_solve_converged & fin), d91, K0), tl.where((norton_radial_return_solve_converged & fin), d97, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d123, K0), tl.where((norton_radial_return_solve_converged & fin), d124, K0), tl.where((norton_radial_return_solve_converged & fin), d125, K0), tl.where((norton_radial_return_solve_converged & fin), d126, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d127, K0), tl.where((norton_radial_return_solve_converged & fin), d128, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d19, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d21, K0), tl.where((norton_radial_return_solve_converged & fin), d23, K0), tl.where((norton_radial_return_solve_converged & fin), d25, K0), tl.where((norton_radial_return_solve_converged & fin), d27, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d29, K0), tl.where((norton_radial_return_solve_converged & fin), d92, K0), tl.where((norton_radial_return_solve_converged & fin), d98, K0), tl.where((norton_radial_return_solve_converged & fin), d129, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d130, K0), tl.where((norton_radial_return_solve_converged & fin), d131, K0), tl.where((norton_radial_return_solve_converged & fin), d132, K0), tl.where((norton_radial_return_solve_converged & fin), d133, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d134, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d135, K0), tl.where((norton_radial_return_solve_converged & fin), d136, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d137, K0), tl.where((norton_radial_return_solve_converged & fin), d138, K0), tl.where((norton_radial_return_solve_converged & fin), d139, K0), tl.where((norton_radial_return_solve_converged & fin), d140, K0), BLOCK)
+            _k57 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k57 + (_k57 // 15) * (4 * (V // 8)), _row56, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row58 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d141, K0), tl.where((norton_radial_return_solve_converged & fin), d142, K0), tl.where((norton_radial_return_solve_converged & fin), d143, K0), tl.where((norton_radial_return_solve_converged & fin), d144, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d145, K0), tl.where((norton_radial_return_solve_converged & fin), d146, K0), tl.where((norton_radial_return_solve_converged & fin), d147, K0), tl.where((norton_radial_return_solve_converged & fin), d148, K0),
+                tl.where((norton_radial_return_solve_converged & fin), K7, K0), tl.where((norton_radial_return_solve_converged & fin), d149, K0), tl.where((norton_radial_return_solve_converged & fin), d150, K0), tl.where((norton_radial_return_solve_converged & fin), d151, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d152, K0), tl.where((norton_radial_return_solve_converged & fin), d153, K0), tl.where((norton_radial_return_solve_converged & fin), d154, K0), tl.where((norton_radial_return_solve_converged & fin), d155, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d156, K0), tl.where((norton_radial_return_solve_converged & fin), d157, K0), tl.where((norton_radial_return_solve_converged & fin), d158, K0), tl.where((norton_radial_return_solve_converged & fin), d159, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d160, K0), tl.where((norton_radial_return_solve_converged & fin), d161, K0), tl.where((norton_radial_return_solve_converged & fin), d162, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d163, K0), tl.where((norton_radial_return_solve_converged & fin), d169, K0), BLOCK)
+            _k59 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 15) * (4 * (V // 8)), _row58, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row60 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d175, K0), tl.where((norton_radial_return_solve_converged & fin), d176, K0), tl.where((norton_radial_return_solve_converged & fin), d177, K0), tl.where((norton_radial_return_solve_converged & fin), d178, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d179, K0), tl.where((norton_radial_return_solve_converged & fin), d180, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d70, K0), tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d78, K0), tl.where((norton_radial_return_solve_converged & fin), d164, K0), tl.where((norton_radial_return_solve_converged & fin), d170, K0), tl.where((norton_radial_return_solve_converged & fin), d181, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d182, K0), tl.where((norton_radial_return_solve_converged & fin), d183, K0), tl.where((norton_radial_return_solve_converged & fin), d184, K0), tl.where((norton_radial_return_solve_converged & fin), d185, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d186, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d165, K0), tl.where((norton_radial_return_solve_converged & fin), d171, K0), tl.where((norton_radial_return_solve_converged & fin), d187, K0), tl.where((norton_radial_return_solve_converged & fin), d188, K0), BLOCK)
+            _k61 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k61 + (_k61 // 15) * (4 * (V // 8)), _row60, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row62 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d189, K0), tl.where((norton_radial_return_solve_converged & fin), d190, K0), tl.where((norton_radial_return_solve_converged & fin), d191, K0), tl.where((norton_radial_return_solve_converged & fin), d192, K0),
+                tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), tl.where((norton_radial_return_solve_converged & fin), d32, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), tl.where((norton_radial_return_solve_converged & fin), d166, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d172, K0), tl.where((norton_radial_return_solve_converged & fin), d193, K0), tl.where((norton_radial_return_solve_converged & fin), d194, K0), tl.where((norton_radial_return_solve_converged & fin), d195, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d196, K0), tl.where((norton_radial_return_solve_converged & fin), d197, K0), tl.where((norton_radial_return_solve_converged & fin), d198, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d167, K0), tl.where((norton_radial_return_solve_converged & fin), d173, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d199, K0), tl.where((norton_radial_return_solve_converged & fin), d200, K0), tl.where((norton_radial_return_solve_converged & fin), d201, K0), tl.where((norton_radial_return_solve_converged & fin), d202, K0), BLOCK)
+            _k63 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k63 + (_k63 // 15) * (4 * (V // 8)), _row62, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero64 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row65 = _mc_row32(
+                tl.where((norton_radial_return_solve_converged & fin), d203, K0), tl.where((norton_radial_return_solve_converged & fin), d204, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d22, K0), tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d30, K0), tl.where((norton_radial_return_solve_converged & fin), d168, K0), tl.where((norton_radial_return_solve_converged & fin), d174, K0), tl.where((norton_radial_return_solve_converged & fin), d205, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d206, K0), tl.where((norton_radial_return_solve_converged & fin), d207, K0), tl.where((norton_radial_return_solve_converged & fin), d208, K0), tl.where((norton_radial_return_solve_converged & fin), d209, K0),
+                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero64, _zero64,
+                _zero64, _zero64, _zero64, _zero64,
+                _zero64, _zero64, _zero64, _zero64,
+                _zero64, _zero64, _zero64, _zero64, BLOCK)
+            _k66 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k66 + (_k66 // 15) * (4 * (V // 8)), _row65, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _j314 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0))
-                _j315 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0))
-                _j316 = tl.join(_j314, _j315)
-                _k317 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k317 // 4) * 19 + 15 + _k317 % 4, tl.reshape(_j316, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j318 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0))
-                _j319 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0))
-                _j320 = tl.join(_j318, _j319)
-                _k321 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k321 // 4) * 19 + 15 + _k321 % 4, tl.reshape(_j320, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j322 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0))
-                _j323 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0))
-                _j324 = tl.join(_j322, _j323)
-                _k325 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k325 // 4) * 19 + 15 + _k325 % 4, tl.reshape(_j324, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j326 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0))
-                _j327 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0))
-                _j328 = tl.join(_j326, _j327)
-                _k329 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k329 // 4) * 19 + 15 + _k329 % 4, tl.reshape(_j328, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j330 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0))
-                _j331 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0))
-                _j332 = tl.join(_j330, _j331)
-                _k333 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k333 // 4) * 19 + 15 + _k333 % 4, tl.reshape(_j332, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j334 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0))
-                _j335 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0))
-                _j336 = tl.join(_j334, _j335)
-                _k337 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k337 // 4) * 19 + 15 + _k337 % 4, tl.reshape(_j336, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j338 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0))
-                _j339 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0))
-                _j340 = tl.join(_j338, _j339)
-                _k341 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k341 // 4) * 19 + 15 + _k341 % 4, tl.reshape(_j340, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j342 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0))
-                _j343 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0))
-                _j344 = tl.join(_j342, _j343)
-                _k345 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k345 // 4) * 19 + 15 + _k345 % 4, tl.reshape(_j344, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j346 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0))
-                _j347 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0))
-                _j348 = tl.join(_j346, _j347)
-                _k349 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k349 // 4) * 19 + 15 + _k349 % 4, tl.reshape(_j348, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j350 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0))
-                _j351 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0))
-                _j352 = tl.join(_j350, _j351)
-                _k353 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k353 // 4) * 19 + 15 + _k353 % 4, tl.reshape(_j352, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j354 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0))
-                _j355 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0))
-                _j356 = tl.join(_j354, _j355)
-                _k357 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k357 // 4) * 19 + 15 + _k357 % 4, tl.reshape(_j356, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j358 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0))
-                _j359 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0))
-                _j360 = tl.join(_j358, _j359)
-                _k361 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k361 // 4) * 19 + 15 + _k361 % 4, tl.reshape(_j360, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j362 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0))
-                _j363 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0))
-                _j364 = tl.join(_j362, _j363)
-                _k365 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k365 // 4) * 19 + 15 + _k365 % 4, tl.reshape(_j364, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _j366 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0))
-                _j367 = tl.join(tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0))
-                _j368 = tl.join(_j366, _j367)
-                _k369 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k369 // 4) * 19 + 15 + _k369 % 4, tl.reshape(_j368, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k67 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k67 // 4) * 19 + 15 + _k67 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k68 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k68 // 4) * 19 + 15 + _k68 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k69 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k69 // 4) * 19 + 15 + _k69 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k70 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k70 // 4) * 19 + 15 + _k70 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k71 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k71 // 4) * 19 + 15 + _k71 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k72 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k72 // 4) * 19 + 15 + _k72 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k73 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k73 // 4) * 19 + 15 + _k73 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k74 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k74 // 4) * 19 + 15 + _k74 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k75 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k75 // 4) * 19 + 15 + _k75 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k76 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k76 // 4) * 19 + 15 + _k76 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k77 = tl.arange(0, 4)[None, :] + 40
+                tl.store(J + row[:, None] * j_stride + (_k77 // 4) * 19 + 15 + _k77 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k78 = tl.arange(0, 4)[None, :] + 44
+                tl.store(J + row[:, None] * j_stride + (_k78 // 4) * 19 + 15 + _k78 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k79 = tl.arange(0, 4)[None, :] + 48
+                tl.store(J + row[:, None] * j_stride + (_k79 // 4) * 19 + 15 + _k79 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k80 = tl.arange(0, 4)[None, :] + 52
+                tl.store(J + row[:, None] * j_stride + (_k80 // 4) * 19 + 15 + _k80 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (norton_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (norton_radial_return_solve_iterations).to(tl.int32), mask=mask)

@@ -1088,12 +1088,59 @@ if triton is not None:
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_powr_shift(P, a, e):
         zero = tl.zeros_like(a)
         z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
                                                                              zero + float("nan"))))
         nz = a != 0.0
         return tl.where(nz, P / tl.where(nz, a, 1.0), z)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -1313,10 +1360,7 @@ if triton is not None:
         cse_50 = (cse_15 * cse_46)
         state_internal_Ep_3 = (cse_50 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j68 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0))
-        _j69 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0))
-        _j70 = tl.join(_j68, _j69)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j70, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_51 = (cse_16 * cse_46)
         state_internal_Ep_4 = (cse_51 + old_state_internal_Ep_4)
         cse_52 = (cse_17 * cse_46)
@@ -1325,10 +1369,7 @@ if triton is not None:
         cse_54 = (cse_53 * state_internal_gamma_rate)
         state_internal_ep = (old_state_internal_ep + (cse_22 * cse_54))
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j71 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0))
-        _j72 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0))
-        _j73 = tl.join(_j71, _j72)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j73, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_270 = (cse_0 + cse_47)
         cse_275 = (cse_1 + cse_48)
         cse_276 = (cse_2 + cse_49)
@@ -1350,17 +1391,13 @@ if triton is not None:
         cse_285 = (cse_15 - cse_50)
         state_S_3 = (cse_274 * cse_285)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j74 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0))
-        _j75 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0))
-        _j76 = tl.join(_j74, _j75)
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j76, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_286 = (cse_16 - cse_51)
         state_S_4 = (cse_274 * cse_286)
         cse_287 = (cse_17 - cse_52)
         state_S_5 = (cse_274 * cse_287)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _j77 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0))
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], tl.reshape(_j77, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 14:  # tangent, jacobian, total
             cse_317 = tl.where((cse_40 - (cse_53 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
             cse_73 = _mc_sdiv(K6, (K1 * cse_40))
@@ -1437,10 +1474,7 @@ if triton is not None:
             d13 = (-cse_92 + (cse_61 * d4))
             d14 = (cse_288 * d13)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j78 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0))
-            _j79 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0))
-            _j80 = tl.join(_j78, _j79)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j80, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_94 = (cse_16 * cse_91)
             d15 = (-cse_94 + (cse_61 * d5))
@@ -1455,10 +1489,7 @@ if triton is not None:
             d21 = (cse_57 + (cse_98 * d2) - (cse_84 * cse_99))
             d22 = (cse_289 + (cse_288 * d21))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j81 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0))
-            _j82 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0))
-            _j83 = tl.join(_j81, _j82)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j83, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d23 = (-cse_79 + (cse_98 * d3) - (cse_87 * cse_99))
             d24 = (cse_281 + (cse_288 * d23))
@@ -1473,10 +1504,7 @@ if triton is not None:
             d29 = (-cse_108 + (cse_98 * d6))
             d30 = (cse_288 * d29)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j84 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0))
-            _j85 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0))
-            _j86 = tl.join(_j84, _j85)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j86, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_110 = (cse_38 * cse_60)
             cse_111 = (cse_38 * cse_75)
@@ -1491,10 +1519,7 @@ if triton is not None:
             d37 = (-cse_116 + (cse_110 * d4))
             d38 = (cse_288 * d37)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j87 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0))
-            _j88 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0))
-            _j89 = tl.join(_j87, _j88)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j89, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_118 = (cse_115 * cse_16)
             d39 = (-cse_118 + (cse_110 * d5))
@@ -1510,10 +1535,7 @@ if triton is not None:
             d45 = ((cse_122 * d2) - (cse_123 * cse_84))
             d46 = (cse_290 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j90 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0))
-            _j91 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0))
-            _j92 = tl.join(_j90, _j91)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j92, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d47 = ((cse_122 * d3) - (cse_123 * cse_87))
             d48 = (cse_290 * d47)
@@ -1528,10 +1550,7 @@ if triton is not None:
             d53 = (-cse_132 + (cse_122 * d6))
             d54 = (cse_290 * d53)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j93 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0))
-            _j94 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0))
-            _j95 = tl.join(_j93, _j94)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j95, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_134 = (cse_16 * cse_60)
             cse_135 = (cse_16 * cse_75)
@@ -1544,10 +1563,7 @@ if triton is not None:
             d61 = (-cse_130 + (cse_134 * d4))
             d62 = (cse_290 * d61)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j96 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0))
-            _j97 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0))
-            _j98 = tl.join(_j96, _j97)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j98, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_140 = (cse_31 * cse_90)
             d63 = (cse_46 - cse_140 + (cse_134 * d5))
@@ -1562,10 +1578,7 @@ if triton is not None:
             d69 = ((cse_144 * d2) - (cse_145 * cse_84))
             d70 = (cse_290 * d69)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j99 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0))
-            _j100 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0))
-            _j101 = tl.join(_j99, _j100)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d71 = ((cse_144 * d3) - (cse_145 * cse_87))
             d72 = (cse_290 * d71)
@@ -1577,10 +1590,7 @@ if triton is not None:
             d77 = (cse_46 - cse_151 + (cse_144 * d6))
             d78 = (cse_274 + (cse_290 * d77))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j102 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0))
-            _j103 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0))
-            _j104 = tl.join(_j102, _j103)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j104, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_153 = (cse_45 * state_internal_gamma_rate)
             cse_154 = (cse_153 * cse_20)
@@ -1906,339 +1916,119 @@ if triton is not None:
             d315 = (cse_290 * d267)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j105 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d21, K0))
-            _j106 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d107, K0))
-            _j107 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0))
-            _j108 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d104, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0))
-            _j109 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d25, K0))
-            _j110 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d102, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d109, K0))
-            _j111 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0))
-            _j112 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0))
-            _j113 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d23, K0))
-            _j114 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d108, K0))
-            _j115 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0))
-            _j116 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d105, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0))
-            _j117 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d27, K0))
-            _j118 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d103, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d110, K0))
-            _j119 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0))
-            _j120 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d19, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0))
-            _j121 = tl.join(_j105, _j106)
-            _j122 = tl.join(_j107, _j108)
-            _j123 = tl.join(_j109, _j110)
-            _j124 = tl.join(_j111, _j112)
-            _j125 = tl.join(_j113, _j114)
-            _j126 = tl.join(_j115, _j116)
-            _j127 = tl.join(_j117, _j118)
-            _j128 = tl.join(_j119, _j120)
-            _j129 = tl.join(_j121, _j122)
-            _j130 = tl.join(_j123, _j124)
-            _j131 = tl.join(_j125, _j126)
-            _j132 = tl.join(_j127, _j128)
-            _j133 = tl.join(_j129, _j130)
-            _j134 = tl.join(_j131, _j132)
-            _j135 = tl.join(_j133, _j134)
-            _k136 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k136 + (_k136 // 15) * (6 * (V // 8)), tl.reshape(_j135, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j137 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d49, K0))
-            _j138 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d114, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d121, K0))
-            _j139 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d97, K0))
-            _j140 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0))
-            _j141 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d53, K0))
-            _j142 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d123, K0))
-            _j143 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d119, K0))
-            _j144 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d45, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0))
-            _j145 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d51, K0))
-            _j146 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d115, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d122, K0))
-            _j147 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d118, K0))
-            _j148 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d43, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0))
-            _j149 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d91, K0))
-            _j150 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d117, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d139, K0))
-            _j151 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d113, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d120, K0))
-            _j152 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d47, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0))
-            _j153 = tl.join(_j137, _j138)
-            _j154 = tl.join(_j139, _j140)
-            _j155 = tl.join(_j141, _j142)
-            _j156 = tl.join(_j143, _j144)
-            _j157 = tl.join(_j145, _j146)
-            _j158 = tl.join(_j147, _j148)
-            _j159 = tl.join(_j149, _j150)
-            _j160 = tl.join(_j151, _j152)
-            _j161 = tl.join(_j153, _j154)
-            _j162 = tl.join(_j155, _j156)
-            _j163 = tl.join(_j157, _j158)
-            _j164 = tl.join(_j159, _j160)
-            _j165 = tl.join(_j161, _j162)
-            _j166 = tl.join(_j163, _j164)
-            _j167 = tl.join(_j165, _j166)
-            _k168 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k168 + (_k168 // 15) * (6 * (V // 8)), tl.reshape(_j167, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j169 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d77, K0))
-            _j170 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d135, K0))
-            _j171 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d131, K0))
-            _j172 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d69, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d144, K0))
-            _j173 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d99, K0))
-            _j174 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d142, K0))
-            _j175 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d133, K0))
-            _j176 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d73, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d146, K0))
-            _j177 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d93, K0))
-            _j178 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d141, K0))
-            _j179 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d125, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d132, K0))
-            _j180 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d71, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d145, K0))
-            _j181 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d130, K0))
-            _j182 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d143, K0))
-            _j183 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d127, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d134, K0))
-            _j184 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d75, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d147, K0))
-            _j185 = tl.join(_j169, _j170)
-            _j186 = tl.join(_j171, _j172)
-            _j187 = tl.join(_j173, _j174)
-            _j188 = tl.join(_j175, _j176)
-            _j189 = tl.join(_j177, _j178)
-            _j190 = tl.join(_j179, _j180)
-            _j191 = tl.join(_j181, _j182)
-            _j192 = tl.join(_j183, _j184)
-            _j193 = tl.join(_j185, _j186)
-            _j194 = tl.join(_j187, _j188)
-            _j195 = tl.join(_j189, _j190)
-            _j196 = tl.join(_j191, _j192)
-            _j197 = tl.join(_j193, _j194)
-            _j198 = tl.join(_j195, _j196)
-            _j199 = tl.join(_j197, _j198)
-            _k200 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k200 + (_k200 // 15) * (6 * (V // 8)), tl.reshape(_j199, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j201 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d148, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d164, K0))
-            _j202 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d156, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0))
-            _j203 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d152, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d168, K0))
-            _j204 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d160, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0))
-            _j205 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d150, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d166, K0))
-            _j206 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d158, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0))
-            _j207 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d154, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d170, K0))
-            _j208 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d162, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0))
-            _j209 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d149, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d165, K0))
-            _j210 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d157, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0))
-            _j211 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d153, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d169, K0))
-            _j212 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d161, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0))
-            _j213 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d151, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d167, K0))
-            _j214 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d159, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0))
-            _j215 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d155, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d171, K0))
-            _j216 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d163, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0))
-            _j217 = tl.join(_j201, _j202)
-            _j218 = tl.join(_j203, _j204)
-            _j219 = tl.join(_j205, _j206)
-            _j220 = tl.join(_j207, _j208)
-            _j221 = tl.join(_j209, _j210)
-            _j222 = tl.join(_j211, _j212)
-            _j223 = tl.join(_j213, _j214)
-            _j224 = tl.join(_j215, _j216)
-            _j225 = tl.join(_j217, _j218)
-            _j226 = tl.join(_j219, _j220)
-            _j227 = tl.join(_j221, _j222)
-            _j228 = tl.join(_j223, _j224)
-            _j229 = tl.join(_j225, _j226)
-            _j230 = tl.join(_j227, _j228)
-            _j231 = tl.join(_j229, _j230)
-            _k232 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k232 + (_k232 // 15) * (6 * (V // 8)), tl.reshape(_j231, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j233 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d184, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d191, K0))
-            _j234 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0))
-            _j235 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0))
-            _j236 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d174, K0))
-            _j237 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d193, K0))
-            _j238 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0))
-            _j239 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0))
-            _j240 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d196, K0))
-            _j241 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d192, K0))
-            _j242 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0))
-            _j243 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0))
-            _j244 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d173, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d180, K0))
-            _j245 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d187, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d194, K0))
-            _j246 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0))
-            _j247 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0))
-            _j248 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d190, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d197, K0))
-            _j249 = tl.join(_j233, _j234)
-            _j250 = tl.join(_j235, _j236)
-            _j251 = tl.join(_j237, _j238)
-            _j252 = tl.join(_j239, _j240)
-            _j253 = tl.join(_j241, _j242)
-            _j254 = tl.join(_j243, _j244)
-            _j255 = tl.join(_j245, _j246)
-            _j256 = tl.join(_j247, _j248)
-            _j257 = tl.join(_j249, _j250)
-            _j258 = tl.join(_j251, _j252)
-            _j259 = tl.join(_j253, _j254)
-            _j260 = tl.join(_j255, _j256)
-            _j261 = tl.join(_j257, _j258)
-            _j262 = tl.join(_j259, _j260)
-            _j263 = tl.join(_j261, _j262)
-            _k264 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k264 + (_k264 // 15) * (6 * (V // 8)), tl.reshape(_j263, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _j265 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d198, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d205, K0))
-            _j266 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0))
-            _j267 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0))
-            _j268 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d181, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d208, K0))
-            _j269 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d200, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d207, K0))
-            _j270 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0))
-            _j271 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0))
-            _j272 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d203, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d210, K0))
-            _j273 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d199, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d206, K0))
-            _j274 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0))
-            _j275 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0))
-            _j276 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d202, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d209, K0))
-            _j277 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d201, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d223, K0))
-            _j278 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0))
-            _j279 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0))
-            _j280 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d204, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d211, K0))
-            _j281 = tl.join(_j265, _j266)
-            _j282 = tl.join(_j267, _j268)
-            _j283 = tl.join(_j269, _j270)
-            _j284 = tl.join(_j271, _j272)
-            _j285 = tl.join(_j273, _j274)
-            _j286 = tl.join(_j275, _j276)
-            _j287 = tl.join(_j277, _j278)
-            _j288 = tl.join(_j279, _j280)
-            _j289 = tl.join(_j281, _j282)
-            _j290 = tl.join(_j283, _j284)
-            _j291 = tl.join(_j285, _j286)
-            _j292 = tl.join(_j287, _j288)
-            _j293 = tl.join(_j289, _j290)
-            _j294 = tl.join(_j291, _j292)
-            _j295 = tl.join(_j293, _j294)
-            _k296 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k296 + (_k296 // 15) * (6 * (V // 8)), tl.reshape(_j295, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero297 = tl.zeros([BLOCK], dtype=DTYPE)
-            _j298 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0))
-            _j299 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), _zero297)
-            _j300 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), _zero297)
-            _j301 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d215, K0), _zero297)
-            _j302 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), _zero297)
-            _j303 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), _zero297)
-            _j304 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), _zero297)
-            _j305 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d217, K0), _zero297)
-            _j306 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0))
-            _j307 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), _zero297)
-            _j308 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), _zero297)
-            _j309 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d216, K0), _zero297)
-            _j310 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), _zero297)
-            _j311 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0), _zero297)
-            _j312 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), _zero297)
-            _j313 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d218, K0), _zero297)
-            _j314 = tl.join(_j298, _j299)
-            _j315 = tl.join(_j300, _j301)
-            _j316 = tl.join(_j302, _j303)
-            _j317 = tl.join(_j304, _j305)
-            _j318 = tl.join(_j306, _j307)
-            _j319 = tl.join(_j308, _j309)
-            _j320 = tl.join(_j310, _j311)
-            _j321 = tl.join(_j312, _j313)
-            _j322 = tl.join(_j314, _j315)
-            _j323 = tl.join(_j316, _j317)
-            _j324 = tl.join(_j318, _j319)
-            _j325 = tl.join(_j320, _j321)
-            _j326 = tl.join(_j322, _j323)
-            _j327 = tl.join(_j324, _j325)
-            _j328 = tl.join(_j326, _j327)
-            _k329 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k329 + (_k329 // 15) * (6 * (V // 8)), tl.reshape(_j328, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+            _row68 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d102, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d103, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d104, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d105, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d19, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d21, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d23, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d25, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d27, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d107, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d108, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d109, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d110, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0), BLOCK)
+            _k69 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k69 + (_k69 // 15) * (6 * (V // 8)), _row68, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row70 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d113, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d114, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d115, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d117, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d43, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d45, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d47, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d49, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d51, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d53, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d91, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d97, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d118, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d119, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d120, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d121, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d122, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d123, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d139, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0), BLOCK)
+            _k71 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k71 + (_k71 // 15) * (6 * (V // 8)), _row70, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row72 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d125, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d127, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d69, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d71, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d73, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d75, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d77, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d93, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d99, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d130, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d131, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d132, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d133, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d134, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d135, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d141, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d142, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d143, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d144, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d145, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d146, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d147, K0), BLOCK)
+            _k73 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k73 + (_k73 // 15) * (6 * (V // 8)), _row72, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row74 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d148, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d149, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d150, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d151, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d152, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d153, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d154, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d155, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d156, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d157, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d158, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d159, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d160, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d161, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d162, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d163, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d164, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d165, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d166, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d167, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d168, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d169, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d170, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d171, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0), BLOCK)
+            _k75 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k75 + (_k75 // 15) * (6 * (V // 8)), _row74, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row76 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d184, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d187, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d173, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d190, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d191, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d192, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d193, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d194, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d174, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d180, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d196, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d197, K0), BLOCK)
+            _k77 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k77 + (_k77 // 15) * (6 * (V // 8)), _row76, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row78 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d198, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d199, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d200, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d201, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d181, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d202, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d203, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d204, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d205, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d206, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d207, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d223, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d208, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d209, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d210, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d211, K0), BLOCK)
+            _k79 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k79 + (_k79 // 15) * (6 * (V // 8)), _row78, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero80 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row81 = _mc_row32(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d215, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d216, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d218, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0), _zero80, _zero80,
+                _zero80, _zero80, _zero80, _zero80,
+                _zero80, _zero80, _zero80, _zero80,
+                _zero80, _zero80, _zero80, _zero80, BLOCK)
+            _k82 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k82 + (_k82 // 15) * (6 * (V // 8)), _row81, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _j330 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d232, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d258, K0))
-                _j331 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d245, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d236, K0))
-                _j332 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d256, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d247, K0))
-                _j333 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d234, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d260, K0))
-                _j334 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d244, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d235, K0))
-                _j335 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d257, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d248, K0))
-                _j336 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d233, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d259, K0))
-                _j337 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d246, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d237, K0))
-                _j338 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d238, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d264, K0))
-                _j339 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d251, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d242, K0))
-                _j340 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d262, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d253, K0))
-                _j341 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d240, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d266, K0))
-                _j342 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d250, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d241, K0))
-                _j343 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d263, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d254, K0))
-                _j344 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d239, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d265, K0))
-                _j345 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d252, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d243, K0))
-                _j346 = tl.join(_j330, _j331)
-                _j347 = tl.join(_j332, _j333)
-                _j348 = tl.join(_j334, _j335)
-                _j349 = tl.join(_j336, _j337)
-                _j350 = tl.join(_j338, _j339)
-                _j351 = tl.join(_j340, _j341)
-                _j352 = tl.join(_j342, _j343)
-                _j353 = tl.join(_j344, _j345)
-                _j354 = tl.join(_j346, _j347)
-                _j355 = tl.join(_j348, _j349)
-                _j356 = tl.join(_j350, _j351)
-                _j357 = tl.join(_j352, _j353)
-                _j358 = tl.join(_j354, _j355)
-                _j359 = tl.join(_j356, _j357)
-                _j360 = tl.join(_j358, _j359)
-                _k361 = tl.arange(0, 32)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k361 // 6) * 21 + 15 + _k361 % 6, tl.reshape(_j360, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _j362 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d249, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d280, K0))
-                _j363 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d272, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d293, K0))
-                _j364 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d268, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d304, K0))
-                _j365 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d276, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d282, K0))
-                _j366 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d261, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d292, K0))
-                _j367 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d274, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d305, K0))
-                _j368 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d270, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d281, K0))
-                _j369 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d278, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d294, K0))
-                _j370 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d255, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d286, K0))
-                _j371 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d273, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d299, K0))
-                _j372 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d269, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d310, K0))
-                _j373 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d277, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d288, K0))
-                _j374 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d267, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d298, K0))
-                _j375 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d275, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d311, K0))
-                _j376 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d271, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d287, K0))
-                _j377 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d279, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d300, K0))
-                _j378 = tl.join(_j362, _j363)
-                _j379 = tl.join(_j364, _j365)
-                _j380 = tl.join(_j366, _j367)
-                _j381 = tl.join(_j368, _j369)
-                _j382 = tl.join(_j370, _j371)
-                _j383 = tl.join(_j372, _j373)
-                _j384 = tl.join(_j374, _j375)
-                _j385 = tl.join(_j376, _j377)
-                _j386 = tl.join(_j378, _j379)
-                _j387 = tl.join(_j380, _j381)
-                _j388 = tl.join(_j382, _j383)
-                _j389 = tl.join(_j384, _j385)
-                _j390 = tl.join(_j386, _j387)
-                _j391 = tl.join(_j388, _j389)
-                _j392 = tl.join(_j390, _j391)
-                _k393 = tl.arange(0, 32)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k393 // 6) * 21 + 15 + _k393 % 6, tl.reshape(_j392, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _zero394 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j395 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d306, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d297, K0))
-                _j396 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d284, K0), _zero394)
-                _j397 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d295, K0), _zero394)
-                _j398 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d308, K0), _zero394)
-                _j399 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d283, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d309, K0))
-                _j400 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d296, K0), _zero394)
-                _j401 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d307, K0), _zero394)
-                _j402 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d285, K0), _zero394)
-                _j403 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d303, K0))
-                _j404 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d290, K0), _zero394)
-                _j405 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d301, K0), _zero394)
-                _j406 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d314, K0), _zero394)
-                _j407 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d289, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d315, K0))
-                _j408 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d302, K0), _zero394)
-                _j409 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d313, K0), _zero394)
-                _j410 = tl.join(tl.where((perzyna_iso_radial_return_solve_converged & fin), d291, K0), _zero394)
-                _j411 = tl.join(_j395, _j396)
-                _j412 = tl.join(_j397, _j398)
-                _j413 = tl.join(_j399, _j400)
-                _j414 = tl.join(_j401, _j402)
-                _j415 = tl.join(_j403, _j404)
-                _j416 = tl.join(_j405, _j406)
-                _j417 = tl.join(_j407, _j408)
-                _j418 = tl.join(_j409, _j410)
-                _j419 = tl.join(_j411, _j412)
-                _j420 = tl.join(_j413, _j414)
-                _j421 = tl.join(_j415, _j416)
-                _j422 = tl.join(_j417, _j418)
-                _j423 = tl.join(_j419, _j420)
-                _j424 = tl.join(_j421, _j422)
-                _j425 = tl.join(_j423, _j424)
-                _k426 = tl.arange(0, 32)[None, :] + 64
-                tl.store(J + row[:, None] * j_stride + (_k426 // 6) * 21 + 15 + _k426 % 6, tl.reshape(_j425, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
+                _row83 = _mc_row32(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d232, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d238, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d244, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d250, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d256, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d262, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d233, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d239, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d245, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d251, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d257, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d263, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d234, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d240, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d246, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d252, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d258, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d264, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d235, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d241, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d247, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d253, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d259, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d265, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d236, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d242, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d248, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d254, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d260, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d266, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d237, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d243, K0), BLOCK)
+                _k84 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k84 // 6) * 21 + 15 + _k84 % 6, _row83, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row85 = _mc_row32(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d249, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d255, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d261, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d267, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d268, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d269, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d270, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d271, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d272, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d273, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d274, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d275, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d276, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d277, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d278, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d279, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d280, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d286, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d292, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d298, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d304, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d310, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d281, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d287, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d293, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d299, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d305, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d311, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d282, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d288, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d294, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d300, K0), BLOCK)
+                _k86 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k86 // 6) * 21 + 15 + _k86 % 6, _row85, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row88 = _mc_row32(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d306, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d283, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d289, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d295, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d301, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d307, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d313, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d284, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d290, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d296, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d302, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d308, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d314, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d285, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d291, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d297, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d303, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d309, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d315, K0),
+                    _zero87, _zero87, _zero87, _zero87,
+                    _zero87, _zero87, _zero87, _zero87,
+                    _zero87, _zero87, _zero87, _zero87, BLOCK)
+                _k89 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k89 // 6) * 21 + 15 + _k89 % 6, _row88, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (perzyna_iso_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (perzyna_iso_radial_return_solve_iterations).to(tl.int32), mask=mask)

@@ -1264,6 +1264,18 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_powr_shift(P, a, e):
         zero = tl.zeros_like(a)
         z = tl.where(e > 0.0, zero, tl.where(e == 0.0, zero + 1.0, tl.where(e < 0.0, zero + float("inf"),
@@ -1275,6 +1287,41 @@ if triton is not None:
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
+
+    @triton.jit
+    def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a16)
+        t1 = tl.join(a8, a24)
+        t2 = tl.join(a4, a20)
+        t3 = tl.join(a12, a28)
+        t4 = tl.join(a2, a18)
+        t5 = tl.join(a10, a26)
+        t6 = tl.join(a6, a22)
+        t7 = tl.join(a14, a30)
+        t8 = tl.join(a1, a17)
+        t9 = tl.join(a9, a25)
+        t10 = tl.join(a5, a21)
+        t11 = tl.join(a13, a29)
+        t12 = tl.join(a3, a19)
+        t13 = tl.join(a11, a27)
+        t14 = tl.join(a7, a23)
+        t15 = tl.join(a15, a31)
+        t16 = tl.join(t0, t1)
+        t17 = tl.join(t2, t3)
+        t18 = tl.join(t4, t5)
+        t19 = tl.join(t6, t7)
+        t20 = tl.join(t8, t9)
+        t21 = tl.join(t10, t11)
+        t22 = tl.join(t12, t13)
+        t23 = tl.join(t14, t15)
+        t24 = tl.join(t16, t17)
+        t25 = tl.join(t18, t19)
+        t26 = tl.join(t20, t21)
+        t27 = tl.join(t22, t23)
+        t28 = tl.join(t24, t25)
+        t29 = tl.join(t26, t27)
+        t30 = tl.join(t28, t29)
+        return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
     def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
@@ -1780,21 +1827,15 @@ if triton is not None:
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, perzyna_iso_return_map_converged, perzyna_iso_return_map_iterations, perzyna_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _j77 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0))
-        _j78 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0))
-        _j79 = tl.join(_j77, _j78)
-        _p80 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
+        _p77 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p80, tl.reshape(_j79, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p80 += zero
+            tl.store(_p77, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p77 += zero
         # outputs 4 .. 7; NaN where Newton did not converge
-        _j81 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0))
-        _j82 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0))
-        _j83 = tl.join(_j81, _j82)
-        _p84 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
+        _p78 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p84, tl.reshape(_j83, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p84 += zero
+            tl.store(_p78, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p78 += zero
         cse_3 = (K1 + p_nu)
         cse_4 = (K1 / cse_3)
         cse_5 = (p_E * cse_4)
@@ -1817,23 +1858,19 @@ if triton is not None:
         cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _j85 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0))
-        _j86 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0))
-        _j87 = tl.join(_j85, _j86)
-        _p88 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
+        _p79 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p88, tl.reshape(_j87, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p88 += zero
+            tl.store(_p79, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _p79 += zero
         cse_18 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_18 * cse_5)
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _j89 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0))
-        _p90 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
+        _p80 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p90, tl.reshape(_j89, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p90 += zero
+            tl.store(_p80, _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+            _p80 += zero
         if V & 14:  # tangent, jacobian, total
             cse_116 = (K3 * cse_6)
             cse_117 = (K3 * cse_14)
@@ -2324,13 +2361,10 @@ if triton is not None:
             cse_32 = (cse_22 * d16)
             d52 = (cse_31 + cse_32 + (cse_26 * d4))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _j91 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0))
-            _j92 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0))
-            _j93 = tl.join(_j91, _j92)
-            _p94 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
+            _p81 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p94, tl.reshape(_j93, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p94 += zero
+                tl.store(_p81, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p81 += zero
         if V & 14:  # tangent, jacobian, total
             cse_33 = (cse_22 * d11)
             cse_34 = (cse_22 * d17)
@@ -2343,13 +2377,10 @@ if triton is not None:
             cse_38 = (cse_22 * d2)
             d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d8))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _j95 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0))
-            _j96 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0))
-            _j97 = tl.join(_j95, _j96)
-            _p98 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
+            _p82 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p98, tl.reshape(_j97, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p98 += zero
+                tl.store(_p82, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p82 += zero
         if V & 14:  # tangent, jacobian, total
             cse_39 = (cse_22 * d3)
             d57 = (cse_30 + cse_39 + (cse_26 * d9))
@@ -2360,26 +2391,20 @@ if triton is not None:
             cse_42 = (cse_22 * d6)
             d60 = (cse_36 + cse_42 + (cse_26 * d12))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _j99 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0))
-            _j100 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0))
-            _j101 = tl.join(_j99, _j100)
-            _p102 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
+            _p83 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p102, tl.reshape(_j101, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p102 += zero
+                tl.store(_p83, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p83 += zero
         if V & 14:  # tangent, jacobian, total
             d61 = (cse_24 + cse_37 + (cse_26 * d13))
             d62 = (cse_28 + cse_38 + (cse_26 * d14))
             d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d15))
             d64 = (cse_31 + cse_40 + (cse_26 * d16))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _j103 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0))
-            _j104 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0))
-            _j105 = tl.join(_j103, _j104)
-            _p106 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
+            _p84 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p106, tl.reshape(_j105, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p106 += zero
+                tl.store(_p84, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p84 += zero
         if V & 14:  # tangent, jacobian, total
             d65 = (cse_33 + cse_41 + (cse_26 * d17))
             d66 = (cse_35 + cse_42 + (cse_26 * d18))
@@ -2387,65 +2412,50 @@ if triton is not None:
             d67 = (cse_43 * d19)
             d68 = (cse_43 * d20)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _j107 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0))
-            _j108 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0))
-            _j109 = tl.join(_j107, _j108)
-            _p110 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
+            _p85 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p110, tl.reshape(_j109, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p110 += zero
+                tl.store(_p85, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p85 += zero
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_43 * d21)
             d70 = (cse_5 + (cse_43 * d22))
             d71 = (cse_43 * d23)
             d72 = (cse_43 * d24)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _j111 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0))
-            _j112 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0))
-            _j113 = tl.join(_j111, _j112)
-            _p114 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
+            _p86 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p114, tl.reshape(_j113, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p114 += zero
+                tl.store(_p86, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p86 += zero
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_43 * d25)
             d74 = (cse_43 * d26)
             d75 = (cse_43 * d27)
             d76 = (cse_43 * d28)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _j115 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0))
-            _j116 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0))
-            _j117 = tl.join(_j115, _j116)
-            _p118 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
+            _p87 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p118, tl.reshape(_j117, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p118 += zero
+                tl.store(_p87, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p87 += zero
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_5 + (cse_43 * d29))
             d78 = (cse_43 * d30)
             d79 = (cse_43 * d31)
             d80 = (cse_43 * d32)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _j119 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0))
-            _j120 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0))
-            _j121 = tl.join(_j119, _j120)
-            _p122 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
+            _p88 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p122, tl.reshape(_j121, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p122 += zero
+                tl.store(_p88, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p88 += zero
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_43 * d33)
             d82 = (cse_43 * d34)
             d83 = (cse_43 * d35)
             d84 = (cse_5 + (cse_43 * d36))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _j123 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0))
-            _j124 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0))
-            _j125 = tl.join(_j123, _j124)
-            _p126 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
+            _p89 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p126, tl.reshape(_j125, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p126 += zero
+                tl.store(_p89, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _p89 += zero
         if V & 12:  # jacobian, total
             cse_207 = (cse_123 * state_internal_gamma_rate)
             cse_208 = (cse_125 * cse_207)
@@ -3051,381 +3061,161 @@ if triton is not None:
             d294 = (cse_43 * d246)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _j127 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d7, K0))
-            _j128 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0))
-            _j129 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0))
-            _j130 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0))
-            _j131 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0))
-            _j132 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0))
-            _j133 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0))
-            _j134 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d93, K0), tl.where((perzyna_iso_return_map_converged & fin), d102, K0))
-            _j135 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d8, K0))
-            _j136 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0))
-            _j137 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0))
-            _j138 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d101, K0))
-            _j139 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d4, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0))
-            _j140 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0))
-            _j141 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0))
-            _j142 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j143 = tl.join(_j127, _j128)
-            _j144 = tl.join(_j129, _j130)
-            _j145 = tl.join(_j131, _j132)
-            _j146 = tl.join(_j133, _j134)
-            _j147 = tl.join(_j135, _j136)
-            _j148 = tl.join(_j137, _j138)
-            _j149 = tl.join(_j139, _j140)
-            _j150 = tl.join(_j141, _j142)
-            _j151 = tl.join(_j143, _j144)
-            _j152 = tl.join(_j145, _j146)
-            _j153 = tl.join(_j147, _j148)
-            _j154 = tl.join(_j149, _j150)
-            _j155 = tl.join(_j151, _j152)
-            _j156 = tl.join(_j153, _j154)
-            _j157 = tl.join(_j155, _j156)
-            _k158 = tl.arange(0, 32)[None, :]
-            _p159 = J + row[:, None] * j_stride + _k158 + (_k158 // 16) * (6 * (V // 8))
+            _row90 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d4, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d96, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d100, K0), tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k91 = tl.arange(0, 32)[None, :]
+            _p92 = J + row[:, None] * j_stride + _k91 + (_k91 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p159, tl.reshape(_j157, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p159 += zero
-            _j160 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0))
-            _j161 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0))
-            _j162 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0))
-            _j163 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0))
-            _j164 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0))
-            _j165 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0))
-            _j166 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0))
-            _j167 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0))
-            _j168 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0))
-            _j169 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0))
-            _j170 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0))
-            _j171 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0))
-            _j172 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d16, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0))
-            _j173 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0))
-            _j174 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0))
-            _j175 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j176 = tl.join(_j160, _j161)
-            _j177 = tl.join(_j162, _j163)
-            _j178 = tl.join(_j164, _j165)
-            _j179 = tl.join(_j166, _j167)
-            _j180 = tl.join(_j168, _j169)
-            _j181 = tl.join(_j170, _j171)
-            _j182 = tl.join(_j172, _j173)
-            _j183 = tl.join(_j174, _j175)
-            _j184 = tl.join(_j176, _j177)
-            _j185 = tl.join(_j178, _j179)
-            _j186 = tl.join(_j180, _j181)
-            _j187 = tl.join(_j182, _j183)
-            _j188 = tl.join(_j184, _j185)
-            _j189 = tl.join(_j186, _j187)
-            _j190 = tl.join(_j188, _j189)
-            _k191 = tl.arange(0, 32)[None, :] + 32
-            _p192 = J + row[:, None] * j_stride + _k191 + (_k191 // 16) * (6 * (V // 8))
+                tl.store(_p92, _row90, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p92 += zero
+            _row93 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d104, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d108, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k94 = tl.arange(0, 32)[None, :] + 32
+            _p95 = J + row[:, None] * j_stride + _k94 + (_k94 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p192, tl.reshape(_j190, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p192 += zero
-            _j193 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d25, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0))
-            _j194 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0))
-            _j195 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d29, K0), tl.where((perzyna_iso_return_map_converged & fin), d35, K0))
-            _j196 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d127, K0), tl.where((perzyna_iso_return_map_converged & fin), d136, K0))
-            _j197 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d27, K0), tl.where((perzyna_iso_return_map_converged & fin), d33, K0))
-            _j198 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d125, K0), tl.where((perzyna_iso_return_map_converged & fin), d134, K0))
-            _j199 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0))
-            _j200 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d129, K0), tl.where((perzyna_iso_return_map_converged & fin), d138, K0))
-            _j201 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d26, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0))
-            _j202 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d133, K0))
-            _j203 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d30, K0), tl.where((perzyna_iso_return_map_converged & fin), d36, K0))
-            _j204 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d128, K0), tl.where((perzyna_iso_return_map_converged & fin), d137, K0))
-            _j205 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d28, K0), tl.where((perzyna_iso_return_map_converged & fin), d34, K0))
-            _j206 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d126, K0), tl.where((perzyna_iso_return_map_converged & fin), d135, K0))
-            _j207 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0))
-            _j208 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j209 = tl.join(_j193, _j194)
-            _j210 = tl.join(_j195, _j196)
-            _j211 = tl.join(_j197, _j198)
-            _j212 = tl.join(_j199, _j200)
-            _j213 = tl.join(_j201, _j202)
-            _j214 = tl.join(_j203, _j204)
-            _j215 = tl.join(_j205, _j206)
-            _j216 = tl.join(_j207, _j208)
-            _j217 = tl.join(_j209, _j210)
-            _j218 = tl.join(_j211, _j212)
-            _j219 = tl.join(_j213, _j214)
-            _j220 = tl.join(_j215, _j216)
-            _j221 = tl.join(_j217, _j218)
-            _j222 = tl.join(_j219, _j220)
-            _j223 = tl.join(_j221, _j222)
-            _k224 = tl.arange(0, 32)[None, :] + 64
-            _p225 = J + row[:, None] * j_stride + _k224 + (_k224 // 16) * (6 * (V // 8))
+                tl.store(_p95, _row93, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p95 += zero
+            _row96 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d25, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d29, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d127, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d31, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0), tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d34, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d132, K0), tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d135, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k97 = tl.arange(0, 32)[None, :] + 64
+            _p98 = J + row[:, None] * j_stride + _k97 + (_k97 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p225, tl.reshape(_j223, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p225 += zero
-            _j226 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0))
-            _j227 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0))
-            _j228 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0))
-            _j229 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0))
-            _j230 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0))
-            _j231 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0))
-            _j232 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0))
-            _j233 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0))
-            _j234 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0))
-            _j235 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0))
-            _j236 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0))
-            _j237 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0))
-            _j238 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0))
-            _j239 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0))
-            _j240 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0))
-            _j241 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j242 = tl.join(_j226, _j227)
-            _j243 = tl.join(_j228, _j229)
-            _j244 = tl.join(_j230, _j231)
-            _j245 = tl.join(_j232, _j233)
-            _j246 = tl.join(_j234, _j235)
-            _j247 = tl.join(_j236, _j237)
-            _j248 = tl.join(_j238, _j239)
-            _j249 = tl.join(_j240, _j241)
-            _j250 = tl.join(_j242, _j243)
-            _j251 = tl.join(_j244, _j245)
-            _j252 = tl.join(_j246, _j247)
-            _j253 = tl.join(_j248, _j249)
-            _j254 = tl.join(_j250, _j251)
-            _j255 = tl.join(_j252, _j253)
-            _j256 = tl.join(_j254, _j255)
-            _k257 = tl.arange(0, 32)[None, :] + 96
-            _p258 = J + row[:, None] * j_stride + _k257 + (_k257 // 16) * (6 * (V // 8))
+                tl.store(_p98, _row96, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p98 += zero
+            _row99 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d40, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d140, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k100 = tl.arange(0, 32)[None, :] + 96
+            _p101 = J + row[:, None] * j_stride + _k100 + (_k100 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p258, tl.reshape(_j256, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p258 += zero
-            _j259 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0))
-            _j260 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d175, K0))
-            _j261 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0))
-            _j262 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d179, K0))
-            _j263 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0))
-            _j264 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0))
-            _j265 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0))
-            _j266 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0))
-            _j267 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0))
-            _j268 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0))
-            _j269 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0))
-            _j270 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0))
-            _j271 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d52, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0))
-            _j272 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d172, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0))
-            _j273 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d163, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0))
-            _j274 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j275 = tl.join(_j259, _j260)
-            _j276 = tl.join(_j261, _j262)
-            _j277 = tl.join(_j263, _j264)
-            _j278 = tl.join(_j265, _j266)
-            _j279 = tl.join(_j267, _j268)
-            _j280 = tl.join(_j269, _j270)
-            _j281 = tl.join(_j271, _j272)
-            _j282 = tl.join(_j273, _j274)
-            _j283 = tl.join(_j275, _j276)
-            _j284 = tl.join(_j277, _j278)
-            _j285 = tl.join(_j279, _j280)
-            _j286 = tl.join(_j281, _j282)
-            _j287 = tl.join(_j283, _j284)
-            _j288 = tl.join(_j285, _j286)
-            _j289 = tl.join(_j287, _j288)
-            _k290 = tl.arange(0, 32)[None, :] + 128
-            _p291 = J + row[:, None] * j_stride + _k290 + (_k290 // 16) * (6 * (V // 8))
+                tl.store(_p101, _row99, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p101 += zero
+            _row102 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k103 = tl.arange(0, 32)[None, :] + 128
+            _p104 = J + row[:, None] * j_stride + _k103 + (_k103 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p291, tl.reshape(_j289, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p291 += zero
-            _j292 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0))
-            _j293 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d187, K0))
-            _j294 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0))
-            _j295 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d191, K0))
-            _j296 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0))
-            _j297 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0))
-            _j298 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0))
-            _j299 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0))
-            _j300 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0))
-            _j301 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0))
-            _j302 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0))
-            _j303 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0))
-            _j304 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d64, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0))
-            _j305 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d184, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0))
-            _j306 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d165, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0))
-            _j307 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j308 = tl.join(_j292, _j293)
-            _j309 = tl.join(_j294, _j295)
-            _j310 = tl.join(_j296, _j297)
-            _j311 = tl.join(_j298, _j299)
-            _j312 = tl.join(_j300, _j301)
-            _j313 = tl.join(_j302, _j303)
-            _j314 = tl.join(_j304, _j305)
-            _j315 = tl.join(_j306, _j307)
-            _j316 = tl.join(_j308, _j309)
-            _j317 = tl.join(_j310, _j311)
-            _j318 = tl.join(_j312, _j313)
-            _j319 = tl.join(_j314, _j315)
-            _j320 = tl.join(_j316, _j317)
-            _j321 = tl.join(_j318, _j319)
-            _j322 = tl.join(_j320, _j321)
-            _k323 = tl.arange(0, 32)[None, :] + 160
-            _p324 = J + row[:, None] * j_stride + _k323 + (_k323 // 16) * (6 * (V // 8))
+                tl.store(_p104, _row102, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p104 += zero
+            _row105 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k106 = tl.arange(0, 32)[None, :] + 160
+            _p107 = J + row[:, None] * j_stride + _k106 + (_k106 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p324, tl.reshape(_j322, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p324 += zero
-            _j325 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0))
-            _j326 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d199, K0))
-            _j327 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0))
-            _j328 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d203, K0))
-            _j329 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0))
-            _j330 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0))
-            _j331 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0))
-            _j332 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0))
-            _j333 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0))
-            _j334 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0))
-            _j335 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0))
-            _j336 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0))
-            _j337 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d76, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0))
-            _j338 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d196, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0))
-            _j339 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d167, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0))
-            _j340 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), K11, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0))
-            _j341 = tl.join(_j325, _j326)
-            _j342 = tl.join(_j327, _j328)
-            _j343 = tl.join(_j329, _j330)
-            _j344 = tl.join(_j331, _j332)
-            _j345 = tl.join(_j333, _j334)
-            _j346 = tl.join(_j335, _j336)
-            _j347 = tl.join(_j337, _j338)
-            _j348 = tl.join(_j339, _j340)
-            _j349 = tl.join(_j341, _j342)
-            _j350 = tl.join(_j343, _j344)
-            _j351 = tl.join(_j345, _j346)
-            _j352 = tl.join(_j347, _j348)
-            _j353 = tl.join(_j349, _j350)
-            _j354 = tl.join(_j351, _j352)
-            _j355 = tl.join(_j353, _j354)
-            _k356 = tl.arange(0, 32)[None, :] + 192
-            _p357 = J + row[:, None] * j_stride + _k356 + (_k356 // 16) * (6 * (V // 8))
+                tl.store(_p107, _row105, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p107 += zero
+            _row108 = _mc_row32(
+                tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+            _k109 = tl.arange(0, 32)[None, :] + 192
+            _p110 = J + row[:, None] * j_stride + _k109 + (_k109 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p357, tl.reshape(_j355, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p357 += zero
+                tl.store(_p110, _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _p110 += zero
             if V & 8:
-                _j358 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d227, K0))
-                _j359 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d235, K0))
-                _j360 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d231, K0))
-                _j361 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d239, K0))
-                _j362 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d213, K0), tl.where((perzyna_iso_return_map_converged & fin), d229, K0))
-                _j363 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d221, K0), tl.where((perzyna_iso_return_map_converged & fin), d237, K0))
-                _j364 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0))
-                _j365 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0))
-                _j366 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d228, K0))
-                _j367 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d220, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0))
-                _j368 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d232, K0))
-                _j369 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d224, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0))
-                _j370 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d214, K0), tl.where((perzyna_iso_return_map_converged & fin), d230, K0))
-                _j371 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d222, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0))
-                _j372 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d218, K0), tl.where((perzyna_iso_return_map_converged & fin), d234, K0))
-                _j373 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d226, K0), tl.where((perzyna_iso_return_map_converged & fin), d242, K0))
-                _j374 = tl.join(_j358, _j359)
-                _j375 = tl.join(_j360, _j361)
-                _j376 = tl.join(_j362, _j363)
-                _j377 = tl.join(_j364, _j365)
-                _j378 = tl.join(_j366, _j367)
-                _j379 = tl.join(_j368, _j369)
-                _j380 = tl.join(_j370, _j371)
-                _j381 = tl.join(_j372, _j373)
-                _j382 = tl.join(_j374, _j375)
-                _j383 = tl.join(_j376, _j377)
-                _j384 = tl.join(_j378, _j379)
-                _j385 = tl.join(_j380, _j381)
-                _j386 = tl.join(_j382, _j383)
-                _j387 = tl.join(_j384, _j385)
-                _j388 = tl.join(_j386, _j387)
-                _k389 = tl.arange(0, 32)[None, :]
-                _p390 = J + row[:, None] * j_stride + (_k389 // 6) * 22 + 16 + _k389 % 6
+                _row111 = _mc_row32(
+                    tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d213, K0), tl.where((perzyna_iso_return_map_converged & fin), d214, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0), tl.where((perzyna_iso_return_map_converged & fin), d221, K0), tl.where((perzyna_iso_return_map_converged & fin), d222, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d229, K0), tl.where((perzyna_iso_return_map_converged & fin), d230, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d234, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d235, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d237, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d239, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0), tl.where((perzyna_iso_return_map_converged & fin), d242, K0), BLOCK)
+                _k112 = tl.arange(0, 32)[None, :]
+                _p113 = J + row[:, None] * j_stride + (_k112 // 6) * 22 + 16 + _k112 % 6
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p390, tl.reshape(_j388, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p390 += zero
-                _j391 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d259, K0))
-                _j392 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d272, K0))
-                _j393 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d283, K0))
-                _j394 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d261, K0))
-                _j395 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d245, K0), tl.where((perzyna_iso_return_map_converged & fin), d271, K0))
-                _j396 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d253, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0))
-                _j397 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0))
-                _j398 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d273, K0))
-                _j399 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d265, K0))
-                _j400 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d252, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0))
-                _j401 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0))
-                _j402 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d256, K0), tl.where((perzyna_iso_return_map_converged & fin), d267, K0))
-                _j403 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d246, K0), tl.where((perzyna_iso_return_map_converged & fin), d277, K0))
-                _j404 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d254, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0))
-                _j405 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d250, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0))
-                _j406 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d258, K0), tl.where((perzyna_iso_return_map_converged & fin), d279, K0))
-                _j407 = tl.join(_j391, _j392)
-                _j408 = tl.join(_j393, _j394)
-                _j409 = tl.join(_j395, _j396)
-                _j410 = tl.join(_j397, _j398)
-                _j411 = tl.join(_j399, _j400)
-                _j412 = tl.join(_j401, _j402)
-                _j413 = tl.join(_j403, _j404)
-                _j414 = tl.join(_j405, _j406)
-                _j415 = tl.join(_j407, _j408)
-                _j416 = tl.join(_j409, _j410)
-                _j417 = tl.join(_j411, _j412)
-                _j418 = tl.join(_j413, _j414)
-                _j419 = tl.join(_j415, _j416)
-                _j420 = tl.join(_j417, _j418)
-                _j421 = tl.join(_j419, _j420)
-                _k422 = tl.arange(0, 32)[None, :] + 32
-                _p423 = J + row[:, None] * j_stride + (_k422 // 6) * 22 + 16 + _k422 % 6
+                    tl.store(_p113, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p113 += zero
+                _row114 = _mc_row32(
+                    tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d245, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d250, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0), tl.where((perzyna_iso_return_map_converged & fin), d253, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d258, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d259, K0), tl.where((perzyna_iso_return_map_converged & fin), d265, K0), tl.where((perzyna_iso_return_map_converged & fin), d271, K0), tl.where((perzyna_iso_return_map_converged & fin), d277, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d283, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d272, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d261, K0), tl.where((perzyna_iso_return_map_converged & fin), d267, K0), tl.where((perzyna_iso_return_map_converged & fin), d273, K0), tl.where((perzyna_iso_return_map_converged & fin), d279, K0), BLOCK)
+                _k115 = tl.arange(0, 32)[None, :] + 32
+                _p116 = J + row[:, None] * j_stride + (_k115 // 6) * 22 + 16 + _k115 % 6
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p423, tl.reshape(_j421, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p423 += zero
-                _zero424 = tl.zeros([BLOCK], dtype=DTYPE)
-                _j425 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d285, K0), tl.where((perzyna_iso_return_map_converged & fin), d276, K0))
-                _j426 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d263, K0), _zero424)
-                _j427 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d274, K0), _zero424)
-                _j428 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d287, K0), _zero424)
-                _j429 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d262, K0), tl.where((perzyna_iso_return_map_converged & fin), d288, K0))
-                _j430 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d275, K0), _zero424)
-                _j431 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d286, K0), _zero424)
-                _j432 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d264, K0), _zero424)
-                _j433 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d291, K0), tl.where((perzyna_iso_return_map_converged & fin), d282, K0))
-                _j434 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d269, K0), _zero424)
-                _j435 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d280, K0), _zero424)
-                _j436 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d293, K0), _zero424)
-                _j437 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d268, K0), tl.where((perzyna_iso_return_map_converged & fin), d294, K0))
-                _j438 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d281, K0), _zero424)
-                _j439 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d292, K0), _zero424)
-                _j440 = tl.join(tl.where((perzyna_iso_return_map_converged & fin), d270, K0), _zero424)
-                _j441 = tl.join(_j425, _j426)
-                _j442 = tl.join(_j427, _j428)
-                _j443 = tl.join(_j429, _j430)
-                _j444 = tl.join(_j431, _j432)
-                _j445 = tl.join(_j433, _j434)
-                _j446 = tl.join(_j435, _j436)
-                _j447 = tl.join(_j437, _j438)
-                _j448 = tl.join(_j439, _j440)
-                _j449 = tl.join(_j441, _j442)
-                _j450 = tl.join(_j443, _j444)
-                _j451 = tl.join(_j445, _j446)
-                _j452 = tl.join(_j447, _j448)
-                _j453 = tl.join(_j449, _j450)
-                _j454 = tl.join(_j451, _j452)
-                _j455 = tl.join(_j453, _j454)
-                _k456 = tl.arange(0, 32)[None, :] + 64
-                _p457 = J + row[:, None] * j_stride + (_k456 // 6) * 22 + 16 + _k456 % 6
+                    tl.store(_p116, _row114, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                    _p116 += zero
+                _zero117 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row118 = _mc_row32(
+                    tl.where((perzyna_iso_return_map_converged & fin), d285, K0), tl.where((perzyna_iso_return_map_converged & fin), d291, K0), tl.where((perzyna_iso_return_map_converged & fin), d262, K0), tl.where((perzyna_iso_return_map_converged & fin), d268, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d274, K0), tl.where((perzyna_iso_return_map_converged & fin), d280, K0), tl.where((perzyna_iso_return_map_converged & fin), d286, K0), tl.where((perzyna_iso_return_map_converged & fin), d292, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d263, K0), tl.where((perzyna_iso_return_map_converged & fin), d269, K0), tl.where((perzyna_iso_return_map_converged & fin), d275, K0), tl.where((perzyna_iso_return_map_converged & fin), d281, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d287, K0), tl.where((perzyna_iso_return_map_converged & fin), d293, K0), tl.where((perzyna_iso_return_map_converged & fin), d264, K0), tl.where((perzyna_iso_return_map_converged & fin), d270, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d276, K0), tl.where((perzyna_iso_return_map_converged & fin), d282, K0), tl.where((perzyna_iso_return_map_converged & fin), d288, K0), tl.where((perzyna_iso_return_map_converged & fin), d294, K0),
+                    _zero117, _zero117, _zero117, _zero117,
+                    _zero117, _zero117, _zero117, _zero117,
+                    _zero117, _zero117, _zero117, _zero117, BLOCK)
+                _k119 = tl.arange(0, 32)[None, :] + 64
+                _p120 = J + row[:, None] * j_stride + (_k119 // 6) * 22 + 16 + _k119 % 6
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p457, tl.reshape(_j455, [BLOCK, 32]), mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
-                    _p457 += zero
+                    tl.store(_p120, _row118, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
+                    _p120 += zero
         # status: converged (bool), iterations (int32), residual norm
-        _p458 = CV + row
+        _p121 = CV + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p458, (perzyna_iso_return_map_converged & fin), mask=mask)
-            _p458 += zero
-        _p459 = IT + row
+            tl.store(_p121, (perzyna_iso_return_map_converged & fin), mask=mask)
+            _p121 += zero
+        _p122 = IT + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p459, (perzyna_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p459 += zero
-        _p460 = RN + row
+            tl.store(_p122, (perzyna_iso_return_map_iterations).to(tl.int32), mask=mask)
+            _p122 += zero
+        _p123 = RN + row
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p460, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p460 += zero
+            tl.store(_p123, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
+            _p123 += zero
 else:
     _kernel = None
 

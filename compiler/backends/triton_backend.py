@@ -45,6 +45,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
 from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
                                         with_variants)
+from modelc.backends.triton_math import ROW_WIDTHS, bitrev
 from modelc.backends.triton_printer import TritonPrinter
 from modelc.passes.schedule import schedule
 
@@ -117,8 +118,7 @@ class TritonEmitter(Emitter):
             self.statements(st.body)
 
 
-def _bitrev(i: int, bits: int) -> int:
-    return int(format(i, f"0{bits}b")[::-1], 2) if bits else 0
+_bitrev = bitrev
 
 
 def _width(n: int) -> tuple[int, int]:
@@ -127,6 +127,7 @@ def _width(n: int) -> tuple[int, int]:
     return bits, 1 << bits
 
 
+ROW_CALL_INLINE = 4  # a stored row of more values has its _mc_row call on lines of its own
 STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values (see _Rows.store)
 CHUNKED_ROW_MAX = 64
 #: columns per store for longer rows (a full Jacobian): a [BLOCK, W] tile is stored through shared
@@ -259,19 +260,19 @@ class _Rows:
         n = len(values)
         bits, W = _width(n)
         em = self.em
+        if W not in ROW_WIDTHS:
+            raise InternalError(f"a stored row of {n} values pads to {W}, which has no _mc_row helper")
         zero = None
         if W > n:  # the padding of a row whose width is not a power of two
             zero = self._tmp("zero")
             em.line(f"{zero} = tl.zeros([BLOCK], dtype=DTYPE)")
         leaves = values + [zero] * (W - n)
-        level = [leaves[_bitrev(m, bits)] for m in range(W)]
-        while len(level) > 1:
-            nxt = []
-            for i in range(0, len(level), 2):
-                t = self._tmp("j")
-                em.line(f"{t} = tl.join({level[i]}, {level[i + 1]})")
-                nxt.append(t)
-            level = nxt
+        tile = f"_mc_row{W}({', '.join(leaves)}, BLOCK)"
+        if W > ROW_CALL_INLINE:  # a long row: its values on lines of their own, 4 to a line
+            tile = self._tmp("row")
+            em.line(f"{tile} = _mc_row{W}(")
+            for i in range(0, W, 4):
+                em.line("    " + ", ".join(leaves[i:i + 4]) + ("," if i + 4 < W else ", BLOCK)"))
         cols = f"tl.arange(0, {W})[None, :]"
         if index is not None:
             k = self._tmp("k")
@@ -279,8 +280,7 @@ class _Rows:
             where = index(k)
         else:
             where = f"{start} + {cols}" if start else cols
-        self.store_line(f"{ptr} + row[:, None] * {stride} + {where}", f"tl.reshape({level[0]}, [BLOCK, {W}])",
-                        f"mask[:, None] & ({cols} < {n})")
+        self.store_line(f"{ptr} + row[:, None] * {stride} + {where}", tile, f"mask[:, None] & ({cols} < {n})")
 
 
 def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, pivoting: str = "auto",

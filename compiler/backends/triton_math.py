@@ -194,6 +194,37 @@ def _mc_atan2(y, x):
 '''),
 }
 
+def bitrev(i: int, bits: int) -> int:
+    """``i`` with its ``bits`` low bits in reverse order (the leaf order of a ``tl.join`` tree)."""
+    return int(format(i, f"0{bits}b")[::-1], 2) if bits else 0
+
+
+def _row_helper(width: int) -> tuple[tuple[str, ...], str]:
+    """``_mc_row<width>(a0, ..., a<width-1>, BLOCK)``: the ``[BLOCK, width]`` tile whose column ``j``
+    is ``aj`` (a ``[BLOCK]`` value, or a scalar: a shared parameter's, broadcast), by a tree of ``tl.join`` (each join adds a trailing axis of 2; the leaves in bit-reversed
+    order make the row-major reshape put ``aj`` in column ``j``). The kernels store rows of values
+    through it: one call where the tree took ``width - 1`` lines; Triton inlines it, so the compiled
+    kernel is the same."""
+    bits = width.bit_length() - 1
+    args = [f"a{j}" for j in range(width)]
+    level = [args[bitrev(m, bits)] for m in range(width)]
+    body, k = [], 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level), 2):
+            body.append(f"    t{k} = tl.join({level[i]}, {level[i + 1]})")
+            nxt.append(f"t{k}")
+            k += 1
+        level = nxt
+    return (), (f"\n@triton.jit\ndef _mc_row{width}({', '.join(args)}, BLOCK: tl.constexpr):\n"
+                + "\n".join(body) + f"\n    return tl.reshape({level[0]}, [BLOCK, {width}])\n")
+
+
+#: the row helpers' widths: the powers of two a stored row is padded to (triton_backend._width)
+ROW_WIDTHS = (2, 4, 8, 16, 32, 64)
+for _w in ROW_WIDTHS:
+    HELPERS[f"_mc_row{_w}"] = _row_helper(_w)
+
 _CALL = re.compile(r"\b(_mc_[a-z0-9_]+)\(")
 
 

@@ -30,6 +30,10 @@ def kernels(tmp_path_factory):
     src += ("\n@triton.jit\ndef k_atan2(a, b, o, n, B: tl.constexpr):\n    i = tl.arange(0, B)\n    m = i < n\n"
             "    tl.store(o + i, _mc_atan2(tl.load(a + i, mask=m, other=1.0), tl.load(b + i, mask=m, other=1.0)),"
             " mask=m)\n")
+    for w in (2, 8, 32):  # a row tile from w values, column 1 a scalar (a shared parameter's)
+        cols = ", ".join("tl.load(s)" if j == 1 else f"tl.load(a + i * {w} + {j})" for j in range(w))
+        src += (f"\n@triton.jit\ndef k_row{w}(a, s, o, B: tl.constexpr):\n    i = tl.arange(0, B)\n"
+                f"    tl.store(o + i[:, None] * {w} + tl.arange(0, {w})[None, :], _mc_row{w}({cols}, B))\n")
     path = tmp_path_factory.mktemp("tm") / "tm_kernels.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("tm_kernels", path)
@@ -148,3 +152,17 @@ def test_a_module_calling_the_helpers_compiles_for_sm90(tmp_path):
     assert all(f"def _mc_{n}(" in source for n in _UNARY + ("atan2",))
     rows = compile_in_child([[module.__file__, {}]])
     assert len(rows) == 4 and all(r[3] and r[4] and r[5] for r in rows), rows
+
+
+@pytest.mark.parametrize("width", [2, 8, 32])
+def test_row_helper_puts_each_value_in_its_column(kernels, width):
+    """``_mc_row<w>(a0, ..., a<w-1>, BLOCK)`` (the tile every kernel store goes through): column j
+    holds aj for every point, a scalar argument broadcast to its whole column."""
+    B = 16
+    a = torch.arange(B * width, dtype=torch.float64).reshape(B, width) + 0.5
+    s = torch.tensor([-7.25], dtype=torch.float64)
+    o = torch.full((B, width), float("nan"), dtype=torch.float64)
+    getattr(kernels, f"k_row{width}")[(1,)](a, s, o, B=B)
+    want = a.clone()
+    want[:, 1] = -7.25
+    assert torch.equal(o, want)

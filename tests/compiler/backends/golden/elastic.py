@@ -113,6 +113,18 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a2)
+        t1 = tl.join(a1, a3)
+        t2 = tl.join(t0, t1)
+        return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """elastic, variant V (1 value; 4 jacobian)."""
         pid = tl.program_id(0)
@@ -158,66 +170,35 @@ if triton is not None:
             p_nu = _t24
         lam = (p_E * p_nu / ((K0 + p_nu) * (K0 - (K1 * p_nu))))
         if V & 4:  # jacobian: entries 8 .. 11 of d outputs / d inputs
-            _j25 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j26 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j27 = tl.join(_j25, _j26)
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], tl.reshape(_j27, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         mu = (p_E / (K1 + (K1 * p_nu)))
         if V & 4:  # jacobian: entries 0 .. 3 of d outputs / d inputs
-            _j28 = tl.join((lam + (K1 * mu)), lam)
-            _j29 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j30 = tl.join(_j28, _j29)
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], tl.reshape(_j30, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4((lam + (K1 * mu)), lam, lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 4 .. 7 of d outputs / d inputs
-            _j31 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam)
-            _j32 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (lam + (K1 * mu)))
-            _j33 = tl.join(_j31, _j32)
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], tl.reshape(_j33, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam, (lam + (K1 * mu)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 12 .. 15 of d outputs / d inputs
-            _j34 = tl.join(lam, (lam + (K1 * mu)))
-            _j35 = tl.join(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j36 = tl.join(_j34, _j35)
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], tl.reshape(_j36, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(lam, lam, (lam + (K1 * mu)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 20 .. 23 of d outputs / d inputs
-            _j37 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j38 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j39 = tl.join(_j37, _j38)
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], tl.reshape(_j39, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 28 .. 31 of d outputs / d inputs
-            _j40 = tl.join((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j41 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j42 = tl.join(_j40, _j41)
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], tl.reshape(_j42, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 32 .. 35 of d outputs / d inputs
-            _j43 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j44 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu))
-            _j45 = tl.join(_j43, _j44)
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], tl.reshape(_j45, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         trE = (forces_E_0 + forces_E_1 + forces_E_2)
         state_S_0 = ((lam * trE) + (K1 * forces_E_0 * mu))
         state_S_1 = ((lam * trE) + (K1 * forces_E_1 * mu))
         state_S_2 = ((lam * trE) + (K1 * forces_E_2 * mu))
         state_S_3 = (K1 * forces_E_3 * mu)
         # outputs 0 .. 3
-        _j46 = tl.join(state_S_0, state_S_2)
-        _j47 = tl.join(state_S_1, state_S_3)
-        _j48 = tl.join(_j46, _j47)
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], tl.reshape(_j48, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (K1 * forces_E_4 * mu)
         state_S_5 = (K1 * forces_E_5 * mu)
         # outputs 4 .. 5
-        _j49 = tl.join(state_S_4, state_S_5)
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], tl.reshape(_j49, [BLOCK, 2]), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         if V & 4:  # jacobian
             # d outputs / d inputs of the jacobian variant(s): every entry written once, zeros included
-            _j50 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j51 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j52 = tl.join(_j50, _j51)
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], tl.reshape(_j52, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _j53 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j54 = tl.join((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)))
-            _j55 = tl.join(_j53, _j54)
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], tl.reshape(_j55, [BLOCK, 4]), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 
