@@ -386,7 +386,7 @@ class CompiledModel(torch.nn.Module):
         self.c_baked = tuple(n for n in self.parameter_info if n in set(self.BAKED) | set(chosen))
         self._runtime_baked = frozenset(chosen)
         # exponent specialization (C backend): EXPONENTS with an integer value shared by every point
-        # are baked into a library of their own (see _c_library); bool() refuses a non-boolean
+        # are baked into a library of their own (see _c_library)
         if not isinstance(specialize, bool):
             raise InputError(f"model {self.NAME}: specialize must be True or False, got {specialize!r}")
         self.specialize = specialize
@@ -450,6 +450,7 @@ class CompiledModel(torch.nn.Module):
             return self._c_unavailable(str(exc))
 
     def _c_unavailable(self, reason: str) -> str:
+        """'torch', after warning (once per process and reason) that the C backend is unavailable."""
         if reason not in _WARNED:
             _WARNED.add(reason)
             warnings.warn(f"modelc: the C backend is unavailable ({reason}); model {self.NAME} uses the "
