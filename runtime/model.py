@@ -390,6 +390,8 @@ class CompiledModel(torch.nn.Module):
         if not isinstance(specialize, bool):
             raise InputError(f"model {self.NAME}: specialize must be True or False, got {specialize!r}")
         self.specialize = specialize
+        self._exponent_columns = [c for c, n in enumerate(self.param_names_by_column())
+                                  if n in self.EXPONENTS and n not in self.c_baked]
         self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
         self._owned: dict[str, torch.Tensor] = {}  # values built here from numbers (see _param_tensor)
         self._shared_P = self._shared_key = None
@@ -480,6 +482,11 @@ class CompiledModel(torch.nn.Module):
             if self._requested_backend != "auto":
                 raise
             self.backend = self._c_unavailable(str(exc))
+
+    def _loaded_clib(self):
+        """A C library of this model already loaded (every one has the same entry points), else the
+        general one."""
+        return self._clib or next(iter(self._baked_libs.values()), None) or self._general_lib()
 
     def _general_lib(self):
         """The C library with no exponent specialized (built on first use, then cached)."""
@@ -703,7 +710,7 @@ class CompiledModel(torch.nn.Module):
 
     def _check_total(self) -> None:
         """An InputError when this generated module has no ``total`` variant (it predates it)."""
-        if "total" not in self.VARIANTS or (self.backend == "c" and "void mc_total(" not in self.c_source):
+        if "total" not in self.VARIANTS or (self.backend == "c" and "total" not in self._loaded_clib().entry):
             raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
                              "to parameters (it predates them): regenerate it with `modelc compile`")
 
@@ -933,8 +940,7 @@ class CompiledModel(torch.nn.Module):
         takes, ``MC_CONST_INT``); else none. Per-point parameter rows are not scanned."""
         if not (self.specialize and self.EXPONENTS) or P.shape[0] != 1:
             return []
-        names = self.param_names_by_column()
-        cols = [c for c, n in enumerate(names) if n in self.EXPONENTS and n not in self.c_baked]
+        cols = self._exponent_columns
         values = P[0, cols].tolist() if cols else []
         return [c for c, v in zip(cols, values) if math.isfinite(v) and v == int(v) and abs(v) <= 63]
 

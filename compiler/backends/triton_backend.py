@@ -118,9 +118,6 @@ class TritonEmitter(Emitter):
             self.statements(st.body)
 
 
-_bitrev = bitrev
-
-
 def _width(n: int) -> tuple[int, int]:
     """(bits, width): the power of two >= max(n, 2) that a row of ``n`` values is padded to."""
     bits = max(1, (max(n, 2) - 1).bit_length())
@@ -218,7 +215,7 @@ class _Rows:
                 em.line(f"{a}, {b} = tl.split({t})")
                 nxt += [a, b]
             level = nxt
-        return [level[_bitrev(c, bits)] for c in range(n)]
+        return [level[bitrev(c, bits)] for c in range(n)]
 
     def load_row(self, ptr: str, n: int, other: str = "0.0") -> list[str]:
         """One row of ``n`` values for the whole program (0-d scalars): :meth:`load` without ``row``."""
