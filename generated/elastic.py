@@ -26,7 +26,7 @@ import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
-from modelc.runtime.model import t_minimum as _minimum
+from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
@@ -101,56 +101,33 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d24 = (-cse_16 * forces_E_5)
     # outputs
     Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
+    _put(Y, range(0, 6), (state_S_0, state_S_1, state_S_2, state_S_3, state_S_4, state_S_5))
     J = None
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d2
-        J[:, 0, 1] = d3
-        J[:, 0, 2] = d4
-        J[:, 1, 0] = d5
-        J[:, 1, 1] = d6
-        J[:, 1, 2] = d7
-        J[:, 2, 0] = d8
-        J[:, 2, 1] = d9
-        J[:, 2, 2] = d10
-        J[:, 3, 3] = d1
-        J[:, 4, 4] = d11
-        J[:, 5, 5] = d12
+        _put(J[:, 0], range(0, 3), (d2, d3, d4))
+        _put(J[:, 1], range(0, 3), (d5, d6, d7))
+        _put(J[:, 2], range(0, 3), (d8, d9, d10))
+        _put(J[:, 3], (3,), (d1,))
+        _put(J[:, 4], (4,), (d11,))
+        _put(J[:, 5], (5,), (d12,))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((6, 6) if V == 4 else (6, 8))), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d2
-        J[:, 0, 1] = d3
-        J[:, 0, 2] = d4
-        J[:, 1, 0] = d5
-        J[:, 1, 1] = d6
-        J[:, 1, 2] = d7
-        J[:, 2, 0] = d8
-        J[:, 2, 1] = d9
-        J[:, 2, 2] = d10
-        J[:, 3, 3] = d1
-        J[:, 4, 4] = d11
-        J[:, 5, 5] = d12
+        _put(J[:, 0], range(0, 3), (d2, d3, d4))
+        _put(J[:, 1], range(0, 3), (d5, d6, d7))
+        _put(J[:, 2], range(0, 3), (d8, d9, d10))
+        _put(J[:, 3], (3,), (d1,))
+        _put(J[:, 4], (4,), (d11,))
+        _put(J[:, 5], (5,), (d12,))
         if V & 8:
-            J[:, 0, 6] = d13
-            J[:, 0, 7] = d19
-            J[:, 1, 6] = d14
-            J[:, 1, 7] = d20
-            J[:, 2, 6] = d15
-            J[:, 2, 7] = d21
-            J[:, 3, 6] = d16
-            J[:, 3, 7] = d22
-            J[:, 4, 6] = d17
-            J[:, 4, 7] = d23
-            J[:, 5, 6] = d18
-            J[:, 5, 7] = d24
+            _put(J[:, 0], (6, 7), (d13, d19))
+            _put(J[:, 1], (6, 7), (d14, d20))
+            _put(J[:, 2], (6, 7), (d15, d21))
+            _put(J[:, 3], (6, 7), (d16, d22))
+            _put(J[:, 4], (6, 7), (d17, d23))
+            _put(J[:, 5], (6, 7), (d18, d24))
     ST = None
     return Y, J, ST
 
@@ -402,51 +379,30 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) o_j[0 * MC_W + l] = d2;
         const real d3 = (cse_4 * d1);
         if (V & 14) o_j[1 * MC_W + l] = d3;
-        const real d4 = d3;
-        if (V & 14) o_j[2 * MC_W + l] = d4;
-        const real d5 = d3;
-        if (V & 14) o_j[3 * MC_W + l] = d5;
-        const real d6 = d2;
-        if (V & 14) o_j[4 * MC_W + l] = d6;
-        const real d7 = d3;
-        if (V & 14) o_j[5 * MC_W + l] = d7;
-        const real d8 = d3;
-        if (V & 14) o_j[6 * MC_W + l] = d8;
-        const real d9 = d3;
-        if (V & 14) o_j[7 * MC_W + l] = d9;
-        const real d10 = d2;
-        if (V & 14) o_j[8 * MC_W + l] = d10;
-        const real d11 = d1;
-        if (V & 14) o_j[10 * MC_W + l] = d11;
-        const real d12 = d1;
-        if (V & 14) o_j[11 * MC_W + l] = d12;
+        if (V & 14) o_j[2 * MC_W + l] = d3;
+        if (V & 14) o_j[3 * MC_W + l] = d3;
+        if (V & 14) o_j[4 * MC_W + l] = d2;
+        if (V & 14) o_j[5 * MC_W + l] = d3;
+        if (V & 14) o_j[6 * MC_W + l] = d3;
+        if (V & 14) o_j[7 * MC_W + l] = d3;
+        if (V & 14) o_j[8 * MC_W + l] = d2;
+        if (V & 14) o_j[10 * MC_W + l] = d1;
+        if (V & 14) o_j[11 * MC_W + l] = d1;
         const real cse_14 = (cse_8 * cse_8);
         const real cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)));
         const real cse_16 = (p_E * cse_14);
-        const real d13 = (cse_6 * cse_8);
-        if (V & 8) o_j[12 * MC_W + l] = d13;
-        const real d14 = (cse_10 * cse_8);
-        if (V & 8) o_j[14 * MC_W + l] = d14;
-        const real d15 = (cse_11 * cse_8);
-        if (V & 8) o_j[16 * MC_W + l] = d15;
-        const real d16 = (cse_8 * forces_E_3);
-        if (V & 8) o_j[18 * MC_W + l] = d16;
-        const real d17 = (cse_8 * forces_E_4);
-        if (V & 8) o_j[20 * MC_W + l] = d17;
-        const real d18 = (cse_8 * forces_E_5);
-        if (V & 8) o_j[22 * MC_W + l] = d18;
-        const real d19 = (p_E * (-cse_15 - (cse_14 * forces_E_0)));
-        if (V & 8) o_j[13 * MC_W + l] = d19;
-        const real d20 = (p_E * (-cse_15 - (cse_14 * forces_E_1)));
-        if (V & 8) o_j[15 * MC_W + l] = d20;
-        const real d21 = (p_E * (-cse_15 - (cse_14 * forces_E_2)));
-        if (V & 8) o_j[17 * MC_W + l] = d21;
-        const real d22 = (-cse_16 * forces_E_3);
-        if (V & 8) o_j[19 * MC_W + l] = d22;
-        const real d23 = (-cse_16 * forces_E_4);
-        if (V & 8) o_j[21 * MC_W + l] = d23;
-        const real d24 = (-cse_16 * forces_E_5);
-        if (V & 8) o_j[23 * MC_W + l] = d24;
+        if (V & 8) o_j[12 * MC_W + l] = (cse_6 * cse_8);
+        if (V & 8) o_j[14 * MC_W + l] = (cse_10 * cse_8);
+        if (V & 8) o_j[16 * MC_W + l] = (cse_11 * cse_8);
+        if (V & 8) o_j[18 * MC_W + l] = (cse_8 * forces_E_3);
+        if (V & 8) o_j[20 * MC_W + l] = (cse_8 * forces_E_4);
+        if (V & 8) o_j[22 * MC_W + l] = (cse_8 * forces_E_5);
+        if (V & 8) o_j[13 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_0)));
+        if (V & 8) o_j[15 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_1)));
+        if (V & 8) o_j[17 * MC_W + l] = (p_E * (-cse_15 - (cse_14 * forces_E_2)));
+        if (V & 8) o_j[19 * MC_W + l] = (-cse_16 * forces_E_3);
+        if (V & 8) o_j[21 * MC_W + l] = (-cse_16 * forces_E_4);
+        if (V & 8) o_j[23 * MC_W + l] = (-cse_16 * forces_E_5);
     }
     static const int16_t jt1[24][3] = {
         {0, 0, 0}, {1, 0, 1}, {2, 0, 2}, {3, 1, 0}, {4, 1, 1}, {5, 1, 2}, {6, 2, 0}, {7, 2, 1},

@@ -26,7 +26,7 @@ import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
-from modelc.runtime.model import t_minimum as _minimum
+from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
@@ -1014,410 +1014,85 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d345 = (cse_43 * d282)
     # outputs
     Y = torch.empty((X.shape[0], 15), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_internal_Ep_0
-    Y[:, 1] = state_internal_Ep_1
-    Y[:, 2] = state_internal_Ep_2
-    Y[:, 3] = state_internal_Ep_3
-    Y[:, 4] = state_internal_Ep_4
-    Y[:, 5] = state_internal_Ep_5
-    Y[:, 6] = state_internal_ep
-    Y[:, 7] = state_internal_phi
-    Y[:, 8] = state_internal_gamma_rate
-    Y[:, 9] = state_S_0
-    Y[:, 10] = state_S_1
-    Y[:, 11] = state_S_2
-    Y[:, 12] = state_S_3
-    Y[:, 13] = state_S_4
-    Y[:, 14] = state_S_5
+    _put(Y, range(0, 15), (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
+        state_internal_gamma_rate, state_S_0, state_S_1, state_S_2, state_S_3, state_S_4, state_S_5,
+    ))
     J = None
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d55
-        J[:, 0, 1] = d56
-        J[:, 0, 2] = d57
-        J[:, 0, 3] = d58
-        J[:, 0, 4] = d59
-        J[:, 0, 5] = d60
-        J[:, 1, 0] = d61
-        J[:, 1, 1] = d62
-        J[:, 1, 2] = d63
-        J[:, 1, 3] = d64
-        J[:, 1, 4] = d65
-        J[:, 1, 5] = d66
-        J[:, 2, 0] = d67
-        J[:, 2, 1] = d68
-        J[:, 2, 2] = d69
-        J[:, 2, 3] = d70
-        J[:, 2, 4] = d71
-        J[:, 2, 5] = d72
-        J[:, 3, 0] = d73
-        J[:, 3, 1] = d74
-        J[:, 3, 2] = d75
-        J[:, 3, 3] = d76
-        J[:, 3, 4] = d77
-        J[:, 3, 5] = d78
-        J[:, 4, 0] = d79
-        J[:, 4, 1] = d80
-        J[:, 4, 2] = d81
-        J[:, 4, 3] = d82
-        J[:, 4, 4] = d83
-        J[:, 4, 5] = d84
-        J[:, 5, 0] = d85
-        J[:, 5, 1] = d86
-        J[:, 5, 2] = d87
-        J[:, 5, 3] = d88
-        J[:, 5, 4] = d89
-        J[:, 5, 5] = d90
+        _put(J[:, 0], range(0, 6), (d55, d56, d57, d58, d59, d60))
+        _put(J[:, 1], range(0, 6), (d61, d62, d63, d64, d65, d66))
+        _put(J[:, 2], range(0, 6), (d67, d68, d69, d70, d71, d72))
+        _put(J[:, 3], range(0, 6), (d73, d74, d75, d76, d77, d78))
+        _put(J[:, 4], range(0, 6), (d79, d80, d81, d82, d83, d84))
+        _put(J[:, 5], range(0, 6), (d85, d86, d87, d88, d89, d90))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((15, 16) if V == 4 else (15, 24))), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d1
-        J[:, 0, 1] = d2
-        J[:, 0, 2] = d3
-        J[:, 0, 3] = d4
-        J[:, 0, 4] = d5
-        J[:, 0, 5] = d6
-        J[:, 0, 6] = d91
-        J[:, 0, 7] = d92
-        J[:, 0, 8] = d93
-        J[:, 0, 9] = d94
-        J[:, 0, 10] = d95
-        J[:, 0, 11] = d96
-        J[:, 0, 12] = d97
-        J[:, 0, 13] = d98
-        J[:, 0, 14] = d99
-        J[:, 0, 15] = d100
-        J[:, 1, 0] = d7
-        J[:, 1, 1] = d8
-        J[:, 1, 2] = d9
-        J[:, 1, 3] = d10
-        J[:, 1, 4] = d11
-        J[:, 1, 5] = d12
-        J[:, 1, 6] = d101
-        J[:, 1, 7] = d102
-        J[:, 1, 8] = d103
-        J[:, 1, 9] = d104
-        J[:, 1, 10] = d105
-        J[:, 1, 11] = d106
-        J[:, 1, 12] = d107
-        J[:, 1, 13] = d108
-        J[:, 1, 14] = d109
-        J[:, 1, 15] = d110
-        J[:, 2, 0] = d13
-        J[:, 2, 1] = d14
-        J[:, 2, 2] = d15
-        J[:, 2, 3] = d16
-        J[:, 2, 4] = d17
-        J[:, 2, 5] = d18
-        J[:, 2, 6] = d111
-        J[:, 2, 7] = d112
-        J[:, 2, 8] = d113
-        J[:, 2, 9] = d114
-        J[:, 2, 10] = d115
-        J[:, 2, 11] = d116
-        J[:, 2, 12] = d117
-        J[:, 2, 13] = d118
-        J[:, 2, 14] = d119
-        J[:, 2, 15] = d120
-        J[:, 3, 0] = d19
-        J[:, 3, 1] = d20
-        J[:, 3, 2] = d21
-        J[:, 3, 3] = d22
-        J[:, 3, 4] = d23
-        J[:, 3, 5] = d24
-        J[:, 3, 6] = d121
-        J[:, 3, 7] = d122
-        J[:, 3, 8] = d123
-        J[:, 3, 9] = d124
-        J[:, 3, 10] = d125
-        J[:, 3, 11] = d126
-        J[:, 3, 12] = d127
-        J[:, 3, 13] = d128
-        J[:, 3, 14] = d129
-        J[:, 3, 15] = d130
-        J[:, 4, 0] = d25
-        J[:, 4, 1] = d26
-        J[:, 4, 2] = d27
-        J[:, 4, 3] = d28
-        J[:, 4, 4] = d29
-        J[:, 4, 5] = d30
-        J[:, 4, 6] = d131
-        J[:, 4, 7] = d132
-        J[:, 4, 8] = d133
-        J[:, 4, 9] = d134
-        J[:, 4, 10] = d135
-        J[:, 4, 11] = d136
-        J[:, 4, 12] = d137
-        J[:, 4, 13] = d138
-        J[:, 4, 14] = d139
-        J[:, 4, 15] = d140
-        J[:, 5, 0] = d31
-        J[:, 5, 1] = d32
-        J[:, 5, 2] = d33
-        J[:, 5, 3] = d34
-        J[:, 5, 4] = d35
-        J[:, 5, 5] = d36
-        J[:, 5, 6] = d141
-        J[:, 5, 7] = d142
-        J[:, 5, 8] = d143
-        J[:, 5, 9] = d144
-        J[:, 5, 10] = d145
-        J[:, 5, 11] = d146
-        J[:, 5, 12] = d147
-        J[:, 5, 13] = d148
-        J[:, 5, 14] = d149
-        J[:, 5, 15] = d150
-        J[:, 6, 0] = d37
-        J[:, 6, 1] = d38
-        J[:, 6, 2] = d39
-        J[:, 6, 3] = d40
-        J[:, 6, 4] = d41
-        J[:, 6, 5] = d42
-        J[:, 6, 6] = d151
-        J[:, 6, 7] = d152
-        J[:, 6, 8] = d153
-        J[:, 6, 9] = d154
-        J[:, 6, 10] = d155
-        J[:, 6, 11] = d156
-        J[:, 6, 12] = d157
-        J[:, 6, 13] = d158
-        J[:, 6, 14] = d159
-        J[:, 6, 15] = d160
-        J[:, 7, 0] = d43
-        J[:, 7, 1] = d44
-        J[:, 7, 2] = d45
-        J[:, 7, 3] = d46
-        J[:, 7, 4] = d47
-        J[:, 7, 5] = d48
-        J[:, 7, 6] = d161
-        J[:, 7, 7] = d162
-        J[:, 7, 8] = d163
-        J[:, 7, 9] = d164
-        J[:, 7, 10] = d165
-        J[:, 7, 11] = d166
-        J[:, 7, 12] = d167
-        J[:, 7, 13] = d168
-        J[:, 7, 14] = d169
-        J[:, 7, 15] = d170
-        J[:, 8, 0] = d49
-        J[:, 8, 1] = d50
-        J[:, 8, 2] = d51
-        J[:, 8, 3] = d52
-        J[:, 8, 4] = d53
-        J[:, 8, 5] = d54
-        J[:, 8, 6] = d171
-        J[:, 8, 7] = d172
-        J[:, 8, 8] = d173
-        J[:, 8, 9] = d174
-        J[:, 8, 10] = d175
-        J[:, 8, 11] = d176
-        J[:, 8, 12] = d177
-        J[:, 8, 13] = d178
-        J[:, 8, 14] = d179
-        J[:, 8, 15] = d180
-        J[:, 9, 0] = d55
-        J[:, 9, 1] = d56
-        J[:, 9, 2] = d57
-        J[:, 9, 3] = d58
-        J[:, 9, 4] = d59
-        J[:, 9, 5] = d60
-        J[:, 9, 6] = d181
-        J[:, 9, 7] = d187
-        J[:, 9, 8] = d193
-        J[:, 9, 9] = d194
-        J[:, 9, 10] = d195
-        J[:, 9, 11] = d196
-        J[:, 9, 12] = d197
-        J[:, 9, 13] = d198
-        J[:, 9, 14] = d229
-        J[:, 9, 15] = d235
-        J[:, 10, 0] = d61
-        J[:, 10, 1] = d62
-        J[:, 10, 2] = d63
-        J[:, 10, 3] = d64
-        J[:, 10, 4] = d65
-        J[:, 10, 5] = d66
-        J[:, 10, 6] = d182
-        J[:, 10, 7] = d188
-        J[:, 10, 8] = d199
-        J[:, 10, 9] = d200
-        J[:, 10, 10] = d201
-        J[:, 10, 11] = d202
-        J[:, 10, 12] = d203
-        J[:, 10, 13] = d204
-        J[:, 10, 14] = d230
-        J[:, 10, 15] = d236
-        J[:, 11, 0] = d67
-        J[:, 11, 1] = d68
-        J[:, 11, 2] = d69
-        J[:, 11, 3] = d70
-        J[:, 11, 4] = d71
-        J[:, 11, 5] = d72
-        J[:, 11, 6] = d183
-        J[:, 11, 7] = d189
-        J[:, 11, 8] = d205
-        J[:, 11, 9] = d206
-        J[:, 11, 10] = d207
-        J[:, 11, 11] = d208
-        J[:, 11, 12] = d209
-        J[:, 11, 13] = d210
-        J[:, 11, 14] = d231
-        J[:, 11, 15] = d237
-        J[:, 12, 0] = d73
-        J[:, 12, 1] = d74
-        J[:, 12, 2] = d75
-        J[:, 12, 3] = d76
-        J[:, 12, 4] = d77
-        J[:, 12, 5] = d78
-        J[:, 12, 6] = d184
-        J[:, 12, 7] = d190
-        J[:, 12, 8] = d211
-        J[:, 12, 9] = d212
-        J[:, 12, 10] = d213
-        J[:, 12, 11] = d214
-        J[:, 12, 12] = d215
-        J[:, 12, 13] = d216
-        J[:, 12, 14] = d232
-        J[:, 12, 15] = d238
-        J[:, 13, 0] = d79
-        J[:, 13, 1] = d80
-        J[:, 13, 2] = d81
-        J[:, 13, 3] = d82
-        J[:, 13, 4] = d83
-        J[:, 13, 5] = d84
-        J[:, 13, 6] = d185
-        J[:, 13, 7] = d191
-        J[:, 13, 8] = d217
-        J[:, 13, 9] = d218
-        J[:, 13, 10] = d219
-        J[:, 13, 11] = d220
-        J[:, 13, 12] = d221
-        J[:, 13, 13] = d222
-        J[:, 13, 14] = d233
-        J[:, 13, 15] = d239
-        J[:, 14, 0] = d85
-        J[:, 14, 1] = d86
-        J[:, 14, 2] = d87
-        J[:, 14, 3] = d88
-        J[:, 14, 4] = d89
-        J[:, 14, 5] = d90
-        J[:, 14, 6] = d186
-        J[:, 14, 7] = d192
-        J[:, 14, 8] = d223
-        J[:, 14, 9] = d224
-        J[:, 14, 10] = d225
-        J[:, 14, 11] = d226
-        J[:, 14, 12] = d227
-        J[:, 14, 13] = d228
-        J[:, 14, 14] = d234
-        J[:, 14, 15] = d240
+        _put(J[:, 0], range(0, 16), (
+            d1, d2, d3, d4, d5, d6, d91, d92, d93, d94, d95, d96, d97, d98, d99, d100,
+        ))
+        _put(J[:, 1], range(0, 16), (
+            d7, d8, d9, d10, d11, d12, d101, d102, d103, d104, d105, d106, d107, d108, d109, d110,
+        ))
+        _put(J[:, 2], range(0, 16), (
+            d13, d14, d15, d16, d17, d18, d111, d112, d113, d114, d115, d116, d117, d118, d119, d120,
+        ))
+        _put(J[:, 3], range(0, 16), (
+            d19, d20, d21, d22, d23, d24, d121, d122, d123, d124, d125, d126, d127, d128, d129, d130,
+        ))
+        _put(J[:, 4], range(0, 16), (
+            d25, d26, d27, d28, d29, d30, d131, d132, d133, d134, d135, d136, d137, d138, d139, d140,
+        ))
+        _put(J[:, 5], range(0, 16), (
+            d31, d32, d33, d34, d35, d36, d141, d142, d143, d144, d145, d146, d147, d148, d149, d150,
+        ))
+        _put(J[:, 6], range(0, 16), (
+            d37, d38, d39, d40, d41, d42, d151, d152, d153, d154, d155, d156, d157, d158, d159, d160,
+        ))
+        _put(J[:, 7], range(0, 16), (
+            d43, d44, d45, d46, d47, d48, d161, d162, d163, d164, d165, d166, d167, d168, d169, d170,
+        ))
+        _put(J[:, 8], range(0, 16), (
+            d49, d50, d51, d52, d53, d54, d171, d172, d173, d174, d175, d176, d177, d178, d179, d180,
+        ))
+        _put(J[:, 9], range(0, 16), (
+            d55, d56, d57, d58, d59, d60, d181, d187, d193, d194, d195, d196, d197, d198, d229, d235,
+        ))
+        _put(J[:, 10], range(0, 16), (
+            d61, d62, d63, d64, d65, d66, d182, d188, d199, d200, d201, d202, d203, d204, d230, d236,
+        ))
+        _put(J[:, 11], range(0, 16), (
+            d67, d68, d69, d70, d71, d72, d183, d189, d205, d206, d207, d208, d209, d210, d231, d237,
+        ))
+        _put(J[:, 12], range(0, 16), (
+            d73, d74, d75, d76, d77, d78, d184, d190, d211, d212, d213, d214, d215, d216, d232, d238,
+        ))
+        _put(J[:, 13], range(0, 16), (
+            d79, d80, d81, d82, d83, d84, d185, d191, d217, d218, d219, d220, d221, d222, d233, d239,
+        ))
+        _put(J[:, 14], range(0, 16), (
+            d85, d86, d87, d88, d89, d90, d186, d192, d223, d224, d225, d226, d227, d228, d234, d240,
+        ))
         if V & 8:
-            J[:, 0, 17] = d241
-            J[:, 0, 18] = d242
-            J[:, 0, 19] = d243
-            J[:, 0, 20] = d244
-            J[:, 0, 21] = d245
-            J[:, 0, 22] = d246
-            J[:, 0, 23] = d247
-            J[:, 1, 17] = d248
-            J[:, 1, 18] = d249
-            J[:, 1, 19] = d250
-            J[:, 1, 20] = d251
-            J[:, 1, 21] = d252
-            J[:, 1, 22] = d253
-            J[:, 1, 23] = d254
-            J[:, 2, 17] = d255
-            J[:, 2, 18] = d256
-            J[:, 2, 19] = d257
-            J[:, 2, 20] = d258
-            J[:, 2, 21] = d259
-            J[:, 2, 22] = d260
-            J[:, 2, 23] = d261
-            J[:, 3, 17] = d262
-            J[:, 3, 18] = d263
-            J[:, 3, 19] = d264
-            J[:, 3, 20] = d265
-            J[:, 3, 21] = d266
-            J[:, 3, 22] = d267
-            J[:, 3, 23] = d268
-            J[:, 4, 17] = d269
-            J[:, 4, 18] = d270
-            J[:, 4, 19] = d271
-            J[:, 4, 20] = d272
-            J[:, 4, 21] = d273
-            J[:, 4, 22] = d274
-            J[:, 4, 23] = d275
-            J[:, 5, 17] = d276
-            J[:, 5, 18] = d277
-            J[:, 5, 19] = d278
-            J[:, 5, 20] = d279
-            J[:, 5, 21] = d280
-            J[:, 5, 22] = d281
-            J[:, 5, 23] = d282
-            J[:, 6, 17] = d283
-            J[:, 6, 18] = d284
-            J[:, 6, 19] = d285
-            J[:, 6, 20] = d286
-            J[:, 6, 21] = d287
-            J[:, 6, 22] = d288
-            J[:, 6, 23] = d289
-            J[:, 7, 17] = d290
-            J[:, 7, 18] = d291
-            J[:, 7, 19] = d292
-            J[:, 7, 20] = d293
-            J[:, 7, 21] = d294
-            J[:, 7, 22] = d295
-            J[:, 7, 23] = d296
-            J[:, 8, 17] = d297
-            J[:, 8, 18] = d298
-            J[:, 8, 19] = d299
-            J[:, 8, 20] = d300
-            J[:, 8, 21] = d301
-            J[:, 8, 22] = d302
-            J[:, 8, 23] = d303
-            J[:, 9, 17] = d304
-            J[:, 9, 18] = d310
-            J[:, 9, 19] = d316
-            J[:, 9, 20] = d322
-            J[:, 9, 21] = d328
-            J[:, 9, 22] = d334
-            J[:, 9, 23] = d340
-            J[:, 10, 17] = d305
-            J[:, 10, 18] = d311
-            J[:, 10, 19] = d317
-            J[:, 10, 20] = d323
-            J[:, 10, 21] = d329
-            J[:, 10, 22] = d335
-            J[:, 10, 23] = d341
-            J[:, 11, 17] = d306
-            J[:, 11, 18] = d312
-            J[:, 11, 19] = d318
-            J[:, 11, 20] = d324
-            J[:, 11, 21] = d330
-            J[:, 11, 22] = d336
-            J[:, 11, 23] = d342
-            J[:, 12, 17] = d307
-            J[:, 12, 18] = d313
-            J[:, 12, 19] = d319
-            J[:, 12, 20] = d325
-            J[:, 12, 21] = d331
-            J[:, 12, 22] = d337
-            J[:, 12, 23] = d343
-            J[:, 13, 17] = d308
-            J[:, 13, 18] = d314
-            J[:, 13, 19] = d320
-            J[:, 13, 20] = d326
-            J[:, 13, 21] = d332
-            J[:, 13, 22] = d338
-            J[:, 13, 23] = d344
-            J[:, 14, 17] = d309
-            J[:, 14, 18] = d315
-            J[:, 14, 19] = d321
-            J[:, 14, 20] = d327
-            J[:, 14, 21] = d333
-            J[:, 14, 22] = d339
-            J[:, 14, 23] = d345
+            _put(J[:, 0], range(17, 24), (d241, d242, d243, d244, d245, d246, d247))
+            _put(J[:, 1], range(17, 24), (d248, d249, d250, d251, d252, d253, d254))
+            _put(J[:, 2], range(17, 24), (d255, d256, d257, d258, d259, d260, d261))
+            _put(J[:, 3], range(17, 24), (d262, d263, d264, d265, d266, d267, d268))
+            _put(J[:, 4], range(17, 24), (d269, d270, d271, d272, d273, d274, d275))
+            _put(J[:, 5], range(17, 24), (d276, d277, d278, d279, d280, d281, d282))
+            _put(J[:, 6], range(17, 24), (d283, d284, d285, d286, d287, d288, d289))
+            _put(J[:, 7], range(17, 24), (d290, d291, d292, d293, d294, d295, d296))
+            _put(J[:, 8], range(17, 24), (d297, d298, d299, d300, d301, d302, d303))
+            _put(J[:, 9], range(17, 24), (d304, d310, d316, d322, d328, d334, d340))
+            _put(J[:, 10], range(17, 24), (d305, d311, d317, d323, d329, d335, d341))
+            _put(J[:, 11], range(17, 24), (d306, d312, d318, d324, d330, d336, d342))
+            _put(J[:, 12], range(17, 24), (d307, d313, d319, d325, d331, d337, d343))
+            _put(J[:, 13], range(17, 24), (d308, d314, d320, d326, d332, d338, d344))
+            _put(J[:, 14], range(17, 24), (d309, d315, d321, d327, d333, d339, d345))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = gtn_return_map_converged
@@ -1443,7 +1118,7 @@ def _torch_initial(X, P):
     p_q3 = P[:, 7]
     # outputs
     Y = torch.empty((X.shape[0], 1), dtype=X.dtype, device=X.device)
-    Y[:, 0] = p_phi0
+    _put(Y, (0,), (p_phi0,))
     J = None
     ST = None
     return Y, J, ST
@@ -1560,6 +1235,552 @@ if triton is not None:
         return tl.where(a <= b, a, b)
 
     @triton.jit
+    def _triton_lu1(
+        a0_0, a0_1, a0_2, a0_6, a0_7, a0_8,
+        a1_0, a1_1, a1_2, a1_6, a1_7, a1_8,
+        a2_0, a2_1, a2_2, a2_6, a2_7, a2_8,
+        a3_3, a3_6, a3_8, a4_4, a4_6, a4_8,
+        a5_5, a5_6, a5_8, a6_0, a6_1, a6_2,
+        a6_3, a6_4, a6_5, a6_6, a6_7, a6_8,
+        a7_0, a7_1, a7_2, a7_6, a7_7, a7_8,
+        a8_0, a8_1, a8_2, a8_3, a8_4, a8_5,
+        a8_6, a8_7, a8_8, DTYPE: tl.constexpr):
+        """Elimination of a 9x9 system (51 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
+        K0 = tl.full([], 1e-12, DTYPE)
+        K1 = tl.full([], float("nan"), DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
+        f_1 = (tl.abs(a0_0) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(a0_1), tl.abs(a0_2)), tl.abs(a0_6)), tl.abs(a0_7)), tl.abs(a0_8))))
+        f_2 = tl.where(f_1, (K2 / a0_0), K1)
+        f_3 = (a1_0 * f_2)
+        f_4 = (a1_1 - (a0_1 * f_3))
+        f_5 = (a1_2 - (a0_2 * f_3))
+        f_6 = (a1_6 - (a0_6 * f_3))
+        f_7 = (a1_7 - (a0_7 * f_3))
+        f_8 = (a1_8 - (a0_8 * f_3))
+        f_9 = (a2_0 * f_2)
+        f_10 = (a2_1 - (a0_1 * f_9))
+        f_11 = (a2_2 - (a0_2 * f_9))
+        f_12 = (a2_6 - (a0_6 * f_9))
+        f_13 = (a2_7 - (a0_7 * f_9))
+        f_14 = (a2_8 - (a0_8 * f_9))
+        f_15 = (a6_0 * f_2)
+        f_16 = (a6_1 - (a0_1 * f_15))
+        f_17 = (a6_2 - (a0_2 * f_15))
+        f_18 = (a6_6 - (a0_6 * f_15))
+        f_19 = (a6_7 - (a0_7 * f_15))
+        f_20 = (a6_8 - (a0_8 * f_15))
+        f_21 = (a7_0 * f_2)
+        f_22 = (a7_1 - (a0_1 * f_21))
+        f_23 = (a7_2 - (a0_2 * f_21))
+        f_24 = (a7_6 - (a0_6 * f_21))
+        f_25 = (a7_7 - (a0_7 * f_21))
+        f_26 = (a7_8 - (a0_8 * f_21))
+        f_27 = (a8_0 * f_2)
+        f_28 = (a8_1 - (a0_1 * f_27))
+        f_29 = (a8_2 - (a0_2 * f_27))
+        f_30 = (a8_6 - (a0_6 * f_27))
+        f_31 = (a8_7 - (a0_7 * f_27))
+        f_32 = (a8_8 - (a0_8 * f_27))
+        f_33 = (tl.abs(f_4) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.abs(f_5), tl.abs(f_6)), tl.abs(f_7)), tl.abs(f_8))))
+        f_34 = tl.where(f_33, (K2 / f_4), K1)
+        f_35 = (f_10 * f_34)
+        f_36 = (f_11 - (f_5 * f_35))
+        f_37 = (f_12 - (f_6 * f_35))
+        f_38 = (f_13 - (f_7 * f_35))
+        f_39 = (f_14 - (f_8 * f_35))
+        f_40 = (f_16 * f_34)
+        f_41 = (f_17 - (f_5 * f_40))
+        f_42 = (f_18 - (f_6 * f_40))
+        f_43 = (f_19 - (f_7 * f_40))
+        f_44 = (f_20 - (f_8 * f_40))
+        f_45 = (f_22 * f_34)
+        f_46 = (f_23 - (f_5 * f_45))
+        f_47 = (f_24 - (f_6 * f_45))
+        f_48 = (f_25 - (f_7 * f_45))
+        f_49 = (f_26 - (f_8 * f_45))
+        f_50 = (f_28 * f_34)
+        f_51 = (f_29 - (f_5 * f_50))
+        f_52 = (f_30 - (f_6 * f_50))
+        f_53 = (f_31 - (f_7 * f_50))
+        f_54 = (f_32 - (f_8 * f_50))
+        f_55 = (tl.abs(f_36) >= (K0 * tl.maximum(tl.maximum(tl.abs(f_37), tl.abs(f_38)), tl.abs(f_39))))
+        f_56 = tl.where(f_55, (K2 / f_36), K1)
+        f_57 = (f_41 * f_56)
+        f_58 = (f_42 - (f_37 * f_57))
+        f_59 = (f_43 - (f_38 * f_57))
+        f_60 = (f_44 - (f_39 * f_57))
+        f_61 = (f_46 * f_56)
+        f_62 = (f_47 - (f_37 * f_61))
+        f_63 = (f_48 - (f_38 * f_61))
+        f_64 = (f_49 - (f_39 * f_61))
+        f_65 = (f_51 * f_56)
+        f_66 = (f_52 - (f_37 * f_65))
+        f_67 = (f_53 - (f_38 * f_65))
+        f_68 = (f_54 - (f_39 * f_65))
+        f_69 = (tl.abs(a3_3) >= (K0 * tl.maximum(tl.abs(a3_6), tl.abs(a3_8))))
+        f_70 = tl.where(f_69, (K2 / a3_3), K1)
+        f_71 = (a6_3 * f_70)
+        f_72 = (f_58 - (a3_6 * f_71))
+        f_73 = (f_60 - (a3_8 * f_71))
+        f_74 = (a8_3 * f_70)
+        f_75 = (f_66 - (a3_6 * f_74))
+        f_76 = (f_68 - (a3_8 * f_74))
+        f_77 = (tl.abs(a4_4) >= (K0 * tl.maximum(tl.abs(a4_6), tl.abs(a4_8))))
+        f_78 = tl.where(f_77, (K2 / a4_4), K1)
+        f_79 = (a6_4 * f_78)
+        f_80 = (f_72 - (a4_6 * f_79))
+        f_81 = (f_73 - (a4_8 * f_79))
+        f_82 = (a8_4 * f_78)
+        f_83 = (f_75 - (a4_6 * f_82))
+        f_84 = (f_76 - (a4_8 * f_82))
+        f_85 = (tl.abs(a5_5) >= (K0 * tl.maximum(tl.abs(a5_6), tl.abs(a5_8))))
+        f_86 = tl.where(f_85, (K2 / a5_5), K1)
+        f_87 = (a6_5 * f_86)
+        f_88 = (f_80 - (a5_6 * f_87))
+        f_89 = (f_81 - (a5_8 * f_87))
+        f_90 = (a8_5 * f_86)
+        f_91 = (f_83 - (a5_6 * f_90))
+        f_92 = (f_84 - (a5_8 * f_90))
+        f_93 = (tl.abs(f_88) >= (K0 * tl.maximum(tl.abs(f_59), tl.abs(f_89))))
+        f_94 = tl.where(f_93, (K2 / f_88), K1)
+        f_95 = (f_62 * f_94)
+        f_96 = (f_63 - (f_59 * f_95))
+        f_97 = (f_64 - (f_89 * f_95))
+        f_98 = (f_91 * f_94)
+        f_99 = (f_67 - (f_59 * f_98))
+        f_100 = (f_92 - (f_89 * f_98))
+        f_101 = (tl.abs(f_96) >= (K0 * tl.abs(f_97)))
+        f_102 = tl.where(f_101, (K2 / f_96), K1)
+        f_103 = (f_99 * f_102)
+        f_104 = (f_100 - (f_97 * f_103))
+        f_105 = (K2 / f_104)
+        return (
+        f_3, f_9, f_15, f_21, f_27, f_35,
+        f_40, f_45, f_50, f_57, f_61, f_65,
+        f_71, f_74, f_79, f_82, f_87, f_90,
+        f_95, f_98, f_103, a0_1, a0_2, a0_6,
+        a0_7, a0_8, f_5, f_6, f_7, f_8,
+        f_37, f_38, f_39, a3_6, a3_8, a4_6,
+        a4_8, a5_6, a5_8, f_59, f_89, f_97,
+        f_2, f_34, f_56, f_70, f_78, f_86,
+        f_94, f_102, f_105)
+
+    @triton.jit
+    def _triton_lu1_forward1(
+        F, b0, b1, b2, b3, b4,
+        b5, b6, b7, b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b6 - (b0 * F[2]))
+        s_4 = (b7 - (b0 * F[3]))
+        s_5 = (b8 - (b0 * F[4]))
+        s_6 = (s_2 - (F[5] * s_1))
+        s_7 = (s_3 - (F[6] * s_1))
+        s_8 = (s_4 - (F[7] * s_1))
+        s_9 = (s_5 - (F[8] * s_1))
+        s_10 = (s_7 - (F[9] * s_6))
+        s_11 = (s_8 - (F[10] * s_6))
+        s_12 = (s_9 - (F[11] * s_6))
+        s_13 = (s_10 - (b3 * F[12]))
+        s_14 = (s_12 - (b3 * F[13]))
+        s_15 = (s_13 - (b4 * F[14]))
+        s_16 = (s_14 - (b4 * F[15]))
+        s_17 = (s_15 - (b5 * F[16]))
+        s_18 = (s_16 - (b5 * F[17]))
+        s_19 = (s_11 - (F[18] * s_17))
+        s_20 = (s_18 - (F[19] * s_17))
+        s_21 = (s_20 - (F[20] * s_19))
+        return (
+        b0, s_1, s_6, b3, b4, b5,
+        s_17, s_19, s_21)
+
+    @triton.jit
+    def _triton_lu1_back1(
+        F, y0, y1, y2, y3, y4,
+        y5, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (y5 - (F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (y4 - (F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (y3 - (F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (y0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward2(
+        F, b0, b1, b2, b6, b7,
+        b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b6 - (b0 * F[2]))
+        s_4 = (b7 - (b0 * F[3]))
+        s_5 = (b8 - (b0 * F[4]))
+        s_6 = (s_2 - (F[5] * s_1))
+        s_7 = (s_3 - (F[6] * s_1))
+        s_8 = (s_4 - (F[7] * s_1))
+        s_9 = (s_5 - (F[8] * s_1))
+        s_10 = (s_7 - (F[9] * s_6))
+        s_11 = (s_8 - (F[10] * s_6))
+        s_12 = (s_9 - (F[11] * s_6))
+        s_13 = (s_11 - (F[18] * s_10))
+        s_14 = (s_12 - (F[19] * s_10))
+        s_15 = (s_14 - (F[20] * s_13))
+        return (b0, s_1, s_6, s_10, s_13, s_15)
+
+    @triton.jit
+    def _triton_lu1_forward3(F, b3, b6, b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b6 - (b3 * F[12]))
+        s_2 = (b8 - (b3 * F[13]))
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (b3, s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_forward4(F, b4, b6, b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b6 - (b4 * F[14]))
+        s_2 = (b8 - (b4 * F[15]))
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (b4, s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_forward5(F, b5, b6, b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b6 - (b5 * F[16]))
+        s_2 = (b8 - (b5 * F[17]))
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (b5, s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_back2(
+        F, y0, y1, y2, y6, y7,
+        y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (y0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back3(F, y3, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (y3 - (F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back4(F, y4, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (y4 - (F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back5(F, y5, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (y5 - (F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[0])
+        s_2 = (-F[1])
+        s_3 = (-F[2])
+        s_4 = (-F[3])
+        s_5 = (-F[4])
+        s_6 = (s_2 - (F[5] * s_1))
+        s_7 = (s_3 - (F[6] * s_1))
+        s_8 = (s_4 - (F[7] * s_1))
+        s_9 = (s_5 - (F[8] * s_1))
+        s_10 = (s_7 - (F[9] * s_6))
+        s_11 = (s_8 - (F[10] * s_6))
+        s_12 = (s_9 - (F[11] * s_6))
+        s_13 = (s_11 - (F[18] * s_10))
+        s_14 = (s_12 - (F[19] * s_10))
+        s_15 = (s_14 - (F[20] * s_13))
+        return (s_1, s_6, s_10, s_13, s_15)
+
+    @triton.jit
+    def _triton_lu1_forward7(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[5])
+        s_2 = (-F[6])
+        s_3 = (-F[7])
+        s_4 = (-F[8])
+        s_5 = (s_2 - (F[9] * s_1))
+        s_6 = (s_3 - (F[10] * s_1))
+        s_7 = (s_4 - (F[11] * s_1))
+        s_8 = (s_6 - (F[18] * s_5))
+        s_9 = (s_7 - (F[19] * s_5))
+        s_10 = (s_9 - (F[20] * s_8))
+        return (s_1, s_5, s_8, s_10)
+
+    @triton.jit
+    def _triton_lu1_forward8(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[9])
+        s_2 = (-F[10])
+        s_3 = (-F[11])
+        s_4 = (s_2 - (F[18] * s_1))
+        s_5 = (s_3 - (F[19] * s_1))
+        s_6 = (s_5 - (F[20] * s_4))
+        return (s_1, s_4, s_6)
+
+    @triton.jit
+    def _triton_lu1_forward9(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[12])
+        s_2 = (-F[13])
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_forward10(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[14])
+        s_2 = (-F[15])
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_forward11(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[16])
+        s_2 = (-F[17])
+        s_3 = (-F[18] * s_1)
+        s_4 = (s_2 - (F[19] * s_1))
+        s_5 = (s_4 - (F[20] * s_3))
+        return (s_1, s_3, s_5)
+
+    @triton.jit
+    def _triton_lu1_forward12(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[18])
+        s_2 = (-F[19])
+        s_3 = (s_2 - (F[20] * s_1))
+        return (s_1, s_3)
+
+    @triton.jit
+    def _triton_lu1_forward13(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[20])
+        return (s_1)
+
+    @triton.jit
+    def _triton_lu1_back6(
+        F, y1, y2, y6, y7, y8,
+        DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (K0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back7(F, y2, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (K0 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back8(F, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (K0 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back9(F, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (K0 - (F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back10(F, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (K0 - (F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back11(F, y6, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (y6 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (K0 - (F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back12(F, y7, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (y7 - (F[41] * s_1)))
+        s_3 = (F[48] * (K0 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back13(F, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[50] * y8)
+        s_2 = (F[49] * (K0 - (F[41] * s_1)))
+        s_3 = (F[48] * (-(F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward14(F, b8, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        return (b8)
+
+    @triton.jit
+    def _triton_lu1_back14(F, y8, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[50] * y8)
+        s_2 = (-F[41] * F[49] * s_1)
+        s_3 = (F[48] * (-(F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[47] * (-(F[37] * s_3) - (F[38] * s_1)))
+        s_5 = (F[46] * (-(F[35] * s_3) - (F[36] * s_1)))
+        s_6 = (F[45] * (-(F[33] * s_3) - (F[34] * s_1)))
+        s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
+        s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
+        s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
+        return (
+        s_9, s_8, s_7, s_6, s_5, s_4,
+        s_3, s_2, s_1)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1575,7 +1796,6 @@ if triton is not None:
         K9 = tl.full([], 6.0, DTYPE)
         K10 = tl.full([], 4.0, DTYPE)
         K11 = tl.full([], 1.3333333333333333, DTYPE)
-        K12 = tl.full([], float("nan"), DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1798,159 +2018,35 @@ if triton is not None:
             nt1_31 = (-p_K * ncse_102 * ncse_56)
             nt1_32 = (ncse_102 * ((K3 * ncse_61) - (p_q3 * ncse_59)))
             nt1_33 = (p_E * ncse_101 * ncse_3)
-            nt1_34 = (tl.abs(ncse_74) >= (K1 * tl.maximum(tl.maximum(tl.maximum(tl.abs(ncse_76), tl.abs(ncse_82)), tl.abs(nt1_1)), tl.abs(nt1_2))))
-            nt1_35 = tl.where(nt1_34, (K2 / ncse_74), K12)
-            nt1_36 = (ncse_76 * nt1_35)
-            nt1_37 = (ncse_74 - (ncse_76 * nt1_36))
-            nt1_38 = (ncse_76 - (ncse_76 * nt1_36))
-            nt1_39 = (nt1_3 - (nt1_1 * nt1_36))
-            nt1_40 = (ncse_82 - (ncse_82 * nt1_36))
-            nt1_41 = (nt1_4 - (nt1_2 * nt1_36))
-            nt1_42 = (ncse_76 * nt1_35)
-            nt1_43 = (ncse_76 - (ncse_76 * nt1_42))
-            nt1_44 = (ncse_74 - (ncse_76 * nt1_42))
-            nt1_45 = (nt1_5 - (nt1_1 * nt1_42))
-            nt1_46 = (ncse_82 - (ncse_82 * nt1_42))
-            nt1_47 = (nt1_6 - (nt1_2 * nt1_42))
-            nt1_48 = (nt1_13 * nt1_35)
-            nt1_49 = (nt1_14 - (ncse_76 * nt1_48))
-            nt1_50 = (nt1_15 - (ncse_76 * nt1_48))
-            nt1_51 = (nt1_19 - (nt1_1 * nt1_48))
-            nt1_52 = (nt1_20 - (ncse_82 * nt1_48))
-            nt1_53 = (nt1_21 - (nt1_2 * nt1_48))
-            nt1_54 = (ncse_99 * nt1_35)
-            nt1_55 = (ncse_99 - (ncse_76 * nt1_54))
-            nt1_56 = (ncse_99 - (ncse_76 * nt1_54))
-            nt1_57 = (nt1_22 - (nt1_1 * nt1_54))
-            nt1_58 = (nt1_23 - (ncse_82 * nt1_54))
-            nt1_59 = (nt1_24 - (nt1_2 * nt1_54))
-            nt1_60 = (nt1_25 * nt1_35)
-            nt1_61 = (nt1_26 - (ncse_76 * nt1_60))
-            nt1_62 = (nt1_27 - (ncse_76 * nt1_60))
-            nt1_63 = (nt1_31 - (nt1_1 * nt1_60))
-            nt1_64 = (nt1_32 - (ncse_82 * nt1_60))
-            nt1_65 = (nt1_33 - (nt1_2 * nt1_60))
-            nt1_66 = (tl.abs(nt1_37) >= (K1 * tl.maximum(tl.maximum(tl.maximum(tl.abs(nt1_38), tl.abs(nt1_39)), tl.abs(nt1_40)), tl.abs(nt1_41))))
-            nt1_67 = tl.where(nt1_66, (K2 / nt1_37), K12)
-            nt1_68 = (nt1_43 * nt1_67)
-            nt1_69 = (nt1_44 - (nt1_38 * nt1_68))
-            nt1_70 = (nt1_45 - (nt1_39 * nt1_68))
-            nt1_71 = (nt1_46 - (nt1_40 * nt1_68))
-            nt1_72 = (nt1_47 - (nt1_41 * nt1_68))
-            nt1_73 = (nt1_49 * nt1_67)
-            nt1_74 = (nt1_50 - (nt1_38 * nt1_73))
-            nt1_75 = (nt1_51 - (nt1_39 * nt1_73))
-            nt1_76 = (nt1_52 - (nt1_40 * nt1_73))
-            nt1_77 = (nt1_53 - (nt1_41 * nt1_73))
-            nt1_78 = (nt1_55 * nt1_67)
-            nt1_79 = (nt1_56 - (nt1_38 * nt1_78))
-            nt1_80 = (nt1_57 - (nt1_39 * nt1_78))
-            nt1_81 = (nt1_58 - (nt1_40 * nt1_78))
-            nt1_82 = (nt1_59 - (nt1_41 * nt1_78))
-            nt1_83 = (nt1_61 * nt1_67)
-            nt1_84 = (nt1_62 - (nt1_38 * nt1_83))
-            nt1_85 = (nt1_63 - (nt1_39 * nt1_83))
-            nt1_86 = (nt1_64 - (nt1_40 * nt1_83))
-            nt1_87 = (nt1_65 - (nt1_41 * nt1_83))
-            nt1_88 = (tl.abs(nt1_69) >= (K1 * tl.maximum(tl.maximum(tl.abs(nt1_70), tl.abs(nt1_71)), tl.abs(nt1_72))))
-            nt1_89 = tl.where(nt1_88, (K2 / nt1_69), K12)
-            nt1_90 = (nt1_74 * nt1_89)
-            nt1_91 = (nt1_75 - (nt1_70 * nt1_90))
-            nt1_92 = (nt1_76 - (nt1_71 * nt1_90))
-            nt1_93 = (nt1_77 - (nt1_72 * nt1_90))
-            nt1_94 = (nt1_79 * nt1_89)
-            nt1_95 = (nt1_80 - (nt1_70 * nt1_94))
-            nt1_96 = (nt1_81 - (nt1_71 * nt1_94))
-            nt1_97 = (nt1_82 - (nt1_72 * nt1_94))
-            nt1_98 = (nt1_84 * nt1_89)
-            nt1_99 = (nt1_85 - (nt1_70 * nt1_98))
-            nt1_100 = (nt1_86 - (nt1_71 * nt1_98))
-            nt1_101 = (nt1_87 - (nt1_72 * nt1_98))
-            nt1_102 = (tl.abs(ncse_87) >= (K1 * tl.maximum(tl.abs(nt1_7), tl.abs(nt1_8))))
-            nt1_103 = tl.where(nt1_102, (K2 / ncse_87), K12)
-            nt1_104 = (nt1_16 * nt1_103)
-            nt1_105 = (nt1_91 - (nt1_7 * nt1_104))
-            nt1_106 = (nt1_93 - (nt1_8 * nt1_104))
-            nt1_107 = (nt1_28 * nt1_103)
-            nt1_108 = (nt1_99 - (nt1_7 * nt1_107))
-            nt1_109 = (nt1_101 - (nt1_8 * nt1_107))
-            nt1_110 = (tl.abs(ncse_87) >= (K1 * tl.maximum(tl.abs(nt1_9), tl.abs(nt1_10))))
-            nt1_111 = tl.where(nt1_110, (K2 / ncse_87), K12)
-            nt1_112 = (nt1_17 * nt1_111)
-            nt1_113 = (nt1_105 - (nt1_9 * nt1_112))
-            nt1_114 = (nt1_106 - (nt1_10 * nt1_112))
-            nt1_115 = (nt1_29 * nt1_111)
-            nt1_116 = (nt1_108 - (nt1_9 * nt1_115))
-            nt1_117 = (nt1_109 - (nt1_10 * nt1_115))
-            nt1_118 = (tl.abs(ncse_87) >= (K1 * tl.maximum(tl.abs(nt1_11), tl.abs(nt1_12))))
-            nt1_119 = tl.where(nt1_118, (K2 / ncse_87), K12)
-            nt1_120 = (nt1_18 * nt1_119)
-            nt1_121 = (nt1_113 - (nt1_11 * nt1_120))
-            nt1_122 = (nt1_114 - (nt1_12 * nt1_120))
-            nt1_123 = (nt1_30 * nt1_119)
-            nt1_124 = (nt1_116 - (nt1_11 * nt1_123))
-            nt1_125 = (nt1_117 - (nt1_12 * nt1_123))
-            nt1_126 = (tl.abs(nt1_121) >= (K1 * tl.maximum(tl.abs(nt1_92), tl.abs(nt1_122))))
-            nt1_127 = tl.where(nt1_126, (K2 / nt1_121), K12)
-            nt1_128 = (nt1_95 * nt1_127)
-            nt1_129 = (nt1_96 - (nt1_92 * nt1_128))
-            nt1_130 = (nt1_97 - (nt1_122 * nt1_128))
-            nt1_131 = (nt1_124 * nt1_127)
-            nt1_132 = (nt1_100 - (nt1_92 * nt1_131))
-            nt1_133 = (nt1_125 - (nt1_122 * nt1_131))
-            nt1_134 = (tl.abs(nt1_129) >= (K1 * tl.abs(nt1_130)))
-            nt1_135 = tl.where(nt1_134, (K2 / nt1_129), K12)
-            nt1_136 = (nt1_132 * nt1_135)
-            nt1_137 = (nt1_133 - (nt1_130 * nt1_136))
-            nt1_138 = (K2 / nt1_137)
-            nt1_139 = (-nt1_r_0)
-            nt1_140 = (-nt1_r_1)
-            nt1_141 = (-nt1_r_2)
-            nt1_142 = (-nt1_r_3)
-            nt1_143 = (-nt1_r_4)
-            nt1_144 = (-nt1_r_5)
-            nt1_145 = (-nt1_r_6)
-            nt1_146 = (-nt1_r_7)
-            nt1_147 = (-nt1_r_8)
-            nt1_148 = (nt1_140 - (nt1_139 * nt1_36))
-            nt1_149 = (nt1_141 - (nt1_139 * nt1_42))
-            nt1_150 = (nt1_145 - (nt1_139 * nt1_48))
-            nt1_151 = (nt1_146 - (nt1_139 * nt1_54))
-            nt1_152 = (nt1_147 - (nt1_139 * nt1_60))
-            nt1_153 = (nt1_149 - (nt1_148 * nt1_68))
-            nt1_154 = (nt1_150 - (nt1_148 * nt1_73))
-            nt1_155 = (nt1_151 - (nt1_148 * nt1_78))
-            nt1_156 = (nt1_152 - (nt1_148 * nt1_83))
-            nt1_157 = (nt1_154 - (nt1_153 * nt1_90))
-            nt1_158 = (nt1_155 - (nt1_153 * nt1_94))
-            nt1_159 = (nt1_156 - (nt1_153 * nt1_98))
-            nt1_160 = (nt1_157 - (nt1_142 * nt1_104))
-            nt1_161 = (nt1_159 - (nt1_142 * nt1_107))
-            nt1_162 = (nt1_160 - (nt1_143 * nt1_112))
-            nt1_163 = (nt1_161 - (nt1_143 * nt1_115))
-            nt1_164 = (nt1_162 - (nt1_144 * nt1_120))
-            nt1_165 = (nt1_163 - (nt1_144 * nt1_123))
-            nt1_166 = (nt1_158 - (nt1_164 * nt1_128))
-            nt1_167 = (nt1_165 - (nt1_164 * nt1_131))
-            nt1_168 = (nt1_167 - (nt1_166 * nt1_136))
-            nt1_169 = (nt1_168 * nt1_138)
-            nt1_170 = (nt1_135 * (nt1_166 - (nt1_130 * nt1_169)))
-            nt1_171 = (nt1_127 * (nt1_164 - (nt1_92 * nt1_170) - (nt1_122 * nt1_169)))
-            nt1_172 = (nt1_119 * (nt1_144 - (nt1_11 * nt1_171) - (nt1_12 * nt1_169)))
-            nt1_173 = (nt1_111 * (nt1_143 - (nt1_9 * nt1_171) - (nt1_10 * nt1_169)))
-            nt1_174 = (nt1_103 * (nt1_142 - (nt1_7 * nt1_171) - (nt1_8 * nt1_169)))
-            nt1_175 = (nt1_89 * (nt1_153 - (nt1_70 * nt1_171) - (nt1_71 * nt1_170) - (nt1_72 * nt1_169)))
-            nt1_176 = (nt1_67 * (nt1_148 - (nt1_38 * nt1_175) - (nt1_39 * nt1_171) - (nt1_40 * nt1_170) - (nt1_41 * nt1_169)))
-            nt1_177 = (nt1_35 * (nt1_139 - (ncse_76 * nt1_176) - (ncse_76 * nt1_175) - (ncse_82 * nt1_170) - (nt1_1 * nt1_171) - (nt1_2 * nt1_169)))
-            nt1_du_0 = nt1_177
-            nt1_du_1 = nt1_176
-            nt1_du_2 = nt1_175
-            nt1_du_3 = nt1_174
-            nt1_du_4 = nt1_173
-            nt1_du_5 = nt1_172
-            nt1_du_6 = nt1_171
-            nt1_du_7 = nt1_170
-            nt1_du_8 = nt1_169
+            nt1_lu = _triton_lu1(
+                ncse_74, ncse_76, ncse_76, nt1_1, ncse_82, nt1_2,
+                ncse_76, ncse_74, ncse_76, nt1_3, ncse_82, nt1_4,
+                ncse_76, ncse_76, ncse_74, nt1_5, ncse_82, nt1_6,
+                ncse_87, nt1_7, nt1_8, ncse_87, nt1_9, nt1_10,
+                ncse_87, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
+                nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21,
+                ncse_99, ncse_99, ncse_99, nt1_22, nt1_23, nt1_24,
+                nt1_25, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30,
+                nt1_31, nt1_32, nt1_33, DTYPE)
+            nt1_34 = (-nt1_r_0)
+            nt1_35 = (-nt1_r_1)
+            nt1_36 = (-nt1_r_2)
+            nt1_37 = (-nt1_r_3)
+            nt1_38 = (-nt1_r_4)
+            nt1_39 = (-nt1_r_5)
+            nt1_40 = (-nt1_r_6)
+            nt1_41 = (-nt1_r_7)
+            nt1_42 = (-nt1_r_8)
+            (
+                nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48,
+                nt1_49, nt1_50, nt1_51) = _triton_lu1_forward1(
+                nt1_lu, nt1_34, nt1_35, nt1_36, nt1_37, nt1_38,
+                nt1_39, nt1_40, nt1_41, nt1_42, DTYPE)
+            (
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
+                nt1_du_6, nt1_du_7, nt1_du_8) = _triton_lu1_back1(
+                nt1_lu, nt1_43, nt1_44, nt1_45, nt1_46, nt1_47,
+                nt1_48, nt1_49, nt1_50, nt1_51, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1986,8 +2082,7 @@ if triton is not None:
         K6 = tl.full([], 0.6666666666666666, DTYPE)
         K7 = tl.full([], 1.5, DTYPE)
         K8 = tl.full([], 6.0, DTYPE)
-        K9 = tl.full([], 1e-12, DTYPE)
-        K10 = tl.full([], 0.0, DTYPE)
+        K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
         _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
@@ -2306,390 +2401,166 @@ if triton is not None:
             lu1_25 = (p_K * cse_235)
             lu1_26 = (cse_223 * ((K1 * cse_127) - (p_q3 * cse_221)))
             lu1_27 = (cse_220 * cse_222)
-            lu1_28 = (tl.abs(cse_138) >= (K9 * tl.maximum(tl.maximum(tl.maximum(tl.abs(cse_141), tl.abs(cse_156)), tl.abs(lu1_1)), tl.abs(lu1_2))))
-            lu1_29 = tl.where(lu1_28, (K2 / cse_138), K0)
-            lu1_30 = (cse_141 * lu1_29)
-            lu1_31 = (cse_138 - (cse_141 * lu1_30))
-            lu1_32 = (cse_141 - (cse_141 * lu1_30))
-            lu1_33 = (lu1_3 - (lu1_1 * lu1_30))
-            lu1_34 = (cse_156 - (cse_156 * lu1_30))
-            lu1_35 = (lu1_4 - (lu1_2 * lu1_30))
-            lu1_36 = (cse_141 * lu1_29)
-            lu1_37 = (cse_141 - (cse_141 * lu1_36))
-            lu1_38 = (cse_138 - (cse_141 * lu1_36))
-            lu1_39 = (lu1_5 - (lu1_1 * lu1_36))
-            lu1_40 = (cse_156 - (cse_156 * lu1_36))
-            lu1_41 = (lu1_6 - (lu1_2 * lu1_36))
-            lu1_42 = (lu1_13 * lu1_29)
-            lu1_43 = (lu1_14 - (cse_141 * lu1_42))
-            lu1_44 = (lu1_15 - (cse_141 * lu1_42))
-            lu1_45 = (lu1_16 - (lu1_1 * lu1_42))
-            lu1_46 = (lu1_17 - (cse_156 * lu1_42))
-            lu1_47 = (lu1_18 - (lu1_2 * lu1_42))
-            lu1_48 = (cse_211 * lu1_29)
-            lu1_49 = (cse_211 - (cse_141 * lu1_48))
-            lu1_50 = (cse_211 - (cse_141 * lu1_48))
-            lu1_51 = (lu1_19 - (lu1_1 * lu1_48))
-            lu1_52 = (lu1_20 - (cse_156 * lu1_48))
-            lu1_53 = (lu1_21 - (lu1_2 * lu1_48))
-            lu1_54 = (lu1_22 * lu1_29)
-            lu1_55 = (lu1_23 - (cse_141 * lu1_54))
-            lu1_56 = (lu1_24 - (cse_141 * lu1_54))
-            lu1_57 = (lu1_25 - (lu1_1 * lu1_54))
-            lu1_58 = (lu1_26 - (cse_156 * lu1_54))
-            lu1_59 = (lu1_27 - (lu1_2 * lu1_54))
-            lu1_60 = (tl.abs(lu1_31) >= (K9 * tl.maximum(tl.maximum(tl.maximum(tl.abs(lu1_32), tl.abs(lu1_33)), tl.abs(lu1_34)), tl.abs(lu1_35))))
-            lu1_61 = tl.where(lu1_60, (K2 / lu1_31), K0)
-            lu1_62 = (lu1_37 * lu1_61)
-            lu1_63 = (lu1_38 - (lu1_32 * lu1_62))
-            lu1_64 = (lu1_39 - (lu1_33 * lu1_62))
-            lu1_65 = (lu1_40 - (lu1_34 * lu1_62))
-            lu1_66 = (lu1_41 - (lu1_35 * lu1_62))
-            lu1_67 = (lu1_43 * lu1_61)
-            lu1_68 = (lu1_44 - (lu1_32 * lu1_67))
-            lu1_69 = (lu1_45 - (lu1_33 * lu1_67))
-            lu1_70 = (lu1_46 - (lu1_34 * lu1_67))
-            lu1_71 = (lu1_47 - (lu1_35 * lu1_67))
-            lu1_72 = (lu1_49 * lu1_61)
-            lu1_73 = (lu1_50 - (lu1_32 * lu1_72))
-            lu1_74 = (lu1_51 - (lu1_33 * lu1_72))
-            lu1_75 = (lu1_52 - (lu1_34 * lu1_72))
-            lu1_76 = (lu1_53 - (lu1_35 * lu1_72))
-            lu1_77 = (lu1_55 * lu1_61)
-            lu1_78 = (lu1_56 - (lu1_32 * lu1_77))
-            lu1_79 = (lu1_57 - (lu1_33 * lu1_77))
-            lu1_80 = (lu1_58 - (lu1_34 * lu1_77))
-            lu1_81 = (lu1_59 - (lu1_35 * lu1_77))
-            lu1_82 = (tl.abs(lu1_63) >= (K9 * tl.maximum(tl.maximum(tl.abs(lu1_64), tl.abs(lu1_65)), tl.abs(lu1_66))))
-            lu1_83 = tl.where(lu1_82, (K2 / lu1_63), K0)
-            lu1_84 = (lu1_68 * lu1_83)
-            lu1_85 = (lu1_69 - (lu1_64 * lu1_84))
-            lu1_86 = (lu1_70 - (lu1_65 * lu1_84))
-            lu1_87 = (lu1_71 - (lu1_66 * lu1_84))
-            lu1_88 = (lu1_73 * lu1_83)
-            lu1_89 = (lu1_74 - (lu1_64 * lu1_88))
-            lu1_90 = (lu1_75 - (lu1_65 * lu1_88))
-            lu1_91 = (lu1_76 - (lu1_66 * lu1_88))
-            lu1_92 = (lu1_78 * lu1_83)
-            lu1_93 = (lu1_79 - (lu1_64 * lu1_92))
-            lu1_94 = (lu1_80 - (lu1_65 * lu1_92))
-            lu1_95 = (lu1_81 - (lu1_66 * lu1_92))
-            lu1_96 = (tl.abs(cse_172) >= (K9 * tl.maximum(tl.abs(lu1_7), tl.abs(lu1_8))))
-            lu1_97 = tl.where(lu1_96, (K2 / cse_172), K0)
-            lu1_98 = (cse_188 * lu1_97)
-            lu1_99 = (lu1_85 - (lu1_7 * lu1_98))
-            lu1_100 = (lu1_87 - (lu1_8 * lu1_98))
-            lu1_101 = (cse_231 * lu1_97)
-            lu1_102 = (lu1_93 - (lu1_7 * lu1_101))
-            lu1_103 = (lu1_95 - (lu1_8 * lu1_101))
-            lu1_104 = (tl.abs(cse_172) >= (K9 * tl.maximum(tl.abs(lu1_9), tl.abs(lu1_10))))
-            lu1_105 = tl.where(lu1_104, (K2 / cse_172), K0)
-            lu1_106 = (cse_190 * lu1_105)
-            lu1_107 = (lu1_99 - (lu1_9 * lu1_106))
-            lu1_108 = (lu1_100 - (lu1_10 * lu1_106))
-            lu1_109 = (cse_233 * lu1_105)
-            lu1_110 = (lu1_102 - (lu1_9 * lu1_109))
-            lu1_111 = (lu1_103 - (lu1_10 * lu1_109))
-            lu1_112 = (tl.abs(cse_172) >= (K9 * tl.maximum(tl.abs(lu1_11), tl.abs(lu1_12))))
-            lu1_113 = tl.where(lu1_112, (K2 / cse_172), K0)
-            lu1_114 = (cse_191 * lu1_113)
-            lu1_115 = (lu1_107 - (lu1_11 * lu1_114))
-            lu1_116 = (lu1_108 - (lu1_12 * lu1_114))
-            lu1_117 = (cse_234 * lu1_113)
-            lu1_118 = (lu1_110 - (lu1_11 * lu1_117))
-            lu1_119 = (lu1_111 - (lu1_12 * lu1_117))
-            lu1_120 = (tl.abs(lu1_115) >= (K9 * tl.maximum(tl.abs(lu1_86), tl.abs(lu1_116))))
-            lu1_121 = tl.where(lu1_120, (K2 / lu1_115), K0)
-            lu1_122 = (lu1_89 * lu1_121)
-            lu1_123 = (lu1_90 - (lu1_86 * lu1_122))
-            lu1_124 = (lu1_91 - (lu1_116 * lu1_122))
-            lu1_125 = (lu1_118 * lu1_121)
-            lu1_126 = (lu1_94 - (lu1_86 * lu1_125))
-            lu1_127 = (lu1_119 - (lu1_116 * lu1_125))
-            lu1_128 = (tl.abs(lu1_123) >= (K9 * tl.abs(lu1_124)))
-            lu1_129 = tl.where(lu1_128, (K2 / lu1_123), K0)
-            lu1_130 = (lu1_126 * lu1_129)
-            lu1_131 = (lu1_127 - (lu1_124 * lu1_130))
-            lu1_132 = (K2 / lu1_131)
+            lu1_lu = _triton_lu1(
+                cse_138, cse_141, cse_141, lu1_1, cse_156, lu1_2,
+                cse_141, cse_138, cse_141, lu1_3, cse_156, lu1_4,
+                cse_141, cse_141, cse_138, lu1_5, cse_156, lu1_6,
+                cse_172, lu1_7, lu1_8, cse_172, lu1_9, lu1_10,
+                cse_172, lu1_11, lu1_12, lu1_13, lu1_14, lu1_15,
+                cse_188, cse_190, cse_191, lu1_16, lu1_17, lu1_18,
+                cse_211, cse_211, cse_211, lu1_19, lu1_20, lu1_21,
+                lu1_22, lu1_23, lu1_24, cse_231, cse_233, cse_234,
+                lu1_25, lu1_26, lu1_27, DTYPE)
             # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
-            ls1_1 = (-cse_137 * (cse_181 + (cse_152 * cse_25)))
-            ls1_2 = (-cse_137 * (cse_183 + (cse_160 * cse_25)))
-            ls1_3 = (-cse_137 * (cse_184 + (cse_165 * cse_25)))
-            ls1_4 = (-cse_223 * (cse_226 + (cse_158 * cse_25)))
-            ls1_5 = (-cse_223 * (cse_228 + (cse_163 * cse_25)))
-            ls1_6 = (-cse_223 * (cse_229 + (cse_168 * cse_25)))
-            ls1_7 = (cse_239 - (cse_237 * lu1_30))
-            ls1_8 = (cse_237 - (cse_239 * lu1_30))
-            ls1_9 = (cse_239 - (cse_239 * lu1_30))
-            ls1_10 = (cse_239 - (cse_237 * lu1_36))
-            ls1_11 = (cse_239 - (cse_239 * lu1_36))
-            ls1_12 = (cse_237 - (cse_239 * lu1_36))
-            ls1_13 = (ls1_1 - (cse_237 * lu1_42))
-            ls1_14 = (ls1_2 - (cse_239 * lu1_42))
-            ls1_15 = (ls1_3 - (cse_239 * lu1_42))
-            ls1_16 = (cse_273 - (cse_237 * lu1_48))
-            ls1_17 = (cse_273 - (cse_239 * lu1_48))
-            ls1_18 = (cse_273 - (cse_239 * lu1_48))
-            ls1_19 = (ls1_4 - (cse_237 * lu1_54))
-            ls1_20 = (ls1_5 - (cse_239 * lu1_54))
-            ls1_21 = (ls1_6 - (cse_239 * lu1_54))
-            ls1_22 = (ls1_10 - (ls1_7 * lu1_62))
-            ls1_23 = (ls1_11 - (ls1_8 * lu1_62))
-            ls1_24 = (ls1_12 - (ls1_9 * lu1_62))
-            ls1_25 = (ls1_13 - (ls1_7 * lu1_67))
-            ls1_26 = (ls1_14 - (ls1_8 * lu1_67))
-            ls1_27 = (ls1_15 - (ls1_9 * lu1_67))
-            ls1_28 = (ls1_16 - (ls1_7 * lu1_72))
-            ls1_29 = (ls1_17 - (ls1_8 * lu1_72))
-            ls1_30 = (ls1_18 - (ls1_9 * lu1_72))
-            ls1_31 = (ls1_19 - (ls1_7 * lu1_77))
-            ls1_32 = (ls1_20 - (ls1_8 * lu1_77))
-            ls1_33 = (ls1_21 - (ls1_9 * lu1_77))
-            ls1_34 = (ls1_25 - (ls1_22 * lu1_84))
-            ls1_35 = (ls1_26 - (ls1_23 * lu1_84))
-            ls1_36 = (ls1_27 - (ls1_24 * lu1_84))
-            ls1_37 = (ls1_28 - (ls1_22 * lu1_88))
-            ls1_38 = (ls1_29 - (ls1_23 * lu1_88))
-            ls1_39 = (ls1_30 - (ls1_24 * lu1_88))
-            ls1_40 = (ls1_31 - (ls1_22 * lu1_92))
-            ls1_41 = (ls1_32 - (ls1_23 * lu1_92))
-            ls1_42 = (ls1_33 - (ls1_24 * lu1_92))
-            ls1_43 = (cse_188 - (cse_262 * lu1_98))
-            ls1_44 = (cse_231 - (cse_262 * lu1_101))
-            ls1_45 = (cse_190 - (cse_262 * lu1_106))
-            ls1_46 = (cse_233 - (cse_262 * lu1_109))
-            ls1_47 = (cse_191 - (cse_262 * lu1_114))
-            ls1_48 = (cse_234 - (cse_262 * lu1_117))
-            ls1_49 = (ls1_37 - (ls1_34 * lu1_122))
-            ls1_50 = (ls1_38 - (ls1_35 * lu1_122))
-            ls1_51 = (ls1_39 - (ls1_36 * lu1_122))
-            ls1_52 = (-ls1_43 * lu1_122)
-            ls1_53 = (-ls1_45 * lu1_122)
-            ls1_54 = (-ls1_47 * lu1_122)
-            ls1_55 = (ls1_40 - (ls1_34 * lu1_125))
-            ls1_56 = (ls1_41 - (ls1_35 * lu1_125))
-            ls1_57 = (ls1_42 - (ls1_36 * lu1_125))
-            ls1_58 = (ls1_44 - (ls1_43 * lu1_125))
-            ls1_59 = (ls1_46 - (ls1_45 * lu1_125))
-            ls1_60 = (ls1_48 - (ls1_47 * lu1_125))
-            ls1_61 = (ls1_55 - (ls1_49 * lu1_130))
-            ls1_62 = (ls1_56 - (ls1_50 * lu1_130))
-            ls1_63 = (ls1_57 - (ls1_51 * lu1_130))
-            ls1_64 = (ls1_58 - (ls1_52 * lu1_130))
-            ls1_65 = (ls1_59 - (ls1_53 * lu1_130))
-            ls1_66 = (ls1_60 - (ls1_54 * lu1_130))
-            ls1_67 = (ls1_61 * lu1_132)
-            ls1_68 = (ls1_62 * lu1_132)
-            ls1_69 = (ls1_63 * lu1_132)
-            ls1_70 = (ls1_64 * lu1_132)
-            ls1_71 = (ls1_65 * lu1_132)
-            ls1_72 = (ls1_66 * lu1_132)
-            ls1_73 = (lu1_129 * (ls1_49 - (ls1_67 * lu1_124)))
-            ls1_74 = (lu1_129 * (ls1_50 - (ls1_68 * lu1_124)))
-            ls1_75 = (lu1_129 * (ls1_51 - (ls1_69 * lu1_124)))
-            ls1_76 = (lu1_129 * (ls1_52 - (ls1_70 * lu1_124)))
-            ls1_77 = (lu1_129 * (ls1_53 - (ls1_71 * lu1_124)))
-            ls1_78 = (lu1_129 * (ls1_54 - (ls1_72 * lu1_124)))
-            ls1_79 = (lu1_121 * (ls1_34 - (ls1_73 * lu1_86) - (ls1_67 * lu1_116)))
-            ls1_80 = (lu1_121 * (ls1_35 - (ls1_74 * lu1_86) - (ls1_68 * lu1_116)))
-            ls1_81 = (lu1_121 * (ls1_36 - (ls1_75 * lu1_86) - (ls1_69 * lu1_116)))
-            ls1_82 = (lu1_121 * (ls1_43 - (ls1_76 * lu1_86) - (ls1_70 * lu1_116)))
-            ls1_83 = (lu1_121 * (ls1_45 - (ls1_77 * lu1_86) - (ls1_71 * lu1_116)))
-            ls1_84 = (lu1_121 * (ls1_47 - (ls1_78 * lu1_86) - (ls1_72 * lu1_116)))
-            ls1_85 = (lu1_113 * (-(ls1_79 * lu1_11) - (ls1_67 * lu1_12)))
-            ls1_86 = (lu1_113 * (-(ls1_80 * lu1_11) - (ls1_68 * lu1_12)))
-            ls1_87 = (lu1_113 * (-(ls1_81 * lu1_11) - (ls1_69 * lu1_12)))
-            ls1_88 = (lu1_113 * (-(ls1_82 * lu1_11) - (ls1_70 * lu1_12)))
-            ls1_89 = (lu1_113 * (-(ls1_83 * lu1_11) - (ls1_71 * lu1_12)))
-            ls1_90 = (lu1_113 * (cse_262 - (ls1_84 * lu1_11) - (ls1_72 * lu1_12)))
-            ls1_91 = (lu1_105 * (-(ls1_79 * lu1_9) - (ls1_67 * lu1_10)))
-            ls1_92 = (lu1_105 * (-(ls1_80 * lu1_9) - (ls1_68 * lu1_10)))
-            ls1_93 = (lu1_105 * (-(ls1_81 * lu1_9) - (ls1_69 * lu1_10)))
-            ls1_94 = (lu1_105 * (-(ls1_82 * lu1_9) - (ls1_70 * lu1_10)))
-            ls1_95 = (lu1_105 * (cse_262 - (ls1_83 * lu1_9) - (ls1_71 * lu1_10)))
-            ls1_96 = (lu1_105 * (-(ls1_84 * lu1_9) - (ls1_72 * lu1_10)))
-            ls1_97 = (lu1_97 * (-(ls1_79 * lu1_7) - (ls1_67 * lu1_8)))
-            ls1_98 = (lu1_97 * (-(ls1_80 * lu1_7) - (ls1_68 * lu1_8)))
-            ls1_99 = (lu1_97 * (-(ls1_81 * lu1_7) - (ls1_69 * lu1_8)))
-            ls1_100 = (lu1_97 * (cse_262 - (ls1_82 * lu1_7) - (ls1_70 * lu1_8)))
-            ls1_101 = (lu1_97 * (-(ls1_83 * lu1_7) - (ls1_71 * lu1_8)))
-            ls1_102 = (lu1_97 * (-(ls1_84 * lu1_7) - (ls1_72 * lu1_8)))
-            ls1_103 = (lu1_83 * (ls1_22 - (ls1_79 * lu1_64) - (ls1_73 * lu1_65) - (ls1_67 * lu1_66)))
-            ls1_104 = (lu1_83 * (ls1_23 - (ls1_80 * lu1_64) - (ls1_74 * lu1_65) - (ls1_68 * lu1_66)))
-            ls1_105 = (lu1_83 * (ls1_24 - (ls1_81 * lu1_64) - (ls1_75 * lu1_65) - (ls1_69 * lu1_66)))
-            ls1_106 = (lu1_83 * (-(ls1_82 * lu1_64) - (ls1_76 * lu1_65) - (ls1_70 * lu1_66)))
-            ls1_107 = (lu1_83 * (-(ls1_83 * lu1_64) - (ls1_77 * lu1_65) - (ls1_71 * lu1_66)))
-            ls1_108 = (lu1_83 * (-(ls1_84 * lu1_64) - (ls1_78 * lu1_65) - (ls1_72 * lu1_66)))
-            ls1_109 = (lu1_61 * (ls1_7 - (ls1_103 * lu1_32) - (ls1_79 * lu1_33) - (ls1_73 * lu1_34) - (ls1_67 * lu1_35)))
-            ls1_110 = (lu1_61 * (ls1_8 - (ls1_104 * lu1_32) - (ls1_80 * lu1_33) - (ls1_74 * lu1_34) - (ls1_68 * lu1_35)))
-            ls1_111 = (lu1_61 * (ls1_9 - (ls1_105 * lu1_32) - (ls1_81 * lu1_33) - (ls1_75 * lu1_34) - (ls1_69 * lu1_35)))
-            ls1_112 = (lu1_61 * (-(ls1_106 * lu1_32) - (ls1_82 * lu1_33) - (ls1_76 * lu1_34) - (ls1_70 * lu1_35)))
-            ls1_113 = (lu1_61 * (-(ls1_107 * lu1_32) - (ls1_83 * lu1_33) - (ls1_77 * lu1_34) - (ls1_71 * lu1_35)))
-            ls1_114 = (lu1_61 * (-(ls1_108 * lu1_32) - (ls1_84 * lu1_33) - (ls1_78 * lu1_34) - (ls1_72 * lu1_35)))
-            ls1_115 = (lu1_29 * (cse_237 - (cse_141 * ls1_109) - (cse_141 * ls1_103) - (cse_156 * ls1_73) - (ls1_79 * lu1_1) - (ls1_67 * lu1_2)))
-            ls1_116 = (lu1_29 * (cse_239 - (cse_141 * ls1_110) - (cse_141 * ls1_104) - (cse_156 * ls1_74) - (ls1_80 * lu1_1) - (ls1_68 * lu1_2)))
-            ls1_117 = (lu1_29 * (cse_239 - (cse_141 * ls1_111) - (cse_141 * ls1_105) - (cse_156 * ls1_75) - (ls1_81 * lu1_1) - (ls1_69 * lu1_2)))
-            ls1_118 = (lu1_29 * (-(cse_141 * ls1_112) - (cse_141 * ls1_106) - (cse_156 * ls1_76) - (ls1_82 * lu1_1) - (ls1_70 * lu1_2)))
-            ls1_119 = (lu1_29 * (-(cse_141 * ls1_113) - (cse_141 * ls1_107) - (cse_156 * ls1_77) - (ls1_83 * lu1_1) - (ls1_71 * lu1_2)))
-            ls1_120 = (lu1_29 * (-(cse_141 * ls1_114) - (cse_141 * ls1_108) - (cse_156 * ls1_78) - (ls1_84 * lu1_1) - (ls1_72 * lu1_2)))
-            d1 = ls1_115
-            d2 = ls1_116
-            d3 = ls1_117
-            d4 = ls1_118
-            d5 = ls1_119
-            d6 = ls1_120
-            d7 = ls1_109
-            d8 = ls1_110
-            d9 = ls1_111
-            d10 = ls1_112
-            d11 = ls1_113
-            d12 = ls1_114
-            d13 = ls1_103
-            d14 = ls1_104
-            d15 = ls1_105
-            d16 = ls1_106
-            d17 = ls1_107
-            d18 = ls1_108
-            d19 = ls1_97
-            d20 = ls1_98
-            d21 = ls1_99
-            d22 = ls1_100
-            d23 = ls1_101
-            d24 = ls1_102
-            d25 = ls1_91
-            d26 = ls1_92
-            d27 = ls1_93
-            d28 = ls1_94
-            d29 = ls1_95
-            d30 = ls1_96
-            d31 = ls1_85
-            d32 = ls1_86
-            d33 = ls1_87
-            d34 = ls1_88
-            d35 = ls1_89
-            d36 = ls1_90
-            d37 = ls1_79
-            d38 = ls1_80
-            d39 = ls1_81
-            d40 = ls1_82
-            d41 = ls1_83
-            d42 = ls1_84
-            d43 = ls1_73
-            d44 = ls1_74
-            d45 = ls1_75
-            d46 = ls1_76
-            d47 = ls1_77
-            d48 = ls1_78
-            d49 = ls1_67
-            d50 = ls1_68
-            d51 = ls1_69
-            d52 = ls1_70
-            d53 = ls1_71
-            d54 = ls1_72
+            ls1_28 = (-cse_137 * (cse_181 + (cse_152 * cse_25)))
+            ls1_29 = (-cse_223 * (cse_226 + (cse_158 * cse_25)))
+            (ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38) = _triton_lu1_forward2(
+                lu1_lu, cse_237, cse_239, cse_239, ls1_28, cse_273,
+                ls1_29, DTYPE)
+            ls1_39 = (-cse_137 * (cse_183 + (cse_160 * cse_25)))
+            ls1_40 = (-cse_223 * (cse_228 + (cse_163 * cse_25)))
+            (ls1_41, ls1_42, ls1_43, ls1_47, ls1_48, ls1_49) = _triton_lu1_forward2(
+                lu1_lu, cse_239, cse_237, cse_239, ls1_39, cse_273,
+                ls1_40, DTYPE)
+            ls1_50 = (-cse_137 * (cse_184 + (cse_165 * cse_25)))
+            ls1_51 = (-cse_223 * (cse_229 + (cse_168 * cse_25)))
+            (ls1_52, ls1_53, ls1_54, ls1_58, ls1_59, ls1_60) = _triton_lu1_forward2(
+                lu1_lu, cse_239, cse_239, cse_237, ls1_50, cse_273,
+                ls1_51, DTYPE)
+            ls1_64, ls1_67, ls1_68, ls1_69 = _triton_lu1_forward3(lu1_lu, cse_262, cse_188, cse_231, DTYPE)
+            ls1_74, ls1_76, ls1_77, ls1_78 = _triton_lu1_forward4(lu1_lu, cse_262, cse_190, cse_233, DTYPE)
+            ls1_84, ls1_85, ls1_86, ls1_87 = _triton_lu1_forward5(lu1_lu, cse_262, cse_191, cse_234, DTYPE)
+            (
+                d1, d2, d3, d4, d5, d6,
+                d7, d8, d9) = _triton_lu1_back2(
+                lu1_lu, ls1_30, ls1_31, ls1_32, ls1_36, ls1_37,
+                ls1_38, DTYPE)
+            (
+                d10, d11, d12, d13, d14, d15,
+                d16, d17, d18) = _triton_lu1_back2(
+                lu1_lu, ls1_41, ls1_42, ls1_43, ls1_47, ls1_48,
+                ls1_49, DTYPE)
+            (
+                d19, d20, d21, d22, d23, d24,
+                d25, d26, d27) = _triton_lu1_back2(
+                lu1_lu, ls1_52, ls1_53, ls1_54, ls1_58, ls1_59,
+                ls1_60, DTYPE)
+            (
+                d28, d29, d30, d31, d32, d33,
+                d34, d35, d36) = _triton_lu1_back3(
+                lu1_lu, ls1_64, ls1_67, ls1_68, ls1_69, DTYPE)
+            (
+                d37, d38, d39, d40, d41, d42,
+                d43, d44, d45) = _triton_lu1_back4(
+                lu1_lu, ls1_74, ls1_76, ls1_77, ls1_78, DTYPE)
+            (
+                d46, d47, d48, d49, d50, d51,
+                d52, d53, d54) = _triton_lu1_back5(
+                lu1_lu, ls1_84, ls1_85, ls1_86, ls1_87, DTYPE)
             cse_22 = (-cse_12)
-            cse_23 = (cse_22 * d13)
-            cse_24 = (cse_22 * d7)
+            cse_23 = (cse_22 * d3)
+            cse_24 = (cse_22 * d2)
             d55 = (cse_23 + cse_24 + cse_25 + (cse_26 * d1))
-            cse_27 = (cse_22 * d14)
-            cse_28 = (cse_12 + (cse_22 * d8))
-            d56 = (cse_27 + cse_28 + (cse_26 * d2))
-            cse_29 = (cse_22 * d9)
-            cse_30 = (cse_12 + (cse_22 * d15))
-            d57 = (cse_29 + cse_30 + (cse_26 * d3))
-            cse_31 = (cse_22 * d10)
-            cse_32 = (cse_22 * d16)
-            d58 = (cse_31 + cse_32 + (cse_26 * d4))
+            cse_27 = (cse_22 * d12)
+            cse_28 = (cse_12 + (cse_22 * d11))
+            d56 = (cse_27 + cse_28 + (cse_26 * d10))
+            cse_29 = (cse_22 * d20)
+            cse_30 = (cse_12 + (cse_22 * d21))
+            d57 = (cse_29 + cse_30 + (cse_26 * d19))
+            cse_31 = (cse_22 * d29)
+            cse_32 = (cse_22 * d30)
+            d58 = (cse_31 + cse_32 + (cse_26 * d28))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             _p82 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p82, _mc_row4(tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p82 += zero
         if V & 14:  # tangent, jacobian, total
-            cse_33 = (cse_22 * d11)
-            cse_34 = (cse_22 * d17)
-            d59 = (cse_33 + cse_34 + (cse_26 * d5))
-            cse_35 = (cse_22 * d12)
-            cse_36 = (cse_22 * d18)
-            d60 = (cse_35 + cse_36 + (cse_26 * d6))
+            cse_33 = (cse_22 * d38)
+            cse_34 = (cse_22 * d39)
+            d59 = (cse_33 + cse_34 + (cse_26 * d37))
+            cse_35 = (cse_22 * d47)
+            cse_36 = (cse_22 * d48)
+            d60 = (cse_35 + cse_36 + (cse_26 * d46))
             cse_37 = (cse_12 + (cse_22 * d1))
-            d61 = (cse_23 + cse_37 + (cse_26 * d7))
-            cse_38 = (cse_22 * d2)
-            d62 = (cse_25 + cse_27 + cse_38 + (cse_26 * d8))
+            d61 = (cse_23 + cse_37 + (cse_26 * d2))
+            cse_38 = (cse_22 * d10)
+            d62 = (cse_25 + cse_27 + cse_38 + (cse_26 * d11))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             _p83 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p83, _mc_row4(tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p83 += zero
         if V & 14:  # tangent, jacobian, total
-            cse_39 = (cse_22 * d3)
-            d63 = (cse_30 + cse_39 + (cse_26 * d9))
-            cse_40 = (cse_22 * d4)
-            d64 = (cse_32 + cse_40 + (cse_26 * d10))
-            cse_41 = (cse_22 * d5)
-            d65 = (cse_34 + cse_41 + (cse_26 * d11))
-            cse_42 = (cse_22 * d6)
-            d66 = (cse_36 + cse_42 + (cse_26 * d12))
+            cse_39 = (cse_22 * d19)
+            d63 = (cse_30 + cse_39 + (cse_26 * d20))
+            cse_40 = (cse_22 * d28)
+            d64 = (cse_32 + cse_40 + (cse_26 * d29))
+            cse_41 = (cse_22 * d37)
+            d65 = (cse_34 + cse_41 + (cse_26 * d38))
+            cse_42 = (cse_22 * d46)
+            d66 = (cse_36 + cse_42 + (cse_26 * d47))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             _p84 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p84, _mc_row4(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p84 += zero
         if V & 14:  # tangent, jacobian, total
-            d67 = (cse_24 + cse_37 + (cse_26 * d13))
-            d68 = (cse_28 + cse_38 + (cse_26 * d14))
-            d69 = (cse_25 + cse_29 + cse_39 + (cse_26 * d15))
-            d70 = (cse_31 + cse_40 + (cse_26 * d16))
+            d67 = (cse_24 + cse_37 + (cse_26 * d3))
+            d68 = (cse_28 + cse_38 + (cse_26 * d12))
+            d69 = (cse_25 + cse_29 + cse_39 + (cse_26 * d21))
+            d70 = (cse_31 + cse_40 + (cse_26 * d30))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             _p85 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p85, _mc_row4(tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p85 += zero
         if V & 14:  # tangent, jacobian, total
-            d71 = (cse_33 + cse_41 + (cse_26 * d17))
-            d72 = (cse_35 + cse_42 + (cse_26 * d18))
+            d71 = (cse_33 + cse_41 + (cse_26 * d39))
+            d72 = (cse_35 + cse_42 + (cse_26 * d48))
             cse_43 = (-cse_5)
-            d73 = (cse_43 * d19)
-            d74 = (cse_43 * d20)
+            d73 = (cse_43 * d4)
+            d74 = (cse_43 * d13)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             _p86 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p86, _mc_row4(tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p86 += zero
         if V & 14:  # tangent, jacobian, total
-            d75 = (cse_43 * d21)
-            d76 = (cse_5 + (cse_43 * d22))
-            d77 = (cse_43 * d23)
-            d78 = (cse_43 * d24)
+            d75 = (cse_43 * d22)
+            d76 = (cse_5 + (cse_43 * d31))
+            d77 = (cse_43 * d40)
+            d78 = (cse_43 * d49)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             _p87 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p87, _mc_row4(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p87 += zero
         if V & 14:  # tangent, jacobian, total
-            d79 = (cse_43 * d25)
-            d80 = (cse_43 * d26)
-            d81 = (cse_43 * d27)
-            d82 = (cse_43 * d28)
+            d79 = (cse_43 * d5)
+            d80 = (cse_43 * d14)
+            d81 = (cse_43 * d23)
+            d82 = (cse_43 * d32)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             _p88 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p88, _mc_row4(tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p88 += zero
         if V & 14:  # tangent, jacobian, total
-            d83 = (cse_5 + (cse_43 * d29))
-            d84 = (cse_43 * d30)
-            d85 = (cse_43 * d31)
-            d86 = (cse_43 * d32)
+            d83 = (cse_5 + (cse_43 * d41))
+            d84 = (cse_43 * d50)
+            d85 = (cse_43 * d6)
+            d86 = (cse_43 * d15)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             _p89 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p89, _mc_row4(tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p89 += zero
         if V & 14:  # tangent, jacobian, total
-            d87 = (cse_43 * d33)
-            d88 = (cse_43 * d34)
-            d89 = (cse_43 * d35)
-            d90 = (cse_5 + (cse_43 * d36))
+            d87 = (cse_43 * d24)
+            d88 = (cse_43 * d33)
+            d89 = (cse_43 * d42)
+            d90 = (cse_5 + (cse_43 * d51))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _p90 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -2705,377 +2576,163 @@ if triton is not None:
             cse_276 = (cse_222 * state_internal_gamma_rate)
             cse_277 = (p_E * cse_276)
             # linear solve 2: 9x9, 10 right-hand side(s) through elimination lu1
-            ls2_1 = (-cse_217)
-            ls2_2 = (-cse_216)
-            ls2_3 = (-cse_215)
-            ls2_4 = (-cse_264)
-            ls2_5 = (-cse_265)
-            ls2_6 = (-cse_266)
-            ls2_7 = (-cse_267)
-            ls2_8 = (-cse_274)
-            ls2_9 = (-cse_277)
-            ls2_10 = (cse_216 - (cse_217 * lu1_30))
-            ls2_11 = (ls2_2 - (ls2_1 * lu1_30))
-            ls2_12 = (-lu1_30)
-            ls2_13 = (cse_215 - (cse_217 * lu1_36))
-            ls2_14 = (ls2_3 - (ls2_1 * lu1_36))
-            ls2_15 = (-lu1_36)
-            ls2_16 = (cse_267 - (cse_217 * lu1_42))
-            ls2_17 = (ls2_7 - (ls2_1 * lu1_42))
-            ls2_18 = (-lu1_42)
-            ls2_19 = (cse_274 - (cse_217 * lu1_48))
-            ls2_20 = (ls2_8 - (ls2_1 * lu1_48))
-            ls2_21 = (-lu1_48)
-            ls2_22 = (ls2_9 - (cse_217 * lu1_54))
-            ls2_23 = (cse_277 - (ls2_1 * lu1_54))
-            ls2_24 = (-lu1_54)
-            ls2_25 = (ls2_13 - (ls2_10 * lu1_62))
-            ls2_26 = (ls2_14 - (ls2_11 * lu1_62))
-            ls2_27 = (ls2_15 - (ls2_12 * lu1_62))
-            ls2_28 = (-lu1_62)
-            ls2_29 = (ls2_16 - (ls2_10 * lu1_67))
-            ls2_30 = (ls2_17 - (ls2_11 * lu1_67))
-            ls2_31 = (ls2_18 - (ls2_12 * lu1_67))
-            ls2_32 = (-lu1_67)
-            ls2_33 = (ls2_19 - (ls2_10 * lu1_72))
-            ls2_34 = (ls2_20 - (ls2_11 * lu1_72))
-            ls2_35 = (ls2_21 - (ls2_12 * lu1_72))
-            ls2_36 = (-lu1_72)
-            ls2_37 = (ls2_22 - (ls2_10 * lu1_77))
-            ls2_38 = (ls2_23 - (ls2_11 * lu1_77))
-            ls2_39 = (ls2_24 - (ls2_12 * lu1_77))
-            ls2_40 = (-lu1_77)
-            ls2_41 = (ls2_29 - (ls2_25 * lu1_84))
-            ls2_42 = (ls2_30 - (ls2_26 * lu1_84))
-            ls2_43 = (ls2_31 - (ls2_27 * lu1_84))
-            ls2_44 = (ls2_32 - (ls2_28 * lu1_84))
-            ls2_45 = (-lu1_84)
-            ls2_46 = (ls2_33 - (ls2_25 * lu1_88))
-            ls2_47 = (ls2_34 - (ls2_26 * lu1_88))
-            ls2_48 = (ls2_35 - (ls2_27 * lu1_88))
-            ls2_49 = (ls2_36 - (ls2_28 * lu1_88))
-            ls2_50 = (-lu1_88)
-            ls2_51 = (ls2_37 - (ls2_25 * lu1_92))
-            ls2_52 = (ls2_38 - (ls2_26 * lu1_92))
-            ls2_53 = (ls2_39 - (ls2_27 * lu1_92))
-            ls2_54 = (ls2_40 - (ls2_28 * lu1_92))
-            ls2_55 = (-lu1_92)
-            ls2_56 = (ls2_41 - (cse_264 * lu1_98))
-            ls2_57 = (ls2_42 - (ls2_4 * lu1_98))
-            ls2_58 = (-lu1_98)
-            ls2_59 = (ls2_51 - (cse_264 * lu1_101))
-            ls2_60 = (ls2_52 - (ls2_4 * lu1_101))
-            ls2_61 = (-lu1_101)
-            ls2_62 = (ls2_56 - (cse_265 * lu1_106))
-            ls2_63 = (ls2_57 - (ls2_5 * lu1_106))
-            ls2_64 = (-lu1_106)
-            ls2_65 = (ls2_59 - (cse_265 * lu1_109))
-            ls2_66 = (ls2_60 - (ls2_5 * lu1_109))
-            ls2_67 = (-lu1_109)
-            ls2_68 = (ls2_62 - (cse_266 * lu1_114))
-            ls2_69 = (ls2_63 - (ls2_6 * lu1_114))
-            ls2_70 = (-lu1_114)
-            ls2_71 = (ls2_65 - (cse_266 * lu1_117))
-            ls2_72 = (ls2_66 - (ls2_6 * lu1_117))
-            ls2_73 = (-lu1_117)
-            ls2_74 = (ls2_46 - (ls2_68 * lu1_122))
-            ls2_75 = (ls2_47 - (ls2_69 * lu1_122))
-            ls2_76 = (ls2_48 - (ls2_43 * lu1_122))
-            ls2_77 = (ls2_49 - (ls2_44 * lu1_122))
-            ls2_78 = (ls2_50 - (ls2_45 * lu1_122))
-            ls2_79 = (-ls2_58 * lu1_122)
-            ls2_80 = (-ls2_64 * lu1_122)
-            ls2_81 = (-ls2_70 * lu1_122)
-            ls2_82 = (-lu1_122)
-            ls2_83 = (ls2_71 - (ls2_68 * lu1_125))
-            ls2_84 = (ls2_72 - (ls2_69 * lu1_125))
-            ls2_85 = (ls2_53 - (ls2_43 * lu1_125))
-            ls2_86 = (ls2_54 - (ls2_44 * lu1_125))
-            ls2_87 = (ls2_55 - (ls2_45 * lu1_125))
-            ls2_88 = (ls2_61 - (ls2_58 * lu1_125))
-            ls2_89 = (ls2_67 - (ls2_64 * lu1_125))
-            ls2_90 = (ls2_73 - (ls2_70 * lu1_125))
-            ls2_91 = (-lu1_125)
-            ls2_92 = (ls2_83 - (ls2_74 * lu1_130))
-            ls2_93 = (ls2_84 - (ls2_75 * lu1_130))
-            ls2_94 = (ls2_85 - (ls2_76 * lu1_130))
-            ls2_95 = (ls2_86 - (ls2_77 * lu1_130))
-            ls2_96 = (ls2_87 - (ls2_78 * lu1_130))
-            ls2_97 = (ls2_88 - (ls2_79 * lu1_130))
-            ls2_98 = (ls2_89 - (ls2_80 * lu1_130))
-            ls2_99 = (ls2_90 - (ls2_81 * lu1_130))
-            ls2_100 = (ls2_91 - (ls2_82 * lu1_130))
-            ls2_101 = (-lu1_130)
-            ls2_102 = (ls2_92 * lu1_132)
-            ls2_103 = (ls2_93 * lu1_132)
-            ls2_104 = (ls2_94 * lu1_132)
-            ls2_105 = (ls2_95 * lu1_132)
-            ls2_106 = (ls2_96 * lu1_132)
-            ls2_107 = (ls2_97 * lu1_132)
-            ls2_108 = (ls2_98 * lu1_132)
-            ls2_109 = (ls2_99 * lu1_132)
-            ls2_110 = (ls2_100 * lu1_132)
-            ls2_111 = (ls2_101 * lu1_132)
-            ls2_112 = (lu1_129 * (ls2_74 - (ls2_102 * lu1_124)))
-            ls2_113 = (lu1_129 * (ls2_75 - (ls2_103 * lu1_124)))
-            ls2_114 = (lu1_129 * (ls2_76 - (ls2_104 * lu1_124)))
-            ls2_115 = (lu1_129 * (ls2_77 - (ls2_105 * lu1_124)))
-            ls2_116 = (lu1_129 * (ls2_78 - (ls2_106 * lu1_124)))
-            ls2_117 = (lu1_129 * (ls2_79 - (ls2_107 * lu1_124)))
-            ls2_118 = (lu1_129 * (ls2_80 - (ls2_108 * lu1_124)))
-            ls2_119 = (lu1_129 * (ls2_81 - (ls2_109 * lu1_124)))
-            ls2_120 = (lu1_129 * (ls2_82 - (ls2_110 * lu1_124)))
-            ls2_121 = (lu1_129 * (K2 - (ls2_111 * lu1_124)))
-            ls2_122 = (lu1_121 * (ls2_68 - (ls2_112 * lu1_86) - (ls2_102 * lu1_116)))
-            ls2_123 = (lu1_121 * (ls2_69 - (ls2_113 * lu1_86) - (ls2_103 * lu1_116)))
-            ls2_124 = (lu1_121 * (ls2_43 - (ls2_114 * lu1_86) - (ls2_104 * lu1_116)))
-            ls2_125 = (lu1_121 * (ls2_44 - (ls2_115 * lu1_86) - (ls2_105 * lu1_116)))
-            ls2_126 = (lu1_121 * (ls2_45 - (ls2_116 * lu1_86) - (ls2_106 * lu1_116)))
-            ls2_127 = (lu1_121 * (ls2_58 - (ls2_117 * lu1_86) - (ls2_107 * lu1_116)))
-            ls2_128 = (lu1_121 * (ls2_64 - (ls2_118 * lu1_86) - (ls2_108 * lu1_116)))
-            ls2_129 = (lu1_121 * (ls2_70 - (ls2_119 * lu1_86) - (ls2_109 * lu1_116)))
-            ls2_130 = (lu1_121 * (K2 - (ls2_120 * lu1_86) - (ls2_110 * lu1_116)))
-            ls2_131 = (lu1_121 * (-(ls2_121 * lu1_86) - (ls2_111 * lu1_116)))
-            ls2_132 = (lu1_113 * (cse_266 - (ls2_122 * lu1_11) - (ls2_102 * lu1_12)))
-            ls2_133 = (lu1_113 * (ls2_6 - (ls2_123 * lu1_11) - (ls2_103 * lu1_12)))
-            ls2_134 = (lu1_113 * (-(ls2_124 * lu1_11) - (ls2_104 * lu1_12)))
-            ls2_135 = (lu1_113 * (-(ls2_125 * lu1_11) - (ls2_105 * lu1_12)))
-            ls2_136 = (lu1_113 * (-(ls2_126 * lu1_11) - (ls2_106 * lu1_12)))
-            ls2_137 = (lu1_113 * (-(ls2_127 * lu1_11) - (ls2_107 * lu1_12)))
-            ls2_138 = (lu1_113 * (-(ls2_128 * lu1_11) - (ls2_108 * lu1_12)))
-            ls2_139 = (lu1_113 * (K2 - (ls2_129 * lu1_11) - (ls2_109 * lu1_12)))
-            ls2_140 = (lu1_113 * (-(ls2_130 * lu1_11) - (ls2_110 * lu1_12)))
-            ls2_141 = (lu1_113 * (-(ls2_131 * lu1_11) - (ls2_111 * lu1_12)))
-            ls2_142 = (lu1_105 * (cse_265 - (ls2_122 * lu1_9) - (ls2_102 * lu1_10)))
-            ls2_143 = (lu1_105 * (ls2_5 - (ls2_123 * lu1_9) - (ls2_103 * lu1_10)))
-            ls2_144 = (lu1_105 * (-(ls2_124 * lu1_9) - (ls2_104 * lu1_10)))
-            ls2_145 = (lu1_105 * (-(ls2_125 * lu1_9) - (ls2_105 * lu1_10)))
-            ls2_146 = (lu1_105 * (-(ls2_126 * lu1_9) - (ls2_106 * lu1_10)))
-            ls2_147 = (lu1_105 * (-(ls2_127 * lu1_9) - (ls2_107 * lu1_10)))
-            ls2_148 = (lu1_105 * (K2 - (ls2_128 * lu1_9) - (ls2_108 * lu1_10)))
-            ls2_149 = (lu1_105 * (-(ls2_129 * lu1_9) - (ls2_109 * lu1_10)))
-            ls2_150 = (lu1_105 * (-(ls2_130 * lu1_9) - (ls2_110 * lu1_10)))
-            ls2_151 = (lu1_105 * (-(ls2_131 * lu1_9) - (ls2_111 * lu1_10)))
-            ls2_152 = (lu1_97 * (cse_264 - (ls2_122 * lu1_7) - (ls2_102 * lu1_8)))
-            ls2_153 = (lu1_97 * (ls2_4 - (ls2_123 * lu1_7) - (ls2_103 * lu1_8)))
-            ls2_154 = (lu1_97 * (-(ls2_124 * lu1_7) - (ls2_104 * lu1_8)))
-            ls2_155 = (lu1_97 * (-(ls2_125 * lu1_7) - (ls2_105 * lu1_8)))
-            ls2_156 = (lu1_97 * (-(ls2_126 * lu1_7) - (ls2_106 * lu1_8)))
-            ls2_157 = (lu1_97 * (K2 - (ls2_127 * lu1_7) - (ls2_107 * lu1_8)))
-            ls2_158 = (lu1_97 * (-(ls2_128 * lu1_7) - (ls2_108 * lu1_8)))
-            ls2_159 = (lu1_97 * (-(ls2_129 * lu1_7) - (ls2_109 * lu1_8)))
-            ls2_160 = (lu1_97 * (-(ls2_130 * lu1_7) - (ls2_110 * lu1_8)))
-            ls2_161 = (lu1_97 * (-(ls2_131 * lu1_7) - (ls2_111 * lu1_8)))
-            ls2_162 = (lu1_83 * (ls2_25 - (ls2_122 * lu1_64) - (ls2_112 * lu1_65) - (ls2_102 * lu1_66)))
-            ls2_163 = (lu1_83 * (ls2_26 - (ls2_123 * lu1_64) - (ls2_113 * lu1_65) - (ls2_103 * lu1_66)))
-            ls2_164 = (lu1_83 * (ls2_27 - (ls2_124 * lu1_64) - (ls2_114 * lu1_65) - (ls2_104 * lu1_66)))
-            ls2_165 = (lu1_83 * (ls2_28 - (ls2_125 * lu1_64) - (ls2_115 * lu1_65) - (ls2_105 * lu1_66)))
-            ls2_166 = (lu1_83 * (K2 - (ls2_126 * lu1_64) - (ls2_116 * lu1_65) - (ls2_106 * lu1_66)))
-            ls2_167 = (lu1_83 * (-(ls2_127 * lu1_64) - (ls2_117 * lu1_65) - (ls2_107 * lu1_66)))
-            ls2_168 = (lu1_83 * (-(ls2_128 * lu1_64) - (ls2_118 * lu1_65) - (ls2_108 * lu1_66)))
-            ls2_169 = (lu1_83 * (-(ls2_129 * lu1_64) - (ls2_119 * lu1_65) - (ls2_109 * lu1_66)))
-            ls2_170 = (lu1_83 * (-(ls2_130 * lu1_64) - (ls2_120 * lu1_65) - (ls2_110 * lu1_66)))
-            ls2_171 = (lu1_83 * (-(ls2_131 * lu1_64) - (ls2_121 * lu1_65) - (ls2_111 * lu1_66)))
-            ls2_172 = (lu1_61 * (ls2_10 - (ls2_162 * lu1_32) - (ls2_122 * lu1_33) - (ls2_112 * lu1_34) - (ls2_102 * lu1_35)))
-            ls2_173 = (lu1_61 * (ls2_11 - (ls2_163 * lu1_32) - (ls2_123 * lu1_33) - (ls2_113 * lu1_34) - (ls2_103 * lu1_35)))
-            ls2_174 = (lu1_61 * (ls2_12 - (ls2_164 * lu1_32) - (ls2_124 * lu1_33) - (ls2_114 * lu1_34) - (ls2_104 * lu1_35)))
-            ls2_175 = (lu1_61 * (K2 - (ls2_165 * lu1_32) - (ls2_125 * lu1_33) - (ls2_115 * lu1_34) - (ls2_105 * lu1_35)))
-            ls2_176 = (lu1_61 * (-(ls2_166 * lu1_32) - (ls2_126 * lu1_33) - (ls2_116 * lu1_34) - (ls2_106 * lu1_35)))
-            ls2_177 = (lu1_61 * (-(ls2_167 * lu1_32) - (ls2_127 * lu1_33) - (ls2_117 * lu1_34) - (ls2_107 * lu1_35)))
-            ls2_178 = (lu1_61 * (-(ls2_168 * lu1_32) - (ls2_128 * lu1_33) - (ls2_118 * lu1_34) - (ls2_108 * lu1_35)))
-            ls2_179 = (lu1_61 * (-(ls2_169 * lu1_32) - (ls2_129 * lu1_33) - (ls2_119 * lu1_34) - (ls2_109 * lu1_35)))
-            ls2_180 = (lu1_61 * (-(ls2_170 * lu1_32) - (ls2_130 * lu1_33) - (ls2_120 * lu1_34) - (ls2_110 * lu1_35)))
-            ls2_181 = (lu1_61 * (-(ls2_171 * lu1_32) - (ls2_131 * lu1_33) - (ls2_121 * lu1_34) - (ls2_111 * lu1_35)))
-            ls2_182 = (lu1_29 * (cse_217 - (cse_141 * ls2_172) - (cse_141 * ls2_162) - (cse_156 * ls2_112) - (ls2_122 * lu1_1) - (ls2_102 * lu1_2)))
-            ls2_183 = (lu1_29 * (ls2_1 - (cse_141 * ls2_173) - (cse_141 * ls2_163) - (cse_156 * ls2_113) - (ls2_123 * lu1_1) - (ls2_103 * lu1_2)))
-            ls2_184 = (lu1_29 * (K2 - (cse_141 * ls2_174) - (cse_141 * ls2_164) - (cse_156 * ls2_114) - (ls2_124 * lu1_1) - (ls2_104 * lu1_2)))
-            ls2_185 = (lu1_29 * (-(cse_141 * ls2_175) - (cse_141 * ls2_165) - (cse_156 * ls2_115) - (ls2_125 * lu1_1) - (ls2_105 * lu1_2)))
-            ls2_186 = (lu1_29 * (-(cse_141 * ls2_176) - (cse_141 * ls2_166) - (cse_156 * ls2_116) - (ls2_126 * lu1_1) - (ls2_106 * lu1_2)))
-            ls2_187 = (lu1_29 * (-(cse_141 * ls2_177) - (cse_141 * ls2_167) - (cse_156 * ls2_117) - (ls2_127 * lu1_1) - (ls2_107 * lu1_2)))
-            ls2_188 = (lu1_29 * (-(cse_141 * ls2_178) - (cse_141 * ls2_168) - (cse_156 * ls2_118) - (ls2_128 * lu1_1) - (ls2_108 * lu1_2)))
-            ls2_189 = (lu1_29 * (-(cse_141 * ls2_179) - (cse_141 * ls2_169) - (cse_156 * ls2_119) - (ls2_129 * lu1_1) - (ls2_109 * lu1_2)))
-            ls2_190 = (lu1_29 * (-(cse_141 * ls2_180) - (cse_141 * ls2_170) - (cse_156 * ls2_120) - (ls2_130 * lu1_1) - (ls2_110 * lu1_2)))
-            ls2_191 = (lu1_29 * (-(cse_141 * ls2_181) - (cse_141 * ls2_171) - (cse_156 * ls2_121) - (ls2_131 * lu1_1) - (ls2_111 * lu1_2)))
-            d91 = ls2_182
-            d92 = ls2_183
-            d93 = ls2_184
-            d94 = ls2_185
-            d95 = ls2_186
-            d96 = ls2_187
-            d97 = ls2_188
-            d98 = ls2_189
-            d99 = ls2_190
-            d100 = ls2_191
-            d101 = ls2_172
-            d102 = ls2_173
-            d103 = ls2_174
-            d104 = ls2_175
-            d105 = ls2_176
-            d106 = ls2_177
-            d107 = ls2_178
-            d108 = ls2_179
-            d109 = ls2_180
-            d110 = ls2_181
-            d111 = ls2_162
-            d112 = ls2_163
-            d113 = ls2_164
-            d114 = ls2_165
-            d115 = ls2_166
-            d116 = ls2_167
-            d117 = ls2_168
-            d118 = ls2_169
-            d119 = ls2_170
-            d120 = ls2_171
-            d121 = ls2_152
-            d122 = ls2_153
-            d123 = ls2_154
-            d124 = ls2_155
-            d125 = ls2_156
-            d126 = ls2_157
-            d127 = ls2_158
-            d128 = ls2_159
-            d129 = ls2_160
-            d130 = ls2_161
-            d131 = ls2_142
-            d132 = ls2_143
-            d133 = ls2_144
-            d134 = ls2_145
-            d135 = ls2_146
-            d136 = ls2_147
-            d137 = ls2_148
-            d138 = ls2_149
-            d139 = ls2_150
-            d140 = ls2_151
-            d141 = ls2_132
-            d142 = ls2_133
-            d143 = ls2_134
-            d144 = ls2_135
-            d145 = ls2_136
-            d146 = ls2_137
-            d147 = ls2_138
-            d148 = ls2_139
-            d149 = ls2_140
-            d150 = ls2_141
-            d151 = ls2_122
-            d152 = ls2_123
-            d153 = ls2_124
-            d154 = ls2_125
-            d155 = ls2_126
-            d156 = ls2_127
-            d157 = ls2_128
-            d158 = ls2_129
-            d159 = ls2_130
-            d160 = ls2_131
-            d161 = ls2_112
-            d162 = ls2_113
-            d163 = ls2_114
-            d164 = ls2_115
-            d165 = ls2_116
-            d166 = ls2_117
-            d167 = ls2_118
-            d168 = ls2_119
-            d169 = ls2_120
-            d170 = ls2_121
-            d171 = ls2_102
-            d172 = ls2_103
-            d173 = ls2_104
-            d174 = ls2_105
-            d175 = ls2_106
-            d176 = ls2_107
-            d177 = ls2_108
-            d178 = ls2_109
-            d179 = ls2_110
-            d180 = ls2_111
-            cse_44 = (cse_22 * d101)
-            cse_45 = (cse_22 * d111)
+            ls2_88 = (-cse_277)
+            (
+                ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94,
+                ls2_95, ls2_96, ls2_97) = _triton_lu1_forward1(
+                lu1_lu, cse_217, cse_216, cse_215, cse_264, cse_265,
+                cse_266, cse_267, cse_274, ls2_88, DTYPE)
+            ls2_98 = (-cse_217)
+            ls2_99 = (-cse_216)
+            ls2_100 = (-cse_215)
+            ls2_101 = (-cse_264)
+            ls2_102 = (-cse_265)
+            ls2_103 = (-cse_266)
+            ls2_104 = (-cse_267)
+            ls2_105 = (-cse_274)
+            (
+                ls2_106, ls2_107, ls2_108, ls2_109, ls2_110, ls2_111,
+                ls2_112, ls2_113, ls2_114) = _triton_lu1_forward1(
+                lu1_lu, ls2_98, ls2_99, ls2_100, ls2_101, ls2_102,
+                ls2_103, ls2_104, ls2_105, cse_277, DTYPE)
+            ls2_116, ls2_117, ls2_121, ls2_122, ls2_123 = _triton_lu1_forward6(lu1_lu, DTYPE)
+            ls2_126, ls2_130, ls2_131, ls2_132 = _triton_lu1_forward7(lu1_lu, DTYPE)
+            ls2_139, ls2_140, ls2_141 = _triton_lu1_forward8(lu1_lu, DTYPE)
+            ls2_148, ls2_149, ls2_150 = _triton_lu1_forward9(lu1_lu, DTYPE)
+            ls2_157, ls2_158, ls2_159 = _triton_lu1_forward10(lu1_lu, DTYPE)
+            ls2_166, ls2_167, ls2_168 = _triton_lu1_forward11(lu1_lu, DTYPE)
+            ls2_176, ls2_177 = _triton_lu1_forward12(lu1_lu, DTYPE)
+            ls2_186 = _triton_lu1_forward13(lu1_lu, DTYPE)
+            (
+                d91, d92, d93, d94, d95, d96,
+                d97, d98, d99) = _triton_lu1_back1(
+                lu1_lu, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93,
+                ls2_94, ls2_95, ls2_96, ls2_97, DTYPE)
+            (
+                d100, d101, d102, d103, d104, d105,
+                d106, d107, d108) = _triton_lu1_back1(
+                lu1_lu, ls2_106, ls2_107, ls2_108, ls2_109, ls2_110,
+                ls2_111, ls2_112, ls2_113, ls2_114, DTYPE)
+            (
+                d109, d110, d111, d112, d113, d114,
+                d115, d116, d117) = _triton_lu1_back6(
+                lu1_lu, ls2_116, ls2_117, ls2_121, ls2_122, ls2_123,
+                DTYPE)
+            (
+                d118, d119, d120, d121, d122, d123,
+                d124, d125, d126) = _triton_lu1_back7(
+                lu1_lu, ls2_126, ls2_130, ls2_131, ls2_132, DTYPE)
+            (
+                d127, d128, d129, d130, d131, d132,
+                d133, d134, d135) = _triton_lu1_back8(
+                lu1_lu, ls2_139, ls2_140, ls2_141, DTYPE)
+            (
+                d136, d137, d138, d139, d140, d141,
+                d142, d143, d144) = _triton_lu1_back9(
+                lu1_lu, ls2_148, ls2_149, ls2_150, DTYPE)
+            (
+                d145, d146, d147, d148, d149, d150,
+                d151, d152, d153) = _triton_lu1_back10(
+                lu1_lu, ls2_157, ls2_158, ls2_159, DTYPE)
+            (
+                d154, d155, d156, d157, d158, d159,
+                d160, d161, d162) = _triton_lu1_back11(
+                lu1_lu, ls2_166, ls2_167, ls2_168, DTYPE)
+            (
+                d163, d164, d165, d166, d167, d168,
+                d169, d170, d171) = _triton_lu1_back12(
+                lu1_lu, ls2_176, ls2_177, DTYPE)
+            d172, d173, d174, d175, d176, d177, d178, d179, d180 = _triton_lu1_back13(lu1_lu, ls2_186, DTYPE)
+            cse_44 = (cse_22 * d92)
+            cse_45 = (cse_22 * d93)
             cse_46 = (cse_22 * d91)
-            cse_47 = (cse_22 * d102)
-            cse_48 = (cse_22 * d112)
-            cse_49 = (cse_22 * d92)
-            cse_50 = (cse_22 * d103)
-            cse_51 = (cse_22 * d113)
-            cse_52 = (cse_22 * d104)
-            cse_53 = (cse_22 * d114)
-            cse_54 = (cse_22 * d105)
-            cse_55 = (cse_22 * d115)
-            cse_56 = (cse_22 * d106)
-            cse_57 = (cse_22 * d116)
-            cse_58 = (cse_22 * d107)
-            cse_59 = (cse_22 * d117)
-            cse_60 = (cse_22 * d108)
-            cse_61 = (cse_22 * d118)
-            cse_62 = (cse_22 * d93)
-            cse_63 = (cse_22 * d94)
-            cse_64 = (cse_22 * d95)
-            cse_65 = (cse_22 * d96)
-            cse_66 = (cse_22 * d97)
-            cse_67 = (cse_22 * d98)
-            cse_68 = (cse_22 * d109)
-            cse_69 = (cse_22 * d119)
-            cse_70 = (cse_22 * d99)
-            cse_71 = (cse_22 * d110)
-            cse_72 = (cse_22 * d120)
-            cse_73 = (cse_22 * d100)
+            cse_47 = (cse_22 * d101)
+            cse_48 = (cse_22 * d102)
+            cse_49 = (cse_22 * d100)
+            cse_50 = (cse_22 * d110)
+            cse_51 = (cse_22 * d111)
+            cse_52 = (cse_22 * d119)
+            cse_53 = (cse_22 * d120)
+            cse_54 = (cse_22 * d128)
+            cse_55 = (cse_22 * d129)
+            cse_56 = (cse_22 * d137)
+            cse_57 = (cse_22 * d138)
+            cse_58 = (cse_22 * d146)
+            cse_59 = (cse_22 * d147)
+            cse_60 = (cse_22 * d155)
+            cse_61 = (cse_22 * d156)
+            cse_62 = (cse_22 * d109)
+            cse_63 = (cse_22 * d118)
+            cse_64 = (cse_22 * d127)
+            cse_65 = (cse_22 * d136)
+            cse_66 = (cse_22 * d145)
+            cse_67 = (cse_22 * d154)
+            cse_68 = (cse_22 * d164)
+            cse_69 = (cse_22 * d165)
+            cse_70 = (cse_22 * d163)
+            cse_71 = (cse_22 * d173)
+            cse_72 = (cse_22 * d174)
+            cse_73 = (cse_22 * d172)
             d181 = (cse_44 + cse_45 + (cse_26 * d91))
-            d182 = (cse_45 + cse_46 + (cse_26 * d101))
-            d183 = (cse_44 + cse_46 + (cse_26 * d111))
-            d184 = (cse_43 * d121)
-            d185 = (cse_43 * d131)
-            d186 = (cse_43 * d141)
-            d187 = (cse_47 + cse_48 + (cse_26 * d92))
-            d188 = (cse_48 + cse_49 + (cse_26 * d102))
-            d189 = (cse_47 + cse_49 + (cse_26 * d112))
-            d190 = (cse_43 * d122)
-            d191 = (cse_43 * d132)
-            d192 = (cse_43 * d142)
-            d193 = (cse_50 + cse_51 + (cse_26 * d93))
-            d194 = (cse_52 + cse_53 + (cse_26 * d94))
-            d195 = (cse_54 + cse_55 + (cse_26 * d95))
-            d196 = (cse_56 + cse_57 + (cse_26 * d96))
-            d197 = (cse_58 + cse_59 + (cse_26 * d97))
-            d198 = (cse_60 + cse_61 + (cse_26 * d98))
-            d199 = (cse_51 + cse_62 + (cse_26 * d103))
-            d200 = (cse_53 + cse_63 + (cse_26 * d104))
-            d201 = (cse_55 + cse_64 + (cse_26 * d105))
-            d202 = (cse_57 + cse_65 + (cse_26 * d106))
-            d203 = (cse_59 + cse_66 + (cse_26 * d107))
-            d204 = (cse_61 + cse_67 + (cse_26 * d108))
-            d205 = (cse_50 + cse_62 + (cse_26 * d113))
-            d206 = (cse_52 + cse_63 + (cse_26 * d114))
-            d207 = (cse_54 + cse_64 + (cse_26 * d115))
-            d208 = (cse_56 + cse_65 + (cse_26 * d116))
-            d209 = (cse_58 + cse_66 + (cse_26 * d117))
-            d210 = (cse_60 + cse_67 + (cse_26 * d118))
-            d211 = (cse_43 * d123)
-            d212 = (cse_43 * d124)
-            d213 = (cse_43 * d125)
-            d214 = (cse_43 * d126)
-            d215 = (cse_43 * d127)
-            d216 = (cse_43 * d128)
-            d217 = (cse_43 * d133)
-            d218 = (cse_43 * d134)
-            d219 = (cse_43 * d135)
-            d220 = (cse_43 * d136)
-            d221 = (cse_43 * d137)
-            d222 = (cse_43 * d138)
-            d223 = (cse_43 * d143)
-            d224 = (cse_43 * d144)
-            d225 = (cse_43 * d145)
-            d226 = (cse_43 * d146)
-            d227 = (cse_43 * d147)
-            d228 = (cse_43 * d148)
-            d229 = (cse_68 + cse_69 + (cse_26 * d99))
-            d230 = (cse_69 + cse_70 + (cse_26 * d109))
-            d231 = (cse_68 + cse_70 + (cse_26 * d119))
-            d232 = (cse_43 * d129)
-            d233 = (cse_43 * d139)
-            d234 = (cse_43 * d149)
-            d235 = (cse_71 + cse_72 + (cse_26 * d100))
-            d236 = (cse_72 + cse_73 + (cse_26 * d110))
-            d237 = (cse_71 + cse_73 + (cse_26 * d120))
-            d238 = (cse_43 * d130)
-            d239 = (cse_43 * d140)
-            d240 = (cse_43 * d150)
+            d182 = (cse_45 + cse_46 + (cse_26 * d92))
+            d183 = (cse_44 + cse_46 + (cse_26 * d93))
+            d184 = (cse_43 * d94)
+            d185 = (cse_43 * d95)
+            d186 = (cse_43 * d96)
+            d187 = (cse_47 + cse_48 + (cse_26 * d100))
+            d188 = (cse_48 + cse_49 + (cse_26 * d101))
+            d189 = (cse_47 + cse_49 + (cse_26 * d102))
+            d190 = (cse_43 * d103)
+            d191 = (cse_43 * d104)
+            d192 = (cse_43 * d105)
+            d193 = (cse_50 + cse_51 + (cse_26 * d109))
+            d194 = (cse_52 + cse_53 + (cse_26 * d118))
+            d195 = (cse_54 + cse_55 + (cse_26 * d127))
+            d196 = (cse_56 + cse_57 + (cse_26 * d136))
+            d197 = (cse_58 + cse_59 + (cse_26 * d145))
+            d198 = (cse_60 + cse_61 + (cse_26 * d154))
+            d199 = (cse_51 + cse_62 + (cse_26 * d110))
+            d200 = (cse_53 + cse_63 + (cse_26 * d119))
+            d201 = (cse_55 + cse_64 + (cse_26 * d128))
+            d202 = (cse_57 + cse_65 + (cse_26 * d137))
+            d203 = (cse_59 + cse_66 + (cse_26 * d146))
+            d204 = (cse_61 + cse_67 + (cse_26 * d155))
+            d205 = (cse_50 + cse_62 + (cse_26 * d111))
+            d206 = (cse_52 + cse_63 + (cse_26 * d120))
+            d207 = (cse_54 + cse_64 + (cse_26 * d129))
+            d208 = (cse_56 + cse_65 + (cse_26 * d138))
+            d209 = (cse_58 + cse_66 + (cse_26 * d147))
+            d210 = (cse_60 + cse_67 + (cse_26 * d156))
+            d211 = (cse_43 * d112)
+            d212 = (cse_43 * d121)
+            d213 = (cse_43 * d130)
+            d214 = (cse_43 * d139)
+            d215 = (cse_43 * d148)
+            d216 = (cse_43 * d157)
+            d217 = (cse_43 * d113)
+            d218 = (cse_43 * d122)
+            d219 = (cse_43 * d131)
+            d220 = (cse_43 * d140)
+            d221 = (cse_43 * d149)
+            d222 = (cse_43 * d158)
+            d223 = (cse_43 * d114)
+            d224 = (cse_43 * d123)
+            d225 = (cse_43 * d132)
+            d226 = (cse_43 * d141)
+            d227 = (cse_43 * d150)
+            d228 = (cse_43 * d159)
+            d229 = (cse_68 + cse_69 + (cse_26 * d163))
+            d230 = (cse_69 + cse_70 + (cse_26 * d164))
+            d231 = (cse_68 + cse_70 + (cse_26 * d165))
+            d232 = (cse_43 * d166)
+            d233 = (cse_43 * d167)
+            d234 = (cse_43 * d168)
+            d235 = (cse_71 + cse_72 + (cse_26 * d172))
+            d236 = (cse_72 + cse_73 + (cse_26 * d173))
+            d237 = (cse_71 + cse_73 + (cse_26 * d174))
+            d238 = (cse_43 * d175)
+            d239 = (cse_43 * d176)
+            d240 = (cse_43 * d177)
         if V & 8:  # total
             cse_76 = (cse_11 * cse_7)
             cse_77 = (cse_4 * cse_76)
@@ -3130,412 +2787,230 @@ if triton is not None:
             cse_279 = (cse_169 * cse_270)
             cse_280 = (cse_185 * cse_279)
             # linear solve 3: 9x9, 7 right-hand side(s) through elimination lu1
-            ls3_1 = (-cse_137 * cse_242)
-            ls3_2 = (-cse_137 * cse_249)
-            ls3_3 = (-cse_154 * state_internal_ep)
-            ls3_4 = (-cse_154)
-            ls3_5 = (-cse_137 * cse_257)
-            ls3_6 = (-cse_137 * cse_259)
-            ls3_7 = (-cse_162 * state_internal_ep)
-            ls3_8 = (-cse_162)
-            ls3_9 = (-cse_137 * cse_260)
-            ls3_10 = (-cse_137 * cse_261)
-            ls3_11 = (-cse_167 * state_internal_ep)
-            ls3_12 = (-cse_167)
-            ls3_13 = (-cse_170 * cse_82)
-            ls3_14 = (cse_170 * cse_99)
-            ls3_15 = (cse_175 * state_internal_ep)
-            ls3_16 = (-cse_170 * cse_83)
-            ls3_17 = (cse_100 * cse_170)
-            ls3_18 = (cse_177 * state_internal_ep)
-            ls3_19 = (-cse_170 * cse_84)
-            ls3_20 = (cse_101 * cse_170)
-            ls3_21 = (cse_178 * state_internal_ep)
-            ls3_22 = (-cse_137 * ((cse_152 * cse_78) + (cse_160 * cse_80) + (cse_165 * cse_81) + (cse_173 * cse_268) + (cse_198 * cse_269) + (cse_200 * cse_269)))
-            ls3_23 = (-cse_137 * ((cse_152 * cse_248) + (cse_160 * cse_244) + (cse_165 * cse_246) - (cse_196 * cse_271) - (cse_198 * cse_272) - (cse_200 * cse_272)))
-            ls3_24 = (-cse_205 * state_internal_ep)
-            ls3_25 = (-cse_205)
-            ls3_26 = (-cse_119 * cse_145 * cse_206)
-            ls3_27 = (-cse_137 * ((cse_123 * cse_148) + (K4 * cse_150 * cse_194 * cse_253)))
-            ls3_28 = (-cse_136 * ((cse_209 * cse_242) + (cse_209 * cse_257) + (cse_209 * cse_260)))
-            ls3_29 = (-cse_136 * ((cse_209 * cse_249) + (cse_209 * cse_259) + (cse_209 * cse_261)))
-            ls3_30 = (-cse_136 * ((cse_212 * state_internal_ep) + (cse_213 * state_internal_ep) + (cse_214 * state_internal_ep)))
-            ls3_31 = (-cse_136 * (cse_212 + cse_213 + cse_214))
-            ls3_32 = (-cse_250 * cse_275)
-            ls3_33 = (-cse_254 * cse_275)
-            ls3_34 = (-(cse_135 * cse_276) - (cse_223 * ((cse_158 * cse_78) + (cse_163 * cse_80) + (cse_168 * cse_81) + (cse_169 * cse_268) + (cse_198 * cse_278) + (cse_200 * cse_278))))
-            ls3_35 = (-cse_223 * ((cse_158 * cse_248) + (cse_163 * cse_244) + (cse_168 * cse_246) - (cse_196 * cse_279) - (cse_198 * cse_280) - (cse_200 * cse_280)))
-            ls3_36 = (-cse_235 * state_internal_ep)
-            ls3_37 = (-cse_235)
-            ls3_38 = (-cse_126 * cse_221 * cse_223)
-            ls3_39 = (-cse_123 * cse_223 * cse_252)
-            ls3_40 = (cse_219 * cse_223)
-            ls3_41 = (ls3_5 - (ls3_1 * lu1_30))
-            ls3_42 = (ls3_6 - (ls3_2 * lu1_30))
-            ls3_43 = (ls3_7 - (ls3_3 * lu1_30))
-            ls3_44 = (ls3_8 - (ls3_4 * lu1_30))
-            ls3_45 = (cse_251 - (cse_251 * lu1_30))
-            ls3_46 = (cse_255 - (cse_255 * lu1_30))
-            ls3_47 = (ls3_9 - (ls3_1 * lu1_36))
-            ls3_48 = (ls3_10 - (ls3_2 * lu1_36))
-            ls3_49 = (ls3_11 - (ls3_3 * lu1_36))
-            ls3_50 = (ls3_12 - (ls3_4 * lu1_36))
-            ls3_51 = (cse_251 - (cse_251 * lu1_36))
-            ls3_52 = (cse_255 - (cse_255 * lu1_36))
-            ls3_53 = (ls3_22 - (ls3_1 * lu1_42))
-            ls3_54 = (ls3_23 - (ls3_2 * lu1_42))
-            ls3_55 = (ls3_24 - (ls3_3 * lu1_42))
-            ls3_56 = (ls3_25 - (ls3_4 * lu1_42))
-            ls3_57 = (ls3_26 - (cse_251 * lu1_42))
-            ls3_58 = (ls3_27 - (cse_255 * lu1_42))
-            ls3_59 = (ls3_28 - (ls3_1 * lu1_48))
-            ls3_60 = (ls3_29 - (ls3_2 * lu1_48))
-            ls3_61 = (ls3_30 - (ls3_3 * lu1_48))
-            ls3_62 = (ls3_31 - (ls3_4 * lu1_48))
-            ls3_63 = (ls3_32 - (cse_251 * lu1_48))
-            ls3_64 = (ls3_33 - (cse_255 * lu1_48))
-            ls3_65 = (ls3_34 - (ls3_1 * lu1_54))
-            ls3_66 = (ls3_35 - (ls3_2 * lu1_54))
-            ls3_67 = (ls3_36 - (ls3_3 * lu1_54))
-            ls3_68 = (ls3_37 - (ls3_4 * lu1_54))
-            ls3_69 = (ls3_38 - (cse_251 * lu1_54))
-            ls3_70 = (ls3_39 - (cse_255 * lu1_54))
-            ls3_71 = (ls3_47 - (ls3_41 * lu1_62))
-            ls3_72 = (ls3_48 - (ls3_42 * lu1_62))
-            ls3_73 = (ls3_49 - (ls3_43 * lu1_62))
-            ls3_74 = (ls3_50 - (ls3_44 * lu1_62))
-            ls3_75 = (ls3_51 - (ls3_45 * lu1_62))
-            ls3_76 = (ls3_52 - (ls3_46 * lu1_62))
-            ls3_77 = (ls3_53 - (ls3_41 * lu1_67))
-            ls3_78 = (ls3_54 - (ls3_42 * lu1_67))
-            ls3_79 = (ls3_55 - (ls3_43 * lu1_67))
-            ls3_80 = (ls3_56 - (ls3_44 * lu1_67))
-            ls3_81 = (ls3_57 - (ls3_45 * lu1_67))
-            ls3_82 = (ls3_58 - (ls3_46 * lu1_67))
-            ls3_83 = (ls3_59 - (ls3_41 * lu1_72))
-            ls3_84 = (ls3_60 - (ls3_42 * lu1_72))
-            ls3_85 = (ls3_61 - (ls3_43 * lu1_72))
-            ls3_86 = (ls3_62 - (ls3_44 * lu1_72))
-            ls3_87 = (ls3_63 - (ls3_45 * lu1_72))
-            ls3_88 = (ls3_64 - (ls3_46 * lu1_72))
-            ls3_89 = (ls3_65 - (ls3_41 * lu1_77))
-            ls3_90 = (ls3_66 - (ls3_42 * lu1_77))
-            ls3_91 = (ls3_67 - (ls3_43 * lu1_77))
-            ls3_92 = (ls3_68 - (ls3_44 * lu1_77))
-            ls3_93 = (ls3_69 - (ls3_45 * lu1_77))
-            ls3_94 = (ls3_70 - (ls3_46 * lu1_77))
-            ls3_95 = (ls3_77 - (ls3_71 * lu1_84))
-            ls3_96 = (ls3_78 - (ls3_72 * lu1_84))
-            ls3_97 = (ls3_79 - (ls3_73 * lu1_84))
-            ls3_98 = (ls3_80 - (ls3_74 * lu1_84))
-            ls3_99 = (ls3_81 - (ls3_75 * lu1_84))
-            ls3_100 = (ls3_82 - (ls3_76 * lu1_84))
-            ls3_101 = (ls3_83 - (ls3_71 * lu1_88))
-            ls3_102 = (ls3_84 - (ls3_72 * lu1_88))
-            ls3_103 = (ls3_85 - (ls3_73 * lu1_88))
-            ls3_104 = (ls3_86 - (ls3_74 * lu1_88))
-            ls3_105 = (ls3_87 - (ls3_75 * lu1_88))
-            ls3_106 = (ls3_88 - (ls3_76 * lu1_88))
-            ls3_107 = (ls3_89 - (ls3_71 * lu1_92))
-            ls3_108 = (ls3_90 - (ls3_72 * lu1_92))
-            ls3_109 = (ls3_91 - (ls3_73 * lu1_92))
-            ls3_110 = (ls3_92 - (ls3_74 * lu1_92))
-            ls3_111 = (ls3_93 - (ls3_75 * lu1_92))
-            ls3_112 = (ls3_94 - (ls3_76 * lu1_92))
-            ls3_113 = (ls3_95 - (ls3_13 * lu1_98))
-            ls3_114 = (ls3_96 - (ls3_14 * lu1_98))
-            ls3_115 = (ls3_97 - (ls3_15 * lu1_98))
-            ls3_116 = (ls3_98 - (cse_175 * lu1_98))
-            ls3_117 = (ls3_107 - (ls3_13 * lu1_101))
-            ls3_118 = (ls3_108 - (ls3_14 * lu1_101))
-            ls3_119 = (ls3_109 - (ls3_15 * lu1_101))
-            ls3_120 = (ls3_110 - (cse_175 * lu1_101))
-            ls3_121 = (ls3_113 - (ls3_16 * lu1_106))
-            ls3_122 = (ls3_114 - (ls3_17 * lu1_106))
-            ls3_123 = (ls3_115 - (ls3_18 * lu1_106))
-            ls3_124 = (ls3_116 - (cse_177 * lu1_106))
-            ls3_125 = (ls3_117 - (ls3_16 * lu1_109))
-            ls3_126 = (ls3_118 - (ls3_17 * lu1_109))
-            ls3_127 = (ls3_119 - (ls3_18 * lu1_109))
-            ls3_128 = (ls3_120 - (cse_177 * lu1_109))
-            ls3_129 = (ls3_121 - (ls3_19 * lu1_114))
-            ls3_130 = (ls3_122 - (ls3_20 * lu1_114))
-            ls3_131 = (ls3_123 - (ls3_21 * lu1_114))
-            ls3_132 = (ls3_124 - (cse_178 * lu1_114))
-            ls3_133 = (ls3_125 - (ls3_19 * lu1_117))
-            ls3_134 = (ls3_126 - (ls3_20 * lu1_117))
-            ls3_135 = (ls3_127 - (ls3_21 * lu1_117))
-            ls3_136 = (ls3_128 - (cse_178 * lu1_117))
-            ls3_137 = (ls3_101 - (ls3_129 * lu1_122))
-            ls3_138 = (ls3_102 - (ls3_130 * lu1_122))
-            ls3_139 = (ls3_103 - (ls3_131 * lu1_122))
-            ls3_140 = (ls3_104 - (ls3_132 * lu1_122))
-            ls3_141 = (ls3_105 - (ls3_99 * lu1_122))
-            ls3_142 = (ls3_106 - (ls3_100 * lu1_122))
-            ls3_143 = (ls3_133 - (ls3_129 * lu1_125))
-            ls3_144 = (ls3_134 - (ls3_130 * lu1_125))
-            ls3_145 = (ls3_135 - (ls3_131 * lu1_125))
-            ls3_146 = (ls3_136 - (ls3_132 * lu1_125))
-            ls3_147 = (ls3_111 - (ls3_99 * lu1_125))
-            ls3_148 = (ls3_112 - (ls3_100 * lu1_125))
-            ls3_149 = (ls3_143 - (ls3_137 * lu1_130))
-            ls3_150 = (ls3_144 - (ls3_138 * lu1_130))
-            ls3_151 = (ls3_145 - (ls3_139 * lu1_130))
-            ls3_152 = (ls3_146 - (ls3_140 * lu1_130))
-            ls3_153 = (ls3_147 - (ls3_141 * lu1_130))
-            ls3_154 = (ls3_148 - (ls3_142 * lu1_130))
-            ls3_155 = (ls3_149 * lu1_132)
-            ls3_156 = (ls3_150 * lu1_132)
-            ls3_157 = (ls3_151 * lu1_132)
-            ls3_158 = (ls3_152 * lu1_132)
-            ls3_159 = (ls3_153 * lu1_132)
-            ls3_160 = (ls3_154 * lu1_132)
-            ls3_161 = (ls3_40 * lu1_132)
-            ls3_162 = (lu1_129 * (ls3_137 - (ls3_155 * lu1_124)))
-            ls3_163 = (lu1_129 * (ls3_138 - (ls3_156 * lu1_124)))
-            ls3_164 = (lu1_129 * (ls3_139 - (ls3_157 * lu1_124)))
-            ls3_165 = (lu1_129 * (ls3_140 - (ls3_158 * lu1_124)))
-            ls3_166 = (lu1_129 * (ls3_141 - (ls3_159 * lu1_124)))
-            ls3_167 = (lu1_129 * (ls3_142 - (ls3_160 * lu1_124)))
-            ls3_168 = (-ls3_161 * lu1_124 * lu1_129)
-            ls3_169 = (lu1_121 * (ls3_129 - (ls3_162 * lu1_86) - (ls3_155 * lu1_116)))
-            ls3_170 = (lu1_121 * (ls3_130 - (ls3_163 * lu1_86) - (ls3_156 * lu1_116)))
-            ls3_171 = (lu1_121 * (ls3_131 - (ls3_164 * lu1_86) - (ls3_157 * lu1_116)))
-            ls3_172 = (lu1_121 * (ls3_132 - (ls3_165 * lu1_86) - (ls3_158 * lu1_116)))
-            ls3_173 = (lu1_121 * (ls3_99 - (ls3_166 * lu1_86) - (ls3_159 * lu1_116)))
-            ls3_174 = (lu1_121 * (ls3_100 - (ls3_167 * lu1_86) - (ls3_160 * lu1_116)))
-            ls3_175 = (lu1_121 * (-(ls3_168 * lu1_86) - (ls3_161 * lu1_116)))
-            ls3_176 = (lu1_113 * (ls3_19 - (ls3_169 * lu1_11) - (ls3_155 * lu1_12)))
-            ls3_177 = (lu1_113 * (ls3_20 - (ls3_170 * lu1_11) - (ls3_156 * lu1_12)))
-            ls3_178 = (lu1_113 * (ls3_21 - (ls3_171 * lu1_11) - (ls3_157 * lu1_12)))
-            ls3_179 = (lu1_113 * (cse_178 - (ls3_172 * lu1_11) - (ls3_158 * lu1_12)))
-            ls3_180 = (lu1_113 * (-(ls3_173 * lu1_11) - (ls3_159 * lu1_12)))
-            ls3_181 = (lu1_113 * (-(ls3_174 * lu1_11) - (ls3_160 * lu1_12)))
-            ls3_182 = (lu1_113 * (-(ls3_175 * lu1_11) - (ls3_161 * lu1_12)))
-            ls3_183 = (lu1_105 * (ls3_16 - (ls3_169 * lu1_9) - (ls3_155 * lu1_10)))
-            ls3_184 = (lu1_105 * (ls3_17 - (ls3_170 * lu1_9) - (ls3_156 * lu1_10)))
-            ls3_185 = (lu1_105 * (ls3_18 - (ls3_171 * lu1_9) - (ls3_157 * lu1_10)))
-            ls3_186 = (lu1_105 * (cse_177 - (ls3_172 * lu1_9) - (ls3_158 * lu1_10)))
-            ls3_187 = (lu1_105 * (-(ls3_173 * lu1_9) - (ls3_159 * lu1_10)))
-            ls3_188 = (lu1_105 * (-(ls3_174 * lu1_9) - (ls3_160 * lu1_10)))
-            ls3_189 = (lu1_105 * (-(ls3_175 * lu1_9) - (ls3_161 * lu1_10)))
-            ls3_190 = (lu1_97 * (ls3_13 - (ls3_169 * lu1_7) - (ls3_155 * lu1_8)))
-            ls3_191 = (lu1_97 * (ls3_14 - (ls3_170 * lu1_7) - (ls3_156 * lu1_8)))
-            ls3_192 = (lu1_97 * (ls3_15 - (ls3_171 * lu1_7) - (ls3_157 * lu1_8)))
-            ls3_193 = (lu1_97 * (cse_175 - (ls3_172 * lu1_7) - (ls3_158 * lu1_8)))
-            ls3_194 = (lu1_97 * (-(ls3_173 * lu1_7) - (ls3_159 * lu1_8)))
-            ls3_195 = (lu1_97 * (-(ls3_174 * lu1_7) - (ls3_160 * lu1_8)))
-            ls3_196 = (lu1_97 * (-(ls3_175 * lu1_7) - (ls3_161 * lu1_8)))
-            ls3_197 = (lu1_83 * (ls3_71 - (ls3_169 * lu1_64) - (ls3_162 * lu1_65) - (ls3_155 * lu1_66)))
-            ls3_198 = (lu1_83 * (ls3_72 - (ls3_170 * lu1_64) - (ls3_163 * lu1_65) - (ls3_156 * lu1_66)))
-            ls3_199 = (lu1_83 * (ls3_73 - (ls3_171 * lu1_64) - (ls3_164 * lu1_65) - (ls3_157 * lu1_66)))
-            ls3_200 = (lu1_83 * (ls3_74 - (ls3_172 * lu1_64) - (ls3_165 * lu1_65) - (ls3_158 * lu1_66)))
-            ls3_201 = (lu1_83 * (ls3_75 - (ls3_173 * lu1_64) - (ls3_166 * lu1_65) - (ls3_159 * lu1_66)))
-            ls3_202 = (lu1_83 * (ls3_76 - (ls3_174 * lu1_64) - (ls3_167 * lu1_65) - (ls3_160 * lu1_66)))
-            ls3_203 = (lu1_83 * (-(ls3_175 * lu1_64) - (ls3_168 * lu1_65) - (ls3_161 * lu1_66)))
-            ls3_204 = (lu1_61 * (ls3_41 - (ls3_197 * lu1_32) - (ls3_169 * lu1_33) - (ls3_162 * lu1_34) - (ls3_155 * lu1_35)))
-            ls3_205 = (lu1_61 * (ls3_42 - (ls3_198 * lu1_32) - (ls3_170 * lu1_33) - (ls3_163 * lu1_34) - (ls3_156 * lu1_35)))
-            ls3_206 = (lu1_61 * (ls3_43 - (ls3_199 * lu1_32) - (ls3_171 * lu1_33) - (ls3_164 * lu1_34) - (ls3_157 * lu1_35)))
-            ls3_207 = (lu1_61 * (ls3_44 - (ls3_200 * lu1_32) - (ls3_172 * lu1_33) - (ls3_165 * lu1_34) - (ls3_158 * lu1_35)))
-            ls3_208 = (lu1_61 * (ls3_45 - (ls3_201 * lu1_32) - (ls3_173 * lu1_33) - (ls3_166 * lu1_34) - (ls3_159 * lu1_35)))
-            ls3_209 = (lu1_61 * (ls3_46 - (ls3_202 * lu1_32) - (ls3_174 * lu1_33) - (ls3_167 * lu1_34) - (ls3_160 * lu1_35)))
-            ls3_210 = (lu1_61 * (-(ls3_203 * lu1_32) - (ls3_175 * lu1_33) - (ls3_168 * lu1_34) - (ls3_161 * lu1_35)))
-            ls3_211 = (lu1_29 * (ls3_1 - (cse_141 * ls3_204) - (cse_141 * ls3_197) - (cse_156 * ls3_162) - (ls3_169 * lu1_1) - (ls3_155 * lu1_2)))
-            ls3_212 = (lu1_29 * (ls3_2 - (cse_141 * ls3_205) - (cse_141 * ls3_198) - (cse_156 * ls3_163) - (ls3_170 * lu1_1) - (ls3_156 * lu1_2)))
-            ls3_213 = (lu1_29 * (ls3_3 - (cse_141 * ls3_206) - (cse_141 * ls3_199) - (cse_156 * ls3_164) - (ls3_171 * lu1_1) - (ls3_157 * lu1_2)))
-            ls3_214 = (lu1_29 * (ls3_4 - (cse_141 * ls3_207) - (cse_141 * ls3_200) - (cse_156 * ls3_165) - (ls3_172 * lu1_1) - (ls3_158 * lu1_2)))
-            ls3_215 = (lu1_29 * (cse_251 - (cse_141 * ls3_208) - (cse_141 * ls3_201) - (cse_156 * ls3_166) - (ls3_173 * lu1_1) - (ls3_159 * lu1_2)))
-            ls3_216 = (lu1_29 * (cse_255 - (cse_141 * ls3_209) - (cse_141 * ls3_202) - (cse_156 * ls3_167) - (ls3_174 * lu1_1) - (ls3_160 * lu1_2)))
-            ls3_217 = (lu1_29 * (-(cse_141 * ls3_210) - (cse_141 * ls3_203) - (cse_156 * ls3_168) - (ls3_175 * lu1_1) - (ls3_161 * lu1_2)))
-            d241 = ls3_211
-            d242 = ls3_212
-            d243 = ls3_213
-            d244 = ls3_214
-            d245 = ls3_215
-            d246 = ls3_216
-            d247 = ls3_217
-            d248 = ls3_204
-            d249 = ls3_205
-            d250 = ls3_206
-            d251 = ls3_207
-            d252 = ls3_208
-            d253 = ls3_209
-            d254 = ls3_210
-            d255 = ls3_197
-            d256 = ls3_198
-            d257 = ls3_199
-            d258 = ls3_200
-            d259 = ls3_201
-            d260 = ls3_202
-            d261 = ls3_203
-            d262 = ls3_190
-            d263 = ls3_191
-            d264 = ls3_192
-            d265 = ls3_193
-            d266 = ls3_194
-            d267 = ls3_195
-            d268 = ls3_196
-            d269 = ls3_183
-            d270 = ls3_184
-            d271 = ls3_185
-            d272 = ls3_186
-            d273 = ls3_187
-            d274 = ls3_188
-            d275 = ls3_189
-            d276 = ls3_176
-            d277 = ls3_177
-            d278 = ls3_178
-            d279 = ls3_179
-            d280 = ls3_180
-            d281 = ls3_181
-            d282 = ls3_182
-            d283 = ls3_169
-            d284 = ls3_170
-            d285 = ls3_171
-            d286 = ls3_172
-            d287 = ls3_173
-            d288 = ls3_174
-            d289 = ls3_175
-            d290 = ls3_162
-            d291 = ls3_163
-            d292 = ls3_164
-            d293 = ls3_165
-            d294 = ls3_166
-            d295 = ls3_167
-            d296 = ls3_168
-            d297 = ls3_155
-            d298 = ls3_156
-            d299 = ls3_157
-            d300 = ls3_158
-            d301 = ls3_159
-            d302 = ls3_160
-            d303 = ls3_161
-            cse_74 = (cse_22 * d248)
-            cse_75 = (cse_22 * d255)
+            ls3_187 = (-cse_137 * cse_242)
+            ls3_188 = (-cse_137 * cse_257)
+            ls3_189 = (-cse_137 * cse_260)
+            ls3_190 = (-cse_170 * cse_82)
+            ls3_191 = (-cse_170 * cse_83)
+            ls3_192 = (-cse_170 * cse_84)
+            ls3_193 = (-cse_137 * ((cse_152 * cse_78) + (cse_160 * cse_80) + (cse_165 * cse_81) + (cse_173 * cse_268) + (cse_198 * cse_269) + (cse_200 * cse_269)))
+            ls3_194 = (-cse_136 * ((cse_209 * cse_242) + (cse_209 * cse_257) + (cse_209 * cse_260)))
+            ls3_195 = (-(cse_135 * cse_276) - (cse_223 * ((cse_158 * cse_78) + (cse_163 * cse_80) + (cse_168 * cse_81) + (cse_169 * cse_268) + (cse_198 * cse_278) + (cse_200 * cse_278))))
+            (
+                ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201,
+                ls3_202, ls3_203, ls3_204) = _triton_lu1_forward1(
+                lu1_lu, ls3_187, ls3_188, ls3_189, ls3_190, ls3_191,
+                ls3_192, ls3_193, ls3_194, ls3_195, DTYPE)
+            ls3_205 = (-cse_137 * cse_249)
+            ls3_206 = (-cse_137 * cse_259)
+            ls3_207 = (-cse_137 * cse_261)
+            ls3_208 = (cse_170 * cse_99)
+            ls3_209 = (cse_100 * cse_170)
+            ls3_210 = (cse_101 * cse_170)
+            ls3_211 = (-cse_137 * ((cse_152 * cse_248) + (cse_160 * cse_244) + (cse_165 * cse_246) - (cse_196 * cse_271) - (cse_198 * cse_272) - (cse_200 * cse_272)))
+            ls3_212 = (-cse_136 * ((cse_209 * cse_249) + (cse_209 * cse_259) + (cse_209 * cse_261)))
+            ls3_213 = (-cse_223 * ((cse_158 * cse_248) + (cse_163 * cse_244) + (cse_168 * cse_246) - (cse_196 * cse_279) - (cse_198 * cse_280) - (cse_200 * cse_280)))
+            (
+                ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219,
+                ls3_220, ls3_221, ls3_222) = _triton_lu1_forward1(
+                lu1_lu, ls3_205, ls3_206, ls3_207, ls3_208, ls3_209,
+                ls3_210, ls3_211, ls3_212, ls3_213, DTYPE)
+            ls3_223 = (-cse_154 * state_internal_ep)
+            ls3_224 = (-cse_162 * state_internal_ep)
+            ls3_225 = (-cse_167 * state_internal_ep)
+            ls3_226 = (cse_175 * state_internal_ep)
+            ls3_227 = (cse_177 * state_internal_ep)
+            ls3_228 = (cse_178 * state_internal_ep)
+            ls3_229 = (-cse_205 * state_internal_ep)
+            ls3_230 = (-cse_136 * ((cse_212 * state_internal_ep) + (cse_213 * state_internal_ep) + (cse_214 * state_internal_ep)))
+            ls3_231 = (-cse_235 * state_internal_ep)
+            (
+                ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237,
+                ls3_238, ls3_239, ls3_240) = _triton_lu1_forward1(
+                lu1_lu, ls3_223, ls3_224, ls3_225, ls3_226, ls3_227,
+                ls3_228, ls3_229, ls3_230, ls3_231, DTYPE)
+            ls3_241 = (-cse_154)
+            ls3_242 = (-cse_162)
+            ls3_243 = (-cse_167)
+            ls3_244 = (-cse_205)
+            ls3_245 = (-cse_136 * (cse_212 + cse_213 + cse_214))
+            ls3_246 = (-cse_235)
+            (
+                ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252,
+                ls3_253, ls3_254, ls3_255) = _triton_lu1_forward1(
+                lu1_lu, ls3_241, ls3_242, ls3_243, cse_175, cse_177,
+                cse_178, ls3_244, ls3_245, ls3_246, DTYPE)
+            ls3_256 = (-cse_119 * cse_145 * cse_206)
+            ls3_257 = (-cse_250 * cse_275)
+            ls3_258 = (-cse_126 * cse_221 * cse_223)
+            (ls3_259, ls3_260, ls3_261, ls3_265, ls3_266, ls3_267) = _triton_lu1_forward2(
+                lu1_lu, cse_251, cse_251, cse_251, ls3_256, ls3_257,
+                ls3_258, DTYPE)
+            ls3_268 = (-cse_137 * ((cse_123 * cse_148) + (K4 * cse_150 * cse_194 * cse_253)))
+            ls3_269 = (-cse_254 * cse_275)
+            ls3_270 = (-cse_123 * cse_223 * cse_252)
+            (ls3_271, ls3_272, ls3_273, ls3_277, ls3_278, ls3_279) = _triton_lu1_forward2(
+                lu1_lu, cse_255, cse_255, cse_255, ls3_268, ls3_269,
+                ls3_270, DTYPE)
+            ls3_280 = (cse_219 * cse_223)
+            ls3_289 = _triton_lu1_forward14(lu1_lu, ls3_280, DTYPE)
+            (
+                d241, d242, d243, d244, d245, d246,
+                d247, d248, d249) = _triton_lu1_back1(
+                lu1_lu, ls3_196, ls3_197, ls3_198, ls3_199, ls3_200,
+                ls3_201, ls3_202, ls3_203, ls3_204, DTYPE)
+            (
+                d250, d251, d252, d253, d254, d255,
+                d256, d257, d258) = _triton_lu1_back1(
+                lu1_lu, ls3_214, ls3_215, ls3_216, ls3_217, ls3_218,
+                ls3_219, ls3_220, ls3_221, ls3_222, DTYPE)
+            (
+                d259, d260, d261, d262, d263, d264,
+                d265, d266, d267) = _triton_lu1_back1(
+                lu1_lu, ls3_232, ls3_233, ls3_234, ls3_235, ls3_236,
+                ls3_237, ls3_238, ls3_239, ls3_240, DTYPE)
+            (
+                d268, d269, d270, d271, d272, d273,
+                d274, d275, d276) = _triton_lu1_back1(
+                lu1_lu, ls3_247, ls3_248, ls3_249, ls3_250, ls3_251,
+                ls3_252, ls3_253, ls3_254, ls3_255, DTYPE)
+            (
+                d277, d278, d279, d280, d281, d282,
+                d283, d284, d285) = _triton_lu1_back2(
+                lu1_lu, ls3_259, ls3_260, ls3_261, ls3_265, ls3_266,
+                ls3_267, DTYPE)
+            (
+                d286, d287, d288, d289, d290, d291,
+                d292, d293, d294) = _triton_lu1_back2(
+                lu1_lu, ls3_271, ls3_272, ls3_273, ls3_277, ls3_278,
+                ls3_279, DTYPE)
+            d295, d296, d297, d298, d299, d300, d301, d302, d303 = _triton_lu1_back14(lu1_lu, ls3_289, DTYPE)
+            cse_74 = (cse_22 * d242)
+            cse_75 = (cse_22 * d243)
             cse_79 = (cse_22 * d241)
-            cse_85 = (cse_22 * d249)
-            cse_95 = (cse_90 + cse_92 + cse_94 + (cse_22 * d256))
-            cse_96 = (cse_22 * d242)
-            cse_102 = (cse_22 * d250)
-            cse_103 = (cse_22 * d257)
-            cse_104 = (cse_22 * d243)
-            cse_105 = (cse_22 * d251)
-            cse_106 = (cse_22 * d258)
-            cse_107 = (cse_22 * d244)
-            cse_108 = (cse_22 * d252)
-            cse_109 = (cse_22 * d259)
-            cse_110 = (cse_22 * d245)
-            cse_111 = (cse_22 * d253)
-            cse_112 = (cse_22 * d260)
-            cse_113 = (cse_22 * d246)
-            cse_114 = (cse_22 * d254)
-            cse_115 = (cse_22 * d261)
-            cse_116 = (cse_22 * d247)
+            cse_85 = (cse_22 * d251)
+            cse_95 = (cse_90 + cse_92 + cse_94 + (cse_22 * d252))
+            cse_96 = (cse_22 * d250)
+            cse_102 = (cse_22 * d260)
+            cse_103 = (cse_22 * d261)
+            cse_104 = (cse_22 * d259)
+            cse_105 = (cse_22 * d269)
+            cse_106 = (cse_22 * d270)
+            cse_107 = (cse_22 * d268)
+            cse_108 = (cse_22 * d278)
+            cse_109 = (cse_22 * d279)
+            cse_110 = (cse_22 * d277)
+            cse_111 = (cse_22 * d287)
+            cse_112 = (cse_22 * d288)
+            cse_113 = (cse_22 * d286)
+            cse_114 = (cse_22 * d296)
+            cse_115 = (cse_22 * d297)
+            cse_116 = (cse_22 * d295)
             d304 = (cse_74 + cse_75 + cse_78 + (cse_26 * d241))
-            d305 = (cse_75 + cse_79 + cse_80 + (cse_26 * d248))
-            d306 = (cse_74 + cse_79 + cse_81 + (cse_26 * d255))
-            d307 = (cse_82 + (cse_43 * d262))
-            d308 = (cse_83 + (cse_43 * d269))
-            d309 = (cse_84 + (cse_43 * d276))
-            d310 = (cse_85 + cse_95 - cse_88 + (cse_26 * d242))
-            d311 = (cse_95 + cse_96 - cse_97 + (cse_26 * d249))
-            d312 = (cse_85 + cse_90 + cse_92 + cse_94 + cse_96 - cse_98 + (cse_26 * d256))
-            d313 = (-cse_99 + (cse_43 * d263))
-            d314 = (-cse_100 + (cse_43 * d270))
-            d315 = (-cse_101 + (cse_43 * d277))
-            d316 = (cse_102 + cse_103 + (cse_26 * d243))
-            d317 = (cse_103 + cse_104 + (cse_26 * d250))
-            d318 = (cse_102 + cse_104 + (cse_26 * d257))
-            d319 = (cse_43 * d264)
-            d320 = (cse_43 * d271)
-            d321 = (cse_43 * d278)
-            d322 = (cse_105 + cse_106 + (cse_26 * d244))
-            d323 = (cse_106 + cse_107 + (cse_26 * d251))
-            d324 = (cse_105 + cse_107 + (cse_26 * d258))
-            d325 = (cse_43 * d265)
+            d305 = (cse_75 + cse_79 + cse_80 + (cse_26 * d242))
+            d306 = (cse_74 + cse_79 + cse_81 + (cse_26 * d243))
+            d307 = (cse_82 + (cse_43 * d244))
+            d308 = (cse_83 + (cse_43 * d245))
+            d309 = (cse_84 + (cse_43 * d246))
+            d310 = (cse_85 + cse_95 - cse_88 + (cse_26 * d250))
+            d311 = (cse_95 + cse_96 - cse_97 + (cse_26 * d251))
+            d312 = (cse_85 + cse_90 + cse_92 + cse_94 + cse_96 - cse_98 + (cse_26 * d252))
+            d313 = (-cse_99 + (cse_43 * d253))
+            d314 = (-cse_100 + (cse_43 * d254))
+            d315 = (-cse_101 + (cse_43 * d255))
+            d316 = (cse_102 + cse_103 + (cse_26 * d259))
+            d317 = (cse_103 + cse_104 + (cse_26 * d260))
+            d318 = (cse_102 + cse_104 + (cse_26 * d261))
+            d319 = (cse_43 * d262)
+            d320 = (cse_43 * d263)
+            d321 = (cse_43 * d264)
+            d322 = (cse_105 + cse_106 + (cse_26 * d268))
+            d323 = (cse_106 + cse_107 + (cse_26 * d269))
+            d324 = (cse_105 + cse_107 + (cse_26 * d270))
+            d325 = (cse_43 * d271)
             d326 = (cse_43 * d272)
-            d327 = (cse_43 * d279)
-            d328 = (cse_108 + cse_109 + (cse_26 * d245))
-            d329 = (cse_109 + cse_110 + (cse_26 * d252))
-            d330 = (cse_108 + cse_110 + (cse_26 * d259))
-            d331 = (cse_43 * d266)
-            d332 = (cse_43 * d273)
-            d333 = (cse_43 * d280)
-            d334 = (cse_111 + cse_112 + (cse_26 * d246))
-            d335 = (cse_112 + cse_113 + (cse_26 * d253))
-            d336 = (cse_111 + cse_113 + (cse_26 * d260))
-            d337 = (cse_43 * d267)
-            d338 = (cse_43 * d274)
-            d339 = (cse_43 * d281)
-            d340 = (cse_114 + cse_115 + (cse_26 * d247))
-            d341 = (cse_115 + cse_116 + (cse_26 * d254))
-            d342 = (cse_114 + cse_116 + (cse_26 * d261))
-            d343 = (cse_43 * d268)
-            d344 = (cse_43 * d275)
-            d345 = (cse_43 * d282)
+            d327 = (cse_43 * d273)
+            d328 = (cse_108 + cse_109 + (cse_26 * d277))
+            d329 = (cse_109 + cse_110 + (cse_26 * d278))
+            d330 = (cse_108 + cse_110 + (cse_26 * d279))
+            d331 = (cse_43 * d280)
+            d332 = (cse_43 * d281)
+            d333 = (cse_43 * d282)
+            d334 = (cse_111 + cse_112 + (cse_26 * d286))
+            d335 = (cse_112 + cse_113 + (cse_26 * d287))
+            d336 = (cse_111 + cse_113 + (cse_26 * d288))
+            d337 = (cse_43 * d289)
+            d338 = (cse_43 * d290)
+            d339 = (cse_43 * d291)
+            d340 = (cse_114 + cse_115 + (cse_26 * d295))
+            d341 = (cse_115 + cse_116 + (cse_26 * d296))
+            d342 = (cse_114 + cse_116 + (cse_26 * d297))
+            d343 = (cse_43 * d298)
+            d344 = (cse_43 * d299)
+            d345 = (cse_43 * d300)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row91 = _mc_row32(
-                tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d2, K0), tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d4, K0),
-                tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d6, K0), tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d92, K0),
-                tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d96, K0),
-                tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d100, K0),
-                tl.where((gtn_return_map_converged & fin), d7, K0), tl.where((gtn_return_map_converged & fin), d8, K0), tl.where((gtn_return_map_converged & fin), d9, K0), tl.where((gtn_return_map_converged & fin), d10, K0),
-                tl.where((gtn_return_map_converged & fin), d11, K0), tl.where((gtn_return_map_converged & fin), d12, K0), tl.where((gtn_return_map_converged & fin), d101, K0), tl.where((gtn_return_map_converged & fin), d102, K0),
-                tl.where((gtn_return_map_converged & fin), d103, K0), tl.where((gtn_return_map_converged & fin), d104, K0), tl.where((gtn_return_map_converged & fin), d105, K0), tl.where((gtn_return_map_converged & fin), d106, K0),
-                tl.where((gtn_return_map_converged & fin), d107, K0), tl.where((gtn_return_map_converged & fin), d108, K0), tl.where((gtn_return_map_converged & fin), d109, K0), tl.where((gtn_return_map_converged & fin), d110, K0), BLOCK)
+                tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d10, K0), tl.where((gtn_return_map_converged & fin), d19, K0), tl.where((gtn_return_map_converged & fin), d28, K0),
+                tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d46, K0), tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d100, K0),
+                tl.where((gtn_return_map_converged & fin), d109, K0), tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d127, K0), tl.where((gtn_return_map_converged & fin), d136, K0),
+                tl.where((gtn_return_map_converged & fin), d145, K0), tl.where((gtn_return_map_converged & fin), d154, K0), tl.where((gtn_return_map_converged & fin), d163, K0), tl.where((gtn_return_map_converged & fin), d172, K0),
+                tl.where((gtn_return_map_converged & fin), d2, K0), tl.where((gtn_return_map_converged & fin), d11, K0), tl.where((gtn_return_map_converged & fin), d20, K0), tl.where((gtn_return_map_converged & fin), d29, K0),
+                tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d47, K0), tl.where((gtn_return_map_converged & fin), d92, K0), tl.where((gtn_return_map_converged & fin), d101, K0),
+                tl.where((gtn_return_map_converged & fin), d110, K0), tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d128, K0), tl.where((gtn_return_map_converged & fin), d137, K0),
+                tl.where((gtn_return_map_converged & fin), d146, K0), tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d164, K0), tl.where((gtn_return_map_converged & fin), d173, K0), BLOCK)
             _k92 = tl.arange(0, 32)[None, :]
             _p93 = J + row[:, None] * j_stride + _k92 + (_k92 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p93, _row91, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p93 += zero
             _row94 = _mc_row32(
-                tl.where((gtn_return_map_converged & fin), d13, K0), tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d15, K0), tl.where((gtn_return_map_converged & fin), d16, K0),
-                tl.where((gtn_return_map_converged & fin), d17, K0), tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d112, K0),
-                tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d116, K0),
-                tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d120, K0),
-                tl.where((gtn_return_map_converged & fin), d19, K0), tl.where((gtn_return_map_converged & fin), d20, K0), tl.where((gtn_return_map_converged & fin), d21, K0), tl.where((gtn_return_map_converged & fin), d22, K0),
-                tl.where((gtn_return_map_converged & fin), d23, K0), tl.where((gtn_return_map_converged & fin), d24, K0), tl.where((gtn_return_map_converged & fin), d121, K0), tl.where((gtn_return_map_converged & fin), d122, K0),
-                tl.where((gtn_return_map_converged & fin), d123, K0), tl.where((gtn_return_map_converged & fin), d124, K0), tl.where((gtn_return_map_converged & fin), d125, K0), tl.where((gtn_return_map_converged & fin), d126, K0),
-                tl.where((gtn_return_map_converged & fin), d127, K0), tl.where((gtn_return_map_converged & fin), d128, K0), tl.where((gtn_return_map_converged & fin), d129, K0), tl.where((gtn_return_map_converged & fin), d130, K0), BLOCK)
+                tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d12, K0), tl.where((gtn_return_map_converged & fin), d21, K0), tl.where((gtn_return_map_converged & fin), d30, K0),
+                tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d48, K0), tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d102, K0),
+                tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d120, K0), tl.where((gtn_return_map_converged & fin), d129, K0), tl.where((gtn_return_map_converged & fin), d138, K0),
+                tl.where((gtn_return_map_converged & fin), d147, K0), tl.where((gtn_return_map_converged & fin), d156, K0), tl.where((gtn_return_map_converged & fin), d165, K0), tl.where((gtn_return_map_converged & fin), d174, K0),
+                tl.where((gtn_return_map_converged & fin), d4, K0), tl.where((gtn_return_map_converged & fin), d13, K0), tl.where((gtn_return_map_converged & fin), d22, K0), tl.where((gtn_return_map_converged & fin), d31, K0),
+                tl.where((gtn_return_map_converged & fin), d40, K0), tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d103, K0),
+                tl.where((gtn_return_map_converged & fin), d112, K0), tl.where((gtn_return_map_converged & fin), d121, K0), tl.where((gtn_return_map_converged & fin), d130, K0), tl.where((gtn_return_map_converged & fin), d139, K0),
+                tl.where((gtn_return_map_converged & fin), d148, K0), tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d166, K0), tl.where((gtn_return_map_converged & fin), d175, K0), BLOCK)
             _k95 = tl.arange(0, 32)[None, :] + 32
             _p96 = J + row[:, None] * j_stride + _k95 + (_k95 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p96, _row94, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p96 += zero
             _row97 = _mc_row32(
-                tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d26, K0), tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d28, K0),
-                tl.where((gtn_return_map_converged & fin), d29, K0), tl.where((gtn_return_map_converged & fin), d30, K0), tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d132, K0),
-                tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d136, K0),
-                tl.where((gtn_return_map_converged & fin), d137, K0), tl.where((gtn_return_map_converged & fin), d138, K0), tl.where((gtn_return_map_converged & fin), d139, K0), tl.where((gtn_return_map_converged & fin), d140, K0),
-                tl.where((gtn_return_map_converged & fin), d31, K0), tl.where((gtn_return_map_converged & fin), d32, K0), tl.where((gtn_return_map_converged & fin), d33, K0), tl.where((gtn_return_map_converged & fin), d34, K0),
-                tl.where((gtn_return_map_converged & fin), d35, K0), tl.where((gtn_return_map_converged & fin), d36, K0), tl.where((gtn_return_map_converged & fin), d141, K0), tl.where((gtn_return_map_converged & fin), d142, K0),
-                tl.where((gtn_return_map_converged & fin), d143, K0), tl.where((gtn_return_map_converged & fin), d144, K0), tl.where((gtn_return_map_converged & fin), d145, K0), tl.where((gtn_return_map_converged & fin), d146, K0),
-                tl.where((gtn_return_map_converged & fin), d147, K0), tl.where((gtn_return_map_converged & fin), d148, K0), tl.where((gtn_return_map_converged & fin), d149, K0), tl.where((gtn_return_map_converged & fin), d150, K0), BLOCK)
+                tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d23, K0), tl.where((gtn_return_map_converged & fin), d32, K0),
+                tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d104, K0),
+                tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d122, K0), tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d140, K0),
+                tl.where((gtn_return_map_converged & fin), d149, K0), tl.where((gtn_return_map_converged & fin), d158, K0), tl.where((gtn_return_map_converged & fin), d167, K0), tl.where((gtn_return_map_converged & fin), d176, K0),
+                tl.where((gtn_return_map_converged & fin), d6, K0), tl.where((gtn_return_map_converged & fin), d15, K0), tl.where((gtn_return_map_converged & fin), d24, K0), tl.where((gtn_return_map_converged & fin), d33, K0),
+                tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d96, K0), tl.where((gtn_return_map_converged & fin), d105, K0),
+                tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d123, K0), tl.where((gtn_return_map_converged & fin), d132, K0), tl.where((gtn_return_map_converged & fin), d141, K0),
+                tl.where((gtn_return_map_converged & fin), d150, K0), tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d168, K0), tl.where((gtn_return_map_converged & fin), d177, K0), BLOCK)
             _k98 = tl.arange(0, 32)[None, :] + 64
             _p99 = J + row[:, None] * j_stride + _k98 + (_k98 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p99, _row97, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p99 += zero
             _row100 = _mc_row32(
-                tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d40, K0),
-                tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d151, K0), tl.where((gtn_return_map_converged & fin), d152, K0),
-                tl.where((gtn_return_map_converged & fin), d153, K0), tl.where((gtn_return_map_converged & fin), d154, K0), tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d156, K0),
-                tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d158, K0), tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d160, K0),
-                tl.where((gtn_return_map_converged & fin), d43, K0), tl.where((gtn_return_map_converged & fin), d44, K0), tl.where((gtn_return_map_converged & fin), d45, K0), tl.where((gtn_return_map_converged & fin), d46, K0),
-                tl.where((gtn_return_map_converged & fin), d47, K0), tl.where((gtn_return_map_converged & fin), d48, K0), tl.where((gtn_return_map_converged & fin), d161, K0), tl.where((gtn_return_map_converged & fin), d162, K0),
-                tl.where((gtn_return_map_converged & fin), d163, K0), tl.where((gtn_return_map_converged & fin), d164, K0), tl.where((gtn_return_map_converged & fin), d165, K0), tl.where((gtn_return_map_converged & fin), d166, K0),
-                tl.where((gtn_return_map_converged & fin), d167, K0), tl.where((gtn_return_map_converged & fin), d168, K0), tl.where((gtn_return_map_converged & fin), d169, K0), tl.where((gtn_return_map_converged & fin), d170, K0), BLOCK)
+                tl.where((gtn_return_map_converged & fin), d7, K0), tl.where((gtn_return_map_converged & fin), d16, K0), tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d34, K0),
+                tl.where((gtn_return_map_converged & fin), d43, K0), tl.where((gtn_return_map_converged & fin), d52, K0), tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d106, K0),
+                tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d124, K0), tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d142, K0),
+                tl.where((gtn_return_map_converged & fin), d151, K0), tl.where((gtn_return_map_converged & fin), d160, K0), tl.where((gtn_return_map_converged & fin), d169, K0), tl.where((gtn_return_map_converged & fin), d178, K0),
+                tl.where((gtn_return_map_converged & fin), d8, K0), tl.where((gtn_return_map_converged & fin), d17, K0), tl.where((gtn_return_map_converged & fin), d26, K0), tl.where((gtn_return_map_converged & fin), d35, K0),
+                tl.where((gtn_return_map_converged & fin), d44, K0), tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d107, K0),
+                tl.where((gtn_return_map_converged & fin), d116, K0), tl.where((gtn_return_map_converged & fin), d125, K0), tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d143, K0),
+                tl.where((gtn_return_map_converged & fin), d152, K0), tl.where((gtn_return_map_converged & fin), d161, K0), tl.where((gtn_return_map_converged & fin), d170, K0), tl.where((gtn_return_map_converged & fin), d179, K0), BLOCK)
             _k101 = tl.arange(0, 32)[None, :] + 96
             _p102 = J + row[:, None] * j_stride + _k101 + (_k101 // 16) * (8 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p102, _row100, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p102 += zero
             _row103 = _mc_row32(
-                tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d52, K0),
-                tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d171, K0), tl.where((gtn_return_map_converged & fin), d172, K0),
-                tl.where((gtn_return_map_converged & fin), d173, K0), tl.where((gtn_return_map_converged & fin), d174, K0), tl.where((gtn_return_map_converged & fin), d175, K0), tl.where((gtn_return_map_converged & fin), d176, K0),
-                tl.where((gtn_return_map_converged & fin), d177, K0), tl.where((gtn_return_map_converged & fin), d178, K0), tl.where((gtn_return_map_converged & fin), d179, K0), tl.where((gtn_return_map_converged & fin), d180, K0),
+                tl.where((gtn_return_map_converged & fin), d9, K0), tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d36, K0),
+                tl.where((gtn_return_map_converged & fin), d45, K0), tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d108, K0),
+                tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d126, K0), tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d144, K0),
+                tl.where((gtn_return_map_converged & fin), d153, K0), tl.where((gtn_return_map_converged & fin), d162, K0), tl.where((gtn_return_map_converged & fin), d171, K0), tl.where((gtn_return_map_converged & fin), d180, K0),
                 tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0),
                 tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d181, K0), tl.where((gtn_return_map_converged & fin), d187, K0),
                 tl.where((gtn_return_map_converged & fin), d193, K0), tl.where((gtn_return_map_converged & fin), d194, K0), tl.where((gtn_return_map_converged & fin), d195, K0), tl.where((gtn_return_map_converged & fin), d196, K0),
@@ -3585,41 +3060,41 @@ if triton is not None:
                 _p114 += zero
             if V & 8:
                 _row115 = _mc_row32(
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d243, K0),
-                    tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d247, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d250, K0),
-                    tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d252, K0), tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d254, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d255, K0), tl.where((gtn_return_map_converged & fin), d256, K0), tl.where((gtn_return_map_converged & fin), d257, K0),
-                    tl.where((gtn_return_map_converged & fin), d258, K0), tl.where((gtn_return_map_converged & fin), d259, K0), tl.where((gtn_return_map_converged & fin), d260, K0), tl.where((gtn_return_map_converged & fin), d261, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d262, K0), tl.where((gtn_return_map_converged & fin), d263, K0), tl.where((gtn_return_map_converged & fin), d264, K0),
-                    tl.where((gtn_return_map_converged & fin), d265, K0), tl.where((gtn_return_map_converged & fin), d266, K0), tl.where((gtn_return_map_converged & fin), d267, K0), tl.where((gtn_return_map_converged & fin), d268, K0), BLOCK)
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d250, K0), tl.where((gtn_return_map_converged & fin), d259, K0),
+                    tl.where((gtn_return_map_converged & fin), d268, K0), tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d286, K0), tl.where((gtn_return_map_converged & fin), d295, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d260, K0),
+                    tl.where((gtn_return_map_converged & fin), d269, K0), tl.where((gtn_return_map_converged & fin), d278, K0), tl.where((gtn_return_map_converged & fin), d287, K0), tl.where((gtn_return_map_converged & fin), d296, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d243, K0), tl.where((gtn_return_map_converged & fin), d252, K0), tl.where((gtn_return_map_converged & fin), d261, K0),
+                    tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d288, K0), tl.where((gtn_return_map_converged & fin), d297, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d262, K0),
+                    tl.where((gtn_return_map_converged & fin), d271, K0), tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d289, K0), tl.where((gtn_return_map_converged & fin), d298, K0), BLOCK)
                 _k116 = tl.arange(0, 32)[None, :]
                 _p117 = J + row[:, None] * j_stride + (_k116 // 8) * 24 + 16 + _k116 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                     tl.store(_p117, _row115, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                     _p117 += zero
                 _row118 = _mc_row32(
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d269, K0), tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d271, K0),
-                    tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d273, K0), tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d275, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d278, K0),
-                    tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d282, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d283, K0), tl.where((gtn_return_map_converged & fin), d284, K0), tl.where((gtn_return_map_converged & fin), d285, K0),
-                    tl.where((gtn_return_map_converged & fin), d286, K0), tl.where((gtn_return_map_converged & fin), d287, K0), tl.where((gtn_return_map_converged & fin), d288, K0), tl.where((gtn_return_map_converged & fin), d289, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d290, K0), tl.where((gtn_return_map_converged & fin), d291, K0), tl.where((gtn_return_map_converged & fin), d292, K0),
-                    tl.where((gtn_return_map_converged & fin), d293, K0), tl.where((gtn_return_map_converged & fin), d294, K0), tl.where((gtn_return_map_converged & fin), d295, K0), tl.where((gtn_return_map_converged & fin), d296, K0), BLOCK)
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d254, K0), tl.where((gtn_return_map_converged & fin), d263, K0),
+                    tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d290, K0), tl.where((gtn_return_map_converged & fin), d299, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d255, K0), tl.where((gtn_return_map_converged & fin), d264, K0),
+                    tl.where((gtn_return_map_converged & fin), d273, K0), tl.where((gtn_return_map_converged & fin), d282, K0), tl.where((gtn_return_map_converged & fin), d291, K0), tl.where((gtn_return_map_converged & fin), d300, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d247, K0), tl.where((gtn_return_map_converged & fin), d256, K0), tl.where((gtn_return_map_converged & fin), d265, K0),
+                    tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d283, K0), tl.where((gtn_return_map_converged & fin), d292, K0), tl.where((gtn_return_map_converged & fin), d301, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d257, K0), tl.where((gtn_return_map_converged & fin), d266, K0),
+                    tl.where((gtn_return_map_converged & fin), d275, K0), tl.where((gtn_return_map_converged & fin), d284, K0), tl.where((gtn_return_map_converged & fin), d293, K0), tl.where((gtn_return_map_converged & fin), d302, K0), BLOCK)
                 _k119 = tl.arange(0, 32)[None, :] + 32
                 _p120 = J + row[:, None] * j_stride + (_k119 // 8) * 24 + 16 + _k119 % 8
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                     tl.store(_p120, _row118, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                     _p120 += zero
                 _row121 = _mc_row32(
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d297, K0), tl.where((gtn_return_map_converged & fin), d298, K0), tl.where((gtn_return_map_converged & fin), d299, K0),
-                    tl.where((gtn_return_map_converged & fin), d300, K0), tl.where((gtn_return_map_converged & fin), d301, K0), tl.where((gtn_return_map_converged & fin), d302, K0), tl.where((gtn_return_map_converged & fin), d303, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d316, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d258, K0), tl.where((gtn_return_map_converged & fin), d267, K0),
+                    tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d285, K0), tl.where((gtn_return_map_converged & fin), d294, K0), tl.where((gtn_return_map_converged & fin), d303, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d316, K0),
                     tl.where((gtn_return_map_converged & fin), d322, K0), tl.where((gtn_return_map_converged & fin), d328, K0), tl.where((gtn_return_map_converged & fin), d334, K0), tl.where((gtn_return_map_converged & fin), d340, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d305, K0), tl.where((gtn_return_map_converged & fin), d311, K0), tl.where((gtn_return_map_converged & fin), d317, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d305, K0), tl.where((gtn_return_map_converged & fin), d311, K0), tl.where((gtn_return_map_converged & fin), d317, K0),
                     tl.where((gtn_return_map_converged & fin), d323, K0), tl.where((gtn_return_map_converged & fin), d329, K0), tl.where((gtn_return_map_converged & fin), d335, K0), tl.where((gtn_return_map_converged & fin), d341, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d306, K0), tl.where((gtn_return_map_converged & fin), d312, K0), tl.where((gtn_return_map_converged & fin), d318, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d306, K0), tl.where((gtn_return_map_converged & fin), d312, K0), tl.where((gtn_return_map_converged & fin), d318, K0),
                     tl.where((gtn_return_map_converged & fin), d324, K0), tl.where((gtn_return_map_converged & fin), d330, K0), tl.where((gtn_return_map_converged & fin), d336, K0), tl.where((gtn_return_map_converged & fin), d342, K0), BLOCK)
                 _k122 = tl.arange(0, 32)[None, :] + 64
                 _p123 = J + row[:, None] * j_stride + (_k122 // 8) * 24 + 16 + _k122 % 8
@@ -3628,11 +3103,11 @@ if triton is not None:
                     _p123 += zero
                 _zero124 = tl.zeros([BLOCK], dtype=DTYPE)
                 _row125 = _mc_row32(
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d319, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d319, K0),
                     tl.where((gtn_return_map_converged & fin), d325, K0), tl.where((gtn_return_map_converged & fin), d331, K0), tl.where((gtn_return_map_converged & fin), d337, K0), tl.where((gtn_return_map_converged & fin), d343, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d308, K0), tl.where((gtn_return_map_converged & fin), d314, K0), tl.where((gtn_return_map_converged & fin), d320, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d308, K0), tl.where((gtn_return_map_converged & fin), d314, K0), tl.where((gtn_return_map_converged & fin), d320, K0),
                     tl.where((gtn_return_map_converged & fin), d326, K0), tl.where((gtn_return_map_converged & fin), d332, K0), tl.where((gtn_return_map_converged & fin), d338, K0), tl.where((gtn_return_map_converged & fin), d344, K0),
-                    tl.where((gtn_return_map_converged & fin), K10, K0), tl.where((gtn_return_map_converged & fin), d309, K0), tl.where((gtn_return_map_converged & fin), d315, K0), tl.where((gtn_return_map_converged & fin), d321, K0),
+                    tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d309, K0), tl.where((gtn_return_map_converged & fin), d315, K0), tl.where((gtn_return_map_converged & fin), d321, K0),
                     tl.where((gtn_return_map_converged & fin), d327, K0), tl.where((gtn_return_map_converged & fin), d333, K0), tl.where((gtn_return_map_converged & fin), d339, K0), tl.where((gtn_return_map_converged & fin), d345, K0),
                     _zero124, _zero124, _zero124, _zero124,
                     _zero124, _zero124, _zero124, _zero124, BLOCK)
@@ -4797,78 +4272,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_40 = (cse_22 * d16);
             const real cse_41 = (cse_22 * d17);
             const real cse_42 = (cse_22 * d18);
-            const real d37 = (cse_23 + cse_24 + cse_25 + (cse_26 * d13));
-            o_j[0 * MC_W + l] = gtn_return_map_converged ? d37 : MC_NAN;
-            const real d38 = (cse_27 + cse_28 + (cse_26 * d14));
-            o_j[1 * MC_W + l] = gtn_return_map_converged ? d38 : MC_NAN;
-            const real d39 = (cse_29 + cse_30 + (cse_26 * d15));
-            o_j[2 * MC_W + l] = gtn_return_map_converged ? d39 : MC_NAN;
-            const real d40 = (cse_31 + cse_32 + (cse_26 * d16));
-            o_j[3 * MC_W + l] = gtn_return_map_converged ? d40 : MC_NAN;
-            const real d41 = (cse_33 + cse_34 + (cse_26 * d17));
-            o_j[4 * MC_W + l] = gtn_return_map_converged ? d41 : MC_NAN;
-            const real d42 = (cse_35 + cse_36 + (cse_26 * d18));
-            o_j[5 * MC_W + l] = gtn_return_map_converged ? d42 : MC_NAN;
-            const real d43 = (cse_23 + cse_37 + (cse_26 * d2));
-            o_j[6 * MC_W + l] = gtn_return_map_converged ? d43 : MC_NAN;
-            const real d44 = (cse_25 + cse_27 + cse_38 + (cse_26 * d4));
-            o_j[7 * MC_W + l] = gtn_return_map_converged ? d44 : MC_NAN;
-            const real d45 = (cse_30 + cse_39 + (cse_26 * d5));
-            o_j[8 * MC_W + l] = gtn_return_map_converged ? d45 : MC_NAN;
-            const real d46 = (cse_32 + cse_40 + (cse_26 * d7));
-            o_j[9 * MC_W + l] = gtn_return_map_converged ? d46 : MC_NAN;
-            const real d47 = (cse_34 + cse_41 + (cse_26 * d9));
-            o_j[10 * MC_W + l] = gtn_return_map_converged ? d47 : MC_NAN;
-            const real d48 = (cse_36 + cse_42 + (cse_26 * d11));
-            o_j[11 * MC_W + l] = gtn_return_map_converged ? d48 : MC_NAN;
-            const real d49 = (cse_24 + cse_37 + (cse_26 * d1));
-            o_j[12 * MC_W + l] = gtn_return_map_converged ? d49 : MC_NAN;
-            const real d50 = (cse_28 + cse_38 + (cse_26 * d3));
-            o_j[13 * MC_W + l] = gtn_return_map_converged ? d50 : MC_NAN;
-            const real d51 = (cse_25 + cse_29 + cse_39 + (cse_26 * d6));
-            o_j[14 * MC_W + l] = gtn_return_map_converged ? d51 : MC_NAN;
-            const real d52 = (cse_31 + cse_40 + (cse_26 * d8));
-            o_j[15 * MC_W + l] = gtn_return_map_converged ? d52 : MC_NAN;
-            const real d53 = (cse_33 + cse_41 + (cse_26 * d10));
-            o_j[16 * MC_W + l] = gtn_return_map_converged ? d53 : MC_NAN;
-            const real d54 = (cse_35 + cse_42 + (cse_26 * d12));
-            o_j[17 * MC_W + l] = gtn_return_map_converged ? d54 : MC_NAN;
-            const real d55 = (cse_43 * d19);
-            o_j[18 * MC_W + l] = gtn_return_map_converged ? d55 : MC_NAN;
-            const real d56 = (cse_43 * d20);
-            o_j[19 * MC_W + l] = gtn_return_map_converged ? d56 : MC_NAN;
-            const real d57 = (cse_43 * d21);
-            o_j[20 * MC_W + l] = gtn_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_5 + (cse_43 * d22));
-            o_j[21 * MC_W + l] = gtn_return_map_converged ? d58 : MC_NAN;
-            const real d59 = (cse_43 * d23);
-            o_j[22 * MC_W + l] = gtn_return_map_converged ? d59 : MC_NAN;
-            const real d60 = (cse_43 * d24);
-            o_j[23 * MC_W + l] = gtn_return_map_converged ? d60 : MC_NAN;
-            const real d61 = (cse_43 * d25);
-            o_j[24 * MC_W + l] = gtn_return_map_converged ? d61 : MC_NAN;
-            const real d62 = (cse_43 * d26);
-            o_j[25 * MC_W + l] = gtn_return_map_converged ? d62 : MC_NAN;
-            const real d63 = (cse_43 * d27);
-            o_j[26 * MC_W + l] = gtn_return_map_converged ? d63 : MC_NAN;
-            const real d64 = (cse_43 * d28);
-            o_j[27 * MC_W + l] = gtn_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_5 + (cse_43 * d29));
-            o_j[28 * MC_W + l] = gtn_return_map_converged ? d65 : MC_NAN;
-            const real d66 = (cse_43 * d30);
-            o_j[29 * MC_W + l] = gtn_return_map_converged ? d66 : MC_NAN;
-            const real d67 = (cse_43 * d31);
-            o_j[30 * MC_W + l] = gtn_return_map_converged ? d67 : MC_NAN;
-            const real d68 = (cse_43 * d32);
-            o_j[31 * MC_W + l] = gtn_return_map_converged ? d68 : MC_NAN;
-            const real d69 = (cse_43 * d33);
-            o_j[32 * MC_W + l] = gtn_return_map_converged ? d69 : MC_NAN;
-            const real d70 = (cse_43 * d34);
-            o_j[33 * MC_W + l] = gtn_return_map_converged ? d70 : MC_NAN;
-            const real d71 = (cse_43 * d35);
-            o_j[34 * MC_W + l] = gtn_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_5 + (cse_43 * d36));
-            o_j[35 * MC_W + l] = gtn_return_map_converged ? d72 : MC_NAN;
+            o_j[0 * MC_W + l] = gtn_return_map_converged ? (cse_23 + cse_24 + cse_25 + (cse_26 * d13)) : MC_NAN;
+            o_j[1 * MC_W + l] = gtn_return_map_converged ? (cse_27 + cse_28 + (cse_26 * d14)) : MC_NAN;
+            o_j[2 * MC_W + l] = gtn_return_map_converged ? (cse_29 + cse_30 + (cse_26 * d15)) : MC_NAN;
+            o_j[3 * MC_W + l] = gtn_return_map_converged ? (cse_31 + cse_32 + (cse_26 * d16)) : MC_NAN;
+            o_j[4 * MC_W + l] = gtn_return_map_converged ? (cse_33 + cse_34 + (cse_26 * d17)) : MC_NAN;
+            o_j[5 * MC_W + l] = gtn_return_map_converged ? (cse_35 + cse_36 + (cse_26 * d18)) : MC_NAN;
+            o_j[6 * MC_W + l] = gtn_return_map_converged ? (cse_23 + cse_37 + (cse_26 * d2)) : MC_NAN;
+            o_j[7 * MC_W + l] = gtn_return_map_converged ? (cse_25 + cse_27 + cse_38 + (cse_26 * d4)) : MC_NAN;
+            o_j[8 * MC_W + l] = gtn_return_map_converged ? (cse_30 + cse_39 + (cse_26 * d5)) : MC_NAN;
+            o_j[9 * MC_W + l] = gtn_return_map_converged ? (cse_32 + cse_40 + (cse_26 * d7)) : MC_NAN;
+            o_j[10 * MC_W + l] = gtn_return_map_converged ? (cse_34 + cse_41 + (cse_26 * d9)) : MC_NAN;
+            o_j[11 * MC_W + l] = gtn_return_map_converged ? (cse_36 + cse_42 + (cse_26 * d11)) : MC_NAN;
+            o_j[12 * MC_W + l] = gtn_return_map_converged ? (cse_24 + cse_37 + (cse_26 * d1)) : MC_NAN;
+            o_j[13 * MC_W + l] = gtn_return_map_converged ? (cse_28 + cse_38 + (cse_26 * d3)) : MC_NAN;
+            o_j[14 * MC_W + l] = gtn_return_map_converged ? (cse_25 + cse_29 + cse_39 + (cse_26 * d6)) : MC_NAN;
+            o_j[15 * MC_W + l] = gtn_return_map_converged ? (cse_31 + cse_40 + (cse_26 * d8)) : MC_NAN;
+            o_j[16 * MC_W + l] = gtn_return_map_converged ? (cse_33 + cse_41 + (cse_26 * d10)) : MC_NAN;
+            o_j[17 * MC_W + l] = gtn_return_map_converged ? (cse_35 + cse_42 + (cse_26 * d12)) : MC_NAN;
+            o_j[18 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d19) : MC_NAN;
+            o_j[19 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d20) : MC_NAN;
+            o_j[20 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d21) : MC_NAN;
+            o_j[21 * MC_W + l] = gtn_return_map_converged ? (cse_5 + (cse_43 * d22)) : MC_NAN;
+            o_j[22 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d23) : MC_NAN;
+            o_j[23 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d24) : MC_NAN;
+            o_j[24 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d25) : MC_NAN;
+            o_j[25 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d26) : MC_NAN;
+            o_j[26 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d27) : MC_NAN;
+            o_j[27 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d28) : MC_NAN;
+            o_j[28 * MC_W + l] = gtn_return_map_converged ? (cse_5 + (cse_43 * d29)) : MC_NAN;
+            o_j[29 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d30) : MC_NAN;
+            o_j[30 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d31) : MC_NAN;
+            o_j[31 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d32) : MC_NAN;
+            o_j[32 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d33) : MC_NAN;
+            o_j[33 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d34) : MC_NAN;
+            o_j[34 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d35) : MC_NAN;
+            o_j[35 * MC_W + l] = gtn_return_map_converged ? (cse_5 + (cse_43 * d36)) : MC_NAN;
             const real cse_263 = (cse_169 * state_internal_gamma_rate);
             const real cse_264 = (cse_263 * state_S_3);
             const real cse_265 = (cse_263 * state_S_4);
@@ -5055,69 +4494,69 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_lu_solve(9, 10, mc_ls2_A, mc_ls2_B);
         MC_SIMD MC_LANES {
             const real cse_22 = v_cse_22[l];
-            const real d73 = (mc_ls2_B + 10 * MC_W)[l];
-            const real d74 = (mc_ls2_B + 20 * MC_W)[l];
-            const real d75 = (mc_ls2_B + 0 * MC_W)[l];
-            const real d76 = (mc_ls2_B + 11 * MC_W)[l];
-            const real d77 = (mc_ls2_B + 21 * MC_W)[l];
-            const real d78 = (mc_ls2_B + 1 * MC_W)[l];
-            const real d79 = (mc_ls2_B + 12 * MC_W)[l];
-            const real d80 = (mc_ls2_B + 22 * MC_W)[l];
-            const real d81 = (mc_ls2_B + 13 * MC_W)[l];
-            const real d82 = (mc_ls2_B + 23 * MC_W)[l];
-            const real d83 = (mc_ls2_B + 14 * MC_W)[l];
-            const real d84 = (mc_ls2_B + 24 * MC_W)[l];
-            const real d85 = (mc_ls2_B + 15 * MC_W)[l];
-            const real d86 = (mc_ls2_B + 25 * MC_W)[l];
-            const real d87 = (mc_ls2_B + 16 * MC_W)[l];
-            const real d88 = (mc_ls2_B + 26 * MC_W)[l];
-            const real d89 = (mc_ls2_B + 17 * MC_W)[l];
-            const real d90 = (mc_ls2_B + 27 * MC_W)[l];
-            const real d91 = (mc_ls2_B + 2 * MC_W)[l];
-            const real d92 = (mc_ls2_B + 3 * MC_W)[l];
-            const real d93 = (mc_ls2_B + 4 * MC_W)[l];
-            const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-            const real d95 = (mc_ls2_B + 6 * MC_W)[l];
-            const real d96 = (mc_ls2_B + 7 * MC_W)[l];
-            const real d97 = (mc_ls2_B + 18 * MC_W)[l];
-            const real d98 = (mc_ls2_B + 28 * MC_W)[l];
-            const real d99 = (mc_ls2_B + 8 * MC_W)[l];
-            const real d100 = (mc_ls2_B + 19 * MC_W)[l];
-            const real d101 = (mc_ls2_B + 29 * MC_W)[l];
-            const real d102 = (mc_ls2_B + 9 * MC_W)[l];
+            const real d37 = (mc_ls2_B + 10 * MC_W)[l];
+            const real d38 = (mc_ls2_B + 20 * MC_W)[l];
+            const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+            const real d40 = (mc_ls2_B + 11 * MC_W)[l];
+            const real d41 = (mc_ls2_B + 21 * MC_W)[l];
+            const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+            const real d43 = (mc_ls2_B + 12 * MC_W)[l];
+            const real d44 = (mc_ls2_B + 22 * MC_W)[l];
+            const real d45 = (mc_ls2_B + 13 * MC_W)[l];
+            const real d46 = (mc_ls2_B + 23 * MC_W)[l];
+            const real d47 = (mc_ls2_B + 14 * MC_W)[l];
+            const real d48 = (mc_ls2_B + 24 * MC_W)[l];
+            const real d49 = (mc_ls2_B + 15 * MC_W)[l];
+            const real d50 = (mc_ls2_B + 25 * MC_W)[l];
+            const real d51 = (mc_ls2_B + 16 * MC_W)[l];
+            const real d52 = (mc_ls2_B + 26 * MC_W)[l];
+            const real d53 = (mc_ls2_B + 17 * MC_W)[l];
+            const real d54 = (mc_ls2_B + 27 * MC_W)[l];
+            const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+            const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+            const real d57 = (mc_ls2_B + 4 * MC_W)[l];
+            const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+            const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+            const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+            const real d61 = (mc_ls2_B + 18 * MC_W)[l];
+            const real d62 = (mc_ls2_B + 28 * MC_W)[l];
+            const real d63 = (mc_ls2_B + 8 * MC_W)[l];
+            const real d64 = (mc_ls2_B + 19 * MC_W)[l];
+            const real d65 = (mc_ls2_B + 29 * MC_W)[l];
+            const real d66 = (mc_ls2_B + 9 * MC_W)[l];
             const real cse_26 = v_cse_26[l];
             const int gtn_return_map_converged = v_gtn_return_map_converged[l];
             const real cse_43 = v_cse_43[l];
-            const real d103 = (mc_ls2_B + 30 * MC_W)[l];
-            const real d104 = (mc_ls2_B + 40 * MC_W)[l];
-            const real d105 = (mc_ls2_B + 50 * MC_W)[l];
-            const real d106 = (mc_ls2_B + 31 * MC_W)[l];
-            const real d107 = (mc_ls2_B + 41 * MC_W)[l];
-            const real d108 = (mc_ls2_B + 51 * MC_W)[l];
-            const real d109 = (mc_ls2_B + 32 * MC_W)[l];
-            const real d110 = (mc_ls2_B + 33 * MC_W)[l];
-            const real d111 = (mc_ls2_B + 34 * MC_W)[l];
-            const real d112 = (mc_ls2_B + 35 * MC_W)[l];
-            const real d113 = (mc_ls2_B + 36 * MC_W)[l];
-            const real d114 = (mc_ls2_B + 37 * MC_W)[l];
-            const real d115 = (mc_ls2_B + 42 * MC_W)[l];
-            const real d116 = (mc_ls2_B + 43 * MC_W)[l];
-            const real d117 = (mc_ls2_B + 44 * MC_W)[l];
-            const real d118 = (mc_ls2_B + 45 * MC_W)[l];
-            const real d119 = (mc_ls2_B + 46 * MC_W)[l];
-            const real d120 = (mc_ls2_B + 47 * MC_W)[l];
-            const real d121 = (mc_ls2_B + 52 * MC_W)[l];
-            const real d122 = (mc_ls2_B + 53 * MC_W)[l];
-            const real d123 = (mc_ls2_B + 54 * MC_W)[l];
-            const real d124 = (mc_ls2_B + 55 * MC_W)[l];
-            const real d125 = (mc_ls2_B + 56 * MC_W)[l];
-            const real d126 = (mc_ls2_B + 57 * MC_W)[l];
-            const real d127 = (mc_ls2_B + 38 * MC_W)[l];
-            const real d128 = (mc_ls2_B + 48 * MC_W)[l];
-            const real d129 = (mc_ls2_B + 58 * MC_W)[l];
-            const real d130 = (mc_ls2_B + 39 * MC_W)[l];
-            const real d131 = (mc_ls2_B + 49 * MC_W)[l];
-            const real d132 = (mc_ls2_B + 59 * MC_W)[l];
+            const real d67 = (mc_ls2_B + 30 * MC_W)[l];
+            const real d68 = (mc_ls2_B + 40 * MC_W)[l];
+            const real d69 = (mc_ls2_B + 50 * MC_W)[l];
+            const real d70 = (mc_ls2_B + 31 * MC_W)[l];
+            const real d71 = (mc_ls2_B + 41 * MC_W)[l];
+            const real d72 = (mc_ls2_B + 51 * MC_W)[l];
+            const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+            const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+            const real d75 = (mc_ls2_B + 34 * MC_W)[l];
+            const real d76 = (mc_ls2_B + 35 * MC_W)[l];
+            const real d77 = (mc_ls2_B + 36 * MC_W)[l];
+            const real d78 = (mc_ls2_B + 37 * MC_W)[l];
+            const real d79 = (mc_ls2_B + 42 * MC_W)[l];
+            const real d80 = (mc_ls2_B + 43 * MC_W)[l];
+            const real d81 = (mc_ls2_B + 44 * MC_W)[l];
+            const real d82 = (mc_ls2_B + 45 * MC_W)[l];
+            const real d83 = (mc_ls2_B + 46 * MC_W)[l];
+            const real d84 = (mc_ls2_B + 47 * MC_W)[l];
+            const real d85 = (mc_ls2_B + 52 * MC_W)[l];
+            const real d86 = (mc_ls2_B + 53 * MC_W)[l];
+            const real d87 = (mc_ls2_B + 54 * MC_W)[l];
+            const real d88 = (mc_ls2_B + 55 * MC_W)[l];
+            const real d89 = (mc_ls2_B + 56 * MC_W)[l];
+            const real d90 = (mc_ls2_B + 57 * MC_W)[l];
+            const real d91 = (mc_ls2_B + 38 * MC_W)[l];
+            const real d92 = (mc_ls2_B + 48 * MC_W)[l];
+            const real d93 = (mc_ls2_B + 58 * MC_W)[l];
+            const real d94 = (mc_ls2_B + 39 * MC_W)[l];
+            const real d95 = (mc_ls2_B + 49 * MC_W)[l];
+            const real d96 = (mc_ls2_B + 59 * MC_W)[l];
             const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
             const real cse_4 = v_cse_4[l];
@@ -5216,156 +4655,96 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_276 = v_cse_276[l];
             const real cse_126 = v_cse_126[l];
             const real cse_219 = v_cse_219[l];
-            const real cse_44 = (cse_22 * d73);
-            const real cse_45 = (cse_22 * d74);
-            const real cse_46 = (cse_22 * d75);
-            const real cse_47 = (cse_22 * d76);
-            const real cse_48 = (cse_22 * d77);
-            const real cse_49 = (cse_22 * d78);
-            const real cse_50 = (cse_22 * d79);
-            const real cse_51 = (cse_22 * d80);
-            const real cse_52 = (cse_22 * d81);
-            const real cse_53 = (cse_22 * d82);
-            const real cse_54 = (cse_22 * d83);
-            const real cse_55 = (cse_22 * d84);
-            const real cse_56 = (cse_22 * d85);
-            const real cse_57 = (cse_22 * d86);
-            const real cse_58 = (cse_22 * d87);
-            const real cse_59 = (cse_22 * d88);
-            const real cse_60 = (cse_22 * d89);
-            const real cse_61 = (cse_22 * d90);
-            const real cse_62 = (cse_22 * d91);
-            const real cse_63 = (cse_22 * d92);
-            const real cse_64 = (cse_22 * d93);
-            const real cse_65 = (cse_22 * d94);
-            const real cse_66 = (cse_22 * d95);
-            const real cse_67 = (cse_22 * d96);
-            const real cse_68 = (cse_22 * d97);
-            const real cse_69 = (cse_22 * d98);
-            const real cse_70 = (cse_22 * d99);
-            const real cse_71 = (cse_22 * d100);
-            const real cse_72 = (cse_22 * d101);
-            const real cse_73 = (cse_22 * d102);
-            const real d133 = (cse_44 + cse_45 + (cse_26 * d75));
-            o_j[180 * MC_W + l] = gtn_return_map_converged ? d133 : MC_NAN;
-            const real d134 = (cse_45 + cse_46 + (cse_26 * d73));
-            o_j[190 * MC_W + l] = gtn_return_map_converged ? d134 : MC_NAN;
-            const real d135 = (cse_44 + cse_46 + (cse_26 * d74));
-            o_j[200 * MC_W + l] = gtn_return_map_converged ? d135 : MC_NAN;
-            const real d136 = (cse_43 * d103);
-            o_j[210 * MC_W + l] = gtn_return_map_converged ? d136 : MC_NAN;
-            const real d137 = (cse_43 * d104);
-            o_j[220 * MC_W + l] = gtn_return_map_converged ? d137 : MC_NAN;
-            const real d138 = (cse_43 * d105);
-            o_j[230 * MC_W + l] = gtn_return_map_converged ? d138 : MC_NAN;
-            const real d139 = (cse_47 + cse_48 + (cse_26 * d78));
-            o_j[181 * MC_W + l] = gtn_return_map_converged ? d139 : MC_NAN;
-            const real d140 = (cse_48 + cse_49 + (cse_26 * d76));
-            o_j[191 * MC_W + l] = gtn_return_map_converged ? d140 : MC_NAN;
-            const real d141 = (cse_47 + cse_49 + (cse_26 * d77));
-            o_j[201 * MC_W + l] = gtn_return_map_converged ? d141 : MC_NAN;
-            const real d142 = (cse_43 * d106);
-            o_j[211 * MC_W + l] = gtn_return_map_converged ? d142 : MC_NAN;
-            const real d143 = (cse_43 * d107);
-            o_j[221 * MC_W + l] = gtn_return_map_converged ? d143 : MC_NAN;
-            const real d144 = (cse_43 * d108);
-            o_j[231 * MC_W + l] = gtn_return_map_converged ? d144 : MC_NAN;
-            const real d145 = (cse_50 + cse_51 + (cse_26 * d91));
-            o_j[182 * MC_W + l] = gtn_return_map_converged ? d145 : MC_NAN;
-            const real d146 = (cse_52 + cse_53 + (cse_26 * d92));
-            o_j[183 * MC_W + l] = gtn_return_map_converged ? d146 : MC_NAN;
-            const real d147 = (cse_54 + cse_55 + (cse_26 * d93));
-            o_j[184 * MC_W + l] = gtn_return_map_converged ? d147 : MC_NAN;
-            const real d148 = (cse_56 + cse_57 + (cse_26 * d94));
-            o_j[185 * MC_W + l] = gtn_return_map_converged ? d148 : MC_NAN;
-            const real d149 = (cse_58 + cse_59 + (cse_26 * d95));
-            o_j[186 * MC_W + l] = gtn_return_map_converged ? d149 : MC_NAN;
-            const real d150 = (cse_60 + cse_61 + (cse_26 * d96));
-            o_j[187 * MC_W + l] = gtn_return_map_converged ? d150 : MC_NAN;
-            const real d151 = (cse_51 + cse_62 + (cse_26 * d79));
-            o_j[192 * MC_W + l] = gtn_return_map_converged ? d151 : MC_NAN;
-            const real d152 = (cse_53 + cse_63 + (cse_26 * d81));
-            o_j[193 * MC_W + l] = gtn_return_map_converged ? d152 : MC_NAN;
-            const real d153 = (cse_55 + cse_64 + (cse_26 * d83));
-            o_j[194 * MC_W + l] = gtn_return_map_converged ? d153 : MC_NAN;
-            const real d154 = (cse_57 + cse_65 + (cse_26 * d85));
-            o_j[195 * MC_W + l] = gtn_return_map_converged ? d154 : MC_NAN;
-            const real d155 = (cse_59 + cse_66 + (cse_26 * d87));
-            o_j[196 * MC_W + l] = gtn_return_map_converged ? d155 : MC_NAN;
-            const real d156 = (cse_61 + cse_67 + (cse_26 * d89));
-            o_j[197 * MC_W + l] = gtn_return_map_converged ? d156 : MC_NAN;
-            const real d157 = (cse_50 + cse_62 + (cse_26 * d80));
-            o_j[202 * MC_W + l] = gtn_return_map_converged ? d157 : MC_NAN;
-            const real d158 = (cse_52 + cse_63 + (cse_26 * d82));
-            o_j[203 * MC_W + l] = gtn_return_map_converged ? d158 : MC_NAN;
-            const real d159 = (cse_54 + cse_64 + (cse_26 * d84));
-            o_j[204 * MC_W + l] = gtn_return_map_converged ? d159 : MC_NAN;
-            const real d160 = (cse_56 + cse_65 + (cse_26 * d86));
-            o_j[205 * MC_W + l] = gtn_return_map_converged ? d160 : MC_NAN;
-            const real d161 = (cse_58 + cse_66 + (cse_26 * d88));
-            o_j[206 * MC_W + l] = gtn_return_map_converged ? d161 : MC_NAN;
-            const real d162 = (cse_60 + cse_67 + (cse_26 * d90));
-            o_j[207 * MC_W + l] = gtn_return_map_converged ? d162 : MC_NAN;
-            const real d163 = (cse_43 * d109);
-            o_j[212 * MC_W + l] = gtn_return_map_converged ? d163 : MC_NAN;
-            const real d164 = (cse_43 * d110);
-            o_j[213 * MC_W + l] = gtn_return_map_converged ? d164 : MC_NAN;
-            const real d165 = (cse_43 * d111);
-            o_j[214 * MC_W + l] = gtn_return_map_converged ? d165 : MC_NAN;
-            const real d166 = (cse_43 * d112);
-            o_j[215 * MC_W + l] = gtn_return_map_converged ? d166 : MC_NAN;
-            const real d167 = (cse_43 * d113);
-            o_j[216 * MC_W + l] = gtn_return_map_converged ? d167 : MC_NAN;
-            const real d168 = (cse_43 * d114);
-            o_j[217 * MC_W + l] = gtn_return_map_converged ? d168 : MC_NAN;
-            const real d169 = (cse_43 * d115);
-            o_j[222 * MC_W + l] = gtn_return_map_converged ? d169 : MC_NAN;
-            const real d170 = (cse_43 * d116);
-            o_j[223 * MC_W + l] = gtn_return_map_converged ? d170 : MC_NAN;
-            const real d171 = (cse_43 * d117);
-            o_j[224 * MC_W + l] = gtn_return_map_converged ? d171 : MC_NAN;
-            const real d172 = (cse_43 * d118);
-            o_j[225 * MC_W + l] = gtn_return_map_converged ? d172 : MC_NAN;
-            const real d173 = (cse_43 * d119);
-            o_j[226 * MC_W + l] = gtn_return_map_converged ? d173 : MC_NAN;
-            const real d174 = (cse_43 * d120);
-            o_j[227 * MC_W + l] = gtn_return_map_converged ? d174 : MC_NAN;
-            const real d175 = (cse_43 * d121);
-            o_j[232 * MC_W + l] = gtn_return_map_converged ? d175 : MC_NAN;
-            const real d176 = (cse_43 * d122);
-            o_j[233 * MC_W + l] = gtn_return_map_converged ? d176 : MC_NAN;
-            const real d177 = (cse_43 * d123);
-            o_j[234 * MC_W + l] = gtn_return_map_converged ? d177 : MC_NAN;
-            const real d178 = (cse_43 * d124);
-            o_j[235 * MC_W + l] = gtn_return_map_converged ? d178 : MC_NAN;
-            const real d179 = (cse_43 * d125);
-            o_j[236 * MC_W + l] = gtn_return_map_converged ? d179 : MC_NAN;
-            const real d180 = (cse_43 * d126);
-            o_j[237 * MC_W + l] = gtn_return_map_converged ? d180 : MC_NAN;
-            const real d181 = (cse_68 + cse_69 + (cse_26 * d99));
-            o_j[188 * MC_W + l] = gtn_return_map_converged ? d181 : MC_NAN;
-            const real d182 = (cse_69 + cse_70 + (cse_26 * d97));
-            o_j[198 * MC_W + l] = gtn_return_map_converged ? d182 : MC_NAN;
-            const real d183 = (cse_68 + cse_70 + (cse_26 * d98));
-            o_j[208 * MC_W + l] = gtn_return_map_converged ? d183 : MC_NAN;
-            const real d184 = (cse_43 * d127);
-            o_j[218 * MC_W + l] = gtn_return_map_converged ? d184 : MC_NAN;
-            const real d185 = (cse_43 * d128);
-            o_j[228 * MC_W + l] = gtn_return_map_converged ? d185 : MC_NAN;
-            const real d186 = (cse_43 * d129);
-            o_j[238 * MC_W + l] = gtn_return_map_converged ? d186 : MC_NAN;
-            const real d187 = (cse_71 + cse_72 + (cse_26 * d102));
-            o_j[189 * MC_W + l] = gtn_return_map_converged ? d187 : MC_NAN;
-            const real d188 = (cse_72 + cse_73 + (cse_26 * d100));
-            o_j[199 * MC_W + l] = gtn_return_map_converged ? d188 : MC_NAN;
-            const real d189 = (cse_71 + cse_73 + (cse_26 * d101));
-            o_j[209 * MC_W + l] = gtn_return_map_converged ? d189 : MC_NAN;
-            const real d190 = (cse_43 * d130);
-            o_j[219 * MC_W + l] = gtn_return_map_converged ? d190 : MC_NAN;
-            const real d191 = (cse_43 * d131);
-            o_j[229 * MC_W + l] = gtn_return_map_converged ? d191 : MC_NAN;
-            const real d192 = (cse_43 * d132);
-            o_j[239 * MC_W + l] = gtn_return_map_converged ? d192 : MC_NAN;
+            const real cse_44 = (cse_22 * d37);
+            const real cse_45 = (cse_22 * d38);
+            const real cse_46 = (cse_22 * d39);
+            const real cse_47 = (cse_22 * d40);
+            const real cse_48 = (cse_22 * d41);
+            const real cse_49 = (cse_22 * d42);
+            const real cse_50 = (cse_22 * d43);
+            const real cse_51 = (cse_22 * d44);
+            const real cse_52 = (cse_22 * d45);
+            const real cse_53 = (cse_22 * d46);
+            const real cse_54 = (cse_22 * d47);
+            const real cse_55 = (cse_22 * d48);
+            const real cse_56 = (cse_22 * d49);
+            const real cse_57 = (cse_22 * d50);
+            const real cse_58 = (cse_22 * d51);
+            const real cse_59 = (cse_22 * d52);
+            const real cse_60 = (cse_22 * d53);
+            const real cse_61 = (cse_22 * d54);
+            const real cse_62 = (cse_22 * d55);
+            const real cse_63 = (cse_22 * d56);
+            const real cse_64 = (cse_22 * d57);
+            const real cse_65 = (cse_22 * d58);
+            const real cse_66 = (cse_22 * d59);
+            const real cse_67 = (cse_22 * d60);
+            const real cse_68 = (cse_22 * d61);
+            const real cse_69 = (cse_22 * d62);
+            const real cse_70 = (cse_22 * d63);
+            const real cse_71 = (cse_22 * d64);
+            const real cse_72 = (cse_22 * d65);
+            const real cse_73 = (cse_22 * d66);
+            o_j[180 * MC_W + l] = gtn_return_map_converged ? (cse_44 + cse_45 + (cse_26 * d39)) : MC_NAN;
+            o_j[190 * MC_W + l] = gtn_return_map_converged ? (cse_45 + cse_46 + (cse_26 * d37)) : MC_NAN;
+            o_j[200 * MC_W + l] = gtn_return_map_converged ? (cse_44 + cse_46 + (cse_26 * d38)) : MC_NAN;
+            o_j[210 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d67) : MC_NAN;
+            o_j[220 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d68) : MC_NAN;
+            o_j[230 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d69) : MC_NAN;
+            o_j[181 * MC_W + l] = gtn_return_map_converged ? (cse_47 + cse_48 + (cse_26 * d42)) : MC_NAN;
+            o_j[191 * MC_W + l] = gtn_return_map_converged ? (cse_48 + cse_49 + (cse_26 * d40)) : MC_NAN;
+            o_j[201 * MC_W + l] = gtn_return_map_converged ? (cse_47 + cse_49 + (cse_26 * d41)) : MC_NAN;
+            o_j[211 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d70) : MC_NAN;
+            o_j[221 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d71) : MC_NAN;
+            o_j[231 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d72) : MC_NAN;
+            o_j[182 * MC_W + l] = gtn_return_map_converged ? (cse_50 + cse_51 + (cse_26 * d55)) : MC_NAN;
+            o_j[183 * MC_W + l] = gtn_return_map_converged ? (cse_52 + cse_53 + (cse_26 * d56)) : MC_NAN;
+            o_j[184 * MC_W + l] = gtn_return_map_converged ? (cse_54 + cse_55 + (cse_26 * d57)) : MC_NAN;
+            o_j[185 * MC_W + l] = gtn_return_map_converged ? (cse_56 + cse_57 + (cse_26 * d58)) : MC_NAN;
+            o_j[186 * MC_W + l] = gtn_return_map_converged ? (cse_58 + cse_59 + (cse_26 * d59)) : MC_NAN;
+            o_j[187 * MC_W + l] = gtn_return_map_converged ? (cse_60 + cse_61 + (cse_26 * d60)) : MC_NAN;
+            o_j[192 * MC_W + l] = gtn_return_map_converged ? (cse_51 + cse_62 + (cse_26 * d43)) : MC_NAN;
+            o_j[193 * MC_W + l] = gtn_return_map_converged ? (cse_53 + cse_63 + (cse_26 * d45)) : MC_NAN;
+            o_j[194 * MC_W + l] = gtn_return_map_converged ? (cse_55 + cse_64 + (cse_26 * d47)) : MC_NAN;
+            o_j[195 * MC_W + l] = gtn_return_map_converged ? (cse_57 + cse_65 + (cse_26 * d49)) : MC_NAN;
+            o_j[196 * MC_W + l] = gtn_return_map_converged ? (cse_59 + cse_66 + (cse_26 * d51)) : MC_NAN;
+            o_j[197 * MC_W + l] = gtn_return_map_converged ? (cse_61 + cse_67 + (cse_26 * d53)) : MC_NAN;
+            o_j[202 * MC_W + l] = gtn_return_map_converged ? (cse_50 + cse_62 + (cse_26 * d44)) : MC_NAN;
+            o_j[203 * MC_W + l] = gtn_return_map_converged ? (cse_52 + cse_63 + (cse_26 * d46)) : MC_NAN;
+            o_j[204 * MC_W + l] = gtn_return_map_converged ? (cse_54 + cse_64 + (cse_26 * d48)) : MC_NAN;
+            o_j[205 * MC_W + l] = gtn_return_map_converged ? (cse_56 + cse_65 + (cse_26 * d50)) : MC_NAN;
+            o_j[206 * MC_W + l] = gtn_return_map_converged ? (cse_58 + cse_66 + (cse_26 * d52)) : MC_NAN;
+            o_j[207 * MC_W + l] = gtn_return_map_converged ? (cse_60 + cse_67 + (cse_26 * d54)) : MC_NAN;
+            o_j[212 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d73) : MC_NAN;
+            o_j[213 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d74) : MC_NAN;
+            o_j[214 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d75) : MC_NAN;
+            o_j[215 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d76) : MC_NAN;
+            o_j[216 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d77) : MC_NAN;
+            o_j[217 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d78) : MC_NAN;
+            o_j[222 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d79) : MC_NAN;
+            o_j[223 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d80) : MC_NAN;
+            o_j[224 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d81) : MC_NAN;
+            o_j[225 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d82) : MC_NAN;
+            o_j[226 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d83) : MC_NAN;
+            o_j[227 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d84) : MC_NAN;
+            o_j[232 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d85) : MC_NAN;
+            o_j[233 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d86) : MC_NAN;
+            o_j[234 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d87) : MC_NAN;
+            o_j[235 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d88) : MC_NAN;
+            o_j[236 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d89) : MC_NAN;
+            o_j[237 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d90) : MC_NAN;
+            o_j[188 * MC_W + l] = gtn_return_map_converged ? (cse_68 + cse_69 + (cse_26 * d63)) : MC_NAN;
+            o_j[198 * MC_W + l] = gtn_return_map_converged ? (cse_69 + cse_70 + (cse_26 * d61)) : MC_NAN;
+            o_j[208 * MC_W + l] = gtn_return_map_converged ? (cse_68 + cse_70 + (cse_26 * d62)) : MC_NAN;
+            o_j[218 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d91) : MC_NAN;
+            o_j[228 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d92) : MC_NAN;
+            o_j[238 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d93) : MC_NAN;
+            o_j[189 * MC_W + l] = gtn_return_map_converged ? (cse_71 + cse_72 + (cse_26 * d66)) : MC_NAN;
+            o_j[199 * MC_W + l] = gtn_return_map_converged ? (cse_72 + cse_73 + (cse_26 * d64)) : MC_NAN;
+            o_j[209 * MC_W + l] = gtn_return_map_converged ? (cse_71 + cse_73 + (cse_26 * d65)) : MC_NAN;
+            o_j[219 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d94) : MC_NAN;
+            o_j[229 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d95) : MC_NAN;
+            o_j[239 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d96) : MC_NAN;
             const real cse_76 = (cse_11 * cse_7);
             const real cse_77 = (cse_4 * cse_76);
             const real cse_78 = (cse_77 + (cse_0 * cse_4));
@@ -5584,30 +4963,30 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
     MC_SIMD MC_LANES {
         const real cse_22 = v_cse_22[l];
-        const real d193 = (mc_ls3_B + 7 * MC_W)[l];
-        const real d194 = (mc_ls3_B + 14 * MC_W)[l];
-        const real d195 = (mc_ls3_B + 0 * MC_W)[l];
-        const real d196 = (mc_ls3_B + 8 * MC_W)[l];
+        const real d97 = (mc_ls3_B + 7 * MC_W)[l];
+        const real d98 = (mc_ls3_B + 14 * MC_W)[l];
+        const real d99 = (mc_ls3_B + 0 * MC_W)[l];
+        const real d100 = (mc_ls3_B + 8 * MC_W)[l];
         const real cse_90 = v_cse_90[l];
         const real cse_92 = v_cse_92[l];
         const real cse_94 = v_cse_94[l];
-        const real d197 = (mc_ls3_B + 15 * MC_W)[l];
-        const real d198 = (mc_ls3_B + 1 * MC_W)[l];
-        const real d199 = (mc_ls3_B + 9 * MC_W)[l];
-        const real d200 = (mc_ls3_B + 16 * MC_W)[l];
-        const real d201 = (mc_ls3_B + 2 * MC_W)[l];
-        const real d202 = (mc_ls3_B + 10 * MC_W)[l];
-        const real d203 = (mc_ls3_B + 17 * MC_W)[l];
-        const real d204 = (mc_ls3_B + 3 * MC_W)[l];
-        const real d205 = (mc_ls3_B + 11 * MC_W)[l];
-        const real d206 = (mc_ls3_B + 18 * MC_W)[l];
-        const real d207 = (mc_ls3_B + 4 * MC_W)[l];
-        const real d208 = (mc_ls3_B + 12 * MC_W)[l];
-        const real d209 = (mc_ls3_B + 19 * MC_W)[l];
-        const real d210 = (mc_ls3_B + 5 * MC_W)[l];
-        const real d211 = (mc_ls3_B + 13 * MC_W)[l];
-        const real d212 = (mc_ls3_B + 20 * MC_W)[l];
-        const real d213 = (mc_ls3_B + 6 * MC_W)[l];
+        const real d101 = (mc_ls3_B + 15 * MC_W)[l];
+        const real d102 = (mc_ls3_B + 1 * MC_W)[l];
+        const real d103 = (mc_ls3_B + 9 * MC_W)[l];
+        const real d104 = (mc_ls3_B + 16 * MC_W)[l];
+        const real d105 = (mc_ls3_B + 2 * MC_W)[l];
+        const real d106 = (mc_ls3_B + 10 * MC_W)[l];
+        const real d107 = (mc_ls3_B + 17 * MC_W)[l];
+        const real d108 = (mc_ls3_B + 3 * MC_W)[l];
+        const real d109 = (mc_ls3_B + 11 * MC_W)[l];
+        const real d110 = (mc_ls3_B + 18 * MC_W)[l];
+        const real d111 = (mc_ls3_B + 4 * MC_W)[l];
+        const real d112 = (mc_ls3_B + 12 * MC_W)[l];
+        const real d113 = (mc_ls3_B + 19 * MC_W)[l];
+        const real d114 = (mc_ls3_B + 5 * MC_W)[l];
+        const real d115 = (mc_ls3_B + 13 * MC_W)[l];
+        const real d116 = (mc_ls3_B + 20 * MC_W)[l];
+        const real d117 = (mc_ls3_B + 6 * MC_W)[l];
         const real cse_26 = v_cse_26[l];
         const real cse_78 = v_cse_78[l];
         const int gtn_return_map_converged = v_gtn_return_map_converged[l];
@@ -5615,35 +4994,35 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_81 = v_cse_81[l];
         const real cse_43 = v_cse_43[l];
         const real cse_82 = v_cse_82[l];
-        const real d214 = (mc_ls3_B + 21 * MC_W)[l];
+        const real d118 = (mc_ls3_B + 21 * MC_W)[l];
         const real cse_83 = v_cse_83[l];
-        const real d215 = (mc_ls3_B + 28 * MC_W)[l];
+        const real d119 = (mc_ls3_B + 28 * MC_W)[l];
         const real cse_84 = v_cse_84[l];
-        const real d216 = (mc_ls3_B + 35 * MC_W)[l];
+        const real d120 = (mc_ls3_B + 35 * MC_W)[l];
         const real cse_88 = v_cse_88[l];
         const real cse_97 = v_cse_97[l];
         const real cse_98 = v_cse_98[l];
         const real cse_99 = v_cse_99[l];
-        const real d217 = (mc_ls3_B + 22 * MC_W)[l];
+        const real d121 = (mc_ls3_B + 22 * MC_W)[l];
         const real cse_100 = v_cse_100[l];
-        const real d218 = (mc_ls3_B + 29 * MC_W)[l];
+        const real d122 = (mc_ls3_B + 29 * MC_W)[l];
         const real cse_101 = v_cse_101[l];
-        const real d219 = (mc_ls3_B + 36 * MC_W)[l];
-        const real d220 = (mc_ls3_B + 23 * MC_W)[l];
-        const real d221 = (mc_ls3_B + 30 * MC_W)[l];
-        const real d222 = (mc_ls3_B + 37 * MC_W)[l];
-        const real d223 = (mc_ls3_B + 24 * MC_W)[l];
-        const real d224 = (mc_ls3_B + 31 * MC_W)[l];
-        const real d225 = (mc_ls3_B + 38 * MC_W)[l];
-        const real d226 = (mc_ls3_B + 25 * MC_W)[l];
-        const real d227 = (mc_ls3_B + 32 * MC_W)[l];
-        const real d228 = (mc_ls3_B + 39 * MC_W)[l];
-        const real d229 = (mc_ls3_B + 26 * MC_W)[l];
-        const real d230 = (mc_ls3_B + 33 * MC_W)[l];
-        const real d231 = (mc_ls3_B + 40 * MC_W)[l];
-        const real d232 = (mc_ls3_B + 27 * MC_W)[l];
-        const real d233 = (mc_ls3_B + 34 * MC_W)[l];
-        const real d234 = (mc_ls3_B + 41 * MC_W)[l];
+        const real d123 = (mc_ls3_B + 36 * MC_W)[l];
+        const real d124 = (mc_ls3_B + 23 * MC_W)[l];
+        const real d125 = (mc_ls3_B + 30 * MC_W)[l];
+        const real d126 = (mc_ls3_B + 37 * MC_W)[l];
+        const real d127 = (mc_ls3_B + 24 * MC_W)[l];
+        const real d128 = (mc_ls3_B + 31 * MC_W)[l];
+        const real d129 = (mc_ls3_B + 38 * MC_W)[l];
+        const real d130 = (mc_ls3_B + 25 * MC_W)[l];
+        const real d131 = (mc_ls3_B + 32 * MC_W)[l];
+        const real d132 = (mc_ls3_B + 39 * MC_W)[l];
+        const real d133 = (mc_ls3_B + 26 * MC_W)[l];
+        const real d134 = (mc_ls3_B + 33 * MC_W)[l];
+        const real d135 = (mc_ls3_B + 40 * MC_W)[l];
+        const real d136 = (mc_ls3_B + 27 * MC_W)[l];
+        const real d137 = (mc_ls3_B + 34 * MC_W)[l];
+        const real d138 = (mc_ls3_B + 41 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
@@ -5659,272 +5038,230 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d16 = (mc_ls1_B + 3 * MC_W)[l];
         const real d17 = (mc_ls1_B + 4 * MC_W)[l];
         const real d18 = (mc_ls1_B + 5 * MC_W)[l];
-        const real d75 = (mc_ls2_B + 0 * MC_W)[l];
-        const real d78 = (mc_ls2_B + 1 * MC_W)[l];
-        const real d91 = (mc_ls2_B + 2 * MC_W)[l];
-        const real d92 = (mc_ls2_B + 3 * MC_W)[l];
-        const real d93 = (mc_ls2_B + 4 * MC_W)[l];
-        const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-        const real d95 = (mc_ls2_B + 6 * MC_W)[l];
-        const real d96 = (mc_ls2_B + 7 * MC_W)[l];
-        const real d99 = (mc_ls2_B + 8 * MC_W)[l];
-        const real d102 = (mc_ls2_B + 9 * MC_W)[l];
+        const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+        const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+        const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+        const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+        const real d57 = (mc_ls2_B + 4 * MC_W)[l];
+        const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+        const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+        const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+        const real d63 = (mc_ls2_B + 8 * MC_W)[l];
+        const real d66 = (mc_ls2_B + 9 * MC_W)[l];
         const real d2 = (mc_ls1_B + 6 * MC_W)[l];
         const real d4 = (mc_ls1_B + 7 * MC_W)[l];
         const real d5 = (mc_ls1_B + 8 * MC_W)[l];
         const real d7 = (mc_ls1_B + 9 * MC_W)[l];
         const real d9 = (mc_ls1_B + 10 * MC_W)[l];
         const real d11 = (mc_ls1_B + 11 * MC_W)[l];
-        const real d73 = (mc_ls2_B + 10 * MC_W)[l];
-        const real d76 = (mc_ls2_B + 11 * MC_W)[l];
-        const real d79 = (mc_ls2_B + 12 * MC_W)[l];
-        const real d81 = (mc_ls2_B + 13 * MC_W)[l];
-        const real d83 = (mc_ls2_B + 14 * MC_W)[l];
-        const real d85 = (mc_ls2_B + 15 * MC_W)[l];
-        const real d87 = (mc_ls2_B + 16 * MC_W)[l];
-        const real d89 = (mc_ls2_B + 17 * MC_W)[l];
-        const real d97 = (mc_ls2_B + 18 * MC_W)[l];
-        const real d100 = (mc_ls2_B + 19 * MC_W)[l];
+        const real d37 = (mc_ls2_B + 10 * MC_W)[l];
+        const real d40 = (mc_ls2_B + 11 * MC_W)[l];
+        const real d43 = (mc_ls2_B + 12 * MC_W)[l];
+        const real d45 = (mc_ls2_B + 13 * MC_W)[l];
+        const real d47 = (mc_ls2_B + 14 * MC_W)[l];
+        const real d49 = (mc_ls2_B + 15 * MC_W)[l];
+        const real d51 = (mc_ls2_B + 16 * MC_W)[l];
+        const real d53 = (mc_ls2_B + 17 * MC_W)[l];
+        const real d61 = (mc_ls2_B + 18 * MC_W)[l];
+        const real d64 = (mc_ls2_B + 19 * MC_W)[l];
         const real d1 = (mc_ls1_B + 12 * MC_W)[l];
         const real d3 = (mc_ls1_B + 13 * MC_W)[l];
         const real d6 = (mc_ls1_B + 14 * MC_W)[l];
         const real d8 = (mc_ls1_B + 15 * MC_W)[l];
         const real d10 = (mc_ls1_B + 16 * MC_W)[l];
         const real d12 = (mc_ls1_B + 17 * MC_W)[l];
-        const real d74 = (mc_ls2_B + 20 * MC_W)[l];
-        const real d77 = (mc_ls2_B + 21 * MC_W)[l];
-        const real d80 = (mc_ls2_B + 22 * MC_W)[l];
-        const real d82 = (mc_ls2_B + 23 * MC_W)[l];
-        const real d84 = (mc_ls2_B + 24 * MC_W)[l];
-        const real d86 = (mc_ls2_B + 25 * MC_W)[l];
-        const real d88 = (mc_ls2_B + 26 * MC_W)[l];
-        const real d90 = (mc_ls2_B + 27 * MC_W)[l];
-        const real d98 = (mc_ls2_B + 28 * MC_W)[l];
-        const real d101 = (mc_ls2_B + 29 * MC_W)[l];
+        const real d38 = (mc_ls2_B + 20 * MC_W)[l];
+        const real d41 = (mc_ls2_B + 21 * MC_W)[l];
+        const real d44 = (mc_ls2_B + 22 * MC_W)[l];
+        const real d46 = (mc_ls2_B + 23 * MC_W)[l];
+        const real d48 = (mc_ls2_B + 24 * MC_W)[l];
+        const real d50 = (mc_ls2_B + 25 * MC_W)[l];
+        const real d52 = (mc_ls2_B + 26 * MC_W)[l];
+        const real d54 = (mc_ls2_B + 27 * MC_W)[l];
+        const real d62 = (mc_ls2_B + 28 * MC_W)[l];
+        const real d65 = (mc_ls2_B + 29 * MC_W)[l];
         const real d19 = (mc_ls1_B + 18 * MC_W)[l];
         const real d20 = (mc_ls1_B + 19 * MC_W)[l];
         const real d21 = (mc_ls1_B + 20 * MC_W)[l];
         const real d22 = (mc_ls1_B + 21 * MC_W)[l];
         const real d23 = (mc_ls1_B + 22 * MC_W)[l];
         const real d24 = (mc_ls1_B + 23 * MC_W)[l];
-        const real d103 = (mc_ls2_B + 30 * MC_W)[l];
-        const real d106 = (mc_ls2_B + 31 * MC_W)[l];
-        const real d109 = (mc_ls2_B + 32 * MC_W)[l];
-        const real d110 = (mc_ls2_B + 33 * MC_W)[l];
-        const real d111 = (mc_ls2_B + 34 * MC_W)[l];
-        const real d112 = (mc_ls2_B + 35 * MC_W)[l];
-        const real d113 = (mc_ls2_B + 36 * MC_W)[l];
-        const real d114 = (mc_ls2_B + 37 * MC_W)[l];
-        const real d127 = (mc_ls2_B + 38 * MC_W)[l];
-        const real d130 = (mc_ls2_B + 39 * MC_W)[l];
+        const real d67 = (mc_ls2_B + 30 * MC_W)[l];
+        const real d70 = (mc_ls2_B + 31 * MC_W)[l];
+        const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+        const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+        const real d75 = (mc_ls2_B + 34 * MC_W)[l];
+        const real d76 = (mc_ls2_B + 35 * MC_W)[l];
+        const real d77 = (mc_ls2_B + 36 * MC_W)[l];
+        const real d78 = (mc_ls2_B + 37 * MC_W)[l];
+        const real d91 = (mc_ls2_B + 38 * MC_W)[l];
+        const real d94 = (mc_ls2_B + 39 * MC_W)[l];
         const real d25 = (mc_ls1_B + 24 * MC_W)[l];
         const real d26 = (mc_ls1_B + 25 * MC_W)[l];
         const real d27 = (mc_ls1_B + 26 * MC_W)[l];
         const real d28 = (mc_ls1_B + 27 * MC_W)[l];
         const real d29 = (mc_ls1_B + 28 * MC_W)[l];
         const real d30 = (mc_ls1_B + 29 * MC_W)[l];
-        const real d104 = (mc_ls2_B + 40 * MC_W)[l];
-        const real d107 = (mc_ls2_B + 41 * MC_W)[l];
-        const real d115 = (mc_ls2_B + 42 * MC_W)[l];
-        const real d116 = (mc_ls2_B + 43 * MC_W)[l];
-        const real d117 = (mc_ls2_B + 44 * MC_W)[l];
-        const real d118 = (mc_ls2_B + 45 * MC_W)[l];
-        const real d119 = (mc_ls2_B + 46 * MC_W)[l];
-        const real d120 = (mc_ls2_B + 47 * MC_W)[l];
-        const real d128 = (mc_ls2_B + 48 * MC_W)[l];
-        const real d131 = (mc_ls2_B + 49 * MC_W)[l];
+        const real d68 = (mc_ls2_B + 40 * MC_W)[l];
+        const real d71 = (mc_ls2_B + 41 * MC_W)[l];
+        const real d79 = (mc_ls2_B + 42 * MC_W)[l];
+        const real d80 = (mc_ls2_B + 43 * MC_W)[l];
+        const real d81 = (mc_ls2_B + 44 * MC_W)[l];
+        const real d82 = (mc_ls2_B + 45 * MC_W)[l];
+        const real d83 = (mc_ls2_B + 46 * MC_W)[l];
+        const real d84 = (mc_ls2_B + 47 * MC_W)[l];
+        const real d92 = (mc_ls2_B + 48 * MC_W)[l];
+        const real d95 = (mc_ls2_B + 49 * MC_W)[l];
         const real d31 = (mc_ls1_B + 30 * MC_W)[l];
         const real d32 = (mc_ls1_B + 31 * MC_W)[l];
         const real d33 = (mc_ls1_B + 32 * MC_W)[l];
         const real d34 = (mc_ls1_B + 33 * MC_W)[l];
         const real d35 = (mc_ls1_B + 34 * MC_W)[l];
         const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-        const real d105 = (mc_ls2_B + 50 * MC_W)[l];
-        const real d108 = (mc_ls2_B + 51 * MC_W)[l];
-        const real d121 = (mc_ls2_B + 52 * MC_W)[l];
-        const real d122 = (mc_ls2_B + 53 * MC_W)[l];
-        const real d123 = (mc_ls2_B + 54 * MC_W)[l];
-        const real d124 = (mc_ls2_B + 55 * MC_W)[l];
-        const real d125 = (mc_ls2_B + 56 * MC_W)[l];
-        const real d126 = (mc_ls2_B + 57 * MC_W)[l];
-        const real d129 = (mc_ls2_B + 58 * MC_W)[l];
-        const real d132 = (mc_ls2_B + 59 * MC_W)[l];
-        const real d235 = (mc_ls1_B + 36 * MC_W)[l];
-        const real d236 = (mc_ls1_B + 37 * MC_W)[l];
-        const real d237 = (mc_ls1_B + 38 * MC_W)[l];
-        const real d238 = (mc_ls1_B + 39 * MC_W)[l];
-        const real d239 = (mc_ls1_B + 40 * MC_W)[l];
-        const real d240 = (mc_ls1_B + 41 * MC_W)[l];
-        const real d241 = (mc_ls2_B + 60 * MC_W)[l];
-        const real d242 = (mc_ls2_B + 61 * MC_W)[l];
-        const real d243 = (mc_ls2_B + 62 * MC_W)[l];
-        const real d244 = (mc_ls2_B + 63 * MC_W)[l];
-        const real d245 = (mc_ls2_B + 64 * MC_W)[l];
-        const real d246 = (mc_ls2_B + 65 * MC_W)[l];
-        const real d247 = (mc_ls2_B + 66 * MC_W)[l];
-        const real d248 = (mc_ls2_B + 67 * MC_W)[l];
-        const real d249 = (mc_ls2_B + 68 * MC_W)[l];
-        const real d250 = (mc_ls2_B + 69 * MC_W)[l];
-        const real d251 = (mc_ls1_B + 42 * MC_W)[l];
-        const real d252 = (mc_ls1_B + 43 * MC_W)[l];
-        const real d253 = (mc_ls1_B + 44 * MC_W)[l];
-        const real d254 = (mc_ls1_B + 45 * MC_W)[l];
-        const real d255 = (mc_ls1_B + 46 * MC_W)[l];
-        const real d256 = (mc_ls1_B + 47 * MC_W)[l];
-        const real d257 = (mc_ls2_B + 70 * MC_W)[l];
-        const real d258 = (mc_ls2_B + 71 * MC_W)[l];
-        const real d259 = (mc_ls2_B + 72 * MC_W)[l];
-        const real d260 = (mc_ls2_B + 73 * MC_W)[l];
-        const real d261 = (mc_ls2_B + 74 * MC_W)[l];
-        const real d262 = (mc_ls2_B + 75 * MC_W)[l];
-        const real d263 = (mc_ls2_B + 76 * MC_W)[l];
-        const real d264 = (mc_ls2_B + 77 * MC_W)[l];
-        const real d265 = (mc_ls2_B + 78 * MC_W)[l];
-        const real d266 = (mc_ls2_B + 79 * MC_W)[l];
-        const real d267 = (mc_ls1_B + 48 * MC_W)[l];
-        const real d268 = (mc_ls1_B + 49 * MC_W)[l];
-        const real d269 = (mc_ls1_B + 50 * MC_W)[l];
-        const real d270 = (mc_ls1_B + 51 * MC_W)[l];
-        const real d271 = (mc_ls1_B + 52 * MC_W)[l];
-        const real d272 = (mc_ls1_B + 53 * MC_W)[l];
-        const real d273 = (mc_ls2_B + 80 * MC_W)[l];
-        const real d274 = (mc_ls2_B + 81 * MC_W)[l];
-        const real d275 = (mc_ls2_B + 82 * MC_W)[l];
-        const real d276 = (mc_ls2_B + 83 * MC_W)[l];
-        const real d277 = (mc_ls2_B + 84 * MC_W)[l];
-        const real d278 = (mc_ls2_B + 85 * MC_W)[l];
-        const real d279 = (mc_ls2_B + 86 * MC_W)[l];
-        const real d280 = (mc_ls2_B + 87 * MC_W)[l];
-        const real d281 = (mc_ls2_B + 88 * MC_W)[l];
-        const real d282 = (mc_ls2_B + 89 * MC_W)[l];
-        const real d283 = (mc_ls3_B + 42 * MC_W)[l];
-        const real d284 = (mc_ls3_B + 43 * MC_W)[l];
-        const real d285 = (mc_ls3_B + 44 * MC_W)[l];
-        const real d286 = (mc_ls3_B + 45 * MC_W)[l];
-        const real d287 = (mc_ls3_B + 46 * MC_W)[l];
-        const real d288 = (mc_ls3_B + 47 * MC_W)[l];
-        const real d289 = (mc_ls3_B + 48 * MC_W)[l];
-        const real d290 = (mc_ls3_B + 49 * MC_W)[l];
-        const real d291 = (mc_ls3_B + 50 * MC_W)[l];
-        const real d292 = (mc_ls3_B + 51 * MC_W)[l];
-        const real d293 = (mc_ls3_B + 52 * MC_W)[l];
-        const real d294 = (mc_ls3_B + 53 * MC_W)[l];
-        const real d295 = (mc_ls3_B + 54 * MC_W)[l];
-        const real d296 = (mc_ls3_B + 55 * MC_W)[l];
-        const real d297 = (mc_ls3_B + 56 * MC_W)[l];
-        const real d298 = (mc_ls3_B + 57 * MC_W)[l];
-        const real d299 = (mc_ls3_B + 58 * MC_W)[l];
-        const real d300 = (mc_ls3_B + 59 * MC_W)[l];
-        const real d301 = (mc_ls3_B + 60 * MC_W)[l];
-        const real d302 = (mc_ls3_B + 61 * MC_W)[l];
-        const real d303 = (mc_ls3_B + 62 * MC_W)[l];
+        const real d69 = (mc_ls2_B + 50 * MC_W)[l];
+        const real d72 = (mc_ls2_B + 51 * MC_W)[l];
+        const real d85 = (mc_ls2_B + 52 * MC_W)[l];
+        const real d86 = (mc_ls2_B + 53 * MC_W)[l];
+        const real d87 = (mc_ls2_B + 54 * MC_W)[l];
+        const real d88 = (mc_ls2_B + 55 * MC_W)[l];
+        const real d89 = (mc_ls2_B + 56 * MC_W)[l];
+        const real d90 = (mc_ls2_B + 57 * MC_W)[l];
+        const real d93 = (mc_ls2_B + 58 * MC_W)[l];
+        const real d96 = (mc_ls2_B + 59 * MC_W)[l];
+        const real d139 = (mc_ls1_B + 36 * MC_W)[l];
+        const real d140 = (mc_ls1_B + 37 * MC_W)[l];
+        const real d141 = (mc_ls1_B + 38 * MC_W)[l];
+        const real d142 = (mc_ls1_B + 39 * MC_W)[l];
+        const real d143 = (mc_ls1_B + 40 * MC_W)[l];
+        const real d144 = (mc_ls1_B + 41 * MC_W)[l];
+        const real d145 = (mc_ls2_B + 60 * MC_W)[l];
+        const real d146 = (mc_ls2_B + 61 * MC_W)[l];
+        const real d147 = (mc_ls2_B + 62 * MC_W)[l];
+        const real d148 = (mc_ls2_B + 63 * MC_W)[l];
+        const real d149 = (mc_ls2_B + 64 * MC_W)[l];
+        const real d150 = (mc_ls2_B + 65 * MC_W)[l];
+        const real d151 = (mc_ls2_B + 66 * MC_W)[l];
+        const real d152 = (mc_ls2_B + 67 * MC_W)[l];
+        const real d153 = (mc_ls2_B + 68 * MC_W)[l];
+        const real d154 = (mc_ls2_B + 69 * MC_W)[l];
+        const real d155 = (mc_ls1_B + 42 * MC_W)[l];
+        const real d156 = (mc_ls1_B + 43 * MC_W)[l];
+        const real d157 = (mc_ls1_B + 44 * MC_W)[l];
+        const real d158 = (mc_ls1_B + 45 * MC_W)[l];
+        const real d159 = (mc_ls1_B + 46 * MC_W)[l];
+        const real d160 = (mc_ls1_B + 47 * MC_W)[l];
+        const real d161 = (mc_ls2_B + 70 * MC_W)[l];
+        const real d162 = (mc_ls2_B + 71 * MC_W)[l];
+        const real d163 = (mc_ls2_B + 72 * MC_W)[l];
+        const real d164 = (mc_ls2_B + 73 * MC_W)[l];
+        const real d165 = (mc_ls2_B + 74 * MC_W)[l];
+        const real d166 = (mc_ls2_B + 75 * MC_W)[l];
+        const real d167 = (mc_ls2_B + 76 * MC_W)[l];
+        const real d168 = (mc_ls2_B + 77 * MC_W)[l];
+        const real d169 = (mc_ls2_B + 78 * MC_W)[l];
+        const real d170 = (mc_ls2_B + 79 * MC_W)[l];
+        const real d171 = (mc_ls1_B + 48 * MC_W)[l];
+        const real d172 = (mc_ls1_B + 49 * MC_W)[l];
+        const real d173 = (mc_ls1_B + 50 * MC_W)[l];
+        const real d174 = (mc_ls1_B + 51 * MC_W)[l];
+        const real d175 = (mc_ls1_B + 52 * MC_W)[l];
+        const real d176 = (mc_ls1_B + 53 * MC_W)[l];
+        const real d177 = (mc_ls2_B + 80 * MC_W)[l];
+        const real d178 = (mc_ls2_B + 81 * MC_W)[l];
+        const real d179 = (mc_ls2_B + 82 * MC_W)[l];
+        const real d180 = (mc_ls2_B + 83 * MC_W)[l];
+        const real d181 = (mc_ls2_B + 84 * MC_W)[l];
+        const real d182 = (mc_ls2_B + 85 * MC_W)[l];
+        const real d183 = (mc_ls2_B + 86 * MC_W)[l];
+        const real d184 = (mc_ls2_B + 87 * MC_W)[l];
+        const real d185 = (mc_ls2_B + 88 * MC_W)[l];
+        const real d186 = (mc_ls2_B + 89 * MC_W)[l];
+        const real d187 = (mc_ls3_B + 42 * MC_W)[l];
+        const real d188 = (mc_ls3_B + 43 * MC_W)[l];
+        const real d189 = (mc_ls3_B + 44 * MC_W)[l];
+        const real d190 = (mc_ls3_B + 45 * MC_W)[l];
+        const real d191 = (mc_ls3_B + 46 * MC_W)[l];
+        const real d192 = (mc_ls3_B + 47 * MC_W)[l];
+        const real d193 = (mc_ls3_B + 48 * MC_W)[l];
+        const real d194 = (mc_ls3_B + 49 * MC_W)[l];
+        const real d195 = (mc_ls3_B + 50 * MC_W)[l];
+        const real d196 = (mc_ls3_B + 51 * MC_W)[l];
+        const real d197 = (mc_ls3_B + 52 * MC_W)[l];
+        const real d198 = (mc_ls3_B + 53 * MC_W)[l];
+        const real d199 = (mc_ls3_B + 54 * MC_W)[l];
+        const real d200 = (mc_ls3_B + 55 * MC_W)[l];
+        const real d201 = (mc_ls3_B + 56 * MC_W)[l];
+        const real d202 = (mc_ls3_B + 57 * MC_W)[l];
+        const real d203 = (mc_ls3_B + 58 * MC_W)[l];
+        const real d204 = (mc_ls3_B + 59 * MC_W)[l];
+        const real d205 = (mc_ls3_B + 60 * MC_W)[l];
+        const real d206 = (mc_ls3_B + 61 * MC_W)[l];
+        const real d207 = (mc_ls3_B + 62 * MC_W)[l];
         const int gtn_return_map_iterations = v_gtn_return_map_iterations[l];
         const real gtn_return_map_residual_norm = v_gtn_return_map_residual_norm[l];
-        const real cse_74 = (cse_22 * d193);
-        const real cse_75 = (cse_22 * d194);
-        const real cse_79 = (cse_22 * d195);
-        const real cse_85 = (cse_22 * d196);
-        const real cse_95 = (cse_90 + cse_92 + cse_94 + (cse_22 * d197));
-        const real cse_96 = (cse_22 * d198);
-        const real cse_102 = (cse_22 * d199);
-        const real cse_103 = (cse_22 * d200);
-        const real cse_104 = (cse_22 * d201);
-        const real cse_105 = (cse_22 * d202);
-        const real cse_106 = (cse_22 * d203);
-        const real cse_107 = (cse_22 * d204);
-        const real cse_108 = (cse_22 * d205);
-        const real cse_109 = (cse_22 * d206);
-        const real cse_110 = (cse_22 * d207);
-        const real cse_111 = (cse_22 * d208);
-        const real cse_112 = (cse_22 * d209);
-        const real cse_113 = (cse_22 * d210);
-        const real cse_114 = (cse_22 * d211);
-        const real cse_115 = (cse_22 * d212);
-        const real cse_116 = (cse_22 * d213);
-        const real d304 = (cse_74 + cse_75 + cse_78 + (cse_26 * d195));
-        if (V & 8) o_j[303 * MC_W + l] = gtn_return_map_converged ? d304 : MC_NAN;
-        const real d305 = (cse_75 + cse_79 + cse_80 + (cse_26 * d193));
-        if (V & 8) o_j[310 * MC_W + l] = gtn_return_map_converged ? d305 : MC_NAN;
-        const real d306 = (cse_74 + cse_79 + cse_81 + (cse_26 * d194));
-        if (V & 8) o_j[317 * MC_W + l] = gtn_return_map_converged ? d306 : MC_NAN;
-        const real d307 = (cse_82 + (cse_43 * d214));
-        if (V & 8) o_j[324 * MC_W + l] = gtn_return_map_converged ? d307 : MC_NAN;
-        const real d308 = (cse_83 + (cse_43 * d215));
-        if (V & 8) o_j[331 * MC_W + l] = gtn_return_map_converged ? d308 : MC_NAN;
-        const real d309 = (cse_84 + (cse_43 * d216));
-        if (V & 8) o_j[338 * MC_W + l] = gtn_return_map_converged ? d309 : MC_NAN;
-        const real d310 = (cse_85 + cse_95 - cse_88 + (cse_26 * d198));
-        if (V & 8) o_j[304 * MC_W + l] = gtn_return_map_converged ? d310 : MC_NAN;
-        const real d311 = (cse_95 + cse_96 - cse_97 + (cse_26 * d196));
-        if (V & 8) o_j[311 * MC_W + l] = gtn_return_map_converged ? d311 : MC_NAN;
-        const real d312 = (cse_85 + cse_90 + cse_92 + cse_94 + cse_96 - cse_98 + (cse_26 * d197));
-        if (V & 8) o_j[318 * MC_W + l] = gtn_return_map_converged ? d312 : MC_NAN;
-        const real d313 = (-cse_99 + (cse_43 * d217));
-        if (V & 8) o_j[325 * MC_W + l] = gtn_return_map_converged ? d313 : MC_NAN;
-        const real d314 = (-cse_100 + (cse_43 * d218));
-        if (V & 8) o_j[332 * MC_W + l] = gtn_return_map_converged ? d314 : MC_NAN;
-        const real d315 = (-cse_101 + (cse_43 * d219));
-        if (V & 8) o_j[339 * MC_W + l] = gtn_return_map_converged ? d315 : MC_NAN;
-        const real d316 = (cse_102 + cse_103 + (cse_26 * d201));
-        if (V & 8) o_j[305 * MC_W + l] = gtn_return_map_converged ? d316 : MC_NAN;
-        const real d317 = (cse_103 + cse_104 + (cse_26 * d199));
-        if (V & 8) o_j[312 * MC_W + l] = gtn_return_map_converged ? d317 : MC_NAN;
-        const real d318 = (cse_102 + cse_104 + (cse_26 * d200));
-        if (V & 8) o_j[319 * MC_W + l] = gtn_return_map_converged ? d318 : MC_NAN;
-        const real d319 = (cse_43 * d220);
-        if (V & 8) o_j[326 * MC_W + l] = gtn_return_map_converged ? d319 : MC_NAN;
-        const real d320 = (cse_43 * d221);
-        if (V & 8) o_j[333 * MC_W + l] = gtn_return_map_converged ? d320 : MC_NAN;
-        const real d321 = (cse_43 * d222);
-        if (V & 8) o_j[340 * MC_W + l] = gtn_return_map_converged ? d321 : MC_NAN;
-        const real d322 = (cse_105 + cse_106 + (cse_26 * d204));
-        if (V & 8) o_j[306 * MC_W + l] = gtn_return_map_converged ? d322 : MC_NAN;
-        const real d323 = (cse_106 + cse_107 + (cse_26 * d202));
-        if (V & 8) o_j[313 * MC_W + l] = gtn_return_map_converged ? d323 : MC_NAN;
-        const real d324 = (cse_105 + cse_107 + (cse_26 * d203));
-        if (V & 8) o_j[320 * MC_W + l] = gtn_return_map_converged ? d324 : MC_NAN;
-        const real d325 = (cse_43 * d223);
-        if (V & 8) o_j[327 * MC_W + l] = gtn_return_map_converged ? d325 : MC_NAN;
-        const real d326 = (cse_43 * d224);
-        if (V & 8) o_j[334 * MC_W + l] = gtn_return_map_converged ? d326 : MC_NAN;
-        const real d327 = (cse_43 * d225);
-        if (V & 8) o_j[341 * MC_W + l] = gtn_return_map_converged ? d327 : MC_NAN;
-        const real d328 = (cse_108 + cse_109 + (cse_26 * d207));
-        if (V & 8) o_j[307 * MC_W + l] = gtn_return_map_converged ? d328 : MC_NAN;
-        const real d329 = (cse_109 + cse_110 + (cse_26 * d205));
-        if (V & 8) o_j[314 * MC_W + l] = gtn_return_map_converged ? d329 : MC_NAN;
-        const real d330 = (cse_108 + cse_110 + (cse_26 * d206));
-        if (V & 8) o_j[321 * MC_W + l] = gtn_return_map_converged ? d330 : MC_NAN;
-        const real d331 = (cse_43 * d226);
-        if (V & 8) o_j[328 * MC_W + l] = gtn_return_map_converged ? d331 : MC_NAN;
-        const real d332 = (cse_43 * d227);
-        if (V & 8) o_j[335 * MC_W + l] = gtn_return_map_converged ? d332 : MC_NAN;
-        const real d333 = (cse_43 * d228);
-        if (V & 8) o_j[342 * MC_W + l] = gtn_return_map_converged ? d333 : MC_NAN;
-        const real d334 = (cse_111 + cse_112 + (cse_26 * d210));
-        if (V & 8) o_j[308 * MC_W + l] = gtn_return_map_converged ? d334 : MC_NAN;
-        const real d335 = (cse_112 + cse_113 + (cse_26 * d208));
-        if (V & 8) o_j[315 * MC_W + l] = gtn_return_map_converged ? d335 : MC_NAN;
-        const real d336 = (cse_111 + cse_113 + (cse_26 * d209));
-        if (V & 8) o_j[322 * MC_W + l] = gtn_return_map_converged ? d336 : MC_NAN;
-        const real d337 = (cse_43 * d229);
-        if (V & 8) o_j[329 * MC_W + l] = gtn_return_map_converged ? d337 : MC_NAN;
-        const real d338 = (cse_43 * d230);
-        if (V & 8) o_j[336 * MC_W + l] = gtn_return_map_converged ? d338 : MC_NAN;
-        const real d339 = (cse_43 * d231);
-        if (V & 8) o_j[343 * MC_W + l] = gtn_return_map_converged ? d339 : MC_NAN;
-        const real d340 = (cse_114 + cse_115 + (cse_26 * d213));
-        if (V & 8) o_j[309 * MC_W + l] = gtn_return_map_converged ? d340 : MC_NAN;
-        const real d341 = (cse_115 + cse_116 + (cse_26 * d211));
-        if (V & 8) o_j[316 * MC_W + l] = gtn_return_map_converged ? d341 : MC_NAN;
-        const real d342 = (cse_114 + cse_116 + (cse_26 * d212));
-        if (V & 8) o_j[323 * MC_W + l] = gtn_return_map_converged ? d342 : MC_NAN;
-        const real d343 = (cse_43 * d232);
-        if (V & 8) o_j[330 * MC_W + l] = gtn_return_map_converged ? d343 : MC_NAN;
-        const real d344 = (cse_43 * d233);
-        if (V & 8) o_j[337 * MC_W + l] = gtn_return_map_converged ? d344 : MC_NAN;
-        const real d345 = (cse_43 * d234);
-        if (V & 8) o_j[344 * MC_W + l] = gtn_return_map_converged ? d345 : MC_NAN;
+        const real cse_74 = (cse_22 * d97);
+        const real cse_75 = (cse_22 * d98);
+        const real cse_79 = (cse_22 * d99);
+        const real cse_85 = (cse_22 * d100);
+        const real cse_95 = (cse_90 + cse_92 + cse_94 + (cse_22 * d101));
+        const real cse_96 = (cse_22 * d102);
+        const real cse_102 = (cse_22 * d103);
+        const real cse_103 = (cse_22 * d104);
+        const real cse_104 = (cse_22 * d105);
+        const real cse_105 = (cse_22 * d106);
+        const real cse_106 = (cse_22 * d107);
+        const real cse_107 = (cse_22 * d108);
+        const real cse_108 = (cse_22 * d109);
+        const real cse_109 = (cse_22 * d110);
+        const real cse_110 = (cse_22 * d111);
+        const real cse_111 = (cse_22 * d112);
+        const real cse_112 = (cse_22 * d113);
+        const real cse_113 = (cse_22 * d114);
+        const real cse_114 = (cse_22 * d115);
+        const real cse_115 = (cse_22 * d116);
+        const real cse_116 = (cse_22 * d117);
+        if (V & 8) o_j[303 * MC_W + l] = gtn_return_map_converged ? (cse_74 + cse_75 + cse_78 + (cse_26 * d99)) : MC_NAN;
+        if (V & 8) o_j[310 * MC_W + l] = gtn_return_map_converged ? (cse_75 + cse_79 + cse_80 + (cse_26 * d97)) : MC_NAN;
+        if (V & 8) o_j[317 * MC_W + l] = gtn_return_map_converged ? (cse_74 + cse_79 + cse_81 + (cse_26 * d98)) : MC_NAN;
+        if (V & 8) o_j[324 * MC_W + l] = gtn_return_map_converged ? (cse_82 + (cse_43 * d118)) : MC_NAN;
+        if (V & 8) o_j[331 * MC_W + l] = gtn_return_map_converged ? (cse_83 + (cse_43 * d119)) : MC_NAN;
+        if (V & 8) o_j[338 * MC_W + l] = gtn_return_map_converged ? (cse_84 + (cse_43 * d120)) : MC_NAN;
+        if (V & 8) o_j[304 * MC_W + l] = gtn_return_map_converged ? (cse_85 + cse_95 - cse_88 + (cse_26 * d102)) : MC_NAN;
+        if (V & 8) o_j[311 * MC_W + l] = gtn_return_map_converged ? (cse_95 + cse_96 - cse_97 + (cse_26 * d100)) : MC_NAN;
+        if (V & 8) o_j[318 * MC_W + l] = gtn_return_map_converged ? (cse_85 + cse_90 + cse_92 + cse_94 + cse_96 - cse_98 + (cse_26 * d101)) : MC_NAN;
+        if (V & 8) o_j[325 * MC_W + l] = gtn_return_map_converged ? (-cse_99 + (cse_43 * d121)) : MC_NAN;
+        if (V & 8) o_j[332 * MC_W + l] = gtn_return_map_converged ? (-cse_100 + (cse_43 * d122)) : MC_NAN;
+        if (V & 8) o_j[339 * MC_W + l] = gtn_return_map_converged ? (-cse_101 + (cse_43 * d123)) : MC_NAN;
+        if (V & 8) o_j[305 * MC_W + l] = gtn_return_map_converged ? (cse_102 + cse_103 + (cse_26 * d105)) : MC_NAN;
+        if (V & 8) o_j[312 * MC_W + l] = gtn_return_map_converged ? (cse_103 + cse_104 + (cse_26 * d103)) : MC_NAN;
+        if (V & 8) o_j[319 * MC_W + l] = gtn_return_map_converged ? (cse_102 + cse_104 + (cse_26 * d104)) : MC_NAN;
+        if (V & 8) o_j[326 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d124) : MC_NAN;
+        if (V & 8) o_j[333 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d125) : MC_NAN;
+        if (V & 8) o_j[340 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d126) : MC_NAN;
+        if (V & 8) o_j[306 * MC_W + l] = gtn_return_map_converged ? (cse_105 + cse_106 + (cse_26 * d108)) : MC_NAN;
+        if (V & 8) o_j[313 * MC_W + l] = gtn_return_map_converged ? (cse_106 + cse_107 + (cse_26 * d106)) : MC_NAN;
+        if (V & 8) o_j[320 * MC_W + l] = gtn_return_map_converged ? (cse_105 + cse_107 + (cse_26 * d107)) : MC_NAN;
+        if (V & 8) o_j[327 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d127) : MC_NAN;
+        if (V & 8) o_j[334 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d128) : MC_NAN;
+        if (V & 8) o_j[341 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d129) : MC_NAN;
+        if (V & 8) o_j[307 * MC_W + l] = gtn_return_map_converged ? (cse_108 + cse_109 + (cse_26 * d111)) : MC_NAN;
+        if (V & 8) o_j[314 * MC_W + l] = gtn_return_map_converged ? (cse_109 + cse_110 + (cse_26 * d109)) : MC_NAN;
+        if (V & 8) o_j[321 * MC_W + l] = gtn_return_map_converged ? (cse_108 + cse_110 + (cse_26 * d110)) : MC_NAN;
+        if (V & 8) o_j[328 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d130) : MC_NAN;
+        if (V & 8) o_j[335 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d131) : MC_NAN;
+        if (V & 8) o_j[342 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d132) : MC_NAN;
+        if (V & 8) o_j[308 * MC_W + l] = gtn_return_map_converged ? (cse_111 + cse_112 + (cse_26 * d114)) : MC_NAN;
+        if (V & 8) o_j[315 * MC_W + l] = gtn_return_map_converged ? (cse_112 + cse_113 + (cse_26 * d112)) : MC_NAN;
+        if (V & 8) o_j[322 * MC_W + l] = gtn_return_map_converged ? (cse_111 + cse_113 + (cse_26 * d113)) : MC_NAN;
+        if (V & 8) o_j[329 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d133) : MC_NAN;
+        if (V & 8) o_j[336 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d134) : MC_NAN;
+        if (V & 8) o_j[343 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d135) : MC_NAN;
+        if (V & 8) o_j[309 * MC_W + l] = gtn_return_map_converged ? (cse_114 + cse_115 + (cse_26 * d117)) : MC_NAN;
+        if (V & 8) o_j[316 * MC_W + l] = gtn_return_map_converged ? (cse_115 + cse_116 + (cse_26 * d115)) : MC_NAN;
+        if (V & 8) o_j[323 * MC_W + l] = gtn_return_map_converged ? (cse_114 + cse_116 + (cse_26 * d116)) : MC_NAN;
+        if (V & 8) o_j[330 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d136) : MC_NAN;
+        if (V & 8) o_j[337 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d137) : MC_NAN;
+        if (V & 8) o_j[344 * MC_W + l] = gtn_return_map_converged ? (cse_43 * d138) : MC_NAN;
         o_y[0 * MC_W + l] = gtn_return_map_converged ? state_internal_Ep_0 : MC_NAN;
         o_y[1 * MC_W + l] = gtn_return_map_converged ? state_internal_Ep_1 : MC_NAN;
         o_y[2 * MC_W + l] = gtn_return_map_converged ? state_internal_Ep_2 : MC_NAN;
@@ -5940,207 +5277,207 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[39 * MC_W + l] = gtn_return_map_converged ? d16 : MC_NAN;
         if (V & 12) o_j[40 * MC_W + l] = gtn_return_map_converged ? d17 : MC_NAN;
         if (V & 12) o_j[41 * MC_W + l] = gtn_return_map_converged ? d18 : MC_NAN;
-        if (V & 12) o_j[42 * MC_W + l] = gtn_return_map_converged ? d75 : MC_NAN;
-        if (V & 12) o_j[43 * MC_W + l] = gtn_return_map_converged ? d78 : MC_NAN;
-        if (V & 12) o_j[44 * MC_W + l] = gtn_return_map_converged ? d91 : MC_NAN;
-        if (V & 12) o_j[45 * MC_W + l] = gtn_return_map_converged ? d92 : MC_NAN;
-        if (V & 12) o_j[46 * MC_W + l] = gtn_return_map_converged ? d93 : MC_NAN;
-        if (V & 12) o_j[47 * MC_W + l] = gtn_return_map_converged ? d94 : MC_NAN;
-        if (V & 12) o_j[48 * MC_W + l] = gtn_return_map_converged ? d95 : MC_NAN;
-        if (V & 12) o_j[49 * MC_W + l] = gtn_return_map_converged ? d96 : MC_NAN;
-        if (V & 12) o_j[50 * MC_W + l] = gtn_return_map_converged ? d99 : MC_NAN;
-        if (V & 12) o_j[51 * MC_W + l] = gtn_return_map_converged ? d102 : MC_NAN;
+        if (V & 12) o_j[42 * MC_W + l] = gtn_return_map_converged ? d39 : MC_NAN;
+        if (V & 12) o_j[43 * MC_W + l] = gtn_return_map_converged ? d42 : MC_NAN;
+        if (V & 12) o_j[44 * MC_W + l] = gtn_return_map_converged ? d55 : MC_NAN;
+        if (V & 12) o_j[45 * MC_W + l] = gtn_return_map_converged ? d56 : MC_NAN;
+        if (V & 12) o_j[46 * MC_W + l] = gtn_return_map_converged ? d57 : MC_NAN;
+        if (V & 12) o_j[47 * MC_W + l] = gtn_return_map_converged ? d58 : MC_NAN;
+        if (V & 12) o_j[48 * MC_W + l] = gtn_return_map_converged ? d59 : MC_NAN;
+        if (V & 12) o_j[49 * MC_W + l] = gtn_return_map_converged ? d60 : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = gtn_return_map_converged ? d63 : MC_NAN;
+        if (V & 12) o_j[51 * MC_W + l] = gtn_return_map_converged ? d66 : MC_NAN;
         if (V & 12) o_j[52 * MC_W + l] = gtn_return_map_converged ? d2 : MC_NAN;
         if (V & 12) o_j[53 * MC_W + l] = gtn_return_map_converged ? d4 : MC_NAN;
         if (V & 12) o_j[54 * MC_W + l] = gtn_return_map_converged ? d5 : MC_NAN;
         if (V & 12) o_j[55 * MC_W + l] = gtn_return_map_converged ? d7 : MC_NAN;
         if (V & 12) o_j[56 * MC_W + l] = gtn_return_map_converged ? d9 : MC_NAN;
         if (V & 12) o_j[57 * MC_W + l] = gtn_return_map_converged ? d11 : MC_NAN;
-        if (V & 12) o_j[58 * MC_W + l] = gtn_return_map_converged ? d73 : MC_NAN;
-        if (V & 12) o_j[59 * MC_W + l] = gtn_return_map_converged ? d76 : MC_NAN;
-        if (V & 12) o_j[60 * MC_W + l] = gtn_return_map_converged ? d79 : MC_NAN;
-        if (V & 12) o_j[61 * MC_W + l] = gtn_return_map_converged ? d81 : MC_NAN;
-        if (V & 12) o_j[62 * MC_W + l] = gtn_return_map_converged ? d83 : MC_NAN;
-        if (V & 12) o_j[63 * MC_W + l] = gtn_return_map_converged ? d85 : MC_NAN;
-        if (V & 12) o_j[64 * MC_W + l] = gtn_return_map_converged ? d87 : MC_NAN;
-        if (V & 12) o_j[65 * MC_W + l] = gtn_return_map_converged ? d89 : MC_NAN;
-        if (V & 12) o_j[66 * MC_W + l] = gtn_return_map_converged ? d97 : MC_NAN;
-        if (V & 12) o_j[67 * MC_W + l] = gtn_return_map_converged ? d100 : MC_NAN;
+        if (V & 12) o_j[58 * MC_W + l] = gtn_return_map_converged ? d37 : MC_NAN;
+        if (V & 12) o_j[59 * MC_W + l] = gtn_return_map_converged ? d40 : MC_NAN;
+        if (V & 12) o_j[60 * MC_W + l] = gtn_return_map_converged ? d43 : MC_NAN;
+        if (V & 12) o_j[61 * MC_W + l] = gtn_return_map_converged ? d45 : MC_NAN;
+        if (V & 12) o_j[62 * MC_W + l] = gtn_return_map_converged ? d47 : MC_NAN;
+        if (V & 12) o_j[63 * MC_W + l] = gtn_return_map_converged ? d49 : MC_NAN;
+        if (V & 12) o_j[64 * MC_W + l] = gtn_return_map_converged ? d51 : MC_NAN;
+        if (V & 12) o_j[65 * MC_W + l] = gtn_return_map_converged ? d53 : MC_NAN;
+        if (V & 12) o_j[66 * MC_W + l] = gtn_return_map_converged ? d61 : MC_NAN;
+        if (V & 12) o_j[67 * MC_W + l] = gtn_return_map_converged ? d64 : MC_NAN;
         if (V & 12) o_j[68 * MC_W + l] = gtn_return_map_converged ? d1 : MC_NAN;
         if (V & 12) o_j[69 * MC_W + l] = gtn_return_map_converged ? d3 : MC_NAN;
         if (V & 12) o_j[70 * MC_W + l] = gtn_return_map_converged ? d6 : MC_NAN;
         if (V & 12) o_j[71 * MC_W + l] = gtn_return_map_converged ? d8 : MC_NAN;
         if (V & 12) o_j[72 * MC_W + l] = gtn_return_map_converged ? d10 : MC_NAN;
         if (V & 12) o_j[73 * MC_W + l] = gtn_return_map_converged ? d12 : MC_NAN;
-        if (V & 12) o_j[74 * MC_W + l] = gtn_return_map_converged ? d74 : MC_NAN;
-        if (V & 12) o_j[75 * MC_W + l] = gtn_return_map_converged ? d77 : MC_NAN;
-        if (V & 12) o_j[76 * MC_W + l] = gtn_return_map_converged ? d80 : MC_NAN;
-        if (V & 12) o_j[77 * MC_W + l] = gtn_return_map_converged ? d82 : MC_NAN;
-        if (V & 12) o_j[78 * MC_W + l] = gtn_return_map_converged ? d84 : MC_NAN;
-        if (V & 12) o_j[79 * MC_W + l] = gtn_return_map_converged ? d86 : MC_NAN;
-        if (V & 12) o_j[80 * MC_W + l] = gtn_return_map_converged ? d88 : MC_NAN;
-        if (V & 12) o_j[81 * MC_W + l] = gtn_return_map_converged ? d90 : MC_NAN;
-        if (V & 12) o_j[82 * MC_W + l] = gtn_return_map_converged ? d98 : MC_NAN;
-        if (V & 12) o_j[83 * MC_W + l] = gtn_return_map_converged ? d101 : MC_NAN;
+        if (V & 12) o_j[74 * MC_W + l] = gtn_return_map_converged ? d38 : MC_NAN;
+        if (V & 12) o_j[75 * MC_W + l] = gtn_return_map_converged ? d41 : MC_NAN;
+        if (V & 12) o_j[76 * MC_W + l] = gtn_return_map_converged ? d44 : MC_NAN;
+        if (V & 12) o_j[77 * MC_W + l] = gtn_return_map_converged ? d46 : MC_NAN;
+        if (V & 12) o_j[78 * MC_W + l] = gtn_return_map_converged ? d48 : MC_NAN;
+        if (V & 12) o_j[79 * MC_W + l] = gtn_return_map_converged ? d50 : MC_NAN;
+        if (V & 12) o_j[80 * MC_W + l] = gtn_return_map_converged ? d52 : MC_NAN;
+        if (V & 12) o_j[81 * MC_W + l] = gtn_return_map_converged ? d54 : MC_NAN;
+        if (V & 12) o_j[82 * MC_W + l] = gtn_return_map_converged ? d62 : MC_NAN;
+        if (V & 12) o_j[83 * MC_W + l] = gtn_return_map_converged ? d65 : MC_NAN;
         if (V & 12) o_j[84 * MC_W + l] = gtn_return_map_converged ? d19 : MC_NAN;
         if (V & 12) o_j[85 * MC_W + l] = gtn_return_map_converged ? d20 : MC_NAN;
         if (V & 12) o_j[86 * MC_W + l] = gtn_return_map_converged ? d21 : MC_NAN;
         if (V & 12) o_j[87 * MC_W + l] = gtn_return_map_converged ? d22 : MC_NAN;
         if (V & 12) o_j[88 * MC_W + l] = gtn_return_map_converged ? d23 : MC_NAN;
         if (V & 12) o_j[89 * MC_W + l] = gtn_return_map_converged ? d24 : MC_NAN;
-        if (V & 12) o_j[90 * MC_W + l] = gtn_return_map_converged ? d103 : MC_NAN;
-        if (V & 12) o_j[91 * MC_W + l] = gtn_return_map_converged ? d106 : MC_NAN;
-        if (V & 12) o_j[92 * MC_W + l] = gtn_return_map_converged ? d109 : MC_NAN;
-        if (V & 12) o_j[93 * MC_W + l] = gtn_return_map_converged ? d110 : MC_NAN;
-        if (V & 12) o_j[94 * MC_W + l] = gtn_return_map_converged ? d111 : MC_NAN;
-        if (V & 12) o_j[95 * MC_W + l] = gtn_return_map_converged ? d112 : MC_NAN;
-        if (V & 12) o_j[96 * MC_W + l] = gtn_return_map_converged ? d113 : MC_NAN;
-        if (V & 12) o_j[97 * MC_W + l] = gtn_return_map_converged ? d114 : MC_NAN;
-        if (V & 12) o_j[98 * MC_W + l] = gtn_return_map_converged ? d127 : MC_NAN;
-        if (V & 12) o_j[99 * MC_W + l] = gtn_return_map_converged ? d130 : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = gtn_return_map_converged ? d67 : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = gtn_return_map_converged ? d70 : MC_NAN;
+        if (V & 12) o_j[92 * MC_W + l] = gtn_return_map_converged ? d73 : MC_NAN;
+        if (V & 12) o_j[93 * MC_W + l] = gtn_return_map_converged ? d74 : MC_NAN;
+        if (V & 12) o_j[94 * MC_W + l] = gtn_return_map_converged ? d75 : MC_NAN;
+        if (V & 12) o_j[95 * MC_W + l] = gtn_return_map_converged ? d76 : MC_NAN;
+        if (V & 12) o_j[96 * MC_W + l] = gtn_return_map_converged ? d77 : MC_NAN;
+        if (V & 12) o_j[97 * MC_W + l] = gtn_return_map_converged ? d78 : MC_NAN;
+        if (V & 12) o_j[98 * MC_W + l] = gtn_return_map_converged ? d91 : MC_NAN;
+        if (V & 12) o_j[99 * MC_W + l] = gtn_return_map_converged ? d94 : MC_NAN;
         if (V & 12) o_j[100 * MC_W + l] = gtn_return_map_converged ? d25 : MC_NAN;
         if (V & 12) o_j[101 * MC_W + l] = gtn_return_map_converged ? d26 : MC_NAN;
         if (V & 12) o_j[102 * MC_W + l] = gtn_return_map_converged ? d27 : MC_NAN;
         if (V & 12) o_j[103 * MC_W + l] = gtn_return_map_converged ? d28 : MC_NAN;
         if (V & 12) o_j[104 * MC_W + l] = gtn_return_map_converged ? d29 : MC_NAN;
         if (V & 12) o_j[105 * MC_W + l] = gtn_return_map_converged ? d30 : MC_NAN;
-        if (V & 12) o_j[106 * MC_W + l] = gtn_return_map_converged ? d104 : MC_NAN;
-        if (V & 12) o_j[107 * MC_W + l] = gtn_return_map_converged ? d107 : MC_NAN;
-        if (V & 12) o_j[108 * MC_W + l] = gtn_return_map_converged ? d115 : MC_NAN;
-        if (V & 12) o_j[109 * MC_W + l] = gtn_return_map_converged ? d116 : MC_NAN;
-        if (V & 12) o_j[110 * MC_W + l] = gtn_return_map_converged ? d117 : MC_NAN;
-        if (V & 12) o_j[111 * MC_W + l] = gtn_return_map_converged ? d118 : MC_NAN;
-        if (V & 12) o_j[112 * MC_W + l] = gtn_return_map_converged ? d119 : MC_NAN;
-        if (V & 12) o_j[113 * MC_W + l] = gtn_return_map_converged ? d120 : MC_NAN;
-        if (V & 12) o_j[114 * MC_W + l] = gtn_return_map_converged ? d128 : MC_NAN;
-        if (V & 12) o_j[115 * MC_W + l] = gtn_return_map_converged ? d131 : MC_NAN;
+        if (V & 12) o_j[106 * MC_W + l] = gtn_return_map_converged ? d68 : MC_NAN;
+        if (V & 12) o_j[107 * MC_W + l] = gtn_return_map_converged ? d71 : MC_NAN;
+        if (V & 12) o_j[108 * MC_W + l] = gtn_return_map_converged ? d79 : MC_NAN;
+        if (V & 12) o_j[109 * MC_W + l] = gtn_return_map_converged ? d80 : MC_NAN;
+        if (V & 12) o_j[110 * MC_W + l] = gtn_return_map_converged ? d81 : MC_NAN;
+        if (V & 12) o_j[111 * MC_W + l] = gtn_return_map_converged ? d82 : MC_NAN;
+        if (V & 12) o_j[112 * MC_W + l] = gtn_return_map_converged ? d83 : MC_NAN;
+        if (V & 12) o_j[113 * MC_W + l] = gtn_return_map_converged ? d84 : MC_NAN;
+        if (V & 12) o_j[114 * MC_W + l] = gtn_return_map_converged ? d92 : MC_NAN;
+        if (V & 12) o_j[115 * MC_W + l] = gtn_return_map_converged ? d95 : MC_NAN;
         if (V & 12) o_j[116 * MC_W + l] = gtn_return_map_converged ? d31 : MC_NAN;
         if (V & 12) o_j[117 * MC_W + l] = gtn_return_map_converged ? d32 : MC_NAN;
         if (V & 12) o_j[118 * MC_W + l] = gtn_return_map_converged ? d33 : MC_NAN;
         if (V & 12) o_j[119 * MC_W + l] = gtn_return_map_converged ? d34 : MC_NAN;
         if (V & 12) o_j[120 * MC_W + l] = gtn_return_map_converged ? d35 : MC_NAN;
         if (V & 12) o_j[121 * MC_W + l] = gtn_return_map_converged ? d36 : MC_NAN;
-        if (V & 12) o_j[122 * MC_W + l] = gtn_return_map_converged ? d105 : MC_NAN;
-        if (V & 12) o_j[123 * MC_W + l] = gtn_return_map_converged ? d108 : MC_NAN;
-        if (V & 12) o_j[124 * MC_W + l] = gtn_return_map_converged ? d121 : MC_NAN;
-        if (V & 12) o_j[125 * MC_W + l] = gtn_return_map_converged ? d122 : MC_NAN;
-        if (V & 12) o_j[126 * MC_W + l] = gtn_return_map_converged ? d123 : MC_NAN;
-        if (V & 12) o_j[127 * MC_W + l] = gtn_return_map_converged ? d124 : MC_NAN;
-        if (V & 12) o_j[128 * MC_W + l] = gtn_return_map_converged ? d125 : MC_NAN;
-        if (V & 12) o_j[129 * MC_W + l] = gtn_return_map_converged ? d126 : MC_NAN;
-        if (V & 12) o_j[130 * MC_W + l] = gtn_return_map_converged ? d129 : MC_NAN;
-        if (V & 12) o_j[131 * MC_W + l] = gtn_return_map_converged ? d132 : MC_NAN;
-        if (V & 12) o_j[132 * MC_W + l] = gtn_return_map_converged ? d235 : MC_NAN;
-        if (V & 12) o_j[133 * MC_W + l] = gtn_return_map_converged ? d236 : MC_NAN;
-        if (V & 12) o_j[134 * MC_W + l] = gtn_return_map_converged ? d237 : MC_NAN;
-        if (V & 12) o_j[135 * MC_W + l] = gtn_return_map_converged ? d238 : MC_NAN;
-        if (V & 12) o_j[136 * MC_W + l] = gtn_return_map_converged ? d239 : MC_NAN;
-        if (V & 12) o_j[137 * MC_W + l] = gtn_return_map_converged ? d240 : MC_NAN;
-        if (V & 12) o_j[138 * MC_W + l] = gtn_return_map_converged ? d241 : MC_NAN;
-        if (V & 12) o_j[139 * MC_W + l] = gtn_return_map_converged ? d242 : MC_NAN;
-        if (V & 12) o_j[140 * MC_W + l] = gtn_return_map_converged ? d243 : MC_NAN;
-        if (V & 12) o_j[141 * MC_W + l] = gtn_return_map_converged ? d244 : MC_NAN;
-        if (V & 12) o_j[142 * MC_W + l] = gtn_return_map_converged ? d245 : MC_NAN;
-        if (V & 12) o_j[143 * MC_W + l] = gtn_return_map_converged ? d246 : MC_NAN;
-        if (V & 12) o_j[144 * MC_W + l] = gtn_return_map_converged ? d247 : MC_NAN;
-        if (V & 12) o_j[145 * MC_W + l] = gtn_return_map_converged ? d248 : MC_NAN;
-        if (V & 12) o_j[146 * MC_W + l] = gtn_return_map_converged ? d249 : MC_NAN;
-        if (V & 12) o_j[147 * MC_W + l] = gtn_return_map_converged ? d250 : MC_NAN;
-        if (V & 12) o_j[148 * MC_W + l] = gtn_return_map_converged ? d251 : MC_NAN;
-        if (V & 12) o_j[149 * MC_W + l] = gtn_return_map_converged ? d252 : MC_NAN;
-        if (V & 12) o_j[150 * MC_W + l] = gtn_return_map_converged ? d253 : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = gtn_return_map_converged ? d254 : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = gtn_return_map_converged ? d255 : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = gtn_return_map_converged ? d256 : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = gtn_return_map_converged ? d257 : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = gtn_return_map_converged ? d258 : MC_NAN;
-        if (V & 12) o_j[156 * MC_W + l] = gtn_return_map_converged ? d259 : MC_NAN;
-        if (V & 12) o_j[157 * MC_W + l] = gtn_return_map_converged ? d260 : MC_NAN;
-        if (V & 12) o_j[158 * MC_W + l] = gtn_return_map_converged ? d261 : MC_NAN;
-        if (V & 12) o_j[159 * MC_W + l] = gtn_return_map_converged ? d262 : MC_NAN;
-        if (V & 12) o_j[160 * MC_W + l] = gtn_return_map_converged ? d263 : MC_NAN;
-        if (V & 12) o_j[161 * MC_W + l] = gtn_return_map_converged ? d264 : MC_NAN;
-        if (V & 12) o_j[162 * MC_W + l] = gtn_return_map_converged ? d265 : MC_NAN;
-        if (V & 12) o_j[163 * MC_W + l] = gtn_return_map_converged ? d266 : MC_NAN;
-        if (V & 12) o_j[164 * MC_W + l] = gtn_return_map_converged ? d267 : MC_NAN;
-        if (V & 12) o_j[165 * MC_W + l] = gtn_return_map_converged ? d268 : MC_NAN;
-        if (V & 12) o_j[166 * MC_W + l] = gtn_return_map_converged ? d269 : MC_NAN;
-        if (V & 12) o_j[167 * MC_W + l] = gtn_return_map_converged ? d270 : MC_NAN;
-        if (V & 12) o_j[168 * MC_W + l] = gtn_return_map_converged ? d271 : MC_NAN;
-        if (V & 12) o_j[169 * MC_W + l] = gtn_return_map_converged ? d272 : MC_NAN;
-        if (V & 12) o_j[170 * MC_W + l] = gtn_return_map_converged ? d273 : MC_NAN;
-        if (V & 12) o_j[171 * MC_W + l] = gtn_return_map_converged ? d274 : MC_NAN;
-        if (V & 12) o_j[172 * MC_W + l] = gtn_return_map_converged ? d275 : MC_NAN;
-        if (V & 12) o_j[173 * MC_W + l] = gtn_return_map_converged ? d276 : MC_NAN;
-        if (V & 12) o_j[174 * MC_W + l] = gtn_return_map_converged ? d277 : MC_NAN;
-        if (V & 12) o_j[175 * MC_W + l] = gtn_return_map_converged ? d278 : MC_NAN;
-        if (V & 12) o_j[176 * MC_W + l] = gtn_return_map_converged ? d279 : MC_NAN;
-        if (V & 12) o_j[177 * MC_W + l] = gtn_return_map_converged ? d280 : MC_NAN;
-        if (V & 12) o_j[178 * MC_W + l] = gtn_return_map_converged ? d281 : MC_NAN;
-        if (V & 12) o_j[179 * MC_W + l] = gtn_return_map_converged ? d282 : MC_NAN;
-        if (V & 8) o_j[240 * MC_W + l] = gtn_return_map_converged ? d195 : MC_NAN;
-        if (V & 8) o_j[241 * MC_W + l] = gtn_return_map_converged ? d198 : MC_NAN;
-        if (V & 8) o_j[242 * MC_W + l] = gtn_return_map_converged ? d201 : MC_NAN;
-        if (V & 8) o_j[243 * MC_W + l] = gtn_return_map_converged ? d204 : MC_NAN;
-        if (V & 8) o_j[244 * MC_W + l] = gtn_return_map_converged ? d207 : MC_NAN;
-        if (V & 8) o_j[245 * MC_W + l] = gtn_return_map_converged ? d210 : MC_NAN;
-        if (V & 8) o_j[246 * MC_W + l] = gtn_return_map_converged ? d213 : MC_NAN;
-        if (V & 8) o_j[247 * MC_W + l] = gtn_return_map_converged ? d193 : MC_NAN;
-        if (V & 8) o_j[248 * MC_W + l] = gtn_return_map_converged ? d196 : MC_NAN;
-        if (V & 8) o_j[249 * MC_W + l] = gtn_return_map_converged ? d199 : MC_NAN;
-        if (V & 8) o_j[250 * MC_W + l] = gtn_return_map_converged ? d202 : MC_NAN;
-        if (V & 8) o_j[251 * MC_W + l] = gtn_return_map_converged ? d205 : MC_NAN;
-        if (V & 8) o_j[252 * MC_W + l] = gtn_return_map_converged ? d208 : MC_NAN;
-        if (V & 8) o_j[253 * MC_W + l] = gtn_return_map_converged ? d211 : MC_NAN;
-        if (V & 8) o_j[254 * MC_W + l] = gtn_return_map_converged ? d194 : MC_NAN;
-        if (V & 8) o_j[255 * MC_W + l] = gtn_return_map_converged ? d197 : MC_NAN;
-        if (V & 8) o_j[256 * MC_W + l] = gtn_return_map_converged ? d200 : MC_NAN;
-        if (V & 8) o_j[257 * MC_W + l] = gtn_return_map_converged ? d203 : MC_NAN;
-        if (V & 8) o_j[258 * MC_W + l] = gtn_return_map_converged ? d206 : MC_NAN;
-        if (V & 8) o_j[259 * MC_W + l] = gtn_return_map_converged ? d209 : MC_NAN;
-        if (V & 8) o_j[260 * MC_W + l] = gtn_return_map_converged ? d212 : MC_NAN;
-        if (V & 8) o_j[261 * MC_W + l] = gtn_return_map_converged ? d214 : MC_NAN;
-        if (V & 8) o_j[262 * MC_W + l] = gtn_return_map_converged ? d217 : MC_NAN;
-        if (V & 8) o_j[263 * MC_W + l] = gtn_return_map_converged ? d220 : MC_NAN;
-        if (V & 8) o_j[264 * MC_W + l] = gtn_return_map_converged ? d223 : MC_NAN;
-        if (V & 8) o_j[265 * MC_W + l] = gtn_return_map_converged ? d226 : MC_NAN;
-        if (V & 8) o_j[266 * MC_W + l] = gtn_return_map_converged ? d229 : MC_NAN;
-        if (V & 8) o_j[267 * MC_W + l] = gtn_return_map_converged ? d232 : MC_NAN;
-        if (V & 8) o_j[268 * MC_W + l] = gtn_return_map_converged ? d215 : MC_NAN;
-        if (V & 8) o_j[269 * MC_W + l] = gtn_return_map_converged ? d218 : MC_NAN;
-        if (V & 8) o_j[270 * MC_W + l] = gtn_return_map_converged ? d221 : MC_NAN;
-        if (V & 8) o_j[271 * MC_W + l] = gtn_return_map_converged ? d224 : MC_NAN;
-        if (V & 8) o_j[272 * MC_W + l] = gtn_return_map_converged ? d227 : MC_NAN;
-        if (V & 8) o_j[273 * MC_W + l] = gtn_return_map_converged ? d230 : MC_NAN;
-        if (V & 8) o_j[274 * MC_W + l] = gtn_return_map_converged ? d233 : MC_NAN;
-        if (V & 8) o_j[275 * MC_W + l] = gtn_return_map_converged ? d216 : MC_NAN;
-        if (V & 8) o_j[276 * MC_W + l] = gtn_return_map_converged ? d219 : MC_NAN;
-        if (V & 8) o_j[277 * MC_W + l] = gtn_return_map_converged ? d222 : MC_NAN;
-        if (V & 8) o_j[278 * MC_W + l] = gtn_return_map_converged ? d225 : MC_NAN;
-        if (V & 8) o_j[279 * MC_W + l] = gtn_return_map_converged ? d228 : MC_NAN;
-        if (V & 8) o_j[280 * MC_W + l] = gtn_return_map_converged ? d231 : MC_NAN;
-        if (V & 8) o_j[281 * MC_W + l] = gtn_return_map_converged ? d234 : MC_NAN;
-        if (V & 8) o_j[282 * MC_W + l] = gtn_return_map_converged ? d283 : MC_NAN;
-        if (V & 8) o_j[283 * MC_W + l] = gtn_return_map_converged ? d284 : MC_NAN;
-        if (V & 8) o_j[284 * MC_W + l] = gtn_return_map_converged ? d285 : MC_NAN;
-        if (V & 8) o_j[285 * MC_W + l] = gtn_return_map_converged ? d286 : MC_NAN;
-        if (V & 8) o_j[286 * MC_W + l] = gtn_return_map_converged ? d287 : MC_NAN;
-        if (V & 8) o_j[287 * MC_W + l] = gtn_return_map_converged ? d288 : MC_NAN;
-        if (V & 8) o_j[288 * MC_W + l] = gtn_return_map_converged ? d289 : MC_NAN;
-        if (V & 8) o_j[289 * MC_W + l] = gtn_return_map_converged ? d290 : MC_NAN;
-        if (V & 8) o_j[290 * MC_W + l] = gtn_return_map_converged ? d291 : MC_NAN;
-        if (V & 8) o_j[291 * MC_W + l] = gtn_return_map_converged ? d292 : MC_NAN;
-        if (V & 8) o_j[292 * MC_W + l] = gtn_return_map_converged ? d293 : MC_NAN;
-        if (V & 8) o_j[293 * MC_W + l] = gtn_return_map_converged ? d294 : MC_NAN;
-        if (V & 8) o_j[294 * MC_W + l] = gtn_return_map_converged ? d295 : MC_NAN;
-        if (V & 8) o_j[295 * MC_W + l] = gtn_return_map_converged ? d296 : MC_NAN;
-        if (V & 8) o_j[296 * MC_W + l] = gtn_return_map_converged ? d297 : MC_NAN;
-        if (V & 8) o_j[297 * MC_W + l] = gtn_return_map_converged ? d298 : MC_NAN;
-        if (V & 8) o_j[298 * MC_W + l] = gtn_return_map_converged ? d299 : MC_NAN;
-        if (V & 8) o_j[299 * MC_W + l] = gtn_return_map_converged ? d300 : MC_NAN;
-        if (V & 8) o_j[300 * MC_W + l] = gtn_return_map_converged ? d301 : MC_NAN;
-        if (V & 8) o_j[301 * MC_W + l] = gtn_return_map_converged ? d302 : MC_NAN;
-        if (V & 8) o_j[302 * MC_W + l] = gtn_return_map_converged ? d303 : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = gtn_return_map_converged ? d69 : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = gtn_return_map_converged ? d72 : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = gtn_return_map_converged ? d85 : MC_NAN;
+        if (V & 12) o_j[125 * MC_W + l] = gtn_return_map_converged ? d86 : MC_NAN;
+        if (V & 12) o_j[126 * MC_W + l] = gtn_return_map_converged ? d87 : MC_NAN;
+        if (V & 12) o_j[127 * MC_W + l] = gtn_return_map_converged ? d88 : MC_NAN;
+        if (V & 12) o_j[128 * MC_W + l] = gtn_return_map_converged ? d89 : MC_NAN;
+        if (V & 12) o_j[129 * MC_W + l] = gtn_return_map_converged ? d90 : MC_NAN;
+        if (V & 12) o_j[130 * MC_W + l] = gtn_return_map_converged ? d93 : MC_NAN;
+        if (V & 12) o_j[131 * MC_W + l] = gtn_return_map_converged ? d96 : MC_NAN;
+        if (V & 12) o_j[132 * MC_W + l] = gtn_return_map_converged ? d139 : MC_NAN;
+        if (V & 12) o_j[133 * MC_W + l] = gtn_return_map_converged ? d140 : MC_NAN;
+        if (V & 12) o_j[134 * MC_W + l] = gtn_return_map_converged ? d141 : MC_NAN;
+        if (V & 12) o_j[135 * MC_W + l] = gtn_return_map_converged ? d142 : MC_NAN;
+        if (V & 12) o_j[136 * MC_W + l] = gtn_return_map_converged ? d143 : MC_NAN;
+        if (V & 12) o_j[137 * MC_W + l] = gtn_return_map_converged ? d144 : MC_NAN;
+        if (V & 12) o_j[138 * MC_W + l] = gtn_return_map_converged ? d145 : MC_NAN;
+        if (V & 12) o_j[139 * MC_W + l] = gtn_return_map_converged ? d146 : MC_NAN;
+        if (V & 12) o_j[140 * MC_W + l] = gtn_return_map_converged ? d147 : MC_NAN;
+        if (V & 12) o_j[141 * MC_W + l] = gtn_return_map_converged ? d148 : MC_NAN;
+        if (V & 12) o_j[142 * MC_W + l] = gtn_return_map_converged ? d149 : MC_NAN;
+        if (V & 12) o_j[143 * MC_W + l] = gtn_return_map_converged ? d150 : MC_NAN;
+        if (V & 12) o_j[144 * MC_W + l] = gtn_return_map_converged ? d151 : MC_NAN;
+        if (V & 12) o_j[145 * MC_W + l] = gtn_return_map_converged ? d152 : MC_NAN;
+        if (V & 12) o_j[146 * MC_W + l] = gtn_return_map_converged ? d153 : MC_NAN;
+        if (V & 12) o_j[147 * MC_W + l] = gtn_return_map_converged ? d154 : MC_NAN;
+        if (V & 12) o_j[148 * MC_W + l] = gtn_return_map_converged ? d155 : MC_NAN;
+        if (V & 12) o_j[149 * MC_W + l] = gtn_return_map_converged ? d156 : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = gtn_return_map_converged ? d157 : MC_NAN;
+        if (V & 12) o_j[151 * MC_W + l] = gtn_return_map_converged ? d158 : MC_NAN;
+        if (V & 12) o_j[152 * MC_W + l] = gtn_return_map_converged ? d159 : MC_NAN;
+        if (V & 12) o_j[153 * MC_W + l] = gtn_return_map_converged ? d160 : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = gtn_return_map_converged ? d161 : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = gtn_return_map_converged ? d162 : MC_NAN;
+        if (V & 12) o_j[156 * MC_W + l] = gtn_return_map_converged ? d163 : MC_NAN;
+        if (V & 12) o_j[157 * MC_W + l] = gtn_return_map_converged ? d164 : MC_NAN;
+        if (V & 12) o_j[158 * MC_W + l] = gtn_return_map_converged ? d165 : MC_NAN;
+        if (V & 12) o_j[159 * MC_W + l] = gtn_return_map_converged ? d166 : MC_NAN;
+        if (V & 12) o_j[160 * MC_W + l] = gtn_return_map_converged ? d167 : MC_NAN;
+        if (V & 12) o_j[161 * MC_W + l] = gtn_return_map_converged ? d168 : MC_NAN;
+        if (V & 12) o_j[162 * MC_W + l] = gtn_return_map_converged ? d169 : MC_NAN;
+        if (V & 12) o_j[163 * MC_W + l] = gtn_return_map_converged ? d170 : MC_NAN;
+        if (V & 12) o_j[164 * MC_W + l] = gtn_return_map_converged ? d171 : MC_NAN;
+        if (V & 12) o_j[165 * MC_W + l] = gtn_return_map_converged ? d172 : MC_NAN;
+        if (V & 12) o_j[166 * MC_W + l] = gtn_return_map_converged ? d173 : MC_NAN;
+        if (V & 12) o_j[167 * MC_W + l] = gtn_return_map_converged ? d174 : MC_NAN;
+        if (V & 12) o_j[168 * MC_W + l] = gtn_return_map_converged ? d175 : MC_NAN;
+        if (V & 12) o_j[169 * MC_W + l] = gtn_return_map_converged ? d176 : MC_NAN;
+        if (V & 12) o_j[170 * MC_W + l] = gtn_return_map_converged ? d177 : MC_NAN;
+        if (V & 12) o_j[171 * MC_W + l] = gtn_return_map_converged ? d178 : MC_NAN;
+        if (V & 12) o_j[172 * MC_W + l] = gtn_return_map_converged ? d179 : MC_NAN;
+        if (V & 12) o_j[173 * MC_W + l] = gtn_return_map_converged ? d180 : MC_NAN;
+        if (V & 12) o_j[174 * MC_W + l] = gtn_return_map_converged ? d181 : MC_NAN;
+        if (V & 12) o_j[175 * MC_W + l] = gtn_return_map_converged ? d182 : MC_NAN;
+        if (V & 12) o_j[176 * MC_W + l] = gtn_return_map_converged ? d183 : MC_NAN;
+        if (V & 12) o_j[177 * MC_W + l] = gtn_return_map_converged ? d184 : MC_NAN;
+        if (V & 12) o_j[178 * MC_W + l] = gtn_return_map_converged ? d185 : MC_NAN;
+        if (V & 12) o_j[179 * MC_W + l] = gtn_return_map_converged ? d186 : MC_NAN;
+        if (V & 8) o_j[240 * MC_W + l] = gtn_return_map_converged ? d99 : MC_NAN;
+        if (V & 8) o_j[241 * MC_W + l] = gtn_return_map_converged ? d102 : MC_NAN;
+        if (V & 8) o_j[242 * MC_W + l] = gtn_return_map_converged ? d105 : MC_NAN;
+        if (V & 8) o_j[243 * MC_W + l] = gtn_return_map_converged ? d108 : MC_NAN;
+        if (V & 8) o_j[244 * MC_W + l] = gtn_return_map_converged ? d111 : MC_NAN;
+        if (V & 8) o_j[245 * MC_W + l] = gtn_return_map_converged ? d114 : MC_NAN;
+        if (V & 8) o_j[246 * MC_W + l] = gtn_return_map_converged ? d117 : MC_NAN;
+        if (V & 8) o_j[247 * MC_W + l] = gtn_return_map_converged ? d97 : MC_NAN;
+        if (V & 8) o_j[248 * MC_W + l] = gtn_return_map_converged ? d100 : MC_NAN;
+        if (V & 8) o_j[249 * MC_W + l] = gtn_return_map_converged ? d103 : MC_NAN;
+        if (V & 8) o_j[250 * MC_W + l] = gtn_return_map_converged ? d106 : MC_NAN;
+        if (V & 8) o_j[251 * MC_W + l] = gtn_return_map_converged ? d109 : MC_NAN;
+        if (V & 8) o_j[252 * MC_W + l] = gtn_return_map_converged ? d112 : MC_NAN;
+        if (V & 8) o_j[253 * MC_W + l] = gtn_return_map_converged ? d115 : MC_NAN;
+        if (V & 8) o_j[254 * MC_W + l] = gtn_return_map_converged ? d98 : MC_NAN;
+        if (V & 8) o_j[255 * MC_W + l] = gtn_return_map_converged ? d101 : MC_NAN;
+        if (V & 8) o_j[256 * MC_W + l] = gtn_return_map_converged ? d104 : MC_NAN;
+        if (V & 8) o_j[257 * MC_W + l] = gtn_return_map_converged ? d107 : MC_NAN;
+        if (V & 8) o_j[258 * MC_W + l] = gtn_return_map_converged ? d110 : MC_NAN;
+        if (V & 8) o_j[259 * MC_W + l] = gtn_return_map_converged ? d113 : MC_NAN;
+        if (V & 8) o_j[260 * MC_W + l] = gtn_return_map_converged ? d116 : MC_NAN;
+        if (V & 8) o_j[261 * MC_W + l] = gtn_return_map_converged ? d118 : MC_NAN;
+        if (V & 8) o_j[262 * MC_W + l] = gtn_return_map_converged ? d121 : MC_NAN;
+        if (V & 8) o_j[263 * MC_W + l] = gtn_return_map_converged ? d124 : MC_NAN;
+        if (V & 8) o_j[264 * MC_W + l] = gtn_return_map_converged ? d127 : MC_NAN;
+        if (V & 8) o_j[265 * MC_W + l] = gtn_return_map_converged ? d130 : MC_NAN;
+        if (V & 8) o_j[266 * MC_W + l] = gtn_return_map_converged ? d133 : MC_NAN;
+        if (V & 8) o_j[267 * MC_W + l] = gtn_return_map_converged ? d136 : MC_NAN;
+        if (V & 8) o_j[268 * MC_W + l] = gtn_return_map_converged ? d119 : MC_NAN;
+        if (V & 8) o_j[269 * MC_W + l] = gtn_return_map_converged ? d122 : MC_NAN;
+        if (V & 8) o_j[270 * MC_W + l] = gtn_return_map_converged ? d125 : MC_NAN;
+        if (V & 8) o_j[271 * MC_W + l] = gtn_return_map_converged ? d128 : MC_NAN;
+        if (V & 8) o_j[272 * MC_W + l] = gtn_return_map_converged ? d131 : MC_NAN;
+        if (V & 8) o_j[273 * MC_W + l] = gtn_return_map_converged ? d134 : MC_NAN;
+        if (V & 8) o_j[274 * MC_W + l] = gtn_return_map_converged ? d137 : MC_NAN;
+        if (V & 8) o_j[275 * MC_W + l] = gtn_return_map_converged ? d120 : MC_NAN;
+        if (V & 8) o_j[276 * MC_W + l] = gtn_return_map_converged ? d123 : MC_NAN;
+        if (V & 8) o_j[277 * MC_W + l] = gtn_return_map_converged ? d126 : MC_NAN;
+        if (V & 8) o_j[278 * MC_W + l] = gtn_return_map_converged ? d129 : MC_NAN;
+        if (V & 8) o_j[279 * MC_W + l] = gtn_return_map_converged ? d132 : MC_NAN;
+        if (V & 8) o_j[280 * MC_W + l] = gtn_return_map_converged ? d135 : MC_NAN;
+        if (V & 8) o_j[281 * MC_W + l] = gtn_return_map_converged ? d138 : MC_NAN;
+        if (V & 8) o_j[282 * MC_W + l] = gtn_return_map_converged ? d187 : MC_NAN;
+        if (V & 8) o_j[283 * MC_W + l] = gtn_return_map_converged ? d188 : MC_NAN;
+        if (V & 8) o_j[284 * MC_W + l] = gtn_return_map_converged ? d189 : MC_NAN;
+        if (V & 8) o_j[285 * MC_W + l] = gtn_return_map_converged ? d190 : MC_NAN;
+        if (V & 8) o_j[286 * MC_W + l] = gtn_return_map_converged ? d191 : MC_NAN;
+        if (V & 8) o_j[287 * MC_W + l] = gtn_return_map_converged ? d192 : MC_NAN;
+        if (V & 8) o_j[288 * MC_W + l] = gtn_return_map_converged ? d193 : MC_NAN;
+        if (V & 8) o_j[289 * MC_W + l] = gtn_return_map_converged ? d194 : MC_NAN;
+        if (V & 8) o_j[290 * MC_W + l] = gtn_return_map_converged ? d195 : MC_NAN;
+        if (V & 8) o_j[291 * MC_W + l] = gtn_return_map_converged ? d196 : MC_NAN;
+        if (V & 8) o_j[292 * MC_W + l] = gtn_return_map_converged ? d197 : MC_NAN;
+        if (V & 8) o_j[293 * MC_W + l] = gtn_return_map_converged ? d198 : MC_NAN;
+        if (V & 8) o_j[294 * MC_W + l] = gtn_return_map_converged ? d199 : MC_NAN;
+        if (V & 8) o_j[295 * MC_W + l] = gtn_return_map_converged ? d200 : MC_NAN;
+        if (V & 8) o_j[296 * MC_W + l] = gtn_return_map_converged ? d201 : MC_NAN;
+        if (V & 8) o_j[297 * MC_W + l] = gtn_return_map_converged ? d202 : MC_NAN;
+        if (V & 8) o_j[298 * MC_W + l] = gtn_return_map_converged ? d203 : MC_NAN;
+        if (V & 8) o_j[299 * MC_W + l] = gtn_return_map_converged ? d204 : MC_NAN;
+        if (V & 8) o_j[300 * MC_W + l] = gtn_return_map_converged ? d205 : MC_NAN;
+        if (V & 8) o_j[301 * MC_W + l] = gtn_return_map_converged ? d206 : MC_NAN;
+        if (V & 8) o_j[302 * MC_W + l] = gtn_return_map_converged ? d207 : MC_NAN;
         o_c[l] = gtn_return_map_converged;
         o_it[l] = gtn_return_map_iterations;
         o_r[l] = gtn_return_map_residual_norm;

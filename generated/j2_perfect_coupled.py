@@ -26,7 +26,7 @@ import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
-from modelc.runtime.model import t_minimum as _minimum
+from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
@@ -692,284 +692,73 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d221 = (cse_24 * d200)
     # outputs
     Y = torch.empty((X.shape[0], 13), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_internal_Ep_0
-    Y[:, 1] = state_internal_Ep_1
-    Y[:, 2] = state_internal_Ep_2
-    Y[:, 3] = state_internal_Ep_3
-    Y[:, 4] = state_internal_Ep_4
-    Y[:, 5] = state_internal_Ep_5
-    Y[:, 6] = state_internal_gamma_rate
-    Y[:, 7] = state_S_0
-    Y[:, 8] = state_S_1
-    Y[:, 9] = state_S_2
-    Y[:, 10] = state_S_3
-    Y[:, 11] = state_S_4
-    Y[:, 12] = state_S_5
+    _put(Y, range(0, 13), (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, state_S_0, state_S_1,
+        state_S_2, state_S_3, state_S_4, state_S_5,
+    ))
     J = None
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d43
-        J[:, 0, 1] = d44
-        J[:, 0, 2] = d45
-        J[:, 0, 3] = d46
-        J[:, 0, 4] = d47
-        J[:, 0, 5] = d48
-        J[:, 1, 0] = d49
-        J[:, 1, 1] = d50
-        J[:, 1, 2] = d51
-        J[:, 1, 3] = d52
-        J[:, 1, 4] = d53
-        J[:, 1, 5] = d54
-        J[:, 2, 0] = d55
-        J[:, 2, 1] = d56
-        J[:, 2, 2] = d57
-        J[:, 2, 3] = d58
-        J[:, 2, 4] = d59
-        J[:, 2, 5] = d60
-        J[:, 3, 0] = d61
-        J[:, 3, 1] = d62
-        J[:, 3, 2] = d63
-        J[:, 3, 3] = d64
-        J[:, 3, 4] = d65
-        J[:, 3, 5] = d66
-        J[:, 4, 0] = d67
-        J[:, 4, 1] = d68
-        J[:, 4, 2] = d69
-        J[:, 4, 3] = d70
-        J[:, 4, 4] = d71
-        J[:, 4, 5] = d72
-        J[:, 5, 0] = d73
-        J[:, 5, 1] = d74
-        J[:, 5, 2] = d75
-        J[:, 5, 3] = d76
-        J[:, 5, 4] = d77
-        J[:, 5, 5] = d78
+        _put(J[:, 0], range(0, 6), (d43, d44, d45, d46, d47, d48))
+        _put(J[:, 1], range(0, 6), (d49, d50, d51, d52, d53, d54))
+        _put(J[:, 2], range(0, 6), (d55, d56, d57, d58, d59, d60))
+        _put(J[:, 3], range(0, 6), (d61, d62, d63, d64, d65, d66))
+        _put(J[:, 4], range(0, 6), (d67, d68, d69, d70, d71, d72))
+        _put(J[:, 5], range(0, 6), (d73, d74, d75, d76, d77, d78))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((13, 15) if V == 4 else (13, 18))), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d1
-        J[:, 0, 1] = d2
-        J[:, 0, 2] = d3
-        J[:, 0, 3] = d4
-        J[:, 0, 4] = d5
-        J[:, 0, 5] = d6
-        J[:, 0, 6] = d79
-        J[:, 0, 7] = d80
-        J[:, 0, 8] = d81
-        J[:, 0, 9] = d82
-        J[:, 0, 10] = d83
-        J[:, 0, 11] = d84
-        J[:, 0, 12] = d85
-        J[:, 0, 13] = d86
-        J[:, 1, 0] = d7
-        J[:, 1, 1] = d8
-        J[:, 1, 2] = d9
-        J[:, 1, 3] = d10
-        J[:, 1, 4] = d11
-        J[:, 1, 5] = d12
-        J[:, 1, 6] = d87
-        J[:, 1, 7] = d88
-        J[:, 1, 8] = d89
-        J[:, 1, 9] = d90
-        J[:, 1, 10] = d91
-        J[:, 1, 11] = d92
-        J[:, 1, 12] = d93
-        J[:, 1, 13] = d94
-        J[:, 2, 0] = d13
-        J[:, 2, 1] = d14
-        J[:, 2, 2] = d15
-        J[:, 2, 3] = d16
-        J[:, 2, 4] = d17
-        J[:, 2, 5] = d18
-        J[:, 2, 6] = d95
-        J[:, 2, 7] = d96
-        J[:, 2, 8] = d97
-        J[:, 2, 9] = d98
-        J[:, 2, 10] = d99
-        J[:, 2, 11] = d100
-        J[:, 2, 12] = d101
-        J[:, 2, 13] = d102
-        J[:, 3, 0] = d19
-        J[:, 3, 1] = d20
-        J[:, 3, 2] = d21
-        J[:, 3, 3] = d22
-        J[:, 3, 4] = d23
-        J[:, 3, 5] = d24
-        J[:, 3, 6] = d103
-        J[:, 3, 7] = d104
-        J[:, 3, 8] = d105
-        J[:, 3, 9] = d106
-        J[:, 3, 10] = d107
-        J[:, 3, 11] = d108
-        J[:, 3, 12] = d109
-        J[:, 3, 13] = d110
-        J[:, 4, 0] = d25
-        J[:, 4, 1] = d26
-        J[:, 4, 2] = d27
-        J[:, 4, 3] = d28
-        J[:, 4, 4] = d29
-        J[:, 4, 5] = d30
-        J[:, 4, 6] = d111
-        J[:, 4, 7] = d112
-        J[:, 4, 8] = d113
-        J[:, 4, 9] = d114
-        J[:, 4, 10] = d115
-        J[:, 4, 11] = d116
-        J[:, 4, 12] = d117
-        J[:, 4, 13] = d118
-        J[:, 5, 0] = d31
-        J[:, 5, 1] = d32
-        J[:, 5, 2] = d33
-        J[:, 5, 3] = d34
-        J[:, 5, 4] = d35
-        J[:, 5, 5] = d36
-        J[:, 5, 6] = d119
-        J[:, 5, 7] = d120
-        J[:, 5, 8] = d121
-        J[:, 5, 9] = d122
-        J[:, 5, 10] = d123
-        J[:, 5, 11] = d124
-        J[:, 5, 12] = d125
-        J[:, 5, 13] = d126
-        J[:, 6, 0] = d37
-        J[:, 6, 1] = d38
-        J[:, 6, 2] = d39
-        J[:, 6, 3] = d40
-        J[:, 6, 4] = d41
-        J[:, 6, 5] = d42
-        J[:, 6, 6] = d127
-        J[:, 6, 7] = d128
-        J[:, 6, 8] = d129
-        J[:, 6, 9] = d130
-        J[:, 6, 10] = d131
-        J[:, 6, 11] = d132
-        J[:, 6, 12] = d133
-        J[:, 6, 13] = d134
-        J[:, 7, 0] = d43
-        J[:, 7, 1] = d44
-        J[:, 7, 2] = d45
-        J[:, 7, 3] = d46
-        J[:, 7, 4] = d47
-        J[:, 7, 5] = d48
-        J[:, 7, 6] = d135
-        J[:, 7, 7] = d141
-        J[:, 7, 8] = d147
-        J[:, 7, 9] = d148
-        J[:, 7, 10] = d149
-        J[:, 7, 11] = d150
-        J[:, 7, 12] = d151
-        J[:, 7, 13] = d152
-        J[:, 8, 0] = d49
-        J[:, 8, 1] = d50
-        J[:, 8, 2] = d51
-        J[:, 8, 3] = d52
-        J[:, 8, 4] = d53
-        J[:, 8, 5] = d54
-        J[:, 8, 6] = d136
-        J[:, 8, 7] = d142
-        J[:, 8, 8] = d153
-        J[:, 8, 9] = d154
-        J[:, 8, 10] = d155
-        J[:, 8, 11] = d156
-        J[:, 8, 12] = d157
-        J[:, 8, 13] = d158
-        J[:, 9, 0] = d55
-        J[:, 9, 1] = d56
-        J[:, 9, 2] = d57
-        J[:, 9, 3] = d58
-        J[:, 9, 4] = d59
-        J[:, 9, 5] = d60
-        J[:, 9, 6] = d137
-        J[:, 9, 7] = d143
-        J[:, 9, 8] = d159
-        J[:, 9, 9] = d160
-        J[:, 9, 10] = d161
-        J[:, 9, 11] = d162
-        J[:, 9, 12] = d163
-        J[:, 9, 13] = d164
-        J[:, 10, 0] = d61
-        J[:, 10, 1] = d62
-        J[:, 10, 2] = d63
-        J[:, 10, 3] = d64
-        J[:, 10, 4] = d65
-        J[:, 10, 5] = d66
-        J[:, 10, 6] = d138
-        J[:, 10, 7] = d144
-        J[:, 10, 8] = d165
-        J[:, 10, 9] = d166
-        J[:, 10, 10] = d167
-        J[:, 10, 11] = d168
-        J[:, 10, 12] = d169
-        J[:, 10, 13] = d170
-        J[:, 11, 0] = d67
-        J[:, 11, 1] = d68
-        J[:, 11, 2] = d69
-        J[:, 11, 3] = d70
-        J[:, 11, 4] = d71
-        J[:, 11, 5] = d72
-        J[:, 11, 6] = d139
-        J[:, 11, 7] = d145
-        J[:, 11, 8] = d171
-        J[:, 11, 9] = d172
-        J[:, 11, 10] = d173
-        J[:, 11, 11] = d174
-        J[:, 11, 12] = d175
-        J[:, 11, 13] = d176
-        J[:, 12, 0] = d73
-        J[:, 12, 1] = d74
-        J[:, 12, 2] = d75
-        J[:, 12, 3] = d76
-        J[:, 12, 4] = d77
-        J[:, 12, 5] = d78
-        J[:, 12, 6] = d140
-        J[:, 12, 7] = d146
-        J[:, 12, 8] = d177
-        J[:, 12, 9] = d178
-        J[:, 12, 10] = d179
-        J[:, 12, 11] = d180
-        J[:, 12, 12] = d181
-        J[:, 12, 13] = d182
+        _put(J[:, 0], range(0, 14), (d1, d2, d3, d4, d5, d6, d79, d80, d81, d82, d83, d84, d85, d86))
+        _put(J[:, 1], range(0, 14), (d7, d8, d9, d10, d11, d12, d87, d88, d89, d90, d91, d92, d93, d94))
+        _put(J[:, 2], range(0, 14), (
+            d13, d14, d15, d16, d17, d18, d95, d96, d97, d98, d99, d100, d101, d102,
+        ))
+        _put(J[:, 3], range(0, 14), (
+            d19, d20, d21, d22, d23, d24, d103, d104, d105, d106, d107, d108, d109, d110,
+        ))
+        _put(J[:, 4], range(0, 14), (
+            d25, d26, d27, d28, d29, d30, d111, d112, d113, d114, d115, d116, d117, d118,
+        ))
+        _put(J[:, 5], range(0, 14), (
+            d31, d32, d33, d34, d35, d36, d119, d120, d121, d122, d123, d124, d125, d126,
+        ))
+        _put(J[:, 6], range(0, 14), (
+            d37, d38, d39, d40, d41, d42, d127, d128, d129, d130, d131, d132, d133, d134,
+        ))
+        _put(J[:, 7], range(0, 14), (
+            d43, d44, d45, d46, d47, d48, d135, d141, d147, d148, d149, d150, d151, d152,
+        ))
+        _put(J[:, 8], range(0, 14), (
+            d49, d50, d51, d52, d53, d54, d136, d142, d153, d154, d155, d156, d157, d158,
+        ))
+        _put(J[:, 9], range(0, 14), (
+            d55, d56, d57, d58, d59, d60, d137, d143, d159, d160, d161, d162, d163, d164,
+        ))
+        _put(J[:, 10], range(0, 14), (
+            d61, d62, d63, d64, d65, d66, d138, d144, d165, d166, d167, d168, d169, d170,
+        ))
+        _put(J[:, 11], range(0, 14), (
+            d67, d68, d69, d70, d71, d72, d139, d145, d171, d172, d173, d174, d175, d176,
+        ))
+        _put(J[:, 12], range(0, 14), (
+            d73, d74, d75, d76, d77, d78, d140, d146, d177, d178, d179, d180, d181, d182,
+        ))
         if V & 8:
-            J[:, 0, 15] = d183
-            J[:, 0, 16] = d184
-            J[:, 0, 17] = d185
-            J[:, 1, 15] = d186
-            J[:, 1, 16] = d187
-            J[:, 1, 17] = d188
-            J[:, 2, 15] = d189
-            J[:, 2, 16] = d190
-            J[:, 2, 17] = d191
-            J[:, 3, 15] = d192
-            J[:, 3, 16] = d193
-            J[:, 3, 17] = d194
-            J[:, 4, 15] = d195
-            J[:, 4, 16] = d196
-            J[:, 4, 17] = d197
-            J[:, 5, 15] = d198
-            J[:, 5, 16] = d199
-            J[:, 5, 17] = d200
-            J[:, 6, 15] = d201
-            J[:, 6, 16] = d202
-            J[:, 6, 17] = d203
-            J[:, 7, 15] = d204
-            J[:, 7, 16] = d210
-            J[:, 7, 17] = d216
-            J[:, 8, 15] = d205
-            J[:, 8, 16] = d211
-            J[:, 8, 17] = d217
-            J[:, 9, 15] = d206
-            J[:, 9, 16] = d212
-            J[:, 9, 17] = d218
-            J[:, 10, 15] = d207
-            J[:, 10, 16] = d213
-            J[:, 10, 17] = d219
-            J[:, 11, 15] = d208
-            J[:, 11, 16] = d214
-            J[:, 11, 17] = d220
-            J[:, 12, 15] = d209
-            J[:, 12, 16] = d215
-            J[:, 12, 17] = d221
+            _put(J[:, 0], range(15, 18), (d183, d184, d185))
+            _put(J[:, 1], range(15, 18), (d186, d187, d188))
+            _put(J[:, 2], range(15, 18), (d189, d190, d191))
+            _put(J[:, 3], range(15, 18), (d192, d193, d194))
+            _put(J[:, 4], range(15, 18), (d195, d196, d197))
+            _put(J[:, 5], range(15, 18), (d198, d199, d200))
+            _put(J[:, 6], range(15, 18), (d201, d202, d203))
+            _put(J[:, 7], range(15, 18), (d204, d210, d216))
+            _put(J[:, 8], range(15, 18), (d205, d211, d217))
+            _put(J[:, 9], range(15, 18), (d206, d212, d218))
+            _put(J[:, 10], range(15, 18), (d207, d213, d219))
+            _put(J[:, 11], range(15, 18), (d208, d214, d220))
+            _put(J[:, 12], range(15, 18), (d209, d215, d221))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = j2_perfect_return_map_converged
@@ -1062,6 +851,402 @@ if triton is not None:
         return tl.where(a <= b, a, b)
 
     @triton.jit
+    def _triton_lu1(
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
+        a0_6, a1_0, a1_1, a1_2, a1_3, a1_4,
+        a1_5, a1_6, a2_0, a2_1, a2_2, a2_3,
+        a2_4, a2_5, a2_6, a3_0, a3_1, a3_2,
+        a3_3, a3_4, a3_5, a3_6, a4_0, a4_1,
+        a4_2, a4_3, a4_4, a4_5, a4_6, a5_0,
+        a5_1, a5_2, a5_3, a5_4, a5_5, a5_6,
+        a6_0, a6_1, a6_2, a6_3, a6_4, a6_5,
+        a6_6, DTYPE: tl.constexpr):
+        """Elimination of a 7x7 system (49 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
+        K0 = tl.full([], 1e-12, DTYPE)
+        K1 = tl.full([], float("nan"), DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
+        f_1 = (tl.abs(a0_0) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(a0_1), tl.abs(a0_2)), tl.abs(a0_3)), tl.abs(a0_4)), tl.abs(a0_5)), tl.abs(a0_6))))
+        f_2 = tl.where(f_1, (K2 / a0_0), K1)
+        f_3 = (a1_0 * f_2)
+        f_4 = (a1_1 - (a0_1 * f_3))
+        f_5 = (a1_2 - (a0_2 * f_3))
+        f_6 = (a1_3 - (a0_3 * f_3))
+        f_7 = (a1_4 - (a0_4 * f_3))
+        f_8 = (a1_5 - (a0_5 * f_3))
+        f_9 = (a1_6 - (a0_6 * f_3))
+        f_10 = (a2_0 * f_2)
+        f_11 = (a2_1 - (a0_1 * f_10))
+        f_12 = (a2_2 - (a0_2 * f_10))
+        f_13 = (a2_3 - (a0_3 * f_10))
+        f_14 = (a2_4 - (a0_4 * f_10))
+        f_15 = (a2_5 - (a0_5 * f_10))
+        f_16 = (a2_6 - (a0_6 * f_10))
+        f_17 = (a3_0 * f_2)
+        f_18 = (a3_1 - (a0_1 * f_17))
+        f_19 = (a3_2 - (a0_2 * f_17))
+        f_20 = (a3_3 - (a0_3 * f_17))
+        f_21 = (a3_4 - (a0_4 * f_17))
+        f_22 = (a3_5 - (a0_5 * f_17))
+        f_23 = (a3_6 - (a0_6 * f_17))
+        f_24 = (a4_0 * f_2)
+        f_25 = (a4_1 - (a0_1 * f_24))
+        f_26 = (a4_2 - (a0_2 * f_24))
+        f_27 = (a4_3 - (a0_3 * f_24))
+        f_28 = (a4_4 - (a0_4 * f_24))
+        f_29 = (a4_5 - (a0_5 * f_24))
+        f_30 = (a4_6 - (a0_6 * f_24))
+        f_31 = (a5_0 * f_2)
+        f_32 = (a5_1 - (a0_1 * f_31))
+        f_33 = (a5_2 - (a0_2 * f_31))
+        f_34 = (a5_3 - (a0_3 * f_31))
+        f_35 = (a5_4 - (a0_4 * f_31))
+        f_36 = (a5_5 - (a0_5 * f_31))
+        f_37 = (a5_6 - (a0_6 * f_31))
+        f_38 = (a6_0 * f_2)
+        f_39 = (a6_1 - (a0_1 * f_38))
+        f_40 = (a6_2 - (a0_2 * f_38))
+        f_41 = (a6_3 - (a0_3 * f_38))
+        f_42 = (a6_4 - (a0_4 * f_38))
+        f_43 = (a6_5 - (a0_5 * f_38))
+        f_44 = (a6_6 - (a0_6 * f_38))
+        f_45 = (tl.abs(f_4) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(f_5), tl.abs(f_6)), tl.abs(f_7)), tl.abs(f_8)), tl.abs(f_9))))
+        f_46 = tl.where(f_45, (K2 / f_4), K1)
+        f_47 = (f_11 * f_46)
+        f_48 = (f_12 - (f_5 * f_47))
+        f_49 = (f_13 - (f_6 * f_47))
+        f_50 = (f_14 - (f_7 * f_47))
+        f_51 = (f_15 - (f_8 * f_47))
+        f_52 = (f_16 - (f_9 * f_47))
+        f_53 = (f_18 * f_46)
+        f_54 = (f_19 - (f_5 * f_53))
+        f_55 = (f_20 - (f_6 * f_53))
+        f_56 = (f_21 - (f_7 * f_53))
+        f_57 = (f_22 - (f_8 * f_53))
+        f_58 = (f_23 - (f_9 * f_53))
+        f_59 = (f_25 * f_46)
+        f_60 = (f_26 - (f_5 * f_59))
+        f_61 = (f_27 - (f_6 * f_59))
+        f_62 = (f_28 - (f_7 * f_59))
+        f_63 = (f_29 - (f_8 * f_59))
+        f_64 = (f_30 - (f_9 * f_59))
+        f_65 = (f_32 * f_46)
+        f_66 = (f_33 - (f_5 * f_65))
+        f_67 = (f_34 - (f_6 * f_65))
+        f_68 = (f_35 - (f_7 * f_65))
+        f_69 = (f_36 - (f_8 * f_65))
+        f_70 = (f_37 - (f_9 * f_65))
+        f_71 = (f_39 * f_46)
+        f_72 = (f_40 - (f_5 * f_71))
+        f_73 = (f_41 - (f_6 * f_71))
+        f_74 = (f_42 - (f_7 * f_71))
+        f_75 = (f_43 - (f_8 * f_71))
+        f_76 = (f_44 - (f_9 * f_71))
+        f_77 = (tl.abs(f_48) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.abs(f_49), tl.abs(f_50)), tl.abs(f_51)), tl.abs(f_52))))
+        f_78 = tl.where(f_77, (K2 / f_48), K1)
+        f_79 = (f_54 * f_78)
+        f_80 = (f_55 - (f_49 * f_79))
+        f_81 = (f_56 - (f_50 * f_79))
+        f_82 = (f_57 - (f_51 * f_79))
+        f_83 = (f_58 - (f_52 * f_79))
+        f_84 = (f_60 * f_78)
+        f_85 = (f_61 - (f_49 * f_84))
+        f_86 = (f_62 - (f_50 * f_84))
+        f_87 = (f_63 - (f_51 * f_84))
+        f_88 = (f_64 - (f_52 * f_84))
+        f_89 = (f_66 * f_78)
+        f_90 = (f_67 - (f_49 * f_89))
+        f_91 = (f_68 - (f_50 * f_89))
+        f_92 = (f_69 - (f_51 * f_89))
+        f_93 = (f_70 - (f_52 * f_89))
+        f_94 = (f_72 * f_78)
+        f_95 = (f_73 - (f_49 * f_94))
+        f_96 = (f_74 - (f_50 * f_94))
+        f_97 = (f_75 - (f_51 * f_94))
+        f_98 = (f_76 - (f_52 * f_94))
+        f_99 = (tl.abs(f_80) >= (K0 * tl.maximum(tl.maximum(tl.abs(f_81), tl.abs(f_82)), tl.abs(f_83))))
+        f_100 = tl.where(f_99, (K2 / f_80), K1)
+        f_101 = (f_85 * f_100)
+        f_102 = (f_86 - (f_81 * f_101))
+        f_103 = (f_87 - (f_82 * f_101))
+        f_104 = (f_88 - (f_83 * f_101))
+        f_105 = (f_90 * f_100)
+        f_106 = (f_91 - (f_81 * f_105))
+        f_107 = (f_92 - (f_82 * f_105))
+        f_108 = (f_93 - (f_83 * f_105))
+        f_109 = (f_95 * f_100)
+        f_110 = (f_96 - (f_81 * f_109))
+        f_111 = (f_97 - (f_82 * f_109))
+        f_112 = (f_98 - (f_83 * f_109))
+        f_113 = (tl.abs(f_102) >= (K0 * tl.maximum(tl.abs(f_103), tl.abs(f_104))))
+        f_114 = tl.where(f_113, (K2 / f_102), K1)
+        f_115 = (f_106 * f_114)
+        f_116 = (f_107 - (f_103 * f_115))
+        f_117 = (f_108 - (f_104 * f_115))
+        f_118 = (f_110 * f_114)
+        f_119 = (f_111 - (f_103 * f_118))
+        f_120 = (f_112 - (f_104 * f_118))
+        f_121 = (tl.abs(f_116) >= (K0 * tl.abs(f_117)))
+        f_122 = tl.where(f_121, (K2 / f_116), K1)
+        f_123 = (f_119 * f_122)
+        f_124 = (f_120 - (f_117 * f_123))
+        f_125 = (K2 / f_124)
+        return (
+        f_3, f_10, f_17, f_24, f_31, f_38,
+        f_47, f_53, f_59, f_65, f_71, f_79,
+        f_84, f_89, f_94, f_101, f_105, f_109,
+        f_115, f_118, f_123, a0_1, a0_2, a0_3,
+        a0_4, a0_5, a0_6, f_5, f_6, f_7,
+        f_8, f_9, f_49, f_50, f_51, f_52,
+        f_81, f_82, f_83, f_103, f_104, f_117,
+        f_2, f_46, f_78, f_100, f_114, f_122,
+        f_125)
+
+    @triton.jit
+    def _triton_lu1_forward1(
+        F, b0, b1, b2, b3, b4,
+        b5, b6, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b3 - (b0 * F[2]))
+        s_4 = (b4 - (b0 * F[3]))
+        s_5 = (b5 - (b0 * F[4]))
+        s_6 = (b6 - (b0 * F[5]))
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        return (
+        b0, s_1, s_7, s_12, s_16, s_19,
+        s_21)
+
+    @triton.jit
+    def _triton_lu1_back1(
+        F, y0, y1, y2, y3, y4,
+        y5, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (y4 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (y3 - (F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (y1 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (y0 - (F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_forward2(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[0])
+        s_2 = (-F[1])
+        s_3 = (-F[2])
+        s_4 = (-F[3])
+        s_5 = (-F[4])
+        s_6 = (-F[5])
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        return (s_1, s_7, s_12, s_16, s_19, s_21)
+
+    @triton.jit
+    def _triton_lu1_forward3(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[6])
+        s_2 = (-F[7])
+        s_3 = (-F[8])
+        s_4 = (-F[9])
+        s_5 = (-F[10])
+        s_6 = (s_2 - (F[11] * s_1))
+        s_7 = (s_3 - (F[12] * s_1))
+        s_8 = (s_4 - (F[13] * s_1))
+        s_9 = (s_5 - (F[14] * s_1))
+        s_10 = (s_7 - (F[15] * s_6))
+        s_11 = (s_8 - (F[16] * s_6))
+        s_12 = (s_9 - (F[17] * s_6))
+        s_13 = (s_11 - (F[18] * s_10))
+        s_14 = (s_12 - (F[19] * s_10))
+        s_15 = (s_14 - (F[20] * s_13))
+        return (s_1, s_6, s_10, s_13, s_15)
+
+    @triton.jit
+    def _triton_lu1_forward4(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[11])
+        s_2 = (-F[12])
+        s_3 = (-F[13])
+        s_4 = (-F[14])
+        s_5 = (s_2 - (F[15] * s_1))
+        s_6 = (s_3 - (F[16] * s_1))
+        s_7 = (s_4 - (F[17] * s_1))
+        s_8 = (s_6 - (F[18] * s_5))
+        s_9 = (s_7 - (F[19] * s_5))
+        s_10 = (s_9 - (F[20] * s_8))
+        return (s_1, s_5, s_8, s_10)
+
+    @triton.jit
+    def _triton_lu1_forward5(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[15])
+        s_2 = (-F[16])
+        s_3 = (-F[17])
+        s_4 = (s_2 - (F[18] * s_1))
+        s_5 = (s_3 - (F[19] * s_1))
+        s_6 = (s_5 - (F[20] * s_4))
+        return (s_1, s_4, s_6)
+
+    @triton.jit
+    def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[18])
+        s_2 = (-F[19])
+        s_3 = (s_2 - (F[20] * s_1))
+        return (s_1, s_3)
+
+    @triton.jit
+    def _triton_lu1_forward7(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[20])
+        return (s_1)
+
+    @triton.jit
+    def _triton_lu1_back2(
+        F, y1, y2, y3, y4, y5,
+        y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (y4 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (y3 - (F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (y1 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (K0 - (F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_back3(
+        F, y2, y3, y4, y5, y6,
+        DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (y4 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (y3 - (F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (K0 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_back4(F, y3, y4, y5, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (y4 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (y3 - (F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (K0 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_back5(F, y4, y5, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (y4 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (K0 - (F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_back6(F, y5, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (y5 - (F[41] * s_1)))
+        s_3 = (F[46] * (K0 - (F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (-(F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_back7(F, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[48] * y6)
+        s_2 = (F[47] * (K0 - (F[41] * s_1)))
+        s_3 = (F[46] * (-(F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (-(F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
+    def _triton_lu1_forward8(F, b6, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        return (b6)
+
+    @triton.jit
+    def _triton_lu1_back8(F, y6, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[48] * y6)
+        s_2 = (-F[41] * F[47] * s_1)
+        s_3 = (F[46] * (-(F[39] * s_2) - (F[40] * s_1)))
+        s_4 = (F[45] * (-(F[36] * s_3) - (F[37] * s_2) - (F[38] * s_1)))
+        s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
+        s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
+        s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
+        return (
+        s_7, s_6, s_5, s_4, s_3, s_2,
+        s_1)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1076,7 +1261,6 @@ if triton is not None:
         K8 = tl.full([], 4.0, DTYPE)
         K9 = tl.full([], 8.0, DTYPE)
         K10 = tl.full([], 2.6666666666666665, DTYPE)
-        K11 = tl.full([], float("nan"), DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1242,173 +1426,33 @@ if triton is not None:
             nt1_14 = (-ncse_7 * ncse_92)
             nt1_15 = (-ncse_10 * ncse_92)
             nt1_16 = (ncse_38 * ncse_87)
-            nt1_17 = (tl.abs(nt1_1) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(ncse_53), tl.abs(ncse_54)), tl.abs(ncse_57)), tl.abs(ncse_60)), tl.abs(ncse_62)), tl.abs(ncse_63))))
-            nt1_18 = tl.where(nt1_17, (K1 / nt1_1), K11)
-            nt1_19 = (ncse_53 * nt1_18)
-            nt1_20 = (nt1_2 - (ncse_53 * nt1_19))
-            nt1_21 = (ncse_64 - (ncse_54 * nt1_19))
-            nt1_22 = (ncse_67 - (ncse_60 * nt1_19))
-            nt1_23 = (ncse_69 - (ncse_62 * nt1_19))
-            nt1_24 = (ncse_70 - (ncse_63 * nt1_19))
-            nt1_25 = (ncse_65 - (ncse_57 * nt1_19))
-            nt1_26 = (ncse_54 * nt1_18)
-            nt1_27 = (ncse_64 - (ncse_53 * nt1_26))
-            nt1_28 = (nt1_3 - (ncse_54 * nt1_26))
-            nt1_29 = (ncse_73 - (ncse_60 * nt1_26))
-            nt1_30 = (ncse_75 - (ncse_62 * nt1_26))
-            nt1_31 = (ncse_76 - (ncse_63 * nt1_26))
-            nt1_32 = (ncse_71 - (ncse_57 * nt1_26))
-            nt1_33 = (ncse_60 * nt1_18)
-            nt1_34 = (ncse_67 - (ncse_53 * nt1_33))
-            nt1_35 = (ncse_73 - (ncse_54 * nt1_33))
-            nt1_36 = (nt1_4 - (ncse_60 * nt1_33))
-            nt1_37 = (ncse_83 - (ncse_62 * nt1_33))
-            nt1_38 = (ncse_84 - (ncse_63 * nt1_33))
-            nt1_39 = (nt1_5 - (ncse_57 * nt1_33))
-            nt1_40 = (ncse_62 * nt1_18)
-            nt1_41 = (ncse_69 - (ncse_53 * nt1_40))
-            nt1_42 = (ncse_75 - (ncse_54 * nt1_40))
-            nt1_43 = (ncse_83 - (ncse_60 * nt1_40))
-            nt1_44 = (nt1_6 - (ncse_62 * nt1_40))
-            nt1_45 = (ncse_86 - (ncse_63 * nt1_40))
-            nt1_46 = (nt1_7 - (ncse_57 * nt1_40))
-            nt1_47 = (ncse_63 * nt1_18)
-            nt1_48 = (ncse_70 - (ncse_53 * nt1_47))
-            nt1_49 = (ncse_76 - (ncse_54 * nt1_47))
-            nt1_50 = (ncse_84 - (ncse_60 * nt1_47))
-            nt1_51 = (ncse_86 - (ncse_62 * nt1_47))
-            nt1_52 = (nt1_8 - (ncse_63 * nt1_47))
-            nt1_53 = (nt1_9 - (ncse_57 * nt1_47))
-            nt1_54 = (nt1_10 * nt1_18)
-            nt1_55 = (nt1_11 - (ncse_53 * nt1_54))
-            nt1_56 = (nt1_12 - (ncse_54 * nt1_54))
-            nt1_57 = (nt1_13 - (ncse_60 * nt1_54))
-            nt1_58 = (nt1_14 - (ncse_62 * nt1_54))
-            nt1_59 = (nt1_15 - (ncse_63 * nt1_54))
-            nt1_60 = (nt1_16 - (ncse_57 * nt1_54))
-            nt1_61 = (tl.abs(nt1_20) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(nt1_21), tl.abs(nt1_22)), tl.abs(nt1_23)), tl.abs(nt1_24)), tl.abs(nt1_25))))
-            nt1_62 = tl.where(nt1_61, (K1 / nt1_20), K11)
-            nt1_63 = (nt1_27 * nt1_62)
-            nt1_64 = (nt1_28 - (nt1_21 * nt1_63))
-            nt1_65 = (nt1_29 - (nt1_22 * nt1_63))
-            nt1_66 = (nt1_30 - (nt1_23 * nt1_63))
-            nt1_67 = (nt1_31 - (nt1_24 * nt1_63))
-            nt1_68 = (nt1_32 - (nt1_25 * nt1_63))
-            nt1_69 = (nt1_34 * nt1_62)
-            nt1_70 = (nt1_35 - (nt1_21 * nt1_69))
-            nt1_71 = (nt1_36 - (nt1_22 * nt1_69))
-            nt1_72 = (nt1_37 - (nt1_23 * nt1_69))
-            nt1_73 = (nt1_38 - (nt1_24 * nt1_69))
-            nt1_74 = (nt1_39 - (nt1_25 * nt1_69))
-            nt1_75 = (nt1_41 * nt1_62)
-            nt1_76 = (nt1_42 - (nt1_21 * nt1_75))
-            nt1_77 = (nt1_43 - (nt1_22 * nt1_75))
-            nt1_78 = (nt1_44 - (nt1_23 * nt1_75))
-            nt1_79 = (nt1_45 - (nt1_24 * nt1_75))
-            nt1_80 = (nt1_46 - (nt1_25 * nt1_75))
-            nt1_81 = (nt1_48 * nt1_62)
-            nt1_82 = (nt1_49 - (nt1_21 * nt1_81))
-            nt1_83 = (nt1_50 - (nt1_22 * nt1_81))
-            nt1_84 = (nt1_51 - (nt1_23 * nt1_81))
-            nt1_85 = (nt1_52 - (nt1_24 * nt1_81))
-            nt1_86 = (nt1_53 - (nt1_25 * nt1_81))
-            nt1_87 = (nt1_55 * nt1_62)
-            nt1_88 = (nt1_56 - (nt1_21 * nt1_87))
-            nt1_89 = (nt1_57 - (nt1_22 * nt1_87))
-            nt1_90 = (nt1_58 - (nt1_23 * nt1_87))
-            nt1_91 = (nt1_59 - (nt1_24 * nt1_87))
-            nt1_92 = (nt1_60 - (nt1_25 * nt1_87))
-            nt1_93 = (tl.abs(nt1_64) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.abs(nt1_65), tl.abs(nt1_66)), tl.abs(nt1_67)), tl.abs(nt1_68))))
-            nt1_94 = tl.where(nt1_93, (K1 / nt1_64), K11)
-            nt1_95 = (nt1_70 * nt1_94)
-            nt1_96 = (nt1_71 - (nt1_65 * nt1_95))
-            nt1_97 = (nt1_72 - (nt1_66 * nt1_95))
-            nt1_98 = (nt1_73 - (nt1_67 * nt1_95))
-            nt1_99 = (nt1_74 - (nt1_68 * nt1_95))
-            nt1_100 = (nt1_76 * nt1_94)
-            nt1_101 = (nt1_77 - (nt1_65 * nt1_100))
-            nt1_102 = (nt1_78 - (nt1_66 * nt1_100))
-            nt1_103 = (nt1_79 - (nt1_67 * nt1_100))
-            nt1_104 = (nt1_80 - (nt1_68 * nt1_100))
-            nt1_105 = (nt1_82 * nt1_94)
-            nt1_106 = (nt1_83 - (nt1_65 * nt1_105))
-            nt1_107 = (nt1_84 - (nt1_66 * nt1_105))
-            nt1_108 = (nt1_85 - (nt1_67 * nt1_105))
-            nt1_109 = (nt1_86 - (nt1_68 * nt1_105))
-            nt1_110 = (nt1_88 * nt1_94)
-            nt1_111 = (nt1_89 - (nt1_65 * nt1_110))
-            nt1_112 = (nt1_90 - (nt1_66 * nt1_110))
-            nt1_113 = (nt1_91 - (nt1_67 * nt1_110))
-            nt1_114 = (nt1_92 - (nt1_68 * nt1_110))
-            nt1_115 = (tl.abs(nt1_96) >= (K0 * tl.maximum(tl.maximum(tl.abs(nt1_97), tl.abs(nt1_98)), tl.abs(nt1_99))))
-            nt1_116 = tl.where(nt1_115, (K1 / nt1_96), K11)
-            nt1_117 = (nt1_101 * nt1_116)
-            nt1_118 = (nt1_102 - (nt1_97 * nt1_117))
-            nt1_119 = (nt1_103 - (nt1_98 * nt1_117))
-            nt1_120 = (nt1_104 - (nt1_99 * nt1_117))
-            nt1_121 = (nt1_106 * nt1_116)
-            nt1_122 = (nt1_107 - (nt1_97 * nt1_121))
-            nt1_123 = (nt1_108 - (nt1_98 * nt1_121))
-            nt1_124 = (nt1_109 - (nt1_99 * nt1_121))
-            nt1_125 = (nt1_111 * nt1_116)
-            nt1_126 = (nt1_112 - (nt1_97 * nt1_125))
-            nt1_127 = (nt1_113 - (nt1_98 * nt1_125))
-            nt1_128 = (nt1_114 - (nt1_99 * nt1_125))
-            nt1_129 = (tl.abs(nt1_118) >= (K0 * tl.maximum(tl.abs(nt1_119), tl.abs(nt1_120))))
-            nt1_130 = tl.where(nt1_129, (K1 / nt1_118), K11)
-            nt1_131 = (nt1_122 * nt1_130)
-            nt1_132 = (nt1_123 - (nt1_119 * nt1_131))
-            nt1_133 = (nt1_124 - (nt1_120 * nt1_131))
-            nt1_134 = (nt1_126 * nt1_130)
-            nt1_135 = (nt1_127 - (nt1_119 * nt1_134))
-            nt1_136 = (nt1_128 - (nt1_120 * nt1_134))
-            nt1_137 = (tl.abs(nt1_132) >= (K0 * tl.abs(nt1_133)))
-            nt1_138 = tl.where(nt1_137, (K1 / nt1_132), K11)
-            nt1_139 = (nt1_135 * nt1_138)
-            nt1_140 = (nt1_136 - (nt1_133 * nt1_139))
-            nt1_141 = (K1 / nt1_140)
-            nt1_142 = (-nt1_r_0)
-            nt1_143 = (-nt1_r_1)
-            nt1_144 = (-nt1_r_2)
-            nt1_145 = (-nt1_r_3)
-            nt1_146 = (-nt1_r_4)
-            nt1_147 = (-nt1_r_5)
-            nt1_148 = (-nt1_r_6)
-            nt1_149 = (nt1_143 - (nt1_142 * nt1_19))
-            nt1_150 = (nt1_144 - (nt1_142 * nt1_26))
-            nt1_151 = (nt1_145 - (nt1_142 * nt1_33))
-            nt1_152 = (nt1_146 - (nt1_142 * nt1_40))
-            nt1_153 = (nt1_147 - (nt1_142 * nt1_47))
-            nt1_154 = (nt1_148 - (nt1_142 * nt1_54))
-            nt1_155 = (nt1_150 - (nt1_149 * nt1_63))
-            nt1_156 = (nt1_151 - (nt1_149 * nt1_69))
-            nt1_157 = (nt1_152 - (nt1_149 * nt1_75))
-            nt1_158 = (nt1_153 - (nt1_149 * nt1_81))
-            nt1_159 = (nt1_154 - (nt1_149 * nt1_87))
-            nt1_160 = (nt1_156 - (nt1_155 * nt1_95))
-            nt1_161 = (nt1_157 - (nt1_155 * nt1_100))
-            nt1_162 = (nt1_158 - (nt1_155 * nt1_105))
-            nt1_163 = (nt1_159 - (nt1_155 * nt1_110))
-            nt1_164 = (nt1_161 - (nt1_160 * nt1_117))
-            nt1_165 = (nt1_162 - (nt1_160 * nt1_121))
-            nt1_166 = (nt1_163 - (nt1_160 * nt1_125))
-            nt1_167 = (nt1_165 - (nt1_164 * nt1_131))
-            nt1_168 = (nt1_166 - (nt1_164 * nt1_134))
-            nt1_169 = (nt1_168 - (nt1_167 * nt1_139))
-            nt1_170 = (nt1_169 * nt1_141)
-            nt1_171 = (nt1_138 * (nt1_167 - (nt1_133 * nt1_170)))
-            nt1_172 = (nt1_130 * (nt1_164 - (nt1_119 * nt1_171) - (nt1_120 * nt1_170)))
-            nt1_173 = (nt1_116 * (nt1_160 - (nt1_97 * nt1_172) - (nt1_98 * nt1_171) - (nt1_99 * nt1_170)))
-            nt1_174 = (nt1_94 * (nt1_155 - (nt1_65 * nt1_173) - (nt1_66 * nt1_172) - (nt1_67 * nt1_171) - (nt1_68 * nt1_170)))
-            nt1_175 = (nt1_62 * (nt1_149 - (nt1_21 * nt1_174) - (nt1_22 * nt1_173) - (nt1_23 * nt1_172) - (nt1_24 * nt1_171) - (nt1_25 * nt1_170)))
-            nt1_176 = (nt1_18 * (nt1_142 - (ncse_53 * nt1_175) - (ncse_54 * nt1_174) - (ncse_57 * nt1_170) - (ncse_60 * nt1_173) - (ncse_62 * nt1_172) - (ncse_63 * nt1_171)))
-            nt1_du_0 = nt1_176
-            nt1_du_1 = nt1_175
-            nt1_du_2 = nt1_174
-            nt1_du_3 = nt1_173
-            nt1_du_4 = nt1_172
-            nt1_du_5 = nt1_171
-            nt1_du_6 = nt1_170
+            nt1_lu = _triton_lu1(
+                nt1_1, ncse_53, ncse_54, ncse_60, ncse_62, ncse_63,
+                ncse_57, ncse_53, nt1_2, ncse_64, ncse_67, ncse_69,
+                ncse_70, ncse_65, ncse_54, ncse_64, nt1_3, ncse_73,
+                ncse_75, ncse_76, ncse_71, ncse_60, ncse_67, ncse_73,
+                nt1_4, ncse_83, ncse_84, nt1_5, ncse_62, ncse_69,
+                ncse_75, ncse_83, nt1_6, ncse_86, nt1_7, ncse_63,
+                ncse_70, ncse_76, ncse_84, ncse_86, nt1_8, nt1_9,
+                nt1_10, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
+                nt1_16, DTYPE)
+            nt1_17 = (-nt1_r_0)
+            nt1_18 = (-nt1_r_1)
+            nt1_19 = (-nt1_r_2)
+            nt1_20 = (-nt1_r_3)
+            nt1_21 = (-nt1_r_4)
+            nt1_22 = (-nt1_r_5)
+            nt1_23 = (-nt1_r_6)
+            (
+                nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, nt1_29,
+                nt1_30) = _triton_lu1_forward1(
+                nt1_lu, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21,
+                nt1_22, nt1_23, DTYPE)
+            (
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
+                nt1_du_6) = _triton_lu1_back1(
+                nt1_lu, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28,
+                nt1_29, nt1_30, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1443,8 +1487,7 @@ if triton is not None:
         K7 = tl.full([], 8.0, DTYPE)
         K8 = tl.full([], 2.449489742783178, DTYPE)
         K9 = tl.full([], 0.5, DTYPE)
-        K10 = tl.full([], 1e-12, DTYPE)
-        K11 = tl.full([], 0.0, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
         _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
@@ -1683,436 +1726,171 @@ if triton is not None:
             lu1_11 = (K2 - cse_101)
             lu1_12 = (cse_94 * state_S_5)
             lu1_13 = (cse_102 * cse_105)
-            lu1_14 = (tl.abs(lu1_1) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(cse_56), tl.abs(cse_59)), tl.abs(cse_66)), tl.abs(cse_68)), tl.abs(cse_70)), tl.abs(lu1_2))))
-            lu1_15 = tl.where(lu1_14, (K2 / lu1_1), K0)
-            lu1_16 = (cse_56 * lu1_15)
-            lu1_17 = (lu1_3 - (cse_56 * lu1_16))
-            lu1_18 = (cse_75 - (cse_59 * lu1_16))
-            lu1_19 = (cse_78 - (cse_66 * lu1_16))
-            lu1_20 = (cse_79 - (cse_68 * lu1_16))
-            lu1_21 = (cse_80 - (cse_70 * lu1_16))
-            lu1_22 = (lu1_4 - (lu1_2 * lu1_16))
-            lu1_23 = (cse_59 * lu1_15)
-            lu1_24 = (cse_75 - (cse_56 * lu1_23))
-            lu1_25 = (lu1_5 - (cse_59 * lu1_23))
-            lu1_26 = (cse_84 - (cse_66 * lu1_23))
-            lu1_27 = (cse_85 - (cse_68 * lu1_23))
-            lu1_28 = (cse_86 - (cse_70 * lu1_23))
-            lu1_29 = (lu1_6 - (lu1_2 * lu1_23))
-            lu1_30 = (cse_66 * lu1_15)
-            lu1_31 = (cse_78 - (cse_56 * lu1_30))
-            lu1_32 = (cse_84 - (cse_59 * lu1_30))
-            lu1_33 = (lu1_7 - (cse_66 * lu1_30))
-            lu1_34 = (cse_92 - (cse_68 * lu1_30))
-            lu1_35 = (cse_93 - (cse_70 * lu1_30))
-            lu1_36 = (lu1_8 - (lu1_2 * lu1_30))
-            lu1_37 = (cse_68 * lu1_15)
-            lu1_38 = (cse_79 - (cse_56 * lu1_37))
-            lu1_39 = (cse_85 - (cse_59 * lu1_37))
-            lu1_40 = (cse_92 - (cse_66 * lu1_37))
-            lu1_41 = (lu1_9 - (cse_68 * lu1_37))
-            lu1_42 = (cse_98 - (cse_70 * lu1_37))
-            lu1_43 = (lu1_10 - (lu1_2 * lu1_37))
-            lu1_44 = (cse_70 * lu1_15)
-            lu1_45 = (cse_80 - (cse_56 * lu1_44))
-            lu1_46 = (cse_86 - (cse_59 * lu1_44))
-            lu1_47 = (cse_93 - (cse_66 * lu1_44))
-            lu1_48 = (cse_98 - (cse_68 * lu1_44))
-            lu1_49 = (lu1_11 - (cse_70 * lu1_44))
-            lu1_50 = (lu1_12 - (lu1_2 * lu1_44))
-            lu1_51 = (cse_109 * lu1_15)
-            lu1_52 = (cse_110 - (cse_56 * lu1_51))
-            lu1_53 = (cse_111 - (cse_59 * lu1_51))
-            lu1_54 = (cse_113 - (cse_66 * lu1_51))
-            lu1_55 = (cse_114 - (cse_68 * lu1_51))
-            lu1_56 = (cse_115 - (cse_70 * lu1_51))
-            lu1_57 = (lu1_13 - (lu1_2 * lu1_51))
-            lu1_58 = (tl.abs(lu1_17) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(lu1_18), tl.abs(lu1_19)), tl.abs(lu1_20)), tl.abs(lu1_21)), tl.abs(lu1_22))))
-            lu1_59 = tl.where(lu1_58, (K2 / lu1_17), K0)
-            lu1_60 = (lu1_24 * lu1_59)
-            lu1_61 = (lu1_25 - (lu1_18 * lu1_60))
-            lu1_62 = (lu1_26 - (lu1_19 * lu1_60))
-            lu1_63 = (lu1_27 - (lu1_20 * lu1_60))
-            lu1_64 = (lu1_28 - (lu1_21 * lu1_60))
-            lu1_65 = (lu1_29 - (lu1_22 * lu1_60))
-            lu1_66 = (lu1_31 * lu1_59)
-            lu1_67 = (lu1_32 - (lu1_18 * lu1_66))
-            lu1_68 = (lu1_33 - (lu1_19 * lu1_66))
-            lu1_69 = (lu1_34 - (lu1_20 * lu1_66))
-            lu1_70 = (lu1_35 - (lu1_21 * lu1_66))
-            lu1_71 = (lu1_36 - (lu1_22 * lu1_66))
-            lu1_72 = (lu1_38 * lu1_59)
-            lu1_73 = (lu1_39 - (lu1_18 * lu1_72))
-            lu1_74 = (lu1_40 - (lu1_19 * lu1_72))
-            lu1_75 = (lu1_41 - (lu1_20 * lu1_72))
-            lu1_76 = (lu1_42 - (lu1_21 * lu1_72))
-            lu1_77 = (lu1_43 - (lu1_22 * lu1_72))
-            lu1_78 = (lu1_45 * lu1_59)
-            lu1_79 = (lu1_46 - (lu1_18 * lu1_78))
-            lu1_80 = (lu1_47 - (lu1_19 * lu1_78))
-            lu1_81 = (lu1_48 - (lu1_20 * lu1_78))
-            lu1_82 = (lu1_49 - (lu1_21 * lu1_78))
-            lu1_83 = (lu1_50 - (lu1_22 * lu1_78))
-            lu1_84 = (lu1_52 * lu1_59)
-            lu1_85 = (lu1_53 - (lu1_18 * lu1_84))
-            lu1_86 = (lu1_54 - (lu1_19 * lu1_84))
-            lu1_87 = (lu1_55 - (lu1_20 * lu1_84))
-            lu1_88 = (lu1_56 - (lu1_21 * lu1_84))
-            lu1_89 = (lu1_57 - (lu1_22 * lu1_84))
-            lu1_90 = (tl.abs(lu1_61) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.abs(lu1_62), tl.abs(lu1_63)), tl.abs(lu1_64)), tl.abs(lu1_65))))
-            lu1_91 = tl.where(lu1_90, (K2 / lu1_61), K0)
-            lu1_92 = (lu1_67 * lu1_91)
-            lu1_93 = (lu1_68 - (lu1_62 * lu1_92))
-            lu1_94 = (lu1_69 - (lu1_63 * lu1_92))
-            lu1_95 = (lu1_70 - (lu1_64 * lu1_92))
-            lu1_96 = (lu1_71 - (lu1_65 * lu1_92))
-            lu1_97 = (lu1_73 * lu1_91)
-            lu1_98 = (lu1_74 - (lu1_62 * lu1_97))
-            lu1_99 = (lu1_75 - (lu1_63 * lu1_97))
-            lu1_100 = (lu1_76 - (lu1_64 * lu1_97))
-            lu1_101 = (lu1_77 - (lu1_65 * lu1_97))
-            lu1_102 = (lu1_79 * lu1_91)
-            lu1_103 = (lu1_80 - (lu1_62 * lu1_102))
-            lu1_104 = (lu1_81 - (lu1_63 * lu1_102))
-            lu1_105 = (lu1_82 - (lu1_64 * lu1_102))
-            lu1_106 = (lu1_83 - (lu1_65 * lu1_102))
-            lu1_107 = (lu1_85 * lu1_91)
-            lu1_108 = (lu1_86 - (lu1_62 * lu1_107))
-            lu1_109 = (lu1_87 - (lu1_63 * lu1_107))
-            lu1_110 = (lu1_88 - (lu1_64 * lu1_107))
-            lu1_111 = (lu1_89 - (lu1_65 * lu1_107))
-            lu1_112 = (tl.abs(lu1_93) >= (K10 * tl.maximum(tl.maximum(tl.abs(lu1_94), tl.abs(lu1_95)), tl.abs(lu1_96))))
-            lu1_113 = tl.where(lu1_112, (K2 / lu1_93), K0)
-            lu1_114 = (lu1_98 * lu1_113)
-            lu1_115 = (lu1_99 - (lu1_94 * lu1_114))
-            lu1_116 = (lu1_100 - (lu1_95 * lu1_114))
-            lu1_117 = (lu1_101 - (lu1_96 * lu1_114))
-            lu1_118 = (lu1_103 * lu1_113)
-            lu1_119 = (lu1_104 - (lu1_94 * lu1_118))
-            lu1_120 = (lu1_105 - (lu1_95 * lu1_118))
-            lu1_121 = (lu1_106 - (lu1_96 * lu1_118))
-            lu1_122 = (lu1_108 * lu1_113)
-            lu1_123 = (lu1_109 - (lu1_94 * lu1_122))
-            lu1_124 = (lu1_110 - (lu1_95 * lu1_122))
-            lu1_125 = (lu1_111 - (lu1_96 * lu1_122))
-            lu1_126 = (tl.abs(lu1_115) >= (K10 * tl.maximum(tl.abs(lu1_116), tl.abs(lu1_117))))
-            lu1_127 = tl.where(lu1_126, (K2 / lu1_115), K0)
-            lu1_128 = (lu1_119 * lu1_127)
-            lu1_129 = (lu1_120 - (lu1_116 * lu1_128))
-            lu1_130 = (lu1_121 - (lu1_117 * lu1_128))
-            lu1_131 = (lu1_123 * lu1_127)
-            lu1_132 = (lu1_124 - (lu1_116 * lu1_131))
-            lu1_133 = (lu1_125 - (lu1_117 * lu1_131))
-            lu1_134 = (tl.abs(lu1_129) >= (K10 * tl.abs(lu1_130)))
-            lu1_135 = tl.where(lu1_134, (K2 / lu1_129), K0)
-            lu1_136 = (lu1_132 * lu1_135)
-            lu1_137 = (lu1_133 - (lu1_130 * lu1_136))
-            lu1_138 = (K2 / lu1_137)
+            lu1_lu = _triton_lu1(
+                lu1_1, cse_56, cse_59, cse_66, cse_68, cse_70,
+                lu1_2, cse_56, lu1_3, cse_75, cse_78, cse_79,
+                cse_80, lu1_4, cse_59, cse_75, lu1_5, cse_84,
+                cse_85, cse_86, lu1_6, cse_66, cse_78, cse_84,
+                lu1_7, cse_92, cse_93, lu1_8, cse_68, cse_79,
+                cse_85, cse_92, lu1_9, cse_98, lu1_10, cse_70,
+                cse_80, cse_86, cse_93, cse_98, lu1_11, lu1_12,
+                cse_109, cse_110, cse_111, cse_113, cse_114, cse_115,
+                lu1_13, DTYPE)
             # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
-            ls1_1 = (-cse_52)
-            ls1_2 = (-cse_73)
-            ls1_3 = (-cse_82)
-            ls1_4 = (-cse_89)
-            ls1_5 = (-cse_97)
-            ls1_6 = (-cse_101)
-            ls1_7 = (cse_56 - (ls1_1 * lu1_16))
-            ls1_8 = (ls1_2 - (cse_56 * lu1_16))
-            ls1_9 = (cse_75 - (cse_59 * lu1_16))
-            ls1_10 = (cse_78 - (cse_66 * lu1_16))
-            ls1_11 = (cse_79 - (cse_68 * lu1_16))
-            ls1_12 = (cse_80 - (cse_70 * lu1_16))
-            ls1_13 = (cse_59 - (ls1_1 * lu1_23))
-            ls1_14 = (cse_75 - (cse_56 * lu1_23))
-            ls1_15 = (ls1_3 - (cse_59 * lu1_23))
-            ls1_16 = (cse_84 - (cse_66 * lu1_23))
-            ls1_17 = (cse_85 - (cse_68 * lu1_23))
-            ls1_18 = (cse_86 - (cse_70 * lu1_23))
-            ls1_19 = (cse_66 - (ls1_1 * lu1_30))
-            ls1_20 = (cse_78 - (cse_56 * lu1_30))
-            ls1_21 = (cse_84 - (cse_59 * lu1_30))
-            ls1_22 = (ls1_4 - (cse_66 * lu1_30))
-            ls1_23 = (cse_92 - (cse_68 * lu1_30))
-            ls1_24 = (cse_93 - (cse_70 * lu1_30))
-            ls1_25 = (cse_68 - (ls1_1 * lu1_37))
-            ls1_26 = (cse_79 - (cse_56 * lu1_37))
-            ls1_27 = (cse_85 - (cse_59 * lu1_37))
-            ls1_28 = (cse_92 - (cse_66 * lu1_37))
-            ls1_29 = (ls1_5 - (cse_68 * lu1_37))
-            ls1_30 = (cse_98 - (cse_70 * lu1_37))
-            ls1_31 = (cse_70 - (ls1_1 * lu1_44))
-            ls1_32 = (cse_80 - (cse_56 * lu1_44))
-            ls1_33 = (cse_86 - (cse_59 * lu1_44))
-            ls1_34 = (cse_93 - (cse_66 * lu1_44))
-            ls1_35 = (cse_98 - (cse_68 * lu1_44))
-            ls1_36 = (ls1_6 - (cse_70 * lu1_44))
-            ls1_37 = (cse_109 - (ls1_1 * lu1_51))
-            ls1_38 = (cse_110 - (cse_56 * lu1_51))
-            ls1_39 = (cse_111 - (cse_59 * lu1_51))
-            ls1_40 = (cse_113 - (cse_66 * lu1_51))
-            ls1_41 = (cse_114 - (cse_68 * lu1_51))
-            ls1_42 = (cse_115 - (cse_70 * lu1_51))
-            ls1_43 = (ls1_13 - (ls1_7 * lu1_60))
-            ls1_44 = (ls1_14 - (ls1_8 * lu1_60))
-            ls1_45 = (ls1_15 - (ls1_9 * lu1_60))
-            ls1_46 = (ls1_16 - (ls1_10 * lu1_60))
-            ls1_47 = (ls1_17 - (ls1_11 * lu1_60))
-            ls1_48 = (ls1_18 - (ls1_12 * lu1_60))
-            ls1_49 = (ls1_19 - (ls1_7 * lu1_66))
-            ls1_50 = (ls1_20 - (ls1_8 * lu1_66))
-            ls1_51 = (ls1_21 - (ls1_9 * lu1_66))
-            ls1_52 = (ls1_22 - (ls1_10 * lu1_66))
-            ls1_53 = (ls1_23 - (ls1_11 * lu1_66))
-            ls1_54 = (ls1_24 - (ls1_12 * lu1_66))
-            ls1_55 = (ls1_25 - (ls1_7 * lu1_72))
-            ls1_56 = (ls1_26 - (ls1_8 * lu1_72))
-            ls1_57 = (ls1_27 - (ls1_9 * lu1_72))
-            ls1_58 = (ls1_28 - (ls1_10 * lu1_72))
-            ls1_59 = (ls1_29 - (ls1_11 * lu1_72))
-            ls1_60 = (ls1_30 - (ls1_12 * lu1_72))
-            ls1_61 = (ls1_31 - (ls1_7 * lu1_78))
-            ls1_62 = (ls1_32 - (ls1_8 * lu1_78))
-            ls1_63 = (ls1_33 - (ls1_9 * lu1_78))
-            ls1_64 = (ls1_34 - (ls1_10 * lu1_78))
-            ls1_65 = (ls1_35 - (ls1_11 * lu1_78))
-            ls1_66 = (ls1_36 - (ls1_12 * lu1_78))
-            ls1_67 = (ls1_37 - (ls1_7 * lu1_84))
-            ls1_68 = (ls1_38 - (ls1_8 * lu1_84))
-            ls1_69 = (ls1_39 - (ls1_9 * lu1_84))
-            ls1_70 = (ls1_40 - (ls1_10 * lu1_84))
-            ls1_71 = (ls1_41 - (ls1_11 * lu1_84))
-            ls1_72 = (ls1_42 - (ls1_12 * lu1_84))
-            ls1_73 = (ls1_49 - (ls1_43 * lu1_92))
-            ls1_74 = (ls1_50 - (ls1_44 * lu1_92))
-            ls1_75 = (ls1_51 - (ls1_45 * lu1_92))
-            ls1_76 = (ls1_52 - (ls1_46 * lu1_92))
-            ls1_77 = (ls1_53 - (ls1_47 * lu1_92))
-            ls1_78 = (ls1_54 - (ls1_48 * lu1_92))
-            ls1_79 = (ls1_55 - (ls1_43 * lu1_97))
-            ls1_80 = (ls1_56 - (ls1_44 * lu1_97))
-            ls1_81 = (ls1_57 - (ls1_45 * lu1_97))
-            ls1_82 = (ls1_58 - (ls1_46 * lu1_97))
-            ls1_83 = (ls1_59 - (ls1_47 * lu1_97))
-            ls1_84 = (ls1_60 - (ls1_48 * lu1_97))
-            ls1_85 = (ls1_61 - (ls1_43 * lu1_102))
-            ls1_86 = (ls1_62 - (ls1_44 * lu1_102))
-            ls1_87 = (ls1_63 - (ls1_45 * lu1_102))
-            ls1_88 = (ls1_64 - (ls1_46 * lu1_102))
-            ls1_89 = (ls1_65 - (ls1_47 * lu1_102))
-            ls1_90 = (ls1_66 - (ls1_48 * lu1_102))
-            ls1_91 = (ls1_67 - (ls1_43 * lu1_107))
-            ls1_92 = (ls1_68 - (ls1_44 * lu1_107))
-            ls1_93 = (ls1_69 - (ls1_45 * lu1_107))
-            ls1_94 = (ls1_70 - (ls1_46 * lu1_107))
-            ls1_95 = (ls1_71 - (ls1_47 * lu1_107))
-            ls1_96 = (ls1_72 - (ls1_48 * lu1_107))
-            ls1_97 = (ls1_79 - (ls1_73 * lu1_114))
-            ls1_98 = (ls1_80 - (ls1_74 * lu1_114))
-            ls1_99 = (ls1_81 - (ls1_75 * lu1_114))
-            ls1_100 = (ls1_82 - (ls1_76 * lu1_114))
-            ls1_101 = (ls1_83 - (ls1_77 * lu1_114))
-            ls1_102 = (ls1_84 - (ls1_78 * lu1_114))
-            ls1_103 = (ls1_85 - (ls1_73 * lu1_118))
-            ls1_104 = (ls1_86 - (ls1_74 * lu1_118))
-            ls1_105 = (ls1_87 - (ls1_75 * lu1_118))
-            ls1_106 = (ls1_88 - (ls1_76 * lu1_118))
-            ls1_107 = (ls1_89 - (ls1_77 * lu1_118))
-            ls1_108 = (ls1_90 - (ls1_78 * lu1_118))
-            ls1_109 = (ls1_91 - (ls1_73 * lu1_122))
-            ls1_110 = (ls1_92 - (ls1_74 * lu1_122))
-            ls1_111 = (ls1_93 - (ls1_75 * lu1_122))
-            ls1_112 = (ls1_94 - (ls1_76 * lu1_122))
-            ls1_113 = (ls1_95 - (ls1_77 * lu1_122))
-            ls1_114 = (ls1_96 - (ls1_78 * lu1_122))
-            ls1_115 = (ls1_103 - (ls1_97 * lu1_128))
-            ls1_116 = (ls1_104 - (ls1_98 * lu1_128))
-            ls1_117 = (ls1_105 - (ls1_99 * lu1_128))
-            ls1_118 = (ls1_106 - (ls1_100 * lu1_128))
-            ls1_119 = (ls1_107 - (ls1_101 * lu1_128))
-            ls1_120 = (ls1_108 - (ls1_102 * lu1_128))
-            ls1_121 = (ls1_109 - (ls1_97 * lu1_131))
-            ls1_122 = (ls1_110 - (ls1_98 * lu1_131))
-            ls1_123 = (ls1_111 - (ls1_99 * lu1_131))
-            ls1_124 = (ls1_112 - (ls1_100 * lu1_131))
-            ls1_125 = (ls1_113 - (ls1_101 * lu1_131))
-            ls1_126 = (ls1_114 - (ls1_102 * lu1_131))
-            ls1_127 = (ls1_121 - (ls1_115 * lu1_136))
-            ls1_128 = (ls1_122 - (ls1_116 * lu1_136))
-            ls1_129 = (ls1_123 - (ls1_117 * lu1_136))
-            ls1_130 = (ls1_124 - (ls1_118 * lu1_136))
-            ls1_131 = (ls1_125 - (ls1_119 * lu1_136))
-            ls1_132 = (ls1_126 - (ls1_120 * lu1_136))
-            ls1_133 = (ls1_127 * lu1_138)
-            ls1_134 = (ls1_128 * lu1_138)
-            ls1_135 = (ls1_129 * lu1_138)
-            ls1_136 = (ls1_130 * lu1_138)
-            ls1_137 = (ls1_131 * lu1_138)
-            ls1_138 = (ls1_132 * lu1_138)
-            ls1_139 = (lu1_135 * (ls1_115 - (ls1_133 * lu1_130)))
-            ls1_140 = (lu1_135 * (ls1_116 - (ls1_134 * lu1_130)))
-            ls1_141 = (lu1_135 * (ls1_117 - (ls1_135 * lu1_130)))
-            ls1_142 = (lu1_135 * (ls1_118 - (ls1_136 * lu1_130)))
-            ls1_143 = (lu1_135 * (ls1_119 - (ls1_137 * lu1_130)))
-            ls1_144 = (lu1_135 * (ls1_120 - (ls1_138 * lu1_130)))
-            ls1_145 = (lu1_127 * (ls1_97 - (ls1_139 * lu1_116) - (ls1_133 * lu1_117)))
-            ls1_146 = (lu1_127 * (ls1_98 - (ls1_140 * lu1_116) - (ls1_134 * lu1_117)))
-            ls1_147 = (lu1_127 * (ls1_99 - (ls1_141 * lu1_116) - (ls1_135 * lu1_117)))
-            ls1_148 = (lu1_127 * (ls1_100 - (ls1_142 * lu1_116) - (ls1_136 * lu1_117)))
-            ls1_149 = (lu1_127 * (ls1_101 - (ls1_143 * lu1_116) - (ls1_137 * lu1_117)))
-            ls1_150 = (lu1_127 * (ls1_102 - (ls1_144 * lu1_116) - (ls1_138 * lu1_117)))
-            ls1_151 = (lu1_113 * (ls1_73 - (ls1_145 * lu1_94) - (ls1_139 * lu1_95) - (ls1_133 * lu1_96)))
-            ls1_152 = (lu1_113 * (ls1_74 - (ls1_146 * lu1_94) - (ls1_140 * lu1_95) - (ls1_134 * lu1_96)))
-            ls1_153 = (lu1_113 * (ls1_75 - (ls1_147 * lu1_94) - (ls1_141 * lu1_95) - (ls1_135 * lu1_96)))
-            ls1_154 = (lu1_113 * (ls1_76 - (ls1_148 * lu1_94) - (ls1_142 * lu1_95) - (ls1_136 * lu1_96)))
-            ls1_155 = (lu1_113 * (ls1_77 - (ls1_149 * lu1_94) - (ls1_143 * lu1_95) - (ls1_137 * lu1_96)))
-            ls1_156 = (lu1_113 * (ls1_78 - (ls1_150 * lu1_94) - (ls1_144 * lu1_95) - (ls1_138 * lu1_96)))
-            ls1_157 = (lu1_91 * (ls1_43 - (ls1_151 * lu1_62) - (ls1_145 * lu1_63) - (ls1_139 * lu1_64) - (ls1_133 * lu1_65)))
-            ls1_158 = (lu1_91 * (ls1_44 - (ls1_152 * lu1_62) - (ls1_146 * lu1_63) - (ls1_140 * lu1_64) - (ls1_134 * lu1_65)))
-            ls1_159 = (lu1_91 * (ls1_45 - (ls1_153 * lu1_62) - (ls1_147 * lu1_63) - (ls1_141 * lu1_64) - (ls1_135 * lu1_65)))
-            ls1_160 = (lu1_91 * (ls1_46 - (ls1_154 * lu1_62) - (ls1_148 * lu1_63) - (ls1_142 * lu1_64) - (ls1_136 * lu1_65)))
-            ls1_161 = (lu1_91 * (ls1_47 - (ls1_155 * lu1_62) - (ls1_149 * lu1_63) - (ls1_143 * lu1_64) - (ls1_137 * lu1_65)))
-            ls1_162 = (lu1_91 * (ls1_48 - (ls1_156 * lu1_62) - (ls1_150 * lu1_63) - (ls1_144 * lu1_64) - (ls1_138 * lu1_65)))
-            ls1_163 = (lu1_59 * (ls1_7 - (ls1_157 * lu1_18) - (ls1_151 * lu1_19) - (ls1_145 * lu1_20) - (ls1_139 * lu1_21) - (ls1_133 * lu1_22)))
-            ls1_164 = (lu1_59 * (ls1_8 - (ls1_158 * lu1_18) - (ls1_152 * lu1_19) - (ls1_146 * lu1_20) - (ls1_140 * lu1_21) - (ls1_134 * lu1_22)))
-            ls1_165 = (lu1_59 * (ls1_9 - (ls1_159 * lu1_18) - (ls1_153 * lu1_19) - (ls1_147 * lu1_20) - (ls1_141 * lu1_21) - (ls1_135 * lu1_22)))
-            ls1_166 = (lu1_59 * (ls1_10 - (ls1_160 * lu1_18) - (ls1_154 * lu1_19) - (ls1_148 * lu1_20) - (ls1_142 * lu1_21) - (ls1_136 * lu1_22)))
-            ls1_167 = (lu1_59 * (ls1_11 - (ls1_161 * lu1_18) - (ls1_155 * lu1_19) - (ls1_149 * lu1_20) - (ls1_143 * lu1_21) - (ls1_137 * lu1_22)))
-            ls1_168 = (lu1_59 * (ls1_12 - (ls1_162 * lu1_18) - (ls1_156 * lu1_19) - (ls1_150 * lu1_20) - (ls1_144 * lu1_21) - (ls1_138 * lu1_22)))
-            ls1_169 = (lu1_15 * (ls1_1 - (cse_56 * ls1_163) - (cse_59 * ls1_157) - (cse_66 * ls1_151) - (cse_68 * ls1_145) - (cse_70 * ls1_139) - (ls1_133 * lu1_2)))
-            ls1_170 = (lu1_15 * (cse_56 - (cse_56 * ls1_164) - (cse_59 * ls1_158) - (cse_66 * ls1_152) - (cse_68 * ls1_146) - (cse_70 * ls1_140) - (ls1_134 * lu1_2)))
-            ls1_171 = (lu1_15 * (cse_59 - (cse_56 * ls1_165) - (cse_59 * ls1_159) - (cse_66 * ls1_153) - (cse_68 * ls1_147) - (cse_70 * ls1_141) - (ls1_135 * lu1_2)))
-            ls1_172 = (lu1_15 * (cse_66 - (cse_56 * ls1_166) - (cse_59 * ls1_160) - (cse_66 * ls1_154) - (cse_68 * ls1_148) - (cse_70 * ls1_142) - (ls1_136 * lu1_2)))
-            ls1_173 = (lu1_15 * (cse_68 - (cse_56 * ls1_167) - (cse_59 * ls1_161) - (cse_66 * ls1_155) - (cse_68 * ls1_149) - (cse_70 * ls1_143) - (ls1_137 * lu1_2)))
-            ls1_174 = (lu1_15 * (cse_70 - (cse_56 * ls1_168) - (cse_59 * ls1_162) - (cse_66 * ls1_156) - (cse_68 * ls1_150) - (cse_70 * ls1_144) - (ls1_138 * lu1_2)))
-            d1 = ls1_169
-            d2 = ls1_170
-            d3 = ls1_171
-            d4 = ls1_172
-            d5 = ls1_173
-            d6 = ls1_174
-            d7 = ls1_163
-            d8 = ls1_164
-            d9 = ls1_165
-            d10 = ls1_166
-            d11 = ls1_167
-            d12 = ls1_168
-            d13 = ls1_157
-            d14 = ls1_158
-            d15 = ls1_159
-            d16 = ls1_160
-            d17 = ls1_161
-            d18 = ls1_162
-            d19 = ls1_151
-            d20 = ls1_152
-            d21 = ls1_153
-            d22 = ls1_154
-            d23 = ls1_155
-            d24 = ls1_156
-            d25 = ls1_145
-            d26 = ls1_146
-            d27 = ls1_147
-            d28 = ls1_148
-            d29 = ls1_149
-            d30 = ls1_150
-            d31 = ls1_139
-            d32 = ls1_140
-            d33 = ls1_141
-            d34 = ls1_142
-            d35 = ls1_143
-            d36 = ls1_144
-            d37 = ls1_133
-            d38 = ls1_134
-            d39 = ls1_135
-            d40 = ls1_136
-            d41 = ls1_137
-            d42 = ls1_138
+            ls1_14 = (-cse_52)
+            (
+                ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20,
+                ls1_21) = _triton_lu1_forward1(
+                lu1_lu, ls1_14, cse_56, cse_59, cse_66, cse_68,
+                cse_70, cse_109, DTYPE)
+            ls1_22 = (-cse_73)
+            (
+                ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28,
+                ls1_29) = _triton_lu1_forward1(
+                lu1_lu, cse_56, ls1_22, cse_75, cse_78, cse_79,
+                cse_80, cse_110, DTYPE)
+            ls1_30 = (-cse_82)
+            (
+                ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36,
+                ls1_37) = _triton_lu1_forward1(
+                lu1_lu, cse_59, cse_75, ls1_30, cse_84, cse_85,
+                cse_86, cse_111, DTYPE)
+            ls1_38 = (-cse_89)
+            (
+                ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44,
+                ls1_45) = _triton_lu1_forward1(
+                lu1_lu, cse_66, cse_78, cse_84, ls1_38, cse_92,
+                cse_93, cse_113, DTYPE)
+            ls1_46 = (-cse_97)
+            (
+                ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
+                ls1_53) = _triton_lu1_forward1(
+                lu1_lu, cse_68, cse_79, cse_85, cse_92, ls1_46,
+                cse_98, cse_114, DTYPE)
+            ls1_54 = (-cse_101)
+            (
+                ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60,
+                ls1_61) = _triton_lu1_forward1(
+                lu1_lu, cse_70, cse_80, cse_86, cse_93, cse_98,
+                ls1_54, cse_115, DTYPE)
+            (
+                d1, d2, d3, d4, d5, d6,
+                d7) = _triton_lu1_back1(
+                lu1_lu, ls1_15, ls1_16, ls1_17, ls1_18, ls1_19,
+                ls1_20, ls1_21, DTYPE)
+            (
+                d8, d9, d10, d11, d12, d13,
+                d14) = _triton_lu1_back1(
+                lu1_lu, ls1_23, ls1_24, ls1_25, ls1_26, ls1_27,
+                ls1_28, ls1_29, DTYPE)
+            (
+                d15, d16, d17, d18, d19, d20,
+                d21) = _triton_lu1_back1(
+                lu1_lu, ls1_31, ls1_32, ls1_33, ls1_34, ls1_35,
+                ls1_36, ls1_37, DTYPE)
+            (
+                d22, d23, d24, d25, d26, d27,
+                d28) = _triton_lu1_back1(
+                lu1_lu, ls1_39, ls1_40, ls1_41, ls1_42, ls1_43,
+                ls1_44, ls1_45, DTYPE)
+            (
+                d29, d30, d31, d32, d33, d34,
+                d35) = _triton_lu1_back1(
+                lu1_lu, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
+                ls1_52, ls1_53, DTYPE)
+            (
+                d36, d37, d38, d39, d40, d41,
+                d42) = _triton_lu1_back1(
+                lu1_lu, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59,
+                ls1_60, ls1_61, DTYPE)
             cse_21 = (cse_12 * cse_7)
             cse_22 = (K2 + cse_7)
             cse_23 = (-cse_22)
-            d43 = (-(cse_21 * (d7 + d13)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))))
-            d44 = (-(cse_21 * (d8 + d14)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
-            d45 = (-(cse_21 * (d9 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
-            d46 = (-(cse_21 * (d10 + d16)) + (p_E * cse_11 * cse_23 * d4))
+            d43 = (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))))
+            d44 = (-(cse_21 * (d9 + d10)) + (p_E * cse_11 * (cse_7 + (cse_23 * d8))))
+            d45 = (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d15))))
+            d46 = (-(cse_21 * (d23 + d24)) + (p_E * cse_11 * cse_23 * d22))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             _p64 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p64, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p64 += zero
         if V & 14:  # tangent, jacobian, total
-            d47 = (-(cse_21 * (d11 + d17)) + (p_E * cse_11 * cse_23 * d5))
-            d48 = (-(cse_21 * (d12 + d18)) + (p_E * cse_11 * cse_23 * d6))
-            d49 = (-(cse_21 * (d1 + d13)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))))
-            d50 = (-(cse_21 * (d2 + d14)) + (p_E * cse_11 * (cse_22 + (cse_23 * d8))))
+            d47 = (-(cse_21 * (d30 + d31)) + (p_E * cse_11 * cse_23 * d29))
+            d48 = (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d36))
+            d49 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
+            d50 = (-(cse_21 * (d8 + d10)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             _p65 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p65, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p65 += zero
         if V & 14:  # tangent, jacobian, total
-            d51 = (-(cse_21 * (d3 + d15)) + (p_E * cse_11 * (cse_7 + (cse_23 * d9))))
-            d52 = (-(cse_21 * (d4 + d16)) + (p_E * cse_11 * cse_23 * d10))
-            d53 = (-(cse_21 * (d5 + d17)) + (p_E * cse_11 * cse_23 * d11))
-            d54 = (-(cse_21 * (d6 + d18)) + (p_E * cse_11 * cse_23 * d12))
+            d51 = (-(cse_21 * (d15 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d16))))
+            d52 = (-(cse_21 * (d22 + d24)) + (p_E * cse_11 * cse_23 * d23))
+            d53 = (-(cse_21 * (d29 + d31)) + (p_E * cse_11 * cse_23 * d30))
+            d54 = (-(cse_21 * (d36 + d38)) + (p_E * cse_11 * cse_23 * d37))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             _p66 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p66, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p66 += zero
         if V & 14:  # tangent, jacobian, total
-            d55 = (-(cse_21 * (d1 + d7)) + (p_E * cse_11 * (cse_7 + (cse_23 * d13))))
-            d56 = (-(cse_21 * (d2 + d8)) + (p_E * cse_11 * (cse_7 + (cse_23 * d14))))
-            d57 = (-(cse_21 * (d3 + d9)) + (p_E * cse_11 * (cse_22 + (cse_23 * d15))))
-            d58 = (-(cse_21 * (d4 + d10)) + (p_E * cse_11 * cse_23 * d16))
+            d55 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
+            d56 = (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d10))))
+            d57 = (-(cse_21 * (d15 + d16)) + (p_E * cse_11 * (cse_22 + (cse_23 * d17))))
+            d58 = (-(cse_21 * (d22 + d23)) + (p_E * cse_11 * cse_23 * d24))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             _p67 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p67, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p67 += zero
         if V & 14:  # tangent, jacobian, total
-            d59 = (-(cse_21 * (d5 + d11)) + (p_E * cse_11 * cse_23 * d17))
-            d60 = (-(cse_21 * (d6 + d12)) + (p_E * cse_11 * cse_23 * d18))
+            d59 = (-(cse_21 * (d29 + d30)) + (p_E * cse_11 * cse_23 * d31))
+            d60 = (-(cse_21 * (d36 + d37)) + (p_E * cse_11 * cse_23 * d38))
             cse_24 = (-cse_12)
-            d61 = (cse_24 * d19)
-            d62 = (cse_24 * d20)
+            d61 = (cse_24 * d4)
+            d62 = (cse_24 * d11)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             _p68 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p68, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p68 += zero
         if V & 14:  # tangent, jacobian, total
-            d63 = (cse_24 * d21)
-            d64 = (cse_12 + (cse_24 * d22))
-            d65 = (cse_24 * d23)
-            d66 = (cse_24 * d24)
+            d63 = (cse_24 * d18)
+            d64 = (cse_12 + (cse_24 * d25))
+            d65 = (cse_24 * d32)
+            d66 = (cse_24 * d39)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             _p69 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p69, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p69 += zero
         if V & 14:  # tangent, jacobian, total
-            d67 = (cse_24 * d25)
-            d68 = (cse_24 * d26)
-            d69 = (cse_24 * d27)
-            d70 = (cse_24 * d28)
+            d67 = (cse_24 * d5)
+            d68 = (cse_24 * d12)
+            d69 = (cse_24 * d19)
+            d70 = (cse_24 * d26)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             _p70 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p70, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p70 += zero
         if V & 14:  # tangent, jacobian, total
-            d71 = (cse_12 + (cse_24 * d29))
-            d72 = (cse_24 * d30)
-            d73 = (cse_24 * d31)
-            d74 = (cse_24 * d32)
+            d71 = (cse_12 + (cse_24 * d33))
+            d72 = (cse_24 * d40)
+            d73 = (cse_24 * d6)
+            d74 = (cse_24 * d13)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             _p71 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p71, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p71 += zero
         if V & 14:  # tangent, jacobian, total
-            d75 = (cse_24 * d33)
-            d76 = (cse_24 * d34)
-            d77 = (cse_24 * d35)
-            d78 = (cse_12 + (cse_24 * d36))
+            d75 = (cse_24 * d20)
+            d76 = (cse_24 * d27)
+            d77 = (cse_24 * d34)
+            d78 = (cse_12 + (cse_24 * d41))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _p72 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -2131,271 +1909,107 @@ if triton is not None:
             cse_146 = (cse_105 * state_internal_gamma_rate)
             cse_147 = (p_E * cse_146)
             # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
-            ls2_1 = (-cse_118)
-            ls2_2 = (-cse_128)
-            ls2_3 = (-cse_130)
-            ls2_4 = (-cse_132)
-            ls2_5 = (-cse_142)
-            ls2_6 = (-cse_144)
-            ls2_7 = (-cse_147)
-            ls2_8 = (cse_128 - (cse_118 * lu1_16))
-            ls2_9 = (ls2_2 - (ls2_1 * lu1_16))
-            ls2_10 = (-lu1_16)
-            ls2_11 = (cse_130 - (cse_118 * lu1_23))
-            ls2_12 = (ls2_3 - (ls2_1 * lu1_23))
-            ls2_13 = (-lu1_23)
-            ls2_14 = (cse_132 - (cse_118 * lu1_30))
-            ls2_15 = (ls2_4 - (ls2_1 * lu1_30))
-            ls2_16 = (-lu1_30)
-            ls2_17 = (cse_142 - (cse_118 * lu1_37))
-            ls2_18 = (ls2_5 - (ls2_1 * lu1_37))
-            ls2_19 = (-lu1_37)
-            ls2_20 = (cse_144 - (cse_118 * lu1_44))
-            ls2_21 = (ls2_6 - (ls2_1 * lu1_44))
-            ls2_22 = (-lu1_44)
-            ls2_23 = (ls2_7 - (cse_118 * lu1_51))
-            ls2_24 = (cse_147 - (ls2_1 * lu1_51))
-            ls2_25 = (-lu1_51)
-            ls2_26 = (ls2_11 - (ls2_8 * lu1_60))
-            ls2_27 = (ls2_12 - (ls2_9 * lu1_60))
-            ls2_28 = (ls2_13 - (ls2_10 * lu1_60))
-            ls2_29 = (-lu1_60)
-            ls2_30 = (ls2_14 - (ls2_8 * lu1_66))
-            ls2_31 = (ls2_15 - (ls2_9 * lu1_66))
-            ls2_32 = (ls2_16 - (ls2_10 * lu1_66))
-            ls2_33 = (-lu1_66)
-            ls2_34 = (ls2_17 - (ls2_8 * lu1_72))
-            ls2_35 = (ls2_18 - (ls2_9 * lu1_72))
-            ls2_36 = (ls2_19 - (ls2_10 * lu1_72))
-            ls2_37 = (-lu1_72)
-            ls2_38 = (ls2_20 - (ls2_8 * lu1_78))
-            ls2_39 = (ls2_21 - (ls2_9 * lu1_78))
-            ls2_40 = (ls2_22 - (ls2_10 * lu1_78))
-            ls2_41 = (-lu1_78)
-            ls2_42 = (ls2_23 - (ls2_8 * lu1_84))
-            ls2_43 = (ls2_24 - (ls2_9 * lu1_84))
-            ls2_44 = (ls2_25 - (ls2_10 * lu1_84))
-            ls2_45 = (-lu1_84)
-            ls2_46 = (ls2_30 - (ls2_26 * lu1_92))
-            ls2_47 = (ls2_31 - (ls2_27 * lu1_92))
-            ls2_48 = (ls2_32 - (ls2_28 * lu1_92))
-            ls2_49 = (ls2_33 - (ls2_29 * lu1_92))
-            ls2_50 = (-lu1_92)
-            ls2_51 = (ls2_34 - (ls2_26 * lu1_97))
-            ls2_52 = (ls2_35 - (ls2_27 * lu1_97))
-            ls2_53 = (ls2_36 - (ls2_28 * lu1_97))
-            ls2_54 = (ls2_37 - (ls2_29 * lu1_97))
-            ls2_55 = (-lu1_97)
-            ls2_56 = (ls2_38 - (ls2_26 * lu1_102))
-            ls2_57 = (ls2_39 - (ls2_27 * lu1_102))
-            ls2_58 = (ls2_40 - (ls2_28 * lu1_102))
-            ls2_59 = (ls2_41 - (ls2_29 * lu1_102))
-            ls2_60 = (-lu1_102)
-            ls2_61 = (ls2_42 - (ls2_26 * lu1_107))
-            ls2_62 = (ls2_43 - (ls2_27 * lu1_107))
-            ls2_63 = (ls2_44 - (ls2_28 * lu1_107))
-            ls2_64 = (ls2_45 - (ls2_29 * lu1_107))
-            ls2_65 = (-lu1_107)
-            ls2_66 = (ls2_51 - (ls2_46 * lu1_114))
-            ls2_67 = (ls2_52 - (ls2_47 * lu1_114))
-            ls2_68 = (ls2_53 - (ls2_48 * lu1_114))
-            ls2_69 = (ls2_54 - (ls2_49 * lu1_114))
-            ls2_70 = (ls2_55 - (ls2_50 * lu1_114))
-            ls2_71 = (-lu1_114)
-            ls2_72 = (ls2_56 - (ls2_46 * lu1_118))
-            ls2_73 = (ls2_57 - (ls2_47 * lu1_118))
-            ls2_74 = (ls2_58 - (ls2_48 * lu1_118))
-            ls2_75 = (ls2_59 - (ls2_49 * lu1_118))
-            ls2_76 = (ls2_60 - (ls2_50 * lu1_118))
-            ls2_77 = (-lu1_118)
-            ls2_78 = (ls2_61 - (ls2_46 * lu1_122))
-            ls2_79 = (ls2_62 - (ls2_47 * lu1_122))
-            ls2_80 = (ls2_63 - (ls2_48 * lu1_122))
-            ls2_81 = (ls2_64 - (ls2_49 * lu1_122))
-            ls2_82 = (ls2_65 - (ls2_50 * lu1_122))
-            ls2_83 = (-lu1_122)
-            ls2_84 = (ls2_72 - (ls2_66 * lu1_128))
-            ls2_85 = (ls2_73 - (ls2_67 * lu1_128))
-            ls2_86 = (ls2_74 - (ls2_68 * lu1_128))
-            ls2_87 = (ls2_75 - (ls2_69 * lu1_128))
-            ls2_88 = (ls2_76 - (ls2_70 * lu1_128))
-            ls2_89 = (ls2_77 - (ls2_71 * lu1_128))
-            ls2_90 = (-lu1_128)
-            ls2_91 = (ls2_78 - (ls2_66 * lu1_131))
-            ls2_92 = (ls2_79 - (ls2_67 * lu1_131))
-            ls2_93 = (ls2_80 - (ls2_68 * lu1_131))
-            ls2_94 = (ls2_81 - (ls2_69 * lu1_131))
-            ls2_95 = (ls2_82 - (ls2_70 * lu1_131))
-            ls2_96 = (ls2_83 - (ls2_71 * lu1_131))
-            ls2_97 = (-lu1_131)
-            ls2_98 = (ls2_91 - (ls2_84 * lu1_136))
-            ls2_99 = (ls2_92 - (ls2_85 * lu1_136))
-            ls2_100 = (ls2_93 - (ls2_86 * lu1_136))
-            ls2_101 = (ls2_94 - (ls2_87 * lu1_136))
-            ls2_102 = (ls2_95 - (ls2_88 * lu1_136))
-            ls2_103 = (ls2_96 - (ls2_89 * lu1_136))
-            ls2_104 = (ls2_97 - (ls2_90 * lu1_136))
-            ls2_105 = (-lu1_136)
-            ls2_106 = (ls2_98 * lu1_138)
-            ls2_107 = (ls2_99 * lu1_138)
-            ls2_108 = (ls2_100 * lu1_138)
-            ls2_109 = (ls2_101 * lu1_138)
-            ls2_110 = (ls2_102 * lu1_138)
-            ls2_111 = (ls2_103 * lu1_138)
-            ls2_112 = (ls2_104 * lu1_138)
-            ls2_113 = (ls2_105 * lu1_138)
-            ls2_114 = (lu1_135 * (ls2_84 - (ls2_106 * lu1_130)))
-            ls2_115 = (lu1_135 * (ls2_85 - (ls2_107 * lu1_130)))
-            ls2_116 = (lu1_135 * (ls2_86 - (ls2_108 * lu1_130)))
-            ls2_117 = (lu1_135 * (ls2_87 - (ls2_109 * lu1_130)))
-            ls2_118 = (lu1_135 * (ls2_88 - (ls2_110 * lu1_130)))
-            ls2_119 = (lu1_135 * (ls2_89 - (ls2_111 * lu1_130)))
-            ls2_120 = (lu1_135 * (ls2_90 - (ls2_112 * lu1_130)))
-            ls2_121 = (lu1_135 * (K2 - (ls2_113 * lu1_130)))
-            ls2_122 = (lu1_127 * (ls2_66 - (ls2_114 * lu1_116) - (ls2_106 * lu1_117)))
-            ls2_123 = (lu1_127 * (ls2_67 - (ls2_115 * lu1_116) - (ls2_107 * lu1_117)))
-            ls2_124 = (lu1_127 * (ls2_68 - (ls2_116 * lu1_116) - (ls2_108 * lu1_117)))
-            ls2_125 = (lu1_127 * (ls2_69 - (ls2_117 * lu1_116) - (ls2_109 * lu1_117)))
-            ls2_126 = (lu1_127 * (ls2_70 - (ls2_118 * lu1_116) - (ls2_110 * lu1_117)))
-            ls2_127 = (lu1_127 * (ls2_71 - (ls2_119 * lu1_116) - (ls2_111 * lu1_117)))
-            ls2_128 = (lu1_127 * (K2 - (ls2_120 * lu1_116) - (ls2_112 * lu1_117)))
-            ls2_129 = (lu1_127 * (-(ls2_121 * lu1_116) - (ls2_113 * lu1_117)))
-            ls2_130 = (lu1_113 * (ls2_46 - (ls2_122 * lu1_94) - (ls2_114 * lu1_95) - (ls2_106 * lu1_96)))
-            ls2_131 = (lu1_113 * (ls2_47 - (ls2_123 * lu1_94) - (ls2_115 * lu1_95) - (ls2_107 * lu1_96)))
-            ls2_132 = (lu1_113 * (ls2_48 - (ls2_124 * lu1_94) - (ls2_116 * lu1_95) - (ls2_108 * lu1_96)))
-            ls2_133 = (lu1_113 * (ls2_49 - (ls2_125 * lu1_94) - (ls2_117 * lu1_95) - (ls2_109 * lu1_96)))
-            ls2_134 = (lu1_113 * (ls2_50 - (ls2_126 * lu1_94) - (ls2_118 * lu1_95) - (ls2_110 * lu1_96)))
-            ls2_135 = (lu1_113 * (K2 - (ls2_127 * lu1_94) - (ls2_119 * lu1_95) - (ls2_111 * lu1_96)))
-            ls2_136 = (lu1_113 * (-(ls2_128 * lu1_94) - (ls2_120 * lu1_95) - (ls2_112 * lu1_96)))
-            ls2_137 = (lu1_113 * (-(ls2_129 * lu1_94) - (ls2_121 * lu1_95) - (ls2_113 * lu1_96)))
-            ls2_138 = (lu1_91 * (ls2_26 - (ls2_130 * lu1_62) - (ls2_122 * lu1_63) - (ls2_114 * lu1_64) - (ls2_106 * lu1_65)))
-            ls2_139 = (lu1_91 * (ls2_27 - (ls2_131 * lu1_62) - (ls2_123 * lu1_63) - (ls2_115 * lu1_64) - (ls2_107 * lu1_65)))
-            ls2_140 = (lu1_91 * (ls2_28 - (ls2_132 * lu1_62) - (ls2_124 * lu1_63) - (ls2_116 * lu1_64) - (ls2_108 * lu1_65)))
-            ls2_141 = (lu1_91 * (ls2_29 - (ls2_133 * lu1_62) - (ls2_125 * lu1_63) - (ls2_117 * lu1_64) - (ls2_109 * lu1_65)))
-            ls2_142 = (lu1_91 * (K2 - (ls2_134 * lu1_62) - (ls2_126 * lu1_63) - (ls2_118 * lu1_64) - (ls2_110 * lu1_65)))
-            ls2_143 = (lu1_91 * (-(ls2_135 * lu1_62) - (ls2_127 * lu1_63) - (ls2_119 * lu1_64) - (ls2_111 * lu1_65)))
-            ls2_144 = (lu1_91 * (-(ls2_136 * lu1_62) - (ls2_128 * lu1_63) - (ls2_120 * lu1_64) - (ls2_112 * lu1_65)))
-            ls2_145 = (lu1_91 * (-(ls2_137 * lu1_62) - (ls2_129 * lu1_63) - (ls2_121 * lu1_64) - (ls2_113 * lu1_65)))
-            ls2_146 = (lu1_59 * (ls2_8 - (ls2_138 * lu1_18) - (ls2_130 * lu1_19) - (ls2_122 * lu1_20) - (ls2_114 * lu1_21) - (ls2_106 * lu1_22)))
-            ls2_147 = (lu1_59 * (ls2_9 - (ls2_139 * lu1_18) - (ls2_131 * lu1_19) - (ls2_123 * lu1_20) - (ls2_115 * lu1_21) - (ls2_107 * lu1_22)))
-            ls2_148 = (lu1_59 * (ls2_10 - (ls2_140 * lu1_18) - (ls2_132 * lu1_19) - (ls2_124 * lu1_20) - (ls2_116 * lu1_21) - (ls2_108 * lu1_22)))
-            ls2_149 = (lu1_59 * (K2 - (ls2_141 * lu1_18) - (ls2_133 * lu1_19) - (ls2_125 * lu1_20) - (ls2_117 * lu1_21) - (ls2_109 * lu1_22)))
-            ls2_150 = (lu1_59 * (-(ls2_142 * lu1_18) - (ls2_134 * lu1_19) - (ls2_126 * lu1_20) - (ls2_118 * lu1_21) - (ls2_110 * lu1_22)))
-            ls2_151 = (lu1_59 * (-(ls2_143 * lu1_18) - (ls2_135 * lu1_19) - (ls2_127 * lu1_20) - (ls2_119 * lu1_21) - (ls2_111 * lu1_22)))
-            ls2_152 = (lu1_59 * (-(ls2_144 * lu1_18) - (ls2_136 * lu1_19) - (ls2_128 * lu1_20) - (ls2_120 * lu1_21) - (ls2_112 * lu1_22)))
-            ls2_153 = (lu1_59 * (-(ls2_145 * lu1_18) - (ls2_137 * lu1_19) - (ls2_129 * lu1_20) - (ls2_121 * lu1_21) - (ls2_113 * lu1_22)))
-            ls2_154 = (lu1_15 * (cse_118 - (cse_56 * ls2_146) - (cse_59 * ls2_138) - (cse_66 * ls2_130) - (cse_68 * ls2_122) - (cse_70 * ls2_114) - (ls2_106 * lu1_2)))
-            ls2_155 = (lu1_15 * (ls2_1 - (cse_56 * ls2_147) - (cse_59 * ls2_139) - (cse_66 * ls2_131) - (cse_68 * ls2_123) - (cse_70 * ls2_115) - (ls2_107 * lu1_2)))
-            ls2_156 = (lu1_15 * (K2 - (cse_56 * ls2_148) - (cse_59 * ls2_140) - (cse_66 * ls2_132) - (cse_68 * ls2_124) - (cse_70 * ls2_116) - (ls2_108 * lu1_2)))
-            ls2_157 = (lu1_15 * (-(cse_56 * ls2_149) - (cse_59 * ls2_141) - (cse_66 * ls2_133) - (cse_68 * ls2_125) - (cse_70 * ls2_117) - (ls2_109 * lu1_2)))
-            ls2_158 = (lu1_15 * (-(cse_56 * ls2_150) - (cse_59 * ls2_142) - (cse_66 * ls2_134) - (cse_68 * ls2_126) - (cse_70 * ls2_118) - (ls2_110 * lu1_2)))
-            ls2_159 = (lu1_15 * (-(cse_56 * ls2_151) - (cse_59 * ls2_143) - (cse_66 * ls2_135) - (cse_68 * ls2_127) - (cse_70 * ls2_119) - (ls2_111 * lu1_2)))
-            ls2_160 = (lu1_15 * (-(cse_56 * ls2_152) - (cse_59 * ls2_144) - (cse_66 * ls2_136) - (cse_68 * ls2_128) - (cse_70 * ls2_120) - (ls2_112 * lu1_2)))
-            ls2_161 = (lu1_15 * (-(cse_56 * ls2_153) - (cse_59 * ls2_145) - (cse_66 * ls2_137) - (cse_68 * ls2_129) - (cse_70 * ls2_121) - (ls2_113 * lu1_2)))
-            d79 = ls2_154
-            d80 = ls2_155
-            d81 = ls2_156
-            d82 = ls2_157
-            d83 = ls2_158
-            d84 = ls2_159
-            d85 = ls2_160
-            d86 = ls2_161
-            d87 = ls2_146
-            d88 = ls2_147
-            d89 = ls2_148
-            d90 = ls2_149
-            d91 = ls2_150
-            d92 = ls2_151
-            d93 = ls2_152
-            d94 = ls2_153
-            d95 = ls2_138
-            d96 = ls2_139
-            d97 = ls2_140
-            d98 = ls2_141
-            d99 = ls2_142
-            d100 = ls2_143
-            d101 = ls2_144
-            d102 = ls2_145
-            d103 = ls2_130
-            d104 = ls2_131
-            d105 = ls2_132
-            d106 = ls2_133
-            d107 = ls2_134
-            d108 = ls2_135
-            d109 = ls2_136
-            d110 = ls2_137
-            d111 = ls2_122
-            d112 = ls2_123
-            d113 = ls2_124
-            d114 = ls2_125
-            d115 = ls2_126
-            d116 = ls2_127
-            d117 = ls2_128
-            d118 = ls2_129
-            d119 = ls2_114
-            d120 = ls2_115
-            d121 = ls2_116
-            d122 = ls2_117
-            d123 = ls2_118
-            d124 = ls2_119
-            d125 = ls2_120
-            d126 = ls2_121
-            d127 = ls2_106
-            d128 = ls2_107
-            d129 = ls2_108
-            d130 = ls2_109
-            d131 = ls2_110
-            d132 = ls2_111
-            d133 = ls2_112
-            d134 = ls2_113
-            d135 = (-(cse_21 * (d87 + d95)) + (p_E * cse_11 * cse_23 * d79))
-            d136 = (-(cse_21 * (d79 + d95)) + (p_E * cse_11 * cse_23 * d87))
-            d137 = (-(cse_21 * (d79 + d87)) + (p_E * cse_11 * cse_23 * d95))
-            d138 = (cse_24 * d103)
-            d139 = (cse_24 * d111)
-            d140 = (cse_24 * d119)
-            d141 = (-(cse_21 * (d88 + d96)) + (p_E * cse_11 * cse_23 * d80))
-            d142 = (-(cse_21 * (d80 + d96)) + (p_E * cse_11 * cse_23 * d88))
-            d143 = (-(cse_21 * (d80 + d88)) + (p_E * cse_11 * cse_23 * d96))
-            d144 = (cse_24 * d104)
-            d145 = (cse_24 * d112)
-            d146 = (cse_24 * d120)
-            d147 = (-(cse_21 * (d89 + d97)) + (p_E * cse_11 * cse_23 * d81))
-            d148 = (-(cse_21 * (d90 + d98)) + (p_E * cse_11 * cse_23 * d82))
-            d149 = (-(cse_21 * (d91 + d99)) + (p_E * cse_11 * cse_23 * d83))
-            d150 = (-(cse_21 * (d92 + d100)) + (p_E * cse_11 * cse_23 * d84))
-            d151 = (-(cse_21 * (d93 + d101)) + (p_E * cse_11 * cse_23 * d85))
-            d152 = (-(cse_21 * (d94 + d102)) + (p_E * cse_11 * cse_23 * d86))
-            d153 = (-(cse_21 * (d81 + d97)) + (p_E * cse_11 * cse_23 * d89))
-            d154 = (-(cse_21 * (d82 + d98)) + (p_E * cse_11 * cse_23 * d90))
-            d155 = (-(cse_21 * (d83 + d99)) + (p_E * cse_11 * cse_23 * d91))
-            d156 = (-(cse_21 * (d84 + d100)) + (p_E * cse_11 * cse_23 * d92))
-            d157 = (-(cse_21 * (d85 + d101)) + (p_E * cse_11 * cse_23 * d93))
-            d158 = (-(cse_21 * (d86 + d102)) + (p_E * cse_11 * cse_23 * d94))
-            d159 = (-(cse_21 * (d81 + d89)) + (p_E * cse_11 * cse_23 * d97))
-            d160 = (-(cse_21 * (d82 + d90)) + (p_E * cse_11 * cse_23 * d98))
-            d161 = (-(cse_21 * (d83 + d91)) + (p_E * cse_11 * cse_23 * d99))
-            d162 = (-(cse_21 * (d84 + d92)) + (p_E * cse_11 * cse_23 * d100))
-            d163 = (-(cse_21 * (d85 + d93)) + (p_E * cse_11 * cse_23 * d101))
-            d164 = (-(cse_21 * (d86 + d94)) + (p_E * cse_11 * cse_23 * d102))
-            d165 = (cse_24 * d105)
-            d166 = (cse_24 * d106)
-            d167 = (cse_24 * d107)
-            d168 = (cse_24 * d108)
-            d169 = (cse_24 * d109)
-            d170 = (cse_24 * d110)
-            d171 = (cse_24 * d113)
-            d172 = (cse_24 * d114)
-            d173 = (cse_24 * d115)
-            d174 = (cse_24 * d116)
-            d175 = (cse_24 * d117)
-            d176 = (cse_24 * d118)
-            d177 = (cse_24 * d121)
-            d178 = (cse_24 * d122)
-            d179 = (cse_24 * d123)
-            d180 = (cse_24 * d124)
-            d181 = (cse_24 * d125)
-            d182 = (cse_24 * d126)
+            ls2_62 = (-cse_147)
+            (
+                ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68,
+                ls2_69) = _triton_lu1_forward1(
+                lu1_lu, cse_118, cse_128, cse_130, cse_132, cse_142,
+                cse_144, ls2_62, DTYPE)
+            ls2_70 = (-cse_118)
+            ls2_71 = (-cse_128)
+            ls2_72 = (-cse_130)
+            ls2_73 = (-cse_132)
+            ls2_74 = (-cse_142)
+            ls2_75 = (-cse_144)
+            (
+                ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81,
+                ls2_82) = _triton_lu1_forward1(
+                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74,
+                ls2_75, cse_147, DTYPE)
+            ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89 = _triton_lu1_forward2(lu1_lu, DTYPE)
+            ls2_92, ls2_93, ls2_94, ls2_95, ls2_96 = _triton_lu1_forward3(lu1_lu, DTYPE)
+            ls2_100, ls2_101, ls2_102, ls2_103 = _triton_lu1_forward4(lu1_lu, DTYPE)
+            ls2_108, ls2_109, ls2_110 = _triton_lu1_forward5(lu1_lu, DTYPE)
+            ls2_116, ls2_117 = _triton_lu1_forward6(lu1_lu, DTYPE)
+            ls2_124 = _triton_lu1_forward7(lu1_lu, DTYPE)
+            (
+                d79, d80, d81, d82, d83, d84,
+                d85) = _triton_lu1_back1(
+                lu1_lu, ls2_63, ls2_64, ls2_65, ls2_66, ls2_67,
+                ls2_68, ls2_69, DTYPE)
+            (
+                d86, d87, d88, d89, d90, d91,
+                d92) = _triton_lu1_back1(
+                lu1_lu, ls2_76, ls2_77, ls2_78, ls2_79, ls2_80,
+                ls2_81, ls2_82, DTYPE)
+            (
+                d93, d94, d95, d96, d97, d98,
+                d99) = _triton_lu1_back2(
+                lu1_lu, ls2_84, ls2_85, ls2_86, ls2_87, ls2_88,
+                ls2_89, DTYPE)
+            (
+                d100, d101, d102, d103, d104, d105,
+                d106) = _triton_lu1_back3(
+                lu1_lu, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96,
+                DTYPE)
+            (
+                d107, d108, d109, d110, d111, d112,
+                d113) = _triton_lu1_back4(
+                lu1_lu, ls2_100, ls2_101, ls2_102, ls2_103, DTYPE)
+            (
+                d114, d115, d116, d117, d118, d119,
+                d120) = _triton_lu1_back5(
+                lu1_lu, ls2_108, ls2_109, ls2_110, DTYPE)
+            d121, d122, d123, d124, d125, d126, d127 = _triton_lu1_back6(lu1_lu, ls2_116, ls2_117, DTYPE)
+            d128, d129, d130, d131, d132, d133, d134 = _triton_lu1_back7(lu1_lu, ls2_124, DTYPE)
+            d135 = (-(cse_21 * (d80 + d81)) + (p_E * cse_11 * cse_23 * d79))
+            d136 = (-(cse_21 * (d79 + d81)) + (p_E * cse_11 * cse_23 * d80))
+            d137 = (-(cse_21 * (d79 + d80)) + (p_E * cse_11 * cse_23 * d81))
+            d138 = (cse_24 * d82)
+            d139 = (cse_24 * d83)
+            d140 = (cse_24 * d84)
+            d141 = (-(cse_21 * (d87 + d88)) + (p_E * cse_11 * cse_23 * d86))
+            d142 = (-(cse_21 * (d86 + d88)) + (p_E * cse_11 * cse_23 * d87))
+            d143 = (-(cse_21 * (d86 + d87)) + (p_E * cse_11 * cse_23 * d88))
+            d144 = (cse_24 * d89)
+            d145 = (cse_24 * d90)
+            d146 = (cse_24 * d91)
+            d147 = (-(cse_21 * (d94 + d95)) + (p_E * cse_11 * cse_23 * d93))
+            d148 = (-(cse_21 * (d101 + d102)) + (p_E * cse_11 * cse_23 * d100))
+            d149 = (-(cse_21 * (d108 + d109)) + (p_E * cse_11 * cse_23 * d107))
+            d150 = (-(cse_21 * (d115 + d116)) + (p_E * cse_11 * cse_23 * d114))
+            d151 = (-(cse_21 * (d122 + d123)) + (p_E * cse_11 * cse_23 * d121))
+            d152 = (-(cse_21 * (d129 + d130)) + (p_E * cse_11 * cse_23 * d128))
+            d153 = (-(cse_21 * (d93 + d95)) + (p_E * cse_11 * cse_23 * d94))
+            d154 = (-(cse_21 * (d100 + d102)) + (p_E * cse_11 * cse_23 * d101))
+            d155 = (-(cse_21 * (d107 + d109)) + (p_E * cse_11 * cse_23 * d108))
+            d156 = (-(cse_21 * (d114 + d116)) + (p_E * cse_11 * cse_23 * d115))
+            d157 = (-(cse_21 * (d121 + d123)) + (p_E * cse_11 * cse_23 * d122))
+            d158 = (-(cse_21 * (d128 + d130)) + (p_E * cse_11 * cse_23 * d129))
+            d159 = (-(cse_21 * (d93 + d94)) + (p_E * cse_11 * cse_23 * d95))
+            d160 = (-(cse_21 * (d100 + d101)) + (p_E * cse_11 * cse_23 * d102))
+            d161 = (-(cse_21 * (d107 + d108)) + (p_E * cse_11 * cse_23 * d109))
+            d162 = (-(cse_21 * (d114 + d115)) + (p_E * cse_11 * cse_23 * d116))
+            d163 = (-(cse_21 * (d121 + d122)) + (p_E * cse_11 * cse_23 * d123))
+            d164 = (-(cse_21 * (d128 + d129)) + (p_E * cse_11 * cse_23 * d130))
+            d165 = (cse_24 * d96)
+            d166 = (cse_24 * d103)
+            d167 = (cse_24 * d110)
+            d168 = (cse_24 * d117)
+            d169 = (cse_24 * d124)
+            d170 = (cse_24 * d131)
+            d171 = (cse_24 * d97)
+            d172 = (cse_24 * d104)
+            d173 = (cse_24 * d111)
+            d174 = (cse_24 * d118)
+            d175 = (cse_24 * d125)
+            d176 = (cse_24 * d132)
+            d177 = (cse_24 * d98)
+            d178 = (cse_24 * d105)
+            d179 = (cse_24 * d112)
+            d180 = (cse_24 * d119)
+            d181 = (cse_24 * d126)
+            d182 = (cse_24 * d133)
         if V & 8:  # total
             cse_25 = (p_E * cse_23)
             cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
@@ -2424,174 +2038,112 @@ if triton is not None:
             cse_145 = (cse_87 + cse_95)
             cse_148 = ((K1 * cse_37) + (K1 * cse_38) + (K1 * cse_39))
             # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
-            ls3_1 = (-cse_50 * ((cse_11 * ((cse_13 * cse_55) + (cse_14 * cse_58) + (cse_46 * cse_9))) + (cse_121 * cse_32)))
-            ls3_2 = (-cse_50 * ((p_E * ((cse_125 * cse_46) + (cse_126 * cse_55) + (cse_127 * cse_58))) + (cse_123 * cse_62)))
-            ls3_3 = (-cse_50 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_74) + (cse_55 * cse_9))) + (cse_121 * cse_53)))
-            ls3_4 = (-cse_50 * ((p_E * ((cse_125 * cse_55) + (cse_126 * cse_72) + (cse_127 * cse_74))) + (cse_129 * cse_53)))
-            ls3_5 = (-cse_50 * ((cse_11 * ((cse_13 * cse_74) + (cse_14 * cse_81) + (cse_58 * cse_9))) + (cse_121 * cse_57)))
-            ls3_6 = (-cse_50 * ((p_E * ((cse_125 * cse_58) + (cse_126 * cse_74) + (cse_127 * cse_81))) + (cse_129 * cse_57)))
-            ls3_7 = (-cse_60 * ((cse_11 * cse_88) + (cse_120 * (-cse_133 - cse_137))))
-            ls3_8 = (-cse_60 * ((cse_61 * (cse_141 + (cse_122 * cse_133))) - (cse_29 * cse_88)))
-            ls3_9 = (-cse_67 * ((cse_11 * cse_96) + (cse_120 * (-cse_137 - cse_143))))
-            ls3_10 = (-cse_67 * ((cse_61 * (cse_141 + (cse_122 * cse_143))) - (cse_29 * cse_96)))
-            ls3_11 = (-cse_69 * ((cse_100 * cse_11) + (cse_120 * (-cse_137 - cse_145))))
-            ls3_12 = (-cse_69 * ((cse_61 * (cse_141 + (cse_122 * cse_145))) - (cse_100 * cse_29)))
-            ls3_13 = (-(cse_146 * cse_47) - (cse_107 * cse_29 * (cse_134 + cse_135 + cse_136 + cse_148)))
-            ls3_14 = (-cse_107 * cse_40 * ((cse_11 * (cse_138 + cse_139 + cse_140)) - (cse_148 * cse_63)))
-            ls3_15 = (cse_104 * cse_106)
-            ls3_16 = (ls3_3 - (ls3_1 * lu1_16))
-            ls3_17 = (ls3_4 - (ls3_2 * lu1_16))
-            ls3_18 = (ls3_5 - (ls3_1 * lu1_23))
-            ls3_19 = (ls3_6 - (ls3_2 * lu1_23))
-            ls3_20 = (ls3_7 - (ls3_1 * lu1_30))
-            ls3_21 = (ls3_8 - (ls3_2 * lu1_30))
-            ls3_22 = (ls3_9 - (ls3_1 * lu1_37))
-            ls3_23 = (ls3_10 - (ls3_2 * lu1_37))
-            ls3_24 = (ls3_11 - (ls3_1 * lu1_44))
-            ls3_25 = (ls3_12 - (ls3_2 * lu1_44))
-            ls3_26 = (ls3_13 - (ls3_1 * lu1_51))
-            ls3_27 = (ls3_14 - (ls3_2 * lu1_51))
-            ls3_28 = (ls3_18 - (ls3_16 * lu1_60))
-            ls3_29 = (ls3_19 - (ls3_17 * lu1_60))
-            ls3_30 = (ls3_20 - (ls3_16 * lu1_66))
-            ls3_31 = (ls3_21 - (ls3_17 * lu1_66))
-            ls3_32 = (ls3_22 - (ls3_16 * lu1_72))
-            ls3_33 = (ls3_23 - (ls3_17 * lu1_72))
-            ls3_34 = (ls3_24 - (ls3_16 * lu1_78))
-            ls3_35 = (ls3_25 - (ls3_17 * lu1_78))
-            ls3_36 = (ls3_26 - (ls3_16 * lu1_84))
-            ls3_37 = (ls3_27 - (ls3_17 * lu1_84))
-            ls3_38 = (ls3_30 - (ls3_28 * lu1_92))
-            ls3_39 = (ls3_31 - (ls3_29 * lu1_92))
-            ls3_40 = (ls3_32 - (ls3_28 * lu1_97))
-            ls3_41 = (ls3_33 - (ls3_29 * lu1_97))
-            ls3_42 = (ls3_34 - (ls3_28 * lu1_102))
-            ls3_43 = (ls3_35 - (ls3_29 * lu1_102))
-            ls3_44 = (ls3_36 - (ls3_28 * lu1_107))
-            ls3_45 = (ls3_37 - (ls3_29 * lu1_107))
-            ls3_46 = (ls3_40 - (ls3_38 * lu1_114))
-            ls3_47 = (ls3_41 - (ls3_39 * lu1_114))
-            ls3_48 = (ls3_42 - (ls3_38 * lu1_118))
-            ls3_49 = (ls3_43 - (ls3_39 * lu1_118))
-            ls3_50 = (ls3_44 - (ls3_38 * lu1_122))
-            ls3_51 = (ls3_45 - (ls3_39 * lu1_122))
-            ls3_52 = (ls3_48 - (ls3_46 * lu1_128))
-            ls3_53 = (ls3_49 - (ls3_47 * lu1_128))
-            ls3_54 = (ls3_50 - (ls3_46 * lu1_131))
-            ls3_55 = (ls3_51 - (ls3_47 * lu1_131))
-            ls3_56 = (ls3_54 - (ls3_52 * lu1_136))
-            ls3_57 = (ls3_55 - (ls3_53 * lu1_136))
-            ls3_58 = (ls3_56 * lu1_138)
-            ls3_59 = (ls3_57 * lu1_138)
-            ls3_60 = (ls3_15 * lu1_138)
-            ls3_61 = (lu1_135 * (ls3_52 - (ls3_58 * lu1_130)))
-            ls3_62 = (lu1_135 * (ls3_53 - (ls3_59 * lu1_130)))
-            ls3_63 = (-ls3_60 * lu1_130 * lu1_135)
-            ls3_64 = (lu1_127 * (ls3_46 - (ls3_61 * lu1_116) - (ls3_58 * lu1_117)))
-            ls3_65 = (lu1_127 * (ls3_47 - (ls3_62 * lu1_116) - (ls3_59 * lu1_117)))
-            ls3_66 = (lu1_127 * (-(ls3_63 * lu1_116) - (ls3_60 * lu1_117)))
-            ls3_67 = (lu1_113 * (ls3_38 - (ls3_64 * lu1_94) - (ls3_61 * lu1_95) - (ls3_58 * lu1_96)))
-            ls3_68 = (lu1_113 * (ls3_39 - (ls3_65 * lu1_94) - (ls3_62 * lu1_95) - (ls3_59 * lu1_96)))
-            ls3_69 = (lu1_113 * (-(ls3_66 * lu1_94) - (ls3_63 * lu1_95) - (ls3_60 * lu1_96)))
-            ls3_70 = (lu1_91 * (ls3_28 - (ls3_67 * lu1_62) - (ls3_64 * lu1_63) - (ls3_61 * lu1_64) - (ls3_58 * lu1_65)))
-            ls3_71 = (lu1_91 * (ls3_29 - (ls3_68 * lu1_62) - (ls3_65 * lu1_63) - (ls3_62 * lu1_64) - (ls3_59 * lu1_65)))
-            ls3_72 = (lu1_91 * (-(ls3_69 * lu1_62) - (ls3_66 * lu1_63) - (ls3_63 * lu1_64) - (ls3_60 * lu1_65)))
-            ls3_73 = (lu1_59 * (ls3_16 - (ls3_70 * lu1_18) - (ls3_67 * lu1_19) - (ls3_64 * lu1_20) - (ls3_61 * lu1_21) - (ls3_58 * lu1_22)))
-            ls3_74 = (lu1_59 * (ls3_17 - (ls3_71 * lu1_18) - (ls3_68 * lu1_19) - (ls3_65 * lu1_20) - (ls3_62 * lu1_21) - (ls3_59 * lu1_22)))
-            ls3_75 = (lu1_59 * (-(ls3_72 * lu1_18) - (ls3_69 * lu1_19) - (ls3_66 * lu1_20) - (ls3_63 * lu1_21) - (ls3_60 * lu1_22)))
-            ls3_76 = (lu1_15 * (ls3_1 - (cse_56 * ls3_73) - (cse_59 * ls3_70) - (cse_66 * ls3_67) - (cse_68 * ls3_64) - (cse_70 * ls3_61) - (ls3_58 * lu1_2)))
-            ls3_77 = (lu1_15 * (ls3_2 - (cse_56 * ls3_74) - (cse_59 * ls3_71) - (cse_66 * ls3_68) - (cse_68 * ls3_65) - (cse_70 * ls3_62) - (ls3_59 * lu1_2)))
-            ls3_78 = (lu1_15 * (-(cse_56 * ls3_75) - (cse_59 * ls3_72) - (cse_66 * ls3_69) - (cse_68 * ls3_66) - (cse_70 * ls3_63) - (ls3_60 * lu1_2)))
-            d183 = ls3_76
-            d184 = ls3_77
-            d185 = ls3_78
-            d186 = ls3_73
-            d187 = ls3_74
-            d188 = ls3_75
-            d189 = ls3_70
-            d190 = ls3_71
-            d191 = ls3_72
-            d192 = ls3_67
-            d193 = ls3_68
-            d194 = ls3_69
-            d195 = ls3_64
-            d196 = ls3_65
-            d197 = ls3_66
-            d198 = ls3_61
-            d199 = ls3_62
-            d200 = ls3_63
-            d201 = ls3_58
-            d202 = ls3_59
-            d203 = ls3_60
-            d204 = ((cse_11 * (cse_9 + (cse_25 * d183))) - (cse_21 * (d186 + d189)))
-            d205 = ((cse_11 * (cse_13 + (cse_25 * d186))) - (cse_21 * (d183 + d189)))
-            d206 = ((cse_11 * (cse_14 + (cse_25 * d189))) - (cse_21 * (d183 + d186)))
-            d207 = ((cse_11 * cse_15) + (cse_24 * d192))
-            d208 = ((cse_11 * cse_17) + (cse_24 * d195))
-            d209 = ((cse_11 * cse_19) + (cse_24 * d198))
-            d210 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d184))) - (cse_26 * cse_9))) - (cse_21 * (d187 + d190)))
-            d211 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d187))) - (cse_13 * cse_26))) - (cse_21 * (d184 + d190)))
-            d212 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d190))) - (cse_14 * cse_26))) - (cse_21 * (d184 + d187)))
+            ls3_125 = (-cse_50 * ((cse_11 * ((cse_13 * cse_55) + (cse_14 * cse_58) + (cse_46 * cse_9))) + (cse_121 * cse_32)))
+            ls3_126 = (-cse_50 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_74) + (cse_55 * cse_9))) + (cse_121 * cse_53)))
+            ls3_127 = (-cse_50 * ((cse_11 * ((cse_13 * cse_74) + (cse_14 * cse_81) + (cse_58 * cse_9))) + (cse_121 * cse_57)))
+            ls3_128 = (-cse_60 * ((cse_11 * cse_88) + (cse_120 * (-cse_133 - cse_137))))
+            ls3_129 = (-cse_67 * ((cse_11 * cse_96) + (cse_120 * (-cse_137 - cse_143))))
+            ls3_130 = (-cse_69 * ((cse_100 * cse_11) + (cse_120 * (-cse_137 - cse_145))))
+            ls3_131 = (-(cse_146 * cse_47) - (cse_107 * cse_29 * (cse_134 + cse_135 + cse_136 + cse_148)))
+            (
+                ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137,
+                ls3_138) = _triton_lu1_forward1(
+                lu1_lu, ls3_125, ls3_126, ls3_127, ls3_128, ls3_129,
+                ls3_130, ls3_131, DTYPE)
+            ls3_139 = (-cse_50 * ((p_E * ((cse_125 * cse_46) + (cse_126 * cse_55) + (cse_127 * cse_58))) + (cse_123 * cse_62)))
+            ls3_140 = (-cse_50 * ((p_E * ((cse_125 * cse_55) + (cse_126 * cse_72) + (cse_127 * cse_74))) + (cse_129 * cse_53)))
+            ls3_141 = (-cse_50 * ((p_E * ((cse_125 * cse_58) + (cse_126 * cse_74) + (cse_127 * cse_81))) + (cse_129 * cse_57)))
+            ls3_142 = (-cse_60 * ((cse_61 * (cse_141 + (cse_122 * cse_133))) - (cse_29 * cse_88)))
+            ls3_143 = (-cse_67 * ((cse_61 * (cse_141 + (cse_122 * cse_143))) - (cse_29 * cse_96)))
+            ls3_144 = (-cse_69 * ((cse_61 * (cse_141 + (cse_122 * cse_145))) - (cse_100 * cse_29)))
+            ls3_145 = (-cse_107 * cse_40 * ((cse_11 * (cse_138 + cse_139 + cse_140)) - (cse_148 * cse_63)))
+            (
+                ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151,
+                ls3_152) = _triton_lu1_forward1(
+                lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143,
+                ls3_144, ls3_145, DTYPE)
+            ls3_153 = (cse_104 * cse_106)
+            ls3_160 = _triton_lu1_forward8(lu1_lu, ls3_153, DTYPE)
+            (
+                d183, d184, d185, d186, d187, d188,
+                d189) = _triton_lu1_back1(
+                lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136,
+                ls3_137, ls3_138, DTYPE)
+            (
+                d190, d191, d192, d193, d194, d195,
+                d196) = _triton_lu1_back1(
+                lu1_lu, ls3_146, ls3_147, ls3_148, ls3_149, ls3_150,
+                ls3_151, ls3_152, DTYPE)
+            d197, d198, d199, d200, d201, d202, d203 = _triton_lu1_back8(lu1_lu, ls3_160, DTYPE)
+            d204 = ((cse_11 * (cse_9 + (cse_25 * d183))) - (cse_21 * (d184 + d185)))
+            d205 = ((cse_11 * (cse_13 + (cse_25 * d184))) - (cse_21 * (d183 + d185)))
+            d206 = ((cse_11 * (cse_14 + (cse_25 * d185))) - (cse_21 * (d183 + d184)))
+            d207 = ((cse_11 * cse_15) + (cse_24 * d186))
+            d208 = ((cse_11 * cse_17) + (cse_24 * d187))
+            d209 = ((cse_11 * cse_19) + (cse_24 * d188))
+            d210 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d190))) - (cse_26 * cse_9))) - (cse_21 * (d191 + d192)))
+            d211 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d191))) - (cse_13 * cse_26))) - (cse_21 * (d190 + d192)))
+            d212 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d192))) - (cse_14 * cse_26))) - (cse_21 * (d190 + d191)))
             d213 = ((cse_24 * d193) - (cse_15 * cse_29))
-            d214 = ((cse_24 * d196) - (cse_17 * cse_29))
-            d215 = ((cse_24 * d199) - (cse_19 * cse_29))
-            d216 = (-(cse_21 * (d188 + d191)) + (p_E * cse_11 * cse_23 * d185))
-            d217 = (-(cse_21 * (d185 + d191)) + (p_E * cse_11 * cse_23 * d188))
-            d218 = (-(cse_21 * (d185 + d188)) + (p_E * cse_11 * cse_23 * d191))
-            d219 = (cse_24 * d194)
-            d220 = (cse_24 * d197)
-            d221 = (cse_24 * d200)
+            d214 = ((cse_24 * d194) - (cse_17 * cse_29))
+            d215 = ((cse_24 * d195) - (cse_19 * cse_29))
+            d216 = (-(cse_21 * (d198 + d199)) + (p_E * cse_11 * cse_23 * d197))
+            d217 = (-(cse_21 * (d197 + d199)) + (p_E * cse_11 * cse_23 * d198))
+            d218 = (-(cse_21 * (d197 + d198)) + (p_E * cse_11 * cse_23 * d199))
+            d219 = (cse_24 * d200)
+            d220 = (cse_24 * d201)
+            d221 = (cse_24 * d202)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row73 = _mc_row32(
-                tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d89, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d90, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d93, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d94, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
             _k74 = tl.arange(0, 32)[None, :]
             _p75 = J + row[:, None] * j_stride + _k74 + (_k74 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p75, _row73, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p75 += zero
             _row76 = _mc_row32(
-                tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d21, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d22, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
             _k77 = tl.arange(0, 32)[None, :] + 32
             _p78 = J + row[:, None] * j_stride + _k77 + (_k77 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p78, _row76, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p78 += zero
             _row79 = _mc_row32(
-                tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d121, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d122, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d125, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d126, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
             _k80 = tl.arange(0, 32)[None, :] + 64
             _p81 = J + row[:, None] * j_stride + _k80 + (_k80 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p81, _row79, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p81 += zero
             _row82 = _mc_row32(
-                tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d135, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d141, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
             _k83 = tl.arange(0, 32)[None, :] + 96
@@ -2601,11 +2153,11 @@ if triton is not None:
                 _p84 += zero
             _row85 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d159, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d160, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
             _k86 = tl.arange(0, 32)[None, :] + 128
@@ -2615,10 +2167,10 @@ if triton is not None:
                 _p87 += zero
             _row88 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K11, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d173, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
@@ -2631,33 +2183,33 @@ if triton is not None:
             _k92 = tl.arange(0, 4)[None, :] + 192
             _p93 = J + row[:, None] * j_stride + _k92 + (_k92 // 15) * (3 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p93, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K11, K0), _zero91, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                tl.store(_p93, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero91, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
                 _p93 += zero
             if V & 8:
                 _k94 = tl.arange(0, 4)[None, :]
                 _p95 = J + row[:, None] * j_stride + (_k94 // 3) * 18 + 15 + _k94 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p95, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    tl.store(_p95, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p95 += zero
                 _k96 = tl.arange(0, 4)[None, :] + 4
                 _p97 = J + row[:, None] * j_stride + (_k96 // 3) * 18 + 15 + _k96 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p97, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    tl.store(_p97, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p97 += zero
                 _k98 = tl.arange(0, 4)[None, :] + 8
                 _p99 = J + row[:, None] * j_stride + (_k98 // 3) * 18 + 15 + _k98 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p99, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    tl.store(_p99, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p99 += zero
                 _k100 = tl.arange(0, 4)[None, :] + 12
                 _p101 = J + row[:, None] * j_stride + (_k100 // 3) * 18 + 15 + _k100 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p101, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    tl.store(_p101, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p101 += zero
                 _k102 = tl.arange(0, 4)[None, :] + 16
                 _p103 = J + row[:, None] * j_stride + (_k102 // 3) * 18 + 15 + _k102 % 3
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p103, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                    tl.store(_p103, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                     _p103 += zero
                 _k104 = tl.arange(0, 4)[None, :] + 20
                 _p105 = J + row[:, None] * j_stride + (_k104 // 3) * 18 + 15 + _k104 % 3
@@ -3599,78 +3151,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_114 = v_cse_114[l];
             const real cse_115 = v_cse_115[l];
             const real cse_102 = v_cse_102[l];
-            const real d37 = (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1))));
-            o_j[0 * MC_W + l] = j2_perfect_return_map_converged ? d37 : MC_NAN;
-            const real d38 = (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4))));
-            o_j[1 * MC_W + l] = j2_perfect_return_map_converged ? d38 : MC_NAN;
-            const real d39 = (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7))));
-            o_j[2 * MC_W + l] = j2_perfect_return_map_converged ? d39 : MC_NAN;
-            const real d40 = (-(cse_21 * (d11 + d12)) + (p_E * cse_11 * cse_23 * d10));
-            o_j[3 * MC_W + l] = j2_perfect_return_map_converged ? d40 : MC_NAN;
-            const real d41 = (-(cse_21 * (d14 + d15)) + (p_E * cse_11 * cse_23 * d13));
-            o_j[4 * MC_W + l] = j2_perfect_return_map_converged ? d41 : MC_NAN;
-            const real d42 = (-(cse_21 * (d17 + d18)) + (p_E * cse_11 * cse_23 * d16));
-            o_j[5 * MC_W + l] = j2_perfect_return_map_converged ? d42 : MC_NAN;
-            const real d43 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))));
-            o_j[6 * MC_W + l] = j2_perfect_return_map_converged ? d43 : MC_NAN;
-            const real d44 = (-(cse_21 * (d4 + d6)) + (p_E * cse_11 * (cse_22 + (cse_23 * d5))));
-            o_j[7 * MC_W + l] = j2_perfect_return_map_converged ? d44 : MC_NAN;
-            const real d45 = (-(cse_21 * (d7 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d8))));
-            o_j[8 * MC_W + l] = j2_perfect_return_map_converged ? d45 : MC_NAN;
-            const real d46 = (-(cse_21 * (d10 + d12)) + (p_E * cse_11 * cse_23 * d11));
-            o_j[9 * MC_W + l] = j2_perfect_return_map_converged ? d46 : MC_NAN;
-            const real d47 = (-(cse_21 * (d13 + d15)) + (p_E * cse_11 * cse_23 * d14));
-            o_j[10 * MC_W + l] = j2_perfect_return_map_converged ? d47 : MC_NAN;
-            const real d48 = (-(cse_21 * (d16 + d18)) + (p_E * cse_11 * cse_23 * d17));
-            o_j[11 * MC_W + l] = j2_perfect_return_map_converged ? d48 : MC_NAN;
-            const real d49 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))));
-            o_j[12 * MC_W + l] = j2_perfect_return_map_converged ? d49 : MC_NAN;
-            const real d50 = (-(cse_21 * (d4 + d5)) + (p_E * cse_11 * (cse_7 + (cse_23 * d6))));
-            o_j[13 * MC_W + l] = j2_perfect_return_map_converged ? d50 : MC_NAN;
-            const real d51 = (-(cse_21 * (d7 + d8)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9))));
-            o_j[14 * MC_W + l] = j2_perfect_return_map_converged ? d51 : MC_NAN;
-            const real d52 = (-(cse_21 * (d10 + d11)) + (p_E * cse_11 * cse_23 * d12));
-            o_j[15 * MC_W + l] = j2_perfect_return_map_converged ? d52 : MC_NAN;
-            const real d53 = (-(cse_21 * (d13 + d14)) + (p_E * cse_11 * cse_23 * d15));
-            o_j[16 * MC_W + l] = j2_perfect_return_map_converged ? d53 : MC_NAN;
-            const real d54 = (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * cse_23 * d18));
-            o_j[17 * MC_W + l] = j2_perfect_return_map_converged ? d54 : MC_NAN;
-            const real d55 = (cse_24 * d19);
-            o_j[18 * MC_W + l] = j2_perfect_return_map_converged ? d55 : MC_NAN;
-            const real d56 = (cse_24 * d20);
-            o_j[19 * MC_W + l] = j2_perfect_return_map_converged ? d56 : MC_NAN;
-            const real d57 = (cse_24 * d21);
-            o_j[20 * MC_W + l] = j2_perfect_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_12 + (cse_24 * d22));
-            o_j[21 * MC_W + l] = j2_perfect_return_map_converged ? d58 : MC_NAN;
-            const real d59 = (cse_24 * d23);
-            o_j[22 * MC_W + l] = j2_perfect_return_map_converged ? d59 : MC_NAN;
-            const real d60 = (cse_24 * d24);
-            o_j[23 * MC_W + l] = j2_perfect_return_map_converged ? d60 : MC_NAN;
-            const real d61 = (cse_24 * d25);
-            o_j[24 * MC_W + l] = j2_perfect_return_map_converged ? d61 : MC_NAN;
-            const real d62 = (cse_24 * d26);
-            o_j[25 * MC_W + l] = j2_perfect_return_map_converged ? d62 : MC_NAN;
-            const real d63 = (cse_24 * d27);
-            o_j[26 * MC_W + l] = j2_perfect_return_map_converged ? d63 : MC_NAN;
-            const real d64 = (cse_24 * d28);
-            o_j[27 * MC_W + l] = j2_perfect_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_12 + (cse_24 * d29));
-            o_j[28 * MC_W + l] = j2_perfect_return_map_converged ? d65 : MC_NAN;
-            const real d66 = (cse_24 * d30);
-            o_j[29 * MC_W + l] = j2_perfect_return_map_converged ? d66 : MC_NAN;
-            const real d67 = (cse_24 * d31);
-            o_j[30 * MC_W + l] = j2_perfect_return_map_converged ? d67 : MC_NAN;
-            const real d68 = (cse_24 * d32);
-            o_j[31 * MC_W + l] = j2_perfect_return_map_converged ? d68 : MC_NAN;
-            const real d69 = (cse_24 * d33);
-            o_j[32 * MC_W + l] = j2_perfect_return_map_converged ? d69 : MC_NAN;
-            const real d70 = (cse_24 * d34);
-            o_j[33 * MC_W + l] = j2_perfect_return_map_converged ? d70 : MC_NAN;
-            const real d71 = (cse_24 * d35);
-            o_j[34 * MC_W + l] = j2_perfect_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_12 + (cse_24 * d36));
-            o_j[35 * MC_W + l] = j2_perfect_return_map_converged ? d72 : MC_NAN;
+            o_j[0 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
+            o_j[1 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
+            o_j[2 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7)))) : MC_NAN;
+            o_j[3 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d11 + d12)) + (p_E * cse_11 * cse_23 * d10)) : MC_NAN;
+            o_j[4 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d14 + d15)) + (p_E * cse_11 * cse_23 * d13)) : MC_NAN;
+            o_j[5 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d17 + d18)) + (p_E * cse_11 * cse_23 * d16)) : MC_NAN;
+            o_j[6 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2)))) : MC_NAN;
+            o_j[7 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d4 + d6)) + (p_E * cse_11 * (cse_22 + (cse_23 * d5)))) : MC_NAN;
+            o_j[8 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d7 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d8)))) : MC_NAN;
+            o_j[9 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d10 + d12)) + (p_E * cse_11 * cse_23 * d11)) : MC_NAN;
+            o_j[10 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d13 + d15)) + (p_E * cse_11 * cse_23 * d14)) : MC_NAN;
+            o_j[11 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d16 + d18)) + (p_E * cse_11 * cse_23 * d17)) : MC_NAN;
+            o_j[12 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3)))) : MC_NAN;
+            o_j[13 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d4 + d5)) + (p_E * cse_11 * (cse_7 + (cse_23 * d6)))) : MC_NAN;
+            o_j[14 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d7 + d8)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9)))) : MC_NAN;
+            o_j[15 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d10 + d11)) + (p_E * cse_11 * cse_23 * d12)) : MC_NAN;
+            o_j[16 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d13 + d14)) + (p_E * cse_11 * cse_23 * d15)) : MC_NAN;
+            o_j[17 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * cse_23 * d18)) : MC_NAN;
+            o_j[18 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d19) : MC_NAN;
+            o_j[19 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d20) : MC_NAN;
+            o_j[20 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d21) : MC_NAN;
+            o_j[21 * MC_W + l] = j2_perfect_return_map_converged ? (cse_12 + (cse_24 * d22)) : MC_NAN;
+            o_j[22 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d23) : MC_NAN;
+            o_j[23 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d24) : MC_NAN;
+            o_j[24 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d25) : MC_NAN;
+            o_j[25 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d26) : MC_NAN;
+            o_j[26 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d27) : MC_NAN;
+            o_j[27 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d28) : MC_NAN;
+            o_j[28 * MC_W + l] = j2_perfect_return_map_converged ? (cse_12 + (cse_24 * d29)) : MC_NAN;
+            o_j[29 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d30) : MC_NAN;
+            o_j[30 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d31) : MC_NAN;
+            o_j[31 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d32) : MC_NAN;
+            o_j[32 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d33) : MC_NAN;
+            o_j[33 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d34) : MC_NAN;
+            o_j[34 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d35) : MC_NAN;
+            o_j[35 * MC_W + l] = j2_perfect_return_map_converged ? (cse_12 + (cse_24 * d36)) : MC_NAN;
             const real cse_116 = (cse_48 * state_internal_gamma_rate);
             const real cse_117 = (cse_116 * cse_12);
             const real cse_118 = (cse_117 * cse_32);
@@ -3797,56 +3313,56 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_11 = v_cse_11[l];
             const real cse_21 = v_cse_21[l];
             const real cse_23 = v_cse_23[l];
-            const real d73 = (mc_ls2_B + 0 * MC_W)[l];
-            const real d74 = (mc_ls2_B + 8 * MC_W)[l];
-            const real d75 = (mc_ls2_B + 16 * MC_W)[l];
+            const real d37 = (mc_ls2_B + 0 * MC_W)[l];
+            const real d38 = (mc_ls2_B + 8 * MC_W)[l];
+            const real d39 = (mc_ls2_B + 16 * MC_W)[l];
             const int j2_perfect_return_map_converged = v_j2_perfect_return_map_converged[l];
             const real cse_24 = v_cse_24[l];
-            const real d76 = (mc_ls2_B + 24 * MC_W)[l];
-            const real d77 = (mc_ls2_B + 32 * MC_W)[l];
-            const real d78 = (mc_ls2_B + 40 * MC_W)[l];
-            const real d79 = (mc_ls2_B + 1 * MC_W)[l];
-            const real d80 = (mc_ls2_B + 9 * MC_W)[l];
-            const real d81 = (mc_ls2_B + 17 * MC_W)[l];
-            const real d82 = (mc_ls2_B + 25 * MC_W)[l];
-            const real d83 = (mc_ls2_B + 33 * MC_W)[l];
-            const real d84 = (mc_ls2_B + 41 * MC_W)[l];
-            const real d85 = (mc_ls2_B + 2 * MC_W)[l];
-            const real d86 = (mc_ls2_B + 10 * MC_W)[l];
-            const real d87 = (mc_ls2_B + 18 * MC_W)[l];
-            const real d88 = (mc_ls2_B + 3 * MC_W)[l];
-            const real d89 = (mc_ls2_B + 11 * MC_W)[l];
-            const real d90 = (mc_ls2_B + 19 * MC_W)[l];
-            const real d91 = (mc_ls2_B + 4 * MC_W)[l];
-            const real d92 = (mc_ls2_B + 12 * MC_W)[l];
-            const real d93 = (mc_ls2_B + 20 * MC_W)[l];
-            const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-            const real d95 = (mc_ls2_B + 13 * MC_W)[l];
-            const real d96 = (mc_ls2_B + 21 * MC_W)[l];
-            const real d97 = (mc_ls2_B + 6 * MC_W)[l];
-            const real d98 = (mc_ls2_B + 14 * MC_W)[l];
-            const real d99 = (mc_ls2_B + 22 * MC_W)[l];
-            const real d100 = (mc_ls2_B + 7 * MC_W)[l];
-            const real d101 = (mc_ls2_B + 15 * MC_W)[l];
-            const real d102 = (mc_ls2_B + 23 * MC_W)[l];
-            const real d103 = (mc_ls2_B + 26 * MC_W)[l];
-            const real d104 = (mc_ls2_B + 27 * MC_W)[l];
-            const real d105 = (mc_ls2_B + 28 * MC_W)[l];
-            const real d106 = (mc_ls2_B + 29 * MC_W)[l];
-            const real d107 = (mc_ls2_B + 30 * MC_W)[l];
-            const real d108 = (mc_ls2_B + 31 * MC_W)[l];
-            const real d109 = (mc_ls2_B + 34 * MC_W)[l];
-            const real d110 = (mc_ls2_B + 35 * MC_W)[l];
-            const real d111 = (mc_ls2_B + 36 * MC_W)[l];
-            const real d112 = (mc_ls2_B + 37 * MC_W)[l];
-            const real d113 = (mc_ls2_B + 38 * MC_W)[l];
-            const real d114 = (mc_ls2_B + 39 * MC_W)[l];
-            const real d115 = (mc_ls2_B + 42 * MC_W)[l];
-            const real d116 = (mc_ls2_B + 43 * MC_W)[l];
-            const real d117 = (mc_ls2_B + 44 * MC_W)[l];
-            const real d118 = (mc_ls2_B + 45 * MC_W)[l];
-            const real d119 = (mc_ls2_B + 46 * MC_W)[l];
-            const real d120 = (mc_ls2_B + 47 * MC_W)[l];
+            const real d40 = (mc_ls2_B + 24 * MC_W)[l];
+            const real d41 = (mc_ls2_B + 32 * MC_W)[l];
+            const real d42 = (mc_ls2_B + 40 * MC_W)[l];
+            const real d43 = (mc_ls2_B + 1 * MC_W)[l];
+            const real d44 = (mc_ls2_B + 9 * MC_W)[l];
+            const real d45 = (mc_ls2_B + 17 * MC_W)[l];
+            const real d46 = (mc_ls2_B + 25 * MC_W)[l];
+            const real d47 = (mc_ls2_B + 33 * MC_W)[l];
+            const real d48 = (mc_ls2_B + 41 * MC_W)[l];
+            const real d49 = (mc_ls2_B + 2 * MC_W)[l];
+            const real d50 = (mc_ls2_B + 10 * MC_W)[l];
+            const real d51 = (mc_ls2_B + 18 * MC_W)[l];
+            const real d52 = (mc_ls2_B + 3 * MC_W)[l];
+            const real d53 = (mc_ls2_B + 11 * MC_W)[l];
+            const real d54 = (mc_ls2_B + 19 * MC_W)[l];
+            const real d55 = (mc_ls2_B + 4 * MC_W)[l];
+            const real d56 = (mc_ls2_B + 12 * MC_W)[l];
+            const real d57 = (mc_ls2_B + 20 * MC_W)[l];
+            const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+            const real d59 = (mc_ls2_B + 13 * MC_W)[l];
+            const real d60 = (mc_ls2_B + 21 * MC_W)[l];
+            const real d61 = (mc_ls2_B + 6 * MC_W)[l];
+            const real d62 = (mc_ls2_B + 14 * MC_W)[l];
+            const real d63 = (mc_ls2_B + 22 * MC_W)[l];
+            const real d64 = (mc_ls2_B + 7 * MC_W)[l];
+            const real d65 = (mc_ls2_B + 15 * MC_W)[l];
+            const real d66 = (mc_ls2_B + 23 * MC_W)[l];
+            const real d67 = (mc_ls2_B + 26 * MC_W)[l];
+            const real d68 = (mc_ls2_B + 27 * MC_W)[l];
+            const real d69 = (mc_ls2_B + 28 * MC_W)[l];
+            const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+            const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+            const real d72 = (mc_ls2_B + 31 * MC_W)[l];
+            const real d73 = (mc_ls2_B + 34 * MC_W)[l];
+            const real d74 = (mc_ls2_B + 35 * MC_W)[l];
+            const real d75 = (mc_ls2_B + 36 * MC_W)[l];
+            const real d76 = (mc_ls2_B + 37 * MC_W)[l];
+            const real d77 = (mc_ls2_B + 38 * MC_W)[l];
+            const real d78 = (mc_ls2_B + 39 * MC_W)[l];
+            const real d79 = (mc_ls2_B + 42 * MC_W)[l];
+            const real d80 = (mc_ls2_B + 43 * MC_W)[l];
+            const real d81 = (mc_ls2_B + 44 * MC_W)[l];
+            const real d82 = (mc_ls2_B + 45 * MC_W)[l];
+            const real d83 = (mc_ls2_B + 46 * MC_W)[l];
+            const real d84 = (mc_ls2_B + 47 * MC_W)[l];
             const real cse_4 = v_cse_4[l];
             const real cse_6 = v_cse_6[l];
             const real cse_3 = v_cse_3[l];
@@ -3924,102 +3440,54 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_47 = v_cse_47[l];
             const real cse_104 = v_cse_104[l];
             const real cse_106 = v_cse_106[l];
-            const real d121 = (-(cse_21 * (d74 + d75)) + (p_E * cse_11 * cse_23 * d73));
-            o_j[134 * MC_W + l] = j2_perfect_return_map_converged ? d121 : MC_NAN;
-            const real d122 = (-(cse_21 * (d73 + d75)) + (p_E * cse_11 * cse_23 * d74));
-            o_j[142 * MC_W + l] = j2_perfect_return_map_converged ? d122 : MC_NAN;
-            const real d123 = (-(cse_21 * (d73 + d74)) + (p_E * cse_11 * cse_23 * d75));
-            o_j[150 * MC_W + l] = j2_perfect_return_map_converged ? d123 : MC_NAN;
-            const real d124 = (cse_24 * d76);
-            o_j[158 * MC_W + l] = j2_perfect_return_map_converged ? d124 : MC_NAN;
-            const real d125 = (cse_24 * d77);
-            o_j[166 * MC_W + l] = j2_perfect_return_map_converged ? d125 : MC_NAN;
-            const real d126 = (cse_24 * d78);
-            o_j[174 * MC_W + l] = j2_perfect_return_map_converged ? d126 : MC_NAN;
-            const real d127 = (-(cse_21 * (d80 + d81)) + (p_E * cse_11 * cse_23 * d79));
-            o_j[135 * MC_W + l] = j2_perfect_return_map_converged ? d127 : MC_NAN;
-            const real d128 = (-(cse_21 * (d79 + d81)) + (p_E * cse_11 * cse_23 * d80));
-            o_j[143 * MC_W + l] = j2_perfect_return_map_converged ? d128 : MC_NAN;
-            const real d129 = (-(cse_21 * (d79 + d80)) + (p_E * cse_11 * cse_23 * d81));
-            o_j[151 * MC_W + l] = j2_perfect_return_map_converged ? d129 : MC_NAN;
-            const real d130 = (cse_24 * d82);
-            o_j[159 * MC_W + l] = j2_perfect_return_map_converged ? d130 : MC_NAN;
-            const real d131 = (cse_24 * d83);
-            o_j[167 * MC_W + l] = j2_perfect_return_map_converged ? d131 : MC_NAN;
-            const real d132 = (cse_24 * d84);
-            o_j[175 * MC_W + l] = j2_perfect_return_map_converged ? d132 : MC_NAN;
-            const real d133 = (-(cse_21 * (d86 + d87)) + (p_E * cse_11 * cse_23 * d85));
-            o_j[136 * MC_W + l] = j2_perfect_return_map_converged ? d133 : MC_NAN;
-            const real d134 = (-(cse_21 * (d89 + d90)) + (p_E * cse_11 * cse_23 * d88));
-            o_j[137 * MC_W + l] = j2_perfect_return_map_converged ? d134 : MC_NAN;
-            const real d135 = (-(cse_21 * (d92 + d93)) + (p_E * cse_11 * cse_23 * d91));
-            o_j[138 * MC_W + l] = j2_perfect_return_map_converged ? d135 : MC_NAN;
-            const real d136 = (-(cse_21 * (d95 + d96)) + (p_E * cse_11 * cse_23 * d94));
-            o_j[139 * MC_W + l] = j2_perfect_return_map_converged ? d136 : MC_NAN;
-            const real d137 = (-(cse_21 * (d98 + d99)) + (p_E * cse_11 * cse_23 * d97));
-            o_j[140 * MC_W + l] = j2_perfect_return_map_converged ? d137 : MC_NAN;
-            const real d138 = (-(cse_21 * (d101 + d102)) + (p_E * cse_11 * cse_23 * d100));
-            o_j[141 * MC_W + l] = j2_perfect_return_map_converged ? d138 : MC_NAN;
-            const real d139 = (-(cse_21 * (d85 + d87)) + (p_E * cse_11 * cse_23 * d86));
-            o_j[144 * MC_W + l] = j2_perfect_return_map_converged ? d139 : MC_NAN;
-            const real d140 = (-(cse_21 * (d88 + d90)) + (p_E * cse_11 * cse_23 * d89));
-            o_j[145 * MC_W + l] = j2_perfect_return_map_converged ? d140 : MC_NAN;
-            const real d141 = (-(cse_21 * (d91 + d93)) + (p_E * cse_11 * cse_23 * d92));
-            o_j[146 * MC_W + l] = j2_perfect_return_map_converged ? d141 : MC_NAN;
-            const real d142 = (-(cse_21 * (d94 + d96)) + (p_E * cse_11 * cse_23 * d95));
-            o_j[147 * MC_W + l] = j2_perfect_return_map_converged ? d142 : MC_NAN;
-            const real d143 = (-(cse_21 * (d97 + d99)) + (p_E * cse_11 * cse_23 * d98));
-            o_j[148 * MC_W + l] = j2_perfect_return_map_converged ? d143 : MC_NAN;
-            const real d144 = (-(cse_21 * (d100 + d102)) + (p_E * cse_11 * cse_23 * d101));
-            o_j[149 * MC_W + l] = j2_perfect_return_map_converged ? d144 : MC_NAN;
-            const real d145 = (-(cse_21 * (d85 + d86)) + (p_E * cse_11 * cse_23 * d87));
-            o_j[152 * MC_W + l] = j2_perfect_return_map_converged ? d145 : MC_NAN;
-            const real d146 = (-(cse_21 * (d88 + d89)) + (p_E * cse_11 * cse_23 * d90));
-            o_j[153 * MC_W + l] = j2_perfect_return_map_converged ? d146 : MC_NAN;
-            const real d147 = (-(cse_21 * (d91 + d92)) + (p_E * cse_11 * cse_23 * d93));
-            o_j[154 * MC_W + l] = j2_perfect_return_map_converged ? d147 : MC_NAN;
-            const real d148 = (-(cse_21 * (d94 + d95)) + (p_E * cse_11 * cse_23 * d96));
-            o_j[155 * MC_W + l] = j2_perfect_return_map_converged ? d148 : MC_NAN;
-            const real d149 = (-(cse_21 * (d97 + d98)) + (p_E * cse_11 * cse_23 * d99));
-            o_j[156 * MC_W + l] = j2_perfect_return_map_converged ? d149 : MC_NAN;
-            const real d150 = (-(cse_21 * (d100 + d101)) + (p_E * cse_11 * cse_23 * d102));
-            o_j[157 * MC_W + l] = j2_perfect_return_map_converged ? d150 : MC_NAN;
-            const real d151 = (cse_24 * d103);
-            o_j[160 * MC_W + l] = j2_perfect_return_map_converged ? d151 : MC_NAN;
-            const real d152 = (cse_24 * d104);
-            o_j[161 * MC_W + l] = j2_perfect_return_map_converged ? d152 : MC_NAN;
-            const real d153 = (cse_24 * d105);
-            o_j[162 * MC_W + l] = j2_perfect_return_map_converged ? d153 : MC_NAN;
-            const real d154 = (cse_24 * d106);
-            o_j[163 * MC_W + l] = j2_perfect_return_map_converged ? d154 : MC_NAN;
-            const real d155 = (cse_24 * d107);
-            o_j[164 * MC_W + l] = j2_perfect_return_map_converged ? d155 : MC_NAN;
-            const real d156 = (cse_24 * d108);
-            o_j[165 * MC_W + l] = j2_perfect_return_map_converged ? d156 : MC_NAN;
-            const real d157 = (cse_24 * d109);
-            o_j[168 * MC_W + l] = j2_perfect_return_map_converged ? d157 : MC_NAN;
-            const real d158 = (cse_24 * d110);
-            o_j[169 * MC_W + l] = j2_perfect_return_map_converged ? d158 : MC_NAN;
-            const real d159 = (cse_24 * d111);
-            o_j[170 * MC_W + l] = j2_perfect_return_map_converged ? d159 : MC_NAN;
-            const real d160 = (cse_24 * d112);
-            o_j[171 * MC_W + l] = j2_perfect_return_map_converged ? d160 : MC_NAN;
-            const real d161 = (cse_24 * d113);
-            o_j[172 * MC_W + l] = j2_perfect_return_map_converged ? d161 : MC_NAN;
-            const real d162 = (cse_24 * d114);
-            o_j[173 * MC_W + l] = j2_perfect_return_map_converged ? d162 : MC_NAN;
-            const real d163 = (cse_24 * d115);
-            o_j[176 * MC_W + l] = j2_perfect_return_map_converged ? d163 : MC_NAN;
-            const real d164 = (cse_24 * d116);
-            o_j[177 * MC_W + l] = j2_perfect_return_map_converged ? d164 : MC_NAN;
-            const real d165 = (cse_24 * d117);
-            o_j[178 * MC_W + l] = j2_perfect_return_map_converged ? d165 : MC_NAN;
-            const real d166 = (cse_24 * d118);
-            o_j[179 * MC_W + l] = j2_perfect_return_map_converged ? d166 : MC_NAN;
-            const real d167 = (cse_24 * d119);
-            o_j[180 * MC_W + l] = j2_perfect_return_map_converged ? d167 : MC_NAN;
-            const real d168 = (cse_24 * d120);
-            o_j[181 * MC_W + l] = j2_perfect_return_map_converged ? d168 : MC_NAN;
+            o_j[134 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
+            o_j[142 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
+            o_j[150 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d39)) : MC_NAN;
+            o_j[158 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d40) : MC_NAN;
+            o_j[166 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d41) : MC_NAN;
+            o_j[174 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d42) : MC_NAN;
+            o_j[135 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d44 + d45)) + (p_E * cse_11 * cse_23 * d43)) : MC_NAN;
+            o_j[143 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d43 + d45)) + (p_E * cse_11 * cse_23 * d44)) : MC_NAN;
+            o_j[151 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d43 + d44)) + (p_E * cse_11 * cse_23 * d45)) : MC_NAN;
+            o_j[159 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d46) : MC_NAN;
+            o_j[167 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d47) : MC_NAN;
+            o_j[175 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d48) : MC_NAN;
+            o_j[136 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d50 + d51)) + (p_E * cse_11 * cse_23 * d49)) : MC_NAN;
+            o_j[137 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d53 + d54)) + (p_E * cse_11 * cse_23 * d52)) : MC_NAN;
+            o_j[138 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d56 + d57)) + (p_E * cse_11 * cse_23 * d55)) : MC_NAN;
+            o_j[139 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d59 + d60)) + (p_E * cse_11 * cse_23 * d58)) : MC_NAN;
+            o_j[140 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d62 + d63)) + (p_E * cse_11 * cse_23 * d61)) : MC_NAN;
+            o_j[141 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d65 + d66)) + (p_E * cse_11 * cse_23 * d64)) : MC_NAN;
+            o_j[144 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d49 + d51)) + (p_E * cse_11 * cse_23 * d50)) : MC_NAN;
+            o_j[145 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d52 + d54)) + (p_E * cse_11 * cse_23 * d53)) : MC_NAN;
+            o_j[146 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d55 + d57)) + (p_E * cse_11 * cse_23 * d56)) : MC_NAN;
+            o_j[147 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d58 + d60)) + (p_E * cse_11 * cse_23 * d59)) : MC_NAN;
+            o_j[148 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d61 + d63)) + (p_E * cse_11 * cse_23 * d62)) : MC_NAN;
+            o_j[149 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d64 + d66)) + (p_E * cse_11 * cse_23 * d65)) : MC_NAN;
+            o_j[152 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d49 + d50)) + (p_E * cse_11 * cse_23 * d51)) : MC_NAN;
+            o_j[153 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d52 + d53)) + (p_E * cse_11 * cse_23 * d54)) : MC_NAN;
+            o_j[154 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d55 + d56)) + (p_E * cse_11 * cse_23 * d57)) : MC_NAN;
+            o_j[155 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d58 + d59)) + (p_E * cse_11 * cse_23 * d60)) : MC_NAN;
+            o_j[156 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d61 + d62)) + (p_E * cse_11 * cse_23 * d63)) : MC_NAN;
+            o_j[157 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d64 + d65)) + (p_E * cse_11 * cse_23 * d66)) : MC_NAN;
+            o_j[160 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d67) : MC_NAN;
+            o_j[161 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d68) : MC_NAN;
+            o_j[162 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d69) : MC_NAN;
+            o_j[163 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d70) : MC_NAN;
+            o_j[164 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d71) : MC_NAN;
+            o_j[165 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d72) : MC_NAN;
+            o_j[168 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d73) : MC_NAN;
+            o_j[169 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d74) : MC_NAN;
+            o_j[170 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d75) : MC_NAN;
+            o_j[171 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d76) : MC_NAN;
+            o_j[172 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d77) : MC_NAN;
+            o_j[173 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d78) : MC_NAN;
+            o_j[176 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d79) : MC_NAN;
+            o_j[177 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d80) : MC_NAN;
+            o_j[178 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d81) : MC_NAN;
+            o_j[179 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d82) : MC_NAN;
+            o_j[180 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d83) : MC_NAN;
+            o_j[181 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d84) : MC_NAN;
             const real cse_25 = (p_E * cse_23);
             const real cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)));
             const real cse_28 = (cse_27 * cse_3);
@@ -4129,36 +3597,36 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_21 = v_cse_21[l];
         const real cse_25 = v_cse_25[l];
         const real cse_9 = v_cse_9[l];
-        const real d169 = (mc_ls3_B + 0 * MC_W)[l];
-        const real d170 = (mc_ls3_B + 3 * MC_W)[l];
-        const real d171 = (mc_ls3_B + 6 * MC_W)[l];
+        const real d85 = (mc_ls3_B + 0 * MC_W)[l];
+        const real d86 = (mc_ls3_B + 3 * MC_W)[l];
+        const real d87 = (mc_ls3_B + 6 * MC_W)[l];
         const int j2_perfect_return_map_converged = v_j2_perfect_return_map_converged[l];
         const real cse_13 = v_cse_13[l];
         const real cse_14 = v_cse_14[l];
         const real cse_15 = v_cse_15[l];
         const real cse_24 = v_cse_24[l];
-        const real d172 = (mc_ls3_B + 9 * MC_W)[l];
+        const real d88 = (mc_ls3_B + 9 * MC_W)[l];
         const real cse_17 = v_cse_17[l];
-        const real d173 = (mc_ls3_B + 12 * MC_W)[l];
+        const real d89 = (mc_ls3_B + 12 * MC_W)[l];
         const real cse_19 = v_cse_19[l];
-        const real d174 = (mc_ls3_B + 15 * MC_W)[l];
+        const real d90 = (mc_ls3_B + 15 * MC_W)[l];
         const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
         const real cse_23 = v_cse_23[l];
         const real cse_26 = v_cse_26[l];
         const real cse_28 = v_cse_28[l];
-        const real d175 = (mc_ls3_B + 1 * MC_W)[l];
-        const real d176 = (mc_ls3_B + 4 * MC_W)[l];
-        const real d177 = (mc_ls3_B + 7 * MC_W)[l];
+        const real d91 = (mc_ls3_B + 1 * MC_W)[l];
+        const real d92 = (mc_ls3_B + 4 * MC_W)[l];
+        const real d93 = (mc_ls3_B + 7 * MC_W)[l];
         const real cse_29 = v_cse_29[l];
-        const real d178 = (mc_ls3_B + 10 * MC_W)[l];
-        const real d179 = (mc_ls3_B + 13 * MC_W)[l];
-        const real d180 = (mc_ls3_B + 16 * MC_W)[l];
-        const real d181 = (mc_ls3_B + 2 * MC_W)[l];
-        const real d182 = (mc_ls3_B + 5 * MC_W)[l];
-        const real d183 = (mc_ls3_B + 8 * MC_W)[l];
-        const real d184 = (mc_ls3_B + 11 * MC_W)[l];
-        const real d185 = (mc_ls3_B + 14 * MC_W)[l];
-        const real d186 = (mc_ls3_B + 17 * MC_W)[l];
+        const real d94 = (mc_ls3_B + 10 * MC_W)[l];
+        const real d95 = (mc_ls3_B + 13 * MC_W)[l];
+        const real d96 = (mc_ls3_B + 16 * MC_W)[l];
+        const real d97 = (mc_ls3_B + 2 * MC_W)[l];
+        const real d98 = (mc_ls3_B + 5 * MC_W)[l];
+        const real d99 = (mc_ls3_B + 8 * MC_W)[l];
+        const real d100 = (mc_ls3_B + 11 * MC_W)[l];
+        const real d101 = (mc_ls3_B + 14 * MC_W)[l];
+        const real d102 = (mc_ls3_B + 17 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
@@ -4172,139 +3640,121 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d10 = (mc_ls1_B + 3 * MC_W)[l];
         const real d13 = (mc_ls1_B + 4 * MC_W)[l];
         const real d16 = (mc_ls1_B + 5 * MC_W)[l];
-        const real d73 = (mc_ls2_B + 0 * MC_W)[l];
-        const real d79 = (mc_ls2_B + 1 * MC_W)[l];
-        const real d85 = (mc_ls2_B + 2 * MC_W)[l];
-        const real d88 = (mc_ls2_B + 3 * MC_W)[l];
-        const real d91 = (mc_ls2_B + 4 * MC_W)[l];
-        const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-        const real d97 = (mc_ls2_B + 6 * MC_W)[l];
-        const real d100 = (mc_ls2_B + 7 * MC_W)[l];
+        const real d37 = (mc_ls2_B + 0 * MC_W)[l];
+        const real d43 = (mc_ls2_B + 1 * MC_W)[l];
+        const real d49 = (mc_ls2_B + 2 * MC_W)[l];
+        const real d52 = (mc_ls2_B + 3 * MC_W)[l];
+        const real d55 = (mc_ls2_B + 4 * MC_W)[l];
+        const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+        const real d61 = (mc_ls2_B + 6 * MC_W)[l];
+        const real d64 = (mc_ls2_B + 7 * MC_W)[l];
         const real d2 = (mc_ls1_B + 6 * MC_W)[l];
         const real d5 = (mc_ls1_B + 7 * MC_W)[l];
         const real d8 = (mc_ls1_B + 8 * MC_W)[l];
         const real d11 = (mc_ls1_B + 9 * MC_W)[l];
         const real d14 = (mc_ls1_B + 10 * MC_W)[l];
         const real d17 = (mc_ls1_B + 11 * MC_W)[l];
-        const real d74 = (mc_ls2_B + 8 * MC_W)[l];
-        const real d80 = (mc_ls2_B + 9 * MC_W)[l];
-        const real d86 = (mc_ls2_B + 10 * MC_W)[l];
-        const real d89 = (mc_ls2_B + 11 * MC_W)[l];
-        const real d92 = (mc_ls2_B + 12 * MC_W)[l];
-        const real d95 = (mc_ls2_B + 13 * MC_W)[l];
-        const real d98 = (mc_ls2_B + 14 * MC_W)[l];
-        const real d101 = (mc_ls2_B + 15 * MC_W)[l];
+        const real d38 = (mc_ls2_B + 8 * MC_W)[l];
+        const real d44 = (mc_ls2_B + 9 * MC_W)[l];
+        const real d50 = (mc_ls2_B + 10 * MC_W)[l];
+        const real d53 = (mc_ls2_B + 11 * MC_W)[l];
+        const real d56 = (mc_ls2_B + 12 * MC_W)[l];
+        const real d59 = (mc_ls2_B + 13 * MC_W)[l];
+        const real d62 = (mc_ls2_B + 14 * MC_W)[l];
+        const real d65 = (mc_ls2_B + 15 * MC_W)[l];
         const real d3 = (mc_ls1_B + 12 * MC_W)[l];
         const real d6 = (mc_ls1_B + 13 * MC_W)[l];
         const real d9 = (mc_ls1_B + 14 * MC_W)[l];
         const real d12 = (mc_ls1_B + 15 * MC_W)[l];
         const real d15 = (mc_ls1_B + 16 * MC_W)[l];
         const real d18 = (mc_ls1_B + 17 * MC_W)[l];
-        const real d75 = (mc_ls2_B + 16 * MC_W)[l];
-        const real d81 = (mc_ls2_B + 17 * MC_W)[l];
-        const real d87 = (mc_ls2_B + 18 * MC_W)[l];
-        const real d90 = (mc_ls2_B + 19 * MC_W)[l];
-        const real d93 = (mc_ls2_B + 20 * MC_W)[l];
-        const real d96 = (mc_ls2_B + 21 * MC_W)[l];
-        const real d99 = (mc_ls2_B + 22 * MC_W)[l];
-        const real d102 = (mc_ls2_B + 23 * MC_W)[l];
+        const real d39 = (mc_ls2_B + 16 * MC_W)[l];
+        const real d45 = (mc_ls2_B + 17 * MC_W)[l];
+        const real d51 = (mc_ls2_B + 18 * MC_W)[l];
+        const real d54 = (mc_ls2_B + 19 * MC_W)[l];
+        const real d57 = (mc_ls2_B + 20 * MC_W)[l];
+        const real d60 = (mc_ls2_B + 21 * MC_W)[l];
+        const real d63 = (mc_ls2_B + 22 * MC_W)[l];
+        const real d66 = (mc_ls2_B + 23 * MC_W)[l];
         const real d19 = (mc_ls1_B + 18 * MC_W)[l];
         const real d20 = (mc_ls1_B + 19 * MC_W)[l];
         const real d21 = (mc_ls1_B + 20 * MC_W)[l];
         const real d22 = (mc_ls1_B + 21 * MC_W)[l];
         const real d23 = (mc_ls1_B + 22 * MC_W)[l];
         const real d24 = (mc_ls1_B + 23 * MC_W)[l];
-        const real d76 = (mc_ls2_B + 24 * MC_W)[l];
-        const real d82 = (mc_ls2_B + 25 * MC_W)[l];
-        const real d103 = (mc_ls2_B + 26 * MC_W)[l];
-        const real d104 = (mc_ls2_B + 27 * MC_W)[l];
-        const real d105 = (mc_ls2_B + 28 * MC_W)[l];
-        const real d106 = (mc_ls2_B + 29 * MC_W)[l];
-        const real d107 = (mc_ls2_B + 30 * MC_W)[l];
-        const real d108 = (mc_ls2_B + 31 * MC_W)[l];
+        const real d40 = (mc_ls2_B + 24 * MC_W)[l];
+        const real d46 = (mc_ls2_B + 25 * MC_W)[l];
+        const real d67 = (mc_ls2_B + 26 * MC_W)[l];
+        const real d68 = (mc_ls2_B + 27 * MC_W)[l];
+        const real d69 = (mc_ls2_B + 28 * MC_W)[l];
+        const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+        const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+        const real d72 = (mc_ls2_B + 31 * MC_W)[l];
         const real d25 = (mc_ls1_B + 24 * MC_W)[l];
         const real d26 = (mc_ls1_B + 25 * MC_W)[l];
         const real d27 = (mc_ls1_B + 26 * MC_W)[l];
         const real d28 = (mc_ls1_B + 27 * MC_W)[l];
         const real d29 = (mc_ls1_B + 28 * MC_W)[l];
         const real d30 = (mc_ls1_B + 29 * MC_W)[l];
-        const real d77 = (mc_ls2_B + 32 * MC_W)[l];
-        const real d83 = (mc_ls2_B + 33 * MC_W)[l];
-        const real d109 = (mc_ls2_B + 34 * MC_W)[l];
-        const real d110 = (mc_ls2_B + 35 * MC_W)[l];
-        const real d111 = (mc_ls2_B + 36 * MC_W)[l];
-        const real d112 = (mc_ls2_B + 37 * MC_W)[l];
-        const real d113 = (mc_ls2_B + 38 * MC_W)[l];
-        const real d114 = (mc_ls2_B + 39 * MC_W)[l];
+        const real d41 = (mc_ls2_B + 32 * MC_W)[l];
+        const real d47 = (mc_ls2_B + 33 * MC_W)[l];
+        const real d73 = (mc_ls2_B + 34 * MC_W)[l];
+        const real d74 = (mc_ls2_B + 35 * MC_W)[l];
+        const real d75 = (mc_ls2_B + 36 * MC_W)[l];
+        const real d76 = (mc_ls2_B + 37 * MC_W)[l];
+        const real d77 = (mc_ls2_B + 38 * MC_W)[l];
+        const real d78 = (mc_ls2_B + 39 * MC_W)[l];
         const real d31 = (mc_ls1_B + 30 * MC_W)[l];
         const real d32 = (mc_ls1_B + 31 * MC_W)[l];
         const real d33 = (mc_ls1_B + 32 * MC_W)[l];
         const real d34 = (mc_ls1_B + 33 * MC_W)[l];
         const real d35 = (mc_ls1_B + 34 * MC_W)[l];
         const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-        const real d78 = (mc_ls2_B + 40 * MC_W)[l];
-        const real d84 = (mc_ls2_B + 41 * MC_W)[l];
-        const real d115 = (mc_ls2_B + 42 * MC_W)[l];
-        const real d116 = (mc_ls2_B + 43 * MC_W)[l];
-        const real d117 = (mc_ls2_B + 44 * MC_W)[l];
-        const real d118 = (mc_ls2_B + 45 * MC_W)[l];
-        const real d119 = (mc_ls2_B + 46 * MC_W)[l];
-        const real d120 = (mc_ls2_B + 47 * MC_W)[l];
-        const real d187 = (mc_ls1_B + 36 * MC_W)[l];
-        const real d188 = (mc_ls1_B + 37 * MC_W)[l];
-        const real d189 = (mc_ls1_B + 38 * MC_W)[l];
-        const real d190 = (mc_ls1_B + 39 * MC_W)[l];
-        const real d191 = (mc_ls1_B + 40 * MC_W)[l];
-        const real d192 = (mc_ls1_B + 41 * MC_W)[l];
-        const real d193 = (mc_ls2_B + 48 * MC_W)[l];
-        const real d194 = (mc_ls2_B + 49 * MC_W)[l];
-        const real d195 = (mc_ls2_B + 50 * MC_W)[l];
-        const real d196 = (mc_ls2_B + 51 * MC_W)[l];
-        const real d197 = (mc_ls2_B + 52 * MC_W)[l];
-        const real d198 = (mc_ls2_B + 53 * MC_W)[l];
-        const real d199 = (mc_ls2_B + 54 * MC_W)[l];
-        const real d200 = (mc_ls2_B + 55 * MC_W)[l];
-        const real d201 = (mc_ls3_B + 18 * MC_W)[l];
-        const real d202 = (mc_ls3_B + 19 * MC_W)[l];
-        const real d203 = (mc_ls3_B + 20 * MC_W)[l];
+        const real d42 = (mc_ls2_B + 40 * MC_W)[l];
+        const real d48 = (mc_ls2_B + 41 * MC_W)[l];
+        const real d79 = (mc_ls2_B + 42 * MC_W)[l];
+        const real d80 = (mc_ls2_B + 43 * MC_W)[l];
+        const real d81 = (mc_ls2_B + 44 * MC_W)[l];
+        const real d82 = (mc_ls2_B + 45 * MC_W)[l];
+        const real d83 = (mc_ls2_B + 46 * MC_W)[l];
+        const real d84 = (mc_ls2_B + 47 * MC_W)[l];
+        const real d103 = (mc_ls1_B + 36 * MC_W)[l];
+        const real d104 = (mc_ls1_B + 37 * MC_W)[l];
+        const real d105 = (mc_ls1_B + 38 * MC_W)[l];
+        const real d106 = (mc_ls1_B + 39 * MC_W)[l];
+        const real d107 = (mc_ls1_B + 40 * MC_W)[l];
+        const real d108 = (mc_ls1_B + 41 * MC_W)[l];
+        const real d109 = (mc_ls2_B + 48 * MC_W)[l];
+        const real d110 = (mc_ls2_B + 49 * MC_W)[l];
+        const real d111 = (mc_ls2_B + 50 * MC_W)[l];
+        const real d112 = (mc_ls2_B + 51 * MC_W)[l];
+        const real d113 = (mc_ls2_B + 52 * MC_W)[l];
+        const real d114 = (mc_ls2_B + 53 * MC_W)[l];
+        const real d115 = (mc_ls2_B + 54 * MC_W)[l];
+        const real d116 = (mc_ls2_B + 55 * MC_W)[l];
+        const real d117 = (mc_ls3_B + 18 * MC_W)[l];
+        const real d118 = (mc_ls3_B + 19 * MC_W)[l];
+        const real d119 = (mc_ls3_B + 20 * MC_W)[l];
         const int j2_perfect_return_map_iterations = v_j2_perfect_return_map_iterations[l];
         const real j2_perfect_return_map_residual_norm = v_j2_perfect_return_map_residual_norm[l];
-        const real d204 = ((cse_11 * (cse_9 + (cse_25 * d169))) - (cse_21 * (d170 + d171)));
-        if (V & 8) o_j[203 * MC_W + l] = j2_perfect_return_map_converged ? d204 : MC_NAN;
-        const real d205 = ((cse_11 * (cse_13 + (cse_25 * d170))) - (cse_21 * (d169 + d171)));
-        if (V & 8) o_j[206 * MC_W + l] = j2_perfect_return_map_converged ? d205 : MC_NAN;
-        const real d206 = ((cse_11 * (cse_14 + (cse_25 * d171))) - (cse_21 * (d169 + d170)));
-        if (V & 8) o_j[209 * MC_W + l] = j2_perfect_return_map_converged ? d206 : MC_NAN;
-        const real d207 = ((cse_11 * cse_15) + (cse_24 * d172));
-        if (V & 8) o_j[212 * MC_W + l] = j2_perfect_return_map_converged ? d207 : MC_NAN;
-        const real d208 = ((cse_11 * cse_17) + (cse_24 * d173));
-        if (V & 8) o_j[215 * MC_W + l] = j2_perfect_return_map_converged ? d208 : MC_NAN;
-        const real d209 = ((cse_11 * cse_19) + (cse_24 * d174));
-        if (V & 8) o_j[218 * MC_W + l] = j2_perfect_return_map_converged ? d209 : MC_NAN;
-        const real d210 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d175))) - (cse_26 * cse_9))) - (cse_21 * (d176 + d177)));
-        if (V & 8) o_j[204 * MC_W + l] = j2_perfect_return_map_converged ? d210 : MC_NAN;
-        const real d211 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d176))) - (cse_13 * cse_26))) - (cse_21 * (d175 + d177)));
-        if (V & 8) o_j[207 * MC_W + l] = j2_perfect_return_map_converged ? d211 : MC_NAN;
-        const real d212 = ((p_E * ((cse_11 * (cse_28 + (cse_23 * d177))) - (cse_14 * cse_26))) - (cse_21 * (d175 + d176)));
-        if (V & 8) o_j[210 * MC_W + l] = j2_perfect_return_map_converged ? d212 : MC_NAN;
-        const real d213 = ((cse_24 * d178) - (cse_15 * cse_29));
-        if (V & 8) o_j[213 * MC_W + l] = j2_perfect_return_map_converged ? d213 : MC_NAN;
-        const real d214 = ((cse_24 * d179) - (cse_17 * cse_29));
-        if (V & 8) o_j[216 * MC_W + l] = j2_perfect_return_map_converged ? d214 : MC_NAN;
-        const real d215 = ((cse_24 * d180) - (cse_19 * cse_29));
-        if (V & 8) o_j[219 * MC_W + l] = j2_perfect_return_map_converged ? d215 : MC_NAN;
-        const real d216 = (-(cse_21 * (d182 + d183)) + (p_E * cse_11 * cse_23 * d181));
-        if (V & 8) o_j[205 * MC_W + l] = j2_perfect_return_map_converged ? d216 : MC_NAN;
-        const real d217 = (-(cse_21 * (d181 + d183)) + (p_E * cse_11 * cse_23 * d182));
-        if (V & 8) o_j[208 * MC_W + l] = j2_perfect_return_map_converged ? d217 : MC_NAN;
-        const real d218 = (-(cse_21 * (d181 + d182)) + (p_E * cse_11 * cse_23 * d183));
-        if (V & 8) o_j[211 * MC_W + l] = j2_perfect_return_map_converged ? d218 : MC_NAN;
-        const real d219 = (cse_24 * d184);
-        if (V & 8) o_j[214 * MC_W + l] = j2_perfect_return_map_converged ? d219 : MC_NAN;
-        const real d220 = (cse_24 * d185);
-        if (V & 8) o_j[217 * MC_W + l] = j2_perfect_return_map_converged ? d220 : MC_NAN;
-        const real d221 = (cse_24 * d186);
-        if (V & 8) o_j[220 * MC_W + l] = j2_perfect_return_map_converged ? d221 : MC_NAN;
+        if (V & 8) o_j[203 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * (cse_9 + (cse_25 * d85))) - (cse_21 * (d86 + d87))) : MC_NAN;
+        if (V & 8) o_j[206 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * (cse_13 + (cse_25 * d86))) - (cse_21 * (d85 + d87))) : MC_NAN;
+        if (V & 8) o_j[209 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * (cse_14 + (cse_25 * d87))) - (cse_21 * (d85 + d86))) : MC_NAN;
+        if (V & 8) o_j[212 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * cse_15) + (cse_24 * d88)) : MC_NAN;
+        if (V & 8) o_j[215 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * cse_17) + (cse_24 * d89)) : MC_NAN;
+        if (V & 8) o_j[218 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_11 * cse_19) + (cse_24 * d90)) : MC_NAN;
+        if (V & 8) o_j[204 * MC_W + l] = j2_perfect_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d91))) - (cse_26 * cse_9))) - (cse_21 * (d92 + d93))) : MC_NAN;
+        if (V & 8) o_j[207 * MC_W + l] = j2_perfect_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d92))) - (cse_13 * cse_26))) - (cse_21 * (d91 + d93))) : MC_NAN;
+        if (V & 8) o_j[210 * MC_W + l] = j2_perfect_return_map_converged ? ((p_E * ((cse_11 * (cse_28 + (cse_23 * d93))) - (cse_14 * cse_26))) - (cse_21 * (d91 + d92))) : MC_NAN;
+        if (V & 8) o_j[213 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_24 * d94) - (cse_15 * cse_29)) : MC_NAN;
+        if (V & 8) o_j[216 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_24 * d95) - (cse_17 * cse_29)) : MC_NAN;
+        if (V & 8) o_j[219 * MC_W + l] = j2_perfect_return_map_converged ? ((cse_24 * d96) - (cse_19 * cse_29)) : MC_NAN;
+        if (V & 8) o_j[205 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d98 + d99)) + (p_E * cse_11 * cse_23 * d97)) : MC_NAN;
+        if (V & 8) o_j[208 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d97 + d99)) + (p_E * cse_11 * cse_23 * d98)) : MC_NAN;
+        if (V & 8) o_j[211 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d97 + d98)) + (p_E * cse_11 * cse_23 * d99)) : MC_NAN;
+        if (V & 8) o_j[214 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d100) : MC_NAN;
+        if (V & 8) o_j[217 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d101) : MC_NAN;
+        if (V & 8) o_j[220 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d102) : MC_NAN;
         o_y[0 * MC_W + l] = j2_perfect_return_map_converged ? state_internal_Ep_0 : MC_NAN;
         o_y[1 * MC_W + l] = j2_perfect_return_map_converged ? state_internal_Ep_1 : MC_NAN;
         o_y[2 * MC_W + l] = j2_perfect_return_map_converged ? state_internal_Ep_2 : MC_NAN;
@@ -4318,119 +3768,119 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[39 * MC_W + l] = j2_perfect_return_map_converged ? d10 : MC_NAN;
         if (V & 12) o_j[40 * MC_W + l] = j2_perfect_return_map_converged ? d13 : MC_NAN;
         if (V & 12) o_j[41 * MC_W + l] = j2_perfect_return_map_converged ? d16 : MC_NAN;
-        if (V & 12) o_j[42 * MC_W + l] = j2_perfect_return_map_converged ? d73 : MC_NAN;
-        if (V & 12) o_j[43 * MC_W + l] = j2_perfect_return_map_converged ? d79 : MC_NAN;
-        if (V & 12) o_j[44 * MC_W + l] = j2_perfect_return_map_converged ? d85 : MC_NAN;
-        if (V & 12) o_j[45 * MC_W + l] = j2_perfect_return_map_converged ? d88 : MC_NAN;
-        if (V & 12) o_j[46 * MC_W + l] = j2_perfect_return_map_converged ? d91 : MC_NAN;
-        if (V & 12) o_j[47 * MC_W + l] = j2_perfect_return_map_converged ? d94 : MC_NAN;
-        if (V & 12) o_j[48 * MC_W + l] = j2_perfect_return_map_converged ? d97 : MC_NAN;
-        if (V & 12) o_j[49 * MC_W + l] = j2_perfect_return_map_converged ? d100 : MC_NAN;
+        if (V & 12) o_j[42 * MC_W + l] = j2_perfect_return_map_converged ? d37 : MC_NAN;
+        if (V & 12) o_j[43 * MC_W + l] = j2_perfect_return_map_converged ? d43 : MC_NAN;
+        if (V & 12) o_j[44 * MC_W + l] = j2_perfect_return_map_converged ? d49 : MC_NAN;
+        if (V & 12) o_j[45 * MC_W + l] = j2_perfect_return_map_converged ? d52 : MC_NAN;
+        if (V & 12) o_j[46 * MC_W + l] = j2_perfect_return_map_converged ? d55 : MC_NAN;
+        if (V & 12) o_j[47 * MC_W + l] = j2_perfect_return_map_converged ? d58 : MC_NAN;
+        if (V & 12) o_j[48 * MC_W + l] = j2_perfect_return_map_converged ? d61 : MC_NAN;
+        if (V & 12) o_j[49 * MC_W + l] = j2_perfect_return_map_converged ? d64 : MC_NAN;
         if (V & 12) o_j[50 * MC_W + l] = j2_perfect_return_map_converged ? d2 : MC_NAN;
         if (V & 12) o_j[51 * MC_W + l] = j2_perfect_return_map_converged ? d5 : MC_NAN;
         if (V & 12) o_j[52 * MC_W + l] = j2_perfect_return_map_converged ? d8 : MC_NAN;
         if (V & 12) o_j[53 * MC_W + l] = j2_perfect_return_map_converged ? d11 : MC_NAN;
         if (V & 12) o_j[54 * MC_W + l] = j2_perfect_return_map_converged ? d14 : MC_NAN;
         if (V & 12) o_j[55 * MC_W + l] = j2_perfect_return_map_converged ? d17 : MC_NAN;
-        if (V & 12) o_j[56 * MC_W + l] = j2_perfect_return_map_converged ? d74 : MC_NAN;
-        if (V & 12) o_j[57 * MC_W + l] = j2_perfect_return_map_converged ? d80 : MC_NAN;
-        if (V & 12) o_j[58 * MC_W + l] = j2_perfect_return_map_converged ? d86 : MC_NAN;
-        if (V & 12) o_j[59 * MC_W + l] = j2_perfect_return_map_converged ? d89 : MC_NAN;
-        if (V & 12) o_j[60 * MC_W + l] = j2_perfect_return_map_converged ? d92 : MC_NAN;
-        if (V & 12) o_j[61 * MC_W + l] = j2_perfect_return_map_converged ? d95 : MC_NAN;
-        if (V & 12) o_j[62 * MC_W + l] = j2_perfect_return_map_converged ? d98 : MC_NAN;
-        if (V & 12) o_j[63 * MC_W + l] = j2_perfect_return_map_converged ? d101 : MC_NAN;
+        if (V & 12) o_j[56 * MC_W + l] = j2_perfect_return_map_converged ? d38 : MC_NAN;
+        if (V & 12) o_j[57 * MC_W + l] = j2_perfect_return_map_converged ? d44 : MC_NAN;
+        if (V & 12) o_j[58 * MC_W + l] = j2_perfect_return_map_converged ? d50 : MC_NAN;
+        if (V & 12) o_j[59 * MC_W + l] = j2_perfect_return_map_converged ? d53 : MC_NAN;
+        if (V & 12) o_j[60 * MC_W + l] = j2_perfect_return_map_converged ? d56 : MC_NAN;
+        if (V & 12) o_j[61 * MC_W + l] = j2_perfect_return_map_converged ? d59 : MC_NAN;
+        if (V & 12) o_j[62 * MC_W + l] = j2_perfect_return_map_converged ? d62 : MC_NAN;
+        if (V & 12) o_j[63 * MC_W + l] = j2_perfect_return_map_converged ? d65 : MC_NAN;
         if (V & 12) o_j[64 * MC_W + l] = j2_perfect_return_map_converged ? d3 : MC_NAN;
         if (V & 12) o_j[65 * MC_W + l] = j2_perfect_return_map_converged ? d6 : MC_NAN;
         if (V & 12) o_j[66 * MC_W + l] = j2_perfect_return_map_converged ? d9 : MC_NAN;
         if (V & 12) o_j[67 * MC_W + l] = j2_perfect_return_map_converged ? d12 : MC_NAN;
         if (V & 12) o_j[68 * MC_W + l] = j2_perfect_return_map_converged ? d15 : MC_NAN;
         if (V & 12) o_j[69 * MC_W + l] = j2_perfect_return_map_converged ? d18 : MC_NAN;
-        if (V & 12) o_j[70 * MC_W + l] = j2_perfect_return_map_converged ? d75 : MC_NAN;
-        if (V & 12) o_j[71 * MC_W + l] = j2_perfect_return_map_converged ? d81 : MC_NAN;
-        if (V & 12) o_j[72 * MC_W + l] = j2_perfect_return_map_converged ? d87 : MC_NAN;
-        if (V & 12) o_j[73 * MC_W + l] = j2_perfect_return_map_converged ? d90 : MC_NAN;
-        if (V & 12) o_j[74 * MC_W + l] = j2_perfect_return_map_converged ? d93 : MC_NAN;
-        if (V & 12) o_j[75 * MC_W + l] = j2_perfect_return_map_converged ? d96 : MC_NAN;
-        if (V & 12) o_j[76 * MC_W + l] = j2_perfect_return_map_converged ? d99 : MC_NAN;
-        if (V & 12) o_j[77 * MC_W + l] = j2_perfect_return_map_converged ? d102 : MC_NAN;
+        if (V & 12) o_j[70 * MC_W + l] = j2_perfect_return_map_converged ? d39 : MC_NAN;
+        if (V & 12) o_j[71 * MC_W + l] = j2_perfect_return_map_converged ? d45 : MC_NAN;
+        if (V & 12) o_j[72 * MC_W + l] = j2_perfect_return_map_converged ? d51 : MC_NAN;
+        if (V & 12) o_j[73 * MC_W + l] = j2_perfect_return_map_converged ? d54 : MC_NAN;
+        if (V & 12) o_j[74 * MC_W + l] = j2_perfect_return_map_converged ? d57 : MC_NAN;
+        if (V & 12) o_j[75 * MC_W + l] = j2_perfect_return_map_converged ? d60 : MC_NAN;
+        if (V & 12) o_j[76 * MC_W + l] = j2_perfect_return_map_converged ? d63 : MC_NAN;
+        if (V & 12) o_j[77 * MC_W + l] = j2_perfect_return_map_converged ? d66 : MC_NAN;
         if (V & 12) o_j[78 * MC_W + l] = j2_perfect_return_map_converged ? d19 : MC_NAN;
         if (V & 12) o_j[79 * MC_W + l] = j2_perfect_return_map_converged ? d20 : MC_NAN;
         if (V & 12) o_j[80 * MC_W + l] = j2_perfect_return_map_converged ? d21 : MC_NAN;
         if (V & 12) o_j[81 * MC_W + l] = j2_perfect_return_map_converged ? d22 : MC_NAN;
         if (V & 12) o_j[82 * MC_W + l] = j2_perfect_return_map_converged ? d23 : MC_NAN;
         if (V & 12) o_j[83 * MC_W + l] = j2_perfect_return_map_converged ? d24 : MC_NAN;
-        if (V & 12) o_j[84 * MC_W + l] = j2_perfect_return_map_converged ? d76 : MC_NAN;
-        if (V & 12) o_j[85 * MC_W + l] = j2_perfect_return_map_converged ? d82 : MC_NAN;
-        if (V & 12) o_j[86 * MC_W + l] = j2_perfect_return_map_converged ? d103 : MC_NAN;
-        if (V & 12) o_j[87 * MC_W + l] = j2_perfect_return_map_converged ? d104 : MC_NAN;
-        if (V & 12) o_j[88 * MC_W + l] = j2_perfect_return_map_converged ? d105 : MC_NAN;
-        if (V & 12) o_j[89 * MC_W + l] = j2_perfect_return_map_converged ? d106 : MC_NAN;
-        if (V & 12) o_j[90 * MC_W + l] = j2_perfect_return_map_converged ? d107 : MC_NAN;
-        if (V & 12) o_j[91 * MC_W + l] = j2_perfect_return_map_converged ? d108 : MC_NAN;
+        if (V & 12) o_j[84 * MC_W + l] = j2_perfect_return_map_converged ? d40 : MC_NAN;
+        if (V & 12) o_j[85 * MC_W + l] = j2_perfect_return_map_converged ? d46 : MC_NAN;
+        if (V & 12) o_j[86 * MC_W + l] = j2_perfect_return_map_converged ? d67 : MC_NAN;
+        if (V & 12) o_j[87 * MC_W + l] = j2_perfect_return_map_converged ? d68 : MC_NAN;
+        if (V & 12) o_j[88 * MC_W + l] = j2_perfect_return_map_converged ? d69 : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = j2_perfect_return_map_converged ? d70 : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = j2_perfect_return_map_converged ? d71 : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = j2_perfect_return_map_converged ? d72 : MC_NAN;
         if (V & 12) o_j[92 * MC_W + l] = j2_perfect_return_map_converged ? d25 : MC_NAN;
         if (V & 12) o_j[93 * MC_W + l] = j2_perfect_return_map_converged ? d26 : MC_NAN;
         if (V & 12) o_j[94 * MC_W + l] = j2_perfect_return_map_converged ? d27 : MC_NAN;
         if (V & 12) o_j[95 * MC_W + l] = j2_perfect_return_map_converged ? d28 : MC_NAN;
         if (V & 12) o_j[96 * MC_W + l] = j2_perfect_return_map_converged ? d29 : MC_NAN;
         if (V & 12) o_j[97 * MC_W + l] = j2_perfect_return_map_converged ? d30 : MC_NAN;
-        if (V & 12) o_j[98 * MC_W + l] = j2_perfect_return_map_converged ? d77 : MC_NAN;
-        if (V & 12) o_j[99 * MC_W + l] = j2_perfect_return_map_converged ? d83 : MC_NAN;
-        if (V & 12) o_j[100 * MC_W + l] = j2_perfect_return_map_converged ? d109 : MC_NAN;
-        if (V & 12) o_j[101 * MC_W + l] = j2_perfect_return_map_converged ? d110 : MC_NAN;
-        if (V & 12) o_j[102 * MC_W + l] = j2_perfect_return_map_converged ? d111 : MC_NAN;
-        if (V & 12) o_j[103 * MC_W + l] = j2_perfect_return_map_converged ? d112 : MC_NAN;
-        if (V & 12) o_j[104 * MC_W + l] = j2_perfect_return_map_converged ? d113 : MC_NAN;
-        if (V & 12) o_j[105 * MC_W + l] = j2_perfect_return_map_converged ? d114 : MC_NAN;
+        if (V & 12) o_j[98 * MC_W + l] = j2_perfect_return_map_converged ? d41 : MC_NAN;
+        if (V & 12) o_j[99 * MC_W + l] = j2_perfect_return_map_converged ? d47 : MC_NAN;
+        if (V & 12) o_j[100 * MC_W + l] = j2_perfect_return_map_converged ? d73 : MC_NAN;
+        if (V & 12) o_j[101 * MC_W + l] = j2_perfect_return_map_converged ? d74 : MC_NAN;
+        if (V & 12) o_j[102 * MC_W + l] = j2_perfect_return_map_converged ? d75 : MC_NAN;
+        if (V & 12) o_j[103 * MC_W + l] = j2_perfect_return_map_converged ? d76 : MC_NAN;
+        if (V & 12) o_j[104 * MC_W + l] = j2_perfect_return_map_converged ? d77 : MC_NAN;
+        if (V & 12) o_j[105 * MC_W + l] = j2_perfect_return_map_converged ? d78 : MC_NAN;
         if (V & 12) o_j[106 * MC_W + l] = j2_perfect_return_map_converged ? d31 : MC_NAN;
         if (V & 12) o_j[107 * MC_W + l] = j2_perfect_return_map_converged ? d32 : MC_NAN;
         if (V & 12) o_j[108 * MC_W + l] = j2_perfect_return_map_converged ? d33 : MC_NAN;
         if (V & 12) o_j[109 * MC_W + l] = j2_perfect_return_map_converged ? d34 : MC_NAN;
         if (V & 12) o_j[110 * MC_W + l] = j2_perfect_return_map_converged ? d35 : MC_NAN;
         if (V & 12) o_j[111 * MC_W + l] = j2_perfect_return_map_converged ? d36 : MC_NAN;
-        if (V & 12) o_j[112 * MC_W + l] = j2_perfect_return_map_converged ? d78 : MC_NAN;
-        if (V & 12) o_j[113 * MC_W + l] = j2_perfect_return_map_converged ? d84 : MC_NAN;
-        if (V & 12) o_j[114 * MC_W + l] = j2_perfect_return_map_converged ? d115 : MC_NAN;
-        if (V & 12) o_j[115 * MC_W + l] = j2_perfect_return_map_converged ? d116 : MC_NAN;
-        if (V & 12) o_j[116 * MC_W + l] = j2_perfect_return_map_converged ? d117 : MC_NAN;
-        if (V & 12) o_j[117 * MC_W + l] = j2_perfect_return_map_converged ? d118 : MC_NAN;
-        if (V & 12) o_j[118 * MC_W + l] = j2_perfect_return_map_converged ? d119 : MC_NAN;
-        if (V & 12) o_j[119 * MC_W + l] = j2_perfect_return_map_converged ? d120 : MC_NAN;
-        if (V & 12) o_j[120 * MC_W + l] = j2_perfect_return_map_converged ? d187 : MC_NAN;
-        if (V & 12) o_j[121 * MC_W + l] = j2_perfect_return_map_converged ? d188 : MC_NAN;
-        if (V & 12) o_j[122 * MC_W + l] = j2_perfect_return_map_converged ? d189 : MC_NAN;
-        if (V & 12) o_j[123 * MC_W + l] = j2_perfect_return_map_converged ? d190 : MC_NAN;
-        if (V & 12) o_j[124 * MC_W + l] = j2_perfect_return_map_converged ? d191 : MC_NAN;
-        if (V & 12) o_j[125 * MC_W + l] = j2_perfect_return_map_converged ? d192 : MC_NAN;
-        if (V & 12) o_j[126 * MC_W + l] = j2_perfect_return_map_converged ? d193 : MC_NAN;
-        if (V & 12) o_j[127 * MC_W + l] = j2_perfect_return_map_converged ? d194 : MC_NAN;
-        if (V & 12) o_j[128 * MC_W + l] = j2_perfect_return_map_converged ? d195 : MC_NAN;
-        if (V & 12) o_j[129 * MC_W + l] = j2_perfect_return_map_converged ? d196 : MC_NAN;
-        if (V & 12) o_j[130 * MC_W + l] = j2_perfect_return_map_converged ? d197 : MC_NAN;
-        if (V & 12) o_j[131 * MC_W + l] = j2_perfect_return_map_converged ? d198 : MC_NAN;
-        if (V & 12) o_j[132 * MC_W + l] = j2_perfect_return_map_converged ? d199 : MC_NAN;
-        if (V & 12) o_j[133 * MC_W + l] = j2_perfect_return_map_converged ? d200 : MC_NAN;
-        if (V & 8) o_j[182 * MC_W + l] = j2_perfect_return_map_converged ? d169 : MC_NAN;
-        if (V & 8) o_j[183 * MC_W + l] = j2_perfect_return_map_converged ? d175 : MC_NAN;
-        if (V & 8) o_j[184 * MC_W + l] = j2_perfect_return_map_converged ? d181 : MC_NAN;
-        if (V & 8) o_j[185 * MC_W + l] = j2_perfect_return_map_converged ? d170 : MC_NAN;
-        if (V & 8) o_j[186 * MC_W + l] = j2_perfect_return_map_converged ? d176 : MC_NAN;
-        if (V & 8) o_j[187 * MC_W + l] = j2_perfect_return_map_converged ? d182 : MC_NAN;
-        if (V & 8) o_j[188 * MC_W + l] = j2_perfect_return_map_converged ? d171 : MC_NAN;
-        if (V & 8) o_j[189 * MC_W + l] = j2_perfect_return_map_converged ? d177 : MC_NAN;
-        if (V & 8) o_j[190 * MC_W + l] = j2_perfect_return_map_converged ? d183 : MC_NAN;
-        if (V & 8) o_j[191 * MC_W + l] = j2_perfect_return_map_converged ? d172 : MC_NAN;
-        if (V & 8) o_j[192 * MC_W + l] = j2_perfect_return_map_converged ? d178 : MC_NAN;
-        if (V & 8) o_j[193 * MC_W + l] = j2_perfect_return_map_converged ? d184 : MC_NAN;
-        if (V & 8) o_j[194 * MC_W + l] = j2_perfect_return_map_converged ? d173 : MC_NAN;
-        if (V & 8) o_j[195 * MC_W + l] = j2_perfect_return_map_converged ? d179 : MC_NAN;
-        if (V & 8) o_j[196 * MC_W + l] = j2_perfect_return_map_converged ? d185 : MC_NAN;
-        if (V & 8) o_j[197 * MC_W + l] = j2_perfect_return_map_converged ? d174 : MC_NAN;
-        if (V & 8) o_j[198 * MC_W + l] = j2_perfect_return_map_converged ? d180 : MC_NAN;
-        if (V & 8) o_j[199 * MC_W + l] = j2_perfect_return_map_converged ? d186 : MC_NAN;
-        if (V & 8) o_j[200 * MC_W + l] = j2_perfect_return_map_converged ? d201 : MC_NAN;
-        if (V & 8) o_j[201 * MC_W + l] = j2_perfect_return_map_converged ? d202 : MC_NAN;
-        if (V & 8) o_j[202 * MC_W + l] = j2_perfect_return_map_converged ? d203 : MC_NAN;
+        if (V & 12) o_j[112 * MC_W + l] = j2_perfect_return_map_converged ? d42 : MC_NAN;
+        if (V & 12) o_j[113 * MC_W + l] = j2_perfect_return_map_converged ? d48 : MC_NAN;
+        if (V & 12) o_j[114 * MC_W + l] = j2_perfect_return_map_converged ? d79 : MC_NAN;
+        if (V & 12) o_j[115 * MC_W + l] = j2_perfect_return_map_converged ? d80 : MC_NAN;
+        if (V & 12) o_j[116 * MC_W + l] = j2_perfect_return_map_converged ? d81 : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = j2_perfect_return_map_converged ? d82 : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = j2_perfect_return_map_converged ? d83 : MC_NAN;
+        if (V & 12) o_j[119 * MC_W + l] = j2_perfect_return_map_converged ? d84 : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = j2_perfect_return_map_converged ? d103 : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = j2_perfect_return_map_converged ? d104 : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = j2_perfect_return_map_converged ? d105 : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = j2_perfect_return_map_converged ? d106 : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = j2_perfect_return_map_converged ? d107 : MC_NAN;
+        if (V & 12) o_j[125 * MC_W + l] = j2_perfect_return_map_converged ? d108 : MC_NAN;
+        if (V & 12) o_j[126 * MC_W + l] = j2_perfect_return_map_converged ? d109 : MC_NAN;
+        if (V & 12) o_j[127 * MC_W + l] = j2_perfect_return_map_converged ? d110 : MC_NAN;
+        if (V & 12) o_j[128 * MC_W + l] = j2_perfect_return_map_converged ? d111 : MC_NAN;
+        if (V & 12) o_j[129 * MC_W + l] = j2_perfect_return_map_converged ? d112 : MC_NAN;
+        if (V & 12) o_j[130 * MC_W + l] = j2_perfect_return_map_converged ? d113 : MC_NAN;
+        if (V & 12) o_j[131 * MC_W + l] = j2_perfect_return_map_converged ? d114 : MC_NAN;
+        if (V & 12) o_j[132 * MC_W + l] = j2_perfect_return_map_converged ? d115 : MC_NAN;
+        if (V & 12) o_j[133 * MC_W + l] = j2_perfect_return_map_converged ? d116 : MC_NAN;
+        if (V & 8) o_j[182 * MC_W + l] = j2_perfect_return_map_converged ? d85 : MC_NAN;
+        if (V & 8) o_j[183 * MC_W + l] = j2_perfect_return_map_converged ? d91 : MC_NAN;
+        if (V & 8) o_j[184 * MC_W + l] = j2_perfect_return_map_converged ? d97 : MC_NAN;
+        if (V & 8) o_j[185 * MC_W + l] = j2_perfect_return_map_converged ? d86 : MC_NAN;
+        if (V & 8) o_j[186 * MC_W + l] = j2_perfect_return_map_converged ? d92 : MC_NAN;
+        if (V & 8) o_j[187 * MC_W + l] = j2_perfect_return_map_converged ? d98 : MC_NAN;
+        if (V & 8) o_j[188 * MC_W + l] = j2_perfect_return_map_converged ? d87 : MC_NAN;
+        if (V & 8) o_j[189 * MC_W + l] = j2_perfect_return_map_converged ? d93 : MC_NAN;
+        if (V & 8) o_j[190 * MC_W + l] = j2_perfect_return_map_converged ? d99 : MC_NAN;
+        if (V & 8) o_j[191 * MC_W + l] = j2_perfect_return_map_converged ? d88 : MC_NAN;
+        if (V & 8) o_j[192 * MC_W + l] = j2_perfect_return_map_converged ? d94 : MC_NAN;
+        if (V & 8) o_j[193 * MC_W + l] = j2_perfect_return_map_converged ? d100 : MC_NAN;
+        if (V & 8) o_j[194 * MC_W + l] = j2_perfect_return_map_converged ? d89 : MC_NAN;
+        if (V & 8) o_j[195 * MC_W + l] = j2_perfect_return_map_converged ? d95 : MC_NAN;
+        if (V & 8) o_j[196 * MC_W + l] = j2_perfect_return_map_converged ? d101 : MC_NAN;
+        if (V & 8) o_j[197 * MC_W + l] = j2_perfect_return_map_converged ? d90 : MC_NAN;
+        if (V & 8) o_j[198 * MC_W + l] = j2_perfect_return_map_converged ? d96 : MC_NAN;
+        if (V & 8) o_j[199 * MC_W + l] = j2_perfect_return_map_converged ? d102 : MC_NAN;
+        if (V & 8) o_j[200 * MC_W + l] = j2_perfect_return_map_converged ? d117 : MC_NAN;
+        if (V & 8) o_j[201 * MC_W + l] = j2_perfect_return_map_converged ? d118 : MC_NAN;
+        if (V & 8) o_j[202 * MC_W + l] = j2_perfect_return_map_converged ? d119 : MC_NAN;
         o_c[l] = j2_perfect_return_map_converged;
         o_it[l] = j2_perfect_return_map_iterations;
         o_r[l] = j2_perfect_return_map_residual_norm;

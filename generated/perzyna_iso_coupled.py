@@ -26,7 +26,7 @@ import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
-from modelc.runtime.model import t_minimum as _minimum
+from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
@@ -876,358 +876,79 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d294 = (cse_43 * d246)
     # outputs
     Y = torch.empty((X.shape[0], 14), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_internal_Ep_0
-    Y[:, 1] = state_internal_Ep_1
-    Y[:, 2] = state_internal_Ep_2
-    Y[:, 3] = state_internal_Ep_3
-    Y[:, 4] = state_internal_Ep_4
-    Y[:, 5] = state_internal_Ep_5
-    Y[:, 6] = state_internal_ep
-    Y[:, 7] = state_internal_gamma_rate
-    Y[:, 8] = state_S_0
-    Y[:, 9] = state_S_1
-    Y[:, 10] = state_S_2
-    Y[:, 11] = state_S_3
-    Y[:, 12] = state_S_4
-    Y[:, 13] = state_S_5
+    _put(Y, range(0, 14), (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
+        state_S_0, state_S_1, state_S_2, state_S_3, state_S_4, state_S_5,
+    ))
     J = None
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d49
-        J[:, 0, 1] = d50
-        J[:, 0, 2] = d51
-        J[:, 0, 3] = d52
-        J[:, 0, 4] = d53
-        J[:, 0, 5] = d54
-        J[:, 1, 0] = d55
-        J[:, 1, 1] = d56
-        J[:, 1, 2] = d57
-        J[:, 1, 3] = d58
-        J[:, 1, 4] = d59
-        J[:, 1, 5] = d60
-        J[:, 2, 0] = d61
-        J[:, 2, 1] = d62
-        J[:, 2, 2] = d63
-        J[:, 2, 3] = d64
-        J[:, 2, 4] = d65
-        J[:, 2, 5] = d66
-        J[:, 3, 0] = d67
-        J[:, 3, 1] = d68
-        J[:, 3, 2] = d69
-        J[:, 3, 3] = d70
-        J[:, 3, 4] = d71
-        J[:, 3, 5] = d72
-        J[:, 4, 0] = d73
-        J[:, 4, 1] = d74
-        J[:, 4, 2] = d75
-        J[:, 4, 3] = d76
-        J[:, 4, 4] = d77
-        J[:, 4, 5] = d78
-        J[:, 5, 0] = d79
-        J[:, 5, 1] = d80
-        J[:, 5, 2] = d81
-        J[:, 5, 3] = d82
-        J[:, 5, 4] = d83
-        J[:, 5, 5] = d84
+        _put(J[:, 0], range(0, 6), (d49, d50, d51, d52, d53, d54))
+        _put(J[:, 1], range(0, 6), (d55, d56, d57, d58, d59, d60))
+        _put(J[:, 2], range(0, 6), (d61, d62, d63, d64, d65, d66))
+        _put(J[:, 3], range(0, 6), (d67, d68, d69, d70, d71, d72))
+        _put(J[:, 4], range(0, 6), (d73, d74, d75, d76, d77, d78))
+        _put(J[:, 5], range(0, 6), (d79, d80, d81, d82, d83, d84))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((14, 16) if V == 4 else (14, 22))), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = d1
-        J[:, 0, 1] = d2
-        J[:, 0, 2] = d3
-        J[:, 0, 3] = d4
-        J[:, 0, 4] = d5
-        J[:, 0, 5] = d6
-        J[:, 0, 6] = d85
-        J[:, 0, 7] = d86
-        J[:, 0, 8] = d87
-        J[:, 0, 9] = d88
-        J[:, 0, 10] = d89
-        J[:, 0, 11] = d90
-        J[:, 0, 12] = d91
-        J[:, 0, 13] = d92
-        J[:, 0, 14] = d93
-        J[:, 1, 0] = d7
-        J[:, 1, 1] = d8
-        J[:, 1, 2] = d9
-        J[:, 1, 3] = d10
-        J[:, 1, 4] = d11
-        J[:, 1, 5] = d12
-        J[:, 1, 6] = d94
-        J[:, 1, 7] = d95
-        J[:, 1, 8] = d96
-        J[:, 1, 9] = d97
-        J[:, 1, 10] = d98
-        J[:, 1, 11] = d99
-        J[:, 1, 12] = d100
-        J[:, 1, 13] = d101
-        J[:, 1, 14] = d102
-        J[:, 2, 0] = d13
-        J[:, 2, 1] = d14
-        J[:, 2, 2] = d15
-        J[:, 2, 3] = d16
-        J[:, 2, 4] = d17
-        J[:, 2, 5] = d18
-        J[:, 2, 6] = d103
-        J[:, 2, 7] = d104
-        J[:, 2, 8] = d105
-        J[:, 2, 9] = d106
-        J[:, 2, 10] = d107
-        J[:, 2, 11] = d108
-        J[:, 2, 12] = d109
-        J[:, 2, 13] = d110
-        J[:, 2, 14] = d111
-        J[:, 3, 0] = d19
-        J[:, 3, 1] = d20
-        J[:, 3, 2] = d21
-        J[:, 3, 3] = d22
-        J[:, 3, 4] = d23
-        J[:, 3, 5] = d24
-        J[:, 3, 6] = d112
-        J[:, 3, 7] = d113
-        J[:, 3, 8] = d114
-        J[:, 3, 9] = d115
-        J[:, 3, 10] = d116
-        J[:, 3, 11] = d117
-        J[:, 3, 12] = d118
-        J[:, 3, 13] = d119
-        J[:, 3, 14] = d120
-        J[:, 4, 0] = d25
-        J[:, 4, 1] = d26
-        J[:, 4, 2] = d27
-        J[:, 4, 3] = d28
-        J[:, 4, 4] = d29
-        J[:, 4, 5] = d30
-        J[:, 4, 6] = d121
-        J[:, 4, 7] = d122
-        J[:, 4, 8] = d123
-        J[:, 4, 9] = d124
-        J[:, 4, 10] = d125
-        J[:, 4, 11] = d126
-        J[:, 4, 12] = d127
-        J[:, 4, 13] = d128
-        J[:, 4, 14] = d129
-        J[:, 5, 0] = d31
-        J[:, 5, 1] = d32
-        J[:, 5, 2] = d33
-        J[:, 5, 3] = d34
-        J[:, 5, 4] = d35
-        J[:, 5, 5] = d36
-        J[:, 5, 6] = d130
-        J[:, 5, 7] = d131
-        J[:, 5, 8] = d132
-        J[:, 5, 9] = d133
-        J[:, 5, 10] = d134
-        J[:, 5, 11] = d135
-        J[:, 5, 12] = d136
-        J[:, 5, 13] = d137
-        J[:, 5, 14] = d138
-        J[:, 6, 0] = d37
-        J[:, 6, 1] = d38
-        J[:, 6, 2] = d39
-        J[:, 6, 3] = d40
-        J[:, 6, 4] = d41
-        J[:, 6, 5] = d42
-        J[:, 6, 6] = d139
-        J[:, 6, 7] = d140
-        J[:, 6, 8] = d141
-        J[:, 6, 9] = d142
-        J[:, 6, 10] = d143
-        J[:, 6, 11] = d144
-        J[:, 6, 12] = d145
-        J[:, 6, 13] = d146
-        J[:, 6, 14] = d147
-        J[:, 7, 0] = d43
-        J[:, 7, 1] = d44
-        J[:, 7, 2] = d45
-        J[:, 7, 3] = d46
-        J[:, 7, 4] = d47
-        J[:, 7, 5] = d48
-        J[:, 7, 6] = d148
-        J[:, 7, 7] = d149
-        J[:, 7, 8] = d150
-        J[:, 7, 9] = d151
-        J[:, 7, 10] = d152
-        J[:, 7, 11] = d153
-        J[:, 7, 12] = d154
-        J[:, 7, 13] = d155
-        J[:, 7, 14] = d156
-        J[:, 8, 0] = d49
-        J[:, 8, 1] = d50
-        J[:, 8, 2] = d51
-        J[:, 8, 3] = d52
-        J[:, 8, 4] = d53
-        J[:, 8, 5] = d54
-        J[:, 8, 6] = d157
-        J[:, 8, 7] = d163
-        J[:, 8, 8] = d169
-        J[:, 8, 9] = d170
-        J[:, 8, 10] = d171
-        J[:, 8, 11] = d172
-        J[:, 8, 12] = d173
-        J[:, 8, 13] = d174
-        J[:, 8, 14] = d205
-        J[:, 9, 0] = d55
-        J[:, 9, 1] = d56
-        J[:, 9, 2] = d57
-        J[:, 9, 3] = d58
-        J[:, 9, 4] = d59
-        J[:, 9, 5] = d60
-        J[:, 9, 6] = d158
-        J[:, 9, 7] = d164
-        J[:, 9, 8] = d175
-        J[:, 9, 9] = d176
-        J[:, 9, 10] = d177
-        J[:, 9, 11] = d178
-        J[:, 9, 12] = d179
-        J[:, 9, 13] = d180
-        J[:, 9, 14] = d206
-        J[:, 10, 0] = d61
-        J[:, 10, 1] = d62
-        J[:, 10, 2] = d63
-        J[:, 10, 3] = d64
-        J[:, 10, 4] = d65
-        J[:, 10, 5] = d66
-        J[:, 10, 6] = d159
-        J[:, 10, 7] = d165
-        J[:, 10, 8] = d181
-        J[:, 10, 9] = d182
-        J[:, 10, 10] = d183
-        J[:, 10, 11] = d184
-        J[:, 10, 12] = d185
-        J[:, 10, 13] = d186
-        J[:, 10, 14] = d207
-        J[:, 11, 0] = d67
-        J[:, 11, 1] = d68
-        J[:, 11, 2] = d69
-        J[:, 11, 3] = d70
-        J[:, 11, 4] = d71
-        J[:, 11, 5] = d72
-        J[:, 11, 6] = d160
-        J[:, 11, 7] = d166
-        J[:, 11, 8] = d187
-        J[:, 11, 9] = d188
-        J[:, 11, 10] = d189
-        J[:, 11, 11] = d190
-        J[:, 11, 12] = d191
-        J[:, 11, 13] = d192
-        J[:, 11, 14] = d208
-        J[:, 12, 0] = d73
-        J[:, 12, 1] = d74
-        J[:, 12, 2] = d75
-        J[:, 12, 3] = d76
-        J[:, 12, 4] = d77
-        J[:, 12, 5] = d78
-        J[:, 12, 6] = d161
-        J[:, 12, 7] = d167
-        J[:, 12, 8] = d193
-        J[:, 12, 9] = d194
-        J[:, 12, 10] = d195
-        J[:, 12, 11] = d196
-        J[:, 12, 12] = d197
-        J[:, 12, 13] = d198
-        J[:, 12, 14] = d209
-        J[:, 13, 0] = d79
-        J[:, 13, 1] = d80
-        J[:, 13, 2] = d81
-        J[:, 13, 3] = d82
-        J[:, 13, 4] = d83
-        J[:, 13, 5] = d84
-        J[:, 13, 6] = d162
-        J[:, 13, 7] = d168
-        J[:, 13, 8] = d199
-        J[:, 13, 9] = d200
-        J[:, 13, 10] = d201
-        J[:, 13, 11] = d202
-        J[:, 13, 12] = d203
-        J[:, 13, 13] = d204
-        J[:, 13, 14] = d210
+        _put(J[:, 0], range(0, 15), (d1, d2, d3, d4, d5, d6, d85, d86, d87, d88, d89, d90, d91, d92, d93))
+        _put(J[:, 1], range(0, 15), (
+            d7, d8, d9, d10, d11, d12, d94, d95, d96, d97, d98, d99, d100, d101, d102,
+        ))
+        _put(J[:, 2], range(0, 15), (
+            d13, d14, d15, d16, d17, d18, d103, d104, d105, d106, d107, d108, d109, d110, d111,
+        ))
+        _put(J[:, 3], range(0, 15), (
+            d19, d20, d21, d22, d23, d24, d112, d113, d114, d115, d116, d117, d118, d119, d120,
+        ))
+        _put(J[:, 4], range(0, 15), (
+            d25, d26, d27, d28, d29, d30, d121, d122, d123, d124, d125, d126, d127, d128, d129,
+        ))
+        _put(J[:, 5], range(0, 15), (
+            d31, d32, d33, d34, d35, d36, d130, d131, d132, d133, d134, d135, d136, d137, d138,
+        ))
+        _put(J[:, 6], range(0, 15), (
+            d37, d38, d39, d40, d41, d42, d139, d140, d141, d142, d143, d144, d145, d146, d147,
+        ))
+        _put(J[:, 7], range(0, 15), (
+            d43, d44, d45, d46, d47, d48, d148, d149, d150, d151, d152, d153, d154, d155, d156,
+        ))
+        _put(J[:, 8], range(0, 15), (
+            d49, d50, d51, d52, d53, d54, d157, d163, d169, d170, d171, d172, d173, d174, d205,
+        ))
+        _put(J[:, 9], range(0, 15), (
+            d55, d56, d57, d58, d59, d60, d158, d164, d175, d176, d177, d178, d179, d180, d206,
+        ))
+        _put(J[:, 10], range(0, 15), (
+            d61, d62, d63, d64, d65, d66, d159, d165, d181, d182, d183, d184, d185, d186, d207,
+        ))
+        _put(J[:, 11], range(0, 15), (
+            d67, d68, d69, d70, d71, d72, d160, d166, d187, d188, d189, d190, d191, d192, d208,
+        ))
+        _put(J[:, 12], range(0, 15), (
+            d73, d74, d75, d76, d77, d78, d161, d167, d193, d194, d195, d196, d197, d198, d209,
+        ))
+        _put(J[:, 13], range(0, 15), (
+            d79, d80, d81, d82, d83, d84, d162, d168, d199, d200, d201, d202, d203, d204, d210,
+        ))
         if V & 8:
-            J[:, 0, 16] = d211
-            J[:, 0, 17] = d212
-            J[:, 0, 18] = d213
-            J[:, 0, 19] = d214
-            J[:, 0, 20] = d215
-            J[:, 0, 21] = d216
-            J[:, 1, 16] = d217
-            J[:, 1, 17] = d218
-            J[:, 1, 18] = d219
-            J[:, 1, 19] = d220
-            J[:, 1, 20] = d221
-            J[:, 1, 21] = d222
-            J[:, 2, 16] = d223
-            J[:, 2, 17] = d224
-            J[:, 2, 18] = d225
-            J[:, 2, 19] = d226
-            J[:, 2, 20] = d227
-            J[:, 2, 21] = d228
-            J[:, 3, 16] = d229
-            J[:, 3, 17] = d230
-            J[:, 3, 18] = d231
-            J[:, 3, 19] = d232
-            J[:, 3, 20] = d233
-            J[:, 3, 21] = d234
-            J[:, 4, 16] = d235
-            J[:, 4, 17] = d236
-            J[:, 4, 18] = d237
-            J[:, 4, 19] = d238
-            J[:, 4, 20] = d239
-            J[:, 4, 21] = d240
-            J[:, 5, 16] = d241
-            J[:, 5, 17] = d242
-            J[:, 5, 18] = d243
-            J[:, 5, 19] = d244
-            J[:, 5, 20] = d245
-            J[:, 5, 21] = d246
-            J[:, 6, 16] = d247
-            J[:, 6, 17] = d248
-            J[:, 6, 18] = d249
-            J[:, 6, 19] = d250
-            J[:, 6, 20] = d251
-            J[:, 6, 21] = d252
-            J[:, 7, 16] = d253
-            J[:, 7, 17] = d254
-            J[:, 7, 18] = d255
-            J[:, 7, 19] = d256
-            J[:, 7, 20] = d257
-            J[:, 7, 21] = d258
-            J[:, 8, 16] = d259
-            J[:, 8, 17] = d265
-            J[:, 8, 18] = d271
-            J[:, 8, 19] = d277
-            J[:, 8, 20] = d283
-            J[:, 8, 21] = d289
-            J[:, 9, 16] = d260
-            J[:, 9, 17] = d266
-            J[:, 9, 18] = d272
-            J[:, 9, 19] = d278
-            J[:, 9, 20] = d284
-            J[:, 9, 21] = d290
-            J[:, 10, 16] = d261
-            J[:, 10, 17] = d267
-            J[:, 10, 18] = d273
-            J[:, 10, 19] = d279
-            J[:, 10, 20] = d285
-            J[:, 10, 21] = d291
-            J[:, 11, 16] = d262
-            J[:, 11, 17] = d268
-            J[:, 11, 18] = d274
-            J[:, 11, 19] = d280
-            J[:, 11, 20] = d286
-            J[:, 11, 21] = d292
-            J[:, 12, 16] = d263
-            J[:, 12, 17] = d269
-            J[:, 12, 18] = d275
-            J[:, 12, 19] = d281
-            J[:, 12, 20] = d287
-            J[:, 12, 21] = d293
-            J[:, 13, 16] = d264
-            J[:, 13, 17] = d270
-            J[:, 13, 18] = d276
-            J[:, 13, 19] = d282
-            J[:, 13, 20] = d288
-            J[:, 13, 21] = d294
+            _put(J[:, 0], range(16, 22), (d211, d212, d213, d214, d215, d216))
+            _put(J[:, 1], range(16, 22), (d217, d218, d219, d220, d221, d222))
+            _put(J[:, 2], range(16, 22), (d223, d224, d225, d226, d227, d228))
+            _put(J[:, 3], range(16, 22), (d229, d230, d231, d232, d233, d234))
+            _put(J[:, 4], range(16, 22), (d235, d236, d237, d238, d239, d240))
+            _put(J[:, 5], range(16, 22), (d241, d242, d243, d244, d245, d246))
+            _put(J[:, 6], range(16, 22), (d247, d248, d249, d250, d251, d252))
+            _put(J[:, 7], range(16, 22), (d253, d254, d255, d256, d257, d258))
+            _put(J[:, 8], range(16, 22), (d259, d265, d271, d277, d283, d289))
+            _put(J[:, 9], range(16, 22), (d260, d266, d272, d278, d284, d290))
+            _put(J[:, 10], range(16, 22), (d261, d267, d273, d279, d285, d291))
+            _put(J[:, 11], range(16, 22), (d262, d268, d274, d280, d286, d292))
+            _put(J[:, 12], range(16, 22), (d263, d269, d275, d281, d287, d293))
+            _put(J[:, 13], range(16, 22), (d264, d270, d276, d282, d288, d294))
     # status; a point that did not converge gets NaN outputs, never a plausible value
     ST = torch.empty((X.shape[0], 3), dtype=X.dtype, device=X.device)
     ST[:, 0] = perzyna_iso_return_map_converged
@@ -1324,6 +1045,515 @@ if triton is not None:
         return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
+    def _triton_lu1(
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
+        a0_7, a1_0, a1_1, a1_2, a1_3, a1_4,
+        a1_5, a1_7, a2_0, a2_1, a2_2, a2_3,
+        a2_4, a2_5, a2_7, a3_0, a3_1, a3_2,
+        a3_3, a3_4, a3_5, a3_7, a4_0, a4_1,
+        a4_2, a4_3, a4_4, a4_5, a4_7, a5_0,
+        a5_1, a5_2, a5_3, a5_4, a5_5, a5_7,
+        a6_7, a7_0, a7_1, a7_2, a7_3, a7_4,
+        a7_5, a7_6, DTYPE: tl.constexpr):
+        """Elimination of a 8x8 system (52 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
+        K0 = tl.full([], 1e-12, DTYPE)
+        K1 = tl.full([], float("nan"), DTYPE)
+        K2 = tl.full([], 1.0, DTYPE)
+        f_1 = (tl.abs(a0_0) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(a0_1), tl.abs(a0_2)), tl.abs(a0_3)), tl.abs(a0_4)), tl.abs(a0_5)), tl.abs(a0_7))))
+        f_2 = tl.where(f_1, (K2 / a0_0), K1)
+        f_3 = (a1_0 * f_2)
+        f_4 = (a1_1 - (a0_1 * f_3))
+        f_5 = (a1_2 - (a0_2 * f_3))
+        f_6 = (a1_3 - (a0_3 * f_3))
+        f_7 = (a1_4 - (a0_4 * f_3))
+        f_8 = (a1_5 - (a0_5 * f_3))
+        f_9 = (a1_7 - (a0_7 * f_3))
+        f_10 = (a2_0 * f_2)
+        f_11 = (a2_1 - (a0_1 * f_10))
+        f_12 = (a2_2 - (a0_2 * f_10))
+        f_13 = (a2_3 - (a0_3 * f_10))
+        f_14 = (a2_4 - (a0_4 * f_10))
+        f_15 = (a2_5 - (a0_5 * f_10))
+        f_16 = (a2_7 - (a0_7 * f_10))
+        f_17 = (a3_0 * f_2)
+        f_18 = (a3_1 - (a0_1 * f_17))
+        f_19 = (a3_2 - (a0_2 * f_17))
+        f_20 = (a3_3 - (a0_3 * f_17))
+        f_21 = (a3_4 - (a0_4 * f_17))
+        f_22 = (a3_5 - (a0_5 * f_17))
+        f_23 = (a3_7 - (a0_7 * f_17))
+        f_24 = (a4_0 * f_2)
+        f_25 = (a4_1 - (a0_1 * f_24))
+        f_26 = (a4_2 - (a0_2 * f_24))
+        f_27 = (a4_3 - (a0_3 * f_24))
+        f_28 = (a4_4 - (a0_4 * f_24))
+        f_29 = (a4_5 - (a0_5 * f_24))
+        f_30 = (a4_7 - (a0_7 * f_24))
+        f_31 = (a5_0 * f_2)
+        f_32 = (a5_1 - (a0_1 * f_31))
+        f_33 = (a5_2 - (a0_2 * f_31))
+        f_34 = (a5_3 - (a0_3 * f_31))
+        f_35 = (a5_4 - (a0_4 * f_31))
+        f_36 = (a5_5 - (a0_5 * f_31))
+        f_37 = (a5_7 - (a0_7 * f_31))
+        f_38 = (a7_0 * f_2)
+        f_39 = (a7_1 - (a0_1 * f_38))
+        f_40 = (a7_2 - (a0_2 * f_38))
+        f_41 = (a7_3 - (a0_3 * f_38))
+        f_42 = (a7_4 - (a0_4 * f_38))
+        f_43 = (a7_5 - (a0_5 * f_38))
+        f_44 = (K2 - (a0_7 * f_38))
+        f_45 = (tl.abs(f_4) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(f_5), tl.abs(f_6)), tl.abs(f_7)), tl.abs(f_8)), tl.abs(f_9))))
+        f_46 = tl.where(f_45, (K2 / f_4), K1)
+        f_47 = (f_11 * f_46)
+        f_48 = (f_12 - (f_5 * f_47))
+        f_49 = (f_13 - (f_6 * f_47))
+        f_50 = (f_14 - (f_7 * f_47))
+        f_51 = (f_15 - (f_8 * f_47))
+        f_52 = (f_16 - (f_9 * f_47))
+        f_53 = (f_18 * f_46)
+        f_54 = (f_19 - (f_5 * f_53))
+        f_55 = (f_20 - (f_6 * f_53))
+        f_56 = (f_21 - (f_7 * f_53))
+        f_57 = (f_22 - (f_8 * f_53))
+        f_58 = (f_23 - (f_9 * f_53))
+        f_59 = (f_25 * f_46)
+        f_60 = (f_26 - (f_5 * f_59))
+        f_61 = (f_27 - (f_6 * f_59))
+        f_62 = (f_28 - (f_7 * f_59))
+        f_63 = (f_29 - (f_8 * f_59))
+        f_64 = (f_30 - (f_9 * f_59))
+        f_65 = (f_32 * f_46)
+        f_66 = (f_33 - (f_5 * f_65))
+        f_67 = (f_34 - (f_6 * f_65))
+        f_68 = (f_35 - (f_7 * f_65))
+        f_69 = (f_36 - (f_8 * f_65))
+        f_70 = (f_37 - (f_9 * f_65))
+        f_71 = (f_39 * f_46)
+        f_72 = (f_40 - (f_5 * f_71))
+        f_73 = (f_41 - (f_6 * f_71))
+        f_74 = (f_42 - (f_7 * f_71))
+        f_75 = (f_43 - (f_8 * f_71))
+        f_76 = (f_44 - (f_9 * f_71))
+        f_77 = (tl.abs(f_48) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.abs(f_49), tl.abs(f_50)), tl.abs(f_51)), tl.abs(f_52))))
+        f_78 = tl.where(f_77, (K2 / f_48), K1)
+        f_79 = (f_54 * f_78)
+        f_80 = (f_55 - (f_49 * f_79))
+        f_81 = (f_56 - (f_50 * f_79))
+        f_82 = (f_57 - (f_51 * f_79))
+        f_83 = (f_58 - (f_52 * f_79))
+        f_84 = (f_60 * f_78)
+        f_85 = (f_61 - (f_49 * f_84))
+        f_86 = (f_62 - (f_50 * f_84))
+        f_87 = (f_63 - (f_51 * f_84))
+        f_88 = (f_64 - (f_52 * f_84))
+        f_89 = (f_66 * f_78)
+        f_90 = (f_67 - (f_49 * f_89))
+        f_91 = (f_68 - (f_50 * f_89))
+        f_92 = (f_69 - (f_51 * f_89))
+        f_93 = (f_70 - (f_52 * f_89))
+        f_94 = (f_72 * f_78)
+        f_95 = (f_73 - (f_49 * f_94))
+        f_96 = (f_74 - (f_50 * f_94))
+        f_97 = (f_75 - (f_51 * f_94))
+        f_98 = (f_76 - (f_52 * f_94))
+        f_99 = (tl.abs(f_80) >= (K0 * tl.maximum(tl.maximum(tl.abs(f_81), tl.abs(f_82)), tl.abs(f_83))))
+        f_100 = tl.where(f_99, (K2 / f_80), K1)
+        f_101 = (f_85 * f_100)
+        f_102 = (f_86 - (f_81 * f_101))
+        f_103 = (f_87 - (f_82 * f_101))
+        f_104 = (f_88 - (f_83 * f_101))
+        f_105 = (f_90 * f_100)
+        f_106 = (f_91 - (f_81 * f_105))
+        f_107 = (f_92 - (f_82 * f_105))
+        f_108 = (f_93 - (f_83 * f_105))
+        f_109 = (f_95 * f_100)
+        f_110 = (f_96 - (f_81 * f_109))
+        f_111 = (f_97 - (f_82 * f_109))
+        f_112 = (f_98 - (f_83 * f_109))
+        f_113 = (tl.abs(f_102) >= (K0 * tl.maximum(tl.abs(f_103), tl.abs(f_104))))
+        f_114 = tl.where(f_113, (K2 / f_102), K1)
+        f_115 = (f_106 * f_114)
+        f_116 = (f_107 - (f_103 * f_115))
+        f_117 = (f_108 - (f_104 * f_115))
+        f_118 = (f_110 * f_114)
+        f_119 = (f_111 - (f_103 * f_118))
+        f_120 = (f_112 - (f_104 * f_118))
+        f_121 = (tl.abs(f_116) >= (K0 * tl.abs(f_117)))
+        f_122 = tl.where(f_121, (K2 / f_116), K1)
+        f_123 = (f_119 * f_122)
+        f_124 = (f_120 - (f_117 * f_123))
+        f_125 = (K2 >= (K0 * tl.abs(a6_7)))
+        f_126 = tl.where(f_125, K2, K1)
+        f_127 = (a7_6 * f_126)
+        f_128 = (f_124 - (a6_7 * f_127))
+        f_129 = (K2 / f_128)
+        return (
+        f_3, f_10, f_17, f_24, f_31, f_38,
+        f_47, f_53, f_59, f_65, f_71, f_79,
+        f_84, f_89, f_94, f_101, f_105, f_109,
+        f_115, f_118, f_123, f_127, a0_1, a0_2,
+        a0_3, a0_4, a0_5, a0_7, f_5, f_6,
+        f_7, f_8, f_9, f_49, f_50, f_51,
+        f_52, f_81, f_82, f_83, f_103, f_104,
+        f_117, a6_7, f_2, f_46, f_78, f_100,
+        f_114, f_122, f_126, f_129)
+
+    @triton.jit
+    def _triton_lu1_forward1(
+        F, b0, b1, b2, b3, b4,
+        b5, b6, b7, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b3 - (b0 * F[2]))
+        s_4 = (b4 - (b0 * F[3]))
+        s_5 = (b5 - (b0 * F[4]))
+        s_6 = (b7 - (b0 * F[5]))
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        s_22 = (s_21 - (b6 * F[21]))
+        return (
+        b0, s_1, s_7, s_12, s_16, s_19,
+        b6, s_22)
+
+    @triton.jit
+    def _triton_lu1_back1(
+        F, y0, y1, y2, y3, y4,
+        y5, y6, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[51] * y7)
+        s_2 = (F[50] * (y6 - (F[43] * s_1)))
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (y3 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (y0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward2(
+        F, b0, b1, b2, b3, b4,
+        b5, b7, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b3 - (b0 * F[2]))
+        s_4 = (b4 - (b0 * F[3]))
+        s_5 = (b5 - (b0 * F[4]))
+        s_6 = (b7 - (b0 * F[5]))
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        return (
+        b0, s_1, s_7, s_12, s_16, s_19,
+        s_21)
+
+    @triton.jit
+    def _triton_lu1_back2(
+        F, y0, y1, y2, y3, y4,
+        y5, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (y3 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (y0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward3(
+        F, b0, b1, b2, b3, b4,
+        b5, b6, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (b1 - (b0 * F[0]))
+        s_2 = (b2 - (b0 * F[1]))
+        s_3 = (b3 - (b0 * F[2]))
+        s_4 = (b4 - (b0 * F[3]))
+        s_5 = (b5 - (b0 * F[4]))
+        s_6 = (-b0 * F[5])
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        s_22 = (s_21 - (b6 * F[21]))
+        return (
+        b0, s_1, s_7, s_12, s_16, s_19,
+        b6, s_22)
+
+    @triton.jit
+    def _triton_lu1_forward4(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[0])
+        s_2 = (-F[1])
+        s_3 = (-F[2])
+        s_4 = (-F[3])
+        s_5 = (-F[4])
+        s_6 = (-F[5])
+        s_7 = (s_2 - (F[6] * s_1))
+        s_8 = (s_3 - (F[7] * s_1))
+        s_9 = (s_4 - (F[8] * s_1))
+        s_10 = (s_5 - (F[9] * s_1))
+        s_11 = (s_6 - (F[10] * s_1))
+        s_12 = (s_8 - (F[11] * s_7))
+        s_13 = (s_9 - (F[12] * s_7))
+        s_14 = (s_10 - (F[13] * s_7))
+        s_15 = (s_11 - (F[14] * s_7))
+        s_16 = (s_13 - (F[15] * s_12))
+        s_17 = (s_14 - (F[16] * s_12))
+        s_18 = (s_15 - (F[17] * s_12))
+        s_19 = (s_17 - (F[18] * s_16))
+        s_20 = (s_18 - (F[19] * s_16))
+        s_21 = (s_20 - (F[20] * s_19))
+        return (s_1, s_7, s_12, s_16, s_19, s_21)
+
+    @triton.jit
+    def _triton_lu1_forward5(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[6])
+        s_2 = (-F[7])
+        s_3 = (-F[8])
+        s_4 = (-F[9])
+        s_5 = (-F[10])
+        s_6 = (s_2 - (F[11] * s_1))
+        s_7 = (s_3 - (F[12] * s_1))
+        s_8 = (s_4 - (F[13] * s_1))
+        s_9 = (s_5 - (F[14] * s_1))
+        s_10 = (s_7 - (F[15] * s_6))
+        s_11 = (s_8 - (F[16] * s_6))
+        s_12 = (s_9 - (F[17] * s_6))
+        s_13 = (s_11 - (F[18] * s_10))
+        s_14 = (s_12 - (F[19] * s_10))
+        s_15 = (s_14 - (F[20] * s_13))
+        return (s_1, s_6, s_10, s_13, s_15)
+
+    @triton.jit
+    def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[11])
+        s_2 = (-F[12])
+        s_3 = (-F[13])
+        s_4 = (-F[14])
+        s_5 = (s_2 - (F[15] * s_1))
+        s_6 = (s_3 - (F[16] * s_1))
+        s_7 = (s_4 - (F[17] * s_1))
+        s_8 = (s_6 - (F[18] * s_5))
+        s_9 = (s_7 - (F[19] * s_5))
+        s_10 = (s_9 - (F[20] * s_8))
+        return (s_1, s_5, s_8, s_10)
+
+    @triton.jit
+    def _triton_lu1_forward7(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[15])
+        s_2 = (-F[16])
+        s_3 = (-F[17])
+        s_4 = (s_2 - (F[18] * s_1))
+        s_5 = (s_3 - (F[19] * s_1))
+        s_6 = (s_5 - (F[20] * s_4))
+        return (s_1, s_4, s_6)
+
+    @triton.jit
+    def _triton_lu1_forward8(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[18])
+        s_2 = (-F[19])
+        s_3 = (s_2 - (F[20] * s_1))
+        return (s_1, s_3)
+
+    @triton.jit
+    def _triton_lu1_forward9(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[20])
+        return (s_1)
+
+    @triton.jit
+    def _triton_lu1_forward10(F, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        s_1 = (-F[21])
+        return (s_1)
+
+    @triton.jit
+    def _triton_lu1_back3(
+        F, y1, y2, y3, y4, y5,
+        y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (y3 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (K0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back4(
+        F, y2, y3, y4, y5, y7,
+        DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (y3 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (K0 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back5(F, y3, y4, y5, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (y3 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (K0 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back6(F, y4, y5, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (y4 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (K0 - (F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back7(F, y5, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (y5 - (F[42] * s_1)))
+        s_4 = (F[48] * (K0 - (F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (-(F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back8(F, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (F[49] * (K0 - (F[42] * s_1)))
+        s_4 = (F[48] * (-(F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (-(F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_back9(F, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        K0 = tl.full([], 1.0, DTYPE)
+        s_1 = (F[51] * y7)
+        s_2 = (F[50] * (K0 - (F[43] * s_1)))
+        s_3 = (-F[42] * F[49] * s_1)
+        s_4 = (F[48] * (-(F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (-(F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
+    def _triton_lu1_forward11(F, b7, DTYPE: tl.constexpr):
+        """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
+        return (b7)
+
+    @triton.jit
+    def _triton_lu1_back10(F, y7, DTYPE: tl.constexpr):
+        """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
+        s_1 = (F[51] * y7)
+        s_2 = (-F[43] * F[50] * s_1)
+        s_3 = (-F[42] * F[49] * s_1)
+        s_4 = (F[48] * (-(F[40] * s_3) - (F[41] * s_1)))
+        s_5 = (F[47] * (-(F[37] * s_4) - (F[38] * s_3) - (F[39] * s_1)))
+        s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
+        s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
+        s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
+        return (
+        s_8, s_7, s_6, s_5, s_4, s_3,
+        s_2, s_1)
+
+    @triton.jit
     def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
@@ -1338,7 +1568,6 @@ if triton is not None:
         K8 = tl.full([], 4.0, DTYPE)
         K9 = tl.full([], 8.0, DTYPE)
         K10 = tl.full([], 2.6666666666666665, DTYPE)
-        K11 = tl.full([], float("nan"), DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1506,181 +1735,34 @@ if triton is not None:
             nt1_15 = (ncse_9 * ncse_93)
             nt1_16 = (ncse_12 * ncse_93)
             nt1_17 = (p_K * ncse_41 * ncse_89)
-            nt1_18 = (tl.abs(nt1_1) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(ncse_54), tl.abs(ncse_55)), tl.abs(ncse_58)), tl.abs(ncse_61)), tl.abs(ncse_63)), tl.abs(ncse_64))))
-            nt1_19 = tl.where(nt1_18, (K1 / nt1_1), K11)
-            nt1_20 = (ncse_54 * nt1_19)
-            nt1_21 = (nt1_2 - (ncse_54 * nt1_20))
-            nt1_22 = (ncse_65 - (ncse_55 * nt1_20))
-            nt1_23 = (ncse_68 - (ncse_61 * nt1_20))
-            nt1_24 = (ncse_70 - (ncse_63 * nt1_20))
-            nt1_25 = (ncse_71 - (ncse_64 * nt1_20))
-            nt1_26 = (ncse_66 - (ncse_58 * nt1_20))
-            nt1_27 = (ncse_55 * nt1_19)
-            nt1_28 = (ncse_65 - (ncse_54 * nt1_27))
-            nt1_29 = (nt1_3 - (ncse_55 * nt1_27))
-            nt1_30 = (ncse_74 - (ncse_61 * nt1_27))
-            nt1_31 = (ncse_76 - (ncse_63 * nt1_27))
-            nt1_32 = (ncse_77 - (ncse_64 * nt1_27))
-            nt1_33 = (ncse_72 - (ncse_58 * nt1_27))
-            nt1_34 = (ncse_61 * nt1_19)
-            nt1_35 = (ncse_68 - (ncse_54 * nt1_34))
-            nt1_36 = (ncse_74 - (ncse_55 * nt1_34))
-            nt1_37 = (nt1_4 - (ncse_61 * nt1_34))
-            nt1_38 = (ncse_84 - (ncse_63 * nt1_34))
-            nt1_39 = (ncse_85 - (ncse_64 * nt1_34))
-            nt1_40 = (nt1_5 - (ncse_58 * nt1_34))
-            nt1_41 = (ncse_63 * nt1_19)
-            nt1_42 = (ncse_70 - (ncse_54 * nt1_41))
-            nt1_43 = (ncse_76 - (ncse_55 * nt1_41))
-            nt1_44 = (ncse_84 - (ncse_61 * nt1_41))
-            nt1_45 = (nt1_6 - (ncse_63 * nt1_41))
-            nt1_46 = (ncse_87 - (ncse_64 * nt1_41))
-            nt1_47 = (nt1_7 - (ncse_58 * nt1_41))
-            nt1_48 = (ncse_64 * nt1_19)
-            nt1_49 = (ncse_71 - (ncse_54 * nt1_48))
-            nt1_50 = (ncse_77 - (ncse_55 * nt1_48))
-            nt1_51 = (ncse_85 - (ncse_61 * nt1_48))
-            nt1_52 = (ncse_87 - (ncse_63 * nt1_48))
-            nt1_53 = (nt1_8 - (ncse_64 * nt1_48))
-            nt1_54 = (nt1_9 - (ncse_58 * nt1_48))
-            nt1_55 = (nt1_11 * nt1_19)
-            nt1_56 = (nt1_12 - (ncse_54 * nt1_55))
-            nt1_57 = (nt1_13 - (ncse_55 * nt1_55))
-            nt1_58 = (nt1_14 - (ncse_61 * nt1_55))
-            nt1_59 = (nt1_15 - (ncse_63 * nt1_55))
-            nt1_60 = (nt1_16 - (ncse_64 * nt1_55))
-            nt1_61 = (K1 - (ncse_58 * nt1_55))
-            nt1_62 = (tl.abs(nt1_21) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(nt1_22), tl.abs(nt1_23)), tl.abs(nt1_24)), tl.abs(nt1_25)), tl.abs(nt1_26))))
-            nt1_63 = tl.where(nt1_62, (K1 / nt1_21), K11)
-            nt1_64 = (nt1_28 * nt1_63)
-            nt1_65 = (nt1_29 - (nt1_22 * nt1_64))
-            nt1_66 = (nt1_30 - (nt1_23 * nt1_64))
-            nt1_67 = (nt1_31 - (nt1_24 * nt1_64))
-            nt1_68 = (nt1_32 - (nt1_25 * nt1_64))
-            nt1_69 = (nt1_33 - (nt1_26 * nt1_64))
-            nt1_70 = (nt1_35 * nt1_63)
-            nt1_71 = (nt1_36 - (nt1_22 * nt1_70))
-            nt1_72 = (nt1_37 - (nt1_23 * nt1_70))
-            nt1_73 = (nt1_38 - (nt1_24 * nt1_70))
-            nt1_74 = (nt1_39 - (nt1_25 * nt1_70))
-            nt1_75 = (nt1_40 - (nt1_26 * nt1_70))
-            nt1_76 = (nt1_42 * nt1_63)
-            nt1_77 = (nt1_43 - (nt1_22 * nt1_76))
-            nt1_78 = (nt1_44 - (nt1_23 * nt1_76))
-            nt1_79 = (nt1_45 - (nt1_24 * nt1_76))
-            nt1_80 = (nt1_46 - (nt1_25 * nt1_76))
-            nt1_81 = (nt1_47 - (nt1_26 * nt1_76))
-            nt1_82 = (nt1_49 * nt1_63)
-            nt1_83 = (nt1_50 - (nt1_22 * nt1_82))
-            nt1_84 = (nt1_51 - (nt1_23 * nt1_82))
-            nt1_85 = (nt1_52 - (nt1_24 * nt1_82))
-            nt1_86 = (nt1_53 - (nt1_25 * nt1_82))
-            nt1_87 = (nt1_54 - (nt1_26 * nt1_82))
-            nt1_88 = (nt1_56 * nt1_63)
-            nt1_89 = (nt1_57 - (nt1_22 * nt1_88))
-            nt1_90 = (nt1_58 - (nt1_23 * nt1_88))
-            nt1_91 = (nt1_59 - (nt1_24 * nt1_88))
-            nt1_92 = (nt1_60 - (nt1_25 * nt1_88))
-            nt1_93 = (nt1_61 - (nt1_26 * nt1_88))
-            nt1_94 = (tl.abs(nt1_65) >= (K0 * tl.maximum(tl.maximum(tl.maximum(tl.abs(nt1_66), tl.abs(nt1_67)), tl.abs(nt1_68)), tl.abs(nt1_69))))
-            nt1_95 = tl.where(nt1_94, (K1 / nt1_65), K11)
-            nt1_96 = (nt1_71 * nt1_95)
-            nt1_97 = (nt1_72 - (nt1_66 * nt1_96))
-            nt1_98 = (nt1_73 - (nt1_67 * nt1_96))
-            nt1_99 = (nt1_74 - (nt1_68 * nt1_96))
-            nt1_100 = (nt1_75 - (nt1_69 * nt1_96))
-            nt1_101 = (nt1_77 * nt1_95)
-            nt1_102 = (nt1_78 - (nt1_66 * nt1_101))
-            nt1_103 = (nt1_79 - (nt1_67 * nt1_101))
-            nt1_104 = (nt1_80 - (nt1_68 * nt1_101))
-            nt1_105 = (nt1_81 - (nt1_69 * nt1_101))
-            nt1_106 = (nt1_83 * nt1_95)
-            nt1_107 = (nt1_84 - (nt1_66 * nt1_106))
-            nt1_108 = (nt1_85 - (nt1_67 * nt1_106))
-            nt1_109 = (nt1_86 - (nt1_68 * nt1_106))
-            nt1_110 = (nt1_87 - (nt1_69 * nt1_106))
-            nt1_111 = (nt1_89 * nt1_95)
-            nt1_112 = (nt1_90 - (nt1_66 * nt1_111))
-            nt1_113 = (nt1_91 - (nt1_67 * nt1_111))
-            nt1_114 = (nt1_92 - (nt1_68 * nt1_111))
-            nt1_115 = (nt1_93 - (nt1_69 * nt1_111))
-            nt1_116 = (tl.abs(nt1_97) >= (K0 * tl.maximum(tl.maximum(tl.abs(nt1_98), tl.abs(nt1_99)), tl.abs(nt1_100))))
-            nt1_117 = tl.where(nt1_116, (K1 / nt1_97), K11)
-            nt1_118 = (nt1_102 * nt1_117)
-            nt1_119 = (nt1_103 - (nt1_98 * nt1_118))
-            nt1_120 = (nt1_104 - (nt1_99 * nt1_118))
-            nt1_121 = (nt1_105 - (nt1_100 * nt1_118))
-            nt1_122 = (nt1_107 * nt1_117)
-            nt1_123 = (nt1_108 - (nt1_98 * nt1_122))
-            nt1_124 = (nt1_109 - (nt1_99 * nt1_122))
-            nt1_125 = (nt1_110 - (nt1_100 * nt1_122))
-            nt1_126 = (nt1_112 * nt1_117)
-            nt1_127 = (nt1_113 - (nt1_98 * nt1_126))
-            nt1_128 = (nt1_114 - (nt1_99 * nt1_126))
-            nt1_129 = (nt1_115 - (nt1_100 * nt1_126))
-            nt1_130 = (tl.abs(nt1_119) >= (K0 * tl.maximum(tl.abs(nt1_120), tl.abs(nt1_121))))
-            nt1_131 = tl.where(nt1_130, (K1 / nt1_119), K11)
-            nt1_132 = (nt1_123 * nt1_131)
-            nt1_133 = (nt1_124 - (nt1_120 * nt1_132))
-            nt1_134 = (nt1_125 - (nt1_121 * nt1_132))
-            nt1_135 = (nt1_127 * nt1_131)
-            nt1_136 = (nt1_128 - (nt1_120 * nt1_135))
-            nt1_137 = (nt1_129 - (nt1_121 * nt1_135))
-            nt1_138 = (tl.abs(nt1_133) >= (K0 * tl.abs(nt1_134)))
-            nt1_139 = tl.where(nt1_138, (K1 / nt1_133), K11)
-            nt1_140 = (nt1_136 * nt1_139)
-            nt1_141 = (nt1_137 - (nt1_134 * nt1_140))
-            nt1_142 = (K1 >= (K0 * tl.abs(nt1_10)))
-            nt1_143 = tl.where(nt1_142, K1, K11)
-            nt1_144 = (nt1_17 * nt1_143)
-            nt1_145 = (nt1_141 - (nt1_10 * nt1_144))
-            nt1_146 = (K1 / nt1_145)
-            nt1_147 = (-nt1_r_0)
-            nt1_148 = (-nt1_r_1)
-            nt1_149 = (-nt1_r_2)
-            nt1_150 = (-nt1_r_3)
-            nt1_151 = (-nt1_r_4)
-            nt1_152 = (-nt1_r_5)
-            nt1_153 = (-nt1_r_6)
-            nt1_154 = (-nt1_r_7)
-            nt1_155 = (nt1_148 - (nt1_147 * nt1_20))
-            nt1_156 = (nt1_149 - (nt1_147 * nt1_27))
-            nt1_157 = (nt1_150 - (nt1_147 * nt1_34))
-            nt1_158 = (nt1_151 - (nt1_147 * nt1_41))
-            nt1_159 = (nt1_152 - (nt1_147 * nt1_48))
-            nt1_160 = (nt1_154 - (nt1_147 * nt1_55))
-            nt1_161 = (nt1_156 - (nt1_155 * nt1_64))
-            nt1_162 = (nt1_157 - (nt1_155 * nt1_70))
-            nt1_163 = (nt1_158 - (nt1_155 * nt1_76))
-            nt1_164 = (nt1_159 - (nt1_155 * nt1_82))
-            nt1_165 = (nt1_160 - (nt1_155 * nt1_88))
-            nt1_166 = (nt1_162 - (nt1_161 * nt1_96))
-            nt1_167 = (nt1_163 - (nt1_161 * nt1_101))
-            nt1_168 = (nt1_164 - (nt1_161 * nt1_106))
-            nt1_169 = (nt1_165 - (nt1_161 * nt1_111))
-            nt1_170 = (nt1_167 - (nt1_166 * nt1_118))
-            nt1_171 = (nt1_168 - (nt1_166 * nt1_122))
-            nt1_172 = (nt1_169 - (nt1_166 * nt1_126))
-            nt1_173 = (nt1_171 - (nt1_170 * nt1_132))
-            nt1_174 = (nt1_172 - (nt1_170 * nt1_135))
-            nt1_175 = (nt1_174 - (nt1_173 * nt1_140))
-            nt1_176 = (nt1_175 - (nt1_153 * nt1_144))
-            nt1_177 = (nt1_176 * nt1_146)
-            nt1_178 = (nt1_143 * (nt1_153 - (nt1_10 * nt1_177)))
-            nt1_179 = (nt1_139 * (nt1_173 - (nt1_134 * nt1_177)))
-            nt1_180 = (nt1_131 * (nt1_170 - (nt1_120 * nt1_179) - (nt1_121 * nt1_177)))
-            nt1_181 = (nt1_117 * (nt1_166 - (nt1_98 * nt1_180) - (nt1_99 * nt1_179) - (nt1_100 * nt1_177)))
-            nt1_182 = (nt1_95 * (nt1_161 - (nt1_66 * nt1_181) - (nt1_67 * nt1_180) - (nt1_68 * nt1_179) - (nt1_69 * nt1_177)))
-            nt1_183 = (nt1_63 * (nt1_155 - (nt1_22 * nt1_182) - (nt1_23 * nt1_181) - (nt1_24 * nt1_180) - (nt1_25 * nt1_179) - (nt1_26 * nt1_177)))
-            nt1_184 = (nt1_19 * (nt1_147 - (ncse_54 * nt1_183) - (ncse_55 * nt1_182) - (ncse_58 * nt1_177) - (ncse_61 * nt1_181) - (ncse_63 * nt1_180) - (ncse_64 * nt1_179)))
-            nt1_du_0 = nt1_184
-            nt1_du_1 = nt1_183
-            nt1_du_2 = nt1_182
-            nt1_du_3 = nt1_181
-            nt1_du_4 = nt1_180
-            nt1_du_5 = nt1_179
-            nt1_du_6 = nt1_178
-            nt1_du_7 = nt1_177
+            nt1_lu = _triton_lu1(
+                nt1_1, ncse_54, ncse_55, ncse_61, ncse_63, ncse_64,
+                ncse_58, ncse_54, nt1_2, ncse_65, ncse_68, ncse_70,
+                ncse_71, ncse_66, ncse_55, ncse_65, nt1_3, ncse_74,
+                ncse_76, ncse_77, ncse_72, ncse_61, ncse_68, ncse_74,
+                nt1_4, ncse_84, ncse_85, nt1_5, ncse_63, ncse_70,
+                ncse_76, ncse_84, nt1_6, ncse_87, nt1_7, ncse_64,
+                ncse_71, ncse_77, ncse_85, ncse_87, nt1_8, nt1_9,
+                nt1_10, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
+                nt1_16, nt1_17, DTYPE)
+            nt1_18 = (-nt1_r_0)
+            nt1_19 = (-nt1_r_1)
+            nt1_20 = (-nt1_r_2)
+            nt1_21 = (-nt1_r_3)
+            nt1_22 = (-nt1_r_4)
+            nt1_23 = (-nt1_r_5)
+            nt1_24 = (-nt1_r_6)
+            nt1_25 = (-nt1_r_7)
+            (
+                nt1_26, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31,
+                nt1_32, nt1_33) = _triton_lu1_forward1(
+                nt1_lu, nt1_18, nt1_19, nt1_20, nt1_21, nt1_22,
+                nt1_23, nt1_24, nt1_25, DTYPE)
+            (
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
+                nt1_du_6, nt1_du_7) = _triton_lu1_back1(
+                nt1_lu, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30,
+                nt1_31, nt1_32, nt1_33, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1716,8 +1798,7 @@ if triton is not None:
         K7 = tl.full([], 1.3333333333333333, DTYPE)
         K8 = tl.full([], 4.0, DTYPE)
         K9 = tl.full([], 8.0, DTYPE)
-        K10 = tl.full([], 1e-12, DTYPE)
-        K11 = tl.full([], 0.0, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
         _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
@@ -1987,470 +2068,189 @@ if triton is not None:
             lu1_9 = (cse_180 * state_S_5)
             lu1_10 = (cse_130 * cse_187)
             lu1_11 = (p_K * cse_206)
-            lu1_12 = (tl.abs(lu1_1) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(cse_138), tl.abs(cse_141)), tl.abs(cse_144)), tl.abs(cse_148)), tl.abs(cse_150)), tl.abs(cse_151))))
-            lu1_13 = tl.where(lu1_12, (K1 / lu1_1), K0)
-            lu1_14 = (cse_138 * lu1_13)
-            lu1_15 = (lu1_2 - (cse_138 * lu1_14))
-            lu1_16 = (cse_155 - (cse_141 * lu1_14))
-            lu1_17 = (cse_158 - (cse_148 * lu1_14))
-            lu1_18 = (cse_160 - (cse_150 * lu1_14))
-            lu1_19 = (cse_161 - (cse_151 * lu1_14))
-            lu1_20 = (cse_156 - (cse_144 * lu1_14))
-            lu1_21 = (cse_141 * lu1_13)
-            lu1_22 = (cse_155 - (cse_138 * lu1_21))
-            lu1_23 = (lu1_3 - (cse_141 * lu1_21))
-            lu1_24 = (cse_166 - (cse_148 * lu1_21))
-            lu1_25 = (cse_168 - (cse_150 * lu1_21))
-            lu1_26 = (cse_169 - (cse_151 * lu1_21))
-            lu1_27 = (cse_164 - (cse_144 * lu1_21))
-            lu1_28 = (cse_148 * lu1_13)
-            lu1_29 = (cse_158 - (cse_138 * lu1_28))
-            lu1_30 = (cse_166 - (cse_141 * lu1_28))
-            lu1_31 = (lu1_4 - (cse_148 * lu1_28))
-            lu1_32 = (cse_178 - (cse_150 * lu1_28))
-            lu1_33 = (cse_179 - (cse_151 * lu1_28))
-            lu1_34 = (lu1_5 - (cse_144 * lu1_28))
-            lu1_35 = (cse_150 * lu1_13)
-            lu1_36 = (cse_160 - (cse_138 * lu1_35))
-            lu1_37 = (cse_168 - (cse_141 * lu1_35))
-            lu1_38 = (cse_178 - (cse_148 * lu1_35))
-            lu1_39 = (lu1_6 - (cse_150 * lu1_35))
-            lu1_40 = (cse_183 - (cse_151 * lu1_35))
-            lu1_41 = (lu1_7 - (cse_144 * lu1_35))
-            lu1_42 = (cse_151 * lu1_13)
-            lu1_43 = (cse_161 - (cse_138 * lu1_42))
-            lu1_44 = (cse_169 - (cse_141 * lu1_42))
-            lu1_45 = (cse_179 - (cse_148 * lu1_42))
-            lu1_46 = (cse_183 - (cse_150 * lu1_42))
-            lu1_47 = (lu1_8 - (cse_151 * lu1_42))
-            lu1_48 = (lu1_9 - (cse_144 * lu1_42))
-            lu1_49 = (cse_197 * lu1_13)
-            lu1_50 = (cse_199 - (cse_138 * lu1_49))
-            lu1_51 = (cse_201 - (cse_141 * lu1_49))
-            lu1_52 = (cse_203 - (cse_148 * lu1_49))
-            lu1_53 = (cse_204 - (cse_150 * lu1_49))
-            lu1_54 = (cse_205 - (cse_151 * lu1_49))
-            lu1_55 = (K1 - (cse_144 * lu1_49))
-            lu1_56 = (tl.abs(lu1_15) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.maximum(tl.abs(lu1_16), tl.abs(lu1_17)), tl.abs(lu1_18)), tl.abs(lu1_19)), tl.abs(lu1_20))))
-            lu1_57 = tl.where(lu1_56, (K1 / lu1_15), K0)
-            lu1_58 = (lu1_22 * lu1_57)
-            lu1_59 = (lu1_23 - (lu1_16 * lu1_58))
-            lu1_60 = (lu1_24 - (lu1_17 * lu1_58))
-            lu1_61 = (lu1_25 - (lu1_18 * lu1_58))
-            lu1_62 = (lu1_26 - (lu1_19 * lu1_58))
-            lu1_63 = (lu1_27 - (lu1_20 * lu1_58))
-            lu1_64 = (lu1_29 * lu1_57)
-            lu1_65 = (lu1_30 - (lu1_16 * lu1_64))
-            lu1_66 = (lu1_31 - (lu1_17 * lu1_64))
-            lu1_67 = (lu1_32 - (lu1_18 * lu1_64))
-            lu1_68 = (lu1_33 - (lu1_19 * lu1_64))
-            lu1_69 = (lu1_34 - (lu1_20 * lu1_64))
-            lu1_70 = (lu1_36 * lu1_57)
-            lu1_71 = (lu1_37 - (lu1_16 * lu1_70))
-            lu1_72 = (lu1_38 - (lu1_17 * lu1_70))
-            lu1_73 = (lu1_39 - (lu1_18 * lu1_70))
-            lu1_74 = (lu1_40 - (lu1_19 * lu1_70))
-            lu1_75 = (lu1_41 - (lu1_20 * lu1_70))
-            lu1_76 = (lu1_43 * lu1_57)
-            lu1_77 = (lu1_44 - (lu1_16 * lu1_76))
-            lu1_78 = (lu1_45 - (lu1_17 * lu1_76))
-            lu1_79 = (lu1_46 - (lu1_18 * lu1_76))
-            lu1_80 = (lu1_47 - (lu1_19 * lu1_76))
-            lu1_81 = (lu1_48 - (lu1_20 * lu1_76))
-            lu1_82 = (lu1_50 * lu1_57)
-            lu1_83 = (lu1_51 - (lu1_16 * lu1_82))
-            lu1_84 = (lu1_52 - (lu1_17 * lu1_82))
-            lu1_85 = (lu1_53 - (lu1_18 * lu1_82))
-            lu1_86 = (lu1_54 - (lu1_19 * lu1_82))
-            lu1_87 = (lu1_55 - (lu1_20 * lu1_82))
-            lu1_88 = (tl.abs(lu1_59) >= (K10 * tl.maximum(tl.maximum(tl.maximum(tl.abs(lu1_60), tl.abs(lu1_61)), tl.abs(lu1_62)), tl.abs(lu1_63))))
-            lu1_89 = tl.where(lu1_88, (K1 / lu1_59), K0)
-            lu1_90 = (lu1_65 * lu1_89)
-            lu1_91 = (lu1_66 - (lu1_60 * lu1_90))
-            lu1_92 = (lu1_67 - (lu1_61 * lu1_90))
-            lu1_93 = (lu1_68 - (lu1_62 * lu1_90))
-            lu1_94 = (lu1_69 - (lu1_63 * lu1_90))
-            lu1_95 = (lu1_71 * lu1_89)
-            lu1_96 = (lu1_72 - (lu1_60 * lu1_95))
-            lu1_97 = (lu1_73 - (lu1_61 * lu1_95))
-            lu1_98 = (lu1_74 - (lu1_62 * lu1_95))
-            lu1_99 = (lu1_75 - (lu1_63 * lu1_95))
-            lu1_100 = (lu1_77 * lu1_89)
-            lu1_101 = (lu1_78 - (lu1_60 * lu1_100))
-            lu1_102 = (lu1_79 - (lu1_61 * lu1_100))
-            lu1_103 = (lu1_80 - (lu1_62 * lu1_100))
-            lu1_104 = (lu1_81 - (lu1_63 * lu1_100))
-            lu1_105 = (lu1_83 * lu1_89)
-            lu1_106 = (lu1_84 - (lu1_60 * lu1_105))
-            lu1_107 = (lu1_85 - (lu1_61 * lu1_105))
-            lu1_108 = (lu1_86 - (lu1_62 * lu1_105))
-            lu1_109 = (lu1_87 - (lu1_63 * lu1_105))
-            lu1_110 = (tl.abs(lu1_91) >= (K10 * tl.maximum(tl.maximum(tl.abs(lu1_92), tl.abs(lu1_93)), tl.abs(lu1_94))))
-            lu1_111 = tl.where(lu1_110, (K1 / lu1_91), K0)
-            lu1_112 = (lu1_96 * lu1_111)
-            lu1_113 = (lu1_97 - (lu1_92 * lu1_112))
-            lu1_114 = (lu1_98 - (lu1_93 * lu1_112))
-            lu1_115 = (lu1_99 - (lu1_94 * lu1_112))
-            lu1_116 = (lu1_101 * lu1_111)
-            lu1_117 = (lu1_102 - (lu1_92 * lu1_116))
-            lu1_118 = (lu1_103 - (lu1_93 * lu1_116))
-            lu1_119 = (lu1_104 - (lu1_94 * lu1_116))
-            lu1_120 = (lu1_106 * lu1_111)
-            lu1_121 = (lu1_107 - (lu1_92 * lu1_120))
-            lu1_122 = (lu1_108 - (lu1_93 * lu1_120))
-            lu1_123 = (lu1_109 - (lu1_94 * lu1_120))
-            lu1_124 = (tl.abs(lu1_113) >= (K10 * tl.maximum(tl.abs(lu1_114), tl.abs(lu1_115))))
-            lu1_125 = tl.where(lu1_124, (K1 / lu1_113), K0)
-            lu1_126 = (lu1_117 * lu1_125)
-            lu1_127 = (lu1_118 - (lu1_114 * lu1_126))
-            lu1_128 = (lu1_119 - (lu1_115 * lu1_126))
-            lu1_129 = (lu1_121 * lu1_125)
-            lu1_130 = (lu1_122 - (lu1_114 * lu1_129))
-            lu1_131 = (lu1_123 - (lu1_115 * lu1_129))
-            lu1_132 = (tl.abs(lu1_127) >= (K10 * tl.abs(lu1_128)))
-            lu1_133 = tl.where(lu1_132, (K1 / lu1_127), K0)
-            lu1_134 = (lu1_130 * lu1_133)
-            lu1_135 = (lu1_131 - (lu1_128 * lu1_134))
-            lu1_136 = (K1 >= (K10 * tl.abs(lu1_10)))
-            lu1_137 = tl.where(lu1_136, K1, K0)
-            lu1_138 = (lu1_11 * lu1_137)
-            lu1_139 = (lu1_135 - (lu1_10 * lu1_138))
-            lu1_140 = (K1 / lu1_139)
+            lu1_lu = _triton_lu1(
+                lu1_1, cse_138, cse_141, cse_148, cse_150, cse_151,
+                cse_144, cse_138, lu1_2, cse_155, cse_158, cse_160,
+                cse_161, cse_156, cse_141, cse_155, lu1_3, cse_166,
+                cse_168, cse_169, cse_164, cse_148, cse_158, cse_166,
+                lu1_4, cse_178, cse_179, lu1_5, cse_150, cse_160,
+                cse_168, cse_178, lu1_6, cse_183, lu1_7, cse_151,
+                cse_161, cse_169, cse_179, cse_183, lu1_8, lu1_9,
+                lu1_10, cse_197, cse_199, cse_201, cse_203, cse_204,
+                cse_205, lu1_11, DTYPE)
             # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
-            ls1_1 = (-cse_133)
-            ls1_2 = (-cse_153)
-            ls1_3 = (-cse_163)
-            ls1_4 = (-cse_174)
-            ls1_5 = (-cse_182)
-            ls1_6 = (-cse_185)
-            ls1_7 = (cse_138 - (ls1_1 * lu1_14))
-            ls1_8 = (ls1_2 - (cse_138 * lu1_14))
-            ls1_9 = (cse_155 - (cse_141 * lu1_14))
-            ls1_10 = (cse_158 - (cse_148 * lu1_14))
-            ls1_11 = (cse_160 - (cse_150 * lu1_14))
-            ls1_12 = (cse_161 - (cse_151 * lu1_14))
-            ls1_13 = (cse_141 - (ls1_1 * lu1_21))
-            ls1_14 = (cse_155 - (cse_138 * lu1_21))
-            ls1_15 = (ls1_3 - (cse_141 * lu1_21))
-            ls1_16 = (cse_166 - (cse_148 * lu1_21))
-            ls1_17 = (cse_168 - (cse_150 * lu1_21))
-            ls1_18 = (cse_169 - (cse_151 * lu1_21))
-            ls1_19 = (cse_148 - (ls1_1 * lu1_28))
-            ls1_20 = (cse_158 - (cse_138 * lu1_28))
-            ls1_21 = (cse_166 - (cse_141 * lu1_28))
-            ls1_22 = (ls1_4 - (cse_148 * lu1_28))
-            ls1_23 = (cse_178 - (cse_150 * lu1_28))
-            ls1_24 = (cse_179 - (cse_151 * lu1_28))
-            ls1_25 = (cse_150 - (ls1_1 * lu1_35))
-            ls1_26 = (cse_160 - (cse_138 * lu1_35))
-            ls1_27 = (cse_168 - (cse_141 * lu1_35))
-            ls1_28 = (cse_178 - (cse_148 * lu1_35))
-            ls1_29 = (ls1_5 - (cse_150 * lu1_35))
-            ls1_30 = (cse_183 - (cse_151 * lu1_35))
-            ls1_31 = (cse_151 - (ls1_1 * lu1_42))
-            ls1_32 = (cse_161 - (cse_138 * lu1_42))
-            ls1_33 = (cse_169 - (cse_141 * lu1_42))
-            ls1_34 = (cse_179 - (cse_148 * lu1_42))
-            ls1_35 = (cse_183 - (cse_150 * lu1_42))
-            ls1_36 = (ls1_6 - (cse_151 * lu1_42))
-            ls1_37 = (cse_197 - (ls1_1 * lu1_49))
-            ls1_38 = (cse_199 - (cse_138 * lu1_49))
-            ls1_39 = (cse_201 - (cse_141 * lu1_49))
-            ls1_40 = (cse_203 - (cse_148 * lu1_49))
-            ls1_41 = (cse_204 - (cse_150 * lu1_49))
-            ls1_42 = (cse_205 - (cse_151 * lu1_49))
-            ls1_43 = (ls1_13 - (ls1_7 * lu1_58))
-            ls1_44 = (ls1_14 - (ls1_8 * lu1_58))
-            ls1_45 = (ls1_15 - (ls1_9 * lu1_58))
-            ls1_46 = (ls1_16 - (ls1_10 * lu1_58))
-            ls1_47 = (ls1_17 - (ls1_11 * lu1_58))
-            ls1_48 = (ls1_18 - (ls1_12 * lu1_58))
-            ls1_49 = (ls1_19 - (ls1_7 * lu1_64))
-            ls1_50 = (ls1_20 - (ls1_8 * lu1_64))
-            ls1_51 = (ls1_21 - (ls1_9 * lu1_64))
-            ls1_52 = (ls1_22 - (ls1_10 * lu1_64))
-            ls1_53 = (ls1_23 - (ls1_11 * lu1_64))
-            ls1_54 = (ls1_24 - (ls1_12 * lu1_64))
-            ls1_55 = (ls1_25 - (ls1_7 * lu1_70))
-            ls1_56 = (ls1_26 - (ls1_8 * lu1_70))
-            ls1_57 = (ls1_27 - (ls1_9 * lu1_70))
-            ls1_58 = (ls1_28 - (ls1_10 * lu1_70))
-            ls1_59 = (ls1_29 - (ls1_11 * lu1_70))
-            ls1_60 = (ls1_30 - (ls1_12 * lu1_70))
-            ls1_61 = (ls1_31 - (ls1_7 * lu1_76))
-            ls1_62 = (ls1_32 - (ls1_8 * lu1_76))
-            ls1_63 = (ls1_33 - (ls1_9 * lu1_76))
-            ls1_64 = (ls1_34 - (ls1_10 * lu1_76))
-            ls1_65 = (ls1_35 - (ls1_11 * lu1_76))
-            ls1_66 = (ls1_36 - (ls1_12 * lu1_76))
-            ls1_67 = (ls1_37 - (ls1_7 * lu1_82))
-            ls1_68 = (ls1_38 - (ls1_8 * lu1_82))
-            ls1_69 = (ls1_39 - (ls1_9 * lu1_82))
-            ls1_70 = (ls1_40 - (ls1_10 * lu1_82))
-            ls1_71 = (ls1_41 - (ls1_11 * lu1_82))
-            ls1_72 = (ls1_42 - (ls1_12 * lu1_82))
-            ls1_73 = (ls1_49 - (ls1_43 * lu1_90))
-            ls1_74 = (ls1_50 - (ls1_44 * lu1_90))
-            ls1_75 = (ls1_51 - (ls1_45 * lu1_90))
-            ls1_76 = (ls1_52 - (ls1_46 * lu1_90))
-            ls1_77 = (ls1_53 - (ls1_47 * lu1_90))
-            ls1_78 = (ls1_54 - (ls1_48 * lu1_90))
-            ls1_79 = (ls1_55 - (ls1_43 * lu1_95))
-            ls1_80 = (ls1_56 - (ls1_44 * lu1_95))
-            ls1_81 = (ls1_57 - (ls1_45 * lu1_95))
-            ls1_82 = (ls1_58 - (ls1_46 * lu1_95))
-            ls1_83 = (ls1_59 - (ls1_47 * lu1_95))
-            ls1_84 = (ls1_60 - (ls1_48 * lu1_95))
-            ls1_85 = (ls1_61 - (ls1_43 * lu1_100))
-            ls1_86 = (ls1_62 - (ls1_44 * lu1_100))
-            ls1_87 = (ls1_63 - (ls1_45 * lu1_100))
-            ls1_88 = (ls1_64 - (ls1_46 * lu1_100))
-            ls1_89 = (ls1_65 - (ls1_47 * lu1_100))
-            ls1_90 = (ls1_66 - (ls1_48 * lu1_100))
-            ls1_91 = (ls1_67 - (ls1_43 * lu1_105))
-            ls1_92 = (ls1_68 - (ls1_44 * lu1_105))
-            ls1_93 = (ls1_69 - (ls1_45 * lu1_105))
-            ls1_94 = (ls1_70 - (ls1_46 * lu1_105))
-            ls1_95 = (ls1_71 - (ls1_47 * lu1_105))
-            ls1_96 = (ls1_72 - (ls1_48 * lu1_105))
-            ls1_97 = (ls1_79 - (ls1_73 * lu1_112))
-            ls1_98 = (ls1_80 - (ls1_74 * lu1_112))
-            ls1_99 = (ls1_81 - (ls1_75 * lu1_112))
-            ls1_100 = (ls1_82 - (ls1_76 * lu1_112))
-            ls1_101 = (ls1_83 - (ls1_77 * lu1_112))
-            ls1_102 = (ls1_84 - (ls1_78 * lu1_112))
-            ls1_103 = (ls1_85 - (ls1_73 * lu1_116))
-            ls1_104 = (ls1_86 - (ls1_74 * lu1_116))
-            ls1_105 = (ls1_87 - (ls1_75 * lu1_116))
-            ls1_106 = (ls1_88 - (ls1_76 * lu1_116))
-            ls1_107 = (ls1_89 - (ls1_77 * lu1_116))
-            ls1_108 = (ls1_90 - (ls1_78 * lu1_116))
-            ls1_109 = (ls1_91 - (ls1_73 * lu1_120))
-            ls1_110 = (ls1_92 - (ls1_74 * lu1_120))
-            ls1_111 = (ls1_93 - (ls1_75 * lu1_120))
-            ls1_112 = (ls1_94 - (ls1_76 * lu1_120))
-            ls1_113 = (ls1_95 - (ls1_77 * lu1_120))
-            ls1_114 = (ls1_96 - (ls1_78 * lu1_120))
-            ls1_115 = (ls1_103 - (ls1_97 * lu1_126))
-            ls1_116 = (ls1_104 - (ls1_98 * lu1_126))
-            ls1_117 = (ls1_105 - (ls1_99 * lu1_126))
-            ls1_118 = (ls1_106 - (ls1_100 * lu1_126))
-            ls1_119 = (ls1_107 - (ls1_101 * lu1_126))
-            ls1_120 = (ls1_108 - (ls1_102 * lu1_126))
-            ls1_121 = (ls1_109 - (ls1_97 * lu1_129))
-            ls1_122 = (ls1_110 - (ls1_98 * lu1_129))
-            ls1_123 = (ls1_111 - (ls1_99 * lu1_129))
-            ls1_124 = (ls1_112 - (ls1_100 * lu1_129))
-            ls1_125 = (ls1_113 - (ls1_101 * lu1_129))
-            ls1_126 = (ls1_114 - (ls1_102 * lu1_129))
-            ls1_127 = (ls1_121 - (ls1_115 * lu1_134))
-            ls1_128 = (ls1_122 - (ls1_116 * lu1_134))
-            ls1_129 = (ls1_123 - (ls1_117 * lu1_134))
-            ls1_130 = (ls1_124 - (ls1_118 * lu1_134))
-            ls1_131 = (ls1_125 - (ls1_119 * lu1_134))
-            ls1_132 = (ls1_126 - (ls1_120 * lu1_134))
-            ls1_133 = (ls1_127 * lu1_140)
-            ls1_134 = (ls1_128 * lu1_140)
-            ls1_135 = (ls1_129 * lu1_140)
-            ls1_136 = (ls1_130 * lu1_140)
-            ls1_137 = (ls1_131 * lu1_140)
-            ls1_138 = (ls1_132 * lu1_140)
-            ls1_139 = (-ls1_133 * lu1_10 * lu1_137)
-            ls1_140 = (-ls1_134 * lu1_10 * lu1_137)
-            ls1_141 = (-ls1_135 * lu1_10 * lu1_137)
-            ls1_142 = (-ls1_136 * lu1_10 * lu1_137)
-            ls1_143 = (-ls1_137 * lu1_10 * lu1_137)
-            ls1_144 = (-ls1_138 * lu1_10 * lu1_137)
-            ls1_145 = (lu1_133 * (ls1_115 - (ls1_133 * lu1_128)))
-            ls1_146 = (lu1_133 * (ls1_116 - (ls1_134 * lu1_128)))
-            ls1_147 = (lu1_133 * (ls1_117 - (ls1_135 * lu1_128)))
-            ls1_148 = (lu1_133 * (ls1_118 - (ls1_136 * lu1_128)))
-            ls1_149 = (lu1_133 * (ls1_119 - (ls1_137 * lu1_128)))
-            ls1_150 = (lu1_133 * (ls1_120 - (ls1_138 * lu1_128)))
-            ls1_151 = (lu1_125 * (ls1_97 - (ls1_145 * lu1_114) - (ls1_133 * lu1_115)))
-            ls1_152 = (lu1_125 * (ls1_98 - (ls1_146 * lu1_114) - (ls1_134 * lu1_115)))
-            ls1_153 = (lu1_125 * (ls1_99 - (ls1_147 * lu1_114) - (ls1_135 * lu1_115)))
-            ls1_154 = (lu1_125 * (ls1_100 - (ls1_148 * lu1_114) - (ls1_136 * lu1_115)))
-            ls1_155 = (lu1_125 * (ls1_101 - (ls1_149 * lu1_114) - (ls1_137 * lu1_115)))
-            ls1_156 = (lu1_125 * (ls1_102 - (ls1_150 * lu1_114) - (ls1_138 * lu1_115)))
-            ls1_157 = (lu1_111 * (ls1_73 - (ls1_151 * lu1_92) - (ls1_145 * lu1_93) - (ls1_133 * lu1_94)))
-            ls1_158 = (lu1_111 * (ls1_74 - (ls1_152 * lu1_92) - (ls1_146 * lu1_93) - (ls1_134 * lu1_94)))
-            ls1_159 = (lu1_111 * (ls1_75 - (ls1_153 * lu1_92) - (ls1_147 * lu1_93) - (ls1_135 * lu1_94)))
-            ls1_160 = (lu1_111 * (ls1_76 - (ls1_154 * lu1_92) - (ls1_148 * lu1_93) - (ls1_136 * lu1_94)))
-            ls1_161 = (lu1_111 * (ls1_77 - (ls1_155 * lu1_92) - (ls1_149 * lu1_93) - (ls1_137 * lu1_94)))
-            ls1_162 = (lu1_111 * (ls1_78 - (ls1_156 * lu1_92) - (ls1_150 * lu1_93) - (ls1_138 * lu1_94)))
-            ls1_163 = (lu1_89 * (ls1_43 - (ls1_157 * lu1_60) - (ls1_151 * lu1_61) - (ls1_145 * lu1_62) - (ls1_133 * lu1_63)))
-            ls1_164 = (lu1_89 * (ls1_44 - (ls1_158 * lu1_60) - (ls1_152 * lu1_61) - (ls1_146 * lu1_62) - (ls1_134 * lu1_63)))
-            ls1_165 = (lu1_89 * (ls1_45 - (ls1_159 * lu1_60) - (ls1_153 * lu1_61) - (ls1_147 * lu1_62) - (ls1_135 * lu1_63)))
-            ls1_166 = (lu1_89 * (ls1_46 - (ls1_160 * lu1_60) - (ls1_154 * lu1_61) - (ls1_148 * lu1_62) - (ls1_136 * lu1_63)))
-            ls1_167 = (lu1_89 * (ls1_47 - (ls1_161 * lu1_60) - (ls1_155 * lu1_61) - (ls1_149 * lu1_62) - (ls1_137 * lu1_63)))
-            ls1_168 = (lu1_89 * (ls1_48 - (ls1_162 * lu1_60) - (ls1_156 * lu1_61) - (ls1_150 * lu1_62) - (ls1_138 * lu1_63)))
-            ls1_169 = (lu1_57 * (ls1_7 - (ls1_163 * lu1_16) - (ls1_157 * lu1_17) - (ls1_151 * lu1_18) - (ls1_145 * lu1_19) - (ls1_133 * lu1_20)))
-            ls1_170 = (lu1_57 * (ls1_8 - (ls1_164 * lu1_16) - (ls1_158 * lu1_17) - (ls1_152 * lu1_18) - (ls1_146 * lu1_19) - (ls1_134 * lu1_20)))
-            ls1_171 = (lu1_57 * (ls1_9 - (ls1_165 * lu1_16) - (ls1_159 * lu1_17) - (ls1_153 * lu1_18) - (ls1_147 * lu1_19) - (ls1_135 * lu1_20)))
-            ls1_172 = (lu1_57 * (ls1_10 - (ls1_166 * lu1_16) - (ls1_160 * lu1_17) - (ls1_154 * lu1_18) - (ls1_148 * lu1_19) - (ls1_136 * lu1_20)))
-            ls1_173 = (lu1_57 * (ls1_11 - (ls1_167 * lu1_16) - (ls1_161 * lu1_17) - (ls1_155 * lu1_18) - (ls1_149 * lu1_19) - (ls1_137 * lu1_20)))
-            ls1_174 = (lu1_57 * (ls1_12 - (ls1_168 * lu1_16) - (ls1_162 * lu1_17) - (ls1_156 * lu1_18) - (ls1_150 * lu1_19) - (ls1_138 * lu1_20)))
-            ls1_175 = (lu1_13 * (ls1_1 - (cse_138 * ls1_169) - (cse_141 * ls1_163) - (cse_144 * ls1_133) - (cse_148 * ls1_157) - (cse_150 * ls1_151) - (cse_151 * ls1_145)))
-            ls1_176 = (lu1_13 * (cse_138 - (cse_138 * ls1_170) - (cse_141 * ls1_164) - (cse_144 * ls1_134) - (cse_148 * ls1_158) - (cse_150 * ls1_152) - (cse_151 * ls1_146)))
-            ls1_177 = (lu1_13 * (cse_141 - (cse_138 * ls1_171) - (cse_141 * ls1_165) - (cse_144 * ls1_135) - (cse_148 * ls1_159) - (cse_150 * ls1_153) - (cse_151 * ls1_147)))
-            ls1_178 = (lu1_13 * (cse_148 - (cse_138 * ls1_172) - (cse_141 * ls1_166) - (cse_144 * ls1_136) - (cse_148 * ls1_160) - (cse_150 * ls1_154) - (cse_151 * ls1_148)))
-            ls1_179 = (lu1_13 * (cse_150 - (cse_138 * ls1_173) - (cse_141 * ls1_167) - (cse_144 * ls1_137) - (cse_148 * ls1_161) - (cse_150 * ls1_155) - (cse_151 * ls1_149)))
-            ls1_180 = (lu1_13 * (cse_151 - (cse_138 * ls1_174) - (cse_141 * ls1_168) - (cse_144 * ls1_138) - (cse_148 * ls1_162) - (cse_150 * ls1_156) - (cse_151 * ls1_150)))
-            d1 = ls1_175
-            d2 = ls1_176
-            d3 = ls1_177
-            d4 = ls1_178
-            d5 = ls1_179
-            d6 = ls1_180
-            d7 = ls1_169
-            d8 = ls1_170
-            d9 = ls1_171
-            d10 = ls1_172
-            d11 = ls1_173
-            d12 = ls1_174
-            d13 = ls1_163
-            d14 = ls1_164
-            d15 = ls1_165
-            d16 = ls1_166
-            d17 = ls1_167
-            d18 = ls1_168
-            d19 = ls1_157
-            d20 = ls1_158
-            d21 = ls1_159
-            d22 = ls1_160
-            d23 = ls1_161
-            d24 = ls1_162
-            d25 = ls1_151
-            d26 = ls1_152
-            d27 = ls1_153
-            d28 = ls1_154
-            d29 = ls1_155
-            d30 = ls1_156
-            d31 = ls1_145
-            d32 = ls1_146
-            d33 = ls1_147
-            d34 = ls1_148
-            d35 = ls1_149
-            d36 = ls1_150
-            d37 = ls1_139
-            d38 = ls1_140
-            d39 = ls1_141
-            d40 = ls1_142
-            d41 = ls1_143
-            d42 = ls1_144
-            d43 = ls1_133
-            d44 = ls1_134
-            d45 = ls1_135
-            d46 = ls1_136
-            d47 = ls1_137
-            d48 = ls1_138
+            ls1_12 = (-cse_133)
+            (
+                ls1_13, ls1_14, ls1_15, ls1_16, ls1_17, ls1_18,
+                ls1_20) = _triton_lu1_forward2(
+                lu1_lu, ls1_12, cse_138, cse_141, cse_148, cse_150,
+                cse_151, cse_197, DTYPE)
+            ls1_21 = (-cse_153)
+            (
+                ls1_22, ls1_23, ls1_24, ls1_25, ls1_26, ls1_27,
+                ls1_29) = _triton_lu1_forward2(
+                lu1_lu, cse_138, ls1_21, cse_155, cse_158, cse_160,
+                cse_161, cse_199, DTYPE)
+            ls1_30 = (-cse_163)
+            (
+                ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36,
+                ls1_38) = _triton_lu1_forward2(
+                lu1_lu, cse_141, cse_155, ls1_30, cse_166, cse_168,
+                cse_169, cse_201, DTYPE)
+            ls1_39 = (-cse_174)
+            (
+                ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45,
+                ls1_47) = _triton_lu1_forward2(
+                lu1_lu, cse_148, cse_158, cse_166, ls1_39, cse_178,
+                cse_179, cse_203, DTYPE)
+            ls1_48 = (-cse_182)
+            (
+                ls1_49, ls1_50, ls1_51, ls1_52, ls1_53, ls1_54,
+                ls1_56) = _triton_lu1_forward2(
+                lu1_lu, cse_150, cse_160, cse_168, cse_178, ls1_48,
+                cse_183, cse_204, DTYPE)
+            ls1_57 = (-cse_185)
+            (
+                ls1_58, ls1_59, ls1_60, ls1_61, ls1_62, ls1_63,
+                ls1_65) = _triton_lu1_forward2(
+                lu1_lu, cse_151, cse_161, cse_169, cse_179, cse_183,
+                ls1_57, cse_205, DTYPE)
+            (
+                d1, d2, d3, d4, d5, d6,
+                d7, d8) = _triton_lu1_back2(
+                lu1_lu, ls1_13, ls1_14, ls1_15, ls1_16, ls1_17,
+                ls1_18, ls1_20, DTYPE)
+            (
+                d9, d10, d11, d12, d13, d14,
+                d15, d16) = _triton_lu1_back2(
+                lu1_lu, ls1_22, ls1_23, ls1_24, ls1_25, ls1_26,
+                ls1_27, ls1_29, DTYPE)
+            (
+                d17, d18, d19, d20, d21, d22,
+                d23, d24) = _triton_lu1_back2(
+                lu1_lu, ls1_31, ls1_32, ls1_33, ls1_34, ls1_35,
+                ls1_36, ls1_38, DTYPE)
+            (
+                d25, d26, d27, d28, d29, d30,
+                d31, d32) = _triton_lu1_back2(
+                lu1_lu, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44,
+                ls1_45, ls1_47, DTYPE)
+            (
+                d33, d34, d35, d36, d37, d38,
+                d39, d40) = _triton_lu1_back2(
+                lu1_lu, ls1_49, ls1_50, ls1_51, ls1_52, ls1_53,
+                ls1_54, ls1_56, DTYPE)
+            (
+                d41, d42, d43, d44, d45, d46,
+                d47, d48) = _triton_lu1_back2(
+                lu1_lu, ls1_58, ls1_59, ls1_60, ls1_61, ls1_62,
+                ls1_63, ls1_65, DTYPE)
             cse_22 = (-cse_12)
-            cse_23 = (cse_22 * d13)
-            cse_24 = (cse_22 * d7)
+            cse_23 = (cse_22 * d3)
+            cse_24 = (cse_22 * d2)
             cse_25 = (cse_12 + cse_5)
             cse_26 = (-cse_25)
             d49 = (cse_23 + cse_24 + cse_25 + (cse_26 * d1))
-            cse_27 = (cse_22 * d14)
-            cse_28 = (cse_12 + (cse_22 * d8))
-            d50 = (cse_27 + cse_28 + (cse_26 * d2))
-            cse_29 = (cse_22 * d9)
-            cse_30 = (cse_12 + (cse_22 * d15))
-            d51 = (cse_29 + cse_30 + (cse_26 * d3))
-            cse_31 = (cse_22 * d10)
-            cse_32 = (cse_22 * d16)
-            d52 = (cse_31 + cse_32 + (cse_26 * d4))
+            cse_27 = (cse_22 * d11)
+            cse_28 = (cse_12 + (cse_22 * d10))
+            d50 = (cse_27 + cse_28 + (cse_26 * d9))
+            cse_29 = (cse_22 * d18)
+            cse_30 = (cse_12 + (cse_22 * d19))
+            d51 = (cse_29 + cse_30 + (cse_26 * d17))
+            cse_31 = (cse_22 * d26)
+            cse_32 = (cse_22 * d27)
+            d52 = (cse_31 + cse_32 + (cse_26 * d25))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             _p81 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p81, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p81 += zero
         if V & 14:  # tangent, jacobian, total
-            cse_33 = (cse_22 * d11)
-            cse_34 = (cse_22 * d17)
-            d53 = (cse_33 + cse_34 + (cse_26 * d5))
-            cse_35 = (cse_22 * d12)
-            cse_36 = (cse_22 * d18)
-            d54 = (cse_35 + cse_36 + (cse_26 * d6))
+            cse_33 = (cse_22 * d34)
+            cse_34 = (cse_22 * d35)
+            d53 = (cse_33 + cse_34 + (cse_26 * d33))
+            cse_35 = (cse_22 * d42)
+            cse_36 = (cse_22 * d43)
+            d54 = (cse_35 + cse_36 + (cse_26 * d41))
             cse_37 = (cse_12 + (cse_22 * d1))
-            d55 = (cse_23 + cse_37 + (cse_26 * d7))
-            cse_38 = (cse_22 * d2)
-            d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d8))
+            d55 = (cse_23 + cse_37 + (cse_26 * d2))
+            cse_38 = (cse_22 * d9)
+            d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d10))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             _p82 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p82, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p82 += zero
         if V & 14:  # tangent, jacobian, total
-            cse_39 = (cse_22 * d3)
-            d57 = (cse_30 + cse_39 + (cse_26 * d9))
-            cse_40 = (cse_22 * d4)
-            d58 = (cse_32 + cse_40 + (cse_26 * d10))
-            cse_41 = (cse_22 * d5)
-            d59 = (cse_34 + cse_41 + (cse_26 * d11))
-            cse_42 = (cse_22 * d6)
-            d60 = (cse_36 + cse_42 + (cse_26 * d12))
+            cse_39 = (cse_22 * d17)
+            d57 = (cse_30 + cse_39 + (cse_26 * d18))
+            cse_40 = (cse_22 * d25)
+            d58 = (cse_32 + cse_40 + (cse_26 * d26))
+            cse_41 = (cse_22 * d33)
+            d59 = (cse_34 + cse_41 + (cse_26 * d34))
+            cse_42 = (cse_22 * d41)
+            d60 = (cse_36 + cse_42 + (cse_26 * d42))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             _p83 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p83, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p83 += zero
         if V & 14:  # tangent, jacobian, total
-            d61 = (cse_24 + cse_37 + (cse_26 * d13))
-            d62 = (cse_28 + cse_38 + (cse_26 * d14))
-            d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d15))
-            d64 = (cse_31 + cse_40 + (cse_26 * d16))
+            d61 = (cse_24 + cse_37 + (cse_26 * d3))
+            d62 = (cse_28 + cse_38 + (cse_26 * d11))
+            d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d19))
+            d64 = (cse_31 + cse_40 + (cse_26 * d27))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             _p84 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p84, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p84 += zero
         if V & 14:  # tangent, jacobian, total
-            d65 = (cse_33 + cse_41 + (cse_26 * d17))
-            d66 = (cse_35 + cse_42 + (cse_26 * d18))
+            d65 = (cse_33 + cse_41 + (cse_26 * d35))
+            d66 = (cse_35 + cse_42 + (cse_26 * d43))
             cse_43 = (-cse_5)
-            d67 = (cse_43 * d19)
-            d68 = (cse_43 * d20)
+            d67 = (cse_43 * d4)
+            d68 = (cse_43 * d12)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             _p85 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p85, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p85 += zero
         if V & 14:  # tangent, jacobian, total
-            d69 = (cse_43 * d21)
-            d70 = (cse_5 + (cse_43 * d22))
-            d71 = (cse_43 * d23)
-            d72 = (cse_43 * d24)
+            d69 = (cse_43 * d20)
+            d70 = (cse_5 + (cse_43 * d28))
+            d71 = (cse_43 * d36)
+            d72 = (cse_43 * d44)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             _p86 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p86, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p86 += zero
         if V & 14:  # tangent, jacobian, total
-            d73 = (cse_43 * d25)
-            d74 = (cse_43 * d26)
-            d75 = (cse_43 * d27)
-            d76 = (cse_43 * d28)
+            d73 = (cse_43 * d5)
+            d74 = (cse_43 * d13)
+            d75 = (cse_43 * d21)
+            d76 = (cse_43 * d29)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             _p87 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p87, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p87 += zero
         if V & 14:  # tangent, jacobian, total
-            d77 = (cse_5 + (cse_43 * d29))
-            d78 = (cse_43 * d30)
-            d79 = (cse_43 * d31)
-            d80 = (cse_43 * d32)
+            d77 = (cse_5 + (cse_43 * d37))
+            d78 = (cse_43 * d45)
+            d79 = (cse_43 * d6)
+            d80 = (cse_43 * d14)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             _p88 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p88, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _p88 += zero
         if V & 14:  # tangent, jacobian, total
-            d81 = (cse_43 * d33)
-            d82 = (cse_43 * d34)
-            d83 = (cse_43 * d35)
-            d84 = (cse_5 + (cse_43 * d36))
+            d81 = (cse_43 * d22)
+            d82 = (cse_43 * d30)
+            d83 = (cse_43 * d38)
+            d84 = (cse_5 + (cse_43 * d46))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _p89 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -2467,339 +2267,142 @@ if triton is not None:
             cse_239 = (cse_225 * state_S_5)
             cse_242 = (cse_187 * state_internal_gamma_rate)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
-            ls2_1 = (-cse_208)
-            ls2_2 = (-cse_217)
-            ls2_3 = (-cse_221)
-            ls2_4 = (-cse_226)
-            ls2_5 = (-cse_236)
-            ls2_6 = (-cse_239)
-            ls2_7 = (-cse_242)
-            ls2_8 = (cse_217 - (cse_208 * lu1_14))
-            ls2_9 = (ls2_2 - (ls2_1 * lu1_14))
-            ls2_10 = (-lu1_14)
-            ls2_11 = (cse_221 - (cse_208 * lu1_21))
-            ls2_12 = (ls2_3 - (ls2_1 * lu1_21))
-            ls2_13 = (-lu1_21)
-            ls2_14 = (cse_226 - (cse_208 * lu1_28))
-            ls2_15 = (ls2_4 - (ls2_1 * lu1_28))
-            ls2_16 = (-lu1_28)
-            ls2_17 = (cse_236 - (cse_208 * lu1_35))
-            ls2_18 = (ls2_5 - (ls2_1 * lu1_35))
-            ls2_19 = (-lu1_35)
-            ls2_20 = (cse_239 - (cse_208 * lu1_42))
-            ls2_21 = (ls2_6 - (ls2_1 * lu1_42))
-            ls2_22 = (-lu1_42)
-            ls2_23 = (-cse_208 * lu1_49)
-            ls2_24 = (-ls2_1 * lu1_49)
-            ls2_25 = (-lu1_49)
-            ls2_26 = (ls2_11 - (ls2_8 * lu1_58))
-            ls2_27 = (ls2_12 - (ls2_9 * lu1_58))
-            ls2_28 = (ls2_13 - (ls2_10 * lu1_58))
-            ls2_29 = (-lu1_58)
-            ls2_30 = (ls2_14 - (ls2_8 * lu1_64))
-            ls2_31 = (ls2_15 - (ls2_9 * lu1_64))
-            ls2_32 = (ls2_16 - (ls2_10 * lu1_64))
-            ls2_33 = (-lu1_64)
-            ls2_34 = (ls2_17 - (ls2_8 * lu1_70))
-            ls2_35 = (ls2_18 - (ls2_9 * lu1_70))
-            ls2_36 = (ls2_19 - (ls2_10 * lu1_70))
-            ls2_37 = (-lu1_70)
-            ls2_38 = (ls2_20 - (ls2_8 * lu1_76))
-            ls2_39 = (ls2_21 - (ls2_9 * lu1_76))
-            ls2_40 = (ls2_22 - (ls2_10 * lu1_76))
-            ls2_41 = (-lu1_76)
-            ls2_42 = (ls2_23 - (ls2_8 * lu1_82))
-            ls2_43 = (ls2_24 - (ls2_9 * lu1_82))
-            ls2_44 = (ls2_25 - (ls2_10 * lu1_82))
-            ls2_45 = (-lu1_82)
-            ls2_46 = (ls2_30 - (ls2_26 * lu1_90))
-            ls2_47 = (ls2_31 - (ls2_27 * lu1_90))
-            ls2_48 = (ls2_32 - (ls2_28 * lu1_90))
-            ls2_49 = (ls2_33 - (ls2_29 * lu1_90))
-            ls2_50 = (-lu1_90)
-            ls2_51 = (ls2_34 - (ls2_26 * lu1_95))
-            ls2_52 = (ls2_35 - (ls2_27 * lu1_95))
-            ls2_53 = (ls2_36 - (ls2_28 * lu1_95))
-            ls2_54 = (ls2_37 - (ls2_29 * lu1_95))
-            ls2_55 = (-lu1_95)
-            ls2_56 = (ls2_38 - (ls2_26 * lu1_100))
-            ls2_57 = (ls2_39 - (ls2_27 * lu1_100))
-            ls2_58 = (ls2_40 - (ls2_28 * lu1_100))
-            ls2_59 = (ls2_41 - (ls2_29 * lu1_100))
-            ls2_60 = (-lu1_100)
-            ls2_61 = (ls2_42 - (ls2_26 * lu1_105))
-            ls2_62 = (ls2_43 - (ls2_27 * lu1_105))
-            ls2_63 = (ls2_44 - (ls2_28 * lu1_105))
-            ls2_64 = (ls2_45 - (ls2_29 * lu1_105))
-            ls2_65 = (-lu1_105)
-            ls2_66 = (ls2_51 - (ls2_46 * lu1_112))
-            ls2_67 = (ls2_52 - (ls2_47 * lu1_112))
-            ls2_68 = (ls2_53 - (ls2_48 * lu1_112))
-            ls2_69 = (ls2_54 - (ls2_49 * lu1_112))
-            ls2_70 = (ls2_55 - (ls2_50 * lu1_112))
-            ls2_71 = (-lu1_112)
-            ls2_72 = (ls2_56 - (ls2_46 * lu1_116))
-            ls2_73 = (ls2_57 - (ls2_47 * lu1_116))
-            ls2_74 = (ls2_58 - (ls2_48 * lu1_116))
-            ls2_75 = (ls2_59 - (ls2_49 * lu1_116))
-            ls2_76 = (ls2_60 - (ls2_50 * lu1_116))
-            ls2_77 = (-lu1_116)
-            ls2_78 = (ls2_61 - (ls2_46 * lu1_120))
-            ls2_79 = (ls2_62 - (ls2_47 * lu1_120))
-            ls2_80 = (ls2_63 - (ls2_48 * lu1_120))
-            ls2_81 = (ls2_64 - (ls2_49 * lu1_120))
-            ls2_82 = (ls2_65 - (ls2_50 * lu1_120))
-            ls2_83 = (-lu1_120)
-            ls2_84 = (ls2_72 - (ls2_66 * lu1_126))
-            ls2_85 = (ls2_73 - (ls2_67 * lu1_126))
-            ls2_86 = (ls2_74 - (ls2_68 * lu1_126))
-            ls2_87 = (ls2_75 - (ls2_69 * lu1_126))
-            ls2_88 = (ls2_76 - (ls2_70 * lu1_126))
-            ls2_89 = (ls2_77 - (ls2_71 * lu1_126))
-            ls2_90 = (-lu1_126)
-            ls2_91 = (ls2_78 - (ls2_66 * lu1_129))
-            ls2_92 = (ls2_79 - (ls2_67 * lu1_129))
-            ls2_93 = (ls2_80 - (ls2_68 * lu1_129))
-            ls2_94 = (ls2_81 - (ls2_69 * lu1_129))
-            ls2_95 = (ls2_82 - (ls2_70 * lu1_129))
-            ls2_96 = (ls2_83 - (ls2_71 * lu1_129))
-            ls2_97 = (-lu1_129)
-            ls2_98 = (ls2_91 - (ls2_84 * lu1_134))
-            ls2_99 = (ls2_92 - (ls2_85 * lu1_134))
-            ls2_100 = (ls2_93 - (ls2_86 * lu1_134))
-            ls2_101 = (ls2_94 - (ls2_87 * lu1_134))
-            ls2_102 = (ls2_95 - (ls2_88 * lu1_134))
-            ls2_103 = (ls2_96 - (ls2_89 * lu1_134))
-            ls2_104 = (ls2_97 - (ls2_90 * lu1_134))
-            ls2_105 = (-lu1_134)
-            ls2_106 = (ls2_98 - (cse_242 * lu1_138))
-            ls2_107 = (ls2_99 - (ls2_7 * lu1_138))
-            ls2_108 = (-lu1_138)
-            ls2_109 = (ls2_106 * lu1_140)
-            ls2_110 = (ls2_107 * lu1_140)
-            ls2_111 = (ls2_100 * lu1_140)
-            ls2_112 = (ls2_101 * lu1_140)
-            ls2_113 = (ls2_102 * lu1_140)
-            ls2_114 = (ls2_103 * lu1_140)
-            ls2_115 = (ls2_104 * lu1_140)
-            ls2_116 = (ls2_105 * lu1_140)
-            ls2_117 = (ls2_108 * lu1_140)
-            ls2_118 = (lu1_137 * (cse_242 - (ls2_109 * lu1_10)))
-            ls2_119 = (lu1_137 * (ls2_7 - (ls2_110 * lu1_10)))
-            ls2_120 = (-ls2_111 * lu1_10 * lu1_137)
-            ls2_121 = (-ls2_112 * lu1_10 * lu1_137)
-            ls2_122 = (-ls2_113 * lu1_10 * lu1_137)
-            ls2_123 = (-ls2_114 * lu1_10 * lu1_137)
-            ls2_124 = (-ls2_115 * lu1_10 * lu1_137)
-            ls2_125 = (-ls2_116 * lu1_10 * lu1_137)
-            ls2_126 = (lu1_137 * (K1 - (ls2_117 * lu1_10)))
-            ls2_127 = (lu1_133 * (ls2_84 - (ls2_109 * lu1_128)))
-            ls2_128 = (lu1_133 * (ls2_85 - (ls2_110 * lu1_128)))
-            ls2_129 = (lu1_133 * (ls2_86 - (ls2_111 * lu1_128)))
-            ls2_130 = (lu1_133 * (ls2_87 - (ls2_112 * lu1_128)))
-            ls2_131 = (lu1_133 * (ls2_88 - (ls2_113 * lu1_128)))
-            ls2_132 = (lu1_133 * (ls2_89 - (ls2_114 * lu1_128)))
-            ls2_133 = (lu1_133 * (ls2_90 - (ls2_115 * lu1_128)))
-            ls2_134 = (lu1_133 * (K1 - (ls2_116 * lu1_128)))
-            ls2_135 = (-ls2_117 * lu1_128 * lu1_133)
-            ls2_136 = (lu1_125 * (ls2_66 - (ls2_127 * lu1_114) - (ls2_109 * lu1_115)))
-            ls2_137 = (lu1_125 * (ls2_67 - (ls2_128 * lu1_114) - (ls2_110 * lu1_115)))
-            ls2_138 = (lu1_125 * (ls2_68 - (ls2_129 * lu1_114) - (ls2_111 * lu1_115)))
-            ls2_139 = (lu1_125 * (ls2_69 - (ls2_130 * lu1_114) - (ls2_112 * lu1_115)))
-            ls2_140 = (lu1_125 * (ls2_70 - (ls2_131 * lu1_114) - (ls2_113 * lu1_115)))
-            ls2_141 = (lu1_125 * (ls2_71 - (ls2_132 * lu1_114) - (ls2_114 * lu1_115)))
-            ls2_142 = (lu1_125 * (K1 - (ls2_133 * lu1_114) - (ls2_115 * lu1_115)))
-            ls2_143 = (lu1_125 * (-(ls2_134 * lu1_114) - (ls2_116 * lu1_115)))
-            ls2_144 = (lu1_125 * (-(ls2_135 * lu1_114) - (ls2_117 * lu1_115)))
-            ls2_145 = (lu1_111 * (ls2_46 - (ls2_136 * lu1_92) - (ls2_127 * lu1_93) - (ls2_109 * lu1_94)))
-            ls2_146 = (lu1_111 * (ls2_47 - (ls2_137 * lu1_92) - (ls2_128 * lu1_93) - (ls2_110 * lu1_94)))
-            ls2_147 = (lu1_111 * (ls2_48 - (ls2_138 * lu1_92) - (ls2_129 * lu1_93) - (ls2_111 * lu1_94)))
-            ls2_148 = (lu1_111 * (ls2_49 - (ls2_139 * lu1_92) - (ls2_130 * lu1_93) - (ls2_112 * lu1_94)))
-            ls2_149 = (lu1_111 * (ls2_50 - (ls2_140 * lu1_92) - (ls2_131 * lu1_93) - (ls2_113 * lu1_94)))
-            ls2_150 = (lu1_111 * (K1 - (ls2_141 * lu1_92) - (ls2_132 * lu1_93) - (ls2_114 * lu1_94)))
-            ls2_151 = (lu1_111 * (-(ls2_142 * lu1_92) - (ls2_133 * lu1_93) - (ls2_115 * lu1_94)))
-            ls2_152 = (lu1_111 * (-(ls2_143 * lu1_92) - (ls2_134 * lu1_93) - (ls2_116 * lu1_94)))
-            ls2_153 = (lu1_111 * (-(ls2_144 * lu1_92) - (ls2_135 * lu1_93) - (ls2_117 * lu1_94)))
-            ls2_154 = (lu1_89 * (ls2_26 - (ls2_145 * lu1_60) - (ls2_136 * lu1_61) - (ls2_127 * lu1_62) - (ls2_109 * lu1_63)))
-            ls2_155 = (lu1_89 * (ls2_27 - (ls2_146 * lu1_60) - (ls2_137 * lu1_61) - (ls2_128 * lu1_62) - (ls2_110 * lu1_63)))
-            ls2_156 = (lu1_89 * (ls2_28 - (ls2_147 * lu1_60) - (ls2_138 * lu1_61) - (ls2_129 * lu1_62) - (ls2_111 * lu1_63)))
-            ls2_157 = (lu1_89 * (ls2_29 - (ls2_148 * lu1_60) - (ls2_139 * lu1_61) - (ls2_130 * lu1_62) - (ls2_112 * lu1_63)))
-            ls2_158 = (lu1_89 * (K1 - (ls2_149 * lu1_60) - (ls2_140 * lu1_61) - (ls2_131 * lu1_62) - (ls2_113 * lu1_63)))
-            ls2_159 = (lu1_89 * (-(ls2_150 * lu1_60) - (ls2_141 * lu1_61) - (ls2_132 * lu1_62) - (ls2_114 * lu1_63)))
-            ls2_160 = (lu1_89 * (-(ls2_151 * lu1_60) - (ls2_142 * lu1_61) - (ls2_133 * lu1_62) - (ls2_115 * lu1_63)))
-            ls2_161 = (lu1_89 * (-(ls2_152 * lu1_60) - (ls2_143 * lu1_61) - (ls2_134 * lu1_62) - (ls2_116 * lu1_63)))
-            ls2_162 = (lu1_89 * (-(ls2_153 * lu1_60) - (ls2_144 * lu1_61) - (ls2_135 * lu1_62) - (ls2_117 * lu1_63)))
-            ls2_163 = (lu1_57 * (ls2_8 - (ls2_154 * lu1_16) - (ls2_145 * lu1_17) - (ls2_136 * lu1_18) - (ls2_127 * lu1_19) - (ls2_109 * lu1_20)))
-            ls2_164 = (lu1_57 * (ls2_9 - (ls2_155 * lu1_16) - (ls2_146 * lu1_17) - (ls2_137 * lu1_18) - (ls2_128 * lu1_19) - (ls2_110 * lu1_20)))
-            ls2_165 = (lu1_57 * (ls2_10 - (ls2_156 * lu1_16) - (ls2_147 * lu1_17) - (ls2_138 * lu1_18) - (ls2_129 * lu1_19) - (ls2_111 * lu1_20)))
-            ls2_166 = (lu1_57 * (K1 - (ls2_157 * lu1_16) - (ls2_148 * lu1_17) - (ls2_139 * lu1_18) - (ls2_130 * lu1_19) - (ls2_112 * lu1_20)))
-            ls2_167 = (lu1_57 * (-(ls2_158 * lu1_16) - (ls2_149 * lu1_17) - (ls2_140 * lu1_18) - (ls2_131 * lu1_19) - (ls2_113 * lu1_20)))
-            ls2_168 = (lu1_57 * (-(ls2_159 * lu1_16) - (ls2_150 * lu1_17) - (ls2_141 * lu1_18) - (ls2_132 * lu1_19) - (ls2_114 * lu1_20)))
-            ls2_169 = (lu1_57 * (-(ls2_160 * lu1_16) - (ls2_151 * lu1_17) - (ls2_142 * lu1_18) - (ls2_133 * lu1_19) - (ls2_115 * lu1_20)))
-            ls2_170 = (lu1_57 * (-(ls2_161 * lu1_16) - (ls2_152 * lu1_17) - (ls2_143 * lu1_18) - (ls2_134 * lu1_19) - (ls2_116 * lu1_20)))
-            ls2_171 = (lu1_57 * (-(ls2_162 * lu1_16) - (ls2_153 * lu1_17) - (ls2_144 * lu1_18) - (ls2_135 * lu1_19) - (ls2_117 * lu1_20)))
-            ls2_172 = (lu1_13 * (cse_208 - (cse_138 * ls2_163) - (cse_141 * ls2_154) - (cse_144 * ls2_109) - (cse_148 * ls2_145) - (cse_150 * ls2_136) - (cse_151 * ls2_127)))
-            ls2_173 = (lu1_13 * (ls2_1 - (cse_138 * ls2_164) - (cse_141 * ls2_155) - (cse_144 * ls2_110) - (cse_148 * ls2_146) - (cse_150 * ls2_137) - (cse_151 * ls2_128)))
-            ls2_174 = (lu1_13 * (K1 - (cse_138 * ls2_165) - (cse_141 * ls2_156) - (cse_144 * ls2_111) - (cse_148 * ls2_147) - (cse_150 * ls2_138) - (cse_151 * ls2_129)))
-            ls2_175 = (lu1_13 * (-(cse_138 * ls2_166) - (cse_141 * ls2_157) - (cse_144 * ls2_112) - (cse_148 * ls2_148) - (cse_150 * ls2_139) - (cse_151 * ls2_130)))
-            ls2_176 = (lu1_13 * (-(cse_138 * ls2_167) - (cse_141 * ls2_158) - (cse_144 * ls2_113) - (cse_148 * ls2_149) - (cse_150 * ls2_140) - (cse_151 * ls2_131)))
-            ls2_177 = (lu1_13 * (-(cse_138 * ls2_168) - (cse_141 * ls2_159) - (cse_144 * ls2_114) - (cse_148 * ls2_150) - (cse_150 * ls2_141) - (cse_151 * ls2_132)))
-            ls2_178 = (lu1_13 * (-(cse_138 * ls2_169) - (cse_141 * ls2_160) - (cse_144 * ls2_115) - (cse_148 * ls2_151) - (cse_150 * ls2_142) - (cse_151 * ls2_133)))
-            ls2_179 = (lu1_13 * (-(cse_138 * ls2_170) - (cse_141 * ls2_161) - (cse_144 * ls2_116) - (cse_148 * ls2_152) - (cse_150 * ls2_143) - (cse_151 * ls2_134)))
-            ls2_180 = (lu1_13 * (-(cse_138 * ls2_171) - (cse_141 * ls2_162) - (cse_144 * ls2_117) - (cse_148 * ls2_153) - (cse_150 * ls2_144) - (cse_151 * ls2_135)))
-            d85 = ls2_172
-            d86 = ls2_173
-            d87 = ls2_174
-            d88 = ls2_175
-            d89 = ls2_176
-            d90 = ls2_177
-            d91 = ls2_178
-            d92 = ls2_179
-            d93 = ls2_180
-            d94 = ls2_163
-            d95 = ls2_164
-            d96 = ls2_165
-            d97 = ls2_166
-            d98 = ls2_167
-            d99 = ls2_168
-            d100 = ls2_169
-            d101 = ls2_170
-            d102 = ls2_171
-            d103 = ls2_154
-            d104 = ls2_155
-            d105 = ls2_156
-            d106 = ls2_157
-            d107 = ls2_158
-            d108 = ls2_159
-            d109 = ls2_160
-            d110 = ls2_161
-            d111 = ls2_162
-            d112 = ls2_145
-            d113 = ls2_146
-            d114 = ls2_147
-            d115 = ls2_148
-            d116 = ls2_149
-            d117 = ls2_150
-            d118 = ls2_151
-            d119 = ls2_152
-            d120 = ls2_153
-            d121 = ls2_136
-            d122 = ls2_137
-            d123 = ls2_138
-            d124 = ls2_139
-            d125 = ls2_140
-            d126 = ls2_141
-            d127 = ls2_142
-            d128 = ls2_143
-            d129 = ls2_144
-            d130 = ls2_127
-            d131 = ls2_128
-            d132 = ls2_129
-            d133 = ls2_130
-            d134 = ls2_131
-            d135 = ls2_132
-            d136 = ls2_133
-            d137 = ls2_134
-            d138 = ls2_135
-            d139 = ls2_118
-            d140 = ls2_119
-            d141 = ls2_120
-            d142 = ls2_121
-            d143 = ls2_122
-            d144 = ls2_123
-            d145 = ls2_124
-            d146 = ls2_125
-            d147 = ls2_126
-            d148 = ls2_109
-            d149 = ls2_110
-            d150 = ls2_111
-            d151 = ls2_112
-            d152 = ls2_113
-            d153 = ls2_114
-            d154 = ls2_115
-            d155 = ls2_116
-            d156 = ls2_117
-            cse_44 = (cse_22 * d94)
-            cse_45 = (cse_22 * d103)
+            (
+                ls2_66, ls2_67, ls2_68, ls2_69, ls2_70, ls2_71,
+                ls2_72, ls2_73) = _triton_lu1_forward3(
+                lu1_lu, cse_208, cse_217, cse_221, cse_226, cse_236,
+                cse_239, cse_242, DTYPE)
+            ls2_74 = (-cse_208)
+            ls2_75 = (-cse_217)
+            ls2_76 = (-cse_221)
+            ls2_77 = (-cse_226)
+            ls2_78 = (-cse_236)
+            ls2_79 = (-cse_239)
+            ls2_80 = (-cse_242)
+            (
+                ls2_81, ls2_82, ls2_83, ls2_84, ls2_85, ls2_86,
+                ls2_87, ls2_88) = _triton_lu1_forward3(
+                lu1_lu, ls2_74, ls2_75, ls2_76, ls2_77, ls2_78,
+                ls2_79, ls2_80, DTYPE)
+            ls2_90, ls2_91, ls2_92, ls2_93, ls2_94, ls2_96 = _triton_lu1_forward4(lu1_lu, DTYPE)
+            ls2_99, ls2_100, ls2_101, ls2_102, ls2_104 = _triton_lu1_forward5(lu1_lu, DTYPE)
+            ls2_108, ls2_109, ls2_110, ls2_112 = _triton_lu1_forward6(lu1_lu, DTYPE)
+            ls2_117, ls2_118, ls2_120 = _triton_lu1_forward7(lu1_lu, DTYPE)
+            ls2_126, ls2_128 = _triton_lu1_forward8(lu1_lu, DTYPE)
+            ls2_136 = _triton_lu1_forward9(lu1_lu, DTYPE)
+            ls2_144 = _triton_lu1_forward10(lu1_lu, DTYPE)
+            (
+                d85, d86, d87, d88, d89, d90,
+                d91, d92) = _triton_lu1_back1(
+                lu1_lu, ls2_66, ls2_67, ls2_68, ls2_69, ls2_70,
+                ls2_71, ls2_72, ls2_73, DTYPE)
+            (
+                d93, d94, d95, d96, d97, d98,
+                d99, d100) = _triton_lu1_back1(
+                lu1_lu, ls2_81, ls2_82, ls2_83, ls2_84, ls2_85,
+                ls2_86, ls2_87, ls2_88, DTYPE)
+            (
+                d101, d102, d103, d104, d105, d106,
+                d107, d108) = _triton_lu1_back3(
+                lu1_lu, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94,
+                ls2_96, DTYPE)
+            (
+                d109, d110, d111, d112, d113, d114,
+                d115, d116) = _triton_lu1_back4(
+                lu1_lu, ls2_99, ls2_100, ls2_101, ls2_102, ls2_104,
+                DTYPE)
+            (
+                d117, d118, d119, d120, d121, d122,
+                d123, d124) = _triton_lu1_back5(
+                lu1_lu, ls2_108, ls2_109, ls2_110, ls2_112, DTYPE)
+            (
+                d125, d126, d127, d128, d129, d130,
+                d131, d132) = _triton_lu1_back6(
+                lu1_lu, ls2_117, ls2_118, ls2_120, DTYPE)
+            d133, d134, d135, d136, d137, d138, d139, d140 = _triton_lu1_back7(lu1_lu, ls2_126, ls2_128, DTYPE)
+            d141, d142, d143, d144, d145, d146, d147, d148 = _triton_lu1_back8(lu1_lu, ls2_136, DTYPE)
+            d149, d150, d151, d152, d153, d154, d155, d156 = _triton_lu1_back9(lu1_lu, ls2_144, DTYPE)
+            cse_44 = (cse_22 * d86)
+            cse_45 = (cse_22 * d87)
             cse_46 = (cse_22 * d85)
-            cse_47 = (cse_22 * d95)
-            cse_48 = (cse_22 * d104)
-            cse_49 = (cse_22 * d86)
-            cse_50 = (cse_22 * d96)
-            cse_51 = (cse_22 * d105)
-            cse_52 = (cse_22 * d97)
-            cse_53 = (cse_22 * d106)
-            cse_54 = (cse_22 * d98)
-            cse_55 = (cse_22 * d107)
-            cse_56 = (cse_22 * d99)
-            cse_57 = (cse_22 * d108)
-            cse_58 = (cse_22 * d100)
-            cse_59 = (cse_22 * d109)
-            cse_60 = (cse_22 * d101)
-            cse_61 = (cse_22 * d110)
-            cse_62 = (cse_22 * d87)
-            cse_63 = (cse_22 * d88)
-            cse_64 = (cse_22 * d89)
-            cse_65 = (cse_22 * d90)
-            cse_66 = (cse_22 * d91)
-            cse_67 = (cse_22 * d92)
-            cse_68 = (cse_22 * d102)
-            cse_69 = (cse_22 * d111)
-            cse_70 = (cse_22 * d93)
+            cse_47 = (cse_22 * d94)
+            cse_48 = (cse_22 * d95)
+            cse_49 = (cse_22 * d93)
+            cse_50 = (cse_22 * d102)
+            cse_51 = (cse_22 * d103)
+            cse_52 = (cse_22 * d110)
+            cse_53 = (cse_22 * d111)
+            cse_54 = (cse_22 * d118)
+            cse_55 = (cse_22 * d119)
+            cse_56 = (cse_22 * d126)
+            cse_57 = (cse_22 * d127)
+            cse_58 = (cse_22 * d134)
+            cse_59 = (cse_22 * d135)
+            cse_60 = (cse_22 * d142)
+            cse_61 = (cse_22 * d143)
+            cse_62 = (cse_22 * d101)
+            cse_63 = (cse_22 * d109)
+            cse_64 = (cse_22 * d117)
+            cse_65 = (cse_22 * d125)
+            cse_66 = (cse_22 * d133)
+            cse_67 = (cse_22 * d141)
+            cse_68 = (cse_22 * d150)
+            cse_69 = (cse_22 * d151)
+            cse_70 = (cse_22 * d149)
             d157 = (cse_44 + cse_45 + (cse_26 * d85))
-            d158 = (cse_45 + cse_46 + (cse_26 * d94))
-            d159 = (cse_44 + cse_46 + (cse_26 * d103))
-            d160 = (cse_43 * d112)
-            d161 = (cse_43 * d121)
-            d162 = (cse_43 * d130)
-            d163 = (cse_47 + cse_48 + (cse_26 * d86))
-            d164 = (cse_48 + cse_49 + (cse_26 * d95))
-            d165 = (cse_47 + cse_49 + (cse_26 * d104))
-            d166 = (cse_43 * d113)
-            d167 = (cse_43 * d122)
-            d168 = (cse_43 * d131)
-            d169 = (cse_50 + cse_51 + (cse_26 * d87))
-            d170 = (cse_52 + cse_53 + (cse_26 * d88))
-            d171 = (cse_54 + cse_55 + (cse_26 * d89))
-            d172 = (cse_56 + cse_57 + (cse_26 * d90))
-            d173 = (cse_58 + cse_59 + (cse_26 * d91))
-            d174 = (cse_60 + cse_61 + (cse_26 * d92))
-            d175 = (cse_51 + cse_62 + (cse_26 * d96))
-            d176 = (cse_53 + cse_63 + (cse_26 * d97))
-            d177 = (cse_55 + cse_64 + (cse_26 * d98))
-            d178 = (cse_57 + cse_65 + (cse_26 * d99))
-            d179 = (cse_59 + cse_66 + (cse_26 * d100))
-            d180 = (cse_61 + cse_67 + (cse_26 * d101))
-            d181 = (cse_50 + cse_62 + (cse_26 * d105))
-            d182 = (cse_52 + cse_63 + (cse_26 * d106))
-            d183 = (cse_54 + cse_64 + (cse_26 * d107))
-            d184 = (cse_56 + cse_65 + (cse_26 * d108))
-            d185 = (cse_58 + cse_66 + (cse_26 * d109))
-            d186 = (cse_60 + cse_67 + (cse_26 * d110))
-            d187 = (cse_43 * d114)
-            d188 = (cse_43 * d115)
-            d189 = (cse_43 * d116)
-            d190 = (cse_43 * d117)
-            d191 = (cse_43 * d118)
-            d192 = (cse_43 * d119)
-            d193 = (cse_43 * d123)
-            d194 = (cse_43 * d124)
-            d195 = (cse_43 * d125)
-            d196 = (cse_43 * d126)
-            d197 = (cse_43 * d127)
-            d198 = (cse_43 * d128)
-            d199 = (cse_43 * d132)
-            d200 = (cse_43 * d133)
-            d201 = (cse_43 * d134)
-            d202 = (cse_43 * d135)
-            d203 = (cse_43 * d136)
-            d204 = (cse_43 * d137)
-            d205 = (cse_68 + cse_69 + (cse_26 * d93))
-            d206 = (cse_69 + cse_70 + (cse_26 * d102))
-            d207 = (cse_68 + cse_70 + (cse_26 * d111))
-            d208 = (cse_43 * d120)
-            d209 = (cse_43 * d129)
-            d210 = (cse_43 * d138)
+            d158 = (cse_45 + cse_46 + (cse_26 * d86))
+            d159 = (cse_44 + cse_46 + (cse_26 * d87))
+            d160 = (cse_43 * d88)
+            d161 = (cse_43 * d89)
+            d162 = (cse_43 * d90)
+            d163 = (cse_47 + cse_48 + (cse_26 * d93))
+            d164 = (cse_48 + cse_49 + (cse_26 * d94))
+            d165 = (cse_47 + cse_49 + (cse_26 * d95))
+            d166 = (cse_43 * d96)
+            d167 = (cse_43 * d97)
+            d168 = (cse_43 * d98)
+            d169 = (cse_50 + cse_51 + (cse_26 * d101))
+            d170 = (cse_52 + cse_53 + (cse_26 * d109))
+            d171 = (cse_54 + cse_55 + (cse_26 * d117))
+            d172 = (cse_56 + cse_57 + (cse_26 * d125))
+            d173 = (cse_58 + cse_59 + (cse_26 * d133))
+            d174 = (cse_60 + cse_61 + (cse_26 * d141))
+            d175 = (cse_51 + cse_62 + (cse_26 * d102))
+            d176 = (cse_53 + cse_63 + (cse_26 * d110))
+            d177 = (cse_55 + cse_64 + (cse_26 * d118))
+            d178 = (cse_57 + cse_65 + (cse_26 * d126))
+            d179 = (cse_59 + cse_66 + (cse_26 * d134))
+            d180 = (cse_61 + cse_67 + (cse_26 * d142))
+            d181 = (cse_50 + cse_62 + (cse_26 * d103))
+            d182 = (cse_52 + cse_63 + (cse_26 * d111))
+            d183 = (cse_54 + cse_64 + (cse_26 * d119))
+            d184 = (cse_56 + cse_65 + (cse_26 * d127))
+            d185 = (cse_58 + cse_66 + (cse_26 * d135))
+            d186 = (cse_60 + cse_67 + (cse_26 * d143))
+            d187 = (cse_43 * d104)
+            d188 = (cse_43 * d112)
+            d189 = (cse_43 * d120)
+            d190 = (cse_43 * d128)
+            d191 = (cse_43 * d136)
+            d192 = (cse_43 * d144)
+            d193 = (cse_43 * d105)
+            d194 = (cse_43 * d113)
+            d195 = (cse_43 * d121)
+            d196 = (cse_43 * d129)
+            d197 = (cse_43 * d137)
+            d198 = (cse_43 * d145)
+            d199 = (cse_43 * d106)
+            d200 = (cse_43 * d114)
+            d201 = (cse_43 * d122)
+            d202 = (cse_43 * d130)
+            d203 = (cse_43 * d138)
+            d204 = (cse_43 * d146)
+            d205 = (cse_68 + cse_69 + (cse_26 * d149))
+            d206 = (cse_69 + cse_70 + (cse_26 * d150))
+            d207 = (cse_68 + cse_70 + (cse_26 * d151))
+            d208 = (cse_43 * d152)
+            d209 = (cse_43 * d153)
+            d210 = (cse_43 * d154)
         if V & 8:  # total
             cse_73 = (cse_11 * cse_7)
             cse_74 = (cse_4 * cse_73)
@@ -2849,269 +2452,159 @@ if triton is not None:
             cse_243 = (cse_127 * cse_81)
             cse_244 = (cse_127 * cse_211)
             # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
-            ls3_1 = (-cse_131 * ((cse_129 * cse_75) + (cse_137 * cse_77) + (cse_140 * cse_78) - (cse_108 * cse_210) - (cse_112 * cse_210) - (cse_114 * cse_210)))
-            ls3_2 = (-cse_131 * ((cse_108 * cse_212) + (cse_112 * cse_212) + (cse_114 * cse_212) + (cse_129 * cse_214) + (cse_137 * cse_216) + (cse_140 * cse_215)))
-            ls3_3 = (-cse_131 * ((cse_137 * cse_75) + (cse_152 * cse_77) + (cse_154 * cse_78) - (cse_108 * cse_219) - (cse_112 * cse_219) - (cse_114 * cse_219)))
-            ls3_4 = (-cse_131 * ((cse_108 * cse_220) + (cse_112 * cse_220) + (cse_114 * cse_220) + (cse_137 * cse_214) + (cse_152 * cse_216) + (cse_154 * cse_215)))
-            ls3_5 = (-cse_131 * ((cse_140 * cse_75) + (cse_154 * cse_77) + (cse_162 * cse_78) - (cse_108 * cse_223) - (cse_112 * cse_223) - (cse_114 * cse_223)))
-            ls3_6 = (-cse_131 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_140 * cse_214) + (cse_154 * cse_216) + (cse_162 * cse_215)))
-            ls3_7 = (-cse_131 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_229) - (cse_229 * cse_230) - (cse_229 * cse_231) + (cse_16 * cse_173 * cse_4)))
-            ls3_8 = (-cse_131 * (-(cse_173 * cse_93) - (cse_229 * cse_233) - (cse_229 * cse_234) - (cse_229 * cse_235) + (K9 * cse_112 * cse_123 * cse_126 * cse_16 * cse_176 * cse_232) + (K9 * cse_114 * cse_123 * cse_126 * cse_16 * cse_176 * cse_232)))
-            ls3_9 = (-cse_131 * (-(cse_108 * cse_237) - (cse_114 * cse_237) - (cse_228 * cse_238) - (cse_230 * cse_238) - (cse_231 * cse_238) + (cse_18 * cse_181 * cse_4)))
-            ls3_10 = (-cse_131 * (-(cse_181 * cse_94) - (cse_233 * cse_238) - (cse_234 * cse_238) - (cse_235 * cse_238) + (K9 * cse_108 * cse_123 * cse_126 * cse_176 * cse_18 * cse_232) + (K9 * cse_114 * cse_123 * cse_126 * cse_176 * cse_18 * cse_232)))
-            ls3_11 = (-cse_131 * (-(cse_108 * cse_240) - (cse_112 * cse_240) - (cse_228 * cse_241) - (cse_230 * cse_241) - (cse_231 * cse_241) + (cse_184 * cse_20 * cse_4)))
-            ls3_12 = (-cse_131 * (-(cse_184 * cse_95) - (cse_233 * cse_241) - (cse_234 * cse_241) - (cse_235 * cse_241) + (K9 * cse_108 * cse_123 * cse_126 * cse_176 * cse_20 * cse_232) + (K9 * cse_112 * cse_123 * cse_126 * cse_176 * cse_20 * cse_232)))
-            ls3_13 = (cse_195 * (cse_228 + cse_230 + cse_231 + (cse_108 * cse_243) + (cse_112 * cse_243) + (cse_114 * cse_243)))
-            ls3_14 = (cse_195 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_123 * cse_125 * cse_214) + (cse_123 * cse_135 * cse_216) + (cse_123 * cse_139 * cse_215)))
-            ls3_15 = (-cse_206 * state_internal_ep)
-            ls3_16 = (-cse_206)
-            ls3_17 = (-cse_191 * cse_194 * (cse_189 * cse_189))
-            ls3_18 = tl.where(cse_192 > 0.0, (cse_193 * tl.log(cse_192)), K11)
-            ls3_19 = (ls3_3 - (ls3_1 * lu1_14))
-            ls3_20 = (ls3_4 - (ls3_2 * lu1_14))
-            ls3_21 = (ls3_5 - (ls3_1 * lu1_21))
-            ls3_22 = (ls3_6 - (ls3_2 * lu1_21))
-            ls3_23 = (ls3_7 - (ls3_1 * lu1_28))
-            ls3_24 = (ls3_8 - (ls3_2 * lu1_28))
-            ls3_25 = (ls3_9 - (ls3_1 * lu1_35))
-            ls3_26 = (ls3_10 - (ls3_2 * lu1_35))
-            ls3_27 = (ls3_11 - (ls3_1 * lu1_42))
-            ls3_28 = (ls3_12 - (ls3_2 * lu1_42))
-            ls3_29 = (ls3_13 - (ls3_1 * lu1_49))
-            ls3_30 = (ls3_14 - (ls3_2 * lu1_49))
-            ls3_31 = (ls3_21 - (ls3_19 * lu1_58))
-            ls3_32 = (ls3_22 - (ls3_20 * lu1_58))
-            ls3_33 = (ls3_23 - (ls3_19 * lu1_64))
-            ls3_34 = (ls3_24 - (ls3_20 * lu1_64))
-            ls3_35 = (ls3_25 - (ls3_19 * lu1_70))
-            ls3_36 = (ls3_26 - (ls3_20 * lu1_70))
-            ls3_37 = (ls3_27 - (ls3_19 * lu1_76))
-            ls3_38 = (ls3_28 - (ls3_20 * lu1_76))
-            ls3_39 = (ls3_29 - (ls3_19 * lu1_82))
-            ls3_40 = (ls3_30 - (ls3_20 * lu1_82))
-            ls3_41 = (ls3_33 - (ls3_31 * lu1_90))
-            ls3_42 = (ls3_34 - (ls3_32 * lu1_90))
-            ls3_43 = (ls3_35 - (ls3_31 * lu1_95))
-            ls3_44 = (ls3_36 - (ls3_32 * lu1_95))
-            ls3_45 = (ls3_37 - (ls3_31 * lu1_100))
-            ls3_46 = (ls3_38 - (ls3_32 * lu1_100))
-            ls3_47 = (ls3_39 - (ls3_31 * lu1_105))
-            ls3_48 = (ls3_40 - (ls3_32 * lu1_105))
-            ls3_49 = (ls3_43 - (ls3_41 * lu1_112))
-            ls3_50 = (ls3_44 - (ls3_42 * lu1_112))
-            ls3_51 = (ls3_45 - (ls3_41 * lu1_116))
-            ls3_52 = (ls3_46 - (ls3_42 * lu1_116))
-            ls3_53 = (ls3_47 - (ls3_41 * lu1_120))
-            ls3_54 = (ls3_48 - (ls3_42 * lu1_120))
-            ls3_55 = (ls3_51 - (ls3_49 * lu1_126))
-            ls3_56 = (ls3_52 - (ls3_50 * lu1_126))
-            ls3_57 = (ls3_53 - (ls3_49 * lu1_129))
-            ls3_58 = (ls3_54 - (ls3_50 * lu1_129))
-            ls3_59 = (ls3_57 - (ls3_55 * lu1_134))
-            ls3_60 = (ls3_58 - (ls3_56 * lu1_134))
-            ls3_61 = (ls3_59 * lu1_140)
-            ls3_62 = (ls3_60 * lu1_140)
-            ls3_63 = (ls3_15 * lu1_140)
-            ls3_64 = (ls3_16 * lu1_140)
-            ls3_65 = (ls3_17 * lu1_140)
-            ls3_66 = (ls3_18 * lu1_140)
-            ls3_67 = (-ls3_61 * lu1_10 * lu1_137)
-            ls3_68 = (-ls3_62 * lu1_10 * lu1_137)
-            ls3_69 = (-ls3_63 * lu1_10 * lu1_137)
-            ls3_70 = (-ls3_64 * lu1_10 * lu1_137)
-            ls3_71 = (-ls3_65 * lu1_10 * lu1_137)
-            ls3_72 = (-ls3_66 * lu1_10 * lu1_137)
-            ls3_73 = (lu1_133 * (ls3_55 - (ls3_61 * lu1_128)))
-            ls3_74 = (lu1_133 * (ls3_56 - (ls3_62 * lu1_128)))
-            ls3_75 = (-ls3_63 * lu1_128 * lu1_133)
-            ls3_76 = (-ls3_64 * lu1_128 * lu1_133)
-            ls3_77 = (-ls3_65 * lu1_128 * lu1_133)
-            ls3_78 = (-ls3_66 * lu1_128 * lu1_133)
-            ls3_79 = (lu1_125 * (ls3_49 - (ls3_73 * lu1_114) - (ls3_61 * lu1_115)))
-            ls3_80 = (lu1_125 * (ls3_50 - (ls3_74 * lu1_114) - (ls3_62 * lu1_115)))
-            ls3_81 = (lu1_125 * (-(ls3_75 * lu1_114) - (ls3_63 * lu1_115)))
-            ls3_82 = (lu1_125 * (-(ls3_76 * lu1_114) - (ls3_64 * lu1_115)))
-            ls3_83 = (lu1_125 * (-(ls3_77 * lu1_114) - (ls3_65 * lu1_115)))
-            ls3_84 = (lu1_125 * (-(ls3_78 * lu1_114) - (ls3_66 * lu1_115)))
-            ls3_85 = (lu1_111 * (ls3_41 - (ls3_79 * lu1_92) - (ls3_73 * lu1_93) - (ls3_61 * lu1_94)))
-            ls3_86 = (lu1_111 * (ls3_42 - (ls3_80 * lu1_92) - (ls3_74 * lu1_93) - (ls3_62 * lu1_94)))
-            ls3_87 = (lu1_111 * (-(ls3_81 * lu1_92) - (ls3_75 * lu1_93) - (ls3_63 * lu1_94)))
-            ls3_88 = (lu1_111 * (-(ls3_82 * lu1_92) - (ls3_76 * lu1_93) - (ls3_64 * lu1_94)))
-            ls3_89 = (lu1_111 * (-(ls3_83 * lu1_92) - (ls3_77 * lu1_93) - (ls3_65 * lu1_94)))
-            ls3_90 = (lu1_111 * (-(ls3_84 * lu1_92) - (ls3_78 * lu1_93) - (ls3_66 * lu1_94)))
-            ls3_91 = (lu1_89 * (ls3_31 - (ls3_85 * lu1_60) - (ls3_79 * lu1_61) - (ls3_73 * lu1_62) - (ls3_61 * lu1_63)))
-            ls3_92 = (lu1_89 * (ls3_32 - (ls3_86 * lu1_60) - (ls3_80 * lu1_61) - (ls3_74 * lu1_62) - (ls3_62 * lu1_63)))
-            ls3_93 = (lu1_89 * (-(ls3_87 * lu1_60) - (ls3_81 * lu1_61) - (ls3_75 * lu1_62) - (ls3_63 * lu1_63)))
-            ls3_94 = (lu1_89 * (-(ls3_88 * lu1_60) - (ls3_82 * lu1_61) - (ls3_76 * lu1_62) - (ls3_64 * lu1_63)))
-            ls3_95 = (lu1_89 * (-(ls3_89 * lu1_60) - (ls3_83 * lu1_61) - (ls3_77 * lu1_62) - (ls3_65 * lu1_63)))
-            ls3_96 = (lu1_89 * (-(ls3_90 * lu1_60) - (ls3_84 * lu1_61) - (ls3_78 * lu1_62) - (ls3_66 * lu1_63)))
-            ls3_97 = (lu1_57 * (ls3_19 - (ls3_91 * lu1_16) - (ls3_85 * lu1_17) - (ls3_79 * lu1_18) - (ls3_73 * lu1_19) - (ls3_61 * lu1_20)))
-            ls3_98 = (lu1_57 * (ls3_20 - (ls3_92 * lu1_16) - (ls3_86 * lu1_17) - (ls3_80 * lu1_18) - (ls3_74 * lu1_19) - (ls3_62 * lu1_20)))
-            ls3_99 = (lu1_57 * (-(ls3_93 * lu1_16) - (ls3_87 * lu1_17) - (ls3_81 * lu1_18) - (ls3_75 * lu1_19) - (ls3_63 * lu1_20)))
-            ls3_100 = (lu1_57 * (-(ls3_94 * lu1_16) - (ls3_88 * lu1_17) - (ls3_82 * lu1_18) - (ls3_76 * lu1_19) - (ls3_64 * lu1_20)))
-            ls3_101 = (lu1_57 * (-(ls3_95 * lu1_16) - (ls3_89 * lu1_17) - (ls3_83 * lu1_18) - (ls3_77 * lu1_19) - (ls3_65 * lu1_20)))
-            ls3_102 = (lu1_57 * (-(ls3_96 * lu1_16) - (ls3_90 * lu1_17) - (ls3_84 * lu1_18) - (ls3_78 * lu1_19) - (ls3_66 * lu1_20)))
-            ls3_103 = (lu1_13 * (ls3_1 - (cse_138 * ls3_97) - (cse_141 * ls3_91) - (cse_144 * ls3_61) - (cse_148 * ls3_85) - (cse_150 * ls3_79) - (cse_151 * ls3_73)))
-            ls3_104 = (lu1_13 * (ls3_2 - (cse_138 * ls3_98) - (cse_141 * ls3_92) - (cse_144 * ls3_62) - (cse_148 * ls3_86) - (cse_150 * ls3_80) - (cse_151 * ls3_74)))
-            ls3_105 = (lu1_13 * (-(cse_138 * ls3_99) - (cse_141 * ls3_93) - (cse_144 * ls3_63) - (cse_148 * ls3_87) - (cse_150 * ls3_81) - (cse_151 * ls3_75)))
-            ls3_106 = (lu1_13 * (-(cse_138 * ls3_100) - (cse_141 * ls3_94) - (cse_144 * ls3_64) - (cse_148 * ls3_88) - (cse_150 * ls3_82) - (cse_151 * ls3_76)))
-            ls3_107 = (lu1_13 * (-(cse_138 * ls3_101) - (cse_141 * ls3_95) - (cse_144 * ls3_65) - (cse_148 * ls3_89) - (cse_150 * ls3_83) - (cse_151 * ls3_77)))
-            ls3_108 = (lu1_13 * (-(cse_138 * ls3_102) - (cse_141 * ls3_96) - (cse_144 * ls3_66) - (cse_148 * ls3_90) - (cse_150 * ls3_84) - (cse_151 * ls3_78)))
-            d211 = ls3_103
-            d212 = ls3_104
-            d213 = ls3_105
-            d214 = ls3_106
-            d215 = ls3_107
-            d216 = ls3_108
-            d217 = ls3_97
-            d218 = ls3_98
-            d219 = ls3_99
-            d220 = ls3_100
-            d221 = ls3_101
-            d222 = ls3_102
-            d223 = ls3_91
-            d224 = ls3_92
-            d225 = ls3_93
-            d226 = ls3_94
-            d227 = ls3_95
-            d228 = ls3_96
-            d229 = ls3_85
-            d230 = ls3_86
-            d231 = ls3_87
-            d232 = ls3_88
-            d233 = ls3_89
-            d234 = ls3_90
-            d235 = ls3_79
-            d236 = ls3_80
-            d237 = ls3_81
-            d238 = ls3_82
-            d239 = ls3_83
-            d240 = ls3_84
-            d241 = ls3_73
-            d242 = ls3_74
-            d243 = ls3_75
-            d244 = ls3_76
-            d245 = ls3_77
-            d246 = ls3_78
-            d247 = ls3_67
-            d248 = ls3_68
-            d249 = ls3_69
-            d250 = ls3_70
-            d251 = ls3_71
-            d252 = ls3_72
-            d253 = ls3_61
-            d254 = ls3_62
-            d255 = ls3_63
-            d256 = ls3_64
-            d257 = ls3_65
-            d258 = ls3_66
-            cse_71 = (cse_22 * d217)
-            cse_72 = (cse_22 * d223)
+            ls3_145 = (-cse_131 * ((cse_129 * cse_75) + (cse_137 * cse_77) + (cse_140 * cse_78) - (cse_108 * cse_210) - (cse_112 * cse_210) - (cse_114 * cse_210)))
+            ls3_146 = (-cse_131 * ((cse_137 * cse_75) + (cse_152 * cse_77) + (cse_154 * cse_78) - (cse_108 * cse_219) - (cse_112 * cse_219) - (cse_114 * cse_219)))
+            ls3_147 = (-cse_131 * ((cse_140 * cse_75) + (cse_154 * cse_77) + (cse_162 * cse_78) - (cse_108 * cse_223) - (cse_112 * cse_223) - (cse_114 * cse_223)))
+            ls3_148 = (-cse_131 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_229) - (cse_229 * cse_230) - (cse_229 * cse_231) + (cse_16 * cse_173 * cse_4)))
+            ls3_149 = (-cse_131 * (-(cse_108 * cse_237) - (cse_114 * cse_237) - (cse_228 * cse_238) - (cse_230 * cse_238) - (cse_231 * cse_238) + (cse_18 * cse_181 * cse_4)))
+            ls3_150 = (-cse_131 * (-(cse_108 * cse_240) - (cse_112 * cse_240) - (cse_228 * cse_241) - (cse_230 * cse_241) - (cse_231 * cse_241) + (cse_184 * cse_20 * cse_4)))
+            ls3_151 = (cse_195 * (cse_228 + cse_230 + cse_231 + (cse_108 * cse_243) + (cse_112 * cse_243) + (cse_114 * cse_243)))
+            (
+                ls3_152, ls3_153, ls3_154, ls3_155, ls3_156, ls3_157,
+                ls3_159) = _triton_lu1_forward2(
+                lu1_lu, ls3_145, ls3_146, ls3_147, ls3_148, ls3_149,
+                ls3_150, ls3_151, DTYPE)
+            ls3_160 = (-cse_131 * ((cse_108 * cse_212) + (cse_112 * cse_212) + (cse_114 * cse_212) + (cse_129 * cse_214) + (cse_137 * cse_216) + (cse_140 * cse_215)))
+            ls3_161 = (-cse_131 * ((cse_108 * cse_220) + (cse_112 * cse_220) + (cse_114 * cse_220) + (cse_137 * cse_214) + (cse_152 * cse_216) + (cse_154 * cse_215)))
+            ls3_162 = (-cse_131 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_140 * cse_214) + (cse_154 * cse_216) + (cse_162 * cse_215)))
+            ls3_163 = (-cse_131 * (-(cse_173 * cse_93) - (cse_229 * cse_233) - (cse_229 * cse_234) - (cse_229 * cse_235) + (K9 * cse_112 * cse_123 * cse_126 * cse_16 * cse_176 * cse_232) + (K9 * cse_114 * cse_123 * cse_126 * cse_16 * cse_176 * cse_232)))
+            ls3_164 = (-cse_131 * (-(cse_181 * cse_94) - (cse_233 * cse_238) - (cse_234 * cse_238) - (cse_235 * cse_238) + (K9 * cse_108 * cse_123 * cse_126 * cse_176 * cse_18 * cse_232) + (K9 * cse_114 * cse_123 * cse_126 * cse_176 * cse_18 * cse_232)))
+            ls3_165 = (-cse_131 * (-(cse_184 * cse_95) - (cse_233 * cse_241) - (cse_234 * cse_241) - (cse_235 * cse_241) + (K9 * cse_108 * cse_123 * cse_126 * cse_176 * cse_20 * cse_232) + (K9 * cse_112 * cse_123 * cse_126 * cse_176 * cse_20 * cse_232)))
+            ls3_166 = (cse_195 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_123 * cse_125 * cse_214) + (cse_123 * cse_135 * cse_216) + (cse_123 * cse_139 * cse_215)))
+            (
+                ls3_167, ls3_168, ls3_169, ls3_170, ls3_171, ls3_172,
+                ls3_174) = _triton_lu1_forward2(
+                lu1_lu, ls3_160, ls3_161, ls3_162, ls3_163, ls3_164,
+                ls3_165, ls3_166, DTYPE)
+            ls3_175 = (-cse_206 * state_internal_ep)
+            ls3_183 = _triton_lu1_forward11(lu1_lu, ls3_175, DTYPE)
+            ls3_184 = (-cse_206)
+            ls3_192 = _triton_lu1_forward11(lu1_lu, ls3_184, DTYPE)
+            ls3_193 = (-cse_191 * cse_194 * (cse_189 * cse_189))
+            ls3_201 = _triton_lu1_forward11(lu1_lu, ls3_193, DTYPE)
+            ls3_202 = tl.where(cse_192 > 0.0, (cse_193 * tl.log(cse_192)), K10)
+            ls3_210 = _triton_lu1_forward11(lu1_lu, ls3_202, DTYPE)
+            (
+                d211, d212, d213, d214, d215, d216,
+                d217, d218) = _triton_lu1_back2(
+                lu1_lu, ls3_152, ls3_153, ls3_154, ls3_155, ls3_156,
+                ls3_157, ls3_159, DTYPE)
+            (
+                d219, d220, d221, d222, d223, d224,
+                d225, d226) = _triton_lu1_back2(
+                lu1_lu, ls3_167, ls3_168, ls3_169, ls3_170, ls3_171,
+                ls3_172, ls3_174, DTYPE)
+            d227, d228, d229, d230, d231, d232, d233, d234 = _triton_lu1_back10(lu1_lu, ls3_183, DTYPE)
+            d235, d236, d237, d238, d239, d240, d241, d242 = _triton_lu1_back10(lu1_lu, ls3_192, DTYPE)
+            d243, d244, d245, d246, d247, d248, d249, d250 = _triton_lu1_back10(lu1_lu, ls3_201, DTYPE)
+            d251, d252, d253, d254, d255, d256, d257, d258 = _triton_lu1_back10(lu1_lu, ls3_210, DTYPE)
+            cse_71 = (cse_22 * d212)
+            cse_72 = (cse_22 * d213)
             cse_76 = (cse_22 * d211)
-            cse_79 = (cse_22 * d218)
-            cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d224))
-            cse_90 = (cse_22 * d212)
-            cse_96 = (cse_22 * d219)
-            cse_97 = (cse_22 * d225)
-            cse_98 = (cse_22 * d213)
-            cse_99 = (cse_22 * d220)
-            cse_100 = (cse_22 * d226)
-            cse_101 = (cse_22 * d214)
-            cse_102 = (cse_22 * d221)
-            cse_103 = (cse_22 * d227)
-            cse_104 = (cse_22 * d215)
-            cse_105 = (cse_22 * d222)
-            cse_106 = (cse_22 * d228)
-            cse_107 = (cse_22 * d216)
+            cse_79 = (cse_22 * d220)
+            cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d221))
+            cse_90 = (cse_22 * d219)
+            cse_96 = (cse_22 * d228)
+            cse_97 = (cse_22 * d229)
+            cse_98 = (cse_22 * d227)
+            cse_99 = (cse_22 * d236)
+            cse_100 = (cse_22 * d237)
+            cse_101 = (cse_22 * d235)
+            cse_102 = (cse_22 * d244)
+            cse_103 = (cse_22 * d245)
+            cse_104 = (cse_22 * d243)
+            cse_105 = (cse_22 * d252)
+            cse_106 = (cse_22 * d253)
+            cse_107 = (cse_22 * d251)
             d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d211))
-            d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d217))
-            d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d223))
-            d262 = ((cse_16 * cse_4) + (cse_43 * d229))
-            d263 = ((cse_18 * cse_4) + (cse_43 * d235))
-            d264 = ((cse_20 * cse_4) + (cse_43 * d241))
-            d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d212))
-            d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d218))
-            d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d224))
-            d268 = (-cse_93 + (cse_43 * d230))
-            d269 = (-cse_94 + (cse_43 * d236))
-            d270 = (-cse_95 + (cse_43 * d242))
-            d271 = (cse_96 + cse_97 + (cse_26 * d213))
-            d272 = (cse_97 + cse_98 + (cse_26 * d219))
-            d273 = (cse_96 + cse_98 + (cse_26 * d225))
-            d274 = (cse_43 * d231)
-            d275 = (cse_43 * d237)
-            d276 = (cse_43 * d243)
-            d277 = (cse_100 + cse_99 + (cse_26 * d214))
-            d278 = (cse_100 + cse_101 + (cse_26 * d220))
-            d279 = (cse_101 + cse_99 + (cse_26 * d226))
-            d280 = (cse_43 * d232)
-            d281 = (cse_43 * d238)
-            d282 = (cse_43 * d244)
-            d283 = (cse_102 + cse_103 + (cse_26 * d215))
-            d284 = (cse_103 + cse_104 + (cse_26 * d221))
-            d285 = (cse_102 + cse_104 + (cse_26 * d227))
-            d286 = (cse_43 * d233)
-            d287 = (cse_43 * d239)
-            d288 = (cse_43 * d245)
-            d289 = (cse_105 + cse_106 + (cse_26 * d216))
-            d290 = (cse_106 + cse_107 + (cse_26 * d222))
-            d291 = (cse_105 + cse_107 + (cse_26 * d228))
-            d292 = (cse_43 * d234)
-            d293 = (cse_43 * d240)
-            d294 = (cse_43 * d246)
+            d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d212))
+            d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d213))
+            d262 = ((cse_16 * cse_4) + (cse_43 * d214))
+            d263 = ((cse_18 * cse_4) + (cse_43 * d215))
+            d264 = ((cse_20 * cse_4) + (cse_43 * d216))
+            d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d219))
+            d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d220))
+            d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d221))
+            d268 = (-cse_93 + (cse_43 * d222))
+            d269 = (-cse_94 + (cse_43 * d223))
+            d270 = (-cse_95 + (cse_43 * d224))
+            d271 = (cse_96 + cse_97 + (cse_26 * d227))
+            d272 = (cse_97 + cse_98 + (cse_26 * d228))
+            d273 = (cse_96 + cse_98 + (cse_26 * d229))
+            d274 = (cse_43 * d230)
+            d275 = (cse_43 * d231)
+            d276 = (cse_43 * d232)
+            d277 = (cse_100 + cse_99 + (cse_26 * d235))
+            d278 = (cse_100 + cse_101 + (cse_26 * d236))
+            d279 = (cse_101 + cse_99 + (cse_26 * d237))
+            d280 = (cse_43 * d238)
+            d281 = (cse_43 * d239)
+            d282 = (cse_43 * d240)
+            d283 = (cse_102 + cse_103 + (cse_26 * d243))
+            d284 = (cse_103 + cse_104 + (cse_26 * d244))
+            d285 = (cse_102 + cse_104 + (cse_26 * d245))
+            d286 = (cse_43 * d246)
+            d287 = (cse_43 * d247)
+            d288 = (cse_43 * d248)
+            d289 = (cse_105 + cse_106 + (cse_26 * d251))
+            d290 = (cse_106 + cse_107 + (cse_26 * d252))
+            d291 = (cse_105 + cse_107 + (cse_26 * d253))
+            d292 = (cse_43 * d254)
+            d293 = (cse_43 * d255)
+            d294 = (cse_43 * d256)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row90 = _mc_row32(
-                tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d4, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d96, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d100, K0), tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k91 = tl.arange(0, 32)[None, :]
             _p92 = J + row[:, None] * j_stride + _k91 + (_k91 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p92, _row90, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p92 += zero
             _row93 = _mc_row32(
-                tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d104, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d108, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d4, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k94 = tl.arange(0, 32)[None, :] + 32
             _p95 = J + row[:, None] * j_stride + _k94 + (_k94 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p95, _row93, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p95 += zero
             _row96 = _mc_row32(
-                tl.where((perzyna_iso_return_map_converged & fin), d25, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d29, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d127, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d31, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0), tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d34, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d132, K0), tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d135, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k97 = tl.arange(0, 32)[None, :] + 64
             _p98 = J + row[:, None] * j_stride + _k97 + (_k97 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                 tl.store(_p98, _row96, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                 _p98 += zero
             _row99 = _mc_row32(
-                tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d40, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d140, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k100 = tl.arange(0, 32)[None, :] + 96
             _p101 = J + row[:, None] * j_stride + _k100 + (_k100 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -3121,11 +2614,11 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k103 = tl.arange(0, 32)[None, :] + 128
             _p104 = J + row[:, None] * j_stride + _k103 + (_k103 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -3135,11 +2628,11 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k106 = tl.arange(0, 32)[None, :] + 160
             _p107 = J + row[:, None] * j_stride + _k106 + (_k106 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -3149,11 +2642,11 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K11, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
             _k109 = tl.arange(0, 32)[None, :] + 192
             _p110 = J + row[:, None] * j_stride + _k109 + (_k109 // 16) * (6 * (V // 8))
             for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -3161,24 +2654,24 @@ if triton is not None:
                 _p110 += zero
             if V & 8:
                 _row111 = _mc_row32(
-                    tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d213, K0), tl.where((perzyna_iso_return_map_converged & fin), d214, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0), tl.where((perzyna_iso_return_map_converged & fin), d221, K0), tl.where((perzyna_iso_return_map_converged & fin), d222, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d229, K0), tl.where((perzyna_iso_return_map_converged & fin), d230, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d234, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d235, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d237, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d239, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0), tl.where((perzyna_iso_return_map_converged & fin), d242, K0), BLOCK)
+                    tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d235, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d213, K0), tl.where((perzyna_iso_return_map_converged & fin), d221, K0), tl.where((perzyna_iso_return_map_converged & fin), d229, K0), tl.where((perzyna_iso_return_map_converged & fin), d237, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d245, K0), tl.where((perzyna_iso_return_map_converged & fin), d253, K0), tl.where((perzyna_iso_return_map_converged & fin), d214, K0), tl.where((perzyna_iso_return_map_converged & fin), d222, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d230, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d239, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), BLOCK)
                 _k112 = tl.arange(0, 32)[None, :]
                 _p113 = J + row[:, None] * j_stride + (_k112 // 6) * 22 + 16 + _k112 % 6
                 for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
                     tl.store(_p113, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
                     _p113 += zero
                 _row114 = _mc_row32(
-                    tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d245, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d250, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0), tl.where((perzyna_iso_return_map_converged & fin), d253, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
-                    tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d258, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d234, K0), tl.where((perzyna_iso_return_map_converged & fin), d242, K0), tl.where((perzyna_iso_return_map_converged & fin), d250, K0), tl.where((perzyna_iso_return_map_converged & fin), d258, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d259, K0), tl.where((perzyna_iso_return_map_converged & fin), d265, K0), tl.where((perzyna_iso_return_map_converged & fin), d271, K0), tl.where((perzyna_iso_return_map_converged & fin), d277, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d283, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d272, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0),
@@ -4212,78 +3705,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_40 = (cse_22 * d16);
             const real cse_41 = (cse_22 * d17);
             const real cse_42 = (cse_22 * d18);
-            const real d37 = (cse_23 + cse_24 + cse_25 + (cse_26 * d13));
-            o_j[0 * MC_W + l] = perzyna_iso_return_map_converged ? d37 : MC_NAN;
-            const real d38 = (cse_27 + cse_28 + (cse_26 * d14));
-            o_j[1 * MC_W + l] = perzyna_iso_return_map_converged ? d38 : MC_NAN;
-            const real d39 = (cse_29 + cse_30 + (cse_26 * d15));
-            o_j[2 * MC_W + l] = perzyna_iso_return_map_converged ? d39 : MC_NAN;
-            const real d40 = (cse_31 + cse_32 + (cse_26 * d16));
-            o_j[3 * MC_W + l] = perzyna_iso_return_map_converged ? d40 : MC_NAN;
-            const real d41 = (cse_33 + cse_34 + (cse_26 * d17));
-            o_j[4 * MC_W + l] = perzyna_iso_return_map_converged ? d41 : MC_NAN;
-            const real d42 = (cse_35 + cse_36 + (cse_26 * d18));
-            o_j[5 * MC_W + l] = perzyna_iso_return_map_converged ? d42 : MC_NAN;
-            const real d43 = (cse_23 + cse_37 + (cse_26 * d2));
-            o_j[6 * MC_W + l] = perzyna_iso_return_map_converged ? d43 : MC_NAN;
-            const real d44 = (cse_25 + cse_27 + cse_38 + (cse_26 * d4));
-            o_j[7 * MC_W + l] = perzyna_iso_return_map_converged ? d44 : MC_NAN;
-            const real d45 = (cse_30 + cse_39 + (cse_26 * d5));
-            o_j[8 * MC_W + l] = perzyna_iso_return_map_converged ? d45 : MC_NAN;
-            const real d46 = (cse_32 + cse_40 + (cse_26 * d7));
-            o_j[9 * MC_W + l] = perzyna_iso_return_map_converged ? d46 : MC_NAN;
-            const real d47 = (cse_34 + cse_41 + (cse_26 * d9));
-            o_j[10 * MC_W + l] = perzyna_iso_return_map_converged ? d47 : MC_NAN;
-            const real d48 = (cse_36 + cse_42 + (cse_26 * d11));
-            o_j[11 * MC_W + l] = perzyna_iso_return_map_converged ? d48 : MC_NAN;
-            const real d49 = (cse_24 + cse_37 + (cse_26 * d1));
-            o_j[12 * MC_W + l] = perzyna_iso_return_map_converged ? d49 : MC_NAN;
-            const real d50 = (cse_28 + cse_38 + (cse_26 * d3));
-            o_j[13 * MC_W + l] = perzyna_iso_return_map_converged ? d50 : MC_NAN;
-            const real d51 = (cse_25 + cse_29 + cse_39 + (cse_26 * d6));
-            o_j[14 * MC_W + l] = perzyna_iso_return_map_converged ? d51 : MC_NAN;
-            const real d52 = (cse_31 + cse_40 + (cse_26 * d8));
-            o_j[15 * MC_W + l] = perzyna_iso_return_map_converged ? d52 : MC_NAN;
-            const real d53 = (cse_33 + cse_41 + (cse_26 * d10));
-            o_j[16 * MC_W + l] = perzyna_iso_return_map_converged ? d53 : MC_NAN;
-            const real d54 = (cse_35 + cse_42 + (cse_26 * d12));
-            o_j[17 * MC_W + l] = perzyna_iso_return_map_converged ? d54 : MC_NAN;
-            const real d55 = (cse_43 * d19);
-            o_j[18 * MC_W + l] = perzyna_iso_return_map_converged ? d55 : MC_NAN;
-            const real d56 = (cse_43 * d20);
-            o_j[19 * MC_W + l] = perzyna_iso_return_map_converged ? d56 : MC_NAN;
-            const real d57 = (cse_43 * d21);
-            o_j[20 * MC_W + l] = perzyna_iso_return_map_converged ? d57 : MC_NAN;
-            const real d58 = (cse_5 + (cse_43 * d22));
-            o_j[21 * MC_W + l] = perzyna_iso_return_map_converged ? d58 : MC_NAN;
-            const real d59 = (cse_43 * d23);
-            o_j[22 * MC_W + l] = perzyna_iso_return_map_converged ? d59 : MC_NAN;
-            const real d60 = (cse_43 * d24);
-            o_j[23 * MC_W + l] = perzyna_iso_return_map_converged ? d60 : MC_NAN;
-            const real d61 = (cse_43 * d25);
-            o_j[24 * MC_W + l] = perzyna_iso_return_map_converged ? d61 : MC_NAN;
-            const real d62 = (cse_43 * d26);
-            o_j[25 * MC_W + l] = perzyna_iso_return_map_converged ? d62 : MC_NAN;
-            const real d63 = (cse_43 * d27);
-            o_j[26 * MC_W + l] = perzyna_iso_return_map_converged ? d63 : MC_NAN;
-            const real d64 = (cse_43 * d28);
-            o_j[27 * MC_W + l] = perzyna_iso_return_map_converged ? d64 : MC_NAN;
-            const real d65 = (cse_5 + (cse_43 * d29));
-            o_j[28 * MC_W + l] = perzyna_iso_return_map_converged ? d65 : MC_NAN;
-            const real d66 = (cse_43 * d30);
-            o_j[29 * MC_W + l] = perzyna_iso_return_map_converged ? d66 : MC_NAN;
-            const real d67 = (cse_43 * d31);
-            o_j[30 * MC_W + l] = perzyna_iso_return_map_converged ? d67 : MC_NAN;
-            const real d68 = (cse_43 * d32);
-            o_j[31 * MC_W + l] = perzyna_iso_return_map_converged ? d68 : MC_NAN;
-            const real d69 = (cse_43 * d33);
-            o_j[32 * MC_W + l] = perzyna_iso_return_map_converged ? d69 : MC_NAN;
-            const real d70 = (cse_43 * d34);
-            o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? d70 : MC_NAN;
-            const real d71 = (cse_43 * d35);
-            o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? d71 : MC_NAN;
-            const real d72 = (cse_5 + (cse_43 * d36));
-            o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? d72 : MC_NAN;
+            o_j[0 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_23 + cse_24 + cse_25 + (cse_26 * d13)) : MC_NAN;
+            o_j[1 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_27 + cse_28 + (cse_26 * d14)) : MC_NAN;
+            o_j[2 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_29 + cse_30 + (cse_26 * d15)) : MC_NAN;
+            o_j[3 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_31 + cse_32 + (cse_26 * d16)) : MC_NAN;
+            o_j[4 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_33 + cse_34 + (cse_26 * d17)) : MC_NAN;
+            o_j[5 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_35 + cse_36 + (cse_26 * d18)) : MC_NAN;
+            o_j[6 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_23 + cse_37 + (cse_26 * d2)) : MC_NAN;
+            o_j[7 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_25 + cse_27 + cse_38 + (cse_26 * d4)) : MC_NAN;
+            o_j[8 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_30 + cse_39 + (cse_26 * d5)) : MC_NAN;
+            o_j[9 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_32 + cse_40 + (cse_26 * d7)) : MC_NAN;
+            o_j[10 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_34 + cse_41 + (cse_26 * d9)) : MC_NAN;
+            o_j[11 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_36 + cse_42 + (cse_26 * d11)) : MC_NAN;
+            o_j[12 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_24 + cse_37 + (cse_26 * d1)) : MC_NAN;
+            o_j[13 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_28 + cse_38 + (cse_26 * d3)) : MC_NAN;
+            o_j[14 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_25 + cse_29 + cse_39 + (cse_26 * d6)) : MC_NAN;
+            o_j[15 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_31 + cse_40 + (cse_26 * d8)) : MC_NAN;
+            o_j[16 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_33 + cse_41 + (cse_26 * d10)) : MC_NAN;
+            o_j[17 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_35 + cse_42 + (cse_26 * d12)) : MC_NAN;
+            o_j[18 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d19) : MC_NAN;
+            o_j[19 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d20) : MC_NAN;
+            o_j[20 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d21) : MC_NAN;
+            o_j[21 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d22)) : MC_NAN;
+            o_j[22 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d23) : MC_NAN;
+            o_j[23 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d24) : MC_NAN;
+            o_j[24 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d25) : MC_NAN;
+            o_j[25 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d26) : MC_NAN;
+            o_j[26 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d27) : MC_NAN;
+            o_j[27 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d28) : MC_NAN;
+            o_j[28 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d29)) : MC_NAN;
+            o_j[29 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d30) : MC_NAN;
+            o_j[30 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d31) : MC_NAN;
+            o_j[31 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d32) : MC_NAN;
+            o_j[32 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d33) : MC_NAN;
+            o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d34) : MC_NAN;
+            o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d35) : MC_NAN;
+            o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d36)) : MC_NAN;
             const real cse_207 = (cse_123 * state_internal_gamma_rate);
             const real cse_208 = (cse_125 * cse_207);
             const real cse_217 = (cse_135 * cse_207);
@@ -4435,63 +3892,63 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         mc_lu_solve(8, 9, mc_ls2_A, mc_ls2_B);
         MC_SIMD MC_LANES {
             const real cse_22 = v_cse_22[l];
-            const real d73 = (mc_ls2_B + 9 * MC_W)[l];
-            const real d74 = (mc_ls2_B + 18 * MC_W)[l];
-            const real d75 = (mc_ls2_B + 0 * MC_W)[l];
-            const real d76 = (mc_ls2_B + 10 * MC_W)[l];
-            const real d77 = (mc_ls2_B + 19 * MC_W)[l];
-            const real d78 = (mc_ls2_B + 1 * MC_W)[l];
-            const real d79 = (mc_ls2_B + 11 * MC_W)[l];
-            const real d80 = (mc_ls2_B + 20 * MC_W)[l];
-            const real d81 = (mc_ls2_B + 12 * MC_W)[l];
-            const real d82 = (mc_ls2_B + 21 * MC_W)[l];
-            const real d83 = (mc_ls2_B + 13 * MC_W)[l];
-            const real d84 = (mc_ls2_B + 22 * MC_W)[l];
-            const real d85 = (mc_ls2_B + 14 * MC_W)[l];
-            const real d86 = (mc_ls2_B + 23 * MC_W)[l];
-            const real d87 = (mc_ls2_B + 15 * MC_W)[l];
-            const real d88 = (mc_ls2_B + 24 * MC_W)[l];
-            const real d89 = (mc_ls2_B + 16 * MC_W)[l];
-            const real d90 = (mc_ls2_B + 25 * MC_W)[l];
-            const real d91 = (mc_ls2_B + 2 * MC_W)[l];
-            const real d92 = (mc_ls2_B + 3 * MC_W)[l];
-            const real d93 = (mc_ls2_B + 4 * MC_W)[l];
-            const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-            const real d95 = (mc_ls2_B + 6 * MC_W)[l];
-            const real d96 = (mc_ls2_B + 7 * MC_W)[l];
-            const real d97 = (mc_ls2_B + 17 * MC_W)[l];
-            const real d98 = (mc_ls2_B + 26 * MC_W)[l];
-            const real d99 = (mc_ls2_B + 8 * MC_W)[l];
+            const real d37 = (mc_ls2_B + 9 * MC_W)[l];
+            const real d38 = (mc_ls2_B + 18 * MC_W)[l];
+            const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+            const real d40 = (mc_ls2_B + 10 * MC_W)[l];
+            const real d41 = (mc_ls2_B + 19 * MC_W)[l];
+            const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+            const real d43 = (mc_ls2_B + 11 * MC_W)[l];
+            const real d44 = (mc_ls2_B + 20 * MC_W)[l];
+            const real d45 = (mc_ls2_B + 12 * MC_W)[l];
+            const real d46 = (mc_ls2_B + 21 * MC_W)[l];
+            const real d47 = (mc_ls2_B + 13 * MC_W)[l];
+            const real d48 = (mc_ls2_B + 22 * MC_W)[l];
+            const real d49 = (mc_ls2_B + 14 * MC_W)[l];
+            const real d50 = (mc_ls2_B + 23 * MC_W)[l];
+            const real d51 = (mc_ls2_B + 15 * MC_W)[l];
+            const real d52 = (mc_ls2_B + 24 * MC_W)[l];
+            const real d53 = (mc_ls2_B + 16 * MC_W)[l];
+            const real d54 = (mc_ls2_B + 25 * MC_W)[l];
+            const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+            const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+            const real d57 = (mc_ls2_B + 4 * MC_W)[l];
+            const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+            const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+            const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+            const real d61 = (mc_ls2_B + 17 * MC_W)[l];
+            const real d62 = (mc_ls2_B + 26 * MC_W)[l];
+            const real d63 = (mc_ls2_B + 8 * MC_W)[l];
             const real cse_26 = v_cse_26[l];
             const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
             const real cse_43 = v_cse_43[l];
-            const real d100 = (mc_ls2_B + 27 * MC_W)[l];
-            const real d101 = (mc_ls2_B + 36 * MC_W)[l];
-            const real d102 = (mc_ls2_B + 45 * MC_W)[l];
-            const real d103 = (mc_ls2_B + 28 * MC_W)[l];
-            const real d104 = (mc_ls2_B + 37 * MC_W)[l];
-            const real d105 = (mc_ls2_B + 46 * MC_W)[l];
-            const real d106 = (mc_ls2_B + 29 * MC_W)[l];
-            const real d107 = (mc_ls2_B + 30 * MC_W)[l];
-            const real d108 = (mc_ls2_B + 31 * MC_W)[l];
-            const real d109 = (mc_ls2_B + 32 * MC_W)[l];
-            const real d110 = (mc_ls2_B + 33 * MC_W)[l];
-            const real d111 = (mc_ls2_B + 34 * MC_W)[l];
-            const real d112 = (mc_ls2_B + 38 * MC_W)[l];
-            const real d113 = (mc_ls2_B + 39 * MC_W)[l];
-            const real d114 = (mc_ls2_B + 40 * MC_W)[l];
-            const real d115 = (mc_ls2_B + 41 * MC_W)[l];
-            const real d116 = (mc_ls2_B + 42 * MC_W)[l];
-            const real d117 = (mc_ls2_B + 43 * MC_W)[l];
-            const real d118 = (mc_ls2_B + 47 * MC_W)[l];
-            const real d119 = (mc_ls2_B + 48 * MC_W)[l];
-            const real d120 = (mc_ls2_B + 49 * MC_W)[l];
-            const real d121 = (mc_ls2_B + 50 * MC_W)[l];
-            const real d122 = (mc_ls2_B + 51 * MC_W)[l];
-            const real d123 = (mc_ls2_B + 52 * MC_W)[l];
-            const real d124 = (mc_ls2_B + 35 * MC_W)[l];
-            const real d125 = (mc_ls2_B + 44 * MC_W)[l];
-            const real d126 = (mc_ls2_B + 53 * MC_W)[l];
+            const real d64 = (mc_ls2_B + 27 * MC_W)[l];
+            const real d65 = (mc_ls2_B + 36 * MC_W)[l];
+            const real d66 = (mc_ls2_B + 45 * MC_W)[l];
+            const real d67 = (mc_ls2_B + 28 * MC_W)[l];
+            const real d68 = (mc_ls2_B + 37 * MC_W)[l];
+            const real d69 = (mc_ls2_B + 46 * MC_W)[l];
+            const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+            const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+            const real d72 = (mc_ls2_B + 31 * MC_W)[l];
+            const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+            const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+            const real d75 = (mc_ls2_B + 34 * MC_W)[l];
+            const real d76 = (mc_ls2_B + 38 * MC_W)[l];
+            const real d77 = (mc_ls2_B + 39 * MC_W)[l];
+            const real d78 = (mc_ls2_B + 40 * MC_W)[l];
+            const real d79 = (mc_ls2_B + 41 * MC_W)[l];
+            const real d80 = (mc_ls2_B + 42 * MC_W)[l];
+            const real d81 = (mc_ls2_B + 43 * MC_W)[l];
+            const real d82 = (mc_ls2_B + 47 * MC_W)[l];
+            const real d83 = (mc_ls2_B + 48 * MC_W)[l];
+            const real d84 = (mc_ls2_B + 49 * MC_W)[l];
+            const real d85 = (mc_ls2_B + 50 * MC_W)[l];
+            const real d86 = (mc_ls2_B + 51 * MC_W)[l];
+            const real d87 = (mc_ls2_B + 52 * MC_W)[l];
+            const real d88 = (mc_ls2_B + 35 * MC_W)[l];
+            const real d89 = (mc_ls2_B + 44 * MC_W)[l];
+            const real d90 = (mc_ls2_B + 53 * MC_W)[l];
             const real cse_11 = v_cse_11[l];
             const real cse_7 = v_cse_7[l];
             const real cse_4 = v_cse_4[l];
@@ -4579,141 +4036,87 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_194 = v_cse_194[l];
             const real cse_192 = v_cse_192[l];
             const real cse_193 = v_cse_193[l];
-            const real cse_44 = (cse_22 * d73);
-            const real cse_45 = (cse_22 * d74);
-            const real cse_46 = (cse_22 * d75);
-            const real cse_47 = (cse_22 * d76);
-            const real cse_48 = (cse_22 * d77);
-            const real cse_49 = (cse_22 * d78);
-            const real cse_50 = (cse_22 * d79);
-            const real cse_51 = (cse_22 * d80);
-            const real cse_52 = (cse_22 * d81);
-            const real cse_53 = (cse_22 * d82);
-            const real cse_54 = (cse_22 * d83);
-            const real cse_55 = (cse_22 * d84);
-            const real cse_56 = (cse_22 * d85);
-            const real cse_57 = (cse_22 * d86);
-            const real cse_58 = (cse_22 * d87);
-            const real cse_59 = (cse_22 * d88);
-            const real cse_60 = (cse_22 * d89);
-            const real cse_61 = (cse_22 * d90);
-            const real cse_62 = (cse_22 * d91);
-            const real cse_63 = (cse_22 * d92);
-            const real cse_64 = (cse_22 * d93);
-            const real cse_65 = (cse_22 * d94);
-            const real cse_66 = (cse_22 * d95);
-            const real cse_67 = (cse_22 * d96);
-            const real cse_68 = (cse_22 * d97);
-            const real cse_69 = (cse_22 * d98);
-            const real cse_70 = (cse_22 * d99);
-            const real d127 = (cse_44 + cse_45 + (cse_26 * d75));
-            o_j[156 * MC_W + l] = perzyna_iso_return_map_converged ? d127 : MC_NAN;
-            const real d128 = (cse_45 + cse_46 + (cse_26 * d73));
-            o_j[165 * MC_W + l] = perzyna_iso_return_map_converged ? d128 : MC_NAN;
-            const real d129 = (cse_44 + cse_46 + (cse_26 * d74));
-            o_j[174 * MC_W + l] = perzyna_iso_return_map_converged ? d129 : MC_NAN;
-            const real d130 = (cse_43 * d100);
-            o_j[183 * MC_W + l] = perzyna_iso_return_map_converged ? d130 : MC_NAN;
-            const real d131 = (cse_43 * d101);
-            o_j[192 * MC_W + l] = perzyna_iso_return_map_converged ? d131 : MC_NAN;
-            const real d132 = (cse_43 * d102);
-            o_j[201 * MC_W + l] = perzyna_iso_return_map_converged ? d132 : MC_NAN;
-            const real d133 = (cse_47 + cse_48 + (cse_26 * d78));
-            o_j[157 * MC_W + l] = perzyna_iso_return_map_converged ? d133 : MC_NAN;
-            const real d134 = (cse_48 + cse_49 + (cse_26 * d76));
-            o_j[166 * MC_W + l] = perzyna_iso_return_map_converged ? d134 : MC_NAN;
-            const real d135 = (cse_47 + cse_49 + (cse_26 * d77));
-            o_j[175 * MC_W + l] = perzyna_iso_return_map_converged ? d135 : MC_NAN;
-            const real d136 = (cse_43 * d103);
-            o_j[184 * MC_W + l] = perzyna_iso_return_map_converged ? d136 : MC_NAN;
-            const real d137 = (cse_43 * d104);
-            o_j[193 * MC_W + l] = perzyna_iso_return_map_converged ? d137 : MC_NAN;
-            const real d138 = (cse_43 * d105);
-            o_j[202 * MC_W + l] = perzyna_iso_return_map_converged ? d138 : MC_NAN;
-            const real d139 = (cse_50 + cse_51 + (cse_26 * d91));
-            o_j[158 * MC_W + l] = perzyna_iso_return_map_converged ? d139 : MC_NAN;
-            const real d140 = (cse_52 + cse_53 + (cse_26 * d92));
-            o_j[159 * MC_W + l] = perzyna_iso_return_map_converged ? d140 : MC_NAN;
-            const real d141 = (cse_54 + cse_55 + (cse_26 * d93));
-            o_j[160 * MC_W + l] = perzyna_iso_return_map_converged ? d141 : MC_NAN;
-            const real d142 = (cse_56 + cse_57 + (cse_26 * d94));
-            o_j[161 * MC_W + l] = perzyna_iso_return_map_converged ? d142 : MC_NAN;
-            const real d143 = (cse_58 + cse_59 + (cse_26 * d95));
-            o_j[162 * MC_W + l] = perzyna_iso_return_map_converged ? d143 : MC_NAN;
-            const real d144 = (cse_60 + cse_61 + (cse_26 * d96));
-            o_j[163 * MC_W + l] = perzyna_iso_return_map_converged ? d144 : MC_NAN;
-            const real d145 = (cse_51 + cse_62 + (cse_26 * d79));
-            o_j[167 * MC_W + l] = perzyna_iso_return_map_converged ? d145 : MC_NAN;
-            const real d146 = (cse_53 + cse_63 + (cse_26 * d81));
-            o_j[168 * MC_W + l] = perzyna_iso_return_map_converged ? d146 : MC_NAN;
-            const real d147 = (cse_55 + cse_64 + (cse_26 * d83));
-            o_j[169 * MC_W + l] = perzyna_iso_return_map_converged ? d147 : MC_NAN;
-            const real d148 = (cse_57 + cse_65 + (cse_26 * d85));
-            o_j[170 * MC_W + l] = perzyna_iso_return_map_converged ? d148 : MC_NAN;
-            const real d149 = (cse_59 + cse_66 + (cse_26 * d87));
-            o_j[171 * MC_W + l] = perzyna_iso_return_map_converged ? d149 : MC_NAN;
-            const real d150 = (cse_61 + cse_67 + (cse_26 * d89));
-            o_j[172 * MC_W + l] = perzyna_iso_return_map_converged ? d150 : MC_NAN;
-            const real d151 = (cse_50 + cse_62 + (cse_26 * d80));
-            o_j[176 * MC_W + l] = perzyna_iso_return_map_converged ? d151 : MC_NAN;
-            const real d152 = (cse_52 + cse_63 + (cse_26 * d82));
-            o_j[177 * MC_W + l] = perzyna_iso_return_map_converged ? d152 : MC_NAN;
-            const real d153 = (cse_54 + cse_64 + (cse_26 * d84));
-            o_j[178 * MC_W + l] = perzyna_iso_return_map_converged ? d153 : MC_NAN;
-            const real d154 = (cse_56 + cse_65 + (cse_26 * d86));
-            o_j[179 * MC_W + l] = perzyna_iso_return_map_converged ? d154 : MC_NAN;
-            const real d155 = (cse_58 + cse_66 + (cse_26 * d88));
-            o_j[180 * MC_W + l] = perzyna_iso_return_map_converged ? d155 : MC_NAN;
-            const real d156 = (cse_60 + cse_67 + (cse_26 * d90));
-            o_j[181 * MC_W + l] = perzyna_iso_return_map_converged ? d156 : MC_NAN;
-            const real d157 = (cse_43 * d106);
-            o_j[185 * MC_W + l] = perzyna_iso_return_map_converged ? d157 : MC_NAN;
-            const real d158 = (cse_43 * d107);
-            o_j[186 * MC_W + l] = perzyna_iso_return_map_converged ? d158 : MC_NAN;
-            const real d159 = (cse_43 * d108);
-            o_j[187 * MC_W + l] = perzyna_iso_return_map_converged ? d159 : MC_NAN;
-            const real d160 = (cse_43 * d109);
-            o_j[188 * MC_W + l] = perzyna_iso_return_map_converged ? d160 : MC_NAN;
-            const real d161 = (cse_43 * d110);
-            o_j[189 * MC_W + l] = perzyna_iso_return_map_converged ? d161 : MC_NAN;
-            const real d162 = (cse_43 * d111);
-            o_j[190 * MC_W + l] = perzyna_iso_return_map_converged ? d162 : MC_NAN;
-            const real d163 = (cse_43 * d112);
-            o_j[194 * MC_W + l] = perzyna_iso_return_map_converged ? d163 : MC_NAN;
-            const real d164 = (cse_43 * d113);
-            o_j[195 * MC_W + l] = perzyna_iso_return_map_converged ? d164 : MC_NAN;
-            const real d165 = (cse_43 * d114);
-            o_j[196 * MC_W + l] = perzyna_iso_return_map_converged ? d165 : MC_NAN;
-            const real d166 = (cse_43 * d115);
-            o_j[197 * MC_W + l] = perzyna_iso_return_map_converged ? d166 : MC_NAN;
-            const real d167 = (cse_43 * d116);
-            o_j[198 * MC_W + l] = perzyna_iso_return_map_converged ? d167 : MC_NAN;
-            const real d168 = (cse_43 * d117);
-            o_j[199 * MC_W + l] = perzyna_iso_return_map_converged ? d168 : MC_NAN;
-            const real d169 = (cse_43 * d118);
-            o_j[203 * MC_W + l] = perzyna_iso_return_map_converged ? d169 : MC_NAN;
-            const real d170 = (cse_43 * d119);
-            o_j[204 * MC_W + l] = perzyna_iso_return_map_converged ? d170 : MC_NAN;
-            const real d171 = (cse_43 * d120);
-            o_j[205 * MC_W + l] = perzyna_iso_return_map_converged ? d171 : MC_NAN;
-            const real d172 = (cse_43 * d121);
-            o_j[206 * MC_W + l] = perzyna_iso_return_map_converged ? d172 : MC_NAN;
-            const real d173 = (cse_43 * d122);
-            o_j[207 * MC_W + l] = perzyna_iso_return_map_converged ? d173 : MC_NAN;
-            const real d174 = (cse_43 * d123);
-            o_j[208 * MC_W + l] = perzyna_iso_return_map_converged ? d174 : MC_NAN;
-            const real d175 = (cse_68 + cse_69 + (cse_26 * d99));
-            o_j[164 * MC_W + l] = perzyna_iso_return_map_converged ? d175 : MC_NAN;
-            const real d176 = (cse_69 + cse_70 + (cse_26 * d97));
-            o_j[173 * MC_W + l] = perzyna_iso_return_map_converged ? d176 : MC_NAN;
-            const real d177 = (cse_68 + cse_70 + (cse_26 * d98));
-            o_j[182 * MC_W + l] = perzyna_iso_return_map_converged ? d177 : MC_NAN;
-            const real d178 = (cse_43 * d124);
-            o_j[191 * MC_W + l] = perzyna_iso_return_map_converged ? d178 : MC_NAN;
-            const real d179 = (cse_43 * d125);
-            o_j[200 * MC_W + l] = perzyna_iso_return_map_converged ? d179 : MC_NAN;
-            const real d180 = (cse_43 * d126);
-            o_j[209 * MC_W + l] = perzyna_iso_return_map_converged ? d180 : MC_NAN;
+            const real cse_44 = (cse_22 * d37);
+            const real cse_45 = (cse_22 * d38);
+            const real cse_46 = (cse_22 * d39);
+            const real cse_47 = (cse_22 * d40);
+            const real cse_48 = (cse_22 * d41);
+            const real cse_49 = (cse_22 * d42);
+            const real cse_50 = (cse_22 * d43);
+            const real cse_51 = (cse_22 * d44);
+            const real cse_52 = (cse_22 * d45);
+            const real cse_53 = (cse_22 * d46);
+            const real cse_54 = (cse_22 * d47);
+            const real cse_55 = (cse_22 * d48);
+            const real cse_56 = (cse_22 * d49);
+            const real cse_57 = (cse_22 * d50);
+            const real cse_58 = (cse_22 * d51);
+            const real cse_59 = (cse_22 * d52);
+            const real cse_60 = (cse_22 * d53);
+            const real cse_61 = (cse_22 * d54);
+            const real cse_62 = (cse_22 * d55);
+            const real cse_63 = (cse_22 * d56);
+            const real cse_64 = (cse_22 * d57);
+            const real cse_65 = (cse_22 * d58);
+            const real cse_66 = (cse_22 * d59);
+            const real cse_67 = (cse_22 * d60);
+            const real cse_68 = (cse_22 * d61);
+            const real cse_69 = (cse_22 * d62);
+            const real cse_70 = (cse_22 * d63);
+            o_j[156 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_44 + cse_45 + (cse_26 * d39)) : MC_NAN;
+            o_j[165 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_45 + cse_46 + (cse_26 * d37)) : MC_NAN;
+            o_j[174 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_44 + cse_46 + (cse_26 * d38)) : MC_NAN;
+            o_j[183 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d64) : MC_NAN;
+            o_j[192 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d65) : MC_NAN;
+            o_j[201 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d66) : MC_NAN;
+            o_j[157 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_47 + cse_48 + (cse_26 * d42)) : MC_NAN;
+            o_j[166 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_48 + cse_49 + (cse_26 * d40)) : MC_NAN;
+            o_j[175 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_47 + cse_49 + (cse_26 * d41)) : MC_NAN;
+            o_j[184 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d67) : MC_NAN;
+            o_j[193 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d68) : MC_NAN;
+            o_j[202 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d69) : MC_NAN;
+            o_j[158 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_50 + cse_51 + (cse_26 * d55)) : MC_NAN;
+            o_j[159 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_52 + cse_53 + (cse_26 * d56)) : MC_NAN;
+            o_j[160 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_54 + cse_55 + (cse_26 * d57)) : MC_NAN;
+            o_j[161 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_56 + cse_57 + (cse_26 * d58)) : MC_NAN;
+            o_j[162 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_58 + cse_59 + (cse_26 * d59)) : MC_NAN;
+            o_j[163 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_60 + cse_61 + (cse_26 * d60)) : MC_NAN;
+            o_j[167 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_51 + cse_62 + (cse_26 * d43)) : MC_NAN;
+            o_j[168 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_53 + cse_63 + (cse_26 * d45)) : MC_NAN;
+            o_j[169 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_55 + cse_64 + (cse_26 * d47)) : MC_NAN;
+            o_j[170 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_57 + cse_65 + (cse_26 * d49)) : MC_NAN;
+            o_j[171 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_59 + cse_66 + (cse_26 * d51)) : MC_NAN;
+            o_j[172 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_61 + cse_67 + (cse_26 * d53)) : MC_NAN;
+            o_j[176 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_50 + cse_62 + (cse_26 * d44)) : MC_NAN;
+            o_j[177 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_52 + cse_63 + (cse_26 * d46)) : MC_NAN;
+            o_j[178 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_54 + cse_64 + (cse_26 * d48)) : MC_NAN;
+            o_j[179 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_56 + cse_65 + (cse_26 * d50)) : MC_NAN;
+            o_j[180 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_58 + cse_66 + (cse_26 * d52)) : MC_NAN;
+            o_j[181 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_60 + cse_67 + (cse_26 * d54)) : MC_NAN;
+            o_j[185 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d70) : MC_NAN;
+            o_j[186 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d71) : MC_NAN;
+            o_j[187 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d72) : MC_NAN;
+            o_j[188 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d73) : MC_NAN;
+            o_j[189 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d74) : MC_NAN;
+            o_j[190 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d75) : MC_NAN;
+            o_j[194 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d76) : MC_NAN;
+            o_j[195 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d77) : MC_NAN;
+            o_j[196 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d78) : MC_NAN;
+            o_j[197 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d79) : MC_NAN;
+            o_j[198 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d80) : MC_NAN;
+            o_j[199 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d81) : MC_NAN;
+            o_j[203 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d82) : MC_NAN;
+            o_j[204 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d83) : MC_NAN;
+            o_j[205 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d84) : MC_NAN;
+            o_j[206 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d85) : MC_NAN;
+            o_j[207 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d86) : MC_NAN;
+            o_j[208 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d87) : MC_NAN;
+            o_j[164 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_68 + cse_69 + (cse_26 * d63)) : MC_NAN;
+            o_j[173 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_69 + cse_70 + (cse_26 * d61)) : MC_NAN;
+            o_j[182 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_68 + cse_70 + (cse_26 * d62)) : MC_NAN;
+            o_j[191 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d88) : MC_NAN;
+            o_j[200 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d89) : MC_NAN;
+            o_j[209 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d90) : MC_NAN;
             const real cse_73 = (cse_11 * cse_7);
             const real cse_74 = (cse_4 * cse_73);
             const real cse_75 = (cse_74 + (cse_0 * cse_4));
@@ -4892,27 +4295,27 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
     MC_SIMD MC_LANES {
         const real cse_22 = v_cse_22[l];
-        const real d181 = (mc_ls3_B + 6 * MC_W)[l];
-        const real d182 = (mc_ls3_B + 12 * MC_W)[l];
-        const real d183 = (mc_ls3_B + 0 * MC_W)[l];
-        const real d184 = (mc_ls3_B + 7 * MC_W)[l];
+        const real d91 = (mc_ls3_B + 6 * MC_W)[l];
+        const real d92 = (mc_ls3_B + 12 * MC_W)[l];
+        const real d93 = (mc_ls3_B + 0 * MC_W)[l];
+        const real d94 = (mc_ls3_B + 7 * MC_W)[l];
         const real cse_84 = v_cse_84[l];
         const real cse_86 = v_cse_86[l];
         const real cse_88 = v_cse_88[l];
-        const real d185 = (mc_ls3_B + 13 * MC_W)[l];
-        const real d186 = (mc_ls3_B + 1 * MC_W)[l];
-        const real d187 = (mc_ls3_B + 8 * MC_W)[l];
-        const real d188 = (mc_ls3_B + 14 * MC_W)[l];
-        const real d189 = (mc_ls3_B + 2 * MC_W)[l];
-        const real d190 = (mc_ls3_B + 9 * MC_W)[l];
-        const real d191 = (mc_ls3_B + 15 * MC_W)[l];
-        const real d192 = (mc_ls3_B + 3 * MC_W)[l];
-        const real d193 = (mc_ls3_B + 10 * MC_W)[l];
-        const real d194 = (mc_ls3_B + 16 * MC_W)[l];
-        const real d195 = (mc_ls3_B + 4 * MC_W)[l];
-        const real d196 = (mc_ls3_B + 11 * MC_W)[l];
-        const real d197 = (mc_ls3_B + 17 * MC_W)[l];
-        const real d198 = (mc_ls3_B + 5 * MC_W)[l];
+        const real d95 = (mc_ls3_B + 13 * MC_W)[l];
+        const real d96 = (mc_ls3_B + 1 * MC_W)[l];
+        const real d97 = (mc_ls3_B + 8 * MC_W)[l];
+        const real d98 = (mc_ls3_B + 14 * MC_W)[l];
+        const real d99 = (mc_ls3_B + 2 * MC_W)[l];
+        const real d100 = (mc_ls3_B + 9 * MC_W)[l];
+        const real d101 = (mc_ls3_B + 15 * MC_W)[l];
+        const real d102 = (mc_ls3_B + 3 * MC_W)[l];
+        const real d103 = (mc_ls3_B + 10 * MC_W)[l];
+        const real d104 = (mc_ls3_B + 16 * MC_W)[l];
+        const real d105 = (mc_ls3_B + 4 * MC_W)[l];
+        const real d106 = (mc_ls3_B + 11 * MC_W)[l];
+        const real d107 = (mc_ls3_B + 17 * MC_W)[l];
+        const real d108 = (mc_ls3_B + 5 * MC_W)[l];
         const real cse_26 = v_cse_26[l];
         const real cse_75 = v_cse_75[l];
         const int perzyna_iso_return_map_converged = v_perzyna_iso_return_map_converged[l];
@@ -4921,32 +4324,32 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_16 = v_cse_16[l];
         const real cse_4 = v_cse_4[l];
         const real cse_43 = v_cse_43[l];
-        const real d199 = (mc_ls3_B + 18 * MC_W)[l];
+        const real d109 = (mc_ls3_B + 18 * MC_W)[l];
         const real cse_18 = v_cse_18[l];
-        const real d200 = (mc_ls3_B + 24 * MC_W)[l];
+        const real d110 = (mc_ls3_B + 24 * MC_W)[l];
         const real cse_20 = v_cse_20[l];
-        const real d201 = (mc_ls3_B + 30 * MC_W)[l];
+        const real d111 = (mc_ls3_B + 30 * MC_W)[l];
         const real cse_82 = v_cse_82[l];
         const real cse_91 = v_cse_91[l];
         const real cse_92 = v_cse_92[l];
         const real cse_93 = v_cse_93[l];
-        const real d202 = (mc_ls3_B + 19 * MC_W)[l];
+        const real d112 = (mc_ls3_B + 19 * MC_W)[l];
         const real cse_94 = v_cse_94[l];
-        const real d203 = (mc_ls3_B + 25 * MC_W)[l];
+        const real d113 = (mc_ls3_B + 25 * MC_W)[l];
         const real cse_95 = v_cse_95[l];
-        const real d204 = (mc_ls3_B + 31 * MC_W)[l];
-        const real d205 = (mc_ls3_B + 20 * MC_W)[l];
-        const real d206 = (mc_ls3_B + 26 * MC_W)[l];
-        const real d207 = (mc_ls3_B + 32 * MC_W)[l];
-        const real d208 = (mc_ls3_B + 21 * MC_W)[l];
-        const real d209 = (mc_ls3_B + 27 * MC_W)[l];
-        const real d210 = (mc_ls3_B + 33 * MC_W)[l];
-        const real d211 = (mc_ls3_B + 22 * MC_W)[l];
-        const real d212 = (mc_ls3_B + 28 * MC_W)[l];
-        const real d213 = (mc_ls3_B + 34 * MC_W)[l];
-        const real d214 = (mc_ls3_B + 23 * MC_W)[l];
-        const real d215 = (mc_ls3_B + 29 * MC_W)[l];
-        const real d216 = (mc_ls3_B + 35 * MC_W)[l];
+        const real d114 = (mc_ls3_B + 31 * MC_W)[l];
+        const real d115 = (mc_ls3_B + 20 * MC_W)[l];
+        const real d116 = (mc_ls3_B + 26 * MC_W)[l];
+        const real d117 = (mc_ls3_B + 32 * MC_W)[l];
+        const real d118 = (mc_ls3_B + 21 * MC_W)[l];
+        const real d119 = (mc_ls3_B + 27 * MC_W)[l];
+        const real d120 = (mc_ls3_B + 33 * MC_W)[l];
+        const real d121 = (mc_ls3_B + 22 * MC_W)[l];
+        const real d122 = (mc_ls3_B + 28 * MC_W)[l];
+        const real d123 = (mc_ls3_B + 34 * MC_W)[l];
+        const real d124 = (mc_ls3_B + 23 * MC_W)[l];
+        const real d125 = (mc_ls3_B + 29 * MC_W)[l];
+        const real d126 = (mc_ls3_B + 35 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
         const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
         const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
@@ -4961,224 +4364,188 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d16 = (mc_ls1_B + 3 * MC_W)[l];
         const real d17 = (mc_ls1_B + 4 * MC_W)[l];
         const real d18 = (mc_ls1_B + 5 * MC_W)[l];
-        const real d75 = (mc_ls2_B + 0 * MC_W)[l];
-        const real d78 = (mc_ls2_B + 1 * MC_W)[l];
-        const real d91 = (mc_ls2_B + 2 * MC_W)[l];
-        const real d92 = (mc_ls2_B + 3 * MC_W)[l];
-        const real d93 = (mc_ls2_B + 4 * MC_W)[l];
-        const real d94 = (mc_ls2_B + 5 * MC_W)[l];
-        const real d95 = (mc_ls2_B + 6 * MC_W)[l];
-        const real d96 = (mc_ls2_B + 7 * MC_W)[l];
-        const real d99 = (mc_ls2_B + 8 * MC_W)[l];
+        const real d39 = (mc_ls2_B + 0 * MC_W)[l];
+        const real d42 = (mc_ls2_B + 1 * MC_W)[l];
+        const real d55 = (mc_ls2_B + 2 * MC_W)[l];
+        const real d56 = (mc_ls2_B + 3 * MC_W)[l];
+        const real d57 = (mc_ls2_B + 4 * MC_W)[l];
+        const real d58 = (mc_ls2_B + 5 * MC_W)[l];
+        const real d59 = (mc_ls2_B + 6 * MC_W)[l];
+        const real d60 = (mc_ls2_B + 7 * MC_W)[l];
+        const real d63 = (mc_ls2_B + 8 * MC_W)[l];
         const real d2 = (mc_ls1_B + 6 * MC_W)[l];
         const real d4 = (mc_ls1_B + 7 * MC_W)[l];
         const real d5 = (mc_ls1_B + 8 * MC_W)[l];
         const real d7 = (mc_ls1_B + 9 * MC_W)[l];
         const real d9 = (mc_ls1_B + 10 * MC_W)[l];
         const real d11 = (mc_ls1_B + 11 * MC_W)[l];
-        const real d73 = (mc_ls2_B + 9 * MC_W)[l];
-        const real d76 = (mc_ls2_B + 10 * MC_W)[l];
-        const real d79 = (mc_ls2_B + 11 * MC_W)[l];
-        const real d81 = (mc_ls2_B + 12 * MC_W)[l];
-        const real d83 = (mc_ls2_B + 13 * MC_W)[l];
-        const real d85 = (mc_ls2_B + 14 * MC_W)[l];
-        const real d87 = (mc_ls2_B + 15 * MC_W)[l];
-        const real d89 = (mc_ls2_B + 16 * MC_W)[l];
-        const real d97 = (mc_ls2_B + 17 * MC_W)[l];
+        const real d37 = (mc_ls2_B + 9 * MC_W)[l];
+        const real d40 = (mc_ls2_B + 10 * MC_W)[l];
+        const real d43 = (mc_ls2_B + 11 * MC_W)[l];
+        const real d45 = (mc_ls2_B + 12 * MC_W)[l];
+        const real d47 = (mc_ls2_B + 13 * MC_W)[l];
+        const real d49 = (mc_ls2_B + 14 * MC_W)[l];
+        const real d51 = (mc_ls2_B + 15 * MC_W)[l];
+        const real d53 = (mc_ls2_B + 16 * MC_W)[l];
+        const real d61 = (mc_ls2_B + 17 * MC_W)[l];
         const real d1 = (mc_ls1_B + 12 * MC_W)[l];
         const real d3 = (mc_ls1_B + 13 * MC_W)[l];
         const real d6 = (mc_ls1_B + 14 * MC_W)[l];
         const real d8 = (mc_ls1_B + 15 * MC_W)[l];
         const real d10 = (mc_ls1_B + 16 * MC_W)[l];
         const real d12 = (mc_ls1_B + 17 * MC_W)[l];
-        const real d74 = (mc_ls2_B + 18 * MC_W)[l];
-        const real d77 = (mc_ls2_B + 19 * MC_W)[l];
-        const real d80 = (mc_ls2_B + 20 * MC_W)[l];
-        const real d82 = (mc_ls2_B + 21 * MC_W)[l];
-        const real d84 = (mc_ls2_B + 22 * MC_W)[l];
-        const real d86 = (mc_ls2_B + 23 * MC_W)[l];
-        const real d88 = (mc_ls2_B + 24 * MC_W)[l];
-        const real d90 = (mc_ls2_B + 25 * MC_W)[l];
-        const real d98 = (mc_ls2_B + 26 * MC_W)[l];
+        const real d38 = (mc_ls2_B + 18 * MC_W)[l];
+        const real d41 = (mc_ls2_B + 19 * MC_W)[l];
+        const real d44 = (mc_ls2_B + 20 * MC_W)[l];
+        const real d46 = (mc_ls2_B + 21 * MC_W)[l];
+        const real d48 = (mc_ls2_B + 22 * MC_W)[l];
+        const real d50 = (mc_ls2_B + 23 * MC_W)[l];
+        const real d52 = (mc_ls2_B + 24 * MC_W)[l];
+        const real d54 = (mc_ls2_B + 25 * MC_W)[l];
+        const real d62 = (mc_ls2_B + 26 * MC_W)[l];
         const real d19 = (mc_ls1_B + 18 * MC_W)[l];
         const real d20 = (mc_ls1_B + 19 * MC_W)[l];
         const real d21 = (mc_ls1_B + 20 * MC_W)[l];
         const real d22 = (mc_ls1_B + 21 * MC_W)[l];
         const real d23 = (mc_ls1_B + 22 * MC_W)[l];
         const real d24 = (mc_ls1_B + 23 * MC_W)[l];
-        const real d100 = (mc_ls2_B + 27 * MC_W)[l];
-        const real d103 = (mc_ls2_B + 28 * MC_W)[l];
-        const real d106 = (mc_ls2_B + 29 * MC_W)[l];
-        const real d107 = (mc_ls2_B + 30 * MC_W)[l];
-        const real d108 = (mc_ls2_B + 31 * MC_W)[l];
-        const real d109 = (mc_ls2_B + 32 * MC_W)[l];
-        const real d110 = (mc_ls2_B + 33 * MC_W)[l];
-        const real d111 = (mc_ls2_B + 34 * MC_W)[l];
-        const real d124 = (mc_ls2_B + 35 * MC_W)[l];
+        const real d64 = (mc_ls2_B + 27 * MC_W)[l];
+        const real d67 = (mc_ls2_B + 28 * MC_W)[l];
+        const real d70 = (mc_ls2_B + 29 * MC_W)[l];
+        const real d71 = (mc_ls2_B + 30 * MC_W)[l];
+        const real d72 = (mc_ls2_B + 31 * MC_W)[l];
+        const real d73 = (mc_ls2_B + 32 * MC_W)[l];
+        const real d74 = (mc_ls2_B + 33 * MC_W)[l];
+        const real d75 = (mc_ls2_B + 34 * MC_W)[l];
+        const real d88 = (mc_ls2_B + 35 * MC_W)[l];
         const real d25 = (mc_ls1_B + 24 * MC_W)[l];
         const real d26 = (mc_ls1_B + 25 * MC_W)[l];
         const real d27 = (mc_ls1_B + 26 * MC_W)[l];
         const real d28 = (mc_ls1_B + 27 * MC_W)[l];
         const real d29 = (mc_ls1_B + 28 * MC_W)[l];
         const real d30 = (mc_ls1_B + 29 * MC_W)[l];
-        const real d101 = (mc_ls2_B + 36 * MC_W)[l];
-        const real d104 = (mc_ls2_B + 37 * MC_W)[l];
-        const real d112 = (mc_ls2_B + 38 * MC_W)[l];
-        const real d113 = (mc_ls2_B + 39 * MC_W)[l];
-        const real d114 = (mc_ls2_B + 40 * MC_W)[l];
-        const real d115 = (mc_ls2_B + 41 * MC_W)[l];
-        const real d116 = (mc_ls2_B + 42 * MC_W)[l];
-        const real d117 = (mc_ls2_B + 43 * MC_W)[l];
-        const real d125 = (mc_ls2_B + 44 * MC_W)[l];
+        const real d65 = (mc_ls2_B + 36 * MC_W)[l];
+        const real d68 = (mc_ls2_B + 37 * MC_W)[l];
+        const real d76 = (mc_ls2_B + 38 * MC_W)[l];
+        const real d77 = (mc_ls2_B + 39 * MC_W)[l];
+        const real d78 = (mc_ls2_B + 40 * MC_W)[l];
+        const real d79 = (mc_ls2_B + 41 * MC_W)[l];
+        const real d80 = (mc_ls2_B + 42 * MC_W)[l];
+        const real d81 = (mc_ls2_B + 43 * MC_W)[l];
+        const real d89 = (mc_ls2_B + 44 * MC_W)[l];
         const real d31 = (mc_ls1_B + 30 * MC_W)[l];
         const real d32 = (mc_ls1_B + 31 * MC_W)[l];
         const real d33 = (mc_ls1_B + 32 * MC_W)[l];
         const real d34 = (mc_ls1_B + 33 * MC_W)[l];
         const real d35 = (mc_ls1_B + 34 * MC_W)[l];
         const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-        const real d102 = (mc_ls2_B + 45 * MC_W)[l];
-        const real d105 = (mc_ls2_B + 46 * MC_W)[l];
-        const real d118 = (mc_ls2_B + 47 * MC_W)[l];
-        const real d119 = (mc_ls2_B + 48 * MC_W)[l];
-        const real d120 = (mc_ls2_B + 49 * MC_W)[l];
-        const real d121 = (mc_ls2_B + 50 * MC_W)[l];
-        const real d122 = (mc_ls2_B + 51 * MC_W)[l];
-        const real d123 = (mc_ls2_B + 52 * MC_W)[l];
-        const real d126 = (mc_ls2_B + 53 * MC_W)[l];
-        const real d217 = (mc_ls1_B + 36 * MC_W)[l];
-        const real d218 = (mc_ls1_B + 37 * MC_W)[l];
-        const real d219 = (mc_ls1_B + 38 * MC_W)[l];
-        const real d220 = (mc_ls1_B + 39 * MC_W)[l];
-        const real d221 = (mc_ls1_B + 40 * MC_W)[l];
-        const real d222 = (mc_ls1_B + 41 * MC_W)[l];
-        const real d223 = (mc_ls2_B + 54 * MC_W)[l];
-        const real d224 = (mc_ls2_B + 55 * MC_W)[l];
-        const real d225 = (mc_ls2_B + 56 * MC_W)[l];
-        const real d226 = (mc_ls2_B + 57 * MC_W)[l];
-        const real d227 = (mc_ls2_B + 58 * MC_W)[l];
-        const real d228 = (mc_ls2_B + 59 * MC_W)[l];
-        const real d229 = (mc_ls2_B + 60 * MC_W)[l];
-        const real d230 = (mc_ls2_B + 61 * MC_W)[l];
-        const real d231 = (mc_ls2_B + 62 * MC_W)[l];
-        const real d232 = (mc_ls1_B + 42 * MC_W)[l];
-        const real d233 = (mc_ls1_B + 43 * MC_W)[l];
-        const real d234 = (mc_ls1_B + 44 * MC_W)[l];
-        const real d235 = (mc_ls1_B + 45 * MC_W)[l];
-        const real d236 = (mc_ls1_B + 46 * MC_W)[l];
-        const real d237 = (mc_ls1_B + 47 * MC_W)[l];
-        const real d238 = (mc_ls2_B + 63 * MC_W)[l];
-        const real d239 = (mc_ls2_B + 64 * MC_W)[l];
-        const real d240 = (mc_ls2_B + 65 * MC_W)[l];
-        const real d241 = (mc_ls2_B + 66 * MC_W)[l];
-        const real d242 = (mc_ls2_B + 67 * MC_W)[l];
-        const real d243 = (mc_ls2_B + 68 * MC_W)[l];
-        const real d244 = (mc_ls2_B + 69 * MC_W)[l];
-        const real d245 = (mc_ls2_B + 70 * MC_W)[l];
-        const real d246 = (mc_ls2_B + 71 * MC_W)[l];
-        const real d247 = (mc_ls3_B + 36 * MC_W)[l];
-        const real d248 = (mc_ls3_B + 37 * MC_W)[l];
-        const real d249 = (mc_ls3_B + 38 * MC_W)[l];
-        const real d250 = (mc_ls3_B + 39 * MC_W)[l];
-        const real d251 = (mc_ls3_B + 40 * MC_W)[l];
-        const real d252 = (mc_ls3_B + 41 * MC_W)[l];
-        const real d253 = (mc_ls3_B + 42 * MC_W)[l];
-        const real d254 = (mc_ls3_B + 43 * MC_W)[l];
-        const real d255 = (mc_ls3_B + 44 * MC_W)[l];
-        const real d256 = (mc_ls3_B + 45 * MC_W)[l];
-        const real d257 = (mc_ls3_B + 46 * MC_W)[l];
-        const real d258 = (mc_ls3_B + 47 * MC_W)[l];
+        const real d66 = (mc_ls2_B + 45 * MC_W)[l];
+        const real d69 = (mc_ls2_B + 46 * MC_W)[l];
+        const real d82 = (mc_ls2_B + 47 * MC_W)[l];
+        const real d83 = (mc_ls2_B + 48 * MC_W)[l];
+        const real d84 = (mc_ls2_B + 49 * MC_W)[l];
+        const real d85 = (mc_ls2_B + 50 * MC_W)[l];
+        const real d86 = (mc_ls2_B + 51 * MC_W)[l];
+        const real d87 = (mc_ls2_B + 52 * MC_W)[l];
+        const real d90 = (mc_ls2_B + 53 * MC_W)[l];
+        const real d127 = (mc_ls1_B + 36 * MC_W)[l];
+        const real d128 = (mc_ls1_B + 37 * MC_W)[l];
+        const real d129 = (mc_ls1_B + 38 * MC_W)[l];
+        const real d130 = (mc_ls1_B + 39 * MC_W)[l];
+        const real d131 = (mc_ls1_B + 40 * MC_W)[l];
+        const real d132 = (mc_ls1_B + 41 * MC_W)[l];
+        const real d133 = (mc_ls2_B + 54 * MC_W)[l];
+        const real d134 = (mc_ls2_B + 55 * MC_W)[l];
+        const real d135 = (mc_ls2_B + 56 * MC_W)[l];
+        const real d136 = (mc_ls2_B + 57 * MC_W)[l];
+        const real d137 = (mc_ls2_B + 58 * MC_W)[l];
+        const real d138 = (mc_ls2_B + 59 * MC_W)[l];
+        const real d139 = (mc_ls2_B + 60 * MC_W)[l];
+        const real d140 = (mc_ls2_B + 61 * MC_W)[l];
+        const real d141 = (mc_ls2_B + 62 * MC_W)[l];
+        const real d142 = (mc_ls1_B + 42 * MC_W)[l];
+        const real d143 = (mc_ls1_B + 43 * MC_W)[l];
+        const real d144 = (mc_ls1_B + 44 * MC_W)[l];
+        const real d145 = (mc_ls1_B + 45 * MC_W)[l];
+        const real d146 = (mc_ls1_B + 46 * MC_W)[l];
+        const real d147 = (mc_ls1_B + 47 * MC_W)[l];
+        const real d148 = (mc_ls2_B + 63 * MC_W)[l];
+        const real d149 = (mc_ls2_B + 64 * MC_W)[l];
+        const real d150 = (mc_ls2_B + 65 * MC_W)[l];
+        const real d151 = (mc_ls2_B + 66 * MC_W)[l];
+        const real d152 = (mc_ls2_B + 67 * MC_W)[l];
+        const real d153 = (mc_ls2_B + 68 * MC_W)[l];
+        const real d154 = (mc_ls2_B + 69 * MC_W)[l];
+        const real d155 = (mc_ls2_B + 70 * MC_W)[l];
+        const real d156 = (mc_ls2_B + 71 * MC_W)[l];
+        const real d157 = (mc_ls3_B + 36 * MC_W)[l];
+        const real d158 = (mc_ls3_B + 37 * MC_W)[l];
+        const real d159 = (mc_ls3_B + 38 * MC_W)[l];
+        const real d160 = (mc_ls3_B + 39 * MC_W)[l];
+        const real d161 = (mc_ls3_B + 40 * MC_W)[l];
+        const real d162 = (mc_ls3_B + 41 * MC_W)[l];
+        const real d163 = (mc_ls3_B + 42 * MC_W)[l];
+        const real d164 = (mc_ls3_B + 43 * MC_W)[l];
+        const real d165 = (mc_ls3_B + 44 * MC_W)[l];
+        const real d166 = (mc_ls3_B + 45 * MC_W)[l];
+        const real d167 = (mc_ls3_B + 46 * MC_W)[l];
+        const real d168 = (mc_ls3_B + 47 * MC_W)[l];
         const int perzyna_iso_return_map_iterations = v_perzyna_iso_return_map_iterations[l];
         const real perzyna_iso_return_map_residual_norm = v_perzyna_iso_return_map_residual_norm[l];
-        const real cse_71 = (cse_22 * d181);
-        const real cse_72 = (cse_22 * d182);
-        const real cse_76 = (cse_22 * d183);
-        const real cse_79 = (cse_22 * d184);
-        const real cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d185));
-        const real cse_90 = (cse_22 * d186);
-        const real cse_96 = (cse_22 * d187);
-        const real cse_97 = (cse_22 * d188);
-        const real cse_98 = (cse_22 * d189);
-        const real cse_99 = (cse_22 * d190);
-        const real cse_100 = (cse_22 * d191);
-        const real cse_101 = (cse_22 * d192);
-        const real cse_102 = (cse_22 * d193);
-        const real cse_103 = (cse_22 * d194);
-        const real cse_104 = (cse_22 * d195);
-        const real cse_105 = (cse_22 * d196);
-        const real cse_106 = (cse_22 * d197);
-        const real cse_107 = (cse_22 * d198);
-        const real d259 = (cse_71 + cse_72 + cse_75 + (cse_26 * d183));
-        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_return_map_converged ? d259 : MC_NAN;
-        const real d260 = (cse_72 + cse_76 + cse_77 + (cse_26 * d181));
-        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_return_map_converged ? d260 : MC_NAN;
-        const real d261 = (cse_71 + cse_76 + cse_78 + (cse_26 * d182));
-        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_return_map_converged ? d261 : MC_NAN;
-        const real d262 = ((cse_16 * cse_4) + (cse_43 * d199));
-        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_return_map_converged ? d262 : MC_NAN;
-        const real d263 = ((cse_18 * cse_4) + (cse_43 * d200));
-        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_return_map_converged ? d263 : MC_NAN;
-        const real d264 = ((cse_20 * cse_4) + (cse_43 * d201));
-        if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_return_map_converged ? d264 : MC_NAN;
-        const real d265 = (cse_79 + cse_89 - cse_82 + (cse_26 * d186));
-        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_return_map_converged ? d265 : MC_NAN;
-        const real d266 = (cse_89 + cse_90 - cse_91 + (cse_26 * d184));
-        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_return_map_converged ? d266 : MC_NAN;
-        const real d267 = (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d185));
-        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_return_map_converged ? d267 : MC_NAN;
-        const real d268 = (-cse_93 + (cse_43 * d202));
-        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_return_map_converged ? d268 : MC_NAN;
-        const real d269 = (-cse_94 + (cse_43 * d203));
-        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_return_map_converged ? d269 : MC_NAN;
-        const real d270 = (-cse_95 + (cse_43 * d204));
-        if (V & 8) o_j[289 * MC_W + l] = perzyna_iso_return_map_converged ? d270 : MC_NAN;
-        const real d271 = (cse_96 + cse_97 + (cse_26 * d189));
-        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_return_map_converged ? d271 : MC_NAN;
-        const real d272 = (cse_97 + cse_98 + (cse_26 * d187));
-        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_return_map_converged ? d272 : MC_NAN;
-        const real d273 = (cse_96 + cse_98 + (cse_26 * d188));
-        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_return_map_converged ? d273 : MC_NAN;
-        const real d274 = (cse_43 * d205);
-        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_return_map_converged ? d274 : MC_NAN;
-        const real d275 = (cse_43 * d206);
-        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_return_map_converged ? d275 : MC_NAN;
-        const real d276 = (cse_43 * d207);
-        if (V & 8) o_j[290 * MC_W + l] = perzyna_iso_return_map_converged ? d276 : MC_NAN;
-        const real d277 = (cse_100 + cse_99 + (cse_26 * d192));
-        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_return_map_converged ? d277 : MC_NAN;
-        const real d278 = (cse_100 + cse_101 + (cse_26 * d190));
-        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_return_map_converged ? d278 : MC_NAN;
-        const real d279 = (cse_101 + cse_99 + (cse_26 * d191));
-        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_return_map_converged ? d279 : MC_NAN;
-        const real d280 = (cse_43 * d208);
-        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_return_map_converged ? d280 : MC_NAN;
-        const real d281 = (cse_43 * d209);
-        if (V & 8) o_j[285 * MC_W + l] = perzyna_iso_return_map_converged ? d281 : MC_NAN;
-        const real d282 = (cse_43 * d210);
-        if (V & 8) o_j[291 * MC_W + l] = perzyna_iso_return_map_converged ? d282 : MC_NAN;
-        const real d283 = (cse_102 + cse_103 + (cse_26 * d195));
-        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_return_map_converged ? d283 : MC_NAN;
-        const real d284 = (cse_103 + cse_104 + (cse_26 * d193));
-        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_return_map_converged ? d284 : MC_NAN;
-        const real d285 = (cse_102 + cse_104 + (cse_26 * d194));
-        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_return_map_converged ? d285 : MC_NAN;
-        const real d286 = (cse_43 * d211);
-        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_return_map_converged ? d286 : MC_NAN;
-        const real d287 = (cse_43 * d212);
-        if (V & 8) o_j[286 * MC_W + l] = perzyna_iso_return_map_converged ? d287 : MC_NAN;
-        const real d288 = (cse_43 * d213);
-        if (V & 8) o_j[292 * MC_W + l] = perzyna_iso_return_map_converged ? d288 : MC_NAN;
-        const real d289 = (cse_105 + cse_106 + (cse_26 * d198));
-        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_return_map_converged ? d289 : MC_NAN;
-        const real d290 = (cse_106 + cse_107 + (cse_26 * d196));
-        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_return_map_converged ? d290 : MC_NAN;
-        const real d291 = (cse_105 + cse_107 + (cse_26 * d197));
-        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_return_map_converged ? d291 : MC_NAN;
-        const real d292 = (cse_43 * d214);
-        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_return_map_converged ? d292 : MC_NAN;
-        const real d293 = (cse_43 * d215);
-        if (V & 8) o_j[287 * MC_W + l] = perzyna_iso_return_map_converged ? d293 : MC_NAN;
-        const real d294 = (cse_43 * d216);
-        if (V & 8) o_j[293 * MC_W + l] = perzyna_iso_return_map_converged ? d294 : MC_NAN;
+        const real cse_71 = (cse_22 * d91);
+        const real cse_72 = (cse_22 * d92);
+        const real cse_76 = (cse_22 * d93);
+        const real cse_79 = (cse_22 * d94);
+        const real cse_89 = (cse_84 + cse_86 + cse_88 + (cse_22 * d95));
+        const real cse_90 = (cse_22 * d96);
+        const real cse_96 = (cse_22 * d97);
+        const real cse_97 = (cse_22 * d98);
+        const real cse_98 = (cse_22 * d99);
+        const real cse_99 = (cse_22 * d100);
+        const real cse_100 = (cse_22 * d101);
+        const real cse_101 = (cse_22 * d102);
+        const real cse_102 = (cse_22 * d103);
+        const real cse_103 = (cse_22 * d104);
+        const real cse_104 = (cse_22 * d105);
+        const real cse_105 = (cse_22 * d106);
+        const real cse_106 = (cse_22 * d107);
+        const real cse_107 = (cse_22 * d108);
+        if (V & 8) o_j[258 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_71 + cse_72 + cse_75 + (cse_26 * d93)) : MC_NAN;
+        if (V & 8) o_j[264 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_72 + cse_76 + cse_77 + (cse_26 * d91)) : MC_NAN;
+        if (V & 8) o_j[270 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_71 + cse_76 + cse_78 + (cse_26 * d92)) : MC_NAN;
+        if (V & 8) o_j[276 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_16 * cse_4) + (cse_43 * d109)) : MC_NAN;
+        if (V & 8) o_j[282 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_18 * cse_4) + (cse_43 * d110)) : MC_NAN;
+        if (V & 8) o_j[288 * MC_W + l] = perzyna_iso_return_map_converged ? ((cse_20 * cse_4) + (cse_43 * d111)) : MC_NAN;
+        if (V & 8) o_j[259 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_79 + cse_89 - cse_82 + (cse_26 * d96)) : MC_NAN;
+        if (V & 8) o_j[265 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_89 + cse_90 - cse_91 + (cse_26 * d94)) : MC_NAN;
+        if (V & 8) o_j[271 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_79 + cse_84 + cse_86 + cse_88 + cse_90 - cse_92 + (cse_26 * d95)) : MC_NAN;
+        if (V & 8) o_j[277 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_93 + (cse_43 * d112)) : MC_NAN;
+        if (V & 8) o_j[283 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_94 + (cse_43 * d113)) : MC_NAN;
+        if (V & 8) o_j[289 * MC_W + l] = perzyna_iso_return_map_converged ? (-cse_95 + (cse_43 * d114)) : MC_NAN;
+        if (V & 8) o_j[260 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_96 + cse_97 + (cse_26 * d99)) : MC_NAN;
+        if (V & 8) o_j[266 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_97 + cse_98 + (cse_26 * d97)) : MC_NAN;
+        if (V & 8) o_j[272 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_96 + cse_98 + (cse_26 * d98)) : MC_NAN;
+        if (V & 8) o_j[278 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d115) : MC_NAN;
+        if (V & 8) o_j[284 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d116) : MC_NAN;
+        if (V & 8) o_j[290 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d117) : MC_NAN;
+        if (V & 8) o_j[261 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_100 + cse_99 + (cse_26 * d102)) : MC_NAN;
+        if (V & 8) o_j[267 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_100 + cse_101 + (cse_26 * d100)) : MC_NAN;
+        if (V & 8) o_j[273 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_101 + cse_99 + (cse_26 * d101)) : MC_NAN;
+        if (V & 8) o_j[279 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d118) : MC_NAN;
+        if (V & 8) o_j[285 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d119) : MC_NAN;
+        if (V & 8) o_j[291 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d120) : MC_NAN;
+        if (V & 8) o_j[262 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_102 + cse_103 + (cse_26 * d105)) : MC_NAN;
+        if (V & 8) o_j[268 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_103 + cse_104 + (cse_26 * d103)) : MC_NAN;
+        if (V & 8) o_j[274 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_102 + cse_104 + (cse_26 * d104)) : MC_NAN;
+        if (V & 8) o_j[280 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d121) : MC_NAN;
+        if (V & 8) o_j[286 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d122) : MC_NAN;
+        if (V & 8) o_j[292 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d123) : MC_NAN;
+        if (V & 8) o_j[263 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_105 + cse_106 + (cse_26 * d108)) : MC_NAN;
+        if (V & 8) o_j[269 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_106 + cse_107 + (cse_26 * d106)) : MC_NAN;
+        if (V & 8) o_j[275 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_105 + cse_107 + (cse_26 * d107)) : MC_NAN;
+        if (V & 8) o_j[281 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d124) : MC_NAN;
+        if (V & 8) o_j[287 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d125) : MC_NAN;
+        if (V & 8) o_j[293 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d126) : MC_NAN;
         o_y[0 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_0 : MC_NAN;
         o_y[1 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_1 : MC_NAN;
         o_y[2 * MC_W + l] = perzyna_iso_return_map_converged ? state_internal_Ep_2 : MC_NAN;
@@ -5193,168 +4560,168 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 12) o_j[39 * MC_W + l] = perzyna_iso_return_map_converged ? d16 : MC_NAN;
         if (V & 12) o_j[40 * MC_W + l] = perzyna_iso_return_map_converged ? d17 : MC_NAN;
         if (V & 12) o_j[41 * MC_W + l] = perzyna_iso_return_map_converged ? d18 : MC_NAN;
-        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_return_map_converged ? d75 : MC_NAN;
-        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_return_map_converged ? d78 : MC_NAN;
-        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_return_map_converged ? d91 : MC_NAN;
-        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_return_map_converged ? d92 : MC_NAN;
-        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_return_map_converged ? d93 : MC_NAN;
-        if (V & 12) o_j[47 * MC_W + l] = perzyna_iso_return_map_converged ? d94 : MC_NAN;
-        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_return_map_converged ? d95 : MC_NAN;
-        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_return_map_converged ? d96 : MC_NAN;
-        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_return_map_converged ? d99 : MC_NAN;
+        if (V & 12) o_j[42 * MC_W + l] = perzyna_iso_return_map_converged ? d39 : MC_NAN;
+        if (V & 12) o_j[43 * MC_W + l] = perzyna_iso_return_map_converged ? d42 : MC_NAN;
+        if (V & 12) o_j[44 * MC_W + l] = perzyna_iso_return_map_converged ? d55 : MC_NAN;
+        if (V & 12) o_j[45 * MC_W + l] = perzyna_iso_return_map_converged ? d56 : MC_NAN;
+        if (V & 12) o_j[46 * MC_W + l] = perzyna_iso_return_map_converged ? d57 : MC_NAN;
+        if (V & 12) o_j[47 * MC_W + l] = perzyna_iso_return_map_converged ? d58 : MC_NAN;
+        if (V & 12) o_j[48 * MC_W + l] = perzyna_iso_return_map_converged ? d59 : MC_NAN;
+        if (V & 12) o_j[49 * MC_W + l] = perzyna_iso_return_map_converged ? d60 : MC_NAN;
+        if (V & 12) o_j[50 * MC_W + l] = perzyna_iso_return_map_converged ? d63 : MC_NAN;
         if (V & 12) o_j[51 * MC_W + l] = perzyna_iso_return_map_converged ? d2 : MC_NAN;
         if (V & 12) o_j[52 * MC_W + l] = perzyna_iso_return_map_converged ? d4 : MC_NAN;
         if (V & 12) o_j[53 * MC_W + l] = perzyna_iso_return_map_converged ? d5 : MC_NAN;
         if (V & 12) o_j[54 * MC_W + l] = perzyna_iso_return_map_converged ? d7 : MC_NAN;
         if (V & 12) o_j[55 * MC_W + l] = perzyna_iso_return_map_converged ? d9 : MC_NAN;
         if (V & 12) o_j[56 * MC_W + l] = perzyna_iso_return_map_converged ? d11 : MC_NAN;
-        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_return_map_converged ? d73 : MC_NAN;
-        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_return_map_converged ? d76 : MC_NAN;
-        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_return_map_converged ? d79 : MC_NAN;
-        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_return_map_converged ? d81 : MC_NAN;
-        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_return_map_converged ? d83 : MC_NAN;
-        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_return_map_converged ? d85 : MC_NAN;
-        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_return_map_converged ? d87 : MC_NAN;
-        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_return_map_converged ? d89 : MC_NAN;
-        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_return_map_converged ? d97 : MC_NAN;
+        if (V & 12) o_j[57 * MC_W + l] = perzyna_iso_return_map_converged ? d37 : MC_NAN;
+        if (V & 12) o_j[58 * MC_W + l] = perzyna_iso_return_map_converged ? d40 : MC_NAN;
+        if (V & 12) o_j[59 * MC_W + l] = perzyna_iso_return_map_converged ? d43 : MC_NAN;
+        if (V & 12) o_j[60 * MC_W + l] = perzyna_iso_return_map_converged ? d45 : MC_NAN;
+        if (V & 12) o_j[61 * MC_W + l] = perzyna_iso_return_map_converged ? d47 : MC_NAN;
+        if (V & 12) o_j[62 * MC_W + l] = perzyna_iso_return_map_converged ? d49 : MC_NAN;
+        if (V & 12) o_j[63 * MC_W + l] = perzyna_iso_return_map_converged ? d51 : MC_NAN;
+        if (V & 12) o_j[64 * MC_W + l] = perzyna_iso_return_map_converged ? d53 : MC_NAN;
+        if (V & 12) o_j[65 * MC_W + l] = perzyna_iso_return_map_converged ? d61 : MC_NAN;
         if (V & 12) o_j[66 * MC_W + l] = perzyna_iso_return_map_converged ? d1 : MC_NAN;
         if (V & 12) o_j[67 * MC_W + l] = perzyna_iso_return_map_converged ? d3 : MC_NAN;
         if (V & 12) o_j[68 * MC_W + l] = perzyna_iso_return_map_converged ? d6 : MC_NAN;
         if (V & 12) o_j[69 * MC_W + l] = perzyna_iso_return_map_converged ? d8 : MC_NAN;
         if (V & 12) o_j[70 * MC_W + l] = perzyna_iso_return_map_converged ? d10 : MC_NAN;
         if (V & 12) o_j[71 * MC_W + l] = perzyna_iso_return_map_converged ? d12 : MC_NAN;
-        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_return_map_converged ? d74 : MC_NAN;
-        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_return_map_converged ? d77 : MC_NAN;
-        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_return_map_converged ? d80 : MC_NAN;
-        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_return_map_converged ? d82 : MC_NAN;
-        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_return_map_converged ? d84 : MC_NAN;
-        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_return_map_converged ? d86 : MC_NAN;
-        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_return_map_converged ? d88 : MC_NAN;
-        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_return_map_converged ? d90 : MC_NAN;
-        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_return_map_converged ? d98 : MC_NAN;
+        if (V & 12) o_j[72 * MC_W + l] = perzyna_iso_return_map_converged ? d38 : MC_NAN;
+        if (V & 12) o_j[73 * MC_W + l] = perzyna_iso_return_map_converged ? d41 : MC_NAN;
+        if (V & 12) o_j[74 * MC_W + l] = perzyna_iso_return_map_converged ? d44 : MC_NAN;
+        if (V & 12) o_j[75 * MC_W + l] = perzyna_iso_return_map_converged ? d46 : MC_NAN;
+        if (V & 12) o_j[76 * MC_W + l] = perzyna_iso_return_map_converged ? d48 : MC_NAN;
+        if (V & 12) o_j[77 * MC_W + l] = perzyna_iso_return_map_converged ? d50 : MC_NAN;
+        if (V & 12) o_j[78 * MC_W + l] = perzyna_iso_return_map_converged ? d52 : MC_NAN;
+        if (V & 12) o_j[79 * MC_W + l] = perzyna_iso_return_map_converged ? d54 : MC_NAN;
+        if (V & 12) o_j[80 * MC_W + l] = perzyna_iso_return_map_converged ? d62 : MC_NAN;
         if (V & 12) o_j[81 * MC_W + l] = perzyna_iso_return_map_converged ? d19 : MC_NAN;
         if (V & 12) o_j[82 * MC_W + l] = perzyna_iso_return_map_converged ? d20 : MC_NAN;
         if (V & 12) o_j[83 * MC_W + l] = perzyna_iso_return_map_converged ? d21 : MC_NAN;
         if (V & 12) o_j[84 * MC_W + l] = perzyna_iso_return_map_converged ? d22 : MC_NAN;
         if (V & 12) o_j[85 * MC_W + l] = perzyna_iso_return_map_converged ? d23 : MC_NAN;
         if (V & 12) o_j[86 * MC_W + l] = perzyna_iso_return_map_converged ? d24 : MC_NAN;
-        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_return_map_converged ? d100 : MC_NAN;
-        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_return_map_converged ? d103 : MC_NAN;
-        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_return_map_converged ? d106 : MC_NAN;
-        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_return_map_converged ? d107 : MC_NAN;
-        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_return_map_converged ? d108 : MC_NAN;
-        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_return_map_converged ? d109 : MC_NAN;
-        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_return_map_converged ? d110 : MC_NAN;
-        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_return_map_converged ? d111 : MC_NAN;
-        if (V & 12) o_j[95 * MC_W + l] = perzyna_iso_return_map_converged ? d124 : MC_NAN;
+        if (V & 12) o_j[87 * MC_W + l] = perzyna_iso_return_map_converged ? d64 : MC_NAN;
+        if (V & 12) o_j[88 * MC_W + l] = perzyna_iso_return_map_converged ? d67 : MC_NAN;
+        if (V & 12) o_j[89 * MC_W + l] = perzyna_iso_return_map_converged ? d70 : MC_NAN;
+        if (V & 12) o_j[90 * MC_W + l] = perzyna_iso_return_map_converged ? d71 : MC_NAN;
+        if (V & 12) o_j[91 * MC_W + l] = perzyna_iso_return_map_converged ? d72 : MC_NAN;
+        if (V & 12) o_j[92 * MC_W + l] = perzyna_iso_return_map_converged ? d73 : MC_NAN;
+        if (V & 12) o_j[93 * MC_W + l] = perzyna_iso_return_map_converged ? d74 : MC_NAN;
+        if (V & 12) o_j[94 * MC_W + l] = perzyna_iso_return_map_converged ? d75 : MC_NAN;
+        if (V & 12) o_j[95 * MC_W + l] = perzyna_iso_return_map_converged ? d88 : MC_NAN;
         if (V & 12) o_j[96 * MC_W + l] = perzyna_iso_return_map_converged ? d25 : MC_NAN;
         if (V & 12) o_j[97 * MC_W + l] = perzyna_iso_return_map_converged ? d26 : MC_NAN;
         if (V & 12) o_j[98 * MC_W + l] = perzyna_iso_return_map_converged ? d27 : MC_NAN;
         if (V & 12) o_j[99 * MC_W + l] = perzyna_iso_return_map_converged ? d28 : MC_NAN;
         if (V & 12) o_j[100 * MC_W + l] = perzyna_iso_return_map_converged ? d29 : MC_NAN;
         if (V & 12) o_j[101 * MC_W + l] = perzyna_iso_return_map_converged ? d30 : MC_NAN;
-        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_return_map_converged ? d101 : MC_NAN;
-        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_return_map_converged ? d104 : MC_NAN;
-        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_return_map_converged ? d112 : MC_NAN;
-        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_return_map_converged ? d113 : MC_NAN;
-        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_return_map_converged ? d114 : MC_NAN;
-        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_return_map_converged ? d115 : MC_NAN;
-        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_return_map_converged ? d116 : MC_NAN;
-        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_return_map_converged ? d117 : MC_NAN;
-        if (V & 12) o_j[110 * MC_W + l] = perzyna_iso_return_map_converged ? d125 : MC_NAN;
+        if (V & 12) o_j[102 * MC_W + l] = perzyna_iso_return_map_converged ? d65 : MC_NAN;
+        if (V & 12) o_j[103 * MC_W + l] = perzyna_iso_return_map_converged ? d68 : MC_NAN;
+        if (V & 12) o_j[104 * MC_W + l] = perzyna_iso_return_map_converged ? d76 : MC_NAN;
+        if (V & 12) o_j[105 * MC_W + l] = perzyna_iso_return_map_converged ? d77 : MC_NAN;
+        if (V & 12) o_j[106 * MC_W + l] = perzyna_iso_return_map_converged ? d78 : MC_NAN;
+        if (V & 12) o_j[107 * MC_W + l] = perzyna_iso_return_map_converged ? d79 : MC_NAN;
+        if (V & 12) o_j[108 * MC_W + l] = perzyna_iso_return_map_converged ? d80 : MC_NAN;
+        if (V & 12) o_j[109 * MC_W + l] = perzyna_iso_return_map_converged ? d81 : MC_NAN;
+        if (V & 12) o_j[110 * MC_W + l] = perzyna_iso_return_map_converged ? d89 : MC_NAN;
         if (V & 12) o_j[111 * MC_W + l] = perzyna_iso_return_map_converged ? d31 : MC_NAN;
         if (V & 12) o_j[112 * MC_W + l] = perzyna_iso_return_map_converged ? d32 : MC_NAN;
         if (V & 12) o_j[113 * MC_W + l] = perzyna_iso_return_map_converged ? d33 : MC_NAN;
         if (V & 12) o_j[114 * MC_W + l] = perzyna_iso_return_map_converged ? d34 : MC_NAN;
         if (V & 12) o_j[115 * MC_W + l] = perzyna_iso_return_map_converged ? d35 : MC_NAN;
         if (V & 12) o_j[116 * MC_W + l] = perzyna_iso_return_map_converged ? d36 : MC_NAN;
-        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_return_map_converged ? d102 : MC_NAN;
-        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_return_map_converged ? d105 : MC_NAN;
-        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_return_map_converged ? d118 : MC_NAN;
-        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_return_map_converged ? d119 : MC_NAN;
-        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_return_map_converged ? d120 : MC_NAN;
-        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_return_map_converged ? d121 : MC_NAN;
-        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_return_map_converged ? d122 : MC_NAN;
-        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_return_map_converged ? d123 : MC_NAN;
-        if (V & 12) o_j[125 * MC_W + l] = perzyna_iso_return_map_converged ? d126 : MC_NAN;
-        if (V & 12) o_j[126 * MC_W + l] = perzyna_iso_return_map_converged ? d217 : MC_NAN;
-        if (V & 12) o_j[127 * MC_W + l] = perzyna_iso_return_map_converged ? d218 : MC_NAN;
-        if (V & 12) o_j[128 * MC_W + l] = perzyna_iso_return_map_converged ? d219 : MC_NAN;
-        if (V & 12) o_j[129 * MC_W + l] = perzyna_iso_return_map_converged ? d220 : MC_NAN;
-        if (V & 12) o_j[130 * MC_W + l] = perzyna_iso_return_map_converged ? d221 : MC_NAN;
-        if (V & 12) o_j[131 * MC_W + l] = perzyna_iso_return_map_converged ? d222 : MC_NAN;
-        if (V & 12) o_j[132 * MC_W + l] = perzyna_iso_return_map_converged ? d223 : MC_NAN;
-        if (V & 12) o_j[133 * MC_W + l] = perzyna_iso_return_map_converged ? d224 : MC_NAN;
-        if (V & 12) o_j[134 * MC_W + l] = perzyna_iso_return_map_converged ? d225 : MC_NAN;
-        if (V & 12) o_j[135 * MC_W + l] = perzyna_iso_return_map_converged ? d226 : MC_NAN;
-        if (V & 12) o_j[136 * MC_W + l] = perzyna_iso_return_map_converged ? d227 : MC_NAN;
-        if (V & 12) o_j[137 * MC_W + l] = perzyna_iso_return_map_converged ? d228 : MC_NAN;
-        if (V & 12) o_j[138 * MC_W + l] = perzyna_iso_return_map_converged ? d229 : MC_NAN;
-        if (V & 12) o_j[139 * MC_W + l] = perzyna_iso_return_map_converged ? d230 : MC_NAN;
-        if (V & 12) o_j[140 * MC_W + l] = perzyna_iso_return_map_converged ? d231 : MC_NAN;
-        if (V & 12) o_j[141 * MC_W + l] = perzyna_iso_return_map_converged ? d232 : MC_NAN;
-        if (V & 12) o_j[142 * MC_W + l] = perzyna_iso_return_map_converged ? d233 : MC_NAN;
-        if (V & 12) o_j[143 * MC_W + l] = perzyna_iso_return_map_converged ? d234 : MC_NAN;
-        if (V & 12) o_j[144 * MC_W + l] = perzyna_iso_return_map_converged ? d235 : MC_NAN;
-        if (V & 12) o_j[145 * MC_W + l] = perzyna_iso_return_map_converged ? d236 : MC_NAN;
-        if (V & 12) o_j[146 * MC_W + l] = perzyna_iso_return_map_converged ? d237 : MC_NAN;
-        if (V & 12) o_j[147 * MC_W + l] = perzyna_iso_return_map_converged ? d238 : MC_NAN;
-        if (V & 12) o_j[148 * MC_W + l] = perzyna_iso_return_map_converged ? d239 : MC_NAN;
-        if (V & 12) o_j[149 * MC_W + l] = perzyna_iso_return_map_converged ? d240 : MC_NAN;
-        if (V & 12) o_j[150 * MC_W + l] = perzyna_iso_return_map_converged ? d241 : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = perzyna_iso_return_map_converged ? d242 : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = perzyna_iso_return_map_converged ? d243 : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = perzyna_iso_return_map_converged ? d244 : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = perzyna_iso_return_map_converged ? d245 : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = perzyna_iso_return_map_converged ? d246 : MC_NAN;
-        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_return_map_converged ? d183 : MC_NAN;
-        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_return_map_converged ? d186 : MC_NAN;
-        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_return_map_converged ? d189 : MC_NAN;
-        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_return_map_converged ? d192 : MC_NAN;
-        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_return_map_converged ? d195 : MC_NAN;
-        if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_return_map_converged ? d198 : MC_NAN;
-        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_return_map_converged ? d181 : MC_NAN;
-        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_return_map_converged ? d184 : MC_NAN;
-        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_return_map_converged ? d187 : MC_NAN;
-        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_return_map_converged ? d190 : MC_NAN;
-        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_return_map_converged ? d193 : MC_NAN;
-        if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_return_map_converged ? d196 : MC_NAN;
-        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_return_map_converged ? d182 : MC_NAN;
-        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_return_map_converged ? d185 : MC_NAN;
-        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_return_map_converged ? d188 : MC_NAN;
-        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_return_map_converged ? d191 : MC_NAN;
-        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_return_map_converged ? d194 : MC_NAN;
-        if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_return_map_converged ? d197 : MC_NAN;
-        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_return_map_converged ? d199 : MC_NAN;
-        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_return_map_converged ? d202 : MC_NAN;
-        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_return_map_converged ? d205 : MC_NAN;
-        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_return_map_converged ? d208 : MC_NAN;
-        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_return_map_converged ? d211 : MC_NAN;
-        if (V & 8) o_j[233 * MC_W + l] = perzyna_iso_return_map_converged ? d214 : MC_NAN;
-        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_return_map_converged ? d200 : MC_NAN;
-        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_return_map_converged ? d203 : MC_NAN;
-        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_return_map_converged ? d206 : MC_NAN;
-        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_return_map_converged ? d209 : MC_NAN;
-        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_return_map_converged ? d212 : MC_NAN;
-        if (V & 8) o_j[239 * MC_W + l] = perzyna_iso_return_map_converged ? d215 : MC_NAN;
-        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_return_map_converged ? d201 : MC_NAN;
-        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_return_map_converged ? d204 : MC_NAN;
-        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_return_map_converged ? d207 : MC_NAN;
-        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_return_map_converged ? d210 : MC_NAN;
-        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_return_map_converged ? d213 : MC_NAN;
-        if (V & 8) o_j[245 * MC_W + l] = perzyna_iso_return_map_converged ? d216 : MC_NAN;
-        if (V & 8) o_j[246 * MC_W + l] = perzyna_iso_return_map_converged ? d247 : MC_NAN;
-        if (V & 8) o_j[247 * MC_W + l] = perzyna_iso_return_map_converged ? d248 : MC_NAN;
-        if (V & 8) o_j[248 * MC_W + l] = perzyna_iso_return_map_converged ? d249 : MC_NAN;
-        if (V & 8) o_j[249 * MC_W + l] = perzyna_iso_return_map_converged ? d250 : MC_NAN;
-        if (V & 8) o_j[250 * MC_W + l] = perzyna_iso_return_map_converged ? d251 : MC_NAN;
-        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_return_map_converged ? d252 : MC_NAN;
-        if (V & 8) o_j[252 * MC_W + l] = perzyna_iso_return_map_converged ? d253 : MC_NAN;
-        if (V & 8) o_j[253 * MC_W + l] = perzyna_iso_return_map_converged ? d254 : MC_NAN;
-        if (V & 8) o_j[254 * MC_W + l] = perzyna_iso_return_map_converged ? d255 : MC_NAN;
-        if (V & 8) o_j[255 * MC_W + l] = perzyna_iso_return_map_converged ? d256 : MC_NAN;
-        if (V & 8) o_j[256 * MC_W + l] = perzyna_iso_return_map_converged ? d257 : MC_NAN;
-        if (V & 8) o_j[257 * MC_W + l] = perzyna_iso_return_map_converged ? d258 : MC_NAN;
+        if (V & 12) o_j[117 * MC_W + l] = perzyna_iso_return_map_converged ? d66 : MC_NAN;
+        if (V & 12) o_j[118 * MC_W + l] = perzyna_iso_return_map_converged ? d69 : MC_NAN;
+        if (V & 12) o_j[119 * MC_W + l] = perzyna_iso_return_map_converged ? d82 : MC_NAN;
+        if (V & 12) o_j[120 * MC_W + l] = perzyna_iso_return_map_converged ? d83 : MC_NAN;
+        if (V & 12) o_j[121 * MC_W + l] = perzyna_iso_return_map_converged ? d84 : MC_NAN;
+        if (V & 12) o_j[122 * MC_W + l] = perzyna_iso_return_map_converged ? d85 : MC_NAN;
+        if (V & 12) o_j[123 * MC_W + l] = perzyna_iso_return_map_converged ? d86 : MC_NAN;
+        if (V & 12) o_j[124 * MC_W + l] = perzyna_iso_return_map_converged ? d87 : MC_NAN;
+        if (V & 12) o_j[125 * MC_W + l] = perzyna_iso_return_map_converged ? d90 : MC_NAN;
+        if (V & 12) o_j[126 * MC_W + l] = perzyna_iso_return_map_converged ? d127 : MC_NAN;
+        if (V & 12) o_j[127 * MC_W + l] = perzyna_iso_return_map_converged ? d128 : MC_NAN;
+        if (V & 12) o_j[128 * MC_W + l] = perzyna_iso_return_map_converged ? d129 : MC_NAN;
+        if (V & 12) o_j[129 * MC_W + l] = perzyna_iso_return_map_converged ? d130 : MC_NAN;
+        if (V & 12) o_j[130 * MC_W + l] = perzyna_iso_return_map_converged ? d131 : MC_NAN;
+        if (V & 12) o_j[131 * MC_W + l] = perzyna_iso_return_map_converged ? d132 : MC_NAN;
+        if (V & 12) o_j[132 * MC_W + l] = perzyna_iso_return_map_converged ? d133 : MC_NAN;
+        if (V & 12) o_j[133 * MC_W + l] = perzyna_iso_return_map_converged ? d134 : MC_NAN;
+        if (V & 12) o_j[134 * MC_W + l] = perzyna_iso_return_map_converged ? d135 : MC_NAN;
+        if (V & 12) o_j[135 * MC_W + l] = perzyna_iso_return_map_converged ? d136 : MC_NAN;
+        if (V & 12) o_j[136 * MC_W + l] = perzyna_iso_return_map_converged ? d137 : MC_NAN;
+        if (V & 12) o_j[137 * MC_W + l] = perzyna_iso_return_map_converged ? d138 : MC_NAN;
+        if (V & 12) o_j[138 * MC_W + l] = perzyna_iso_return_map_converged ? d139 : MC_NAN;
+        if (V & 12) o_j[139 * MC_W + l] = perzyna_iso_return_map_converged ? d140 : MC_NAN;
+        if (V & 12) o_j[140 * MC_W + l] = perzyna_iso_return_map_converged ? d141 : MC_NAN;
+        if (V & 12) o_j[141 * MC_W + l] = perzyna_iso_return_map_converged ? d142 : MC_NAN;
+        if (V & 12) o_j[142 * MC_W + l] = perzyna_iso_return_map_converged ? d143 : MC_NAN;
+        if (V & 12) o_j[143 * MC_W + l] = perzyna_iso_return_map_converged ? d144 : MC_NAN;
+        if (V & 12) o_j[144 * MC_W + l] = perzyna_iso_return_map_converged ? d145 : MC_NAN;
+        if (V & 12) o_j[145 * MC_W + l] = perzyna_iso_return_map_converged ? d146 : MC_NAN;
+        if (V & 12) o_j[146 * MC_W + l] = perzyna_iso_return_map_converged ? d147 : MC_NAN;
+        if (V & 12) o_j[147 * MC_W + l] = perzyna_iso_return_map_converged ? d148 : MC_NAN;
+        if (V & 12) o_j[148 * MC_W + l] = perzyna_iso_return_map_converged ? d149 : MC_NAN;
+        if (V & 12) o_j[149 * MC_W + l] = perzyna_iso_return_map_converged ? d150 : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = perzyna_iso_return_map_converged ? d151 : MC_NAN;
+        if (V & 12) o_j[151 * MC_W + l] = perzyna_iso_return_map_converged ? d152 : MC_NAN;
+        if (V & 12) o_j[152 * MC_W + l] = perzyna_iso_return_map_converged ? d153 : MC_NAN;
+        if (V & 12) o_j[153 * MC_W + l] = perzyna_iso_return_map_converged ? d154 : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = perzyna_iso_return_map_converged ? d155 : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = perzyna_iso_return_map_converged ? d156 : MC_NAN;
+        if (V & 8) o_j[210 * MC_W + l] = perzyna_iso_return_map_converged ? d93 : MC_NAN;
+        if (V & 8) o_j[211 * MC_W + l] = perzyna_iso_return_map_converged ? d96 : MC_NAN;
+        if (V & 8) o_j[212 * MC_W + l] = perzyna_iso_return_map_converged ? d99 : MC_NAN;
+        if (V & 8) o_j[213 * MC_W + l] = perzyna_iso_return_map_converged ? d102 : MC_NAN;
+        if (V & 8) o_j[214 * MC_W + l] = perzyna_iso_return_map_converged ? d105 : MC_NAN;
+        if (V & 8) o_j[215 * MC_W + l] = perzyna_iso_return_map_converged ? d108 : MC_NAN;
+        if (V & 8) o_j[216 * MC_W + l] = perzyna_iso_return_map_converged ? d91 : MC_NAN;
+        if (V & 8) o_j[217 * MC_W + l] = perzyna_iso_return_map_converged ? d94 : MC_NAN;
+        if (V & 8) o_j[218 * MC_W + l] = perzyna_iso_return_map_converged ? d97 : MC_NAN;
+        if (V & 8) o_j[219 * MC_W + l] = perzyna_iso_return_map_converged ? d100 : MC_NAN;
+        if (V & 8) o_j[220 * MC_W + l] = perzyna_iso_return_map_converged ? d103 : MC_NAN;
+        if (V & 8) o_j[221 * MC_W + l] = perzyna_iso_return_map_converged ? d106 : MC_NAN;
+        if (V & 8) o_j[222 * MC_W + l] = perzyna_iso_return_map_converged ? d92 : MC_NAN;
+        if (V & 8) o_j[223 * MC_W + l] = perzyna_iso_return_map_converged ? d95 : MC_NAN;
+        if (V & 8) o_j[224 * MC_W + l] = perzyna_iso_return_map_converged ? d98 : MC_NAN;
+        if (V & 8) o_j[225 * MC_W + l] = perzyna_iso_return_map_converged ? d101 : MC_NAN;
+        if (V & 8) o_j[226 * MC_W + l] = perzyna_iso_return_map_converged ? d104 : MC_NAN;
+        if (V & 8) o_j[227 * MC_W + l] = perzyna_iso_return_map_converged ? d107 : MC_NAN;
+        if (V & 8) o_j[228 * MC_W + l] = perzyna_iso_return_map_converged ? d109 : MC_NAN;
+        if (V & 8) o_j[229 * MC_W + l] = perzyna_iso_return_map_converged ? d112 : MC_NAN;
+        if (V & 8) o_j[230 * MC_W + l] = perzyna_iso_return_map_converged ? d115 : MC_NAN;
+        if (V & 8) o_j[231 * MC_W + l] = perzyna_iso_return_map_converged ? d118 : MC_NAN;
+        if (V & 8) o_j[232 * MC_W + l] = perzyna_iso_return_map_converged ? d121 : MC_NAN;
+        if (V & 8) o_j[233 * MC_W + l] = perzyna_iso_return_map_converged ? d124 : MC_NAN;
+        if (V & 8) o_j[234 * MC_W + l] = perzyna_iso_return_map_converged ? d110 : MC_NAN;
+        if (V & 8) o_j[235 * MC_W + l] = perzyna_iso_return_map_converged ? d113 : MC_NAN;
+        if (V & 8) o_j[236 * MC_W + l] = perzyna_iso_return_map_converged ? d116 : MC_NAN;
+        if (V & 8) o_j[237 * MC_W + l] = perzyna_iso_return_map_converged ? d119 : MC_NAN;
+        if (V & 8) o_j[238 * MC_W + l] = perzyna_iso_return_map_converged ? d122 : MC_NAN;
+        if (V & 8) o_j[239 * MC_W + l] = perzyna_iso_return_map_converged ? d125 : MC_NAN;
+        if (V & 8) o_j[240 * MC_W + l] = perzyna_iso_return_map_converged ? d111 : MC_NAN;
+        if (V & 8) o_j[241 * MC_W + l] = perzyna_iso_return_map_converged ? d114 : MC_NAN;
+        if (V & 8) o_j[242 * MC_W + l] = perzyna_iso_return_map_converged ? d117 : MC_NAN;
+        if (V & 8) o_j[243 * MC_W + l] = perzyna_iso_return_map_converged ? d120 : MC_NAN;
+        if (V & 8) o_j[244 * MC_W + l] = perzyna_iso_return_map_converged ? d123 : MC_NAN;
+        if (V & 8) o_j[245 * MC_W + l] = perzyna_iso_return_map_converged ? d126 : MC_NAN;
+        if (V & 8) o_j[246 * MC_W + l] = perzyna_iso_return_map_converged ? d157 : MC_NAN;
+        if (V & 8) o_j[247 * MC_W + l] = perzyna_iso_return_map_converged ? d158 : MC_NAN;
+        if (V & 8) o_j[248 * MC_W + l] = perzyna_iso_return_map_converged ? d159 : MC_NAN;
+        if (V & 8) o_j[249 * MC_W + l] = perzyna_iso_return_map_converged ? d160 : MC_NAN;
+        if (V & 8) o_j[250 * MC_W + l] = perzyna_iso_return_map_converged ? d161 : MC_NAN;
+        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_return_map_converged ? d162 : MC_NAN;
+        if (V & 8) o_j[252 * MC_W + l] = perzyna_iso_return_map_converged ? d163 : MC_NAN;
+        if (V & 8) o_j[253 * MC_W + l] = perzyna_iso_return_map_converged ? d164 : MC_NAN;
+        if (V & 8) o_j[254 * MC_W + l] = perzyna_iso_return_map_converged ? d165 : MC_NAN;
+        if (V & 8) o_j[255 * MC_W + l] = perzyna_iso_return_map_converged ? d166 : MC_NAN;
+        if (V & 8) o_j[256 * MC_W + l] = perzyna_iso_return_map_converged ? d167 : MC_NAN;
+        if (V & 8) o_j[257 * MC_W + l] = perzyna_iso_return_map_converged ? d168 : MC_NAN;
         o_c[l] = perzyna_iso_return_map_converged;
         o_it[l] = perzyna_iso_return_map_iterations;
         o_r[l] = perzyna_iso_return_map_residual_norm;

@@ -106,6 +106,14 @@ def t_batch(v, X: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(v, dtype=X.dtype, device=X.device).expand(B).clone()
 
 
+def t_put(T: torch.Tensor, cols, values) -> None:
+    """``T[:, c] = v`` for each column ``c`` and value ``v`` (a ``(B,)`` or ``(1,)`` tensor, or a
+    float): the generated PyTorch code writes a row of outputs, or of a Jacobian (``J[:, r]``), in
+    one statement."""
+    for c, v in zip(cols, values):
+        T[:, c] = v
+
+
 def t_matrix(rows, X: torch.Tensor) -> torch.Tensor:
     """``(B, n, m)`` from nested lists of ``(B,)``/``(1,)`` tensors and Python floats (structural
     zeros), for ``torch.linalg.solve_ex``."""

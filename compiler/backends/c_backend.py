@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collections import Counter
+
 import sympy as sp
 from sympy.logic.boolalg import Boolean
 
@@ -150,11 +152,14 @@ def _reads(e) -> set:
     return sp.sympify(e).free_symbols
 
 
-def _text(code: "_Code", e) -> str:
+def _text(code: "_Code", e, inline: dict | None = None) -> str:
+    """C text of an op's value; ``inline``: symbols printed as their own value (read once)."""
     if isinstance(e, str):
         return e
     if isinstance(e, tuple):
-        return e[0].format(*(code.expr(x) for x in e[1]))
+        return e[0].format(*(_text(code, x, inline) for x in e[1]))
+    if inline and e in inline:
+        return code.expr(inline[e])
     return code.expr(e)
 
 
@@ -235,8 +240,18 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
         def when(m: int, it=it) -> str:  # a store's own guard inside a fused loop
             return "" if m in (0, full, it.mask) else f"if (V & {m}) "
 
+        # a derivative read once, by a store of this loop and nothing later, is computed in that
+        # store (a Jacobian entry written where it is computed: one line instead of two, the same
+        # code for the C compiler; named model variables keep their line)
+        uses = Counter(x for _, _, e in it.ops for x in _reads(e))
+        inline = {tgt: e for tgt, _, e in it.ops if tgt is not None and tgt.name.startswith("d(")
+                  and uses[tgt] == 1 and tgt not in later[k]
+                  and any(t is None and (v == tgt or (isinstance(v, tuple) and tgt in v[1]))
+                          for t, _, v in it.ops)}
         for (tgt, lhs, e), m in zip(it.ops, masks):
-            text = _text(code, e)
+            if tgt in inline:
+                continue
+            text = _text(code, e, inline)
             if tgt is None:
                 lines.append(f"{when(m)}{lhs} = {text};")
             elif tgt in declared:

@@ -65,6 +65,13 @@ class Namer:
             self._used.add(name)
         return name
 
+    def bind(self, sym: sp.Symbol, text: str) -> None:
+        """Print ``sym`` as ``text`` (an expression of the generated code, e.g. ``F[3]``: an element
+        of a helper's tuple argument)."""
+        if sym in self._names:
+            raise ValueError(f"{sym} already has the name {self._names[sym]}")
+        self._names[sym] = text
+
     def fresh(self, base: str) -> str:
         """A new identifier not tied to a symbol (loop counters, temporaries)."""
         name, k = base, 1

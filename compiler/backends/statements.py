@@ -36,13 +36,25 @@ class Helpers:
     def __init__(self, prefix: str):
         self.prefix = prefix
         self.items: list[tuple[ir.Newton, str, list[str], dict]] = []
+        #: linear-solve helpers (the Triton backend's eliminations and substitutions): the text that
+        #: identifies one (its signature and body, without its name) -> (name, lines of the function)
+        self.solvers: dict[tuple[str, ...], tuple[str, list[str]]] = {}
 
     def find(self, st: ir.Newton):
         return next((item for item in self.items if item[0] == st), None)
 
+    def solver(self, name: str, key: tuple[str, ...], make) -> str:
+        """The name of the linear-solve helper whose text (without its name) is ``key``: an earlier
+        one of the same text, or a new one called ``name`` whose lines are ``make(name)``."""
+        item = self.solvers.get(key)
+        if item is None:
+            item = self.solvers[key] = (name, make(name))
+        return item[0]
+
     @property
     def lines(self) -> list[str]:
-        return [line for item in self.items for line in item[2]]
+        return [line for _, lines in self.solvers.values() for line in lines] + \
+            [line for item in self.items for line in item[2]]
 
 
 class Emitter:
@@ -131,8 +143,7 @@ class Emitter:
                     name, F = F
                     self.comment(f"linear solve {self.n_solves}: {n}x{n}, {len(st.B[0]) if n else 0} "
                                  f"right-hand side(s) through elimination {name}")
-                    for a in substitute(F, st.B, st.targets, f"ls{self.n_solves}"):
-                        self.assign(a.target, a.value)
+                    self.substitute(F, st.B, st.targets, f"ls{self.n_solves}")
                     continue
                 self.comment(f"linear solve {self.n_solves}: {n}x{n}, {len(st.B[0]) if n else 0} "
                              "right-hand side(s), unrolled over structural nonzeros")
@@ -174,12 +185,23 @@ class Emitter:
             self.depth += 1
         self.comment(f"elimination {name}: {n}x{n}, shared by the linear solves below, unrolled over "
                      "structural nonzeros")
-        assigns, F = factor(A, name, pivoting=self.pivoting, defs=self.defs)
-        for a in assigns:
-            self.assign(a.target, a.value)
+        F = self.eliminate(A, name)
         if guard:
             self.depth -= 1
         self.factors[A] = (name, F)
+
+    def eliminate(self, A, prefix: str):
+        """Lines eliminating ``A``; returns what :meth:`substitute` takes (default: the unrolled
+        elimination's :class:`~modelc.passes.expand_solve.Factor`)."""
+        assigns, F = factor(A, prefix, pivoting=self.pivoting, defs=self.defs)
+        for a in assigns:
+            self.assign(a.target, a.value)
+        return F
+
+    def substitute(self, F, B, targets, prefix: str) -> None:
+        """Lines solving with an elimination of :meth:`eliminate` into ``targets``."""
+        for a in substitute(F, B, targets, prefix):
+            self.assign(a.target, a.value)
 
     # -- Newton: shared pieces ---------------------------------------------------------------
     def newton_symbols(self, st: ir.Newton, k: int):
@@ -245,7 +267,7 @@ class Emitter:
         if item is None:
             name = f"{self.helpers.prefix}{len(self.helpers.items) + 1}"
             namer = Namer(short=self.namer.short)
-            em = type(self)(self.p.sibling(namer), namer, self.pivoting)
+            em = type(self)(self.p.sibling(namer), namer, self.pivoting, self.solver_helpers())
             em.defs = dict(self.defs)  # the same pivoting decisions as an inline solve
             params = [namer(a) for a in args]
             em.newton(st, 1, helper=True)
@@ -264,6 +286,11 @@ class Emitter:
     def helper_args(self) -> list[str]:
         """Arguments every helper takes after the solve's inputs (backend-specific)."""
         return []
+
+    def solver_helpers(self) -> Helpers | None:
+        """What a Newton helper's emitter gets as its ``helpers``: the registry of the module's
+        linear-solve helpers where the backend has them (Triton), else None."""
+        return None
 
 
 def with_variants(program: ir.Program) -> ir.Program:

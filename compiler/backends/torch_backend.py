@@ -107,8 +107,9 @@ def torch_body(program: ir.Program, layout: Layout, *, pivoting: str = "auto",
     em.guarded(program)
     em.comment("outputs")
     em.line(f"Y = torch.empty((X.shape[0], {layout.ny}), dtype=X.dtype, device=X.device)")
-    for col, expr in layout.output_entries(program):
-        em.line(f"Y[:, {col}] = {em.p.doprint(expr)}")
+    entries = list(layout.output_entries(program))
+    for line in put_lines("Y", [c for c, _ in entries], [em.p.doprint(e) for _, e in entries]):
+        em.line(line)
     em.line("J = None")
     for group in jacobian_groups(program, layout):
         _jacobian(em, group)
@@ -148,6 +149,27 @@ def _jacobian(em: Emitter, group) -> None:
         if k and entries:
             em.line(f"if V & {sum(w.bit for w, _, _ in group[k:])}:")
             em.depth += 1
-        for (r, c), expr in entries:
-            em.line(f"J[:, {r}, {c}] = {em.p.doprint(expr)}")
+        for r in dict.fromkeys(r for (r, _), _ in entries):  # row by row, in the entries' order
+            row = [(c, e) for (q, c), e in entries if q == r]
+            for line in put_lines(f"J[:, {r}]", [c for c, _ in row], [em.p.doprint(e) for _, e in row]):
+                em.line(line)
     em.depth = depth - 1
+
+
+def put_lines(target: str, cols: list[int], values: list[str], width: int = 100) -> list[str]:
+    """``_put(target, cols, values)`` (``target[:, c] = v`` for each pair, the runtime's ``t_put``):
+    one statement per row of outputs or of a Jacobian, its values wrapped at ``width`` characters."""
+    if len(cols) > 2 and cols == list(range(cols[0], cols[-1] + 1)):
+        where = f"range({cols[0]}, {cols[-1] + 1})"
+    else:
+        where = f"({', '.join(map(str, cols))}{',' if len(cols) == 1 else ''})"
+    line = f"_put({target}, {where}, ({', '.join(values)}{',' if len(values) == 1 else ''}))"
+    if len(line) <= width:
+        return [line]
+    lines, cur = [f"_put({target}, {where}, ("], "   "
+    for v in values:
+        if len(cur) + len(v) + 2 > width and cur.strip():
+            lines.append(cur)
+            cur = "   "
+        cur += f" {v},"
+    return lines + [cur, "))"]

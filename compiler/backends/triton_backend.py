@@ -55,8 +55,181 @@ def baked_arg(sym: sp.Symbol) -> str:
     return "c_" + sanitize(sym.name)[2:] if sym.name.startswith("$") else "c_" + sanitize(sym.name)
 
 
+class _Elimination:
+    """An elimination done by a helper (:meth:`TritonEmitter.eliminate`): the call site's name of the
+    tuple it returned (``var``), the helper's name and its :class:`Factor` in the helper's own symbols,
+    and each of those symbols' position in the tuple."""
+
+    def __init__(self, var: str, helper: str, F, index: dict):
+        self.var, self.helper, self.F, self.index = var, helper, F, index
+
+
+def _wrapped(head: str, items: list[str], tail: str, per_line: int = 6) -> list[str]:
+    """``head`` + the items, ``per_line`` to a line of their own, + ``tail`` (a call or signature)."""
+    if len(items) <= per_line:
+        return [head + ", ".join(items) + tail]
+    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return [head] + ["    " + r + "," for r in rows[:-1]] + ["    " + rows[-1] + tail]
+
+
+def _call(targets: list[str], name: str, args: list[str]) -> list[str]:
+    """``targets = name(args)``, on several lines when long (six names to a line)."""
+    line = f"{', '.join(targets)} = {name}({', '.join(args)})"
+    if len(line) <= 100:
+        return [line]
+    head = [f"{targets[0]} = {name}("] if len(targets) == 1 else _wrapped("(", targets, f") = {name}(")
+    rows = [", ".join(args[i:i + 6]) for i in range(0, len(args), 6)]
+    return head + ["    " + r + "," for r in rows[:-1]] + ["    " + rows[-1] + ")"]
+
+
 class TritonEmitter(Emitter):
     share_factors = True  # (PyTorch: torch.linalg from 4 unknowns on; C: the template LU, mc_lu_solve)
+
+    # -- linear solves through helpers ----------------------------------------------------------
+    # A solve larger than 1x1 is unrolled over its structural nonzeros (modelc.passes.expand_solve):
+    # one helper eliminates the matrix and returns its factors as a tuple, one helper per pattern of
+    # structural zeros of a right-hand side carries a column through them. Each is emitted once per
+    # module (identical text, one helper: the Newton step and the tangent eliminate the same
+    # structure) and inlined by Triton, so the arithmetic is that of the unrolled solve, column by
+    # column. Unrolled inline, chaboche2_coupled's kernels and Newton helper were ~11,000 lines.
+
+    def solver_helpers(self) -> Helpers | None:
+        return self.helpers
+
+    def solve(self, A, B, targets, prefix: str) -> None:
+        if self.helpers is None or len(A) < 2:
+            super().solve(A, B, targets, prefix)
+            return
+        self.substitute(self.eliminate(A, prefix), B, targets, prefix)
+
+    def _temp(self, what: str) -> sp.Symbol:
+        """A fresh symbol of this function (printed ``<prefix>_<k>``)."""
+        self.n_temps = getattr(self, "n_temps", 0) + 1
+        return sp.Symbol(f"{what}#{self.n_temps}", real=True)
+
+    def _operand(self, e, what: str):
+        """``e`` as a number or a symbol: an expression is assigned to a fresh symbol first."""
+        e = sp.sympify(e)
+        if e.is_Number or isinstance(e, sp.Symbol):
+            return e
+        sym = self._temp(what)
+        self.assign(sym, e)
+        return sym
+
+    def _helper_lines(self, name: str, params: list[str], doc: str, em: "TritonEmitter", outs: list[str]) -> list[str]:
+        return (["", "@triton.jit"] + _wrapped(f"def {name}(", params + ["DTYPE: tl.constexpr"], "):")
+                + [f'    """{doc}"""'] + ["    " + line for line in em.p.prologue()] + em.lines
+                + _wrapped("    return (", outs, ")"))
+
+    def eliminate(self, A, prefix: str):
+        if self.helpers is None:
+            return super().eliminate(A, prefix)
+        from modelc.passes.expand_solve import at_risk, factor
+
+        n = len(A)
+        risk = at_risk(A, prefix, self.defs)  # decided on the actual entries, as inline
+        args, P = [], [[sp.S.Zero] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(n):
+                e = self._operand(A[i][j], f"{prefix}.a[{i},{j}]")
+                if e.is_Number:
+                    P[i][j] = e
+                else:
+                    P[i][j] = sp.Symbol(f"a{i}_{j}", real=True)
+                    args.append((P[i][j], self.namer(e)))
+        namer = Namer(short=self.namer.short)
+        em = TritonEmitter(self.p.sibling(namer), namer, self.pivoting)
+        params = [namer(p) for p, _ in args]
+        assigns, F = factor(P, "f", pivoting=self.pivoting, at_risk=risk)
+        for a in assigns:
+            em.assign(a.target, a.value)
+        outs: list[sp.Symbol] = []
+        for k in range(n):
+            outs += [s for _, s in F.swaps[k]] + [l for _, l in F.elims[k]]
+        outs += [F.a[i][j] for i in range(n) for j in range(i + 1, n)] + list(F.inv)
+        outs = list(dict.fromkeys(o for o in outs if isinstance(o, sp.Symbol)))
+        nz = sum(1 for row in P for e in row if not (e.is_Number and e == 0))
+        doc = (f"Elimination of a {n}x{n} system ({nz} structural nonzeros, row-major parameters): "
+               "its factors, as a tuple (modelc.passes.expand_solve.factor).")
+        out_names = [namer(o) for o in outs]
+        key = ("eliminate", *params, *em.p.prologue(), *em.lines, *out_names)
+        k = len([1 for v in self.helpers.solvers.values() if "_solve" not in v[0]]) + 1
+        name = self.helpers.solver(f"_triton_lu{k}", key,
+                                   lambda nm: self._helper_lines(nm, params, doc, em, out_names))
+        var = self.namer.fresh(f"{prefix}_lu")
+        for line in _call([var], name, [a for _, a in args] + ["DTYPE"]):
+            self.line(line)
+        return _Elimination(var, name, F, {o: i for i, o in enumerate(outs)})
+
+    def substitute(self, F, B, targets, prefix: str) -> None:
+        if not isinstance(F, _Elimination):
+            super().substitute(F, B, targets, prefix)
+            return
+        from modelc.passes.expand_solve import back, forward
+
+        n = F.F.n
+        m = len(B[0]) if n else 0
+        # every column's forward pass, then every column's back substitution: the factors' L part
+        # is dead before the first back substitution, as in one unrolled solve of all columns
+        def fwd(ps):
+            assigns, y = forward(F.F, [[p] for p in ps], "s")
+            return assigns, [row[0] for row in y]
+
+        def bwd(ps):
+            xs = [sp.Symbol(f"x{i}", real=True) for i in range(n)]
+            body, res = [], list(xs)
+            for a in back(F.F, [[p] for p in ps], [[x] for x in xs], "s"):
+                if a.target in xs:
+                    res[xs.index(a.target)] = a.value  # the solution itself, not a copy of it
+                else:
+                    body.append(a)
+            return body, res
+
+        ys = []
+        for c in range(m):
+            col = [self._operand(B[i][c], f"{prefix}.b[{i},{c}]") for i in range(n)]
+            ys.append(self._pass(F, "forward", col, fwd, [self._temp(f"{prefix}.y[{i},{c}]") for i in range(n)]))
+        for c in range(m):
+            self._pass(F, "back", ys[c], bwd, [targets[i][c] for i in range(n)])
+
+    def _pass(self, F: "_Elimination", kind: str, col: list, run, got: list) -> list:
+        """One half of a substitution (``kind``: "forward" or "back") of one column ``col`` (numbers
+        and symbols of this function) through its helper: the helper's text from ``run`` applied to
+        its parameters; the results' symbols of this function are ``got`` (numbers stay numbers)."""
+        namer = Namer(short=self.namer.short)
+        tup = namer.fresh("F")
+        for sym, i in F.index.items():
+            namer.bind(sym, f"{tup}[{i}]")
+        em = TritonEmitter(self.p.sibling(namer), namer, self.pivoting)
+        ps = [e if e.is_Number else sp.Symbol(f"{'b' if kind == 'forward' else 'y'}{i}", real=True)
+              for i, e in enumerate(col)]
+        params = [tup] + [namer(p) for p in ps if not p.is_Number]
+        assigns, out = run(ps)
+        results = list(out)
+        for a in assigns:
+            em.assign(a.target, a.value)
+        outs = [r for r in results if not r.is_Number]
+        out_names = [em.p.doprint(r) for r in outs]
+        what = "row exchanges and eliminations" if kind == "forward" else "back substitution"
+        doc = f"A right-hand side's {what} (its structural nonzeros) through {F.helper}."
+        key = (kind, F.helper, *params, *em.p.prologue(), *em.lines, *out_names)
+        k = len([1 for v in self.helpers.solvers.values() if v[0].startswith(f"{F.helper}_{kind}")]) + 1
+        name = self.helpers.solver(f"{F.helper}_{kind}{k}", key,
+                                   lambda nm: self._helper_lines(nm, params, doc, em, out_names))
+        args = [self.namer(e) for e in col if not e.is_Number]
+        mine = [g for g, r in zip(got, results) if not r.is_Number]
+        if mine:
+            for line in _call([self.namer(g) for g in mine], name, [F.var] + args + ["DTYPE"]):
+                self.line(line)
+        final = []
+        for g, r in zip(got, results):
+            if r.is_Number:
+                if kind == "back":
+                    self.assign(g, r)
+                final.append(r)
+            else:
+                final.append(g)
+        return final
 
     def helper_args(self) -> list[str]:
         # the baked parameters' constexpr arguments too: a power of them stays a compile-time one

@@ -157,25 +157,46 @@ class Factor:
 
 
 def factor(A: Sequence[Sequence[sp.Expr]], prefix: str, *, pivoting: str | bool = "auto",
-           defs: Mapping[sp.Symbol, sp.Expr] | None = None) -> tuple[tuple[Assign, ...], Factor]:
+           defs: Mapping[sp.Symbol, sp.Expr] | None = None,
+           at_risk: Sequence[bool] | None = None) -> tuple[tuple[Assign, ...], Factor]:
     """Assignments that eliminate ``A`` (n x n) and the :class:`Factor` that :func:`substitute`
     applies to right-hand sides: one factorization for every set of right-hand sides (the tangent,
-    Jacobian and total variants of an implicit model share their ``dR/du``)."""
+    Jacobian and total variants of an implicit model share their ``dR/du``). ``at_risk``: the
+    steps :func:`at_risk` found for the matrix whose entries ``A`` stands for (a helper function
+    eliminating its parameters decides as the inline elimination of the actual entries would);
+    None: decided here from ``A`` and ``defs``."""
     bld = _Builder(prefix)
-    F = _factor(bld, A, prefix, _mode(pivoting), defs)
+    F = _factor(bld, A, prefix, _mode(pivoting), defs, at_risk)
     return tuple(bld.out), F
 
 
-def _factor(bld: "_Builder", A, prefix: str, mode: str, defs) -> Factor:
+def _order(A, prefix: str) -> list[int]:
     n = len(A)
     if any(len(row) != n for row in A):
         raise ModelcError(f"linear solve {prefix}: A must be n x n (got {len(A)} rows)")
-    a = [[bld.value(f"a[{i},{j}]", sp.sympify(A[i][j])) for j in range(n)] for i in range(n)]
-    perm = structural_matching([[not _is_zero(a[i][j]) for j in range(n)] for i in range(n)])
+    perm = structural_matching([[not _is_zero(sp.sympify(A[i][j])) for j in range(n)] for i in range(n)])
     if perm is None:
         raise ModelcError(f"linear solve {prefix}: the {n}x{n} system is structurally singular "
                           "(no ordering of its equations puts a nonzero on every diagonal entry)")
-    at_risk = [perm[k] != k or not anchored(A[perm[k]][k], defs) for k in range(n)]
+    return perm
+
+
+def at_risk(A: Sequence[Sequence[sp.Expr]], prefix: str,
+            defs: Mapping[sp.Symbol, sp.Expr] | None = None) -> list[bool]:
+    """Per elimination step, whether its pivot is at risk (see the module docstring: moved there by
+    the structural matching, or not anchored)."""
+    perm = _order(A, prefix)
+    return [perm[k] != k or not anchored(A[perm[k]][k], defs) for k in range(len(A))]
+
+
+def _factor(bld: "_Builder", A, prefix: str, mode: str, defs, risk: Sequence[bool] | None = None) -> Factor:
+    n = len(A)
+    perm = _order(A, prefix)
+    a = [[bld.value(f"a[{i},{j}]", sp.sympify(A[i][j])) for j in range(n)] for i in range(n)]
+    if risk is None:
+        risk = at_risk(A, prefix, defs)
+    elif len(risk) != n:
+        raise ModelcError(f"linear solve {prefix}: {len(risk)} pivot decisions for {n} steps")
     a = [a[perm[k]] for k in range(n)]
 
     inv: list[sp.Expr] = [sp.S.Zero] * n
@@ -183,7 +204,7 @@ def _factor(bld: "_Builder", A, prefix: str, mode: str, defs) -> Factor:
     elims: list[list[tuple[int, sp.Expr]]] = [[] for _ in range(n)]
     for k in range(n):
         cands = [p for p in range(k + 1, n) if not _is_zero(a[p][k])]
-        dynamic = mode == "partial" or (mode == "auto" and at_risk[k])
+        dynamic = mode == "partial" or (mode == "auto" and risk[k])
         guard: sp.Expr | None = None
         if dynamic and cands:
             for p in cands:  # tournament: row k ends up with the largest |a[.][k]|
@@ -224,13 +245,30 @@ def substitute(F: Factor, B: Sequence[Sequence[sp.Expr]], targets: Sequence[Sequ
     """Assignments that solve ``A X = B`` with ``A`` eliminated as ``F`` (:func:`factor`) and
     assign ``X[i][j]`` to ``targets[i][j]``: each right-hand side goes through the factorization's
     row exchanges and eliminations in the order they were made, then back substitution, so the
-    result is the same arithmetic as :func:`expand_solve`'s."""
+    result is the same arithmetic as :func:`expand_solve`'s (:func:`forward`, then :func:`back`)."""
     bld = _Builder(prefix)
-    _substitute(bld, F, B, targets, prefix)
+    _back(bld, F, _forward(bld, F, B, prefix), targets)
     return tuple(bld.out)
 
 
-def _substitute(bld: "_Builder", F: Factor, B, targets, prefix: str) -> None:
+def forward(F: Factor, B: Sequence[Sequence[sp.Expr]], prefix: str) -> tuple[tuple[Assign, ...], list[list[sp.Expr]]]:
+    """The first half of :func:`substitute`: assignments carrying ``B`` through the row exchanges and
+    eliminations of ``F``, and the result (numbers or symbols), which :func:`back` takes."""
+    bld = _Builder(prefix)
+    y = _forward(bld, F, B, prefix)
+    return tuple(bld.out), y
+
+
+def back(F: Factor, Y: Sequence[Sequence[sp.Expr]], targets: Sequence[Sequence[sp.Symbol]],
+         prefix: str) -> tuple[Assign, ...]:
+    """The second half of :func:`substitute`: back substitution of :func:`forward`'s result into
+    ``targets``."""
+    bld = _Builder(prefix)
+    _back(bld, F, [list(row) for row in Y], targets)
+    return tuple(bld.out)
+
+
+def _forward(bld: "_Builder", F: Factor, B, prefix: str) -> list[list[sp.Expr]]:
     n = F.n
     m = len(B[0]) if n else 0
     if len(B) != n or any(len(row) != m for row in B):
@@ -249,6 +287,12 @@ def _substitute(bld: "_Builder", F: Factor, B, targets, prefix: str) -> None:
             for c in range(m):
                 if not _is_zero(b[k][c]):
                     b[p][c] = bld.value(f"b[{p},{c}]", b[p][c] - l * b[k][c])
+    return b
+
+
+def _back(bld: "_Builder", F: Factor, b, targets) -> None:
+    n = F.n
+    m = len(b[0]) if n else 0
     a, inv = F.a, F.inv
     x: list[list[sp.Expr]] = [[sp.S.Zero] * m for _ in range(n)]
     for i in reversed(range(n)):
@@ -280,7 +324,7 @@ def expand_solve(A: Sequence[Sequence[sp.Expr]], B: Sequence[Sequence[sp.Expr]],
         raise ModelcError(f"linear solve {prefix}: A must be n x n and B n x m (got {len(A)} rows)")
     bld = _Builder(prefix)
     F = _factor(bld, A, prefix, mode, defs)
-    _substitute(bld, F, B, targets, prefix)
+    _back(bld, F, _forward(bld, F, B, prefix), targets)
     return tuple(bld.out)
 
 

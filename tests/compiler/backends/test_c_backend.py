@@ -516,3 +516,23 @@ def test_threads_give_identical_results(library):
     for other in outs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(outs[0], other))
     assert not outs[1][0].isnan().any()
+
+
+def test_derivative_read_only_by_its_store_is_computed_in_the_store():
+    """The C block function computes a derivative that nothing but its store reads in that store
+    (one line, the same code for the compiler): no ``const real dN`` is left whose only other use is
+    one ``o_j`` store. Named model variables keep their declaration."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "generated" / "j2_voce_af.py").read_text()
+    c = text[text.index("C_SOURCE = "):text.index("class Model(")]
+    block = c[c.index("void block_eval("):]
+    block = block[:block.index("\n}\n")]
+    lines = block.splitlines()
+    assert any("o_j[" in ln and "? (" in ln for ln in lines)  # entries computed where stored
+    for m in re.finditer(r"const real (d\d+) = ", block):
+        name = m.group(1)
+        users = [ln for ln in lines if re.search(rf"\b{name}\b", ln) and f"const real {name} =" not in ln]
+        assert not (len(users) == 1 and "o_j[" in users[0]), f"{name} is declared for one store"
+    assert "const real state_S_0 = " in block or "state_S_0" in block

@@ -64,3 +64,14 @@ def test_library_module_is_much_smaller(j2_sources):
     longest = max((w for w in IDENT.findall(new) if not re.fullmatch(r"[0-9a-f]{64}", w)), key=len)
     assert len(longest) <= 48, longest
     assert max(len(w) for w in IDENT.findall(old)) > 60  # the test sees the difference
+
+
+def test_bind_prints_a_symbol_as_given_text():
+    """Namer.bind: a helper's tuple element (``F[3]``) stands for a symbol; binding a symbol twice,
+    or one already named, is an error."""
+    n = Namer()
+    s, t = sp.Symbol("f.l[1,0]#3"), sp.Symbol("x")
+    n.bind(s, "F[3]")
+    assert n(s) == "F[3]" and n(t) == "x"
+    with pytest.raises(ValueError):
+        n.bind(t, "F[4]")

@@ -330,3 +330,28 @@ def test_variants_share_one_elimination_of_an_implicit_models_matrix():
     assert kernel.count("# elimination lu") == 1
     assert kernel.count("through elimination lu1") == 3
     assert "unrolled over structural nonzeros\n" in kernel.split("# elimination lu1")[1].splitlines(True)[0]
+
+
+def test_linear_solves_go_through_shared_helpers():
+    """A Triton module's solves larger than 1x1 run through helpers emitted once per module
+    (modelc.backends.triton_backend, TritonEmitter): the Newton step and the tangent call the same
+    elimination helper, every forward/back helper is called, and no two helpers have the same body.
+    (The numbers: the generated kernels' linear-solve tests above and the library's tangent tests.)"""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "generated" / "j2_voce_af_coupled.py").read_text()
+    triton_part = text[text.index("if triton is not None:"):text.index("C_SOURCE = ")]
+    newton = triton_part[triton_part.index("def _triton_newton_1("):triton_part.index("def _kernel(")]
+    kernel = triton_part[triton_part.index("def _kernel("):]
+    assert triton_part.count("def _triton_lu1(") == 1 and "def _triton_lu2(" not in triton_part
+    assert "= _triton_lu1(" in newton and "= _triton_lu1(" in kernel
+    names = re.findall(r"def (_triton_lu1_(?:forward|back)\d+)\(", triton_part)
+    assert any("forward" in n for n in names) and any("back" in n for n in names)
+    bodies = []
+    for name in names:
+        assert f"= {name}(" in triton_part, f"{name} is never called"
+        body = triton_part[triton_part.index(f"def {name}("):]
+        body = body[body.index('"""', body.index('"""') + 3):body.index("@triton.jit") if "@triton.jit" in body else None]
+        bodies.append(body)
+    assert len(set(bodies)) == len(bodies)

@@ -200,3 +200,43 @@ def test_max_of_is_sympy_max():
         if trial % 3 == 2:  # comparable with args[0]: SymPy drops args[0]
             args += [sp.Abs(syms[0] + syms[-1]), args[0] + 1]
         assert sp.srepr(max_of(args)) == sp.srepr(sp.Max(*args)), args
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_then_back_is_substitute_column_by_column(mode):
+    """forward() and back() (the halves the Triton backend's helpers print, one right-hand side at a
+    time, every column's forward pass first) do the operations of substitute() on all the columns
+    at once, and give its numbers to round-off (a sum's terms are ordered by their symbols' names)."""
+    from modelc.passes.expand_solve import back, forward
+
+    rng = np.random.default_rng(11)
+    n, m = 6, 3
+    pattern = rng.random((n, n)) < 0.5
+    perm = rng.permutation(n)
+    pattern[np.arange(n), perm] = True
+    A, B, X = _system(pattern, m, "h")
+    Aval = rng.standard_normal((BATCH, n, n)) * pattern
+    Aval[:, np.arange(n), perm] += 3.0
+    Bval = rng.standard_normal((BATCH, n, m))
+    Bval[:, 0, 1] = 0.0
+    B[0][1] = sp.S.Zero  # a structural zero in one column
+    env = {A[i][j]: Aval[:, i, j] for i in range(n) for j in range(n) if isinstance(A[i][j], sp.Symbol)}
+    env.update({B[i][c]: Bval[:, i, c] for i in range(n) for c in range(m) if isinstance(B[i][c], sp.Symbol)})
+    fa, F = factor(A, "lu", pivoting=mode)
+    whole = _run(fa + substitute(F, B, X, "s"), env)
+    assigns, ys = list(fa), []
+    for c in range(m):
+        fw, y = forward(F, [[B[i][c]] for i in range(n)], f"f{c}")
+        assigns += fw
+        ys.append(y)
+    Xc = [[sp.Symbol(f"xc{i}_{c}", real=True) for c in range(m)] for i in range(n)]
+    for c in range(m):
+        assigns += back(F, ys[c], [[Xc[i][c]] for i in range(n)], f"k{c}")
+    ops = sum(sp.count_ops(a.value) for a in assigns)
+    assert ops == sum(sp.count_ops(a.value) for a in fa + substitute(F, B, X, "s"))
+    halves = _run(assigns, env)
+    for i in range(n):
+        for c in range(m):
+            np.testing.assert_allclose(halves[Xc[i][c]], whole[X[i][c]], rtol=1e-13, atol=1e-13)
+    x = np.stack([np.stack([halves[Xc[i][c]] for c in range(m)], -1) for i in range(n)], 1)
+    np.testing.assert_allclose(x, np.linalg.solve(Aval, Bval), rtol=1e-10, atol=1e-10)

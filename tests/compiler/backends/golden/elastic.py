@@ -24,7 +24,7 @@ import torch
 
 from modelc.runtime.model import CompiledModel, ParameterInfo, VariableInfo
 from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maximum as _maximum
-from modelc.runtime.model import t_minimum as _minimum
+from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
 
@@ -62,28 +62,17 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_S_5 = (2.0 * forces_E_5 * mu)
     # outputs
     Y = torch.empty((X.shape[0], 6), dtype=X.dtype, device=X.device)
-    Y[:, 0] = state_S_0
-    Y[:, 1] = state_S_1
-    Y[:, 2] = state_S_2
-    Y[:, 3] = state_S_3
-    Y[:, 4] = state_S_4
-    Y[:, 5] = state_S_5
+    _put(Y, range(0, 6), (state_S_0, state_S_1, state_S_2, state_S_3, state_S_4, state_S_5))
     J = None
     if V & 4:  # jacobian
         # d outputs / d inputs of the jacobian variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        J[:, 0, 0] = (lam + (2.0 * mu))
-        J[:, 0, 1] = lam
-        J[:, 0, 2] = lam
-        J[:, 1, 0] = lam
-        J[:, 1, 1] = (lam + (2.0 * mu))
-        J[:, 1, 2] = lam
-        J[:, 2, 0] = lam
-        J[:, 2, 1] = lam
-        J[:, 2, 2] = (lam + (2.0 * mu))
-        J[:, 3, 3] = (2.0 * mu)
-        J[:, 4, 4] = (2.0 * mu)
-        J[:, 5, 5] = (2.0 * mu)
+        _put(J[:, 0], range(0, 3), ((lam + (2.0 * mu)), lam, lam))
+        _put(J[:, 1], range(0, 3), (lam, (lam + (2.0 * mu)), lam))
+        _put(J[:, 2], range(0, 3), (lam, lam, (lam + (2.0 * mu))))
+        _put(J[:, 3], (3,), ((2.0 * mu),))
+        _put(J[:, 4], (4,), ((2.0 * mu),))
+        _put(J[:, 5], (5,), ((2.0 * mu),))
     ST = None
     return Y, J, ST
 
