@@ -41,7 +41,16 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, X, O):
+def _torch_newton_1(
+    p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1,
+    forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t,
+    old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+    old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5,
+    old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2,
+    old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5,
+    old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2,
+    old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
+    old_state_internal_ep, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5]: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -480,7 +489,17 @@ def _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_s
         chaboche2_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = chaboche2_return_map_residual_norm
-        chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + torch.abs(old_state_internal_X1_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + torch.abs(old_state_internal_X1_4)))) & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + torch.abs(old_state_internal_X1_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + torch.abs(old_state_internal_X2_0)))) & (torch.abs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + torch.abs(old_state_internal_X2_1)))) & (torch.abs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + torch.abs(old_state_internal_X2_2)))) & (torch.abs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + torch.abs(old_state_internal_X2_3)))) & (torch.abs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + torch.abs(old_state_internal_X2_4)))) & (torch.abs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + torch.abs(old_state_internal_X2_5)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + torch.abs(old_state_internal_X1_0)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + torch.abs(old_state_internal_X1_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + torch.abs(old_state_internal_X1_2))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + torch.abs(old_state_internal_Ep_3)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + torch.abs(old_state_internal_X1_0)))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + torch.abs(old_state_internal_X1_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + torch.abs(old_state_internal_X1_2)))))
+        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + torch.abs(old_state_internal_X1_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + torch.abs(old_state_internal_X1_4)))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + torch.abs(old_state_internal_X1_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + torch.abs(old_state_internal_X2_0)))))
+        nt1_scaled7 = (nt1_scaled6 & (torch.abs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + torch.abs(old_state_internal_X2_1)))) & (torch.abs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + torch.abs(old_state_internal_X2_2)))))
+        nt1_scaled8 = (nt1_scaled7 & (torch.abs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + torch.abs(old_state_internal_X2_3)))) & (torch.abs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + torch.abs(old_state_internal_X2_4)))))
+        nt1_scaled9 = (nt1_scaled8 & (torch.abs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + torch.abs(old_state_internal_X2_5)))))
+        chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(chaboche2_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -565,7 +584,13 @@ def _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_s
         state_internal_X2_4 = torch.where(chaboche2_return_map_converged, state_internal_X2_4, state_internal_X2_4 + nt1_du_17)
         state_internal_X2_5 = torch.where(chaboche2_return_map_converged, state_internal_X2_5, state_internal_X2_5 + nt1_du_18)
         chaboche2_return_map_iterations = chaboche2_return_map_iterations + (~chaboche2_return_map_converged).to(torch.int32)
-    return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0, state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4, state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2, state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged, chaboche2_return_map_iterations, chaboche2_return_map_residual_norm
+    return (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,
+        state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4,
+        state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2,
+        state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged,
+        chaboche2_return_map_iterations, chaboche2_return_map_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -611,7 +636,23 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_C2 = P[:, 9]
     p_g2 = P[:, 10]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5] (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0, state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4, state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2, state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged, chaboche2_return_map_iterations, chaboche2_return_map_residual_norm = _torch_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, X, O)
+    (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,
+        state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4,
+        state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2,
+        state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged,
+        chaboche2_return_map_iterations, chaboche2_return_map_residual_norm,
+    ) = _torch_newton_1(
+        p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1,
+        forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t,
+        old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+        old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5,
+        old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2,
+        old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5,
+        old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2,
+        old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
+        old_state_internal_ep, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -2510,67 +2551,34 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1(
-        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
-        a0_6, a0_7, a0_8, a0_9, a0_10, a0_11,
-        a0_12, a0_13, a0_14, a0_15, a0_16, a0_17,
-        a0_18, a1_0, a1_1, a1_2, a1_3, a1_4,
-        a1_5, a1_6, a1_7, a1_8, a1_9, a1_10,
-        a1_11, a1_12, a1_13, a1_14, a1_15, a1_16,
-        a1_17, a1_18, a2_0, a2_1, a2_2, a2_3,
-        a2_4, a2_5, a2_6, a2_7, a2_8, a2_9,
-        a2_10, a2_11, a2_12, a2_13, a2_14, a2_15,
-        a2_16, a2_17, a2_18, a3_0, a3_1, a3_2,
-        a3_3, a3_4, a3_5, a3_6, a3_7, a3_8,
-        a3_9, a3_10, a3_11, a3_12, a3_13, a3_14,
-        a3_15, a3_16, a3_17, a3_18, a4_0, a4_1,
-        a4_2, a4_3, a4_4, a4_5, a4_6, a4_7,
-        a4_8, a4_9, a4_10, a4_11, a4_12, a4_13,
-        a4_14, a4_15, a4_16, a4_17, a4_18, a5_0,
-        a5_1, a5_2, a5_3, a5_4, a5_5, a5_6,
-        a5_7, a5_8, a5_9, a5_10, a5_11, a5_12,
-        a5_13, a5_14, a5_15, a5_16, a5_17, a5_18,
-        a6_0, a6_1, a6_2, a6_3, a6_4, a6_5,
-        a6_6, a6_7, a6_8, a6_9, a6_10, a6_11,
-        a6_12, a6_13, a6_14, a6_15, a6_16, a6_17,
-        a6_18, a7_0, a7_1, a7_2, a7_3, a7_4,
-        a7_5, a7_6, a7_7, a7_8, a7_9, a7_10,
-        a7_11, a7_12, a7_13, a7_14, a7_15, a7_16,
-        a7_17, a7_18, a8_0, a8_1, a8_2, a8_3,
-        a8_4, a8_5, a8_6, a8_7, a8_8, a8_9,
-        a8_10, a8_11, a8_12, a8_13, a8_14, a8_15,
-        a8_16, a8_17, a8_18, a9_0, a9_1, a9_2,
-        a9_3, a9_4, a9_5, a9_6, a9_7, a9_8,
-        a9_9, a9_10, a9_11, a9_12, a9_13, a9_14,
-        a9_15, a9_16, a9_17, a9_18, a10_0, a10_1,
-        a10_2, a10_3, a10_4, a10_5, a10_6, a10_7,
-        a10_8, a10_9, a10_10, a10_11, a10_12, a10_13,
-        a10_14, a10_15, a10_16, a10_17, a10_18, a11_0,
-        a11_1, a11_2, a11_3, a11_4, a11_5, a11_6,
-        a11_7, a11_8, a11_9, a11_10, a11_11, a11_12,
-        a11_13, a11_14, a11_15, a11_16, a11_17, a11_18,
-        a12_0, a12_1, a12_2, a12_3, a12_4, a12_5,
-        a12_6, a12_7, a12_8, a12_9, a12_10, a12_11,
-        a12_12, a12_13, a12_14, a12_15, a12_16, a12_17,
-        a12_18, a13_0, a13_1, a13_2, a13_3, a13_4,
-        a13_5, a13_6, a13_7, a13_8, a13_9, a13_10,
-        a13_11, a13_12, a13_13, a13_14, a13_15, a13_16,
-        a13_17, a13_18, a14_0, a14_1, a14_2, a14_3,
-        a14_4, a14_5, a14_6, a14_7, a14_8, a14_9,
-        a14_10, a14_11, a14_12, a14_13, a14_14, a14_15,
-        a14_16, a14_17, a14_18, a15_0, a15_1, a15_2,
-        a15_3, a15_4, a15_5, a15_6, a15_7, a15_8,
-        a15_9, a15_10, a15_11, a15_12, a15_13, a15_14,
-        a15_15, a15_16, a15_17, a15_18, a16_0, a16_1,
-        a16_2, a16_3, a16_4, a16_5, a16_6, a16_7,
-        a16_8, a16_9, a16_10, a16_11, a16_12, a16_13,
-        a16_14, a16_15, a16_16, a16_17, a16_18, a17_0,
-        a17_1, a17_2, a17_3, a17_4, a17_5, a17_6,
-        a17_7, a17_8, a17_9, a17_10, a17_11, a17_12,
-        a17_13, a17_14, a17_15, a17_16, a17_17, a17_18,
-        a18_0, a18_1, a18_2, a18_3, a18_4, a18_5,
-        a18_6, a18_7, a18_8, a18_9, a18_10, a18_11,
-        a18_12, a18_13, a18_14, a18_15, a18_16, a18_17,
-        a18_18, DTYPE: tl.constexpr):
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5, a0_6, a0_7, a0_8, a0_9, a0_10, a0_11, a0_12, a0_13, a0_14,
+        a0_15, a0_16, a0_17, a0_18, a1_0, a1_1, a1_2, a1_3, a1_4, a1_5, a1_6, a1_7, a1_8, a1_9, a1_10,
+        a1_11, a1_12, a1_13, a1_14, a1_15, a1_16, a1_17, a1_18, a2_0, a2_1, a2_2, a2_3, a2_4, a2_5,
+        a2_6, a2_7, a2_8, a2_9, a2_10, a2_11, a2_12, a2_13, a2_14, a2_15, a2_16, a2_17, a2_18, a3_0,
+        a3_1, a3_2, a3_3, a3_4, a3_5, a3_6, a3_7, a3_8, a3_9, a3_10, a3_11, a3_12, a3_13, a3_14, a3_15,
+        a3_16, a3_17, a3_18, a4_0, a4_1, a4_2, a4_3, a4_4, a4_5, a4_6, a4_7, a4_8, a4_9, a4_10, a4_11,
+        a4_12, a4_13, a4_14, a4_15, a4_16, a4_17, a4_18, a5_0, a5_1, a5_2, a5_3, a5_4, a5_5, a5_6,
+        a5_7, a5_8, a5_9, a5_10, a5_11, a5_12, a5_13, a5_14, a5_15, a5_16, a5_17, a5_18, a6_0, a6_1,
+        a6_2, a6_3, a6_4, a6_5, a6_6, a6_7, a6_8, a6_9, a6_10, a6_11, a6_12, a6_13, a6_14, a6_15,
+        a6_16, a6_17, a6_18, a7_0, a7_1, a7_2, a7_3, a7_4, a7_5, a7_6, a7_7, a7_8, a7_9, a7_10, a7_11,
+        a7_12, a7_13, a7_14, a7_15, a7_16, a7_17, a7_18, a8_0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_6,
+        a8_7, a8_8, a8_9, a8_10, a8_11, a8_12, a8_13, a8_14, a8_15, a8_16, a8_17, a8_18, a9_0, a9_1,
+        a9_2, a9_3, a9_4, a9_5, a9_6, a9_7, a9_8, a9_9, a9_10, a9_11, a9_12, a9_13, a9_14, a9_15,
+        a9_16, a9_17, a9_18, a10_0, a10_1, a10_2, a10_3, a10_4, a10_5, a10_6, a10_7, a10_8, a10_9,
+        a10_10, a10_11, a10_12, a10_13, a10_14, a10_15, a10_16, a10_17, a10_18, a11_0, a11_1, a11_2,
+        a11_3, a11_4, a11_5, a11_6, a11_7, a11_8, a11_9, a11_10, a11_11, a11_12, a11_13, a11_14,
+        a11_15, a11_16, a11_17, a11_18, a12_0, a12_1, a12_2, a12_3, a12_4, a12_5, a12_6, a12_7, a12_8,
+        a12_9, a12_10, a12_11, a12_12, a12_13, a12_14, a12_15, a12_16, a12_17, a12_18, a13_0, a13_1,
+        a13_2, a13_3, a13_4, a13_5, a13_6, a13_7, a13_8, a13_9, a13_10, a13_11, a13_12, a13_13, a13_14,
+        a13_15, a13_16, a13_17, a13_18, a14_0, a14_1, a14_2, a14_3, a14_4, a14_5, a14_6, a14_7, a14_8,
+        a14_9, a14_10, a14_11, a14_12, a14_13, a14_14, a14_15, a14_16, a14_17, a14_18, a15_0, a15_1,
+        a15_2, a15_3, a15_4, a15_5, a15_6, a15_7, a15_8, a15_9, a15_10, a15_11, a15_12, a15_13, a15_14,
+        a15_15, a15_16, a15_17, a15_18, a16_0, a16_1, a16_2, a16_3, a16_4, a16_5, a16_6, a16_7, a16_8,
+        a16_9, a16_10, a16_11, a16_12, a16_13, a16_14, a16_15, a16_16, a16_17, a16_18, a17_0, a17_1,
+        a17_2, a17_3, a17_4, a17_5, a17_6, a17_7, a17_8, a17_9, a17_10, a17_11, a17_12, a17_13, a17_14,
+        a17_15, a17_16, a17_17, a17_18, a18_0, a18_1, a18_2, a18_3, a18_4, a18_5, a18_6, a18_7, a18_8,
+        a18_9, a18_10, a18_11, a18_12, a18_13, a18_14, a18_15, a18_16, a18_17, a18_18,
+        DTYPE: tl.constexpr):
         """Elimination of a 19x19 system (361 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
         K0 = tl.full([], 1e-12, DTYPE)
         K1 = tl.full([], float("nan"), DTYPE)
@@ -4893,74 +4901,42 @@ if triton is not None:
         f_2316 = (f_2312 - (f_2309 * f_2315))
         f_2317 = (K2 / f_2316)
         return (
-        f_3, f_22, f_41, f_60, f_79, f_98,
-        f_117, f_136, f_155, f_174, f_193, f_212,
-        f_231, f_250, f_269, f_288, f_307, f_326,
-        f_347, f_365, f_383, f_401, f_419, f_437,
-        f_455, f_473, f_491, f_509, f_527, f_545,
-        f_563, f_581, f_599, f_617, f_635, f_655,
-        f_672, f_689, f_706, f_723, f_740, f_757,
-        f_774, f_791, f_808, f_825, f_842, f_859,
-        f_876, f_893, f_910, f_929, f_945, f_961,
-        f_977, f_993, f_1009, f_1025, f_1041, f_1057,
-        f_1073, f_1089, f_1105, f_1121, f_1137, f_1153,
-        f_1171, f_1186, f_1201, f_1216, f_1231, f_1246,
-        f_1261, f_1276, f_1291, f_1306, f_1321, f_1336,
-        f_1351, f_1366, f_1383, f_1397, f_1411, f_1425,
-        f_1439, f_1453, f_1467, f_1481, f_1495, f_1509,
-        f_1523, f_1537, f_1551, f_1567, f_1580, f_1593,
-        f_1606, f_1619, f_1632, f_1645, f_1658, f_1671,
-        f_1684, f_1697, f_1710, f_1725, f_1737, f_1749,
-        f_1761, f_1773, f_1785, f_1797, f_1809, f_1821,
-        f_1833, f_1845, f_1859, f_1870, f_1881, f_1892,
-        f_1903, f_1914, f_1925, f_1936, f_1947, f_1958,
-        f_1971, f_1981, f_1991, f_2001, f_2011, f_2021,
-        f_2031, f_2041, f_2051, f_2063, f_2072, f_2081,
-        f_2090, f_2099, f_2108, f_2117, f_2126, f_2137,
-        f_2145, f_2153, f_2161, f_2169, f_2177, f_2185,
-        f_2195, f_2202, f_2209, f_2216, f_2223, f_2230,
-        f_2239, f_2245, f_2251, f_2257, f_2263, f_2271,
-        f_2276, f_2281, f_2286, f_2293, f_2297, f_2301,
-        f_2307, f_2310, f_2315, a0_1, a0_2, a0_3,
-        a0_4, a0_5, a0_6, a0_7, a0_8, a0_9,
-        a0_10, a0_11, a0_12, a0_13, a0_14, a0_15,
-        a0_16, a0_17, a0_18, f_5, f_6, f_7,
-        f_8, f_9, f_10, f_11, f_12, f_13,
-        f_14, f_15, f_16, f_17, f_18, f_19,
-        f_20, f_21, f_349, f_350, f_351, f_352,
-        f_353, f_354, f_355, f_356, f_357, f_358,
-        f_359, f_360, f_361, f_362, f_363, f_364,
-        f_657, f_658, f_659, f_660, f_661, f_662,
-        f_663, f_664, f_665, f_666, f_667, f_668,
-        f_669, f_670, f_671, f_931, f_932, f_933,
-        f_934, f_935, f_936, f_937, f_938, f_939,
-        f_940, f_941, f_942, f_943, f_944, f_1173,
-        f_1174, f_1175, f_1176, f_1177, f_1178, f_1179,
-        f_1180, f_1181, f_1182, f_1183, f_1184, f_1185,
-        f_1385, f_1386, f_1387, f_1388, f_1389, f_1390,
-        f_1391, f_1392, f_1393, f_1394, f_1395, f_1396,
-        f_1569, f_1570, f_1571, f_1572, f_1573, f_1574,
-        f_1575, f_1576, f_1577, f_1578, f_1579, f_1727,
-        f_1728, f_1729, f_1730, f_1731, f_1732, f_1733,
-        f_1734, f_1735, f_1736, f_1861, f_1862, f_1863,
-        f_1864, f_1865, f_1866, f_1867, f_1868, f_1869,
-        f_1973, f_1974, f_1975, f_1976, f_1977, f_1978,
-        f_1979, f_1980, f_2065, f_2066, f_2067, f_2068,
-        f_2069, f_2070, f_2071, f_2139, f_2140, f_2141,
-        f_2142, f_2143, f_2144, f_2197, f_2198, f_2199,
-        f_2200, f_2201, f_2241, f_2242, f_2243, f_2244,
-        f_2273, f_2274, f_2275, f_2295, f_2296, f_2309,
-        f_2, f_346, f_654, f_928, f_1170, f_1382,
-        f_1566, f_1724, f_1858, f_1970, f_2062, f_2136,
-        f_2194, f_2238, f_2270, f_2292, f_2306, f_2314,
-        f_2317)
+            f_3, f_22, f_41, f_60, f_79, f_98, f_117, f_136, f_155, f_174, f_193, f_212, f_231, f_250,
+            f_269, f_288, f_307, f_326, f_347, f_365, f_383, f_401, f_419, f_437, f_455, f_473, f_491,
+            f_509, f_527, f_545, f_563, f_581, f_599, f_617, f_635, f_655, f_672, f_689, f_706, f_723,
+            f_740, f_757, f_774, f_791, f_808, f_825, f_842, f_859, f_876, f_893, f_910, f_929, f_945,
+            f_961, f_977, f_993, f_1009, f_1025, f_1041, f_1057, f_1073, f_1089, f_1105, f_1121,
+            f_1137, f_1153, f_1171, f_1186, f_1201, f_1216, f_1231, f_1246, f_1261, f_1276, f_1291,
+            f_1306, f_1321, f_1336, f_1351, f_1366, f_1383, f_1397, f_1411, f_1425, f_1439, f_1453,
+            f_1467, f_1481, f_1495, f_1509, f_1523, f_1537, f_1551, f_1567, f_1580, f_1593, f_1606,
+            f_1619, f_1632, f_1645, f_1658, f_1671, f_1684, f_1697, f_1710, f_1725, f_1737, f_1749,
+            f_1761, f_1773, f_1785, f_1797, f_1809, f_1821, f_1833, f_1845, f_1859, f_1870, f_1881,
+            f_1892, f_1903, f_1914, f_1925, f_1936, f_1947, f_1958, f_1971, f_1981, f_1991, f_2001,
+            f_2011, f_2021, f_2031, f_2041, f_2051, f_2063, f_2072, f_2081, f_2090, f_2099, f_2108,
+            f_2117, f_2126, f_2137, f_2145, f_2153, f_2161, f_2169, f_2177, f_2185, f_2195, f_2202,
+            f_2209, f_2216, f_2223, f_2230, f_2239, f_2245, f_2251, f_2257, f_2263, f_2271, f_2276,
+            f_2281, f_2286, f_2293, f_2297, f_2301, f_2307, f_2310, f_2315, a0_1, a0_2, a0_3, a0_4,
+            a0_5, a0_6, a0_7, a0_8, a0_9, a0_10, a0_11, a0_12, a0_13, a0_14, a0_15, a0_16, a0_17,
+            a0_18, f_5, f_6, f_7, f_8, f_9, f_10, f_11, f_12, f_13, f_14, f_15, f_16, f_17, f_18, f_19,
+            f_20, f_21, f_349, f_350, f_351, f_352, f_353, f_354, f_355, f_356, f_357, f_358, f_359,
+            f_360, f_361, f_362, f_363, f_364, f_657, f_658, f_659, f_660, f_661, f_662, f_663, f_664,
+            f_665, f_666, f_667, f_668, f_669, f_670, f_671, f_931, f_932, f_933, f_934, f_935, f_936,
+            f_937, f_938, f_939, f_940, f_941, f_942, f_943, f_944, f_1173, f_1174, f_1175, f_1176,
+            f_1177, f_1178, f_1179, f_1180, f_1181, f_1182, f_1183, f_1184, f_1185, f_1385, f_1386,
+            f_1387, f_1388, f_1389, f_1390, f_1391, f_1392, f_1393, f_1394, f_1395, f_1396, f_1569,
+            f_1570, f_1571, f_1572, f_1573, f_1574, f_1575, f_1576, f_1577, f_1578, f_1579, f_1727,
+            f_1728, f_1729, f_1730, f_1731, f_1732, f_1733, f_1734, f_1735, f_1736, f_1861, f_1862,
+            f_1863, f_1864, f_1865, f_1866, f_1867, f_1868, f_1869, f_1973, f_1974, f_1975, f_1976,
+            f_1977, f_1978, f_1979, f_1980, f_2065, f_2066, f_2067, f_2068, f_2069, f_2070, f_2071,
+            f_2139, f_2140, f_2141, f_2142, f_2143, f_2144, f_2197, f_2198, f_2199, f_2200, f_2201,
+            f_2241, f_2242, f_2243, f_2244, f_2273, f_2274, f_2275, f_2295, f_2296, f_2309, f_2, f_346,
+            f_654, f_928, f_1170, f_1382, f_1566, f_1724, f_1858, f_1970, f_2062, f_2136, f_2194,
+            f_2238, f_2270, f_2292, f_2306, f_2314, f_2317)
 
     @triton.jit
     def _triton_lu1_forward1(
-        F, b0, b1, b2, b3, b4,
-        b5, b6, b7, b8, b9, b10,
-        b11, b12, b13, b14, b15, b16,
-        b17, b18, DTYPE: tl.constexpr):
+        F, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18,
+        DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -5134,17 +5110,13 @@ if triton is not None:
         s_170 = (s_168 - (F[169] * s_166))
         s_171 = (s_170 - (F[170] * s_169))
         return (
-        b0, s_1, s_19, s_36, s_52, s_67,
-        s_81, s_94, s_106, s_117, s_127, s_136,
-        s_144, s_151, s_157, s_162, s_166, s_169,
-        s_171)
+            b0, s_1, s_19, s_36, s_52, s_67, s_81, s_94, s_106, s_117, s_127, s_136, s_144, s_151,
+            s_157, s_162, s_166, s_169, s_171)
 
     @triton.jit
     def _triton_lu1_back1(
-        F, y0, y1, y2, y3, y4,
-        y5, y6, y7, y8, y9, y10,
-        y11, y12, y13, y14, y15, y16,
-        y17, y18, DTYPE: tl.constexpr):
+        F, y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18,
+        DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[360] * y18)
         s_2 = (F[359] * (y17 - (F[341] * s_1)))
@@ -5166,10 +5138,8 @@ if triton is not None:
         s_18 = (F[343] * (y1 - (F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (y0 - (F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward2(F, DTYPE: tl.constexpr):
@@ -5346,9 +5316,8 @@ if triton is not None:
         s_170 = (s_168 - (F[169] * s_166))
         s_171 = (s_170 - (F[170] * s_169))
         return (
-        s_1, s_19, s_36, s_52, s_67, s_81,
-        s_94, s_106, s_117, s_127, s_136, s_144,
-        s_151, s_157, s_162, s_166, s_169, s_171)
+            s_1, s_19, s_36, s_52, s_67, s_81, s_94, s_106, s_117, s_127, s_136, s_144, s_151, s_157,
+            s_162, s_166, s_169, s_171)
 
     @triton.jit
     def _triton_lu1_forward3(F, DTYPE: tl.constexpr):
@@ -5507,9 +5476,8 @@ if triton is not None:
         s_152 = (s_150 - (F[169] * s_148))
         s_153 = (s_152 - (F[170] * s_151))
         return (
-        s_1, s_18, s_34, s_49, s_63, s_76,
-        s_88, s_99, s_109, s_118, s_126, s_133,
-        s_139, s_144, s_148, s_151, s_153)
+            s_1, s_18, s_34, s_49, s_63, s_76, s_88, s_99, s_109, s_118, s_126, s_133, s_139, s_144,
+            s_148, s_151, s_153)
 
     @triton.jit
     def _triton_lu1_forward4(F, DTYPE: tl.constexpr):
@@ -5651,9 +5619,8 @@ if triton is not None:
         s_135 = (s_133 - (F[169] * s_131))
         s_136 = (s_135 - (F[170] * s_134))
         return (
-        s_1, s_17, s_32, s_46, s_59, s_71,
-        s_82, s_92, s_101, s_109, s_116, s_122,
-        s_127, s_131, s_134, s_136)
+            s_1, s_17, s_32, s_46, s_59, s_71, s_82, s_92, s_101, s_109, s_116, s_122, s_127, s_131,
+            s_134, s_136)
 
     @triton.jit
     def _triton_lu1_forward5(F, DTYPE: tl.constexpr):
@@ -5779,9 +5746,8 @@ if triton is not None:
         s_119 = (s_117 - (F[169] * s_115))
         s_120 = (s_119 - (F[170] * s_118))
         return (
-        s_1, s_16, s_30, s_43, s_55, s_66,
-        s_76, s_85, s_93, s_100, s_106, s_111,
-        s_115, s_118, s_120)
+            s_1, s_16, s_30, s_43, s_55, s_66, s_76, s_85, s_93, s_100, s_106, s_111, s_115, s_118,
+            s_120)
 
     @triton.jit
     def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
@@ -5891,10 +5857,7 @@ if triton is not None:
         s_103 = (s_101 - (F[168] * s_100))
         s_104 = (s_102 - (F[169] * s_100))
         s_105 = (s_104 - (F[170] * s_103))
-        return (
-        s_1, s_15, s_28, s_40, s_51, s_61,
-        s_70, s_78, s_85, s_91, s_96, s_100,
-        s_103, s_105)
+        return (s_1, s_15, s_28, s_40, s_51, s_61, s_70, s_78, s_85, s_91, s_96, s_100, s_103, s_105)
 
     @triton.jit
     def _triton_lu1_forward7(F, DTYPE: tl.constexpr):
@@ -5990,10 +5953,7 @@ if triton is not None:
         s_89 = (s_87 - (F[168] * s_86))
         s_90 = (s_88 - (F[169] * s_86))
         s_91 = (s_90 - (F[170] * s_89))
-        return (
-        s_1, s_14, s_26, s_37, s_47, s_56,
-        s_64, s_71, s_77, s_82, s_86, s_89,
-        s_91)
+        return (s_1, s_14, s_26, s_37, s_47, s_56, s_64, s_71, s_77, s_82, s_86, s_89, s_91)
 
     @triton.jit
     def _triton_lu1_forward8(F, DTYPE: tl.constexpr):
@@ -6076,9 +6036,7 @@ if triton is not None:
         s_76 = (s_74 - (F[168] * s_73))
         s_77 = (s_75 - (F[169] * s_73))
         s_78 = (s_77 - (F[170] * s_76))
-        return (
-        s_1, s_13, s_24, s_34, s_43, s_51,
-        s_58, s_64, s_69, s_73, s_76, s_78)
+        return (s_1, s_13, s_24, s_34, s_43, s_51, s_58, s_64, s_69, s_73, s_76, s_78)
 
     @triton.jit
     def _triton_lu1_forward9(F, DTYPE: tl.constexpr):
@@ -6149,9 +6107,7 @@ if triton is not None:
         s_64 = (s_62 - (F[168] * s_61))
         s_65 = (s_63 - (F[169] * s_61))
         s_66 = (s_65 - (F[170] * s_64))
-        return (
-        s_1, s_12, s_22, s_31, s_39, s_46,
-        s_52, s_57, s_61, s_64, s_66)
+        return (s_1, s_12, s_22, s_31, s_39, s_46, s_52, s_57, s_61, s_64, s_66)
 
     @triton.jit
     def _triton_lu1_forward10(F, DTYPE: tl.constexpr):
@@ -6211,9 +6167,7 @@ if triton is not None:
         s_53 = (s_51 - (F[168] * s_50))
         s_54 = (s_52 - (F[169] * s_50))
         s_55 = (s_54 - (F[170] * s_53))
-        return (
-        s_1, s_11, s_20, s_28, s_35, s_41,
-        s_46, s_50, s_53, s_55)
+        return (s_1, s_11, s_20, s_28, s_35, s_41, s_46, s_50, s_53, s_55)
 
     @triton.jit
     def _triton_lu1_forward11(F, DTYPE: tl.constexpr):
@@ -6263,9 +6217,7 @@ if triton is not None:
         s_43 = (s_41 - (F[168] * s_40))
         s_44 = (s_42 - (F[169] * s_40))
         s_45 = (s_44 - (F[170] * s_43))
-        return (
-        s_1, s_10, s_18, s_25, s_31, s_36,
-        s_40, s_43, s_45)
+        return (s_1, s_10, s_18, s_25, s_31, s_36, s_40, s_43, s_45)
 
     @triton.jit
     def _triton_lu1_forward12(F, DTYPE: tl.constexpr):
@@ -6306,9 +6258,7 @@ if triton is not None:
         s_34 = (s_32 - (F[168] * s_31))
         s_35 = (s_33 - (F[169] * s_31))
         s_36 = (s_35 - (F[170] * s_34))
-        return (
-        s_1, s_9, s_16, s_22, s_27, s_31,
-        s_34, s_36)
+        return (s_1, s_9, s_16, s_22, s_27, s_31, s_34, s_36)
 
     @triton.jit
     def _triton_lu1_forward13(F, DTYPE: tl.constexpr):
@@ -6341,9 +6291,7 @@ if triton is not None:
         s_26 = (s_24 - (F[168] * s_23))
         s_27 = (s_25 - (F[169] * s_23))
         s_28 = (s_27 - (F[170] * s_26))
-        return (
-        s_1, s_8, s_14, s_19, s_23, s_26,
-        s_28)
+        return (s_1, s_8, s_14, s_19, s_23, s_26, s_28)
 
     @triton.jit
     def _triton_lu1_forward14(F, DTYPE: tl.constexpr):
@@ -6438,10 +6386,8 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1_back2(
-        F, y1, y2, y3, y4, y5,
-        y6, y7, y8, y9, y10, y11,
-        y12, y13, y14, y15, y16, y17,
-        y18, DTYPE: tl.constexpr):
+        F, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18,
+        DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6464,16 +6410,12 @@ if triton is not None:
         s_18 = (F[343] * (y1 - (F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (K0 - (F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back3(
-        F, y2, y3, y4, y5, y6,
-        y7, y8, y9, y10, y11, y12,
-        y13, y14, y15, y16, y17, y18,
+        F, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18,
         DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
@@ -6497,16 +6439,13 @@ if triton is not None:
         s_18 = (F[343] * (K0 - (F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back4(
-        F, y3, y4, y5, y6, y7,
-        y8, y9, y10, y11, y12, y13,
-        y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
+        F, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18,
+        DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6529,16 +6468,12 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back5(
-        F, y4, y5, y6, y7, y8,
-        y9, y10, y11, y12, y13, y14,
-        y15, y16, y17, y18, DTYPE: tl.constexpr):
+        F, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6561,16 +6496,12 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back6(
-        F, y5, y6, y7, y8, y9,
-        y10, y11, y12, y13, y14, y15,
-        y16, y17, y18, DTYPE: tl.constexpr):
+        F, y5, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6593,16 +6524,12 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back7(
-        F, y6, y7, y8, y9, y10,
-        y11, y12, y13, y14, y15, y16,
-        y17, y18, DTYPE: tl.constexpr):
+        F, y6, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6625,16 +6552,12 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back8(
-        F, y7, y8, y9, y10, y11,
-        y12, y13, y14, y15, y16, y17,
-        y18, DTYPE: tl.constexpr):
+        F, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6657,16 +6580,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back9(
-        F, y8, y9, y10, y11, y12,
-        y13, y14, y15, y16, y17, y18,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back9(F, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6689,15 +6607,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back10(
-        F, y9, y10, y11, y12, y13,
-        y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back10(F, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6720,15 +6634,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back11(
-        F, y10, y11, y12, y13, y14,
-        y15, y16, y17, y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back11(F, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6751,15 +6661,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back12(
-        F, y11, y12, y13, y14, y15,
-        y16, y17, y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back12(F, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6782,15 +6688,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back13(
-        F, y12, y13, y14, y15, y16,
-        y17, y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back13(F, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6813,15 +6715,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back14(
-        F, y13, y14, y15, y16, y17,
-        y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back14(F, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6844,15 +6742,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back15(
-        F, y14, y15, y16, y17, y18,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back15(F, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[360] * y18)
@@ -6875,10 +6769,8 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back16(F, y15, y16, y17, y18, DTYPE: tl.constexpr):
@@ -6904,10 +6796,8 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back17(F, y16, y17, y18, DTYPE: tl.constexpr):
@@ -6933,10 +6823,8 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back18(F, y17, y18, DTYPE: tl.constexpr):
@@ -6962,10 +6850,8 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back19(F, y18, DTYPE: tl.constexpr):
@@ -6991,10 +6877,8 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back20(F, DTYPE: tl.constexpr):
@@ -7018,15 +6902,11 @@ if triton is not None:
         s_17 = (F[343] * (-(F[197] * s_8) - (F[198] * s_7) - (F[199] * s_6) - (F[200] * s_5) - (F[201] * s_4) - (F[202] * s_3) - (F[203] * s_2) - (F[204] * s_1) - (F[205] * F[360]) - (F[189] * s_16) - (F[190] * s_15) - (F[191] * s_14) - (F[192] * s_13) - (F[193] * s_12) - (F[194] * s_11) - (F[195] * s_10) - (F[196] * s_9)))
         s_18 = (F[342] * (-(F[171] * s_17) - (F[180] * s_8) - (F[181] * s_7) - (F[182] * s_6) - (F[183] * s_5) - (F[184] * s_4) - (F[185] * s_3) - (F[186] * s_2) - (F[187] * s_1) - (F[188] * F[360]) - (F[172] * s_16) - (F[173] * s_15) - (F[174] * s_14) - (F[175] * s_13) - (F[176] * s_12) - (F[177] * s_11) - (F[178] * s_10) - (F[179] * s_9)))
         return (
-        s_18, s_17, s_16, s_15, s_14, s_13,
-        s_12, s_11, s_10, s_9, s_8, s_7,
-        s_6, s_5, s_4, s_3, s_2, s_1,
-        F[360])
+            s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3,
+            s_2, s_1, F[360])
 
     @triton.jit
-    def _triton_lu1_forward21(
-        F, b7, b8, b9, b10, b11,
-        b12, DTYPE: tl.constexpr):
+    def _triton_lu1_forward21(F, b7, b8, b9, b10, b11, b12, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b8 - (b7 * F[105]))
         s_2 = (b9 - (b7 * F[106]))
@@ -7094,14 +6974,10 @@ if triton is not None:
         s_64 = (s_62 - (F[168] * s_61))
         s_65 = (s_63 - (F[169] * s_61))
         s_66 = (s_65 - (F[170] * s_64))
-        return (
-        b7, s_1, s_12, s_22, s_31, s_39,
-        s_46, s_52, s_57, s_61, s_64, s_66)
+        return (b7, s_1, s_12, s_22, s_31, s_39, s_46, s_52, s_57, s_61, s_64, s_66)
 
     @triton.jit
-    def _triton_lu1_forward22(
-        F, b13, b14, b15, b16, b17,
-        b18, DTYPE: tl.constexpr):
+    def _triton_lu1_forward22(F, b13, b14, b15, b16, b17, b18, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b14 - (b13 * F[156]))
         s_2 = (b15 - (b13 * F[157]))
@@ -7122,9 +6998,7 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1_back21(
-        F, y7, y8, y9, y10, y11,
-        y12, y13, y14, y15, y16, y17,
-        y18, DTYPE: tl.constexpr):
+        F, y7, y8, y9, y10, y11, y12, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[360] * y18)
         s_2 = (F[359] * (y17 - (F[341] * s_1)))
@@ -7146,15 +7020,11 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back22(
-        F, y13, y14, y15, y16, y17,
-        y18, DTYPE: tl.constexpr):
+    def _triton_lu1_back22(F, y13, y14, y15, y16, y17, y18, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[360] * y18)
         s_2 = (F[359] * (y17 - (F[341] * s_1)))
@@ -7176,13 +7046,21 @@ if triton is not None:
         s_18 = (F[343] * (-(F[197] * s_9) - (F[198] * s_8) - (F[199] * s_7) - (F[200] * s_6) - (F[201] * s_5) - (F[202] * s_4) - (F[203] * s_3) - (F[204] * s_2) - (F[205] * s_1) - (F[189] * s_17) - (F[190] * s_16) - (F[191] * s_15) - (F[192] * s_14) - (F[193] * s_13) - (F[194] * s_12) - (F[195] * s_11) - (F[196] * s_10)))
         s_19 = (F[342] * (-(F[171] * s_18) - (F[180] * s_9) - (F[181] * s_8) - (F[182] * s_7) - (F[183] * s_6) - (F[184] * s_5) - (F[185] * s_4) - (F[186] * s_3) - (F[187] * s_2) - (F[188] * s_1) - (F[172] * s_17) - (F[173] * s_16) - (F[174] * s_15) - (F[175] * s_14) - (F[176] * s_13) - (F[177] * s_12) - (F[178] * s_11) - (F[179] * s_10)))
         return (
-        s_19, s_18, s_17, s_16, s_15, s_14,
-        s_13, s_12, s_11, s_10, s_9, s_8,
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+            s_19, s_18, s_17, s_16, s_15, s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4,
+            s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1,
+        forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t,
+        old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+        old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5,
+        old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2,
+        old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5,
+        old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2,
+        old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
+        old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr,
+        BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -7637,7 +7515,17 @@ if triton is not None:
             nt1_r_18 = (state_internal_X2_5 - old_state_internal_X2_5 - (ncse_43 * ncse_66))
             chaboche2_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, chaboche2_return_map_residual_norm, nt1_rnorm0)
-            chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + tl.abs(old_state_internal_X1_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + tl.abs(old_state_internal_X1_4)))) & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + tl.abs(old_state_internal_X1_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + tl.abs(old_state_internal_X2_0)))) & (tl.abs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + tl.abs(old_state_internal_X2_1)))) & (tl.abs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + tl.abs(old_state_internal_X2_2)))) & (tl.abs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + tl.abs(old_state_internal_X2_3)))) & (tl.abs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + tl.abs(old_state_internal_X2_4)))) & (tl.abs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + tl.abs(old_state_internal_X2_5)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + tl.abs(old_state_internal_X1_0)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + tl.abs(old_state_internal_X1_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + tl.abs(old_state_internal_X1_2))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + tl.abs(old_state_internal_Ep_3)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + tl.abs(old_state_internal_X1_0)))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + tl.abs(old_state_internal_X1_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + tl.abs(old_state_internal_X1_2)))))
+            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + tl.abs(old_state_internal_X1_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + tl.abs(old_state_internal_X1_4)))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + tl.abs(old_state_internal_X1_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + tl.abs(old_state_internal_X2_0)))))
+            nt1_scaled7 = (nt1_scaled6 & (tl.abs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + tl.abs(old_state_internal_X2_1)))) & (tl.abs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + tl.abs(old_state_internal_X2_2)))))
+            nt1_scaled8 = (nt1_scaled7 & (tl.abs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + tl.abs(old_state_internal_X2_3)))) & (tl.abs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + tl.abs(old_state_internal_X2_4)))))
+            nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + tl.abs(old_state_internal_X2_5)))))
+            chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
             update1 = (~chaboche2_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K2 + (ncse_78 * (-ncse_76 - (ncse_71 * ncse_72))))
             nt1_2 = (-ncse_98 * ncse_99)
@@ -7767,67 +7655,43 @@ if triton is not None:
             nt1_126 = (ncse_95 * (-ncse_327 + (ncse_168 * ncse_257)))
             nt1_127 = (K2 + (ncse_77 * ((ncse_41 * (ncse_274 + (ncse_168 * ncse_59))) - (ncse_327 * ncse_34))))
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_84, ncse_88, ncse_92, ncse_93, ncse_94,
-                nt1_2, ncse_100, ncse_101, ncse_102, ncse_105, ncse_106,
-                ncse_107, ncse_100, ncse_101, ncse_102, ncse_105, ncse_106,
-                ncse_107, ncse_84, nt1_3, ncse_116, ncse_118, ncse_119,
-                ncse_120, nt1_4, ncse_101, ncse_122, ncse_123, ncse_125,
-                ncse_126, ncse_127, ncse_101, ncse_122, ncse_123, ncse_125,
-                ncse_126, ncse_127, ncse_88, ncse_116, nt1_5, ncse_133,
-                ncse_134, ncse_135, nt1_6, ncse_102, ncse_123, ncse_137,
-                ncse_139, ncse_140, ncse_141, ncse_102, ncse_123, ncse_137,
-                ncse_139, ncse_140, ncse_141, ncse_92, ncse_118, ncse_133,
-                nt1_7, ncse_150, ncse_151, nt1_8, ncse_105, ncse_125,
-                ncse_139, ncse_156, ncse_158, ncse_159, ncse_105, ncse_125,
-                ncse_139, ncse_156, ncse_158, ncse_159, ncse_93, ncse_119,
-                ncse_134, ncse_150, nt1_9, ncse_164, nt1_10, ncse_106,
-                ncse_126, ncse_140, ncse_158, ncse_166, ncse_167, ncse_106,
-                ncse_126, ncse_140, ncse_158, ncse_166, ncse_167, ncse_94,
-                ncse_120, ncse_135, ncse_151, ncse_164, nt1_11, nt1_12,
-                ncse_107, ncse_127, ncse_141, ncse_159, ncse_167, ncse_172,
-                ncse_107, ncse_127, ncse_141, ncse_159, ncse_167, ncse_172,
-                nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18,
-                nt1_19, ncse_177, ncse_178, ncse_179, ncse_180, ncse_181,
-                ncse_182, ncse_177, ncse_178, ncse_179, ncse_180, ncse_181,
-                ncse_182, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24,
-                nt1_25, nt1_26, nt1_27, ncse_201, ncse_203, ncse_195,
-                ncse_196, ncse_197, nt1_28, ncse_201, ncse_203, ncse_195,
-                ncse_196, ncse_197, nt1_29, nt1_30, nt1_31, nt1_32,
-                nt1_33, nt1_34, nt1_35, ncse_213, nt1_36, ncse_215,
-                ncse_210, ncse_211, ncse_212, ncse_213, nt1_37, ncse_215,
-                ncse_210, ncse_211, ncse_212, nt1_38, nt1_39, nt1_40,
-                nt1_41, nt1_42, nt1_43, nt1_44, ncse_224, ncse_225,
-                nt1_45, ncse_221, ncse_222, ncse_223, ncse_224, ncse_225,
-                nt1_46, ncse_221, ncse_222, ncse_223, nt1_47, nt1_48,
-                nt1_49, nt1_50, nt1_51, nt1_52, nt1_53, ncse_228,
-                ncse_229, ncse_230, nt1_54, ncse_235, ncse_236, ncse_228,
-                ncse_229, ncse_230, nt1_55, ncse_235, ncse_236, nt1_56,
-                nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62,
-                ncse_239, ncse_240, ncse_241, ncse_244, nt1_63, ncse_246,
-                ncse_239, ncse_240, ncse_241, ncse_244, nt1_64, ncse_246,
-                nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70,
-                nt1_71, ncse_249, ncse_250, ncse_251, ncse_254, ncse_255,
-                nt1_72, ncse_249, ncse_250, ncse_251, ncse_254, ncse_255,
-                nt1_73, nt1_74, nt1_75, nt1_76, nt1_77, nt1_78,
-                nt1_79, nt1_80, nt1_81, ncse_271, ncse_273, ncse_267,
-                ncse_268, ncse_269, nt1_82, ncse_271, ncse_273, ncse_267,
-                ncse_268, ncse_269, nt1_83, nt1_84, nt1_85, nt1_86,
-                nt1_87, nt1_88, nt1_89, ncse_284, nt1_90, ncse_286,
-                ncse_281, ncse_282, ncse_283, ncse_284, nt1_91, ncse_286,
-                ncse_281, ncse_282, ncse_283, nt1_92, nt1_93, nt1_94,
-                nt1_95, nt1_96, nt1_97, nt1_98, ncse_295, ncse_296,
-                nt1_99, ncse_292, ncse_293, ncse_294, ncse_295, ncse_296,
-                nt1_100, ncse_292, ncse_293, ncse_294, nt1_101, nt1_102,
-                nt1_103, nt1_104, nt1_105, nt1_106, nt1_107, ncse_299,
-                ncse_300, ncse_301, nt1_108, ncse_306, ncse_307, ncse_299,
-                ncse_300, ncse_301, nt1_109, ncse_306, ncse_307, nt1_110,
-                nt1_111, nt1_112, nt1_113, nt1_114, nt1_115, nt1_116,
-                ncse_310, ncse_311, ncse_312, ncse_315, nt1_117, ncse_317,
-                ncse_310, ncse_311, ncse_312, ncse_315, nt1_118, ncse_317,
-                nt1_119, nt1_120, nt1_121, nt1_122, nt1_123, nt1_124,
-                nt1_125, ncse_320, ncse_321, ncse_322, ncse_325, ncse_326,
-                nt1_126, ncse_320, ncse_321, ncse_322, ncse_325, ncse_326,
-                nt1_127, DTYPE)
+                nt1_1, ncse_84, ncse_88, ncse_92, ncse_93, ncse_94, nt1_2, ncse_100, ncse_101, ncse_102,
+                ncse_105, ncse_106, ncse_107, ncse_100, ncse_101, ncse_102, ncse_105, ncse_106, ncse_107,
+                ncse_84, nt1_3, ncse_116, ncse_118, ncse_119, ncse_120, nt1_4, ncse_101, ncse_122, ncse_123,
+                ncse_125, ncse_126, ncse_127, ncse_101, ncse_122, ncse_123, ncse_125, ncse_126, ncse_127,
+                ncse_88, ncse_116, nt1_5, ncse_133, ncse_134, ncse_135, nt1_6, ncse_102, ncse_123, ncse_137,
+                ncse_139, ncse_140, ncse_141, ncse_102, ncse_123, ncse_137, ncse_139, ncse_140, ncse_141,
+                ncse_92, ncse_118, ncse_133, nt1_7, ncse_150, ncse_151, nt1_8, ncse_105, ncse_125, ncse_139,
+                ncse_156, ncse_158, ncse_159, ncse_105, ncse_125, ncse_139, ncse_156, ncse_158, ncse_159,
+                ncse_93, ncse_119, ncse_134, ncse_150, nt1_9, ncse_164, nt1_10, ncse_106, ncse_126, ncse_140,
+                ncse_158, ncse_166, ncse_167, ncse_106, ncse_126, ncse_140, ncse_158, ncse_166, ncse_167,
+                ncse_94, ncse_120, ncse_135, ncse_151, ncse_164, nt1_11, nt1_12, ncse_107, ncse_127, ncse_141,
+                ncse_159, ncse_167, ncse_172, ncse_107, ncse_127, ncse_141, ncse_159, ncse_167, ncse_172,
+                nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, ncse_177, ncse_178, ncse_179, ncse_180,
+                ncse_181, ncse_182, ncse_177, ncse_178, ncse_179, ncse_180, ncse_181, ncse_182, nt1_20, nt1_21,
+                nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, ncse_201, ncse_203, ncse_195, ncse_196,
+                ncse_197, nt1_28, ncse_201, ncse_203, ncse_195, ncse_196, ncse_197, nt1_29, nt1_30, nt1_31,
+                nt1_32, nt1_33, nt1_34, nt1_35, ncse_213, nt1_36, ncse_215, ncse_210, ncse_211, ncse_212,
+                ncse_213, nt1_37, ncse_215, ncse_210, ncse_211, ncse_212, nt1_38, nt1_39, nt1_40, nt1_41,
+                nt1_42, nt1_43, nt1_44, ncse_224, ncse_225, nt1_45, ncse_221, ncse_222, ncse_223, ncse_224,
+                ncse_225, nt1_46, ncse_221, ncse_222, ncse_223, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, nt1_52,
+                nt1_53, ncse_228, ncse_229, ncse_230, nt1_54, ncse_235, ncse_236, ncse_228, ncse_229, ncse_230,
+                nt1_55, ncse_235, ncse_236, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62, ncse_239,
+                ncse_240, ncse_241, ncse_244, nt1_63, ncse_246, ncse_239, ncse_240, ncse_241, ncse_244, nt1_64,
+                ncse_246, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, ncse_249, ncse_250, ncse_251,
+                ncse_254, ncse_255, nt1_72, ncse_249, ncse_250, ncse_251, ncse_254, ncse_255, nt1_73, nt1_74,
+                nt1_75, nt1_76, nt1_77, nt1_78, nt1_79, nt1_80, nt1_81, ncse_271, ncse_273, ncse_267, ncse_268,
+                ncse_269, nt1_82, ncse_271, ncse_273, ncse_267, ncse_268, ncse_269, nt1_83, nt1_84, nt1_85,
+                nt1_86, nt1_87, nt1_88, nt1_89, ncse_284, nt1_90, ncse_286, ncse_281, ncse_282, ncse_283,
+                ncse_284, nt1_91, ncse_286, ncse_281, ncse_282, ncse_283, nt1_92, nt1_93, nt1_94, nt1_95,
+                nt1_96, nt1_97, nt1_98, ncse_295, ncse_296, nt1_99, ncse_292, ncse_293, ncse_294, ncse_295,
+                ncse_296, nt1_100, ncse_292, ncse_293, ncse_294, nt1_101, nt1_102, nt1_103, nt1_104, nt1_105,
+                nt1_106, nt1_107, ncse_299, ncse_300, ncse_301, nt1_108, ncse_306, ncse_307, ncse_299,
+                ncse_300, ncse_301, nt1_109, ncse_306, ncse_307, nt1_110, nt1_111, nt1_112, nt1_113, nt1_114,
+                nt1_115, nt1_116, ncse_310, ncse_311, ncse_312, ncse_315, nt1_117, ncse_317, ncse_310,
+                ncse_311, ncse_312, ncse_315, nt1_118, ncse_317, nt1_119, nt1_120, nt1_121, nt1_122, nt1_123,
+                nt1_124, nt1_125, ncse_320, ncse_321, ncse_322, ncse_325, ncse_326, nt1_126, ncse_320,
+                ncse_321, ncse_322, ncse_325, ncse_326, nt1_127, DTYPE)
             nt1_128 = (-nt1_r_0)
             nt1_129 = (-nt1_r_1)
             nt1_130 = (-nt1_r_2)
@@ -7848,23 +7712,20 @@ if triton is not None:
             nt1_145 = (-nt1_r_17)
             nt1_146 = (-nt1_r_18)
             (
-                nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152,
-                nt1_153, nt1_154, nt1_155, nt1_156, nt1_157, nt1_158,
-                nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164,
-                nt1_165) = _triton_lu1_forward1(
-                nt1_lu, nt1_128, nt1_129, nt1_130, nt1_131, nt1_132,
-                nt1_133, nt1_134, nt1_135, nt1_136, nt1_137, nt1_138,
-                nt1_139, nt1_140, nt1_141, nt1_142, nt1_143, nt1_144,
-                nt1_145, nt1_146, DTYPE)
+                nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155, nt1_156,
+                nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
+            ) = _triton_lu1_forward1(
+                nt1_lu, nt1_128, nt1_129, nt1_130, nt1_131, nt1_132, nt1_133, nt1_134, nt1_135, nt1_136,
+                nt1_137, nt1_138, nt1_139, nt1_140, nt1_141, nt1_142, nt1_143, nt1_144, nt1_145, nt1_146,
+                DTYPE)
             (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
-                nt1_du_6, nt1_du_7, nt1_du_8, nt1_du_9, nt1_du_10, nt1_du_11,
-                nt1_du_12, nt1_du_13, nt1_du_14, nt1_du_15, nt1_du_16, nt1_du_17,
-                nt1_du_18) = _triton_lu1_back1(
-                nt1_lu, nt1_147, nt1_148, nt1_149, nt1_150, nt1_151,
-                nt1_152, nt1_153, nt1_154, nt1_155, nt1_156, nt1_157,
-                nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163,
-                nt1_164, nt1_165, DTYPE)
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
+                nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13, nt1_du_14, nt1_du_15, nt1_du_16,
+                nt1_du_17, nt1_du_18,
+            ) = _triton_lu1_back1(
+                nt1_lu, nt1_147, nt1_148, nt1_149, nt1_150, nt1_151, nt1_152, nt1_153, nt1_154, nt1_155,
+                nt1_156, nt1_157, nt1_158, nt1_159, nt1_160, nt1_161, nt1_162, nt1_163, nt1_164, nt1_165,
+                DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -7887,7 +7748,13 @@ if triton is not None:
             chaboche2_return_map_iterations = chaboche2_return_map_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0, state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4, state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2, state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged, chaboche2_return_map_iterations, chaboche2_return_map_residual_norm
+        return (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,
+            state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4,
+            state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2,
+            state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged,
+            chaboche2_return_map_iterations, chaboche2_return_map_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, IN6, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, in6_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -8079,7 +7946,23 @@ if triton is not None:
             p_C2 = _t134
             p_g2 = _t130
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5] (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0, state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4, state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2, state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged, chaboche2_return_map_iterations, chaboche2_return_map_residual_norm = _triton_newton_1(p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2, old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2, old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X1_0,
+            state_internal_X1_1, state_internal_X1_2, state_internal_X1_3, state_internal_X1_4,
+            state_internal_X1_5, state_internal_X2_0, state_internal_X2_1, state_internal_X2_2,
+            state_internal_X2_3, state_internal_X2_4, state_internal_X2_5, chaboche2_return_map_converged,
+            chaboche2_return_map_iterations, chaboche2_return_map_residual_norm,
+        ) = _triton_newton_1(
+            p_C1, p_C2, p_E, p_R, p_d, p_eta, p_g1, p_g2, p_n, p_nu, p_sigma_y, forces_E_0, forces_E_1,
+            forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t,
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5,
+            old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2,
+            old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5,
+            old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2,
+            old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
+            old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
         _p141 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -8707,66 +8590,40 @@ if triton is not None:
             lu1_120 = (cse_99 * (-cse_424 + (cse_180 * cse_320)))
             lu1_121 = (K2 + (cse_74 * ((cse_65 * (cse_344 + (cse_180 * cse_321))) - (cse_424 * cse_66))))
             lu1_lu = _triton_lu1(
-                lu1_1, cse_84, cse_90, cse_95, cse_97, cse_98,
-                lu1_2, cse_105, cse_106, cse_107, cse_109, cse_111,
-                cse_112, cse_105, cse_106, cse_107, cse_109, cse_111,
-                cse_112, cse_84, lu1_3, cse_123, cse_125, cse_126,
-                cse_127, lu1_4, cse_106, cse_130, cse_131, cse_133,
-                cse_134, cse_135, cse_106, cse_130, cse_131, cse_133,
-                cse_134, cse_135, cse_90, cse_123, lu1_5, cse_142,
-                cse_143, cse_144, lu1_6, cse_107, cse_131, cse_146,
-                cse_148, cse_149, cse_150, cse_107, cse_131, cse_146,
-                cse_148, cse_149, cse_150, cse_95, cse_125, cse_142,
-                lu1_7, cse_160, cse_162, lu1_8, cse_109, cse_133,
-                cse_148, cse_166, cse_168, cse_169, cse_109, cse_133,
-                cse_148, cse_166, cse_168, cse_169, cse_97, cse_126,
-                cse_143, cse_160, lu1_9, cse_175, lu1_10, cse_111,
-                cse_134, cse_149, cse_168, cse_177, cse_179, cse_111,
-                cse_134, cse_149, cse_168, cse_177, cse_179, cse_98,
-                cse_127, cse_144, cse_162, cse_175, lu1_11, lu1_12,
-                cse_112, cse_135, cse_150, cse_169, cse_179, cse_185,
-                cse_112, cse_135, cse_150, cse_169, cse_179, cse_185,
-                cse_188, cse_189, cse_190, cse_192, cse_193, cse_194,
-                lu1_13, cse_198, cse_199, cse_200, cse_201, cse_202,
-                cse_203, cse_198, cse_199, cse_200, cse_201, cse_202,
-                cse_203, lu1_14, lu1_15, lu1_16, lu1_17, lu1_18,
-                lu1_19, lu1_20, lu1_21, cse_229, cse_231, cse_222,
-                cse_223, cse_224, lu1_22, cse_229, cse_231, cse_222,
-                cse_223, cse_224, lu1_23, lu1_24, lu1_25, lu1_26,
-                lu1_27, lu1_28, lu1_29, cse_248, lu1_30, cse_250,
-                cse_244, cse_245, cse_246, cse_248, lu1_31, cse_250,
-                cse_244, cse_245, cse_246, lu1_32, lu1_33, lu1_34,
-                lu1_35, lu1_36, lu1_37, lu1_38, cse_265, cse_266,
-                lu1_39, cse_261, cse_262, cse_263, cse_265, cse_266,
-                lu1_40, cse_261, cse_262, cse_263, lu1_41, lu1_42,
-                lu1_43, lu1_44, lu1_45, lu1_46, lu1_47, cse_275,
-                cse_276, cse_277, lu1_48, cse_284, cse_285, cse_275,
-                cse_276, cse_277, lu1_49, cse_284, cse_285, lu1_50,
-                lu1_51, lu1_52, lu1_53, lu1_54, lu1_55, lu1_56,
-                cse_292, cse_293, cse_294, cse_298, lu1_57, cse_301,
-                cse_292, cse_293, cse_294, cse_298, lu1_58, cse_301,
-                lu1_59, lu1_60, lu1_61, lu1_62, lu1_63, lu1_64,
-                lu1_65, cse_308, cse_309, cse_310, cse_314, cse_315,
-                lu1_66, cse_308, cse_309, cse_310, cse_314, cse_315,
-                lu1_67, lu1_68, lu1_69, lu1_70, lu1_71, lu1_72,
-                lu1_73, lu1_74, lu1_75, cse_341, cse_343, cse_336,
-                cse_337, cse_338, lu1_76, cse_341, cse_343, cse_336,
-                cse_337, cse_338, lu1_77, lu1_78, lu1_79, lu1_80,
-                lu1_81, lu1_82, lu1_83, cse_361, lu1_84, cse_363,
-                cse_357, cse_358, cse_359, cse_361, lu1_85, cse_363,
-                cse_357, cse_358, cse_359, lu1_86, lu1_87, lu1_88,
-                lu1_89, lu1_90, lu1_91, lu1_92, cse_378, cse_379,
-                lu1_93, cse_374, cse_375, cse_376, cse_378, cse_379,
-                lu1_94, cse_374, cse_375, cse_376, lu1_95, lu1_96,
-                lu1_97, lu1_98, lu1_99, lu1_100, lu1_101, cse_385,
-                cse_386, cse_387, lu1_102, cse_394, cse_395, cse_385,
-                cse_386, cse_387, lu1_103, cse_394, cse_395, lu1_104,
-                lu1_105, lu1_106, lu1_107, lu1_108, lu1_109, lu1_110,
-                cse_401, cse_402, cse_403, cse_407, lu1_111, cse_410,
-                cse_401, cse_402, cse_403, cse_407, lu1_112, cse_410,
-                lu1_113, lu1_114, lu1_115, lu1_116, lu1_117, lu1_118,
-                lu1_119, cse_416, cse_417, cse_418, cse_422, cse_423,
-                lu1_120, cse_416, cse_417, cse_418, cse_422, cse_423,
+                lu1_1, cse_84, cse_90, cse_95, cse_97, cse_98, lu1_2, cse_105, cse_106, cse_107, cse_109,
+                cse_111, cse_112, cse_105, cse_106, cse_107, cse_109, cse_111, cse_112, cse_84, lu1_3, cse_123,
+                cse_125, cse_126, cse_127, lu1_4, cse_106, cse_130, cse_131, cse_133, cse_134, cse_135,
+                cse_106, cse_130, cse_131, cse_133, cse_134, cse_135, cse_90, cse_123, lu1_5, cse_142, cse_143,
+                cse_144, lu1_6, cse_107, cse_131, cse_146, cse_148, cse_149, cse_150, cse_107, cse_131,
+                cse_146, cse_148, cse_149, cse_150, cse_95, cse_125, cse_142, lu1_7, cse_160, cse_162, lu1_8,
+                cse_109, cse_133, cse_148, cse_166, cse_168, cse_169, cse_109, cse_133, cse_148, cse_166,
+                cse_168, cse_169, cse_97, cse_126, cse_143, cse_160, lu1_9, cse_175, lu1_10, cse_111, cse_134,
+                cse_149, cse_168, cse_177, cse_179, cse_111, cse_134, cse_149, cse_168, cse_177, cse_179,
+                cse_98, cse_127, cse_144, cse_162, cse_175, lu1_11, lu1_12, cse_112, cse_135, cse_150, cse_169,
+                cse_179, cse_185, cse_112, cse_135, cse_150, cse_169, cse_179, cse_185, cse_188, cse_189,
+                cse_190, cse_192, cse_193, cse_194, lu1_13, cse_198, cse_199, cse_200, cse_201, cse_202,
+                cse_203, cse_198, cse_199, cse_200, cse_201, cse_202, cse_203, lu1_14, lu1_15, lu1_16, lu1_17,
+                lu1_18, lu1_19, lu1_20, lu1_21, cse_229, cse_231, cse_222, cse_223, cse_224, lu1_22, cse_229,
+                cse_231, cse_222, cse_223, cse_224, lu1_23, lu1_24, lu1_25, lu1_26, lu1_27, lu1_28, lu1_29,
+                cse_248, lu1_30, cse_250, cse_244, cse_245, cse_246, cse_248, lu1_31, cse_250, cse_244,
+                cse_245, cse_246, lu1_32, lu1_33, lu1_34, lu1_35, lu1_36, lu1_37, lu1_38, cse_265, cse_266,
+                lu1_39, cse_261, cse_262, cse_263, cse_265, cse_266, lu1_40, cse_261, cse_262, cse_263, lu1_41,
+                lu1_42, lu1_43, lu1_44, lu1_45, lu1_46, lu1_47, cse_275, cse_276, cse_277, lu1_48, cse_284,
+                cse_285, cse_275, cse_276, cse_277, lu1_49, cse_284, cse_285, lu1_50, lu1_51, lu1_52, lu1_53,
+                lu1_54, lu1_55, lu1_56, cse_292, cse_293, cse_294, cse_298, lu1_57, cse_301, cse_292, cse_293,
+                cse_294, cse_298, lu1_58, cse_301, lu1_59, lu1_60, lu1_61, lu1_62, lu1_63, lu1_64, lu1_65,
+                cse_308, cse_309, cse_310, cse_314, cse_315, lu1_66, cse_308, cse_309, cse_310, cse_314,
+                cse_315, lu1_67, lu1_68, lu1_69, lu1_70, lu1_71, lu1_72, lu1_73, lu1_74, lu1_75, cse_341,
+                cse_343, cse_336, cse_337, cse_338, lu1_76, cse_341, cse_343, cse_336, cse_337, cse_338,
+                lu1_77, lu1_78, lu1_79, lu1_80, lu1_81, lu1_82, lu1_83, cse_361, lu1_84, cse_363, cse_357,
+                cse_358, cse_359, cse_361, lu1_85, cse_363, cse_357, cse_358, cse_359, lu1_86, lu1_87, lu1_88,
+                lu1_89, lu1_90, lu1_91, lu1_92, cse_378, cse_379, lu1_93, cse_374, cse_375, cse_376, cse_378,
+                cse_379, lu1_94, cse_374, cse_375, cse_376, lu1_95, lu1_96, lu1_97, lu1_98, lu1_99, lu1_100,
+                lu1_101, cse_385, cse_386, cse_387, lu1_102, cse_394, cse_395, cse_385, cse_386, cse_387,
+                lu1_103, cse_394, cse_395, lu1_104, lu1_105, lu1_106, lu1_107, lu1_108, lu1_109, lu1_110,
+                cse_401, cse_402, cse_403, cse_407, lu1_111, cse_410, cse_401, cse_402, cse_403, cse_407,
+                lu1_112, cse_410, lu1_113, lu1_114, lu1_115, lu1_116, lu1_117, lu1_118, lu1_119, cse_416,
+                cse_417, cse_418, cse_422, cse_423, lu1_120, cse_416, cse_417, cse_418, cse_422, cse_423,
                 lu1_121, DTYPE)
             # linear solve 1: 19x19, 6 right-hand side(s) through elimination lu1
             ls1_122 = (-cse_73 * cse_75)
@@ -8783,14 +8640,12 @@ if triton is not None:
             ls1_133 = (-cse_35 * cse_552)
             ls1_134 = (-cse_35 * cse_555)
             (
-                ls1_135, ls1_136, ls1_137, ls1_138, ls1_139, ls1_140,
-                ls1_141, ls1_142, ls1_143, ls1_144, ls1_145, ls1_146,
-                ls1_147, ls1_148, ls1_149, ls1_150, ls1_151, ls1_152,
-                ls1_153) = _triton_lu1_forward1(
-                lu1_lu, ls1_122, cse_427, cse_428, cse_431, cse_433,
-                cse_435, cse_188, ls1_123, ls1_124, ls1_125, ls1_126,
-                ls1_127, ls1_128, ls1_129, ls1_130, ls1_131, ls1_132,
-                ls1_133, ls1_134, DTYPE)
+                ls1_135, ls1_136, ls1_137, ls1_138, ls1_139, ls1_140, ls1_141, ls1_142, ls1_143, ls1_144,
+                ls1_145, ls1_146, ls1_147, ls1_148, ls1_149, ls1_150, ls1_151, ls1_152, ls1_153,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls1_122, cse_427, cse_428, cse_431, cse_433, cse_435, cse_188, ls1_123, ls1_124,
+                ls1_125, ls1_126, ls1_127, ls1_128, ls1_129, ls1_130, ls1_131, ls1_132, ls1_133, ls1_134,
+                DTYPE)
             ls1_154 = (-cse_117 * cse_75)
             ls1_155 = (-cse_186 * cse_213)
             ls1_156 = (-cse_186 * cse_237)
@@ -8805,14 +8660,12 @@ if triton is not None:
             ls1_165 = (-cse_552 * cse_77)
             ls1_166 = (-cse_555 * cse_77)
             (
-                ls1_167, ls1_168, ls1_169, ls1_170, ls1_171, ls1_172,
-                ls1_173, ls1_174, ls1_175, ls1_176, ls1_177, ls1_178,
-                ls1_179, ls1_180, ls1_181, ls1_182, ls1_183, ls1_184,
-                ls1_185) = _triton_lu1_forward1(
-                lu1_lu, cse_427, ls1_154, cse_465, cse_467, cse_468,
-                cse_469, cse_189, ls1_155, ls1_156, ls1_157, ls1_158,
-                ls1_159, ls1_160, ls1_161, ls1_162, ls1_163, ls1_164,
-                ls1_165, ls1_166, DTYPE)
+                ls1_167, ls1_168, ls1_169, ls1_170, ls1_171, ls1_172, ls1_173, ls1_174, ls1_175, ls1_176,
+                ls1_177, ls1_178, ls1_179, ls1_180, ls1_181, ls1_182, ls1_183, ls1_184, ls1_185,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_427, ls1_154, cse_465, cse_467, cse_468, cse_469, cse_189, ls1_155, ls1_156,
+                ls1_157, ls1_158, ls1_159, ls1_160, ls1_161, ls1_162, ls1_163, ls1_164, ls1_165, ls1_166,
+                DTYPE)
             ls1_186 = (-cse_140 * cse_75)
             ls1_187 = (-cse_186 * cse_216)
             ls1_188 = (-cse_186 * cse_240)
@@ -8827,14 +8680,12 @@ if triton is not None:
             ls1_197 = (-cse_552 * cse_85)
             ls1_198 = (-cse_555 * cse_85)
             (
-                ls1_199, ls1_200, ls1_201, ls1_202, ls1_203, ls1_204,
-                ls1_205, ls1_206, ls1_207, ls1_208, ls1_209, ls1_210,
-                ls1_211, ls1_212, ls1_213, ls1_214, ls1_215, ls1_216,
-                ls1_217) = _triton_lu1_forward1(
-                lu1_lu, cse_428, cse_465, ls1_186, cse_476, cse_477,
-                cse_478, cse_190, ls1_187, ls1_188, ls1_189, ls1_190,
-                ls1_191, ls1_192, ls1_193, ls1_194, ls1_195, ls1_196,
-                ls1_197, ls1_198, DTYPE)
+                ls1_199, ls1_200, ls1_201, ls1_202, ls1_203, ls1_204, ls1_205, ls1_206, ls1_207, ls1_208,
+                ls1_209, ls1_210, ls1_211, ls1_212, ls1_213, ls1_214, ls1_215, ls1_216, ls1_217,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_428, cse_465, ls1_186, cse_476, cse_477, cse_478, cse_190, ls1_187, ls1_188,
+                ls1_189, ls1_190, ls1_191, ls1_192, ls1_193, ls1_194, ls1_195, ls1_196, ls1_197, ls1_198,
+                DTYPE)
             ls1_218 = (-cse_156 * cse_75)
             ls1_219 = (-cse_37 * cse_520)
             ls1_220 = (-cse_37 * cse_524)
@@ -8849,14 +8700,12 @@ if triton is not None:
             ls1_229 = (-cse_37 * cse_553)
             ls1_230 = (-cse_37 * cse_556)
             (
-                ls1_231, ls1_232, ls1_233, ls1_234, ls1_235, ls1_236,
-                ls1_237, ls1_238, ls1_239, ls1_240, ls1_241, ls1_242,
-                ls1_243, ls1_244, ls1_245, ls1_246, ls1_247, ls1_248,
-                ls1_249) = _triton_lu1_forward1(
-                lu1_lu, cse_431, cse_467, cse_476, ls1_218, cse_485,
-                cse_486, cse_192, ls1_219, ls1_220, ls1_221, ls1_222,
-                ls1_223, ls1_224, ls1_225, ls1_226, ls1_227, ls1_228,
-                ls1_229, ls1_230, DTYPE)
+                ls1_231, ls1_232, ls1_233, ls1_234, ls1_235, ls1_236, ls1_237, ls1_238, ls1_239, ls1_240,
+                ls1_241, ls1_242, ls1_243, ls1_244, ls1_245, ls1_246, ls1_247, ls1_248, ls1_249,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_431, cse_467, cse_476, ls1_218, cse_485, cse_486, cse_192, ls1_219, ls1_220,
+                ls1_221, ls1_222, ls1_223, ls1_224, ls1_225, ls1_226, ls1_227, ls1_228, ls1_229, ls1_230,
+                DTYPE)
             ls1_250 = (-cse_173 * cse_75)
             ls1_251 = (-cse_39 * cse_520)
             ls1_252 = (-cse_39 * cse_524)
@@ -8871,14 +8720,12 @@ if triton is not None:
             ls1_261 = (-cse_186 * cse_409)
             ls1_262 = (-cse_39 * cse_556)
             (
-                ls1_263, ls1_264, ls1_265, ls1_266, ls1_267, ls1_268,
-                ls1_269, ls1_270, ls1_271, ls1_272, ls1_273, ls1_274,
-                ls1_275, ls1_276, ls1_277, ls1_278, ls1_279, ls1_280,
-                ls1_281) = _triton_lu1_forward1(
-                lu1_lu, cse_433, cse_468, cse_477, cse_485, ls1_250,
-                cse_500, cse_193, ls1_251, ls1_252, ls1_253, ls1_254,
-                ls1_255, ls1_256, ls1_257, ls1_258, ls1_259, ls1_260,
-                ls1_261, ls1_262, DTYPE)
+                ls1_263, ls1_264, ls1_265, ls1_266, ls1_267, ls1_268, ls1_269, ls1_270, ls1_271, ls1_272,
+                ls1_273, ls1_274, ls1_275, ls1_276, ls1_277, ls1_278, ls1_279, ls1_280, ls1_281,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_433, cse_468, cse_477, cse_485, ls1_250, cse_500, cse_193, ls1_251, ls1_252,
+                ls1_253, ls1_254, ls1_255, ls1_256, ls1_257, ls1_258, ls1_259, ls1_260, ls1_261, ls1_262,
+                DTYPE)
             ls1_282 = (-cse_183 * cse_75)
             ls1_283 = (-cse_41 * cse_520)
             ls1_284 = (-cse_41 * cse_524)
@@ -8893,68 +8740,49 @@ if triton is not None:
             ls1_293 = (-cse_41 * cse_553)
             ls1_294 = (-cse_186 * cse_425)
             (
-                ls1_295, ls1_296, ls1_297, ls1_298, ls1_299, ls1_300,
-                ls1_301, ls1_302, ls1_303, ls1_304, ls1_305, ls1_306,
-                ls1_307, ls1_308, ls1_309, ls1_310, ls1_311, ls1_312,
-                ls1_313) = _triton_lu1_forward1(
-                lu1_lu, cse_435, cse_469, cse_478, cse_486, cse_500,
-                ls1_282, cse_194, ls1_283, ls1_284, ls1_285, ls1_286,
-                ls1_287, ls1_288, ls1_289, ls1_290, ls1_291, ls1_292,
-                ls1_293, ls1_294, DTYPE)
+                ls1_295, ls1_296, ls1_297, ls1_298, ls1_299, ls1_300, ls1_301, ls1_302, ls1_303, ls1_304,
+                ls1_305, ls1_306, ls1_307, ls1_308, ls1_309, ls1_310, ls1_311, ls1_312, ls1_313,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_435, cse_469, cse_478, cse_486, cse_500, ls1_282, cse_194, ls1_283, ls1_284,
+                ls1_285, ls1_286, ls1_287, ls1_288, ls1_289, ls1_290, ls1_291, ls1_292, ls1_293, ls1_294,
+                DTYPE)
             (
-                d1, d2, d3, d4, d5, d6,
-                d7, d8, d9, d10, d11, d12,
-                d13, d14, d15, d16, d17, d18,
-                d19) = _triton_lu1_back1(
-                lu1_lu, ls1_135, ls1_136, ls1_137, ls1_138, ls1_139,
-                ls1_140, ls1_141, ls1_142, ls1_143, ls1_144, ls1_145,
-                ls1_146, ls1_147, ls1_148, ls1_149, ls1_150, ls1_151,
-                ls1_152, ls1_153, DTYPE)
+                d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14, d15, d16, d17, d18, d19,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_135, ls1_136, ls1_137, ls1_138, ls1_139, ls1_140, ls1_141, ls1_142, ls1_143,
+                ls1_144, ls1_145, ls1_146, ls1_147, ls1_148, ls1_149, ls1_150, ls1_151, ls1_152, ls1_153,
+                DTYPE)
             (
-                d20, d21, d22, d23, d24, d25,
-                d26, d27, d28, d29, d30, d31,
-                d32, d33, d34, d35, d36, d37,
-                d38) = _triton_lu1_back1(
-                lu1_lu, ls1_167, ls1_168, ls1_169, ls1_170, ls1_171,
-                ls1_172, ls1_173, ls1_174, ls1_175, ls1_176, ls1_177,
-                ls1_178, ls1_179, ls1_180, ls1_181, ls1_182, ls1_183,
-                ls1_184, ls1_185, DTYPE)
+                d20, d21, d22, d23, d24, d25, d26, d27, d28, d29, d30, d31, d32, d33, d34, d35, d36, d37, d38,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_167, ls1_168, ls1_169, ls1_170, ls1_171, ls1_172, ls1_173, ls1_174, ls1_175,
+                ls1_176, ls1_177, ls1_178, ls1_179, ls1_180, ls1_181, ls1_182, ls1_183, ls1_184, ls1_185,
+                DTYPE)
             (
-                d39, d40, d41, d42, d43, d44,
-                d45, d46, d47, d48, d49, d50,
-                d51, d52, d53, d54, d55, d56,
-                d57) = _triton_lu1_back1(
-                lu1_lu, ls1_199, ls1_200, ls1_201, ls1_202, ls1_203,
-                ls1_204, ls1_205, ls1_206, ls1_207, ls1_208, ls1_209,
-                ls1_210, ls1_211, ls1_212, ls1_213, ls1_214, ls1_215,
-                ls1_216, ls1_217, DTYPE)
+                d39, d40, d41, d42, d43, d44, d45, d46, d47, d48, d49, d50, d51, d52, d53, d54, d55, d56, d57,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_199, ls1_200, ls1_201, ls1_202, ls1_203, ls1_204, ls1_205, ls1_206, ls1_207,
+                ls1_208, ls1_209, ls1_210, ls1_211, ls1_212, ls1_213, ls1_214, ls1_215, ls1_216, ls1_217,
+                DTYPE)
             (
-                d58, d59, d60, d61, d62, d63,
-                d64, d65, d66, d67, d68, d69,
-                d70, d71, d72, d73, d74, d75,
-                d76) = _triton_lu1_back1(
-                lu1_lu, ls1_231, ls1_232, ls1_233, ls1_234, ls1_235,
-                ls1_236, ls1_237, ls1_238, ls1_239, ls1_240, ls1_241,
-                ls1_242, ls1_243, ls1_244, ls1_245, ls1_246, ls1_247,
-                ls1_248, ls1_249, DTYPE)
+                d58, d59, d60, d61, d62, d63, d64, d65, d66, d67, d68, d69, d70, d71, d72, d73, d74, d75, d76,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_231, ls1_232, ls1_233, ls1_234, ls1_235, ls1_236, ls1_237, ls1_238, ls1_239,
+                ls1_240, ls1_241, ls1_242, ls1_243, ls1_244, ls1_245, ls1_246, ls1_247, ls1_248, ls1_249,
+                DTYPE)
             (
-                d77, d78, d79, d80, d81, d82,
-                d83, d84, d85, d86, d87, d88,
-                d89, d90, d91, d92, d93, d94,
-                d95) = _triton_lu1_back1(
-                lu1_lu, ls1_263, ls1_264, ls1_265, ls1_266, ls1_267,
-                ls1_268, ls1_269, ls1_270, ls1_271, ls1_272, ls1_273,
-                ls1_274, ls1_275, ls1_276, ls1_277, ls1_278, ls1_279,
-                ls1_280, ls1_281, DTYPE)
+                d77, d78, d79, d80, d81, d82, d83, d84, d85, d86, d87, d88, d89, d90, d91, d92, d93, d94, d95,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_263, ls1_264, ls1_265, ls1_266, ls1_267, ls1_268, ls1_269, ls1_270, ls1_271,
+                ls1_272, ls1_273, ls1_274, ls1_275, ls1_276, ls1_277, ls1_278, ls1_279, ls1_280, ls1_281,
+                DTYPE)
             (
-                d96, d97, d98, d99, d100, d101,
-                d102, d103, d104, d105, d106, d107,
-                d108, d109, d110, d111, d112, d113,
-                d114) = _triton_lu1_back1(
-                lu1_lu, ls1_295, ls1_296, ls1_297, ls1_298, ls1_299,
-                ls1_300, ls1_301, ls1_302, ls1_303, ls1_304, ls1_305,
-                ls1_306, ls1_307, ls1_308, ls1_309, ls1_310, ls1_311,
-                ls1_312, ls1_313, DTYPE)
+                d96, d97, d98, d99, d100, d101, d102, d103, d104, d105, d106, d107, d108, d109, d110, d111,
+                d112, d113, d114,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls1_295, ls1_296, ls1_297, ls1_298, ls1_299, ls1_300, ls1_301, ls1_302, ls1_303,
+                ls1_304, ls1_305, ls1_306, ls1_307, ls1_308, ls1_309, ls1_310, ls1_311, ls1_312, ls1_313,
+                DTYPE)
             cse_18 = (cse_12 * cse_7)
             cse_19 = (K2 + cse_7)
             cse_20 = (-cse_19)
@@ -9071,14 +8899,12 @@ if triton is not None:
             cse_557 = (cse_412 * cse_65)
             # linear solve 2: 19x19, 21 right-hand side(s) through elimination lu1
             (
-                ls2_314, ls2_315, ls2_316, ls2_317, ls2_318, ls2_319,
-                ls2_320, ls2_321, ls2_322, ls2_323, ls2_324, ls2_325,
-                ls2_326, ls2_327, ls2_328, ls2_329, ls2_330, ls2_331,
-                ls2_332) = _triton_lu1_forward1(
-                lu1_lu, cse_436, cse_470, cse_479, cse_488, cse_501,
-                cse_508, cse_514, cse_521, cse_525, cse_528, cse_532,
-                cse_537, cse_541, cse_544, cse_546, cse_548, cse_551,
-                cse_554, cse_557, DTYPE)
+                ls2_314, ls2_315, ls2_316, ls2_317, ls2_318, ls2_319, ls2_320, ls2_321, ls2_322, ls2_323,
+                ls2_324, ls2_325, ls2_326, ls2_327, ls2_328, ls2_329, ls2_330, ls2_331, ls2_332,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_436, cse_470, cse_479, cse_488, cse_501, cse_508, cse_514, cse_521, cse_525,
+                cse_528, cse_532, cse_537, cse_541, cse_544, cse_546, cse_548, cse_551, cse_554, cse_557,
+                DTYPE)
             ls2_333 = (-cse_436)
             ls2_334 = (-cse_470)
             ls2_335 = (-cse_479)
@@ -9099,63 +8925,61 @@ if triton is not None:
             ls2_350 = (-cse_554)
             ls2_351 = (-cse_557)
             (
-                ls2_352, ls2_353, ls2_354, ls2_355, ls2_356, ls2_357,
-                ls2_358, ls2_359, ls2_360, ls2_361, ls2_362, ls2_363,
-                ls2_364, ls2_365, ls2_366, ls2_367, ls2_368, ls2_369,
-                ls2_370) = _triton_lu1_forward1(
-                lu1_lu, ls2_333, ls2_334, ls2_335, ls2_336, ls2_337,
-                ls2_338, ls2_339, ls2_340, ls2_341, ls2_342, ls2_343,
-                ls2_344, ls2_345, ls2_346, ls2_347, ls2_348, ls2_349,
-                ls2_350, ls2_351, DTYPE)
+                ls2_352, ls2_353, ls2_354, ls2_355, ls2_356, ls2_357, ls2_358, ls2_359, ls2_360, ls2_361,
+                ls2_362, ls2_363, ls2_364, ls2_365, ls2_366, ls2_367, ls2_368, ls2_369, ls2_370,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls2_333, ls2_334, ls2_335, ls2_336, ls2_337, ls2_338, ls2_339, ls2_340, ls2_341,
+                ls2_342, ls2_343, ls2_344, ls2_345, ls2_346, ls2_347, ls2_348, ls2_349, ls2_350, ls2_351,
+                DTYPE)
             (
-                ls2_372, ls2_373, ls2_374, ls2_375, ls2_376, ls2_377,
-                ls2_378, ls2_379, ls2_380, ls2_381, ls2_382, ls2_383,
-                ls2_384, ls2_385, ls2_386, ls2_387, ls2_388, ls2_389) = _triton_lu1_forward2(
+                ls2_372, ls2_373, ls2_374, ls2_375, ls2_376, ls2_377, ls2_378, ls2_379, ls2_380, ls2_381,
+                ls2_382, ls2_383, ls2_384, ls2_385, ls2_386, ls2_387, ls2_388, ls2_389,
+            ) = _triton_lu1_forward2(
                 lu1_lu, DTYPE)
             (
-                ls2_392, ls2_393, ls2_394, ls2_395, ls2_396, ls2_397,
-                ls2_398, ls2_399, ls2_400, ls2_401, ls2_402, ls2_403,
-                ls2_404, ls2_405, ls2_406, ls2_407, ls2_408) = _triton_lu1_forward3(
+                ls2_392, ls2_393, ls2_394, ls2_395, ls2_396, ls2_397, ls2_398, ls2_399, ls2_400, ls2_401,
+                ls2_402, ls2_403, ls2_404, ls2_405, ls2_406, ls2_407, ls2_408,
+            ) = _triton_lu1_forward3(
                 lu1_lu, DTYPE)
             (
-                ls2_412, ls2_413, ls2_414, ls2_415, ls2_416, ls2_417,
-                ls2_418, ls2_419, ls2_420, ls2_421, ls2_422, ls2_423,
-                ls2_424, ls2_425, ls2_426, ls2_427) = _triton_lu1_forward4(
+                ls2_412, ls2_413, ls2_414, ls2_415, ls2_416, ls2_417, ls2_418, ls2_419, ls2_420, ls2_421,
+                ls2_422, ls2_423, ls2_424, ls2_425, ls2_426, ls2_427,
+            ) = _triton_lu1_forward4(
                 lu1_lu, DTYPE)
             (
-                ls2_432, ls2_433, ls2_434, ls2_435, ls2_436, ls2_437,
-                ls2_438, ls2_439, ls2_440, ls2_441, ls2_442, ls2_443,
-                ls2_444, ls2_445, ls2_446) = _triton_lu1_forward5(
+                ls2_432, ls2_433, ls2_434, ls2_435, ls2_436, ls2_437, ls2_438, ls2_439, ls2_440, ls2_441,
+                ls2_442, ls2_443, ls2_444, ls2_445, ls2_446,
+            ) = _triton_lu1_forward5(
                 lu1_lu, DTYPE)
             (
-                ls2_452, ls2_453, ls2_454, ls2_455, ls2_456, ls2_457,
-                ls2_458, ls2_459, ls2_460, ls2_461, ls2_462, ls2_463,
-                ls2_464, ls2_465) = _triton_lu1_forward6(
+                ls2_452, ls2_453, ls2_454, ls2_455, ls2_456, ls2_457, ls2_458, ls2_459, ls2_460, ls2_461,
+                ls2_462, ls2_463, ls2_464, ls2_465,
+            ) = _triton_lu1_forward6(
                 lu1_lu, DTYPE)
             (
-                ls2_472, ls2_473, ls2_474, ls2_475, ls2_476, ls2_477,
-                ls2_478, ls2_479, ls2_480, ls2_481, ls2_482, ls2_483,
-                ls2_484) = _triton_lu1_forward7(
+                ls2_472, ls2_473, ls2_474, ls2_475, ls2_476, ls2_477, ls2_478, ls2_479, ls2_480, ls2_481,
+                ls2_482, ls2_483, ls2_484,
+            ) = _triton_lu1_forward7(
                 lu1_lu, DTYPE)
             (
-                ls2_492, ls2_493, ls2_494, ls2_495, ls2_496, ls2_497,
-                ls2_498, ls2_499, ls2_500, ls2_501, ls2_502, ls2_503) = _triton_lu1_forward8(
+                ls2_492, ls2_493, ls2_494, ls2_495, ls2_496, ls2_497, ls2_498, ls2_499, ls2_500, ls2_501,
+                ls2_502, ls2_503,
+            ) = _triton_lu1_forward8(
                 lu1_lu, DTYPE)
             (
-                ls2_512, ls2_513, ls2_514, ls2_515, ls2_516, ls2_517,
-                ls2_518, ls2_519, ls2_520, ls2_521, ls2_522) = _triton_lu1_forward9(
+                ls2_512, ls2_513, ls2_514, ls2_515, ls2_516, ls2_517, ls2_518, ls2_519, ls2_520, ls2_521,
+                ls2_522,
+            ) = _triton_lu1_forward9(
                 lu1_lu, DTYPE)
             (
-                ls2_532, ls2_533, ls2_534, ls2_535, ls2_536, ls2_537,
-                ls2_538, ls2_539, ls2_540, ls2_541) = _triton_lu1_forward10(
+                ls2_532, ls2_533, ls2_534, ls2_535, ls2_536, ls2_537, ls2_538, ls2_539, ls2_540, ls2_541,
+            ) = _triton_lu1_forward10(
                 lu1_lu, DTYPE)
             (
-                ls2_552, ls2_553, ls2_554, ls2_555, ls2_556, ls2_557,
-                ls2_558, ls2_559, ls2_560) = _triton_lu1_forward11(
+                ls2_552, ls2_553, ls2_554, ls2_555, ls2_556, ls2_557, ls2_558, ls2_559, ls2_560,
+            ) = _triton_lu1_forward11(
                 lu1_lu, DTYPE)
-            (
-                ls2_572, ls2_573, ls2_574, ls2_575, ls2_576, ls2_577,
-                ls2_578, ls2_579) = _triton_lu1_forward12(
+            (ls2_572, ls2_573, ls2_574, ls2_575, ls2_576, ls2_577, ls2_578, ls2_579) = _triton_lu1_forward12(
                 lu1_lu, DTYPE)
             ls2_592, ls2_593, ls2_594, ls2_595, ls2_596, ls2_597, ls2_598 = _triton_lu1_forward13(lu1_lu, DTYPE)
             ls2_612, ls2_613, ls2_614, ls2_615, ls2_616, ls2_617 = _triton_lu1_forward14(lu1_lu, DTYPE)
@@ -9165,160 +8989,122 @@ if triton is not None:
             ls2_692, ls2_693 = _triton_lu1_forward18(lu1_lu, DTYPE)
             ls2_712 = _triton_lu1_forward19(lu1_lu, DTYPE)
             (
-                d151, d152, d153, d154, d155, d156,
-                d157, d158, d159, d160, d161, d162,
-                d163, d164, d165, d166, d167, d168,
-                d169) = _triton_lu1_back1(
-                lu1_lu, ls2_314, ls2_315, ls2_316, ls2_317, ls2_318,
-                ls2_319, ls2_320, ls2_321, ls2_322, ls2_323, ls2_324,
-                ls2_325, ls2_326, ls2_327, ls2_328, ls2_329, ls2_330,
-                ls2_331, ls2_332, DTYPE)
-            (
-                d170, d171, d172, d173, d174, d175,
-                d176, d177, d178, d179, d180, d181,
-                d182, d183, d184, d185, d186, d187,
-                d188) = _triton_lu1_back1(
-                lu1_lu, ls2_352, ls2_353, ls2_354, ls2_355, ls2_356,
-                ls2_357, ls2_358, ls2_359, ls2_360, ls2_361, ls2_362,
-                ls2_363, ls2_364, ls2_365, ls2_366, ls2_367, ls2_368,
-                ls2_369, ls2_370, DTYPE)
-            (
-                d189, d190, d191, d192, d193, d194,
-                d195, d196, d197, d198, d199, d200,
-                d201, d202, d203, d204, d205, d206,
-                d207) = _triton_lu1_back2(
-                lu1_lu, ls2_372, ls2_373, ls2_374, ls2_375, ls2_376,
-                ls2_377, ls2_378, ls2_379, ls2_380, ls2_381, ls2_382,
-                ls2_383, ls2_384, ls2_385, ls2_386, ls2_387, ls2_388,
-                ls2_389, DTYPE)
-            (
-                d208, d209, d210, d211, d212, d213,
-                d214, d215, d216, d217, d218, d219,
-                d220, d221, d222, d223, d224, d225,
-                d226) = _triton_lu1_back3(
-                lu1_lu, ls2_392, ls2_393, ls2_394, ls2_395, ls2_396,
-                ls2_397, ls2_398, ls2_399, ls2_400, ls2_401, ls2_402,
-                ls2_403, ls2_404, ls2_405, ls2_406, ls2_407, ls2_408,
+                d151, d152, d153, d154, d155, d156, d157, d158, d159, d160, d161, d162, d163, d164, d165, d166,
+                d167, d168, d169,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls2_314, ls2_315, ls2_316, ls2_317, ls2_318, ls2_319, ls2_320, ls2_321, ls2_322,
+                ls2_323, ls2_324, ls2_325, ls2_326, ls2_327, ls2_328, ls2_329, ls2_330, ls2_331, ls2_332,
                 DTYPE)
             (
-                d227, d228, d229, d230, d231, d232,
-                d233, d234, d235, d236, d237, d238,
-                d239, d240, d241, d242, d243, d244,
-                d245) = _triton_lu1_back4(
-                lu1_lu, ls2_412, ls2_413, ls2_414, ls2_415, ls2_416,
-                ls2_417, ls2_418, ls2_419, ls2_420, ls2_421, ls2_422,
-                ls2_423, ls2_424, ls2_425, ls2_426, ls2_427, DTYPE)
-            (
-                d246, d247, d248, d249, d250, d251,
-                d252, d253, d254, d255, d256, d257,
-                d258, d259, d260, d261, d262, d263,
-                d264) = _triton_lu1_back5(
-                lu1_lu, ls2_432, ls2_433, ls2_434, ls2_435, ls2_436,
-                ls2_437, ls2_438, ls2_439, ls2_440, ls2_441, ls2_442,
-                ls2_443, ls2_444, ls2_445, ls2_446, DTYPE)
-            (
-                d265, d266, d267, d268, d269, d270,
-                d271, d272, d273, d274, d275, d276,
-                d277, d278, d279, d280, d281, d282,
-                d283) = _triton_lu1_back6(
-                lu1_lu, ls2_452, ls2_453, ls2_454, ls2_455, ls2_456,
-                ls2_457, ls2_458, ls2_459, ls2_460, ls2_461, ls2_462,
-                ls2_463, ls2_464, ls2_465, DTYPE)
-            (
-                d284, d285, d286, d287, d288, d289,
-                d290, d291, d292, d293, d294, d295,
-                d296, d297, d298, d299, d300, d301,
-                d302) = _triton_lu1_back7(
-                lu1_lu, ls2_472, ls2_473, ls2_474, ls2_475, ls2_476,
-                ls2_477, ls2_478, ls2_479, ls2_480, ls2_481, ls2_482,
-                ls2_483, ls2_484, DTYPE)
-            (
-                d303, d304, d305, d306, d307, d308,
-                d309, d310, d311, d312, d313, d314,
-                d315, d316, d317, d318, d319, d320,
-                d321) = _triton_lu1_back8(
-                lu1_lu, ls2_492, ls2_493, ls2_494, ls2_495, ls2_496,
-                ls2_497, ls2_498, ls2_499, ls2_500, ls2_501, ls2_502,
-                ls2_503, DTYPE)
-            (
-                d322, d323, d324, d325, d326, d327,
-                d328, d329, d330, d331, d332, d333,
-                d334, d335, d336, d337, d338, d339,
-                d340) = _triton_lu1_back9(
-                lu1_lu, ls2_512, ls2_513, ls2_514, ls2_515, ls2_516,
-                ls2_517, ls2_518, ls2_519, ls2_520, ls2_521, ls2_522,
+                d170, d171, d172, d173, d174, d175, d176, d177, d178, d179, d180, d181, d182, d183, d184, d185,
+                d186, d187, d188,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls2_352, ls2_353, ls2_354, ls2_355, ls2_356, ls2_357, ls2_358, ls2_359, ls2_360,
+                ls2_361, ls2_362, ls2_363, ls2_364, ls2_365, ls2_366, ls2_367, ls2_368, ls2_369, ls2_370,
                 DTYPE)
             (
-                d341, d342, d343, d344, d345, d346,
-                d347, d348, d349, d350, d351, d352,
-                d353, d354, d355, d356, d357, d358,
-                d359) = _triton_lu1_back10(
-                lu1_lu, ls2_532, ls2_533, ls2_534, ls2_535, ls2_536,
-                ls2_537, ls2_538, ls2_539, ls2_540, ls2_541, DTYPE)
+                d189, d190, d191, d192, d193, d194, d195, d196, d197, d198, d199, d200, d201, d202, d203, d204,
+                d205, d206, d207,
+            ) = _triton_lu1_back2(
+                lu1_lu, ls2_372, ls2_373, ls2_374, ls2_375, ls2_376, ls2_377, ls2_378, ls2_379, ls2_380,
+                ls2_381, ls2_382, ls2_383, ls2_384, ls2_385, ls2_386, ls2_387, ls2_388, ls2_389, DTYPE)
             (
-                d360, d361, d362, d363, d364, d365,
-                d366, d367, d368, d369, d370, d371,
-                d372, d373, d374, d375, d376, d377,
-                d378) = _triton_lu1_back11(
-                lu1_lu, ls2_552, ls2_553, ls2_554, ls2_555, ls2_556,
-                ls2_557, ls2_558, ls2_559, ls2_560, DTYPE)
+                d208, d209, d210, d211, d212, d213, d214, d215, d216, d217, d218, d219, d220, d221, d222, d223,
+                d224, d225, d226,
+            ) = _triton_lu1_back3(
+                lu1_lu, ls2_392, ls2_393, ls2_394, ls2_395, ls2_396, ls2_397, ls2_398, ls2_399, ls2_400,
+                ls2_401, ls2_402, ls2_403, ls2_404, ls2_405, ls2_406, ls2_407, ls2_408, DTYPE)
             (
-                d379, d380, d381, d382, d383, d384,
-                d385, d386, d387, d388, d389, d390,
-                d391, d392, d393, d394, d395, d396,
-                d397) = _triton_lu1_back12(
-                lu1_lu, ls2_572, ls2_573, ls2_574, ls2_575, ls2_576,
-                ls2_577, ls2_578, ls2_579, DTYPE)
+                d227, d228, d229, d230, d231, d232, d233, d234, d235, d236, d237, d238, d239, d240, d241, d242,
+                d243, d244, d245,
+            ) = _triton_lu1_back4(
+                lu1_lu, ls2_412, ls2_413, ls2_414, ls2_415, ls2_416, ls2_417, ls2_418, ls2_419, ls2_420,
+                ls2_421, ls2_422, ls2_423, ls2_424, ls2_425, ls2_426, ls2_427, DTYPE)
             (
-                d398, d399, d400, d401, d402, d403,
-                d404, d405, d406, d407, d408, d409,
-                d410, d411, d412, d413, d414, d415,
-                d416) = _triton_lu1_back13(
-                lu1_lu, ls2_592, ls2_593, ls2_594, ls2_595, ls2_596,
-                ls2_597, ls2_598, DTYPE)
+                d246, d247, d248, d249, d250, d251, d252, d253, d254, d255, d256, d257, d258, d259, d260, d261,
+                d262, d263, d264,
+            ) = _triton_lu1_back5(
+                lu1_lu, ls2_432, ls2_433, ls2_434, ls2_435, ls2_436, ls2_437, ls2_438, ls2_439, ls2_440,
+                ls2_441, ls2_442, ls2_443, ls2_444, ls2_445, ls2_446, DTYPE)
             (
-                d417, d418, d419, d420, d421, d422,
-                d423, d424, d425, d426, d427, d428,
-                d429, d430, d431, d432, d433, d434,
-                d435) = _triton_lu1_back14(
-                lu1_lu, ls2_612, ls2_613, ls2_614, ls2_615, ls2_616,
-                ls2_617, DTYPE)
+                d265, d266, d267, d268, d269, d270, d271, d272, d273, d274, d275, d276, d277, d278, d279, d280,
+                d281, d282, d283,
+            ) = _triton_lu1_back6(
+                lu1_lu, ls2_452, ls2_453, ls2_454, ls2_455, ls2_456, ls2_457, ls2_458, ls2_459, ls2_460,
+                ls2_461, ls2_462, ls2_463, ls2_464, ls2_465, DTYPE)
             (
-                d436, d437, d438, d439, d440, d441,
-                d442, d443, d444, d445, d446, d447,
-                d448, d449, d450, d451, d452, d453,
-                d454) = _triton_lu1_back15(
-                lu1_lu, ls2_632, ls2_633, ls2_634, ls2_635, ls2_636,
-                DTYPE)
+                d284, d285, d286, d287, d288, d289, d290, d291, d292, d293, d294, d295, d296, d297, d298, d299,
+                d300, d301, d302,
+            ) = _triton_lu1_back7(
+                lu1_lu, ls2_472, ls2_473, ls2_474, ls2_475, ls2_476, ls2_477, ls2_478, ls2_479, ls2_480,
+                ls2_481, ls2_482, ls2_483, ls2_484, DTYPE)
             (
-                d455, d456, d457, d458, d459, d460,
-                d461, d462, d463, d464, d465, d466,
-                d467, d468, d469, d470, d471, d472,
-                d473) = _triton_lu1_back16(
+                d303, d304, d305, d306, d307, d308, d309, d310, d311, d312, d313, d314, d315, d316, d317, d318,
+                d319, d320, d321,
+            ) = _triton_lu1_back8(
+                lu1_lu, ls2_492, ls2_493, ls2_494, ls2_495, ls2_496, ls2_497, ls2_498, ls2_499, ls2_500,
+                ls2_501, ls2_502, ls2_503, DTYPE)
+            (
+                d322, d323, d324, d325, d326, d327, d328, d329, d330, d331, d332, d333, d334, d335, d336, d337,
+                d338, d339, d340,
+            ) = _triton_lu1_back9(
+                lu1_lu, ls2_512, ls2_513, ls2_514, ls2_515, ls2_516, ls2_517, ls2_518, ls2_519, ls2_520,
+                ls2_521, ls2_522, DTYPE)
+            (
+                d341, d342, d343, d344, d345, d346, d347, d348, d349, d350, d351, d352, d353, d354, d355, d356,
+                d357, d358, d359,
+            ) = _triton_lu1_back10(
+                lu1_lu, ls2_532, ls2_533, ls2_534, ls2_535, ls2_536, ls2_537, ls2_538, ls2_539, ls2_540,
+                ls2_541, DTYPE)
+            (
+                d360, d361, d362, d363, d364, d365, d366, d367, d368, d369, d370, d371, d372, d373, d374, d375,
+                d376, d377, d378,
+            ) = _triton_lu1_back11(
+                lu1_lu, ls2_552, ls2_553, ls2_554, ls2_555, ls2_556, ls2_557, ls2_558, ls2_559, ls2_560, DTYPE)
+            (
+                d379, d380, d381, d382, d383, d384, d385, d386, d387, d388, d389, d390, d391, d392, d393, d394,
+                d395, d396, d397,
+            ) = _triton_lu1_back12(
+                lu1_lu, ls2_572, ls2_573, ls2_574, ls2_575, ls2_576, ls2_577, ls2_578, ls2_579, DTYPE)
+            (
+                d398, d399, d400, d401, d402, d403, d404, d405, d406, d407, d408, d409, d410, d411, d412, d413,
+                d414, d415, d416,
+            ) = _triton_lu1_back13(
+                lu1_lu, ls2_592, ls2_593, ls2_594, ls2_595, ls2_596, ls2_597, ls2_598, DTYPE)
+            (
+                d417, d418, d419, d420, d421, d422, d423, d424, d425, d426, d427, d428, d429, d430, d431, d432,
+                d433, d434, d435,
+            ) = _triton_lu1_back14(
+                lu1_lu, ls2_612, ls2_613, ls2_614, ls2_615, ls2_616, ls2_617, DTYPE)
+            (
+                d436, d437, d438, d439, d440, d441, d442, d443, d444, d445, d446, d447, d448, d449, d450, d451,
+                d452, d453, d454,
+            ) = _triton_lu1_back15(
+                lu1_lu, ls2_632, ls2_633, ls2_634, ls2_635, ls2_636, DTYPE)
+            (
+                d455, d456, d457, d458, d459, d460, d461, d462, d463, d464, d465, d466, d467, d468, d469, d470,
+                d471, d472, d473,
+            ) = _triton_lu1_back16(
                 lu1_lu, ls2_652, ls2_653, ls2_654, ls2_655, DTYPE)
             (
-                d474, d475, d476, d477, d478, d479,
-                d480, d481, d482, d483, d484, d485,
-                d486, d487, d488, d489, d490, d491,
-                d492) = _triton_lu1_back17(
+                d474, d475, d476, d477, d478, d479, d480, d481, d482, d483, d484, d485, d486, d487, d488, d489,
+                d490, d491, d492,
+            ) = _triton_lu1_back17(
                 lu1_lu, ls2_672, ls2_673, ls2_674, DTYPE)
             (
-                d493, d494, d495, d496, d497, d498,
-                d499, d500, d501, d502, d503, d504,
-                d505, d506, d507, d508, d509, d510,
-                d511) = _triton_lu1_back18(
+                d493, d494, d495, d496, d497, d498, d499, d500, d501, d502, d503, d504, d505, d506, d507, d508,
+                d509, d510, d511,
+            ) = _triton_lu1_back18(
                 lu1_lu, ls2_692, ls2_693, DTYPE)
             (
-                d512, d513, d514, d515, d516, d517,
-                d518, d519, d520, d521, d522, d523,
-                d524, d525, d526, d527, d528, d529,
-                d530) = _triton_lu1_back19(
+                d512, d513, d514, d515, d516, d517, d518, d519, d520, d521, d522, d523, d524, d525, d526, d527,
+                d528, d529, d530,
+            ) = _triton_lu1_back19(
                 lu1_lu, ls2_712, DTYPE)
             (
-                d531, d532, d533, d534, d535, d536,
-                d537, d538, d539, d540, d541, d542,
-                d543, d544, d545, d546, d547, d548,
-                d549) = _triton_lu1_back20(
+                d531, d532, d533, d534, d535, d536, d537, d538, d539, d540, d541, d542, d543, d544, d545, d546,
+                d547, d548, d549,
+            ) = _triton_lu1_back20(
                 lu1_lu, DTYPE)
             d550 = (-(cse_18 * (d152 + d153)) + (p_E * cse_11 * cse_20 * d151))
             d551 = (-(cse_18 * (d151 + d153)) + (p_E * cse_11 * cse_20 * d152))
@@ -9544,14 +9330,12 @@ if triton is not None:
             ls3_749 = (-cse_515 * ((cse_320 * cse_505) + (cse_398 * cse_444)))
             ls3_750 = (-cse_515 * ((cse_320 * cse_511) + (cse_413 * cse_444)))
             (
-                ls3_751, ls3_752, ls3_753, ls3_754, ls3_755, ls3_756,
-                ls3_757, ls3_758, ls3_759, ls3_760, ls3_761, ls3_762,
-                ls3_763, ls3_764, ls3_765, ls3_766, ls3_767, ls3_768,
-                ls3_769) = _triton_lu1_forward1(
-                lu1_lu, ls3_732, ls3_733, ls3_734, ls3_735, ls3_736,
-                ls3_737, ls3_738, ls3_739, ls3_740, ls3_741, ls3_742,
-                ls3_743, ls3_744, ls3_745, ls3_746, ls3_747, ls3_748,
-                ls3_749, ls3_750, DTYPE)
+                ls3_751, ls3_752, ls3_753, ls3_754, ls3_755, ls3_756, ls3_757, ls3_758, ls3_759, ls3_760,
+                ls3_761, ls3_762, ls3_763, ls3_764, ls3_765, ls3_766, ls3_767, ls3_768, ls3_769,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_732, ls3_733, ls3_734, ls3_735, ls3_736, ls3_737, ls3_738, ls3_739, ls3_740,
+                ls3_741, ls3_742, ls3_743, ls3_744, ls3_745, ls3_746, ls3_747, ls3_748, ls3_749, ls3_750,
+                DTYPE)
             ls3_770 = (-cse_459 * ((cse_456 * cse_81) + (cse_458 * cse_67)))
             ls3_771 = (-cse_459 * ((cse_456 * cse_471) + (cse_474 * cse_67)))
             ls3_772 = (-cse_459 * ((cse_456 * cse_480) + (cse_482 * cse_67)))
@@ -9572,14 +9356,12 @@ if triton is not None:
             ls3_787 = (-cse_516 * ((cse_320 * cse_507) + (cse_398 * cse_456)))
             ls3_788 = (-cse_516 * ((cse_320 * cse_513) + (cse_413 * cse_456)))
             (
-                ls3_789, ls3_790, ls3_791, ls3_792, ls3_793, ls3_794,
-                ls3_795, ls3_796, ls3_797, ls3_798, ls3_799, ls3_800,
-                ls3_801, ls3_802, ls3_803, ls3_804, ls3_805, ls3_806,
-                ls3_807) = _triton_lu1_forward1(
-                lu1_lu, ls3_770, ls3_771, ls3_772, ls3_773, ls3_774,
-                ls3_775, ls3_776, ls3_777, ls3_778, ls3_779, ls3_780,
-                ls3_781, ls3_782, ls3_783, ls3_784, ls3_785, ls3_786,
-                ls3_787, ls3_788, DTYPE)
+                ls3_789, ls3_790, ls3_791, ls3_792, ls3_793, ls3_794, ls3_795, ls3_796, ls3_797, ls3_798,
+                ls3_799, ls3_800, ls3_801, ls3_802, ls3_803, ls3_804, ls3_805, ls3_806, ls3_807,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_770, ls3_771, ls3_772, ls3_773, ls3_774, ls3_775, ls3_776, ls3_777, ls3_778,
+                ls3_779, ls3_780, ls3_781, ls3_782, ls3_783, ls3_784, ls3_785, ls3_786, ls3_787, ls3_788,
+                DTYPE)
             ls3_808 = (cse_102 * cse_59)
             ls3_809 = (cse_129 * cse_59)
             ls3_810 = (cse_145 * cse_59)
@@ -9600,14 +9382,12 @@ if triton is not None:
             ls3_825 = (cse_411 * cse_59)
             ls3_826 = (cse_426 * cse_59)
             (
-                ls3_827, ls3_828, ls3_829, ls3_830, ls3_831, ls3_832,
-                ls3_833, ls3_834, ls3_835, ls3_836, ls3_837, ls3_838,
-                ls3_839, ls3_840, ls3_841, ls3_842, ls3_843, ls3_844,
-                ls3_845) = _triton_lu1_forward1(
-                lu1_lu, ls3_808, ls3_809, ls3_810, ls3_811, ls3_812,
-                ls3_813, ls3_814, ls3_815, ls3_816, ls3_817, ls3_818,
-                ls3_819, ls3_820, ls3_821, ls3_822, ls3_823, ls3_824,
-                ls3_825, ls3_826, DTYPE)
+                ls3_827, ls3_828, ls3_829, ls3_830, ls3_831, ls3_832, ls3_833, ls3_834, ls3_835, ls3_836,
+                ls3_837, ls3_838, ls3_839, ls3_840, ls3_841, ls3_842, ls3_843, ls3_844, ls3_845,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_808, ls3_809, ls3_810, ls3_811, ls3_812, ls3_813, ls3_814, ls3_815, ls3_816,
+                ls3_817, ls3_818, ls3_819, ls3_820, ls3_821, ls3_822, ls3_823, ls3_824, ls3_825, ls3_826,
+                DTYPE)
             ls3_846 = (cse_102 * cse_460)
             ls3_847 = (cse_129 * cse_460)
             ls3_848 = (cse_145 * cse_460)
@@ -9628,23 +9408,19 @@ if triton is not None:
             ls3_863 = (cse_411 * cse_460)
             ls3_864 = (cse_426 * cse_460)
             (
-                ls3_865, ls3_866, ls3_867, ls3_868, ls3_869, ls3_870,
-                ls3_871, ls3_872, ls3_873, ls3_874, ls3_875, ls3_876,
-                ls3_877, ls3_878, ls3_879, ls3_880, ls3_881, ls3_882,
-                ls3_883) = _triton_lu1_forward1(
-                lu1_lu, ls3_846, ls3_847, ls3_848, ls3_849, ls3_850,
-                ls3_851, ls3_852, ls3_853, ls3_854, ls3_855, ls3_856,
-                ls3_857, ls3_858, ls3_859, ls3_860, ls3_861, ls3_862,
-                ls3_863, ls3_864, DTYPE)
+                ls3_865, ls3_866, ls3_867, ls3_868, ls3_869, ls3_870, ls3_871, ls3_872, ls3_873, ls3_874,
+                ls3_875, ls3_876, ls3_877, ls3_878, ls3_879, ls3_880, ls3_881, ls3_882, ls3_883,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_846, ls3_847, ls3_848, ls3_849, ls3_850, ls3_851, ls3_852, ls3_853, ls3_854,
+                ls3_855, ls3_856, ls3_857, ls3_858, ls3_859, ls3_860, ls3_861, ls3_862, ls3_863, ls3_864,
+                DTYPE)
             (
-                ls3_884, ls3_885, ls3_886, ls3_887, ls3_888, ls3_889,
-                ls3_890, ls3_891, ls3_892, ls3_893, ls3_894, ls3_895,
-                ls3_896, ls3_897, ls3_898, ls3_899, ls3_900, ls3_901,
-                ls3_902) = _triton_lu1_forward1(
-                lu1_lu, cse_102, cse_129, cse_145, cse_165, cse_176,
-                cse_184, cse_196, cse_226, cse_247, cse_264, cse_286,
-                cse_302, cse_318, cse_339, cse_360, cse_377, cse_396,
-                cse_411, cse_426, DTYPE)
+                ls3_884, ls3_885, ls3_886, ls3_887, ls3_888, ls3_889, ls3_890, ls3_891, ls3_892, ls3_893,
+                ls3_894, ls3_895, ls3_896, ls3_897, ls3_898, ls3_899, ls3_900, ls3_901, ls3_902,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_102, cse_129, cse_145, cse_165, cse_176, cse_184, cse_196, cse_226, cse_247,
+                cse_264, cse_286, cse_302, cse_318, cse_339, cse_360, cse_377, cse_396, cse_411, cse_426,
+                DTYPE)
             ls3_903 = (cse_100 * cse_462)
             ls3_904 = (cse_475 * cse_77)
             ls3_905 = (cse_475 * cse_85)
@@ -9665,14 +9441,12 @@ if triton is not None:
             ls3_920 = (cse_397 * cse_518)
             ls3_921 = (cse_412 * cse_518)
             (
-                ls3_922, ls3_923, ls3_924, ls3_925, ls3_926, ls3_927,
-                ls3_928, ls3_929, ls3_930, ls3_931, ls3_932, ls3_933,
-                ls3_934, ls3_935, ls3_936, ls3_937, ls3_938, ls3_939,
-                ls3_940) = _triton_lu1_forward1(
-                lu1_lu, ls3_903, ls3_904, ls3_905, ls3_906, ls3_907,
-                ls3_908, ls3_909, ls3_910, ls3_911, ls3_912, ls3_913,
-                ls3_914, ls3_915, ls3_916, ls3_917, ls3_918, ls3_919,
-                ls3_920, ls3_921, DTYPE)
+                ls3_922, ls3_923, ls3_924, ls3_925, ls3_926, ls3_927, ls3_928, ls3_929, ls3_930, ls3_931,
+                ls3_932, ls3_933, ls3_934, ls3_935, ls3_936, ls3_937, ls3_938, ls3_939, ls3_940,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_903, ls3_904, ls3_905, ls3_906, ls3_907, ls3_908, ls3_909, ls3_910, ls3_911,
+                ls3_912, ls3_913, ls3_914, ls3_915, ls3_916, ls3_917, ls3_918, ls3_919, ls3_920, ls3_921,
+                DTYPE)
             ls3_941 = (-cse_35 * cse_464)
             ls3_942 = (-cse_464 * cse_77)
             ls3_943 = (-cse_464 * cse_85)
@@ -9693,19 +9467,17 @@ if triton is not None:
             ls3_958 = (-cse_397 * cse_519)
             ls3_959 = (-cse_412 * cse_519)
             (
-                ls3_960, ls3_961, ls3_962, ls3_963, ls3_964, ls3_965,
-                ls3_966, ls3_967, ls3_968, ls3_969, ls3_970, ls3_971,
-                ls3_972, ls3_973, ls3_974, ls3_975, ls3_976, ls3_977,
-                ls3_978) = _triton_lu1_forward1(
-                lu1_lu, ls3_941, ls3_942, ls3_943, ls3_944, ls3_945,
-                ls3_946, ls3_947, ls3_948, ls3_949, ls3_950, ls3_951,
-                ls3_952, ls3_953, ls3_954, ls3_955, ls3_956, ls3_957,
-                ls3_958, ls3_959, DTYPE)
+                ls3_960, ls3_961, ls3_962, ls3_963, ls3_964, ls3_965, ls3_966, ls3_967, ls3_968, ls3_969,
+                ls3_970, ls3_971, ls3_972, ls3_973, ls3_974, ls3_975, ls3_976, ls3_977, ls3_978,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_941, ls3_942, ls3_943, ls3_944, ls3_945, ls3_946, ls3_947, ls3_948, ls3_949,
+                ls3_950, ls3_951, ls3_952, ls3_953, ls3_954, ls3_955, ls3_956, ls3_957, ls3_958, ls3_959,
+                DTYPE)
             (
-                ls3_986, ls3_987, ls3_988, ls3_989, ls3_990, ls3_991,
-                ls3_992, ls3_993, ls3_994, ls3_995, ls3_996, ls3_997) = _triton_lu1_forward21(
-                lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538,
-                cse_542, DTYPE)
+                ls3_986, ls3_987, ls3_988, ls3_989, ls3_990, ls3_991, ls3_992, ls3_993, ls3_994, ls3_995,
+                ls3_996, ls3_997,
+            ) = _triton_lu1_forward21(
+                lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538, cse_542, DTYPE)
             ls3_998 = (cse_523 * state_internal_X1_0)
             ls3_999 = (cse_523 * state_internal_X1_1)
             ls3_1000 = (cse_523 * state_internal_X1_2)
@@ -9713,13 +9485,12 @@ if triton is not None:
             ls3_1002 = (cse_523 * state_internal_X1_4)
             ls3_1003 = (cse_523 * state_internal_X1_5)
             (
-                ls3_1011, ls3_1012, ls3_1013, ls3_1014, ls3_1015, ls3_1016,
-                ls3_1017, ls3_1018, ls3_1019, ls3_1020, ls3_1021, ls3_1022) = _triton_lu1_forward21(
-                lu1_lu, ls3_998, ls3_999, ls3_1000, ls3_1001, ls3_1002,
-                ls3_1003, DTYPE)
+                ls3_1011, ls3_1012, ls3_1013, ls3_1014, ls3_1015, ls3_1016, ls3_1017, ls3_1018, ls3_1019,
+                ls3_1020, ls3_1021, ls3_1022,
+            ) = _triton_lu1_forward21(
+                lu1_lu, ls3_998, ls3_999, ls3_1000, ls3_1001, ls3_1002, ls3_1003, DTYPE)
             (ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040, ls3_1041) = _triton_lu1_forward22(
-                lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538,
-                cse_542, DTYPE)
+                lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538, cse_542, DTYPE)
             ls3_1042 = (cse_523 * state_internal_X2_0)
             ls3_1043 = (cse_523 * state_internal_X2_1)
             ls3_1044 = (cse_523 * state_internal_X2_2)
@@ -9727,101 +9498,78 @@ if triton is not None:
             ls3_1046 = (cse_523 * state_internal_X2_4)
             ls3_1047 = (cse_523 * state_internal_X2_5)
             (ls3_1061, ls3_1062, ls3_1063, ls3_1064, ls3_1065, ls3_1066) = _triton_lu1_forward22(
-                lu1_lu, ls3_1042, ls3_1043, ls3_1044, ls3_1045, ls3_1046,
-                ls3_1047, DTYPE)
+                lu1_lu, ls3_1042, ls3_1043, ls3_1044, ls3_1045, ls3_1046, ls3_1047, DTYPE)
             (
-                d676, d677, d678, d679, d680, d681,
-                d682, d683, d684, d685, d686, d687,
-                d688, d689, d690, d691, d692, d693,
-                d694) = _triton_lu1_back1(
-                lu1_lu, ls3_751, ls3_752, ls3_753, ls3_754, ls3_755,
-                ls3_756, ls3_757, ls3_758, ls3_759, ls3_760, ls3_761,
-                ls3_762, ls3_763, ls3_764, ls3_765, ls3_766, ls3_767,
-                ls3_768, ls3_769, DTYPE)
+                d676, d677, d678, d679, d680, d681, d682, d683, d684, d685, d686, d687, d688, d689, d690, d691,
+                d692, d693, d694,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_751, ls3_752, ls3_753, ls3_754, ls3_755, ls3_756, ls3_757, ls3_758, ls3_759,
+                ls3_760, ls3_761, ls3_762, ls3_763, ls3_764, ls3_765, ls3_766, ls3_767, ls3_768, ls3_769,
+                DTYPE)
             (
-                d695, d696, d697, d698, d699, d700,
-                d701, d702, d703, d704, d705, d706,
-                d707, d708, d709, d710, d711, d712,
-                d713) = _triton_lu1_back1(
-                lu1_lu, ls3_789, ls3_790, ls3_791, ls3_792, ls3_793,
-                ls3_794, ls3_795, ls3_796, ls3_797, ls3_798, ls3_799,
-                ls3_800, ls3_801, ls3_802, ls3_803, ls3_804, ls3_805,
-                ls3_806, ls3_807, DTYPE)
+                d695, d696, d697, d698, d699, d700, d701, d702, d703, d704, d705, d706, d707, d708, d709, d710,
+                d711, d712, d713,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_789, ls3_790, ls3_791, ls3_792, ls3_793, ls3_794, ls3_795, ls3_796, ls3_797,
+                ls3_798, ls3_799, ls3_800, ls3_801, ls3_802, ls3_803, ls3_804, ls3_805, ls3_806, ls3_807,
+                DTYPE)
             (
-                d714, d715, d716, d717, d718, d719,
-                d720, d721, d722, d723, d724, d725,
-                d726, d727, d728, d729, d730, d731,
-                d732) = _triton_lu1_back1(
-                lu1_lu, ls3_827, ls3_828, ls3_829, ls3_830, ls3_831,
-                ls3_832, ls3_833, ls3_834, ls3_835, ls3_836, ls3_837,
-                ls3_838, ls3_839, ls3_840, ls3_841, ls3_842, ls3_843,
-                ls3_844, ls3_845, DTYPE)
+                d714, d715, d716, d717, d718, d719, d720, d721, d722, d723, d724, d725, d726, d727, d728, d729,
+                d730, d731, d732,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_827, ls3_828, ls3_829, ls3_830, ls3_831, ls3_832, ls3_833, ls3_834, ls3_835,
+                ls3_836, ls3_837, ls3_838, ls3_839, ls3_840, ls3_841, ls3_842, ls3_843, ls3_844, ls3_845,
+                DTYPE)
             (
-                d733, d734, d735, d736, d737, d738,
-                d739, d740, d741, d742, d743, d744,
-                d745, d746, d747, d748, d749, d750,
-                d751) = _triton_lu1_back1(
-                lu1_lu, ls3_865, ls3_866, ls3_867, ls3_868, ls3_869,
-                ls3_870, ls3_871, ls3_872, ls3_873, ls3_874, ls3_875,
-                ls3_876, ls3_877, ls3_878, ls3_879, ls3_880, ls3_881,
-                ls3_882, ls3_883, DTYPE)
+                d733, d734, d735, d736, d737, d738, d739, d740, d741, d742, d743, d744, d745, d746, d747, d748,
+                d749, d750, d751,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_865, ls3_866, ls3_867, ls3_868, ls3_869, ls3_870, ls3_871, ls3_872, ls3_873,
+                ls3_874, ls3_875, ls3_876, ls3_877, ls3_878, ls3_879, ls3_880, ls3_881, ls3_882, ls3_883,
+                DTYPE)
             (
-                d752, d753, d754, d755, d756, d757,
-                d758, d759, d760, d761, d762, d763,
-                d764, d765, d766, d767, d768, d769,
-                d770) = _triton_lu1_back1(
-                lu1_lu, ls3_884, ls3_885, ls3_886, ls3_887, ls3_888,
-                ls3_889, ls3_890, ls3_891, ls3_892, ls3_893, ls3_894,
-                ls3_895, ls3_896, ls3_897, ls3_898, ls3_899, ls3_900,
-                ls3_901, ls3_902, DTYPE)
+                d752, d753, d754, d755, d756, d757, d758, d759, d760, d761, d762, d763, d764, d765, d766, d767,
+                d768, d769, d770,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_884, ls3_885, ls3_886, ls3_887, ls3_888, ls3_889, ls3_890, ls3_891, ls3_892,
+                ls3_893, ls3_894, ls3_895, ls3_896, ls3_897, ls3_898, ls3_899, ls3_900, ls3_901, ls3_902,
+                DTYPE)
             (
-                d771, d772, d773, d774, d775, d776,
-                d777, d778, d779, d780, d781, d782,
-                d783, d784, d785, d786, d787, d788,
-                d789) = _triton_lu1_back1(
-                lu1_lu, ls3_922, ls3_923, ls3_924, ls3_925, ls3_926,
-                ls3_927, ls3_928, ls3_929, ls3_930, ls3_931, ls3_932,
-                ls3_933, ls3_934, ls3_935, ls3_936, ls3_937, ls3_938,
-                ls3_939, ls3_940, DTYPE)
+                d771, d772, d773, d774, d775, d776, d777, d778, d779, d780, d781, d782, d783, d784, d785, d786,
+                d787, d788, d789,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_922, ls3_923, ls3_924, ls3_925, ls3_926, ls3_927, ls3_928, ls3_929, ls3_930,
+                ls3_931, ls3_932, ls3_933, ls3_934, ls3_935, ls3_936, ls3_937, ls3_938, ls3_939, ls3_940,
+                DTYPE)
             (
-                d790, d791, d792, d793, d794, d795,
-                d796, d797, d798, d799, d800, d801,
-                d802, d803, d804, d805, d806, d807,
-                d808) = _triton_lu1_back1(
-                lu1_lu, ls3_960, ls3_961, ls3_962, ls3_963, ls3_964,
-                ls3_965, ls3_966, ls3_967, ls3_968, ls3_969, ls3_970,
-                ls3_971, ls3_972, ls3_973, ls3_974, ls3_975, ls3_976,
-                ls3_977, ls3_978, DTYPE)
+                d790, d791, d792, d793, d794, d795, d796, d797, d798, d799, d800, d801, d802, d803, d804, d805,
+                d806, d807, d808,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls3_960, ls3_961, ls3_962, ls3_963, ls3_964, ls3_965, ls3_966, ls3_967, ls3_968,
+                ls3_969, ls3_970, ls3_971, ls3_972, ls3_973, ls3_974, ls3_975, ls3_976, ls3_977, ls3_978,
+                DTYPE)
             (
-                d809, d810, d811, d812, d813, d814,
-                d815, d816, d817, d818, d819, d820,
-                d821, d822, d823, d824, d825, d826,
-                d827) = _triton_lu1_back21(
-                lu1_lu, ls3_986, ls3_987, ls3_988, ls3_989, ls3_990,
-                ls3_991, ls3_992, ls3_993, ls3_994, ls3_995, ls3_996,
-                ls3_997, DTYPE)
+                d809, d810, d811, d812, d813, d814, d815, d816, d817, d818, d819, d820, d821, d822, d823, d824,
+                d825, d826, d827,
+            ) = _triton_lu1_back21(
+                lu1_lu, ls3_986, ls3_987, ls3_988, ls3_989, ls3_990, ls3_991, ls3_992, ls3_993, ls3_994,
+                ls3_995, ls3_996, ls3_997, DTYPE)
             (
-                d828, d829, d830, d831, d832, d833,
-                d834, d835, d836, d837, d838, d839,
-                d840, d841, d842, d843, d844, d845,
-                d846) = _triton_lu1_back21(
-                lu1_lu, ls3_1011, ls3_1012, ls3_1013, ls3_1014, ls3_1015,
-                ls3_1016, ls3_1017, ls3_1018, ls3_1019, ls3_1020, ls3_1021,
-                ls3_1022, DTYPE)
+                d828, d829, d830, d831, d832, d833, d834, d835, d836, d837, d838, d839, d840, d841, d842, d843,
+                d844, d845, d846,
+            ) = _triton_lu1_back21(
+                lu1_lu, ls3_1011, ls3_1012, ls3_1013, ls3_1014, ls3_1015, ls3_1016, ls3_1017, ls3_1018,
+                ls3_1019, ls3_1020, ls3_1021, ls3_1022, DTYPE)
             (
-                d847, d848, d849, d850, d851, d852,
-                d853, d854, d855, d856, d857, d858,
-                d859, d860, d861, d862, d863, d864,
-                d865) = _triton_lu1_back22(
-                lu1_lu, ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040,
-                ls3_1041, DTYPE)
+                d847, d848, d849, d850, d851, d852, d853, d854, d855, d856, d857, d858, d859, d860, d861, d862,
+                d863, d864, d865,
+            ) = _triton_lu1_back22(
+                lu1_lu, ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040, ls3_1041, DTYPE)
             (
-                d866, d867, d868, d869, d870, d871,
-                d872, d873, d874, d875, d876, d877,
-                d878, d879, d880, d881, d882, d883,
-                d884) = _triton_lu1_back22(
-                lu1_lu, ls3_1061, ls3_1062, ls3_1063, ls3_1064, ls3_1065,
-                ls3_1066, DTYPE)
+                d866, d867, d868, d869, d870, d871, d872, d873, d874, d875, d876, d877, d878, d879, d880, d881,
+                d882, d883, d884,
+            ) = _triton_lu1_back22(
+                lu1_lu, ls3_1061, ls3_1062, ls3_1063, ls3_1064, ls3_1065, ls3_1066, DTYPE)
             d885 = ((cse_11 * (cse_9 + (cse_22 * d676))) - (cse_18 * (d677 + d678)))
             d886 = ((cse_11 * (cse_13 + (cse_22 * d677))) - (cse_18 * (d676 + d678)))
             d887 = ((cse_11 * (cse_14 + (cse_22 * d678))) - (cse_18 * (d676 + d677)))
@@ -10354,7 +10102,37 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5]: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_eta, const real *restrict v_p_g1, const real *restrict v_p_g2, const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X1_0, const real *restrict v_old_state_internal_X1_1, const real *restrict v_old_state_internal_X1_2, const real *restrict v_old_state_internal_X1_3, const real *restrict v_old_state_internal_X1_4, const real *restrict v_old_state_internal_X1_5, const real *restrict v_old_state_internal_X2_0, const real *restrict v_old_state_internal_X2_1, const real *restrict v_old_state_internal_X2_2, const real *restrict v_old_state_internal_X2_3, const real *restrict v_old_state_internal_X2_4, const real *restrict v_old_state_internal_X2_5, const real *restrict v_old_state_internal_ep, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_X1_0, real *restrict v_state_internal_X1_1, real *restrict v_state_internal_X1_2, real *restrict v_state_internal_X1_3, real *restrict v_state_internal_X1_4, real *restrict v_state_internal_X1_5, real *restrict v_state_internal_X2_0, real *restrict v_state_internal_X2_1, real *restrict v_state_internal_X2_2, real *restrict v_state_internal_X2_3, real *restrict v_state_internal_X2_4, real *restrict v_state_internal_X2_5, int *restrict v_chaboche2_return_map_converged, int *restrict v_chaboche2_return_map_iterations, real *restrict v_chaboche2_return_map_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_C1, const real *restrict v_p_C2, const real *restrict v_p_E,
+    const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_eta,
+    const real *restrict v_p_g1, const real *restrict v_p_g2, const real *restrict v_p_n,
+    const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
+    const real *restrict v_forces_E_0, const real *restrict v_forces_E_1,
+    const real *restrict v_forces_E_2, const real *restrict v_forces_E_3,
+    const real *restrict v_forces_E_4, const real *restrict v_forces_E_5,
+    const real *restrict v_forces_t, const real *restrict v_old_forces_t,
+    const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1,
+    const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3,
+    const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
+    const real *restrict v_old_state_internal_X1_0, const real *restrict v_old_state_internal_X1_1,
+    const real *restrict v_old_state_internal_X1_2, const real *restrict v_old_state_internal_X1_3,
+    const real *restrict v_old_state_internal_X1_4, const real *restrict v_old_state_internal_X1_5,
+    const real *restrict v_old_state_internal_X2_0, const real *restrict v_old_state_internal_X2_1,
+    const real *restrict v_old_state_internal_X2_2, const real *restrict v_old_state_internal_X2_3,
+    const real *restrict v_old_state_internal_X2_4, const real *restrict v_old_state_internal_X2_5,
+    const real *restrict v_old_state_internal_ep, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_X1_0, real *restrict v_state_internal_X1_1,
+    real *restrict v_state_internal_X1_2, real *restrict v_state_internal_X1_3,
+    real *restrict v_state_internal_X1_4, real *restrict v_state_internal_X1_5,
+    real *restrict v_state_internal_X2_0, real *restrict v_state_internal_X2_1,
+    real *restrict v_state_internal_X2_2, real *restrict v_state_internal_X2_3,
+    real *restrict v_state_internal_X2_4, real *restrict v_state_internal_X2_5,
+    int *restrict v_chaboche2_return_map_converged,
+    int *restrict v_chaboche2_return_map_iterations,
+    real *restrict v_chaboche2_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[361 * MC_W], mc_B[19 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_0[MC_W];
@@ -10989,7 +10767,17 @@ static void newton_1(const real *restrict v_p_C1, const real *restrict v_p_C2, c
         const real nt1_r_18 = (state_internal_X2_5 - old_state_internal_X2_5 - (ncse_43 * ncse_66));
         const real chaboche2_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? chaboche2_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((chaboche2_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + fabs(old_state_internal_X1_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + fabs(old_state_internal_X1_4)))) & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + fabs(old_state_internal_X1_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + fabs(old_state_internal_X2_0)))) & (fabs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + fabs(old_state_internal_X2_1)))) & (fabs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + fabs(old_state_internal_X2_2)))) & (fabs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + fabs(old_state_internal_X2_3)))) & (fabs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + fabs(old_state_internal_X2_4)))) & (fabs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + fabs(old_state_internal_X2_5)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + fabs(old_state_internal_X1_0)))) & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + fabs(old_state_internal_X1_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + fabs(old_state_internal_X1_2))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_328 + (ncse_346 * ncse_349) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_335 + (ncse_349 * ncse_352) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_333 + (ncse_349 * ncse_353) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_354 + (ncse_357 * ncse_358) + fabs(old_state_internal_Ep_3)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_359 + (ncse_358 * ncse_362) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_363 + (ncse_358 * ncse_366) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_348 * ncse_38) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_329 + (ncse_348 * ((ncse_329 * ncse_367) + (ncse_346 * ncse_369))) + fabs(old_state_internal_X1_0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_343 + (ncse_348 * ((ncse_343 * ncse_367) + (ncse_352 * ncse_369))) + fabs(old_state_internal_X1_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_340 + (ncse_348 * ((ncse_340 * ncse_367) + (ncse_353 * ncse_369))) + fabs(old_state_internal_X1_2)))));
+        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_355 + (ncse_348 * ((ncse_355 * ncse_367) + (ncse_357 * ncse_370))) + fabs(old_state_internal_X1_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_360 + (ncse_348 * ((ncse_360 * ncse_367) + (ncse_362 * ncse_370))) + fabs(old_state_internal_X1_4)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_364 + (ncse_348 * ((ncse_364 * ncse_367) + (ncse_366 * ncse_370))) + fabs(old_state_internal_X1_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * (ncse_330 + (ncse_348 * ((ncse_330 * ncse_371) + (ncse_346 * ncse_373))) + fabs(old_state_internal_X2_0)))));
+        const int nt1_scaled7 = (nt1_scaled6 & (fabs(nt1_r_14) <= (nt1_rtol * (ncse_344 + (ncse_348 * ((ncse_344 * ncse_371) + (ncse_352 * ncse_373))) + fabs(old_state_internal_X2_1)))) & (fabs(nt1_r_15) <= (nt1_rtol * (ncse_341 + (ncse_348 * ((ncse_341 * ncse_371) + (ncse_353 * ncse_373))) + fabs(old_state_internal_X2_2)))));
+        const int nt1_scaled8 = (nt1_scaled7 & (fabs(nt1_r_16) <= (nt1_rtol * (ncse_356 + (ncse_348 * ((ncse_356 * ncse_371) + (ncse_357 * ncse_374))) + fabs(old_state_internal_X2_3)))) & (fabs(nt1_r_17) <= (nt1_rtol * (ncse_361 + (ncse_348 * ((ncse_361 * ncse_371) + (ncse_362 * ncse_374))) + fabs(old_state_internal_X2_4)))));
+        const int nt1_scaled9 = (nt1_scaled8 & (fabs(nt1_r_18) <= (nt1_rtol * (ncse_365 + (ncse_348 * ((ncse_365 * ncse_371) + (ncse_366 * ncse_374))) + fabs(old_state_internal_X2_5)))));
+        const int nt1_ok = (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_chaboche2_return_map_converged[l] = mc_was ? nt1_ok : v_chaboche2_return_map_converged[l];
@@ -11761,7 +11549,21 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_23[MC_W];
     real v_cse_25[MC_W];
     real v_cse_26[MC_W];
-    newton_1((v_p + 7 * MC_W), (v_p + 9 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 5 * MC_W), (v_p + 8 * MC_W), (v_p + 10 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W), (v_x5 + 4 * MC_W), (v_x5 + 5 * MC_W), (v_x6 + 0 * MC_W), (v_x6 + 1 * MC_W), (v_x6 + 2 * MC_W), (v_x6 + 3 * MC_W), (v_x6 + 4 * MC_W), (v_x6 + 5 * MC_W), (v_x4 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X1_0, v_state_internal_X1_1, v_state_internal_X1_2, v_state_internal_X1_3, v_state_internal_X1_4, v_state_internal_X1_5, v_state_internal_X2_0, v_state_internal_X2_1, v_state_internal_X2_2, v_state_internal_X2_3, v_state_internal_X2_4, v_state_internal_X2_5, v_chaboche2_return_map_converged, v_chaboche2_return_map_iterations, v_chaboche2_return_map_residual_norm, a);
+    newton_1(
+        (v_p + 7 * MC_W), (v_p + 9 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W),
+        (v_p + 5 * MC_W), (v_p + 8 * MC_W), (v_p + 10 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W),
+        (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W),
+        (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W),
+        (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W),
+        (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W), (v_x5 + 4 * MC_W),
+        (v_x5 + 5 * MC_W), (v_x6 + 0 * MC_W), (v_x6 + 1 * MC_W), (v_x6 + 2 * MC_W), (v_x6 + 3 * MC_W),
+        (v_x6 + 4 * MC_W), (v_x6 + 5 * MC_W), (v_x4 + 0 * MC_W), v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X1_0, v_state_internal_X1_1,
+        v_state_internal_X1_2, v_state_internal_X1_3, v_state_internal_X1_4, v_state_internal_X1_5,
+        v_state_internal_X2_0, v_state_internal_X2_1, v_state_internal_X2_2, v_state_internal_X2_3,
+        v_state_internal_X2_4, v_state_internal_X2_5, v_chaboche2_return_map_converged,
+        v_chaboche2_return_map_iterations, v_chaboche2_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];

@@ -41,7 +41,12 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X, O):
+def _torch_newton_1(
+    p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+    forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+    old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+    old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
+    old_state_internal_phi, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -227,7 +232,12 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
-        gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (2.0 * ncse_123))))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (2.0 * ncse_121))))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * torch.abs(p_q3)) + (2.0 * ncse_112 * torch.abs(ncse_60))))) & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((2.0 * ncse_146 * ((ncse_110 * torch.abs((-3.0 * ncse_97))) + torch.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (3.0 * ncse_127))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (1.0 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (2.0 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (2.0 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (2.0 * ncse_147))))))) + torch.abs(old_state_internal_phi))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (2.0 * ncse_123))))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (2.0 * ncse_121))))) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_2)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((2.0 * ncse_146 * ((ncse_110 * torch.abs((-3.0 * ncse_97))) + torch.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (3.0 * ncse_127))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (1.0 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (2.0 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (2.0 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (2.0 * ncse_147))))))) + torch.abs(old_state_internal_phi)))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * torch.abs(p_q3)) + (2.0 * ncse_112 * torch.abs(ncse_60))))))
+        gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(gtn_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -272,7 +282,11 @@ def _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, for
         state_internal_phi = torch.where(gtn_return_map_converged, state_internal_phi, state_internal_phi + nt1_du_7)
         state_internal_gamma_rate = torch.where(gtn_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_8)
         gtn_return_map_iterations = gtn_return_map_iterations + (~gtn_return_map_converged).to(torch.int32)
-    return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm
+    return (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
+        state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations,
+        gtn_return_map_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -304,7 +318,17 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_q2 = P[:, 6]
     p_q3 = P[:, 7]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, X, O)
+    (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
+        state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations,
+        gtn_return_map_residual_norm,
+    ) = _torch_newton_1(
+        p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+        old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
+        old_state_internal_phi, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1236,14 +1260,9 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1(
-        a0_0, a0_1, a0_2, a0_6, a0_7, a0_8,
-        a1_0, a1_1, a1_2, a1_6, a1_7, a1_8,
-        a2_0, a2_1, a2_2, a2_6, a2_7, a2_8,
-        a3_3, a3_6, a3_8, a4_4, a4_6, a4_8,
-        a5_5, a5_6, a5_8, a6_0, a6_1, a6_2,
-        a6_3, a6_4, a6_5, a6_6, a6_7, a6_8,
-        a7_0, a7_1, a7_2, a7_6, a7_7, a7_8,
-        a8_0, a8_1, a8_2, a8_3, a8_4, a8_5,
+        a0_0, a0_1, a0_2, a0_6, a0_7, a0_8, a1_0, a1_1, a1_2, a1_6, a1_7, a1_8, a2_0, a2_1, a2_2, a2_6,
+        a2_7, a2_8, a3_3, a3_6, a3_8, a4_4, a4_6, a4_8, a5_5, a5_6, a5_8, a6_0, a6_1, a6_2, a6_3, a6_4,
+        a6_5, a6_6, a6_7, a6_8, a7_0, a7_1, a7_2, a7_6, a7_7, a7_8, a8_0, a8_1, a8_2, a8_3, a8_4, a8_5,
         a8_6, a8_7, a8_8, DTYPE: tl.constexpr):
         """Elimination of a 9x9 system (51 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
         K0 = tl.full([], 1e-12, DTYPE)
@@ -1355,20 +1374,13 @@ if triton is not None:
         f_104 = (f_100 - (f_97 * f_103))
         f_105 = (K2 / f_104)
         return (
-        f_3, f_9, f_15, f_21, f_27, f_35,
-        f_40, f_45, f_50, f_57, f_61, f_65,
-        f_71, f_74, f_79, f_82, f_87, f_90,
-        f_95, f_98, f_103, a0_1, a0_2, a0_6,
-        a0_7, a0_8, f_5, f_6, f_7, f_8,
-        f_37, f_38, f_39, a3_6, a3_8, a4_6,
-        a4_8, a5_6, a5_8, f_59, f_89, f_97,
-        f_2, f_34, f_56, f_70, f_78, f_86,
-        f_94, f_102, f_105)
+            f_3, f_9, f_15, f_21, f_27, f_35, f_40, f_45, f_50, f_57, f_61, f_65, f_71, f_74, f_79,
+            f_82, f_87, f_90, f_95, f_98, f_103, a0_1, a0_2, a0_6, a0_7, a0_8, f_5, f_6, f_7, f_8,
+            f_37, f_38, f_39, a3_6, a3_8, a4_6, a4_8, a5_6, a5_8, f_59, f_89, f_97, f_2, f_34, f_56,
+            f_70, f_78, f_86, f_94, f_102, f_105)
 
     @triton.jit
-    def _triton_lu1_forward1(
-        F, b0, b1, b2, b3, b4,
-        b5, b6, b7, b8, DTYPE: tl.constexpr):
+    def _triton_lu1_forward1(F, b0, b1, b2, b3, b4, b5, b6, b7, b8, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -1391,14 +1403,10 @@ if triton is not None:
         s_19 = (s_11 - (F[18] * s_17))
         s_20 = (s_18 - (F[19] * s_17))
         s_21 = (s_20 - (F[20] * s_19))
-        return (
-        b0, s_1, s_6, b3, b4, b5,
-        s_17, s_19, s_21)
+        return (b0, s_1, s_6, b3, b4, b5, s_17, s_19, s_21)
 
     @triton.jit
-    def _triton_lu1_back1(
-        F, y0, y1, y2, y3, y4,
-        y5, y6, y7, y8, DTYPE: tl.constexpr):
+    def _triton_lu1_back1(F, y0, y1, y2, y3, y4, y5, y6, y7, y8, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[50] * y8)
         s_2 = (F[49] * (y7 - (F[41] * s_1)))
@@ -1409,14 +1417,10 @@ if triton is not None:
         s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (y0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_forward2(
-        F, b0, b1, b2, b6, b7,
-        b8, DTYPE: tl.constexpr):
+    def _triton_lu1_forward2(F, b0, b1, b2, b6, b7, b8, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -1466,9 +1470,7 @@ if triton is not None:
         return (b5, s_1, s_3, s_5)
 
     @triton.jit
-    def _triton_lu1_back2(
-        F, y0, y1, y2, y6, y7,
-        y8, DTYPE: tl.constexpr):
+    def _triton_lu1_back2(F, y0, y1, y2, y6, y7, y8, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[50] * y8)
         s_2 = (F[49] * (y7 - (F[41] * s_1)))
@@ -1479,9 +1481,7 @@ if triton is not None:
         s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (y0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back3(F, y3, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1495,9 +1495,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back4(F, y4, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1511,9 +1509,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back5(F, y5, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1527,9 +1523,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
@@ -1622,9 +1616,7 @@ if triton is not None:
         return (s_1)
 
     @triton.jit
-    def _triton_lu1_back6(
-        F, y1, y2, y6, y7, y8,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back6(F, y1, y2, y6, y7, y8, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[50] * y8)
@@ -1636,9 +1628,7 @@ if triton is not None:
         s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (y1 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (K0 - (F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back7(F, y2, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1653,9 +1643,7 @@ if triton is not None:
         s_7 = (F[44] * (y2 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (K0 - (F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back8(F, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1670,9 +1658,7 @@ if triton is not None:
         s_7 = (F[44] * (K0 - (F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back9(F, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1687,9 +1673,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back10(F, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1704,9 +1688,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back11(F, y6, y7, y8, DTYPE: tl.constexpr):
@@ -1721,9 +1703,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back12(F, y7, y8, DTYPE: tl.constexpr):
@@ -1738,9 +1718,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back13(F, y8, DTYPE: tl.constexpr):
@@ -1755,9 +1733,7 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward14(F, b8, DTYPE: tl.constexpr):
@@ -1776,12 +1752,16 @@ if triton is not None:
         s_7 = (F[44] * (-(F[30] * s_3) - (F[31] * s_2) - (F[32] * s_1)))
         s_8 = (F[43] * (-(F[26] * s_7) - (F[27] * s_3) - (F[28] * s_2) - (F[29] * s_1)))
         s_9 = (F[42] * (-(F[21] * s_8) - (F[22] * s_7) - (F[23] * s_3) - (F[24] * s_2) - (F[25] * s_1)))
-        return (
-        s_9, s_8, s_7, s_6, s_5, s_4,
-        s_3, s_2, s_1)
+        return (s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+        old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
+        old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr,
+        BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 0.0, DTYPE)
@@ -1983,7 +1963,12 @@ if triton is not None:
             nt1_r_8 = _mc_le((-ncse_62), ncse_63)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
-            gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (K3 * ncse_123))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (K3 * ncse_121))))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * tl.abs(p_q3)) + (K3 * ncse_112 * tl.abs(ncse_60))))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((K3 * ncse_146 * ((ncse_110 * tl.abs((-K4 * ncse_97))) + tl.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (K4 * ncse_127))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (K2 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (K3 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (K3 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (K3 * ncse_147))))))) + tl.abs(old_state_internal_phi))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (K3 * ncse_123))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (K3 * ncse_121))))) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_2)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((K3 * ncse_146 * ((ncse_110 * tl.abs((-K4 * ncse_97))) + tl.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (K4 * ncse_127))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (K2 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (K3 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (K3 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (K3 * ncse_147))))))) + tl.abs(old_state_internal_phi)))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * tl.abs(p_q3)) + (K3 * ncse_112 * tl.abs(ncse_60))))))
+            gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
             update1 = (~gtn_return_map_converged) & (it1 < maxit1)
             nt1_1 = (ncse_79 * ncse_80)
             nt1_2 = (ncse_28 * ncse_72)
@@ -2019,15 +2004,11 @@ if triton is not None:
             nt1_32 = (ncse_102 * ((K3 * ncse_61) - (p_q3 * ncse_59)))
             nt1_33 = (p_E * ncse_101 * ncse_3)
             nt1_lu = _triton_lu1(
-                ncse_74, ncse_76, ncse_76, nt1_1, ncse_82, nt1_2,
-                ncse_76, ncse_74, ncse_76, nt1_3, ncse_82, nt1_4,
-                ncse_76, ncse_76, ncse_74, nt1_5, ncse_82, nt1_6,
-                ncse_87, nt1_7, nt1_8, ncse_87, nt1_9, nt1_10,
-                ncse_87, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
-                nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21,
-                ncse_99, ncse_99, ncse_99, nt1_22, nt1_23, nt1_24,
-                nt1_25, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30,
-                nt1_31, nt1_32, nt1_33, DTYPE)
+                ncse_74, ncse_76, ncse_76, nt1_1, ncse_82, nt1_2, ncse_76, ncse_74, ncse_76, nt1_3, ncse_82,
+                nt1_4, ncse_76, ncse_76, ncse_74, nt1_5, ncse_82, nt1_6, ncse_87, nt1_7, nt1_8, ncse_87, nt1_9,
+                nt1_10, ncse_87, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19,
+                nt1_20, nt1_21, ncse_99, ncse_99, ncse_99, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27,
+                nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
             nt1_34 = (-nt1_r_0)
             nt1_35 = (-nt1_r_1)
             nt1_36 = (-nt1_r_2)
@@ -2037,16 +2018,12 @@ if triton is not None:
             nt1_40 = (-nt1_r_6)
             nt1_41 = (-nt1_r_7)
             nt1_42 = (-nt1_r_8)
+            (nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51) = _triton_lu1_forward1(
+                nt1_lu, nt1_34, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42, DTYPE)
             (
-                nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48,
-                nt1_49, nt1_50, nt1_51) = _triton_lu1_forward1(
-                nt1_lu, nt1_34, nt1_35, nt1_36, nt1_37, nt1_38,
-                nt1_39, nt1_40, nt1_41, nt1_42, DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
-                nt1_du_6, nt1_du_7, nt1_du_8) = _triton_lu1_back1(
-                nt1_lu, nt1_43, nt1_44, nt1_45, nt1_46, nt1_47,
-                nt1_48, nt1_49, nt1_50, nt1_51, DTYPE)
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
+            ) = _triton_lu1_back1(
+                nt1_lu, nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -2059,7 +2036,11 @@ if triton is not None:
             gtn_return_map_iterations = gtn_return_map_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm
+        return (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
+            state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations,
+            gtn_return_map_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -2194,7 +2175,17 @@ if triton is not None:
             p_q2 = _t72
             p_q3 = _t76
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi, state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations, gtn_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_phi,
+            state_internal_gamma_rate, gtn_return_map_converged, gtn_return_map_iterations,
+            gtn_return_map_residual_norm,
+        ) = _triton_newton_1(
+            p_E, p_K, p_nu, p_q1, p_q2, p_q3, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+            forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+            old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+            old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
+            old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
         _p77 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -2402,60 +2393,38 @@ if triton is not None:
             lu1_26 = (cse_223 * ((K1 * cse_127) - (p_q3 * cse_221)))
             lu1_27 = (cse_220 * cse_222)
             lu1_lu = _triton_lu1(
-                cse_138, cse_141, cse_141, lu1_1, cse_156, lu1_2,
-                cse_141, cse_138, cse_141, lu1_3, cse_156, lu1_4,
-                cse_141, cse_141, cse_138, lu1_5, cse_156, lu1_6,
-                cse_172, lu1_7, lu1_8, cse_172, lu1_9, lu1_10,
-                cse_172, lu1_11, lu1_12, lu1_13, lu1_14, lu1_15,
-                cse_188, cse_190, cse_191, lu1_16, lu1_17, lu1_18,
-                cse_211, cse_211, cse_211, lu1_19, lu1_20, lu1_21,
-                lu1_22, lu1_23, lu1_24, cse_231, cse_233, cse_234,
-                lu1_25, lu1_26, lu1_27, DTYPE)
+                cse_138, cse_141, cse_141, lu1_1, cse_156, lu1_2, cse_141, cse_138, cse_141, lu1_3, cse_156,
+                lu1_4, cse_141, cse_141, cse_138, lu1_5, cse_156, lu1_6, cse_172, lu1_7, lu1_8, cse_172, lu1_9,
+                lu1_10, cse_172, lu1_11, lu1_12, lu1_13, lu1_14, lu1_15, cse_188, cse_190, cse_191, lu1_16,
+                lu1_17, lu1_18, cse_211, cse_211, cse_211, lu1_19, lu1_20, lu1_21, lu1_22, lu1_23, lu1_24,
+                cse_231, cse_233, cse_234, lu1_25, lu1_26, lu1_27, DTYPE)
             # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
             ls1_28 = (-cse_137 * (cse_181 + (cse_152 * cse_25)))
             ls1_29 = (-cse_223 * (cse_226 + (cse_158 * cse_25)))
             (ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38) = _triton_lu1_forward2(
-                lu1_lu, cse_237, cse_239, cse_239, ls1_28, cse_273,
-                ls1_29, DTYPE)
+                lu1_lu, cse_237, cse_239, cse_239, ls1_28, cse_273, ls1_29, DTYPE)
             ls1_39 = (-cse_137 * (cse_183 + (cse_160 * cse_25)))
             ls1_40 = (-cse_223 * (cse_228 + (cse_163 * cse_25)))
             (ls1_41, ls1_42, ls1_43, ls1_47, ls1_48, ls1_49) = _triton_lu1_forward2(
-                lu1_lu, cse_239, cse_237, cse_239, ls1_39, cse_273,
-                ls1_40, DTYPE)
+                lu1_lu, cse_239, cse_237, cse_239, ls1_39, cse_273, ls1_40, DTYPE)
             ls1_50 = (-cse_137 * (cse_184 + (cse_165 * cse_25)))
             ls1_51 = (-cse_223 * (cse_229 + (cse_168 * cse_25)))
             (ls1_52, ls1_53, ls1_54, ls1_58, ls1_59, ls1_60) = _triton_lu1_forward2(
-                lu1_lu, cse_239, cse_239, cse_237, ls1_50, cse_273,
-                ls1_51, DTYPE)
+                lu1_lu, cse_239, cse_239, cse_237, ls1_50, cse_273, ls1_51, DTYPE)
             ls1_64, ls1_67, ls1_68, ls1_69 = _triton_lu1_forward3(lu1_lu, cse_262, cse_188, cse_231, DTYPE)
             ls1_74, ls1_76, ls1_77, ls1_78 = _triton_lu1_forward4(lu1_lu, cse_262, cse_190, cse_233, DTYPE)
             ls1_84, ls1_85, ls1_86, ls1_87 = _triton_lu1_forward5(lu1_lu, cse_262, cse_191, cse_234, DTYPE)
-            (
-                d1, d2, d3, d4, d5, d6,
-                d7, d8, d9) = _triton_lu1_back2(
-                lu1_lu, ls1_30, ls1_31, ls1_32, ls1_36, ls1_37,
-                ls1_38, DTYPE)
-            (
-                d10, d11, d12, d13, d14, d15,
-                d16, d17, d18) = _triton_lu1_back2(
-                lu1_lu, ls1_41, ls1_42, ls1_43, ls1_47, ls1_48,
-                ls1_49, DTYPE)
-            (
-                d19, d20, d21, d22, d23, d24,
-                d25, d26, d27) = _triton_lu1_back2(
-                lu1_lu, ls1_52, ls1_53, ls1_54, ls1_58, ls1_59,
-                ls1_60, DTYPE)
-            (
-                d28, d29, d30, d31, d32, d33,
-                d34, d35, d36) = _triton_lu1_back3(
+            (d1, d2, d3, d4, d5, d6, d7, d8, d9) = _triton_lu1_back2(
+                lu1_lu, ls1_30, ls1_31, ls1_32, ls1_36, ls1_37, ls1_38, DTYPE)
+            (d10, d11, d12, d13, d14, d15, d16, d17, d18) = _triton_lu1_back2(
+                lu1_lu, ls1_41, ls1_42, ls1_43, ls1_47, ls1_48, ls1_49, DTYPE)
+            (d19, d20, d21, d22, d23, d24, d25, d26, d27) = _triton_lu1_back2(
+                lu1_lu, ls1_52, ls1_53, ls1_54, ls1_58, ls1_59, ls1_60, DTYPE)
+            (d28, d29, d30, d31, d32, d33, d34, d35, d36) = _triton_lu1_back3(
                 lu1_lu, ls1_64, ls1_67, ls1_68, ls1_69, DTYPE)
-            (
-                d37, d38, d39, d40, d41, d42,
-                d43, d44, d45) = _triton_lu1_back4(
+            (d37, d38, d39, d40, d41, d42, d43, d44, d45) = _triton_lu1_back4(
                 lu1_lu, ls1_74, ls1_76, ls1_77, ls1_78, DTYPE)
-            (
-                d46, d47, d48, d49, d50, d51,
-                d52, d53, d54) = _triton_lu1_back5(
+            (d46, d47, d48, d49, d50, d51, d52, d53, d54) = _triton_lu1_back5(
                 lu1_lu, ls1_84, ls1_85, ls1_86, ls1_87, DTYPE)
             cse_22 = (-cse_12)
             cse_23 = (cse_22 * d3)
@@ -2577,11 +2546,8 @@ if triton is not None:
             cse_277 = (p_E * cse_276)
             # linear solve 2: 9x9, 10 right-hand side(s) through elimination lu1
             ls2_88 = (-cse_277)
-            (
-                ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94,
-                ls2_95, ls2_96, ls2_97) = _triton_lu1_forward1(
-                lu1_lu, cse_217, cse_216, cse_215, cse_264, cse_265,
-                cse_266, cse_267, cse_274, ls2_88, DTYPE)
+            (ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96, ls2_97) = _triton_lu1_forward1(
+                lu1_lu, cse_217, cse_216, cse_215, cse_264, cse_265, cse_266, cse_267, cse_274, ls2_88, DTYPE)
             ls2_98 = (-cse_217)
             ls2_99 = (-cse_216)
             ls2_100 = (-cse_215)
@@ -2591,10 +2557,9 @@ if triton is not None:
             ls2_104 = (-cse_267)
             ls2_105 = (-cse_274)
             (
-                ls2_106, ls2_107, ls2_108, ls2_109, ls2_110, ls2_111,
-                ls2_112, ls2_113, ls2_114) = _triton_lu1_forward1(
-                lu1_lu, ls2_98, ls2_99, ls2_100, ls2_101, ls2_102,
-                ls2_103, ls2_104, ls2_105, cse_277, DTYPE)
+                ls2_106, ls2_107, ls2_108, ls2_109, ls2_110, ls2_111, ls2_112, ls2_113, ls2_114,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls2_98, ls2_99, ls2_100, ls2_101, ls2_102, ls2_103, ls2_104, ls2_105, cse_277, DTYPE)
             ls2_116, ls2_117, ls2_121, ls2_122, ls2_123 = _triton_lu1_forward6(lu1_lu, DTYPE)
             ls2_126, ls2_130, ls2_131, ls2_132 = _triton_lu1_forward7(lu1_lu, DTYPE)
             ls2_139, ls2_140, ls2_141 = _triton_lu1_forward8(lu1_lu, DTYPE)
@@ -2603,44 +2568,23 @@ if triton is not None:
             ls2_166, ls2_167, ls2_168 = _triton_lu1_forward11(lu1_lu, DTYPE)
             ls2_176, ls2_177 = _triton_lu1_forward12(lu1_lu, DTYPE)
             ls2_186 = _triton_lu1_forward13(lu1_lu, DTYPE)
-            (
-                d91, d92, d93, d94, d95, d96,
-                d97, d98, d99) = _triton_lu1_back1(
-                lu1_lu, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93,
-                ls2_94, ls2_95, ls2_96, ls2_97, DTYPE)
-            (
-                d100, d101, d102, d103, d104, d105,
-                d106, d107, d108) = _triton_lu1_back1(
-                lu1_lu, ls2_106, ls2_107, ls2_108, ls2_109, ls2_110,
-                ls2_111, ls2_112, ls2_113, ls2_114, DTYPE)
-            (
-                d109, d110, d111, d112, d113, d114,
-                d115, d116, d117) = _triton_lu1_back6(
-                lu1_lu, ls2_116, ls2_117, ls2_121, ls2_122, ls2_123,
-                DTYPE)
-            (
-                d118, d119, d120, d121, d122, d123,
-                d124, d125, d126) = _triton_lu1_back7(
+            (d91, d92, d93, d94, d95, d96, d97, d98, d99) = _triton_lu1_back1(
+                lu1_lu, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96, ls2_97, DTYPE)
+            (d100, d101, d102, d103, d104, d105, d106, d107, d108) = _triton_lu1_back1(
+                lu1_lu, ls2_106, ls2_107, ls2_108, ls2_109, ls2_110, ls2_111, ls2_112, ls2_113, ls2_114, DTYPE)
+            (d109, d110, d111, d112, d113, d114, d115, d116, d117) = _triton_lu1_back6(
+                lu1_lu, ls2_116, ls2_117, ls2_121, ls2_122, ls2_123, DTYPE)
+            (d118, d119, d120, d121, d122, d123, d124, d125, d126) = _triton_lu1_back7(
                 lu1_lu, ls2_126, ls2_130, ls2_131, ls2_132, DTYPE)
-            (
-                d127, d128, d129, d130, d131, d132,
-                d133, d134, d135) = _triton_lu1_back8(
+            (d127, d128, d129, d130, d131, d132, d133, d134, d135) = _triton_lu1_back8(
                 lu1_lu, ls2_139, ls2_140, ls2_141, DTYPE)
-            (
-                d136, d137, d138, d139, d140, d141,
-                d142, d143, d144) = _triton_lu1_back9(
+            (d136, d137, d138, d139, d140, d141, d142, d143, d144) = _triton_lu1_back9(
                 lu1_lu, ls2_148, ls2_149, ls2_150, DTYPE)
-            (
-                d145, d146, d147, d148, d149, d150,
-                d151, d152, d153) = _triton_lu1_back10(
+            (d145, d146, d147, d148, d149, d150, d151, d152, d153) = _triton_lu1_back10(
                 lu1_lu, ls2_157, ls2_158, ls2_159, DTYPE)
-            (
-                d154, d155, d156, d157, d158, d159,
-                d160, d161, d162) = _triton_lu1_back11(
+            (d154, d155, d156, d157, d158, d159, d160, d161, d162) = _triton_lu1_back11(
                 lu1_lu, ls2_166, ls2_167, ls2_168, DTYPE)
-            (
-                d163, d164, d165, d166, d167, d168,
-                d169, d170, d171) = _triton_lu1_back12(
+            (d163, d164, d165, d166, d167, d168, d169, d170, d171) = _triton_lu1_back12(
                 lu1_lu, ls2_176, ls2_177, DTYPE)
             d172, d173, d174, d175, d176, d177, d178, d179, d180 = _triton_lu1_back13(lu1_lu, ls2_186, DTYPE)
             cse_44 = (cse_22 * d92)
@@ -2797,10 +2741,9 @@ if triton is not None:
             ls3_194 = (-cse_136 * ((cse_209 * cse_242) + (cse_209 * cse_257) + (cse_209 * cse_260)))
             ls3_195 = (-(cse_135 * cse_276) - (cse_223 * ((cse_158 * cse_78) + (cse_163 * cse_80) + (cse_168 * cse_81) + (cse_169 * cse_268) + (cse_198 * cse_278) + (cse_200 * cse_278))))
             (
-                ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201,
-                ls3_202, ls3_203, ls3_204) = _triton_lu1_forward1(
-                lu1_lu, ls3_187, ls3_188, ls3_189, ls3_190, ls3_191,
-                ls3_192, ls3_193, ls3_194, ls3_195, DTYPE)
+                ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201, ls3_202, ls3_203, ls3_204,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_187, ls3_188, ls3_189, ls3_190, ls3_191, ls3_192, ls3_193, ls3_194, ls3_195, DTYPE)
             ls3_205 = (-cse_137 * cse_249)
             ls3_206 = (-cse_137 * cse_259)
             ls3_207 = (-cse_137 * cse_261)
@@ -2811,10 +2754,9 @@ if triton is not None:
             ls3_212 = (-cse_136 * ((cse_209 * cse_249) + (cse_209 * cse_259) + (cse_209 * cse_261)))
             ls3_213 = (-cse_223 * ((cse_158 * cse_248) + (cse_163 * cse_244) + (cse_168 * cse_246) - (cse_196 * cse_279) - (cse_198 * cse_280) - (cse_200 * cse_280)))
             (
-                ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219,
-                ls3_220, ls3_221, ls3_222) = _triton_lu1_forward1(
-                lu1_lu, ls3_205, ls3_206, ls3_207, ls3_208, ls3_209,
-                ls3_210, ls3_211, ls3_212, ls3_213, DTYPE)
+                ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219, ls3_220, ls3_221, ls3_222,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_205, ls3_206, ls3_207, ls3_208, ls3_209, ls3_210, ls3_211, ls3_212, ls3_213, DTYPE)
             ls3_223 = (-cse_154 * state_internal_ep)
             ls3_224 = (-cse_162 * state_internal_ep)
             ls3_225 = (-cse_167 * state_internal_ep)
@@ -2825,10 +2767,9 @@ if triton is not None:
             ls3_230 = (-cse_136 * ((cse_212 * state_internal_ep) + (cse_213 * state_internal_ep) + (cse_214 * state_internal_ep)))
             ls3_231 = (-cse_235 * state_internal_ep)
             (
-                ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237,
-                ls3_238, ls3_239, ls3_240) = _triton_lu1_forward1(
-                lu1_lu, ls3_223, ls3_224, ls3_225, ls3_226, ls3_227,
-                ls3_228, ls3_229, ls3_230, ls3_231, DTYPE)
+                ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237, ls3_238, ls3_239, ls3_240,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_223, ls3_224, ls3_225, ls3_226, ls3_227, ls3_228, ls3_229, ls3_230, ls3_231, DTYPE)
             ls3_241 = (-cse_154)
             ls3_242 = (-cse_162)
             ls3_243 = (-cse_167)
@@ -2836,54 +2777,33 @@ if triton is not None:
             ls3_245 = (-cse_136 * (cse_212 + cse_213 + cse_214))
             ls3_246 = (-cse_235)
             (
-                ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252,
-                ls3_253, ls3_254, ls3_255) = _triton_lu1_forward1(
-                lu1_lu, ls3_241, ls3_242, ls3_243, cse_175, cse_177,
-                cse_178, ls3_244, ls3_245, ls3_246, DTYPE)
+                ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252, ls3_253, ls3_254, ls3_255,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls3_241, ls3_242, ls3_243, cse_175, cse_177, cse_178, ls3_244, ls3_245, ls3_246, DTYPE)
             ls3_256 = (-cse_119 * cse_145 * cse_206)
             ls3_257 = (-cse_250 * cse_275)
             ls3_258 = (-cse_126 * cse_221 * cse_223)
             (ls3_259, ls3_260, ls3_261, ls3_265, ls3_266, ls3_267) = _triton_lu1_forward2(
-                lu1_lu, cse_251, cse_251, cse_251, ls3_256, ls3_257,
-                ls3_258, DTYPE)
+                lu1_lu, cse_251, cse_251, cse_251, ls3_256, ls3_257, ls3_258, DTYPE)
             ls3_268 = (-cse_137 * ((cse_123 * cse_148) + (K4 * cse_150 * cse_194 * cse_253)))
             ls3_269 = (-cse_254 * cse_275)
             ls3_270 = (-cse_123 * cse_223 * cse_252)
             (ls3_271, ls3_272, ls3_273, ls3_277, ls3_278, ls3_279) = _triton_lu1_forward2(
-                lu1_lu, cse_255, cse_255, cse_255, ls3_268, ls3_269,
-                ls3_270, DTYPE)
+                lu1_lu, cse_255, cse_255, cse_255, ls3_268, ls3_269, ls3_270, DTYPE)
             ls3_280 = (cse_219 * cse_223)
             ls3_289 = _triton_lu1_forward14(lu1_lu, ls3_280, DTYPE)
-            (
-                d241, d242, d243, d244, d245, d246,
-                d247, d248, d249) = _triton_lu1_back1(
-                lu1_lu, ls3_196, ls3_197, ls3_198, ls3_199, ls3_200,
-                ls3_201, ls3_202, ls3_203, ls3_204, DTYPE)
-            (
-                d250, d251, d252, d253, d254, d255,
-                d256, d257, d258) = _triton_lu1_back1(
-                lu1_lu, ls3_214, ls3_215, ls3_216, ls3_217, ls3_218,
-                ls3_219, ls3_220, ls3_221, ls3_222, DTYPE)
-            (
-                d259, d260, d261, d262, d263, d264,
-                d265, d266, d267) = _triton_lu1_back1(
-                lu1_lu, ls3_232, ls3_233, ls3_234, ls3_235, ls3_236,
-                ls3_237, ls3_238, ls3_239, ls3_240, DTYPE)
-            (
-                d268, d269, d270, d271, d272, d273,
-                d274, d275, d276) = _triton_lu1_back1(
-                lu1_lu, ls3_247, ls3_248, ls3_249, ls3_250, ls3_251,
-                ls3_252, ls3_253, ls3_254, ls3_255, DTYPE)
-            (
-                d277, d278, d279, d280, d281, d282,
-                d283, d284, d285) = _triton_lu1_back2(
-                lu1_lu, ls3_259, ls3_260, ls3_261, ls3_265, ls3_266,
-                ls3_267, DTYPE)
-            (
-                d286, d287, d288, d289, d290, d291,
-                d292, d293, d294) = _triton_lu1_back2(
-                lu1_lu, ls3_271, ls3_272, ls3_273, ls3_277, ls3_278,
-                ls3_279, DTYPE)
+            (d241, d242, d243, d244, d245, d246, d247, d248, d249) = _triton_lu1_back1(
+                lu1_lu, ls3_196, ls3_197, ls3_198, ls3_199, ls3_200, ls3_201, ls3_202, ls3_203, ls3_204, DTYPE)
+            (d250, d251, d252, d253, d254, d255, d256, d257, d258) = _triton_lu1_back1(
+                lu1_lu, ls3_214, ls3_215, ls3_216, ls3_217, ls3_218, ls3_219, ls3_220, ls3_221, ls3_222, DTYPE)
+            (d259, d260, d261, d262, d263, d264, d265, d266, d267) = _triton_lu1_back1(
+                lu1_lu, ls3_232, ls3_233, ls3_234, ls3_235, ls3_236, ls3_237, ls3_238, ls3_239, ls3_240, DTYPE)
+            (d268, d269, d270, d271, d272, d273, d274, d275, d276) = _triton_lu1_back1(
+                lu1_lu, ls3_247, ls3_248, ls3_249, ls3_250, ls3_251, ls3_252, ls3_253, ls3_254, ls3_255, DTYPE)
+            (d277, d278, d279, d280, d281, d282, d283, d284, d285) = _triton_lu1_back2(
+                lu1_lu, ls3_259, ls3_260, ls3_261, ls3_265, ls3_266, ls3_267, DTYPE)
+            (d286, d287, d288, d289, d290, d291, d292, d293, d294) = _triton_lu1_back2(
+                lu1_lu, ls3_271, ls3_272, ls3_273, ls3_277, ls3_278, ls3_279, DTYPE)
             d295, d296, d297, d298, d299, d300, d301, d302, d303 = _triton_lu1_back14(lu1_lu, ls3_289, DTYPE)
             cse_74 = (cse_22 * d242)
             cse_75 = (cse_22 * d243)
@@ -3152,7 +3072,24 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
+    const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep,
+    const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate,
+    int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations,
+    real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_3[MC_W];
@@ -3437,7 +3374,12 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real nt1_r_8 = mc_le((-ncse_62), ncse_63);
         const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
         const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((gtn_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (((real)2.0) * ncse_123))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (((real)2.0) * ncse_121))))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60))))) & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_146 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (((real)2.0) * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (((real)2.0) * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (((real)2.0) * ncse_147))))))) + fabs(old_state_internal_phi))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (((real)2.0) * ncse_123))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (((real)2.0) * ncse_121))))) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_2)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_146 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (((real)2.0) * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (((real)2.0) * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (((real)2.0) * ncse_147))))))) + fabs(old_state_internal_phi)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60))))));
+        const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];
@@ -3722,7 +3664,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_99[MC_W];
     real v_cse_100[MC_W];
     real v_cse_101[MC_W];
-    newton_1((v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_p + 2 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 7 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate, v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a);
+    newton_1(
+        (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_p + 2 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W),
+        (v_p + 7 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W),
+        (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W),
+        (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W),
+        (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];

@@ -41,7 +41,11 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
+def _torch_newton_1(
+    p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4,
+    forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+    old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+    old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -190,7 +194,11 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         j2_linear_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = j2_linear_iso_return_map_residual_norm
-        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * torch.abs(p_K)) + (0.5 * ncse_42 * torch.abs(ncse_29)) + torch.abs(p_sigma_y))))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + torch.abs(old_state_internal_Ep_2)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * torch.abs(p_K)) + (0.5 * ncse_42 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
+        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -231,7 +239,11 @@ def _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_
         state_internal_ep = torch.where(j2_linear_iso_return_map_converged, state_internal_ep, state_internal_ep + nt1_du_6)
         state_internal_gamma_rate = torch.where(j2_linear_iso_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_7)
         j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + (~j2_linear_iso_return_map_converged).to(torch.int32)
-    return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm
+    return (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
+        j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations,
+        j2_linear_iso_return_map_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -259,7 +271,16 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_K = P[:, 2]
     p_sigma_y = P[:, 3]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _torch_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
+    (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
+        j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations,
+        j2_linear_iso_return_map_residual_norm,
+    ) = _torch_newton_1(
+        p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4,
+        forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -921,14 +942,9 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1(
-        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
-        a0_7, a1_0, a1_1, a1_2, a1_3, a1_4,
-        a1_5, a1_7, a2_0, a2_1, a2_2, a2_3,
-        a2_4, a2_5, a2_7, a3_0, a3_1, a3_2,
-        a3_3, a3_4, a3_5, a3_7, a4_0, a4_1,
-        a4_2, a4_3, a4_4, a4_5, a4_7, a5_0,
-        a5_1, a5_2, a5_3, a5_4, a5_5, a5_7,
-        a6_7, a7_0, a7_1, a7_2, a7_3, a7_4,
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5, a0_7, a1_0, a1_1, a1_2, a1_3, a1_4, a1_5, a1_7, a2_0, a2_1,
+        a2_2, a2_3, a2_4, a2_5, a2_7, a3_0, a3_1, a3_2, a3_3, a3_4, a3_5, a3_7, a4_0, a4_1, a4_2, a4_3,
+        a4_4, a4_5, a4_7, a5_0, a5_1, a5_2, a5_3, a5_4, a5_5, a5_7, a6_7, a7_0, a7_1, a7_2, a7_3, a7_4,
         a7_5, a7_6, a7_7, DTYPE: tl.constexpr):
         """Elimination of a 8x8 system (52 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
         K0 = tl.full([], 1e-12, DTYPE)
@@ -1064,20 +1080,13 @@ if triton is not None:
         f_128 = (f_124 - (a6_7 * f_127))
         f_129 = (K2 / f_128)
         return (
-        f_3, f_10, f_17, f_24, f_31, f_38,
-        f_47, f_53, f_59, f_65, f_71, f_79,
-        f_84, f_89, f_94, f_101, f_105, f_109,
-        f_115, f_118, f_123, f_127, a0_1, a0_2,
-        a0_3, a0_4, a0_5, a0_7, f_5, f_6,
-        f_7, f_8, f_9, f_49, f_50, f_51,
-        f_52, f_81, f_82, f_83, f_103, f_104,
-        f_117, a6_7, f_2, f_46, f_78, f_100,
-        f_114, f_122, f_126, f_129)
+            f_3, f_10, f_17, f_24, f_31, f_38, f_47, f_53, f_59, f_65, f_71, f_79, f_84, f_89, f_94,
+            f_101, f_105, f_109, f_115, f_118, f_123, f_127, a0_1, a0_2, a0_3, a0_4, a0_5, a0_7, f_5,
+            f_6, f_7, f_8, f_9, f_49, f_50, f_51, f_52, f_81, f_82, f_83, f_103, f_104, f_117, a6_7,
+            f_2, f_46, f_78, f_100, f_114, f_122, f_126, f_129)
 
     @triton.jit
-    def _triton_lu1_forward1(
-        F, b0, b1, b2, b3, b4,
-        b5, b6, b7, DTYPE: tl.constexpr):
+    def _triton_lu1_forward1(F, b0, b1, b2, b3, b4, b5, b6, b7, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -1101,14 +1110,10 @@ if triton is not None:
         s_20 = (s_18 - (F[19] * s_16))
         s_21 = (s_20 - (F[20] * s_19))
         s_22 = (s_21 - (b6 * F[21]))
-        return (
-        b0, s_1, s_7, s_12, s_16, s_19,
-        b6, s_22)
+        return (b0, s_1, s_7, s_12, s_16, s_19, b6, s_22)
 
     @triton.jit
-    def _triton_lu1_back1(
-        F, y0, y1, y2, y3, y4,
-        y5, y6, y7, DTYPE: tl.constexpr):
+    def _triton_lu1_back1(F, y0, y1, y2, y3, y4, y5, y6, y7, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[51] * y7)
         s_2 = (F[50] * (y6 - (F[43] * s_1)))
@@ -1118,14 +1123,10 @@ if triton is not None:
         s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (y0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_forward2(
-        F, b0, b1, b2, b3, b4,
-        b5, b7, DTYPE: tl.constexpr):
+    def _triton_lu1_forward2(F, b0, b1, b2, b3, b4, b5, b7, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -1148,14 +1149,10 @@ if triton is not None:
         s_19 = (s_17 - (F[18] * s_16))
         s_20 = (s_18 - (F[19] * s_16))
         s_21 = (s_20 - (F[20] * s_19))
-        return (
-        b0, s_1, s_7, s_12, s_16, s_19,
-        s_21)
+        return (b0, s_1, s_7, s_12, s_16, s_19, s_21)
 
     @triton.jit
-    def _triton_lu1_back2(
-        F, y0, y1, y2, y3, y4,
-        y5, y7, DTYPE: tl.constexpr):
+    def _triton_lu1_back2(F, y0, y1, y2, y3, y4, y5, y7, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[51] * y7)
         s_2 = (-F[43] * F[50] * s_1)
@@ -1165,9 +1162,7 @@ if triton is not None:
         s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (y0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward3(F, DTYPE: tl.constexpr):
@@ -1262,9 +1257,7 @@ if triton is not None:
         return (s_1)
 
     @triton.jit
-    def _triton_lu1_back3(
-        F, y1, y2, y3, y4, y5,
-        y7, DTYPE: tl.constexpr):
+    def _triton_lu1_back3(F, y1, y2, y3, y4, y5, y7, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[51] * y7)
@@ -1275,14 +1268,10 @@ if triton is not None:
         s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (y1 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (K0 - (F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back4(
-        F, y2, y3, y4, y5, y7,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back4(F, y2, y3, y4, y5, y7, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[51] * y7)
@@ -1293,9 +1282,7 @@ if triton is not None:
         s_6 = (F[46] * (y2 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (K0 - (F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back5(F, y3, y4, y5, y7, DTYPE: tl.constexpr):
@@ -1309,9 +1296,7 @@ if triton is not None:
         s_6 = (F[46] * (K0 - (F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back6(F, y4, y5, y7, DTYPE: tl.constexpr):
@@ -1325,9 +1310,7 @@ if triton is not None:
         s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back7(F, y5, y7, DTYPE: tl.constexpr):
@@ -1341,9 +1324,7 @@ if triton is not None:
         s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back8(F, y7, DTYPE: tl.constexpr):
@@ -1357,9 +1338,7 @@ if triton is not None:
         s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back9(F, y7, DTYPE: tl.constexpr):
@@ -1373,9 +1352,7 @@ if triton is not None:
         s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward10(F, b7, DTYPE: tl.constexpr):
@@ -1393,12 +1370,15 @@ if triton is not None:
         s_6 = (F[46] * (-(F[33] * s_5) - (F[34] * s_4) - (F[35] * s_3) - (F[36] * s_1)))
         s_7 = (F[45] * (-(F[28] * s_6) - (F[29] * s_5) - (F[30] * s_4) - (F[31] * s_3) - (F[32] * s_1)))
         s_8 = (F[44] * (-(F[22] * s_7) - (F[23] * s_6) - (F[24] * s_5) - (F[25] * s_4) - (F[26] * s_3) - (F[27] * s_1)))
-        return (
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4,
+        forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
+        o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -1562,7 +1542,11 @@ if triton is not None:
             nt1_r_7 = _mc_le((-ncse_44), ncse_39)
             j2_linear_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_linear_iso_return_map_residual_norm, nt1_rnorm0)
-            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * tl.abs(p_K)) + (K7 * ncse_42 * tl.abs(ncse_29)) + tl.abs(p_sigma_y))))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + tl.abs(old_state_internal_Ep_2)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * tl.abs(p_K)) + (K7 * ncse_42 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
+            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_31 * ncse_31)))))
             nt1_2 = (K1 - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_33 * ncse_33)))))
@@ -1583,15 +1567,11 @@ if triton is not None:
             nt1_17 = (-p_K * ncse_43 * ncse_88)
             nt1_18 = (ncse_38 * ncse_87)
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_53, ncse_54, ncse_60, ncse_62, ncse_63,
-                ncse_57, ncse_53, nt1_2, ncse_64, ncse_67, ncse_69,
-                ncse_70, ncse_65, ncse_54, ncse_64, nt1_3, ncse_73,
-                ncse_75, ncse_76, ncse_71, ncse_60, ncse_67, ncse_73,
-                nt1_4, ncse_83, ncse_84, nt1_5, ncse_62, ncse_69,
-                ncse_75, ncse_83, nt1_6, ncse_86, nt1_7, ncse_63,
-                ncse_70, ncse_76, ncse_84, ncse_86, nt1_8, nt1_9,
-                nt1_10, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
-                nt1_16, nt1_17, nt1_18, DTYPE)
+                nt1_1, ncse_53, ncse_54, ncse_60, ncse_62, ncse_63, ncse_57, ncse_53, nt1_2, ncse_64, ncse_67,
+                ncse_69, ncse_70, ncse_65, ncse_54, ncse_64, nt1_3, ncse_73, ncse_75, ncse_76, ncse_71,
+                ncse_60, ncse_67, ncse_73, nt1_4, ncse_83, ncse_84, nt1_5, ncse_62, ncse_69, ncse_75, ncse_83,
+                nt1_6, ncse_86, nt1_7, ncse_63, ncse_70, ncse_76, ncse_84, ncse_86, nt1_8, nt1_9, nt1_10,
+                nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, DTYPE)
             nt1_19 = (-nt1_r_0)
             nt1_20 = (-nt1_r_1)
             nt1_21 = (-nt1_r_2)
@@ -1600,16 +1580,12 @@ if triton is not None:
             nt1_24 = (-nt1_r_5)
             nt1_25 = (-nt1_r_6)
             nt1_26 = (-nt1_r_7)
+            (nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34) = _triton_lu1_forward1(
+                nt1_lu, nt1_19, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, DTYPE)
             (
-                nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32,
-                nt1_33, nt1_34) = _triton_lu1_forward1(
-                nt1_lu, nt1_19, nt1_20, nt1_21, nt1_22, nt1_23,
-                nt1_24, nt1_25, nt1_26, DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
-                nt1_du_6, nt1_du_7) = _triton_lu1_back1(
-                nt1_lu, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31,
-                nt1_32, nt1_33, nt1_34, DTYPE)
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
+            ) = _triton_lu1_back1(
+                nt1_lu, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1621,7 +1597,11 @@ if triton is not None:
             j2_linear_iso_return_map_iterations = j2_linear_iso_return_map_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm
+        return (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
+            j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations,
+            j2_linear_iso_return_map_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -1741,7 +1721,17 @@ if triton is not None:
             p_K = _t58
             p_sigma_y = _t60
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate, j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations, j2_linear_iso_return_map_residual_norm = _triton_newton_1(p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_gamma_rate,
+            j2_linear_iso_return_map_converged, j2_linear_iso_return_map_iterations,
+            j2_linear_iso_return_map_residual_norm,
+        ) = _triton_newton_1(
+            p_E, p_K, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4,
+            forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+            old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+            old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
+            o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
         _p61 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -1896,82 +1886,42 @@ if triton is not None:
             lu1_14 = (-p_K * cse_117)
             lu1_15 = (cse_105 * cse_106)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_57, cse_60, cse_67, cse_69, cse_71,
-                lu1_2, cse_57, lu1_3, cse_76, cse_79, cse_80,
-                cse_81, lu1_4, cse_60, cse_76, lu1_5, cse_85,
-                cse_86, cse_87, lu1_6, cse_67, cse_79, cse_85,
-                lu1_7, cse_93, cse_94, lu1_8, cse_69, cse_80,
-                cse_86, cse_93, lu1_9, cse_99, lu1_10, cse_71,
-                cse_81, cse_87, cse_94, cse_99, lu1_11, lu1_12,
-                lu1_13, cse_110, cse_111, cse_112, cse_114, cse_115,
-                cse_116, lu1_14, lu1_15, DTYPE)
+                lu1_1, cse_57, cse_60, cse_67, cse_69, cse_71, lu1_2, cse_57, lu1_3, cse_76, cse_79, cse_80,
+                cse_81, lu1_4, cse_60, cse_76, lu1_5, cse_85, cse_86, cse_87, lu1_6, cse_67, cse_79, cse_85,
+                lu1_7, cse_93, cse_94, lu1_8, cse_69, cse_80, cse_86, cse_93, lu1_9, cse_99, lu1_10, cse_71,
+                cse_81, cse_87, cse_94, cse_99, lu1_11, lu1_12, lu1_13, cse_110, cse_111, cse_112, cse_114,
+                cse_115, cse_116, lu1_14, lu1_15, DTYPE)
             # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
             ls1_16 = (-cse_53)
-            (
-                ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_22,
-                ls1_24) = _triton_lu1_forward2(
-                lu1_lu, ls1_16, cse_57, cse_60, cse_67, cse_69,
-                cse_71, cse_110, DTYPE)
+            (ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_22, ls1_24) = _triton_lu1_forward2(
+                lu1_lu, ls1_16, cse_57, cse_60, cse_67, cse_69, cse_71, cse_110, DTYPE)
             ls1_25 = (-cse_74)
-            (
-                ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_31,
-                ls1_33) = _triton_lu1_forward2(
-                lu1_lu, cse_57, ls1_25, cse_76, cse_79, cse_80,
-                cse_81, cse_111, DTYPE)
+            (ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_31, ls1_33) = _triton_lu1_forward2(
+                lu1_lu, cse_57, ls1_25, cse_76, cse_79, cse_80, cse_81, cse_111, DTYPE)
             ls1_34 = (-cse_83)
-            (
-                ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_40,
-                ls1_42) = _triton_lu1_forward2(
-                lu1_lu, cse_60, cse_76, ls1_34, cse_85, cse_86,
-                cse_87, cse_112, DTYPE)
+            (ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_40, ls1_42) = _triton_lu1_forward2(
+                lu1_lu, cse_60, cse_76, ls1_34, cse_85, cse_86, cse_87, cse_112, DTYPE)
             ls1_43 = (-cse_90)
-            (
-                ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_49,
-                ls1_51) = _triton_lu1_forward2(
-                lu1_lu, cse_67, cse_79, cse_85, ls1_43, cse_93,
-                cse_94, cse_114, DTYPE)
+            (ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_49, ls1_51) = _triton_lu1_forward2(
+                lu1_lu, cse_67, cse_79, cse_85, ls1_43, cse_93, cse_94, cse_114, DTYPE)
             ls1_52 = (-cse_98)
-            (
-                ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58,
-                ls1_60) = _triton_lu1_forward2(
-                lu1_lu, cse_69, cse_80, cse_86, cse_93, ls1_52,
-                cse_99, cse_115, DTYPE)
+            (ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_60) = _triton_lu1_forward2(
+                lu1_lu, cse_69, cse_80, cse_86, cse_93, ls1_52, cse_99, cse_115, DTYPE)
             ls1_61 = (-cse_102)
-            (
-                ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_67,
-                ls1_69) = _triton_lu1_forward2(
-                lu1_lu, cse_71, cse_81, cse_87, cse_94, cse_99,
-                ls1_61, cse_116, DTYPE)
-            (
-                d1, d2, d3, d4, d5, d6,
-                d7, d8) = _triton_lu1_back2(
-                lu1_lu, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21,
-                ls1_22, ls1_24, DTYPE)
-            (
-                d9, d10, d11, d12, d13, d14,
-                d15, d16) = _triton_lu1_back2(
-                lu1_lu, ls1_26, ls1_27, ls1_28, ls1_29, ls1_30,
-                ls1_31, ls1_33, DTYPE)
-            (
-                d17, d18, d19, d20, d21, d22,
-                d23, d24) = _triton_lu1_back2(
-                lu1_lu, ls1_35, ls1_36, ls1_37, ls1_38, ls1_39,
-                ls1_40, ls1_42, DTYPE)
-            (
-                d25, d26, d27, d28, d29, d30,
-                d31, d32) = _triton_lu1_back2(
-                lu1_lu, ls1_44, ls1_45, ls1_46, ls1_47, ls1_48,
-                ls1_49, ls1_51, DTYPE)
-            (
-                d33, d34, d35, d36, d37, d38,
-                d39, d40) = _triton_lu1_back2(
-                lu1_lu, ls1_53, ls1_54, ls1_55, ls1_56, ls1_57,
-                ls1_58, ls1_60, DTYPE)
-            (
-                d41, d42, d43, d44, d45, d46,
-                d47, d48) = _triton_lu1_back2(
-                lu1_lu, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66,
-                ls1_67, ls1_69, DTYPE)
+            (ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_67, ls1_69) = _triton_lu1_forward2(
+                lu1_lu, cse_71, cse_81, cse_87, cse_94, cse_99, ls1_61, cse_116, DTYPE)
+            (d1, d2, d3, d4, d5, d6, d7, d8) = _triton_lu1_back2(
+                lu1_lu, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_22, ls1_24, DTYPE)
+            (d9, d10, d11, d12, d13, d14, d15, d16) = _triton_lu1_back2(
+                lu1_lu, ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_31, ls1_33, DTYPE)
+            (d17, d18, d19, d20, d21, d22, d23, d24) = _triton_lu1_back2(
+                lu1_lu, ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_40, ls1_42, DTYPE)
+            (d25, d26, d27, d28, d29, d30, d31, d32) = _triton_lu1_back2(
+                lu1_lu, ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_49, ls1_51, DTYPE)
+            (d33, d34, d35, d36, d37, d38, d39, d40) = _triton_lu1_back2(
+                lu1_lu, ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_60, DTYPE)
+            (d41, d42, d43, d44, d45, d46, d47, d48) = _triton_lu1_back2(
+                lu1_lu, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_67, ls1_69, DTYPE)
             cse_21 = (cse_12 * cse_7)
             cse_22 = (K1 + cse_7)
             cse_23 = (-cse_22)
@@ -2080,11 +2030,8 @@ if triton is not None:
             cse_150 = (p_E * cse_149)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
             ls2_70 = (-cse_150)
-            (
-                ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76,
-                ls2_77, ls2_78) = _triton_lu1_forward1(
-                lu1_lu, cse_120, cse_130, cse_132, cse_134, cse_144,
-                cse_146, cse_148, ls2_70, DTYPE)
+            (ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76, ls2_77, ls2_78) = _triton_lu1_forward1(
+                lu1_lu, cse_120, cse_130, cse_132, cse_134, cse_144, cse_146, cse_148, ls2_70, DTYPE)
             ls2_79 = (-cse_120)
             ls2_80 = (-cse_130)
             ls2_81 = (-cse_132)
@@ -2092,11 +2039,8 @@ if triton is not None:
             ls2_83 = (-cse_144)
             ls2_84 = (-cse_146)
             ls2_85 = (-cse_148)
-            (
-                ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91,
-                ls2_92, ls2_93) = _triton_lu1_forward1(
-                lu1_lu, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83,
-                ls2_84, ls2_85, cse_150, DTYPE)
+            (ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93) = _triton_lu1_forward1(
+                lu1_lu, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83, ls2_84, ls2_85, cse_150, DTYPE)
             ls2_95, ls2_96, ls2_97, ls2_98, ls2_99, ls2_101 = _triton_lu1_forward3(lu1_lu, DTYPE)
             ls2_104, ls2_105, ls2_106, ls2_107, ls2_109 = _triton_lu1_forward4(lu1_lu, DTYPE)
             ls2_113, ls2_114, ls2_115, ls2_117 = _triton_lu1_forward5(lu1_lu, DTYPE)
@@ -2104,33 +2048,17 @@ if triton is not None:
             ls2_131, ls2_133 = _triton_lu1_forward7(lu1_lu, DTYPE)
             ls2_141 = _triton_lu1_forward8(lu1_lu, DTYPE)
             ls2_149 = _triton_lu1_forward9(lu1_lu, DTYPE)
-            (
-                d85, d86, d87, d88, d89, d90,
-                d91, d92) = _triton_lu1_back1(
-                lu1_lu, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75,
-                ls2_76, ls2_77, ls2_78, DTYPE)
-            (
-                d93, d94, d95, d96, d97, d98,
-                d99, d100) = _triton_lu1_back1(
-                lu1_lu, ls2_86, ls2_87, ls2_88, ls2_89, ls2_90,
-                ls2_91, ls2_92, ls2_93, DTYPE)
-            (
-                d101, d102, d103, d104, d105, d106,
-                d107, d108) = _triton_lu1_back3(
-                lu1_lu, ls2_95, ls2_96, ls2_97, ls2_98, ls2_99,
-                ls2_101, DTYPE)
-            (
-                d109, d110, d111, d112, d113, d114,
-                d115, d116) = _triton_lu1_back4(
-                lu1_lu, ls2_104, ls2_105, ls2_106, ls2_107, ls2_109,
-                DTYPE)
-            (
-                d117, d118, d119, d120, d121, d122,
-                d123, d124) = _triton_lu1_back5(
+            (d85, d86, d87, d88, d89, d90, d91, d92) = _triton_lu1_back1(
+                lu1_lu, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76, ls2_77, ls2_78, DTYPE)
+            (d93, d94, d95, d96, d97, d98, d99, d100) = _triton_lu1_back1(
+                lu1_lu, ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91, ls2_92, ls2_93, DTYPE)
+            (d101, d102, d103, d104, d105, d106, d107, d108) = _triton_lu1_back3(
+                lu1_lu, ls2_95, ls2_96, ls2_97, ls2_98, ls2_99, ls2_101, DTYPE)
+            (d109, d110, d111, d112, d113, d114, d115, d116) = _triton_lu1_back4(
+                lu1_lu, ls2_104, ls2_105, ls2_106, ls2_107, ls2_109, DTYPE)
+            (d117, d118, d119, d120, d121, d122, d123, d124) = _triton_lu1_back5(
                 lu1_lu, ls2_113, ls2_114, ls2_115, ls2_117, DTYPE)
-            (
-                d125, d126, d127, d128, d129, d130,
-                d131, d132) = _triton_lu1_back6(
+            (d125, d126, d127, d128, d129, d130, d131, d132) = _triton_lu1_back6(
                 lu1_lu, ls2_122, ls2_123, ls2_125, DTYPE)
             d133, d134, d135, d136, d137, d138, d139, d140 = _triton_lu1_back7(lu1_lu, ls2_131, ls2_133, DTYPE)
             d141, d142, d143, d144, d145, d146, d147, d148 = _triton_lu1_back8(lu1_lu, ls2_141, DTYPE)
@@ -2224,11 +2152,8 @@ if triton is not None:
             ls3_154 = (-cse_68 * ((cse_11 * cse_97) + (cse_122 * (-cse_139 - cse_145))))
             ls3_155 = (-cse_70 * ((cse_101 * cse_11) + (cse_122 * (-cse_139 - cse_147))))
             ls3_156 = (-(cse_149 * cse_47) - (cse_108 * cse_29 * (cse_136 + cse_137 + cse_138 + cse_151)))
-            (
-                ls3_157, ls3_158, ls3_159, ls3_160, ls3_161, ls3_162,
-                ls3_164) = _triton_lu1_forward2(
-                lu1_lu, ls3_150, ls3_151, ls3_152, ls3_153, ls3_154,
-                ls3_155, ls3_156, DTYPE)
+            (ls3_157, ls3_158, ls3_159, ls3_160, ls3_161, ls3_162, ls3_164) = _triton_lu1_forward2(
+                lu1_lu, ls3_150, ls3_151, ls3_152, ls3_153, ls3_154, ls3_155, ls3_156, DTYPE)
             ls3_165 = (-cse_51 * ((p_E * ((cse_127 * cse_46) + (cse_128 * cse_56) + (cse_129 * cse_59))) + (cse_125 * cse_63)))
             ls3_166 = (-cse_51 * ((p_E * ((cse_127 * cse_56) + (cse_128 * cse_73) + (cse_129 * cse_75))) + (cse_131 * cse_54)))
             ls3_167 = (-cse_51 * ((p_E * ((cse_127 * cse_59) + (cse_128 * cse_75) + (cse_129 * cse_82))) + (cse_131 * cse_58)))
@@ -2236,24 +2161,15 @@ if triton is not None:
             ls3_169 = (-cse_68 * ((cse_62 * (cse_143 + (cse_124 * cse_145))) - (cse_29 * cse_97)))
             ls3_170 = (-cse_70 * ((cse_62 * (cse_143 + (cse_124 * cse_147))) - (cse_101 * cse_29)))
             ls3_171 = (-cse_108 * cse_40 * ((cse_11 * (cse_140 + cse_141 + cse_142)) - (cse_151 * cse_64)))
-            (
-                ls3_172, ls3_173, ls3_174, ls3_175, ls3_176, ls3_177,
-                ls3_179) = _triton_lu1_forward2(
-                lu1_lu, ls3_165, ls3_166, ls3_167, ls3_168, ls3_169,
-                ls3_170, ls3_171, DTYPE)
+            (ls3_172, ls3_173, ls3_174, ls3_175, ls3_176, ls3_177, ls3_179) = _triton_lu1_forward2(
+                lu1_lu, ls3_165, ls3_166, ls3_167, ls3_168, ls3_169, ls3_170, ls3_171, DTYPE)
             ls3_180 = (cse_117 * state_internal_ep)
             ls3_188 = _triton_lu1_forward10(lu1_lu, ls3_180, DTYPE)
             ls3_196 = _triton_lu1_forward10(lu1_lu, cse_117, DTYPE)
-            (
-                d211, d212, d213, d214, d215, d216,
-                d217, d218) = _triton_lu1_back2(
-                lu1_lu, ls3_157, ls3_158, ls3_159, ls3_160, ls3_161,
-                ls3_162, ls3_164, DTYPE)
-            (
-                d219, d220, d221, d222, d223, d224,
-                d225, d226) = _triton_lu1_back2(
-                lu1_lu, ls3_172, ls3_173, ls3_174, ls3_175, ls3_176,
-                ls3_177, ls3_179, DTYPE)
+            (d211, d212, d213, d214, d215, d216, d217, d218) = _triton_lu1_back2(
+                lu1_lu, ls3_157, ls3_158, ls3_159, ls3_160, ls3_161, ls3_162, ls3_164, DTYPE)
+            (d219, d220, d221, d222, d223, d224, d225, d226) = _triton_lu1_back2(
+                lu1_lu, ls3_172, ls3_173, ls3_174, ls3_175, ls3_176, ls3_177, ls3_179, DTYPE)
             d227, d228, d229, d230, d231, d232, d233, d234 = _triton_lu1_back10(lu1_lu, ls3_188, DTYPE)
             d235, d236, d237, d238, d239, d240, d241, d242 = _triton_lu1_back10(lu1_lu, ls3_196, DTYPE)
             d243 = ((cse_11 * (cse_9 + (cse_25 * d211))) - (cse_21 * (d212 + d213)))
@@ -2487,7 +2403,23 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_linear_iso_return_map_converged, int *restrict v_j2_linear_iso_return_map_iterations, real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep,
+    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_gamma_rate, int *restrict v_j2_linear_iso_return_map_converged,
+    int *restrict v_j2_linear_iso_return_map_iterations,
+    real *restrict v_j2_linear_iso_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[64 * MC_W], mc_B[8 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
@@ -2741,7 +2673,11 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, con
         const real nt1_r_7 = mc_le((-ncse_44), ncse_39);
         const real j2_linear_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? j2_linear_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * fabs(p_K)) + (((real)0.5) * ncse_42 * fabs(ncse_29)) + fabs(p_sigma_y))))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + fabs(old_state_internal_Ep_2)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_116 + (ncse_108 * ncse_43) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((ncse_116 * fabs(p_K)) + (((real)0.5) * ncse_42 * fabs(ncse_29)) + fabs(p_sigma_y)))))));
+        const int nt1_ok = (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];
@@ -2985,7 +2921,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_25[MC_W];
     real v_cse_28[MC_W];
     real v_cse_29[MC_W];
-    newton_1((v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate, v_j2_linear_iso_return_map_converged, v_j2_linear_iso_return_map_iterations, v_j2_linear_iso_return_map_residual_norm, a);
+    newton_1(
+        (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 1 * MC_W), (v_p + 3 * MC_W), (v_x0 + 0 * MC_W),
+        (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W),
+        (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W),
+        (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x5 + 0 * MC_W),
+        v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
+        v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_gamma_rate,
+        v_j2_linear_iso_return_map_converged, v_j2_linear_iso_return_map_iterations,
+        v_j2_linear_iso_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];

@@ -41,7 +41,11 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O):
+def _torch_newton_1(
+    p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5,
+    forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+    old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+    old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -187,7 +191,11 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         j2_perfect_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
         if it1 == 0:
             nt1_rnorm0 = j2_perfect_return_map_residual_norm
-        j2_perfect_return_map_converged = j2_perfect_return_map_converged | ((j2_perfect_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((0.5 * ncse_42 * torch.abs(ncse_27)) + torch.abs(p_sigma_y)))))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + torch.abs(old_state_internal_Ep_2))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + torch.abs(old_state_internal_Ep_2)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((0.5 * ncse_42 * torch.abs(ncse_27)) + torch.abs(p_sigma_y)))))))
+        j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_perfect_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -224,7 +232,11 @@ def _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, fo
         state_internal_Ep_5 = torch.where(j2_perfect_return_map_converged, state_internal_Ep_5, state_internal_Ep_5 + nt1_du_5)
         state_internal_gamma_rate = torch.where(j2_perfect_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_6)
         j2_perfect_return_map_iterations = j2_perfect_return_map_iterations + (~j2_perfect_return_map_converged).to(torch.int32)
-    return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm
+    return (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate,
+        j2_perfect_return_map_converged, j2_perfect_return_map_iterations,
+        j2_perfect_return_map_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -250,7 +262,16 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_nu = P[:, 1]
     p_sigma_y = P[:, 2]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm = _torch_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O)
+    (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate,
+        j2_perfect_return_map_converged, j2_perfect_return_map_iterations,
+        j2_perfect_return_map_residual_norm,
+    ) = _torch_newton_1(
+        p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5,
+        forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -852,14 +873,9 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1(
-        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
-        a0_6, a1_0, a1_1, a1_2, a1_3, a1_4,
-        a1_5, a1_6, a2_0, a2_1, a2_2, a2_3,
-        a2_4, a2_5, a2_6, a3_0, a3_1, a3_2,
-        a3_3, a3_4, a3_5, a3_6, a4_0, a4_1,
-        a4_2, a4_3, a4_4, a4_5, a4_6, a5_0,
-        a5_1, a5_2, a5_3, a5_4, a5_5, a5_6,
-        a6_0, a6_1, a6_2, a6_3, a6_4, a6_5,
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5, a0_6, a1_0, a1_1, a1_2, a1_3, a1_4, a1_5, a1_6, a2_0, a2_1,
+        a2_2, a2_3, a2_4, a2_5, a2_6, a3_0, a3_1, a3_2, a3_3, a3_4, a3_5, a3_6, a4_0, a4_1, a4_2, a4_3,
+        a4_4, a4_5, a4_6, a5_0, a5_1, a5_2, a5_3, a5_4, a5_5, a5_6, a6_0, a6_1, a6_2, a6_3, a6_4, a6_5,
         a6_6, DTYPE: tl.constexpr):
         """Elimination of a 7x7 system (49 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
         K0 = tl.full([], 1e-12, DTYPE)
@@ -991,20 +1007,13 @@ if triton is not None:
         f_124 = (f_120 - (f_117 * f_123))
         f_125 = (K2 / f_124)
         return (
-        f_3, f_10, f_17, f_24, f_31, f_38,
-        f_47, f_53, f_59, f_65, f_71, f_79,
-        f_84, f_89, f_94, f_101, f_105, f_109,
-        f_115, f_118, f_123, a0_1, a0_2, a0_3,
-        a0_4, a0_5, a0_6, f_5, f_6, f_7,
-        f_8, f_9, f_49, f_50, f_51, f_52,
-        f_81, f_82, f_83, f_103, f_104, f_117,
-        f_2, f_46, f_78, f_100, f_114, f_122,
-        f_125)
+            f_3, f_10, f_17, f_24, f_31, f_38, f_47, f_53, f_59, f_65, f_71, f_79, f_84, f_89, f_94,
+            f_101, f_105, f_109, f_115, f_118, f_123, a0_1, a0_2, a0_3, a0_4, a0_5, a0_6, f_5, f_6,
+            f_7, f_8, f_9, f_49, f_50, f_51, f_52, f_81, f_82, f_83, f_103, f_104, f_117, f_2, f_46,
+            f_78, f_100, f_114, f_122, f_125)
 
     @triton.jit
-    def _triton_lu1_forward1(
-        F, b0, b1, b2, b3, b4,
-        b5, b6, DTYPE: tl.constexpr):
+    def _triton_lu1_forward1(F, b0, b1, b2, b3, b4, b5, b6, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -1027,14 +1036,10 @@ if triton is not None:
         s_19 = (s_17 - (F[18] * s_16))
         s_20 = (s_18 - (F[19] * s_16))
         s_21 = (s_20 - (F[20] * s_19))
-        return (
-        b0, s_1, s_7, s_12, s_16, s_19,
-        s_21)
+        return (b0, s_1, s_7, s_12, s_16, s_19, s_21)
 
     @triton.jit
-    def _triton_lu1_back1(
-        F, y0, y1, y2, y3, y4,
-        y5, y6, DTYPE: tl.constexpr):
+    def _triton_lu1_back1(F, y0, y1, y2, y3, y4, y5, y6, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[48] * y6)
         s_2 = (F[47] * (y5 - (F[41] * s_1)))
@@ -1043,9 +1048,7 @@ if triton is not None:
         s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (y1 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (y0 - (F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward2(F, DTYPE: tl.constexpr):
@@ -1134,9 +1137,7 @@ if triton is not None:
         return (s_1)
 
     @triton.jit
-    def _triton_lu1_back2(
-        F, y1, y2, y3, y4, y5,
-        y6, DTYPE: tl.constexpr):
+    def _triton_lu1_back2(F, y1, y2, y3, y4, y5, y6, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[48] * y6)
@@ -1146,14 +1147,10 @@ if triton is not None:
         s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (y1 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (K0 - (F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back3(
-        F, y2, y3, y4, y5, y6,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back3(F, y2, y3, y4, y5, y6, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[48] * y6)
@@ -1163,9 +1160,7 @@ if triton is not None:
         s_5 = (F[44] * (y2 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (K0 - (F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back4(F, y3, y4, y5, y6, DTYPE: tl.constexpr):
@@ -1178,9 +1173,7 @@ if triton is not None:
         s_5 = (F[44] * (K0 - (F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back5(F, y4, y5, y6, DTYPE: tl.constexpr):
@@ -1193,9 +1186,7 @@ if triton is not None:
         s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back6(F, y5, y6, DTYPE: tl.constexpr):
@@ -1208,9 +1199,7 @@ if triton is not None:
         s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back7(F, y6, DTYPE: tl.constexpr):
@@ -1223,9 +1212,7 @@ if triton is not None:
         s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward8(F, b6, DTYPE: tl.constexpr):
@@ -1242,12 +1229,15 @@ if triton is not None:
         s_5 = (F[44] * (-(F[32] * s_4) - (F[33] * s_3) - (F[34] * s_2) - (F[35] * s_1)))
         s_6 = (F[43] * (-(F[27] * s_5) - (F[28] * s_4) - (F[29] * s_3) - (F[30] * s_2) - (F[31] * s_1)))
         s_7 = (F[42] * (-(F[21] * s_6) - (F[22] * s_5) - (F[23] * s_4) - (F[24] * s_3) - (F[25] * s_2) - (F[26] * s_1)))
-        return (
-        s_7, s_6, s_5, s_4, s_3, s_2,
-        s_1)
+        return (s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5,
+        forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask,
+        DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -1408,7 +1398,11 @@ if triton is not None:
             nt1_r_6 = _mc_le((-ncse_44), ncse_39)
             j2_perfect_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_perfect_return_map_residual_norm, nt1_rnorm0)
-            j2_perfect_return_map_converged = j2_perfect_return_map_converged | ((j2_perfect_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((K7 * ncse_42 * tl.abs(ncse_27)) + tl.abs(p_sigma_y)))))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + tl.abs(old_state_internal_Ep_2))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + tl.abs(old_state_internal_Ep_2)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((K7 * ncse_42 * tl.abs(ncse_27)) + tl.abs(p_sigma_y)))))))
+            j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_perfect_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_29 * ncse_29)))))
             nt1_2 = (K1 - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_33 * ncse_33)))))
@@ -1427,15 +1421,11 @@ if triton is not None:
             nt1_15 = (-ncse_10 * ncse_92)
             nt1_16 = (ncse_38 * ncse_87)
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_53, ncse_54, ncse_60, ncse_62, ncse_63,
-                ncse_57, ncse_53, nt1_2, ncse_64, ncse_67, ncse_69,
-                ncse_70, ncse_65, ncse_54, ncse_64, nt1_3, ncse_73,
-                ncse_75, ncse_76, ncse_71, ncse_60, ncse_67, ncse_73,
-                nt1_4, ncse_83, ncse_84, nt1_5, ncse_62, ncse_69,
-                ncse_75, ncse_83, nt1_6, ncse_86, nt1_7, ncse_63,
-                ncse_70, ncse_76, ncse_84, ncse_86, nt1_8, nt1_9,
-                nt1_10, nt1_11, nt1_12, nt1_13, nt1_14, nt1_15,
-                nt1_16, DTYPE)
+                nt1_1, ncse_53, ncse_54, ncse_60, ncse_62, ncse_63, ncse_57, ncse_53, nt1_2, ncse_64, ncse_67,
+                ncse_69, ncse_70, ncse_65, ncse_54, ncse_64, nt1_3, ncse_73, ncse_75, ncse_76, ncse_71,
+                ncse_60, ncse_67, ncse_73, nt1_4, ncse_83, ncse_84, nt1_5, ncse_62, ncse_69, ncse_75, ncse_83,
+                nt1_6, ncse_86, nt1_7, ncse_63, ncse_70, ncse_76, ncse_84, ncse_86, nt1_8, nt1_9, nt1_10,
+                nt1_11, nt1_12, nt1_13, nt1_14, nt1_15, nt1_16, DTYPE)
             nt1_17 = (-nt1_r_0)
             nt1_18 = (-nt1_r_1)
             nt1_19 = (-nt1_r_2)
@@ -1443,16 +1433,10 @@ if triton is not None:
             nt1_21 = (-nt1_r_4)
             nt1_22 = (-nt1_r_5)
             nt1_23 = (-nt1_r_6)
-            (
-                nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, nt1_29,
-                nt1_30) = _triton_lu1_forward1(
-                nt1_lu, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21,
-                nt1_22, nt1_23, DTYPE)
-            (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
-                nt1_du_6) = _triton_lu1_back1(
-                nt1_lu, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28,
-                nt1_29, nt1_30, DTYPE)
+            (nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30) = _triton_lu1_forward1(
+                nt1_lu, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21, nt1_22, nt1_23, DTYPE)
+            (nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6) = _triton_lu1_back1(
+                nt1_lu, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1463,7 +1447,11 @@ if triton is not None:
             j2_perfect_return_map_iterations = j2_perfect_return_map_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm
+        return (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate,
+            j2_perfect_return_map_converged, j2_perfect_return_map_iterations,
+            j2_perfect_return_map_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -1575,7 +1563,17 @@ if triton is not None:
             p_nu = _t57
             p_sigma_y = _t56
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate, j2_perfect_return_map_converged, j2_perfect_return_map_iterations, j2_perfect_return_map_residual_norm = _triton_newton_1(p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_gamma_rate,
+            j2_perfect_return_map_converged, j2_perfect_return_map_iterations,
+            j2_perfect_return_map_residual_norm,
+        ) = _triton_newton_1(
+            p_E, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5,
+            forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1,
+            old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+            old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE,
+            EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
         _p59 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -1727,82 +1725,42 @@ if triton is not None:
             lu1_12 = (cse_94 * state_S_5)
             lu1_13 = (cse_102 * cse_105)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_56, cse_59, cse_66, cse_68, cse_70,
-                lu1_2, cse_56, lu1_3, cse_75, cse_78, cse_79,
-                cse_80, lu1_4, cse_59, cse_75, lu1_5, cse_84,
-                cse_85, cse_86, lu1_6, cse_66, cse_78, cse_84,
-                lu1_7, cse_92, cse_93, lu1_8, cse_68, cse_79,
-                cse_85, cse_92, lu1_9, cse_98, lu1_10, cse_70,
-                cse_80, cse_86, cse_93, cse_98, lu1_11, lu1_12,
-                cse_109, cse_110, cse_111, cse_113, cse_114, cse_115,
-                lu1_13, DTYPE)
+                lu1_1, cse_56, cse_59, cse_66, cse_68, cse_70, lu1_2, cse_56, lu1_3, cse_75, cse_78, cse_79,
+                cse_80, lu1_4, cse_59, cse_75, lu1_5, cse_84, cse_85, cse_86, lu1_6, cse_66, cse_78, cse_84,
+                lu1_7, cse_92, cse_93, lu1_8, cse_68, cse_79, cse_85, cse_92, lu1_9, cse_98, lu1_10, cse_70,
+                cse_80, cse_86, cse_93, cse_98, lu1_11, lu1_12, cse_109, cse_110, cse_111, cse_113, cse_114,
+                cse_115, lu1_13, DTYPE)
             # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
             ls1_14 = (-cse_52)
-            (
-                ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20,
-                ls1_21) = _triton_lu1_forward1(
-                lu1_lu, ls1_14, cse_56, cse_59, cse_66, cse_68,
-                cse_70, cse_109, DTYPE)
+            (ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21) = _triton_lu1_forward1(
+                lu1_lu, ls1_14, cse_56, cse_59, cse_66, cse_68, cse_70, cse_109, DTYPE)
             ls1_22 = (-cse_73)
-            (
-                ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28,
-                ls1_29) = _triton_lu1_forward1(
-                lu1_lu, cse_56, ls1_22, cse_75, cse_78, cse_79,
-                cse_80, cse_110, DTYPE)
+            (ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28, ls1_29) = _triton_lu1_forward1(
+                lu1_lu, cse_56, ls1_22, cse_75, cse_78, cse_79, cse_80, cse_110, DTYPE)
             ls1_30 = (-cse_82)
-            (
-                ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36,
-                ls1_37) = _triton_lu1_forward1(
-                lu1_lu, cse_59, cse_75, ls1_30, cse_84, cse_85,
-                cse_86, cse_111, DTYPE)
+            (ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36, ls1_37) = _triton_lu1_forward1(
+                lu1_lu, cse_59, cse_75, ls1_30, cse_84, cse_85, cse_86, cse_111, DTYPE)
             ls1_38 = (-cse_89)
-            (
-                ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44,
-                ls1_45) = _triton_lu1_forward1(
-                lu1_lu, cse_66, cse_78, cse_84, ls1_38, cse_92,
-                cse_93, cse_113, DTYPE)
+            (ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45) = _triton_lu1_forward1(
+                lu1_lu, cse_66, cse_78, cse_84, ls1_38, cse_92, cse_93, cse_113, DTYPE)
             ls1_46 = (-cse_97)
-            (
-                ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
-                ls1_53) = _triton_lu1_forward1(
-                lu1_lu, cse_68, cse_79, cse_85, cse_92, ls1_46,
-                cse_98, cse_114, DTYPE)
+            (ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52, ls1_53) = _triton_lu1_forward1(
+                lu1_lu, cse_68, cse_79, cse_85, cse_92, ls1_46, cse_98, cse_114, DTYPE)
             ls1_54 = (-cse_101)
-            (
-                ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60,
-                ls1_61) = _triton_lu1_forward1(
-                lu1_lu, cse_70, cse_80, cse_86, cse_93, cse_98,
-                ls1_54, cse_115, DTYPE)
-            (
-                d1, d2, d3, d4, d5, d6,
-                d7) = _triton_lu1_back1(
-                lu1_lu, ls1_15, ls1_16, ls1_17, ls1_18, ls1_19,
-                ls1_20, ls1_21, DTYPE)
-            (
-                d8, d9, d10, d11, d12, d13,
-                d14) = _triton_lu1_back1(
-                lu1_lu, ls1_23, ls1_24, ls1_25, ls1_26, ls1_27,
-                ls1_28, ls1_29, DTYPE)
-            (
-                d15, d16, d17, d18, d19, d20,
-                d21) = _triton_lu1_back1(
-                lu1_lu, ls1_31, ls1_32, ls1_33, ls1_34, ls1_35,
-                ls1_36, ls1_37, DTYPE)
-            (
-                d22, d23, d24, d25, d26, d27,
-                d28) = _triton_lu1_back1(
-                lu1_lu, ls1_39, ls1_40, ls1_41, ls1_42, ls1_43,
-                ls1_44, ls1_45, DTYPE)
-            (
-                d29, d30, d31, d32, d33, d34,
-                d35) = _triton_lu1_back1(
-                lu1_lu, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
-                ls1_52, ls1_53, DTYPE)
-            (
-                d36, d37, d38, d39, d40, d41,
-                d42) = _triton_lu1_back1(
-                lu1_lu, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59,
-                ls1_60, ls1_61, DTYPE)
+            (ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60, ls1_61) = _triton_lu1_forward1(
+                lu1_lu, cse_70, cse_80, cse_86, cse_93, cse_98, ls1_54, cse_115, DTYPE)
+            (d1, d2, d3, d4, d5, d6, d7) = _triton_lu1_back1(
+                lu1_lu, ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, DTYPE)
+            (d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back1(
+                lu1_lu, ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28, ls1_29, DTYPE)
+            (d15, d16, d17, d18, d19, d20, d21) = _triton_lu1_back1(
+                lu1_lu, ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36, ls1_37, DTYPE)
+            (d22, d23, d24, d25, d26, d27, d28) = _triton_lu1_back1(
+                lu1_lu, ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, DTYPE)
+            (d29, d30, d31, d32, d33, d34, d35) = _triton_lu1_back1(
+                lu1_lu, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52, ls1_53, DTYPE)
+            (d36, d37, d38, d39, d40, d41, d42) = _triton_lu1_back1(
+                lu1_lu, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60, ls1_61, DTYPE)
             cse_21 = (cse_12 * cse_7)
             cse_22 = (K2 + cse_7)
             cse_23 = (-cse_22)
@@ -1910,55 +1868,33 @@ if triton is not None:
             cse_147 = (p_E * cse_146)
             # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
             ls2_62 = (-cse_147)
-            (
-                ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68,
-                ls2_69) = _triton_lu1_forward1(
-                lu1_lu, cse_118, cse_128, cse_130, cse_132, cse_142,
-                cse_144, ls2_62, DTYPE)
+            (ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68, ls2_69) = _triton_lu1_forward1(
+                lu1_lu, cse_118, cse_128, cse_130, cse_132, cse_142, cse_144, ls2_62, DTYPE)
             ls2_70 = (-cse_118)
             ls2_71 = (-cse_128)
             ls2_72 = (-cse_130)
             ls2_73 = (-cse_132)
             ls2_74 = (-cse_142)
             ls2_75 = (-cse_144)
-            (
-                ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81,
-                ls2_82) = _triton_lu1_forward1(
-                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74,
-                ls2_75, cse_147, DTYPE)
+            (ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82) = _triton_lu1_forward1(
+                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, cse_147, DTYPE)
             ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89 = _triton_lu1_forward2(lu1_lu, DTYPE)
             ls2_92, ls2_93, ls2_94, ls2_95, ls2_96 = _triton_lu1_forward3(lu1_lu, DTYPE)
             ls2_100, ls2_101, ls2_102, ls2_103 = _triton_lu1_forward4(lu1_lu, DTYPE)
             ls2_108, ls2_109, ls2_110 = _triton_lu1_forward5(lu1_lu, DTYPE)
             ls2_116, ls2_117 = _triton_lu1_forward6(lu1_lu, DTYPE)
             ls2_124 = _triton_lu1_forward7(lu1_lu, DTYPE)
-            (
-                d79, d80, d81, d82, d83, d84,
-                d85) = _triton_lu1_back1(
-                lu1_lu, ls2_63, ls2_64, ls2_65, ls2_66, ls2_67,
-                ls2_68, ls2_69, DTYPE)
-            (
-                d86, d87, d88, d89, d90, d91,
-                d92) = _triton_lu1_back1(
-                lu1_lu, ls2_76, ls2_77, ls2_78, ls2_79, ls2_80,
-                ls2_81, ls2_82, DTYPE)
-            (
-                d93, d94, d95, d96, d97, d98,
-                d99) = _triton_lu1_back2(
-                lu1_lu, ls2_84, ls2_85, ls2_86, ls2_87, ls2_88,
-                ls2_89, DTYPE)
-            (
-                d100, d101, d102, d103, d104, d105,
-                d106) = _triton_lu1_back3(
-                lu1_lu, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96,
-                DTYPE)
-            (
-                d107, d108, d109, d110, d111, d112,
-                d113) = _triton_lu1_back4(
+            (d79, d80, d81, d82, d83, d84, d85) = _triton_lu1_back1(
+                lu1_lu, ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68, ls2_69, DTYPE)
+            (d86, d87, d88, d89, d90, d91, d92) = _triton_lu1_back1(
+                lu1_lu, ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82, DTYPE)
+            (d93, d94, d95, d96, d97, d98, d99) = _triton_lu1_back2(
+                lu1_lu, ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89, DTYPE)
+            (d100, d101, d102, d103, d104, d105, d106) = _triton_lu1_back3(
+                lu1_lu, ls2_92, ls2_93, ls2_94, ls2_95, ls2_96, DTYPE)
+            (d107, d108, d109, d110, d111, d112, d113) = _triton_lu1_back4(
                 lu1_lu, ls2_100, ls2_101, ls2_102, ls2_103, DTYPE)
-            (
-                d114, d115, d116, d117, d118, d119,
-                d120) = _triton_lu1_back5(
+            (d114, d115, d116, d117, d118, d119, d120) = _triton_lu1_back5(
                 lu1_lu, ls2_108, ls2_109, ls2_110, DTYPE)
             d121, d122, d123, d124, d125, d126, d127 = _triton_lu1_back6(lu1_lu, ls2_116, ls2_117, DTYPE)
             d128, d129, d130, d131, d132, d133, d134 = _triton_lu1_back7(lu1_lu, ls2_124, DTYPE)
@@ -2045,11 +1981,8 @@ if triton is not None:
             ls3_129 = (-cse_67 * ((cse_11 * cse_96) + (cse_120 * (-cse_137 - cse_143))))
             ls3_130 = (-cse_69 * ((cse_100 * cse_11) + (cse_120 * (-cse_137 - cse_145))))
             ls3_131 = (-(cse_146 * cse_47) - (cse_107 * cse_29 * (cse_134 + cse_135 + cse_136 + cse_148)))
-            (
-                ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137,
-                ls3_138) = _triton_lu1_forward1(
-                lu1_lu, ls3_125, ls3_126, ls3_127, ls3_128, ls3_129,
-                ls3_130, ls3_131, DTYPE)
+            (ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138) = _triton_lu1_forward1(
+                lu1_lu, ls3_125, ls3_126, ls3_127, ls3_128, ls3_129, ls3_130, ls3_131, DTYPE)
             ls3_139 = (-cse_50 * ((p_E * ((cse_125 * cse_46) + (cse_126 * cse_55) + (cse_127 * cse_58))) + (cse_123 * cse_62)))
             ls3_140 = (-cse_50 * ((p_E * ((cse_125 * cse_55) + (cse_126 * cse_72) + (cse_127 * cse_74))) + (cse_129 * cse_53)))
             ls3_141 = (-cse_50 * ((p_E * ((cse_125 * cse_58) + (cse_126 * cse_74) + (cse_127 * cse_81))) + (cse_129 * cse_57)))
@@ -2057,23 +1990,14 @@ if triton is not None:
             ls3_143 = (-cse_67 * ((cse_61 * (cse_141 + (cse_122 * cse_143))) - (cse_29 * cse_96)))
             ls3_144 = (-cse_69 * ((cse_61 * (cse_141 + (cse_122 * cse_145))) - (cse_100 * cse_29)))
             ls3_145 = (-cse_107 * cse_40 * ((cse_11 * (cse_138 + cse_139 + cse_140)) - (cse_148 * cse_63)))
-            (
-                ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151,
-                ls3_152) = _triton_lu1_forward1(
-                lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143,
-                ls3_144, ls3_145, DTYPE)
+            (ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152) = _triton_lu1_forward1(
+                lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143, ls3_144, ls3_145, DTYPE)
             ls3_153 = (cse_104 * cse_106)
             ls3_160 = _triton_lu1_forward8(lu1_lu, ls3_153, DTYPE)
-            (
-                d183, d184, d185, d186, d187, d188,
-                d189) = _triton_lu1_back1(
-                lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136,
-                ls3_137, ls3_138, DTYPE)
-            (
-                d190, d191, d192, d193, d194, d195,
-                d196) = _triton_lu1_back1(
-                lu1_lu, ls3_146, ls3_147, ls3_148, ls3_149, ls3_150,
-                ls3_151, ls3_152, DTYPE)
+            (d183, d184, d185, d186, d187, d188, d189) = _triton_lu1_back1(
+                lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138, DTYPE)
+            (d190, d191, d192, d193, d194, d195, d196) = _triton_lu1_back1(
+                lu1_lu, ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152, DTYPE)
             d197, d198, d199, d200, d201, d202, d203 = _triton_lu1_back8(lu1_lu, ls3_160, DTYPE)
             d204 = ((cse_11 * (cse_9 + (cse_25 * d183))) - (cse_21 * (d184 + d185)))
             d205 = ((cse_11 * (cse_13 + (cse_25 * d184))) - (cse_21 * (d183 + d185)))
@@ -2273,7 +2197,22 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged, int *restrict v_j2_perfect_return_map_iterations, real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
+    const real *restrict v_forces_E_0, const real *restrict v_forces_E_1,
+    const real *restrict v_forces_E_2, const real *restrict v_forces_E_3,
+    const real *restrict v_forces_E_4, const real *restrict v_forces_E_5,
+    const real *restrict v_forces_t, const real *restrict v_old_forces_t,
+    const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1,
+    const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3,
+    const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
+    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate,
+    int *restrict v_j2_perfect_return_map_converged,
+    int *restrict v_j2_perfect_return_map_iterations,
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_13[MC_W];
@@ -2519,7 +2458,11 @@ static void newton_1(const real *restrict v_p_E, const real *restrict v_p_nu, co
         const real nt1_r_6 = mc_le((-ncse_44), ncse_39);
         const real j2_perfect_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)));
         const real nt1_rnorm0 = it == 0 ? j2_perfect_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_perfect_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((((real)0.5) * ncse_42 * fabs(ncse_27)) + fabs(p_sigma_y)))))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + fabs(old_state_internal_Ep_2))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + fabs(old_state_internal_Ep_2)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((((real)0.5) * ncse_42 * fabs(ncse_27)) + fabs(p_sigma_y)))))));
+        const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_perfect_return_map_converged[l] = mc_was ? nt1_ok : v_j2_perfect_return_map_converged[l];
@@ -2741,7 +2684,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_25[MC_W];
     real v_cse_28[MC_W];
     real v_cse_29[MC_W];
-    newton_1((v_p + 0 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_gamma_rate, v_j2_perfect_return_map_converged, v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, a);
+    newton_1(
+        (v_p + 0 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W),
+        (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W),
+        (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W),
+        (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_gamma_rate, v_j2_perfect_return_map_converged,
+        v_j2_perfect_return_map_iterations, v_j2_perfect_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];

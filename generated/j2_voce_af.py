@@ -41,7 +41,13 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X, O):
+def _torch_newton_1(
+    p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+    forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1,
+    old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+    old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
+    old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
+    old_state_internal_ep, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/dgamma: per-point mask, converged points stop changing
     state_internal_dgamma = _batch(0.0, X)
@@ -103,7 +109,9 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         nt1_du_0 = nt1_4
         state_internal_dgamma = torch.where(j2_voce_af_radial_return_solve_converged, state_internal_dgamma, state_internal_dgamma + nt1_du_0)
         j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + (~j2_voce_af_radial_return_solve_converged).to(torch.int32)
-    return state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm
+    return (
+        state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
+        j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -139,7 +147,16 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_R = P[:, 5]
     p_d = P[:, 6]
     # Newton solve for state/internal/dgamma (helper _torch_newton_1)
-    state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, X, O)
+    (
+        state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
+        j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm,
+    ) = _torch_newton_1(
+        p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
+        old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
+        old_state_internal_ep, X, O)
     cse_0 = (forces_E_0 - old_state_internal_Ep_0)
     cse_1 = (forces_E_1 - old_state_internal_Ep_1)
     cse_2 = (forces_E_2 - old_state_internal_Ep_2)
@@ -1376,7 +1393,14 @@ if triton is not None:
         return tl.where(a <= b, a, b)
 
     @triton.jit
-    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1,
+        old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
+        old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
+        old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr,
+        BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 0.0, DTYPE)
@@ -1450,7 +1474,9 @@ if triton is not None:
             j2_voce_af_radial_return_solve_iterations = j2_voce_af_radial_return_solve_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm
+        return (
+            state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
+            j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -1568,7 +1594,16 @@ if triton is not None:
             p_R = _t81
             p_d = _t79
         # Newton solve for state/internal/dgamma (helper _triton_newton_1)
-        state_internal_dgamma, j2_voce_af_radial_return_solve_converged, j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
+            j2_voce_af_radial_return_solve_iterations, j2_voce_af_radial_return_solve_residual_norm,
+        ) = _triton_newton_1(
+            p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+            forces_E_4, forces_E_5, old_state_internal_Ep_0, old_state_internal_Ep_1,
+            old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4,
+            old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
+            old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
+            old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         cse_1 = (forces_E_1 - old_state_internal_Ep_1)
         cse_12 = (K1 * cse_1)
         cse_2 = (forces_E_2 - old_state_internal_Ep_2)
@@ -2839,7 +2874,23 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/dgamma: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, real *restrict v_state_internal_dgamma, int *restrict v_j2_voce_af_radial_return_solve_converged, int *restrict v_j2_voce_af_radial_return_solve_iterations, real *restrict v_j2_voce_af_radial_return_solve_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
+    const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0,
+    const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2,
+    const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4,
+    const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep,
+    real *restrict v_state_internal_dgamma,
+    int *restrict v_j2_voce_af_radial_return_solve_converged,
+    int *restrict v_j2_voce_af_radial_return_solve_iterations,
+    real *restrict v_j2_voce_af_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_5[MC_W];
@@ -3033,7 +3084,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     int v_j2_voce_af_radial_return_solve_converged[MC_W];
     int v_j2_voce_af_radial_return_solve_iterations[MC_W];
     real v_j2_voce_af_radial_return_solve_residual_norm[MC_W];
-    newton_1((v_p + 3 * MC_W), (v_p + 0 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 4 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x1 + 1 * MC_W), (v_x1 + 2 * MC_W), (v_x1 + 3 * MC_W), (v_x1 + 4 * MC_W), (v_x1 + 5 * MC_W), (v_x2 + 0 * MC_W), (v_x2 + 1 * MC_W), (v_x2 + 2 * MC_W), (v_x2 + 3 * MC_W), (v_x2 + 4 * MC_W), (v_x2 + 5 * MC_W), (v_x0 + 0 * MC_W), v_state_internal_dgamma, v_j2_voce_af_radial_return_solve_converged, v_j2_voce_af_radial_return_solve_iterations, v_j2_voce_af_radial_return_solve_residual_norm, a);
+    newton_1(
+        (v_p + 3 * MC_W), (v_p + 0 * MC_W), (v_p + 5 * MC_W), (v_p + 6 * MC_W), (v_p + 4 * MC_W),
+        (v_p + 1 * MC_W), (v_p + 2 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W),
+        (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x1 + 1 * MC_W),
+        (v_x1 + 2 * MC_W), (v_x1 + 3 * MC_W), (v_x1 + 4 * MC_W), (v_x1 + 5 * MC_W), (v_x2 + 0 * MC_W),
+        (v_x2 + 1 * MC_W), (v_x2 + 2 * MC_W), (v_x2 + 3 * MC_W), (v_x2 + 4 * MC_W), (v_x2 + 5 * MC_W),
+        (v_x0 + 0 * MC_W), v_state_internal_dgamma, v_j2_voce_af_radial_return_solve_converged,
+        v_j2_voce_af_radial_return_solve_iterations, v_j2_voce_af_radial_return_solve_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x3 + 0 * MC_W)[l];
         const real old_state_internal_Ep_0 = (v_x1 + 0 * MC_W)[l];

@@ -41,7 +41,13 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
+def _torch_newton_1(
+    p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+    forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+    old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+    old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0,
+    old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
+    old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: per-point mask, converged points stop changing
     state_internal_Ep_0 = _batch(old_state_internal_Ep_0, X)
@@ -317,7 +323,14 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         j2_voce_af_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_return_map_residual_norm
-        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + torch.abs(old_state_internal_Ep_1)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + torch.abs(old_state_internal_Ep_5)))) & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + torch.abs(old_state_internal_X_4)))) & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + torch.abs(old_state_internal_X_0)))) & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + torch.abs(old_state_internal_X_2)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((1.0 + torch.abs(ncse_54)) * torch.abs(p_R)) + (0.5 * ncse_43 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_57))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + torch.abs(old_state_internal_Ep_3)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + torch.abs(old_state_internal_X_0)))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + torch.abs(old_state_internal_X_2)))))
+        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + torch.abs(old_state_internal_X_4)))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((1.0 + torch.abs(ncse_54)) * torch.abs(p_R)) + (0.5 * ncse_43 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_57)))))
+        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -382,7 +395,12 @@ def _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces
         state_internal_X_5 = torch.where(j2_voce_af_return_map_converged, state_internal_X_5, state_internal_X_5 + nt1_du_12)
         state_internal_gamma_rate = torch.where(j2_voce_af_return_map_converged, state_internal_gamma_rate, state_internal_gamma_rate + nt1_du_13)
         j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + (~j2_voce_af_return_map_converged).to(torch.int32)
-    return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm
+    return (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,
+        state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4,
+        state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged,
+        j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -419,7 +437,19 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     p_C = P[:, 5]
     p_g = P[:, 6]
     # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _torch_newton_1)
-    state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _torch_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
+    (
+        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+        state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,
+        state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4,
+        state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged,
+        j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm,
+    ) = _torch_newton_1(
+        p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+        old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0,
+        old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
+        old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, X, O)
     cse_0 = (forces_E_0 - state_internal_Ep_0)
     cse_1 = (forces_E_1 - state_internal_Ep_1)
     cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1703,35 +1733,19 @@ if triton is not None:
 
     @triton.jit
     def _triton_lu1(
-        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5,
-        a0_7, a0_8, a0_9, a0_10, a0_11, a0_12,
-        a0_13, a1_0, a1_1, a1_2, a1_3, a1_4,
-        a1_5, a1_7, a1_8, a1_9, a1_10, a1_11,
-        a1_12, a1_13, a2_0, a2_1, a2_2, a2_3,
-        a2_4, a2_5, a2_7, a2_8, a2_9, a2_10,
-        a2_11, a2_12, a2_13, a3_0, a3_1, a3_2,
-        a3_3, a3_4, a3_5, a3_7, a3_8, a3_9,
-        a3_10, a3_11, a3_12, a3_13, a4_0, a4_1,
-        a4_2, a4_3, a4_4, a4_5, a4_7, a4_8,
-        a4_9, a4_10, a4_11, a4_12, a4_13, a5_0,
-        a5_1, a5_2, a5_3, a5_4, a5_5, a5_7,
-        a5_8, a5_9, a5_10, a5_11, a5_12, a5_13,
-        a6_13, a7_0, a7_1, a7_2, a7_3, a7_4,
-        a7_5, a7_7, a7_8, a7_9, a7_10, a7_11,
-        a7_12, a7_13, a8_0, a8_1, a8_2, a8_3,
-        a8_4, a8_5, a8_7, a8_8, a8_9, a8_10,
-        a8_11, a8_12, a8_13, a9_0, a9_1, a9_2,
-        a9_3, a9_4, a9_5, a9_7, a9_8, a9_9,
-        a9_10, a9_11, a9_12, a9_13, a10_0, a10_1,
-        a10_2, a10_3, a10_4, a10_5, a10_7, a10_8,
-        a10_9, a10_10, a10_11, a10_12, a10_13, a11_0,
-        a11_1, a11_2, a11_3, a11_4, a11_5, a11_7,
-        a11_8, a11_9, a11_10, a11_11, a11_12, a11_13,
-        a12_0, a12_1, a12_2, a12_3, a12_4, a12_5,
-        a12_7, a12_8, a12_9, a12_10, a12_11, a12_12,
-        a12_13, a13_0, a13_1, a13_2, a13_3, a13_4,
-        a13_5, a13_6, a13_7, a13_8, a13_9, a13_10,
-        a13_11, a13_12, a13_13, DTYPE: tl.constexpr):
+        a0_0, a0_1, a0_2, a0_3, a0_4, a0_5, a0_7, a0_8, a0_9, a0_10, a0_11, a0_12, a0_13, a1_0, a1_1,
+        a1_2, a1_3, a1_4, a1_5, a1_7, a1_8, a1_9, a1_10, a1_11, a1_12, a1_13, a2_0, a2_1, a2_2, a2_3,
+        a2_4, a2_5, a2_7, a2_8, a2_9, a2_10, a2_11, a2_12, a2_13, a3_0, a3_1, a3_2, a3_3, a3_4, a3_5,
+        a3_7, a3_8, a3_9, a3_10, a3_11, a3_12, a3_13, a4_0, a4_1, a4_2, a4_3, a4_4, a4_5, a4_7, a4_8,
+        a4_9, a4_10, a4_11, a4_12, a4_13, a5_0, a5_1, a5_2, a5_3, a5_4, a5_5, a5_7, a5_8, a5_9, a5_10,
+        a5_11, a5_12, a5_13, a6_13, a7_0, a7_1, a7_2, a7_3, a7_4, a7_5, a7_7, a7_8, a7_9, a7_10, a7_11,
+        a7_12, a7_13, a8_0, a8_1, a8_2, a8_3, a8_4, a8_5, a8_7, a8_8, a8_9, a8_10, a8_11, a8_12, a8_13,
+        a9_0, a9_1, a9_2, a9_3, a9_4, a9_5, a9_7, a9_8, a9_9, a9_10, a9_11, a9_12, a9_13, a10_0, a10_1,
+        a10_2, a10_3, a10_4, a10_5, a10_7, a10_8, a10_9, a10_10, a10_11, a10_12, a10_13, a11_0, a11_1,
+        a11_2, a11_3, a11_4, a11_5, a11_7, a11_8, a11_9, a11_10, a11_11, a11_12, a11_13, a12_0, a12_1,
+        a12_2, a12_3, a12_4, a12_5, a12_7, a12_8, a12_9, a12_10, a12_11, a12_12, a12_13, a13_0, a13_1,
+        a13_2, a13_3, a13_4, a13_5, a13_6, a13_7, a13_8, a13_9, a13_10, a13_11, a13_12, a13_13,
+        DTYPE: tl.constexpr):
         """Elimination of a 14x14 system (172 structural nonzeros, row-major parameters): its factors, as a tuple (modelc.passes.expand_solve.factor)."""
         K0 = tl.full([], 1e-12, DTYPE)
         K1 = tl.full([], float("nan"), DTYPE)
@@ -2494,41 +2508,23 @@ if triton is not None:
         f_756 = (f_752 - (f_749 * f_755))
         f_757 = (K2 / f_756)
         return (
-        f_3, f_16, f_29, f_42, f_55, f_68,
-        f_81, f_94, f_107, f_120, f_133, f_146,
-        f_161, f_173, f_185, f_197, f_209, f_221,
-        f_233, f_245, f_257, f_269, f_281, f_295,
-        f_306, f_317, f_328, f_339, f_350, f_361,
-        f_372, f_383, f_394, f_407, f_417, f_427,
-        f_437, f_447, f_457, f_467, f_477, f_487,
-        f_499, f_508, f_517, f_526, f_535, f_544,
-        f_553, f_562, f_573, f_581, f_589, f_597,
-        f_605, f_613, f_621, f_631, f_635, f_642,
-        f_649, f_656, f_663, f_670, f_679, f_685,
-        f_691, f_697, f_703, f_711, f_716, f_721,
-        f_726, f_733, f_737, f_741, f_747, f_750,
-        f_755, a0_1, a0_2, a0_3, a0_4, a0_5,
-        a0_7, a0_8, a0_9, a0_10, a0_11, a0_12,
-        a0_13, f_5, f_6, f_7, f_8, f_9,
-        f_10, f_11, f_12, f_13, f_14, f_15,
-        f_163, f_164, f_165, f_166, f_167, f_168,
-        f_169, f_170, f_171, f_172, f_297, f_298,
-        f_299, f_300, f_301, f_302, f_303, f_304,
-        f_305, f_409, f_410, f_411, f_412, f_413,
-        f_414, f_415, f_416, f_501, f_502, f_503,
-        f_504, f_505, f_506, f_507, a6_13, f_575,
-        f_576, f_577, f_578, f_579, f_580, f_637,
-        f_638, f_639, f_640, f_641, f_681, f_682,
-        f_683, f_684, f_713, f_714, f_715, f_735,
-        f_736, f_749, f_2, f_160, f_294, f_406,
-        f_498, f_572, f_630, f_634, f_678, f_710,
-        f_732, f_746, f_754, f_757)
+            f_3, f_16, f_29, f_42, f_55, f_68, f_81, f_94, f_107, f_120, f_133, f_146, f_161, f_173,
+            f_185, f_197, f_209, f_221, f_233, f_245, f_257, f_269, f_281, f_295, f_306, f_317, f_328,
+            f_339, f_350, f_361, f_372, f_383, f_394, f_407, f_417, f_427, f_437, f_447, f_457, f_467,
+            f_477, f_487, f_499, f_508, f_517, f_526, f_535, f_544, f_553, f_562, f_573, f_581, f_589,
+            f_597, f_605, f_613, f_621, f_631, f_635, f_642, f_649, f_656, f_663, f_670, f_679, f_685,
+            f_691, f_697, f_703, f_711, f_716, f_721, f_726, f_733, f_737, f_741, f_747, f_750, f_755,
+            a0_1, a0_2, a0_3, a0_4, a0_5, a0_7, a0_8, a0_9, a0_10, a0_11, a0_12, a0_13, f_5, f_6, f_7,
+            f_8, f_9, f_10, f_11, f_12, f_13, f_14, f_15, f_163, f_164, f_165, f_166, f_167, f_168,
+            f_169, f_170, f_171, f_172, f_297, f_298, f_299, f_300, f_301, f_302, f_303, f_304, f_305,
+            f_409, f_410, f_411, f_412, f_413, f_414, f_415, f_416, f_501, f_502, f_503, f_504, f_505,
+            f_506, f_507, a6_13, f_575, f_576, f_577, f_578, f_579, f_580, f_637, f_638, f_639, f_640,
+            f_641, f_681, f_682, f_683, f_684, f_713, f_714, f_715, f_735, f_736, f_749, f_2, f_160,
+            f_294, f_406, f_498, f_572, f_630, f_634, f_678, f_710, f_732, f_746, f_754, f_757)
 
     @triton.jit
     def _triton_lu1_forward1(
-        F, b0, b1, b2, b3, b4,
-        b5, b6, b7, b8, b9, b10,
-        b11, b12, b13, DTYPE: tl.constexpr):
+        F, b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -2609,16 +2605,11 @@ if triton is not None:
         s_77 = (s_75 - (F[76] * s_74))
         s_78 = (s_76 - (F[77] * s_74))
         s_79 = (s_78 - (F[78] * s_77))
-        return (
-        b0, s_1, s_13, s_24, s_34, s_43,
-        b6, s_51, s_59, s_65, s_70, s_74,
-        s_77, s_79)
+        return (b0, s_1, s_13, s_24, s_34, s_43, b6, s_51, s_59, s_65, s_70, s_74, s_77, s_79)
 
     @triton.jit
     def _triton_lu1_back1(
-        F, y0, y1, y2, y3, y4,
-        y5, y6, y7, y8, y9, y10,
-        y11, y12, y13, DTYPE: tl.constexpr):
+        F, y0, y1, y2, y3, y4, y5, y6, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[171] * y13)
         s_2 = (F[170] * (y12 - (F[157] * s_1)))
@@ -2634,16 +2625,11 @@ if triton is not None:
         s_12 = (F[160] * (y2 - (F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (y1 - (F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (y0 - (F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward2(
-        F, b0, b1, b2, b3, b4,
-        b5, b7, b8, b9, b10, b11,
-        b12, b13, DTYPE: tl.constexpr):
+        F, b0, b1, b2, b3, b4, b5, b7, b8, b9, b10, b11, b12, b13, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b1 - (b0 * F[0]))
         s_2 = (b2 - (b0 * F[1]))
@@ -2723,16 +2709,11 @@ if triton is not None:
         s_76 = (s_74 - (F[76] * s_73))
         s_77 = (s_75 - (F[77] * s_73))
         s_78 = (s_77 - (F[78] * s_76))
-        return (
-        b0, s_1, s_13, s_24, s_34, s_43,
-        s_51, s_58, s_64, s_69, s_73, s_76,
-        s_78)
+        return (b0, s_1, s_13, s_24, s_34, s_43, s_51, s_58, s_64, s_69, s_73, s_76, s_78)
 
     @triton.jit
     def _triton_lu1_back2(
-        F, y0, y1, y2, y3, y4,
-        y5, y7, y8, y9, y10, y11,
-        y12, y13, DTYPE: tl.constexpr):
+        F, y0, y1, y2, y3, y4, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[171] * y13)
         s_2 = (F[170] * (y12 - (F[157] * s_1)))
@@ -2748,10 +2729,7 @@ if triton is not None:
         s_12 = (F[160] * (y2 - (F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (y1 - (F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (y0 - (F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward3(F, DTYPE: tl.constexpr):
@@ -2834,9 +2812,7 @@ if triton is not None:
         s_76 = (s_74 - (F[76] * s_73))
         s_77 = (s_75 - (F[77] * s_73))
         s_78 = (s_77 - (F[78] * s_76))
-        return (
-        s_1, s_13, s_24, s_34, s_43, s_51,
-        s_58, s_64, s_69, s_73, s_76, s_78)
+        return (s_1, s_13, s_24, s_34, s_43, s_51, s_58, s_64, s_69, s_73, s_76, s_78)
 
     @triton.jit
     def _triton_lu1_forward4(F, DTYPE: tl.constexpr):
@@ -2907,9 +2883,7 @@ if triton is not None:
         s_64 = (s_62 - (F[76] * s_61))
         s_65 = (s_63 - (F[77] * s_61))
         s_66 = (s_65 - (F[78] * s_64))
-        return (
-        s_1, s_12, s_22, s_31, s_39, s_46,
-        s_52, s_57, s_61, s_64, s_66)
+        return (s_1, s_12, s_22, s_31, s_39, s_46, s_52, s_57, s_61, s_64, s_66)
 
     @triton.jit
     def _triton_lu1_forward5(F, DTYPE: tl.constexpr):
@@ -2969,9 +2943,7 @@ if triton is not None:
         s_53 = (s_51 - (F[76] * s_50))
         s_54 = (s_52 - (F[77] * s_50))
         s_55 = (s_54 - (F[78] * s_53))
-        return (
-        s_1, s_11, s_20, s_28, s_35, s_41,
-        s_46, s_50, s_53, s_55)
+        return (s_1, s_11, s_20, s_28, s_35, s_41, s_46, s_50, s_53, s_55)
 
     @triton.jit
     def _triton_lu1_forward6(F, DTYPE: tl.constexpr):
@@ -3021,9 +2993,7 @@ if triton is not None:
         s_43 = (s_41 - (F[76] * s_40))
         s_44 = (s_42 - (F[77] * s_40))
         s_45 = (s_44 - (F[78] * s_43))
-        return (
-        s_1, s_10, s_18, s_25, s_31, s_36,
-        s_40, s_43, s_45)
+        return (s_1, s_10, s_18, s_25, s_31, s_36, s_40, s_43, s_45)
 
     @triton.jit
     def _triton_lu1_forward7(F, DTYPE: tl.constexpr):
@@ -3064,9 +3034,7 @@ if triton is not None:
         s_34 = (s_32 - (F[76] * s_31))
         s_35 = (s_33 - (F[77] * s_31))
         s_36 = (s_35 - (F[78] * s_34))
-        return (
-        s_1, s_9, s_16, s_22, s_27, s_31,
-        s_34, s_36)
+        return (s_1, s_9, s_16, s_22, s_27, s_31, s_34, s_36)
 
     @triton.jit
     def _triton_lu1_forward8(F, DTYPE: tl.constexpr):
@@ -3099,9 +3067,7 @@ if triton is not None:
         s_26 = (s_24 - (F[76] * s_23))
         s_27 = (s_25 - (F[77] * s_23))
         s_28 = (s_27 - (F[78] * s_26))
-        return (
-        s_1, s_8, s_14, s_19, s_23, s_26,
-        s_28)
+        return (s_1, s_8, s_14, s_19, s_23, s_26, s_28)
 
     @triton.jit
     def _triton_lu1_forward9(F, DTYPE: tl.constexpr):
@@ -3196,10 +3162,7 @@ if triton is not None:
         return (s_1)
 
     @triton.jit
-    def _triton_lu1_back3(
-        F, y1, y2, y3, y4, y5,
-        y7, y8, y9, y10, y11, y12,
-        y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back3(F, y1, y2, y3, y4, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3216,16 +3179,10 @@ if triton is not None:
         s_12 = (F[160] * (y2 - (F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (y1 - (F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (K0 - (F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back4(
-        F, y2, y3, y4, y5, y7,
-        y8, y9, y10, y11, y12, y13,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back4(F, y2, y3, y4, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3242,15 +3199,10 @@ if triton is not None:
         s_12 = (F[160] * (y2 - (F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (K0 - (F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back5(
-        F, y3, y4, y5, y7, y8,
-        y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back5(F, y3, y4, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3267,15 +3219,10 @@ if triton is not None:
         s_12 = (F[160] * (K0 - (F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back6(
-        F, y4, y5, y7, y8, y9,
-        y10, y11, y12, y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back6(F, y4, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3292,15 +3239,10 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back7(
-        F, y5, y7, y8, y9, y10,
-        y11, y12, y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back7(F, y5, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3317,15 +3259,10 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back8(
-        F, y7, y8, y9, y10, y11,
-        y12, y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back8(F, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3342,10 +3279,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back9(F, y13, DTYPE: tl.constexpr):
@@ -3365,15 +3299,10 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back10(
-        F, y8, y9, y10, y11, y12,
-        y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back10(F, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3390,15 +3319,10 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back11(
-        F, y9, y10, y11, y12, y13,
-        DTYPE: tl.constexpr):
+    def _triton_lu1_back11(F, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         K0 = tl.full([], 1.0, DTYPE)
         s_1 = (F[171] * y13)
@@ -3415,10 +3339,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back12(F, y10, y11, y12, y13, DTYPE: tl.constexpr):
@@ -3438,10 +3359,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back13(F, y11, y12, y13, DTYPE: tl.constexpr):
@@ -3461,10 +3379,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back14(F, y12, y13, DTYPE: tl.constexpr):
@@ -3484,10 +3399,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_back15(F, y13, DTYPE: tl.constexpr):
@@ -3507,10 +3419,7 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
     def _triton_lu1_forward16(F, b13, DTYPE: tl.constexpr):
@@ -3518,9 +3427,7 @@ if triton is not None:
         return (b13)
 
     @triton.jit
-    def _triton_lu1_forward17(
-        F, b7, b8, b9, b10, b11,
-        b12, DTYPE: tl.constexpr):
+    def _triton_lu1_forward17(F, b7, b8, b9, b10, b11, b12, DTYPE: tl.constexpr):
         """A right-hand side's row exchanges and eliminations (its structural nonzeros) through _triton_lu1."""
         s_1 = (b8 - (b7 * F[58]))
         s_2 = (b9 - (b7 * F[59]))
@@ -3543,9 +3450,7 @@ if triton is not None:
         s_19 = (s_17 - (F[76] * s_16))
         s_20 = (s_18 - (F[77] * s_16))
         s_21 = (s_20 - (F[78] * s_19))
-        return (
-        b7, s_1, s_7, s_12, s_16, s_19,
-        s_21)
+        return (b7, s_1, s_7, s_12, s_16, s_19, s_21)
 
     @triton.jit
     def _triton_lu1_back16(F, y13, DTYPE: tl.constexpr):
@@ -3564,15 +3469,10 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_lu1_back17(
-        F, y7, y8, y9, y10, y11,
-        y12, y13, DTYPE: tl.constexpr):
+    def _triton_lu1_back17(F, y7, y8, y9, y10, y11, y12, y13, DTYPE: tl.constexpr):
         """A right-hand side's back substitution (its structural nonzeros) through _triton_lu1."""
         s_1 = (F[171] * y13)
         s_2 = (F[170] * (y12 - (F[157] * s_1)))
@@ -3588,13 +3488,17 @@ if triton is not None:
         s_12 = (F[160] * (-(F[108] * s_4) - (F[109] * s_3) - (F[110] * s_2) - (F[111] * s_1) - (F[102] * s_11) - (F[103] * s_10) - (F[104] * s_9) - (F[105] * s_7) - (F[106] * s_6) - (F[107] * s_5)))
         s_13 = (F[159] * (-(F[98] * s_4) - (F[99] * s_3) - (F[100] * s_2) - (F[101] * s_1) - (F[91] * s_12) - (F[92] * s_11) - (F[93] * s_10) - (F[94] * s_9) - (F[95] * s_7) - (F[96] * s_6) - (F[97] * s_5)))
         s_14 = (F[158] * (-(F[79] * s_13) - (F[87] * s_4) - (F[88] * s_3) - (F[89] * s_2) - (F[90] * s_1) - (F[80] * s_12) - (F[81] * s_11) - (F[82] * s_10) - (F[83] * s_9) - (F[84] * s_7) - (F[85] * s_6) - (F[86] * s_5)))
-        return (
-        s_14, s_13, s_12, s_11, s_10, s_9,
-        s_8, s_7, s_6, s_5, s_4, s_3,
-        s_2, s_1)
+        return (s_14, s_13, s_12, s_11, s_10, s_9, s_8, s_7, s_6, s_5, s_4, s_3, s_2, s_1)
 
     @triton.jit
-    def _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+        forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+        old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0,
+        old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
+        old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
+        o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -3886,7 +3790,14 @@ if triton is not None:
             nt1_r_13 = (-ncse_57 - (ncse_44 * ncse_55) + (p_E * ncse_36 * state_internal_gamma_rate))
             j2_voce_af_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_return_map_residual_norm, nt1_rnorm0)
-            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + tl.abs(old_state_internal_Ep_1)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + tl.abs(old_state_internal_Ep_5)))) & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + tl.abs(old_state_internal_X_4)))) & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + tl.abs(old_state_internal_X_0)))) & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + tl.abs(old_state_internal_X_2)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((K1 + tl.abs(ncse_54)) * tl.abs(p_R)) + (K7 * ncse_43 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_57))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + tl.abs(old_state_internal_Ep_3)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + tl.abs(old_state_internal_X_0)))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + tl.abs(old_state_internal_X_2)))))
+            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + tl.abs(old_state_internal_X_4)))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((K1 + tl.abs(ncse_54)) * tl.abs(p_R)) + (K7 * ncse_43 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_57)))))
+            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_62 * ncse_65))
             nt1_2 = (ncse_61 * ncse_64)
@@ -3940,35 +3851,23 @@ if triton is not None:
             nt1_50 = (-ncse_194)
             nt1_51 = ((p_E * ncse_36) - (K5 * ncse_185 * ncse_56 * state_internal_gamma_rate))
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_69, ncse_72, ncse_77, ncse_78, ncse_79,
-                nt1_2, ncse_80, ncse_81, ncse_83, ncse_85, ncse_86,
-                nt1_3, ncse_69, nt1_4, ncse_92, ncse_95, ncse_96,
-                ncse_97, ncse_80, nt1_5, ncse_98, ncse_99, ncse_101,
-                ncse_102, nt1_6, ncse_72, ncse_92, nt1_7, ncse_107,
-                ncse_108, ncse_109, ncse_81, ncse_98, nt1_8, ncse_110,
-                ncse_112, ncse_113, nt1_9, ncse_77, ncse_95, ncse_107,
-                nt1_10, ncse_120, ncse_122, ncse_83, ncse_99, ncse_110,
-                nt1_11, ncse_124, ncse_125, nt1_12, ncse_78, ncse_96,
-                ncse_108, ncse_120, nt1_13, ncse_130, ncse_85, ncse_101,
-                ncse_112, ncse_124, nt1_14, ncse_132, nt1_15, ncse_79,
-                ncse_97, ncse_109, ncse_122, ncse_130, nt1_16, ncse_86,
-                ncse_102, ncse_113, ncse_125, ncse_132, nt1_17, nt1_18,
-                nt1_19, nt1_20, ncse_137, ncse_138, ncse_142, ncse_143,
-                ncse_145, nt1_21, ncse_149, ncse_150, ncse_152, ncse_154,
-                ncse_156, nt1_22, ncse_137, nt1_23, ncse_157, ncse_160,
-                ncse_161, ncse_162, ncse_149, nt1_24, ncse_163, ncse_164,
-                ncse_165, ncse_166, nt1_25, ncse_138, ncse_157, nt1_26,
-                ncse_169, ncse_170, ncse_171, ncse_150, ncse_163, nt1_27,
-                ncse_172, ncse_173, ncse_174, nt1_28, ncse_142, ncse_160,
-                ncse_169, nt1_29, ncse_176, ncse_179, ncse_152, ncse_164,
-                ncse_172, nt1_30, ncse_181, ncse_182, nt1_31, ncse_143,
-                ncse_161, ncse_170, ncse_176, nt1_32, ncse_183, ncse_154,
-                ncse_165, ncse_173, ncse_181, nt1_33, ncse_184, nt1_34,
-                ncse_145, ncse_162, ncse_171, ncse_179, ncse_183, nt1_35,
-                ncse_156, ncse_166, ncse_174, ncse_182, ncse_184, nt1_36,
-                nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
-                nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48,
-                nt1_49, nt1_50, nt1_51, DTYPE)
+                nt1_1, ncse_69, ncse_72, ncse_77, ncse_78, ncse_79, nt1_2, ncse_80, ncse_81, ncse_83, ncse_85,
+                ncse_86, nt1_3, ncse_69, nt1_4, ncse_92, ncse_95, ncse_96, ncse_97, ncse_80, nt1_5, ncse_98,
+                ncse_99, ncse_101, ncse_102, nt1_6, ncse_72, ncse_92, nt1_7, ncse_107, ncse_108, ncse_109,
+                ncse_81, ncse_98, nt1_8, ncse_110, ncse_112, ncse_113, nt1_9, ncse_77, ncse_95, ncse_107,
+                nt1_10, ncse_120, ncse_122, ncse_83, ncse_99, ncse_110, nt1_11, ncse_124, ncse_125, nt1_12,
+                ncse_78, ncse_96, ncse_108, ncse_120, nt1_13, ncse_130, ncse_85, ncse_101, ncse_112, ncse_124,
+                nt1_14, ncse_132, nt1_15, ncse_79, ncse_97, ncse_109, ncse_122, ncse_130, nt1_16, ncse_86,
+                ncse_102, ncse_113, ncse_125, ncse_132, nt1_17, nt1_18, nt1_19, nt1_20, ncse_137, ncse_138,
+                ncse_142, ncse_143, ncse_145, nt1_21, ncse_149, ncse_150, ncse_152, ncse_154, ncse_156, nt1_22,
+                ncse_137, nt1_23, ncse_157, ncse_160, ncse_161, ncse_162, ncse_149, nt1_24, ncse_163, ncse_164,
+                ncse_165, ncse_166, nt1_25, ncse_138, ncse_157, nt1_26, ncse_169, ncse_170, ncse_171, ncse_150,
+                ncse_163, nt1_27, ncse_172, ncse_173, ncse_174, nt1_28, ncse_142, ncse_160, ncse_169, nt1_29,
+                ncse_176, ncse_179, ncse_152, ncse_164, ncse_172, nt1_30, ncse_181, ncse_182, nt1_31, ncse_143,
+                ncse_161, ncse_170, ncse_176, nt1_32, ncse_183, ncse_154, ncse_165, ncse_173, ncse_181, nt1_33,
+                ncse_184, nt1_34, ncse_145, ncse_162, ncse_171, ncse_179, ncse_183, nt1_35, ncse_156, ncse_166,
+                ncse_174, ncse_182, ncse_184, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42, nt1_43,
+                nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, DTYPE)
             nt1_52 = (-nt1_r_0)
             nt1_53 = (-nt1_r_1)
             nt1_54 = (-nt1_r_2)
@@ -3984,18 +3883,16 @@ if triton is not None:
             nt1_64 = (-nt1_r_12)
             nt1_65 = (-nt1_r_13)
             (
-                nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71,
-                nt1_72, nt1_73, nt1_74, nt1_75, nt1_76, nt1_77,
-                nt1_78, nt1_79) = _triton_lu1_forward1(
-                nt1_lu, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56,
-                nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62,
+                nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76, nt1_77,
+                nt1_78, nt1_79,
+            ) = _triton_lu1_forward1(
+                nt1_lu, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62,
                 nt1_63, nt1_64, nt1_65, DTYPE)
             (
-                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5,
-                nt1_du_6, nt1_du_7, nt1_du_8, nt1_du_9, nt1_du_10, nt1_du_11,
-                nt1_du_12, nt1_du_13) = _triton_lu1_back1(
-                nt1_lu, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70,
-                nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
+                nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
+                nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13,
+            ) = _triton_lu1_back1(
+                nt1_lu, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
                 nt1_77, nt1_78, nt1_79, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
@@ -4014,7 +3911,12 @@ if triton is not None:
             j2_voce_af_return_map_iterations = j2_voce_af_return_map_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm
+        return (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,
+            state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4,
+            state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged,
+            j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, IN5, IN6, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, in5_stride, in6_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -4169,7 +4071,20 @@ if triton is not None:
             p_C = _t91
             p_g = _t89
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _triton_newton_1)
-        state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3, state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0, state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4, state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged, j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm = _triton_newton_1(p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
+            state_internal_Ep_4, state_internal_Ep_5, state_internal_ep, state_internal_X_0,
+            state_internal_X_1, state_internal_X_2, state_internal_X_3, state_internal_X_4,
+            state_internal_X_5, state_internal_gamma_rate, j2_voce_af_return_map_converged,
+            j2_voce_af_return_map_iterations, j2_voce_af_return_map_residual_norm,
+        ) = _triton_newton_1(
+            p_C, p_E, p_R, p_d, p_g, p_nu, p_sigma_y, forces_E_0, forces_E_1, forces_E_2, forces_E_3,
+            forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_0,
+            old_state_internal_Ep_1, old_state_internal_Ep_2, old_state_internal_Ep_3,
+            old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_X_0,
+            old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4,
+            old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
+            o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
         _p94 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
         for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
@@ -4470,120 +4385,78 @@ if triton is not None:
             lu1_38 = (-cse_332)
             lu1_39 = ((p_E * cse_3) - (cse_317 * cse_336 * state_internal_gamma_rate))
             lu1_lu = _triton_lu1(
-                lu1_1, cse_166, cse_170, cse_175, cse_177, cse_179,
-                lu1_2, cse_181, cse_183, cse_185, cse_186, cse_187,
-                lu1_3, cse_166, lu1_4, cse_194, cse_197, cse_198,
-                cse_199, cse_181, lu1_5, cse_201, cse_203, cse_204,
-                cse_205, lu1_6, cse_170, cse_194, lu1_7, cse_211,
-                cse_212, cse_213, cse_183, cse_201, lu1_8, cse_215,
-                cse_216, cse_217, lu1_9, cse_175, cse_197, cse_211,
-                lu1_10, cse_226, cse_228, cse_185, cse_203, cse_215,
-                lu1_11, cse_230, cse_231, lu1_12, cse_177, cse_198,
-                cse_212, cse_226, lu1_13, cse_238, cse_186, cse_204,
-                cse_216, cse_230, lu1_14, cse_239, lu1_15, cse_179,
-                cse_199, cse_213, cse_228, cse_238, lu1_16, cse_187,
-                cse_205, cse_217, cse_231, cse_239, lu1_17, lu1_18,
-                lu1_19, cse_246, cse_247, cse_248, cse_252, cse_254,
-                cse_256, lu1_20, cse_259, cse_260, cse_262, cse_264,
-                cse_265, lu1_21, cse_247, cse_268, cse_269, cse_271,
-                cse_272, cse_273, cse_259, lu1_22, cse_274, cse_276,
-                cse_278, cse_279, lu1_23, cse_248, cse_269, cse_281,
-                cse_283, cse_284, cse_285, cse_260, cse_274, lu1_24,
-                cse_287, cse_289, cse_290, lu1_25, cse_252, cse_271,
-                cse_283, cse_292, cse_296, cse_298, cse_262, cse_276,
-                cse_287, lu1_26, cse_299, cse_300, lu1_27, cse_254,
-                cse_272, cse_284, cse_296, cse_304, cse_306, cse_264,
-                cse_278, cse_289, cse_299, lu1_28, cse_307, lu1_29,
-                cse_256, cse_273, cse_285, cse_298, cse_306, cse_309,
-                cse_265, cse_279, cse_290, cse_300, cse_307, lu1_30,
-                lu1_31, cse_322, cse_324, cse_326, cse_329, cse_331,
-                cse_333, lu1_32, lu1_33, lu1_34, lu1_35, lu1_36,
-                lu1_37, lu1_38, lu1_39, DTYPE)
+                lu1_1, cse_166, cse_170, cse_175, cse_177, cse_179, lu1_2, cse_181, cse_183, cse_185, cse_186,
+                cse_187, lu1_3, cse_166, lu1_4, cse_194, cse_197, cse_198, cse_199, cse_181, lu1_5, cse_201,
+                cse_203, cse_204, cse_205, lu1_6, cse_170, cse_194, lu1_7, cse_211, cse_212, cse_213, cse_183,
+                cse_201, lu1_8, cse_215, cse_216, cse_217, lu1_9, cse_175, cse_197, cse_211, lu1_10, cse_226,
+                cse_228, cse_185, cse_203, cse_215, lu1_11, cse_230, cse_231, lu1_12, cse_177, cse_198,
+                cse_212, cse_226, lu1_13, cse_238, cse_186, cse_204, cse_216, cse_230, lu1_14, cse_239, lu1_15,
+                cse_179, cse_199, cse_213, cse_228, cse_238, lu1_16, cse_187, cse_205, cse_217, cse_231,
+                cse_239, lu1_17, lu1_18, lu1_19, cse_246, cse_247, cse_248, cse_252, cse_254, cse_256, lu1_20,
+                cse_259, cse_260, cse_262, cse_264, cse_265, lu1_21, cse_247, cse_268, cse_269, cse_271,
+                cse_272, cse_273, cse_259, lu1_22, cse_274, cse_276, cse_278, cse_279, lu1_23, cse_248,
+                cse_269, cse_281, cse_283, cse_284, cse_285, cse_260, cse_274, lu1_24, cse_287, cse_289,
+                cse_290, lu1_25, cse_252, cse_271, cse_283, cse_292, cse_296, cse_298, cse_262, cse_276,
+                cse_287, lu1_26, cse_299, cse_300, lu1_27, cse_254, cse_272, cse_284, cse_296, cse_304,
+                cse_306, cse_264, cse_278, cse_289, cse_299, lu1_28, cse_307, lu1_29, cse_256, cse_273,
+                cse_285, cse_298, cse_306, cse_309, cse_265, cse_279, cse_290, cse_300, cse_307, lu1_30,
+                lu1_31, cse_322, cse_324, cse_326, cse_329, cse_331, cse_333, lu1_32, lu1_33, lu1_34, lu1_35,
+                lu1_36, lu1_37, lu1_38, lu1_39, DTYPE)
             # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
             (
-                ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45,
-                ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
-                ls1_53) = _triton_lu1_forward2(
-                lu1_lu, cse_160, cse_166, cse_170, cse_175, cse_177,
-                cse_179, cse_246, cse_247, cse_248, cse_252, cse_254,
-                cse_256, cse_322, DTYPE)
+                ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
+                ls1_53,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_160, cse_166, cse_170, cse_175, cse_177, cse_179, cse_246, cse_247, cse_248,
+                cse_252, cse_254, cse_256, cse_322, DTYPE)
             (
-                ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59,
-                ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66,
-                ls1_67) = _triton_lu1_forward2(
-                lu1_lu, cse_166, cse_191, cse_194, cse_197, cse_198,
-                cse_199, cse_247, cse_268, cse_269, cse_271, cse_272,
-                cse_273, cse_324, DTYPE)
+                ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66,
+                ls1_67,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_166, cse_191, cse_194, cse_197, cse_198, cse_199, cse_247, cse_268, cse_269,
+                cse_271, cse_272, cse_273, cse_324, DTYPE)
             (
-                ls1_68, ls1_69, ls1_70, ls1_71, ls1_72, ls1_73,
-                ls1_75, ls1_76, ls1_77, ls1_78, ls1_79, ls1_80,
-                ls1_81) = _triton_lu1_forward2(
-                lu1_lu, cse_170, cse_194, cse_208, cse_211, cse_212,
-                cse_213, cse_248, cse_269, cse_281, cse_283, cse_284,
-                cse_285, cse_326, DTYPE)
+                ls1_68, ls1_69, ls1_70, ls1_71, ls1_72, ls1_73, ls1_75, ls1_76, ls1_77, ls1_78, ls1_79, ls1_80,
+                ls1_81,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_170, cse_194, cse_208, cse_211, cse_212, cse_213, cse_248, cse_269, cse_281,
+                cse_283, cse_284, cse_285, cse_326, DTYPE)
             (
-                ls1_82, ls1_83, ls1_84, ls1_85, ls1_86, ls1_87,
-                ls1_89, ls1_90, ls1_91, ls1_92, ls1_93, ls1_94,
-                ls1_95) = _triton_lu1_forward2(
-                lu1_lu, cse_175, cse_197, cse_211, cse_223, cse_226,
-                cse_228, cse_252, cse_271, cse_283, cse_292, cse_296,
-                cse_298, cse_329, DTYPE)
+                ls1_82, ls1_83, ls1_84, ls1_85, ls1_86, ls1_87, ls1_89, ls1_90, ls1_91, ls1_92, ls1_93, ls1_94,
+                ls1_95,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_175, cse_197, cse_211, cse_223, cse_226, cse_228, cse_252, cse_271, cse_283,
+                cse_292, cse_296, cse_298, cse_329, DTYPE)
             (
-                ls1_96, ls1_97, ls1_98, ls1_99, ls1_100, ls1_101,
-                ls1_103, ls1_104, ls1_105, ls1_106, ls1_107, ls1_108,
-                ls1_109) = _triton_lu1_forward2(
-                lu1_lu, cse_177, cse_198, cse_212, cse_226, cse_235,
-                cse_238, cse_254, cse_272, cse_284, cse_296, cse_304,
-                cse_306, cse_331, DTYPE)
+                ls1_96, ls1_97, ls1_98, ls1_99, ls1_100, ls1_101, ls1_103, ls1_104, ls1_105, ls1_106, ls1_107,
+                ls1_108, ls1_109,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_177, cse_198, cse_212, cse_226, cse_235, cse_238, cse_254, cse_272, cse_284,
+                cse_296, cse_304, cse_306, cse_331, DTYPE)
             (
-                ls1_110, ls1_111, ls1_112, ls1_113, ls1_114, ls1_115,
-                ls1_117, ls1_118, ls1_119, ls1_120, ls1_121, ls1_122,
-                ls1_123) = _triton_lu1_forward2(
-                lu1_lu, cse_179, cse_199, cse_213, cse_228, cse_238,
-                cse_242, cse_256, cse_273, cse_285, cse_298, cse_306,
-                cse_309, cse_333, DTYPE)
-            (
-                d1, d2, d3, d4, d5, d6,
-                d7, d8, d9, d10, d11, d12,
-                d13, d14) = _triton_lu1_back2(
-                lu1_lu, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44,
-                ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
+                ls1_110, ls1_111, ls1_112, ls1_113, ls1_114, ls1_115, ls1_117, ls1_118, ls1_119, ls1_120,
+                ls1_121, ls1_122, ls1_123,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_179, cse_199, cse_213, cse_228, cse_238, cse_242, cse_256, cse_273, cse_285,
+                cse_298, cse_306, cse_309, cse_333, DTYPE)
+            (d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back2(
+                lu1_lu, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
                 ls1_52, ls1_53, DTYPE)
-            (
-                d15, d16, d17, d18, d19, d20,
-                d21, d22, d23, d24, d25, d26,
-                d27, d28) = _triton_lu1_back2(
-                lu1_lu, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58,
-                ls1_59, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65,
+            (d15, d16, d17, d18, d19, d20, d21, d22, d23, d24, d25, d26, d27, d28) = _triton_lu1_back2(
+                lu1_lu, ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65,
                 ls1_66, ls1_67, DTYPE)
-            (
-                d29, d30, d31, d32, d33, d34,
-                d35, d36, d37, d38, d39, d40,
-                d41, d42) = _triton_lu1_back2(
-                lu1_lu, ls1_68, ls1_69, ls1_70, ls1_71, ls1_72,
-                ls1_73, ls1_75, ls1_76, ls1_77, ls1_78, ls1_79,
+            (d29, d30, d31, d32, d33, d34, d35, d36, d37, d38, d39, d40, d41, d42) = _triton_lu1_back2(
+                lu1_lu, ls1_68, ls1_69, ls1_70, ls1_71, ls1_72, ls1_73, ls1_75, ls1_76, ls1_77, ls1_78, ls1_79,
                 ls1_80, ls1_81, DTYPE)
-            (
-                d43, d44, d45, d46, d47, d48,
-                d49, d50, d51, d52, d53, d54,
-                d55, d56) = _triton_lu1_back2(
-                lu1_lu, ls1_82, ls1_83, ls1_84, ls1_85, ls1_86,
-                ls1_87, ls1_89, ls1_90, ls1_91, ls1_92, ls1_93,
+            (d43, d44, d45, d46, d47, d48, d49, d50, d51, d52, d53, d54, d55, d56) = _triton_lu1_back2(
+                lu1_lu, ls1_82, ls1_83, ls1_84, ls1_85, ls1_86, ls1_87, ls1_89, ls1_90, ls1_91, ls1_92, ls1_93,
                 ls1_94, ls1_95, DTYPE)
-            (
-                d57, d58, d59, d60, d61, d62,
-                d63, d64, d65, d66, d67, d68,
-                d69, d70) = _triton_lu1_back2(
-                lu1_lu, ls1_96, ls1_97, ls1_98, ls1_99, ls1_100,
-                ls1_101, ls1_103, ls1_104, ls1_105, ls1_106, ls1_107,
-                ls1_108, ls1_109, DTYPE)
-            (
-                d71, d72, d73, d74, d75, d76,
-                d77, d78, d79, d80, d81, d82,
-                d83, d84) = _triton_lu1_back2(
-                lu1_lu, ls1_110, ls1_111, ls1_112, ls1_113, ls1_114,
-                ls1_115, ls1_117, ls1_118, ls1_119, ls1_120, ls1_121,
-                ls1_122, ls1_123, DTYPE)
+            (d57, d58, d59, d60, d61, d62, d63, d64, d65, d66, d67, d68, d69, d70) = _triton_lu1_back2(
+                lu1_lu, ls1_96, ls1_97, ls1_98, ls1_99, ls1_100, ls1_101, ls1_103, ls1_104, ls1_105, ls1_106,
+                ls1_107, ls1_108, ls1_109, DTYPE)
+            (d71, d72, d73, d74, d75, d76, d77, d78, d79, d80, d81, d82, d83, d84) = _triton_lu1_back2(
+                lu1_lu, ls1_110, ls1_111, ls1_112, ls1_113, ls1_114, ls1_115, ls1_117, ls1_118, ls1_119,
+                ls1_120, ls1_121, ls1_122, ls1_123, DTYPE)
             cse_23 = (-cse_13)
             cse_24 = (cse_23 * d3)
             cse_25 = (cse_23 * d2)
@@ -4714,12 +4587,11 @@ if triton is not None:
             cse_382 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_314 * cse_315 * cse_336))
             # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
             (
-                ls2_124, ls2_125, ls2_126, ls2_127, ls2_128, ls2_129,
-                ls2_130, ls2_131, ls2_132, ls2_133, ls2_134, ls2_135,
-                ls2_136, ls2_137) = _triton_lu1_forward1(
-                lu1_lu, cse_338, cse_351, cse_354, cse_358, cse_367,
-                cse_370, cse_373, cse_374, cse_376, cse_377, cse_378,
-                cse_380, cse_381, cse_382, DTYPE)
+                ls2_124, ls2_125, ls2_126, ls2_127, ls2_128, ls2_129, ls2_130, ls2_131, ls2_132, ls2_133,
+                ls2_134, ls2_135, ls2_136, ls2_137,
+            ) = _triton_lu1_forward1(
+                lu1_lu, cse_338, cse_351, cse_354, cse_358, cse_367, cse_370, cse_373, cse_374, cse_376,
+                cse_377, cse_378, cse_380, cse_381, cse_382, DTYPE)
             ls2_138 = (-cse_338)
             ls2_139 = (-cse_351)
             ls2_140 = (-cse_354)
@@ -4735,31 +4607,30 @@ if triton is not None:
             ls2_150 = (-cse_381)
             ls2_151 = (-cse_382)
             (
-                ls2_152, ls2_153, ls2_154, ls2_155, ls2_156, ls2_157,
-                ls2_158, ls2_159, ls2_160, ls2_161, ls2_162, ls2_163,
-                ls2_164, ls2_165) = _triton_lu1_forward1(
-                lu1_lu, ls2_138, ls2_139, ls2_140, ls2_141, ls2_142,
-                ls2_143, ls2_144, ls2_145, ls2_146, ls2_147, ls2_148,
-                ls2_149, ls2_150, ls2_151, DTYPE)
+                ls2_152, ls2_153, ls2_154, ls2_155, ls2_156, ls2_157, ls2_158, ls2_159, ls2_160, ls2_161,
+                ls2_162, ls2_163, ls2_164, ls2_165,
+            ) = _triton_lu1_forward1(
+                lu1_lu, ls2_138, ls2_139, ls2_140, ls2_141, ls2_142, ls2_143, ls2_144, ls2_145, ls2_146,
+                ls2_147, ls2_148, ls2_149, ls2_150, ls2_151, DTYPE)
             (
-                ls2_167, ls2_168, ls2_169, ls2_170, ls2_171, ls2_173,
-                ls2_174, ls2_175, ls2_176, ls2_177, ls2_178, ls2_179) = _triton_lu1_forward3(
+                ls2_167, ls2_168, ls2_169, ls2_170, ls2_171, ls2_173, ls2_174, ls2_175, ls2_176, ls2_177,
+                ls2_178, ls2_179,
+            ) = _triton_lu1_forward3(
                 lu1_lu, DTYPE)
             (
-                ls2_182, ls2_183, ls2_184, ls2_185, ls2_187, ls2_188,
-                ls2_189, ls2_190, ls2_191, ls2_192, ls2_193) = _triton_lu1_forward4(
+                ls2_182, ls2_183, ls2_184, ls2_185, ls2_187, ls2_188, ls2_189, ls2_190, ls2_191, ls2_192,
+                ls2_193,
+            ) = _triton_lu1_forward4(
                 lu1_lu, DTYPE)
             (
-                ls2_197, ls2_198, ls2_199, ls2_201, ls2_202, ls2_203,
-                ls2_204, ls2_205, ls2_206, ls2_207) = _triton_lu1_forward5(
+                ls2_197, ls2_198, ls2_199, ls2_201, ls2_202, ls2_203, ls2_204, ls2_205, ls2_206, ls2_207,
+            ) = _triton_lu1_forward5(
                 lu1_lu, DTYPE)
             (
-                ls2_212, ls2_213, ls2_215, ls2_216, ls2_217, ls2_218,
-                ls2_219, ls2_220, ls2_221) = _triton_lu1_forward6(
+                ls2_212, ls2_213, ls2_215, ls2_216, ls2_217, ls2_218, ls2_219, ls2_220, ls2_221,
+            ) = _triton_lu1_forward6(
                 lu1_lu, DTYPE)
-            (
-                ls2_227, ls2_229, ls2_230, ls2_231, ls2_232, ls2_233,
-                ls2_234, ls2_235) = _triton_lu1_forward7(
+            (ls2_227, ls2_229, ls2_230, ls2_231, ls2_232, ls2_233, ls2_234, ls2_235) = _triton_lu1_forward7(
                 lu1_lu, DTYPE)
             ls2_243, ls2_244, ls2_245, ls2_246, ls2_247, ls2_248, ls2_249 = _triton_lu1_forward8(lu1_lu, DTYPE)
             ls2_263 = _triton_lu1_forward9(lu1_lu, DTYPE)
@@ -4770,93 +4641,69 @@ if triton is not None:
             ls2_332, ls2_333 = _triton_lu1_forward14(lu1_lu, DTYPE)
             ls2_347 = _triton_lu1_forward15(lu1_lu, DTYPE)
             (
-                d121, d122, d123, d124, d125, d126,
-                d127, d128, d129, d130, d131, d132,
-                d133, d134) = _triton_lu1_back1(
-                lu1_lu, ls2_124, ls2_125, ls2_126, ls2_127, ls2_128,
-                ls2_129, ls2_130, ls2_131, ls2_132, ls2_133, ls2_134,
-                ls2_135, ls2_136, ls2_137, DTYPE)
+                d121, d122, d123, d124, d125, d126, d127, d128, d129, d130, d131, d132, d133, d134,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls2_124, ls2_125, ls2_126, ls2_127, ls2_128, ls2_129, ls2_130, ls2_131, ls2_132,
+                ls2_133, ls2_134, ls2_135, ls2_136, ls2_137, DTYPE)
             (
-                d135, d136, d137, d138, d139, d140,
-                d141, d142, d143, d144, d145, d146,
-                d147, d148) = _triton_lu1_back1(
-                lu1_lu, ls2_152, ls2_153, ls2_154, ls2_155, ls2_156,
-                ls2_157, ls2_158, ls2_159, ls2_160, ls2_161, ls2_162,
-                ls2_163, ls2_164, ls2_165, DTYPE)
+                d135, d136, d137, d138, d139, d140, d141, d142, d143, d144, d145, d146, d147, d148,
+            ) = _triton_lu1_back1(
+                lu1_lu, ls2_152, ls2_153, ls2_154, ls2_155, ls2_156, ls2_157, ls2_158, ls2_159, ls2_160,
+                ls2_161, ls2_162, ls2_163, ls2_164, ls2_165, DTYPE)
             (
-                d149, d150, d151, d152, d153, d154,
-                d155, d156, d157, d158, d159, d160,
-                d161, d162) = _triton_lu1_back3(
-                lu1_lu, ls2_167, ls2_168, ls2_169, ls2_170, ls2_171,
-                ls2_173, ls2_174, ls2_175, ls2_176, ls2_177, ls2_178,
-                ls2_179, DTYPE)
+                d149, d150, d151, d152, d153, d154, d155, d156, d157, d158, d159, d160, d161, d162,
+            ) = _triton_lu1_back3(
+                lu1_lu, ls2_167, ls2_168, ls2_169, ls2_170, ls2_171, ls2_173, ls2_174, ls2_175, ls2_176,
+                ls2_177, ls2_178, ls2_179, DTYPE)
             (
-                d163, d164, d165, d166, d167, d168,
-                d169, d170, d171, d172, d173, d174,
-                d175, d176) = _triton_lu1_back4(
-                lu1_lu, ls2_182, ls2_183, ls2_184, ls2_185, ls2_187,
-                ls2_188, ls2_189, ls2_190, ls2_191, ls2_192, ls2_193,
-                DTYPE)
+                d163, d164, d165, d166, d167, d168, d169, d170, d171, d172, d173, d174, d175, d176,
+            ) = _triton_lu1_back4(
+                lu1_lu, ls2_182, ls2_183, ls2_184, ls2_185, ls2_187, ls2_188, ls2_189, ls2_190, ls2_191,
+                ls2_192, ls2_193, DTYPE)
             (
-                d177, d178, d179, d180, d181, d182,
-                d183, d184, d185, d186, d187, d188,
-                d189, d190) = _triton_lu1_back5(
-                lu1_lu, ls2_197, ls2_198, ls2_199, ls2_201, ls2_202,
-                ls2_203, ls2_204, ls2_205, ls2_206, ls2_207, DTYPE)
+                d177, d178, d179, d180, d181, d182, d183, d184, d185, d186, d187, d188, d189, d190,
+            ) = _triton_lu1_back5(
+                lu1_lu, ls2_197, ls2_198, ls2_199, ls2_201, ls2_202, ls2_203, ls2_204, ls2_205, ls2_206,
+                ls2_207, DTYPE)
             (
-                d191, d192, d193, d194, d195, d196,
-                d197, d198, d199, d200, d201, d202,
-                d203, d204) = _triton_lu1_back6(
-                lu1_lu, ls2_212, ls2_213, ls2_215, ls2_216, ls2_217,
-                ls2_218, ls2_219, ls2_220, ls2_221, DTYPE)
+                d191, d192, d193, d194, d195, d196, d197, d198, d199, d200, d201, d202, d203, d204,
+            ) = _triton_lu1_back6(
+                lu1_lu, ls2_212, ls2_213, ls2_215, ls2_216, ls2_217, ls2_218, ls2_219, ls2_220, ls2_221, DTYPE)
             (
-                d205, d206, d207, d208, d209, d210,
-                d211, d212, d213, d214, d215, d216,
-                d217, d218) = _triton_lu1_back7(
-                lu1_lu, ls2_227, ls2_229, ls2_230, ls2_231, ls2_232,
-                ls2_233, ls2_234, ls2_235, DTYPE)
+                d205, d206, d207, d208, d209, d210, d211, d212, d213, d214, d215, d216, d217, d218,
+            ) = _triton_lu1_back7(
+                lu1_lu, ls2_227, ls2_229, ls2_230, ls2_231, ls2_232, ls2_233, ls2_234, ls2_235, DTYPE)
             (
-                d219, d220, d221, d222, d223, d224,
-                d225, d226, d227, d228, d229, d230,
-                d231, d232) = _triton_lu1_back8(
-                lu1_lu, ls2_243, ls2_244, ls2_245, ls2_246, ls2_247,
-                ls2_248, ls2_249, DTYPE)
+                d219, d220, d221, d222, d223, d224, d225, d226, d227, d228, d229, d230, d231, d232,
+            ) = _triton_lu1_back8(
+                lu1_lu, ls2_243, ls2_244, ls2_245, ls2_246, ls2_247, ls2_248, ls2_249, DTYPE)
             (
-                d233, d234, d235, d236, d237, d238,
-                d239, d240, d241, d242, d243, d244,
-                d245, d246) = _triton_lu1_back9(
+                d233, d234, d235, d236, d237, d238, d239, d240, d241, d242, d243, d244, d245, d246,
+            ) = _triton_lu1_back9(
                 lu1_lu, ls2_263, DTYPE)
             (
-                d247, d248, d249, d250, d251, d252,
-                d253, d254, d255, d256, d257, d258,
-                d259, d260) = _triton_lu1_back10(
-                lu1_lu, ls2_272, ls2_273, ls2_274, ls2_275, ls2_276,
-                ls2_277, DTYPE)
+                d247, d248, d249, d250, d251, d252, d253, d254, d255, d256, d257, d258, d259, d260,
+            ) = _triton_lu1_back10(
+                lu1_lu, ls2_272, ls2_273, ls2_274, ls2_275, ls2_276, ls2_277, DTYPE)
             (
-                d261, d262, d263, d264, d265, d266,
-                d267, d268, d269, d270, d271, d272,
-                d273, d274) = _triton_lu1_back11(
-                lu1_lu, ls2_287, ls2_288, ls2_289, ls2_290, ls2_291,
-                DTYPE)
+                d261, d262, d263, d264, d265, d266, d267, d268, d269, d270, d271, d272, d273, d274,
+            ) = _triton_lu1_back11(
+                lu1_lu, ls2_287, ls2_288, ls2_289, ls2_290, ls2_291, DTYPE)
             (
-                d275, d276, d277, d278, d279, d280,
-                d281, d282, d283, d284, d285, d286,
-                d287, d288) = _triton_lu1_back12(
+                d275, d276, d277, d278, d279, d280, d281, d282, d283, d284, d285, d286, d287, d288,
+            ) = _triton_lu1_back12(
                 lu1_lu, ls2_302, ls2_303, ls2_304, ls2_305, DTYPE)
             (
-                d289, d290, d291, d292, d293, d294,
-                d295, d296, d297, d298, d299, d300,
-                d301, d302) = _triton_lu1_back13(
+                d289, d290, d291, d292, d293, d294, d295, d296, d297, d298, d299, d300, d301, d302,
+            ) = _triton_lu1_back13(
                 lu1_lu, ls2_317, ls2_318, ls2_319, DTYPE)
             (
-                d303, d304, d305, d306, d307, d308,
-                d309, d310, d311, d312, d313, d314,
-                d315, d316) = _triton_lu1_back14(
+                d303, d304, d305, d306, d307, d308, d309, d310, d311, d312, d313, d314, d315, d316,
+            ) = _triton_lu1_back14(
                 lu1_lu, ls2_332, ls2_333, DTYPE)
             (
-                d317, d318, d319, d320, d321, d322,
-                d323, d324, d325, d326, d327, d328,
-                d329, d330) = _triton_lu1_back15(
+                d317, d318, d319, d320, d321, d322, d323, d324, d325, d326, d327, d328, d329, d330,
+            ) = _triton_lu1_back15(
                 lu1_lu, ls2_347, DTYPE)
             cse_45 = (cse_23 * d122)
             cse_46 = (cse_23 * d123)
@@ -5058,12 +4905,11 @@ if triton is not None:
             ls3_353 = (cse_245 * cse_371)
             ls3_354 = (-cse_158 - (cse_319 * (cse_359 + cse_360 + cse_361 + (cse_100 * cse_385) + (cse_383 * cse_98) + (cse_384 * cse_99))) + (K1 * p_E * cse_314 * cse_316 * cse_318))
             (
-                ls3_355, ls3_356, ls3_357, ls3_358, ls3_359, ls3_360,
-                ls3_362, ls3_363, ls3_364, ls3_365, ls3_366, ls3_367,
-                ls3_368) = _triton_lu1_forward2(
-                lu1_lu, cse_342, cse_352, cse_355, cse_362, cse_368,
-                cse_371, ls3_348, ls3_349, ls3_350, ls3_351, ls3_352,
-                ls3_353, ls3_354, DTYPE)
+                ls3_355, ls3_356, ls3_357, ls3_358, ls3_359, ls3_360, ls3_362, ls3_363, ls3_364, ls3_365,
+                ls3_366, ls3_367, ls3_368,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_342, cse_352, cse_355, cse_362, cse_368, cse_371, ls3_348, ls3_349, ls3_350,
+                ls3_351, ls3_352, ls3_353, ls3_354, DTYPE)
             ls3_369 = (cse_245 * cse_350)
             ls3_370 = (cse_245 * cse_353)
             ls3_371 = (cse_245 * cse_356)
@@ -5072,12 +4918,11 @@ if triton is not None:
             ls3_374 = (cse_245 * cse_372)
             ls3_375 = (-cse_319 * (-(cse_115 * cse_383) - (cse_116 * cse_384) - (cse_117 * cse_385) + (cse_150 * cse_152 * cse_347) + (cse_150 * cse_162 * cse_349) + (cse_150 * cse_167 * cse_348)))
             (
-                ls3_376, ls3_377, ls3_378, ls3_379, ls3_380, ls3_381,
-                ls3_383, ls3_384, ls3_385, ls3_386, ls3_387, ls3_388,
-                ls3_389) = _triton_lu1_forward2(
-                lu1_lu, cse_350, cse_353, cse_356, cse_366, cse_369,
-                cse_372, ls3_369, ls3_370, ls3_371, ls3_372, ls3_373,
-                ls3_374, ls3_375, DTYPE)
+                ls3_376, ls3_377, ls3_378, ls3_379, ls3_380, ls3_381, ls3_383, ls3_384, ls3_385, ls3_386,
+                ls3_387, ls3_388, ls3_389,
+            ) = _triton_lu1_forward2(
+                lu1_lu, cse_350, cse_353, cse_356, cse_366, cse_369, cse_372, ls3_369, ls3_370, ls3_371,
+                ls3_372, ls3_373, ls3_374, ls3_375, DTYPE)
             ls3_390 = (cse_312 * cse_334)
             ls3_404 = _triton_lu1_forward16(lu1_lu, ls3_390, DTYPE)
             ls3_405 = (cse_335 * state_internal_ep)
@@ -5089,63 +4934,46 @@ if triton is not None:
             ls3_437 = (cse_133 * cse_379)
             ls3_438 = (cse_135 * cse_379)
             ls3_439 = (cse_137 * cse_379)
-            (
-                ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452,
-                ls3_453) = _triton_lu1_forward17(
-                lu1_lu, ls3_434, ls3_435, ls3_436, ls3_437, ls3_438,
-                ls3_439, DTYPE)
+            (ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453) = _triton_lu1_forward17(
+                lu1_lu, ls3_434, ls3_435, ls3_436, ls3_437, ls3_438, ls3_439, DTYPE)
             ls3_454 = (-cse_158 * state_internal_X_0)
             ls3_455 = (-cse_158 * state_internal_X_1)
             ls3_456 = (-cse_158 * state_internal_X_2)
             ls3_457 = (-cse_158 * state_internal_X_3)
             ls3_458 = (-cse_158 * state_internal_X_4)
             ls3_459 = (-cse_158 * state_internal_X_5)
+            (ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473) = _triton_lu1_forward17(
+                lu1_lu, ls3_454, ls3_455, ls3_456, ls3_457, ls3_458, ls3_459, DTYPE)
             (
-                ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472,
-                ls3_473) = _triton_lu1_forward17(
-                lu1_lu, ls3_454, ls3_455, ls3_456, ls3_457, ls3_458,
-                ls3_459, DTYPE)
+                d421, d422, d423, d424, d425, d426, d427, d428, d429, d430, d431, d432, d433, d434,
+            ) = _triton_lu1_back2(
+                lu1_lu, ls3_355, ls3_356, ls3_357, ls3_358, ls3_359, ls3_360, ls3_362, ls3_363, ls3_364,
+                ls3_365, ls3_366, ls3_367, ls3_368, DTYPE)
             (
-                d421, d422, d423, d424, d425, d426,
-                d427, d428, d429, d430, d431, d432,
-                d433, d434) = _triton_lu1_back2(
-                lu1_lu, ls3_355, ls3_356, ls3_357, ls3_358, ls3_359,
-                ls3_360, ls3_362, ls3_363, ls3_364, ls3_365, ls3_366,
-                ls3_367, ls3_368, DTYPE)
+                d435, d436, d437, d438, d439, d440, d441, d442, d443, d444, d445, d446, d447, d448,
+            ) = _triton_lu1_back2(
+                lu1_lu, ls3_376, ls3_377, ls3_378, ls3_379, ls3_380, ls3_381, ls3_383, ls3_384, ls3_385,
+                ls3_386, ls3_387, ls3_388, ls3_389, DTYPE)
             (
-                d435, d436, d437, d438, d439, d440,
-                d441, d442, d443, d444, d445, d446,
-                d447, d448) = _triton_lu1_back2(
-                lu1_lu, ls3_376, ls3_377, ls3_378, ls3_379, ls3_380,
-                ls3_381, ls3_383, ls3_384, ls3_385, ls3_386, ls3_387,
-                ls3_388, ls3_389, DTYPE)
-            (
-                d449, d450, d451, d452, d453, d454,
-                d455, d456, d457, d458, d459, d460,
-                d461, d462) = _triton_lu1_back16(
+                d449, d450, d451, d452, d453, d454, d455, d456, d457, d458, d459, d460, d461, d462,
+            ) = _triton_lu1_back16(
                 lu1_lu, ls3_404, DTYPE)
             (
-                d463, d464, d465, d466, d467, d468,
-                d469, d470, d471, d472, d473, d474,
-                d475, d476) = _triton_lu1_back16(
+                d463, d464, d465, d466, d467, d468, d469, d470, d471, d472, d473, d474, d475, d476,
+            ) = _triton_lu1_back16(
                 lu1_lu, ls3_419, DTYPE)
             (
-                d477, d478, d479, d480, d481, d482,
-                d483, d484, d485, d486, d487, d488,
-                d489, d490) = _triton_lu1_back16(
+                d477, d478, d479, d480, d481, d482, d483, d484, d485, d486, d487, d488, d489, d490,
+            ) = _triton_lu1_back16(
                 lu1_lu, ls3_433, DTYPE)
             (
-                d491, d492, d493, d494, d495, d496,
-                d497, d498, d499, d500, d501, d502,
-                d503, d504) = _triton_lu1_back17(
-                lu1_lu, ls3_447, ls3_448, ls3_449, ls3_450, ls3_451,
-                ls3_452, ls3_453, DTYPE)
+                d491, d492, d493, d494, d495, d496, d497, d498, d499, d500, d501, d502, d503, d504,
+            ) = _triton_lu1_back17(
+                lu1_lu, ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453, DTYPE)
             (
-                d505, d506, d507, d508, d509, d510,
-                d511, d512, d513, d514, d515, d516,
-                d517, d518) = _triton_lu1_back17(
-                lu1_lu, ls3_467, ls3_468, ls3_469, ls3_470, ls3_471,
-                ls3_472, ls3_473, DTYPE)
+                d505, d506, d507, d508, d509, d510, d511, d512, d513, d514, d515, d516, d517, d518,
+            ) = _triton_lu1_back17(
+                lu1_lu, ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473, DTYPE)
             cse_90 = (cse_23 * d422)
             cse_91 = (cse_23 * d423)
             cse_95 = (cse_23 * d421)
@@ -5512,7 +5340,30 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R, const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0, const real *restrict v_forces_E_1, const real *restrict v_forces_E_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0, const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2, const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4, const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep, const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep, real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1, real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3, real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5, real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged, int *restrict v_j2_voce_af_return_map_iterations, real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
+    const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0,
+    const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2,
+    const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4,
+    const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep,
+    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1,
+    real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3,
+    real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5,
+    real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged,
+    int *restrict v_j2_voce_af_return_map_iterations,
+    real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
     real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_2[MC_W];
@@ -5675,8 +5526,8 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
         const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real ncse_198 = v_ncse_198[l];
         const real ncse_228 = v_ncse_228[l];
+        const real ncse_198 = v_ncse_198[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_1 = (forces_E_0 + ncse_0);
         const real ncse_4 = (ncse_1 * ncse_3);
@@ -5913,7 +5764,14 @@ static void newton_1(const real *restrict v_p_C, const real *restrict v_p_E, con
         const real nt1_r_13 = (-ncse_57 - (ncse_44 * ncse_55) + (p_E * ncse_36 * state_internal_gamma_rate));
         const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_return_map_residual_norm <= nt1_atol) | ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + fabs(old_state_internal_Ep_1)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + fabs(old_state_internal_Ep_5)))) & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + fabs(old_state_internal_X_4)))) & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + fabs(old_state_internal_X_0)))) & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + fabs(old_state_internal_X_2)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((((real)1.0) + fabs(ncse_54)) * fabs(p_R)) + (((real)0.5) * ncse_43 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_57))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + fabs(old_state_internal_Ep_3)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + fabs(old_state_internal_X_0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + fabs(old_state_internal_X_2)))));
+        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + fabs(old_state_internal_X_4)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((((real)1.0) + fabs(ncse_54)) * fabs(p_R)) + (((real)0.5) * ncse_43 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_57)))));
+        const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
@@ -6399,7 +6257,18 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_115[MC_W];
     real v_cse_116[MC_W];
     real v_cse_117[MC_W];
-    newton_1((v_p + 5 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 6 * MC_W), (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W), (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W), (v_x5 + 4 * MC_W), (v_x5 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x6 + 0 * MC_W), v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged, v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, a);
+    newton_1(
+        (v_p + 5 * MC_W), (v_p + 0 * MC_W), (v_p + 2 * MC_W), (v_p + 3 * MC_W), (v_p + 6 * MC_W),
+        (v_p + 1 * MC_W), (v_p + 4 * MC_W), (v_x0 + 0 * MC_W), (v_x0 + 1 * MC_W), (v_x0 + 2 * MC_W),
+        (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W),
+        (v_x3 + 0 * MC_W), (v_x3 + 1 * MC_W), (v_x3 + 2 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W),
+        (v_x3 + 5 * MC_W), (v_x5 + 0 * MC_W), (v_x5 + 1 * MC_W), (v_x5 + 2 * MC_W), (v_x5 + 3 * MC_W),
+        (v_x5 + 4 * MC_W), (v_x5 + 5 * MC_W), (v_x4 + 0 * MC_W), (v_x6 + 0 * MC_W),
+        v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
+        v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0,
+        v_state_internal_X_1, v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4,
+        v_state_internal_X_5, v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_0 = (v_x0 + 0 * MC_W)[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];

@@ -41,7 +41,10 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X, O):
+def _torch_newton_1(
+    p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t,
+    norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3,
+    old_state_internal_Ep_4, old_state_internal_Ep_5, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/svm: per-point mask, converged points stop changing
     state_internal_svm = _batch(norton_radial_return_solve_guess_state_internal_svm, X)
@@ -89,7 +92,9 @@ def _torch_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces
         nt1_du_0 = _where((nt1_5 >= torch.abs(nt1_4)), (-2.0 * nt1_1 * nt1_r_0 / (-nt1_4 + (2.0 * nt1_5))), nt1_3)
         state_internal_svm = torch.where(norton_radial_return_solve_converged, state_internal_svm, state_internal_svm + nt1_du_0)
         norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + (~norton_radial_return_solve_converged).to(torch.int32)
-    return state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm
+    return (
+        state_internal_svm, norton_radial_return_solve_converged,
+        norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -131,7 +136,13 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_13 = (cse_5 + cse_6 - (0.6666666666666666 * cse_1))
     norton_radial_return_solve_guess_state_internal_svm = (0.5 * 2.449489742783178 * torch.sqrt(torch.clamp(((cse_3 * (cse_8 * cse_8)) + (cse_3 * (cse_9 * cse_9)) + (cse_3 * (cse_10 * cse_10)) + (cse_3 * (cse_11 * cse_11)) + (cse_3 * (cse_12 * cse_12)) + (cse_3 * (cse_13 * cse_13))), min=0.0)))
     # Newton solve for state/internal/svm (helper _torch_newton_1)
-    state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _torch_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, X, O)
+    (
+        state_internal_svm, norton_radial_return_solve_converged,
+        norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm,
+    ) = _torch_newton_1(
+        p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t,
+        norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, X, O)
     cse_14 = (forces_E_3 - old_state_internal_Ep_3)
     cse_15 = (forces_E_4 - old_state_internal_Ep_4)
     cse_16 = (forces_E_5 - old_state_internal_Ep_5)
@@ -821,7 +832,11 @@ if triton is not None:
         return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
-    def _triton_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t,
+        norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3,
+        old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask,
+        DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -883,7 +898,9 @@ if triton is not None:
             norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm
+        return (
+            state_internal_svm, norton_radial_return_solve_converged,
+            norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -989,7 +1006,14 @@ if triton is not None:
         cse_13 = (cse_5 + cse_6 - (K4 * cse_1))
         norton_radial_return_solve_guess_state_internal_svm = (K5 * K6 * tl.sqrt(tl.maximum(((cse_3 * (cse_8 * cse_8)) + (cse_3 * (cse_9 * cse_9)) + (cse_3 * (cse_10 * cse_10)) + (cse_3 * (cse_11 * cse_11)) + (cse_3 * (cse_12 * cse_12)) + (cse_3 * (cse_13 * cse_13))), 0.0)))
         # Newton solve for state/internal/svm (helper _triton_newton_1)
-        state_internal_svm, norton_radial_return_solve_converged, norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm = _triton_newton_1(p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_svm, norton_radial_return_solve_converged,
+            norton_radial_return_solve_iterations, norton_radial_return_solve_residual_norm,
+        ) = _triton_newton_1(
+            p_A, p_E, p_n, p_nu, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t,
+            norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3,
+            old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS,
+            BLOCK)
         cse_41 = tl.exp(p_n * tl.log(state_internal_svm))
         state_internal_creep_rate = (p_A * cse_41)
         cse_22 = (K1 * p_nu)
@@ -1676,7 +1700,18 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/svm: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_A, const real *restrict v_p_E, const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_cse_0, const real *restrict v_cse_1, const real *restrict v_cse_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_norton_radial_return_solve_guess_state_internal_svm, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, real *restrict v_state_internal_svm, int *restrict v_norton_radial_return_solve_converged, int *restrict v_norton_radial_return_solve_iterations, real *restrict v_norton_radial_return_solve_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_A, const real *restrict v_p_E, const real *restrict v_p_n,
+    const real *restrict v_p_nu, const real *restrict v_cse_0, const real *restrict v_cse_1,
+    const real *restrict v_cse_2, const real *restrict v_forces_E_3,
+    const real *restrict v_forces_E_4, const real *restrict v_forces_E_5,
+    const real *restrict v_forces_t,
+    const real *restrict v_norton_radial_return_solve_guess_state_internal_svm,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_3,
+    const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
+    real *restrict v_state_internal_svm, int *restrict v_norton_radial_return_solve_converged,
+    int *restrict v_norton_radial_return_solve_iterations,
+    real *restrict v_norton_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_2[MC_W];
@@ -1857,7 +1892,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_cse_2[l] = cse_2;
         v_norton_radial_return_solve_guess_state_internal_svm[l] = norton_radial_return_solve_guess_state_internal_svm;
     }
-    newton_1((v_p + 2 * MC_W), (v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 1 * MC_W), v_cse_0, v_cse_1, v_cse_2, (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), v_norton_radial_return_solve_guess_state_internal_svm, (v_x2 + 0 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), v_state_internal_svm, v_norton_radial_return_solve_converged, v_norton_radial_return_solve_iterations, v_norton_radial_return_solve_residual_norm, a);
+    newton_1(
+        (v_p + 2 * MC_W), (v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 1 * MC_W), v_cse_0, v_cse_1,
+        v_cse_2, (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W),
+        v_norton_radial_return_solve_guess_state_internal_svm, (v_x2 + 0 * MC_W), (v_x3 + 3 * MC_W),
+        (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), v_state_internal_svm,
+        v_norton_radial_return_solve_converged, v_norton_radial_return_solve_iterations,
+        v_norton_radial_return_solve_residual_norm, a);
     MC_SIMD MC_LANES {
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real old_state_internal_Ep_3 = (v_x3 + 3 * MC_W)[l];

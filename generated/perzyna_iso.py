@@ -41,7 +41,11 @@ except ImportError:  # pragma: no cover - the PyTorch path works without Triton
 # generated PyTorch code (CPU path; the reference the Triton kernels are tested against)
 # --------------------------------------------------------------------------------------------------
 
-def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, X, O):
+def _torch_newton_1(
+    p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5,
+    forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4,
+    old_state_internal_Ep_5, old_state_internal_ep,
+    perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, X, O):
     """Newton solve (shared by the variants): the unknowns, converged, iterations, residual norm."""
     # Newton solve 1 for state/internal/gamma_rate_root: per-point mask, converged points stop changing
     state_internal_gamma_rate_root = _batch(perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, X)
@@ -86,7 +90,9 @@ def _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, 
         nt1_du_0 = _where((nt1_5 >= torch.abs(nt1_4)), (-2.0 * nt1_1 * nt1_r_0 / (-nt1_4 + (2.0 * nt1_5))), nt1_3)
         state_internal_gamma_rate_root = torch.where(perzyna_iso_radial_return_solve_converged, state_internal_gamma_rate_root, state_internal_gamma_rate_root + nt1_du_0)
         perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + (~perzyna_iso_radial_return_solve_converged).to(torch.int32)
-    return state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged, perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm
+    return (
+        state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
+        perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm)
 
 
 def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
@@ -131,7 +137,14 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_8 = torch.clamp((-(0.3333333333333333 * 2.449489742783178 * (p_sigma_y + (p_K * old_state_internal_ep))) + torch.sqrt(torch.clamp(((cse_4 * (cse_9 * cse_9)) + (cse_4 * (cse_10 * cse_10)) + (cse_4 * (cse_11 * cse_11)) + (cse_4 * (cse_12 * cse_12)) + (cse_4 * (cse_13 * cse_13)) + (cse_4 * (cse_14 * cse_14))), min=0.0))), min=0.0)
     perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (1.0 / torch.sqrt((((p_eta * p_eta) / (cse_8 * cse_8)) + torch.pow((cse_8 / ((forces_t - old_forces_t) * ((0.6666666666666666 * p_K) + (2.0 * p_E / cse_3)))), (-2.0 / p_n)))))
     # Newton solve for state/internal/gamma_rate_root (helper _torch_newton_1)
-    state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged, perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm = _torch_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, X, O)
+    (
+        state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
+        perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm,
+    ) = _torch_newton_1(
+        p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5,
+        forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_ep,
+        perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, X, O)
     cse_15 = (forces_E_3 - old_state_internal_Ep_3)
     cse_16 = (forces_E_4 - old_state_internal_Ep_4)
     cse_17 = (forces_E_5 - old_state_internal_Ep_5)
@@ -866,7 +879,12 @@ if triton is not None:
         return tl.reshape(t30, [BLOCK, 32])
 
     @triton.jit
-    def _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit, mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
+    def _triton_newton_1(
+        p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5,
+        forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4,
+        old_state_internal_Ep_5, old_state_internal_ep,
+        perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit,
+        mask, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr):
         """Newton solve (shared by the kernels): the unknowns, converged, iterations, residual norm."""
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
@@ -923,7 +941,9 @@ if triton is not None:
             perzyna_iso_radial_return_solve_iterations = perzyna_iso_radial_return_solve_iterations + update1.to(tl.int32)
             it1 += 1
             todo1 = tl.sum(update1.to(tl.int32), axis=0)
-        return state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged, perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm
+        return (
+            state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
+            perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm)
 
     @triton.jit
     def _kernel(IN0, IN1, IN2, IN3, IN4, P, Y, J, CV, IT, RN, O, n, in0_stride, in1_stride, in2_stride, in3_stride, in4_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -1041,7 +1061,15 @@ if triton is not None:
         cse_8 = tl.maximum((-(K3 * K5 * (p_sigma_y + (p_K * old_state_internal_ep))) + tl.sqrt(tl.maximum(((cse_4 * (cse_9 * cse_9)) + (cse_4 * (cse_10 * cse_10)) + (cse_4 * (cse_11 * cse_11)) + (cse_4 * (cse_12 * cse_12)) + (cse_4 * (cse_13 * cse_13)) + (cse_4 * (cse_14 * cse_14))), 0.0))), 0.0)
         perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (K6 / tl.sqrt((((p_eta * p_eta) / (cse_8 * cse_8)) + tl.exp((-K1 / p_n) * tl.log((cse_8 / ((forces_t - old_forces_t) * ((K4 * p_K) + (K1 * p_E / cse_3)))))))))
         # Newton solve for state/internal/gamma_rate_root (helper _triton_newton_1)
-        state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged, perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm = _triton_newton_1(p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5, forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep, perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        (
+            state_internal_gamma_rate_root, perzyna_iso_radial_return_solve_converged,
+            perzyna_iso_radial_return_solve_iterations, perzyna_iso_radial_return_solve_residual_norm,
+        ) = _triton_newton_1(
+            p_E, p_K, p_eta, p_n, p_nu, p_sigma_y, cse_0, cse_1, cse_2, forces_E_3, forces_E_4, forces_E_5,
+            forces_t, old_forces_t, old_state_internal_Ep_3, old_state_internal_Ep_4,
+            old_state_internal_Ep_5, old_state_internal_ep,
+            perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit,
+            mask, DTYPE, EPS, BLOCK)
         cse_25 = (K1 * p_nu)
         cse_26 = (K1 + cse_25)
         cse_42 = (K6 / cse_26)
@@ -1779,7 +1807,20 @@ C_SOURCE = r'''
 #endif
 
 /* Newton solve 1 for state/internal/gamma_rate_root: the lanes of a block iterate together until none is active */
-static void newton_1(const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_eta, const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_p_sigma_y, const real *restrict v_cse_0, const real *restrict v_cse_1, const real *restrict v_cse_2, const real *restrict v_forces_E_3, const real *restrict v_forces_E_4, const real *restrict v_forces_E_5, const real *restrict v_forces_t, const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep, const real *restrict v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, real *restrict v_state_internal_gamma_rate_root, int *restrict v_perzyna_iso_radial_return_solve_converged, int *restrict v_perzyna_iso_radial_return_solve_iterations, real *restrict v_perzyna_iso_radial_return_solve_residual_norm, const mc_args *restrict a) {
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_eta,
+    const real *restrict v_p_n, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
+    const real *restrict v_cse_0, const real *restrict v_cse_1, const real *restrict v_cse_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_3,
+    const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
+    const real *restrict v_old_state_internal_ep,
+    const real *restrict v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root,
+    real *restrict v_state_internal_gamma_rate_root,
+    int *restrict v_perzyna_iso_radial_return_solve_converged,
+    int *restrict v_perzyna_iso_radial_return_solve_iterations,
+    real *restrict v_perzyna_iso_radial_return_solve_residual_norm, const mc_args *restrict a) {
     real v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
@@ -1963,7 +2004,15 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         v_cse_2[l] = cse_2;
         v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root[l] = perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root;
     }
-    newton_1((v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W), (v_p + 2 * MC_W), v_cse_0, v_cse_1, v_cse_2, (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W), (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W), (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W), v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, v_state_internal_gamma_rate_root, v_perzyna_iso_radial_return_solve_converged, v_perzyna_iso_radial_return_solve_iterations, v_perzyna_iso_radial_return_solve_residual_norm, a);
+    newton_1(
+        (v_p + 0 * MC_W), (v_p + 3 * MC_W), (v_p + 4 * MC_W), (v_p + 5 * MC_W), (v_p + 1 * MC_W),
+        (v_p + 2 * MC_W), v_cse_0, v_cse_1, v_cse_2, (v_x0 + 3 * MC_W), (v_x0 + 4 * MC_W),
+        (v_x0 + 5 * MC_W), (v_x1 + 0 * MC_W), (v_x2 + 0 * MC_W), (v_x3 + 3 * MC_W), (v_x3 + 4 * MC_W),
+        (v_x3 + 5 * MC_W), (v_x4 + 0 * MC_W),
+        v_perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root,
+        v_state_internal_gamma_rate_root, v_perzyna_iso_radial_return_solve_converged,
+        v_perzyna_iso_radial_return_solve_iterations, v_perzyna_iso_radial_return_solve_residual_norm,
+        a);
     MC_SIMD MC_LANES {
         const real forces_E_3 = (v_x0 + 3 * MC_W)[l];
         const real old_state_internal_Ep_3 = (v_x3 + 3 * MC_W)[l];

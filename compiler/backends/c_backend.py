@@ -51,7 +51,8 @@ from modelc import __version__, ir
 from modelc.backends.c_printer import CPrinter
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
-from modelc.backends.statements import RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants
+from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, jacobian_groups, status_symbols, with_variants,
+                                        wrapped)
 from modelc.runtime import cheader
 from modelc.errors import InternalError
 from modelc.passes.expand_solve import expand_solve, halley_step
@@ -309,7 +310,11 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
     step.ops.append((st.residual_norm, None, code.base.residual_norm(res)))
     step.ops.append((rn0, None, f"it == 0 ? {rn} : v_{r0}[l]"))
-    step.ops.append((ok, None, code.base.convergence(st, rn0, k)))
+    parts, test = code.base.convergence_parts(st, rn0, k)
+    for sym, e in parts:
+        code.types[sym] = "int"
+        step.ops.append((sym, None, e))
+    step.ops.append((ok, None, test))
     step.ops += [(None, f"v_{r0}[l]", r0), (None, "const int mc_was", "mc_act[l]"),
                  (None, f"v_{conv}[l]", f"mc_was ? {code.name(ok)} : v_{conv}[l]"),
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
@@ -352,7 +357,7 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 else "real ") + f"v_{r0}[MC_W];",
              "int mc_act[MC_W];"]
     text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
-            "iterate together until none is active */", f"static void {fname}({', '.join(args)}) {{"]
+            "iterate together until none is active */", *wrapped(f"static void {fname}(", args, ") {")]
     text += ["    " + x for x in decls + lines] + ["}"]
     code.functions.append("\n".join(text))
     return fname
@@ -455,7 +460,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             local = {a.target for a in st.body} | set(st.unknowns)
             ins = tuple(sorted(set().union(*(_reads(e) for e in exprs)) - local, key=sp.default_sort_key))
             outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
-            items += [cur, _Call(lambda h, fn=fn, args=ins + outs: [f"{fn}({', '.join(h[s] for s in args)}, a);"],
+            items += [cur, _Call(lambda h, fn=fn, args=ins + outs: wrapped(f"{fn}(", [h[s] for s in args] + ["a"], ");"),
                                  outs, ins, m)]
             cur = _Loop(mask=m)
         else:

@@ -29,6 +29,50 @@ _abs = FUNCTIONS["abs_"].cls
 
 
 
+#: generated lines longer than this are wrapped (signatures, calls, long tests)
+WIDTH = 100
+#: residuals per line of a Newton convergence test of more than this many (each with the
+#: expression of its scale; :meth:`Emitter.convergence_parts`)
+CONVERGENCE_CHUNK = 2
+
+
+def _fill(items: list[str], indent: str = "    ") -> list[str]:
+    """The items, comma-separated, on lines of at most :data:`WIDTH` characters (greedy), each
+    ending in a comma."""
+    lines, cur = [], ""
+    for it in items:
+        if cur and len(indent) + len(cur) + len(it) + 2 > WIDTH:
+            lines.append(indent + cur.rstrip())
+            cur = ""
+        cur += it + ", "
+    return lines + [indent + cur.rstrip()] if cur else lines
+
+
+def wrapped(head: str, items: list[str], tail: str) -> list[str]:
+    """``head`` + the comma-separated items + ``tail``: one line when it fits :data:`WIDTH`, else
+    the items on lines of their own (one level deeper than ``head``, filled to the width), ``tail``
+    after the last."""
+    line = head + ", ".join(items) + tail
+    if len(line) <= WIDTH or not items:
+        return [line]
+    body = _fill(items, " " * (len(head) - len(head.lstrip())) + "    ")
+    return [head] + body[:-1] + [body[-1][:-1] + tail]
+
+
+def call_lines(targets: list[str], name: str, args: list[str]) -> list[str]:
+    """``targets = name(args)``, on several lines (:func:`wrapped`) when long."""
+    line = f"{', '.join(targets)} = {name}({', '.join(args)})"
+    if len(line) <= WIDTH:
+        return [line]
+    if len(targets) == 1:
+        head = [f"{targets[0]} = {name}("]
+    else:
+        one = f"({', '.join(targets)}) = {name}("
+        head = [one] if len(one) <= WIDTH else ["("] + _fill(targets) + [f") = {name}("]
+    body = _fill(args)
+    return head + body[:-1] + [body[-1][:-1] + ")"]
+
+
 class Helpers:
     """The Newton helpers of one module and one backend, in first-use order: (statement, name,
     lines of the whole function, the definitions its emission recorded)."""
@@ -246,6 +290,24 @@ class Emitter:
                                 sp.StrictLessThan(rn0, sp.Float(3.0e38, 17))))
         return sp.Or(*tests)
 
+    def convergence_parts(self, st: ir.Newton, rn0: sp.Symbol, k: int) -> tuple[list, sp.Expr]:
+        """(assignments, test): :meth:`convergence`'s test, with a scaled test of more than
+        :data:`CONVERGENCE_CHUNK` residuals built up over boolean assignments of that many residuals
+        each (``nt<k>.scaled<g>``), so that no generated line holds them all (chaboche2_coupled's
+        was 2,729 characters; a residual's scale is an expression of its own). The same test: the
+        assignments are ``scaled_g = scaled_{g-1} & ...``."""
+        res, _, _ = self.newton_symbols(st, k)
+        if not st.residual_scale or len(res) <= CONVERGENCE_CHUNK:
+            return [], self.convergence(st, rn0, k)
+        parts, prev = [], None
+        for g, i in enumerate(range(0, len(res), CONVERGENCE_CHUNK)):
+            terms = [sp.LessThan(_abs(r), self.rtol_symbol(k) * sc)
+                     for r, sc in zip(res[i:i + CONVERGENCE_CHUNK], st.residual_scale[i:i + CONVERGENCE_CHUNK])]
+            sym = sp.Symbol(f"nt{k}.scaled{g}")
+            parts.append((sym, sp.And(*([prev] if prev is not None else []), *terms)))
+            prev = sym
+        return parts, sp.Or(sp.LessThan(st.residual_norm, self.atol_symbol(k)), prev)
+
     def rtol_symbol(self, k: int) -> sp.Symbol:
         return sp.Symbol(f"nt{k}.rtol", real=True)
 
@@ -271,13 +333,14 @@ class Emitter:
             em.defs = dict(self.defs)  # the same pivoting decisions as an inline solve
             params = [namer(a) for a in args]
             em.newton(st, 1, helper=True)
-            em.line(f"return {', '.join(namer(o) for o in outs)}")
+            for line in wrapped("return (", [namer(o) for o in outs], ")"):
+                em.line(line)
             item = (st, name, self.helper_function(name, params, em), em.defs)
             self.helpers.items.append(item)
         self.defs.update(item[3])
-        names = ", ".join(self.namer(o) for o in outs)
         self.comment(f"Newton solve for {', '.join(u.name for u in st.unknowns)} (helper {item[1]})")
-        self.line(f"{names} = {item[1]}({', '.join([self.namer(a) for a in args] + self.helper_args())})")
+        for line in call_lines([self.namer(o) for o in outs], item[1], [self.namer(a) for a in args] + self.helper_args()):
+            self.line(line)
 
     def helper_function(self, name: str, params: list[str], em: "Emitter") -> list[str]:
         """The helper's lines, ``def`` included (backend-specific)."""

@@ -19,7 +19,7 @@ from modelc import ir
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer
 from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
-                                        with_variants)
+                                        with_variants, wrapped)
 from modelc.backends.torch_printer import TorchPrinter
 
 
@@ -52,7 +52,7 @@ class TorchEmitter(Emitter):
         return ["X", "O"]
 
     def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
-        return ["", f"def {name}({', '.join(params + ['X', 'O'])}):",
+        return ["", *wrapped(f"def {name}(", params + ["X", "O"], "):"),
                 '    """Newton solve (shared by the variants): the unknowns, converged, iterations, '
                 'residual norm."""', *em.lines, ""]
 
@@ -79,7 +79,10 @@ class TorchEmitter(Emitter):
         self.assign(st.residual_norm, self.residual_norm(res))
         self.line(f"if {it} == 0:")
         self.line(f"    {n(rn0)} = {n(st.residual_norm)}")
-        self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(self.convergence(st, rn0, k))}")
+        parts, test = self.convergence_parts(st, rn0, k)
+        for sym, e in parts:
+            self.assign(sym, e)
+        self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(test)}")
         self.line(f"if {it} == {maxit} or bool({n(st.converged)}.all()):")
         self.line("    break")
         self.newton_step(st, k, res, du)

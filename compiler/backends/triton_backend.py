@@ -43,8 +43,8 @@ from modelc import ir
 from modelc.errors import InternalError
 from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
-from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, jacobian_groups, status_symbols,
-                                        with_variants)
+from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, call_lines, jacobian_groups,
+                                        status_symbols, with_variants, wrapped)
 from modelc.backends.triton_math import ROW_WIDTHS, bitrev
 from modelc.backends.triton_printer import TritonPrinter
 from modelc.passes.schedule import schedule
@@ -62,24 +62,6 @@ class _Elimination:
 
     def __init__(self, var: str, helper: str, F, index: dict):
         self.var, self.helper, self.F, self.index = var, helper, F, index
-
-
-def _wrapped(head: str, items: list[str], tail: str, per_line: int = 6) -> list[str]:
-    """``head`` + the items, ``per_line`` to a line of their own, + ``tail`` (a call or signature)."""
-    if len(items) <= per_line:
-        return [head + ", ".join(items) + tail]
-    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
-    return [head] + ["    " + r + "," for r in rows[:-1]] + ["    " + rows[-1] + tail]
-
-
-def _call(targets: list[str], name: str, args: list[str]) -> list[str]:
-    """``targets = name(args)``, on several lines when long (six names to a line)."""
-    line = f"{', '.join(targets)} = {name}({', '.join(args)})"
-    if len(line) <= 100:
-        return [line]
-    head = [f"{targets[0]} = {name}("] if len(targets) == 1 else _wrapped("(", targets, f") = {name}(")
-    rows = [", ".join(args[i:i + 6]) for i in range(0, len(args), 6)]
-    return head + ["    " + r + "," for r in rows[:-1]] + ["    " + rows[-1] + ")"]
 
 
 class TritonEmitter(Emitter):
@@ -117,9 +99,9 @@ class TritonEmitter(Emitter):
         return sym
 
     def _helper_lines(self, name: str, params: list[str], doc: str, em: "TritonEmitter", outs: list[str]) -> list[str]:
-        return (["", "@triton.jit"] + _wrapped(f"def {name}(", params + ["DTYPE: tl.constexpr"], "):")
+        return (["", "@triton.jit"] + wrapped(f"def {name}(", params + ["DTYPE: tl.constexpr"], "):")
                 + [f'    """{doc}"""'] + ["    " + line for line in em.p.prologue()] + em.lines
-                + _wrapped("    return (", outs, ")"))
+                + wrapped("    return (", outs, ")"))
 
     def eliminate(self, A, prefix: str):
         if self.helpers is None:
@@ -157,7 +139,7 @@ class TritonEmitter(Emitter):
         name = self.helpers.solver(f"_triton_lu{k}", key,
                                    lambda nm: self._helper_lines(nm, params, doc, em, out_names))
         var = self.namer.fresh(f"{prefix}_lu")
-        for line in _call([var], name, [a for _, a in args] + ["DTYPE"]):
+        for line in call_lines([var], name, [a for _, a in args] + ["DTYPE"]):
             self.line(line)
         return _Elimination(var, name, F, {o: i for i, o in enumerate(outs)})
 
@@ -219,7 +201,7 @@ class TritonEmitter(Emitter):
         args = [self.namer(e) for e in col if not e.is_Number]
         mine = [g for g, r in zip(got, results) if not r.is_Number]
         if mine:
-            for line in _call([self.namer(g) for g in mine], name, [F.var] + args + ["DTYPE"]):
+            for line in call_lines([self.namer(g) for g in mine], name, [F.var] + args + ["DTYPE"]):
                 self.line(line)
         final = []
         for g, r in zip(got, results):
@@ -239,9 +221,9 @@ class TritonEmitter(Emitter):
         return sorted(set(self.p.constexpr.values()))
 
     def helper_function(self, name: str, params: list[str], em: Emitter) -> list[str]:
-        sig = ", ".join(params + ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr",
-                                  "BLOCK: tl.constexpr"] + [f"{a}: tl.constexpr" for a in self._constexpr_args()])
-        return ["", "@triton.jit", f"def {name}({sig}):",
+        sig = params + ["o_rtol", "o_atol", "o_maxit", "mask", "DTYPE: tl.constexpr", "EPS: tl.constexpr",
+                        "BLOCK: tl.constexpr"] + [f"{a}: tl.constexpr" for a in self._constexpr_args()]
+        return ["", "@triton.jit", *wrapped(f"def {name}(", sig, "):"),
                 '    """Newton solve (shared by the kernels): the unknowns, converged, iterations, '
                 'residual norm."""', "    # constants of the kernel dtype",
                 *("    " + line for line in em.p.prologue()), *em.lines]
@@ -277,7 +259,10 @@ class TritonEmitter(Emitter):
             self.assign(r, e)
         self.assign(st.residual_norm, self.residual_norm(res))
         self.line(f"{n(rn0)} = tl.where({it} == 0, {n(st.residual_norm)}, {n(rn0)})")
-        self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(self.convergence(st, rn0, k))}")
+        parts, test = self.convergence_parts(st, rn0, k)
+        for sym, e in parts:
+            self.assign(sym, e)
+        self.line(f"{n(st.converged)} = {n(st.converged)} | {self.p.doprint(test)}")
         self.line(f"{upd} = (~{n(st.converged)}) & ({it} < {maxit})")
         self.newton_step(st, k, res, du)
         for u, d in zip(st.unknowns, du):
