@@ -2490,6 +2490,22 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
+    def _mc_store(ptr, value, mask, zero):
+        p = ptr
+        for _ in range(0, zero + 1):
+            tl.store(p, value, mask=mask)
+            p += zero
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -7782,169 +7798,133 @@ if triton is not None:
         K11 = tl.full([], 8.0, DTYPE)
         K12 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile1 = tl.load(_p2, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p2 += zero
-        _t3 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        forces_E_0 = _t10
-        forces_E_1 = _t14
-        forces_E_2 = _t12
-        forces_E_3 = _t16
-        forces_E_4 = _t11
-        forces_E_5 = _t15
-        _x18 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p19 = IN1 + row * in1_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x18 = tl.load(_p19, mask=mask, other=0.0)
-            _p19 += zero
-        forces_t = _x18
-        _x20 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p21 = IN2 + row * in2_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x20 = tl.load(_p21, mask=mask, other=0.0)
-            _p21 += zero
-        old_forces_t = _x20
-        _tile22 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p23 = IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile22 = tl.load(_p23, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p23 += zero
-        _t24 = tl.reshape(_tile22, [BLOCK, 2, 2, 2])
-        _t25, _t26 = tl.split(_t24)
-        _t27, _t28 = tl.split(_t25)
-        _t29, _t30 = tl.split(_t26)
-        _t31, _t32 = tl.split(_t27)
-        _t33, _t34 = tl.split(_t28)
-        _t35, _t36 = tl.split(_t29)
-        _t37, _t38 = tl.split(_t30)
-        old_state_internal_Ep_0 = _t31
-        old_state_internal_Ep_1 = _t35
-        old_state_internal_Ep_2 = _t33
-        old_state_internal_Ep_3 = _t37
-        old_state_internal_Ep_4 = _t32
-        old_state_internal_Ep_5 = _t36
-        _x39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p40 = IN4 + row * in4_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x39 = tl.load(_p40, mask=mask, other=0.0)
-            _p40 += zero
-        old_state_internal_ep = _x39
-        _tile41 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p42 = IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile41 = tl.load(_p42, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p42 += zero
-        _t43 = tl.reshape(_tile41, [BLOCK, 2, 2, 2])
-        _t44, _t45 = tl.split(_t43)
-        _t46, _t47 = tl.split(_t44)
-        _t48, _t49 = tl.split(_t45)
-        _t50, _t51 = tl.split(_t46)
-        _t52, _t53 = tl.split(_t47)
-        _t54, _t55 = tl.split(_t48)
-        _t56, _t57 = tl.split(_t49)
-        old_state_internal_X1_0 = _t50
-        old_state_internal_X1_1 = _t54
-        old_state_internal_X1_2 = _t52
-        old_state_internal_X1_3 = _t56
-        old_state_internal_X1_4 = _t51
-        old_state_internal_X1_5 = _t55
-        _tile58 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p59 = IN6 + row[:, None] * in6_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile58 = tl.load(_p59, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p59 += zero
-        _t60 = tl.reshape(_tile58, [BLOCK, 2, 2, 2])
-        _t61, _t62 = tl.split(_t60)
-        _t63, _t64 = tl.split(_t61)
-        _t65, _t66 = tl.split(_t62)
-        _t67, _t68 = tl.split(_t63)
-        _t69, _t70 = tl.split(_t64)
-        _t71, _t72 = tl.split(_t65)
-        _t73, _t74 = tl.split(_t66)
-        old_state_internal_X2_0 = _t67
-        old_state_internal_X2_1 = _t71
-        old_state_internal_X2_2 = _t69
-        old_state_internal_X2_3 = _t73
-        old_state_internal_X2_4 = _t68
-        old_state_internal_X2_5 = _t72
+        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
+        _t3, _t4 = tl.split(_t2)
+        _t5, _t6 = tl.split(_t3)
+        _t7, _t8 = tl.split(_t4)
+        _t9, _t10 = tl.split(_t5)
+        _t11, _t12 = tl.split(_t6)
+        _t13, _t14 = tl.split(_t7)
+        _t15, _t16 = tl.split(_t8)
+        forces_E_0 = _t9
+        forces_E_1 = _t13
+        forces_E_2 = _t11
+        forces_E_3 = _t15
+        forces_E_4 = _t10
+        forces_E_5 = _t14
+        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x17
+        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x18
+        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
+        _t21, _t22 = tl.split(_t20)
+        _t23, _t24 = tl.split(_t21)
+        _t25, _t26 = tl.split(_t22)
+        _t27, _t28 = tl.split(_t23)
+        _t29, _t30 = tl.split(_t24)
+        _t31, _t32 = tl.split(_t25)
+        _t33, _t34 = tl.split(_t26)
+        old_state_internal_Ep_0 = _t27
+        old_state_internal_Ep_1 = _t31
+        old_state_internal_Ep_2 = _t29
+        old_state_internal_Ep_3 = _t33
+        old_state_internal_Ep_4 = _t28
+        old_state_internal_Ep_5 = _t32
+        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x35
+        _tile36 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t37 = tl.reshape(_tile36, [BLOCK, 2, 2, 2])
+        _t38, _t39 = tl.split(_t37)
+        _t40, _t41 = tl.split(_t38)
+        _t42, _t43 = tl.split(_t39)
+        _t44, _t45 = tl.split(_t40)
+        _t46, _t47 = tl.split(_t41)
+        _t48, _t49 = tl.split(_t42)
+        _t50, _t51 = tl.split(_t43)
+        old_state_internal_X1_0 = _t44
+        old_state_internal_X1_1 = _t48
+        old_state_internal_X1_2 = _t46
+        old_state_internal_X1_3 = _t50
+        old_state_internal_X1_4 = _t45
+        old_state_internal_X1_5 = _t49
+        _tile52 = _mc_load(IN6 + row[:, None] * in6_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t53 = tl.reshape(_tile52, [BLOCK, 2, 2, 2])
+        _t54, _t55 = tl.split(_t53)
+        _t56, _t57 = tl.split(_t54)
+        _t58, _t59 = tl.split(_t55)
+        _t60, _t61 = tl.split(_t56)
+        _t62, _t63 = tl.split(_t57)
+        _t64, _t65 = tl.split(_t58)
+        _t66, _t67 = tl.split(_t59)
+        old_state_internal_X2_0 = _t60
+        old_state_internal_X2_1 = _t64
+        old_state_internal_X2_2 = _t62
+        old_state_internal_X2_3 = _t66
+        old_state_internal_X2_4 = _t61
+        old_state_internal_X2_5 = _t65
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0 + tl.sum(_tile41 * 0.0, axis=1) + tl.sum(_tile58 * 0.0, axis=1)) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + tl.sum(_tile36 * 0.0, axis=1) + tl.sum(_tile52 * 0.0, axis=1)) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile75 = tl.zeros([16], dtype=DTYPE)
-            _p76 = P + tl.arange(0, 16)
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile75 = tl.load(_p76, mask=tl.arange(0, 16) < 11, other=0.0)
-                _p76 += zero
-            _t77 = tl.reshape(_tile75, [2, 2, 2, 2])
-            _t78, _t79 = tl.split(_t77)
-            _t80, _t81 = tl.split(_t78)
-            _t82, _t83 = tl.split(_t79)
-            _t84, _t85 = tl.split(_t80)
-            _t86, _t87 = tl.split(_t81)
-            _t88, _t89 = tl.split(_t82)
-            _t90, _t91 = tl.split(_t83)
-            _t92, _t93 = tl.split(_t84)
-            _t94, _t95 = tl.split(_t85)
-            _t96, _t97 = tl.split(_t86)
-            _t98, _t99 = tl.split(_t87)
-            _t100, _t101 = tl.split(_t88)
-            _t102, _t103 = tl.split(_t89)
-            _t104, _t105 = tl.split(_t90)
-            _t106, _t107 = tl.split(_t91)
-            p_E = _t92
-            p_nu = _t100
-            p_R = _t96
-            p_d = _t104
-            p_sigma_y = _t94
-            p_eta = _t102
-            p_n = _t98
-            p_C1 = _t106
-            p_g1 = _t93
-            p_C2 = _t101
-            p_g2 = _t97
+            _tile68 = _mc_load(P + tl.arange(0, 16), tl.arange(0, 16) < 11, zero)  # one trip: see _Rows (detach)
+            _t69 = tl.reshape(_tile68, [2, 2, 2, 2])
+            _t70, _t71 = tl.split(_t69)
+            _t72, _t73 = tl.split(_t70)
+            _t74, _t75 = tl.split(_t71)
+            _t76, _t77 = tl.split(_t72)
+            _t78, _t79 = tl.split(_t73)
+            _t80, _t81 = tl.split(_t74)
+            _t82, _t83 = tl.split(_t75)
+            _t84, _t85 = tl.split(_t76)
+            _t86, _t87 = tl.split(_t77)
+            _t88, _t89 = tl.split(_t78)
+            _t90, _t91 = tl.split(_t79)
+            _t92, _t93 = tl.split(_t80)
+            _t94, _t95 = tl.split(_t81)
+            _t96, _t97 = tl.split(_t82)
+            _t98, _t99 = tl.split(_t83)
+            p_E = _t84
+            p_nu = _t92
+            p_R = _t88
+            p_d = _t96
+            p_sigma_y = _t86
+            p_eta = _t94
+            p_n = _t90
+            p_C1 = _t98
+            p_g1 = _t85
+            p_C2 = _t93
+            p_g2 = _t89
         else:
-            _tile108 = tl.zeros([BLOCK, 16], dtype=DTYPE)
-            _p109 = P + row[:, None] * p_stride + tl.arange(0, 16)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile108 = tl.load(_p109, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 11), other=0.0)
-                _p109 += zero
-            _t110 = tl.reshape(_tile108, [BLOCK, 2, 2, 2, 2])
-            _t111, _t112 = tl.split(_t110)
-            _t113, _t114 = tl.split(_t111)
-            _t115, _t116 = tl.split(_t112)
-            _t117, _t118 = tl.split(_t113)
-            _t119, _t120 = tl.split(_t114)
-            _t121, _t122 = tl.split(_t115)
-            _t123, _t124 = tl.split(_t116)
-            _t125, _t126 = tl.split(_t117)
-            _t127, _t128 = tl.split(_t118)
-            _t129, _t130 = tl.split(_t119)
-            _t131, _t132 = tl.split(_t120)
-            _t133, _t134 = tl.split(_t121)
-            _t135, _t136 = tl.split(_t122)
-            _t137, _t138 = tl.split(_t123)
-            _t139, _t140 = tl.split(_t124)
-            p_E = _t125
-            p_nu = _t133
-            p_R = _t129
-            p_d = _t137
-            p_sigma_y = _t127
-            p_eta = _t135
-            p_n = _t131
-            p_C1 = _t139
-            p_g1 = _t126
-            p_C2 = _t134
-            p_g2 = _t130
+            _tile100 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 16)[None, :], mask[:, None] & (tl.arange(0, 16)[None, :] < 11), zero)  # one trip: see _Rows (detach)
+            _t101 = tl.reshape(_tile100, [BLOCK, 2, 2, 2, 2])
+            _t102, _t103 = tl.split(_t101)
+            _t104, _t105 = tl.split(_t102)
+            _t106, _t107 = tl.split(_t103)
+            _t108, _t109 = tl.split(_t104)
+            _t110, _t111 = tl.split(_t105)
+            _t112, _t113 = tl.split(_t106)
+            _t114, _t115 = tl.split(_t107)
+            _t116, _t117 = tl.split(_t108)
+            _t118, _t119 = tl.split(_t109)
+            _t120, _t121 = tl.split(_t110)
+            _t122, _t123 = tl.split(_t111)
+            _t124, _t125 = tl.split(_t112)
+            _t126, _t127 = tl.split(_t113)
+            _t128, _t129 = tl.split(_t114)
+            _t130, _t131 = tl.split(_t115)
+            p_E = _t116
+            p_nu = _t124
+            p_R = _t120
+            p_d = _t128
+            p_sigma_y = _t118
+            p_eta = _t126
+            p_n = _t122
+            p_C1 = _t130
+            p_g1 = _t117
+            p_C2 = _t125
+            p_g2 = _t121
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5] (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -7964,25 +7944,13 @@ if triton is not None:
             old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
             old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _p141 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p141, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p141 += zero
+        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _p142 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p142, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p142 += zero
+        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _p143 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p143, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p143 += zero
+        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 12 .. 15; NaN where Newton did not converge
-        _p144 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p144, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p144 += zero
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -7998,10 +7966,7 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _p145 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p145, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p145 += zero
+        _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_13 = (cse_1 + cse_8)
         state_S_1 = (cse_12 * cse_13)
         cse_14 = (cse_2 + cse_8)
@@ -8011,18 +7976,12 @@ if triton is not None:
         cse_16 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_16)
         # outputs 20 .. 23; NaN where Newton did not converge
-        _p146 = Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p146, _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p146 += zero
+        _mc_store(Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_17 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_17)
         # outputs 24 .. 24; NaN where Newton did not converge
-        _zero147 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p148 = Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p148, _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero147, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
-            _p148 += zero
+        _zero132 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero132, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_28 = (K3 * cse_2)
             cse_43 = (K4 * cse_0)
@@ -8791,40 +8750,28 @@ if triton is not None:
             d117 = (-(cse_18 * (d40 + d41)) + (p_E * cse_11 * (cse_7 + (cse_20 * d39))))
             d118 = (-(cse_18 * (d59 + d60)) + (p_E * cse_11 * cse_20 * d58))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _p149 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p149, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p149 += zero
+            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d119 = (-(cse_18 * (d78 + d79)) + (p_E * cse_11 * cse_20 * d77))
             d120 = (-(cse_18 * (d97 + d98)) + (p_E * cse_11 * cse_20 * d96))
             d121 = (-(cse_18 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_20 * d2))))
             d122 = (-(cse_18 * (d20 + d22)) + (p_E * cse_11 * (cse_19 + (cse_20 * d21))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _p150 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p150, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p150 += zero
+            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d123 = (-(cse_18 * (d39 + d41)) + (p_E * cse_11 * (cse_7 + (cse_20 * d40))))
             d124 = (-(cse_18 * (d58 + d60)) + (p_E * cse_11 * cse_20 * d59))
             d125 = (-(cse_18 * (d77 + d79)) + (p_E * cse_11 * cse_20 * d78))
             d126 = (-(cse_18 * (d96 + d98)) + (p_E * cse_11 * cse_20 * d97))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _p151 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p151, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p151 += zero
+            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d127 = (-(cse_18 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_20 * d3))))
             d128 = (-(cse_18 * (d20 + d21)) + (p_E * cse_11 * (cse_7 + (cse_20 * d22))))
             d129 = (-(cse_18 * (d39 + d40)) + (p_E * cse_11 * (cse_19 + (cse_20 * d41))))
             d130 = (-(cse_18 * (d58 + d59)) + (p_E * cse_11 * cse_20 * d60))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _p152 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p152, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p152 += zero
+            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d131 = (-(cse_18 * (d77 + d78)) + (p_E * cse_11 * cse_20 * d79))
             d132 = (-(cse_18 * (d96 + d97)) + (p_E * cse_11 * cse_20 * d98))
@@ -8832,50 +8779,35 @@ if triton is not None:
             d133 = (cse_21 * d4)
             d134 = (cse_21 * d23)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _p153 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p153, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p153 += zero
+            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d135 = (cse_21 * d42)
             d136 = (cse_12 + (cse_21 * d61))
             d137 = (cse_21 * d80)
             d138 = (cse_21 * d99)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _p154 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p154, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p154 += zero
+            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d139 = (cse_21 * d5)
             d140 = (cse_21 * d24)
             d141 = (cse_21 * d43)
             d142 = (cse_21 * d62)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _p155 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p155, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p155 += zero
+            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d143 = (cse_12 + (cse_21 * d81))
             d144 = (cse_21 * d100)
             d145 = (cse_21 * d6)
             d146 = (cse_21 * d25)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _p156 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p156, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p156 += zero
+            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d147 = (cse_21 * d44)
             d148 = (cse_21 * d63)
             d149 = (cse_21 * d82)
             d150 = (cse_12 + (cse_21 * d101))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _p157 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p157, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0), tl.where((chaboche2_return_map_converged & fin), d149, K0), tl.where((chaboche2_return_map_converged & fin), d150, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p157 += zero
+            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0), tl.where((chaboche2_return_map_converged & fin), d149, K0), tl.where((chaboche2_return_map_converged & fin), d150, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
             cse_436 = (cse_35 * cse_67)
             cse_470 = (cse_67 * cse_77)
@@ -9638,7 +9570,7 @@ if triton is not None:
             d950 = (cse_21 * d871)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row158 = _mc_row32(
+            _row133 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d1, K0), tl.where((chaboche2_return_map_converged & fin), d20, K0), tl.where((chaboche2_return_map_converged & fin), d39, K0), tl.where((chaboche2_return_map_converged & fin), d58, K0),
                 tl.where((chaboche2_return_map_converged & fin), d77, K0), tl.where((chaboche2_return_map_converged & fin), d96, K0), tl.where((chaboche2_return_map_converged & fin), d151, K0), tl.where((chaboche2_return_map_converged & fin), d170, K0),
                 tl.where((chaboche2_return_map_converged & fin), d189, K0), tl.where((chaboche2_return_map_converged & fin), d208, K0), tl.where((chaboche2_return_map_converged & fin), d227, K0), tl.where((chaboche2_return_map_converged & fin), d246, K0),
@@ -9647,12 +9579,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d417, K0), tl.where((chaboche2_return_map_converged & fin), d436, K0), tl.where((chaboche2_return_map_converged & fin), d455, K0), tl.where((chaboche2_return_map_converged & fin), d474, K0),
                 tl.where((chaboche2_return_map_converged & fin), d493, K0), tl.where((chaboche2_return_map_converged & fin), d512, K0), tl.where((chaboche2_return_map_converged & fin), d531, K0), tl.where((chaboche2_return_map_converged & fin), d2, K0),
                 tl.where((chaboche2_return_map_converged & fin), d21, K0), tl.where((chaboche2_return_map_converged & fin), d40, K0), tl.where((chaboche2_return_map_converged & fin), d59, K0), tl.where((chaboche2_return_map_converged & fin), d78, K0), BLOCK)
-            _k159 = tl.arange(0, 32)[None, :]
-            _p160 = J + row[:, None] * j_stride + _k159 + (_k159 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p160, _row158, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p160 += zero
-            _row161 = _mc_row32(
+            _k134 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k134 + (_k134 // 27) * (11 * (V // 8)), _row133, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row135 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d97, K0), tl.where((chaboche2_return_map_converged & fin), d152, K0), tl.where((chaboche2_return_map_converged & fin), d171, K0), tl.where((chaboche2_return_map_converged & fin), d190, K0),
                 tl.where((chaboche2_return_map_converged & fin), d209, K0), tl.where((chaboche2_return_map_converged & fin), d228, K0), tl.where((chaboche2_return_map_converged & fin), d247, K0), tl.where((chaboche2_return_map_converged & fin), d266, K0),
                 tl.where((chaboche2_return_map_converged & fin), d285, K0), tl.where((chaboche2_return_map_converged & fin), d304, K0), tl.where((chaboche2_return_map_converged & fin), d323, K0), tl.where((chaboche2_return_map_converged & fin), d342, K0),
@@ -9661,12 +9590,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d513, K0), tl.where((chaboche2_return_map_converged & fin), d532, K0), tl.where((chaboche2_return_map_converged & fin), d3, K0), tl.where((chaboche2_return_map_converged & fin), d22, K0),
                 tl.where((chaboche2_return_map_converged & fin), d41, K0), tl.where((chaboche2_return_map_converged & fin), d60, K0), tl.where((chaboche2_return_map_converged & fin), d79, K0), tl.where((chaboche2_return_map_converged & fin), d98, K0),
                 tl.where((chaboche2_return_map_converged & fin), d153, K0), tl.where((chaboche2_return_map_converged & fin), d172, K0), tl.where((chaboche2_return_map_converged & fin), d191, K0), tl.where((chaboche2_return_map_converged & fin), d210, K0), BLOCK)
-            _k162 = tl.arange(0, 32)[None, :] + 32
-            _p163 = J + row[:, None] * j_stride + _k162 + (_k162 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p163, _row161, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p163 += zero
-            _row164 = _mc_row32(
+            _k136 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k136 + (_k136 // 27) * (11 * (V // 8)), _row135, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row137 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d229, K0), tl.where((chaboche2_return_map_converged & fin), d248, K0), tl.where((chaboche2_return_map_converged & fin), d267, K0), tl.where((chaboche2_return_map_converged & fin), d286, K0),
                 tl.where((chaboche2_return_map_converged & fin), d305, K0), tl.where((chaboche2_return_map_converged & fin), d324, K0), tl.where((chaboche2_return_map_converged & fin), d343, K0), tl.where((chaboche2_return_map_converged & fin), d362, K0),
                 tl.where((chaboche2_return_map_converged & fin), d381, K0), tl.where((chaboche2_return_map_converged & fin), d400, K0), tl.where((chaboche2_return_map_converged & fin), d419, K0), tl.where((chaboche2_return_map_converged & fin), d438, K0),
@@ -9675,12 +9601,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d61, K0), tl.where((chaboche2_return_map_converged & fin), d80, K0), tl.where((chaboche2_return_map_converged & fin), d99, K0), tl.where((chaboche2_return_map_converged & fin), d154, K0),
                 tl.where((chaboche2_return_map_converged & fin), d173, K0), tl.where((chaboche2_return_map_converged & fin), d192, K0), tl.where((chaboche2_return_map_converged & fin), d211, K0), tl.where((chaboche2_return_map_converged & fin), d230, K0),
                 tl.where((chaboche2_return_map_converged & fin), d249, K0), tl.where((chaboche2_return_map_converged & fin), d268, K0), tl.where((chaboche2_return_map_converged & fin), d287, K0), tl.where((chaboche2_return_map_converged & fin), d306, K0), BLOCK)
-            _k165 = tl.arange(0, 32)[None, :] + 64
-            _p166 = J + row[:, None] * j_stride + _k165 + (_k165 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p166, _row164, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p166 += zero
-            _row167 = _mc_row32(
+            _k138 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k138 + (_k138 // 27) * (11 * (V // 8)), _row137, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row139 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d325, K0), tl.where((chaboche2_return_map_converged & fin), d344, K0), tl.where((chaboche2_return_map_converged & fin), d363, K0), tl.where((chaboche2_return_map_converged & fin), d382, K0),
                 tl.where((chaboche2_return_map_converged & fin), d401, K0), tl.where((chaboche2_return_map_converged & fin), d420, K0), tl.where((chaboche2_return_map_converged & fin), d439, K0), tl.where((chaboche2_return_map_converged & fin), d458, K0),
                 tl.where((chaboche2_return_map_converged & fin), d477, K0), tl.where((chaboche2_return_map_converged & fin), d496, K0), tl.where((chaboche2_return_map_converged & fin), d515, K0), tl.where((chaboche2_return_map_converged & fin), d534, K0),
@@ -9689,12 +9612,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d193, K0), tl.where((chaboche2_return_map_converged & fin), d212, K0), tl.where((chaboche2_return_map_converged & fin), d231, K0), tl.where((chaboche2_return_map_converged & fin), d250, K0),
                 tl.where((chaboche2_return_map_converged & fin), d269, K0), tl.where((chaboche2_return_map_converged & fin), d288, K0), tl.where((chaboche2_return_map_converged & fin), d307, K0), tl.where((chaboche2_return_map_converged & fin), d326, K0),
                 tl.where((chaboche2_return_map_converged & fin), d345, K0), tl.where((chaboche2_return_map_converged & fin), d364, K0), tl.where((chaboche2_return_map_converged & fin), d383, K0), tl.where((chaboche2_return_map_converged & fin), d402, K0), BLOCK)
-            _k168 = tl.arange(0, 32)[None, :] + 96
-            _p169 = J + row[:, None] * j_stride + _k168 + (_k168 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p169, _row167, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p169 += zero
-            _row170 = _mc_row32(
+            _k140 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k140 + (_k140 // 27) * (11 * (V // 8)), _row139, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row141 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d421, K0), tl.where((chaboche2_return_map_converged & fin), d440, K0), tl.where((chaboche2_return_map_converged & fin), d459, K0), tl.where((chaboche2_return_map_converged & fin), d478, K0),
                 tl.where((chaboche2_return_map_converged & fin), d497, K0), tl.where((chaboche2_return_map_converged & fin), d516, K0), tl.where((chaboche2_return_map_converged & fin), d535, K0), tl.where((chaboche2_return_map_converged & fin), d6, K0),
                 tl.where((chaboche2_return_map_converged & fin), d25, K0), tl.where((chaboche2_return_map_converged & fin), d44, K0), tl.where((chaboche2_return_map_converged & fin), d63, K0), tl.where((chaboche2_return_map_converged & fin), d82, K0),
@@ -9703,12 +9623,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d289, K0), tl.where((chaboche2_return_map_converged & fin), d308, K0), tl.where((chaboche2_return_map_converged & fin), d327, K0), tl.where((chaboche2_return_map_converged & fin), d346, K0),
                 tl.where((chaboche2_return_map_converged & fin), d365, K0), tl.where((chaboche2_return_map_converged & fin), d384, K0), tl.where((chaboche2_return_map_converged & fin), d403, K0), tl.where((chaboche2_return_map_converged & fin), d422, K0),
                 tl.where((chaboche2_return_map_converged & fin), d441, K0), tl.where((chaboche2_return_map_converged & fin), d460, K0), tl.where((chaboche2_return_map_converged & fin), d479, K0), tl.where((chaboche2_return_map_converged & fin), d498, K0), BLOCK)
-            _k171 = tl.arange(0, 32)[None, :] + 128
-            _p172 = J + row[:, None] * j_stride + _k171 + (_k171 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p172, _row170, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p172 += zero
-            _row173 = _mc_row32(
+            _k142 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k142 + (_k142 // 27) * (11 * (V // 8)), _row141, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row143 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d517, K0), tl.where((chaboche2_return_map_converged & fin), d536, K0), tl.where((chaboche2_return_map_converged & fin), d7, K0), tl.where((chaboche2_return_map_converged & fin), d26, K0),
                 tl.where((chaboche2_return_map_converged & fin), d45, K0), tl.where((chaboche2_return_map_converged & fin), d64, K0), tl.where((chaboche2_return_map_converged & fin), d83, K0), tl.where((chaboche2_return_map_converged & fin), d102, K0),
                 tl.where((chaboche2_return_map_converged & fin), d157, K0), tl.where((chaboche2_return_map_converged & fin), d176, K0), tl.where((chaboche2_return_map_converged & fin), d195, K0), tl.where((chaboche2_return_map_converged & fin), d214, K0),
@@ -9717,12 +9634,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d385, K0), tl.where((chaboche2_return_map_converged & fin), d404, K0), tl.where((chaboche2_return_map_converged & fin), d423, K0), tl.where((chaboche2_return_map_converged & fin), d442, K0),
                 tl.where((chaboche2_return_map_converged & fin), d461, K0), tl.where((chaboche2_return_map_converged & fin), d480, K0), tl.where((chaboche2_return_map_converged & fin), d499, K0), tl.where((chaboche2_return_map_converged & fin), d518, K0),
                 tl.where((chaboche2_return_map_converged & fin), d537, K0), tl.where((chaboche2_return_map_converged & fin), d8, K0), tl.where((chaboche2_return_map_converged & fin), d27, K0), tl.where((chaboche2_return_map_converged & fin), d46, K0), BLOCK)
-            _k174 = tl.arange(0, 32)[None, :] + 160
-            _p175 = J + row[:, None] * j_stride + _k174 + (_k174 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p175, _row173, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p175 += zero
-            _row176 = _mc_row32(
+            _k144 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k144 + (_k144 // 27) * (11 * (V // 8)), _row143, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row145 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d65, K0), tl.where((chaboche2_return_map_converged & fin), d84, K0), tl.where((chaboche2_return_map_converged & fin), d103, K0), tl.where((chaboche2_return_map_converged & fin), d158, K0),
                 tl.where((chaboche2_return_map_converged & fin), d177, K0), tl.where((chaboche2_return_map_converged & fin), d196, K0), tl.where((chaboche2_return_map_converged & fin), d215, K0), tl.where((chaboche2_return_map_converged & fin), d234, K0),
                 tl.where((chaboche2_return_map_converged & fin), d253, K0), tl.where((chaboche2_return_map_converged & fin), d272, K0), tl.where((chaboche2_return_map_converged & fin), d291, K0), tl.where((chaboche2_return_map_converged & fin), d310, K0),
@@ -9731,12 +9645,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d481, K0), tl.where((chaboche2_return_map_converged & fin), d500, K0), tl.where((chaboche2_return_map_converged & fin), d519, K0), tl.where((chaboche2_return_map_converged & fin), d538, K0),
                 tl.where((chaboche2_return_map_converged & fin), d9, K0), tl.where((chaboche2_return_map_converged & fin), d28, K0), tl.where((chaboche2_return_map_converged & fin), d47, K0), tl.where((chaboche2_return_map_converged & fin), d66, K0),
                 tl.where((chaboche2_return_map_converged & fin), d85, K0), tl.where((chaboche2_return_map_converged & fin), d104, K0), tl.where((chaboche2_return_map_converged & fin), d159, K0), tl.where((chaboche2_return_map_converged & fin), d178, K0), BLOCK)
-            _k177 = tl.arange(0, 32)[None, :] + 192
-            _p178 = J + row[:, None] * j_stride + _k177 + (_k177 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p178, _row176, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p178 += zero
-            _row179 = _mc_row32(
+            _k146 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k146 + (_k146 // 27) * (11 * (V // 8)), _row145, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row147 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d197, K0), tl.where((chaboche2_return_map_converged & fin), d216, K0), tl.where((chaboche2_return_map_converged & fin), d235, K0), tl.where((chaboche2_return_map_converged & fin), d254, K0),
                 tl.where((chaboche2_return_map_converged & fin), d273, K0), tl.where((chaboche2_return_map_converged & fin), d292, K0), tl.where((chaboche2_return_map_converged & fin), d311, K0), tl.where((chaboche2_return_map_converged & fin), d330, K0),
                 tl.where((chaboche2_return_map_converged & fin), d349, K0), tl.where((chaboche2_return_map_converged & fin), d368, K0), tl.where((chaboche2_return_map_converged & fin), d387, K0), tl.where((chaboche2_return_map_converged & fin), d406, K0),
@@ -9745,12 +9656,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d29, K0), tl.where((chaboche2_return_map_converged & fin), d48, K0), tl.where((chaboche2_return_map_converged & fin), d67, K0), tl.where((chaboche2_return_map_converged & fin), d86, K0),
                 tl.where((chaboche2_return_map_converged & fin), d105, K0), tl.where((chaboche2_return_map_converged & fin), d160, K0), tl.where((chaboche2_return_map_converged & fin), d179, K0), tl.where((chaboche2_return_map_converged & fin), d198, K0),
                 tl.where((chaboche2_return_map_converged & fin), d217, K0), tl.where((chaboche2_return_map_converged & fin), d236, K0), tl.where((chaboche2_return_map_converged & fin), d255, K0), tl.where((chaboche2_return_map_converged & fin), d274, K0), BLOCK)
-            _k180 = tl.arange(0, 32)[None, :] + 224
-            _p181 = J + row[:, None] * j_stride + _k180 + (_k180 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p181, _row179, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p181 += zero
-            _row182 = _mc_row32(
+            _k148 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k148 + (_k148 // 27) * (11 * (V // 8)), _row147, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row149 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d293, K0), tl.where((chaboche2_return_map_converged & fin), d312, K0), tl.where((chaboche2_return_map_converged & fin), d331, K0), tl.where((chaboche2_return_map_converged & fin), d350, K0),
                 tl.where((chaboche2_return_map_converged & fin), d369, K0), tl.where((chaboche2_return_map_converged & fin), d388, K0), tl.where((chaboche2_return_map_converged & fin), d407, K0), tl.where((chaboche2_return_map_converged & fin), d426, K0),
                 tl.where((chaboche2_return_map_converged & fin), d445, K0), tl.where((chaboche2_return_map_converged & fin), d464, K0), tl.where((chaboche2_return_map_converged & fin), d483, K0), tl.where((chaboche2_return_map_converged & fin), d502, K0),
@@ -9759,12 +9667,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d161, K0), tl.where((chaboche2_return_map_converged & fin), d180, K0), tl.where((chaboche2_return_map_converged & fin), d199, K0), tl.where((chaboche2_return_map_converged & fin), d218, K0),
                 tl.where((chaboche2_return_map_converged & fin), d237, K0), tl.where((chaboche2_return_map_converged & fin), d256, K0), tl.where((chaboche2_return_map_converged & fin), d275, K0), tl.where((chaboche2_return_map_converged & fin), d294, K0),
                 tl.where((chaboche2_return_map_converged & fin), d313, K0), tl.where((chaboche2_return_map_converged & fin), d332, K0), tl.where((chaboche2_return_map_converged & fin), d351, K0), tl.where((chaboche2_return_map_converged & fin), d370, K0), BLOCK)
-            _k183 = tl.arange(0, 32)[None, :] + 256
-            _p184 = J + row[:, None] * j_stride + _k183 + (_k183 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p184, _row182, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p184 += zero
-            _row185 = _mc_row32(
+            _k150 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k150 + (_k150 // 27) * (11 * (V // 8)), _row149, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row151 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d389, K0), tl.where((chaboche2_return_map_converged & fin), d408, K0), tl.where((chaboche2_return_map_converged & fin), d427, K0), tl.where((chaboche2_return_map_converged & fin), d446, K0),
                 tl.where((chaboche2_return_map_converged & fin), d465, K0), tl.where((chaboche2_return_map_converged & fin), d484, K0), tl.where((chaboche2_return_map_converged & fin), d503, K0), tl.where((chaboche2_return_map_converged & fin), d522, K0),
                 tl.where((chaboche2_return_map_converged & fin), d541, K0), tl.where((chaboche2_return_map_converged & fin), d12, K0), tl.where((chaboche2_return_map_converged & fin), d31, K0), tl.where((chaboche2_return_map_converged & fin), d50, K0),
@@ -9773,12 +9678,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d257, K0), tl.where((chaboche2_return_map_converged & fin), d276, K0), tl.where((chaboche2_return_map_converged & fin), d295, K0), tl.where((chaboche2_return_map_converged & fin), d314, K0),
                 tl.where((chaboche2_return_map_converged & fin), d333, K0), tl.where((chaboche2_return_map_converged & fin), d352, K0), tl.where((chaboche2_return_map_converged & fin), d371, K0), tl.where((chaboche2_return_map_converged & fin), d390, K0),
                 tl.where((chaboche2_return_map_converged & fin), d409, K0), tl.where((chaboche2_return_map_converged & fin), d428, K0), tl.where((chaboche2_return_map_converged & fin), d447, K0), tl.where((chaboche2_return_map_converged & fin), d466, K0), BLOCK)
-            _k186 = tl.arange(0, 32)[None, :] + 288
-            _p187 = J + row[:, None] * j_stride + _k186 + (_k186 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p187, _row185, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p187 += zero
-            _row188 = _mc_row32(
+            _k152 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k152 + (_k152 // 27) * (11 * (V // 8)), _row151, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row153 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d485, K0), tl.where((chaboche2_return_map_converged & fin), d504, K0), tl.where((chaboche2_return_map_converged & fin), d523, K0), tl.where((chaboche2_return_map_converged & fin), d542, K0),
                 tl.where((chaboche2_return_map_converged & fin), d13, K0), tl.where((chaboche2_return_map_converged & fin), d32, K0), tl.where((chaboche2_return_map_converged & fin), d51, K0), tl.where((chaboche2_return_map_converged & fin), d70, K0),
                 tl.where((chaboche2_return_map_converged & fin), d89, K0), tl.where((chaboche2_return_map_converged & fin), d108, K0), tl.where((chaboche2_return_map_converged & fin), d163, K0), tl.where((chaboche2_return_map_converged & fin), d182, K0),
@@ -9787,12 +9689,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d353, K0), tl.where((chaboche2_return_map_converged & fin), d372, K0), tl.where((chaboche2_return_map_converged & fin), d391, K0), tl.where((chaboche2_return_map_converged & fin), d410, K0),
                 tl.where((chaboche2_return_map_converged & fin), d429, K0), tl.where((chaboche2_return_map_converged & fin), d448, K0), tl.where((chaboche2_return_map_converged & fin), d467, K0), tl.where((chaboche2_return_map_converged & fin), d486, K0),
                 tl.where((chaboche2_return_map_converged & fin), d505, K0), tl.where((chaboche2_return_map_converged & fin), d524, K0), tl.where((chaboche2_return_map_converged & fin), d543, K0), tl.where((chaboche2_return_map_converged & fin), d14, K0), BLOCK)
-            _k189 = tl.arange(0, 32)[None, :] + 320
-            _p190 = J + row[:, None] * j_stride + _k189 + (_k189 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p190, _row188, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p190 += zero
-            _row191 = _mc_row32(
+            _k154 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k154 + (_k154 // 27) * (11 * (V // 8)), _row153, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row155 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d33, K0), tl.where((chaboche2_return_map_converged & fin), d52, K0), tl.where((chaboche2_return_map_converged & fin), d71, K0), tl.where((chaboche2_return_map_converged & fin), d90, K0),
                 tl.where((chaboche2_return_map_converged & fin), d109, K0), tl.where((chaboche2_return_map_converged & fin), d164, K0), tl.where((chaboche2_return_map_converged & fin), d183, K0), tl.where((chaboche2_return_map_converged & fin), d202, K0),
                 tl.where((chaboche2_return_map_converged & fin), d221, K0), tl.where((chaboche2_return_map_converged & fin), d240, K0), tl.where((chaboche2_return_map_converged & fin), d259, K0), tl.where((chaboche2_return_map_converged & fin), d278, K0),
@@ -9801,12 +9700,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d449, K0), tl.where((chaboche2_return_map_converged & fin), d468, K0), tl.where((chaboche2_return_map_converged & fin), d487, K0), tl.where((chaboche2_return_map_converged & fin), d506, K0),
                 tl.where((chaboche2_return_map_converged & fin), d525, K0), tl.where((chaboche2_return_map_converged & fin), d544, K0), tl.where((chaboche2_return_map_converged & fin), d15, K0), tl.where((chaboche2_return_map_converged & fin), d34, K0),
                 tl.where((chaboche2_return_map_converged & fin), d53, K0), tl.where((chaboche2_return_map_converged & fin), d72, K0), tl.where((chaboche2_return_map_converged & fin), d91, K0), tl.where((chaboche2_return_map_converged & fin), d110, K0), BLOCK)
-            _k192 = tl.arange(0, 32)[None, :] + 352
-            _p193 = J + row[:, None] * j_stride + _k192 + (_k192 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p193, _row191, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p193 += zero
-            _row194 = _mc_row32(
+            _k156 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k156 + (_k156 // 27) * (11 * (V // 8)), _row155, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row157 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d165, K0), tl.where((chaboche2_return_map_converged & fin), d184, K0), tl.where((chaboche2_return_map_converged & fin), d203, K0), tl.where((chaboche2_return_map_converged & fin), d222, K0),
                 tl.where((chaboche2_return_map_converged & fin), d241, K0), tl.where((chaboche2_return_map_converged & fin), d260, K0), tl.where((chaboche2_return_map_converged & fin), d279, K0), tl.where((chaboche2_return_map_converged & fin), d298, K0),
                 tl.where((chaboche2_return_map_converged & fin), d317, K0), tl.where((chaboche2_return_map_converged & fin), d336, K0), tl.where((chaboche2_return_map_converged & fin), d355, K0), tl.where((chaboche2_return_map_converged & fin), d374, K0),
@@ -9815,12 +9711,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d545, K0), tl.where((chaboche2_return_map_converged & fin), d16, K0), tl.where((chaboche2_return_map_converged & fin), d35, K0), tl.where((chaboche2_return_map_converged & fin), d54, K0),
                 tl.where((chaboche2_return_map_converged & fin), d73, K0), tl.where((chaboche2_return_map_converged & fin), d92, K0), tl.where((chaboche2_return_map_converged & fin), d111, K0), tl.where((chaboche2_return_map_converged & fin), d166, K0),
                 tl.where((chaboche2_return_map_converged & fin), d185, K0), tl.where((chaboche2_return_map_converged & fin), d204, K0), tl.where((chaboche2_return_map_converged & fin), d223, K0), tl.where((chaboche2_return_map_converged & fin), d242, K0), BLOCK)
-            _k195 = tl.arange(0, 32)[None, :] + 384
-            _p196 = J + row[:, None] * j_stride + _k195 + (_k195 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p196, _row194, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p196 += zero
-            _row197 = _mc_row32(
+            _k158 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k158 + (_k158 // 27) * (11 * (V // 8)), _row157, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row159 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d261, K0), tl.where((chaboche2_return_map_converged & fin), d280, K0), tl.where((chaboche2_return_map_converged & fin), d299, K0), tl.where((chaboche2_return_map_converged & fin), d318, K0),
                 tl.where((chaboche2_return_map_converged & fin), d337, K0), tl.where((chaboche2_return_map_converged & fin), d356, K0), tl.where((chaboche2_return_map_converged & fin), d375, K0), tl.where((chaboche2_return_map_converged & fin), d394, K0),
                 tl.where((chaboche2_return_map_converged & fin), d413, K0), tl.where((chaboche2_return_map_converged & fin), d432, K0), tl.where((chaboche2_return_map_converged & fin), d451, K0), tl.where((chaboche2_return_map_converged & fin), d470, K0),
@@ -9829,12 +9722,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d93, K0), tl.where((chaboche2_return_map_converged & fin), d112, K0), tl.where((chaboche2_return_map_converged & fin), d167, K0), tl.where((chaboche2_return_map_converged & fin), d186, K0),
                 tl.where((chaboche2_return_map_converged & fin), d205, K0), tl.where((chaboche2_return_map_converged & fin), d224, K0), tl.where((chaboche2_return_map_converged & fin), d243, K0), tl.where((chaboche2_return_map_converged & fin), d262, K0),
                 tl.where((chaboche2_return_map_converged & fin), d281, K0), tl.where((chaboche2_return_map_converged & fin), d300, K0), tl.where((chaboche2_return_map_converged & fin), d319, K0), tl.where((chaboche2_return_map_converged & fin), d338, K0), BLOCK)
-            _k198 = tl.arange(0, 32)[None, :] + 416
-            _p199 = J + row[:, None] * j_stride + _k198 + (_k198 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p199, _row197, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p199 += zero
-            _row200 = _mc_row32(
+            _k160 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k160 + (_k160 // 27) * (11 * (V // 8)), _row159, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row161 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d357, K0), tl.where((chaboche2_return_map_converged & fin), d376, K0), tl.where((chaboche2_return_map_converged & fin), d395, K0), tl.where((chaboche2_return_map_converged & fin), d414, K0),
                 tl.where((chaboche2_return_map_converged & fin), d433, K0), tl.where((chaboche2_return_map_converged & fin), d452, K0), tl.where((chaboche2_return_map_converged & fin), d471, K0), tl.where((chaboche2_return_map_converged & fin), d490, K0),
                 tl.where((chaboche2_return_map_converged & fin), d509, K0), tl.where((chaboche2_return_map_converged & fin), d528, K0), tl.where((chaboche2_return_map_converged & fin), d547, K0), tl.where((chaboche2_return_map_converged & fin), d18, K0),
@@ -9843,12 +9733,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d225, K0), tl.where((chaboche2_return_map_converged & fin), d244, K0), tl.where((chaboche2_return_map_converged & fin), d263, K0), tl.where((chaboche2_return_map_converged & fin), d282, K0),
                 tl.where((chaboche2_return_map_converged & fin), d301, K0), tl.where((chaboche2_return_map_converged & fin), d320, K0), tl.where((chaboche2_return_map_converged & fin), d339, K0), tl.where((chaboche2_return_map_converged & fin), d358, K0),
                 tl.where((chaboche2_return_map_converged & fin), d377, K0), tl.where((chaboche2_return_map_converged & fin), d396, K0), tl.where((chaboche2_return_map_converged & fin), d415, K0), tl.where((chaboche2_return_map_converged & fin), d434, K0), BLOCK)
-            _k201 = tl.arange(0, 32)[None, :] + 448
-            _p202 = J + row[:, None] * j_stride + _k201 + (_k201 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p202, _row200, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p202 += zero
-            _row203 = _mc_row32(
+            _k162 = tl.arange(0, 32)[None, :] + 448
+            _mc_store(J + row[:, None] * j_stride + _k162 + (_k162 // 27) * (11 * (V // 8)), _row161, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row163 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d453, K0), tl.where((chaboche2_return_map_converged & fin), d472, K0), tl.where((chaboche2_return_map_converged & fin), d491, K0), tl.where((chaboche2_return_map_converged & fin), d510, K0),
                 tl.where((chaboche2_return_map_converged & fin), d529, K0), tl.where((chaboche2_return_map_converged & fin), d548, K0), tl.where((chaboche2_return_map_converged & fin), d19, K0), tl.where((chaboche2_return_map_converged & fin), d38, K0),
                 tl.where((chaboche2_return_map_converged & fin), d57, K0), tl.where((chaboche2_return_map_converged & fin), d76, K0), tl.where((chaboche2_return_map_converged & fin), d95, K0), tl.where((chaboche2_return_map_converged & fin), d114, K0),
@@ -9857,12 +9744,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d321, K0), tl.where((chaboche2_return_map_converged & fin), d340, K0), tl.where((chaboche2_return_map_converged & fin), d359, K0), tl.where((chaboche2_return_map_converged & fin), d378, K0),
                 tl.where((chaboche2_return_map_converged & fin), d397, K0), tl.where((chaboche2_return_map_converged & fin), d416, K0), tl.where((chaboche2_return_map_converged & fin), d435, K0), tl.where((chaboche2_return_map_converged & fin), d454, K0),
                 tl.where((chaboche2_return_map_converged & fin), d473, K0), tl.where((chaboche2_return_map_converged & fin), d492, K0), tl.where((chaboche2_return_map_converged & fin), d511, K0), tl.where((chaboche2_return_map_converged & fin), d530, K0), BLOCK)
-            _k204 = tl.arange(0, 32)[None, :] + 480
-            _p205 = J + row[:, None] * j_stride + _k204 + (_k204 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p205, _row203, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p205 += zero
-            _row206 = _mc_row32(
+            _k164 = tl.arange(0, 32)[None, :] + 480
+            _mc_store(J + row[:, None] * j_stride + _k164 + (_k164 // 27) * (11 * (V // 8)), _row163, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row165 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d549, K0), tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0),
                 tl.where((chaboche2_return_map_converged & fin), d118, K0), tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d550, K0),
                 tl.where((chaboche2_return_map_converged & fin), d556, K0), tl.where((chaboche2_return_map_converged & fin), d562, K0), tl.where((chaboche2_return_map_converged & fin), d563, K0), tl.where((chaboche2_return_map_converged & fin), d564, K0),
@@ -9871,12 +9755,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d608, K0), tl.where((chaboche2_return_map_converged & fin), d609, K0), tl.where((chaboche2_return_map_converged & fin), d640, K0), tl.where((chaboche2_return_map_converged & fin), d641, K0),
                 tl.where((chaboche2_return_map_converged & fin), d642, K0), tl.where((chaboche2_return_map_converged & fin), d643, K0), tl.where((chaboche2_return_map_converged & fin), d644, K0), tl.where((chaboche2_return_map_converged & fin), d645, K0),
                 tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), BLOCK)
-            _k207 = tl.arange(0, 32)[None, :] + 512
-            _p208 = J + row[:, None] * j_stride + _k207 + (_k207 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p208, _row206, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p208 += zero
-            _row209 = _mc_row32(
+            _k166 = tl.arange(0, 32)[None, :] + 512
+            _mc_store(J + row[:, None] * j_stride + _k166 + (_k166 // 27) * (11 * (V // 8)), _row165, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row167 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), tl.where((chaboche2_return_map_converged & fin), d551, K0), tl.where((chaboche2_return_map_converged & fin), d557, K0),
                 tl.where((chaboche2_return_map_converged & fin), d568, K0), tl.where((chaboche2_return_map_converged & fin), d569, K0), tl.where((chaboche2_return_map_converged & fin), d570, K0), tl.where((chaboche2_return_map_converged & fin), d571, K0),
                 tl.where((chaboche2_return_map_converged & fin), d572, K0), tl.where((chaboche2_return_map_converged & fin), d573, K0), tl.where((chaboche2_return_map_converged & fin), d599, K0), tl.where((chaboche2_return_map_converged & fin), d610, K0),
@@ -9885,12 +9766,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d649, K0), tl.where((chaboche2_return_map_converged & fin), d650, K0), tl.where((chaboche2_return_map_converged & fin), d651, K0), tl.where((chaboche2_return_map_converged & fin), d127, K0),
                 tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), tl.where((chaboche2_return_map_converged & fin), d131, K0),
                 tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d552, K0), tl.where((chaboche2_return_map_converged & fin), d558, K0), tl.where((chaboche2_return_map_converged & fin), d574, K0), BLOCK)
-            _k210 = tl.arange(0, 32)[None, :] + 544
-            _p211 = J + row[:, None] * j_stride + _k210 + (_k210 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p211, _row209, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p211 += zero
-            _row212 = _mc_row32(
+            _k168 = tl.arange(0, 32)[None, :] + 544
+            _mc_store(J + row[:, None] * j_stride + _k168 + (_k168 // 27) * (11 * (V // 8)), _row167, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row169 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d575, K0), tl.where((chaboche2_return_map_converged & fin), d576, K0), tl.where((chaboche2_return_map_converged & fin), d577, K0), tl.where((chaboche2_return_map_converged & fin), d578, K0),
                 tl.where((chaboche2_return_map_converged & fin), d579, K0), tl.where((chaboche2_return_map_converged & fin), d600, K0), tl.where((chaboche2_return_map_converged & fin), d616, K0), tl.where((chaboche2_return_map_converged & fin), d617, K0),
                 tl.where((chaboche2_return_map_converged & fin), d618, K0), tl.where((chaboche2_return_map_converged & fin), d619, K0), tl.where((chaboche2_return_map_converged & fin), d620, K0), tl.where((chaboche2_return_map_converged & fin), d621, K0),
@@ -9899,12 +9777,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0),
                 tl.where((chaboche2_return_map_converged & fin), d553, K0), tl.where((chaboche2_return_map_converged & fin), d559, K0), tl.where((chaboche2_return_map_converged & fin), d580, K0), tl.where((chaboche2_return_map_converged & fin), d581, K0),
                 tl.where((chaboche2_return_map_converged & fin), d582, K0), tl.where((chaboche2_return_map_converged & fin), d583, K0), tl.where((chaboche2_return_map_converged & fin), d584, K0), tl.where((chaboche2_return_map_converged & fin), d585, K0), BLOCK)
-            _k213 = tl.arange(0, 32)[None, :] + 576
-            _p214 = J + row[:, None] * j_stride + _k213 + (_k213 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p214, _row212, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p214 += zero
-            _row215 = _mc_row32(
+            _k170 = tl.arange(0, 32)[None, :] + 576
+            _mc_store(J + row[:, None] * j_stride + _k170 + (_k170 // 27) * (11 * (V // 8)), _row169, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row171 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d601, K0), tl.where((chaboche2_return_map_converged & fin), d622, K0), tl.where((chaboche2_return_map_converged & fin), d623, K0), tl.where((chaboche2_return_map_converged & fin), d624, K0),
                 tl.where((chaboche2_return_map_converged & fin), d625, K0), tl.where((chaboche2_return_map_converged & fin), d626, K0), tl.where((chaboche2_return_map_converged & fin), d627, K0), tl.where((chaboche2_return_map_converged & fin), d658, K0),
                 tl.where((chaboche2_return_map_converged & fin), d659, K0), tl.where((chaboche2_return_map_converged & fin), d660, K0), tl.where((chaboche2_return_map_converged & fin), d661, K0), tl.where((chaboche2_return_map_converged & fin), d662, K0),
@@ -9913,12 +9788,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d560, K0), tl.where((chaboche2_return_map_converged & fin), d586, K0), tl.where((chaboche2_return_map_converged & fin), d587, K0), tl.where((chaboche2_return_map_converged & fin), d588, K0),
                 tl.where((chaboche2_return_map_converged & fin), d589, K0), tl.where((chaboche2_return_map_converged & fin), d590, K0), tl.where((chaboche2_return_map_converged & fin), d591, K0), tl.where((chaboche2_return_map_converged & fin), d602, K0),
                 tl.where((chaboche2_return_map_converged & fin), d628, K0), tl.where((chaboche2_return_map_converged & fin), d629, K0), tl.where((chaboche2_return_map_converged & fin), d630, K0), tl.where((chaboche2_return_map_converged & fin), d631, K0), BLOCK)
-            _k216 = tl.arange(0, 32)[None, :] + 608
-            _p217 = J + row[:, None] * j_stride + _k216 + (_k216 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p217, _row215, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p217 += zero
-            _row218 = _mc_row32(
+            _k172 = tl.arange(0, 32)[None, :] + 608
+            _mc_store(J + row[:, None] * j_stride + _k172 + (_k172 // 27) * (11 * (V // 8)), _row171, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row173 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d632, K0), tl.where((chaboche2_return_map_converged & fin), d633, K0), tl.where((chaboche2_return_map_converged & fin), d664, K0), tl.where((chaboche2_return_map_converged & fin), d665, K0),
                 tl.where((chaboche2_return_map_converged & fin), d666, K0), tl.where((chaboche2_return_map_converged & fin), d667, K0), tl.where((chaboche2_return_map_converged & fin), d668, K0), tl.where((chaboche2_return_map_converged & fin), d669, K0),
                 tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0),
@@ -9927,19 +9799,13 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d596, K0), tl.where((chaboche2_return_map_converged & fin), d597, K0), tl.where((chaboche2_return_map_converged & fin), d603, K0), tl.where((chaboche2_return_map_converged & fin), d634, K0),
                 tl.where((chaboche2_return_map_converged & fin), d635, K0), tl.where((chaboche2_return_map_converged & fin), d636, K0), tl.where((chaboche2_return_map_converged & fin), d637, K0), tl.where((chaboche2_return_map_converged & fin), d638, K0),
                 tl.where((chaboche2_return_map_converged & fin), d639, K0), tl.where((chaboche2_return_map_converged & fin), d670, K0), tl.where((chaboche2_return_map_converged & fin), d671, K0), tl.where((chaboche2_return_map_converged & fin), d672, K0), BLOCK)
-            _k219 = tl.arange(0, 32)[None, :] + 640
-            _p220 = J + row[:, None] * j_stride + _k219 + (_k219 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p220, _row218, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p220 += zero
-            _zero221 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k222 = tl.arange(0, 4)[None, :] + 672
-            _p223 = J + row[:, None] * j_stride + _k222 + (_k222 // 27) * (11 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p223, _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero221, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                _p223 += zero
+            _k174 = tl.arange(0, 32)[None, :] + 640
+            _mc_store(J + row[:, None] * j_stride + _k174 + (_k174 // 27) * (11 * (V // 8)), _row173, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero175 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k176 = tl.arange(0, 4)[None, :] + 672
+            _mc_store(J + row[:, None] * j_stride + _k176 + (_k176 // 27) * (11 * (V // 8)), _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero175, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row224 = _mc_row32(
+                _row177 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d676, K0), tl.where((chaboche2_return_map_converged & fin), d695, K0), tl.where((chaboche2_return_map_converged & fin), d714, K0), tl.where((chaboche2_return_map_converged & fin), d733, K0),
                     tl.where((chaboche2_return_map_converged & fin), d752, K0), tl.where((chaboche2_return_map_converged & fin), d771, K0), tl.where((chaboche2_return_map_converged & fin), d790, K0), tl.where((chaboche2_return_map_converged & fin), d809, K0),
                     tl.where((chaboche2_return_map_converged & fin), d828, K0), tl.where((chaboche2_return_map_converged & fin), d847, K0), tl.where((chaboche2_return_map_converged & fin), d866, K0), tl.where((chaboche2_return_map_converged & fin), d677, K0),
@@ -9948,12 +9814,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d848, K0), tl.where((chaboche2_return_map_converged & fin), d867, K0), tl.where((chaboche2_return_map_converged & fin), d678, K0), tl.where((chaboche2_return_map_converged & fin), d697, K0),
                     tl.where((chaboche2_return_map_converged & fin), d716, K0), tl.where((chaboche2_return_map_converged & fin), d735, K0), tl.where((chaboche2_return_map_converged & fin), d754, K0), tl.where((chaboche2_return_map_converged & fin), d773, K0),
                     tl.where((chaboche2_return_map_converged & fin), d792, K0), tl.where((chaboche2_return_map_converged & fin), d811, K0), tl.where((chaboche2_return_map_converged & fin), d830, K0), tl.where((chaboche2_return_map_converged & fin), d849, K0), BLOCK)
-                _k225 = tl.arange(0, 32)[None, :]
-                _p226 = J + row[:, None] * j_stride + (_k225 // 11) * 38 + 27 + _k225 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p226, _row224, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p226 += zero
-                _row227 = _mc_row32(
+                _k178 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k178 // 11) * 38 + 27 + _k178 % 11, _row177, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row179 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d868, K0), tl.where((chaboche2_return_map_converged & fin), d679, K0), tl.where((chaboche2_return_map_converged & fin), d698, K0), tl.where((chaboche2_return_map_converged & fin), d717, K0),
                     tl.where((chaboche2_return_map_converged & fin), d736, K0), tl.where((chaboche2_return_map_converged & fin), d755, K0), tl.where((chaboche2_return_map_converged & fin), d774, K0), tl.where((chaboche2_return_map_converged & fin), d793, K0),
                     tl.where((chaboche2_return_map_converged & fin), d812, K0), tl.where((chaboche2_return_map_converged & fin), d831, K0), tl.where((chaboche2_return_map_converged & fin), d850, K0), tl.where((chaboche2_return_map_converged & fin), d869, K0),
@@ -9962,12 +9825,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d832, K0), tl.where((chaboche2_return_map_converged & fin), d851, K0), tl.where((chaboche2_return_map_converged & fin), d870, K0), tl.where((chaboche2_return_map_converged & fin), d681, K0),
                     tl.where((chaboche2_return_map_converged & fin), d700, K0), tl.where((chaboche2_return_map_converged & fin), d719, K0), tl.where((chaboche2_return_map_converged & fin), d738, K0), tl.where((chaboche2_return_map_converged & fin), d757, K0),
                     tl.where((chaboche2_return_map_converged & fin), d776, K0), tl.where((chaboche2_return_map_converged & fin), d795, K0), tl.where((chaboche2_return_map_converged & fin), d814, K0), tl.where((chaboche2_return_map_converged & fin), d833, K0), BLOCK)
-                _k228 = tl.arange(0, 32)[None, :] + 32
-                _p229 = J + row[:, None] * j_stride + (_k228 // 11) * 38 + 27 + _k228 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p229, _row227, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p229 += zero
-                _row230 = _mc_row32(
+                _k180 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k180 // 11) * 38 + 27 + _k180 % 11, _row179, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row181 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d852, K0), tl.where((chaboche2_return_map_converged & fin), d871, K0), tl.where((chaboche2_return_map_converged & fin), d682, K0), tl.where((chaboche2_return_map_converged & fin), d701, K0),
                     tl.where((chaboche2_return_map_converged & fin), d720, K0), tl.where((chaboche2_return_map_converged & fin), d739, K0), tl.where((chaboche2_return_map_converged & fin), d758, K0), tl.where((chaboche2_return_map_converged & fin), d777, K0),
                     tl.where((chaboche2_return_map_converged & fin), d796, K0), tl.where((chaboche2_return_map_converged & fin), d815, K0), tl.where((chaboche2_return_map_converged & fin), d834, K0), tl.where((chaboche2_return_map_converged & fin), d853, K0),
@@ -9976,12 +9836,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d816, K0), tl.where((chaboche2_return_map_converged & fin), d835, K0), tl.where((chaboche2_return_map_converged & fin), d854, K0), tl.where((chaboche2_return_map_converged & fin), d873, K0),
                     tl.where((chaboche2_return_map_converged & fin), d684, K0), tl.where((chaboche2_return_map_converged & fin), d703, K0), tl.where((chaboche2_return_map_converged & fin), d722, K0), tl.where((chaboche2_return_map_converged & fin), d741, K0),
                     tl.where((chaboche2_return_map_converged & fin), d760, K0), tl.where((chaboche2_return_map_converged & fin), d779, K0), tl.where((chaboche2_return_map_converged & fin), d798, K0), tl.where((chaboche2_return_map_converged & fin), d817, K0), BLOCK)
-                _k231 = tl.arange(0, 32)[None, :] + 64
-                _p232 = J + row[:, None] * j_stride + (_k231 // 11) * 38 + 27 + _k231 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p232, _row230, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p232 += zero
-                _row233 = _mc_row32(
+                _k182 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k182 // 11) * 38 + 27 + _k182 % 11, _row181, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row183 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d836, K0), tl.where((chaboche2_return_map_converged & fin), d855, K0), tl.where((chaboche2_return_map_converged & fin), d874, K0), tl.where((chaboche2_return_map_converged & fin), d685, K0),
                     tl.where((chaboche2_return_map_converged & fin), d704, K0), tl.where((chaboche2_return_map_converged & fin), d723, K0), tl.where((chaboche2_return_map_converged & fin), d742, K0), tl.where((chaboche2_return_map_converged & fin), d761, K0),
                     tl.where((chaboche2_return_map_converged & fin), d780, K0), tl.where((chaboche2_return_map_converged & fin), d799, K0), tl.where((chaboche2_return_map_converged & fin), d818, K0), tl.where((chaboche2_return_map_converged & fin), d837, K0),
@@ -9990,12 +9847,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d800, K0), tl.where((chaboche2_return_map_converged & fin), d819, K0), tl.where((chaboche2_return_map_converged & fin), d838, K0), tl.where((chaboche2_return_map_converged & fin), d857, K0),
                     tl.where((chaboche2_return_map_converged & fin), d876, K0), tl.where((chaboche2_return_map_converged & fin), d687, K0), tl.where((chaboche2_return_map_converged & fin), d706, K0), tl.where((chaboche2_return_map_converged & fin), d725, K0),
                     tl.where((chaboche2_return_map_converged & fin), d744, K0), tl.where((chaboche2_return_map_converged & fin), d763, K0), tl.where((chaboche2_return_map_converged & fin), d782, K0), tl.where((chaboche2_return_map_converged & fin), d801, K0), BLOCK)
-                _k234 = tl.arange(0, 32)[None, :] + 96
-                _p235 = J + row[:, None] * j_stride + (_k234 // 11) * 38 + 27 + _k234 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p235, _row233, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p235 += zero
-                _row236 = _mc_row32(
+                _k184 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k184 // 11) * 38 + 27 + _k184 % 11, _row183, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row185 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d820, K0), tl.where((chaboche2_return_map_converged & fin), d839, K0), tl.where((chaboche2_return_map_converged & fin), d858, K0), tl.where((chaboche2_return_map_converged & fin), d877, K0),
                     tl.where((chaboche2_return_map_converged & fin), d688, K0), tl.where((chaboche2_return_map_converged & fin), d707, K0), tl.where((chaboche2_return_map_converged & fin), d726, K0), tl.where((chaboche2_return_map_converged & fin), d745, K0),
                     tl.where((chaboche2_return_map_converged & fin), d764, K0), tl.where((chaboche2_return_map_converged & fin), d783, K0), tl.where((chaboche2_return_map_converged & fin), d802, K0), tl.where((chaboche2_return_map_converged & fin), d821, K0),
@@ -10004,12 +9858,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d784, K0), tl.where((chaboche2_return_map_converged & fin), d803, K0), tl.where((chaboche2_return_map_converged & fin), d822, K0), tl.where((chaboche2_return_map_converged & fin), d841, K0),
                     tl.where((chaboche2_return_map_converged & fin), d860, K0), tl.where((chaboche2_return_map_converged & fin), d879, K0), tl.where((chaboche2_return_map_converged & fin), d690, K0), tl.where((chaboche2_return_map_converged & fin), d709, K0),
                     tl.where((chaboche2_return_map_converged & fin), d728, K0), tl.where((chaboche2_return_map_converged & fin), d747, K0), tl.where((chaboche2_return_map_converged & fin), d766, K0), tl.where((chaboche2_return_map_converged & fin), d785, K0), BLOCK)
-                _k237 = tl.arange(0, 32)[None, :] + 128
-                _p238 = J + row[:, None] * j_stride + (_k237 // 11) * 38 + 27 + _k237 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p238, _row236, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p238 += zero
-                _row239 = _mc_row32(
+                _k186 = tl.arange(0, 32)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k186 // 11) * 38 + 27 + _k186 % 11, _row185, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row187 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d804, K0), tl.where((chaboche2_return_map_converged & fin), d823, K0), tl.where((chaboche2_return_map_converged & fin), d842, K0), tl.where((chaboche2_return_map_converged & fin), d861, K0),
                     tl.where((chaboche2_return_map_converged & fin), d880, K0), tl.where((chaboche2_return_map_converged & fin), d691, K0), tl.where((chaboche2_return_map_converged & fin), d710, K0), tl.where((chaboche2_return_map_converged & fin), d729, K0),
                     tl.where((chaboche2_return_map_converged & fin), d748, K0), tl.where((chaboche2_return_map_converged & fin), d767, K0), tl.where((chaboche2_return_map_converged & fin), d786, K0), tl.where((chaboche2_return_map_converged & fin), d805, K0),
@@ -10018,12 +9869,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d768, K0), tl.where((chaboche2_return_map_converged & fin), d787, K0), tl.where((chaboche2_return_map_converged & fin), d806, K0), tl.where((chaboche2_return_map_converged & fin), d825, K0),
                     tl.where((chaboche2_return_map_converged & fin), d844, K0), tl.where((chaboche2_return_map_converged & fin), d863, K0), tl.where((chaboche2_return_map_converged & fin), d882, K0), tl.where((chaboche2_return_map_converged & fin), d693, K0),
                     tl.where((chaboche2_return_map_converged & fin), d712, K0), tl.where((chaboche2_return_map_converged & fin), d731, K0), tl.where((chaboche2_return_map_converged & fin), d750, K0), tl.where((chaboche2_return_map_converged & fin), d769, K0), BLOCK)
-                _k240 = tl.arange(0, 32)[None, :] + 160
-                _p241 = J + row[:, None] * j_stride + (_k240 // 11) * 38 + 27 + _k240 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p241, _row239, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p241 += zero
-                _row242 = _mc_row32(
+                _k188 = tl.arange(0, 32)[None, :] + 160
+                _mc_store(J + row[:, None] * j_stride + (_k188 // 11) * 38 + 27 + _k188 % 11, _row187, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row189 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d788, K0), tl.where((chaboche2_return_map_converged & fin), d807, K0), tl.where((chaboche2_return_map_converged & fin), d826, K0), tl.where((chaboche2_return_map_converged & fin), d845, K0),
                     tl.where((chaboche2_return_map_converged & fin), d864, K0), tl.where((chaboche2_return_map_converged & fin), d883, K0), tl.where((chaboche2_return_map_converged & fin), d694, K0), tl.where((chaboche2_return_map_converged & fin), d713, K0),
                     tl.where((chaboche2_return_map_converged & fin), d732, K0), tl.where((chaboche2_return_map_converged & fin), d751, K0), tl.where((chaboche2_return_map_converged & fin), d770, K0), tl.where((chaboche2_return_map_converged & fin), d789, K0),
@@ -10032,12 +9880,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d903, K0), tl.where((chaboche2_return_map_converged & fin), d909, K0), tl.where((chaboche2_return_map_converged & fin), d915, K0), tl.where((chaboche2_return_map_converged & fin), d921, K0),
                     tl.where((chaboche2_return_map_converged & fin), d927, K0), tl.where((chaboche2_return_map_converged & fin), d933, K0), tl.where((chaboche2_return_map_converged & fin), d939, K0), tl.where((chaboche2_return_map_converged & fin), d945, K0),
                     tl.where((chaboche2_return_map_converged & fin), d886, K0), tl.where((chaboche2_return_map_converged & fin), d892, K0), tl.where((chaboche2_return_map_converged & fin), d898, K0), tl.where((chaboche2_return_map_converged & fin), d904, K0), BLOCK)
-                _k243 = tl.arange(0, 32)[None, :] + 192
-                _p244 = J + row[:, None] * j_stride + (_k243 // 11) * 38 + 27 + _k243 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p244, _row242, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p244 += zero
-                _row245 = _mc_row32(
+                _k190 = tl.arange(0, 32)[None, :] + 192
+                _mc_store(J + row[:, None] * j_stride + (_k190 // 11) * 38 + 27 + _k190 % 11, _row189, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row191 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d910, K0), tl.where((chaboche2_return_map_converged & fin), d916, K0), tl.where((chaboche2_return_map_converged & fin), d922, K0), tl.where((chaboche2_return_map_converged & fin), d928, K0),
                     tl.where((chaboche2_return_map_converged & fin), d934, K0), tl.where((chaboche2_return_map_converged & fin), d940, K0), tl.where((chaboche2_return_map_converged & fin), d946, K0), tl.where((chaboche2_return_map_converged & fin), d887, K0),
                     tl.where((chaboche2_return_map_converged & fin), d893, K0), tl.where((chaboche2_return_map_converged & fin), d899, K0), tl.where((chaboche2_return_map_converged & fin), d905, K0), tl.where((chaboche2_return_map_converged & fin), d911, K0),
@@ -10046,39 +9891,24 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d900, K0), tl.where((chaboche2_return_map_converged & fin), d906, K0), tl.where((chaboche2_return_map_converged & fin), d912, K0), tl.where((chaboche2_return_map_converged & fin), d918, K0),
                     tl.where((chaboche2_return_map_converged & fin), d924, K0), tl.where((chaboche2_return_map_converged & fin), d930, K0), tl.where((chaboche2_return_map_converged & fin), d936, K0), tl.where((chaboche2_return_map_converged & fin), d942, K0),
                     tl.where((chaboche2_return_map_converged & fin), d948, K0), tl.where((chaboche2_return_map_converged & fin), d889, K0), tl.where((chaboche2_return_map_converged & fin), d895, K0), tl.where((chaboche2_return_map_converged & fin), d901, K0), BLOCK)
-                _k246 = tl.arange(0, 32)[None, :] + 224
-                _p247 = J + row[:, None] * j_stride + (_k246 // 11) * 38 + 27 + _k246 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p247, _row245, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p247 += zero
-                _zero248 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row249 = _mc_row32(
+                _k192 = tl.arange(0, 32)[None, :] + 224
+                _mc_store(J + row[:, None] * j_stride + (_k192 // 11) * 38 + 27 + _k192 % 11, _row191, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero193 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row194 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d907, K0), tl.where((chaboche2_return_map_converged & fin), d913, K0), tl.where((chaboche2_return_map_converged & fin), d919, K0), tl.where((chaboche2_return_map_converged & fin), d925, K0),
                     tl.where((chaboche2_return_map_converged & fin), d931, K0), tl.where((chaboche2_return_map_converged & fin), d937, K0), tl.where((chaboche2_return_map_converged & fin), d943, K0), tl.where((chaboche2_return_map_converged & fin), d949, K0),
                     tl.where((chaboche2_return_map_converged & fin), d890, K0), tl.where((chaboche2_return_map_converged & fin), d896, K0), tl.where((chaboche2_return_map_converged & fin), d902, K0), tl.where((chaboche2_return_map_converged & fin), d908, K0),
                     tl.where((chaboche2_return_map_converged & fin), d914, K0), tl.where((chaboche2_return_map_converged & fin), d920, K0), tl.where((chaboche2_return_map_converged & fin), d926, K0), tl.where((chaboche2_return_map_converged & fin), d932, K0),
-                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero248,
-                    _zero248, _zero248, _zero248, _zero248,
-                    _zero248, _zero248, _zero248, _zero248,
-                    _zero248, _zero248, _zero248, _zero248, BLOCK)
-                _k250 = tl.arange(0, 32)[None, :] + 256
-                _p251 = J + row[:, None] * j_stride + (_k250 // 11) * 38 + 27 + _k250 % 11
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p251, _row249, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 19))
-                    _p251 += zero
+                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero193,
+                    _zero193, _zero193, _zero193, _zero193,
+                    _zero193, _zero193, _zero193, _zero193,
+                    _zero193, _zero193, _zero193, _zero193, BLOCK)
+                _k195 = tl.arange(0, 32)[None, :] + 256
+                _mc_store(J + row[:, None] * j_stride + (_k195 // 11) * 38 + 27 + _k195 % 11, _row194, mask[:, None] & (tl.arange(0, 32)[None, :] < 19), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
-        _p252 = CV + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p252, (chaboche2_return_map_converged & fin), mask=mask)
-            _p252 += zero
-        _p253 = IT + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p253, (chaboche2_return_map_iterations).to(tl.int32), mask=mask)
-            _p253 += zero
-        _p254 = RN + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p254, chaboche2_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p254 += zero
+        _mc_store(CV + row, (chaboche2_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(IT + row, (chaboche2_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(RN + row, chaboche2_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
 else:
     _kernel = None
 

@@ -885,6 +885,22 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
+    def _mc_store(ptr, value, mask, zero):
+        p = ptr
+        for _ in range(0, zero + 1):
+            tl.store(p, value, mask=mask)
+            p += zero
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -1627,99 +1643,67 @@ if triton is not None:
         K9 = tl.full([], 0.5, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile1 = tl.load(_p2, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p2 += zero
-        _t3 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        forces_E_0 = _t10
-        forces_E_1 = _t14
-        forces_E_2 = _t12
-        forces_E_3 = _t16
-        forces_E_4 = _t11
-        forces_E_5 = _t15
-        _x18 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p19 = IN1 + row * in1_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x18 = tl.load(_p19, mask=mask, other=0.0)
-            _p19 += zero
-        forces_t = _x18
-        _x20 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p21 = IN2 + row * in2_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x20 = tl.load(_p21, mask=mask, other=0.0)
-            _p21 += zero
-        old_forces_t = _x20
-        _tile22 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p23 = IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile22 = tl.load(_p23, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p23 += zero
-        _t24 = tl.reshape(_tile22, [BLOCK, 2, 2, 2])
-        _t25, _t26 = tl.split(_t24)
-        _t27, _t28 = tl.split(_t25)
-        _t29, _t30 = tl.split(_t26)
-        _t31, _t32 = tl.split(_t27)
-        _t33, _t34 = tl.split(_t28)
-        _t35, _t36 = tl.split(_t29)
-        _t37, _t38 = tl.split(_t30)
-        old_state_internal_Ep_0 = _t31
-        old_state_internal_Ep_1 = _t35
-        old_state_internal_Ep_2 = _t33
-        old_state_internal_Ep_3 = _t37
-        old_state_internal_Ep_4 = _t32
-        old_state_internal_Ep_5 = _t36
-        _x39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p40 = IN4 + row * in4_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x39 = tl.load(_p40, mask=mask, other=0.0)
-            _p40 += zero
-        old_state_internal_ep = _x39
-        _x41 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p42 = IN5 + row * in5_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x41 = tl.load(_p42, mask=mask, other=0.0)
-            _p42 += zero
-        old_state_internal_gamma_rate = _x41
+        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
+        _t3, _t4 = tl.split(_t2)
+        _t5, _t6 = tl.split(_t3)
+        _t7, _t8 = tl.split(_t4)
+        _t9, _t10 = tl.split(_t5)
+        _t11, _t12 = tl.split(_t6)
+        _t13, _t14 = tl.split(_t7)
+        _t15, _t16 = tl.split(_t8)
+        forces_E_0 = _t9
+        forces_E_1 = _t13
+        forces_E_2 = _t11
+        forces_E_3 = _t15
+        forces_E_4 = _t10
+        forces_E_5 = _t14
+        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x17
+        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x18
+        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
+        _t21, _t22 = tl.split(_t20)
+        _t23, _t24 = tl.split(_t21)
+        _t25, _t26 = tl.split(_t22)
+        _t27, _t28 = tl.split(_t23)
+        _t29, _t30 = tl.split(_t24)
+        _t31, _t32 = tl.split(_t25)
+        _t33, _t34 = tl.split(_t26)
+        old_state_internal_Ep_0 = _t27
+        old_state_internal_Ep_1 = _t31
+        old_state_internal_Ep_2 = _t29
+        old_state_internal_Ep_3 = _t33
+        old_state_internal_Ep_4 = _t28
+        old_state_internal_Ep_5 = _t32
+        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x35
+        _x36 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x36
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0 + _x41 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + _x36 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile43 = tl.zeros([4], dtype=DTYPE)
-            _p44 = P + tl.arange(0, 4)
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile43 = tl.load(_p44, mask=tl.arange(0, 4) < 4, other=0.0)
-                _p44 += zero
-            _t45 = tl.reshape(_tile43, [2, 2])
-            _t46, _t47 = tl.split(_t45)
-            _t48, _t49 = tl.split(_t46)
-            _t50, _t51 = tl.split(_t47)
-            p_E = _t48
-            p_nu = _t50
-            p_K = _t49
-            p_sigma_y = _t51
+            _tile37 = _mc_load(P + tl.arange(0, 4), tl.arange(0, 4) < 4, zero)  # one trip: see _Rows (detach)
+            _t38 = tl.reshape(_tile37, [2, 2])
+            _t39, _t40 = tl.split(_t38)
+            _t41, _t42 = tl.split(_t39)
+            _t43, _t44 = tl.split(_t40)
+            p_E = _t41
+            p_nu = _t43
+            p_K = _t42
+            p_sigma_y = _t44
         else:
-            _tile52 = tl.zeros([BLOCK, 4], dtype=DTYPE)
-            _p53 = P + row[:, None] * p_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile52 = tl.load(_p53, mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
-                _p53 += zero
-            _t54 = tl.reshape(_tile52, [BLOCK, 2, 2])
-            _t55, _t56 = tl.split(_t54)
-            _t57, _t58 = tl.split(_t55)
-            _t59, _t60 = tl.split(_t56)
-            p_E = _t57
-            p_nu = _t59
-            p_K = _t58
-            p_sigma_y = _t60
+            _tile45 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            _t46 = tl.reshape(_tile45, [BLOCK, 2, 2])
+            _t47, _t48 = tl.split(_t46)
+            _t49, _t50 = tl.split(_t47)
+            _t51, _t52 = tl.split(_t48)
+            p_E = _t49
+            p_nu = _t51
+            p_K = _t50
+            p_sigma_y = _t52
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -1733,15 +1717,9 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
             o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _p61 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p61, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p61 += zero
+        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _p62 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p62, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p62 += zero
+        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_10 = (K1 + p_nu)
         cse_11 = (K1 / cse_10)
         cse_12 = (p_E * cse_11)
@@ -1763,19 +1741,13 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _p63 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p63, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p63 += zero
+        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), state_S_0, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_1, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_2, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_17 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_17)
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _p64 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p64, _mc_row2(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p64 += zero
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_linear_iso_return_map_converged & fin), state_S_4, K0), tl.where((j2_linear_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 2), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -1930,40 +1902,28 @@ if triton is not None:
             d51 = (-(cse_21 * (d18 + d19)) + (p_E * cse_11 * (cse_7 + (cse_23 * d17))))
             d52 = (-(cse_21 * (d26 + d27)) + (p_E * cse_11 * cse_23 * d25))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _p65 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p65, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p65 += zero
+            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d53 = (-(cse_21 * (d34 + d35)) + (p_E * cse_11 * cse_23 * d33))
             d54 = (-(cse_21 * (d42 + d43)) + (p_E * cse_11 * cse_23 * d41))
             d55 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
             d56 = (-(cse_21 * (d9 + d11)) + (p_E * cse_11 * (cse_22 + (cse_23 * d10))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _p66 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p66, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p66 += zero
+            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d57 = (-(cse_21 * (d17 + d19)) + (p_E * cse_11 * (cse_7 + (cse_23 * d18))))
             d58 = (-(cse_21 * (d25 + d27)) + (p_E * cse_11 * cse_23 * d26))
             d59 = (-(cse_21 * (d33 + d35)) + (p_E * cse_11 * cse_23 * d34))
             d60 = (-(cse_21 * (d41 + d43)) + (p_E * cse_11 * cse_23 * d42))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _p67 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p67, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p67 += zero
+            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0), tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d61 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d62 = (-(cse_21 * (d9 + d10)) + (p_E * cse_11 * (cse_7 + (cse_23 * d11))))
             d63 = (-(cse_21 * (d17 + d18)) + (p_E * cse_11 * (cse_22 + (cse_23 * d19))))
             d64 = (-(cse_21 * (d25 + d26)) + (p_E * cse_11 * cse_23 * d27))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _p68 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p68, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p68 += zero
+            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d65 = (-(cse_21 * (d33 + d34)) + (p_E * cse_11 * cse_23 * d35))
             d66 = (-(cse_21 * (d41 + d42)) + (p_E * cse_11 * cse_23 * d43))
@@ -1971,50 +1931,35 @@ if triton is not None:
             d67 = (cse_24 * d4)
             d68 = (cse_24 * d12)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _p69 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p69, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p69 += zero
+            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_24 * d20)
             d70 = (cse_12 + (cse_24 * d28))
             d71 = (cse_24 * d36)
             d72 = (cse_24 * d44)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _p70 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p70, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p70 += zero
+            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0), tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_24 * d5)
             d74 = (cse_24 * d13)
             d75 = (cse_24 * d21)
             d76 = (cse_24 * d29)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _p71 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p71, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p71 += zero
+            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_12 + (cse_24 * d37))
             d78 = (cse_24 * d45)
             d79 = (cse_24 * d6)
             d80 = (cse_24 * d14)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _p72 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p72, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p72 += zero
+            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_24 * d22)
             d82 = (cse_24 * d30)
             d83 = (cse_24 * d38)
             d84 = (cse_12 + (cse_24 * d46))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _p73 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p73, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p73 += zero
+            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0), tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
             cse_118 = (cse_49 * state_internal_gamma_rate)
             cse_119 = (cse_118 * cse_12)
@@ -2198,7 +2143,7 @@ if triton is not None:
             d266 = (cse_24 * d240)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row74 = _mc_row32(
+            _row53 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0), tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d25, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d33, K0), tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d93, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d101, K0), tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0), tl.where((j2_linear_iso_return_map_converged & fin), d125, K0),
@@ -2207,12 +2152,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d34, K0), tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d102, K0), tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0), tl.where((j2_linear_iso_return_map_converged & fin), d126, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k75 = tl.arange(0, 32)[None, :]
-            _p76 = J + row[:, None] * j_stride + _k75 + (_k75 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p76, _row74, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p76 += zero
-            _row77 = _mc_row32(
+            _k54 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k54 + (_k54 // 16) * (4 * (V // 8)), _row53, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row55 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0), tl.where((j2_linear_iso_return_map_converged & fin), d27, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d35, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0), tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0), tl.where((j2_linear_iso_return_map_converged & fin), d127, K0),
@@ -2221,12 +2163,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d36, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0), tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0), tl.where((j2_linear_iso_return_map_converged & fin), d128, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k78 = tl.arange(0, 32)[None, :] + 32
-            _p79 = J + row[:, None] * j_stride + _k78 + (_k78 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p79, _row77, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p79 += zero
-            _row80 = _mc_row32(
+            _k56 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k56 + (_k56 // 16) * (4 * (V // 8)), _row55, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row57 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0), tl.where((j2_linear_iso_return_map_converged & fin), d29, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0), tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0), tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d129, K0),
@@ -2235,12 +2174,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0), tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0), tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k81 = tl.arange(0, 32)[None, :] + 64
-            _p82 = J + row[:, None] * j_stride + _k81 + (_k81 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p82, _row80, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p82 += zero
-            _row83 = _mc_row32(
+            _k58 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k58 + (_k58 // 16) * (4 * (V // 8)), _row57, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row59 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d7, K0), tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0), tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0), tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0),
@@ -2249,12 +2185,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0), tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0), tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k84 = tl.arange(0, 32)[None, :] + 96
-            _p85 = J + row[:, None] * j_stride + _k84 + (_k84 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p85, _row83, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p85 += zero
-            _row86 = _mc_row32(
+            _k60 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k60 + (_k60 // 16) * (4 * (V // 8)), _row59, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row61 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d163, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d172, K0),
@@ -2263,12 +2196,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d175, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k87 = tl.arange(0, 32)[None, :] + 128
-            _p88 = J + row[:, None] * j_stride + _k87 + (_k87 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p88, _row86, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p88 += zero
-            _row89 = _mc_row32(
+            _k62 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k62 + (_k62 // 16) * (4 * (V // 8)), _row61, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row63 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d165, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d184, K0),
@@ -2277,12 +2207,9 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d187, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k90 = tl.arange(0, 32)[None, :] + 160
-            _p91 = J + row[:, None] * j_stride + _k90 + (_k90 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p91, _row89, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p91 += zero
-            _row92 = _mc_row32(
+            _k64 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k64 + (_k64 // 16) * (4 * (V // 8)), _row63, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row65 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d167, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d196, K0),
@@ -2291,95 +2218,41 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d199, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k93 = tl.arange(0, 32)[None, :] + 192
-            _p94 = J + row[:, None] * j_stride + _k93 + (_k93 // 16) * (4 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p94, _row92, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p94 += zero
+            _k66 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k66 + (_k66 // 16) * (4 * (V // 8)), _row65, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _k95 = tl.arange(0, 4)[None, :]
-                _p96 = J + row[:, None] * j_stride + (_k95 // 4) * 20 + 16 + _k95 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p96, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p96 += zero
-                _k97 = tl.arange(0, 4)[None, :] + 4
-                _p98 = J + row[:, None] * j_stride + (_k97 // 4) * 20 + 16 + _k97 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p98, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p98 += zero
-                _k99 = tl.arange(0, 4)[None, :] + 8
-                _p100 = J + row[:, None] * j_stride + (_k99 // 4) * 20 + 16 + _k99 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p100, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d213, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p100 += zero
-                _k101 = tl.arange(0, 4)[None, :] + 12
-                _p102 = J + row[:, None] * j_stride + (_k101 // 4) * 20 + 16 + _k101 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p102, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d214, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p102 += zero
-                _k103 = tl.arange(0, 4)[None, :] + 16
-                _p104 = J + row[:, None] * j_stride + (_k103 // 4) * 20 + 16 + _k103 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p104, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p104 += zero
-                _k105 = tl.arange(0, 4)[None, :] + 20
-                _p106 = J + row[:, None] * j_stride + (_k105 // 4) * 20 + 16 + _k105 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p106, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p106 += zero
-                _k107 = tl.arange(0, 4)[None, :] + 24
-                _p108 = J + row[:, None] * j_stride + (_k107 // 4) * 20 + 16 + _k107 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p108, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d217, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p108 += zero
-                _k109 = tl.arange(0, 4)[None, :] + 28
-                _p110 = J + row[:, None] * j_stride + (_k109 // 4) * 20 + 16 + _k109 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p110, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d218, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p110 += zero
-                _k111 = tl.arange(0, 4)[None, :] + 32
-                _p112 = J + row[:, None] * j_stride + (_k111 // 4) * 20 + 16 + _k111 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p112, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p112 += zero
-                _k113 = tl.arange(0, 4)[None, :] + 36
-                _p114 = J + row[:, None] * j_stride + (_k113 // 4) * 20 + 16 + _k113 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p114, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p114 += zero
-                _k115 = tl.arange(0, 4)[None, :] + 40
-                _p116 = J + row[:, None] * j_stride + (_k115 // 4) * 20 + 16 + _k115 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p116, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p116 += zero
-                _k117 = tl.arange(0, 4)[None, :] + 44
-                _p118 = J + row[:, None] * j_stride + (_k117 // 4) * 20 + 16 + _k117 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p118, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p118 += zero
-                _k119 = tl.arange(0, 4)[None, :] + 48
-                _p120 = J + row[:, None] * j_stride + (_k119 // 4) * 20 + 16 + _k119 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p120, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p120 += zero
-                _k121 = tl.arange(0, 4)[None, :] + 52
-                _p122 = J + row[:, None] * j_stride + (_k121 // 4) * 20 + 16 + _k121 % 4
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p122, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p122 += zero
+                _k67 = tl.arange(0, 4)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k67 // 4) * 20 + 16 + _k67 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d211, K0), tl.where((j2_linear_iso_return_map_converged & fin), d219, K0), tl.where((j2_linear_iso_return_map_converged & fin), d227, K0), tl.where((j2_linear_iso_return_map_converged & fin), d235, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k68 = tl.arange(0, 4)[None, :] + 4
+                _mc_store(J + row[:, None] * j_stride + (_k68 // 4) * 20 + 16 + _k68 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d212, K0), tl.where((j2_linear_iso_return_map_converged & fin), d220, K0), tl.where((j2_linear_iso_return_map_converged & fin), d228, K0), tl.where((j2_linear_iso_return_map_converged & fin), d236, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k69 = tl.arange(0, 4)[None, :] + 8
+                _mc_store(J + row[:, None] * j_stride + (_k69 // 4) * 20 + 16 + _k69 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d213, K0), tl.where((j2_linear_iso_return_map_converged & fin), d221, K0), tl.where((j2_linear_iso_return_map_converged & fin), d229, K0), tl.where((j2_linear_iso_return_map_converged & fin), d237, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k70 = tl.arange(0, 4)[None, :] + 12
+                _mc_store(J + row[:, None] * j_stride + (_k70 // 4) * 20 + 16 + _k70 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d214, K0), tl.where((j2_linear_iso_return_map_converged & fin), d222, K0), tl.where((j2_linear_iso_return_map_converged & fin), d230, K0), tl.where((j2_linear_iso_return_map_converged & fin), d238, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k71 = tl.arange(0, 4)[None, :] + 16
+                _mc_store(J + row[:, None] * j_stride + (_k71 // 4) * 20 + 16 + _k71 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d215, K0), tl.where((j2_linear_iso_return_map_converged & fin), d223, K0), tl.where((j2_linear_iso_return_map_converged & fin), d231, K0), tl.where((j2_linear_iso_return_map_converged & fin), d239, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k72 = tl.arange(0, 4)[None, :] + 20
+                _mc_store(J + row[:, None] * j_stride + (_k72 // 4) * 20 + 16 + _k72 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d216, K0), tl.where((j2_linear_iso_return_map_converged & fin), d224, K0), tl.where((j2_linear_iso_return_map_converged & fin), d232, K0), tl.where((j2_linear_iso_return_map_converged & fin), d240, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k73 = tl.arange(0, 4)[None, :] + 24
+                _mc_store(J + row[:, None] * j_stride + (_k73 // 4) * 20 + 16 + _k73 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d217, K0), tl.where((j2_linear_iso_return_map_converged & fin), d225, K0), tl.where((j2_linear_iso_return_map_converged & fin), d233, K0), tl.where((j2_linear_iso_return_map_converged & fin), d241, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k74 = tl.arange(0, 4)[None, :] + 28
+                _mc_store(J + row[:, None] * j_stride + (_k74 // 4) * 20 + 16 + _k74 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d218, K0), tl.where((j2_linear_iso_return_map_converged & fin), d226, K0), tl.where((j2_linear_iso_return_map_converged & fin), d234, K0), tl.where((j2_linear_iso_return_map_converged & fin), d242, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k75 = tl.arange(0, 4)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k75 // 4) * 20 + 16 + _k75 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d243, K0), tl.where((j2_linear_iso_return_map_converged & fin), d249, K0), tl.where((j2_linear_iso_return_map_converged & fin), d255, K0), tl.where((j2_linear_iso_return_map_converged & fin), d261, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k76 = tl.arange(0, 4)[None, :] + 36
+                _mc_store(J + row[:, None] * j_stride + (_k76 // 4) * 20 + 16 + _k76 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d244, K0), tl.where((j2_linear_iso_return_map_converged & fin), d250, K0), tl.where((j2_linear_iso_return_map_converged & fin), d256, K0), tl.where((j2_linear_iso_return_map_converged & fin), d262, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k77 = tl.arange(0, 4)[None, :] + 40
+                _mc_store(J + row[:, None] * j_stride + (_k77 // 4) * 20 + 16 + _k77 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d245, K0), tl.where((j2_linear_iso_return_map_converged & fin), d251, K0), tl.where((j2_linear_iso_return_map_converged & fin), d257, K0), tl.where((j2_linear_iso_return_map_converged & fin), d263, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k78 = tl.arange(0, 4)[None, :] + 44
+                _mc_store(J + row[:, None] * j_stride + (_k78 // 4) * 20 + 16 + _k78 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d246, K0), tl.where((j2_linear_iso_return_map_converged & fin), d252, K0), tl.where((j2_linear_iso_return_map_converged & fin), d258, K0), tl.where((j2_linear_iso_return_map_converged & fin), d264, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k79 = tl.arange(0, 4)[None, :] + 48
+                _mc_store(J + row[:, None] * j_stride + (_k79 // 4) * 20 + 16 + _k79 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d247, K0), tl.where((j2_linear_iso_return_map_converged & fin), d253, K0), tl.where((j2_linear_iso_return_map_converged & fin), d259, K0), tl.where((j2_linear_iso_return_map_converged & fin), d265, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k80 = tl.arange(0, 4)[None, :] + 52
+                _mc_store(J + row[:, None] * j_stride + (_k80 // 4) * 20 + 16 + _k80 % 4, _mc_row4(tl.where((j2_linear_iso_return_map_converged & fin), d248, K0), tl.where((j2_linear_iso_return_map_converged & fin), d254, K0), tl.where((j2_linear_iso_return_map_converged & fin), d260, K0), tl.where((j2_linear_iso_return_map_converged & fin), d266, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
-        _p123 = CV + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p123, (j2_linear_iso_return_map_converged & fin), mask=mask)
-            _p123 += zero
-        _p124 = IT + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p124, (j2_linear_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p124 += zero
-        _p125 = RN + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p125, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p125 += zero
+        _mc_store(CV + row, (j2_linear_iso_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(IT + row, (j2_linear_iso_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(RN + row, j2_linear_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
 else:
     _kernel = None
 

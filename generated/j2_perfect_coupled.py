@@ -816,6 +816,22 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
+    def _mc_store(ptr, value, mask, zero):
+        p = ptr
+        for _ in range(0, zero + 1):
+            tl.store(p, value, mask=mask)
+            p += zero
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -1477,91 +1493,63 @@ if triton is not None:
         K9 = tl.full([], 0.5, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile1 = tl.load(_p2, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p2 += zero
-        _t3 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        forces_E_0 = _t10
-        forces_E_1 = _t14
-        forces_E_2 = _t12
-        forces_E_3 = _t16
-        forces_E_4 = _t11
-        forces_E_5 = _t15
-        _x18 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p19 = IN1 + row * in1_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x18 = tl.load(_p19, mask=mask, other=0.0)
-            _p19 += zero
-        forces_t = _x18
-        _x20 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p21 = IN2 + row * in2_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x20 = tl.load(_p21, mask=mask, other=0.0)
-            _p21 += zero
-        old_forces_t = _x20
-        _tile22 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p23 = IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile22 = tl.load(_p23, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p23 += zero
-        _t24 = tl.reshape(_tile22, [BLOCK, 2, 2, 2])
-        _t25, _t26 = tl.split(_t24)
-        _t27, _t28 = tl.split(_t25)
-        _t29, _t30 = tl.split(_t26)
-        _t31, _t32 = tl.split(_t27)
-        _t33, _t34 = tl.split(_t28)
-        _t35, _t36 = tl.split(_t29)
-        _t37, _t38 = tl.split(_t30)
-        old_state_internal_Ep_0 = _t31
-        old_state_internal_Ep_1 = _t35
-        old_state_internal_Ep_2 = _t33
-        old_state_internal_Ep_3 = _t37
-        old_state_internal_Ep_4 = _t32
-        old_state_internal_Ep_5 = _t36
-        _x39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p40 = IN4 + row * in4_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x39 = tl.load(_p40, mask=mask, other=0.0)
-            _p40 += zero
-        old_state_internal_gamma_rate = _x39
+        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
+        _t3, _t4 = tl.split(_t2)
+        _t5, _t6 = tl.split(_t3)
+        _t7, _t8 = tl.split(_t4)
+        _t9, _t10 = tl.split(_t5)
+        _t11, _t12 = tl.split(_t6)
+        _t13, _t14 = tl.split(_t7)
+        _t15, _t16 = tl.split(_t8)
+        forces_E_0 = _t9
+        forces_E_1 = _t13
+        forces_E_2 = _t11
+        forces_E_3 = _t15
+        forces_E_4 = _t10
+        forces_E_5 = _t14
+        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x17
+        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x18
+        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
+        _t21, _t22 = tl.split(_t20)
+        _t23, _t24 = tl.split(_t21)
+        _t25, _t26 = tl.split(_t22)
+        _t27, _t28 = tl.split(_t23)
+        _t29, _t30 = tl.split(_t24)
+        _t31, _t32 = tl.split(_t25)
+        _t33, _t34 = tl.split(_t26)
+        old_state_internal_Ep_0 = _t27
+        old_state_internal_Ep_1 = _t31
+        old_state_internal_Ep_2 = _t29
+        old_state_internal_Ep_3 = _t33
+        old_state_internal_Ep_4 = _t28
+        old_state_internal_Ep_5 = _t32
+        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x35
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile41 = tl.zeros([4], dtype=DTYPE)
-            _p42 = P + tl.arange(0, 4)
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile41 = tl.load(_p42, mask=tl.arange(0, 4) < 3, other=0.0)
-                _p42 += zero
-            _t43 = tl.reshape(_tile41, [2, 2])
-            _t44, _t45 = tl.split(_t43)
-            _t46, _t47 = tl.split(_t44)
-            _t48, _t49 = tl.split(_t45)
-            p_E = _t46
-            p_nu = _t48
-            p_sigma_y = _t47
+            _tile36 = _mc_load(P + tl.arange(0, 4), tl.arange(0, 4) < 3, zero)  # one trip: see _Rows (detach)
+            _t37 = tl.reshape(_tile36, [2, 2])
+            _t38, _t39 = tl.split(_t37)
+            _t40, _t41 = tl.split(_t38)
+            _t42, _t43 = tl.split(_t39)
+            p_E = _t40
+            p_nu = _t42
+            p_sigma_y = _t41
         else:
-            _tile50 = tl.zeros([BLOCK, 4], dtype=DTYPE)
-            _p51 = P + row[:, None] * p_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile50 = tl.load(_p51, mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3), other=0.0)
-                _p51 += zero
-            _t52 = tl.reshape(_tile50, [BLOCK, 2, 2])
-            _t53, _t54 = tl.split(_t52)
-            _t55, _t56 = tl.split(_t53)
-            _t57, _t58 = tl.split(_t54)
-            p_E = _t55
-            p_nu = _t57
-            p_sigma_y = _t56
+            _tile44 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _t45 = tl.reshape(_tile44, [BLOCK, 2, 2])
+            _t46, _t47 = tl.split(_t45)
+            _t48, _t49 = tl.split(_t46)
+            _t50, _t51 = tl.split(_t47)
+            p_E = _t48
+            p_nu = _t50
+            p_sigma_y = _t49
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -1575,10 +1563,7 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE,
             EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _p59 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p59, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p59 += zero
+        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1594,10 +1579,7 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _p60 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p60, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p60 += zero
+        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_15 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_12 * cse_15)
         cse_17 = (forces_E_4 - state_internal_Ep_4)
@@ -1607,18 +1589,12 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _p61 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p61, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p61 += zero
+        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero62 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p63 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p63, _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero62, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
-            _p63 += zero
+        _zero52 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero52, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -1769,40 +1745,28 @@ if triton is not None:
             d45 = (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d15))))
             d46 = (-(cse_21 * (d23 + d24)) + (p_E * cse_11 * cse_23 * d22))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _p64 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p64, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p64 += zero
+            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d47 = (-(cse_21 * (d30 + d31)) + (p_E * cse_11 * cse_23 * d29))
             d48 = (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d36))
             d49 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
             d50 = (-(cse_21 * (d8 + d10)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _p65 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p65, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p65 += zero
+            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d51 = (-(cse_21 * (d15 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d16))))
             d52 = (-(cse_21 * (d22 + d24)) + (p_E * cse_11 * cse_23 * d23))
             d53 = (-(cse_21 * (d29 + d31)) + (p_E * cse_11 * cse_23 * d30))
             d54 = (-(cse_21 * (d36 + d38)) + (p_E * cse_11 * cse_23 * d37))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _p66 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p66, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p66 += zero
+            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d55 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d56 = (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d10))))
             d57 = (-(cse_21 * (d15 + d16)) + (p_E * cse_11 * (cse_22 + (cse_23 * d17))))
             d58 = (-(cse_21 * (d22 + d23)) + (p_E * cse_11 * cse_23 * d24))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _p67 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p67, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p67 += zero
+            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d59 = (-(cse_21 * (d29 + d30)) + (p_E * cse_11 * cse_23 * d31))
             d60 = (-(cse_21 * (d36 + d37)) + (p_E * cse_11 * cse_23 * d38))
@@ -1810,50 +1774,35 @@ if triton is not None:
             d61 = (cse_24 * d4)
             d62 = (cse_24 * d11)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _p68 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p68, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p68 += zero
+            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d63 = (cse_24 * d18)
             d64 = (cse_12 + (cse_24 * d25))
             d65 = (cse_24 * d32)
             d66 = (cse_24 * d39)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _p69 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p69, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p69 += zero
+            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d67 = (cse_24 * d5)
             d68 = (cse_24 * d12)
             d69 = (cse_24 * d19)
             d70 = (cse_24 * d26)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _p70 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p70, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p70 += zero
+            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d71 = (cse_12 + (cse_24 * d33))
             d72 = (cse_24 * d40)
             d73 = (cse_24 * d6)
             d74 = (cse_24 * d13)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _p71 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p71, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p71 += zero
+            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d75 = (cse_24 * d20)
             d76 = (cse_24 * d27)
             d77 = (cse_24 * d34)
             d78 = (cse_12 + (cse_24 * d41))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _p72 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p72, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p72 += zero
+            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
             cse_116 = (cse_48 * state_internal_gamma_rate)
             cse_117 = (cse_116 * cse_12)
@@ -2019,7 +1968,7 @@ if triton is not None:
             d221 = (cse_24 * d202)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row73 = _mc_row32(
+            _row53 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
@@ -2028,12 +1977,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
-            _k74 = tl.arange(0, 32)[None, :]
-            _p75 = J + row[:, None] * j_stride + _k74 + (_k74 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p75, _row73, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p75 += zero
-            _row76 = _mc_row32(
+            _k54 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k54 + (_k54 // 15) * (3 * (V // 8)), _row53, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row55 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
@@ -2042,12 +1988,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
-            _k77 = tl.arange(0, 32)[None, :] + 32
-            _p78 = J + row[:, None] * j_stride + _k77 + (_k77 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p78, _row76, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p78 += zero
-            _row79 = _mc_row32(
+            _k56 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k56 + (_k56 // 15) * (3 * (V // 8)), _row55, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row57 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
@@ -2056,12 +1999,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
-            _k80 = tl.arange(0, 32)[None, :] + 64
-            _p81 = J + row[:, None] * j_stride + _k80 + (_k80 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p81, _row79, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p81 += zero
-            _row82 = _mc_row32(
+            _k58 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k58 + (_k58 // 15) * (3 * (V // 8)), _row57, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row59 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
@@ -2070,12 +2010,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
-            _k83 = tl.arange(0, 32)[None, :] + 96
-            _p84 = J + row[:, None] * j_stride + _k83 + (_k83 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p84, _row82, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p84 += zero
-            _row85 = _mc_row32(
+            _k60 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k60 + (_k60 // 15) * (3 * (V // 8)), _row59, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row61 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
@@ -2084,12 +2021,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
-            _k86 = tl.arange(0, 32)[None, :] + 128
-            _p87 = J + row[:, None] * j_stride + _k86 + (_k86 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p87, _row85, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p87 += zero
-            _row88 = _mc_row32(
+            _k62 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k62 + (_k62 // 15) * (3 * (V // 8)), _row61, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row63 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
@@ -2098,82 +2032,37 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
-            _k89 = tl.arange(0, 32)[None, :] + 160
-            _p90 = J + row[:, None] * j_stride + _k89 + (_k89 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p90, _row88, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p90 += zero
-            _zero91 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k92 = tl.arange(0, 4)[None, :] + 192
-            _p93 = J + row[:, None] * j_stride + _k92 + (_k92 // 15) * (3 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p93, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero91, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                _p93 += zero
+            _k64 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k64 + (_k64 // 15) * (3 * (V // 8)), _row63, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero65 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k66 = tl.arange(0, 4)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k66 + (_k66 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero65, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _k94 = tl.arange(0, 4)[None, :]
-                _p95 = J + row[:, None] * j_stride + (_k94 // 3) * 18 + 15 + _k94 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p95, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p95 += zero
-                _k96 = tl.arange(0, 4)[None, :] + 4
-                _p97 = J + row[:, None] * j_stride + (_k96 // 3) * 18 + 15 + _k96 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p97, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p97 += zero
-                _k98 = tl.arange(0, 4)[None, :] + 8
-                _p99 = J + row[:, None] * j_stride + (_k98 // 3) * 18 + 15 + _k98 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p99, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p99 += zero
-                _k100 = tl.arange(0, 4)[None, :] + 12
-                _p101 = J + row[:, None] * j_stride + (_k100 // 3) * 18 + 15 + _k100 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p101, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p101 += zero
-                _k102 = tl.arange(0, 4)[None, :] + 16
-                _p103 = J + row[:, None] * j_stride + (_k102 // 3) * 18 + 15 + _k102 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p103, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p103 += zero
-                _k104 = tl.arange(0, 4)[None, :] + 20
-                _p105 = J + row[:, None] * j_stride + (_k104 // 3) * 18 + 15 + _k104 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p105, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p105 += zero
-                _k106 = tl.arange(0, 4)[None, :] + 24
-                _p107 = J + row[:, None] * j_stride + (_k106 // 3) * 18 + 15 + _k106 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p107, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p107 += zero
-                _k108 = tl.arange(0, 4)[None, :] + 28
-                _p109 = J + row[:, None] * j_stride + (_k108 // 3) * 18 + 15 + _k108 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p109, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p109 += zero
-                _k110 = tl.arange(0, 4)[None, :] + 32
-                _p111 = J + row[:, None] * j_stride + (_k110 // 3) * 18 + 15 + _k110 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p111, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                    _p111 += zero
-                _zero112 = tl.zeros([BLOCK], dtype=DTYPE)
-                _k113 = tl.arange(0, 4)[None, :] + 36
-                _p114 = J + row[:, None] * j_stride + (_k113 // 3) * 18 + 15 + _k113 % 3
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p114, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero112, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
-                    _p114 += zero
+                _k67 = tl.arange(0, 4)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k67 // 3) * 18 + 15 + _k67 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k68 = tl.arange(0, 4)[None, :] + 4
+                _mc_store(J + row[:, None] * j_stride + (_k68 // 3) * 18 + 15 + _k68 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k69 = tl.arange(0, 4)[None, :] + 8
+                _mc_store(J + row[:, None] * j_stride + (_k69 // 3) * 18 + 15 + _k69 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k70 = tl.arange(0, 4)[None, :] + 12
+                _mc_store(J + row[:, None] * j_stride + (_k70 // 3) * 18 + 15 + _k70 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k71 = tl.arange(0, 4)[None, :] + 16
+                _mc_store(J + row[:, None] * j_stride + (_k71 // 3) * 18 + 15 + _k71 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k72 = tl.arange(0, 4)[None, :] + 20
+                _mc_store(J + row[:, None] * j_stride + (_k72 // 3) * 18 + 15 + _k72 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k73 = tl.arange(0, 4)[None, :] + 24
+                _mc_store(J + row[:, None] * j_stride + (_k73 // 3) * 18 + 15 + _k73 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k74 = tl.arange(0, 4)[None, :] + 28
+                _mc_store(J + row[:, None] * j_stride + (_k74 // 3) * 18 + 15 + _k74 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k75 = tl.arange(0, 4)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k75 // 3) * 18 + 15 + _k75 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _zero76 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k77 = tl.arange(0, 4)[None, :] + 36
+                _mc_store(J + row[:, None] * j_stride + (_k77 // 3) * 18 + 15 + _k77 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero76, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
-        _p115 = CV + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p115, (j2_perfect_return_map_converged & fin), mask=mask)
-            _p115 += zero
-        _p116 = IT + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p116, (j2_perfect_return_map_iterations).to(tl.int32), mask=mask)
-            _p116 += zero
-        _p117 = RN + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p117, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p117 += zero
+        _mc_store(CV + row, (j2_perfect_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(IT + row, (j2_perfect_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(RN + row, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
 else:
     _kernel = None
 

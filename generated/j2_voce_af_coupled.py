@@ -1666,6 +1666,22 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
+    def _mc_store(ptr, value, mask, zero):
+        p = ptr
+        for _ in range(0, zero + 1):
+            tl.store(p, value, mask=mask)
+            p += zero
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -3944,132 +3960,96 @@ if triton is not None:
         K11 = tl.full([], 5.333333333333333, DTYPE)
         K12 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile1 = tl.load(_p2, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p2 += zero
-        _t3 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        forces_E_0 = _t10
-        forces_E_1 = _t14
-        forces_E_2 = _t12
-        forces_E_3 = _t16
-        forces_E_4 = _t11
-        forces_E_5 = _t15
-        _x18 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p19 = IN1 + row * in1_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x18 = tl.load(_p19, mask=mask, other=0.0)
-            _p19 += zero
-        forces_t = _x18
-        _x20 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p21 = IN2 + row * in2_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x20 = tl.load(_p21, mask=mask, other=0.0)
-            _p21 += zero
-        old_forces_t = _x20
-        _tile22 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p23 = IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile22 = tl.load(_p23, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p23 += zero
-        _t24 = tl.reshape(_tile22, [BLOCK, 2, 2, 2])
-        _t25, _t26 = tl.split(_t24)
-        _t27, _t28 = tl.split(_t25)
-        _t29, _t30 = tl.split(_t26)
-        _t31, _t32 = tl.split(_t27)
-        _t33, _t34 = tl.split(_t28)
-        _t35, _t36 = tl.split(_t29)
-        _t37, _t38 = tl.split(_t30)
-        old_state_internal_Ep_0 = _t31
-        old_state_internal_Ep_1 = _t35
-        old_state_internal_Ep_2 = _t33
-        old_state_internal_Ep_3 = _t37
-        old_state_internal_Ep_4 = _t32
-        old_state_internal_Ep_5 = _t36
-        _x39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p40 = IN4 + row * in4_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x39 = tl.load(_p40, mask=mask, other=0.0)
-            _p40 += zero
-        old_state_internal_ep = _x39
-        _tile41 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p42 = IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile41 = tl.load(_p42, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p42 += zero
-        _t43 = tl.reshape(_tile41, [BLOCK, 2, 2, 2])
-        _t44, _t45 = tl.split(_t43)
-        _t46, _t47 = tl.split(_t44)
-        _t48, _t49 = tl.split(_t45)
-        _t50, _t51 = tl.split(_t46)
-        _t52, _t53 = tl.split(_t47)
-        _t54, _t55 = tl.split(_t48)
-        _t56, _t57 = tl.split(_t49)
-        old_state_internal_X_0 = _t50
-        old_state_internal_X_1 = _t54
-        old_state_internal_X_2 = _t52
-        old_state_internal_X_3 = _t56
-        old_state_internal_X_4 = _t51
-        old_state_internal_X_5 = _t55
-        _x58 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p59 = IN6 + row * in6_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x58 = tl.load(_p59, mask=mask, other=0.0)
-            _p59 += zero
-        old_state_internal_gamma_rate = _x58
+        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
+        _t3, _t4 = tl.split(_t2)
+        _t5, _t6 = tl.split(_t3)
+        _t7, _t8 = tl.split(_t4)
+        _t9, _t10 = tl.split(_t5)
+        _t11, _t12 = tl.split(_t6)
+        _t13, _t14 = tl.split(_t7)
+        _t15, _t16 = tl.split(_t8)
+        forces_E_0 = _t9
+        forces_E_1 = _t13
+        forces_E_2 = _t11
+        forces_E_3 = _t15
+        forces_E_4 = _t10
+        forces_E_5 = _t14
+        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x17
+        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x18
+        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
+        _t21, _t22 = tl.split(_t20)
+        _t23, _t24 = tl.split(_t21)
+        _t25, _t26 = tl.split(_t22)
+        _t27, _t28 = tl.split(_t23)
+        _t29, _t30 = tl.split(_t24)
+        _t31, _t32 = tl.split(_t25)
+        _t33, _t34 = tl.split(_t26)
+        old_state_internal_Ep_0 = _t27
+        old_state_internal_Ep_1 = _t31
+        old_state_internal_Ep_2 = _t29
+        old_state_internal_Ep_3 = _t33
+        old_state_internal_Ep_4 = _t28
+        old_state_internal_Ep_5 = _t32
+        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x35
+        _tile36 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t37 = tl.reshape(_tile36, [BLOCK, 2, 2, 2])
+        _t38, _t39 = tl.split(_t37)
+        _t40, _t41 = tl.split(_t38)
+        _t42, _t43 = tl.split(_t39)
+        _t44, _t45 = tl.split(_t40)
+        _t46, _t47 = tl.split(_t41)
+        _t48, _t49 = tl.split(_t42)
+        _t50, _t51 = tl.split(_t43)
+        old_state_internal_X_0 = _t44
+        old_state_internal_X_1 = _t48
+        old_state_internal_X_2 = _t46
+        old_state_internal_X_3 = _t50
+        old_state_internal_X_4 = _t45
+        old_state_internal_X_5 = _t49
+        _x52 = _mc_load(IN6 + row * in6_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x52
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0 + tl.sum(_tile41 * 0.0, axis=1) + _x58 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + tl.sum(_tile36 * 0.0, axis=1) + _x52 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile60 = tl.zeros([8], dtype=DTYPE)
-            _p61 = P + tl.arange(0, 8)
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile60 = tl.load(_p61, mask=tl.arange(0, 8) < 7, other=0.0)
-                _p61 += zero
-            _t62 = tl.reshape(_tile60, [2, 2, 2])
-            _t63, _t64 = tl.split(_t62)
-            _t65, _t66 = tl.split(_t63)
-            _t67, _t68 = tl.split(_t64)
-            _t69, _t70 = tl.split(_t65)
-            _t71, _t72 = tl.split(_t66)
-            _t73, _t74 = tl.split(_t67)
-            _t75, _t76 = tl.split(_t68)
-            p_E = _t69
-            p_nu = _t73
-            p_R = _t71
-            p_d = _t75
-            p_sigma_y = _t70
-            p_C = _t74
-            p_g = _t72
+            _tile53 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 7, zero)  # one trip: see _Rows (detach)
+            _t54 = tl.reshape(_tile53, [2, 2, 2])
+            _t55, _t56 = tl.split(_t54)
+            _t57, _t58 = tl.split(_t55)
+            _t59, _t60 = tl.split(_t56)
+            _t61, _t62 = tl.split(_t57)
+            _t63, _t64 = tl.split(_t58)
+            _t65, _t66 = tl.split(_t59)
+            _t67, _t68 = tl.split(_t60)
+            p_E = _t61
+            p_nu = _t65
+            p_R = _t63
+            p_d = _t67
+            p_sigma_y = _t62
+            p_C = _t66
+            p_g = _t64
         else:
-            _tile77 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-            _p78 = P + row[:, None] * p_stride + tl.arange(0, 8)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile77 = tl.load(_p78, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 7), other=0.0)
-                _p78 += zero
-            _t79 = tl.reshape(_tile77, [BLOCK, 2, 2, 2])
-            _t80, _t81 = tl.split(_t79)
-            _t82, _t83 = tl.split(_t80)
-            _t84, _t85 = tl.split(_t81)
-            _t86, _t87 = tl.split(_t82)
-            _t88, _t89 = tl.split(_t83)
-            _t90, _t91 = tl.split(_t84)
-            _t92, _t93 = tl.split(_t85)
-            p_E = _t86
-            p_nu = _t90
-            p_R = _t88
-            p_d = _t92
-            p_sigma_y = _t87
-            p_C = _t91
-            p_g = _t89
+            _tile69 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 7), zero)  # one trip: see _Rows (detach)
+            _t70 = tl.reshape(_tile69, [BLOCK, 2, 2, 2])
+            _t71, _t72 = tl.split(_t70)
+            _t73, _t74 = tl.split(_t71)
+            _t75, _t76 = tl.split(_t72)
+            _t77, _t78 = tl.split(_t73)
+            _t79, _t80 = tl.split(_t74)
+            _t81, _t82 = tl.split(_t75)
+            _t83, _t84 = tl.split(_t76)
+            p_E = _t77
+            p_nu = _t81
+            p_R = _t79
+            p_d = _t83
+            p_sigma_y = _t78
+            p_C = _t82
+            p_g = _t80
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -4086,20 +4066,11 @@ if triton is not None:
             old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
             o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _p94 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p94, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p94 += zero
+        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _p95 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p95, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p95 += zero
+        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _p96 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p96, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p96 += zero
+        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_9 = (K1 * p_nu)
         cse_10 = (K2 - cse_9)
         cse_11 = (K2 / cse_10)
@@ -4118,10 +4089,7 @@ if triton is not None:
         cse_15 = (cse_1 * cse_6)
         state_S_1 = (cse_14 + cse_15)
         # outputs 12 .. 15; NaN where Newton did not converge
-        _p97 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p97, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p97 += zero
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_17 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_17 * cse_6)
         cse_19 = (forces_E_4 - state_internal_Ep_4)
@@ -4131,10 +4099,7 @@ if triton is not None:
         cse_16 = (cse_2 * cse_6)
         state_S_2 = (cse_14 + cse_16)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _p98 = Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p98, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_S_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p98 += zero
+        _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_S_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_5, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_142 = (K3 * cse_16)
             cse_141 = (K3 * state_internal_X_2)
@@ -4473,10 +4438,7 @@ if triton is not None:
             cse_33 = (cse_23 * d45)
             d88 = (cse_32 + cse_33 + (cse_27 * d43))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _p99 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p99, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p99 += zero
+            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_34 = (cse_23 * d58)
             cse_35 = (cse_23 * d59)
@@ -4489,10 +4451,7 @@ if triton is not None:
             cse_39 = (cse_23 * d15)
             d92 = (cse_26 + cse_28 + cse_39 + (cse_27 * d16))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _p100 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p100, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p100 += zero
+            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_40 = (cse_23 * d29)
             d93 = (cse_31 + cse_40 + (cse_27 * d30))
@@ -4503,20 +4462,14 @@ if triton is not None:
             cse_43 = (cse_23 * d71)
             d96 = (cse_37 + cse_43 + (cse_27 * d72))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _p101 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p101, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p101 += zero
+            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d97 = (cse_25 + cse_38 + (cse_27 * d3))
             d98 = (cse_29 + cse_39 + (cse_27 * d17))
             d99 = (cse_26 + cse_30 + cse_40 + (cse_27 * d31))
             d100 = (cse_32 + cse_41 + (cse_27 * d45))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _p102 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p102, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p102 += zero
+            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d101 = (cse_34 + cse_42 + (cse_27 * d59))
             d102 = (cse_36 + cse_43 + (cse_27 * d73))
@@ -4524,50 +4477,35 @@ if triton is not None:
             d103 = (cse_44 * d4)
             d104 = (cse_44 * d18)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _p103 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p103, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p103 += zero
+            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d105 = (cse_44 * d32)
             d106 = (cse_6 + (cse_44 * d46))
             d107 = (cse_44 * d60)
             d108 = (cse_44 * d74)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _p104 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p104, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p104 += zero
+            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d109 = (cse_44 * d5)
             d110 = (cse_44 * d19)
             d111 = (cse_44 * d33)
             d112 = (cse_44 * d47)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _p105 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p105, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p105 += zero
+            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d113 = (cse_6 + (cse_44 * d61))
             d114 = (cse_44 * d75)
             d115 = (cse_44 * d6)
             d116 = (cse_44 * d20)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _p106 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p106, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p106 += zero
+            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d117 = (cse_44 * d34)
             d118 = (cse_44 * d48)
             d119 = (cse_44 * d62)
             d120 = (cse_6 + (cse_44 * d76))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _p107 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p107, _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p107 += zero
+            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
             cse_337 = (cse_150 * state_internal_gamma_rate)
             cse_338 = (cse_152 * cse_337)
@@ -5039,7 +4977,7 @@ if triton is not None:
             d560 = (cse_44 * d510)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row108 = _mc_row32(
+            _row85 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d1, K0), tl.where((j2_voce_af_return_map_converged & fin), d15, K0), tl.where((j2_voce_af_return_map_converged & fin), d29, K0), tl.where((j2_voce_af_return_map_converged & fin), d43, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d57, K0), tl.where((j2_voce_af_return_map_converged & fin), d71, K0), tl.where((j2_voce_af_return_map_converged & fin), d121, K0), tl.where((j2_voce_af_return_map_converged & fin), d135, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
@@ -5048,12 +4986,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
-            _k109 = tl.arange(0, 32)[None, :]
-            _p110 = J + row[:, None] * j_stride + _k109 + (_k109 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p110, _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p110 += zero
-            _row111 = _mc_row32(
+            _k86 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k86 + (_k86 // 22) * (7 * (V // 8)), _row85, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row87 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -5062,12 +4997,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d207, K0), tl.where((j2_voce_af_return_map_converged & fin), d221, K0), tl.where((j2_voce_af_return_map_converged & fin), d235, K0), tl.where((j2_voce_af_return_map_converged & fin), d249, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d263, K0), tl.where((j2_voce_af_return_map_converged & fin), d277, K0), tl.where((j2_voce_af_return_map_converged & fin), d291, K0), tl.where((j2_voce_af_return_map_converged & fin), d305, K0), BLOCK)
-            _k112 = tl.arange(0, 32)[None, :] + 32
-            _p113 = J + row[:, None] * j_stride + _k112 + (_k112 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p113, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p113 += zero
-            _row114 = _mc_row32(
+            _k88 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k88 + (_k88 // 22) * (7 * (V // 8)), _row87, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row89 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
@@ -5076,12 +5008,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
-            _k115 = tl.arange(0, 32)[None, :] + 64
-            _p116 = J + row[:, None] * j_stride + _k115 + (_k115 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p116, _row114, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p116 += zero
-            _row117 = _mc_row32(
+            _k90 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k90 + (_k90 // 22) * (7 * (V // 8)), _row89, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row91 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
@@ -5090,12 +5019,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d238, K0), tl.where((j2_voce_af_return_map_converged & fin), d252, K0), tl.where((j2_voce_af_return_map_converged & fin), d266, K0), tl.where((j2_voce_af_return_map_converged & fin), d280, K0), BLOCK)
-            _k118 = tl.arange(0, 32)[None, :] + 96
-            _p119 = J + row[:, None] * j_stride + _k118 + (_k118 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p119, _row117, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p119 += zero
-            _row120 = _mc_row32(
+            _k92 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k92 + (_k92 // 22) * (7 * (V // 8)), _row91, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row93 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
@@ -5104,12 +5030,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
-            _k121 = tl.arange(0, 32)[None, :] + 128
-            _p122 = J + row[:, None] * j_stride + _k121 + (_k121 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p122, _row120, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p122 += zero
-            _row123 = _mc_row32(
+            _k94 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k94 + (_k94 // 22) * (7 * (V // 8)), _row93, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row95 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
@@ -5118,12 +5041,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d213, K0), tl.where((j2_voce_af_return_map_converged & fin), d227, K0), tl.where((j2_voce_af_return_map_converged & fin), d241, K0), tl.where((j2_voce_af_return_map_converged & fin), d255, K0), BLOCK)
-            _k124 = tl.arange(0, 32)[None, :] + 160
-            _p125 = J + row[:, None] * j_stride + _k124 + (_k124 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p125, _row123, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p125 += zero
-            _row126 = _mc_row32(
+            _k96 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k96 + (_k96 // 22) * (7 * (V // 8)), _row95, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row97 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
@@ -5132,12 +5052,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
-            _k127 = tl.arange(0, 32)[None, :] + 192
-            _p128 = J + row[:, None] * j_stride + _k127 + (_k127 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p128, _row126, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p128 += zero
-            _row129 = _mc_row32(
+            _k98 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k98 + (_k98 // 22) * (7 * (V // 8)), _row97, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row99 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d67, K0), tl.where((j2_voce_af_return_map_converged & fin), d81, K0), tl.where((j2_voce_af_return_map_converged & fin), d131, K0), tl.where((j2_voce_af_return_map_converged & fin), d145, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
@@ -5146,12 +5063,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
-            _k130 = tl.arange(0, 32)[None, :] + 224
-            _p131 = J + row[:, None] * j_stride + _k130 + (_k130 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p131, _row129, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p131 += zero
-            _row132 = _mc_row32(
+            _k100 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k100 + (_k100 // 22) * (7 * (V // 8)), _row99, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row101 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
@@ -5160,12 +5074,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
-            _k133 = tl.arange(0, 32)[None, :] + 256
-            _p134 = J + row[:, None] * j_stride + _k133 + (_k133 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p134, _row132, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p134 += zero
-            _row135 = _mc_row32(
+            _k102 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k102 + (_k102 // 22) * (7 * (V // 8)), _row101, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row103 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d42, K0), tl.where((j2_voce_af_return_map_converged & fin), d56, K0), tl.where((j2_voce_af_return_map_converged & fin), d70, K0), tl.where((j2_voce_af_return_map_converged & fin), d84, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
@@ -5174,12 +5085,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
-            _k136 = tl.arange(0, 32)[None, :] + 288
-            _p137 = J + row[:, None] * j_stride + _k136 + (_k136 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p137, _row135, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p137 += zero
-            _row138 = _mc_row32(
+            _k104 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k104 + (_k104 // 22) * (7 * (V // 8)), _row103, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row105 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
@@ -5188,12 +5096,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), BLOCK)
-            _k139 = tl.arange(0, 32)[None, :] + 320
-            _p140 = J + row[:, None] * j_stride + _k139 + (_k139 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p140, _row138, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p140 += zero
-            _row141 = _mc_row32(
+            _k106 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k106 + (_k106 // 22) * (7 * (V // 8)), _row105, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row107 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d333, K0), tl.where((j2_voce_af_return_map_converged & fin), d339, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
@@ -5202,12 +5107,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
-            _k142 = tl.arange(0, 32)[None, :] + 352
-            _p143 = J + row[:, None] * j_stride + _k142 + (_k142 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p143, _row141, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p143 += zero
-            _row144 = _mc_row32(
+            _k108 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k108 + (_k108 // 22) * (7 * (V // 8)), _row107, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row109 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -5216,28 +5118,22 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d371, K0), tl.where((j2_voce_af_return_map_converged & fin), d372, K0), tl.where((j2_voce_af_return_map_converged & fin), d383, K0), tl.where((j2_voce_af_return_map_converged & fin), d409, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d410, K0), tl.where((j2_voce_af_return_map_converged & fin), d411, K0), tl.where((j2_voce_af_return_map_converged & fin), d412, K0), tl.where((j2_voce_af_return_map_converged & fin), d413, K0), BLOCK)
-            _k145 = tl.arange(0, 32)[None, :] + 384
-            _p146 = J + row[:, None] * j_stride + _k145 + (_k145 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p146, _row144, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p146 += zero
-            _zero147 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row148 = _mc_row32(
+            _k110 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k110 + (_k110 // 22) * (7 * (V // 8)), _row109, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero111 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row112 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
-                _zero147, _zero147, _zero147, _zero147,
-                _zero147, _zero147, _zero147, _zero147, BLOCK)
-            _k149 = tl.arange(0, 32)[None, :] + 416
-            _p150 = J + row[:, None] * j_stride + _k149 + (_k149 // 22) * (7 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p150, _row148, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
-                _p150 += zero
+                _zero111, _zero111, _zero111, _zero111,
+                _zero111, _zero111, _zero111, _zero111, BLOCK)
+            _k113 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k113 + (_k113 // 22) * (7 * (V // 8)), _row112, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row151 = _mc_row32(
+                _row114 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d421, K0), tl.where((j2_voce_af_return_map_converged & fin), d435, K0), tl.where((j2_voce_af_return_map_converged & fin), d449, K0), tl.where((j2_voce_af_return_map_converged & fin), d463, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d477, K0), tl.where((j2_voce_af_return_map_converged & fin), d491, K0), tl.where((j2_voce_af_return_map_converged & fin), d505, K0), tl.where((j2_voce_af_return_map_converged & fin), d422, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d436, K0), tl.where((j2_voce_af_return_map_converged & fin), d450, K0), tl.where((j2_voce_af_return_map_converged & fin), d464, K0), tl.where((j2_voce_af_return_map_converged & fin), d478, K0),
@@ -5246,12 +5142,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d507, K0), tl.where((j2_voce_af_return_map_converged & fin), d424, K0), tl.where((j2_voce_af_return_map_converged & fin), d438, K0), tl.where((j2_voce_af_return_map_converged & fin), d452, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d466, K0), tl.where((j2_voce_af_return_map_converged & fin), d480, K0), tl.where((j2_voce_af_return_map_converged & fin), d494, K0), tl.where((j2_voce_af_return_map_converged & fin), d508, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d425, K0), tl.where((j2_voce_af_return_map_converged & fin), d439, K0), tl.where((j2_voce_af_return_map_converged & fin), d453, K0), tl.where((j2_voce_af_return_map_converged & fin), d467, K0), BLOCK)
-                _k152 = tl.arange(0, 32)[None, :]
-                _p153 = J + row[:, None] * j_stride + (_k152 // 7) * 29 + 22 + _k152 % 7
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p153, _row151, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p153 += zero
-                _row154 = _mc_row32(
+                _k115 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k115 // 7) * 29 + 22 + _k115 % 7, _row114, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row116 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d481, K0), tl.where((j2_voce_af_return_map_converged & fin), d495, K0), tl.where((j2_voce_af_return_map_converged & fin), d509, K0), tl.where((j2_voce_af_return_map_converged & fin), d426, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d440, K0), tl.where((j2_voce_af_return_map_converged & fin), d454, K0), tl.where((j2_voce_af_return_map_converged & fin), d468, K0), tl.where((j2_voce_af_return_map_converged & fin), d482, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d496, K0), tl.where((j2_voce_af_return_map_converged & fin), d510, K0), tl.where((j2_voce_af_return_map_converged & fin), d427, K0), tl.where((j2_voce_af_return_map_converged & fin), d441, K0),
@@ -5260,12 +5153,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d470, K0), tl.where((j2_voce_af_return_map_converged & fin), d484, K0), tl.where((j2_voce_af_return_map_converged & fin), d498, K0), tl.where((j2_voce_af_return_map_converged & fin), d512, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d429, K0), tl.where((j2_voce_af_return_map_converged & fin), d443, K0), tl.where((j2_voce_af_return_map_converged & fin), d457, K0), tl.where((j2_voce_af_return_map_converged & fin), d471, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d485, K0), tl.where((j2_voce_af_return_map_converged & fin), d499, K0), tl.where((j2_voce_af_return_map_converged & fin), d513, K0), tl.where((j2_voce_af_return_map_converged & fin), d430, K0), BLOCK)
-                _k155 = tl.arange(0, 32)[None, :] + 32
-                _p156 = J + row[:, None] * j_stride + (_k155 // 7) * 29 + 22 + _k155 % 7
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p156, _row154, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p156 += zero
-                _row157 = _mc_row32(
+                _k117 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k117 // 7) * 29 + 22 + _k117 % 7, _row116, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row118 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d444, K0), tl.where((j2_voce_af_return_map_converged & fin), d458, K0), tl.where((j2_voce_af_return_map_converged & fin), d472, K0), tl.where((j2_voce_af_return_map_converged & fin), d486, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d500, K0), tl.where((j2_voce_af_return_map_converged & fin), d514, K0), tl.where((j2_voce_af_return_map_converged & fin), d431, K0), tl.where((j2_voce_af_return_map_converged & fin), d445, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d459, K0), tl.where((j2_voce_af_return_map_converged & fin), d473, K0), tl.where((j2_voce_af_return_map_converged & fin), d487, K0), tl.where((j2_voce_af_return_map_converged & fin), d501, K0),
@@ -5274,12 +5164,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d433, K0), tl.where((j2_voce_af_return_map_converged & fin), d447, K0), tl.where((j2_voce_af_return_map_converged & fin), d461, K0), tl.where((j2_voce_af_return_map_converged & fin), d475, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d489, K0), tl.where((j2_voce_af_return_map_converged & fin), d503, K0), tl.where((j2_voce_af_return_map_converged & fin), d517, K0), tl.where((j2_voce_af_return_map_converged & fin), d434, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d448, K0), tl.where((j2_voce_af_return_map_converged & fin), d462, K0), tl.where((j2_voce_af_return_map_converged & fin), d476, K0), tl.where((j2_voce_af_return_map_converged & fin), d490, K0), BLOCK)
-                _k158 = tl.arange(0, 32)[None, :] + 64
-                _p159 = J + row[:, None] * j_stride + (_k158 // 7) * 29 + 22 + _k158 % 7
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p159, _row157, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p159 += zero
-                _row160 = _mc_row32(
+                _k119 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k119 // 7) * 29 + 22 + _k119 % 7, _row118, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row120 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d504, K0), tl.where((j2_voce_af_return_map_converged & fin), d518, K0), tl.where((j2_voce_af_return_map_converged & fin), d519, K0), tl.where((j2_voce_af_return_map_converged & fin), d525, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d531, K0), tl.where((j2_voce_af_return_map_converged & fin), d537, K0), tl.where((j2_voce_af_return_map_converged & fin), d543, K0), tl.where((j2_voce_af_return_map_converged & fin), d549, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d555, K0), tl.where((j2_voce_af_return_map_converged & fin), d520, K0), tl.where((j2_voce_af_return_map_converged & fin), d526, K0), tl.where((j2_voce_af_return_map_converged & fin), d532, K0),
@@ -5288,35 +5175,20 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d545, K0), tl.where((j2_voce_af_return_map_converged & fin), d551, K0), tl.where((j2_voce_af_return_map_converged & fin), d557, K0), tl.where((j2_voce_af_return_map_converged & fin), d522, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d528, K0), tl.where((j2_voce_af_return_map_converged & fin), d534, K0), tl.where((j2_voce_af_return_map_converged & fin), d540, K0), tl.where((j2_voce_af_return_map_converged & fin), d546, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d552, K0), tl.where((j2_voce_af_return_map_converged & fin), d558, K0), tl.where((j2_voce_af_return_map_converged & fin), d523, K0), tl.where((j2_voce_af_return_map_converged & fin), d529, K0), BLOCK)
-                _k161 = tl.arange(0, 32)[None, :] + 96
-                _p162 = J + row[:, None] * j_stride + (_k161 // 7) * 29 + 22 + _k161 % 7
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p162, _row160, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p162 += zero
-                _zero163 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row164 = _mc_row16(
+                _k121 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k121 // 7) * 29 + 22 + _k121 % 7, _row120, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero122 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row123 = _mc_row16(
                     tl.where((j2_voce_af_return_map_converged & fin), d535, K0), tl.where((j2_voce_af_return_map_converged & fin), d541, K0), tl.where((j2_voce_af_return_map_converged & fin), d547, K0), tl.where((j2_voce_af_return_map_converged & fin), d553, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d559, K0), tl.where((j2_voce_af_return_map_converged & fin), d524, K0), tl.where((j2_voce_af_return_map_converged & fin), d530, K0), tl.where((j2_voce_af_return_map_converged & fin), d536, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d542, K0), tl.where((j2_voce_af_return_map_converged & fin), d548, K0), tl.where((j2_voce_af_return_map_converged & fin), d554, K0), tl.where((j2_voce_af_return_map_converged & fin), d560, K0),
-                    _zero163, _zero163, _zero163, _zero163, BLOCK)
-                _k165 = tl.arange(0, 16)[None, :] + 128
-                _p166 = J + row[:, None] * j_stride + (_k165 // 7) * 29 + 22 + _k165 % 7
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p166, _row164, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
-                    _p166 += zero
+                    _zero122, _zero122, _zero122, _zero122, BLOCK)
+                _k124 = tl.arange(0, 16)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k124 // 7) * 29 + 22 + _k124 % 7, _row123, mask[:, None] & (tl.arange(0, 16)[None, :] < 12), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
-        _p167 = CV + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p167, (j2_voce_af_return_map_converged & fin), mask=mask)
-            _p167 += zero
-        _p168 = IT + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p168, (j2_voce_af_return_map_iterations).to(tl.int32), mask=mask)
-            _p168 += zero
-        _p169 = RN + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p169, j2_voce_af_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p169 += zero
+        _mc_store(CV + row, (j2_voce_af_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(IT + row, (j2_voce_af_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(RN + row, j2_voce_af_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
 else:
     _kernel = None
 

@@ -1008,6 +1008,22 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
+    def _mc_store(ptr, value, mask, zero):
+        p = ptr
+        for _ in range(0, zero + 1):
+            tl.store(p, value, mask=mask)
+            p += zero
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -1779,111 +1795,79 @@ if triton is not None:
         K9 = tl.full([], 8.0, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p2 = IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile1 = tl.load(_p2, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p2 += zero
-        _t3 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        forces_E_0 = _t10
-        forces_E_1 = _t14
-        forces_E_2 = _t12
-        forces_E_3 = _t16
-        forces_E_4 = _t11
-        forces_E_5 = _t15
-        _x18 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p19 = IN1 + row * in1_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x18 = tl.load(_p19, mask=mask, other=0.0)
-            _p19 += zero
-        forces_t = _x18
-        _x20 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p21 = IN2 + row * in2_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x20 = tl.load(_p21, mask=mask, other=0.0)
-            _p21 += zero
-        old_forces_t = _x20
-        _tile22 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-        _p23 = IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _tile22 = tl.load(_p23, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-            _p23 += zero
-        _t24 = tl.reshape(_tile22, [BLOCK, 2, 2, 2])
-        _t25, _t26 = tl.split(_t24)
-        _t27, _t28 = tl.split(_t25)
-        _t29, _t30 = tl.split(_t26)
-        _t31, _t32 = tl.split(_t27)
-        _t33, _t34 = tl.split(_t28)
-        _t35, _t36 = tl.split(_t29)
-        _t37, _t38 = tl.split(_t30)
-        old_state_internal_Ep_0 = _t31
-        old_state_internal_Ep_1 = _t35
-        old_state_internal_Ep_2 = _t33
-        old_state_internal_Ep_3 = _t37
-        old_state_internal_Ep_4 = _t32
-        old_state_internal_Ep_5 = _t36
-        _x39 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p40 = IN4 + row * in4_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x39 = tl.load(_p40, mask=mask, other=0.0)
-            _p40 += zero
-        old_state_internal_ep = _x39
-        _x41 = tl.zeros([BLOCK], dtype=DTYPE)
-        _p42 = IN5 + row * in5_stride
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            _x41 = tl.load(_p42, mask=mask, other=0.0)
-            _p42 += zero
-        old_state_internal_gamma_rate = _x41
+        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
+        _t3, _t4 = tl.split(_t2)
+        _t5, _t6 = tl.split(_t3)
+        _t7, _t8 = tl.split(_t4)
+        _t9, _t10 = tl.split(_t5)
+        _t11, _t12 = tl.split(_t6)
+        _t13, _t14 = tl.split(_t7)
+        _t15, _t16 = tl.split(_t8)
+        forces_E_0 = _t9
+        forces_E_1 = _t13
+        forces_E_2 = _t11
+        forces_E_3 = _t15
+        forces_E_4 = _t10
+        forces_E_5 = _t14
+        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x17
+        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x18
+        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
+        _t21, _t22 = tl.split(_t20)
+        _t23, _t24 = tl.split(_t21)
+        _t25, _t26 = tl.split(_t22)
+        _t27, _t28 = tl.split(_t23)
+        _t29, _t30 = tl.split(_t24)
+        _t31, _t32 = tl.split(_t25)
+        _t33, _t34 = tl.split(_t26)
+        old_state_internal_Ep_0 = _t27
+        old_state_internal_Ep_1 = _t31
+        old_state_internal_Ep_2 = _t29
+        old_state_internal_Ep_3 = _t33
+        old_state_internal_Ep_4 = _t28
+        old_state_internal_Ep_5 = _t32
+        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x35
+        _x36 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x36
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x18 * 0.0 + _x20 * 0.0 + tl.sum(_tile22 * 0.0, axis=1) + _x39 * 0.0 + _x41 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + _x36 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile43 = tl.zeros([8], dtype=DTYPE)
-            _p44 = P + tl.arange(0, 8)
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile43 = tl.load(_p44, mask=tl.arange(0, 8) < 6, other=0.0)
-                _p44 += zero
-            _t45 = tl.reshape(_tile43, [2, 2, 2])
-            _t46, _t47 = tl.split(_t45)
-            _t48, _t49 = tl.split(_t46)
-            _t50, _t51 = tl.split(_t47)
-            _t52, _t53 = tl.split(_t48)
-            _t54, _t55 = tl.split(_t49)
-            _t56, _t57 = tl.split(_t50)
-            _t58, _t59 = tl.split(_t51)
-            p_E = _t52
-            p_nu = _t56
-            p_K = _t54
-            p_sigma_y = _t58
-            p_eta = _t53
-            p_n = _t57
+            _tile37 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 6, zero)  # one trip: see _Rows (detach)
+            _t38 = tl.reshape(_tile37, [2, 2, 2])
+            _t39, _t40 = tl.split(_t38)
+            _t41, _t42 = tl.split(_t39)
+            _t43, _t44 = tl.split(_t40)
+            _t45, _t46 = tl.split(_t41)
+            _t47, _t48 = tl.split(_t42)
+            _t49, _t50 = tl.split(_t43)
+            _t51, _t52 = tl.split(_t44)
+            p_E = _t45
+            p_nu = _t49
+            p_K = _t47
+            p_sigma_y = _t51
+            p_eta = _t46
+            p_n = _t50
         else:
-            _tile60 = tl.zeros([BLOCK, 8], dtype=DTYPE)
-            _p61 = P + row[:, None] * p_stride + tl.arange(0, 8)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                _tile60 = tl.load(_p61, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-                _p61 += zero
-            _t62 = tl.reshape(_tile60, [BLOCK, 2, 2, 2])
-            _t63, _t64 = tl.split(_t62)
-            _t65, _t66 = tl.split(_t63)
-            _t67, _t68 = tl.split(_t64)
-            _t69, _t70 = tl.split(_t65)
-            _t71, _t72 = tl.split(_t66)
-            _t73, _t74 = tl.split(_t67)
-            _t75, _t76 = tl.split(_t68)
-            p_E = _t69
-            p_nu = _t73
-            p_K = _t71
-            p_sigma_y = _t75
-            p_eta = _t70
-            p_n = _t74
+            _tile53 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            _t54 = tl.reshape(_tile53, [BLOCK, 2, 2, 2])
+            _t55, _t56 = tl.split(_t54)
+            _t57, _t58 = tl.split(_t55)
+            _t59, _t60 = tl.split(_t56)
+            _t61, _t62 = tl.split(_t57)
+            _t63, _t64 = tl.split(_t58)
+            _t65, _t66 = tl.split(_t59)
+            _t67, _t68 = tl.split(_t60)
+            p_E = _t61
+            p_nu = _t65
+            p_K = _t63
+            p_sigma_y = _t67
+            p_eta = _t62
+            p_n = _t66
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -1897,15 +1881,9 @@ if triton is not None:
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _p77 = Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p77, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p77 += zero
+        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _p78 = Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p78, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p78 += zero
+        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_3 = (K1 + p_nu)
         cse_4 = (K1 / cse_3)
         cse_5 = (p_E * cse_4)
@@ -1928,19 +1906,13 @@ if triton is not None:
         cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _p79 = Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p79, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _p79 += zero
+        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_18 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_18 * cse_5)
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _p80 = Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :]
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p80, _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
-            _p80 += zero
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 2), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_116 = (K3 * cse_6)
             cse_117 = (K3 * cse_14)
@@ -2110,10 +2082,7 @@ if triton is not None:
             cse_32 = (cse_22 * d27)
             d52 = (cse_31 + cse_32 + (cse_26 * d25))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _p81 = J + row[:, None] * j_stride + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p81, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p81 += zero
+            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_33 = (cse_22 * d34)
             cse_34 = (cse_22 * d35)
@@ -2126,10 +2095,7 @@ if triton is not None:
             cse_38 = (cse_22 * d9)
             d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d10))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _p82 = J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p82, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p82 += zero
+            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_39 = (cse_22 * d17)
             d57 = (cse_30 + cse_39 + (cse_26 * d18))
@@ -2140,20 +2106,14 @@ if triton is not None:
             cse_42 = (cse_22 * d41)
             d60 = (cse_36 + cse_42 + (cse_26 * d42))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _p83 = J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p83, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p83 += zero
+            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d61 = (cse_24 + cse_37 + (cse_26 * d3))
             d62 = (cse_28 + cse_38 + (cse_26 * d11))
             d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d19))
             d64 = (cse_31 + cse_40 + (cse_26 * d27))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _p84 = J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p84, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p84 += zero
+            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d65 = (cse_33 + cse_41 + (cse_26 * d35))
             d66 = (cse_35 + cse_42 + (cse_26 * d43))
@@ -2161,50 +2121,35 @@ if triton is not None:
             d67 = (cse_43 * d4)
             d68 = (cse_43 * d12)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _p85 = J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p85, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p85 += zero
+            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_43 * d20)
             d70 = (cse_5 + (cse_43 * d28))
             d71 = (cse_43 * d36)
             d72 = (cse_43 * d44)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _p86 = J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p86, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p86 += zero
+            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_43 * d5)
             d74 = (cse_43 * d13)
             d75 = (cse_43 * d21)
             d76 = (cse_43 * d29)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _p87 = J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p87, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p87 += zero
+            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_5 + (cse_43 * d37))
             d78 = (cse_43 * d45)
             d79 = (cse_43 * d6)
             d80 = (cse_43 * d14)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _p88 = J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p88, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p88 += zero
+            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_43 * d22)
             d82 = (cse_43 * d30)
             d83 = (cse_43 * d38)
             d84 = (cse_5 + (cse_43 * d46))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _p89 = J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :]
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p89, _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _p89 += zero
+            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
             cse_207 = (cse_123 * state_internal_gamma_rate)
             cse_208 = (cse_125 * cse_207)
@@ -2469,7 +2414,7 @@ if triton is not None:
             d294 = (cse_43 * d256)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row90 = _mc_row32(
+            _row69 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
@@ -2478,12 +2423,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k91 = tl.arange(0, 32)[None, :]
-            _p92 = J + row[:, None] * j_stride + _k91 + (_k91 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p92, _row90, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p92 += zero
-            _row93 = _mc_row32(
+            _k70 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k70 + (_k70 // 16) * (6 * (V // 8)), _row69, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row71 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
@@ -2492,12 +2434,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k94 = tl.arange(0, 32)[None, :] + 32
-            _p95 = J + row[:, None] * j_stride + _k94 + (_k94 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p95, _row93, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p95 += zero
-            _row96 = _mc_row32(
+            _k72 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k72 + (_k72 // 16) * (6 * (V // 8)), _row71, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row73 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
@@ -2506,12 +2445,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k97 = tl.arange(0, 32)[None, :] + 64
-            _p98 = J + row[:, None] * j_stride + _k97 + (_k97 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p98, _row96, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p98 += zero
-            _row99 = _mc_row32(
+            _k74 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k74 + (_k74 // 16) * (6 * (V // 8)), _row73, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row75 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
@@ -2520,12 +2456,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k100 = tl.arange(0, 32)[None, :] + 96
-            _p101 = J + row[:, None] * j_stride + _k100 + (_k100 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p101, _row99, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p101 += zero
-            _row102 = _mc_row32(
+            _k76 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k76 + (_k76 // 16) * (6 * (V // 8)), _row75, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row77 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
@@ -2534,12 +2467,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k103 = tl.arange(0, 32)[None, :] + 128
-            _p104 = J + row[:, None] * j_stride + _k103 + (_k103 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p104, _row102, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p104 += zero
-            _row105 = _mc_row32(
+            _k78 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k78 + (_k78 // 16) * (6 * (V // 8)), _row77, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row79 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
@@ -2548,12 +2478,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k106 = tl.arange(0, 32)[None, :] + 160
-            _p107 = J + row[:, None] * j_stride + _k106 + (_k106 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p107, _row105, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p107 += zero
-            _row108 = _mc_row32(
+            _k80 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k80 + (_k80 // 16) * (6 * (V // 8)), _row79, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row81 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
@@ -2562,13 +2489,10 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k109 = tl.arange(0, 32)[None, :] + 192
-            _p110 = J + row[:, None] * j_stride + _k109 + (_k109 // 16) * (6 * (V // 8))
-            for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                tl.store(_p110, _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _p110 += zero
+            _k82 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k82 + (_k82 // 16) * (6 * (V // 8)), _row81, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row111 = _mc_row32(
+                _row83 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d235, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0),
@@ -2577,12 +2501,9 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d230, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d239, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), BLOCK)
-                _k112 = tl.arange(0, 32)[None, :]
-                _p113 = J + row[:, None] * j_stride + (_k112 // 6) * 22 + 16 + _k112 % 6
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p113, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p113 += zero
-                _row114 = _mc_row32(
+                _k84 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k84 // 6) * 22 + 16 + _k84 % 6, _row83, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row85 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
@@ -2591,39 +2512,24 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d283, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d272, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d261, K0), tl.where((perzyna_iso_return_map_converged & fin), d267, K0), tl.where((perzyna_iso_return_map_converged & fin), d273, K0), tl.where((perzyna_iso_return_map_converged & fin), d279, K0), BLOCK)
-                _k115 = tl.arange(0, 32)[None, :] + 32
-                _p116 = J + row[:, None] * j_stride + (_k115 // 6) * 22 + 16 + _k115 % 6
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p116, _row114, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                    _p116 += zero
-                _zero117 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row118 = _mc_row32(
+                _k86 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k86 // 6) * 22 + 16 + _k86 % 6, _row85, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row88 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d285, K0), tl.where((perzyna_iso_return_map_converged & fin), d291, K0), tl.where((perzyna_iso_return_map_converged & fin), d262, K0), tl.where((perzyna_iso_return_map_converged & fin), d268, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d274, K0), tl.where((perzyna_iso_return_map_converged & fin), d280, K0), tl.where((perzyna_iso_return_map_converged & fin), d286, K0), tl.where((perzyna_iso_return_map_converged & fin), d292, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d263, K0), tl.where((perzyna_iso_return_map_converged & fin), d269, K0), tl.where((perzyna_iso_return_map_converged & fin), d275, K0), tl.where((perzyna_iso_return_map_converged & fin), d281, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d287, K0), tl.where((perzyna_iso_return_map_converged & fin), d293, K0), tl.where((perzyna_iso_return_map_converged & fin), d264, K0), tl.where((perzyna_iso_return_map_converged & fin), d270, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d276, K0), tl.where((perzyna_iso_return_map_converged & fin), d282, K0), tl.where((perzyna_iso_return_map_converged & fin), d288, K0), tl.where((perzyna_iso_return_map_converged & fin), d294, K0),
-                    _zero117, _zero117, _zero117, _zero117,
-                    _zero117, _zero117, _zero117, _zero117,
-                    _zero117, _zero117, _zero117, _zero117, BLOCK)
-                _k119 = tl.arange(0, 32)[None, :] + 64
-                _p120 = J + row[:, None] * j_stride + (_k119 // 6) * 22 + 16 + _k119 % 6
-                for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-                    tl.store(_p120, _row118, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
-                    _p120 += zero
+                    _zero87, _zero87, _zero87, _zero87,
+                    _zero87, _zero87, _zero87, _zero87,
+                    _zero87, _zero87, _zero87, _zero87, BLOCK)
+                _k89 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k89 // 6) * 22 + 16 + _k89 % 6, _row88, mask[:, None] & (tl.arange(0, 32)[None, :] < 20), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
-        _p121 = CV + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p121, (perzyna_iso_return_map_converged & fin), mask=mask)
-            _p121 += zero
-        _p122 = IT + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p122, (perzyna_iso_return_map_iterations).to(tl.int32), mask=mask)
-            _p122 += zero
-        _p123 = RN + row
-        for _ in range(0, zero + 1):  # one trip: see _Rows (detach)
-            tl.store(_p123, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
-            _p123 += zero
+        _mc_store(CV + row, (perzyna_iso_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(IT + row, (perzyna_iso_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
+        _mc_store(RN + row, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
 else:
     _kernel = None
 

@@ -304,7 +304,8 @@ class _Rows:
 
     ``detach`` (the kernels of coupled systems, see :func:`_detach`): every load and store goes
     through a loop of one trip (``range(0, zero + 1)``, ``zero`` a kernel argument the runtime passes
-    as 0) whose pointer is carried by the loop (``p += zero``). The coalescing pass then skips the
+    as 0) whose pointer is carried by the loop (``p += zero``): the module's ``_mc_load`` and
+    ``_mc_store`` helpers (:mod:`modelc.backends.triton_math`), inlined by Triton. The coalescing pass then skips the
     slice of that operation (it computes one only for a pointer defined by an operation, and a
     loop-carried value is a block argument), which cost time quadratic in the kernel's size for
     every memory operation: 97% of a 26 s compile of j2_voce_af_coupled's tangent kernel (sm_90,
@@ -323,27 +324,21 @@ class _Rows:
         self.detach = detach
 
     def load_line(self, name: str, ptr: str, mask: str, other: str, shape: str) -> None:
-        """``name = tl.load(ptr, mask, other)`` (``shape``: the loaded tensor's, for ``detach``)."""
+        """``name = tl.load(ptr, mask, other)`` (``detach``: ``_mc_load``, which fills with 0.0;
+        ``shape``: the loaded tensor's)."""
         if not self.detach:
             self.em.line(f"{name} = tl.load({ptr}, mask={mask}, other={other})")
             return
-        self.em.line(f"{name} = tl.zeros({shape}, dtype=DTYPE)")  # (the loop carries it out)
-        self._one_trip(ptr, lambda p: f"{name} = tl.load({p}, mask={mask}, other={other})")
+        if other != "0.0":
+            raise InternalError(f"a detached load fills with 0.0, not {other}")
+        self.em.line(f"{name} = _mc_load({ptr}, {mask}, zero)  # one trip: see _Rows (detach)")
 
     def store_line(self, ptr: str, value: str, mask: str) -> None:
         """``tl.store(ptr, value, mask)`` (through a one-trip loop for ``detach``)."""
         if not self.detach:
             self.em.line(f"tl.store({ptr}, {value}, mask={mask})")
             return
-        self._one_trip(ptr, lambda p: f"tl.store({p}, {value}, mask={mask})")
-
-    def _one_trip(self, ptr: str, access) -> None:
-        """``access(p)`` in a loop of one trip whose pointer ``p`` (starting at ``ptr``) the loop carries."""
-        p = self._tmp("p")
-        self.em.line(f"{p} = {ptr}")
-        self.em.line("for _ in range(0, zero + 1):  # one trip: see _Rows (detach)")
-        self.em.line(f"    {access(p)}")
-        self.em.line(f"    {p} += zero")
+        self.em.line(f"_mc_store({ptr}, {value}, {mask}, zero)  # one trip: see _Rows (detach)")
 
     def _tmp(self, base: str) -> str:
         self.k += 1

@@ -221,6 +221,28 @@ def _row_helper(width: int) -> tuple[tuple[str, ...], str]:
 
 
 #: the row helpers' widths: the powers of two a stored row is padded to (triton_backend._width)
+# a load or store through a loop of one trip whose pointer the loop carries (``zero``: a kernel
+# argument the runtime passes as 0): Triton's coalescing pass then skips the data-flow slice of the
+# access (modelc.backends.triton_backend._Rows, ``detach``); inlined, the same code as spelled out
+HELPERS["_mc_load"] = ((), '''
+@triton.jit
+def _mc_load(ptr, mask, zero):
+    x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+    p = ptr
+    for _ in range(0, zero + 1):
+        x = tl.load(p, mask=mask, other=0.0)
+        p += zero
+    return x
+''')
+HELPERS["_mc_store"] = ((), '''
+@triton.jit
+def _mc_store(ptr, value, mask, zero):
+    p = ptr
+    for _ in range(0, zero + 1):
+        tl.store(p, value, mask=mask)
+        p += zero
+''')
+
 ROW_WIDTHS = (2, 4, 8, 16, 32, 64)
 for _w in ROW_WIDTHS:
     HELPERS[f"_mc_row{_w}"] = _row_helper(_w)
