@@ -2499,6 +2499,58 @@ if triton is not None:
         return x
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols16(t):
+        t = tl.reshape(t, [2, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        s14, s15 = tl.split(s6)
+        s16, s17 = tl.split(s7)
+        s18, s19 = tl.split(s8)
+        s20, s21 = tl.split(s9)
+        s22, s23 = tl.split(s10)
+        s24, s25 = tl.split(s11)
+        s26, s27 = tl.split(s12)
+        s28, s29 = tl.split(s13)
+        return s14, s22, s18, s26, s16, s24, s20, s28, s15, s23, s19, s27, s17, s25, s21, s29
+
+    @triton.jit
+    def _mc_cols16(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        s14, s15 = tl.split(s6)
+        s16, s17 = tl.split(s7)
+        s18, s19 = tl.split(s8)
+        s20, s21 = tl.split(s9)
+        s22, s23 = tl.split(s10)
+        s24, s25 = tl.split(s11)
+        s26, s27 = tl.split(s12)
+        s28, s29 = tl.split(s13)
+        return s14, s22, s18, s26, s16, s24, s20, s28, s15, s23, s19, s27, s17, s25, s21, s29
+
+    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -7799,132 +7851,40 @@ if triton is not None:
         K12 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-        forces_t = _x17
-        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_forces_t = _x18
-        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_ep = _x35
-        _tile36 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t37 = tl.reshape(_tile36, [BLOCK, 2, 2, 2])
-        _t38, _t39 = tl.split(_t37)
-        _t40, _t41 = tl.split(_t38)
-        _t42, _t43 = tl.split(_t39)
-        _t44, _t45 = tl.split(_t40)
-        _t46, _t47 = tl.split(_t41)
-        _t48, _t49 = tl.split(_t42)
-        _t50, _t51 = tl.split(_t43)
-        old_state_internal_X1_0 = _t44
-        old_state_internal_X1_1 = _t48
-        old_state_internal_X1_2 = _t46
-        old_state_internal_X1_3 = _t50
-        old_state_internal_X1_4 = _t45
-        old_state_internal_X1_5 = _t49
-        _tile52 = _mc_load(IN6 + row[:, None] * in6_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t53 = tl.reshape(_tile52, [BLOCK, 2, 2, 2])
-        _t54, _t55 = tl.split(_t53)
-        _t56, _t57 = tl.split(_t54)
-        _t58, _t59 = tl.split(_t55)
-        _t60, _t61 = tl.split(_t56)
-        _t62, _t63 = tl.split(_t57)
-        _t64, _t65 = tl.split(_t58)
-        _t66, _t67 = tl.split(_t59)
-        old_state_internal_X2_0 = _t60
-        old_state_internal_X2_1 = _t64
-        old_state_internal_X2_2 = _t62
-        old_state_internal_X2_3 = _t66
-        old_state_internal_X2_4 = _t61
-        old_state_internal_X2_5 = _t65
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x2
+        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x3
+        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x5
+        _tile6 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_X1_0, old_state_internal_X1_1, old_state_internal_X1_2,
+            old_state_internal_X1_3, old_state_internal_X1_4, old_state_internal_X1_5, _, _,
+        ) = _mc_cols8(_tile6, BLOCK)
+        _tile7 = _mc_load(IN6 + row[:, None] * in6_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_X2_0, old_state_internal_X2_1, old_state_internal_X2_2,
+            old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5, _, _,
+        ) = _mc_cols8(_tile7, BLOCK)
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + tl.sum(_tile36 * 0.0, axis=1) + tl.sum(_tile52 * 0.0, axis=1)) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + tl.sum(_tile6 * 0.0, axis=1) + tl.sum(_tile7 * 0.0, axis=1)) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile68 = _mc_load(P + tl.arange(0, 16), tl.arange(0, 16) < 11, zero)  # one trip: see _Rows (detach)
-            _t69 = tl.reshape(_tile68, [2, 2, 2, 2])
-            _t70, _t71 = tl.split(_t69)
-            _t72, _t73 = tl.split(_t70)
-            _t74, _t75 = tl.split(_t71)
-            _t76, _t77 = tl.split(_t72)
-            _t78, _t79 = tl.split(_t73)
-            _t80, _t81 = tl.split(_t74)
-            _t82, _t83 = tl.split(_t75)
-            _t84, _t85 = tl.split(_t76)
-            _t86, _t87 = tl.split(_t77)
-            _t88, _t89 = tl.split(_t78)
-            _t90, _t91 = tl.split(_t79)
-            _t92, _t93 = tl.split(_t80)
-            _t94, _t95 = tl.split(_t81)
-            _t96, _t97 = tl.split(_t82)
-            _t98, _t99 = tl.split(_t83)
-            p_E = _t84
-            p_nu = _t92
-            p_R = _t88
-            p_d = _t96
-            p_sigma_y = _t86
-            p_eta = _t94
-            p_n = _t90
-            p_C1 = _t98
-            p_g1 = _t85
-            p_C2 = _t93
-            p_g2 = _t89
+            _tile8 = _mc_load(P + tl.arange(0, 16), tl.arange(0, 16) < 11, zero)  # one trip: see _Rows (detach)
+            (p_E, p_nu, p_R, p_d, p_sigma_y, p_eta, p_n, p_C1, p_g1, p_C2, p_g2, _, _, _, _, _) = _mc_pcols16(
+                _tile8)
         else:
-            _tile100 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 16)[None, :], mask[:, None] & (tl.arange(0, 16)[None, :] < 11), zero)  # one trip: see _Rows (detach)
-            _t101 = tl.reshape(_tile100, [BLOCK, 2, 2, 2, 2])
-            _t102, _t103 = tl.split(_t101)
-            _t104, _t105 = tl.split(_t102)
-            _t106, _t107 = tl.split(_t103)
-            _t108, _t109 = tl.split(_t104)
-            _t110, _t111 = tl.split(_t105)
-            _t112, _t113 = tl.split(_t106)
-            _t114, _t115 = tl.split(_t107)
-            _t116, _t117 = tl.split(_t108)
-            _t118, _t119 = tl.split(_t109)
-            _t120, _t121 = tl.split(_t110)
-            _t122, _t123 = tl.split(_t111)
-            _t124, _t125 = tl.split(_t112)
-            _t126, _t127 = tl.split(_t113)
-            _t128, _t129 = tl.split(_t114)
-            _t130, _t131 = tl.split(_t115)
-            p_E = _t116
-            p_nu = _t124
-            p_R = _t120
-            p_d = _t128
-            p_sigma_y = _t118
-            p_eta = _t126
-            p_n = _t122
-            p_C1 = _t130
-            p_g1 = _t117
-            p_C2 = _t125
-            p_g2 = _t121
+            _tile9 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 16)[None, :], mask[:, None] & (tl.arange(0, 16)[None, :] < 11), zero)  # one trip: see _Rows (detach)
+            (p_E, p_nu, p_R, p_d, p_sigma_y, p_eta, p_n, p_C1, p_g1, p_C2, p_g2, _, _, _, _, _) = _mc_cols16(
+                _tile9, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5] (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -7980,8 +7940,8 @@ if triton is not None:
         cse_17 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_17)
         # outputs 24 .. 24; NaN where Newton did not converge
-        _zero132 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero132, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
+        _zero10 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero10, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_28 = (K3 * cse_2)
             cse_43 = (K4 * cse_0)
@@ -8866,51 +8826,41 @@ if triton is not None:
             (
                 ls2_372, ls2_373, ls2_374, ls2_375, ls2_376, ls2_377, ls2_378, ls2_379, ls2_380, ls2_381,
                 ls2_382, ls2_383, ls2_384, ls2_385, ls2_386, ls2_387, ls2_388, ls2_389,
-            ) = _triton_lu1_forward2(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward2(lu1_lu, DTYPE)
             (
                 ls2_392, ls2_393, ls2_394, ls2_395, ls2_396, ls2_397, ls2_398, ls2_399, ls2_400, ls2_401,
                 ls2_402, ls2_403, ls2_404, ls2_405, ls2_406, ls2_407, ls2_408,
-            ) = _triton_lu1_forward3(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward3(lu1_lu, DTYPE)
             (
                 ls2_412, ls2_413, ls2_414, ls2_415, ls2_416, ls2_417, ls2_418, ls2_419, ls2_420, ls2_421,
                 ls2_422, ls2_423, ls2_424, ls2_425, ls2_426, ls2_427,
-            ) = _triton_lu1_forward4(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward4(lu1_lu, DTYPE)
             (
                 ls2_432, ls2_433, ls2_434, ls2_435, ls2_436, ls2_437, ls2_438, ls2_439, ls2_440, ls2_441,
                 ls2_442, ls2_443, ls2_444, ls2_445, ls2_446,
-            ) = _triton_lu1_forward5(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward5(lu1_lu, DTYPE)
             (
                 ls2_452, ls2_453, ls2_454, ls2_455, ls2_456, ls2_457, ls2_458, ls2_459, ls2_460, ls2_461,
                 ls2_462, ls2_463, ls2_464, ls2_465,
-            ) = _triton_lu1_forward6(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward6(lu1_lu, DTYPE)
             (
                 ls2_472, ls2_473, ls2_474, ls2_475, ls2_476, ls2_477, ls2_478, ls2_479, ls2_480, ls2_481,
                 ls2_482, ls2_483, ls2_484,
-            ) = _triton_lu1_forward7(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward7(lu1_lu, DTYPE)
             (
                 ls2_492, ls2_493, ls2_494, ls2_495, ls2_496, ls2_497, ls2_498, ls2_499, ls2_500, ls2_501,
                 ls2_502, ls2_503,
-            ) = _triton_lu1_forward8(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward8(lu1_lu, DTYPE)
             (
                 ls2_512, ls2_513, ls2_514, ls2_515, ls2_516, ls2_517, ls2_518, ls2_519, ls2_520, ls2_521,
                 ls2_522,
-            ) = _triton_lu1_forward9(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward9(lu1_lu, DTYPE)
             (
                 ls2_532, ls2_533, ls2_534, ls2_535, ls2_536, ls2_537, ls2_538, ls2_539, ls2_540, ls2_541,
-            ) = _triton_lu1_forward10(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward10(lu1_lu, DTYPE)
             (
                 ls2_552, ls2_553, ls2_554, ls2_555, ls2_556, ls2_557, ls2_558, ls2_559, ls2_560,
-            ) = _triton_lu1_forward11(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward11(lu1_lu, DTYPE)
             (ls2_572, ls2_573, ls2_574, ls2_575, ls2_576, ls2_577, ls2_578, ls2_579) = _triton_lu1_forward12(
                 lu1_lu, DTYPE)
             ls2_592, ls2_593, ls2_594, ls2_595, ls2_596, ls2_597, ls2_598 = _triton_lu1_forward13(lu1_lu, DTYPE)
@@ -9001,43 +8951,35 @@ if triton is not None:
             (
                 d398, d399, d400, d401, d402, d403, d404, d405, d406, d407, d408, d409, d410, d411, d412, d413,
                 d414, d415, d416,
-            ) = _triton_lu1_back13(
-                lu1_lu, ls2_592, ls2_593, ls2_594, ls2_595, ls2_596, ls2_597, ls2_598, DTYPE)
+            ) = _triton_lu1_back13(lu1_lu, ls2_592, ls2_593, ls2_594, ls2_595, ls2_596, ls2_597, ls2_598, DTYPE)
             (
                 d417, d418, d419, d420, d421, d422, d423, d424, d425, d426, d427, d428, d429, d430, d431, d432,
                 d433, d434, d435,
-            ) = _triton_lu1_back14(
-                lu1_lu, ls2_612, ls2_613, ls2_614, ls2_615, ls2_616, ls2_617, DTYPE)
+            ) = _triton_lu1_back14(lu1_lu, ls2_612, ls2_613, ls2_614, ls2_615, ls2_616, ls2_617, DTYPE)
             (
                 d436, d437, d438, d439, d440, d441, d442, d443, d444, d445, d446, d447, d448, d449, d450, d451,
                 d452, d453, d454,
-            ) = _triton_lu1_back15(
-                lu1_lu, ls2_632, ls2_633, ls2_634, ls2_635, ls2_636, DTYPE)
+            ) = _triton_lu1_back15(lu1_lu, ls2_632, ls2_633, ls2_634, ls2_635, ls2_636, DTYPE)
             (
                 d455, d456, d457, d458, d459, d460, d461, d462, d463, d464, d465, d466, d467, d468, d469, d470,
                 d471, d472, d473,
-            ) = _triton_lu1_back16(
-                lu1_lu, ls2_652, ls2_653, ls2_654, ls2_655, DTYPE)
+            ) = _triton_lu1_back16(lu1_lu, ls2_652, ls2_653, ls2_654, ls2_655, DTYPE)
             (
                 d474, d475, d476, d477, d478, d479, d480, d481, d482, d483, d484, d485, d486, d487, d488, d489,
                 d490, d491, d492,
-            ) = _triton_lu1_back17(
-                lu1_lu, ls2_672, ls2_673, ls2_674, DTYPE)
+            ) = _triton_lu1_back17(lu1_lu, ls2_672, ls2_673, ls2_674, DTYPE)
             (
                 d493, d494, d495, d496, d497, d498, d499, d500, d501, d502, d503, d504, d505, d506, d507, d508,
                 d509, d510, d511,
-            ) = _triton_lu1_back18(
-                lu1_lu, ls2_692, ls2_693, DTYPE)
+            ) = _triton_lu1_back18(lu1_lu, ls2_692, ls2_693, DTYPE)
             (
                 d512, d513, d514, d515, d516, d517, d518, d519, d520, d521, d522, d523, d524, d525, d526, d527,
                 d528, d529, d530,
-            ) = _triton_lu1_back19(
-                lu1_lu, ls2_712, DTYPE)
+            ) = _triton_lu1_back19(lu1_lu, ls2_712, DTYPE)
             (
                 d531, d532, d533, d534, d535, d536, d537, d538, d539, d540, d541, d542, d543, d544, d545, d546,
                 d547, d548, d549,
-            ) = _triton_lu1_back20(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_back20(lu1_lu, DTYPE)
             d550 = (-(cse_18 * (d152 + d153)) + (p_E * cse_11 * cse_20 * d151))
             d551 = (-(cse_18 * (d151 + d153)) + (p_E * cse_11 * cse_20 * d152))
             d552 = (-(cse_18 * (d151 + d152)) + (p_E * cse_11 * cse_20 * d153))
@@ -9408,8 +9350,7 @@ if triton is not None:
             (
                 ls3_986, ls3_987, ls3_988, ls3_989, ls3_990, ls3_991, ls3_992, ls3_993, ls3_994, ls3_995,
                 ls3_996, ls3_997,
-            ) = _triton_lu1_forward21(
-                lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538, cse_542, DTYPE)
+            ) = _triton_lu1_forward21(lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538, cse_542, DTYPE)
             ls3_998 = (cse_523 * state_internal_X1_0)
             ls3_999 = (cse_523 * state_internal_X1_1)
             ls3_1000 = (cse_523 * state_internal_X1_2)
@@ -9419,8 +9360,7 @@ if triton is not None:
             (
                 ls3_1011, ls3_1012, ls3_1013, ls3_1014, ls3_1015, ls3_1016, ls3_1017, ls3_1018, ls3_1019,
                 ls3_1020, ls3_1021, ls3_1022,
-            ) = _triton_lu1_forward21(
-                lu1_lu, ls3_998, ls3_999, ls3_1000, ls3_1001, ls3_1002, ls3_1003, DTYPE)
+            ) = _triton_lu1_forward21(lu1_lu, ls3_998, ls3_999, ls3_1000, ls3_1001, ls3_1002, ls3_1003, DTYPE)
             (ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040, ls3_1041) = _triton_lu1_forward22(
                 lu1_lu, cse_522, cse_526, cse_529, cse_534, cse_538, cse_542, DTYPE)
             ls3_1042 = (cse_523 * state_internal_X2_0)
@@ -9495,13 +9435,11 @@ if triton is not None:
             (
                 d847, d848, d849, d850, d851, d852, d853, d854, d855, d856, d857, d858, d859, d860, d861, d862,
                 d863, d864, d865,
-            ) = _triton_lu1_back22(
-                lu1_lu, ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040, ls3_1041, DTYPE)
+            ) = _triton_lu1_back22(lu1_lu, ls3_1036, ls3_1037, ls3_1038, ls3_1039, ls3_1040, ls3_1041, DTYPE)
             (
                 d866, d867, d868, d869, d870, d871, d872, d873, d874, d875, d876, d877, d878, d879, d880, d881,
                 d882, d883, d884,
-            ) = _triton_lu1_back22(
-                lu1_lu, ls3_1061, ls3_1062, ls3_1063, ls3_1064, ls3_1065, ls3_1066, DTYPE)
+            ) = _triton_lu1_back22(lu1_lu, ls3_1061, ls3_1062, ls3_1063, ls3_1064, ls3_1065, ls3_1066, DTYPE)
             d885 = ((cse_11 * (cse_9 + (cse_22 * d676))) - (cse_18 * (d677 + d678)))
             d886 = ((cse_11 * (cse_13 + (cse_22 * d677))) - (cse_18 * (d676 + d678)))
             d887 = ((cse_11 * (cse_14 + (cse_22 * d678))) - (cse_18 * (d676 + d677)))
@@ -9570,7 +9508,7 @@ if triton is not None:
             d950 = (cse_21 * d871)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row133 = _mc_row32(
+            _row11 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d1, K0), tl.where((chaboche2_return_map_converged & fin), d20, K0), tl.where((chaboche2_return_map_converged & fin), d39, K0), tl.where((chaboche2_return_map_converged & fin), d58, K0),
                 tl.where((chaboche2_return_map_converged & fin), d77, K0), tl.where((chaboche2_return_map_converged & fin), d96, K0), tl.where((chaboche2_return_map_converged & fin), d151, K0), tl.where((chaboche2_return_map_converged & fin), d170, K0),
                 tl.where((chaboche2_return_map_converged & fin), d189, K0), tl.where((chaboche2_return_map_converged & fin), d208, K0), tl.where((chaboche2_return_map_converged & fin), d227, K0), tl.where((chaboche2_return_map_converged & fin), d246, K0),
@@ -9579,9 +9517,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d417, K0), tl.where((chaboche2_return_map_converged & fin), d436, K0), tl.where((chaboche2_return_map_converged & fin), d455, K0), tl.where((chaboche2_return_map_converged & fin), d474, K0),
                 tl.where((chaboche2_return_map_converged & fin), d493, K0), tl.where((chaboche2_return_map_converged & fin), d512, K0), tl.where((chaboche2_return_map_converged & fin), d531, K0), tl.where((chaboche2_return_map_converged & fin), d2, K0),
                 tl.where((chaboche2_return_map_converged & fin), d21, K0), tl.where((chaboche2_return_map_converged & fin), d40, K0), tl.where((chaboche2_return_map_converged & fin), d59, K0), tl.where((chaboche2_return_map_converged & fin), d78, K0), BLOCK)
-            _k134 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k134 + (_k134 // 27) * (11 * (V // 8)), _row133, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row135 = _mc_row32(
+            _k12 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 27) * (11 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row13 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d97, K0), tl.where((chaboche2_return_map_converged & fin), d152, K0), tl.where((chaboche2_return_map_converged & fin), d171, K0), tl.where((chaboche2_return_map_converged & fin), d190, K0),
                 tl.where((chaboche2_return_map_converged & fin), d209, K0), tl.where((chaboche2_return_map_converged & fin), d228, K0), tl.where((chaboche2_return_map_converged & fin), d247, K0), tl.where((chaboche2_return_map_converged & fin), d266, K0),
                 tl.where((chaboche2_return_map_converged & fin), d285, K0), tl.where((chaboche2_return_map_converged & fin), d304, K0), tl.where((chaboche2_return_map_converged & fin), d323, K0), tl.where((chaboche2_return_map_converged & fin), d342, K0),
@@ -9590,9 +9528,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d513, K0), tl.where((chaboche2_return_map_converged & fin), d532, K0), tl.where((chaboche2_return_map_converged & fin), d3, K0), tl.where((chaboche2_return_map_converged & fin), d22, K0),
                 tl.where((chaboche2_return_map_converged & fin), d41, K0), tl.where((chaboche2_return_map_converged & fin), d60, K0), tl.where((chaboche2_return_map_converged & fin), d79, K0), tl.where((chaboche2_return_map_converged & fin), d98, K0),
                 tl.where((chaboche2_return_map_converged & fin), d153, K0), tl.where((chaboche2_return_map_converged & fin), d172, K0), tl.where((chaboche2_return_map_converged & fin), d191, K0), tl.where((chaboche2_return_map_converged & fin), d210, K0), BLOCK)
-            _k136 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k136 + (_k136 // 27) * (11 * (V // 8)), _row135, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row137 = _mc_row32(
+            _k14 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 27) * (11 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row15 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d229, K0), tl.where((chaboche2_return_map_converged & fin), d248, K0), tl.where((chaboche2_return_map_converged & fin), d267, K0), tl.where((chaboche2_return_map_converged & fin), d286, K0),
                 tl.where((chaboche2_return_map_converged & fin), d305, K0), tl.where((chaboche2_return_map_converged & fin), d324, K0), tl.where((chaboche2_return_map_converged & fin), d343, K0), tl.where((chaboche2_return_map_converged & fin), d362, K0),
                 tl.where((chaboche2_return_map_converged & fin), d381, K0), tl.where((chaboche2_return_map_converged & fin), d400, K0), tl.where((chaboche2_return_map_converged & fin), d419, K0), tl.where((chaboche2_return_map_converged & fin), d438, K0),
@@ -9601,9 +9539,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d61, K0), tl.where((chaboche2_return_map_converged & fin), d80, K0), tl.where((chaboche2_return_map_converged & fin), d99, K0), tl.where((chaboche2_return_map_converged & fin), d154, K0),
                 tl.where((chaboche2_return_map_converged & fin), d173, K0), tl.where((chaboche2_return_map_converged & fin), d192, K0), tl.where((chaboche2_return_map_converged & fin), d211, K0), tl.where((chaboche2_return_map_converged & fin), d230, K0),
                 tl.where((chaboche2_return_map_converged & fin), d249, K0), tl.where((chaboche2_return_map_converged & fin), d268, K0), tl.where((chaboche2_return_map_converged & fin), d287, K0), tl.where((chaboche2_return_map_converged & fin), d306, K0), BLOCK)
-            _k138 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k138 + (_k138 // 27) * (11 * (V // 8)), _row137, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row139 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 27) * (11 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row17 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d325, K0), tl.where((chaboche2_return_map_converged & fin), d344, K0), tl.where((chaboche2_return_map_converged & fin), d363, K0), tl.where((chaboche2_return_map_converged & fin), d382, K0),
                 tl.where((chaboche2_return_map_converged & fin), d401, K0), tl.where((chaboche2_return_map_converged & fin), d420, K0), tl.where((chaboche2_return_map_converged & fin), d439, K0), tl.where((chaboche2_return_map_converged & fin), d458, K0),
                 tl.where((chaboche2_return_map_converged & fin), d477, K0), tl.where((chaboche2_return_map_converged & fin), d496, K0), tl.where((chaboche2_return_map_converged & fin), d515, K0), tl.where((chaboche2_return_map_converged & fin), d534, K0),
@@ -9612,9 +9550,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d193, K0), tl.where((chaboche2_return_map_converged & fin), d212, K0), tl.where((chaboche2_return_map_converged & fin), d231, K0), tl.where((chaboche2_return_map_converged & fin), d250, K0),
                 tl.where((chaboche2_return_map_converged & fin), d269, K0), tl.where((chaboche2_return_map_converged & fin), d288, K0), tl.where((chaboche2_return_map_converged & fin), d307, K0), tl.where((chaboche2_return_map_converged & fin), d326, K0),
                 tl.where((chaboche2_return_map_converged & fin), d345, K0), tl.where((chaboche2_return_map_converged & fin), d364, K0), tl.where((chaboche2_return_map_converged & fin), d383, K0), tl.where((chaboche2_return_map_converged & fin), d402, K0), BLOCK)
-            _k140 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k140 + (_k140 // 27) * (11 * (V // 8)), _row139, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row141 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 27) * (11 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row19 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d421, K0), tl.where((chaboche2_return_map_converged & fin), d440, K0), tl.where((chaboche2_return_map_converged & fin), d459, K0), tl.where((chaboche2_return_map_converged & fin), d478, K0),
                 tl.where((chaboche2_return_map_converged & fin), d497, K0), tl.where((chaboche2_return_map_converged & fin), d516, K0), tl.where((chaboche2_return_map_converged & fin), d535, K0), tl.where((chaboche2_return_map_converged & fin), d6, K0),
                 tl.where((chaboche2_return_map_converged & fin), d25, K0), tl.where((chaboche2_return_map_converged & fin), d44, K0), tl.where((chaboche2_return_map_converged & fin), d63, K0), tl.where((chaboche2_return_map_converged & fin), d82, K0),
@@ -9623,9 +9561,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d289, K0), tl.where((chaboche2_return_map_converged & fin), d308, K0), tl.where((chaboche2_return_map_converged & fin), d327, K0), tl.where((chaboche2_return_map_converged & fin), d346, K0),
                 tl.where((chaboche2_return_map_converged & fin), d365, K0), tl.where((chaboche2_return_map_converged & fin), d384, K0), tl.where((chaboche2_return_map_converged & fin), d403, K0), tl.where((chaboche2_return_map_converged & fin), d422, K0),
                 tl.where((chaboche2_return_map_converged & fin), d441, K0), tl.where((chaboche2_return_map_converged & fin), d460, K0), tl.where((chaboche2_return_map_converged & fin), d479, K0), tl.where((chaboche2_return_map_converged & fin), d498, K0), BLOCK)
-            _k142 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k142 + (_k142 // 27) * (11 * (V // 8)), _row141, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row143 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 27) * (11 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row21 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d517, K0), tl.where((chaboche2_return_map_converged & fin), d536, K0), tl.where((chaboche2_return_map_converged & fin), d7, K0), tl.where((chaboche2_return_map_converged & fin), d26, K0),
                 tl.where((chaboche2_return_map_converged & fin), d45, K0), tl.where((chaboche2_return_map_converged & fin), d64, K0), tl.where((chaboche2_return_map_converged & fin), d83, K0), tl.where((chaboche2_return_map_converged & fin), d102, K0),
                 tl.where((chaboche2_return_map_converged & fin), d157, K0), tl.where((chaboche2_return_map_converged & fin), d176, K0), tl.where((chaboche2_return_map_converged & fin), d195, K0), tl.where((chaboche2_return_map_converged & fin), d214, K0),
@@ -9634,9 +9572,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d385, K0), tl.where((chaboche2_return_map_converged & fin), d404, K0), tl.where((chaboche2_return_map_converged & fin), d423, K0), tl.where((chaboche2_return_map_converged & fin), d442, K0),
                 tl.where((chaboche2_return_map_converged & fin), d461, K0), tl.where((chaboche2_return_map_converged & fin), d480, K0), tl.where((chaboche2_return_map_converged & fin), d499, K0), tl.where((chaboche2_return_map_converged & fin), d518, K0),
                 tl.where((chaboche2_return_map_converged & fin), d537, K0), tl.where((chaboche2_return_map_converged & fin), d8, K0), tl.where((chaboche2_return_map_converged & fin), d27, K0), tl.where((chaboche2_return_map_converged & fin), d46, K0), BLOCK)
-            _k144 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k144 + (_k144 // 27) * (11 * (V // 8)), _row143, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row145 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 27) * (11 * (V // 8)), _row21, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row23 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d65, K0), tl.where((chaboche2_return_map_converged & fin), d84, K0), tl.where((chaboche2_return_map_converged & fin), d103, K0), tl.where((chaboche2_return_map_converged & fin), d158, K0),
                 tl.where((chaboche2_return_map_converged & fin), d177, K0), tl.where((chaboche2_return_map_converged & fin), d196, K0), tl.where((chaboche2_return_map_converged & fin), d215, K0), tl.where((chaboche2_return_map_converged & fin), d234, K0),
                 tl.where((chaboche2_return_map_converged & fin), d253, K0), tl.where((chaboche2_return_map_converged & fin), d272, K0), tl.where((chaboche2_return_map_converged & fin), d291, K0), tl.where((chaboche2_return_map_converged & fin), d310, K0),
@@ -9645,9 +9583,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d481, K0), tl.where((chaboche2_return_map_converged & fin), d500, K0), tl.where((chaboche2_return_map_converged & fin), d519, K0), tl.where((chaboche2_return_map_converged & fin), d538, K0),
                 tl.where((chaboche2_return_map_converged & fin), d9, K0), tl.where((chaboche2_return_map_converged & fin), d28, K0), tl.where((chaboche2_return_map_converged & fin), d47, K0), tl.where((chaboche2_return_map_converged & fin), d66, K0),
                 tl.where((chaboche2_return_map_converged & fin), d85, K0), tl.where((chaboche2_return_map_converged & fin), d104, K0), tl.where((chaboche2_return_map_converged & fin), d159, K0), tl.where((chaboche2_return_map_converged & fin), d178, K0), BLOCK)
-            _k146 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k146 + (_k146 // 27) * (11 * (V // 8)), _row145, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row147 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k24 + (_k24 // 27) * (11 * (V // 8)), _row23, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row25 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d197, K0), tl.where((chaboche2_return_map_converged & fin), d216, K0), tl.where((chaboche2_return_map_converged & fin), d235, K0), tl.where((chaboche2_return_map_converged & fin), d254, K0),
                 tl.where((chaboche2_return_map_converged & fin), d273, K0), tl.where((chaboche2_return_map_converged & fin), d292, K0), tl.where((chaboche2_return_map_converged & fin), d311, K0), tl.where((chaboche2_return_map_converged & fin), d330, K0),
                 tl.where((chaboche2_return_map_converged & fin), d349, K0), tl.where((chaboche2_return_map_converged & fin), d368, K0), tl.where((chaboche2_return_map_converged & fin), d387, K0), tl.where((chaboche2_return_map_converged & fin), d406, K0),
@@ -9656,9 +9594,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d29, K0), tl.where((chaboche2_return_map_converged & fin), d48, K0), tl.where((chaboche2_return_map_converged & fin), d67, K0), tl.where((chaboche2_return_map_converged & fin), d86, K0),
                 tl.where((chaboche2_return_map_converged & fin), d105, K0), tl.where((chaboche2_return_map_converged & fin), d160, K0), tl.where((chaboche2_return_map_converged & fin), d179, K0), tl.where((chaboche2_return_map_converged & fin), d198, K0),
                 tl.where((chaboche2_return_map_converged & fin), d217, K0), tl.where((chaboche2_return_map_converged & fin), d236, K0), tl.where((chaboche2_return_map_converged & fin), d255, K0), tl.where((chaboche2_return_map_converged & fin), d274, K0), BLOCK)
-            _k148 = tl.arange(0, 32)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k148 + (_k148 // 27) * (11 * (V // 8)), _row147, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row149 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k26 + (_k26 // 27) * (11 * (V // 8)), _row25, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row27 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d293, K0), tl.where((chaboche2_return_map_converged & fin), d312, K0), tl.where((chaboche2_return_map_converged & fin), d331, K0), tl.where((chaboche2_return_map_converged & fin), d350, K0),
                 tl.where((chaboche2_return_map_converged & fin), d369, K0), tl.where((chaboche2_return_map_converged & fin), d388, K0), tl.where((chaboche2_return_map_converged & fin), d407, K0), tl.where((chaboche2_return_map_converged & fin), d426, K0),
                 tl.where((chaboche2_return_map_converged & fin), d445, K0), tl.where((chaboche2_return_map_converged & fin), d464, K0), tl.where((chaboche2_return_map_converged & fin), d483, K0), tl.where((chaboche2_return_map_converged & fin), d502, K0),
@@ -9667,9 +9605,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d161, K0), tl.where((chaboche2_return_map_converged & fin), d180, K0), tl.where((chaboche2_return_map_converged & fin), d199, K0), tl.where((chaboche2_return_map_converged & fin), d218, K0),
                 tl.where((chaboche2_return_map_converged & fin), d237, K0), tl.where((chaboche2_return_map_converged & fin), d256, K0), tl.where((chaboche2_return_map_converged & fin), d275, K0), tl.where((chaboche2_return_map_converged & fin), d294, K0),
                 tl.where((chaboche2_return_map_converged & fin), d313, K0), tl.where((chaboche2_return_map_converged & fin), d332, K0), tl.where((chaboche2_return_map_converged & fin), d351, K0), tl.where((chaboche2_return_map_converged & fin), d370, K0), BLOCK)
-            _k150 = tl.arange(0, 32)[None, :] + 256
-            _mc_store(J + row[:, None] * j_stride + _k150 + (_k150 // 27) * (11 * (V // 8)), _row149, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row151 = _mc_row32(
+            _k28 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k28 + (_k28 // 27) * (11 * (V // 8)), _row27, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row29 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d389, K0), tl.where((chaboche2_return_map_converged & fin), d408, K0), tl.where((chaboche2_return_map_converged & fin), d427, K0), tl.where((chaboche2_return_map_converged & fin), d446, K0),
                 tl.where((chaboche2_return_map_converged & fin), d465, K0), tl.where((chaboche2_return_map_converged & fin), d484, K0), tl.where((chaboche2_return_map_converged & fin), d503, K0), tl.where((chaboche2_return_map_converged & fin), d522, K0),
                 tl.where((chaboche2_return_map_converged & fin), d541, K0), tl.where((chaboche2_return_map_converged & fin), d12, K0), tl.where((chaboche2_return_map_converged & fin), d31, K0), tl.where((chaboche2_return_map_converged & fin), d50, K0),
@@ -9678,9 +9616,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d257, K0), tl.where((chaboche2_return_map_converged & fin), d276, K0), tl.where((chaboche2_return_map_converged & fin), d295, K0), tl.where((chaboche2_return_map_converged & fin), d314, K0),
                 tl.where((chaboche2_return_map_converged & fin), d333, K0), tl.where((chaboche2_return_map_converged & fin), d352, K0), tl.where((chaboche2_return_map_converged & fin), d371, K0), tl.where((chaboche2_return_map_converged & fin), d390, K0),
                 tl.where((chaboche2_return_map_converged & fin), d409, K0), tl.where((chaboche2_return_map_converged & fin), d428, K0), tl.where((chaboche2_return_map_converged & fin), d447, K0), tl.where((chaboche2_return_map_converged & fin), d466, K0), BLOCK)
-            _k152 = tl.arange(0, 32)[None, :] + 288
-            _mc_store(J + row[:, None] * j_stride + _k152 + (_k152 // 27) * (11 * (V // 8)), _row151, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row153 = _mc_row32(
+            _k30 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k30 + (_k30 // 27) * (11 * (V // 8)), _row29, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row31 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d485, K0), tl.where((chaboche2_return_map_converged & fin), d504, K0), tl.where((chaboche2_return_map_converged & fin), d523, K0), tl.where((chaboche2_return_map_converged & fin), d542, K0),
                 tl.where((chaboche2_return_map_converged & fin), d13, K0), tl.where((chaboche2_return_map_converged & fin), d32, K0), tl.where((chaboche2_return_map_converged & fin), d51, K0), tl.where((chaboche2_return_map_converged & fin), d70, K0),
                 tl.where((chaboche2_return_map_converged & fin), d89, K0), tl.where((chaboche2_return_map_converged & fin), d108, K0), tl.where((chaboche2_return_map_converged & fin), d163, K0), tl.where((chaboche2_return_map_converged & fin), d182, K0),
@@ -9689,9 +9627,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d353, K0), tl.where((chaboche2_return_map_converged & fin), d372, K0), tl.where((chaboche2_return_map_converged & fin), d391, K0), tl.where((chaboche2_return_map_converged & fin), d410, K0),
                 tl.where((chaboche2_return_map_converged & fin), d429, K0), tl.where((chaboche2_return_map_converged & fin), d448, K0), tl.where((chaboche2_return_map_converged & fin), d467, K0), tl.where((chaboche2_return_map_converged & fin), d486, K0),
                 tl.where((chaboche2_return_map_converged & fin), d505, K0), tl.where((chaboche2_return_map_converged & fin), d524, K0), tl.where((chaboche2_return_map_converged & fin), d543, K0), tl.where((chaboche2_return_map_converged & fin), d14, K0), BLOCK)
-            _k154 = tl.arange(0, 32)[None, :] + 320
-            _mc_store(J + row[:, None] * j_stride + _k154 + (_k154 // 27) * (11 * (V // 8)), _row153, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row155 = _mc_row32(
+            _k32 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k32 + (_k32 // 27) * (11 * (V // 8)), _row31, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row33 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d33, K0), tl.where((chaboche2_return_map_converged & fin), d52, K0), tl.where((chaboche2_return_map_converged & fin), d71, K0), tl.where((chaboche2_return_map_converged & fin), d90, K0),
                 tl.where((chaboche2_return_map_converged & fin), d109, K0), tl.where((chaboche2_return_map_converged & fin), d164, K0), tl.where((chaboche2_return_map_converged & fin), d183, K0), tl.where((chaboche2_return_map_converged & fin), d202, K0),
                 tl.where((chaboche2_return_map_converged & fin), d221, K0), tl.where((chaboche2_return_map_converged & fin), d240, K0), tl.where((chaboche2_return_map_converged & fin), d259, K0), tl.where((chaboche2_return_map_converged & fin), d278, K0),
@@ -9700,9 +9638,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d449, K0), tl.where((chaboche2_return_map_converged & fin), d468, K0), tl.where((chaboche2_return_map_converged & fin), d487, K0), tl.where((chaboche2_return_map_converged & fin), d506, K0),
                 tl.where((chaboche2_return_map_converged & fin), d525, K0), tl.where((chaboche2_return_map_converged & fin), d544, K0), tl.where((chaboche2_return_map_converged & fin), d15, K0), tl.where((chaboche2_return_map_converged & fin), d34, K0),
                 tl.where((chaboche2_return_map_converged & fin), d53, K0), tl.where((chaboche2_return_map_converged & fin), d72, K0), tl.where((chaboche2_return_map_converged & fin), d91, K0), tl.where((chaboche2_return_map_converged & fin), d110, K0), BLOCK)
-            _k156 = tl.arange(0, 32)[None, :] + 352
-            _mc_store(J + row[:, None] * j_stride + _k156 + (_k156 // 27) * (11 * (V // 8)), _row155, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row157 = _mc_row32(
+            _k34 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k34 + (_k34 // 27) * (11 * (V // 8)), _row33, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row35 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d165, K0), tl.where((chaboche2_return_map_converged & fin), d184, K0), tl.where((chaboche2_return_map_converged & fin), d203, K0), tl.where((chaboche2_return_map_converged & fin), d222, K0),
                 tl.where((chaboche2_return_map_converged & fin), d241, K0), tl.where((chaboche2_return_map_converged & fin), d260, K0), tl.where((chaboche2_return_map_converged & fin), d279, K0), tl.where((chaboche2_return_map_converged & fin), d298, K0),
                 tl.where((chaboche2_return_map_converged & fin), d317, K0), tl.where((chaboche2_return_map_converged & fin), d336, K0), tl.where((chaboche2_return_map_converged & fin), d355, K0), tl.where((chaboche2_return_map_converged & fin), d374, K0),
@@ -9711,9 +9649,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d545, K0), tl.where((chaboche2_return_map_converged & fin), d16, K0), tl.where((chaboche2_return_map_converged & fin), d35, K0), tl.where((chaboche2_return_map_converged & fin), d54, K0),
                 tl.where((chaboche2_return_map_converged & fin), d73, K0), tl.where((chaboche2_return_map_converged & fin), d92, K0), tl.where((chaboche2_return_map_converged & fin), d111, K0), tl.where((chaboche2_return_map_converged & fin), d166, K0),
                 tl.where((chaboche2_return_map_converged & fin), d185, K0), tl.where((chaboche2_return_map_converged & fin), d204, K0), tl.where((chaboche2_return_map_converged & fin), d223, K0), tl.where((chaboche2_return_map_converged & fin), d242, K0), BLOCK)
-            _k158 = tl.arange(0, 32)[None, :] + 384
-            _mc_store(J + row[:, None] * j_stride + _k158 + (_k158 // 27) * (11 * (V // 8)), _row157, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row159 = _mc_row32(
+            _k36 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k36 + (_k36 // 27) * (11 * (V // 8)), _row35, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row37 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d261, K0), tl.where((chaboche2_return_map_converged & fin), d280, K0), tl.where((chaboche2_return_map_converged & fin), d299, K0), tl.where((chaboche2_return_map_converged & fin), d318, K0),
                 tl.where((chaboche2_return_map_converged & fin), d337, K0), tl.where((chaboche2_return_map_converged & fin), d356, K0), tl.where((chaboche2_return_map_converged & fin), d375, K0), tl.where((chaboche2_return_map_converged & fin), d394, K0),
                 tl.where((chaboche2_return_map_converged & fin), d413, K0), tl.where((chaboche2_return_map_converged & fin), d432, K0), tl.where((chaboche2_return_map_converged & fin), d451, K0), tl.where((chaboche2_return_map_converged & fin), d470, K0),
@@ -9722,9 +9660,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d93, K0), tl.where((chaboche2_return_map_converged & fin), d112, K0), tl.where((chaboche2_return_map_converged & fin), d167, K0), tl.where((chaboche2_return_map_converged & fin), d186, K0),
                 tl.where((chaboche2_return_map_converged & fin), d205, K0), tl.where((chaboche2_return_map_converged & fin), d224, K0), tl.where((chaboche2_return_map_converged & fin), d243, K0), tl.where((chaboche2_return_map_converged & fin), d262, K0),
                 tl.where((chaboche2_return_map_converged & fin), d281, K0), tl.where((chaboche2_return_map_converged & fin), d300, K0), tl.where((chaboche2_return_map_converged & fin), d319, K0), tl.where((chaboche2_return_map_converged & fin), d338, K0), BLOCK)
-            _k160 = tl.arange(0, 32)[None, :] + 416
-            _mc_store(J + row[:, None] * j_stride + _k160 + (_k160 // 27) * (11 * (V // 8)), _row159, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row161 = _mc_row32(
+            _k38 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k38 + (_k38 // 27) * (11 * (V // 8)), _row37, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row39 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d357, K0), tl.where((chaboche2_return_map_converged & fin), d376, K0), tl.where((chaboche2_return_map_converged & fin), d395, K0), tl.where((chaboche2_return_map_converged & fin), d414, K0),
                 tl.where((chaboche2_return_map_converged & fin), d433, K0), tl.where((chaboche2_return_map_converged & fin), d452, K0), tl.where((chaboche2_return_map_converged & fin), d471, K0), tl.where((chaboche2_return_map_converged & fin), d490, K0),
                 tl.where((chaboche2_return_map_converged & fin), d509, K0), tl.where((chaboche2_return_map_converged & fin), d528, K0), tl.where((chaboche2_return_map_converged & fin), d547, K0), tl.where((chaboche2_return_map_converged & fin), d18, K0),
@@ -9733,9 +9671,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d225, K0), tl.where((chaboche2_return_map_converged & fin), d244, K0), tl.where((chaboche2_return_map_converged & fin), d263, K0), tl.where((chaboche2_return_map_converged & fin), d282, K0),
                 tl.where((chaboche2_return_map_converged & fin), d301, K0), tl.where((chaboche2_return_map_converged & fin), d320, K0), tl.where((chaboche2_return_map_converged & fin), d339, K0), tl.where((chaboche2_return_map_converged & fin), d358, K0),
                 tl.where((chaboche2_return_map_converged & fin), d377, K0), tl.where((chaboche2_return_map_converged & fin), d396, K0), tl.where((chaboche2_return_map_converged & fin), d415, K0), tl.where((chaboche2_return_map_converged & fin), d434, K0), BLOCK)
-            _k162 = tl.arange(0, 32)[None, :] + 448
-            _mc_store(J + row[:, None] * j_stride + _k162 + (_k162 // 27) * (11 * (V // 8)), _row161, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row163 = _mc_row32(
+            _k40 = tl.arange(0, 32)[None, :] + 448
+            _mc_store(J + row[:, None] * j_stride + _k40 + (_k40 // 27) * (11 * (V // 8)), _row39, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row41 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d453, K0), tl.where((chaboche2_return_map_converged & fin), d472, K0), tl.where((chaboche2_return_map_converged & fin), d491, K0), tl.where((chaboche2_return_map_converged & fin), d510, K0),
                 tl.where((chaboche2_return_map_converged & fin), d529, K0), tl.where((chaboche2_return_map_converged & fin), d548, K0), tl.where((chaboche2_return_map_converged & fin), d19, K0), tl.where((chaboche2_return_map_converged & fin), d38, K0),
                 tl.where((chaboche2_return_map_converged & fin), d57, K0), tl.where((chaboche2_return_map_converged & fin), d76, K0), tl.where((chaboche2_return_map_converged & fin), d95, K0), tl.where((chaboche2_return_map_converged & fin), d114, K0),
@@ -9744,9 +9682,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d321, K0), tl.where((chaboche2_return_map_converged & fin), d340, K0), tl.where((chaboche2_return_map_converged & fin), d359, K0), tl.where((chaboche2_return_map_converged & fin), d378, K0),
                 tl.where((chaboche2_return_map_converged & fin), d397, K0), tl.where((chaboche2_return_map_converged & fin), d416, K0), tl.where((chaboche2_return_map_converged & fin), d435, K0), tl.where((chaboche2_return_map_converged & fin), d454, K0),
                 tl.where((chaboche2_return_map_converged & fin), d473, K0), tl.where((chaboche2_return_map_converged & fin), d492, K0), tl.where((chaboche2_return_map_converged & fin), d511, K0), tl.where((chaboche2_return_map_converged & fin), d530, K0), BLOCK)
-            _k164 = tl.arange(0, 32)[None, :] + 480
-            _mc_store(J + row[:, None] * j_stride + _k164 + (_k164 // 27) * (11 * (V // 8)), _row163, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row165 = _mc_row32(
+            _k42 = tl.arange(0, 32)[None, :] + 480
+            _mc_store(J + row[:, None] * j_stride + _k42 + (_k42 // 27) * (11 * (V // 8)), _row41, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row43 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d549, K0), tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0),
                 tl.where((chaboche2_return_map_converged & fin), d118, K0), tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d550, K0),
                 tl.where((chaboche2_return_map_converged & fin), d556, K0), tl.where((chaboche2_return_map_converged & fin), d562, K0), tl.where((chaboche2_return_map_converged & fin), d563, K0), tl.where((chaboche2_return_map_converged & fin), d564, K0),
@@ -9755,9 +9693,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d608, K0), tl.where((chaboche2_return_map_converged & fin), d609, K0), tl.where((chaboche2_return_map_converged & fin), d640, K0), tl.where((chaboche2_return_map_converged & fin), d641, K0),
                 tl.where((chaboche2_return_map_converged & fin), d642, K0), tl.where((chaboche2_return_map_converged & fin), d643, K0), tl.where((chaboche2_return_map_converged & fin), d644, K0), tl.where((chaboche2_return_map_converged & fin), d645, K0),
                 tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), BLOCK)
-            _k166 = tl.arange(0, 32)[None, :] + 512
-            _mc_store(J + row[:, None] * j_stride + _k166 + (_k166 // 27) * (11 * (V // 8)), _row165, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row167 = _mc_row32(
+            _k44 = tl.arange(0, 32)[None, :] + 512
+            _mc_store(J + row[:, None] * j_stride + _k44 + (_k44 // 27) * (11 * (V // 8)), _row43, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row45 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), tl.where((chaboche2_return_map_converged & fin), d551, K0), tl.where((chaboche2_return_map_converged & fin), d557, K0),
                 tl.where((chaboche2_return_map_converged & fin), d568, K0), tl.where((chaboche2_return_map_converged & fin), d569, K0), tl.where((chaboche2_return_map_converged & fin), d570, K0), tl.where((chaboche2_return_map_converged & fin), d571, K0),
                 tl.where((chaboche2_return_map_converged & fin), d572, K0), tl.where((chaboche2_return_map_converged & fin), d573, K0), tl.where((chaboche2_return_map_converged & fin), d599, K0), tl.where((chaboche2_return_map_converged & fin), d610, K0),
@@ -9766,9 +9704,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d649, K0), tl.where((chaboche2_return_map_converged & fin), d650, K0), tl.where((chaboche2_return_map_converged & fin), d651, K0), tl.where((chaboche2_return_map_converged & fin), d127, K0),
                 tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), tl.where((chaboche2_return_map_converged & fin), d131, K0),
                 tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d552, K0), tl.where((chaboche2_return_map_converged & fin), d558, K0), tl.where((chaboche2_return_map_converged & fin), d574, K0), BLOCK)
-            _k168 = tl.arange(0, 32)[None, :] + 544
-            _mc_store(J + row[:, None] * j_stride + _k168 + (_k168 // 27) * (11 * (V // 8)), _row167, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row169 = _mc_row32(
+            _k46 = tl.arange(0, 32)[None, :] + 544
+            _mc_store(J + row[:, None] * j_stride + _k46 + (_k46 // 27) * (11 * (V // 8)), _row45, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row47 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d575, K0), tl.where((chaboche2_return_map_converged & fin), d576, K0), tl.where((chaboche2_return_map_converged & fin), d577, K0), tl.where((chaboche2_return_map_converged & fin), d578, K0),
                 tl.where((chaboche2_return_map_converged & fin), d579, K0), tl.where((chaboche2_return_map_converged & fin), d600, K0), tl.where((chaboche2_return_map_converged & fin), d616, K0), tl.where((chaboche2_return_map_converged & fin), d617, K0),
                 tl.where((chaboche2_return_map_converged & fin), d618, K0), tl.where((chaboche2_return_map_converged & fin), d619, K0), tl.where((chaboche2_return_map_converged & fin), d620, K0), tl.where((chaboche2_return_map_converged & fin), d621, K0),
@@ -9777,9 +9715,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0),
                 tl.where((chaboche2_return_map_converged & fin), d553, K0), tl.where((chaboche2_return_map_converged & fin), d559, K0), tl.where((chaboche2_return_map_converged & fin), d580, K0), tl.where((chaboche2_return_map_converged & fin), d581, K0),
                 tl.where((chaboche2_return_map_converged & fin), d582, K0), tl.where((chaboche2_return_map_converged & fin), d583, K0), tl.where((chaboche2_return_map_converged & fin), d584, K0), tl.where((chaboche2_return_map_converged & fin), d585, K0), BLOCK)
-            _k170 = tl.arange(0, 32)[None, :] + 576
-            _mc_store(J + row[:, None] * j_stride + _k170 + (_k170 // 27) * (11 * (V // 8)), _row169, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row171 = _mc_row32(
+            _k48 = tl.arange(0, 32)[None, :] + 576
+            _mc_store(J + row[:, None] * j_stride + _k48 + (_k48 // 27) * (11 * (V // 8)), _row47, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row49 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d601, K0), tl.where((chaboche2_return_map_converged & fin), d622, K0), tl.where((chaboche2_return_map_converged & fin), d623, K0), tl.where((chaboche2_return_map_converged & fin), d624, K0),
                 tl.where((chaboche2_return_map_converged & fin), d625, K0), tl.where((chaboche2_return_map_converged & fin), d626, K0), tl.where((chaboche2_return_map_converged & fin), d627, K0), tl.where((chaboche2_return_map_converged & fin), d658, K0),
                 tl.where((chaboche2_return_map_converged & fin), d659, K0), tl.where((chaboche2_return_map_converged & fin), d660, K0), tl.where((chaboche2_return_map_converged & fin), d661, K0), tl.where((chaboche2_return_map_converged & fin), d662, K0),
@@ -9788,9 +9726,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d560, K0), tl.where((chaboche2_return_map_converged & fin), d586, K0), tl.where((chaboche2_return_map_converged & fin), d587, K0), tl.where((chaboche2_return_map_converged & fin), d588, K0),
                 tl.where((chaboche2_return_map_converged & fin), d589, K0), tl.where((chaboche2_return_map_converged & fin), d590, K0), tl.where((chaboche2_return_map_converged & fin), d591, K0), tl.where((chaboche2_return_map_converged & fin), d602, K0),
                 tl.where((chaboche2_return_map_converged & fin), d628, K0), tl.where((chaboche2_return_map_converged & fin), d629, K0), tl.where((chaboche2_return_map_converged & fin), d630, K0), tl.where((chaboche2_return_map_converged & fin), d631, K0), BLOCK)
-            _k172 = tl.arange(0, 32)[None, :] + 608
-            _mc_store(J + row[:, None] * j_stride + _k172 + (_k172 // 27) * (11 * (V // 8)), _row171, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row173 = _mc_row32(
+            _k50 = tl.arange(0, 32)[None, :] + 608
+            _mc_store(J + row[:, None] * j_stride + _k50 + (_k50 // 27) * (11 * (V // 8)), _row49, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row51 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d632, K0), tl.where((chaboche2_return_map_converged & fin), d633, K0), tl.where((chaboche2_return_map_converged & fin), d664, K0), tl.where((chaboche2_return_map_converged & fin), d665, K0),
                 tl.where((chaboche2_return_map_converged & fin), d666, K0), tl.where((chaboche2_return_map_converged & fin), d667, K0), tl.where((chaboche2_return_map_converged & fin), d668, K0), tl.where((chaboche2_return_map_converged & fin), d669, K0),
                 tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0),
@@ -9799,13 +9737,13 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d596, K0), tl.where((chaboche2_return_map_converged & fin), d597, K0), tl.where((chaboche2_return_map_converged & fin), d603, K0), tl.where((chaboche2_return_map_converged & fin), d634, K0),
                 tl.where((chaboche2_return_map_converged & fin), d635, K0), tl.where((chaboche2_return_map_converged & fin), d636, K0), tl.where((chaboche2_return_map_converged & fin), d637, K0), tl.where((chaboche2_return_map_converged & fin), d638, K0),
                 tl.where((chaboche2_return_map_converged & fin), d639, K0), tl.where((chaboche2_return_map_converged & fin), d670, K0), tl.where((chaboche2_return_map_converged & fin), d671, K0), tl.where((chaboche2_return_map_converged & fin), d672, K0), BLOCK)
-            _k174 = tl.arange(0, 32)[None, :] + 640
-            _mc_store(J + row[:, None] * j_stride + _k174 + (_k174 // 27) * (11 * (V // 8)), _row173, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero175 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k176 = tl.arange(0, 4)[None, :] + 672
-            _mc_store(J + row[:, None] * j_stride + _k176 + (_k176 // 27) * (11 * (V // 8)), _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero175, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _k52 = tl.arange(0, 32)[None, :] + 640
+            _mc_store(J + row[:, None] * j_stride + _k52 + (_k52 // 27) * (11 * (V // 8)), _row51, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k54 = tl.arange(0, 4)[None, :] + 672
+            _mc_store(J + row[:, None] * j_stride + _k54 + (_k54 // 27) * (11 * (V // 8)), _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero53, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row177 = _mc_row32(
+                _row55 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d676, K0), tl.where((chaboche2_return_map_converged & fin), d695, K0), tl.where((chaboche2_return_map_converged & fin), d714, K0), tl.where((chaboche2_return_map_converged & fin), d733, K0),
                     tl.where((chaboche2_return_map_converged & fin), d752, K0), tl.where((chaboche2_return_map_converged & fin), d771, K0), tl.where((chaboche2_return_map_converged & fin), d790, K0), tl.where((chaboche2_return_map_converged & fin), d809, K0),
                     tl.where((chaboche2_return_map_converged & fin), d828, K0), tl.where((chaboche2_return_map_converged & fin), d847, K0), tl.where((chaboche2_return_map_converged & fin), d866, K0), tl.where((chaboche2_return_map_converged & fin), d677, K0),
@@ -9814,9 +9752,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d848, K0), tl.where((chaboche2_return_map_converged & fin), d867, K0), tl.where((chaboche2_return_map_converged & fin), d678, K0), tl.where((chaboche2_return_map_converged & fin), d697, K0),
                     tl.where((chaboche2_return_map_converged & fin), d716, K0), tl.where((chaboche2_return_map_converged & fin), d735, K0), tl.where((chaboche2_return_map_converged & fin), d754, K0), tl.where((chaboche2_return_map_converged & fin), d773, K0),
                     tl.where((chaboche2_return_map_converged & fin), d792, K0), tl.where((chaboche2_return_map_converged & fin), d811, K0), tl.where((chaboche2_return_map_converged & fin), d830, K0), tl.where((chaboche2_return_map_converged & fin), d849, K0), BLOCK)
-                _k178 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k178 // 11) * 38 + 27 + _k178 % 11, _row177, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row179 = _mc_row32(
+                _k56 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k56 // 11) * 38 + 27 + _k56 % 11, _row55, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row57 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d868, K0), tl.where((chaboche2_return_map_converged & fin), d679, K0), tl.where((chaboche2_return_map_converged & fin), d698, K0), tl.where((chaboche2_return_map_converged & fin), d717, K0),
                     tl.where((chaboche2_return_map_converged & fin), d736, K0), tl.where((chaboche2_return_map_converged & fin), d755, K0), tl.where((chaboche2_return_map_converged & fin), d774, K0), tl.where((chaboche2_return_map_converged & fin), d793, K0),
                     tl.where((chaboche2_return_map_converged & fin), d812, K0), tl.where((chaboche2_return_map_converged & fin), d831, K0), tl.where((chaboche2_return_map_converged & fin), d850, K0), tl.where((chaboche2_return_map_converged & fin), d869, K0),
@@ -9825,9 +9763,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d832, K0), tl.where((chaboche2_return_map_converged & fin), d851, K0), tl.where((chaboche2_return_map_converged & fin), d870, K0), tl.where((chaboche2_return_map_converged & fin), d681, K0),
                     tl.where((chaboche2_return_map_converged & fin), d700, K0), tl.where((chaboche2_return_map_converged & fin), d719, K0), tl.where((chaboche2_return_map_converged & fin), d738, K0), tl.where((chaboche2_return_map_converged & fin), d757, K0),
                     tl.where((chaboche2_return_map_converged & fin), d776, K0), tl.where((chaboche2_return_map_converged & fin), d795, K0), tl.where((chaboche2_return_map_converged & fin), d814, K0), tl.where((chaboche2_return_map_converged & fin), d833, K0), BLOCK)
-                _k180 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k180 // 11) * 38 + 27 + _k180 % 11, _row179, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row181 = _mc_row32(
+                _k58 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k58 // 11) * 38 + 27 + _k58 % 11, _row57, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row59 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d852, K0), tl.where((chaboche2_return_map_converged & fin), d871, K0), tl.where((chaboche2_return_map_converged & fin), d682, K0), tl.where((chaboche2_return_map_converged & fin), d701, K0),
                     tl.where((chaboche2_return_map_converged & fin), d720, K0), tl.where((chaboche2_return_map_converged & fin), d739, K0), tl.where((chaboche2_return_map_converged & fin), d758, K0), tl.where((chaboche2_return_map_converged & fin), d777, K0),
                     tl.where((chaboche2_return_map_converged & fin), d796, K0), tl.where((chaboche2_return_map_converged & fin), d815, K0), tl.where((chaboche2_return_map_converged & fin), d834, K0), tl.where((chaboche2_return_map_converged & fin), d853, K0),
@@ -9836,9 +9774,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d816, K0), tl.where((chaboche2_return_map_converged & fin), d835, K0), tl.where((chaboche2_return_map_converged & fin), d854, K0), tl.where((chaboche2_return_map_converged & fin), d873, K0),
                     tl.where((chaboche2_return_map_converged & fin), d684, K0), tl.where((chaboche2_return_map_converged & fin), d703, K0), tl.where((chaboche2_return_map_converged & fin), d722, K0), tl.where((chaboche2_return_map_converged & fin), d741, K0),
                     tl.where((chaboche2_return_map_converged & fin), d760, K0), tl.where((chaboche2_return_map_converged & fin), d779, K0), tl.where((chaboche2_return_map_converged & fin), d798, K0), tl.where((chaboche2_return_map_converged & fin), d817, K0), BLOCK)
-                _k182 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k182 // 11) * 38 + 27 + _k182 % 11, _row181, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row183 = _mc_row32(
+                _k60 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k60 // 11) * 38 + 27 + _k60 % 11, _row59, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row61 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d836, K0), tl.where((chaboche2_return_map_converged & fin), d855, K0), tl.where((chaboche2_return_map_converged & fin), d874, K0), tl.where((chaboche2_return_map_converged & fin), d685, K0),
                     tl.where((chaboche2_return_map_converged & fin), d704, K0), tl.where((chaboche2_return_map_converged & fin), d723, K0), tl.where((chaboche2_return_map_converged & fin), d742, K0), tl.where((chaboche2_return_map_converged & fin), d761, K0),
                     tl.where((chaboche2_return_map_converged & fin), d780, K0), tl.where((chaboche2_return_map_converged & fin), d799, K0), tl.where((chaboche2_return_map_converged & fin), d818, K0), tl.where((chaboche2_return_map_converged & fin), d837, K0),
@@ -9847,9 +9785,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d800, K0), tl.where((chaboche2_return_map_converged & fin), d819, K0), tl.where((chaboche2_return_map_converged & fin), d838, K0), tl.where((chaboche2_return_map_converged & fin), d857, K0),
                     tl.where((chaboche2_return_map_converged & fin), d876, K0), tl.where((chaboche2_return_map_converged & fin), d687, K0), tl.where((chaboche2_return_map_converged & fin), d706, K0), tl.where((chaboche2_return_map_converged & fin), d725, K0),
                     tl.where((chaboche2_return_map_converged & fin), d744, K0), tl.where((chaboche2_return_map_converged & fin), d763, K0), tl.where((chaboche2_return_map_converged & fin), d782, K0), tl.where((chaboche2_return_map_converged & fin), d801, K0), BLOCK)
-                _k184 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k184 // 11) * 38 + 27 + _k184 % 11, _row183, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row185 = _mc_row32(
+                _k62 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k62 // 11) * 38 + 27 + _k62 % 11, _row61, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row63 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d820, K0), tl.where((chaboche2_return_map_converged & fin), d839, K0), tl.where((chaboche2_return_map_converged & fin), d858, K0), tl.where((chaboche2_return_map_converged & fin), d877, K0),
                     tl.where((chaboche2_return_map_converged & fin), d688, K0), tl.where((chaboche2_return_map_converged & fin), d707, K0), tl.where((chaboche2_return_map_converged & fin), d726, K0), tl.where((chaboche2_return_map_converged & fin), d745, K0),
                     tl.where((chaboche2_return_map_converged & fin), d764, K0), tl.where((chaboche2_return_map_converged & fin), d783, K0), tl.where((chaboche2_return_map_converged & fin), d802, K0), tl.where((chaboche2_return_map_converged & fin), d821, K0),
@@ -9858,9 +9796,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d784, K0), tl.where((chaboche2_return_map_converged & fin), d803, K0), tl.where((chaboche2_return_map_converged & fin), d822, K0), tl.where((chaboche2_return_map_converged & fin), d841, K0),
                     tl.where((chaboche2_return_map_converged & fin), d860, K0), tl.where((chaboche2_return_map_converged & fin), d879, K0), tl.where((chaboche2_return_map_converged & fin), d690, K0), tl.where((chaboche2_return_map_converged & fin), d709, K0),
                     tl.where((chaboche2_return_map_converged & fin), d728, K0), tl.where((chaboche2_return_map_converged & fin), d747, K0), tl.where((chaboche2_return_map_converged & fin), d766, K0), tl.where((chaboche2_return_map_converged & fin), d785, K0), BLOCK)
-                _k186 = tl.arange(0, 32)[None, :] + 128
-                _mc_store(J + row[:, None] * j_stride + (_k186 // 11) * 38 + 27 + _k186 % 11, _row185, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row187 = _mc_row32(
+                _k64 = tl.arange(0, 32)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k64 // 11) * 38 + 27 + _k64 % 11, _row63, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row65 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d804, K0), tl.where((chaboche2_return_map_converged & fin), d823, K0), tl.where((chaboche2_return_map_converged & fin), d842, K0), tl.where((chaboche2_return_map_converged & fin), d861, K0),
                     tl.where((chaboche2_return_map_converged & fin), d880, K0), tl.where((chaboche2_return_map_converged & fin), d691, K0), tl.where((chaboche2_return_map_converged & fin), d710, K0), tl.where((chaboche2_return_map_converged & fin), d729, K0),
                     tl.where((chaboche2_return_map_converged & fin), d748, K0), tl.where((chaboche2_return_map_converged & fin), d767, K0), tl.where((chaboche2_return_map_converged & fin), d786, K0), tl.where((chaboche2_return_map_converged & fin), d805, K0),
@@ -9869,9 +9807,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d768, K0), tl.where((chaboche2_return_map_converged & fin), d787, K0), tl.where((chaboche2_return_map_converged & fin), d806, K0), tl.where((chaboche2_return_map_converged & fin), d825, K0),
                     tl.where((chaboche2_return_map_converged & fin), d844, K0), tl.where((chaboche2_return_map_converged & fin), d863, K0), tl.where((chaboche2_return_map_converged & fin), d882, K0), tl.where((chaboche2_return_map_converged & fin), d693, K0),
                     tl.where((chaboche2_return_map_converged & fin), d712, K0), tl.where((chaboche2_return_map_converged & fin), d731, K0), tl.where((chaboche2_return_map_converged & fin), d750, K0), tl.where((chaboche2_return_map_converged & fin), d769, K0), BLOCK)
-                _k188 = tl.arange(0, 32)[None, :] + 160
-                _mc_store(J + row[:, None] * j_stride + (_k188 // 11) * 38 + 27 + _k188 % 11, _row187, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row189 = _mc_row32(
+                _k66 = tl.arange(0, 32)[None, :] + 160
+                _mc_store(J + row[:, None] * j_stride + (_k66 // 11) * 38 + 27 + _k66 % 11, _row65, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row67 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d788, K0), tl.where((chaboche2_return_map_converged & fin), d807, K0), tl.where((chaboche2_return_map_converged & fin), d826, K0), tl.where((chaboche2_return_map_converged & fin), d845, K0),
                     tl.where((chaboche2_return_map_converged & fin), d864, K0), tl.where((chaboche2_return_map_converged & fin), d883, K0), tl.where((chaboche2_return_map_converged & fin), d694, K0), tl.where((chaboche2_return_map_converged & fin), d713, K0),
                     tl.where((chaboche2_return_map_converged & fin), d732, K0), tl.where((chaboche2_return_map_converged & fin), d751, K0), tl.where((chaboche2_return_map_converged & fin), d770, K0), tl.where((chaboche2_return_map_converged & fin), d789, K0),
@@ -9880,9 +9818,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d903, K0), tl.where((chaboche2_return_map_converged & fin), d909, K0), tl.where((chaboche2_return_map_converged & fin), d915, K0), tl.where((chaboche2_return_map_converged & fin), d921, K0),
                     tl.where((chaboche2_return_map_converged & fin), d927, K0), tl.where((chaboche2_return_map_converged & fin), d933, K0), tl.where((chaboche2_return_map_converged & fin), d939, K0), tl.where((chaboche2_return_map_converged & fin), d945, K0),
                     tl.where((chaboche2_return_map_converged & fin), d886, K0), tl.where((chaboche2_return_map_converged & fin), d892, K0), tl.where((chaboche2_return_map_converged & fin), d898, K0), tl.where((chaboche2_return_map_converged & fin), d904, K0), BLOCK)
-                _k190 = tl.arange(0, 32)[None, :] + 192
-                _mc_store(J + row[:, None] * j_stride + (_k190 // 11) * 38 + 27 + _k190 % 11, _row189, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row191 = _mc_row32(
+                _k68 = tl.arange(0, 32)[None, :] + 192
+                _mc_store(J + row[:, None] * j_stride + (_k68 // 11) * 38 + 27 + _k68 % 11, _row67, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row69 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d910, K0), tl.where((chaboche2_return_map_converged & fin), d916, K0), tl.where((chaboche2_return_map_converged & fin), d922, K0), tl.where((chaboche2_return_map_converged & fin), d928, K0),
                     tl.where((chaboche2_return_map_converged & fin), d934, K0), tl.where((chaboche2_return_map_converged & fin), d940, K0), tl.where((chaboche2_return_map_converged & fin), d946, K0), tl.where((chaboche2_return_map_converged & fin), d887, K0),
                     tl.where((chaboche2_return_map_converged & fin), d893, K0), tl.where((chaboche2_return_map_converged & fin), d899, K0), tl.where((chaboche2_return_map_converged & fin), d905, K0), tl.where((chaboche2_return_map_converged & fin), d911, K0),
@@ -9891,20 +9829,20 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d900, K0), tl.where((chaboche2_return_map_converged & fin), d906, K0), tl.where((chaboche2_return_map_converged & fin), d912, K0), tl.where((chaboche2_return_map_converged & fin), d918, K0),
                     tl.where((chaboche2_return_map_converged & fin), d924, K0), tl.where((chaboche2_return_map_converged & fin), d930, K0), tl.where((chaboche2_return_map_converged & fin), d936, K0), tl.where((chaboche2_return_map_converged & fin), d942, K0),
                     tl.where((chaboche2_return_map_converged & fin), d948, K0), tl.where((chaboche2_return_map_converged & fin), d889, K0), tl.where((chaboche2_return_map_converged & fin), d895, K0), tl.where((chaboche2_return_map_converged & fin), d901, K0), BLOCK)
-                _k192 = tl.arange(0, 32)[None, :] + 224
-                _mc_store(J + row[:, None] * j_stride + (_k192 // 11) * 38 + 27 + _k192 % 11, _row191, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero193 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row194 = _mc_row32(
+                _k70 = tl.arange(0, 32)[None, :] + 224
+                _mc_store(J + row[:, None] * j_stride + (_k70 // 11) * 38 + 27 + _k70 % 11, _row69, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row72 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d907, K0), tl.where((chaboche2_return_map_converged & fin), d913, K0), tl.where((chaboche2_return_map_converged & fin), d919, K0), tl.where((chaboche2_return_map_converged & fin), d925, K0),
                     tl.where((chaboche2_return_map_converged & fin), d931, K0), tl.where((chaboche2_return_map_converged & fin), d937, K0), tl.where((chaboche2_return_map_converged & fin), d943, K0), tl.where((chaboche2_return_map_converged & fin), d949, K0),
                     tl.where((chaboche2_return_map_converged & fin), d890, K0), tl.where((chaboche2_return_map_converged & fin), d896, K0), tl.where((chaboche2_return_map_converged & fin), d902, K0), tl.where((chaboche2_return_map_converged & fin), d908, K0),
                     tl.where((chaboche2_return_map_converged & fin), d914, K0), tl.where((chaboche2_return_map_converged & fin), d920, K0), tl.where((chaboche2_return_map_converged & fin), d926, K0), tl.where((chaboche2_return_map_converged & fin), d932, K0),
-                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero193,
-                    _zero193, _zero193, _zero193, _zero193,
-                    _zero193, _zero193, _zero193, _zero193,
-                    _zero193, _zero193, _zero193, _zero193, BLOCK)
-                _k195 = tl.arange(0, 32)[None, :] + 256
-                _mc_store(J + row[:, None] * j_stride + (_k195 // 11) * 38 + 27 + _k195 % 11, _row194, mask[:, None] & (tl.arange(0, 32)[None, :] < 19), zero)  # one trip: see _Rows (detach)
+                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero71,
+                    _zero71, _zero71, _zero71, _zero71,
+                    _zero71, _zero71, _zero71, _zero71,
+                    _zero71, _zero71, _zero71, _zero71, BLOCK)
+                _k73 = tl.arange(0, 32)[None, :] + 256
+                _mc_store(J + row[:, None] * j_stride + (_k73 // 11) * 38 + 27 + _k73 % 11, _row72, mask[:, None] & (tl.arange(0, 32)[None, :] < 19), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (chaboche2_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (chaboche2_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

@@ -157,6 +157,30 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols2(t):
+        t = tl.reshape(t, [2])
+        s0, s1 = tl.split(t)
+        return s0, s1
+
+    @triton.jit
+    def _mc_cols2(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2])
+        s0, s1 = tl.split(t)
+        return s0, s1
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -185,33 +209,15 @@ if triton is not None:
         K2 = tl.full([], 2.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile17 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
-            _t18 = tl.reshape(_tile17, [2])
-            _t19, _t20 = tl.split(_t18)
-            p_E = _t19
-            p_nu = _t20
+            _tile2 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
+            p_E, p_nu = _mc_pcols2(_tile2)
         else:
-            _tile21 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-            _t22 = tl.reshape(_tile21, [BLOCK, 2])
-            _t23, _t24 = tl.split(_t22)
-            p_E = _t23
-            p_nu = _t24
+            _tile3 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
+            p_E, p_nu = _mc_cols2(_tile3, BLOCK)
         cse_7 = (K0 + p_nu)
         cse_8 = (K0 / cse_7)
         d1 = (p_E * cse_8)
@@ -287,31 +293,31 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _k25 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k26 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k27 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k28 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k29 = tl.arange(0, 4)[None, :] + 16
-            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k30 = tl.arange(0, 4)[None, :] + 20
-            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k31 = tl.arange(0, 4)[None, :] + 24
-            tl.store(J + row[:, None] * j_stride + _k31 + (_k31 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k32 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k33 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k33 + (_k33 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k4 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k4 + (_k4 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k5 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k5 + (_k5 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k6 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k6 + (_k6 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k7 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k7 + (_k7 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k8 = tl.arange(0, 4)[None, :] + 16
+            tl.store(J + row[:, None] * j_stride + _k8 + (_k8 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k9 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k10 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k11 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k12 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _k34 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k34 // 2) * 8 + 6 + _k34 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k35 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k35 // 2) * 8 + 6 + _k35 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k36 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k36 // 2) * 8 + 6 + _k36 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k13 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k13 // 2) * 8 + 6 + _k13 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k14 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k14 // 2) * 8 + 6 + _k14 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k15 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k15 // 2) * 8 + 6 + _k15 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

@@ -1182,6 +1182,30 @@ if triton is not None:
         return x
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols8(t):
+        t = tl.reshape(t, [2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -2082,82 +2106,30 @@ if triton is not None:
         K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-        forces_t = _x17
-        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_forces_t = _x18
-        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_ep = _x35
-        _x36 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_phi = _x36
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x2
+        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x3
+        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x5
+        _x6 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_phi = _x6
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + _x36 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + _x6 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile37 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 8, zero)  # one trip: see _Rows (detach)
-            _t38 = tl.reshape(_tile37, [2, 2, 2])
-            _t39, _t40 = tl.split(_t38)
-            _t41, _t42 = tl.split(_t39)
-            _t43, _t44 = tl.split(_t40)
-            _t45, _t46 = tl.split(_t41)
-            _t47, _t48 = tl.split(_t42)
-            _t49, _t50 = tl.split(_t43)
-            _t51, _t52 = tl.split(_t44)
-            p_phi0 = _t45
-            p_E = _t49
-            p_nu = _t47
-            p_K = _t51
-            p_sigma_y = _t46
-            p_q1 = _t50
-            p_q2 = _t48
-            p_q3 = _t52
+            _tile7 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 8, zero)  # one trip: see _Rows (detach)
+            p_phi0, p_E, p_nu, p_K, p_sigma_y, p_q1, p_q2, p_q3 = _mc_pcols8(_tile7)
         else:
-            _tile53 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
-            _t54 = tl.reshape(_tile53, [BLOCK, 2, 2, 2])
-            _t55, _t56 = tl.split(_t54)
-            _t57, _t58 = tl.split(_t55)
-            _t59, _t60 = tl.split(_t56)
-            _t61, _t62 = tl.split(_t57)
-            _t63, _t64 = tl.split(_t58)
-            _t65, _t66 = tl.split(_t59)
-            _t67, _t68 = tl.split(_t60)
-            p_phi0 = _t61
-            p_E = _t65
-            p_nu = _t63
-            p_K = _t67
-            p_sigma_y = _t62
-            p_q1 = _t66
-            p_q2 = _t64
-            p_q3 = _t68
+            _tile8 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
+            p_phi0, p_E, p_nu, p_K, p_sigma_y, p_q1, p_q2, p_q3 = _mc_cols8(_tile8, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -2202,8 +2174,8 @@ if triton is not None:
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 14; NaN where Newton did not converge
-        _zero69 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero69, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+        _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero9, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_122 = (cse_14 + cse_15)
             cse_123 = (cse_122 + cse_6 + (K3 * cse_13))
@@ -2815,7 +2787,7 @@ if triton is not None:
             d345 = (cse_43 * d300)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row70 = _mc_row32(
+            _row10 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d10, K0), tl.where((gtn_return_map_converged & fin), d19, K0), tl.where((gtn_return_map_converged & fin), d28, K0),
                 tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d46, K0), tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d100, K0),
                 tl.where((gtn_return_map_converged & fin), d109, K0), tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d127, K0), tl.where((gtn_return_map_converged & fin), d136, K0),
@@ -2824,9 +2796,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d47, K0), tl.where((gtn_return_map_converged & fin), d92, K0), tl.where((gtn_return_map_converged & fin), d101, K0),
                 tl.where((gtn_return_map_converged & fin), d110, K0), tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d128, K0), tl.where((gtn_return_map_converged & fin), d137, K0),
                 tl.where((gtn_return_map_converged & fin), d146, K0), tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d164, K0), tl.where((gtn_return_map_converged & fin), d173, K0), BLOCK)
-            _k71 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k71 + (_k71 // 16) * (8 * (V // 8)), _row70, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row72 = _mc_row32(
+            _k11 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k11 + (_k11 // 16) * (8 * (V // 8)), _row10, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row12 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d12, K0), tl.where((gtn_return_map_converged & fin), d21, K0), tl.where((gtn_return_map_converged & fin), d30, K0),
                 tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d48, K0), tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d102, K0),
                 tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d120, K0), tl.where((gtn_return_map_converged & fin), d129, K0), tl.where((gtn_return_map_converged & fin), d138, K0),
@@ -2835,9 +2807,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d40, K0), tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d103, K0),
                 tl.where((gtn_return_map_converged & fin), d112, K0), tl.where((gtn_return_map_converged & fin), d121, K0), tl.where((gtn_return_map_converged & fin), d130, K0), tl.where((gtn_return_map_converged & fin), d139, K0),
                 tl.where((gtn_return_map_converged & fin), d148, K0), tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d166, K0), tl.where((gtn_return_map_converged & fin), d175, K0), BLOCK)
-            _k73 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k73 + (_k73 // 16) * (8 * (V // 8)), _row72, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row74 = _mc_row32(
+            _k13 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k13 + (_k13 // 16) * (8 * (V // 8)), _row12, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row14 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d23, K0), tl.where((gtn_return_map_converged & fin), d32, K0),
                 tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d104, K0),
                 tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d122, K0), tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d140, K0),
@@ -2846,9 +2818,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d96, K0), tl.where((gtn_return_map_converged & fin), d105, K0),
                 tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d123, K0), tl.where((gtn_return_map_converged & fin), d132, K0), tl.where((gtn_return_map_converged & fin), d141, K0),
                 tl.where((gtn_return_map_converged & fin), d150, K0), tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d168, K0), tl.where((gtn_return_map_converged & fin), d177, K0), BLOCK)
-            _k75 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k75 + (_k75 // 16) * (8 * (V // 8)), _row74, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row76 = _mc_row32(
+            _k15 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k15 + (_k15 // 16) * (8 * (V // 8)), _row14, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row16 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d7, K0), tl.where((gtn_return_map_converged & fin), d16, K0), tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d34, K0),
                 tl.where((gtn_return_map_converged & fin), d43, K0), tl.where((gtn_return_map_converged & fin), d52, K0), tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d106, K0),
                 tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d124, K0), tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d142, K0),
@@ -2857,9 +2829,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d44, K0), tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d107, K0),
                 tl.where((gtn_return_map_converged & fin), d116, K0), tl.where((gtn_return_map_converged & fin), d125, K0), tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d143, K0),
                 tl.where((gtn_return_map_converged & fin), d152, K0), tl.where((gtn_return_map_converged & fin), d161, K0), tl.where((gtn_return_map_converged & fin), d170, K0), tl.where((gtn_return_map_converged & fin), d179, K0), BLOCK)
-            _k77 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k77 + (_k77 // 16) * (8 * (V // 8)), _row76, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row78 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (8 * (V // 8)), _row16, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row18 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d9, K0), tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d36, K0),
                 tl.where((gtn_return_map_converged & fin), d45, K0), tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d108, K0),
                 tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d126, K0), tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d144, K0),
@@ -2868,9 +2840,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d181, K0), tl.where((gtn_return_map_converged & fin), d187, K0),
                 tl.where((gtn_return_map_converged & fin), d193, K0), tl.where((gtn_return_map_converged & fin), d194, K0), tl.where((gtn_return_map_converged & fin), d195, K0), tl.where((gtn_return_map_converged & fin), d196, K0),
                 tl.where((gtn_return_map_converged & fin), d197, K0), tl.where((gtn_return_map_converged & fin), d198, K0), tl.where((gtn_return_map_converged & fin), d229, K0), tl.where((gtn_return_map_converged & fin), d235, K0), BLOCK)
-            _k79 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k79 + (_k79 // 16) * (8 * (V // 8)), _row78, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row80 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (8 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row20 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0),
                 tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), tl.where((gtn_return_map_converged & fin), d182, K0), tl.where((gtn_return_map_converged & fin), d188, K0),
                 tl.where((gtn_return_map_converged & fin), d199, K0), tl.where((gtn_return_map_converged & fin), d200, K0), tl.where((gtn_return_map_converged & fin), d201, K0), tl.where((gtn_return_map_converged & fin), d202, K0),
@@ -2879,9 +2851,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d183, K0), tl.where((gtn_return_map_converged & fin), d189, K0),
                 tl.where((gtn_return_map_converged & fin), d205, K0), tl.where((gtn_return_map_converged & fin), d206, K0), tl.where((gtn_return_map_converged & fin), d207, K0), tl.where((gtn_return_map_converged & fin), d208, K0),
                 tl.where((gtn_return_map_converged & fin), d209, K0), tl.where((gtn_return_map_converged & fin), d210, K0), tl.where((gtn_return_map_converged & fin), d231, K0), tl.where((gtn_return_map_converged & fin), d237, K0), BLOCK)
-            _k81 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k81 + (_k81 // 16) * (8 * (V // 8)), _row80, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row82 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (8 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row22 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0),
                 tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), tl.where((gtn_return_map_converged & fin), d184, K0), tl.where((gtn_return_map_converged & fin), d190, K0),
                 tl.where((gtn_return_map_converged & fin), d211, K0), tl.where((gtn_return_map_converged & fin), d212, K0), tl.where((gtn_return_map_converged & fin), d213, K0), tl.where((gtn_return_map_converged & fin), d214, K0),
@@ -2890,17 +2862,17 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d185, K0), tl.where((gtn_return_map_converged & fin), d191, K0),
                 tl.where((gtn_return_map_converged & fin), d217, K0), tl.where((gtn_return_map_converged & fin), d218, K0), tl.where((gtn_return_map_converged & fin), d219, K0), tl.where((gtn_return_map_converged & fin), d220, K0),
                 tl.where((gtn_return_map_converged & fin), d221, K0), tl.where((gtn_return_map_converged & fin), d222, K0), tl.where((gtn_return_map_converged & fin), d233, K0), tl.where((gtn_return_map_converged & fin), d239, K0), BLOCK)
-            _k83 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k83 + (_k83 // 16) * (8 * (V // 8)), _row82, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row84 = _mc_row16(
+            _k23 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (8 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row24 = _mc_row16(
                 tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0),
                 tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), tl.where((gtn_return_map_converged & fin), d186, K0), tl.where((gtn_return_map_converged & fin), d192, K0),
                 tl.where((gtn_return_map_converged & fin), d223, K0), tl.where((gtn_return_map_converged & fin), d224, K0), tl.where((gtn_return_map_converged & fin), d225, K0), tl.where((gtn_return_map_converged & fin), d226, K0),
                 tl.where((gtn_return_map_converged & fin), d227, K0), tl.where((gtn_return_map_converged & fin), d228, K0), tl.where((gtn_return_map_converged & fin), d234, K0), tl.where((gtn_return_map_converged & fin), d240, K0), BLOCK)
-            _k85 = tl.arange(0, 16)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k85 + (_k85 // 16) * (8 * (V // 8)), _row84, mask[:, None] & (tl.arange(0, 16)[None, :] < 16), zero)  # one trip: see _Rows (detach)
+            _k25 = tl.arange(0, 16)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (8 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 16)[None, :] < 16), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row86 = _mc_row32(
+                _row26 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d250, K0), tl.where((gtn_return_map_converged & fin), d259, K0),
                     tl.where((gtn_return_map_converged & fin), d268, K0), tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d286, K0), tl.where((gtn_return_map_converged & fin), d295, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d260, K0),
@@ -2909,9 +2881,9 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d288, K0), tl.where((gtn_return_map_converged & fin), d297, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d262, K0),
                     tl.where((gtn_return_map_converged & fin), d271, K0), tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d289, K0), tl.where((gtn_return_map_converged & fin), d298, K0), BLOCK)
-                _k87 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k87 // 8) * 24 + 16 + _k87 % 8, _row86, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row88 = _mc_row32(
+                _k27 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k27 // 8) * 24 + 16 + _k27 % 8, _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row28 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d254, K0), tl.where((gtn_return_map_converged & fin), d263, K0),
                     tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d290, K0), tl.where((gtn_return_map_converged & fin), d299, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d255, K0), tl.where((gtn_return_map_converged & fin), d264, K0),
@@ -2920,9 +2892,9 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d283, K0), tl.where((gtn_return_map_converged & fin), d292, K0), tl.where((gtn_return_map_converged & fin), d301, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d257, K0), tl.where((gtn_return_map_converged & fin), d266, K0),
                     tl.where((gtn_return_map_converged & fin), d275, K0), tl.where((gtn_return_map_converged & fin), d284, K0), tl.where((gtn_return_map_converged & fin), d293, K0), tl.where((gtn_return_map_converged & fin), d302, K0), BLOCK)
-                _k89 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k89 // 8) * 24 + 16 + _k89 % 8, _row88, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row90 = _mc_row32(
+                _k29 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k29 // 8) * 24 + 16 + _k29 % 8, _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row30 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d258, K0), tl.where((gtn_return_map_converged & fin), d267, K0),
                     tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d285, K0), tl.where((gtn_return_map_converged & fin), d294, K0), tl.where((gtn_return_map_converged & fin), d303, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d316, K0),
@@ -2931,20 +2903,20 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d323, K0), tl.where((gtn_return_map_converged & fin), d329, K0), tl.where((gtn_return_map_converged & fin), d335, K0), tl.where((gtn_return_map_converged & fin), d341, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d306, K0), tl.where((gtn_return_map_converged & fin), d312, K0), tl.where((gtn_return_map_converged & fin), d318, K0),
                     tl.where((gtn_return_map_converged & fin), d324, K0), tl.where((gtn_return_map_converged & fin), d330, K0), tl.where((gtn_return_map_converged & fin), d336, K0), tl.where((gtn_return_map_converged & fin), d342, K0), BLOCK)
-                _k91 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k91 // 8) * 24 + 16 + _k91 % 8, _row90, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero92 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row93 = _mc_row32(
+                _k31 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k31 // 8) * 24 + 16 + _k31 % 8, _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero32 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row33 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d319, K0),
                     tl.where((gtn_return_map_converged & fin), d325, K0), tl.where((gtn_return_map_converged & fin), d331, K0), tl.where((gtn_return_map_converged & fin), d337, K0), tl.where((gtn_return_map_converged & fin), d343, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d308, K0), tl.where((gtn_return_map_converged & fin), d314, K0), tl.where((gtn_return_map_converged & fin), d320, K0),
                     tl.where((gtn_return_map_converged & fin), d326, K0), tl.where((gtn_return_map_converged & fin), d332, K0), tl.where((gtn_return_map_converged & fin), d338, K0), tl.where((gtn_return_map_converged & fin), d344, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d309, K0), tl.where((gtn_return_map_converged & fin), d315, K0), tl.where((gtn_return_map_converged & fin), d321, K0),
                     tl.where((gtn_return_map_converged & fin), d327, K0), tl.where((gtn_return_map_converged & fin), d333, K0), tl.where((gtn_return_map_converged & fin), d339, K0), tl.where((gtn_return_map_converged & fin), d345, K0),
-                    _zero92, _zero92, _zero92, _zero92,
-                    _zero92, _zero92, _zero92, _zero92, BLOCK)
-                _k94 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k94 // 8) * 24 + 16 + _k94 % 8, _row93, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
+                    _zero32, _zero32, _zero32, _zero32,
+                    _zero32, _zero32, _zero32, _zero32, BLOCK)
+                _k34 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k34 // 8) * 24 + 16 + _k34 % 8, _row33, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (gtn_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (gtn_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

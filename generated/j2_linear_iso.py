@@ -633,6 +633,34 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols4(t):
+        t = tl.reshape(t, [2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
+    def _mc_cols4(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -712,64 +740,28 @@ if triton is not None:
         K13 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
-        forces_t = _x17
-        _tile18 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t19 = tl.reshape(_tile18, [BLOCK, 2, 2, 2])
-        _t20, _t21 = tl.split(_t19)
-        _t22, _t23 = tl.split(_t20)
-        _t24, _t25 = tl.split(_t21)
-        _t26, _t27 = tl.split(_t22)
-        _t28, _t29 = tl.split(_t23)
-        _t30, _t31 = tl.split(_t24)
-        _t32, _t33 = tl.split(_t25)
-        old_state_internal_Ep_0 = _t26
-        old_state_internal_Ep_1 = _t30
-        old_state_internal_Ep_2 = _t28
-        old_state_internal_Ep_3 = _t32
-        old_state_internal_Ep_4 = _t27
-        old_state_internal_Ep_5 = _t31
-        _x34 = tl.load(IN3 + row * in3_stride, mask=mask, other=0.0)
-        old_state_internal_ep = _x34
-        _x35 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
-        old_forces_t = _x35
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
+        forces_t = _x2
+        _tile3 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile3, BLOCK)
+        _x4 = tl.load(IN3 + row * in3_stride, mask=mask, other=0.0)
+        old_state_internal_ep = _x4
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
+        old_forces_t = _x5
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + tl.sum(_tile18 * 0.0, axis=1) + _x34 * 0.0 + _x35 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + tl.sum(_tile3 * 0.0, axis=1) + _x4 * 0.0 + _x5 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile36 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 4, other=0.0)
-            _t37 = tl.reshape(_tile36, [2, 2])
-            _t38, _t39 = tl.split(_t37)
-            _t40, _t41 = tl.split(_t38)
-            _t42, _t43 = tl.split(_t39)
-            p_E = _t40
-            p_nu = _t42
-            p_sigma_y = _t41
-            p_K = _t43
+            _tile6 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 4, other=0.0)
+            p_E, p_nu, p_sigma_y, p_K = _mc_pcols4(_tile6)
         else:
-            _tile44 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
-            _t45 = tl.reshape(_tile44, [BLOCK, 2, 2])
-            _t46, _t47 = tl.split(_t45)
-            _t48, _t49 = tl.split(_t46)
-            _t50, _t51 = tl.split(_t47)
-            p_E = _t48
-            p_nu = _t50
-            p_sigma_y = _t49
-            p_K = _t51
+            _tile7 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
+            p_E, p_nu, p_sigma_y, p_K = _mc_cols4(_tile7, BLOCK)
         cse_1 = (forces_E_1 - old_state_internal_Ep_1)
         cse_6 = (K1 * cse_1)
         cse_0 = (forces_E_0 - old_state_internal_Ep_0)
@@ -1269,7 +1261,7 @@ if triton is not None:
             d240 = (cse_271 * d205)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row52 = _mc_row32(
+            _row8 = _mc_row32(
                 tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d101, K0),
                 tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
                 tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d113, K0), tl.where(fin, d114, K0),
@@ -1278,9 +1270,9 @@ if triton is not None:
                 tl.where(fin, d106, K0), tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0),
                 tl.where(fin, d66, K0), tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0),
                 tl.where(fin, d86, K0), tl.where(fin, K13, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), BLOCK)
-            _k53 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k53 + (_k53 // 15) * (4 * (V // 8)), _row52, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row54 = _mc_row32(
+            _k9 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 15) * (4 * (V // 8)), _row8, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row10 = _mc_row32(
                 tl.where(fin, d23, K0), tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d67, K0), tl.where(fin, d68, K0), tl.where(fin, d69, K0),
                 tl.where(fin, d119, K0), tl.where(fin, d120, K0), tl.where(fin, d121, K0), tl.where(fin, d87, K0),
@@ -1289,9 +1281,9 @@ if triton is not None:
                 tl.where(fin, d70, K0), tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d73, K0),
                 tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, d88, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d110, K0), BLOCK)
-            _k55 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k55 + (_k55 // 15) * (4 * (V // 8)), _row54, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row56 = _mc_row32(
+            _k11 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 15) * (4 * (V // 8)), _row10, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row12 = _mc_row32(
                 tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0),
                 tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d122, K0), tl.where(fin, d79, K0),
                 tl.where(fin, d80, K0), tl.where(fin, d89, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0),
@@ -1300,9 +1292,9 @@ if triton is not None:
                 tl.where(fin, d83, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), tl.where(fin, d84, K0),
                 tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d125, K0), tl.where(fin, d126, K0),
                 tl.where(fin, d127, K0), tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), BLOCK)
-            _k57 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k57 + (_k57 // 15) * (4 * (V // 8)), _row56, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row58 = _mc_row32(
+            _k13 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 15) * (4 * (V // 8)), _row12, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row14 = _mc_row32(
                 tl.where(fin, K13, K0), tl.where(fin, d128, K0), tl.where(fin, d129, K0), tl.where(fin, d130, K0),
                 tl.where(fin, d131, K0), tl.where(fin, d132, K0), tl.where(fin, d133, K0), tl.where(fin, d134, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0), tl.where(fin, d137, K0),
@@ -1311,9 +1303,9 @@ if triton is not None:
                 tl.where(fin, d143, K0), tl.where(fin, d144, K0), tl.where(fin, d145, K0), tl.where(fin, d97, K0),
                 tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0),
                 tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, K13, K0), tl.where(fin, d146, K0), BLOCK)
-            _k59 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 15) * (4 * (V // 8)), _row58, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row60 = _mc_row32(
+            _k15 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 15) * (4 * (V // 8)), _row14, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row16 = _mc_row32(
                 tl.where(fin, d147, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
                 tl.where(fin, d151, K0), tl.where(fin, d179, K0), tl.where(fin, K13, K0), tl.where(fin, d11, K0),
                 tl.where(fin, d13, K0), tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0),
@@ -1322,9 +1314,9 @@ if triton is not None:
                 tl.where(fin, d180, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0),
                 tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d158, K0), tl.where(fin, d159, K0), tl.where(fin, d160, K0), BLOCK)
-            _k61 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k61 + (_k61 // 15) * (4 * (V // 8)), _row60, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row62 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (4 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row18 = _mc_row32(
                 tl.where(fin, d161, K0), tl.where(fin, d162, K0), tl.where(fin, d163, K0), tl.where(fin, d181, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d37, K0),
                 tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K13, K0),
@@ -1333,49 +1325,49 @@ if triton is not None:
                 tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0),
                 tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, K13, K0), tl.where(fin, d168, K0),
                 tl.where(fin, d169, K0), tl.where(fin, d170, K0), tl.where(fin, d171, K0), tl.where(fin, d172, K0), BLOCK)
-            _k63 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k63 + (_k63 // 15) * (4 * (V // 8)), _row62, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero64 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row65 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (4 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero20 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row21 = _mc_row32(
                 tl.where(fin, d100, K0), tl.where(fin, d183, K0), tl.where(fin, K13, K0), tl.where(fin, d52, K0),
                 tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0), tl.where(fin, d58, K0),
                 tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d173, K0), tl.where(fin, d174, K0),
                 tl.where(fin, d175, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0),
-                tl.where(fin, d184, K0), tl.where(fin, K13, K0), _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64, BLOCK)
-            _k66 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k66 + (_k66 // 15) * (4 * (V // 8)), _row65, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+                tl.where(fin, d184, K0), tl.where(fin, K13, K0), _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20, BLOCK)
+            _k22 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _k67 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k67 // 4) * 19 + 15 + _k67 % 4, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), tl.where(fin, d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k68 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k68 // 4) * 19 + 15 + _k68 % 4, _mc_row4(tl.where(fin, d186, K0), tl.where(fin, d192, K0), tl.where(fin, d198, K0), tl.where(fin, d207, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k69 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k69 // 4) * 19 + 15 + _k69 % 4, _mc_row4(tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d199, K0), tl.where(fin, d208, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k70 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k70 // 4) * 19 + 15 + _k70 % 4, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d200, K0), tl.where(fin, d203, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k71 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k71 // 4) * 19 + 15 + _k71 % 4, _mc_row4(tl.where(fin, d189, K0), tl.where(fin, d195, K0), tl.where(fin, d201, K0), tl.where(fin, d204, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k72 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k72 // 4) * 19 + 15 + _k72 % 4, _mc_row4(tl.where(fin, d190, K0), tl.where(fin, d196, K0), tl.where(fin, d202, K0), tl.where(fin, d205, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k73 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k73 // 4) * 19 + 15 + _k73 % 4, _mc_row4(tl.where(fin, d209, K0), tl.where(fin, d210, K0), tl.where(fin, d211, K0), tl.where(fin, d212, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k74 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k74 // 4) * 19 + 15 + _k74 % 4, _mc_row4(tl.where(fin, d213, K0), tl.where(fin, d214, K0), tl.where(fin, d215, K0), tl.where(fin, d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k75 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k75 // 4) * 19 + 15 + _k75 % 4, _mc_row4(tl.where(fin, d217, K0), tl.where(fin, d223, K0), tl.where(fin, d229, K0), tl.where(fin, d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k76 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k76 // 4) * 19 + 15 + _k76 % 4, _mc_row4(tl.where(fin, d218, K0), tl.where(fin, d224, K0), tl.where(fin, d230, K0), tl.where(fin, d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k77 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k77 // 4) * 19 + 15 + _k77 % 4, _mc_row4(tl.where(fin, d219, K0), tl.where(fin, d225, K0), tl.where(fin, d231, K0), tl.where(fin, d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k78 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k78 // 4) * 19 + 15 + _k78 % 4, _mc_row4(tl.where(fin, d220, K0), tl.where(fin, d226, K0), tl.where(fin, d232, K0), tl.where(fin, d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k79 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k79 // 4) * 19 + 15 + _k79 % 4, _mc_row4(tl.where(fin, d221, K0), tl.where(fin, d227, K0), tl.where(fin, d233, K0), tl.where(fin, d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k80 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k80 // 4) * 19 + 15 + _k80 % 4, _mc_row4(tl.where(fin, d222, K0), tl.where(fin, d228, K0), tl.where(fin, d234, K0), tl.where(fin, d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k23 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k23 // 4) * 19 + 15 + _k23 % 4, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), tl.where(fin, d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k24 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k24 // 4) * 19 + 15 + _k24 % 4, _mc_row4(tl.where(fin, d186, K0), tl.where(fin, d192, K0), tl.where(fin, d198, K0), tl.where(fin, d207, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k25 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k25 // 4) * 19 + 15 + _k25 % 4, _mc_row4(tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d199, K0), tl.where(fin, d208, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k26 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k26 // 4) * 19 + 15 + _k26 % 4, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d200, K0), tl.where(fin, d203, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k27 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k27 // 4) * 19 + 15 + _k27 % 4, _mc_row4(tl.where(fin, d189, K0), tl.where(fin, d195, K0), tl.where(fin, d201, K0), tl.where(fin, d204, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k28 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k28 // 4) * 19 + 15 + _k28 % 4, _mc_row4(tl.where(fin, d190, K0), tl.where(fin, d196, K0), tl.where(fin, d202, K0), tl.where(fin, d205, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k29 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k29 // 4) * 19 + 15 + _k29 % 4, _mc_row4(tl.where(fin, d209, K0), tl.where(fin, d210, K0), tl.where(fin, d211, K0), tl.where(fin, d212, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k30 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where(fin, d213, K0), tl.where(fin, d214, K0), tl.where(fin, d215, K0), tl.where(fin, d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where(fin, d217, K0), tl.where(fin, d223, K0), tl.where(fin, d229, K0), tl.where(fin, d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where(fin, d218, K0), tl.where(fin, d224, K0), tl.where(fin, d230, K0), tl.where(fin, d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 40
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where(fin, d219, K0), tl.where(fin, d225, K0), tl.where(fin, d231, K0), tl.where(fin, d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 44
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where(fin, d220, K0), tl.where(fin, d226, K0), tl.where(fin, d232, K0), tl.where(fin, d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 48
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where(fin, d221, K0), tl.where(fin, d227, K0), tl.where(fin, d233, K0), tl.where(fin, d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 52
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where(fin, d222, K0), tl.where(fin, d228, K0), tl.where(fin, d234, K0), tl.where(fin, d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

@@ -544,6 +544,34 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols4(t):
+        t = tl.reshape(t, [2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
+    def _mc_cols4(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -623,60 +651,26 @@ if triton is not None:
         K13 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
-        forces_t = _x17
-        _tile18 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t19 = tl.reshape(_tile18, [BLOCK, 2, 2, 2])
-        _t20, _t21 = tl.split(_t19)
-        _t22, _t23 = tl.split(_t20)
-        _t24, _t25 = tl.split(_t21)
-        _t26, _t27 = tl.split(_t22)
-        _t28, _t29 = tl.split(_t23)
-        _t30, _t31 = tl.split(_t24)
-        _t32, _t33 = tl.split(_t25)
-        old_state_internal_Ep_0 = _t26
-        old_state_internal_Ep_1 = _t30
-        old_state_internal_Ep_2 = _t28
-        old_state_internal_Ep_3 = _t32
-        old_state_internal_Ep_4 = _t27
-        old_state_internal_Ep_5 = _t31
-        _x34 = tl.load(IN3 + row * in3_stride, mask=mask, other=0.0)
-        old_forces_t = _x34
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
+        forces_t = _x2
+        _tile3 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile3, BLOCK)
+        _x4 = tl.load(IN3 + row * in3_stride, mask=mask, other=0.0)
+        old_forces_t = _x4
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + tl.sum(_tile18 * 0.0, axis=1) + _x34 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + tl.sum(_tile3 * 0.0, axis=1) + _x4 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile35 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 3, other=0.0)
-            _t36 = tl.reshape(_tile35, [2, 2])
-            _t37, _t38 = tl.split(_t36)
-            _t39, _t40 = tl.split(_t37)
-            _t41, _t42 = tl.split(_t38)
-            p_E = _t39
-            p_nu = _t41
-            p_sigma_y = _t40
+            _tile5 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 3, other=0.0)
+            p_E, p_nu, p_sigma_y, _ = _mc_pcols4(_tile5)
         else:
-            _tile43 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3), other=0.0)
-            _t44 = tl.reshape(_tile43, [BLOCK, 2, 2])
-            _t45, _t46 = tl.split(_t44)
-            _t47, _t48 = tl.split(_t45)
-            _t49, _t50 = tl.split(_t46)
-            p_E = _t47
-            p_nu = _t49
-            p_sigma_y = _t48
+            _tile6 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3), other=0.0)
+            p_E, p_nu, p_sigma_y, _ = _mc_cols4(_tile6, BLOCK)
         cse_1 = (forces_E_1 - old_state_internal_Ep_1)
         cse_6 = (K1 * cse_1)
         cse_0 = (forces_E_0 - old_state_internal_Ep_0)
@@ -751,8 +745,8 @@ if triton is not None:
         tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_5 = (cse_197 * cse_5)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero51 = tl.zeros([BLOCK], dtype=DTYPE)
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_5, K0), _zero51, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+        _zero7 = tl.zeros([BLOCK], dtype=DTYPE)
+        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_5, K0), _zero7, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
         if V & 14:  # tangent, jacobian, total
             cse_44 = tl.where(cse_29 > 0.0, 1.0, 0.0)
             cse_45 = (cse_27 * cse_44)
@@ -1094,7 +1088,7 @@ if triton is not None:
             d197 = (cse_211 * d170)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row52 = _mc_row32(
+            _row8 = _mc_row32(
                 tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d92, K0),
                 tl.where(fin, d93, K0), tl.where(fin, d94, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
                 tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0),
@@ -1103,9 +1097,9 @@ if triton is not None:
                 tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
                 tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0), tl.where(fin, d98, K0), BLOCK)
-            _k53 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k53 + (_k53 // 14) * (3 * (V // 8)), _row52, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row54 = _mc_row32(
+            _k9 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 14) * (3 * (V // 8)), _row8, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row10 = _mc_row32(
                 tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, K13, K0), tl.where(fin, d67, K0),
                 tl.where(fin, d68, K0), tl.where(fin, d69, K0), tl.where(fin, d110, K0), tl.where(fin, d111, K0),
                 tl.where(fin, d112, K0), tl.where(fin, K13, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0),
@@ -1114,9 +1108,9 @@ if triton is not None:
                 tl.where(fin, d73, K0), tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d101, K0),
                 tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0), BLOCK)
-            _k55 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k55 + (_k55 // 14) * (3 * (V // 8)), _row54, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row56 = _mc_row32(
+            _k11 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 14) * (3 * (V // 8)), _row10, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row12 = _mc_row32(
                 tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d113, K0), tl.where(fin, d79, K0),
                 tl.where(fin, d80, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0),
                 tl.where(fin, d55, K0), tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, d59, K0),
@@ -1125,9 +1119,9 @@ if triton is not None:
                 tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d85, K0),
                 tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
                 tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
-            _k57 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k57 + (_k57 // 14) * (3 * (V // 8)), _row56, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row58 = _mc_row32(
+            _k13 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 14) * (3 * (V // 8)), _row12, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row14 = _mc_row32(
                 tl.where(fin, d125, K0), tl.where(fin, d88, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
                 tl.where(fin, d6, K0), tl.where(fin, d7, K0), tl.where(fin, d8, K0), tl.where(fin, d9, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
@@ -1136,9 +1130,9 @@ if triton is not None:
                 tl.where(fin, d17, K0), tl.where(fin, d18, K0), tl.where(fin, K13, K0), tl.where(fin, d132, K0),
                 tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
                 tl.where(fin, d137, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), BLOCK)
-            _k59 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 14) * (3 * (V // 8)), _row58, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row60 = _mc_row32(
+            _k15 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 14) * (3 * (V // 8)), _row14, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row16 = _mc_row32(
                 tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
                 tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K13, K0),
@@ -1147,42 +1141,42 @@ if triton is not None:
                 tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d89, K0),
                 tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
                 tl.where(fin, d45, K0), tl.where(fin, d46, K0), tl.where(fin, d50, K0), tl.where(fin, d48, K0), BLOCK)
-            _k61 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k61 + (_k61 // 14) * (3 * (V // 8)), _row60, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero62 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row63 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 14) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero18 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row19 = _mc_row32(
                 tl.where(fin, K13, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
                 tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d91, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0),
                 tl.where(fin, d58, K0), tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d153, K0),
                 tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero62, _zero62,
-                _zero62, _zero62, _zero62, _zero62,
-                _zero62, _zero62, _zero62, _zero62, BLOCK)
-            _k64 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k64 + (_k64 // 14) * (3 * (V // 8)), _row63, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
+                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero18, _zero18,
+                _zero18, _zero18, _zero18, _zero18,
+                _zero18, _zero18, _zero18, _zero18, BLOCK)
+            _k20 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 14) * (3 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
             if V & 8:
-                _k65 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k65 // 3) * 17 + 14 + _k65 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k66 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k66 // 3) * 17 + 14 + _k66 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k67 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k67 // 3) * 17 + 14 + _k67 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k68 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k68 // 3) * 17 + 14 + _k68 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k69 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k69 // 3) * 17 + 14 + _k69 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k70 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k70 // 3) * 17 + 14 + _k70 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k71 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k71 // 3) * 17 + 14 + _k71 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k72 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k72 // 3) * 17 + 14 + _k72 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k73 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k73 // 3) * 17 + 14 + _k73 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _zero74 = tl.zeros([BLOCK], dtype=DTYPE)
-                _k75 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k75 // 3) * 17 + 14 + _k75 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero74, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                _k21 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k21 // 3) * 17 + 14 + _k21 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k22 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k22 // 3) * 17 + 14 + _k22 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k23 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k23 // 3) * 17 + 14 + _k23 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k24 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k24 // 3) * 17 + 14 + _k24 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k25 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k25 // 3) * 17 + 14 + _k25 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k26 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k26 // 3) * 17 + 14 + _k26 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k27 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k27 // 3) * 17 + 14 + _k27 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k28 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k29 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero30 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k31 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero30, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
 else:
     _kernel = None
 

@@ -825,6 +825,34 @@ if triton is not None:
         return x
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols4(t):
+        t = tl.reshape(t, [2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
+    def _mc_cols4(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -1494,62 +1522,28 @@ if triton is not None:
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-        forces_t = _x17
-        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_forces_t = _x18
-        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_gamma_rate = _x35
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x2
+        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x3
+        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x5
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile36 = _mc_load(P + tl.arange(0, 4), tl.arange(0, 4) < 3, zero)  # one trip: see _Rows (detach)
-            _t37 = tl.reshape(_tile36, [2, 2])
-            _t38, _t39 = tl.split(_t37)
-            _t40, _t41 = tl.split(_t38)
-            _t42, _t43 = tl.split(_t39)
-            p_E = _t40
-            p_nu = _t42
-            p_sigma_y = _t41
+            _tile6 = _mc_load(P + tl.arange(0, 4), tl.arange(0, 4) < 3, zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_sigma_y, _ = _mc_pcols4(_tile6)
         else:
-            _tile44 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
-            _t45 = tl.reshape(_tile44, [BLOCK, 2, 2])
-            _t46, _t47 = tl.split(_t45)
-            _t48, _t49 = tl.split(_t46)
-            _t50, _t51 = tl.split(_t47)
-            p_E = _t48
-            p_nu = _t50
-            p_sigma_y = _t49
+            _tile7 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_sigma_y, _ = _mc_cols4(_tile7, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -1593,8 +1587,8 @@ if triton is not None:
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero52 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero52, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
+        _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero8, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -1968,7 +1962,7 @@ if triton is not None:
             d221 = (cse_24 * d202)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row53 = _mc_row32(
+            _row9 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
@@ -1977,9 +1971,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
-            _k54 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k54 + (_k54 // 15) * (3 * (V // 8)), _row53, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row55 = _mc_row32(
+            _k10 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k10 + (_k10 // 15) * (3 * (V // 8)), _row9, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row11 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
@@ -1988,9 +1982,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
-            _k56 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k56 + (_k56 // 15) * (3 * (V // 8)), _row55, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row57 = _mc_row32(
+            _k12 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 15) * (3 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row13 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
@@ -1999,9 +1993,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
-            _k58 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k58 + (_k58 // 15) * (3 * (V // 8)), _row57, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row59 = _mc_row32(
+            _k14 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 15) * (3 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row15 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
@@ -2010,9 +2004,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
-            _k60 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k60 + (_k60 // 15) * (3 * (V // 8)), _row59, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row61 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (3 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row17 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
@@ -2021,9 +2015,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
-            _k62 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k62 + (_k62 // 15) * (3 * (V // 8)), _row61, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row63 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (3 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row19 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
@@ -2032,33 +2026,33 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
-            _k64 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k64 + (_k64 // 15) * (3 * (V // 8)), _row63, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero65 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k66 = tl.arange(0, 4)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k66 + (_k66 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero65, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _k20 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (3 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k22 = tl.arange(0, 4)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero21, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _k67 = tl.arange(0, 4)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k67 // 3) * 18 + 15 + _k67 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k68 = tl.arange(0, 4)[None, :] + 4
-                _mc_store(J + row[:, None] * j_stride + (_k68 // 3) * 18 + 15 + _k68 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k69 = tl.arange(0, 4)[None, :] + 8
-                _mc_store(J + row[:, None] * j_stride + (_k69 // 3) * 18 + 15 + _k69 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k70 = tl.arange(0, 4)[None, :] + 12
-                _mc_store(J + row[:, None] * j_stride + (_k70 // 3) * 18 + 15 + _k70 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k71 = tl.arange(0, 4)[None, :] + 16
-                _mc_store(J + row[:, None] * j_stride + (_k71 // 3) * 18 + 15 + _k71 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k72 = tl.arange(0, 4)[None, :] + 20
-                _mc_store(J + row[:, None] * j_stride + (_k72 // 3) * 18 + 15 + _k72 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k73 = tl.arange(0, 4)[None, :] + 24
-                _mc_store(J + row[:, None] * j_stride + (_k73 // 3) * 18 + 15 + _k73 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k74 = tl.arange(0, 4)[None, :] + 28
-                _mc_store(J + row[:, None] * j_stride + (_k74 // 3) * 18 + 15 + _k74 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k75 = tl.arange(0, 4)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k75 // 3) * 18 + 15 + _k75 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _zero76 = tl.zeros([BLOCK], dtype=DTYPE)
-                _k77 = tl.arange(0, 4)[None, :] + 36
-                _mc_store(J + row[:, None] * j_stride + (_k77 // 3) * 18 + 15 + _k77 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero76, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+                _k23 = tl.arange(0, 4)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k23 // 3) * 18 + 15 + _k23 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k24 = tl.arange(0, 4)[None, :] + 4
+                _mc_store(J + row[:, None] * j_stride + (_k24 // 3) * 18 + 15 + _k24 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k25 = tl.arange(0, 4)[None, :] + 8
+                _mc_store(J + row[:, None] * j_stride + (_k25 // 3) * 18 + 15 + _k25 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k26 = tl.arange(0, 4)[None, :] + 12
+                _mc_store(J + row[:, None] * j_stride + (_k26 // 3) * 18 + 15 + _k26 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k27 = tl.arange(0, 4)[None, :] + 16
+                _mc_store(J + row[:, None] * j_stride + (_k27 // 3) * 18 + 15 + _k27 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k28 = tl.arange(0, 4)[None, :] + 20
+                _mc_store(J + row[:, None] * j_stride + (_k28 // 3) * 18 + 15 + _k28 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k29 = tl.arange(0, 4)[None, :] + 24
+                _mc_store(J + row[:, None] * j_stride + (_k29 // 3) * 18 + 15 + _k29 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k30 = tl.arange(0, 4)[None, :] + 28
+                _mc_store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _k31 = tl.arange(0, 4)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k31 // 3) * 18 + 15 + _k31 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+                _zero32 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k33 = tl.arange(0, 4)[None, :] + 36
+                _mc_store(J + row[:, None] * j_stride + (_k33 // 3) * 18 + 15 + _k33 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero32, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (j2_perfect_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (j2_perfect_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

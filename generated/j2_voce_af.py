@@ -1323,6 +1323,30 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols8(t):
+        t = tl.reshape(t, [2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1508,91 +1532,31 @@ if triton is not None:
         _x1 = tl.load(IN0 + row * in0_stride, mask=mask, other=0.0)
         old_state_internal_ep = _x1
         _tile2 = tl.load(IN1 + row[:, None] * in1_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t3 = tl.reshape(_tile2, [BLOCK, 2, 2, 2])
-        _t4, _t5 = tl.split(_t3)
-        _t6, _t7 = tl.split(_t4)
-        _t8, _t9 = tl.split(_t5)
-        _t10, _t11 = tl.split(_t6)
-        _t12, _t13 = tl.split(_t7)
-        _t14, _t15 = tl.split(_t8)
-        _t16, _t17 = tl.split(_t9)
-        old_state_internal_Ep_0 = _t10
-        old_state_internal_Ep_1 = _t14
-        old_state_internal_Ep_2 = _t12
-        old_state_internal_Ep_3 = _t16
-        old_state_internal_Ep_4 = _t11
-        old_state_internal_Ep_5 = _t15
-        _tile18 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t19 = tl.reshape(_tile18, [BLOCK, 2, 2, 2])
-        _t20, _t21 = tl.split(_t19)
-        _t22, _t23 = tl.split(_t20)
-        _t24, _t25 = tl.split(_t21)
-        _t26, _t27 = tl.split(_t22)
-        _t28, _t29 = tl.split(_t23)
-        _t30, _t31 = tl.split(_t24)
-        _t32, _t33 = tl.split(_t25)
-        old_state_internal_X_0 = _t26
-        old_state_internal_X_1 = _t30
-        old_state_internal_X_2 = _t28
-        old_state_internal_X_3 = _t32
-        old_state_internal_X_4 = _t27
-        old_state_internal_X_5 = _t31
-        _tile34 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t35 = tl.reshape(_tile34, [BLOCK, 2, 2, 2])
-        _t36, _t37 = tl.split(_t35)
-        _t38, _t39 = tl.split(_t36)
-        _t40, _t41 = tl.split(_t37)
-        _t42, _t43 = tl.split(_t38)
-        _t44, _t45 = tl.split(_t39)
-        _t46, _t47 = tl.split(_t40)
-        _t48, _t49 = tl.split(_t41)
-        forces_E_0 = _t42
-        forces_E_1 = _t46
-        forces_E_2 = _t44
-        forces_E_3 = _t48
-        forces_E_4 = _t43
-        forces_E_5 = _t47
-        _x50 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
-        forces_t = _x50
-        _x51 = tl.load(IN5 + row * in5_stride, mask=mask, other=0.0)
-        old_forces_t = _x51
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile2, BLOCK)
+        _tile3 = tl.load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
+        (
+            old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3,
+            old_state_internal_X_4, old_state_internal_X_5, _, _,
+        ) = _mc_cols8(_tile3, BLOCK)
+        _tile4 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile4, BLOCK)
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
+        forces_t = _x5
+        _x6 = tl.load(IN5 + row * in5_stride, mask=mask, other=0.0)
+        old_forces_t = _x6
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (_x1 * 0.0 + tl.sum(_tile2 * 0.0, axis=1) + tl.sum(_tile18 * 0.0, axis=1) + tl.sum(_tile34 * 0.0, axis=1) + _x50 * 0.0 + _x51 * 0.0) == 0.0
+        fin = (_x1 * 0.0 + tl.sum(_tile2 * 0.0, axis=1) + tl.sum(_tile3 * 0.0, axis=1) + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + _x6 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile52 = tl.load(P + tl.arange(0, 8), mask=tl.arange(0, 8) < 7, other=0.0)
-            _t53 = tl.reshape(_tile52, [2, 2, 2])
-            _t54, _t55 = tl.split(_t53)
-            _t56, _t57 = tl.split(_t54)
-            _t58, _t59 = tl.split(_t55)
-            _t60, _t61 = tl.split(_t56)
-            _t62, _t63 = tl.split(_t57)
-            _t64, _t65 = tl.split(_t58)
-            _t66, _t67 = tl.split(_t59)
-            p_E = _t60
-            p_nu = _t64
-            p_sigma_y = _t62
-            p_C = _t66
-            p_g = _t61
-            p_R = _t65
-            p_d = _t63
+            _tile7 = tl.load(P + tl.arange(0, 8), mask=tl.arange(0, 8) < 7, other=0.0)
+            p_E, p_nu, p_sigma_y, p_C, p_g, p_R, p_d, _ = _mc_pcols8(_tile7)
         else:
-            _tile68 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 7), other=0.0)
-            _t69 = tl.reshape(_tile68, [BLOCK, 2, 2, 2])
-            _t70, _t71 = tl.split(_t69)
-            _t72, _t73 = tl.split(_t70)
-            _t74, _t75 = tl.split(_t71)
-            _t76, _t77 = tl.split(_t72)
-            _t78, _t79 = tl.split(_t73)
-            _t80, _t81 = tl.split(_t74)
-            _t82, _t83 = tl.split(_t75)
-            p_E = _t76
-            p_nu = _t80
-            p_sigma_y = _t78
-            p_C = _t82
-            p_g = _t77
-            p_R = _t81
-            p_d = _t79
+            _tile8 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 7), other=0.0)
+            p_E, p_nu, p_sigma_y, p_C, p_g, p_R, p_d, _ = _mc_cols8(_tile8, BLOCK)
         # Newton solve for state/internal/dgamma (helper _triton_newton_1)
         (
             state_internal_dgamma, j2_voce_af_radial_return_solve_converged,
@@ -2649,7 +2613,7 @@ if triton is not None:
             d548 = (cse_494 * d450)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row84 = _mc_row32(
+            _row9 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0),
@@ -2658,9 +2622,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0), BLOCK)
-            _k85 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k85 + (_k85 // 21) * (7 * (V // 8)), _row84, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row86 = _mc_row32(
+            _k10 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 21) * (7 * (V // 8)), _row9, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row11 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0),
@@ -2669,9 +2633,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0), BLOCK)
-            _k87 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k87 + (_k87 // 21) * (7 * (V // 8)), _row86, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row88 = _mc_row32(
+            _k12 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 21) * (7 * (V // 8)), _row11, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row13 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0),
@@ -2680,9 +2644,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0), BLOCK)
-            _k89 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k89 + (_k89 // 21) * (7 * (V // 8)), _row88, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row90 = _mc_row32(
+            _k14 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 21) * (7 * (V // 8)), _row13, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row15 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0),
@@ -2691,9 +2655,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0), BLOCK)
-            _k91 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k91 + (_k91 // 21) * (7 * (V // 8)), _row90, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row92 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 21) * (7 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d180, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d181, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d182, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d183, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d184, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d185, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d186, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d187, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d188, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d189, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d190, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d173, K0),
@@ -2702,9 +2666,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d233, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d234, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d235, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d236, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d237, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d238, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d269, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d270, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d271, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d272, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d273, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d274, K0), BLOCK)
-            _k93 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k93 + (_k93 // 21) * (7 * (V // 8)), _row92, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row94 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 21) * (7 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d197, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d198, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d199, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d200, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d201, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d202, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d192, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d239, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d240, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d241, K0),
@@ -2713,9 +2677,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d280, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d203, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d204, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d205, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d206, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d207, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d208, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d193, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d245, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d246, K0), BLOCK)
-            _k95 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k95 + (_k95 // 21) * (7 * (V // 8)), _row94, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row96 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 21) * (7 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d247, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d248, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d249, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d250, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d281, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d282, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d283, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d284, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d285, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d286, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d209, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d210, K0),
@@ -2724,9 +2688,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d252, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d253, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d254, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d255, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d256, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d287, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d288, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d289, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d290, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d291, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d292, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d215, K0), BLOCK)
-            _k97 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k97 + (_k97 // 21) * (7 * (V // 8)), _row96, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row98 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 21) * (7 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d216, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d217, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d218, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d219, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d220, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d195, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d257, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d258, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d259, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d260, K0),
@@ -2735,9 +2699,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d221, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d222, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d223, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d224, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d225, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d226, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d196, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d263, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d264, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d265, K0), BLOCK)
-            _k99 = tl.arange(0, 32)[None, :] + 224
-            tl.store(J + row[:, None] * j_stride + _k99 + (_k99 // 21) * (7 * (V // 8)), _row98, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row100 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 224
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 21) * (7 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d266, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d267, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d268, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d299, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d300, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d301, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d302, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d303, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d304, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d227, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d228, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d229, K0),
@@ -2746,9 +2710,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d314, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d315, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d316, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d317, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d318, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d319, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d320, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d321, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d322, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d323, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d306, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d307, K0), BLOCK)
-            _k101 = tl.arange(0, 32)[None, :] + 256
-            tl.store(J + row[:, None] * j_stride + _k101 + (_k101 // 21) * (7 * (V // 8)), _row100, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row102 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 256
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 21) * (7 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row27 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d308, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d309, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d310, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d311, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0),
@@ -2757,9 +2721,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0), BLOCK)
-            _k103 = tl.arange(0, 32)[None, :] + 288
-            tl.store(J + row[:, None] * j_stride + _k103 + (_k103 // 21) * (7 * (V // 8)), _row102, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row104 = _mc_row32(
+            _k28 = tl.arange(0, 32)[None, :] + 288
+            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 21) * (7 * (V // 8)), _row27, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row29 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0),
@@ -2768,9 +2732,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), BLOCK)
-            _k105 = tl.arange(0, 32)[None, :] + 320
-            tl.store(J + row[:, None] * j_stride + _k105 + (_k105 // 21) * (7 * (V // 8)), _row104, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row106 = _mc_row32(
+            _k30 = tl.arange(0, 32)[None, :] + 320
+            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 21) * (7 * (V // 8)), _row29, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row31 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0),
@@ -2779,9 +2743,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0), BLOCK)
-            _k107 = tl.arange(0, 32)[None, :] + 352
-            tl.store(J + row[:, None] * j_stride + _k107 + (_k107 // 21) * (7 * (V // 8)), _row106, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row108 = _mc_row32(
+            _k32 = tl.arange(0, 32)[None, :] + 352
+            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 21) * (7 * (V // 8)), _row31, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row33 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0),
@@ -2790,12 +2754,12 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), BLOCK)
-            _k109 = tl.arange(0, 32)[None, :] + 384
-            tl.store(J + row[:, None] * j_stride + _k109 + (_k109 // 21) * (7 * (V // 8)), _row108, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _k110 = tl.arange(0, 4)[None, :] + 416
-            tl.store(J + row[:, None] * j_stride + _k110 + (_k110 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k34 = tl.arange(0, 32)[None, :] + 384
+            tl.store(J + row[:, None] * j_stride + _k34 + (_k34 // 21) * (7 * (V // 8)), _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _k35 = tl.arange(0, 4)[None, :] + 416
+            tl.store(J + row[:, None] * j_stride + _k35 + (_k35 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _row111 = _mc_row32(
+                _row36 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d433, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d439, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d445, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d410, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d416, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d422, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d428, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d434, K0),
@@ -2804,9 +2768,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d447, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d412, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d418, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d424, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d430, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d436, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d442, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d448, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d413, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d419, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d425, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d431, K0), BLOCK)
-                _k112 = tl.arange(0, 32)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k112 // 7) * 28 + 21 + _k112 % 7, _row111, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row113 = _mc_row32(
+                _k37 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k37 // 7) * 28 + 21 + _k37 % 7, _row36, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row38 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d437, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d443, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d449, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d414, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d420, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d426, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d432, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d438, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d444, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d450, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d451, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d452, K0),
@@ -2815,9 +2779,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d476, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d482, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d488, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d494, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d459, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d465, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d471, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d477, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d483, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d489, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d495, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d460, K0), BLOCK)
-                _k114 = tl.arange(0, 32)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k114 // 7) * 28 + 21 + _k114 % 7, _row113, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row115 = _mc_row32(
+                _k39 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k39 // 7) * 28 + 21 + _k39 % 7, _row38, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row40 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d466, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d478, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d484, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d490, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d496, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d461, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d467, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d473, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d479, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d485, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d491, K0),
@@ -2826,9 +2790,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d463, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d469, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d475, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d481, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d487, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d493, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d499, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d500, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d501, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d502, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d503, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d504, K0), BLOCK)
-                _k116 = tl.arange(0, 32)[None, :] + 64
-                tl.store(J + row[:, None] * j_stride + (_k116 // 7) * 28 + 21 + _k116 % 7, _row115, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row117 = _mc_row32(
+                _k41 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k41 // 7) * 28 + 21 + _k41 % 7, _row40, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row42 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d513, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d525, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d531, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d537, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d543, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d514, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d520, K0),
@@ -2837,16 +2801,16 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d533, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d539, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d545, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d510, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d516, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d522, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d528, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d534, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d540, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d546, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d511, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d517, K0), BLOCK)
-                _k118 = tl.arange(0, 32)[None, :] + 96
-                tl.store(J + row[:, None] * j_stride + (_k118 // 7) * 28 + 21 + _k118 % 7, _row117, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _zero119 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row120 = _mc_row16(
+                _k43 = tl.arange(0, 32)[None, :] + 96
+                tl.store(J + row[:, None] * j_stride + (_k43 // 7) * 28 + 21 + _k43 % 7, _row42, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero44 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row45 = _mc_row16(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d523, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d529, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d535, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d541, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d547, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d512, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d518, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d524, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d530, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d536, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d542, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d548, K0),
-                    _zero119, _zero119, _zero119, _zero119, BLOCK)
-                _k121 = tl.arange(0, 16)[None, :] + 128
-                tl.store(J + row[:, None] * j_stride + (_k121 // 7) * 28 + 21 + _k121 % 7, _row120, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
+                    _zero44, _zero44, _zero44, _zero44, BLOCK)
+                _k46 = tl.arange(0, 16)[None, :] + 128
+                tl.store(J + row[:, None] * j_stride + (_k46 // 7) * 28 + 21 + _k46 % 7, _row45, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (j2_voce_af_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (j2_voce_af_radial_return_solve_iterations).to(tl.int32), mask=mask)

@@ -1675,6 +1675,30 @@ if triton is not None:
         return x
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols8(t):
+        t = tl.reshape(t, [2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -3961,95 +3985,35 @@ if triton is not None:
         K12 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-        forces_t = _x17
-        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_forces_t = _x18
-        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_ep = _x35
-        _tile36 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t37 = tl.reshape(_tile36, [BLOCK, 2, 2, 2])
-        _t38, _t39 = tl.split(_t37)
-        _t40, _t41 = tl.split(_t38)
-        _t42, _t43 = tl.split(_t39)
-        _t44, _t45 = tl.split(_t40)
-        _t46, _t47 = tl.split(_t41)
-        _t48, _t49 = tl.split(_t42)
-        _t50, _t51 = tl.split(_t43)
-        old_state_internal_X_0 = _t44
-        old_state_internal_X_1 = _t48
-        old_state_internal_X_2 = _t46
-        old_state_internal_X_3 = _t50
-        old_state_internal_X_4 = _t45
-        old_state_internal_X_5 = _t49
-        _x52 = _mc_load(IN6 + row * in6_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_gamma_rate = _x52
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x2
+        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x3
+        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x5
+        _tile6 = _mc_load(IN5 + row[:, None] * in5_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3,
+            old_state_internal_X_4, old_state_internal_X_5, _, _,
+        ) = _mc_cols8(_tile6, BLOCK)
+        _x7 = _mc_load(IN6 + row * in6_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x7
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + tl.sum(_tile36 * 0.0, axis=1) + _x52 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + tl.sum(_tile6 * 0.0, axis=1) + _x7 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile53 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 7, zero)  # one trip: see _Rows (detach)
-            _t54 = tl.reshape(_tile53, [2, 2, 2])
-            _t55, _t56 = tl.split(_t54)
-            _t57, _t58 = tl.split(_t55)
-            _t59, _t60 = tl.split(_t56)
-            _t61, _t62 = tl.split(_t57)
-            _t63, _t64 = tl.split(_t58)
-            _t65, _t66 = tl.split(_t59)
-            _t67, _t68 = tl.split(_t60)
-            p_E = _t61
-            p_nu = _t65
-            p_R = _t63
-            p_d = _t67
-            p_sigma_y = _t62
-            p_C = _t66
-            p_g = _t64
+            _tile8 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 7, zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_R, p_d, p_sigma_y, p_C, p_g, _ = _mc_pcols8(_tile8)
         else:
-            _tile69 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 7), zero)  # one trip: see _Rows (detach)
-            _t70 = tl.reshape(_tile69, [BLOCK, 2, 2, 2])
-            _t71, _t72 = tl.split(_t70)
-            _t73, _t74 = tl.split(_t71)
-            _t75, _t76 = tl.split(_t72)
-            _t77, _t78 = tl.split(_t73)
-            _t79, _t80 = tl.split(_t74)
-            _t81, _t82 = tl.split(_t75)
-            _t83, _t84 = tl.split(_t76)
-            p_E = _t77
-            p_nu = _t81
-            p_R = _t79
-            p_d = _t83
-            p_sigma_y = _t78
-            p_C = _t82
-            p_g = _t80
+            _tile9 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 7), zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_R, p_d, p_sigma_y, p_C, p_g, _ = _mc_cols8(_tile9, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -4553,21 +4517,17 @@ if triton is not None:
             (
                 ls2_167, ls2_168, ls2_169, ls2_170, ls2_171, ls2_173, ls2_174, ls2_175, ls2_176, ls2_177,
                 ls2_178, ls2_179,
-            ) = _triton_lu1_forward3(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward3(lu1_lu, DTYPE)
             (
                 ls2_182, ls2_183, ls2_184, ls2_185, ls2_187, ls2_188, ls2_189, ls2_190, ls2_191, ls2_192,
                 ls2_193,
-            ) = _triton_lu1_forward4(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward4(lu1_lu, DTYPE)
             (
                 ls2_197, ls2_198, ls2_199, ls2_201, ls2_202, ls2_203, ls2_204, ls2_205, ls2_206, ls2_207,
-            ) = _triton_lu1_forward5(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward5(lu1_lu, DTYPE)
             (
                 ls2_212, ls2_213, ls2_215, ls2_216, ls2_217, ls2_218, ls2_219, ls2_220, ls2_221,
-            ) = _triton_lu1_forward6(
-                lu1_lu, DTYPE)
+            ) = _triton_lu1_forward6(lu1_lu, DTYPE)
             (ls2_227, ls2_229, ls2_230, ls2_231, ls2_232, ls2_233, ls2_234, ls2_235) = _triton_lu1_forward7(
                 lu1_lu, DTYPE)
             ls2_243, ls2_244, ls2_245, ls2_246, ls2_247, ls2_248, ls2_249 = _triton_lu1_forward8(lu1_lu, DTYPE)
@@ -4613,36 +4573,28 @@ if triton is not None:
                 lu1_lu, ls2_227, ls2_229, ls2_230, ls2_231, ls2_232, ls2_233, ls2_234, ls2_235, DTYPE)
             (
                 d219, d220, d221, d222, d223, d224, d225, d226, d227, d228, d229, d230, d231, d232,
-            ) = _triton_lu1_back8(
-                lu1_lu, ls2_243, ls2_244, ls2_245, ls2_246, ls2_247, ls2_248, ls2_249, DTYPE)
+            ) = _triton_lu1_back8(lu1_lu, ls2_243, ls2_244, ls2_245, ls2_246, ls2_247, ls2_248, ls2_249, DTYPE)
             (
                 d233, d234, d235, d236, d237, d238, d239, d240, d241, d242, d243, d244, d245, d246,
-            ) = _triton_lu1_back9(
-                lu1_lu, ls2_263, DTYPE)
+            ) = _triton_lu1_back9(lu1_lu, ls2_263, DTYPE)
             (
                 d247, d248, d249, d250, d251, d252, d253, d254, d255, d256, d257, d258, d259, d260,
-            ) = _triton_lu1_back10(
-                lu1_lu, ls2_272, ls2_273, ls2_274, ls2_275, ls2_276, ls2_277, DTYPE)
+            ) = _triton_lu1_back10(lu1_lu, ls2_272, ls2_273, ls2_274, ls2_275, ls2_276, ls2_277, DTYPE)
             (
                 d261, d262, d263, d264, d265, d266, d267, d268, d269, d270, d271, d272, d273, d274,
-            ) = _triton_lu1_back11(
-                lu1_lu, ls2_287, ls2_288, ls2_289, ls2_290, ls2_291, DTYPE)
+            ) = _triton_lu1_back11(lu1_lu, ls2_287, ls2_288, ls2_289, ls2_290, ls2_291, DTYPE)
             (
                 d275, d276, d277, d278, d279, d280, d281, d282, d283, d284, d285, d286, d287, d288,
-            ) = _triton_lu1_back12(
-                lu1_lu, ls2_302, ls2_303, ls2_304, ls2_305, DTYPE)
+            ) = _triton_lu1_back12(lu1_lu, ls2_302, ls2_303, ls2_304, ls2_305, DTYPE)
             (
                 d289, d290, d291, d292, d293, d294, d295, d296, d297, d298, d299, d300, d301, d302,
-            ) = _triton_lu1_back13(
-                lu1_lu, ls2_317, ls2_318, ls2_319, DTYPE)
+            ) = _triton_lu1_back13(lu1_lu, ls2_317, ls2_318, ls2_319, DTYPE)
             (
                 d303, d304, d305, d306, d307, d308, d309, d310, d311, d312, d313, d314, d315, d316,
-            ) = _triton_lu1_back14(
-                lu1_lu, ls2_332, ls2_333, DTYPE)
+            ) = _triton_lu1_back14(lu1_lu, ls2_332, ls2_333, DTYPE)
             (
                 d317, d318, d319, d320, d321, d322, d323, d324, d325, d326, d327, d328, d329, d330,
-            ) = _triton_lu1_back15(
-                lu1_lu, ls2_347, DTYPE)
+            ) = _triton_lu1_back15(lu1_lu, ls2_347, DTYPE)
             cse_45 = (cse_23 * d122)
             cse_46 = (cse_23 * d123)
             cse_47 = (cse_23 * d121)
@@ -4894,24 +4846,19 @@ if triton is not None:
                 ls3_386, ls3_387, ls3_388, ls3_389, DTYPE)
             (
                 d449, d450, d451, d452, d453, d454, d455, d456, d457, d458, d459, d460, d461, d462,
-            ) = _triton_lu1_back16(
-                lu1_lu, ls3_404, DTYPE)
+            ) = _triton_lu1_back16(lu1_lu, ls3_404, DTYPE)
             (
                 d463, d464, d465, d466, d467, d468, d469, d470, d471, d472, d473, d474, d475, d476,
-            ) = _triton_lu1_back16(
-                lu1_lu, ls3_419, DTYPE)
+            ) = _triton_lu1_back16(lu1_lu, ls3_419, DTYPE)
             (
                 d477, d478, d479, d480, d481, d482, d483, d484, d485, d486, d487, d488, d489, d490,
-            ) = _triton_lu1_back16(
-                lu1_lu, ls3_433, DTYPE)
+            ) = _triton_lu1_back16(lu1_lu, ls3_433, DTYPE)
             (
                 d491, d492, d493, d494, d495, d496, d497, d498, d499, d500, d501, d502, d503, d504,
-            ) = _triton_lu1_back17(
-                lu1_lu, ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453, DTYPE)
+            ) = _triton_lu1_back17(lu1_lu, ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453, DTYPE)
             (
                 d505, d506, d507, d508, d509, d510, d511, d512, d513, d514, d515, d516, d517, d518,
-            ) = _triton_lu1_back17(
-                lu1_lu, ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473, DTYPE)
+            ) = _triton_lu1_back17(lu1_lu, ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473, DTYPE)
             cse_90 = (cse_23 * d422)
             cse_91 = (cse_23 * d423)
             cse_95 = (cse_23 * d421)
@@ -4977,7 +4924,7 @@ if triton is not None:
             d560 = (cse_44 * d510)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row85 = _mc_row32(
+            _row10 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d1, K0), tl.where((j2_voce_af_return_map_converged & fin), d15, K0), tl.where((j2_voce_af_return_map_converged & fin), d29, K0), tl.where((j2_voce_af_return_map_converged & fin), d43, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d57, K0), tl.where((j2_voce_af_return_map_converged & fin), d71, K0), tl.where((j2_voce_af_return_map_converged & fin), d121, K0), tl.where((j2_voce_af_return_map_converged & fin), d135, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
@@ -4986,9 +4933,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
-            _k86 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k86 + (_k86 // 22) * (7 * (V // 8)), _row85, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row87 = _mc_row32(
+            _k11 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k11 + (_k11 // 22) * (7 * (V // 8)), _row10, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row12 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -4997,9 +4944,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d207, K0), tl.where((j2_voce_af_return_map_converged & fin), d221, K0), tl.where((j2_voce_af_return_map_converged & fin), d235, K0), tl.where((j2_voce_af_return_map_converged & fin), d249, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d263, K0), tl.where((j2_voce_af_return_map_converged & fin), d277, K0), tl.where((j2_voce_af_return_map_converged & fin), d291, K0), tl.where((j2_voce_af_return_map_converged & fin), d305, K0), BLOCK)
-            _k88 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k88 + (_k88 // 22) * (7 * (V // 8)), _row87, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row89 = _mc_row32(
+            _k13 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k13 + (_k13 // 22) * (7 * (V // 8)), _row12, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row14 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
@@ -5008,9 +4955,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
-            _k90 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k90 + (_k90 // 22) * (7 * (V // 8)), _row89, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row91 = _mc_row32(
+            _k15 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k15 + (_k15 // 22) * (7 * (V // 8)), _row14, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row16 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
@@ -5019,9 +4966,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d238, K0), tl.where((j2_voce_af_return_map_converged & fin), d252, K0), tl.where((j2_voce_af_return_map_converged & fin), d266, K0), tl.where((j2_voce_af_return_map_converged & fin), d280, K0), BLOCK)
-            _k92 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k92 + (_k92 // 22) * (7 * (V // 8)), _row91, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row93 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k17 + (_k17 // 22) * (7 * (V // 8)), _row16, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row18 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
@@ -5030,9 +4977,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
-            _k94 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k94 + (_k94 // 22) * (7 * (V // 8)), _row93, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row95 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row20 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
@@ -5041,9 +4988,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d213, K0), tl.where((j2_voce_af_return_map_converged & fin), d227, K0), tl.where((j2_voce_af_return_map_converged & fin), d241, K0), tl.where((j2_voce_af_return_map_converged & fin), d255, K0), BLOCK)
-            _k96 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k96 + (_k96 // 22) * (7 * (V // 8)), _row95, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row97 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 22) * (7 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row22 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
@@ -5052,9 +4999,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
-            _k98 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k98 + (_k98 // 22) * (7 * (V // 8)), _row97, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row99 = _mc_row32(
+            _k23 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row24 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d67, K0), tl.where((j2_voce_af_return_map_converged & fin), d81, K0), tl.where((j2_voce_af_return_map_converged & fin), d131, K0), tl.where((j2_voce_af_return_map_converged & fin), d145, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
@@ -5063,9 +5010,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
-            _k100 = tl.arange(0, 32)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k100 + (_k100 // 22) * (7 * (V // 8)), _row99, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row101 = _mc_row32(
+            _k25 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row26 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
@@ -5074,9 +5021,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
-            _k102 = tl.arange(0, 32)[None, :] + 256
-            _mc_store(J + row[:, None] * j_stride + _k102 + (_k102 // 22) * (7 * (V // 8)), _row101, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row103 = _mc_row32(
+            _k27 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row28 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d42, K0), tl.where((j2_voce_af_return_map_converged & fin), d56, K0), tl.where((j2_voce_af_return_map_converged & fin), d70, K0), tl.where((j2_voce_af_return_map_converged & fin), d84, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
@@ -5085,9 +5032,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
-            _k104 = tl.arange(0, 32)[None, :] + 288
-            _mc_store(J + row[:, None] * j_stride + _k104 + (_k104 // 22) * (7 * (V // 8)), _row103, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row105 = _mc_row32(
+            _k29 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row30 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
@@ -5096,9 +5043,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), BLOCK)
-            _k106 = tl.arange(0, 32)[None, :] + 320
-            _mc_store(J + row[:, None] * j_stride + _k106 + (_k106 // 22) * (7 * (V // 8)), _row105, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row107 = _mc_row32(
+            _k31 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row32 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d333, K0), tl.where((j2_voce_af_return_map_converged & fin), d339, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
@@ -5107,9 +5054,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
-            _k108 = tl.arange(0, 32)[None, :] + 352
-            _mc_store(J + row[:, None] * j_stride + _k108 + (_k108 // 22) * (7 * (V // 8)), _row107, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row109 = _mc_row32(
+            _k33 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row34 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -5118,22 +5065,22 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d371, K0), tl.where((j2_voce_af_return_map_converged & fin), d372, K0), tl.where((j2_voce_af_return_map_converged & fin), d383, K0), tl.where((j2_voce_af_return_map_converged & fin), d409, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d410, K0), tl.where((j2_voce_af_return_map_converged & fin), d411, K0), tl.where((j2_voce_af_return_map_converged & fin), d412, K0), tl.where((j2_voce_af_return_map_converged & fin), d413, K0), BLOCK)
-            _k110 = tl.arange(0, 32)[None, :] + 384
-            _mc_store(J + row[:, None] * j_stride + _k110 + (_k110 // 22) * (7 * (V // 8)), _row109, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero111 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row112 = _mc_row32(
+            _k35 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k35 + (_k35 // 22) * (7 * (V // 8)), _row34, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero36 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row37 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
-                _zero111, _zero111, _zero111, _zero111,
-                _zero111, _zero111, _zero111, _zero111, BLOCK)
-            _k113 = tl.arange(0, 32)[None, :] + 416
-            _mc_store(J + row[:, None] * j_stride + _k113 + (_k113 // 22) * (7 * (V // 8)), _row112, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
+                _zero36, _zero36, _zero36, _zero36,
+                _zero36, _zero36, _zero36, _zero36, BLOCK)
+            _k38 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k38 + (_k38 // 22) * (7 * (V // 8)), _row37, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row114 = _mc_row32(
+                _row39 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d421, K0), tl.where((j2_voce_af_return_map_converged & fin), d435, K0), tl.where((j2_voce_af_return_map_converged & fin), d449, K0), tl.where((j2_voce_af_return_map_converged & fin), d463, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d477, K0), tl.where((j2_voce_af_return_map_converged & fin), d491, K0), tl.where((j2_voce_af_return_map_converged & fin), d505, K0), tl.where((j2_voce_af_return_map_converged & fin), d422, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d436, K0), tl.where((j2_voce_af_return_map_converged & fin), d450, K0), tl.where((j2_voce_af_return_map_converged & fin), d464, K0), tl.where((j2_voce_af_return_map_converged & fin), d478, K0),
@@ -5142,9 +5089,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d507, K0), tl.where((j2_voce_af_return_map_converged & fin), d424, K0), tl.where((j2_voce_af_return_map_converged & fin), d438, K0), tl.where((j2_voce_af_return_map_converged & fin), d452, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d466, K0), tl.where((j2_voce_af_return_map_converged & fin), d480, K0), tl.where((j2_voce_af_return_map_converged & fin), d494, K0), tl.where((j2_voce_af_return_map_converged & fin), d508, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d425, K0), tl.where((j2_voce_af_return_map_converged & fin), d439, K0), tl.where((j2_voce_af_return_map_converged & fin), d453, K0), tl.where((j2_voce_af_return_map_converged & fin), d467, K0), BLOCK)
-                _k115 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k115 // 7) * 29 + 22 + _k115 % 7, _row114, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row116 = _mc_row32(
+                _k40 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k40 // 7) * 29 + 22 + _k40 % 7, _row39, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row41 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d481, K0), tl.where((j2_voce_af_return_map_converged & fin), d495, K0), tl.where((j2_voce_af_return_map_converged & fin), d509, K0), tl.where((j2_voce_af_return_map_converged & fin), d426, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d440, K0), tl.where((j2_voce_af_return_map_converged & fin), d454, K0), tl.where((j2_voce_af_return_map_converged & fin), d468, K0), tl.where((j2_voce_af_return_map_converged & fin), d482, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d496, K0), tl.where((j2_voce_af_return_map_converged & fin), d510, K0), tl.where((j2_voce_af_return_map_converged & fin), d427, K0), tl.where((j2_voce_af_return_map_converged & fin), d441, K0),
@@ -5153,9 +5100,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d470, K0), tl.where((j2_voce_af_return_map_converged & fin), d484, K0), tl.where((j2_voce_af_return_map_converged & fin), d498, K0), tl.where((j2_voce_af_return_map_converged & fin), d512, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d429, K0), tl.where((j2_voce_af_return_map_converged & fin), d443, K0), tl.where((j2_voce_af_return_map_converged & fin), d457, K0), tl.where((j2_voce_af_return_map_converged & fin), d471, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d485, K0), tl.where((j2_voce_af_return_map_converged & fin), d499, K0), tl.where((j2_voce_af_return_map_converged & fin), d513, K0), tl.where((j2_voce_af_return_map_converged & fin), d430, K0), BLOCK)
-                _k117 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k117 // 7) * 29 + 22 + _k117 % 7, _row116, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row118 = _mc_row32(
+                _k42 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k42 // 7) * 29 + 22 + _k42 % 7, _row41, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row43 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d444, K0), tl.where((j2_voce_af_return_map_converged & fin), d458, K0), tl.where((j2_voce_af_return_map_converged & fin), d472, K0), tl.where((j2_voce_af_return_map_converged & fin), d486, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d500, K0), tl.where((j2_voce_af_return_map_converged & fin), d514, K0), tl.where((j2_voce_af_return_map_converged & fin), d431, K0), tl.where((j2_voce_af_return_map_converged & fin), d445, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d459, K0), tl.where((j2_voce_af_return_map_converged & fin), d473, K0), tl.where((j2_voce_af_return_map_converged & fin), d487, K0), tl.where((j2_voce_af_return_map_converged & fin), d501, K0),
@@ -5164,9 +5111,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d433, K0), tl.where((j2_voce_af_return_map_converged & fin), d447, K0), tl.where((j2_voce_af_return_map_converged & fin), d461, K0), tl.where((j2_voce_af_return_map_converged & fin), d475, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d489, K0), tl.where((j2_voce_af_return_map_converged & fin), d503, K0), tl.where((j2_voce_af_return_map_converged & fin), d517, K0), tl.where((j2_voce_af_return_map_converged & fin), d434, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d448, K0), tl.where((j2_voce_af_return_map_converged & fin), d462, K0), tl.where((j2_voce_af_return_map_converged & fin), d476, K0), tl.where((j2_voce_af_return_map_converged & fin), d490, K0), BLOCK)
-                _k119 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k119 // 7) * 29 + 22 + _k119 % 7, _row118, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row120 = _mc_row32(
+                _k44 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k44 // 7) * 29 + 22 + _k44 % 7, _row43, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row45 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d504, K0), tl.where((j2_voce_af_return_map_converged & fin), d518, K0), tl.where((j2_voce_af_return_map_converged & fin), d519, K0), tl.where((j2_voce_af_return_map_converged & fin), d525, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d531, K0), tl.where((j2_voce_af_return_map_converged & fin), d537, K0), tl.where((j2_voce_af_return_map_converged & fin), d543, K0), tl.where((j2_voce_af_return_map_converged & fin), d549, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d555, K0), tl.where((j2_voce_af_return_map_converged & fin), d520, K0), tl.where((j2_voce_af_return_map_converged & fin), d526, K0), tl.where((j2_voce_af_return_map_converged & fin), d532, K0),
@@ -5175,16 +5122,16 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d545, K0), tl.where((j2_voce_af_return_map_converged & fin), d551, K0), tl.where((j2_voce_af_return_map_converged & fin), d557, K0), tl.where((j2_voce_af_return_map_converged & fin), d522, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d528, K0), tl.where((j2_voce_af_return_map_converged & fin), d534, K0), tl.where((j2_voce_af_return_map_converged & fin), d540, K0), tl.where((j2_voce_af_return_map_converged & fin), d546, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d552, K0), tl.where((j2_voce_af_return_map_converged & fin), d558, K0), tl.where((j2_voce_af_return_map_converged & fin), d523, K0), tl.where((j2_voce_af_return_map_converged & fin), d529, K0), BLOCK)
-                _k121 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k121 // 7) * 29 + 22 + _k121 % 7, _row120, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero122 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row123 = _mc_row16(
+                _k46 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k46 // 7) * 29 + 22 + _k46 % 7, _row45, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row48 = _mc_row16(
                     tl.where((j2_voce_af_return_map_converged & fin), d535, K0), tl.where((j2_voce_af_return_map_converged & fin), d541, K0), tl.where((j2_voce_af_return_map_converged & fin), d547, K0), tl.where((j2_voce_af_return_map_converged & fin), d553, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d559, K0), tl.where((j2_voce_af_return_map_converged & fin), d524, K0), tl.where((j2_voce_af_return_map_converged & fin), d530, K0), tl.where((j2_voce_af_return_map_converged & fin), d536, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d542, K0), tl.where((j2_voce_af_return_map_converged & fin), d548, K0), tl.where((j2_voce_af_return_map_converged & fin), d554, K0), tl.where((j2_voce_af_return_map_converged & fin), d560, K0),
-                    _zero122, _zero122, _zero122, _zero122, BLOCK)
-                _k124 = tl.arange(0, 16)[None, :] + 128
-                _mc_store(J + row[:, None] * j_stride + (_k124 // 7) * 29 + 22 + _k124 % 7, _row123, mask[:, None] & (tl.arange(0, 16)[None, :] < 12), zero)  # one trip: see _Rows (detach)
+                    _zero47, _zero47, _zero47, _zero47, BLOCK)
+                _k49 = tl.arange(0, 16)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k49 // 7) * 29 + 22 + _k49 % 7, _row48, mask[:, None] & (tl.arange(0, 16)[None, :] < 12), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (j2_voce_af_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (j2_voce_af_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

@@ -772,6 +772,34 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols4(t):
+        t = tl.reshape(t, [2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
+    def _mc_cols4(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        return s2, s4, s3, s5
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -932,64 +960,28 @@ if triton is not None:
         K15 = tl.full([], 6.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
-        forces_t = _x17
-        _x18 = tl.load(IN2 + row * in2_stride, mask=mask, other=0.0)
-        old_forces_t = _x18
-        _tile19 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
-        old_state_internal_ep = _x35
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
+        forces_t = _x2
+        _x3 = tl.load(IN2 + row * in2_stride, mask=mask, other=0.0)
+        old_forces_t = _x3
+        _tile4 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
+        old_state_internal_ep = _x5
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile36 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 4, other=0.0)
-            _t37 = tl.reshape(_tile36, [2, 2])
-            _t38, _t39 = tl.split(_t37)
-            _t40, _t41 = tl.split(_t38)
-            _t42, _t43 = tl.split(_t39)
-            p_E = _t40
-            p_nu = _t42
-            p_A = _t41
-            p_n = _t43
+            _tile6 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 4, other=0.0)
+            p_E, p_nu, p_A, p_n = _mc_pcols4(_tile6)
         else:
-            _tile44 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
-            _t45 = tl.reshape(_tile44, [BLOCK, 2, 2])
-            _t46, _t47 = tl.split(_t45)
-            _t48, _t49 = tl.split(_t46)
-            _t50, _t51 = tl.split(_t47)
-            p_E = _t48
-            p_nu = _t50
-            p_A = _t49
-            p_n = _t51
+            _tile7 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4), other=0.0)
+            p_E, p_nu, p_A, p_n = _mc_cols4(_tile7, BLOCK)
         cse_0 = (old_state_internal_Ep_0 - forces_E_0)
         cse_1 = (old_state_internal_Ep_1 - forces_E_1)
         cse_2 = (old_state_internal_Ep_2 - forces_E_2)
@@ -1566,7 +1558,7 @@ if triton is not None:
             d270 = (cse_277 * d238)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row52 = _mc_row32(
+            _row8 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d55, K0), tl.where((norton_radial_return_solve_converged & fin), d57, K0), tl.where((norton_radial_return_solve_converged & fin), d59, K0), tl.where((norton_radial_return_solve_converged & fin), d61, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d63, K0), tl.where((norton_radial_return_solve_converged & fin), d65, K0), tl.where((norton_radial_return_solve_converged & fin), d87, K0), tl.where((norton_radial_return_solve_converged & fin), d93, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d99, K0), tl.where((norton_radial_return_solve_converged & fin), d100, K0), tl.where((norton_radial_return_solve_converged & fin), d101, K0), tl.where((norton_radial_return_solve_converged & fin), d102, K0),
@@ -1575,9 +1567,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d77, K0), tl.where((norton_radial_return_solve_converged & fin), d88, K0), tl.where((norton_radial_return_solve_converged & fin), d94, K0), tl.where((norton_radial_return_solve_converged & fin), d105, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d106, K0), tl.where((norton_radial_return_solve_converged & fin), d107, K0), tl.where((norton_radial_return_solve_converged & fin), d108, K0), tl.where((norton_radial_return_solve_converged & fin), d109, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d110, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d47, K0), tl.where((norton_radial_return_solve_converged & fin), d49, K0), BLOCK)
-            _k53 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k53 + (_k53 // 15) * (4 * (V // 8)), _row52, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row54 = _mc_row32(
+            _k9 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 15) * (4 * (V // 8)), _row8, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row10 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d51, K0), tl.where((norton_radial_return_solve_converged & fin), d53, K0), tl.where((norton_radial_return_solve_converged & fin), d39, K0), tl.where((norton_radial_return_solve_converged & fin), d41, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d89, K0), tl.where((norton_radial_return_solve_converged & fin), d95, K0), tl.where((norton_radial_return_solve_converged & fin), d111, K0), tl.where((norton_radial_return_solve_converged & fin), d112, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d113, K0), tl.where((norton_radial_return_solve_converged & fin), d114, K0), tl.where((norton_radial_return_solve_converged & fin), d115, K0), tl.where((norton_radial_return_solve_converged & fin), d116, K0),
@@ -1586,9 +1578,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d96, K0), tl.where((norton_radial_return_solve_converged & fin), d117, K0), tl.where((norton_radial_return_solve_converged & fin), d118, K0), tl.where((norton_radial_return_solve_converged & fin), d119, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d120, K0), tl.where((norton_radial_return_solve_converged & fin), d121, K0), tl.where((norton_radial_return_solve_converged & fin), d122, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d7, K0), tl.where((norton_radial_return_solve_converged & fin), d9, K0), tl.where((norton_radial_return_solve_converged & fin), d11, K0), tl.where((norton_radial_return_solve_converged & fin), d13, K0), BLOCK)
-            _k55 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k55 + (_k55 // 15) * (4 * (V // 8)), _row54, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row56 = _mc_row32(
+            _k11 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 15) * (4 * (V // 8)), _row10, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row12 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d15, K0), tl.where((norton_radial_return_solve_converged & fin), d17, K0), tl.where((norton_radial_return_solve_converged & fin), d91, K0), tl.where((norton_radial_return_solve_converged & fin), d97, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d123, K0), tl.where((norton_radial_return_solve_converged & fin), d124, K0), tl.where((norton_radial_return_solve_converged & fin), d125, K0), tl.where((norton_radial_return_solve_converged & fin), d126, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d127, K0), tl.where((norton_radial_return_solve_converged & fin), d128, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d19, K0),
@@ -1597,9 +1589,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d130, K0), tl.where((norton_radial_return_solve_converged & fin), d131, K0), tl.where((norton_radial_return_solve_converged & fin), d132, K0), tl.where((norton_radial_return_solve_converged & fin), d133, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d134, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d135, K0), tl.where((norton_radial_return_solve_converged & fin), d136, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d137, K0), tl.where((norton_radial_return_solve_converged & fin), d138, K0), tl.where((norton_radial_return_solve_converged & fin), d139, K0), tl.where((norton_radial_return_solve_converged & fin), d140, K0), BLOCK)
-            _k57 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k57 + (_k57 // 15) * (4 * (V // 8)), _row56, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row58 = _mc_row32(
+            _k13 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 15) * (4 * (V // 8)), _row12, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row14 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d141, K0), tl.where((norton_radial_return_solve_converged & fin), d142, K0), tl.where((norton_radial_return_solve_converged & fin), d143, K0), tl.where((norton_radial_return_solve_converged & fin), d144, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d145, K0), tl.where((norton_radial_return_solve_converged & fin), d146, K0), tl.where((norton_radial_return_solve_converged & fin), d147, K0), tl.where((norton_radial_return_solve_converged & fin), d148, K0),
                 tl.where((norton_radial_return_solve_converged & fin), K7, K0), tl.where((norton_radial_return_solve_converged & fin), d149, K0), tl.where((norton_radial_return_solve_converged & fin), d150, K0), tl.where((norton_radial_return_solve_converged & fin), d151, K0),
@@ -1608,9 +1600,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d160, K0), tl.where((norton_radial_return_solve_converged & fin), d161, K0), tl.where((norton_radial_return_solve_converged & fin), d162, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d163, K0), tl.where((norton_radial_return_solve_converged & fin), d169, K0), BLOCK)
-            _k59 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k59 + (_k59 // 15) * (4 * (V // 8)), _row58, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row60 = _mc_row32(
+            _k15 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 15) * (4 * (V // 8)), _row14, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row16 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d175, K0), tl.where((norton_radial_return_solve_converged & fin), d176, K0), tl.where((norton_radial_return_solve_converged & fin), d177, K0), tl.where((norton_radial_return_solve_converged & fin), d178, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d179, K0), tl.where((norton_radial_return_solve_converged & fin), d180, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d70, K0), tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0),
@@ -1619,9 +1611,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d186, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d165, K0), tl.where((norton_radial_return_solve_converged & fin), d171, K0), tl.where((norton_radial_return_solve_converged & fin), d187, K0), tl.where((norton_radial_return_solve_converged & fin), d188, K0), BLOCK)
-            _k61 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k61 + (_k61 // 15) * (4 * (V // 8)), _row60, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row62 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (4 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row18 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d189, K0), tl.where((norton_radial_return_solve_converged & fin), d190, K0), tl.where((norton_radial_return_solve_converged & fin), d191, K0), tl.where((norton_radial_return_solve_converged & fin), d192, K0),
                 tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), tl.where((norton_radial_return_solve_converged & fin), d32, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), tl.where((norton_radial_return_solve_converged & fin), d166, K0),
@@ -1630,49 +1622,49 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d167, K0), tl.where((norton_radial_return_solve_converged & fin), d173, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d199, K0), tl.where((norton_radial_return_solve_converged & fin), d200, K0), tl.where((norton_radial_return_solve_converged & fin), d201, K0), tl.where((norton_radial_return_solve_converged & fin), d202, K0), BLOCK)
-            _k63 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k63 + (_k63 // 15) * (4 * (V // 8)), _row62, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero64 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row65 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (4 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero20 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row21 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d203, K0), tl.where((norton_radial_return_solve_converged & fin), d204, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d22, K0), tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d30, K0), tl.where((norton_radial_return_solve_converged & fin), d168, K0), tl.where((norton_radial_return_solve_converged & fin), d174, K0), tl.where((norton_radial_return_solve_converged & fin), d205, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d206, K0), tl.where((norton_radial_return_solve_converged & fin), d207, K0), tl.where((norton_radial_return_solve_converged & fin), d208, K0), tl.where((norton_radial_return_solve_converged & fin), d209, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64,
-                _zero64, _zero64, _zero64, _zero64, BLOCK)
-            _k66 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k66 + (_k66 // 15) * (4 * (V // 8)), _row65, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20,
+                _zero20, _zero20, _zero20, _zero20, BLOCK)
+            _k22 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _k67 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k67 // 4) * 19 + 15 + _k67 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k68 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k68 // 4) * 19 + 15 + _k68 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k69 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k69 // 4) * 19 + 15 + _k69 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k70 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k70 // 4) * 19 + 15 + _k70 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k71 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k71 // 4) * 19 + 15 + _k71 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k72 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k72 // 4) * 19 + 15 + _k72 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k73 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k73 // 4) * 19 + 15 + _k73 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k74 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k74 // 4) * 19 + 15 + _k74 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k75 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k75 // 4) * 19 + 15 + _k75 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k76 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k76 // 4) * 19 + 15 + _k76 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k77 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k77 // 4) * 19 + 15 + _k77 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k78 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k78 // 4) * 19 + 15 + _k78 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k79 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k79 // 4) * 19 + 15 + _k79 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k80 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k80 // 4) * 19 + 15 + _k80 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k23 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k23 // 4) * 19 + 15 + _k23 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k24 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k24 // 4) * 19 + 15 + _k24 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k25 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k25 // 4) * 19 + 15 + _k25 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k26 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k26 // 4) * 19 + 15 + _k26 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k27 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k27 // 4) * 19 + 15 + _k27 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k28 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k28 // 4) * 19 + 15 + _k28 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k29 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k29 // 4) * 19 + 15 + _k29 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k30 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 40
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 44
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 48
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 52
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (norton_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (norton_radial_return_solve_iterations).to(tl.int32), mask=mask)

@@ -1017,6 +1017,30 @@ if triton is not None:
         return x
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols8(t):
+        t = tl.reshape(t, [2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
     def _mc_store(ptr, value, mask, zero):
         p = ptr
         for _ in range(0, zero + 1):
@@ -1752,8 +1776,7 @@ if triton is not None:
                 nt1_lu, nt1_18, nt1_19, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, DTYPE)
             (
                 nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
-            ) = _triton_lu1_back1(
-                nt1_lu, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
+            ) = _triton_lu1_back1(nt1_lu, nt1_26, nt1_27, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1796,78 +1819,30 @@ if triton is not None:
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
-        _x17 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-        forces_t = _x17
-        _x18 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_forces_t = _x18
-        _tile19 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-        _t20 = tl.reshape(_tile19, [BLOCK, 2, 2, 2])
-        _t21, _t22 = tl.split(_t20)
-        _t23, _t24 = tl.split(_t21)
-        _t25, _t26 = tl.split(_t22)
-        _t27, _t28 = tl.split(_t23)
-        _t29, _t30 = tl.split(_t24)
-        _t31, _t32 = tl.split(_t25)
-        _t33, _t34 = tl.split(_t26)
-        old_state_internal_Ep_0 = _t27
-        old_state_internal_Ep_1 = _t31
-        old_state_internal_Ep_2 = _t29
-        old_state_internal_Ep_3 = _t33
-        old_state_internal_Ep_4 = _t28
-        old_state_internal_Ep_5 = _t32
-        _x35 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_ep = _x35
-        _x36 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
-        old_state_internal_gamma_rate = _x36
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
+        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        forces_t = _x2
+        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_forces_t = _x3
+        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        (
+            old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+            old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+        ) = _mc_cols8(_tile4, BLOCK)
+        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_ep = _x5
+        _x6 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        old_state_internal_gamma_rate = _x6
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
-        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x17 * 0.0 + _x18 * 0.0 + tl.sum(_tile19 * 0.0, axis=1) + _x35 * 0.0 + _x36 * 0.0) == 0.0
+        fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + _x6 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile37 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 6, zero)  # one trip: see _Rows (detach)
-            _t38 = tl.reshape(_tile37, [2, 2, 2])
-            _t39, _t40 = tl.split(_t38)
-            _t41, _t42 = tl.split(_t39)
-            _t43, _t44 = tl.split(_t40)
-            _t45, _t46 = tl.split(_t41)
-            _t47, _t48 = tl.split(_t42)
-            _t49, _t50 = tl.split(_t43)
-            _t51, _t52 = tl.split(_t44)
-            p_E = _t45
-            p_nu = _t49
-            p_K = _t47
-            p_sigma_y = _t51
-            p_eta = _t46
-            p_n = _t50
+            _tile7 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 6, zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_K, p_sigma_y, p_eta, p_n, _, _ = _mc_pcols8(_tile7)
         else:
-            _tile53 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            _t54 = tl.reshape(_tile53, [BLOCK, 2, 2, 2])
-            _t55, _t56 = tl.split(_t54)
-            _t57, _t58 = tl.split(_t55)
-            _t59, _t60 = tl.split(_t56)
-            _t61, _t62 = tl.split(_t57)
-            _t63, _t64 = tl.split(_t58)
-            _t65, _t66 = tl.split(_t59)
-            _t67, _t68 = tl.split(_t60)
-            p_E = _t61
-            p_nu = _t65
-            p_K = _t63
-            p_sigma_y = _t67
-            p_eta = _t62
-            p_n = _t66
+            _tile8 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            p_E, p_nu, p_K, p_sigma_y, p_eta, p_n, _, _ = _mc_cols8(_tile8, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         (
             state_internal_Ep_0, state_internal_Ep_1, state_internal_Ep_2, state_internal_Ep_3,
@@ -2414,7 +2389,7 @@ if triton is not None:
             d294 = (cse_43 * d256)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row69 = _mc_row32(
+            _row9 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
@@ -2423,9 +2398,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k70 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k70 + (_k70 // 16) * (6 * (V // 8)), _row69, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row71 = _mc_row32(
+            _k10 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k10 + (_k10 // 16) * (6 * (V // 8)), _row9, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row11 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
@@ -2434,9 +2409,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k72 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k72 + (_k72 // 16) * (6 * (V // 8)), _row71, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row73 = _mc_row32(
+            _k12 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 16) * (6 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row13 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
@@ -2445,9 +2420,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k74 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k74 + (_k74 // 16) * (6 * (V // 8)), _row73, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row75 = _mc_row32(
+            _k14 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 16) * (6 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row15 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
@@ -2456,9 +2431,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k76 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k76 + (_k76 // 16) * (6 * (V // 8)), _row75, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row77 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 16) * (6 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row17 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
@@ -2467,9 +2442,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k78 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k78 + (_k78 // 16) * (6 * (V // 8)), _row77, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row79 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 16) * (6 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row19 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
@@ -2478,9 +2453,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k80 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k80 + (_k80 // 16) * (6 * (V // 8)), _row79, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row81 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 16) * (6 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row21 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
@@ -2489,10 +2464,10 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k82 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k82 + (_k82 // 16) * (6 * (V // 8)), _row81, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _k22 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 16) * (6 * (V // 8)), _row21, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row83 = _mc_row32(
+                _row23 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d235, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0),
@@ -2501,9 +2476,9 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d230, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d239, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), BLOCK)
-                _k84 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k84 // 6) * 22 + 16 + _k84 % 6, _row83, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row85 = _mc_row32(
+                _k24 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k24 // 6) * 22 + 16 + _k24 % 6, _row23, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row25 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
@@ -2512,20 +2487,20 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d283, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d272, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d261, K0), tl.where((perzyna_iso_return_map_converged & fin), d267, K0), tl.where((perzyna_iso_return_map_converged & fin), d273, K0), tl.where((perzyna_iso_return_map_converged & fin), d279, K0), BLOCK)
-                _k86 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k86 // 6) * 22 + 16 + _k86 % 6, _row85, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero87 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row88 = _mc_row32(
+                _k26 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k26 // 6) * 22 + 16 + _k26 % 6, _row25, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row28 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d285, K0), tl.where((perzyna_iso_return_map_converged & fin), d291, K0), tl.where((perzyna_iso_return_map_converged & fin), d262, K0), tl.where((perzyna_iso_return_map_converged & fin), d268, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d274, K0), tl.where((perzyna_iso_return_map_converged & fin), d280, K0), tl.where((perzyna_iso_return_map_converged & fin), d286, K0), tl.where((perzyna_iso_return_map_converged & fin), d292, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d263, K0), tl.where((perzyna_iso_return_map_converged & fin), d269, K0), tl.where((perzyna_iso_return_map_converged & fin), d275, K0), tl.where((perzyna_iso_return_map_converged & fin), d281, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d287, K0), tl.where((perzyna_iso_return_map_converged & fin), d293, K0), tl.where((perzyna_iso_return_map_converged & fin), d264, K0), tl.where((perzyna_iso_return_map_converged & fin), d270, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d276, K0), tl.where((perzyna_iso_return_map_converged & fin), d282, K0), tl.where((perzyna_iso_return_map_converged & fin), d288, K0), tl.where((perzyna_iso_return_map_converged & fin), d294, K0),
-                    _zero87, _zero87, _zero87, _zero87,
-                    _zero87, _zero87, _zero87, _zero87,
-                    _zero87, _zero87, _zero87, _zero87, BLOCK)
-                _k89 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k89 // 6) * 22 + 16 + _k89 % 6, _row88, mask[:, None] & (tl.arange(0, 32)[None, :] < 20), zero)  # one trip: see _Rows (detach)
+                    _zero27, _zero27, _zero27, _zero27,
+                    _zero27, _zero27, _zero27, _zero27,
+                    _zero27, _zero27, _zero27, _zero27, BLOCK)
+                _k29 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k29 // 6) * 22 + 16 + _k29 % 6, _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 20), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (perzyna_iso_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (perzyna_iso_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

@@ -69,6 +69,9 @@ def call_lines(targets: list[str], name: str, args: list[str]) -> list[str]:
     else:
         one = f"({', '.join(targets)}) = {name}("
         head = [one] if len(one) <= WIDTH else ["("] + _fill(targets) + [f") = {name}("]
+    inline = head[-1] + ", ".join(args) + ")"
+    if len(inline) <= WIDTH:  # the targets were what did not fit
+        return head[:-1] + [inline]
     body = _fill(args)
     return head + body[:-1] + [body[-1][:-1] + ")"]
 

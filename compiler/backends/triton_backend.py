@@ -45,7 +45,7 @@ from modelc.backends.layout import Layout
 from modelc.backends.names import Namer, sanitize
 from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, call_lines, jacobian_groups,
                                         status_symbols, with_variants, wrapped)
-from modelc.backends.triton_math import ROW_WIDTHS, bitrev
+from modelc.backends.triton_math import ROW_WIDTHS
 from modelc.backends.triton_printer import TritonPrinter
 from modelc.passes.schedule import schedule
 
@@ -300,7 +300,9 @@ class _Rows:
     kernel with one load/store per component (hundreds for a Jacobian) took minutes to compile for
     a GPU. A tile is split into its columns with ``tl.split`` (and assembled with ``tl.join``), a
     binary tree over a ``[BLOCK, 2, ..., 2]`` reshape; in that tree, leaf ``m`` is column
-    ``bitrev(m)``, which the code below accounts for. Everything stays in registers.
+    ``bitrev(m)``. The trees are the module's helpers ``_mc_cols<W>``/``_mc_pcols<W>`` and
+    ``_mc_row<W>`` (:mod:`modelc.backends.triton_math`), which Triton inlines. Everything stays in
+    registers.
 
     ``detach`` (the kernels of coupled systems, see :func:`_detach`): every load and store goes
     through a loop of one trip (``range(0, zero + 1)``, ``zero`` a kernel argument the runtime passes
@@ -344,42 +346,37 @@ class _Rows:
         self.k += 1
         return self.em.namer.fresh(f"_{base}{self.k}")
 
-    def load(self, ptr: str, stride: str, n: int, other: str = "0.0") -> list[str]:
-        em = self.em
+    def load(self, ptr: str, stride: str, n: int, targets: list[str], other: str = "0.0") -> None:
+        """Load a ``(B, n)`` array's rows into the names ``targets`` (one per column)."""
         if n == 1:  # a scalar variable: one value per point, no tile
             t = self.last_tile = self._tmp("x")
             self.load_line(t, f"{ptr} + row * {stride}", "mask", other, "[BLOCK]")
-            return [t]
+            self.em.line(f"{targets[0]} = {t}")
+            return
         bits, W = _width(n)
         tile = self.last_tile = self._tmp("tile")
         self.load_line(tile, f"{ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :]",
                        f"mask[:, None] & (tl.arange(0, {W})[None, :] < {n})", other, f"[BLOCK, {W}]")
-        return self._columns(tile, f"[BLOCK{', 2' * bits}]", bits, n)
+        self._columns(f"_mc_cols{W}", [tile, "BLOCK"], W, targets)
 
-    def _columns(self, tile: str, shape: str, bits: int, n: int) -> list[str]:
-        """The first ``n`` columns of ``tile`` (reshaped to ``shape``), split by a binary tree."""
-        em = self.em
-        level = [self._tmp("t")]
-        em.line(f"{level[0]} = tl.reshape({tile}, {shape})")
-        for _ in range(bits):
-            nxt = []
-            for t in level:
-                a, b = self._tmp("t"), self._tmp("t")
-                em.line(f"{a}, {b} = tl.split({t})")
-                nxt += [a, b]
-            level = nxt
-        return [level[bitrev(c, bits)] for c in range(n)]
+    def _columns(self, helper: str, args: list[str], W: int, targets: list[str]) -> None:
+        """``targets`` (then ``_`` for the padding) = the columns of a tile (``helper``: its
+        ``_mc_cols<W>`` or ``_mc_pcols<W>``, a ``tl.split`` tree)."""
+        if W not in ROW_WIDTHS:
+            raise InternalError(f"a loaded row pads to {W} values, which has no {helper} helper")
+        for line in call_lines(list(targets) + ["_"] * (W - len(targets)), helper, args):
+            self.em.line(line)
 
-    def load_row(self, ptr: str, n: int, other: str = "0.0") -> list[str]:
-        """One row of ``n`` values for the whole program (0-d scalars): :meth:`load` without ``row``."""
+    def load_row(self, ptr: str, n: int, targets: list[str], other: str = "0.0") -> None:
+        """One row of ``n`` values for the whole program (0-d scalars) into ``targets``: :meth:`load`
+        without ``row``."""
         if n == 1:
-            t = self._tmp("x")
-            self.em.line(f"{t} = tl.load({ptr})")
-            return [t]
+            self.em.line(f"{targets[0]} = tl.load({ptr})")
+            return
         bits, W = _width(n)
         tile = self._tmp("tile")
         self.load_line(tile, f"{ptr} + tl.arange(0, {W})", f"tl.arange(0, {W}) < {n}", other, f"[{W}]")
-        return self._columns(tile, f"[{', '.join(['2'] * bits)}]", bits, n)
+        self._columns(f"_mc_pcols{W}", [tile], W, targets)
 
     def store(self, ptr: str, stride: str, values: list[str], index=None) -> None:
         """Rows of up to ``CHUNKED_ROW_MAX`` values are stored ``STORE_CHUNK`` columns at a time (a
@@ -450,10 +447,8 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     em.comment("inputs: one tile load per input variable where it lies, split into components (each read once)")
     zeros = []  # per input variable: 0 per point, NaN where one of its values is NaN or infinite
     for v, (var, _) in enumerate(layout.axis_inputs()):
-        values = rows.load(f"IN{v}", f"in{v}_stride", len(var.symbols))
-        zeros.append(f"{rows.last_tile} * 0.0" if len(values) == 1 else f"tl.sum({rows.last_tile} * 0.0, axis=1)")
-        for sym, value in zip(var.symbols, values):
-            em.line(f"{namer(sym)} = {value}")
+        rows.load(f"IN{v}", f"in{v}_stride", len(var.symbols), [namer(sym) for sym in var.symbols])
+        zeros.append(f"{rows.last_tile} * 0.0" if len(var.symbols) == 1 else f"tl.sum({rows.last_tile} * 0.0, axis=1)")
     fin = None
     if zeros and ir.analysis.marks_nonfinite(program):
         fin = namer.fresh("fin")
@@ -468,9 +463,13 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         for shared in (True, False):
             em.line("if P_SHARED:" if shared else "else:")
             em.depth += 1
-            cols = rows.load_row("P", layout.np) if shared else rows.load("P", "p_stride", layout.np)
+            names = ["_"] * layout.np
             for sym, col in loaded:
-                em.line(f"{namer(sym)} = {cols[col]}")
+                names[col] = namer(sym)
+            if shared:
+                rows.load_row("P", layout.np, names)
+            else:
+                rows.load("P", "p_stride", layout.np, names)
             em.depth -= 1
     for (sym, col), pname in pcols:
         if pname in baked:

@@ -220,7 +220,6 @@ def _row_helper(width: int) -> tuple[tuple[str, ...], str]:
                 + "\n".join(body) + f"\n    return tl.reshape({level[0]}, [BLOCK, {width}])\n")
 
 
-#: the row helpers' widths: the powers of two a stored row is padded to (triton_backend._width)
 # a load or store through a loop of one trip whose pointer the loop carries (``zero``: a kernel
 # argument the runtime passes as 0): Triton's coalescing pass then skips the data-flow slice of the
 # access (modelc.backends.triton_backend._Rows, ``detach``); inlined, the same code as spelled out
@@ -243,9 +242,37 @@ def _mc_store(ptr, value, mask, zero):
         p += zero
 ''')
 
+#: the row helpers' widths: the powers of two a stored row is padded to (triton_backend._width)
 ROW_WIDTHS = (2, 4, 8, 16, 32, 64)
 for _w in ROW_WIDTHS:
     HELPERS[f"_mc_row{_w}"] = _row_helper(_w)
+
+
+def _cols_helper(width: int, rows: bool) -> tuple[tuple[str, ...], str]:
+    """``_mc_cols<width>(t, BLOCK)`` (``rows``: a ``[BLOCK, width]`` tile) or ``_mc_pcols<width>(t)``
+    (a ``[width]`` row, the shared parameters): the tile's columns in order, split by a tree of
+    ``tl.split`` over a ``[..., 2, ..., 2]`` reshape (leaf ``m`` of the tree is column ``bitrev(m)``).
+    The kernels read each loaded row through it, one call where the tree took ``width`` lines;
+    Triton inlines it, so the compiled kernel is the same."""
+    bits = width.bit_length() - 1
+    shape = ", ".join(["BLOCK"] * rows + ["2"] * bits)
+    body, level, k = [f"    t = tl.reshape(t, [{shape}])"], ["t"], 0
+    for _ in range(bits):
+        nxt = []
+        for t in level:
+            body.append(f"    s{k}, s{k + 1} = tl.split({t})")
+            nxt += [f"s{k}", f"s{k + 1}"]
+            k += 2
+        level = nxt
+    cols = [level[bitrev(c, bits)] for c in range(width)]
+    name, sig = (f"_mc_cols{width}", "t, BLOCK: tl.constexpr") if rows else (f"_mc_pcols{width}", "t")
+    return (), (f"\n@triton.jit\ndef {name}({sig}):\n" + "\n".join(body)
+                + f"\n    return {', '.join(cols)}\n")
+
+
+for _w in ROW_WIDTHS:
+    HELPERS[f"_mc_cols{_w}"] = _cols_helper(_w, True)
+    HELPERS[f"_mc_pcols{_w}"] = _cols_helper(_w, False)
 
 _CALL = re.compile(r"\b(_mc_[a-z0-9_]+)\(")
 

@@ -102,6 +102,30 @@ if triton is not None:
         return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
+    def _mc_cols8(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2, 2, 2])
+        s0, s1 = tl.split(t)
+        s2, s3 = tl.split(s0)
+        s4, s5 = tl.split(s1)
+        s6, s7 = tl.split(s2)
+        s8, s9 = tl.split(s3)
+        s10, s11 = tl.split(s4)
+        s12, s13 = tl.split(s5)
+        return s6, s10, s8, s12, s7, s11, s9, s13
+
+    @triton.jit
+    def _mc_pcols2(t):
+        t = tl.reshape(t, [2])
+        s0, s1 = tl.split(t)
+        return s0, s1
+
+    @triton.jit
+    def _mc_cols2(t, BLOCK: tl.constexpr):
+        t = tl.reshape(t, [BLOCK, 2])
+        s0, s1 = tl.split(t)
+        return s0, s1
+
+    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
@@ -130,33 +154,15 @@ if triton is not None:
         K2 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
-        _t2 = tl.reshape(_tile1, [BLOCK, 2, 2, 2])
-        _t3, _t4 = tl.split(_t2)
-        _t5, _t6 = tl.split(_t3)
-        _t7, _t8 = tl.split(_t4)
-        _t9, _t10 = tl.split(_t5)
-        _t11, _t12 = tl.split(_t6)
-        _t13, _t14 = tl.split(_t7)
-        _t15, _t16 = tl.split(_t8)
-        forces_E_0 = _t9
-        forces_E_1 = _t13
-        forces_E_2 = _t11
-        forces_E_3 = _t15
-        forces_E_4 = _t10
-        forces_E_5 = _t14
+        (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+            _tile1, BLOCK)
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile17 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
-            _t18 = tl.reshape(_tile17, [2])
-            _t19, _t20 = tl.split(_t18)
-            p_E = _t19
-            p_nu = _t20
+            _tile2 = tl.load(P + tl.arange(0, 2), mask=tl.arange(0, 2) < 2, other=0.0)
+            p_E, p_nu = _mc_pcols2(_tile2)
         else:
-            _tile21 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
-            _t22 = tl.reshape(_tile21, [BLOCK, 2])
-            _t23, _t24 = tl.split(_t22)
-            p_E = _t23
-            p_nu = _t24
+            _tile3 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 2)[None, :], mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2), other=0.0)
+            p_E, p_nu = _mc_cols2(_tile3, BLOCK)
         lam = (p_E * p_nu / ((K0 + p_nu) * (K0 - (K1 * p_nu))))
         if V & 4:  # jacobian: entries 8 .. 11 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
