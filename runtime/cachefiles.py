@@ -36,16 +36,11 @@ def file_digest(path: Path) -> str:
 
 def write_digest(path: Path) -> None:
     """Record the digest of ``path`` (call after ``path`` is in place)."""
-    target = digest_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(file_digest(path) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from modelc.runtime.paths import write_atomic
+
+    # an ordinary file like the artifact it vouches for (mkstemp's 0600 made the digest unreadable
+    # to the other users of a shared cache, who then rebuilt the artifact)
+    write_atomic(digest_path(path), file_digest(path) + "\n")
 
 
 def verified(path: Path) -> bool:

@@ -20,4 +20,8 @@ class InternalError(Exception):
     """A bug in modelc: please report it with the spec that triggered it."""
 
     def __init__(self, message: str):
+        self.message = message
         super().__init__(f"internal error (this is a bug in modelc, please report it): {message}")
+
+    def __reduce__(self):  # pickled or copied (a worker process's error): the message, prefixed once
+        return type(self), (self.message,)

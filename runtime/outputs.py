@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from modelc.runtime.errors import InputError
+from modelc.runtime.paths import write_atomic_bytes as _write_atomic_bytes
 
 
 def _nearest_existing(p: Path) -> Path:
@@ -60,16 +61,8 @@ def check_output_folder(path: "str | os.PathLike[str]", what: str = "output fold
 def write_atomic_bytes(path: "str | os.PathLike[str]", data: bytes, what: str = "output") -> Path:
     """Write ``data`` to ``path`` atomically; nothing partial is left behind on failure."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
+        _write_atomic_bytes(p, data)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise InputError(f"{what} {p}: cannot write it ({exc.strerror or exc})") from None
     return p

@@ -50,21 +50,40 @@ def cache_folder(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``."""
+    """Write ``text`` to ``path`` atomically (:func:`write_atomic_bytes`, UTF-8, ``\\n`` newlines)."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file of a unique name in the same folder (safe
+    for threads and processes writing the same path), then ``os.replace``; nothing partial is left
+    behind. The file gets ``mode`` (default: an ordinary file's, 0666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; generated files are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, _ordinary_mode() if mode is None else mode)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _ordinary_mode() -> int:
+    """0666 less the process umask (read without changing it where /proc has it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def import_file(path: Path, name: str) -> ModuleType:

@@ -40,6 +40,14 @@ def plot_results(results: Mapping[str, np.ndarray], path: "str | os.PathLike[str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if isinstance(component, bool) or not isinstance(component, int) or not -6 <= component < 6:
+        raise InputError(f"plot_results: component must be 0 to 5 (Mandel order xx, yy, zz, yz, xz, xy), "
+                         f"got {component!r}")
+    component %= 6  # -1 is xy, as for a list
+    for key in ("strain", "stress", "time"):
+        if key not in results:
+            raise InputError(f"plot_results: the results have no {key!r} (a driver run's results: "
+                             "time, strain, stress)")
     comp = _COMPONENTS[component]
     strain, stress = results["strain"][..., component], results["stress"][..., component]
     if component >= 3:  # Mandel shear carries sqrt 2: plot the tensor components

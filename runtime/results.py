@@ -29,6 +29,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from modelc.runtime.errors import InputError
+from modelc.runtime.paths import write_atomic_bytes
 
 __all__ = ["Plan", "Results", "load", "open_dir", "shard_dir", "INDEX", "FORMAT"]
 
@@ -121,10 +122,8 @@ def chunks_of(root: "str | os.PathLike[str]", shard: int) -> list[tuple[int, int
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """``data`` into ``path``, whole or not at all (:func:`modelc.runtime.paths.write_atomic_bytes`)."""
+    write_atomic_bytes(path, data)
 
 
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
@@ -278,9 +277,11 @@ class _ShardedArrays(Mapping):
                 key.startswith("samples/"):
             raise InputError(f"read({key!r}, steps=...): only arrays with a steps axis are read by "
                              f"steps; index the results for {key!r}")
-        if rows.step != 1:
-            return self.read(key, slice(rows.start, rows.stop))[::rows.step] if len(rows) else \
-                self.read(key, slice(0, 0))
+        if rows.step != 1:  # the rows it covers, in order, then those asked for (a negative step too)
+            if not len(rows):
+                return self.read(key, slice(0, 0))
+            lo = min(rows[0], rows[-1])
+            return self.read(key, slice(lo, max(rows[0], rows[-1]) + 1))[[r - lo for r in rows]]
         lo, hi = rows.start, rows.stop
         point_axis = POINT_ARRAYS.get(key)
         parts, taken = [], 0

@@ -31,6 +31,7 @@ MAX_EXPR_NODES = 200_000           # nodes of one built expression component (as
 MAX_HELPER_DEPTH = 32              # helper calls nested in helper calls
 MAX_HELPER_CALLS = 10_000          # distinct helper expansions in one model (repeated calls are memoised)
 FLOAT_MAX = 1.7976931348623157e308  # the largest float64: constants beyond it are refused
+INT_MAX = 2**31 - 1                 # integer options (iteration counts) are C ints in the kernels
 
 
 def read_spec_file(path: str, loc: Loc | None) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from modelc.errors import SpecError
 from modelc.frontend.expr import did_you_mean
-from modelc.frontend.limits import FLOAT_MAX
+from modelc.frontend.limits import FLOAT_MAX, INT_MAX
 from modelc.frontend.yamlio import YList, YMap, YScalar
 from modelc.runtime.types import TYPES
 
@@ -198,7 +198,10 @@ def check(node, section: str, where: str) -> dict:
             continue
         if not _kind_ok(f.kind, value):
             kind = _KIND_DOC[f.kind]
-            raise SpecError(f"{where}: {f.name!r} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}", value.loc)
+            article = "" if f.kind == "bool" else "an " if kind[0] in "aeiou" else "a "
+            raise SpecError(f"{where}: {f.name!r} must be {article}{kind}", value.loc)
+        if f.kind == "int" and abs(value.value) > INT_MAX:  # an iteration count: a C int in the kernels
+            raise SpecError(f"{where}: {f.name!r} is out of range (at most {INT_MAX})", value.loc)
         if f.kind in ("number", "numbers", "interval"):
             for item in (value.items if isinstance(value, YList) else (value,)):
                 v = item.value

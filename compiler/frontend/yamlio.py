@@ -113,6 +113,9 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+# and with a dot but an unsigned exponent (2.1e5: YAML 1.1 wants 2.1e+5, and read it as a string)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*[eE][0-9]+$"), list("-+0123456789."))
 
 
 def load_yaml_text(text: str, file: str) -> YNode | None:
@@ -137,6 +140,13 @@ def load_yaml_text(text: str, file: str) -> YNode | None:
         hint = ("an interval with an open end is text: quote it, e.g. bounds: \"[0, 0.5)\""
                 if re.search(r"bounds\s*:\s*[\[(]", line) else "")
         raise SpecError(f"invalid YAML: {exc.problem or exc.context}", loc, hint=hint) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow: no mark, a position
+        pos = min(max(int(exc.position), 0), len(text))
+        line = text.count("\n", 0, pos)
+        col = pos - (text.rfind("\n", 0, pos) + 1)
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise SpecError(f"invalid YAML: unacceptable character {char}: {exc.reason}",
+                        Loc(file, line + 1, col + 1, lines[line] if line < len(lines) else "")) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"invalid YAML: {exc}", Loc(file, 1, 1)) from None
     if node is None:

@@ -223,6 +223,6 @@ def test_shared_declarations_merge_and_must_agree(tmp_path):
 
 
 def test_shared_must_be_a_boolean(tmp_path):
-    with pytest.raises(SpecError, match="'shared' must be a true or false") as exc:
+    with pytest.raises(SpecError, match="'shared' must be true or false") as exc:
         load_spec(write(tmp_path, TWO.format(first="shared: yes please, ", second="", default="1.0")))
     assert caret(exc.value) == "yes please"

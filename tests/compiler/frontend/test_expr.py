@@ -1,0 +1,213 @@
+"""modelc.frontend.expr on its own: the whitelist of ``parse`` (each refused construct a located error
+with its caret), error locations in characters on the right line, exact SymPy literals, the strict and
+non-strict selections of where/if-else, diff of a Scalar, old() through the scope's hook, helper
+expansion (memoised, arity, recursion), name and call errors with their hints, ``did_you_mean`` and
+the Markdown tables."""
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+
+from fe_util import caret
+from modelc.errors import SpecError
+from modelc.frontend.expr import (BUILTINS, CONSTANTS, SPECIAL, Binding, Helper, Scope, Source, build_expr,
+                                  did_you_mean, markdown, parse)
+from modelc.frontend.tensor import TValue
+from modelc.ir import Loc, Variable, component_symbols
+from modelc.runtime.types import SR2, Scalar
+
+X, Y, P = sp.Symbol("forces/x", real=True), sp.Symbol("forces/y", real=True), sp.Symbol("$E", real=True)
+ES = component_symbols("forces/e", SR2)
+
+
+def _scope() -> Scope:
+    """x, y: Scalar inputs; e: an SR2 input; E: a parameter; out: an output; k: a define."""
+    s = Scope()
+    s.names["x"] = Binding("input", TValue.scalar(X), Variable("forces/x", Scalar))
+    s.names["y"] = Binding("input", TValue.scalar(Y), Variable("forces/y", Scalar))
+    s.names["e"] = Binding("input", TValue(SR2, ES), Variable("forces/e", SR2))
+    s.names["E"] = Binding("parameter", TValue.scalar(P))
+    s.names["out"] = Binding("output", TValue.scalar(sp.Symbol("state/out", real=True)),
+                             Variable("state/out", Scalar))
+    s.names["k"] = Binding("define", TValue.scalar(2 * X))
+    return s
+
+
+def _build(text: str, scope: Scope | None = None, loc: Loc | None = None) -> TValue:
+    return build_expr(text, loc or Loc("f.yaml", 3, 7, text.split("\n")[0]), scope or _scope())
+
+
+def _error(text: str, scope: Scope | None = None) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        _build(text, scope)
+    return info.value
+
+
+@pytest.mark.parametrize("text, message, under, hint", [
+    ("x % 2", "operator Mod is not allowed in expressions", "x % 2", ""),
+    ("x // 2", "operator FloorDiv is not allowed in expressions", "x // 2", "use / for division"),
+    ("e @ e", "operator MatMult is not allowed in expressions", "e @ e", "use ddot(A, B) or dot(A, B)"),
+    ("not x", "operator Not is not allowed in expressions", "not x", ""),
+    ("x == y", "comparison Eq is not allowed; use >, >=, < or <=", "x == y", ""),
+    ("x and y", "'and'/'or' is not allowed in expressions", "x and y", ""),
+    ("0 < x < 1", "chained comparisons are not allowed; nest where() instead", "0 < x < 1", ""),
+    ("e[0:2]", "a slice is not allowed in expressions", "0:2", ""),
+    ("exp(*x)", "'*' unpacking is not allowed in expressions", "*x", ""),
+    ("(z := 1)", "':=' is not allowed in expressions", "z := 1", ""),
+    ("x + True", "bool constants are not allowed in expressions (only numbers)", "True", ""),
+    ("2j * x", "complex constants are not allowed in expressions (only numbers)", "2j", ""),
+    ("x * 1e400", "this number is beyond the largest float64 (1.79769e+308)", "1e400", ""),
+    ("x + __class__", "name '__class__' is not allowed in expressions", "__class__", ""),
+    ("x +", "invalid expression syntax (invalid syntax)", None, ""),
+    ("  ", "empty expression", None, ""),
+])
+def test_parse_refuses_what_is_not_whitelisted(text, message, under, hint):
+    with pytest.raises(SpecError) as info:
+        parse(Source(text, Loc("f.yaml", 3, 7, text)))
+    err = info.value
+    assert err.message == message and err.hint == hint
+    assert (err.loc.file, err.loc.line, err.loc.col) == ("f.yaml", 3, 7)
+    if under is not None:
+        assert caret(err) == under
+
+
+def test_error_positions_are_characters_on_the_offending_line():
+    s = _scope()
+    s.names["αβ"] = Binding("input", TValue.scalar(Y), Variable("forces/y", Scalar))
+    text = "αβ + undefined"  # two 2-byte characters before the culprit: the caret counts characters
+    err = _error(text, s)
+    assert err.message == "undefined name 'undefined'"
+    assert err.span == (5, 14) and caret(err) == "undefined"
+    assert (err.loc.line, err.loc.col, err.loc.text) == (3, 7, text)
+    # a multi-line expression: the error is on the expression's second line, from its column 1
+    with pytest.raises(SpecError) as info:
+        build_expr("x +\n  αβ * nope", Loc("f.yaml", 10, 9, "x +"), s)
+    err = info.value
+    assert (err.loc.line, err.loc.col, err.loc.text) == (11, 1, "  αβ * nope")
+    assert err.span == (7, 11) and caret(err) == "nope"
+
+
+def test_literals_are_exact_sympy_numbers():
+    assert _build("1/3").expr == sp.Rational(1, 3)            # integer division stays exact
+    assert _build("2**-1").expr == sp.Rational(1, 2)
+    assert _build("3").expr == sp.Integer(3) and _build("3").expr.is_Integer
+    v = _build("0.1").expr
+    assert v.is_Float and v == sp.Float("0.1")                   # from the decimal text
+    assert _build("pi/2").expr == sp.pi / 2
+    assert _build("-x + +y").expr == Y - X
+    assert _build("E*x**2").expr == P * X**2
+
+
+@pytest.mark.parametrize("cond, sel", [
+    # x, y = (2, 1), (1, 2), (1, 1): which branch; equality picks the first one only when non-strict
+    ("x > y", ("a", "b", "b")), ("x >= y", ("a", "b", "a")),
+    ("x < y", ("b", "a", "b")), ("x <= y", ("b", "a", "a")),
+])
+def test_where_and_if_else_select_strictly_or_not(cond, sel):
+    for text in (f"where({cond}, 10, 20)", f"10 if {cond} else 20"):
+        v = _build(text)
+        assert v.type is Scalar
+        for (xv, yv), s in zip(((2, 1), (1, 2), (1, 1)), sel):
+            assert v.expr.xreplace({X: xv, Y: yv}) == (10 if s == "a" else 20), (text, xv, yv)
+    # a tensor selection acts component-wise, with one condition
+    t = _build(f"where({cond}, e, 3*e)")
+    assert t.type is SR2
+    for (xv, yv), s in zip(((2, 1), (1, 2), (1, 1)), sel):
+        assert [c.xreplace({X: xv, Y: yv}) for c in t.comps] == [c * (1 if s == "a" else 3) for c in ES]
+
+
+def test_diff_of_a_scalar_is_its_closed_form():
+    assert sp.simplify(_build("diff(E*x**3 + y, x)").expr - 3 * P * X**2) == 0
+    assert sp.simplify(_build("diff(E*x**3 + y, E)").expr - X**3) == 0  # w.r.t. a parameter
+    assert _build("diff(y, x)").expr == 0
+    g = _build("diff(ddot(e, e), e)")  # the Mandel gradient of e:e is 2e
+    assert g.type is SR2 and all(sp.expand(a - 2 * b) == 0 for a, b in zip(g.comps, ES))
+    err = _error("diff(x, out)")
+    assert "'out' is an output of this model" in err.message and caret(err) == "out"
+    err = _error("diff(x, pi)")
+    assert err.message.startswith("diff(f, x) differentiates w.r.t. a variable or a named define; 'pi'")
+
+
+def test_old_goes_through_the_scopes_hook():
+    s, seen = _scope(), []
+
+    def old(b: Binding) -> TValue:
+        seen.append(b.var.name)
+        return b.value.map(lambda c: sp.Symbol("old_" + c.name, real=True))
+
+    s.old = old
+    assert _build("x - old(x)", s).expr == X - sp.Symbol("old_forces/x", real=True)
+    assert _build("old(out)", s).expr == sp.Symbol("old_state/out", real=True)  # an output's old value is readable
+    assert seen == ["forces/x", "state/out"]
+    err = _error("old(E)", s)
+    assert err.message == "old() takes a variable (an input, output or unknown), 'E' is a parameter"
+    assert caret(err) == "E"
+    assert _error("old(2*x)", s).message == "old()'s argument must be the name of a variable"
+    err = _error("old(x)")  # no hook: the scope has no previous values
+    assert err.message == "old(x) takes a variable of the model (an input, output or unknown)"
+
+
+def _helper(name: str, params: tuple[str, ...], body: str) -> Helper:
+    src = Source(body, Loc("f.yaml", 1, 10, body))
+    return Helper(name, params, parse(src), src)
+
+
+def test_helpers_bind_their_arguments_and_expand_once_per_call():
+    s = _scope()
+    s.helpers["f"] = _helper("f", ("a", "b"), "a*b + 1")
+    assert sp.expand(_build("f(x, 2) + f(x, 2) + f(y, 2)", s).expr - (2 * (2 * X + 1) + 2 * Y + 1)) == 0
+    assert len(s.expanded) == 2  # f(x, 2) once, f(y, 2) once
+    err = _error("f(x)", s)
+    assert err.message == "f() takes 2 arguments (a, b), got 1" and caret(err) == "f(x)"
+    s.helpers["g"] = _helper("g", ("a",), "h(a)")
+    s.helpers["h"] = _helper("h", ("a",), "g(a) + 1")
+    err = _error("g(x)", s)
+    assert err.message == "helper g() calls itself (g -> h -> g): recursion is not supported"
+    assert "'out' is an output of this model" in _error("f(out, 1)", s).message
+
+
+@pytest.mark.parametrize("text, message, under, hint", [
+    ("exp + 1", "'exp' is a function; call it as exp(...)", "exp", ""),
+    ("xx * 2", "undefined name 'xx'", "xx", "did you mean 'x'?"),
+    ("qwerty", "undefined name 'qwerty'", "qwerty", "declare it as an input, parameter or define entry"),
+    ("expp(x)", "unknown function 'expp'", "expp", "did you mean 'exp'?"),
+    ("where(x > 0, 1)", "where() takes 3 arguments, got 2", "where(x > 0, 1)", "usage: where(cond, a, b)"),
+    ("exp(x, y)", "exp() takes 1 argument, got 2", "exp(x, y)", ""),
+    ("(x, y)", "a tuple is not a value", "(x, y)", ""),
+    ("x > y", "a comparison is only allowed as the condition of where(cond, a, b)", "x > y", ""),
+    ("where(e > 0, 1, 2)", "a comparison needs Scalars, got SR2", "e", ""),
+    ("e[0, 1]", "an index must be a letter (Einstein notation), e.g. eps[i,j]", "0", ""),
+    ("e[i,j] / e", "cannot divide by a SR2: the divisor must be a Scalar", "e", ""),
+    ("e[i,j] * e", "cannot multiply an index expression by a tensor without indices", "e",
+     "index both operands, e.g. C[i,j,k,l]*e[k,l]"),
+    ("out + 1", "'out' is an output of this model: its equation defines it, so it has no value to read here",
+     "out", "old(out) is its value at the previous step; to reuse its expression, name it under 'define:'"),
+])
+def test_name_and_call_errors_are_located_with_their_hints(text, message, under, hint):
+    err = _error(text)
+    assert err.message == message and err.hint == hint
+    assert caret(err) == under
+    assert err.span == (text.rindex(under), text.rindex(under) + len(under))  # the last one, where repeated
+    assert str(err).startswith("f.yaml:3:7: error: ")
+
+
+def test_did_you_mean():
+    assert did_you_mean("e", {"E", "eps", "x"}) == "did you mean 'E'?"   # same letters, other case first
+    assert did_you_mean("sigma_y", {"sigma_Y", "sigma_y0"}) == "did you mean 'sigma_Y'?"
+    assert did_you_mean("sigmay", {"sigma_y", "x"}) == "did you mean 'sigma_y'?"
+    assert did_you_mean("zzz", {"sigma_y", "x"}) == ""
+    assert did_you_mean("a", set()) == ""
+
+
+def test_markdown_lists_every_builtin_special_form_and_constant():
+    md = markdown()
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(BUILTINS) + len(SPECIAL) + len(CONSTANTS)
+    assert "| `exp` | 1 | exponential (Scalar) |" in rows
+    assert ("| `ddot` | 2 | double contraction: SR2:SR2, R2:R2 (Scalar), SSR4:SR2, SR2:SSR4 (SR2), "
+            "SSR4:SSR4 (SSR4) |") in rows
+    assert "| `pi` | the number pi |" in rows
+    # a '|' in a doc would split the cell: it is escaped
+    abs_row = next(r for r in rows if r.startswith("| `abs` |"))
+    assert abs_row.startswith("| `abs` | 1 | &#124;x&#124;;") and abs_row.count("|") == 4
+    assert md.index("| special form | meaning |") < md.index("| constant | meaning |")
