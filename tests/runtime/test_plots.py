@@ -185,3 +185,18 @@ def test_a_negative_component_is_rejected_or_means_the_same_as_its_positive_inde
     neg, pos = figures
     for a, b in zip(neg.axes, pos.axes):
         np.testing.assert_array_equal(_xs(a.lines[0])[1], _xs(b.lines[0])[1])
+
+
+@pytest.mark.parametrize("component", [6, -7, 2.0, True, "xy"])
+def test_a_component_out_of_range_is_an_input_error(tmp_path, component):
+    """component names one of the six Mandel components (-6 .. 5, as an index): anything else is
+    refused with the argument named, before a file is written."""
+    with pytest.raises(InputError, match=r"^plot_results: component must be 0 to 5"):
+        plot_results(_results(), tmp_path / "p.png", component=component)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_results_without_stress_are_an_input_error(tmp_path):
+    r = {k: v for k, v in _results().items() if k != "stress"}
+    with pytest.raises(InputError, match=r"no 'stress'"):
+        plot_results(r, tmp_path / "p.png")
