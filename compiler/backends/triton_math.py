@@ -53,7 +53,7 @@ def _mc_sdiv(a, b):
     return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
 '''),
     # a power whose exponent is known when the kernel is compiled (an expression of baked
-    # parameters, a constexpr): an integer |K| <= 63 by binary powering, at most 10 multiplications
+    # parameters, a constexpr): an integer |K| <= 2047 by binary powering, at most 20 multiplications
     # (relative error <= |K| 2^-53 to first order; a negative base keeps the sign of x^K, as
     # torch.pow and the C backend do), else exp(K log x) like the runtime exponent
     "_mc_powu": ((), '''
@@ -61,7 +61,7 @@ def _mc_sdiv(a, b):
 def _mc_powu(x, N: tl.constexpr):
     r = tl.zeros_like(x) + 1.0
     b = x
-    for j in tl.static_range(6):
+    for j in tl.static_range(11):
         if (N // (1 << j)) % 2 == 1:
             r = r * b
         if N >= (2 << j):
@@ -71,9 +71,9 @@ def _mc_powu(x, N: tl.constexpr):
     "_mc_powk": (("_mc_powu",), '''
 @triton.jit
 def _mc_powk(x, K: tl.constexpr):
-    if (K == K // 1) and (K >= 1) and (K <= 63):
+    if (K == K // 1) and (K >= 1) and (K <= 2047):
         r = _mc_powu(x, K)
-    elif (K == K // 1) and (K <= -1) and (K >= -63):
+    elif (K == K // 1) and (K <= -1) and (K >= -2047):
         r = 1.0 / _mc_powu(x, -K)
     elif K == 0:
         r = tl.zeros_like(x) + 1.0

@@ -17,7 +17,11 @@ import math
 
 import sympy as sp
 
-from modelc.backends.printer import ExprPrinter
+from modelc.backends.printer import MAX_EXPANDED_POWER, ExprPrinter
+
+#: the largest integer exponent _mc_powk computes by binary powering (the front end keeps integer
+#: exponents up to 1024 as powers; derivatives lower them by one)
+MAX_INT_POWER = 2047
 
 
 class TritonPrinter(ExprPrinter):
@@ -74,6 +78,10 @@ class TritonPrinter(ExprPrinter):
 
     def _print_Pow(self, expr: sp.Pow) -> str:
         text = self._constexpr_power(expr.base, expr.exp)
+        if text is None and expr.exp.is_Integer and MAX_EXPANDED_POWER < abs(int(expr.exp)) <= MAX_INT_POWER:
+            # an integer power beyond the expanded ones: binary powering with the exponent a
+            # constexpr (exp(K log x) would be NaN for a negative base; torch.pow and mc_pow are not)
+            text = f"_mc_powk({self._print(expr.base)}, {int(expr.exp)})"
         return text if text is not None else super()._print_Pow(expr)
 
     def _print_custom(self, name: str, expr) -> str:

@@ -23,6 +23,9 @@ def main(args: argparse.Namespace) -> int:
     from modelc.export.c_interface import export_c
     from modelc.export.umat import export_umat
 
+    from modelc.runtime.outputs import check_output_folder
+
+    out = check_output_folder(args.out, "--out")  # before the work, like run and demo
     spec, model = args.spec, args.model
     if not Path(spec).is_file():
         if "/" in spec or spec.endswith((".yaml", ".yml")):
@@ -32,6 +35,6 @@ def main(args: argparse.Namespace) -> int:
         found = bundled_spec(spec)
         spec, model = str(found.path), model or found.name
     m = prepare(spec, model)
-    paths = (export_c if args.kind == "c" else export_umat)(m, args.out)
+    paths = (export_c if args.kind == "c" else export_umat)(m, out)
     print(f"{m.name}: wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -165,22 +165,23 @@ def sensitivities(model, history, params: dict[str, Any], names: str) -> dict[st
     return {k: v.cpu().numpy() for k, v in out.items() if k.startswith("d(")}
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["E=210e3", "sigma_y=100,150"]`` -> ``{"E": 210e3, "sigma_y": array([100, 150])}``."""
+def parse_sets(items: list[str], option: str = "--set") -> dict[str, Any]:
+    """``["E=210e3", "sigma_y=100,150"]`` -> ``{"E": 210e3, "sigma_y": array([100, 150])}``; errors
+    name ``option`` (``--set``, or ``--sample`` for the samples of a distributed run)."""
     out: dict[str, Any] = {}
     for item in items:
         name, eq, text = item.partition("=")
         name = name.strip()
         if not eq or not name or not text.strip():
-            raise InputError(f"--set {item!r}: expected NAME=VALUE (e.g. --set E=210000, or one value "
-                             f"per point: --set sigma_y=100,150)")
+            raise InputError(f"{option} {item!r}: expected NAME=VALUE (e.g. {option} E=210000, or one value "
+                             f"per {'sample' if option == '--sample' else 'point'}: {option} sigma_y=100,150)")
         try:
             values = [float(v) for v in text.split(",")]
         except ValueError:
-            raise InputError(f"--set {item!r}: {text!r} is not a number or a comma-separated list "
+            raise InputError(f"{option} {item!r}: {text!r} is not a number or a comma-separated list "
                              f"of numbers") from None
         if name in out:
-            raise InputError(f"--set {item!r}: parameter '{name}' is set twice")
+            raise InputError(f"{option} {item!r}: parameter '{name}' is {'set' if option == '--set' else 'given'} twice")
         out[name] = values[0] if len(values) == 1 else np.array(values)
     return out
 

@@ -54,7 +54,7 @@ def main_distributed(args: argparse.Namespace) -> int:
     from modelc.runtime.distributed import RankFailed, device_for_rank, run_history
 
     params = parse_sets(args.sets)
-    samples = {k: (v if hasattr(v, "shape") else [v]) for k, v in parse_sets(args.samples).items()}
+    samples = {k: (v if hasattr(v, "shape") else [v]) for k, v in parse_sets(args.samples, "--sample").items()}
     tangent_steps = parse_steps(args.tangent_steps)
     if args.plot:
         raise InputError("--plot: not with --distributed; load the results with "

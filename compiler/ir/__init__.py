@@ -1,7 +1,9 @@
 """The compiler's intermediate representations, their printers, verifier and interpreter.
 
 - :mod:`modelc.ir.model`: the Model IR (variables, parameters, equations, implicit systems,
-  partials; one :class:`Model` per stage, tagged by :class:`Stage`);
+  partials; one :class:`Model` type for the declared, composed and differentiated stages, each
+  pass checking the properties its precondition needs and raising ``InternalError`` where one is
+  missing, see docs/architecture.md);
 - :mod:`modelc.ir.program`: the Program IR (``Assign``, ``LinearSolve``, ``Newton``) and its printer;
 - :mod:`modelc.ir.analysis`: what a statement reads and writes, pruning dead statements;
 - :mod:`modelc.ir.verify`: the verifier the tests run after every stage;

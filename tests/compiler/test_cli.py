@@ -62,20 +62,27 @@ def test_run_checks_its_output_path_before_the_work(tmp_path, capsys, history, m
 def test_run_write_error_after_the_work_names_the_path_and_leaves_nothing(tmp_path, capsys, history,
                                                                           monkeypatch):
     """A write that fails late (a full disk) is caught: exit 2, the path named, no .tmp left."""
-    import builtins
-
     out = tmp_path / "res" / "r.npz"
-    real_open = builtins.open
+    real_fdopen = os.fdopen
 
-    def full_disk(file, mode="r", *a, **k):
-        f = real_open(file, mode, *a, **k)
-        if "w" in mode and str(file).endswith(".tmp"):
-            f.close()
-            f = real_open(file, mode, *a, **k)
-            f.write = lambda data: (_ for _ in ()).throw(OSError(28, "No space left on device"))
-        return f
+    class FullDisk:  # the temporary file, opened by runtime.paths.write_atomic_bytes, fills up
+        def __init__(self, f):
+            self.f = f
 
-    monkeypatch.setattr(builtins, "open", full_disk)
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def full_disk(fd, mode="r", *a, **k):
+        f = real_fdopen(fd, mode, *a, **k)
+        return FullDisk(f) if "w" in mode else f
+
+    monkeypatch.setattr(os, "fdopen", full_disk)
     rc, _, err = _run(capsys, history, out)
     monkeypatch.undo()
     assert rc == 2 and str(out) in err and "No space left" in err

@@ -1,0 +1,95 @@
+"""modelc.bundled: the bundled library read as data (the complete models, with building blocks on
+request, each with its file and doc line, read independently from spec/*.yaml here), a name found in
+the file that declares it, a LibraryModel usable as a path, and the errors for a bad name, an unknown
+name, an empty library and a broken library file."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modelc.bundled import LibraryModel, bundled_spec, library, spec_dir
+from modelc.errors import InputError, ModelcError
+
+SPEC = Path(__file__).resolve().parents[2] / "spec"
+
+
+def _declared(section: str) -> dict[str, tuple[str, str]]:
+    """{name: (file name, doc)} of every spec file's ``section``, read here with PyYAML."""
+    out = {}
+    for f in sorted(SPEC.glob("*.yaml")):
+        data = yaml.safe_load(f.read_text()) or {}
+        for name, body in (data.get(section) or {}).items():
+            out[name] = (f.name, str(body.get("doc", "")))
+    return out
+
+
+def test_spec_dir_is_the_bundled_library():
+    d = spec_dir()
+    assert d.resolve() == SPEC.resolve()
+    assert (d / "library.yaml").is_file()
+
+
+def test_library_lists_the_complete_models_with_file_and_doc():
+    lib = library()
+    compositions = _declared("compose")
+    assert set(lib) == set(compositions) and {"elastic", "j2_perfect"} <= set(lib)
+    assert list(lib)[:2] == ["elastic", "j2_perfect"]  # library.yaml first, in its own order
+    for name, m in lib.items():
+        assert isinstance(m, LibraryModel) and m.name == name and m.kind == "composition"
+        assert (m.path.name, m.doc) == compositions[name]
+    assert lib["elastic"].doc == "Linear isotropic elasticity (E, nu)"
+
+
+def test_building_blocks_on_request():
+    every = library(building_blocks=True)
+    models = _declared("models")
+    assert set(every) == set(library()) | set(models)
+    assert "elasticity" not in library()
+    e = every["elasticity"]
+    assert e.kind == "model" and e.path.name == "elasticity.yaml"
+    assert e.doc == "Linear isotropic elasticity on the elastic strain E - Ep"
+
+
+def test_bundled_spec_finds_the_declaring_file():
+    assert bundled_spec("j2_perfect").path == SPEC / "library.yaml"
+    found = bundled_spec("elasticity_total")  # a building block, in its own file
+    assert found.path == SPEC / "elasticity.yaml" and found.kind == "model"
+    # usable wherever a spec path is expected
+    assert os.fspath(found) == str(SPEC / "elasticity.yaml") == str(found)
+    assert Path(found).read_text() == (SPEC / "elasticity.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a-b", "elastic.yaml", "../spec/library", "x y"])
+def test_not_a_model_name(name):
+    with pytest.raises(InputError, match="not a model name") as info:
+        bundled_spec(name)
+    assert repr(name) in str(info.value)
+
+
+def test_unknown_name_lists_the_library():
+    with pytest.raises(InputError) as info:
+        bundled_spec("j2_perfekt")
+    msg = str(info.value)
+    assert "no bundled model named 'j2_perfekt'" in msg
+    assert all(n in msg for n in library())
+    assert "elasticity_total" not in msg  # the complete models, not the building blocks
+
+
+def test_empty_or_broken_library(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setattr("modelc.bundled.spec_dir", lambda: empty)
+    assert library() == {}
+    with pytest.raises(ModelcError, match="holds no spec files; this installation of modelc is incomplete") as info:
+        bundled_spec("elastic")
+    assert str(empty) in str(info.value) and not isinstance(info.value, InputError)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "library.yaml").write_text("compose:\n  a: [unclosed\n")
+    monkeypatch.setattr("modelc.bundled.spec_dir", lambda: broken)
+    with pytest.raises(ModelcError, match="the bundled spec does not parse as YAML") as info:
+        library()
+    assert str(broken / "library.yaml") in str(info.value)
