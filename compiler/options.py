@@ -27,8 +27,15 @@ class CompileOptions:
         bad = sorted(set(options) - known)
         if bad:
             raise ModelcError(f"unknown compile option(s) {', '.join(bad)}; known: {', '.join(sorted(known))}")
-        return cls(**{k: (tuple(v) if isinstance(v, (list, tuple)) else (v,) if isinstance(v, str) else v)
-                      for k, v in options.items()})
+        values = {}
+        for k, v in options.items():  # every option is a list of names today
+            if isinstance(v, str):
+                v = (v,)
+            if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) and x for x in v):
+                raise ModelcError(f"compile option {k}: expected a parameter name or a list of names, "
+                                  f"got {v!r}")
+            values[k] = tuple(v)
+        return cls(**values)
 
     def cache_fields(self) -> dict[str, Any]:
         """The fields as plain data for the cache key (every field changes the output)."""

@@ -87,6 +87,8 @@ def main(args: argparse.Namespace) -> int:
     model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,
                        on_failure=args.on_failure)
     dtype = _torch_dtype(args.dtype)
+    if args.sensitivities:  # before the work: a bad name costs nothing
+        check_sensitivities(model, args.sensitivities)
 
     start = _time.perf_counter()
     with warnings.catch_warnings():  # the summary below says it
@@ -151,15 +153,30 @@ def _num(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+def check_sensitivities(model, names: str) -> list[str]:
+    """The parameter names of ``--sensitivities`` (scalar parameters of ``model``), or an error
+    naming the option, before the run."""
+    listed = [n.strip() for n in names.split(",") if n.strip()]
+    if not listed:
+        raise InputError(f"--sensitivities {names!r}: expected parameter names separated by commas")
+    info = model.parameter_info
+    try:
+        model._check_param_names(dict.fromkeys(listed))
+    except InputError as exc:
+        raise InputError(f"--sensitivities {names!r}: {exc}") from None
+    nonscalar = [n for n in listed if info[n].type != "Scalar"]
+    if nonscalar:
+        raise InputError(f"--sensitivities {names!r}: only scalar parameters, not {', '.join(nonscalar)}")
+    return listed
+
+
 def sensitivities(model, history, params: dict[str, Any], names: str) -> dict[str, np.ndarray]:
     """``d(<output>)/d(<parameter>)`` arrays (steps, points, ...) for the listed parameters."""
     import torch
 
     from modelc.runtime.history_grad import simulate
 
-    listed = [n.strip() for n in names.split(",") if n.strip()]
-    if not listed:
-        raise InputError(f"--sensitivities {names!r}: expected parameter names separated by commas")
+    listed = check_sensitivities(model, names)
     with torch.no_grad():
         out = simulate(model, history, params=params, sensitivities=listed)
     return {k: v.cpu().numpy() for k, v in out.items() if k.startswith("d(")}

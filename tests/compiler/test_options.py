@@ -75,3 +75,10 @@ def test_load_refuses_unknown_options_and_parameters():
         modelc.load("elastic", bake=["E"])
     with pytest.raises(ModelcError, match=r"cannot bake unknown parameter\(s\) Q; parameters: E, nu"):
         modelc.load("elastic", constant_params=["Q"])
+
+
+@pytest.mark.parametrize("value", [None, 5, [1], ["nu", ""], {"nu": 1}])
+def test_a_value_that_is_not_names_is_named_in_the_error(value):
+    """constant_params=None (or a number) is refused naming the option, not a TypeError."""
+    with pytest.raises(ModelcError, match=r"^compile option constant_params: expected a parameter name"):
+        CompileOptions.from_mapping({"constant_params": value})

@@ -148,3 +148,19 @@ def test_sensitivities_of_an_unknown_parameter_are_named(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and message in err and "Traceback" not in err
         assert not (tmp_path / "r.npz").exists()
+
+
+def test_sensitivity_names_are_checked_before_the_run(tmp_path, capsys, monkeypatch):
+    """A bad --sensitivities name is refused before any step runs (it used to be found after the
+    whole run, whose work was then lost)."""
+    import modelc.runtime.driver as driver
+
+    def no_run(*a, **k):
+        raise AssertionError("the run started before the names were checked")
+
+    monkeypatch.setattr(driver, "run_history", no_run)
+    np.savez(tmp_path / "h.npz", time=np.array([[0.0], [1.0]]), strain=np.zeros((2, 1, 6)))
+    rc = cli_main(["run", "elastic", "--history", str(tmp_path / "h.npz"), "--out", str(tmp_path / "r.npz"),
+                   "--sensitivities", "E,Q", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--sensitivities 'E,Q': model elastic: unknown parameter(s) Q" in err and "Traceback" not in err
