@@ -14,12 +14,16 @@ def load(path, model=None, **options):
     """Compile ``model`` of the spec at ``path`` once (cached, see :mod:`modelc.cache`) and return the
     generated module; ``module.Model(dtype=..., device=..., **parameters)`` builds a runnable model.
 
-    ``path`` may also be the name of a bundled library model (``modelc.load("j2_linear_iso")``; see
-    :func:`library`): then ``model`` defaults to that name."""
+    ``path`` may also be the name of a bundled library model (``modelc.load("j2_linear_iso")``) or
+    one of :func:`library`'s entries (``modelc.load(modelc.library()["elastic"])``): then ``model``
+    defaults to that name."""
     import os
 
+    from modelc.bundled import LibraryModel
     from modelc.cache import load as _load
 
+    if isinstance(path, LibraryModel):
+        return _load(path.path, model or path.name, **options)
     text = os.fspath(path)
     if not os.path.exists(text) and "/" not in text and os.sep not in text and \
             not text.endswith((".yaml", ".yml")):

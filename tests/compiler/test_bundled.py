@@ -93,3 +93,22 @@ def test_empty_or_broken_library(tmp_path, monkeypatch):
     with pytest.raises(ModelcError, match="the bundled spec does not parse as YAML") as info:
         library()
     assert str(broken / "library.yaml") in str(info.value)
+
+
+def test_a_library_entry_is_what_modelc_load_takes():
+    """modelc.load(modelc.library()["elastic"]) compiles that model (library.yaml holds several:
+    the entry's name picks it) and gives Hooke's law."""
+    import numpy as np
+    import torch
+
+    import modelc
+
+    mod = modelc.load(modelc.library()["elastic"])
+    E, nu = 1000.0, 0.25
+    m = mod.Model(dtype=torch.float64, backend="torch", E=E, nu=nu)
+    eps = torch.tensor([[1e-3, -2e-4, 5e-4, 1e-4, 0.0, 3e-4]], dtype=torch.float64)
+    S = m({"forces/E": eps})["state/S"]
+    S = getattr(S, "tensor", S).numpy()[0]
+    lam, mu = E * nu / ((1 + nu) * (1 - 2 * nu)), E / (2 * (1 + nu))
+    e = eps.numpy()[0]
+    np.testing.assert_allclose(S, lam * e[:3].sum() * np.r_[1, 1, 1, 0, 0, 0] + 2 * mu * e, rtol=1e-12)
