@@ -195,11 +195,16 @@ class Results(Mapping):
     def summary(self) -> str:
         steps = self.plan.steps - 1 if self.plan else self["converged"].shape[0] - 1
         work = self.plan.work if self.plan else self["converged"].shape[1]
+        if self.plan is not None and self.plan.samples:  # a run per (point, sample)
+            n = self.plan.n_samples
+            what = f"{work} runs ({work // n} point(s) x {n} sample(s))"
+        else:
+            what = f"{work} point(s)"
         if not self.failed:
-            return f"all {work} point(s) converged at all {steps} step(s)"
+            return f"all {what} converged at all {steps} step(s)"
         parts = [f"{self.describe(w)} from step {s}" for w, s in sorted(self.failed.items())[:10]]
         more = f"; and {len(self.failed) - 10} more" if len(self.failed) > 10 else ""
-        return f"{len(self.failed)} of {work} point(s) did not converge: " + "; ".join(parts) + more
+        return f"{len(self.failed)} of {what} did not converge: " + "; ".join(parts) + more
 
     def describe(self, work: int) -> str:
         """``point 3 (label)`` or, with samples, ``point 3 (label), sample 1 (E=2e5)``."""

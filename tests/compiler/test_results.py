@@ -81,7 +81,7 @@ def test_a_distributed_run_directory_reads_back_as_hookes_law(tmp_path, capsys, 
     np.testing.assert_array_equal(r["strain"], strain)  # per point, not per sample
     np.testing.assert_array_equal(r["samples/E"], [1e5, 2e5])
     assert r.describe(3) == "point 1 (b), sample 1 (E=200000)"
-    assert r.summary() == "all 6 point(s) converged at all 4 step(s)"
+    assert r.summary() == "all 6 runs (3 point(s) x 2 sample(s)) converged at all 4 step(s)"
 
 
 def test_a_failed_run_reads_back_with_its_failed_points(tmp_path, capsys):

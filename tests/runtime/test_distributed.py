@@ -314,7 +314,7 @@ def test_docs_sweep_example(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(_doc_block("# sweep.py"), "sweep.py", "exec"), {})
     out = capsys.readouterr().out.splitlines()
-    assert out == ["(41, 3, 4, 6)", "[ 80. 100. 120. 140.]", "all 12 point(s) converged at all 40 step(s)"]
+    assert out == ["(41, 3, 4, 6)", "[ 80. 100. 120. 140.]", "all 12 runs (3 point(s) x 4 sample(s)) converged at all 40 step(s)"]
 
 
 def test_docs_mpi_example_with_a_stand_in_communicator(monkeypatch, capsys):

@@ -183,7 +183,7 @@ def test_directory_failures_are_merged_and_described(tmp_path):
     assert res.failed == {1: 1, 4: 3} and not res.ok
     assert res.describe(4) == "point 2 (p2), sample 0 (E=1)"
     assert res.describe(1) == "point 0 (p0), sample 1 (E=2.5)"
-    assert res.summary() == ("2 of 6 point(s) did not converge: point 0 (p0), sample 1 (E=2.5) from step 1; "
+    assert res.summary() == ("2 of 6 runs (3 point(s) x 2 sample(s)) did not converge: point 0 (p0), sample 1 (E=2.5) from step 1; "
                              "point 2 (p2), sample 0 (E=1) from step 3")
 
 
