@@ -752,24 +752,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
 # --------------------------------------------------------------------------------------------------
 if triton is not None:
 
-    # math shim: only tl.exp / tl.log (libdevice is unavailable under TRITON_INTERPRET)
+    # math shim: only tl.exp / tl.log (libdevice is unavailable under TRITON_INTERPRET); the other
+    # functions are the accurate _mc_* helpers below (modelc.backends.triton_math)
     @triton.jit
     def _pow(x, y):
         return tl.exp(y * tl.log(x))
-
-    @triton.jit
-    def _tanh(x):
-        t = tl.exp(-2.0 * tl.abs(x))
-        r = (1.0 - t) / (1.0 + t)
-        return tl.where(x < 0, -r, r)
-
-    @triton.jit
-    def _sinh(x):
-        return 0.5 * (tl.exp(x) - tl.exp(-x))
-
-    @triton.jit
-    def _cosh(x):
-        return 0.5 * (tl.exp(x) + tl.exp(-x))
 
     @triton.jit
     def _mc_cols8(t, BLOCK: tl.constexpr):

@@ -8,7 +8,8 @@ Differences from Python semantics that this printer owns (see DESIGN.md, toolcha
   order (deterministic);
 - no ``**``: integer powers are expanded by the base printer; other powers and functions that would
   need libdevice (unavailable under TRITON_INTERPRET) go to the math shim of the generated module
-  (``_pow``, ``_tanh``, ...), written with ``tl.exp``/``tl.log`` only;
+  (``_pow``) or to the accurate helpers of :mod:`modelc.backends.triton_math` (``_mc_tanh``, ...),
+  written with ``tl.exp``/``tl.log`` only;
 - ``tl.sqrt`` (not ``tl.sqrt_rn``, which is fp32-only).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ class TritonPrinter(ExprPrinter):
     ABS = "tl.abs"
     UNARY = {
         sp.exp: "tl.exp", sp.log: "tl.log", sp.sin: "tl.sin", sp.cos: "tl.cos",
-        sp.tanh: "_tanh", sp.sinh: "_sinh", sp.cosh: "_cosh",
+        sp.tanh: "_mc_tanh", sp.sinh: "_mc_sinh", sp.cosh: "_mc_cosh",  # accurate near 0 (triton_math)
     }
 
     def __init__(self, namer, constexpr: dict[sp.Symbol, str] | None = None):
