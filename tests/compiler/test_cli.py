@@ -82,6 +82,9 @@ def test_run_write_error_after_the_work_names_the_path_and_leaves_nothing(tmp_pa
         f = real_fdopen(fd, mode, *a, **k)
         return FullDisk(f) if "w" in mode else f
 
+    import modelc
+
+    modelc.load(ELASTIC, "elasticity_total")  # compiled (and cached) first: only the results write fails
     monkeypatch.setattr(os, "fdopen", full_disk)
     rc, _, err = _run(capsys, history, out)
     monkeypatch.undo()
