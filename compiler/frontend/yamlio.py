@@ -80,7 +80,10 @@ def _convert(node, file: str, lines: list[str], constructor) -> YNode:
         for knode, vnode in node.value:
             key = _convert(knode, file, lines, constructor)
             if not isinstance(key, YScalar) or not isinstance(key.value, str):
-                raise SpecError("mapping keys must be plain names", key.loc)
+                hint = ""
+                if isinstance(key, YScalar) and isinstance(key.value, bool):  # on, off, yes, no, true, false
+                    hint = f"YAML reads this key as {key.value}: quote it (\"{key.loc.text.split(':')[0].strip()}\":)"
+                raise SpecError("mapping keys must be plain names", key.loc, hint=hint)
             if key.value in items:
                 first = keys[key.value].loc
                 raise SpecError(f"duplicate key {key.value!r} (first given at line {first.line})", key.loc)
@@ -104,8 +107,11 @@ class _Loader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         self.depth += 1
         try:
+            event = self.peek_event()
             if self.depth > MAX_YAML_DEPTH:
-                raise _TooDeep(self.peek_event().start_mark)
+                raise _TooDeep(event.start_mark)
+            if getattr(event, "anchor", None) is not None:  # an anchor, aliased or not: refused
+                raise _Anchor(event.start_mark)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
@@ -127,6 +133,9 @@ def load_yaml_text(text: str, file: str) -> YNode | None:
             node = loader.get_single_node()
         finally:
             loader.dispose()
+    except _Anchor as exc:
+        raise SpecError("YAML anchors and aliases (&name, *name) are not supported in a spec",
+                        _loc(file, lines, exc.args[0])) from None
     except _TooDeep as exc:
         raise SpecError(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", _loc(file, lines, exc.args[0]),
                         hint="a spec needs a few levels (models: name: section: entry)") from None
@@ -185,6 +194,10 @@ _TAGS = {"tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null
 
 class _Alias(Exception):
     pass
+
+
+class _Anchor(Exception):
+    """An anchor (``&name``) met while composing (its mark)."""
 
 
 def _walk(node, seen: set[int]):

@@ -166,3 +166,20 @@ def test_a_control_character_is_located():
     err = _error("a: 1\nb: x\x07y\n")
     assert err.message.startswith("invalid YAML") and "#x0007" in err.message
     assert (err.loc.line, err.loc.col) == (2, 5)
+
+
+def test_a_lone_anchor_is_refused_at_the_anchor():
+    """An anchor nothing aliases is refused too (the message says anchors are not supported; it
+    used to be accepted, and its value located at the '&')."""
+    err = _error("a: 1\nb: &x 2\n")
+    assert "anchors and aliases (&name, *name) are not supported" in err.message
+    assert (err.loc.line, err.loc.col) == (2, 4)
+
+
+@pytest.mark.parametrize("key", ["on", "off", "yes", "no", "True"])
+def test_a_yaml_boolean_key_gets_a_hint_to_quote_it(key):
+    """YAML 1.1 reads on/off/yes/no (and true/false) as booleans: such a key is refused with a hint to
+    quote it."""
+    err = _error(f"models:\n  {key}: 1\n")
+    assert err.message == "mapping keys must be plain names" and (err.loc.line, err.loc.col) == (2, 3)
+    assert f'quote it ("{key}":)' in err.hint
