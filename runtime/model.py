@@ -153,7 +153,7 @@ class Status:
     converged: torch.Tensor      # bool
     iterations: torch.Tensor     # int32
     residual_norm: torch.Tensor  # the call's dtype
-    substeps: torch.Tensor | None = None  # int32: sub-steps used (1 = none), when sub-stepping ran
+    substeps: torch.Tensor | None = None  # int32: sub-steps used (1 = none; a point that still failed: the most tried)
 
     @property
     def n_failed(self) -> int:

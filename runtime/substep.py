@@ -40,7 +40,7 @@ def substep(model, X, P, Y, J, ST, derivatives, shared, overrides, old_forces=No
             raise InputError(f"model {model.NAME}: sub-stepping needs the previous value of {name}: "
                              f"pass old_forces={{{name!r}: ...}}")
     state = [(ay.span(s), ax.span(o)) for s, o in model.STATE]
-    n = 2
+    n, tried = 2, 1
     while fail.numel() and n <= model.max_substeps:
         Xf = X[fail]
         Pf = P if shared else P[fail]
@@ -102,7 +102,8 @@ def substep(model, X, P, Y, J, ST, derivatives, shared, overrides, old_forces=No
         ST[fail[good], 2] = STj[good, 2]
         substeps[fail[good]] = n
         fail = fail[~good]
-        n *= 2
+        tried, n = n, n * 2
+    substeps[fail] = tried  # a point that still fails: the most it was cut into (1: never retried)
     return Y, J, ST, substeps
 
 def substep_tangent(model, X, P, Y, J, ST, shared, overrides, old_forces):
