@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from modelc.errors import InputError
 from modelc.export.model import Exported
 from modelc.export.render import c_comment, macro, template, write_files
 
@@ -20,9 +21,13 @@ CONVENTIONS = {
 
 
 def _vars(slots, with_param: bool = False) -> list[dict]:
-    out = []
+    out, seen = [], {}
     for v in slots:
         d = {"name": v.name, "type": v.type, "offset": v.offset, "size": v.size, "macro": macro(v.name)}
+        if d["macro"] in seen:  # two names, one C macro: the header would not compile
+            raise InputError(f"export: {seen[d['macro']]!r} and {v.name!r} both become the C macro suffix "
+                             f"{d['macro']!r}; rename one of them in the spec")
+        seen[d["macro"]] = v.name
         if with_param:
             d["units"] = f" [{c_comment(v.units)}]" if v.units else ""
             d["units_text"] = v.units.replace("|", "\\|")

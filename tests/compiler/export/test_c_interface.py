@@ -141,3 +141,19 @@ def test_doc_example_host_program(tmp_path):
     np.testing.assert_allclose(got[:, 0], res["stress"][10, :, 0], rtol=1e-12)
     np.testing.assert_allclose(got[:, 1], res["equivalent_plastic_strain"][10], rtol=1e-10, atol=1e-15)
     np.testing.assert_allclose(got[:, 2], res["tangent"][0, :, 0, 0], rtol=1e-10)
+
+
+def test_two_names_of_one_c_macro_are_refused():
+    """state/internal_ep and state/internal/ep would both be ..._Y_state_internal_ep in the header (a
+    redefinition the host's compiler refuses): the export names both instead."""
+    from types import SimpleNamespace
+
+    from modelc.errors import InputError
+    from modelc.export.c_interface import _vars
+
+    slots = [SimpleNamespace(name=n, type="Scalar", offset=k, size=1)
+             for k, n in enumerate(["state/internal_ep", "state/internal/ep"])]
+    with pytest.raises(InputError, match=r"'state/internal_ep' and 'state/internal/ep' both become the C "
+                                         r"macro suffix 'state_internal_ep'"):
+        _vars(slots)
+    assert [d["macro"] for d in _vars(slots[:1])] == ["state_internal_ep"]
