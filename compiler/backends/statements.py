@@ -125,6 +125,7 @@ class Emitter:
         self.n_solves = 0
         self.n_newton = 0
         self.n_factors = 0
+        self.n_temps = 0  # fresh temporaries of this function (backends that need them)
         self.factors: dict = {}  # matrix (LinearSolve.A) -> (name, its printed Factor)
         self._shared: dict = {}  # matrix -> the variants of its solves (guarded, share_factors)
 

@@ -37,6 +37,8 @@ Newton body is re-evaluated once after the loop (values assigned inside a Triton
 """
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 
 from modelc import ir
@@ -47,6 +49,7 @@ from modelc.backends.statements import (RTOL_FLOOR_EPS, Emitter, Helpers, call_l
                                         status_symbols, with_variants, wrapped)
 from modelc.backends.triton_math import ROW_WIDTHS
 from modelc.backends.triton_printer import TritonPrinter
+from modelc.passes.expand_solve import at_risk, back, factor, forward
 from modelc.passes.schedule import schedule
 
 
@@ -69,8 +72,9 @@ class TritonEmitter(Emitter):
 
     # -- linear solves through helpers ----------------------------------------------------------
     # A solve larger than 1x1 is unrolled over its structural nonzeros (modelc.passes.expand_solve):
-    # one helper eliminates the matrix and returns its factors as a tuple, one helper per pattern of
-    # structural zeros of a right-hand side carries a column through them. Each is emitted once per
+    # one helper eliminates the matrix and returns its factors as a tuple; per pattern of structural
+    # zeros of a right-hand side, a forward helper carries a column through the row exchanges and
+    # eliminations and a back helper back-substitutes it. Each is emitted once per
     # module (identical text, one helper: the Newton step and the tangent eliminate the same
     # structure) and inlined by Triton, so the arithmetic is that of the unrolled solve, column by
     # column. Unrolled inline, chaboche2_coupled's kernels and Newton helper were ~11,000 lines.
@@ -86,7 +90,7 @@ class TritonEmitter(Emitter):
 
     def _temp(self, what: str) -> sp.Symbol:
         """A fresh symbol of this function (printed ``<prefix>_<k>``)."""
-        self.n_temps = getattr(self, "n_temps", 0) + 1
+        self.n_temps += 1
         return sp.Symbol(f"{what}#{self.n_temps}", real=True)
 
     def _operand(self, e, what: str):
@@ -106,8 +110,6 @@ class TritonEmitter(Emitter):
     def eliminate(self, A, prefix: str):
         if self.helpers is None:
             return super().eliminate(A, prefix)
-        from modelc.passes.expand_solve import at_risk, factor
-
         n = len(A)
         risk = at_risk(A, prefix, self.defs)  # decided on the actual entries, as inline
         args, P = [], [[sp.S.Zero] * n for _ in range(n)]
@@ -135,7 +137,7 @@ class TritonEmitter(Emitter):
                "its factors, as a tuple (modelc.passes.expand_solve.factor).")
         out_names = [namer(o) for o in outs]
         key = ("eliminate", *params, *em.p.prologue(), *em.lines, *out_names)
-        k = len([1 for v in self.helpers.solvers.values() if "_solve" not in v[0]]) + 1
+        k = sum(1 for v in self.helpers.solvers.values() if re.fullmatch(r"_triton_lu\d+", v[0])) + 1
         name = self.helpers.solver(f"_triton_lu{k}", key,
                                    lambda nm: self._helper_lines(nm, params, doc, em, out_names))
         var = self.namer.fresh(f"{prefix}_lu")
@@ -147,8 +149,6 @@ class TritonEmitter(Emitter):
         if not isinstance(F, _Elimination):
             super().substitute(F, B, targets, prefix)
             return
-        from modelc.passes.expand_solve import back, forward
-
         n = F.F.n
         m = len(B[0]) if n else 0
         # every column's forward pass, then every column's back substitution: the factors' L part
