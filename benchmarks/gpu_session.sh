@@ -50,7 +50,7 @@ python3 -c "import modelc.runtime, sympy, jinja2, yaml" || { echo "modelc does n
 # tests/conftest.py then leaves TRITON_INTERPRET unset) and the runtime's CUDA tests, one line per
 # test (-v: what a time box cut off shows), into $1
 cuda_tests() {
-  MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-120}" python3 -m pytest -v -n "${NPROC:-16}" \
+  MODELC_TEST_DEVICE=cuda timeout -s INT "${T_TESTS:-180}" python3 -m pytest -v -n "${NPROC:-16}" \
     -p no:cacheprovider tests/models tests/runtime/test_tensors.py tests/runtime/test_callpath.py \
     -k "triton or cuda" 2>&1 | tee "$1"
 }

@@ -70,18 +70,21 @@ def test_triton_and_torch_agree(library, name, dtype):
 def test_triton_per_point_and_shared_parameters(name):
     """A Newton model's kernel with its parameters shared (one row for the launch: scalars,
     P_SHARED) and per point (a row each): both agree with the generated PyTorch code, and a
-    per-point row equal to the shared one gives the shared result. float64, the interpreter here."""
+    per-point row equal to the shared one gives the shared result. float64; the interpreter here,
+    the kernel compiled on a GPU machine (MODELC_TEST_DEVICE=cuda)."""
     from library_helpers import compiled_module
+    from modelc.runtime.model import interpreting
 
+    device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
     mod = compiled_module(name)
     g = torch.Generator().manual_seed(13)
     x = _inputs(mod.Model(), 12, g, torch.float64)
-    x = {k: (v * 20 if k == "forces/E" else v) for k, v in x.items()}  # (plastic steps)
+    x = {k: (v * 20 if k == "forces/E" else v).to(device) for k, v in x.items()}  # (plastic steps)
     p = mod.Model.PARAMETERS[0]
     base = float(torch.as_tensor(mod.Model().parameter_info[p.name].default).reshape(-1)[0])
-    per_point = {p.name: torch.linspace(0.8, 1.2, 12, dtype=torch.float64) * base}
-    same = {p.name: torch.full((12,), float(base), dtype=torch.float64)}
-    tri, ref = mod.Model(backend="triton"), mod.Model(backend="torch")
+    per_point = {p.name: torch.linspace(0.8, 1.2, 12, dtype=torch.float64, device=device) * base}
+    same = {p.name: torch.full((12,), float(base), dtype=torch.float64, device=device)}
+    tri, ref = mod.Model(backend="triton", device=device), mod.Model(backend="torch", device=device)
     for params in ({}, per_point, same):
         a = ref(x, derivatives="tangent", **params)
         b = tri(x, derivatives="tangent", **params)
