@@ -10,9 +10,11 @@ straight-line run of statements becomes one loop over the lanes of a block (``MC
 that the C compiler vectorizes: a value used by a later loop lives in a lane array ``v_<name>[MC_W]``,
 everything else in registers. A Newton solve is one ``static`` function per module, called by every
 variant that contains it (value, Jacobian, tangent); it iterates until no lane of the block is active
-(masked updates, per-lane convergence) and solves ``J du = -R`` with the one LU routine of the
-header, which works on all lanes at once. A linear solve (the implicit-function theorem) fills lane
-matrices and calls the same routine. One source serves both dtypes: ``real`` is ``double``, or
+(masked updates, per-lane convergence) and solves ``J du = -R`` in the iteration's lane loop,
+unrolled over the Jacobian's structural nonzeros with the other backends' ``"auto"`` pivoting
+(:mod:`modelc.passes.expand_solve`; up to ``UNROLL_MAX`` unknowns, beyond: the header's LU routine).
+A linear solve of two or more unknowns (the implicit-function theorem) fills lane matrices and calls
+the header's one LU routine, which works on all lanes at once. One source serves both dtypes: ``real`` is ``double``, or
 ``float`` with ``-DMC_FLOAT32``. Every read of a parameter is ``MC_P(column, value)``: the runtime
 can build the same source with chosen columns as compile-time constants (baked parameters,
 docs/backends.md).
@@ -62,6 +64,7 @@ _C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int
 long register restrict return short signed sizeof static struct switch typedef union unsigned void
 volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_act mc_ok mc_args
+mc_redo mc_fail
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
 sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
 mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total mc_maxit
@@ -103,7 +106,9 @@ class _Code:
         self.base = Emitter(self.p, self.namer)  # the shared Newton pieces (criterion, norm)
         self.types = _types(programs)
         self.newtons: dict[ir.Newton, str] = {}  # the statement -> its function's name
+        self.fallbacks: dict[ir.Newton, str] = {}  # the statement -> its LU function (unrolled steps)
         self.functions: list[str] = []
+        self.defs: dict[sp.Symbol, sp.Expr] = {}  # values assigned so far (unrolled solves' pivots)
 
     def name(self, s: sp.Symbol) -> str:
         return self.namer(s)
@@ -270,16 +275,25 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
     return decls + body
 
 
-def _newton_function(code: _Code, st: ir.Newton) -> str:
+def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     """The name of ``st``'s function, emitting it on first use: ``static void newton_k(inputs...,
-    unknowns..., converged, iterations, residual norm)``, every argument a lane array."""
-    fname = code.newtons.get(st)
+    unknowns..., converged, iterations, residual norm)``, every argument a lane array.
+
+    ``fallback``: ``newton_k_lu(inputs..., redo, unknowns..., ...)``, the same iteration with the step
+    solved by ``mc_lu_solve`` (partial pivoting at every step), run only on the lanes whose ``redo``
+    is set, from the guess (:func:`_needs_fallback`); the other lanes keep what they hold."""
+    fname = (code.fallbacks if fallback else code.newtons).get(st)
     if fname is not None:
         return fname
-    k = len(code.newtons) + 1
-    fname = code.newtons[st] = f"newton_{k}"
+    if fallback:
+        k = int(_newton_function(code, st).rsplit("_", 1)[1])
+        fname = code.fallbacks[st] = f"newton_{k}_lu"
+    else:
+        k = len(code.newtons) + 1
+        fname = code.newtons[st] = f"newton_{k}"
     res, _, rn0 = code.base.newton_symbols(st, k)
     n = len(st.unknowns)
+    unrolled = 1 < n <= UNROLL_MAX and not fallback
     unknowns = set(st.unknowns)
     local = {a.target for a in st.body}
     # assignments that do not depend on the unknowns run once, before the iterations
@@ -296,15 +310,23 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
     outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
     args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins] + \
+        (["const int *restrict mc_redo"] if fallback else []) + \
         [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs] + ["const mc_args *restrict a"]
     conv, its, rn, r0 = (code.name(s) for s in (st.converged, st.iterations, st.residual_norm, rn0))
     rtol, atol = code.base.rtol_symbol(k), code.base.atol_symbol(k)
     ok = sp.Symbol(f"nt{k}.ok", real=True)
     code.types[ok] = "int"
     # before the iterations: the guess, the invariant assignments, the lanes' bookkeeping
-    start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
-    start.ops += [(a.target, None, a.value) for a in invariant]
-    start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
+    if fallback:  # only the lanes to redo start again; the others stay inactive, as they are
+        start = _Loop([(u, None, (f"mc_redo[l] ? {{0}} : v_{code.name(u)}[l]", (g,)))
+                       for u, g in zip(st.unknowns, st.guess)])
+        start.ops += [(a.target, None, a.value) for a in invariant]
+        start.ops += [(None, f"v_{conv}[l]", f"mc_redo[l] ? 0 : v_{conv}[l]"),
+                      (None, f"v_{its}[l]", f"mc_redo[l] ? 0 : v_{its}[l]"), (None, "mc_act[l]", "mc_redo[l]")]
+    else:
+        start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
+        start.ops += [(a.target, None, a.value) for a in invariant]
+        start.ops += [(None, f"v_{conv}[l]", "0"), (None, f"v_{its}[l]", "0"), (None, "mc_act[l]", "1")]
     # one iteration on every lane; a lane that has stopped keeps its unknowns and status
     step = _Loop([(a.target, None, a.value) for a in variant])
     step.ops += [(r, None, e) for r, e in zip(res, st.residual)]
@@ -330,6 +352,17 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
         x = f"v_{code.name(st.unknowns[0])}[l]"
         step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
         solve, update = ["if (!mc_any) break;"], None
+    elif unrolled:  # over the structural nonzeros, in the same loop
+        dx = tuple(sp.Symbol(f"nt{k}.dx[{i}]", real=True) for i in range(n))
+        defs = dict(code.defs)
+        defs.update({a.target: a.value for a in st.body})
+        step.ops += _unrolled_solve(code, st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in dx),
+                                    f"nt{k}", defs)
+        for u, d in zip(st.unknowns, dx):
+            x = f"v_{code.name(u)}[l]"
+            step.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
+        step.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+        solve, update = ["if (!mc_any) break;"], None
     else:
         for i in range(n):
             for j in range(n):
@@ -354,7 +387,7 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
     arrays[rtol] = arrays[atol] = ""
     lines = _emit_loops(code, items, arrays)
-    decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 else "real ") + f"v_{r0}[MC_W];",
+    decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 and not unrolled else "real ") + f"v_{r0}[MC_W];",
              "int mc_act[MC_W];"]
     text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
             "iterate together until none is active */", *wrapped(f"static void {fname}(", args, ") {")]
@@ -363,12 +396,62 @@ def _newton_function(code: _Code, st: ir.Newton) -> str:
     return fname
 
 
+def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:
+    """Lane-loop ops solving ``A X = B`` unrolled over the structural nonzeros with the
+    ``"auto"`` pivoting of :func:`~modelc.passes.expand_solve.expand_solve` (the Triton kernel's
+    arithmetic: static order, a per-point tournament only at pivots at risk, guarded static pivots);
+    ``defs``: the values of the symbols assigned before (whether a pivot is anchored)."""
+    ops = []
+    for assign in expand_solve(A, B, targets, prefix, pivoting="auto", defs=defs):
+        for a in _guard_without_max(assign):
+            if isinstance(a.value, sp.Symbol):  # (a Symbol is a Boolean to SymPy)
+                if code.types.get(a.value) == "int":
+                    code.types[a.target] = "int"
+            elif isinstance(a.value, Boolean):
+                code.types[a.target] = "int"
+            ops.append((a.target, None, a.value))
+    return ops
+
+
+#: a Newton step of up to this many unknowns is unrolled over the Jacobian's structural nonzeros
+#: (``_unrolled_solve``, in the iteration's lane loop, the Triton kernel's ``"auto"`` pivoting); the
+#: lanes where it fails are solved again by ``newton_k_lu`` (``mc_lu_solve``, partial pivoting at
+#: every step), so no point is lost to a guarded pivot. A larger system, and every other linear
+#: solve (the tangent's, once per point), calls ``mc_lu_solve``. Measured: docs/backends.md.
+UNROLL_MAX = 24
+
+
+GUARD_CHUNK = 4  # comparisons per assignment of a pivot guard (lines of a few hundred characters)
+
+
+def _guard_without_max(a: ir.Assign) -> list[ir.Assign]:
+    """A pivot guard ``|p| >= c * Max(|o1|, |o2|, ...)`` as ``|p| >= c |o1| & |p| >= c |o2| & ...``:
+    the same test (a NaN entry fails both: the reciprocal is NaN, as the elimination's arithmetic
+    would make it anyway), but GCC does not vectorize a lane loop holding the NaN-propagating
+    ``mc_max`` chain (nor ``fmax``), and it does vectorize comparisons. A long row's comparisons go
+    ``GUARD_CHUNK`` to an assignment, each chunk and-ed with the one before. Any other assignment:
+    itself alone."""
+    v = a.value
+    if isinstance(v, sp.GreaterThan) and isinstance(v.rhs, sp.Mul):
+        coeff, rest = v.rhs.as_coeff_Mul()
+        if isinstance(rest, sp.Max):
+            tests = [sp.GreaterThan(v.lhs, coeff * o) for o in rest.args]
+            out: list[ir.Assign] = []
+            for k in range(0, len(tests), GUARD_CHUNK):
+                part = tests[k:k + GUARD_CHUNK] + ([out[-1].target] if out else [])
+                last = k + GUARD_CHUNK >= len(tests)
+                sym = a.target if last else sp.Symbol(f"{a.target.name}.part{len(out)}")
+                out.append(ir.Assign(sym, sp.And(*part)))
+            return out
+    return [a]
+
+
 def _scalar_solve(A, B, targets, prefix: str) -> list:
     """Lane-loop ops solving a 1 x 1 system ``a x = b`` (one or more right-hand sides), expanded as
     the other backends expand every solve (:func:`~modelc.passes.expand_solve.expand_solve`:
     ``x = b * (1/a)``, also the arithmetic of ``mc_lu_solve`` for n = 1). Inline, a scalar solve
-    needs no call, no staged A and B, and does not split the lane loop; larger systems call
-    ``mc_lu_solve``."""
+    needs no call, no staged A and B, and does not split the lane loop; larger linear solves call
+    ``mc_lu_solve`` (a Newton step: :func:`_unrolled_solve`)."""
     return [(a.target, None, a.value) for a in expand_solve(A, B, targets, prefix, pivoting="none")]
 
 
@@ -431,6 +514,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             items.append(cur)
             cur = _Loop(mask=m)
         if isinstance(st, ir.Assign):
+            code.defs[st.target] = st.value
             cur.ops.append((st.target, None, st.value))
             if last[st.target] == k and k >= ready:
                 cur.ops += stores.at(st.target, m)
@@ -462,6 +546,15 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             outs = tuple(st.unknowns) + (st.converged, st.iterations, st.residual_norm)
             items += [cur, _Call(lambda h, fn=fn, args=ins + outs: wrapped(f"{fn}(", [h[s] for s in args] + ["a"], ");"),
                                  outs, ins, m)]
+            if 1 < len(st.unknowns) <= UNROLL_MAX:  # the lanes it failed: again, through the LU
+                lu = _newton_function(code, st, fallback=True)
+                items.append(_Call(lambda h, fn=lu, ins=ins, outs=outs, conv=st.converged: [
+                    "{  /* lanes whose unrolled Newton failed: again with the LU's partial pivoting */",
+                    "    int mc_redo[MC_W], mc_fail = 0;",
+                    f"    MC_LANES {{ mc_redo[l] = {h[conv]}[l] == 0; mc_fail |= mc_redo[l]; }}",
+                    *("    " + x for x in wrapped(f"if (mc_fail) {fn}(", [h[s] for s in ins] + ["mc_redo"]
+                                                   + [h[s] for s in outs] + ["a"], ");")),
+                    "}"], outs, ins + outs, m))
             cur = _Loop(mask=m)
         else:
             raise InternalError(f"unknown statement {type(st).__name__}")

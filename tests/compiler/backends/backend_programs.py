@@ -112,7 +112,29 @@ def pivot2() -> tuple[Program, Program]:
     return p, p
 
 
-ALL = {"elastic": elastic, "newton1": lambda: newton_system(1, "newton1"),
+def newton_pivot() -> tuple[Program, Program]:
+    """R = (eps u0 + u1 - b0, u0 + u1 + c u1^3 - b1) = 0, eps an input: the Jacobian
+    [[eps, 1], [1, 1 + 3 c u1^2]] has a pivot that is not anchored (no constant term), so the
+    unrolled elimination pivots per point at run time. For eps = 0: u1 = b0, u0 = b1 - b0 - c b0^3."""
+    ev, bv = Variable("forces/eps", Scalar), Variable("forces/b", Vec)
+    olds = [Variable(f"old_state/u{i}", Scalar) for i in range(2)]
+    outs = [Variable(f"state/u{i}", Scalar) for i in range(2)]
+    pc = Parameter("c", Scalar, (0.5,), "", "cubic coefficient")
+    (c,), (eps,), b = pc.symbols, ev.symbols, bv.symbols
+    u = [o.symbols[0] for o in outs]
+    res = (eps * u[0] + u[1] - b[0], u[0] + u[1] + c * u[1] ** 3 - b[1])
+    jac = tuple(tuple(sp.diff(r, uj) for uj in u) for r in res)
+    conv, its, rn = (sp.Symbol(f"newton_pivot/status/{k}", real=True) for k in ("converged", "iterations", "norm"))
+    nt = Newton(tuple(u), tuple(o.symbols[0] for o in olds), (), res, jac,
+                SolverOptions(rtol=1e-12, atol=1e-12, max_iter=40), conv, its, rn)
+    status = {"converged": conv, "iterations": its, "residual_norm": rn}
+    inputs = (ev, bv) + tuple(olds)
+    results = {o.name: (o.symbols[0],) for o in outs}
+    p = Program("newton_pivot", inputs, (pc,), tuple(outs), (nt,), results, {}, status)
+    return p, p
+
+
+ALL = {"elastic": elastic, "newton_pivot": newton_pivot, "newton1": lambda: newton_system(1, "newton1"),
        "newton3": lambda: newton_system(3, "newton3"), "newton13": lambda: newton_system(13, "newton13"),
        "solve3": linear_solve, "pivot2": pivot2}
 del ir

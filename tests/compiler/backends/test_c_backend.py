@@ -171,7 +171,89 @@ def test_scalar_solves_are_inline():
     assert "nt1_dx" in src and "const real ls1_" in src
     block = src[src.index("MC_INLINE void block_eval"):]
     assert block.count("MC_SIMD MC_LANES") == 2 and "real v_cse_" not in block
-    assert "mc_lu_solve(7, 1, mc_A, mc_B)" in importlib.import_module("modelc.generated.j2_perfect_coupled").C_SOURCE
+    coupled = importlib.import_module("modelc.generated.j2_perfect_coupled").C_SOURCE
+    # its 7-unknown Newton step is unrolled in the iteration's loop (the LU only in the fallback for
+    # lanes that fail); its tangent's solve calls the LU
+    assert "mc_lu_solve(" not in _c_function(coupled, "newton_1") and "nt1_dx_6" in coupled
+    assert "mc_lu_solve(7, 1, mc_A, mc_B)" in _c_function(coupled, "newton_1_lu")
+    assert "mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B)" in coupled
+
+
+def _c_function(src: str, name: str) -> str:
+    """The text of C function ``name`` in ``src`` (from its signature to the next function)."""
+    start = src.index(f"static void {name}(")
+    ends = [i for i in (src.find("\nstatic ", start + 1), src.find("\nMC_INLINE ", start + 1)) if i > 0]
+    return src[start:min(ends)]
+
+
+@needs_cc
+def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
+    """A 13-unknown Newton (hand-built, tests/compiler/backends/backend_programs.py) and its tangent
+    through C: the step unrolled over the Jacobian's nonzeros (the default) and through mc_lu_solve
+    (UNROLL_MAX below 13) agree with each other and with the generated PyTorch code, every point
+    converged, in the same number of iterations."""
+    from backend_programs import newton_system
+    from modelc.backends import c_backend
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+
+    _, full = newton_system(13, "newton13c")
+    mods = {}
+    for tag, umax in (("unrolled", c_backend.UNROLL_MAX), ("lu", 12)):
+        monkeypatch.setattr(c_backend, "UNROLL_MAX", umax)
+        path = tmp_path / f"newton13c_{tag}.py"
+        write_atomic(path, emit_module(full))
+        mods[tag] = import_file(path, f"c_newton13c_{tag}")
+    assert "mc_lu_solve(13, 1, mc_A, mc_B)" in _c_function(mods["lu"].C_SOURCE, "newton_1")
+    assert "newton_1_lu" not in mods["lu"].C_SOURCE
+    assert "mc_lu_solve(" not in _c_function(mods["unrolled"].C_SOURCE, "newton_1")
+    assert "nt1_dx_12" in mods["unrolled"].C_SOURCE
+    g = torch.Generator().manual_seed(5)
+    x = {f"forces/b{i}": torch.randn(40, generator=g, dtype=torch.float64) * 3 for i in range(13)}
+    x.update({f"old_state/u{i}": torch.zeros(40, dtype=torch.float64) for i in range(13)})
+    ref = mods["lu"].Model(backend="torch")(x, derivatives=True)
+    outs = {tag: mod.Model(backend="c")(x, derivatives=True) for tag, mod in mods.items()}
+    for tag, r in outs.items():
+        assert r.status.all_converged, tag
+        assert torch.equal(r.status.iterations, ref.status.iterations), tag
+        assert _rel(r.outputs.tensor, ref.outputs.tensor) < 1e-13, tag
+        assert _rel(r.jacobian.tensor, ref.jacobian.tensor) < 1e-12, tag
+    assert _rel(outs["unrolled"].outputs.tensor, outs["lu"].outputs.tensor) < 1e-13
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_newton_step_pivots_where_at_risk(cache_dir, tmp_path, dtype):
+    """A Newton whose Jacobian [[eps, 1], [1, 1 + 3 c u1^2]] has an unanchored pivot: the unrolled C
+    step exchanges rows per point (eps 0, 1e-30, -1e-20: no static pivot would do), eps = 0 gives the
+    closed form, and every point's residual, evaluated here in NumPy, is at round-off."""
+    from backend_programs import newton_pivot
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+
+    _, full = newton_pivot()
+    path = tmp_path / f"newton_pivot_{str(dtype)[-2:]}.py"
+    write_atomic(path, emit_module(full))
+    mod = import_file(path, f"c_newton_pivot_{str(dtype)[-2:]}")
+    assert "mc_lu_solve(" not in _c_function(mod.C_SOURCE, "newton_1")
+    eps = torch.tensor([0.0, 1e-30, -1e-20, 1e-9, 0.5, 2.0, -0.25, 0.0, 3.0], dtype=torch.float64)
+    g = torch.Generator().manual_seed(8)
+    b = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    x = {"forces/eps": eps.to(dtype), "forces/b": b.to(dtype),
+         "old_state/u0": torch.zeros(9, dtype=dtype), "old_state/u1": torch.zeros(9, dtype=dtype)}
+    r = mod.Model(backend="c", dtype=dtype)(x)
+    assert r.status.all_converged
+    u0, u1 = r["state/u0"].double(), r["state/u1"].double()
+    e, c = eps, 0.5
+    R0 = e * u0 + u1 - b[:, 0]
+    R1 = u0 + u1 + c * u1 ** 3 - b[:, 1]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    scale = 1 + b[:, :2].abs().max() + (c * u1.abs() ** 3).max()
+    assert float(torch.stack([R0, R1]).abs().max()) < tol * scale
+    zero = eps == 0
+    b0 = b[zero, 0]
+    torch.testing.assert_close(u1[zero], b0, rtol=tol, atol=tol)
+    torch.testing.assert_close(u0[zero], b[zero, 1] - b0 - c * b0 ** 3, rtol=tol, atol=tol * scale)
 
 
 @needs_cc
@@ -536,3 +618,60 @@ def test_derivative_read_only_by_its_store_is_computed_in_the_store():
         users = [ln for ln in lines if re.search(rf"\b{name}\b", ln) and f"const real {name} =" not in ln]
         assert not (len(users) == 1 and "o_j[" in users[0]), f"{name} is declared for one store"
     assert "const real state_S_0 = " in block  # a named output keeps its line
+
+
+def test_pivot_guard_is_printed_as_comparisons():
+    """The unrolled solve's guard |p| >= c Max(|o1|, |o2|) becomes |p| >= c |o1| & |p| >= c |o2| (GCC
+    vectorizes comparisons, not the NaN-propagating max chain): the same truth value at random points,
+    and other assignments pass through unchanged."""
+    from modelc.backends.c_backend import _guard_without_max
+
+    from modelc.backends.c_backend import GUARD_CHUNK
+
+    p = sp.Symbol("p", real=True)
+    t = sp.Symbol("ok")
+    g = np.random.default_rng(4)
+    for n in (3, GUARD_CHUNK, 2 * GUARD_CHUNK + 1):  # one assignment, and a chain of them
+        others = sp.symbols(f"o0:{n}", real=True)
+        guard = ir.Assign(t, sp.GreaterThan(sp.Abs(p), sp.Float(1e-12) * sp.Max(*(sp.Abs(o) for o in others))))
+        out = _guard_without_max(guard)
+        assert len(out) == -(-n // GUARD_CHUNK) and out[-1].target == t
+        assert all(isinstance(a.value, sp.And) and not a.value.has(sp.Max) for a in out)
+        for _ in range(100):
+            vals = dict(zip((p,) + others, g.normal(size=n + 1) * 10.0 ** g.integers(-14, 3, size=n + 1)))
+            env = dict(vals)
+            for a in out:  # evaluated in order, as the C lines run
+                env[a.target] = bool(a.value.subs(env))
+            assert bool(guard.value.subs(vals)) == env[t]
+    a, b = sp.symbols("a b", real=True)
+    other = ir.Assign(sp.Symbol("x", real=True), sp.Max(a, b) * 2)
+    assert _guard_without_max(other) == [other]
+
+
+@needs_cc
+def test_lanes_the_unrolled_newton_fails_are_solved_again(cache_dir, tmp_path, monkeypatch):
+    """With the pivot guard made to trip at every step (expand_solve.GUARD = 1e30 while the module is
+    emitted), the unrolled Newton fails every lane; each is solved again from the guess by
+    newton_1_lu (the LU with partial pivoting): every point converges, to the generated PyTorch
+    code's values, with the fallback's iteration count. (gtn: 4 of 20,000 random points failed the
+    unrolled step, as they fail the Triton kernel's, and converge in C through the fallback.)"""
+    from backend_programs import newton_system
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+    from modelc.passes import expand_solve
+
+    _, full = newton_system(5, "newton5c")
+    monkeypatch.setattr(expand_solve, "GUARD", 1e30)
+    path = tmp_path / "newton5c_guard.py"
+    write_atomic(path, emit_module(full))
+    mod = import_file(path, "c_newton5c_guard")
+    assert "1e+30" in _c_function(mod.C_SOURCE, "newton_1") or "1.0e+30" in _c_function(mod.C_SOURCE, "newton_1")
+    g = torch.Generator().manual_seed(6)
+    x = {f"forces/b{i}": torch.randn(21, generator=g, dtype=torch.float64) * 3 for i in range(5)}
+    x.update({f"old_state/u{i}": torch.zeros(21, dtype=torch.float64) for i in range(5)})
+    ref = mod.Model(backend="torch")(x, derivatives=True)
+    out = mod.Model(backend="c")(x, derivatives=True)
+    assert out.status.all_converged and bool((out.status.iterations >= 2).all())
+    assert torch.equal(out.status.iterations, ref.status.iterations)
+    assert _rel(out.outputs.tensor, ref.outputs.tensor) < 1e-13
+    assert _rel(out.jacobian.tensor, ref.jacobian.tensor) < 1e-12
