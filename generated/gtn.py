@@ -3099,7 +3099,7 @@ static void newton_1(
         const real ncse_21 = (ncse_11 + ncse_15 + (((real)3.0) * ncse_20));
         const real ncse_22 = (((real)0.5) * ncse_21);
         const real ncse_23 = (ncse_14 * ncse_22);
-        const real ncse_24 = sinh(ncse_23);
+        const real ncse_24 = mc_sinh(ncse_23);
         const real ncse_25 = (p_q1 * ncse_24);
         const real ncse_26 = (ncse_25 * state_internal_phi);
         const real ncse_27 = (ncse_14 * ncse_26);
@@ -3136,7 +3136,7 @@ static void newton_1(
         const real ncse_57 = (((real)1.0) - state_internal_phi);
         const real ncse_58 = (ncse_29 + ncse_32 + ncse_35);
         const real ncse_59 = (((real)2.0) * state_internal_phi);
-        const real ncse_60 = cosh(ncse_23);
+        const real ncse_60 = mc_cosh(ncse_23);
         const real ncse_61 = (p_q1 * ncse_60);
         const real ncse_62 = (-((real)1.0) + (ncse_5 * ncse_53) + (ncse_59 * ncse_61) - (p_q3 * (state_internal_phi * state_internal_phi)));
         const real ncse_63 = (p_E * ncse_38);
@@ -3618,7 +3618,7 @@ static void newton_1_lu(
         const real ncse_21 = (ncse_11 + ncse_15 + (((real)3.0) * ncse_20));
         const real ncse_22 = (((real)0.5) * ncse_21);
         const real ncse_23 = (ncse_14 * ncse_22);
-        const real ncse_24 = sinh(ncse_23);
+        const real ncse_24 = mc_sinh(ncse_23);
         const real ncse_25 = (p_q1 * ncse_24);
         const real ncse_26 = (ncse_25 * state_internal_phi);
         const real ncse_27 = (ncse_14 * ncse_26);
@@ -3655,7 +3655,7 @@ static void newton_1_lu(
         const real ncse_57 = (((real)1.0) - state_internal_phi);
         const real ncse_58 = (ncse_29 + ncse_32 + ncse_35);
         const real ncse_59 = (((real)2.0) * state_internal_phi);
-        const real ncse_60 = cosh(ncse_23);
+        const real ncse_60 = mc_cosh(ncse_23);
         const real ncse_61 = (p_q1 * ncse_60);
         const real ncse_62 = (-((real)1.0) + (ncse_5 * ncse_53) + (ncse_59 * ncse_61) - (p_q3 * (state_internal_phi * state_internal_phi)));
         const real ncse_63 = (p_E * ncse_38);
@@ -4135,7 +4135,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_123 = (cse_122 + cse_6 + (((real)3.0) * cse_13));
         const real cse_124 = (((real)0.5) * cse_123);
         const real cse_125 = (cse_121 * cse_124);
-        const real cse_126 = cosh(cse_125);
+        const real cse_126 = mc_cosh(cse_125);
         const real cse_127 = (p_q1 * cse_126);
         const real cse_128 = (cse_127 * (p_q2 * p_q2));
         const real cse_129 = (((real)0.5) * cse_128);
@@ -4154,7 +4154,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_142 = (-cse_122 + (((real)2.0) * p_E * cse_0 * cse_4));
         const real cse_143 = (cse_120 * cse_120 * cse_120);
         const real cse_144 = (((real)2.0) * cse_143);
-        const real cse_145 = sinh(cse_125);
+        const real cse_145 = mc_sinh(cse_125);
         const real cse_146 = (p_q1 * cse_145);
         const real cse_147 = (cse_146 * state_internal_phi);
         const real cse_148 = (cse_118 * cse_147);

@@ -67,6 +67,7 @@ volatile while real l n a b i0 nl it i j k m p q t u d f r sw mc_any mc_go mc_ac
 mc_redo mc_fail
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
 sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
+mc_sinh mc_cosh
 mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total mc_maxit
 """.split())
 
