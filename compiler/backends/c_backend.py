@@ -282,7 +282,8 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
 
     ``fallback``: ``newton_k_lu(inputs..., redo, unknowns..., ...)``, the same iteration with the step
     solved by ``mc_lu_solve`` (partial pivoting at every step), run only on the lanes whose ``redo``
-    is set, from the guess (:func:`_needs_fallback`); the other lanes keep what they hold."""
+    is set, from the guess (the block function calls it for the lanes whose converged flag the
+    unrolled iteration left at 0); the other lanes keep what they hold."""
     fname = (code.fallbacks if fallback else code.newtons).get(st)
     if fname is not None:
         return fname
@@ -349,7 +350,7 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
             step.ops += [(a.target, None, a.value)
                          for a in halley_step(res[0], st.jacobian[0][0], st.curvature[0], dx, f"nt{k}")]
         else:
-            step.ops += _scalar_solve(st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}")
+            step.ops += _unrolled_solve(code, st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}", code.defs)
         x = f"v_{code.name(st.unknowns[0])}[l]"
         step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
         solve, update = ["if (!mc_any) break;"], None
@@ -401,7 +402,11 @@ def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:
     """Lane-loop ops solving ``A X = B`` unrolled over the structural nonzeros with the
     ``"auto"`` pivoting of :func:`~modelc.passes.expand_solve.expand_solve` (the Triton kernel's
     arithmetic: static order, a per-point tournament only at pivots at risk, guarded static pivots);
-    ``defs``: the values of the symbols assigned before (whether a pivot is anchored)."""
+    ``defs``: the values of the symbols assigned before (whether a pivot is anchored). A 1 x 1
+    system (a radial return's step and tangent) is ``x = b * (1/a)``, the arithmetic of
+    ``mc_lu_solve`` for n = 1: inline, it needs no call, no staged A and B, and does not split the
+    lane loop. Larger linear solves call ``mc_lu_solve``; a Newton step up to ``UNROLL_MAX``
+    unknowns comes here."""
     ops = []
     for assign in expand_solve(A, B, targets, prefix, pivoting="auto", defs=defs):
         for a in _guard_without_max(assign):
@@ -445,15 +450,6 @@ def _guard_without_max(a: ir.Assign) -> list[ir.Assign]:
                 out.append(ir.Assign(sym, sp.And(*part)))
             return out
     return [a]
-
-
-def _scalar_solve(A, B, targets, prefix: str) -> list:
-    """Lane-loop ops solving a 1 x 1 system ``a x = b`` (one or more right-hand sides), expanded as
-    the other backends expand every solve (:func:`~modelc.passes.expand_solve.expand_solve`:
-    ``x = b * (1/a)``, also the arithmetic of ``mc_lu_solve`` for n = 1). Inline, a scalar solve
-    needs no call, no staged A and B, and does not split the lane loop; larger linear solves call
-    ``mc_lu_solve`` (a Newton step: :func:`_unrolled_solve`)."""
-    return [(a.target, None, a.value) for a in expand_solve(A, B, targets, prefix, pivoting="none")]
 
 
 def _fuse(items, full: int) -> list:
@@ -522,7 +518,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
         elif isinstance(st, ir.LinearSolve) and len(st.A) == 1:
             # a scalar system (a radial return's one unknown): inline in the lane loop, which goes on
             n_ls += 1
-            cur.ops += _scalar_solve(st.A, st.B, st.targets, f"ls{n_ls}")
+            cur.ops += _unrolled_solve(code, st.A, st.B, st.targets, f"ls{n_ls}", code.defs)
         elif isinstance(st, ir.LinearSolve):
             n_ls += 1
             n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
