@@ -355,3 +355,44 @@ def test_linear_solves_go_through_shared_helpers():
         body = body[body.index('"""', body.index('"""') + 3):body.index("@triton.jit") if "@triton.jit" in body else None]
         bodies.append(body)
     assert len(set(bodies)) == len(bodies)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_points_the_kernel_fails_are_solved_again(tmp_path, monkeypatch, dtype):
+    """With the pivot guard made to trip at every step (expand_solve.GUARD = 1e30 while the module is
+    emitted), the kernel's Newton fails every point; the runtime (TRITON_RETRY, set for 4 or more
+    unknowns) solves each again with the generated PyTorch code, whose LU pivots partially: every
+    point converges, to the PyTorch backend's values and iteration counts. Turned off, the same
+    kernel leaves every point failed (NaN)."""
+    from backend_programs import newton_system
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+    from modelc.passes import expand_solve
+
+    _, full = newton_system(5, "newton5t")
+    monkeypatch.setattr(expand_solve, "GUARD", 1e30)
+    path = tmp_path / "newton5t_guard.py"
+    write_atomic(path, emit_module(full))
+    mod = import_file(path, f"triton_newton5t_guard_{str(dtype)[6:]}")
+    assert mod.Model.TRITON_RETRY
+    g = torch.Generator().manual_seed(6)
+    x = {f"forces/b{i}": (torch.randn(21, generator=g, dtype=torch.float64) * 3).to(dtype) for i in range(5)}
+    x.update({f"old_state/u{i}": torch.zeros(21, dtype=dtype) for i in range(5)})
+
+    class KernelAlone(mod.Model):
+        TRITON_RETRY = False
+
+    alone = KernelAlone(backend="triton", dtype=dtype)(x, derivatives=True)
+    assert not alone.status.converged.any() and torch.isnan(alone.outputs.tensor).all()
+    ref = mod.Model(backend="torch", dtype=dtype)(x, derivatives=True)
+    out = mod.Model(backend="triton", dtype=dtype)(x, derivatives=True)
+    assert ref.status.all_converged and out.status.all_converged
+    assert torch.equal(out.status.iterations, ref.status.iterations)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out.outputs.tensor, ref.outputs.tensor, rtol=tol, atol=tol)
+    torch.testing.assert_close(out.jacobian.tensor, ref.jacobian.tensor, rtol=tol, atol=tol)
+    # a point with a non-finite input stays failed (the retry leaves the kernel's verdict alone)
+    x["forces/b2"][5] = float("inf")
+    bad = mod.Model(backend="triton", dtype=dtype)(x, derivatives=True)
+    assert bad.status.converged.tolist() == [i != 5 for i in range(21)]
+    assert torch.isnan(bad.outputs.tensor[5]).all() and torch.isnan(bad.jacobian.tensor[5]).all()
