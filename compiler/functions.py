@@ -562,7 +562,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
         kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
     *(FunctionRule(f"{fn}_", cls, 1, fn, torch=f"torch.{fn}({{0}})", triton=f"_mc_{fn}({{0}})",
-                   c=f"mc_{fn}({{0}})" if fn in ("sinh", "cosh") else f"{fn}({{0}})",  # (vectorizable: the C header)
+                   c=f"mc_{fn}({{0}})",  # (vectorizable: the C header)
                    numpy=_np({"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn)),
                    kink_doc=kink, triton_helpers=(f"_mc_{fn}",))
       for fn, cls, kink in (

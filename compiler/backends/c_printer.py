@@ -12,9 +12,9 @@ C specifics this printer owns:
   or ``float``; every literal is printed as ``((real)<repr>)`` so a float32 build computes in float32
   (a bare ``0.1`` is a double and would promote the whole expression);
 - math functions come from ``<tgmath.h>`` (type-generic: ``sqrt`` of a ``float`` is ``sqrtf``), except
-  ``exp``, ``log``, ``pow``, ``sinh`` and ``cosh``: ``mc_exp``/``mc_log``/``mc_pow``/``mc_sinh``/
-  ``mc_cosh`` of the header, libm in the scalar build and branch-free inline versions that vectorize
-  in the SIMD build;
+  ``exp``, ``log``, ``pow``, the hyperbolic functions and their inverses, ``expm1`` and ``log1p``:
+  ``mc_exp``, ``mc_log``, ... of the header, libm in the scalar build and branch-free inline
+  versions that vectorize in the SIMD build;
 - ``minimum``/``maximum`` propagate NaN like ``torch.minimum``/``torch.maximum`` (``mc_min``/``mc_max``
   of the generated preamble; C's ``fmin``/``fmax`` would drop a NaN);
 - ``Piecewise`` is a nested ``?:``; booleans are ``int`` 0/1 (``&``, ``|``, ``== 0``: branch-free).
@@ -32,7 +32,7 @@ class CPrinter(ExprPrinter):
     backend = "c"
     ABS = "fabs"
     UNARY = {
-        sp.exp: "mc_exp", sp.log: "mc_log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "tanh",
+        sp.exp: "mc_exp", sp.log: "mc_log", sp.sin: "sin", sp.cos: "cos", sp.tan: "tan", sp.tanh: "mc_tanh",
         sp.sinh: "mc_sinh", sp.cosh: "mc_cosh", sp.atan: "atan", sp.asin: "asin", sp.acos: "acos",
         sp.erf: "erf",
     }

@@ -174,6 +174,46 @@ def test_vector_sinh_cosh_match_libm(cache_dir):
         assert float(np.max(np.abs(got[both] - sca[both, k]) / np.abs(sca[both, k]))) <= 1e-12
 
 
+@pytest.mark.parametrize("fn", ["expm1", "log1p", "tanh", "asinh", "acosh", "atanh"])
+def test_vector_expm1_log1p_and_inverse_hyperbolics_match_libm(cache_dir, fn):
+    """mc_expm1, mc_log1p, mc_tanh, mc_asinh, mc_acosh and mc_atanh of the vectorized build (from the
+    vector exp and log: libm's keep a lane loop scalar) against numpy: within 4 ulp over their
+    domains (the small arguments where a naive exp(x) - 1 or log(1 + x) cancels, both sides of
+    every branch point: |x| = 1/2, 20, 1e8), the special values exactly (signed zeros, infinities,
+    NaN, the domain's ends: log1p(-1), acosh(1), atanh(+-1), NaN outside), and the scalar build
+    (libm) within 1e-12. Also the spec spellings print as the header's functions."""
+    from modelc import functions as F
+
+    g = np.random.default_rng(13)
+    small = 10.0 ** g.uniform(-300, 0, 800) * g.choice([-1.0, 1.0], 800)
+    edges = [0.0, -0.0, 0.5, -0.5, np.nextafter(0.5, 0), np.nextafter(-0.5, 0), 20.0, -20.0,
+             np.nextafter(20.0, 0), 1e8, np.nextafter(1e8, 0), -1e8, 1.0, -1.0, np.nextafter(1.0, 0),
+             np.nextafter(-1.0, 0), 1e-310, math.inf, -math.inf, math.nan, 1e300, -1e300]
+    domain = {"expm1": g.uniform(-745, 709.7, 2000), "log1p": np.concatenate(
+                  [g.uniform(-1, 3, 1000), 10.0 ** g.uniform(-3, 300, 1000)]),
+              "tanh": g.uniform(-25, 25, 2000), "asinh": np.concatenate(
+                  [g.uniform(-10, 10, 1000), 10.0 ** g.uniform(0, 300, 1000) * g.choice([-1.0, 1.0], 1000)]),
+              "acosh": np.concatenate([1.0 + 10.0 ** g.uniform(-16, 0, 1000), 10.0 ** g.uniform(0, 300, 1000)]),
+              "atanh": g.uniform(-1, 1, 2000)}[fn]
+    x = np.concatenate([domain, small, g.uniform(-0.6, 0.6, 500), edges])
+    cls = getattr(F, f"{fn}_")
+    prog = fn_program(f"vec{fn}", lambda a, b: [cls(a), cls(b)])
+    assert f"mc_{fn}(" in c_source(prog)
+    cols = [torch.tensor(x), torch.tensor(x)]
+    vec = _run(prog, *cols, lanes=8).numpy()[:, 0]
+    sca = _run(prog, *cols, lanes=1).numpy()[:, 0]
+    with np.errstate(all="ignore"):
+        want = getattr(np, {"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn))(x)
+    np.testing.assert_array_equal(np.isnan(vec), np.isnan(want))
+    fin = np.isfinite(want) & (want != 0)
+    np.testing.assert_array_equal(vec[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    np.testing.assert_array_equal(np.signbit(vec[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
+    ulp = np.abs(vec[fin] - want[fin]) / np.spacing(np.abs(want[fin]))
+    assert ulp.max() <= 4.0, (fn, ulp.max(), x[fin][np.argmax(ulp)])
+    both = fin & np.isfinite(sca)
+    assert float(np.max(np.abs(vec[both] - sca[both]) / np.abs(sca[both]))) <= 1e-12
+
+
 def _run_baked(prog, x, k: int, lanes: int = 8):
     """``prog`` on parameters x (per point) and y baked into the library as the constant ``k``."""
     lib = cbuild.load_library(c_source(prog), prog.name, torch.float64, lanes=lanes, baked=(None, float(k)))
@@ -293,12 +333,14 @@ def test_other_x86_levels_give_the_same_bits(library, monkeypatch, name, dtype):
         assert torch.equal(y, Y) and torch.equal(j, J) and torch.equal(st, ST), level
 
 
-@pytest.mark.parametrize("name", ["gtn", "j2_voce_af", "perzyna_iso_coupled"])
+@pytest.mark.parametrize("name", ["gtn", "j2_voce_af", "perzyna_iso_coupled", "elementary"])
 def test_every_lane_loop_vectorizes(tmp_path, name):
     """Every ``MC_SIMD MC_LANES`` loop of a library model's C source is vectorized when compiled for
     AVX2 (x86-64-v3, whatever this machine is: compiled, not run). A libm call in a loop (gtn's cosh
     and sinh, 4x slower) or the NaN-propagating max chain keeps a loop scalar without any other
-    sign; GCC's vectorizer report (-fopt-info-vec) names each loop it vectorized."""
+    sign; GCC's vectorizer report (-fopt-info-vec) names each loop it vectorized. ``elementary``:
+    a program of every function the header computes (exp, log, pow, the hyperbolic functions and
+    their inverses, expm1, log1p)."""
     import importlib
     import re
     import subprocess
@@ -309,7 +351,14 @@ def test_every_lane_loop_vectorizes(tmp_path, name):
     macros = subprocess.run([cc.path, "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True, text=True).stdout
     if "__GNUC__" not in macros or "__clang__" in macros:
         pytest.skip(f"needs GCC's -fopt-info-vec report; the C compiler is {cc.version.splitlines()[0]}")
-    src = importlib.import_module(f"modelc.generated.{name}").C_SOURCE  # (the header by #include)
+    if name == "elementary":
+        from modelc import functions as F
+
+        fns = [F.sinh_, F.cosh_, F.tanh_, F.asinh_, F.acosh_, F.atanh_, F.expm1_, F.log1p_]
+        src = c_source(fn_program("elementary", lambda a, b: [sp.exp(a) * sp.log(b) + sp.Pow(a, b, evaluate=False)]
+                                  + [f(a) + f(b) for f in fns]))
+    else:
+        src = importlib.import_module(f"modelc.generated.{name}").C_SOURCE  # (the header by #include)
     assert cheader.KERNEL_INCLUDE in src
     path = tmp_path / f"{name}.c"
     path.write_text(src)
