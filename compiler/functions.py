@@ -583,7 +583,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         "atan2_", atan2_, 2, "atan2",
         torch="torch.atan2(torch.as_tensor({0}), torch.as_tensor({1}))",
         triton="_mc_atan2({0}, {1})",
-        c="atan2({0}, {1})",
+        c="mc_atan2({0}, {1})",  # (vectorizable: the C header)
         numpy=_np("arctan2"),
         kink_doc="atan2(y, x) in (-pi, pi]: atan2(0, 0) = 0 with both derivatives 0 (safe_div); on the "
                  "cut y = 0, x < 0 the value is pi (from y = +0)",

@@ -12,7 +12,7 @@ C specifics this printer owns:
   or ``float``; every literal is printed as ``((real)<repr>)`` so a float32 build computes in float32
   (a bare ``0.1`` is a double and would promote the whole expression);
 - math functions come from ``<tgmath.h>`` (type-generic: ``sqrt`` of a ``float`` is ``sqrtf``), except
-  ``exp``, ``log``, ``pow``, the hyperbolic functions and their inverses, ``expm1`` and ``log1p``:
+  ``exp``, ``log``, ``pow``, the hyperbolic functions and their inverses, ``expm1``, ``log1p`` and ``atan2``:
   ``mc_exp``, ``mc_log``, ... of the header, libm in the scalar build and branch-free inline
   versions that vectorize in the SIMD build;
 - ``minimum``/``maximum`` propagate NaN like ``torch.minimum``/``torch.maximum`` (``mc_min``/``mc_max``
