@@ -85,16 +85,26 @@ def _leaf(model: Model) -> Model:
                           for c, fc in zip(comps, frees))
             if any(e != 0 for row in block for e in row):
                 traceless = trace is not None and not trace & set(x.symbols)
-                partials.append(Partial(eq.var.name, x.name, block, traceless, _blind(x, block)))
+                partials.append(Partial(eq.var.name, x.name, block, traceless, _blind(x, block, comps)))
     return _done(model, tuple(partials))
 
 
-def _blind(x: Variable, block: Block) -> bool:
+def _blind(x: Variable, block: Block, comps=()) -> bool:
     """Whether every row of ``block`` (d o / d x, ``x`` an SR2) sums to zero over its first three
     columns once expanded: ``o`` reads the deviator of ``x`` only (a J2 flow direction
-    ``dev(M)/|dev(M)|`` of the Mandel stress ``M``). A row too large to expand counts as not zero."""
+    ``dev(M)/|dev(M)|`` of the Mandel stress ``M``). A row too large to expand counts as not zero.
+
+    First, without expanding: ``o``'s components ``comps`` with ``x`` shifted by ``c I`` (``c`` a
+    fresh symbol added to its three normal components) no longer read ``c`` once SymPy has
+    collected the terms it collects anyway (``dev(x)`` cancels the shift linearly): then ``o``
+    does not change along ``I`` and every such row sum is zero. Otherwise each row is expanded."""
     if x.type.name != "SR2":
         return False
+    if comps:
+        c = sp.Dummy("c")
+        shift = {s: s + c for s in x.symbols[:3]}
+        if all(c not in sp.sympify(e).xreplace(shift).free_symbols for e in comps):
+            return True
     for row in block:
         s = sp.Add(*row[:3])
         if s == 0:

@@ -295,3 +295,25 @@ def test_blind_derivative_of_a_traceless_total_is_taken_once():
     _, der, _ = interpret(full, x)
     fd = central_fd(lambda xx: interpret(value, xx)[0]["state/N"].reshape(7, -1), x, "forces/E")
     np.testing.assert_allclose(der[("state/N", "forces/E")], fd, rtol=1e-6, atol=1e-8)
+
+
+def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up():
+    """A direction of dev(S) too large for the row sums to be expanded (_TRACE_OPS) is still found
+    blind: shifting S's normal components by a fresh c leaves its components free of c. One that
+    reads tr(S) (the same size) is not, nor is a small one that does; the small deviatoric one is
+    blind by either route."""
+    from modelc.passes import differentiate as D
+
+    S = sym("state/S", SR2)
+    x = var("state/S", SR2)
+    tr = S[0] + S[1] + S[2]
+    d = [S[i] - (tr / 3 if i < 3 else 0) for i in range(6)]
+    nrm = sp.sqrt(sum(c ** 2 for c in d))
+    big = sum(sp.Rational(1, k) * nrm ** k for k in range(1, 12))  # a hardening-like polynomial of |dev S|
+    for comps, blind in (([c / nrm * big for c in d], True), ([c / nrm * big + tr for c in d], False),
+                         (list(d), True), ([c + tr ** 2 for c in d], False)):
+        block = tuple(tuple(sp.diff(c, s) for s in S) for c in comps)
+        assert D._blind(x, block, comps) is blind
+        if blind and comps[0] is not d[0]:  # (the expansion alone cannot tell: too many operations)
+            assert sp.count_ops(sp.Add(*block[0][:3])) > D._TRACE_OPS and not D._blind(x, block)
+    assert D._blind(x, tuple(tuple(sp.diff(c, s) for s in S) for c in d))
