@@ -2930,8 +2930,10 @@ C_SOURCE = r'''
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
 #endif
 
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(
+/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active.
+   V = 2: every lane from the guess, the step unrolled over the Jacobian's structural nonzeros;
+   V = 1: the lanes whose mc_redo is set, from the guess, the step by mc_lu_solve (partial pivoting) */
+MC_INLINE void newton_1_iterate(
     const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
     const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3,
     const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
@@ -2942,14 +2944,15 @@ static void newton_1(
     const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
     const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
     const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep,
-    const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0,
-    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
-    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
-    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
-    real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate,
-    int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations,
-    real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
-    real v_nt1_rnorm0[MC_W];
+    const real *restrict v_old_state_internal_phi, const int *restrict mc_redo,
+    real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1,
+    real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3,
+    real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5,
+    real *restrict v_state_internal_ep, real *restrict v_state_internal_phi,
+    real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged,
+    int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm,
+    const mc_args *restrict a, const int V) {
+    real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_3[MC_W];
     real v_ncse_7[MC_W];
@@ -2979,15 +2982,15 @@ static void newton_1(
         const real old_forces_t = v_old_forces_t[l];
         const real p_nu = MC_P(2, v_p_nu[l]);
         const real p_E = MC_P(1, v_p_E[l]);
-        const real state_internal_Ep_0 = old_state_internal_Ep_0;
-        const real state_internal_Ep_1 = old_state_internal_Ep_1;
-        const real state_internal_Ep_2 = old_state_internal_Ep_2;
-        const real state_internal_Ep_3 = old_state_internal_Ep_3;
-        const real state_internal_Ep_4 = old_state_internal_Ep_4;
-        const real state_internal_Ep_5 = old_state_internal_Ep_5;
-        const real state_internal_ep = old_state_internal_ep;
-        const real state_internal_phi = old_state_internal_phi;
-        const real state_internal_gamma_rate = ((real)0.0);
+        const real state_internal_Ep_0 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_0[l] : old_state_internal_Ep_0;
+        const real state_internal_Ep_1 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_1[l] : old_state_internal_Ep_1;
+        const real state_internal_Ep_2 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_2[l] : old_state_internal_Ep_2;
+        const real state_internal_Ep_3 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_3[l] : old_state_internal_Ep_3;
+        const real state_internal_Ep_4 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_4[l] : old_state_internal_Ep_4;
+        const real state_internal_Ep_5 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_5[l] : old_state_internal_Ep_5;
+        const real state_internal_ep = (V & 1) && !mc_redo[l] ? v_state_internal_ep[l] : old_state_internal_ep;
+        const real state_internal_phi = (V & 1) && !mc_redo[l] ? v_state_internal_phi[l] : old_state_internal_phi;
+        const real state_internal_gamma_rate = (V & 1) && !mc_redo[l] ? v_state_internal_gamma_rate[l] : ((real)0.0);
         const real ncse_3 = (forces_t - old_forces_t);
         const real ncse_6 = (((real)1.0) + p_nu);
         const real ncse_7 = (((real)1.0) / ncse_6);
@@ -3005,9 +3008,9 @@ static void newton_1(
         const real ncse_120 = (ncse_118 * ncse_119);
         const real ncse_131 = fabs(ncse_3);
         const real ncse_141 = (((real)1.5) * (ncse_118 * ncse_118) * (ncse_119 * ncse_119));
-        v_gtn_return_map_converged[l] = 0;
-        v_gtn_return_map_iterations[l] = 0;
-        mc_act[l] = 1;
+        v_gtn_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_converged[l] : 0;
+        v_gtn_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_iterations[l] : 0;
+        mc_act[l] = (V & 1) ? mc_redo[l] : 1;
         v_state_internal_Ep_0[l] = state_internal_Ep_0;
         v_state_internal_Ep_1[l] = state_internal_Ep_1;
         v_state_internal_Ep_2[l] = state_internal_Ep_2;
@@ -3431,24 +3434,156 @@ static void newton_1(
         const real nt1_dx_6 = nt1_171;
         const real nt1_dx_7 = nt1_170;
         const real nt1_dx_8 = nt1_169;
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
-        v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
-        v_state_internal_phi[l] = mc_go ? v_state_internal_phi[l] + nt1_dx_7 : v_state_internal_phi[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_8 : v_state_internal_gamma_rate[l];
-        v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_go;
+        if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
+        if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
+        if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
+        if (V & 2) v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
+        if (V & 2) v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
+        if (V & 2) v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
+        if (V & 2) v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
+        if (V & 2) v_state_internal_phi[l] = mc_go ? v_state_internal_phi[l] + nt1_dx_7 : v_state_internal_phi[l];
+        if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_8 : v_state_internal_gamma_rate[l];
+        if (V & 2) v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_go;
+        if (V & 1) mc_A[0 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[3 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[4 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[5 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[6 * MC_W + l] = (ncse_79 * ncse_80);
+        if (V & 1) mc_A[7 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[8 * MC_W + l] = (ncse_28 * ncse_72);
+        if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[12 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[13 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[14 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[15 * MC_W + l] = (ncse_80 * ncse_84);
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[17 * MC_W + l] = (ncse_31 * ncse_72);
+        if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[21 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[22 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[23 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[24 * MC_W + l] = (ncse_80 * ncse_86);
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[26 * MC_W + l] = (ncse_34 * ncse_72);
+        if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
+        if (V & 1) mc_A[27 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[28 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[29 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[30 * MC_W + l] = ncse_87;
+        if (V & 1) mc_A[31 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[32 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[33 * MC_W + l] = (-ncse_37 * ncse_89);
+        if (V & 1) mc_A[34 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[35 * MC_W + l] = (ncse_37 * ncse_90);
+        if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
+        if (V & 1) mc_A[36 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[37 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[38 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[39 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_87;
+        if (V & 1) mc_A[41 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_43 * ncse_89);
+        if (V & 1) mc_A[43 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[44 * MC_W + l] = (ncse_43 * ncse_90);
+        if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
+        if (V & 1) mc_A[45 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[46 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[47 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[49 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[50 * MC_W + l] = ncse_87;
+        if (V & 1) mc_A[51 * MC_W + l] = (-ncse_45 * ncse_89);
+        if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[53 * MC_W + l] = (ncse_45 * ncse_90);
+        if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
+        if (V & 1) mc_A[54 * MC_W + l] = (ncse_73 * (-ncse_91 - ncse_92 + (ncse_69 * ncse_78)));
+        if (V & 1) mc_A[55 * MC_W + l] = (ncse_73 * (-ncse_91 - ncse_93 + (ncse_69 * ncse_83)));
+        if (V & 1) mc_A[56 * MC_W + l] = (ncse_73 * (-ncse_92 - ncse_93 + (ncse_69 * ncse_85)));
+        if (V & 1) mc_A[57 * MC_W + l] = (-ncse_94 * ncse_95);
+        if (V & 1) mc_A[58 * MC_W + l] = (-ncse_43 * ncse_96);
+        if (V & 1) mc_A[59 * MC_W + l] = (-ncse_45 * ncse_96);
+        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_80 * (-(((real)6.0) * ncse_53 * ncse_97) - (ncse_21 * ncse_46 * ncse_55) - (ncse_66 * ncse_97 * (ncse_21 * ncse_21)))));
+        if (V & 1) mc_A[61 * MC_W + l] = (p_q2 * ncse_21 * ncse_5 * ncse_81);
+        if (V & 1) mc_A[62 * MC_W + l] = (ncse_56 * ncse_72);
+        if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
+        if (V & 1) mc_A[63 * MC_W + l] = ncse_99;
+        if (V & 1) mc_A[64 * MC_W + l] = ncse_99;
+        if (V & 1) mc_A[65 * MC_W + l] = ncse_99;
+        if (V & 1) mc_A[66 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[67 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[68 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[69 * MC_W + l] = (ncse_72 * ((ncse_100 * ncse_79) + (ncse_100 * ncse_84) + (ncse_100 * ncse_86)));
+        if (V & 1) mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_72 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * state_internal_gamma_rate))));
+        if (V & 1) mc_A[71 * MC_W + l] = (ncse_72 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
+        if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
+        if (V & 1) mc_A[72 * MC_W + l] = (ncse_102 * (-ncse_103 - ncse_104 + (ncse_28 * ncse_69)));
+        if (V & 1) mc_A[73 * MC_W + l] = (ncse_102 * (-ncse_103 - ncse_105 + (ncse_31 * ncse_69)));
+        if (V & 1) mc_A[74 * MC_W + l] = (ncse_102 * (-ncse_104 - ncse_105 + (ncse_34 * ncse_69)));
+        if (V & 1) mc_A[75 * MC_W + l] = (-ncse_106 * ncse_94);
+        if (V & 1) mc_A[76 * MC_W + l] = (-ncse_107 * ncse_43);
+        if (V & 1) mc_A[77 * MC_W + l] = (-ncse_107 * ncse_45);
+        if (V & 1) mc_A[78 * MC_W + l] = (-p_K * ncse_102 * ncse_56);
+        if (V & 1) mc_A[79 * MC_W + l] = (ncse_102 * ((((real)2.0) * ncse_61) - (p_q3 * ncse_59)));
+        if (V & 1) mc_A[80 * MC_W + l] = (p_E * ncse_101 * ncse_3);
+        if (V & 1) mc_B[8 * MC_W + l] = (-nt1_r_8);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
     MC_LANES mc_any |= mc_act[l];
     if (!mc_any) break;
+    if (V & 1) {
+        mc_lu_solve(9, 1, mc_A, mc_B);
+        MC_SIMD MC_LANES {
+            const int mc_go = mc_act[l];
+            v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
+            v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
+            v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
+            v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
+            v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
+            v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
+            v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + mc_B[6 * MC_W + l] : v_state_internal_ep[l];
+            v_state_internal_phi[l] = mc_go ? v_state_internal_phi[l] + mc_B[7 * MC_W + l] : v_state_internal_phi[l];
+            v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[8 * MC_W + l] : v_state_internal_gamma_rate[l];
+            v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_go;
+        }
+    }
     }
 }
-
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: the lanes of a block iterate together until none is active */
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
+    const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_ep,
+    const real *restrict v_old_state_internal_phi, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_phi, real *restrict v_state_internal_gamma_rate,
+    int *restrict v_gtn_return_map_converged, int *restrict v_gtn_return_map_iterations,
+    real *restrict v_gtn_return_map_residual_norm, const mc_args *restrict a) {
+    newton_1_iterate(
+        v_p_E, v_p_K, v_p_nu, v_p_q1, v_p_q2, v_p_q3, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
+        v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
+        v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2,
+        v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5,
+        v_old_state_internal_ep, v_old_state_internal_phi, 0, v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a, 2);
+}
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_K, const real *restrict v_p_nu,
     const real *restrict v_p_q1, const real *restrict v_p_q2, const real *restrict v_p_q3,
@@ -3468,411 +3603,15 @@ static void newton_1_lu(
     real *restrict v_state_internal_gamma_rate, int *restrict v_gtn_return_map_converged,
     int *restrict v_gtn_return_map_iterations, real *restrict v_gtn_return_map_residual_norm,
     const mc_args *restrict a) {
-    real mc_A[81 * MC_W], mc_B[9 * MC_W], v_nt1_rnorm0[MC_W];
-    int mc_act[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_7[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_16[MC_W];
-    real v_ncse_17[MC_W];
-    real v_ncse_18[MC_W];
-    real v_ncse_19[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_69[MC_W];
-    real v_ncse_72[MC_W];
-    real v_ncse_118[MC_W];
-    real v_ncse_120[MC_W];
-    real v_ncse_131[MC_W];
-    real v_ncse_141[MC_W];
-    MC_SIMD MC_LANES {
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real old_state_internal_phi = v_old_state_internal_phi[l];
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
-        const real p_nu = MC_P(2, v_p_nu[l]);
-        const real p_E = MC_P(1, v_p_E[l]);
-        const real state_internal_Ep_0 = mc_redo[l] ? old_state_internal_Ep_0 : v_state_internal_Ep_0[l];
-        const real state_internal_Ep_1 = mc_redo[l] ? old_state_internal_Ep_1 : v_state_internal_Ep_1[l];
-        const real state_internal_Ep_2 = mc_redo[l] ? old_state_internal_Ep_2 : v_state_internal_Ep_2[l];
-        const real state_internal_Ep_3 = mc_redo[l] ? old_state_internal_Ep_3 : v_state_internal_Ep_3[l];
-        const real state_internal_Ep_4 = mc_redo[l] ? old_state_internal_Ep_4 : v_state_internal_Ep_4[l];
-        const real state_internal_Ep_5 = mc_redo[l] ? old_state_internal_Ep_5 : v_state_internal_Ep_5[l];
-        const real state_internal_ep = mc_redo[l] ? old_state_internal_ep : v_state_internal_ep[l];
-        const real state_internal_phi = mc_redo[l] ? old_state_internal_phi : v_state_internal_phi[l];
-        const real state_internal_gamma_rate = mc_redo[l] ? ((real)0.0) : v_state_internal_gamma_rate[l];
-        const real ncse_3 = (forces_t - old_forces_t);
-        const real ncse_6 = (((real)1.0) + p_nu);
-        const real ncse_7 = (((real)1.0) / ncse_6);
-        const real ncse_8 = (p_E * ncse_7);
-        const real ncse_16 = (((real)2.0) * p_nu);
-        const real ncse_17 = (((real)1.0) / (((real)1.0) - ncse_16));
-        const real ncse_18 = (ncse_17 * ncse_8);
-        const real ncse_19 = (p_nu * ncse_18);
-        const real ncse_48 = ((p_E * p_E) * (ncse_7 * ncse_7));
-        const real ncse_49 = (((real)1.5) * ncse_48);
-        const real ncse_69 = (-ncse_19 - ncse_8);
-        const real ncse_72 = (-ncse_3);
-        const real ncse_118 = fabs(p_E);
-        const real ncse_119 = fabs(ncse_7);
-        const real ncse_120 = (ncse_118 * ncse_119);
-        const real ncse_131 = fabs(ncse_3);
-        const real ncse_141 = (((real)1.5) * (ncse_118 * ncse_118) * (ncse_119 * ncse_119));
-        v_gtn_return_map_converged[l] = mc_redo[l] ? 0 : v_gtn_return_map_converged[l];
-        v_gtn_return_map_iterations[l] = mc_redo[l] ? 0 : v_gtn_return_map_iterations[l];
-        mc_act[l] = mc_redo[l];
-        v_state_internal_Ep_0[l] = state_internal_Ep_0;
-        v_state_internal_Ep_1[l] = state_internal_Ep_1;
-        v_state_internal_Ep_2[l] = state_internal_Ep_2;
-        v_state_internal_Ep_3[l] = state_internal_Ep_3;
-        v_state_internal_Ep_4[l] = state_internal_Ep_4;
-        v_state_internal_Ep_5[l] = state_internal_Ep_5;
-        v_state_internal_ep[l] = state_internal_ep;
-        v_state_internal_phi[l] = state_internal_phi;
-        v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
-        v_ncse_3[l] = ncse_3;
-        v_ncse_7[l] = ncse_7;
-        v_ncse_8[l] = ncse_8;
-        v_ncse_16[l] = ncse_16;
-        v_ncse_17[l] = ncse_17;
-        v_ncse_18[l] = ncse_18;
-        v_ncse_19[l] = ncse_19;
-        v_ncse_48[l] = ncse_48;
-        v_ncse_49[l] = ncse_49;
-        v_ncse_69[l] = ncse_69;
-        v_ncse_72[l] = ncse_72;
-        v_ncse_118[l] = ncse_118;
-        v_ncse_120[l] = ncse_120;
-        v_ncse_131[l] = ncse_131;
-        v_ncse_141[l] = ncse_141;
-    }
-    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
-    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
-    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
-    for (int it = 0; ; ++it) {
-    MC_SIMD MC_LANES {
-        const real forces_E_0 = v_forces_E_0[l];
-        const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real forces_E_1 = v_forces_E_1[l];
-        const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real p_K = MC_P(3, v_p_K[l]);
-        const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
-        const real state_internal_ep = v_state_internal_ep[l];
-        const real ncse_8 = v_ncse_8[l];
-        const real p_E = MC_P(1, v_p_E[l]);
-        const real ncse_7 = v_ncse_7[l];
-        const real p_q2 = MC_P(6, v_p_q2[l]);
-        const real ncse_19 = v_ncse_19[l];
-        const real p_q1 = MC_P(5, v_p_q1[l]);
-        const real state_internal_phi = v_state_internal_phi[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real ncse_3 = v_ncse_3[l];
-        const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real ncse_49 = v_ncse_49[l];
-        const real p_q3 = MC_P(7, v_p_q3[l]);
-        const real ncse_16 = v_ncse_16[l];
-        const real ncse_18 = v_ncse_18[l];
-        const real ncse_69 = v_ncse_69[l];
-        const real ncse_72 = v_ncse_72[l];
-        const real ncse_48 = v_ncse_48[l];
-        const real ncse_120 = v_ncse_120[l];
-        const real p_nu = MC_P(2, v_p_nu[l]);
-        const real ncse_17 = v_ncse_17[l];
-        const real ncse_131 = v_ncse_131[l];
-        const real ncse_141 = v_ncse_141[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real old_state_internal_phi = v_old_state_internal_phi[l];
-        const real ncse_118 = v_ncse_118[l];
-        const real ncse_0 = (forces_E_0 - state_internal_Ep_0);
-        const real ncse_1 = (forces_E_1 - state_internal_Ep_1);
-        const real ncse_2 = (forces_E_2 - state_internal_Ep_2);
-        const real ncse_4 = (p_sigma_y + (p_K * state_internal_ep));
-        const real ncse_13 = (((real)1.0) / ncse_4);
-        const real ncse_5 = (ncse_13 * ncse_13);
-        const real ncse_9 = (ncse_1 * ncse_8);
-        const real ncse_10 = (ncse_2 * ncse_8);
-        const real ncse_11 = (ncse_10 + ncse_9);
-        const real ncse_12 = (-ncse_11 + (((real)2.0) * p_E * ncse_0 * ncse_7));
-        const real ncse_14 = (p_q2 * ncse_13);
-        const real ncse_15 = (ncse_0 * ncse_8);
-        const real ncse_20 = (ncse_19 * (ncse_0 + ncse_1 + ncse_2));
-        const real ncse_21 = (ncse_11 + ncse_15 + (((real)3.0) * ncse_20));
-        const real ncse_22 = (((real)0.5) * ncse_21);
-        const real ncse_23 = (ncse_14 * ncse_22);
-        const real ncse_24 = mc_sinh(ncse_23);
-        const real ncse_25 = (p_q1 * ncse_24);
-        const real ncse_26 = (ncse_25 * state_internal_phi);
-        const real ncse_27 = (ncse_14 * ncse_26);
-        const real ncse_28 = (ncse_27 + (ncse_12 * ncse_5));
-        const real ncse_29 = (ncse_28 * state_internal_gamma_rate);
-        const real ncse_30 = (-ncse_10 - ncse_15 + (((real)2.0) * p_E * ncse_1 * ncse_7));
-        const real ncse_31 = (ncse_27 + (ncse_30 * ncse_5));
-        const real ncse_32 = (ncse_31 * state_internal_gamma_rate);
-        const real ncse_33 = (-ncse_15 - ncse_9 + (((real)2.0) * p_E * ncse_2 * ncse_7));
-        const real ncse_34 = (ncse_27 + (ncse_33 * ncse_5));
-        const real ncse_35 = (ncse_34 * state_internal_gamma_rate);
-        const real ncse_36 = (-state_internal_Ep_3);
-        const real ncse_37 = (forces_E_3 + ncse_36);
-        const real ncse_38 = (ncse_3 * state_internal_gamma_rate);
-        const real ncse_39 = (((real)3.0) * ncse_5);
-        const real ncse_40 = (ncse_39 * ncse_8);
-        const real ncse_41 = (ncse_38 * ncse_40);
-        const real ncse_42 = (-state_internal_Ep_4);
-        const real ncse_43 = (forces_E_4 + ncse_42);
-        const real ncse_44 = (-state_internal_Ep_5);
-        const real ncse_45 = (forces_E_5 + ncse_44);
-        const real ncse_46 = (p_q2 * ncse_26);
-        const real ncse_47 = (ncse_46 * ncse_5);
-        const real ncse_50 = (((real)0.3333333333333333) * ncse_15);
-        const real ncse_51 = (((real)0.3333333333333333) * ncse_9);
-        const real ncse_52 = (((real)0.3333333333333333) * ncse_10);
-        const real ncse_150 = (-ncse_50 - ncse_51 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
-        const real ncse_151 = (-ncse_50 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
-        const real ncse_152 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
-        const real ncse_53 = ((((real)1.5) * (ncse_150 * ncse_150)) + (((real)1.5) * (ncse_151 * ncse_151)) + (((real)1.5) * (ncse_152 * ncse_152)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)));
-        const real ncse_54 = (ncse_13 * ncse_13 * ncse_13);
-        const real ncse_55 = (((real)2.0) * ncse_54);
-        const real ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55));
-        const real ncse_57 = (((real)1.0) - state_internal_phi);
-        const real ncse_58 = (ncse_29 + ncse_32 + ncse_35);
-        const real ncse_59 = (((real)2.0) * state_internal_phi);
-        const real ncse_60 = mc_cosh(ncse_23);
-        const real ncse_61 = (p_q1 * ncse_60);
-        const real ncse_62 = (-((real)1.0) + (ncse_5 * ncse_53) + (ncse_59 * ncse_61) - (p_q3 * (state_internal_phi * state_internal_phi)));
-        const real ncse_63 = (p_E * ncse_38);
-        const real ncse_64 = (-ncse_5);
-        const real ncse_65 = (ncse_61 * state_internal_phi * (p_q2 * p_q2));
-        const real ncse_66 = (((real)0.5) * ncse_65);
-        const real ncse_67 = (ncse_5 * ncse_66);
-        const real ncse_68 = (ncse_64 + ncse_67);
-        const real ncse_70 = (ncse_67 + (((real)2.0) * ncse_5));
-        const real ncse_71 = ((ncse_69 * ncse_70) - (ncse_16 * ncse_18 * ncse_68));
-        const real ncse_73 = (ncse_72 * state_internal_gamma_rate);
-        const real ncse_74 = (((real)1.0) + (ncse_71 * ncse_73));
-        const real ncse_75 = ((ncse_68 * ncse_69) - (ncse_19 * ncse_68) - (ncse_19 * ncse_70));
-        const real ncse_76 = (ncse_73 * ncse_75);
-        const real ncse_77 = (ncse_47 + (ncse_22 * ncse_54 * ncse_65));
-        const real ncse_78 = (ncse_77 + (ncse_12 * ncse_55));
-        const real ncse_79 = (-ncse_78);
-        const real ncse_80 = (p_K * ncse_73);
-        const real ncse_81 = (ncse_25 * ncse_73);
-        const real ncse_82 = (ncse_14 * ncse_81);
-        const real ncse_83 = (ncse_77 + (ncse_30 * ncse_55));
-        const real ncse_84 = (-ncse_83);
-        const real ncse_85 = (ncse_77 + (ncse_33 * ncse_55));
-        const real ncse_86 = (-ncse_85);
-        const real ncse_87 = (((real)1.0) - (ncse_40 * ncse_73));
-        const real ncse_88 = (((real)6.0) * ncse_54);
-        const real ncse_89 = (ncse_8 * ncse_80 * ncse_88);
-        const real ncse_90 = (ncse_40 * ncse_72);
-        const real ncse_91 = (ncse_19 * ncse_85);
-        const real ncse_92 = (ncse_19 * ncse_83);
-        const real ncse_93 = (ncse_19 * ncse_78);
-        const real ncse_94 = (ncse_37 * ncse_48);
-        const real ncse_95 = (ncse_73 * ncse_88);
-        const real ncse_96 = (ncse_48 * ncse_95);
-        const real ncse_97 = (ncse_13 * ncse_13 * ncse_13 * ncse_13);
-        const real ncse_98 = (ncse_57 * state_internal_gamma_rate);
-        const real ncse_99 = (ncse_72 * ((ncse_71 * ncse_98) + (((real)2.0) * ncse_75 * ncse_98)));
-        const real ncse_100 = (p_K * ncse_98);
-        const real ncse_101 = ((-ncse_62 - ncse_63) > 0 ? 1 : 0);
-        const real ncse_102 = (-((real)1.0) + ncse_101);
-        const real ncse_103 = (ncse_19 * ncse_34);
-        const real ncse_104 = (ncse_19 * ncse_31);
-        const real ncse_105 = (ncse_19 * ncse_28);
-        const real ncse_106 = (ncse_102 * ncse_39);
-        const real ncse_107 = (ncse_106 * ncse_48);
-        const real ncse_108 = fabs(state_internal_Ep_0);
-        const real ncse_109 = fabs(state_internal_ep);
-        const real ncse_110 = ((ncse_109 * fabs(p_K)) + fabs(p_sigma_y));
-        const real ncse_111 = fabs(state_internal_phi);
-        const real ncse_112 = (ncse_111 * fabs(p_q1));
-        const real ncse_113 = (ncse_112 * fabs(p_q2) * fabs(ncse_24));
-        const real ncse_114 = (ncse_113 * ((ncse_110 * fabs(ncse_64)) + fabs(ncse_13)));
-        const real ncse_115 = ((ncse_110 * fabs((-ncse_55))) + fabs(ncse_5));
-        const real ncse_116 = fabs(state_internal_Ep_1);
-        const real ncse_117 = (ncse_116 + fabs(forces_E_1));
-        const real ncse_121 = (ncse_117 * ncse_120);
-        const real ncse_122 = (ncse_108 + fabs(forces_E_0));
-        const real ncse_123 = (ncse_120 * ncse_122);
-        const real ncse_124 = fabs(state_internal_Ep_2);
-        const real ncse_125 = (ncse_124 + fabs(forces_E_2));
-        const real ncse_126 = (ncse_120 * ncse_125);
-        const real ncse_127 = (ncse_120 * (ncse_117 + ncse_122 + ncse_125) * fabs(p_nu) * fabs(ncse_17));
-        const real ncse_128 = (((real)4.0) * ncse_127);
-        const real ncse_129 = (ncse_126 + ncse_128);
-        const real ncse_130 = fabs(state_internal_gamma_rate);
-        const real ncse_132 = (ncse_130 * ncse_131);
-        const real ncse_133 = (ncse_121 + ncse_123);
-        const real ncse_134 = fabs(state_internal_Ep_3);
-        const real ncse_135 = (ncse_134 + fabs(forces_E_3));
-        const real ncse_136 = (((real)3.0) * ncse_115 * ncse_120 * ncse_132);
-        const real ncse_137 = fabs(state_internal_Ep_4);
-        const real ncse_138 = (ncse_137 + fabs(forces_E_4));
-        const real ncse_139 = fabs(state_internal_Ep_5);
-        const real ncse_140 = (ncse_139 + fabs(forces_E_5));
-        const real ncse_142 = (((real)0.3333333333333333) * ncse_121);
-        const real ncse_143 = (((real)1.3333333333333333) * ncse_127);
-        const real ncse_144 = (ncse_143 + (((real)0.3333333333333333) * ncse_123));
-        const real ncse_145 = (((real)0.3333333333333333) * ncse_126);
-        const real ncse_153 = (ncse_142 + ncse_144 + (((real)0.6666666666666666) * ncse_126));
-        const real ncse_154 = (ncse_144 + ncse_145 + (((real)0.6666666666666666) * ncse_121));
-        const real ncse_155 = (ncse_142 + ncse_143 + ncse_145 + (((real)0.6666666666666666) * ncse_123));
-        const real ncse_146 = ((((real)1.5) * (ncse_153 * ncse_153)) + (((real)1.5) * (ncse_154 * ncse_154)) + (((real)1.5) * (ncse_155 * ncse_155)) + (ncse_141 * (ncse_135 * ncse_135)) + (ncse_141 * (ncse_138 * ncse_138)) + (ncse_141 * (ncse_140 * ncse_140)));
-        const real ncse_147 = fabs((ncse_15 + ncse_20));
-        const real ncse_148 = fabs((ncse_20 + ncse_9));
-        const real ncse_149 = fabs((ncse_10 + ncse_20));
-        const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3));
-        const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32));
-        const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35));
-        const real nt1_r_3 = (-ncse_36 - old_state_internal_Ep_3 - (ncse_37 * ncse_41));
-        const real nt1_r_4 = (-ncse_42 - old_state_internal_Ep_4 - (ncse_41 * ncse_43));
-        const real nt1_r_5 = (-ncse_44 - old_state_internal_Ep_5 - (ncse_41 * ncse_45));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_56));
-        const real nt1_r_7 = (state_internal_phi - old_state_internal_phi - (ncse_3 * ncse_57 * ncse_58));
-        const real nt1_r_8 = mc_le((-ncse_62), ncse_63);
-        const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
-        const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (((real)2.0) * ncse_123))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (((real)2.0) * ncse_121))))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_146 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (((real)2.0) * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (((real)2.0) * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (((real)2.0) * ncse_147))))))) + fabs(old_state_internal_phi)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60))))));
-        const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
-        v_nt1_rnorm0[l] = nt1_rnorm0;
-        const int mc_was = mc_act[l];
-        v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];
-        v_gtn_return_map_residual_norm[l] = mc_was ? gtn_return_map_residual_norm : v_gtn_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
-        mc_act[l] = mc_go;
-        mc_A[0 * MC_W + l] = ncse_74;
-        mc_A[1 * MC_W + l] = ncse_76;
-        mc_A[2 * MC_W + l] = ncse_76;
-        mc_A[3 * MC_W + l] = ((real)0.0);
-        mc_A[4 * MC_W + l] = ((real)0.0);
-        mc_A[5 * MC_W + l] = ((real)0.0);
-        mc_A[6 * MC_W + l] = (ncse_79 * ncse_80);
-        mc_A[7 * MC_W + l] = ncse_82;
-        mc_A[8 * MC_W + l] = (ncse_28 * ncse_72);
-        mc_B[0 * MC_W + l] = (-nt1_r_0);
-        mc_A[9 * MC_W + l] = ncse_76;
-        mc_A[10 * MC_W + l] = ncse_74;
-        mc_A[11 * MC_W + l] = ncse_76;
-        mc_A[12 * MC_W + l] = ((real)0.0);
-        mc_A[13 * MC_W + l] = ((real)0.0);
-        mc_A[14 * MC_W + l] = ((real)0.0);
-        mc_A[15 * MC_W + l] = (ncse_80 * ncse_84);
-        mc_A[16 * MC_W + l] = ncse_82;
-        mc_A[17 * MC_W + l] = (ncse_31 * ncse_72);
-        mc_B[1 * MC_W + l] = (-nt1_r_1);
-        mc_A[18 * MC_W + l] = ncse_76;
-        mc_A[19 * MC_W + l] = ncse_76;
-        mc_A[20 * MC_W + l] = ncse_74;
-        mc_A[21 * MC_W + l] = ((real)0.0);
-        mc_A[22 * MC_W + l] = ((real)0.0);
-        mc_A[23 * MC_W + l] = ((real)0.0);
-        mc_A[24 * MC_W + l] = (ncse_80 * ncse_86);
-        mc_A[25 * MC_W + l] = ncse_82;
-        mc_A[26 * MC_W + l] = (ncse_34 * ncse_72);
-        mc_B[2 * MC_W + l] = (-nt1_r_2);
-        mc_A[27 * MC_W + l] = ((real)0.0);
-        mc_A[28 * MC_W + l] = ((real)0.0);
-        mc_A[29 * MC_W + l] = ((real)0.0);
-        mc_A[30 * MC_W + l] = ncse_87;
-        mc_A[31 * MC_W + l] = ((real)0.0);
-        mc_A[32 * MC_W + l] = ((real)0.0);
-        mc_A[33 * MC_W + l] = (-ncse_37 * ncse_89);
-        mc_A[34 * MC_W + l] = ((real)0.0);
-        mc_A[35 * MC_W + l] = (ncse_37 * ncse_90);
-        mc_B[3 * MC_W + l] = (-nt1_r_3);
-        mc_A[36 * MC_W + l] = ((real)0.0);
-        mc_A[37 * MC_W + l] = ((real)0.0);
-        mc_A[38 * MC_W + l] = ((real)0.0);
-        mc_A[39 * MC_W + l] = ((real)0.0);
-        mc_A[40 * MC_W + l] = ncse_87;
-        mc_A[41 * MC_W + l] = ((real)0.0);
-        mc_A[42 * MC_W + l] = (-ncse_43 * ncse_89);
-        mc_A[43 * MC_W + l] = ((real)0.0);
-        mc_A[44 * MC_W + l] = (ncse_43 * ncse_90);
-        mc_B[4 * MC_W + l] = (-nt1_r_4);
-        mc_A[45 * MC_W + l] = ((real)0.0);
-        mc_A[46 * MC_W + l] = ((real)0.0);
-        mc_A[47 * MC_W + l] = ((real)0.0);
-        mc_A[48 * MC_W + l] = ((real)0.0);
-        mc_A[49 * MC_W + l] = ((real)0.0);
-        mc_A[50 * MC_W + l] = ncse_87;
-        mc_A[51 * MC_W + l] = (-ncse_45 * ncse_89);
-        mc_A[52 * MC_W + l] = ((real)0.0);
-        mc_A[53 * MC_W + l] = (ncse_45 * ncse_90);
-        mc_B[5 * MC_W + l] = (-nt1_r_5);
-        mc_A[54 * MC_W + l] = (ncse_73 * (-ncse_91 - ncse_92 + (ncse_69 * ncse_78)));
-        mc_A[55 * MC_W + l] = (ncse_73 * (-ncse_91 - ncse_93 + (ncse_69 * ncse_83)));
-        mc_A[56 * MC_W + l] = (ncse_73 * (-ncse_92 - ncse_93 + (ncse_69 * ncse_85)));
-        mc_A[57 * MC_W + l] = (-ncse_94 * ncse_95);
-        mc_A[58 * MC_W + l] = (-ncse_43 * ncse_96);
-        mc_A[59 * MC_W + l] = (-ncse_45 * ncse_96);
-        mc_A[60 * MC_W + l] = (((real)1.0) + (ncse_80 * (-(((real)6.0) * ncse_53 * ncse_97) - (ncse_21 * ncse_46 * ncse_55) - (ncse_66 * ncse_97 * (ncse_21 * ncse_21)))));
-        mc_A[61 * MC_W + l] = (p_q2 * ncse_21 * ncse_5 * ncse_81);
-        mc_A[62 * MC_W + l] = (ncse_56 * ncse_72);
-        mc_B[6 * MC_W + l] = (-nt1_r_6);
-        mc_A[63 * MC_W + l] = ncse_99;
-        mc_A[64 * MC_W + l] = ncse_99;
-        mc_A[65 * MC_W + l] = ncse_99;
-        mc_A[66 * MC_W + l] = ((real)0.0);
-        mc_A[67 * MC_W + l] = ((real)0.0);
-        mc_A[68 * MC_W + l] = ((real)0.0);
-        mc_A[69 * MC_W + l] = (ncse_72 * ((ncse_100 * ncse_79) + (ncse_100 * ncse_84) + (ncse_100 * ncse_86)));
-        mc_A[70 * MC_W + l] = (((real)1.0) + (ncse_72 * (-ncse_58 + (((real)3.0) * p_q1 * p_q2 * ncse_13 * ncse_24 * ncse_57 * state_internal_gamma_rate))));
-        mc_A[71 * MC_W + l] = (ncse_72 * ((ncse_28 * ncse_57) + (ncse_31 * ncse_57) + (ncse_34 * ncse_57)));
-        mc_B[7 * MC_W + l] = (-nt1_r_7);
-        mc_A[72 * MC_W + l] = (ncse_102 * (-ncse_103 - ncse_104 + (ncse_28 * ncse_69)));
-        mc_A[73 * MC_W + l] = (ncse_102 * (-ncse_103 - ncse_105 + (ncse_31 * ncse_69)));
-        mc_A[74 * MC_W + l] = (ncse_102 * (-ncse_104 - ncse_105 + (ncse_34 * ncse_69)));
-        mc_A[75 * MC_W + l] = (-ncse_106 * ncse_94);
-        mc_A[76 * MC_W + l] = (-ncse_107 * ncse_43);
-        mc_A[77 * MC_W + l] = (-ncse_107 * ncse_45);
-        mc_A[78 * MC_W + l] = (-p_K * ncse_102 * ncse_56);
-        mc_A[79 * MC_W + l] = (ncse_102 * ((((real)2.0) * ncse_61) - (p_q3 * ncse_59)));
-        mc_A[80 * MC_W + l] = (p_E * ncse_101 * ncse_3);
-        mc_B[8 * MC_W + l] = (-nt1_r_8);
-    }
-    int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
-    MC_LANES mc_any |= mc_act[l];
-    if (!mc_any) break;
-    mc_lu_solve(9, 1, mc_A, mc_B);
-    MC_SIMD MC_LANES {
-        const int mc_go = mc_act[l];
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
-        v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + mc_B[6 * MC_W + l] : v_state_internal_ep[l];
-        v_state_internal_phi[l] = mc_go ? v_state_internal_phi[l] + mc_B[7 * MC_W + l] : v_state_internal_phi[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[8 * MC_W + l] : v_state_internal_gamma_rate[l];
-        v_gtn_return_map_iterations[l] = v_gtn_return_map_iterations[l] + mc_go;
-    }
-    }
+    newton_1_iterate(
+        v_p_E, v_p_K, v_p_nu, v_p_q1, v_p_q2, v_p_q3, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
+        v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
+        v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2,
+        v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5,
+        v_old_state_internal_ep, v_old_state_internal_phi, mc_redo, v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_phi, v_state_internal_gamma_rate,
+        v_gtn_return_map_converged, v_gtn_return_map_iterations, v_gtn_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {

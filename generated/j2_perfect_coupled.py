@@ -2066,8 +2066,10 @@ C_SOURCE = r'''
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
 #endif
 
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(
+/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active.
+   V = 2: every lane from the guess, the step unrolled over the Jacobian's structural nonzeros;
+   V = 1: the lanes whose mc_redo is set, from the guess, the step by mc_lu_solve (partial pivoting) */
+MC_INLINE void newton_1_iterate(
     const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
     const real *restrict v_forces_E_0, const real *restrict v_forces_E_1,
     const real *restrict v_forces_E_2, const real *restrict v_forces_E_3,
@@ -2076,14 +2078,14 @@ static void newton_1(
     const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1,
     const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3,
     const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
-    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
-    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
-    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
-    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate,
-    int *restrict v_j2_perfect_return_map_converged,
+    const real *restrict v_old_state_internal_gamma_rate, const int *restrict mc_redo,
+    real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1,
+    real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3,
+    real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5,
+    real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged,
     int *restrict v_j2_perfect_return_map_iterations,
-    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
-    real v_nt1_rnorm0[MC_W];
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a, const int V) {
+    real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_13[MC_W];
     real v_ncse_4[MC_W];
@@ -2116,13 +2118,13 @@ static void newton_1(
         const real p_E = MC_P(0, v_p_E[l]);
         const real forces_t = v_forces_t[l];
         const real old_forces_t = v_old_forces_t[l];
-        const real state_internal_Ep_0 = old_state_internal_Ep_0;
-        const real state_internal_Ep_1 = old_state_internal_Ep_1;
-        const real state_internal_Ep_2 = old_state_internal_Ep_2;
-        const real state_internal_Ep_3 = old_state_internal_Ep_3;
-        const real state_internal_Ep_4 = old_state_internal_Ep_4;
-        const real state_internal_Ep_5 = old_state_internal_Ep_5;
-        const real state_internal_gamma_rate = old_state_internal_gamma_rate;
+        const real state_internal_Ep_0 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_0[l] : old_state_internal_Ep_0;
+        const real state_internal_Ep_1 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_1[l] : old_state_internal_Ep_1;
+        const real state_internal_Ep_2 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_2[l] : old_state_internal_Ep_2;
+        const real state_internal_Ep_3 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_3[l] : old_state_internal_Ep_3;
+        const real state_internal_Ep_4 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_4[l] : old_state_internal_Ep_4;
+        const real state_internal_Ep_5 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_5[l] : old_state_internal_Ep_5;
+        const real state_internal_gamma_rate = (V & 1) && !mc_redo[l] ? v_state_internal_gamma_rate[l] : old_state_internal_gamma_rate;
         const real ncse_3 = (((real)1.0) + p_nu);
         const real ncse_13 = (((real)1.0) / ncse_3);
         const real ncse_4 = ((p_E * p_E) * (ncse_13 * ncse_13));
@@ -2143,9 +2145,9 @@ static void newton_1(
         const real ncse_99 = (((real)0.6666666666666666) * ncse_98);
         const real ncse_102 = (((real)1.3333333333333333) * ncse_98);
         const real ncse_119 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        v_j2_perfect_return_map_converged[l] = 0;
-        v_j2_perfect_return_map_iterations[l] = 0;
-        mc_act[l] = 1;
+        v_j2_perfect_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_converged[l] : 0;
+        v_j2_perfect_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_iterations[l] : 0;
+        mc_act[l] = (V & 1) ? mc_redo[l] : 1;
         v_state_internal_Ep_0[l] = state_internal_Ep_0;
         v_state_internal_Ep_1[l] = state_internal_Ep_1;
         v_state_internal_Ep_2[l] = state_internal_Ep_2;
@@ -2524,22 +2526,116 @@ static void newton_1(
         const real nt1_dx_4 = nt1_172;
         const real nt1_dx_5 = nt1_171;
         const real nt1_dx_6 = nt1_170;
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_6 : v_state_internal_gamma_rate[l];
-        v_j2_perfect_return_map_iterations[l] = v_j2_perfect_return_map_iterations[l] + mc_go;
+        if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
+        if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
+        if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
+        if (V & 2) v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
+        if (V & 2) v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
+        if (V & 2) v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
+        if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_6 : v_state_internal_gamma_rate[l];
+        if (V & 2) v_j2_perfect_return_map_iterations[l] = v_j2_perfect_return_map_iterations[l] + mc_go;
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_29 * ncse_29)))));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_60;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_62;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[6 * MC_W + l] = ncse_57;
+        if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
+        if (V & 1) mc_A[7 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[8 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_33 * ncse_33)))));
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_64;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_67;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_70;
+        if (V & 1) mc_A[13 * MC_W + l] = ncse_65;
+        if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
+        if (V & 1) mc_A[14 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[15 * MC_W + l] = ncse_64;
+        if (V & 1) mc_A[16 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_35 * ncse_35)))));
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_73;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_71;
+        if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_60;
+        if (V & 1) mc_A[22 * MC_W + l] = ncse_67;
+        if (V & 1) mc_A[23 * MC_W + l] = ncse_73;
+        if (V & 1) mc_A[24 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_5 * ncse_79))));
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[27 * MC_W + l] = (ncse_2 * ncse_85);
+        if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_62;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[30 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[31 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[32 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_79 * ncse_8))));
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[34 * MC_W + l] = (ncse_7 * ncse_85);
+        if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[36 * MC_W + l] = ncse_70;
+        if (V & 1) mc_A[37 * MC_W + l] = ncse_76;
+        if (V & 1) mc_A[38 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[39 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[40 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_11 * ncse_79))));
+        if (V & 1) mc_A[41 * MC_W + l] = (ncse_10 * ncse_85);
+        if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
+        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_30 * ncse_89);
+        if (V & 1) mc_A[43 * MC_W + l] = (-ncse_33 * ncse_90);
+        if (V & 1) mc_A[44 * MC_W + l] = (-ncse_35 * ncse_90);
+        if (V & 1) mc_A[45 * MC_W + l] = (-ncse_37 * ncse_91);
+        if (V & 1) mc_A[46 * MC_W + l] = (-ncse_7 * ncse_92);
+        if (V & 1) mc_A[47 * MC_W + l] = (-ncse_10 * ncse_92);
+        if (V & 1) mc_A[48 * MC_W + l] = (ncse_38 * ncse_87);
+        if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
     MC_LANES mc_any |= mc_act[l];
     if (!mc_any) break;
+    if (V & 1) {
+        mc_lu_solve(7, 1, mc_A, mc_B);
+        MC_SIMD MC_LANES {
+            const int mc_go = mc_act[l];
+            v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
+            v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
+            v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
+            v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
+            v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
+            v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
+            v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[6 * MC_W + l] : v_state_internal_gamma_rate[l];
+            v_j2_perfect_return_map_iterations[l] = v_j2_perfect_return_map_iterations[l] + mc_go;
+        }
+    }
     }
 }
-
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
+static void newton_1(
+    const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
+    const real *restrict v_forces_E_0, const real *restrict v_forces_E_1,
+    const real *restrict v_forces_E_2, const real *restrict v_forces_E_3,
+    const real *restrict v_forces_E_4, const real *restrict v_forces_E_5,
+    const real *restrict v_forces_t, const real *restrict v_old_forces_t,
+    const real *restrict v_old_state_internal_Ep_0, const real *restrict v_old_state_internal_Ep_1,
+    const real *restrict v_old_state_internal_Ep_2, const real *restrict v_old_state_internal_Ep_3,
+    const real *restrict v_old_state_internal_Ep_4, const real *restrict v_old_state_internal_Ep_5,
+    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_gamma_rate,
+    int *restrict v_j2_perfect_return_map_converged,
+    int *restrict v_j2_perfect_return_map_iterations,
+    real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
+    newton_1_iterate(
+        v_p_E, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
+        v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
+        v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3,
+        v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_gamma_rate, 0,
+        v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
+        v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_gamma_rate,
+        v_j2_perfect_return_map_converged, v_j2_perfect_return_map_iterations,
+        v_j2_perfect_return_map_residual_norm, a, 2);
+}
 static void newton_1_lu(
     const real *restrict v_p_E, const real *restrict v_p_nu, const real *restrict v_p_sigma_y,
     const real *restrict v_forces_E_0, const real *restrict v_forces_E_1,
@@ -2556,335 +2652,15 @@ static void newton_1_lu(
     real *restrict v_state_internal_gamma_rate, int *restrict v_j2_perfect_return_map_converged,
     int *restrict v_j2_perfect_return_map_iterations,
     real *restrict v_j2_perfect_return_map_residual_norm, const mc_args *restrict a) {
-    real mc_A[49 * MC_W], mc_B[7 * MC_W], v_nt1_rnorm0[MC_W];
-    int mc_act[MC_W];
-    real v_ncse_13[MC_W];
-    real v_ncse_4[MC_W];
-    real v_ncse_14[MC_W];
-    real v_ncse_18[MC_W];
-    real v_ncse_22[MC_W];
-    real v_ncse_31[MC_W];
-    real v_ncse_38[MC_W];
-    real v_ncse_42[MC_W];
-    real v_ncse_43[MC_W];
-    real v_ncse_48[MC_W];
-    real v_ncse_49[MC_W];
-    real v_ncse_80[MC_W];
-    real v_ncse_81[MC_W];
-    real v_ncse_96[MC_W];
-    real v_ncse_97[MC_W];
-    real v_ncse_98[MC_W];
-    real v_ncse_99[MC_W];
-    real v_ncse_102[MC_W];
-    real v_ncse_119[MC_W];
-    MC_SIMD MC_LANES {
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real old_state_internal_gamma_rate = v_old_state_internal_gamma_rate[l];
-        const real p_nu = MC_P(1, v_p_nu[l]);
-        const real p_E = MC_P(0, v_p_E[l]);
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
-        const real state_internal_Ep_0 = mc_redo[l] ? old_state_internal_Ep_0 : v_state_internal_Ep_0[l];
-        const real state_internal_Ep_1 = mc_redo[l] ? old_state_internal_Ep_1 : v_state_internal_Ep_1[l];
-        const real state_internal_Ep_2 = mc_redo[l] ? old_state_internal_Ep_2 : v_state_internal_Ep_2[l];
-        const real state_internal_Ep_3 = mc_redo[l] ? old_state_internal_Ep_3 : v_state_internal_Ep_3[l];
-        const real state_internal_Ep_4 = mc_redo[l] ? old_state_internal_Ep_4 : v_state_internal_Ep_4[l];
-        const real state_internal_Ep_5 = mc_redo[l] ? old_state_internal_Ep_5 : v_state_internal_Ep_5[l];
-        const real state_internal_gamma_rate = mc_redo[l] ? old_state_internal_gamma_rate : v_state_internal_gamma_rate[l];
-        const real ncse_3 = (((real)1.0) + p_nu);
-        const real ncse_13 = (((real)1.0) / ncse_3);
-        const real ncse_4 = ((p_E * p_E) * (ncse_13 * ncse_13));
-        const real ncse_14 = (p_E * ncse_13);
-        const real ncse_18 = (((real)0.3333333333333333) * ncse_14);
-        const real ncse_22 = (((real)0.6666666666666666) * ncse_14);
-        const real ncse_31 = (forces_t - old_forces_t);
-        const real ncse_38 = (p_E * ncse_31);
-        const real ncse_42 = ((real)2.449489742783178);
-        const real ncse_43 = (((real)0.3333333333333333) * ncse_42);
-        const real ncse_48 = (-ncse_31);
-        const real ncse_49 = (ncse_14 * ncse_48);
-        const real ncse_80 = (p_E * p_E * p_E);
-        const real ncse_81 = (ncse_13 * ncse_13 * ncse_13);
-        const real ncse_96 = fabs(p_E);
-        const real ncse_97 = fabs(ncse_13);
-        const real ncse_98 = (ncse_96 * ncse_97);
-        const real ncse_99 = (((real)0.6666666666666666) * ncse_98);
-        const real ncse_102 = (((real)1.3333333333333333) * ncse_98);
-        const real ncse_119 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        v_j2_perfect_return_map_converged[l] = mc_redo[l] ? 0 : v_j2_perfect_return_map_converged[l];
-        v_j2_perfect_return_map_iterations[l] = mc_redo[l] ? 0 : v_j2_perfect_return_map_iterations[l];
-        mc_act[l] = mc_redo[l];
-        v_state_internal_Ep_0[l] = state_internal_Ep_0;
-        v_state_internal_Ep_1[l] = state_internal_Ep_1;
-        v_state_internal_Ep_2[l] = state_internal_Ep_2;
-        v_state_internal_Ep_3[l] = state_internal_Ep_3;
-        v_state_internal_Ep_4[l] = state_internal_Ep_4;
-        v_state_internal_Ep_5[l] = state_internal_Ep_5;
-        v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
-        v_ncse_13[l] = ncse_13;
-        v_ncse_4[l] = ncse_4;
-        v_ncse_14[l] = ncse_14;
-        v_ncse_18[l] = ncse_18;
-        v_ncse_22[l] = ncse_22;
-        v_ncse_31[l] = ncse_31;
-        v_ncse_38[l] = ncse_38;
-        v_ncse_42[l] = ncse_42;
-        v_ncse_43[l] = ncse_43;
-        v_ncse_48[l] = ncse_48;
-        v_ncse_49[l] = ncse_49;
-        v_ncse_80[l] = ncse_80;
-        v_ncse_81[l] = ncse_81;
-        v_ncse_96[l] = ncse_96;
-        v_ncse_97[l] = ncse_97;
-        v_ncse_98[l] = ncse_98;
-        v_ncse_99[l] = ncse_99;
-        v_ncse_102[l] = ncse_102;
-        v_ncse_119[l] = ncse_119;
-    }
-    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
-    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
-    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
-    for (int it = 0; ; ++it) {
-    MC_SIMD MC_LANES {
-        const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real ncse_4 = v_ncse_4[l];
-        const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real ncse_14 = v_ncse_14[l];
-        const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_1 = v_forces_E_1[l];
-        const real ncse_18 = v_ncse_18[l];
-        const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real ncse_22 = v_ncse_22[l];
-        const real p_E = MC_P(0, v_p_E[l]);
-        const real ncse_13 = v_ncse_13[l];
-        const real ncse_31 = v_ncse_31[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real ncse_38 = v_ncse_38[l];
-        const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
-        const real ncse_42 = v_ncse_42[l];
-        const real ncse_43 = v_ncse_43[l];
-        const real ncse_49 = v_ncse_49[l];
-        const real ncse_48 = v_ncse_48[l];
-        const real ncse_80 = v_ncse_80[l];
-        const real ncse_81 = v_ncse_81[l];
-        const real ncse_99 = v_ncse_99[l];
-        const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_119 = v_ncse_119[l];
-        const real ncse_98 = v_ncse_98[l];
-        const real ncse_96 = v_ncse_96[l];
-        const real ncse_97 = v_ncse_97[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_102 = v_ncse_102[l];
-        const real ncse_0 = (-state_internal_Ep_0);
-        const real ncse_1 = (-state_internal_Ep_3);
-        const real ncse_2 = (forces_E_3 + ncse_1);
-        const real ncse_5 = (ncse_4 * (ncse_2 * ncse_2));
-        const real ncse_6 = (-state_internal_Ep_4);
-        const real ncse_7 = (forces_E_4 + ncse_6);
-        const real ncse_8 = (ncse_4 * (ncse_7 * ncse_7));
-        const real ncse_9 = (-state_internal_Ep_5);
-        const real ncse_10 = (forces_E_5 + ncse_9);
-        const real ncse_11 = (ncse_4 * (ncse_10 * ncse_10));
-        const real ncse_12 = (forces_E_0 + ncse_0);
-        const real ncse_15 = (((real)0.3333333333333333) * ncse_12 * ncse_14);
-        const real ncse_16 = (-state_internal_Ep_1);
-        const real ncse_17 = (forces_E_1 + ncse_16);
-        const real ncse_19 = (ncse_17 * ncse_18);
-        const real ncse_20 = (-state_internal_Ep_2);
-        const real ncse_21 = (forces_E_2 + ncse_20);
-        const real ncse_23 = (ncse_21 * ncse_22);
-        const real ncse_24 = (ncse_17 * ncse_22);
-        const real ncse_25 = (ncse_18 * ncse_21);
-        const real ncse_26 = (ncse_12 * ncse_22);
-        const real ncse_116 = (ncse_23 - ncse_15 - ncse_19);
-        const real ncse_117 = (ncse_24 - ncse_15 - ncse_25);
-        const real ncse_118 = (ncse_26 - ncse_19 - ncse_25);
-        const real ncse_27 = sqrt(mc_pos((ncse_11 + ncse_5 + ncse_8 + (ncse_116 * ncse_116) + (ncse_117 * ncse_117) + (ncse_118 * ncse_118))));
-        const real ncse_28 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_27));
-        const real ncse_29 = (-ncse_23 - ncse_24 + (((real)1.3333333333333333) * p_E * ncse_12 * ncse_13));
-        const real ncse_30 = (ncse_28 * ncse_29);
-        const real ncse_32 = (ncse_31 * state_internal_gamma_rate);
-        const real ncse_33 = (-ncse_23 - ncse_26 + (((real)1.3333333333333333) * p_E * ncse_13 * ncse_17));
-        const real ncse_34 = (ncse_28 * ncse_32);
-        const real ncse_35 = (-ncse_24 - ncse_26 + (((real)1.3333333333333333) * p_E * ncse_13 * ncse_21));
-        const real ncse_36 = (((real)2.0) * ncse_28);
-        const real ncse_37 = (ncse_2 * ncse_36);
-        const real ncse_39 = (ncse_38 * state_internal_gamma_rate);
-        const real ncse_40 = (ncse_13 * ncse_39);
-        const real ncse_41 = (ncse_36 * ncse_40);
-        const real ncse_44 = (ncse_43 * (-p_sigma_y + (((real)0.5) * ncse_27 * ncse_42)));
-        const real ncse_45 = (-((real)1.3333333333333333) * ncse_28);
-        const real ncse_46 = mc_sdiv(((real)1.0), (((real)4.0) * (ncse_27 * ncse_27)));
-        const real ncse_47 = (ncse_36 * ncse_46);
-        const real ncse_50 = (ncse_49 * state_internal_gamma_rate);
-        const real ncse_51 = (((real)0.6666666666666666) * ncse_28);
-        const real ncse_52 = (ncse_29 * ncse_47);
-        const real ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_33 * ncse_52)));
-        const real ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)));
-        const real ncse_55 = (ncse_2 * state_internal_gamma_rate);
-        const real ncse_56 = (ncse_28 * ncse_48);
-        const real ncse_57 = (ncse_29 * ncse_56);
-        const real ncse_58 = (((real)4.0) * ncse_4 * ncse_46);
-        const real ncse_59 = (ncse_57 * ncse_58);
-        const real ncse_60 = (ncse_55 * ncse_59);
-        const real ncse_61 = (ncse_59 * state_internal_gamma_rate);
-        const real ncse_62 = (ncse_61 * ncse_7);
-        const real ncse_63 = (ncse_10 * ncse_61);
-        const real ncse_64 = (-ncse_50 * (-ncse_51 - (ncse_33 * ncse_35 * ncse_47)));
-        const real ncse_65 = (ncse_33 * ncse_56);
-        const real ncse_66 = (ncse_58 * ncse_65);
-        const real ncse_67 = (ncse_55 * ncse_66);
-        const real ncse_68 = (ncse_66 * state_internal_gamma_rate);
-        const real ncse_69 = (ncse_68 * ncse_7);
-        const real ncse_70 = (ncse_10 * ncse_68);
-        const real ncse_71 = (ncse_35 * ncse_56);
-        const real ncse_72 = (ncse_58 * ncse_71);
-        const real ncse_73 = (ncse_55 * ncse_72);
-        const real ncse_74 = (ncse_72 * state_internal_gamma_rate);
-        const real ncse_75 = (ncse_7 * ncse_74);
-        const real ncse_76 = (ncse_10 * ncse_74);
-        const real ncse_77 = (-((real)2.0) * ncse_28);
-        const real ncse_78 = (((real)8.0) * ncse_46);
-        const real ncse_79 = (ncse_28 * ncse_78);
-        const real ncse_82 = (ncse_55 * ncse_56 * ncse_78 * ncse_80 * ncse_81);
-        const real ncse_83 = (ncse_7 * ncse_82);
-        const real ncse_84 = (ncse_10 * ncse_82);
-        const real ncse_85 = (ncse_36 * ncse_49);
-        const real ncse_86 = (ncse_10 * ncse_56 * ncse_7 * ncse_78 * ncse_80 * ncse_81 * state_internal_gamma_rate);
-        const real ncse_87 = ((-ncse_39 - ncse_44) > 0 ? 1 : 0);
-        const real ncse_88 = (-((real)1.0) + ncse_87);
-        const real ncse_89 = (ncse_14 * ncse_88);
-        const real ncse_90 = (ncse_28 * ncse_89);
-        const real ncse_91 = (ncse_4 * ncse_88);
-        const real ncse_92 = (ncse_36 * ncse_91);
-        const real ncse_93 = fabs(state_internal_Ep_0);
-        const real ncse_94 = fabs(state_internal_Ep_1);
-        const real ncse_95 = (ncse_94 + fabs(forces_E_1));
-        const real ncse_100 = (ncse_95 * ncse_99);
-        const real ncse_101 = (ncse_93 + fabs(forces_E_0));
-        const real ncse_103 = fabs(state_internal_Ep_2);
-        const real ncse_104 = (ncse_103 + fabs(forces_E_2));
-        const real ncse_105 = (((real)2.6666666666666665) * ncse_98 * (ncse_101 + ncse_104 + ncse_95) * fabs(p_nu) * ncse_119);
-        const real ncse_106 = (ncse_105 + (ncse_104 * ncse_99));
-        const real ncse_107 = fabs(ncse_28);
-        const real ncse_108 = (fabs(ncse_31) * fabs(state_internal_gamma_rate));
-        const real ncse_109 = (ncse_107 * ncse_108);
-        const real ncse_110 = (ncse_101 * ncse_99);
-        const real ncse_111 = fabs(state_internal_Ep_3);
-        const real ncse_112 = (ncse_108 * ncse_96);
-        const real ncse_113 = (((real)2.0) * ncse_107 * ncse_112 * ncse_97);
-        const real ncse_114 = fabs(state_internal_Ep_4);
-        const real ncse_115 = fabs(state_internal_Ep_5);
-        const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_30 * ncse_32));
-        const real nt1_r_1 = (-ncse_16 - old_state_internal_Ep_1 - (ncse_33 * ncse_34));
-        const real nt1_r_2 = (-ncse_20 - old_state_internal_Ep_2 - (ncse_34 * ncse_35));
-        const real nt1_r_3 = (-ncse_1 - old_state_internal_Ep_3 - (ncse_37 * ncse_40));
-        const real nt1_r_4 = (-ncse_6 - old_state_internal_Ep_4 - (ncse_41 * ncse_7));
-        const real nt1_r_5 = (-ncse_9 - old_state_internal_Ep_5 - (ncse_10 * ncse_41));
-        const real nt1_r_6 = mc_le((-ncse_44), ncse_39);
-        const real j2_perfect_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)));
-        const real nt1_rnorm0 = it == 0 ? j2_perfect_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_93 + (ncse_109 * (ncse_100 + ncse_106 + (ncse_101 * ncse_102))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_94 + (ncse_109 * (ncse_106 + ncse_110 + (ncse_102 * ncse_95))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_103 + (ncse_109 * (ncse_100 + ncse_105 + ncse_110 + (ncse_102 * ncse_104))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_114 + (ncse_113 * (ncse_114 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_43 * ((((real)0.5) * ncse_42 * fabs(ncse_27)) + fabs(p_sigma_y)))))));
-        const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
-        v_nt1_rnorm0[l] = nt1_rnorm0;
-        const int mc_was = mc_act[l];
-        v_j2_perfect_return_map_converged[l] = mc_was ? nt1_ok : v_j2_perfect_return_map_converged[l];
-        v_j2_perfect_return_map_residual_norm[l] = mc_was ? j2_perfect_return_map_residual_norm : v_j2_perfect_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
-        mc_act[l] = mc_go;
-        mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_29 * ncse_29)))));
-        mc_A[1 * MC_W + l] = ncse_53;
-        mc_A[2 * MC_W + l] = ncse_54;
-        mc_A[3 * MC_W + l] = ncse_60;
-        mc_A[4 * MC_W + l] = ncse_62;
-        mc_A[5 * MC_W + l] = ncse_63;
-        mc_A[6 * MC_W + l] = ncse_57;
-        mc_B[0 * MC_W + l] = (-nt1_r_0);
-        mc_A[7 * MC_W + l] = ncse_53;
-        mc_A[8 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_33 * ncse_33)))));
-        mc_A[9 * MC_W + l] = ncse_64;
-        mc_A[10 * MC_W + l] = ncse_67;
-        mc_A[11 * MC_W + l] = ncse_69;
-        mc_A[12 * MC_W + l] = ncse_70;
-        mc_A[13 * MC_W + l] = ncse_65;
-        mc_B[1 * MC_W + l] = (-nt1_r_1);
-        mc_A[14 * MC_W + l] = ncse_54;
-        mc_A[15 * MC_W + l] = ncse_64;
-        mc_A[16 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_45 - (ncse_47 * (ncse_35 * ncse_35)))));
-        mc_A[17 * MC_W + l] = ncse_73;
-        mc_A[18 * MC_W + l] = ncse_75;
-        mc_A[19 * MC_W + l] = ncse_76;
-        mc_A[20 * MC_W + l] = ncse_71;
-        mc_B[2 * MC_W + l] = (-nt1_r_2);
-        mc_A[21 * MC_W + l] = ncse_60;
-        mc_A[22 * MC_W + l] = ncse_67;
-        mc_A[23 * MC_W + l] = ncse_73;
-        mc_A[24 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_5 * ncse_79))));
-        mc_A[25 * MC_W + l] = ncse_83;
-        mc_A[26 * MC_W + l] = ncse_84;
-        mc_A[27 * MC_W + l] = (ncse_2 * ncse_85);
-        mc_B[3 * MC_W + l] = (-nt1_r_3);
-        mc_A[28 * MC_W + l] = ncse_62;
-        mc_A[29 * MC_W + l] = ncse_69;
-        mc_A[30 * MC_W + l] = ncse_75;
-        mc_A[31 * MC_W + l] = ncse_83;
-        mc_A[32 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_79 * ncse_8))));
-        mc_A[33 * MC_W + l] = ncse_86;
-        mc_A[34 * MC_W + l] = (ncse_7 * ncse_85);
-        mc_B[4 * MC_W + l] = (-nt1_r_4);
-        mc_A[35 * MC_W + l] = ncse_63;
-        mc_A[36 * MC_W + l] = ncse_70;
-        mc_A[37 * MC_W + l] = ncse_76;
-        mc_A[38 * MC_W + l] = ncse_84;
-        mc_A[39 * MC_W + l] = ncse_86;
-        mc_A[40 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_77 - (ncse_11 * ncse_79))));
-        mc_A[41 * MC_W + l] = (ncse_10 * ncse_85);
-        mc_B[5 * MC_W + l] = (-nt1_r_5);
-        mc_A[42 * MC_W + l] = (-ncse_30 * ncse_89);
-        mc_A[43 * MC_W + l] = (-ncse_33 * ncse_90);
-        mc_A[44 * MC_W + l] = (-ncse_35 * ncse_90);
-        mc_A[45 * MC_W + l] = (-ncse_37 * ncse_91);
-        mc_A[46 * MC_W + l] = (-ncse_7 * ncse_92);
-        mc_A[47 * MC_W + l] = (-ncse_10 * ncse_92);
-        mc_A[48 * MC_W + l] = (ncse_38 * ncse_87);
-        mc_B[6 * MC_W + l] = (-nt1_r_6);
-    }
-    int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
-    MC_LANES mc_any |= mc_act[l];
-    if (!mc_any) break;
-    mc_lu_solve(7, 1, mc_A, mc_B);
-    MC_SIMD MC_LANES {
-        const int mc_go = mc_act[l];
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[6 * MC_W + l] : v_state_internal_gamma_rate[l];
-        v_j2_perfect_return_map_iterations[l] = v_j2_perfect_return_map_iterations[l] + mc_go;
-    }
-    }
+    newton_1_iterate(
+        v_p_E, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1, v_forces_E_2, v_forces_E_3,
+        v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t, v_old_state_internal_Ep_0,
+        v_old_state_internal_Ep_1, v_old_state_internal_Ep_2, v_old_state_internal_Ep_3,
+        v_old_state_internal_Ep_4, v_old_state_internal_Ep_5, v_old_state_internal_gamma_rate, mc_redo,
+        v_state_internal_Ep_0, v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3,
+        v_state_internal_Ep_4, v_state_internal_Ep_5, v_state_internal_gamma_rate,
+        v_j2_perfect_return_map_converged, v_j2_perfect_return_map_iterations,
+        v_j2_perfect_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {

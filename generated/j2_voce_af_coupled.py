@@ -5145,8 +5145,10 @@ C_SOURCE = r'''
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
 #endif
 
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
-static void newton_1(
+/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active.
+   V = 2: every lane from the guess, the step unrolled over the Jacobian's structural nonzeros;
+   V = 1: the lanes whose mc_redo is set, from the guess, the step by mc_lu_solve (partial pivoting) */
+MC_INLINE void newton_1_iterate(
     const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
     const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu,
     const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
@@ -5160,17 +5162,18 @@ static void newton_1(
     const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2,
     const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4,
     const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep,
-    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
-    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
-    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
-    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
-    real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1,
-    real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3,
-    real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5,
-    real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged,
+    const real *restrict v_old_state_internal_gamma_rate, const int *restrict mc_redo,
+    real *restrict v_state_internal_Ep_0, real *restrict v_state_internal_Ep_1,
+    real *restrict v_state_internal_Ep_2, real *restrict v_state_internal_Ep_3,
+    real *restrict v_state_internal_Ep_4, real *restrict v_state_internal_Ep_5,
+    real *restrict v_state_internal_ep, real *restrict v_state_internal_X_0,
+    real *restrict v_state_internal_X_1, real *restrict v_state_internal_X_2,
+    real *restrict v_state_internal_X_3, real *restrict v_state_internal_X_4,
+    real *restrict v_state_internal_X_5, real *restrict v_state_internal_gamma_rate,
+    int *restrict v_j2_voce_af_return_map_converged,
     int *restrict v_j2_voce_af_return_map_iterations,
-    real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
-    real v_nt1_rnorm0[MC_W];
+    real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a, const int V) {
+    real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
     int mc_act[MC_W];
     real v_ncse_2[MC_W];
     real v_ncse_3[MC_W];
@@ -5209,20 +5212,20 @@ static void newton_1(
         const real old_forces_t = v_old_forces_t[l];
         const real p_C = MC_P(5, v_p_C[l]);
         const real p_g = MC_P(6, v_p_g[l]);
-        const real state_internal_Ep_0 = old_state_internal_Ep_0;
-        const real state_internal_Ep_1 = old_state_internal_Ep_1;
-        const real state_internal_Ep_2 = old_state_internal_Ep_2;
-        const real state_internal_Ep_3 = old_state_internal_Ep_3;
-        const real state_internal_Ep_4 = old_state_internal_Ep_4;
-        const real state_internal_Ep_5 = old_state_internal_Ep_5;
-        const real state_internal_ep = old_state_internal_ep;
-        const real state_internal_X_0 = old_state_internal_X_0;
-        const real state_internal_X_1 = old_state_internal_X_1;
-        const real state_internal_X_2 = old_state_internal_X_2;
-        const real state_internal_X_3 = old_state_internal_X_3;
-        const real state_internal_X_4 = old_state_internal_X_4;
-        const real state_internal_X_5 = old_state_internal_X_5;
-        const real state_internal_gamma_rate = old_state_internal_gamma_rate;
+        const real state_internal_Ep_0 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_0[l] : old_state_internal_Ep_0;
+        const real state_internal_Ep_1 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_1[l] : old_state_internal_Ep_1;
+        const real state_internal_Ep_2 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_2[l] : old_state_internal_Ep_2;
+        const real state_internal_Ep_3 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_3[l] : old_state_internal_Ep_3;
+        const real state_internal_Ep_4 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_4[l] : old_state_internal_Ep_4;
+        const real state_internal_Ep_5 = (V & 1) && !mc_redo[l] ? v_state_internal_Ep_5[l] : old_state_internal_Ep_5;
+        const real state_internal_ep = (V & 1) && !mc_redo[l] ? v_state_internal_ep[l] : old_state_internal_ep;
+        const real state_internal_X_0 = (V & 1) && !mc_redo[l] ? v_state_internal_X_0[l] : old_state_internal_X_0;
+        const real state_internal_X_1 = (V & 1) && !mc_redo[l] ? v_state_internal_X_1[l] : old_state_internal_X_1;
+        const real state_internal_X_2 = (V & 1) && !mc_redo[l] ? v_state_internal_X_2[l] : old_state_internal_X_2;
+        const real state_internal_X_3 = (V & 1) && !mc_redo[l] ? v_state_internal_X_3[l] : old_state_internal_X_3;
+        const real state_internal_X_4 = (V & 1) && !mc_redo[l] ? v_state_internal_X_4[l] : old_state_internal_X_4;
+        const real state_internal_X_5 = (V & 1) && !mc_redo[l] ? v_state_internal_X_5[l] : old_state_internal_X_5;
+        const real state_internal_gamma_rate = (V & 1) && !mc_redo[l] ? v_state_internal_gamma_rate[l] : old_state_internal_gamma_rate;
         const real ncse_2 = (((real)1.0) / (((real)1.0) + p_nu));
         const real ncse_3 = (p_E * ncse_2);
         const real ncse_8 = (((real)0.6666666666666666) * ncse_3);
@@ -5239,9 +5242,9 @@ static void newton_1(
         const real ncse_204 = (((real)0.6666666666666666) * ncse_199);
         const real ncse_235 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
         const real ncse_228 = fabs(p_g);
-        v_j2_voce_af_return_map_converged[l] = 0;
-        v_j2_voce_af_return_map_iterations[l] = 0;
-        mc_act[l] = 1;
+        v_j2_voce_af_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_converged[l] : 0;
+        v_j2_voce_af_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_iterations[l] : 0;
+        mc_act[l] = (V & 1) ? mc_redo[l] : 1;
         v_state_internal_Ep_0[l] = state_internal_Ep_0;
         v_state_internal_Ep_1[l] = state_internal_Ep_1;
         v_state_internal_Ep_2[l] = state_internal_Ep_2;
@@ -6525,29 +6528,296 @@ static void newton_1(
         const real nt1_dx_11 = nt1_904;
         const real nt1_dx_12 = nt1_903;
         const real nt1_dx_13 = nt1_902;
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
-        v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
-        v_state_internal_X_0[l] = mc_go ? v_state_internal_X_0[l] + nt1_dx_7 : v_state_internal_X_0[l];
-        v_state_internal_X_1[l] = mc_go ? v_state_internal_X_1[l] + nt1_dx_8 : v_state_internal_X_1[l];
-        v_state_internal_X_2[l] = mc_go ? v_state_internal_X_2[l] + nt1_dx_9 : v_state_internal_X_2[l];
-        v_state_internal_X_3[l] = mc_go ? v_state_internal_X_3[l] + nt1_dx_10 : v_state_internal_X_3[l];
-        v_state_internal_X_4[l] = mc_go ? v_state_internal_X_4[l] + nt1_dx_11 : v_state_internal_X_4[l];
-        v_state_internal_X_5[l] = mc_go ? v_state_internal_X_5[l] + nt1_dx_12 : v_state_internal_X_5[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_13 : v_state_internal_gamma_rate[l];
-        v_j2_voce_af_return_map_iterations[l] = v_j2_voce_af_return_map_iterations[l] + mc_go;
+        if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
+        if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
+        if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
+        if (V & 2) v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + nt1_dx_3 : v_state_internal_Ep_3[l];
+        if (V & 2) v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + nt1_dx_4 : v_state_internal_Ep_4[l];
+        if (V & 2) v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
+        if (V & 2) v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
+        if (V & 2) v_state_internal_X_0[l] = mc_go ? v_state_internal_X_0[l] + nt1_dx_7 : v_state_internal_X_0[l];
+        if (V & 2) v_state_internal_X_1[l] = mc_go ? v_state_internal_X_1[l] + nt1_dx_8 : v_state_internal_X_1[l];
+        if (V & 2) v_state_internal_X_2[l] = mc_go ? v_state_internal_X_2[l] + nt1_dx_9 : v_state_internal_X_2[l];
+        if (V & 2) v_state_internal_X_3[l] = mc_go ? v_state_internal_X_3[l] + nt1_dx_10 : v_state_internal_X_3[l];
+        if (V & 2) v_state_internal_X_4[l] = mc_go ? v_state_internal_X_4[l] + nt1_dx_11 : v_state_internal_X_4[l];
+        if (V & 2) v_state_internal_X_5[l] = mc_go ? v_state_internal_X_5[l] + nt1_dx_12 : v_state_internal_X_5[l];
+        if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_13 : v_state_internal_gamma_rate[l];
+        if (V & 2) v_j2_voce_af_return_map_iterations[l] = v_j2_voce_af_return_map_iterations[l] + mc_go;
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_62 * ncse_65));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[6 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[7 * MC_W + l] = (ncse_61 * ncse_64);
+        if (V & 1) mc_A[8 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[13 * MC_W + l] = (ncse_16 * ncse_87);
+        if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
+        if (V & 1) mc_A[14 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[15 * MC_W + l] = (((real)1.0) - (ncse_65 * ncse_89));
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_92;
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_95;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_96;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_97;
+        if (V & 1) mc_A[20 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[22 * MC_W + l] = (ncse_64 * ncse_88);
+        if (V & 1) mc_A[23 * MC_W + l] = ncse_98;
+        if (V & 1) mc_A[24 * MC_W + l] = ncse_99;
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_101;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[27 * MC_W + l] = (ncse_39 * ncse_87);
+        if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_92;
+        if (V & 1) mc_A[30 * MC_W + l] = (((real)1.0) - (ncse_104 * ncse_65));
+        if (V & 1) mc_A[31 * MC_W + l] = ncse_107;
+        if (V & 1) mc_A[32 * MC_W + l] = ncse_108;
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_109;
+        if (V & 1) mc_A[34 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[36 * MC_W + l] = ncse_98;
+        if (V & 1) mc_A[37 * MC_W + l] = (ncse_103 * ncse_64);
+        if (V & 1) mc_A[38 * MC_W + l] = ncse_110;
+        if (V & 1) mc_A[39 * MC_W + l] = ncse_112;
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_113;
+        if (V & 1) mc_A[41 * MC_W + l] = (ncse_40 * ncse_87);
+        if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
+        if (V & 1) mc_A[42 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[43 * MC_W + l] = ncse_95;
+        if (V & 1) mc_A[44 * MC_W + l] = ncse_107;
+        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_117 * ncse_65));
+        if (V & 1) mc_A[46 * MC_W + l] = ncse_120;
+        if (V & 1) mc_A[47 * MC_W + l] = ncse_122;
+        if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[49 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[50 * MC_W + l] = ncse_99;
+        if (V & 1) mc_A[51 * MC_W + l] = ncse_110;
+        if (V & 1) mc_A[52 * MC_W + l] = (ncse_116 * ncse_64);
+        if (V & 1) mc_A[53 * MC_W + l] = ncse_124;
+        if (V & 1) mc_A[54 * MC_W + l] = ncse_125;
+        if (V & 1) mc_A[55 * MC_W + l] = (ncse_126 * ncse_19);
+        if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
+        if (V & 1) mc_A[56 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[57 * MC_W + l] = ncse_96;
+        if (V & 1) mc_A[58 * MC_W + l] = ncse_108;
+        if (V & 1) mc_A[59 * MC_W + l] = ncse_120;
+        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) - (ncse_128 * ncse_65));
+        if (V & 1) mc_A[61 * MC_W + l] = ncse_130;
+        if (V & 1) mc_A[62 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[63 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[64 * MC_W + l] = ncse_101;
+        if (V & 1) mc_A[65 * MC_W + l] = ncse_112;
+        if (V & 1) mc_A[66 * MC_W + l] = ncse_124;
+        if (V & 1) mc_A[67 * MC_W + l] = (ncse_127 * ncse_64);
+        if (V & 1) mc_A[68 * MC_W + l] = ncse_132;
+        if (V & 1) mc_A[69 * MC_W + l] = (ncse_126 * ncse_23);
+        if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
+        if (V & 1) mc_A[70 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[71 * MC_W + l] = ncse_97;
+        if (V & 1) mc_A[72 * MC_W + l] = ncse_109;
+        if (V & 1) mc_A[73 * MC_W + l] = ncse_122;
+        if (V & 1) mc_A[74 * MC_W + l] = ncse_130;
+        if (V & 1) mc_A[75 * MC_W + l] = (((real)1.0) - (ncse_134 * ncse_65));
+        if (V & 1) mc_A[76 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[77 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[78 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[79 * MC_W + l] = ncse_113;
+        if (V & 1) mc_A[80 * MC_W + l] = ncse_125;
+        if (V & 1) mc_A[81 * MC_W + l] = ncse_132;
+        if (V & 1) mc_A[82 * MC_W + l] = (ncse_133 * ncse_64);
+        if (V & 1) mc_A[83 * MC_W + l] = (ncse_126 * ncse_27);
+        if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
+        if (V & 1) mc_A[84 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[85 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[86 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[87 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[88 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[89 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[90 * MC_W + l] = ((real)1.0);
+        if (V & 1) mc_A[91 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[92 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[93 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[94 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[95 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[96 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[97 * MC_W + l] = (ncse_44 * ncse_63);
+        if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
+        if (V & 1) mc_A[98 * MC_W + l] = (-ncse_136 * ncse_62);
+        if (V & 1) mc_A[99 * MC_W + l] = ncse_137;
+        if (V & 1) mc_A[100 * MC_W + l] = ncse_138;
+        if (V & 1) mc_A[101 * MC_W + l] = ncse_142;
+        if (V & 1) mc_A[102 * MC_W + l] = ncse_143;
+        if (V & 1) mc_A[103 * MC_W + l] = ncse_145;
+        if (V & 1) mc_A[104 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[105 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_148 * ncse_61))));
+        if (V & 1) mc_A[106 * MC_W + l] = ncse_149;
+        if (V & 1) mc_A[107 * MC_W + l] = ncse_150;
+        if (V & 1) mc_A[108 * MC_W + l] = ncse_152;
+        if (V & 1) mc_A[109 * MC_W + l] = ncse_154;
+        if (V & 1) mc_A[110 * MC_W + l] = ncse_156;
+        if (V & 1) mc_A[111 * MC_W + l] = (ncse_47 * ncse_63);
+        if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
+        if (V & 1) mc_A[112 * MC_W + l] = ncse_137;
+        if (V & 1) mc_A[113 * MC_W + l] = (-ncse_136 * ncse_89);
+        if (V & 1) mc_A[114 * MC_W + l] = ncse_157;
+        if (V & 1) mc_A[115 * MC_W + l] = ncse_160;
+        if (V & 1) mc_A[116 * MC_W + l] = ncse_161;
+        if (V & 1) mc_A[117 * MC_W + l] = ncse_162;
+        if (V & 1) mc_A[118 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[119 * MC_W + l] = ncse_149;
+        if (V & 1) mc_A[120 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_148 * ncse_88))));
+        if (V & 1) mc_A[121 * MC_W + l] = ncse_163;
+        if (V & 1) mc_A[122 * MC_W + l] = ncse_164;
+        if (V & 1) mc_A[123 * MC_W + l] = ncse_165;
+        if (V & 1) mc_A[124 * MC_W + l] = ncse_166;
+        if (V & 1) mc_A[125 * MC_W + l] = (ncse_48 * ncse_63);
+        if (V & 1) mc_B[8 * MC_W + l] = (-nt1_r_8);
+        if (V & 1) mc_A[126 * MC_W + l] = ncse_138;
+        if (V & 1) mc_A[127 * MC_W + l] = ncse_157;
+        if (V & 1) mc_A[128 * MC_W + l] = (-ncse_104 * ncse_136);
+        if (V & 1) mc_A[129 * MC_W + l] = ncse_169;
+        if (V & 1) mc_A[130 * MC_W + l] = ncse_170;
+        if (V & 1) mc_A[131 * MC_W + l] = ncse_171;
+        if (V & 1) mc_A[132 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[133 * MC_W + l] = ncse_150;
+        if (V & 1) mc_A[134 * MC_W + l] = ncse_163;
+        if (V & 1) mc_A[135 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_103 * ncse_148))));
+        if (V & 1) mc_A[136 * MC_W + l] = ncse_172;
+        if (V & 1) mc_A[137 * MC_W + l] = ncse_173;
+        if (V & 1) mc_A[138 * MC_W + l] = ncse_174;
+        if (V & 1) mc_A[139 * MC_W + l] = (ncse_49 * ncse_63);
+        if (V & 1) mc_B[9 * MC_W + l] = (-nt1_r_9);
+        if (V & 1) mc_A[140 * MC_W + l] = ncse_142;
+        if (V & 1) mc_A[141 * MC_W + l] = ncse_160;
+        if (V & 1) mc_A[142 * MC_W + l] = ncse_169;
+        if (V & 1) mc_A[143 * MC_W + l] = (-ncse_117 * ncse_136);
+        if (V & 1) mc_A[144 * MC_W + l] = ncse_176;
+        if (V & 1) mc_A[145 * MC_W + l] = ncse_179;
+        if (V & 1) mc_A[146 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[147 * MC_W + l] = ncse_152;
+        if (V & 1) mc_A[148 * MC_W + l] = ncse_164;
+        if (V & 1) mc_A[149 * MC_W + l] = ncse_172;
+        if (V & 1) mc_A[150 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_116 * ncse_148))));
+        if (V & 1) mc_A[151 * MC_W + l] = ncse_181;
+        if (V & 1) mc_A[152 * MC_W + l] = ncse_182;
+        if (V & 1) mc_A[153 * MC_W + l] = (ncse_51 * ncse_63);
+        if (V & 1) mc_B[10 * MC_W + l] = (-nt1_r_10);
+        if (V & 1) mc_A[154 * MC_W + l] = ncse_143;
+        if (V & 1) mc_A[155 * MC_W + l] = ncse_161;
+        if (V & 1) mc_A[156 * MC_W + l] = ncse_170;
+        if (V & 1) mc_A[157 * MC_W + l] = ncse_176;
+        if (V & 1) mc_A[158 * MC_W + l] = (-ncse_128 * ncse_136);
+        if (V & 1) mc_A[159 * MC_W + l] = ncse_183;
+        if (V & 1) mc_A[160 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[161 * MC_W + l] = ncse_154;
+        if (V & 1) mc_A[162 * MC_W + l] = ncse_165;
+        if (V & 1) mc_A[163 * MC_W + l] = ncse_173;
+        if (V & 1) mc_A[164 * MC_W + l] = ncse_181;
+        if (V & 1) mc_A[165 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_127 * ncse_148))));
+        if (V & 1) mc_A[166 * MC_W + l] = ncse_184;
+        if (V & 1) mc_A[167 * MC_W + l] = (ncse_52 * ncse_63);
+        if (V & 1) mc_B[11 * MC_W + l] = (-nt1_r_11);
+        if (V & 1) mc_A[168 * MC_W + l] = ncse_145;
+        if (V & 1) mc_A[169 * MC_W + l] = ncse_162;
+        if (V & 1) mc_A[170 * MC_W + l] = ncse_171;
+        if (V & 1) mc_A[171 * MC_W + l] = ncse_179;
+        if (V & 1) mc_A[172 * MC_W + l] = ncse_183;
+        if (V & 1) mc_A[173 * MC_W + l] = (-ncse_134 * ncse_136);
+        if (V & 1) mc_A[174 * MC_W + l] = ((real)0.0);
+        if (V & 1) mc_A[175 * MC_W + l] = ncse_156;
+        if (V & 1) mc_A[176 * MC_W + l] = ncse_166;
+        if (V & 1) mc_A[177 * MC_W + l] = ncse_174;
+        if (V & 1) mc_A[178 * MC_W + l] = ncse_182;
+        if (V & 1) mc_A[179 * MC_W + l] = ncse_184;
+        if (V & 1) mc_A[180 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_133 * ncse_148))));
+        if (V & 1) mc_A[181 * MC_W + l] = (ncse_53 * ncse_63);
+        if (V & 1) mc_B[12 * MC_W + l] = (-nt1_r_12);
+        if (V & 1) mc_A[182 * MC_W + l] = (-ncse_188 * ncse_3);
+        if (V & 1) mc_A[183 * MC_W + l] = (-ncse_189 * ncse_3);
+        if (V & 1) mc_A[184 * MC_W + l] = (-ncse_190 * ncse_3);
+        if (V & 1) mc_A[185 * MC_W + l] = (-ncse_192 * ncse_3);
+        if (V & 1) mc_A[186 * MC_W + l] = (-ncse_193 * ncse_3);
+        if (V & 1) mc_A[187 * MC_W + l] = (-ncse_194 * ncse_3);
+        if (V & 1) mc_A[188 * MC_W + l] = (-p_R * p_d * ncse_186 * ncse_44 * ncse_54);
+        if (V & 1) mc_A[189 * MC_W + l] = (-ncse_188);
+        if (V & 1) mc_A[190 * MC_W + l] = (-ncse_189);
+        if (V & 1) mc_A[191 * MC_W + l] = (-ncse_190);
+        if (V & 1) mc_A[192 * MC_W + l] = (-ncse_192);
+        if (V & 1) mc_A[193 * MC_W + l] = (-ncse_193);
+        if (V & 1) mc_A[194 * MC_W + l] = (-ncse_194);
+        if (V & 1) mc_A[195 * MC_W + l] = ((p_E * ncse_36) - (((real)2.0) * ncse_185 * ncse_56 * state_internal_gamma_rate));
+        if (V & 1) mc_B[13 * MC_W + l] = (-nt1_r_13);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
     MC_LANES mc_any |= mc_act[l];
     if (!mc_any) break;
+    if (V & 1) {
+        mc_lu_solve(14, 1, mc_A, mc_B);
+        MC_SIMD MC_LANES {
+            const int mc_go = mc_act[l];
+            v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
+            v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
+            v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
+            v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
+            v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
+            v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
+            v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + mc_B[6 * MC_W + l] : v_state_internal_ep[l];
+            v_state_internal_X_0[l] = mc_go ? v_state_internal_X_0[l] + mc_B[7 * MC_W + l] : v_state_internal_X_0[l];
+            v_state_internal_X_1[l] = mc_go ? v_state_internal_X_1[l] + mc_B[8 * MC_W + l] : v_state_internal_X_1[l];
+            v_state_internal_X_2[l] = mc_go ? v_state_internal_X_2[l] + mc_B[9 * MC_W + l] : v_state_internal_X_2[l];
+            v_state_internal_X_3[l] = mc_go ? v_state_internal_X_3[l] + mc_B[10 * MC_W + l] : v_state_internal_X_3[l];
+            v_state_internal_X_4[l] = mc_go ? v_state_internal_X_4[l] + mc_B[11 * MC_W + l] : v_state_internal_X_4[l];
+            v_state_internal_X_5[l] = mc_go ? v_state_internal_X_5[l] + mc_B[12 * MC_W + l] : v_state_internal_X_5[l];
+            v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[13 * MC_W + l] : v_state_internal_gamma_rate[l];
+            v_j2_voce_af_return_map_iterations[l] = v_j2_voce_af_return_map_iterations[l] + mc_go;
+        }
+    }
     }
 }
-
-/* Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: the lanes of a block iterate together until none is active */
+static void newton_1(
+    const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
+    const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu,
+    const real *restrict v_p_sigma_y, const real *restrict v_forces_E_0,
+    const real *restrict v_forces_E_1, const real *restrict v_forces_E_2,
+    const real *restrict v_forces_E_3, const real *restrict v_forces_E_4,
+    const real *restrict v_forces_E_5, const real *restrict v_forces_t,
+    const real *restrict v_old_forces_t, const real *restrict v_old_state_internal_Ep_0,
+    const real *restrict v_old_state_internal_Ep_1, const real *restrict v_old_state_internal_Ep_2,
+    const real *restrict v_old_state_internal_Ep_3, const real *restrict v_old_state_internal_Ep_4,
+    const real *restrict v_old_state_internal_Ep_5, const real *restrict v_old_state_internal_X_0,
+    const real *restrict v_old_state_internal_X_1, const real *restrict v_old_state_internal_X_2,
+    const real *restrict v_old_state_internal_X_3, const real *restrict v_old_state_internal_X_4,
+    const real *restrict v_old_state_internal_X_5, const real *restrict v_old_state_internal_ep,
+    const real *restrict v_old_state_internal_gamma_rate, real *restrict v_state_internal_Ep_0,
+    real *restrict v_state_internal_Ep_1, real *restrict v_state_internal_Ep_2,
+    real *restrict v_state_internal_Ep_3, real *restrict v_state_internal_Ep_4,
+    real *restrict v_state_internal_Ep_5, real *restrict v_state_internal_ep,
+    real *restrict v_state_internal_X_0, real *restrict v_state_internal_X_1,
+    real *restrict v_state_internal_X_2, real *restrict v_state_internal_X_3,
+    real *restrict v_state_internal_X_4, real *restrict v_state_internal_X_5,
+    real *restrict v_state_internal_gamma_rate, int *restrict v_j2_voce_af_return_map_converged,
+    int *restrict v_j2_voce_af_return_map_iterations,
+    real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
+    newton_1_iterate(
+        v_p_C, v_p_E, v_p_R, v_p_d, v_p_g, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
+        v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
+        v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2,
+        v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5,
+        v_old_state_internal_X_0, v_old_state_internal_X_1, v_old_state_internal_X_2,
+        v_old_state_internal_X_3, v_old_state_internal_X_4, v_old_state_internal_X_5,
+        v_old_state_internal_ep, v_old_state_internal_gamma_rate, 0, v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1,
+        v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5,
+        v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, a, 2);
+}
 static void newton_1_lu(
     const real *restrict v_p_C, const real *restrict v_p_E, const real *restrict v_p_R,
     const real *restrict v_p_d, const real *restrict v_p_g, const real *restrict v_p_nu,
@@ -6573,654 +6843,19 @@ static void newton_1_lu(
     int *restrict v_j2_voce_af_return_map_converged,
     int *restrict v_j2_voce_af_return_map_iterations,
     real *restrict v_j2_voce_af_return_map_residual_norm, const mc_args *restrict a) {
-    real mc_A[196 * MC_W], mc_B[14 * MC_W], v_nt1_rnorm0[MC_W];
-    int mc_act[MC_W];
-    real v_ncse_2[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_8[MC_W];
-    real v_ncse_29[MC_W];
-    real v_ncse_36[MC_W];
-    real v_ncse_43[MC_W];
-    real v_ncse_44[MC_W];
-    real v_ncse_56[MC_W];
-    real v_ncse_63[MC_W];
-    real v_ncse_147[MC_W];
-    real v_ncse_198[MC_W];
-    real v_ncse_199[MC_W];
-    real v_ncse_200[MC_W];
-    real v_ncse_204[MC_W];
-    real v_ncse_235[MC_W];
-    real v_ncse_228[MC_W];
-    MC_SIMD MC_LANES {
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real old_state_internal_X_0 = v_old_state_internal_X_0[l];
-        const real old_state_internal_X_1 = v_old_state_internal_X_1[l];
-        const real old_state_internal_X_2 = v_old_state_internal_X_2[l];
-        const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
-        const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
-        const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real old_state_internal_gamma_rate = v_old_state_internal_gamma_rate[l];
-        const real p_nu = MC_P(1, v_p_nu[l]);
-        const real p_E = MC_P(0, v_p_E[l]);
-        const real forces_t = v_forces_t[l];
-        const real old_forces_t = v_old_forces_t[l];
-        const real p_C = MC_P(5, v_p_C[l]);
-        const real p_g = MC_P(6, v_p_g[l]);
-        const real state_internal_Ep_0 = mc_redo[l] ? old_state_internal_Ep_0 : v_state_internal_Ep_0[l];
-        const real state_internal_Ep_1 = mc_redo[l] ? old_state_internal_Ep_1 : v_state_internal_Ep_1[l];
-        const real state_internal_Ep_2 = mc_redo[l] ? old_state_internal_Ep_2 : v_state_internal_Ep_2[l];
-        const real state_internal_Ep_3 = mc_redo[l] ? old_state_internal_Ep_3 : v_state_internal_Ep_3[l];
-        const real state_internal_Ep_4 = mc_redo[l] ? old_state_internal_Ep_4 : v_state_internal_Ep_4[l];
-        const real state_internal_Ep_5 = mc_redo[l] ? old_state_internal_Ep_5 : v_state_internal_Ep_5[l];
-        const real state_internal_ep = mc_redo[l] ? old_state_internal_ep : v_state_internal_ep[l];
-        const real state_internal_X_0 = mc_redo[l] ? old_state_internal_X_0 : v_state_internal_X_0[l];
-        const real state_internal_X_1 = mc_redo[l] ? old_state_internal_X_1 : v_state_internal_X_1[l];
-        const real state_internal_X_2 = mc_redo[l] ? old_state_internal_X_2 : v_state_internal_X_2[l];
-        const real state_internal_X_3 = mc_redo[l] ? old_state_internal_X_3 : v_state_internal_X_3[l];
-        const real state_internal_X_4 = mc_redo[l] ? old_state_internal_X_4 : v_state_internal_X_4[l];
-        const real state_internal_X_5 = mc_redo[l] ? old_state_internal_X_5 : v_state_internal_X_5[l];
-        const real state_internal_gamma_rate = mc_redo[l] ? old_state_internal_gamma_rate : v_state_internal_gamma_rate[l];
-        const real ncse_2 = (((real)1.0) / (((real)1.0) + p_nu));
-        const real ncse_3 = (p_E * ncse_2);
-        const real ncse_8 = (((real)0.6666666666666666) * ncse_3);
-        const real ncse_29 = (((real)0.3333333333333333) * ncse_3);
-        const real ncse_36 = (forces_t - old_forces_t);
-        const real ncse_43 = ((real)2.449489742783178);
-        const real ncse_44 = (((real)0.3333333333333333) * ncse_43);
-        const real ncse_56 = ((p_E * p_E) * (ncse_36 * ncse_36));
-        const real ncse_63 = (-ncse_36);
-        const real ncse_147 = (((real)0.6666666666666666) * p_C);
-        const real ncse_198 = fabs(p_E);
-        const real ncse_199 = (ncse_198 * fabs(ncse_2));
-        const real ncse_200 = (((real)1.3333333333333333) * ncse_199);
-        const real ncse_204 = (((real)0.6666666666666666) * ncse_199);
-        const real ncse_235 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_228 = fabs(p_g);
-        v_j2_voce_af_return_map_converged[l] = mc_redo[l] ? 0 : v_j2_voce_af_return_map_converged[l];
-        v_j2_voce_af_return_map_iterations[l] = mc_redo[l] ? 0 : v_j2_voce_af_return_map_iterations[l];
-        mc_act[l] = mc_redo[l];
-        v_state_internal_Ep_0[l] = state_internal_Ep_0;
-        v_state_internal_Ep_1[l] = state_internal_Ep_1;
-        v_state_internal_Ep_2[l] = state_internal_Ep_2;
-        v_state_internal_Ep_3[l] = state_internal_Ep_3;
-        v_state_internal_Ep_4[l] = state_internal_Ep_4;
-        v_state_internal_Ep_5[l] = state_internal_Ep_5;
-        v_state_internal_ep[l] = state_internal_ep;
-        v_state_internal_X_0[l] = state_internal_X_0;
-        v_state_internal_X_1[l] = state_internal_X_1;
-        v_state_internal_X_2[l] = state_internal_X_2;
-        v_state_internal_X_3[l] = state_internal_X_3;
-        v_state_internal_X_4[l] = state_internal_X_4;
-        v_state_internal_X_5[l] = state_internal_X_5;
-        v_state_internal_gamma_rate[l] = state_internal_gamma_rate;
-        v_ncse_2[l] = ncse_2;
-        v_ncse_3[l] = ncse_3;
-        v_ncse_8[l] = ncse_8;
-        v_ncse_29[l] = ncse_29;
-        v_ncse_36[l] = ncse_36;
-        v_ncse_43[l] = ncse_43;
-        v_ncse_44[l] = ncse_44;
-        v_ncse_56[l] = ncse_56;
-        v_ncse_63[l] = ncse_63;
-        v_ncse_147[l] = ncse_147;
-        v_ncse_198[l] = ncse_198;
-        v_ncse_199[l] = ncse_199;
-        v_ncse_200[l] = ncse_200;
-        v_ncse_204[l] = ncse_204;
-        v_ncse_235[l] = ncse_235;
-        v_ncse_228[l] = ncse_228;
-    }
-    const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
-    const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
-    const int mc_maxit = a->maxit >= 0 ? a->maxit : 50;
-    for (int it = 0; ; ++it) {
-    MC_SIMD MC_LANES {
-        const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
-        const real forces_E_0 = v_forces_E_0[l];
-        const real ncse_3 = v_ncse_3[l];
-        const real state_internal_X_1 = v_state_internal_X_1[l];
-        const real state_internal_Ep_1 = v_state_internal_Ep_1[l];
-        const real forces_E_1 = v_forces_E_1[l];
-        const real ncse_8 = v_ncse_8[l];
-        const real state_internal_X_2 = v_state_internal_X_2[l];
-        const real state_internal_Ep_2 = v_state_internal_Ep_2[l];
-        const real forces_E_2 = v_forces_E_2[l];
-        const real state_internal_X_0 = v_state_internal_X_0[l];
-        const real state_internal_X_3 = v_state_internal_X_3[l];
-        const real state_internal_Ep_3 = v_state_internal_Ep_3[l];
-        const real forces_E_3 = v_forces_E_3[l];
-        const real state_internal_X_4 = v_state_internal_X_4[l];
-        const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
-        const real forces_E_4 = v_forces_E_4[l];
-        const real state_internal_X_5 = v_state_internal_X_5[l];
-        const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
-        const real forces_E_5 = v_forces_E_5[l];
-        const real ncse_29 = v_ncse_29[l];
-        const real ncse_36 = v_ncse_36[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-        const real p_E = MC_P(0, v_p_E[l]);
-        const real ncse_2 = v_ncse_2[l];
-        const real p_C = MC_P(5, v_p_C[l]);
-        const real p_g = MC_P(6, v_p_g[l]);
-        const real p_d = MC_P(3, v_p_d[l]);
-        const real state_internal_ep = v_state_internal_ep[l];
-        const real p_R = MC_P(2, v_p_R[l]);
-        const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
-        const real ncse_43 = v_ncse_43[l];
-        const real ncse_56 = v_ncse_56[l];
-        const real ncse_63 = v_ncse_63[l];
-        const real ncse_147 = v_ncse_147[l];
-        const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_199 = v_ncse_199[l];
-        const real ncse_235 = v_ncse_235[l];
-        const real ncse_204 = v_ncse_204[l];
-        const real ncse_200 = v_ncse_200[l];
-        const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
-        const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
-        const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
-        const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
-        const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
-        const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_44 = v_ncse_44[l];
-        const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real old_state_internal_X_0 = v_old_state_internal_X_0[l];
-        const real old_state_internal_X_1 = v_old_state_internal_X_1[l];
-        const real old_state_internal_X_2 = v_old_state_internal_X_2[l];
-        const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
-        const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
-        const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real ncse_228 = v_ncse_228[l];
-        const real ncse_198 = v_ncse_198[l];
-        const real ncse_0 = (-state_internal_Ep_0);
-        const real ncse_1 = (forces_E_0 + ncse_0);
-        const real ncse_4 = (ncse_1 * ncse_3);
-        const real ncse_5 = (((real)0.6666666666666666) * state_internal_X_1);
-        const real ncse_6 = (-state_internal_Ep_1);
-        const real ncse_7 = (forces_E_1 + ncse_6);
-        const real ncse_9 = (ncse_7 * ncse_8);
-        const real ncse_10 = (ncse_5 - ncse_9);
-        const real ncse_11 = (((real)0.6666666666666666) * state_internal_X_2);
-        const real ncse_12 = (-state_internal_Ep_2);
-        const real ncse_13 = (forces_E_2 + ncse_12);
-        const real ncse_14 = (ncse_13 * ncse_8);
-        const real ncse_15 = (ncse_11 - ncse_14);
-        const real ncse_16 = (ncse_10 + ncse_15 - (((real)1.3333333333333333) * state_internal_X_0) + (((real)1.3333333333333333) * ncse_4));
-        const real ncse_17 = (-state_internal_X_3);
-        const real ncse_18 = (-state_internal_Ep_3);
-        const real ncse_19 = (ncse_17 + (ncse_3 * (forces_E_3 + ncse_18)));
-        const real ncse_20 = (ncse_19 * ncse_19);
-        const real ncse_21 = (-state_internal_X_4);
-        const real ncse_22 = (-state_internal_Ep_4);
-        const real ncse_23 = (ncse_21 + (ncse_3 * (forces_E_4 + ncse_22)));
-        const real ncse_24 = (ncse_23 * ncse_23);
-        const real ncse_25 = (-state_internal_X_5);
-        const real ncse_26 = (-state_internal_Ep_5);
-        const real ncse_27 = (ncse_25 + (ncse_3 * (forces_E_5 + ncse_26)));
-        const real ncse_28 = (ncse_27 * ncse_27);
-        const real ncse_30 = (ncse_29 * ncse_7);
-        const real ncse_31 = (-(((real)0.3333333333333333) * state_internal_X_0) + (((real)0.3333333333333333) * ncse_4));
-        const real ncse_32 = (ncse_13 * ncse_29);
-        const real ncse_33 = (-(((real)0.6666666666666666) * state_internal_X_0) + (ncse_1 * ncse_8));
-        const real ncse_232 = (-ncse_10 - ncse_31 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_233 = (-ncse_15 - ncse_30 - ncse_31 + (((real)0.3333333333333333) * state_internal_X_1));
-        const real ncse_234 = (ncse_33 - ncse_30 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_34 = sqrt(mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_232 * ncse_232) + (ncse_233 * ncse_233) + (ncse_234 * ncse_234))));
-        const real ncse_35 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_34));
-        const real ncse_37 = (ncse_36 * state_internal_gamma_rate);
-        const real ncse_38 = (ncse_35 * ncse_37);
-        const real ncse_39 = (ncse_11 - ncse_14 - ncse_33 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * ncse_2 * ncse_7));
-        const real ncse_40 = (ncse_5 - ncse_33 - ncse_9 - (((real)1.3333333333333333) * state_internal_X_2) + (((real)1.3333333333333333) * p_E * ncse_13 * ncse_2));
-        const real ncse_41 = (((real)2.0) * ncse_35);
-        const real ncse_42 = (ncse_37 * ncse_41);
-        const real ncse_45 = (((real)0.6666666666666666) * ncse_35);
-        const real ncse_46 = (p_C * ncse_45);
-        const real ncse_47 = ((ncse_16 * ncse_46) - (p_g * state_internal_X_0));
-        const real ncse_48 = ((ncse_39 * ncse_46) - (p_g * state_internal_X_1));
-        const real ncse_49 = ((ncse_40 * ncse_46) - (p_g * state_internal_X_2));
-        const real ncse_50 = (((real)1.3333333333333333) * p_C * ncse_35);
-        const real ncse_51 = ((ncse_19 * ncse_50) - (p_g * state_internal_X_3));
-        const real ncse_52 = ((ncse_23 * ncse_50) - (p_g * state_internal_X_4));
-        const real ncse_53 = ((ncse_27 * ncse_50) - (p_g * state_internal_X_5));
-        const real ncse_54 = mc_exp((-p_d * state_internal_ep));
-        const real ncse_55 = (-p_sigma_y + (((real)0.5) * ncse_34 * ncse_43) - (p_R * (((real)1.0) - ncse_54)));
-        const real ncse_57 = sqrt(mc_pos(((((real)0.6666666666666666) * (ncse_55 * ncse_55)) + (ncse_56 * (state_internal_gamma_rate * state_internal_gamma_rate)))));
-        const real ncse_58 = (-((real)1.3333333333333333) * ncse_35);
-        const real ncse_59 = mc_sdiv(((real)1.0), (((real)4.0) * (ncse_34 * ncse_34)));
-        const real ncse_60 = (ncse_41 * ncse_59);
-        const real ncse_61 = (ncse_58 + (ncse_60 * (ncse_16 * ncse_16)));
-        const real ncse_62 = (-ncse_61);
-        const real ncse_64 = (ncse_63 * state_internal_gamma_rate);
-        const real ncse_65 = (ncse_3 * ncse_64);
-        const real ncse_66 = (ncse_16 * ncse_60);
-        const real ncse_67 = (ncse_45 + (ncse_39 * ncse_66));
-        const real ncse_68 = (-ncse_67);
-        const real ncse_69 = (-ncse_65 * ncse_68);
-        const real ncse_70 = (ncse_45 + (ncse_40 * ncse_66));
-        const real ncse_71 = (-ncse_70);
-        const real ncse_72 = (-ncse_65 * ncse_71);
-        const real ncse_73 = (ncse_35 * ncse_59);
-        const real ncse_74 = (((real)4.0) * ncse_73);
-        const real ncse_75 = (ncse_16 * ncse_74);
-        const real ncse_76 = (ncse_65 * ncse_75);
-        const real ncse_77 = (ncse_19 * ncse_76);
-        const real ncse_78 = (ncse_23 * ncse_76);
-        const real ncse_79 = (ncse_27 * ncse_76);
-        const real ncse_80 = (ncse_64 * ncse_67);
-        const real ncse_81 = (ncse_64 * ncse_70);
-        const real ncse_82 = (ncse_19 * ncse_64);
-        const real ncse_83 = (ncse_75 * ncse_82);
-        const real ncse_84 = (ncse_64 * ncse_75);
-        const real ncse_85 = (ncse_23 * ncse_84);
-        const real ncse_86 = (ncse_27 * ncse_84);
-        const real ncse_87 = (ncse_35 * ncse_63);
-        const real ncse_88 = (ncse_58 + (ncse_60 * (ncse_39 * ncse_39)));
-        const real ncse_89 = (-ncse_88);
-        const real ncse_90 = (ncse_45 + (ncse_39 * ncse_40 * ncse_60));
-        const real ncse_91 = (-ncse_90);
-        const real ncse_92 = (-ncse_65 * ncse_91);
-        const real ncse_93 = (ncse_39 * ncse_74);
-        const real ncse_94 = (ncse_65 * ncse_93);
-        const real ncse_95 = (ncse_19 * ncse_94);
-        const real ncse_96 = (ncse_23 * ncse_94);
-        const real ncse_97 = (ncse_27 * ncse_94);
-        const real ncse_98 = (ncse_64 * ncse_90);
-        const real ncse_99 = (ncse_82 * ncse_93);
-        const real ncse_100 = (ncse_64 * ncse_93);
-        const real ncse_101 = (ncse_100 * ncse_23);
-        const real ncse_102 = (ncse_100 * ncse_27);
-        const real ncse_103 = (ncse_58 + (ncse_60 * (ncse_40 * ncse_40)));
-        const real ncse_104 = (-ncse_103);
-        const real ncse_105 = (ncse_40 * ncse_74);
-        const real ncse_106 = (ncse_105 * ncse_65);
-        const real ncse_107 = (ncse_106 * ncse_19);
-        const real ncse_108 = (ncse_106 * ncse_23);
-        const real ncse_109 = (ncse_106 * ncse_27);
-        const real ncse_110 = (ncse_105 * ncse_82);
-        const real ncse_111 = (ncse_105 * ncse_64);
-        const real ncse_112 = (ncse_111 * ncse_23);
-        const real ncse_113 = (ncse_111 * ncse_27);
-        const real ncse_114 = (-((real)2.0) * ncse_35);
-        const real ncse_115 = (((real)8.0) * ncse_73);
-        const real ncse_116 = (ncse_114 + (ncse_115 * ncse_20));
-        const real ncse_117 = (-ncse_116);
-        const real ncse_118 = (ncse_19 * ncse_65);
-        const real ncse_119 = (ncse_118 * ncse_23);
-        const real ncse_120 = (ncse_115 * ncse_119);
-        const real ncse_121 = (ncse_115 * ncse_27);
-        const real ncse_122 = (ncse_118 * ncse_121);
-        const real ncse_123 = (ncse_115 * ncse_82);
-        const real ncse_124 = (ncse_123 * ncse_23);
-        const real ncse_125 = (ncse_123 * ncse_27);
-        const real ncse_126 = (ncse_41 * ncse_63);
-        const real ncse_127 = (ncse_114 + (ncse_115 * ncse_24));
-        const real ncse_128 = (-ncse_127);
-        const real ncse_129 = (ncse_23 * ncse_65);
-        const real ncse_130 = (ncse_121 * ncse_129);
-        const real ncse_131 = (ncse_23 * ncse_64);
-        const real ncse_132 = (ncse_121 * ncse_131);
-        const real ncse_133 = (ncse_114 + (ncse_115 * ncse_28));
-        const real ncse_134 = (-ncse_133);
-        const real ncse_135 = (p_C * ncse_64);
-        const real ncse_136 = (ncse_135 * ncse_8);
-        const real ncse_137 = (-ncse_136 * ncse_68);
-        const real ncse_138 = (-ncse_136 * ncse_71);
-        const real ncse_139 = (((real)2.6666666666666665) * ncse_73);
-        const real ncse_140 = (ncse_139 * ncse_16);
-        const real ncse_141 = (p_C * ncse_140);
-        const real ncse_142 = (ncse_118 * ncse_141);
-        const real ncse_143 = (ncse_129 * ncse_141);
-        const real ncse_144 = (ncse_27 * ncse_65);
-        const real ncse_145 = (ncse_141 * ncse_144);
-        const real ncse_146 = (-p_g * state_internal_gamma_rate);
-        const real ncse_148 = (ncse_147 * state_internal_gamma_rate);
-        const real ncse_149 = (ncse_147 * ncse_80);
-        const real ncse_150 = (ncse_147 * ncse_81);
-        const real ncse_151 = (p_C * ncse_82);
-        const real ncse_152 = (ncse_140 * ncse_151);
-        const real ncse_153 = (p_C * ncse_131);
-        const real ncse_154 = (ncse_140 * ncse_153);
-        const real ncse_155 = (ncse_135 * ncse_27);
-        const real ncse_156 = (ncse_140 * ncse_155);
-        const real ncse_157 = (-ncse_136 * ncse_91);
-        const real ncse_158 = (ncse_139 * ncse_39);
-        const real ncse_159 = (p_C * ncse_158);
-        const real ncse_160 = (ncse_118 * ncse_159);
-        const real ncse_161 = (ncse_129 * ncse_159);
-        const real ncse_162 = (ncse_144 * ncse_159);
-        const real ncse_163 = (ncse_147 * ncse_98);
-        const real ncse_164 = (ncse_151 * ncse_158);
-        const real ncse_165 = (ncse_153 * ncse_158);
-        const real ncse_166 = (ncse_155 * ncse_158);
-        const real ncse_167 = (ncse_139 * ncse_40);
-        const real ncse_168 = (p_C * ncse_167);
-        const real ncse_169 = (ncse_118 * ncse_168);
-        const real ncse_170 = (ncse_129 * ncse_168);
-        const real ncse_171 = (ncse_144 * ncse_168);
-        const real ncse_172 = (ncse_151 * ncse_167);
-        const real ncse_173 = (ncse_153 * ncse_167);
-        const real ncse_174 = (ncse_155 * ncse_167);
-        const real ncse_175 = (((real)5.333333333333333) * ncse_73);
-        const real ncse_176 = (p_C * ncse_119 * ncse_175);
-        const real ncse_177 = (ncse_175 * ncse_27);
-        const real ncse_178 = (p_C * ncse_177);
-        const real ncse_179 = (ncse_118 * ncse_178);
-        const real ncse_180 = (ncse_151 * ncse_175);
-        const real ncse_181 = (ncse_180 * ncse_23);
-        const real ncse_182 = (ncse_180 * ncse_27);
-        const real ncse_183 = (ncse_129 * ncse_178);
-        const real ncse_184 = (ncse_153 * ncse_177);
-        const real ncse_185 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_57));
-        const real ncse_186 = (-((real)1.0) - (((real)0.6666666666666666) * ncse_185 * ncse_43 * ncse_55));
-        const real ncse_187 = (ncse_186 * ncse_35);
-        const real ncse_188 = (ncse_16 * ncse_187);
-        const real ncse_189 = (ncse_187 * ncse_39);
-        const real ncse_190 = (ncse_187 * ncse_40);
-        const real ncse_191 = (ncse_186 * ncse_41);
-        const real ncse_192 = (ncse_19 * ncse_191);
-        const real ncse_193 = (ncse_191 * ncse_23);
-        const real ncse_194 = (ncse_191 * ncse_27);
-        const real ncse_195 = fabs(state_internal_Ep_0);
-        const real ncse_196 = fabs(state_internal_X_0);
-        const real ncse_197 = (ncse_195 + fabs(forces_E_0));
-        const real ncse_201 = fabs(state_internal_X_2);
-        const real ncse_202 = fabs(state_internal_Ep_2);
-        const real ncse_203 = (ncse_202 + fabs(forces_E_2));
-        const real ncse_205 = fabs(state_internal_Ep_1);
-        const real ncse_206 = (ncse_205 + fabs(forces_E_1));
-        const real ncse_207 = (((real)2.6666666666666665) * ncse_199 * (ncse_197 + ncse_203 + ncse_206) * fabs(p_nu) * ncse_235);
-        const real ncse_208 = (ncse_207 + (((real)0.6666666666666666) * ncse_201) + (ncse_203 * ncse_204));
-        const real ncse_209 = fabs(state_internal_X_1);
-        const real ncse_210 = ((((real)0.6666666666666666) * ncse_209) + (ncse_204 * ncse_206));
-        const real ncse_211 = (ncse_208 + ncse_210 + (((real)1.3333333333333333) * ncse_196) + (ncse_197 * ncse_200));
-        const real ncse_212 = fabs(ncse_35);
-        const real ncse_213 = (fabs(ncse_36) * fabs(state_internal_gamma_rate));
-        const real ncse_214 = (ncse_212 * ncse_213);
-        const real ncse_215 = ((((real)0.6666666666666666) * ncse_196) + (ncse_197 * ncse_204));
-        const real ncse_216 = (ncse_208 + ncse_215 + (((real)1.3333333333333333) * ncse_209) + (ncse_200 * ncse_206));
-        const real ncse_217 = (ncse_207 + ncse_210 + ncse_215 + (((real)1.3333333333333333) * ncse_201) + (ncse_200 * ncse_203));
-        const real ncse_218 = fabs(state_internal_Ep_3);
-        const real ncse_219 = fabs(state_internal_X_3);
-        const real ncse_220 = (ncse_219 + (ncse_199 * (ncse_218 + fabs(forces_E_3))));
-        const real ncse_221 = (((real)2.0) * ncse_214);
-        const real ncse_222 = fabs(state_internal_Ep_4);
-        const real ncse_223 = fabs(state_internal_X_4);
-        const real ncse_224 = (ncse_223 + (ncse_199 * (ncse_222 + fabs(forces_E_4))));
-        const real ncse_225 = fabs(state_internal_Ep_5);
-        const real ncse_226 = fabs(state_internal_X_5);
-        const real ncse_227 = (ncse_226 + (ncse_199 * (ncse_225 + fabs(forces_E_5))));
-        const real ncse_229 = (ncse_212 * fabs(p_C));
-        const real ncse_230 = (((real)0.6666666666666666) * ncse_229);
-        const real ncse_231 = (((real)1.3333333333333333) * ncse_229);
-        const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_38));
-        const real nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_38 * ncse_39));
-        const real nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_38 * ncse_40));
-        const real nt1_r_3 = (-ncse_18 - old_state_internal_Ep_3 - (ncse_19 * ncse_42));
-        const real nt1_r_4 = (-ncse_22 - old_state_internal_Ep_4 - (ncse_23 * ncse_42));
-        const real nt1_r_5 = (-ncse_26 - old_state_internal_Ep_5 - (ncse_27 * ncse_42));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_37 * ncse_44));
-        const real nt1_r_7 = (state_internal_X_0 - old_state_internal_X_0 - (ncse_37 * ncse_47));
-        const real nt1_r_8 = (state_internal_X_1 - old_state_internal_X_1 - (ncse_37 * ncse_48));
-        const real nt1_r_9 = (state_internal_X_2 - old_state_internal_X_2 - (ncse_37 * ncse_49));
-        const real nt1_r_10 = (-ncse_17 - old_state_internal_X_3 - (ncse_37 * ncse_51));
-        const real nt1_r_11 = (-ncse_21 - old_state_internal_X_4 - (ncse_37 * ncse_52));
-        const real nt1_r_12 = (-ncse_25 - old_state_internal_X_5 - (ncse_37 * ncse_53));
-        const real nt1_r_13 = (-ncse_57 - (ncse_44 * ncse_55) + (p_E * ncse_36 * state_internal_gamma_rate));
-        const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
-        const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_195 + (ncse_211 * ncse_214) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_205 + (ncse_214 * ncse_216) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_202 + (ncse_214 * ncse_217) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_218 + (ncse_220 * ncse_221) + fabs(old_state_internal_Ep_3)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_222 + (ncse_221 * ncse_224) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_225 + (ncse_221 * ncse_227) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_213 * ncse_44) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_196 + (ncse_213 * ((ncse_196 * ncse_228) + (ncse_211 * ncse_230))) + fabs(old_state_internal_X_0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_209 + (ncse_213 * ((ncse_209 * ncse_228) + (ncse_216 * ncse_230))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_201 + (ncse_213 * ((ncse_201 * ncse_228) + (ncse_217 * ncse_230))) + fabs(old_state_internal_X_2)))));
-        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_219 + (ncse_213 * ((ncse_219 * ncse_228) + (ncse_220 * ncse_231))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_223 + (ncse_213 * ((ncse_223 * ncse_228) + (ncse_224 * ncse_231))) + fabs(old_state_internal_X_4)))));
-        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_226 + (ncse_213 * ((ncse_226 * ncse_228) + (ncse_227 * ncse_231))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_198 * ncse_213) + (ncse_44 * (((((real)1.0) + fabs(ncse_54)) * fabs(p_R)) + (((real)0.5) * ncse_43 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_57)))));
-        const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
-        v_nt1_rnorm0[l] = nt1_rnorm0;
-        const int mc_was = mc_act[l];
-        v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
-        v_j2_voce_af_return_map_residual_norm[l] = mc_was ? j2_voce_af_return_map_residual_norm : v_j2_voce_af_return_map_residual_norm[l];
-        const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
-        mc_act[l] = mc_go;
-        mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_62 * ncse_65));
-        mc_A[1 * MC_W + l] = ncse_69;
-        mc_A[2 * MC_W + l] = ncse_72;
-        mc_A[3 * MC_W + l] = ncse_77;
-        mc_A[4 * MC_W + l] = ncse_78;
-        mc_A[5 * MC_W + l] = ncse_79;
-        mc_A[6 * MC_W + l] = ((real)0.0);
-        mc_A[7 * MC_W + l] = (ncse_61 * ncse_64);
-        mc_A[8 * MC_W + l] = ncse_80;
-        mc_A[9 * MC_W + l] = ncse_81;
-        mc_A[10 * MC_W + l] = ncse_83;
-        mc_A[11 * MC_W + l] = ncse_85;
-        mc_A[12 * MC_W + l] = ncse_86;
-        mc_A[13 * MC_W + l] = (ncse_16 * ncse_87);
-        mc_B[0 * MC_W + l] = (-nt1_r_0);
-        mc_A[14 * MC_W + l] = ncse_69;
-        mc_A[15 * MC_W + l] = (((real)1.0) - (ncse_65 * ncse_89));
-        mc_A[16 * MC_W + l] = ncse_92;
-        mc_A[17 * MC_W + l] = ncse_95;
-        mc_A[18 * MC_W + l] = ncse_96;
-        mc_A[19 * MC_W + l] = ncse_97;
-        mc_A[20 * MC_W + l] = ((real)0.0);
-        mc_A[21 * MC_W + l] = ncse_80;
-        mc_A[22 * MC_W + l] = (ncse_64 * ncse_88);
-        mc_A[23 * MC_W + l] = ncse_98;
-        mc_A[24 * MC_W + l] = ncse_99;
-        mc_A[25 * MC_W + l] = ncse_101;
-        mc_A[26 * MC_W + l] = ncse_102;
-        mc_A[27 * MC_W + l] = (ncse_39 * ncse_87);
-        mc_B[1 * MC_W + l] = (-nt1_r_1);
-        mc_A[28 * MC_W + l] = ncse_72;
-        mc_A[29 * MC_W + l] = ncse_92;
-        mc_A[30 * MC_W + l] = (((real)1.0) - (ncse_104 * ncse_65));
-        mc_A[31 * MC_W + l] = ncse_107;
-        mc_A[32 * MC_W + l] = ncse_108;
-        mc_A[33 * MC_W + l] = ncse_109;
-        mc_A[34 * MC_W + l] = ((real)0.0);
-        mc_A[35 * MC_W + l] = ncse_81;
-        mc_A[36 * MC_W + l] = ncse_98;
-        mc_A[37 * MC_W + l] = (ncse_103 * ncse_64);
-        mc_A[38 * MC_W + l] = ncse_110;
-        mc_A[39 * MC_W + l] = ncse_112;
-        mc_A[40 * MC_W + l] = ncse_113;
-        mc_A[41 * MC_W + l] = (ncse_40 * ncse_87);
-        mc_B[2 * MC_W + l] = (-nt1_r_2);
-        mc_A[42 * MC_W + l] = ncse_77;
-        mc_A[43 * MC_W + l] = ncse_95;
-        mc_A[44 * MC_W + l] = ncse_107;
-        mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_117 * ncse_65));
-        mc_A[46 * MC_W + l] = ncse_120;
-        mc_A[47 * MC_W + l] = ncse_122;
-        mc_A[48 * MC_W + l] = ((real)0.0);
-        mc_A[49 * MC_W + l] = ncse_83;
-        mc_A[50 * MC_W + l] = ncse_99;
-        mc_A[51 * MC_W + l] = ncse_110;
-        mc_A[52 * MC_W + l] = (ncse_116 * ncse_64);
-        mc_A[53 * MC_W + l] = ncse_124;
-        mc_A[54 * MC_W + l] = ncse_125;
-        mc_A[55 * MC_W + l] = (ncse_126 * ncse_19);
-        mc_B[3 * MC_W + l] = (-nt1_r_3);
-        mc_A[56 * MC_W + l] = ncse_78;
-        mc_A[57 * MC_W + l] = ncse_96;
-        mc_A[58 * MC_W + l] = ncse_108;
-        mc_A[59 * MC_W + l] = ncse_120;
-        mc_A[60 * MC_W + l] = (((real)1.0) - (ncse_128 * ncse_65));
-        mc_A[61 * MC_W + l] = ncse_130;
-        mc_A[62 * MC_W + l] = ((real)0.0);
-        mc_A[63 * MC_W + l] = ncse_85;
-        mc_A[64 * MC_W + l] = ncse_101;
-        mc_A[65 * MC_W + l] = ncse_112;
-        mc_A[66 * MC_W + l] = ncse_124;
-        mc_A[67 * MC_W + l] = (ncse_127 * ncse_64);
-        mc_A[68 * MC_W + l] = ncse_132;
-        mc_A[69 * MC_W + l] = (ncse_126 * ncse_23);
-        mc_B[4 * MC_W + l] = (-nt1_r_4);
-        mc_A[70 * MC_W + l] = ncse_79;
-        mc_A[71 * MC_W + l] = ncse_97;
-        mc_A[72 * MC_W + l] = ncse_109;
-        mc_A[73 * MC_W + l] = ncse_122;
-        mc_A[74 * MC_W + l] = ncse_130;
-        mc_A[75 * MC_W + l] = (((real)1.0) - (ncse_134 * ncse_65));
-        mc_A[76 * MC_W + l] = ((real)0.0);
-        mc_A[77 * MC_W + l] = ncse_86;
-        mc_A[78 * MC_W + l] = ncse_102;
-        mc_A[79 * MC_W + l] = ncse_113;
-        mc_A[80 * MC_W + l] = ncse_125;
-        mc_A[81 * MC_W + l] = ncse_132;
-        mc_A[82 * MC_W + l] = (ncse_133 * ncse_64);
-        mc_A[83 * MC_W + l] = (ncse_126 * ncse_27);
-        mc_B[5 * MC_W + l] = (-nt1_r_5);
-        mc_A[84 * MC_W + l] = ((real)0.0);
-        mc_A[85 * MC_W + l] = ((real)0.0);
-        mc_A[86 * MC_W + l] = ((real)0.0);
-        mc_A[87 * MC_W + l] = ((real)0.0);
-        mc_A[88 * MC_W + l] = ((real)0.0);
-        mc_A[89 * MC_W + l] = ((real)0.0);
-        mc_A[90 * MC_W + l] = ((real)1.0);
-        mc_A[91 * MC_W + l] = ((real)0.0);
-        mc_A[92 * MC_W + l] = ((real)0.0);
-        mc_A[93 * MC_W + l] = ((real)0.0);
-        mc_A[94 * MC_W + l] = ((real)0.0);
-        mc_A[95 * MC_W + l] = ((real)0.0);
-        mc_A[96 * MC_W + l] = ((real)0.0);
-        mc_A[97 * MC_W + l] = (ncse_44 * ncse_63);
-        mc_B[6 * MC_W + l] = (-nt1_r_6);
-        mc_A[98 * MC_W + l] = (-ncse_136 * ncse_62);
-        mc_A[99 * MC_W + l] = ncse_137;
-        mc_A[100 * MC_W + l] = ncse_138;
-        mc_A[101 * MC_W + l] = ncse_142;
-        mc_A[102 * MC_W + l] = ncse_143;
-        mc_A[103 * MC_W + l] = ncse_145;
-        mc_A[104 * MC_W + l] = ((real)0.0);
-        mc_A[105 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_148 * ncse_61))));
-        mc_A[106 * MC_W + l] = ncse_149;
-        mc_A[107 * MC_W + l] = ncse_150;
-        mc_A[108 * MC_W + l] = ncse_152;
-        mc_A[109 * MC_W + l] = ncse_154;
-        mc_A[110 * MC_W + l] = ncse_156;
-        mc_A[111 * MC_W + l] = (ncse_47 * ncse_63);
-        mc_B[7 * MC_W + l] = (-nt1_r_7);
-        mc_A[112 * MC_W + l] = ncse_137;
-        mc_A[113 * MC_W + l] = (-ncse_136 * ncse_89);
-        mc_A[114 * MC_W + l] = ncse_157;
-        mc_A[115 * MC_W + l] = ncse_160;
-        mc_A[116 * MC_W + l] = ncse_161;
-        mc_A[117 * MC_W + l] = ncse_162;
-        mc_A[118 * MC_W + l] = ((real)0.0);
-        mc_A[119 * MC_W + l] = ncse_149;
-        mc_A[120 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_148 * ncse_88))));
-        mc_A[121 * MC_W + l] = ncse_163;
-        mc_A[122 * MC_W + l] = ncse_164;
-        mc_A[123 * MC_W + l] = ncse_165;
-        mc_A[124 * MC_W + l] = ncse_166;
-        mc_A[125 * MC_W + l] = (ncse_48 * ncse_63);
-        mc_B[8 * MC_W + l] = (-nt1_r_8);
-        mc_A[126 * MC_W + l] = ncse_138;
-        mc_A[127 * MC_W + l] = ncse_157;
-        mc_A[128 * MC_W + l] = (-ncse_104 * ncse_136);
-        mc_A[129 * MC_W + l] = ncse_169;
-        mc_A[130 * MC_W + l] = ncse_170;
-        mc_A[131 * MC_W + l] = ncse_171;
-        mc_A[132 * MC_W + l] = ((real)0.0);
-        mc_A[133 * MC_W + l] = ncse_150;
-        mc_A[134 * MC_W + l] = ncse_163;
-        mc_A[135 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_103 * ncse_148))));
-        mc_A[136 * MC_W + l] = ncse_172;
-        mc_A[137 * MC_W + l] = ncse_173;
-        mc_A[138 * MC_W + l] = ncse_174;
-        mc_A[139 * MC_W + l] = (ncse_49 * ncse_63);
-        mc_B[9 * MC_W + l] = (-nt1_r_9);
-        mc_A[140 * MC_W + l] = ncse_142;
-        mc_A[141 * MC_W + l] = ncse_160;
-        mc_A[142 * MC_W + l] = ncse_169;
-        mc_A[143 * MC_W + l] = (-ncse_117 * ncse_136);
-        mc_A[144 * MC_W + l] = ncse_176;
-        mc_A[145 * MC_W + l] = ncse_179;
-        mc_A[146 * MC_W + l] = ((real)0.0);
-        mc_A[147 * MC_W + l] = ncse_152;
-        mc_A[148 * MC_W + l] = ncse_164;
-        mc_A[149 * MC_W + l] = ncse_172;
-        mc_A[150 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_116 * ncse_148))));
-        mc_A[151 * MC_W + l] = ncse_181;
-        mc_A[152 * MC_W + l] = ncse_182;
-        mc_A[153 * MC_W + l] = (ncse_51 * ncse_63);
-        mc_B[10 * MC_W + l] = (-nt1_r_10);
-        mc_A[154 * MC_W + l] = ncse_143;
-        mc_A[155 * MC_W + l] = ncse_161;
-        mc_A[156 * MC_W + l] = ncse_170;
-        mc_A[157 * MC_W + l] = ncse_176;
-        mc_A[158 * MC_W + l] = (-ncse_128 * ncse_136);
-        mc_A[159 * MC_W + l] = ncse_183;
-        mc_A[160 * MC_W + l] = ((real)0.0);
-        mc_A[161 * MC_W + l] = ncse_154;
-        mc_A[162 * MC_W + l] = ncse_165;
-        mc_A[163 * MC_W + l] = ncse_173;
-        mc_A[164 * MC_W + l] = ncse_181;
-        mc_A[165 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_127 * ncse_148))));
-        mc_A[166 * MC_W + l] = ncse_184;
-        mc_A[167 * MC_W + l] = (ncse_52 * ncse_63);
-        mc_B[11 * MC_W + l] = (-nt1_r_11);
-        mc_A[168 * MC_W + l] = ncse_145;
-        mc_A[169 * MC_W + l] = ncse_162;
-        mc_A[170 * MC_W + l] = ncse_171;
-        mc_A[171 * MC_W + l] = ncse_179;
-        mc_A[172 * MC_W + l] = ncse_183;
-        mc_A[173 * MC_W + l] = (-ncse_134 * ncse_136);
-        mc_A[174 * MC_W + l] = ((real)0.0);
-        mc_A[175 * MC_W + l] = ncse_156;
-        mc_A[176 * MC_W + l] = ncse_166;
-        mc_A[177 * MC_W + l] = ncse_174;
-        mc_A[178 * MC_W + l] = ncse_182;
-        mc_A[179 * MC_W + l] = ncse_184;
-        mc_A[180 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_146 + (ncse_133 * ncse_148))));
-        mc_A[181 * MC_W + l] = (ncse_53 * ncse_63);
-        mc_B[12 * MC_W + l] = (-nt1_r_12);
-        mc_A[182 * MC_W + l] = (-ncse_188 * ncse_3);
-        mc_A[183 * MC_W + l] = (-ncse_189 * ncse_3);
-        mc_A[184 * MC_W + l] = (-ncse_190 * ncse_3);
-        mc_A[185 * MC_W + l] = (-ncse_192 * ncse_3);
-        mc_A[186 * MC_W + l] = (-ncse_193 * ncse_3);
-        mc_A[187 * MC_W + l] = (-ncse_194 * ncse_3);
-        mc_A[188 * MC_W + l] = (-p_R * p_d * ncse_186 * ncse_44 * ncse_54);
-        mc_A[189 * MC_W + l] = (-ncse_188);
-        mc_A[190 * MC_W + l] = (-ncse_189);
-        mc_A[191 * MC_W + l] = (-ncse_190);
-        mc_A[192 * MC_W + l] = (-ncse_192);
-        mc_A[193 * MC_W + l] = (-ncse_193);
-        mc_A[194 * MC_W + l] = (-ncse_194);
-        mc_A[195 * MC_W + l] = ((p_E * ncse_36) - (((real)2.0) * ncse_185 * ncse_56 * state_internal_gamma_rate));
-        mc_B[13 * MC_W + l] = (-nt1_r_13);
-    }
-    int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
-    MC_LANES mc_any |= mc_act[l];
-    if (!mc_any) break;
-    mc_lu_solve(14, 1, mc_A, mc_B);
-    MC_SIMD MC_LANES {
-        const int mc_go = mc_act[l];
-        v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + mc_B[0 * MC_W + l] : v_state_internal_Ep_0[l];
-        v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + mc_B[1 * MC_W + l] : v_state_internal_Ep_1[l];
-        v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + mc_B[2 * MC_W + l] : v_state_internal_Ep_2[l];
-        v_state_internal_Ep_3[l] = mc_go ? v_state_internal_Ep_3[l] + mc_B[3 * MC_W + l] : v_state_internal_Ep_3[l];
-        v_state_internal_Ep_4[l] = mc_go ? v_state_internal_Ep_4[l] + mc_B[4 * MC_W + l] : v_state_internal_Ep_4[l];
-        v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + mc_B[5 * MC_W + l] : v_state_internal_Ep_5[l];
-        v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + mc_B[6 * MC_W + l] : v_state_internal_ep[l];
-        v_state_internal_X_0[l] = mc_go ? v_state_internal_X_0[l] + mc_B[7 * MC_W + l] : v_state_internal_X_0[l];
-        v_state_internal_X_1[l] = mc_go ? v_state_internal_X_1[l] + mc_B[8 * MC_W + l] : v_state_internal_X_1[l];
-        v_state_internal_X_2[l] = mc_go ? v_state_internal_X_2[l] + mc_B[9 * MC_W + l] : v_state_internal_X_2[l];
-        v_state_internal_X_3[l] = mc_go ? v_state_internal_X_3[l] + mc_B[10 * MC_W + l] : v_state_internal_X_3[l];
-        v_state_internal_X_4[l] = mc_go ? v_state_internal_X_4[l] + mc_B[11 * MC_W + l] : v_state_internal_X_4[l];
-        v_state_internal_X_5[l] = mc_go ? v_state_internal_X_5[l] + mc_B[12 * MC_W + l] : v_state_internal_X_5[l];
-        v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + mc_B[13 * MC_W + l] : v_state_internal_gamma_rate[l];
-        v_j2_voce_af_return_map_iterations[l] = v_j2_voce_af_return_map_iterations[l] + mc_go;
-    }
-    }
+    newton_1_iterate(
+        v_p_C, v_p_E, v_p_R, v_p_d, v_p_g, v_p_nu, v_p_sigma_y, v_forces_E_0, v_forces_E_1,
+        v_forces_E_2, v_forces_E_3, v_forces_E_4, v_forces_E_5, v_forces_t, v_old_forces_t,
+        v_old_state_internal_Ep_0, v_old_state_internal_Ep_1, v_old_state_internal_Ep_2,
+        v_old_state_internal_Ep_3, v_old_state_internal_Ep_4, v_old_state_internal_Ep_5,
+        v_old_state_internal_X_0, v_old_state_internal_X_1, v_old_state_internal_X_2,
+        v_old_state_internal_X_3, v_old_state_internal_X_4, v_old_state_internal_X_5,
+        v_old_state_internal_ep, v_old_state_internal_gamma_rate, mc_redo, v_state_internal_Ep_0,
+        v_state_internal_Ep_1, v_state_internal_Ep_2, v_state_internal_Ep_3, v_state_internal_Ep_4,
+        v_state_internal_Ep_5, v_state_internal_ep, v_state_internal_X_0, v_state_internal_X_1,
+        v_state_internal_X_2, v_state_internal_X_3, v_state_internal_X_4, v_state_internal_X_5,
+        v_state_internal_gamma_rate, v_j2_voce_af_return_map_converged,
+        v_j2_voce_af_return_map_iterations, v_j2_voce_af_return_map_residual_norm, a, 1);
 }
 
 MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {

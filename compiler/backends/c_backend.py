@@ -283,19 +283,21 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
     ``fallback``: ``newton_k_lu(inputs..., redo, unknowns..., ...)``, the same iteration with the step
     solved by ``mc_lu_solve`` (partial pivoting at every step), run only on the lanes whose ``redo``
     is set, from the guess (the block function calls it for the lanes whose converged flag the
-    unrolled iteration left at 0); the other lanes keep what they hold."""
+    unrolled iteration left at 0); the other lanes keep what they hold. A Newton with a fallback
+    (2 to ``UNROLL_MAX`` unknowns) is emitted once, as ``newton_k_iterate(..., V)``: ``V = 2`` the
+    unrolled step, ``V = 1`` the LU on the lanes to redo; ``newton_k`` and ``newton_k_lu`` call it
+    with that constant, so the C compiler keeps only each one's statements (the residual and the
+    Jacobian are written once in the source, compiled twice as before)."""
     fname = (code.fallbacks if fallback else code.newtons).get(st)
     if fname is not None:
         return fname
-    if fallback:
-        k = int(_newton_function(code, st).rsplit("_", 1)[1])
-        fname = code.fallbacks[st] = f"newton_{k}_lu"
-    else:
-        k = len(code.newtons) + 1
-        fname = code.newtons[st] = f"newton_{k}"
+    k = len(code.newtons) + 1
+    fname = code.newtons[st] = f"newton_{k}"
     res, _, rn0 = code.base.newton_symbols(st, k)
     n = len(st.unknowns)
-    unrolled = 1 < n <= UNROLL_MAX and not fallback
+    both = 1 < n <= UNROLL_MAX  # the unrolled step and its LU fallback, from one body
+    if both:
+        code.fallbacks[st] = f"newton_{k}_lu"
     unknowns = set(st.unknowns)
     local = {a.target for a in st.body}
     # assignments that do not depend on the unknowns run once, before the iterations
@@ -311,20 +313,23 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
         [e for row in st.jacobian for e in row] + list(st.residual_scale) + list(st.curvature)
     ins = sorted(set().union(*(_reads(e) for e in exprs)) - local - unknowns, key=sp.default_sort_key)
     outs = list(st.unknowns) + [st.converged, st.iterations, st.residual_norm]
-    args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins] + \
-        (["const int *restrict mc_redo"] if fallback else []) + \
-        [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs] + ["const mc_args *restrict a"]
+    in_args = [f"const {code.ctype(s)} *restrict v_{code.name(s)}" for s in ins]
+    out_args = [f"{code.ctype(s)} *restrict v_{code.name(s)}" for s in outs]
     conv, its, rn, r0 = (code.name(s) for s in (st.converged, st.iterations, st.residual_norm, rn0))
     rtol, atol = code.base.rtol_symbol(k), code.base.atol_symbol(k)
     ok = sp.Symbol(f"nt{k}.ok", real=True)
     code.types[ok] = "int"
-    # before the iterations: the guess, the invariant assignments, the lanes' bookkeeping
-    if fallback:  # only the lanes to redo start again; the others stay inactive, as they are
-        start = _Loop([(u, None, (f"mc_redo[l] ? {{0}} : v_{code.name(u)}[l]", (g,)))
+    # the variant bits of the shared body (one constant per entry function, see the docstring)
+    LU, UNROLLED = (1, 2) if both else (0, 0)
+    # before the iterations: the guess, the invariant assignments, the lanes' bookkeeping; the LU
+    # fallback starts again only the lanes to redo, the others stay inactive, as they are
+    if both:
+        start = _Loop([(u, None, (f"(V & {LU}) && !mc_redo[l] ? v_{code.name(u)}[l] : {{0}}", (g,)))
                        for u, g in zip(st.unknowns, st.guess)])
         start.ops += [(a.target, None, a.value) for a in invariant]
-        start.ops += [(None, f"v_{conv}[l]", f"mc_redo[l] ? 0 : v_{conv}[l]"),
-                      (None, f"v_{its}[l]", f"mc_redo[l] ? 0 : v_{its}[l]"), (None, "mc_act[l]", "mc_redo[l]")]
+        start.ops += [(None, f"v_{conv}[l]", f"(V & {LU}) && !mc_redo[l] ? v_{conv}[l] : 0"),
+                      (None, f"v_{its}[l]", f"(V & {LU}) && !mc_redo[l] ? v_{its}[l] : 0"),
+                      (None, "mc_act[l]", f"(V & {LU}) ? mc_redo[l] : 1")]
     else:
         start = _Loop([(u, None, g) for u, g in zip(st.unknowns, st.guess)])
         start.ops += [(a.target, None, a.value) for a in invariant]
@@ -344,6 +349,7 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
                  (None, f"v_{rn}[l]", f"mc_was ? {rn} : v_{rn}[l]"),
                  (None, "const int mc_go", f"mc_was & ({code.name(ok)} == 0) & (it < mc_maxit)"),
                  (None, "mc_act[l]", "mc_go")]
+    steps, update = [step], None
     if n == 1:  # one unknown: the step in the same loop (no call, nothing staged)
         dx = sp.Symbol(f"nt{k}.dx", real=True)
         if st.curvature:  # a Halley step (one formula for every backend)
@@ -353,25 +359,25 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
             step.ops += _unrolled_solve(code, st.jacobian, ((-res[0],),), ((dx,),), f"nt{k}", code.defs)
         x = f"v_{code.name(st.unknowns[0])}[l]"
         step.ops += [(None, x, f"mc_go ? {x} + {code.name(dx)} : {x}"), (None, f"v_{its}[l]", f"v_{its}[l] + mc_go")]
-        solve, update = ["if (!mc_any) break;"], None
-    elif unrolled:  # over the structural nonzeros, in the same loop
-        dx = tuple(sp.Symbol(f"nt{k}.dx[{i}]", real=True) for i in range(n))
-        defs = dict(code.defs)
-        defs.update({a.target: a.value for a in st.body})
-        step.ops += _unrolled_solve(code, st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in dx),
-                                    f"nt{k}", defs)
-        for u, d in zip(st.unknowns, dx):
-            x = f"v_{code.name(u)}[l]"
-            step.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
-        step.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
-        solve, update = ["if (!mc_any) break;"], None
     else:
+        if both:  # over the structural nonzeros, in the same loop (V & 2)
+            dx = tuple(sp.Symbol(f"nt{k}.dx[{i}]", real=True) for i in range(n))
+            defs = dict(code.defs)
+            defs.update({a.target: a.value for a in st.body})
+            unrolled = _Loop(_unrolled_solve(code, st.jacobian, tuple((-r,) for r in res), tuple((d,) for d in dx),
+                                             f"nt{k}", defs), mask=UNROLLED)
+            for u, d in zip(st.unknowns, dx):
+                x = f"v_{code.name(u)}[l]"
+                unrolled.ops.append((None, x, f"mc_go ? {x} + {code.name(d)} : {x}"))
+            unrolled.ops.append((None, f"v_{its}[l]", f"v_{its}[l] + mc_go"))
+            steps.append(unrolled)
+        staged = _Loop(mask=LU)  # the matrix and the right-hand side for mc_lu_solve (V & 1)
         for i in range(n):
             for j in range(n):
-                step.ops.append((None, f"mc_A[{i * n + j} * MC_W + l]", st.jacobian[i][j]))
-            step.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
-        solve = ["if (!mc_any) break;", f"mc_lu_solve({n}, 1, mc_A, mc_B);"]
-        update = _Loop([(None, "const int mc_go", "mc_act[l]")])
+                staged.ops.append((None, f"mc_A[{i * n + j} * MC_W + l]", st.jacobian[i][j]))
+            staged.ops.append((None, f"mc_B[{i} * MC_W + l]", -res[i]))
+        steps.append(staged)
+        update = _Loop([(None, "const int mc_go", "mc_act[l]")], mask=LU)
         for i, u in enumerate(st.unknowns):
             x = f"v_{code.name(u)}[l]"
             update.ops.append((None, x, f"mc_go ? {x} + mc_B[{i} * MC_W + l] : {x}"))
@@ -383,19 +389,42 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
                     f"const real {code.name(atol)} = a->atol >= 0 ? a->atol : {code.expr(sp.Float(st.solver.atol, 17))};",
                     f"const int mc_maxit = a->maxit >= 0 ? a->maxit : {int(st.solver.max_iter)};",
                     "for (int it = 0; ; ++it) {"], (rtol, atol)),
-             step,
+             *steps,
              _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
-                    "MC_LANES mc_any |= mc_act[l];"] + solve)] + ([update] if update else []) + [_Call(["}"])]
+                    "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"])]
+    if update is not None:
+        items += [_Call([f"mc_lu_solve({n}, 1, mc_A, mc_B);"], mask=LU), update]
+    items.append(_Call(["}"]))
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
     arrays[rtol] = arrays[atol] = ""
-    lines = _emit_loops(code, items, arrays)
-    decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 and not unrolled else "real ") + f"v_{r0}[MC_W];",
+    lines = _emit_loops(code, items, arrays, full=LU | UNROLLED)
+    decls = [(f"real mc_A[{n * n} * MC_W], mc_B[{n} * MC_W], " if n > 1 else "real ") + f"v_{r0}[MC_W];",
              "int mc_act[MC_W];"]
-    text = [f"/* Newton solve {k} for {', '.join(u.name for u in st.unknowns)}: the lanes of a block "
-            "iterate together until none is active */", *wrapped(f"static void {fname}(", args, ") {")]
+    what = ", ".join(u.name for u in st.unknowns)
+    if not both:
+        text = [f"/* Newton solve {k} for {what}: the lanes of a block iterate together until none is "
+                "active */", *wrapped(f"static void {fname}(", in_args + out_args + ["const mc_args *restrict a"], ") {")]
+        text += ["    " + x for x in decls + lines] + ["}"]
+        code.functions.append("\n".join(text))
+        return fname
+    body = f"newton_{k}_iterate"
+    names = [f"v_{code.name(s)}" for s in ins] + ["mc_redo"] + [f"v_{code.name(s)}" for s in outs] + ["a"]
+    text = [f"/* Newton solve {k} for {what}: the lanes of a block iterate together until none is active.",
+            f"   V = {UNROLLED}: every lane from the guess, the step unrolled over the Jacobian's structural "
+            "nonzeros;",
+            f"   V = {LU}: the lanes whose mc_redo is set, from the guess, the step by mc_lu_solve (partial "
+            "pivoting) */",
+            *wrapped(f"MC_INLINE void {body}(", in_args + ["const int *restrict mc_redo"] + out_args
+                     + ["const mc_args *restrict a", "const int V"], ") {")]
     text += ["    " + x for x in decls + lines] + ["}"]
+    text += [*wrapped(f"static void {fname}(", in_args + out_args + ["const mc_args *restrict a"], ") {"),
+             *("    " + x for x in wrapped(f"{body}(", [x if x != "mc_redo" else "0" for x in names]
+                                           + [str(UNROLLED)], ");")), "}",
+             *wrapped(f"static void {fname}_lu(", in_args + ["const int *restrict mc_redo"] + out_args
+                      + ["const mc_args *restrict a"], ") {"),
+             *("    " + x for x in wrapped(f"{body}(", names + [str(LU)], ");")), "}"]
     code.functions.append("\n".join(text))
-    return fname
+    return code.fallbacks[st] if fallback else fname
 
 
 def _unrolled_solve(code: "_Code", A, B, targets, prefix: str, defs) -> list:

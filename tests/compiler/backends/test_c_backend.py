@@ -173,15 +173,21 @@ def test_scalar_solves_are_inline():
     assert block.count("MC_SIMD MC_LANES") == 2 and "real v_cse_" not in block
     coupled = importlib.import_module("modelc.generated.j2_perfect_coupled").C_SOURCE
     # its 7-unknown Newton step is unrolled in the iteration's loop (the LU only in the fallback for
-    # lanes that fail); its tangent's solve calls the LU
-    assert "mc_lu_solve(" not in _c_function(coupled, "newton_1") and "nt1_dx_6" in coupled
-    assert "mc_lu_solve(7, 1, mc_A, mc_B)" in _c_function(coupled, "newton_1_lu")
+    # lanes that fail: one body, newton_1_iterate, the unrolled step under V & 2 and the LU under
+    # V & 1, which newton_1 and newton_1_lu call with those constants); its tangent's solve calls the LU
+    body = _c_function(coupled, "newton_1_iterate")
+    assert "if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0" in body
+    assert "if (V & 1) {\n        mc_lu_solve(7, 1, mc_A, mc_B);" in body
+    assert "mc_lu_solve(" not in _c_function(coupled, "newton_1") and ", a, 2);" in _c_function(coupled, "newton_1")
+    call = _c_function(coupled, "newton_1_lu").split(") {", 1)[1]  # (its body: the call)
+    assert "newton_1_iterate(" in call and "mc_redo" in call and call.rstrip().endswith(", a, 1);\n}")
     assert "mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B)" in coupled
 
 
 def _c_function(src: str, name: str) -> str:
     """The text of C function ``name`` in ``src`` (from its signature to the next function)."""
-    start = src.index(f"static void {name}(")
+    start = src.find(f"static void {name}(")
+    start = start if start >= 0 else src.index(f"MC_INLINE void {name}(")
     ends = [i for i in (src.find("\nstatic ", start + 1), src.find("\nMC_INLINE ", start + 1)) if i > 0]
     return src[start:min(ends)]
 
@@ -206,8 +212,8 @@ def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
         mods[tag] = import_file(path, f"c_newton13c_{tag}")
     assert "mc_lu_solve(13, 1, mc_A, mc_B)" in _c_function(mods["lu"].C_SOURCE, "newton_1")
     assert "newton_1_lu" not in mods["lu"].C_SOURCE
-    assert "mc_lu_solve(" not in _c_function(mods["unrolled"].C_SOURCE, "newton_1")
-    assert "nt1_dx_12" in mods["unrolled"].C_SOURCE
+    unrolled = _c_function(mods["unrolled"].C_SOURCE, "newton_1_iterate")  # (the step under V & 2)
+    assert "if (V & 2) v_state_u12[l] = mc_go ? v_state_u12[l] + nt1_dx_12" in unrolled
     g = torch.Generator().manual_seed(5)
     x = {f"forces/b{i}": torch.randn(40, generator=g, dtype=torch.float64) * 3 for i in range(13)}
     x.update({f"old_state/u{i}": torch.zeros(40, dtype=torch.float64) for i in range(13)})
@@ -235,7 +241,7 @@ def test_newton_step_pivots_where_at_risk(cache_dir, tmp_path, dtype):
     path = tmp_path / f"newton_pivot_{str(dtype)[-2:]}.py"
     write_atomic(path, emit_module(full))
     mod = import_file(path, f"c_newton_pivot_{str(dtype)[-2:]}")
-    assert "mc_lu_solve(" not in _c_function(mod.C_SOURCE, "newton_1")
+    assert "if (V & 2) v_state_u0[l] = mc_go ?" in _c_function(mod.C_SOURCE, "newton_1_iterate")
     eps = torch.tensor([0.0, 1e-30, -1e-20, 1e-9, 0.5, 2.0, -0.25, 0.0, 3.0], dtype=torch.float64)
     g = torch.Generator().manual_seed(8)
     b = torch.randn(9, 3, generator=g, dtype=torch.float64)
@@ -665,7 +671,7 @@ def test_lanes_the_unrolled_newton_fails_are_solved_again(cache_dir, tmp_path, m
     path = tmp_path / "newton5c_guard.py"
     write_atomic(path, emit_module(full))
     mod = import_file(path, "c_newton5c_guard")
-    assert "1e+30" in _c_function(mod.C_SOURCE, "newton_1") or "1.0e+30" in _c_function(mod.C_SOURCE, "newton_1")
+    assert "1e+30" in _c_function(mod.C_SOURCE, "newton_1_iterate") or "1.0e+30" in _c_function(mod.C_SOURCE, "newton_1_iterate")
     g = torch.Generator().manual_seed(6)
     x = {f"forces/b{i}": torch.randn(21, generator=g, dtype=torch.float64) * 3 for i in range(5)}
     x.update({f"old_state/u{i}": torch.zeros(21, dtype=torch.float64) for i in range(5)})
