@@ -1091,11 +1091,13 @@ class CompiledModel(torch.nn.Module):
         if bool(cv.all()):  # (the one synchronisation of a call where every point converged)
             return
         fail = torch.nonzero(~cv).flatten()
-        X = torch.cat([v.expand(fail.numel(), -1) if v.shape[0] == 1 else v[fail] for v in views], dim=1)
+        n = fail.numel()
+        X = callpath.pack(self, [v.expand(n, -1) if v.shape[0] == 1 else v[fail] for v in views], n)
         Pf = P if shared or P.shape[0] == 1 else P[fail]
-        finite = torch.isfinite(X).all(1) & torch.isfinite(Pf).all(1)  # (the kernel failed those on purpose)
-        if not bool(finite.all()):
-            fail, X, Pf = fail[finite], X[finite], Pf if Pf.shape[0] == 1 else Pf[finite]
+        bad = _nonfinite_points([X], n)  # (the kernel failed those on purpose; parameters are checked)
+        if bad is not None:
+            keep = ~bad
+            fail, X, Pf = fail[keep], X[keep], Pf if Pf.shape[0] == 1 else Pf[keep]
             if fail.numel() == 0:
                 return
         Yf, Jf, STf = self.torch_eval(X, Pf, self.VARIANTS[variant or "value"],
