@@ -16,21 +16,11 @@ def load(path, model=None, **options):
 
     ``path`` may also be the name of a bundled library model (``modelc.load("j2_linear_iso")``) or
     one of :func:`library`'s entries (``modelc.load(modelc.library()["elastic"])``): then ``model``
-    defaults to that name."""
-    import os
-
-    from modelc.bundled import LibraryModel
+    is that name (another name is an error)."""
+    from modelc.bundled import resolve
     from modelc.cache import load as _load
 
-    if isinstance(path, LibraryModel):
-        return _load(path.path, model or path.name, **options)
-    text = os.fspath(path)
-    if not os.path.exists(text) and "/" not in text and os.sep not in text and \
-            not text.endswith((".yaml", ".yml")):
-        from modelc.bundled import bundled_spec
-
-        found = bundled_spec(text)
-        return _load(found.path, model or found.name, **options)
+    path, model = resolve(path, model)
     return _load(path, model, **options)
 
 

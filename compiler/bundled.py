@@ -16,7 +16,7 @@ import yaml
 
 from modelc.errors import InputError, ModelcError
 
-__all__ = ["LibraryModel", "library", "bundled_spec", "spec_dir"]
+__all__ = ["LibraryModel", "library", "bundled_spec", "resolve", "spec_dir"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,32 @@ def bundled_spec(name: str) -> LibraryModel:
         return every[name]
     raise InputError(f"no bundled model named {name!r} (and no spec file of that name); the library's "
                      f"models: {', '.join(library())}")
+
+
+def is_model_name(text: str) -> bool:
+    """Whether ``text`` (not an existing file) reads as a bundled model's name rather than a path."""
+    import os
+
+    return not os.path.exists(text) and "/" not in text and os.sep not in text and \
+        not text.endswith((".yaml", ".yml"))
+
+
+def resolve(spec, model: str | None) -> tuple[object, str | None]:
+    """``(spec path, model)`` for what a user names: a spec path with ``model`` as given, or a
+    bundled model (its name or a :class:`LibraryModel`) with ``model`` its own name. A bundled model
+    with ``model`` naming another is refused (it used to select that other model of the same file
+    silently)."""
+    import os
+
+    if isinstance(spec, LibraryModel):
+        found = spec
+    else:
+        text = os.fspath(spec)
+        if not is_model_name(text):
+            return spec, model
+        found = bundled_spec(text)
+    if model is not None and model != found.name:
+        raise InputError(f"{found.name!r} names a bundled model, and the model asked for is {model!r}: "
+                         f"give the bundled name alone, or the spec file ({found.path}) with the "
+                         f"model of it you mean")
+    return found.path, found.name

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from modelc.runtime.errors import ModelcError
-from modelc.runtime.paths import cache_folder, sanitize
+from modelc.runtime.paths import cache_folder, create_unique, sanitize
 from modelc.runtime.cachefiles import usable_folder, verified, write_digest
 from modelc.runtime import cheader
 
@@ -336,7 +336,7 @@ def build(source: str, path: Path, flags: list[str]) -> None:
     """Compile ``source`` to ``path`` atomically (temp files in the same folder + ``os.replace``)."""
     cc = compiler()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_c = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".c", dir=path.parent)
+    fd, tmp_c = create_unique(path, suffix=".c")  # readable like the library (mkstemp made it 0600)
     tmp_so = tmp_c[:-2] + ".so"
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -10,8 +10,8 @@ import importlib.util
 import keyword
 import os
 import re
+import secrets
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -57,14 +57,16 @@ def write_atomic(path: str | Path, text: str) -> None:
 def write_atomic_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` atomically: a temp file of a unique name in the same folder (safe
     for threads and processes writing the same path), then ``os.replace``; nothing partial is left
-    behind. The file gets ``mode`` (default: an ordinary file's, 0666 less the umask)."""
+    behind. The file gets ``mode``, or by default an ordinary file's (0666 less the umask: the temp
+    file is created with 0666 and the system applies the umask, which is never changed here)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_unique(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, _ordinary_mode() if mode is None else mode)  # mkstemp makes 0600
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -72,18 +74,18 @@ def write_atomic_bytes(path: str | Path, data: bytes, mode: int | None = None) -
         raise
 
 
-def _ordinary_mode() -> int:
-    """0666 less the process umask (read without changing it where /proc has it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+def create_unique(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """``(fd, name)`` of a new file ``.<name>.<pid>.<random><suffix>`` beside ``path``, opened for
+    writing with mode 0666 less the umask (``O_EXCL``: a name another writer took is never shared;
+    tried again under a new name). ``tempfile.mkstemp`` would make it 0600."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no unused temporary file name beside {path.name}")
 
 
 def import_file(path: Path, name: str) -> ModuleType:

@@ -30,10 +30,10 @@ def main(args: argparse.Namespace) -> int:
     if not Path(spec).is_file():
         if "/" in spec or spec.endswith((".yaml", ".yml")):
             raise InputError(f"{spec}: spec file not found")
-        from modelc.bundled import bundled_spec
+        from modelc.bundled import resolve
 
-        found = bundled_spec(spec)
-        spec, model = str(found.path), model or found.name
+        spec, model = resolve(spec, model)
+        spec = str(spec)
     m = prepare(spec, model)
     paths = (export_c if args.kind == "c" else export_umat)(m, out)
     print(f"{m.name}: wrote " + ", ".join(str(p) for p in paths))

@@ -82,13 +82,32 @@ def _slots(variables) -> tuple[VarSlot, ...]:
     return tuple(VarSlot(v.name, v.type.name, axis.offset(v.name), v.type.size) for v in variables)
 
 
+#: what the exported files define from the prefix (``<symbol>_value``, ``<SYMBOL>_NX``, ``<symbol>_umat``)
+_EXPORTED = ("value", "tangent", "default_parameters", "advance", "umat")
+
+
+def c_symbol(name: str, code: str = "") -> str:
+    """The C prefix of an exported model: its name as a C identifier (``-`` and other characters
+    outside ``[A-Za-z0-9_]`` become ``_``, a leading digit gets ``m_``), kept as the user wrote it
+    (a model called ``B`` or ``n`` exports ``B_value``), with ``_model`` added only when a name the
+    export defines from it would clash with an identifier of ``code`` (the model's own C code, e.g.
+    a model called ``point`` next to the static ``point_value``, or ``mc`` next to ``MC_W``)."""
+    symbol = re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_") or "model"
+    if symbol[0].isdigit():
+        symbol = "m_" + symbol
+    taken = set(re.findall(r"[A-Za-z_]\w*", code))
+    if any(f"{symbol}_{what}" in taken for what in _EXPORTED) or \
+            any(t.startswith(symbol.upper() + "_") for t in taken):
+        symbol += "_model"
+    return symbol
+
+
 def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
     """Compile ``model`` of the spec (the spec's only composition when None) for export.
 
     An :class:`InputError` when the model has no ``state/S`` output or no ``forces/E`` input (an
     export drives a stress update by the strain)."""
     from modelc.backends.c_backend import point_source
-    from modelc.backends.names import sanitize
     from modelc.cache import pick_model
     from modelc.driver import load_spec, lower_model
     from modelc.passes.cse import cse
@@ -108,8 +127,8 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
         params.append(VarSlot(p.name, p.type.name, off, p.type.size, p.default, p.units, p.doc))
         off += p.type.size
     pairs = tuple((o, "old_" + o) for o in outs if "old_" + o in ins and o.startswith("state/"))
-    symbol = re.sub(r"[^A-Za-z0-9_]", "_", sanitize(name))
-    return Exported(name=name, symbol=symbol, spec=str(spec_path), spec_hash=spec.digest,
+    point_code = point_source(tangent, "tangent")
+    return Exported(name=name, symbol=c_symbol(name, point_code), spec=str(spec_path), spec_hash=spec.digest,
                     implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
                     outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
-                    point_code=point_source(tangent, "tangent"))
+                    point_code=point_code)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import jinja2
@@ -27,18 +26,14 @@ def c_comment(text: str) -> str:
 
 
 def write_files(out_dir: str | os.PathLike, files: dict[str, str]) -> list[Path]:
-    """Write ``{file name: text}`` into ``out_dir`` (created), each atomically."""
+    """Write ``{file name: text}`` into ``out_dir`` (created), each atomically and with an ordinary
+    file's permissions (0666 less the umask: a host build on a shared machine can read them)."""
+    from modelc.runtime.paths import write_atomic
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in files.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-            os.replace(tmp, out / name)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(out / name, text)
         paths.append(out / name)
     return paths

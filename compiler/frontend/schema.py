@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelc.errors import SpecError
+from modelc.errors import InputError, SpecError
 from modelc.frontend.expr import did_you_mean
 from modelc.frontend.limits import FLOAT_MAX, INT_MAX
 from modelc.frontend.yamlio import YList, YMap, YScalar
@@ -234,11 +234,18 @@ def generated_sections() -> dict[str, str]:
     return {"schema": markdown(), "builtins": builtins_markdown()}
 
 
-def render_docs(text: str) -> str:
-    """``text`` with every generated section replaced by its current content."""
+def render_docs(text: str, where: str = "the document") -> str:
+    """``text`` with every generated section replaced by its current content. A section whose
+    BEGIN or END marker is missing (or out of order) is an :class:`InputError` naming ``where``
+    and the marker, with nothing replaced."""
     for name, body in generated_sections().items():
         begin, end = (g.format(name=name) for g in GENERATED)
-        i, j = text.index(begin) + len(begin), text.index(end)
+        i, j = text.find(begin), text.find(end)
+        if i < 0 or j < 0 or j < i:
+            what = begin if i < 0 else end if j < 0 else f"{end} (before {begin})"
+            raise InputError(f"{where}: the generated section {name!r} needs the marker line {what}; "
+                             f"put both markers where the {name} table belongs")
+        i += len(begin)
         text = text[:i] + "\n" + body.rstrip("\n") + "\n" + text[j:]
     return text
 
@@ -246,10 +253,15 @@ def render_docs(text: str) -> str:
 if __name__ == "__main__":  # regenerate the tables in docs/spec.md
     import sys
 
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m modelc.frontend.schema docs/spec.md")
     path = sys.argv[1]
-    with open(path, encoding="utf-8") as fh:
-        old = fh.read()
-    new = render_docs(old)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+        new = render_docs(old, path)
+    except (OSError, InputError) as exc:
+        sys.exit(f"error: {exc}")
     if new != old:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(new)

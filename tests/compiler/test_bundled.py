@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modelc.bundled import LibraryModel, bundled_spec, library, spec_dir
+from modelc.bundled import LibraryModel, bundled_spec, library, resolve, spec_dir
 from modelc.errors import InputError, ModelcError
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
@@ -112,3 +112,26 @@ def test_a_library_entry_is_what_modelc_load_takes():
     lam, mu = E * nu / ((1 + nu) * (1 - 2 * nu)), E / (2 * (1 + nu))
     e = eps.numpy()[0]
     np.testing.assert_allclose(S, lam * e[:3].sum() * np.r_[1, 1, 1, 0, 0, 0] + 2 * mu * e, rtol=1e-12)
+
+
+def test_resolve_a_bundled_name_a_library_entry_and_a_path():
+    """resolve gives a bundled model's file and its own name; a spec path passes through with the
+    model as given; a bundled model with another model asked for is refused, naming both (it used
+    to pick that other model of the same file without a word)."""
+    path, model = resolve("j2_voce_af", None)
+    assert (Path(path), model) == (SPEC / "library.yaml", "j2_voce_af")
+    assert resolve("j2_voce_af", "j2_voce_af") == (path, "j2_voce_af")
+    assert resolve(library()["elastic"], None) == (SPEC / "library.yaml", "elastic")
+    assert resolve("spec/x.yaml", "y") == ("spec/x.yaml", "y")
+    for name in ("j2_voce_af", library()["j2_voce_af"]):
+        with pytest.raises(InputError) as info:
+            resolve(name, "j2_linear_iso")
+        assert "'j2_voce_af' names a bundled model" in str(info.value)
+        assert "'j2_linear_iso'" in str(info.value) and "library.yaml" in str(info.value)
+
+
+def test_modelc_load_refuses_a_bundled_name_with_another_model():
+    import modelc
+
+    with pytest.raises(InputError, match="'elastic' names a bundled model"):
+        modelc.load("elastic", model="j2_perfect")

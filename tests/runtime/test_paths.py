@@ -69,6 +69,29 @@ def test_write_atomic_writes_exact_text_with_ordinary_permissions(tmp_path):
     assert sorted(q.name for q in p.parent.iterdir()) == ["m.py"]  # no temporary left
 
 
+def test_write_atomic_never_touches_the_umask(tmp_path, monkeypatch):
+    """The permission bits come from the system applying the umask to a file created 0666, so a
+    write never sets the process umask (the old fallback set it to 0 for a moment where /proc is
+    absent, racing other threads); an explicit ``mode`` is applied as given."""
+    from modelc.runtime.paths import write_atomic_bytes
+
+    old = os.umask(0o022)
+    try:
+        def no_umask(*_):
+            raise AssertionError("os.umask called")
+
+        monkeypatch.setattr(os, "umask", no_umask)
+        write_atomic_bytes(tmp_path / "a.bin", b"\x00\x01")
+        write_atomic_bytes(tmp_path / "b.bin", b"x", mode=0o600)
+        monkeypatch.undo()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.bin").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "b.bin").stat().st_mode) == 0o600
+    assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["a.bin", "b.bin"]
+
+
 def test_write_atomic_failure_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     p = tmp_path / "m.py"
     write_atomic(p, "old = 1\n")

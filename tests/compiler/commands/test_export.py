@@ -101,6 +101,29 @@ def test_model_choice_errors(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_exported_files_have_ordinary_permissions(tmp_path, capsys):
+    """The exported files are 0666 less the umask, like any file a tool writes (they were 0600, from
+    mkstemp: unreadable to a host build run by another user of a shared folder)."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        assert _cli(capsys, "export", "umat", "elastic", "--out", str(tmp_path))[0] == 0
+    finally:
+        os.umask(old)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in tmp_path.iterdir()}
+    assert modes == {"elastic_umat.c": 0o644, "elastic_umat.json": 0o644}
+
+
+def test_a_bundled_name_with_another_model_is_refused(tmp_path, capsys):
+    """`export c j2_voce_af --model j2_linear_iso` exported j2_linear_iso (the same file declares
+    both); now it is an error naming both, and nothing is written."""
+    rc, _, err = _cli(capsys, "export", "c", "j2_voce_af", "--model", "j2_linear_iso", "--out", str(tmp_path / "x"))
+    assert rc == 2 and "'j2_voce_af' names a bundled model" in err and "'j2_linear_iso'" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_model_without_stress_and_strain_cannot_be_exported(tmp_path, capsys):
     spec = tmp_path / "heat.yaml"
     spec.write_text(textwrap.dedent("""\

@@ -15,7 +15,7 @@ import pytest
 
 import modelc
 from modelc.errors import InputError, ModelcError
-from modelc.export.model import Exported, VarSlot, prepare
+from modelc.export.model import Exported, VarSlot, c_symbol, prepare
 
 EXPLICIT = """
 models:
@@ -177,3 +177,32 @@ def test_a_model_that_is_not_a_stress_update_is_refused(tmp_path):
     path = _spec(tmp_path, EXPLICIT.replace("var: forces/E", "var: forces/F"), "f.yaml")
     with pytest.raises(InputError, match=r"its inputs: forces/F, forces/t, old_state/ep$"):
         prepare(path)
+
+
+def test_c_symbol_keeps_the_name_unless_it_would_clash():
+    """The export's C prefix is the model's name as the user wrote it (``B`` and ``n`` are no C
+    clash: they used to become ``v_B``, ``v_n`` from the Python backends' reserved words); only a
+    clash with the model's own C code adds ``_model``."""
+    code = "static void point_value(void) {}\n#define MC_W 8\nstatic void newton_1(void) {}"
+    assert [c_symbol(n, code) for n in ("B", "n", "mask", "lin", "j2-voce", "3d")] == \
+        ["B", "n", "mask", "lin", "j2_voce", "m_3d"]
+    assert c_symbol("point", code) == "point_model"  # point_value is the code's static function
+    assert c_symbol("mc", code) == "mc_model" and c_symbol("MC", code) == "MC_model"  # MC_W
+    assert c_symbol("newton", code) == "newton"  # newton_1 is no name the export defines
+
+
+@pytest.mark.parametrize("name, symbol", [("B", "B"), ("point", "point_model")])
+def test_a_model_named_like_internal_code_exports_and_builds(tmp_path, capsys, name, symbol):
+    """``modelc export c`` of a model called ``B`` (a Python-side reserved word) or ``point`` (the
+    exported C's own ``point_value``): the files build with the C compiler and the prefix is the
+    one documented above."""
+    from modelc.cli import main as cli_main
+
+    path = _spec(tmp_path, EXPLICIT.replace("  lin:", f"  {name}:"))
+    assert cli_main(["export", "c", str(path), "--out", str(tmp_path / "x")]) == 0
+    assert f"{symbol}_value" in (tmp_path / "x" / f"{symbol}.h").read_text()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    r = subprocess.run([cc, "-O0", "-fPIC", "-shared", f"{symbol}.c", "-o", "liby.so", "-lm"],
+                       cwd=tmp_path / "x", capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert hasattr(ctypes.CDLL(str(tmp_path / "x" / "liby.so")), f"{symbol}_tangent")

@@ -158,6 +158,22 @@ def test_render_docs_replaces_the_generated_sections_only():
     assert render_docs(new) == new  # idempotent
 
 
+@pytest.mark.parametrize("drop", ["begin", "end", "swap"])
+def test_render_docs_names_a_missing_marker(drop):
+    """A document without one of a section's markers (or with them swapped) is an InputError
+    naming the document and the marker (it was a bare ValueError from str.index)."""
+    from modelc.errors import InputError
+
+    begin, end = (g.format(name="builtins") for g in GENERATED)
+    parts = {"begin": ["x", end], "end": [begin, "x"], "swap": [end, begin]}[drop]
+    doc = (GENERATED[0].format(name="schema") + "\n" + GENERATED[1].format(name="schema") + "\n"
+           + "\n".join(parts) + "\n")
+    with pytest.raises(InputError) as info:
+        render_docs(doc, "docs/x.md")
+    assert str(info.value).startswith("docs/x.md: the generated section 'builtins' needs the marker line")
+    assert (begin if drop == "begin" else end) in str(info.value)
+
+
 @pytest.mark.parametrize("text", ["max_iter: 2147483648", "max_substeps: -2147483648",
                                   "max_iter: 100000000000000000000000000000000"])
 def test_integer_options_must_fit_a_c_int(text):
