@@ -1,6 +1,10 @@
 """The memory floor of a model's update: a C loop that reads the same inputs and writes the same outputs
-(same tensors, same bytes, fresh outputs like the other routes) with no arithmetic beyond a running
-sum that keeps the reads alive. Two store kinds, because a floor measured with regular stores is about
+(same tensors, same bytes) with no arithmetic beyond a running sum that keeps the reads alive. It
+writes into output tensors it allocated on its first call for that size and keeps (since
+2026-11-26: before, fresh ones every call, which at 1e6 points made it pay the page faults of new
+memory; modelc's plain calls now reuse the blocks of dropped results on the CPU and ran under a
+floor that paid them, see docs/backends.md, reuse_outputs). The floor is the least any route can
+cost. Two store kinds, because a floor measured with regular stores is about
 half the real one when the outputs do not fit in cache (the read-for-ownership of every written line):
 
 - ``floor``: regular stores;
@@ -88,7 +92,8 @@ void mc_floor_nt(int nin, const double *const *x, const int64_t *len, int nout, 
 
 def floor_steps(want: tuple[torch.Tensor, ...]) -> dict[str, Callable]:
     """``{"floor": step, "floor-nt": step}`` in the baseline convention (``step(*args, tangent)``),
-    returning fresh tensors shaped like ``want`` (the outputs of one baseline call). float64 only."""
+    returning tensors shaped like ``want`` (the outputs of one baseline call), the same ones at every
+    call of a size. float64 only."""
     from modelc.runtime import cbuild
 
     lib = cbuild.load_library_source(SOURCE, "memory_floor")
@@ -99,9 +104,13 @@ def floor_steps(want: tuple[torch.Tensor, ...]) -> dict[str, Callable]:
                        ctypes.c_void_p, ctypes.c_int]
         fn.restype = None
 
-        def step(*args, tangent: bool, fn=fn):
+        kept: dict[int, list[torch.Tensor]] = {}
+
+        def step(*args, tangent: bool, fn=fn, kept=kept):
             B = args[0].shape[0]
-            outs = [torch.empty(B, *s, dtype=torch.float64) for s in shapes]
+            if B not in kept:
+                kept[B] = [torch.empty(B, *s, dtype=torch.float64) for s in shapes]
+            outs = kept[B]
             xs = [a.contiguous() for a in args]
             ptr = ctypes.c_int64 * len(xs)
             optr = ctypes.c_int64 * len(outs)

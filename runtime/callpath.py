@@ -34,14 +34,20 @@ class Buffers:
 
 
 def allocate(model, B: int, jshape: tuple[int, int] | None) -> Buffers:
-    """Fresh (uninitialised) buffers for ``B`` points."""
-    kw = {"dtype": model.dtype, "device": model.device}
-    Y = torch.empty(B, model.output_axis.size, **kw)
-    J = torch.empty(B, *jshape, **kw) if jshape else None
+    """Uninitialised buffers for ``B`` points: on the CPU from the model's :class:`BufferPool`
+    (blocks of earlier results that nothing refers to any more, see :mod:`modelc.runtime.bufferpool`),
+    else fresh."""
+    pool = model._pool if model.device.type == "cpu" else None
+    if pool is None:
+        def empty(shape, dtype):
+            return torch.empty(shape, dtype=dtype, device=model.device)
+    else:
+        empty = pool.empty
+    Y = empty((B, model.output_axis.size), model.dtype)
+    J = empty((B, *jshape), model.dtype) if jshape else None
     status = None
     if model.IMPLICIT:
-        status = (torch.empty(B, dtype=torch.bool, device=model.device),
-                  torch.empty(B, dtype=torch.int32, device=model.device), torch.empty(B, **kw))
+        status = (empty((B,), torch.bool), empty((B,), torch.int32), empty((B,), model.dtype))
     return Buffers(Y, J, status)
 
 

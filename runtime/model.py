@@ -28,6 +28,7 @@ import torch
 
 from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import autograd, callpath
+from modelc.runtime.bufferpool import BufferPool
 from modelc.runtime import solver as _solver
 from modelc.runtime.cbuild import pack_args
 from modelc.runtime.axis import LabeledAxis
@@ -375,7 +376,7 @@ class CompiledModel(torch.nn.Module):
                  backend: str = "auto", *, block: int | None = None, on_failure: str | None = None,
                  max_substeps: int | None = None, trainable: tuple[str, ...] = (), rtol: float | None = None,
                  atol: float | None = None, max_iter: int | None = None, bake: bool | tuple[str, ...] = (),
-                 specialize: bool = True, **param_overrides):
+                 specialize: bool = True, reuse_outputs: bool = True, **param_overrides):
         super().__init__()
         self._solver = _solver.check({"rtol": rtol, "atol": atol, "max_iter": max_iter}, f"model {self.NAME}")
         self._call_solver: dict[str, Any] = {}
@@ -402,6 +403,11 @@ class CompiledModel(torch.nn.Module):
         if not isinstance(specialize, bool):
             raise InputError(f"model {self.NAME}: specialize must be True or False, got {specialize!r}")
         self.specialize = specialize
+        if not isinstance(reuse_outputs, bool):
+            raise InputError(f"model {self.NAME}: reuse_outputs must be True or False, got {reuse_outputs!r}")
+        # result buffers on the CPU come from blocks of earlier results nothing refers to any more
+        # (no page faults on every call; modelc.runtime.bufferpool)
+        self._pool = BufferPool() if reuse_outputs else None
         self._exponent_columns = [c for c, n in enumerate(self.param_names_by_column())
                                   if n in self.EXPONENTS and n not in self.c_baked]
         self.params = ParameterValues()  # the parameter values: buffers, or torch.nn.Parameter (trainable)
@@ -803,6 +809,12 @@ class CompiledModel(torch.nn.Module):
         from modelc.runtime.bound import BoundCall
 
         return BoundCall(self, inputs, derivatives, solver, param_overrides)
+
+    def release_buffers(self) -> None:
+        """Give back the result blocks the model keeps for reuse on the CPU (``reuse_outputs``): the
+        free ones now, those an earlier result still uses when it dies. Later calls start afresh."""
+        if self._pool is not None:
+            self._pool.release()
 
     def _align_named(self, inputs, params):
         """Replace named TypedTensors by plain tensors aligned to the union of their batch names."""

@@ -1,0 +1,128 @@
+"""modelc.runtime.bufferpool: result blocks reused only when nothing refers to them (a tensor, a
+view of it, a NumPy array of it), at most ``keep`` per size, aligned, plain ``torch.empty`` below
+``min_bytes``; and through a model: fresh results that reuse the memory of dropped ones give the same
+bits as ``reuse_outputs=False``, never the memory of a result still held."""
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+
+import pytest
+import torch
+
+from modelc.runtime.bufferpool import BufferPool
+
+SHAPE = (1000, 300)  # 2.4 MB of float64: above min_bytes
+
+
+def test_a_block_is_reused_only_when_nothing_refers_to_it():
+    pool = BufferPool(keep=2)
+    a = pool.empty(SHAPE, torch.float64)
+    assert a.shape == SHAPE and a.dtype == torch.float64 and a.is_contiguous()
+    assert a.data_ptr() % 64 == 0
+    pa = a.data_ptr()
+    view = a[10:20, 3]  # a view keeps the block in use
+    del a
+    b = pool.empty(SHAPE, torch.float64)
+    assert b.data_ptr() != pa
+    arr = view.numpy()  # so does a NumPy array made from it
+    del view
+    c = pool.empty(SHAPE, torch.float64)
+    assert c.data_ptr() not in (pa, b.data_ptr())  # a third block (the pool forgets its oldest)
+    del arr, b
+    d = pool.empty(SHAPE, torch.float64)  # b's block is free now; a's was forgotten
+    assert d.data_ptr() not in (pa, c.data_ptr()) and pool.reused == 1
+    assert pool.held_bytes() == 2 * 8 * SHAPE[0] * SHAPE[1]
+
+
+def test_writes_to_a_reused_block_never_reach_a_live_result():
+    pool = BufferPool(keep=2)
+    live = []
+    for k in range(20):
+        t = pool.empty(SHAPE, torch.float64)
+        t.fill_(float(k))
+        if k % 3 == 0:
+            live.append((k, t[5:7]))  # some results are kept (as views), the others dropped
+    for k, v in live:
+        assert bool((v == k).all()), k
+
+
+def test_dtypes_sizes_small_blocks_and_release():
+    pool = BufferPool()
+    small = pool.empty((10, 6), torch.float64)  # under min_bytes: plain torch.empty, not held
+    assert pool.held_bytes() == 0 and small.shape == (10, 6)
+    for dtype in (torch.bool, torch.int32, torch.float32, torch.float64):
+        t = pool.empty((2_000_000,), dtype)
+        assert t.dtype == dtype and t.shape == (2_000_000,) and t.data_ptr() % 64 == 0
+    assert pool.held_bytes() == 2_000_000 * (1 + 4 + 4 + 8)  # one block of each size
+    pool.release()
+    assert pool.held_bytes() == 0
+    with pytest.raises(ValueError, match="keep=0"):
+        BufferPool(keep=0)
+
+
+def test_a_copied_or_pickled_pool_is_empty_with_the_same_settings():
+    pool = BufferPool(keep=3, min_bytes=10)
+    _ = pool.empty(SHAPE, torch.float64)
+    for other in (copy.deepcopy(pool), pickle.loads(pickle.dumps(pool))):
+        assert (other.keep, other.min_bytes, other.held_bytes()) == (3, 10, 0)
+
+
+def test_threads_never_share_a_block():
+    pool = BufferPool(keep=2)
+    seen, errors = [], []
+
+    def work(k):
+        for _ in range(30):
+            t = pool.empty(SHAPE, torch.float64)
+            t.fill_(k)
+            if not bool((t == k).all()):
+                errors.append(k)
+            seen.append(t.data_ptr())
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def _inputs(B, seed):
+    g = torch.Generator().manual_seed(seed)
+    d = torch.float64
+    return {"forces/E": 2e-3 * torch.randn(B, 6, generator=g, dtype=d), "forces/t": torch.ones(B, dtype=d),
+            "old_forces/t": torch.zeros(B, dtype=d), "old_state/internal/Ep": 1e-4 * torch.randn(B, 6, generator=g, dtype=d),
+            "old_state/internal/ep": torch.zeros(B, dtype=d)}
+
+
+def test_a_model_reuses_dropped_results_and_gives_the_same_bits():
+    """j2_linear_iso on the C backend, 20,000 points with the tangent (2.9 MB Jacobian): a step loop
+    that holds the previous result gets the same numbers with and without reuse; a dropped result's
+    memory serves a later call, a held one's never does."""
+    from modelc.generated import j2_linear_iso
+
+    B = 20_000
+    m = j2_linear_iso.Model(backend="c")
+    plain = j2_linear_iso.Model(backend="c", reuse_outputs=False)
+    prev = None
+    held = m(_inputs(B, 99), derivatives="tangent")
+    held_copy = (held.outputs.tensor.clone(), held.jacobian.tensor.clone())
+    ptrs = set()
+    for k in range(6):
+        x = _inputs(B, k)
+        r = m(x, derivatives="tangent")
+        want = plain(x, derivatives="tangent")
+        assert torch.equal(r.outputs.tensor, want.outputs.tensor)
+        assert torch.equal(r.jacobian.tensor, want.jacobian.tensor)
+        ptrs.add(r.jacobian.tensor.data_ptr())
+        prev = r  # noqa: F841 - the old state a step holds while the next one is written
+    assert held.jacobian.tensor.data_ptr() not in ptrs  # held all along: never handed out again
+    assert torch.equal(held.outputs.tensor, held_copy[0]) and torch.equal(held.jacobian.tensor, held_copy[1])
+    assert len(ptrs) <= 3 and m._pool.reused > 0  # the loop's Jacobians share a few blocks
+    assert plain._pool is None
+    m.release_buffers()
+    assert m._pool.held_bytes() == 0
+    with pytest.raises(Exception, match="reuse_outputs must be True or False"):
+        j2_linear_iso.Model(reuse_outputs="yes")
