@@ -16,9 +16,10 @@ part of it, exactly as with ``torch.empty``.
 What it keeps: per block size, at most ``keep`` blocks (default 2: the previous step's result,
 still held as the old state, and the one being written); a third block of that size is allocated
 when both are in use, and the pool then forgets the oldest (the caller's references keep it alive
-while used). So an idle model holds at most ``keep`` blocks of each size it was called with; blocks
-under ``min_bytes`` (1 MiB) are left to the allocator (small blocks are reused by malloc without
-page faults). ``release()`` drops every block the pool holds; ``Model(..., reuse_outputs=False)``
+while used). Of sizes it keeps the ``sizes`` (default 8) used last, so calls of ever-changing batch
+sizes (sub-stepping the failed points of each step, say) cannot pile blocks up: an idle model holds
+at most ``keep`` blocks of each of its last ``sizes`` sizes. Blocks under ``min_bytes`` (1 MiB) are
+left to the allocator (small blocks are reused by malloc without page faults). ``release()`` drops every block the pool holds; ``Model(..., reuse_outputs=False)``
 turns the pool off.
 """
 from __future__ import annotations
@@ -39,11 +40,11 @@ _ALIGN = 64  # a cache line: what torch's CPU allocator gives, and what streamin
 class BufferPool:
     """Blocks of memory for result tensors, reused once unreferenced (see the module doc)."""
 
-    def __init__(self, keep: int = 2, min_bytes: int = MIN_BYTES):
-        if keep < 1:
-            raise ValueError(f"keep={keep}: a pool keeps at least one block per size")
-        self.keep, self.min_bytes = keep, min_bytes
-        self._blocks: dict[int, list[np.ndarray]] = {}
+    def __init__(self, keep: int = 2, min_bytes: int = MIN_BYTES, sizes: int = 8):
+        if keep < 1 or sizes < 1:
+            raise ValueError(f"keep={keep}, sizes={sizes}: a pool keeps at least one block of one size")
+        self.keep, self.min_bytes, self.sizes = keep, min_bytes, sizes
+        self._blocks: dict[int, list[np.ndarray]] = {}  # by size, least recently used size first
         self._lock = threading.Lock()
         self.reused = 0  # how many blocks were handed out again (for tests and diagnostics)
 
@@ -61,7 +62,10 @@ class BufferPool:
         return t.view(dtype).view(shape)
 
     def _claim(self, nbytes: int) -> np.ndarray:
-        blocks = self._blocks.setdefault(nbytes, [])
+        blocks = self._blocks.pop(nbytes, [])
+        self._blocks[nbytes] = blocks  # the most recently used size last
+        while len(self._blocks) > self.sizes:  # forget the least recently used size
+            del self._blocks[next(iter(self._blocks))]
         # the count of a block no tensor uses, measured the same way on a probe held the same way
         # (the interpreter's own references differ between Python versions)
         probe = [np.empty(0, dtype=np.uint8)]
@@ -83,7 +87,7 @@ class BufferPool:
         return block
 
     def __reduce__(self):  # a copied or pickled model gets an empty pool of the same settings
-        return (BufferPool, (self.keep, self.min_bytes))
+        return (BufferPool, (self.keep, self.min_bytes, self.sizes))
 
     def held_bytes(self) -> int:
         """Bytes of the blocks the pool holds (in use by results or free)."""

@@ -60,13 +60,26 @@ def test_dtypes_sizes_small_blocks_and_release():
     assert pool.held_bytes() == 0
     with pytest.raises(ValueError, match="keep=0"):
         BufferPool(keep=0)
+    with pytest.raises(ValueError, match="sizes=0"):
+        BufferPool(sizes=0)
+
+
+def test_ever_changing_sizes_keep_only_the_last_sizes():
+    """Calls whose batch size changes every time (the failed points of each step, sub-stepped) hold
+    blocks of the last ``sizes`` sizes only, and a size used again is kept over older ones."""
+    pool = BufferPool(keep=2, sizes=3)
+    for rows in range(1001, 1011):
+        _ = pool.empty((rows, 300), torch.float64)  # dropped at once
+        _ = pool.empty((1000, 300), torch.float64)  # one size used all along
+    assert sorted(pool._blocks) == [1000 * 300 * 8, 1009 * 300 * 8, 1010 * 300 * 8]
+    assert pool.held_bytes() == 8 * 300 * (1000 + 1009 + 1010)  # one block each: each was free again
 
 
 def test_a_copied_or_pickled_pool_is_empty_with_the_same_settings():
-    pool = BufferPool(keep=3, min_bytes=10)
+    pool = BufferPool(keep=3, min_bytes=10, sizes=5)
     _ = pool.empty(SHAPE, torch.float64)
     for other in (copy.deepcopy(pool), pickle.loads(pickle.dumps(pool))):
-        assert (other.keep, other.min_bytes, other.held_bytes()) == (3, 10, 0)
+        assert (other.keep, other.min_bytes, other.sizes, other.held_bytes()) == (3, 10, 5, 0)
 
 
 def test_threads_never_share_a_block():
