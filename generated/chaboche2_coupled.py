@@ -9851,6 +9851,7 @@ C_SOURCE = r'''
 #define NP 11
 #define NY 25
 #define MC_NEWTON 1
+/* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -19412,6 +19413,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* chaboche2_coupled: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -19433,7 +19435,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 0
 /* chaboche2_coupled: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
 void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -19455,7 +19459,9 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* chaboche2_coupled: outputs and d outputs / d inputs (25 x 27 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -19477,7 +19483,9 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* chaboche2_coupled: outputs and d outputs / d (inputs, parameters) (25 x 38 per point) */
 void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -19499,6 +19507,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 '''
 
 

@@ -2925,6 +2925,7 @@ C_SOURCE = r'''
 #define NP 8
 #define NY 15
 #define MC_NEWTON 1
+/* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -5631,6 +5632,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* gtn: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -5652,7 +5654,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 0
 /* gtn: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
 void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -5674,7 +5678,9 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* gtn: outputs and d outputs / d inputs (15 x 16 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -5696,7 +5702,9 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* gtn: outputs and d outputs / d (inputs, parameters) (15 x 24 per point) */
 void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -5718,6 +5726,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 '''
 
 

@@ -2061,6 +2061,7 @@ C_SOURCE = r'''
 #define NP 3
 #define NY 13
 #define MC_NEWTON 1
+/* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -4019,6 +4020,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* j2_perfect_coupled: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4040,7 +4042,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 0
 /* j2_perfect_coupled: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
 void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4062,7 +4066,9 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* j2_perfect_coupled: outputs and d outputs / d inputs (13 x 15 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4084,7 +4090,9 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* j2_perfect_coupled: outputs and d outputs / d (inputs, parameters) (13 x 18 per point) */
 void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4106,6 +4114,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 '''
 
 

@@ -2819,6 +2819,7 @@ C_SOURCE = r'''
 #define NP 7
 #define NY 20
 #define MC_NEWTON 1
+/* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -4349,6 +4350,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* j2_voce_af: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4370,7 +4372,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 0
 /* j2_voce_af: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
 void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4392,7 +4396,9 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* j2_voce_af: outputs and d outputs / d inputs (20 x 21 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4414,7 +4420,9 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* j2_voce_af: outputs and d outputs / d (inputs, parameters) (20 x 28 per point) */
 void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -4436,6 +4444,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 '''
 
 

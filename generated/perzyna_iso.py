@@ -1764,6 +1764,7 @@ C_SOURCE = r'''
 #define NP 6
 #define NY 14
 #define MC_NEWTON 1
+/* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -2763,6 +2764,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* perzyna_iso: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -2784,7 +2786,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 0
 /* perzyna_iso: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
 void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -2806,7 +2810,9 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* perzyna_iso: outputs and d outputs / d inputs (14 x 15 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -2828,7 +2834,9 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* perzyna_iso: outputs and d outputs / d (inputs, parameters) (14 x 21 per point) */
 void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -2850,6 +2858,7 @@ void mc_total(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 '''
 
 

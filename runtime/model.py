@@ -728,7 +728,7 @@ class CompiledModel(torch.nn.Module):
 
     def _check_total(self) -> None:
         """An InputError when this generated module has no ``total`` variant (it predates it)."""
-        if "total" not in self.VARIANTS or (self.backend == "c" and "total" not in self._loaded_clib().entry):
+        if "total" not in self.VARIANTS or (self.backend == "c" and "total" not in self._loaded_clib().variants):
             raise InputError(f"model {self.NAME}: this generated module computes no derivatives with respect "
                              "to parameters (it predates them): regenerate it with `modelc compile`")
 

@@ -14,7 +14,7 @@ import torch
 
 from modelc import ir
 from modelc.backends.c_backend import c_source
-from modelc.runtime import cbuild
+from modelc.runtime import cbuild, cheader
 from modelc.runtime.types import Scalar
 from rt_helpers import fn_program, needs_cc
 
@@ -79,7 +79,7 @@ def test_second_build_is_a_load(tmp_path, monkeypatch):
     # a different dtype is another library (compiled with -DMC_FLOAT32)
     monkeypatch.undo()
     lib32 = cbuild.load_library(src, "small", torch.float32, cache_dir=tmp_path)
-    assert lib32.path != lib2.path and lib32.path.name.endswith("-f32.so")
+    assert lib32.path != lib2.path and lib32.path.name.endswith("-f32-p0.so")
 
 
 @needs_cc
@@ -152,3 +152,46 @@ def test_stream_threshold_setting_is_checked(monkeypatch):
         assert cbuild.stream_bytes() == 4096
     finally:
         cbuild.stream_bytes.cache_clear()
+
+
+@needs_cc
+def test_a_source_in_parts_builds_each_part_on_first_use_with_the_same_bits(tmp_path):
+    """A model's source declares two parts (value and tangent: what a step needs; jacobian and
+    total): loading builds part 0 alone, the first jacobian or total call builds part 1, and every
+    entry point gives the bits of the whole source built as one library. perzyna_iso (a Newton
+    solve), 700 random points."""
+    from modelc.generated import perzyna_iso
+
+    src = perzyna_iso.C_SOURCE
+    assert cbuild.source_parts(src) == {"value": 0, "tangent": 0, "jacobian": 1, "total": 1}
+    assert cbuild.source_parts(_small_source("parts")) == {"value": 0, "jacobian": 1}  # no parameters: no total
+    lib = cbuild.load_library(src, "parts", torch.float64, cache_dir=tmp_path)
+    assert lib.variants == ("value", "jacobian", "tangent", "total")
+    built = sorted(p.name for p in (tmp_path / "c").glob("*.so"))
+    assert len(built) == 1 and built[0].endswith("-f64-p0.so")
+    path, flags = cbuild.library_path(src, "whole", torch.float64, tmp_path)  # no part: every entry point
+    cbuild.build(cheader.standalone(src), path, flags)
+    whole = cbuild.CLibrary(path, torch.float64, cbuild.default_lanes())
+    assert whole.variants == lib.variants
+
+    m = perzyna_iso.Model(backend="torch")
+    B, g = 700, torch.Generator().manual_seed(11)
+    names = [v.name for v in perzyna_iso.Model.INPUTS]
+    sizes = [m.input_axis.storage_size(n) for n in names]
+    inputs = [1e-3 * torch.randn(B, k, generator=g, dtype=torch.float64) for k in sizes]
+    inputs[names.index("forces/t")] = torch.full((B, 1), 0.5, dtype=torch.float64)
+    inputs[names.index("old_forces/t")] = torch.zeros(B, 1, dtype=torch.float64)
+    P = m._param_tensor({}, torch.Size([1]))[0]
+    for variant in ("value", "tangent", "jacobian", "total"):
+        got, want = [], []
+        for library, out in ((lib, got), (whole, want)):
+            Y = torch.empty(B, m.output_axis.size, dtype=torch.float64)
+            J = None if variant == "value" else torch.empty(B, *m._jacobian_shape(variant), dtype=torch.float64)
+            st = (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=torch.float64))
+            library(inputs, P, Y, J, st, variant=variant)
+            out += [Y, st[1]] + ([J] if J is not None else [])
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), variant
+        assert bool(got[1].gt(0).any())  # some points iterated (the check is not on trivial points)
+        if variant == "tangent":  # part 1 not built yet
+            assert len(list((tmp_path / "c").glob("parts-*.so"))) == 1
+    assert sorted(p.name[-6:] for p in (tmp_path / "c").glob("parts-*.so")) == ["-p0.so", "-p1.so"]
