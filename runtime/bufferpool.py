@@ -50,8 +50,7 @@ class BufferPool:
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised CPU tensor of ``shape`` and ``dtype`` (contiguous, 64-byte aligned)."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = itemsize
+        nbytes = dtype.itemsize
         for s in shape:
             nbytes *= int(s)
         if nbytes < self.min_bytes:
