@@ -198,6 +198,7 @@ C_SOURCE = r'''
 #define NP 2
 #define NY 6
 #define MC_NEWTON 0
+/* MC_PARTS value:0,jacobian:1 (entry point: part; -DMC_PART=k builds part k alone) */
 #include "modelc_kernel.h"
 #if MC_KERNEL_ABI != 1
 #error "this source needs modelc_kernel.h ABI 1: regenerate it with the installed modelc"
@@ -254,6 +255,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#if !defined(MC_PART) || MC_PART == 0
 /* elastic: outputs only */
 void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -275,7 +277,9 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
     }
     (void)threads;
 }
+#endif
 
+#if !defined(MC_PART) || MC_PART == 1
 /* elastic: outputs and d outputs / d inputs (6 x 6 per point) */
 void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
@@ -297,6 +301,7 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
     }
     (void)threads;
 }
+#endif
 '''
 
 
