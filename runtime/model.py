@@ -30,7 +30,7 @@ from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import autograd, callpath
 from modelc.runtime.bufferpool import BufferPool
 from modelc.runtime import solver as _solver
-from modelc.runtime.cbuild import pack_args
+from modelc.runtime.cbuild import CBuildError, pack_args
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.checks import check_parameter, nonfinite_rows
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector, sub_matrix
@@ -856,7 +856,16 @@ class CompiledModel(torch.nn.Module):
                 self, B, None if constant else self._jacobian_shape(variant))
             if buf.J is None and variant is not None and not constant:
                 raise InternalError(f"model {self.NAME}: no Jacobian buffer for a {variant} call")
-            Y, J, status = self._run_into(views, P, variant, buf, shared, param_overrides)
+            try:
+                Y, J, status = self._run_into(views, P, variant, buf, shared, param_overrides)
+            except CBuildError as exc:
+                # a library built at the call (the jacobian/total part, a new exponent's) did not
+                # build: an automatic backend falls back as it does when the model is made; nothing
+                # was written (the kernel never ran)
+                if self.backend != "c" or self._requested_backend != "auto":
+                    raise
+                self.backend = self._c_unavailable(str(exc))
+                return self._call(inputs, derivatives, old_forces, param_overrides, out)
         else:
             Y, J, status = self._run_packed(callpath.pack(self, views, B), P, variant, shared, param_overrides)
         substeps = None

@@ -593,6 +593,42 @@ def test_construction_builds_the_library_its_values_call(library, monkeypatch):
 
 
 @needs_cc
+def test_a_part_that_does_not_build_at_the_call(library, monkeypatch, tmp_path):
+    """The jacobian/total part of a library is built on the first call that asks for it: when that
+    build fails, an automatic backend falls back to PyTorch with a warning and answers that call
+    (the PyTorch backend's numbers), backend='c' raises; the value and tangent part still served
+    the calls before."""
+    import modelc.runtime.model as rmodel
+    from modelc.errors import ModelcError
+
+    monkeypatch.setenv("MODELC_CACHE_DIR", str(tmp_path))  # an empty cache: every part is built here
+    cbuild._LOADED.clear()
+    real = cbuild.build
+
+    def build(source, path, flags):
+        if "-DMC_PART=1" in flags:
+            raise cbuild.CBuildError("C backend: compiling part 1 failed (simulated)")
+        return real(source, path, flags)
+
+    monkeypatch.setattr(cbuild, "build", build)
+    monkeypatch.setattr(rmodel, "_WARNED", set())
+    mod = library["j2_linear_iso"]
+    auto, strict = mod.Model(), mod.Model(backend="c")
+    assert auto.backend == "c" and strict.backend == "c"
+    X = _inputs(auto, 9, seed=4)
+    inputs = {k: X[:, slice(*auto.input_axis.span(k))].squeeze(-1) for k in auto.input_axis.variable_names}
+    assert auto(inputs, derivatives="tangent").jacobian is not None  # part 0: built
+    with pytest.warns(RuntimeWarning, match="C backend is unavailable .*part 1 failed"):
+        full = auto(inputs, derivatives=True)
+    assert auto.backend == "torch"
+    want = mod.Model(backend="torch")(inputs, derivatives=True)
+    assert torch.equal(full.jacobian.tensor, want.jacobian.tensor)
+    with pytest.raises(ModelcError, match="part 1 failed"):
+        strict(inputs, derivatives=True)
+    cbuild._LOADED.clear()
+
+
+@needs_cc
 def test_threads_give_identical_results(library):
     """The OpenMP loop over blocks (2 and 3 threads, enough points to go parallel) computes exactly
     the serial result: a point's block never depends on the thread count."""
