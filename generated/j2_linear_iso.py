@@ -2047,9 +2047,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     }
 }
 
+#ifndef MC_ENTRY
+#define MC_ENTRY  /* the entry points' linkage: `static` where the source is embedded (modelc export c) */
+#endif
+
 #if !defined(MC_PART) || MC_PART == 0
 /* j2_linear_iso: outputs only */
-void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
+MC_ENTRY void mc_value(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
@@ -2073,7 +2077,7 @@ void mc_value(const int64_t n, const int64_t *restrict args, const int threads) 
 
 #if !defined(MC_PART) || MC_PART == 0
 /* j2_linear_iso: outputs and the tangent d(state/S) / d(forces/E) (6 x 6 per point) */
-void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
+MC_ENTRY void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
@@ -2097,7 +2101,7 @@ void mc_tangent(const int64_t n, const int64_t *restrict args, const int threads
 
 #if !defined(MC_PART) || MC_PART == 1
 /* j2_linear_iso: outputs and d outputs / d inputs (14 x 15 per point) */
-void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
+MC_ENTRY void mc_jacobian(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;
@@ -2121,7 +2125,7 @@ void mc_jacobian(const int64_t n, const int64_t *restrict args, const int thread
 
 #if !defined(MC_PART) || MC_PART == 1
 /* j2_linear_iso: outputs and d outputs / d (inputs, parameters) (14 x 19 per point) */
-void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
+MC_ENTRY void mc_total(const int64_t n, const int64_t *restrict args, const int threads) {
     mc_args a;
     mc_unpack(args, &a);
     const int64_t nb = (n + MC_W - 1) / MC_W;

@@ -424,7 +424,11 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
 /* entries 0 .. nc-1 of lanes 0 .. nl-1 of the block s to the rows y + l * ys (ys = 0, a broadcast
    Jacobian: every lane writes the same row). With ``nt`` (a call whose outputs exceed the cache, see
    mc_args.flags) and rows that follow each other (ys == nc), a full block is staged in L1 in the
-   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). */
+   caller's layout and written with streaming stores (whole cache lines, no read-for-ownership). Only
+   the lines the block fills whole are streamed: a line it shares with a neighbouring block (rows
+   that do not start on a cache line, e.g. a host's malloc'd array, 16-byte aligned) is written with
+   regular stores by both, never half streamed (that made a host's export call 2.5x slower: the line
+   goes back and forth between the cache and the write-combining buffers). */
 MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict s, const int nc, const int nl,
                         const int nt) {
 #if defined(__AVX__)
@@ -441,15 +445,19 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
         for (int l = 0; l < MC_W; ++l)
             for (int c = 0; c < nc; ++c) q[l * nc + c] = s[c * MC_W + l];
 #endif
-        const int tot = MC_W * nc, step = 32 / (int)sizeof(real);
+        const int tot = MC_W * nc, step = 32 / (int)sizeof(real), line = 64 / (int)sizeof(real);
         int i = 0;
-        for (; i < tot && ((uintptr_t)(y + i) & 31); ++i) y[i] = q[i];  /* up to the first 32-byte boundary */
+        for (; i < tot && ((uintptr_t)(y + i) & 63); ++i) y[i] = q[i];  /* up to the first line boundary */
+        for (; i + line <= tot; i += line) {  /* whole lines, two 32-byte streaming stores each */
 #ifdef MC_FLOAT32
-        for (; i + step <= tot; i += step) _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+            _mm256_stream_ps(y + i, _mm256_loadu_ps(q + i));
+            _mm256_stream_ps(y + i + step, _mm256_loadu_ps(q + i + step));
 #else
-        for (; i + step <= tot; i += step) _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+            _mm256_stream_pd(y + i, _mm256_loadu_pd(q + i));
+            _mm256_stream_pd(y + i + step, _mm256_loadu_pd(q + i + step));
 #endif
-        for (; i < tot; ++i) y[i] = q[i];
+        }
+        for (; i < tot; ++i) y[i] = q[i];  /* the last, partial line */
         return;
     }
 #else

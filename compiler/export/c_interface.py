@@ -88,7 +88,9 @@ def context(m: Exported) -> dict:
             "spec": c_comment(m.spec), "spec_hash": m.spec_hash, "version": m.version,
             "nx": m.nx, "ny": m.ny, "np": m.np, "inputs": _vars(m.inputs), "outputs": _vars(m.outputs),
             "parameters": _vars(m.parameters, True), "state": list(m.state),
-            "point_code": m.point_code, "default_lines": _defaults(m), "advance": _advance(m)}
+            "point_code": m.point_code, "block_code": m.block_code, "default_lines": _defaults(m),
+            "advance": _advance(m), "input_offsets": [m.slot("inputs", n).offset for n in m.block_inputs],
+            "implicit": m.implicit}
 
 
 def export_c(m: Exported, out_dir: str | Path) -> list[Path]:

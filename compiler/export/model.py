@@ -38,8 +38,9 @@ class VarSlot:
 
 @dataclass(frozen=True)
 class Exported:
-    """A model ready to export: names, layouts and the per-point C code (``point_value``,
-    ``point_derivative`` writing the 6 x 6 tangent)."""
+    """A model ready to export: names, layouts, the per-point C code (``point_value``,
+    ``point_derivative`` writing the 6 x 6 tangent: the UMAT's) and the batched C code (the C
+    interface's)."""
 
     name: str          # the model's name
     symbol: str        # the C identifier prefix (the name, sanitised)
@@ -51,6 +52,12 @@ class Exported:
     parameters: tuple[VarSlot, ...]
     state: tuple[tuple[str, str], ...]  # (state/x, old_state/x) pairs: outputs fed back as inputs
     point_code: str
+    #: the C backend's batched source of the same program (``mc_value``/``mc_tangent`` over blocks of
+    #: points in SIMD lanes, the kernel header inlined): what ``modelc export c`` embeds; "" if not made
+    block_code: str = ""
+    #: the input variables in the order the batched code takes their pointers (the input axis's,
+    #: Layout.axis_inputs: not always the program's)
+    block_inputs: tuple[str, ...] = ()
     version: str = __version__
 
     @property
@@ -107,7 +114,9 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
 
     An :class:`InputError` when the model has no ``state/S`` output or no ``forces/E`` input (an
     export drives a stress update by the strain)."""
-    from modelc.backends.c_backend import point_source
+    from modelc.backends.c_backend import c_source, point_source
+    from modelc.backends.layout import Layout
+    from modelc.runtime import cheader
     from modelc.cache import pick_model
     from modelc.driver import load_spec, lower_model
     from modelc.passes.cse import cse
@@ -128,7 +137,10 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
         off += p.type.size
     pairs = tuple((o, "old_" + o) for o in outs if "old_" + o in ins and o.startswith("state/"))
     point_code = point_source(tangent, "tangent")
-    return Exported(name=name, symbol=c_symbol(name, point_code), spec=str(spec_path), spec_hash=spec.digest,
+    block_code = cheader.standalone(c_source(tangent))
+    return Exported(name=name, symbol=c_symbol(name, point_code + block_code), spec=str(spec_path),
+                    spec_hash=spec.digest,
                     implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
                     outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
-                    point_code=point_code)
+                    point_code=point_code, block_code=block_code,
+                    block_inputs=tuple(v.name for v, _ in Layout.of(tangent).axis_inputs()))

@@ -304,8 +304,8 @@ def test_float32_vector_math(cache_dir):
 def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, name, dtype):
     """Outputs larger than the cache go out with streaming stores from a block staged in L1
     (``MC_STREAM``, chosen by ``pack_args``). Forced on for a small call, the results are bit for bit
-    those of regular stores: 37 points (a partial last block), outputs at an address 8 bytes past a
-    32-byte boundary (the unaligned head), and outputs with a row stride wider than a row (the
+    those of regular stores: 37 points (a partial last block), outputs 1, 2 and 5 entries past a
+    cache line (the lines a block shares with its neighbours are written with regular stores), and outputs with a row stride wider than a row (the
     regular path), with every entry written (poisoned buffers)."""
     mod = library[name]
     m = mod.Model(backend="c", dtype=dtype)
@@ -330,7 +330,7 @@ def test_streaming_stores_write_what_regular_stores_write(library, monkeypatch, 
 
     want = call(False, 0, 0)
     assert not want[0].isnan().any() and not want[1].isnan().any()
-    for shift, pad in ((0, 0), (1, 0), (0, 3)):
+    for shift, pad in ((0, 0), (1, 0), (2, 0), (5, 0), (0, 3)):  # 16 bytes off: a host's malloc'd rows
         got = call(True, shift, pad)
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (shift, pad)
 
