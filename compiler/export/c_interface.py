@@ -1,5 +1,5 @@
 """``modelc export c``: a header, a C source, a layout file (``NAME.json``) and an ABI page
-(``NAME.md``) for a model, over the C backend's per-point code (see :mod:`modelc.export`)."""
+(``NAME.md``) for a model, over the C backend's batched code (see :mod:`modelc.export`)."""
 from __future__ import annotations
 
 import json
