@@ -27,13 +27,12 @@ def main(args: argparse.Namespace) -> int:
 
     out = check_output_folder(args.out, "--out")  # before the work, like run and demo
     spec, model = args.spec, args.model
-    if not Path(spec).is_file():
-        if "/" in spec or spec.endswith((".yaml", ".yml")):
-            raise InputError(f"{spec}: spec file not found")
-        from modelc.bundled import resolve
+    from modelc.bundled import is_model_name, resolve
 
-        spec, model = resolve(spec, model)
-        spec = str(spec)
+    if not Path(spec).is_file() and not is_model_name(spec):
+        raise InputError(f"{spec}: spec file not found")
+    spec, model = resolve(spec, model)  # a bundled name: its file and its own model
+    spec = str(spec)
     m = prepare(spec, model)
     paths = (export_c if args.kind == "c" else export_umat)(m, out)
     print(f"{m.name}: wrote " + ", ".join(str(p) for p in paths))

@@ -231,7 +231,9 @@ def load_model(spec: str, model: str | None, *, dtype: str, device: str, backend
     it: ``module.Model(dtype=..., device=..., backend=...)``."""
     import modelc
 
-    if not Path(spec).is_file() and ("/" in spec or spec.endswith((".yaml", ".yml"))):
+    from modelc.bundled import is_model_name
+
+    if not Path(spec).is_file() and not is_model_name(spec):
         raise InputError(f"{spec}: spec file not found")  # a bare name is a bundled model (modelc.load)
     load = getattr(modelc, "load", None)
     if load is None:
