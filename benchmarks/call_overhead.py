@@ -1,5 +1,6 @@
-"""What a call costs besides its kernel: a compiled model's regular call, the call with ``out=``, the
-bound call (``model.bind``) and the kernel alone, on the same inputs, per call.
+"""What a call costs besides its kernel: a compiled model's regular call, the call and the reads of its
+stress and tangent by name (``read``), the call with ``out=``, the bound call (``model.bind``) and the
+kernel alone, on the same inputs, per call.
 
 On the CPU the C backend (1 thread); on a GPU the Triton backend, where each figure is the time per
 call of N calls issued back to back and then waited for (so a route that synchronises, or spends
@@ -25,7 +26,7 @@ from benchmarks import modelc_hook
 from benchmarks import workload as wl
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROUTES = ("call", "out", "bound", "kernel")
+ROUTES = ("call", "read", "out", "bound", "kernel")
 
 
 def routes(model: str, size: int, device: torch.device) -> dict[str, Callable[[], object]]:
@@ -59,7 +60,14 @@ def routes(model: str, size: int, device: torch.device) -> dict[str, Callable[[]
     def tensors(r):
         return r.outputs.tensor, r.jacobian.tensor
 
-    fns = {"call": lambda: tensors(m(x, derivatives=kind)), "out": lambda: tensors(m(x, derivatives=kind, out=res)),
+    rows, cols = m.TANGENT if m.TANGENT else (m.output_axis.variable_names, m.input_axis.variable_names)
+
+    def read():  # the call and what a user then reads: the first tangent row's output and its block
+        r = m(x, derivatives=kind)
+        return r[rows[0]], r.jacobian[rows[0], cols[0]]
+
+    fns = {"call": lambda: tensors(m(x, derivatives=kind)), "read": read,
+           "out": lambda: tensors(m(x, derivatives=kind, out=res)),
            "bound": lambda: tensors(bound()), "kernel": kernel}
     fns["bound"].fast = bound.fast
     return fns

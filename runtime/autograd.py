@@ -36,7 +36,7 @@ def requires_grad(model, inputs, overrides: Mapping[str, Any]) -> bool:
     elif isinstance(inputs, Mapping):
         if any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values()):
             return True
-    holder = model.params  # its buffers and nn.Parameters are the model's values (model._values)
+    holder = model._modules["params"]  # its buffers and nn.Parameters are the model's values (model._values)
     for d in (holder._parameters, holder._buffers):
         if any(v is not None and v.requires_grad and k not in overrides for k, v in d.items()):
             return True

@@ -36,6 +36,7 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 import hashlib
@@ -210,8 +211,8 @@ class CLibrary:
         return fn
 
     def run(self, variant: str, n: int, args, threads: int) -> None:
-        """Raw call: ``args`` a ctypes ``c_int64`` array laid out as the C ``mc_unpack`` reads it."""
-        self.entry_point(variant)(n, ctypes.addressof(args), threads)
+        """Raw call: ``args`` the array of 64-bit words the C ``mc_unpack`` reads (:func:`pack_args`)."""
+        self.entry_point(variant)(n, args.buffer_info()[0], threads)
 
     def __call__(self, inputs, P: torch.Tensor, Y: torch.Tensor, J: torch.Tensor | None = None,
                  status=None, threads: int | None = None, *, variant: str | None = None,
@@ -250,24 +251,38 @@ class CLibrary:
         self.run(variant, B, args, int(threads or torch.get_num_threads()))
 
 
-def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)):
-    """The ``c_int64`` argument array of an entry point (no checks: the caller made them); then the
+def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)) -> array.array:
+    """The argument array of an entry point (64-bit words; no checks: the caller made them); then the
     Newton options (rtol, atol: the bits of a double; max_iter) and the flags (``MC_STREAM`` when the
-    call reads and writes more than :func:`stream_bytes`)."""
-    xs = [0 if t.shape[0] == 1 else t.stride(0) for t in inputs]
-    vals = [t.data_ptr() for t in inputs] + xs
-    vals += [P.data_ptr(), 0 if P.shape[0] == 1 else P.stride(0), Y.data_ptr(), Y.stride(0)]
-    vals += [0, 0] if J is None else [J.data_ptr(), J.stride(0)]
+    call reads and writes more than :func:`stream_bytes`). An ``array.array`` of ``q``: built in a
+    quarter of the time of a ctypes array (~0.6 vs 2.6 us), which a small call notices."""
+    ptrs, xs = [], []
+    moved = 0  # elements read and written; an input or P that is one row or broadcast counts one row
+    for t in (*inputs, P):
+        rows, size = t.shape  # inputs and P are 2-d: (rows, size)
+        stride = t.stride()[0]
+        ptrs.append(t.data_ptr())
+        if rows == 1 or stride == 0:
+            xs.append(0)
+            moved += size
+        else:
+            xs.append(stride)
+            moved += rows * size
+    p_ptr, ps = ptrs.pop(), xs.pop()
+    vals = ptrs + xs if inputs else [0, 0]
+    vals += [p_ptr, ps, Y.data_ptr(), Y.stride()[0]]
+    moved += Y.numel()
+    if J is None:
+        vals += [0, 0]
+    else:
+        stride = J.stride()[0]
+        vals += [J.data_ptr(), stride]
+        moved += 0 if stride == 0 else J.numel()
     vals += [0, 0, 0] if status is None else [t.data_ptr() for t in status]
     rtol, atol, max_iter = options
     vals += [_bits(rtol), _bits(atol), int(max_iter)]
-    moved = Y.numel() + (0 if J is None or J.stride(0) == 0 else J.numel())
-    # (one row of an input or P that is broadcast; inputs and P are 2-d: (rows, size))
-    moved += sum(t.shape[-1] if t.shape[0] == 1 or t.stride(0) == 0 else t.numel() for t in (*inputs, P))
     vals.append(1 if moved * Y.element_size() > stream_bytes() else 0)
-    if not inputs:
-        vals = [0, 0] + vals
-    return (ctypes.c_int64 * len(vals))(*vals)
+    return array.array("q", vals)
 
 
 @functools.lru_cache(maxsize=1)

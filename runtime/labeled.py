@@ -33,6 +33,32 @@ def _check_names(names, batch_dim: int) -> tuple[str, ...] | None:
     return names
 
 
+#: (axes, names) -> the index ``tensor[index]`` that is :meth:`LabeledTensor.get`'s view, or ``()``
+#: where a variable's base shape is not flat (a 4th-order tensor: ``get`` reshapes) or a name is a
+#: sub-axis (``get`` says so); bounded, as a user may build axes in a loop
+_INDEX: dict[tuple, tuple] = {}
+_INDEX_MAX = 4096
+
+
+def _index_of(axes: tuple[LabeledAxis, ...], names: tuple[str, ...]) -> tuple:
+    """``(Ellipsis, k or slice(start, stop), ...)`` selecting one variable per labeled dim: an
+    integer for a scalar (its dim dropped, as ``get``'s reshape drops it), a slice for a vector of
+    components (SR2, vectors); ``()`` for any other item."""
+    index: list = [Ellipsis]
+    for axis, name in zip(axes, names):
+        e = axis.entry(name)  # (an unknown name raises here, with the axis's suggestions)
+        if not e.is_variable:
+            return ()
+        base = e.item.base_shape
+        if not base:
+            index.append(e.start)
+        elif len(base) == 1:
+            index.append(slice(e.start, e.stop))
+        else:
+            return ()
+    return tuple(index)
+
+
 def _shape(shape) -> tuple[int, ...]:
     if isinstance(shape, int):
         return (shape,)
@@ -130,6 +156,17 @@ class LabeledTensor:
     def get(self, *names: str) -> torch.Tensor:
         """The typed view of one variable per labeled dim, reshaped to ``batch + base shapes``
         (e.g. ``(batch..., 6)`` for an SR2, ``(batch..., 6, 6)`` for a d SR2 / d SR2 block)."""
+        try:
+            index = _INDEX.get((self.axes, names))
+        except TypeError:  # an unhashable name: the checks below say what is wrong with it
+            index = ()
+        if index is None:
+            index = _index_of(self.axes, self._names(names))
+            if len(_INDEX) >= _INDEX_MAX:
+                _INDEX.clear()
+            _INDEX[(self.axes, names)] = index
+        if index:  # one basic index: a view, as below, at a third of the cost (a result's reads)
+            return self.tensor[index]
         names = self._names(names)
         base: list[int] = []
         for axis, name in zip(self.axes, names):

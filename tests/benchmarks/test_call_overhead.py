@@ -1,8 +1,9 @@
-"""benchmarks/call_overhead.py: its four routes (regular call, out=, bound call, kernel alone) do the
+"""benchmarks/call_overhead.py: its routes (regular call, call and reads by name, out=, bound call, kernel alone) do the
 same work (identical outputs and tangent), the bound call takes the fast path, and a run writes its
 report (no timing is asserted: speed is for the benchmark to show)."""
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ if str(REPO) not in sys.path:
 from benchmarks import call_overhead as co  # noqa: E402
 from rt_helpers import needs_cc  # noqa: E402
 
+from modelc.runtime import LabeledAxis  # noqa: E402
+
 pytestmark = needs_cc
 
 
@@ -30,6 +33,11 @@ def test_routes_do_the_same_work(model):
     for k in ("out", "bound", "kernel"):
         assert torch.equal(got[k][0].reshape(Y.shape), Y), k
         assert torch.equal(got[k][1].reshape(J.shape), J), k
+    # the reads by name: the stress columns of Y and the tangent (the whole J of the tangent variant)
+    S, T = got["read"]
+    outputs = importlib.import_module(f"modelc.generated.{model}").Model.OUTPUTS
+    start, stop = LabeledAxis.from_variables([(v.name, v.type) for v in outputs]).span("state/S")
+    assert torch.equal(S, Y[:, start:stop]) and torch.equal(T, J)
 
 
 def test_run_writes_a_report(tmp_path):

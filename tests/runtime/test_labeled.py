@@ -182,6 +182,30 @@ def test_matrix_from_dict_absent_blocks_are_zero():
     assert isinstance(LabeledTensor(torch.zeros(2, 7, 7, 7), rows, rows, rows), LabeledTensor)
 
 
+def test_typed_views_by_index_are_the_reshaped_views():
+    """``get`` selects a scalar or a flat (SR2, vector) variable with one memoised basic index and
+    reshapes anything else (R2, SSR4): either way the view is the flat one reshaped to the base
+    shapes, with its strides and offset, on vectors and on every block of a matrix."""
+    flat = torch.arange(2 * 3 * AXIS.size, dtype=torch.float64).reshape(2, 3, AXIS.size)
+    x = LabeledVector(flat, AXIS)
+    mat = LabeledMatrix(torch.arange(2 * AXIS.size * AXIS.size, dtype=torch.float64).reshape(2, AXIS.size, AXIS.size),
+                        AXIS, AXIS)
+    for _ in range(2):  # the second pass reads the memoised index
+        for name, t in AXIS.variables:
+            want = x.raw(name).view(2, 3, *t.base_shape)
+            got = x[name]
+            assert (got.shape, got.stride(), got.storage_offset()) == (want.shape, want.stride(), want.storage_offset())
+            assert got.data_ptr() == want.data_ptr() and torch.equal(got, want)
+            for col, u in AXIS.variables:
+                want = mat.raw(name, col).view(2, *t.base_shape, *u.base_shape)
+                got = mat[name, col]
+                assert (got.shape, got.stride(), got.storage_offset()) == \
+                    (want.shape, want.stride(), want.storage_offset()), (name, col)
+                assert torch.equal(got, want)
+    with pytest.raises(InputError, match="no variable or sub-axis"):
+        x.get(["forces/E"])  # an unhashable name gets the same message as an unknown one
+
+
 def test_rejected_inputs_name_the_variable():
     x = LabeledVector.zeros(AXIS, (3,))
     with pytest.raises(InputError, match="forces/E: dtype torch.float32 does not match torch.float64"):

@@ -410,6 +410,35 @@ def test_exponent_specialization(library, monkeypatch):
         mod.Model(backend="c", specialize="yes")
 
 
+def test_the_remembered_library_follows_the_model_parameters(library):
+    """The C library chosen for the model's own shared parameter row is remembered between calls
+    (``Model._c_library``), and forgotten when a value changes: ``set_parameters``, an in-place write
+    into a parameter's buffer, a call's override. Each call agrees with the PyTorch code."""
+    mod = library["perzyna_iso"]
+    m, ref = mod.Model(backend="c"), mod.Model(backend="torch")
+    X = _inputs(m, 24, seed=5)
+    inputs = {k: X[:, slice(*m.input_axis.span(k))].squeeze(-1) for k in m.input_axis.variable_names}
+    before = len(m._baked_libs)  # (the default n's library, built with the model)
+
+    def check(n, libs, override=False):
+        over = {"n": n} if override else {}
+        got, want = m(inputs, derivatives="tangent", **over), ref(inputs, derivatives="tangent", n=n)
+        assert _rel(got.outputs.tensor, want.outputs.tensor) <= 1e-12, n
+        assert _rel(got.jacobian.tensor, want.jacobian.tensor) <= 1e-12, n
+        assert len(m._baked_libs) == before + libs, n
+        return m._c_lib_memo[3] if "_c_lib_memo" in m.__dict__ else None
+
+    m.set_parameters(n=2.0)
+    two = check(2.0, 1)
+    assert two is m._baked_libs[(None,) * 5 + (2.0,)] and check(2.0, 1) is two  # remembered
+    m.set_parameters(n=5.5)
+    assert check(5.5, 1) is m._general_lib()  # a non-integer exponent: the general library
+    m.params.n.fill_(3.0)  # in place: the row is rebuilt, the choice made again
+    three = check(3.0, 2)
+    assert three is not two and three is not m._general_lib()
+    assert check(4.0, 3, override=True) is three  # an override runs its own library, leaves the memo
+
+
 def test_cuda_and_errors_are_clear(library):
     from modelc.errors import InputError
 
