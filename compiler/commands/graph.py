@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from modelc.errors import InputError
 from modelc.ir import Model
 
 FORMATS = ("dot", "mermaid", "svg", "png")
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model or composition to draw (default: the last composition, "
                                    "else the last model)")
     p.add_argument("--format", choices=FORMATS, default=None,
-                   help="output format (default: from the -o suffix, else dot)")
+                   help="output format (default: from the -o suffix: .dot, .gv or .txt; .mmd; .svg; .png; "
+                        "none: dot; another suffix is an error)")
     p.add_argument("-o", "--output", help="output file (default: stdout for text formats, "
                                           "MODEL.FORMAT for images)")
 
@@ -32,15 +34,12 @@ def main(args: argparse.Namespace) -> int:
     from modelc.frontend import load_spec
     from modelc.passes.compose import compose_spec_model
 
+    fmt = args.format or format_of(args.output)  # (before the spec's work: a bad -o is told at once)
     spec = load_spec(args.spec)
     name = args.model
     if name is None:
         name = spec.compositions[-1].name if spec.compositions else spec.models[-1].name
     model = compose_spec_model(spec, name)
-    fmt = args.format
-    if fmt is None:
-        suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
-        fmt = {"mmd": "mermaid", "gv": "dot"}.get(suffix, suffix if suffix in FORMATS else "dot")
     if fmt in ("dot", "mermaid"):
         text = to_dot(model) if fmt == "dot" else to_mermaid(model)
         if args.output:
@@ -50,6 +49,21 @@ def main(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.output or f"{name.replace('/', '_')}.{fmt}")
     return render_image(to_dot(model), out, fmt)
+
+
+#: -o suffixes that name a format (no suffix, or .txt: DOT text)
+SUFFIXES = {"": "dot", "txt": "dot", "dot": "dot", "gv": "dot", "mmd": "mermaid", "mermaid": "mermaid",
+            "svg": "svg", "png": "png"}
+
+
+def format_of(output: str | None) -> str:
+    """The format an ``-o`` file name asks for; an :class:`InputError` for a suffix that names none
+    (``-o graph.pdf`` would otherwise get DOT text under a PDF's name)."""
+    suffix = Path(output).suffix.lstrip(".").lower() if output else ""
+    if suffix not in SUFFIXES:
+        raise InputError(f"-o {output}: .{suffix} is not a format modelc graph writes; name the file "
+                         ".dot, .gv, .mmd, .svg or .png, or pass --format " + "|".join(FORMATS))
+    return SUFFIXES[suffix]
 
 
 def render_image(dot_text: str, out: Path, fmt: str) -> int:

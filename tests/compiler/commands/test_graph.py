@@ -81,3 +81,11 @@ def test_cli_on_the_library_spec(tmp_path, capsys):
     assert text.startswith("flowchart LR") and "(implicit:" in text and '-->|"state/S"|' in text
     assert main(["graph", str(spec), "--model", "no_such_model"]) == 2
     assert "no model or composition named 'no_such_model'" in capsys.readouterr().err
+    # a suffix that names no format is refused (DOT text under a .pdf name would mislead); .txt is DOT
+    bad = tmp_path / "g.pdf"
+    assert main(["graph", str(spec), "--model", "j2_perfect", "-o", str(bad)]) == 2
+    assert ".pdf is not a format modelc graph writes" in capsys.readouterr().err and not bad.exists()
+    assert main(["graph", str(spec), "--model", "j2_perfect", "-o", str(bad), "--format", "dot"]) == 0
+    assert bad.read_text().startswith("digraph")
+    assert main(["graph", str(spec), "--model", "j2_perfect", "-o", str(tmp_path / "g.txt")]) == 0
+    assert (tmp_path / "g.txt").read_text().startswith("digraph")
