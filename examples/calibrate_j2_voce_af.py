@@ -59,7 +59,14 @@ def stresses(model, hist, params: dict[str, torch.Tensor]) -> torch.Tensor:
     return out["state/S"]
 
 
-def calibrate(steps: int = 120, noise: float = 1.0, iterations: int = 60, seed: int = 0,
+def to_nu(start: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Poisson's ratio from an unconstrained variable: -1 + 1.5 sigmoid(logit((start + 1) / 1.5) +
+    theta), inside (-1, 0.5) whatever theta is, ``start`` at theta = 0."""
+    u = (start + 1.0) / 1.5
+    return -1.0 + 1.5 * torch.sigmoid(torch.log(u / (1.0 - u)) + theta)
+
+
+def calibrate(steps: int = 120, noise: float = 1.0, iterations: int = 150, seed: int = 0,
               verbose: bool = True) -> dict:
     model = j2_voce_af.Model(dtype=torch.float64)  # the C backend on the CPU
     hist = histories(steps)
@@ -69,7 +76,10 @@ def calibrate(steps: int = 120, noise: float = 1.0, iterations: int = 60, seed: 
         data = clean + noise * torch.randn(clean.shape, generator=gen, dtype=torch.float64)
     n = len(TRUE["E"])
     start = {k: torch.full((n,), START[k], dtype=torch.float64) for k in NAMES}
-    # log-parameters: positive, and every one of order 1 for the optimiser
+    # unconstrained variables of order 1 for the optimiser, mapped onto each parameter's bounds
+    # (Model.PARAMETERS: a value outside them is refused): logarithms for the positive ones, a
+    # logistic map onto (-1, 0.5) for nu (a line search tries long steps: nu = 0.25 exp(theta) had
+    # reached 2.5)
     theta = {k: torch.zeros(n, dtype=torch.float64, requires_grad=True) for k in NAMES}
     opt = torch.optim.LBFGS(list(theta.values()), lr=1.0, max_iter=iterations, history_size=20,
                             tolerance_grad=1e-12, tolerance_change=1e-14, line_search_fn="strong_wolfe")
@@ -78,7 +88,7 @@ def calibrate(steps: int = 120, noise: float = 1.0, iterations: int = 60, seed: 
     calls, trace = [0], []
 
     def params():
-        return {k: start[k] * torch.exp(theta[k]) for k in NAMES}
+        return {k: to_nu(start[k], theta[k]) if k == "nu" else start[k] * torch.exp(theta[k]) for k in NAMES}
 
     def closure():
         opt.zero_grad()
@@ -140,7 +150,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=120, help="steps per loading history")
     ap.add_argument("--noise", type=float, default=1.0, help="standard deviation of the stress noise [MPa]")
-    ap.add_argument("--iterations", type=int, default=60, help="L-BFGS iterations")
+    ap.add_argument("--iterations", type=int, default=150, help="L-BFGS iterations at most (it stops on its own tolerances)")
     ap.add_argument("--plot", default="calibration.png", help="where to draw data vs fit ('' for none)")
     args = ap.parse_args(argv)
     result = calibrate(args.steps, args.noise, args.iterations)

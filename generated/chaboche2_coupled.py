@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:303
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
+# spec hash:   4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -19523,7 +19523,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
+    SPEC_HASH = '4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
@@ -19541,17 +19541,17 @@ class Model(CompiledModel):
         VariableInfo('state/S', 'SR2', 'Cauchy stress'),
     )
     PARAMETERS = (
-        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus"),
-        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio"),
+        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus", bounds='(0, inf)'),
+        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio", bounds='(-1, 0.5)'),
         ParameterInfo('R', 'Scalar', (50.0,), 'MPa', 'saturated hardening'),
-        ParameterInfo('d', 'Scalar', (20.0,), '', 'saturation rate'),
-        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress'),
-        ParameterInfo('eta', 'Scalar', (200.0,), 'MPa s^(1/n)', 'reference stress'),
-        ParameterInfo('n', 'Scalar', (5.0,), '', 'rate exponent'),
-        ParameterInfo('C1', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus (backstress1)'),
-        ParameterInfo('g1', 'Scalar', (100.0,), '', 'dynamic recovery (backstress1)'),
-        ParameterInfo('C2', 'Scalar', (2000.0,), 'MPa', 'kinematic hardening modulus (backstress2)'),
-        ParameterInfo('g2', 'Scalar', (10.0,), '', 'dynamic recovery (backstress2)'),
+        ParameterInfo('d', 'Scalar', (20.0,), '', 'saturation rate', bounds='[0, inf)'),
+        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress', bounds='[0, inf)'),
+        ParameterInfo('eta', 'Scalar', (200.0,), 'MPa s^(1/n)', 'reference stress', bounds='(0, inf)'),
+        ParameterInfo('n', 'Scalar', (5.0,), '', 'rate exponent', bounds='(0, inf)'),
+        ParameterInfo('C1', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus (backstress1)', bounds='[0, inf)'),
+        ParameterInfo('g1', 'Scalar', (100.0,), '', 'dynamic recovery (backstress1)', bounds='[0, inf)'),
+        ParameterInfo('C2', 'Scalar', (2000.0,), 'MPa', 'kinematic hardening modulus (backstress2)', bounds='[0, inf)'),
+        ParameterInfo('g2', 'Scalar', (10.0,), '', 'dynamic recovery (backstress2)', bounds='[0, inf)'),
     )
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/X1', 'old_state/internal/X1'), ('state/internal/X2', 'old_state/internal/X2'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping

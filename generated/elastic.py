@@ -5,7 +5,7 @@
 # model:       elastic, declared at spec/library.yaml:259
 # doc:
 #   Linear isotropic elasticity (E, nu)
-# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
+# spec hash:   4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933
 # layout:      X (B, 6) inputs, P (B or 1, 2) parameters, Y (B, 6) outputs,
 #              J (B, 6, 6) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -535,7 +535,7 @@ class Model(CompiledModel):
 
     NAME = 'elastic'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
+    SPEC_HASH = '4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
     )
@@ -543,8 +543,8 @@ class Model(CompiledModel):
         VariableInfo('state/S', 'SR2', 'Cauchy stress'),
     )
     PARAMETERS = (
-        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus"),
-        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio"),
+        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus", bounds='(0, inf)'),
+        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio", bounds='(-1, 0.5)'),
     )
     STATE = ()  # (state, old state) pairs for drivers
     FORCES = ()  # (force, old force) pairs, for sub-stepping

@@ -5,7 +5,7 @@
 # model:       gtn, declared at spec/library.yaml:308
 # doc:
 #   Gurson-Tvergaard-Needleman porous plasticity, rate independent, linear isotropic hardening (E, nu, sigma_y, K, q1, q2, q3, phi0); NEML2's coupled system of 9 unknowns
-# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
+# spec hash:   4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933
 # layout:      X (B, 16) inputs, P (B or 1, 8) parameters, Y (B, 15) outputs,
 #              J (B, 15, 16) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -5742,7 +5742,7 @@ class Model(CompiledModel):
 
     NAME = 'gtn'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
+    SPEC_HASH = '4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
@@ -5760,8 +5760,8 @@ class Model(CompiledModel):
     )
     PARAMETERS = (
         ParameterInfo('phi0', 'Scalar', (0.01,), '', 'initial porosity', bounds='[0, 1)'),
-        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus"),
-        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio"),
+        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus", bounds='(0, inf)'),
+        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio", bounds='(-1, 0.5)'),
         ParameterInfo('K', 'Scalar', (2000.0,), 'MPa', 'hardening modulus'),
         ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress', bounds='(0, inf)'),
         ParameterInfo('q1', 'Scalar', (1.5,), '', 'void interaction (Tvergaard)'),

@@ -5,7 +5,7 @@
 # model:       j2_voce_af_coupled, declared at spec/library.yaml:293
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), NEML2's coupled system
-# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
+# spec hash:   4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933
 # layout:      X (B, 22) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 22) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -10360,7 +10360,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
+    SPEC_HASH = '4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
@@ -10378,13 +10378,13 @@ class Model(CompiledModel):
         VariableInfo('state/S', 'SR2', 'Cauchy stress'),
     )
     PARAMETERS = (
-        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus"),
-        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio"),
+        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus", bounds='(0, inf)'),
+        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio", bounds='(-1, 0.5)'),
         ParameterInfo('R', 'Scalar', (50.0,), 'MPa', 'saturated hardening'),
-        ParameterInfo('d', 'Scalar', (20.0,), '', 'saturation rate'),
-        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress'),
-        ParameterInfo('C', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus'),
-        ParameterInfo('g', 'Scalar', (100.0,), '', 'dynamic recovery'),
+        ParameterInfo('d', 'Scalar', (20.0,), '', 'saturation rate', bounds='[0, inf)'),
+        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress', bounds='[0, inf)'),
+        ParameterInfo('C', 'Scalar', (10000.0,), 'MPa', 'kinematic hardening modulus', bounds='[0, inf)'),
+        ParameterInfo('g', 'Scalar', (100.0,), '', 'dynamic recovery', bounds='[0, inf)'),
     )
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/X', 'old_state/internal/X'), ('state/internal/gamma_rate', 'old_state/internal/gamma_rate'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping

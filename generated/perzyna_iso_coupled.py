@@ -5,7 +5,7 @@
 # model:       perzyna_iso_coupled, declared at spec/library.yaml:298
 # doc:
 #   Perzyna viscoplasticity with linear isotropic hardening (E, nu, sigma_y, K, eta, n), NEML2's coupled system
-# spec hash:   9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea
+# spec hash:   4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933
 # layout:      X (B, 16) inputs, P (B or 1, 6) parameters, Y (B, 14) outputs,
 #              J (B, 14, 16) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -4991,7 +4991,7 @@ class Model(CompiledModel):
 
     NAME = 'perzyna_iso_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '9efd420bb191efc1659331c8825cb89dd3b24b915504f03053eb5a9de8dc9eea'
+    SPEC_HASH = '4850b1b4723212c972fb6569cb0daf71a9b766ceabdd698dd1b6c4c186a13933'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),
@@ -5007,12 +5007,12 @@ class Model(CompiledModel):
         VariableInfo('state/S', 'SR2', 'Cauchy stress'),
     )
     PARAMETERS = (
-        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus"),
-        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio"),
+        ParameterInfo('E', 'Scalar', (200000.0,), 'MPa', "Young's modulus", bounds='(0, inf)'),
+        ParameterInfo('nu', 'Scalar', (0.3,), '', "Poisson's ratio", bounds='(-1, 0.5)'),
         ParameterInfo('K', 'Scalar', (2000.0,), 'MPa', 'hardening modulus'),
-        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress'),
-        ParameterInfo('eta', 'Scalar', (200.0,), 'MPa s^(1/n)', 'reference stress'),
-        ParameterInfo('n', 'Scalar', (5.0,), '', 'rate exponent'),
+        ParameterInfo('sigma_y', 'Scalar', (100.0,), 'MPa', 'initial yield stress', bounds='[0, inf)'),
+        ParameterInfo('eta', 'Scalar', (200.0,), 'MPa s^(1/n)', 'reference stress', bounds='(0, inf)'),
+        ParameterInfo('n', 'Scalar', (5.0,), '', 'rate exponent', bounds='(0, inf)'),
     )
     STATE = (('state/internal/Ep', 'old_state/internal/Ep'), ('state/internal/ep', 'old_state/internal/ep'), ('state/internal/gamma_rate', 'old_state/internal/gamma_rate'))  # (state, old state) pairs for drivers
     FORCES = (('forces/t', 'old_forces/t'),)  # (force, old force) pairs, for sub-stepping

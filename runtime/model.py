@@ -423,6 +423,10 @@ class CompiledModel(torch.nn.Module):
         """Set dtype, device and backend (``__init__``, and ``.to()`` through :meth:`_apply`)."""
         if dtype not in (torch.float32, torch.float64):
             raise InputError(f"model {self.NAME}: dtype must be torch.float64 or torch.float32, got {dtype}")
+        if device.type == "cuda" and backend != "c" and not torch.cuda.is_available():  # (c: says CPU only)
+            why = "has no CUDA support (a CPU-only build)" if torch.version.cuda is None else "sees no CUDA device"
+            raise InputError(f"model {self.NAME}: device {device}: this torch {torch.__version__} {why}; use "
+                             "device='cpu', or install a CUDA build of torch on a machine with an NVIDIA GPU")
         self.dtype = dtype
         self.device = device
         if backend not in ("auto", "torch", "triton", "c"):
@@ -619,7 +623,11 @@ class CompiledModel(torch.nn.Module):
             v = overrides.get(p.name, self._values.get(p.name, p.default))
             if v is None:
                 raise InputError(f"model {self.NAME}: parameter {p.name} has no default; pass {p.name}=...")
-            v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            try:
+                v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+            except (TypeError, ValueError, RuntimeError):
+                raise InputError(f"model {self.NAME}: parameter {p.name} must be a number or a tensor, "
+                                 f"got {type(v).__name__} {v!r:.60}") from None
             check_parameter(self.NAME, p.name, v, p.bounds)
             if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
                 if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
@@ -687,6 +695,9 @@ class CompiledModel(torch.nn.Module):
         parameter (``("state/S", "sigma_y")``): its columns follow the inputs' (variant ``total``
         unless the tangent covers it)."""
         if isinstance(derivatives, (bool, int)) or type(derivatives).__name__ == "bool_":
+            if derivatives not in (0, 1):  # (3 is no answer to "which derivatives")
+                raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent', 'total' or a "
+                                 f"list of (output, input) pairs, got {derivatives!r}")
             derivatives = bool(derivatives)  # 0 / 1 and numpy booleans, as before
         if derivatives is False or derivatives is None:
             return None
@@ -697,8 +708,8 @@ class CompiledModel(torch.nn.Module):
             return "total", self.total_axes
         if isinstance(derivatives, str):
             if derivatives != "tangent":
-                raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
-                                 f"(output, input) pairs, got {derivatives!r}")
+                raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent', 'total' or a "
+                                 f"list of (output, input) pairs, got {derivatives!r}")
             if self.TANGENT is None:
                 raise InputError(f"model {self.NAME}: its spec declares no tangent (add `tangent: {{of: [...], "
                                  "wrt: [...]}}` to the model or composition), so derivatives='tangent' has "
@@ -707,8 +718,8 @@ class CompiledModel(torch.nn.Module):
         try:
             pairs = [(str(o), str(i)) for o, i in derivatives]
         except (TypeError, ValueError):
-            raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent' or a list of "
-                             f"(output, input or parameter) pairs, got {derivatives!r}") from None
+            raise InputError(f"model {self.NAME}: derivatives must be False, True, 'tangent', 'total' or a list "
+                             f"of (output, input or parameter) pairs, got {derivatives!r}") from None
         if not pairs:
             raise InputError(f"model {self.NAME}: derivatives=[] asks for no derivative; pass False")
         bad = [o for o, _ in pairs if o not in self.output_axis] + \

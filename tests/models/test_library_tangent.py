@@ -115,11 +115,12 @@ def test_derivative_requests_pick_the_variant(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("full", "derivatives must be False, True, 'tangent' or a list of (output, input) pairs"),
+    ("full", "derivatives must be False, True, 'tangent', 'total' or a list of (output, input) pairs"),
     ([("state/SS", STRAIN)], "derivatives names state/SS, not among its outputs"),
     ([(STRESS, "forces/EE")], "derivatives names forces/EE"),
     ([], "derivatives=[] asks for no derivative"),
     ([STRESS], "a list of (output, input or parameter) pairs"),
+    (3, "derivatives must be False, True, 'tangent', 'total' or a list of (output, input) pairs, got 3"),
 ])
 def test_bad_derivative_requests_are_clear_errors(bad, message) -> None:
     m = compiled_module("j2_perfect").Model(backend="torch")

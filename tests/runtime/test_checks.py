@@ -160,6 +160,33 @@ def test_declared_bounds_are_refused_at_the_api(tmp_path):
             mod.Model(backend=backend, nu=0.9)(x)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_library_declares_physical_bounds(backend):
+    """The bundled models refuse what no material has (a plausible number otherwise): E <= 0,
+    nu outside (-1, 1/2), a negative yield stress, kinematic modulus, recovery or saturation rate,
+    a viscosity <= 0; a parameter that is not a number is refused by name."""
+    for name, bad in [("j2_voce_af", {"E": -1.0}), ("j2_voce_af", {"nu": 0.5}), ("j2_voce_af", {"nu": -1.0}),
+                      ("j2_voce_af", {"sigma_y": -5.0}), ("j2_voce_af", {"C": -1.0}), ("j2_voce_af", {"g": -0.5}),
+                      ("j2_voce_af", {"d": -2.0}), ("perzyna_iso", {"eta": 0.0}), ("perzyna_iso", {"n": -1.0})]:
+        mod = _generated(name)
+        m = mod.Model(backend=backend)
+        x = {v.name: torch.zeros((3, 6) if v.type == "SR2" else (3,), dtype=torch.float64) for v in mod.Model.INPUTS}
+        (key, value), = bad.items()
+        with pytest.raises(InputError, match=rf"model {name}: parameter {key} = {value!r} is outside its bounds"):
+            m(x, **bad)
+    mod = _generated("j2_voce_af")
+    m = mod.Model(backend=backend)
+    x = {v.name: torch.zeros((3, 6) if v.type == "SR2" else (3,), dtype=torch.float64) for v in mod.Model.INPUTS}
+    with pytest.raises(InputError, match="parameter sigma_y must be a number or a tensor, got str 'abc'"):
+        m(x, sigma_y="abc")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without CUDA")
+def test_a_cuda_model_without_cuda_is_a_clear_error():
+    with pytest.raises(InputError, match=r"device cuda: this torch .* (has no CUDA support|sees no CUDA device)"):
+        _generated("elastic").Model(device="cuda")
+
+
 # -- histories -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, what", [
     (lambda a: a.astype(np.complex128) + 1e-3j, "complex numbers"),
