@@ -99,6 +99,17 @@ class LabeledAxis:
     def __setattr__(self, key, value):
         raise AttributeError("LabeledAxis is immutable; build a new one")
 
+    # immutable: a copy is the axis itself; pickled as its items (copy and pickle would otherwise
+    # restore the slots through __setattr__, which refuses)
+    def __copy__(self) -> LabeledAxis:
+        return self
+
+    def __deepcopy__(self, memo) -> LabeledAxis:
+        return self
+
+    def __reduce__(self):
+        return (LabeledAxis, (self._items,))
+
     @classmethod
     def from_variables(cls, variables: Iterable) -> LabeledAxis:
         """Build from ``(qualified_name, type)`` pairs (or objects with ``.name`` and ``.type``),

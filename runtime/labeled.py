@@ -33,6 +33,11 @@ def _check_names(names, batch_dim: int) -> tuple[str, ...] | None:
     return names
 
 
+def _rebuild(cls, tensor: torch.Tensor, axes, names) -> "LabeledTensor":
+    """A labeled tensor from its parts (unpickling and copies: :meth:`LabeledTensor.__reduce__`)."""
+    return LabeledTensor.__new__(cls)._init(tensor, axes, names)
+
+
 #: (axes, names) -> the index ``tensor[index]`` that is :meth:`LabeledTensor.get`'s view, or ``()``
 #: where a variable's base shape is not flat (a 4th-order tensor: ``get`` reshapes) or a name is a
 #: sub-axis (``get`` says so); bounded, as a user may build axes in a loop
@@ -87,6 +92,9 @@ class LabeledTensor:
 
     def __setattr__(self, key, value):
         raise AttributeError(f"{type(self).__name__} attributes are fixed; use set() to write values")
+
+    def __reduce__(self):  # copy, deepcopy (the tensor copied) and pickle, past the fixed attributes
+        return (_rebuild, (type(self), self.tensor, self.axes, self.batch_names))
 
     @classmethod
     def trusted(cls, tensor: torch.Tensor, axes: Sequence[LabeledAxis]) -> LabeledTensor:

@@ -519,11 +519,24 @@ class CompiledModel(torch.nn.Module):
         return self._clib
 
     # -- torch.nn.Module ------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """What ``copy.deepcopy(model)``, ``pickle`` and ``torch.save(model)`` keep: everything but the
+        loaded C libraries (ctypes handles, which neither copies nor pickles); the copy loads them
+        again on its first call, from the on-disk cache."""
+        state = self.__dict__.copy()
+        state["_clib"] = None
+        state["_baked_libs"] = {}
+        state.pop("_c_lib_memo", None)
+        return state
+
     def _apply(self, fn, recurse=True):
         """``.to(device, dtype)``, ``.double()``, ``.cuda()``, ...: the parameter values move (as
         any module's buffers and parameters) and the model is set up again for the new dtype and
         device (its backend chosen again when it was ``"auto"``)."""
-        probe = fn(torch.empty(0, dtype=self.dtype, device=self.device))
+        try:
+            probe = fn(torch.empty(0, dtype=self.dtype, device=self.device))
+        except (AssertionError, RuntimeError) as exc:  # e.g. .to("cuda") on a torch built without CUDA
+            raise InputError(f"model {self.NAME}: cannot move the model there: {exc}") from None
         owned = [n for n, t in self._owned.items() if self._values.get(n) is t]
         super()._apply(fn, recurse)
         self._owned = {n: self._values[n] for n in owned}

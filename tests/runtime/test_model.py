@@ -164,3 +164,45 @@ def test_generated_modules_cap_registers_of_coupled_systems_only():
     assert chaboche2_coupled.Model.TRITON_MAXNREG_F64 == 255
     assert j2_voce_af.Model.TRITON_MAXNREG_F64 is None
     assert j2_linear_iso.Model.TRITON_MAXNREG_F64 is None
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_models_and_results_copy_and_pickle(backend):
+    """``copy.deepcopy(model)``, ``pickle`` and ``torch.save(model)`` of a model that has run (its C
+    libraries loaded: ctypes handles stay behind and are loaded again) give a model that computes
+    the same bits and is independent of the original; a result deep-copies and pickles with its
+    labeled outputs and Jacobian (the copy owns its memory)."""
+    import copy
+    import io
+    import pickle
+
+    from modelc.generated import perzyna_iso
+
+    m = perzyna_iso.Model(backend=backend)
+    g = torch.Generator().manual_seed(3)
+    x = {n: 1e-3 * torch.randn(5, *m.input_axis.type_of(n).base_shape, generator=g, dtype=torch.float64)
+         for n in m.input_axis.variable_names}
+    x["forces/t"] = torch.full((5,), 1.0, dtype=torch.float64)
+    x["old_forces/t"] = torch.zeros(5, dtype=torch.float64)
+    r = m(x, derivatives="tangent")
+    assert bool(r.status.converged.all())
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    copies = [copy.deepcopy(m), pickle.loads(pickle.dumps(m)), torch.load(buf, weights_only=False)]
+    for c in copies:
+        assert c.backend == m.backend
+        rc = c(x, derivatives="tangent")
+        assert torch.equal(rc.outputs.tensor, r.outputs.tensor) and torch.equal(rc.jacobian.tensor, r.jacobian.tensor)
+    copies[0].set_parameters(sigma_y=150.0)
+    assert float(m.params.sigma_y) == 100.0 and not torch.equal(copies[0](x)["state/S"], r["state/S"])
+    for rr in (copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+        assert torch.equal(rr["state/S"], r["state/S"]) and torch.equal(rr.jacobian.tensor, r.jacobian.tensor)
+        assert rr.outputs.tensor.data_ptr() != r.outputs.tensor.data_ptr()
+        assert torch.equal(rr.status.iterations, r.status.iterations)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without CUDA")
+def test_moving_to_cuda_without_cuda_is_a_clear_error(elastic):
+    with pytest.raises(InputError, match="elastic: cannot move the model there: "):
+        elastic.Model().to("cuda")
