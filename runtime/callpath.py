@@ -168,12 +168,14 @@ def out_buffers(model, out: Any, bs: torch.Size, axes) -> Buffers:
         raise InputError(f"{who} is a result of model {out.producer[0] if out.producer else '(unknown)'}, "
                          f"not of {model.NAME}")
 
+    device = model.device
+
     def check(what: str, t: torch.Tensor, shape, dtype) -> None:
-        if t.dtype != dtype:
+        if t.dtype is not dtype:
             raise InputError(f"{who} holds {what} of dtype {t.dtype}; this call writes {dtype}")
-        if not same_device(t.device, model.device):
-            raise InputError(f"{who} holds {what} on {t.device}; this call runs on {model.device}")
-        if tuple(t.shape) != tuple(shape):
+        if t.device != device and not same_device(t.device, device):
+            raise InputError(f"{who} holds {what} on {t.device}; this call runs on {device}")
+        if t.shape != tuple(shape):
             raise InputError(f"{who} holds {what} of shape {tuple(t.shape)}; this call needs {tuple(shape)} "
                              f"(batch shape {tuple(bs)})")
 
