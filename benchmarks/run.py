@@ -416,8 +416,11 @@ def main(argv: list[str] | None = None) -> Path:
     result["wall_s"] = time.perf_counter() - t_start
     path.write_text(json.dumps(result, indent=1))
     md = table(result["records"]) + extra_tables(result)
+    threads = info.get("torch_threads")  # (a run made without OMP_NUM_THREADS=1 uses every core: say so)
     (out / f"{stem}.md").write_text(f"{info['cpu']} ({info['cores']} cores), {info.get('gpu', 'no GPU')}, "
-                                    f"torch {info['torch']}\n\n{md}\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+                                    f"torch {info['torch']}"
+                                    + (f", {threads} thread{'s' if threads != 1 else ''}" if threads else "")
+                                    + f"\n\n{md}\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     try:
         from benchmarks.plot import plot
 
