@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from modelc.errors import InputError
 from modelc.export.model import Exported
 from modelc.export.render import c_comment, macro, template, write_files
+from modelc.runtime.checks import Interval
 
 CONVENTIONS = {
     "real": "double",
@@ -33,6 +35,7 @@ def _vars(slots, with_param: bool = False) -> list[dict]:
             d["units_text"] = v.units.replace("|", "\\|")
             d["doc"] = v.doc.replace("|", "\\|").replace("\n", " ")
             d["default_text"] = "required" if v.default is None else ", ".join(f"{x:g}" for x in v.default)
+            d["bounds"] = v.bounds
         out.append(d)
     return out
 
@@ -62,6 +65,24 @@ def _defaults(m: Exported) -> list[str]:
     return lines
 
 
+def _checks(m: Exported) -> list[dict]:
+    """Per parameter component: the C condition its value ``q[k]`` must meet (finite, and inside the
+    spec's bounds when it declares them), as the runtime checks a call's parameters."""
+    checks = []
+    for v in m.parameters:
+        iv = Interval.parse(v.bounds) if v.bounds else None
+        for k in range(v.size):
+            q = f"q[{v.offset + k}]"
+            cond = [f"isfinite({q})"]
+            if iv is not None and not math.isinf(iv.lo):
+                cond.append(f"{q} {'>=' if iv.lo_closed else '>'} {iv.lo!r}")
+            if iv is not None and not math.isinf(iv.hi):
+                cond.append(f"{q} {'<=' if iv.hi_closed else '<'} {iv.hi!r}")
+            checks.append({"column": v.offset + k, "cond": " && ".join(cond),
+                           "what": c_comment(f"{v.name}{f' in {v.bounds}' if v.bounds else ''}")})
+    return checks
+
+
 def layout_json(m: Exported) -> dict:
     """The machine-readable layout (``NAME.json``)."""
     return {
@@ -78,6 +99,7 @@ def layout_json(m: Exported) -> dict:
             "value": f"int64_t {m.symbol}_value(int64_t n, const double *x, const double *p, int64_t p_stride, double *y, double *status)",
             "tangent": f"int64_t {m.symbol}_tangent(int64_t n, const double *x, const double *p, int64_t p_stride, double *y, double *dsde, double *status)",
             "default_parameters": f"int {m.symbol}_default_parameters(double *p)",
+            "check_parameters": f"int {m.symbol}_check_parameters(int64_t rows, const double *p, int64_t p_stride)",
             "advance": f"void {m.symbol}_advance(int64_t n, double *x, const double *y)",
         },
     }
@@ -89,6 +111,7 @@ def context(m: Exported) -> dict:
             "nx": m.nx, "ny": m.ny, "np": m.np, "inputs": _vars(m.inputs), "outputs": _vars(m.outputs),
             "parameters": _vars(m.parameters, True), "state": list(m.state),
             "point_code": m.point_code, "block_code": m.block_code, "default_lines": _defaults(m),
+            "checks": _checks(m),
             "advance": _advance(m), "input_offsets": [m.slot("inputs", n).offset for n in m.block_inputs],
             "implicit": m.implicit}
 

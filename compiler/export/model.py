@@ -27,12 +27,15 @@ class VarSlot:
     default: tuple[float, ...] | None = None
     units: str = ""
     doc: str = ""
+    bounds: str = ""  # a parameter's allowed values ("(0, inf)"; "" for any finite value)
 
     def as_json(self) -> dict:
         out = {"name": self.name, "type": self.type, "offset": self.offset, "size": self.size}
         if self.default is not None or self.units or self.doc:
             out.update(default=None if self.default is None else list(self.default), units=self.units,
                        doc=self.doc)
+        if self.bounds:
+            out["bounds"] = self.bounds
         return out
 
 
@@ -133,7 +136,7 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
     tangent = cse(lower(done.model, derivatives=True, select=((STRESS,), (STRAIN,))))
     params, off = [], 0
     for p in done.value.parameters:
-        params.append(VarSlot(p.name, p.type.name, off, p.type.size, p.default, p.units, p.doc))
+        params.append(VarSlot(p.name, p.type.name, off, p.type.size, p.default, p.units, p.doc, p.bounds))
         off += p.type.size
     pairs = tuple((o, "old_" + o) for o in outs if "old_" + o in ins and o.startswith("state/"))
     point_code = point_source(tangent, "tangent")

@@ -97,6 +97,44 @@ def _labeled(model, X):
     return LabeledVector(torch.as_tensor(X), model.input_axis)
 
 
+def test_parameters_outside_their_bounds_compute_nothing(tmp_path):
+    """A parameter that is not finite or outside its spec bounds makes _value and _tangent return -2
+    with nothing written (as a Python call refuses it); _check_parameters names the first offending
+    column, for a shared row and for one row per point; the layout file and the ABI page carry the
+    bounds."""
+    layout = _export("j2_voce_af", tmp_path)
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "j2_voce_af.c", "-o", "lib.so", "-lm"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c.j2_voce_af_tangent.restype = ctypes.c_int64
+    dp = ctypes.POINTER(ctypes.c_double)
+    names = [p["name"] for p in layout["parameters"]]
+    assert {p["name"]: p.get("bounds") for p in layout["parameters"]}["nu"] == "(-1, 0.5)"
+    assert "| `nu` | 0.3 | (-1, 0.5) |" in (tmp_path / "j2_voce_af.md").read_text()
+    n = 4
+    X = np.zeros((n, layout["nx"]))
+    X[:, 0] = 1e-3
+
+    def call(P, stride):
+        Y, T = np.full((n, layout["ny"]), -7.0), np.full((n, 36), -7.0)
+        rc = c.j2_voce_af_tangent(n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), stride, Y.ctypes.data_as(dp),
+                                  T.ctypes.data_as(dp), None)
+        bad = c.j2_voce_af_check_parameters(n if stride else 1, P.ctypes.data_as(dp), stride)
+        return rc, bad, (Y == -7.0).all() and (T == -7.0).all()
+
+    P = np.zeros(layout["np"])
+    c.j2_voce_af_default_parameters(P.ctypes.data_as(dp))
+    assert call(P, 0) == (0, -1, False)
+    for name, value in [("nu", 0.5), ("E", 0.0), ("g", -1.0), ("R", float("nan")), ("sigma_y", float("inf"))]:
+        Q = P.copy()
+        Q[names.index(name)] = value
+        assert call(Q, 0) == (-2, names.index(name), True), name
+    rows = np.tile(P, (n, 1))
+    rows[2, names.index("d")] = -3.0  # one row per point: the third point's d
+    assert call(rows, layout["np"]) == (-2, names.index("d"), True)
+
+
 def test_failed_points_are_counted_and_nan(tmp_path):
     layout = _export("perzyna_iso_coupled", tmp_path)  # the coupled system: its Newton fails on the middle point (the radial return converges)
     r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso_coupled.c", "-o", "lib.so", "-lm"],
