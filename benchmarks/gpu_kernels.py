@@ -55,8 +55,9 @@ kernel = getattr(mod, "_kernel", None)
 if kernel is None or variant not in mod.Model.VARIANTS:
     print(json.dumps({"missing": True}))
     sys.exit(0)
-# the register cap: as a launch asks for it (the module's Model.TRITON_MAXNREG_F64 in float64), none, or a number
-own = getattr(mod.Model, "TRITON_MAXNREG_F64", None) if dt == "fp64" else None
+# the register cap: as a launch asks for it (the module's Model.TRITON_MAXNREG_F64 for this variant in float64), none, or a number
+from modelc.runtime.model import float64_register_cap
+own = float64_register_cap(mod.Model, variant) if dt == "fp64" else None
 maxnreg = {"module": own, "none": None}.get(maxnreg, maxnreg)
 maxnreg = int(maxnreg) if maxnreg else 0
 sig = aot_signature(kernel.arg_names, dt)
@@ -103,7 +104,8 @@ def parse_ptxas(log: str, entry: str = "_kernel") -> dict[str, int]:
     return out
 
 
-def _module(model: str, modules: str | None):
+def module_of(model: str, modules: str | None):
+    """The generated module of ``model``: the committed one, or ``<modules>/<model>.py``."""
     import importlib
     import importlib.util
 
@@ -119,7 +121,7 @@ def bytes_per_point(model: str, variant: str, dtype: str, modules: str | None = 
     """Bytes one point moves through the kernel's buffers: its X row in, Y, J and ST rows out."""
     from modelc.runtime.axis import LabeledAxis
 
-    m = _module(model, modules).Model
+    m = module_of(model, modules).Model
 
     def size(variables, names=None) -> int:
         return LabeledAxis.from_variables([(v.name, v.type) for v in variables

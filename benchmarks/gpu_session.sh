@@ -21,6 +21,10 @@
 # minutes), everything that matters in one call of ~9 minutes, each part under a time box (SIGINT;
 # benchmarks.run writes its records after every configuration), packed in one archive:
 #   bash benchmarks/gpu_session.sh session  # compiled-Triton tests, then benchmarks model by model
+# or, for issue 13 (~8 minutes): every library kernel (value, tangent; float64, float32) timed under
+# register caps at 4e6 points, the coupled twins again without their one-trip loads and stores,
+# then the compiled-Triton tests:
+#   bash benchmarks/gpu_session.sh library
 # A second call made at once (within the 30 s the machine stays warm) needs no new start: on
 # 2026-11-26 `session` took 395 s of a 428 s hold and `layout` (time-boxed to 400 s) fitted after it.
 # and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
@@ -29,7 +33,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|cudatests|bench|kernels|layout|session) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session" >&2; exit 2 ;; esac
+case "$step" in tests|cudatests|bench|kernels|layout|session|library) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -89,6 +93,38 @@ case "$step" in
     python3 -m benchmarks.layout_probe --time --sizes 6 13 --out "$OUT" --tag gpu 2>&1 | tee "$OUT/layout.log"
     python3 -m benchmarks.layout_probe --time --sizes 19 --layouts tile --out "$OUT" --tag gpu19 2>&1 \
       | tee -a "$OUT/layout.log"
+    ;;
+  library)
+    R=/tmp/library && rm -rf $R && mkdir -p $R/nodetach && cp "$OUT/gpu.txt" $R/
+    # the coupled twins generated without the one-trip loops (_Rows, detach), for the A/B
+    python3 - $R/nodetach <<'PY' 2>&1 | tee $R/library.log
+import sys
+from modelc import driver
+from modelc.backends import triton_backend as tb
+from modelc.backends.module import write_atomic
+tb._detach = lambda program: False
+spec = driver.load_spec("spec/library.yaml")
+for name in ("j2_perfect_coupled", "j2_linear_iso_coupled", "perzyna_iso_coupled", "j2_voce_af_coupled"):
+    write_atomic(f"{sys.argv[1]}/{name}.py", driver.compile_model(spec, name).source)
+PY
+    # 1. compile every kernel first, one process per model and dtype, 16 at a time (Triton's cache)
+    models=${LIB_MODELS:-$(python3 -c "from benchmarks.gpu_kernels import MODELS; print(' '.join(MODELS))")}
+    { for m in $models; do for d in fp64 fp32; do echo "--models $m --dtypes $d"; done; done
+      for m in $(ls $R/nodetach | sed 's/\.py$//'); do for d in fp64 fp32; do
+        echo "--models $m --dtypes $d --modules $R/nodetach --caps module 255"; done; done; } \
+      | timeout -s INT "${T_COMPILE:-150}" xargs -P 16 -L 1 python3 -m benchmarks.gpu_library --compile-only \
+      2>&1 | tee -a $R/library.log
+    pkill -INT -f "benchmarks.gpu_library --compile-only"; sleep 1; pkill -9 -f "benchmarks.gpu_library --compile-only"
+    # 2. timed one after the other, each checked against the PyTorch backend
+    timeout -s INT "${T_TIME:-170}" python3 -m benchmarks.gpu_library --models $models --sizes 4000000 --out $R --tag gpu \
+      2>&1 | tee -a $R/library.log
+    ab=$(ls $R/nodetach | sed 's/\.py$//')
+    timeout -s INT "${T_AB:-60}" python3 -m benchmarks.gpu_library --models $ab --sizes 4000000 --modules $R/nodetach \
+      --caps module 255 --out $R --tag gpu-nodetach 2>&1 | tee -a $R/library.log
+    # 3. the library's Triton tests compiled and run on this GPU
+    [ "${T_TESTS:-130}" = 0 ] || T_TESTS=${T_TESTS:-130} cuda_tests $R/tests.log
+    rm -rf $R/nodetach
+    tar -czf "$OUT/library.tgz" -C $R .
     ;;
   session)
     # 1. the library's Triton tests compiled and run on this GPU (cuda_tests above)

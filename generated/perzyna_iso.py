@@ -2903,7 +2903,7 @@ class Model(CompiledModel):
     CONSTANT_JACOBIAN = ()  # variants whose Jacobian depends on parameters only
     C_MARKS_NONFINITE = True  # the C kernel fails the points whose inputs hold a NaN or an infinity
     TRITON_ABI = 3  # the kernel reads each input where it lies, writes the status, fails non-finite inputs; takes `zero` (0: one-trip loops of coupled systems)
-    TRITON_MAXNREG_F64 = None  # ptxas' register cap for the float64 kernels (None: ptxas' choice)
+    TRITON_MAXNREG_F64 = {'value': 128, 'tangent': 128, 'jacobian': 255, 'total': 255}  # ptxas' register cap per variant for the float64 kernels
     TRITON_RETRY = False  # points the Triton kernel's Newton fails are solved again by the PyTorch code (pivoted LU)
     BAKED = ()  # parameters baked into the kernels as constants
     BAKED_ARGS = ()  # their constexpr kernel arguments, per component

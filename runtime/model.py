@@ -262,11 +262,19 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def float64_register_cap(model: Any, variant: str | None) -> int | None:
+    """The register cap a model's module asks its float64 launches of ``variant`` for
+    (``Model.TRITON_MAXNREG_F64``: one number per variant, or one for all in modules generated
+    before 2026-11-27; None: ptxas' choice)."""
+    cap = getattr(model, "TRITON_MAXNREG_F64", None)
+    return cap.get(variant or "value") if isinstance(cap, Mapping) else cap
+
+
 def triton_launch_options(default: int | None = None) -> dict[str, int]:
     """Options every Triton launch gets: ``maxnreg`` (ptxas' cap on registers per thread): the
-    module's ``default`` (``Model.TRITON_MAXNREG_F64`` for a float64 launch: 255 for the kernels of
-    coupled systems, which ptxas otherwise compiles for 32 registers and heavy spills; None: ptxas'
-    choice), or
+    module's ``default`` (:func:`float64_register_cap` for a float64 launch: 255 for the kernels of
+    coupled systems and full Jacobians, which ptxas otherwise compiles for 32 registers and heavy
+    spills, 128 for the others; None: ptxas' choice), or
     ``$MODELC_TRITON_MAXNREG`` when set, for measuring a register budget on a GPU against the default
     ("none": no cap even where the module asks for one). ``benchmarks/gpu_kernels.py --maxnreg``
     reports what ptxas makes of a cap without a GPU."""
@@ -358,7 +366,7 @@ class CompiledModel(torch.nn.Module):
     #: one-trip loops of coupled systems' kernels). Modules generated before: 1, a packed X and a
     #: (B, 3) status. This runtime launches 3 only.
     TRITON_ABI = 1
-    TRITON_MAXNREG_F64 = None  # (generated modules: their float64 kernels' register cap, see triton_launch_options)
+    TRITON_MAXNREG_F64 = None  # (generated modules: their float64 kernels' register cap per variant, see triton_launch_options)
     #: the points the Triton kernel's Newton fails are solved again by the generated PyTorch code
     #: (:meth:`_retry_failed`): set for a Newton of 4 or more unknowns, whose step the kernel
     #: eliminates with guarded static pivots and the PyTorch code with a partially pivoted LU
@@ -1109,7 +1117,7 @@ class CompiledModel(torch.nn.Module):
         import triton.language as tl
 
         # (checked before anything is allocated or written)
-        launch = triton_launch_options(self.TRITON_MAXNREG_F64 if self.dtype == torch.float64 else None)
+        launch = triton_launch_options(float64_register_cap(self, variant) if self.dtype == torch.float64 else None)
         B = Y.shape[0]
         if B == 0:
             return

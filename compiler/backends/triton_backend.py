@@ -614,18 +614,34 @@ def _detach(program: ir.Program) -> bool:
 #: ptxas' register cap (``maxnreg``) for the float64 kernels of coupled systems. Without a cap, ptxas
 #: compiled the largest float64 kernels (j2_voce_af_coupled, chaboche2_coupled) for full occupancy,
 #: 32 registers per thread with 2048 threads per SM, and spilled 3x more than at 255: j2_voce_af_coupled's
-#: value kernel 17.6 KB of spill stores at 32 registers, 5.9 KB at 255 (sm_90). The smaller twins'
-#: float64 kernels already took 255 uncapped, so the cap gives these the same treatment.
+#: value kernel 17.6 KB of spill stores at 32 registers, 5.9 KB at 255 (sm_90). Timed on an H200
+#: (benchmarks/results/20261126T235715Z-cuda-gpu-library-h200.md, 4e6 points): 255 registers run
+#: j2_voce_af_coupled 5.8-6.2x faster than no cap and 2.6x faster than 128; chaboche2_coupled 4.7-5.5x
+#: and 2.3-2.7x; the small twins (255 registers either way) 1.2-1.8x faster than at 128; gtn the
+#: same at 128 and 255.
 LARGE_KERNEL_MAXNREG = 255
+#: ... and for the value and tangent kernels of the others (one unknown at most: the radial returns,
+#: elastic). On the H200 a cap of 128 ran j2_voce_af's value and tangent kernels 13% and 8% faster
+#: than ptxas' own choice (155 and 158 registers, no spills; 128 with 20-26 words of local memory),
+#: perzyna_iso's tangent 20% faster (142 -> 128 registers), and the kernels already at or under 128
+#: registers at the same speed within 4% (elastic, perzyna_iso's value; benchmarks/results/
+#: 20261126T234630Z-cuda-gpu-library-h200.md and 20261126T235715Z-...). Their full-Jacobian kernels
+#: (every output by every input) are large: uncapped, ptxas gave j2_voce_af's 32 registers and 20 KB
+#: of spills, the others 255 registers; at 128 they spill 1.6-8.3 KB (sm_90): they take the large cap.
+SMALL_KERNEL_MAXNREG = 128
+SMALL_KERNEL_VARIANTS = ("value", "tangent")
 
 
-def kernel_maxnreg(program: ir.Program) -> int | None:
-    """The register cap the generated module asks its float64 launches for (``Model.TRITON_MAXNREG_F64``;
-    float32 launches take none: the cap raised the small twins' float32 kernels from 128 registers
-    to 147-161, where ptxas' own choice had no spills):
-    :data:`LARGE_KERNEL_MAXNREG` for a coupled system (:func:`_detach`), else None (ptxas' choice:
-    a cap raised the radial returns' registers, benchmarks/results/*-sm90-kernels-cap128.md)."""
-    return LARGE_KERNEL_MAXNREG if _detach(program) else None
+def kernel_maxnreg(program: ir.Program) -> dict[str, int]:
+    """The register cap the generated module asks its float64 launches for, per variant
+    (``Model.TRITON_MAXNREG_F64``; float32 launches take none: the cap raised the small twins'
+    float32 kernels from 128 registers to 147-161, where ptxas' own choice had no spills, and on the
+    H200 a cap of 128 ran the radial returns' float32 value kernels 8-10% slower, their tangents
+    8-11% faster): :data:`LARGE_KERNEL_MAXNREG` for a coupled system (:func:`_detach`) and for
+    every full-Jacobian kernel, else :data:`SMALL_KERNEL_MAXNREG`."""
+    small = not _detach(program)
+    return {v.name: SMALL_KERNEL_MAXNREG if small and v.name in SMALL_KERNEL_VARIANTS else LARGE_KERNEL_MAXNREG
+            for v in program.variants}
 
 
 def aot_attrs(arg_names, sig: dict[str, str]) -> dict:

@@ -31,6 +31,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from modelc.backends.triton_backend import aot_attrs, aot_signature
+from modelc.runtime.model import float64_register_cap
 
 path, jacobian = sys.argv[1], sys.argv[2] == "1"
 spec = importlib.util.spec_from_file_location("gpu_compile_library", path)
@@ -45,7 +46,7 @@ for kname, dtypes in kernels:
                       EPS=2.2e-16 if dt == "fp64" else 1.2e-07, BLOCK=128, P_SHARED=True)
         # pointers 16-byte aligned and `zero` divisible by 16, as a launch specialises them
         attrs = aot_attrs(mod._kernel.arg_names, sig)
-        cap = mod.Model.TRITON_MAXNREG_F64 if dt == "fp64" else None  # (what a launch asks for)
+        cap = float64_register_cap(mod.Model, kname) if dt == "fp64" else None  # (what a launch asks for)
         c = triton.compile(ASTSource(fn=mod._kernel, signature=sig, constexprs=consts, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32), options={"maxnreg": cap} if cap else None)
         ptx = c.asm["ptx"]

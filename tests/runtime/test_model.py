@@ -154,16 +154,23 @@ def test_triton_register_cap_setting(elastic, monkeypatch):
     assert triton_launch_options(255) == {"maxnreg": 255}
 
 
-def test_generated_modules_cap_registers_of_coupled_systems_only():
-    """The float64 kernels of a coupled system ask ptxas for at most 255 registers (uncapped, it
-    compiled the largest ones for 32 registers and 3x the spills); a radial return, and float32,
-    leave ptxas its choice. The number it makes on sm_90: tests/compiler/backends/test_triton_backend_sm90.py."""
-    from modelc.generated import chaboche2_coupled, j2_linear_iso, j2_voce_af, j2_voce_af_coupled
+def test_generated_modules_cap_float64_registers():
+    """The float64 kernels of a coupled system and every full-Jacobian kernel ask ptxas for at most
+    255 registers (uncapped, it compiled the largest ones for 32 registers and 3x the spills), the
+    value and tangent kernels of a radial return or an elastic model for 128 (faster on an H200);
+    float32 leaves ptxas its choice. The number it makes on sm_90:
+    tests/compiler/backends/test_triton_backend_sm90.py."""
+    from modelc.generated import chaboche2_coupled, elastic, j2_linear_iso, j2_voce_af, j2_voce_af_coupled
+    from modelc.runtime.model import float64_register_cap
 
-    assert j2_voce_af_coupled.Model.TRITON_MAXNREG_F64 == 255
-    assert chaboche2_coupled.Model.TRITON_MAXNREG_F64 == 255
-    assert j2_voce_af.Model.TRITON_MAXNREG_F64 is None
-    assert j2_linear_iso.Model.TRITON_MAXNREG_F64 is None
+    for m in (j2_voce_af_coupled, chaboche2_coupled):
+        assert {float64_register_cap(m.Model, v) for v in ("value", "tangent", "jacobian", None)} == {255}
+    for m in (j2_voce_af, j2_linear_iso, elastic):
+        assert [float64_register_cap(m.Model, v) for v in ("value", "tangent", "jacobian", None)] == [128, 128, 255, 128]
+
+    class Old:  # a module generated before the per-variant caps: one number (or None) for all
+        TRITON_MAXNREG_F64 = 255
+    assert float64_register_cap(Old, "tangent") == 255 and float64_register_cap(object(), "value") is None
 
 
 @pytest.mark.parametrize("backend", ["c", "torch"])

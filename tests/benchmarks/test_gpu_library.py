@@ -1,0 +1,91 @@
+"""benchmarks/gpu_library.py: what it measures and reports, run here on the CPU under the Triton
+interpreter (the GPU run is a GPU session's; CUDA events stand in for a clock)."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import gpu_library as gl  # noqa: E402
+from benchmarks.gpu_kernels import bytes_per_point  # noqa: E402
+from modelc.runtime.model import interpreting  # noqa: E402
+
+
+class _Event:  # torch.cuda.Event's interface over perf_counter
+    def __init__(self, **_):
+        self.t = 0.0
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    if not interpreting():
+        pytest.skip("runs the Triton kernels under the interpreter (a GPU machine runs the real script)")
+    monkeypatch.setattr(gl, "DEVICE", "cpu")
+    monkeypatch.setattr(gl, "CHECK_POINTS", 48)
+    monkeypatch.setattr(gl, "_REFERENCE", {})
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "cpu (test)")
+    monkeypatch.delenv("MODELC_TRITON_MAXNREG", raising=False)
+
+
+def test_caps_that_compile_the_same_kernel_are_timed_once():
+    coupled = importlib.import_module("modelc.generated.j2_voce_af_coupled")  # asks for 255 in float64
+    radial = importlib.import_module("modelc.generated.j2_voce_af")  # asks for 128
+    caps = ["module", "none", "128", "255"]
+    assert gl.effective_caps(coupled, "fp64", caps) == ["module", "none", "128"]
+    assert gl.effective_caps(radial, "fp64", caps) == ["module", "none", "255"]
+    assert gl.effective_caps(radial, "fp32", caps) == ["module", "128", "255"]  # float32: no cap of its own
+
+
+def test_a_constant_tangent_is_not_counted_per_point():
+    elastic = importlib.import_module("modelc.generated.elastic")
+    assert "tangent" in elastic.Model.CONSTANT_JACOBIAN
+    assert gl.moved_bytes(elastic, "elastic", "tangent", "fp64", None) == bytes_per_point("elastic", "value", "fp64")
+    voce = importlib.import_module("modelc.generated.j2_voce_af")
+    # stress (6) x strain (6) per point, float64
+    assert gl.moved_bytes(voce, "j2_voce_af", "tangent", "fp64", None) - \
+        gl.moved_bytes(voce, "j2_voce_af", "value", "fp64", None) == 36 * 8
+
+
+def test_run_checks_each_kernel_against_torch_and_writes_a_report(on_cpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(gl, "copy_bandwidth", lambda *a, **k: 1e9)
+    md = gl.main(["--models", "perzyna_iso", "--dtypes", "fp64", "fp32", "--caps", "module", "none",
+                  "--sizes", "64", "--repeats", "1", "--calls", "1", "--out", str(tmp_path), "--tag", "t"])
+    result = json.loads(md.with_suffix(".json").read_text())
+    recs = result["records"]
+    # float64: module (128) and none; float32: module only (the same kernel as none)
+    assert [(r["dtype"], r["variant"], r["cap"]) for r in recs] == [
+        ("fp64", "value", "module"), ("fp64", "value", "none"), ("fp64", "tangent", "module"),
+        ("fp64", "tangent", "none"), ("fp32", "value", "module"), ("fp32", "tangent", "module")]
+    for r in recs:
+        assert "error" not in r, r
+        bound = 1e-12 if r["dtype"] == "fp64" else 1e-4
+        assert r["y_err"] < bound and r.get("j_err", 0.0) < bound * 10, r
+        assert r["converged"] == 1.0 and r["mean_iterations"] > 0  # a mix of yielding points
+        assert r["points_per_s"] > 0 and r["bytes_per_point"] == gl.moved_bytes(
+            importlib.import_module("modelc.generated.perzyna_iso"), "perzyna_iso", r["variant"], r["dtype"], None)
+    text = md.read_text()
+    assert "cpu (test)" in text and text.count("| perzyna_iso |") == 6
+    # --report re-renders the same table from the JSON
+    md.unlink()
+    assert gl.main(["--report", str(md.with_suffix(".json"))]) == md and "| perzyna_iso | fp64 | tangent |" in md.read_text()
