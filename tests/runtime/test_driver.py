@@ -473,6 +473,10 @@ def test_cli_run_missing_files_and_compiler(fake_load, monkeypatch, capsys):
     if not torch.cuda.is_available():
         assert cli_main(["run", fake_load.spec, "--history", hist, "--out", out, "--device", "cuda"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
+    for name in ("r.txt", "results"):  # NumPy would write an .npz under any name: refused before the run
+        assert cli_main(["run", fake_load.spec, "--history", hist, "--out", str(fake_load.tmp / name)]) == 2
+        assert f"--out {fake_load.tmp / name}: results are written as NumPy .npz" in capsys.readouterr().err
+        assert not (fake_load.tmp / name).exists() and not fake_load.calls
 
 
 # --------------------------------------------------------------------------------------------------
