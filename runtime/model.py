@@ -264,8 +264,8 @@ def interpreting() -> bool:
 
 def float64_register_cap(model: Any, variant: str | None) -> int | None:
     """The register cap a model's module asks its float64 launches of ``variant`` for
-    (``Model.TRITON_MAXNREG_F64``: one number per variant, or one for all in modules generated
-    before 2026-11-27; None: ptxas' choice)."""
+    (``Model.TRITON_MAXNREG_F64``: one number per variant, or one for all in modules an earlier
+    modelc generated; None: ptxas' choice)."""
     cap = getattr(model, "TRITON_MAXNREG_F64", None)
     return cap.get(variant or "value") if isinstance(cap, Mapping) else cap
 
