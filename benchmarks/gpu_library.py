@@ -1,6 +1,7 @@
 """Every library model's Triton kernel timed on a GPU, under register caps: points per second, the
-fraction of the GPU's copy bandwidth that its bytes per point reach, registers and spills as Triton
-loaded the kernel, each result checked against the same model's PyTorch backend on the same inputs.
+fraction of the GPU's copy bandwidth that its bytes per point reach, registers and local memory
+(spills and stack, Triton's ``n_spills``: 4-byte words per thread) as Triton loaded the kernel, each
+result checked against the same model's PyTorch backend on the same inputs.
 
 ``benchmarks.run`` times the five models that have hand-written baselines; this covers what issue 13
 asks about and no GPU-less report can answer: whether the kernels of the coupled systems (the
@@ -26,6 +27,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -115,10 +117,8 @@ def measure(mod, model: str, dt: str, variant: str, cap: str, size: int, repeats
     nbytes = moved_bytes(mod, model, variant, dt, modules)
     rec.update({"seconds": best, "points_per_s": size / best, "bytes_per_point": nbytes,
                 "bytes_per_s": size * nbytes / best})
-
-    class _Step:  # kernel_resources reads step.model
-        model = tri
-    res = [k for k in kernel_resources(_Step) if k["variant"] == variant] or kernel_resources(_Step)
+    # the kernels this process has compiled for the variant: the last is this cap's (caps run in turn)
+    res = [k for k in kernel_resources(SimpleNamespace(model=tri)) if k["variant"] == variant]
     if res:
         rec["n_regs"], rec["n_spills"] = res[-1]["n_regs"], res[-1]["n_spills"]
     return rec
