@@ -26,6 +26,9 @@
 # columns at a time), every library kernel (value, tangent; float64, float32) timed under register
 # caps at 4e6 points, then the compiled-Triton tests:
 #   bash benchmarks/gpu_session.sh library
+# and, where Nsight Compute reads the counters (Firecracker machines, KINDS.md), why a float32
+# tangent kernel streams at half the float64 one's share of the memory's rate (~2 minutes):
+#   bash benchmarks/gpu_session.sh profile
 # A second call made at once (within the 30 s the machine stays warm) needs no new start: on
 # 2026-11-26 `session` took 395 s of a 428 s hold and `layout` (time-boxed to 400 s) fitted after it.
 # and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
@@ -34,7 +37,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|cudatests|bench|kernels|layout|session|library) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library" >&2; exit 2 ;; esac
+case "$step" in tests|cudatests|bench|kernels|layout|session|library|profile) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library|profile" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -139,6 +142,16 @@ PY
     [ "${T_TESTS:-0}" = 0 ] || cuda_tests $R/tests.log
     rm -rf $R/ab
     tar -czf "$OUT/library.tgz" -C $R .
+    ;;
+  profile)
+    # j2_voce_af's tangent kernel in float32 and float64 at 4e6 points under Nsight Compute: memory
+    # throughput, L1/L2 sectors per request of its stores, warp stall reasons (text, into $OUT)
+    timeout -s INT "${T_PROFILE:-240}" ncu --clock-control none -k regex:'^_kernel' \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
+      --section LaunchStats --section Occupancy \
+      python3 -m benchmarks.gpu_library --models ${PROFILE_MODELS:-j2_voce_af} --dtypes fp32 fp64 \
+      --variants value tangent --caps module --sizes 4000000 --repeats 1 --calls 1 --out "$OUT" --tag profiled \
+      2>&1 | tee "$OUT/profile.log"
     ;;
   session)
     # 1. the library's Triton tests compiled and run on this GPU (cuda_tests above)
