@@ -29,6 +29,8 @@
 # and, where Nsight Compute reads the counters (Firecracker machines, KINDS.md), why a float32
 # tangent kernel streams at half the float64 one's share of the memory's rate (~2 minutes):
 #   bash benchmarks/gpu_session.sh profile
+# and chaboche2_coupled against NEML2's chaboche on the same GPU (needs the NEML2 wheel; ~4 minutes):
+#   bash benchmarks/gpu_session.sh chaboche
 # A second call made at once (within the 30 s the machine stays warm) needs no new start: on
 # 2026-11-26 `session` took 395 s of a 428 s hold and `layout` (time-boxed to 400 s) fitted after it.
 # and commit what comes back under benchmarks/results/, naming the GPU (gpu.txt).
@@ -37,7 +39,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|cudatests|bench|kernels|layout|session|library|profile) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library|profile" >&2; exit 2 ;; esac
+case "$step" in tests|cudatests|bench|kernels|layout|session|library|profile|chaboche) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library|profile|chaboche" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -152,6 +154,13 @@ PY
       python3 -m benchmarks.gpu_library --models ${PROFILE_MODELS:-j2_voce_af} --dtypes fp32 fp64 \
       --variants value tangent --caps module --sizes 4000000 --repeats 1 --calls 1 --out "$OUT" --tag profiled \
       2>&1 | tee "$OUT/profile.log"
+    ;;
+  chaboche)
+    # one step with the tangent, the 800 problems of the NEML2 reference history tiled, both checked
+    # against that history first (NEML2's eager route holds ~80 KB per point at 1e5: no 1e6 for it)
+    timeout -s INT "${T_CHABOCHE:-300}" python3 -m benchmarks.chaboche --device cuda --sizes 10000 100000 \
+      --neml2-python "$(command -v python3)" --repeats 5 --max-seconds 20 --out "$OUT" --tag gpu 2>&1 \
+      | tee "$OUT/chaboche.log"
     ;;
   session)
     # 1. the library's Triton tests compiled and run on this GPU (cuda_tests above)
