@@ -38,6 +38,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from benchmarks.run import Timer, machine_info  # noqa: E402
+
 REF = REPO / "tests" / "reference" / "neml2" / "chaboche2_coupled__uniaxial.npz"
 RESULTS = REPO / "benchmarks" / "results"
 MODEL = "chaboche2_coupled"
@@ -93,17 +95,12 @@ def errors(stress: torch.Tensor, tangent: torch.Tensor, b: dict[str, torch.Tenso
 
 
 def best_of(fn, repeats: int, device: str, max_seconds: float) -> float:
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-    fn()  # warm-up
-    sync()
+    """Best time of ``fn`` over ``repeats`` calls after a warm-up (fewer once ``max_seconds`` are spent)."""
+    timer = Timer(torch.device(device))
+    timer(fn)  # warm-up
     best, spent = float("inf"), 0.0
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        dt = time.perf_counter() - t0
+        dt = timer(fn)
         best, spent = min(best, dt), spent + dt
         if spent > max_seconds:
             break
@@ -239,7 +236,6 @@ def main(argv: list[str] | None = None) -> Path | None:
     neml2 = run_neml2(a) if Path(a.neml2_python).exists() or "/" not in a.neml2_python else \
         {"error": f"no NEML2 Python at {a.neml2_python} (bash benchmarks/setup_neml2.sh)", "records": []}
     records += neml2.get("records", [])
-    from benchmarks.run import machine_info
 
     info = machine_info(torch.device(a.device))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -34,6 +34,7 @@ import torch
 from benchmarks.gpu_kernels import MODELS, bytes_per_point
 from benchmarks.gpu_kernels import module_of as load
 from benchmarks.modelc_hook import kernel_resources
+from benchmarks.run import Timer, copy_bandwidth
 from modelc.runtime.model import float64_register_cap
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -71,6 +72,11 @@ def effective_caps(mod, dt: str, caps: list[str], variant: str = "value") -> lis
     return out
 
 
+def _sync() -> None:
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def _set_cap(cap: str) -> None:
     if cap == "module":
         os.environ.pop("MODELC_TRITON_MAXNREG", None)
@@ -91,7 +97,7 @@ def measure(mod, model: str, dt: str, variant: str, cap: str, size: int, repeats
     tri = mod.Model(dtype=dtype, device=dev, backend="triton")
     x = inputs(tri, size, dtype, dev)
     r = tri(x, derivatives=derivatives)  # compiles (or reads Triton's cache), then checks
-    torch.cuda.synchronize()
+    _sync()
     key = (mod.__name__, dt, variant)
     if key not in _REFERENCE:  # the same inputs for every cap and size (seeded, the first rows)
         _REFERENCE[key] = mod.Model(dtype=dtype, device=dev, backend="torch")(
@@ -105,15 +111,12 @@ def measure(mod, model: str, dt: str, variant: str, cap: str, size: int, repeats
         rec["converged"] = float(r.status.converged.float().mean().item())
         rec["mean_iterations"] = float(r.status.iterations.float().mean().item())
     out = r  # the next calls write into the same buffers (out=): the kernel's time, not the allocator's
-    best = float("inf")
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+
+    def queued() -> None:  # `calls` calls between two CUDA events (Timer)
         for _ in range(calls):
             tri(x, derivatives=derivatives, out=out)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3 / calls)
+    timer = Timer(torch.device(dev))
+    best = min(timer(queued) for _ in range(repeats)) / calls
     nbytes = moved_bytes(mod, model, variant, dt, modules)
     rec.update({"seconds": best, "points_per_s": size / best, "bytes_per_point": nbytes,
                 "bytes_per_s": size * nbytes / best})
@@ -131,21 +134,6 @@ def moved_bytes(mod, model: str, variant: str, dt: str, modules: str | None) -> 
     if variant in getattr(mod.Model, "CONSTANT_JACOBIAN", ()):
         variant = "value"
     return bytes_per_point(model, variant, dt, modules)
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float:
-    src = torch.empty(nbytes // 8, dtype=torch.float64, device=DEVICE).uniform_()
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = float("inf")
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return 2 * nbytes / best
 
 
 def table(records: list[dict], bandwidth: float) -> str:
@@ -214,10 +202,10 @@ def main(argv: list[str] | None = None) -> Path | None:
                         m = mod.Model(dtype=DTYPES[dt], device=DEVICE, backend="triton")
                         t0 = time.perf_counter()
                         m(inputs(m, 256, DTYPES[dt], DEVICE), derivatives="tangent" if variant == "tangent" else False)
-                        torch.cuda.synchronize()
+                        _sync()
                         print(f"compiled {model} {dt} {variant} cap={cap}: {time.perf_counter() - t0:.1f} s", flush=True)
         return None
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(torch.device(DEVICE), 1 << 30)
     records: list[dict] = []
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = torch.cuda.get_device_name(0)

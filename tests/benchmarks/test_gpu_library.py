@@ -1,11 +1,10 @@
 """benchmarks/gpu_library.py: what it measures and reports, run here on the CPU under the Triton
-interpreter (the GPU run is a GPU session's; CUDA events stand in for a clock)."""
+interpreter (the GPU run is a GPU session's; on the CPU its timer is a wall clock)."""
 from __future__ import annotations
 
 import importlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,6 @@ from benchmarks.gpu_kernels import bytes_per_point  # noqa: E402
 from modelc.runtime.model import interpreting  # noqa: E402
 
 
-class _Event:  # torch.cuda.Event's interface over perf_counter
-    def __init__(self, **_):
-        self.t = 0.0
-
-    def record(self):
-        self.t = time.perf_counter()
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, other):
-        return (other.t - self.t) * 1e3
-
-
 @pytest.fixture
 def on_cpu(monkeypatch):
     if not interpreting():
@@ -42,8 +27,6 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(gl, "DEVICE", "cpu")
     monkeypatch.setattr(gl, "CHECK_POINTS", 48)
     monkeypatch.setattr(gl, "_REFERENCE", {})
-    monkeypatch.setattr(torch.cuda, "Event", _Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "cpu (test)")
     monkeypatch.delenv("MODELC_TRITON_MAXNREG", raising=False)
 
