@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import baselines as bl  # noqa: E402
+from benchmarks import expert  # noqa: E402
 from benchmarks import modelc_hook  # noqa: E402
 from benchmarks import workload as wl  # noqa: E402
 
@@ -142,6 +143,11 @@ def implementations(model: str, dtype: torch.dtype, device: torch.device, which:
         csteps = {t: torch.compile(bl.make_step(model, p, tangent=t, fixed_iterations=COMPILE_NEWTON_IT))
                   for t in (False, True)}
         impls["torch-compile"] = lambda *a, tangent: csteps[tangent](*a)
+    if "expert" in which and device.type == "cpu" and dtype == torch.float64 and model in expert.MODELS:
+        try:
+            impls["expert-c"] = expert.expert_step(model)
+        except Exception as e:  # no C compiler here: reported, the others still run
+            notes.append(f"expert-c skipped for {model}: {type(e).__name__}: {e}"[:300])
     return impls
 
 
@@ -287,6 +293,32 @@ def table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def expert_table(records: list[dict]) -> str:
+    """modelc's C routes against the hand-written SIMD C update (``expert-c``), same configuration."""
+    by = {}
+    for r in records:
+        if "median_s" in r:
+            by.setdefault((r["model"], r["dtype"], r["size"], r["tangent"]), {})[r["impl"]] = r
+    rows = []
+    for (model, dtype, size, tangent), recs in sorted(by.items()):
+        ex = recs.get("expert-c")
+        if ex is None:
+            continue
+        for name in ("modelc-c", "modelc-c-bound", "modelc-c-baked"):
+            r = recs.get(name)
+            if r is None:
+                continue
+            frac = lambda x: format(x["fraction_of_floor"], ".2f") if "fraction_of_floor" in x else "-"  # noqa: E731
+            rows.append(f"| {model} | {'yes' if tangent else 'no'} | {size} | {name} | {r['points_per_s']:.3g} | "
+                        f"{ex['points_per_s']:.3g} | {ex['median_s'] / r['median_s']:.2f} | {frac(r)} | {frac(ex)} |")
+    if not rows:
+        return ""
+    return ("\n\nmodelc's C kernel against the hand-written SIMD C update (`expert-c`, benchmarks/expert.py), "
+            "float64, median points/s (`/ expert` above 1: modelc faster):\n\n"
+            "| model | tangent | size | route | points/s | expert-c | / expert | of floor | expert of floor |\n"
+            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 def extra_tables(result: dict) -> str:
     """``out=`` against fresh outputs (and torch.compile), and the thread scaling, as Markdown."""
     text = ""
@@ -300,6 +332,7 @@ def extra_tables(result: dict) -> str:
             text += (f"| {r['model']} | {r['size']} | {r['out_points_per_s']:.3g} | {r['fresh_points_per_s']:.3g} | "
                      f"{'-' if c is None else format(c, '.3g')} | {r['out_speedup']:.2f} | "
                      f"{'-' if c is None else format(r['out_vs_compile'], '.2f')} |\n")
+    text += expert_table(result.get("records", []))
     if result.get("threads"):
         text += ("\nmodelc-c, float64, tangent, `out=`, OpenMP threads (points/s, speedup over 1 thread):\n\n"
                  "| model | size | threads | points/s | speedup |\n|---|---|---|---|---|\n")
@@ -367,9 +400,11 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--sizes", nargs="+", type=int, default=None, help="default 1e2..1e5 (CPU), 1e3..1e7 (GPU)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--tangent", nargs="+", default=["no", "yes"], choices=["no", "yes"])
-    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2", "floor"],
-                    choices=["modelc", "eager", "compile", "neml2", "floor"],
-                    help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU)")
+    ap.add_argument("--impls", nargs="+", default=["modelc", "eager", "compile", "neml2", "floor", "expert"],
+                    choices=["modelc", "eager", "compile", "neml2", "floor", "expert"],
+                    help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU); expert: "
+                         "the hand-written SIMD C update (benchmarks/expert.py; float64 on the CPU, "
+                         "j2_linear_iso and j2_voce_af)")
     ap.add_argument("--out-sizes", nargs="+", type=int, default=None,
                     help="sizes at which modelc-c with out= is timed against fresh outputs (default 1e6 on the CPU)")
     ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
