@@ -18,6 +18,8 @@ STYLE = {  # impl prefix -> (colour, marker); the first prefix that matches
     "neml2-eager": ("tab:green", "^"),
     "neml2-compile": ("tab:olive", "v"),
     "neml2-aoti": ("tab:purple", "P"),
+    "expert-c": ("black", "*"),
+    "floor": ("tab:gray", "x"),
 }
 
 
@@ -71,9 +73,13 @@ def plot(result: dict, path: Path) -> None:
     fig.suptitle(f"one backward-Euler step, median of repeats — {mach.get('cpu', '?')} "
                  f"({mach.get('cores', '?')} cores){', ' + mach['gpu'] if mach.get('gpu') else ''}; "
                  "solid: with tangent, dashed: without", fontsize=10)
-    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=min(6, len(handles)),
+    ncol = min(6, len(handles))
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=ncol,
                fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    # the figure grows by the legend's rows (~0.17 in each) so that the axes keep their height
+    legend_in = 0.1 + 0.17 * -(-len(handles) // ncol)
+    fig.set_figheight(fig.get_figheight() + legend_in)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
