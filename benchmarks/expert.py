@@ -54,20 +54,25 @@ SOURCE = r"""
 #ifndef W
 #define W 8
 #endif
+#if defined(__GNUC__)
+#define MC_X_INLINE static inline __attribute__((always_inline))
+#else
+#define MC_X_INLINE static inline
+#endif
 typedef double vd __attribute__((vector_size(8 * W)));
 typedef int64_t vl __attribute__((vector_size(8 * W)));
 
-static inline vd vbr(double x) { return (vd){0} + x; }
-static inline vd vsel(vl m, vd a, vd b) { return (vd)(((vl)a & m) | ((vl)b & ~m)); }
-static inline vd vmax(vd a, vd b) { return vsel(a > b, a, b); }
-static inline vd vabs(vd a) { return (vd)((vl)a & ((vl){0} + INT64_MAX)); }
-static inline int vany(vl m) {
+MC_X_INLINE vd vbr(double x) { return (vd){0} + x; }
+MC_X_INLINE vd vsel(vl m, vd a, vd b) { return (vd)(((vl)a & m) | ((vl)b & ~m)); }
+MC_X_INLINE vd vmax(vd a, vd b) { return vsel(a > b, a, b); }
+MC_X_INLINE vd vabs(vd a) { return (vd)((vl)a & ((vl){0} + INT64_MAX)); }
+MC_X_INLINE int vany(vl m) {
     int64_t r = 0;
     for (int l = 0; l < W; ++l) r |= m[l];
     return r != 0;
 }
 
-static inline vd vsqrt(vd x) {
+MC_X_INLINE vd vsqrt(vd x) {
 #if defined(__AVX512F__)
     __m512d h[W / 8];
     memcpy(h, &x, sizeof x);
@@ -94,7 +99,7 @@ static inline vd vsqrt(vd x) {
 
 /* exp(x) for x in [-708, 709] (clamped there): x = k ln2 + r, |r| <= ln2/2, exp(r) by its Taylor
    series to degree 13 by Estrin's scheme (truncation below 1e-17 relative), 2^k put into the exponent bits */
-static inline vd vexp(vd x) {
+MC_X_INLINE vd vexp(vd x) {
     x = vmax(vbr(-708.0), x);
     x = vsel(x > vbr(709.0), vbr(709.0), x);
     const vd shift = vbr(6755399441055744.0);  /* 1.5 * 2^52: adding it rounds to an integer */
@@ -114,7 +119,7 @@ static inline vd vexp(vd x) {
 /* log(x) for positive normal x: x = 2^e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
    s = (m - 1)/(m + 1), |s| <= 0.172, the odd series to s^23 by Estrin's scheme (truncation below
    1e-18 relative); 0 gives -inf (what pow(0, y > 0) = exp(y log 0) = 0 needs) */
-static inline vd vlog(vd x) {
+MC_X_INLINE vd vlog(vd x) {
     const vl u = (vl)x;
     vd e = __builtin_convertvector((u >> 52) - 1023, vd);
     vd m = (vd)((u & ((vl){0} + 0x000fffffffffffffLL)) | ((vl){0} + 0x3ff0000000000000LL));
@@ -131,7 +136,7 @@ static inline vd vlog(vd x) {
 }
 
 /* 4 x 4 transposes: rows d + k * ds (k < 4) get the columns of the tile at rows s + k * ss */
-static inline void tile4(const double *s, int64_t ss, double *d, int64_t ds) {
+MC_X_INLINE void tile4(const double *s, int64_t ss, double *d, int64_t ds) {
 #if defined(__AVX__)
     const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
     const __m256d r2 = _mm256_loadu_pd(s + 2 * ss), r3 = _mm256_loadu_pd(s + 3 * ss);
@@ -148,7 +153,7 @@ static inline void tile4(const double *s, int64_t ss, double *d, int64_t ds) {
 }
 
 /* lane-major block m[c][W] <-> the rows of W points (c components each, contiguous rows) */
-static inline void to_lanes(double *m, const double *p, int c, int nl) {
+MC_X_INLINE void to_lanes(double *m, const double *p, int c, int nl) {
     if (nl == W) {
         const int c4 = c & ~3;
         for (int l = 0; l < W; l += 4) {
@@ -161,7 +166,7 @@ static inline void to_lanes(double *m, const double *p, int c, int nl) {
     for (int l = 0; l < W; ++l)
         for (int j = 0; j < c; ++j) m[j * W + l] = p[(l < nl ? l : 0) * c + j];
 }
-static inline void to_rows(double *p, const double *m, int c, int nl) {
+MC_X_INLINE void to_rows(double *p, const double *m, int c, int nl) {
     if (nl == W) {
         const int c4 = c & ~3;
         for (int l = 0; l < W; l += 4) {
@@ -177,7 +182,7 @@ static inline void to_rows(double *p, const double *m, int c, int nl) {
 /* the rows of a block's outputs (c components a point): staged in L1, then streamed (whole cache
    lines, no read-for-ownership) when ``nt`` (outputs larger than the cache) and the block's rows
    start a line; else written in place */
-static inline void put_rows(double *p, const double *m, int c, int nl, int nt) {
+MC_X_INLINE void put_rows(double *p, const double *m, int c, int nl, int nt) {
 #if defined(__AVX__)
     if (nt && nl == W && !((uintptr_t)p & 63)) {
         double q[36 * W] __attribute__((aligned(64)));
@@ -196,37 +201,37 @@ static inline void put_rows(double *p, const double *m, int c, int nl, int nt) {
 }
 
 /* after the last streaming store: visible before the call returns */
-static inline void fence(int nt) {
+MC_X_INLINE void fence(int nt) {
 #if defined(__AVX__)
     if (nt) _mm_sfence();
 #endif
     (void)nt;
 }
 
-static inline void rows_in(vd *v, const double *p, int c, int nl) {
+MC_X_INLINE void rows_in(vd *v, const double *p, int c, int nl) {
     double m[6 * W] __attribute__((aligned(64)));
     to_lanes(m, p, c, nl);
     memcpy(v, m, c * sizeof(vd));
 }
-static inline void rows_out(double *p, const vd *v, int c, int nl, int nt) {
+MC_X_INLINE void rows_out(double *p, const vd *v, int c, int nl, int nt) {
     double m[6 * W] __attribute__((aligned(64)));
     memcpy(m, v, c * sizeof(vd));
     put_rows(p, m, c, nl, nt);
 }
-static inline vd scal_in(const double *p, int nl) {
+MC_X_INLINE vd scal_in(const double *p, int nl) {
     vd v;
     if (nl == W) { memcpy(&v, p, sizeof v); return v; }
     for (int l = 0; l < W; ++l) v[l] = p[l < nl ? l : 0];
     return v;
 }
-static inline void scal_out(double *p, vd v, int nl, int nt) {
+MC_X_INLINE void scal_out(double *p, vd v, int nl, int nt) {
     double m[W] __attribute__((aligned(64)));
     memcpy(m, &v, sizeof v);
     put_rows(p, m, 1, nl, nt);
 }
 
 /* T = A 1(x)1 (normal block) + D I + v (x) n, computed lane-major, written as rows of 36 */
-static inline void tangent_out(double *t, vd A, vd D, const vd *v, const vd *n, int nl, int nt) {
+MC_X_INLINE void tangent_out(double *t, vd A, vd D, const vd *v, const vd *n, int nl, int nt) {
     vd m[36] __attribute__((aligned(64)));
     for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 6; ++j) {
@@ -238,7 +243,7 @@ static inline void tangent_out(double *t, vd A, vd D, const vd *v, const vd *n, 
     put_rows(t, (const double *)m, 36, nl, nt);
 }
 
-static inline void deviator(vd *s) {
+MC_X_INLINE void deviator(vd *s) {
     vd m = (s[0] + s[1] + s[2]) * vbr(1.0 / 3.0);
     s[0] -= m; s[1] -= m; s[2] -= m;
 }
@@ -247,7 +252,7 @@ static inline void deviator(vd *s) {
 #define NEWTON_MAX_IT 30
 
 /* the elastic predictor of a block: old plastic strain, trial stress, its deviator; returns |dev| */
-static inline vd trial(vd *ep6, vd *Str, vd *st, const double *E, const double *Ep, double lam, double mu2,
+MC_X_INLINE vd trial(vd *ep6, vd *Str, vd *st, const double *E, const double *Ep, double lam, double mu2,
                        int nl) {
     vd e[6];
     rows_in(e, E, 6, nl);
@@ -263,7 +268,7 @@ static inline vd trial(vd *ep6, vd *Str, vd *st, const double *E, const double *
 }
 
 /* the radial return's update along n by x: S = S_tr - 2 mu x n, Ep' = Ep + x n, ep' = ep + sqrt(2/3) x */
-static inline void radial_out(double *S, double *Epn, double *epn, const vd *Str, const vd *ep6, const vd *nn,
+MC_X_INLINE void radial_out(double *S, double *Epn, double *epn, const vd *Str, const vd *ep6, const vd *nn,
                               vd eo, vd x, double mu2, int nl, int nt) {
     vd out[6];
     for (int j = 0; j < 6; ++j) out[j] = Str[j] - vbr(mu2) * x * nn[j];
@@ -368,7 +373,7 @@ void expert_j2_linear_iso(int64_t n, int nt, const double *E, const double *dt, 
 }
 
 /* y^k for a whole k >= 1 (the same for every point of a call: the branches are predicted) */
-static inline vd vpowi(vd y, int k) {
+MC_X_INLINE vd vpowi(vd y, int k) {
     vd r = vbr(1.0), b = y;
     for (;;) {
         if (k & 1) r *= b;
