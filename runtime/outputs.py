@@ -30,8 +30,11 @@ def _check_parent(p: Path, what: str) -> None:
         raise InputError(f"{what} {p}: the folder {anchor} is not writable")
 
 
-def check_output_file(path: "str | os.PathLike[str]", what: str = "output") -> Path:
-    """``path`` as a Path, or an InputError when it certainly cannot be written as a file."""
+def check_output_file(path: "str | os.PathLike[str]", what: str = "output", suffixes: tuple[str, ...] = (),
+                      expected: str = "") -> Path:
+    """``path`` as a Path, or an InputError when it certainly cannot be written as a file, or when
+    ``suffixes`` (lower case, with the dot) are given and its suffix is none of them (``expected``
+    says what to name it instead; default: the suffixes)."""
     p = Path(path)
     if "\0" in str(p) or not str(p).strip():
         raise InputError(f"{what} {str(p)!r}: not a file name")
@@ -40,6 +43,8 @@ def check_output_file(path: "str | os.PathLike[str]", what: str = "output") -> P
     if os.path.lexists(p) and not p.is_file():
         raise InputError(f"{what} {p}: exists and is not a regular file")
     _check_parent(p, what)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"{what} {p}: {expected or 'expected a ' + ' or '.join(suffixes) + ' file name'}")
     return p
 
 

@@ -77,13 +77,10 @@ def main(args: argparse.Namespace) -> int:
     check_single(args)
     params = parse_sets(args.sets)
     tangent_steps = parse_steps(args.tangent_steps)
-    check_output_file(args.out, "--out")  # before the work: a run is never lost to its output path
-    if Path(args.out).suffix.lower() != ".npz":  # (NumPy would write an .npz under any name)
-        raise InputError(f"--out {args.out}: results are written as NumPy .npz: name the file R.npz")
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise InputError(f"--plot {args.plot}: expected a .png (or .svg, .pdf) file name")
+    # before the work: a run is never lost to its output path (NumPy would write an .npz under any name)
+    check_output_file(args.out, "--out", (".npz",), "results are written as NumPy .npz: name the file R.npz")
     if args.plot:
-        check_output_file(args.plot, "--plot")
+        check_output_file(args.plot, "--plot", (".png", ".svg", ".pdf"), "expected a .png (or .svg, .pdf) file name")
     history = load_history(args.history)
     device = check_device(args.device or "cpu")
     model = load_model(args.spec, args.model, dtype=args.dtype, device=device, backend=args.backend,

@@ -62,6 +62,19 @@ def test_check_output_file_rejections_name_the_argument_and_path(tmp_path):
         assert str(info.value) == message
 
 
+def test_check_output_file_suffixes(tmp_path):
+    """``suffixes``: any case of one of them passes; another suffix, or none, is named with what to
+    write instead; a folder is still reported as a folder first."""
+    assert check_output_file(tmp_path / "r.NPZ", "--out", (".npz",)) == tmp_path / "r.NPZ"
+    with pytest.raises(InputError, match=r"--plot .*r\.txt: expected a \.png or \.svg file name"):
+        check_output_file(tmp_path / "r.txt", "--plot", (".png", ".svg"))
+    with pytest.raises(InputError, match=r"--out .*results: name it R\.npz"):
+        check_output_file(tmp_path / "results", "--out", (".npz",), "name it R.npz")
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        check_output_file(tmp_path / "d.npz", "--out", (".npz",))
+
+
 def test_check_output_file_rejects_an_unwritable_folder(tmp_path, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
