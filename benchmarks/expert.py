@@ -5,13 +5,17 @@ update as :mod:`benchmarks.baselines` (NEML2's formulation, reduced to one scala
 once in C for a block of ``W`` points held in vector registers:
 
 - GCC/Clang vector extensions, 8 doubles a vector (one AVX-512 register, two AVX2 or four SSE2
-  ones: the same source builds and runs on any x86-64, and elsewhere);
-- per block, the (N, 6) rows of the inputs are turned into component vectors through a small
-  staging buffer in L1, the outputs written back the same way;
-- the scalar Newton of j2_voce_af runs on all lanes of the block at once, updates masked per
-  lane, until no lane is active (the baseline's test: |phi| <= 256 eps (|s_tr| + sigma_y));
-- ``exp`` an inline vector polynomial (Cody-Waite reduction, degree-13 Taylor; within a few ulps
-  of libm's), ``sqrt`` the hardware instruction (AVX-512 / AVX / SSE2 intrinsics);
+  ones: the same source builds and runs on any x86-64, and elsewhere; 16, 32 or 64 points a block
+  on request, which measured slower);
+- per block, the (N, 6) rows of the inputs are turned into component vectors by 4 x 4 transposes
+  (AVX; element by element without it) through a buffer in L1, and the outputs written back the
+  same way, with streaming stores of whole cache lines when the call moves more than the C
+  backend's threshold (:func:`modelc.runtime.cbuild.stream_bytes`);
+- the scalar Newton of j2_voce_af and perzyna_iso runs on all lanes of the block at once, updates
+  masked per lane, until no lane is active (the baseline's test: |phi| <= 256 eps (|s_tr| + sigma_y));
+- ``exp`` and ``log`` inline vector polynomials (Cody-Waite reduction, Estrin's scheme; within 4
+  ulp of libm's, tested), ``sqrt`` the hardware instruction (AVX-512 / AVX / SSE2 intrinsics);
+  perzyna_iso's y^n by multiplications when n is a whole number (1-64), else exp(n log y);
 - the tangent in closed form, T = A 1(x)1 (normal block) + D I + v (x) n (36 multiply-adds a point);
 - built with the C backend's compiler and flags (:mod:`modelc.runtime.cbuild`: ``-O2
   -march=native``, no fused multiply-add, no ``-ffast-math``), so its rounding is the same kind as
@@ -33,7 +37,6 @@ j2_linear_iso is the same with g = 0, X = 0 and a constant slope (x in closed fo
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Callable
 
 import torch
