@@ -197,7 +197,14 @@ def bench_config(model: str, dtype: torch.dtype, device: torch.device, size: int
     times: dict[str, list[float]] = {n: [] for n in live}
     budget_end = time.perf_counter() + a.max_seconds
     for r in range(a.repeats):
-        order = list(live.items()) if r % 2 == 0 else list(reversed(live.items()))
+        # each round starts at another route (and every other round runs backwards), so no route
+        # always follows the same one: a route after modelc-torch, whose large temporaries evict
+        # the caches, was up to 2x slower in some rounds, and with a fixed order always the same one
+        items = list(live.items())
+        k = r % len(items) if items else 0
+        order = items[k:] + items[:k]
+        if r % 2:
+            order.reverse()
         for name, fn in order:
             b = bufs[r % ROTATE]
             times[name].append(timer(lambda: fn(*b, tangent=tangent)))

@@ -204,6 +204,29 @@ def test_benchmark_runner_checks_before_timing(tmp_path: Path) -> None:
     assert "state/S disagrees" in recs[0]["error"] and "median_s" not in recs[0]
 
 
+def test_benchmark_rounds_vary_which_route_runs_before_which() -> None:
+    """Timed rounds start at a different route each time (and alternate direction): every route is
+    timed after more than one other route, so none always pays for the same predecessor."""
+    from benchmarks import run
+
+    good = bl.make_step("j2_linear_iso")
+    calls: list[str] = []
+
+    def route(name):
+        def step(*args, tangent):
+            calls.append(name)
+            return good(*args) if tangent else good(*args)[:-1]
+        return step
+
+    names = ["a", "b", "c", "d"]
+    args = run.argparse.Namespace(warmup=0, repeats=8, max_seconds=60.0)
+    run.bench_config("j2_linear_iso", torch.float64, torch.device("cpu"), 16, True,
+                     {n: route(n) for n in names}, args, None)
+    timed = calls[-8 * len(names):]  # the timed rounds come last
+    before = {n: {timed[i - 1] for i in range(1, len(timed)) if timed[i] == n} for n in names}
+    assert all(len(b - {n}) >= 2 for n, b in before.items()), before
+
+
 def test_benchmark_runner_keeps_what_it_measured_when_cut(tmp_path: Path, monkeypatch) -> None:
     """A time box (SIGINT) during the second configuration: the run still writes its report with the
     first configuration's records and says it was interrupted; while it runs, the records measured
