@@ -43,7 +43,7 @@ import torch
 
 from benchmarks import baselines as bl
 
-MODELS = ("j2_linear_iso", "j2_voce_af", "perzyna_iso")
+MODELS = ("j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso")
 LANES = 8  #: points a block
 
 SOURCE = r"""
@@ -270,7 +270,8 @@ MC_X_INLINE vd trial(vd *ep6, vd *Str, vd *st, const double *E, const double *Ep
     return vsqrt(nst);
 }
 
-/* the radial return's update along n by x: S = S_tr - 2 mu x n, Ep' = Ep + x n, ep' = ep + sqrt(2/3) x */
+/* the radial return's update along n by x: S = S_tr - 2 mu x n, Ep' = Ep + x n, ep' = ep + sqrt(2/3) x
+   (epn NULL: none) */
 MC_X_INLINE void radial_out(double *S, double *Epn, double *epn, const vd *Str, const vd *ep6, const vd *nn,
                               vd eo, vd x, double mu2, int nl, int nt) {
     vd out[6];
@@ -278,7 +279,7 @@ MC_X_INLINE void radial_out(double *S, double *Epn, double *epn, const vd *Str, 
     rows_out(S, out, 6, nl, nt);
     for (int j = 0; j < 6; ++j) out[j] = ep6[j] + x * nn[j];
     rows_out(Epn, out, 6, nl, nt);
-    scal_out(epn, eo + vbr(SQ23) * x, nl, nt);
+    if (epn) scal_out(epn, eo + vbr(SQ23) * x, nl, nt);
 }
 
 
@@ -345,24 +346,25 @@ void expert_j2_voce_af(int64_t n, int nt, const double *E, const double *dt, con
     fence(nt);
 }
 
-/* j2_linear_iso: E, dt, Ep, ep -> S, Ep', ep', gamma_rate, T (closed form, no iteration) */
-void expert_j2_linear_iso(int64_t n, int nt, const double *E, const double *dt, const double *Ep, const double *epo,
-                          double *S, double *Epn, double *epn, double *gam, double *t,
-                          double Ey, double nu, double sy, double K) {
+/* linear isotropic hardening, closed form (no iteration): E, dt, Ep, ep -> S, Ep', ep', gamma_rate,
+   T; without the equivalent plastic strain (epo and epn NULL, K 0) perfect plasticity */
+static void j2_linear(int64_t n, int nt, const double *E, const double *dt, const double *Ep, const double *epo,
+                      double *S, double *Epn, double *epn, double *gam, double *t,
+                      double Ey, double nu, double sy, double K) {
     const double lam = Ey * nu / ((1 + nu) * (1 - 2 * nu)), mu = Ey / (2 * (1 + nu)), mu2 = 2 * mu;
     const double c = mu2 + 2.0 / 3.0 * K;
     for (int64_t i0 = 0; i0 < n; i0 += W) {
         const int nl = n - i0 < W ? (int)(n - i0) : W;
         vd ep6[6], Str[6], st[6];
         const vd nst = trial(ep6, Str, st, E + 6 * i0, Ep + 6 * i0, lam, mu2, nl);
-        const vd eo = scal_in(epo + i0, nl), h = scal_in(dt + i0, nl);
+        const vd eo = epo ? scal_in(epo + i0, nl) : vbr(0), h = scal_in(dt + i0, nl);
         const vd f = nst - vbr(SQ23) * (vbr(sy) + vbr(K) * eo);
         const vl plastic = f > vbr(0);
         const vd x = vsel(plastic, f * vbr(1.0 / c), vbr(0));
         const vd ina = vbr(1) / nst;
         vd nn[6];
         for (int j = 0; j < 6; ++j) nn[j] = st[j] * ina;
-        radial_out(S + 6 * i0, Epn + 6 * i0, epn + i0, Str, ep6, nn, eo, x, mu2, nl, nt);
+        radial_out(S + 6 * i0, Epn + 6 * i0, epn ? epn + i0 : NULL, Str, ep6, nn, eo, x, mu2, nl, nt);
         scal_out(gam + i0, x / h, nl, nt);
         if (t) {
             /* D = C - a n(x)n - b (Idev - n(x)n): a = (2 mu)^2 / c (plastic), b = (2 mu)^2 x / |s_tr| */
@@ -373,6 +375,17 @@ void expert_j2_linear_iso(int64_t n, int nt, const double *E, const double *dt, 
         }
     }
     fence(nt);
+}
+
+void expert_j2_linear_iso(int64_t n, int nt, const double *E, const double *dt, const double *Ep,
+                          const double *epo, double *S, double *Epn, double *epn, double *gam, double *t,
+                          double Ey, double nu, double sy, double K) {
+    j2_linear(n, nt, E, dt, Ep, epo, S, Epn, epn, gam, t, Ey, nu, sy, K);
+}
+/* j2_perfect: E, dt, Ep -> S, Ep', gamma_rate, T */
+void expert_j2_perfect(int64_t n, int nt, const double *E, const double *dt, const double *Ep,
+                       double *S, double *Epn, double *gam, double *t, double Ey, double nu, double sy) {
+    j2_linear(n, nt, E, dt, Ep, NULL, S, Epn, NULL, gam, t, Ey, nu, sy, 0.0);
 }
 
 /* y^k for a whole k >= 1 (the same for every point of a call: the branches are predicted) */
@@ -460,6 +473,7 @@ void expert_vlog(int64_t n, const double *x, double *y) {
 
 _ARGS = {  # C argument order after n: inputs, outputs (tangent last), parameters
     "j2_voce_af": (5, 5, ("E", "nu", "sigma_y", "R", "d", "C", "g")),
+    "j2_perfect": (3, 3, ("E", "nu", "sigma_y")),
     "j2_linear_iso": (4, 4, ("E", "nu", "sigma_y", "K")),
     "perzyna_iso": (4, 4, ("E", "nu", "sigma_y", "K", "eta", "n")),
 }

@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> Path:
                     choices=["modelc", "eager", "compile", "neml2", "floor", "expert"],
                     help="floor: the memory floor (same bytes, no arithmetic; float64 on the CPU); expert: "
                          "the hand-written SIMD C update (benchmarks/expert.py; float64 on the CPU, "
-                         "j2_linear_iso and j2_voce_af)")
+                         "the plastic models)")
     ap.add_argument("--out-sizes", nargs="+", type=int, default=None,
                     help="sizes at which modelc-c with out= is timed against fresh outputs (default 1e6 on the CPU)")
     ap.add_argument("--neml2-routes", nargs="+", default=["eager"], choices=["eager", "compile", "aoti"],
