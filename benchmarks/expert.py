@@ -155,32 +155,28 @@ MC_X_INLINE void tile4(const double *s, int64_t ss, double *d, int64_t ds) {
 #endif
 }
 
-/* lane-major block m[c][W] <-> the rows of W points (c components each, contiguous rows) */
-MC_X_INLINE void to_lanes(double *m, const double *p, int c, int nl) {
-    if (nl == W) {
-        const int c4 = c & ~3;
-        for (int l = 0; l < W; l += 4) {
-            for (int j = 0; j < c4; j += 4) tile4(p + l * c + j, c, m + j * W + l, W);
-            for (int k = 0; k < 4; ++k)
-                for (int j = c4; j < c; ++j) m[j * W + l + k] = p[(l + k) * c + j];
-        }
-        return;
+/* d (cols x rows, row stride ds) = the transpose of s (rows x cols, row stride ss): 4 x 4 tiles,
+   the rest entry by entry */
+MC_X_INLINE void transpose(const double *s, int64_t ss, double *d, int64_t ds, int rows, int cols) {
+    const int r4 = rows & ~3, c4 = cols & ~3;
+    for (int i = 0; i < r4; i += 4) {
+        for (int j = 0; j < c4; j += 4) tile4(s + i * ss + j, ss, d + j * ds + i, ds);
+        for (int k = i; k < i + 4; ++k)
+            for (int j = c4; j < cols; ++j) d[j * ds + k] = s[k * ss + j];
     }
-    for (int l = 0; l < W; ++l)
-        for (int j = 0; j < c; ++j) m[j * W + l] = p[(l < nl ? l : 0) * c + j];
+    for (int k = r4; k < rows; ++k)
+        for (int j = 0; j < cols; ++j) d[j * ds + k] = s[k * ss + j];
 }
+/* the rows of nl points (c components each, contiguous) -> lane-major block m[c][W]; lanes past nl
+   repeat point 0 */
+MC_X_INLINE void to_lanes(double *m, const double *p, int c, int nl) {
+    transpose(p, c, m, W, nl, c);
+    for (int j = 0; j < c; ++j)
+        for (int l = nl; l < W; ++l) m[j * W + l] = m[j * W];
+}
+/* lane-major block m[c][W] -> the rows of its first nl points */
 MC_X_INLINE void to_rows(double *p, const double *m, int c, int nl) {
-    if (nl == W) {
-        const int c4 = c & ~3;
-        for (int l = 0; l < W; l += 4) {
-            for (int j = 0; j < c4; j += 4) tile4(m + j * W + l, W, p + l * c + j, c);
-            for (int k = 0; k < 4; ++k)
-                for (int j = c4; j < c; ++j) p[(l + k) * c + j] = m[j * W + l + k];
-        }
-        return;
-    }
-    for (int l = 0; l < nl; ++l)
-        for (int j = 0; j < c; ++j) p[l * c + j] = m[j * W + l];
+    transpose(m, W, p, c, c, nl);
 }
 /* the rows of a block's outputs (c components a point): staged in L1, then streamed (whole cache
    lines, no read-for-ownership) when ``nt`` (outputs larger than the cache) and the block's rows
