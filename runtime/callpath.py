@@ -115,6 +115,77 @@ def input_views(model, inputs) -> tuple[list[torch.Tensor], torch.Size]:
     return views, torch.Size(bs)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How the C kernel reads one kind of inputs: what :func:`input_views` and the call's checks
+    found the first time a call had them (:func:`plan`), so that a later call with inputs of the same
+    kind (:func:`signature`) only reads each tensor's address (``CompiledModel.__call__``).
+    ``offsets``: per input, in axis order, the bytes from the tensor's data to what the kernel reads;
+    ``strides``: its row stride in elements (0: one row for every point); ``moved``: elements the
+    inputs, outputs and Jacobian move (the parameters' are added at the call)."""
+    variant: str | None
+    axes: tuple | None  # the Jacobian's (rows, columns); None: no derivatives
+    bs: torch.Size
+    jshape: tuple[int, int] | None
+    names: tuple[str, ...]
+    offsets: tuple[int, ...]
+    strides: tuple[int, ...]
+    moved: int
+
+    def words(self, inputs) -> list[int]:
+        """The inputs' argument words (pointers, then row strides; see ``cbuild.pack_args``)."""
+        ptrs = [inputs[k].data_ptr() + o for k, o in zip(self.names, self.offsets)]
+        return ptrs + list(self.strides) if ptrs else [0, 0]
+
+
+def signature(model, inputs: dict) -> tuple | None:
+    """The kind of a call's inputs, a key for its :class:`Plan`: their shapes and strides in axis
+    order. None unless every input is a plain CPU tensor of the model's dtype (not a number, a
+    subclass or a named batch) that does not require grad while grad is enabled: such a call takes
+    the checked path."""
+    types = _input_types(model, model.input_axis)
+    if len(inputs) != len(types):
+        return None
+    dtype, grad = model.dtype, torch.is_grad_enabled()
+    sig = []
+    for k, *_ in types:
+        v = inputs.get(k)
+        if type(v) is not torch.Tensor or v.dtype is not dtype or not v.is_cpu or (grad and v.requires_grad):
+            return None
+        sig.append((v.shape, v.stride()))
+    return tuple(sig)
+
+
+def plan(model, inputs: dict, request) -> Plan | None:
+    """The :class:`Plan` of a call with ``inputs`` (which a regular call has just checked) and the
+    derivative ``request`` (``CompiledModel._derivative_request``), or None when such a call must
+    take the regular path: another backend than C, a kernel that does not mark non-finite inputs
+    itself, a block of a variant's Jacobian, a Jacobian broadcast from one point, or an input that
+    is read from a copy (components not contiguous) rather than where it lies."""
+    if model.backend != "c" or not model.C_MARKS_NONFINITE:
+        return None
+    variant = request[0] if request else None
+    axes = None if request is None else request[1]
+    if variant is not None and (model._variant_axes(variant) != axes or variant in model.CONSTANT_JACOBIAN):
+        return None
+    views, bs = input_views(model, inputs)
+    names = model.input_axis.variable_names
+    offsets, strides, moved = [], [], 0
+    for name, view in zip(names, views):
+        given = inputs[name]
+        if view.untyped_storage().data_ptr() != given.untyped_storage().data_ptr():
+            return None
+        offsets.append(view.data_ptr() - given.data_ptr())
+        rows, size = view.shape
+        one = rows == 1 or view.stride()[0] == 0
+        strides.append(0 if one else view.stride()[0])
+        moved += size if one else rows * size
+    B = math.prod(bs)
+    jshape = model._jacobian_shape(variant)
+    moved += B * model.output_axis.size + (B * jshape[0] * jshape[1] if jshape else 0)
+    return Plan(variant, axes, torch.Size(bs), jshape, tuple(names), tuple(offsets), tuple(strides), moved)
+
+
 def _input_types(model, axis) -> tuple:
     """``((name, base dims, base shape, size, TensorType), ...)`` of the model's input axis, in axis
     order (memoised on the model)."""

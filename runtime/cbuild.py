@@ -257,9 +257,9 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)) -> array.array:
     call reads and writes more than :func:`stream_bytes`). An ``array.array`` of ``q``: built in a
     quarter of the time of a ctypes array (~0.6 vs 2.6 us), which a small call notices."""
     ptrs, xs = [], []
-    moved = 0  # elements read and written; an input or P that is one row or broadcast counts one row
-    for t in (*inputs, P):
-        rows, size = t.shape  # inputs and P are 2-d: (rows, size)
+    moved = 0  # elements read and written; an input that is one row or broadcast counts one row
+    for t in inputs:
+        rows, size = t.shape  # inputs are 2-d: (rows, size)
         stride = t.stride()[0]
         ptrs.append(t.data_ptr())
         if rows == 1 or stride == 0:
@@ -268,9 +268,18 @@ def pack_args(inputs, P, Y, J, status, options=(-1.0, -1.0, -1)) -> array.array:
         else:
             xs.append(stride)
             moved += rows * size
-    p_ptr, ps = ptrs.pop(), xs.pop()
-    vals = ptrs + xs if inputs else [0, 0]
-    vals += [p_ptr, ps, Y.data_ptr(), Y.stride()[0]]
+    return pack_tail(ptrs + xs if inputs else [0, 0], moved, P, Y, J, status, options)
+
+
+def pack_tail(words: list[int], moved: int, P, Y, J, status, options) -> array.array:
+    """:func:`pack_args` after the inputs' ``words`` (their pointers, then their row strides), which
+    move ``moved`` elements: the parameters, outputs, Jacobian, status, options and flags. (A call
+    planned ahead, :class:`modelc.runtime.callpath.Plan`, knows its inputs' words without views.)"""
+    rows, size = P.shape
+    stride = P.stride()[0]
+    shared = rows == 1 or stride == 0
+    moved += size if shared else rows * size
+    vals = words + [P.data_ptr(), 0 if shared else stride, Y.data_ptr(), Y.stride()[0]]
     moved += Y.numel()
     if J is None:
         vals += [0, 0]

@@ -30,7 +30,7 @@ from modelc.runtime.errors import InputError, InternalError
 from modelc.runtime import autograd, callpath
 from modelc.runtime.bufferpool import BufferPool
 from modelc.runtime import solver as _solver
-from modelc.runtime.cbuild import CBuildError, pack_args
+from modelc.runtime.cbuild import CBuildError, pack_args, pack_tail
 from modelc.runtime.axis import LabeledAxis
 from modelc.runtime.checks import check_parameter, nonfinite_rows
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector, sub_matrix
@@ -186,6 +186,10 @@ class Status:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+#: plans of calls (``CompiledModel._plans``) a model keeps; more kinds of inputs than this start afresh
+_PLANS = 16
 
 
 class Result:
@@ -388,6 +392,7 @@ class CompiledModel(torch.nn.Module):
         super().__init__()
         self._solver = _solver.check({"rtol": rtol, "atol": atol, "max_iter": max_iter}, f"model {self.NAME}")
         self._call_solver: dict[str, Any] = {}
+        self._plans: dict[tuple, callpath.Plan | None] = {}  # (derivatives, dtype, inputs' kind) -> plan
         self._requested_backend = backend
         self._configure(dtype, torch.device(device), backend)
         self.block = block
@@ -818,6 +823,14 @@ class CompiledModel(torch.nn.Module):
 
         ``solver``: Newton options for this call (``rtol``, ``atol``, ``max_iter``), over the object's
         (:meth:`set_solver`) and the spec's (:mod:`modelc.runtime.solver`)."""
+        key = None
+        if type(inputs) is dict and solver is None and not param_overrides and self.backend == "c":
+            key = self._plan_key(inputs, derivatives)
+            plan = None if key is None else self._plans.get(key)
+            if plan is not None:
+                result = self._run_plan(plan, inputs, out)
+                if result is not None:
+                    return result
         options = _solver.check(solver, f"model {self.NAME}: solver=")
         inputs, param_overrides, names = self._align_named(inputs, param_overrides)
         # (a plain attribute: set through __dict__, past nn.Module.__setattr__'s checks, ~3 us each)
@@ -830,6 +843,64 @@ class CompiledModel(torch.nn.Module):
         finally:
             self.__dict__["_call_solver"] = saved
         result.batch_names = names
+        if key is not None and key not in self._plans:  # the next call with such inputs: planned
+            if len(self._plans) >= _PLANS:
+                self._plans.clear()
+            self._plans[key] = callpath.plan(self, inputs, self._derivative_request(derivatives))
+        return result
+
+    def _plan_key(self, inputs: dict, derivatives) -> tuple | None:
+        """The key of a planned call (``callpath.signature``, with what else decides the plan), or
+        None when this call takes the regular path."""
+        sig = callpath.signature(self, inputs)
+        if sig is None:
+            return None
+        key = (derivatives if type(derivatives) in (bool, str) or derivatives is None else
+               tuple(map(tuple, derivatives)) if isinstance(derivatives, (list, tuple)) else None)
+        if key is None and derivatives is not None:
+            return None
+        try:
+            return (key, self.dtype, sig) if hash(key) is not None else None
+        except TypeError:  # pairs that are not pairs of names: the regular call says what is wrong
+            return None
+
+    def _run_plan(self, plan: callpath.Plan, inputs: dict, out: Result | None) -> Result | None:
+        """A call with the inputs of an earlier, checked call of the same kind (``plan``): straight to
+        the C entry point, into fresh buffers or ``out``'s (checked as the regular call checks them:
+        a mismatch is its error, nothing written), as ``_call`` would run it but skipping what it
+        checked then (same numbers, same result). None when it must take the regular path after
+        all: the parameters require grad now, or points failed that ``on_failure="substep"``
+        sub-steps (the regular call then evaluates again)."""
+        P, _ = self._param_tensor({}, plan.bs)
+        if P.requires_grad and torch.is_grad_enabled():
+            return None
+        B = math.prod(plan.bs)
+        buf = callpath.allocate(self, B, plan.jshape) if out is None else callpath.out_buffers(self, out, plan.bs, plan.axes)
+        if B:
+            args = pack_tail(plan.words(inputs), plan.moved, P, buf.Y, buf.J, buf.status, self._solver_triple())
+            self._c_library(P).run(plan.variant or "value", B, args, torch.get_num_threads())
+            if buf.status is not None and self.on_failure == "substep" and not bool(buf.status[0].all()):
+                return None
+        if out is None:
+            return self._result(buf.Y, buf.J, buf.status, plan.bs, plan.axes)
+        if out.status is not None and out.status.substeps is not None:  # (as the regular call leaves it)
+            out.status = Status(out.status.converged, out.status.iterations, out.status.residual_norm, None)
+        return out
+
+    def _result(self, Y, J, status, bs: torch.Size, axes, substeps=None) -> Result:
+        """The :class:`Result` over flat buffers ``Y (B, ny)``, ``J (B, rows, cols)`` (over ``axes``;
+        or None) and ``status`` (or None) of a call over batch shape ``bs``: views, no copies."""
+        flat = len(bs) == 1  # (B,): the buffers have the batch shape already
+        jac = None
+        if J is not None:
+            jac = LabeledMatrix.trusted(J if flat else J.reshape(*bs, *J.shape[-2:]), axes)
+        st = None
+        if status is not None:
+            st = Status(*(t if flat else t.reshape(bs) for t in status),
+                        None if substeps is None else substeps.reshape(bs))
+        result = Result(LabeledVector.trusted(Y if flat else Y.reshape(*bs, Y.shape[-1]), (self.output_axis,)),
+                        jac, st)
+        result.producer = (self.NAME, self.SPEC_HASH)
         return result
 
     def bind(self, inputs, derivatives=False, *, solver: Mapping[str, Any] | None = None,
@@ -917,25 +988,16 @@ class CompiledModel(torch.nn.Module):
             bad = _nonfinite_points(views, B)
             if bad is not None:
                 Y, J, status = _fail_points(bad, Y, J, status)
-        jac = None
-        if J is not None:
-            jac = LabeledMatrix.trusted(J if len(bs) == 1 else J.reshape(*bs, *J.shape[-2:]), vaxes)
-            if narrow:
-                jac = sub_matrix(jac, *request[1])
+        result = self._result(Y, J, status, bs, vaxes, substeps)
+        if narrow:
+            result._jacobian = sub_matrix(result._jacobian, *request[1])
         if target is not None:  # write into out's storage (what was computed elsewhere is copied)
+            jac = result._jacobian
             _copy_into(target, Y, None if jac is None else jac.tensor.reshape(B, *jac.tensor.shape[-2:]), status)
             if out.status is not None and (substeps is not None or out.status.substeps is not None):
                 out.status = Status(out.status.converged, out.status.iterations, out.status.residual_norm,
                                     None if substeps is None else substeps.reshape(bs))
             return out
-        st = None
-        if status is not None:
-            flat = len(bs) == 1  # (B,): the buffers have the batch shape already
-            st = Status(*(t if flat else t.reshape(bs) for t in status),
-                        None if substeps is None else substeps.reshape(bs))
-        result = Result(LabeledVector.trusted(Y if len(bs) == 1 else Y.reshape(*bs, Y.shape[-1]),
-                                              (self.output_axis,)), jac, st)
-        result.producer = (self.NAME, self.SPEC_HASH)
         return result
 
     def _run_into(self, views, P, variant, buf: callpath.Buffers, shared: bool, overrides):

@@ -39,14 +39,19 @@ def _inputs(m, bs, seed, dtype=torch.float64):
     return out
 
 
+def _equal(a, b):
+    """Equal values, NaN where the other has NaN (a failed point's outputs are NaN)."""
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 def _same(a, b):
-    assert torch.equal(a.outputs.tensor, b.outputs.tensor)
+    _equal(a.outputs.tensor, b.outputs.tensor)
     assert (a._jacobian is None) == (b._jacobian is None)
     if a._jacobian is not None:
-        assert torch.equal(a.jacobian.tensor, b.jacobian.tensor)
+        _equal(a.jacobian.tensor, b.jacobian.tensor)
     if a.status is not None:
         for f in ("converged", "iterations", "residual_norm"):
-            assert torch.equal(getattr(a.status, f), getattr(b.status, f))
+            _equal(getattr(a.status, f), getattr(b.status, f))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -252,3 +257,148 @@ def test_an_input_on_another_cuda_device_is_refused(mods, monkeypatch):
         m._check_tensor("input forces/E", SimpleNamespace(dtype=m.dtype, device=dev("cuda", 0)))
         with pytest.raises(InputError, match=r"input forces/E is on cuda:1, the model on cuda"):
             m._check_tensor("input forces/E", SimpleNamespace(dtype=m.dtype, device=dev("cuda", 1)))
+
+
+# -- planned calls: a call with inputs of a kind checked before goes straight to the C kernel ----------
+PLANNED = ("c",) if HAVE_CC or IN_CI else ()
+
+
+def _regular(m, x, derivatives):
+    """The same call through the checked path (a ``solver=`` argument, even empty, takes it)."""
+    return m(x, derivatives=derivatives, solver={})
+
+
+def _no_checks(monkeypatch):
+    """Make the checked path's input handling fail loudly: a planned call must not reach it."""
+    from modelc.runtime import callpath
+
+    def refused(*a, **k):
+        raise AssertionError("a planned call went through input_views")
+
+    monkeypatch.setattr(callpath, "input_views", refused)
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+@pytest.mark.parametrize("derivatives", [False, "tangent", True, "total"])
+@pytest.mark.parametrize("bs", [(7,), (3, 5)])
+def test_a_planned_call_equals_the_checked_call(mods, backend, derivatives, bs, monkeypatch):
+    """The second call with inputs of the same kind (shapes, strides, dtype) runs from the plan the
+    first one left: fresh values every call (nothing of the first call's data is kept), the same bits
+    as the checked path, and within 1e-10 of the generated PyTorch code (an independent printer)."""
+    m = mods["plastic"].Model(backend=backend)
+    m(_inputs(m, bs, 20), derivatives=derivatives)
+    assert [p for p in m._plans.values() if p is not None], "the first call left no plan"
+    ref_model = mods["plastic"].Model(backend="torch")
+    for seed in (21, 22):
+        x = _inputs(m, bs, seed)
+        x["old_state/internal/ep"] = 1e-3 * torch.rand(bs, generator=torch.Generator().manual_seed(seed),
+                                                       dtype=torch.float64)
+        with monkeypatch.context() as mp:
+            _no_checks(mp)
+            got = m(x, derivatives=derivatives)
+        _same(got, _regular(m, x, derivatives))
+        assert got.outputs.batch_shape == torch.Size(bs) and got.producer == (m.NAME, m.SPEC_HASH)
+        ref = ref_model(x, derivatives=derivatives)
+        assert torch.allclose(got.outputs.tensor, ref.outputs.tensor, rtol=1e-10, atol=1e-12)
+        if derivatives:
+            assert got.jacobian.row_axis == ref.jacobian.row_axis and got.jacobian.col_axis == ref.jacobian.col_axis
+            assert torch.allclose(got.jacobian.tensor, ref.jacobian.tensor, rtol=1e-9, atol=1e-9)
+        assert bool(got.status.converged.all()) and int(got.status.iterations.max()) > 0  # plastic points
+    # into out= (the transient driver's and double-buffering hosts' call): planned as well, written in
+    # place, the same bits; a result of another batch shape is the regular call's error, nothing written
+    target = m(_inputs(m, bs, 23), derivatives=derivatives)
+    wrong = m(_inputs(m, (2,), 24), derivatives=derivatives)
+    before = wrong.outputs.tensor.clone()
+    with monkeypatch.context() as mp:
+        _no_checks(mp)
+        assert m(x, derivatives=derivatives, out=target) is target
+        _same(target, got)
+        with pytest.raises(InputError, match="shape"):
+            m(x, derivatives=derivatives, out=wrong)
+    _equal(wrong.outputs.tensor, before)
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+def test_planned_inputs_are_read_where_they_lie(mods, backend, monkeypatch):
+    """A strided view of a wider tensor and a broadcast scalar are planned with their row strides
+    (offset and stride 0): the planned call reads the new tensors' data, not the first call's."""
+    m = mods["plastic"].Model(backend=backend)
+
+    def kind(seed):
+        x = _inputs(m, (9,), seed)
+        wide = torch.randn(9, 10, dtype=torch.float64)
+        wide[:, 3:9] = x["forces/E"]
+        return dict(x, **{"forces/E": wide[:, 3:9], "forces/t": torch.tensor(1.0, dtype=torch.float64).expand(9)})
+
+    m(kind(30), derivatives="tangent")
+    x = kind(31)
+    with monkeypatch.context() as mp:
+        _no_checks(mp)
+        got = m(x, derivatives="tangent")
+    _same(got, _regular(m, {k: v.contiguous() for k, v in x.items()}, "tangent"))
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+def test_what_a_plan_cannot_serve_takes_the_checked_path(mods, backend):
+    """Each of these second calls differs from the planned kind (or the plan cannot serve it) and
+    must give what the checked path gives, errors included: inputs that require grad (a result
+    that back-propagates), another dtype (the checked path's error), a missing input, a number
+    input, components that are not contiguous (read from a copy: no plan), a block of the
+    Jacobian (no plan), and parameters changed in place since the plan was made."""
+    m = mods["plastic"].Model(backend=backend)
+    x = _inputs(m, (6,), 40)
+    m(x, derivatives="tangent")
+    g = {k: v.clone().requires_grad_(k == "forces/E") for k, v in x.items()}
+    out = m(g, derivatives="tangent")
+    assert out["state/S"].grad_fn is not None
+    with pytest.raises(InputError, match="dtype|float32"):
+        m({k: v.float() for k, v in x.items()}, derivatives="tangent")
+    with pytest.raises(InputError, match="missing input"):
+        m({k: v for k, v in x.items() if k != "forces/t"}, derivatives="tangent")
+    _same(m(dict(x, **{"forces/t": 1.0}), derivatives="tangent"),
+          _regular(m, dict(x, **{"forces/t": torch.ones(6, dtype=torch.float64)}), "tangent"))
+    odd = dict(x, **{"forces/E": x["forces/E"].t().contiguous().t()})  # column-major: a copy is read
+    m(odd, derivatives="tangent")
+    _same(m(odd, derivatives="tangent"), _regular(m, x, "tangent"))
+    block = [("state/S", "forces/E")] if m.TANGENT is None else [("state/internal/ep", "forces/E")]
+    m(x, derivatives=block)
+    _same(m(x, derivatives=block), _regular(m, x, block))
+    assert any(p is None for p in m._plans.values())  # the copy's kind and the block: not planned
+    fresh = m(x, derivatives="tangent")
+    m.params.sigma_y.mul_(1.5)  # in place: the parameter row is rebuilt, the plan still serves
+    changed = m(x, derivatives="tangent")
+    assert not torch.equal(changed.outputs.tensor, fresh.outputs.tensor)
+    _same(changed, mods["plastic"].Model(backend=backend, sigma_y=float(m.params.sigma_y))(x, derivatives="tangent"))
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+def test_planned_calls_fail_non_finite_points_and_sub_step(mods, backend, monkeypatch):
+    """A NaN input in a planned call fails that point in the kernel (NaN outputs, not converged),
+    the others untouched; with ``on_failure="substep"`` a planned call whose points did not
+    converge is redone by the checked path, which sub-steps them (as a first call would)."""
+    m = mods["plastic"].Model(backend=backend)
+    x = _inputs(m, (5,), 50)
+    m(x, derivatives="tangent")
+    bad = dict(x, **{"forces/E": x["forces/E"].clone()})
+    bad["forces/E"][2, 1] = math.nan
+    with monkeypatch.context() as mp:
+        _no_checks(mp)
+        got = m(bad, derivatives="tangent")
+    assert got.status.converged.tolist() == [True, True, False, True, True]
+    assert bool(got.outputs.tensor[2].isnan().all()) and bool(got.jacobian.tensor[2].isnan().all())
+    _same(got, _regular(m, bad, "tangent"))
+    s = mods["plastic"].Model(backend=backend, on_failure="substep")
+    hard = dict(x, **{"forces/E": 40 * x["forces/E"]})
+    old = {"forces/E": torch.zeros_like(x["forces/E"])}
+    first = s(hard, derivatives="tangent", solver={"max_iter": 2}, old_forces=old)  # checked, few iterations
+    s.set_solver(max_iter=2)
+    s(hard, derivatives="tangent", old_forces=old)
+    assert [p for p in s._plans.values() if p is not None]
+    ran = []
+    run_plan = s._run_plan
+    monkeypatch.setattr(s, "_run_plan", lambda *a: ran.append(run_plan(*a)) or ran[-1])
+    again = s(hard, derivatives="tangent", old_forces=old)  # planned; redone by the checked path
+    assert ran == [None]  # the plan ran, saw the failed points and left the call to the checked path
+    assert first.status.substeps is not None and int(first.status.substeps.max()) > 1
+    _same(again, first)
+    assert torch.equal(again.status.substeps, first.status.substeps)
