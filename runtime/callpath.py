@@ -122,7 +122,9 @@ class Plan:
     kind (:func:`signature`) only reads each tensor's address (``CompiledModel.__call__``).
     ``offsets``: per input, in axis order, the bytes from the tensor's data to what the kernel reads;
     ``strides``: its row stride in elements (0: one row for every point); ``moved``: elements the
-    inputs, outputs and Jacobian move (the parameters' are added at the call)."""
+    inputs move (``cbuild.pack_tail`` adds the parameters', outputs' and Jacobian's); ``constant``:
+    the variant's Jacobian depends on the parameters only (``CONSTANT_JACOBIAN``: computed for one
+    point and broadcast when the parameters are shared, as the regular call does)."""
     variant: str | None
     axes: tuple | None  # the Jacobian's (rows, columns); None: no derivatives
     bs: torch.Size
@@ -131,6 +133,7 @@ class Plan:
     offsets: tuple[int, ...]
     strides: tuple[int, ...]
     moved: int
+    constant: bool
 
     def words(self, inputs) -> list[int]:
         """The inputs' argument words (pointers, then row strides; see ``cbuild.pack_args``)."""
@@ -159,14 +162,15 @@ def signature(model, inputs: dict) -> tuple | None:
 def plan(model, inputs: dict, request) -> Plan | None:
     """The :class:`Plan` of a call with ``inputs`` (which a regular call has just checked) and the
     derivative ``request`` (``CompiledModel._derivative_request``), or None when such a call must
-    take the regular path: another backend than C, a kernel that does not mark non-finite inputs
-    itself, a block of a variant's Jacobian, a Jacobian broadcast from one point, or an input that
-    is read from a copy (components not contiguous) rather than where it lies."""
-    if model.backend != "c" or not model.C_MARKS_NONFINITE:
+    take the regular path: another backend than C, a model whose calls check the inputs for NaN and
+    infinity on the host (a C kernel that does not mark them itself, other than an affine model's,
+    which propagates them), a block of a variant's Jacobian, or an input that is read from a copy
+    (components not contiguous) rather than where it lies."""
+    if model.backend != "c" or ((model.IMPLICIT or not model.CONSTANT_JACOBIAN) and not model.C_MARKS_NONFINITE):
         return None
     variant = request[0] if request else None
     axes = None if request is None else request[1]
-    if variant is not None and (model._variant_axes(variant) != axes or variant in model.CONSTANT_JACOBIAN):
+    if variant is not None and model._variant_axes(variant) != axes:
         return None
     views, bs = input_views(model, inputs)
     names = model.input_axis.variable_names
@@ -180,10 +184,8 @@ def plan(model, inputs: dict, request) -> Plan | None:
         one = rows == 1 or view.stride()[0] == 0
         strides.append(0 if one else view.stride()[0])
         moved += size if one else rows * size
-    B = math.prod(bs)
-    jshape = model._jacobian_shape(variant)
-    moved += B * model.output_axis.size + (B * jshape[0] * jshape[1] if jshape else 0)
-    return Plan(variant, axes, torch.Size(bs), jshape, tuple(names), tuple(offsets), tuple(strides), moved)
+    return Plan(variant, axes, torch.Size(bs), model._jacobian_shape(variant), tuple(names), tuple(offsets),
+                tuple(strides), moved, variant in model.CONSTANT_JACOBIAN)
 
 
 def _input_types(model, axis) -> tuple:

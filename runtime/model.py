@@ -868,21 +868,41 @@ class CompiledModel(torch.nn.Module):
         """A call with the inputs of an earlier, checked call of the same kind (``plan``): straight to
         the C entry point, into fresh buffers or ``out``'s (checked as the regular call checks them:
         a mismatch is its error, nothing written), as ``_call`` would run it but skipping what it
-        checked then (same numbers, same result). None when it must take the regular path after
-        all: the parameters require grad now, or points failed that ``on_failure="substep"``
+        checked then (same numbers, same result). A Jacobian that depends on the parameters only is
+        computed for one point and broadcast, as there. None when the call must take the regular
+        path after all: the parameters require grad now, the inputs need the host's NaN check (a
+        constant Jacobian with per-point parameters), or points failed that ``on_failure="substep"``
         sub-steps (the regular call then evaluates again)."""
-        P, _ = self._param_tensor({}, plan.bs)
+        P, shared = self._param_tensor({}, plan.bs)
         if P.requires_grad and torch.is_grad_enabled():
             return None
         B = math.prod(plan.bs)
-        buf = callpath.allocate(self, B, plan.jshape) if out is None else callpath.out_buffers(self, out, plan.bs, plan.axes)
+        constant = plan.constant and shared and B > 1
+        if (self.IMPLICIT or not self.CONSTANT_JACOBIAN) and not (self.C_MARKS_NONFINITE and not constant):
+            return None
+        if out is not None:
+            buf = callpath.out_buffers(self, out, plan.bs, plan.axes)
+        else:
+            buf = callpath.allocate(self, B, None if constant else plan.jshape)
+        J = buf.J
         if B:
-            args = pack_tail(plan.words(inputs), plan.moved, P, buf.Y, buf.J, buf.status, self._solver_triple())
-            self._c_library(P).run(plan.variant or "value", B, args, torch.get_num_threads())
+            lib, opts, threads = self._c_library(P), self._solver_triple(), torch.get_num_threads()
+            words = plan.words(inputs)
+            lib.run("value" if constant else plan.variant or "value", B,
+                    pack_tail(words, plan.moved, P, buf.Y, None if constant else J, buf.status, opts), threads)
             if buf.status is not None and self.on_failure == "substep" and not bool(buf.status[0].all()):
                 return None
+            if constant:  # the first point's Jacobian (rows 0 of the same inputs), broadcast
+                one = J[:1] if J is not None and J.stride(0) == 0 else \
+                    torch.empty(1, *plan.jshape, dtype=self.dtype, device=self.device)
+                scratch = torch.empty_like(buf.Y[:1])  # (held here: the kernel writes into it)
+                lib.run(plan.variant, 1, pack_tail(words, 0, P, scratch, one, None, opts), threads)
+                if J is None:
+                    J = one.expand(B, *one.shape[1:])
+                elif J.stride(0) != 0:
+                    J.copy_(one.expand(B, *one.shape[1:]))
         if out is None:
-            return self._result(buf.Y, buf.J, buf.status, plan.bs, plan.axes)
+            return self._result(buf.Y, J, buf.status, plan.bs, plan.axes)
         if out.status is not None and out.status.substeps is not None:  # (as the regular call leaves it)
             out.status = Status(out.status.converged, out.status.iterations, out.status.residual_norm, None)
         return out

@@ -402,3 +402,32 @@ def test_planned_calls_fail_non_finite_points_and_sub_step(mods, backend, monkey
     assert first.status.substeps is not None and int(first.status.substeps.max()) > 1
     _same(again, first)
     assert torch.equal(again.status.substeps, first.status.substeps)
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+def test_a_planned_constant_jacobian_is_computed_once_and_broadcast(mods, backend, monkeypatch):
+    """Linear elasticity (an affine model: its kernel leaves NaN to propagate, its Jacobian depends
+    on the parameters only) is planned too: the outputs of every point, the Jacobian of one point
+    broadcast over the batch (stride 0), bit for bit the checked path's, into fresh buffers and into
+    ``out=`` (a broadcast one and a full one); a NaN input gives NaN outputs at that point only."""
+    m = mods["elastic"].Model(backend=backend)
+    bs = (9,)
+    m(_inputs(m, bs, 60), derivatives=True)
+    x = _inputs(m, bs, 61)
+    x["forces/E"][4, 2] = math.nan
+    with monkeypatch.context() as mp:
+        _no_checks(mp)
+        got = m(x, derivatives=True)
+    want = _regular(m, x, True)
+    _same(got, want)
+    assert got.jacobian.tensor.stride(0) == 0 and bool(got.jacobian.tensor.isfinite().all())
+    assert bool(got.outputs.tensor[4].isnan().any()) and bool(got.outputs.tensor[[0, 1, 2, 3, 5, 6, 7, 8]].isfinite().all())
+    E = m.params.E.item()
+    assert math.isclose(float(got.jacobian["state/S", "forces/E"][0, 3, 3]), E / (1 + m.params.nu.item()), rel_tol=1e-12)
+    full = m(x, derivatives=True)
+    full._jacobian = type(full._jacobian).trusted(full.jacobian.tensor.clone(), (full.jacobian.row_axis, full.jacobian.col_axis))
+    for target in (m(_inputs(m, bs, 62), derivatives=True), full):
+        with monkeypatch.context() as mp:
+            _no_checks(mp)
+            assert m(x, derivatives=True, out=target) is target
+        _same(target, want)
