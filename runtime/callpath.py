@@ -122,9 +122,11 @@ class Plan:
     kind (:func:`signature`) only reads each tensor's address (``CompiledModel.__call__``).
     ``offsets``: per input, in axis order, the bytes from the tensor's data to what the kernel reads;
     ``strides``: its row stride in elements (0: one row for every point); ``moved``: elements the
-    inputs move (``cbuild.pack_tail`` adds the parameters', outputs' and Jacobian's); ``constant``:
-    the variant's Jacobian depends on the parameters only (``CONSTANT_JACOBIAN``: computed for one
-    point and broadcast when the parameters are shared, as the regular call does)."""
+    inputs move (``cbuild.pack_tail`` adds the parameters', outputs' and Jacobian's); ``recipes``:
+    per input, how :func:`input_views` made its ``(B, size)`` view (None: the tensor itself; else the
+    shape it was expanded to, or None, then the reshape), for the Triton launch, which takes views;
+    ``constant``: the variant's Jacobian depends on the parameters only (``CONSTANT_JACOBIAN``:
+    computed for one point and broadcast when the parameters are shared, as the regular call does)."""
     variant: str | None
     axes: tuple | None  # the Jacobian's (rows, columns); None: no derivatives
     bs: torch.Size
@@ -133,6 +135,7 @@ class Plan:
     offsets: tuple[int, ...]
     strides: tuple[int, ...]
     moved: int
+    recipes: tuple
     constant: bool
 
     def words(self, inputs) -> list[int]:
@@ -140,20 +143,36 @@ class Plan:
         ptrs = [inputs[k].data_ptr() + o for k, o in zip(self.names, self.offsets)]
         return ptrs + list(self.strides) if ptrs else [0, 0]
 
+    def views(self, inputs) -> list[torch.Tensor]:
+        """The inputs' ``(B, size)`` views, made as :func:`input_views` made them (no checks)."""
+        out = []
+        for k, r in zip(self.names, self.recipes):
+            v = inputs[k]
+            if r is not None:
+                if r[0] is not None:
+                    v = v.expand(r[0])
+                v = v.reshape(r[1])
+            out.append(v)
+        return out
+
 
 def signature(model, inputs: dict) -> tuple | None:
     """The kind of a call's inputs, a key for its :class:`Plan`: their shapes and strides in axis
-    order. None unless every input is a plain CPU tensor of the model's dtype (not a number, a
-    subclass or a named batch) that does not require grad while grad is enabled: such a call takes
-    the checked path."""
+    order. None unless every input is a plain tensor of the model's dtype on its device (not a
+    number, a subclass or a named batch) that does not require grad while grad is enabled: such a
+    call takes the checked path."""
     types = _input_types(model, model.input_axis)
     if len(inputs) != len(types):
         return None
-    dtype, grad = model.dtype, torch.is_grad_enabled()
+    dtype, grad, device = model.dtype, torch.is_grad_enabled(), model.device
+    cpu = device.type == "cpu"
+    if not cpu and device.index is None:  # "cuda": the current device (as same_device reads it)
+        device = torch.device(device.type, torch.cuda.current_device())
     sig = []
     for k, *_ in types:
         v = inputs.get(k)
-        if type(v) is not torch.Tensor or v.dtype is not dtype or not v.is_cpu or (grad and v.requires_grad):
+        if type(v) is not torch.Tensor or v.dtype is not dtype or (grad and v.requires_grad) or \
+                not (v.is_cpu if cpu else v.device == device):
             return None
         sig.append((v.shape, v.stride()))
     return tuple(sig)
@@ -162,11 +181,12 @@ def signature(model, inputs: dict) -> tuple | None:
 def plan(model, inputs: dict, request) -> Plan | None:
     """The :class:`Plan` of a call with ``inputs`` (which a regular call has just checked) and the
     derivative ``request`` (``CompiledModel._derivative_request``), or None when such a call must
-    take the regular path: another backend than C, a model whose calls check the inputs for NaN and
+    take the regular path: the PyTorch backend, a model whose C calls check the inputs for NaN and
     infinity on the host (a C kernel that does not mark them itself, other than an affine model's,
     which propagates them), a block of a variant's Jacobian, or an input that is read from a copy
     (components not contiguous) rather than where it lies."""
-    if model.backend != "c" or ((model.IMPLICIT or not model.CONSTANT_JACOBIAN) and not model.C_MARKS_NONFINITE):
+    if model.backend not in ("c", "triton") or (model.backend == "c" and (
+            model.IMPLICIT or not model.CONSTANT_JACOBIAN) and not model.C_MARKS_NONFINITE):
         return None
     variant = request[0] if request else None
     axes = None if request is None else request[1]
@@ -174,8 +194,9 @@ def plan(model, inputs: dict, request) -> Plan | None:
         return None
     views, bs = input_views(model, inputs)
     names = model.input_axis.variable_names
-    offsets, strides, moved = [], [], 0
-    for name, view in zip(names, views):
+    B = math.prod(bs)
+    offsets, strides, recipes, moved = [], [], [], 0
+    for (name, _, base, n, _), view in zip(_input_types(model, model.input_axis), views):
         given = inputs[name]
         if view.untyped_storage().data_ptr() != given.untyped_storage().data_ptr():
             return None
@@ -184,8 +205,13 @@ def plan(model, inputs: dict, request) -> Plan | None:
         one = rows == 1 or view.stride()[0] == 0
         strides.append(0 if one else view.stride()[0])
         moved += size if one else rows * size
+        if view is given:
+            recipes.append(None)
+        else:
+            expanded = given.shape[:given.dim() - len(base)] != bs
+            recipes.append(((*bs, *base) if expanded else None, (B, n)))
     return Plan(variant, axes, torch.Size(bs), model._jacobian_shape(variant), tuple(names), tuple(offsets),
-                tuple(strides), moved, variant in model.CONSTANT_JACOBIAN)
+                tuple(strides), moved, tuple(recipes), variant in model.CONSTANT_JACOBIAN)
 
 
 def _input_types(model, axis) -> tuple:

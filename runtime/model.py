@@ -824,7 +824,7 @@ class CompiledModel(torch.nn.Module):
         ``solver``: Newton options for this call (``rtol``, ``atol``, ``max_iter``), over the object's
         (:meth:`set_solver`) and the spec's (:mod:`modelc.runtime.solver`)."""
         key = None
-        if type(inputs) is dict and solver is None and not param_overrides and self.backend == "c":
+        if type(inputs) is dict and solver is None and not param_overrides and self.backend in ("c", "triton"):
             key = self._plan_key(inputs, derivatives)
             plan = None if key is None else self._plans.get(key)
             if plan is not None:
@@ -860,32 +860,38 @@ class CompiledModel(torch.nn.Module):
         if key is None and derivatives is not None:
             return None
         try:
-            return (key, self.dtype, sig) if hash(key) is not None else None
+            return (key, self.backend, self.dtype, sig) if hash(key) is not None else None
         except TypeError:  # pairs that are not pairs of names: the regular call says what is wrong
             return None
 
     def _run_plan(self, plan: callpath.Plan, inputs: dict, out: Result | None) -> Result | None:
         """A call with the inputs of an earlier, checked call of the same kind (``plan``): straight to
-        the C entry point, into fresh buffers or ``out``'s (checked as the regular call checks them:
-        a mismatch is its error, nothing written), as ``_call`` would run it but skipping what it
-        checked then (same numbers, same result). A Jacobian that depends on the parameters only is
-        computed for one point and broadcast, as there. None when the call must take the regular
-        path after all: the parameters require grad now, the inputs need the host's NaN check (a
-        constant Jacobian with per-point parameters), or points failed that ``on_failure="substep"``
-        sub-steps (the regular call then evaluates again)."""
+        the C entry point (or the Triton launch, on views made as the checked path made them), into
+        fresh buffers or ``out``'s (checked as the regular call checks them: a mismatch is its
+        error, nothing written), as ``_call`` would run it but skipping what it checked then (same
+        numbers, same result). A Jacobian that depends on the parameters only is computed for one
+        point and broadcast, as there. None when the call must take the regular path after all: the
+        parameters require grad now, the inputs need the host's NaN check (a constant Jacobian with
+        per-point parameters), or points failed that ``on_failure="substep"`` sub-steps (the regular
+        call then evaluates again)."""
         P, shared = self._param_tensor({}, plan.bs)
         if P.requires_grad and torch.is_grad_enabled():
             return None
         B = math.prod(plan.bs)
         constant = plan.constant and shared and B > 1
-        if (self.IMPLICIT or not self.CONSTANT_JACOBIAN) and not (self.C_MARKS_NONFINITE and not constant):
+        marks = (self.C_MARKS_NONFINITE if self.backend == "c" else True) and not constant  # (as _call)
+        if (self.IMPLICIT or not self.CONSTANT_JACOBIAN) and not marks:
             return None
         if out is not None:
             buf = callpath.out_buffers(self, out, plan.bs, plan.axes)
         else:
             buf = callpath.allocate(self, B, None if constant else plan.jshape)
         J = buf.J
-        if B:
+        if self.backend == "triton":
+            _, J, _ = self._run_into(plan.views(inputs), P, plan.variant, buf, shared, {})
+            if buf.status is not None and self.on_failure == "substep" and not bool(buf.status[0].all()):
+                return None
+        elif B:
             lib, opts, threads = self._c_library(P), self._solver_triple(), torch.get_num_threads()
             words = plan.words(inputs)
             lib.run("value" if constant else plan.variant or "value", B,
