@@ -448,23 +448,20 @@ void expert_perzyna_iso(int64_t n, int nt, const double *E, const double *dt, co
     fence(nt);
 }
 
-/* the vector exp and log on n values (tests compare them with libm) */
-void expert_vexp(int64_t n, const double *x, double *y) {
+/* the vector exp and log on n values (tests compare them with libm); a partial last block repeats
+   its first value in the lanes past n */
+static void elementwise(int64_t n, const double *x, double *y, vd (*f)(vd)) {
     for (int64_t i = 0; i < n; i += W) {
-        vd v = vbr(0);
+        vd v;
         for (int l = 0; l < W; ++l) v[l] = x[i + l < n ? i + l : i];
-        v = vexp(v);
+        v = f(v);
         for (int l = 0; l < W && i + l < n; ++l) y[i + l] = v[l];
     }
 }
-void expert_vlog(int64_t n, const double *x, double *y) {
-    for (int64_t i = 0; i < n; i += W) {
-        vd v = vbr(1);
-        for (int l = 0; l < W; ++l) v[l] = x[i + l < n ? i + l : i];
-        v = vlog(v);
-        for (int l = 0; l < W && i + l < n; ++l) y[i + l] = v[l];
-    }
-}
+static vd vexp_(vd v) { return vexp(v); }
+static vd vlog_(vd v) { return vlog(v); }
+void expert_vexp(int64_t n, const double *x, double *y) { elementwise(n, x, y, vexp_); }
+void expert_vlog(int64_t n, const double *x, double *y) { elementwise(n, x, y, vlog_); }
 """
 
 _ARGS = {  # C argument order after n: inputs, outputs (tangent last), parameters

@@ -855,14 +855,17 @@ class CompiledModel(torch.nn.Module):
         sig = callpath.signature(self, inputs)
         if sig is None:
             return None
-        key = (derivatives if type(derivatives) in (bool, str) or derivatives is None else
-               tuple(map(tuple, derivatives)) if isinstance(derivatives, (list, tuple)) else None)
-        if key is None and derivatives is not None:
+        if derivatives is None or type(derivatives) in (bool, str):
+            key = derivatives
+        elif isinstance(derivatives, (list, tuple)):
+            try:
+                key = tuple(map(tuple, derivatives))
+                hash(key)
+            except TypeError:  # pairs that are not pairs of names: the regular call says what is wrong
+                return None
+        else:
             return None
-        try:
-            return (key, self.backend, self.dtype, sig) if hash(key) is not None else None
-        except TypeError:  # pairs that are not pairs of names: the regular call says what is wrong
-            return None
+        return (key, self.backend, self.dtype, sig)
 
     def _run_plan(self, plan: callpath.Plan, inputs: dict, out: Result | None) -> Result | None:
         """A call with the inputs of an earlier, checked call of the same kind (``plan``): straight to
