@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from modelc.runtime import history_buffers
 from modelc.runtime.errors import InputError
 from modelc.runtime.control import ControlOptions, solve_mixed
 from modelc.runtime.histories import History, as_history
@@ -181,7 +182,9 @@ class NonConvergenceWarning(RuntimeWarning):
 
 class RunResult(dict):
     """The driver's result: a ``dict`` of numpy arrays, each held once (``np.savez(path, **result)``
-    writes each once), plus :attr:`failed` (point -> first failed step) and :meth:`summary`.
+    writes each once), plus :attr:`failed` (point -> first failed step) and :meth:`summary`. The
+    outputs of a run recorded in place (:mod:`modelc.runtime.history_buffers`) are strided views of
+    the one buffer the model wrote them into (``np.ascontiguousarray`` gives a packed copy).
 
     :attr:`aliases` maps other names of an array to the key it is stored under (a model variable's
     name such as ``state/S`` to its friendly name ``stress``); ``result[alias]``, ``alias in result``
@@ -372,9 +375,11 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     t_steps = _tangent_steps(tangent_steps, hist.steps)
 
     steps, batch = hist.steps, hist.batch
-    strain = torch.as_tensor(hist.strain, dtype=dtype, device=device).clone()  # row n: solved at step n
-    time = torch.as_tensor(hist.time, dtype=dtype, device=device)
     mixed = hist.mixed
+    strain = torch.as_tensor(hist.strain, dtype=dtype, device=device)
+    if mixed:  # row n: the strain solved at step n (written; the history's own array is not)
+        strain = strain.clone()
+    time = torch.as_tensor(hist.time, dtype=dtype, device=device)
     if mixed:
         targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
         controls = torch.as_tensor(hist.control, device=device)
@@ -399,10 +404,17 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     failed: dict[int, int] = {}
 
     bar = _progress_bar(steps - 1, progress, _model_name(model))
+    start, done = 1, None  # done: the rows recorded in place (modelc.runtime.history_buffers)
+    if history_buffers.applies(model, dtype, device, mixed, alive):
+        done = history_buffers.record(model, in_shapes, out_shapes, strain, time, state, t_steps,
+                                      call_params, bar)
+        start, tangents = done.stop, list(done.tangents)
+        state = {name: v[-1] for name, v in done.outputs.items()}
+        rows, conv_rows, its_rows, res_rows = {name: [] for name in state}, [], [], []
     # results are written into the buffers of the call before the previous one (out=): two per kind
     # of call, so a step never overwrites the result its inputs may still be read from
     reuse, buffers = reuses_results(model), {}
-    for n in range(1, steps):
+    for n in range(start, steps):
         inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
         want_tangent = n in t_steps
         old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
@@ -458,13 +470,13 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
                                      "labels": np.array(hist.labels)}
     aliases = _aliases(out_shapes)
     for name, vals in rows.items():
-        arrays[aliases.get(name, name)] = torch.stack(vals).cpu().numpy()
+        arrays[aliases.get(name, name)] = _rows(done and done.outputs[name], vals)
     if mixed:
         arrays["control"] = hist.control
         arrays["control_iterations"] = torch.stack(ctl_rows).cpu().numpy()
-    arrays["converged"] = torch.stack(conv_rows).cpu().numpy()
-    arrays["iterations"] = torch.stack(its_rows).cpu().numpy()
-    arrays["residual_norm"] = torch.stack(res_rows).cpu().numpy()
+    arrays["converged"] = _rows(done and done.converged, conv_rows)
+    arrays["iterations"] = _rows(done and done.iterations, its_rows)
+    arrays["residual_norm"] = _rows(done and done.residual_norm, res_rows)
     if t_steps:
         arrays["tangent"] = torch.stack(tangents).cpu().numpy()
         arrays["tangent_steps"] = np.array(t_steps, dtype=np.int64)
@@ -472,6 +484,15 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     if failed:  # never silent: the caller hears about it without scanning arrays
         warnings.warn(result.summary(), NonConvergenceWarning, stacklevel=2)
     return result
+
+
+def _rows(first: torch.Tensor | None, rows: list[torch.Tensor]) -> np.ndarray:
+    """One array of a history: the rows recorded in place (``first``, (k, batch, ...), or None)
+    followed by the rows of the step loop. A run recorded in place from end to end returns its
+    outputs as views of the buffer they were written into (copying them out of its rows would cost
+    more than the run at a few hundred points: they are strided, not C-contiguous, arrays)."""
+    parts = ([] if first is None else [first]) + ([torch.stack(rows)] if rows else [])
+    return (parts[0] if len(parts) == 1 else torch.cat(parts)).cpu().numpy()
 
 
 def _model_name(model: Any) -> str:
