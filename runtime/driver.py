@@ -405,12 +405,15 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
 
     bar = _progress_bar(steps - 1, progress, _model_name(model))
     start, done = 1, None  # done: the rows recorded in place (modelc.runtime.history_buffers)
-    if history_buffers.applies(model, dtype, device, mixed, alive):
+    if history_buffers.applies(model, dtype, device, alive):
+        ctl = history_buffers.Control(targets, controls, target_scale, control) if mixed else None
         done = history_buffers.record(model, in_shapes, out_shapes, strain, time, state, t_steps,
-                                      call_params, bar)
+                                      call_params, bar, ctl)
         start, tangents = done.stop, list(done.tangents)
         state = {name: v[-1] for name, v in done.outputs.items()}
         rows, conv_rows, its_rows, res_rows = {name: [] for name in state}, [], [], []
+        if mixed:
+            ctl_rows = []
     # results are written into the buffers of the call before the previous one (out=): two per kind
     # of call, so a step never overwrites the result its inputs may still be read from
     reuse, buffers = reuses_results(model), {}
@@ -473,7 +476,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
         arrays[aliases.get(name, name)] = _rows(done and done.outputs[name], vals)
     if mixed:
         arrays["control"] = hist.control
-        arrays["control_iterations"] = torch.stack(ctl_rows).cpu().numpy()
+        arrays["control_iterations"] = _rows(done and done.control_iterations, ctl_rows)
     arrays["converged"] = _rows(done and done.converged, conv_rows)
     arrays["iterations"] = _rows(done and done.iterations, its_rows)
     arrays["residual_norm"] = _rows(done and done.residual_norm, res_rows)

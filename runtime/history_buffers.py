@@ -30,6 +30,7 @@ import torch
 from modelc.runtime import callpath
 from modelc.runtime import driver as _driver
 from modelc.runtime.cbuild import pack_args
+from modelc.runtime.control import ControlOptions, solve_mixed
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,25 @@ class Recorded:
     iterations: torch.Tensor          # (stop, batch) int64
     residual_norm: torch.Tensor       # (stop, batch) float64
     tangents: list[torch.Tensor]      # (batch, 6, 6) of the tangent steps before ``stop``
+    control_iterations: torch.Tensor | None = None  # (stop, batch) int64, stress-controlled runs
 
 
-def applies(model: Any, dtype: torch.dtype, device: torch.device, mixed: bool, alive: torch.Tensor) -> bool:
+def applies(model: Any, dtype: torch.dtype, device: torch.device, alive: torch.Tensor) -> bool:
     """Whether :func:`record` can step ``model``: a compiled model (it takes ``out=``) run in its
-    own dtype on its own device, a strain-controlled history, every point alive at row 0."""
-    return (_driver.reuses_results(model) and not mixed and dtype == model.dtype
-            and device == model.device and bool(alive.all()))
+    own dtype on its own device, every point alive at row 0."""
+    return (_driver.reuses_results(model) and dtype == model.dtype and device == model.device
+            and bool(alive.all()))
+
+
+@dataclass(frozen=True)
+class Control:
+    """The stress-controlled part of a history, as the driver holds it: targets and mask
+    ``(steps, batch, 6)``, each point's stress scale ``(batch,)`` and the control Newton's options."""
+
+    targets: torch.Tensor
+    mask: torch.Tensor
+    scale: torch.Tensor
+    options: ControlOptions
 
 
 def result_over(model: Any, Y: torch.Tensor, status: tuple[torch.Tensor, ...] | None) -> Any:
@@ -60,10 +73,12 @@ def result_over(model: Any, Y: torch.Tensor, status: tuple[torch.Tensor, ...] | 
 
 def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Mapping[str, tuple[int, ...]],
            strain: torch.Tensor, time: torch.Tensor, state: Mapping[str, torch.Tensor],
-           tangent_steps: list[int], params: Any, bar: Any) -> Recorded:
+           tangent_steps: list[int], params: Any, bar: Any, control: Control | None = None) -> Recorded:
     """Step ``model`` through the strain history ``strain (steps, batch, 6)`` / ``time (steps, batch)``
     from the row-0 ``state`` (output name -> (batch, *shape)) until a point fails or the history
-    ends; ``tangent_steps`` and ``params`` as in :func:`~modelc.runtime.driver.drive`."""
+    ends; ``tangent_steps`` and ``params`` as in :func:`~modelc.runtime.driver.drive`. With
+    ``control``, the stress-controlled components of ``strain[n]`` are solved (and written there) at
+    each step that has any, as the driver's step loop solves them."""
     steps, batch = strain.shape[0], strain.shape[1]
     dtype, device = model.dtype, model.device
     axis = model.output_axis
@@ -84,10 +99,19 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
     given.update({name: (rows["state/" + name[len("old_state/"):]], 1) for name in in_shapes
                   if name.startswith("old_state/")})
     sources = [(name, *given[name]) for name in in_shapes]
+
+    def inputs_at(n: int) -> dict[str, torch.Tensor]:
+        return {name: src[n - back] for name, src, back in sources}
+
     substeps = "old_forces/E" not in in_shapes
     tangents: list[torch.Tensor] = []
     want = set(tangent_steps)
-    direct = _CSteps.make(model, sources, Y, status, params) if steps > 3 else None
+    direct = None
+    if steps > 3:
+        direct = _CSteps.make(model, steps, inputs_at, lambda n: (Y[n], None, None if status is None else
+                                                                  tuple(t[n] for t in status)), "value", params)
+    mixed = None if control is None else _Mixed(model, steps, inputs_at, control, params, batch)
+    ctl_its = None if control is None else torch.zeros((steps, batch), dtype=torch.int64, device=device)
     host = device.type == "cpu"  # (checks with numpy on the CPU: a third of torch's fixed cost)
     Yh = Y.numpy() if host else None
     conv_h = status[0].numpy() if host and status is not None else None
@@ -103,20 +127,24 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
 
     stop = steps
     for n in range(1, steps):
-        inputs = {name: src[n - back] for name, src, back in sources}
+        inputs = inputs_at(n)
         old_forces = {_driver.STRAIN: strain[n - 1]} if substeps else None
         st = None if status is None else (status[0][n], status[1][n], status[2][n])
 
         def regular() -> None:  # the model's call, into row n
             _driver.call_model(model, inputs, False, params, old_forces, out=result_over(model, Y[n], st))
 
-        if n in want:  # a fresh result with the tangent: its outputs and status copied into row n
+        tangent = None
+        ctrl = None if control is None else control.mask[n]
+        if ctrl is not None and bool(ctrl.any()):  # solve for the stress-controlled strain
+            E, its, met, tangent = mixed.step(n, strain, inputs, old_forces, ctrl, Y[n], st, n in want)
+            ok = finished(n) and bool(met.all())
+            if ok:
+                strain[n], ctl_its[n] = E, its
+        elif n in want:  # a fresh result with the tangent: its outputs and status copied into row n
             result = _driver.call_model(model, inputs, _driver.tangent_request(model), params, old_forces)
-            Y[n].copy_(result.outputs.tensor.reshape(batch, -1))
-            if st is not None:
-                for dst, value in zip(st, (result.status.converged, result.status.iterations,
-                                           result.status.residual_norm)):
-                    dst.copy_(value.reshape(batch))
+            _copy_result(result, Y[n], st)
+            tangent = _driver.tangent_block(result, _driver.STRESS, _driver.STRAIN).to(dtype)
             ok = finished(n)
         elif direct is not None:
             direct.run(n)
@@ -131,7 +159,7 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
             stop = n
             break
         if n in want:
-            tangents.append(_driver.tangent_block(result, _driver.STRESS, _driver.STRAIN).to(dtype))
+            tangents.append(tangent)
         if bar is not None:
             bar.update(1)
     conv = torch.ones((stop, batch), dtype=torch.bool, device=device) if status is None else status[0][:stop]
@@ -141,47 +169,119 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
         status[2][:stop].to(torch.float64)
     # (a run handed over part-way keeps copies of its rows, not the whole history's buffer)
     outputs = {name: v[:stop] if stop == steps else v[:stop].clone() for name, v in rows.items()}
-    return Recorded(stop, outputs, conv, its, res, tangents)
+    return Recorded(stop, outputs, conv, its, res, tangents, None if ctl_its is None else ctl_its[:stop])
+
+
+def _copy_result(result: Any, Y: torch.Tensor, status) -> None:
+    """A result's outputs and status into row buffers."""
+    Y.copy_(result.outputs.tensor.reshape(Y.shape))
+    if status is not None:
+        for dst, value in zip(status, (result.status.converged, result.status.iterations,
+                                       result.status.residual_norm)):
+            dst.copy_(value.reshape(dst.shape))
+
+
+class _Mixed:
+    """A step with stress-controlled components: :func:`~modelc.runtime.control.solve_mixed`, as the
+    driver's step loop runs it (from the same guess, with the same options). Its model evaluations
+    (each with the tangent d stress / d strain) are, on the C backend, the tangent entry point on a
+    row of argument words whose strain is a scratch buffer (:class:`_CSteps`), writing into scratch
+    outputs, tangent and status; otherwise, or for a model that sub-steps or whose tangent is
+    constant (computed for one point and broadcast by the call), the driver's own mixed step."""
+
+    def __init__(self, model: Any, steps: int, inputs_at, control: Control, params: Any, batch: int):
+        self.model, self.control, self.params, self.batch = model, control, params, batch
+        self.direct = None
+        if (steps > 3 and model.backend == "c" and model.TANGENT == ((_driver.STRESS,), (_driver.STRAIN,))
+                and "tangent" not in model.CONSTANT_JACOBIAN and model.on_failure != "substep"):
+            dtype, device = model.dtype, model.device
+            self.E = torch.empty((batch, 6), dtype=dtype, device=device)
+            self.Y = torch.empty((batch, model.output_axis.size), dtype=dtype, device=device)
+            self.J = torch.empty((batch, 6, 6), dtype=dtype, device=device)
+            self.status = None if not model.IMPLICIT else (
+                torch.empty(batch, dtype=torch.bool), torch.empty(batch, dtype=torch.int32),
+                torch.empty(batch, dtype=dtype))
+            a, b = model.output_axis.span(_driver.STRESS)
+            self.S = self.Y[:, a:b]
+            self.ok = self.status[0] if self.status is not None else torch.ones(batch, dtype=torch.bool)
+
+            def at(n: int) -> dict[str, torch.Tensor]:
+                return {**inputs_at(n), _driver.STRAIN: self.E}
+            self.direct = _CSteps.make(model, steps, at, lambda n: (self.Y, self.J, self.status), "tangent", params)
+
+    def step(self, n: int, strain: torch.Tensor, inputs, old_forces, ctrl, Yn, st, want: bool):
+        """Solve step ``n``: (strain, control iterations, targets met, tangent if ``want``), with the
+        outputs and status of the solved strain written into ``Yn`` and ``st``."""
+        c = self.control
+        alive = torch.ones(self.batch, dtype=torch.bool, device=strain.device)
+        if self.direct is None:
+            step = _driver._mixed_step(self.model, inputs, strain, c.targets[n], ctrl, n, alive, self.params,
+                                       old_forces, self.batch, c.options, c.scale)
+            _copy_result(step.result, Yn, st)
+            tangent = _driver.tangent_block(step.result, _driver.STRESS, _driver.STRAIN).to(Yn.dtype) if want else None
+            return step.strain, step.iterations, step.converged, tangent
+
+        def evaluate(E: torch.Tensor):
+            self.E.copy_(E)
+            self.direct.run(n)
+            return None, self.S, self.J, self.ok
+
+        guess = torch.where(ctrl, strain[n - 1], strain[n])
+        guess = torch.where(alive.unsqueeze(-1), guess, torch.zeros_like(guess))  # (as the driver's)
+        step = solve_mixed(evaluate, guess, c.targets[n], ctrl, c.options, c.scale)
+        Yn.copy_(self.Y)
+        if st is not None:
+            for dst, value in zip(st, self.status):
+                dst.copy_(value)
+        return step.strain, step.iterations, step.converged, self.J.clone() if want else None
 
 
 class _CSteps:
-    """Step ``n``'s C call with no tensor made: the value entry point on a row of a table of argument
+    """Step ``n``'s C call with no tensor made: an entry point on a row of a table of argument
     words. Every word of a step's arguments (``cbuild.pack_args``: the inputs' addresses and row
-    strides, the parameter row, the outputs' and status's addresses, the Newton options) is the
-    same affine function of ``n`` (each input and output is row ``n`` or ``n - 1`` of a tensor
-    that holds the whole history), so the words of steps 1 and 2, packed as the call packs them,
-    give every step's; step 3's, packed too, checks it. The parameters and options are read once:
-    the run's (the driver changes neither during a run)."""
+    strides, the parameter row, the outputs', Jacobian's and status's addresses, the Newton options)
+    is the same affine function of ``n`` (each input and output is row ``n`` or ``n - 1`` of a
+    tensor that holds the whole history, or a buffer of its own), so the words of steps 1 and 2,
+    packed as the call packs them, give every step's; step 3's, packed too, checks it. The
+    parameters and options are read once: the run's (the driver changes neither during a run)."""
 
-    def __init__(self, fn, table: np.ndarray, P: torch.Tensor, Y: torch.Tensor, status, batch: int, threads: int):
+    def __init__(self, fn, table: np.ndarray, held: tuple, batch: int, threads: int):
         self.fn, self.table, self.batch, self.threads = fn, table, batch, threads
-        self.P, self.Y, self.status = P, Y, status  # (what the words point into, held with them)
+        self.held = held  # what the words point into: the parameter row (the rest the caller holds)
+        self.outputs_at = None  # step n -> the (Y, J, status) buffers it writes
         self.addr, self.row = table.ctypes.data, table.strides[0]
 
     @classmethod
-    def make(cls, model: Any, sources, Y: torch.Tensor, status, params) -> "_CSteps | None":
-        """For a C model on the CPU, else None (then each step is the model's call)."""
-        if model.backend != "c" or Y.shape[1] == 0:
+    def make(cls, model: Any, steps: int, inputs_at, outputs_at, variant: str, params) -> "_CSteps | None":
+        """For a C model, else None (then each step is the model's call). Steps ``1 .. steps - 1``;
+        ``inputs_at(n)``: step ``n``'s inputs by name; ``outputs_at(n)``: its ``(Y, J, status)``."""
+        if model.backend != "c":
             return None
-        batch = Y.shape[1]
+        Y = outputs_at(1)[0]
+        batch = Y.shape[0]
+        if batch == 0:
+            return None
         with torch.no_grad():
             P, _ = model._param_tensor(params or {}, torch.Size([batch]))
         P = P.contiguous()
         opts = model._solver_triple()
         words = []
         for n in (1, 2, 3):
-            views, _ = callpath.input_views(model, {name: src[n - back] for name, src, back in sources})
-            for (_, src, _), v in zip(sources, views):
-                if v.untyped_storage().data_ptr() != src.untyped_storage().data_ptr():
-                    return None  # a copy, not a row of the history: no fixed step in its address
-            st = None if status is None else tuple(t[n] for t in status)
-            words.append(np.asarray(pack_args(views, P, Y[n], None, st, opts), dtype=np.int64))
+            given = inputs_at(n)
+            views, _ = callpath.input_views(model, given)
+            for name, v in zip(model.input_axis.variable_names, views):
+                if v.untyped_storage().data_ptr() != given[name].untyped_storage().data_ptr():
+                    return None  # a copy, not the tensor itself: no fixed step in its address
+            Yn, Jn, st = outputs_at(n)
+            words.append(np.asarray(pack_args(views, P, Yn, Jn, st, opts), dtype=np.int64))
         step = words[1] - words[0]
         if not np.array_equal(words[2], words[1] + step):
             return None
-        table = words[0][None, :] + np.arange(Y.shape[0] - 1, dtype=np.int64)[:, None] * step[None, :]
-        fn = model._c_library(P).entry_point("value")
-        return cls(fn, np.ascontiguousarray(table), P, Y, status, batch, torch.get_num_threads())
+        table = words[0][None, :] + np.arange(steps - 1, dtype=np.int64)[:, None] * step[None, :]
+        made = cls(model._c_library(P).entry_point(variant), np.ascontiguousarray(table), (P,), batch,
+                   torch.get_num_threads())
+        made.outputs_at = outputs_at
+        return made
 
     def run(self, n: int) -> None:
         self.fn(self.batch, self.addr + (n - 1) * self.row, self.threads)

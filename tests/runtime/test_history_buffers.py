@@ -123,8 +123,9 @@ def test_a_direct_step_that_failed_is_redone_by_the_call_that_sub_steps(monkeypa
         run(self, n)
         if n == 3:
             seen.append(n)
-            self.Y[n][1] = float("nan")  # as the kernel leaves a point that did not converge
-            self.status[0][n][1] = False
+            Y, _, status = self.outputs_at(n)
+            Y[1] = float("nan")  # as the kernel leaves a point that did not converge
+            status[0][1] = False
 
     model = j2_voce_af.Model(backend="c", on_failure="substep")
     hist = _history(np.random.default_rng(), steps=6, batch=3, scale=2e-3)
@@ -150,21 +151,58 @@ def test_sub_stepping_and_float32_runs(monkeypatch, backend):
     _assert_same(fast, slow)
 
 
-def test_runs_the_in_place_record_does_not_take(monkeypatch):
-    """A stress-controlled history or dead points at row 0 (a continued run): the regular loop
-    (``record`` is never called), with the results it always gave."""
-    from modelc.generated import j2_linear_iso
-    from modelc.runtime.driver import Carry
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["j2_linear_iso", "j2_voce_af", "elastic"])
+def test_stress_controlled_runs_recorded_in_place_equal_the_step_loop(monkeypatch, backend, name):
+    """Uniaxial stress cycles (the lateral components stress-free, xx stress prescribed), with
+    strain-controlled rows between them and tangents at mixed and plain steps; for j2_voce_af some
+    targets lie beyond what its saturating hardening can carry: those points fail part-way and the
+    step loop takes over there. On the C backend the control Newton's evaluations are the tangent
+    entry point on a table of words (but for elastic's constant tangent, which the call computes for
+    one point)."""
+    import importlib
+
     from modelc.runtime.histories import uniaxial_stress_history
+
+    model = importlib.import_module(f"modelc.generated.{name}").Model(backend=backend)
+    rng = np.random.default_rng()
+    amps = rng.uniform(150.0, 330.0, size=4)
+    hist = uniaxial_stress_history(list(amps), 1.0, steps=14, controlled="stress")
+    hist = {k: hist[k] for k in ("time", "strain", "stress", "control")}
+    rows = hist["time"].shape[0]
+    hist["control"] = np.broadcast_to(hist["control"], hist["stress"].shape).copy()
+    hist["control"][5] = False  # one strain-controlled row (the strain rows hold the prescribed 0)
+    made = []
+    init = history_buffers._Mixed.__init__
+
+    def spy(self, *a):
+        init(self, *a)
+        made.append(self.direct)
+
+    monkeypatch.setattr(history_buffers._Mixed, "__init__", spy)
+    fast, slow, stops = _both(monkeypatch, model, hist, tangent_steps=[3, 5, 13])
+    assert made and (made[0] is not None) == (backend == "c" and name != "elastic")
+    _assert_same(fast, slow)
+    assert fast["control_iterations"].max() >= 1
+    assert np.isfinite(fast["tangent"][0][fast["converged"][3]]).all()
+    if fast.ok:
+        assert stops == [rows]
+        ctrl = hist["control"][1:]
+        np.testing.assert_allclose(fast["stress"][1:][ctrl], hist["stress"][1:][ctrl], atol=1e-7 * amps.max())
+    else:
+        assert stops and stops[0] == min(fast.failed.values())
+
+
+def test_runs_the_in_place_record_does_not_take(monkeypatch):
+    """Dead points at row 0 (a continued run): the regular loop (``record`` is never called), with
+    the results it always gave."""
+    from modelc.generated import j2_linear_iso
+    from modelc.runtime.driver import Carry, variable_shapes
 
     calls = []
     monkeypatch.setattr(history_buffers, "record", lambda *a, **k: calls.append(1))
     model = j2_linear_iso.Model(backend=BACKENDS[0])
-    res = run_history(model, uniaxial_stress_history([100.0], 1.0, steps=4), progress=False)
-    assert res.ok and abs(res["stress"][1, 0, 0]) > 0
     hist = _history(np.random.default_rng(), steps=4, batch=2, scale=1e-3)
-    from modelc.runtime.driver import variable_shapes
-
     dead = Carry({n: np.zeros((2, *s)) for n, s in variable_shapes(model, "output").items()},
                  np.array([True, False]))
     res = run_history(model, hist, progress=False, initial=dead)
