@@ -32,7 +32,7 @@ from modelc.runtime.bufferpool import BufferPool
 from modelc.runtime import solver as _solver
 from modelc.runtime.cbuild import CBuildError, pack_args, pack_tail
 from modelc.runtime.axis import LabeledAxis
-from modelc.runtime.checks import check_parameter, nonfinite_rows
+from modelc.runtime.checks import Interval, check_parameter, nonfinite_rows
 from modelc.runtime.labeled import LabeledMatrix, LabeledVector, sub_matrix
 from modelc.runtime.substep import substep, substep_tangent
 from modelc.runtime.types import TYPES, TensorType
@@ -654,7 +654,6 @@ class CompiledModel(torch.nn.Module):
             except (TypeError, ValueError, RuntimeError):
                 raise InputError(f"model {self.NAME}: parameter {p.name} must be a number or a tensor, "
                                  f"got {type(v).__name__} {v!r:.60}") from None
-            check_parameter(self.NAME, p.name, v, p.bounds)
             if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
                 if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
                     v = v.expand(t.size)
@@ -676,7 +675,50 @@ class CompiledModel(torch.nn.Module):
             return torch.zeros(1, 1, dtype=self.dtype, device=self.device), True
         if not shared:
             cols = [c.expand(B, c.shape[1]) for c in cols]
-        return torch.cat(cols, dim=1).contiguous(), shared
+        P = torch.cat(cols, dim=1).contiguous()
+        self._check_param_row(P, overrides)
+        return P, shared
+
+    def _check_param_row(self, P: torch.Tensor, overrides: Mapping[str, Any]) -> None:
+        """Every value in ``P (1|B, np)`` finite and inside its parameter's bounds: two comparisons
+        against per-column limits (an open end is the next number of the dtype past it, so NaN and
+        infinities fail too); where one fails, :func:`check_parameter` on that parameter's value
+        says which and where."""
+        if P.device.type == "meta":  # shapes only: no values to check
+            return
+        lo, hi = self._param_limits()
+        with torch.no_grad():
+            if bool(((P >= lo) & (P <= hi)).all()):
+                return
+        for p in self.PARAMETERS:
+            v = torch.as_tensor(overrides.get(p.name, self._values.get(p.name, p.default)),
+                                dtype=self.dtype, device=self.device)
+            check_parameter(self.NAME, p.name, v, p.bounds)
+        raise InternalError(f"model {self.NAME}: a parameter row failed its bounds check, but no parameter did")
+
+    def _param_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per column of ``P``, the least and the greatest value its parameter may take, in the
+        model's dtype (memoised per dtype and device)."""
+        key = (self.dtype, self.device)
+        hit = self.__dict__.get("_limits")
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        lo, hi = [], []
+        big = torch.finfo(self.dtype).max
+        for p in self.PARAMETERS:
+            iv = Interval.parse(p.bounds) if p.bounds else Interval(-math.inf, math.inf, False, False)
+            a = torch.tensor(iv.lo, dtype=self.dtype).clamp(-big, big)
+            b = torch.tensor(iv.hi, dtype=self.dtype).clamp(-big, big)
+            if not iv.lo_closed and math.isfinite(iv.lo):
+                a = torch.nextafter(a, torch.tensor(math.inf, dtype=self.dtype))
+            if not iv.hi_closed and math.isfinite(iv.hi):
+                b = torch.nextafter(b, torch.tensor(-math.inf, dtype=self.dtype))
+            n = _type(p.type).size
+            lo += [float(a)] * n
+            hi += [float(b)] * n
+        limits = tuple(torch.tensor(x, dtype=self.dtype, device=self.device) for x in (lo, hi))
+        self.__dict__["_limits"] = (key, limits)
+        return limits
 
     # -- inputs --------------------------------------------------------------------------------
     def _inputs_tensor(self, inputs) -> tuple[torch.Tensor, torch.Size]:

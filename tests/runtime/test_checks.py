@@ -70,6 +70,45 @@ def test_check_parameter_names_the_value_and_index():
         check_parameter("m", "E", torch.tensor([1.0, -math.inf]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_parameter_row_check_agrees_with_each_parameters_interval(dtype):
+    """A call checks its parameter row against per-column limits in one comparison; the oracle is
+    :func:`check_parameter` on the one value (its Interval): for every bounded parameter of a
+    library model, values at each finite end, one number of the dtype either side of it, the
+    infinities and NaN, per point beside a valid value, are accepted or refused alike, with the same
+    message."""
+    mod = _generated("j2_voce_af")
+    m = mod.Model(backend="torch", dtype=dtype)
+    x = {v.name: torch.zeros((2, 6) if v.type == "SR2" else (2,), dtype=dtype) for v in mod.Model.INPUTS}
+    x["forces/t"][:] = 1.0
+    bounded = [p for p in m.PARAMETERS if p.bounds]
+    assert len(bounded) >= 5
+    for p in bounded:
+        iv = Interval.parse(p.bounds)
+        ends = [torch.tensor(e, dtype=dtype) for e in (iv.lo, iv.hi) if math.isfinite(e)]
+        values = [math.inf, -math.inf, math.nan]
+        for e in ends:
+            for to in (-math.inf, math.inf):
+                values.append(float(torch.nextafter(e, torch.tensor(to, dtype=dtype))))
+            values.append(float(e))
+        seen = set()
+        for value in values:
+            v = torch.tensor([p.default[0], value], dtype=dtype)
+            try:
+                check_parameter(m.NAME, p.name, v, p.bounds)
+                want = None
+            except InputError as exc:
+                want = str(exc)
+            try:
+                m(x, **{p.name: v})
+                got = None
+            except InputError as exc:
+                got = str(exc)
+            assert got == want, (p.name, value)
+            seen.add(got is None)
+        assert seen == {True, False}, p.name  # some values at the ends accepted, some refused
+
+
 def test_nonfinite_rows():
     X = torch.rand(5, 3, dtype=torch.float64)
     assert nonfinite_rows(X) is None
