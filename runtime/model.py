@@ -190,6 +190,8 @@ class Status:
 
 #: plans of calls (``CompiledModel._plans``) a model keeps; more kinds of inputs than this start afresh
 _PLANS = 16
+#: the types of parameter overrides a planned call takes (named TypedTensors are aligned first)
+_PLAIN = (torch.Tensor, float, int, torch.nn.Parameter)
 
 
 class Result:
@@ -624,53 +626,93 @@ class CompiledModel(torch.nn.Module):
 
     def _param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
         """``P`` ``(1, np)`` if every parameter is shared, else ``(B, np)``; and whether it is shared.
-        Without call overrides, a shared row built from numbers (values this model owns) is built
-        once and reused until a value changes (``set_parameters``, ``.to()``, an in-place change
-        of the buffer, ``load_state_dict``); a tensor the caller gave is re-read at every call."""
+        A shared row built from numbers (values this model owns) is built once and reused until a
+        value changes (``set_parameters``, ``.to()``, an in-place change of the buffer,
+        ``load_state_dict``); a call's overrides are written over a copy of it (their columns only);
+        a tensor the caller gave the model is re-read at every call."""
+        vals = self._values
         key = None
-        if not overrides:
-            vals = self._values
-            # (inference tensors, made under torch.inference_mode, have no version counter: rebuilt)
-            if all(self._owned.get(n) is t and not t.is_inference() for n, t in vals.items()):
-                key = tuple(t._version for t in vals.values())
-                if self._shared_P is not None and key == self._shared_key:
-                    return self._shared_P, True
-        P, shared = self._build_param_tensor(overrides, batch_shape)
-        if key is not None and shared:
+        # (inference tensors, made under torch.inference_mode, have no version counter: rebuilt)
+        if len(vals) == len(self.PARAMETERS) and all(self._owned.get(n) is t and not t.is_inference()
+                                                     for n, t in vals.items()):
+            key = tuple(t._version for t in vals.values())
+        if key is None:
+            return self._build_param_tensor(overrides, batch_shape)
+        if self._shared_P is None or key != self._shared_key:
+            P, _ = self._build_param_tensor({}, batch_shape)
             self._shared_P, self._shared_key = P, key
+        if not overrides:
+            return self._shared_P, True
+        return self._override_columns(self._shared_P, overrides, batch_shape)
+
+    def _override_columns(self, row: torch.Tensor, overrides: Mapping[str, Any],
+                          batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
+        """The model's own row ``(1, np)`` with the call's ``overrides`` written into their columns
+        (``(B, np)`` when one is per point): what :meth:`_build_param_tensor` builds, with the
+        model's own columns copied rather than rebuilt."""
+        self._check_param_names(overrides)
+        B = math.prod(batch_shape)
+        cols = []
+        for p, (a, b) in zip(self.PARAMETERS, self._param_spans()):
+            if p.name in overrides:
+                col, per_point = self._param_column(p, overrides[p.name], batch_shape, B)
+                cols.append((a, b, col, per_point))
+        shared = not any(per_point for *_, per_point in cols)
+        P = row.expand(1 if shared else B, row.shape[1]).clone()
+        for a, b, col, _ in cols:
+            P[:, a:b] = col
+        self._check_param_row(P, overrides)
         return P, shared
+
+    def _param_spans(self) -> list[tuple[int, int]]:
+        """Each parameter's columns in ``P``, in declaration order (memoised)."""
+        hit = self.__dict__.get("_spans")
+        if hit is None:
+            hit, a = [], 0
+            for p in self.PARAMETERS:
+                n = _type(p.type).size
+                hit.append((a, a + n))
+                a += n
+            self.__dict__["_spans"] = hit
+        return hit
+
+    def _param_column(self, p: ParameterInfo, v: Any, batch_shape: torch.Size, B: int) -> tuple[torch.Tensor, bool]:
+        """Parameter ``p``'s columns from value ``v``: ``(1, size)`` shared or ``(B, size)`` per
+        point, and which; an :class:`InputError` for a value that is not a number or tensor or
+        whose shape does not fit."""
+        t = _type(p.type)
+        try:
+            v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise InputError(f"model {self.NAME}: parameter {p.name} must be a number or a tensor, "
+                             f"got {type(v).__name__} {v!r:.60}") from None
+        if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
+            if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
+                v = v.expand(t.size)
+            else:
+                raise InputError(f"model {self.NAME}: parameter {p.name} is a {p.type} (base shape "
+                                 f"{t.base_shape}), got a value of shape {tuple(v.shape)}")
+        pb = v.shape[: v.dim() - t.base_dim]
+        if len(pb) and math.prod(pb) != 1:
+            try:
+                v = v.expand(*batch_shape, *t.base_shape)
+            except RuntimeError:
+                raise InputError(f"model {self.NAME}: parameter {p.name} has batch shape {tuple(pb)}, "
+                                 f"which does not broadcast to the inputs' {tuple(batch_shape)}") from None
+            return v.reshape(B, t.size), True
+        return v.reshape(1, t.size), False
 
     def _build_param_tensor(self, overrides: Mapping[str, Any], batch_shape: torch.Size) -> tuple[torch.Tensor, bool]:
         self._check_param_names(overrides)
         cols, shared = [], True
         B = math.prod(batch_shape)
         for p in self.PARAMETERS:
-            t = _type(p.type)
             v = overrides.get(p.name, self._values.get(p.name, p.default))
             if v is None:
                 raise InputError(f"model {self.NAME}: parameter {p.name} has no default; pass {p.name}=...")
-            try:
-                v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
-            except (TypeError, ValueError, RuntimeError):
-                raise InputError(f"model {self.NAME}: parameter {p.name} must be a number or a tensor, "
-                                 f"got {type(v).__name__} {v!r:.60}") from None
-            if v.dim() < t.base_dim or tuple(v.shape[v.dim() - t.base_dim:]) != t.base_shape:
-                if v.dim() == 0 and t.base_dim == 1 and len(p.default or ()) == t.size:
-                    v = v.expand(t.size)
-                else:
-                    raise InputError(f"model {self.NAME}: parameter {p.name} is a {p.type} (base shape "
-                                     f"{t.base_shape}), got a value of shape {tuple(v.shape)}")
-            pb = v.shape[: v.dim() - t.base_dim]
-            if len(pb) and math.prod(pb) != 1:
-                shared = False
-                try:
-                    v = v.expand(*batch_shape, *t.base_shape)
-                except RuntimeError:
-                    raise InputError(f"model {self.NAME}: parameter {p.name} has batch shape {tuple(pb)}, "
-                                     f"which does not broadcast to the inputs' {tuple(batch_shape)}") from None
-                cols.append(v.reshape(B, t.size))
-            else:
-                cols.append(v.reshape(1, t.size))
+            col, per_point = self._param_column(p, v, batch_shape, B)
+            shared = shared and not per_point
+            cols.append(col)
         if not cols:
             return torch.zeros(1, 1, dtype=self.dtype, device=self.device), True
         if not shared:
@@ -866,11 +908,12 @@ class CompiledModel(torch.nn.Module):
         ``solver``: Newton options for this call (``rtol``, ``atol``, ``max_iter``), over the object's
         (:meth:`set_solver`) and the spec's (:mod:`modelc.runtime.solver`)."""
         key = None
-        if type(inputs) is dict and solver is None and not param_overrides and self.backend in ("c", "triton"):
+        if type(inputs) is dict and solver is None and self.backend in ("c", "triton") and \
+                all(type(v) in _PLAIN for v in param_overrides.values()):
             key = self._plan_key(inputs, derivatives)
             plan = None if key is None else self._plans.get(key)
             if plan is not None:
-                result = self._run_plan(plan, inputs, out)
+                result = self._run_plan(plan, inputs, out, param_overrides)
                 if result is not None:
                     return result
         options = _solver.check(solver, f"model {self.NAME}: solver=")
@@ -909,7 +952,8 @@ class CompiledModel(torch.nn.Module):
             return None
         return (key, self.backend, self.dtype, sig)
 
-    def _run_plan(self, plan: callpath.Plan, inputs: dict, out: Result | None) -> Result | None:
+    def _run_plan(self, plan: callpath.Plan, inputs: dict, out: Result | None,
+                  overrides: Mapping[str, Any] = {}) -> Result | None:
         """A call with the inputs of an earlier, checked call of the same kind (``plan``): straight to
         the C entry point (or the Triton launch, on views made as the checked path made them), into
         fresh buffers or ``out``'s (checked as the regular call checks them: a mismatch is its
@@ -919,7 +963,7 @@ class CompiledModel(torch.nn.Module):
         parameters require grad now, the inputs need the host's NaN check (a constant Jacobian with
         per-point parameters), or points failed that ``on_failure="substep"`` sub-steps (the regular
         call then evaluates again)."""
-        P, shared = self._param_tensor({}, plan.bs)
+        P, shared = self._param_tensor(overrides, plan.bs)
         if P.requires_grad and torch.is_grad_enabled():
             return None
         B = math.prod(plan.bs)
@@ -933,7 +977,7 @@ class CompiledModel(torch.nn.Module):
             buf = callpath.allocate(self, B, None if constant else plan.jshape)
         J = buf.J
         if self.backend == "triton":
-            _, J, _ = self._run_into(plan.views(inputs), P, plan.variant, buf, shared, {})
+            _, J, _ = self._run_into(plan.views(inputs), P, plan.variant, buf, shared, overrides)
             if buf.status is not None and self.on_failure == "substep" and not bool(buf.status[0].all()):
                 return None
         elif B:

@@ -263,9 +263,9 @@ def test_an_input_on_another_cuda_device_is_refused(mods, monkeypatch):
 PLANNED = KERNELS  # the C backend, and the Triton kernels (under the interpreter here, or on a GPU)
 
 
-def _regular(m, x, derivatives):
+def _regular(m, x, derivatives, **params):
     """The same call through the checked path (a ``solver=`` argument, even empty, takes it)."""
-    return m(x, derivatives=derivatives, solver={})
+    return m(x, derivatives=derivatives, solver={}, **params)
 
 
 def _no_checks(monkeypatch):
@@ -316,6 +316,41 @@ def test_a_planned_call_equals_the_checked_call(mods, backend, derivatives, bs, 
         with pytest.raises(InputError, match="shape"):
             m(x, derivatives=derivatives, out=wrong)
     _equal(wrong.outputs.tensor, before)
+
+
+@pytest.mark.parametrize("backend", PLANNED)
+def test_planned_calls_take_parameter_overrides(mods, backend, monkeypatch):
+    """Overrides (a number, a shared tensor, one value per point) ride on the plan: written over a
+    copy of the model's own parameter row, fresh values every call, the same bits as the checked
+    path and as a model built with those values; a bad override is the checked path's error; an
+    override that requires grad makes a result that back-propagates (the regular path)."""
+    m = mods["plastic"].Model(backend=backend)
+    m(_inputs(m, (6,), 50), derivatives="tangent", sigma_y=300.0)
+    g = torch.Generator().manual_seed(51)
+    for seed in (52, 53):
+        x = _inputs(m, (6,), seed)
+        per_point = 150.0 + 200.0 * torch.rand(6, generator=g, dtype=torch.float64)
+        C = torch.tensor(float(1e4 + 3e4 * torch.rand(1, generator=g)), dtype=torch.float64)
+        with monkeypatch.context() as mp:
+            _no_checks(mp)
+            got = m(x, derivatives="tangent", sigma_y=per_point, C=C)
+            number = m(x, derivatives="tangent", sigma_y=float(per_point[0]))
+        _same(got, _regular(m, x, "tangent", sigma_y=per_point, C=C))
+        # (a model given the tensors builds its row from them at each call: not the override path)
+        _same(got, mods["plastic"].Model(backend=backend, sigma_y=per_point, C=C)(x, derivatives="tangent"))
+        _same(number, mods["plastic"].Model(backend=backend, sigma_y=float(per_point[0]))(x, derivatives="tangent"))
+        assert int(got.status.iterations.max()) > 0
+    with monkeypatch.context() as mp:
+        _no_checks(mp)
+        with pytest.raises(InputError, match=r"parameter sigma_y = nan \(at index \(2,\)\) is not finite"):
+            m(x, derivatives="tangent", sigma_y=torch.tensor([1.0, 2, math.nan, 4, 5, 6], dtype=torch.float64))
+        with pytest.raises(InputError, match="does not broadcast"):
+            m(x, derivatives="tangent", sigma_y=torch.ones(4, dtype=torch.float64))
+        with pytest.raises(InputError, match="unknown parameter"):
+            m(x, derivatives="tangent", sigma_z=1.0)
+    sy = torch.tensor(250.0, dtype=torch.float64, requires_grad=True)
+    out = m(x, derivatives="tangent", sigma_y=sy)
+    assert out["state/S"].grad_fn is not None
 
 
 @pytest.mark.parametrize("backend", PLANNED)
