@@ -6,8 +6,14 @@ reference uniaxial-strain cycle (8 amplitudes and durations, tiled to the batch)
 ``--steps`` steps, the tangent at the last step. One thread, float64, C backend; best of
 ``--rounds`` rounds, routes interleaved. Reported per step (the whole run divided by its steps).
 
+With ``--control stress`` the history is a uniaxial *stress* cycle instead (every component
+stress-controlled, xx amplitudes 0.5-1.5 sigma_y, 0.5-0.95 for perfect plasticity, 100-300 for
+elasticity): the driver solves each step's strain by Newton on the tangent; only the two driver
+routes run (the hand-written loops are strain-driven).
+
     python -m benchmarks.driver_steps                                # 8 and 1000 points, 500 steps
     python -m benchmarks.driver_steps --models j2_voce_af --batches 8 --steps 2000
+    python -m benchmarks.driver_steps --control stress --steps 200
 """
 from __future__ import annotations
 
@@ -40,6 +46,16 @@ def history(batch: int, steps: int) -> dict[str, np.ndarray]:
     return {"strain": strain, "time": i[:, None] * (totals[None, :] / wl.STEPS)}
 
 
+def stress_history(model: str, batch: int, steps: int) -> dict[str, np.ndarray]:
+    """A uniaxial stress cycle (``runtime.histories.uniaxial_stress_history``) with ``steps`` rows,
+    amplitudes spread over the batch below what the model can carry."""
+    from modelc.runtime.histories import uniaxial_stress_history
+
+    sy = bl.params_for(model).get("sigma_y")
+    lo, hi = (100.0, 300.0) if sy is None else (0.5 * sy, (0.95 if model == "j2_perfect" else 1.5) * sy)
+    return uniaxial_stress_history(np.linspace(lo, hi, batch), 1.0, steps=steps - 1, controlled="stress")
+
+
 def _hand_loop(model: str, step_nt, step_t, strain: torch.Tensor, time_: torch.Tensor) -> None:
     """baselines.run_history's loop with the given steps (the tangent at the last step)."""
     T, B = strain.shape[:2]
@@ -53,12 +69,12 @@ def _hand_loop(model: str, step_nt, step_t, strain: torch.Tensor, time_: torch.T
         state = tuple(hist[n][i] for n in bl.STATE[model])
 
 
-def measure(model: str, batch: int, steps: int, rounds: int, compile_: bool) -> dict:
+def measure(model: str, batch: int, steps: int, rounds: int, compile_: bool, control: str = "strain") -> dict:
     from modelc.runtime import history_buffers
     from modelc.runtime.driver import run_history
 
     m = modelc_hook._model(model, "c", torch.float64, torch.device("cpu"))
-    hist = history(batch, steps)
+    hist = history(batch, steps) if control == "strain" else stress_history(model, batch, steps)
     strain, time_ = torch.as_tensor(hist["strain"]), torch.as_tensor(hist["time"])
     applies = history_buffers.applies
     kw = dict(progress=False, tangent_steps=[steps - 1])
@@ -71,10 +87,11 @@ def measure(model: str, batch: int, steps: int, rounds: int, compile_: bool) -> 
             history_buffers.applies = applies
 
     p = bl.params_for(model)
-    routes = {"in-place": lambda: run_history(m, hist, **kw), "step-loop": step_loop,
-              "hand-eager": lambda: _hand_loop(model, bl.make_step(model, p, tangent=False),
-                                               bl.make_step(model, p, tangent=True), strain, time_)}
-    if compile_:
+    routes = {"in-place": lambda: run_history(m, hist, **kw), "step-loop": step_loop}
+    if control == "strain":
+        routes["hand-eager"] = lambda: _hand_loop(model, bl.make_step(model, p, tangent=False),
+                                                  bl.make_step(model, p, tangent=True), strain, time_)
+    if compile_ and control == "strain":
         from benchmarks.run import COMPILE_NEWTON_IT
 
         cs = {t: torch.compile(bl.make_step(model, p, tangent=t, fixed_iterations=COMPILE_NEWTON_IT))
@@ -93,7 +110,8 @@ def measure(model: str, batch: int, steps: int, rounds: int, compile_: bool) -> 
             routes[k]()
             best[k] = min(best[k], time.perf_counter() - t0)
     us = {k: v / (steps - 1) * 1e6 for k, v in best.items()}
-    return {"model": model, "batch": batch, "steps": steps, "us_per_step": us}
+    return {"model": model, "batch": batch, "steps": steps, "control": control, "us_per_step": us,
+            "all_converged": bool(a.ok)}
 
 
 def table(records: list[dict]) -> str:
@@ -104,7 +122,8 @@ def table(records: list[dict]) -> str:
         us = rec["us_per_step"]
         cells = [f"{us[r]:.1f}" if r in us else "-" for r in ROUTES]
         ratios = [f"{us[r] / us['in-place']:.2f}" if r in us else "-" for r in ("step-loop", "hand-eager", "hand-compile")]
-        out += f"| {rec['model']} | {rec['batch']} | {rec['steps']} | " + " | ".join(cells + ratios) + " |\n"
+        model = rec["model"] + ("" if rec.get("all_converged", True) else " (some points fail)")
+        out += f"| {model} | {rec['batch']} | {rec['steps']} | " + " | ".join(cells + ratios) + " |\n"
     return out
 
 
@@ -117,6 +136,8 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile loop")
+    ap.add_argument("--control", choices=["strain", "stress"], default="strain",
+                    help="a uniaxial strain cycle (default) or a uniaxial stress cycle")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
@@ -124,7 +145,7 @@ def main(argv: list[str] | None = None) -> Path:
     records = []
     for model in a.models:
         for batch in a.batches:
-            rec = measure(model, batch, a.steps, a.rounds, not a.no_compile)
+            rec = measure(model, batch, a.steps, a.rounds, not a.no_compile, a.control)
             records.append(rec)
             print(f"{model:14s} B={batch:<6d} " + "  ".join(f"{k} {v:.1f}" for k, v in rec["us_per_step"].items())
                   + " us/step", flush=True)
@@ -132,13 +153,15 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-cpu-driver-steps"
+    stem += "-stress" if a.control == "stress" else ""
     stem += f"-{a.tag}" if a.tag else ""
     path = out / f"{stem}.json"
     path.write_text(json.dumps({"machine": info, "settings": vars(a), "records": records}, indent=1))
     md = table(records)
     (out / f"{stem}.md").write_text(
         f"{info['cpu']} ({info['cores']} cores), torch {info['torch']}; float64, 1 thread, C backend; "
-        f"{a.steps}-step history, tangent at the last step; best of {a.rounds} rounds, interleaved\n\n{md}")
+        f"{a.steps}-step uniaxial {a.control} history, tangent at the last step; best of {a.rounds} rounds, "
+        f"interleaved\n\n{md}")
     print(md)
     print(f"results: {path}")
     return path
