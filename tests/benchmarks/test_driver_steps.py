@@ -58,3 +58,17 @@ def test_a_run_writes_its_report(tmp_path):
     assert all(v > 0 for v in rec["us_per_step"].values())
     md = path.with_suffix(".md").read_text()
     assert "| j2_perfect | 3 | 12 |" in md and "step loop / in place" in md
+
+
+@needs_cc
+def test_a_stress_controlled_run_writes_its_report(tmp_path):
+    h = ds.stress_history("j2_linear_iso", 4, 33)  # (32 steps: the peaks on a row)
+    assert h["stress"].shape == (33, 4, 6) and h["control"].all()
+    np.testing.assert_allclose(np.abs(h["stress"][..., 0]).max(axis=0), [50.0, 83.33333333, 116.66666667, 150.0])
+    assert np.abs(ds.stress_history("j2_perfect", 3, 30)["stress"]).max() < 100.0  # below its limit load
+    path = ds.main(["--models", "j2_linear_iso", "--batches", "3", "--steps", "12", "--rounds", "1",
+                    "--control", "stress", "--out", str(tmp_path)])
+    assert path.name.endswith("-cpu-driver-steps-stress.json")
+    rec = json.loads(path.read_text())["records"][0]
+    assert rec["control"] == "stress" and rec["all_converged"]
+    assert set(rec["us_per_step"]) == {"in-place", "step-loop"}
