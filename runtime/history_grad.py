@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from modelc.runtime import history_adjoint
 from modelc.runtime.errors import InputError
 from modelc.runtime.driver import STRAIN, TIME, _check_wiring, variable_shapes
 from modelc.runtime.histories import as_history
@@ -69,6 +70,10 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     sens = _Sensitivities(model, sensitivities, outs) if sensitivities else None
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
+    if history_adjoint.applies(params, checkpoint, sensitivities):  # the whole history as one node
+        done = history_adjoint.run(model, ins, outs, strain, time, state, params)
+        if done is not None:
+            return done
     step = _Stepper(model, ins, outs, strain, time, params, sens)
     alive = torch.ones(batch, dtype=torch.bool, device=dev)
     rows = {n: [v] for n, v in state.items()}

@@ -1,0 +1,191 @@
+"""The differentiable driver's history as one autograd node: a forward that records the outputs and
+the per-step derivatives, and a backward that runs the adjoint recursion over the steps in a loop of
+a few tensor operations each.
+
+:func:`modelc.runtime.history_grad.simulate` makes one autograd node per step (each step a
+differentiable model call, with ``torch.where`` masks, stacks and views around it): some hundreds of
+microseconds a step of Python and graph bookkeeping at a few points, for what is, when every point
+converges, a fixed recursion. :func:`run` does that recursion directly:
+
+- forward (no graph): each step is one model call asking for the same derivatives the per-step
+  node asks for (``"total"`` when a parameter requires grad, else the inputs' Jacobian: so the same
+  variant and the same numbers); its outputs go into one buffer ``Y (steps, batch, ny)`` and the
+  columns of its Jacobian the backward needs (by the old state, and by the parameters that require
+  grad) into ``J (steps, batch, ny, k)``;
+- backward, with ``lambda`` the adjoint of the outputs of step ``n``::
+
+      lambda_n    += dL/dy_n
+      g_p         += lambda_n^T J_n[:, :, parameters]        (per point; summed over a shared one)
+      lambda_{n-1} = lambda_n^T J_n[:, :, old state]         (into the outputs the old state is)
+
+  and the initial state's gradient is ``lambda_0 + dL/dy_0`` on its columns.
+
+It serves runs with every point converging at every step, parameters that are numbers, tensors or
+TypedTensors over one named dim (a population of samples: batch (points, samples)), no
+``checkpoint=`` and no ``sensitivities=``; anything else (and a run in which a point fails, found in
+the forward: then the per-step path runs it from the start) is :func:`simulate`'s per-step path,
+whose numbers these are (tested: values bit for bit, gradients to round-off, and against central
+differences in tests/runtime/test_history_grad.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from modelc.runtime import autograd
+from modelc.runtime.driver import STRAIN, TIME
+
+
+def applies(params: Mapping[str, Any], checkpoint: Any, sensitivities: Any) -> bool:
+    """Whether :func:`run` may serve a :func:`simulate` call (before the forward shows whether
+    every point converges and what batch the parameters bring)."""
+    return checkpoint is None and not sensitivities and torch.is_grad_enabled()
+
+
+def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[str, torch.Tensor],
+        params: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    """:func:`simulate`'s result for these arguments (as its per-step path computes it), or None
+    when nothing requires grad, a point fails at some step, or parameters over named dims bring
+    more than one named dim after the points (the caller then takes that path)."""
+    from modelc.runtime.tensors import TypedTensor
+
+    named = {k: v for k, v in params.items() if isinstance(v, TypedTensor)}
+    leaves = autograd._leaves(model, {}, params)  # the parameters that require grad (plain values)
+    leaves += [(k, v.data) for k, v in named.items() if v.data.requires_grad]  # (over named dims)
+    starts = [(n, v) for n, v in state.items() if v.requires_grad]
+    if not leaves and not starts:
+        return None
+    steps, points = strain.shape[0], strain.shape[1]
+    axis = model.output_axis
+    ny = axis.size
+    derivatives = "total" if leaves else True  # (what the per-step node asks for)
+    olds = [n for n in ins if n.startswith("old_state/")]
+    Y = J = cols = None
+    names = ("points",) if named else None
+
+    def value(name: str, v: torch.Tensor):
+        return TypedTensor(v, model.input_axis.type_of(name), batch_names=names if name in olds
+                           else ("points",)) if named else v
+
+    with torch.no_grad():
+        for n in range(1, steps):
+            inputs = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+            for name in olds:
+                out = "state/" + name[len("old_state/"):]
+                inputs[name] = state[out].detach() if n == 1 else _row(Y[n - 1], axis, out, outs)
+            if Y is None or not named:
+                r = model({name: value(name, inputs[name]) for name in ins}, derivatives, **params)
+            else:  # the batch is known: plain tensors aligned as the named call aligned them
+                r = model({name: v if name in olds else v.reshape(points, 1, *v.shape[1:]).expand(*bs, *v.shape[1:])
+                           for name, v in inputs.items() if name in ins}, derivatives, **plain)
+            bs = r.outputs.batch_shape
+            y = r.outputs.tensor
+            ok = torch.isfinite(y).all()
+            if r.status is not None:
+                ok &= r.status.converged.all()
+            if not bool(ok):
+                return None
+            jac = r.jacobian
+            if Y is None:  # the batch (points, and a named dim the parameters bring), the columns
+                if named and (r.batch_names is None or len(bs) != 2 or r.batch_names[0] != "points"
+                              or any(v.batch_names != r.batch_names[1:] for v in named.values())):
+                    return None  # (several named dims, or a parameter over more than one)
+                names = r.batch_names
+                plain = {k: v.data if k in named else v for k, v in params.items()}  # (S,): broadcast over points
+                Y = torch.empty((steps, *bs, ny), dtype=model.dtype, device=model.device)
+                for name in outs:  # row 0: the initial state, broadcast over a named dim
+                    a, b = axis.span(name)
+                    v = state[name].detach().reshape(points, *([1] * (len(bs) - 1)), b - a)
+                    Y[0, ..., a:b] = v.expand(*bs, b - a)
+                col = jac.col_axis
+                spans = [col.span(name) for name in olds] + [col.span(name) for name, _ in leaves]
+                cols = torch.cat([torch.arange(a, b) for a, b in spans]).to(model.device)
+                J = torch.empty((steps, y.numel() // ny, ny, len(cols)), dtype=model.dtype, device=model.device)
+            Y[n] = y
+            J[n] = jac.tensor.reshape(-1, ny, jac.tensor.shape[-1]).index_select(2, cols)
+    layout = _Layout(model, outs, olds, leaves, starts, tuple(Y.shape[1:-1]), set(named))
+    layout.Y, layout.J = Y, J
+    Yg = _History.apply(layout, *[v for _, v in leaves], *[v for _, v in starts])
+    result = {}
+    for name, shape in outs.items():
+        a, b = axis.span(name)
+        result[name] = Yg[..., a:b].reshape(*Yg.shape[:-1], *shape)
+    result["converged"] = torch.ones(Yg.shape[:-1], dtype=torch.bool, device=model.device)
+    return result
+
+
+def _row(y: torch.Tensor, axis, name: str, outs) -> torch.Tensor:
+    """Output ``name``'s values in one row ``y (*batch, ny)`` of the history, shape (*batch, *base)."""
+    a, b = axis.span(name)
+    return y[..., a:b].reshape(*y.shape[:-1], *outs[name])
+
+
+class _Layout:
+    """Where the backward finds and puts things: the old-state columns of ``J`` and the output
+    columns they are the old values of, the leaves' columns and shapes, the batch ``bs`` (points,
+    then the named dim parameters over ``named`` bring, if any)."""
+
+    def __init__(self, model, outs, olds, leaves, starts, bs, named):
+        axis = model.output_axis
+        self.model, self.bs, self.outs = model, bs, outs
+        into, k = [], 0
+        for name in olds:
+            a, b = axis.span("state/" + name[len("old_state/"):])
+            into += list(range(a, b))
+            k += b - a
+        self.n_old = k
+        self.into = torch.tensor(into, dtype=torch.long, device=model.device)
+        self.params = []  # (name, first column in J's selection, last + 1, leaf shape, over a named dim)
+        for name, v in leaves:
+            size = 1
+            for s in autograd._base_shape(model, name):
+                size *= s
+            self.params.append((name, k, k + size, v.shape, name in named))
+            k += size
+        self.starts = [(name, *axis.span(name), v.shape) for name, v in starts]
+
+
+class _History(torch.autograd.Function):
+    """The history's outputs ``Y (steps, batch, ny)`` as a function of the parameters and initial
+    state that require grad; backward: the adjoint recursion (module doc)."""
+
+    @staticmethod
+    def forward(ctx, layout: _Layout, *leaves):
+        ctx.layout = layout
+        ctx.save_for_backward(layout.J, *leaves)  # (saved as tensors are: hooks see J, as the per-step J)
+        Y, layout.J, layout.Y = layout.Y, None, None
+        return Y
+
+    @staticmethod
+    def backward(ctx, gY):
+        L = ctx.layout
+        n_leaves = len(L.params) + len(L.starts)
+        if gY is None:
+            return (None,) * (1 + n_leaves)
+        J, *leaves = ctx.saved_tensors
+        steps, B, ny = gY.shape[0], J.shape[1], J.shape[2]
+        gY = gY.to(J.dtype).reshape(steps, B, ny)
+        lam = torch.zeros((B, ny), dtype=J.dtype, device=J.device)
+        gp = torch.zeros((B, J.shape[-1] - L.n_old), dtype=J.dtype, device=J.device)
+        for n in range(steps - 1, 0, -1):
+            lam = lam + gY[n]
+            v = (lam.unsqueeze(-1) * J[n]).sum(dim=1)  # (B, k): lambda_n^T J_n
+            gp += v[:, L.n_old:]
+            lam = torch.zeros_like(lam).index_copy_(1, L.into, v[:, :L.n_old])
+        lam = lam + gY[0]
+        grads = []
+        model = L.model
+        for name, a, b, shape, named in L.params:
+            g = gp[:, a - L.n_old:b - L.n_old].reshape(*L.bs, *autograd._base_shape(model, name))
+            if named:  # (samples, *base): summed over the points
+                g = g.sum(dim=0)
+            grads.append(g if tuple(g.shape) == tuple(shape) else g.sum_to_size(shape))
+        for name, a, b, shape in L.starts:
+            g = lam[:, a:b].reshape(*L.bs, *L.outs[name])
+            if len(L.bs) > 1:  # the initial state is per point: summed over a named dim
+                g = g.sum(dim=tuple(range(1, len(L.bs))))
+            grads.append(g if tuple(g.shape) == tuple(shape) else g.sum_to_size(shape))
+        if torch.is_grad_enabled():  # create_graph=True: no second derivatives through J
+            grads = [autograd._FirstOrderOnly.apply(g, model.NAME, *leaves) for g in grads]
+        return (None, *grads)

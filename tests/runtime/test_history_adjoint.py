@@ -1,0 +1,144 @@
+"""The differentiable driver's history as one autograd node (modelc.runtime.history_adjoint): the
+values are the per-step path's bit for bit and the gradients agree with it to round-off (the
+oracle: ``simulate`` with ``history_adjoint.applies`` patched to refuse, which builds one node per
+step), for parameters shared and per point, a trainable parameter of the model, the initial state,
+several outputs in the loss, an explicit model, on every backend; a run in which a point fails is
+the per-step path's; a second derivative is refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from modelc.errors import InputError
+from modelc.runtime import history_adjoint
+from modelc.runtime.history_grad import simulate
+from modelc.runtime.model import interpreting
+from rt_helpers import HAVE_CC, IN_CI
+
+BACKENDS = ("c", "torch") if HAVE_CC or IN_CI else ("torch",)
+if interpreting():  # the Triton kernels on CPU tensors (tests/conftest.py)
+    BACKENDS += ("triton",)
+
+
+def _history(rng, steps=12, batch=3, scale=2e-3):
+    strain = np.zeros((steps, batch, 6))
+    strain[1:] = np.cumsum(rng.normal(scale=scale, size=(steps - 1, batch, 6)), axis=0)
+    time = np.cumsum(rng.uniform(0.1, 1.0, size=(steps, batch)), axis=0)
+    return {"time": time, "strain": strain}
+
+
+def _both(monkeypatch, model, hist, leaves: dict, loss, **kw):
+    """(one node, per step): each a pair (outputs, gradients of ``loss`` by ``leaves``)."""
+    served = []
+    run = history_adjoint.run
+    monkeypatch.setattr(history_adjoint, "run", lambda *a: served.append(run(*a)) or served[-1])
+    out = []
+    for refuse in (False, True):
+        for v in leaves.values():
+            v.grad = None
+        with monkeypatch.context() as mp:
+            if refuse:
+                mp.setattr(history_adjoint, "applies", lambda *a: False)
+            r = simulate(model, hist, **kw)
+            loss(r).backward()
+        out.append((r, {k: v.grad.clone() for k, v in leaves.items()}))
+    return out[0], out[1], served
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_node_equals_the_per_step_graph(monkeypatch, backend):
+    from modelc.generated import j2_voce_af
+
+    rng = np.random.default_rng()
+    hist = _history(rng)
+    model = j2_voce_af.Model(backend=backend).trainable("g")
+    sy = torch.tensor(110.0, dtype=torch.float64, requires_grad=True)
+    C = torch.tensor(rng.uniform(8e3, 12e3, size=3), dtype=torch.float64, requires_grad=True)  # per point
+    X0 = torch.tensor(rng.normal(scale=5.0, size=(3, 6)), dtype=torch.float64, requires_grad=True)
+    w = torch.as_tensor(rng.normal(size=(12, 3, 6)))
+    leaves = {"sigma_y": sy, "C": C, "X0": X0, "g": model.params.g}
+
+    def loss(r):
+        return (r["state/S"] * w).sum() + 1e4 * r["state/internal/ep"].sum()
+
+    (fast, gf), (slow, gs), served = _both(monkeypatch, model, hist, leaves, loss, params={"sigma_y": sy, "C": C},
+                                           initial_state={"state/internal/X": X0})
+    assert served and served[0] is not None, "the history ran as one node"
+    for k in slow:
+        assert torch.equal(fast[k].detach(), slow[k].detach()), k
+    assert float(fast["state/internal/ep"].max()) > 0  # plastic
+    for k in leaves:
+        torch.testing.assert_close(gf[k], gs[k], rtol=1e-11, atol=1e-12 * float(gs[k].abs().max()), msg=k)
+        assert float(gs[k].abs().max()) > 0, k
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_population_over_a_named_dim(monkeypatch, backend):
+    """Parameters over a named ``samples`` dim (how the calibration example fits several materials
+    in one run): outputs (steps, points, samples, ...), each sample's gradient its own, the
+    initial state's summed over the samples, as the per-step path gives them."""
+    from modelc.generated import perzyna_iso
+    from modelc.runtime.tensors import TypedTensor
+
+    rng = np.random.default_rng()
+    hist = _history(rng, steps=10, batch=3)
+    sy = torch.tensor(rng.uniform(80.0, 120.0, size=4), dtype=torch.float64, requires_grad=True)
+    K = torch.tensor(2000.0, dtype=torch.float64, requires_grad=True)
+    Ep0 = torch.tensor(rng.normal(scale=1e-4, size=(3, 6)), dtype=torch.float64, requires_grad=True)
+    w = torch.as_tensor(rng.normal(size=(10, 3, 4, 6)))
+    (fast, gf), (slow, gs), served = _both(
+        monkeypatch, perzyna_iso.Model(backend=backend), hist, {"sy": sy, "K": K, "Ep0": Ep0},
+        lambda r: (r["state/S"] * w).sum(),
+        params={"sigma_y": TypedTensor(sy, "Scalar", batch_names=("samples",)), "K": K},
+        initial_state={"state/internal/Ep": Ep0})
+    assert served[0] is not None and fast["state/S"].shape == (10, 3, 4, 6)
+    for k in slow:
+        assert torch.equal(fast[k].detach(), slow[k].detach()), k
+    for k in gs:
+        torch.testing.assert_close(gf[k], gs[k], rtol=1e-11, atol=1e-12 * float(gs[k].abs().max()), msg=k)
+        assert float(gs[k].abs().min()) > 0, k
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_explicit_model_and_a_gradient_by_one_output(monkeypatch, backend):
+    from modelc.generated import elastic
+
+    rng = np.random.default_rng()
+    hist = _history(rng, steps=6, batch=4)
+    E = torch.tensor(2e5, dtype=torch.float64, requires_grad=True)
+    (fast, gf), (slow, gs), served = _both(monkeypatch, elastic.Model(backend=backend), hist, {"E": E},
+                                           lambda r: r["state/S"][3, 1, 0], params={"E": E})
+    assert served[0] is not None
+    assert torch.equal(fast["state/S"].detach(), slow["state/S"].detach())
+    torch.testing.assert_close(gf["E"], gs["E"], rtol=1e-12, atol=0)
+    # the closed form: S = E/(1+nu) (eps + nu/(1-2nu) tr(eps) I): d S_xx / d E = S_xx / E
+    torch.testing.assert_close(gf["E"], fast["state/S"][3, 1, 0].detach() / 2e5, rtol=1e-12, atol=0)
+
+
+def test_a_run_in_which_a_point_fails_is_the_per_step_paths(monkeypatch):
+    from modelc.generated import j2_voce_af
+
+    rng = np.random.default_rng()
+    hist = _history(rng, steps=8, batch=3)
+    hist["strain"][5:, 1] += 0.05  # a jump the Newton cannot take in one iteration
+    model = j2_voce_af.Model(backend="torch")
+    model.set_solver(max_iter=2)
+    sy = torch.tensor(100.0, dtype=torch.float64, requires_grad=True)
+    (fast, gf), (slow, gs), served = _both(monkeypatch, model, hist, {"sy": sy},
+                                           lambda r: r["state/S"].nan_to_num().sum(), params={"sigma_y": sy})
+    assert served == [None] and not bool(fast["converged"].all())
+    for k in slow:
+        torch.testing.assert_close(fast[k].detach(), slow[k].detach(), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(gf["sy"], gs["sy"], rtol=0, atol=0, equal_nan=True)
+
+
+def test_second_derivatives_are_refused():
+    from modelc.generated import j2_linear_iso
+
+    hist = _history(np.random.default_rng(), steps=5, batch=2)
+    sy = torch.tensor(100.0, dtype=torch.float64, requires_grad=True)
+    r = simulate(j2_linear_iso.Model(backend="torch"), hist, params={"sigma_y": sy})
+    (g,) = torch.autograd.grad(r["state/S"].sum(), sy, create_graph=True)
+    with pytest.raises(InputError, match="first derivatives only"):
+        g.backward()
