@@ -157,8 +157,12 @@ class _Evaluate(torch.autograd.Function):
             return (None,) * (1 + len(ctx.shapes))
         J, *leaves = ctx.saved_tensors
         B = J.shape[0]
-        # g^T J per point: an elementwise product and a sum (bmm of tiny matrices is slower on the CPU)
-        g = (gY.reshape(B, -1, 1).to(J.dtype) * J).sum(dim=1)  # (B, columns)
+        # (an elementwise product and a sum: bmm of tiny matrices is slower on the CPU)
+        gY = gY.reshape(B, -1, 1).to(J.dtype)
+        # g^T J per point; a zero cotangent contributes nothing, also where J is NaN (a failed
+        # point, whose outputs the caller masked: 0 * NaN would make every shared parameter's
+        # gradient NaN)
+        g = torch.where(gY == 0, 0.0, gY * J).sum(dim=1)  # (B, columns)
         bs = tuple(plan.batch_shape)
         grads = []
         for (a, b), shape, name in zip(plan.spans, ctx.shapes, plan.wrt):

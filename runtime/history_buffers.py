@@ -12,7 +12,12 @@ changes a number, so :func:`record` does only what a step needs:
   field; step ``n`` is a call with ``out=`` a result over ``Y[n]`` (written in place: nothing is
   copied, nothing allocated), whose ``old_state/`` inputs are column views of ``Y[n - 1]`` (read
   where they lie: a planned call on the C and Triton backends, see docs/backends.md);
-- one check per step: every point converged and every output finite.
+- one check per step: every point converged and every output finite;
+- on the C backend no call at all: the entry point runs on a precomputed row of argument words
+  (:class:`_CSteps`);
+- a step with stress-controlled components runs the driver's control Newton
+  (:func:`~modelc.runtime.control.solve_mixed`, the same guess and options), its evaluations on the
+  C tangent entry point the same way (:class:`_Mixed`), and writes the solved step into the rows.
 
 The first step at which a point fails ends it: the rows before that step are handed back and the
 driver evaluates that step again the regular way (same inputs, same kernel: same numbers), masking
@@ -199,11 +204,11 @@ class _Mixed:
             self.Y = torch.empty((batch, model.output_axis.size), dtype=dtype, device=device)
             self.J = torch.empty((batch, 6, 6), dtype=dtype, device=device)
             self.status = None if not model.IMPLICIT else (
-                torch.empty(batch, dtype=torch.bool), torch.empty(batch, dtype=torch.int32),
-                torch.empty(batch, dtype=dtype))
+                torch.empty(batch, dtype=torch.bool, device=device),
+                torch.empty(batch, dtype=torch.int32, device=device), torch.empty(batch, dtype=dtype, device=device))
             a, b = model.output_axis.span(_driver.STRESS)
             self.S = self.Y[:, a:b]
-            self.ok = self.status[0] if self.status is not None else torch.ones(batch, dtype=torch.bool)
+            self.ok = self.status[0] if self.status is not None else torch.ones(batch, dtype=torch.bool, device=device)
 
             def at(n: int) -> dict[str, torch.Tensor]:
                 return {**inputs_at(n), _driver.STRAIN: self.E}

@@ -153,3 +153,30 @@ def test_cli_writes_sensitivities(tmp_path, model):
     with torch.no_grad():
         want = simulate(model, _history(), sensitivities=["sigma_y"])["d(state/S)/d(sigma_y)"].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_failed_point_leaves_the_others_gradient_alone():
+    """A point that fails part-way (NaN outputs from then on, masked out of the loss) contributes
+    nothing to a shared parameter's gradient, which is the gradient of the same loss over a history
+    of the other points alone (0 * NaN in its Jacobian used to make it NaN)."""
+    from modelc.generated import j2_voce_af
+
+    model = j2_voce_af.Model(backend="torch")
+    model.set_solver(max_iter=2)  # enough for elastic steps, too few for a plastic one
+    rng = np.random.default_rng()
+    steps = 8
+    strain = np.zeros((steps, 3, 6))
+    strain[1:] = np.cumsum(rng.normal(scale=2e-5, size=(steps - 1, 3, 6)), axis=0)  # elastic
+    strain[5:, 1] += 0.05  # point 1: a jump into the plastic range
+    time = np.cumsum(rng.uniform(0.1, 1.0, size=(steps, 3)), axis=0)
+    grads = []
+    for pts in ([0, 1, 2], [0, 2]):
+        E = torch.tensor(2e5, dtype=torch.float64, requires_grad=True)
+        r = simulate(model, {"time": time[:, pts], "strain": strain[:, pts]}, params={"E": E})
+        keep = [pts.index(0), pts.index(2)]
+        if len(pts) == 3:
+            assert not bool(r["converged"][:, 1].all()) and bool(r["converged"][:, keep].all())
+        (r["state/S"][:, keep] * torch.arange(1.0, 7.0, dtype=torch.float64)).sum().backward()
+        grads.append(E.grad)
+    assert torch.isfinite(grads[0]) and float(grads[1]) != 0
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=0)
