@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
 from modelc.runtime import autograd
@@ -68,8 +69,13 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
         return TypedTensor(v, model.input_axis.type_of(name), batch_names=names if name in olds
                            else ("points",)) if named else v
 
+    direct = None
     with torch.no_grad():
         for n in range(1, steps):
+            if direct is not None:  # the C entry point on precomputed words (history_buffers._CSteps)
+                if not direct.step(n):
+                    return None
+                continue
             inputs = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
             for name in olds:
                 out = "state/" + name[len("old_state/"):]
@@ -104,6 +110,9 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
                 J = torch.empty((steps, y.numel() // ny, ny, len(cols)), dtype=model.dtype, device=model.device)
             Y[n] = y
             J[n] = jac.tensor.reshape(-1, ny, jac.tensor.shape[-1]).index_select(2, cols)
+            if n == 1 and steps > 4:
+                direct = _Direct.make(model, ins, outs, strain, time, Y, J, cols, derivatives,
+                                      plain if named else params, tuple(bs))
     layout = _Layout(model, outs, olds, leaves, starts, tuple(Y.shape[1:-1]), set(named))
     layout.Y, layout.J = Y, J
     Yg = _History.apply(layout, *[v for _, v in leaves], *[v for _, v in starts])
@@ -113,6 +122,61 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
         result[name] = Yg[..., a:b].reshape(*Yg.shape[:-1], *shape)
     result["converged"] = torch.ones(Yg.shape[:-1], dtype=torch.bool, device=model.device)
     return result
+
+
+class _Direct:
+    """Steps 2 .. of :func:`run` on the C backend: the variant's entry point on a row of argument
+    words (:class:`~modelc.runtime.history_buffers._CSteps`) over the inputs as contiguous rows of
+    the history (the strain and time tiled over a named dim once), the old state read from the
+    previous row of ``Y``, the outputs written into its row, the Jacobian into a scratch block whose
+    needed columns are copied into ``J``, the status into scratch rows checked with numpy. Same
+    kernel, same values: the numbers of the model's call."""
+
+    def __init__(self, steps_, Y2, J, cols, Jrow, status, held):
+        self.steps, self.Y2, self.J, self.cols, self.Jrow = steps_, Y2, J, cols, Jrow
+        self.status, self.held = status, held  # (held: the tiled strain and time the words point into)
+        self.Yh = Y2.numpy()
+        self.conv = None if status is None else status[0].numpy()
+
+    @classmethod
+    def make(cls, model, ins, outs, strain, time, Y, J, cols, derivatives, params, bs) -> "_Direct | None":
+        from modelc.runtime.history_buffers import _CSteps
+
+        if model.backend != "c" or model.device.type != "cpu":
+            return None
+        request = model._derivative_request(derivatives)
+        steps, ny = Y.shape[0], Y.shape[-1]
+        B = J.shape[1]
+        Y2 = Y.reshape(steps, B, ny)
+        if len(bs) > 1:  # the strain and time tiled over the named dim, as rows of B points
+            def tile(v):
+                return v.reshape(steps, bs[0], *([1] * (len(bs) - 1)), *v.shape[2:]).expand(
+                    steps, *bs, *v.shape[2:]).reshape(steps, B, *v.shape[2:]).contiguous()
+            strain, time = tile(strain), tile(time)
+        axis = model.output_axis
+        olds = {name: axis.span("state/" + name[len("old_state/"):]) for name in ins if name.startswith("old_state/")}
+
+        def inputs_at(n: int) -> dict[str, torch.Tensor]:
+            given = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+            for name, (a, b) in olds.items():
+                given[name] = Y2[n - 1, :, a:b].reshape(B, *outs["state/" + name[len("old_state/"):]])
+            return {name: given[name] for name in ins}
+
+        Jrow = torch.empty((B, *model._jacobian_shape(request[0])), dtype=model.dtype, device=model.device)
+        status = None if not model.IMPLICIT else (
+            torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=model.dtype))
+        steps_ = _CSteps.make(model, steps, inputs_at, lambda n: (Y2[n], Jrow, status), request[0], params, bs)
+        if steps_ is None:
+            return None
+        return cls(steps_, Y2, J, cols, Jrow, status, (strain, time))
+
+    def step(self, n: int) -> bool:
+        """Run step ``n``; whether every point converged with finite outputs (its row of ``J`` then filled)."""
+        self.steps.run(n)
+        if not (np.isfinite(self.Yh[n]).all() and (self.conv is None or self.conv.all())):
+            return False
+        torch.index_select(self.Jrow, 2, self.cols, out=self.J[n])
+        return True
 
 
 def _row(y: torch.Tensor, axis, name: str, outs) -> torch.Tensor:

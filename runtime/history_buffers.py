@@ -257,9 +257,11 @@ class _CSteps:
         self.addr, self.row = table.ctypes.data, table.strides[0]
 
     @classmethod
-    def make(cls, model: Any, steps: int, inputs_at, outputs_at, variant: str, params) -> "_CSteps | None":
+    def make(cls, model: Any, steps: int, inputs_at, outputs_at, variant: str, params,
+             batch_shape: tuple[int, ...] | None = None) -> "_CSteps | None":
         """For a C model, else None (then each step is the model's call). Steps ``1 .. steps - 1``;
-        ``inputs_at(n)``: step ``n``'s inputs by name; ``outputs_at(n)``: its ``(Y, J, status)``."""
+        ``inputs_at(n)``: step ``n``'s inputs by name; ``outputs_at(n)``: its ``(Y, J, status)``;
+        ``batch_shape``: what the parameters broadcast against (default: the outputs' rows)."""
         if model.backend != "c":
             return None
         Y = outputs_at(1)[0]
@@ -267,7 +269,7 @@ class _CSteps:
         if batch == 0:
             return None
         with torch.no_grad():
-            P, _ = model._param_tensor(params or {}, torch.Size([batch]))
+            P, _ = model._param_tensor(params or {}, torch.Size(batch_shape or [batch]))
         P = P.contiguous()
         opts = model._solver_triple()
         words = []

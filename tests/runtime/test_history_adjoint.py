@@ -29,10 +29,15 @@ def _history(rng, steps=12, batch=3, scale=2e-3):
 
 
 def _both(monkeypatch, model, hist, leaves: dict, loss, **kw):
-    """(one node, per step): each a pair (outputs, gradients of ``loss`` by ``leaves``)."""
-    served = []
+    """(one node, per step): each a pair (outputs, gradients of ``loss`` by ``leaves``); ``served``
+    lists what ``run`` returned (None: it handed the run to the per-step path); on the C backend
+    steps 2 .. must have run on the entry point directly (``_Direct``)."""
+    served, direct = [], []
     run = history_adjoint.run
     monkeypatch.setattr(history_adjoint, "run", lambda *a: served.append(run(*a)) or served[-1])
+    make = history_adjoint._Direct.make.__func__
+    monkeypatch.setattr(history_adjoint._Direct, "make",
+                        classmethod(lambda cls, *a: direct.append(make(cls, *a)) or direct[-1]))
     out = []
     for refuse in (False, True):
         for v in leaves.values():
@@ -43,6 +48,8 @@ def _both(monkeypatch, model, hist, leaves: dict, loss, **kw):
             r = simulate(model, hist, **kw)
             loss(r).backward()
         out.append((r, {k: v.grad.clone() for k, v in leaves.items()}))
+    if served and served[0] is not None and len(hist["time"]) > 4:
+        assert (direct[0] is not None) == (model.backend == "c")
     return out[0], out[1], served
 
 
