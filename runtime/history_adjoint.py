@@ -21,8 +21,9 @@ converges, a fixed recursion. :func:`run` does that recursion directly:
   and the initial state's gradient is ``lambda_0 + dL/dy_0`` on its columns.
 
 It serves runs with every point converging at every step, parameters that are numbers, tensors or
-TypedTensors over one named dim (a population of samples: batch (points, samples)), no
-``checkpoint=`` and no ``sensitivities=``; anything else (and a run in which a point fails, found in
+TypedTensors over one named dim (a population of samples: batch (points, samples)), and no
+``sensitivities=``; with ``checkpoint=`` it keeps no Jacobian and the backward computes each step's
+again from the recorded outputs (``recompute``: memory the outputs' only); anything else (and a run in which a point fails, found in
 the forward: then the per-step path runs it from the start) is :func:`simulate`'s per-step path,
 whose numbers these are (tested: values bit for bit, gradients to round-off, and against central
 differences in tests/runtime/test_history_grad.py).
@@ -38,17 +39,19 @@ from modelc.runtime import autograd
 from modelc.runtime.driver import STRAIN, TIME
 
 
-def applies(params: Mapping[str, Any], checkpoint: Any, sensitivities: Any) -> bool:
+def applies(params: Mapping[str, Any], sensitivities: Any) -> bool:
     """Whether :func:`run` may serve a :func:`simulate` call (before the forward shows whether
     every point converges and what batch the parameters bring)."""
-    return checkpoint is None and not sensitivities and torch.is_grad_enabled()
+    return not sensitivities and torch.is_grad_enabled()
 
 
 def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[str, torch.Tensor],
-        params: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+        params: dict[str, Any], recompute: bool = False) -> dict[str, torch.Tensor] | None:
     """:func:`simulate`'s result for these arguments (as its per-step path computes it), or None
     when nothing requires grad, a point fails at some step, or parameters over named dims bring
-    more than one named dim after the points (the caller then takes that path)."""
+    more than one named dim after the points (the caller then takes that path). ``recompute``
+    (``simulate(..., checkpoint=k)``): keep no Jacobian; the backward computes each step's again
+    from the recorded outputs (one more forward, memory the outputs' only)."""
     from modelc.runtime.tensors import TypedTensor
 
     named = {k: v for k, v in params.items() if isinstance(v, TypedTensor)}
@@ -62,12 +65,27 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
     ny = axis.size
     derivatives = "total" if leaves else True  # (what the per-step node asks for)
     olds = [n for n in ins if n.startswith("old_state/")]
-    Y = J = cols = None
+    Y = J = cols = plain = bs = None
     names = ("points",) if named else None
 
     def value(name: str, v: torch.Tensor):
         return TypedTensor(v, model.input_axis.type_of(name), batch_names=names if name in olds
                            else ("points",)) if named else v
+
+    def call(n: int):
+        """The model's call of step ``n``, its old state read from the recorded row ``n - 1``."""
+        inputs = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+        for name in olds:
+            out = "state/" + name[len("old_state/"):]
+            inputs[name] = state[out].detach() if n == 1 else _row(Y[n - 1], axis, out, outs)
+        if Y is None or not named:
+            return model({name: value(name, inputs[name]) for name in ins}, derivatives, **params)
+        # the batch is known: plain tensors aligned as the named call aligned them
+        return model({name: v if name in olds else v.reshape(points, 1, *v.shape[1:]).expand(*bs, *v.shape[1:])
+                      for name, v in inputs.items() if name in ins}, derivatives, **plain)
+
+    def columns(r) -> torch.Tensor:
+        return r.jacobian.tensor.reshape(-1, ny, r.jacobian.tensor.shape[-1]).index_select(2, cols)
 
     direct = None
     with torch.no_grad():
@@ -76,24 +94,15 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
                 if not direct.step(n):
                     return None
                 continue
-            inputs = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
-            for name in olds:
-                out = "state/" + name[len("old_state/"):]
-                inputs[name] = state[out].detach() if n == 1 else _row(Y[n - 1], axis, out, outs)
-            if Y is None or not named:
-                r = model({name: value(name, inputs[name]) for name in ins}, derivatives, **params)
-            else:  # the batch is known: plain tensors aligned as the named call aligned them
-                r = model({name: v if name in olds else v.reshape(points, 1, *v.shape[1:]).expand(*bs, *v.shape[1:])
-                           for name, v in inputs.items() if name in ins}, derivatives, **plain)
-            bs = r.outputs.batch_shape
+            r = call(n)
             y = r.outputs.tensor
             ok = torch.isfinite(y).all()
             if r.status is not None:
                 ok &= r.status.converged.all()
             if not bool(ok):
                 return None
-            jac = r.jacobian
             if Y is None:  # the batch (points, and a named dim the parameters bring), the columns
+                bs = r.outputs.batch_shape
                 if named and (r.batch_names is None or len(bs) != 2 or r.batch_names[0] != "points"
                               or any(v.batch_names != r.batch_names[1:] for v in named.values())):
                     return None  # (several named dims, or a parameter over more than one)
@@ -104,17 +113,27 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
                     a, b = axis.span(name)
                     v = state[name].detach().reshape(points, *([1] * (len(bs) - 1)), b - a)
                     Y[0, ..., a:b] = v.expand(*bs, b - a)
-                col = jac.col_axis
+                col = r.jacobian.col_axis
                 spans = [col.span(name) for name in olds] + [col.span(name) for name, _ in leaves]
                 cols = torch.cat([torch.arange(a, b) for a, b in spans]).to(model.device)
-                J = torch.empty((steps, y.numel() // ny, ny, len(cols)), dtype=model.dtype, device=model.device)
+                if not recompute:
+                    J = torch.empty((steps, y.numel() // ny, ny, len(cols)), dtype=model.dtype, device=model.device)
             Y[n] = y
-            J[n] = jac.tensor.reshape(-1, ny, jac.tensor.shape[-1]).index_select(2, cols)
+            if J is not None:
+                J[n] = columns(r)
             if n == 1 and steps > 4:
                 direct = _Direct.make(model, ins, outs, strain, time, Y, J, cols, derivatives,
-                                      plain if named else params, tuple(bs))
+                                      plain if named else params, tuple(bs), recompute)
+
+    def jacobian_at(n: int) -> torch.Tensor:
+        """Step ``n``'s Jacobian columns again, from the recorded outputs (``recompute``)."""
+        with torch.no_grad():
+            if direct is not None and n >= 2:
+                return direct.recompute(n)
+            return columns(call(n))
+
     layout = _Layout(model, outs, olds, leaves, starts, tuple(Y.shape[1:-1]), set(named))
-    layout.Y, layout.J = Y, J
+    layout.Y, layout.J, layout.jacobian_at = Y, J, jacobian_at
     Yg = _History.apply(layout, *[v for _, v in leaves], *[v for _, v in starts])
     result = {}
     for name, shape in outs.items():
@@ -129,24 +148,26 @@ class _Direct:
     words (:class:`~modelc.runtime.history_buffers._CSteps`) over the inputs as contiguous rows of
     the history (the strain and time tiled over a named dim once), the old state read from the
     previous row of ``Y``, the outputs written into its row, the Jacobian into a scratch block whose
-    needed columns are copied into ``J``, the status into scratch rows checked with numpy. Same
-    kernel, same values: the numbers of the model's call."""
+    needed columns are copied into ``J`` (or, with ``recompute``, computed again in the backward by
+    a second table writing into scratch outputs), the status into scratch rows checked with numpy.
+    Same kernel, same values: the numbers of the model's call."""
 
-    def __init__(self, steps_, Y2, J, cols, Jrow, status, held):
-        self.steps, self.Y2, self.J, self.cols, self.Jrow = steps_, Y2, J, cols, Jrow
-        self.status, self.held = status, held  # (held: the tiled strain and time the words point into)
+    def __init__(self, forward, again, Y2, J, cols, Jrow, status, held):
+        self.forward, self.again, self.Y2, self.J, self.cols, self.Jrow = forward, again, Y2, J, cols, Jrow
+        self.status, self.held = status, held  # (held: what the words point into)
         self.Yh = Y2.numpy()
         self.conv = None if status is None else status[0].numpy()
 
     @classmethod
-    def make(cls, model, ins, outs, strain, time, Y, J, cols, derivatives, params, bs) -> "_Direct | None":
+    def make(cls, model, ins, outs, strain, time, Y, J, cols, derivatives, params, bs,
+             recompute: bool) -> "_Direct | None":
         from modelc.runtime.history_buffers import _CSteps
 
         if model.backend != "c" or model.device.type != "cpu":
             return None
         request = model._derivative_request(derivatives)
         steps, ny = Y.shape[0], Y.shape[-1]
-        B = J.shape[1]
+        B = Y[0].numel() // ny
         Y2 = Y.reshape(steps, B, ny)
         if len(bs) > 1:  # the strain and time tiled over the named dim, as rows of B points
             def tile(v):
@@ -162,21 +183,33 @@ class _Direct:
                 given[name] = Y2[n - 1, :, a:b].reshape(B, *outs["state/" + name[len("old_state/"):]])
             return {name: given[name] for name in ins}
 
-        Jrow = torch.empty((B, *model._jacobian_shape(request[0])), dtype=model.dtype, device=model.device)
-        status = None if not model.IMPLICIT else (
-            torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=model.dtype))
-        steps_ = _CSteps.make(model, steps, inputs_at, lambda n: (Y2[n], Jrow, status), request[0], params, bs)
-        if steps_ is None:
+        Jrow = torch.empty((B, *model._jacobian_shape(request[0])), dtype=model.dtype)
+        status = None if not model.IMPLICIT else (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32),
+                                                  torch.empty(B, dtype=model.dtype))
+        forward = _CSteps.make(model, steps, inputs_at, lambda n: (Y2[n], Jrow, status), request[0], params, bs)
+        again = None
+        if forward is not None and recompute:
+            Yr = torch.empty((B, ny), dtype=model.dtype)
+            again = _CSteps.make(model, steps, inputs_at, lambda n: (Yr, Jrow, status), request[0], params, bs)
+            if again is None:
+                return None
+        if forward is None:
             return None
-        return cls(steps_, Y2, J, cols, Jrow, status, (strain, time))
+        return cls(forward, again, Y2, J, cols, Jrow, status, (strain, time))
 
     def step(self, n: int) -> bool:
         """Run step ``n``; whether every point converged with finite outputs (its row of ``J`` then filled)."""
-        self.steps.run(n)
+        self.forward.run(n)
         if not (np.isfinite(self.Yh[n]).all() and (self.conv is None or self.conv.all())):
             return False
-        torch.index_select(self.Jrow, 2, self.cols, out=self.J[n])
+        if self.J is not None:
+            torch.index_select(self.Jrow, 2, self.cols, out=self.J[n])
         return True
+
+    def recompute(self, n: int) -> torch.Tensor:
+        """Step ``n``'s Jacobian columns again (its outputs into scratch: the recorded row stays)."""
+        self.again.run(n)
+        return self.Jrow.index_select(2, self.cols)
 
 
 def _row(y: torch.Tensor, axis, name: str, outs) -> torch.Tensor:
@@ -218,7 +251,8 @@ class _History(torch.autograd.Function):
     def forward(ctx, layout: _Layout, *leaves):
         ctx.layout = layout
         ctx.save_for_backward(layout.J, *leaves)  # (saved as tensors are: hooks see J, as the per-step J)
-        Y, layout.J, layout.Y = layout.Y, None, None
+        ctx.jacobian_at = layout.jacobian_at  # (when J is None: each step's computed again)
+        Y, layout.J, layout.Y, layout.jacobian_at = layout.Y, None, None, None
         return Y
 
     @staticmethod
@@ -228,13 +262,15 @@ class _History(torch.autograd.Function):
         if gY is None:
             return (None,) * (1 + n_leaves)
         J, *leaves = ctx.saved_tensors
-        steps, B, ny = gY.shape[0], J.shape[1], J.shape[2]
-        gY = gY.to(J.dtype).reshape(steps, B, ny)
-        lam = torch.zeros((B, ny), dtype=J.dtype, device=J.device)
-        gp = torch.zeros((B, J.shape[-1] - L.n_old), dtype=J.dtype, device=J.device)
+        at = (lambda n: J[n]) if J is not None else ctx.jacobian_at
+        J1 = at(1)
+        steps, B, ny = gY.shape[0], J1.shape[0], J1.shape[1]
+        gY = gY.to(J1.dtype).reshape(steps, B, ny)
+        lam = torch.zeros((B, ny), dtype=J1.dtype, device=J1.device)
+        gp = torch.zeros((B, J1.shape[-1] - L.n_old), dtype=J1.dtype, device=J1.device)
         for n in range(steps - 1, 0, -1):
             lam = lam + gY[n]
-            v = (lam.unsqueeze(-1) * J[n]).sum(dim=1)  # (B, k): lambda_n^T J_n
+            v = (lam.unsqueeze(-1) * (J1 if n == 1 else at(n))).sum(dim=1)  # (B, k): lambda_n^T J_n
             gp += v[:, L.n_old:]
             lam = torch.zeros_like(lam).index_copy_(1, L.into, v[:, :L.n_old])
         lam = lam + gY[0]
