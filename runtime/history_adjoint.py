@@ -61,6 +61,8 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
     if not leaves and not starts:
         return None
     steps, points = strain.shape[0], strain.shape[1]
+    if steps < 2 or points == 0:  # (histories are checked to have both; kept for direct callers)
+        return None
     axis = model.output_axis
     ny = axis.size
     derivatives = "total" if leaves else True  # (what the per-step node asks for)

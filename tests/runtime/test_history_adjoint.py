@@ -181,3 +181,4 @@ def test_checkpoint_keeps_no_jacobian_and_computes_it_again(monkeypatch, backend
     assert torch.equal(slow["state/S"].detach(), kept["state/S"].detach())
     torch.testing.assert_close(g_again, g_slow, rtol=1e-12, atol=0)
     assert float(g_slow) != 0
+
