@@ -41,24 +41,32 @@ from modelc.runtime.driver import STRAIN, TIME
 
 def applies(params: Mapping[str, Any], sensitivities: Any) -> bool:
     """Whether :func:`run` may serve a :func:`simulate` call (before the forward shows whether
-    every point converges and what batch the parameters bring)."""
-    return not sensitivities and torch.is_grad_enabled()
+    every point converges, what batch the parameters bring and whether anything requires grad)."""
+    return torch.is_grad_enabled() or bool(sensitivities)
 
 
 def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[str, torch.Tensor],
-        params: dict[str, Any], recompute: bool = False) -> dict[str, torch.Tensor] | None:
+        params: dict[str, Any], recompute: bool = False,
+        sensitivities: tuple[str, ...] = ()) -> dict[str, torch.Tensor] | None:
     """:func:`simulate`'s result for these arguments (as its per-step path computes it), or None
     when nothing requires grad, a point fails at some step, or parameters over named dims bring
     more than one named dim after the points (the caller then takes that path). ``recompute``
     (``simulate(..., checkpoint=k)``): keep no Jacobian; the backward computes each step's again
-    from the recorded outputs (one more forward, memory the outputs' only)."""
+    from the recorded outputs (one more forward, memory the outputs' only). ``sensitivities``
+    (scalar parameter names, nothing requiring grad): no autograd node; d outputs / d parameter at
+    every step, carried forward from the recorded Jacobian columns (:func:`_forward_sensitivities`)."""
     from modelc.runtime.tensors import TypedTensor
 
     named = {k: v for k, v in params.items() if isinstance(v, TypedTensor)}
-    leaves = autograd._leaves(model, {}, params)  # the parameters that require grad (plain values)
-    leaves += [(k, v.data) for k, v in named.items() if v.data.requires_grad]  # (over named dims)
-    starts = [(n, v) for n, v in state.items() if v.requires_grad]
-    if not leaves and not starts:
+    leaves = autograd._leaves(model, {}, params) if torch.is_grad_enabled() else []  # (require grad)
+    leaves += [(k, v.data) for k, v in named.items() if v.data.requires_grad and torch.is_grad_enabled()]
+    starts = [(n, v) for n, v in state.items() if v.requires_grad and torch.is_grad_enabled()]
+    if sensitivities:
+        if leaves or starts or named:  # (both a graph and sensitivities: the per-step path)
+            return None
+        leaves = [(name, None) for name in sensitivities]  # the columns to record
+        recompute = False  # (their Jacobian is what is carried forward)
+    elif not leaves and not starts:
         return None
     steps, points = strain.shape[0], strain.shape[1]
     if steps < 2 or points == 0:  # (histories are checked to have both; kept for direct callers)
@@ -134,6 +142,8 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
                 return direct.recompute(n)
             return columns(call(n))
 
+    if sensitivities:
+        return _forward_sensitivities(model, outs, olds, sensitivities, Y, J)
     layout = _Layout(model, outs, olds, leaves, starts, tuple(Y.shape[1:-1]), set(named))
     layout.Y, layout.J, layout.jacobian_at = Y, J, jacobian_at
     Yg = _History.apply(layout, *[v for _, v in leaves], *[v for _, v in starts])
@@ -212,6 +222,41 @@ class _Direct:
         """Step ``n``'s Jacobian columns again (its outputs into scratch: the recorded row stays)."""
         self.again.run(n)
         return self.Jrow.index_select(2, self.cols)
+
+
+def _forward_sensitivities(model, outs, olds, names, Y, J) -> dict[str, torch.Tensor]:
+    """The outputs and ``d(<output>)/d(<parameter>)`` (steps, batch, *base) of a recorded history:
+    ``D_n = J_n[:, :, parameters] + sum over old state x of J_n[:, :, old x] D_{n-1}[x's rows]``,
+    from ``D_0 = 0``, the same products in the same order as the per-step path's
+    (``history_grad._Sensitivities``): the same numbers."""
+    axis = model.output_axis
+    steps, B, ny, k = J.shape
+    npar = len(names)
+    at, a = {}, 0  # each old-state input's columns in J's selection
+    for name in olds:
+        size = axis.span("state/" + name[len("old_state/"):])
+        at[name] = (a, a + size[1] - size[0])
+        a += size[1] - size[0]
+    order = [(o, "old_" + o) for o in outs if "old_" + o in at]  # (the per-step path's order)
+    D = torch.zeros((B, ny, npar), dtype=J.dtype, device=J.device)
+    rows = [D]
+    for n in range(1, steps):
+        Dn = J[n][:, :, k - npar:].clone()
+        for o, old in order:
+            c0, c1 = at[old]
+            ya, yb = axis.span(o)
+            Dn += torch.bmm(J[n][:, :, c0:c1], D[:, ya:yb, :])
+        D = Dn
+        rows.append(D)
+    S = torch.stack(rows)
+    result = {}
+    for o, base in outs.items():
+        a, b = axis.span(o)
+        result[o] = Y[..., a:b].reshape(*Y.shape[:-1], *base)
+        for i, p in enumerate(names):
+            result[f"d({o})/d({p})"] = S[:, :, a:b, i].reshape(steps, B, *base)
+    result["converged"] = torch.ones(Y.shape[:-1], dtype=torch.bool, device=Y.device)
+    return result
 
 
 def _row(y: torch.Tensor, axis, name: str, outs) -> torch.Tensor:

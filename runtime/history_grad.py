@@ -71,7 +71,8 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
     if history_adjoint.applies(params, sensitivities):  # the whole history as one node
-        done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None)
+        done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
+                                   sensitivities=tuple(sens.names) if sens is not None else ())
         if done is not None:
             return done
     step = _Stepper(model, ins, outs, strain, time, params, sens)

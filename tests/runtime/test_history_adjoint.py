@@ -182,3 +182,32 @@ def test_checkpoint_keeps_no_jacobian_and_computes_it_again(monkeypatch, backend
     torch.testing.assert_close(g_again, g_slow, rtol=1e-12, atol=0)
     assert float(g_slow) != 0
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_sensitivities_from_the_recorded_history(monkeypatch, backend):
+    """``sensitivities=`` (what ``modelc run --sensitivities`` writes): carried forward from the
+    recorded Jacobian columns, the per-step path's numbers bit for bit, and the adjoint gradient of
+    a weighted sum of an output (an independent route: the one-node backward)."""
+    from modelc.generated import perzyna_iso
+
+    rng = np.random.default_rng()
+    hist = _history(rng, steps=9, batch=3)
+    model = perzyna_iso.Model(backend=backend)
+    served = []
+    run = history_adjoint.run
+    monkeypatch.setattr(history_adjoint, "run", lambda *a, **k: served.append(run(*a, **k)) or served[-1])
+    with torch.no_grad():
+        fast = simulate(model, hist, params={"K": 1500.0}, sensitivities=["sigma_y", "K"])
+        with monkeypatch.context() as mp:
+            mp.setattr(history_adjoint, "applies", lambda *a: False)
+            slow = simulate(model, hist, params={"K": 1500.0}, sensitivities=["sigma_y", "K"])
+    assert served and served[0] is not None
+    assert sorted(fast) == sorted(slow) and "d(state/S)/d(sigma_y)" in fast
+    for k in slow:
+        assert torch.equal(fast[k], slow[k]), k
+    assert float(fast["d(state/internal/ep)/d(sigma_y)"].abs().max()) > 0
+    w = torch.as_tensor(rng.normal(size=(9, 3)))
+    sy = torch.tensor(float(model.params.sigma_y), dtype=torch.float64, requires_grad=True)
+    (simulate(model, hist, params={"K": 1500.0, "sigma_y": sy})["state/internal/ep"] * w).sum().backward()
+    torch.testing.assert_close((fast["d(state/internal/ep)/d(sigma_y)"] * w).sum(), sy.grad, rtol=1e-11, atol=0)
