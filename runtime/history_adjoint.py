@@ -20,17 +20,20 @@ converges, a fixed recursion. :func:`run` does that recursion directly:
 
   and the initial state's gradient is ``lambda_0 + dL/dy_0`` on its columns.
 
-It serves runs with every point converging at every step, parameters that are numbers, tensors or
-TypedTensors over one named dim (a population of samples: batch (points, samples)), and no
-``sensitivities=``; with ``checkpoint=`` it keeps no Jacobian and the backward computes each step's
-again from the recorded outputs (``recompute``: memory the outputs' only); anything else (and a run in which a point fails, found in
-the forward: then the per-step path runs it from the start) is :func:`simulate`'s per-step path,
-whose numbers these are (tested: values bit for bit, gradients to round-off, and against central
-differences in tests/runtime/test_history_grad.py).
+It serves runs with every point converging at every step and parameters that are numbers, tensors
+or TypedTensors over one named dim (a population of samples: batch (points, samples)). With
+``checkpoint=`` it keeps no Jacobian and the backward computes each step's again from the recorded
+outputs (``recompute``: memory the outputs' only). With ``sensitivities=`` (nothing requiring grad)
+it makes no node: d outputs / d parameter are carried forward from the recorded Jacobian columns.
+Anything else (and a run in which a point fails, found in the forward: then the per-step path runs
+it from the start) is :func:`simulate`'s per-step path, whose numbers these are (tested: values and
+sensitivities bit for bit, gradients to round-off, and against central differences in
+tests/runtime/test_history_grad.py). On the C backend the forward's steps 2 .. run the entry point
+directly on precomputed arguments (:class:`_Direct`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +42,7 @@ from modelc.runtime import autograd
 from modelc.runtime.driver import STRAIN, TIME
 
 
-def applies(params: Mapping[str, Any], sensitivities: Any) -> bool:
+def applies(sensitivities: Any) -> bool:
     """Whether :func:`run` may serve a :func:`simulate` call (before the forward shows whether
     every point converges, what batch the parameters bring and whether anything requires grad)."""
     return torch.is_grad_enabled() or bool(sensitivities)

@@ -70,7 +70,7 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     sens = _Sensitivities(model, sensitivities, outs) if sensitivities else None
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
-    if history_adjoint.applies(params, sensitivities):  # the whole history as one node
+    if history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
                                    sensitivities=tuple(sens.names) if sens is not None else ())
         if done is not None:
