@@ -130,35 +130,37 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
             ok &= status[0][n].all()
         return bool(ok)
 
+    # the steps with stress-controlled components (known up front: no device sync per step)
+    controlled = [False] * steps if control is None else control.mask.reshape(steps, -1).any(dim=1).tolist()
     stop = steps
     for n in range(1, steps):
-        inputs = inputs_at(n)
-        old_forces = {_driver.STRAIN: strain[n - 1]} if substeps else None
         st = None if status is None else (status[0][n], status[1][n], status[2][n])
 
-        def regular() -> None:  # the model's call, into row n
-            _driver.call_model(model, inputs, False, params, old_forces, out=result_over(model, Y[n], st))
+        def call(derivatives, out=None):  # the model's call of step n (its inputs made here only)
+            old_forces = {_driver.STRAIN: strain[n - 1]} if substeps else None
+            return _driver.call_model(model, inputs_at(n), derivatives, params, old_forces, out=out)
 
         tangent = None
-        ctrl = None if control is None else control.mask[n]
-        if ctrl is not None and bool(ctrl.any()):  # solve for the stress-controlled strain
-            E, its, met, tangent = mixed.step(n, strain, inputs, old_forces, ctrl, Y[n], st, n in want)
+        if controlled[n]:  # solve for the stress-controlled strain
+            old_forces = {_driver.STRAIN: strain[n - 1]} if substeps else None
+            E, its, met, tangent = mixed.step(n, strain, inputs_at(n), old_forces, control.mask[n], Y[n], st,
+                                              n in want)
             ok = finished(n) and bool(met.all())
             if ok:
                 strain[n], ctl_its[n] = E, its
         elif n in want:  # a fresh result with the tangent: its outputs and status copied into row n
-            result = _driver.call_model(model, inputs, _driver.tangent_request(model), params, old_forces)
+            result = call(_driver.tangent_request(model))
             _copy_result(result, Y[n], st)
             tangent = _driver.tangent_block(result, _driver.STRESS, _driver.STRAIN).to(dtype)
             ok = finished(n)
-        elif direct is not None:
+        elif direct is not None:  # no tensor made: the entry point on row n of the words
             direct.run(n)
             ok = finished(n)
             if not ok and model.on_failure == "substep":  # the call sub-steps what failed
-                regular()
+                call(False, out=result_over(model, Y[n], st))
                 ok = finished(n)
         else:
-            regular()
+            call(False, out=result_over(model, Y[n], st))
             ok = finished(n)
         if not ok:  # the driver takes over from this step
             stop = n
@@ -178,12 +180,12 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
 
 
 def _copy_result(result: Any, Y: torch.Tensor, status) -> None:
-    """A result's outputs and status into row buffers."""
-    Y.copy_(result.outputs.tensor.reshape(Y.shape))
-    if status is not None:
-        for dst, value in zip(status, (result.status.converged, result.status.iterations,
-                                       result.status.residual_norm)):
-            dst.copy_(value.reshape(dst.shape))
+    """A result's outputs and status into row buffers (``model._copy_into``, as ``out=`` copies)."""
+    from modelc.runtime.model import _copy_into
+
+    st = result.status
+    _copy_into(callpath.Buffers(Y, None, status), result.outputs.tensor, None,
+               None if st is None else (st.converged, st.iterations, st.residual_norm))
 
 
 class _Mixed:
@@ -218,8 +220,8 @@ class _Mixed:
         """Solve step ``n``: (strain, control iterations, targets met, tangent if ``want``), with the
         outputs and status of the solved strain written into ``Yn`` and ``st``."""
         c = self.control
-        alive = torch.ones(self.batch, dtype=torch.bool, device=strain.device)
         if self.direct is None:
+            alive = torch.ones(self.batch, dtype=torch.bool, device=strain.device)
             step = _driver._mixed_step(self.model, inputs, strain, c.targets[n], ctrl, n, alive, self.params,
                                        old_forces, self.batch, c.options, c.scale)
             _copy_result(step.result, Yn, st)
@@ -231,8 +233,7 @@ class _Mixed:
             self.direct.run(n)
             return None, self.S, self.J, self.ok
 
-        guess = torch.where(ctrl, strain[n - 1], strain[n])
-        guess = torch.where(alive.unsqueeze(-1), guess, torch.zeros_like(guess))  # (as the driver's)
+        guess = torch.where(ctrl, strain[n - 1], strain[n])  # (the driver's; every point is alive here)
         step = solve_mixed(evaluate, guess, c.targets[n], ctrl, c.options, c.scale)
         Yn.copy_(self.Y)
         if st is not None:
