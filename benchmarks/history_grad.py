@@ -3,7 +3,9 @@ node (:mod:`modelc.runtime.history_adjoint`) against the same call building one 
 (the path it takes with ``checkpoint=`` or when a point fails), on the calibration example's
 problem: j2_voce_af, its four loadings (``examples/calibrate_j2_voce_af.py``), every parameter
 requiring grad, over a named ``samples`` dim, the example's loss. Forward and backward timed
-separately; best of ``--rounds``, the two routes interleaved; 1 thread, float64, C backend.
+separately; also the forward sensitivities of three parameters for the first material (what
+``modelc run --sensitivities`` computes). Best of ``--rounds``, the two routes interleaved; 1 thread,
+float64, C backend.
 
     python -m benchmarks.history_grad                     # 120 steps, 2 samples
     python -m benchmarks.history_grad --steps 400 --samples 8
@@ -59,15 +61,33 @@ def measure(steps: int, samples: int, rounds: int) -> dict:
             history_adjoint.applies = applies
         return t1 - t0, t2 - t1, torch.cat([v.grad for v in theta.values()])
 
+    def sens(one_node: bool) -> tuple[float, dict]:  # forward sensitivities (modelc run --sensitivities)
+        history_adjoint.applies = applies if one_node else (lambda *a: False)
+        try:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = simulate(model, plain_hist, params=first, sensitivities=list(ex.NAMES[2:5]))
+            return time.perf_counter() - t0, out
+        finally:
+            history_adjoint.applies = applies
+
+    from modelc.runtime import simulate
+
+    plain_hist = {k: v for k, v in hist.items()}
+    first = {k: float(v[0]) for k, v in true.items()}  # (one material: sensitivities take no named dims)
+    s1, s2 = sens(True)[1], sens(False)[1]
+    for k in s2:  # the same numbers both ways
+        torch.testing.assert_close(s1[k], s2[k], rtol=0, atol=0)
     g1, g2 = once(True)[2], once(False)[2]  # (warm) the same gradient both ways
     torch.testing.assert_close(g1, g2, rtol=1e-9, atol=1e-12 * float(g2.abs().max()))
-    best = {k: [float("inf"), float("inf")] for k in ("one-node", "per-step")}
+    best = {k: [float("inf"), float("inf"), float("inf")] for k in ("one-node", "per-step")}
     for r in range(rounds):
         for k in (("one-node", "per-step") if r % 2 == 0 else ("per-step", "one-node")):
             f, b, _ = once(k == "one-node")
-            best[k] = [min(best[k][0], f), min(best[k][1], b)]
+            t = sens(k == "one-node")[0]
+            best[k] = [min(best[k][0], f), min(best[k][1], b), min(best[k][2], t)]
     return {"steps": steps, "samples": samples, "points": 4 * samples,
-            "seconds": {k: {"forward": v[0], "backward": v[1]} for k, v in best.items()}}
+            "seconds": {k: {"forward": v[0], "backward": v[1], "sensitivities": v[2]} for k, v in best.items()}}
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -83,12 +103,16 @@ def main(argv: list[str] | None = None) -> Path:
     recs = [measure(s, a.samples, a.rounds) for s in a.steps]
     info = machine_info(torch.device("cpu"))
     lines = ["| steps | points (4 loadings x samples) | one node: forward, backward (ms) | per step: forward, "
-             "backward (ms) | per step / one node (forward + backward) |", "|---|---|---|---|---|"]
+             "backward (ms) | per step / one node (forward + backward) | sensitivities, 4 points x 3 "
+             "parameters: one node, per step (ms) | per step / one node (sensitivities) |",
+             "|---|---|---|---|---|---|---|"]
     for r in recs:
         o, p = r["seconds"]["one-node"], r["seconds"]["per-step"]
         lines.append(f"| {r['steps']} | {r['points']} | {1e3 * o['forward']:.1f}, {1e3 * o['backward']:.1f} | "
                      f"{1e3 * p['forward']:.1f}, {1e3 * p['backward']:.1f} | "
-                     f"{(p['forward'] + p['backward']) / (o['forward'] + o['backward']):.2f} |")
+                     f"{(p['forward'] + p['backward']) / (o['forward'] + o['backward']):.2f} | "
+                     f"{1e3 * o['sensitivities']:.1f}, {1e3 * p['sensitivities']:.1f} | "
+                     f"{p['sensitivities'] / o['sensitivities']:.2f} |")
         print(lines[-1], flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

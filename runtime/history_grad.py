@@ -18,6 +18,11 @@ memory grows with k instead of with the number of steps, for one more forward pa
 Forward sensitivities (``sensitivities=``): d output / d parameter at every step, carried forward
 with the same per-step derivatives (``dY_n/dp = J_n,old_state dY_{n-1}/dp + J_n,p``), without a
 graph: what ``modelc run --sensitivities`` writes.
+
+What is described above is the per-step path. When every point converges (and for the parameter
+layouts it serves), :mod:`modelc.runtime.history_adjoint` runs the same history as one autograd
+node instead: the same numbers, the recursion written out (and ``checkpoint=`` keeping no
+Jacobian at all); this module's steps run whenever it hands a run back.
 """
 from __future__ import annotations
 

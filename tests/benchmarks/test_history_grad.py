@@ -21,5 +21,6 @@ def test_a_run_writes_its_report(tmp_path):
     rec = json.loads(path.read_text())["records"][0]
     assert rec["steps"] == 15 and rec["points"] == 8
     assert set(rec["seconds"]) == {"one-node", "per-step"}
+    assert all(set(r) == {"forward", "backward", "sensitivities"} for r in rec["seconds"].values())
     assert all(v > 0 for r in rec["seconds"].values() for v in r.values())
     assert "| 15 | 8 |" in path.with_suffix(".md").read_text()
