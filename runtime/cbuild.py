@@ -12,6 +12,13 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   (8, or 16 for a model with a Newton solve on an AVX-512 CPU in double); for a module with baked
   parameters (``BAKED``), ``-DMC_BAKED_FLAGS``/``-DMC_BAKED_VALUES`` with their values
   (:func:`baked_flags`: one library per set of values).
+  A source with a Newton solve (``#define MC_NEWTON 1``) also gets :data:`NEWTON_FLAGS` when the
+  probe accepts them (GCC): the instruction scheduler before register allocation, aware of register
+  pressure. It reorders instructions and changes no arithmetic (the numbers are the same bit for
+  bit, tested). Newton blocks are 16 points of two AVX-512 vectors a value, and their tangents
+  spilled heavily; 1 thread, float64, 1e5 points, interleaved: j2_voce_af value and tangent 8%
+  faster, perzyna_iso's tangent 5%, the coupled twins 3-12%. A closed form (j2_linear_iso,
+  j2_perfect) ran 6-12% slower with them, so it does not get them (docs/backends.md).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **header**: a generated source includes ``modelc_kernel.h`` (what every model's source shares,
@@ -64,6 +71,9 @@ BASE_FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-
 _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n" \
          "for (int i = 0; i < n; ++i) s += i; return s; }\n"
 DEFAULT_LANES = 0  # the source's own choice of points per block (no -DMC_W)
+#: flags a source with a Newton solve adds when the compiler takes them (see the module docstring)
+NEWTON_FLAGS = ("-fschedule-insns", "-fsched-pressure")
+_NEWTON = re.compile(r"^#define MC_NEWTON 1$", re.M)
 #: calls that read and write more bytes than this fraction of the largest cache (inputs, parameters,
 #: outputs and Jacobian) write their outputs with streaming stores (``MC_STREAM``): beyond it, a call
 #: repeated on the same arrays no longer finds them in cache and regular stores pay a read for
@@ -82,6 +92,7 @@ class Compiler:
     version: str
     flags: tuple[str, ...]
     target: str = ""  # what -march=native means on this machine (a hash of the predefined macros)
+    newton_flags: tuple[str, ...] = ()  # NEWTON_FLAGS where the compiler takes them, else ()
 
 
 def find_compiler() -> str:
@@ -121,8 +132,9 @@ def _compiler_info(path: str, extra: str) -> Compiler:
         if _try(path, flags + ["-march=native"], src, Path(tmp) / "native.so", load=True):
             flags.append("-march=native")
             target = _native_target(path)
+        newton = NEWTON_FLAGS if _try(path, flags + ["-Werror", *NEWTON_FLAGS], src, Path(tmp) / "sched.so") else ()
     flags += extra.split()
-    return Compiler(path, version, tuple(flags), target)
+    return Compiler(path, version, tuple(flags), target, tuple(newton))
 
 
 def _native_target(cc: str) -> str:
@@ -362,7 +374,8 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     bake = baked_flags(baked)
-    flags = list(cc.flags) + (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
+    flags = list(cc.flags) + (list(cc.newton_flags) if _NEWTON.search(source) else []) + \
+        (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
         ([f"-DMC_W={lanes}"] if lanes else []) + bake + ([f"-DMC_PART={part}"] if part is not None else [])
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]
     tag = ("f32" if dtype == torch.float32 else "f64") + ("" if lanes == DEFAULT_LANES else f"-w{lanes}") + \

@@ -195,3 +195,58 @@ def test_a_source_in_parts_builds_each_part_on_first_use_with_the_same_bits(tmp_
         if variant == "tangent":  # part 1 not built yet
             assert len(list((tmp_path / "c").glob("parts-*.so"))) == 1
     assert sorted(p.name[-6:] for p in (tmp_path / "c").glob("parts-*.so")) == ["-p0.so", "-p1.so"]
+
+
+def test_newton_flags_go_to_newton_sources_only(tmp_path):
+    """A source with a Newton solve is built with the compiler's NEWTON_FLAGS (when it takes them),
+    a closed form without; the flags are part of the cache key through the flag list."""
+    from modelc.generated import j2_linear_iso, perzyna_iso
+
+    cc = cbuild.compiler()
+    assert cc.newton_flags in ((), cbuild.NEWTON_FLAGS)
+    _, newton = cbuild.library_path(perzyna_iso.C_SOURCE, "n", torch.float64, tmp_path)
+    _, closed = cbuild.library_path(j2_linear_iso.C_SOURCE, "c", torch.float64, tmp_path)
+    assert "#define MC_NEWTON 1" in perzyna_iso.C_SOURCE and "#define MC_NEWTON 0" in j2_linear_iso.C_SOURCE
+    assert all(f in newton for f in cc.newton_flags)
+    assert not any(f in closed for f in cbuild.NEWTON_FLAGS)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_newton_flags_change_no_number(tmp_path, dtype):
+    """The scheduler flags reorder instructions only: j2_voce_af (a Newton solve with an exp) built
+    with and without them gives the same bits for every entry point, on fresh random points of
+    which most iterate."""
+    from modelc.generated import j2_voce_af
+
+    cc = cbuild.compiler()
+    if not cc.newton_flags:
+        pytest.skip(f"{cc.version}: the compiler does not take {' '.join(cbuild.NEWTON_FLAGS)}")
+    src = cheader.standalone(j2_voce_af.C_SOURCE)
+    libs = []
+    for tag, drop in (("with", ()), ("without", cc.newton_flags)):
+        path, flags = cbuild.library_path(src, f"sched-{tag}", dtype, tmp_path)
+        assert all(f in flags for f in cc.newton_flags)
+        cbuild.build(src, path, [f for f in flags if f not in drop])
+        libs.append(cbuild.CLibrary(path, dtype, cbuild.default_lanes()))
+    m = j2_voce_af.Model(backend="torch", dtype=dtype)
+    B, g = 1000, torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    names = [v.name for v in j2_voce_af.Model.INPUTS]
+    sizes = [m.input_axis.storage_size(n) for n in names]
+    inputs = [(2e-3 * torch.randn(B, k, generator=g, dtype=torch.float64)).to(dtype) for k in sizes]
+    inputs[names.index("forces/t")] = torch.full((B, 1), 0.5, dtype=dtype)
+    inputs[names.index("old_forces/t")] = torch.zeros(B, 1, dtype=dtype)
+    P = m._param_tensor({}, torch.Size([1]))[0]
+    for variant in ("value", "tangent", "jacobian", "total"):
+        got = []
+        for library in libs:
+            Y = torch.empty(B, m.output_axis.size, dtype=dtype)
+            J = None if variant == "value" else torch.empty(B, *m._jacobian_shape(variant), dtype=dtype)
+            st = (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=dtype))
+            library(inputs, P, Y, J, st, variant=variant)
+            got.append([Y, st[1], st[2]] + ([J] if J is not None else []))
+        for a, b in zip(*got):  # bit for bit, NaN (a point that failed) included
+            assert torch.equal(a.view(torch.int8) if a.is_floating_point() else a,
+                               b.view(torch.int8) if b.is_floating_point() else b), variant
+        assert float(got[0][1].gt(1).float().mean()) > 0.5  # most points iterated more than once
+        assert float(got[0][0].isfinite().all(1).float().mean()) > 0.9  # and converged
