@@ -120,14 +120,21 @@ def generate(folder, names):
 detach = tb._detach
 tb._detach = lambda program: False
 generate(f"{sys.argv[1]}/nodetach", sys.argv[3])
+chunk = tb.STORE_CHUNK
 tb._detach, tb.STORE_CHUNK = detach, 8
 generate(f"{sys.argv[1]}/chunk8", sys.argv[2])
+tb.STORE_CHUNK = chunk
+reload = tb._reload_after_newton  # the float64 Newton kernels without their inputs' second read
+tb._reload_after_newton = lambda *a: None
+generate(f"{sys.argv[1]}/noreload", "j2_voce_af perzyna_iso norton")
+tb._reload_after_newton = reload
 PY
     # 1. compile every kernel first, one process per model and dtype, 16 at a time (Triton's cache)
     models=${LIB_MODELS:-$(python3 -c "from benchmarks.gpu_kernels import MODELS; print(' '.join(MODELS))")}
     { for m in $RADIAL $TWINS; do for d in fp64 fp32; do echo "--models $m --dtypes $d --caps module"; done; done
       for m in $TWINS; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/nodetach --caps module 255"; done; done
       for m in $RADIAL; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/chunk8 --caps module"; done; done
+      for m in j2_voce_af perzyna_iso norton; do echo "--models $m --dtypes fp64 --modules $R/ab/noreload --caps module"; done
       for m in $models; do for d in fp64 fp32; do echo "--models $m --dtypes $d"; done; done; } \
       | timeout -s INT "${T_COMPILE:-120}" xargs -P 16 -L 1 python3 -m benchmarks.gpu_library --compile-only \
       2>&1 | tee -a $R/library.log
@@ -135,9 +142,11 @@ PY
     # 2. the A/Bs, each against the committed modules in the same minute (the modules' own caps; the
     #    twins without detach at 255 in float64, as the committed ones ask, and uncapped)
     t() { timeout -s INT "$1" python3 -m benchmarks.gpu_library --sizes 4000000 --out $R "${@:2}" 2>&1 | tee -a $R/library.log; }
-    t "${T_AB:-60}" --models $RADIAL $TWINS --caps module --tag gpu-ab-base
+    t "${T_AB:-60}" --models $RADIAL norton $TWINS --caps module --tag gpu-ab-base
     t "${T_AB:-60}" --models $RADIAL --modules $R/ab/chunk8 --caps module --tag gpu-ab-chunk8
     t "${T_AB:-60}" --models $TWINS --modules $R/ab/nodetach --caps module 255 --tag gpu-ab-nodetach
+    t "${T_AB:-60}" --models j2_voce_af perzyna_iso norton --dtypes fp64 --modules $R/ab/noreload --caps module \
+      --tag gpu-ab-noreload
     # 3. every library kernel under each register cap, each checked against the PyTorch backend
     t "${T_TIME:-150}" --models $models --tag gpu
     # 4. the library's Triton tests compiled and run on this GPU, when T_TESTS (seconds) is given

@@ -1334,6 +1334,15 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
+    def _mc_load(ptr, mask, zero):
+        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
+        p = ptr
+        for _ in range(0, zero + 1):
+            x = tl.load(p, mask=mask, other=0.0)
+            p += zero
+        return x
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1555,6 +1564,26 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
             old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
             old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
+        if DTYPE == tl.float64 and (V & 3) != 0:  # inputs read again (see _reload_after_newton)
+            _x9 = _mc_load(IN0 + row * in0_stride, mask, zero)  # one trip: see _Rows (detach)
+            old_state_internal_ep = _x9
+            _tile10 = _mc_load(IN1 + row[:, None] * in1_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            (
+                old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
+                old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
+            ) = _mc_cols8(_tile10, BLOCK)
+            _tile11 = _mc_load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            (
+                old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3,
+                old_state_internal_X_4, old_state_internal_X_5, _, _,
+            ) = _mc_cols8(_tile11, BLOCK)
+            _tile12 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
+                _tile12, BLOCK)
+            _x13 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+            forces_t = _x13
+            _x14 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+            old_forces_t = _x14
         cse_1 = (forces_E_1 - old_state_internal_Ep_1)
         cse_12 = (K1 * cse_1)
         cse_2 = (forces_E_2 - old_state_internal_Ep_2)
@@ -2600,7 +2629,7 @@ if triton is not None:
             d548 = (cse_494 * d450)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row9 = _mc_row32(
+            _row15 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0),
@@ -2609,9 +2638,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0), BLOCK)
-            _k10 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 21) * (7 * (V // 8)), _row9, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row11 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 21) * (7 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0),
@@ -2620,9 +2649,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0), BLOCK)
-            _k12 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 21) * (7 * (V // 8)), _row11, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row13 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 21) * (7 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0),
@@ -2631,9 +2660,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 21) * (7 * (V // 8)), _row13, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row15 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 21) * (7 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0),
@@ -2642,9 +2671,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 21) * (7 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row17 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 21) * (7 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d180, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d181, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d182, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d183, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d184, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d185, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d186, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d187, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d188, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d189, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d190, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d173, K0),
@@ -2653,9 +2682,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d233, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d234, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d235, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d236, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d237, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d238, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d269, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d270, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d271, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d272, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d273, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d274, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 21) * (7 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row19 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 21) * (7 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d197, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d198, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d199, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d200, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d201, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d202, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d192, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d239, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d240, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d241, K0),
@@ -2664,9 +2693,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d280, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d203, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d204, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d205, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d206, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d207, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d208, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d193, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d245, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d246, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 21) * (7 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row21 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 21) * (7 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row27 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d247, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d248, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d249, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d250, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d281, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d282, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d283, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d284, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d285, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d286, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d209, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d210, K0),
@@ -2675,9 +2704,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d252, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d253, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d254, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d255, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d256, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d287, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d288, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d289, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d290, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d291, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d292, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d215, K0), BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 21) * (7 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row23 = _mc_row32(
+            _k28 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 21) * (7 * (V // 8)), _row27, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row29 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d216, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d217, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d218, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d219, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d220, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d195, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d257, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d258, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d259, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d260, K0),
@@ -2686,9 +2715,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d221, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d222, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d223, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d224, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d225, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d226, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d196, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d263, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d264, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d265, K0), BLOCK)
-            _k24 = tl.arange(0, 32)[None, :] + 224
-            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 21) * (7 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row25 = _mc_row32(
+            _k30 = tl.arange(0, 32)[None, :] + 224
+            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 21) * (7 * (V // 8)), _row29, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row31 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d266, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d267, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d268, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d299, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d300, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d301, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d302, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d303, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d304, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d227, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d228, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d229, K0),
@@ -2697,9 +2726,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d314, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d315, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d316, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d317, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d318, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d319, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d320, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d321, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d322, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d323, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d306, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d307, K0), BLOCK)
-            _k26 = tl.arange(0, 32)[None, :] + 256
-            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 21) * (7 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row27 = _mc_row32(
+            _k32 = tl.arange(0, 32)[None, :] + 256
+            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 21) * (7 * (V // 8)), _row31, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row33 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d308, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d309, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d310, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d311, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0),
@@ -2708,9 +2737,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0), BLOCK)
-            _k28 = tl.arange(0, 32)[None, :] + 288
-            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 21) * (7 * (V // 8)), _row27, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row29 = _mc_row32(
+            _k34 = tl.arange(0, 32)[None, :] + 288
+            tl.store(J + row[:, None] * j_stride + _k34 + (_k34 // 21) * (7 * (V // 8)), _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row35 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0),
@@ -2719,9 +2748,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), BLOCK)
-            _k30 = tl.arange(0, 32)[None, :] + 320
-            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 21) * (7 * (V // 8)), _row29, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row31 = _mc_row32(
+            _k36 = tl.arange(0, 32)[None, :] + 320
+            tl.store(J + row[:, None] * j_stride + _k36 + (_k36 // 21) * (7 * (V // 8)), _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row37 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0),
@@ -2730,9 +2759,9 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0), BLOCK)
-            _k32 = tl.arange(0, 32)[None, :] + 352
-            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 21) * (7 * (V // 8)), _row31, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row33 = _mc_row32(
+            _k38 = tl.arange(0, 32)[None, :] + 352
+            tl.store(J + row[:, None] * j_stride + _k38 + (_k38 // 21) * (7 * (V // 8)), _row37, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row39 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0),
@@ -2741,12 +2770,12 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), BLOCK)
-            _k34 = tl.arange(0, 32)[None, :] + 384
-            tl.store(J + row[:, None] * j_stride + _k34 + (_k34 // 21) * (7 * (V // 8)), _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _k35 = tl.arange(0, 4)[None, :] + 416
-            tl.store(J + row[:, None] * j_stride + _k35 + (_k35 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k40 = tl.arange(0, 32)[None, :] + 384
+            tl.store(J + row[:, None] * j_stride + _k40 + (_k40 // 21) * (7 * (V // 8)), _row39, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _k41 = tl.arange(0, 4)[None, :] + 416
+            tl.store(J + row[:, None] * j_stride + _k41 + (_k41 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _row36 = _mc_row32(
+                _row42 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d433, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d439, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d445, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d410, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d416, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d422, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d428, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d434, K0),
@@ -2755,9 +2784,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d447, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d412, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d418, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d424, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d430, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d436, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d442, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d448, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d413, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d419, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d425, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d431, K0), BLOCK)
-                _k37 = tl.arange(0, 32)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k37 // 7) * 28 + 21 + _k37 % 7, _row36, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row38 = _mc_row32(
+                _k43 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k43 // 7) * 28 + 21 + _k43 % 7, _row42, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row44 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d437, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d443, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d449, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d414, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d420, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d426, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d432, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d438, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d444, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d450, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d451, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d452, K0),
@@ -2766,9 +2795,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d476, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d482, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d488, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d494, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d459, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d465, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d471, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d477, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d483, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d489, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d495, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d460, K0), BLOCK)
-                _k39 = tl.arange(0, 32)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k39 // 7) * 28 + 21 + _k39 % 7, _row38, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row40 = _mc_row32(
+                _k45 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k45 // 7) * 28 + 21 + _k45 % 7, _row44, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row46 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d466, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d472, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d478, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d484, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d490, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d496, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d461, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d467, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d473, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d479, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d485, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d491, K0),
@@ -2777,9 +2806,9 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d463, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d469, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d475, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d481, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d487, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d493, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d499, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d500, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d501, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d502, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d503, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d504, K0), BLOCK)
-                _k41 = tl.arange(0, 32)[None, :] + 64
-                tl.store(J + row[:, None] * j_stride + (_k41 // 7) * 28 + 21 + _k41 % 7, _row40, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row42 = _mc_row32(
+                _k47 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k47 // 7) * 28 + 21 + _k47 % 7, _row46, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row48 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d505, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d506, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d507, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d513, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d519, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d525, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d531, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d537, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d543, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d508, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d514, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d520, K0),
@@ -2788,16 +2817,16 @@ if triton is not None:
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d533, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d539, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d545, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d510, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d516, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d522, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d528, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d534, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d540, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d546, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d511, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d517, K0), BLOCK)
-                _k43 = tl.arange(0, 32)[None, :] + 96
-                tl.store(J + row[:, None] * j_stride + (_k43 // 7) * 28 + 21 + _k43 % 7, _row42, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _zero44 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row45 = _mc_row16(
+                _k49 = tl.arange(0, 32)[None, :] + 96
+                tl.store(J + row[:, None] * j_stride + (_k49 // 7) * 28 + 21 + _k49 % 7, _row48, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero50 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row51 = _mc_row16(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d523, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d529, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d535, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d541, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d547, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d512, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d518, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d524, K0),
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d530, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d536, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d542, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d548, K0),
-                    _zero44, _zero44, _zero44, _zero44, BLOCK)
-                _k46 = tl.arange(0, 16)[None, :] + 128
-                tl.store(J + row[:, None] * j_stride + (_k46 // 7) * 28 + 21 + _k46 % 7, _row45, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
+                    _zero50, _zero50, _zero50, _zero50, BLOCK)
+                _k52 = tl.arange(0, 16)[None, :] + 128
+                tl.store(J + row[:, None] * j_stride + (_k52 // 7) * 28 + 21 + _k52 % 7, _row51, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 12))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (j2_voce_af_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (j2_voce_af_radial_return_solve_iterations).to(tl.int32), mask=mask)
