@@ -123,6 +123,8 @@ generate(f"{sys.argv[1]}/nodetach", sys.argv[3])
 chunk = tb.STORE_CHUNK
 tb._detach, tb.STORE_CHUNK = detach, 8
 generate(f"{sys.argv[1]}/chunk8", sys.argv[2])
+tb.STORE_CHUNK = 2  # 16 bytes a thread in float64: perzyna_iso's tangent 24 -> 0 bytes of spills at 128, j2_voce_af's 64 -> 52
+generate(f"{sys.argv[1]}/chunk2", "j2_voce_af perzyna_iso")
 tb.STORE_CHUNK = chunk
 reload = tb._reload_after_newton  # the float64 Newton kernels without their inputs' second read
 tb._reload_after_newton = lambda *a: None
@@ -135,6 +137,7 @@ PY
       for m in $TWINS; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/nodetach --caps module 255"; done; done
       for m in $RADIAL; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/chunk8 --caps module"; done; done
       for m in j2_voce_af perzyna_iso norton; do echo "--models $m --dtypes fp64 --modules $R/ab/noreload --caps module"; done
+      for m in j2_voce_af perzyna_iso; do echo "--models $m --dtypes fp64 --modules $R/ab/chunk2 --caps module"; done
       for m in $models; do for d in fp64 fp32; do echo "--models $m --dtypes $d"; done; done; } \
       | timeout -s INT "${T_COMPILE:-120}" xargs -P 16 -L 1 python3 -m benchmarks.gpu_library --compile-only \
       2>&1 | tee -a $R/library.log
@@ -147,6 +150,7 @@ PY
     t "${T_AB:-60}" --models $TWINS --modules $R/ab/nodetach --caps module 255 --tag gpu-ab-nodetach
     t "${T_AB:-60}" --models j2_voce_af perzyna_iso norton --dtypes fp64 --modules $R/ab/noreload --caps module \
       --tag gpu-ab-noreload
+    t "${T_AB:-60}" --models j2_voce_af perzyna_iso --dtypes fp64 --modules $R/ab/chunk2 --caps module --tag gpu-ab-chunk2
     # 3. every library kernel under each register cap, each checked against the PyTorch backend
     t "${T_TIME:-150}" --models $models --tag gpu
     # 4. the library's Triton tests compiled and run on this GPU, when T_TESTS (seconds) is given
