@@ -185,8 +185,9 @@ class CLibrary:
     whole library's for a source in one part)."""
 
     def __init__(self, path: Path, dtype: torch.dtype, lanes: int, parts: dict[str, int] | None = None,
-                 part_path=None):
+                 part_path=None, widths: "Widths | None" = None):
         self.path = path
+        self.widths = widths  # what a call's rows must hold (source_widths); None: not checked
         self.dtype = dtype
         self.lanes = lanes
         self._parts = parts or {}
@@ -257,6 +258,8 @@ class CLibrary:
             if not ok:
                 raise ModelcError(f"C backend: {what} must have {B} rows with contiguous components (got shape "
                                   f"{tuple(t.shape)}, strides {tuple(t.stride())})")
+        if self.widths is not None:
+            self.widths.check(inputs, P, Y, J, variant)
         if B == 0:
             return
         args = pack_args(inputs, P, Y, J, status, options)
@@ -354,6 +357,49 @@ def baked_flags(baked: tuple[float | None, ...]) -> list[str]:
 
 
 _PARTS = re.compile(r"/\* MC_PARTS ([a-z_]+:\d+(?:,[a-z_]+:\d+)*) ")
+_WIDTHS = re.compile(r"/\* MC_WIDTHS x=([\d,]*)((?: [a-z_]+=\d+)*) ")
+_DEFINE = re.compile(r"^#define (NP|NY) (\d+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Widths:
+    """Per point, what a library reads and writes (its source's ``MC_WIDTHS`` line and ``NP``/``NY``):
+    each input's components in argument order, the parameters, the outputs, and each derivative
+    entry point's entries. A call's tensors are checked against them (:meth:`check`): a narrower row
+    would be read or written past its end, a wider one read wrong."""
+    inputs: tuple[int, ...]
+    np: int
+    ny: int
+    derivatives: dict[str, int]
+
+    def check(self, inputs, P, Y, J, variant: str) -> None:
+        def bad(what: str, got, want) -> ModelcError:
+            return ModelcError(f"C backend: {what} has {got} values per point, the library's row holds {want}")
+
+        if len(inputs) != len(self.inputs):
+            raise ModelcError(f"C backend: {len(inputs)} input tensors, the library reads {len(self.inputs)}")
+        for k, (t, w) in enumerate(zip(inputs, self.inputs)):
+            if t.shape[1] != w:
+                raise bad(f"input {k}", t.shape[1], w)
+        if self.np and P.shape[1] != self.np:
+            raise bad("P", P.shape[1], self.np)
+        if Y.shape[1] != self.ny:
+            raise bad("Y", Y.shape[1], self.ny)
+        want = self.derivatives.get(variant)
+        if J is not None and want is not None and math.prod(J.shape[1:]) != want:
+            raise bad("J", math.prod(J.shape[1:]), want)
+
+
+def source_widths(source: str) -> Widths | None:
+    """The :class:`Widths` a source declares, or None for a source without the line (a module
+    generated before it, or hand-written C)."""
+    m = _WIDTHS.search(source)
+    if m is None:
+        return None
+    d = dict(_DEFINE.findall(source))
+    pairs = [item.split("=") for item in m.group(2).split()]
+    return Widths(tuple(int(w) for w in m.group(1).split(",") if w), int(d.get("NP", 0)), int(d.get("NY", 0)),
+                  {k: int(v) for k, v in pairs})
 
 
 def source_parts(source: str) -> dict[str, int]:
@@ -409,7 +455,8 @@ def load_library(source: str, name: str, dtype: torch.dtype, cache_dir=None, lan
     lib = _LOADED.get(str(first))
     if lib is not None:
         return lib
-    lib = _LOADED[str(first)] = CLibrary(part_path(0 if parts else None), dtype, lanes, parts, part_path)
+    lib = _LOADED[str(first)] = CLibrary(part_path(0 if parts else None), dtype, lanes, parts, part_path,
+                                         source_widths(source))
     return lib
 
 

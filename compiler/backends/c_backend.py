@@ -757,9 +757,15 @@ def c_source(program: ir.Program) -> str:
     code.functions.append(_block_function(code, program, layout))
     variants = [{"name": v.name, "bit": v.bit, "doc": _doc(program, layout, v), "part": part_of(v.name)}
                 for v in program.variants]
+    # what the runtime checks a call's tensors against (runtime/cbuild.py, CLibrary): a row narrower
+    # than the library reads would be read or written past its end
+    widths = " ".join([f"x={','.join(str(len(var.symbols)) for var, _ in layout.axis_inputs())}"] + [
+        f"{v.name}={nty * ntx}" for v in program.variants if v.derivatives
+        for nty, ntx in [layout.jacobian_shape(ir.view(program, v.name))]])
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=variants, newton=int(bool(program.status)), kernel=_include())
+                              variants=variants, newton=int(bool(program.status)), kernel=_include(),
+                              widths=widths)
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text

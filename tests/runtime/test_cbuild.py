@@ -250,3 +250,58 @@ def test_newton_flags_change_no_number(tmp_path, dtype):
                                b.view(torch.int8) if b.is_floating_point() else b), variant
         assert float(got[0][1].gt(1).float().mean()) > 0.5  # most points iterated more than once
         assert float(got[0][0].isfinite().all(1).float().mean()) > 0.9  # and converged
+
+
+def test_source_widths_match_the_layout():
+    """The widths a source declares (MC_WIDTHS, NP, NY) are the model's own: each input's
+    components in the library's order, the parameter columns, the outputs, each derivative's
+    entries per point (checked against the model's axes, not against the same source)."""
+    from modelc.generated import j2_voce_af, perzyna_iso
+
+    for mod in (j2_voce_af, perzyna_iso):
+        w = cbuild.source_widths(mod.C_SOURCE)
+        m = mod.Model(backend="torch")
+        assert w.inputs == tuple(m.input_axis.storage_size(n) for n in m.input_axis.variable_names)
+        assert w.ny == m.output_axis.size and w.np == len(mod.Model.PARAMETERS)
+        nx = sum(w.inputs)
+        assert w.derivatives == {"tangent": 36, "jacobian": w.ny * nx, "total": w.ny * (nx + w.np)}
+        assert tuple(m._jacobian_shape("jacobian")) == (w.ny, nx)
+    assert cbuild.source_widths("/* a hand-written source */") is None
+
+
+@needs_cc
+def test_a_row_of_the_wrong_width_is_refused_before_the_call(tmp_path):
+    """A call whose input, parameter, output or Jacobian rows are not the library's width gets a
+    clear error and nothing is read or written (before, an input passed in another variable's
+    order was read past its end: j2_voce_af's Model.INPUTS order is not its library's)."""
+    from modelc.generated import j2_voce_af
+    from modelc.runtime.errors import ModelcError
+
+    lib = cbuild.load_library(j2_voce_af.C_SOURCE, "widths", torch.float64, cache_dir=tmp_path)
+    m = j2_voce_af.Model(backend="torch")
+    B = 5
+
+    def rows(names):
+        return [torch.zeros(B, m.input_axis.storage_size(n), dtype=torch.float64) for n in names]
+
+    P = m._param_tensor({}, torch.Size([1]))[0]
+    st = (torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.float64))
+    Y = torch.full((B, m.output_axis.size), 7.0, dtype=torch.float64)
+    wrong = [v.name for v in j2_voce_af.Model.INPUTS]
+    assert wrong != list(m.input_axis.variable_names)
+    with pytest.raises(ModelcError, match=r"input 2 has 1 values per point, the library's row holds 6"):
+        lib(rows(wrong), P, Y, None, st, variant="value")
+    assert bool((Y == 7.0).all())  # nothing written
+    good = rows(m.input_axis.variable_names)
+    with pytest.raises(ModelcError, match=r"2 input tensors, the library reads 6"):
+        lib(good[:2], P, Y, None, st, variant="value")
+    with pytest.raises(ModelcError, match=r"Y has 19 values per point, the library's row holds 20"):
+        lib(good, P, Y[:, :19].contiguous(), None, st, variant="value")
+    with pytest.raises(ModelcError, match=r"P has 6 values per point, the library's row holds 7"):
+        lib(good, P[:, :6].contiguous(), Y, None, st, variant="value")
+    with pytest.raises(ModelcError, match=r"J has 35 values per point, the library's row holds 36"):
+        lib(good, P, Y, torch.zeros(B, 35, dtype=torch.float64), st, variant="tangent")
+    assert bool((Y == 7.0).all())
+    good[list(m.input_axis.variable_names).index("forces/t")] = torch.full((B, 1), 0.5, dtype=torch.float64)
+    lib(good, P, Y, torch.zeros(B, 6, 6, dtype=torch.float64), st, variant="tangent")  # the right widths run
+    assert bool(st[0].all()) and not bool((Y == 7.0).any())
