@@ -171,30 +171,41 @@ def test_a_source_in_parts_builds_each_part_on_first_use_with_the_same_bits(tmp_
     assert len(built) == 1 and built[0].endswith("-f64-p0.so")
     path, flags = cbuild.library_path(src, "whole", torch.float64, tmp_path)  # no part: every entry point
     cbuild.build(cheader.standalone(src), path, flags)
-    whole = cbuild.CLibrary(path, torch.float64, cbuild.default_lanes())
+    whole = cbuild.CLibrary(path, torch.float64, cbuild.default_lanes(), widths=cbuild.source_widths(src))
     assert whole.variants == lib.variants
 
     m = perzyna_iso.Model(backend="torch")
-    B, g = 700, torch.Generator().manual_seed(11)
-    names = [v.name for v in perzyna_iso.Model.INPUTS]
-    sizes = [m.input_axis.storage_size(n) for n in names]
-    inputs = [1e-3 * torch.randn(B, k, generator=g, dtype=torch.float64) for k in sizes]
-    inputs[names.index("forces/t")] = torch.full((B, 1), 0.5, dtype=torch.float64)
-    inputs[names.index("old_forces/t")] = torch.zeros(B, 1, dtype=torch.float64)
+    inputs = _random_inputs(m, 700, torch.float64, 1e-3, 11)
     P = m._param_tensor({}, torch.Size([1]))[0]
     for variant in ("value", "tangent", "jacobian", "total"):
-        got, want = [], []
-        for library, out in ((lib, got), (whole, want)):
-            Y = torch.empty(B, m.output_axis.size, dtype=torch.float64)
-            J = None if variant == "value" else torch.empty(B, *m._jacobian_shape(variant), dtype=torch.float64)
-            st = (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=torch.float64))
-            library(inputs, P, Y, J, st, variant=variant)
-            out += [Y, st[1]] + ([J] if J is not None else [])
+        got, want = (_call(library, m, inputs, P, variant, torch.float64) for library in (lib, whole))
         assert all(torch.equal(a, b) for a, b in zip(got, want)), variant
         assert bool(got[1].gt(0).any())  # some points iterated (the check is not on trivial points)
         if variant == "tangent":  # part 1 not built yet
             assert len(list((tmp_path / "c").glob("parts-*.so"))) == 1
     assert sorted(p.name[-6:] for p in (tmp_path / "c").glob("parts-*.so")) == ["-p0.so", "-p1.so"]
+
+
+def _random_inputs(m, B: int, dtype, scale: float, seed: int) -> list[torch.Tensor]:
+    """One (B, size) tensor per input variable in the library's argument order (the input axis',
+    which need not be Model.INPUTS'), random strains and states, time 0.5 after 0."""
+    g = torch.Generator().manual_seed(seed)
+    names = list(m.input_axis.variable_names)
+    inputs = [(scale * torch.randn(B, m.input_axis.storage_size(n), generator=g, dtype=torch.float64)).to(dtype)
+              for n in names]
+    inputs[names.index("forces/t")] = torch.full((B, 1), 0.5, dtype=dtype)
+    inputs[names.index("old_forces/t")] = torch.zeros(B, 1, dtype=dtype)
+    return inputs
+
+
+def _call(library, m, inputs, P, variant: str, dtype) -> list[torch.Tensor]:
+    """[Y, iterations, residual norm] (+ [J]) of one direct library call into fresh tensors."""
+    B = inputs[0].shape[0]
+    Y = torch.empty(B, m.output_axis.size, dtype=dtype)
+    J = None if variant == "value" else torch.empty(B, *m._jacobian_shape(variant), dtype=dtype)
+    st = (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=dtype))
+    library(inputs, P, Y, J, st, variant=variant)
+    return [Y, st[1], st[2]] + ([J] if J is not None else [])
 
 
 def test_newton_flags_go_to_newton_sources_only(tmp_path):
@@ -228,23 +239,12 @@ def test_newton_flags_change_no_number(tmp_path, dtype):
         path, flags = cbuild.library_path(src, f"sched-{tag}", dtype, tmp_path)
         assert all(f in flags for f in cc.newton_flags)
         cbuild.build(src, path, [f for f in flags if f not in drop])
-        libs.append(cbuild.CLibrary(path, dtype, cbuild.default_lanes()))
+        libs.append(cbuild.CLibrary(path, dtype, cbuild.default_lanes(), widths=cbuild.source_widths(src)))
     m = j2_voce_af.Model(backend="torch", dtype=dtype)
-    B, g = 1000, torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))
-    names = list(m.input_axis.variable_names)  # the library's order (not Model.INPUTS' here)
-    sizes = [m.input_axis.storage_size(n) for n in names]
-    inputs = [(2e-3 * torch.randn(B, k, generator=g, dtype=torch.float64)).to(dtype) for k in sizes]
-    inputs[names.index("forces/t")] = torch.full((B, 1), 0.5, dtype=dtype)
-    inputs[names.index("old_forces/t")] = torch.zeros(B, 1, dtype=dtype)
+    inputs = _random_inputs(m, 1000, dtype, 2e-3, int(torch.randint(0, 2**31, ()).item()))
     P = m._param_tensor({}, torch.Size([1]))[0]
     for variant in ("value", "tangent", "jacobian", "total"):
-        got = []
-        for library in libs:
-            Y = torch.empty(B, m.output_axis.size, dtype=dtype)
-            J = None if variant == "value" else torch.empty(B, *m._jacobian_shape(variant), dtype=dtype)
-            st = (torch.empty(B, dtype=torch.bool), torch.empty(B, dtype=torch.int32), torch.empty(B, dtype=dtype))
-            library(inputs, P, Y, J, st, variant=variant)
-            got.append([Y, st[1], st[2]] + ([J] if J is not None else []))
+        got = [_call(library, m, inputs, P, variant, dtype) for library in libs]
         for a, b in zip(*got):  # bit for bit, NaN (a point that failed) included
             assert torch.equal(a.view(torch.int8) if a.is_floating_point() else a,
                                b.view(torch.int8) if b.is_floating_point() else b), variant
