@@ -8,7 +8,7 @@
    whenever what a model's source relies on here changes. */
 #ifndef MODELC_KERNEL_H
 #define MODELC_KERNEL_H
-#define MC_KERNEL_ABI 1
+#define MC_KERNEL_ABI 2
 #if !defined(NIN) || !defined(NP) || !defined(NY) || !defined(MC_NEWTON)
 #error "modelc_kernel.h: define NIN, NP, NY and MC_NEWTON before including it"
 #endif
@@ -317,69 +317,46 @@ MC_INLINE double mc_powr_shift_d(double P, double a, double e) {
 }
 #define mc_powr_shift(P, a, e) ((real)mc_powr_shift_d((double)(P), (double)(a), (double)(e)))
 
-/* Solve A X = B for every lane of a block, in place (X overwrites B): A n x n, B n x m, entry (i, j)
-   of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k, a search
-   over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
+/* Solve A X = B for every lane of a block, in place (X overwrites B, A its factors): A n x n, B n x m,
+   entry (i, j) of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k,
+   a search over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
    selects); then each row that is some lane's pivot is exchanged with row k in those lanes, by
    vectorized selects (usually one or two rows per step; a lane whose pivot is already in place
-   exchanges nothing). */
-static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b) {
-    for (int k = 0; k < n; ++k) {
-        int piv[MC_W];
-        real big[MC_W];
-        MC_SIMD MC_LANES { piv[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]); }
-        for (int i = k + 1; i < n; ++i) {
-            MC_SIMD MC_LANES {
-                const real v = fabs(a[(i * n + k) * MC_W + l]);
-                const int s = v > big[l];
-                big[l] = s ? v : big[l];
-                piv[l] = s ? i : piv[l];
-            }
-        }
-        uint64_t rows = 0;  /* the rows below k that are some lane's pivot (n <= 64; else each row) */
-        if (n <= 64) {
-            MC_LANES rows |= (uint64_t)1 << piv[l];
-            rows &= ~(((uint64_t)2 << k) - 1);
-        }
-        for (int i = k + 1; i < n; ++i) {
-            if (n <= 64 && !((rows >> i) & 1)) continue;
-            for (int j = k; j < n; ++j) {
-                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
-                MC_SIMD MC_LANES {
-                    const int s = piv[l] == i;
-                    const real t = p[l];
-                    p[l] = s ? q[l] : t;
-                    q[l] = s ? t : q[l];
-                }
-            }
-            for (int c = 0; c < m; ++c) {
-                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
-                MC_SIMD MC_LANES {
-                    const int s = piv[l] == i;
-                    const real t = p[l];
-                    p[l] = s ? q[l] : t;
-                    q[l] = s ? t : q[l];
-                }
-            }
-        }
-        real *d = a + (k * n + k) * MC_W;
-        MC_SIMD MC_LANES d[l] = ((real)1) / d[l];
-        for (int i = k + 1; i < n; ++i) {
-            real f[MC_W];
-            int nz = 0;
-            MC_SIMD MC_LANES f[l] = a[(i * n + k) * MC_W + l] * d[l];
-            MC_LANES nz |= f[l] != 0;
-            if (!nz) continue;  /* a zero below the pivot in every lane (a sparse Jacobian): nothing to do */
-            for (int j = k + 1; j < n; ++j) {
-                real *p = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
-                MC_SIMD MC_LANES q[l] -= f[l] * p[l];
-            }
-            for (int c = 0; c < m; ++c) {
-                real *p = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
-                MC_SIMD MC_LANES q[l] -= f[l] * p[l];
-            }
+   exchanges nothing). The factors stay in A: the multipliers below the diagonal, the pivots'
+   reciprocals on it. `piv` (NULL: not kept) receives each step's pivot row per lane,
+   piv[k * MC_W + l], for mc_lu_apply to solve more right-hand sides through the same factors with
+   the same operations: the variants of a call that need several groups of columns of one system
+   (Jacobian, total) factor it once. */
+
+/* the rows below k that are some lane's pivot at step k, p[l] (n <= 64; larger: not used, 0) */
+MC_INLINE uint64_t mc_lu_rows(const int n, const int k, const int *restrict p) {
+    uint64_t rows = 0;
+    if (n > 64) return 0;
+    MC_LANES rows |= (uint64_t)1 << p[l];
+    return rows & ~(((uint64_t)2 << k) - 1);
+}
+/* rows k and i of the m columns at b exchanged in the lanes whose pivot p[l] is i */
+MC_INLINE void mc_lu_swap(const int m, real *restrict b, const int k, const int i, const int *restrict p) {
+    for (int c = 0; c < m; ++c) {
+        real *u = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
+        MC_SIMD MC_LANES {
+            const int s = p[l] == i;
+            const real t = u[l];
+            u[l] = s ? q[l] : t;
+            q[l] = s ? t : q[l];
         }
     }
+}
+/* row i of the m columns at b less f times their row k */
+MC_INLINE void mc_lu_axpy(const int m, real *restrict b, const int k, const int i, const real *restrict f) {
+    for (int c = 0; c < m; ++c) {
+        const real *u = b + (k * m + c) * MC_W;
+        real *q = b + (i * m + c) * MC_W;
+        MC_SIMD MC_LANES q[l] -= f[l] * u[l];
+    }
+}
+/* the back substitution of the m columns at b through the factors at a */
+MC_INLINE void mc_lu_back(const int n, const int m, const real *restrict a, real *restrict b) {
     for (int i = n - 1; i >= 0; --i) {
         for (int j = i + 1; j < n; ++j) {  /* per right-hand side, the same order of operations over j */
             const real *u = a + (i * n + j) * MC_W;
@@ -398,6 +375,74 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
             MC_SIMD MC_LANES q[l] *= d[l];
         }
     }
+}
+static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b, int *restrict piv) {
+    for (int k = 0; k < n; ++k) {
+        int own[MC_W];
+        int *restrict p = piv ? piv + k * MC_W : own;
+        real big[MC_W];
+        MC_SIMD MC_LANES { p[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]); }
+        for (int i = k + 1; i < n; ++i) {
+            MC_SIMD MC_LANES {
+                const real v = fabs(a[(i * n + k) * MC_W + l]);
+                const int s = v > big[l];
+                big[l] = s ? v : big[l];
+                p[l] = s ? i : p[l];
+            }
+        }
+        const uint64_t rows = mc_lu_rows(n, k, p);
+        for (int i = k + 1; i < n; ++i) {
+            if (n <= 64 && !((rows >> i) & 1)) continue;
+            for (int j = k; j < n; ++j) {
+                real *u = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
+                MC_SIMD MC_LANES {
+                    const int s = p[l] == i;
+                    const real t = u[l];
+                    u[l] = s ? q[l] : t;
+                    q[l] = s ? t : q[l];
+                }
+            }
+            mc_lu_swap(m, b, k, i, p);
+        }
+        real *d = a + (k * n + k) * MC_W;
+        MC_SIMD MC_LANES d[l] = ((real)1) / d[l];
+        for (int i = k + 1; i < n; ++i) {
+            real f[MC_W];
+            int nz = 0;
+            MC_SIMD MC_LANES f[l] = a[(i * n + k) * MC_W + l] * d[l];
+            if (piv) MC_SIMD MC_LANES a[(i * n + k) * MC_W + l] = f[l];  /* kept for mc_lu_apply */
+            MC_LANES nz |= f[l] != 0;
+            if (!nz) continue;  /* a zero below the pivot in every lane (a sparse Jacobian): nothing to do */
+            for (int j = k + 1; j < n; ++j) {
+                const real *u = a + (k * n + j) * MC_W;
+                real *q = a + (i * n + j) * MC_W;
+                MC_SIMD MC_LANES q[l] -= f[l] * u[l];
+            }
+            mc_lu_axpy(m, b, k, i, f);
+        }
+    }
+    mc_lu_back(n, m, a, b);
+}
+/* Solve A X = B, B n x m, through the factors and pivots an earlier mc_lu_solve left in a and piv:
+   the same operations on each column as if mc_lu_solve had solved it with its own columns. */
+static inline void mc_lu_apply(const int n, const int m, const real *restrict a, const int *restrict piv,
+                               real *restrict b) {
+    for (int k = 0; k < n; ++k) {
+        const int *restrict p = piv + k * MC_W;
+        const uint64_t rows = mc_lu_rows(n, k, p);
+        for (int i = k + 1; i < n; ++i) {
+            if (n <= 64 && !((rows >> i) & 1)) continue;
+            mc_lu_swap(m, b, k, i, p);
+        }
+        for (int i = k + 1; i < n; ++i) {
+            const real *f = a + (i * n + k) * MC_W;
+            int nz = 0;
+            MC_LANES nz |= f[l] != 0;
+            if (!nz) continue;
+            mc_lu_axpy(m, b, k, i, f);
+        }
+    }
+    mc_lu_back(n, m, a, b);
 }
 
 /* Between the caller's rows (point-major: entry c of point l at y[l * ys + c]) and a block's lanes

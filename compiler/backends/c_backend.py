@@ -68,7 +68,7 @@ mc_redo mc_fail
 MC_NAN MC_INF MC_EPS MC_W MC_SIMD MC_SIMD_ANY MC_LANES MC_INLINE NIN NP NY exp log sin cos tan tanh
 sinh cosh atan asin acos erf sqrt pow fabs floor NAN INFINITY asinh acosh atanh log1p expm1 atan2 mc_min mc_max mc_exp mc_log mc_pow
 mc_sinh mc_cosh
-mc_lu_solve mc_unpack mc_value mc_jacobian mc_tangent mc_total mc_maxit
+mc_lu_solve mc_lu_apply mc_unpack mc_value mc_jacobian mc_tangent mc_total mc_maxit
 """.split())
 
 
@@ -393,7 +393,7 @@ def _newton_function(code: _Code, st: ir.Newton, fallback: bool = False) -> str:
              _Call(["int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */",
                     "MC_LANES mc_any |= mc_act[l];", "if (!mc_any) break;"])]
     if update is not None:
-        items += [_Call([f"mc_lu_solve({n}, 1, mc_A, mc_B);"], mask=LU), update]
+        items += [_Call([f"mc_lu_solve({n}, 1, mc_A, mc_B, 0);"], mask=LU), update]
     items.append(_Call(["}"]))
     arrays = {s: f"v_{code.name(s)}" for s in ins + list(st.unknowns)}
     arrays[rtol] = arrays[atol] = ""
@@ -535,6 +535,12 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     items: list = []
     cur = _Loop(mask=full)
     n_ls = 0
+    shared = Emitter._shared_matrices(program, masks)  # matrix -> the union of its solves' variants
+    factored: dict = {}  # matrix -> the arrays holding its factors and pivots
+    later: dict = {}  # shared matrix -> the variants of its solves after the first
+    for st, m in zip(program.body, masks):
+        if isinstance(st, ir.LinearSolve) and st.A in shared:
+            later[st.A] = (later[st.A] | m) if st.A in later else 0
     for k, (st, m) in enumerate(zip(program.body, masks)):
         if m != cur.mask and not isinstance(st, ir.Newton):
             items.append(cur)
@@ -549,19 +555,36 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             n_ls += 1
             cur.ops += _unrolled_solve(code, st.A, st.B, st.targets, f"ls{n_ls}", code.defs)
         elif isinstance(st, ir.LinearSolve):
+            # a matrix that several solves share (the column groups of the variants) is staged
+            # and factored once, under the union of their variants, by the first; the others
+            # solve through its factors (mc_lu_apply: the same operations on their columns)
             n_ls += 1
             n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
-            A, B = f"mc_ls{n_ls}_A", f"mc_ls{n_ls}_B"
-            for i in range(n):
-                for j in range(n):
-                    cur.ops.append((None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]))
-                for c in range(mm):
-                    cur.ops.append((None, f"{B}[{i * mm + c} * MC_W + l]", st.B[i][c]))
+            B = f"mc_ls{n_ls}_B"
+            stage.append(f"real {B}[{n * mm} * MC_W];")
+            first, union = st.A not in factored, shared.get(st.A, m)
+            if first:
+                A, piv = f"mc_ls{n_ls}_A", (f"mc_ls{n_ls}_piv" if st.A in shared else "0")
+                factored[st.A] = A, piv
+                stage.append(f"real {A}[{n * n} * MC_W];" + (f" int {piv}[{n} * MC_W];" if st.A in shared else ""))
+                if union != m:  # (the first solve does not run for every variant: factor on its own)
+                    items.append(cur)
+                    cur = _Loop(mask=union)
+                cur.ops += [(None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]) for i in range(n) for j in range(n)]
+                if union != m:
+                    items += [cur, _Call([f"mc_lu_solve({n}, 0, {A}, 0, {piv});"], (), (), union)]
+                    cur = _Loop(mask=m)
+            A, piv = factored[st.A]
+            cur.ops += [(None, f"{B}[{i * mm + c} * MC_W + l]", st.B[i][c]) for i in range(n) for c in range(mm)]
             for i, row in enumerate(st.targets):
                 for c, t in enumerate(row):
                     homes[t] = f"({B} + {i * mm + c} * MC_W)"
-            stage.append(f"real {A}[{n * n} * MC_W], {B}[{n * mm} * MC_W];")
-            items += [cur, _Call([f"mc_lu_solve({n}, {mm}, {A}, {B});"], (), (), m)]
+            if first and union == m:  # (the pivots kept for the variants that solve more columns)
+                keep = f"(V & {later[st.A]}) ? {piv} : 0" if st.A in shared else "0"
+                call = f"mc_lu_solve({n}, {mm}, {A}, {B}, {keep});"
+            else:
+                call = f"mc_lu_apply({n}, {mm}, {A}, {piv}, {B});"
+            items += [cur, _Call([call], (), (), m)]
             cur = _Loop(mask=m)
         elif isinstance(st, ir.Newton):
             fn = _newton_function(code, st)

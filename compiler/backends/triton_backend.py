@@ -70,7 +70,7 @@ class _Elimination:
 
 
 class TritonEmitter(Emitter):
-    share_factors = True  # (PyTorch: torch.linalg from 4 unknowns on; C: the template LU, mc_lu_solve)
+    share_factors = True  # (PyTorch: torch.linalg from 4 unknowns on; C: its own, mc_lu_solve + mc_lu_apply)
 
     # -- linear solves through helpers ----------------------------------------------------------
     # A solve larger than 1x1 is unrolled over its structural nonzeros (modelc.passes.expand_solve):

@@ -12,9 +12,10 @@ model and the backends printed each (most of a generated module was the same cod
 - A :class:`~modelc.ir.LinearSolve` (the implicit function theorem's ``dR/du X = -dR/dx``) is split
   by right-hand-side columns into one solve per set of variants that needs them: a tangent call
   solves for its own columns only. The groups share the matrix: the Triton backend eliminates it
-  once for all of them (``Emitter.share_factors``), so a call that needs several groups (Jacobian,
-  total) factors it once; the PyTorch backend (torch.linalg from 4 unknowns on) and the C backend
-  (the template LU) solve each group on its own.
+  once for all of them (``Emitter.share_factors``), and so does the C backend (the template LU
+  keeps its pivots; the later groups go through ``mc_lu_apply``), so a call that needs several
+  groups (Jacobian, total) factors it once; the PyTorch backend (torch.linalg from 4 unknowns on)
+  solves each group on its own.
 - Within each straight-line segment (between Newton solves) statements are stably sorted by
   how many variants need them, most first, then by mask: a statement's operands are needed by
   every variant that needs it, so this order respects every dependency, and each variant's

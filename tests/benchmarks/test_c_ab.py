@@ -3,6 +3,7 @@ report shows what the edit changed in the numbers (nothing for the same source; 
 source whose 2/3 of the deviator was edited)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks import c_ab
@@ -24,5 +25,25 @@ def test_ab_times_sources_and_reports_their_differences(tmp_path):
         torch.set_num_threads(before)
     assert [r["source"] for r in recs] == ["-", str(same), str(edited)]
     assert all(r["ns_per_point"] > 0 for r in recs)
-    assert recs[1]["outputs_rel"] == 0 and recs[1]["tangent_rel"] == 0
-    assert recs[2]["outputs_rel"] > 1e-3
+    assert recs[1]["outputs_rel"] == 0 and recs[1]["derivatives_rel"] == 0 and recs[1]["identical"]
+    assert recs[2]["outputs_rel"] > 1e-3 and not recs[2]["identical"]
+
+
+def test_ab_takes_a_git_revision_and_the_jacobian_calls(tmp_path):
+    """``git:HEAD`` is the committed module's source with the committed header inlined: it builds and
+    runs as its own library (the include line replaced, the ABI check passes) and computes the
+    model's numbers (the same as ``-`` when nothing is uncommitted); ``--derivatives total`` times
+    the total call."""
+    if not (c_ab.REPO / ".git").exists():
+        pytest.skip("not a git checkout: git:REV sources need the repository's history")
+    src = c_ab._git_source("j2_perfect_coupled", "HEAD")
+    assert '#include "modelc_kernel.h"' not in src and "#define MC_KERNEL_ABI" in src
+    assert "MC_INLINE void block_eval" in src
+    before = torch.get_num_threads()
+    try:
+        recs = c_ab.compare("j2_perfect_coupled", [40], ["-", "git:HEAD"], rounds=1, derivatives="total")
+    finally:
+        torch.set_num_threads(before)
+    assert [r["derivatives"] for r in recs] == ["total", "total"]
+    assert all(r["ns_per_point"] > 0 for r in recs)
+    assert recs[1]["outputs_rel"] < 1e-9 and recs[1]["derivatives_rel"] < 1e-9

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import sympy as sp
 import torch
@@ -78,3 +80,71 @@ def test_a_source_for_another_kernel_header_is_a_clear_build_error(monkeypatch, 
     monkeypatch.setattr(cheader, "kernel_header", lambda: text)
     with pytest.raises(cbuild.CBuildError, match=f"needs modelc_kernel.h ABI {abi}: regenerate"):
         cbuild.load_library(src, "stale", torch.float64, cache_dir=tmp_path)
+
+
+_LU_DRIVER = r"""
+#define NIN 1
+#define NP 0
+#define NY 1
+#define MC_NEWTON 1
+#include "modelc_kernel.h"
+int lu_lanes(void) { return MC_W; }
+/* split < 0: mc_lu_solve over all m columns (b1); else mc_lu_solve over the first `split` (b1, the
+   pivots kept) and mc_lu_apply over the other m - split (b2) */
+void lu_run(int n, int m, int split, real *a, real *b1, real *b2, int *piv) {
+    if (split < 0) mc_lu_solve(n, m, a, b1, 0);
+    else { mc_lu_solve(n, split, a, b1, piv); mc_lu_apply(n, m - split, a, piv, b2); }
+}
+"""
+
+
+def _lu(n: int, A: np.ndarray, B: np.ndarray, split: int):
+    """Solve per lane with the header's LU: A (W, n, n), B (W, n, m); split as in lu_run."""
+    import ctypes
+
+    lib = cbuild.load_library_source(_LU_DRIVER, "lu_driver")
+    W = lib.lu_lanes()
+    assert A.shape[0] == W
+    m = B.shape[2]
+    a = A.transpose(1, 2, 0).flatten()  # (a copy) entry (i, j) of lane l at (i n + j) W + l
+    k = m if split < 0 else split
+    b1 = B[:, :, :k].transpose(1, 2, 0).flatten()
+    b2 = B[:, :, k:].transpose(1, 2, 0).flatten()
+    piv = np.zeros(n * W, dtype=np.int32)
+    ptr = ctypes.POINTER(ctypes.c_double)
+    lib.lu_run(ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(split), a.ctypes.data_as(ptr),
+               b1.ctypes.data_as(ptr), b2.ctypes.data_as(ptr), piv.ctypes.data_as(ctypes.POINTER(ctypes.c_int)))
+    X = np.concatenate([b1.reshape(n, k, W), b2.reshape(n, m - k, W)], axis=1)
+    return X.transpose(2, 0, 1), piv.reshape(n, W)
+
+
+def _lu_lanes() -> int:
+    return cbuild.load_library_source(_LU_DRIVER, "lu_driver").lu_lanes()
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 19, 70])
+def test_lu_factors_kept_solve_more_columns_with_the_same_operations(n):
+    """mc_lu_solve keeps its pivots (piv) and factors for mc_lu_apply: the columns solved later
+    come out bit for bit as if solved with the first (the variants of a call share one
+    factorisation), and agree with numpy.linalg.solve. Fresh random systems per lane, so lanes
+    exchange different rows (n = 70: more rows than the 64-bit pivot-row set, every row visited);
+    one lane has a zero diagonal that only row exchanges solve, and a multiplier is zero in every
+    lane (the step skips it)."""
+    W = _lu_lanes()
+    g = np.random.default_rng(n)
+    A = g.normal(size=(W, n, n))
+    if n > 1:
+        A[1] = np.roll(np.eye(n), 1, axis=0) + 1e-3 * np.triu(g.normal(size=(n, n)), 1)  # zero diagonal
+    if n > 2:
+        A[:, n - 1, 0] = 0.0  # a multiplier zero in every lane
+    m = 5
+    B = g.normal(size=(W, n, m))
+    whole, _ = _lu(n, A, B, -1)
+    for split in (0, 1, 3):
+        part, piv = _lu(n, A, B, split)
+        assert np.array_equal(part, whole), split  # bit for bit
+        assert ((piv >= np.arange(n)[:, None]) & (piv < n)).all()
+    ref = np.linalg.solve(A, B)
+    np.testing.assert_allclose(whole, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+    if n > 1:
+        assert piv[0, 1] == 1  # lane 1's zero pivot was exchanged for its only nonzero

@@ -177,11 +177,15 @@ def test_scalar_solves_are_inline():
     # V & 1, which newton_1 and newton_1_lu call with those constants); its tangent's solve calls the LU
     body = _c_function(coupled, "newton_1_iterate")
     assert "if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0" in body
-    assert "if (V & 1) {\n        mc_lu_solve(7, 1, mc_A, mc_B);" in body
+    assert "if (V & 1) {\n        mc_lu_solve(7, 1, mc_A, mc_B, 0);" in body
     assert "mc_lu_solve(" not in _c_function(coupled, "newton_1") and ", a, 2);" in _c_function(coupled, "newton_1")
     call = _c_function(coupled, "newton_1_lu").split(") {", 1)[1]  # (its body: the call)
     assert "newton_1_iterate(" in call and "mc_redo" in call and call.rstrip().endswith(", a, 1);\n}")
-    assert "mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B)" in coupled
+    # the tangent's solve factors the matrix and keeps the pivots; the Jacobian's and the total's
+    # columns go through the same factors (one factorisation per call, the same matrix staged once)
+    block = coupled[coupled.index("MC_INLINE void block_eval"):]
+    assert block.count("mc_lu_solve(") == 1 and "mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);" in block
+    assert "mc_lu_apply(7, " in block and "mc_ls2_A" not in block and block.count("mc_ls1_A[") == 7 * 7 + 1
 
 
 def _c_function(src: str, name: str) -> str:
@@ -210,7 +214,7 @@ def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
         path = tmp_path / f"newton13c_{tag}.py"
         write_atomic(path, emit_module(full))
         mods[tag] = import_file(path, f"c_newton13c_{tag}")
-    assert "mc_lu_solve(13, 1, mc_A, mc_B)" in _c_function(mods["lu"].C_SOURCE, "newton_1")
+    assert "mc_lu_solve(13, 1, mc_A, mc_B, 0)" in _c_function(mods["lu"].C_SOURCE, "newton_1")
     assert "newton_1_lu" not in mods["lu"].C_SOURCE
     unrolled = _c_function(mods["unrolled"].C_SOURCE, "newton_1_iterate")  # (the step under V & 2)
     assert "if (V & 2) v_state_u12[l] = mc_go ? v_state_u12[l] + nt1_dx_12" in unrolled
