@@ -9,8 +9,8 @@ header is measured too); every other argument is a C file that replaces it (for 
 the backend keeps next to each library in the cache folder, edited by hand: it holds the header
 already, which the build leaves as it is). Each source is built with the backend's flags and
 called through ``model.bind`` (the bound fast path: the kernel and ~7 us of Python), float64, with
-the declared tangent (``--derivatives``: or the Jacobian by every input, ``jacobian``, or by inputs
-and parameters, ``total``), on the benchmark workload (chaboche2_coupled: benchmarks/chaboche.py's
+the declared tangent (``--derivatives``: or none, ``value``, or the Jacobian by every input,
+``jacobian``, or by inputs and parameters, ``total``), on the benchmark workload (chaboche2_coupled: benchmarks/chaboche.py's
 steps of the NEML2 history); one thread. Per size: best of 9 rounds of ``max(3, 1e6 // size)`` calls
 each, the sources interleaved in every round; printed as ns per point, with each source's largest
 relative difference from the first one's outputs and derivatives (a change that is faster but
@@ -82,7 +82,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a - b).abs() / (b.abs() + 1)).nan_to_num(float("inf")).max())
 
 
-DERIVATIVES = {"tangent": "tangent", "jacobian": True, "total": "total"}
+DERIVATIVES = {"value": False, "tangent": "tangent", "jacobian": True, "total": "total"}
 
 
 def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
@@ -103,12 +103,15 @@ def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
         r0 = binds[0].result
         for src, b, t in zip(sources, binds, best):
             r = b.result
+            same = torch.equal(r.outputs.tensor, r0.outputs.tensor)
+            rel = 0.0
+            if derivatives != "value":
+                rel = _rel(r.jacobian.tensor, r0.jacobian.tensor)
+                same = same and torch.equal(r.jacobian.tensor, r0.jacobian.tensor)
             recs.append({"model": model, "size": size, "source": src, "derivatives": derivatives,
                          "ns_per_point": t / size * 1e9,
                          "outputs_rel": _rel(r.outputs.tensor, r0.outputs.tensor),
-                         "derivatives_rel": _rel(r.jacobian.tensor, r0.jacobian.tensor),
-                         "identical": bool(torch.equal(r.outputs.tensor, r0.outputs.tensor)
-                                           and torch.equal(r.jacobian.tensor, r0.jacobian.tensor))})
+                         "derivatives_rel": rel, "identical": bool(same)})
     return recs
 
 

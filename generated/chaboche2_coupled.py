@@ -1125,8 +1125,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_553 = (-cse_186 * cse_405)
         cse_555 = (-cse_186 * cse_414)
         cse_556 = (-cse_186 * cse_420)
-        # linear solve 1: 19x19, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 19x19, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [(1.0 - (cse_73 * cse_75)), cse_84, cse_90, cse_95, cse_97, cse_98, (-cse_102 * cse_104), cse_105, cse_106, cse_107, cse_109, cse_111, cse_112, cse_105, cse_106, cse_107, cse_109, cse_111, cse_112],
             [cse_84, (1.0 - (cse_117 * cse_75)), cse_123, cse_125, cse_126, cse_127, (-cse_104 * cse_129), cse_106, cse_130, cse_131, cse_133, cse_134, cse_135, cse_106, cse_130, cse_131, cse_133, cse_134, cse_135],
             [cse_90, cse_123, (1.0 - (cse_140 * cse_75)), cse_142, cse_143, cse_144, (-cse_104 * cse_145), cse_107, cse_131, cse_146, cse_148, cse_149, cse_150, cse_107, cse_131, cse_146, cse_148, cse_149, cse_150],
@@ -1147,6 +1147,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(cse_12 * cse_401), (cse_12 * cse_402), (cse_12 * cse_403), (cse_12 * cse_407), (-cse_186 * cse_409), (cse_12 * cse_410), (-cse_104 * cse_411), cse_401, cse_402, cse_403, cse_407, (cse_99 * (-cse_408 + (cse_170 * cse_320))), cse_410, cse_401, cse_402, cse_403, cse_407, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_170 * cse_321))) - (cse_408 * cse_66)))), cse_410],
             [(cse_12 * cse_416), (cse_12 * cse_417), (cse_12 * cse_418), (cse_12 * cse_422), (cse_12 * cse_423), (-cse_186 * cse_425), (-cse_104 * cse_426), cse_416, cse_417, cse_418, cse_422, cse_423, (cse_99 * (-cse_424 + (cse_180 * cse_320))), cse_416, cse_417, cse_418, cse_422, cse_423, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_180 * cse_321))) - (cse_424 * cse_66))))],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 19x19, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_73 * cse_75), cse_427, cse_428, cse_431, cse_433, cse_435],
             [cse_427, (-cse_117 * cse_75), cse_465, cse_467, cse_468, cse_469],
@@ -1168,7 +1170,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_35 * cse_552), (-cse_552 * cse_77), (-cse_552 * cse_85), (-cse_37 * cse_553), (-cse_186 * cse_409), (-cse_41 * cse_553)],
             [(-cse_35 * cse_555), (-cse_555 * cse_77), (-cse_555 * cse_85), (-cse_37 * cse_556), (-cse_39 * cse_556), (-cse_186 * cse_425)],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -1340,28 +1342,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_551 = (cse_381 * cse_65)
         cse_554 = (cse_397 * cse_65)
         cse_557 = (cse_412 * cse_65)
-        # linear solve 2: 19x19, 21 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [(1.0 - (cse_73 * cse_75)), cse_84, cse_90, cse_95, cse_97, cse_98, (-cse_102 * cse_104), cse_105, cse_106, cse_107, cse_109, cse_111, cse_112, cse_105, cse_106, cse_107, cse_109, cse_111, cse_112],
-            [cse_84, (1.0 - (cse_117 * cse_75)), cse_123, cse_125, cse_126, cse_127, (-cse_104 * cse_129), cse_106, cse_130, cse_131, cse_133, cse_134, cse_135, cse_106, cse_130, cse_131, cse_133, cse_134, cse_135],
-            [cse_90, cse_123, (1.0 - (cse_140 * cse_75)), cse_142, cse_143, cse_144, (-cse_104 * cse_145), cse_107, cse_131, cse_146, cse_148, cse_149, cse_150, cse_107, cse_131, cse_146, cse_148, cse_149, cse_150],
-            [cse_95, cse_125, cse_142, (1.0 - (cse_156 * cse_75)), cse_160, cse_162, (-cse_104 * cse_165), cse_109, cse_133, cse_148, cse_166, cse_168, cse_169, cse_109, cse_133, cse_148, cse_166, cse_168, cse_169],
-            [cse_97, cse_126, cse_143, cse_160, (1.0 - (cse_173 * cse_75)), cse_175, (-cse_104 * cse_176), cse_111, cse_134, cse_149, cse_168, cse_177, cse_179, cse_111, cse_134, cse_149, cse_168, cse_177, cse_179],
-            [cse_98, cse_127, cse_144, cse_162, cse_175, (1.0 - (cse_183 * cse_75)), (-cse_104 * cse_184), cse_112, cse_135, cse_150, cse_169, cse_179, cse_185, cse_112, cse_135, cse_150, cse_169, cse_179, cse_185],
-            [cse_188, cse_189, cse_190, cse_192, cse_193, cse_194, (1.0 - (p_d * cse_197)), cse_198, cse_199, cse_200, cse_201, cse_202, cse_203, cse_198, cse_199, cse_200, cse_201, cse_202, cse_203],
-            [(-cse_186 * cse_210), (-cse_186 * cse_213), (-cse_186 * cse_216), (cse_12 * cse_222), (cse_12 * cse_223), (cse_12 * cse_224), (-cse_104 * cse_226), (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_206 * cse_55))) - (cse_209 * cse_66)))), cse_229, cse_231, cse_222, cse_223, cse_224, (cse_99 * (-cse_209 + (cse_205 * cse_55))), cse_229, cse_231, cse_222, cse_223, cse_224],
-            [(-cse_186 * cse_235), (-cse_186 * cse_237), (-cse_186 * cse_240), (cse_12 * cse_244), (cse_12 * cse_245), (cse_12 * cse_246), (-cse_104 * cse_247), cse_248, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_114 * cse_206))) - (cse_236 * cse_66)))), cse_250, cse_244, cse_245, cse_246, cse_248, (cse_99 * (-cse_236 + (cse_114 * cse_205))), cse_250, cse_244, cse_245, cse_246],
-            [(-cse_186 * cse_254), (-cse_186 * cse_256), (-cse_186 * cse_258), (cse_12 * cse_261), (cse_12 * cse_262), (cse_12 * cse_263), (-cse_104 * cse_264), cse_265, cse_266, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_137 * cse_206))) - (cse_257 * cse_66)))), cse_261, cse_262, cse_263, cse_265, cse_266, (cse_99 * (-cse_257 + (cse_137 * cse_205))), cse_261, cse_262, cse_263],
-            [(cse_12 * cse_275), (cse_12 * cse_276), (cse_12 * cse_277), (-cse_186 * cse_280), (cse_12 * cse_284), (cse_12 * cse_285), (-cse_104 * cse_286), cse_275, cse_276, cse_277, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_152 * cse_206))) - (cse_279 * cse_66)))), cse_284, cse_285, cse_275, cse_276, cse_277, (cse_99 * (-cse_279 + (cse_152 * cse_205))), cse_284, cse_285],
-            [(cse_12 * cse_292), (cse_12 * cse_293), (cse_12 * cse_294), (cse_12 * cse_298), (-cse_186 * cse_300), (cse_12 * cse_301), (-cse_104 * cse_302), cse_292, cse_293, cse_294, cse_298, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_170 * cse_206))) - (cse_299 * cse_66)))), cse_301, cse_292, cse_293, cse_294, cse_298, (cse_99 * (-cse_299 + (cse_170 * cse_205))), cse_301],
-            [(cse_12 * cse_308), (cse_12 * cse_309), (cse_12 * cse_310), (cse_12 * cse_314), (cse_12 * cse_315), (-cse_186 * cse_317), (-cse_104 * cse_318), cse_308, cse_309, cse_310, cse_314, cse_315, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_180 * cse_206))) - (cse_316 * cse_66)))), cse_308, cse_309, cse_310, cse_314, cse_315, (cse_99 * (-cse_316 + (cse_180 * cse_205)))],
-            [(-cse_186 * cse_325), (-cse_186 * cse_328), (-cse_186 * cse_331), (cse_12 * cse_336), (cse_12 * cse_337), (cse_12 * cse_338), (-cse_104 * cse_339), (cse_99 * (-cse_324 + (cse_320 * cse_55))), cse_341, cse_343, cse_336, cse_337, cse_338, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_321 * cse_55))) - (cse_324 * cse_66)))), cse_341, cse_343, cse_336, cse_337, cse_338],
-            [(-cse_186 * cse_348), (-cse_186 * cse_350), (-cse_186 * cse_353), (cse_12 * cse_357), (cse_12 * cse_358), (cse_12 * cse_359), (-cse_104 * cse_360), cse_361, (cse_99 * (-cse_349 + (cse_114 * cse_320))), cse_363, cse_357, cse_358, cse_359, cse_361, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_114 * cse_321))) - (cse_349 * cse_66)))), cse_363, cse_357, cse_358, cse_359],
-            [(-cse_186 * cse_367), (-cse_186 * cse_369), (-cse_186 * cse_371), (cse_12 * cse_374), (cse_12 * cse_375), (cse_12 * cse_376), (-cse_104 * cse_377), cse_378, cse_379, (cse_99 * (-cse_370 + (cse_137 * cse_320))), cse_374, cse_375, cse_376, cse_378, cse_379, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_137 * cse_321))) - (cse_370 * cse_66)))), cse_374, cse_375, cse_376],
-            [(cse_12 * cse_385), (cse_12 * cse_386), (cse_12 * cse_387), (-cse_186 * cse_390), (cse_12 * cse_394), (cse_12 * cse_395), (-cse_104 * cse_396), cse_385, cse_386, cse_387, (cse_99 * (-cse_389 + (cse_152 * cse_320))), cse_394, cse_395, cse_385, cse_386, cse_387, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_152 * cse_321))) - (cse_389 * cse_66)))), cse_394, cse_395],
-            [(cse_12 * cse_401), (cse_12 * cse_402), (cse_12 * cse_403), (cse_12 * cse_407), (-cse_186 * cse_409), (cse_12 * cse_410), (-cse_104 * cse_411), cse_401, cse_402, cse_403, cse_407, (cse_99 * (-cse_408 + (cse_170 * cse_320))), cse_410, cse_401, cse_402, cse_403, cse_407, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_170 * cse_321))) - (cse_408 * cse_66)))), cse_410],
-            [(cse_12 * cse_416), (cse_12 * cse_417), (cse_12 * cse_418), (cse_12 * cse_422), (cse_12 * cse_423), (-cse_186 * cse_425), (-cse_104 * cse_426), cse_416, cse_417, cse_418, cse_422, cse_423, (cse_99 * (-cse_424 + (cse_180 * cse_320))), cse_416, cse_417, cse_418, cse_422, cse_423, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_180 * cse_321))) - (cse_424 * cse_66))))],
-        ], X)
+        # linear solve 2: 19x19, 21 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_436, (-cse_436), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_470, (-cse_470), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -1383,7 +1364,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_554, (-cse_554), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
             [cse_557, (-cse_557), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d151 = ls2_X[:, 0, 0]
         d152 = ls2_X[:, 0, 1]
         d153 = ls2_X[:, 0, 2]
@@ -1986,28 +1967,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_534 = (-cse_167 * cse_533)
         cse_538 = (-cse_39 * cse_533 * cse_74)
         cse_542 = (-cse_178 * cse_533)
-        # linear solve 3: 19x19, 11 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [(1.0 - (cse_73 * cse_75)), cse_84, cse_90, cse_95, cse_97, cse_98, (-cse_102 * cse_104), cse_105, cse_106, cse_107, cse_109, cse_111, cse_112, cse_105, cse_106, cse_107, cse_109, cse_111, cse_112],
-            [cse_84, (1.0 - (cse_117 * cse_75)), cse_123, cse_125, cse_126, cse_127, (-cse_104 * cse_129), cse_106, cse_130, cse_131, cse_133, cse_134, cse_135, cse_106, cse_130, cse_131, cse_133, cse_134, cse_135],
-            [cse_90, cse_123, (1.0 - (cse_140 * cse_75)), cse_142, cse_143, cse_144, (-cse_104 * cse_145), cse_107, cse_131, cse_146, cse_148, cse_149, cse_150, cse_107, cse_131, cse_146, cse_148, cse_149, cse_150],
-            [cse_95, cse_125, cse_142, (1.0 - (cse_156 * cse_75)), cse_160, cse_162, (-cse_104 * cse_165), cse_109, cse_133, cse_148, cse_166, cse_168, cse_169, cse_109, cse_133, cse_148, cse_166, cse_168, cse_169],
-            [cse_97, cse_126, cse_143, cse_160, (1.0 - (cse_173 * cse_75)), cse_175, (-cse_104 * cse_176), cse_111, cse_134, cse_149, cse_168, cse_177, cse_179, cse_111, cse_134, cse_149, cse_168, cse_177, cse_179],
-            [cse_98, cse_127, cse_144, cse_162, cse_175, (1.0 - (cse_183 * cse_75)), (-cse_104 * cse_184), cse_112, cse_135, cse_150, cse_169, cse_179, cse_185, cse_112, cse_135, cse_150, cse_169, cse_179, cse_185],
-            [cse_188, cse_189, cse_190, cse_192, cse_193, cse_194, (1.0 - (p_d * cse_197)), cse_198, cse_199, cse_200, cse_201, cse_202, cse_203, cse_198, cse_199, cse_200, cse_201, cse_202, cse_203],
-            [(-cse_186 * cse_210), (-cse_186 * cse_213), (-cse_186 * cse_216), (cse_12 * cse_222), (cse_12 * cse_223), (cse_12 * cse_224), (-cse_104 * cse_226), (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_206 * cse_55))) - (cse_209 * cse_66)))), cse_229, cse_231, cse_222, cse_223, cse_224, (cse_99 * (-cse_209 + (cse_205 * cse_55))), cse_229, cse_231, cse_222, cse_223, cse_224],
-            [(-cse_186 * cse_235), (-cse_186 * cse_237), (-cse_186 * cse_240), (cse_12 * cse_244), (cse_12 * cse_245), (cse_12 * cse_246), (-cse_104 * cse_247), cse_248, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_114 * cse_206))) - (cse_236 * cse_66)))), cse_250, cse_244, cse_245, cse_246, cse_248, (cse_99 * (-cse_236 + (cse_114 * cse_205))), cse_250, cse_244, cse_245, cse_246],
-            [(-cse_186 * cse_254), (-cse_186 * cse_256), (-cse_186 * cse_258), (cse_12 * cse_261), (cse_12 * cse_262), (cse_12 * cse_263), (-cse_104 * cse_264), cse_265, cse_266, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_137 * cse_206))) - (cse_257 * cse_66)))), cse_261, cse_262, cse_263, cse_265, cse_266, (cse_99 * (-cse_257 + (cse_137 * cse_205))), cse_261, cse_262, cse_263],
-            [(cse_12 * cse_275), (cse_12 * cse_276), (cse_12 * cse_277), (-cse_186 * cse_280), (cse_12 * cse_284), (cse_12 * cse_285), (-cse_104 * cse_286), cse_275, cse_276, cse_277, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_152 * cse_206))) - (cse_279 * cse_66)))), cse_284, cse_285, cse_275, cse_276, cse_277, (cse_99 * (-cse_279 + (cse_152 * cse_205))), cse_284, cse_285],
-            [(cse_12 * cse_292), (cse_12 * cse_293), (cse_12 * cse_294), (cse_12 * cse_298), (-cse_186 * cse_300), (cse_12 * cse_301), (-cse_104 * cse_302), cse_292, cse_293, cse_294, cse_298, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_170 * cse_206))) - (cse_299 * cse_66)))), cse_301, cse_292, cse_293, cse_294, cse_298, (cse_99 * (-cse_299 + (cse_170 * cse_205))), cse_301],
-            [(cse_12 * cse_308), (cse_12 * cse_309), (cse_12 * cse_310), (cse_12 * cse_314), (cse_12 * cse_315), (-cse_186 * cse_317), (-cse_104 * cse_318), cse_308, cse_309, cse_310, cse_314, cse_315, (1.0 + (cse_74 * ((cse_65 * (cse_227 + (cse_180 * cse_206))) - (cse_316 * cse_66)))), cse_308, cse_309, cse_310, cse_314, cse_315, (cse_99 * (-cse_316 + (cse_180 * cse_205)))],
-            [(-cse_186 * cse_325), (-cse_186 * cse_328), (-cse_186 * cse_331), (cse_12 * cse_336), (cse_12 * cse_337), (cse_12 * cse_338), (-cse_104 * cse_339), (cse_99 * (-cse_324 + (cse_320 * cse_55))), cse_341, cse_343, cse_336, cse_337, cse_338, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_321 * cse_55))) - (cse_324 * cse_66)))), cse_341, cse_343, cse_336, cse_337, cse_338],
-            [(-cse_186 * cse_348), (-cse_186 * cse_350), (-cse_186 * cse_353), (cse_12 * cse_357), (cse_12 * cse_358), (cse_12 * cse_359), (-cse_104 * cse_360), cse_361, (cse_99 * (-cse_349 + (cse_114 * cse_320))), cse_363, cse_357, cse_358, cse_359, cse_361, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_114 * cse_321))) - (cse_349 * cse_66)))), cse_363, cse_357, cse_358, cse_359],
-            [(-cse_186 * cse_367), (-cse_186 * cse_369), (-cse_186 * cse_371), (cse_12 * cse_374), (cse_12 * cse_375), (cse_12 * cse_376), (-cse_104 * cse_377), cse_378, cse_379, (cse_99 * (-cse_370 + (cse_137 * cse_320))), cse_374, cse_375, cse_376, cse_378, cse_379, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_137 * cse_321))) - (cse_370 * cse_66)))), cse_374, cse_375, cse_376],
-            [(cse_12 * cse_385), (cse_12 * cse_386), (cse_12 * cse_387), (-cse_186 * cse_390), (cse_12 * cse_394), (cse_12 * cse_395), (-cse_104 * cse_396), cse_385, cse_386, cse_387, (cse_99 * (-cse_389 + (cse_152 * cse_320))), cse_394, cse_395, cse_385, cse_386, cse_387, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_152 * cse_321))) - (cse_389 * cse_66)))), cse_394, cse_395],
-            [(cse_12 * cse_401), (cse_12 * cse_402), (cse_12 * cse_403), (cse_12 * cse_407), (-cse_186 * cse_409), (cse_12 * cse_410), (-cse_104 * cse_411), cse_401, cse_402, cse_403, cse_407, (cse_99 * (-cse_408 + (cse_170 * cse_320))), cse_410, cse_401, cse_402, cse_403, cse_407, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_170 * cse_321))) - (cse_408 * cse_66)))), cse_410],
-            [(cse_12 * cse_416), (cse_12 * cse_417), (cse_12 * cse_418), (cse_12 * cse_422), (cse_12 * cse_423), (-cse_186 * cse_425), (-cse_104 * cse_426), cse_416, cse_417, cse_418, cse_422, cse_423, (cse_99 * (-cse_424 + (cse_180 * cse_320))), cse_416, cse_417, cse_418, cse_422, cse_423, (1.0 + (cse_74 * ((cse_65 * (cse_344 + (cse_180 * cse_321))) - (cse_424 * cse_66))))],
-        ], X)
+        # linear solve 3: 19x19, 11 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [(-cse_448 * ((cse_444 * cse_81) + (cse_447 * cse_67))), (-cse_459 * ((cse_456 * cse_81) + (cse_458 * cse_67))), (cse_102 * cse_59), (cse_102 * cse_460), cse_102, (cse_100 * cse_462), (-cse_35 * cse_464), 0.0, 0.0, 0.0, 0.0],
             [(-cse_448 * ((cse_444 * cse_471) + (cse_472 * cse_67))), (-cse_459 * ((cse_456 * cse_471) + (cse_474 * cse_67))), (cse_129 * cse_59), (cse_129 * cse_460), cse_129, (cse_475 * cse_77), (-cse_464 * cse_77), 0.0, 0.0, 0.0, 0.0],
@@ -2029,7 +1989,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_515 * ((cse_320 * cse_505) + (cse_398 * cse_444))), (-cse_516 * ((cse_320 * cse_507) + (cse_398 * cse_456))), (cse_411 * cse_59), (cse_411 * cse_460), cse_411, (cse_397 * cse_518), (-cse_397 * cse_519), 0.0, 0.0, cse_538, (cse_523 * state_internal_X2_4)],
             [(-cse_515 * ((cse_320 * cse_511) + (cse_413 * cse_444))), (-cse_516 * ((cse_320 * cse_513) + (cse_413 * cse_456))), (cse_426 * cse_59), (cse_426 * cse_460), cse_426, (cse_412 * cse_518), (-cse_412 * cse_519), 0.0, 0.0, cse_542, (cse_523 * state_internal_X2_5)],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d676 = ls3_X[:, 0, 0]
         d677 = ls3_X[:, 0, 1]
         d678 = ls3_X[:, 0, 2]

@@ -488,8 +488,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_239 = (-cse_137 * cse_238)
         cse_262 = (-cse_171)
         cse_273 = (-cse_136 * ((cse_209 * cse_236) + (cse_210 * cse_238)))
-        # linear solve 1: 9x9, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 9x9, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_154), cse_156, (cse_136 * cse_158)],
             [cse_141, cse_138, cse_141, 0.0, 0.0, 0.0, (p_K * cse_162), cse_156, (cse_136 * cse_163)],
             [cse_141, cse_141, cse_138, 0.0, 0.0, 0.0, (p_K * cse_167), cse_156, (cse_136 * cse_168)],
@@ -500,6 +500,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_211, cse_211, cse_211, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_212) + (p_K * cse_213) + (p_K * cse_214))), (1.0 + (cse_136 * (-cse_218 + (3.0 * p_q1 * p_q2 * cse_120 * cse_145 * cse_208 * state_internal_gamma_rate)))), (cse_136 * ((cse_158 * cse_208) + (cse_163 * cse_208) + (cse_168 * cse_208)))],
             [(cse_223 * (-cse_226 + (cse_158 * cse_26))), (cse_223 * (-cse_228 + (cse_163 * cse_26))), (cse_223 * (-cse_229 + (cse_168 * cse_26))), cse_231, cse_233, cse_234, (p_K * cse_235), (cse_223 * ((2.0 * cse_127) - (p_q3 * cse_221))), (cse_220 * cse_222)],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 9x9, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [cse_237, cse_239, cse_239, 0.0, 0.0, 0.0],
             [cse_239, cse_237, cse_239, 0.0, 0.0, 0.0],
@@ -511,7 +513,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_273, cse_273, cse_273, 0.0, 0.0, 0.0],
             [(-cse_223 * (cse_226 + (cse_158 * cse_25))), (-cse_223 * (cse_228 + (cse_163 * cse_25))), (-cse_223 * (cse_229 + (cse_168 * cse_25))), cse_231, cse_233, cse_234],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -629,18 +631,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_274 = (cse_208 * cse_218)
         cse_276 = (cse_222 * state_internal_gamma_rate)
         cse_277 = (p_E * cse_276)
-        # linear solve 2: 9x9, 10 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_154), cse_156, (cse_136 * cse_158)],
-            [cse_141, cse_138, cse_141, 0.0, 0.0, 0.0, (p_K * cse_162), cse_156, (cse_136 * cse_163)],
-            [cse_141, cse_141, cse_138, 0.0, 0.0, 0.0, (p_K * cse_167), cse_156, (cse_136 * cse_168)],
-            [0.0, 0.0, 0.0, cse_172, 0.0, 0.0, (-p_K * cse_175), 0.0, (cse_176 * state_S_3)],
-            [0.0, 0.0, 0.0, 0.0, cse_172, 0.0, (-p_K * cse_177), 0.0, (cse_176 * state_S_4)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, cse_172, (-p_K * cse_178), 0.0, (cse_176 * state_S_5)],
-            [(cse_137 * (-cse_181 + (cse_152 * cse_26))), (cse_137 * (-cse_183 + (cse_160 * cse_26))), (cse_137 * (-cse_184 + (cse_165 * cse_26))), cse_188, cse_190, cse_191, (1.0 + (p_K * cse_205)), (cse_118 * cse_146 * cse_206), (cse_136 * cse_207)],
-            [cse_211, cse_211, cse_211, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_212) + (p_K * cse_213) + (p_K * cse_214))), (1.0 + (cse_136 * (-cse_218 + (3.0 * p_q1 * p_q2 * cse_120 * cse_145 * cse_208 * state_internal_gamma_rate)))), (cse_136 * ((cse_158 * cse_208) + (cse_163 * cse_208) + (cse_168 * cse_208)))],
-            [(cse_223 * (-cse_226 + (cse_158 * cse_26))), (cse_223 * (-cse_228 + (cse_163 * cse_26))), (cse_223 * (-cse_229 + (cse_168 * cse_26))), cse_231, cse_233, cse_234, (p_K * cse_235), (cse_223 * ((2.0 * cse_127) - (p_q3 * cse_221))), (cse_220 * cse_222)],
-        ], X)
+        # linear solve 2: 9x9, 10 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_217, (-cse_217), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_216, (-cse_216), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -652,7 +643,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_274, (-cse_274), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [(-cse_277), cse_277, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d91 = ls2_X[:, 0, 0]
         d92 = ls2_X[:, 0, 1]
         d93 = ls2_X[:, 0, 2]
@@ -886,18 +877,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_278 = (cse_169 * cse_87)
         cse_279 = (cse_169 * cse_270)
         cse_280 = (cse_185 * cse_279)
-        # linear solve 3: 9x9, 7 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [cse_138, cse_141, cse_141, 0.0, 0.0, 0.0, (p_K * cse_154), cse_156, (cse_136 * cse_158)],
-            [cse_141, cse_138, cse_141, 0.0, 0.0, 0.0, (p_K * cse_162), cse_156, (cse_136 * cse_163)],
-            [cse_141, cse_141, cse_138, 0.0, 0.0, 0.0, (p_K * cse_167), cse_156, (cse_136 * cse_168)],
-            [0.0, 0.0, 0.0, cse_172, 0.0, 0.0, (-p_K * cse_175), 0.0, (cse_176 * state_S_3)],
-            [0.0, 0.0, 0.0, 0.0, cse_172, 0.0, (-p_K * cse_177), 0.0, (cse_176 * state_S_4)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, cse_172, (-p_K * cse_178), 0.0, (cse_176 * state_S_5)],
-            [(cse_137 * (-cse_181 + (cse_152 * cse_26))), (cse_137 * (-cse_183 + (cse_160 * cse_26))), (cse_137 * (-cse_184 + (cse_165 * cse_26))), cse_188, cse_190, cse_191, (1.0 + (p_K * cse_205)), (cse_118 * cse_146 * cse_206), (cse_136 * cse_207)],
-            [cse_211, cse_211, cse_211, 0.0, 0.0, 0.0, (cse_136 * ((p_K * cse_212) + (p_K * cse_213) + (p_K * cse_214))), (1.0 + (cse_136 * (-cse_218 + (3.0 * p_q1 * p_q2 * cse_120 * cse_145 * cse_208 * state_internal_gamma_rate)))), (cse_136 * ((cse_158 * cse_208) + (cse_163 * cse_208) + (cse_168 * cse_208)))],
-            [(cse_223 * (-cse_226 + (cse_158 * cse_26))), (cse_223 * (-cse_228 + (cse_163 * cse_26))), (cse_223 * (-cse_229 + (cse_168 * cse_26))), cse_231, cse_233, cse_234, (p_K * cse_235), (cse_223 * ((2.0 * cse_127) - (p_q3 * cse_221))), (cse_220 * cse_222)],
-        ], X)
+        # linear solve 3: 9x9, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [(-cse_137 * cse_242), (-cse_137 * cse_249), (-cse_154 * state_internal_ep), (-cse_154), cse_251, cse_255, 0.0],
             [(-cse_137 * cse_257), (-cse_137 * cse_259), (-cse_162 * state_internal_ep), (-cse_162), cse_251, cse_255, 0.0],
@@ -909,7 +889,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_136 * ((cse_209 * cse_242) + (cse_209 * cse_257) + (cse_209 * cse_260))), (-cse_136 * ((cse_209 * cse_249) + (cse_209 * cse_259) + (cse_209 * cse_261))), (-cse_136 * ((cse_212 * state_internal_ep) + (cse_213 * state_internal_ep) + (cse_214 * state_internal_ep))), (-cse_136 * (cse_212 + cse_213 + cse_214)), (-cse_250 * cse_275), (-cse_254 * cse_275), 0.0],
             [(-(cse_135 * cse_276) - (cse_223 * ((cse_158 * cse_78) + (cse_163 * cse_80) + (cse_168 * cse_81) + (cse_169 * cse_268) + (cse_198 * cse_278) + (cse_200 * cse_278)))), (-cse_223 * ((cse_158 * cse_248) + (cse_163 * cse_244) + (cse_168 * cse_246) - (cse_196 * cse_279) - (cse_198 * cse_280) - (cse_200 * cse_280))), (-cse_235 * state_internal_ep), (-cse_235), (-cse_126 * cse_221 * cse_223), (-cse_123 * cse_223 * cse_252), (cse_219 * cse_223)],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d241 = ls3_X[:, 0, 0]
         d242 = ls3_X[:, 0, 1]
         d243 = ls3_X[:, 0, 2]

@@ -402,8 +402,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_115 = (-cse_113 * cse_17)
         cse_116 = (-cse_113 * cse_19)
         cse_117 = (cse_104 * cse_107)
-        # linear solve 1: 8x8, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [(1.0 - cse_53), cse_57, cse_60, cse_67, cse_69, cse_71, 0.0, (cse_32 * cse_72)],
             [cse_57, (1.0 - cse_74), cse_76, cse_79, cse_80, cse_81, 0.0, (cse_54 * cse_72)],
             [cse_60, cse_76, (1.0 - cse_83), cse_85, cse_86, cse_87, 0.0, (cse_58 * cse_72)],
@@ -413,6 +413,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_104 * cse_48)],
             [cse_110, cse_111, cse_112, cse_114, cse_115, cse_116, (-p_K * cse_117), (cse_105 * cse_106)],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_53), cse_57, cse_60, cse_67, cse_69, cse_71],
             [cse_57, (-cse_74), cse_76, cse_79, cse_80, cse_81],
@@ -423,7 +425,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_110, cse_111, cse_112, cse_114, cse_115, cse_116],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -521,17 +523,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_148 = (cse_104 * state_internal_gamma_rate)
         cse_149 = (cse_106 * state_internal_gamma_rate)
         cse_150 = (p_E * cse_149)
-        # linear solve 2: 8x8, 9 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [(1.0 - cse_53), cse_57, cse_60, cse_67, cse_69, cse_71, 0.0, (cse_32 * cse_72)],
-            [cse_57, (1.0 - cse_74), cse_76, cse_79, cse_80, cse_81, 0.0, (cse_54 * cse_72)],
-            [cse_60, cse_76, (1.0 - cse_83), cse_85, cse_86, cse_87, 0.0, (cse_58 * cse_72)],
-            [cse_67, cse_79, cse_85, (1.0 - cse_90), cse_93, cse_94, 0.0, (cse_95 * state_S_3)],
-            [cse_69, cse_80, cse_86, cse_93, (1.0 - cse_98), cse_99, 0.0, (cse_95 * state_S_4)],
-            [cse_71, cse_81, cse_87, cse_94, cse_99, (1.0 - cse_102), 0.0, (cse_95 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_104 * cse_48)],
-            [cse_110, cse_111, cse_112, cse_114, cse_115, cse_116, (-p_K * cse_117), (cse_105 * cse_106)],
-        ], X)
+        # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_120, (-cse_120), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_130, (-cse_130), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -542,7 +534,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_148, (-cse_148), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [(-cse_150), cse_150, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d85 = ls2_X[:, 0, 0]
         d86 = ls2_X[:, 0, 1]
         d87 = ls2_X[:, 0, 2]
@@ -696,17 +688,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_145 = (cse_100 + cse_88)
         cse_147 = (cse_88 + cse_96)
         cse_151 = ((2.0 * cse_37) + (2.0 * cse_38) + (2.0 * cse_39))
-        # linear solve 3: 8x8, 4 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [(1.0 - cse_53), cse_57, cse_60, cse_67, cse_69, cse_71, 0.0, (cse_32 * cse_72)],
-            [cse_57, (1.0 - cse_74), cse_76, cse_79, cse_80, cse_81, 0.0, (cse_54 * cse_72)],
-            [cse_60, cse_76, (1.0 - cse_83), cse_85, cse_86, cse_87, 0.0, (cse_58 * cse_72)],
-            [cse_67, cse_79, cse_85, (1.0 - cse_90), cse_93, cse_94, 0.0, (cse_95 * state_S_3)],
-            [cse_69, cse_80, cse_86, cse_93, (1.0 - cse_98), cse_99, 0.0, (cse_95 * state_S_4)],
-            [cse_71, cse_81, cse_87, cse_94, cse_99, (1.0 - cse_102), 0.0, (cse_95 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_104 * cse_48)],
-            [cse_110, cse_111, cse_112, cse_114, cse_115, cse_116, (-p_K * cse_117), (cse_105 * cse_106)],
-        ], X)
+        # linear solve 3: 8x8, 4 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [(-cse_51 * ((cse_11 * ((cse_13 * cse_56) + (cse_14 * cse_59) + (cse_46 * cse_9))) + (cse_123 * cse_32))), (-cse_51 * ((p_E * ((cse_127 * cse_46) + (cse_128 * cse_56) + (cse_129 * cse_59))) + (cse_125 * cse_63))), 0.0, 0.0],
             [(-cse_51 * ((cse_11 * ((cse_13 * cse_73) + (cse_14 * cse_75) + (cse_56 * cse_9))) + (cse_123 * cse_54))), (-cse_51 * ((p_E * ((cse_127 * cse_56) + (cse_128 * cse_73) + (cse_129 * cse_75))) + (cse_131 * cse_54))), 0.0, 0.0],
@@ -717,7 +699,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0],
             [(-(cse_149 * cse_47) - (cse_108 * cse_29 * (cse_136 + cse_137 + cse_138 + cse_151))), (-cse_108 * cse_40 * ((cse_11 * (cse_140 + cse_141 + cse_142)) - (cse_151 * cse_64))), (cse_117 * state_internal_ep), cse_117],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d211 = ls3_X[:, 0, 0]
         d212 = ls3_X[:, 0, 1]
         d213 = ls3_X[:, 0, 2]

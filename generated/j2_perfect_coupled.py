@@ -391,8 +391,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_113 = (-cse_112 * cse_15)
         cse_114 = (-cse_112 * cse_17)
         cse_115 = (-cse_112 * cse_19)
-        # linear solve 1: 7x7, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 7x7, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [(1.0 - cse_52), cse_56, cse_59, cse_66, cse_68, cse_70, (cse_32 * cse_71)],
             [cse_56, (1.0 - cse_73), cse_75, cse_78, cse_79, cse_80, (cse_53 * cse_71)],
             [cse_59, cse_75, (1.0 - cse_82), cse_84, cse_85, cse_86, (cse_57 * cse_71)],
@@ -401,6 +401,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_70, cse_80, cse_86, cse_93, cse_98, (1.0 - cse_101), (cse_94 * state_S_5)],
             [cse_109, cse_110, cse_111, cse_113, cse_114, cse_115, (cse_102 * cse_105)],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_52), cse_56, cse_59, cse_66, cse_68, cse_70],
             [cse_56, (-cse_73), cse_75, cse_78, cse_79, cse_80],
@@ -410,7 +412,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_70, cse_80, cse_86, cse_93, cse_98, (-cse_101)],
             [cse_109, cse_110, cse_111, cse_113, cse_114, cse_115],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -501,16 +503,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_144 = (cse_131 * state_S_5)
         cse_146 = (cse_105 * state_internal_gamma_rate)
         cse_147 = (p_E * cse_146)
-        # linear solve 2: 7x7, 8 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [(1.0 - cse_52), cse_56, cse_59, cse_66, cse_68, cse_70, (cse_32 * cse_71)],
-            [cse_56, (1.0 - cse_73), cse_75, cse_78, cse_79, cse_80, (cse_53 * cse_71)],
-            [cse_59, cse_75, (1.0 - cse_82), cse_84, cse_85, cse_86, (cse_57 * cse_71)],
-            [cse_66, cse_78, cse_84, (1.0 - cse_89), cse_92, cse_93, (cse_94 * state_S_3)],
-            [cse_68, cse_79, cse_85, cse_92, (1.0 - cse_97), cse_98, (cse_94 * state_S_4)],
-            [cse_70, cse_80, cse_86, cse_93, cse_98, (1.0 - cse_101), (cse_94 * state_S_5)],
-            [cse_109, cse_110, cse_111, cse_113, cse_114, cse_115, (cse_102 * cse_105)],
-        ], X)
+        # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_118, (-cse_118), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_128, (-cse_128), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
@@ -520,7 +513,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_144, (-cse_144), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [(-cse_147), cse_147, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d79 = ls2_X[:, 0, 0]
         d80 = ls2_X[:, 0, 1]
         d81 = ls2_X[:, 0, 2]
@@ -652,16 +645,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_143 = (cse_87 + cse_99)
         cse_145 = (cse_87 + cse_95)
         cse_148 = ((2.0 * cse_37) + (2.0 * cse_38) + (2.0 * cse_39))
-        # linear solve 3: 7x7, 3 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [(1.0 - cse_52), cse_56, cse_59, cse_66, cse_68, cse_70, (cse_32 * cse_71)],
-            [cse_56, (1.0 - cse_73), cse_75, cse_78, cse_79, cse_80, (cse_53 * cse_71)],
-            [cse_59, cse_75, (1.0 - cse_82), cse_84, cse_85, cse_86, (cse_57 * cse_71)],
-            [cse_66, cse_78, cse_84, (1.0 - cse_89), cse_92, cse_93, (cse_94 * state_S_3)],
-            [cse_68, cse_79, cse_85, cse_92, (1.0 - cse_97), cse_98, (cse_94 * state_S_4)],
-            [cse_70, cse_80, cse_86, cse_93, cse_98, (1.0 - cse_101), (cse_94 * state_S_5)],
-            [cse_109, cse_110, cse_111, cse_113, cse_114, cse_115, (cse_102 * cse_105)],
-        ], X)
+        # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [(-cse_50 * ((cse_11 * ((cse_13 * cse_55) + (cse_14 * cse_58) + (cse_46 * cse_9))) + (cse_121 * cse_32))), (-cse_50 * ((p_E * ((cse_125 * cse_46) + (cse_126 * cse_55) + (cse_127 * cse_58))) + (cse_123 * cse_62))), 0.0],
             [(-cse_50 * ((cse_11 * ((cse_13 * cse_72) + (cse_14 * cse_74) + (cse_55 * cse_9))) + (cse_121 * cse_53))), (-cse_50 * ((p_E * ((cse_125 * cse_55) + (cse_126 * cse_72) + (cse_127 * cse_74))) + (cse_129 * cse_53))), 0.0],
@@ -671,7 +655,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_69 * ((cse_100 * cse_11) + (cse_120 * (-cse_137 - cse_145)))), (-cse_69 * ((cse_61 * (cse_141 + (cse_122 * cse_145))) - (cse_100 * cse_29))), 0.0],
             [(-(cse_146 * cse_47) - (cse_107 * cse_29 * (cse_134 + cse_135 + cse_136 + cse_148))), (-cse_107 * cse_40 * ((cse_11 * (cse_138 + cse_139 + cse_140)) - (cse_148 * cse_63))), (cse_104 * cse_106)],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d183 = ls3_X[:, 0, 0]
         d184 = ls3_X[:, 0, 1]
         d185 = ls3_X[:, 0, 2]

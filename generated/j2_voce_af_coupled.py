@@ -688,8 +688,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_334 = (cse_244 * cse_319)
         cse_335 = (p_R * cse_311 * cse_334)
         cse_336 = (2.0 * cse_318)
-        # linear solve 1: 14x14, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [(1.0 + cse_160), cse_166, cse_170, cse_175, cse_177, cse_179, 0.0, (-cse_156 * cse_158), cse_181, cse_183, cse_185, cse_186, cse_187, (-cse_152 * cse_188)],
             [cse_166, (1.0 + cse_191), cse_194, cse_197, cse_198, cse_199, 0.0, cse_181, (-cse_158 * cse_189), cse_201, cse_203, cse_204, cse_205, (-cse_162 * cse_188)],
             [cse_170, cse_194, (1.0 + cse_208), cse_211, cse_212, cse_213, 0.0, cse_183, cse_201, (-cse_158 * cse_206), cse_215, cse_216, cse_217, (-cse_167 * cse_188)],
@@ -705,6 +705,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_256, cse_273, cse_285, cse_298, cse_306, cse_309, 0.0, cse_265, cse_279, cse_290, cse_300, cse_307, (1.0 - (cse_3 * (cse_257 + (cse_240 * cse_258)))), (-cse_3 * cse_310)],
             [cse_322, cse_324, cse_326, cse_329, cse_331, cse_333, (-p_d * cse_335), (-cse_321), (-cse_323), (-cse_325), (-cse_328), (-cse_330), (-cse_332), ((p_E * cse_3) - (cse_317 * cse_336 * state_internal_gamma_rate))],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [cse_160, cse_166, cse_170, cse_175, cse_177, cse_179],
             [cse_166, cse_191, cse_194, cse_197, cse_198, cse_199],
@@ -721,7 +723,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_256, cse_273, cse_285, cse_298, cse_306, cse_309],
             [cse_322, cse_324, cse_326, cse_329, cse_331, cse_333],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -877,23 +879,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_380 = (cse_308 * state_internal_gamma_rate)
         cse_381 = (cse_310 * state_internal_gamma_rate)
         cse_382 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_314 * cse_315 * cse_336))
-        # linear solve 2: 14x14, 15 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [(1.0 + cse_160), cse_166, cse_170, cse_175, cse_177, cse_179, 0.0, (-cse_156 * cse_158), cse_181, cse_183, cse_185, cse_186, cse_187, (-cse_152 * cse_188)],
-            [cse_166, (1.0 + cse_191), cse_194, cse_197, cse_198, cse_199, 0.0, cse_181, (-cse_158 * cse_189), cse_201, cse_203, cse_204, cse_205, (-cse_162 * cse_188)],
-            [cse_170, cse_194, (1.0 + cse_208), cse_211, cse_212, cse_213, 0.0, cse_183, cse_201, (-cse_158 * cse_206), cse_215, cse_216, cse_217, (-cse_167 * cse_188)],
-            [cse_175, cse_197, cse_211, (1.0 + cse_223), cse_226, cse_228, 0.0, cse_185, cse_203, cse_215, (-cse_158 * cse_221), cse_230, cse_231, (-cse_133 * cse_232)],
-            [cse_177, cse_198, cse_212, cse_226, (1.0 + cse_235), cse_238, 0.0, cse_186, cse_204, cse_216, cse_230, (-cse_158 * cse_233), cse_239, (-cse_135 * cse_232)],
-            [cse_179, cse_199, cse_213, cse_228, cse_238, (1.0 + cse_242), 0.0, cse_187, cse_205, cse_217, cse_231, cse_239, (-cse_158 * cse_240), (-cse_137 * cse_232)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-cse_244 * cse_3)],
-            [cse_246, cse_247, cse_248, cse_252, cse_254, cse_256, 0.0, (1.0 - (cse_3 * (cse_257 + (cse_156 * cse_258)))), cse_259, cse_260, cse_262, cse_264, cse_265, (-cse_267 * cse_3)],
-            [cse_247, cse_268, cse_269, cse_271, cse_272, cse_273, 0.0, cse_259, (1.0 - (cse_3 * (cse_257 + (cse_189 * cse_258)))), cse_274, cse_276, cse_278, cse_279, (-cse_280 * cse_3)],
-            [cse_248, cse_269, cse_281, cse_283, cse_284, cse_285, 0.0, cse_260, cse_274, (1.0 - (cse_3 * (cse_257 + (cse_206 * cse_258)))), cse_287, cse_289, cse_290, (-cse_291 * cse_3)],
-            [cse_252, cse_271, cse_283, cse_292, cse_296, cse_298, 0.0, cse_262, cse_276, cse_287, (1.0 - (cse_3 * (cse_257 + (cse_221 * cse_258)))), cse_299, cse_300, (-cse_3 * cse_303)],
-            [cse_254, cse_272, cse_284, cse_296, cse_304, cse_306, 0.0, cse_264, cse_278, cse_289, cse_299, (1.0 - (cse_3 * (cse_257 + (cse_233 * cse_258)))), cse_307, (-cse_3 * cse_308)],
-            [cse_256, cse_273, cse_285, cse_298, cse_306, cse_309, 0.0, cse_265, cse_279, cse_290, cse_300, cse_307, (1.0 - (cse_3 * (cse_257 + (cse_240 * cse_258)))), (-cse_3 * cse_310)],
-            [cse_322, cse_324, cse_326, cse_329, cse_331, cse_333, (-p_d * cse_335), (-cse_321), (-cse_323), (-cse_325), (-cse_328), (-cse_330), (-cse_332), ((p_E * cse_3) - (cse_317 * cse_336 * state_internal_gamma_rate))],
-        ], X)
+        # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_338, (-cse_338), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_351, (-cse_351), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -910,7 +896,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_381, (-cse_381), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [cse_382, (-cse_382), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d121 = ls2_X[:, 0, 0]
         d122 = ls2_X[:, 0, 1]
         d123 = ls2_X[:, 0, 2]
@@ -1312,23 +1298,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_383 = (cse_133 * cse_154)
         cse_384 = (cse_135 * cse_154)
         cse_385 = (cse_137 * cse_154)
-        # linear solve 3: 14x14, 7 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [(1.0 + cse_160), cse_166, cse_170, cse_175, cse_177, cse_179, 0.0, (-cse_156 * cse_158), cse_181, cse_183, cse_185, cse_186, cse_187, (-cse_152 * cse_188)],
-            [cse_166, (1.0 + cse_191), cse_194, cse_197, cse_198, cse_199, 0.0, cse_181, (-cse_158 * cse_189), cse_201, cse_203, cse_204, cse_205, (-cse_162 * cse_188)],
-            [cse_170, cse_194, (1.0 + cse_208), cse_211, cse_212, cse_213, 0.0, cse_183, cse_201, (-cse_158 * cse_206), cse_215, cse_216, cse_217, (-cse_167 * cse_188)],
-            [cse_175, cse_197, cse_211, (1.0 + cse_223), cse_226, cse_228, 0.0, cse_185, cse_203, cse_215, (-cse_158 * cse_221), cse_230, cse_231, (-cse_133 * cse_232)],
-            [cse_177, cse_198, cse_212, cse_226, (1.0 + cse_235), cse_238, 0.0, cse_186, cse_204, cse_216, cse_230, (-cse_158 * cse_233), cse_239, (-cse_135 * cse_232)],
-            [cse_179, cse_199, cse_213, cse_228, cse_238, (1.0 + cse_242), 0.0, cse_187, cse_205, cse_217, cse_231, cse_239, (-cse_158 * cse_240), (-cse_137 * cse_232)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-cse_244 * cse_3)],
-            [cse_246, cse_247, cse_248, cse_252, cse_254, cse_256, 0.0, (1.0 - (cse_3 * (cse_257 + (cse_156 * cse_258)))), cse_259, cse_260, cse_262, cse_264, cse_265, (-cse_267 * cse_3)],
-            [cse_247, cse_268, cse_269, cse_271, cse_272, cse_273, 0.0, cse_259, (1.0 - (cse_3 * (cse_257 + (cse_189 * cse_258)))), cse_274, cse_276, cse_278, cse_279, (-cse_280 * cse_3)],
-            [cse_248, cse_269, cse_281, cse_283, cse_284, cse_285, 0.0, cse_260, cse_274, (1.0 - (cse_3 * (cse_257 + (cse_206 * cse_258)))), cse_287, cse_289, cse_290, (-cse_291 * cse_3)],
-            [cse_252, cse_271, cse_283, cse_292, cse_296, cse_298, 0.0, cse_262, cse_276, cse_287, (1.0 - (cse_3 * (cse_257 + (cse_221 * cse_258)))), cse_299, cse_300, (-cse_3 * cse_303)],
-            [cse_254, cse_272, cse_284, cse_296, cse_304, cse_306, 0.0, cse_264, cse_278, cse_289, cse_299, (1.0 - (cse_3 * (cse_257 + (cse_233 * cse_258)))), cse_307, (-cse_3 * cse_308)],
-            [cse_256, cse_273, cse_285, cse_298, cse_306, cse_309, 0.0, cse_265, cse_279, cse_290, cse_300, cse_307, (1.0 - (cse_3 * (cse_257 + (cse_240 * cse_258)))), (-cse_3 * cse_310)],
-            [cse_322, cse_324, cse_326, cse_329, cse_331, cse_333, (-p_d * cse_335), (-cse_321), (-cse_323), (-cse_325), (-cse_328), (-cse_330), (-cse_332), ((p_E * cse_3) - (cse_317 * cse_336 * state_internal_gamma_rate))],
-        ], X)
+        # linear solve 3: 14x14, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [cse_342, cse_350, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_352, cse_353, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -1345,7 +1315,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(cse_245 * cse_371), (cse_245 * cse_372), 0.0, 0.0, 0.0, (cse_137 * cse_379), (-cse_158 * state_internal_X_5)],
             [(-cse_158 - (cse_319 * (cse_359 + cse_360 + cse_361 + (cse_100 * cse_385) + (cse_383 * cse_98) + (cse_384 * cse_99))) + (2.0 * p_E * cse_314 * cse_316 * cse_318)), (-cse_319 * (-(cse_115 * cse_383) - (cse_116 * cse_384) - (cse_117 * cse_385) + (cse_150 * cse_152 * cse_347) + (cse_150 * cse_162 * cse_349) + (cse_150 * cse_167 * cse_348))), (cse_312 * cse_334), (cse_335 * state_internal_ep), cse_334, 0.0, 0.0],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d421 = ls3_X[:, 0, 0]
         d422 = ls3_X[:, 0, 1]
         d423 = ls3_X[:, 0, 2]

@@ -416,8 +416,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_204 = (cse_18 * cse_202)
         cse_205 = (cse_20 * cse_202)
         cse_206 = (cse_187 * cse_195)
-        # linear solve 1: 8x8, 6 right-hand side(s), unrolled over structural nonzeros
-        ls1_A = _matrix([
+        # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
+        lu1_A = _matrix([
             [(1.0 - cse_133), cse_138, cse_141, cse_148, cse_150, cse_151, 0.0, cse_144],
             [cse_138, (1.0 - cse_153), cse_155, cse_158, cse_160, cse_161, 0.0, cse_156],
             [cse_141, cse_155, (1.0 - cse_163), cse_166, cse_168, cse_169, 0.0, cse_164],
@@ -427,6 +427,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_130 * cse_187)],
             [cse_197, cse_199, cse_201, cse_203, cse_204, cse_205, (p_K * cse_206), 1.0],
         ], X)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_133), cse_138, cse_141, cse_148, cse_150, cse_151],
             [cse_138, (-cse_153), cse_155, cse_158, cse_160, cse_161],
@@ -437,7 +439,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_197, cse_199, cse_201, cse_203, cse_204, cse_205],
         ], X)
-        ls1_X = torch.linalg.solve_ex(ls1_A, ls1_B, check_errors=False)[0]
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -550,17 +552,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_236 = (cse_225 * state_S_4)
         cse_239 = (cse_225 * state_S_5)
         cse_242 = (cse_187 * state_internal_gamma_rate)
-        # linear solve 2: 8x8, 9 right-hand side(s), unrolled over structural nonzeros
-        ls2_A = _matrix([
-            [(1.0 - cse_133), cse_138, cse_141, cse_148, cse_150, cse_151, 0.0, cse_144],
-            [cse_138, (1.0 - cse_153), cse_155, cse_158, cse_160, cse_161, 0.0, cse_156],
-            [cse_141, cse_155, (1.0 - cse_163), cse_166, cse_168, cse_169, 0.0, cse_164],
-            [cse_148, cse_158, cse_166, (1.0 - cse_174), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
-            [cse_150, cse_160, cse_168, cse_178, (1.0 - cse_182), cse_183, 0.0, (cse_180 * state_S_4)],
-            [cse_151, cse_161, cse_169, cse_179, cse_183, (1.0 - cse_185), 0.0, (cse_180 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_130 * cse_187)],
-            [cse_197, cse_199, cse_201, cse_203, cse_204, cse_205, (p_K * cse_206), 1.0],
-        ], X)
+        # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_208, (-cse_208), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_217, (-cse_217), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -571,7 +563,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_242, (-cse_242), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.solve_ex(ls2_A, ls2_B, check_errors=False)[0]
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d85 = ls2_X[:, 0, 0]
         d86 = ls2_X[:, 0, 1]
         d87 = ls2_X[:, 0, 2]
@@ -773,17 +765,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_241 = (cse_145 * state_S_5)
         cse_243 = (cse_127 * cse_81)
         cse_244 = (cse_127 * cse_211)
-        # linear solve 3: 8x8, 6 right-hand side(s), unrolled over structural nonzeros
-        ls3_A = _matrix([
-            [(1.0 - cse_133), cse_138, cse_141, cse_148, cse_150, cse_151, 0.0, cse_144],
-            [cse_138, (1.0 - cse_153), cse_155, cse_158, cse_160, cse_161, 0.0, cse_156],
-            [cse_141, cse_155, (1.0 - cse_163), cse_166, cse_168, cse_169, 0.0, cse_164],
-            [cse_148, cse_158, cse_166, (1.0 - cse_174), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
-            [cse_150, cse_160, cse_168, cse_178, (1.0 - cse_182), cse_183, 0.0, (cse_180 * state_S_4)],
-            [cse_151, cse_161, cse_169, cse_179, cse_183, (1.0 - cse_185), 0.0, (cse_180 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_130 * cse_187)],
-            [cse_197, cse_199, cse_201, cse_203, cse_204, cse_205, (p_K * cse_206), 1.0],
-        ], X)
+        # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
             [(-cse_131 * ((cse_129 * cse_75) + (cse_137 * cse_77) + (cse_140 * cse_78) - (cse_108 * cse_210) - (cse_112 * cse_210) - (cse_114 * cse_210))), (-cse_131 * ((cse_108 * cse_212) + (cse_112 * cse_212) + (cse_114 * cse_212) + (cse_129 * cse_214) + (cse_137 * cse_216) + (cse_140 * cse_215))), 0.0, 0.0, 0.0, 0.0],
             [(-cse_131 * ((cse_137 * cse_75) + (cse_152 * cse_77) + (cse_154 * cse_78) - (cse_108 * cse_219) - (cse_112 * cse_219) - (cse_114 * cse_219))), (-cse_131 * ((cse_108 * cse_220) + (cse_112 * cse_220) + (cse_114 * cse_220) + (cse_137 * cse_214) + (cse_152 * cse_216) + (cse_154 * cse_215))), 0.0, 0.0, 0.0, 0.0],
@@ -794,7 +776,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [(cse_195 * (cse_228 + cse_230 + cse_231 + (cse_108 * cse_243) + (cse_112 * cse_243) + (cse_114 * cse_243))), (cse_195 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_123 * cse_125 * cse_214) + (cse_123 * cse_135 * cse_216) + (cse_123 * cse_139 * cse_215))), (-cse_206 * state_internal_ep), (-cse_206), (-cse_191 * cse_194 * (cse_189 * cse_189)), torch.where(cse_192 > 0.0, (cse_193 * torch.log(cse_192)), 0.0)],
         ], X)
-        ls3_X = torch.linalg.solve_ex(ls3_A, ls3_B, check_errors=False)[0]
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d211 = ls3_X[:, 0, 0]
         d212 = ls3_X[:, 0, 1]
         d213 = ls3_X[:, 0, 2]
