@@ -335,10 +335,12 @@ MC_INLINE uint64_t mc_lu_rows(const int n, const int k, const int *restrict p) {
     MC_LANES rows |= (uint64_t)1 << p[l];
     return rows & ~(((uint64_t)2 << k) - 1);
 }
-/* rows k and i of the m columns at b exchanged in the lanes whose pivot p[l] is i */
-MC_INLINE void mc_lu_swap(const int m, real *restrict b, const int k, const int i, const int *restrict p) {
-    for (int c = 0; c < m; ++c) {
-        real *u = b + (k * m + c) * MC_W, *q = b + (i * m + c) * MC_W;
+/* in the rows of x (w entries a row), entries c0 .. c1-1 of rows k and i exchanged in the lanes
+   whose pivot p[l] is i */
+MC_INLINE void mc_lu_swap(real *restrict x, const int w, const int c0, const int c1, const int k, const int i,
+                          const int *restrict p) {
+    for (int c = c0; c < c1; ++c) {
+        real *u = x + (k * w + c) * MC_W, *q = x + (i * w + c) * MC_W;
         MC_SIMD MC_LANES {
             const int s = p[l] == i;
             const real t = u[l];
@@ -347,11 +349,12 @@ MC_INLINE void mc_lu_swap(const int m, real *restrict b, const int k, const int 
         }
     }
 }
-/* row i of the m columns at b less f times their row k */
-MC_INLINE void mc_lu_axpy(const int m, real *restrict b, const int k, const int i, const real *restrict f) {
-    for (int c = 0; c < m; ++c) {
-        const real *u = b + (k * m + c) * MC_W;
-        real *q = b + (i * m + c) * MC_W;
+/* in the rows of x (w entries a row), entries c0 .. c1-1 of row i less f times row k's */
+MC_INLINE void mc_lu_axpy(real *restrict x, const int w, const int c0, const int c1, const int k, const int i,
+                          const real *restrict f) {
+    for (int c = c0; c < c1; ++c) {
+        const real *u = x + (k * w + c) * MC_W;
+        real *q = x + (i * w + c) * MC_W;
         MC_SIMD MC_LANES q[l] -= f[l] * u[l];
     }
 }
@@ -393,16 +396,8 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
         const uint64_t rows = mc_lu_rows(n, k, p);
         for (int i = k + 1; i < n; ++i) {
             if (n <= 64 && !((rows >> i) & 1)) continue;
-            for (int j = k; j < n; ++j) {
-                real *u = a + (k * n + j) * MC_W, *q = a + (i * n + j) * MC_W;
-                MC_SIMD MC_LANES {
-                    const int s = p[l] == i;
-                    const real t = u[l];
-                    u[l] = s ? q[l] : t;
-                    q[l] = s ? t : q[l];
-                }
-            }
-            mc_lu_swap(m, b, k, i, p);
+            mc_lu_swap(a, n, k, n, k, i, p);
+            mc_lu_swap(b, m, 0, m, k, i, p);
         }
         real *d = a + (k * n + k) * MC_W;
         MC_SIMD MC_LANES d[l] = ((real)1) / d[l];
@@ -410,15 +405,13 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
             real f[MC_W];
             int nz = 0;
             MC_SIMD MC_LANES f[l] = a[(i * n + k) * MC_W + l] * d[l];
-            if (piv) MC_SIMD MC_LANES a[(i * n + k) * MC_W + l] = f[l];  /* kept for mc_lu_apply */
+            if (piv) {  /* the multiplier kept for mc_lu_apply */
+                MC_SIMD MC_LANES a[(i * n + k) * MC_W + l] = f[l];
+            }
             MC_LANES nz |= f[l] != 0;
             if (!nz) continue;  /* a zero below the pivot in every lane (a sparse Jacobian): nothing to do */
-            for (int j = k + 1; j < n; ++j) {
-                const real *u = a + (k * n + j) * MC_W;
-                real *q = a + (i * n + j) * MC_W;
-                MC_SIMD MC_LANES q[l] -= f[l] * u[l];
-            }
-            mc_lu_axpy(m, b, k, i, f);
+            mc_lu_axpy(a, n, k + 1, n, k, i, f);
+            mc_lu_axpy(b, m, 0, m, k, i, f);
         }
     }
     mc_lu_back(n, m, a, b);
@@ -432,14 +425,14 @@ static inline void mc_lu_apply(const int n, const int m, const real *restrict a,
         const uint64_t rows = mc_lu_rows(n, k, p);
         for (int i = k + 1; i < n; ++i) {
             if (n <= 64 && !((rows >> i) & 1)) continue;
-            mc_lu_swap(m, b, k, i, p);
+            mc_lu_swap(b, m, 0, m, k, i, p);
         }
         for (int i = k + 1; i < n; ++i) {
             const real *f = a + (i * n + k) * MC_W;
             int nz = 0;
             MC_LANES nz |= f[l] != 0;
             if (!nz) continue;
-            mc_lu_axpy(m, b, k, i, f);
+            mc_lu_axpy(b, m, 0, m, k, i, f);
         }
     }
     mc_lu_back(n, m, a, b);
