@@ -231,6 +231,77 @@ def test_newton_step_unrolled_and_lu_agree(cache_dir, tmp_path, monkeypatch):
     assert _rel(outs["unrolled"].outputs.tensor, outs["lu"].outputs.tensor) < 1e-13
 
 
+def _tangent_by_parameter_program(n: int, name: str):
+    """backend_programs.newton_system with d u / d $c as well (the implicit function theorem's
+    right-hand side -dR/dc = -u^3 next to the identity for d u / d b), its tangent declared as every
+    u by the parameter $c: split into variants, the system's column groups are (tangent, total) for
+    d u / d c and (jacobian, total) for d u / d b, so neither runs for every derivative variant."""
+    from backend_programs import newton_system
+    from modelc.passes.variants import split_variants, standard_variants
+
+    _, full = newton_system(n, name)
+    nt = full.body[0]
+    u = list(nt.unknowns)
+    bs = [v for v in full.inputs if v.name.startswith("forces/")]
+    dudb = [[sp.Symbol(f"d{i}_{j}", real=True) for j in range(n)] for i in range(n)]
+    dudc = [sp.Symbol(f"dc{i}", real=True) for i in range(n)]
+    B = tuple(tuple([sp.S.One if i == j else sp.S.Zero for j in range(n)] + [-u[i] ** 3]) for i in range(n))
+    ls = ir.LinearSolve(nt.jacobian, B, tuple(tuple(dudb[i] + [dudc[i]]) for i in range(n)))
+    outs = full.outputs
+    derivs = {(outs[i].name, bs[j].name): ((dudb[i][j],),) for i in range(n) for j in range(n)}
+    derivs.update({(outs[i].name, "$c"): ((dudc[i],),) for i in range(n)})
+    p = ir.Program(name, full.inputs, full.parameters, outs, (nt, ls), full.results, derivs, full.status,
+                   jacobian_wrt=tuple(v.name for v in full.inputs) + ("$c",))
+    return split_variants(p, standard_variants(p, (tuple(o.name for o in outs), ("$c",))))
+
+
+@needs_cc
+def test_a_system_no_column_group_of_which_runs_for_every_variant_is_factored_on_its_own(tmp_path):
+    """A tangent declared by a parameter needs columns of the system that the Jacobian does not, and
+    the Jacobian columns the tangent does not: the system is then factored on its own under the
+    union of the variants (mc_lu_solve with no right-hand side, its pivots kept) and both groups
+    solve through mc_lu_apply. Each call's derivatives against the closed forms d u / d b =
+    (M + 3 c diag(u^2))^-1 and d u / d c = -(M + 3 c diag(u^2))^-1 u^3, and against the PyTorch code
+    (which eliminates the shared matrix once as well)."""
+    import re
+
+    from backend_programs import matrix
+    from modelc.backends.module import emit_module, write_atomic
+    from modelc.cache import import_file
+
+    n = 3
+    prog = _tangent_by_parameter_program(n, "ctangentc")
+    assert [m for st, m in zip(prog.body, prog.masks) if isinstance(st, ir.LinearSolve)] == [10, 12]
+    path = tmp_path / "ctangentc.py"
+    write_atomic(path, emit_module(prog))
+    mod = import_file(path, "c_tangent_by_parameter")
+    block = mod.C_SOURCE[mod.C_SOURCE.index("MC_INLINE void block_eval"):]
+    assert re.findall(r"mc_lu_\w+\([^;]*;", block) == [
+        "mc_lu_solve(3, 0, mc_ls1_A, 0, mc_ls1_piv);", "mc_lu_apply(3, 1, mc_ls1_A, mc_ls1_piv, mc_ls1_B);",
+        "mc_lu_apply(3, 3, mc_ls1_A, mc_ls1_piv, mc_ls2_B);"]
+    g = torch.Generator().manual_seed(8)
+    x = {f"forces/b{i}": torch.randn(21, generator=g, dtype=torch.float64) * 3 for i in range(n)}
+    x.update({f"old_state/u{i}": torch.zeros(21, dtype=torch.float64) for i in range(n)})
+    M = np.array(matrix(n), dtype=float)
+    for backend in ("c", "torch"):
+        m = mod.Model(backend=backend)
+        calls = {d: m(x, derivatives=d) for d in ("tangent", True, "total")}
+        u = calls["tangent"].outputs.tensor.numpy()
+        Jinv = np.linalg.inv(M[None] + 1.5 * np.einsum("ij,pj->pij", np.eye(n), u ** 2))  # c = 0.5
+        dudb, dudc = Jinv, -np.einsum("pij,pj->pi", Jinv, u ** 3)
+        for d, r in calls.items():
+            assert r.status.all_converged and torch.equal(r.outputs.tensor, calls["tangent"].outputs.tensor)
+            J = r.jacobian
+            for i in range(n):
+                if d in ("tangent", "total"):
+                    np.testing.assert_allclose(J[f"state/u{i}", "c"].numpy().ravel(), dudc[:, i], rtol=1e-12,
+                                               atol=1e-14, err_msg=f"{backend} {d}")
+                if d in (True, "total"):
+                    for j in range(n):
+                        np.testing.assert_allclose(J[f"state/u{i}", f"forces/b{j}"].numpy().ravel(), dudb[:, i, j],
+                                                   rtol=1e-12, atol=1e-14, err_msg=f"{backend} {d}")
+
+
 @needs_cc
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_newton_step_pivots_where_at_risk(cache_dir, tmp_path, dtype):
