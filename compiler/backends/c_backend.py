@@ -535,12 +535,7 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     items: list = []
     cur = _Loop(mask=full)
     n_ls = 0
-    shared = Emitter._shared_matrices(program, masks)  # matrix -> the union of its solves' variants
-    factored: dict = {}  # matrix -> the arrays holding its factors and pivots
-    later: dict = {}  # shared matrix -> the variants of its solves after the first
-    for st, m in zip(program.body, masks):
-        if isinstance(st, ir.LinearSolve) and st.A in shared:
-            later[st.A] = (later[st.A] | m) if st.A in later else 0
+    solves = _Solves(program, masks)
     for k, (st, m) in enumerate(zip(program.body, masks)):
         if m != cur.mask and not isinstance(st, ir.Newton):
             items.append(cur)
@@ -555,37 +550,9 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
             n_ls += 1
             cur.ops += _unrolled_solve(code, st.A, st.B, st.targets, f"ls{n_ls}", code.defs)
         elif isinstance(st, ir.LinearSolve):
-            # a matrix that several solves share (the column groups of the variants) is staged
-            # and factored once, under the union of their variants, by the first; the others
-            # solve through its factors (mc_lu_apply: the same operations on their columns)
             n_ls += 1
-            n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
-            B = f"mc_ls{n_ls}_B"
-            stage.append(f"real {B}[{n * mm} * MC_W];")
-            first, union = st.A not in factored, shared.get(st.A, m)
-            if first:
-                A, piv = f"mc_ls{n_ls}_A", (f"mc_ls{n_ls}_piv" if st.A in shared else "0")
-                factored[st.A] = A, piv
-                stage.append(f"real {A}[{n * n} * MC_W];" + (f" int {piv}[{n} * MC_W];" if st.A in shared else ""))
-                if union != m:  # (the first solve does not run for every variant: factor on its own)
-                    items.append(cur)
-                    cur = _Loop(mask=union)
-                cur.ops += [(None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]) for i in range(n) for j in range(n)]
-                if union != m:
-                    items += [cur, _Call([f"mc_lu_solve({n}, 0, {A}, 0, {piv});"], (), (), union)]
-                    cur = _Loop(mask=m)
-            A, piv = factored[st.A]
-            cur.ops += [(None, f"{B}[{i * mm + c} * MC_W + l]", st.B[i][c]) for i in range(n) for c in range(mm)]
-            for i, row in enumerate(st.targets):
-                for c, t in enumerate(row):
-                    homes[t] = f"({B} + {i * mm + c} * MC_W)"
-            if first and union == m:  # (the pivots kept for the variants that solve more columns)
-                keep = f"(V & {later[st.A]}) ? {piv} : 0" if st.A in shared else "0"
-                call = f"mc_lu_solve({n}, {mm}, {A}, {B}, {keep});"
-            else:
-                call = f"mc_lu_apply({n}, {mm}, {A}, {piv}, {B});"
-            items += [cur, _Call([call], (), (), m)]
-            cur = _Loop(mask=m)
+            new, cur = solves.emit(st, m, f"mc_ls{n_ls}", cur, stage, homes)
+            items += new
         elif isinstance(st, ir.Newton):
             fn = _newton_function(code, st)
             exprs = list(st.guess) + [a.value for a in st.body] + list(st.residual) + \
@@ -616,6 +583,53 @@ def _block_function(code: _Code, program: ir.Program, layout: Layout) -> str:
     body = stage + stores.declarations() + lines + stores.lines()
     head = "MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int nl, const int V) {"
     return "\n".join([head] + ["    " + x for x in body] + ["}"])
+
+
+class _Solves:
+    """The block function's linear solves of two or more unknowns, through the template LU. A matrix
+    that several solves share (the column groups of the variants: the tangent's columns, then the
+    Jacobian's and the total's) is staged and factored once, under the union of their variants: by
+    the first solve when that one runs for all of them (``mc_lu_solve`` keeping each lane's pivots
+    in the entry points that solve more columns), else on its own before it; the others solve
+    through its factors (``mc_lu_apply``: the same operations on their columns, bit for bit)."""
+
+    def __init__(self, program: ir.Program, masks):
+        self.shared = Emitter._shared_matrices(program, masks)  # matrix -> the union of its solves' variants
+        self.factored: dict = {}  # matrix -> the names of the arrays holding its factors and pivots
+        self.later: dict = {}  # shared matrix -> the variants of its solves after the first
+        for st, m in zip(program.body, masks):
+            if isinstance(st, ir.LinearSolve) and st.A in self.shared:
+                self.later[st.A] = (self.later[st.A] | m) if st.A in self.later else 0
+
+    def emit(self, st: ir.LinearSolve, m: int, name: str, cur: _Loop, stage: list, homes: dict):
+        """(items to append, the lane loop that goes on) for solve ``st`` of mask ``m``, ``cur`` being
+        the open loop; its arrays are declared in ``stage`` and its targets' homes set."""
+        n, mm = len(st.A), (len(st.B[0]) if st.B else 0)
+        items, B = [], f"{name}_B"
+        stage.append(f"real {B}[{n * mm} * MC_W];")
+        first, union, kept = st.A not in self.factored, self.shared.get(st.A, m), st.A in self.shared
+        if first:
+            A, piv = f"{name}_A", (f"{name}_piv" if kept else "0")
+            self.factored[st.A] = A, piv
+            stage.append(f"real {A}[{n * n} * MC_W];" + (f" int {piv}[{n} * MC_W];" if kept else ""))
+            if union != m:  # (the first solve does not run for every variant: factor on its own)
+                items.append(cur)
+                cur = _Loop(mask=union)
+            cur.ops += [(None, f"{A}[{i * n + j} * MC_W + l]", st.A[i][j]) for i in range(n) for j in range(n)]
+            if union != m:
+                items += [cur, _Call([f"mc_lu_solve({n}, 0, {A}, 0, {piv});"], (), (), union)]
+                cur = _Loop(mask=m)
+        A, piv = self.factored[st.A]
+        cur.ops += [(None, f"{B}[{i * mm + c} * MC_W + l]", st.B[i][c]) for i in range(n) for c in range(mm)]
+        for i, row in enumerate(st.targets):
+            for c, t in enumerate(row):
+                homes[t] = f"({B} + {i * mm + c} * MC_W)"
+        if first and union == m:
+            keep = f"(V & {self.later[st.A]}) ? {piv} : 0" if kept else "0"
+            call = f"mc_lu_solve({n}, {mm}, {A}, {B}, {keep});"
+        else:
+            call = f"mc_lu_apply({n}, {mm}, {A}, {piv}, {B});"
+        return items + [cur, _Call([call], (), (), m)], _Loop(mask=m)
 
 
 class _Stores:
