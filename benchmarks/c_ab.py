@@ -71,9 +71,7 @@ def _models(model: str, sources: list[str]):
 def _inputs(model: str, m, size: int) -> dict:
     if model == "chaboche2_coupled":
         from benchmarks import chaboche
-        b = chaboche.tile(chaboche.pool(), size, torch.float64, "cpu")
-        x = {"forces/E": b["strain"], "forces/t": b["t"], "old_forces/t": b["t~1"]}
-        return x | {"old_" + ours: b[theirs + "~1"] for ours, theirs in chaboche.STATE.items()}
+        return chaboche.inputs(chaboche.tile(chaboche.pool(), size, torch.float64, "cpu"))
     base = modelc_hook._base(model)  # (a _coupled twin runs its radial return's workload)
     return modelc_hook.named_inputs(m, model, wl.args_of(base, wl.batch(wl.pool(base), size, torch.float64)))
 

@@ -83,6 +83,12 @@ def tile(p: dict[str, np.ndarray], size: int, dtype: torch.dtype, device: str) -
                                else torch.float64, device=device) for k, v in p.items()}
 
 
+def inputs(b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """chaboche2_coupled's inputs from a :func:`tile` of the pool."""
+    x = {"forces/E": b["strain"], "forces/t": b["t"], "old_forces/t": b["t~1"]}
+    return x | {"old_" + ours: b[theirs + "~1"] for ours, theirs in STATE.items()}
+
+
 def errors(stress: torch.Tensor, tangent: torch.Tensor, b: dict[str, torch.Tensor]) -> dict[str, float]:
     """Largest relative differences from NEML2's history (the stress per point against the largest
     stress; the tangent where the history has one, against its largest entry)."""
@@ -118,8 +124,7 @@ def modelc_records(sizes, dtype, device, repeats, max_seconds) -> list[dict]:
     p, out = pool(), []
     for size in sizes:
         b = tile(p, size, dtype, device)
-        x = {"forces/E": b["strain"], "forces/t": b["t"], "old_forces/t": b["t~1"]}
-        x |= {"old_" + ours: b[theirs + "~1"] for ours, theirs in STATE.items()}
+        x = inputs(b)
         r = m(x, derivatives="tangent")
         rec = {"impl": f"modelc-{backend}", "size": size,
                **errors(r["state/S"], r.jacobian["state/S", "forces/E"], b),
