@@ -83,6 +83,20 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 DERIVATIVES = {"value": False, "tangent": "tangent", "jacobian": True, "total": "total"}
 
 
+def interleaved_best(calls: list, size: int, rounds: int) -> list[float]:
+    """Seconds per call of each of ``calls`` on ``size`` points: best of ``rounds`` rounds of
+    ``max(3, 1e6 // size)`` calls each, the calls interleaved in every round."""
+    reps = max(3, int(1e6 // size))
+    best = [float("inf")] * len(calls)
+    for _ in range(rounds):
+        for i, f in enumerate(calls):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f()
+            best[i] = min(best[i], (time.perf_counter() - t0) / reps)
+    return best
+
+
 def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
             derivatives: str = "tangent") -> list[dict]:
     torch.set_num_threads(1)
@@ -90,14 +104,7 @@ def compare(model: str, sizes: list[int], sources: list[str], rounds: int = 9,
     recs = []
     for size in sizes:
         binds = [m.bind(_inputs(model, m, size), derivatives=DERIVATIVES[derivatives]) for m in models]
-        reps = max(3, int(1e6 // size))
-        best = [float("inf")] * len(binds)
-        for _ in range(rounds):
-            for i, b in enumerate(binds):
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    b()
-                best[i] = min(best[i], (time.perf_counter() - t0) / reps)
+        best = interleaved_best(binds, size, rounds)
         r0 = binds[0].result
         for src, b, t in zip(sources, binds, best):
             r = b.result

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from benchmarks import expert, modelc_hook
+from benchmarks import c_ab, expert, modelc_hook
 from benchmarks import workload as wl
 from benchmarks.baselines import output_names
 
@@ -55,15 +54,7 @@ def _calls(model: str, size: int, check: float = 1e-8) -> dict:
 
 def _best(calls: dict, size: int, rounds: int) -> dict[str, float]:
     """Seconds per call, best of ``rounds`` rounds, the calls interleaved in every round."""
-    reps = max(3, int(1e6 // size))
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(rounds):
-        for k, f in calls.items():
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                f()
-            best[k] = min(best[k], (time.perf_counter() - t0) / reps)
-    return best
+    return dict(zip(calls, c_ab.interleaved_best(list(calls.values()), size, rounds)))
 
 
 def measure(models: list[str], sizes: list[int], rounds: int = 9) -> list[dict]:
