@@ -39,7 +39,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 step=${1:-}
-case "$step" in tests|cudatests|bench|kernels|layout|session|library|profile|chaboche) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library|profile|chaboche" >&2; exit 2 ;; esac
+case "$step" in tests|cudatests|bench|kernels|layout|session|library|ab|profile|chaboche) ;; *) echo "usage: $0 tests|cudatests|bench|kernels|layout|session|library|ab|profile|chaboche" >&2; exit 2 ;; esac
 
 # modelc from this working tree without installing it (pyproject's package-dir as links: modelc is
 # compiler/, modelc.runtime is runtime/, ...); its dependencies are already on that machine
@@ -161,6 +161,22 @@ PY
     [ "${T_TESTS:-0}" = 0 ] || cuda_tests $R/tests.log
     rm -rf $R/ab
     tar -czf "$OUT/library.tgz" -C $R .
+    ;;
+  ab)
+    # the working tree's modules (generated/) against those of another folder (AB_BASE, e.g. an
+    # earlier commit's, written here into the ignored .ab/base and carried), models AB_MODELS: every
+    # kernel compiled first, 16 at a time, then each set timed at 4e6 points in the same minute
+    # (checked against the PyTorch backend), the base first
+    base=${AB_BASE:-.ab/base}
+    { for m in ${AB_MODELS:?AB_MODELS: the models}; do for d in fp64 fp32; do
+        echo "--models $m --dtypes $d --caps module"; echo "--models $m --dtypes $d --caps module --modules $base"
+      done; done; } | timeout -s INT "${T_COMPILE:-60}" xargs -P 16 -L 1 python3 -m benchmarks.gpu_library --compile-only \
+      2>&1 | tee -a "$OUT/ab.log"
+    pkill -INT -f "benchmarks.gpu_library --compile-only"; sleep 1; pkill -9 -f "benchmarks.gpu_library --compile-only"
+    timeout -s INT "${T_AB:-45}" python3 -m benchmarks.gpu_library --sizes 4000000 --out "$OUT" --models $AB_MODELS \
+      --modules "$base" --caps module --tag gpu-ab-before 2>&1 | tee -a "$OUT/ab.log"
+    timeout -s INT "${T_AB:-45}" python3 -m benchmarks.gpu_library --sizes 4000000 --out "$OUT" --models $AB_MODELS \
+      --caps module --tag gpu-ab-after 2>&1 | tee -a "$OUT/ab.log"
     ;;
   profile)
     # j2_voce_af's tangent kernel in float32 and float64 at 4e6 points under Nsight Compute: memory

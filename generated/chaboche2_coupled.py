@@ -2512,6 +2512,17 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
@@ -7851,13 +7862,29 @@ if triton is not None:
             old_state_internal_X2_3, old_state_internal_X2_4, old_state_internal_X2_5,
             old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row10 = _mc_row8(
+                tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_3, K0),
+                tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_ep, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_0, K0), BLOCK)
+            _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row10, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 12 .. 15; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        # outputs 8 .. 15; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row11 = _mc_row8(
+                tl.where((chaboche2_return_map_converged & fin), state_internal_X1_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_2, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X1_4, K0),
+                tl.where((chaboche2_return_map_converged & fin), state_internal_X1_5, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_0, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_1, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_2, K0), BLOCK)
+            _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -7873,7 +7900,8 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 16 .. 19; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_13 = (cse_1 + cse_8)
         state_S_1 = (cse_12 * cse_13)
         cse_14 = (cse_2 + cse_8)
@@ -7883,12 +7911,19 @@ if triton is not None:
         cse_16 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_12 * cse_16)
         # outputs 20 .. 23; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        # outputs 16 .. 23; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row12 = _mc_row8(
+                tl.where((chaboche2_return_map_converged & fin), state_internal_X2_3, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_4, K0), tl.where((chaboche2_return_map_converged & fin), state_internal_X2_5, K0), tl.where((chaboche2_return_map_converged & fin), state_S_0, K0),
+                tl.where((chaboche2_return_map_converged & fin), state_S_1, K0), tl.where((chaboche2_return_map_converged & fin), state_S_2, K0), tl.where((chaboche2_return_map_converged & fin), state_S_3, K0), tl.where((chaboche2_return_map_converged & fin), state_S_4, K0), BLOCK)
+            _mc_store(Y + row[:, None] * y_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         cse_17 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_17)
         # outputs 24 .. 24; NaN where Newton did not converge
-        _zero10 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero10, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
+        _zero13 = tl.zeros([BLOCK], dtype=DTYPE)
+        _mc_store(Y + row[:, None] * y_stride + 24 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((chaboche2_return_map_converged & fin), state_S_5, K0), _zero13, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_28 = (K3 * cse_2)
             cse_43 = (K4 * cse_0)
@@ -8657,28 +8692,44 @@ if triton is not None:
             d117 = (-(cse_18 * (d40 + d41)) + (p_E * cse_11 * (cse_7 + (cse_20 * d39))))
             d118 = (-(cse_18 * (d59 + d60)) + (p_E * cse_11 * cse_20 * d58))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d119 = (-(cse_18 * (d78 + d79)) + (p_E * cse_11 * cse_20 * d77))
             d120 = (-(cse_18 * (d97 + d98)) + (p_E * cse_11 * cse_20 * d96))
             d121 = (-(cse_18 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_20 * d2))))
             d122 = (-(cse_18 * (d20 + d22)) + (p_E * cse_11 * (cse_19 + (cse_20 * d21))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0), tl.where((chaboche2_return_map_converged & fin), d118, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row14, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d123 = (-(cse_18 * (d39 + d41)) + (p_E * cse_11 * (cse_7 + (cse_20 * d40))))
             d124 = (-(cse_18 * (d58 + d60)) + (p_E * cse_11 * cse_20 * d59))
             d125 = (-(cse_18 * (d77 + d79)) + (p_E * cse_11 * cse_20 * d78))
             d126 = (-(cse_18 * (d96 + d98)) + (p_E * cse_11 * cse_20 * d97))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d127 = (-(cse_18 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_20 * d3))))
             d128 = (-(cse_18 * (d20 + d21)) + (p_E * cse_11 * (cse_7 + (cse_20 * d22))))
             d129 = (-(cse_18 * (d39 + d40)) + (p_E * cse_11 * (cse_19 + (cse_20 * d41))))
             d130 = (-(cse_18 * (d58 + d59)) + (p_E * cse_11 * cse_20 * d60))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row15 = _mc_row8(
+                    tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d127, K0), tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row15, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d131 = (-(cse_18 * (d77 + d78)) + (p_E * cse_11 * cse_20 * d79))
             d132 = (-(cse_18 * (d96 + d97)) + (p_E * cse_11 * cse_20 * d98))
@@ -8686,28 +8737,44 @@ if triton is not None:
             d133 = (cse_21 * d4)
             d134 = (cse_21 * d23)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d135 = (cse_21 * d42)
             d136 = (cse_12 + (cse_21 * d61))
             d137 = (cse_21 * d80)
             d138 = (cse_21 * d99)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row16 = _mc_row8(
+                    tl.where((chaboche2_return_map_converged & fin), d131, K0), tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d133, K0), tl.where((chaboche2_return_map_converged & fin), d134, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row16, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d139 = (cse_21 * d5)
             d140 = (cse_21 * d24)
             d141 = (cse_21 * d43)
             d142 = (cse_21 * d62)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d143 = (cse_12 + (cse_21 * d81))
             d144 = (cse_21 * d100)
             d145 = (cse_21 * d6)
             d146 = (cse_21 * d25)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row17 = _mc_row8(
+                    tl.where((chaboche2_return_map_converged & fin), d139, K0), tl.where((chaboche2_return_map_converged & fin), d140, K0), tl.where((chaboche2_return_map_converged & fin), d141, K0), tl.where((chaboche2_return_map_converged & fin), d142, K0),
+                    tl.where((chaboche2_return_map_converged & fin), d143, K0), tl.where((chaboche2_return_map_converged & fin), d144, K0), tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row17, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d147 = (cse_21 * d44)
             d148 = (cse_21 * d63)
@@ -9455,7 +9522,7 @@ if triton is not None:
             d950 = (cse_21 * d871)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row11 = _mc_row32(
+            _row18 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d1, K0), tl.where((chaboche2_return_map_converged & fin), d20, K0), tl.where((chaboche2_return_map_converged & fin), d39, K0), tl.where((chaboche2_return_map_converged & fin), d58, K0),
                 tl.where((chaboche2_return_map_converged & fin), d77, K0), tl.where((chaboche2_return_map_converged & fin), d96, K0), tl.where((chaboche2_return_map_converged & fin), d151, K0), tl.where((chaboche2_return_map_converged & fin), d170, K0),
                 tl.where((chaboche2_return_map_converged & fin), d189, K0), tl.where((chaboche2_return_map_converged & fin), d208, K0), tl.where((chaboche2_return_map_converged & fin), d227, K0), tl.where((chaboche2_return_map_converged & fin), d246, K0),
@@ -9464,9 +9531,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d417, K0), tl.where((chaboche2_return_map_converged & fin), d436, K0), tl.where((chaboche2_return_map_converged & fin), d455, K0), tl.where((chaboche2_return_map_converged & fin), d474, K0),
                 tl.where((chaboche2_return_map_converged & fin), d493, K0), tl.where((chaboche2_return_map_converged & fin), d512, K0), tl.where((chaboche2_return_map_converged & fin), d531, K0), tl.where((chaboche2_return_map_converged & fin), d2, K0),
                 tl.where((chaboche2_return_map_converged & fin), d21, K0), tl.where((chaboche2_return_map_converged & fin), d40, K0), tl.where((chaboche2_return_map_converged & fin), d59, K0), tl.where((chaboche2_return_map_converged & fin), d78, K0), BLOCK)
-            _k12 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 27) * (11 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row13 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 27) * (11 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row20 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d97, K0), tl.where((chaboche2_return_map_converged & fin), d152, K0), tl.where((chaboche2_return_map_converged & fin), d171, K0), tl.where((chaboche2_return_map_converged & fin), d190, K0),
                 tl.where((chaboche2_return_map_converged & fin), d209, K0), tl.where((chaboche2_return_map_converged & fin), d228, K0), tl.where((chaboche2_return_map_converged & fin), d247, K0), tl.where((chaboche2_return_map_converged & fin), d266, K0),
                 tl.where((chaboche2_return_map_converged & fin), d285, K0), tl.where((chaboche2_return_map_converged & fin), d304, K0), tl.where((chaboche2_return_map_converged & fin), d323, K0), tl.where((chaboche2_return_map_converged & fin), d342, K0),
@@ -9475,9 +9542,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d513, K0), tl.where((chaboche2_return_map_converged & fin), d532, K0), tl.where((chaboche2_return_map_converged & fin), d3, K0), tl.where((chaboche2_return_map_converged & fin), d22, K0),
                 tl.where((chaboche2_return_map_converged & fin), d41, K0), tl.where((chaboche2_return_map_converged & fin), d60, K0), tl.where((chaboche2_return_map_converged & fin), d79, K0), tl.where((chaboche2_return_map_converged & fin), d98, K0),
                 tl.where((chaboche2_return_map_converged & fin), d153, K0), tl.where((chaboche2_return_map_converged & fin), d172, K0), tl.where((chaboche2_return_map_converged & fin), d191, K0), tl.where((chaboche2_return_map_converged & fin), d210, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 27) * (11 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row15 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 27) * (11 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row22 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d229, K0), tl.where((chaboche2_return_map_converged & fin), d248, K0), tl.where((chaboche2_return_map_converged & fin), d267, K0), tl.where((chaboche2_return_map_converged & fin), d286, K0),
                 tl.where((chaboche2_return_map_converged & fin), d305, K0), tl.where((chaboche2_return_map_converged & fin), d324, K0), tl.where((chaboche2_return_map_converged & fin), d343, K0), tl.where((chaboche2_return_map_converged & fin), d362, K0),
                 tl.where((chaboche2_return_map_converged & fin), d381, K0), tl.where((chaboche2_return_map_converged & fin), d400, K0), tl.where((chaboche2_return_map_converged & fin), d419, K0), tl.where((chaboche2_return_map_converged & fin), d438, K0),
@@ -9486,9 +9553,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d61, K0), tl.where((chaboche2_return_map_converged & fin), d80, K0), tl.where((chaboche2_return_map_converged & fin), d99, K0), tl.where((chaboche2_return_map_converged & fin), d154, K0),
                 tl.where((chaboche2_return_map_converged & fin), d173, K0), tl.where((chaboche2_return_map_converged & fin), d192, K0), tl.where((chaboche2_return_map_converged & fin), d211, K0), tl.where((chaboche2_return_map_converged & fin), d230, K0),
                 tl.where((chaboche2_return_map_converged & fin), d249, K0), tl.where((chaboche2_return_map_converged & fin), d268, K0), tl.where((chaboche2_return_map_converged & fin), d287, K0), tl.where((chaboche2_return_map_converged & fin), d306, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 27) * (11 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row17 = _mc_row32(
+            _k23 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 27) * (11 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row24 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d325, K0), tl.where((chaboche2_return_map_converged & fin), d344, K0), tl.where((chaboche2_return_map_converged & fin), d363, K0), tl.where((chaboche2_return_map_converged & fin), d382, K0),
                 tl.where((chaboche2_return_map_converged & fin), d401, K0), tl.where((chaboche2_return_map_converged & fin), d420, K0), tl.where((chaboche2_return_map_converged & fin), d439, K0), tl.where((chaboche2_return_map_converged & fin), d458, K0),
                 tl.where((chaboche2_return_map_converged & fin), d477, K0), tl.where((chaboche2_return_map_converged & fin), d496, K0), tl.where((chaboche2_return_map_converged & fin), d515, K0), tl.where((chaboche2_return_map_converged & fin), d534, K0),
@@ -9497,9 +9564,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d193, K0), tl.where((chaboche2_return_map_converged & fin), d212, K0), tl.where((chaboche2_return_map_converged & fin), d231, K0), tl.where((chaboche2_return_map_converged & fin), d250, K0),
                 tl.where((chaboche2_return_map_converged & fin), d269, K0), tl.where((chaboche2_return_map_converged & fin), d288, K0), tl.where((chaboche2_return_map_converged & fin), d307, K0), tl.where((chaboche2_return_map_converged & fin), d326, K0),
                 tl.where((chaboche2_return_map_converged & fin), d345, K0), tl.where((chaboche2_return_map_converged & fin), d364, K0), tl.where((chaboche2_return_map_converged & fin), d383, K0), tl.where((chaboche2_return_map_converged & fin), d402, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 27) * (11 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row19 = _mc_row32(
+            _k25 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 27) * (11 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row26 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d421, K0), tl.where((chaboche2_return_map_converged & fin), d440, K0), tl.where((chaboche2_return_map_converged & fin), d459, K0), tl.where((chaboche2_return_map_converged & fin), d478, K0),
                 tl.where((chaboche2_return_map_converged & fin), d497, K0), tl.where((chaboche2_return_map_converged & fin), d516, K0), tl.where((chaboche2_return_map_converged & fin), d535, K0), tl.where((chaboche2_return_map_converged & fin), d6, K0),
                 tl.where((chaboche2_return_map_converged & fin), d25, K0), tl.where((chaboche2_return_map_converged & fin), d44, K0), tl.where((chaboche2_return_map_converged & fin), d63, K0), tl.where((chaboche2_return_map_converged & fin), d82, K0),
@@ -9508,9 +9575,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d289, K0), tl.where((chaboche2_return_map_converged & fin), d308, K0), tl.where((chaboche2_return_map_converged & fin), d327, K0), tl.where((chaboche2_return_map_converged & fin), d346, K0),
                 tl.where((chaboche2_return_map_converged & fin), d365, K0), tl.where((chaboche2_return_map_converged & fin), d384, K0), tl.where((chaboche2_return_map_converged & fin), d403, K0), tl.where((chaboche2_return_map_converged & fin), d422, K0),
                 tl.where((chaboche2_return_map_converged & fin), d441, K0), tl.where((chaboche2_return_map_converged & fin), d460, K0), tl.where((chaboche2_return_map_converged & fin), d479, K0), tl.where((chaboche2_return_map_converged & fin), d498, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 27) * (11 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row21 = _mc_row32(
+            _k27 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 27) * (11 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row28 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d517, K0), tl.where((chaboche2_return_map_converged & fin), d536, K0), tl.where((chaboche2_return_map_converged & fin), d7, K0), tl.where((chaboche2_return_map_converged & fin), d26, K0),
                 tl.where((chaboche2_return_map_converged & fin), d45, K0), tl.where((chaboche2_return_map_converged & fin), d64, K0), tl.where((chaboche2_return_map_converged & fin), d83, K0), tl.where((chaboche2_return_map_converged & fin), d102, K0),
                 tl.where((chaboche2_return_map_converged & fin), d157, K0), tl.where((chaboche2_return_map_converged & fin), d176, K0), tl.where((chaboche2_return_map_converged & fin), d195, K0), tl.where((chaboche2_return_map_converged & fin), d214, K0),
@@ -9519,9 +9586,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d385, K0), tl.where((chaboche2_return_map_converged & fin), d404, K0), tl.where((chaboche2_return_map_converged & fin), d423, K0), tl.where((chaboche2_return_map_converged & fin), d442, K0),
                 tl.where((chaboche2_return_map_converged & fin), d461, K0), tl.where((chaboche2_return_map_converged & fin), d480, K0), tl.where((chaboche2_return_map_converged & fin), d499, K0), tl.where((chaboche2_return_map_converged & fin), d518, K0),
                 tl.where((chaboche2_return_map_converged & fin), d537, K0), tl.where((chaboche2_return_map_converged & fin), d8, K0), tl.where((chaboche2_return_map_converged & fin), d27, K0), tl.where((chaboche2_return_map_converged & fin), d46, K0), BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 27) * (11 * (V // 8)), _row21, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row23 = _mc_row32(
+            _k29 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 27) * (11 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row30 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d65, K0), tl.where((chaboche2_return_map_converged & fin), d84, K0), tl.where((chaboche2_return_map_converged & fin), d103, K0), tl.where((chaboche2_return_map_converged & fin), d158, K0),
                 tl.where((chaboche2_return_map_converged & fin), d177, K0), tl.where((chaboche2_return_map_converged & fin), d196, K0), tl.where((chaboche2_return_map_converged & fin), d215, K0), tl.where((chaboche2_return_map_converged & fin), d234, K0),
                 tl.where((chaboche2_return_map_converged & fin), d253, K0), tl.where((chaboche2_return_map_converged & fin), d272, K0), tl.where((chaboche2_return_map_converged & fin), d291, K0), tl.where((chaboche2_return_map_converged & fin), d310, K0),
@@ -9530,9 +9597,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d481, K0), tl.where((chaboche2_return_map_converged & fin), d500, K0), tl.where((chaboche2_return_map_converged & fin), d519, K0), tl.where((chaboche2_return_map_converged & fin), d538, K0),
                 tl.where((chaboche2_return_map_converged & fin), d9, K0), tl.where((chaboche2_return_map_converged & fin), d28, K0), tl.where((chaboche2_return_map_converged & fin), d47, K0), tl.where((chaboche2_return_map_converged & fin), d66, K0),
                 tl.where((chaboche2_return_map_converged & fin), d85, K0), tl.where((chaboche2_return_map_converged & fin), d104, K0), tl.where((chaboche2_return_map_converged & fin), d159, K0), tl.where((chaboche2_return_map_converged & fin), d178, K0), BLOCK)
-            _k24 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k24 + (_k24 // 27) * (11 * (V // 8)), _row23, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row25 = _mc_row32(
+            _k31 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 27) * (11 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row32 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d197, K0), tl.where((chaboche2_return_map_converged & fin), d216, K0), tl.where((chaboche2_return_map_converged & fin), d235, K0), tl.where((chaboche2_return_map_converged & fin), d254, K0),
                 tl.where((chaboche2_return_map_converged & fin), d273, K0), tl.where((chaboche2_return_map_converged & fin), d292, K0), tl.where((chaboche2_return_map_converged & fin), d311, K0), tl.where((chaboche2_return_map_converged & fin), d330, K0),
                 tl.where((chaboche2_return_map_converged & fin), d349, K0), tl.where((chaboche2_return_map_converged & fin), d368, K0), tl.where((chaboche2_return_map_converged & fin), d387, K0), tl.where((chaboche2_return_map_converged & fin), d406, K0),
@@ -9541,9 +9608,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d29, K0), tl.where((chaboche2_return_map_converged & fin), d48, K0), tl.where((chaboche2_return_map_converged & fin), d67, K0), tl.where((chaboche2_return_map_converged & fin), d86, K0),
                 tl.where((chaboche2_return_map_converged & fin), d105, K0), tl.where((chaboche2_return_map_converged & fin), d160, K0), tl.where((chaboche2_return_map_converged & fin), d179, K0), tl.where((chaboche2_return_map_converged & fin), d198, K0),
                 tl.where((chaboche2_return_map_converged & fin), d217, K0), tl.where((chaboche2_return_map_converged & fin), d236, K0), tl.where((chaboche2_return_map_converged & fin), d255, K0), tl.where((chaboche2_return_map_converged & fin), d274, K0), BLOCK)
-            _k26 = tl.arange(0, 32)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k26 + (_k26 // 27) * (11 * (V // 8)), _row25, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row27 = _mc_row32(
+            _k33 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 27) * (11 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row34 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d293, K0), tl.where((chaboche2_return_map_converged & fin), d312, K0), tl.where((chaboche2_return_map_converged & fin), d331, K0), tl.where((chaboche2_return_map_converged & fin), d350, K0),
                 tl.where((chaboche2_return_map_converged & fin), d369, K0), tl.where((chaboche2_return_map_converged & fin), d388, K0), tl.where((chaboche2_return_map_converged & fin), d407, K0), tl.where((chaboche2_return_map_converged & fin), d426, K0),
                 tl.where((chaboche2_return_map_converged & fin), d445, K0), tl.where((chaboche2_return_map_converged & fin), d464, K0), tl.where((chaboche2_return_map_converged & fin), d483, K0), tl.where((chaboche2_return_map_converged & fin), d502, K0),
@@ -9552,9 +9619,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d161, K0), tl.where((chaboche2_return_map_converged & fin), d180, K0), tl.where((chaboche2_return_map_converged & fin), d199, K0), tl.where((chaboche2_return_map_converged & fin), d218, K0),
                 tl.where((chaboche2_return_map_converged & fin), d237, K0), tl.where((chaboche2_return_map_converged & fin), d256, K0), tl.where((chaboche2_return_map_converged & fin), d275, K0), tl.where((chaboche2_return_map_converged & fin), d294, K0),
                 tl.where((chaboche2_return_map_converged & fin), d313, K0), tl.where((chaboche2_return_map_converged & fin), d332, K0), tl.where((chaboche2_return_map_converged & fin), d351, K0), tl.where((chaboche2_return_map_converged & fin), d370, K0), BLOCK)
-            _k28 = tl.arange(0, 32)[None, :] + 256
-            _mc_store(J + row[:, None] * j_stride + _k28 + (_k28 // 27) * (11 * (V // 8)), _row27, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row29 = _mc_row32(
+            _k35 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k35 + (_k35 // 27) * (11 * (V // 8)), _row34, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row36 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d389, K0), tl.where((chaboche2_return_map_converged & fin), d408, K0), tl.where((chaboche2_return_map_converged & fin), d427, K0), tl.where((chaboche2_return_map_converged & fin), d446, K0),
                 tl.where((chaboche2_return_map_converged & fin), d465, K0), tl.where((chaboche2_return_map_converged & fin), d484, K0), tl.where((chaboche2_return_map_converged & fin), d503, K0), tl.where((chaboche2_return_map_converged & fin), d522, K0),
                 tl.where((chaboche2_return_map_converged & fin), d541, K0), tl.where((chaboche2_return_map_converged & fin), d12, K0), tl.where((chaboche2_return_map_converged & fin), d31, K0), tl.where((chaboche2_return_map_converged & fin), d50, K0),
@@ -9563,9 +9630,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d257, K0), tl.where((chaboche2_return_map_converged & fin), d276, K0), tl.where((chaboche2_return_map_converged & fin), d295, K0), tl.where((chaboche2_return_map_converged & fin), d314, K0),
                 tl.where((chaboche2_return_map_converged & fin), d333, K0), tl.where((chaboche2_return_map_converged & fin), d352, K0), tl.where((chaboche2_return_map_converged & fin), d371, K0), tl.where((chaboche2_return_map_converged & fin), d390, K0),
                 tl.where((chaboche2_return_map_converged & fin), d409, K0), tl.where((chaboche2_return_map_converged & fin), d428, K0), tl.where((chaboche2_return_map_converged & fin), d447, K0), tl.where((chaboche2_return_map_converged & fin), d466, K0), BLOCK)
-            _k30 = tl.arange(0, 32)[None, :] + 288
-            _mc_store(J + row[:, None] * j_stride + _k30 + (_k30 // 27) * (11 * (V // 8)), _row29, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row31 = _mc_row32(
+            _k37 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k37 + (_k37 // 27) * (11 * (V // 8)), _row36, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row38 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d485, K0), tl.where((chaboche2_return_map_converged & fin), d504, K0), tl.where((chaboche2_return_map_converged & fin), d523, K0), tl.where((chaboche2_return_map_converged & fin), d542, K0),
                 tl.where((chaboche2_return_map_converged & fin), d13, K0), tl.where((chaboche2_return_map_converged & fin), d32, K0), tl.where((chaboche2_return_map_converged & fin), d51, K0), tl.where((chaboche2_return_map_converged & fin), d70, K0),
                 tl.where((chaboche2_return_map_converged & fin), d89, K0), tl.where((chaboche2_return_map_converged & fin), d108, K0), tl.where((chaboche2_return_map_converged & fin), d163, K0), tl.where((chaboche2_return_map_converged & fin), d182, K0),
@@ -9574,9 +9641,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d353, K0), tl.where((chaboche2_return_map_converged & fin), d372, K0), tl.where((chaboche2_return_map_converged & fin), d391, K0), tl.where((chaboche2_return_map_converged & fin), d410, K0),
                 tl.where((chaboche2_return_map_converged & fin), d429, K0), tl.where((chaboche2_return_map_converged & fin), d448, K0), tl.where((chaboche2_return_map_converged & fin), d467, K0), tl.where((chaboche2_return_map_converged & fin), d486, K0),
                 tl.where((chaboche2_return_map_converged & fin), d505, K0), tl.where((chaboche2_return_map_converged & fin), d524, K0), tl.where((chaboche2_return_map_converged & fin), d543, K0), tl.where((chaboche2_return_map_converged & fin), d14, K0), BLOCK)
-            _k32 = tl.arange(0, 32)[None, :] + 320
-            _mc_store(J + row[:, None] * j_stride + _k32 + (_k32 // 27) * (11 * (V // 8)), _row31, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row33 = _mc_row32(
+            _k39 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k39 + (_k39 // 27) * (11 * (V // 8)), _row38, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row40 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d33, K0), tl.where((chaboche2_return_map_converged & fin), d52, K0), tl.where((chaboche2_return_map_converged & fin), d71, K0), tl.where((chaboche2_return_map_converged & fin), d90, K0),
                 tl.where((chaboche2_return_map_converged & fin), d109, K0), tl.where((chaboche2_return_map_converged & fin), d164, K0), tl.where((chaboche2_return_map_converged & fin), d183, K0), tl.where((chaboche2_return_map_converged & fin), d202, K0),
                 tl.where((chaboche2_return_map_converged & fin), d221, K0), tl.where((chaboche2_return_map_converged & fin), d240, K0), tl.where((chaboche2_return_map_converged & fin), d259, K0), tl.where((chaboche2_return_map_converged & fin), d278, K0),
@@ -9585,9 +9652,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d449, K0), tl.where((chaboche2_return_map_converged & fin), d468, K0), tl.where((chaboche2_return_map_converged & fin), d487, K0), tl.where((chaboche2_return_map_converged & fin), d506, K0),
                 tl.where((chaboche2_return_map_converged & fin), d525, K0), tl.where((chaboche2_return_map_converged & fin), d544, K0), tl.where((chaboche2_return_map_converged & fin), d15, K0), tl.where((chaboche2_return_map_converged & fin), d34, K0),
                 tl.where((chaboche2_return_map_converged & fin), d53, K0), tl.where((chaboche2_return_map_converged & fin), d72, K0), tl.where((chaboche2_return_map_converged & fin), d91, K0), tl.where((chaboche2_return_map_converged & fin), d110, K0), BLOCK)
-            _k34 = tl.arange(0, 32)[None, :] + 352
-            _mc_store(J + row[:, None] * j_stride + _k34 + (_k34 // 27) * (11 * (V // 8)), _row33, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row35 = _mc_row32(
+            _k41 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k41 + (_k41 // 27) * (11 * (V // 8)), _row40, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row42 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d165, K0), tl.where((chaboche2_return_map_converged & fin), d184, K0), tl.where((chaboche2_return_map_converged & fin), d203, K0), tl.where((chaboche2_return_map_converged & fin), d222, K0),
                 tl.where((chaboche2_return_map_converged & fin), d241, K0), tl.where((chaboche2_return_map_converged & fin), d260, K0), tl.where((chaboche2_return_map_converged & fin), d279, K0), tl.where((chaboche2_return_map_converged & fin), d298, K0),
                 tl.where((chaboche2_return_map_converged & fin), d317, K0), tl.where((chaboche2_return_map_converged & fin), d336, K0), tl.where((chaboche2_return_map_converged & fin), d355, K0), tl.where((chaboche2_return_map_converged & fin), d374, K0),
@@ -9596,9 +9663,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d545, K0), tl.where((chaboche2_return_map_converged & fin), d16, K0), tl.where((chaboche2_return_map_converged & fin), d35, K0), tl.where((chaboche2_return_map_converged & fin), d54, K0),
                 tl.where((chaboche2_return_map_converged & fin), d73, K0), tl.where((chaboche2_return_map_converged & fin), d92, K0), tl.where((chaboche2_return_map_converged & fin), d111, K0), tl.where((chaboche2_return_map_converged & fin), d166, K0),
                 tl.where((chaboche2_return_map_converged & fin), d185, K0), tl.where((chaboche2_return_map_converged & fin), d204, K0), tl.where((chaboche2_return_map_converged & fin), d223, K0), tl.where((chaboche2_return_map_converged & fin), d242, K0), BLOCK)
-            _k36 = tl.arange(0, 32)[None, :] + 384
-            _mc_store(J + row[:, None] * j_stride + _k36 + (_k36 // 27) * (11 * (V // 8)), _row35, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row37 = _mc_row32(
+            _k43 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k43 + (_k43 // 27) * (11 * (V // 8)), _row42, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row44 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d261, K0), tl.where((chaboche2_return_map_converged & fin), d280, K0), tl.where((chaboche2_return_map_converged & fin), d299, K0), tl.where((chaboche2_return_map_converged & fin), d318, K0),
                 tl.where((chaboche2_return_map_converged & fin), d337, K0), tl.where((chaboche2_return_map_converged & fin), d356, K0), tl.where((chaboche2_return_map_converged & fin), d375, K0), tl.where((chaboche2_return_map_converged & fin), d394, K0),
                 tl.where((chaboche2_return_map_converged & fin), d413, K0), tl.where((chaboche2_return_map_converged & fin), d432, K0), tl.where((chaboche2_return_map_converged & fin), d451, K0), tl.where((chaboche2_return_map_converged & fin), d470, K0),
@@ -9607,9 +9674,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d93, K0), tl.where((chaboche2_return_map_converged & fin), d112, K0), tl.where((chaboche2_return_map_converged & fin), d167, K0), tl.where((chaboche2_return_map_converged & fin), d186, K0),
                 tl.where((chaboche2_return_map_converged & fin), d205, K0), tl.where((chaboche2_return_map_converged & fin), d224, K0), tl.where((chaboche2_return_map_converged & fin), d243, K0), tl.where((chaboche2_return_map_converged & fin), d262, K0),
                 tl.where((chaboche2_return_map_converged & fin), d281, K0), tl.where((chaboche2_return_map_converged & fin), d300, K0), tl.where((chaboche2_return_map_converged & fin), d319, K0), tl.where((chaboche2_return_map_converged & fin), d338, K0), BLOCK)
-            _k38 = tl.arange(0, 32)[None, :] + 416
-            _mc_store(J + row[:, None] * j_stride + _k38 + (_k38 // 27) * (11 * (V // 8)), _row37, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row39 = _mc_row32(
+            _k45 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k45 + (_k45 // 27) * (11 * (V // 8)), _row44, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row46 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d357, K0), tl.where((chaboche2_return_map_converged & fin), d376, K0), tl.where((chaboche2_return_map_converged & fin), d395, K0), tl.where((chaboche2_return_map_converged & fin), d414, K0),
                 tl.where((chaboche2_return_map_converged & fin), d433, K0), tl.where((chaboche2_return_map_converged & fin), d452, K0), tl.where((chaboche2_return_map_converged & fin), d471, K0), tl.where((chaboche2_return_map_converged & fin), d490, K0),
                 tl.where((chaboche2_return_map_converged & fin), d509, K0), tl.where((chaboche2_return_map_converged & fin), d528, K0), tl.where((chaboche2_return_map_converged & fin), d547, K0), tl.where((chaboche2_return_map_converged & fin), d18, K0),
@@ -9618,9 +9685,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d225, K0), tl.where((chaboche2_return_map_converged & fin), d244, K0), tl.where((chaboche2_return_map_converged & fin), d263, K0), tl.where((chaboche2_return_map_converged & fin), d282, K0),
                 tl.where((chaboche2_return_map_converged & fin), d301, K0), tl.where((chaboche2_return_map_converged & fin), d320, K0), tl.where((chaboche2_return_map_converged & fin), d339, K0), tl.where((chaboche2_return_map_converged & fin), d358, K0),
                 tl.where((chaboche2_return_map_converged & fin), d377, K0), tl.where((chaboche2_return_map_converged & fin), d396, K0), tl.where((chaboche2_return_map_converged & fin), d415, K0), tl.where((chaboche2_return_map_converged & fin), d434, K0), BLOCK)
-            _k40 = tl.arange(0, 32)[None, :] + 448
-            _mc_store(J + row[:, None] * j_stride + _k40 + (_k40 // 27) * (11 * (V // 8)), _row39, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row41 = _mc_row32(
+            _k47 = tl.arange(0, 32)[None, :] + 448
+            _mc_store(J + row[:, None] * j_stride + _k47 + (_k47 // 27) * (11 * (V // 8)), _row46, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row48 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d453, K0), tl.where((chaboche2_return_map_converged & fin), d472, K0), tl.where((chaboche2_return_map_converged & fin), d491, K0), tl.where((chaboche2_return_map_converged & fin), d510, K0),
                 tl.where((chaboche2_return_map_converged & fin), d529, K0), tl.where((chaboche2_return_map_converged & fin), d548, K0), tl.where((chaboche2_return_map_converged & fin), d19, K0), tl.where((chaboche2_return_map_converged & fin), d38, K0),
                 tl.where((chaboche2_return_map_converged & fin), d57, K0), tl.where((chaboche2_return_map_converged & fin), d76, K0), tl.where((chaboche2_return_map_converged & fin), d95, K0), tl.where((chaboche2_return_map_converged & fin), d114, K0),
@@ -9629,9 +9696,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d321, K0), tl.where((chaboche2_return_map_converged & fin), d340, K0), tl.where((chaboche2_return_map_converged & fin), d359, K0), tl.where((chaboche2_return_map_converged & fin), d378, K0),
                 tl.where((chaboche2_return_map_converged & fin), d397, K0), tl.where((chaboche2_return_map_converged & fin), d416, K0), tl.where((chaboche2_return_map_converged & fin), d435, K0), tl.where((chaboche2_return_map_converged & fin), d454, K0),
                 tl.where((chaboche2_return_map_converged & fin), d473, K0), tl.where((chaboche2_return_map_converged & fin), d492, K0), tl.where((chaboche2_return_map_converged & fin), d511, K0), tl.where((chaboche2_return_map_converged & fin), d530, K0), BLOCK)
-            _k42 = tl.arange(0, 32)[None, :] + 480
-            _mc_store(J + row[:, None] * j_stride + _k42 + (_k42 // 27) * (11 * (V // 8)), _row41, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row43 = _mc_row32(
+            _k49 = tl.arange(0, 32)[None, :] + 480
+            _mc_store(J + row[:, None] * j_stride + _k49 + (_k49 // 27) * (11 * (V // 8)), _row48, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row50 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d549, K0), tl.where((chaboche2_return_map_converged & fin), d115, K0), tl.where((chaboche2_return_map_converged & fin), d116, K0), tl.where((chaboche2_return_map_converged & fin), d117, K0),
                 tl.where((chaboche2_return_map_converged & fin), d118, K0), tl.where((chaboche2_return_map_converged & fin), d119, K0), tl.where((chaboche2_return_map_converged & fin), d120, K0), tl.where((chaboche2_return_map_converged & fin), d550, K0),
                 tl.where((chaboche2_return_map_converged & fin), d556, K0), tl.where((chaboche2_return_map_converged & fin), d562, K0), tl.where((chaboche2_return_map_converged & fin), d563, K0), tl.where((chaboche2_return_map_converged & fin), d564, K0),
@@ -9640,9 +9707,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d608, K0), tl.where((chaboche2_return_map_converged & fin), d609, K0), tl.where((chaboche2_return_map_converged & fin), d640, K0), tl.where((chaboche2_return_map_converged & fin), d641, K0),
                 tl.where((chaboche2_return_map_converged & fin), d642, K0), tl.where((chaboche2_return_map_converged & fin), d643, K0), tl.where((chaboche2_return_map_converged & fin), d644, K0), tl.where((chaboche2_return_map_converged & fin), d645, K0),
                 tl.where((chaboche2_return_map_converged & fin), d121, K0), tl.where((chaboche2_return_map_converged & fin), d122, K0), tl.where((chaboche2_return_map_converged & fin), d123, K0), tl.where((chaboche2_return_map_converged & fin), d124, K0), BLOCK)
-            _k44 = tl.arange(0, 32)[None, :] + 512
-            _mc_store(J + row[:, None] * j_stride + _k44 + (_k44 // 27) * (11 * (V // 8)), _row43, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row45 = _mc_row32(
+            _k51 = tl.arange(0, 32)[None, :] + 512
+            _mc_store(J + row[:, None] * j_stride + _k51 + (_k51 // 27) * (11 * (V // 8)), _row50, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row52 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d125, K0), tl.where((chaboche2_return_map_converged & fin), d126, K0), tl.where((chaboche2_return_map_converged & fin), d551, K0), tl.where((chaboche2_return_map_converged & fin), d557, K0),
                 tl.where((chaboche2_return_map_converged & fin), d568, K0), tl.where((chaboche2_return_map_converged & fin), d569, K0), tl.where((chaboche2_return_map_converged & fin), d570, K0), tl.where((chaboche2_return_map_converged & fin), d571, K0),
                 tl.where((chaboche2_return_map_converged & fin), d572, K0), tl.where((chaboche2_return_map_converged & fin), d573, K0), tl.where((chaboche2_return_map_converged & fin), d599, K0), tl.where((chaboche2_return_map_converged & fin), d610, K0),
@@ -9651,9 +9718,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d649, K0), tl.where((chaboche2_return_map_converged & fin), d650, K0), tl.where((chaboche2_return_map_converged & fin), d651, K0), tl.where((chaboche2_return_map_converged & fin), d127, K0),
                 tl.where((chaboche2_return_map_converged & fin), d128, K0), tl.where((chaboche2_return_map_converged & fin), d129, K0), tl.where((chaboche2_return_map_converged & fin), d130, K0), tl.where((chaboche2_return_map_converged & fin), d131, K0),
                 tl.where((chaboche2_return_map_converged & fin), d132, K0), tl.where((chaboche2_return_map_converged & fin), d552, K0), tl.where((chaboche2_return_map_converged & fin), d558, K0), tl.where((chaboche2_return_map_converged & fin), d574, K0), BLOCK)
-            _k46 = tl.arange(0, 32)[None, :] + 544
-            _mc_store(J + row[:, None] * j_stride + _k46 + (_k46 // 27) * (11 * (V // 8)), _row45, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row47 = _mc_row32(
+            _k53 = tl.arange(0, 32)[None, :] + 544
+            _mc_store(J + row[:, None] * j_stride + _k53 + (_k53 // 27) * (11 * (V // 8)), _row52, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row54 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d575, K0), tl.where((chaboche2_return_map_converged & fin), d576, K0), tl.where((chaboche2_return_map_converged & fin), d577, K0), tl.where((chaboche2_return_map_converged & fin), d578, K0),
                 tl.where((chaboche2_return_map_converged & fin), d579, K0), tl.where((chaboche2_return_map_converged & fin), d600, K0), tl.where((chaboche2_return_map_converged & fin), d616, K0), tl.where((chaboche2_return_map_converged & fin), d617, K0),
                 tl.where((chaboche2_return_map_converged & fin), d618, K0), tl.where((chaboche2_return_map_converged & fin), d619, K0), tl.where((chaboche2_return_map_converged & fin), d620, K0), tl.where((chaboche2_return_map_converged & fin), d621, K0),
@@ -9662,9 +9729,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d135, K0), tl.where((chaboche2_return_map_converged & fin), d136, K0), tl.where((chaboche2_return_map_converged & fin), d137, K0), tl.where((chaboche2_return_map_converged & fin), d138, K0),
                 tl.where((chaboche2_return_map_converged & fin), d553, K0), tl.where((chaboche2_return_map_converged & fin), d559, K0), tl.where((chaboche2_return_map_converged & fin), d580, K0), tl.where((chaboche2_return_map_converged & fin), d581, K0),
                 tl.where((chaboche2_return_map_converged & fin), d582, K0), tl.where((chaboche2_return_map_converged & fin), d583, K0), tl.where((chaboche2_return_map_converged & fin), d584, K0), tl.where((chaboche2_return_map_converged & fin), d585, K0), BLOCK)
-            _k48 = tl.arange(0, 32)[None, :] + 576
-            _mc_store(J + row[:, None] * j_stride + _k48 + (_k48 // 27) * (11 * (V // 8)), _row47, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row49 = _mc_row32(
+            _k55 = tl.arange(0, 32)[None, :] + 576
+            _mc_store(J + row[:, None] * j_stride + _k55 + (_k55 // 27) * (11 * (V // 8)), _row54, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row56 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d601, K0), tl.where((chaboche2_return_map_converged & fin), d622, K0), tl.where((chaboche2_return_map_converged & fin), d623, K0), tl.where((chaboche2_return_map_converged & fin), d624, K0),
                 tl.where((chaboche2_return_map_converged & fin), d625, K0), tl.where((chaboche2_return_map_converged & fin), d626, K0), tl.where((chaboche2_return_map_converged & fin), d627, K0), tl.where((chaboche2_return_map_converged & fin), d658, K0),
                 tl.where((chaboche2_return_map_converged & fin), d659, K0), tl.where((chaboche2_return_map_converged & fin), d660, K0), tl.where((chaboche2_return_map_converged & fin), d661, K0), tl.where((chaboche2_return_map_converged & fin), d662, K0),
@@ -9673,9 +9740,9 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d560, K0), tl.where((chaboche2_return_map_converged & fin), d586, K0), tl.where((chaboche2_return_map_converged & fin), d587, K0), tl.where((chaboche2_return_map_converged & fin), d588, K0),
                 tl.where((chaboche2_return_map_converged & fin), d589, K0), tl.where((chaboche2_return_map_converged & fin), d590, K0), tl.where((chaboche2_return_map_converged & fin), d591, K0), tl.where((chaboche2_return_map_converged & fin), d602, K0),
                 tl.where((chaboche2_return_map_converged & fin), d628, K0), tl.where((chaboche2_return_map_converged & fin), d629, K0), tl.where((chaboche2_return_map_converged & fin), d630, K0), tl.where((chaboche2_return_map_converged & fin), d631, K0), BLOCK)
-            _k50 = tl.arange(0, 32)[None, :] + 608
-            _mc_store(J + row[:, None] * j_stride + _k50 + (_k50 // 27) * (11 * (V // 8)), _row49, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row51 = _mc_row32(
+            _k57 = tl.arange(0, 32)[None, :] + 608
+            _mc_store(J + row[:, None] * j_stride + _k57 + (_k57 // 27) * (11 * (V // 8)), _row56, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row58 = _mc_row32(
                 tl.where((chaboche2_return_map_converged & fin), d632, K0), tl.where((chaboche2_return_map_converged & fin), d633, K0), tl.where((chaboche2_return_map_converged & fin), d664, K0), tl.where((chaboche2_return_map_converged & fin), d665, K0),
                 tl.where((chaboche2_return_map_converged & fin), d666, K0), tl.where((chaboche2_return_map_converged & fin), d667, K0), tl.where((chaboche2_return_map_converged & fin), d668, K0), tl.where((chaboche2_return_map_converged & fin), d669, K0),
                 tl.where((chaboche2_return_map_converged & fin), d145, K0), tl.where((chaboche2_return_map_converged & fin), d146, K0), tl.where((chaboche2_return_map_converged & fin), d147, K0), tl.where((chaboche2_return_map_converged & fin), d148, K0),
@@ -9684,13 +9751,13 @@ if triton is not None:
                 tl.where((chaboche2_return_map_converged & fin), d596, K0), tl.where((chaboche2_return_map_converged & fin), d597, K0), tl.where((chaboche2_return_map_converged & fin), d603, K0), tl.where((chaboche2_return_map_converged & fin), d634, K0),
                 tl.where((chaboche2_return_map_converged & fin), d635, K0), tl.where((chaboche2_return_map_converged & fin), d636, K0), tl.where((chaboche2_return_map_converged & fin), d637, K0), tl.where((chaboche2_return_map_converged & fin), d638, K0),
                 tl.where((chaboche2_return_map_converged & fin), d639, K0), tl.where((chaboche2_return_map_converged & fin), d670, K0), tl.where((chaboche2_return_map_converged & fin), d671, K0), tl.where((chaboche2_return_map_converged & fin), d672, K0), BLOCK)
-            _k52 = tl.arange(0, 32)[None, :] + 640
-            _mc_store(J + row[:, None] * j_stride + _k52 + (_k52 // 27) * (11 * (V // 8)), _row51, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k54 = tl.arange(0, 4)[None, :] + 672
-            _mc_store(J + row[:, None] * j_stride + _k54 + (_k54 // 27) * (11 * (V // 8)), _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero53, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _k59 = tl.arange(0, 32)[None, :] + 640
+            _mc_store(J + row[:, None] * j_stride + _k59 + (_k59 // 27) * (11 * (V // 8)), _row58, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero60 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k61 = tl.arange(0, 4)[None, :] + 672
+            _mc_store(J + row[:, None] * j_stride + _k61 + (_k61 // 27) * (11 * (V // 8)), _mc_row4(tl.where((chaboche2_return_map_converged & fin), d673, K0), tl.where((chaboche2_return_map_converged & fin), d674, K0), tl.where((chaboche2_return_map_converged & fin), d675, K0), _zero60, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row55 = _mc_row32(
+                _row62 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d676, K0), tl.where((chaboche2_return_map_converged & fin), d695, K0), tl.where((chaboche2_return_map_converged & fin), d714, K0), tl.where((chaboche2_return_map_converged & fin), d733, K0),
                     tl.where((chaboche2_return_map_converged & fin), d752, K0), tl.where((chaboche2_return_map_converged & fin), d771, K0), tl.where((chaboche2_return_map_converged & fin), d790, K0), tl.where((chaboche2_return_map_converged & fin), d809, K0),
                     tl.where((chaboche2_return_map_converged & fin), d828, K0), tl.where((chaboche2_return_map_converged & fin), d847, K0), tl.where((chaboche2_return_map_converged & fin), d866, K0), tl.where((chaboche2_return_map_converged & fin), d677, K0),
@@ -9699,9 +9766,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d848, K0), tl.where((chaboche2_return_map_converged & fin), d867, K0), tl.where((chaboche2_return_map_converged & fin), d678, K0), tl.where((chaboche2_return_map_converged & fin), d697, K0),
                     tl.where((chaboche2_return_map_converged & fin), d716, K0), tl.where((chaboche2_return_map_converged & fin), d735, K0), tl.where((chaboche2_return_map_converged & fin), d754, K0), tl.where((chaboche2_return_map_converged & fin), d773, K0),
                     tl.where((chaboche2_return_map_converged & fin), d792, K0), tl.where((chaboche2_return_map_converged & fin), d811, K0), tl.where((chaboche2_return_map_converged & fin), d830, K0), tl.where((chaboche2_return_map_converged & fin), d849, K0), BLOCK)
-                _k56 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k56 // 11) * 38 + 27 + _k56 % 11, _row55, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row57 = _mc_row32(
+                _k63 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k63 // 11) * 38 + 27 + _k63 % 11, _row62, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row64 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d868, K0), tl.where((chaboche2_return_map_converged & fin), d679, K0), tl.where((chaboche2_return_map_converged & fin), d698, K0), tl.where((chaboche2_return_map_converged & fin), d717, K0),
                     tl.where((chaboche2_return_map_converged & fin), d736, K0), tl.where((chaboche2_return_map_converged & fin), d755, K0), tl.where((chaboche2_return_map_converged & fin), d774, K0), tl.where((chaboche2_return_map_converged & fin), d793, K0),
                     tl.where((chaboche2_return_map_converged & fin), d812, K0), tl.where((chaboche2_return_map_converged & fin), d831, K0), tl.where((chaboche2_return_map_converged & fin), d850, K0), tl.where((chaboche2_return_map_converged & fin), d869, K0),
@@ -9710,9 +9777,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d832, K0), tl.where((chaboche2_return_map_converged & fin), d851, K0), tl.where((chaboche2_return_map_converged & fin), d870, K0), tl.where((chaboche2_return_map_converged & fin), d681, K0),
                     tl.where((chaboche2_return_map_converged & fin), d700, K0), tl.where((chaboche2_return_map_converged & fin), d719, K0), tl.where((chaboche2_return_map_converged & fin), d738, K0), tl.where((chaboche2_return_map_converged & fin), d757, K0),
                     tl.where((chaboche2_return_map_converged & fin), d776, K0), tl.where((chaboche2_return_map_converged & fin), d795, K0), tl.where((chaboche2_return_map_converged & fin), d814, K0), tl.where((chaboche2_return_map_converged & fin), d833, K0), BLOCK)
-                _k58 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k58 // 11) * 38 + 27 + _k58 % 11, _row57, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row59 = _mc_row32(
+                _k65 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k65 // 11) * 38 + 27 + _k65 % 11, _row64, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row66 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d852, K0), tl.where((chaboche2_return_map_converged & fin), d871, K0), tl.where((chaboche2_return_map_converged & fin), d682, K0), tl.where((chaboche2_return_map_converged & fin), d701, K0),
                     tl.where((chaboche2_return_map_converged & fin), d720, K0), tl.where((chaboche2_return_map_converged & fin), d739, K0), tl.where((chaboche2_return_map_converged & fin), d758, K0), tl.where((chaboche2_return_map_converged & fin), d777, K0),
                     tl.where((chaboche2_return_map_converged & fin), d796, K0), tl.where((chaboche2_return_map_converged & fin), d815, K0), tl.where((chaboche2_return_map_converged & fin), d834, K0), tl.where((chaboche2_return_map_converged & fin), d853, K0),
@@ -9721,9 +9788,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d816, K0), tl.where((chaboche2_return_map_converged & fin), d835, K0), tl.where((chaboche2_return_map_converged & fin), d854, K0), tl.where((chaboche2_return_map_converged & fin), d873, K0),
                     tl.where((chaboche2_return_map_converged & fin), d684, K0), tl.where((chaboche2_return_map_converged & fin), d703, K0), tl.where((chaboche2_return_map_converged & fin), d722, K0), tl.where((chaboche2_return_map_converged & fin), d741, K0),
                     tl.where((chaboche2_return_map_converged & fin), d760, K0), tl.where((chaboche2_return_map_converged & fin), d779, K0), tl.where((chaboche2_return_map_converged & fin), d798, K0), tl.where((chaboche2_return_map_converged & fin), d817, K0), BLOCK)
-                _k60 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k60 // 11) * 38 + 27 + _k60 % 11, _row59, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row61 = _mc_row32(
+                _k67 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k67 // 11) * 38 + 27 + _k67 % 11, _row66, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row68 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d836, K0), tl.where((chaboche2_return_map_converged & fin), d855, K0), tl.where((chaboche2_return_map_converged & fin), d874, K0), tl.where((chaboche2_return_map_converged & fin), d685, K0),
                     tl.where((chaboche2_return_map_converged & fin), d704, K0), tl.where((chaboche2_return_map_converged & fin), d723, K0), tl.where((chaboche2_return_map_converged & fin), d742, K0), tl.where((chaboche2_return_map_converged & fin), d761, K0),
                     tl.where((chaboche2_return_map_converged & fin), d780, K0), tl.where((chaboche2_return_map_converged & fin), d799, K0), tl.where((chaboche2_return_map_converged & fin), d818, K0), tl.where((chaboche2_return_map_converged & fin), d837, K0),
@@ -9732,9 +9799,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d800, K0), tl.where((chaboche2_return_map_converged & fin), d819, K0), tl.where((chaboche2_return_map_converged & fin), d838, K0), tl.where((chaboche2_return_map_converged & fin), d857, K0),
                     tl.where((chaboche2_return_map_converged & fin), d876, K0), tl.where((chaboche2_return_map_converged & fin), d687, K0), tl.where((chaboche2_return_map_converged & fin), d706, K0), tl.where((chaboche2_return_map_converged & fin), d725, K0),
                     tl.where((chaboche2_return_map_converged & fin), d744, K0), tl.where((chaboche2_return_map_converged & fin), d763, K0), tl.where((chaboche2_return_map_converged & fin), d782, K0), tl.where((chaboche2_return_map_converged & fin), d801, K0), BLOCK)
-                _k62 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k62 // 11) * 38 + 27 + _k62 % 11, _row61, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row63 = _mc_row32(
+                _k69 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k69 // 11) * 38 + 27 + _k69 % 11, _row68, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row70 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d820, K0), tl.where((chaboche2_return_map_converged & fin), d839, K0), tl.where((chaboche2_return_map_converged & fin), d858, K0), tl.where((chaboche2_return_map_converged & fin), d877, K0),
                     tl.where((chaboche2_return_map_converged & fin), d688, K0), tl.where((chaboche2_return_map_converged & fin), d707, K0), tl.where((chaboche2_return_map_converged & fin), d726, K0), tl.where((chaboche2_return_map_converged & fin), d745, K0),
                     tl.where((chaboche2_return_map_converged & fin), d764, K0), tl.where((chaboche2_return_map_converged & fin), d783, K0), tl.where((chaboche2_return_map_converged & fin), d802, K0), tl.where((chaboche2_return_map_converged & fin), d821, K0),
@@ -9743,9 +9810,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d784, K0), tl.where((chaboche2_return_map_converged & fin), d803, K0), tl.where((chaboche2_return_map_converged & fin), d822, K0), tl.where((chaboche2_return_map_converged & fin), d841, K0),
                     tl.where((chaboche2_return_map_converged & fin), d860, K0), tl.where((chaboche2_return_map_converged & fin), d879, K0), tl.where((chaboche2_return_map_converged & fin), d690, K0), tl.where((chaboche2_return_map_converged & fin), d709, K0),
                     tl.where((chaboche2_return_map_converged & fin), d728, K0), tl.where((chaboche2_return_map_converged & fin), d747, K0), tl.where((chaboche2_return_map_converged & fin), d766, K0), tl.where((chaboche2_return_map_converged & fin), d785, K0), BLOCK)
-                _k64 = tl.arange(0, 32)[None, :] + 128
-                _mc_store(J + row[:, None] * j_stride + (_k64 // 11) * 38 + 27 + _k64 % 11, _row63, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row65 = _mc_row32(
+                _k71 = tl.arange(0, 32)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k71 // 11) * 38 + 27 + _k71 % 11, _row70, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row72 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d804, K0), tl.where((chaboche2_return_map_converged & fin), d823, K0), tl.where((chaboche2_return_map_converged & fin), d842, K0), tl.where((chaboche2_return_map_converged & fin), d861, K0),
                     tl.where((chaboche2_return_map_converged & fin), d880, K0), tl.where((chaboche2_return_map_converged & fin), d691, K0), tl.where((chaboche2_return_map_converged & fin), d710, K0), tl.where((chaboche2_return_map_converged & fin), d729, K0),
                     tl.where((chaboche2_return_map_converged & fin), d748, K0), tl.where((chaboche2_return_map_converged & fin), d767, K0), tl.where((chaboche2_return_map_converged & fin), d786, K0), tl.where((chaboche2_return_map_converged & fin), d805, K0),
@@ -9754,9 +9821,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d768, K0), tl.where((chaboche2_return_map_converged & fin), d787, K0), tl.where((chaboche2_return_map_converged & fin), d806, K0), tl.where((chaboche2_return_map_converged & fin), d825, K0),
                     tl.where((chaboche2_return_map_converged & fin), d844, K0), tl.where((chaboche2_return_map_converged & fin), d863, K0), tl.where((chaboche2_return_map_converged & fin), d882, K0), tl.where((chaboche2_return_map_converged & fin), d693, K0),
                     tl.where((chaboche2_return_map_converged & fin), d712, K0), tl.where((chaboche2_return_map_converged & fin), d731, K0), tl.where((chaboche2_return_map_converged & fin), d750, K0), tl.where((chaboche2_return_map_converged & fin), d769, K0), BLOCK)
-                _k66 = tl.arange(0, 32)[None, :] + 160
-                _mc_store(J + row[:, None] * j_stride + (_k66 // 11) * 38 + 27 + _k66 % 11, _row65, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row67 = _mc_row32(
+                _k73 = tl.arange(0, 32)[None, :] + 160
+                _mc_store(J + row[:, None] * j_stride + (_k73 // 11) * 38 + 27 + _k73 % 11, _row72, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row74 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d788, K0), tl.where((chaboche2_return_map_converged & fin), d807, K0), tl.where((chaboche2_return_map_converged & fin), d826, K0), tl.where((chaboche2_return_map_converged & fin), d845, K0),
                     tl.where((chaboche2_return_map_converged & fin), d864, K0), tl.where((chaboche2_return_map_converged & fin), d883, K0), tl.where((chaboche2_return_map_converged & fin), d694, K0), tl.where((chaboche2_return_map_converged & fin), d713, K0),
                     tl.where((chaboche2_return_map_converged & fin), d732, K0), tl.where((chaboche2_return_map_converged & fin), d751, K0), tl.where((chaboche2_return_map_converged & fin), d770, K0), tl.where((chaboche2_return_map_converged & fin), d789, K0),
@@ -9765,9 +9832,9 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d903, K0), tl.where((chaboche2_return_map_converged & fin), d909, K0), tl.where((chaboche2_return_map_converged & fin), d915, K0), tl.where((chaboche2_return_map_converged & fin), d921, K0),
                     tl.where((chaboche2_return_map_converged & fin), d927, K0), tl.where((chaboche2_return_map_converged & fin), d933, K0), tl.where((chaboche2_return_map_converged & fin), d939, K0), tl.where((chaboche2_return_map_converged & fin), d945, K0),
                     tl.where((chaboche2_return_map_converged & fin), d886, K0), tl.where((chaboche2_return_map_converged & fin), d892, K0), tl.where((chaboche2_return_map_converged & fin), d898, K0), tl.where((chaboche2_return_map_converged & fin), d904, K0), BLOCK)
-                _k68 = tl.arange(0, 32)[None, :] + 192
-                _mc_store(J + row[:, None] * j_stride + (_k68 // 11) * 38 + 27 + _k68 % 11, _row67, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row69 = _mc_row32(
+                _k75 = tl.arange(0, 32)[None, :] + 192
+                _mc_store(J + row[:, None] * j_stride + (_k75 // 11) * 38 + 27 + _k75 % 11, _row74, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row76 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d910, K0), tl.where((chaboche2_return_map_converged & fin), d916, K0), tl.where((chaboche2_return_map_converged & fin), d922, K0), tl.where((chaboche2_return_map_converged & fin), d928, K0),
                     tl.where((chaboche2_return_map_converged & fin), d934, K0), tl.where((chaboche2_return_map_converged & fin), d940, K0), tl.where((chaboche2_return_map_converged & fin), d946, K0), tl.where((chaboche2_return_map_converged & fin), d887, K0),
                     tl.where((chaboche2_return_map_converged & fin), d893, K0), tl.where((chaboche2_return_map_converged & fin), d899, K0), tl.where((chaboche2_return_map_converged & fin), d905, K0), tl.where((chaboche2_return_map_converged & fin), d911, K0),
@@ -9776,20 +9843,20 @@ if triton is not None:
                     tl.where((chaboche2_return_map_converged & fin), d900, K0), tl.where((chaboche2_return_map_converged & fin), d906, K0), tl.where((chaboche2_return_map_converged & fin), d912, K0), tl.where((chaboche2_return_map_converged & fin), d918, K0),
                     tl.where((chaboche2_return_map_converged & fin), d924, K0), tl.where((chaboche2_return_map_converged & fin), d930, K0), tl.where((chaboche2_return_map_converged & fin), d936, K0), tl.where((chaboche2_return_map_converged & fin), d942, K0),
                     tl.where((chaboche2_return_map_converged & fin), d948, K0), tl.where((chaboche2_return_map_converged & fin), d889, K0), tl.where((chaboche2_return_map_converged & fin), d895, K0), tl.where((chaboche2_return_map_converged & fin), d901, K0), BLOCK)
-                _k70 = tl.arange(0, 32)[None, :] + 224
-                _mc_store(J + row[:, None] * j_stride + (_k70 // 11) * 38 + 27 + _k70 % 11, _row69, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero71 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row72 = _mc_row32(
+                _k77 = tl.arange(0, 32)[None, :] + 224
+                _mc_store(J + row[:, None] * j_stride + (_k77 // 11) * 38 + 27 + _k77 % 11, _row76, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero78 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row79 = _mc_row32(
                     tl.where((chaboche2_return_map_converged & fin), d907, K0), tl.where((chaboche2_return_map_converged & fin), d913, K0), tl.where((chaboche2_return_map_converged & fin), d919, K0), tl.where((chaboche2_return_map_converged & fin), d925, K0),
                     tl.where((chaboche2_return_map_converged & fin), d931, K0), tl.where((chaboche2_return_map_converged & fin), d937, K0), tl.where((chaboche2_return_map_converged & fin), d943, K0), tl.where((chaboche2_return_map_converged & fin), d949, K0),
                     tl.where((chaboche2_return_map_converged & fin), d890, K0), tl.where((chaboche2_return_map_converged & fin), d896, K0), tl.where((chaboche2_return_map_converged & fin), d902, K0), tl.where((chaboche2_return_map_converged & fin), d908, K0),
                     tl.where((chaboche2_return_map_converged & fin), d914, K0), tl.where((chaboche2_return_map_converged & fin), d920, K0), tl.where((chaboche2_return_map_converged & fin), d926, K0), tl.where((chaboche2_return_map_converged & fin), d932, K0),
-                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero71,
-                    _zero71, _zero71, _zero71, _zero71,
-                    _zero71, _zero71, _zero71, _zero71,
-                    _zero71, _zero71, _zero71, _zero71, BLOCK)
-                _k73 = tl.arange(0, 32)[None, :] + 256
-                _mc_store(J + row[:, None] * j_stride + (_k73 // 11) * 38 + 27 + _k73 % 11, _row72, mask[:, None] & (tl.arange(0, 32)[None, :] < 19), zero)  # one trip: see _Rows (detach)
+                    tl.where((chaboche2_return_map_converged & fin), d938, K0), tl.where((chaboche2_return_map_converged & fin), d944, K0), tl.where((chaboche2_return_map_converged & fin), d950, K0), _zero78,
+                    _zero78, _zero78, _zero78, _zero78,
+                    _zero78, _zero78, _zero78, _zero78,
+                    _zero78, _zero78, _zero78, _zero78, BLOCK)
+                _k80 = tl.arange(0, 32)[None, :] + 256
+                _mc_store(J + row[:, None] * j_stride + (_k80 // 11) * 38 + 27 + _k80 % 11, _row79, mask[:, None] & (tl.arange(0, 32)[None, :] < 19), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (chaboche2_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (chaboche2_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

@@ -180,6 +180,17 @@ if triton is not None:
         return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
         """elastic, variant V (1 value; 2 tangent; 4 jacobian; 8 total)."""
         pid = tl.program_id(0)
@@ -221,7 +232,8 @@ if triton is not None:
         state_S_4 = (d1 * forces_E_4)
         state_S_5 = (d1 * forces_E_5)
         # outputs 4 .. 5
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_1 = (K2 * p_nu)
         cse_2 = (K0 - cse_1)
         cse_3 = (K0 / cse_2)
@@ -230,23 +242,39 @@ if triton is not None:
             d4 = (cse_4 * d1)
             d5 = d4
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d6 = (d1 * (K0 + cse_4))
             d7 = d4
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d8 = d4
             d9 = d6
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row4 = _mc_row8(
+                    d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row4, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d10 = d4
             d11 = d4
             d12 = d6
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row5 = _mc_row8(
+                    d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
         cse_5 = (cse_0 * cse_4)
         cse_6 = (cse_5 + forces_E_0)
@@ -257,7 +285,15 @@ if triton is not None:
         state_S_2 = (cse_11 * d1)
         state_S_3 = (d1 * forces_E_3)
         # outputs 0 .. 3
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 5
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero6 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row7 = _mc_row8(
+                state_S_0, state_S_1, state_S_2, state_S_3,
+                state_S_4, state_S_5, _zero6, _zero6, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 8:  # total
             cse_14 = (cse_8 * cse_8)
             cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
@@ -280,31 +316,31 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _k4 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k4 + (_k4 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k5 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k5 + (_k5 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k6 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k6 + (_k6 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k7 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k7 + (_k7 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k8 = tl.arange(0, 4)[None, :] + 16
-            tl.store(J + row[:, None] * j_stride + _k8 + (_k8 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k9 = tl.arange(0, 4)[None, :] + 20
-            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k10 = tl.arange(0, 4)[None, :] + 24
-            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k11 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k12 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k8 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k8 + (_k8 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k9 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k10 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k11 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k12 = tl.arange(0, 4)[None, :] + 16
+            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k13 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k14 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k15 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k16 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _k13 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k13 // 2) * 8 + 6 + _k13 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k14 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k14 // 2) * 8 + 6 + _k14 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k15 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k15 // 2) * 8 + 6 + _k15 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k17 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k17 // 2) * 8 + 6 + _k17 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k18 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k18 // 2) * 8 + 6 + _k18 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k19 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k19 // 2) * 8 + 6 + _k19 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

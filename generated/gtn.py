@@ -1140,15 +1140,6 @@ if triton is not None:
         return tl.exp(y * tl.log(x))
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_cols8(t, BLOCK: tl.constexpr):
         t = tl.reshape(t, [BLOCK, 2, 2, 2])
         s0, s1 = tl.split(t)
@@ -1173,18 +1164,22 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_store(ptr, value, mask, zero):
-        p = ptr
-        for _ in range(0, zero + 1):
-            tl.store(p, value, mask=mask)
-            p += zero
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
         t2 = tl.join(t0, t1)
         return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_expm1(x):
@@ -2072,30 +2067,30 @@ if triton is not None:
         K8 = tl.full([], 6.0, DTYPE)
         K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
             _tile1, BLOCK)
-        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
         forces_t = _x2
-        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x3 = tl.load(IN2 + row * in2_stride, mask=mask, other=0.0)
         old_forces_t = _x3
-        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile4 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (
             old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
             old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
         ) = _mc_cols8(_tile4, BLOCK)
-        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
         old_state_internal_ep = _x5
-        _x6 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x6 = tl.load(IN5 + row * in5_stride, mask=mask, other=0.0)
         old_state_internal_phi = _x6
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
         fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + _x6 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile7 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 8, zero)  # one trip: see _Rows (detach)
+            _tile7 = tl.load(P + tl.arange(0, 8), mask=tl.arange(0, 8) < 8, other=0.0)
             p_phi0, p_E, p_nu, p_K, p_sigma_y, p_q1, p_q2, p_q3 = _mc_pcols8(_tile7)
         else:
-            _tile8 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
+            _tile8 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8), other=0.0)
             p_phi0, p_E, p_nu, p_K, p_sigma_y, p_q1, p_q2, p_q3 = _mc_cols8(_tile8, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate (helper _triton_newton_1)
         (
@@ -2110,9 +2105,17 @@ if triton is not None:
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_phi, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # outputs 4 .. 7; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row9 = _mc_row8(
+                tl.where((gtn_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_3, K0),
+                tl.where((gtn_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((gtn_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((gtn_return_map_converged & fin), state_internal_ep, K0), tl.where((gtn_return_map_converged & fin), state_internal_phi, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_8 = (K1 * p_nu)
         cse_9 = (K2 - cse_8)
         cse_10 = (K2 / cse_9)
@@ -2133,7 +2136,8 @@ if triton is not None:
         cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((gtn_return_map_converged & fin), state_S_0, K0), tl.where((gtn_return_map_converged & fin), state_S_1, K0), tl.where((gtn_return_map_converged & fin), state_S_2, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((gtn_return_map_converged & fin), state_S_0, K0), tl.where((gtn_return_map_converged & fin), state_S_1, K0), tl.where((gtn_return_map_converged & fin), state_S_2, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_16 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_16 * cse_5)
         cse_18 = (forces_E_4 - state_internal_Ep_4)
@@ -2141,8 +2145,16 @@ if triton is not None:
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 14; NaN where Newton did not converge
-        _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero9, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _zero10 = tl.zeros([BLOCK], dtype=DTYPE)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero10, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+        # outputs 8 .. 14; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero11 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row12 = _mc_row8(
+                tl.where((gtn_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((gtn_return_map_converged & fin), state_S_0, K0), tl.where((gtn_return_map_converged & fin), state_S_1, K0), tl.where((gtn_return_map_converged & fin), state_S_2, K0),
+                tl.where((gtn_return_map_converged & fin), state_S_3, K0), tl.where((gtn_return_map_converged & fin), state_S_4, K0), tl.where((gtn_return_map_converged & fin), state_S_5, K0), _zero11, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 7))
         if V & 14:  # tangent, jacobian, total
             cse_122 = (cse_14 + cse_15)
             cse_123 = (cse_122 + cse_6 + (K3 * cse_13))
@@ -2351,7 +2363,8 @@ if triton is not None:
             cse_32 = (cse_22 * d30)
             d58 = (cse_31 + cse_32 + (cse_26 * d28))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_33 = (cse_22 * d38)
             cse_34 = (cse_22 * d39)
@@ -2364,7 +2377,14 @@ if triton is not None:
             cse_38 = (cse_22 * d10)
             d62 = (cse_25 + cse_27 + cse_38 + (cse_26 * d11))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((gtn_return_map_converged & fin), d55, K0), tl.where((gtn_return_map_converged & fin), d56, K0), tl.where((gtn_return_map_converged & fin), d57, K0), tl.where((gtn_return_map_converged & fin), d58, K0),
+                    tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_39 = (cse_22 * d19)
             d63 = (cse_30 + cse_39 + (cse_26 * d20))
@@ -2375,14 +2395,22 @@ if triton is not None:
             cse_42 = (cse_22 * d46)
             d66 = (cse_36 + cse_42 + (cse_26 * d47))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d67 = (cse_24 + cse_37 + (cse_26 * d3))
             d68 = (cse_28 + cse_38 + (cse_26 * d12))
             d69 = (cse_25 + cse_29 + cse_39 + (cse_26 * d21))
             d70 = (cse_31 + cse_40 + (cse_26 * d30))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0), tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0),
+                    tl.where((gtn_return_map_converged & fin), d67, K0), tl.where((gtn_return_map_converged & fin), d68, K0), tl.where((gtn_return_map_converged & fin), d69, K0), tl.where((gtn_return_map_converged & fin), d70, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d71 = (cse_33 + cse_41 + (cse_26 * d39))
             d72 = (cse_35 + cse_42 + (cse_26 * d48))
@@ -2390,35 +2418,51 @@ if triton is not None:
             d73 = (cse_43 * d4)
             d74 = (cse_43 * d13)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d75 = (cse_43 * d22)
             d76 = (cse_5 + (cse_43 * d31))
             d77 = (cse_43 * d40)
             d78 = (cse_43 * d49)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row15 = _mc_row8(
+                    tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0),
+                    tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0), tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row15, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d79 = (cse_43 * d5)
             d80 = (cse_43 * d14)
             d81 = (cse_43 * d23)
             d82 = (cse_43 * d32)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d83 = (cse_5 + (cse_43 * d41))
             d84 = (cse_43 * d50)
             d85 = (cse_43 * d6)
             d86 = (cse_43 * d15)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row16 = _mc_row8(
+                    tl.where((gtn_return_map_converged & fin), d79, K0), tl.where((gtn_return_map_converged & fin), d80, K0), tl.where((gtn_return_map_converged & fin), d81, K0), tl.where((gtn_return_map_converged & fin), d82, K0),
+                    tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row16, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d87 = (cse_43 * d24)
             d88 = (cse_43 * d33)
             d89 = (cse_43 * d42)
             d90 = (cse_5 + (cse_43 * d51))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0), tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_263 = (cse_169 * state_internal_gamma_rate)
             cse_264 = (cse_263 * state_S_3)
@@ -2754,7 +2798,7 @@ if triton is not None:
             d345 = (cse_43 * d300)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row10 = _mc_row32(
+            _row17 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d1, K0), tl.where((gtn_return_map_converged & fin), d10, K0), tl.where((gtn_return_map_converged & fin), d19, K0), tl.where((gtn_return_map_converged & fin), d28, K0),
                 tl.where((gtn_return_map_converged & fin), d37, K0), tl.where((gtn_return_map_converged & fin), d46, K0), tl.where((gtn_return_map_converged & fin), d91, K0), tl.where((gtn_return_map_converged & fin), d100, K0),
                 tl.where((gtn_return_map_converged & fin), d109, K0), tl.where((gtn_return_map_converged & fin), d118, K0), tl.where((gtn_return_map_converged & fin), d127, K0), tl.where((gtn_return_map_converged & fin), d136, K0),
@@ -2763,9 +2807,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d38, K0), tl.where((gtn_return_map_converged & fin), d47, K0), tl.where((gtn_return_map_converged & fin), d92, K0), tl.where((gtn_return_map_converged & fin), d101, K0),
                 tl.where((gtn_return_map_converged & fin), d110, K0), tl.where((gtn_return_map_converged & fin), d119, K0), tl.where((gtn_return_map_converged & fin), d128, K0), tl.where((gtn_return_map_converged & fin), d137, K0),
                 tl.where((gtn_return_map_converged & fin), d146, K0), tl.where((gtn_return_map_converged & fin), d155, K0), tl.where((gtn_return_map_converged & fin), d164, K0), tl.where((gtn_return_map_converged & fin), d173, K0), BLOCK)
-            _k11 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k11 + (_k11 // 16) * (8 * (V // 8)), _row10, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row12 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 16) * (8 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d3, K0), tl.where((gtn_return_map_converged & fin), d12, K0), tl.where((gtn_return_map_converged & fin), d21, K0), tl.where((gtn_return_map_converged & fin), d30, K0),
                 tl.where((gtn_return_map_converged & fin), d39, K0), tl.where((gtn_return_map_converged & fin), d48, K0), tl.where((gtn_return_map_converged & fin), d93, K0), tl.where((gtn_return_map_converged & fin), d102, K0),
                 tl.where((gtn_return_map_converged & fin), d111, K0), tl.where((gtn_return_map_converged & fin), d120, K0), tl.where((gtn_return_map_converged & fin), d129, K0), tl.where((gtn_return_map_converged & fin), d138, K0),
@@ -2774,9 +2818,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d40, K0), tl.where((gtn_return_map_converged & fin), d49, K0), tl.where((gtn_return_map_converged & fin), d94, K0), tl.where((gtn_return_map_converged & fin), d103, K0),
                 tl.where((gtn_return_map_converged & fin), d112, K0), tl.where((gtn_return_map_converged & fin), d121, K0), tl.where((gtn_return_map_converged & fin), d130, K0), tl.where((gtn_return_map_converged & fin), d139, K0),
                 tl.where((gtn_return_map_converged & fin), d148, K0), tl.where((gtn_return_map_converged & fin), d157, K0), tl.where((gtn_return_map_converged & fin), d166, K0), tl.where((gtn_return_map_converged & fin), d175, K0), BLOCK)
-            _k13 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k13 + (_k13 // 16) * (8 * (V // 8)), _row12, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row14 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 16) * (8 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d5, K0), tl.where((gtn_return_map_converged & fin), d14, K0), tl.where((gtn_return_map_converged & fin), d23, K0), tl.where((gtn_return_map_converged & fin), d32, K0),
                 tl.where((gtn_return_map_converged & fin), d41, K0), tl.where((gtn_return_map_converged & fin), d50, K0), tl.where((gtn_return_map_converged & fin), d95, K0), tl.where((gtn_return_map_converged & fin), d104, K0),
                 tl.where((gtn_return_map_converged & fin), d113, K0), tl.where((gtn_return_map_converged & fin), d122, K0), tl.where((gtn_return_map_converged & fin), d131, K0), tl.where((gtn_return_map_converged & fin), d140, K0),
@@ -2785,9 +2829,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d42, K0), tl.where((gtn_return_map_converged & fin), d51, K0), tl.where((gtn_return_map_converged & fin), d96, K0), tl.where((gtn_return_map_converged & fin), d105, K0),
                 tl.where((gtn_return_map_converged & fin), d114, K0), tl.where((gtn_return_map_converged & fin), d123, K0), tl.where((gtn_return_map_converged & fin), d132, K0), tl.where((gtn_return_map_converged & fin), d141, K0),
                 tl.where((gtn_return_map_converged & fin), d150, K0), tl.where((gtn_return_map_converged & fin), d159, K0), tl.where((gtn_return_map_converged & fin), d168, K0), tl.where((gtn_return_map_converged & fin), d177, K0), BLOCK)
-            _k15 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k15 + (_k15 // 16) * (8 * (V // 8)), _row14, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row16 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 16) * (8 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d7, K0), tl.where((gtn_return_map_converged & fin), d16, K0), tl.where((gtn_return_map_converged & fin), d25, K0), tl.where((gtn_return_map_converged & fin), d34, K0),
                 tl.where((gtn_return_map_converged & fin), d43, K0), tl.where((gtn_return_map_converged & fin), d52, K0), tl.where((gtn_return_map_converged & fin), d97, K0), tl.where((gtn_return_map_converged & fin), d106, K0),
                 tl.where((gtn_return_map_converged & fin), d115, K0), tl.where((gtn_return_map_converged & fin), d124, K0), tl.where((gtn_return_map_converged & fin), d133, K0), tl.where((gtn_return_map_converged & fin), d142, K0),
@@ -2796,9 +2840,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d44, K0), tl.where((gtn_return_map_converged & fin), d53, K0), tl.where((gtn_return_map_converged & fin), d98, K0), tl.where((gtn_return_map_converged & fin), d107, K0),
                 tl.where((gtn_return_map_converged & fin), d116, K0), tl.where((gtn_return_map_converged & fin), d125, K0), tl.where((gtn_return_map_converged & fin), d134, K0), tl.where((gtn_return_map_converged & fin), d143, K0),
                 tl.where((gtn_return_map_converged & fin), d152, K0), tl.where((gtn_return_map_converged & fin), d161, K0), tl.where((gtn_return_map_converged & fin), d170, K0), tl.where((gtn_return_map_converged & fin), d179, K0), BLOCK)
-            _k17 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (8 * (V // 8)), _row16, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row18 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 16) * (8 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d9, K0), tl.where((gtn_return_map_converged & fin), d18, K0), tl.where((gtn_return_map_converged & fin), d27, K0), tl.where((gtn_return_map_converged & fin), d36, K0),
                 tl.where((gtn_return_map_converged & fin), d45, K0), tl.where((gtn_return_map_converged & fin), d54, K0), tl.where((gtn_return_map_converged & fin), d99, K0), tl.where((gtn_return_map_converged & fin), d108, K0),
                 tl.where((gtn_return_map_converged & fin), d117, K0), tl.where((gtn_return_map_converged & fin), d126, K0), tl.where((gtn_return_map_converged & fin), d135, K0), tl.where((gtn_return_map_converged & fin), d144, K0),
@@ -2807,9 +2851,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d59, K0), tl.where((gtn_return_map_converged & fin), d60, K0), tl.where((gtn_return_map_converged & fin), d181, K0), tl.where((gtn_return_map_converged & fin), d187, K0),
                 tl.where((gtn_return_map_converged & fin), d193, K0), tl.where((gtn_return_map_converged & fin), d194, K0), tl.where((gtn_return_map_converged & fin), d195, K0), tl.where((gtn_return_map_converged & fin), d196, K0),
                 tl.where((gtn_return_map_converged & fin), d197, K0), tl.where((gtn_return_map_converged & fin), d198, K0), tl.where((gtn_return_map_converged & fin), d229, K0), tl.where((gtn_return_map_converged & fin), d235, K0), BLOCK)
-            _k19 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (8 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row20 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 16) * (8 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row27 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d61, K0), tl.where((gtn_return_map_converged & fin), d62, K0), tl.where((gtn_return_map_converged & fin), d63, K0), tl.where((gtn_return_map_converged & fin), d64, K0),
                 tl.where((gtn_return_map_converged & fin), d65, K0), tl.where((gtn_return_map_converged & fin), d66, K0), tl.where((gtn_return_map_converged & fin), d182, K0), tl.where((gtn_return_map_converged & fin), d188, K0),
                 tl.where((gtn_return_map_converged & fin), d199, K0), tl.where((gtn_return_map_converged & fin), d200, K0), tl.where((gtn_return_map_converged & fin), d201, K0), tl.where((gtn_return_map_converged & fin), d202, K0),
@@ -2818,9 +2862,9 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d71, K0), tl.where((gtn_return_map_converged & fin), d72, K0), tl.where((gtn_return_map_converged & fin), d183, K0), tl.where((gtn_return_map_converged & fin), d189, K0),
                 tl.where((gtn_return_map_converged & fin), d205, K0), tl.where((gtn_return_map_converged & fin), d206, K0), tl.where((gtn_return_map_converged & fin), d207, K0), tl.where((gtn_return_map_converged & fin), d208, K0),
                 tl.where((gtn_return_map_converged & fin), d209, K0), tl.where((gtn_return_map_converged & fin), d210, K0), tl.where((gtn_return_map_converged & fin), d231, K0), tl.where((gtn_return_map_converged & fin), d237, K0), BLOCK)
-            _k21 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (8 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row22 = _mc_row32(
+            _k28 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k28 + (_k28 // 16) * (8 * (V // 8)), _row27, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row29 = _mc_row32(
                 tl.where((gtn_return_map_converged & fin), d73, K0), tl.where((gtn_return_map_converged & fin), d74, K0), tl.where((gtn_return_map_converged & fin), d75, K0), tl.where((gtn_return_map_converged & fin), d76, K0),
                 tl.where((gtn_return_map_converged & fin), d77, K0), tl.where((gtn_return_map_converged & fin), d78, K0), tl.where((gtn_return_map_converged & fin), d184, K0), tl.where((gtn_return_map_converged & fin), d190, K0),
                 tl.where((gtn_return_map_converged & fin), d211, K0), tl.where((gtn_return_map_converged & fin), d212, K0), tl.where((gtn_return_map_converged & fin), d213, K0), tl.where((gtn_return_map_converged & fin), d214, K0),
@@ -2829,17 +2873,17 @@ if triton is not None:
                 tl.where((gtn_return_map_converged & fin), d83, K0), tl.where((gtn_return_map_converged & fin), d84, K0), tl.where((gtn_return_map_converged & fin), d185, K0), tl.where((gtn_return_map_converged & fin), d191, K0),
                 tl.where((gtn_return_map_converged & fin), d217, K0), tl.where((gtn_return_map_converged & fin), d218, K0), tl.where((gtn_return_map_converged & fin), d219, K0), tl.where((gtn_return_map_converged & fin), d220, K0),
                 tl.where((gtn_return_map_converged & fin), d221, K0), tl.where((gtn_return_map_converged & fin), d222, K0), tl.where((gtn_return_map_converged & fin), d233, K0), tl.where((gtn_return_map_converged & fin), d239, K0), BLOCK)
-            _k23 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (8 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row24 = _mc_row16(
+            _k30 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k30 + (_k30 // 16) * (8 * (V // 8)), _row29, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row31 = _mc_row16(
                 tl.where((gtn_return_map_converged & fin), d85, K0), tl.where((gtn_return_map_converged & fin), d86, K0), tl.where((gtn_return_map_converged & fin), d87, K0), tl.where((gtn_return_map_converged & fin), d88, K0),
                 tl.where((gtn_return_map_converged & fin), d89, K0), tl.where((gtn_return_map_converged & fin), d90, K0), tl.where((gtn_return_map_converged & fin), d186, K0), tl.where((gtn_return_map_converged & fin), d192, K0),
                 tl.where((gtn_return_map_converged & fin), d223, K0), tl.where((gtn_return_map_converged & fin), d224, K0), tl.where((gtn_return_map_converged & fin), d225, K0), tl.where((gtn_return_map_converged & fin), d226, K0),
                 tl.where((gtn_return_map_converged & fin), d227, K0), tl.where((gtn_return_map_converged & fin), d228, K0), tl.where((gtn_return_map_converged & fin), d234, K0), tl.where((gtn_return_map_converged & fin), d240, K0), BLOCK)
-            _k25 = tl.arange(0, 16)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (8 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 16)[None, :] < 16), zero)  # one trip: see _Rows (detach)
+            _k32 = tl.arange(0, 16)[None, :] + 224
+            tl.store(J + row[:, None] * j_stride + _k32 + (_k32 // 16) * (8 * (V // 8)), _row31, mask=mask[:, None] & (tl.arange(0, 16)[None, :] < 16))
             if V & 8:
-                _row26 = _mc_row32(
+                _row33 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d241, K0), tl.where((gtn_return_map_converged & fin), d250, K0), tl.where((gtn_return_map_converged & fin), d259, K0),
                     tl.where((gtn_return_map_converged & fin), d268, K0), tl.where((gtn_return_map_converged & fin), d277, K0), tl.where((gtn_return_map_converged & fin), d286, K0), tl.where((gtn_return_map_converged & fin), d295, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d242, K0), tl.where((gtn_return_map_converged & fin), d251, K0), tl.where((gtn_return_map_converged & fin), d260, K0),
@@ -2848,9 +2892,9 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d270, K0), tl.where((gtn_return_map_converged & fin), d279, K0), tl.where((gtn_return_map_converged & fin), d288, K0), tl.where((gtn_return_map_converged & fin), d297, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d244, K0), tl.where((gtn_return_map_converged & fin), d253, K0), tl.where((gtn_return_map_converged & fin), d262, K0),
                     tl.where((gtn_return_map_converged & fin), d271, K0), tl.where((gtn_return_map_converged & fin), d280, K0), tl.where((gtn_return_map_converged & fin), d289, K0), tl.where((gtn_return_map_converged & fin), d298, K0), BLOCK)
-                _k27 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k27 // 8) * 24 + 16 + _k27 % 8, _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row28 = _mc_row32(
+                _k34 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k34 // 8) * 24 + 16 + _k34 % 8, _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row35 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d245, K0), tl.where((gtn_return_map_converged & fin), d254, K0), tl.where((gtn_return_map_converged & fin), d263, K0),
                     tl.where((gtn_return_map_converged & fin), d272, K0), tl.where((gtn_return_map_converged & fin), d281, K0), tl.where((gtn_return_map_converged & fin), d290, K0), tl.where((gtn_return_map_converged & fin), d299, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d246, K0), tl.where((gtn_return_map_converged & fin), d255, K0), tl.where((gtn_return_map_converged & fin), d264, K0),
@@ -2859,9 +2903,9 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d274, K0), tl.where((gtn_return_map_converged & fin), d283, K0), tl.where((gtn_return_map_converged & fin), d292, K0), tl.where((gtn_return_map_converged & fin), d301, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d248, K0), tl.where((gtn_return_map_converged & fin), d257, K0), tl.where((gtn_return_map_converged & fin), d266, K0),
                     tl.where((gtn_return_map_converged & fin), d275, K0), tl.where((gtn_return_map_converged & fin), d284, K0), tl.where((gtn_return_map_converged & fin), d293, K0), tl.where((gtn_return_map_converged & fin), d302, K0), BLOCK)
-                _k29 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k29 // 8) * 24 + 16 + _k29 % 8, _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row30 = _mc_row32(
+                _k36 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k36 // 8) * 24 + 16 + _k36 % 8, _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row37 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d249, K0), tl.where((gtn_return_map_converged & fin), d258, K0), tl.where((gtn_return_map_converged & fin), d267, K0),
                     tl.where((gtn_return_map_converged & fin), d276, K0), tl.where((gtn_return_map_converged & fin), d285, K0), tl.where((gtn_return_map_converged & fin), d294, K0), tl.where((gtn_return_map_converged & fin), d303, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d304, K0), tl.where((gtn_return_map_converged & fin), d310, K0), tl.where((gtn_return_map_converged & fin), d316, K0),
@@ -2870,24 +2914,24 @@ if triton is not None:
                     tl.where((gtn_return_map_converged & fin), d323, K0), tl.where((gtn_return_map_converged & fin), d329, K0), tl.where((gtn_return_map_converged & fin), d335, K0), tl.where((gtn_return_map_converged & fin), d341, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d306, K0), tl.where((gtn_return_map_converged & fin), d312, K0), tl.where((gtn_return_map_converged & fin), d318, K0),
                     tl.where((gtn_return_map_converged & fin), d324, K0), tl.where((gtn_return_map_converged & fin), d330, K0), tl.where((gtn_return_map_converged & fin), d336, K0), tl.where((gtn_return_map_converged & fin), d342, K0), BLOCK)
-                _k31 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k31 // 8) * 24 + 16 + _k31 % 8, _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero32 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row33 = _mc_row32(
+                _k38 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k38 // 8) * 24 + 16 + _k38 % 8, _row37, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row40 = _mc_row32(
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d307, K0), tl.where((gtn_return_map_converged & fin), d313, K0), tl.where((gtn_return_map_converged & fin), d319, K0),
                     tl.where((gtn_return_map_converged & fin), d325, K0), tl.where((gtn_return_map_converged & fin), d331, K0), tl.where((gtn_return_map_converged & fin), d337, K0), tl.where((gtn_return_map_converged & fin), d343, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d308, K0), tl.where((gtn_return_map_converged & fin), d314, K0), tl.where((gtn_return_map_converged & fin), d320, K0),
                     tl.where((gtn_return_map_converged & fin), d326, K0), tl.where((gtn_return_map_converged & fin), d332, K0), tl.where((gtn_return_map_converged & fin), d338, K0), tl.where((gtn_return_map_converged & fin), d344, K0),
                     tl.where((gtn_return_map_converged & fin), K9, K0), tl.where((gtn_return_map_converged & fin), d309, K0), tl.where((gtn_return_map_converged & fin), d315, K0), tl.where((gtn_return_map_converged & fin), d321, K0),
                     tl.where((gtn_return_map_converged & fin), d327, K0), tl.where((gtn_return_map_converged & fin), d333, K0), tl.where((gtn_return_map_converged & fin), d339, K0), tl.where((gtn_return_map_converged & fin), d345, K0),
-                    _zero32, _zero32, _zero32, _zero32,
-                    _zero32, _zero32, _zero32, _zero32, BLOCK)
-                _k34 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k34 // 8) * 24 + 16 + _k34 % 8, _row33, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
+                    _zero39, _zero39, _zero39, _zero39,
+                    _zero39, _zero39, _zero39, _zero39, BLOCK)
+                _k41 = tl.arange(0, 32)[None, :] + 96
+                tl.store(J + row[:, None] * j_stride + (_k41 // 8) * 24 + 16 + _k41 % 8, _row40, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 24))
         # status: converged (bool), iterations (int32), residual norm
-        _mc_store(CV + row, (gtn_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(IT + row, (gtn_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(RN + row, gtn_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
+        tl.store(CV + row, (gtn_return_map_converged & fin), mask=mask)
+        tl.store(IT + row, (gtn_return_map_iterations).to(tl.int32), mask=mask)
+        tl.store(RN + row, gtn_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
 else:
     _kernel = None
 

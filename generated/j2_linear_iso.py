@@ -660,6 +660,17 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
@@ -797,14 +808,22 @@ if triton is not None:
         state_internal_Ep_2 = (cse_42 + old_state_internal_Ep_2)
         state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_39))
         # outputs 0 .. 3; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_39 * cse_4))
         state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_39 * cse_5))
         state_internal_ep = (old_state_internal_ep + (cse_19 * cse_37))
         cse_43 = (forces_t - old_forces_t)
         state_internal_gamma_rate = _mc_sdiv(cse_37, cse_43)
         # outputs 4 .. 7; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_ep, K0), tl.where(fin, state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_ep, K0), tl.where(fin, state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row8 = _mc_row8(
+                tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0),
+                tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_ep, K0), tl.where(fin, state_internal_gamma_rate, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row8, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_251 = (cse_0 + cse_1 + cse_2)
         cse_252 = (K4 - cse_11)
         cse_253 = (K4 / cse_252)
@@ -823,11 +842,20 @@ if triton is not None:
         cse_263 = (cse_259 * cse_262)
         state_S_3 = (cse_263 * cse_3)
         # outputs 8 .. 11; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_0, K0), tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_0, K0), tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (cse_263 * cse_4)
         state_S_5 = (cse_263 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_4, K0), tl.where(fin, state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_4, K0), tl.where(fin, state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        # outputs 8 .. 13; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row10 = _mc_row8(
+                tl.where(fin, state_S_0, K0), tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0),
+                tl.where(fin, state_S_4, K0), tl.where(fin, state_S_5, K0), _zero9, _zero9, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
             cse_54 = _mc_sdiv(K4, (K3 * cse_34))
             cse_53 = (cse_13 * cse_13 * cse_13)
@@ -875,7 +903,8 @@ if triton is not None:
             cse_267 = (cse_266 * cse_9)
             d7 = (-cse_267 * cse_80)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_81 = (cse_17 * cse_78)
             cse_268 = (cse_4 * cse_81)
@@ -890,7 +919,14 @@ if triton is not None:
             d12 = (cse_17 * ((cse_36 * (-cse_60 - (cse_68 * cse_85))) + (cse_68 * cse_84)))
             d13 = (cse_259 * (cse_264 - d12))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0),
+                    tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d14 = (cse_17 * ((cse_36 * (-cse_71 - (cse_75 * cse_85))) + (cse_75 * cse_84)))
             d15 = (cse_259 * (cse_254 - d14))
@@ -899,7 +935,8 @@ if triton is not None:
             d17 = (-cse_268 * cse_269)
             d18 = (-cse_121 * cse_269)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_90 = (cse_25 * cse_56)
             cse_91 = (cse_46 * cse_90)
@@ -913,7 +950,14 @@ if triton is not None:
             cse_270 = (cse_25 * cse_266)
             d25 = (-cse_270 * cse_80)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0),
+                    tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d26 = (-cse_268 * cse_270)
             d27 = (-cse_121 * cse_270)
@@ -925,7 +969,8 @@ if triton is not None:
             d30 = (cse_68 * cse_98)
             d31 = (cse_271 * d30)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_108 = (cse_56 * cse_80)
             d32 = (cse_108 * cse_4)
@@ -942,7 +987,14 @@ if triton is not None:
             d38 = (cse_17 * (cse_104 - (cse_106 * cse_36)))
             d39 = (cse_259 + (cse_271 * d38))
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0),
+                    tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_111 = (cse_17 * cse_97)
             cse_112 = (cse_111 * cse_4)
@@ -954,7 +1006,8 @@ if triton is not None:
             d45 = (cse_271 * d44)
             d46 = d33
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_120 = (cse_4 * cse_56)
             d47 = (cse_120 * cse_121)
@@ -970,7 +1023,14 @@ if triton is not None:
             d53 = (cse_123 * cse_68)
             d54 = (cse_271 * d53)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0),
+                    tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d55 = (cse_123 * cse_75)
             d56 = (cse_271 * d55)
@@ -1248,7 +1308,7 @@ if triton is not None:
             d240 = (cse_271 * d205)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row8 = _mc_row32(
+            _row15 = _mc_row32(
                 tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d101, K0),
                 tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
                 tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d113, K0), tl.where(fin, d114, K0),
@@ -1257,9 +1317,9 @@ if triton is not None:
                 tl.where(fin, d106, K0), tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0),
                 tl.where(fin, d66, K0), tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0),
                 tl.where(fin, d86, K0), tl.where(fin, K13, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), BLOCK)
-            _k9 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 15) * (4 * (V // 8)), _row8, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row10 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where(fin, d23, K0), tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d67, K0), tl.where(fin, d68, K0), tl.where(fin, d69, K0),
                 tl.where(fin, d119, K0), tl.where(fin, d120, K0), tl.where(fin, d121, K0), tl.where(fin, d87, K0),
@@ -1268,9 +1328,9 @@ if triton is not None:
                 tl.where(fin, d70, K0), tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d73, K0),
                 tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, d88, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d110, K0), BLOCK)
-            _k11 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 15) * (4 * (V // 8)), _row10, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row12 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0),
                 tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d122, K0), tl.where(fin, d79, K0),
                 tl.where(fin, d80, K0), tl.where(fin, d89, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0),
@@ -1279,9 +1339,9 @@ if triton is not None:
                 tl.where(fin, d83, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), tl.where(fin, d84, K0),
                 tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d125, K0), tl.where(fin, d126, K0),
                 tl.where(fin, d127, K0), tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), BLOCK)
-            _k13 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 15) * (4 * (V // 8)), _row12, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row14 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where(fin, K13, K0), tl.where(fin, d128, K0), tl.where(fin, d129, K0), tl.where(fin, d130, K0),
                 tl.where(fin, d131, K0), tl.where(fin, d132, K0), tl.where(fin, d133, K0), tl.where(fin, d134, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0), tl.where(fin, d137, K0),
@@ -1290,9 +1350,9 @@ if triton is not None:
                 tl.where(fin, d143, K0), tl.where(fin, d144, K0), tl.where(fin, d145, K0), tl.where(fin, d97, K0),
                 tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0),
                 tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, K13, K0), tl.where(fin, d146, K0), BLOCK)
-            _k15 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 15) * (4 * (V // 8)), _row14, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row16 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where(fin, d147, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
                 tl.where(fin, d151, K0), tl.where(fin, d179, K0), tl.where(fin, K13, K0), tl.where(fin, d11, K0),
                 tl.where(fin, d13, K0), tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0),
@@ -1301,9 +1361,9 @@ if triton is not None:
                 tl.where(fin, d180, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0),
                 tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d158, K0), tl.where(fin, d159, K0), tl.where(fin, d160, K0), BLOCK)
-            _k17 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (4 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row18 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where(fin, d161, K0), tl.where(fin, d162, K0), tl.where(fin, d163, K0), tl.where(fin, d181, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d37, K0),
                 tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K13, K0),
@@ -1312,49 +1372,49 @@ if triton is not None:
                 tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0),
                 tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, K13, K0), tl.where(fin, d168, K0),
                 tl.where(fin, d169, K0), tl.where(fin, d170, K0), tl.where(fin, d171, K0), tl.where(fin, d172, K0), BLOCK)
-            _k19 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (4 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero20 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row21 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (4 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row28 = _mc_row32(
                 tl.where(fin, d100, K0), tl.where(fin, d183, K0), tl.where(fin, K13, K0), tl.where(fin, d52, K0),
                 tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0), tl.where(fin, d58, K0),
                 tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d173, K0), tl.where(fin, d174, K0),
                 tl.where(fin, d175, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0),
-                tl.where(fin, d184, K0), tl.where(fin, K13, K0), _zero20, _zero20,
-                _zero20, _zero20, _zero20, _zero20,
-                _zero20, _zero20, _zero20, _zero20,
-                _zero20, _zero20, _zero20, _zero20, BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+                tl.where(fin, d184, K0), tl.where(fin, K13, K0), _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27, BLOCK)
+            _k29 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _k23 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k23 // 4) * 19 + 15 + _k23 % 4, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), tl.where(fin, d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k24 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k24 // 4) * 19 + 15 + _k24 % 4, _mc_row4(tl.where(fin, d186, K0), tl.where(fin, d192, K0), tl.where(fin, d198, K0), tl.where(fin, d207, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k25 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k25 // 4) * 19 + 15 + _k25 % 4, _mc_row4(tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d199, K0), tl.where(fin, d208, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k26 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k26 // 4) * 19 + 15 + _k26 % 4, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d200, K0), tl.where(fin, d203, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k27 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k27 // 4) * 19 + 15 + _k27 % 4, _mc_row4(tl.where(fin, d189, K0), tl.where(fin, d195, K0), tl.where(fin, d201, K0), tl.where(fin, d204, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k28 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k28 // 4) * 19 + 15 + _k28 % 4, _mc_row4(tl.where(fin, d190, K0), tl.where(fin, d196, K0), tl.where(fin, d202, K0), tl.where(fin, d205, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k29 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k29 // 4) * 19 + 15 + _k29 % 4, _mc_row4(tl.where(fin, d209, K0), tl.where(fin, d210, K0), tl.where(fin, d211, K0), tl.where(fin, d212, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k30 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where(fin, d213, K0), tl.where(fin, d214, K0), tl.where(fin, d215, K0), tl.where(fin, d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k31 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where(fin, d217, K0), tl.where(fin, d223, K0), tl.where(fin, d229, K0), tl.where(fin, d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k32 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where(fin, d218, K0), tl.where(fin, d224, K0), tl.where(fin, d230, K0), tl.where(fin, d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k33 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where(fin, d219, K0), tl.where(fin, d225, K0), tl.where(fin, d231, K0), tl.where(fin, d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k34 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where(fin, d220, K0), tl.where(fin, d226, K0), tl.where(fin, d232, K0), tl.where(fin, d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k35 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where(fin, d221, K0), tl.where(fin, d227, K0), tl.where(fin, d233, K0), tl.where(fin, d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k36 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where(fin, d222, K0), tl.where(fin, d228, K0), tl.where(fin, d234, K0), tl.where(fin, d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k30 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), tl.where(fin, d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where(fin, d186, K0), tl.where(fin, d192, K0), tl.where(fin, d198, K0), tl.where(fin, d207, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d199, K0), tl.where(fin, d208, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d200, K0), tl.where(fin, d203, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where(fin, d189, K0), tl.where(fin, d195, K0), tl.where(fin, d201, K0), tl.where(fin, d204, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where(fin, d190, K0), tl.where(fin, d196, K0), tl.where(fin, d202, K0), tl.where(fin, d205, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where(fin, d209, K0), tl.where(fin, d210, K0), tl.where(fin, d211, K0), tl.where(fin, d212, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k37 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where(fin, d213, K0), tl.where(fin, d214, K0), tl.where(fin, d215, K0), tl.where(fin, d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k38 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where(fin, d217, K0), tl.where(fin, d223, K0), tl.where(fin, d229, K0), tl.where(fin, d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k39 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where(fin, d218, K0), tl.where(fin, d224, K0), tl.where(fin, d230, K0), tl.where(fin, d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k40 = tl.arange(0, 4)[None, :] + 40
+                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where(fin, d219, K0), tl.where(fin, d225, K0), tl.where(fin, d231, K0), tl.where(fin, d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k41 = tl.arange(0, 4)[None, :] + 44
+                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where(fin, d220, K0), tl.where(fin, d226, K0), tl.where(fin, d232, K0), tl.where(fin, d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k42 = tl.arange(0, 4)[None, :] + 48
+                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where(fin, d221, K0), tl.where(fin, d227, K0), tl.where(fin, d233, K0), tl.where(fin, d239, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k43 = tl.arange(0, 4)[None, :] + 52
+                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where(fin, d222, K0), tl.where(fin, d228, K0), tl.where(fin, d234, K0), tl.where(fin, d240, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

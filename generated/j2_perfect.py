@@ -571,6 +571,17 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
@@ -699,7 +710,8 @@ if triton is not None:
         state_internal_Ep_2 = (cse_34 + old_state_internal_Ep_2)
         state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_31))
         # outputs 0 .. 3; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_31 * cse_4))
         state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_31 * cse_5))
         cse_35 = (K4 / p_E)
@@ -719,7 +731,14 @@ if triton is not None:
         cse_193 = (p_E * cse_192)
         state_S_0 = (cse_193 * (cse_189 + cse_190))
         # outputs 4 .. 7; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row7 = _mc_row8(
+                tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0),
+                tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_194 = (cse_1 - cse_33)
         state_S_1 = (cse_193 * (cse_189 + cse_194))
         cse_195 = (cse_2 - cse_34)
@@ -729,11 +748,20 @@ if triton is not None:
         state_S_3 = (cse_197 * cse_3)
         state_S_4 = (cse_197 * cse_4)
         # outputs 8 .. 11; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_5 = (cse_197 * cse_5)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero7 = tl.zeros([BLOCK], dtype=DTYPE)
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_5, K0), _zero7, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where(fin, state_S_5, K0), _zero8, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+        # outputs 8 .. 12; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row10 = _mc_row8(
+                tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0),
+                tl.where(fin, state_S_5, K0), _zero9, _zero9, _zero9, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 5))
         if V & 14:  # tangent, jacobian, total
             cse_44 = tl.where(cse_29 > 0.0, 1.0, 0.0)
             cse_45 = (cse_27 * cse_44)
@@ -773,7 +801,8 @@ if triton is not None:
             cse_202 = (cse_201 * cse_3)
             d7 = (-cse_202 * cse_205)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_206 = (cse_201 * cse_205)
             d8 = (-cse_206 * cse_4)
@@ -786,7 +815,14 @@ if triton is not None:
             d12 = ((cse_30 * (-cse_51 - (cse_57 * cse_68))) + (cse_57 * cse_67))
             d13 = (cse_193 * (-cse_199 - d12))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0),
+                    tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d14 = ((cse_30 * (-cse_58 - (cse_61 * cse_68))) + (cse_61 * cse_67))
             d15 = (cse_193 * (-cse_198 - d14))
@@ -796,7 +832,8 @@ if triton is not None:
             d17 = (-cse_208 * cse_4)
             d18 = (-cse_208 * cse_5)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_73 = (cse_15 * cse_47)
             cse_74 = (cse_45 * cse_73)
@@ -810,7 +847,14 @@ if triton is not None:
             cse_209 = (cse_15 * cse_204)
             d25 = (-cse_202 * cse_209)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0),
+                    tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_210 = (cse_201 * cse_209)
             d26 = (-cse_210 * cse_4)
@@ -825,7 +869,8 @@ if triton is not None:
             d30 = (cse_57 * cse_84)
             d31 = (cse_211 * d30)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_94 = (cse_64 * cse_80)
             d32 = (cse_4 * cse_94)
@@ -843,7 +888,14 @@ if triton is not None:
             d38 = (cse_89 - (cse_30 * cse_92))
             d39 = (cse_193 + (cse_211 * d38))
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0),
+                    tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_97 = (cse_4 * cse_47)
             d40 = (cse_82 * cse_97)
@@ -855,7 +907,8 @@ if triton is not None:
             d45 = (cse_211 * d44)
             d46 = d33
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_106 = (cse_5 * cse_97)
             d47 = (cse_106 * cse_64)
@@ -872,7 +925,14 @@ if triton is not None:
             d53 = (cse_110 * cse_57)
             d54 = (cse_211 * d53)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0),
+                    tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d55 = (cse_110 * cse_61)
             d56 = (cse_211 * d55)
@@ -1075,7 +1135,7 @@ if triton is not None:
             d197 = (cse_211 * d170)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row8 = _mc_row32(
+            _row15 = _mc_row32(
                 tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d92, K0),
                 tl.where(fin, d93, K0), tl.where(fin, d94, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
                 tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0),
@@ -1084,9 +1144,9 @@ if triton is not None:
                 tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
                 tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0), tl.where(fin, d98, K0), BLOCK)
-            _k9 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 14) * (3 * (V // 8)), _row8, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row10 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 14) * (3 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, K13, K0), tl.where(fin, d67, K0),
                 tl.where(fin, d68, K0), tl.where(fin, d69, K0), tl.where(fin, d110, K0), tl.where(fin, d111, K0),
                 tl.where(fin, d112, K0), tl.where(fin, K13, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0),
@@ -1095,9 +1155,9 @@ if triton is not None:
                 tl.where(fin, d73, K0), tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d101, K0),
                 tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0), BLOCK)
-            _k11 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 14) * (3 * (V // 8)), _row10, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row12 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 14) * (3 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d113, K0), tl.where(fin, d79, K0),
                 tl.where(fin, d80, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0),
                 tl.where(fin, d55, K0), tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, d59, K0),
@@ -1106,9 +1166,9 @@ if triton is not None:
                 tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d85, K0),
                 tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
                 tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
-            _k13 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 14) * (3 * (V // 8)), _row12, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row14 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 14) * (3 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where(fin, d125, K0), tl.where(fin, d88, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
                 tl.where(fin, d6, K0), tl.where(fin, d7, K0), tl.where(fin, d8, K0), tl.where(fin, d9, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
@@ -1117,9 +1177,9 @@ if triton is not None:
                 tl.where(fin, d17, K0), tl.where(fin, d18, K0), tl.where(fin, K13, K0), tl.where(fin, d132, K0),
                 tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
                 tl.where(fin, d137, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), BLOCK)
-            _k15 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 14) * (3 * (V // 8)), _row14, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row16 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 14) * (3 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
                 tl.where(fin, K13, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
                 tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K13, K0),
@@ -1128,42 +1188,42 @@ if triton is not None:
                 tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d89, K0),
                 tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
                 tl.where(fin, d45, K0), tl.where(fin, d46, K0), tl.where(fin, d50, K0), tl.where(fin, d48, K0), BLOCK)
-            _k17 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 14) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero18 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row19 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 14) * (3 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row26 = _mc_row32(
                 tl.where(fin, K13, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
                 tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d91, K0), tl.where(fin, K13, K0),
                 tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0),
                 tl.where(fin, d58, K0), tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d153, K0),
                 tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero18, _zero18,
-                _zero18, _zero18, _zero18, _zero18,
-                _zero18, _zero18, _zero18, _zero18, BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 14) * (3 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
+                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero25, _zero25,
+                _zero25, _zero25, _zero25, _zero25,
+                _zero25, _zero25, _zero25, _zero25, BLOCK)
+            _k27 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 14) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
             if V & 8:
-                _k21 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k21 // 3) * 17 + 14 + _k21 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k22 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k22 // 3) * 17 + 14 + _k22 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k23 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k23 // 3) * 17 + 14 + _k23 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k24 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k24 // 3) * 17 + 14 + _k24 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k25 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k25 // 3) * 17 + 14 + _k25 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k26 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k26 // 3) * 17 + 14 + _k26 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k27 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k27 // 3) * 17 + 14 + _k27 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k28 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k29 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _zero30 = tl.zeros([BLOCK], dtype=DTYPE)
-                _k31 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero30, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+                _k28 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k29 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k30 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 17 + 14 + _k30 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 17 + 14 + _k32 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k33 // 3) * 17 + 14 + _k33 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k34 // 3) * 17 + 14 + _k34 % 3, _mc_row4(tl.where(fin, d181, K0), tl.where(fin, d187, K0), tl.where(fin, d193, K0), tl.where(fin, d182, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k35 // 3) * 17 + 14 + _k35 % 3, _mc_row4(tl.where(fin, d188, K0), tl.where(fin, d194, K0), tl.where(fin, d183, K0), tl.where(fin, d189, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k36 // 3) * 17 + 14 + _k36 % 3, _mc_row4(tl.where(fin, d195, K0), tl.where(fin, d184, K0), tl.where(fin, d190, K0), tl.where(fin, d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero37 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k38 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k38 // 3) * 17 + 14 + _k38 % 3, _mc_row4(tl.where(fin, d185, K0), tl.where(fin, d191, K0), tl.where(fin, d197, K0), _zero37, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
 else:
     _kernel = None
 

@@ -787,15 +787,6 @@ if triton is not None:
         return tl.exp(y * tl.log(x))
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_cols8(t, BLOCK: tl.constexpr):
         t = tl.reshape(t, [BLOCK, 2, 2, 2])
         s0, s1 = tl.split(t)
@@ -824,18 +815,22 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
-    def _mc_store(ptr, value, mask, zero):
-        p = ptr
-        for _ in range(0, zero + 1):
-            tl.store(p, value, mask=mask)
-            p += zero
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
         t2 = tl.join(t0, t1)
         return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
@@ -1492,28 +1487,28 @@ if triton is not None:
         K9 = tl.full([], 0.5, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
             _tile1, BLOCK)
-        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
         forces_t = _x2
-        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x3 = tl.load(IN2 + row * in2_stride, mask=mask, other=0.0)
         old_forces_t = _x3
-        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile4 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (
             old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
             old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
         ) = _mc_cols8(_tile4, BLOCK)
-        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
         old_state_internal_gamma_rate = _x5
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
         fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile6 = _mc_load(P + tl.arange(0, 4), tl.arange(0, 4) < 3, zero)  # one trip: see _Rows (detach)
+            _tile6 = tl.load(P + tl.arange(0, 4), mask=tl.arange(0, 4) < 3, other=0.0)
             p_E, p_nu, p_sigma_y, _ = _mc_pcols4(_tile6)
         else:
-            _tile7 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _tile7 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3), other=0.0)
             p_E, p_nu, p_sigma_y, _ = _mc_cols4(_tile7, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate (helper _triton_newton_1)
         (
@@ -1528,7 +1523,8 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE,
             EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_0 = (forces_E_0 - state_internal_Ep_0)
         cse_1 = (forces_E_1 - state_internal_Ep_1)
         cse_2 = (forces_E_2 - state_internal_Ep_2)
@@ -1544,7 +1540,14 @@ if triton is not None:
         cse_12 = (p_E * cse_11)
         state_S_0 = (cse_12 * cse_9)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row8 = _mc_row8(
+                tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_3, K0),
+                tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_perfect_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_0, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row8, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_15 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_12 * cse_15)
         cse_17 = (forces_E_4 - state_internal_Ep_4)
@@ -1554,12 +1557,21 @@ if triton is not None:
         cse_14 = (cse_2 + cse_8)
         state_S_2 = (cse_12 * cse_14)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_19 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_12 * cse_19)
         # outputs 12 .. 12; NaN where Newton did not converge
-        _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero8, BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 1), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero9, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 1))
+        # outputs 8 .. 12; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero10 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row11 = _mc_row8(
+                tl.where((j2_perfect_return_map_converged & fin), state_S_1, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_2, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_3, K0), tl.where((j2_perfect_return_map_converged & fin), state_S_4, K0),
+                tl.where((j2_perfect_return_map_converged & fin), state_S_5, K0), _zero10, _zero10, _zero10, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 5))
         if V & 14:  # tangent, jacobian, total
             cse_30 = (K3 * cse_1)
             cse_33 = (K4 * cse_0)
@@ -1710,28 +1722,44 @@ if triton is not None:
             d45 = (-(cse_21 * (d16 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d15))))
             d46 = (-(cse_21 * (d23 + d24)) + (p_E * cse_11 * cse_23 * d22))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d47 = (-(cse_21 * (d30 + d31)) + (p_E * cse_11 * cse_23 * d29))
             d48 = (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d36))
             d49 = (-(cse_21 * (d1 + d3)) + (p_E * cse_11 * (cse_7 + (cse_23 * d2))))
             d50 = (-(cse_21 * (d8 + d10)) + (p_E * cse_11 * (cse_22 + (cse_23 * d9))))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0), tl.where((j2_perfect_return_map_converged & fin), d46, K0),
+                    tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d51 = (-(cse_21 * (d15 + d17)) + (p_E * cse_11 * (cse_7 + (cse_23 * d16))))
             d52 = (-(cse_21 * (d22 + d24)) + (p_E * cse_11 * cse_23 * d23))
             d53 = (-(cse_21 * (d29 + d31)) + (p_E * cse_11 * cse_23 * d30))
             d54 = (-(cse_21 * (d36 + d38)) + (p_E * cse_11 * cse_23 * d37))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d55 = (-(cse_21 * (d1 + d2)) + (p_E * cse_11 * (cse_7 + (cse_23 * d3))))
             d56 = (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d10))))
             d57 = (-(cse_21 * (d15 + d16)) + (p_E * cse_11 * (cse_22 + (cse_23 * d17))))
             d58 = (-(cse_21 * (d22 + d23)) + (p_E * cse_11 * cse_23 * d24))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0), tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0),
+                    tl.where((j2_perfect_return_map_converged & fin), d55, K0), tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d59 = (-(cse_21 * (d29 + d30)) + (p_E * cse_11 * cse_23 * d31))
             d60 = (-(cse_21 * (d36 + d37)) + (p_E * cse_11 * cse_23 * d38))
@@ -1739,35 +1767,51 @@ if triton is not None:
             d61 = (cse_24 * d4)
             d62 = (cse_24 * d11)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d63 = (cse_24 * d18)
             d64 = (cse_12 + (cse_24 * d25))
             d65 = (cse_24 * d32)
             d66 = (cse_24 * d39)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((j2_perfect_return_map_converged & fin), d59, K0), tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                    tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d67 = (cse_24 * d5)
             d68 = (cse_24 * d12)
             d69 = (cse_24 * d19)
             d70 = (cse_24 * d26)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d71 = (cse_12 + (cse_24 * d33))
             d72 = (cse_24 * d40)
             d73 = (cse_24 * d6)
             d74 = (cse_24 * d13)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row15 = _mc_row8(
+                    tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0), tl.where((j2_perfect_return_map_converged & fin), d70, K0),
+                    tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row15, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d75 = (cse_24 * d20)
             d76 = (cse_24 * d27)
             d77 = (cse_24 * d34)
             d78 = (cse_12 + (cse_24 * d41))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_116 = (cse_48 * state_internal_gamma_rate)
             cse_117 = (cse_116 * cse_12)
@@ -1933,7 +1977,7 @@ if triton is not None:
             d221 = (cse_24 * d202)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row9 = _mc_row32(
+            _row16 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
@@ -1942,9 +1986,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
-            _k10 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k10 + (_k10 // 15) * (3 * (V // 8)), _row9, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row11 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row18 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
@@ -1953,9 +1997,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
-            _k12 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 15) * (3 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row13 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (3 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row20 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
@@ -1964,9 +2008,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 15) * (3 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row15 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 15) * (3 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row22 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
@@ -1975,9 +2019,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (3 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row17 = _mc_row32(
+            _k23 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 15) * (3 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row24 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
@@ -1986,9 +2030,9 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (3 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row19 = _mc_row32(
+            _k25 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 15) * (3 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row26 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
                 tl.where((j2_perfect_return_map_converged & fin), K10, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
@@ -1997,37 +2041,37 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (3 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero21 = tl.zeros([BLOCK], dtype=DTYPE)
-            _k22 = tl.arange(0, 4)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero21, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+            _k27 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero28 = tl.zeros([BLOCK], dtype=DTYPE)
+            _k29 = tl.arange(0, 4)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K10, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
             if V & 8:
-                _k23 = tl.arange(0, 4)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k23 // 3) * 18 + 15 + _k23 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k24 = tl.arange(0, 4)[None, :] + 4
-                _mc_store(J + row[:, None] * j_stride + (_k24 // 3) * 18 + 15 + _k24 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k25 = tl.arange(0, 4)[None, :] + 8
-                _mc_store(J + row[:, None] * j_stride + (_k25 // 3) * 18 + 15 + _k25 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k26 = tl.arange(0, 4)[None, :] + 12
-                _mc_store(J + row[:, None] * j_stride + (_k26 // 3) * 18 + 15 + _k26 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k27 = tl.arange(0, 4)[None, :] + 16
-                _mc_store(J + row[:, None] * j_stride + (_k27 // 3) * 18 + 15 + _k27 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k28 = tl.arange(0, 4)[None, :] + 20
-                _mc_store(J + row[:, None] * j_stride + (_k28 // 3) * 18 + 15 + _k28 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k29 = tl.arange(0, 4)[None, :] + 24
-                _mc_store(J + row[:, None] * j_stride + (_k29 // 3) * 18 + 15 + _k29 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k30 = tl.arange(0, 4)[None, :] + 28
-                _mc_store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _k31 = tl.arange(0, 4)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k31 // 3) * 18 + 15 + _k31 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
-                _zero32 = tl.zeros([BLOCK], dtype=DTYPE)
-                _k33 = tl.arange(0, 4)[None, :] + 36
-                _mc_store(J + row[:, None] * j_stride + (_k33 // 3) * 18 + 15 + _k33 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero32, BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 3), zero)  # one trip: see _Rows (detach)
+                _k30 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 18 + 15 + _k31 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d191, K0), tl.where((j2_perfect_return_map_converged & fin), d198, K0), tl.where((j2_perfect_return_map_converged & fin), d185, K0), tl.where((j2_perfect_return_map_converged & fin), d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 18 + 15 + _k32 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d199, K0), tl.where((j2_perfect_return_map_converged & fin), d186, K0), tl.where((j2_perfect_return_map_converged & fin), d193, K0), tl.where((j2_perfect_return_map_converged & fin), d200, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k33 // 3) * 18 + 15 + _k33 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d187, K0), tl.where((j2_perfect_return_map_converged & fin), d194, K0), tl.where((j2_perfect_return_map_converged & fin), d201, K0), tl.where((j2_perfect_return_map_converged & fin), d188, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k34 // 3) * 18 + 15 + _k34 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d195, K0), tl.where((j2_perfect_return_map_converged & fin), d202, K0), tl.where((j2_perfect_return_map_converged & fin), d189, K0), tl.where((j2_perfect_return_map_converged & fin), d196, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k35 // 3) * 18 + 15 + _k35 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d203, K0), tl.where((j2_perfect_return_map_converged & fin), d204, K0), tl.where((j2_perfect_return_map_converged & fin), d210, K0), tl.where((j2_perfect_return_map_converged & fin), d216, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k36 // 3) * 18 + 15 + _k36 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d205, K0), tl.where((j2_perfect_return_map_converged & fin), d211, K0), tl.where((j2_perfect_return_map_converged & fin), d217, K0), tl.where((j2_perfect_return_map_converged & fin), d206, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k37 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k37 // 3) * 18 + 15 + _k37 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d212, K0), tl.where((j2_perfect_return_map_converged & fin), d218, K0), tl.where((j2_perfect_return_map_converged & fin), d207, K0), tl.where((j2_perfect_return_map_converged & fin), d213, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k38 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k38 // 3) * 18 + 15 + _k38 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d219, K0), tl.where((j2_perfect_return_map_converged & fin), d208, K0), tl.where((j2_perfect_return_map_converged & fin), d214, K0), tl.where((j2_perfect_return_map_converged & fin), d220, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _zero39 = tl.zeros([BLOCK], dtype=DTYPE)
+                _k40 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k40 // 3) * 18 + 15 + _k40 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d209, K0), tl.where((j2_perfect_return_map_converged & fin), d215, K0), tl.where((j2_perfect_return_map_converged & fin), d221, K0), _zero39, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
         # status: converged (bool), iterations (int32), residual norm
-        _mc_store(CV + row, (j2_perfect_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(IT + row, (j2_perfect_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(RN + row, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
+        tl.store(CV + row, (j2_perfect_return_map_converged & fin), mask=mask)
+        tl.store(IT + row, (j2_perfect_return_map_iterations).to(tl.int32), mask=mask)
+        tl.store(RN + row, j2_perfect_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
 else:
     _kernel = None
 

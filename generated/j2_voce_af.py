@@ -1334,15 +1334,6 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1353,6 +1344,17 @@ if triton is not None:
         t1 = tl.join(a1, a3)
         t2 = tl.join(t0, t1)
         return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_row32(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, BLOCK: tl.constexpr):
@@ -1564,26 +1566,6 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_X_0, old_state_internal_X_1,
             old_state_internal_X_2, old_state_internal_X_3, old_state_internal_X_4, old_state_internal_X_5,
             old_state_internal_ep, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
-        if DTYPE == tl.float64 and (V & 3) != 0:  # inputs read again (see _reload_after_newton)
-            _x9 = _mc_load(IN0 + row * in0_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_state_internal_ep = _x9
-            _tile10 = _mc_load(IN1 + row[:, None] * in1_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (
-                old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
-                old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
-            ) = _mc_cols8(_tile10, BLOCK)
-            _tile11 = _mc_load(IN2 + row[:, None] * in2_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (
-                old_state_internal_X_0, old_state_internal_X_1, old_state_internal_X_2, old_state_internal_X_3,
-                old_state_internal_X_4, old_state_internal_X_5, _, _,
-            ) = _mc_cols8(_tile11, BLOCK)
-            _tile12 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
-                _tile12, BLOCK)
-            _x13 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-            forces_t = _x13
-            _x14 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_forces_t = _x14
         cse_1 = (forces_E_1 - old_state_internal_Ep_1)
         cse_12 = (K1 * cse_1)
         cse_2 = (forces_E_2 - old_state_internal_Ep_2)
@@ -1634,7 +1616,8 @@ if triton is not None:
         cse_44 = (cse_43 * state_internal_dgamma)
         state_internal_Ep_3 = (cse_44 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_52 = (K2 * p_C)
         cse_54 = (old_state_internal_X_1 + (cse_40 * cse_52))
         state_internal_X_1 = (cse_54 * cse_8)
@@ -1647,7 +1630,8 @@ if triton is not None:
         cse_57 = (old_state_internal_X_4 + (cse_46 * cse_52))
         state_internal_X_4 = (cse_57 * cse_8)
         # outputs 8 .. 11; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_49 = K5
         cse_50 = (K1 * cse_49)
         state_internal_ep = (old_state_internal_ep + (cse_50 * state_internal_dgamma))
@@ -1658,7 +1642,14 @@ if triton is not None:
         cse_53 = (old_state_internal_X_0 + (cse_38 * cse_52))
         state_internal_X_0 = (cse_53 * cse_8)
         # outputs 4 .. 7; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row9 = _mc_row8(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_58 = (old_state_internal_X_5 + (cse_48 * cse_52))
         state_internal_X_5 = (cse_58 * cse_8)
         cse_59 = (forces_t - old_forces_t)
@@ -1678,7 +1669,14 @@ if triton is not None:
         state_S_0 = (cse_489 + (cse_478 * cse_481))
         state_S_1 = (cse_489 + (cse_481 * cse_482))
         # outputs 12 .. 15; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_1, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_1, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 8 .. 15; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row10 = _mc_row8(
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_S_1, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         state_S_2 = (cse_489 + (cse_481 * cse_483))
         cse_490 = (cse_3 - cse_44)
         state_S_3 = (cse_481 * cse_490)
@@ -1775,7 +1773,8 @@ if triton is not None:
             d13 = (-cse_177 + (cse_95 * d4))
             d14 = (cse_494 * d13)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_90 = (cse_21 * cse_77)
             cse_89 = (cse_63 * old_state_internal_X_3)
@@ -1795,7 +1794,8 @@ if triton is not None:
             d21 = (-cse_179 + (cse_91 * d6))
             d22 = (cse_494 * d21)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_98 = (cse_25 * cse_77)
             cse_97 = (cse_63 * old_state_internal_X_5)
@@ -1828,7 +1828,14 @@ if triton is not None:
             d37 = (-cse_197 + (cse_99 * d2))
             d38 = (cse_494 * d37)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_86 = (cse_31 * cse_77)
             cse_85 = (cse_28 * cse_63)
@@ -1848,7 +1855,14 @@ if triton is not None:
             d45 = (-cse_169 + (cse_91 * d2))
             d46 = (cse_494 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_152 = (cse_112 * cse_31)
             cse_153 = (cse_111 * cse_152)
@@ -1869,7 +1883,8 @@ if triton is not None:
             d53 = (-cse_160 + (cse_87 * d4))
             d54 = (cse_493 * d53)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_78 = (cse_20 * cse_77)
             cse_64 = (cse_11 * cse_63)
@@ -1889,7 +1904,8 @@ if triton is not None:
             d61 = (-cse_132 + (cse_79 * d4))
             d62 = (cse_493 * d61)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_134 = (cse_131 * cse_23)
             d63 = (-cse_134 + (cse_79 * d5))
@@ -1908,7 +1924,14 @@ if triton is not None:
             d69 = (cse_104 - cse_141 + (cse_83 * d2))
             d70 = (cse_495 + (cse_493 * d69))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_143 = (cse_124 * cse_138)
             d71 = (-cse_117 - cse_143 + (cse_83 * d3))
@@ -1924,7 +1947,14 @@ if triton is not None:
             d77 = (-cse_150 + (cse_83 * d6))
             d78 = (cse_493 * d77)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 12:  # jacobian, total
             d79 = _mc_sdiv(state_internal_dgamma, (cse_59 * cse_59))
             cse_205 = (cse_110 * cse_113)

@@ -1670,6 +1670,17 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -3987,11 +3998,20 @@ if triton is not None:
             old_state_internal_X_5, old_state_internal_ep, old_state_internal_gamma_rate, o_rtol, o_atol,
             o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         # outputs 4 .. 7; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row10 = _mc_row8(
+                tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_3, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_0, K0), BLOCK)
+            _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row10, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         cse_9 = (K1 * p_nu)
         cse_10 = (K2 - cse_9)
         cse_11 = (K2 / cse_10)
@@ -4010,7 +4030,14 @@ if triton is not None:
         cse_15 = (cse_1 * cse_6)
         state_S_1 = (cse_14 + cse_15)
         # outputs 12 .. 15; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        # outputs 8 .. 15; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row11 = _mc_row8(
+                tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_4, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), state_internal_X_5, K0), tl.where((j2_voce_af_return_map_converged & fin), state_internal_gamma_rate, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_0, K0), tl.where((j2_voce_af_return_map_converged & fin), state_S_1, K0), BLOCK)
+            _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         cse_17 = (forces_E_3 - state_internal_Ep_3)
         state_S_3 = (cse_17 * cse_6)
         cse_19 = (forces_E_4 - state_internal_Ep_4)
@@ -4359,7 +4386,8 @@ if triton is not None:
             cse_33 = (cse_23 * d45)
             d88 = (cse_32 + cse_33 + (cse_27 * d43))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_34 = (cse_23 * d58)
             cse_35 = (cse_23 * d59)
@@ -4372,7 +4400,14 @@ if triton is not None:
             cse_39 = (cse_23 * d15)
             d92 = (cse_26 + cse_28 + cse_39 + (cse_27 * d16))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row12, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             cse_40 = (cse_23 * d29)
             d93 = (cse_31 + cse_40 + (cse_27 * d30))
@@ -4383,14 +4418,22 @@ if triton is not None:
             cse_43 = (cse_23 * d71)
             d96 = (cse_37 + cse_43 + (cse_27 * d72))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d97 = (cse_25 + cse_38 + (cse_27 * d3))
             d98 = (cse_29 + cse_39 + (cse_27 * d17))
             d99 = (cse_26 + cse_30 + cse_40 + (cse_27 * d31))
             d100 = (cse_32 + cse_41 + (cse_27 * d45))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row13, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d101 = (cse_34 + cse_42 + (cse_27 * d59))
             d102 = (cse_36 + cse_43 + (cse_27 * d73))
@@ -4398,28 +4441,44 @@ if triton is not None:
             d103 = (cse_44 * d4)
             d104 = (cse_44 * d18)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d105 = (cse_44 * d32)
             d106 = (cse_6 + (cse_44 * d46))
             d107 = (cse_44 * d60)
             d108 = (cse_44 * d74)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row14, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d109 = (cse_44 * d5)
             d110 = (cse_44 * d19)
             d111 = (cse_44 * d33)
             d112 = (cse_44 * d47)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d113 = (cse_6 + (cse_44 * d61))
             d114 = (cse_44 * d75)
             d115 = (cse_44 * d6)
             d116 = (cse_44 * d20)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row15 = _mc_row8(
+                    tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0),
+                    tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0), BLOCK)
+                _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row15, mask[:, None] & (tl.arange(0, 8)[None, :] < 8), zero)  # one trip: see _Rows (detach)
         if V & 14:  # tangent, jacobian, total
             d117 = (cse_44 * d34)
             d118 = (cse_44 * d48)
@@ -4881,7 +4940,7 @@ if triton is not None:
             d560 = (cse_44 * d510)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row10 = _mc_row32(
+            _row16 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d1, K0), tl.where((j2_voce_af_return_map_converged & fin), d15, K0), tl.where((j2_voce_af_return_map_converged & fin), d29, K0), tl.where((j2_voce_af_return_map_converged & fin), d43, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d57, K0), tl.where((j2_voce_af_return_map_converged & fin), d71, K0), tl.where((j2_voce_af_return_map_converged & fin), d121, K0), tl.where((j2_voce_af_return_map_converged & fin), d135, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
@@ -4890,9 +4949,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
-            _k11 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k11 + (_k11 // 22) * (7 * (V // 8)), _row10, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row12 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :]
+            _mc_store(J + row[:, None] * j_stride + _k17 + (_k17 // 22) * (7 * (V // 8)), _row16, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row18 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -4901,9 +4960,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d207, K0), tl.where((j2_voce_af_return_map_converged & fin), d221, K0), tl.where((j2_voce_af_return_map_converged & fin), d235, K0), tl.where((j2_voce_af_return_map_converged & fin), d249, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d263, K0), tl.where((j2_voce_af_return_map_converged & fin), d277, K0), tl.where((j2_voce_af_return_map_converged & fin), d291, K0), tl.where((j2_voce_af_return_map_converged & fin), d305, K0), BLOCK)
-            _k13 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k13 + (_k13 // 22) * (7 * (V // 8)), _row12, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row14 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 32
+            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row20 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
@@ -4912,9 +4971,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
-            _k15 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k15 + (_k15 // 22) * (7 * (V // 8)), _row14, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row16 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 64
+            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 22) * (7 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row22 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
@@ -4923,9 +4982,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d238, K0), tl.where((j2_voce_af_return_map_converged & fin), d252, K0), tl.where((j2_voce_af_return_map_converged & fin), d266, K0), tl.where((j2_voce_af_return_map_converged & fin), d280, K0), BLOCK)
-            _k17 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k17 + (_k17 // 22) * (7 * (V // 8)), _row16, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row18 = _mc_row32(
+            _k23 = tl.arange(0, 32)[None, :] + 96
+            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row24 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
@@ -4934,9 +4993,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
-            _k19 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row20 = _mc_row32(
+            _k25 = tl.arange(0, 32)[None, :] + 128
+            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row26 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
@@ -4945,9 +5004,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d213, K0), tl.where((j2_voce_af_return_map_converged & fin), d227, K0), tl.where((j2_voce_af_return_map_converged & fin), d241, K0), tl.where((j2_voce_af_return_map_converged & fin), d255, K0), BLOCK)
-            _k21 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k21 + (_k21 // 22) * (7 * (V // 8)), _row20, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row22 = _mc_row32(
+            _k27 = tl.arange(0, 32)[None, :] + 160
+            _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row28 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
@@ -4956,9 +5015,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
-            _k23 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row24 = _mc_row32(
+            _k29 = tl.arange(0, 32)[None, :] + 192
+            _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row30 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d67, K0), tl.where((j2_voce_af_return_map_converged & fin), d81, K0), tl.where((j2_voce_af_return_map_converged & fin), d131, K0), tl.where((j2_voce_af_return_map_converged & fin), d145, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
@@ -4967,9 +5026,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
-            _k25 = tl.arange(0, 32)[None, :] + 224
-            _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row26 = _mc_row32(
+            _k31 = tl.arange(0, 32)[None, :] + 224
+            _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row32 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
@@ -4978,9 +5037,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
-            _k27 = tl.arange(0, 32)[None, :] + 256
-            _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row28 = _mc_row32(
+            _k33 = tl.arange(0, 32)[None, :] + 256
+            _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row34 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d42, K0), tl.where((j2_voce_af_return_map_converged & fin), d56, K0), tl.where((j2_voce_af_return_map_converged & fin), d70, K0), tl.where((j2_voce_af_return_map_converged & fin), d84, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
@@ -4989,9 +5048,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
-            _k29 = tl.arange(0, 32)[None, :] + 288
-            _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row30 = _mc_row32(
+            _k35 = tl.arange(0, 32)[None, :] + 288
+            _mc_store(J + row[:, None] * j_stride + _k35 + (_k35 // 22) * (7 * (V // 8)), _row34, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row36 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
@@ -5000,9 +5059,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), BLOCK)
-            _k31 = tl.arange(0, 32)[None, :] + 320
-            _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row32 = _mc_row32(
+            _k37 = tl.arange(0, 32)[None, :] + 320
+            _mc_store(J + row[:, None] * j_stride + _k37 + (_k37 // 22) * (7 * (V // 8)), _row36, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row38 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d97, K0), tl.where((j2_voce_af_return_map_converged & fin), d98, K0), tl.where((j2_voce_af_return_map_converged & fin), d99, K0), tl.where((j2_voce_af_return_map_converged & fin), d100, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d101, K0), tl.where((j2_voce_af_return_map_converged & fin), d102, K0), tl.where((j2_voce_af_return_map_converged & fin), d333, K0), tl.where((j2_voce_af_return_map_converged & fin), d339, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
@@ -5011,9 +5070,9 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
-            _k33 = tl.arange(0, 32)[None, :] + 352
-            _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row34 = _mc_row32(
+            _k39 = tl.arange(0, 32)[None, :] + 352
+            _mc_store(J + row[:, None] * j_stride + _k39 + (_k39 // 22) * (7 * (V // 8)), _row38, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _row40 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
@@ -5022,22 +5081,22 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d371, K0), tl.where((j2_voce_af_return_map_converged & fin), d372, K0), tl.where((j2_voce_af_return_map_converged & fin), d383, K0), tl.where((j2_voce_af_return_map_converged & fin), d409, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d410, K0), tl.where((j2_voce_af_return_map_converged & fin), d411, K0), tl.where((j2_voce_af_return_map_converged & fin), d412, K0), tl.where((j2_voce_af_return_map_converged & fin), d413, K0), BLOCK)
-            _k35 = tl.arange(0, 32)[None, :] + 384
-            _mc_store(J + row[:, None] * j_stride + _k35 + (_k35 // 22) * (7 * (V // 8)), _row34, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _zero36 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row37 = _mc_row32(
+            _k41 = tl.arange(0, 32)[None, :] + 384
+            _mc_store(J + row[:, None] * j_stride + _k41 + (_k41 // 22) * (7 * (V // 8)), _row40, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _zero42 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row43 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K12, K0),
-                _zero36, _zero36, _zero36, _zero36,
-                _zero36, _zero36, _zero36, _zero36, BLOCK)
-            _k38 = tl.arange(0, 32)[None, :] + 416
-            _mc_store(J + row[:, None] * j_stride + _k38 + (_k38 // 22) * (7 * (V // 8)), _row37, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
+                _zero42, _zero42, _zero42, _zero42,
+                _zero42, _zero42, _zero42, _zero42, BLOCK)
+            _k44 = tl.arange(0, 32)[None, :] + 416
+            _mc_store(J + row[:, None] * j_stride + _k44 + (_k44 // 22) * (7 * (V // 8)), _row43, mask[:, None] & (tl.arange(0, 32)[None, :] < 24), zero)  # one trip: see _Rows (detach)
             if V & 8:
-                _row39 = _mc_row32(
+                _row45 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d421, K0), tl.where((j2_voce_af_return_map_converged & fin), d435, K0), tl.where((j2_voce_af_return_map_converged & fin), d449, K0), tl.where((j2_voce_af_return_map_converged & fin), d463, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d477, K0), tl.where((j2_voce_af_return_map_converged & fin), d491, K0), tl.where((j2_voce_af_return_map_converged & fin), d505, K0), tl.where((j2_voce_af_return_map_converged & fin), d422, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d436, K0), tl.where((j2_voce_af_return_map_converged & fin), d450, K0), tl.where((j2_voce_af_return_map_converged & fin), d464, K0), tl.where((j2_voce_af_return_map_converged & fin), d478, K0),
@@ -5046,9 +5105,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d507, K0), tl.where((j2_voce_af_return_map_converged & fin), d424, K0), tl.where((j2_voce_af_return_map_converged & fin), d438, K0), tl.where((j2_voce_af_return_map_converged & fin), d452, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d466, K0), tl.where((j2_voce_af_return_map_converged & fin), d480, K0), tl.where((j2_voce_af_return_map_converged & fin), d494, K0), tl.where((j2_voce_af_return_map_converged & fin), d508, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d425, K0), tl.where((j2_voce_af_return_map_converged & fin), d439, K0), tl.where((j2_voce_af_return_map_converged & fin), d453, K0), tl.where((j2_voce_af_return_map_converged & fin), d467, K0), BLOCK)
-                _k40 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k40 // 7) * 29 + 22 + _k40 % 7, _row39, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row41 = _mc_row32(
+                _k46 = tl.arange(0, 32)[None, :]
+                _mc_store(J + row[:, None] * j_stride + (_k46 // 7) * 29 + 22 + _k46 % 7, _row45, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row47 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d481, K0), tl.where((j2_voce_af_return_map_converged & fin), d495, K0), tl.where((j2_voce_af_return_map_converged & fin), d509, K0), tl.where((j2_voce_af_return_map_converged & fin), d426, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d440, K0), tl.where((j2_voce_af_return_map_converged & fin), d454, K0), tl.where((j2_voce_af_return_map_converged & fin), d468, K0), tl.where((j2_voce_af_return_map_converged & fin), d482, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d496, K0), tl.where((j2_voce_af_return_map_converged & fin), d510, K0), tl.where((j2_voce_af_return_map_converged & fin), d427, K0), tl.where((j2_voce_af_return_map_converged & fin), d441, K0),
@@ -5057,9 +5116,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d470, K0), tl.where((j2_voce_af_return_map_converged & fin), d484, K0), tl.where((j2_voce_af_return_map_converged & fin), d498, K0), tl.where((j2_voce_af_return_map_converged & fin), d512, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d429, K0), tl.where((j2_voce_af_return_map_converged & fin), d443, K0), tl.where((j2_voce_af_return_map_converged & fin), d457, K0), tl.where((j2_voce_af_return_map_converged & fin), d471, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d485, K0), tl.where((j2_voce_af_return_map_converged & fin), d499, K0), tl.where((j2_voce_af_return_map_converged & fin), d513, K0), tl.where((j2_voce_af_return_map_converged & fin), d430, K0), BLOCK)
-                _k42 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k42 // 7) * 29 + 22 + _k42 % 7, _row41, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row43 = _mc_row32(
+                _k48 = tl.arange(0, 32)[None, :] + 32
+                _mc_store(J + row[:, None] * j_stride + (_k48 // 7) * 29 + 22 + _k48 % 7, _row47, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row49 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d444, K0), tl.where((j2_voce_af_return_map_converged & fin), d458, K0), tl.where((j2_voce_af_return_map_converged & fin), d472, K0), tl.where((j2_voce_af_return_map_converged & fin), d486, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d500, K0), tl.where((j2_voce_af_return_map_converged & fin), d514, K0), tl.where((j2_voce_af_return_map_converged & fin), d431, K0), tl.where((j2_voce_af_return_map_converged & fin), d445, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d459, K0), tl.where((j2_voce_af_return_map_converged & fin), d473, K0), tl.where((j2_voce_af_return_map_converged & fin), d487, K0), tl.where((j2_voce_af_return_map_converged & fin), d501, K0),
@@ -5068,9 +5127,9 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d433, K0), tl.where((j2_voce_af_return_map_converged & fin), d447, K0), tl.where((j2_voce_af_return_map_converged & fin), d461, K0), tl.where((j2_voce_af_return_map_converged & fin), d475, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d489, K0), tl.where((j2_voce_af_return_map_converged & fin), d503, K0), tl.where((j2_voce_af_return_map_converged & fin), d517, K0), tl.where((j2_voce_af_return_map_converged & fin), d434, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d448, K0), tl.where((j2_voce_af_return_map_converged & fin), d462, K0), tl.where((j2_voce_af_return_map_converged & fin), d476, K0), tl.where((j2_voce_af_return_map_converged & fin), d490, K0), BLOCK)
-                _k44 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k44 // 7) * 29 + 22 + _k44 % 7, _row43, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row45 = _mc_row32(
+                _k50 = tl.arange(0, 32)[None, :] + 64
+                _mc_store(J + row[:, None] * j_stride + (_k50 // 7) * 29 + 22 + _k50 % 7, _row49, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _row51 = _mc_row32(
                     tl.where((j2_voce_af_return_map_converged & fin), d504, K0), tl.where((j2_voce_af_return_map_converged & fin), d518, K0), tl.where((j2_voce_af_return_map_converged & fin), d519, K0), tl.where((j2_voce_af_return_map_converged & fin), d525, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d531, K0), tl.where((j2_voce_af_return_map_converged & fin), d537, K0), tl.where((j2_voce_af_return_map_converged & fin), d543, K0), tl.where((j2_voce_af_return_map_converged & fin), d549, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d555, K0), tl.where((j2_voce_af_return_map_converged & fin), d520, K0), tl.where((j2_voce_af_return_map_converged & fin), d526, K0), tl.where((j2_voce_af_return_map_converged & fin), d532, K0),
@@ -5079,16 +5138,16 @@ if triton is not None:
                     tl.where((j2_voce_af_return_map_converged & fin), d545, K0), tl.where((j2_voce_af_return_map_converged & fin), d551, K0), tl.where((j2_voce_af_return_map_converged & fin), d557, K0), tl.where((j2_voce_af_return_map_converged & fin), d522, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d528, K0), tl.where((j2_voce_af_return_map_converged & fin), d534, K0), tl.where((j2_voce_af_return_map_converged & fin), d540, K0), tl.where((j2_voce_af_return_map_converged & fin), d546, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d552, K0), tl.where((j2_voce_af_return_map_converged & fin), d558, K0), tl.where((j2_voce_af_return_map_converged & fin), d523, K0), tl.where((j2_voce_af_return_map_converged & fin), d529, K0), BLOCK)
-                _k46 = tl.arange(0, 32)[None, :] + 96
-                _mc_store(J + row[:, None] * j_stride + (_k46 // 7) * 29 + 22 + _k46 % 7, _row45, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero47 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row48 = _mc_row16(
+                _k52 = tl.arange(0, 32)[None, :] + 96
+                _mc_store(J + row[:, None] * j_stride + (_k52 // 7) * 29 + 22 + _k52 % 7, _row51, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+                _zero53 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row54 = _mc_row16(
                     tl.where((j2_voce_af_return_map_converged & fin), d535, K0), tl.where((j2_voce_af_return_map_converged & fin), d541, K0), tl.where((j2_voce_af_return_map_converged & fin), d547, K0), tl.where((j2_voce_af_return_map_converged & fin), d553, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d559, K0), tl.where((j2_voce_af_return_map_converged & fin), d524, K0), tl.where((j2_voce_af_return_map_converged & fin), d530, K0), tl.where((j2_voce_af_return_map_converged & fin), d536, K0),
                     tl.where((j2_voce_af_return_map_converged & fin), d542, K0), tl.where((j2_voce_af_return_map_converged & fin), d548, K0), tl.where((j2_voce_af_return_map_converged & fin), d554, K0), tl.where((j2_voce_af_return_map_converged & fin), d560, K0),
-                    _zero47, _zero47, _zero47, _zero47, BLOCK)
-                _k49 = tl.arange(0, 16)[None, :] + 128
-                _mc_store(J + row[:, None] * j_stride + (_k49 // 7) * 29 + 22 + _k49 % 7, _row48, mask[:, None] & (tl.arange(0, 16)[None, :] < 12), zero)  # one trip: see _Rows (detach)
+                    _zero53, _zero53, _zero53, _zero53, BLOCK)
+                _k55 = tl.arange(0, 16)[None, :] + 128
+                _mc_store(J + row[:, None] * j_stride + (_k55 // 7) * 29 + 22 + _k55 % 7, _row54, mask[:, None] & (tl.arange(0, 16)[None, :] < 12), zero)  # one trip: see _Rows (detach)
         # status: converged (bool), iterations (int32), residual norm
         _mc_store(CV + row, (j2_voce_af_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
         _mc_store(IT + row, (j2_voce_af_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)

@@ -787,15 +787,6 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -811,6 +802,17 @@ if triton is not None:
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_powr_shift(P, a, e):
@@ -1002,21 +1004,6 @@ if triton is not None:
             norton_radial_return_solve_guess_state_internal_svm, old_forces_t, old_state_internal_Ep_3,
             old_state_internal_Ep_4, old_state_internal_Ep_5, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS,
             BLOCK)
-        if DTYPE == tl.float64 and (V & 3) != 0:  # inputs read again (see _reload_after_newton)
-            _tile8 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
-                _tile8, BLOCK)
-            _x9 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-            forces_t = _x9
-            _x10 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_forces_t = _x10
-            _tile11 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (
-                old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
-                old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
-            ) = _mc_cols8(_tile11, BLOCK)
-            _x12 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_state_internal_ep = _x12
         cse_41 = tl.exp(p_n * tl.log(state_internal_svm))
         state_internal_creep_rate = (p_A * cse_41)
         cse_22 = (K1 * p_nu)
@@ -1056,7 +1043,8 @@ if triton is not None:
         state_internal_Ep_5 = (cse_52 + old_state_internal_Ep_5)
         state_internal_ep = (cse_43 + old_state_internal_ep)
         # outputs 4 .. 7; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_273 = (cse_15 - cse_51)
         cse_259 = (K7 + p_nu)
         cse_260 = (K7 / cse_259)
@@ -1065,7 +1053,8 @@ if triton is not None:
         cse_274 = (cse_16 - cse_52)
         state_S_5 = (cse_261 * cse_274)
         # outputs 12 .. 13; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_47 = (cse_19 * cse_46)
         state_internal_Ep_0 = (cse_47 + old_state_internal_Ep_0)
         cse_48 = (cse_33 * cse_46)
@@ -1075,7 +1064,14 @@ if triton is not None:
         cse_50 = (cse_14 * cse_46)
         state_internal_Ep_3 = (cse_50 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row8 = _mc_row8(
+                tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_3, K0),
+                tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((norton_radial_return_solve_converged & fin), state_internal_creep_rate, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row8, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_257 = (cse_0 + cse_47)
         cse_262 = (cse_1 + cse_48)
         cse_263 = (cse_2 + cse_49)
@@ -1094,7 +1090,15 @@ if triton is not None:
         cse_272 = (cse_14 - cse_50)
         state_S_3 = (cse_261 * cse_272)
         # outputs 8 .. 11; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 8 .. 13; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row10 = _mc_row8(
+                tl.where((norton_radial_return_solve_converged & fin), state_S_0, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_1, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_2, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_3, K0),
+                tl.where((norton_radial_return_solve_converged & fin), state_S_4, K0), tl.where((norton_radial_return_solve_converged & fin), state_S_5, K0), _zero9, _zero9, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
             cse_71 = (cse_20 * _mc_sdiv(K7, (K1 * cse_37)))
             cse_306 = (cse_29 * cse_71)
@@ -1167,7 +1171,8 @@ if triton is not None:
             d13 = (-cse_130 + (cse_134 * d4))
             d14 = (cse_277 * d13)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_140 = (cse_28 * cse_88)
             d15 = (cse_46 - cse_140 + (cse_134 * d5))
@@ -1182,7 +1187,14 @@ if triton is not None:
             d21 = ((cse_144 * d2) - (cse_145 * cse_81))
             d22 = (cse_277 * d21)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
+                    tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0), tl.where((norton_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d23 = ((cse_144 * d3) - (cse_145 * cse_84))
             d24 = (cse_277 * d23)
@@ -1210,7 +1222,8 @@ if triton is not None:
             d37 = (-cse_132 + (cse_121 * d6))
             d38 = (cse_277 * d37)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_114 = (cse_35 * cse_88)
             cse_117 = (cse_114 * cse_15)
@@ -1226,7 +1239,14 @@ if triton is not None:
             d45 = ((cse_121 * d2) - (cse_122 * cse_81))
             d46 = (cse_277 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0),
+                    tl.where((norton_radial_return_solve_converged & fin), d32, K0), tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_110 = (cse_35 * cse_73)
             cse_76 = (K3 * cse_46)
@@ -1242,7 +1262,8 @@ if triton is not None:
             d53 = (-cse_115 + (cse_109 * d4))
             d54 = (cse_275 * d53)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_74 = (cse_19 * cse_73)
             cse_55 = (cse_19 * cse_54)
@@ -1258,7 +1279,8 @@ if triton is not None:
             d61 = (-cse_90 + (cse_59 * d4))
             d62 = (cse_275 * d61)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_92 = (cse_15 * cse_89)
             d63 = (-cse_92 + (cse_59 * d5))
@@ -1273,7 +1295,14 @@ if triton is not None:
             d69 = (cse_53 + (cse_97 * d2) - (cse_81 * cse_98))
             d70 = (cse_276 + (cse_275 * d69))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
+                    tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0), tl.where((norton_radial_return_solve_converged & fin), d70, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d71 = (-cse_76 + (cse_97 * d3) - (cse_84 * cse_98))
             d72 = (cse_268 + (cse_275 * d71))
@@ -1288,7 +1317,14 @@ if triton is not None:
             d77 = (-cse_107 + (cse_97 * d6))
             d78 = (cse_275 * d77)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0), tl.where((norton_radial_return_solve_converged & fin), d78, K0),
+                    tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0), tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 12:  # jacobian, total
             cse_153 = (p_E * state_internal_creep_rate)
             cse_154 = (cse_153 * cse_55)
@@ -1569,7 +1605,7 @@ if triton is not None:
             d270 = (cse_277 * d238)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row13 = _mc_row32(
+            _row15 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d55, K0), tl.where((norton_radial_return_solve_converged & fin), d57, K0), tl.where((norton_radial_return_solve_converged & fin), d59, K0), tl.where((norton_radial_return_solve_converged & fin), d61, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d63, K0), tl.where((norton_radial_return_solve_converged & fin), d65, K0), tl.where((norton_radial_return_solve_converged & fin), d87, K0), tl.where((norton_radial_return_solve_converged & fin), d93, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d99, K0), tl.where((norton_radial_return_solve_converged & fin), d100, K0), tl.where((norton_radial_return_solve_converged & fin), d101, K0), tl.where((norton_radial_return_solve_converged & fin), d102, K0),
@@ -1578,9 +1614,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d77, K0), tl.where((norton_radial_return_solve_converged & fin), d88, K0), tl.where((norton_radial_return_solve_converged & fin), d94, K0), tl.where((norton_radial_return_solve_converged & fin), d105, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d106, K0), tl.where((norton_radial_return_solve_converged & fin), d107, K0), tl.where((norton_radial_return_solve_converged & fin), d108, K0), tl.where((norton_radial_return_solve_converged & fin), d109, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d110, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d47, K0), tl.where((norton_radial_return_solve_converged & fin), d49, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 15) * (4 * (V // 8)), _row13, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row15 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d51, K0), tl.where((norton_radial_return_solve_converged & fin), d53, K0), tl.where((norton_radial_return_solve_converged & fin), d39, K0), tl.where((norton_radial_return_solve_converged & fin), d41, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d89, K0), tl.where((norton_radial_return_solve_converged & fin), d95, K0), tl.where((norton_radial_return_solve_converged & fin), d111, K0), tl.where((norton_radial_return_solve_converged & fin), d112, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d113, K0), tl.where((norton_radial_return_solve_converged & fin), d114, K0), tl.where((norton_radial_return_solve_converged & fin), d115, K0), tl.where((norton_radial_return_solve_converged & fin), d116, K0),
@@ -1589,9 +1625,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d96, K0), tl.where((norton_radial_return_solve_converged & fin), d117, K0), tl.where((norton_radial_return_solve_converged & fin), d118, K0), tl.where((norton_radial_return_solve_converged & fin), d119, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d120, K0), tl.where((norton_radial_return_solve_converged & fin), d121, K0), tl.where((norton_radial_return_solve_converged & fin), d122, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d7, K0), tl.where((norton_radial_return_solve_converged & fin), d9, K0), tl.where((norton_radial_return_solve_converged & fin), d11, K0), tl.where((norton_radial_return_solve_converged & fin), d13, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row17 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d15, K0), tl.where((norton_radial_return_solve_converged & fin), d17, K0), tl.where((norton_radial_return_solve_converged & fin), d91, K0), tl.where((norton_radial_return_solve_converged & fin), d97, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d123, K0), tl.where((norton_radial_return_solve_converged & fin), d124, K0), tl.where((norton_radial_return_solve_converged & fin), d125, K0), tl.where((norton_radial_return_solve_converged & fin), d126, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d127, K0), tl.where((norton_radial_return_solve_converged & fin), d128, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d19, K0),
@@ -1600,9 +1636,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d130, K0), tl.where((norton_radial_return_solve_converged & fin), d131, K0), tl.where((norton_radial_return_solve_converged & fin), d132, K0), tl.where((norton_radial_return_solve_converged & fin), d133, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d134, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d135, K0), tl.where((norton_radial_return_solve_converged & fin), d136, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d137, K0), tl.where((norton_radial_return_solve_converged & fin), d138, K0), tl.where((norton_radial_return_solve_converged & fin), d139, K0), tl.where((norton_radial_return_solve_converged & fin), d140, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row19 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d141, K0), tl.where((norton_radial_return_solve_converged & fin), d142, K0), tl.where((norton_radial_return_solve_converged & fin), d143, K0), tl.where((norton_radial_return_solve_converged & fin), d144, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d145, K0), tl.where((norton_radial_return_solve_converged & fin), d146, K0), tl.where((norton_radial_return_solve_converged & fin), d147, K0), tl.where((norton_radial_return_solve_converged & fin), d148, K0),
                 tl.where((norton_radial_return_solve_converged & fin), K7, K0), tl.where((norton_radial_return_solve_converged & fin), d149, K0), tl.where((norton_radial_return_solve_converged & fin), d150, K0), tl.where((norton_radial_return_solve_converged & fin), d151, K0),
@@ -1611,9 +1647,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d160, K0), tl.where((norton_radial_return_solve_converged & fin), d161, K0), tl.where((norton_radial_return_solve_converged & fin), d162, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d56, K0), tl.where((norton_radial_return_solve_converged & fin), d58, K0), tl.where((norton_radial_return_solve_converged & fin), d60, K0), tl.where((norton_radial_return_solve_converged & fin), d62, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d64, K0), tl.where((norton_radial_return_solve_converged & fin), d66, K0), tl.where((norton_radial_return_solve_converged & fin), d163, K0), tl.where((norton_radial_return_solve_converged & fin), d169, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row21 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d175, K0), tl.where((norton_radial_return_solve_converged & fin), d176, K0), tl.where((norton_radial_return_solve_converged & fin), d177, K0), tl.where((norton_radial_return_solve_converged & fin), d178, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d179, K0), tl.where((norton_radial_return_solve_converged & fin), d180, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d68, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d70, K0), tl.where((norton_radial_return_solve_converged & fin), d72, K0), tl.where((norton_radial_return_solve_converged & fin), d74, K0), tl.where((norton_radial_return_solve_converged & fin), d76, K0),
@@ -1622,9 +1658,9 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d186, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d48, K0), tl.where((norton_radial_return_solve_converged & fin), d50, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d52, K0), tl.where((norton_radial_return_solve_converged & fin), d54, K0), tl.where((norton_radial_return_solve_converged & fin), d40, K0), tl.where((norton_radial_return_solve_converged & fin), d42, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d165, K0), tl.where((norton_radial_return_solve_converged & fin), d171, K0), tl.where((norton_radial_return_solve_converged & fin), d187, K0), tl.where((norton_radial_return_solve_converged & fin), d188, K0), BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row23 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d189, K0), tl.where((norton_radial_return_solve_converged & fin), d190, K0), tl.where((norton_radial_return_solve_converged & fin), d191, K0), tl.where((norton_radial_return_solve_converged & fin), d192, K0),
                 tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d44, K0), tl.where((norton_radial_return_solve_converged & fin), d46, K0), tl.where((norton_radial_return_solve_converged & fin), d32, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d34, K0), tl.where((norton_radial_return_solve_converged & fin), d36, K0), tl.where((norton_radial_return_solve_converged & fin), d38, K0), tl.where((norton_radial_return_solve_converged & fin), d166, K0),
@@ -1633,49 +1669,49 @@ if triton is not None:
                 tl.where((norton_radial_return_solve_converged & fin), d8, K0), tl.where((norton_radial_return_solve_converged & fin), d10, K0), tl.where((norton_radial_return_solve_converged & fin), d12, K0), tl.where((norton_radial_return_solve_converged & fin), d14, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d16, K0), tl.where((norton_radial_return_solve_converged & fin), d18, K0), tl.where((norton_radial_return_solve_converged & fin), d167, K0), tl.where((norton_radial_return_solve_converged & fin), d173, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d199, K0), tl.where((norton_radial_return_solve_converged & fin), d200, K0), tl.where((norton_radial_return_solve_converged & fin), d201, K0), tl.where((norton_radial_return_solve_converged & fin), d202, K0), BLOCK)
-            _k24 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row26 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (4 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row28 = _mc_row32(
                 tl.where((norton_radial_return_solve_converged & fin), d203, K0), tl.where((norton_radial_return_solve_converged & fin), d204, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), tl.where((norton_radial_return_solve_converged & fin), d20, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d22, K0), tl.where((norton_radial_return_solve_converged & fin), d24, K0), tl.where((norton_radial_return_solve_converged & fin), d26, K0), tl.where((norton_radial_return_solve_converged & fin), d28, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d30, K0), tl.where((norton_radial_return_solve_converged & fin), d168, K0), tl.where((norton_radial_return_solve_converged & fin), d174, K0), tl.where((norton_radial_return_solve_converged & fin), d205, K0),
                 tl.where((norton_radial_return_solve_converged & fin), d206, K0), tl.where((norton_radial_return_solve_converged & fin), d207, K0), tl.where((norton_radial_return_solve_converged & fin), d208, K0), tl.where((norton_radial_return_solve_converged & fin), d209, K0),
-                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25, BLOCK)
-            _k27 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (4 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+                tl.where((norton_radial_return_solve_converged & fin), d210, K0), tl.where((norton_radial_return_solve_converged & fin), K14, K0), _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27, BLOCK)
+            _k29 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _k28 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k28 // 4) * 19 + 15 + _k28 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k29 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k29 // 4) * 19 + 15 + _k29 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k30 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k31 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k32 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k33 = tl.arange(0, 4)[None, :] + 20
-                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k34 = tl.arange(0, 4)[None, :] + 24
-                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k35 = tl.arange(0, 4)[None, :] + 28
-                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k36 = tl.arange(0, 4)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k37 = tl.arange(0, 4)[None, :] + 36
-                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k38 = tl.arange(0, 4)[None, :] + 40
-                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k39 = tl.arange(0, 4)[None, :] + 44
-                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k40 = tl.arange(0, 4)[None, :] + 48
-                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k41 = tl.arange(0, 4)[None, :] + 52
-                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k30 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k30 // 4) * 19 + 15 + _k30 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d215, K0), tl.where((norton_radial_return_solve_converged & fin), d221, K0), tl.where((norton_radial_return_solve_converged & fin), d227, K0), tl.where((norton_radial_return_solve_converged & fin), d233, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k31 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k31 // 4) * 19 + 15 + _k31 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d216, K0), tl.where((norton_radial_return_solve_converged & fin), d222, K0), tl.where((norton_radial_return_solve_converged & fin), d228, K0), tl.where((norton_radial_return_solve_converged & fin), d234, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k32 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k32 // 4) * 19 + 15 + _k32 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d217, K0), tl.where((norton_radial_return_solve_converged & fin), d223, K0), tl.where((norton_radial_return_solve_converged & fin), d229, K0), tl.where((norton_radial_return_solve_converged & fin), d235, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k33 = tl.arange(0, 4)[None, :] + 12
+                tl.store(J + row[:, None] * j_stride + (_k33 // 4) * 19 + 15 + _k33 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d218, K0), tl.where((norton_radial_return_solve_converged & fin), d224, K0), tl.where((norton_radial_return_solve_converged & fin), d230, K0), tl.where((norton_radial_return_solve_converged & fin), d236, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k34 = tl.arange(0, 4)[None, :] + 16
+                tl.store(J + row[:, None] * j_stride + (_k34 // 4) * 19 + 15 + _k34 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d219, K0), tl.where((norton_radial_return_solve_converged & fin), d225, K0), tl.where((norton_radial_return_solve_converged & fin), d231, K0), tl.where((norton_radial_return_solve_converged & fin), d237, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k35 = tl.arange(0, 4)[None, :] + 20
+                tl.store(J + row[:, None] * j_stride + (_k35 // 4) * 19 + 15 + _k35 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d220, K0), tl.where((norton_radial_return_solve_converged & fin), d226, K0), tl.where((norton_radial_return_solve_converged & fin), d232, K0), tl.where((norton_radial_return_solve_converged & fin), d238, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k36 = tl.arange(0, 4)[None, :] + 24
+                tl.store(J + row[:, None] * j_stride + (_k36 // 4) * 19 + 15 + _k36 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d239, K0), tl.where((norton_radial_return_solve_converged & fin), d240, K0), tl.where((norton_radial_return_solve_converged & fin), d241, K0), tl.where((norton_radial_return_solve_converged & fin), d242, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k37 = tl.arange(0, 4)[None, :] + 28
+                tl.store(J + row[:, None] * j_stride + (_k37 // 4) * 19 + 15 + _k37 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d243, K0), tl.where((norton_radial_return_solve_converged & fin), d244, K0), tl.where((norton_radial_return_solve_converged & fin), d245, K0), tl.where((norton_radial_return_solve_converged & fin), d246, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k38 = tl.arange(0, 4)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k38 // 4) * 19 + 15 + _k38 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d247, K0), tl.where((norton_radial_return_solve_converged & fin), d253, K0), tl.where((norton_radial_return_solve_converged & fin), d259, K0), tl.where((norton_radial_return_solve_converged & fin), d265, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k39 = tl.arange(0, 4)[None, :] + 36
+                tl.store(J + row[:, None] * j_stride + (_k39 // 4) * 19 + 15 + _k39 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d248, K0), tl.where((norton_radial_return_solve_converged & fin), d254, K0), tl.where((norton_radial_return_solve_converged & fin), d260, K0), tl.where((norton_radial_return_solve_converged & fin), d266, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k40 = tl.arange(0, 4)[None, :] + 40
+                tl.store(J + row[:, None] * j_stride + (_k40 // 4) * 19 + 15 + _k40 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d249, K0), tl.where((norton_radial_return_solve_converged & fin), d255, K0), tl.where((norton_radial_return_solve_converged & fin), d261, K0), tl.where((norton_radial_return_solve_converged & fin), d267, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k41 = tl.arange(0, 4)[None, :] + 44
+                tl.store(J + row[:, None] * j_stride + (_k41 // 4) * 19 + 15 + _k41 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d250, K0), tl.where((norton_radial_return_solve_converged & fin), d256, K0), tl.where((norton_radial_return_solve_converged & fin), d262, K0), tl.where((norton_radial_return_solve_converged & fin), d268, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k42 = tl.arange(0, 4)[None, :] + 48
+                tl.store(J + row[:, None] * j_stride + (_k42 // 4) * 19 + 15 + _k42 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d251, K0), tl.where((norton_radial_return_solve_converged & fin), d257, K0), tl.where((norton_radial_return_solve_converged & fin), d263, K0), tl.where((norton_radial_return_solve_converged & fin), d269, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k43 = tl.arange(0, 4)[None, :] + 52
+                tl.store(J + row[:, None] * j_stride + (_k43 // 4) * 19 + 15 + _k43 % 4, _mc_row4(tl.where((norton_radial_return_solve_converged & fin), d252, K0), tl.where((norton_radial_return_solve_converged & fin), d258, K0), tl.where((norton_radial_return_solve_converged & fin), d264, K0), tl.where((norton_radial_return_solve_converged & fin), d270, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (norton_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (norton_radial_return_solve_iterations).to(tl.int32), mask=mask)

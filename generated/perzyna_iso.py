@@ -830,15 +830,6 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -849,6 +840,17 @@ if triton is not None:
         t1 = tl.join(a1, a3)
         t2 = tl.join(t0, t1)
         return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
@@ -1042,21 +1044,6 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_ep,
             perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit,
             mask, DTYPE, EPS, BLOCK)
-        if DTYPE == tl.float64 and (V & 3) != 0:  # inputs read again (see _reload_after_newton)
-            _tile8 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
-                _tile8, BLOCK)
-            _x9 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
-            forces_t = _x9
-            _x10 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_forces_t = _x10
-            _tile11 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
-            (
-                old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
-                old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
-            ) = _mc_cols8(_tile11, BLOCK)
-            _x12 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
-            old_state_internal_ep = _x12
         cse_25 = (K1 * p_nu)
         cse_26 = (K1 + cse_25)
         cse_42 = (K6 / cse_26)
@@ -1098,7 +1085,8 @@ if triton is not None:
         cse_50 = (cse_15 * cse_46)
         state_internal_Ep_3 = (cse_50 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_51 = (cse_16 * cse_46)
         state_internal_Ep_4 = (cse_51 + old_state_internal_Ep_4)
         cse_52 = (cse_17 * cse_46)
@@ -1107,7 +1095,14 @@ if triton is not None:
         cse_54 = (cse_53 * state_internal_gamma_rate)
         state_internal_ep = (old_state_internal_ep + (cse_22 * cse_54))
         # outputs 4 .. 7; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row8 = _mc_row8(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row8, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_270 = (cse_0 + cse_47)
         cse_275 = (cse_1 + cse_48)
         cse_276 = (cse_2 + cse_49)
@@ -1129,13 +1124,22 @@ if triton is not None:
         cse_285 = (cse_15 - cse_50)
         state_S_3 = (cse_274 * cse_285)
         # outputs 8 .. 11; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_286 = (cse_16 - cse_51)
         state_S_4 = (cse_274 * cse_286)
         cse_287 = (cse_17 - cse_52)
         state_S_5 = (cse_274 * cse_287)
         # outputs 12 .. 13; NaN where Newton did not converge
-        tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        # outputs 8 .. 13; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row10 = _mc_row8(
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), _zero9, _zero9, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
             cse_317 = tl.where((cse_40 - (cse_53 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
             cse_73 = _mc_sdiv(K6, (K1 * cse_40))
@@ -1212,7 +1216,8 @@ if triton is not None:
             d13 = (-cse_92 + (cse_61 * d4))
             d14 = (cse_288 * d13)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_94 = (cse_16 * cse_91)
             d15 = (-cse_94 + (cse_61 * d5))
@@ -1227,7 +1232,14 @@ if triton is not None:
             d21 = (cse_57 + (cse_98 * d2) - (cse_84 * cse_99))
             d22 = (cse_289 + (cse_288 * d21))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row11 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d23 = (-cse_79 + (cse_98 * d3) - (cse_87 * cse_99))
             d24 = (cse_281 + (cse_288 * d23))
@@ -1242,7 +1254,8 @@ if triton is not None:
             d29 = (-cse_108 + (cse_98 * d6))
             d30 = (cse_288 * d29)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_110 = (cse_38 * cse_60)
             cse_111 = (cse_38 * cse_75)
@@ -1257,7 +1270,14 @@ if triton is not None:
             d37 = (-cse_116 + (cse_110 * d4))
             d38 = (cse_288 * d37)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_118 = (cse_115 * cse_16)
             d39 = (-cse_118 + (cse_110 * d5))
@@ -1273,7 +1293,8 @@ if triton is not None:
             d45 = ((cse_122 * d2) - (cse_123 * cse_84))
             d46 = (cse_290 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d47 = ((cse_122 * d3) - (cse_123 * cse_87))
             d48 = (cse_290 * d47)
@@ -1288,7 +1309,14 @@ if triton is not None:
             d53 = (-cse_132 + (cse_122 * d6))
             d54 = (cse_290 * d53)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_134 = (cse_16 * cse_60)
             cse_135 = (cse_16 * cse_75)
@@ -1301,7 +1329,8 @@ if triton is not None:
             d61 = (-cse_130 + (cse_134 * d4))
             d62 = (cse_290 * d61)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_140 = (cse_31 * cse_90)
             d63 = (cse_46 - cse_140 + (cse_134 * d5))
@@ -1316,7 +1345,14 @@ if triton is not None:
             d69 = ((cse_144 * d2) - (cse_145 * cse_84))
             d70 = (cse_290 * d69)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d71 = ((cse_144 * d3) - (cse_145 * cse_87))
             d72 = (cse_290 * d71)
@@ -1654,7 +1690,7 @@ if triton is not None:
             d315 = (cse_290 * d267)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row13 = _mc_row32(
+            _row15 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d102, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d103, K0),
@@ -1663,9 +1699,9 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d107, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d108, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d109, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d110, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 15) * (6 * (V // 8)), _row13, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row15 = _mc_row32(
+            _k16 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (6 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row17 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d113, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d114, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d115, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d117, K0),
@@ -1674,9 +1710,9 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d97, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d118, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d119, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d120, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d121, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d122, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d123, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d139, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (6 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row17 = _mc_row32(
+            _k18 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (6 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row19 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d125, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d127, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0),
@@ -1685,9 +1721,9 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d131, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d132, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d133, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d134, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d135, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d141, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d142, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d143, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d144, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d145, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d146, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d147, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 64
-            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (6 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row19 = _mc_row32(
+            _k20 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (6 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row21 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d148, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d149, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d150, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d151, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d152, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d153, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d154, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d155, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d156, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d157, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d158, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d159, K0),
@@ -1696,9 +1732,9 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d168, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d169, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d170, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d171, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 96
-            tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (6 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row21 = _mc_row32(
+            _k22 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (6 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row23 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d184, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d187, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0),
@@ -1707,9 +1743,9 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d174, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d180, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d196, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d197, K0), BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 128
-            tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (6 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _row23 = _mc_row32(
+            _k24 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (6 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row25 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d198, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d199, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d200, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d201, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0),
@@ -1718,22 +1754,22 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d208, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d209, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d210, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d211, K0), BLOCK)
-            _k24 = tl.arange(0, 32)[None, :] + 160
-            tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (6 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-            _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row26 = _mc_row32(
+            _k26 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (6 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row28 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d215, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d216, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d218, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0), _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25,
-                _zero25, _zero25, _zero25, _zero25, BLOCK)
-            _k27 = tl.arange(0, 32)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (6 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0), _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27,
+                _zero27, _zero27, _zero27, _zero27, BLOCK)
+            _k29 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 18))
             if V & 8:
-                _row28 = _mc_row32(
+                _row30 = _mc_row32(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d232, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d238, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d244, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d250, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d256, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d262, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d233, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d239, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d245, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d251, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d257, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d263, K0),
@@ -1742,9 +1778,9 @@ if triton is not None:
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d247, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d253, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d259, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d265, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d236, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d242, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d248, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d254, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d260, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d266, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d237, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d243, K0), BLOCK)
-                _k29 = tl.arange(0, 32)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k29 // 6) * 21 + 15 + _k29 % 6, _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _row30 = _mc_row32(
+                _k31 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k31 // 6) * 21 + 15 + _k31 % 6, _row30, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row32 = _mc_row32(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d249, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d255, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d261, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d267, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d268, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d269, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d270, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d271, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d272, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d273, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d274, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d275, K0),
@@ -1753,20 +1789,20 @@ if triton is not None:
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d304, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d310, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d281, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d287, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d293, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d299, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d305, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d311, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d282, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d288, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d294, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d300, K0), BLOCK)
-                _k31 = tl.arange(0, 32)[None, :] + 32
-                tl.store(J + row[:, None] * j_stride + (_k31 // 6) * 21 + 15 + _k31 % 6, _row30, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
-                _zero32 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row33 = _mc_row32(
+                _k33 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k33 // 6) * 21 + 15 + _k33 % 6, _row32, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero34 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row35 = _mc_row32(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d306, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d312, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d283, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d289, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d295, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d301, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d307, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d313, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d284, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d290, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d296, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d302, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d308, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d314, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d285, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d291, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d297, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d303, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d309, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d315, K0),
-                    _zero32, _zero32, _zero32, _zero32,
-                    _zero32, _zero32, _zero32, _zero32,
-                    _zero32, _zero32, _zero32, _zero32, BLOCK)
-                _k34 = tl.arange(0, 32)[None, :] + 64
-                tl.store(J + row[:, None] * j_stride + (_k34 // 6) * 21 + 15 + _k34 % 6, _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
+                    _zero34, _zero34, _zero34, _zero34,
+                    _zero34, _zero34, _zero34, _zero34,
+                    _zero34, _zero34, _zero34, _zero34, BLOCK)
+                _k36 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k36 // 6) * 21 + 15 + _k36 % 6, _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
         # status: converged (bool), iterations (int32), residual norm
         tl.store(CV + row, (perzyna_iso_radial_return_solve_converged & fin), mask=mask)
         tl.store(IT + row, (perzyna_iso_radial_return_solve_iterations).to(tl.int32), mask=mask)

@@ -977,15 +977,6 @@ if triton is not None:
         return tl.exp(y * tl.log(x))
 
     @triton.jit
-    def _mc_load(ptr, mask, zero):
-        x = tl.zeros(ptr.shape, ptr.dtype.element_ty)
-        p = ptr
-        for _ in range(0, zero + 1):
-            x = tl.load(p, mask=mask, other=0.0)
-            p += zero
-        return x
-
-    @triton.jit
     def _mc_cols8(t, BLOCK: tl.constexpr):
         t = tl.reshape(t, [BLOCK, 2, 2, 2])
         s0, s1 = tl.split(t)
@@ -1010,18 +1001,22 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
-    def _mc_store(ptr, value, mask, zero):
-        p = ptr
-        for _ in range(0, zero + 1):
-            tl.store(p, value, mask=mask)
-            p += zero
-
-    @triton.jit
     def _mc_row4(a0, a1, a2, a3, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a2)
         t1 = tl.join(a1, a3)
         t2 = tl.join(t0, t1)
         return tl.reshape(t2, [BLOCK, 4])
+
+    @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
@@ -1787,30 +1782,30 @@ if triton is not None:
         K9 = tl.full([], 8.0, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
-        _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
             _tile1, BLOCK)
-        _x2 = _mc_load(IN1 + row * in1_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x2 = tl.load(IN1 + row * in1_stride, mask=mask, other=0.0)
         forces_t = _x2
-        _x3 = _mc_load(IN2 + row * in2_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x3 = tl.load(IN2 + row * in2_stride, mask=mask, other=0.0)
         old_forces_t = _x3
-        _tile4 = _mc_load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+        _tile4 = tl.load(IN3 + row[:, None] * in3_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (
             old_state_internal_Ep_0, old_state_internal_Ep_1, old_state_internal_Ep_2,
             old_state_internal_Ep_3, old_state_internal_Ep_4, old_state_internal_Ep_5, _, _,
         ) = _mc_cols8(_tile4, BLOCK)
-        _x5 = _mc_load(IN4 + row * in4_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x5 = tl.load(IN4 + row * in4_stride, mask=mask, other=0.0)
         old_state_internal_ep = _x5
-        _x6 = _mc_load(IN5 + row * in5_stride, mask, zero)  # one trip: see _Rows (detach)
+        _x6 = tl.load(IN5 + row * in5_stride, mask=mask, other=0.0)
         old_state_internal_gamma_rate = _x6
         # the points whose inputs are all finite (x * 0 is NaN for a NaN or an infinity); the others fail
         fin = (tl.sum(_tile1 * 0.0, axis=1) + _x2 * 0.0 + _x3 * 0.0 + tl.sum(_tile4 * 0.0, axis=1) + _x5 * 0.0 + _x6 * 0.0) == 0.0
         # parameters: one row for every point (P_SHARED: scalars), a row per point, or baked in
         if P_SHARED:
-            _tile7 = _mc_load(P + tl.arange(0, 8), tl.arange(0, 8) < 6, zero)  # one trip: see _Rows (detach)
+            _tile7 = tl.load(P + tl.arange(0, 8), mask=tl.arange(0, 8) < 6, other=0.0)
             p_E, p_nu, p_K, p_sigma_y, p_eta, p_n, _, _ = _mc_pcols8(_tile7)
         else:
-            _tile8 = _mc_load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
+            _tile8 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
             p_E, p_nu, p_K, p_sigma_y, p_eta, p_n, _, _ = _mc_cols8(_tile8, BLOCK)
         # Newton solve for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate (helper _triton_newton_1)
         (
@@ -1825,9 +1820,17 @@ if triton is not None:
             old_state_internal_Ep_4, old_state_internal_Ep_5, old_state_internal_ep,
             old_state_internal_gamma_rate, o_rtol, o_atol, o_maxit, mask, DTYPE, EPS, BLOCK)
         # outputs 0 .. 3; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # outputs 4 .. 7; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        # outputs 0 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _row9 = _mc_row8(
+                tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_3, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_return_map_converged & fin), state_internal_gamma_rate, K0), BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_3 = (K1 + p_nu)
         cse_4 = (K1 / cse_3)
         cse_5 = (p_E * cse_4)
@@ -1850,13 +1853,22 @@ if triton is not None:
         cse_15 = (cse_2 * cse_5)
         state_S_2 = (cse_13 + cse_15)
         # outputs 8 .. 11; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_18 = (forces_E_4 - state_internal_Ep_4)
         state_S_4 = (cse_18 * cse_5)
         cse_20 = (forces_E_5 - state_internal_Ep_5)
         state_S_5 = (cse_20 * cse_5)
         # outputs 12 .. 13; NaN where Newton did not converge
-        _mc_store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask[:, None] & (tl.arange(0, 2)[None, :] < 2), zero)  # one trip: see _Rows (detach)
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        # outputs 8 .. 13; NaN where Newton did not converge
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero10 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row11 = _mc_row8(
+                tl.where((perzyna_iso_return_map_converged & fin), state_S_0, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_1, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_2, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_3, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), state_S_4, K0), tl.where((perzyna_iso_return_map_converged & fin), state_S_5, K0), _zero10, _zero10, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 14:  # tangent, jacobian, total
             cse_116 = (K3 * cse_6)
             cse_117 = (K3 * cse_14)
@@ -2026,7 +2038,8 @@ if triton is not None:
             cse_32 = (cse_22 * d27)
             d52 = (cse_31 + cse_32 + (cse_26 * d25))
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_33 = (cse_22 * d34)
             cse_34 = (cse_22 * d35)
@@ -2039,7 +2052,14 @@ if triton is not None:
             cse_38 = (cse_22 * d9)
             d56 = (cse_25 + cse_27 + cse_38 + (cse_26 * d10))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             cse_39 = (cse_22 * d17)
             d57 = (cse_30 + cse_39 + (cse_26 * d18))
@@ -2050,14 +2070,22 @@ if triton is not None:
             cse_42 = (cse_22 * d41)
             d60 = (cse_36 + cse_42 + (cse_26 * d42))
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d61 = (cse_24 + cse_37 + (cse_26 * d3))
             d62 = (cse_28 + cse_38 + (cse_26 * d11))
             d63 = (cse_25 + cse_29 + cse_39 + (cse_26 * d19))
             d64 = (cse_31 + cse_40 + (cse_26 * d27))
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row13 = _mc_row8(
+                    tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0), tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d65 = (cse_33 + cse_41 + (cse_26 * d35))
             d66 = (cse_35 + cse_42 + (cse_26 * d43))
@@ -2065,35 +2093,51 @@ if triton is not None:
             d67 = (cse_43 * d4)
             d68 = (cse_43 * d12)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d69 = (cse_43 * d20)
             d70 = (cse_5 + (cse_43 * d28))
             d71 = (cse_43 * d36)
             d72 = (cse_43 * d44)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0), tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d73 = (cse_43 * d5)
             d74 = (cse_43 * d13)
             d75 = (cse_43 * d21)
             d76 = (cse_43 * d29)
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             d77 = (cse_5 + (cse_43 * d37))
             d78 = (cse_43 * d45)
             d79 = (cse_43 * d6)
             d80 = (cse_43 * d14)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row15 = _mc_row8(
+                    tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
+                    tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row15, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d81 = (cse_43 * d22)
             d82 = (cse_43 * d30)
             d83 = (cse_43 * d38)
             d84 = (cse_5 + (cse_43 * d46))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             cse_207 = (cse_123 * state_internal_gamma_rate)
             cse_208 = (cse_125 * cse_207)
@@ -2358,7 +2402,7 @@ if triton is not None:
             d294 = (cse_43 * d256)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _row9 = _mc_row32(
+            _row16 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
@@ -2367,9 +2411,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k10 = tl.arange(0, 32)[None, :]
-            _mc_store(J + row[:, None] * j_stride + _k10 + (_k10 // 16) * (6 * (V // 8)), _row9, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row11 = _mc_row32(
+            _k17 = tl.arange(0, 32)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (6 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row18 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
@@ -2378,9 +2422,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k12 = tl.arange(0, 32)[None, :] + 32
-            _mc_store(J + row[:, None] * j_stride + _k12 + (_k12 // 16) * (6 * (V // 8)), _row11, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row13 = _mc_row32(
+            _k19 = tl.arange(0, 32)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (6 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row20 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
@@ -2389,9 +2433,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k14 = tl.arange(0, 32)[None, :] + 64
-            _mc_store(J + row[:, None] * j_stride + _k14 + (_k14 // 16) * (6 * (V // 8)), _row13, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row15 = _mc_row32(
+            _k21 = tl.arange(0, 32)[None, :] + 64
+            tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (6 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row22 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
@@ -2400,9 +2444,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k16 = tl.arange(0, 32)[None, :] + 96
-            _mc_store(J + row[:, None] * j_stride + _k16 + (_k16 // 16) * (6 * (V // 8)), _row15, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row17 = _mc_row32(
+            _k23 = tl.arange(0, 32)[None, :] + 96
+            tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (6 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row24 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
@@ -2411,9 +2455,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k18 = tl.arange(0, 32)[None, :] + 128
-            _mc_store(J + row[:, None] * j_stride + _k18 + (_k18 // 16) * (6 * (V // 8)), _row17, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row19 = _mc_row32(
+            _k25 = tl.arange(0, 32)[None, :] + 128
+            tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (6 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row26 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
@@ -2422,9 +2466,9 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k20 = tl.arange(0, 32)[None, :] + 160
-            _mc_store(J + row[:, None] * j_stride + _k20 + (_k20 // 16) * (6 * (V // 8)), _row19, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-            _row21 = _mc_row32(
+            _k27 = tl.arange(0, 32)[None, :] + 160
+            tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (6 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+            _row28 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
@@ -2433,10 +2477,10 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K10, K0), BLOCK)
-            _k22 = tl.arange(0, 32)[None, :] + 192
-            _mc_store(J + row[:, None] * j_stride + _k22 + (_k22 // 16) * (6 * (V // 8)), _row21, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
+            _k29 = tl.arange(0, 32)[None, :] + 192
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
-                _row23 = _mc_row32(
+                _row30 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d211, K0), tl.where((perzyna_iso_return_map_converged & fin), d219, K0), tl.where((perzyna_iso_return_map_converged & fin), d227, K0), tl.where((perzyna_iso_return_map_converged & fin), d235, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d243, K0), tl.where((perzyna_iso_return_map_converged & fin), d251, K0), tl.where((perzyna_iso_return_map_converged & fin), d212, K0), tl.where((perzyna_iso_return_map_converged & fin), d220, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d228, K0), tl.where((perzyna_iso_return_map_converged & fin), d236, K0), tl.where((perzyna_iso_return_map_converged & fin), d244, K0), tl.where((perzyna_iso_return_map_converged & fin), d252, K0),
@@ -2445,9 +2489,9 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d230, K0), tl.where((perzyna_iso_return_map_converged & fin), d238, K0), tl.where((perzyna_iso_return_map_converged & fin), d246, K0), tl.where((perzyna_iso_return_map_converged & fin), d254, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d215, K0), tl.where((perzyna_iso_return_map_converged & fin), d223, K0), tl.where((perzyna_iso_return_map_converged & fin), d231, K0), tl.where((perzyna_iso_return_map_converged & fin), d239, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d247, K0), tl.where((perzyna_iso_return_map_converged & fin), d255, K0), tl.where((perzyna_iso_return_map_converged & fin), d216, K0), tl.where((perzyna_iso_return_map_converged & fin), d224, K0), BLOCK)
-                _k24 = tl.arange(0, 32)[None, :]
-                _mc_store(J + row[:, None] * j_stride + (_k24 // 6) * 22 + 16 + _k24 % 6, _row23, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _row25 = _mc_row32(
+                _k31 = tl.arange(0, 32)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k31 // 6) * 22 + 16 + _k31 % 6, _row30, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _row32 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d232, K0), tl.where((perzyna_iso_return_map_converged & fin), d240, K0), tl.where((perzyna_iso_return_map_converged & fin), d248, K0), tl.where((perzyna_iso_return_map_converged & fin), d256, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d217, K0), tl.where((perzyna_iso_return_map_converged & fin), d225, K0), tl.where((perzyna_iso_return_map_converged & fin), d233, K0), tl.where((perzyna_iso_return_map_converged & fin), d241, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d249, K0), tl.where((perzyna_iso_return_map_converged & fin), d257, K0), tl.where((perzyna_iso_return_map_converged & fin), d218, K0), tl.where((perzyna_iso_return_map_converged & fin), d226, K0),
@@ -2456,24 +2500,24 @@ if triton is not None:
                     tl.where((perzyna_iso_return_map_converged & fin), d283, K0), tl.where((perzyna_iso_return_map_converged & fin), d289, K0), tl.where((perzyna_iso_return_map_converged & fin), d260, K0), tl.where((perzyna_iso_return_map_converged & fin), d266, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d272, K0), tl.where((perzyna_iso_return_map_converged & fin), d278, K0), tl.where((perzyna_iso_return_map_converged & fin), d284, K0), tl.where((perzyna_iso_return_map_converged & fin), d290, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d261, K0), tl.where((perzyna_iso_return_map_converged & fin), d267, K0), tl.where((perzyna_iso_return_map_converged & fin), d273, K0), tl.where((perzyna_iso_return_map_converged & fin), d279, K0), BLOCK)
-                _k26 = tl.arange(0, 32)[None, :] + 32
-                _mc_store(J + row[:, None] * j_stride + (_k26 // 6) * 22 + 16 + _k26 % 6, _row25, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
-                _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
-                _row28 = _mc_row32(
+                _k33 = tl.arange(0, 32)[None, :] + 32
+                tl.store(J + row[:, None] * j_stride + (_k33 // 6) * 22 + 16 + _k33 % 6, _row32, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
+                _zero34 = tl.zeros([BLOCK], dtype=DTYPE)
+                _row35 = _mc_row32(
                     tl.where((perzyna_iso_return_map_converged & fin), d285, K0), tl.where((perzyna_iso_return_map_converged & fin), d291, K0), tl.where((perzyna_iso_return_map_converged & fin), d262, K0), tl.where((perzyna_iso_return_map_converged & fin), d268, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d274, K0), tl.where((perzyna_iso_return_map_converged & fin), d280, K0), tl.where((perzyna_iso_return_map_converged & fin), d286, K0), tl.where((perzyna_iso_return_map_converged & fin), d292, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d263, K0), tl.where((perzyna_iso_return_map_converged & fin), d269, K0), tl.where((perzyna_iso_return_map_converged & fin), d275, K0), tl.where((perzyna_iso_return_map_converged & fin), d281, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d287, K0), tl.where((perzyna_iso_return_map_converged & fin), d293, K0), tl.where((perzyna_iso_return_map_converged & fin), d264, K0), tl.where((perzyna_iso_return_map_converged & fin), d270, K0),
                     tl.where((perzyna_iso_return_map_converged & fin), d276, K0), tl.where((perzyna_iso_return_map_converged & fin), d282, K0), tl.where((perzyna_iso_return_map_converged & fin), d288, K0), tl.where((perzyna_iso_return_map_converged & fin), d294, K0),
-                    _zero27, _zero27, _zero27, _zero27,
-                    _zero27, _zero27, _zero27, _zero27,
-                    _zero27, _zero27, _zero27, _zero27, BLOCK)
-                _k29 = tl.arange(0, 32)[None, :] + 64
-                _mc_store(J + row[:, None] * j_stride + (_k29 // 6) * 22 + 16 + _k29 % 6, _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 20), zero)  # one trip: see _Rows (detach)
+                    _zero34, _zero34, _zero34, _zero34,
+                    _zero34, _zero34, _zero34, _zero34,
+                    _zero34, _zero34, _zero34, _zero34, BLOCK)
+                _k36 = tl.arange(0, 32)[None, :] + 64
+                tl.store(J + row[:, None] * j_stride + (_k36 // 6) * 22 + 16 + _k36 % 6, _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 20))
         # status: converged (bool), iterations (int32), residual norm
-        _mc_store(CV + row, (perzyna_iso_return_map_converged & fin), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(IT + row, (perzyna_iso_return_map_iterations).to(tl.int32), mask, zero)  # one trip: see _Rows (detach)
-        _mc_store(RN + row, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask, zero)  # one trip: see _Rows (detach)
+        tl.store(CV + row, (perzyna_iso_return_map_converged & fin), mask=mask)
+        tl.store(IT + row, (perzyna_iso_return_map_iterations).to(tl.int32), mask=mask)
+        tl.store(RN + row, perzyna_iso_return_map_residual_norm + tl.zeros([BLOCK], dtype=DTYPE), mask=mask)
 else:
     _kernel = None
 

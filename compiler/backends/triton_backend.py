@@ -1,9 +1,8 @@
 """Program -> the body of a generated Triton kernel.
 
 One program instance handles ``BLOCK`` batch points (``offs``), masked against ``n``. Every input
-component is loaded once (a float64 value or tangent kernel of a one-unknown Newton model reads
-the ones used after the solve a second time: :func:`_reload_after_newton`), every output and
-Jacobian entry (zeros included) stored once; everything in between lives in registers. Each array moves as one ``[BLOCK, W]`` tile (``W`` its row length padded
+component is loaded once, every output and Jacobian entry (zeros included) stored once; everything
+in between lives in registers. Each array moves as one ``[BLOCK, W]`` tile (``W`` its row length padded
 to a power of two) split into / assembled from components with ``tl.split`` / ``tl.join`` (see
 :class:`_Rows`: few memory ops per array keep GPU compile times reasonable); rows of up to 64 values
 are stored 4 columns at a time, which keeps register pressure down. Layout: see
@@ -286,6 +285,12 @@ def _width(n: int) -> tuple[int, int]:
 
 ROW_CALL_INLINE = 4  # a stored row of more values has its _mc_row call on lines of its own
 STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values (see _Rows.store)
+#: what a thread stores at once of a chunked row: STORE_CHUNK float64 columns, or two chunks of
+#: float32 (triton_body's pair_stores). A sector is 32 bytes. Timed on an H200 (4e6 points,
+#: benchmarks/results/20261127T153317Z-cuda-gpu-library-h200-ab-chunk8.md): rows stored 8 columns at a
+#: time ran the float32 tangent kernels 1.7-1.9x faster than 4 (0.23-0.27 of the copy bandwidth ->
+#: 0.39-0.51), and in float64 j2_voce_af's value and tangent 9% slower (more spills).
+STORE_BYTES = 32
 CHUNKED_ROW_MAX = 64
 #: columns per store for longer rows (a full Jacobian): a [BLOCK, W] tile is stored through shared
 #: memory, BLOCK * W * 8 bytes in float64; whole, j2_perfect's 13x14 Jacobian (W 256) asked for 256 KB
@@ -306,7 +311,7 @@ class _Rows:
     ``_mc_row<W>`` (:mod:`modelc.backends.triton_math`), which Triton inlines. Everything stays in
     registers.
 
-    ``detach`` (the kernels of coupled systems, see :func:`_detach`): every load and store goes
+    ``detach`` (the kernels of large coupled systems, see :func:`_detach`): every load and store goes
     through a loop of one trip (``range(0, zero + 1)``, ``zero`` a kernel argument the runtime passes
     as 0) whose pointer is carried by the loop (``p += zero``): the module's ``_mc_load`` and
     ``_mc_store`` helpers (:mod:`modelc.backends.triton_math`), inlined by Triton. The coalescing pass then skips the
@@ -327,10 +332,10 @@ class _Rows:
         self.last_tile = None  # the name of what the last load() read whole (tile, or a scalar's value)
         self.detach = detach
 
-    def load_line(self, name: str, ptr: str, mask: str, other: str, shape: str, detach: bool = False) -> None:
-        """``name = tl.load(ptr, mask, other)`` (``detach``, or the rows' own: ``_mc_load``, which
+    def load_line(self, name: str, ptr: str, mask: str, other: str, shape: str) -> None:
+        """``name = tl.load(ptr, mask, other)`` (``detach``: ``_mc_load``, which
         fills with 0.0; ``shape``: the loaded tensor's)."""
-        if not (self.detach or detach):
+        if not self.detach:
             self.em.line(f"{name} = tl.load({ptr}, mask={mask}, other={other})")
             return
         if other != "0.0":
@@ -348,19 +353,17 @@ class _Rows:
         self.k += 1
         return self.em.namer.fresh(f"_{base}{self.k}")
 
-    def load(self, ptr: str, stride: str, n: int, targets: list[str], other: str = "0.0",
-             detach: bool = False) -> None:
-        """Load a ``(B, n)`` array's rows into the names ``targets`` (one per column; ``detach``:
-        through ``_mc_load`` whatever the rows' own choice)."""
+    def load(self, ptr: str, stride: str, n: int, targets: list[str], other: str = "0.0") -> None:
+        """Load a ``(B, n)`` array's rows into the names ``targets`` (one per column)."""
         if n == 1:  # a scalar variable: one value per point, no tile
             t = self.last_tile = self._tmp("x")
-            self.load_line(t, f"{ptr} + row * {stride}", "mask", other, "[BLOCK]", detach)
+            self.load_line(t, f"{ptr} + row * {stride}", "mask", other, "[BLOCK]")
             self.em.line(f"{targets[0]} = {t}")
             return
         bits, W = _width(n)
         tile = self.last_tile = self._tmp("tile")
         self.load_line(tile, f"{ptr} + row[:, None] * {stride} + tl.arange(0, {W})[None, :]",
-                       f"mask[:, None] & (tl.arange(0, {W})[None, :] < {n})", other, f"[BLOCK, {W}]", detach)
+                       f"mask[:, None] & (tl.arange(0, {W})[None, :] < {n})", other, f"[BLOCK, {W}]")
         self._columns(f"_mc_cols{W}", [tile, "BLOCK"], W, targets)
 
     def _columns(self, helper: str, args: list[str], W: int, targets: list[str]) -> None:
@@ -401,10 +404,10 @@ class _Rows:
         self._store(ptr, stride, values, 0, index)
 
     def store_chunk(self, ptr: str, stride: str, values: list[str], start: int) -> None:
-        """One chunk of a row (at most ``STORE_CHUNK`` values, from column ``start``), stored on its own:
-        see :meth:`store`."""
-        if len(values) > STORE_CHUNK:
-            raise InternalError(f"store_chunk: {len(values)} values, more than a chunk ({STORE_CHUNK})")
+        """One chunk of a row (at most ``STORE_CHUNK`` values, from column ``start``; two in float32,
+        see :data:`STORE_BYTES`), stored on its own: see :meth:`store`."""
+        if len(values) > 2 * STORE_CHUNK:
+            raise InternalError(f"store_chunk: {len(values)} values, more than two chunks ({STORE_CHUNK})")
         self._store(ptr, stride, values, start)
 
     def _store(self, ptr: str, stride: str, values: list[str], start: int, index=None) -> None:
@@ -499,13 +502,24 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     y_chunks, chunks = _chunks(program, layout, outs, {status["converged"]} if status else set())
     groups = jacobian_groups(program, layout)
 
-    def store_outputs(start, es) -> None:
+    def dtype_branch(dtype, emit) -> None:
+        """``emit()`` under ``if DTYPE == dtype:`` (a constexpr: the other dtype's kernel has none of
+        it), or bare for ``dtype`` None."""
+        if dtype is None:
+            emit()
+            return
+        em.line(f"if DTYPE == {dtype}:  # {STORE_BYTES} bytes a store (see pair_stores)")
+        em.depth += 1
+        emit()
+        em.depth -= 1
+
+    def store_outputs(start, es, dtype=None) -> None:
         if start is None:
             em.comment("outputs: every entry written once" + ("; NaN where Newton did not converge" if ok else ""))
             rows.store("Y", "y_stride", [block(e) for e in es])
             return
         em.comment(f"outputs {start} .. {start + len(es) - 1}" + ("; NaN where Newton did not converge" if ok else ""))
-        rows.store_chunk("Y", "y_stride", [block(e) for e in es], start)
+        dtype_branch(dtype, lambda: rows.store_chunk("Y", "y_stride", [block(e) for e in es], start))
 
     # The outputs are stored as soon as the statements they read are done, before a derivative
     # variant's statements, and so is each chunk of a tangent's row (see _Rows.store): their
@@ -521,28 +535,53 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         return max((k for k, st in enumerate(program.body) if ir.analysis.writes(st) & symbols), default=None)
 
     after: dict[int, list] = {}
-    for start, es, syms in y_chunks:
-        last = last_writer(syms)
-        if last is None:
-            store_outputs(start, es)
-        else:
-            after.setdefault(last, []).append(lambda start=start, es=es: store_outputs(start, es))
-    early: dict[str, list] = {}  # variant stored chunk by chunk -> its chunks of constants only (stored last)
-    for (v, start, es), syms in chunks:
-        k = last_writer(syms)
-        early.setdefault(v.name, [])
-        if k is None:
-            early[v.name].append((start, es))
-            continue
 
-        def store_chunk(v=v, start=start, es=es):
+    def pair_stores(items, emit, before) -> None:
+        """One row's chunks ``(start, entries, k)``, in order (``k``: the statement after which the
+        chunk's values are all computed; None: before any, ``before(start, entries)``), each stored
+        as soon as it is computed: ``emit(start, entries, dtype)`` after statement ``k``. A chunk is
+        :data:`STORE_CHUNK` columns, 32 bytes in float64; in float32 that is 16 bytes, half a
+        sector, so there two neighbouring chunks are stored together, 8 columns, at the later of
+        their two ``k`` (the first chunk's values live until then: float32 registers are half as
+        many). Timed on an H200, the float32 tangent kernels ran 1.7-1.9x faster that way (rows
+        stored 8 columns at a time; see :data:`STORE_BYTES`)."""
+        for i in range(0, len(items), 2):
+            pair = items[i:i + 2]
+            ks = [k for *_, k in pair]
+            if len(pair) == 1 or None in ks:  # a last odd chunk, or one of constants: as it is
+                for start, es, k in pair:
+                    if k is None:
+                        before(start, es)
+                    else:
+                        after.setdefault(k, []).append(lambda start=start, es=es: emit(start, es, None))
+                continue
+            for start, es, k in pair:
+                after.setdefault(k, []).append(lambda start=start, es=es: emit(start, es, "tl.float64"))
+            (start, first, _), (_, second, _) = pair
+            after.setdefault(max(ks), []).append(
+                lambda start=start, es=first + second: emit(start, es, "tl.float32"))
+
+    for start, es, syms in y_chunks:
+        if start is None:
+            last = last_writer(syms)
+            if last is None:
+                store_outputs(start, es)
+            else:
+                after.setdefault(last, []).append(lambda es=es: store_outputs(None, es))
+    pair_stores([(start, es, last_writer(syms)) for start, es, syms in y_chunks if start is not None],
+                store_outputs, store_outputs)
+    early: dict[str, list] = {}  # variant stored chunk by chunk -> its chunks of constants only (stored last)
+    for v in dict.fromkeys(v for (v, _, _), _ in chunks):
+        early[v.name] = []
+
+        def store_chunk(start, es, dtype, v=v):
             em.line(f"if V & {v.bit}:  # {v.name}: entries {start} .. {start + len(es) - 1} of d outputs / d inputs")
             em.depth += 1
-            rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
+            dtype_branch(dtype, lambda: rows.store_chunk("J", "j_stride", [block(e) for e in es], start))
             em.depth -= 1
 
-        after.setdefault(k, []).append(store_chunk)
-    _reload_after_newton(program, layout, rows, namer, outs, groups, after)
+        pair_stores([(start, es, last_writer(syms)) for (w, start, es), syms in chunks if w is v], store_chunk,
+                    lambda start, es, v=v: early[v.name].append((start, es)))
     em.guarded(program, {k: (lambda fs=fs: [f() for f in fs]) for k, fs in after.items()})
     for group in groups:
         if early.get(group[0][0].name) == []:  # every chunk already stored
@@ -595,49 +634,6 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
     return ["    " + h for h in head] + em.lines, baked_args
 
 
-def _reload_after_newton(program: ir.Program, layout: Layout, rows: "_Rows", namer, outs: dict, groups,
-                         after: dict) -> None:
-    """In a float64 kernel with a Newton solve and one point per thread's registers (not a coupled
-    system's, :func:`_detach`), the input variables that the code after the last solve reads are
-    read again from memory right after it (through ``_mc_load``'s one-trip loop, so the compiler
-    keeps it apart from the first read) and their names rebound: the values read before the solve
-    then die in it, instead of holding registers through its iterations into the outputs' and
-    tangent's arithmetic. A point's inputs were read a moment before, so the second read is served
-    by the caches. Measured for sm_90 on every library kernel (value and tangent, float64 and
-    float32, at the caps the modules ask for; docs/backends.md): j2_voce_af's float64 value kernel
-    80 -> 0 bytes of spill stores at 128 registers and its tangent 112 -> 64, norton's and
-    perzyna_iso's float64 value kernels 4-8 registers fewer; but in float32 the radial returns took
-    8-16 registers more and gtn 12-23 more, and the coupled systems' kernels (255 registers)
-    spilled 2-60% more (chaboche2_coupled's float64 tangent 28.9 -> 29.3 KB), and the full
-    Jacobian's kernels (255 registers) 2-4% more: so the value and tangent kernels in float64 only
-    (``DTYPE`` and ``V`` are constexprs: the other kernels have none of it), not for coupled systems."""
-    kn = max((k for k, st in enumerate(program.body) if isinstance(st, ir.Newton)), default=None)
-    if kn is None or rows.detach:
-        return
-    free = FreeSymbols()
-    later = set().union(*(ir.analysis.reads(st, free) for st in program.body[kn + 1:]))
-    later |= set().union(*(free(e) for e in outs.values()))
-    for group in groups:
-        for _, _, entries in group:
-            later |= set().union(*(free(e) for _, e in entries))
-
-    again = [(v, var) for v, (var, _) in enumerate(layout.axis_inputs()) if later & set(var.symbols)]
-    bits = sum(v.bit for v in program.variants if v.name in ("value", "tangent"))
-    if not again or not bits:
-        return
-
-    def reload() -> None:
-        em = rows.em
-        em.line(f"if DTYPE == tl.float64 and (V & {bits}) != 0:  # inputs read again (see _reload_after_newton)")
-        em.depth += 1
-        for v, var in again:
-            rows.load(f"IN{v}", f"in{v}_stride", len(var.symbols), [namer(sym) for sym in var.symbols],
-                      detach=True)
-        em.depth -= 1
-
-    after.setdefault(kn, []).insert(0, reload)
-
-
 def kernel_signature(layout: Layout, baked_args: list[str]) -> str:
     """The generated kernel's parameter list (see the module docstring)."""
     k = len(layout.axis_inputs())
@@ -648,15 +644,27 @@ def kernel_signature(layout: Layout, baked_args: list[str]) -> str:
                         "P_SHARED: tl.constexpr"])
 
 
+def _system_size(program: ir.Program) -> int:
+    """The number of unknowns of the program's largest system: a Newton solve's unknowns or a linear
+    solve's rows (0 for an explicit program; 1 for a radial return)."""
+    return max([len(st.unknowns) for st in program.body if isinstance(st, ir.Newton)]
+               + [len(st.A) for st in program.body if isinstance(st, ir.LinearSolve)], default=0)
+
+
+#: the smallest system (:func:`_system_size`) whose kernels' loads and stores go through one-trip
+#: loops (:func:`_detach`). Timed on an H200 (benchmarks/results/20261127T153325Z-cuda-gpu-library-
+#: h200-ab-nodetach.md, 4e6 points): without them, the twins of 7 and 8 unknowns ran 10-26% faster
+#: in float64 and 30-58% in float32, and compiled in 6-8 s (4 s detached); j2_voce_af_coupled (14)
+#: ran at the same speed in float64 and its tangent kernel took 51 s to compile against 10 s.
+DETACH_MIN_UNKNOWNS = 12
+
+
 def _detach(program: ir.Program) -> bool:
     """Whether the kernel's loads and stores go through one-trip loops (:class:`_Rows`, ``detach``):
-    for a coupled system (a Newton solve of more than one unknown or a linear solve larger than
-    1x1), whose kernels are large enough for the coalescing pass to dominate the GPU compile. The
-    radial returns keep the straight form (their kernels compile in about a second either way)."""
-    def big(st) -> bool:
-        return (isinstance(st, ir.Newton) and len(st.unknowns) > 1) or \
-            (isinstance(st, ir.LinearSolve) and len(st.A) > 1)
-    return any(big(st) for st in program.body)
+    for a system of :data:`DETACH_MIN_UNKNOWNS` unknowns or more, whose kernels are large enough for
+    Triton's coalescing pass to dominate the GPU compile. Smaller ones keep the straight form, which
+    runs faster (see :data:`DETACH_MIN_UNKNOWNS`) and compiles in seconds either way."""
+    return _system_size(program) >= DETACH_MIN_UNKNOWNS
 
 
 #: ptxas' register cap (``maxnreg``) for the float64 kernels of coupled systems. Without a cap, ptxas
@@ -685,9 +693,10 @@ def kernel_maxnreg(program: ir.Program) -> dict[str, int]:
     (``Model.TRITON_MAXNREG_F64``; float32 launches take none: the cap raised the small twins'
     float32 kernels from 128 registers to 147-161, where ptxas' own choice had no spills, and on the
     H200 a cap of 128 ran the radial returns' float32 value kernels 8-10% slower, their tangents
-    8-11% faster): :data:`LARGE_KERNEL_MAXNREG` for a coupled system (:func:`_detach`) and for
-    every full-Jacobian kernel, else :data:`SMALL_KERNEL_MAXNREG`."""
-    small = not _detach(program)
+    8-11% faster): :data:`LARGE_KERNEL_MAXNREG` for a coupled system (a system of more than one
+    unknown, :func:`_system_size`) and for every full-Jacobian kernel, else
+    :data:`SMALL_KERNEL_MAXNREG`."""
+    small = _system_size(program) <= 1
     return {v.name: SMALL_KERNEL_MAXNREG if small and v.name in SMALL_KERNEL_VARIANTS else LARGE_KERNEL_MAXNREG
             for v in program.variants}
 

@@ -88,28 +88,3 @@ def test_module_register_cap_ends_the_32_register_collapse():
     assert own["maxnreg"] == 255 and free["maxnreg"] is None
     assert free["registers"] == 32 < own["registers"], (free["registers"], own["registers"])
     assert own["spill_stores_bytes"] * 2 < free["spill_stores_bytes"], (own, free)
-
-
-@pytest.mark.slow
-def test_float64_newton_kernels_reread_their_inputs_and_do_not_spill():
-    """The one-unknown models' float64 value kernels read their inputs again after the Newton solve
-    (triton_backend._reload_after_newton): compiled as a launch compiles them (the module's cap of
-    128 registers), none spills; j2_voce_af's spilled 80 bytes a thread before. Its tangent kernel
-    spills less than the 112 bytes it did (64 now: over issue 13's budget still). The second read
-    sits under a constexpr branch (float64, value or tangent kernel) and a coupled system's kernel
-    has none."""
-    import inspect
-    import re
-
-    from modelc.generated import j2_voce_af, j2_voce_af_coupled
-
-    for model in ("j2_voce_af", "norton", "perzyna_iso"):
-        rec = compile_one(model, "value", "fp64", 90, 128)
-        assert "error" not in rec, rec.get("error")
-        assert rec["maxnreg"] == 128 >= rec["registers"] and rec["spill_stores_bytes"] == 0, (model, rec)
-    tangent = compile_one("j2_voce_af", "tangent", "fp64", 90, 128)
-    assert "error" not in tangent, tangent.get("error")
-    assert tangent["spill_stores_bytes"] < 112, tangent
-    src = inspect.getsource(j2_voce_af)
-    assert re.search(r"if DTYPE == tl.float64 and \(V & 3\) != 0:  # inputs read again", src)
-    assert "inputs read again" not in inspect.getsource(j2_voce_af_coupled)

@@ -4,6 +4,7 @@ outputs poisoned (NaN) beforehand so an unwritten element shows."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -297,7 +298,9 @@ def test_baked_parameters_agree_with_runtime_parameters(gen_dir, dtype):
 def test_tangent_chunks_stored_as_soon_as_computed():
     """j2_linear_iso's kernel: each 4-entry chunk of the 6x6 tangent is stored once, right after the
     statements it reads (modelc.passes.schedule), so the first store comes before the last entry is
-    computed; the outputs' row likewise comes before any tangent entry."""
+    computed; the outputs' row likewise comes before any tangent entry. In float32 two neighbouring
+    chunks are stored together (8 columns, 32 bytes, as 4 float64 columns are: STORE_BYTES), once
+    both are computed; a last odd chunk is stored alone in either dtype."""
     import inspect
     import re
 
@@ -305,17 +308,54 @@ def test_tangent_chunks_stored_as_soon_as_computed():
 
     src = inspect.getsource(j2_linear_iso._kernel.fn)
     lines = src.splitlines()
-    heads = [(i, int(m.group(1))) for i, l in enumerate(lines)
-             if (m := re.search(r"if V & 2:  # tangent: entries (\d+) \.\. ", l))]
-    assert sorted(start for _, start in heads) == list(range(0, 36, 4))
-    for i, start in heads:  # each guard holds its chunk's store
+    heads = [(i, int(m.group(1)), int(m.group(2))) for i, l in enumerate(lines)
+             if (m := re.search(r"if V & 2:  # tangent: entries (\d+) \.\. (\d+) of", l))]
+    fours = {start: i for i, start, end in heads if end - start == 3}
+    pairs = {start: i for i, start, end in heads if end - start == 7}
+    assert sorted(fours) == list(range(0, 36, 4)) and sorted(pairs) == list(range(0, 32, 8)), heads
+    assert len(heads) == len(fours) + len(pairs)
+    for start, i in list(fours.items()) + list(pairs.items()):  # each guard holds its chunk's store
+        width = 8 if start in pairs and pairs[start] == i else 4
+        dtype = {8: "tl.float32", 4: "tl.float64" if start < 32 else None}[width]
+        if dtype:
+            assert lines[i + 1].strip().startswith(f"if DTYPE == {dtype}:"), (start, lines[i + 1])
         store = next(l for l in lines[i + 1:] if "tl.store(" in l)
         assert "tl.store(J + row[:, None] * j_stride + " + (f"{start} + " if start else "tl.arange") in store
+        assert f"mask[:, None] & (tl.arange(0, {width})[None, :] < {width})" in store, (start, store)
+    for start, i in pairs.items():  # after both of its chunks are computed (and stored in float64)
+        assert i > fours[start] and i > fours[start + 4], (start, heads)
     entry = re.compile(r"^\s+d\d+ = ")
-    first_store = min(i for i, _ in heads)
+    first_store = min(fours.values())
     assert any(entry.match(l) for l in lines[first_store:])  # entries still computed after the first store
     first_y = min(i for i, l in enumerate(lines) if "tl.store(Y" in l)
     assert first_y < first_store
+
+
+def test_only_large_systems_detach_their_memory_operations():
+    """One-trip loads and stores (triton_backend._detach) in the kernels of systems of
+    DETACH_MIN_UNKNOWNS unknowns or more (j2_voce_af_coupled's 14, chaboche2_coupled's 19), for
+    their GPU compile time; the smaller twins (7-9 unknowns) and the radial returns (one unknown, or
+    none: j2_perfect is closed-form) run straight, which was faster on an H200. The float64 register cap follows the system, not the detaching:
+    255 for every coupled system, 128 for the value and tangent kernels of the radial returns."""
+    import importlib
+    import inspect
+
+    from modelc.backends import triton_backend as tb
+    from modelc.driver import load_spec, lower_model
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "spec" / "library.yaml")
+    sizes = {}
+    for name in ("j2_perfect", "j2_voce_af", "j2_perfect_coupled", "perzyna_iso_coupled", "gtn",
+                 "j2_voce_af_coupled", "chaboche2_coupled"):
+        program = lower_model(spec, name).program
+        sizes[name] = tb._system_size(program)
+        mod = importlib.import_module(f"modelc.generated.{name}")
+        detached = "one trip" in inspect.getsource(mod._kernel.fn)
+        assert detached == (sizes[name] >= tb.DETACH_MIN_UNKNOWNS), (name, sizes[name])
+        caps = mod.Model.TRITON_MAXNREG_F64
+        assert caps["tangent"] == (255 if sizes[name] > 1 else 128), (name, caps)
+    assert sizes == {"j2_perfect": 0, "j2_voce_af": 1, "j2_perfect_coupled": 7, "perzyna_iso_coupled": 8,
+                     "gtn": 9, "j2_voce_af_coupled": 14, "chaboche2_coupled": 19}
 
 
 def test_variants_share_one_elimination_of_an_implicit_models_matrix():

@@ -113,10 +113,10 @@ print(json.dumps(out))
 
 
 def test_detached_memory_operations_compile_to_the_same_accesses(tmp_path, monkeypatch):
-    """A coupled system's kernel routes every load and store through a one-trip loop (_Rows,
+    """A large coupled system's kernel routes every load and store through a one-trip loop (_Rows,
     detach: the GPU compile of chaboche2_coupled's float64 tangent kernel went from 146 s to 17 s).
     For sm_90 it must make the same global loads and stores (kind and width) as the straight form,
-    so no access loses its vectorisation or alignment; a radial return keeps the straight form."""
+    so no access loses its vectorisation or alignment."""
     from modelc.backends import triton_backend
     from modelc.driver import compile_model, load_spec
     from modelc.options import CompileOptions
@@ -130,15 +130,13 @@ def test_detached_memory_operations_compile_to_the_same_accesses(tmp_path, monke
         return str(path), text[text.index("    def _kernel("):text.index("C_SOURCE = ")]
 
     paths = {}
-    paths["detached"], kernel = kernel_of("j2_perfect_coupled", "detached")
-    assert "one trip" in kernel
-    assert "one trip" not in kernel_of("j2_perfect", "radial")[1]
-    monkeypatch.setattr(triton_backend, "_detach", lambda program: False)
-    # (and without the inputs' second read after the solve, which a kernel that is not detached
-    # gets in float64: the same memory operations but for the detaching is what is compared)
-    monkeypatch.setattr(triton_backend, "_reload_after_newton", lambda *a: None)
+    # j2_perfect_coupled (7 unknowns) is not detached by default (triton_backend.DETACH_MIN_UNKNOWNS),
+    # and is compiled both ways here
     paths["straight"], kernel = kernel_of("j2_perfect_coupled", "straight")
     assert "one trip" not in kernel
+    monkeypatch.setattr(triton_backend, "_detach", lambda program: True)
+    paths["detached"], kernel = kernel_of("j2_perfect_coupled", "detached")
+    assert "one trip" in kernel
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", DETACH_CHILD, json.dumps(paths)], capture_output=True, text=True,
                        env=env, timeout=600)

@@ -120,6 +120,17 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a4)
+        t1 = tl.join(a2, a6)
+        t2 = tl.join(a1, a5)
+        t3 = tl.join(a3, a7)
+        t4 = tl.join(t0, t1)
+        t5 = tl.join(t2, t3)
+        t6 = tl.join(t4, t5)
+        return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
     def _mc_row2(a0, a1, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a1)
         return tl.reshape(t0, [BLOCK, 2])
@@ -152,14 +163,30 @@ if triton is not None:
             p_E, p_nu = _mc_cols2(_tile3, BLOCK)
         lam = (p_E * p_nu / ((K0 + p_nu) * (K0 - (K1 * p_nu))))
         if V & 4:  # jacobian: entries 8 .. 11 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         mu = (p_E / (K1 + (K1 * p_nu)))
         if V & 4:  # jacobian: entries 0 .. 3 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4((lam + (K1 * mu)), lam, lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4((lam + (K1 * mu)), lam, lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 4 .. 7 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam, (lam + (K1 * mu)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam, (lam + (K1 * mu)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 0 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row4 = _mc_row8(
+                    (lam + (K1 * mu)), lam, lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), lam, (lam + (K1 * mu)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row4, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 4:  # jacobian: entries 12 .. 15 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(lam, lam, (lam + (K1 * mu)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(lam, lam, (lam + (K1 * mu)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row5 = _mc_row8(
+                    lam, (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    lam, lam, (lam + (K1 * mu)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 4:  # jacobian: entries 20 .. 23 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 4:  # jacobian: entries 28 .. 31 of d outputs / d inputs
@@ -172,11 +199,20 @@ if triton is not None:
         state_S_2 = ((lam * trE) + (K1 * forces_E_2 * mu))
         state_S_3 = (K1 * forces_E_3 * mu)
         # outputs 0 .. 3
-        tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         state_S_4 = (K1 * forces_E_4 * mu)
         state_S_5 = (K1 * forces_E_5 * mu)
         # outputs 4 .. 5
-        tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
+        # outputs 0 .. 5
+        if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+            _zero6 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row7 = _mc_row8(
+                state_S_0, state_S_1, state_S_2, state_S_3,
+                state_S_4, state_S_5, _zero6, _zero6, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 4:  # jacobian
             # d outputs / d inputs of the jacobian variant(s): every entry written once, zeros included
             tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
