@@ -175,11 +175,6 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
-    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
-        t0 = tl.join(a0, a1)
-        return tl.reshape(t0, [BLOCK, 2])
-
-    @triton.jit
     def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a4)
         t1 = tl.join(a2, a6)
@@ -189,6 +184,11 @@ if triton is not None:
         t5 = tl.join(t2, t3)
         t6 = tl.join(t4, t5)
         return tl.reshape(t6, [BLOCK, 8])
+
+    @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
     def _kernel(IN0, P, Y, J, CV, IT, RN, O, n, in0_stride, p_stride, y_stride, j_stride, zero, V: tl.constexpr, DTYPE: tl.constexpr, EPS: tl.constexpr, BLOCK: tl.constexpr, P_SHARED: tl.constexpr):
@@ -220,11 +220,25 @@ if triton is not None:
         cse_8 = (K0 / cse_7)
         d1 = (p_E * cse_8)
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row4 = _mc_row8(
+                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row4, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d2 = d1
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row5 = _mc_row8(
+                    (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d3 = d1
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
@@ -258,10 +272,10 @@ if triton is not None:
                 tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row4 = _mc_row8(
+                _row6 = _mc_row8(
                     d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
                     (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row4, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row6, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
             d10 = d4
             d11 = d4
@@ -271,10 +285,10 @@ if triton is not None:
                 tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row5 = _mc_row8(
+                _row7 = _mc_row8(
                     d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)),
                     d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         cse_0 = (forces_E_0 + forces_E_1 + forces_E_2)
         cse_5 = (cse_0 * cse_4)
         cse_6 = (cse_5 + forces_E_0)
@@ -289,11 +303,11 @@ if triton is not None:
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(state_S_0, state_S_1, state_S_2, state_S_3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # outputs 0 .. 5
         if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-            _zero6 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row7 = _mc_row8(
+            _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row9 = _mc_row8(
                 state_S_0, state_S_1, state_S_2, state_S_3,
-                state_S_4, state_S_5, _zero6, _zero6, BLOCK)
-            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
+                state_S_4, state_S_5, _zero8, _zero8, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 8:  # total
             cse_14 = (cse_8 * cse_8)
             cse_15 = (-cse_0 * ((cse_8 * (cse_3 + (cse_1 * (cse_3 * cse_3)))) - (cse_14 * cse_4)))
@@ -312,35 +326,37 @@ if triton is not None:
             d24 = (-cse_16 * forces_E_5)
         if V & 2:  # tangent
             # d outputs / d inputs of the tangent variant(s): every entry written once, zeros included
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
-            _k8 = tl.arange(0, 4)[None, :]
-            tl.store(J + row[:, None] * j_stride + _k8 + (_k8 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k9 = tl.arange(0, 4)[None, :] + 4
-            tl.store(J + row[:, None] * j_stride + _k9 + (_k9 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k10 = tl.arange(0, 4)[None, :] + 8
-            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k11 = tl.arange(0, 4)[None, :] + 12
-            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k12 = tl.arange(0, 4)[None, :] + 16
-            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k13 = tl.arange(0, 4)[None, :] + 20
-            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k14 = tl.arange(0, 4)[None, :] + 24
+            _k10 = tl.arange(0, 4)[None, :]
+            tl.store(J + row[:, None] * j_stride + _k10 + (_k10 // 6) * (2 * (V // 8)), _mc_row4(d6, d4, d7, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k11 = tl.arange(0, 4)[None, :] + 4
+            tl.store(J + row[:, None] * j_stride + _k11 + (_k11 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d8, d9, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k12 = tl.arange(0, 4)[None, :] + 8
+            tl.store(J + row[:, None] * j_stride + _k12 + (_k12 // 6) * (2 * (V // 8)), _mc_row4(d5, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k13 = tl.arange(0, 4)[None, :] + 12
+            tl.store(J + row[:, None] * j_stride + _k13 + (_k13 // 6) * (2 * (V // 8)), _mc_row4(d10, d11, d12, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k14 = tl.arange(0, 4)[None, :] + 16
             tl.store(J + row[:, None] * j_stride + _k14 + (_k14 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k15 = tl.arange(0, 4)[None, :] + 28
-            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            _k16 = tl.arange(0, 4)[None, :] + 32
-            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k15 = tl.arange(0, 4)[None, :] + 20
+            tl.store(J + row[:, None] * j_stride + _k15 + (_k15 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), d1, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k16 = tl.arange(0, 4)[None, :] + 24
+            tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k17 = tl.arange(0, 4)[None, :] + 28
+            tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 6) * (2 * (V // 8)), _mc_row4(d2, (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            _k18 = tl.arange(0, 4)[None, :] + 32
+            tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 6) * (2 * (V // 8)), _mc_row4((K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 + tl.zeros([BLOCK], dtype=DTYPE)), d3, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
-                _k17 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k17 // 2) * 8 + 6 + _k17 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k18 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k18 // 2) * 8 + 6 + _k18 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-                _k19 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k19 // 2) * 8 + 6 + _k19 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k19 = tl.arange(0, 4)[None, :]
+                tl.store(J + row[:, None] * j_stride + (_k19 // 2) * 8 + 6 + _k19 % 2, _mc_row4(d13, d19, d14, d20, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k20 = tl.arange(0, 4)[None, :] + 4
+                tl.store(J + row[:, None] * j_stride + (_k20 // 2) * 8 + 6 + _k20 % 2, _mc_row4(d15, d21, d16, d22, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                _k21 = tl.arange(0, 4)[None, :] + 8
+                tl.store(J + row[:, None] * j_stride + (_k21 // 2) * 8 + 6 + _k21 % 2, _mc_row4(d17, d23, d18, d24, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 

@@ -538,28 +538,31 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
 
     def pair_stores(items, emit, before) -> None:
         """One row's chunks ``(start, entries, k)``, in order (``k``: the statement after which the
-        chunk's values are all computed; None: before any, ``before(start, entries)``), each stored
-        as soon as it is computed: ``emit(start, entries, dtype)`` after statement ``k``. A chunk is
-        :data:`STORE_CHUNK` columns, 32 bytes in float64; in float32 that is 16 bytes, half a
-        sector, so there two neighbouring chunks are stored together, 8 columns, at the later of
-        their two ``k`` (the first chunk's values live until then: float32 registers are half as
-        many). Timed on an H200, the float32 tangent kernels ran 1.7-1.9x faster that way (rows
-        stored 8 columns at a time; see :data:`STORE_BYTES`)."""
-        for i in range(0, len(items), 2):
-            pair = items[i:i + 2]
-            ks = [k for *_, k in pair]
-            if len(pair) == 1 or None in ks:  # a last odd chunk, or one of constants: as it is
-                for start, es, k in pair:
-                    if k is None:
-                        before(start, es)
-                    else:
-                        after.setdefault(k, []).append(lambda start=start, es=es: emit(start, es, None))
+        chunk's values are all computed; None: before any), each stored as soon as it is computed:
+        ``emit(start, entries, dtype)`` after statement ``k`` (for None, ``before(start, entries,
+        dtype)``). A chunk is :data:`STORE_CHUNK` columns, 32 bytes in float64; in float32 that is
+        16 bytes, half a sector, so there two neighbouring chunks that make one 8-column piece of
+        the row are stored together, at the later of their two ``k`` (the first chunk's values
+        live until then: float32 registers are half as many). Timed on an H200, the float32
+        tangent kernels ran 1.7-1.9x faster that way (see :data:`STORE_BYTES`)."""
+        def at(k, start, es, dtype) -> None:
+            if k is None:
+                before(start, es, dtype)
+            else:
+                after.setdefault(k, []).append(lambda: emit(start, es, dtype))
+
+        i = 0
+        while i < len(items):
+            start, es, k = items[i]
+            if not (i + 1 < len(items) and start % (2 * STORE_CHUNK) == 0 and items[i + 1][0] == start + STORE_CHUNK):
+                at(k, start, es, None)  # a chunk alone (the row's last): the same in both dtypes
+                i += 1
                 continue
-            for start, es, k in pair:
-                after.setdefault(k, []).append(lambda start=start, es=es: emit(start, es, "tl.float64"))
-            (start, first, _), (_, second, _) = pair
-            after.setdefault(max(ks), []).append(
-                lambda start=start, es=first + second: emit(start, es, "tl.float32"))
+            (_, second, k2) = items[i + 1]
+            at(k, start, es, "tl.float64")
+            at(k2, start + STORE_CHUNK, second, "tl.float64")
+            at(k if k2 is None else k2 if k is None else max(k, k2), start, es + second, "tl.float32")
+            i += 2
 
     for start, es, syms in y_chunks:
         if start is None:
@@ -581,7 +584,7 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
             em.depth -= 1
 
         pair_stores([(start, es, last_writer(syms)) for (w, start, es), syms in chunks if w is v], store_chunk,
-                    lambda start, es, v=v: early[v.name].append((start, es)))
+                    lambda start, es, dtype, v=v: early[v.name].append((start, es, dtype)))
     em.guarded(program, {k: (lambda fs=fs: [f() for f in fs]) for k, fs in after.items()})
     for group in groups:
         if early.get(group[0][0].name) == []:  # every chunk already stored
@@ -603,8 +606,9 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
                 em.depth += 1
             if len(group) == 1:
                 if v.name in early:  # chunks stored as computed; those of constants only here
-                    for start, es in early[v.name]:
-                        rows.store_chunk("J", "j_stride", [block(e) for e in es], start)
+                    for start, es, dtype in early[v.name]:
+                        dtype_branch(dtype, lambda start=start, es=es: rows.store_chunk(
+                            "J", "j_stride", [block(e) for e in es], start))
                 else:
                     rows.store("J", "j_stride", [block(e) for _, e in entries])
             elif k == 0:  # rows of this variant's width, or of the widest when that is the one asked for

@@ -188,9 +188,23 @@ if triton is not None:
                     lam, lam, (lam + (K1 * mu)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row5, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 4:  # jacobian: entries 20 .. 23 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 16 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row6 = _mc_row8(
+                    (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row6, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 4:  # jacobian: entries 28 .. 31 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4((K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 4:  # jacobian: entries 24 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row7 = _mc_row8(
+                    (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)),
+                    (K1 * mu), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 4:  # jacobian: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K1 * mu), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         trE = (forces_E_0 + forces_E_1 + forces_E_2)
@@ -208,15 +222,17 @@ if triton is not None:
             tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 2)[None, :], _mc_row2(state_S_4, state_S_5, BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         # outputs 0 .. 5
         if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-            _zero6 = tl.zeros([BLOCK], dtype=DTYPE)
-            _row7 = _mc_row8(
+            _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
+            _row9 = _mc_row8(
                 state_S_0, state_S_1, state_S_2, state_S_3,
-                state_S_4, state_S_5, _zero6, _zero6, BLOCK)
-            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
+                state_S_4, state_S_5, _zero8, _zero8, BLOCK)
+            tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6))
         if V & 4:  # jacobian
             # d outputs / d inputs of the jacobian variant(s): every entry written once, zeros included
-            tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-            tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4((K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), (K2 + tl.zeros([BLOCK], dtype=DTYPE)), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
 else:
     _kernel = None
 
