@@ -21,11 +21,14 @@
 # minutes), everything that matters in one call of ~9 minutes, each part under a time box (SIGINT;
 # benchmarks.run writes its records after every configuration), packed in one archive:
 #   bash benchmarks/gpu_session.sh session  # compiled-Triton tests, then benchmarks model by model
-# or, for issue 13 (~10 minutes in all; T_AB, T_TIME, T_TESTS and LIB_MODELS shorten it): two A/Bs
-# (the coupled twins without their one-trip loads and stores; the radial returns' rows stored 8
-# columns at a time), every library kernel (value, tangent; float64, float32) timed under register
-# caps at 4e6 points, then the compiled-Triton tests:
+# or, for issue 13 (~5 minutes; T_TIME, T_TESTS and LIB_MODELS shorten it): every library kernel
+# (value, tangent; float64, float32) timed under register caps at 4e6 points, then the
+# compiled-Triton tests:
 #   bash benchmarks/gpu_session.sh library
+# and an A/B of the working tree's modules against another folder of modules (an earlier commit's,
+# written here into the ignored .ab/base: `git show REV:generated/NAME.py > .ab/base/NAME.py`),
+# carried with carry=[".ab"], in the same minute (~90 s for eight models):
+#   T_COMPILE=55 T_AB=45 AB_MODELS="j2_voce_af perzyna_iso ..." bash benchmarks/gpu_session.sh ab
 # and, where Nsight Compute reads the counters (Firecracker machines, KINDS.md), why a float32
 # tangent kernel streams at half the float64 one's share of the memory's rate (~2 minutes):
 #   bash benchmarks/gpu_session.sh profile
@@ -101,65 +104,21 @@ case "$step" in
       | tee -a "$OUT/layout.log"
     ;;
   library)
-    R=/tmp/library && rm -rf $R && mkdir -p $R/ab && cp "$OUT/gpu.txt" $R/
-    # two A/Bs, generated here: the coupled twins without their one-trip loads and stores (_Rows,
-    # detach), and the radial returns with their rows stored 8 columns at a time instead of 4
-    # (STORE_CHUNK: 4 float32 columns are 16 bytes, half a sector)
-    RADIAL="j2_perfect j2_linear_iso j2_voce_af perzyna_iso"
-    TWINS="j2_perfect_coupled j2_linear_iso_coupled j2_voce_af_coupled perzyna_iso_coupled"
-    # (generated beforehand into the ignored folder .ab and carried, when it is there: ~25 s saved)
-    if [ -d .ab ]; then cp -r .ab/. $R/ab/; else
-    python3 - $R/ab "$RADIAL" "$TWINS" <<'PY' 2>&1 | tee $R/library.log
-import os, sys
-from modelc import driver
-from modelc.backends import triton_backend as tb
-from modelc.backends.module import write_atomic
-spec = driver.load_spec("spec/library.yaml")
-def generate(folder, names):
-    os.makedirs(folder, exist_ok=True)
-    for name in names.split():
-        write_atomic(f"{folder}/{name}.py", driver.compile_model(spec, name).source)
-detach = tb._detach
-tb._detach = lambda program: False
-generate(f"{sys.argv[1]}/nodetach", sys.argv[3])
-chunk = tb.STORE_CHUNK
-tb._detach, tb.STORE_CHUNK = detach, 8
-generate(f"{sys.argv[1]}/chunk8", sys.argv[2])
-tb.STORE_CHUNK = 2  # 16 bytes a thread in float64: perzyna_iso's tangent 24 -> 0 bytes of spills at 128, j2_voce_af's 64 -> 52
-generate(f"{sys.argv[1]}/chunk2", "j2_voce_af perzyna_iso")
-tb.STORE_CHUNK = chunk
-reload = tb._reload_after_newton  # the float64 Newton kernels without their inputs' second read
-tb._reload_after_newton = lambda *a: None
-generate(f"{sys.argv[1]}/noreload", "j2_voce_af perzyna_iso norton")
-tb._reload_after_newton = reload
-PY
-    fi
+    # every library kernel (value, tangent; float64, float32) timed at 4e6 points under register
+    # caps, each checked against the PyTorch backend. (The A/Bs this step queued until 2026-11-27 are
+    # decided: results/20261127T153000Z-cuda-h200-ab-session.md; `ab` below times new ones.)
+    R=/tmp/library && rm -rf $R && mkdir -p $R && cp "$OUT/gpu.txt" $R/
     # 1. compile every kernel first, one process per model and dtype, 16 at a time (Triton's cache)
     models=${LIB_MODELS:-$(python3 -c "from benchmarks.gpu_kernels import MODELS; print(' '.join(MODELS))")}
-    { for m in $RADIAL $TWINS; do for d in fp64 fp32; do echo "--models $m --dtypes $d --caps module"; done; done
-      for m in $TWINS; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/nodetach --caps module 255"; done; done
-      for m in $RADIAL; do for d in fp64 fp32; do echo "--models $m --dtypes $d --modules $R/ab/chunk8 --caps module"; done; done
-      for m in j2_voce_af perzyna_iso norton; do echo "--models $m --dtypes fp64 --modules $R/ab/noreload --caps module"; done
-      for m in j2_voce_af perzyna_iso; do echo "--models $m --dtypes fp64 --modules $R/ab/chunk2 --caps module"; done
-      for m in $models; do for d in fp64 fp32; do echo "--models $m --dtypes $d"; done; done; } \
+    { for m in $models; do for d in fp64 fp32; do echo "--models $m --dtypes $d"; done; done; } \
       | timeout -s INT "${T_COMPILE:-120}" xargs -P 16 -L 1 python3 -m benchmarks.gpu_library --compile-only \
       2>&1 | tee -a $R/library.log
     pkill -INT -f "benchmarks.gpu_library --compile-only"; sleep 1; pkill -9 -f "benchmarks.gpu_library --compile-only"
-    # 2. the A/Bs, each against the committed modules in the same minute (the modules' own caps; the
-    #    twins without detach at 255 in float64, as the committed ones ask, and uncapped)
-    t() { timeout -s INT "$1" python3 -m benchmarks.gpu_library --sizes 4000000 --out $R "${@:2}" 2>&1 | tee -a $R/library.log; }
-    t "${T_AB:-60}" --models $RADIAL norton $TWINS --caps module --tag gpu-ab-base
-    t "${T_AB:-60}" --models $RADIAL --modules $R/ab/chunk8 --caps module --tag gpu-ab-chunk8
-    t "${T_AB:-60}" --models $TWINS --modules $R/ab/nodetach --caps module 255 --tag gpu-ab-nodetach
-    t "${T_AB:-60}" --models j2_voce_af perzyna_iso norton --dtypes fp64 --modules $R/ab/noreload --caps module \
-      --tag gpu-ab-noreload
-    t "${T_AB:-60}" --models j2_voce_af perzyna_iso --dtypes fp64 --modules $R/ab/chunk2 --caps module --tag gpu-ab-chunk2
-    # 3. every library kernel under each register cap, each checked against the PyTorch backend
-    # (T_TIME=0: not at all)
-    [ "${T_TIME:-150}" = 0 ] || t "${T_TIME:-150}" --models $models --tag gpu
-    # 4. the library's Triton tests compiled and run on this GPU, when T_TESTS (seconds) is given
+    # 2. every library kernel under each register cap
+    timeout -s INT "${T_TIME:-150}" python3 -m benchmarks.gpu_library --sizes 4000000 --out $R --models $models \
+      --tag gpu 2>&1 | tee -a $R/library.log
+    # 3. the library's Triton tests compiled and run on this GPU, when T_TESTS (seconds) is given
     [ "${T_TESTS:-0}" = 0 ] || cuda_tests $R/tests.log
-    rm -rf $R/ab
     tar -czf "$OUT/library.tgz" -C $R .
     ;;
   ab)
