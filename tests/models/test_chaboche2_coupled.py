@@ -124,12 +124,14 @@ def test_interpreter_one_step_matches_neml2() -> None:
 @pytest.mark.parametrize("backend", ["torch", "c", "triton"])
 def test_compiled_one_step_matches_neml2(backend: str, dtype: torch.dtype) -> None:
     """All 100 steps (8 points; 3 under the slow Triton interpreter), each from NEML2's state of the row
-    before, in one call, against NEML2; the C and Triton backends also against the torch backend."""
+    before, in one call, against NEML2; the C and Triton backends also against the torch backend. The
+    tangent is the declared one (``derivatives="tangent"``: d stress / d strain, what a finite-element
+    code asks for); the full Jacobian's block is checked against it below."""
     ref, params = reference(MODEL), reference_params(MODEL)
     points = TRITON_POINTS if backend == "triton" else POINTS
     m = compiled(MODEL, backend, dtype)
     ins = forced_inputs([v.name for v in m.INPUTS], ref, STEPS, points)
-    outs, tan, status = call_compiled(m, ins, params=params)
+    outs, tan, status = call_compiled(m, ins, derivatives="tangent", params=params)
     assert status["converged"].all(), f"{backend}, {dtype}: {(~status['converged']).sum()} points did not converge"
     shape = (len(STEPS), len(points))
     expected = forced_expected(STATES, ref, STEPS, points)
@@ -149,7 +151,7 @@ def test_compiled_one_step_matches_neml2(backend: str, dtype: torch.dtype) -> No
                               float32_tangent_bound(MODEL, tsteps, points, 1, TOL_FORMULATION[2]), f"{what} vs NEML2")
     if backend == "torch":
         return
-    touts, ttan, _ = call_compiled(compiled(MODEL, "torch", dtype), ins, params=params)
+    touts, ttan, _ = call_compiled(compiled(MODEL, "torch", dtype), ins, derivatives="tangent", params=params)
     close = 1e-9 if dtype == torch.float64 else 1e-4
     for name in STATES:
         e = per_point_rel_err(outs[name].reshape(*shape, -1), touts[name].reshape(*shape, -1))
@@ -159,6 +161,30 @@ def test_compiled_one_step_matches_neml2(backend: str, dtype: torch.dtype) -> No
         assert e <= close, f"{what}: tangent differs from the torch backend by {e:.2e}"
     else:
         assert_tangent_within(tan, ttan, float32_tangent_bound(MODEL, STEPS, points, 2), f"{what} vs torch")
+
+
+@pytest.mark.parametrize("backend", ["torch", "c", "triton"])
+def test_tangent_variant_is_the_full_jacobians_block(backend: str) -> None:
+    """The declared tangent variant and the full Jacobian (``derivatives=True``, every output by every
+    input) are two kernels of one module: the same Newton solve, different elimination of the 19x19
+    system's right-hand sides. Float64, steps of plastic flow (NEML2's tangent steps), against each
+    other to round-off of the 19x19 solve, and the same outputs (identical here, on every backend:
+    the variants share the matrix's elimination; the bounds leave room for a compiler that contracts
+    the two entry points differently)."""
+    ref, params = reference(MODEL), reference_params(MODEL)
+    points = TRITON_POINTS if backend == "triton" else POINTS
+    steps = ref["tangent_steps"]
+    m = compiled(MODEL, backend, torch.float64)
+    ins = forced_inputs([v.name for v in m.INPUTS], ref, steps, points)
+    outs_t, tan_t, st_t = call_compiled(m, ins, derivatives="tangent", params=params)
+    outs_f, tan_f, st_f = call_compiled(m, ins, derivatives=True, params=params)
+    assert st_t["converged"].all() and st_f["converged"].all()
+    e = per_point_rel_err(tan_t, tan_f)
+    assert e <= 1e-10, f"{backend}: tangent variant vs the full Jacobian's block {e:.2e}"
+    for name in STATES:
+        e = per_point_rel_err(outs_t[name].reshape(len(steps) * len(points), -1),
+                              outs_f[name].reshape(len(steps) * len(points), -1))
+        assert e <= 1e-12, f"{backend}: {name} differs between the variants by {e:.2e}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
