@@ -163,6 +163,40 @@ def render(result: dict, calls: int, repeats: int) -> str:
             + table(result["records"], bandwidth) + "\n")
 
 
+def compare(before: dict, after: dict) -> str:
+    """Two runs' results (``--compare``; the ``ab`` step of gpu_session.sh writes one before and one
+    after) side by side: points per second, after / before, registers and local memory, for every
+    (model, dtype, variant, cap, points) both timed; a kernel in one run only, or one that failed,
+    is listed under the table with why."""
+    def key(r):
+        return r["model"], r["dtype"], r["variant"], str(r["cap"]), r["points"]
+
+    old = {key(r): r for r in before["records"]}
+    new = {key(r): r for r in after["records"]}
+    lines = [f"{after.get('device', '?')}; before: {_label(before)}, after: {_label(after)}", "",
+             "| model | dtype | variant | cap | points | before (points/s) | after (points/s) | after / before "
+             "| registers | local memory (4-byte words) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for k in [k for k in new if k in old] + [k for k in old if k not in new]:
+        b, a = old.get(k), new.get(k)
+        what = " ".join(str(x) for x in k)
+        if a is None or b is None:
+            notes.append(f"- {what}: only in the {'before' if a is None else 'after'} run")
+        elif "error" in a or "error" in b:
+            notes.append(f"- {what}: failed ({(a if 'error' in a else b)['error']})")
+        else:
+            lines.append(f"| {' | '.join(str(x) for x in k)} | {b['points_per_s']:.3g} | {a['points_per_s']:.3g} "
+                         f"| {a['points_per_s'] / b['points_per_s']:.2f} | {b['n_regs']} -> {a['n_regs']} "
+                         f"| {b['n_spills']} -> {a['n_spills']} |")
+    notes += [f"- {' '.join(str(x) for x in k)}: only in the after run" for k in new if k not in old]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _label(result: dict) -> str:
+    mods = {r.get("modules", "generated") for r in result["records"]}
+    return ", ".join(sorted(mods)) or "no records"
+
+
 def main(argv: list[str] | None = None) -> Path | None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=MODELS)
@@ -178,7 +212,20 @@ def main(argv: list[str] | None = None) -> Path | None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--report", default=None, help="re-render the .md of a results .json (bytes recomputed)")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                    help="two results .json side by side (markdown on stdout); needs no GPU")
     a = ap.parse_args(argv)
+    if a.compare:
+        runs = []
+        for f in a.compare:
+            try:
+                runs.append(json.loads(Path(f).read_text()))
+            except (OSError, ValueError) as e:
+                sys.exit(f"benchmarks.gpu_library --compare: {f}: {e}")
+            if not isinstance(runs[-1], dict) or "records" not in runs[-1]:
+                sys.exit(f"benchmarks.gpu_library --compare: {f} holds no records (not a gpu_library result)")
+        print(compare(*runs), end="")
+        return None
     if a.report:
         path = Path(a.report)
         result = json.loads(path.read_text())

@@ -136,6 +136,8 @@ case "$step" in
       --modules "$base" --caps module --tag gpu-ab-before 2>&1 | tee -a "$OUT/ab.log"
     timeout -s INT "${T_AB:-45}" python3 -m benchmarks.gpu_library --sizes 4000000 --out "$OUT" --models $AB_MODELS \
       --caps module --tag gpu-ab-after 2>&1 | tee -a "$OUT/ab.log"
+    python3 -m benchmarks.gpu_library --compare "$OUT"/*-gpu-ab-before.json "$OUT"/*-gpu-ab-after.json \
+      | tee "$OUT/ab-compare.md"
     ;;
   profile)
     # j2_voce_af's tangent kernel in float32 and float64 at 4e6 points under Nsight Compute: memory

@@ -72,3 +72,35 @@ def test_run_checks_each_kernel_against_torch_and_writes_a_report(on_cpu, tmp_pa
     # --report re-renders the same table from the JSON
     md.unlink()
     assert gl.main(["--report", str(md.with_suffix(".json"))]) == md and "| perzyna_iso | fp64 | tangent |" in md.read_text()
+
+
+def _rec(model, dtype, pts, regs=128, spills=0, **extra):
+    return dict(model=model, dtype=dtype, variant="tangent", cap="module", points=4_000_000, modules="generated",
+                points_per_s=pts, n_regs=regs, n_spills=spills, **extra)
+
+
+def test_compare_puts_two_runs_side_by_side(tmp_path, capsys):
+    before = {"device": "GPU X", "records": [_rec("a", "fp32", 2e9, 80), _rec("b", "fp64", 4e9, spills=14),
+                                             _rec("gone", "fp64", 1e9)]}
+    after = {"device": "GPU X", "records": [_rec("a", "fp32", 5e9, 96), _rec("new", "fp64", 3e9),
+                                            {**_rec("b", "fp64", 0), "error": "RuntimeError: boom"}]}
+    for rec in before["records"]:
+        rec["modules"] = ".ab/base"
+    text = gl.compare(before, after)
+    rows = [line for line in text.splitlines() if line.startswith("| a |")]
+    assert rows == ["| a | fp32 | tangent | module | 4000000 | 2e+09 | 5e+09 | 2.50 | 80 -> 96 | 0 -> 0 |"]
+    assert "before: .ab/base, after: generated" in text.splitlines()[0]
+    assert "- b fp64 tangent module 4000000: failed (RuntimeError: boom)" in text
+    assert "- gone fp64 tangent module 4000000: only in the before run" in text
+    assert "- new fp64 tangent module 4000000: only in the after run" in text
+    # from the command line: two result files, and a clear refusal of anything else
+    f1, f2 = tmp_path / "before.json", tmp_path / "after.json"
+    f1.write_text(json.dumps(before))
+    f2.write_text(json.dumps(after))
+    gl.main(["--compare", str(f1), str(f2)])
+    assert capsys.readouterr().out == text
+    f2.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="after.json holds no records"):
+        gl.main(["--compare", str(f1), str(f2)])
+    with pytest.raises(SystemExit, match="missing.json"):
+        gl.main(["--compare", str(f1), str(tmp_path / "missing.json")])
