@@ -5,8 +5,9 @@ component is loaded once, every output and Jacobian entry (zeros included) store
 in between lives in registers. Each array moves as one ``[BLOCK, W]`` tile (``W`` its row length padded
 to a power of two) split into / assembled from components with ``tl.split`` / ``tl.join`` (see
 :class:`_Rows`: few memory ops per array keep GPU compile times reasonable); rows of up to 64 values
-are stored 4 columns at a time, which keeps register pressure down. Layout: see
-:mod:`modelc.backends.layout`; row offsets are int64.
+are computed and stored 4 columns at a time (in float32 two such chunks are stored together: 32
+bytes), which keeps register pressure down. Layout: see :mod:`modelc.backends.layout`; row offsets
+are int64.
 
 Kernel signature (every variant, so launches are uniform; :func:`kernel_signature`)::
 
@@ -51,7 +52,6 @@ from modelc.backends.triton_math import ROW_WIDTHS
 from modelc.backends.triton_printer import TritonPrinter
 from modelc.passes.expand_solve import at_risk, back, factor, forward
 from modelc.passes.schedule import schedule
-from modelc.symdag import FreeSymbols
 
 
 def baked_arg(sym: sp.Symbol) -> str:
@@ -291,6 +291,8 @@ STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values 
 #: time ran the float32 tangent kernels 1.7-1.9x faster than 4 (0.23-0.27 of the copy bandwidth ->
 #: 0.39-0.51), and in float64 j2_voce_af's value and tangent 9% slower (more spills).
 STORE_BYTES = 32
+if STORE_CHUNK * 8 != STORE_BYTES:  # pair_stores: a chunk is one float64 store, two chunks one float32 store
+    raise InternalError(f"STORE_CHUNK {STORE_CHUNK} is not {STORE_BYTES} bytes of float64")
 CHUNKED_ROW_MAX = 64
 #: columns per store for longer rows (a full Jacobian): a [BLOCK, W] tile is stored through shared
 #: memory, BLOCK * W * 8 bytes in float64; whole, j2_perfect's 13x14 Jacobian (W 256) asked for 256 KB
