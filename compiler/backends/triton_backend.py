@@ -287,9 +287,9 @@ ROW_CALL_INLINE = 4  # a stored row of more values has its _mc_row call on lines
 STORE_CHUNK = 4  # columns per store for rows of at most CHUNKED_ROW_MAX values (see _Rows.store)
 #: what a thread stores at once of a chunked row: STORE_CHUNK float64 columns, or two chunks of
 #: float32 (triton_body's pair_stores). A sector is 32 bytes. Timed on an H200 (4e6 points,
-#: benchmarks/results/20261127T153317Z-cuda-gpu-library-h200-ab-chunk8.md): rows stored 8 columns at a
-#: time ran the float32 tangent kernels 1.7-1.9x faster than 4 (0.23-0.27 of the copy bandwidth ->
-#: 0.39-0.51), and in float64 j2_voce_af's value and tangent 9% slower (more spills).
+#: benchmarks/results/20261127T153317Z-cuda-gpu-library-h200-ab-chunk8.md): rows stored 8 columns at
+#: a time ran the radial returns' float32 tangent kernels 1.7-1.9x faster than 4 (0.23-0.27 of the
+#: copy bandwidth -> 0.39-0.51), and in float64 j2_voce_af's value and tangent 9% slower (more spills).
 STORE_BYTES = 32
 if STORE_CHUNK * 8 != STORE_BYTES:  # pair_stores: a chunk is one float64 store, two chunks one float32 store
     raise InternalError(f"STORE_CHUNK {STORE_CHUNK} is not {STORE_BYTES} bytes of float64")
@@ -546,7 +546,7 @@ def triton_body(program: ir.Program, layout: Layout, baked: frozenset[str], *, p
         16 bytes, half a sector, so there two neighbouring chunks that make one 8-column piece of
         the row are stored together, at the later of their two ``k`` (the first chunk's values
         live until then: float32 registers are half as many). Timed on an H200, the float32
-        tangent kernels ran 1.7-1.9x faster that way (see :data:`STORE_BYTES`)."""
+        tangent kernels of the radial returns ran 1.7-1.9x faster that way (see :data:`STORE_BYTES`)."""
         def at(k, start, es, dtype) -> None:
             if k is None:
                 before(start, es, dtype)
@@ -661,7 +661,8 @@ def _system_size(program: ir.Program) -> int:
 #: loops (:func:`_detach`). Timed on an H200 (benchmarks/results/20261127T153325Z-cuda-gpu-library-
 #: h200-ab-nodetach.md, 4e6 points): without them, the twins of 7 and 8 unknowns ran 10-26% faster
 #: in float64 and 30-58% in float32, and compiled in 6-8 s (4 s detached); j2_voce_af_coupled (14)
-#: ran at the same speed in float64 and its tangent kernel took 51 s to compile against 10 s.
+#: ran its float64 value kernel at the same speed (its others were not reached in the time box) and its
+#: tangent kernel took 51 s to compile against 10 s.
 DETACH_MIN_UNKNOWNS = 12
 
 

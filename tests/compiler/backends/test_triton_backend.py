@@ -335,8 +335,9 @@ def test_only_large_systems_detach_their_memory_operations():
     """One-trip loads and stores (triton_backend._detach) in the kernels of systems of
     DETACH_MIN_UNKNOWNS unknowns or more (j2_voce_af_coupled's 14, chaboche2_coupled's 19), for
     their GPU compile time; the smaller twins (7-9 unknowns) and the radial returns (one unknown, or
-    none: j2_perfect is closed-form) run straight, which was faster on an H200. The float64 register cap follows the system, not the detaching:
-    255 for every coupled system, 128 for the value and tangent kernels of the radial returns."""
+    none: j2_perfect is closed-form) run straight, which was faster on an H200 (gtn: level). The
+    float64 register cap follows the system, not the detaching: 255 for every coupled system, 128
+    for the value and tangent kernels of the radial returns."""
     import importlib
     import inspect
 
