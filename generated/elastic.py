@@ -374,6 +374,7 @@ C_SOURCE = r'''
 #define NP 2
 #define NY 6
 #define MC_NEWTON 0
+#define MC_WIDE 0
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6 tangent=36 jacobian=36 total=48 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"

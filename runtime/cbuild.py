@@ -15,10 +15,18 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   A source with a Newton solve (``#define MC_NEWTON 1``) also gets :data:`NEWTON_FLAGS` when the
   probe accepts them (GCC): the instruction scheduler before register allocation, aware of register
   pressure. It reorders instructions and changes no arithmetic (the numbers are the same bit for
-  bit, tested). Newton blocks are 16 points of two AVX-512 vectors a value, and their tangents
+  bit, tested). Newton blocks are 16 points in float64 on AVX-512, and their tangents
   spilled heavily; 1 thread, float64, 1e5 points, interleaved: j2_voce_af value and tangent 8%
   faster, perzyna_iso's tangent 5%, the coupled twins 3-12%. A closed form (j2_linear_iso,
   j2_perfect) ran 6-12% slower with them, so it does not get them (docs/backends.md).
+  A source that says ``#define MC_WIDE 1`` (a Newton over a system, or a large block: the C
+  backend's ``WIDE_LOOP``) also gets :data:`WIDE_FLAGS` in float64 where the build targets AVX-512
+  and the compiler takes them. GCC 12's tuning for such CPUs prefers 256-bit vectors, so a block of
+  16 points held each value in four registers, and these blocks spilled; in 512-bit vectors, same
+  bits (tested), measured on an Intel Xeon (1 thread, interleaved): chaboche2_coupled 1.56x faster,
+  the other coupled systems 1.1-1.3x, gtn 1.5x, j2_voce_af 1.1x. The scalar Newtons with smaller
+  blocks (norton, perzyna_iso), the closed forms and float32 (8 points, one 256-bit vector a value)
+  were level or slower with them (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **header**: a generated source includes ``modelc_kernel.h`` (what every model's source shares,
@@ -73,6 +81,12 @@ _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+
 DEFAULT_LANES = 0  # the source's own choice of points per block (no -DMC_W)
 #: flags a source with a Newton solve adds when the compiler takes them (see the module docstring)
 NEWTON_FLAGS = ("-fschedule-insns", "-fsched-pressure")
+#: flags a source that asks for them (``#define MC_WIDE 1``: the C backend's ``WIDE_LOOP``) adds in
+#: float64 on a CPU with AVX-512 (``__AVX512F__`` among the macros ``-march=native`` and
+#: ``$MODELC_CFLAGS`` define) when the compiler takes them: its blocks of 16 points are then two
+#: 512-bit vectors a value, not four 256-bit ones (see the module docstring)
+WIDE_FLAGS = ("-mprefer-vector-width=512",)
+_WIDE = re.compile(r"^#define MC_WIDE 1$", re.M)
 _NEWTON = re.compile(r"^#define MC_NEWTON 1$", re.M)
 #: calls that read and write more bytes than this fraction of the largest cache (inputs, parameters,
 #: outputs and Jacobian) write their outputs with streaming stores (``MC_STREAM``): beyond it, a call
@@ -93,6 +107,7 @@ class Compiler:
     flags: tuple[str, ...]
     target: str = ""  # what -march=native means on this machine (a hash of the predefined macros)
     newton_flags: tuple[str, ...] = ()  # NEWTON_FLAGS where the compiler takes them, else ()
+    wide_flags: tuple[str, ...] = ()  # WIDE_FLAGS on an AVX-512 target where the compiler takes them
 
 
 def find_compiler() -> str:
@@ -133,19 +148,29 @@ def _compiler_info(path: str, extra: str) -> Compiler:
             flags.append("-march=native")
             target = _native_target(path)
         newton = NEWTON_FLAGS if _try(path, flags + ["-Werror", *NEWTON_FLAGS], src, Path(tmp) / "sched.so") else ()
+        wide = ()
+        if "__AVX512F__" in _macros(path, flags + extra.split()) and \
+                _try(path, flags + ["-Werror", *WIDE_FLAGS], src, Path(tmp) / "wide.so"):
+            wide = WIDE_FLAGS
     flags += extra.split()
-    return Compiler(path, version, tuple(flags), target, tuple(newton))
+    return Compiler(path, version, tuple(flags), target, tuple(newton), tuple(wide))
+
+
+def _macros(cc: str, flags) -> str:
+    """The macros ``cc`` predefines with ``flags`` (instruction sets: ``__AVX512F__``, ...); "" if
+    it cannot say."""
+    try:
+        r = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                           timeout=60)
+        return r.stdout if r.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _native_target(cc: str) -> str:
     """A digest of the macros ``-march=native`` predefines (instruction sets, CPU): libraries built
     with it run only on a CPU like this one, so it is part of the cache key."""
-    try:
-        r = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
-                           text=True, timeout=60)
-        text = "\n".join(sorted(r.stdout.splitlines()))
-    except (OSError, subprocess.SubprocessError):
-        text = ""
+    text = "\n".join(sorted(_macros(cc, ["-march=native"]).splitlines()))
     return hashlib.sha256((text or platform.processor() or platform.machine()).encode()).hexdigest()[:16]
 
 
@@ -420,7 +445,9 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     bake = baked_flags(baked)
+    wide = _WIDE.search(source) is not None and dtype == torch.float64
     flags = list(cc.flags) + (list(cc.newton_flags) if _NEWTON.search(source) else []) + \
+        (list(cc.wide_flags) if wide else []) + \
         (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \
         ([f"-DMC_W={lanes}"] if lanes else []) + bake + ([f"-DMC_PART={part}"] if part is not None else [])
     key = hashlib.sha256("\0".join([source, cc.path, cc.version, cc.target, *flags]).encode()).hexdigest()[:20]

@@ -40,9 +40,11 @@ typedef double real;
 /* Points are evaluated in blocks of MC_W lanes: every per-point statement sits in a loop over the
    lanes of a block (`MC_LANES`), which the C compiler vectorizes (`omp simd`); a Newton iterates
    until no lane of the block is active. -DMC_W=1 is the scalar build (one point at a time, libm).
-   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double (two
-   vectors per value: measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is
-   faster, see docs/backends.md). */
+   By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double
+   (measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is faster, see
+   docs/backends.md). GCC's tuning for AVX-512 CPUs prefers 256-bit vectors, so a value of such a
+   block is four registers, unless the source says MC_WIDE 1 (the runtime then builds it with
+   -mprefer-vector-width=512: two registers a value; runtime/cbuild.py). */
 #ifndef MC_W
 #if defined(__AVX512F__) && !defined(MC_FLOAT32) && MC_NEWTON
 #define MC_W 16

@@ -110,6 +110,7 @@ class _Code:
         self.fallbacks: dict[ir.Newton, str] = {}  # the statement -> its LU function (unrolled steps)
         self.functions: list[str] = []
         self.defs: dict[sp.Symbol, sp.Expr] = {}  # values assigned so far (unrolled solves' pivots)
+        self.widest = 0  # statements in the largest lane loop emitted so far (see WIDE_LOOP)
 
     def name(self, s: sp.Symbol) -> str:
         return self.namer(s)
@@ -270,6 +271,7 @@ def _emit_loops(code: _Code, items, arrays: dict[sp.Symbol, str], full: int = 0)
         lines += [f"{when(own[s])}{homes[s]}[l] = {code.name(s)};" for s in stores]
         if not lines:
             continue
+        code.widest = max(code.widest, len(lines))
         enter(it.mask)
         emit([f"{it.pragma} MC_LANES {{"] + ["    " + x for x in lines] + ["}"])
     enter(0)
@@ -782,6 +784,24 @@ def part_of(variant: str) -> int:
     return 0 if variant in ("value", "tangent") else 1
 
 
+#: a source whose blocks hold many values at once says so (``#define MC_WIDE 1``), and the runtime
+#: builds it for 512-bit vectors where the CPU has them, in float64 (``runtime/cbuild.py``,
+#: ``WIDE_FLAGS``): a Newton step over a system of two or more unknowns (its elimination keeps the
+#: matrix live), or a lane loop of more than this many lines (loads, statements, stores; j2_voce_af's
+#: tangent block 1,213). GCC's tuning for AVX-512 CPUs prefers 256-bit vectors, so a 16-point block
+#: was four registers a value and such blocks spilled; with two a value: the coupled systems
+#: 1.1-1.6x faster, j2_voce_af 1.1x. The smaller scalar Newtons (norton 659, perzyna_iso 723) were
+#: level or up to 12% slower, and so were the closed forms (8-point blocks; elastic 13-25% slower)
+#: (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md)
+WIDE_LOOP = 900
+
+
+def _wide(program: ir.Program, code: _Code) -> bool:
+    """Whether ``program``'s source asks for 512-bit vectors (see :data:`WIDE_LOOP`)."""
+    system = any(isinstance(st, ir.Newton) and len(st.unknowns) > 1 for st in program.body)
+    return system or code.widest > WIDE_LOOP
+
+
 def c_source(program: ir.Program) -> str:
     """The C translation unit of a model: one entry point ``mc_<variant>`` per variant the program
     serves (``value``, ``jacobian``; ``tangent`` when declared, ``total``), each the one block
@@ -802,7 +822,7 @@ def c_source(program: ir.Program) -> str:
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=variants, newton=int(bool(program.status)), kernel=_include(),
-                              widths=widths)
+                              widths=widths, wide=int(_wide(program, code)))
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text

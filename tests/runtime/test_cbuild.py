@@ -4,6 +4,7 @@ generated code itself is tested in tests/compiler/backends/test_c_backend.py and
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -210,16 +211,40 @@ def _call(library, m, inputs, P, variant: str, dtype) -> list[torch.Tensor]:
 
 def test_newton_flags_go_to_newton_sources_only(tmp_path):
     """A source with a Newton solve is built with the compiler's NEWTON_FLAGS (when it takes them),
-    a closed form without; the flags are part of the cache key through the flag list."""
-    from modelc.generated import j2_linear_iso, perzyna_iso
+    a closed form without; a source that asks for wide vectors (MC_WIDE) gets WIDE_FLAGS in float64
+    only; the flags are part of the cache key through the flag list."""
+    from modelc.generated import j2_linear_iso, j2_voce_af, perzyna_iso
 
     cc = cbuild.compiler()
     assert cc.newton_flags in ((), cbuild.NEWTON_FLAGS)
+    assert cc.wide_flags in ((), cbuild.WIDE_FLAGS)
     _, newton = cbuild.library_path(perzyna_iso.C_SOURCE, "n", torch.float64, tmp_path)
+    _, wide = cbuild.library_path(j2_voce_af.C_SOURCE, "w", torch.float64, tmp_path)
+    _, wide32 = cbuild.library_path(j2_voce_af.C_SOURCE, "w", torch.float32, tmp_path)
     _, closed = cbuild.library_path(j2_linear_iso.C_SOURCE, "c", torch.float64, tmp_path)
     assert "#define MC_NEWTON 1" in perzyna_iso.C_SOURCE and "#define MC_NEWTON 0" in j2_linear_iso.C_SOURCE
-    assert all(f in newton for f in cc.newton_flags)
-    assert not any(f in closed for f in cbuild.NEWTON_FLAGS)
+    assert "#define MC_WIDE 1" in j2_voce_af.C_SOURCE and "#define MC_WIDE 0" in perzyna_iso.C_SOURCE
+    assert all(f in newton for f in cc.newton_flags) and all(f in wide for f in cc.newton_flags + cc.wide_flags)
+    assert all(f in wide32 for f in cc.newton_flags)
+    assert not any(f in closed for f in cbuild.NEWTON_FLAGS + cbuild.WIDE_FLAGS)
+    assert not any(f in newton for f in cbuild.WIDE_FLAGS)
+    assert not any(f in wide32 for f in cbuild.WIDE_FLAGS)  # float32 blocks are one 256-bit vector a value
+
+
+@needs_cc
+def test_wide_flags_follow_the_instruction_set(tmp_path):
+    """The 512-bit preference is taken where the build's flags (``-march=native`` and
+    ``$MODELC_CFLAGS``, e.g. ``-mno-avx512f`` in ``MODELC_TEST_CPU=avx2``) define ``__AVX512F__``
+    and the compiler takes it, both asked of the compiler here on their own, and only there."""
+    cc = cbuild.compiler()
+    r = subprocess.run([cc.path, *cc.flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
+                       text=True, timeout=60)
+    avx512 = r.returncode == 0 and "#define __AVX512F__ 1" in r.stdout
+    src = tmp_path / "t.c"
+    src.write_text("double f(double x) { return 2 * x; }\n")
+    takes = subprocess.run([cc.path, *cc.flags, "-Werror", *cbuild.WIDE_FLAGS, str(src), "-o", str(tmp_path / "t.so")],
+                           capture_output=True, timeout=120).returncode == 0
+    assert cc.wide_flags == (cbuild.WIDE_FLAGS if avx512 and takes else ())
 
 
 @needs_cc
@@ -231,15 +256,18 @@ def test_newton_flags_change_no_number(tmp_path, dtype):
     from modelc.generated import j2_voce_af
 
     cc = cbuild.compiler()
-    if not cc.newton_flags:
+    extra = cc.newton_flags + (cc.wide_flags if dtype == torch.float64 else ())
+    if not extra:
         pytest.skip(f"{cc.version}: the compiler does not take {' '.join(cbuild.NEWTON_FLAGS)}")
     src = cheader.standalone(j2_voce_af.C_SOURCE)
     libs = []
-    for tag, drop in (("with", ()), ("without", cc.newton_flags)):
+    for tag, drop in (("with", ()), ("without", extra)):
         path, flags = cbuild.library_path(src, f"sched-{tag}", dtype, tmp_path)
-        assert all(f in flags for f in cc.newton_flags)
+        assert all(f in flags for f in extra)
         cbuild.build(src, path, [f for f in flags if f not in drop])
         libs.append(cbuild.CLibrary(path, dtype, cbuild.default_lanes(), widths=cbuild.source_widths(src)))
+    if cc.wide_flags and dtype == torch.float64:  # the flags change the machine code, not the numbers
+        assert libs[0].path.read_bytes() != libs[1].path.read_bytes()
     m = j2_voce_af.Model(backend="torch", dtype=dtype)
     inputs = _random_inputs(m, 1000, dtype, 2e-3, int(torch.randint(0, 2**31, ()).item()))
     P = m._param_tensor({}, torch.Size([1]))[0]

@@ -821,3 +821,32 @@ def test_lanes_the_unrolled_newton_fails_are_solved_again(cache_dir, tmp_path, m
     assert torch.equal(out.status.iterations, ref.status.iterations)
     assert _rel(out.outputs.tensor, ref.outputs.tensor) < 1e-13
     assert _rel(out.jacobian.tensor, ref.jacobian.tensor) < 1e-12
+
+
+def test_wide_vectors_are_asked_for_by_systems_and_large_blocks():
+    """``#define MC_WIDE 1`` (512-bit vectors in float64 on AVX-512, runtime/cbuild.py) in exactly
+    the library sources with a Newton over two or more unknowns (the sizes README's table states)
+    or a lane loop over ``WIDE_LOOP`` lines, counted here from the source itself; the others say 0."""
+    import importlib
+    import re
+
+    from modelc.backends import c_backend
+
+    systems = {"j2_perfect_coupled", "j2_linear_iso_coupled", "j2_voce_af_coupled", "perzyna_iso_coupled",
+               "chaboche2_coupled", "gtn"}
+    names = sorted(systems | {"elastic", "j2_perfect", "j2_linear_iso", "j2_voce_af", "perzyna_iso", "norton"})
+    for name in names:
+        src = importlib.import_module(f"modelc.generated.{name}").C_SOURCE
+        widest, cur = 0, None
+        for line in src.splitlines():  # lines between a lane loop's opening and its closing brace
+            s = line.strip()
+            if s.endswith("MC_LANES {"):
+                cur, depth = 0, len(line) - len(line.lstrip())
+            elif cur is not None and s == "}" and len(line) - len(line.lstrip()) == depth:
+                widest, cur = max(widest, cur), None
+            elif cur is not None:
+                cur += 1
+        want = name in systems or widest > c_backend.WIDE_LOOP
+        assert re.search(rf"^#define MC_WIDE {int(want)}$", src, re.M), (name, widest)
+    assert "#define MC_WIDE 1" in importlib.import_module("modelc.generated.j2_voce_af").C_SOURCE
+    assert "#define MC_WIDE 0" in importlib.import_module("modelc.generated.norton").C_SOURCE
