@@ -852,7 +852,7 @@ def point_source(program: ir.Program, derivative: str) -> str:
     code.functions.append(_block_function(code, program, layout))
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
-                              variants=[], newton=0, kernel=cheader.kernel_header().rstrip("\n"))
+                              variants=[], newton=0, wide=0, kernel=cheader.kernel_header().rstrip("\n"))
     offsets = [o for _, o in layout.axis_inputs()]
     status = bool(program.status)
     lines = ["#define MC_W 1", text, ""]

@@ -250,6 +250,7 @@ C_SOURCE = r'''
 #define NP 2
 #define NY 6
 #define MC_NEWTON 0
+#define MC_WIDE 0
 /* MC_PARTS value:0,jacobian:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6 jacobian=36 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"
