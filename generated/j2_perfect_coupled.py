@@ -2089,7 +2089,7 @@ C_SOURCE = r'''
 #define NP 3
 #define NY 13
 #define MC_NEWTON 1
-#define MC_WIDE 1
+#define MC_WIDE 2
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1 tangent=36 jacobian=195 total=234 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"

@@ -5169,7 +5169,7 @@ C_SOURCE = r'''
 #define NP 7
 #define NY 20
 #define MC_NEWTON 1
-#define MC_WIDE 1
+#define MC_WIDE 2
 /* MC_PARTS value:0,tangent:0,jacobian:1,total:1 (entry point: part; -DMC_PART=k builds part k alone) */
 /* MC_WIDTHS x=6,1,1,6,1,6,1 tangent=36 jacobian=440 total=580 (per point: the inputs' components in argument order, each derivative entry point's entries) */
 #include "modelc_kernel.h"

@@ -19,14 +19,16 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   spilled heavily; 1 thread, float64, 1e5 points, interleaved: j2_voce_af value and tangent 8%
   faster, perzyna_iso's tangent 5%, the coupled twins 3-12%. A closed form (j2_linear_iso,
   j2_perfect) ran 6-12% slower with them, so it does not get them (docs/backends.md).
-  A source that says ``#define MC_WIDE 1`` (a Newton over a system, or a large block: the C
-  backend's ``WIDE_LOOP``) also gets :data:`WIDE_FLAGS` in float64 where the build targets AVX-512
-  and the compiler takes them. GCC 12's tuning for such CPUs prefers 256-bit vectors, so a block of
-  16 points held each value in four registers, and these blocks spilled; in 512-bit vectors, same
-  bits (tested), measured on an Intel Xeon (1 thread, interleaved): chaboche2_coupled 1.56x faster,
-  the other coupled systems 1.1-1.3x, gtn 1.5x, j2_voce_af 1.1x. The scalar Newtons with smaller
-  blocks (norton, perzyna_iso), the closed forms and float32 (8 points, one 256-bit vector a value)
-  were level or slower with them (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md).
+  A source that says ``#define MC_WIDE 1`` (a large block: the C backend's ``WIDE_LOOP``) also
+  gets :data:`WIDE_FLAGS` in float64, one that says ``2`` (a Newton over a system) in float64 and
+  float32, where the build targets AVX-512 and the compiler takes them. GCC 12's tuning for such
+  CPUs prefers 256-bit vectors, so a float64 block of 16 points held each value in four registers,
+  and these blocks spilled; in 512-bit vectors, same bits (tested), measured on an Intel Xeon (1
+  thread, interleaved): chaboche2_coupled 1.56x faster, the other coupled systems 1.1-1.3x, gtn
+  1.5x, j2_voce_af 1.1x; float32 systems (then 16 points a block, one vector a value) 1.2-1.3x. The
+  scalar Newtons with smaller blocks (norton, perzyna_iso), the closed forms and the float32
+  radial returns were level or slower with them
+  (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md).
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **header**: a generated source includes ``modelc_kernel.h`` (what every model's source shares,
@@ -81,12 +83,13 @@ _PROBE = "int mc_probe(int n) { int s = 0;\n#pragma omp parallel for reduction(+
 DEFAULT_LANES = 0  # the source's own choice of points per block (no -DMC_W)
 #: flags a source with a Newton solve adds when the compiler takes them (see the module docstring)
 NEWTON_FLAGS = ("-fschedule-insns", "-fsched-pressure")
-#: flags a source that asks for them (``#define MC_WIDE 1``: the C backend's ``WIDE_LOOP``) adds in
-#: float64 on a CPU with AVX-512 (``__AVX512F__`` among the macros ``-march=native`` and
-#: ``$MODELC_CFLAGS`` define) when the compiler takes them: its blocks of 16 points are then two
-#: 512-bit vectors a value, not four 256-bit ones (see the module docstring)
-WIDE_FLAGS = ("-mprefer-vector-width=512",)
-_WIDE = re.compile(r"^#define MC_WIDE 1$", re.M)
+#: flags a source that asks for them (``#define MC_WIDE 1`` in float64, ``2`` in either dtype: the C
+#: backend's ``WIDE_LOOP``) adds on a CPU with AVX-512 (``__AVX512F__`` among the macros
+#: ``-march=native`` and ``$MODELC_CFLAGS`` define) when the compiler takes them: its float64 blocks
+#: of 16 points are then two 512-bit vectors a value, not four 256-bit ones; ``MC_WIDE_VECTORS``
+#: makes a float32 block 16 points, one 512-bit vector a value (see the module docstring)
+WIDE_FLAGS = ("-mprefer-vector-width=512", "-DMC_WIDE_VECTORS")
+_WIDE = re.compile(r"^#define MC_WIDE ([0-9])$", re.M)
 _NEWTON = re.compile(r"^#define MC_NEWTON 1$", re.M)
 #: calls that read and write more bytes than this fraction of the largest cache (inputs, parameters,
 #: outputs and Jacobian) write their outputs with streaming stores (``MC_STREAM``): beyond it, a call
@@ -445,7 +448,8 @@ def library_path(source: str, name: str, dtype: torch.dtype, cache_dir=None,
     cc = compiler()
     lanes = default_lanes() if lanes is None else int(lanes)
     bake = baked_flags(baked)
-    wide = _WIDE.search(source) is not None and dtype == torch.float64
+    level = _WIDE.search(source)
+    wide = level is not None and int(level.group(1)) >= (1 if dtype == torch.float64 else 2)
     flags = list(cc.flags) + (list(cc.newton_flags) if _NEWTON.search(source) else []) + \
         (list(cc.wide_flags) if wide else []) + \
         (["-DMC_FLOAT32"] if dtype == torch.float32 else []) + \

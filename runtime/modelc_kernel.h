@@ -43,10 +43,14 @@ typedef double real;
    By default a block is 8 points; a model with a Newton solve takes 16 with AVX-512 in double
    (measured 1.1-1.3x over 8 on j2_voce_af and perzyna_iso; with AVX2 alone 8 is faster, see
    docs/backends.md). GCC's tuning for AVX-512 CPUs prefers 256-bit vectors, so a value of such a
-   block is four registers, unless the source says MC_WIDE 1 (the runtime then builds it with
-   -mprefer-vector-width=512: two registers a value; runtime/cbuild.py). */
+   block is four registers, unless the source says MC_WIDE 1 or 2 (the runtime then builds it with
+   -mprefer-vector-width=512: two registers a value; runtime/cbuild.py). A float32 source that says
+   MC_WIDE 2 (a Newton over a system) is built so too, with MC_WIDE_VECTORS: 16 points a block, one
+   512-bit register a value. */
 #ifndef MC_W
 #if defined(__AVX512F__) && !defined(MC_FLOAT32) && MC_NEWTON
+#define MC_W 16
+#elif defined(__AVX512F__) && defined(MC_FLOAT32) && defined(MC_WIDE_VECTORS)
 #define MC_W 16
 #else
 #define MC_W 8

@@ -784,22 +784,25 @@ def part_of(variant: str) -> int:
     return 0 if variant in ("value", "tangent") else 1
 
 
-#: a source whose blocks hold many values at once says so (``#define MC_WIDE 1``), and the runtime
-#: builds it for 512-bit vectors where the CPU has them, in float64 (``runtime/cbuild.py``,
-#: ``WIDE_FLAGS``): a Newton step over a system of two or more unknowns (its elimination keeps the
-#: matrix live), or a lane loop of more than this many lines (loads, statements, stores; j2_voce_af's
-#: tangent block 1,213). GCC's tuning for AVX-512 CPUs prefers 256-bit vectors, so a 16-point block
-#: was four registers a value and such blocks spilled; with two a value: the coupled systems
-#: 1.1-1.6x faster, j2_voce_af 1.1x. The smaller scalar Newtons (norton 659, perzyna_iso 723) were
-#: level or up to 12% slower, and so were the closed forms (8-point blocks; elastic 13-25% slower)
+#: a source whose blocks hold many values at once says so, and the runtime builds it for 512-bit
+#: vectors where the CPU has them (``runtime/cbuild.py``, ``WIDE_FLAGS``): ``#define MC_WIDE 2`` for
+#: a Newton over a system of two or more unknowns (its elimination keeps the matrix live; float64
+#: and float32, whose blocks then take 16 points), ``1`` for a lane loop of more than this many lines
+#: (loads, statements, stores; j2_voce_af's tangent block 1,213: float64 only), else ``0``. GCC's
+#: tuning for AVX-512 CPUs prefers 256-bit vectors, so a 16-point float64 block was four registers a
+#: value and such blocks spilled; with two a value: the coupled systems 1.1-1.6x faster,
+#: j2_voce_af 1.1x; float32 systems in 16-point blocks of one 512-bit vector a value 1.2-1.3x. The
+#: smaller scalar Newtons (norton 659, perzyna_iso 723) were level or up to 12% slower, and so were
+#: the closed forms (elastic 13-25% slower) and the float32 radial returns
 #: (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md)
 WIDE_LOOP = 900
 
 
-def _wide(program: ir.Program, code: _Code) -> bool:
-    """Whether ``program``'s source asks for 512-bit vectors (see :data:`WIDE_LOOP`)."""
-    system = any(isinstance(st, ir.Newton) and len(st.unknowns) > 1 for st in program.body)
-    return system or code.widest > WIDE_LOOP
+def _wide(program: ir.Program, code: _Code) -> int:
+    """``MC_WIDE`` of ``program``'s source: 2, 1 or 0 (see :data:`WIDE_LOOP`)."""
+    if any(isinstance(st, ir.Newton) and len(st.unknowns) > 1 for st in program.body):
+        return 2
+    return int(code.widest > WIDE_LOOP)
 
 
 def c_source(program: ir.Program) -> str:
@@ -822,7 +825,7 @@ def c_source(program: ir.Program) -> str:
     text = _template().render(model=program.name, version=__version__, n_inputs=max(len(layout.inputs), 1),
                               nx=layout.nx, ny=layout.ny, np=layout.np, functions=code.functions,
                               variants=variants, newton=int(bool(program.status)), kernel=_include(),
-                              widths=widths, wide=int(_wide(program, code)))
+                              widths=widths, wide=_wide(program, code))
     if "\\" in text or "'''" in text:
         raise InternalError(f"model {program.name}: the C source contains a backslash or triple quote")
     return text

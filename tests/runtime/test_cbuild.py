@@ -211,24 +211,31 @@ def _call(library, m, inputs, P, variant: str, dtype) -> list[torch.Tensor]:
 
 def test_newton_flags_go_to_newton_sources_only(tmp_path):
     """A source with a Newton solve is built with the compiler's NEWTON_FLAGS (when it takes them),
-    a closed form without; a source that asks for wide vectors (MC_WIDE) gets WIDE_FLAGS in float64
-    only; the flags are part of the cache key through the flag list."""
-    from modelc.generated import j2_linear_iso, j2_voce_af, perzyna_iso
+    a closed form without; a source that asks for wide vectors gets WIDE_FLAGS (MC_WIDE 1: in
+    float64; 2, a system: in both dtypes); the flags are part of the cache key through the flag
+    list."""
+    from modelc.generated import j2_linear_iso, j2_voce_af, perzyna_iso, perzyna_iso_coupled
 
     cc = cbuild.compiler()
     assert cc.newton_flags in ((), cbuild.NEWTON_FLAGS)
     assert cc.wide_flags in ((), cbuild.WIDE_FLAGS)
-    _, newton = cbuild.library_path(perzyna_iso.C_SOURCE, "n", torch.float64, tmp_path)
-    _, wide = cbuild.library_path(j2_voce_af.C_SOURCE, "w", torch.float64, tmp_path)
-    _, wide32 = cbuild.library_path(j2_voce_af.C_SOURCE, "w", torch.float32, tmp_path)
-    _, closed = cbuild.library_path(j2_linear_iso.C_SOURCE, "c", torch.float64, tmp_path)
+
+    def flags(mod, dtype):
+        return cbuild.library_path(mod.C_SOURCE, mod.__name__.rsplit(".")[-1], dtype, tmp_path)[1]
+
     assert "#define MC_NEWTON 1" in perzyna_iso.C_SOURCE and "#define MC_NEWTON 0" in j2_linear_iso.C_SOURCE
     assert "#define MC_WIDE 1" in j2_voce_af.C_SOURCE and "#define MC_WIDE 0" in perzyna_iso.C_SOURCE
-    assert all(f in newton for f in cc.newton_flags) and all(f in wide for f in cc.newton_flags + cc.wide_flags)
-    assert all(f in wide32 for f in cc.newton_flags)
-    assert not any(f in closed for f in cbuild.NEWTON_FLAGS + cbuild.WIDE_FLAGS)
-    assert not any(f in newton for f in cbuild.WIDE_FLAGS)
-    assert not any(f in wide32 for f in cbuild.WIDE_FLAGS)  # float32 blocks are one 256-bit vector a value
+    assert "#define MC_WIDE 2" in perzyna_iso_coupled.C_SOURCE
+    for mod, dtype, newton, wide in ((perzyna_iso, torch.float64, True, False),
+                                     (j2_voce_af, torch.float64, True, True),
+                                     (j2_voce_af, torch.float32, True, False),  # float32: systems only
+                                     (perzyna_iso_coupled, torch.float32, True, True),
+                                     (perzyna_iso_coupled, torch.float64, True, True),
+                                     (j2_linear_iso, torch.float64, False, False)):
+        got = flags(mod, dtype)
+        assert all(f in got for f in cc.newton_flags) if newton else not any(f in got for f in cbuild.NEWTON_FLAGS)
+        assert all(f in got for f in cc.wide_flags) if wide else not any(f in got for f in cbuild.WIDE_FLAGS), \
+            (mod.__name__, dtype)
 
 
 @needs_cc
@@ -248,27 +255,32 @@ def test_wide_flags_follow_the_instruction_set(tmp_path):
 
 
 @needs_cc
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_newton_flags_change_no_number(tmp_path, dtype):
-    """The scheduler flags reorder instructions only: j2_voce_af (a Newton solve with an exp) built
-    with and without them gives the same bits for every entry point, on fresh random points of
-    which most iterate."""
-    from modelc.generated import j2_voce_af
+@pytest.mark.parametrize("name, dtype", [("j2_voce_af", torch.float64), ("j2_voce_af", torch.float32),
+                                         ("perzyna_iso_coupled", torch.float32)])
+def test_newton_flags_change_no_number(tmp_path, name, dtype):
+    """The scheduler flags reorder instructions, the wide-vector flags change the vector width (and
+    a float32 system's points per block) only: a Newton model (j2_voce_af: a scalar solve with an
+    exp; perzyna_iso_coupled: a system, in float32 the only dtype whose block size the flags change)
+    built with and without them gives the same bits for every entry point, on fresh random points
+    of which most iterate."""
+    import importlib
 
+    mod = importlib.import_module(f"modelc.generated.{name}")
     cc = cbuild.compiler()
-    extra = cc.newton_flags + (cc.wide_flags if dtype == torch.float64 else ())
+    src = cheader.standalone(mod.C_SOURCE)
+    flags = cbuild.library_path(src, "probe", dtype, tmp_path)[1]
+    extra = tuple(f for f in cc.newton_flags + cc.wide_flags if f in flags)
     if not extra:
-        pytest.skip(f"{cc.version}: the compiler does not take {' '.join(cbuild.NEWTON_FLAGS)}")
-    src = cheader.standalone(j2_voce_af.C_SOURCE)
+        pytest.skip(f"{cc.version}: the compiler does not take {' '.join(cbuild.NEWTON_FLAGS)}, or no AVX-512")
     libs = []
     for tag, drop in (("with", ()), ("without", extra)):
         path, flags = cbuild.library_path(src, f"sched-{tag}", dtype, tmp_path)
         assert all(f in flags for f in extra)
         cbuild.build(src, path, [f for f in flags if f not in drop])
         libs.append(cbuild.CLibrary(path, dtype, cbuild.default_lanes(), widths=cbuild.source_widths(src)))
-    if cc.wide_flags and dtype == torch.float64:  # the flags change the machine code, not the numbers
+    if any(f in extra for f in cc.wide_flags):  # the flags change the machine code, not the numbers
         assert libs[0].path.read_bytes() != libs[1].path.read_bytes()
-    m = j2_voce_af.Model(backend="torch", dtype=dtype)
+    m = mod.Model(backend="torch", dtype=dtype)
     inputs = _random_inputs(m, 1000, dtype, 2e-3, int(torch.randint(0, 2**31, ()).item()))
     P = m._param_tensor({}, torch.Size([1]))[0]
     for variant in ("value", "tangent", "jacobian", "total"):

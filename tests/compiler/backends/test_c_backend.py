@@ -824,9 +824,10 @@ def test_lanes_the_unrolled_newton_fails_are_solved_again(cache_dir, tmp_path, m
 
 
 def test_wide_vectors_are_asked_for_by_systems_and_large_blocks():
-    """``#define MC_WIDE 1`` (512-bit vectors in float64 on AVX-512, runtime/cbuild.py) in exactly
-    the library sources with a Newton over two or more unknowns (the sizes README's table states)
-    or a lane loop over ``WIDE_LOOP`` lines, counted here from the source itself; the others say 0."""
+    """``#define MC_WIDE 2`` (512-bit vectors on AVX-512 in both dtypes, runtime/cbuild.py) in
+    exactly the library sources with a Newton over two or more unknowns (the sizes README's table
+    states), ``1`` (float64 only) in those with a lane loop over ``WIDE_LOOP`` lines, counted here
+    from the source itself; the others say 0."""
     import importlib
     import re
 
@@ -846,7 +847,7 @@ def test_wide_vectors_are_asked_for_by_systems_and_large_blocks():
                 widest, cur = max(widest, cur), None
             elif cur is not None:
                 cur += 1
-        want = name in systems or widest > c_backend.WIDE_LOOP
-        assert re.search(rf"^#define MC_WIDE {int(want)}$", src, re.M), (name, widest)
+        want = 2 if name in systems else int(widest > c_backend.WIDE_LOOP)
+        assert re.search(rf"^#define MC_WIDE {want}$", src, re.M), (name, widest)
     assert "#define MC_WIDE 1" in importlib.import_module("modelc.generated.j2_voce_af").C_SOURCE
     assert "#define MC_WIDE 0" in importlib.import_module("modelc.generated.norton").C_SOURCE
