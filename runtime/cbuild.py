@@ -28,7 +28,8 @@ with :mod:`ctypes`; later calls (and later processes) load the cached library.
   1.5x, j2_voce_af 1.1x; float32 systems (then 16 points a block, one vector a value) 1.2-1.3x. The
   scalar Newtons with smaller blocks (norton, perzyna_iso), the closed forms and the float32
   radial returns were level or slower with them
-  (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md).
+  (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md). A ``-mprefer-vector-width=`` in
+  ``$MODELC_CFLAGS`` is the user's choice and turns them off.
   ``-ffast-math`` is never used: it breaks the NaN marking of failed points. ``-ffp-contract=off``
   keeps the rounding of the other backends (no fused multiply-adds). ``$MODELC_CFLAGS`` adds flags.
 - **header**: a generated source includes ``modelc_kernel.h`` (what every model's source shares,
@@ -151,8 +152,8 @@ def _compiler_info(path: str, extra: str) -> Compiler:
             flags.append("-march=native")
             target = _native_target(path)
         newton = NEWTON_FLAGS if _try(path, flags + ["-Werror", *NEWTON_FLAGS], src, Path(tmp) / "sched.so") else ()
-        wide = ()
-        if "__AVX512F__" in _macros(path, flags + extra.split()) and \
+        wide = ()  # (a vector width the user chose in $MODELC_CFLAGS is theirs: no wide builds)
+        if "-mprefer-vector-width" not in extra and "__AVX512F__" in _macros(path, flags + extra.split()) and \
                 _try(path, flags + ["-Werror", *WIDE_FLAGS], src, Path(tmp) / "wide.so"):
             wide = WIDE_FLAGS
     flags += extra.split()

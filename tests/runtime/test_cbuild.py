@@ -251,7 +251,11 @@ def test_wide_flags_follow_the_instruction_set(tmp_path):
     src.write_text("double f(double x) { return 2 * x; }\n")
     takes = subprocess.run([cc.path, *cc.flags, "-Werror", *cbuild.WIDE_FLAGS, str(src), "-o", str(tmp_path / "t.so")],
                            capture_output=True, timeout=120).returncode == 0
-    assert cc.wide_flags == (cbuild.WIDE_FLAGS if avx512 and takes else ())
+    chosen = "-mprefer-vector-width" in os.environ.get("MODELC_CFLAGS", "")
+    assert cc.wide_flags == (cbuild.WIDE_FLAGS if avx512 and takes and not chosen else ())
+    # a vector width the user names in $MODELC_CFLAGS is theirs: no wide builds then
+    mine = cbuild._compiler_info(cc.path, (os.environ.get("MODELC_CFLAGS", "") + " -mprefer-vector-width=256").strip())
+    assert mine.wide_flags == () and mine.flags[-1] == "-mprefer-vector-width=256"
 
 
 @needs_cc
