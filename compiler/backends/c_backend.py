@@ -792,7 +792,7 @@ def part_of(variant: str) -> int:
 #: tuning for AVX-512 CPUs prefers 256-bit vectors, so a 16-point float64 block was four registers a
 #: value and such blocks spilled; with two a value: the coupled systems 1.1-1.6x faster,
 #: j2_voce_af 1.1x; float32 systems in 16-point blocks of one 512-bit vector a value 1.2-1.3x. The
-#: smaller scalar Newtons (norton 659, perzyna_iso 723) were level or up to 12% slower, and so were
+#: smaller scalar Newtons (norton 659, perzyna_iso 723) were level or up to 13% slower, and so were
 #: the closed forms (elastic 13-25% slower) and the float32 radial returns
 #: (benchmarks/results/20261127T181116Z-cpu-wide-vectors.md)
 WIDE_LOOP = 900
