@@ -97,6 +97,12 @@ _NEWTON = re.compile(r"^#define MC_NEWTON 1$", re.M)
 #: repeated on the same arrays no longer finds them in cache and regular stores pay a read for
 #: ownership of every output line (docs/backends.md has the measurements)
 STREAM_FRACTION = 0.5
+#: the most cache one core is taken to keep a call's arrays in, whatever Linux reports: a virtual
+#: machine reports the host's whole L3, shared with cores it does not see (an Intel Xeon VM with 2
+#: cores: 480 MiB). There regular stores lost to streaming ones from ~5 MiB moved and by 1.6-2.3x
+#: from 28 MiB (j2_voce_af, j2_linear_iso, tangent, ``out=``), with a threshold of 240 MiB; an AMD
+#: EPYC's 32 MiB L3 gives the same 16 MiB threshold as before
+STREAM_CACHE_CAP = 32 << 20
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
@@ -342,14 +348,14 @@ def pack_tail(words: list[int], moved: int, P, Y, J, status, options) -> array.a
 def stream_bytes() -> int:
     """Bytes read and written (inputs, parameters, outputs, Jacobian) above which a call writes its
     outputs with streaming stores: ``$MODELC_C_STREAM_BYTES``, else
-    :data:`STREAM_FRACTION` of the largest CPU cache Linux reports (32 MiB assumed where it reports
-    none)."""
+    :data:`STREAM_FRACTION` of the largest CPU cache Linux reports, at most
+    :data:`STREAM_CACHE_CAP` (which is also assumed where it reports none)."""
     text = os.environ.get("MODELC_C_STREAM_BYTES", "")
     if text:
         if not text.isdigit():
             raise CBuildError(f"$MODELC_C_STREAM_BYTES must be a whole number of bytes, got {text!r}")
         return int(text)
-    return int(STREAM_FRACTION * _cache_bytes())
+    return int(STREAM_FRACTION * min(_cache_bytes(), STREAM_CACHE_CAP))
 
 
 def _cache_bytes() -> int:
@@ -362,7 +368,7 @@ def _cache_bytes() -> int:
             sizes.append(int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text))
         except (OSError, ValueError):
             continue
-    return max(sizes, default=32 << 20)
+    return max(sizes, default=STREAM_CACHE_CAP)
 
 
 def _bits(x: float) -> int:
