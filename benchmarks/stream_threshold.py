@@ -5,7 +5,7 @@
 
 A C call writes its outputs with streaming (non-temporal) stores when it reads and writes more
 bytes than a threshold (:func:`modelc.runtime.cbuild.stream_bytes`: half the largest cache Linux
-reports, counted as at most 32 MiB). Below it regular stores keep a call's arrays in cache for the
+reports, counted as at most 8 MiB). Below it regular stores keep a call's arrays in cache for the
 next call on the same arrays (a host's step loop); above it they pay a read for ownership of every
 output line. Where the crossover lies depends on the cache one core really has, which a virtual
 machine may misreport. This measures it, 1 thread, float64, the same arrays every call:

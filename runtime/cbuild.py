@@ -97,12 +97,14 @@ _NEWTON = re.compile(r"^#define MC_NEWTON 1$", re.M)
 #: repeated on the same arrays no longer finds them in cache and regular stores pay a read for
 #: ownership of every output line (docs/backends.md has the measurements)
 STREAM_FRACTION = 0.5
-#: the most cache one core is taken to keep a call's arrays in, whatever Linux reports: a virtual
-#: machine reports the host's whole L3, shared with cores it does not see (an Intel Xeon VM with 2
-#: cores: 480 MiB). There regular stores lost to streaming ones from ~5 MiB moved and by 1.6-2.3x
-#: from 28 MiB (j2_voce_af, j2_linear_iso, tangent, ``out=``), with a threshold of 240 MiB; an AMD
-#: EPYC's 32 MiB L3 gives the same 16 MiB threshold as before
-STREAM_CACHE_CAP = 32 << 20
+#: the most cache a call's arrays are taken to stay in between calls, whatever Linux reports: a
+#: virtual machine reports the host's whole L3 (an Intel Xeon VM with 2 cores: 480 MiB, a 240 MiB
+#: threshold), and a host's own work between calls (assembly, a linear solve) evicts them anyway.
+#: Measured (1 thread, tangent, docs/backends.md): on that VM streaming stores won from ~4 MiB moved,
+#: by 1.04-1.26x on the same arrays every call and 1.8-2.2x with the arrays cycled through the cache
+#: (1e4 points); on an AMD EPYC (32 MiB L3) they won 1.4x cycled at 2.5e4 points and lost up to 9%
+#: between 4 and 15 MB on the same arrays. So the threshold is at most 4 MiB
+STREAM_CACHE_CAP = 8 << 20
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
