@@ -23,6 +23,7 @@ COMMANDS = {
     "run": "drive a model through a strain-, stress- or mixed-controlled history",
     "export": "write a C interface (header, source, layout, ABI page) or an Abaqus-style UMAT",
     "demo": "compile a bundled model, run it through a bundled history and show the results",
+    "info": "show what this machine gives each backend: the C compiler, its flags, threads, streaming stores",
 }
 
 

@@ -357,11 +357,12 @@ def stream_bytes() -> int:
         if not text.isdigit():
             raise CBuildError(f"$MODELC_C_STREAM_BYTES must be a whole number of bytes, got {text!r}")
         return int(text)
-    return int(STREAM_FRACTION * min(_cache_bytes(), STREAM_CACHE_CAP))
+    return int(STREAM_FRACTION * min(_cache_bytes() or STREAM_CACHE_CAP, STREAM_CACHE_CAP))
 
 
 def _cache_bytes() -> int:
-    """The largest cache of CPU 0 as Linux reports it (sysfs sizes such as ``32768K``)."""
+    """The largest cache of CPU 0 as Linux reports it (sysfs sizes such as ``32768K``); 0 where it
+    reports none (another system)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     sizes = []
     for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
@@ -370,7 +371,7 @@ def _cache_bytes() -> int:
             sizes.append(int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text))
         except (OSError, ValueError):
             continue
-    return max(sizes, default=STREAM_CACHE_CAP)
+    return max(sizes, default=0)
 
 
 def _bits(x: float) -> int:

@@ -156,11 +156,12 @@ def test_stream_threshold_setting_is_checked(monkeypatch):
 
 
 @pytest.mark.parametrize("reported, threshold", [(480 << 20, 4 << 20), (32 << 20, 4 << 20), (8 << 20, 4 << 20),
-                                                 (4 << 20, 2 << 20)])
+                                                 (4 << 20, 2 << 20), (0, 4 << 20)])
 def test_stream_threshold_is_half_the_cache_a_core_can_keep(monkeypatch, reported, threshold):
     """Half the largest cache Linux reports, but of no more than 8 MiB: a virtual machine reports the
     host's whole L3 (480 MiB on an Intel Xeon VM, where streaming stores won from ~4 MiB moved and
-    by 2x at 56 MiB, a size the reported cache would have kept on regular stores)."""
+    by 2x at 56 MiB, a size the reported cache would have kept on regular stores); 8 MiB where the
+    system reports none (0)."""
     monkeypatch.delenv("MODELC_C_STREAM_BYTES", raising=False)
     monkeypatch.setattr(cbuild, "_cache_bytes", lambda: reported)
     cbuild.stream_bytes.cache_clear()
