@@ -179,6 +179,15 @@ def _macros(cc: str, flags) -> str:
         return ""
 
 
+def instruction_sets(cc: Compiler) -> list[str]:
+    """The vector instruction sets a build with ``cc``'s flags targets (from the macros it predefines:
+    ``-march=native`` and ``$MODELC_CFLAGS`` decide them), by their /proc/cpuinfo names."""
+    macros = _macros(cc.path, list(cc.flags))
+    return [name for name, macro in (("sse2", "__SSE2__"), ("avx2", "__AVX2__"), ("fma", "__FMA__"),
+                                     ("avx512f", "__AVX512F__"), ("neon", "__ARM_NEON"))
+            if f"#define {macro} " in macros]
+
+
 def _native_target(cc: str) -> str:
     """A digest of the macros ``-march=native`` predefines (instruction sets, CPU): libraries built
     with it run only on a CPU like this one, so it is part of the cache key."""
@@ -357,10 +366,10 @@ def stream_bytes() -> int:
         if not text.isdigit():
             raise CBuildError(f"$MODELC_C_STREAM_BYTES must be a whole number of bytes, got {text!r}")
         return int(text)
-    return int(STREAM_FRACTION * min(_cache_bytes() or STREAM_CACHE_CAP, STREAM_CACHE_CAP))
+    return int(STREAM_FRACTION * min(reported_cache_bytes() or STREAM_CACHE_CAP, STREAM_CACHE_CAP))
 
 
-def _cache_bytes() -> int:
+def reported_cache_bytes() -> int:
     """The largest cache of CPU 0 as Linux reports it (sysfs sizes such as ``32768K``); 0 where it
     reports none (another system)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

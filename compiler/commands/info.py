@@ -34,9 +34,7 @@ def c_backend() -> dict:
         stream = cbuild.stream_bytes()
     except cbuild.CBuildError as exc:
         return {"available": False, "why": str(exc)}
-    macros = cbuild._macros(cc.path, list(cc.flags))
-    isa = [name for name, macro in (("sse2", "__SSE2__"), ("avx2", "__AVX2__"), ("fma", "__FMA__"),
-                                    ("avx512f", "__AVX512F__"), ("neon", "__ARM_NEON")) if f"#define {macro} " in macros]
+    isa = cbuild.instruction_sets(cc)
     return {
         "available": True,
         "compiler": cc.path,
@@ -50,7 +48,7 @@ def c_backend() -> dict:
         "lanes": lanes or "the source's (8; 16 for a Newton solve in float64 on AVX-512)",
         "stream_bytes": stream,
         "stream_bytes_from": "$MODELC_C_STREAM_BYTES" if os.environ.get("MODELC_C_STREAM_BYTES") else
-        f"half the largest cache Linux reports ({_mib(cbuild._cache_bytes())}), counted as at most "
+        f"half the largest cache Linux reports ({_mib(cbuild.reported_cache_bytes())}), counted as at most "
         f"{_mib(cbuild.STREAM_CACHE_CAP)}",
     }
 

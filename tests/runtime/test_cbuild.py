@@ -163,7 +163,7 @@ def test_stream_threshold_is_half_the_cache_a_core_can_keep(monkeypatch, reporte
     by 2x at 56 MiB, a size the reported cache would have kept on regular stores); 8 MiB where the
     system reports none (0)."""
     monkeypatch.delenv("MODELC_C_STREAM_BYTES", raising=False)
-    monkeypatch.setattr(cbuild, "_cache_bytes", lambda: reported)
+    monkeypatch.setattr(cbuild, "reported_cache_bytes", lambda: reported)
     cbuild.stream_bytes.cache_clear()
     try:
         assert cbuild.stream_bytes() == threshold
