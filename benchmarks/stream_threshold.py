@@ -15,34 +15,25 @@ machine may misreport. This measures it, 1 thread, float64, the same arrays ever
 - a model's C call with the tangent into ``out=`` buffers, at each ``--sizes``, with the threshold
   set so that it never and always streams (same bits either way; the library is built once).
 
-Best of 5 interleaved rounds. ``regular / streaming`` above 1: streaming stores are faster there.
+Per call: best of 5 rounds of ``max(3, 1e6 // points)`` calls, the two kinds interleaved
+(:func:`benchmarks.c_ab.interleaved_best`). ``regular / streaming`` above 1: streaming stores are faster there.
 Writes ``benchmarks/results/<UTC stamp>-cpu-stream-threshold.{json,md}`` (``--tag`` is added).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from benchmarks import workload as wl
+from benchmarks.c_ab import interleaved_best
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR_MIB = (0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 ROUNDS = 5
-
-
-def _best(fn, calls: int) -> float:
-    best = float("inf")
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def floor_rows(mibs=FLOOR_MIB) -> list[dict]:
@@ -54,50 +45,40 @@ def floor_rows(mibs=FLOOR_MIB) -> list[dict]:
         n = max(8, int(mib * 2**20 / 16))  # half the bytes read, half written
         x = torch.rand(n, dtype=torch.float64)
         steps = floor_steps((torch.empty(n, dtype=torch.float64),))
-        best = {k: float("inf") for k in steps}
-        for _ in range(ROUNDS):
-            for k, f in steps.items():
-                f(x, tangent=False)
-                best[k] = min(best[k], _best(lambda f=f: f(x, tangent=False), max(3, int(100 / mib))))
+        regular, streaming = interleaved_best([lambda: steps["floor"](x, tangent=False),
+                                               lambda: steps["floor-nt"](x, tangent=False)], n // 8, ROUNDS)
         moved = 16 * n
-        rows.append({"mib": moved / 2**20, "regular_gb_s": moved / best["floor"] / 1e9,
-                     "streaming_gb_s": moved / best["floor-nt"] / 1e9,
-                     "regular_over_streaming": best["floor"] / best["floor-nt"]})
+        rows.append({"mib": moved / 2**20, "regular_gb_s": moved / regular / 1e9,
+                     "streaming_gb_s": moved / streaming / 1e9, "regular_over_streaming": regular / streaming})
     return rows
 
 
 def model_rows(model: str, sizes: list[int]) -> list[dict]:
-    """A model's plain ``out=`` call with the tangent, never and always streaming."""
+    """A model's plain ``out=`` call with the tangent, never and always streaming (the backend's
+    threshold replaced before each call, then restored)."""
     from benchmarks.out_timing import _call_inputs
     from modelc.runtime import cbuild
 
     rows = []
-    before = os.environ.get("MODELC_C_STREAM_BYTES")
+    threshold = cbuild.stream_bytes
     try:
         for size in sizes:
             m, inputs, _ = _call_inputs(model, size)
             kind = "tangent" if m.TANGENT else True
             res = m(inputs, derivatives=kind)
+
+            def call(never: bool):
+                cbuild.stream_bytes = (lambda: 1 << 62) if never else (lambda: 0)
+                m(inputs, derivatives=kind, out=res)
+
+            regular, streaming = interleaved_best([lambda: call(True), lambda: call(False)], size, ROUNDS)
             moved = wl.bytes_per_point(model, True, torch.float64) * size
-            best = {"regular": float("inf"), "streaming": float("inf")}
-            for _ in range(ROUNDS):
-                for mode, threshold in (("regular", str(1 << 62)), ("streaming", "0")):
-                    os.environ["MODELC_C_STREAM_BYTES"] = threshold
-                    cbuild.stream_bytes.cache_clear()
-                    m(inputs, derivatives=kind, out=res)
-                    t = _best(lambda: m(inputs, derivatives=kind, out=res), max(5, int(3e5 // size)))
-                    best[mode] = min(best[mode], t)
-            rows.append({"model": model, "size": size, "mib": moved / 2**20,
-                         "regular_ns": best["regular"] / size * 1e9, "streaming_ns": best["streaming"] / size * 1e9,
-                         "regular_over_streaming": best["regular"] / best["streaming"]})
+            rows.append({"model": model, "size": size, "mib": moved / 2**20, "regular_ns": regular / size * 1e9,
+                         "streaming_ns": streaming / size * 1e9, "regular_over_streaming": regular / streaming})
             print(f"{model:14s} {size:8d} {rows[-1]['mib']:7.1f} MiB  regular/streaming "
                   f"{rows[-1]['regular_over_streaming']:.2f}", flush=True)
     finally:
-        if before is None:
-            os.environ.pop("MODELC_C_STREAM_BYTES", None)
-        else:
-            os.environ["MODELC_C_STREAM_BYTES"] = before
-        cbuild.stream_bytes.cache_clear()
+        cbuild.stream_bytes = threshold
     return rows
 
 

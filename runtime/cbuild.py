@@ -100,10 +100,10 @@ STREAM_FRACTION = 0.5
 #: the most cache a call's arrays are taken to stay in between calls, whatever Linux reports: a
 #: virtual machine reports the host's whole L3 (an Intel Xeon VM with 2 cores: 480 MiB, a 240 MiB
 #: threshold), and a host's own work between calls (assembly, a linear solve) evicts them anyway.
-#: Measured (1 thread, tangent, docs/backends.md): on that VM streaming stores won from ~4 MiB moved,
-#: by 1.04-1.26x on the same arrays every call and 1.8-2.2x with the arrays cycled through the cache
-#: (1e4 points); on an AMD EPYC (32 MiB L3) they won 1.4x cycled at 2.5e4 points and lost up to 9%
-#: between 4 and 15 MB on the same arrays. So the threshold is at most 4 MiB
+#: Measured (1 thread, tangent, docs/backends.md): on that VM streaming stores won from 2-4 MiB moved,
+#: by 1.04-1.29x on the same arrays every call and 1.8-2.2x with the arrays cycled through the cache
+#: (1e4 points); on an AMD EPYC (32 MiB L3) they won 1.4x cycled at 15 MB, and on the same arrays
+#: lost 9% at 7 MB and were level at 15 MB. So the threshold is at most 4 MiB
 STREAM_CACHE_CAP = 8 << 20
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
