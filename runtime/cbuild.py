@@ -105,6 +105,8 @@ STREAM_FRACTION = 0.5
 #: (1e4 points); on an AMD EPYC (32 MiB L3) they won 1.4x cycled at 15 MB, and on the same arrays
 #: lost 9% at 7 MB and were level at 15 MB. So the threshold is at most 4 MiB
 STREAM_CACHE_CAP = 8 << 20
+#: the largest threshold :func:`stream_bytes` gives (an exported C kernel uses it: it reads no cache sizes)
+STREAM_MAX_BYTES = int(STREAM_FRACTION * STREAM_CACHE_CAP)
 VARIANTS = ("value", "jacobian", "tangent", "total")
 
 
@@ -366,7 +368,8 @@ def stream_bytes() -> int:
         if not text.isdigit():
             raise CBuildError(f"$MODELC_C_STREAM_BYTES must be a whole number of bytes, got {text!r}")
         return int(text)
-    return int(STREAM_FRACTION * min(reported_cache_bytes() or STREAM_CACHE_CAP, STREAM_CACHE_CAP))
+    reported = reported_cache_bytes()
+    return min(int(STREAM_FRACTION * reported), STREAM_MAX_BYTES) if reported else STREAM_MAX_BYTES
 
 
 def reported_cache_bytes() -> int:

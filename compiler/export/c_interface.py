@@ -9,7 +9,7 @@ from pathlib import Path
 from modelc.errors import InputError
 from modelc.export.model import Exported
 from modelc.export.render import c_comment, macro, template, write_files
-from modelc.runtime.cbuild import STREAM_CACHE_CAP, STREAM_FRACTION
+from modelc.runtime.cbuild import STREAM_MAX_BYTES
 from modelc.runtime.checks import Interval
 
 CONVENTIONS = {
@@ -115,8 +115,7 @@ def context(m: Exported) -> dict:
             "checks": _checks(m),
             "advance": _advance(m), "input_offsets": [m.slot("inputs", n).offset for n in m.block_inputs],
             "implicit": m.implicit,
-            # the runtime's largest streaming threshold: an exported kernel does not read the cache sizes
-            "stream_bytes": int(STREAM_FRACTION * STREAM_CACHE_CAP)}
+            "stream_bytes": STREAM_MAX_BYTES}
 
 
 def export_c(m: Exported, out_dir: str | Path) -> list[Path]:
