@@ -461,6 +461,23 @@ MC_INLINE void mc_tile(const real *restrict s, const int64_t ss, real *restrict 
     _mm256_storeu_pd(d + 2 * ds, _mm256_permute2f128_pd(t0, t2, 0x31));
     _mm256_storeu_pd(d + 3 * ds, _mm256_permute2f128_pd(t1, t3, 0x31));
 }
+/* the two columns a block has left after its 4 x 4 tiles (6 = 4 + 2 components, 14 = 12 + 2), as
+   2 x 4 tiles: rows d, d + ds get the columns of the 4 rows s + k * ss (two entries each) */
+MC_INLINE void mc_tile42(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d t0 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(s)), _mm_loadu_pd(s + 2 * ss), 1);
+    const __m256d t1 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(s + ss)), _mm_loadu_pd(s + 3 * ss), 1);
+    _mm256_storeu_pd(d, _mm256_unpacklo_pd(t0, t1));
+    _mm256_storeu_pd(d + ds, _mm256_unpackhi_pd(t0, t1));
+}
+/* and back: rows d + k * ds (k < 4) get the two entries of column k of the rows s, s + ss */
+MC_INLINE void mc_tile24(const real *restrict s, const int64_t ss, real *restrict d, const int64_t ds) {
+    const __m256d r0 = _mm256_loadu_pd(s), r1 = _mm256_loadu_pd(s + ss);
+    const __m256d lo = _mm256_unpacklo_pd(r0, r1), hi = _mm256_unpackhi_pd(r0, r1);
+    _mm_storeu_pd(d, _mm256_castpd256_pd128(lo));
+    _mm_storeu_pd(d + ds, _mm256_castpd256_pd128(hi));
+    _mm_storeu_pd(d + 2 * ds, _mm256_extractf128_pd(lo, 1));
+    _mm_storeu_pd(d + 3 * ds, _mm256_extractf128_pd(hi, 1));
+}
 #else
 #define MC_TILES 0
 #endif
@@ -482,8 +499,10 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
         const int n4 = nc & ~3;
         for (int l = 0; l < MC_W; l += 4) {
             for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, q + l * nc + c, nc);
+            const int n2 = nc - n4 >= 2 ? n4 + 2 : n4;
+            if (n2 > n4) mc_tile24(s + n4 * MC_W + l, MC_W, q + l * nc + n4, nc);
             for (int k = 0; k < 4; ++k)
-                for (int c = n4; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
+                for (int c = n2; c < nc; ++c) q[(l + k) * nc + c] = s[c * MC_W + l + k];
         }
 #else
         for (int l = 0; l < MC_W; ++l)
@@ -512,8 +531,10 @@ MC_INLINE void mc_store(real *restrict y, const int64_t ys, const real *restrict
         const int n4 = nc & ~3;
         for (int l = 0; l < MC_W; l += 4) {
             for (int c = 0; c < n4; c += 4) mc_tile(s + c * MC_W + l, MC_W, y + l * ys + c, ys);
+            const int n2 = nc - n4 >= 2 ? n4 + 2 : n4;
+            if (n2 > n4) mc_tile24(s + n4 * MC_W + l, MC_W, y + l * ys + n4, ys);
             for (int k = 0; k < 4; ++k)
-                for (int c = n4; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
+                for (int c = n2; c < nc; ++c) y[(l + k) * ys + c] = s[c * MC_W + l + k];
         }
         return;
     }
@@ -538,7 +559,9 @@ MC_INLINE void mc_load(real *restrict d, const real *restrict x, const int64_t x
         const int n4 = nc & ~3;
         for (int l = 0; l < MC_W; l += 4) {
             for (int c = 0; c < n4; c += 4) mc_tile(x + l * xs + c, xs, d + c * MC_W + l, MC_W);
-            for (int c = n4; c < nc; ++c)
+            const int n2 = nc - n4 >= 2 ? n4 + 2 : n4;
+            if (n2 > n4) mc_tile42(x + l * xs + n4, xs, d + n4 * MC_W + l, MC_W);
+            for (int c = n2; c < nc; ++c)
                 for (int k = 0; k < 4; ++k) d[c * MC_W + l + k] = x[(l + k) * xs + c];
         }
         return;
