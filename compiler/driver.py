@@ -120,6 +120,7 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
+    from modelc.passes.positive import factor_positive
     from modelc.passes.variants import split_variants, standard_variants
 
     stages: list[Stage] = []
@@ -136,6 +137,7 @@ def lower_model(spec: ir.Spec, name: str, trace=None, *, verify: bool = False) -
         return out
 
     model = run("compose", resolve_model, spec, name)
+    model = run("positive", factor_positive, model)  # before the chain rule, which it shortens
     model = run("differentiate", differentiate, model)
     # one program computes everything any call asks for; the variants pass tags each statement
     # with the calls that need it (a call that does not ask for the tangent must not compute it)

@@ -68,380 +68,347 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_3 = (forces_E_3 - old_state_internal_Ep_3)
     cse_4 = (forces_E_4 - old_state_internal_Ep_4)
     cse_5 = (forces_E_5 - old_state_internal_Ep_5)
-    cse_6 = (0.3333333333333333 * cse_1)
-    cse_7 = (0.3333333333333333 * cse_2)
-    cse_8 = (cse_6 + cse_7 - (0.6666666666666666 * cse_0))
-    cse_9 = (-cse_8)
+    cse_6 = (0.6666666666666666 * cse_0)
+    cse_7 = (0.3333333333333333 * cse_1)
+    cse_8 = (0.3333333333333333 * cse_2)
+    cse_9 = (cse_6 - cse_7 - cse_8)
     cse_10 = (cse_3 * cse_3)
     cse_11 = (cse_4 * cse_4)
     cse_12 = (cse_5 * cse_5)
     cse_13 = (0.3333333333333333 * cse_0)
-    cse_14 = (cse_13 + cse_6 - (0.6666666666666666 * cse_2))
-    cse_15 = (-cse_14)
-    cse_16 = (cse_15 * cse_15)
-    cse_17 = (cse_13 + cse_7 - (0.6666666666666666 * cse_1))
-    cse_18 = (-cse_17)
-    cse_19 = (cse_18 * cse_18)
-    cse_20 = (cse_9 * cse_9)
-    cse_21 = (p_E * p_E)
+    cse_14 = (0.6666666666666666 * cse_2)
+    cse_15 = (cse_14 - cse_13 - cse_7)
+    cse_16 = (0.6666666666666666 * cse_1)
+    cse_17 = (cse_16 - cse_13 - cse_8)
+    cse_18 = torch.sqrt(torch.clamp((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9)), min=0.0))
+    cse_19 = _sdiv(1.0, cse_18)
+    cse_20 = (1.0 / p_E)
+    cse_21 = 2.449489742783178
     cse_22 = (2.0 * p_nu)
     cse_23 = (2.0 + cse_22)
-    cse_172 = (1.0 / cse_23)
-    cse_24 = (cse_172 * cse_172)
-    cse_25 = (cse_21 * cse_24)
-    cse_26 = torch.sqrt(torch.clamp((cse_25 * ((4.0 * cse_10) + (4.0 * cse_11) + (4.0 * cse_12) + (4.0 * cse_16) + (4.0 * cse_19) + (4.0 * cse_20))), min=0.0))
-    cse_27 = _sdiv(1.0, cse_26)
-    cse_28 = 2.449489742783178
-    cse_29 = (cse_26 - (0.3333333333333333 * p_sigma_y * cse_28))
-    cse_30 = torch.clamp(cse_29, min=0.0)
-    cse_31 = (cse_27 * cse_30)
+    cse_24 = (2.0 * cse_18)
+    cse_25 = (cse_24 / cse_23)
+    cse_26 = ((p_E * cse_25) - (0.3333333333333333 * p_sigma_y * cse_21))
+    cse_27 = torch.clamp(cse_26, min=0.0)
+    cse_28 = (cse_20 * cse_27)
+    cse_29 = (0.5 * cse_23)
+    cse_30 = (cse_28 * cse_29)
+    cse_31 = (cse_19 * cse_30)
     cse_32 = (cse_31 * cse_9)
-    cse_33 = (cse_18 * cse_31)
+    cse_33 = (cse_17 * cse_31)
     cse_34 = (cse_15 * cse_31)
-    cse_35 = (1.0 / p_E)
-    cse_36 = (cse_30 * cse_35)
-    cse_37 = (0.5 * cse_23)
-    cse_38 = (cse_36 * cse_37)
-    cse_39 = (forces_t - old_forces_t)
-    cse_185 = (cse_0 + cse_1 + cse_2)
+    cse_35 = (cse_3 * cse_31)
+    cse_36 = (cse_31 * cse_4)
+    cse_37 = (cse_31 * cse_5)
+    cse_38 = (forces_t - old_forces_t)
+    cse_179 = (cse_0 - cse_32)
+    cse_180 = (1.0 + p_nu)
+    cse_181 = (1.0 / cse_180)
+    cse_182 = (p_E * cse_181)
+    cse_183 = (cse_1 - cse_33)
+    cse_184 = (cse_2 - cse_34)
+    cse_185 = (cse_179 + cse_183 + cse_184)
     cse_186 = (1.0 - cse_22)
     cse_187 = (1.0 / cse_186)
     cse_188 = (p_nu * cse_187)
-    cse_189 = (cse_185 * cse_188)
-    cse_190 = (cse_0 - cse_32)
-    cse_191 = (1.0 + p_nu)
-    cse_192 = (1.0 / cse_191)
-    cse_193 = (p_E * cse_192)
-    cse_194 = (cse_1 - cse_33)
-    cse_195 = (cse_2 - cse_34)
-    cse_196 = (1.0 - cse_31)
-    cse_197 = (cse_193 * cse_196)
+    cse_189 = (cse_182 * cse_188)
+    cse_190 = (cse_185 * cse_189)
+    cse_191 = (cse_3 - cse_35)
+    cse_192 = (cse_4 - cse_36)
+    cse_193 = (cse_5 - cse_37)
     state_internal_Ep_0 = (cse_32 + old_state_internal_Ep_0)
     state_internal_Ep_1 = (cse_33 + old_state_internal_Ep_1)
     state_internal_Ep_2 = (cse_34 + old_state_internal_Ep_2)
-    state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_31))
-    state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_31 * cse_4))
-    state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_31 * cse_5))
-    state_internal_gamma_rate = _sdiv(cse_38, cse_39)
-    state_S_0 = (cse_193 * (cse_189 + cse_190))
-    state_S_1 = (cse_193 * (cse_189 + cse_194))
-    state_S_2 = (cse_193 * (cse_189 + cse_195))
-    state_S_3 = (cse_197 * cse_3)
-    state_S_4 = (cse_197 * cse_4)
-    state_S_5 = (cse_197 * cse_5)
+    state_internal_Ep_3 = (cse_35 + old_state_internal_Ep_3)
+    state_internal_Ep_4 = (cse_36 + old_state_internal_Ep_4)
+    state_internal_Ep_5 = (cse_37 + old_state_internal_Ep_5)
+    state_internal_gamma_rate = _sdiv(cse_30, cse_38)
+    state_S_0 = (cse_190 + (cse_179 * cse_182))
+    state_S_1 = (cse_190 + (cse_182 * cse_183))
+    state_S_2 = (cse_190 + (cse_182 * cse_184))
+    state_S_3 = (cse_182 * cse_191)
+    state_S_4 = (cse_182 * cse_192)
+    state_S_5 = (cse_182 * cse_193)
     if V & 14:  # tangent, jacobian, total
-        cse_40 = (2.6666666666666665 * cse_1)
-        cse_41 = (2.6666666666666665 * cse_2)
-        cse_42 = (cse_40 + cse_41 - (5.333333333333333 * cse_0))
-        cse_43 = (-cse_42)
-        cse_44 = _heaviside(cse_29)
-        cse_45 = (cse_27 * cse_44)
-        cse_46 = _sdiv(1.0, (2.0 * cse_26))
-        cse_47 = (cse_25 * cse_46)
-        cse_48 = (cse_47 * cse_9)
-        cse_49 = (cse_45 * cse_48)
-        cse_50 = (0.6666666666666666 * cse_27)
-        cse_51 = (-cse_50)
-        cse_52 = _sdiv(1.0, (cse_26 * cse_26))
-        cse_53 = (cse_48 * cse_52)
-        d1 = ((cse_30 * (-cse_51 - (cse_43 * cse_53))) + (cse_43 * cse_49))
-        cse_55 = (2.6666666666666665 * cse_0)
-        cse_56 = (cse_41 + cse_55 - (5.333333333333333 * cse_1))
+        cse_39 = (cse_19 * cse_23 * cse_28)
+        cse_40 = (0.3333333333333333 * cse_39)
+        cse_41 = _heaviside(cse_26)
+        cse_42 = _sdiv(1.0, cse_24)
+        cse_43 = (cse_41 * cse_42)
+        cse_44 = (cse_19 * cse_43)
+        cse_45 = (cse_14 + cse_16 - (1.3333333333333333 * cse_0))
+        cse_46 = (-cse_45)
+        cse_47 = (cse_46 * cse_9)
+        cse_48 = (cse_42 * _sdiv(1.0, (cse_18 * cse_18)))
+        cse_49 = (cse_30 * cse_48)
+        d1 = (cse_40 + (cse_44 * cse_47) - (cse_47 * cse_49))
+        cse_51 = (0.16666666666666666 * cse_39)
+        cse_52 = (cse_14 + cse_6 - (1.3333333333333333 * cse_1))
+        cse_53 = (-cse_52)
+        cse_54 = (cse_49 * cse_9)
+        d2 = (-cse_51 - (cse_53 * cse_54) + (cse_19 * cse_41 * cse_42 * cse_53 * cse_9))
+        cse_56 = (cse_16 + cse_6 - (1.3333333333333333 * cse_2))
         cse_57 = (-cse_56)
-        cse_58 = (0.3333333333333333 * cse_27)
-        d2 = ((cse_30 * (-cse_58 - (cse_53 * cse_57))) + (cse_49 * cse_57))
-        cse_60 = (cse_40 + cse_55 - (5.333333333333333 * cse_2))
-        cse_61 = (-cse_60)
-        d3 = ((cse_30 * (-cse_58 - (cse_53 * cse_61))) + (cse_49 * cse_61))
-        cse_63 = (cse_30 * cse_52)
-        cse_64 = (-(8.0 * cse_63) + (8.0 * cse_45))
-        cse_66 = (cse_18 * cse_47)
-        cse_67 = (cse_45 * cse_66)
-        cse_68 = (cse_52 * cse_66)
-        d4 = ((cse_30 * (-cse_58 - (cse_43 * cse_68))) + (cse_43 * cse_67))
-        d5 = ((cse_30 * (-cse_51 - (cse_57 * cse_68))) + (cse_57 * cse_67))
-        d6 = ((cse_30 * (-cse_58 - (cse_61 * cse_68))) + (cse_61 * cse_67))
-        cse_73 = (cse_15 * cse_47)
-        cse_74 = (cse_45 * cse_73)
-        cse_75 = (cse_52 * cse_73)
-        d7 = ((cse_30 * (-cse_58 - (cse_43 * cse_75))) + (cse_43 * cse_74))
-        d8 = ((cse_30 * (-cse_58 - (cse_57 * cse_75))) + (cse_57 * cse_74))
-        d9 = ((cse_30 * (-cse_51 - (cse_61 * cse_75))) + (cse_61 * cse_74))
-        cse_80 = (cse_3 * cse_47)
-        cse_81 = (cse_45 - cse_63)
-        cse_82 = (cse_43 * cse_81)
-        d10 = (cse_80 * cse_82)
-        cse_84 = (cse_80 * cse_81)
-        d11 = (cse_57 * cse_84)
-        d12 = (cse_61 * cse_84)
-        cse_87 = (8.0 * cse_10)
-        cse_88 = (cse_45 * cse_47)
-        cse_89 = (cse_87 * cse_88)
-        cse_90 = (-cse_27)
-        cse_91 = (cse_47 * cse_52)
-        cse_92 = (cse_90 + (cse_87 * cse_91))
-        d13 = (cse_89 - (cse_30 * cse_92))
-        cse_94 = (cse_64 * cse_80)
-        d14 = (cse_4 * cse_94)
-        d15 = (cse_5 * cse_94)
-        cse_97 = (cse_4 * cse_47)
-        d16 = (cse_82 * cse_97)
-        cse_99 = (cse_81 * cse_97)
-        d17 = (cse_57 * cse_99)
-        d18 = (cse_61 * cse_99)
-        cse_102 = (8.0 * cse_11)
-        cse_103 = (cse_102 * cse_88)
-        cse_104 = (cse_90 + (cse_102 * cse_91))
-        d19 = (cse_103 - (cse_104 * cse_30))
-        cse_106 = (cse_5 * cse_97)
-        d20 = (cse_106 * cse_64)
-        cse_108 = (cse_47 * cse_5)
-        d21 = (cse_108 * cse_82)
-        cse_110 = (cse_108 * cse_81)
-        d22 = (cse_110 * cse_57)
-        d23 = (cse_110 * cse_61)
-        cse_113 = (8.0 * cse_12)
-        cse_114 = (cse_113 * cse_88)
-        cse_115 = (cse_90 + (cse_113 * cse_91))
-        d24 = (cse_114 - (cse_115 * cse_30))
-        cse_198 = (-cse_188)
-        cse_199 = (-1.0 + cse_198)
-        cse_200 = (p_E * p_E * p_E)
-        cse_201 = (cse_192 * cse_200)
-        cse_202 = (cse_201 * cse_3)
-        cse_203 = (cse_24 * cse_46)
-        cse_204 = (cse_203 * cse_64)
-        cse_205 = (cse_204 * cse_9)
-        cse_206 = (cse_201 * cse_205)
-        cse_207 = (cse_18 * cse_204)
-        cse_208 = (cse_201 * cse_207)
-        cse_209 = (cse_15 * cse_204)
-        cse_210 = (cse_201 * cse_209)
-        cse_211 = (-cse_193)
-        d25 = (cse_211 * d14)
-        d26 = (cse_211 * d15)
-        d27 = (cse_211 * d20)
-        d28 = (cse_193 * (-cse_199 - d1))
-        d29 = (cse_193 * (-cse_198 - d2))
-        d30 = (cse_193 * (-cse_198 - d3))
-        d31 = (-cse_202 * cse_205)
-        d32 = (-cse_206 * cse_4)
-        d33 = (-cse_206 * cse_5)
-        d34 = (cse_193 * (-cse_198 - d4))
-        d35 = (cse_193 * (-cse_199 - d5))
-        d36 = (cse_193 * (-cse_198 - d6))
-        d37 = (-cse_202 * cse_207)
-        d38 = (-cse_208 * cse_4)
-        d39 = (-cse_208 * cse_5)
-        d40 = (cse_193 * (-cse_198 - d7))
-        d41 = (cse_193 * (-cse_198 - d8))
-        d42 = (cse_193 * (-cse_199 - d9))
-        d43 = (-cse_202 * cse_209)
-        d44 = (-cse_210 * cse_4)
-        d45 = (-cse_210 * cse_5)
-        d46 = (cse_211 * d10)
-        d47 = (cse_211 * d11)
-        d48 = (cse_211 * d12)
-        d49 = (cse_193 + (cse_211 * d13))
-        d50 = (cse_211 * d16)
-        d51 = (cse_211 * d17)
-        d52 = (cse_211 * d18)
-        d53 = d25
-        d54 = (cse_193 + (cse_211 * d19))
-        d55 = (cse_211 * d21)
-        d56 = (cse_211 * d22)
-        d57 = (cse_211 * d23)
-        d58 = d26
-        d59 = d27
-        d60 = (cse_193 + (cse_211 * d24))
+        d3 = (-cse_51 - (cse_54 * cse_57) + (cse_19 * cse_41 * cse_42 * cse_57 * cse_9))
+        cse_59 = (cse_44 * cse_9)
+        cse_60 = (2.0 * cse_59)
+        cse_61 = (cse_23 * cse_28 * cse_48)
+        cse_62 = (cse_61 * cse_9)
+        d4 = ((cse_3 * cse_60) - (cse_3 * cse_62))
+        d5 = ((cse_4 * cse_60) - (cse_4 * cse_62))
+        d6 = ((cse_5 * cse_60) - (cse_5 * cse_62))
+        cse_66 = (cse_17 * cse_49)
+        d7 = (-cse_51 - (cse_46 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_46))
+        cse_68 = (cse_17 * cse_44)
+        d8 = (cse_40 + (cse_53 * cse_68) - (cse_53 * cse_66))
+        d9 = (-cse_51 - (cse_57 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_57))
+        cse_71 = (2.0 * cse_68)
+        cse_72 = (cse_17 * cse_61)
+        d10 = ((cse_3 * cse_71) - (cse_3 * cse_72))
+        d11 = ((cse_4 * cse_71) - (cse_4 * cse_72))
+        d12 = ((cse_5 * cse_71) - (cse_5 * cse_72))
+        cse_76 = (cse_15 * cse_49)
+        d13 = (-cse_51 - (cse_46 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_46))
+        d14 = (-cse_51 - (cse_53 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_53))
+        cse_79 = (cse_15 * cse_44)
+        d15 = (cse_40 + (cse_57 * cse_79) - (cse_57 * cse_76))
+        cse_81 = (2.0 * cse_79)
+        cse_82 = (cse_15 * cse_61)
+        d16 = ((cse_3 * cse_81) - (cse_3 * cse_82))
+        d17 = ((cse_4 * cse_81) - (cse_4 * cse_82))
+        d18 = ((cse_5 * cse_81) - (cse_5 * cse_82))
+        cse_86 = (cse_3 * cse_44)
+        cse_87 = (cse_3 * cse_49)
+        d19 = ((cse_46 * cse_86) - (cse_46 * cse_87))
+        d20 = ((cse_53 * cse_86) - (cse_53 * cse_87))
+        d21 = ((cse_57 * cse_86) - (cse_57 * cse_87))
+        cse_91 = (2.0 * cse_44)
+        d22 = (cse_31 + (cse_10 * cse_91) - (cse_10 * cse_61))
+        cse_93 = (2.0 * cse_86)
+        cse_94 = (cse_3 * cse_61)
+        d23 = ((cse_4 * cse_93) - (cse_4 * cse_94))
+        d24 = ((cse_5 * cse_93) - (cse_5 * cse_94))
+        cse_97 = (cse_4 * cse_44)
+        cse_98 = (cse_4 * cse_49)
+        d25 = ((cse_46 * cse_97) - (cse_46 * cse_98))
+        d26 = ((cse_53 * cse_97) - (cse_53 * cse_98))
+        d27 = ((cse_57 * cse_97) - (cse_57 * cse_98))
+        d28 = (cse_31 + (cse_11 * cse_91) - (cse_11 * cse_61))
+        cse_103 = (cse_4 * cse_5)
+        d29 = ((cse_103 * cse_91) - (cse_103 * cse_61))
+        cse_105 = (cse_44 * cse_5)
+        cse_106 = (cse_49 * cse_5)
+        d30 = ((cse_105 * cse_46) - (cse_106 * cse_46))
+        d31 = ((cse_105 * cse_53) - (cse_106 * cse_53))
+        d32 = ((cse_105 * cse_57) - (cse_106 * cse_57))
+        d33 = (cse_31 + (cse_12 * cse_91) - (cse_12 * cse_61))
+        cse_194 = (-cse_182)
+        cse_195 = (cse_182 + cse_189)
+        cse_196 = (-cse_182)
+        d34 = (cse_196 * d23)
+        d35 = (cse_196 * d24)
+        d36 = (cse_196 * d29)
+        d37 = (cse_195 + (cse_194 * d1))
+        d38 = (cse_189 + (cse_194 * d2))
+        d39 = (cse_189 + (cse_194 * d3))
+        d40 = (cse_194 * d4)
+        d41 = (cse_194 * d5)
+        d42 = (cse_194 * d6)
+        d43 = (cse_189 + (cse_194 * d7))
+        d44 = (cse_195 + (cse_194 * d8))
+        d45 = (cse_189 + (cse_194 * d9))
+        d46 = (cse_194 * d10)
+        d47 = (cse_194 * d11)
+        d48 = (cse_194 * d12)
+        d49 = (cse_189 + (cse_194 * d13))
+        d50 = (cse_189 + (cse_194 * d14))
+        d51 = (cse_195 + (cse_194 * d15))
+        d52 = (cse_194 * d16)
+        d53 = (cse_194 * d17)
+        d54 = (cse_194 * d18)
+        d55 = (cse_196 * d19)
+        d56 = (cse_196 * d20)
+        d57 = (cse_196 * d21)
+        d58 = (cse_182 + (cse_196 * d22))
+        d59 = (cse_196 * d25)
+        d60 = (cse_196 * d26)
+        d61 = (cse_196 * d27)
+        d62 = d34
+        d63 = (cse_182 + (cse_196 * d28))
+        d64 = (cse_196 * d30)
+        d65 = (cse_196 * d31)
+        d66 = (cse_196 * d32)
+        d67 = d35
+        d68 = d36
+        d69 = (cse_182 + (cse_196 * d33))
     if V & 12:  # jacobian, total
-        cse_65 = (cse_48 * cse_64)
-        cse_72 = (cse_64 * cse_66)
-        cse_79 = (cse_64 * cse_73)
-        d61 = (1.0 + (cse_30 * (-cse_50 - (cse_42 * cse_53))) + (cse_42 * cse_49))
-        cse_118 = (-cse_58)
-        d62 = ((cse_30 * (-cse_118 - (cse_53 * cse_56))) + (cse_49 * cse_56))
-        d63 = ((cse_30 * (-cse_118 - (cse_53 * cse_60))) + (cse_49 * cse_60))
-        cse_121 = (-cse_64)
-        cse_122 = (cse_121 * cse_48)
-        d64 = ((cse_30 * (-cse_118 - (cse_42 * cse_68))) + (cse_42 * cse_67))
-        d65 = (1.0 + (cse_30 * (-cse_50 - (cse_56 * cse_68))) + (cse_56 * cse_67))
-        d66 = ((cse_30 * (-cse_118 - (cse_60 * cse_68))) + (cse_60 * cse_67))
-        cse_126 = (cse_121 * cse_66)
-        d67 = ((cse_30 * (-cse_118 - (cse_42 * cse_75))) + (cse_42 * cse_74))
-        d68 = ((cse_30 * (-cse_118 - (cse_56 * cse_75))) + (cse_56 * cse_74))
-        d69 = (1.0 + (cse_30 * (-cse_50 - (cse_60 * cse_75))) + (cse_60 * cse_74))
-        cse_130 = (cse_121 * cse_73)
-        d70 = (cse_42 * cse_84)
-        d71 = (cse_56 * cse_84)
-        d72 = (cse_60 * cse_84)
-        d73 = (1.0 - cse_89 + (cse_30 * cse_92))
-        cse_135 = (cse_121 * cse_80)
-        d74 = (cse_135 * cse_4)
-        d75 = (cse_135 * cse_5)
-        d76 = (cse_42 * cse_99)
-        d77 = (cse_56 * cse_99)
-        d78 = (cse_60 * cse_99)
-        d79 = (1.0 - cse_103 + (cse_104 * cse_30))
-        d80 = (cse_106 * cse_121)
-        d81 = (cse_110 * cse_42)
-        d82 = (cse_110 * cse_56)
-        d83 = (cse_110 * cse_60)
-        d84 = (1.0 - cse_114 + (cse_115 * cse_30))
-        cse_153 = (p_E * cse_3)
-        cse_173 = (0.5 * cse_44)
-        cse_174 = (cse_172 * cse_173)
-        cse_175 = _sdiv(1.0, cse_39)
-        cse_176 = (cse_175 * cse_46)
-        cse_177 = (p_E * cse_176)
-        cse_178 = (cse_174 * cse_177)
-        cse_179 = (4.0 * cse_172 * cse_44)
-        d85 = (cse_153 * cse_176 * cse_179)
-        cse_181 = (cse_177 * cse_179)
-        d86 = (cse_181 * cse_4)
-        d87 = (cse_181 * cse_5)
-        d88 = _sdiv(cse_38, (cse_39 * cse_39))
-        cse_215 = (-1.0 - cse_188)
-        cse_216 = (cse_188 * cse_193)
-        cse_217 = (cse_202 * cse_203)
-        cse_218 = (cse_121 * cse_188)
-        cse_219 = (cse_218 * cse_8)
-        cse_220 = (cse_201 * cse_203)
-        cse_221 = (cse_220 * cse_4)
-        cse_222 = (cse_220 * cse_5)
-        cse_223 = (cse_17 * cse_218)
-        cse_224 = (cse_14 * cse_218)
-        d89 = (cse_211 * d74)
-        d90 = (cse_211 * d75)
-        d91 = (cse_211 * d80)
-        d92 = (cse_3 * cse_65)
-        d93 = (cse_4 * cse_65)
-        d94 = (cse_5 * cse_65)
-        d95 = (cse_3 * cse_72)
-        d96 = (cse_4 * cse_72)
-        d97 = (cse_5 * cse_72)
-        d98 = (cse_3 * cse_79)
-        d99 = (cse_4 * cse_79)
-        d100 = (cse_5 * cse_79)
-        d101 = d14
-        d102 = d15
-        d103 = d20
-        d104 = (cse_122 * cse_3)
-        d105 = (cse_122 * cse_4)
-        d106 = (cse_122 * cse_5)
-        d107 = (cse_126 * cse_3)
-        d108 = (cse_126 * cse_4)
-        d109 = (cse_126 * cse_5)
-        d110 = (cse_130 * cse_3)
-        d111 = (cse_130 * cse_4)
-        d112 = (cse_130 * cse_5)
-        d113 = d74
-        d114 = d75
-        d115 = d80
-        d116 = (cse_178 * cse_43)
-        d117 = (cse_178 * cse_57)
-        d118 = (cse_178 * cse_61)
-        d119 = (-d88)
-        d120 = (cse_178 * cse_42)
-        d121 = (cse_178 * cse_56)
-        d122 = (cse_178 * cse_60)
-        d123 = (-d85)
-        d124 = (-d86)
-        d125 = (-d87)
-        d126 = (-(cse_216 * (d64 + d67)) + (p_E * cse_192 * cse_215 * d61))
-        d127 = (-(cse_216 * (d65 + d68)) + (p_E * cse_192 * cse_215 * d62))
-        d128 = (-(cse_216 * (d66 + d69)) + (p_E * cse_192 * cse_215 * d63))
-        d129 = (-(cse_217 * cse_219) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46 * cse_9))
-        d130 = (-(cse_219 * cse_221) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46 * cse_9))
-        d131 = (-(cse_219 * cse_222) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5 * cse_9))
-        d132 = (-(cse_216 * (d61 + d67)) + (p_E * cse_192 * cse_215 * d64))
-        d133 = (-(cse_216 * (d62 + d68)) + (p_E * cse_192 * cse_215 * d65))
-        d134 = (-(cse_216 * (d63 + d69)) + (p_E * cse_192 * cse_215 * d66))
-        d135 = (-(cse_217 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46))
-        d136 = (-(cse_221 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46))
-        d137 = (-(cse_222 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5))
-        d138 = (-(cse_216 * (d61 + d64)) + (p_E * cse_192 * cse_215 * d67))
-        d139 = (-(cse_216 * (d62 + d65)) + (p_E * cse_192 * cse_215 * d68))
-        d140 = (-(cse_216 * (d63 + d66)) + (p_E * cse_192 * cse_215 * d69))
-        d141 = (-(cse_217 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46))
-        d142 = (-(cse_221 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46))
-        d143 = (-(cse_222 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5))
-        d144 = (cse_211 * d70)
-        d145 = (cse_211 * d71)
-        d146 = (cse_211 * d72)
-        d147 = (cse_211 * d73)
-        d148 = (cse_211 * d76)
-        d149 = (cse_211 * d77)
-        d150 = (cse_211 * d78)
-        d151 = d89
-        d152 = (cse_211 * d79)
-        d153 = (cse_211 * d81)
-        d154 = (cse_211 * d82)
-        d155 = (cse_211 * d83)
-        d156 = d90
-        d157 = d91
-        d158 = (cse_211 * d84)
+        cse_111 = (1.0 - cse_40)
+        d70 = (cse_111 + (cse_45 * cse_59) - (cse_45 * cse_54))
+        d71 = (cse_51 + (cse_52 * cse_59) - (cse_52 * cse_54))
+        d72 = (cse_51 + (cse_56 * cse_59) - (cse_54 * cse_56))
+        d73 = (-d4)
+        d74 = (-d5)
+        d75 = (-d6)
+        d76 = (cse_51 + (cse_45 * cse_68) - (cse_45 * cse_66))
+        d77 = (cse_111 + (cse_52 * cse_68) - (cse_52 * cse_66))
+        d78 = (cse_51 + (cse_56 * cse_68) - (cse_56 * cse_66))
+        d79 = (-d10)
+        d80 = (-d11)
+        d81 = (-d12)
+        d82 = (cse_51 + (cse_45 * cse_79) - (cse_45 * cse_76))
+        d83 = (cse_51 + (cse_52 * cse_79) - (cse_52 * cse_76))
+        d84 = (cse_111 + (cse_56 * cse_79) - (cse_56 * cse_76))
+        d85 = (-d16)
+        d86 = (-d17)
+        d87 = (-d18)
+        d88 = ((cse_45 * cse_86) - (cse_45 * cse_87))
+        d89 = ((cse_52 * cse_86) - (cse_52 * cse_87))
+        d90 = ((cse_56 * cse_86) - (cse_56 * cse_87))
+        d91 = (1.0 - d22)
+        d92 = (-d23)
+        d93 = (-d24)
+        d94 = ((cse_45 * cse_97) - (cse_45 * cse_98))
+        d95 = ((cse_52 * cse_97) - (cse_52 * cse_98))
+        d96 = ((cse_56 * cse_97) - (cse_56 * cse_98))
+        d97 = (1.0 - d28)
+        d98 = (-d29)
+        d99 = ((cse_105 * cse_45) - (cse_106 * cse_45))
+        d100 = ((cse_105 * cse_52) - (cse_106 * cse_52))
+        d101 = ((cse_105 * cse_56) - (cse_106 * cse_56))
+        d102 = (1.0 - d33)
+        cse_172 = _sdiv(1.0, cse_38)
+        cse_173 = (cse_172 * cse_43)
+        cse_174 = (2.0 * cse_173)
+        d103 = (cse_174 * cse_3)
+        d104 = (cse_174 * cse_4)
+        d105 = (cse_174 * cse_5)
+        d106 = _sdiv(cse_30, (cse_38 * cse_38))
+        cse_200 = (-cse_189)
+        cse_201 = (cse_200 * d82)
+        cse_202 = (cse_200 * d76)
+        cse_203 = (-cse_195)
+        cse_204 = (cse_200 * d83)
+        cse_205 = (cse_200 * d77)
+        cse_206 = (cse_200 * d78)
+        cse_207 = (cse_200 * d84)
+        cse_208 = (cse_200 * d85)
+        cse_209 = (cse_200 * d79)
+        cse_210 = (cse_200 * d86)
+        cse_211 = (cse_200 * d80)
+        cse_212 = (cse_200 * d87)
+        cse_213 = (cse_200 * d81)
+        cse_214 = (cse_200 * d70)
+        cse_215 = (cse_200 * d71)
+        cse_216 = (cse_200 * d72)
+        cse_217 = (cse_200 * d73)
+        cse_218 = (cse_200 * d74)
+        cse_219 = (cse_200 * d75)
+        d107 = (cse_196 * d92)
+        d108 = (cse_196 * d93)
+        d109 = (cse_196 * d98)
+        d110 = d23
+        d111 = d24
+        d112 = d29
+        d113 = d92
+        d114 = d93
+        d115 = d98
+        d116 = (cse_173 * cse_46)
+        d117 = (cse_173 * cse_53)
+        d118 = (cse_173 * cse_57)
+        d119 = (-d106)
+        d120 = (cse_173 * cse_45)
+        d121 = (cse_173 * cse_52)
+        d122 = (cse_173 * cse_56)
+        d123 = (-d103)
+        d124 = (-d104)
+        d125 = (-d105)
+        d126 = (cse_201 + cse_202 + (cse_203 * d70))
+        d127 = (cse_204 + cse_205 + (cse_203 * d71))
+        d128 = (cse_206 + cse_207 + (cse_203 * d72))
+        d129 = (cse_208 + cse_209 + (cse_203 * d73))
+        d130 = (cse_210 + cse_211 + (cse_203 * d74))
+        d131 = (cse_212 + cse_213 + (cse_203 * d75))
+        d132 = (cse_201 + cse_214 + (cse_203 * d76))
+        d133 = (cse_204 + cse_215 + (cse_203 * d77))
+        d134 = (cse_207 + cse_216 + (cse_203 * d78))
+        d135 = (cse_208 + cse_217 + (cse_203 * d79))
+        d136 = (cse_210 + cse_218 + (cse_203 * d80))
+        d137 = (cse_212 + cse_219 + (cse_203 * d81))
+        d138 = (cse_202 + cse_214 + (cse_203 * d82))
+        d139 = (cse_205 + cse_215 + (cse_203 * d83))
+        d140 = (cse_206 + cse_216 + (cse_203 * d84))
+        d141 = (cse_209 + cse_217 + (cse_203 * d85))
+        d142 = (cse_211 + cse_218 + (cse_203 * d86))
+        d143 = (cse_213 + cse_219 + (cse_203 * d87))
+        d144 = (cse_196 * d88)
+        d145 = (cse_196 * d89)
+        d146 = (cse_196 * d90)
+        d147 = (cse_196 * d91)
+        d148 = (cse_196 * d94)
+        d149 = (cse_196 * d95)
+        d150 = (cse_196 * d96)
+        d151 = d107
+        d152 = (cse_196 * d97)
+        d153 = (cse_196 * d99)
+        d154 = (cse_196 * d100)
+        d155 = (cse_196 * d101)
+        d156 = d108
+        d157 = d109
+        d158 = (cse_196 * d102)
     if V & 8:  # total
-        cse_147 = (p_E * cse_24)
-        cse_148 = (cse_46 * (cse_102 + cse_113 + cse_87 + (8.0 * cse_16) + (8.0 * cse_19) + (8.0 * cse_20)))
-        cse_149 = (cse_81 * cse_9)
-        cse_150 = (cse_148 * cse_149)
-        cse_151 = (cse_148 * cse_81)
-        cse_152 = (cse_147 * cse_151)
-        d159 = (cse_151 * cse_153 * cse_24)
-        d160 = (cse_152 * cse_4)
-        d161 = (cse_152 * cse_5)
-        cse_157 = (cse_46 * (-(16.0 * cse_10) - (16.0 * cse_11) - (16.0 * cse_12) - (16.0 * cse_16) - (16.0 * cse_19) - (16.0 * cse_20)))
-        cse_158 = (cse_157 * (cse_172 * cse_172 * cse_172))
-        cse_159 = (cse_158 * cse_21)
-        cse_160 = (cse_159 * cse_81)
-        d162 = (cse_160 * cse_3)
-        d163 = (cse_160 * cse_4)
-        d164 = (cse_160 * cse_5)
-        cse_164 = (cse_28 * cse_44)
-        cse_165 = (cse_164 * cse_58)
-        d165 = (-cse_165 * cse_9)
-        d166 = (-cse_165 * cse_18)
-        d167 = (-cse_15 * cse_165)
-        d168 = (-cse_165 * cse_3)
-        d169 = (-cse_165 * cse_4)
-        d170 = (-cse_165 * cse_5)
-        cse_228 = (-p_nu * cse_185 * cse_187)
-        cse_229 = (cse_151 * cse_25)
-        cse_230 = (cse_192 * cse_196)
-        cse_231 = (cse_192 * cse_192)
-        cse_232 = (cse_185 * ((cse_192 * (cse_187 + (cse_22 * (cse_187 * cse_187)))) - (cse_188 * cse_231)))
-        cse_233 = (cse_158 * cse_201)
-        cse_234 = (cse_233 * cse_81)
-        cse_235 = (cse_196 * cse_231)
-        cse_236 = (p_E * cse_235)
-        d171 = (cse_147 * cse_150)
-        d172 = (cse_152 * cse_18)
-        d173 = (cse_15 * cse_152)
-        d174 = (cse_149 * cse_159)
-        d175 = (cse_160 * cse_18)
-        d176 = (cse_15 * cse_160)
-        d177 = (cse_175 * ((cse_148 * cse_174) - (cse_30 * cse_37 / cse_21)))
-        d178 = (cse_175 * (cse_36 + (cse_147 * cse_157 * cse_173)))
-        d179 = (-0.16666666666666666 * cse_164 * cse_175 * cse_23 * cse_35)
-        d180 = (cse_192 * (cse_0 - cse_228 - cse_32 - (cse_150 * cse_25)))
-        d181 = (cse_192 * (cse_1 - cse_228 - cse_33 - (cse_18 * cse_229)))
-        d182 = (cse_192 * (cse_2 - cse_228 - cse_34 - (cse_15 * cse_229)))
-        d183 = ((cse_211 * d159) + (cse_230 * cse_3))
-        d184 = ((cse_211 * d160) + (cse_230 * cse_4))
-        d185 = ((cse_211 * d161) + (cse_230 * cse_5))
-        d186 = ((p_E * (cse_232 - (cse_190 * cse_231))) - (cse_149 * cse_233))
-        d187 = ((p_E * (cse_232 - (cse_194 * cse_231))) - (cse_18 * cse_234))
-        d188 = ((p_E * (cse_232 - (cse_195 * cse_231))) - (cse_15 * cse_234))
-        d189 = ((cse_211 * d162) - (cse_153 * cse_235))
-        d190 = ((cse_211 * d163) - (cse_236 * cse_4))
-        d191 = ((cse_211 * d164) - (cse_236 * cse_5))
-        d192 = (cse_211 * d165)
-        d193 = (cse_211 * d166)
-        d194 = (cse_211 * d167)
-        d195 = (cse_211 * d168)
-        d196 = (cse_211 * d169)
-        d197 = (cse_211 * d170)
+        cse_145 = (cse_27 * cse_29 * (cse_20 * cse_20))
+        cse_146 = (cse_145 * cse_19)
+        cse_147 = (cse_20 * cse_41)
+        cse_148 = (cse_147 * cse_18)
+        cse_149 = (cse_148 * cse_19)
+        d159 = ((cse_149 * cse_9) - (cse_146 * cse_9))
+        d160 = ((cse_149 * cse_17) - (cse_146 * cse_17))
+        d161 = ((cse_149 * cse_15) - (cse_146 * cse_15))
+        d162 = ((cse_149 * cse_3) - (cse_146 * cse_3))
+        d163 = ((cse_149 * cse_4) - (cse_146 * cse_4))
+        d164 = ((cse_149 * cse_5) - (cse_146 * cse_5))
+        cse_156 = (cse_25 * cse_41)
+        cse_157 = (cse_156 * cse_19)
+        d165 = (-(cse_157 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9))
+        d166 = (-(cse_157 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27))
+        d167 = (-(cse_15 * cse_157) + (cse_15 * cse_19 * cse_20 * cse_27))
+        d168 = (-(cse_157 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
+        d169 = (-(cse_157 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
+        d170 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
+        cse_164 = (0.16666666666666666 * cse_147 * cse_21 * cse_23)
+        cse_165 = (cse_164 * cse_19)
+        d171 = (-cse_165 * cse_9)
+        d172 = (-cse_165 * cse_17)
+        d173 = (-cse_15 * cse_165)
+        d174 = (-cse_165 * cse_3)
+        d175 = (-cse_165 * cse_4)
+        d176 = (-cse_165 * cse_5)
+        cse_223 = (cse_185 * cse_188)
+        cse_224 = (cse_181 * cse_223)
+        cse_225 = (p_E * (cse_181 * cse_181))
+        cse_226 = (cse_182 * cse_185)
+        cse_227 = ((cse_187 * cse_226) - (cse_223 * cse_225) + (cse_22 * cse_226 * (cse_187 * cse_187)))
+        d177 = (cse_172 * (cse_148 - cse_145))
+        d178 = (cse_172 * (-cse_156 + (cse_20 * cse_27)))
+        d179 = (-cse_164 * cse_172)
+        d180 = (cse_224 + (cse_179 * cse_181) + (cse_194 * d159))
+        d181 = (cse_224 + (cse_181 * cse_183) + (cse_194 * d160))
+        d182 = (cse_224 + (cse_181 * cse_184) + (cse_194 * d161))
+        d183 = ((cse_181 * cse_191) + (cse_196 * d162))
+        d184 = ((cse_181 * cse_192) + (cse_196 * d163))
+        d185 = ((cse_181 * cse_193) + (cse_196 * d164))
+        d186 = (cse_227 + (cse_194 * d165) - (cse_179 * cse_225))
+        d187 = (cse_227 + (cse_194 * d166) - (cse_183 * cse_225))
+        d188 = (cse_227 + (cse_194 * d167) - (cse_184 * cse_225))
+        d189 = ((cse_196 * d168) - (cse_191 * cse_225))
+        d190 = ((cse_196 * d169) - (cse_192 * cse_225))
+        d191 = ((cse_196 * d170) - (cse_193 * cse_225))
+        d192 = (cse_194 * d171)
+        d193 = (cse_194 * d172)
+        d194 = (cse_194 * d173)
+        d195 = (cse_196 * d174)
+        d196 = (cse_196 * d175)
+        d197 = (cse_196 * d176)
     # outputs
     Y = torch.empty((X.shape[0], 13), dtype=X.dtype, device=X.device)
     _put(Y, range(0, 13), (
@@ -453,61 +420,61 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     if V & 2:  # tangent
         # d outputs / d inputs of the tangent variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], 6, 6), dtype=X.dtype, device=X.device)
-        _put(J[:, 0], range(0, 6), (d28, d29, d30, d31, d32, d33))
-        _put(J[:, 1], range(0, 6), (d34, d35, d36, d37, d38, d39))
-        _put(J[:, 2], range(0, 6), (d40, d41, d42, d43, d44, d45))
-        _put(J[:, 3], range(0, 6), (d46, d47, d48, d49, d25, d26))
-        _put(J[:, 4], range(0, 6), (d50, d51, d52, d53, d54, d27))
-        _put(J[:, 5], range(0, 6), (d55, d56, d57, d58, d59, d60))
+        _put(J[:, 0], range(0, 6), (d37, d38, d39, d40, d41, d42))
+        _put(J[:, 1], range(0, 6), (d43, d44, d45, d46, d47, d48))
+        _put(J[:, 2], range(0, 6), (d49, d50, d51, d52, d53, d54))
+        _put(J[:, 3], range(0, 6), (d55, d56, d57, d58, d34, d35))
+        _put(J[:, 4], range(0, 6), (d59, d60, d61, d62, d63, d36))
+        _put(J[:, 5], range(0, 6), (d64, d65, d66, d67, d68, d69))
     if V & 12:  # jacobian, total
         # d outputs / d inputs of the jacobian, total variant(s) (structurally zero entries stay zero)
         J = torch.zeros((X.shape[0], *((13, 14) if V == 4 else (13, 17))), dtype=X.dtype, device=X.device)
         _put(J[:, 0], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d1, d2, d3, d92, d93, d94, d61, d62, d63, d104, d105, d106,
+            d1, d2, d3, d4, d5, d6, d70, d71, d72, d73, d74, d75,
         ))
         _put(J[:, 1], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d4, d5, d6, d95, d96, d97, d64, d65, d66, d107, d108, d109,
+            d7, d8, d9, d10, d11, d12, d76, d77, d78, d79, d80, d81,
         ))
         _put(J[:, 2], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d7, d8, d9, d98, d99, d100, d67, d68, d69, d110, d111, d112,
+            d13, d14, d15, d16, d17, d18, d82, d83, d84, d85, d86, d87,
         ))
         _put(J[:, 3], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d10, d11, d12, d13, d14, d15, d70, d71, d72, d73, d74, d75,
+            d19, d20, d21, d22, d23, d24, d88, d89, d90, d91, d92, d93,
         ))
         _put(J[:, 4], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d16, d17, d18, d101, d19, d20, d76, d77, d78, d113, d79, d80,
+            d25, d26, d27, d110, d28, d29, d94, d95, d96, d113, d97, d98,
         ))
         _put(J[:, 5], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d21, d22, d23, d102, d103, d24, d81, d82, d83, d114, d115, d84,
+            d30, d31, d32, d111, d112, d33, d99, d100, d101, d114, d115, d102,
         ))
         _put(J[:, 6], range(0, 14), (
-            d116, d117, d118, d85, d86, d87, d119, d120, d121, d122, d123, d124, d125, d88,
+            d116, d117, d118, d103, d104, d105, d119, d120, d121, d122, d123, d124, d125, d106,
         ))
         _put(J[:, 7], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d28, d29, d30, d31, d32, d33, d126, d127, d128, d129, d130, d131,
+            d37, d38, d39, d40, d41, d42, d126, d127, d128, d129, d130, d131,
         ))
         _put(J[:, 8], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d34, d35, d36, d37, d38, d39, d132, d133, d134, d135, d136, d137,
+            d43, d44, d45, d46, d47, d48, d132, d133, d134, d135, d136, d137,
         ))
         _put(J[:, 9], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d40, d41, d42, d43, d44, d45, d138, d139, d140, d141, d142, d143,
+            d49, d50, d51, d52, d53, d54, d138, d139, d140, d141, d142, d143,
         ))
         _put(J[:, 10], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d46, d47, d48, d49, d25, d26, d144, d145, d146, d147, d89, d90,
+            d55, d56, d57, d58, d34, d35, d144, d145, d146, d147, d107, d108,
         ))
         _put(J[:, 11], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d50, d51, d52, d53, d54, d27, d148, d149, d150, d151, d152, d91,
+            d59, d60, d61, d62, d63, d36, d148, d149, d150, d151, d152, d109,
         ))
         _put(J[:, 12], (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12), (
-            d55, d56, d57, d58, d59, d60, d153, d154, d155, d156, d157, d158,
+            d64, d65, d66, d67, d68, d69, d153, d154, d155, d156, d157, d158,
         ))
         if V & 8:
-            _put(J[:, 0], range(14, 17), (d171, d174, d165))
-            _put(J[:, 1], range(14, 17), (d172, d175, d166))
-            _put(J[:, 2], range(14, 17), (d173, d176, d167))
-            _put(J[:, 3], range(14, 17), (d159, d162, d168))
-            _put(J[:, 4], range(14, 17), (d160, d163, d169))
-            _put(J[:, 5], range(14, 17), (d161, d164, d170))
+            _put(J[:, 0], range(14, 17), (d159, d165, d171))
+            _put(J[:, 1], range(14, 17), (d160, d166, d172))
+            _put(J[:, 2], range(14, 17), (d161, d167, d173))
+            _put(J[:, 3], range(14, 17), (d162, d168, d174))
+            _put(J[:, 4], range(14, 17), (d163, d169, d175))
+            _put(J[:, 5], range(14, 17), (d164, d170, d176))
             _put(J[:, 6], range(14, 17), (d177, d178, d179))
             _put(J[:, 7], range(14, 17), (d180, d186, d192))
             _put(J[:, 8], range(14, 17), (d181, d187, d193))
@@ -634,19 +601,15 @@ if triton is not None:
         o_maxit = tl.load(O + 2).to(tl.int32)
         # constants of the kernel dtype (a bare float literal would be fp32)
         K0 = tl.full([], float("nan"), DTYPE)
-        K1 = tl.full([], 0.3333333333333333, DTYPE)
-        K2 = tl.full([], 0.6666666666666666, DTYPE)
+        K1 = tl.full([], 0.6666666666666666, DTYPE)
+        K2 = tl.full([], 0.3333333333333333, DTYPE)
         K3 = tl.full([], 2.0, DTYPE)
-        K4 = tl.full([], 1.0, DTYPE)
-        K5 = tl.full([], 4.0, DTYPE)
-        K6 = tl.full([], 2.449489742783178, DTYPE)
-        K7 = tl.full([], 0.5, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
-        K9 = tl.full([], 5.333333333333333, DTYPE)
-        K10 = tl.full([], 8.0, DTYPE)
-        K11 = tl.full([], 16.0, DTYPE)
-        K12 = tl.full([], 0.16666666666666666, DTYPE)
-        K13 = tl.full([], 0.0, DTYPE)
+        K4 = tl.full([], 2.449489742783178, DTYPE)
+        K5 = tl.full([], 1.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 0.16666666666666666, DTYPE)
+        K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -669,67 +632,68 @@ if triton is not None:
         else:
             _tile6 = tl.load(P + row[:, None] * p_stride + tl.arange(0, 4)[None, :], mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3), other=0.0)
             p_E, p_nu, p_sigma_y, _ = _mc_cols4(_tile6, BLOCK)
-        cse_1 = (forces_E_1 - old_state_internal_Ep_1)
-        cse_6 = (K1 * cse_1)
         cse_0 = (forces_E_0 - old_state_internal_Ep_0)
-        cse_13 = (K1 * cse_0)
+        cse_6 = (K1 * cse_0)
+        cse_1 = (forces_E_1 - old_state_internal_Ep_1)
+        cse_7 = (K2 * cse_1)
         cse_2 = (forces_E_2 - old_state_internal_Ep_2)
-        cse_14 = (cse_13 + cse_6 - (K2 * cse_2))
-        cse_15 = (-cse_14)
-        cse_16 = (cse_15 * cse_15)
-        cse_7 = (K1 * cse_2)
-        cse_17 = (cse_13 + cse_7 - (K2 * cse_1))
-        cse_18 = (-cse_17)
-        cse_19 = (cse_18 * cse_18)
-        cse_8 = (cse_6 + cse_7 - (K2 * cse_0))
-        cse_9 = (-cse_8)
-        cse_20 = (cse_9 * cse_9)
-        cse_22 = (K3 * p_nu)
-        cse_23 = (K3 + cse_22)
-        cse_172 = (K4 / cse_23)
-        cse_24 = (cse_172 * cse_172)
-        cse_21 = (p_E * p_E)
-        cse_25 = (cse_21 * cse_24)
+        cse_8 = (K2 * cse_2)
+        cse_9 = (cse_6 - cse_7 - cse_8)
+        cse_13 = (K2 * cse_0)
+        cse_14 = (K1 * cse_2)
+        cse_15 = (cse_14 - cse_13 - cse_7)
+        cse_16 = (K1 * cse_1)
+        cse_17 = (cse_16 - cse_13 - cse_8)
         cse_3 = (forces_E_3 - old_state_internal_Ep_3)
         cse_10 = (cse_3 * cse_3)
         cse_4 = (forces_E_4 - old_state_internal_Ep_4)
         cse_11 = (cse_4 * cse_4)
         cse_5 = (forces_E_5 - old_state_internal_Ep_5)
         cse_12 = (cse_5 * cse_5)
-        cse_26 = tl.sqrt(tl.maximum((cse_25 * ((K5 * cse_10) + (K5 * cse_11) + (K5 * cse_12) + (K5 * cse_16) + (K5 * cse_19) + (K5 * cse_20))), 0.0))
-        cse_28 = K6
-        cse_29 = (cse_26 - (K1 * p_sigma_y * cse_28))
-        cse_30 = tl.maximum(cse_29, 0.0)
-        cse_27 = _mc_sdiv(K4, cse_26)
-        cse_31 = (cse_27 * cse_30)
+        cse_18 = tl.sqrt(tl.maximum((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9)), 0.0))
+        cse_24 = (K3 * cse_18)
+        cse_22 = (K3 * p_nu)
+        cse_23 = (K3 + cse_22)
+        cse_25 = (cse_24 / cse_23)
+        cse_21 = K4
+        cse_26 = ((p_E * cse_25) - (K2 * p_sigma_y * cse_21))
+        cse_27 = tl.maximum(cse_26, 0.0)
+        cse_20 = (K5 / p_E)
+        cse_28 = (cse_20 * cse_27)
+        cse_29 = (K6 * cse_23)
+        cse_30 = (cse_28 * cse_29)
+        cse_19 = _mc_sdiv(K5, cse_18)
+        cse_31 = (cse_19 * cse_30)
         cse_32 = (cse_31 * cse_9)
         state_internal_Ep_0 = (cse_32 + old_state_internal_Ep_0)
-        cse_33 = (cse_18 * cse_31)
+        cse_33 = (cse_17 * cse_31)
         state_internal_Ep_1 = (cse_33 + old_state_internal_Ep_1)
         cse_34 = (cse_15 * cse_31)
         state_internal_Ep_2 = (cse_34 + old_state_internal_Ep_2)
-        state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_31))
+        cse_35 = (cse_3 * cse_31)
+        state_internal_Ep_3 = (cse_35 + old_state_internal_Ep_3)
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_31 * cse_4))
-        state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_31 * cse_5))
-        cse_35 = (K4 / p_E)
-        cse_36 = (cse_30 * cse_35)
-        cse_37 = (K7 * cse_23)
-        cse_38 = (cse_36 * cse_37)
-        cse_39 = (forces_t - old_forces_t)
-        state_internal_gamma_rate = _mc_sdiv(cse_38, cse_39)
-        cse_190 = (cse_0 - cse_32)
-        cse_185 = (cse_0 + cse_1 + cse_2)
-        cse_186 = (K4 - cse_22)
-        cse_187 = (K4 / cse_186)
+        cse_36 = (cse_31 * cse_4)
+        state_internal_Ep_4 = (cse_36 + old_state_internal_Ep_4)
+        cse_37 = (cse_31 * cse_5)
+        state_internal_Ep_5 = (cse_37 + old_state_internal_Ep_5)
+        cse_38 = (forces_t - old_forces_t)
+        state_internal_gamma_rate = _mc_sdiv(cse_30, cse_38)
+        cse_179 = (cse_0 - cse_32)
+        cse_183 = (cse_1 - cse_33)
+        cse_184 = (cse_2 - cse_34)
+        cse_185 = (cse_179 + cse_183 + cse_184)
+        cse_186 = (K5 - cse_22)
+        cse_187 = (K5 / cse_186)
         cse_188 = (p_nu * cse_187)
-        cse_189 = (cse_185 * cse_188)
-        cse_191 = (K4 + p_nu)
-        cse_192 = (K4 / cse_191)
-        cse_193 = (p_E * cse_192)
-        state_S_0 = (cse_193 * (cse_189 + cse_190))
+        cse_180 = (K5 + p_nu)
+        cse_181 = (K5 / cse_180)
+        cse_182 = (p_E * cse_181)
+        cse_189 = (cse_182 * cse_188)
+        cse_190 = (cse_185 * cse_189)
+        state_S_0 = (cse_190 + (cse_179 * cse_182))
         # outputs 4 .. 7; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -739,18 +703,17 @@ if triton is not None:
                 tl.where(fin, state_internal_Ep_0, K0), tl.where(fin, state_internal_Ep_1, K0), tl.where(fin, state_internal_Ep_2, K0), tl.where(fin, state_internal_Ep_3, K0),
                 tl.where(fin, state_internal_Ep_4, K0), tl.where(fin, state_internal_Ep_5, K0), tl.where(fin, state_internal_gamma_rate, K0), tl.where(fin, state_S_0, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row7, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        cse_194 = (cse_1 - cse_33)
-        state_S_1 = (cse_193 * (cse_189 + cse_194))
-        cse_195 = (cse_2 - cse_34)
-        state_S_2 = (cse_193 * (cse_189 + cse_195))
-        cse_196 = (K4 - cse_31)
-        cse_197 = (cse_193 * cse_196)
-        state_S_3 = (cse_197 * cse_3)
-        state_S_4 = (cse_197 * cse_4)
+        state_S_1 = (cse_190 + (cse_182 * cse_183))
+        state_S_2 = (cse_190 + (cse_182 * cse_184))
+        cse_191 = (cse_3 - cse_35)
+        state_S_3 = (cse_182 * cse_191)
+        cse_192 = (cse_4 - cse_36)
+        state_S_4 = (cse_182 * cse_192)
         # outputs 8 .. 11; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, state_S_1, K0), tl.where(fin, state_S_2, K0), tl.where(fin, state_S_3, K0), tl.where(fin, state_S_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        state_S_5 = (cse_197 * cse_5)
+        cse_193 = (cse_5 - cse_37)
+        state_S_5 = (cse_182 * cse_193)
         # outputs 12 .. 12; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             _zero8 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -763,456 +726,423 @@ if triton is not None:
                 tl.where(fin, state_S_5, K0), _zero9, _zero9, _zero9, BLOCK)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 8)[None, :], _row10, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 5))
         if V & 14:  # tangent, jacobian, total
-            cse_44 = tl.where(cse_29 > 0.0, 1.0, 0.0)
-            cse_45 = (cse_27 * cse_44)
-            cse_46 = _mc_sdiv(K4, (K3 * cse_26))
-            cse_47 = (cse_25 * cse_46)
-            cse_48 = (cse_47 * cse_9)
-            cse_49 = (cse_45 * cse_48)
-            cse_52 = _mc_sdiv(K4, (cse_26 * cse_26))
-            cse_53 = (cse_48 * cse_52)
-            cse_50 = (K2 * cse_27)
-            cse_51 = (-cse_50)
-            cse_40 = (K8 * cse_1)
-            cse_41 = (K8 * cse_2)
-            cse_42 = (cse_40 + cse_41 - (K9 * cse_0))
-            cse_43 = (-cse_42)
-            d1 = ((cse_30 * (-cse_51 - (cse_43 * cse_53))) + (cse_43 * cse_49))
-            cse_198 = (-cse_188)
-            cse_199 = (-K4 + cse_198)
-            d2 = (cse_193 * (-cse_199 - d1))
-            cse_58 = (K1 * cse_27)
-            cse_55 = (K8 * cse_0)
-            cse_56 = (cse_41 + cse_55 - (K9 * cse_1))
+            cse_42 = _mc_sdiv(K5, cse_24)
+            cse_48 = (cse_42 * _mc_sdiv(K5, (cse_18 * cse_18)))
+            cse_49 = (cse_30 * cse_48)
+            cse_39 = (cse_19 * cse_23 * cse_28)
+            cse_40 = (K2 * cse_39)
+            cse_41 = tl.where(cse_26 > 0.0, 1.0, 0.0)
+            cse_43 = (cse_41 * cse_42)
+            cse_44 = (cse_19 * cse_43)
+            cse_45 = (cse_14 + cse_16 - (K7 * cse_0))
+            cse_46 = (-cse_45)
+            cse_47 = (cse_46 * cse_9)
+            d1 = (cse_40 + (cse_44 * cse_47) - (cse_47 * cse_49))
+            cse_195 = (cse_182 + cse_189)
+            cse_194 = (-cse_182)
+            d2 = (cse_195 + (cse_194 * d1))
+            cse_54 = (cse_49 * cse_9)
+            cse_51 = (K8 * cse_39)
+            cse_52 = (cse_14 + cse_6 - (K7 * cse_1))
+            cse_53 = (-cse_52)
+            d3 = (-cse_51 - (cse_53 * cse_54) + (cse_19 * cse_41 * cse_42 * cse_53 * cse_9))
+            d4 = (cse_189 + (cse_194 * d3))
+            cse_56 = (cse_16 + cse_6 - (K7 * cse_2))
             cse_57 = (-cse_56)
-            d3 = ((cse_30 * (-cse_58 - (cse_53 * cse_57))) + (cse_49 * cse_57))
-            d4 = (cse_193 * (-cse_198 - d3))
-            cse_60 = (cse_40 + cse_55 - (K9 * cse_2))
-            cse_61 = (-cse_60)
-            d5 = ((cse_30 * (-cse_58 - (cse_53 * cse_61))) + (cse_49 * cse_61))
-            d6 = (cse_193 * (-cse_198 - d5))
-            cse_63 = (cse_30 * cse_52)
-            cse_64 = (-(K10 * cse_63) + (K10 * cse_45))
-            cse_203 = (cse_24 * cse_46)
-            cse_204 = (cse_203 * cse_64)
-            cse_205 = (cse_204 * cse_9)
-            cse_200 = (p_E * p_E * p_E)
-            cse_201 = (cse_192 * cse_200)
-            cse_202 = (cse_201 * cse_3)
-            d7 = (-cse_202 * cse_205)
+            d5 = (-cse_51 - (cse_54 * cse_57) + (cse_19 * cse_41 * cse_42 * cse_57 * cse_9))
+            d6 = (cse_189 + (cse_194 * d5))
+            cse_59 = (cse_44 * cse_9)
+            cse_60 = (K3 * cse_59)
+            cse_61 = (cse_23 * cse_28 * cse_48)
+            cse_62 = (cse_61 * cse_9)
+            d7 = ((cse_3 * cse_60) - (cse_3 * cse_62))
+            d8 = (cse_194 * d7)
         if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_206 = (cse_201 * cse_205)
-            d8 = (-cse_206 * cse_4)
-            d9 = (-cse_206 * cse_5)
-            cse_66 = (cse_18 * cse_47)
-            cse_67 = (cse_45 * cse_66)
-            cse_68 = (cse_52 * cse_66)
-            d10 = ((cse_30 * (-cse_58 - (cse_43 * cse_68))) + (cse_43 * cse_67))
-            d11 = (cse_193 * (-cse_198 - d10))
-            d12 = ((cse_30 * (-cse_51 - (cse_57 * cse_68))) + (cse_57 * cse_67))
-            d13 = (cse_193 * (-cse_199 - d12))
+            d9 = ((cse_4 * cse_60) - (cse_4 * cse_62))
+            d10 = (cse_194 * d9)
+            d11 = ((cse_5 * cse_60) - (cse_5 * cse_62))
+            d12 = (cse_194 * d11)
+            cse_66 = (cse_17 * cse_49)
+            d13 = (-cse_51 - (cse_46 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_46))
+            d14 = (cse_189 + (cse_194 * d13))
+            cse_68 = (cse_17 * cse_44)
+            d15 = (cse_40 + (cse_53 * cse_68) - (cse_53 * cse_66))
+            d16 = (cse_195 + (cse_194 * d15))
         if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
-                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d7, K0),
-                    tl.where(fin, d8, K0), tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, d13, K0), BLOCK)
+                    tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0), tl.where(fin, d8, K0),
+                    tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, d14, K0), tl.where(fin, d16, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d14 = ((cse_30 * (-cse_58 - (cse_61 * cse_68))) + (cse_61 * cse_67))
-            d15 = (cse_193 * (-cse_198 - d14))
-            cse_207 = (cse_18 * cse_204)
-            d16 = (-cse_202 * cse_207)
-            cse_208 = (cse_201 * cse_207)
-            d17 = (-cse_208 * cse_4)
-            d18 = (-cse_208 * cse_5)
+            d17 = (-cse_51 - (cse_57 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_57))
+            d18 = (cse_189 + (cse_194 * d17))
+            cse_71 = (K3 * cse_68)
+            cse_72 = (cse_17 * cse_61)
+            d19 = ((cse_3 * cse_71) - (cse_3 * cse_72))
+            d20 = (cse_194 * d19)
+            d21 = ((cse_4 * cse_71) - (cse_4 * cse_72))
+            d22 = (cse_194 * d21)
+            d23 = ((cse_5 * cse_71) - (cse_5 * cse_72))
+            d24 = (cse_194 * d23)
         if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_73 = (cse_15 * cse_47)
-            cse_74 = (cse_45 * cse_73)
-            cse_75 = (cse_52 * cse_73)
-            d19 = ((cse_30 * (-cse_58 - (cse_43 * cse_75))) + (cse_43 * cse_74))
-            d20 = (cse_193 * (-cse_198 - d19))
-            d21 = ((cse_30 * (-cse_58 - (cse_57 * cse_75))) + (cse_57 * cse_74))
-            d22 = (cse_193 * (-cse_198 - d21))
-            d23 = ((cse_30 * (-cse_51 - (cse_61 * cse_75))) + (cse_61 * cse_74))
-            d24 = (cse_193 * (-cse_199 - d23))
-            cse_209 = (cse_15 * cse_204)
-            d25 = (-cse_202 * cse_209)
+            cse_76 = (cse_15 * cse_49)
+            d25 = (-cse_51 - (cse_46 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_46))
+            d26 = (cse_189 + (cse_194 * d25))
+            d27 = (-cse_51 - (cse_53 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_53))
+            d28 = (cse_189 + (cse_194 * d27))
+            cse_79 = (cse_15 * cse_44)
+            d29 = (cse_40 + (cse_57 * cse_79) - (cse_57 * cse_76))
+            d30 = (cse_195 + (cse_194 * d29))
+            cse_81 = (K3 * cse_79)
+            cse_82 = (cse_15 * cse_61)
+            d31 = ((cse_3 * cse_81) - (cse_3 * cse_82))
+            d32 = (cse_194 * d31)
         if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row12 = _mc_row8(
-                    tl.where(fin, d15, K0), tl.where(fin, d16, K0), tl.where(fin, d17, K0), tl.where(fin, d18, K0),
-                    tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, d25, K0), BLOCK)
+                    tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0),
+                    tl.where(fin, d26, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0), tl.where(fin, d32, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_210 = (cse_201 * cse_209)
-            d26 = (-cse_210 * cse_4)
-            d27 = (-cse_210 * cse_5)
-            cse_81 = (cse_45 - cse_63)
-            cse_82 = (cse_43 * cse_81)
-            cse_80 = (cse_3 * cse_47)
-            d28 = (cse_80 * cse_82)
-            cse_211 = (-cse_193)
-            d29 = (cse_211 * d28)
-            cse_84 = (cse_80 * cse_81)
-            d30 = (cse_57 * cse_84)
-            d31 = (cse_211 * d30)
+            d33 = ((cse_4 * cse_81) - (cse_4 * cse_82))
+            d34 = (cse_194 * d33)
+            d35 = ((cse_5 * cse_81) - (cse_5 * cse_82))
+            d36 = (cse_194 * d35)
+            cse_87 = (cse_3 * cse_49)
+            cse_86 = (cse_3 * cse_44)
+            d37 = ((cse_46 * cse_86) - (cse_46 * cse_87))
+            cse_196 = (-cse_182)
+            d38 = (cse_196 * d37)
+            d39 = ((cse_53 * cse_86) - (cse_53 * cse_87))
+            d40 = (cse_196 * d39)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_94 = (cse_64 * cse_80)
-            d32 = (cse_4 * cse_94)
-            d33 = (cse_211 * d32)
-            d34 = (cse_5 * cse_94)
-            d35 = (cse_211 * d34)
-            d36 = (cse_61 * cse_84)
-            d37 = (cse_211 * d36)
-            cse_88 = (cse_45 * cse_47)
-            cse_87 = (K10 * cse_10)
-            cse_89 = (cse_87 * cse_88)
-            cse_91 = (cse_47 * cse_52)
-            cse_90 = (-cse_27)
-            cse_92 = (cse_90 + (cse_87 * cse_91))
-            d38 = (cse_89 - (cse_30 * cse_92))
-            d39 = (cse_193 + (cse_211 * d38))
+            cse_93 = (K3 * cse_86)
+            cse_94 = (cse_3 * cse_61)
+            d41 = ((cse_4 * cse_93) - (cse_4 * cse_94))
+            d42 = (cse_196 * d41)
+            d43 = ((cse_5 * cse_93) - (cse_5 * cse_94))
+            d44 = (cse_196 * d43)
+            d45 = ((cse_57 * cse_86) - (cse_57 * cse_87))
+            d46 = (cse_196 * d45)
+            cse_91 = (K3 * cse_44)
+            d47 = (cse_31 + (cse_10 * cse_91) - (cse_10 * cse_61))
+            d48 = (cse_182 + (cse_196 * d47))
         if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d46, K0), tl.where(fin, d48, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row13 = _mc_row8(
-                    tl.where(fin, d26, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0),
-                    tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0), BLOCK)
+                    tl.where(fin, d34, K0), tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0),
+                    tl.where(fin, d46, K0), tl.where(fin, d48, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_97 = (cse_4 * cse_47)
-            d40 = (cse_82 * cse_97)
-            d41 = (cse_211 * d40)
-            cse_99 = (cse_81 * cse_97)
-            d42 = (cse_57 * cse_99)
-            d43 = (cse_211 * d42)
-            d44 = (cse_61 * cse_99)
-            d45 = (cse_211 * d44)
-            d46 = d33
+            cse_98 = (cse_4 * cse_49)
+            cse_97 = (cse_4 * cse_44)
+            d49 = ((cse_46 * cse_97) - (cse_46 * cse_98))
+            d50 = (cse_196 * d49)
+            d51 = ((cse_53 * cse_97) - (cse_53 * cse_98))
+            d52 = (cse_196 * d51)
+            d53 = ((cse_57 * cse_97) - (cse_57 * cse_98))
+            d54 = (cse_196 * d53)
+            d55 = d42
         if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d55, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_106 = (cse_5 * cse_97)
-            d47 = (cse_106 * cse_64)
-            d48 = (cse_211 * d47)
-            cse_102 = (K10 * cse_11)
-            cse_103 = (cse_102 * cse_88)
-            cse_104 = (cse_90 + (cse_102 * cse_91))
-            d49 = (cse_103 - (cse_104 * cse_30))
-            d50 = (cse_193 + (cse_211 * d49))
-            cse_108 = (cse_47 * cse_5)
-            d51 = (cse_108 * cse_82)
-            d52 = (cse_211 * d51)
-            cse_110 = (cse_108 * cse_81)
-            d53 = (cse_110 * cse_57)
-            d54 = (cse_211 * d53)
+            cse_103 = (cse_4 * cse_5)
+            d56 = ((cse_103 * cse_91) - (cse_103 * cse_61))
+            d57 = (cse_196 * d56)
+            d58 = (cse_31 + (cse_11 * cse_91) - (cse_11 * cse_61))
+            d59 = (cse_182 + (cse_196 * d58))
+            cse_106 = (cse_49 * cse_5)
+            cse_105 = (cse_44 * cse_5)
+            d60 = ((cse_105 * cse_46) - (cse_106 * cse_46))
+            d61 = (cse_196 * d60)
+            d62 = ((cse_105 * cse_53) - (cse_106 * cse_53))
+            d63 = (cse_196 * d62)
         if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d46, K0),
-                    tl.where(fin, d50, K0), tl.where(fin, d48, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), BLOCK)
+                    tl.where(fin, d50, K0), tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d55, K0),
+                    tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, d61, K0), tl.where(fin, d63, K0), BLOCK)
                 tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d55 = (cse_110 * cse_61)
-            d56 = (cse_211 * d55)
-            d57 = d35
-            d58 = d48
-            cse_113 = (K10 * cse_12)
-            cse_114 = (cse_113 * cse_88)
-            cse_115 = (cse_90 + (cse_113 * cse_91))
-            d59 = (cse_114 - (cse_115 * cse_30))
-            d60 = (cse_193 + (cse_211 * d59))
+            d64 = ((cse_105 * cse_57) - (cse_106 * cse_57))
+            d65 = (cse_196 * d64)
+            d66 = d44
+            d67 = d57
+            d68 = (cse_31 + (cse_12 * cse_91) - (cse_12 * cse_61))
+            d69 = (cse_182 + (cse_196 * d68))
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d56, K0), tl.where(fin, d57, K0), tl.where(fin, d58, K0), tl.where(fin, d60, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where(fin, d65, K0), tl.where(fin, d66, K0), tl.where(fin, d67, K0), tl.where(fin, d69, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_65 = (cse_48 * cse_64)
-            cse_72 = (cse_64 * cse_66)
-            cse_79 = (cse_64 * cse_73)
-            d61 = (K4 + (cse_30 * (-cse_50 - (cse_42 * cse_53))) + (cse_42 * cse_49))
-            cse_118 = (-cse_58)
-            d62 = ((cse_30 * (-cse_118 - (cse_53 * cse_56))) + (cse_49 * cse_56))
-            d63 = ((cse_30 * (-cse_118 - (cse_53 * cse_60))) + (cse_49 * cse_60))
-            cse_121 = (-cse_64)
-            cse_122 = (cse_121 * cse_48)
-            d64 = ((cse_30 * (-cse_118 - (cse_42 * cse_68))) + (cse_42 * cse_67))
-            d65 = (K4 + (cse_30 * (-cse_50 - (cse_56 * cse_68))) + (cse_56 * cse_67))
-            d66 = ((cse_30 * (-cse_118 - (cse_60 * cse_68))) + (cse_60 * cse_67))
-            cse_126 = (cse_121 * cse_66)
-            d67 = ((cse_30 * (-cse_118 - (cse_42 * cse_75))) + (cse_42 * cse_74))
-            d68 = ((cse_30 * (-cse_118 - (cse_56 * cse_75))) + (cse_56 * cse_74))
-            d69 = (K4 + (cse_30 * (-cse_50 - (cse_60 * cse_75))) + (cse_60 * cse_74))
-            cse_130 = (cse_121 * cse_73)
-            d70 = (cse_42 * cse_84)
-            d71 = (cse_56 * cse_84)
-            d72 = (cse_60 * cse_84)
-            d73 = (K4 - cse_89 + (cse_30 * cse_92))
-            cse_135 = (cse_121 * cse_80)
-            d74 = (cse_135 * cse_4)
-            d75 = (cse_135 * cse_5)
-            d76 = (cse_42 * cse_99)
-            d77 = (cse_56 * cse_99)
-            d78 = (cse_60 * cse_99)
-            d79 = (K4 - cse_103 + (cse_104 * cse_30))
-            d80 = (cse_106 * cse_121)
-            d81 = (cse_110 * cse_42)
-            d82 = (cse_110 * cse_56)
-            d83 = (cse_110 * cse_60)
-            d84 = (K4 - cse_114 + (cse_115 * cse_30))
-            cse_153 = (p_E * cse_3)
-            cse_173 = (K7 * cse_44)
-            cse_174 = (cse_172 * cse_173)
-            cse_175 = _mc_sdiv(K4, cse_39)
-            cse_176 = (cse_175 * cse_46)
-            cse_177 = (p_E * cse_176)
-            cse_178 = (cse_174 * cse_177)
-            cse_179 = (K5 * cse_172 * cse_44)
-            d85 = (cse_153 * cse_176 * cse_179)
-            cse_181 = (cse_177 * cse_179)
-            d86 = (cse_181 * cse_4)
-            d87 = (cse_181 * cse_5)
-            d88 = _mc_sdiv(cse_38, (cse_39 * cse_39))
-            cse_215 = (-K4 - cse_188)
-            cse_216 = (cse_188 * cse_193)
-            cse_217 = (cse_202 * cse_203)
-            cse_218 = (cse_121 * cse_188)
-            cse_219 = (cse_218 * cse_8)
-            cse_220 = (cse_201 * cse_203)
-            cse_221 = (cse_220 * cse_4)
-            cse_222 = (cse_220 * cse_5)
-            cse_223 = (cse_17 * cse_218)
-            cse_224 = (cse_14 * cse_218)
-            d89 = (cse_211 * d74)
-            d90 = (cse_211 * d75)
-            d91 = (cse_211 * d80)
-            d92 = (cse_3 * cse_65)
-            d93 = (cse_4 * cse_65)
-            d94 = (cse_5 * cse_65)
-            d95 = (cse_3 * cse_72)
-            d96 = (cse_4 * cse_72)
-            d97 = (cse_5 * cse_72)
-            d98 = (cse_3 * cse_79)
-            d99 = (cse_4 * cse_79)
-            d100 = (cse_5 * cse_79)
-            d101 = d32
-            d102 = d34
-            d103 = d47
-            d104 = (cse_122 * cse_3)
-            d105 = (cse_122 * cse_4)
-            d106 = (cse_122 * cse_5)
-            d107 = (cse_126 * cse_3)
-            d108 = (cse_126 * cse_4)
-            d109 = (cse_126 * cse_5)
-            d110 = (cse_130 * cse_3)
-            d111 = (cse_130 * cse_4)
-            d112 = (cse_130 * cse_5)
-            d113 = d74
-            d114 = d75
-            d115 = d80
-            d116 = (cse_178 * cse_43)
-            d117 = (cse_178 * cse_57)
-            d118 = (cse_178 * cse_61)
-            d119 = (-d88)
-            d120 = (cse_178 * cse_42)
-            d121 = (cse_178 * cse_56)
-            d122 = (cse_178 * cse_60)
-            d123 = (-d85)
-            d124 = (-d86)
-            d125 = (-d87)
-            d126 = (-(cse_216 * (d64 + d67)) + (p_E * cse_192 * cse_215 * d61))
-            d127 = (-(cse_216 * (d65 + d68)) + (p_E * cse_192 * cse_215 * d62))
-            d128 = (-(cse_216 * (d66 + d69)) + (p_E * cse_192 * cse_215 * d63))
-            d129 = (-(cse_217 * cse_219) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46 * cse_9))
-            d130 = (-(cse_219 * cse_221) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46 * cse_9))
-            d131 = (-(cse_219 * cse_222) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5 * cse_9))
-            d132 = (-(cse_216 * (d61 + d67)) + (p_E * cse_192 * cse_215 * d64))
-            d133 = (-(cse_216 * (d62 + d68)) + (p_E * cse_192 * cse_215 * d65))
-            d134 = (-(cse_216 * (d63 + d69)) + (p_E * cse_192 * cse_215 * d66))
-            d135 = (-(cse_217 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46))
-            d136 = (-(cse_221 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46))
-            d137 = (-(cse_222 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5))
-            d138 = (-(cse_216 * (d61 + d64)) + (p_E * cse_192 * cse_215 * d67))
-            d139 = (-(cse_216 * (d62 + d65)) + (p_E * cse_192 * cse_215 * d68))
-            d140 = (-(cse_216 * (d63 + d66)) + (p_E * cse_192 * cse_215 * d69))
-            d141 = (-(cse_217 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46))
-            d142 = (-(cse_221 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46))
-            d143 = (-(cse_222 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5))
-            d144 = (cse_211 * d70)
-            d145 = (cse_211 * d71)
-            d146 = (cse_211 * d72)
-            d147 = (cse_211 * d73)
-            d148 = (cse_211 * d76)
-            d149 = (cse_211 * d77)
-            d150 = (cse_211 * d78)
-            d151 = d89
-            d152 = (cse_211 * d79)
-            d153 = (cse_211 * d81)
-            d154 = (cse_211 * d82)
-            d155 = (cse_211 * d83)
-            d156 = d90
-            d157 = d91
-            d158 = (cse_211 * d84)
+            cse_111 = (K5 - cse_40)
+            d70 = (cse_111 + (cse_45 * cse_59) - (cse_45 * cse_54))
+            d71 = (cse_51 + (cse_52 * cse_59) - (cse_52 * cse_54))
+            d72 = (cse_51 + (cse_56 * cse_59) - (cse_54 * cse_56))
+            d73 = (-d7)
+            d74 = (-d9)
+            d75 = (-d11)
+            d76 = (cse_51 + (cse_45 * cse_68) - (cse_45 * cse_66))
+            d77 = (cse_111 + (cse_52 * cse_68) - (cse_52 * cse_66))
+            d78 = (cse_51 + (cse_56 * cse_68) - (cse_56 * cse_66))
+            d79 = (-d19)
+            d80 = (-d21)
+            d81 = (-d23)
+            d82 = (cse_51 + (cse_45 * cse_79) - (cse_45 * cse_76))
+            d83 = (cse_51 + (cse_52 * cse_79) - (cse_52 * cse_76))
+            d84 = (cse_111 + (cse_56 * cse_79) - (cse_56 * cse_76))
+            d85 = (-d31)
+            d86 = (-d33)
+            d87 = (-d35)
+            d88 = ((cse_45 * cse_86) - (cse_45 * cse_87))
+            d89 = ((cse_52 * cse_86) - (cse_52 * cse_87))
+            d90 = ((cse_56 * cse_86) - (cse_56 * cse_87))
+            d91 = (K5 - d47)
+            d92 = (-d41)
+            d93 = (-d43)
+            d94 = ((cse_45 * cse_97) - (cse_45 * cse_98))
+            d95 = ((cse_52 * cse_97) - (cse_52 * cse_98))
+            d96 = ((cse_56 * cse_97) - (cse_56 * cse_98))
+            d97 = (K5 - d58)
+            d98 = (-d56)
+            d99 = ((cse_105 * cse_45) - (cse_106 * cse_45))
+            d100 = ((cse_105 * cse_52) - (cse_106 * cse_52))
+            d101 = ((cse_105 * cse_56) - (cse_106 * cse_56))
+            d102 = (K5 - d68)
+            cse_172 = _mc_sdiv(K5, cse_38)
+            cse_173 = (cse_172 * cse_43)
+            cse_174 = (K3 * cse_173)
+            d103 = (cse_174 * cse_3)
+            d104 = (cse_174 * cse_4)
+            d105 = (cse_174 * cse_5)
+            d106 = _mc_sdiv(cse_30, (cse_38 * cse_38))
+            cse_200 = (-cse_189)
+            cse_201 = (cse_200 * d82)
+            cse_202 = (cse_200 * d76)
+            cse_203 = (-cse_195)
+            cse_204 = (cse_200 * d83)
+            cse_205 = (cse_200 * d77)
+            cse_206 = (cse_200 * d78)
+            cse_207 = (cse_200 * d84)
+            cse_208 = (cse_200 * d85)
+            cse_209 = (cse_200 * d79)
+            cse_210 = (cse_200 * d86)
+            cse_211 = (cse_200 * d80)
+            cse_212 = (cse_200 * d87)
+            cse_213 = (cse_200 * d81)
+            cse_214 = (cse_200 * d70)
+            cse_215 = (cse_200 * d71)
+            cse_216 = (cse_200 * d72)
+            cse_217 = (cse_200 * d73)
+            cse_218 = (cse_200 * d74)
+            cse_219 = (cse_200 * d75)
+            d107 = (cse_196 * d92)
+            d108 = (cse_196 * d93)
+            d109 = (cse_196 * d98)
+            d110 = d41
+            d111 = d43
+            d112 = d56
+            d113 = d92
+            d114 = d93
+            d115 = d98
+            d116 = (cse_173 * cse_46)
+            d117 = (cse_173 * cse_53)
+            d118 = (cse_173 * cse_57)
+            d119 = (-d106)
+            d120 = (cse_173 * cse_45)
+            d121 = (cse_173 * cse_52)
+            d122 = (cse_173 * cse_56)
+            d123 = (-d103)
+            d124 = (-d104)
+            d125 = (-d105)
+            d126 = (cse_201 + cse_202 + (cse_203 * d70))
+            d127 = (cse_204 + cse_205 + (cse_203 * d71))
+            d128 = (cse_206 + cse_207 + (cse_203 * d72))
+            d129 = (cse_208 + cse_209 + (cse_203 * d73))
+            d130 = (cse_210 + cse_211 + (cse_203 * d74))
+            d131 = (cse_212 + cse_213 + (cse_203 * d75))
+            d132 = (cse_201 + cse_214 + (cse_203 * d76))
+            d133 = (cse_204 + cse_215 + (cse_203 * d77))
+            d134 = (cse_207 + cse_216 + (cse_203 * d78))
+            d135 = (cse_208 + cse_217 + (cse_203 * d79))
+            d136 = (cse_210 + cse_218 + (cse_203 * d80))
+            d137 = (cse_212 + cse_219 + (cse_203 * d81))
+            d138 = (cse_202 + cse_214 + (cse_203 * d82))
+            d139 = (cse_205 + cse_215 + (cse_203 * d83))
+            d140 = (cse_206 + cse_216 + (cse_203 * d84))
+            d141 = (cse_209 + cse_217 + (cse_203 * d85))
+            d142 = (cse_211 + cse_218 + (cse_203 * d86))
+            d143 = (cse_213 + cse_219 + (cse_203 * d87))
+            d144 = (cse_196 * d88)
+            d145 = (cse_196 * d89)
+            d146 = (cse_196 * d90)
+            d147 = (cse_196 * d91)
+            d148 = (cse_196 * d94)
+            d149 = (cse_196 * d95)
+            d150 = (cse_196 * d96)
+            d151 = d107
+            d152 = (cse_196 * d97)
+            d153 = (cse_196 * d99)
+            d154 = (cse_196 * d100)
+            d155 = (cse_196 * d101)
+            d156 = d108
+            d157 = d109
+            d158 = (cse_196 * d102)
         if V & 8:  # total
-            cse_147 = (p_E * cse_24)
-            cse_148 = (cse_46 * (cse_102 + cse_113 + cse_87 + (K10 * cse_16) + (K10 * cse_19) + (K10 * cse_20)))
-            cse_149 = (cse_81 * cse_9)
-            cse_150 = (cse_148 * cse_149)
-            cse_151 = (cse_148 * cse_81)
-            cse_152 = (cse_147 * cse_151)
-            d159 = (cse_151 * cse_153 * cse_24)
-            d160 = (cse_152 * cse_4)
-            d161 = (cse_152 * cse_5)
-            cse_157 = (cse_46 * (-(K11 * cse_10) - (K11 * cse_11) - (K11 * cse_12) - (K11 * cse_16) - (K11 * cse_19) - (K11 * cse_20)))
-            cse_158 = (cse_157 * (cse_172 * cse_172 * cse_172))
-            cse_159 = (cse_158 * cse_21)
-            cse_160 = (cse_159 * cse_81)
-            d162 = (cse_160 * cse_3)
-            d163 = (cse_160 * cse_4)
-            d164 = (cse_160 * cse_5)
-            cse_164 = (cse_28 * cse_44)
-            cse_165 = (cse_164 * cse_58)
-            d165 = (-cse_165 * cse_9)
-            d166 = (-cse_165 * cse_18)
-            d167 = (-cse_15 * cse_165)
-            d168 = (-cse_165 * cse_3)
-            d169 = (-cse_165 * cse_4)
-            d170 = (-cse_165 * cse_5)
-            cse_228 = (-p_nu * cse_185 * cse_187)
-            cse_229 = (cse_151 * cse_25)
-            cse_230 = (cse_192 * cse_196)
-            cse_231 = (cse_192 * cse_192)
-            cse_232 = (cse_185 * ((cse_192 * (cse_187 + (cse_22 * (cse_187 * cse_187)))) - (cse_188 * cse_231)))
-            cse_233 = (cse_158 * cse_201)
-            cse_234 = (cse_233 * cse_81)
-            cse_235 = (cse_196 * cse_231)
-            cse_236 = (p_E * cse_235)
-            d171 = (cse_147 * cse_150)
-            d172 = (cse_152 * cse_18)
-            d173 = (cse_15 * cse_152)
-            d174 = (cse_149 * cse_159)
-            d175 = (cse_160 * cse_18)
-            d176 = (cse_15 * cse_160)
-            d177 = (cse_175 * ((cse_148 * cse_174) - (cse_30 * cse_37 / cse_21)))
-            d178 = (cse_175 * (cse_36 + (cse_147 * cse_157 * cse_173)))
-            d179 = (-K12 * cse_164 * cse_175 * cse_23 * cse_35)
-            d180 = (cse_192 * (cse_0 - cse_228 - cse_32 - (cse_150 * cse_25)))
-            d181 = (cse_192 * (cse_1 - cse_228 - cse_33 - (cse_18 * cse_229)))
-            d182 = (cse_192 * (cse_2 - cse_228 - cse_34 - (cse_15 * cse_229)))
-            d183 = ((cse_211 * d159) + (cse_230 * cse_3))
-            d184 = ((cse_211 * d160) + (cse_230 * cse_4))
-            d185 = ((cse_211 * d161) + (cse_230 * cse_5))
-            d186 = ((p_E * (cse_232 - (cse_190 * cse_231))) - (cse_149 * cse_233))
-            d187 = ((p_E * (cse_232 - (cse_194 * cse_231))) - (cse_18 * cse_234))
-            d188 = ((p_E * (cse_232 - (cse_195 * cse_231))) - (cse_15 * cse_234))
-            d189 = ((cse_211 * d162) - (cse_153 * cse_235))
-            d190 = ((cse_211 * d163) - (cse_236 * cse_4))
-            d191 = ((cse_211 * d164) - (cse_236 * cse_5))
-            d192 = (cse_211 * d165)
-            d193 = (cse_211 * d166)
-            d194 = (cse_211 * d167)
-            d195 = (cse_211 * d168)
-            d196 = (cse_211 * d169)
-            d197 = (cse_211 * d170)
+            cse_145 = (cse_27 * cse_29 * (cse_20 * cse_20))
+            cse_146 = (cse_145 * cse_19)
+            cse_147 = (cse_20 * cse_41)
+            cse_148 = (cse_147 * cse_18)
+            cse_149 = (cse_148 * cse_19)
+            d159 = ((cse_149 * cse_9) - (cse_146 * cse_9))
+            d160 = ((cse_149 * cse_17) - (cse_146 * cse_17))
+            d161 = ((cse_149 * cse_15) - (cse_146 * cse_15))
+            d162 = ((cse_149 * cse_3) - (cse_146 * cse_3))
+            d163 = ((cse_149 * cse_4) - (cse_146 * cse_4))
+            d164 = ((cse_149 * cse_5) - (cse_146 * cse_5))
+            cse_156 = (cse_25 * cse_41)
+            cse_157 = (cse_156 * cse_19)
+            d165 = (-(cse_157 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9))
+            d166 = (-(cse_157 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27))
+            d167 = (-(cse_15 * cse_157) + (cse_15 * cse_19 * cse_20 * cse_27))
+            d168 = (-(cse_157 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
+            d169 = (-(cse_157 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
+            d170 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
+            cse_164 = (K8 * cse_147 * cse_21 * cse_23)
+            cse_165 = (cse_164 * cse_19)
+            d171 = (-cse_165 * cse_9)
+            d172 = (-cse_165 * cse_17)
+            d173 = (-cse_15 * cse_165)
+            d174 = (-cse_165 * cse_3)
+            d175 = (-cse_165 * cse_4)
+            d176 = (-cse_165 * cse_5)
+            cse_223 = (cse_185 * cse_188)
+            cse_224 = (cse_181 * cse_223)
+            cse_225 = (p_E * (cse_181 * cse_181))
+            cse_226 = (cse_182 * cse_185)
+            cse_227 = ((cse_187 * cse_226) - (cse_223 * cse_225) + (cse_22 * cse_226 * (cse_187 * cse_187)))
+            d177 = (cse_172 * (cse_148 - cse_145))
+            d178 = (cse_172 * (-cse_156 + (cse_20 * cse_27)))
+            d179 = (-cse_164 * cse_172)
+            d180 = (cse_224 + (cse_179 * cse_181) + (cse_194 * d159))
+            d181 = (cse_224 + (cse_181 * cse_183) + (cse_194 * d160))
+            d182 = (cse_224 + (cse_181 * cse_184) + (cse_194 * d161))
+            d183 = ((cse_181 * cse_191) + (cse_196 * d162))
+            d184 = ((cse_181 * cse_192) + (cse_196 * d163))
+            d185 = ((cse_181 * cse_193) + (cse_196 * d164))
+            d186 = (cse_227 + (cse_194 * d165) - (cse_179 * cse_225))
+            d187 = (cse_227 + (cse_194 * d166) - (cse_183 * cse_225))
+            d188 = (cse_227 + (cse_194 * d167) - (cse_184 * cse_225))
+            d189 = ((cse_196 * d168) - (cse_191 * cse_225))
+            d190 = ((cse_196 * d169) - (cse_192 * cse_225))
+            d191 = ((cse_196 * d170) - (cse_193 * cse_225))
+            d192 = (cse_194 * d171)
+            d193 = (cse_194 * d172)
+            d194 = (cse_194 * d173)
+            d195 = (cse_196 * d174)
+            d196 = (cse_196 * d175)
+            d197 = (cse_196 * d176)
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d92, K0),
-                tl.where(fin, d93, K0), tl.where(fin, d94, K0), tl.where(fin, K13, K0), tl.where(fin, d61, K0),
-                tl.where(fin, d62, K0), tl.where(fin, d63, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0),
-                tl.where(fin, d106, K0), tl.where(fin, K13, K0), tl.where(fin, d10, K0), tl.where(fin, d12, K0),
-                tl.where(fin, d14, K0), tl.where(fin, d95, K0), tl.where(fin, d96, K0), tl.where(fin, d97, K0),
-                tl.where(fin, K13, K0), tl.where(fin, d64, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
-                tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d109, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0), tl.where(fin, d98, K0), BLOCK)
+                tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d7, K0),
+                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K9, K0), tl.where(fin, d70, K0),
+                tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
+                tl.where(fin, d75, K0), tl.where(fin, K9, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0),
+                tl.where(fin, d17, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
+                tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d25, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 14) * (3 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, K13, K0), tl.where(fin, d67, K0),
-                tl.where(fin, d68, K0), tl.where(fin, d69, K0), tl.where(fin, d110, K0), tl.where(fin, d111, K0),
-                tl.where(fin, d112, K0), tl.where(fin, K13, K0), tl.where(fin, d28, K0), tl.where(fin, d30, K0),
-                tl.where(fin, d36, K0), tl.where(fin, d38, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0),
-                tl.where(fin, K13, K0), tl.where(fin, d70, K0), tl.where(fin, d71, K0), tl.where(fin, d72, K0),
-                tl.where(fin, d73, K0), tl.where(fin, d74, K0), tl.where(fin, d75, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d40, K0), tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d101, K0),
-                tl.where(fin, d49, K0), tl.where(fin, d47, K0), tl.where(fin, K13, K0), tl.where(fin, d76, K0), BLOCK)
+                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K9, K0), tl.where(fin, d82, K0),
+                tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d85, K0), tl.where(fin, d86, K0),
+                tl.where(fin, d87, K0), tl.where(fin, K9, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
+                tl.where(fin, d45, K0), tl.where(fin, d47, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d88, K0), tl.where(fin, d89, K0), tl.where(fin, d90, K0),
+                tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d49, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0), tl.where(fin, d110, K0),
+                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K9, K0), tl.where(fin, d94, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 14) * (3 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where(fin, d77, K0), tl.where(fin, d78, K0), tl.where(fin, d113, K0), tl.where(fin, d79, K0),
-                tl.where(fin, d80, K0), tl.where(fin, K13, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0),
-                tl.where(fin, d55, K0), tl.where(fin, d102, K0), tl.where(fin, d103, K0), tl.where(fin, d59, K0),
-                tl.where(fin, K13, K0), tl.where(fin, d81, K0), tl.where(fin, d82, K0), tl.where(fin, d83, K0),
-                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d84, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d85, K0),
-                tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
+                tl.where(fin, d95, K0), tl.where(fin, d96, K0), tl.where(fin, d113, K0), tl.where(fin, d97, K0),
+                tl.where(fin, d98, K0), tl.where(fin, K9, K0), tl.where(fin, d60, K0), tl.where(fin, d62, K0),
+                tl.where(fin, d64, K0), tl.where(fin, d111, K0), tl.where(fin, d112, K0), tl.where(fin, d68, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0),
+                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d102, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d103, K0),
+                tl.where(fin, d104, K0), tl.where(fin, d105, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
                 tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 14) * (3 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where(fin, d125, K0), tl.where(fin, d88, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
-                tl.where(fin, d6, K0), tl.where(fin, d7, K0), tl.where(fin, d8, K0), tl.where(fin, d9, K0),
-                tl.where(fin, K13, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
-                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d11, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0), tl.where(fin, d16, K0),
-                tl.where(fin, d17, K0), tl.where(fin, d18, K0), tl.where(fin, K13, K0), tl.where(fin, d132, K0),
+                tl.where(fin, d125, K0), tl.where(fin, d106, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
+                tl.where(fin, d6, K0), tl.where(fin, d8, K0), tl.where(fin, d10, K0), tl.where(fin, d12, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
+                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d14, K0), tl.where(fin, d16, K0), tl.where(fin, d18, K0), tl.where(fin, d20, K0),
+                tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, K9, K0), tl.where(fin, d132, K0),
                 tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
-                tl.where(fin, d137, K0), tl.where(fin, K13, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), BLOCK)
+                tl.where(fin, d137, K0), tl.where(fin, K9, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 14) * (3 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
-                tl.where(fin, d24, K0), tl.where(fin, d25, K0), tl.where(fin, d26, K0), tl.where(fin, d27, K0),
-                tl.where(fin, K13, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
-                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
-                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K13, K0), tl.where(fin, d144, K0),
-                tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d89, K0),
-                tl.where(fin, d90, K0), tl.where(fin, K13, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
-                tl.where(fin, d45, K0), tl.where(fin, d46, K0), tl.where(fin, d50, K0), tl.where(fin, d48, K0), BLOCK)
+                tl.where(fin, d30, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0), tl.where(fin, d36, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
+                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d46, K0), tl.where(fin, d48, K0),
+                tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, K9, K0), tl.where(fin, d144, K0),
+                tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d107, K0),
+                tl.where(fin, d108, K0), tl.where(fin, K9, K0), tl.where(fin, d50, K0), tl.where(fin, d52, K0),
+                tl.where(fin, d54, K0), tl.where(fin, d55, K0), tl.where(fin, d59, K0), tl.where(fin, d57, K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 14) * (3 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
             _row26 = _mc_row32(
-                tl.where(fin, K13, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
-                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d91, K0), tl.where(fin, K13, K0),
-                tl.where(fin, d52, K0), tl.where(fin, d54, K0), tl.where(fin, d56, K0), tl.where(fin, d57, K0),
-                tl.where(fin, d58, K0), tl.where(fin, d60, K0), tl.where(fin, K13, K0), tl.where(fin, d153, K0),
+                tl.where(fin, K9, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
+                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d109, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d61, K0), tl.where(fin, d63, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
+                tl.where(fin, d67, K0), tl.where(fin, d69, K0), tl.where(fin, K9, K0), tl.where(fin, d153, K0),
                 tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d158, K0), tl.where(fin, K13, K0), _zero25, _zero25,
+                tl.where(fin, d158, K0), tl.where(fin, K9, K0), _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25, BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 14) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 22))
             if V & 8:
                 _k28 = tl.arange(0, 4)[None, :]
-                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d171, K0), tl.where(fin, d174, K0), tl.where(fin, d165, K0), tl.where(fin, d172, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k28 // 3) * 17 + 14 + _k28 % 3, _mc_row4(tl.where(fin, d159, K0), tl.where(fin, d165, K0), tl.where(fin, d171, K0), tl.where(fin, d160, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k29 = tl.arange(0, 4)[None, :] + 4
-                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d175, K0), tl.where(fin, d166, K0), tl.where(fin, d173, K0), tl.where(fin, d176, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k29 // 3) * 17 + 14 + _k29 % 3, _mc_row4(tl.where(fin, d166, K0), tl.where(fin, d172, K0), tl.where(fin, d161, K0), tl.where(fin, d167, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k30 = tl.arange(0, 4)[None, :] + 8
-                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 17 + 14 + _k30 % 3, _mc_row4(tl.where(fin, d167, K0), tl.where(fin, d159, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 17 + 14 + _k30 % 3, _mc_row4(tl.where(fin, d173, K0), tl.where(fin, d162, K0), tl.where(fin, d168, K0), tl.where(fin, d174, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k31 = tl.arange(0, 4)[None, :] + 12
-                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d160, K0), tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d161, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k31 // 3) * 17 + 14 + _k31 % 3, _mc_row4(tl.where(fin, d163, K0), tl.where(fin, d169, K0), tl.where(fin, d175, K0), tl.where(fin, d164, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k32 = tl.arange(0, 4)[None, :] + 16
-                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 17 + 14 + _k32 % 3, _mc_row4(tl.where(fin, d164, K0), tl.where(fin, d170, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + (_k32 // 3) * 17 + 14 + _k32 % 3, _mc_row4(tl.where(fin, d170, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k33 = tl.arange(0, 4)[None, :] + 20
                 tl.store(J + row[:, None] * j_stride + (_k33 // 3) * 17 + 14 + _k33 % 3, _mc_row4(tl.where(fin, d179, K0), tl.where(fin, d180, K0), tl.where(fin, d186, K0), tl.where(fin, d192, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
                 _k34 = tl.arange(0, 4)[None, :] + 24
@@ -1305,460 +1235,451 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_3 = (forces_E_3 - old_state_internal_Ep_3);
         const real cse_4 = (forces_E_4 - old_state_internal_Ep_4);
         const real cse_5 = (forces_E_5 - old_state_internal_Ep_5);
-        const real cse_6 = (((real)0.3333333333333333) * cse_1);
-        const real cse_7 = (((real)0.3333333333333333) * cse_2);
-        const real cse_8 = (cse_6 + cse_7 - (((real)0.6666666666666666) * cse_0));
-        const real cse_9 = (-cse_8);
+        const real cse_6 = (((real)0.6666666666666666) * cse_0);
+        const real cse_7 = (((real)0.3333333333333333) * cse_1);
+        const real cse_8 = (((real)0.3333333333333333) * cse_2);
+        const real cse_9 = (cse_6 - cse_7 - cse_8);
         const real cse_10 = (cse_3 * cse_3);
         const real cse_11 = (cse_4 * cse_4);
         const real cse_12 = (cse_5 * cse_5);
         const real cse_13 = (((real)0.3333333333333333) * cse_0);
-        const real cse_14 = (cse_13 + cse_6 - (((real)0.6666666666666666) * cse_2));
-        const real cse_15 = (-cse_14);
-        const real cse_16 = (cse_15 * cse_15);
-        const real cse_17 = (cse_13 + cse_7 - (((real)0.6666666666666666) * cse_1));
-        const real cse_18 = (-cse_17);
-        const real cse_19 = (cse_18 * cse_18);
-        const real cse_20 = (cse_9 * cse_9);
-        const real cse_21 = (p_E * p_E);
+        const real cse_14 = (((real)0.6666666666666666) * cse_2);
+        const real cse_15 = (cse_14 - cse_13 - cse_7);
+        const real cse_16 = (((real)0.6666666666666666) * cse_1);
+        const real cse_17 = (cse_16 - cse_13 - cse_8);
+        const real cse_18 = sqrt(mc_pos((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9))));
+        const real cse_19 = mc_sdiv(((real)1.0), cse_18);
+        const real cse_20 = (((real)1.0) / p_E);
+        const real cse_21 = ((real)2.449489742783178);
         const real cse_22 = (((real)2.0) * p_nu);
         const real cse_23 = (((real)2.0) + cse_22);
-        const real cse_172 = (((real)1.0) / cse_23);
-        const real cse_24 = (cse_172 * cse_172);
-        const real cse_25 = (cse_21 * cse_24);
-        const real cse_26 = sqrt(mc_pos((cse_25 * ((((real)4.0) * cse_10) + (((real)4.0) * cse_11) + (((real)4.0) * cse_12) + (((real)4.0) * cse_16) + (((real)4.0) * cse_19) + (((real)4.0) * cse_20)))));
-        const real cse_27 = mc_sdiv(((real)1.0), cse_26);
-        const real cse_28 = ((real)2.449489742783178);
-        const real cse_29 = (cse_26 - (((real)0.3333333333333333) * p_sigma_y * cse_28));
-        const real cse_30 = mc_pos(cse_29);
-        const real cse_31 = (cse_27 * cse_30);
+        const real cse_24 = (((real)2.0) * cse_18);
+        const real cse_25 = (cse_24 / cse_23);
+        const real cse_26 = ((p_E * cse_25) - (((real)0.3333333333333333) * p_sigma_y * cse_21));
+        const real cse_27 = mc_pos(cse_26);
+        const real cse_28 = (cse_20 * cse_27);
+        const real cse_29 = (((real)0.5) * cse_23);
+        const real cse_30 = (cse_28 * cse_29);
+        const real cse_31 = (cse_19 * cse_30);
         const real cse_32 = (cse_31 * cse_9);
-        const real cse_33 = (cse_18 * cse_31);
+        const real cse_33 = (cse_17 * cse_31);
         const real cse_34 = (cse_15 * cse_31);
-        const real cse_35 = (((real)1.0) / p_E);
-        const real cse_36 = (cse_30 * cse_35);
-        const real cse_37 = (((real)0.5) * cse_23);
-        const real cse_38 = (cse_36 * cse_37);
-        const real cse_39 = (forces_t - old_forces_t);
-        const real cse_185 = (cse_0 + cse_1 + cse_2);
+        const real cse_35 = (cse_3 * cse_31);
+        const real cse_36 = (cse_31 * cse_4);
+        const real cse_37 = (cse_31 * cse_5);
+        const real cse_38 = (forces_t - old_forces_t);
+        const real cse_179 = (cse_0 - cse_32);
+        const real cse_180 = (((real)1.0) + p_nu);
+        const real cse_181 = (((real)1.0) / cse_180);
+        const real cse_182 = (p_E * cse_181);
+        const real cse_183 = (cse_1 - cse_33);
+        const real cse_184 = (cse_2 - cse_34);
+        const real cse_185 = (cse_179 + cse_183 + cse_184);
         const real cse_186 = (((real)1.0) - cse_22);
         const real cse_187 = (((real)1.0) / cse_186);
         const real cse_188 = (p_nu * cse_187);
-        const real cse_189 = (cse_185 * cse_188);
-        const real cse_190 = (cse_0 - cse_32);
-        const real cse_191 = (((real)1.0) + p_nu);
-        const real cse_192 = (((real)1.0) / cse_191);
-        const real cse_193 = (p_E * cse_192);
-        const real cse_194 = (cse_1 - cse_33);
-        const real cse_195 = (cse_2 - cse_34);
-        const real cse_196 = (((real)1.0) - cse_31);
-        const real cse_197 = (cse_193 * cse_196);
+        const real cse_189 = (cse_182 * cse_188);
+        const real cse_190 = (cse_185 * cse_189);
+        const real cse_191 = (cse_3 - cse_35);
+        const real cse_192 = (cse_4 - cse_36);
+        const real cse_193 = (cse_5 - cse_37);
         const real state_internal_Ep_0 = (cse_32 + old_state_internal_Ep_0);
         o_y[0 * MC_W + l] = state_internal_Ep_0;
         const real state_internal_Ep_1 = (cse_33 + old_state_internal_Ep_1);
         o_y[1 * MC_W + l] = state_internal_Ep_1;
         const real state_internal_Ep_2 = (cse_34 + old_state_internal_Ep_2);
         o_y[2 * MC_W + l] = state_internal_Ep_2;
-        const real state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_31));
+        const real state_internal_Ep_3 = (cse_35 + old_state_internal_Ep_3);
         o_y[3 * MC_W + l] = state_internal_Ep_3;
-        const real state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_31 * cse_4));
+        const real state_internal_Ep_4 = (cse_36 + old_state_internal_Ep_4);
         o_y[4 * MC_W + l] = state_internal_Ep_4;
-        const real state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_31 * cse_5));
+        const real state_internal_Ep_5 = (cse_37 + old_state_internal_Ep_5);
         o_y[5 * MC_W + l] = state_internal_Ep_5;
-        const real state_internal_gamma_rate = mc_sdiv(cse_38, cse_39);
+        const real state_internal_gamma_rate = mc_sdiv(cse_30, cse_38);
         o_y[6 * MC_W + l] = state_internal_gamma_rate;
-        const real state_S_0 = (cse_193 * (cse_189 + cse_190));
+        const real state_S_0 = (cse_190 + (cse_179 * cse_182));
         o_y[7 * MC_W + l] = state_S_0;
-        const real state_S_1 = (cse_193 * (cse_189 + cse_194));
+        const real state_S_1 = (cse_190 + (cse_182 * cse_183));
         o_y[8 * MC_W + l] = state_S_1;
-        const real state_S_2 = (cse_193 * (cse_189 + cse_195));
+        const real state_S_2 = (cse_190 + (cse_182 * cse_184));
         o_y[9 * MC_W + l] = state_S_2;
-        const real state_S_3 = (cse_197 * cse_3);
+        const real state_S_3 = (cse_182 * cse_191);
         o_y[10 * MC_W + l] = state_S_3;
-        const real state_S_4 = (cse_197 * cse_4);
+        const real state_S_4 = (cse_182 * cse_192);
         o_y[11 * MC_W + l] = state_S_4;
-        const real state_S_5 = (cse_197 * cse_5);
+        const real state_S_5 = (cse_182 * cse_193);
         o_y[12 * MC_W + l] = state_S_5;
-        const real cse_40 = (((real)2.6666666666666665) * cse_1);
-        const real cse_41 = (((real)2.6666666666666665) * cse_2);
-        const real cse_42 = (cse_40 + cse_41 - (((real)5.333333333333333) * cse_0));
-        const real cse_43 = (-cse_42);
-        const real cse_44 = (cse_29 > 0 ? 1 : 0);
-        const real cse_45 = (cse_27 * cse_44);
-        const real cse_46 = mc_sdiv(((real)1.0), (((real)2.0) * cse_26));
-        const real cse_47 = (cse_25 * cse_46);
-        const real cse_48 = (cse_47 * cse_9);
-        const real cse_49 = (cse_45 * cse_48);
-        const real cse_50 = (((real)0.6666666666666666) * cse_27);
-        const real cse_51 = (-cse_50);
-        const real cse_52 = mc_sdiv(((real)1.0), (cse_26 * cse_26));
-        const real cse_53 = (cse_48 * cse_52);
-        const real d1 = ((cse_30 * (-cse_51 - (cse_43 * cse_53))) + (cse_43 * cse_49));
+        const real cse_39 = (cse_19 * cse_23 * cse_28);
+        const real cse_40 = (((real)0.3333333333333333) * cse_39);
+        const real cse_41 = (cse_26 > 0 ? 1 : 0);
+        const real cse_42 = mc_sdiv(((real)1.0), cse_24);
+        const real cse_43 = (cse_41 * cse_42);
+        const real cse_44 = (cse_19 * cse_43);
+        const real cse_45 = (cse_14 + cse_16 - (((real)1.3333333333333333) * cse_0));
+        const real cse_46 = (-cse_45);
+        const real cse_47 = (cse_46 * cse_9);
+        const real cse_48 = (cse_42 * mc_sdiv(((real)1.0), (cse_18 * cse_18)));
+        const real cse_49 = (cse_30 * cse_48);
+        const real d1 = (cse_40 + (cse_44 * cse_47) - (cse_47 * cse_49));
         if (V & 14) if (V & 12) o_j[36 * MC_W + l] = d1;
-        const real cse_55 = (((real)2.6666666666666665) * cse_0);
-        const real cse_56 = (cse_41 + cse_55 - (((real)5.333333333333333) * cse_1));
-        const real cse_57 = (-cse_56);
-        const real cse_58 = (((real)0.3333333333333333) * cse_27);
-        const real d2 = ((cse_30 * (-cse_58 - (cse_53 * cse_57))) + (cse_49 * cse_57));
+        const real cse_51 = (((real)0.16666666666666666) * cse_39);
+        const real cse_52 = (cse_14 + cse_6 - (((real)1.3333333333333333) * cse_1));
+        const real cse_53 = (-cse_52);
+        const real cse_54 = (cse_49 * cse_9);
+        const real d2 = (-cse_51 - (cse_53 * cse_54) + (cse_19 * cse_41 * cse_42 * cse_53 * cse_9));
         if (V & 14) if (V & 12) o_j[37 * MC_W + l] = d2;
-        const real cse_60 = (cse_40 + cse_55 - (((real)5.333333333333333) * cse_2));
-        const real cse_61 = (-cse_60);
-        const real d3 = ((cse_30 * (-cse_58 - (cse_53 * cse_61))) + (cse_49 * cse_61));
+        const real cse_56 = (cse_16 + cse_6 - (((real)1.3333333333333333) * cse_2));
+        const real cse_57 = (-cse_56);
+        const real d3 = (-cse_51 - (cse_54 * cse_57) + (cse_19 * cse_41 * cse_42 * cse_57 * cse_9));
         if (V & 14) if (V & 12) o_j[38 * MC_W + l] = d3;
-        const real cse_63 = (cse_30 * cse_52);
-        const real cse_64 = (-(((real)8.0) * cse_63) + (((real)8.0) * cse_45));
-        const real cse_66 = (cse_18 * cse_47);
-        const real cse_67 = (cse_45 * cse_66);
-        const real cse_68 = (cse_52 * cse_66);
-        const real d4 = ((cse_30 * (-cse_58 - (cse_43 * cse_68))) + (cse_43 * cse_67));
-        if (V & 14) if (V & 12) o_j[48 * MC_W + l] = d4;
-        const real d5 = ((cse_30 * (-cse_51 - (cse_57 * cse_68))) + (cse_57 * cse_67));
-        if (V & 14) if (V & 12) o_j[49 * MC_W + l] = d5;
-        const real d6 = ((cse_30 * (-cse_58 - (cse_61 * cse_68))) + (cse_61 * cse_67));
-        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = d6;
-        const real cse_73 = (cse_15 * cse_47);
-        const real cse_74 = (cse_45 * cse_73);
-        const real cse_75 = (cse_52 * cse_73);
-        const real d7 = ((cse_30 * (-cse_58 - (cse_43 * cse_75))) + (cse_43 * cse_74));
-        if (V & 14) if (V & 12) o_j[60 * MC_W + l] = d7;
-        const real d8 = ((cse_30 * (-cse_58 - (cse_57 * cse_75))) + (cse_57 * cse_74));
-        if (V & 14) if (V & 12) o_j[61 * MC_W + l] = d8;
-        const real d9 = ((cse_30 * (-cse_51 - (cse_61 * cse_75))) + (cse_61 * cse_74));
-        if (V & 14) if (V & 12) o_j[62 * MC_W + l] = d9;
-        const real cse_80 = (cse_3 * cse_47);
-        const real cse_81 = (cse_45 - cse_63);
-        const real cse_82 = (cse_43 * cse_81);
-        const real d10 = (cse_80 * cse_82);
-        if (V & 14) if (V & 12) o_j[72 * MC_W + l] = d10;
-        const real cse_84 = (cse_80 * cse_81);
-        const real d11 = (cse_57 * cse_84);
-        if (V & 14) if (V & 12) o_j[73 * MC_W + l] = d11;
-        const real d12 = (cse_61 * cse_84);
-        if (V & 14) if (V & 12) o_j[74 * MC_W + l] = d12;
-        const real cse_87 = (((real)8.0) * cse_10);
-        const real cse_88 = (cse_45 * cse_47);
-        const real cse_89 = (cse_87 * cse_88);
-        const real cse_90 = (-cse_27);
-        const real cse_91 = (cse_47 * cse_52);
-        const real cse_92 = (cse_90 + (cse_87 * cse_91));
-        const real d13 = (cse_89 - (cse_30 * cse_92));
-        if (V & 14) if (V & 12) o_j[75 * MC_W + l] = d13;
-        const real cse_94 = (cse_64 * cse_80);
-        const real d14 = (cse_4 * cse_94);
-        if (V & 14) if (V & 12) o_j[76 * MC_W + l] = d14;
-        const real d15 = (cse_5 * cse_94);
-        if (V & 14) if (V & 12) o_j[77 * MC_W + l] = d15;
-        const real cse_97 = (cse_4 * cse_47);
-        const real d16 = (cse_82 * cse_97);
-        if (V & 14) if (V & 12) o_j[84 * MC_W + l] = d16;
-        const real cse_99 = (cse_81 * cse_97);
-        const real d17 = (cse_57 * cse_99);
-        if (V & 14) if (V & 12) o_j[85 * MC_W + l] = d17;
-        const real d18 = (cse_61 * cse_99);
-        if (V & 14) if (V & 12) o_j[86 * MC_W + l] = d18;
-        const real cse_102 = (((real)8.0) * cse_11);
-        const real cse_103 = (cse_102 * cse_88);
-        const real cse_104 = (cse_90 + (cse_102 * cse_91));
-        const real d19 = (cse_103 - (cse_104 * cse_30));
-        if (V & 14) if (V & 12) o_j[88 * MC_W + l] = d19;
-        const real cse_106 = (cse_5 * cse_97);
-        const real d20 = (cse_106 * cse_64);
-        if (V & 14) if (V & 12) o_j[89 * MC_W + l] = d20;
-        const real cse_108 = (cse_47 * cse_5);
-        const real d21 = (cse_108 * cse_82);
-        if (V & 14) if (V & 12) o_j[96 * MC_W + l] = d21;
-        const real cse_110 = (cse_108 * cse_81);
-        const real d22 = (cse_110 * cse_57);
-        if (V & 14) if (V & 12) o_j[97 * MC_W + l] = d22;
-        const real d23 = (cse_110 * cse_61);
-        if (V & 14) if (V & 12) o_j[98 * MC_W + l] = d23;
-        const real cse_113 = (((real)8.0) * cse_12);
-        const real cse_114 = (cse_113 * cse_88);
-        const real cse_115 = (cse_90 + (cse_113 * cse_91));
-        const real d24 = (cse_114 - (cse_115 * cse_30));
-        if (V & 14) if (V & 12) o_j[101 * MC_W + l] = d24;
-        const real cse_198 = (-cse_188);
-        const real cse_199 = (-((real)1.0) + cse_198);
-        const real cse_200 = (p_E * p_E * p_E);
-        const real cse_201 = (cse_192 * cse_200);
-        const real cse_202 = (cse_201 * cse_3);
-        const real cse_203 = (cse_24 * cse_46);
-        const real cse_204 = (cse_203 * cse_64);
-        const real cse_205 = (cse_204 * cse_9);
-        const real cse_206 = (cse_201 * cse_205);
-        const real cse_207 = (cse_18 * cse_204);
-        const real cse_208 = (cse_201 * cse_207);
-        const real cse_209 = (cse_15 * cse_204);
-        const real cse_210 = (cse_201 * cse_209);
-        const real cse_211 = (-cse_193);
-        const real d25 = (cse_211 * d14);
-        if (V & 14) o_j[22 * MC_W + l] = d25;
-        const real d26 = (cse_211 * d15);
-        if (V & 14) o_j[23 * MC_W + l] = d26;
-        const real d27 = (cse_211 * d20);
-        if (V & 14) o_j[29 * MC_W + l] = d27;
-        if (V & 14) o_j[0 * MC_W + l] = (cse_193 * (-cse_199 - d1));
-        if (V & 14) o_j[1 * MC_W + l] = (cse_193 * (-cse_198 - d2));
-        if (V & 14) o_j[2 * MC_W + l] = (cse_193 * (-cse_198 - d3));
-        if (V & 14) o_j[3 * MC_W + l] = (-cse_202 * cse_205);
-        if (V & 14) o_j[4 * MC_W + l] = (-cse_206 * cse_4);
-        if (V & 14) o_j[5 * MC_W + l] = (-cse_206 * cse_5);
-        if (V & 14) o_j[6 * MC_W + l] = (cse_193 * (-cse_198 - d4));
-        if (V & 14) o_j[7 * MC_W + l] = (cse_193 * (-cse_199 - d5));
-        if (V & 14) o_j[8 * MC_W + l] = (cse_193 * (-cse_198 - d6));
-        if (V & 14) o_j[9 * MC_W + l] = (-cse_202 * cse_207);
-        if (V & 14) o_j[10 * MC_W + l] = (-cse_208 * cse_4);
-        if (V & 14) o_j[11 * MC_W + l] = (-cse_208 * cse_5);
-        if (V & 14) o_j[12 * MC_W + l] = (cse_193 * (-cse_198 - d7));
-        if (V & 14) o_j[13 * MC_W + l] = (cse_193 * (-cse_198 - d8));
-        if (V & 14) o_j[14 * MC_W + l] = (cse_193 * (-cse_199 - d9));
-        if (V & 14) o_j[15 * MC_W + l] = (-cse_202 * cse_209);
-        if (V & 14) o_j[16 * MC_W + l] = (-cse_210 * cse_4);
-        if (V & 14) o_j[17 * MC_W + l] = (-cse_210 * cse_5);
-        if (V & 14) o_j[18 * MC_W + l] = (cse_211 * d10);
-        if (V & 14) o_j[19 * MC_W + l] = (cse_211 * d11);
-        if (V & 14) o_j[20 * MC_W + l] = (cse_211 * d12);
-        if (V & 14) o_j[21 * MC_W + l] = (cse_193 + (cse_211 * d13));
-        if (V & 14) o_j[24 * MC_W + l] = (cse_211 * d16);
-        if (V & 14) o_j[25 * MC_W + l] = (cse_211 * d17);
-        if (V & 14) o_j[26 * MC_W + l] = (cse_211 * d18);
-        if (V & 14) o_j[27 * MC_W + l] = d25;
-        if (V & 14) o_j[28 * MC_W + l] = (cse_193 + (cse_211 * d19));
-        if (V & 14) o_j[30 * MC_W + l] = (cse_211 * d21);
-        if (V & 14) o_j[31 * MC_W + l] = (cse_211 * d22);
-        if (V & 14) o_j[32 * MC_W + l] = (cse_211 * d23);
-        if (V & 14) o_j[33 * MC_W + l] = d26;
-        if (V & 14) o_j[34 * MC_W + l] = d27;
-        if (V & 14) o_j[35 * MC_W + l] = (cse_193 + (cse_211 * d24));
-        const real cse_65 = (cse_48 * cse_64);
-        const real cse_72 = (cse_64 * cse_66);
-        const real cse_79 = (cse_64 * cse_73);
-        const real d28 = (((real)1.0) + (cse_30 * (-cse_50 - (cse_42 * cse_53))) + (cse_42 * cse_49));
-        if (V & 12) o_j[42 * MC_W + l] = d28;
-        const real cse_118 = (-cse_58);
-        const real d29 = ((cse_30 * (-cse_118 - (cse_53 * cse_56))) + (cse_49 * cse_56));
-        if (V & 12) o_j[43 * MC_W + l] = d29;
-        const real d30 = ((cse_30 * (-cse_118 - (cse_53 * cse_60))) + (cse_49 * cse_60));
-        if (V & 12) o_j[44 * MC_W + l] = d30;
-        const real cse_121 = (-cse_64);
-        const real cse_122 = (cse_121 * cse_48);
-        const real d31 = ((cse_30 * (-cse_118 - (cse_42 * cse_68))) + (cse_42 * cse_67));
-        if (V & 12) o_j[54 * MC_W + l] = d31;
-        const real d32 = (((real)1.0) + (cse_30 * (-cse_50 - (cse_56 * cse_68))) + (cse_56 * cse_67));
-        if (V & 12) o_j[55 * MC_W + l] = d32;
-        const real d33 = ((cse_30 * (-cse_118 - (cse_60 * cse_68))) + (cse_60 * cse_67));
-        if (V & 12) o_j[56 * MC_W + l] = d33;
-        const real cse_126 = (cse_121 * cse_66);
-        const real d34 = ((cse_30 * (-cse_118 - (cse_42 * cse_75))) + (cse_42 * cse_74));
-        if (V & 12) o_j[66 * MC_W + l] = d34;
-        const real d35 = ((cse_30 * (-cse_118 - (cse_56 * cse_75))) + (cse_56 * cse_74));
-        if (V & 12) o_j[67 * MC_W + l] = d35;
-        const real d36 = (((real)1.0) + (cse_30 * (-cse_50 - (cse_60 * cse_75))) + (cse_60 * cse_74));
-        if (V & 12) o_j[68 * MC_W + l] = d36;
-        const real cse_130 = (cse_121 * cse_73);
-        const real d37 = (cse_42 * cse_84);
-        if (V & 12) o_j[78 * MC_W + l] = d37;
-        const real d38 = (cse_56 * cse_84);
-        if (V & 12) o_j[79 * MC_W + l] = d38;
-        const real d39 = (cse_60 * cse_84);
-        if (V & 12) o_j[80 * MC_W + l] = d39;
-        const real d40 = (((real)1.0) - cse_89 + (cse_30 * cse_92));
-        if (V & 12) o_j[81 * MC_W + l] = d40;
-        const real cse_135 = (cse_121 * cse_80);
-        const real d41 = (cse_135 * cse_4);
-        if (V & 12) o_j[82 * MC_W + l] = d41;
-        const real d42 = (cse_135 * cse_5);
-        if (V & 12) o_j[83 * MC_W + l] = d42;
-        const real d43 = (cse_42 * cse_99);
-        if (V & 12) o_j[90 * MC_W + l] = d43;
-        const real d44 = (cse_56 * cse_99);
-        if (V & 12) o_j[91 * MC_W + l] = d44;
-        const real d45 = (cse_60 * cse_99);
-        if (V & 12) o_j[92 * MC_W + l] = d45;
-        const real d46 = (((real)1.0) - cse_103 + (cse_104 * cse_30));
-        if (V & 12) o_j[94 * MC_W + l] = d46;
-        const real d47 = (cse_106 * cse_121);
-        if (V & 12) o_j[95 * MC_W + l] = d47;
-        const real d48 = (cse_110 * cse_42);
-        if (V & 12) o_j[102 * MC_W + l] = d48;
-        const real d49 = (cse_110 * cse_56);
-        if (V & 12) o_j[103 * MC_W + l] = d49;
-        const real d50 = (cse_110 * cse_60);
-        if (V & 12) o_j[104 * MC_W + l] = d50;
-        const real d51 = (((real)1.0) - cse_114 + (cse_115 * cse_30));
-        if (V & 12) o_j[107 * MC_W + l] = d51;
-        const real cse_153 = (p_E * cse_3);
-        const real cse_173 = (((real)0.5) * cse_44);
-        const real cse_174 = (cse_172 * cse_173);
-        const real cse_175 = mc_sdiv(((real)1.0), cse_39);
-        const real cse_176 = (cse_175 * cse_46);
-        const real cse_177 = (p_E * cse_176);
-        const real cse_178 = (cse_174 * cse_177);
-        const real cse_179 = (((real)4.0) * cse_172 * cse_44);
-        const real d52 = (cse_153 * cse_176 * cse_179);
-        if (V & 12) o_j[111 * MC_W + l] = d52;
-        const real cse_181 = (cse_177 * cse_179);
-        const real d53 = (cse_181 * cse_4);
-        if (V & 12) o_j[112 * MC_W + l] = d53;
-        const real d54 = (cse_181 * cse_5);
-        if (V & 12) o_j[113 * MC_W + l] = d54;
-        const real d55 = mc_sdiv(cse_38, (cse_39 * cse_39));
-        if (V & 12) o_j[121 * MC_W + l] = d55;
-        const real cse_215 = (-((real)1.0) - cse_188);
-        const real cse_216 = (cse_188 * cse_193);
-        const real cse_217 = (cse_202 * cse_203);
-        const real cse_218 = (cse_121 * cse_188);
-        const real cse_219 = (cse_218 * cse_8);
-        const real cse_220 = (cse_201 * cse_203);
-        const real cse_221 = (cse_220 * cse_4);
-        const real cse_222 = (cse_220 * cse_5);
-        const real cse_223 = (cse_17 * cse_218);
-        const real cse_224 = (cse_14 * cse_218);
-        const real d56 = (cse_211 * d41);
-        if (V & 12) o_j[144 * MC_W + l] = d56;
-        const real d57 = (cse_211 * d42);
-        if (V & 12) o_j[145 * MC_W + l] = d57;
-        const real d58 = (cse_211 * d47);
-        if (V & 12) o_j[151 * MC_W + l] = d58;
-        if (V & 12) o_j[39 * MC_W + l] = (cse_3 * cse_65);
-        if (V & 12) o_j[40 * MC_W + l] = (cse_4 * cse_65);
-        if (V & 12) o_j[41 * MC_W + l] = (cse_5 * cse_65);
-        if (V & 12) o_j[51 * MC_W + l] = (cse_3 * cse_72);
-        if (V & 12) o_j[52 * MC_W + l] = (cse_4 * cse_72);
-        if (V & 12) o_j[53 * MC_W + l] = (cse_5 * cse_72);
-        if (V & 12) o_j[63 * MC_W + l] = (cse_3 * cse_79);
-        if (V & 12) o_j[64 * MC_W + l] = (cse_4 * cse_79);
-        if (V & 12) o_j[65 * MC_W + l] = (cse_5 * cse_79);
-        if (V & 12) o_j[87 * MC_W + l] = d14;
-        if (V & 12) o_j[99 * MC_W + l] = d15;
-        if (V & 12) o_j[100 * MC_W + l] = d20;
-        if (V & 12) o_j[45 * MC_W + l] = (cse_122 * cse_3);
-        if (V & 12) o_j[46 * MC_W + l] = (cse_122 * cse_4);
-        if (V & 12) o_j[47 * MC_W + l] = (cse_122 * cse_5);
-        if (V & 12) o_j[57 * MC_W + l] = (cse_126 * cse_3);
-        if (V & 12) o_j[58 * MC_W + l] = (cse_126 * cse_4);
-        if (V & 12) o_j[59 * MC_W + l] = (cse_126 * cse_5);
-        if (V & 12) o_j[69 * MC_W + l] = (cse_130 * cse_3);
-        if (V & 12) o_j[70 * MC_W + l] = (cse_130 * cse_4);
-        if (V & 12) o_j[71 * MC_W + l] = (cse_130 * cse_5);
-        if (V & 12) o_j[93 * MC_W + l] = d41;
-        if (V & 12) o_j[105 * MC_W + l] = d42;
-        if (V & 12) o_j[106 * MC_W + l] = d47;
-        if (V & 12) o_j[108 * MC_W + l] = (cse_178 * cse_43);
-        if (V & 12) o_j[109 * MC_W + l] = (cse_178 * cse_57);
-        if (V & 12) o_j[110 * MC_W + l] = (cse_178 * cse_61);
-        if (V & 12) o_j[114 * MC_W + l] = (-d55);
-        if (V & 12) o_j[115 * MC_W + l] = (cse_178 * cse_42);
-        if (V & 12) o_j[116 * MC_W + l] = (cse_178 * cse_56);
-        if (V & 12) o_j[117 * MC_W + l] = (cse_178 * cse_60);
-        if (V & 12) o_j[118 * MC_W + l] = (-d52);
-        if (V & 12) o_j[119 * MC_W + l] = (-d53);
-        if (V & 12) o_j[120 * MC_W + l] = (-d54);
-        if (V & 12) o_j[122 * MC_W + l] = (-(cse_216 * (d31 + d34)) + (p_E * cse_192 * cse_215 * d28));
-        if (V & 12) o_j[123 * MC_W + l] = (-(cse_216 * (d32 + d35)) + (p_E * cse_192 * cse_215 * d29));
-        if (V & 12) o_j[124 * MC_W + l] = (-(cse_216 * (d33 + d36)) + (p_E * cse_192 * cse_215 * d30));
-        if (V & 12) o_j[125 * MC_W + l] = (-(cse_217 * cse_219) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46 * cse_9));
-        if (V & 12) o_j[126 * MC_W + l] = (-(cse_219 * cse_221) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46 * cse_9));
-        if (V & 12) o_j[127 * MC_W + l] = (-(cse_219 * cse_222) + (cse_121 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5 * cse_9));
-        if (V & 12) o_j[128 * MC_W + l] = (-(cse_216 * (d28 + d34)) + (p_E * cse_192 * cse_215 * d31));
-        if (V & 12) o_j[129 * MC_W + l] = (-(cse_216 * (d29 + d35)) + (p_E * cse_192 * cse_215 * d32));
-        if (V & 12) o_j[130 * MC_W + l] = (-(cse_216 * (d30 + d36)) + (p_E * cse_192 * cse_215 * d33));
-        if (V & 12) o_j[131 * MC_W + l] = (-(cse_217 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46));
-        if (V & 12) o_j[132 * MC_W + l] = (-(cse_221 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46));
-        if (V & 12) o_j[133 * MC_W + l] = (-(cse_222 * cse_223) + (cse_121 * cse_18 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5));
-        if (V & 12) o_j[134 * MC_W + l] = (-(cse_216 * (d28 + d31)) + (p_E * cse_192 * cse_215 * d34));
-        if (V & 12) o_j[135 * MC_W + l] = (-(cse_216 * (d29 + d32)) + (p_E * cse_192 * cse_215 * d35));
-        if (V & 12) o_j[136 * MC_W + l] = (-(cse_216 * (d30 + d33)) + (p_E * cse_192 * cse_215 * d36));
-        if (V & 12) o_j[137 * MC_W + l] = (-(cse_217 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_3 * cse_46));
-        if (V & 12) o_j[138 * MC_W + l] = (-(cse_221 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_4 * cse_46));
-        if (V & 12) o_j[139 * MC_W + l] = (-(cse_222 * cse_224) + (cse_121 * cse_15 * cse_192 * cse_200 * cse_215 * cse_24 * cse_46 * cse_5));
-        if (V & 12) o_j[140 * MC_W + l] = (cse_211 * d37);
-        if (V & 12) o_j[141 * MC_W + l] = (cse_211 * d38);
-        if (V & 12) o_j[142 * MC_W + l] = (cse_211 * d39);
-        if (V & 12) o_j[143 * MC_W + l] = (cse_211 * d40);
-        if (V & 12) o_j[146 * MC_W + l] = (cse_211 * d43);
-        if (V & 12) o_j[147 * MC_W + l] = (cse_211 * d44);
-        if (V & 12) o_j[148 * MC_W + l] = (cse_211 * d45);
-        if (V & 12) o_j[149 * MC_W + l] = d56;
-        if (V & 12) o_j[150 * MC_W + l] = (cse_211 * d46);
-        if (V & 12) o_j[152 * MC_W + l] = (cse_211 * d48);
-        if (V & 12) o_j[153 * MC_W + l] = (cse_211 * d49);
-        if (V & 12) o_j[154 * MC_W + l] = (cse_211 * d50);
-        if (V & 12) o_j[155 * MC_W + l] = d57;
-        if (V & 12) o_j[156 * MC_W + l] = d58;
-        if (V & 12) o_j[157 * MC_W + l] = (cse_211 * d51);
-        const real cse_147 = (p_E * cse_24);
-        const real cse_148 = (cse_46 * (cse_102 + cse_113 + cse_87 + (((real)8.0) * cse_16) + (((real)8.0) * cse_19) + (((real)8.0) * cse_20)));
-        const real cse_149 = (cse_81 * cse_9);
-        const real cse_150 = (cse_148 * cse_149);
-        const real cse_151 = (cse_148 * cse_81);
-        const real cse_152 = (cse_147 * cse_151);
-        const real d59 = (cse_151 * cse_153 * cse_24);
-        if (V & 8) o_j[167 * MC_W + l] = d59;
-        const real d60 = (cse_152 * cse_4);
-        if (V & 8) o_j[170 * MC_W + l] = d60;
-        const real d61 = (cse_152 * cse_5);
-        if (V & 8) o_j[173 * MC_W + l] = d61;
-        const real cse_157 = (cse_46 * (-(((real)16.0) * cse_10) - (((real)16.0) * cse_11) - (((real)16.0) * cse_12) - (((real)16.0) * cse_16) - (((real)16.0) * cse_19) - (((real)16.0) * cse_20)));
-        const real cse_158 = (cse_157 * (cse_172 * cse_172 * cse_172));
-        const real cse_159 = (cse_158 * cse_21);
-        const real cse_160 = (cse_159 * cse_81);
-        const real d62 = (cse_160 * cse_3);
-        if (V & 8) o_j[168 * MC_W + l] = d62;
-        const real d63 = (cse_160 * cse_4);
-        if (V & 8) o_j[171 * MC_W + l] = d63;
-        const real d64 = (cse_160 * cse_5);
-        if (V & 8) o_j[174 * MC_W + l] = d64;
-        const real cse_164 = (cse_28 * cse_44);
-        const real cse_165 = (cse_164 * cse_58);
-        const real d65 = (-cse_165 * cse_9);
-        if (V & 8) o_j[160 * MC_W + l] = d65;
-        const real d66 = (-cse_165 * cse_18);
-        if (V & 8) o_j[163 * MC_W + l] = d66;
-        const real d67 = (-cse_15 * cse_165);
-        if (V & 8) o_j[166 * MC_W + l] = d67;
-        const real d68 = (-cse_165 * cse_3);
-        if (V & 8) o_j[169 * MC_W + l] = d68;
-        const real d69 = (-cse_165 * cse_4);
-        if (V & 8) o_j[172 * MC_W + l] = d69;
-        const real d70 = (-cse_165 * cse_5);
-        if (V & 8) o_j[175 * MC_W + l] = d70;
-        const real cse_228 = (-p_nu * cse_185 * cse_187);
-        const real cse_229 = (cse_151 * cse_25);
-        const real cse_230 = (cse_192 * cse_196);
-        const real cse_231 = (cse_192 * cse_192);
-        const real cse_232 = (cse_185 * ((cse_192 * (cse_187 + (cse_22 * (cse_187 * cse_187)))) - (cse_188 * cse_231)));
-        const real cse_233 = (cse_158 * cse_201);
-        const real cse_234 = (cse_233 * cse_81);
-        const real cse_235 = (cse_196 * cse_231);
-        const real cse_236 = (p_E * cse_235);
-        if (V & 8) o_j[158 * MC_W + l] = (cse_147 * cse_150);
-        if (V & 8) o_j[161 * MC_W + l] = (cse_152 * cse_18);
-        if (V & 8) o_j[164 * MC_W + l] = (cse_15 * cse_152);
-        if (V & 8) o_j[159 * MC_W + l] = (cse_149 * cse_159);
-        if (V & 8) o_j[162 * MC_W + l] = (cse_160 * cse_18);
-        if (V & 8) o_j[165 * MC_W + l] = (cse_15 * cse_160);
-        if (V & 8) o_j[176 * MC_W + l] = (cse_175 * ((cse_148 * cse_174) - (cse_30 * cse_37 / cse_21)));
-        if (V & 8) o_j[177 * MC_W + l] = (cse_175 * (cse_36 + (cse_147 * cse_157 * cse_173)));
-        if (V & 8) o_j[178 * MC_W + l] = (-((real)0.16666666666666666) * cse_164 * cse_175 * cse_23 * cse_35);
-        if (V & 8) o_j[179 * MC_W + l] = (cse_192 * (cse_0 - cse_228 - cse_32 - (cse_150 * cse_25)));
-        if (V & 8) o_j[182 * MC_W + l] = (cse_192 * (cse_1 - cse_228 - cse_33 - (cse_18 * cse_229)));
-        if (V & 8) o_j[185 * MC_W + l] = (cse_192 * (cse_2 - cse_228 - cse_34 - (cse_15 * cse_229)));
-        if (V & 8) o_j[188 * MC_W + l] = ((cse_211 * d59) + (cse_230 * cse_3));
-        if (V & 8) o_j[191 * MC_W + l] = ((cse_211 * d60) + (cse_230 * cse_4));
-        if (V & 8) o_j[194 * MC_W + l] = ((cse_211 * d61) + (cse_230 * cse_5));
-        if (V & 8) o_j[180 * MC_W + l] = ((p_E * (cse_232 - (cse_190 * cse_231))) - (cse_149 * cse_233));
-        if (V & 8) o_j[183 * MC_W + l] = ((p_E * (cse_232 - (cse_194 * cse_231))) - (cse_18 * cse_234));
-        if (V & 8) o_j[186 * MC_W + l] = ((p_E * (cse_232 - (cse_195 * cse_231))) - (cse_15 * cse_234));
-        if (V & 8) o_j[189 * MC_W + l] = ((cse_211 * d62) - (cse_153 * cse_235));
-        if (V & 8) o_j[192 * MC_W + l] = ((cse_211 * d63) - (cse_236 * cse_4));
-        if (V & 8) o_j[195 * MC_W + l] = ((cse_211 * d64) - (cse_236 * cse_5));
-        if (V & 8) o_j[181 * MC_W + l] = (cse_211 * d65);
-        if (V & 8) o_j[184 * MC_W + l] = (cse_211 * d66);
-        if (V & 8) o_j[187 * MC_W + l] = (cse_211 * d67);
-        if (V & 8) o_j[190 * MC_W + l] = (cse_211 * d68);
-        if (V & 8) o_j[193 * MC_W + l] = (cse_211 * d69);
-        if (V & 8) o_j[196 * MC_W + l] = (cse_211 * d70);
+        const real cse_59 = (cse_44 * cse_9);
+        const real cse_60 = (((real)2.0) * cse_59);
+        const real cse_61 = (cse_23 * cse_28 * cse_48);
+        const real cse_62 = (cse_61 * cse_9);
+        const real d4 = ((cse_3 * cse_60) - (cse_3 * cse_62));
+        if (V & 14) if (V & 12) o_j[39 * MC_W + l] = d4;
+        const real d5 = ((cse_4 * cse_60) - (cse_4 * cse_62));
+        if (V & 14) if (V & 12) o_j[40 * MC_W + l] = d5;
+        const real d6 = ((cse_5 * cse_60) - (cse_5 * cse_62));
+        if (V & 14) if (V & 12) o_j[41 * MC_W + l] = d6;
+        const real cse_66 = (cse_17 * cse_49);
+        const real d7 = (-cse_51 - (cse_46 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_46));
+        if (V & 14) if (V & 12) o_j[48 * MC_W + l] = d7;
+        const real cse_68 = (cse_17 * cse_44);
+        const real d8 = (cse_40 + (cse_53 * cse_68) - (cse_53 * cse_66));
+        if (V & 14) if (V & 12) o_j[49 * MC_W + l] = d8;
+        const real d9 = (-cse_51 - (cse_57 * cse_66) + (cse_17 * cse_19 * cse_41 * cse_42 * cse_57));
+        if (V & 14) if (V & 12) o_j[50 * MC_W + l] = d9;
+        const real cse_71 = (((real)2.0) * cse_68);
+        const real cse_72 = (cse_17 * cse_61);
+        const real d10 = ((cse_3 * cse_71) - (cse_3 * cse_72));
+        if (V & 14) if (V & 12) o_j[51 * MC_W + l] = d10;
+        const real d11 = ((cse_4 * cse_71) - (cse_4 * cse_72));
+        if (V & 14) if (V & 12) o_j[52 * MC_W + l] = d11;
+        const real d12 = ((cse_5 * cse_71) - (cse_5 * cse_72));
+        if (V & 14) if (V & 12) o_j[53 * MC_W + l] = d12;
+        const real cse_76 = (cse_15 * cse_49);
+        const real d13 = (-cse_51 - (cse_46 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_46));
+        if (V & 14) if (V & 12) o_j[60 * MC_W + l] = d13;
+        const real d14 = (-cse_51 - (cse_53 * cse_76) + (cse_15 * cse_19 * cse_41 * cse_42 * cse_53));
+        if (V & 14) if (V & 12) o_j[61 * MC_W + l] = d14;
+        const real cse_79 = (cse_15 * cse_44);
+        const real d15 = (cse_40 + (cse_57 * cse_79) - (cse_57 * cse_76));
+        if (V & 14) if (V & 12) o_j[62 * MC_W + l] = d15;
+        const real cse_81 = (((real)2.0) * cse_79);
+        const real cse_82 = (cse_15 * cse_61);
+        const real d16 = ((cse_3 * cse_81) - (cse_3 * cse_82));
+        if (V & 14) if (V & 12) o_j[63 * MC_W + l] = d16;
+        const real d17 = ((cse_4 * cse_81) - (cse_4 * cse_82));
+        if (V & 14) if (V & 12) o_j[64 * MC_W + l] = d17;
+        const real d18 = ((cse_5 * cse_81) - (cse_5 * cse_82));
+        if (V & 14) if (V & 12) o_j[65 * MC_W + l] = d18;
+        const real cse_86 = (cse_3 * cse_44);
+        const real cse_87 = (cse_3 * cse_49);
+        const real d19 = ((cse_46 * cse_86) - (cse_46 * cse_87));
+        if (V & 14) if (V & 12) o_j[72 * MC_W + l] = d19;
+        const real d20 = ((cse_53 * cse_86) - (cse_53 * cse_87));
+        if (V & 14) if (V & 12) o_j[73 * MC_W + l] = d20;
+        const real d21 = ((cse_57 * cse_86) - (cse_57 * cse_87));
+        if (V & 14) if (V & 12) o_j[74 * MC_W + l] = d21;
+        const real cse_91 = (((real)2.0) * cse_44);
+        const real d22 = (cse_31 + (cse_10 * cse_91) - (cse_10 * cse_61));
+        if (V & 14) if (V & 12) o_j[75 * MC_W + l] = d22;
+        const real cse_93 = (((real)2.0) * cse_86);
+        const real cse_94 = (cse_3 * cse_61);
+        const real d23 = ((cse_4 * cse_93) - (cse_4 * cse_94));
+        if (V & 14) if (V & 12) o_j[76 * MC_W + l] = d23;
+        const real d24 = ((cse_5 * cse_93) - (cse_5 * cse_94));
+        if (V & 14) if (V & 12) o_j[77 * MC_W + l] = d24;
+        const real cse_97 = (cse_4 * cse_44);
+        const real cse_98 = (cse_4 * cse_49);
+        const real d25 = ((cse_46 * cse_97) - (cse_46 * cse_98));
+        if (V & 14) if (V & 12) o_j[84 * MC_W + l] = d25;
+        const real d26 = ((cse_53 * cse_97) - (cse_53 * cse_98));
+        if (V & 14) if (V & 12) o_j[85 * MC_W + l] = d26;
+        const real d27 = ((cse_57 * cse_97) - (cse_57 * cse_98));
+        if (V & 14) if (V & 12) o_j[86 * MC_W + l] = d27;
+        const real d28 = (cse_31 + (cse_11 * cse_91) - (cse_11 * cse_61));
+        if (V & 14) if (V & 12) o_j[88 * MC_W + l] = d28;
+        const real cse_103 = (cse_4 * cse_5);
+        const real d29 = ((cse_103 * cse_91) - (cse_103 * cse_61));
+        if (V & 14) if (V & 12) o_j[89 * MC_W + l] = d29;
+        const real cse_105 = (cse_44 * cse_5);
+        const real cse_106 = (cse_49 * cse_5);
+        const real d30 = ((cse_105 * cse_46) - (cse_106 * cse_46));
+        if (V & 14) if (V & 12) o_j[96 * MC_W + l] = d30;
+        const real d31 = ((cse_105 * cse_53) - (cse_106 * cse_53));
+        if (V & 14) if (V & 12) o_j[97 * MC_W + l] = d31;
+        const real d32 = ((cse_105 * cse_57) - (cse_106 * cse_57));
+        if (V & 14) if (V & 12) o_j[98 * MC_W + l] = d32;
+        const real d33 = (cse_31 + (cse_12 * cse_91) - (cse_12 * cse_61));
+        if (V & 14) if (V & 12) o_j[101 * MC_W + l] = d33;
+        const real cse_194 = (-cse_182);
+        const real cse_195 = (cse_182 + cse_189);
+        const real cse_196 = (-cse_182);
+        const real d34 = (cse_196 * d23);
+        if (V & 14) o_j[22 * MC_W + l] = d34;
+        const real d35 = (cse_196 * d24);
+        if (V & 14) o_j[23 * MC_W + l] = d35;
+        const real d36 = (cse_196 * d29);
+        if (V & 14) o_j[29 * MC_W + l] = d36;
+        if (V & 14) o_j[0 * MC_W + l] = (cse_195 + (cse_194 * d1));
+        if (V & 14) o_j[1 * MC_W + l] = (cse_189 + (cse_194 * d2));
+        if (V & 14) o_j[2 * MC_W + l] = (cse_189 + (cse_194 * d3));
+        if (V & 14) o_j[3 * MC_W + l] = (cse_194 * d4);
+        if (V & 14) o_j[4 * MC_W + l] = (cse_194 * d5);
+        if (V & 14) o_j[5 * MC_W + l] = (cse_194 * d6);
+        if (V & 14) o_j[6 * MC_W + l] = (cse_189 + (cse_194 * d7));
+        if (V & 14) o_j[7 * MC_W + l] = (cse_195 + (cse_194 * d8));
+        if (V & 14) o_j[8 * MC_W + l] = (cse_189 + (cse_194 * d9));
+        if (V & 14) o_j[9 * MC_W + l] = (cse_194 * d10);
+        if (V & 14) o_j[10 * MC_W + l] = (cse_194 * d11);
+        if (V & 14) o_j[11 * MC_W + l] = (cse_194 * d12);
+        if (V & 14) o_j[12 * MC_W + l] = (cse_189 + (cse_194 * d13));
+        if (V & 14) o_j[13 * MC_W + l] = (cse_189 + (cse_194 * d14));
+        if (V & 14) o_j[14 * MC_W + l] = (cse_195 + (cse_194 * d15));
+        if (V & 14) o_j[15 * MC_W + l] = (cse_194 * d16);
+        if (V & 14) o_j[16 * MC_W + l] = (cse_194 * d17);
+        if (V & 14) o_j[17 * MC_W + l] = (cse_194 * d18);
+        if (V & 14) o_j[18 * MC_W + l] = (cse_196 * d19);
+        if (V & 14) o_j[19 * MC_W + l] = (cse_196 * d20);
+        if (V & 14) o_j[20 * MC_W + l] = (cse_196 * d21);
+        if (V & 14) o_j[21 * MC_W + l] = (cse_182 + (cse_196 * d22));
+        if (V & 14) o_j[24 * MC_W + l] = (cse_196 * d25);
+        if (V & 14) o_j[25 * MC_W + l] = (cse_196 * d26);
+        if (V & 14) o_j[26 * MC_W + l] = (cse_196 * d27);
+        if (V & 14) o_j[27 * MC_W + l] = d34;
+        if (V & 14) o_j[28 * MC_W + l] = (cse_182 + (cse_196 * d28));
+        if (V & 14) o_j[30 * MC_W + l] = (cse_196 * d30);
+        if (V & 14) o_j[31 * MC_W + l] = (cse_196 * d31);
+        if (V & 14) o_j[32 * MC_W + l] = (cse_196 * d32);
+        if (V & 14) o_j[33 * MC_W + l] = d35;
+        if (V & 14) o_j[34 * MC_W + l] = d36;
+        if (V & 14) o_j[35 * MC_W + l] = (cse_182 + (cse_196 * d33));
+        const real cse_111 = (((real)1.0) - cse_40);
+        const real d37 = (cse_111 + (cse_45 * cse_59) - (cse_45 * cse_54));
+        if (V & 12) o_j[42 * MC_W + l] = d37;
+        const real d38 = (cse_51 + (cse_52 * cse_59) - (cse_52 * cse_54));
+        if (V & 12) o_j[43 * MC_W + l] = d38;
+        const real d39 = (cse_51 + (cse_56 * cse_59) - (cse_54 * cse_56));
+        if (V & 12) o_j[44 * MC_W + l] = d39;
+        const real d40 = (-d4);
+        if (V & 12) o_j[45 * MC_W + l] = d40;
+        const real d41 = (-d5);
+        if (V & 12) o_j[46 * MC_W + l] = d41;
+        const real d42 = (-d6);
+        if (V & 12) o_j[47 * MC_W + l] = d42;
+        const real d43 = (cse_51 + (cse_45 * cse_68) - (cse_45 * cse_66));
+        if (V & 12) o_j[54 * MC_W + l] = d43;
+        const real d44 = (cse_111 + (cse_52 * cse_68) - (cse_52 * cse_66));
+        if (V & 12) o_j[55 * MC_W + l] = d44;
+        const real d45 = (cse_51 + (cse_56 * cse_68) - (cse_56 * cse_66));
+        if (V & 12) o_j[56 * MC_W + l] = d45;
+        const real d46 = (-d10);
+        if (V & 12) o_j[57 * MC_W + l] = d46;
+        const real d47 = (-d11);
+        if (V & 12) o_j[58 * MC_W + l] = d47;
+        const real d48 = (-d12);
+        if (V & 12) o_j[59 * MC_W + l] = d48;
+        const real d49 = (cse_51 + (cse_45 * cse_79) - (cse_45 * cse_76));
+        if (V & 12) o_j[66 * MC_W + l] = d49;
+        const real d50 = (cse_51 + (cse_52 * cse_79) - (cse_52 * cse_76));
+        if (V & 12) o_j[67 * MC_W + l] = d50;
+        const real d51 = (cse_111 + (cse_56 * cse_79) - (cse_56 * cse_76));
+        if (V & 12) o_j[68 * MC_W + l] = d51;
+        const real d52 = (-d16);
+        if (V & 12) o_j[69 * MC_W + l] = d52;
+        const real d53 = (-d17);
+        if (V & 12) o_j[70 * MC_W + l] = d53;
+        const real d54 = (-d18);
+        if (V & 12) o_j[71 * MC_W + l] = d54;
+        const real d55 = ((cse_45 * cse_86) - (cse_45 * cse_87));
+        if (V & 12) o_j[78 * MC_W + l] = d55;
+        const real d56 = ((cse_52 * cse_86) - (cse_52 * cse_87));
+        if (V & 12) o_j[79 * MC_W + l] = d56;
+        const real d57 = ((cse_56 * cse_86) - (cse_56 * cse_87));
+        if (V & 12) o_j[80 * MC_W + l] = d57;
+        const real d58 = (((real)1.0) - d22);
+        if (V & 12) o_j[81 * MC_W + l] = d58;
+        const real d59 = (-d23);
+        if (V & 12) o_j[82 * MC_W + l] = d59;
+        const real d60 = (-d24);
+        if (V & 12) o_j[83 * MC_W + l] = d60;
+        const real d61 = ((cse_45 * cse_97) - (cse_45 * cse_98));
+        if (V & 12) o_j[90 * MC_W + l] = d61;
+        const real d62 = ((cse_52 * cse_97) - (cse_52 * cse_98));
+        if (V & 12) o_j[91 * MC_W + l] = d62;
+        const real d63 = ((cse_56 * cse_97) - (cse_56 * cse_98));
+        if (V & 12) o_j[92 * MC_W + l] = d63;
+        const real d64 = (((real)1.0) - d28);
+        if (V & 12) o_j[94 * MC_W + l] = d64;
+        const real d65 = (-d29);
+        if (V & 12) o_j[95 * MC_W + l] = d65;
+        const real d66 = ((cse_105 * cse_45) - (cse_106 * cse_45));
+        if (V & 12) o_j[102 * MC_W + l] = d66;
+        const real d67 = ((cse_105 * cse_52) - (cse_106 * cse_52));
+        if (V & 12) o_j[103 * MC_W + l] = d67;
+        const real d68 = ((cse_105 * cse_56) - (cse_106 * cse_56));
+        if (V & 12) o_j[104 * MC_W + l] = d68;
+        const real d69 = (((real)1.0) - d33);
+        if (V & 12) o_j[107 * MC_W + l] = d69;
+        const real cse_172 = mc_sdiv(((real)1.0), cse_38);
+        const real cse_173 = (cse_172 * cse_43);
+        const real cse_174 = (((real)2.0) * cse_173);
+        const real d70 = (cse_174 * cse_3);
+        if (V & 12) o_j[111 * MC_W + l] = d70;
+        const real d71 = (cse_174 * cse_4);
+        if (V & 12) o_j[112 * MC_W + l] = d71;
+        const real d72 = (cse_174 * cse_5);
+        if (V & 12) o_j[113 * MC_W + l] = d72;
+        const real d73 = mc_sdiv(cse_30, (cse_38 * cse_38));
+        if (V & 12) o_j[121 * MC_W + l] = d73;
+        const real cse_200 = (-cse_189);
+        const real cse_201 = (cse_200 * d49);
+        const real cse_202 = (cse_200 * d43);
+        const real cse_203 = (-cse_195);
+        const real cse_204 = (cse_200 * d50);
+        const real cse_205 = (cse_200 * d44);
+        const real cse_206 = (cse_200 * d45);
+        const real cse_207 = (cse_200 * d51);
+        const real cse_208 = (cse_200 * d52);
+        const real cse_209 = (cse_200 * d46);
+        const real cse_210 = (cse_200 * d53);
+        const real cse_211 = (cse_200 * d47);
+        const real cse_212 = (cse_200 * d54);
+        const real cse_213 = (cse_200 * d48);
+        const real cse_214 = (cse_200 * d37);
+        const real cse_215 = (cse_200 * d38);
+        const real cse_216 = (cse_200 * d39);
+        const real cse_217 = (cse_200 * d40);
+        const real cse_218 = (cse_200 * d41);
+        const real cse_219 = (cse_200 * d42);
+        const real d74 = (cse_196 * d59);
+        if (V & 12) o_j[144 * MC_W + l] = d74;
+        const real d75 = (cse_196 * d60);
+        if (V & 12) o_j[145 * MC_W + l] = d75;
+        const real d76 = (cse_196 * d65);
+        if (V & 12) o_j[151 * MC_W + l] = d76;
+        if (V & 12) o_j[87 * MC_W + l] = d23;
+        if (V & 12) o_j[99 * MC_W + l] = d24;
+        if (V & 12) o_j[100 * MC_W + l] = d29;
+        if (V & 12) o_j[93 * MC_W + l] = d59;
+        if (V & 12) o_j[105 * MC_W + l] = d60;
+        if (V & 12) o_j[106 * MC_W + l] = d65;
+        if (V & 12) o_j[108 * MC_W + l] = (cse_173 * cse_46);
+        if (V & 12) o_j[109 * MC_W + l] = (cse_173 * cse_53);
+        if (V & 12) o_j[110 * MC_W + l] = (cse_173 * cse_57);
+        if (V & 12) o_j[114 * MC_W + l] = (-d73);
+        if (V & 12) o_j[115 * MC_W + l] = (cse_173 * cse_45);
+        if (V & 12) o_j[116 * MC_W + l] = (cse_173 * cse_52);
+        if (V & 12) o_j[117 * MC_W + l] = (cse_173 * cse_56);
+        if (V & 12) o_j[118 * MC_W + l] = (-d70);
+        if (V & 12) o_j[119 * MC_W + l] = (-d71);
+        if (V & 12) o_j[120 * MC_W + l] = (-d72);
+        if (V & 12) o_j[122 * MC_W + l] = (cse_201 + cse_202 + (cse_203 * d37));
+        if (V & 12) o_j[123 * MC_W + l] = (cse_204 + cse_205 + (cse_203 * d38));
+        if (V & 12) o_j[124 * MC_W + l] = (cse_206 + cse_207 + (cse_203 * d39));
+        if (V & 12) o_j[125 * MC_W + l] = (cse_208 + cse_209 + (cse_203 * d40));
+        if (V & 12) o_j[126 * MC_W + l] = (cse_210 + cse_211 + (cse_203 * d41));
+        if (V & 12) o_j[127 * MC_W + l] = (cse_212 + cse_213 + (cse_203 * d42));
+        if (V & 12) o_j[128 * MC_W + l] = (cse_201 + cse_214 + (cse_203 * d43));
+        if (V & 12) o_j[129 * MC_W + l] = (cse_204 + cse_215 + (cse_203 * d44));
+        if (V & 12) o_j[130 * MC_W + l] = (cse_207 + cse_216 + (cse_203 * d45));
+        if (V & 12) o_j[131 * MC_W + l] = (cse_208 + cse_217 + (cse_203 * d46));
+        if (V & 12) o_j[132 * MC_W + l] = (cse_210 + cse_218 + (cse_203 * d47));
+        if (V & 12) o_j[133 * MC_W + l] = (cse_212 + cse_219 + (cse_203 * d48));
+        if (V & 12) o_j[134 * MC_W + l] = (cse_202 + cse_214 + (cse_203 * d49));
+        if (V & 12) o_j[135 * MC_W + l] = (cse_205 + cse_215 + (cse_203 * d50));
+        if (V & 12) o_j[136 * MC_W + l] = (cse_206 + cse_216 + (cse_203 * d51));
+        if (V & 12) o_j[137 * MC_W + l] = (cse_209 + cse_217 + (cse_203 * d52));
+        if (V & 12) o_j[138 * MC_W + l] = (cse_211 + cse_218 + (cse_203 * d53));
+        if (V & 12) o_j[139 * MC_W + l] = (cse_213 + cse_219 + (cse_203 * d54));
+        if (V & 12) o_j[140 * MC_W + l] = (cse_196 * d55);
+        if (V & 12) o_j[141 * MC_W + l] = (cse_196 * d56);
+        if (V & 12) o_j[142 * MC_W + l] = (cse_196 * d57);
+        if (V & 12) o_j[143 * MC_W + l] = (cse_196 * d58);
+        if (V & 12) o_j[146 * MC_W + l] = (cse_196 * d61);
+        if (V & 12) o_j[147 * MC_W + l] = (cse_196 * d62);
+        if (V & 12) o_j[148 * MC_W + l] = (cse_196 * d63);
+        if (V & 12) o_j[149 * MC_W + l] = d74;
+        if (V & 12) o_j[150 * MC_W + l] = (cse_196 * d64);
+        if (V & 12) o_j[152 * MC_W + l] = (cse_196 * d66);
+        if (V & 12) o_j[153 * MC_W + l] = (cse_196 * d67);
+        if (V & 12) o_j[154 * MC_W + l] = (cse_196 * d68);
+        if (V & 12) o_j[155 * MC_W + l] = d75;
+        if (V & 12) o_j[156 * MC_W + l] = d76;
+        if (V & 12) o_j[157 * MC_W + l] = (cse_196 * d69);
+        const real cse_145 = (cse_27 * cse_29 * (cse_20 * cse_20));
+        const real cse_146 = (cse_145 * cse_19);
+        const real cse_147 = (cse_20 * cse_41);
+        const real cse_148 = (cse_147 * cse_18);
+        const real cse_149 = (cse_148 * cse_19);
+        const real d77 = ((cse_149 * cse_9) - (cse_146 * cse_9));
+        if (V & 8) o_j[158 * MC_W + l] = d77;
+        const real d78 = ((cse_149 * cse_17) - (cse_146 * cse_17));
+        if (V & 8) o_j[161 * MC_W + l] = d78;
+        const real d79 = ((cse_149 * cse_15) - (cse_146 * cse_15));
+        if (V & 8) o_j[164 * MC_W + l] = d79;
+        const real d80 = ((cse_149 * cse_3) - (cse_146 * cse_3));
+        if (V & 8) o_j[167 * MC_W + l] = d80;
+        const real d81 = ((cse_149 * cse_4) - (cse_146 * cse_4));
+        if (V & 8) o_j[170 * MC_W + l] = d81;
+        const real d82 = ((cse_149 * cse_5) - (cse_146 * cse_5));
+        if (V & 8) o_j[173 * MC_W + l] = d82;
+        const real cse_156 = (cse_25 * cse_41);
+        const real cse_157 = (cse_156 * cse_19);
+        const real d83 = (-(cse_157 * cse_9) + (cse_19 * cse_20 * cse_27 * cse_9));
+        if (V & 8) o_j[159 * MC_W + l] = d83;
+        const real d84 = (-(cse_157 * cse_17) + (cse_17 * cse_19 * cse_20 * cse_27));
+        if (V & 8) o_j[162 * MC_W + l] = d84;
+        const real d85 = (-(cse_15 * cse_157) + (cse_15 * cse_19 * cse_20 * cse_27));
+        if (V & 8) o_j[165 * MC_W + l] = d85;
+        const real d86 = (-(cse_157 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3));
+        if (V & 8) o_j[168 * MC_W + l] = d86;
+        const real d87 = (-(cse_157 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4));
+        if (V & 8) o_j[171 * MC_W + l] = d87;
+        const real d88 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5));
+        if (V & 8) o_j[174 * MC_W + l] = d88;
+        const real cse_164 = (((real)0.16666666666666666) * cse_147 * cse_21 * cse_23);
+        const real cse_165 = (cse_164 * cse_19);
+        const real d89 = (-cse_165 * cse_9);
+        if (V & 8) o_j[160 * MC_W + l] = d89;
+        const real d90 = (-cse_165 * cse_17);
+        if (V & 8) o_j[163 * MC_W + l] = d90;
+        const real d91 = (-cse_15 * cse_165);
+        if (V & 8) o_j[166 * MC_W + l] = d91;
+        const real d92 = (-cse_165 * cse_3);
+        if (V & 8) o_j[169 * MC_W + l] = d92;
+        const real d93 = (-cse_165 * cse_4);
+        if (V & 8) o_j[172 * MC_W + l] = d93;
+        const real d94 = (-cse_165 * cse_5);
+        if (V & 8) o_j[175 * MC_W + l] = d94;
+        const real cse_223 = (cse_185 * cse_188);
+        const real cse_224 = (cse_181 * cse_223);
+        const real cse_225 = (p_E * (cse_181 * cse_181));
+        const real cse_226 = (cse_182 * cse_185);
+        const real cse_227 = ((cse_187 * cse_226) - (cse_223 * cse_225) + (cse_22 * cse_226 * (cse_187 * cse_187)));
+        if (V & 8) o_j[176 * MC_W + l] = (cse_172 * (cse_148 - cse_145));
+        if (V & 8) o_j[177 * MC_W + l] = (cse_172 * (-cse_156 + (cse_20 * cse_27)));
+        if (V & 8) o_j[178 * MC_W + l] = (-cse_164 * cse_172);
+        if (V & 8) o_j[179 * MC_W + l] = (cse_224 + (cse_179 * cse_181) + (cse_194 * d77));
+        if (V & 8) o_j[182 * MC_W + l] = (cse_224 + (cse_181 * cse_183) + (cse_194 * d78));
+        if (V & 8) o_j[185 * MC_W + l] = (cse_224 + (cse_181 * cse_184) + (cse_194 * d79));
+        if (V & 8) o_j[188 * MC_W + l] = ((cse_181 * cse_191) + (cse_196 * d80));
+        if (V & 8) o_j[191 * MC_W + l] = ((cse_181 * cse_192) + (cse_196 * d81));
+        if (V & 8) o_j[194 * MC_W + l] = ((cse_181 * cse_193) + (cse_196 * d82));
+        if (V & 8) o_j[180 * MC_W + l] = (cse_227 + (cse_194 * d83) - (cse_179 * cse_225));
+        if (V & 8) o_j[183 * MC_W + l] = (cse_227 + (cse_194 * d84) - (cse_183 * cse_225));
+        if (V & 8) o_j[186 * MC_W + l] = (cse_227 + (cse_194 * d85) - (cse_184 * cse_225));
+        if (V & 8) o_j[189 * MC_W + l] = ((cse_196 * d86) - (cse_191 * cse_225));
+        if (V & 8) o_j[192 * MC_W + l] = ((cse_196 * d87) - (cse_192 * cse_225));
+        if (V & 8) o_j[195 * MC_W + l] = ((cse_196 * d88) - (cse_193 * cse_225));
+        if (V & 8) o_j[181 * MC_W + l] = (cse_194 * d89);
+        if (V & 8) o_j[184 * MC_W + l] = (cse_194 * d90);
+        if (V & 8) o_j[187 * MC_W + l] = (cse_194 * d91);
+        if (V & 8) o_j[190 * MC_W + l] = (cse_196 * d92);
+        if (V & 8) o_j[193 * MC_W + l] = (cse_196 * d93);
+        if (V & 8) o_j[196 * MC_W + l] = (cse_196 * d94);
     }
     static const int16_t jt1[197][3] = {
         {36, 0, 0}, {37, 0, 1}, {38, 0, 2}, {39, 0, 3}, {40, 0, 4}, {41, 0, 5}, {42, 0, 7}, {43, 0, 8},

@@ -99,13 +99,14 @@ def library_spec():
 
 @functools.lru_cache(maxsize=None)
 def program(model: str, derivatives: bool = True):
-    """load -> compose -> differentiate -> lower -> cse of library model ``model``."""
+    """load -> compose -> positive -> differentiate -> lower -> cse of library model ``model``."""
     from modelc.passes.compose import compose_spec_model
     from modelc.passes.cse import cse
     from modelc.passes.differentiate import differentiate
     from modelc.passes.lower import lower
+    from modelc.passes.positive import factor_positive
 
-    m = differentiate(compose_spec_model(library_spec(), model))
+    m = differentiate(factor_positive(compose_spec_model(library_spec(), model)))
     return cse(lower(differentiate(m), derivatives=derivatives))
 
 
