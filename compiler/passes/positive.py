@@ -125,7 +125,9 @@ def _times(a: _Range, b: _Range) -> _Range | None:
             lo, hi = (y[0] * c, y[2] * c) if c > 0 else (y[2] * c, y[0] * c)
             return (lo, y[1], hi, y[3]) if c > 0 else (lo, y[3], hi, y[1])
     if a[0] >= 0 and b[0] >= 0:
-        return (a[0] * b[0], a[1] or b[1], a[2] * b[2], a[3] or b[3])
+        # the lower end is reached where both factors reach theirs, or where either reaches 0
+        reached0 = (a[0] == 0 and not a[1]) or (b[0] == 0 and not b[1])
+        return (a[0] * b[0], (a[1] or b[1]) and not reached0, a[2] * b[2], a[3] or b[3])
     return None
 
 
@@ -191,10 +193,11 @@ def _common(terms, ranges) -> dict:
 
 def _div(a, b, ranges):
     """``safe_div(a, b)`` with the positive factors of ``b`` divided out."""
-    pos = [f for f in sp.Mul.make_args(b) if positive(f, ranges)]
+    pos, rest = [], []
+    for f in sp.Mul.make_args(b):
+        (pos if positive(f, ranges) else rest).append(f)
     if not pos:
         return safe_div(a, b)
-    rest = [f for f in sp.Mul.make_args(b) if not positive(f, ranges)]
     return safe_div(a, sp.Mul(*rest)) / sp.Mul(*pos)
 
 

@@ -33,6 +33,7 @@ RANGES = {E: (0.0, True, math.inf, True), nu: (-1.0, True, 0.5, True), sy: (0.0,
     (1 + nu, True), (2 * nu + 2, True), (1 - 2 * nu, True), (nu + sp.Rational(1, 2), False),
     (E / (2 * (1 + nu)), True), (E ** 2, True), (sp.sqrt(E), True), (1 / (1 - 2 * nu), True),
     (sy + 1, True), (E - 1, False), (E * free, False), (K, False), (E + K, False),
+    (sy * E, False), (sy * E + 1, True),  # sigma_y may be 0, and then so is the product
 ])
 def test_positive_follows_the_bounds(expr, want):
     assert positive(expr, RANGES) is want
