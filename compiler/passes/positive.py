@@ -26,6 +26,7 @@ input or a state variable has no known sign, and nothing is pulled out because o
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 import math
 
 import sympy as sp
@@ -37,8 +38,16 @@ from modelc.runtime.types import Scalar
 
 __all__ = ["factor_positive", "positive", "simplify"]
 
-# an interval (lo, lo_open, hi, hi_open); an infinite end is open
-_Range = tuple[float, bool, float, bool]
+# a symbol's range (lo, lo_open, hi, hi_open), floats; inside _range an interval carries exact ends
+# (Fractions or +-inf: an infinite end is open) and a fifth entry, the largest magnitude summed into
+# its lower end (see _MARGIN)
+_Range = tuple
+#: a lower end above 0 counts only when it is at least this fraction of the magnitudes summed into it:
+#: ``10 a - 1`` for ``a`` in ``[0.1, 1]`` is 5.6e-17 > 0 in exact arithmetic over the float 0.1,
+#: but 0 in the float arithmetic the kernel does at a = 0.1 (a factor taken out of safe_div there
+#: divides by 0 where the original gave 0). A lower end that is 0 and not reached (``1 + nu`` for
+#: nu > -1) is positive: the kernel never evaluates the factor at the bound itself.
+_MARGIN = Fraction(1, 2 ** 40)
 
 
 def factor_positive(model: Model) -> Model:
@@ -60,8 +69,11 @@ def simplify(e: sp.Expr, ranges: dict[sp.Symbol, _Range]) -> sp.Expr:
 def positive(e: sp.Expr, ranges: dict[sp.Symbol, _Range]) -> bool:
     """Whether ``e`` is positive for every value of its symbols inside ``ranges`` (False when that
     is not known: a symbol without a range, or a form the interval arithmetic does not follow)."""
-    r = _range(sp.sympify(e), ranges)
-    return r is not None and (r[0] > 0 or (r[0] == 0 and r[1]))
+    return _positive(_range(sp.sympify(e), ranges))
+
+
+def _positive(r) -> bool:
+    return r is not None and ((r[0] > 0 and r[0] >= _MARGIN * r[4]) or (r[0] == 0 and r[1]))
 
 
 def _parameter_ranges(model: Model) -> dict[sp.Symbol, _Range]:
@@ -79,23 +91,32 @@ def _parameter_ranges(model: Model) -> dict[sp.Symbol, _Range]:
 
 
 def _range(e, ranges) -> _Range | None:
+    """The interval of ``e``'s values over ``ranges``, in exact rational arithmetic (``Fraction``
+    ends, or +-inf): a float interval rounds its ends, and a lower end rounded up past 0 would make
+    a factor that reaches 0 look positive (and a bound of ``1e300`` squared overflowed: a traceback
+    instead of an answer). Powers with a non-integer exponent go through float ``**``, their ends
+    moved outward by two ulps (and rounded toward 0 at worst, never across it)."""
     if e.is_Number:
         if not e.is_real or not e.is_finite:
             return None
-        v = float(e)
-        return (v, False, v, False)
+        v = Fraction(e.p, e.q) if e.is_Rational else Fraction(float(e))
+        return (v, False, v, False, abs(v))
     if e.is_Symbol:
-        return ranges.get(e)
+        r = ranges.get(e)
+        return None if r is None else _end_scale((_exact(r[0]), r[1], _exact(r[2]), r[3]))
     if e.is_Add:
-        acc: _Range = (0.0, False, 0.0, False)
+        acc: _Range = (Fraction(0), False, Fraction(0), False, Fraction(0))
         for t in e.args:
             r = _range(t, ranges)
             if r is None:
                 return None
-            acc = (acc[0] + r[0], acc[1] or r[1], acc[2] + r[2], acc[3] or r[3])
+            lo, hi = _plus(acc[0], r[0]), _plus(acc[2], r[2])
+            if lo is None or hi is None:
+                return None
+            acc = (lo, acc[1] or r[1], hi, acc[3] or r[3], max(acc[4], r[4]))
         return acc
     if e.is_Mul:
-        acc = (1.0, False, 1.0, False)
+        acc = (Fraction(1), False, Fraction(1), False, Fraction(1))
         for f in e.args:
             r = _range(f, ranges)
             if r is None:
@@ -106,13 +127,60 @@ def _range(e, ranges) -> _Range | None:
         return acc
     if e.is_Pow and e.exp.is_Number and e.exp.is_real:
         b = _range(e.base, ranges)
-        if b is None or not (b[0] > 0 or (b[0] == 0 and b[1])):
+        if not _positive(b):
             return None
-        k = float(e.exp)
-        lo = b[0] ** k if b[0] > 0 or k > 0 else math.inf
-        hi = b[2] ** k if b[2] < math.inf or k > 0 else 0.0
-        return (lo, b[1], hi, b[3]) if k > 0 else (hi, b[3], lo, b[1])
+        if e.exp > 0:
+            lo, hi = _power(b[0], e.exp, down=True), _power(b[2], e.exp, down=False)
+            return (lo, b[1], hi, b[3], _power(max(b[0], b[4]), e.exp, down=False))
+        lo, hi = _power(b[2], e.exp, down=True), _power(b[0], e.exp, down=False)
+        return _end_scale((lo, b[3], hi, b[1]))
     return None
+
+
+def _end_scale(r) -> _Range:
+    """``r`` with its lower end's own magnitude as the scale (no sum behind it)."""
+    return (*r, Fraction(0) if isinstance(r[0], float) else abs(r[0]))
+
+
+def _exact(v: float):
+    """A bound as an interval end: the float's exact value, or +-inf."""
+    return v if math.isinf(v) else Fraction(v)
+
+
+def _plus(x, y):
+    """Two lower ends (or two upper ends) added; None for inf + (-inf)."""
+    if isinstance(x, float) or isinstance(y, float):  # an infinite end
+        if isinstance(x, float) and isinstance(y, float) and x != y:
+            return None
+        return x if isinstance(x, float) else y
+    return x + y
+
+
+def _product(x, y):
+    """Two interval ends multiplied (0 times inf is 0: an end at 0 is attained as 0)."""
+    if x == 0 or y == 0:
+        return Fraction(0)
+    if isinstance(x, float) or isinstance(y, float):
+        return math.inf if (x > 0) == (y > 0) else -math.inf
+    return x * y
+
+
+def _power(x, k, down: bool):
+    """``x ** k`` for an end ``x >= 0`` of a positive base: exact for an integer ``k``; otherwise
+    float ``**`` with the result moved two ulps down (``down``) or up; 0 ** k for k < 0 and
+    inf ** k for k > 0 are inf, inf ** k for k < 0 is 0."""
+    if isinstance(x, float) or x == 0:
+        big = isinstance(x, float)
+        return math.inf if big == (k > 0) else Fraction(0)
+    if k.is_Integer:
+        return x ** int(k)
+    try:
+        v = float(x) ** float(k)
+    except OverflowError:
+        v = math.inf
+    for _ in range(2):
+        v = math.nextafter(v, 0.0 if down else math.inf)
+    return v if math.isinf(v) else Fraction(v)
 
 
 def _times(a: _Range, b: _Range) -> _Range | None:
@@ -121,13 +189,15 @@ def _times(a: _Range, b: _Range) -> _Range | None:
         if x[0] == x[2] and not x[1] and not x[3]:  # a number
             c = x[0]
             if c == 0:
-                return (0.0, False, 0.0, False)
-            lo, hi = (y[0] * c, y[2] * c) if c > 0 else (y[2] * c, y[0] * c)
-            return (lo, y[1], hi, y[3]) if c > 0 else (lo, y[3], hi, y[1])
+                return (Fraction(0), False, Fraction(0), False, Fraction(0))
+            if c > 0:
+                return (_product(y[0], c), y[1], _product(y[2], c), y[3], _product(y[4], c))
+            return _end_scale((_product(y[2], c), y[3], _product(y[0], c), y[1]))
     if a[0] >= 0 and b[0] >= 0:
         # the lower end is reached where both factors reach theirs, or where either reaches 0
         reached0 = (a[0] == 0 and not a[1]) or (b[0] == 0 and not b[1])
-        return (a[0] * b[0], (a[1] or b[1]) and not reached0, a[2] * b[2], a[3] or b[3])
+        return (_product(a[0], b[0]), (a[1] or b[1]) and not reached0, _product(a[2], b[2]), a[3] or b[3],
+                _product(max(a[0], a[4]), max(b[0], b[4])))
     return None
 
 

@@ -39,6 +39,33 @@ def test_positive_follows_the_bounds(expr, want):
     assert positive(expr, RANGES) is want
 
 
+def test_huge_bounds_are_followed_without_overflow():
+    """A bound of 1e300 squared (or to the 1024th) is beyond a float: the ends are exact rationals
+    (this raised OverflowError, a traceback from `modelc compile`, before), and a non-integer power
+    is a float power moved outward."""
+    a = sp.Symbol("$a")
+    ranges = {a: (0.0, True, 1e300, True), nu: RANGES[nu]}
+    for e in (a ** 2, a ** -2, a ** 1024, a ** sp.Rational(5, 2), a ** sp.Float(2.5), sp.sqrt(a) * (1 + nu) ** -3):
+        assert positive(e, ranges) is True, e
+    assert simplify(safe_div(1, a ** 2 * free), ranges) == safe_div(1, free) / a ** 2
+    assert positive(a ** 2 - 1, ranges) is False
+
+
+def test_a_lower_end_above_zero_by_rounding_only_is_not_positive():
+    """10 a - 1 with a in [0.1, 1] is 5.6e-17 at the float 0.1 in exact arithmetic, but 0 in the
+    float arithmetic a kernel does there: taken out of safe_div it would divide by that 0 where the
+    original returns 0. Such a factor stays in; a lower end clear of 0 (a - 1/20), or 0 and not
+    reached (1 + nu, nu > -1), counts."""
+    a = sp.Symbol("$a")
+    ranges = {a: (0.1, False, 1.0, False), nu: RANGES[nu]}
+    assert 10 * 0.1 - 1 == 0.0  # the kernel's arithmetic at the lower bound
+    for e in (10 * a - 1, 3 * a - sp.Float(0.3), a - sp.Rational(1, 10), (10 * a - 1) ** 2, (10 * a - 1) * E):
+        assert positive(e, ranges) is False, e
+    assert simplify(safe_div(free, (10 * a - 1) * free), ranges) == safe_div(free, (10 * a - 1) * free)
+    for e in (a - sp.Rational(1, 20), 1 + nu, 2 * nu + 2, 1 - 2 * nu, (1 + nu) * (1 - 2 * nu) * a):
+        assert positive(e, ranges) is True, e
+
+
 def _value(e, vals):
     return float(e.subs(vals))
 
