@@ -39,15 +39,15 @@ from modelc.runtime.types import Scalar
 __all__ = ["factor_positive", "positive", "simplify"]
 
 # a symbol's range (lo, lo_open, hi, hi_open), floats; inside _range an interval carries exact ends
-# (Fractions or +-inf: an infinite end is open) and a fifth entry, the largest magnitude summed into
-# its lower end (see _MARGIN)
+# (Fractions or +-inf: an infinite end is open), the largest magnitude summed into its lower end
+# (see _MARGIN) and whether it is "clean" (see _positive)
 _Range = tuple
-#: a lower end above 0 counts only when it is at least this fraction of the magnitudes summed into it:
-#: ``10 a - 1`` for ``a`` in ``[0.1, 1]`` is 5.6e-17 > 0 in exact arithmetic over the float 0.1,
-#: but 0 in the float arithmetic the kernel does at a = 0.1 (a factor taken out of safe_div there
-#: divides by 0 where the original gave 0). A lower end that is 0 and not reached (``1 + nu`` for
-#: nu > -1) is positive: the kernel never evaluates the factor at the bound itself.
-_MARGIN = Fraction(1, 2 ** 40)
+#: a lower end above 0 counts only when it is at least this fraction of the magnitudes summed into it,
+#: so that a kernel's rounding cannot take the factor to 0 (a float32 kernel's included): ``10 a - 1``
+#: for ``a`` in ``[0.1, 1]`` is 5.6e-17 > 0 in exact arithmetic over the float 0.1, but 0 in the
+#: float arithmetic a kernel does at a = 0.1 (a factor taken out of safe_div there would divide by
+#: the 0 where the original gave 0)
+_MARGIN = Fraction(1, 2 ** 16)
 
 
 def factor_positive(model: Model) -> Model:
@@ -73,7 +73,24 @@ def positive(e: sp.Expr, ranges: dict[sp.Symbol, _Range]) -> bool:
 
 
 def _positive(r) -> bool:
-    return r is not None and ((r[0] > 0 and r[0] >= _MARGIN * r[4]) or (r[0] == 0 and r[1]))
+    """A lower end clear of 0 by the margin, or 0, not reached, and *clean*: approached without
+    rounding, so that a kernel's float value is positive wherever the real one is (a symbol, a number
+    times one, a sum of a number and one symbol times a power of two: the float sum of two floats is
+    positive when the exact one is, as ``1 + nu`` for nu > -1; a sum, product or power of positive
+    clean parts). ``3 a + b - 1`` for a > 0, b >= 1 also has lower end 0 not reached, but at a =
+    1e-30, b = 1 the kernel's sum is 0. Underflow and overflow (values near 1e-308 or 1e308) are
+    outside what this promises."""
+    return r is not None and ((r[0] > 0 and r[0] >= _MARGIN * r[4]) or (r[0] == 0 and r[1] and r[5]))
+
+
+def _exact_term(t) -> bool:
+    """A symbol, or a power of two times one: a term the kernel computes without rounding."""
+    if t.is_Symbol:
+        return True
+    if t.is_Mul and len(t.args) == 2 and t.args[0].is_Number and t.args[1].is_Symbol:
+        c = abs(float(t.args[0]))
+        return c != 0 and math.frexp(c)[0] == 0.5
+    return False
 
 
 def _parameter_ranges(model: Model) -> dict[sp.Symbol, _Range]:
@@ -91,32 +108,37 @@ def _parameter_ranges(model: Model) -> dict[sp.Symbol, _Range]:
 
 
 def _range(e, ranges) -> _Range | None:
-    """The interval of ``e``'s values over ``ranges``, in exact rational arithmetic (``Fraction``
-    ends, or +-inf): a float interval rounds its ends, and a lower end rounded up past 0 would make
-    a factor that reaches 0 look positive (and a bound of ``1e300`` squared overflowed: a traceback
-    instead of an answer). Powers with a non-integer exponent go through float ``**``, their ends
-    moved outward by two ulps (and rounded toward 0 at worst, never across it)."""
+    """The interval of ``e``'s values over ``ranges`` (with the scale and cleanness of its lower end,
+    see :func:`_positive`), in exact rational arithmetic over the doubles the kernels use (a bound's
+    and a number's double value: 1/3 is 0.333...3148): ``Fraction`` ends, or +-inf. A float interval
+    rounds its ends (a lower end rounded up past 0 looked positive) and overflowed (a bound of 1e300
+    squared: a traceback instead of an answer). Powers with a non-integer exponent go through float
+    ``**``, their ends moved outward by two ulps (toward 0 at worst, never across it)."""
     if e.is_Number:
         if not e.is_real or not e.is_finite:
             return None
-        v = Fraction(e.p, e.q) if e.is_Rational else Fraction(float(e))
-        return (v, False, v, False, abs(v))
+        v = Fraction(float(e))  # the number the kernels compute with (1/3 as a double)
+        return (v, False, v, False, abs(v), True)
     if e.is_Symbol:
         r = ranges.get(e)
-        return None if r is None else _end_scale((_exact(r[0]), r[1], _exact(r[2]), r[3]))
+        return None if r is None else _end_scale((_exact(r[0]), r[1], _exact(r[2]), r[3]), True)
     if e.is_Add:
-        acc: _Range = (Fraction(0), False, Fraction(0), False, Fraction(0))
+        acc: _Range = (Fraction(0), False, Fraction(0), False, Fraction(0), True)
+        parts = []
         for t in e.args:
             r = _range(t, ranges)
             if r is None:
                 return None
+            parts.append(r)
             lo, hi = _plus(acc[0], r[0]), _plus(acc[2], r[2])
             if lo is None or hi is None:
                 return None
-            acc = (lo, acc[1] or r[1], hi, acc[3] or r[3], max(acc[4], r[4]))
-        return acc
+            acc = (lo, acc[1] or r[1], hi, acc[3] or r[3], max(acc[4], r[4]), True)
+        two = len(e.args) == 2 and any(t.is_Number for t in e.args) and any(_exact_term(t) for t in e.args)
+        clean = two or all(_positive(r) for r in parts)
+        return (*acc[:5], clean)
     if e.is_Mul:
-        acc = (Fraction(1), False, Fraction(1), False, Fraction(1))
+        acc = (Fraction(1), False, Fraction(1), False, Fraction(1), True)
         for f in e.args:
             r = _range(f, ranges)
             if r is None:
@@ -131,15 +153,15 @@ def _range(e, ranges) -> _Range | None:
             return None
         if e.exp > 0:
             lo, hi = _power(b[0], e.exp, down=True), _power(b[2], e.exp, down=False)
-            return (lo, b[1], hi, b[3], _power(max(b[0], b[4]), e.exp, down=False))
+            return (lo, b[1], hi, b[3], _power(max(b[0], b[4]), e.exp, down=False), True)
         lo, hi = _power(b[2], e.exp, down=True), _power(b[0], e.exp, down=False)
-        return _end_scale((lo, b[3], hi, b[1]))
+        return _end_scale((lo, b[3], hi, b[1]), True)
     return None
 
 
-def _end_scale(r) -> _Range:
-    """``r`` with its lower end's own magnitude as the scale (no sum behind it)."""
-    return (*r, Fraction(0) if isinstance(r[0], float) else abs(r[0]))
+def _end_scale(r, clean: bool) -> _Range:
+    """``r`` with its lower end's own magnitude as the scale (no sum behind it), and ``clean``."""
+    return (*r, Fraction(0) if isinstance(r[0], float) else abs(r[0]), clean)
 
 
 def _exact(v: float):
@@ -189,15 +211,15 @@ def _times(a: _Range, b: _Range) -> _Range | None:
         if x[0] == x[2] and not x[1] and not x[3]:  # a number
             c = x[0]
             if c == 0:
-                return (Fraction(0), False, Fraction(0), False, Fraction(0))
+                return (Fraction(0), False, Fraction(0), False, Fraction(0), True)
             if c > 0:
-                return (_product(y[0], c), y[1], _product(y[2], c), y[3], _product(y[4], c))
-            return _end_scale((_product(y[2], c), y[3], _product(y[0], c), y[1]))
+                return (_product(y[0], c), y[1], _product(y[2], c), y[3], _product(y[4], c), y[5])
+            return _end_scale((_product(y[2], c), y[3], _product(y[0], c), y[1]), False)
     if a[0] >= 0 and b[0] >= 0:
         # the lower end is reached where both factors reach theirs, or where either reaches 0
         reached0 = (a[0] == 0 and not a[1]) or (b[0] == 0 and not b[1])
         return (_product(a[0], b[0]), (a[1] or b[1]) and not reached0, _product(a[2], b[2]), a[3] or b[3],
-                _product(max(a[0], a[4]), max(b[0], b[4])))
+                _product(max(a[0], a[4]), max(b[0], b[4])), _positive(a) and _positive(b))
     return None
 
 

@@ -66,6 +66,91 @@ def test_a_lower_end_above_zero_by_rounding_only_is_not_positive():
         assert positive(e, ranges) is True, e
 
 
+def test_a_limit_at_zero_counts_only_when_rounding_cannot_reach_it():
+    """A lower end of 0 that is not reached is positive when the kernel's float value cannot round to
+    0 on the way: 1 + nu, 2 nu + 2, 1 - 2 nu (a number and a power of two times a symbol: the float
+    sum of two floats is positive when the exact one is), and sums, products and powers of such.
+    3 a + b - 1 (a > 0, b >= 1) is 0 in floats at a = 1e-30, b = 1: it stays inside. So do
+    3 nu + 3 and 0.7 (nu + 1), which SymPy writes 0.7 nu + 0.7: not a power of two times nu (they
+    are positive in floats, but not by this argument)."""
+    a, b = sp.symbols("$a $b")
+    ranges = {a: (0.0, True, math.inf, True), b: (1.0, False, math.inf, True), nu: RANGES[nu], E: RANGES[E]}
+    assert 3 * 1e-30 + 1.0 - 1 == 0.0
+    assert sp.expand(sp.Float(0.7) * (nu + 1)).is_Add
+    for e in (3 * a + b - 1, sp.expand(sp.Float(0.7) * (nu + 1)), 3 * nu + 3, (3 * a + b - 1) * E):
+        assert positive(e, ranges) is False, e
+    for e in (1 + nu, 2 * nu + 2, 1 - 2 * nu, E + a, (1 + nu) * (1 - 2 * nu) / E, sp.sqrt(2 * nu + 2) * a):
+        assert positive(e, ranges) is True, e
+
+
+def _random_expression(rng, symbols, depth):
+    if depth == 0 or rng.random() < 0.25:
+        if rng.random() < 0.7:
+            return symbols[rng.integers(len(symbols))]
+        return [sp.Integer(int(rng.integers(-3, 6))), sp.Rational(int(rng.integers(-5, 6)), int(rng.integers(1, 8))),
+                sp.Float([0.1, 0.3, 0.7, 1.5, 3.0][rng.integers(5)])][rng.integers(3)]
+    k = rng.random()
+    left, right = _random_expression(rng, symbols, depth - 1), _random_expression(rng, symbols, depth - 1)
+    if k < 0.4:
+        return left + right
+    if k < 0.8:
+        return left * right
+    return left ** [2, -1, -2, sp.Rational(1, 2), sp.Rational(-1, 2), 3, sp.Float(2.5)][rng.integers(7)]
+
+
+def _corners(lo, lo_open, hi, hi_open, dtype, rng):
+    """Values a call may pass in ``dtype``: each finite bound (the next number past an open one, as the
+    runtime's check allows) and random values between; magnitudes kept within 1e-8 .. 1e6, away from
+    underflow and overflow (outside what the pass promises)."""
+    inf = dtype(np.inf)
+    out = []
+    if math.isfinite(lo):
+        v = dtype(lo)
+        out.append(np.nextafter(v, inf) if lo_open else v)
+    if math.isfinite(hi):
+        v = dtype(hi)
+        out.append(np.nextafter(v, -inf) if hi_open else v)
+    a, b = max(lo, -1e6), min(hi, 1e6)
+    out += [dtype(x) for x in rng.uniform(a, b, 4)]
+    return [v if not (lo >= 0 and v < 1e-8) else dtype(1e-8) for v in out]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_what_it_calls_positive_is_positive_in_floats(dtype):
+    """Fresh random expressions (sums, products, powers of three bounded symbols and numbers): wherever
+    the pass says positive, the expression evaluated in ``dtype`` at the bounds and between them is
+    positive (or under/overflows: not this pass's promise)."""
+    rng = np.random.default_rng()
+    syms = sp.symbols("$a $b $c")
+    kinds = [(0.0, True, math.inf, True), (-1.0, True, 0.5, True), (0.1, False, 1.0, False), (0.7, True, 1.0, False),
+             (1.0, False, math.inf, True), (1e-3, True, 1e6, True), (2.0, False, 20.0, False)]
+    checked = 0
+    for _ in range(400):
+        ranges = {s: kinds[rng.integers(len(kinds))] for s in syms}
+        e = _random_expression(rng, syms, 3)
+        if not positive(e, ranges):
+            continue
+        checked += 1
+        # every Float as the exact value of its double: lambdify prints Floats to 15 digits, which is
+        # not the double a kernel computes with
+        f = sp.lambdify(syms, e.xreplace({x: sp.Rational(float(x)) for x in e.atoms(sp.Float)}), "numpy")
+        pts = {s: _corners(*ranges[s], dtype, rng) for s in syms}
+        for _ in range(20):
+            vals = [pts[s][rng.integers(len(pts[s]))] for s in syms]
+            with np.errstate(all="ignore"):
+                v = dtype(f(*vals))
+            tiny = np.finfo(dtype).tiny
+            assert v > 0 or not np.isfinite(v) or abs(v) < tiny * 1e8 or _underflows(e, syms, vals), (e, vals, v)
+    assert checked > 50
+
+
+def _underflows(e, syms, vals) -> bool:
+    """Whether some power or product inside ``e`` leaves the float range at these values (the
+    exact value is positive and representable only in higher precision)."""
+    exact = e.subs(dict(zip(syms, [sp.Float(float(v), 30) for v in vals])))
+    return bool(exact > 0) and (abs(float(exact)) < 1e-30 or abs(float(exact)) > 1e30)
+
+
 def _value(e, vals):
     return float(e.subs(vals))
 
