@@ -37,6 +37,10 @@ class Interval:
         if m is None:
             raise ValueError(f"bounds {text!r} is not an interval such as [0, 0.5) or (0, inf)")
         lo, hi = float(m.group(2)), float(m.group(3))
+        for text_end, v in ((m.group(2), lo), (m.group(3), hi)):
+            if math.isinf(v) and "inf" not in text_end.lower():  # 1e400: beyond float64, not "inf"
+                raise ValueError(f"bounds {text!r}: {text_end} is beyond the largest float64 "
+                                 "(1.797e308); write inf for no bound")
         lo_closed, hi_closed = m.group(1) == "[", m.group(4) == "]"
         if (lo_closed and math.isinf(lo)) or (hi_closed and math.isinf(hi)):
             raise ValueError(f"bounds {text!r}: an infinite end is open, e.g. (0, inf)")

@@ -54,7 +54,7 @@ def test_interval_membership(text, inside, outside):
 
 
 @pytest.mark.parametrize("text", ["", "[0, 1", "0 <= x < 1", "[1, 0]", "(0, 0)", "[-inf, 0)", "(0, inf]",
-                                  "(inf, 1)"])
+                                  "(inf, 1)", "(0, 1e400)", "(-1e309, 0]"])
 def test_bad_intervals(text):
     with pytest.raises(ValueError):
         Interval.parse(text)

@@ -238,6 +238,7 @@ def test_names_with_a_trailing_newline_are_refused(tmp_path, capsys, where):
     ('"[0, 0.5)"', "outside its bounds [0, 0.5)"),     # the default 0.7 is outside
     ('"[0.5, 0)"', "is empty"),
     ('"[0, inf]"', "infinite end is open"),
+    ('"[0, 1e400)"', "beyond the largest float64"),  # not silently inf
     ('"0 < nu"', "not an interval"),
     ("[0, 0.5)", "quote it"),                          # unquoted: YAML reads a broken list
     ('[0, .nan]', "must be finite"),
