@@ -120,9 +120,7 @@ def _torch_newton_1(
         ncse_34 = _sdiv(1.0, ncse_33)
         ncse_35 = (1.0 / p_eta)
         ncse_36 = torch.exp((-p_d * state_internal_ep))
-        ncse_37 = 2.449489742783178
-        ncse_38 = (0.3333333333333333 * ncse_37)
-        ncse_39 = (ncse_38 * (-p_sigma_y + (0.5 * ncse_33 * ncse_37) - (p_R * (1.0 - ncse_36))))
+        ncse_39 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_33) - (p_R * (1.0 - ncse_36))))
         ncse_40 = (ncse_35 * torch.clamp(ncse_39, min=0.0))
         ncse_41 = torch.pow(ncse_40, p_n)
         ncse_42 = (forces_t - old_forces_t)
@@ -186,7 +184,7 @@ def _torch_newton_1(
         ncse_98 = (ncse_19 * ncse_96)
         ncse_99 = (ncse_22 * ncse_96)
         ncse_100 = (p_R * p_d * ncse_36 * ncse_80)
-        ncse_101 = (ncse_100 * ncse_37)
+        ncse_101 = (2.449489742783178 * ncse_100)
         ncse_102 = (0.16666666666666666 * ncse_101 * ncse_77)
         ncse_103 = (ncse_41 * ncse_73)
         ncse_104 = (ncse_80 * (ncse_103 - ncse_79))
@@ -267,10 +265,10 @@ def _torch_newton_1(
         ncse_179 = (ncse_155 * ncse_23)
         ncse_180 = (ncse_177 * ncse_41)
         ncse_181 = (ncse_80 * (ncse_180 - ncse_179))
-        ncse_182 = (ncse_38 * ncse_76)
+        ncse_182 = (0.816496580927726 * ncse_76)
         ncse_183 = (ncse_182 * ncse_94)
         ncse_184 = (0.6666666666666666 * ncse_76)
-        ncse_185 = (ncse_184 * ncse_37)
+        ncse_185 = (2.449489742783178 * ncse_184)
         ncse_186 = (ncse_185 * ncse_94)
         ncse_187 = (ncse_109 * ncse_182)
         ncse_188 = (-ncse_14 * ncse_187)
@@ -341,7 +339,7 @@ def _torch_newton_1(
         ncse_253 = (1.3333333333333333 * p_C1)
         ncse_254 = (-ncse_249 + (ncse_252 * ncse_253))
         ncse_255 = (ncse_254 * ncse_94)
-        ncse_256 = (ncse_100 * ncse_38)
+        ncse_256 = (0.816496580927726 * ncse_100)
         ncse_257 = (ncse_109 * ncse_247)
         ncse_258 = (ncse_14 * ncse_257)
         ncse_259 = (ncse_257 * ncse_47)
@@ -502,7 +500,7 @@ def _torch_newton_1(
         ncse_450 = (1.3333333333333333 * ncse_396)
         ncse_411 = (ncse_407 + ncse_410 + (1.3333333333333333 * ncse_394) + (1.3333333333333333 * ncse_395) + (ncse_404 * (ncse_402 + ncse_403 + (1.3333333333333333 * ncse_393) + ncse_450)))
         ncse_412 = torch.abs(ncse_34)
-        ncse_413 = (((ncse_38 * (((1.0 + torch.abs(ncse_36)) * torch.abs(p_R)) + (0.5 * ncse_37 * torch.abs(ncse_33)) + torch.abs(p_sigma_y)) * torch.abs(ncse_35) * torch.abs(ncse_75)) + torch.abs(ncse_41)) * torch.abs(ncse_42))
+        ncse_413 = (((0.816496580927726 * (((1.0 + torch.abs(ncse_36)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_33)) + torch.abs(p_sigma_y)) * torch.abs(ncse_35) * torch.abs(ncse_75)) + torch.abs(ncse_41)) * torch.abs(ncse_42))
         ncse_414 = (ncse_412 * ncse_413)
         ncse_415 = (0.5 * ncse_414)
         ncse_451 = (0.6666666666666666 * ncse_396)
@@ -538,7 +536,7 @@ def _torch_newton_1(
         nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_44))
         nt1_r_4 = (-ncse_18 - old_state_internal_Ep_4 - (ncse_19 * ncse_44))
         nt1_r_5 = (-ncse_21 - old_state_internal_Ep_5 - (ncse_22 * ncse_44))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_43))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (0.816496580927726 * ncse_43))
         nt1_r_7 = (state_internal_X1_0 - old_state_internal_X1_0 - (ncse_43 * ncse_51))
         nt1_r_8 = (state_internal_X1_1 - old_state_internal_X1_1 - (ncse_43 * ncse_52))
         nt1_r_9 = (state_internal_X1_2 - old_state_internal_X1_2 - (ncse_43 * ncse_53))
@@ -557,7 +555,7 @@ def _torch_newton_1(
         nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_393 + (ncse_411 * ncse_415) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_400 + (ncse_415 * ncse_418) + torch.abs(old_state_internal_Ep_1)))))
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_398 + (ncse_415 * ncse_419) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_420 + (ncse_414 * ncse_423) + torch.abs(old_state_internal_Ep_3)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_424 + (ncse_414 * ncse_427) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_428 + (ncse_414 * ncse_431) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_38 * ncse_413) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + torch.abs(old_state_internal_X1_0)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_413) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + torch.abs(old_state_internal_X1_0)))))
         nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_408 + (ncse_413 * ((ncse_408 * ncse_432) + (ncse_418 * ncse_434))) + torch.abs(old_state_internal_X1_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_405 + (ncse_413 * ((ncse_405 * ncse_432) + (ncse_419 * ncse_434))) + torch.abs(old_state_internal_X1_2)))))
         nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_421 + (ncse_413 * ((ncse_421 * ncse_432) + (ncse_423 * ncse_435))) + torch.abs(old_state_internal_X1_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_425 + (ncse_413 * ((ncse_425 * ncse_432) + (ncse_427 * ncse_435))) + torch.abs(old_state_internal_X1_4)))))
         nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_429 + (ncse_413 * ((ncse_429 * ncse_432) + (ncse_431 * ncse_435))) + torch.abs(old_state_internal_X1_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * (ncse_395 + (ncse_413 * ((ncse_395 * ncse_436) + (ncse_411 * ncse_438))) + torch.abs(old_state_internal_X2_0)))))
@@ -750,7 +748,6 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_27 = (1.0 / p_eta)
         cse_28 = torch.exp((-p_d * state_internal_ep))
         cse_29 = (1.0 - cse_28)
-        cse_30 = 2.449489742783178
         cse_31 = (-state_internal_X1_3 - state_internal_X2_3 + (p_E * cse_11 * cse_15))
         cse_32 = (cse_31 * cse_31)
         cse_33 = (-state_internal_X1_4 - state_internal_X2_4 + (p_E * cse_11 * cse_16))
@@ -776,8 +773,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_614 = (cse_42 + cse_48 - cse_49 - cse_50 + (cse_12 * (cse_51 - cse_40 - cse_47)))
         cse_615 = (cse_43 + cse_48 - cse_44 - cse_45 + (cse_12 * (cse_46 - cse_39 - cse_47)))
         cse_52 = torch.sqrt(torch.clamp((cse_32 + cse_34 + cse_36 + (cse_613 * cse_613) + (cse_614 * cse_614) + (cse_615 * cse_615)), min=0.0))
-        cse_53 = (0.3333333333333333 * cse_30)
-        cse_54 = (cse_53 * (-p_sigma_y + (0.5 * cse_30 * cse_52) - (p_R * cse_29)))
+        cse_54 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_52) - (p_R * cse_29)))
         cse_55 = torch.clamp(cse_54, min=0.0)
         cse_56 = (cse_27 * cse_55)
         cse_57 = torch.pow(cse_56, p_n)
@@ -831,7 +827,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_105 = (cse_103 * cse_62)
         cse_106 = (cse_105 * cse_33)
         cse_107 = (cse_105 * cse_35)
-        cse_108 = (0.16666666666666666 * cse_30 * cse_74 * cse_79)
+        cse_108 = (0.408248290463863 * cse_74 * cse_79)
         cse_109 = (cse_108 * cse_62)
         cse_110 = (p_R * cse_28)
         cse_111 = (p_d * cse_110)
@@ -907,7 +903,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_181 = (cse_102 * cse_180)
         cse_182 = (cse_71 * cse_73)
         cse_183 = (cse_182 * cse_79)
-        cse_184 = (cse_183 * cse_30 * cse_81)
+        cse_184 = (2.449489742783178 * cse_183 * cse_81)
         cse_185 = (cse_184 * cse_31)
         cse_186 = (cse_169 * cse_57)
         cse_187 = (cse_79 * (cse_186 - cse_174))
@@ -933,12 +929,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_207 = (cse_184 * cse_35)
         cse_208 = (cse_202 * cse_57)
         cse_209 = (cse_79 * (cse_208 - cse_205))
-        cse_210 = (cse_102 * cse_182 * cse_53)
+        cse_210 = (0.816496580927726 * cse_102 * cse_182)
         cse_211 = (-cse_210 * cse_62)
         cse_212 = (-cse_210 * cse_83)
         cse_213 = (-cse_210 * cse_92)
-        cse_214 = (0.6666666666666666 * cse_30)
-        cse_215 = (cse_182 * cse_214)
+        cse_215 = (1.632993161855452 * cse_182)
         cse_216 = (-cse_102 * cse_215 * cse_31)
         cse_217 = (-cse_178 * cse_215)
         cse_218 = (cse_102 * cse_35)
@@ -946,11 +941,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_220 = (0.6666666666666666 * cse_183)
         cse_221 = (cse_110 * cse_220)
         cse_222 = (cse_118 * cse_182)
-        cse_223 = (cse_222 * cse_53)
+        cse_223 = (0.816496580927726 * cse_222)
         cse_224 = (-cse_223 * cse_62)
         cse_225 = (-cse_223 * cse_83)
         cse_226 = (-cse_223 * cse_92)
-        cse_227 = (cse_214 * cse_222)
+        cse_227 = (1.632993161855452 * cse_222)
         cse_228 = (-cse_227 * cse_31)
         cse_229 = (-cse_188 * cse_215)
         cse_230 = (-cse_227 * cse_35)
@@ -971,7 +966,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_245 = (2.0 * cse_182)
         cse_246 = ((cse_244 * cse_62) - (cse_233 * cse_245))
         cse_247 = (cse_102 * cse_246)
-        cse_248 = (cse_183 * cse_53)
+        cse_248 = (0.816496580927726 * cse_183)
         cse_249 = (cse_233 * cse_248)
         cse_250 = (-p_g1)
         cse_251 = (-cse_236)
@@ -1035,7 +1030,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_309 = (1.3333333333333333 * p_C1)
         cse_310 = (-cse_304 + (cse_308 * cse_309))
         cse_311 = (cse_102 * cse_310)
-        cse_312 = (cse_53 * cse_79)
+        cse_312 = (0.816496580927726 * cse_79)
         cse_313 = (cse_301 * cse_312)
         cse_314 = (cse_118 * cse_302)
         cse_315 = (cse_314 * cse_62)
@@ -1450,7 +1445,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_544 = (cse_31 * cse_491)
         cse_551 = (cse_33 * cse_491)
         cse_558 = (cse_35 * cse_491)
-        cse_565 = (cse_53 * cse_57)
+        cse_565 = (0.816496580927726 * cse_57)
         cse_569 = (cse_233 * cse_57)
         cse_574 = (cse_260 * cse_57)
         cse_577 = (cse_280 * cse_57)
@@ -2070,7 +2065,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_562 = (cse_35 * cse_66)
         cse_563 = (cse_57 * (cse_560 + (cse_562 * (-cse_502 - cse_561))))
         cse_564 = (cse_57 * ((cse_562 * (-cse_512 + (cse_23 * cse_561))) - (cse_23 * cse_560)))
-        cse_566 = (cse_234 * cse_53)
+        cse_566 = (0.816496580927726 * cse_234)
         cse_567 = (cse_518 * cse_71)
         cse_570 = (cse_57 * cse_79)
         cse_571 = (cse_570 * cse_81)
@@ -2095,7 +2090,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_507 * (cse_548 + (cse_503 * cse_545))), (-cse_516 * (cse_549 + (cse_513 * cse_545))), (cse_185 * cse_29), (cse_185 * cse_517), cse_185, (cse_31 * cse_519), (-cse_31 * cse_522), 0.0, 0.0, 0.0, 0.0],
             [(-cse_507 * (cse_556 + (cse_503 * cse_552))), (-cse_516 * (cse_557 + (cse_513 * cse_552))), (cse_198 * cse_29), (cse_198 * cse_517), cse_198, (cse_33 * cse_519), (-cse_33 * cse_522), 0.0, 0.0, 0.0, 0.0],
             [(-cse_507 * (cse_563 + (cse_503 * cse_559))), (-cse_516 * (cse_564 + (cse_513 * cse_559))), (cse_207 * cse_29), (cse_207 * cse_517), cse_207, (cse_35 * cse_519), (-cse_35 * cse_522), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_503 * cse_507 * cse_566), (-cse_513 * cse_516 * cse_566), (cse_220 * cse_29), (cse_221 * state_internal_ep), cse_220, (cse_53 * cse_567), (-cse_521 * cse_53), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_503 * cse_507 * cse_566), (-cse_513 * cse_516 * cse_566), (cse_220 * cse_29), (cse_221 * state_internal_ep), cse_220, (0.816496580927726 * cse_567), (-0.816496580927726 * cse_521), 0.0, 0.0, 0.0, 0.0],
             [(-cse_507 * ((cse_231 * cse_506) + (cse_235 * cse_503))), (-cse_516 * ((cse_231 * cse_515) + (cse_235 * cse_513))), (cse_249 * cse_29), (cse_249 * cse_517), cse_249, (cse_233 * cse_567), (-cse_233 * cse_521), cse_572, (cse_570 * state_internal_X1_0), 0.0, 0.0],
             [(-cse_507 * ((cse_231 * cse_531) + (cse_261 * cse_503))), (-cse_516 * ((cse_231 * cse_532) + (cse_261 * cse_513))), (cse_271 * cse_29), (cse_271 * cse_517), cse_271, (cse_260 * cse_567), (-cse_260 * cse_521), cse_575, (cse_570 * state_internal_X1_1), 0.0, 0.0],
             [(-cse_507 * ((cse_231 * cse_538) + (cse_281 * cse_503))), (-cse_516 * ((cse_231 * cse_539) + (cse_281 * cse_513))), (cse_29 * cse_290), (cse_290 * cse_517), cse_290, (cse_280 * cse_567), (-cse_280 * cse_521), cse_578, (cse_570 * state_internal_X1_2), 0.0, 0.0],
@@ -7214,11 +7209,13 @@ if triton is not None:
         K2 = tl.full([], 1.0, DTYPE)
         K3 = tl.full([], 1.3333333333333333, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
-        K5 = tl.full([], 2.449489742783178, DTYPE)
-        K6 = tl.full([], 0.5, DTYPE)
-        K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 0.16666666666666666, DTYPE)
-        K9 = tl.full([], 2.6666666666666665, DTYPE)
+        K5 = tl.full([], 0.816496580927726, DTYPE)
+        K6 = tl.full([], 1.224744871391589, DTYPE)
+        K7 = tl.full([], 0.5, DTYPE)
+        K8 = tl.full([], 2.0, DTYPE)
+        K9 = tl.full([], 2.449489742783178, DTYPE)
+        K10 = tl.full([], 0.16666666666666666, DTYPE)
+        K11 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5]: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -7291,15 +7288,13 @@ if triton is not None:
             ncse_34 = _mc_sdiv(K2, ncse_33)
             ncse_35 = (K2 / p_eta)
             ncse_36 = tl.exp((-p_d * state_internal_ep))
-            ncse_37 = K5
-            ncse_38 = (K4 * ncse_37)
-            ncse_39 = (ncse_38 * (-p_sigma_y + (K6 * ncse_33 * ncse_37) - (p_R * (K2 - ncse_36))))
+            ncse_39 = (K5 * (-p_sigma_y + (K6 * ncse_33) - (p_R * (K2 - ncse_36))))
             ncse_40 = (ncse_35 * tl.maximum(ncse_39, 0.0))
             ncse_41 = tl.exp(p_n * tl.log(ncse_40))
             ncse_42 = (forces_t - old_forces_t)
             ncse_43 = (ncse_41 * ncse_42)
             ncse_44 = (ncse_34 * ncse_43)
-            ncse_45 = (K6 * ncse_44)
+            ncse_45 = (K7 * ncse_44)
             ncse_46 = (ncse_30 + ncse_31)
             ncse_445 = (K3 * forces_E_1)
             ncse_47 = (ncse_10 + ncse_46 - (K3 * state_internal_X1_1) - (K3 * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (K3 * state_internal_Ep_1) + ncse_445)))
@@ -7326,15 +7321,15 @@ if triton is not None:
             ncse_67 = (-K1 * ncse_34)
             ncse_68 = (ncse_14 * ncse_14)
             ncse_69 = _mc_sdiv(K2, (ncse_33 * ncse_33))
-            ncse_70 = _mc_sdiv(K2, (K7 * ncse_33))
+            ncse_70 = _mc_sdiv(K2, (K8 * ncse_33))
             ncse_71 = (ncse_69 * ncse_70)
-            ncse_72 = (K6 * ncse_71)
+            ncse_72 = (K7 * ncse_71)
             ncse_73 = (ncse_67 + (ncse_68 * ncse_72))
             ncse_74 = (-ncse_41 * ncse_73)
             ncse_75 = (p_n * _mc_powr_shift(ncse_41, ncse_40, (-K2 + p_n)))
             ncse_76 = (ncse_35 * ncse_75 * tl.where(ncse_39 > 0.0, 1.0, 0.0))
             ncse_77 = (ncse_34 * ncse_76)
-            ncse_78 = (K6 * ncse_70 * ncse_77)
+            ncse_78 = (K7 * ncse_70 * ncse_77)
             ncse_79 = (ncse_68 * ncse_78)
             ncse_80 = (-ncse_42)
             ncse_81 = (ncse_7 * ncse_80)
@@ -7357,8 +7352,8 @@ if triton is not None:
             ncse_98 = (ncse_19 * ncse_96)
             ncse_99 = (ncse_22 * ncse_96)
             ncse_100 = (p_R * p_d * ncse_36 * ncse_80)
-            ncse_101 = (ncse_100 * ncse_37)
-            ncse_102 = (K8 * ncse_101 * ncse_77)
+            ncse_101 = (K9 * ncse_100)
+            ncse_102 = (K10 * ncse_101 * ncse_77)
             ncse_103 = (ncse_41 * ncse_73)
             ncse_104 = (ncse_80 * (ncse_103 - ncse_79))
             ncse_105 = (ncse_41 * ncse_83)
@@ -7407,13 +7402,13 @@ if triton is not None:
             ncse_148 = (ncse_146 * ncse_19)
             ncse_149 = (ncse_146 * ncse_22)
             ncse_150 = (-ncse_34)
-            ncse_151 = (K7 * ncse_71)
+            ncse_151 = (K8 * ncse_71)
             ncse_152 = (ncse_150 + (ncse_151 * ncse_17))
             ncse_153 = (-ncse_152 * ncse_41)
-            ncse_154 = (K7 * ncse_77)
+            ncse_154 = (K8 * ncse_77)
             ncse_155 = (ncse_154 * ncse_70)
             ncse_156 = (ncse_155 * ncse_17)
-            ncse_157 = (-ncse_154 + (K7 * ncse_92))
+            ncse_157 = (-ncse_154 + (K8 * ncse_92))
             ncse_158 = (ncse_157 * ncse_16)
             ncse_159 = (ncse_19 * ncse_94)
             ncse_160 = (ncse_158 * ncse_159)
@@ -7438,10 +7433,10 @@ if triton is not None:
             ncse_179 = (ncse_155 * ncse_23)
             ncse_180 = (ncse_177 * ncse_41)
             ncse_181 = (ncse_80 * (ncse_180 - ncse_179))
-            ncse_182 = (ncse_38 * ncse_76)
+            ncse_182 = (K5 * ncse_76)
             ncse_183 = (ncse_182 * ncse_94)
             ncse_184 = (K1 * ncse_76)
-            ncse_185 = (ncse_184 * ncse_37)
+            ncse_185 = (K9 * ncse_184)
             ncse_186 = (ncse_185 * ncse_94)
             ncse_187 = (ncse_109 * ncse_182)
             ncse_188 = (-ncse_14 * ncse_187)
@@ -7460,7 +7455,7 @@ if triton is not None:
             ncse_201 = (ncse_195 * ncse_89)
             ncse_202 = (ncse_197 * ncse_48)
             ncse_203 = (ncse_195 * ncse_92)
-            ncse_204 = (K7 * ncse_76)
+            ncse_204 = (K8 * ncse_76)
             ncse_205 = ((ncse_14 * ncse_203) - (ncse_204 * ncse_51))
             ncse_206 = (ncse_205 * ncse_94)
             ncse_207 = (ncse_100 * ncse_182)
@@ -7505,14 +7500,14 @@ if triton is not None:
             ncse_246 = (ncse_56 * ncse_76)
             ncse_247 = (-ncse_246 + (ncse_16 * ncse_203))
             ncse_248 = (ncse_247 * ncse_94)
-            ncse_249 = (K7 * ncse_246)
+            ncse_249 = (K8 * ncse_246)
             ncse_250 = (ncse_16 * ncse_70)
             ncse_251 = (ncse_249 * ncse_250)
             ncse_252 = (ncse_16 * ncse_92)
             ncse_253 = (K3 * p_C1)
             ncse_254 = (-ncse_249 + (ncse_252 * ncse_253))
             ncse_255 = (ncse_254 * ncse_94)
-            ncse_256 = (ncse_100 * ncse_38)
+            ncse_256 = (K5 * ncse_100)
             ncse_257 = (ncse_109 * ncse_247)
             ncse_258 = (ncse_14 * ncse_257)
             ncse_259 = (ncse_257 * ncse_47)
@@ -7525,7 +7520,7 @@ if triton is not None:
             ncse_266 = (-ncse_265 + (ncse_19 * ncse_203))
             ncse_267 = (ncse_266 * ncse_94)
             ncse_268 = (ncse_253 * ncse_92)
-            ncse_269 = (K7 * ncse_265)
+            ncse_269 = (K8 * ncse_265)
             ncse_270 = (-ncse_269 + (ncse_19 * ncse_268))
             ncse_271 = (ncse_270 * ncse_94)
             ncse_272 = (ncse_19 * ncse_70)
@@ -7541,7 +7536,7 @@ if triton is not None:
             ncse_282 = (ncse_58 * ncse_76)
             ncse_283 = (-ncse_282 + (ncse_203 * ncse_22))
             ncse_284 = (ncse_283 * ncse_94)
-            ncse_285 = (K7 * ncse_282)
+            ncse_285 = (K8 * ncse_282)
             ncse_286 = (-ncse_285 + (ncse_22 * ncse_268))
             ncse_287 = (ncse_286 * ncse_94)
             ncse_288 = (ncse_22 * ncse_70)
@@ -7605,7 +7600,7 @@ if triton is not None:
             ncse_346 = (ncse_64 * ncse_76)
             ncse_347 = (-ncse_346 + (ncse_252 * ncse_298))
             ncse_348 = (ncse_347 * ncse_94)
-            ncse_349 = (K7 * ncse_346)
+            ncse_349 = (K8 * ncse_346)
             ncse_350 = (ncse_250 * ncse_349)
             ncse_351 = (K3 * p_C2)
             ncse_352 = (-ncse_349 + (ncse_252 * ncse_351))
@@ -7622,7 +7617,7 @@ if triton is not None:
             ncse_363 = (-ncse_362 + (ncse_19 * ncse_305))
             ncse_364 = (ncse_363 * ncse_94)
             ncse_365 = (ncse_351 * ncse_92)
-            ncse_366 = (K7 * ncse_362)
+            ncse_366 = (K8 * ncse_362)
             ncse_367 = (-ncse_366 + (ncse_19 * ncse_365))
             ncse_368 = (ncse_367 * ncse_94)
             ncse_369 = (ncse_272 * ncse_366)
@@ -7637,7 +7632,7 @@ if triton is not None:
             ncse_378 = (ncse_66 * ncse_76)
             ncse_379 = (-ncse_378 + (ncse_22 * ncse_305))
             ncse_380 = (ncse_379 * ncse_94)
-            ncse_381 = (K7 * ncse_378)
+            ncse_381 = (K8 * ncse_378)
             ncse_382 = (-ncse_381 + (ncse_22 * ncse_365))
             ncse_383 = (ncse_382 * ncse_94)
             ncse_384 = (ncse_288 * ncse_381)
@@ -7657,8 +7652,8 @@ if triton is not None:
             ncse_398 = tl.abs(state_internal_Ep_2)
             ncse_399 = tl.abs(forces_E_1)
             ncse_400 = tl.abs(state_internal_Ep_1)
-            ncse_447 = tl.abs((K2 / (K2 - (K7 * p_nu))))
-            ncse_401 = (K9 * (ncse_393 + ncse_396 + ncse_397 + ncse_398 + ncse_399 + ncse_400) * tl.abs(p_nu) * ncse_447)
+            ncse_447 = tl.abs((K2 / (K2 - (K8 * p_nu))))
+            ncse_401 = (K11 * (ncse_393 + ncse_396 + ncse_397 + ncse_398 + ncse_399 + ncse_400) * tl.abs(p_nu) * ncse_447)
             ncse_448 = (K1 * ncse_397)
             ncse_402 = (ncse_401 + ncse_448 + (K1 * ncse_398))
             ncse_449 = (K1 * ncse_399)
@@ -7673,9 +7668,9 @@ if triton is not None:
             ncse_450 = (K3 * ncse_396)
             ncse_411 = (ncse_407 + ncse_410 + (K3 * ncse_394) + (K3 * ncse_395) + (ncse_404 * (ncse_402 + ncse_403 + (K3 * ncse_393) + ncse_450)))
             ncse_412 = tl.abs(ncse_34)
-            ncse_413 = (((ncse_38 * (((K2 + tl.abs(ncse_36)) * tl.abs(p_R)) + (K6 * ncse_37 * tl.abs(ncse_33)) + tl.abs(p_sigma_y)) * tl.abs(ncse_35) * tl.abs(ncse_75)) + tl.abs(ncse_41)) * tl.abs(ncse_42))
+            ncse_413 = (((K5 * (((K2 + tl.abs(ncse_36)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_33)) + tl.abs(p_sigma_y)) * tl.abs(ncse_35) * tl.abs(ncse_75)) + tl.abs(ncse_41)) * tl.abs(ncse_42))
             ncse_414 = (ncse_412 * ncse_413)
-            ncse_415 = (K6 * ncse_414)
+            ncse_415 = (K7 * ncse_414)
             ncse_451 = (K1 * ncse_396)
             ncse_416 = ((K1 * ncse_393) + ncse_451)
             ncse_417 = ((K1 * ncse_394) + (K1 * ncse_395))
@@ -7709,7 +7704,7 @@ if triton is not None:
             nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_44))
             nt1_r_4 = (-ncse_18 - old_state_internal_Ep_4 - (ncse_19 * ncse_44))
             nt1_r_5 = (-ncse_21 - old_state_internal_Ep_5 - (ncse_22 * ncse_44))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_43))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K5 * ncse_43))
             nt1_r_7 = (state_internal_X1_0 - old_state_internal_X1_0 - (ncse_43 * ncse_51))
             nt1_r_8 = (state_internal_X1_1 - old_state_internal_X1_1 - (ncse_43 * ncse_52))
             nt1_r_9 = (state_internal_X1_2 - old_state_internal_X1_2 - (ncse_43 * ncse_53))
@@ -7727,7 +7722,7 @@ if triton is not None:
             nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_393 + (ncse_411 * ncse_415) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_400 + (ncse_415 * ncse_418) + tl.abs(old_state_internal_Ep_1)))))
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_398 + (ncse_415 * ncse_419) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_420 + (ncse_414 * ncse_423) + tl.abs(old_state_internal_Ep_3)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_424 + (ncse_414 * ncse_427) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_428 + (ncse_414 * ncse_431) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_38 * ncse_413) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + tl.abs(old_state_internal_X1_0)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K5 * ncse_413) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + tl.abs(old_state_internal_X1_0)))))
             nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_408 + (ncse_413 * ((ncse_408 * ncse_432) + (ncse_418 * ncse_434))) + tl.abs(old_state_internal_X1_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_405 + (ncse_413 * ((ncse_405 * ncse_432) + (ncse_419 * ncse_434))) + tl.abs(old_state_internal_X1_2)))))
             nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_421 + (ncse_413 * ((ncse_421 * ncse_432) + (ncse_423 * ncse_435))) + tl.abs(old_state_internal_X1_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_425 + (ncse_413 * ((ncse_425 * ncse_432) + (ncse_427 * ncse_435))) + tl.abs(old_state_internal_X1_4)))))
             nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_429 + (ncse_413 * ((ncse_429 * ncse_432) + (ncse_431 * ncse_435))) + tl.abs(old_state_internal_X1_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * (ncse_395 + (ncse_413 * ((ncse_395 * ncse_436) + (ncse_411 * ncse_438))) + tl.abs(old_state_internal_X2_0)))))
@@ -7984,9 +7979,12 @@ if triton is not None:
         K4 = tl.full([], 0.6666666666666666, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 1.3333333333333333, DTYPE)
-        K7 = tl.full([], 2.449489742783178, DTYPE)
-        K8 = tl.full([], 0.16666666666666666, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 0.816496580927726, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
+        K9 = tl.full([], 0.408248290463863, DTYPE)
+        K10 = tl.full([], 1.632993161855452, DTYPE)
+        K11 = tl.full([], 2.449489742783178, DTYPE)
+        K12 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -8146,9 +8144,7 @@ if triton is not None:
             cse_86 = (-cse_85)
             cse_28 = tl.exp((-p_d * state_internal_ep))
             cse_29 = (K2 - cse_28)
-            cse_30 = K7
-            cse_53 = (K3 * cse_30)
-            cse_54 = (cse_53 * (-p_sigma_y + (K5 * cse_30 * cse_52) - (p_R * cse_29)))
+            cse_54 = (K7 * (-p_sigma_y + (K8 * cse_52) - (p_R * cse_29)))
             cse_55 = tl.maximum(cse_54, 0.0)
             cse_27 = (K2 / p_eta)
             cse_56 = (cse_27 * cse_55)
@@ -8551,7 +8547,7 @@ if triton is not None:
             cse_400 = (-cse_391)
             cse_420 = (-cse_413)
             cse_183 = (cse_182 * cse_79)
-            cse_248 = (cse_183 * cse_53)
+            cse_248 = (K7 * cse_183)
             cse_249 = (cse_233 * cse_248)
             cse_271 = (cse_248 * cse_260)
             cse_290 = (cse_248 * cse_280)
@@ -8564,39 +8560,38 @@ if triton is not None:
             cse_441 = (-cse_431)
             cse_462 = (-cse_453)
             cse_481 = (-cse_471)
-            cse_210 = (cse_102 * cse_182 * cse_53)
+            cse_210 = (K7 * cse_102 * cse_182)
             cse_211 = (-cse_210 * cse_62)
             cse_212 = (-cse_210 * cse_83)
             cse_213 = (-cse_210 * cse_92)
             cse_222 = (cse_118 * cse_182)
-            cse_223 = (cse_222 * cse_53)
+            cse_223 = (K7 * cse_222)
             cse_224 = (-cse_223 * cse_62)
             cse_225 = (-cse_223 * cse_83)
             cse_226 = (-cse_223 * cse_92)
-            cse_108 = (K8 * cse_30 * cse_74 * cse_79)
+            cse_108 = (K9 * cse_74 * cse_79)
             cse_109 = (cse_108 * cse_62)
             cse_141 = (cse_108 * cse_83)
             cse_160 = (cse_108 * cse_92)
-            cse_214 = (K4 * cse_30)
-            cse_215 = (cse_182 * cse_214)
-            cse_217 = (-cse_178 * cse_215)
-            cse_219 = (-cse_215 * cse_218)
-            cse_312 = (cse_53 * cse_79)
+            cse_312 = (K7 * cse_79)
             cse_313 = (cse_301 * cse_312)
             cse_333 = (cse_312 * cse_323)
             cse_352 = (cse_312 * cse_343)
             cse_436 = (cse_312 * cse_427)
             cse_455 = (cse_312 * cse_446)
             cse_473 = (cse_312 * cse_465)
-            cse_216 = (-cse_102 * cse_215 * cse_31)
-            cse_227 = (cse_214 * cse_222)
-            cse_228 = (-cse_227 * cse_31)
-            cse_229 = (-cse_188 * cse_215)
-            cse_230 = (-cse_227 * cse_35)
-            cse_184 = (cse_183 * cse_30 * cse_81)
+            cse_215 = (K10 * cse_182)
+            cse_217 = (-cse_178 * cse_215)
+            cse_219 = (-cse_215 * cse_218)
+            cse_184 = (K11 * cse_183 * cse_81)
             cse_185 = (cse_184 * cse_31)
             cse_198 = (cse_184 * cse_33)
             cse_207 = (cse_184 * cse_35)
+            cse_216 = (-cse_102 * cse_215 * cse_31)
+            cse_227 = (K10 * cse_222)
+            cse_228 = (-cse_227 * cse_31)
+            cse_229 = (-cse_188 * cse_215)
+            cse_230 = (-cse_227 * cse_35)
             cse_220 = (K4 * cse_183)
             cse_110 = (p_R * cse_28)
             cse_221 = (cse_110 * cse_220)
@@ -9026,7 +9021,7 @@ if triton is not None:
             cse_544 = (cse_31 * cse_491)
             cse_551 = (cse_33 * cse_491)
             cse_558 = (cse_35 * cse_491)
-            cse_565 = (cse_53 * cse_57)
+            cse_565 = (K7 * cse_57)
             cse_569 = (cse_233 * cse_57)
             cse_574 = (cse_260 * cse_57)
             cse_577 = (cse_280 * cse_57)
@@ -9389,7 +9384,7 @@ if triton is not None:
             cse_518 = (cse_55 * cse_79 * (cse_27 * cse_27))
             cse_519 = (cse_518 * cse_72)
             cse_520 = (K5 * cse_519)
-            cse_521 = (cse_79 * tl.where(cse_56 > 0.0, (cse_57 * tl.log(cse_56)), K9))
+            cse_521 = (cse_79 * tl.where(cse_56 > 0.0, (cse_57 * tl.log(cse_56)), K12))
             cse_522 = (cse_521 * cse_58)
             cse_523 = (K5 * cse_522)
             cse_530 = (cse_76 * cse_83)
@@ -9415,7 +9410,7 @@ if triton is not None:
             cse_562 = (cse_35 * cse_66)
             cse_563 = (cse_57 * (cse_560 + (cse_562 * (-cse_502 - cse_561))))
             cse_564 = (cse_57 * ((cse_562 * (-cse_512 + (cse_23 * cse_561))) - (cse_23 * cse_560)))
-            cse_566 = (cse_234 * cse_53)
+            cse_566 = (K7 * cse_234)
             cse_567 = (cse_518 * cse_71)
             cse_570 = (cse_57 * cse_79)
             cse_571 = (cse_570 * cse_81)
@@ -9550,7 +9545,7 @@ if triton is not None:
             ls3_906 = (cse_31 * cse_519)
             ls3_907 = (cse_33 * cse_519)
             ls3_908 = (cse_35 * cse_519)
-            ls3_909 = (cse_53 * cse_567)
+            ls3_909 = (K7 * cse_567)
             ls3_910 = (cse_233 * cse_567)
             ls3_911 = (cse_260 * cse_567)
             ls3_912 = (cse_280 * cse_567)
@@ -9576,7 +9571,7 @@ if triton is not None:
             ls3_944 = (-cse_31 * cse_522)
             ls3_945 = (-cse_33 * cse_522)
             ls3_946 = (-cse_35 * cse_522)
-            ls3_947 = (-cse_521 * cse_53)
+            ls3_947 = (-K7 * cse_521)
             ls3_948 = (-cse_233 * cse_521)
             ls3_949 = (-cse_260 * cse_521)
             ls3_950 = (-cse_280 * cse_521)
@@ -10166,8 +10161,6 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_28[MC_W];
     real v_ncse_444[MC_W];
     real v_ncse_35[MC_W];
-    real v_ncse_37[MC_W];
-    real v_ncse_38[MC_W];
     real v_ncse_42[MC_W];
     real v_ncse_445[MC_W];
     real v_ncse_446[MC_W];
@@ -10252,8 +10245,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_28 = (((real)0.3333333333333333) * forces_E_2);
         const real ncse_444 = (((real)0.6666666666666666) * forces_E_0);
         const real ncse_35 = (((real)1.0) / p_eta);
-        const real ncse_37 = ((real)2.449489742783178);
-        const real ncse_38 = (((real)0.3333333333333333) * ncse_37);
         const real ncse_42 = (forces_t - old_forces_t);
         const real ncse_445 = (((real)1.3333333333333333) * forces_E_1);
         const real ncse_446 = (((real)1.3333333333333333) * forces_E_2);
@@ -10309,8 +10300,6 @@ MC_INLINE void newton_1_iterate(
         v_ncse_28[l] = ncse_28;
         v_ncse_444[l] = ncse_444;
         v_ncse_35[l] = ncse_35;
-        v_ncse_37[l] = ncse_37;
-        v_ncse_38[l] = ncse_38;
         v_ncse_42[l] = ncse_42;
         v_ncse_445[l] = ncse_445;
         v_ncse_446[l] = ncse_446;
@@ -10376,8 +10365,6 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_ep = v_state_internal_ep[l];
         const real p_R = MC_P(2, v_p_R[l]);
         const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
-        const real ncse_37 = v_ncse_37[l];
-        const real ncse_38 = v_ncse_38[l];
         const real ncse_35 = v_ncse_35[l];
         const real p_n = MC_P(6, v_p_n[l]);
         const real ncse_42 = v_ncse_42[l];
@@ -10461,7 +10448,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_33 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_440 * ncse_440) + (ncse_441 * ncse_441) + (ncse_442 * ncse_442))));
         const real ncse_34 = mc_sdiv(((real)1.0), ncse_33);
         const real ncse_36 = mc_exp((-p_d * state_internal_ep));
-        const real ncse_39 = (ncse_38 * (-p_sigma_y + (((real)0.5) * ncse_33 * ncse_37) - (p_R * (((real)1.0) - ncse_36))));
+        const real ncse_39 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_33) - (p_R * (((real)1.0) - ncse_36))));
         const real ncse_40 = (ncse_35 * mc_pos(ncse_39));
         const real ncse_41 = mc_pow(ncse_40, p_n);
         const real ncse_43 = (ncse_41 * ncse_42);
@@ -10520,7 +10507,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_98 = (ncse_19 * ncse_96);
         const real ncse_99 = (ncse_22 * ncse_96);
         const real ncse_100 = (p_R * p_d * ncse_36 * ncse_80);
-        const real ncse_101 = (ncse_100 * ncse_37);
+        const real ncse_101 = (((real)2.449489742783178) * ncse_100);
         const real ncse_102 = (((real)0.16666666666666666) * ncse_101 * ncse_77);
         const real ncse_103 = (ncse_41 * ncse_73);
         const real ncse_104 = (ncse_80 * (ncse_103 - ncse_79));
@@ -10601,10 +10588,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_179 = (ncse_155 * ncse_23);
         const real ncse_180 = (ncse_177 * ncse_41);
         const real ncse_181 = (ncse_80 * (ncse_180 - ncse_179));
-        const real ncse_182 = (ncse_38 * ncse_76);
+        const real ncse_182 = (((real)0.816496580927726) * ncse_76);
         const real ncse_183 = (ncse_182 * ncse_94);
         const real ncse_184 = (((real)0.6666666666666666) * ncse_76);
-        const real ncse_185 = (ncse_184 * ncse_37);
+        const real ncse_185 = (((real)2.449489742783178) * ncse_184);
         const real ncse_186 = (ncse_185 * ncse_94);
         const real ncse_187 = (ncse_109 * ncse_182);
         const real ncse_188 = (-ncse_14 * ncse_187);
@@ -10672,7 +10659,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_252 = (ncse_16 * ncse_92);
         const real ncse_254 = (-ncse_249 + (ncse_252 * ncse_253));
         const real ncse_255 = (ncse_254 * ncse_94);
-        const real ncse_256 = (ncse_100 * ncse_38);
+        const real ncse_256 = (((real)0.816496580927726) * ncse_100);
         const real ncse_257 = (ncse_109 * ncse_247);
         const real ncse_258 = (ncse_14 * ncse_257);
         const real ncse_259 = (ncse_257 * ncse_47);
@@ -10822,7 +10809,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_410 = ((((real)0.6666666666666666) * ncse_408) + (((real)0.6666666666666666) * ncse_409));
         const real ncse_411 = (ncse_407 + ncse_410 + (((real)1.3333333333333333) * ncse_394) + (((real)1.3333333333333333) * ncse_395) + (ncse_404 * (ncse_402 + ncse_403 + (((real)1.3333333333333333) * ncse_393) + ncse_450)));
         const real ncse_412 = fabs(ncse_34);
-        const real ncse_413 = (((ncse_38 * (((((real)1.0) + fabs(ncse_36)) * fabs(p_R)) + (((real)0.5) * ncse_37 * fabs(ncse_33)) + fabs(p_sigma_y)) * fabs(ncse_35) * fabs(ncse_75)) + fabs(ncse_41)) * fabs(ncse_42));
+        const real ncse_413 = (((((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_36)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_33)) + fabs(p_sigma_y)) * fabs(ncse_35) * fabs(ncse_75)) + fabs(ncse_41)) * fabs(ncse_42));
         const real ncse_414 = (ncse_412 * ncse_413);
         const real ncse_415 = (((real)0.5) * ncse_414);
         const real ncse_416 = ((((real)0.6666666666666666) * ncse_393) + ncse_451);
@@ -10853,7 +10840,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_44));
         const real nt1_r_4 = (-ncse_18 - old_state_internal_Ep_4 - (ncse_19 * ncse_44));
         const real nt1_r_5 = (-ncse_21 - old_state_internal_Ep_5 - (ncse_22 * ncse_44));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_38 * ncse_43));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (((real)0.816496580927726) * ncse_43));
         const real nt1_r_7 = (state_internal_X1_0 - old_state_internal_X1_0 - (ncse_43 * ncse_51));
         const real nt1_r_8 = (state_internal_X1_1 - old_state_internal_X1_1 - (ncse_43 * ncse_52));
         const real nt1_r_9 = (state_internal_X1_2 - old_state_internal_X1_2 - (ncse_43 * ncse_53));
@@ -10871,7 +10858,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_393 + (ncse_411 * ncse_415) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_400 + (ncse_415 * ncse_418) + fabs(old_state_internal_Ep_1)))));
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_398 + (ncse_415 * ncse_419) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_420 + (ncse_414 * ncse_423) + fabs(old_state_internal_Ep_3)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_424 + (ncse_414 * ncse_427) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_428 + (ncse_414 * ncse_431) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_38 * ncse_413) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + fabs(old_state_internal_X1_0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_413) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_394 + (ncse_413 * ((ncse_394 * ncse_432) + (ncse_411 * ncse_434))) + fabs(old_state_internal_X1_0)))));
         const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_408 + (ncse_413 * ((ncse_408 * ncse_432) + (ncse_418 * ncse_434))) + fabs(old_state_internal_X1_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_405 + (ncse_413 * ((ncse_405 * ncse_432) + (ncse_419 * ncse_434))) + fabs(old_state_internal_X1_2)))));
         const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_421 + (ncse_413 * ((ncse_421 * ncse_432) + (ncse_423 * ncse_435))) + fabs(old_state_internal_X1_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_425 + (ncse_413 * ((ncse_425 * ncse_432) + (ncse_427 * ncse_435))) + fabs(old_state_internal_X1_4)))));
         const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_429 + (ncse_413 * ((ncse_429 * ncse_432) + (ncse_431 * ncse_435))) + fabs(old_state_internal_X1_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * (ncse_395 + (ncse_413 * ((ncse_395 * ncse_436) + (ncse_411 * ncse_438))) + fabs(old_state_internal_X2_0)))));
@@ -14219,7 +14206,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_31[MC_W];
     real v_cse_33[MC_W];
     real v_cse_35[MC_W];
-    real v_cse_53[MC_W];
     real v_cse_55[MC_W];
     real v_cse_56[MC_W];
     real v_cse_57[MC_W];
@@ -14409,7 +14395,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_27 = (((real)1.0) / p_eta);
         const real cse_28 = mc_exp((-p_d * state_internal_ep));
         const real cse_29 = (((real)1.0) - cse_28);
-        const real cse_30 = ((real)2.449489742783178);
         const real cse_31 = (-state_internal_X1_3 - state_internal_X2_3 + (p_E * cse_11 * cse_15));
         const real cse_32 = (cse_31 * cse_31);
         const real cse_33 = (-state_internal_X1_4 - state_internal_X2_4 + (p_E * cse_11 * cse_16));
@@ -14435,8 +14420,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_614 = (cse_42 + cse_48 - cse_49 - cse_50 + (cse_12 * (cse_51 - cse_40 - cse_47)));
         const real cse_615 = (cse_43 + cse_48 - cse_44 - cse_45 + (cse_12 * (cse_46 - cse_39 - cse_47)));
         const real cse_52 = sqrt(mc_pos((cse_32 + cse_34 + cse_36 + (cse_613 * cse_613) + (cse_614 * cse_614) + (cse_615 * cse_615))));
-        const real cse_53 = (((real)0.3333333333333333) * cse_30);
-        const real cse_54 = (cse_53 * (-p_sigma_y + (((real)0.5) * cse_30 * cse_52) - (p_R * cse_29)));
+        const real cse_54 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_52) - (p_R * cse_29)));
         const real cse_55 = mc_pos(cse_54);
         const real cse_56 = (cse_27 * cse_55);
         const real cse_57 = mc_pow(cse_56, p_n);
@@ -14490,7 +14474,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_105 = (cse_103 * cse_62);
         const real cse_106 = (cse_105 * cse_33);
         const real cse_107 = (cse_105 * cse_35);
-        const real cse_108 = (((real)0.16666666666666666) * cse_30 * cse_74 * cse_79);
+        const real cse_108 = (((real)0.408248290463863) * cse_74 * cse_79);
         const real cse_109 = (cse_108 * cse_62);
         const real cse_110 = (p_R * cse_28);
         const real cse_111 = (p_d * cse_110);
@@ -14566,7 +14550,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_181 = (cse_102 * cse_180);
         const real cse_182 = (cse_71 * cse_73);
         const real cse_183 = (cse_182 * cse_79);
-        const real cse_184 = (cse_183 * cse_30 * cse_81);
+        const real cse_184 = (((real)2.449489742783178) * cse_183 * cse_81);
         const real cse_185 = (cse_184 * cse_31);
         const real cse_186 = (cse_169 * cse_57);
         const real cse_187 = (cse_79 * (cse_186 - cse_174));
@@ -14592,12 +14576,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_207 = (cse_184 * cse_35);
         const real cse_208 = (cse_202 * cse_57);
         const real cse_209 = (cse_79 * (cse_208 - cse_205));
-        const real cse_210 = (cse_102 * cse_182 * cse_53);
+        const real cse_210 = (((real)0.816496580927726) * cse_102 * cse_182);
         const real cse_211 = (-cse_210 * cse_62);
         const real cse_212 = (-cse_210 * cse_83);
         const real cse_213 = (-cse_210 * cse_92);
-        const real cse_214 = (((real)0.6666666666666666) * cse_30);
-        const real cse_215 = (cse_182 * cse_214);
+        const real cse_215 = (((real)1.632993161855452) * cse_182);
         const real cse_216 = (-cse_102 * cse_215 * cse_31);
         const real cse_217 = (-cse_178 * cse_215);
         const real cse_218 = (cse_102 * cse_35);
@@ -14605,11 +14588,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_220 = (((real)0.6666666666666666) * cse_183);
         const real cse_221 = (cse_110 * cse_220);
         const real cse_222 = (cse_118 * cse_182);
-        const real cse_223 = (cse_222 * cse_53);
+        const real cse_223 = (((real)0.816496580927726) * cse_222);
         const real cse_224 = (-cse_223 * cse_62);
         const real cse_225 = (-cse_223 * cse_83);
         const real cse_226 = (-cse_223 * cse_92);
-        const real cse_227 = (cse_214 * cse_222);
+        const real cse_227 = (((real)1.632993161855452) * cse_222);
         const real cse_228 = (-cse_227 * cse_31);
         const real cse_229 = (-cse_188 * cse_215);
         const real cse_230 = (-cse_227 * cse_35);
@@ -14630,7 +14613,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_245 = (((real)2.0) * cse_182);
         const real cse_246 = ((cse_244 * cse_62) - (cse_233 * cse_245));
         const real cse_247 = (cse_102 * cse_246);
-        const real cse_248 = (cse_183 * cse_53);
+        const real cse_248 = (((real)0.816496580927726) * cse_183);
         const real cse_249 = (cse_233 * cse_248);
         const real cse_250 = (-p_g1);
         const real cse_251 = (-cse_236);
@@ -14694,7 +14677,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_309 = (((real)1.3333333333333333) * p_C1);
         const real cse_310 = (-cse_304 + (cse_308 * cse_309));
         const real cse_311 = (cse_102 * cse_310);
-        const real cse_312 = (cse_53 * cse_79);
+        const real cse_312 = (((real)0.816496580927726) * cse_79);
         const real cse_313 = (cse_301 * cse_312);
         const real cse_314 = (cse_118 * cse_302);
         const real cse_315 = (cse_314 * cse_62);
@@ -15403,7 +15386,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_31[l] = cse_31;
         if (V & 14) v_cse_33[l] = cse_33;
         if (V & 14) v_cse_35[l] = cse_35;
-        if (V & 14) v_cse_53[l] = cse_53;
         if (V & 14) v_cse_55[l] = cse_55;
         if (V & 14) v_cse_56[l] = cse_56;
         if (V & 14) v_cse_57[l] = cse_57;
@@ -15535,7 +15517,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_31 = v_cse_31[l];
             const real cse_33 = v_cse_33[l];
             const real cse_35 = v_cse_35[l];
-            const real cse_53 = v_cse_53[l];
             const real cse_233 = v_cse_233[l];
             const real cse_260 = v_cse_260[l];
             const real cse_280 = v_cse_280[l];
@@ -15592,7 +15573,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_544 = (cse_31 * cse_491);
             const real cse_551 = (cse_33 * cse_491);
             const real cse_558 = (cse_35 * cse_491);
-            const real cse_565 = (cse_53 * cse_57);
+            const real cse_565 = (((real)0.816496580927726) * cse_57);
             const real cse_569 = (cse_233 * cse_57);
             const real cse_574 = (cse_260 * cse_57);
             const real cse_577 = (cse_280 * cse_57);
@@ -16182,7 +16163,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_192 = v_cse_192[l];
             const real cse_203 = v_cse_203[l];
             const real cse_234 = v_cse_234[l];
-            const real cse_53 = v_cse_53[l];
             const real cse_71 = v_cse_71[l];
             const real cse_81 = v_cse_81[l];
             const real cse_301 = v_cse_301[l];
@@ -16431,7 +16411,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_562 = (cse_35 * cse_66);
             const real cse_563 = (cse_57 * (cse_560 + (cse_562 * (-cse_502 - cse_561))));
             const real cse_564 = (cse_57 * ((cse_562 * (-cse_512 + (cse_23 * cse_561))) - (cse_23 * cse_560)));
-            const real cse_566 = (cse_234 * cse_53);
+            const real cse_566 = (((real)0.816496580927726) * cse_234);
             const real cse_567 = (cse_518 * cse_71);
             const real cse_570 = (cse_57 * cse_79);
             const real cse_571 = (cse_570 * cse_81);
@@ -16519,8 +16499,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[68 * MC_W + l] = (cse_220 * cse_29);
             if (V & 8) mc_ls3_B[69 * MC_W + l] = (cse_221 * state_internal_ep);
             if (V & 8) mc_ls3_B[70 * MC_W + l] = cse_220;
-            if (V & 8) mc_ls3_B[71 * MC_W + l] = (cse_53 * cse_567);
-            if (V & 8) mc_ls3_B[72 * MC_W + l] = (-cse_521 * cse_53);
+            if (V & 8) mc_ls3_B[71 * MC_W + l] = (((real)0.816496580927726) * cse_567);
+            if (V & 8) mc_ls3_B[72 * MC_W + l] = (-((real)0.816496580927726) * cse_521);
             if (V & 8) mc_ls3_B[73 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[74 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[75 * MC_W + l] = ((real)0.0);

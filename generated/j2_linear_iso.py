@@ -95,10 +95,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_28 = (2.0 * cse_27)
     cse_29 = (cse_23 + cse_28)
     cse_30 = (1.0 / cse_29)
-    cse_31 = 2.449489742783178
-    cse_32 = (0.3333333333333333 * cse_31)
     cse_33 = (2.0 * cse_21)
-    cse_34 = ((cse_27 * cse_33) - (cse_32 * (p_sigma_y + (p_K * old_state_internal_ep))))
+    cse_34 = ((cse_27 * cse_33) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep))))
     cse_35 = torch.clamp(cse_34, min=0.0)
     cse_36 = (cse_30 * cse_35)
     cse_37 = (cse_22 * cse_36)
@@ -125,7 +123,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     state_internal_Ep_3 = (old_state_internal_Ep_3 + (cse_3 * cse_37))
     state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_37 * cse_4))
     state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_37 * cse_5))
-    state_internal_ep = (old_state_internal_ep + (cse_32 * cse_36))
+    state_internal_ep = (old_state_internal_ep + (0.816496580927726 * cse_36))
     state_internal_gamma_rate = _sdiv(cse_36, cse_41)
     state_S_0 = (cse_230 * (cse_226 + cse_227))
     state_S_1 = (cse_230 * (cse_226 + cse_231))
@@ -290,7 +288,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d92 = (cse_114 * cse_60)
         d93 = (1.0 + (cse_30 * (-cse_118 + (cse_119 * cse_35))))
         cse_158 = (cse_30 * cse_45)
-        cse_159 = (cse_158 * cse_31)
+        cse_159 = (2.449489742783178 * cse_158)
         cse_160 = (cse_159 * cse_58)
         cse_161 = (cse_10 * cse_160)
         d94 = (-p_K * cse_161)
@@ -304,10 +302,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d98 = (-p_K * cse_169)
         cse_171 = (cse_160 * cse_5)
         d99 = (-p_K * cse_171)
-        cse_197 = (cse_158 * cse_32)
+        cse_197 = (0.816496580927726 * cse_158)
         cse_206 = (0.6666666666666666 * cse_158)
         cse_207 = (cse_27 * cse_44)
-        cse_208 = (cse_206 * cse_207 * cse_31)
+        cse_208 = (2.449489742783178 * cse_206 * cse_207)
         cse_209 = (1.3333333333333333 * cse_159 * cse_207)
         d100 = (cse_209 * cse_3)
         d101 = (cse_209 * cse_4)
@@ -457,10 +455,10 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d206 = (cse_10 * cse_186)
         d207 = (cse_186 * cse_20)
         d208 = (cse_17 * cse_186)
-        d209 = (cse_26 * cse_31 * (-cse_196 + (cse_206 * cse_21)))
-        d210 = (cse_184 * cse_31 * (-(1.3333333333333333 * cse_181) + (1.3333333333333333 * cse_173 * cse_35)))
+        d209 = (2.449489742783178 * cse_26 * (-cse_196 + (cse_206 * cse_21)))
+        d210 = (2.449489742783178 * cse_184 * (-(1.3333333333333333 * cse_181) + (1.3333333333333333 * cse_173 * cse_35)))
         d211 = (-cse_206)
-        d212 = (-(cse_206 * old_state_internal_ep) - (0.2222222222222222 * cse_174 * cse_31))
+        d212 = (-(cse_206 * old_state_internal_ep) - (0.5443310539518174 * cse_174))
         d213 = (cse_176 * cse_213)
         d214 = (cse_185 * cse_213)
         d215 = (-cse_221)
@@ -689,11 +687,12 @@ if triton is not None:
         K2 = tl.full([], 0.3333333333333333, DTYPE)
         K3 = tl.full([], 2.0, DTYPE)
         K4 = tl.full([], 1.0, DTYPE)
-        K5 = tl.full([], 2.449489742783178, DTYPE)
+        K5 = tl.full([], 0.816496580927726, DTYPE)
         K6 = tl.full([], 1.3333333333333333, DTYPE)
         K7 = tl.full([], 4.0, DTYPE)
-        K8 = tl.full([], 0.2222222222222222, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K8 = tl.full([], 2.449489742783178, DTYPE)
+        K9 = tl.full([], 0.5443310539518174, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -745,9 +744,7 @@ if triton is not None:
         cse_25 = (K3 + cse_24)
         cse_26 = (K4 / cse_25)
         cse_27 = (p_E * cse_26)
-        cse_31 = K5
-        cse_32 = (K2 * cse_31)
-        cse_34 = ((cse_27 * cse_33) - (cse_32 * (p_sigma_y + (p_K * old_state_internal_ep))))
+        cse_34 = ((cse_27 * cse_33) - (K5 * (p_sigma_y + (p_K * old_state_internal_ep))))
         cse_35 = tl.maximum(cse_34, 0.0)
         cse_28 = (K3 * cse_27)
         cse_23 = (K1 * p_K)
@@ -758,7 +755,7 @@ if triton is not None:
         cse_37 = (cse_22 * cse_36)
         state_internal_Ep_4 = (old_state_internal_Ep_4 + (cse_37 * cse_4))
         state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_37 * cse_5))
-        state_internal_ep = (old_state_internal_ep + (cse_32 * cse_36))
+        state_internal_ep = (old_state_internal_ep + (K5 * cse_36))
         cse_41 = (forces_t - old_forces_t)
         state_internal_gamma_rate = _mc_sdiv(cse_36, cse_41)
         # outputs 4 .. 7; NaN where Newton did not converge
@@ -1027,7 +1024,7 @@ if triton is not None:
             d92 = (cse_114 * cse_60)
             d93 = (K4 + (cse_30 * (-cse_118 + (cse_119 * cse_35))))
             cse_158 = (cse_30 * cse_45)
-            cse_159 = (cse_158 * cse_31)
+            cse_159 = (K8 * cse_158)
             cse_160 = (cse_159 * cse_58)
             cse_161 = (cse_10 * cse_160)
             d94 = (-p_K * cse_161)
@@ -1041,10 +1038,10 @@ if triton is not None:
             d98 = (-p_K * cse_169)
             cse_171 = (cse_160 * cse_5)
             d99 = (-p_K * cse_171)
-            cse_197 = (cse_158 * cse_32)
+            cse_197 = (K5 * cse_158)
             cse_206 = (K1 * cse_158)
             cse_207 = (cse_27 * cse_44)
-            cse_208 = (cse_206 * cse_207 * cse_31)
+            cse_208 = (K8 * cse_206 * cse_207)
             cse_209 = (K6 * cse_159 * cse_207)
             d100 = (cse_209 * cse_3)
             d101 = (cse_209 * cse_4)
@@ -1194,10 +1191,10 @@ if triton is not None:
             d206 = (cse_10 * cse_186)
             d207 = (cse_186 * cse_20)
             d208 = (cse_17 * cse_186)
-            d209 = (cse_26 * cse_31 * (-cse_196 + (cse_206 * cse_21)))
-            d210 = (cse_184 * cse_31 * (-(K6 * cse_181) + (K6 * cse_173 * cse_35)))
+            d209 = (K8 * cse_26 * (-cse_196 + (cse_206 * cse_21)))
+            d210 = (K8 * cse_184 * (-(K6 * cse_181) + (K6 * cse_173 * cse_35)))
             d211 = (-cse_206)
-            d212 = (-(cse_206 * old_state_internal_ep) - (K8 * cse_174 * cse_31))
+            d212 = (-(cse_206 * old_state_internal_ep) - (K9 * cse_174))
             d213 = (cse_176 * cse_213)
             d214 = (cse_185 * cse_213)
             d215 = (-cse_221)
@@ -1230,77 +1227,77 @@ if triton is not None:
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
                 tl.where(fin, d17, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0),
-                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K9, K0), tl.where(fin, d70, K0),
+                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K10, K0), tl.where(fin, d70, K0),
                 tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d113, K0), tl.where(fin, d114, K0),
-                tl.where(fin, d115, K0), tl.where(fin, d94, K0), tl.where(fin, K9, K0), tl.where(fin, d13, K0),
+                tl.where(fin, d115, K0), tl.where(fin, d94, K0), tl.where(fin, K10, K0), tl.where(fin, d13, K0),
                 tl.where(fin, d15, K0), tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0),
-                tl.where(fin, d7, K0), tl.where(fin, K9, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
+                tl.where(fin, d7, K0), tl.where(fin, K10, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
                 tl.where(fin, d75, K0), tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0),
-                tl.where(fin, d95, K0), tl.where(fin, K9, K0), tl.where(fin, d25, K0), tl.where(fin, d27, K0), BLOCK)
+                tl.where(fin, d95, K0), tl.where(fin, K10, K0), tl.where(fin, d25, K0), tl.where(fin, d27, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (4 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
                 tl.where(fin, d29, K0), tl.where(fin, d31, K0), tl.where(fin, d33, K0), tl.where(fin, d35, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
                 tl.where(fin, d119, K0), tl.where(fin, d120, K0), tl.where(fin, d121, K0), tl.where(fin, d96, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d52, K0),
-                tl.where(fin, d54, K0), tl.where(fin, d47, K0), tl.where(fin, d50, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0), tl.where(fin, d52, K0),
+                tl.where(fin, d54, K0), tl.where(fin, d47, K0), tl.where(fin, d50, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, d82, K0),
-                tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d97, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d97, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d41, K0), tl.where(fin, d43, K0), tl.where(fin, d45, K0), tl.where(fin, d110, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (4 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K9, K0), tl.where(fin, d85, K0),
+                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K10, K0), tl.where(fin, d85, K0),
                 tl.where(fin, d86, K0), tl.where(fin, d87, K0), tl.where(fin, d122, K0), tl.where(fin, d88, K0),
-                tl.where(fin, d89, K0), tl.where(fin, d98, K0), tl.where(fin, K9, K0), tl.where(fin, d60, K0),
+                tl.where(fin, d89, K0), tl.where(fin, d98, K0), tl.where(fin, K10, K0), tl.where(fin, d60, K0),
                 tl.where(fin, d62, K0), tl.where(fin, d64, K0), tl.where(fin, d111, K0), tl.where(fin, d112, K0),
-                tl.where(fin, d68, K0), tl.where(fin, K9, K0), tl.where(fin, d90, K0), tl.where(fin, d91, K0),
+                tl.where(fin, d68, K0), tl.where(fin, K10, K0), tl.where(fin, d90, K0), tl.where(fin, d91, K0),
                 tl.where(fin, d92, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), tl.where(fin, d93, K0),
-                tl.where(fin, d99, K0), tl.where(fin, K9, K0), tl.where(fin, d125, K0), tl.where(fin, d126, K0),
+                tl.where(fin, d99, K0), tl.where(fin, K10, K0), tl.where(fin, d125, K0), tl.where(fin, d126, K0),
                 tl.where(fin, d127, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0), tl.where(fin, d102, K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 15) * (4 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where(fin, K9, K0), tl.where(fin, d128, K0), tl.where(fin, d129, K0), tl.where(fin, d130, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d128, K0), tl.where(fin, d129, K0), tl.where(fin, d130, K0),
                 tl.where(fin, d131, K0), tl.where(fin, d132, K0), tl.where(fin, d133, K0), tl.where(fin, d134, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0), tl.where(fin, d137, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0), tl.where(fin, d137, K0),
                 tl.where(fin, d103, K0), tl.where(fin, d104, K0), tl.where(fin, d105, K0), tl.where(fin, d138, K0),
                 tl.where(fin, d139, K0), tl.where(fin, d140, K0), tl.where(fin, d141, K0), tl.where(fin, d142, K0),
                 tl.where(fin, d143, K0), tl.where(fin, d144, K0), tl.where(fin, d145, K0), tl.where(fin, d106, K0),
                 tl.where(fin, d18, K0), tl.where(fin, d20, K0), tl.where(fin, d22, K0), tl.where(fin, d24, K0),
-                tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, K9, K0), tl.where(fin, d146, K0), BLOCK)
+                tl.where(fin, d10, K0), tl.where(fin, d12, K0), tl.where(fin, K10, K0), tl.where(fin, d146, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (4 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
                 tl.where(fin, d147, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
-                tl.where(fin, d151, K0), tl.where(fin, d179, K0), tl.where(fin, K9, K0), tl.where(fin, d14, K0),
+                tl.where(fin, d151, K0), tl.where(fin, d179, K0), tl.where(fin, K10, K0), tl.where(fin, d14, K0),
                 tl.where(fin, d16, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0), tl.where(fin, d6, K0),
-                tl.where(fin, d8, K0), tl.where(fin, K9, K0), tl.where(fin, d152, K0), tl.where(fin, d153, K0),
+                tl.where(fin, d8, K0), tl.where(fin, K10, K0), tl.where(fin, d152, K0), tl.where(fin, d153, K0),
                 tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d180, K0), tl.where(fin, K9, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0),
+                tl.where(fin, d180, K0), tl.where(fin, K10, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0),
                 tl.where(fin, d30, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0), tl.where(fin, d36, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d158, K0), tl.where(fin, d159, K0), tl.where(fin, d160, K0), BLOCK)
+                tl.where(fin, K10, K0), tl.where(fin, d158, K0), tl.where(fin, d159, K0), tl.where(fin, d160, K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (4 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
                 tl.where(fin, d161, K0), tl.where(fin, d162, K0), tl.where(fin, d163, K0), tl.where(fin, d181, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d53, K0),
-                tl.where(fin, d55, K0), tl.where(fin, d48, K0), tl.where(fin, d51, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d53, K0),
+                tl.where(fin, d55, K0), tl.where(fin, d48, K0), tl.where(fin, d51, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d164, K0), tl.where(fin, d165, K0), tl.where(fin, d166, K0), tl.where(fin, d167, K0),
-                tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d182, K0), tl.where(fin, K9, K0),
+                tl.where(fin, d107, K0), tl.where(fin, d108, K0), tl.where(fin, d182, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, d46, K0), tl.where(fin, d49, K0),
-                tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, K9, K0), tl.where(fin, d168, K0),
+                tl.where(fin, d59, K0), tl.where(fin, d57, K0), tl.where(fin, K10, K0), tl.where(fin, d168, K0),
                 tl.where(fin, d169, K0), tl.where(fin, d170, K0), tl.where(fin, d171, K0), tl.where(fin, d172, K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (4 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
             _row28 = _mc_row32(
-                tl.where(fin, d109, K0), tl.where(fin, d183, K0), tl.where(fin, K9, K0), tl.where(fin, d61, K0),
+                tl.where(fin, d109, K0), tl.where(fin, d183, K0), tl.where(fin, K10, K0), tl.where(fin, d61, K0),
                 tl.where(fin, d63, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0), tl.where(fin, d67, K0),
-                tl.where(fin, d69, K0), tl.where(fin, K9, K0), tl.where(fin, d173, K0), tl.where(fin, d174, K0),
+                tl.where(fin, d69, K0), tl.where(fin, K10, K0), tl.where(fin, d173, K0), tl.where(fin, d174, K0),
                 tl.where(fin, d175, K0), tl.where(fin, d176, K0), tl.where(fin, d177, K0), tl.where(fin, d178, K0),
-                tl.where(fin, d184, K0), tl.where(fin, K9, K0), _zero27, _zero27,
+                tl.where(fin, d184, K0), tl.where(fin, K10, K0), _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27, BLOCK)
@@ -1446,10 +1443,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_28 = (((real)2.0) * cse_27);
         const real cse_29 = (cse_23 + cse_28);
         const real cse_30 = (((real)1.0) / cse_29);
-        const real cse_31 = ((real)2.449489742783178);
-        const real cse_32 = (((real)0.3333333333333333) * cse_31);
         const real cse_33 = (((real)2.0) * cse_21);
-        const real cse_34 = ((cse_27 * cse_33) - (cse_32 * (p_sigma_y + (p_K * old_state_internal_ep))));
+        const real cse_34 = ((cse_27 * cse_33) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep))));
         const real cse_35 = mc_pos(cse_34);
         const real cse_36 = (cse_30 * cse_35);
         const real cse_37 = (cse_22 * cse_36);
@@ -1482,7 +1477,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         o_y[4 * MC_W + l] = state_internal_Ep_4;
         const real state_internal_Ep_5 = (old_state_internal_Ep_5 + (cse_37 * cse_5));
         o_y[5 * MC_W + l] = state_internal_Ep_5;
-        const real state_internal_ep = (old_state_internal_ep + (cse_32 * cse_36));
+        const real state_internal_ep = (old_state_internal_ep + (((real)0.816496580927726) * cse_36));
         o_y[6 * MC_W + l] = state_internal_ep;
         const real state_internal_gamma_rate = mc_sdiv(cse_36, cse_41);
         o_y[7 * MC_W + l] = state_internal_gamma_rate;
@@ -1713,7 +1708,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real d60 = (((real)1.0) + (cse_30 * (-cse_118 + (cse_119 * cse_35))));
         if (V & 12) o_j[112 * MC_W + l] = d60;
         const real cse_158 = (cse_30 * cse_45);
-        const real cse_159 = (cse_158 * cse_31);
+        const real cse_159 = (((real)2.449489742783178) * cse_158);
         const real cse_160 = (cse_159 * cse_58);
         const real cse_161 = (cse_10 * cse_160);
         const real d61 = (-p_K * cse_161);
@@ -1733,10 +1728,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_171 = (cse_160 * cse_5);
         const real d66 = (-p_K * cse_171);
         if (V & 12) o_j[113 * MC_W + l] = d66;
-        const real cse_197 = (cse_158 * cse_32);
+        const real cse_197 = (((real)0.816496580927726) * cse_158);
         const real cse_206 = (((real)0.6666666666666666) * cse_158);
         const real cse_207 = (cse_27 * cse_44);
-        const real cse_208 = (cse_206 * cse_207 * cse_31);
+        const real cse_208 = (((real)2.449489742783178) * cse_206 * cse_207);
         const real cse_209 = (((real)1.3333333333333333) * cse_159 * cse_207);
         const real d67 = (cse_209 * cse_3);
         if (V & 12) o_j[117 * MC_W + l] = d67;
@@ -1913,10 +1908,10 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[185 * MC_W + l] = (cse_10 * cse_186);
         if (V & 8) o_j[189 * MC_W + l] = (cse_186 * cse_20);
         if (V & 8) o_j[193 * MC_W + l] = (cse_17 * cse_186);
-        if (V & 8) o_j[208 * MC_W + l] = (cse_26 * cse_31 * (-cse_196 + (cse_206 * cse_21)));
-        if (V & 8) o_j[209 * MC_W + l] = (cse_184 * cse_31 * (-(((real)1.3333333333333333) * cse_181) + (((real)1.3333333333333333) * cse_173 * cse_35)));
+        if (V & 8) o_j[208 * MC_W + l] = (((real)2.449489742783178) * cse_26 * (-cse_196 + (cse_206 * cse_21)));
+        if (V & 8) o_j[209 * MC_W + l] = (((real)2.449489742783178) * cse_184 * (-(((real)1.3333333333333333) * cse_181) + (((real)1.3333333333333333) * cse_173 * cse_35)));
         if (V & 8) o_j[210 * MC_W + l] = (-cse_206);
-        if (V & 8) o_j[211 * MC_W + l] = (-(cse_206 * old_state_internal_ep) - (((real)0.2222222222222222) * cse_174 * cse_31));
+        if (V & 8) o_j[211 * MC_W + l] = (-(cse_206 * old_state_internal_ep) - (((real)0.5443310539518174) * cse_174));
         if (V & 8) o_j[212 * MC_W + l] = (cse_176 * cse_213);
         if (V & 8) o_j[213 * MC_W + l] = (cse_185 * cse_213);
         if (V & 8) o_j[214 * MC_W + l] = (-cse_221);

@@ -104,9 +104,7 @@ def _torch_newton_1(
         ncse_36 = (p_E * ncse_13)
         ncse_37 = (ncse_36 * state_internal_gamma_rate)
         ncse_38 = (ncse_2 * ncse_31 * ncse_37)
-        ncse_39 = 2.449489742783178
-        ncse_40 = (0.3333333333333333 * ncse_39)
-        ncse_41 = (ncse_40 * (-p_sigma_y + (0.5 * ncse_30 * ncse_39) - (p_K * state_internal_ep)))
+        ncse_41 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_30) - (p_K * state_internal_ep)))
         ncse_42 = (-0.6666666666666666 * ncse_31)
         ncse_43 = _sdiv(1.0, (2.0 * ncse_30))
         ncse_44 = (ncse_43 * _sdiv(1.0, (ncse_30 * ncse_30)))
@@ -179,13 +177,14 @@ def _torch_newton_1(
         ncse_110 = torch.abs(state_internal_Ep_4)
         ncse_111 = torch.abs(state_internal_Ep_5)
         ncse_112 = torch.abs(state_internal_ep)
+        ncse_117 = (0.816496580927726 * ncse_46)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
         nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_38))
         nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_38))
         nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_38))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_40))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (0.816496580927726 * ncse_14))
         nt1_r_7 = _le((-ncse_41), ncse_37)
         j2_linear_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
@@ -193,7 +192,7 @@ def _torch_newton_1(
         nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_105 * (ncse_102 + ncse_96 + (ncse_97 * ncse_98))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_102 + ncse_106 + (ncse_91 * ncse_98))) + torch.abs(old_state_internal_Ep_1)))))
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_109 * (ncse_107 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_99 + (ncse_105 * (ncse_101 + ncse_106 + ncse_96 + (ncse_100 * ncse_98))) + torch.abs(old_state_internal_Ep_2)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_110 + (ncse_109 * (ncse_110 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_111 + (ncse_109 * (ncse_111 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_104 * ncse_40) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (ncse_40 * ((ncse_112 * torch.abs(p_K)) + (0.5 * ncse_39 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)))))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (0.816496580927726 * ncse_104) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (0.816496580927726 * ((ncse_112 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)))))))
         j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
             break
@@ -204,8 +203,8 @@ def _torch_newton_1(
             [ncse_57, ncse_64, ncse_70, (1.0 - (ncse_48 * (-ncse_74 - (ncse_18 * ncse_75)))), ncse_79, ncse_80, 0.0, (ncse_16 * ncse_81)],
             [ncse_59, ncse_66, ncse_72, ncse_79, (1.0 - (ncse_48 * (-ncse_74 - (ncse_21 * ncse_75)))), ncse_82, 0.0, (ncse_20 * ncse_81)],
             [ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, (1.0 - (ncse_48 * (-ncse_74 - (ncse_24 * ncse_75)))), 0.0, (ncse_23 * ncse_81)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (ncse_40 * ncse_46)],
-            [(-ncse_12 * ncse_86), (-ncse_34 * ncse_86), (-ncse_35 * ncse_86), (-ncse_53 * ncse_87), (-ncse_20 * ncse_88), (-ncse_23 * ncse_88), (-p_K * ncse_40 * ncse_84), (ncse_36 * ncse_83)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_117],
+            [(-ncse_12 * ncse_86), (-ncse_34 * ncse_86), (-ncse_35 * ncse_86), (-ncse_53 * ncse_87), (-ncse_20 * ncse_88), (-ncse_23 * ncse_88), (-0.816496580927726 * p_K * ncse_84), (ncse_36 * ncse_83)],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -388,10 +387,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_105 = (2.0 * cse_38)
         cse_106 = (-cse_92 - (cse_105 * cse_94))
         cse_107 = (cse_106 * cse_52)
-        cse_108 = 2.449489742783178
-        cse_109 = (0.3333333333333333 * cse_108)
         cse_110 = (p_E * cse_49)
-        cse_111 = _heaviside((-(cse_109 * (-p_sigma_y + (0.5 * cse_108 * cse_42) - (p_K * state_internal_ep))) - (cse_110 * state_internal_gamma_rate)))
+        cse_111 = _heaviside((-(cse_110 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42) - (p_K * state_internal_ep)))))
         cse_112 = (-1.0 + cse_111)
         cse_113 = (cse_112 * cse_46)
         cse_114 = (cse_113 * cse_41)
@@ -402,7 +399,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_119 = (-cse_118 * cse_15)
         cse_120 = (-cse_118 * cse_17)
         cse_121 = (-cse_118 * cse_19)
-        cse_122 = (cse_109 * cse_112)
+        cse_122 = (0.816496580927726 * cse_112)
         # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
             [(1.0 - cse_53), cse_60, cse_63, cse_69, cse_71, cse_73, 0.0, (cse_45 * cse_76)],
@@ -411,7 +408,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_69, cse_83, cse_89, (1.0 - cse_96), cse_99, cse_100, 0.0, (cse_74 * state_S_3)],
             [cse_71, cse_84, cse_90, cse_99, (1.0 - cse_103), cse_104, 0.0, (cse_74 * state_S_4)],
             [cse_73, cse_85, cse_91, cse_100, cse_104, (1.0 - cse_107), 0.0, (cse_74 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_109 * cse_50)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_50)],
             [cse_115, cse_116, cse_117, cse_119, cse_120, cse_121, (-p_K * cse_122), (cse_110 * cse_111)],
         ], X)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
@@ -520,7 +517,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_137 = (cse_123 * state_S_3)
         cse_142 = (cse_123 * state_S_4)
         cse_144 = (cse_123 * state_S_5)
-        cse_146 = (cse_109 * state_internal_gamma_rate)
+        cse_146 = (0.816496580927726 * state_internal_gamma_rate)
         cse_147 = (cse_111 * state_internal_gamma_rate)
         cse_148 = (p_E * cse_147)
         # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
@@ -1389,9 +1386,10 @@ if triton is not None:
         K3 = tl.full([], 1.3333333333333333, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
-        K6 = tl.full([], 2.449489742783178, DTYPE)
-        K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
+        K6 = tl.full([], 0.816496580927726, DTYPE)
+        K7 = tl.full([], 1.224744871391589, DTYPE)
+        K8 = tl.full([], 2.0, DTYPE)
+        K9 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1453,11 +1451,9 @@ if triton is not None:
             ncse_36 = (p_E * ncse_13)
             ncse_37 = (ncse_36 * state_internal_gamma_rate)
             ncse_38 = (ncse_2 * ncse_31 * ncse_37)
-            ncse_39 = K6
-            ncse_40 = (K4 * ncse_39)
-            ncse_41 = (ncse_40 * (-p_sigma_y + (K5 * ncse_30 * ncse_39) - (p_K * state_internal_ep)))
+            ncse_41 = (K6 * (-p_sigma_y + (K7 * ncse_30) - (p_K * state_internal_ep)))
             ncse_42 = (-K2 * ncse_31)
-            ncse_43 = _mc_sdiv(K1, (K7 * ncse_30))
+            ncse_43 = _mc_sdiv(K1, (K8 * ncse_30))
             ncse_44 = (ncse_43 * _mc_sdiv(K1, (ncse_30 * ncse_30)))
             ncse_45 = (K5 * ncse_44)
             ncse_46 = (-ncse_13)
@@ -1489,7 +1485,7 @@ if triton is not None:
             ncse_72 = (ncse_20 * ncse_71)
             ncse_73 = (ncse_23 * ncse_71)
             ncse_74 = (-ncse_31)
-            ncse_75 = (K7 * ncse_44)
+            ncse_75 = (K8 * ncse_44)
             ncse_76 = (p_E * p_E * p_E)
             ncse_77 = (ncse_2 * ncse_2 * ncse_2)
             ncse_78 = (ncse_16 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate)
@@ -1501,7 +1497,7 @@ if triton is not None:
             ncse_84 = (-K1 + ncse_83)
             ncse_85 = (ncse_43 * ncse_84)
             ncse_86 = (ncse_6 * ncse_85)
-            ncse_87 = (K7 * ncse_85)
+            ncse_87 = (K8 * ncse_85)
             ncse_88 = (ncse_17 * ncse_87)
             ncse_89 = tl.abs(state_internal_Ep_0)
             ncse_90 = tl.abs(state_internal_Ep_1)
@@ -1515,8 +1511,8 @@ if triton is not None:
             ncse_98 = (K3 * ncse_94)
             ncse_99 = tl.abs(state_internal_Ep_2)
             ncse_100 = (ncse_99 + tl.abs(forces_E_2))
-            ncse_116 = tl.abs((K1 / (K1 - (K7 * p_nu))))
-            ncse_101 = (K8 * ncse_94 * (ncse_100 + ncse_91 + ncse_97) * tl.abs(p_nu) * ncse_116)
+            ncse_116 = tl.abs((K1 / (K1 - (K8 * p_nu))))
+            ncse_101 = (K9 * ncse_94 * (ncse_100 + ncse_91 + ncse_97) * tl.abs(p_nu) * ncse_116)
             ncse_102 = (ncse_101 + (ncse_100 * ncse_95))
             ncse_103 = tl.abs(ncse_31)
             ncse_104 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
@@ -1528,20 +1524,21 @@ if triton is not None:
             ncse_110 = tl.abs(state_internal_Ep_4)
             ncse_111 = tl.abs(state_internal_Ep_5)
             ncse_112 = tl.abs(state_internal_ep)
+            ncse_117 = (K6 * ncse_46)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
             nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_38))
             nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_38))
             nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_38))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_40))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K6 * ncse_14))
             nt1_r_7 = _mc_le((-ncse_41), ncse_37)
             j2_linear_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_linear_iso_return_map_residual_norm, nt1_rnorm0)
             nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_105 * (ncse_102 + ncse_96 + (ncse_97 * ncse_98))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_102 + ncse_106 + (ncse_91 * ncse_98))) + tl.abs(old_state_internal_Ep_1)))))
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_109 * (ncse_107 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_99 + (ncse_105 * (ncse_101 + ncse_106 + ncse_96 + (ncse_100 * ncse_98))) + tl.abs(old_state_internal_Ep_2)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_110 + (ncse_109 * (ncse_110 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_111 + (ncse_109 * (ncse_111 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_104 * ncse_40) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (ncse_40 * ((ncse_112 * tl.abs(p_K)) + (K5 * ncse_39 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)))))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (K6 * ncse_104) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (K6 * ((ncse_112 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)))))))
             j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))))
@@ -1556,34 +1553,33 @@ if triton is not None:
             nt1_10 = (ncse_20 * ncse_81)
             nt1_11 = (K1 - (ncse_48 * (-ncse_74 - (ncse_24 * ncse_75))))
             nt1_12 = (ncse_23 * ncse_81)
-            nt1_13 = (ncse_40 * ncse_46)
-            nt1_14 = (-ncse_12 * ncse_86)
-            nt1_15 = (-ncse_34 * ncse_86)
-            nt1_16 = (-ncse_35 * ncse_86)
-            nt1_17 = (-ncse_53 * ncse_87)
-            nt1_18 = (-ncse_20 * ncse_88)
-            nt1_19 = (-ncse_23 * ncse_88)
-            nt1_20 = (-p_K * ncse_40 * ncse_84)
-            nt1_21 = (ncse_36 * ncse_83)
+            nt1_13 = (-ncse_12 * ncse_86)
+            nt1_14 = (-ncse_34 * ncse_86)
+            nt1_15 = (-ncse_35 * ncse_86)
+            nt1_16 = (-ncse_53 * ncse_87)
+            nt1_17 = (-ncse_20 * ncse_88)
+            nt1_18 = (-ncse_23 * ncse_88)
+            nt1_19 = (-K6 * p_K * ncse_84)
+            nt1_20 = (ncse_36 * ncse_83)
             nt1_lu = _triton_lu1(
                 nt1_1, ncse_51, ncse_52, ncse_57, ncse_59, ncse_60, nt1_2, ncse_51, nt1_3, ncse_61, ncse_64,
                 ncse_66, ncse_67, nt1_4, ncse_52, ncse_61, nt1_5, ncse_70, ncse_72, ncse_73, nt1_6, ncse_57,
                 ncse_64, ncse_70, nt1_7, ncse_79, ncse_80, nt1_8, ncse_59, ncse_66, ncse_72, ncse_79, nt1_9,
-                ncse_82, nt1_10, ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, nt1_11, nt1_12, nt1_13, nt1_14,
-                nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, nt1_21, DTYPE)
-            nt1_22 = (-nt1_r_0)
-            nt1_23 = (-nt1_r_1)
-            nt1_24 = (-nt1_r_2)
-            nt1_25 = (-nt1_r_3)
-            nt1_26 = (-nt1_r_4)
-            nt1_27 = (-nt1_r_5)
-            nt1_28 = (-nt1_r_6)
-            nt1_29 = (-nt1_r_7)
-            (nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, nt1_37) = _triton_lu1_forward1(
-                nt1_lu, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, nt1_29, DTYPE)
+                ncse_82, nt1_10, ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, nt1_11, nt1_12, ncse_117, nt1_13,
+                nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, DTYPE)
+            nt1_21 = (-nt1_r_0)
+            nt1_22 = (-nt1_r_1)
+            nt1_23 = (-nt1_r_2)
+            nt1_24 = (-nt1_r_3)
+            nt1_25 = (-nt1_r_4)
+            nt1_26 = (-nt1_r_5)
+            nt1_27 = (-nt1_r_6)
+            nt1_28 = (-nt1_r_7)
+            (nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36) = _triton_lu1_forward1(
+                nt1_lu, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, DTYPE)
             (
                 nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
-            ) = _triton_lu1_back1(nt1_lu, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, nt1_37, DTYPE)
+            ) = _triton_lu1_back1(nt1_lu, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1620,8 +1616,9 @@ if triton is not None:
         K4 = tl.full([], 0.6666666666666666, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 1.3333333333333333, DTYPE)
-        K7 = tl.full([], 2.449489742783178, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 0.816496580927726, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
+        K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1789,10 +1786,8 @@ if triton is not None:
             cse_78 = (cse_52 * cse_77)
             cse_86 = (-cse_44 - (K5 * cse_41 * cse_46 * cse_47 * (cse_61 * cse_61)))
             cse_87 = (cse_52 * cse_86)
-            cse_108 = K7
-            cse_109 = (K3 * cse_108)
             cse_110 = (p_E * cse_49)
-            cse_111 = tl.where((-(cse_109 * (-p_sigma_y + (K5 * cse_108 * cse_42) - (p_K * state_internal_ep))) - (cse_110 * state_internal_gamma_rate)) > 0.0, 1.0, 0.0)
+            cse_111 = tl.where((-(cse_110 * state_internal_gamma_rate) - (K7 * (-p_sigma_y + (K8 * cse_42) - (p_K * state_internal_ep)))) > 0.0, 1.0, 0.0)
             cse_112 = (-K1 + cse_111)
             cse_113 = (cse_112 * cse_46)
             cse_114 = (cse_113 * cse_41)
@@ -1803,10 +1798,10 @@ if triton is not None:
             cse_119 = (-cse_118 * cse_15)
             cse_120 = (-cse_118 * cse_17)
             cse_121 = (-cse_118 * cse_19)
-            cse_122 = (cse_109 * cse_112)
             cse_74 = (cse_43 * cse_50)
             cse_75 = (K5 * cse_12)
             cse_76 = (cse_74 * cse_75)
+            cse_122 = (K7 * cse_112)
             # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
             lu1_1 = (K1 - cse_53)
             lu1_2 = (cse_45 * cse_76)
@@ -1820,7 +1815,7 @@ if triton is not None:
             lu1_10 = (cse_74 * state_S_4)
             lu1_11 = (K1 - cse_107)
             lu1_12 = (cse_74 * state_S_5)
-            lu1_13 = (cse_109 * cse_50)
+            lu1_13 = (K7 * cse_50)
             lu1_14 = (-p_K * cse_122)
             lu1_15 = (cse_110 * cse_111)
             lu1_lu = _triton_lu1(
@@ -1967,7 +1962,7 @@ if triton is not None:
             cse_137 = (cse_123 * state_S_3)
             cse_142 = (cse_123 * state_S_4)
             cse_144 = (cse_123 * state_S_5)
-            cse_146 = (cse_109 * state_internal_gamma_rate)
+            cse_146 = (K7 * state_internal_gamma_rate)
             cse_147 = (cse_111 * state_internal_gamma_rate)
             cse_148 = (p_E * cse_147)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
@@ -2138,77 +2133,77 @@ if triton is not None:
                 tl.where((j2_linear_iso_return_map_converged & fin), d1, K0), tl.where((j2_linear_iso_return_map_converged & fin), d9, K0), tl.where((j2_linear_iso_return_map_converged & fin), d17, K0), tl.where((j2_linear_iso_return_map_converged & fin), d25, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d33, K0), tl.where((j2_linear_iso_return_map_converged & fin), d41, K0), tl.where((j2_linear_iso_return_map_converged & fin), d85, K0), tl.where((j2_linear_iso_return_map_converged & fin), d93, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d101, K0), tl.where((j2_linear_iso_return_map_converged & fin), d109, K0), tl.where((j2_linear_iso_return_map_converged & fin), d117, K0), tl.where((j2_linear_iso_return_map_converged & fin), d125, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d133, K0), tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d133, K0), tl.where((j2_linear_iso_return_map_converged & fin), d141, K0), tl.where((j2_linear_iso_return_map_converged & fin), d149, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d2, K0), tl.where((j2_linear_iso_return_map_converged & fin), d10, K0), tl.where((j2_linear_iso_return_map_converged & fin), d18, K0), tl.where((j2_linear_iso_return_map_converged & fin), d26, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d34, K0), tl.where((j2_linear_iso_return_map_converged & fin), d42, K0), tl.where((j2_linear_iso_return_map_converged & fin), d86, K0), tl.where((j2_linear_iso_return_map_converged & fin), d94, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d102, K0), tl.where((j2_linear_iso_return_map_converged & fin), d110, K0), tl.where((j2_linear_iso_return_map_converged & fin), d118, K0), tl.where((j2_linear_iso_return_map_converged & fin), d126, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d134, K0), tl.where((j2_linear_iso_return_map_converged & fin), d142, K0), tl.where((j2_linear_iso_return_map_converged & fin), d150, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (4 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d3, K0), tl.where((j2_linear_iso_return_map_converged & fin), d11, K0), tl.where((j2_linear_iso_return_map_converged & fin), d19, K0), tl.where((j2_linear_iso_return_map_converged & fin), d27, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d35, K0), tl.where((j2_linear_iso_return_map_converged & fin), d43, K0), tl.where((j2_linear_iso_return_map_converged & fin), d87, K0), tl.where((j2_linear_iso_return_map_converged & fin), d95, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d103, K0), tl.where((j2_linear_iso_return_map_converged & fin), d111, K0), tl.where((j2_linear_iso_return_map_converged & fin), d119, K0), tl.where((j2_linear_iso_return_map_converged & fin), d127, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d135, K0), tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d135, K0), tl.where((j2_linear_iso_return_map_converged & fin), d143, K0), tl.where((j2_linear_iso_return_map_converged & fin), d151, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d4, K0), tl.where((j2_linear_iso_return_map_converged & fin), d12, K0), tl.where((j2_linear_iso_return_map_converged & fin), d20, K0), tl.where((j2_linear_iso_return_map_converged & fin), d28, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d36, K0), tl.where((j2_linear_iso_return_map_converged & fin), d44, K0), tl.where((j2_linear_iso_return_map_converged & fin), d88, K0), tl.where((j2_linear_iso_return_map_converged & fin), d96, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d104, K0), tl.where((j2_linear_iso_return_map_converged & fin), d112, K0), tl.where((j2_linear_iso_return_map_converged & fin), d120, K0), tl.where((j2_linear_iso_return_map_converged & fin), d128, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d136, K0), tl.where((j2_linear_iso_return_map_converged & fin), d144, K0), tl.where((j2_linear_iso_return_map_converged & fin), d152, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (4 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d5, K0), tl.where((j2_linear_iso_return_map_converged & fin), d13, K0), tl.where((j2_linear_iso_return_map_converged & fin), d21, K0), tl.where((j2_linear_iso_return_map_converged & fin), d29, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d37, K0), tl.where((j2_linear_iso_return_map_converged & fin), d45, K0), tl.where((j2_linear_iso_return_map_converged & fin), d89, K0), tl.where((j2_linear_iso_return_map_converged & fin), d97, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d105, K0), tl.where((j2_linear_iso_return_map_converged & fin), d113, K0), tl.where((j2_linear_iso_return_map_converged & fin), d121, K0), tl.where((j2_linear_iso_return_map_converged & fin), d129, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d137, K0), tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d137, K0), tl.where((j2_linear_iso_return_map_converged & fin), d145, K0), tl.where((j2_linear_iso_return_map_converged & fin), d153, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d6, K0), tl.where((j2_linear_iso_return_map_converged & fin), d14, K0), tl.where((j2_linear_iso_return_map_converged & fin), d22, K0), tl.where((j2_linear_iso_return_map_converged & fin), d30, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d38, K0), tl.where((j2_linear_iso_return_map_converged & fin), d46, K0), tl.where((j2_linear_iso_return_map_converged & fin), d90, K0), tl.where((j2_linear_iso_return_map_converged & fin), d98, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d106, K0), tl.where((j2_linear_iso_return_map_converged & fin), d114, K0), tl.where((j2_linear_iso_return_map_converged & fin), d122, K0), tl.where((j2_linear_iso_return_map_converged & fin), d130, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d138, K0), tl.where((j2_linear_iso_return_map_converged & fin), d146, K0), tl.where((j2_linear_iso_return_map_converged & fin), d154, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (4 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d7, K0), tl.where((j2_linear_iso_return_map_converged & fin), d15, K0), tl.where((j2_linear_iso_return_map_converged & fin), d23, K0), tl.where((j2_linear_iso_return_map_converged & fin), d31, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d39, K0), tl.where((j2_linear_iso_return_map_converged & fin), d47, K0), tl.where((j2_linear_iso_return_map_converged & fin), d91, K0), tl.where((j2_linear_iso_return_map_converged & fin), d99, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d107, K0), tl.where((j2_linear_iso_return_map_converged & fin), d115, K0), tl.where((j2_linear_iso_return_map_converged & fin), d123, K0), tl.where((j2_linear_iso_return_map_converged & fin), d131, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d139, K0), tl.where((j2_linear_iso_return_map_converged & fin), d147, K0), tl.where((j2_linear_iso_return_map_converged & fin), d155, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d8, K0), tl.where((j2_linear_iso_return_map_converged & fin), d16, K0), tl.where((j2_linear_iso_return_map_converged & fin), d24, K0), tl.where((j2_linear_iso_return_map_converged & fin), d32, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d40, K0), tl.where((j2_linear_iso_return_map_converged & fin), d48, K0), tl.where((j2_linear_iso_return_map_converged & fin), d92, K0), tl.where((j2_linear_iso_return_map_converged & fin), d100, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d108, K0), tl.where((j2_linear_iso_return_map_converged & fin), d116, K0), tl.where((j2_linear_iso_return_map_converged & fin), d124, K0), tl.where((j2_linear_iso_return_map_converged & fin), d132, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d140, K0), tl.where((j2_linear_iso_return_map_converged & fin), d148, K0), tl.where((j2_linear_iso_return_map_converged & fin), d156, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (4 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d49, K0), tl.where((j2_linear_iso_return_map_converged & fin), d50, K0), tl.where((j2_linear_iso_return_map_converged & fin), d51, K0), tl.where((j2_linear_iso_return_map_converged & fin), d52, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d53, K0), tl.where((j2_linear_iso_return_map_converged & fin), d54, K0), tl.where((j2_linear_iso_return_map_converged & fin), d157, K0), tl.where((j2_linear_iso_return_map_converged & fin), d163, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d169, K0), tl.where((j2_linear_iso_return_map_converged & fin), d170, K0), tl.where((j2_linear_iso_return_map_converged & fin), d171, K0), tl.where((j2_linear_iso_return_map_converged & fin), d172, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d173, K0), tl.where((j2_linear_iso_return_map_converged & fin), d174, K0), tl.where((j2_linear_iso_return_map_converged & fin), d205, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d55, K0), tl.where((j2_linear_iso_return_map_converged & fin), d56, K0), tl.where((j2_linear_iso_return_map_converged & fin), d57, K0), tl.where((j2_linear_iso_return_map_converged & fin), d58, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d59, K0), tl.where((j2_linear_iso_return_map_converged & fin), d60, K0), tl.where((j2_linear_iso_return_map_converged & fin), d158, K0), tl.where((j2_linear_iso_return_map_converged & fin), d164, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d175, K0), tl.where((j2_linear_iso_return_map_converged & fin), d176, K0), tl.where((j2_linear_iso_return_map_converged & fin), d177, K0), tl.where((j2_linear_iso_return_map_converged & fin), d178, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d179, K0), tl.where((j2_linear_iso_return_map_converged & fin), d180, K0), tl.where((j2_linear_iso_return_map_converged & fin), d206, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (4 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d61, K0), tl.where((j2_linear_iso_return_map_converged & fin), d62, K0), tl.where((j2_linear_iso_return_map_converged & fin), d63, K0), tl.where((j2_linear_iso_return_map_converged & fin), d64, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d65, K0), tl.where((j2_linear_iso_return_map_converged & fin), d66, K0), tl.where((j2_linear_iso_return_map_converged & fin), d159, K0), tl.where((j2_linear_iso_return_map_converged & fin), d165, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d181, K0), tl.where((j2_linear_iso_return_map_converged & fin), d182, K0), tl.where((j2_linear_iso_return_map_converged & fin), d183, K0), tl.where((j2_linear_iso_return_map_converged & fin), d184, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d185, K0), tl.where((j2_linear_iso_return_map_converged & fin), d186, K0), tl.where((j2_linear_iso_return_map_converged & fin), d207, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d67, K0), tl.where((j2_linear_iso_return_map_converged & fin), d68, K0), tl.where((j2_linear_iso_return_map_converged & fin), d69, K0), tl.where((j2_linear_iso_return_map_converged & fin), d70, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d71, K0), tl.where((j2_linear_iso_return_map_converged & fin), d72, K0), tl.where((j2_linear_iso_return_map_converged & fin), d160, K0), tl.where((j2_linear_iso_return_map_converged & fin), d166, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d187, K0), tl.where((j2_linear_iso_return_map_converged & fin), d188, K0), tl.where((j2_linear_iso_return_map_converged & fin), d189, K0), tl.where((j2_linear_iso_return_map_converged & fin), d190, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d191, K0), tl.where((j2_linear_iso_return_map_converged & fin), d192, K0), tl.where((j2_linear_iso_return_map_converged & fin), d208, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (4 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row28 = _mc_row32(
                 tl.where((j2_linear_iso_return_map_converged & fin), d73, K0), tl.where((j2_linear_iso_return_map_converged & fin), d74, K0), tl.where((j2_linear_iso_return_map_converged & fin), d75, K0), tl.where((j2_linear_iso_return_map_converged & fin), d76, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d77, K0), tl.where((j2_linear_iso_return_map_converged & fin), d78, K0), tl.where((j2_linear_iso_return_map_converged & fin), d161, K0), tl.where((j2_linear_iso_return_map_converged & fin), d167, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d193, K0), tl.where((j2_linear_iso_return_map_converged & fin), d194, K0), tl.where((j2_linear_iso_return_map_converged & fin), d195, K0), tl.where((j2_linear_iso_return_map_converged & fin), d196, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0),
+                tl.where((j2_linear_iso_return_map_converged & fin), d197, K0), tl.where((j2_linear_iso_return_map_converged & fin), d198, K0), tl.where((j2_linear_iso_return_map_converged & fin), d209, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d79, K0), tl.where((j2_linear_iso_return_map_converged & fin), d80, K0), tl.where((j2_linear_iso_return_map_converged & fin), d81, K0), tl.where((j2_linear_iso_return_map_converged & fin), d82, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d83, K0), tl.where((j2_linear_iso_return_map_converged & fin), d84, K0), tl.where((j2_linear_iso_return_map_converged & fin), d162, K0), tl.where((j2_linear_iso_return_map_converged & fin), d168, K0),
                 tl.where((j2_linear_iso_return_map_converged & fin), d199, K0), tl.where((j2_linear_iso_return_map_converged & fin), d200, K0), tl.where((j2_linear_iso_return_map_converged & fin), d201, K0), tl.where((j2_linear_iso_return_map_converged & fin), d202, K0),
-                tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_linear_iso_return_map_converged & fin), d203, K0), tl.where((j2_linear_iso_return_map_converged & fin), d204, K0), tl.where((j2_linear_iso_return_map_converged & fin), d210, K0), tl.where((j2_linear_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (4 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
@@ -2300,8 +2295,6 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_17[MC_W];
     real v_ncse_26[MC_W];
     real v_ncse_36[MC_W];
-    real v_ncse_39[MC_W];
-    real v_ncse_40[MC_W];
     real v_ncse_46[MC_W];
     real v_ncse_47[MC_W];
     real v_ncse_76[MC_W];
@@ -2312,6 +2305,7 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_95[MC_W];
     real v_ncse_98[MC_W];
     real v_ncse_116[MC_W];
+    real v_ncse_117[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2341,8 +2335,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_26 = (((real)0.3333333333333333) * ncse_6);
         const real ncse_36 = (p_E * ncse_13);
-        const real ncse_39 = ((real)2.449489742783178);
-        const real ncse_40 = (((real)0.3333333333333333) * ncse_39);
         const real ncse_46 = (-ncse_13);
         const real ncse_47 = (ncse_46 * ncse_6);
         const real ncse_76 = (p_E * p_E * p_E);
@@ -2353,6 +2345,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_95 = (((real)0.6666666666666666) * ncse_94);
         const real ncse_98 = (((real)1.3333333333333333) * ncse_94);
         const real ncse_116 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_117 = (((real)0.816496580927726) * ncse_46);
         v_j2_linear_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_linear_iso_return_map_converged[l] : 0;
         v_j2_linear_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_linear_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2371,8 +2364,6 @@ MC_INLINE void newton_1_iterate(
         v_ncse_17[l] = ncse_17;
         v_ncse_26[l] = ncse_26;
         v_ncse_36[l] = ncse_36;
-        v_ncse_39[l] = ncse_39;
-        v_ncse_40[l] = ncse_40;
         v_ncse_46[l] = ncse_46;
         v_ncse_47[l] = ncse_47;
         v_ncse_76[l] = ncse_76;
@@ -2383,6 +2374,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_95[l] = ncse_95;
         v_ncse_98[l] = ncse_98;
         v_ncse_116[l] = ncse_116;
+        v_ncse_117[l] = ncse_117;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2412,8 +2404,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_36 = v_ncse_36[l];
         const real p_K = MC_P(2, v_p_K[l]);
         const real p_sigma_y = MC_P(3, v_p_sigma_y[l]);
-        const real ncse_39 = v_ncse_39[l];
-        const real ncse_40 = v_ncse_40[l];
         const real state_internal_ep = v_state_internal_ep[l];
         const real ncse_47 = v_ncse_47[l];
         const real ncse_46 = v_ncse_46[l];
@@ -2433,6 +2423,7 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real ncse_98 = v_ncse_98[l];
+        const real ncse_117 = v_ncse_117[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2467,7 +2458,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_35 = (-ncse_29 - ncse_8 + (((real)1.3333333333333333) * p_E * ncse_10 * ncse_2));
         const real ncse_37 = (ncse_36 * state_internal_gamma_rate);
         const real ncse_38 = (ncse_2 * ncse_31 * ncse_37);
-        const real ncse_41 = (ncse_40 * (-p_sigma_y + (((real)0.5) * ncse_30 * ncse_39) - (p_K * state_internal_ep)));
+        const real ncse_41 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_30) - (p_K * state_internal_ep)));
         const real ncse_42 = (-((real)0.6666666666666666) * ncse_31);
         const real ncse_43 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_30));
         const real ncse_44 = (ncse_43 * mc_sdiv(((real)1.0), (ncse_30 * ncse_30)));
@@ -2536,14 +2527,14 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_38));
         const real nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_38));
         const real nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_38));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_40));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (((real)0.816496580927726) * ncse_14));
         const real nt1_r_7 = mc_le((-ncse_41), ncse_37);
         const real j2_linear_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? j2_linear_iso_return_map_residual_norm : v_nt1_rnorm0[l];
         const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_105 * (ncse_102 + ncse_96 + (ncse_97 * ncse_98))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_102 + ncse_106 + (ncse_91 * ncse_98))) + fabs(old_state_internal_Ep_1)))));
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_109 * (ncse_107 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_99 + (ncse_105 * (ncse_101 + ncse_106 + ncse_96 + (ncse_100 * ncse_98))) + fabs(old_state_internal_Ep_2)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_110 + (ncse_109 * (ncse_110 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_111 + (ncse_109 * (ncse_111 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (ncse_104 * ncse_40) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (ncse_40 * ((ncse_112 * fabs(p_K)) + (((real)0.5) * ncse_39 * fabs(ncse_30)) + fabs(p_sigma_y)))))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_112 + (((real)0.816496580927726) * ncse_104) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_108 + (((real)0.816496580927726) * ((ncse_112 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)))))));
         const int nt1_ok = (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -2563,192 +2554,191 @@ MC_INLINE void newton_1_iterate(
         const real nt1_10 = (ncse_20 * ncse_81);
         const real nt1_11 = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_24 * ncse_75))));
         const real nt1_12 = (ncse_23 * ncse_81);
-        const real nt1_13 = (ncse_40 * ncse_46);
-        const real nt1_14 = (-ncse_12 * ncse_86);
-        const real nt1_15 = (-ncse_34 * ncse_86);
-        const real nt1_16 = (-ncse_35 * ncse_86);
-        const real nt1_17 = (-ncse_53 * ncse_87);
-        const real nt1_18 = (-ncse_20 * ncse_88);
-        const real nt1_19 = (-ncse_23 * ncse_88);
-        const real nt1_20 = (-p_K * ncse_40 * ncse_84);
-        const real nt1_21 = (ncse_36 * ncse_83);
-        const int nt1_ok_0_22_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_51))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_57))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))));
-        const int nt1_22 = (nt1_ok_0_22_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
-        const real nt1_23 = (nt1_22 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_24 = (ncse_51 * nt1_23);
-        const real nt1_25 = (nt1_3 - (ncse_51 * nt1_24));
-        const real nt1_26 = (ncse_61 - (ncse_52 * nt1_24));
-        const real nt1_27 = (ncse_64 - (ncse_57 * nt1_24));
-        const real nt1_28 = (ncse_66 - (ncse_59 * nt1_24));
-        const real nt1_29 = (ncse_67 - (ncse_60 * nt1_24));
-        const real nt1_30 = (nt1_4 - (nt1_2 * nt1_24));
-        const real nt1_31 = (ncse_52 * nt1_23);
-        const real nt1_32 = (ncse_61 - (ncse_51 * nt1_31));
-        const real nt1_33 = (nt1_5 - (ncse_52 * nt1_31));
-        const real nt1_34 = (ncse_70 - (ncse_57 * nt1_31));
-        const real nt1_35 = (ncse_72 - (ncse_59 * nt1_31));
-        const real nt1_36 = (ncse_73 - (ncse_60 * nt1_31));
-        const real nt1_37 = (nt1_6 - (nt1_2 * nt1_31));
-        const real nt1_38 = (ncse_57 * nt1_23);
-        const real nt1_39 = (ncse_64 - (ncse_51 * nt1_38));
-        const real nt1_40 = (ncse_70 - (ncse_52 * nt1_38));
-        const real nt1_41 = (nt1_7 - (ncse_57 * nt1_38));
-        const real nt1_42 = (ncse_79 - (ncse_59 * nt1_38));
-        const real nt1_43 = (ncse_80 - (ncse_60 * nt1_38));
-        const real nt1_44 = (nt1_8 - (nt1_2 * nt1_38));
-        const real nt1_45 = (ncse_59 * nt1_23);
-        const real nt1_46 = (ncse_66 - (ncse_51 * nt1_45));
-        const real nt1_47 = (ncse_72 - (ncse_52 * nt1_45));
-        const real nt1_48 = (ncse_79 - (ncse_57 * nt1_45));
-        const real nt1_49 = (nt1_9 - (ncse_59 * nt1_45));
-        const real nt1_50 = (ncse_82 - (ncse_60 * nt1_45));
-        const real nt1_51 = (nt1_10 - (nt1_2 * nt1_45));
-        const real nt1_52 = (ncse_60 * nt1_23);
-        const real nt1_53 = (ncse_67 - (ncse_51 * nt1_52));
-        const real nt1_54 = (ncse_73 - (ncse_52 * nt1_52));
-        const real nt1_55 = (ncse_80 - (ncse_57 * nt1_52));
-        const real nt1_56 = (ncse_82 - (ncse_59 * nt1_52));
-        const real nt1_57 = (nt1_11 - (ncse_60 * nt1_52));
-        const real nt1_58 = (nt1_12 - (nt1_2 * nt1_52));
-        const real nt1_59 = (nt1_14 * nt1_23);
-        const real nt1_60 = (nt1_15 - (ncse_51 * nt1_59));
-        const real nt1_61 = (nt1_16 - (ncse_52 * nt1_59));
-        const real nt1_62 = (nt1_17 - (ncse_57 * nt1_59));
-        const real nt1_63 = (nt1_18 - (ncse_59 * nt1_59));
-        const real nt1_64 = (nt1_19 - (ncse_60 * nt1_59));
-        const real nt1_65 = (nt1_21 - (nt1_2 * nt1_59));
-        const int nt1_ok_1_66_part0 = ((fabs(nt1_25) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_25) >= (((real)1e-12) * fabs(nt1_27))) & (fabs(nt1_25) >= (((real)1e-12) * fabs(nt1_28))) & (fabs(nt1_25) >= (((real)1e-12) * fabs(nt1_29))));
-        const int nt1_66 = (nt1_ok_1_66_part0 & (fabs(nt1_25) >= (((real)1e-12) * fabs(nt1_30))));
-        const real nt1_67 = (nt1_66 ? (((real)1.0) / nt1_25) : MC_NAN);
-        const real nt1_68 = (nt1_32 * nt1_67);
-        const real nt1_69 = (nt1_33 - (nt1_26 * nt1_68));
-        const real nt1_70 = (nt1_34 - (nt1_27 * nt1_68));
-        const real nt1_71 = (nt1_35 - (nt1_28 * nt1_68));
-        const real nt1_72 = (nt1_36 - (nt1_29 * nt1_68));
-        const real nt1_73 = (nt1_37 - (nt1_30 * nt1_68));
-        const real nt1_74 = (nt1_39 * nt1_67);
-        const real nt1_75 = (nt1_40 - (nt1_26 * nt1_74));
-        const real nt1_76 = (nt1_41 - (nt1_27 * nt1_74));
-        const real nt1_77 = (nt1_42 - (nt1_28 * nt1_74));
-        const real nt1_78 = (nt1_43 - (nt1_29 * nt1_74));
-        const real nt1_79 = (nt1_44 - (nt1_30 * nt1_74));
-        const real nt1_80 = (nt1_46 * nt1_67);
-        const real nt1_81 = (nt1_47 - (nt1_26 * nt1_80));
-        const real nt1_82 = (nt1_48 - (nt1_27 * nt1_80));
-        const real nt1_83 = (nt1_49 - (nt1_28 * nt1_80));
-        const real nt1_84 = (nt1_50 - (nt1_29 * nt1_80));
-        const real nt1_85 = (nt1_51 - (nt1_30 * nt1_80));
-        const real nt1_86 = (nt1_53 * nt1_67);
-        const real nt1_87 = (nt1_54 - (nt1_26 * nt1_86));
-        const real nt1_88 = (nt1_55 - (nt1_27 * nt1_86));
-        const real nt1_89 = (nt1_56 - (nt1_28 * nt1_86));
-        const real nt1_90 = (nt1_57 - (nt1_29 * nt1_86));
-        const real nt1_91 = (nt1_58 - (nt1_30 * nt1_86));
-        const real nt1_92 = (nt1_60 * nt1_67);
-        const real nt1_93 = (nt1_61 - (nt1_26 * nt1_92));
-        const real nt1_94 = (nt1_62 - (nt1_27 * nt1_92));
-        const real nt1_95 = (nt1_63 - (nt1_28 * nt1_92));
-        const real nt1_96 = (nt1_64 - (nt1_29 * nt1_92));
-        const real nt1_97 = (nt1_65 - (nt1_30 * nt1_92));
-        const int nt1_98 = ((fabs(nt1_69) >= (((real)1e-12) * fabs(nt1_70))) & (fabs(nt1_69) >= (((real)1e-12) * fabs(nt1_71))) & (fabs(nt1_69) >= (((real)1e-12) * fabs(nt1_72))) & (fabs(nt1_69) >= (((real)1e-12) * fabs(nt1_73))));
-        const real nt1_99 = (nt1_98 ? (((real)1.0) / nt1_69) : MC_NAN);
-        const real nt1_100 = (nt1_75 * nt1_99);
-        const real nt1_101 = (nt1_76 - (nt1_70 * nt1_100));
-        const real nt1_102 = (nt1_77 - (nt1_71 * nt1_100));
-        const real nt1_103 = (nt1_78 - (nt1_72 * nt1_100));
-        const real nt1_104 = (nt1_79 - (nt1_73 * nt1_100));
-        const real nt1_105 = (nt1_81 * nt1_99);
-        const real nt1_106 = (nt1_82 - (nt1_70 * nt1_105));
-        const real nt1_107 = (nt1_83 - (nt1_71 * nt1_105));
-        const real nt1_108 = (nt1_84 - (nt1_72 * nt1_105));
-        const real nt1_109 = (nt1_85 - (nt1_73 * nt1_105));
-        const real nt1_110 = (nt1_87 * nt1_99);
-        const real nt1_111 = (nt1_88 - (nt1_70 * nt1_110));
-        const real nt1_112 = (nt1_89 - (nt1_71 * nt1_110));
-        const real nt1_113 = (nt1_90 - (nt1_72 * nt1_110));
-        const real nt1_114 = (nt1_91 - (nt1_73 * nt1_110));
-        const real nt1_115 = (nt1_93 * nt1_99);
-        const real nt1_116 = (nt1_94 - (nt1_70 * nt1_115));
-        const real nt1_117 = (nt1_95 - (nt1_71 * nt1_115));
-        const real nt1_118 = (nt1_96 - (nt1_72 * nt1_115));
-        const real nt1_119 = (nt1_97 - (nt1_73 * nt1_115));
-        const int nt1_120 = ((fabs(nt1_101) >= (((real)1e-12) * fabs(nt1_102))) & (fabs(nt1_101) >= (((real)1e-12) * fabs(nt1_103))) & (fabs(nt1_101) >= (((real)1e-12) * fabs(nt1_104))));
-        const real nt1_121 = (nt1_120 ? (((real)1.0) / nt1_101) : MC_NAN);
-        const real nt1_122 = (nt1_106 * nt1_121);
-        const real nt1_123 = (nt1_107 - (nt1_102 * nt1_122));
-        const real nt1_124 = (nt1_108 - (nt1_103 * nt1_122));
-        const real nt1_125 = (nt1_109 - (nt1_104 * nt1_122));
-        const real nt1_126 = (nt1_111 * nt1_121);
-        const real nt1_127 = (nt1_112 - (nt1_102 * nt1_126));
-        const real nt1_128 = (nt1_113 - (nt1_103 * nt1_126));
-        const real nt1_129 = (nt1_114 - (nt1_104 * nt1_126));
-        const real nt1_130 = (nt1_116 * nt1_121);
-        const real nt1_131 = (nt1_117 - (nt1_102 * nt1_130));
-        const real nt1_132 = (nt1_118 - (nt1_103 * nt1_130));
-        const real nt1_133 = (nt1_119 - (nt1_104 * nt1_130));
-        const int nt1_134 = ((fabs(nt1_123) >= (((real)1e-12) * fabs(nt1_124))) & (fabs(nt1_123) >= (((real)1e-12) * fabs(nt1_125))));
-        const real nt1_135 = (nt1_134 ? (((real)1.0) / nt1_123) : MC_NAN);
-        const real nt1_136 = (nt1_127 * nt1_135);
-        const real nt1_137 = (nt1_128 - (nt1_124 * nt1_136));
-        const real nt1_138 = (nt1_129 - (nt1_125 * nt1_136));
-        const real nt1_139 = (nt1_131 * nt1_135);
-        const real nt1_140 = (nt1_132 - (nt1_124 * nt1_139));
-        const real nt1_141 = (nt1_133 - (nt1_125 * nt1_139));
-        const int nt1_142 = (fabs(nt1_137) >= (((real)1e-12) * fabs(nt1_138)));
-        const real nt1_143 = (nt1_142 ? (((real)1.0) / nt1_137) : MC_NAN);
-        const real nt1_144 = (nt1_140 * nt1_143);
-        const real nt1_145 = (nt1_141 - (nt1_138 * nt1_144));
-        const int nt1_146 = (((real)1.0) >= (((real)1e-12) * fabs(nt1_13)));
-        const real nt1_147 = (nt1_146 ? ((real)1.0) : MC_NAN);
-        const real nt1_148 = (nt1_20 * nt1_147);
-        const real nt1_149 = (nt1_145 - (nt1_13 * nt1_148));
-        const real nt1_150 = (((real)1.0) / nt1_149);
-        const real nt1_151 = (-nt1_r_0);
-        const real nt1_152 = (-nt1_r_1);
-        const real nt1_153 = (-nt1_r_2);
-        const real nt1_154 = (-nt1_r_3);
-        const real nt1_155 = (-nt1_r_4);
-        const real nt1_156 = (-nt1_r_5);
-        const real nt1_157 = (-nt1_r_6);
-        const real nt1_158 = (-nt1_r_7);
-        const real nt1_159 = (nt1_152 - (nt1_151 * nt1_24));
-        const real nt1_160 = (nt1_153 - (nt1_151 * nt1_31));
-        const real nt1_161 = (nt1_154 - (nt1_151 * nt1_38));
-        const real nt1_162 = (nt1_155 - (nt1_151 * nt1_45));
-        const real nt1_163 = (nt1_156 - (nt1_151 * nt1_52));
-        const real nt1_164 = (nt1_158 - (nt1_151 * nt1_59));
-        const real nt1_165 = (nt1_160 - (nt1_159 * nt1_68));
-        const real nt1_166 = (nt1_161 - (nt1_159 * nt1_74));
-        const real nt1_167 = (nt1_162 - (nt1_159 * nt1_80));
-        const real nt1_168 = (nt1_163 - (nt1_159 * nt1_86));
-        const real nt1_169 = (nt1_164 - (nt1_159 * nt1_92));
-        const real nt1_170 = (nt1_166 - (nt1_165 * nt1_100));
-        const real nt1_171 = (nt1_167 - (nt1_165 * nt1_105));
-        const real nt1_172 = (nt1_168 - (nt1_165 * nt1_110));
-        const real nt1_173 = (nt1_169 - (nt1_165 * nt1_115));
-        const real nt1_174 = (nt1_171 - (nt1_170 * nt1_122));
-        const real nt1_175 = (nt1_172 - (nt1_170 * nt1_126));
-        const real nt1_176 = (nt1_173 - (nt1_170 * nt1_130));
-        const real nt1_177 = (nt1_175 - (nt1_174 * nt1_136));
-        const real nt1_178 = (nt1_176 - (nt1_174 * nt1_139));
-        const real nt1_179 = (nt1_178 - (nt1_177 * nt1_144));
-        const real nt1_180 = (nt1_179 - (nt1_157 * nt1_148));
-        const real nt1_181 = (nt1_180 * nt1_150);
-        const real nt1_182 = (nt1_147 * (nt1_157 - (nt1_13 * nt1_181)));
-        const real nt1_183 = (nt1_143 * (nt1_177 - (nt1_138 * nt1_181)));
-        const real nt1_184 = (nt1_135 * (nt1_174 - (nt1_124 * nt1_183) - (nt1_125 * nt1_181)));
-        const real nt1_185 = (nt1_121 * (nt1_170 - (nt1_102 * nt1_184) - (nt1_103 * nt1_183) - (nt1_104 * nt1_181)));
-        const real nt1_186 = (nt1_99 * (nt1_165 - (nt1_70 * nt1_185) - (nt1_71 * nt1_184) - (nt1_72 * nt1_183) - (nt1_73 * nt1_181)));
-        const real nt1_187 = (nt1_67 * (nt1_159 - (nt1_26 * nt1_186) - (nt1_27 * nt1_185) - (nt1_28 * nt1_184) - (nt1_29 * nt1_183) - (nt1_30 * nt1_181)));
-        const real nt1_188 = (nt1_23 * (nt1_151 - (ncse_51 * nt1_187) - (ncse_52 * nt1_186) - (ncse_57 * nt1_185) - (ncse_59 * nt1_184) - (ncse_60 * nt1_183) - (nt1_2 * nt1_181)));
-        const real nt1_dx_0 = nt1_188;
-        const real nt1_dx_1 = nt1_187;
-        const real nt1_dx_2 = nt1_186;
-        const real nt1_dx_3 = nt1_185;
-        const real nt1_dx_4 = nt1_184;
-        const real nt1_dx_5 = nt1_183;
-        const real nt1_dx_6 = nt1_182;
-        const real nt1_dx_7 = nt1_181;
+        const real nt1_13 = (-ncse_12 * ncse_86);
+        const real nt1_14 = (-ncse_34 * ncse_86);
+        const real nt1_15 = (-ncse_35 * ncse_86);
+        const real nt1_16 = (-ncse_53 * ncse_87);
+        const real nt1_17 = (-ncse_20 * ncse_88);
+        const real nt1_18 = (-ncse_23 * ncse_88);
+        const real nt1_19 = (-((real)0.816496580927726) * p_K * ncse_84);
+        const real nt1_20 = (ncse_36 * ncse_83);
+        const int nt1_ok_0_21_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_51))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_57))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))));
+        const int nt1_21 = (nt1_ok_0_21_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_22 = (nt1_21 ? (((real)1.0) / nt1_1) : MC_NAN);
+        const real nt1_23 = (ncse_51 * nt1_22);
+        const real nt1_24 = (nt1_3 - (ncse_51 * nt1_23));
+        const real nt1_25 = (ncse_61 - (ncse_52 * nt1_23));
+        const real nt1_26 = (ncse_64 - (ncse_57 * nt1_23));
+        const real nt1_27 = (ncse_66 - (ncse_59 * nt1_23));
+        const real nt1_28 = (ncse_67 - (ncse_60 * nt1_23));
+        const real nt1_29 = (nt1_4 - (nt1_2 * nt1_23));
+        const real nt1_30 = (ncse_52 * nt1_22);
+        const real nt1_31 = (ncse_61 - (ncse_51 * nt1_30));
+        const real nt1_32 = (nt1_5 - (ncse_52 * nt1_30));
+        const real nt1_33 = (ncse_70 - (ncse_57 * nt1_30));
+        const real nt1_34 = (ncse_72 - (ncse_59 * nt1_30));
+        const real nt1_35 = (ncse_73 - (ncse_60 * nt1_30));
+        const real nt1_36 = (nt1_6 - (nt1_2 * nt1_30));
+        const real nt1_37 = (ncse_57 * nt1_22);
+        const real nt1_38 = (ncse_64 - (ncse_51 * nt1_37));
+        const real nt1_39 = (ncse_70 - (ncse_52 * nt1_37));
+        const real nt1_40 = (nt1_7 - (ncse_57 * nt1_37));
+        const real nt1_41 = (ncse_79 - (ncse_59 * nt1_37));
+        const real nt1_42 = (ncse_80 - (ncse_60 * nt1_37));
+        const real nt1_43 = (nt1_8 - (nt1_2 * nt1_37));
+        const real nt1_44 = (ncse_59 * nt1_22);
+        const real nt1_45 = (ncse_66 - (ncse_51 * nt1_44));
+        const real nt1_46 = (ncse_72 - (ncse_52 * nt1_44));
+        const real nt1_47 = (ncse_79 - (ncse_57 * nt1_44));
+        const real nt1_48 = (nt1_9 - (ncse_59 * nt1_44));
+        const real nt1_49 = (ncse_82 - (ncse_60 * nt1_44));
+        const real nt1_50 = (nt1_10 - (nt1_2 * nt1_44));
+        const real nt1_51 = (ncse_60 * nt1_22);
+        const real nt1_52 = (ncse_67 - (ncse_51 * nt1_51));
+        const real nt1_53 = (ncse_73 - (ncse_52 * nt1_51));
+        const real nt1_54 = (ncse_80 - (ncse_57 * nt1_51));
+        const real nt1_55 = (ncse_82 - (ncse_59 * nt1_51));
+        const real nt1_56 = (nt1_11 - (ncse_60 * nt1_51));
+        const real nt1_57 = (nt1_12 - (nt1_2 * nt1_51));
+        const real nt1_58 = (nt1_13 * nt1_22);
+        const real nt1_59 = (nt1_14 - (ncse_51 * nt1_58));
+        const real nt1_60 = (nt1_15 - (ncse_52 * nt1_58));
+        const real nt1_61 = (nt1_16 - (ncse_57 * nt1_58));
+        const real nt1_62 = (nt1_17 - (ncse_59 * nt1_58));
+        const real nt1_63 = (nt1_18 - (ncse_60 * nt1_58));
+        const real nt1_64 = (nt1_20 - (nt1_2 * nt1_58));
+        const int nt1_ok_1_65_part0 = ((fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_27))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_28))));
+        const int nt1_65 = (nt1_ok_1_65_part0 & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_29))));
+        const real nt1_66 = (nt1_65 ? (((real)1.0) / nt1_24) : MC_NAN);
+        const real nt1_67 = (nt1_31 * nt1_66);
+        const real nt1_68 = (nt1_32 - (nt1_25 * nt1_67));
+        const real nt1_69 = (nt1_33 - (nt1_26 * nt1_67));
+        const real nt1_70 = (nt1_34 - (nt1_27 * nt1_67));
+        const real nt1_71 = (nt1_35 - (nt1_28 * nt1_67));
+        const real nt1_72 = (nt1_36 - (nt1_29 * nt1_67));
+        const real nt1_73 = (nt1_38 * nt1_66);
+        const real nt1_74 = (nt1_39 - (nt1_25 * nt1_73));
+        const real nt1_75 = (nt1_40 - (nt1_26 * nt1_73));
+        const real nt1_76 = (nt1_41 - (nt1_27 * nt1_73));
+        const real nt1_77 = (nt1_42 - (nt1_28 * nt1_73));
+        const real nt1_78 = (nt1_43 - (nt1_29 * nt1_73));
+        const real nt1_79 = (nt1_45 * nt1_66);
+        const real nt1_80 = (nt1_46 - (nt1_25 * nt1_79));
+        const real nt1_81 = (nt1_47 - (nt1_26 * nt1_79));
+        const real nt1_82 = (nt1_48 - (nt1_27 * nt1_79));
+        const real nt1_83 = (nt1_49 - (nt1_28 * nt1_79));
+        const real nt1_84 = (nt1_50 - (nt1_29 * nt1_79));
+        const real nt1_85 = (nt1_52 * nt1_66);
+        const real nt1_86 = (nt1_53 - (nt1_25 * nt1_85));
+        const real nt1_87 = (nt1_54 - (nt1_26 * nt1_85));
+        const real nt1_88 = (nt1_55 - (nt1_27 * nt1_85));
+        const real nt1_89 = (nt1_56 - (nt1_28 * nt1_85));
+        const real nt1_90 = (nt1_57 - (nt1_29 * nt1_85));
+        const real nt1_91 = (nt1_59 * nt1_66);
+        const real nt1_92 = (nt1_60 - (nt1_25 * nt1_91));
+        const real nt1_93 = (nt1_61 - (nt1_26 * nt1_91));
+        const real nt1_94 = (nt1_62 - (nt1_27 * nt1_91));
+        const real nt1_95 = (nt1_63 - (nt1_28 * nt1_91));
+        const real nt1_96 = (nt1_64 - (nt1_29 * nt1_91));
+        const int nt1_97 = ((fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_69))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_70))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_71))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_72))));
+        const real nt1_98 = (nt1_97 ? (((real)1.0) / nt1_68) : MC_NAN);
+        const real nt1_99 = (nt1_74 * nt1_98);
+        const real nt1_100 = (nt1_75 - (nt1_69 * nt1_99));
+        const real nt1_101 = (nt1_76 - (nt1_70 * nt1_99));
+        const real nt1_102 = (nt1_77 - (nt1_71 * nt1_99));
+        const real nt1_103 = (nt1_78 - (nt1_72 * nt1_99));
+        const real nt1_104 = (nt1_80 * nt1_98);
+        const real nt1_105 = (nt1_81 - (nt1_69 * nt1_104));
+        const real nt1_106 = (nt1_82 - (nt1_70 * nt1_104));
+        const real nt1_107 = (nt1_83 - (nt1_71 * nt1_104));
+        const real nt1_108 = (nt1_84 - (nt1_72 * nt1_104));
+        const real nt1_109 = (nt1_86 * nt1_98);
+        const real nt1_110 = (nt1_87 - (nt1_69 * nt1_109));
+        const real nt1_111 = (nt1_88 - (nt1_70 * nt1_109));
+        const real nt1_112 = (nt1_89 - (nt1_71 * nt1_109));
+        const real nt1_113 = (nt1_90 - (nt1_72 * nt1_109));
+        const real nt1_114 = (nt1_92 * nt1_98);
+        const real nt1_115 = (nt1_93 - (nt1_69 * nt1_114));
+        const real nt1_116 = (nt1_94 - (nt1_70 * nt1_114));
+        const real nt1_117 = (nt1_95 - (nt1_71 * nt1_114));
+        const real nt1_118 = (nt1_96 - (nt1_72 * nt1_114));
+        const int nt1_119 = ((fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_101))) & (fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_102))) & (fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_103))));
+        const real nt1_120 = (nt1_119 ? (((real)1.0) / nt1_100) : MC_NAN);
+        const real nt1_121 = (nt1_105 * nt1_120);
+        const real nt1_122 = (nt1_106 - (nt1_101 * nt1_121));
+        const real nt1_123 = (nt1_107 - (nt1_102 * nt1_121));
+        const real nt1_124 = (nt1_108 - (nt1_103 * nt1_121));
+        const real nt1_125 = (nt1_110 * nt1_120);
+        const real nt1_126 = (nt1_111 - (nt1_101 * nt1_125));
+        const real nt1_127 = (nt1_112 - (nt1_102 * nt1_125));
+        const real nt1_128 = (nt1_113 - (nt1_103 * nt1_125));
+        const real nt1_129 = (nt1_115 * nt1_120);
+        const real nt1_130 = (nt1_116 - (nt1_101 * nt1_129));
+        const real nt1_131 = (nt1_117 - (nt1_102 * nt1_129));
+        const real nt1_132 = (nt1_118 - (nt1_103 * nt1_129));
+        const int nt1_133 = ((fabs(nt1_122) >= (((real)1e-12) * fabs(nt1_123))) & (fabs(nt1_122) >= (((real)1e-12) * fabs(nt1_124))));
+        const real nt1_134 = (nt1_133 ? (((real)1.0) / nt1_122) : MC_NAN);
+        const real nt1_135 = (nt1_126 * nt1_134);
+        const real nt1_136 = (nt1_127 - (nt1_123 * nt1_135));
+        const real nt1_137 = (nt1_128 - (nt1_124 * nt1_135));
+        const real nt1_138 = (nt1_130 * nt1_134);
+        const real nt1_139 = (nt1_131 - (nt1_123 * nt1_138));
+        const real nt1_140 = (nt1_132 - (nt1_124 * nt1_138));
+        const int nt1_141 = (fabs(nt1_136) >= (((real)1e-12) * fabs(nt1_137)));
+        const real nt1_142 = (nt1_141 ? (((real)1.0) / nt1_136) : MC_NAN);
+        const real nt1_143 = (nt1_139 * nt1_142);
+        const real nt1_144 = (nt1_140 - (nt1_137 * nt1_143));
+        const int nt1_145 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_117)));
+        const real nt1_146 = (nt1_145 ? ((real)1.0) : MC_NAN);
+        const real nt1_147 = (nt1_19 * nt1_146);
+        const real nt1_148 = (nt1_144 - (ncse_117 * nt1_147));
+        const real nt1_149 = (((real)1.0) / nt1_148);
+        const real nt1_150 = (-nt1_r_0);
+        const real nt1_151 = (-nt1_r_1);
+        const real nt1_152 = (-nt1_r_2);
+        const real nt1_153 = (-nt1_r_3);
+        const real nt1_154 = (-nt1_r_4);
+        const real nt1_155 = (-nt1_r_5);
+        const real nt1_156 = (-nt1_r_6);
+        const real nt1_157 = (-nt1_r_7);
+        const real nt1_158 = (nt1_151 - (nt1_150 * nt1_23));
+        const real nt1_159 = (nt1_152 - (nt1_150 * nt1_30));
+        const real nt1_160 = (nt1_153 - (nt1_150 * nt1_37));
+        const real nt1_161 = (nt1_154 - (nt1_150 * nt1_44));
+        const real nt1_162 = (nt1_155 - (nt1_150 * nt1_51));
+        const real nt1_163 = (nt1_157 - (nt1_150 * nt1_58));
+        const real nt1_164 = (nt1_159 - (nt1_158 * nt1_67));
+        const real nt1_165 = (nt1_160 - (nt1_158 * nt1_73));
+        const real nt1_166 = (nt1_161 - (nt1_158 * nt1_79));
+        const real nt1_167 = (nt1_162 - (nt1_158 * nt1_85));
+        const real nt1_168 = (nt1_163 - (nt1_158 * nt1_91));
+        const real nt1_169 = (nt1_165 - (nt1_164 * nt1_99));
+        const real nt1_170 = (nt1_166 - (nt1_164 * nt1_104));
+        const real nt1_171 = (nt1_167 - (nt1_164 * nt1_109));
+        const real nt1_172 = (nt1_168 - (nt1_164 * nt1_114));
+        const real nt1_173 = (nt1_170 - (nt1_169 * nt1_121));
+        const real nt1_174 = (nt1_171 - (nt1_169 * nt1_125));
+        const real nt1_175 = (nt1_172 - (nt1_169 * nt1_129));
+        const real nt1_176 = (nt1_174 - (nt1_173 * nt1_135));
+        const real nt1_177 = (nt1_175 - (nt1_173 * nt1_138));
+        const real nt1_178 = (nt1_177 - (nt1_176 * nt1_143));
+        const real nt1_179 = (nt1_178 - (nt1_156 * nt1_147));
+        const real nt1_180 = (nt1_179 * nt1_149);
+        const real nt1_181 = (nt1_146 * (nt1_156 - (ncse_117 * nt1_180)));
+        const real nt1_182 = (nt1_142 * (nt1_176 - (nt1_137 * nt1_180)));
+        const real nt1_183 = (nt1_134 * (nt1_173 - (nt1_123 * nt1_182) - (nt1_124 * nt1_180)));
+        const real nt1_184 = (nt1_120 * (nt1_169 - (nt1_101 * nt1_183) - (nt1_102 * nt1_182) - (nt1_103 * nt1_180)));
+        const real nt1_185 = (nt1_98 * (nt1_164 - (nt1_69 * nt1_184) - (nt1_70 * nt1_183) - (nt1_71 * nt1_182) - (nt1_72 * nt1_180)));
+        const real nt1_186 = (nt1_66 * (nt1_158 - (nt1_25 * nt1_185) - (nt1_26 * nt1_184) - (nt1_27 * nt1_183) - (nt1_28 * nt1_182) - (nt1_29 * nt1_180)));
+        const real nt1_187 = (nt1_22 * (nt1_150 - (ncse_51 * nt1_186) - (ncse_52 * nt1_185) - (ncse_57 * nt1_184) - (ncse_59 * nt1_183) - (ncse_60 * nt1_182) - (nt1_2 * nt1_180)));
+        const real nt1_dx_0 = nt1_187;
+        const real nt1_dx_1 = nt1_186;
+        const real nt1_dx_2 = nt1_185;
+        const real nt1_dx_3 = nt1_184;
+        const real nt1_dx_4 = nt1_183;
+        const real nt1_dx_5 = nt1_182;
+        const real nt1_dx_6 = nt1_181;
+        const real nt1_dx_7 = nt1_180;
         if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
         if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
         if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
@@ -2819,7 +2809,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = (ncse_40 * ncse_46);
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_117;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[56 * MC_W + l] = (-ncse_12 * ncse_86);
         if (V & 1) mc_A[57 * MC_W + l] = (-ncse_34 * ncse_86);
@@ -2827,7 +2817,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[59 * MC_W + l] = (-ncse_53 * ncse_87);
         if (V & 1) mc_A[60 * MC_W + l] = (-ncse_20 * ncse_88);
         if (V & 1) mc_A[61 * MC_W + l] = (-ncse_23 * ncse_88);
-        if (V & 1) mc_A[62 * MC_W + l] = (-p_K * ncse_40 * ncse_84);
+        if (V & 1) mc_A[62 * MC_W + l] = (-((real)0.816496580927726) * p_K * ncse_84);
         if (V & 1) mc_A[63 * MC_W + l] = (ncse_36 * ncse_83);
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
     }
@@ -3013,7 +3003,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_102[MC_W];
     real v_cse_105[MC_W];
     real v_cse_106[MC_W];
-    real v_cse_109[MC_W];
     real v_cse_111[MC_W];
     real v_cse_113[MC_W];
     real v_cse_122[MC_W];
@@ -3181,10 +3170,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_105 = (((real)2.0) * cse_38);
         const real cse_106 = (-cse_92 - (cse_105 * cse_94));
         const real cse_107 = (cse_106 * cse_52);
-        const real cse_108 = ((real)2.449489742783178);
-        const real cse_109 = (((real)0.3333333333333333) * cse_108);
         const real cse_110 = (p_E * cse_49);
-        const real cse_111 = ((-(cse_109 * (-p_sigma_y + (((real)0.5) * cse_108 * cse_42) - (p_K * state_internal_ep))) - (cse_110 * state_internal_gamma_rate)) > 0 ? 1 : 0);
+        const real cse_111 = ((-(cse_110 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42) - (p_K * state_internal_ep)))) > 0 ? 1 : 0);
         const real cse_112 = (-((real)1.0) + cse_111);
         const real cse_113 = (cse_112 * cse_46);
         const real cse_114 = (cse_113 * cse_41);
@@ -3195,7 +3182,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_119 = (-cse_118 * cse_15);
         const real cse_120 = (-cse_118 * cse_17);
         const real cse_121 = (-cse_118 * cse_19);
-        const real cse_122 = (cse_109 * cse_112);
+        const real cse_122 = (((real)0.816496580927726) * cse_112);
         if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_53);
         if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_60;
         if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_63;
@@ -3251,7 +3238,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (cse_109 * cse_50);
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_50);
         if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_115;
         if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_116;
         if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_117;
@@ -3359,7 +3346,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_102[l] = cse_102;
         if (V & 14) v_cse_105[l] = cse_105;
         if (V & 14) v_cse_106[l] = cse_106;
-        if (V & 14) v_cse_109[l] = cse_109;
         if (V & 14) v_cse_111[l] = cse_111;
         if (V & 14) v_cse_113[l] = cse_113;
         if (V & 14) v_cse_122[l] = cse_122;
@@ -3421,7 +3407,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_109 = v_cse_109[l];
             const real cse_111 = v_cse_111[l];
             o_j[0 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
             o_j[1 * MC_W + l] = j2_linear_iso_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
@@ -3467,7 +3452,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_137 = (cse_123 * state_S_3);
             const real cse_142 = (cse_123 * state_S_4);
             const real cse_144 = (cse_123 * state_S_5);
-            const real cse_146 = (cse_109 * state_internal_gamma_rate);
+            const real cse_146 = (((real)0.816496580927726) * state_internal_gamma_rate);
             const real cse_147 = (cse_111 * state_internal_gamma_rate);
             const real cse_148 = (p_E * cse_147);
             if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_125;

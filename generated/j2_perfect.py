@@ -83,12 +83,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_18 = torch.sqrt(torch.clamp((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9)), min=0.0))
     cse_19 = _sdiv(1.0, cse_18)
     cse_20 = (1.0 / p_E)
-    cse_21 = 2.449489742783178
     cse_22 = (2.0 * p_nu)
     cse_23 = (2.0 + cse_22)
     cse_24 = (2.0 * cse_18)
     cse_25 = (cse_24 / cse_23)
-    cse_26 = ((p_E * cse_25) - (0.3333333333333333 * p_sigma_y * cse_21))
+    cse_26 = ((p_E * cse_25) - (0.816496580927726 * p_sigma_y))
     cse_27 = torch.clamp(cse_26, min=0.0)
     cse_28 = (cse_20 * cse_27)
     cse_29 = (0.5 * cse_23)
@@ -375,7 +374,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d168 = (-(cse_157 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
         d169 = (-(cse_157 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
         d170 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
-        cse_164 = (0.16666666666666666 * cse_147 * cse_21 * cse_23)
+        cse_164 = (0.408248290463863 * cse_147 * cse_23)
         cse_165 = (cse_164 * cse_19)
         d171 = (-cse_165 * cse_9)
         d172 = (-cse_165 * cse_17)
@@ -604,12 +603,13 @@ if triton is not None:
         K1 = tl.full([], 0.6666666666666666, DTYPE)
         K2 = tl.full([], 0.3333333333333333, DTYPE)
         K3 = tl.full([], 2.0, DTYPE)
-        K4 = tl.full([], 2.449489742783178, DTYPE)
+        K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
         K6 = tl.full([], 0.5, DTYPE)
         K7 = tl.full([], 1.3333333333333333, DTYPE)
         K8 = tl.full([], 0.16666666666666666, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K9 = tl.full([], 0.408248290463863, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -655,8 +655,7 @@ if triton is not None:
         cse_22 = (K3 * p_nu)
         cse_23 = (K3 + cse_22)
         cse_25 = (cse_24 / cse_23)
-        cse_21 = K4
-        cse_26 = ((p_E * cse_25) - (K2 * p_sigma_y * cse_21))
+        cse_26 = ((p_E * cse_25) - (K4 * p_sigma_y))
         cse_27 = tl.maximum(cse_26, 0.0)
         cse_20 = (K5 / p_E)
         cse_28 = (cse_20 * cse_27)
@@ -1029,7 +1028,7 @@ if triton is not None:
             d168 = (-(cse_157 * cse_3) + (cse_19 * cse_20 * cse_27 * cse_3))
             d169 = (-(cse_157 * cse_4) + (cse_19 * cse_20 * cse_27 * cse_4))
             d170 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5))
-            cse_164 = (K8 * cse_147 * cse_21 * cse_23)
+            cse_164 = (K9 * cse_147 * cse_23)
             cse_165 = (cse_164 * cse_19)
             d171 = (-cse_165 * cse_9)
             d172 = (-cse_165 * cse_17)
@@ -1067,32 +1066,32 @@ if triton is not None:
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
                 tl.where(fin, d1, K0), tl.where(fin, d3, K0), tl.where(fin, d5, K0), tl.where(fin, d7, K0),
-                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K9, K0), tl.where(fin, d70, K0),
+                tl.where(fin, d9, K0), tl.where(fin, d11, K0), tl.where(fin, K10, K0), tl.where(fin, d70, K0),
                 tl.where(fin, d71, K0), tl.where(fin, d72, K0), tl.where(fin, d73, K0), tl.where(fin, d74, K0),
-                tl.where(fin, d75, K0), tl.where(fin, K9, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0),
+                tl.where(fin, d75, K0), tl.where(fin, K10, K0), tl.where(fin, d13, K0), tl.where(fin, d15, K0),
                 tl.where(fin, d17, K0), tl.where(fin, d19, K0), tl.where(fin, d21, K0), tl.where(fin, d23, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
-                tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d76, K0), tl.where(fin, d77, K0), tl.where(fin, d78, K0),
+                tl.where(fin, d79, K0), tl.where(fin, d80, K0), tl.where(fin, d81, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d25, K0), tl.where(fin, d27, K0), tl.where(fin, d29, K0), tl.where(fin, d31, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 14) * (3 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K9, K0), tl.where(fin, d82, K0),
+                tl.where(fin, d33, K0), tl.where(fin, d35, K0), tl.where(fin, K10, K0), tl.where(fin, d82, K0),
                 tl.where(fin, d83, K0), tl.where(fin, d84, K0), tl.where(fin, d85, K0), tl.where(fin, d86, K0),
-                tl.where(fin, d87, K0), tl.where(fin, K9, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
+                tl.where(fin, d87, K0), tl.where(fin, K10, K0), tl.where(fin, d37, K0), tl.where(fin, d39, K0),
                 tl.where(fin, d45, K0), tl.where(fin, d47, K0), tl.where(fin, d41, K0), tl.where(fin, d43, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d88, K0), tl.where(fin, d89, K0), tl.where(fin, d90, K0),
-                tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d88, K0), tl.where(fin, d89, K0), tl.where(fin, d90, K0),
+                tl.where(fin, d91, K0), tl.where(fin, d92, K0), tl.where(fin, d93, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d49, K0), tl.where(fin, d51, K0), tl.where(fin, d53, K0), tl.where(fin, d110, K0),
-                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K9, K0), tl.where(fin, d94, K0), BLOCK)
+                tl.where(fin, d58, K0), tl.where(fin, d56, K0), tl.where(fin, K10, K0), tl.where(fin, d94, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 14) * (3 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
                 tl.where(fin, d95, K0), tl.where(fin, d96, K0), tl.where(fin, d113, K0), tl.where(fin, d97, K0),
-                tl.where(fin, d98, K0), tl.where(fin, K9, K0), tl.where(fin, d60, K0), tl.where(fin, d62, K0),
+                tl.where(fin, d98, K0), tl.where(fin, K10, K0), tl.where(fin, d60, K0), tl.where(fin, d62, K0),
                 tl.where(fin, d64, K0), tl.where(fin, d111, K0), tl.where(fin, d112, K0), tl.where(fin, d68, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0),
-                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d102, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d99, K0), tl.where(fin, d100, K0), tl.where(fin, d101, K0),
+                tl.where(fin, d114, K0), tl.where(fin, d115, K0), tl.where(fin, d102, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d116, K0), tl.where(fin, d117, K0), tl.where(fin, d118, K0), tl.where(fin, d103, K0),
                 tl.where(fin, d104, K0), tl.where(fin, d105, K0), tl.where(fin, d119, K0), tl.where(fin, d120, K0),
                 tl.where(fin, d121, K0), tl.where(fin, d122, K0), tl.where(fin, d123, K0), tl.where(fin, d124, K0), BLOCK)
@@ -1101,33 +1100,33 @@ if triton is not None:
             _row21 = _mc_row32(
                 tl.where(fin, d125, K0), tl.where(fin, d106, K0), tl.where(fin, d2, K0), tl.where(fin, d4, K0),
                 tl.where(fin, d6, K0), tl.where(fin, d8, K0), tl.where(fin, d10, K0), tl.where(fin, d12, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
-                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d126, K0), tl.where(fin, d127, K0), tl.where(fin, d128, K0),
+                tl.where(fin, d129, K0), tl.where(fin, d130, K0), tl.where(fin, d131, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d14, K0), tl.where(fin, d16, K0), tl.where(fin, d18, K0), tl.where(fin, d20, K0),
-                tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, K9, K0), tl.where(fin, d132, K0),
+                tl.where(fin, d22, K0), tl.where(fin, d24, K0), tl.where(fin, K10, K0), tl.where(fin, d132, K0),
                 tl.where(fin, d133, K0), tl.where(fin, d134, K0), tl.where(fin, d135, K0), tl.where(fin, d136, K0),
-                tl.where(fin, d137, K0), tl.where(fin, K9, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0), BLOCK)
+                tl.where(fin, d137, K0), tl.where(fin, K10, K0), tl.where(fin, d26, K0), tl.where(fin, d28, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 14) * (3 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
                 tl.where(fin, d30, K0), tl.where(fin, d32, K0), tl.where(fin, d34, K0), tl.where(fin, d36, K0),
-                tl.where(fin, K9, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
-                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d138, K0), tl.where(fin, d139, K0), tl.where(fin, d140, K0),
+                tl.where(fin, d141, K0), tl.where(fin, d142, K0), tl.where(fin, d143, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d38, K0), tl.where(fin, d40, K0), tl.where(fin, d46, K0), tl.where(fin, d48, K0),
-                tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, K9, K0), tl.where(fin, d144, K0),
+                tl.where(fin, d42, K0), tl.where(fin, d44, K0), tl.where(fin, K10, K0), tl.where(fin, d144, K0),
                 tl.where(fin, d145, K0), tl.where(fin, d146, K0), tl.where(fin, d147, K0), tl.where(fin, d107, K0),
-                tl.where(fin, d108, K0), tl.where(fin, K9, K0), tl.where(fin, d50, K0), tl.where(fin, d52, K0),
+                tl.where(fin, d108, K0), tl.where(fin, K10, K0), tl.where(fin, d50, K0), tl.where(fin, d52, K0),
                 tl.where(fin, d54, K0), tl.where(fin, d55, K0), tl.where(fin, d59, K0), tl.where(fin, d57, K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 14) * (3 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero25 = tl.zeros([BLOCK], dtype=DTYPE)
             _row26 = _mc_row32(
-                tl.where(fin, K9, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
-                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d109, K0), tl.where(fin, K9, K0),
+                tl.where(fin, K10, K0), tl.where(fin, d148, K0), tl.where(fin, d149, K0), tl.where(fin, d150, K0),
+                tl.where(fin, d151, K0), tl.where(fin, d152, K0), tl.where(fin, d109, K0), tl.where(fin, K10, K0),
                 tl.where(fin, d61, K0), tl.where(fin, d63, K0), tl.where(fin, d65, K0), tl.where(fin, d66, K0),
-                tl.where(fin, d67, K0), tl.where(fin, d69, K0), tl.where(fin, K9, K0), tl.where(fin, d153, K0),
+                tl.where(fin, d67, K0), tl.where(fin, d69, K0), tl.where(fin, K10, K0), tl.where(fin, d153, K0),
                 tl.where(fin, d154, K0), tl.where(fin, d155, K0), tl.where(fin, d156, K0), tl.where(fin, d157, K0),
-                tl.where(fin, d158, K0), tl.where(fin, K9, K0), _zero25, _zero25,
+                tl.where(fin, d158, K0), tl.where(fin, K10, K0), _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25,
                 _zero25, _zero25, _zero25, _zero25, BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
@@ -1250,12 +1249,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_18 = sqrt(mc_pos((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9))));
         const real cse_19 = mc_sdiv(((real)1.0), cse_18);
         const real cse_20 = (((real)1.0) / p_E);
-        const real cse_21 = ((real)2.449489742783178);
         const real cse_22 = (((real)2.0) * p_nu);
         const real cse_23 = (((real)2.0) + cse_22);
         const real cse_24 = (((real)2.0) * cse_18);
         const real cse_25 = (cse_24 / cse_23);
-        const real cse_26 = ((p_E * cse_25) - (((real)0.3333333333333333) * p_sigma_y * cse_21));
+        const real cse_26 = ((p_E * cse_25) - (((real)0.816496580927726) * p_sigma_y));
         const real cse_27 = mc_pos(cse_26);
         const real cse_28 = (cse_20 * cse_27);
         const real cse_29 = (((real)0.5) * cse_23);
@@ -1640,7 +1638,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[171 * MC_W + l] = d87;
         const real d88 = (-(cse_157 * cse_5) + (cse_19 * cse_20 * cse_27 * cse_5));
         if (V & 8) o_j[174 * MC_W + l] = d88;
-        const real cse_164 = (((real)0.16666666666666666) * cse_147 * cse_21 * cse_23);
+        const real cse_164 = (((real)0.408248290463863) * cse_147 * cse_23);
         const real cse_165 = (cse_164 * cse_19);
         const real d89 = (-cse_165 * cse_9);
         if (V & 8) o_j[160 * MC_W + l] = d89;

@@ -102,9 +102,7 @@ def _torch_newton_1(
         ncse_35 = (p_E * ncse_13)
         ncse_36 = (ncse_35 * state_internal_gamma_rate)
         ncse_37 = (ncse_2 * ncse_30 * ncse_36)
-        ncse_38 = 2.449489742783178
-        ncse_39 = (0.3333333333333333 * ncse_38)
-        ncse_40 = (ncse_39 * (-p_sigma_y + (0.5 * ncse_29 * ncse_38)))
+        ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_29)))
         ncse_41 = (-0.6666666666666666 * ncse_30)
         ncse_42 = _sdiv(1.0, (2.0 * ncse_29))
         ncse_43 = (ncse_42 * _sdiv(1.0, (ncse_29 * ncse_29)))
@@ -188,7 +186,7 @@ def _torch_newton_1(
         nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + torch.abs(old_state_internal_Ep_1)))))
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + torch.abs(old_state_internal_Ep_2)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (ncse_39 * ((0.5 * ncse_38 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (0.816496580927726 * ((1.224744871391589 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
         j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_perfect_return_map_converged.all()):
             break
@@ -378,9 +376,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_106 = (-cse_92 - (cse_105 * cse_94))
         cse_107 = (cse_106 * cse_52)
         cse_108 = (p_E * cse_49)
-        cse_109 = 2.449489742783178
-        cse_110 = (0.3333333333333333 * cse_109)
-        cse_111 = _heaviside((-(cse_108 * state_internal_gamma_rate) - (cse_110 * (-p_sigma_y + (0.5 * cse_109 * cse_42)))))
+        cse_111 = _heaviside((-(cse_108 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42)))))
         cse_112 = (-1.0 + cse_111)
         cse_113 = (cse_112 * cse_46)
         cse_114 = (cse_113 * cse_41)
@@ -646,7 +642,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_64 * ((cse_11 * cse_95) + (cse_125 * (-cse_137 - cse_138)))), (-cse_64 * ((cse_66 * (cse_140 + (cse_127 * cse_137))) - (cse_29 * cse_95))), 0.0],
             [(-cse_70 * ((cse_102 * cse_11) + (cse_125 * (-cse_138 - cse_142)))), (-cse_70 * ((cse_66 * (cse_140 + (cse_127 * cse_142))) - (cse_102 * cse_29))), 0.0],
             [(-cse_72 * ((cse_106 * cse_11) + (cse_125 * (-cse_138 - cse_144)))), (-cse_72 * ((cse_66 * (cse_140 + (cse_127 * cse_144))) - (cse_106 * cse_29))), 0.0],
-            [(-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147))), (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65))), (cse_110 * cse_112)],
+            [(-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147))), (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65))), (0.816496580927726 * cse_112)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d183 = ls3_X[:, 0, 0]
@@ -1249,9 +1245,10 @@ if triton is not None:
         K3 = tl.full([], 1.3333333333333333, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
-        K6 = tl.full([], 2.449489742783178, DTYPE)
-        K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
+        K6 = tl.full([], 0.816496580927726, DTYPE)
+        K7 = tl.full([], 1.224744871391589, DTYPE)
+        K8 = tl.full([], 2.0, DTYPE)
+        K9 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1311,11 +1308,9 @@ if triton is not None:
             ncse_35 = (p_E * ncse_13)
             ncse_36 = (ncse_35 * state_internal_gamma_rate)
             ncse_37 = (ncse_2 * ncse_30 * ncse_36)
-            ncse_38 = K6
-            ncse_39 = (K4 * ncse_38)
-            ncse_40 = (ncse_39 * (-p_sigma_y + (K5 * ncse_29 * ncse_38)))
+            ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_29)))
             ncse_41 = (-K2 * ncse_30)
-            ncse_42 = _mc_sdiv(K1, (K7 * ncse_29))
+            ncse_42 = _mc_sdiv(K1, (K8 * ncse_29))
             ncse_43 = (ncse_42 * _mc_sdiv(K1, (ncse_29 * ncse_29)))
             ncse_44 = (K5 * ncse_43)
             ncse_45 = (-ncse_13)
@@ -1347,7 +1342,7 @@ if triton is not None:
             ncse_71 = (ncse_19 * ncse_70)
             ncse_72 = (ncse_22 * ncse_70)
             ncse_73 = (-ncse_30)
-            ncse_74 = (K7 * ncse_43)
+            ncse_74 = (K8 * ncse_43)
             ncse_75 = (p_E * p_E * p_E)
             ncse_76 = (ncse_2 * ncse_2 * ncse_2)
             ncse_77 = (ncse_15 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate)
@@ -1358,7 +1353,7 @@ if triton is not None:
             ncse_82 = tl.where((-ncse_36 - ncse_40) > 0.0, 1.0, 0.0)
             ncse_83 = (ncse_42 * (-K1 + ncse_82))
             ncse_84 = (ncse_6 * ncse_83)
-            ncse_85 = (K7 * ncse_83)
+            ncse_85 = (K8 * ncse_83)
             ncse_86 = (ncse_16 * ncse_85)
             ncse_87 = tl.abs(state_internal_Ep_0)
             ncse_88 = tl.abs(state_internal_Ep_1)
@@ -1372,8 +1367,8 @@ if triton is not None:
             ncse_96 = (K3 * ncse_92)
             ncse_97 = tl.abs(state_internal_Ep_2)
             ncse_98 = (ncse_97 + tl.abs(forces_E_2))
-            ncse_113 = tl.abs((K1 / (K1 - (K7 * p_nu))))
-            ncse_99 = (K8 * ncse_92 * (ncse_89 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_113)
+            ncse_113 = tl.abs((K1 / (K1 - (K8 * p_nu))))
+            ncse_99 = (K9 * ncse_92 * (ncse_89 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_113)
             ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
             ncse_101 = tl.abs(ncse_30)
             ncse_102 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
@@ -1396,7 +1391,7 @@ if triton is not None:
             nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + tl.abs(old_state_internal_Ep_1)))))
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + tl.abs(old_state_internal_Ep_2)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (ncse_39 * ((K5 * ncse_38 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (K6 * ((K7 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
             j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_perfect_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_12 * ncse_12)))))
@@ -1470,8 +1465,9 @@ if triton is not None:
         K4 = tl.full([], 0.6666666666666666, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 1.3333333333333333, DTYPE)
-        K7 = tl.full([], 2.449489742783178, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 0.816496580927726, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
+        K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1639,9 +1635,7 @@ if triton is not None:
             cse_86 = (-cse_44 - (K5 * cse_41 * cse_46 * cse_47 * (cse_61 * cse_61)))
             cse_87 = (cse_52 * cse_86)
             cse_108 = (p_E * cse_49)
-            cse_109 = K7
-            cse_110 = (K3 * cse_109)
-            cse_111 = tl.where((-(cse_108 * state_internal_gamma_rate) - (cse_110 * (-p_sigma_y + (K5 * cse_109 * cse_42)))) > 0.0, 1.0, 0.0)
+            cse_111 = tl.where((-(cse_108 * state_internal_gamma_rate) - (K7 * (-p_sigma_y + (K8 * cse_42)))) > 0.0, 1.0, 0.0)
             cse_112 = (-K2 + cse_111)
             cse_113 = (cse_112 * cse_46)
             cse_114 = (cse_113 * cse_41)
@@ -1935,7 +1929,7 @@ if triton is not None:
             ls3_145 = (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65)))
             (ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152) = _triton_lu1_forward1(
                 lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143, ls3_144, ls3_145, DTYPE)
-            ls3_153 = (cse_110 * cse_112)
+            ls3_153 = (K7 * cse_112)
             ls3_160 = _triton_lu1_forward8(lu1_lu, ls3_153, DTYPE)
             (d183, d184, d185, d186, d187, d188, d189) = _triton_lu1_back1(
                 lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138, DTYPE)
@@ -1966,63 +1960,63 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (3 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 15) * (3 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d135, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d141, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 15) * (3 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d159, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d160, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 15) * (3 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K8, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d173, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
@@ -2030,7 +2024,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero28 = tl.zeros([BLOCK], dtype=DTYPE)
             _k29 = tl.arange(0, 4)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K8, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
             if V & 8:
                 _k30 = tl.arange(0, 4)[None, :]
                 tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2110,8 +2104,6 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_16[MC_W];
     real v_ncse_25[MC_W];
     real v_ncse_35[MC_W];
-    real v_ncse_38[MC_W];
-    real v_ncse_39[MC_W];
     real v_ncse_45[MC_W];
     real v_ncse_46[MC_W];
     real v_ncse_75[MC_W];
@@ -2149,8 +2141,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_16 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_25 = (((real)0.3333333333333333) * ncse_6);
         const real ncse_35 = (p_E * ncse_13);
-        const real ncse_38 = ((real)2.449489742783178);
-        const real ncse_39 = (((real)0.3333333333333333) * ncse_38);
         const real ncse_45 = (-ncse_13);
         const real ncse_46 = (ncse_45 * ncse_6);
         const real ncse_75 = (p_E * p_E * p_E);
@@ -2178,8 +2168,6 @@ MC_INLINE void newton_1_iterate(
         v_ncse_16[l] = ncse_16;
         v_ncse_25[l] = ncse_25;
         v_ncse_35[l] = ncse_35;
-        v_ncse_38[l] = ncse_38;
-        v_ncse_39[l] = ncse_39;
         v_ncse_45[l] = ncse_45;
         v_ncse_46[l] = ncse_46;
         v_ncse_75[l] = ncse_75;
@@ -2218,8 +2206,6 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real ncse_35 = v_ncse_35[l];
         const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
-        const real ncse_38 = v_ncse_38[l];
-        const real ncse_39 = v_ncse_39[l];
         const real ncse_46 = v_ncse_46[l];
         const real ncse_45 = v_ncse_45[l];
         const real ncse_75 = v_ncse_75[l];
@@ -2270,7 +2256,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_34 = (-ncse_28 - ncse_8 + (((real)1.3333333333333333) * p_E * ncse_10 * ncse_2));
         const real ncse_36 = (ncse_35 * state_internal_gamma_rate);
         const real ncse_37 = (ncse_2 * ncse_30 * ncse_36);
-        const real ncse_40 = (ncse_39 * (-p_sigma_y + (((real)0.5) * ncse_29 * ncse_38)));
+        const real ncse_40 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_29)));
         const real ncse_41 = (-((real)0.6666666666666666) * ncse_30);
         const real ncse_42 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_29));
         const real ncse_43 = (ncse_42 * mc_sdiv(((real)1.0), (ncse_29 * ncse_29)));
@@ -2343,7 +2329,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + fabs(old_state_internal_Ep_1)))));
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + fabs(old_state_internal_Ep_2)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (ncse_39 * ((((real)0.5) * ncse_38 * fabs(ncse_29)) + fabs(p_sigma_y)))))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (((real)0.816496580927726) * ((((real)1.224744871391589) * fabs(ncse_29)) + fabs(p_sigma_y)))))));
         const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -2778,7 +2764,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_102[MC_W];
     real v_cse_105[MC_W];
     real v_cse_106[MC_W];
-    real v_cse_110[MC_W];
     real v_cse_111[MC_W];
     real v_cse_112[MC_W];
     real v_cse_113[MC_W];
@@ -2943,9 +2928,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_106 = (-cse_92 - (cse_105 * cse_94));
         const real cse_107 = (cse_106 * cse_52);
         const real cse_108 = (p_E * cse_49);
-        const real cse_109 = ((real)2.449489742783178);
-        const real cse_110 = (((real)0.3333333333333333) * cse_109);
-        const real cse_111 = ((-(cse_108 * state_internal_gamma_rate) - (cse_110 * (-p_sigma_y + (((real)0.5) * cse_109 * cse_42)))) > 0 ? 1 : 0);
+        const real cse_111 = ((-(cse_108 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42)))) > 0 ? 1 : 0);
         const real cse_112 = (-((real)1.0) + cse_111);
         const real cse_113 = (cse_112 * cse_46);
         const real cse_114 = (cse_113 * cse_41);
@@ -3098,7 +3081,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_102[l] = cse_102;
         if (V & 14) v_cse_105[l] = cse_105;
         if (V & 14) v_cse_106[l] = cse_106;
-        if (V & 14) v_cse_110[l] = cse_110;
         if (V & 14) v_cse_111[l] = cse_111;
         if (V & 14) v_cse_112[l] = cse_112;
         if (V & 14) v_cse_113[l] = cse_113;
@@ -3362,7 +3344,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_113 = v_cse_113[l];
             const real cse_145 = v_cse_145[l];
             const real cse_49 = v_cse_49[l];
-            const real cse_110 = v_cse_110[l];
             const real cse_112 = v_cse_112[l];
             o_j[134 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
             o_j[142 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
@@ -3452,7 +3433,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[18 * MC_W + l] = (-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147)));
             if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65)));
-            if (V & 8) mc_ls3_B[20 * MC_W + l] = (cse_110 * cse_112);
+            if (V & 8) mc_ls3_B[20 * MC_W + l] = (((real)0.816496580927726) * cse_112);
             if (V & 8) v_cse_25[l] = cse_25;
             if (V & 8) v_cse_28[l] = cse_28;
             if (V & 8) v_cse_29[l] = cse_29;

@@ -88,9 +88,8 @@ def _torch_newton_1(
         ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (0.6666666666666666 * ncse_2)))
         ncse_23 = (ncse_36 - (ncse_22 * ncse_4))
         ncse_24 = torch.sqrt(torch.clamp(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9)), min=0.0))
-        ncse_25 = 0.816496580927726
-        ncse_26 = torch.exp((-p_d * (old_state_internal_ep + (ncse_25 * state_internal_dgamma))))
-        ncse_27 = (-ncse_24 + (ncse_25 * (p_sigma_y + (p_R * (1.0 - ncse_26)))))
+        ncse_26 = torch.exp((-p_d * (old_state_internal_ep + (0.816496580927726 * state_internal_dgamma))))
+        ncse_27 = (-ncse_24 + (0.816496580927726 * (p_sigma_y + (p_R * (1.0 - ncse_26)))))
         ncse_28 = _heaviside((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))))
         ncse_29 = (ncse_4 * ncse_4)
         ncse_30 = torch.abs(state_internal_dgamma)
@@ -99,7 +98,7 @@ def _torch_newton_1(
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
-        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_25 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + (ncse_30 * (ncse_37 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))) + torch.abs(ncse_24)))))
+        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))) + (0.816496580927726 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_24)))))
         if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
         nt1_1 = ((p_E * ncse_28) + ((1.0 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((2.0 * ncse_10 * old_state_internal_X_4) + (2.0 * ncse_11 * old_state_internal_X_5) + (2.0 * ncse_14 * ncse_17) + (2.0 * ncse_19 * ncse_21) + (2.0 * ncse_22 * ncse_23) + (2.0 * ncse_9 * old_state_internal_X_3)) * _sdiv(1.0, (2.0 * ncse_24))))) + (0.6666666666666666 * p_R * p_d * ncse_26))))
@@ -206,9 +205,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_46 = (cse_45 * state_internal_dgamma)
     cse_47 = (cse_25 * cse_36)
     cse_48 = (cse_47 * state_internal_dgamma)
-    cse_49 = 2.449489742783178
-    cse_50 = (0.3333333333333333 * cse_49)
-    state_internal_ep = (old_state_internal_ep + (cse_50 * state_internal_dgamma))
+    state_internal_ep = (old_state_internal_ep + (0.816496580927726 * state_internal_dgamma))
     cse_52 = (0.6666666666666666 * p_C)
     cse_53 = (old_state_internal_X_0 + (cse_38 * cse_52))
     cse_54 = (old_state_internal_X_1 + (cse_40 * cse_52))
@@ -361,7 +358,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_495 = (cse_481 + cse_488)
         cse_521 = torch.exp((-p_d * state_internal_ep))
         cse_522 = (1.0 - cse_521)
-        cse_523 = _heaviside((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (0.3333333333333333 * cse_49 * (p_sigma_y + (p_R * cse_522)))))
+        cse_523 = _heaviside((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (0.816496580927726 * (p_sigma_y + (p_R * cse_522)))))
         cse_524 = (1.0 - cse_523)
         cse_525 = (p_R * cse_521)
         cse_526 = (p_d * cse_525)
@@ -575,7 +572,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_477 = _sdiv(1.0, cse_59)
         cse_496 = (-cse_488)
         cse_499 = (-cse_495)
-        cse_527 = (cse_50 * cse_524)
+        cse_527 = (0.816496580927726 * cse_524)
         cse_535 = (cse_279 * cse_528)
         d80 = (-d79)
         # linear solve 2: 1x1, 13 right-hand side(s), unrolled over structural nonzeros
@@ -716,25 +713,25 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_513 = (cse_496 * d103)
         cse_514 = (cse_496 * d104)
         cse_515 = (cse_496 * d105)
-        d172 = (1.0 + (cse_50 * d81))
-        d173 = (cse_50 * d1)
-        d174 = (cse_50 * d2)
-        d175 = (cse_50 * d3)
-        d176 = (cse_50 * d4)
-        d177 = (cse_50 * d5)
-        d178 = (cse_50 * d6)
-        d179 = (cse_50 * d82)
-        d180 = (cse_50 * d83)
-        d181 = (cse_50 * d84)
-        d182 = (cse_50 * d85)
-        d183 = (cse_50 * d86)
-        d184 = (cse_50 * d87)
-        d185 = (cse_50 * d88)
-        d186 = (cse_50 * d89)
-        d187 = (cse_50 * d90)
-        d188 = (cse_50 * d91)
-        d189 = (cse_50 * d92)
-        d190 = (cse_50 * d93)
+        d172 = (1.0 + (0.816496580927726 * d81))
+        d173 = (0.816496580927726 * d1)
+        d174 = (0.816496580927726 * d2)
+        d175 = (0.816496580927726 * d3)
+        d176 = (0.816496580927726 * d4)
+        d177 = (0.816496580927726 * d5)
+        d178 = (0.816496580927726 * d6)
+        d179 = (0.816496580927726 * d82)
+        d180 = (0.816496580927726 * d83)
+        d181 = (0.816496580927726 * d84)
+        d182 = (0.816496580927726 * d85)
+        d183 = (0.816496580927726 * d86)
+        d184 = (0.816496580927726 * d87)
+        d185 = (0.816496580927726 * d88)
+        d186 = (0.816496580927726 * d89)
+        d187 = (0.816496580927726 * d90)
+        d188 = (0.816496580927726 * d91)
+        d189 = (0.816496580927726 * d92)
+        d190 = (0.816496580927726 * d93)
         d191 = (cse_425 * d81)
         d192 = (cse_426 * d81)
         d193 = (cse_427 * d81)
@@ -1066,13 +1063,13 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d448 = (cse_91 * d408)
         d449 = (cse_95 * d408)
         d450 = (cse_99 * d408)
-        d451 = (cse_50 * d402)
-        d452 = (cse_50 * d403)
-        d453 = (cse_50 * d404)
-        d454 = (cse_50 * d405)
-        d455 = (cse_50 * d406)
-        d456 = (cse_50 * d407)
-        d457 = (cse_50 * d408)
+        d451 = (0.816496580927726 * d402)
+        d452 = (0.816496580927726 * d403)
+        d453 = (0.816496580927726 * d404)
+        d454 = (0.816496580927726 * d405)
+        d455 = (0.816496580927726 * d406)
+        d456 = (0.816496580927726 * d407)
+        d457 = (0.816496580927726 * d408)
         d458 = ((cse_425 * d402) + (cse_8 * (-(cse_346 * cse_52) + (1.3333333333333333 * p_C * cse_14 * cse_17 * cse_36 * state_internal_dgamma))))
         d459 = ((cse_426 * d402) + (cse_8 * (-(cse_348 * cse_52) + (1.3333333333333333 * p_C * cse_17 * cse_33 * cse_36 * state_internal_dgamma))))
         d460 = ((cse_427 * d402) + (cse_8 * (-(cse_350 * cse_52) + (1.3333333333333333 * p_C * cse_17 * cse_30 * cse_36 * state_internal_dgamma))))
@@ -1475,9 +1472,8 @@ if triton is not None:
             ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (K3 * ncse_2)))
             ncse_23 = (ncse_36 - (ncse_22 * ncse_4))
             ncse_24 = tl.sqrt(tl.maximum(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9)), 0.0))
-            ncse_25 = K6
-            ncse_26 = tl.exp((-p_d * (old_state_internal_ep + (ncse_25 * state_internal_dgamma))))
-            ncse_27 = (-ncse_24 + (ncse_25 * (p_sigma_y + (p_R * (K2 - ncse_26)))))
+            ncse_26 = tl.exp((-p_d * (old_state_internal_ep + (K6 * state_internal_dgamma))))
+            ncse_27 = (-ncse_24 + (K6 * (p_sigma_y + (p_R * (K2 - ncse_26)))))
             ncse_28 = tl.where((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))) > 0.0, 1.0, 0.0)
             ncse_29 = (ncse_4 * ncse_4)
             ncse_30 = tl.abs(state_internal_dgamma)
@@ -1485,7 +1481,7 @@ if triton is not None:
             nt1_r_0 = _mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma))
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
-            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_25 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + (ncse_30 * (ncse_37 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))) + tl.abs(ncse_24)))))
+            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))) + (K6 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_24)))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = ((p_E * ncse_28) + ((K2 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((K4 * ncse_10 * old_state_internal_X_4) + (K4 * ncse_11 * old_state_internal_X_5) + (K4 * ncse_14 * ncse_17) + (K4 * ncse_19 * ncse_21) + (K4 * ncse_22 * ncse_23) + (K4 * ncse_9 * old_state_internal_X_3)) * _mc_sdiv(K2, (K4 * ncse_24))))) + (K3 * p_R * p_d * ncse_26))))
             nt1_2 = (K2 / nt1_1)
@@ -1517,7 +1513,7 @@ if triton is not None:
         K2 = tl.full([], 0.6666666666666666, DTYPE)
         K3 = tl.full([], 2.0, DTYPE)
         K4 = tl.full([], 1.0, DTYPE)
-        K5 = tl.full([], 2.449489742783178, DTYPE)
+        K5 = tl.full([], 0.816496580927726, DTYPE)
         K6 = tl.full([], 4.0, DTYPE)
         K7 = tl.full([], 1.3333333333333333, DTYPE)
         K8 = tl.full([], 2.6666666666666665, DTYPE)
@@ -1618,27 +1614,14 @@ if triton is not None:
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_52 = (K2 * p_C)
-        cse_54 = (old_state_internal_X_1 + (cse_40 * cse_52))
-        state_internal_X_1 = (cse_54 * cse_8)
-        cse_55 = (old_state_internal_X_2 + (cse_42 * cse_52))
-        state_internal_X_2 = (cse_55 * cse_8)
-        cse_56 = (old_state_internal_X_3 + (cse_44 * cse_52))
-        state_internal_X_3 = (cse_56 * cse_8)
+        state_internal_ep = (old_state_internal_ep + (K5 * state_internal_dgamma))
         cse_45 = (cse_23 * cse_36)
         cse_46 = (cse_45 * state_internal_dgamma)
-        cse_57 = (old_state_internal_X_4 + (cse_46 * cse_52))
-        state_internal_X_4 = (cse_57 * cse_8)
-        # outputs 8 .. 11; NaN where Newton did not converge
-        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_49 = K5
-        cse_50 = (K1 * cse_49)
-        state_internal_ep = (old_state_internal_ep + (cse_50 * state_internal_dgamma))
         state_internal_Ep_4 = (cse_46 + old_state_internal_Ep_4)
         cse_47 = (cse_25 * cse_36)
         cse_48 = (cse_47 * state_internal_dgamma)
         state_internal_Ep_5 = (cse_48 + old_state_internal_Ep_5)
+        cse_52 = (K2 * p_C)
         cse_53 = (old_state_internal_X_0 + (cse_38 * cse_52))
         state_internal_X_0 = (cse_53 * cse_8)
         # outputs 4 .. 7; NaN where Newton did not converge
@@ -1650,6 +1633,17 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_3, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_0, K0), BLOCK)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 8)[None, :], _row9, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        cse_54 = (old_state_internal_X_1 + (cse_40 * cse_52))
+        state_internal_X_1 = (cse_54 * cse_8)
+        cse_55 = (old_state_internal_X_2 + (cse_42 * cse_52))
+        state_internal_X_2 = (cse_55 * cse_8)
+        cse_56 = (old_state_internal_X_3 + (cse_44 * cse_52))
+        state_internal_X_3 = (cse_56 * cse_8)
+        cse_57 = (old_state_internal_X_4 + (cse_46 * cse_52))
+        state_internal_X_4 = (cse_57 * cse_8)
+        # outputs 8 .. 11; NaN where Newton did not converge
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_1, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_2, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_3, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), state_internal_X_4, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         cse_58 = (old_state_internal_X_5 + (cse_48 * cse_52))
         state_internal_X_5 = (cse_58 * cse_8)
         cse_59 = (forces_t - old_forces_t)
@@ -1692,7 +1686,7 @@ if triton is not None:
             cse_521 = tl.exp((-p_d * state_internal_ep))
             cse_522 = (K4 - cse_521)
             cse_101 = (p_E * state_internal_dgamma)
-            cse_523 = tl.where((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (K1 * cse_49 * (p_sigma_y + (p_R * cse_522)))) > 0.0, 1.0, 0.0)
+            cse_523 = tl.where((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (K5 * (p_sigma_y + (p_R * cse_522)))) > 0.0, 1.0, 0.0)
             cse_524 = (K4 - cse_523)
             cse_65 = _mc_sdiv(K4, (K3 * cse_35))
             cse_528 = (cse_524 * cse_65)
@@ -1724,9 +1718,9 @@ if triton is not None:
             cse_120 = (-cse_119)
             cse_123 = (cse_109 + cse_118 - (K8 * p_E * cse_17 * cse_31))
             cse_124 = (-cse_123)
+            cse_62 = (cse_6 * cse_61)
             cse_525 = (p_R * cse_521)
             cse_526 = (p_d * cse_525)
-            cse_62 = (cse_6 * cse_61)
             # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
             ls1_1 = ((p_E * cse_523) + (cse_524 * (-cse_74 - (cse_52 * cse_62) + (K3 * p_E * cse_17) + (K2 * p_C * cse_8))) + (K2 * cse_524 * cse_526))
             ls1_2 = (K4 / ls1_1)
@@ -1748,108 +1742,123 @@ if triton is not None:
             cse_75 = _mc_sdiv(K4, (cse_35 * cse_35))
             cse_76 = (cse_75 * state_internal_dgamma)
             cse_77 = (cse_74 * cse_76)
-            cse_94 = (cse_23 * cse_77)
+            cse_78 = (cse_20 * cse_77)
             cse_63 = (cse_36 * cse_62)
-            cse_93 = (cse_63 * old_state_internal_X_4)
-            cse_95 = (cse_45 + cse_93 - cse_94)
+            cse_64 = (cse_11 * cse_63)
+            cse_79 = (cse_37 + cse_64 - cse_78)
             cse_112 = (cse_65 * cse_76)
-            cse_181 = (cse_112 * cse_23)
-            cse_182 = (cse_111 * cse_181)
-            d7 = (-cse_182 + (cse_95 * d1))
-            cse_494 = (-cse_481)
-            d8 = (cse_494 * d7)
-            cse_184 = (cse_120 * cse_181)
-            d9 = (-cse_184 + (cse_95 * d2))
-            d10 = (cse_494 * d9)
-            cse_186 = (cse_124 * cse_181)
-            d11 = (-cse_186 + (cse_95 * d3))
-            d12 = (cse_494 * d11)
+            cse_113 = (cse_112 * cse_20)
+            cse_114 = (cse_111 * cse_113)
+            cse_102 = (cse_101 * cse_36)
+            cse_103 = (K7 * cse_17)
+            cse_104 = (cse_102 * cse_103)
+            d7 = (cse_104 - cse_114 + (cse_79 * d1))
+            cse_495 = (cse_481 + cse_488)
+            cse_493 = (-cse_481)
+            d8 = (cse_495 + (cse_493 * d7))
+            cse_121 = (cse_113 * cse_120)
+            cse_116 = (cse_102 * cse_17)
+            cse_117 = (K2 * cse_116)
+            d9 = (-cse_117 - cse_121 + (cse_79 * d2))
+            d10 = (cse_488 + (cse_493 * d9))
+            cse_125 = (cse_113 * cse_124)
+            d11 = (-cse_117 - cse_125 + (cse_79 * d3))
+            d12 = (cse_488 + (cse_493 * d11))
             cse_128 = (cse_65 * cse_75)
             cse_129 = (cse_101 * cse_128)
             cse_127 = (K6 * cse_17)
             cse_130 = (cse_127 * cse_129)
-            cse_176 = (cse_130 * cse_21)
-            cse_177 = (cse_176 * cse_23)
-            d13 = (-cse_177 + (cse_95 * d4))
-            d14 = (cse_494 * d13)
-        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
+            cse_131 = (cse_130 * cse_20)
+            cse_132 = (cse_131 * cse_21)
+            d13 = (-cse_132 + (cse_79 * d4))
+            d14 = (cse_493 * d13)
+        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_90 = (cse_21 * cse_77)
-            cse_89 = (cse_63 * old_state_internal_X_3)
-            cse_91 = (cse_43 + cse_89 - cse_90)
-            cse_166 = (cse_112 * cse_21)
-            cse_171 = (cse_124 * cse_166)
-            d15 = (-cse_171 + (cse_91 * d3))
-            d16 = (cse_494 * d15)
-            cse_174 = (cse_130 * cse_22)
-            cse_102 = (cse_101 * cse_36)
-            cse_173 = (cse_102 * cse_18)
-            d17 = (cse_173 - cse_174 + (cse_91 * d4))
-            d18 = (cse_481 + (cse_494 * d17))
-            d19 = (-cse_177 + (cse_91 * d5))
-            d20 = (cse_494 * d19)
-            cse_179 = (cse_176 * cse_25)
-            d21 = (-cse_179 + (cse_91 * d6))
-            d22 = (cse_494 * d21)
-        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
+            cse_134 = (cse_131 * cse_23)
+            d15 = (-cse_134 + (cse_79 * d5))
+            d16 = (cse_493 * d15)
+            cse_136 = (cse_131 * cse_25)
+            d17 = (-cse_136 + (cse_79 * d6))
+            d18 = (cse_493 * d17)
+            cse_82 = (cse_34 * cse_77)
+            cse_81 = (cse_32 * cse_63)
+            cse_83 = (cse_39 + cse_81 - cse_82)
+            cse_138 = (cse_112 * cse_34)
+            cse_139 = (cse_111 * cse_138)
+            d19 = (-cse_117 - cse_139 + (cse_83 * d1))
+            d20 = (cse_488 + (cse_493 * d19))
+            cse_141 = (cse_120 * cse_138)
+            d21 = (cse_104 - cse_141 + (cse_83 * d2))
+            d22 = (cse_495 + (cse_493 * d21))
+        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_98 = (cse_25 * cse_77)
-            cse_97 = (cse_63 * old_state_internal_X_5)
-            cse_99 = (cse_47 + cse_97 - cse_98)
-            cse_194 = (cse_112 * cse_25)
-            cse_199 = (cse_124 * cse_194)
-            d23 = (-cse_199 + (cse_99 * d3))
-            d24 = (cse_494 * d23)
-            d25 = (-cse_179 + (cse_99 * d4))
-            d26 = (cse_494 * d25)
-            cse_191 = (cse_23 * cse_25)
-            cse_192 = (cse_130 * cse_191)
-            d27 = (-cse_192 + (cse_99 * d5))
-            d28 = (cse_494 * d27)
-            cse_203 = (cse_130 * cse_26)
-            d29 = (cse_173 - cse_203 + (cse_99 * d6))
-            d30 = (cse_481 + (cse_494 * d29))
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_189 = (cse_130 * cse_24)
-            d31 = (cse_173 - cse_189 + (cse_95 * d5))
-            d32 = (cse_481 + (cse_494 * d31))
-            d33 = (-cse_192 + (cse_95 * d6))
-            d34 = (cse_494 * d33)
-            cse_195 = (cse_111 * cse_194)
-            d35 = (-cse_195 + (cse_99 * d1))
-            d36 = (cse_494 * d35)
-            cse_197 = (cse_120 * cse_194)
-            d37 = (-cse_197 + (cse_99 * d2))
-            d38 = (cse_494 * d37)
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            cse_143 = (cse_124 * cse_138)
+            d23 = (-cse_117 - cse_143 + (cse_83 * d3))
+            d24 = (cse_488 + (cse_493 * d23))
+            cse_145 = (cse_130 * cse_34)
+            cse_146 = (cse_145 * cse_21)
+            d25 = (-cse_146 + (cse_83 * d4))
+            d26 = (cse_493 * d25)
+            cse_148 = (cse_145 * cse_23)
+            d27 = (-cse_148 + (cse_83 * d5))
+            d28 = (cse_493 * d27)
+            cse_150 = (cse_145 * cse_25)
+            d29 = (-cse_150 + (cse_83 * d6))
+            d30 = (cse_493 * d29)
+        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
             cse_86 = (cse_31 * cse_77)
             cse_85 = (cse_28 * cse_63)
             cse_87 = (cse_41 + cse_85 - cse_86)
+            cse_152 = (cse_112 * cse_31)
+            cse_153 = (cse_111 * cse_152)
+            d31 = (-cse_117 - cse_153 + (cse_87 * d1))
+            d32 = (cse_488 + (cse_493 * d31))
+            cse_155 = (cse_120 * cse_152)
+            d33 = (-cse_117 - cse_155 + (cse_87 * d2))
+            d34 = (cse_488 + (cse_493 * d33))
+            cse_157 = (cse_124 * cse_152)
+            d35 = (cse_104 - cse_157 + (cse_87 * d3))
+            d36 = (cse_495 + (cse_493 * d35))
             cse_159 = (cse_130 * cse_31)
+            cse_160 = (cse_159 * cse_21)
+            d37 = (-cse_160 + (cse_87 * d4))
+            d38 = (cse_493 * d37)
+        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row12 = _mc_row8(
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
             cse_162 = (cse_159 * cse_23)
             d39 = (-cse_162 + (cse_87 * d5))
-            cse_493 = (-cse_481)
             d40 = (cse_493 * d39)
             cse_164 = (cse_159 * cse_25)
             d41 = (-cse_164 + (cse_87 * d6))
             d42 = (cse_493 * d41)
+            cse_90 = (cse_21 * cse_77)
+            cse_89 = (cse_63 * old_state_internal_X_3)
+            cse_91 = (cse_43 + cse_89 - cse_90)
+            cse_166 = (cse_112 * cse_21)
             cse_167 = (cse_111 * cse_166)
             d43 = (-cse_167 + (cse_91 * d1))
+            cse_494 = (-cse_481)
             d44 = (cse_494 * d43)
             cse_169 = (cse_120 * cse_166)
             d45 = (-cse_169 + (cse_91 * d2))
@@ -1857,104 +1866,89 @@ if triton is not None:
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            cse_171 = (cse_124 * cse_166)
+            d47 = (-cse_171 + (cse_91 * d3))
+            d48 = (cse_494 * d47)
+            cse_174 = (cse_130 * cse_22)
+            cse_173 = (cse_102 * cse_18)
+            d49 = (cse_173 - cse_174 + (cse_91 * d4))
+            d50 = (cse_481 + (cse_494 * d49))
+            cse_176 = (cse_130 * cse_21)
+            cse_177 = (cse_176 * cse_23)
+            d51 = (-cse_177 + (cse_91 * d5))
+            d52 = (cse_494 * d51)
+            cse_179 = (cse_176 * cse_25)
+            d53 = (-cse_179 + (cse_91 * d6))
+            d54 = (cse_494 * d53)
+        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row12 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
-            cse_152 = (cse_112 * cse_31)
-            cse_153 = (cse_111 * cse_152)
-            cse_116 = (cse_102 * cse_17)
-            cse_117 = (K2 * cse_116)
-            d47 = (-cse_117 - cse_153 + (cse_87 * d1))
-            d48 = (cse_488 + (cse_493 * d47))
-            cse_155 = (cse_120 * cse_152)
-            d49 = (-cse_117 - cse_155 + (cse_87 * d2))
-            d50 = (cse_488 + (cse_493 * d49))
-            cse_157 = (cse_124 * cse_152)
-            cse_103 = (K7 * cse_17)
-            cse_104 = (cse_102 * cse_103)
-            d51 = (cse_104 - cse_157 + (cse_87 * d3))
-            cse_495 = (cse_481 + cse_488)
-            d52 = (cse_495 + (cse_493 * d51))
-            cse_160 = (cse_159 * cse_21)
-            d53 = (-cse_160 + (cse_87 * d4))
-            d54 = (cse_493 * d53)
-        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_78 = (cse_20 * cse_77)
-            cse_64 = (cse_11 * cse_63)
-            cse_79 = (cse_37 + cse_64 - cse_78)
-            cse_113 = (cse_112 * cse_20)
-            cse_114 = (cse_111 * cse_113)
-            d55 = (cse_104 - cse_114 + (cse_79 * d1))
-            d56 = (cse_495 + (cse_493 * d55))
-            cse_121 = (cse_113 * cse_120)
-            d57 = (-cse_117 - cse_121 + (cse_79 * d2))
-            d58 = (cse_488 + (cse_493 * d57))
-            cse_125 = (cse_113 * cse_124)
-            d59 = (-cse_117 - cse_125 + (cse_79 * d3))
-            d60 = (cse_488 + (cse_493 * d59))
-            cse_131 = (cse_130 * cse_20)
-            cse_132 = (cse_131 * cse_21)
-            d61 = (-cse_132 + (cse_79 * d4))
-            d62 = (cse_493 * d61)
-        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            cse_134 = (cse_131 * cse_23)
-            d63 = (-cse_134 + (cse_79 * d5))
-            d64 = (cse_493 * d63)
-            cse_136 = (cse_131 * cse_25)
-            d65 = (-cse_136 + (cse_79 * d6))
-            d66 = (cse_493 * d65)
-            cse_82 = (cse_34 * cse_77)
-            cse_81 = (cse_32 * cse_63)
-            cse_83 = (cse_39 + cse_81 - cse_82)
-            cse_138 = (cse_112 * cse_34)
-            cse_139 = (cse_111 * cse_138)
-            d67 = (-cse_117 - cse_139 + (cse_83 * d1))
-            d68 = (cse_488 + (cse_493 * d67))
-            cse_141 = (cse_120 * cse_138)
-            d69 = (cse_104 - cse_141 + (cse_83 * d2))
-            d70 = (cse_495 + (cse_493 * d69))
-        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row13 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_143 = (cse_124 * cse_138)
-            d71 = (-cse_117 - cse_143 + (cse_83 * d3))
-            d72 = (cse_488 + (cse_493 * d71))
-            cse_145 = (cse_130 * cse_34)
-            cse_146 = (cse_145 * cse_21)
-            d73 = (-cse_146 + (cse_83 * d4))
-            d74 = (cse_493 * d73)
-            cse_148 = (cse_145 * cse_23)
-            d75 = (-cse_148 + (cse_83 * d5))
-            d76 = (cse_493 * d75)
-            cse_150 = (cse_145 * cse_25)
-            d77 = (-cse_150 + (cse_83 * d6))
-            d78 = (cse_493 * d77)
-        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
+            cse_94 = (cse_23 * cse_77)
+            cse_93 = (cse_63 * old_state_internal_X_4)
+            cse_95 = (cse_45 + cse_93 - cse_94)
+            cse_181 = (cse_112 * cse_23)
+            cse_182 = (cse_111 * cse_181)
+            d55 = (-cse_182 + (cse_95 * d1))
+            d56 = (cse_494 * d55)
+            cse_184 = (cse_120 * cse_181)
+            d57 = (-cse_184 + (cse_95 * d2))
+            d58 = (cse_494 * d57)
+            cse_186 = (cse_124 * cse_181)
+            d59 = (-cse_186 + (cse_95 * d3))
+            d60 = (cse_494 * d59)
+            d61 = (-cse_177 + (cse_95 * d4))
+            d62 = (cse_494 * d61)
+        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            cse_189 = (cse_130 * cse_24)
+            d63 = (cse_173 - cse_189 + (cse_95 * d5))
+            d64 = (cse_481 + (cse_494 * d63))
+            cse_191 = (cse_23 * cse_25)
+            cse_192 = (cse_130 * cse_191)
+            d65 = (-cse_192 + (cse_95 * d6))
+            d66 = (cse_494 * d65)
+            cse_98 = (cse_25 * cse_77)
+            cse_97 = (cse_63 * old_state_internal_X_5)
+            cse_99 = (cse_47 + cse_97 - cse_98)
+            cse_194 = (cse_112 * cse_25)
+            cse_195 = (cse_111 * cse_194)
+            d67 = (-cse_195 + (cse_99 * d1))
+            d68 = (cse_494 * d67)
+            cse_197 = (cse_120 * cse_194)
+            d69 = (-cse_197 + (cse_99 * d2))
+            d70 = (cse_494 * d69)
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row14 = _mc_row8(
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0),
-                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0),
+                    tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+        if V & 14:  # tangent, jacobian, total
+            cse_199 = (cse_124 * cse_194)
+            d71 = (-cse_199 + (cse_99 * d3))
+            d72 = (cse_494 * d71)
+            d73 = (-cse_179 + (cse_99 * d4))
+            d74 = (cse_494 * d73)
+            d75 = (-cse_192 + (cse_99 * d5))
+            d76 = (cse_494 * d75)
+            cse_203 = (cse_130 * cse_26)
+            d77 = (cse_173 - cse_203 + (cse_99 * d6))
+            d78 = (cse_481 + (cse_494 * d77))
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
             d79 = _mc_sdiv(state_internal_dgamma, (cse_59 * cse_59))
             cse_205 = (cse_110 * cse_113)
@@ -2068,7 +2062,7 @@ if triton is not None:
             cse_477 = _mc_sdiv(K4, cse_59)
             cse_496 = (-cse_488)
             cse_499 = (-cse_495)
-            cse_527 = (cse_50 * cse_524)
+            cse_527 = (K5 * cse_524)
             cse_535 = (cse_279 * cse_528)
             d80 = (-d79)
             # linear solve 2: 1x1, 13 right-hand side(s), unrolled over structural nonzeros
@@ -2209,25 +2203,25 @@ if triton is not None:
             cse_513 = (cse_496 * d103)
             cse_514 = (cse_496 * d104)
             cse_515 = (cse_496 * d105)
-            d172 = (K4 + (cse_50 * d81))
-            d173 = (cse_50 * d1)
-            d174 = (cse_50 * d2)
-            d175 = (cse_50 * d3)
-            d176 = (cse_50 * d4)
-            d177 = (cse_50 * d5)
-            d178 = (cse_50 * d6)
-            d179 = (cse_50 * d82)
-            d180 = (cse_50 * d83)
-            d181 = (cse_50 * d84)
-            d182 = (cse_50 * d85)
-            d183 = (cse_50 * d86)
-            d184 = (cse_50 * d87)
-            d185 = (cse_50 * d88)
-            d186 = (cse_50 * d89)
-            d187 = (cse_50 * d90)
-            d188 = (cse_50 * d91)
-            d189 = (cse_50 * d92)
-            d190 = (cse_50 * d93)
+            d172 = (K4 + (K5 * d81))
+            d173 = (K5 * d1)
+            d174 = (K5 * d2)
+            d175 = (K5 * d3)
+            d176 = (K5 * d4)
+            d177 = (K5 * d5)
+            d178 = (K5 * d6)
+            d179 = (K5 * d82)
+            d180 = (K5 * d83)
+            d181 = (K5 * d84)
+            d182 = (K5 * d85)
+            d183 = (K5 * d86)
+            d184 = (K5 * d87)
+            d185 = (K5 * d88)
+            d186 = (K5 * d89)
+            d187 = (K5 * d90)
+            d188 = (K5 * d91)
+            d189 = (K5 * d92)
+            d190 = (K5 * d93)
             d191 = (cse_425 * d81)
             d192 = (cse_426 * d81)
             d193 = (cse_427 * d81)
@@ -2559,13 +2553,13 @@ if triton is not None:
             d448 = (cse_91 * d408)
             d449 = (cse_95 * d408)
             d450 = (cse_99 * d408)
-            d451 = (cse_50 * d402)
-            d452 = (cse_50 * d403)
-            d453 = (cse_50 * d404)
-            d454 = (cse_50 * d405)
-            d455 = (cse_50 * d406)
-            d456 = (cse_50 * d407)
-            d457 = (cse_50 * d408)
+            d451 = (K5 * d402)
+            d452 = (K5 * d403)
+            d453 = (K5 * d404)
+            d454 = (K5 * d405)
+            d455 = (K5 * d406)
+            d456 = (K5 * d407)
+            d457 = (K5 * d408)
             d458 = ((cse_425 * d402) + (cse_8 * (-(cse_346 * cse_52) + (K7 * p_C * cse_14 * cse_17 * cse_36 * state_internal_dgamma))))
             d459 = ((cse_426 * d402) + (cse_8 * (-(cse_348 * cse_52) + (K7 * p_C * cse_17 * cse_33 * cse_36 * state_internal_dgamma))))
             d460 = ((cse_427 * d402) + (cse_8 * (-(cse_350 * cse_52) + (K7 * p_C * cse_17 * cse_30 * cse_36 * state_internal_dgamma))))
@@ -2663,21 +2657,21 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d94, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d100, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d101, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d102, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d103, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d104, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d105, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d136, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d137, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d138, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d139, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d140, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d141, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d55, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d57, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d59, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d61, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d63, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d65, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d141, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d15, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d17, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d95, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d106, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d107, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d108, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d109, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d110, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d111, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d142, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d143, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d144, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d145, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 21) * (7 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d146, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d147, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d19, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d21, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d96, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d112, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d113, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d114, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d115, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d116, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d117, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d148, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d149, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d150, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d151, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d152, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d153, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d39, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d41, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d97, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 21) * (7 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
@@ -2685,21 +2679,21 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d118, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d119, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d120, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d121, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d122, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d123, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d154, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d155, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d156, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d157, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d158, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d159, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d43, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d45, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d15, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d17, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d19, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d21, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d43, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d45, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d47, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d49, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d51, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d53, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d98, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d124, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d125, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d126, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d127, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d128, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d129, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d160, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d161, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d162, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d163, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d164, K0), BLOCK)
             _k20 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k20 + (_k20 // 21) * (7 * (V // 8)), _row19, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row21 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d7, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d9, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d11, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d31, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d33, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d165, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d55, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d57, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d59, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d61, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d63, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d65, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d99, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d130, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d131, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d132, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d133, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d134, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d135, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d166, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d167, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d168, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d169, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d35, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d37, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d23, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d25, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d27, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d29, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d170, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d171, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d67, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d69, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d71, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d73, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d75, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d77, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d172, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d179, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 21) * (7 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
@@ -2763,47 +2757,47 @@ if triton is not None:
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d80, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d79, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d324, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d330, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d331, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d332, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d333, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d334, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d335, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d366, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d367, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d368, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d369, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d370, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d371, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d369, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d370, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d371, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d325, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d336, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d337, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d338, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d339, K0), BLOCK)
             _k34 = tl.arange(0, 32)[None, :] + 288
             tl.store(J + row[:, None] * j_stride + _k34 + (_k34 // 21) * (7 * (V // 8)), _row33, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row35 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d340, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d341, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d372, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d373, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d374, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d375, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d376, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d377, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d326, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d342, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d343, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d344, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d345, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d346, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d347, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d378, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d379, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d380, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d381, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d382, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d383, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), BLOCK)
             _k36 = tl.arange(0, 32)[None, :] + 320
             tl.store(J + row[:, None] * j_stride + _k36 + (_k36 // 21) * (7 * (V // 8)), _row35, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row37 = _mc_row32(
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d40, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d42, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d327, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d348, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d349, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d350, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d351, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d352, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d353, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d384, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d385, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d386, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d387, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d388, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d389, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d44, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d46, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d16, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d18, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d20, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d22, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d48, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d50, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d52, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d54, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d328, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d354, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d355, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d356, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d357, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d358, K0), BLOCK)
             _k38 = tl.arange(0, 32)[None, :] + 352
             tl.store(J + row[:, None] * j_stride + _k38 + (_k38 // 21) * (7 * (V // 8)), _row37, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row39 = _mc_row32(
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d359, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d390, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d391, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d392, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d8, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d10, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d12, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d14, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d32, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d34, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d329, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d393, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d394, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d395, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d56, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d58, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d60, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d62, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d64, K0),
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d66, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d329, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d360, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d361, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d362, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d363, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d364, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d365, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d396, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d397, K0),
                 tl.where((j2_voce_af_radial_return_solve_converged & fin), d398, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d399, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d400, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d401, K0),
-                tl.where((j2_voce_af_radial_return_solve_converged & fin), d36, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d38, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d24, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d26, K0), BLOCK)
+                tl.where((j2_voce_af_radial_return_solve_converged & fin), d68, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d70, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d72, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d74, K0), BLOCK)
             _k40 = tl.arange(0, 32)[None, :] + 384
             tl.store(J + row[:, None] * j_stride + _k40 + (_k40 // 21) * (7 * (V // 8)), _row39, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _k41 = tl.arange(0, 4)[None, :] + 416
-            tl.store(J + row[:, None] * j_stride + _k41 + (_k41 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d28, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d30, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            tl.store(J + row[:, None] * j_stride + _k41 + (_k41 // 21) * (7 * (V // 8)), _mc_row4(tl.where((j2_voce_af_radial_return_solve_converged & fin), d76, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d78, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), K13, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
             if V & 8:
                 _row42 = _mc_row32(
                     tl.where((j2_voce_af_radial_return_solve_converged & fin), d409, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d415, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d421, K0), tl.where((j2_voce_af_radial_return_solve_converged & fin), d427, K0),
@@ -2917,7 +2911,6 @@ static void newton_1(
     real v_ncse_35[MC_W];
     real v_ncse_22[MC_W];
     real v_ncse_36[MC_W];
-    real v_ncse_25[MC_W];
     real v_ncse_37[MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = v_forces_E_0[l];
@@ -2960,7 +2953,6 @@ static void newton_1(
         const real ncse_35 = (ncse_7 * (ncse_16 + ncse_20 - (((real)0.6666666666666666) * ncse_1)));
         const real ncse_22 = (-ncse_12 - ncse_18 + (((real)0.6666666666666666) * old_state_internal_X_2));
         const real ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (((real)0.6666666666666666) * ncse_2)));
-        const real ncse_25 = ((real)0.816496580927726);
         const real ncse_37 = (((real)2.0) * fabs(ncse_6));
         v_j2_voce_af_radial_return_solve_converged[l] = 0;
         v_j2_voce_af_radial_return_solve_iterations[l] = 0;
@@ -2977,7 +2969,6 @@ static void newton_1(
         v_ncse_35[l] = ncse_35;
         v_ncse_22[l] = ncse_22;
         v_ncse_36[l] = ncse_36;
-        v_ncse_25[l] = ncse_25;
         v_ncse_37[l] = ncse_37;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
@@ -3002,7 +2993,6 @@ static void newton_1(
         const real ncse_22 = v_ncse_22[l];
         const real ncse_36 = v_ncse_36[l];
         const real p_d = MC_P(6, v_p_d[l]);
-        const real ncse_25 = v_ncse_25[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real p_R = MC_P(5, v_p_R[l]);
         const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
@@ -3019,15 +3009,15 @@ static void newton_1(
         const real ncse_21 = (ncse_35 - (ncse_19 * ncse_4));
         const real ncse_23 = (ncse_36 - (ncse_22 * ncse_4));
         const real ncse_24 = sqrt(mc_pos(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9))));
-        const real ncse_26 = mc_exp((-p_d * (old_state_internal_ep + (ncse_25 * state_internal_dgamma))));
-        const real ncse_27 = (-ncse_24 + (ncse_25 * (p_sigma_y + (p_R * (((real)1.0) - ncse_26)))));
+        const real ncse_26 = mc_exp((-p_d * (old_state_internal_ep + (((real)0.816496580927726) * state_internal_dgamma))));
+        const real ncse_27 = (-ncse_24 + (((real)0.816496580927726) * (p_sigma_y + (p_R * (((real)1.0) - ncse_26)))));
         const real ncse_28 = ((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))) > 0 ? 1 : 0);
         const real ncse_29 = (ncse_4 * ncse_4);
         const real ncse_30 = fabs(state_internal_dgamma);
         const real nt1_r_0 = mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma));
         const real j2_voce_af_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_25 * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + (ncse_30 * (ncse_37 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E))) + fabs(ncse_24)))));
+        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E))) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_24)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];
@@ -3187,9 +3177,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_46 = (cse_45 * state_internal_dgamma);
         const real cse_47 = (cse_25 * cse_36);
         const real cse_48 = (cse_47 * state_internal_dgamma);
-        const real cse_49 = ((real)2.449489742783178);
-        const real cse_50 = (((real)0.3333333333333333) * cse_49);
-        const real state_internal_ep = (old_state_internal_ep + (cse_50 * state_internal_dgamma));
+        const real state_internal_ep = (old_state_internal_ep + (((real)0.816496580927726) * state_internal_dgamma));
         o_y[6 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? state_internal_ep : MC_NAN;
         const real cse_52 = (((real)0.6666666666666666) * p_C);
         const real cse_53 = (old_state_internal_X_0 + (cse_38 * cse_52));
@@ -3361,7 +3349,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_495 = (cse_481 + cse_488);
         const real cse_521 = mc_exp((-p_d * state_internal_ep));
         const real cse_522 = (((real)1.0) - cse_521);
-        const real cse_523 = ((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (((real)0.3333333333333333) * cse_49 * (p_sigma_y + (p_R * cse_522)))) > 0 ? 1 : 0);
+        const real cse_523 = ((-cse_101 - cse_35 + (state_internal_dgamma * (cse_19 + cse_450)) + (((real)0.816496580927726) * (p_sigma_y + (p_R * cse_522)))) > 0 ? 1 : 0);
         const real cse_524 = (((real)1.0) - cse_523);
         const real cse_525 = (p_R * cse_521);
         const real cse_526 = (p_d * cse_525);
@@ -3610,7 +3598,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_477 = mc_sdiv(((real)1.0), cse_59);
         const real cse_496 = (-cse_488);
         const real cse_499 = (-cse_495);
-        const real cse_527 = (cse_50 * cse_524);
+        const real cse_527 = (((real)0.816496580927726) * cse_524);
         const real cse_535 = (cse_279 * cse_528);
         if (V & 12) o_j[302 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (-d43) : MC_NAN;
         const real ls2_1 = ((p_E * cse_523) + (cse_524 * (-cse_74 - (cse_52 * cse_62) + (((real)2.0) * p_E * cse_17) + (((real)0.6666666666666666) * p_C * cse_8))) + (((real)0.6666666666666666) * cse_524 * cse_526));
@@ -3828,25 +3816,25 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_513 = (cse_496 * d66);
         const real cse_514 = (cse_496 * d67);
         const real cse_515 = (cse_496 * d68);
-        if (V & 12) o_j[150 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)1.0) + (cse_50 * d44)) : MC_NAN;
-        if (V & 12) o_j[163 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d1) : MC_NAN;
-        if (V & 12) o_j[164 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d2) : MC_NAN;
-        if (V & 12) o_j[165 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d3) : MC_NAN;
-        if (V & 12) o_j[166 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d4) : MC_NAN;
-        if (V & 12) o_j[167 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d5) : MC_NAN;
-        if (V & 12) o_j[168 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d6) : MC_NAN;
-        if (V & 12) o_j[151 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d45) : MC_NAN;
-        if (V & 12) o_j[152 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d46) : MC_NAN;
-        if (V & 12) o_j[153 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d47) : MC_NAN;
-        if (V & 12) o_j[154 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d48) : MC_NAN;
-        if (V & 12) o_j[155 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d49) : MC_NAN;
-        if (V & 12) o_j[156 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d50) : MC_NAN;
-        if (V & 12) o_j[157 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d51) : MC_NAN;
-        if (V & 12) o_j[158 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d52) : MC_NAN;
-        if (V & 12) o_j[159 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d53) : MC_NAN;
-        if (V & 12) o_j[160 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d54) : MC_NAN;
-        if (V & 12) o_j[161 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d55) : MC_NAN;
-        if (V & 12) o_j[162 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d56) : MC_NAN;
+        if (V & 12) o_j[150 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)1.0) + (((real)0.816496580927726) * d44)) : MC_NAN;
+        if (V & 12) o_j[163 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d1) : MC_NAN;
+        if (V & 12) o_j[164 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d2) : MC_NAN;
+        if (V & 12) o_j[165 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d3) : MC_NAN;
+        if (V & 12) o_j[166 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d4) : MC_NAN;
+        if (V & 12) o_j[167 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d5) : MC_NAN;
+        if (V & 12) o_j[168 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d6) : MC_NAN;
+        if (V & 12) o_j[151 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d45) : MC_NAN;
+        if (V & 12) o_j[152 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d46) : MC_NAN;
+        if (V & 12) o_j[153 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d47) : MC_NAN;
+        if (V & 12) o_j[154 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d48) : MC_NAN;
+        if (V & 12) o_j[155 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d49) : MC_NAN;
+        if (V & 12) o_j[156 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d50) : MC_NAN;
+        if (V & 12) o_j[157 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d51) : MC_NAN;
+        if (V & 12) o_j[158 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d52) : MC_NAN;
+        if (V & 12) o_j[159 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d53) : MC_NAN;
+        if (V & 12) o_j[160 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d54) : MC_NAN;
+        if (V & 12) o_j[161 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d55) : MC_NAN;
+        if (V & 12) o_j[162 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d56) : MC_NAN;
         if (V & 12) o_j[169 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_425 * d44) : MC_NAN;
         if (V & 12) o_j[188 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_426 * d44) : MC_NAN;
         if (V & 12) o_j[207 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_427 * d44) : MC_NAN;
@@ -4218,13 +4206,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[416 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d182 : MC_NAN;
         const real d183 = (cse_99 * d141);
         if (V & 8) o_j[423 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? d183 : MC_NAN;
-        if (V & 8) o_j[424 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d135) : MC_NAN;
-        if (V & 8) o_j[425 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d136) : MC_NAN;
-        if (V & 8) o_j[426 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d137) : MC_NAN;
-        if (V & 8) o_j[427 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d138) : MC_NAN;
-        if (V & 8) o_j[428 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d139) : MC_NAN;
-        if (V & 8) o_j[429 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d140) : MC_NAN;
-        if (V & 8) o_j[430 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (cse_50 * d141) : MC_NAN;
+        if (V & 8) o_j[424 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d135) : MC_NAN;
+        if (V & 8) o_j[425 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d136) : MC_NAN;
+        if (V & 8) o_j[426 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d137) : MC_NAN;
+        if (V & 8) o_j[427 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d138) : MC_NAN;
+        if (V & 8) o_j[428 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d139) : MC_NAN;
+        if (V & 8) o_j[429 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d140) : MC_NAN;
+        if (V & 8) o_j[430 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? (((real)0.816496580927726) * d141) : MC_NAN;
         if (V & 8) o_j[431 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_425 * d135) + (cse_8 * (-(cse_346 * cse_52) + (((real)1.3333333333333333) * p_C * cse_14 * cse_17 * cse_36 * state_internal_dgamma)))) : MC_NAN;
         if (V & 8) o_j[438 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_426 * d135) + (cse_8 * (-(cse_348 * cse_52) + (((real)1.3333333333333333) * p_C * cse_17 * cse_33 * cse_36 * state_internal_dgamma)))) : MC_NAN;
         if (V & 8) o_j[445 * MC_W + l] = j2_voce_af_radial_return_solve_converged ? ((cse_427 * d135) + (cse_8 * (-(cse_350 * cse_52) + (((real)1.3333333333333333) * p_C * cse_17 * cse_30 * cse_36 * state_internal_dgamma)))) : MC_NAN;

@@ -115,8 +115,6 @@ def _torch_newton_1(
         ncse_39 = (0.5 * ncse_38)
         ncse_40 = (ncse_11 - ncse_14 - ncse_33 - (1.3333333333333333 * state_internal_X_1) + (1.3333333333333333 * p_E * ncse_2 * ncse_7))
         ncse_41 = (ncse_5 - ncse_33 - ncse_9 - (1.3333333333333333 * state_internal_X_2) + (1.3333333333333333 * p_E * ncse_13 * ncse_2))
-        ncse_42 = 2.449489742783178
-        ncse_43 = (0.3333333333333333 * ncse_42)
         ncse_44 = (0.3333333333333333 * ncse_35)
         ncse_45 = (p_C * ncse_44)
         ncse_46 = ((ncse_16 * ncse_45) - (p_g * state_internal_X_0))
@@ -127,7 +125,7 @@ def _torch_newton_1(
         ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4))
         ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5))
         ncse_53 = torch.exp((-p_d * state_internal_ep))
-        ncse_54 = (-p_sigma_y + (0.5 * ncse_34 * ncse_42) - (p_R * (1.0 - ncse_53)))
+        ncse_54 = (-p_sigma_y + (1.224744871391589 * ncse_34) - (p_R * (1.0 - ncse_53)))
         ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
         ncse_56 = torch.sqrt(torch.clamp(((0.6666666666666666 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), min=0.0))
         ncse_57 = (-0.6666666666666666 * ncse_35)
@@ -244,7 +242,7 @@ def _torch_newton_1(
         ncse_168 = (ncse_162 * ncse_23)
         ncse_169 = (ncse_166 * ncse_23)
         ncse_170 = _sdiv(1.0, (2.0 * ncse_56))
-        ncse_171 = (-1.0 - (0.6666666666666666 * ncse_170 * ncse_42 * ncse_54))
+        ncse_171 = (-1.0 - (1.632993161855452 * ncse_170 * ncse_54))
         ncse_172 = (ncse_171 * ncse_58)
         ncse_173 = (ncse_16 * ncse_172)
         ncse_174 = (ncse_172 * ncse_40)
@@ -291,30 +289,31 @@ def _torch_newton_1(
         ncse_214 = (ncse_197 * torch.abs(p_C))
         ncse_215 = (0.3333333333333333 * ncse_214)
         ncse_216 = (0.6666666666666666 * ncse_214)
+        ncse_221 = (0.816496580927726 * ncse_63)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
         nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
         nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
         nt1_r_3 = (-ncse_18 - old_state_internal_Ep_3 - (ncse_19 * ncse_38))
         nt1_r_4 = (-ncse_22 - old_state_internal_Ep_4 - (ncse_23 * ncse_38))
         nt1_r_5 = (-ncse_26 - old_state_internal_Ep_5 - (ncse_27 * ncse_38))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_37 * ncse_43))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (0.816496580927726 * ncse_37))
         nt1_r_7 = (state_internal_X_0 - old_state_internal_X_0 - (ncse_37 * ncse_46))
         nt1_r_8 = (state_internal_X_1 - old_state_internal_X_1 - (ncse_37 * ncse_47))
         nt1_r_9 = (state_internal_X_2 - old_state_internal_X_2 - (ncse_37 * ncse_48))
         nt1_r_10 = (-ncse_17 - old_state_internal_X_3 - (ncse_37 * ncse_50))
         nt1_r_11 = (-ncse_21 - old_state_internal_X_4 - (ncse_37 * ncse_51))
         nt1_r_12 = (-ncse_25 - old_state_internal_X_5 - (ncse_37 * ncse_52))
-        nt1_r_13 = (-ncse_56 - (ncse_43 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
+        nt1_r_13 = (-ncse_56 - (0.816496580927726 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
         j2_voce_af_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_return_map_residual_norm
         nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + torch.abs(old_state_internal_Ep_1)))))
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + torch.abs(old_state_internal_Ep_3)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((ncse_198 * ncse_43) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + torch.abs(old_state_internal_X_0)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_198) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + torch.abs(old_state_internal_X_0)))))
         nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + torch.abs(old_state_internal_X_2)))))
         nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + torch.abs(old_state_internal_X_4)))))
-        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (ncse_43 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (0.5 * ncse_42 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
         j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
@@ -325,14 +324,14 @@ def _torch_newton_1(
             [ncse_75, ncse_93, ncse_104, (1.0 - (ncse_114 * ncse_65)), ncse_117, ncse_119, 0.0, ncse_82, ncse_98, ncse_108, (ncse_113 * ncse_64), ncse_121, ncse_123, (ncse_19 * ncse_85)],
             [ncse_76, ncse_94, ncse_105, ncse_117, (1.0 - (ncse_125 * ncse_65)), ncse_126, 0.0, ncse_83, ncse_99, ncse_109, ncse_121, (ncse_124 * ncse_64), ncse_127, (ncse_23 * ncse_85)],
             [ncse_77, ncse_95, ncse_106, ncse_119, ncse_126, (1.0 - (ncse_129 * ncse_65)), 0.0, ncse_84, ncse_100, ncse_110, ncse_123, ncse_127, (ncse_128 * ncse_64), (ncse_27 * ncse_85)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (ncse_43 * ncse_63)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ncse_221],
             [(-ncse_131 * ncse_62), ncse_132, ncse_133, ncse_134, ncse_135, ncse_136, 0.0, (1.0 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61)))), ncse_140, ncse_141, ncse_142, ncse_143, ncse_144, (ncse_46 * ncse_63)],
             [ncse_132, (-ncse_131 * ncse_88), ncse_145, ncse_146, ncse_147, ncse_148, 0.0, ncse_140, (1.0 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87)))), ncse_149, ncse_150, ncse_151, ncse_152, (ncse_47 * ncse_63)],
             [ncse_133, ncse_145, (-ncse_102 * ncse_131), ncse_153, ncse_154, ncse_155, 0.0, ncse_141, ncse_149, (1.0 + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139)))), ncse_156, ncse_157, ncse_158, (ncse_48 * ncse_63)],
             [ncse_134, ncse_146, ncse_153, (-ncse_114 * ncse_131), ncse_161, ncse_163, 0.0, ncse_142, ncse_150, ncse_156, (1.0 + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139)))), ncse_165, ncse_167, (ncse_50 * ncse_63)],
             [ncse_135, ncse_147, ncse_154, ncse_161, (-ncse_125 * ncse_131), ncse_168, 0.0, ncse_143, ncse_151, ncse_157, ncse_165, (1.0 + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139)))), ncse_169, (ncse_51 * ncse_63)],
             [ncse_136, ncse_148, ncse_155, ncse_163, ncse_168, (-ncse_129 * ncse_131), 0.0, ncse_144, ncse_152, ncse_158, ncse_167, ncse_169, (1.0 + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139)))), (ncse_52 * ncse_63)],
-            [(-ncse_173 * ncse_3), (-ncse_174 * ncse_3), (-ncse_175 * ncse_3), (-ncse_177 * ncse_3), (-ncse_178 * ncse_3), (-ncse_179 * ncse_3), (-p_R * p_d * ncse_171 * ncse_43 * ncse_53), (-ncse_173), (-ncse_174), (-ncse_175), (-ncse_177), (-ncse_178), (-ncse_179), ((p_E * ncse_36) - (2.0 * ncse_170 * ncse_55 * state_internal_gamma_rate))],
+            [(-ncse_173 * ncse_3), (-ncse_174 * ncse_3), (-ncse_175 * ncse_3), (-ncse_177 * ncse_3), (-ncse_178 * ncse_3), (-ncse_179 * ncse_3), (-0.816496580927726 * p_R * p_d * ncse_171 * ncse_53), (-ncse_173), (-ncse_174), (-ncse_175), (-ncse_177), (-ncse_178), (-ncse_179), ((p_E * ncse_36) - (2.0 * ncse_170 * ncse_55 * state_internal_gamma_rate))],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -596,8 +595,6 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_257 = (cse_238 + (cse_138 * cse_239))
         cse_258 = (-cse_257)
         cse_259 = (cse_160 * cse_258)
-        cse_260 = 2.449489742783178
-        cse_261 = (0.3333333333333333 * cse_260)
         cse_262 = (0.6666666666666666 * p_C)
         cse_263 = (cse_161 * cse_262)
         cse_264 = (cse_169 * cse_262)
@@ -653,13 +650,13 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_314 = ((cse_137 * cse_306) - (p_g * state_internal_X_5))
         cse_315 = torch.exp((-p_d * state_internal_ep))
         cse_316 = (1.0 - cse_315)
-        cse_317 = (-p_sigma_y + (0.5 * cse_149 * cse_260) - (p_R * cse_316))
+        cse_317 = (-p_sigma_y + (1.224744871391589 * cse_149) - (p_R * cse_316))
         cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate)
         cse_319 = (p_E * p_E)
         cse_320 = (cse_3 * cse_3)
         cse_321 = (cse_319 * cse_320)
         cse_322 = _sdiv(1.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_317 * cse_317)) + (cse_318 * cse_321)), min=0.0))))
-        cse_323 = (-1.0 - (0.6666666666666666 * cse_260 * cse_317 * cse_322))
+        cse_323 = (-1.0 - (1.632993161855452 * cse_317 * cse_322))
         cse_324 = (cse_153 * cse_323)
         cse_325 = (cse_152 * cse_324)
         cse_326 = (-cse_325 * cse_6)
@@ -674,7 +671,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_335 = (-cse_334 * cse_6)
         cse_336 = (cse_137 * cse_331)
         cse_337 = (-cse_336 * cse_6)
-        cse_338 = (cse_261 * cse_323)
+        cse_338 = (0.816496580927726 * cse_323)
         cse_339 = (p_R * cse_315 * cse_338)
         cse_340 = (2.0 * cse_322)
         # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
@@ -685,7 +682,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_177, cse_206, cse_226, (1.0 + cse_242), cse_244, cse_246, 0.0, cse_190, cse_215, cse_233, (-cse_159 * cse_240), cse_248, cse_249, (-cse_133 * cse_195)],
             [cse_180, cse_208, cse_228, cse_244, (1.0 + cse_252), cse_255, 0.0, cse_192, cse_217, cse_235, cse_248, (-cse_159 * cse_250), cse_256, (-cse_135 * cse_195)],
             [cse_183, cse_210, cse_230, cse_246, cse_255, (1.0 + cse_259), 0.0, cse_194, cse_219, cse_237, cse_249, cse_256, (-cse_159 * cse_257), (-cse_137 * cse_195)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-cse_261 * cse_3)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-0.816496580927726 * cse_3)],
             [cse_263, cse_264, cse_265, cse_266, cse_267, cse_268, 0.0, (1.0 - (cse_3 * (cse_269 + (cse_157 * cse_270)))), cse_271, cse_272, cse_273, cse_274, cse_275, (-cse_277 * cse_3)],
             [cse_264, cse_278, cse_279, cse_280, cse_281, cse_282, 0.0, cse_271, (1.0 - (cse_3 * (cse_269 + (cse_197 * cse_270)))), cse_283, cse_284, cse_285, cse_286, (-cse_287 * cse_3)],
             [cse_265, cse_279, cse_288, cse_289, cse_290, cse_291, 0.0, cse_272, cse_283, (1.0 - (cse_3 * (cse_269 + (cse_220 * cse_270)))), cse_292, cse_293, cse_294, (-cse_295 * cse_3)],
@@ -860,7 +857,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_362 = (cse_133 * cse_341)
         cse_372 = (cse_135 * cse_341)
         cse_376 = (cse_137 * cse_341)
-        cse_379 = (cse_261 * state_internal_gamma_rate)
+        cse_379 = (0.816496580927726 * state_internal_gamma_rate)
         cse_380 = (cse_277 * state_internal_gamma_rate)
         cse_382 = (cse_287 * state_internal_gamma_rate)
         cse_383 = (cse_295 * state_internal_gamma_rate)
@@ -3506,9 +3503,11 @@ if triton is not None:
         K3 = tl.full([], 1.3333333333333333, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
-        K6 = tl.full([], 2.449489742783178, DTYPE)
+        K6 = tl.full([], 1.224744871391589, DTYPE)
         K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
+        K8 = tl.full([], 1.632993161855452, DTYPE)
+        K9 = tl.full([], 2.6666666666666665, DTYPE)
+        K10 = tl.full([], 0.816496580927726, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -3579,8 +3578,6 @@ if triton is not None:
             ncse_39 = (K5 * ncse_38)
             ncse_40 = (ncse_11 - ncse_14 - ncse_33 - (K3 * state_internal_X_1) + (K3 * p_E * ncse_2 * ncse_7))
             ncse_41 = (ncse_5 - ncse_33 - ncse_9 - (K3 * state_internal_X_2) + (K3 * p_E * ncse_13 * ncse_2))
-            ncse_42 = K6
-            ncse_43 = (K4 * ncse_42)
             ncse_44 = (K4 * ncse_35)
             ncse_45 = (p_C * ncse_44)
             ncse_46 = ((ncse_16 * ncse_45) - (p_g * state_internal_X_0))
@@ -3591,7 +3588,7 @@ if triton is not None:
             ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4))
             ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5))
             ncse_53 = tl.exp((-p_d * state_internal_ep))
-            ncse_54 = (-p_sigma_y + (K5 * ncse_34 * ncse_42) - (p_R * (K1 - ncse_53)))
+            ncse_54 = (-p_sigma_y + (K6 * ncse_34) - (p_R * (K1 - ncse_53)))
             ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
             ncse_56 = tl.sqrt(tl.maximum(((K2 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), 0.0))
             ncse_57 = (-K2 * ncse_35)
@@ -3708,7 +3705,7 @@ if triton is not None:
             ncse_168 = (ncse_162 * ncse_23)
             ncse_169 = (ncse_166 * ncse_23)
             ncse_170 = _mc_sdiv(K1, (K7 * ncse_56))
-            ncse_171 = (-K1 - (K2 * ncse_170 * ncse_42 * ncse_54))
+            ncse_171 = (-K1 - (K8 * ncse_170 * ncse_54))
             ncse_172 = (ncse_171 * ncse_58)
             ncse_173 = (ncse_16 * ncse_172)
             ncse_174 = (ncse_172 * ncse_40)
@@ -3730,7 +3727,7 @@ if triton is not None:
             ncse_190 = tl.abs(state_internal_Ep_1)
             ncse_191 = (ncse_190 + tl.abs(forces_E_1))
             ncse_220 = tl.abs((K1 / (K1 - (K7 * p_nu))))
-            ncse_192 = (K8 * ncse_184 * (ncse_182 + ncse_188 + ncse_191) * tl.abs(p_nu) * ncse_220)
+            ncse_192 = (K9 * ncse_184 * (ncse_182 + ncse_188 + ncse_191) * tl.abs(p_nu) * ncse_220)
             ncse_193 = (ncse_192 + (K2 * ncse_186) + (ncse_188 * ncse_189))
             ncse_194 = tl.abs(state_internal_X_1)
             ncse_195 = ((K2 * ncse_194) + (ncse_189 * ncse_191))
@@ -3755,29 +3752,30 @@ if triton is not None:
             ncse_214 = (ncse_197 * tl.abs(p_C))
             ncse_215 = (K4 * ncse_214)
             ncse_216 = (K2 * ncse_214)
+            ncse_221 = (K10 * ncse_63)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
             nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
             nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
             nt1_r_3 = (-ncse_18 - old_state_internal_Ep_3 - (ncse_19 * ncse_38))
             nt1_r_4 = (-ncse_22 - old_state_internal_Ep_4 - (ncse_23 * ncse_38))
             nt1_r_5 = (-ncse_26 - old_state_internal_Ep_5 - (ncse_27 * ncse_38))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_37 * ncse_43))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K10 * ncse_37))
             nt1_r_7 = (state_internal_X_0 - old_state_internal_X_0 - (ncse_37 * ncse_46))
             nt1_r_8 = (state_internal_X_1 - old_state_internal_X_1 - (ncse_37 * ncse_47))
             nt1_r_9 = (state_internal_X_2 - old_state_internal_X_2 - (ncse_37 * ncse_48))
             nt1_r_10 = (-ncse_17 - old_state_internal_X_3 - (ncse_37 * ncse_50))
             nt1_r_11 = (-ncse_21 - old_state_internal_X_4 - (ncse_37 * ncse_51))
             nt1_r_12 = (-ncse_25 - old_state_internal_X_5 - (ncse_37 * ncse_52))
-            nt1_r_13 = (-ncse_56 - (ncse_43 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
+            nt1_r_13 = (-ncse_56 - (K10 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
             j2_voce_af_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_return_map_residual_norm, nt1_rnorm0)
             nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + tl.abs(old_state_internal_Ep_1)))))
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + tl.abs(old_state_internal_Ep_3)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((ncse_198 * ncse_43) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + tl.abs(old_state_internal_X_0)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K10 * ncse_198) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + tl.abs(old_state_internal_X_0)))))
             nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + tl.abs(old_state_internal_X_2)))))
             nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + tl.abs(old_state_internal_X_4)))))
-            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (ncse_43 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K5 * ncse_42 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (K10 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
             j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_62 * ncse_65))
@@ -3798,39 +3796,38 @@ if triton is not None:
             nt1_16 = (K1 - (ncse_129 * ncse_65))
             nt1_17 = (ncse_128 * ncse_64)
             nt1_18 = (ncse_27 * ncse_85)
-            nt1_19 = (ncse_43 * ncse_63)
-            nt1_20 = (-ncse_131 * ncse_62)
-            nt1_21 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))))
-            nt1_22 = (ncse_46 * ncse_63)
-            nt1_23 = (-ncse_131 * ncse_88)
-            nt1_24 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))))
-            nt1_25 = (ncse_47 * ncse_63)
-            nt1_26 = (-ncse_102 * ncse_131)
-            nt1_27 = (K1 + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))))
-            nt1_28 = (ncse_48 * ncse_63)
-            nt1_29 = (-ncse_114 * ncse_131)
-            nt1_30 = (K1 + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))))
-            nt1_31 = (ncse_50 * ncse_63)
-            nt1_32 = (-ncse_125 * ncse_131)
-            nt1_33 = (K1 + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))))
-            nt1_34 = (ncse_51 * ncse_63)
-            nt1_35 = (-ncse_129 * ncse_131)
-            nt1_36 = (K1 + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))))
-            nt1_37 = (ncse_52 * ncse_63)
-            nt1_38 = (-ncse_173 * ncse_3)
-            nt1_39 = (-ncse_174 * ncse_3)
-            nt1_40 = (-ncse_175 * ncse_3)
-            nt1_41 = (-ncse_177 * ncse_3)
-            nt1_42 = (-ncse_178 * ncse_3)
-            nt1_43 = (-ncse_179 * ncse_3)
-            nt1_44 = (-p_R * p_d * ncse_171 * ncse_43 * ncse_53)
-            nt1_45 = (-ncse_173)
-            nt1_46 = (-ncse_174)
-            nt1_47 = (-ncse_175)
-            nt1_48 = (-ncse_177)
-            nt1_49 = (-ncse_178)
-            nt1_50 = (-ncse_179)
-            nt1_51 = ((p_E * ncse_36) - (K7 * ncse_170 * ncse_55 * state_internal_gamma_rate))
+            nt1_19 = (-ncse_131 * ncse_62)
+            nt1_20 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))))
+            nt1_21 = (ncse_46 * ncse_63)
+            nt1_22 = (-ncse_131 * ncse_88)
+            nt1_23 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))))
+            nt1_24 = (ncse_47 * ncse_63)
+            nt1_25 = (-ncse_102 * ncse_131)
+            nt1_26 = (K1 + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))))
+            nt1_27 = (ncse_48 * ncse_63)
+            nt1_28 = (-ncse_114 * ncse_131)
+            nt1_29 = (K1 + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))))
+            nt1_30 = (ncse_50 * ncse_63)
+            nt1_31 = (-ncse_125 * ncse_131)
+            nt1_32 = (K1 + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))))
+            nt1_33 = (ncse_51 * ncse_63)
+            nt1_34 = (-ncse_129 * ncse_131)
+            nt1_35 = (K1 + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))))
+            nt1_36 = (ncse_52 * ncse_63)
+            nt1_37 = (-ncse_173 * ncse_3)
+            nt1_38 = (-ncse_174 * ncse_3)
+            nt1_39 = (-ncse_175 * ncse_3)
+            nt1_40 = (-ncse_177 * ncse_3)
+            nt1_41 = (-ncse_178 * ncse_3)
+            nt1_42 = (-ncse_179 * ncse_3)
+            nt1_43 = (-K10 * p_R * p_d * ncse_171 * ncse_53)
+            nt1_44 = (-ncse_173)
+            nt1_45 = (-ncse_174)
+            nt1_46 = (-ncse_175)
+            nt1_47 = (-ncse_177)
+            nt1_48 = (-ncse_178)
+            nt1_49 = (-ncse_179)
+            nt1_50 = ((p_E * ncse_36) - (K7 * ncse_170 * ncse_55 * state_internal_gamma_rate))
             nt1_lu = _triton_lu1(
                 nt1_1, ncse_69, ncse_72, ncse_75, ncse_76, ncse_77, nt1_2, ncse_78, ncse_79, ncse_82, ncse_83,
                 ncse_84, nt1_3, ncse_69, nt1_4, ncse_91, ncse_93, ncse_94, ncse_95, ncse_78, nt1_5, ncse_96,
@@ -3839,42 +3836,42 @@ if triton is not None:
                 nt1_10, ncse_117, ncse_119, ncse_82, ncse_98, ncse_108, nt1_11, ncse_121, ncse_123, nt1_12,
                 ncse_76, ncse_94, ncse_105, ncse_117, nt1_13, ncse_126, ncse_83, ncse_99, ncse_109, ncse_121,
                 nt1_14, ncse_127, nt1_15, ncse_77, ncse_95, ncse_106, ncse_119, ncse_126, nt1_16, ncse_84,
-                ncse_100, ncse_110, ncse_123, ncse_127, nt1_17, nt1_18, nt1_19, nt1_20, ncse_132, ncse_133,
-                ncse_134, ncse_135, ncse_136, nt1_21, ncse_140, ncse_141, ncse_142, ncse_143, ncse_144, nt1_22,
-                ncse_132, nt1_23, ncse_145, ncse_146, ncse_147, ncse_148, ncse_140, nt1_24, ncse_149, ncse_150,
-                ncse_151, ncse_152, nt1_25, ncse_133, ncse_145, nt1_26, ncse_153, ncse_154, ncse_155, ncse_141,
-                ncse_149, nt1_27, ncse_156, ncse_157, ncse_158, nt1_28, ncse_134, ncse_146, ncse_153, nt1_29,
-                ncse_161, ncse_163, ncse_142, ncse_150, ncse_156, nt1_30, ncse_165, ncse_167, nt1_31, ncse_135,
-                ncse_147, ncse_154, ncse_161, nt1_32, ncse_168, ncse_143, ncse_151, ncse_157, ncse_165, nt1_33,
-                ncse_169, nt1_34, ncse_136, ncse_148, ncse_155, ncse_163, ncse_168, nt1_35, ncse_144, ncse_152,
-                ncse_158, ncse_167, ncse_169, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42, nt1_43,
-                nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, nt1_51, DTYPE)
-            nt1_52 = (-nt1_r_0)
-            nt1_53 = (-nt1_r_1)
-            nt1_54 = (-nt1_r_2)
-            nt1_55 = (-nt1_r_3)
-            nt1_56 = (-nt1_r_4)
-            nt1_57 = (-nt1_r_5)
-            nt1_58 = (-nt1_r_6)
-            nt1_59 = (-nt1_r_7)
-            nt1_60 = (-nt1_r_8)
-            nt1_61 = (-nt1_r_9)
-            nt1_62 = (-nt1_r_10)
-            nt1_63 = (-nt1_r_11)
-            nt1_64 = (-nt1_r_12)
-            nt1_65 = (-nt1_r_13)
+                ncse_100, ncse_110, ncse_123, ncse_127, nt1_17, nt1_18, ncse_221, nt1_19, ncse_132, ncse_133,
+                ncse_134, ncse_135, ncse_136, nt1_20, ncse_140, ncse_141, ncse_142, ncse_143, ncse_144, nt1_21,
+                ncse_132, nt1_22, ncse_145, ncse_146, ncse_147, ncse_148, ncse_140, nt1_23, ncse_149, ncse_150,
+                ncse_151, ncse_152, nt1_24, ncse_133, ncse_145, nt1_25, ncse_153, ncse_154, ncse_155, ncse_141,
+                ncse_149, nt1_26, ncse_156, ncse_157, ncse_158, nt1_27, ncse_134, ncse_146, ncse_153, nt1_28,
+                ncse_161, ncse_163, ncse_142, ncse_150, ncse_156, nt1_29, ncse_165, ncse_167, nt1_30, ncse_135,
+                ncse_147, ncse_154, ncse_161, nt1_31, ncse_168, ncse_143, ncse_151, ncse_157, ncse_165, nt1_32,
+                ncse_169, nt1_33, ncse_136, ncse_148, ncse_155, ncse_163, ncse_168, nt1_34, ncse_144, ncse_152,
+                ncse_158, ncse_167, ncse_169, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
+                nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, DTYPE)
+            nt1_51 = (-nt1_r_0)
+            nt1_52 = (-nt1_r_1)
+            nt1_53 = (-nt1_r_2)
+            nt1_54 = (-nt1_r_3)
+            nt1_55 = (-nt1_r_4)
+            nt1_56 = (-nt1_r_5)
+            nt1_57 = (-nt1_r_6)
+            nt1_58 = (-nt1_r_7)
+            nt1_59 = (-nt1_r_8)
+            nt1_60 = (-nt1_r_9)
+            nt1_61 = (-nt1_r_10)
+            nt1_62 = (-nt1_r_11)
+            nt1_63 = (-nt1_r_12)
+            nt1_64 = (-nt1_r_13)
             (
-                nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76, nt1_77,
-                nt1_78, nt1_79,
+                nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
+                nt1_77, nt1_78,
             ) = _triton_lu1_forward1(
-                nt1_lu, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61, nt1_62,
-                nt1_63, nt1_64, nt1_65, DTYPE)
+                nt1_lu, nt1_51, nt1_52, nt1_53, nt1_54, nt1_55, nt1_56, nt1_57, nt1_58, nt1_59, nt1_60, nt1_61,
+                nt1_62, nt1_63, nt1_64, DTYPE)
             (
                 nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7, nt1_du_8,
                 nt1_du_9, nt1_du_10, nt1_du_11, nt1_du_12, nt1_du_13,
             ) = _triton_lu1_back1(
-                nt1_lu, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75, nt1_76,
-                nt1_77, nt1_78, nt1_79, DTYPE)
+                nt1_lu, nt1_65, nt1_66, nt1_67, nt1_68, nt1_69, nt1_70, nt1_71, nt1_72, nt1_73, nt1_74, nt1_75,
+                nt1_76, nt1_77, nt1_78, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -3918,8 +3915,10 @@ if triton is not None:
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 1.3333333333333333, DTYPE)
         K6 = tl.full([], 0.5, DTYPE)
-        K7 = tl.full([], 2.449489742783178, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 1.224744871391589, DTYPE)
+        K8 = tl.full([], 1.632993161855452, DTYPE)
+        K9 = tl.full([], 0.816496580927726, DTYPE)
+        K10 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -4065,30 +4064,6 @@ if triton is not None:
             cse_202 = (-cse_201)
             cse_203 = (cse_160 * cse_202)
             cse_279 = (cse_203 * cse_262)
-            cse_315 = tl.exp((-p_d * state_internal_ep))
-            cse_316 = (K2 - cse_315)
-            cse_260 = K7
-            cse_317 = (-p_sigma_y + (K6 * cse_149 * cse_260) - (p_R * cse_316))
-            cse_320 = (cse_3 * cse_3)
-            cse_319 = (p_E * p_E)
-            cse_321 = (cse_319 * cse_320)
-            cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate)
-            cse_322 = _mc_sdiv(K2, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_317 * cse_317)) + (cse_318 * cse_321)), 0.0))))
-            cse_323 = (-K2 - (K3 * cse_260 * cse_317 * cse_322))
-            cse_324 = (cse_153 * cse_323)
-            cse_325 = (cse_152 * cse_324)
-            cse_326 = (-cse_325 * cse_6)
-            cse_327 = (cse_163 * cse_324)
-            cse_328 = (-cse_327 * cse_6)
-            cse_329 = (cse_170 * cse_324)
-            cse_330 = (-cse_329 * cse_6)
-            cse_331 = (K1 * cse_324)
-            cse_332 = (cse_133 * cse_331)
-            cse_333 = (-cse_332 * cse_6)
-            cse_334 = (cse_135 * cse_331)
-            cse_335 = (-cse_334 * cse_6)
-            cse_336 = (cse_137 * cse_331)
-            cse_337 = (-cse_336 * cse_6)
             cse_155 = (cse_153 * cse_154)
             cse_156 = (K6 * cse_155)
             cse_151 = (-K3 * cse_150)
@@ -4108,6 +4083,29 @@ if triton is not None:
             cse_221 = (-cse_220)
             cse_222 = (cse_160 * cse_221)
             cse_288 = (cse_222 * cse_262)
+            cse_315 = tl.exp((-p_d * state_internal_ep))
+            cse_316 = (K2 - cse_315)
+            cse_317 = (-p_sigma_y + (K7 * cse_149) - (p_R * cse_316))
+            cse_320 = (cse_3 * cse_3)
+            cse_319 = (p_E * p_E)
+            cse_321 = (cse_319 * cse_320)
+            cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate)
+            cse_322 = _mc_sdiv(K2, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_317 * cse_317)) + (cse_318 * cse_321)), 0.0))))
+            cse_323 = (-K2 - (K8 * cse_317 * cse_322))
+            cse_324 = (cse_153 * cse_323)
+            cse_325 = (cse_152 * cse_324)
+            cse_326 = (-cse_325 * cse_6)
+            cse_327 = (cse_163 * cse_324)
+            cse_328 = (-cse_327 * cse_6)
+            cse_329 = (cse_170 * cse_324)
+            cse_330 = (-cse_329 * cse_6)
+            cse_331 = (K1 * cse_324)
+            cse_332 = (cse_133 * cse_331)
+            cse_333 = (-cse_332 * cse_6)
+            cse_334 = (cse_135 * cse_331)
+            cse_335 = (-cse_334 * cse_6)
+            cse_336 = (cse_137 * cse_331)
+            cse_337 = (-cse_336 * cse_6)
             cse_185 = (-cse_184)
             cse_187 = (-cse_186)
             cse_211 = (cse_159 * cse_201)
@@ -4126,9 +4124,6 @@ if triton is not None:
             cse_258 = (-cse_257)
             cse_259 = (cse_160 * cse_258)
             cse_313 = (cse_259 * cse_262)
-            cse_261 = (K4 * cse_260)
-            cse_338 = (cse_261 * cse_323)
-            cse_339 = (p_R * cse_315 * cse_338)
             cse_212 = (-cse_211)
             cse_175 = (cse_160 * cse_164)
             cse_174 = (cse_133 * cse_154)
@@ -4155,6 +4150,8 @@ if triton is not None:
             cse_290 = (-cse_227 * cse_262)
             cse_229 = (cse_181 * cse_224)
             cse_291 = (-cse_229 * cse_262)
+            cse_338 = (K9 * cse_323)
+            cse_339 = (p_R * cse_315 * cse_338)
             cse_177 = (-cse_176)
             cse_180 = (-cse_179)
             cse_183 = (-cse_182)
@@ -4185,7 +4182,6 @@ if triton is not None:
             cse_293 = (-cse_234 * cse_262)
             cse_236 = (cse_181 * cse_231)
             cse_294 = (-cse_236 * cse_262)
-            cse_340 = (K1 * cse_322)
             cse_190 = (-cse_189)
             cse_192 = (-cse_191)
             cse_194 = (-cse_193)
@@ -4209,6 +4205,7 @@ if triton is not None:
             cse_302 = (-cse_160 * cse_301)
             cse_309 = (cse_137 * cse_297)
             cse_310 = (-cse_299 * cse_309)
+            cse_340 = (K1 * cse_322)
             cse_244 = (-cse_135 * cse_160 * cse_243)
             cse_247 = (cse_135 * cse_159)
             cse_248 = (-cse_243 * cse_247)
@@ -4249,7 +4246,7 @@ if triton is not None:
             lu1_16 = (K2 + cse_259)
             lu1_17 = (-cse_159 * cse_257)
             lu1_18 = (-cse_137 * cse_195)
-            lu1_19 = (-cse_261 * cse_3)
+            lu1_19 = (-K9 * cse_3)
             lu1_20 = (K2 - (cse_3 * (cse_269 + (cse_157 * cse_270))))
             lu1_21 = (-cse_277 * cse_3)
             lu1_22 = (K2 - (cse_3 * (cse_269 + (cse_197 * cse_270))))
@@ -4468,7 +4465,7 @@ if triton is not None:
             cse_362 = (cse_133 * cse_341)
             cse_372 = (cse_135 * cse_341)
             cse_376 = (cse_137 * cse_341)
-            cse_379 = (cse_261 * state_internal_gamma_rate)
+            cse_379 = (K9 * state_internal_gamma_rate)
             cse_380 = (cse_277 * state_internal_gamma_rate)
             cse_382 = (cse_287 * state_internal_gamma_rate)
             cse_383 = (cse_295 * state_internal_gamma_rate)
@@ -4921,7 +4918,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d205, K0), tl.where((j2_voce_af_return_map_converged & fin), d219, K0), tl.where((j2_voce_af_return_map_converged & fin), d233, K0), tl.where((j2_voce_af_return_map_converged & fin), d247, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d261, K0), tl.where((j2_voce_af_return_map_converged & fin), d275, K0), tl.where((j2_voce_af_return_map_converged & fin), d289, K0), tl.where((j2_voce_af_return_map_converged & fin), d303, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
@@ -4929,7 +4926,7 @@ if triton is not None:
             _row18 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d3, K0), tl.where((j2_voce_af_return_map_converged & fin), d17, K0), tl.where((j2_voce_af_return_map_converged & fin), d31, K0), tl.where((j2_voce_af_return_map_converged & fin), d45, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d59, K0), tl.where((j2_voce_af_return_map_converged & fin), d73, K0), tl.where((j2_voce_af_return_map_converged & fin), d123, K0), tl.where((j2_voce_af_return_map_converged & fin), d137, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
@@ -4938,12 +4935,12 @@ if triton is not None:
             _k19 = tl.arange(0, 32)[None, :] + 32
             _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row20 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d180, K0), tl.where((j2_voce_af_return_map_converged & fin), d194, K0), tl.where((j2_voce_af_return_map_converged & fin), d208, K0), tl.where((j2_voce_af_return_map_converged & fin), d222, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d236, K0), tl.where((j2_voce_af_return_map_converged & fin), d250, K0), tl.where((j2_voce_af_return_map_converged & fin), d264, K0), tl.where((j2_voce_af_return_map_converged & fin), d278, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
@@ -4952,7 +4949,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d34, K0), tl.where((j2_voce_af_return_map_converged & fin), d48, K0), tl.where((j2_voce_af_return_map_converged & fin), d62, K0), tl.where((j2_voce_af_return_map_converged & fin), d76, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
@@ -4960,13 +4957,13 @@ if triton is not None:
             _k23 = tl.arange(0, 32)[None, :] + 96
             _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row24 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d155, K0), tl.where((j2_voce_af_return_map_converged & fin), d169, K0), tl.where((j2_voce_af_return_map_converged & fin), d183, K0), tl.where((j2_voce_af_return_map_converged & fin), d197, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d211, K0), tl.where((j2_voce_af_return_map_converged & fin), d225, K0), tl.where((j2_voce_af_return_map_converged & fin), d239, K0), tl.where((j2_voce_af_return_map_converged & fin), d253, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -4974,7 +4971,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d9, K0), tl.where((j2_voce_af_return_map_converged & fin), d23, K0), tl.where((j2_voce_af_return_map_converged & fin), d37, K0), tl.where((j2_voce_af_return_map_converged & fin), d51, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
@@ -4983,12 +4980,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row28 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d130, K0), tl.where((j2_voce_af_return_map_converged & fin), d144, K0), tl.where((j2_voce_af_return_map_converged & fin), d158, K0), tl.where((j2_voce_af_return_map_converged & fin), d172, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d186, K0), tl.where((j2_voce_af_return_map_converged & fin), d200, K0), tl.where((j2_voce_af_return_map_converged & fin), d214, K0), tl.where((j2_voce_af_return_map_converged & fin), d228, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -4997,7 +4994,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d271, K0), tl.where((j2_voce_af_return_map_converged & fin), d285, K0), tl.where((j2_voce_af_return_map_converged & fin), d299, K0), tl.where((j2_voce_af_return_map_converged & fin), d313, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
@@ -5005,13 +5002,13 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row32 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d69, K0), tl.where((j2_voce_af_return_map_converged & fin), d83, K0), tl.where((j2_voce_af_return_map_converged & fin), d133, K0), tl.where((j2_voce_af_return_map_converged & fin), d147, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d161, K0), tl.where((j2_voce_af_return_map_converged & fin), d175, K0), tl.where((j2_voce_af_return_map_converged & fin), d189, K0), tl.where((j2_voce_af_return_map_converged & fin), d203, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
             _k33 = tl.arange(0, 32)[None, :] + 256
             _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row34 = _mc_row32(
@@ -5019,7 +5016,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d246, K0), tl.where((j2_voce_af_return_map_converged & fin), d260, K0), tl.where((j2_voce_af_return_map_converged & fin), d274, K0), tl.where((j2_voce_af_return_map_converged & fin), d288, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
@@ -5028,12 +5025,12 @@ if triton is not None:
             _row36 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d332, K0), tl.where((j2_voce_af_return_map_converged & fin), d338, K0), tl.where((j2_voce_af_return_map_converged & fin), d349, K0), tl.where((j2_voce_af_return_map_converged & fin), d350, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), BLOCK)
             _k37 = tl.arange(0, 32)[None, :] + 320
             _mc_store(J + row[:, None] * j_stride + _k37 + (_k37 // 22) * (7 * (V // 8)), _row36, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row38 = _mc_row32(
@@ -5042,7 +5039,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d359, K0), tl.where((j2_voce_af_return_map_converged & fin), d360, K0), tl.where((j2_voce_af_return_map_converged & fin), d381, K0), tl.where((j2_voce_af_return_map_converged & fin), d397, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d398, K0), tl.where((j2_voce_af_return_map_converged & fin), d399, K0), tl.where((j2_voce_af_return_map_converged & fin), d400, K0), tl.where((j2_voce_af_return_map_converged & fin), d401, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
             _k39 = tl.arange(0, 32)[None, :] + 352
@@ -5050,7 +5047,7 @@ if triton is not None:
             _row40 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d335, K0), tl.where((j2_voce_af_return_map_converged & fin), d341, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
@@ -5060,12 +5057,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k41 + (_k41 // 22) * (7 * (V // 8)), _row40, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _zero42 = tl.zeros([BLOCK], dtype=DTYPE)
             _row43 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K8, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
                 _zero42, _zero42, _zero42, _zero42,
                 _zero42, _zero42, _zero42, _zero42, BLOCK)
             _k44 = tl.arange(0, 32)[None, :] + 416
@@ -5187,8 +5184,6 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_8[MC_W];
     real v_ncse_29[MC_W];
     real v_ncse_36[MC_W];
-    real v_ncse_42[MC_W];
-    real v_ncse_43[MC_W];
     real v_ncse_55[MC_W];
     real v_ncse_63[MC_W];
     real v_ncse_130[MC_W];
@@ -5199,6 +5194,7 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_189[MC_W];
     real v_ncse_220[MC_W];
     real v_ncse_213[MC_W];
+    real v_ncse_221[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -5239,8 +5235,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_8 = (((real)0.6666666666666666) * ncse_3);
         const real ncse_29 = (((real)0.3333333333333333) * ncse_3);
         const real ncse_36 = (forces_t - old_forces_t);
-        const real ncse_42 = ((real)2.449489742783178);
-        const real ncse_43 = (((real)0.3333333333333333) * ncse_42);
         const real ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36));
         const real ncse_63 = (-ncse_36);
         const real ncse_130 = (p_C * ncse_8);
@@ -5251,6 +5245,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_189 = (((real)0.6666666666666666) * ncse_184);
         const real ncse_220 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
         const real ncse_213 = fabs(p_g);
+        const real ncse_221 = (((real)0.816496580927726) * ncse_63);
         v_j2_voce_af_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_converged[l] : 0;
         v_j2_voce_af_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -5273,8 +5268,6 @@ MC_INLINE void newton_1_iterate(
         v_ncse_8[l] = ncse_8;
         v_ncse_29[l] = ncse_29;
         v_ncse_36[l] = ncse_36;
-        v_ncse_42[l] = ncse_42;
-        v_ncse_43[l] = ncse_43;
         v_ncse_55[l] = ncse_55;
         v_ncse_63[l] = ncse_63;
         v_ncse_130[l] = ncse_130;
@@ -5285,6 +5278,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_189[l] = ncse_189;
         v_ncse_220[l] = ncse_220;
         v_ncse_213[l] = ncse_213;
+        v_ncse_221[l] = ncse_221;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -5322,7 +5316,6 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_ep = v_state_internal_ep[l];
         const real p_R = MC_P(2, v_p_R[l]);
         const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
-        const real ncse_42 = v_ncse_42[l];
         const real ncse_55 = v_ncse_55[l];
         const real ncse_63 = v_ncse_63[l];
         const real ncse_130 = v_ncse_130[l];
@@ -5338,7 +5331,6 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_43 = v_ncse_43[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real old_state_internal_X_0 = v_old_state_internal_X_0[l];
         const real old_state_internal_X_1 = v_old_state_internal_X_1[l];
@@ -5348,6 +5340,7 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
         const real ncse_213 = v_ncse_213[l];
         const real ncse_183 = v_ncse_183[l];
+        const real ncse_221 = v_ncse_221[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_1 = (forces_E_0 + ncse_0);
         const real ncse_4 = (ncse_1 * ncse_3);
@@ -5398,7 +5391,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4));
         const real ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5));
         const real ncse_53 = mc_exp((-p_d * state_internal_ep));
-        const real ncse_54 = (-p_sigma_y + (((real)0.5) * ncse_34 * ncse_42) - (p_R * (((real)1.0) - ncse_53)));
+        const real ncse_54 = (-p_sigma_y + (((real)1.224744871391589) * ncse_34) - (p_R * (((real)1.0) - ncse_53)));
         const real ncse_56 = sqrt(mc_pos(((((real)0.6666666666666666) * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate)))));
         const real ncse_57 = (-((real)0.6666666666666666) * ncse_35);
         const real ncse_58 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_34));
@@ -5511,7 +5504,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_168 = (ncse_162 * ncse_23);
         const real ncse_169 = (ncse_166 * ncse_23);
         const real ncse_170 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_56));
-        const real ncse_171 = (-((real)1.0) - (((real)0.6666666666666666) * ncse_170 * ncse_42 * ncse_54));
+        const real ncse_171 = (-((real)1.0) - (((real)1.632993161855452) * ncse_170 * ncse_54));
         const real ncse_172 = (ncse_171 * ncse_58);
         const real ncse_173 = (ncse_16 * ncse_172);
         const real ncse_174 = (ncse_172 * ncse_40);
@@ -5558,23 +5551,23 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_3 = (-ncse_18 - old_state_internal_Ep_3 - (ncse_19 * ncse_38));
         const real nt1_r_4 = (-ncse_22 - old_state_internal_Ep_4 - (ncse_23 * ncse_38));
         const real nt1_r_5 = (-ncse_26 - old_state_internal_Ep_5 - (ncse_27 * ncse_38));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_37 * ncse_43));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (((real)0.816496580927726) * ncse_37));
         const real nt1_r_7 = (state_internal_X_0 - old_state_internal_X_0 - (ncse_37 * ncse_46));
         const real nt1_r_8 = (state_internal_X_1 - old_state_internal_X_1 - (ncse_37 * ncse_47));
         const real nt1_r_9 = (state_internal_X_2 - old_state_internal_X_2 - (ncse_37 * ncse_48));
         const real nt1_r_10 = (-ncse_17 - old_state_internal_X_3 - (ncse_37 * ncse_50));
         const real nt1_r_11 = (-ncse_21 - old_state_internal_X_4 - (ncse_37 * ncse_51));
         const real nt1_r_12 = (-ncse_25 - old_state_internal_X_5 - (ncse_37 * ncse_52));
-        const real nt1_r_13 = (-ncse_56 - (ncse_43 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate));
+        const real nt1_r_13 = (-ncse_56 - (((real)0.816496580927726) * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate));
         const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
         const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + fabs(old_state_internal_Ep_1)))));
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + fabs(old_state_internal_Ep_3)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((ncse_198 * ncse_43) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + fabs(old_state_internal_X_0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_198) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + fabs(old_state_internal_X_0)))));
         const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + fabs(old_state_internal_X_2)))));
         const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + fabs(old_state_internal_X_4)))));
-        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (ncse_43 * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)0.5) * ncse_42 * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
         const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -5600,929 +5593,928 @@ MC_INLINE void newton_1_iterate(
         const real nt1_16 = (((real)1.0) - (ncse_129 * ncse_65));
         const real nt1_17 = (ncse_128 * ncse_64);
         const real nt1_18 = (ncse_27 * ncse_85);
-        const real nt1_19 = (ncse_43 * ncse_63);
-        const real nt1_20 = (-ncse_131 * ncse_62);
-        const real nt1_21 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))));
-        const real nt1_22 = (ncse_46 * ncse_63);
-        const real nt1_23 = (-ncse_131 * ncse_88);
-        const real nt1_24 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))));
-        const real nt1_25 = (ncse_47 * ncse_63);
-        const real nt1_26 = (-ncse_102 * ncse_131);
-        const real nt1_27 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))));
-        const real nt1_28 = (ncse_48 * ncse_63);
-        const real nt1_29 = (-ncse_114 * ncse_131);
-        const real nt1_30 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))));
-        const real nt1_31 = (ncse_50 * ncse_63);
-        const real nt1_32 = (-ncse_125 * ncse_131);
-        const real nt1_33 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))));
-        const real nt1_34 = (ncse_51 * ncse_63);
-        const real nt1_35 = (-ncse_129 * ncse_131);
-        const real nt1_36 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))));
-        const real nt1_37 = (ncse_52 * ncse_63);
-        const real nt1_38 = (-ncse_173 * ncse_3);
-        const real nt1_39 = (-ncse_174 * ncse_3);
-        const real nt1_40 = (-ncse_175 * ncse_3);
-        const real nt1_41 = (-ncse_177 * ncse_3);
-        const real nt1_42 = (-ncse_178 * ncse_3);
-        const real nt1_43 = (-ncse_179 * ncse_3);
-        const real nt1_44 = (-p_R * p_d * ncse_171 * ncse_43 * ncse_53);
-        const real nt1_45 = (-ncse_173);
-        const real nt1_46 = (-ncse_174);
-        const real nt1_47 = (-ncse_175);
-        const real nt1_48 = (-ncse_177);
-        const real nt1_49 = (-ncse_178);
-        const real nt1_50 = (-ncse_179);
-        const real nt1_51 = ((p_E * ncse_36) - (((real)2.0) * ncse_170 * ncse_55 * state_internal_gamma_rate));
-        const int nt1_ok_0_52_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_69))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_72))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_75))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_76))));
-        const int nt1_ok_0_52_part1 = (nt1_ok_0_52_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_78))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_79))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_82))));
-        const int nt1_52 = (nt1_ok_0_52_part1 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_83))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_84))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_3))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
-        const real nt1_53 = (nt1_52 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_54 = (ncse_69 * nt1_53);
-        const real nt1_55 = (nt1_4 - (ncse_69 * nt1_54));
-        const real nt1_56 = (ncse_91 - (ncse_72 * nt1_54));
-        const real nt1_57 = (ncse_93 - (ncse_75 * nt1_54));
-        const real nt1_58 = (ncse_94 - (ncse_76 * nt1_54));
-        const real nt1_59 = (ncse_95 - (ncse_77 * nt1_54));
-        const real nt1_60 = (ncse_78 - (nt1_2 * nt1_54));
-        const real nt1_61 = (nt1_5 - (ncse_78 * nt1_54));
-        const real nt1_62 = (ncse_96 - (ncse_79 * nt1_54));
-        const real nt1_63 = (ncse_98 - (ncse_82 * nt1_54));
-        const real nt1_64 = (ncse_99 - (ncse_83 * nt1_54));
-        const real nt1_65 = (ncse_100 - (ncse_84 * nt1_54));
-        const real nt1_66 = (nt1_6 - (nt1_3 * nt1_54));
-        const real nt1_67 = (ncse_72 * nt1_53);
-        const real nt1_68 = (ncse_91 - (ncse_69 * nt1_67));
-        const real nt1_69 = (nt1_7 - (ncse_72 * nt1_67));
-        const real nt1_70 = (ncse_104 - (ncse_75 * nt1_67));
-        const real nt1_71 = (ncse_105 - (ncse_76 * nt1_67));
-        const real nt1_72 = (ncse_106 - (ncse_77 * nt1_67));
-        const real nt1_73 = (ncse_79 - (nt1_2 * nt1_67));
-        const real nt1_74 = (ncse_96 - (ncse_78 * nt1_67));
-        const real nt1_75 = (nt1_8 - (ncse_79 * nt1_67));
-        const real nt1_76 = (ncse_108 - (ncse_82 * nt1_67));
-        const real nt1_77 = (ncse_109 - (ncse_83 * nt1_67));
-        const real nt1_78 = (ncse_110 - (ncse_84 * nt1_67));
-        const real nt1_79 = (nt1_9 - (nt1_3 * nt1_67));
-        const real nt1_80 = (ncse_75 * nt1_53);
-        const real nt1_81 = (ncse_93 - (ncse_69 * nt1_80));
-        const real nt1_82 = (ncse_104 - (ncse_72 * nt1_80));
-        const real nt1_83 = (nt1_10 - (ncse_75 * nt1_80));
-        const real nt1_84 = (ncse_117 - (ncse_76 * nt1_80));
-        const real nt1_85 = (ncse_119 - (ncse_77 * nt1_80));
-        const real nt1_86 = (ncse_82 - (nt1_2 * nt1_80));
-        const real nt1_87 = (ncse_98 - (ncse_78 * nt1_80));
-        const real nt1_88 = (ncse_108 - (ncse_79 * nt1_80));
-        const real nt1_89 = (nt1_11 - (ncse_82 * nt1_80));
-        const real nt1_90 = (ncse_121 - (ncse_83 * nt1_80));
-        const real nt1_91 = (ncse_123 - (ncse_84 * nt1_80));
-        const real nt1_92 = (nt1_12 - (nt1_3 * nt1_80));
-        const real nt1_93 = (ncse_76 * nt1_53);
-        const real nt1_94 = (ncse_94 - (ncse_69 * nt1_93));
-        const real nt1_95 = (ncse_105 - (ncse_72 * nt1_93));
-        const real nt1_96 = (ncse_117 - (ncse_75 * nt1_93));
-        const real nt1_97 = (nt1_13 - (ncse_76 * nt1_93));
-        const real nt1_98 = (ncse_126 - (ncse_77 * nt1_93));
-        const real nt1_99 = (ncse_83 - (nt1_2 * nt1_93));
-        const real nt1_100 = (ncse_99 - (ncse_78 * nt1_93));
-        const real nt1_101 = (ncse_109 - (ncse_79 * nt1_93));
-        const real nt1_102 = (ncse_121 - (ncse_82 * nt1_93));
-        const real nt1_103 = (nt1_14 - (ncse_83 * nt1_93));
-        const real nt1_104 = (ncse_127 - (ncse_84 * nt1_93));
-        const real nt1_105 = (nt1_15 - (nt1_3 * nt1_93));
-        const real nt1_106 = (ncse_77 * nt1_53);
-        const real nt1_107 = (ncse_95 - (ncse_69 * nt1_106));
-        const real nt1_108 = (ncse_106 - (ncse_72 * nt1_106));
-        const real nt1_109 = (ncse_119 - (ncse_75 * nt1_106));
-        const real nt1_110 = (ncse_126 - (ncse_76 * nt1_106));
-        const real nt1_111 = (nt1_16 - (ncse_77 * nt1_106));
-        const real nt1_112 = (ncse_84 - (nt1_2 * nt1_106));
-        const real nt1_113 = (ncse_100 - (ncse_78 * nt1_106));
-        const real nt1_114 = (ncse_110 - (ncse_79 * nt1_106));
-        const real nt1_115 = (ncse_123 - (ncse_82 * nt1_106));
-        const real nt1_116 = (ncse_127 - (ncse_83 * nt1_106));
-        const real nt1_117 = (nt1_17 - (ncse_84 * nt1_106));
-        const real nt1_118 = (nt1_18 - (nt1_3 * nt1_106));
-        const real nt1_119 = (nt1_20 * nt1_53);
-        const real nt1_120 = (ncse_132 - (ncse_69 * nt1_119));
-        const real nt1_121 = (ncse_133 - (ncse_72 * nt1_119));
-        const real nt1_122 = (ncse_134 - (ncse_75 * nt1_119));
-        const real nt1_123 = (ncse_135 - (ncse_76 * nt1_119));
-        const real nt1_124 = (ncse_136 - (ncse_77 * nt1_119));
-        const real nt1_125 = (nt1_21 - (nt1_2 * nt1_119));
-        const real nt1_126 = (ncse_140 - (ncse_78 * nt1_119));
-        const real nt1_127 = (ncse_141 - (ncse_79 * nt1_119));
-        const real nt1_128 = (ncse_142 - (ncse_82 * nt1_119));
-        const real nt1_129 = (ncse_143 - (ncse_83 * nt1_119));
-        const real nt1_130 = (ncse_144 - (ncse_84 * nt1_119));
-        const real nt1_131 = (nt1_22 - (nt1_3 * nt1_119));
-        const real nt1_132 = (ncse_132 * nt1_53);
-        const real nt1_133 = (nt1_23 - (ncse_69 * nt1_132));
-        const real nt1_134 = (ncse_145 - (ncse_72 * nt1_132));
-        const real nt1_135 = (ncse_146 - (ncse_75 * nt1_132));
-        const real nt1_136 = (ncse_147 - (ncse_76 * nt1_132));
-        const real nt1_137 = (ncse_148 - (ncse_77 * nt1_132));
-        const real nt1_138 = (ncse_140 - (nt1_2 * nt1_132));
-        const real nt1_139 = (nt1_24 - (ncse_78 * nt1_132));
-        const real nt1_140 = (ncse_149 - (ncse_79 * nt1_132));
-        const real nt1_141 = (ncse_150 - (ncse_82 * nt1_132));
-        const real nt1_142 = (ncse_151 - (ncse_83 * nt1_132));
-        const real nt1_143 = (ncse_152 - (ncse_84 * nt1_132));
-        const real nt1_144 = (nt1_25 - (nt1_3 * nt1_132));
-        const real nt1_145 = (ncse_133 * nt1_53);
-        const real nt1_146 = (ncse_145 - (ncse_69 * nt1_145));
-        const real nt1_147 = (nt1_26 - (ncse_72 * nt1_145));
-        const real nt1_148 = (ncse_153 - (ncse_75 * nt1_145));
-        const real nt1_149 = (ncse_154 - (ncse_76 * nt1_145));
-        const real nt1_150 = (ncse_155 - (ncse_77 * nt1_145));
-        const real nt1_151 = (ncse_141 - (nt1_2 * nt1_145));
-        const real nt1_152 = (ncse_149 - (ncse_78 * nt1_145));
-        const real nt1_153 = (nt1_27 - (ncse_79 * nt1_145));
-        const real nt1_154 = (ncse_156 - (ncse_82 * nt1_145));
-        const real nt1_155 = (ncse_157 - (ncse_83 * nt1_145));
-        const real nt1_156 = (ncse_158 - (ncse_84 * nt1_145));
-        const real nt1_157 = (nt1_28 - (nt1_3 * nt1_145));
-        const real nt1_158 = (ncse_134 * nt1_53);
-        const real nt1_159 = (ncse_146 - (ncse_69 * nt1_158));
-        const real nt1_160 = (ncse_153 - (ncse_72 * nt1_158));
-        const real nt1_161 = (nt1_29 - (ncse_75 * nt1_158));
-        const real nt1_162 = (ncse_161 - (ncse_76 * nt1_158));
-        const real nt1_163 = (ncse_163 - (ncse_77 * nt1_158));
-        const real nt1_164 = (ncse_142 - (nt1_2 * nt1_158));
-        const real nt1_165 = (ncse_150 - (ncse_78 * nt1_158));
-        const real nt1_166 = (ncse_156 - (ncse_79 * nt1_158));
-        const real nt1_167 = (nt1_30 - (ncse_82 * nt1_158));
-        const real nt1_168 = (ncse_165 - (ncse_83 * nt1_158));
-        const real nt1_169 = (ncse_167 - (ncse_84 * nt1_158));
-        const real nt1_170 = (nt1_31 - (nt1_3 * nt1_158));
-        const real nt1_171 = (ncse_135 * nt1_53);
-        const real nt1_172 = (ncse_147 - (ncse_69 * nt1_171));
-        const real nt1_173 = (ncse_154 - (ncse_72 * nt1_171));
-        const real nt1_174 = (ncse_161 - (ncse_75 * nt1_171));
-        const real nt1_175 = (nt1_32 - (ncse_76 * nt1_171));
-        const real nt1_176 = (ncse_168 - (ncse_77 * nt1_171));
-        const real nt1_177 = (ncse_143 - (nt1_2 * nt1_171));
-        const real nt1_178 = (ncse_151 - (ncse_78 * nt1_171));
-        const real nt1_179 = (ncse_157 - (ncse_79 * nt1_171));
-        const real nt1_180 = (ncse_165 - (ncse_82 * nt1_171));
-        const real nt1_181 = (nt1_33 - (ncse_83 * nt1_171));
-        const real nt1_182 = (ncse_169 - (ncse_84 * nt1_171));
-        const real nt1_183 = (nt1_34 - (nt1_3 * nt1_171));
-        const real nt1_184 = (ncse_136 * nt1_53);
-        const real nt1_185 = (ncse_148 - (ncse_69 * nt1_184));
-        const real nt1_186 = (ncse_155 - (ncse_72 * nt1_184));
-        const real nt1_187 = (ncse_163 - (ncse_75 * nt1_184));
-        const real nt1_188 = (ncse_168 - (ncse_76 * nt1_184));
-        const real nt1_189 = (nt1_35 - (ncse_77 * nt1_184));
-        const real nt1_190 = (ncse_144 - (nt1_2 * nt1_184));
-        const real nt1_191 = (ncse_152 - (ncse_78 * nt1_184));
-        const real nt1_192 = (ncse_158 - (ncse_79 * nt1_184));
-        const real nt1_193 = (ncse_167 - (ncse_82 * nt1_184));
-        const real nt1_194 = (ncse_169 - (ncse_83 * nt1_184));
-        const real nt1_195 = (nt1_36 - (ncse_84 * nt1_184));
-        const real nt1_196 = (nt1_37 - (nt1_3 * nt1_184));
-        const real nt1_197 = (nt1_38 * nt1_53);
-        const real nt1_198 = (nt1_39 - (ncse_69 * nt1_197));
-        const real nt1_199 = (nt1_40 - (ncse_72 * nt1_197));
-        const real nt1_200 = (nt1_41 - (ncse_75 * nt1_197));
-        const real nt1_201 = (nt1_42 - (ncse_76 * nt1_197));
-        const real nt1_202 = (nt1_43 - (ncse_77 * nt1_197));
-        const real nt1_203 = (nt1_45 - (nt1_2 * nt1_197));
-        const real nt1_204 = (nt1_46 - (ncse_78 * nt1_197));
-        const real nt1_205 = (nt1_47 - (ncse_79 * nt1_197));
-        const real nt1_206 = (nt1_48 - (ncse_82 * nt1_197));
-        const real nt1_207 = (nt1_49 - (ncse_83 * nt1_197));
-        const real nt1_208 = (nt1_50 - (ncse_84 * nt1_197));
-        const real nt1_209 = (nt1_51 - (nt1_3 * nt1_197));
-        const int nt1_ok_1_210_part0 = ((fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_63))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_64))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_65))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_66))));
-        const int nt1_ok_1_210_part1 = (nt1_ok_1_210_part0 & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_56))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_57))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_58))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_59))));
-        const int nt1_210 = (nt1_ok_1_210_part1 & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_60))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_61))) & (fabs(nt1_55) >= (((real)1e-12) * fabs(nt1_62))));
-        const real nt1_211 = (nt1_210 ? (((real)1.0) / nt1_55) : MC_NAN);
-        const real nt1_212 = (nt1_68 * nt1_211);
-        const real nt1_213 = (nt1_69 - (nt1_56 * nt1_212));
-        const real nt1_214 = (nt1_70 - (nt1_57 * nt1_212));
-        const real nt1_215 = (nt1_71 - (nt1_58 * nt1_212));
-        const real nt1_216 = (nt1_72 - (nt1_59 * nt1_212));
-        const real nt1_217 = (nt1_73 - (nt1_60 * nt1_212));
-        const real nt1_218 = (nt1_74 - (nt1_61 * nt1_212));
-        const real nt1_219 = (nt1_75 - (nt1_62 * nt1_212));
-        const real nt1_220 = (nt1_76 - (nt1_63 * nt1_212));
-        const real nt1_221 = (nt1_77 - (nt1_64 * nt1_212));
-        const real nt1_222 = (nt1_78 - (nt1_65 * nt1_212));
-        const real nt1_223 = (nt1_79 - (nt1_66 * nt1_212));
-        const real nt1_224 = (nt1_81 * nt1_211);
-        const real nt1_225 = (nt1_82 - (nt1_56 * nt1_224));
-        const real nt1_226 = (nt1_83 - (nt1_57 * nt1_224));
-        const real nt1_227 = (nt1_84 - (nt1_58 * nt1_224));
-        const real nt1_228 = (nt1_85 - (nt1_59 * nt1_224));
-        const real nt1_229 = (nt1_86 - (nt1_60 * nt1_224));
-        const real nt1_230 = (nt1_87 - (nt1_61 * nt1_224));
-        const real nt1_231 = (nt1_88 - (nt1_62 * nt1_224));
-        const real nt1_232 = (nt1_89 - (nt1_63 * nt1_224));
-        const real nt1_233 = (nt1_90 - (nt1_64 * nt1_224));
-        const real nt1_234 = (nt1_91 - (nt1_65 * nt1_224));
-        const real nt1_235 = (nt1_92 - (nt1_66 * nt1_224));
-        const real nt1_236 = (nt1_94 * nt1_211);
-        const real nt1_237 = (nt1_95 - (nt1_56 * nt1_236));
-        const real nt1_238 = (nt1_96 - (nt1_57 * nt1_236));
-        const real nt1_239 = (nt1_97 - (nt1_58 * nt1_236));
-        const real nt1_240 = (nt1_98 - (nt1_59 * nt1_236));
-        const real nt1_241 = (nt1_99 - (nt1_60 * nt1_236));
-        const real nt1_242 = (nt1_100 - (nt1_61 * nt1_236));
-        const real nt1_243 = (nt1_101 - (nt1_62 * nt1_236));
-        const real nt1_244 = (nt1_102 - (nt1_63 * nt1_236));
-        const real nt1_245 = (nt1_103 - (nt1_64 * nt1_236));
-        const real nt1_246 = (nt1_104 - (nt1_65 * nt1_236));
-        const real nt1_247 = (nt1_105 - (nt1_66 * nt1_236));
-        const real nt1_248 = (nt1_107 * nt1_211);
-        const real nt1_249 = (nt1_108 - (nt1_56 * nt1_248));
-        const real nt1_250 = (nt1_109 - (nt1_57 * nt1_248));
-        const real nt1_251 = (nt1_110 - (nt1_58 * nt1_248));
-        const real nt1_252 = (nt1_111 - (nt1_59 * nt1_248));
-        const real nt1_253 = (nt1_112 - (nt1_60 * nt1_248));
-        const real nt1_254 = (nt1_113 - (nt1_61 * nt1_248));
-        const real nt1_255 = (nt1_114 - (nt1_62 * nt1_248));
-        const real nt1_256 = (nt1_115 - (nt1_63 * nt1_248));
-        const real nt1_257 = (nt1_116 - (nt1_64 * nt1_248));
-        const real nt1_258 = (nt1_117 - (nt1_65 * nt1_248));
-        const real nt1_259 = (nt1_118 - (nt1_66 * nt1_248));
-        const real nt1_260 = (nt1_120 * nt1_211);
-        const real nt1_261 = (nt1_121 - (nt1_56 * nt1_260));
-        const real nt1_262 = (nt1_122 - (nt1_57 * nt1_260));
-        const real nt1_263 = (nt1_123 - (nt1_58 * nt1_260));
-        const real nt1_264 = (nt1_124 - (nt1_59 * nt1_260));
-        const real nt1_265 = (nt1_125 - (nt1_60 * nt1_260));
-        const real nt1_266 = (nt1_126 - (nt1_61 * nt1_260));
-        const real nt1_267 = (nt1_127 - (nt1_62 * nt1_260));
-        const real nt1_268 = (nt1_128 - (nt1_63 * nt1_260));
-        const real nt1_269 = (nt1_129 - (nt1_64 * nt1_260));
-        const real nt1_270 = (nt1_130 - (nt1_65 * nt1_260));
-        const real nt1_271 = (nt1_131 - (nt1_66 * nt1_260));
-        const real nt1_272 = (nt1_133 * nt1_211);
-        const real nt1_273 = (nt1_134 - (nt1_56 * nt1_272));
-        const real nt1_274 = (nt1_135 - (nt1_57 * nt1_272));
-        const real nt1_275 = (nt1_136 - (nt1_58 * nt1_272));
-        const real nt1_276 = (nt1_137 - (nt1_59 * nt1_272));
-        const real nt1_277 = (nt1_138 - (nt1_60 * nt1_272));
-        const real nt1_278 = (nt1_139 - (nt1_61 * nt1_272));
-        const real nt1_279 = (nt1_140 - (nt1_62 * nt1_272));
-        const real nt1_280 = (nt1_141 - (nt1_63 * nt1_272));
-        const real nt1_281 = (nt1_142 - (nt1_64 * nt1_272));
-        const real nt1_282 = (nt1_143 - (nt1_65 * nt1_272));
-        const real nt1_283 = (nt1_144 - (nt1_66 * nt1_272));
-        const real nt1_284 = (nt1_146 * nt1_211);
-        const real nt1_285 = (nt1_147 - (nt1_56 * nt1_284));
-        const real nt1_286 = (nt1_148 - (nt1_57 * nt1_284));
-        const real nt1_287 = (nt1_149 - (nt1_58 * nt1_284));
-        const real nt1_288 = (nt1_150 - (nt1_59 * nt1_284));
-        const real nt1_289 = (nt1_151 - (nt1_60 * nt1_284));
-        const real nt1_290 = (nt1_152 - (nt1_61 * nt1_284));
-        const real nt1_291 = (nt1_153 - (nt1_62 * nt1_284));
-        const real nt1_292 = (nt1_154 - (nt1_63 * nt1_284));
-        const real nt1_293 = (nt1_155 - (nt1_64 * nt1_284));
-        const real nt1_294 = (nt1_156 - (nt1_65 * nt1_284));
-        const real nt1_295 = (nt1_157 - (nt1_66 * nt1_284));
-        const real nt1_296 = (nt1_159 * nt1_211);
-        const real nt1_297 = (nt1_160 - (nt1_56 * nt1_296));
-        const real nt1_298 = (nt1_161 - (nt1_57 * nt1_296));
-        const real nt1_299 = (nt1_162 - (nt1_58 * nt1_296));
-        const real nt1_300 = (nt1_163 - (nt1_59 * nt1_296));
-        const real nt1_301 = (nt1_164 - (nt1_60 * nt1_296));
-        const real nt1_302 = (nt1_165 - (nt1_61 * nt1_296));
-        const real nt1_303 = (nt1_166 - (nt1_62 * nt1_296));
-        const real nt1_304 = (nt1_167 - (nt1_63 * nt1_296));
-        const real nt1_305 = (nt1_168 - (nt1_64 * nt1_296));
-        const real nt1_306 = (nt1_169 - (nt1_65 * nt1_296));
-        const real nt1_307 = (nt1_170 - (nt1_66 * nt1_296));
-        const real nt1_308 = (nt1_172 * nt1_211);
-        const real nt1_309 = (nt1_173 - (nt1_56 * nt1_308));
-        const real nt1_310 = (nt1_174 - (nt1_57 * nt1_308));
-        const real nt1_311 = (nt1_175 - (nt1_58 * nt1_308));
-        const real nt1_312 = (nt1_176 - (nt1_59 * nt1_308));
-        const real nt1_313 = (nt1_177 - (nt1_60 * nt1_308));
-        const real nt1_314 = (nt1_178 - (nt1_61 * nt1_308));
-        const real nt1_315 = (nt1_179 - (nt1_62 * nt1_308));
-        const real nt1_316 = (nt1_180 - (nt1_63 * nt1_308));
-        const real nt1_317 = (nt1_181 - (nt1_64 * nt1_308));
-        const real nt1_318 = (nt1_182 - (nt1_65 * nt1_308));
-        const real nt1_319 = (nt1_183 - (nt1_66 * nt1_308));
-        const real nt1_320 = (nt1_185 * nt1_211);
-        const real nt1_321 = (nt1_186 - (nt1_56 * nt1_320));
-        const real nt1_322 = (nt1_187 - (nt1_57 * nt1_320));
-        const real nt1_323 = (nt1_188 - (nt1_58 * nt1_320));
-        const real nt1_324 = (nt1_189 - (nt1_59 * nt1_320));
-        const real nt1_325 = (nt1_190 - (nt1_60 * nt1_320));
-        const real nt1_326 = (nt1_191 - (nt1_61 * nt1_320));
-        const real nt1_327 = (nt1_192 - (nt1_62 * nt1_320));
-        const real nt1_328 = (nt1_193 - (nt1_63 * nt1_320));
-        const real nt1_329 = (nt1_194 - (nt1_64 * nt1_320));
-        const real nt1_330 = (nt1_195 - (nt1_65 * nt1_320));
-        const real nt1_331 = (nt1_196 - (nt1_66 * nt1_320));
-        const real nt1_332 = (nt1_198 * nt1_211);
-        const real nt1_333 = (nt1_199 - (nt1_56 * nt1_332));
-        const real nt1_334 = (nt1_200 - (nt1_57 * nt1_332));
-        const real nt1_335 = (nt1_201 - (nt1_58 * nt1_332));
-        const real nt1_336 = (nt1_202 - (nt1_59 * nt1_332));
-        const real nt1_337 = (nt1_203 - (nt1_60 * nt1_332));
-        const real nt1_338 = (nt1_204 - (nt1_61 * nt1_332));
-        const real nt1_339 = (nt1_205 - (nt1_62 * nt1_332));
-        const real nt1_340 = (nt1_206 - (nt1_63 * nt1_332));
-        const real nt1_341 = (nt1_207 - (nt1_64 * nt1_332));
-        const real nt1_342 = (nt1_208 - (nt1_65 * nt1_332));
-        const real nt1_343 = (nt1_209 - (nt1_66 * nt1_332));
-        const int nt1_ok_2_344_part0 = ((fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_220))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_221))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_222))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_223))));
-        const int nt1_ok_2_344_part1 = (nt1_ok_2_344_part0 & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_214))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_215))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_216))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_217))));
-        const int nt1_344 = (nt1_ok_2_344_part1 & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_218))) & (fabs(nt1_213) >= (((real)1e-12) * fabs(nt1_219))));
-        const real nt1_345 = (nt1_344 ? (((real)1.0) / nt1_213) : MC_NAN);
-        const real nt1_346 = (nt1_225 * nt1_345);
-        const real nt1_347 = (nt1_226 - (nt1_214 * nt1_346));
-        const real nt1_348 = (nt1_227 - (nt1_215 * nt1_346));
-        const real nt1_349 = (nt1_228 - (nt1_216 * nt1_346));
-        const real nt1_350 = (nt1_229 - (nt1_217 * nt1_346));
-        const real nt1_351 = (nt1_230 - (nt1_218 * nt1_346));
-        const real nt1_352 = (nt1_231 - (nt1_219 * nt1_346));
-        const real nt1_353 = (nt1_232 - (nt1_220 * nt1_346));
-        const real nt1_354 = (nt1_233 - (nt1_221 * nt1_346));
-        const real nt1_355 = (nt1_234 - (nt1_222 * nt1_346));
-        const real nt1_356 = (nt1_235 - (nt1_223 * nt1_346));
-        const real nt1_357 = (nt1_237 * nt1_345);
-        const real nt1_358 = (nt1_238 - (nt1_214 * nt1_357));
-        const real nt1_359 = (nt1_239 - (nt1_215 * nt1_357));
-        const real nt1_360 = (nt1_240 - (nt1_216 * nt1_357));
-        const real nt1_361 = (nt1_241 - (nt1_217 * nt1_357));
-        const real nt1_362 = (nt1_242 - (nt1_218 * nt1_357));
-        const real nt1_363 = (nt1_243 - (nt1_219 * nt1_357));
-        const real nt1_364 = (nt1_244 - (nt1_220 * nt1_357));
-        const real nt1_365 = (nt1_245 - (nt1_221 * nt1_357));
-        const real nt1_366 = (nt1_246 - (nt1_222 * nt1_357));
-        const real nt1_367 = (nt1_247 - (nt1_223 * nt1_357));
-        const real nt1_368 = (nt1_249 * nt1_345);
-        const real nt1_369 = (nt1_250 - (nt1_214 * nt1_368));
-        const real nt1_370 = (nt1_251 - (nt1_215 * nt1_368));
-        const real nt1_371 = (nt1_252 - (nt1_216 * nt1_368));
-        const real nt1_372 = (nt1_253 - (nt1_217 * nt1_368));
-        const real nt1_373 = (nt1_254 - (nt1_218 * nt1_368));
-        const real nt1_374 = (nt1_255 - (nt1_219 * nt1_368));
-        const real nt1_375 = (nt1_256 - (nt1_220 * nt1_368));
-        const real nt1_376 = (nt1_257 - (nt1_221 * nt1_368));
-        const real nt1_377 = (nt1_258 - (nt1_222 * nt1_368));
-        const real nt1_378 = (nt1_259 - (nt1_223 * nt1_368));
-        const real nt1_379 = (nt1_261 * nt1_345);
-        const real nt1_380 = (nt1_262 - (nt1_214 * nt1_379));
-        const real nt1_381 = (nt1_263 - (nt1_215 * nt1_379));
-        const real nt1_382 = (nt1_264 - (nt1_216 * nt1_379));
-        const real nt1_383 = (nt1_265 - (nt1_217 * nt1_379));
-        const real nt1_384 = (nt1_266 - (nt1_218 * nt1_379));
-        const real nt1_385 = (nt1_267 - (nt1_219 * nt1_379));
-        const real nt1_386 = (nt1_268 - (nt1_220 * nt1_379));
-        const real nt1_387 = (nt1_269 - (nt1_221 * nt1_379));
-        const real nt1_388 = (nt1_270 - (nt1_222 * nt1_379));
-        const real nt1_389 = (nt1_271 - (nt1_223 * nt1_379));
-        const real nt1_390 = (nt1_273 * nt1_345);
-        const real nt1_391 = (nt1_274 - (nt1_214 * nt1_390));
-        const real nt1_392 = (nt1_275 - (nt1_215 * nt1_390));
-        const real nt1_393 = (nt1_276 - (nt1_216 * nt1_390));
-        const real nt1_394 = (nt1_277 - (nt1_217 * nt1_390));
-        const real nt1_395 = (nt1_278 - (nt1_218 * nt1_390));
-        const real nt1_396 = (nt1_279 - (nt1_219 * nt1_390));
-        const real nt1_397 = (nt1_280 - (nt1_220 * nt1_390));
-        const real nt1_398 = (nt1_281 - (nt1_221 * nt1_390));
-        const real nt1_399 = (nt1_282 - (nt1_222 * nt1_390));
-        const real nt1_400 = (nt1_283 - (nt1_223 * nt1_390));
-        const real nt1_401 = (nt1_285 * nt1_345);
-        const real nt1_402 = (nt1_286 - (nt1_214 * nt1_401));
-        const real nt1_403 = (nt1_287 - (nt1_215 * nt1_401));
-        const real nt1_404 = (nt1_288 - (nt1_216 * nt1_401));
-        const real nt1_405 = (nt1_289 - (nt1_217 * nt1_401));
-        const real nt1_406 = (nt1_290 - (nt1_218 * nt1_401));
-        const real nt1_407 = (nt1_291 - (nt1_219 * nt1_401));
-        const real nt1_408 = (nt1_292 - (nt1_220 * nt1_401));
-        const real nt1_409 = (nt1_293 - (nt1_221 * nt1_401));
-        const real nt1_410 = (nt1_294 - (nt1_222 * nt1_401));
-        const real nt1_411 = (nt1_295 - (nt1_223 * nt1_401));
-        const real nt1_412 = (nt1_297 * nt1_345);
-        const real nt1_413 = (nt1_298 - (nt1_214 * nt1_412));
-        const real nt1_414 = (nt1_299 - (nt1_215 * nt1_412));
-        const real nt1_415 = (nt1_300 - (nt1_216 * nt1_412));
-        const real nt1_416 = (nt1_301 - (nt1_217 * nt1_412));
-        const real nt1_417 = (nt1_302 - (nt1_218 * nt1_412));
-        const real nt1_418 = (nt1_303 - (nt1_219 * nt1_412));
-        const real nt1_419 = (nt1_304 - (nt1_220 * nt1_412));
-        const real nt1_420 = (nt1_305 - (nt1_221 * nt1_412));
-        const real nt1_421 = (nt1_306 - (nt1_222 * nt1_412));
-        const real nt1_422 = (nt1_307 - (nt1_223 * nt1_412));
-        const real nt1_423 = (nt1_309 * nt1_345);
-        const real nt1_424 = (nt1_310 - (nt1_214 * nt1_423));
-        const real nt1_425 = (nt1_311 - (nt1_215 * nt1_423));
-        const real nt1_426 = (nt1_312 - (nt1_216 * nt1_423));
-        const real nt1_427 = (nt1_313 - (nt1_217 * nt1_423));
-        const real nt1_428 = (nt1_314 - (nt1_218 * nt1_423));
-        const real nt1_429 = (nt1_315 - (nt1_219 * nt1_423));
-        const real nt1_430 = (nt1_316 - (nt1_220 * nt1_423));
-        const real nt1_431 = (nt1_317 - (nt1_221 * nt1_423));
-        const real nt1_432 = (nt1_318 - (nt1_222 * nt1_423));
-        const real nt1_433 = (nt1_319 - (nt1_223 * nt1_423));
-        const real nt1_434 = (nt1_321 * nt1_345);
-        const real nt1_435 = (nt1_322 - (nt1_214 * nt1_434));
-        const real nt1_436 = (nt1_323 - (nt1_215 * nt1_434));
-        const real nt1_437 = (nt1_324 - (nt1_216 * nt1_434));
-        const real nt1_438 = (nt1_325 - (nt1_217 * nt1_434));
-        const real nt1_439 = (nt1_326 - (nt1_218 * nt1_434));
-        const real nt1_440 = (nt1_327 - (nt1_219 * nt1_434));
-        const real nt1_441 = (nt1_328 - (nt1_220 * nt1_434));
-        const real nt1_442 = (nt1_329 - (nt1_221 * nt1_434));
-        const real nt1_443 = (nt1_330 - (nt1_222 * nt1_434));
-        const real nt1_444 = (nt1_331 - (nt1_223 * nt1_434));
-        const real nt1_445 = (nt1_333 * nt1_345);
-        const real nt1_446 = (nt1_334 - (nt1_214 * nt1_445));
-        const real nt1_447 = (nt1_335 - (nt1_215 * nt1_445));
-        const real nt1_448 = (nt1_336 - (nt1_216 * nt1_445));
-        const real nt1_449 = (nt1_337 - (nt1_217 * nt1_445));
-        const real nt1_450 = (nt1_338 - (nt1_218 * nt1_445));
-        const real nt1_451 = (nt1_339 - (nt1_219 * nt1_445));
-        const real nt1_452 = (nt1_340 - (nt1_220 * nt1_445));
-        const real nt1_453 = (nt1_341 - (nt1_221 * nt1_445));
-        const real nt1_454 = (nt1_342 - (nt1_222 * nt1_445));
-        const real nt1_455 = (nt1_343 - (nt1_223 * nt1_445));
-        const int nt1_ok_3_456_part0 = ((fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_353))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_354))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_355))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_356))));
-        const int nt1_ok_3_456_part1 = (nt1_ok_3_456_part0 & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_348))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_349))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_350))) & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_351))));
-        const int nt1_456 = (nt1_ok_3_456_part1 & (fabs(nt1_347) >= (((real)1e-12) * fabs(nt1_352))));
-        const real nt1_457 = (nt1_456 ? (((real)1.0) / nt1_347) : MC_NAN);
-        const real nt1_458 = (nt1_358 * nt1_457);
-        const real nt1_459 = (nt1_359 - (nt1_348 * nt1_458));
-        const real nt1_460 = (nt1_360 - (nt1_349 * nt1_458));
-        const real nt1_461 = (nt1_361 - (nt1_350 * nt1_458));
-        const real nt1_462 = (nt1_362 - (nt1_351 * nt1_458));
-        const real nt1_463 = (nt1_363 - (nt1_352 * nt1_458));
-        const real nt1_464 = (nt1_364 - (nt1_353 * nt1_458));
-        const real nt1_465 = (nt1_365 - (nt1_354 * nt1_458));
-        const real nt1_466 = (nt1_366 - (nt1_355 * nt1_458));
-        const real nt1_467 = (nt1_367 - (nt1_356 * nt1_458));
-        const real nt1_468 = (nt1_369 * nt1_457);
-        const real nt1_469 = (nt1_370 - (nt1_348 * nt1_468));
-        const real nt1_470 = (nt1_371 - (nt1_349 * nt1_468));
-        const real nt1_471 = (nt1_372 - (nt1_350 * nt1_468));
-        const real nt1_472 = (nt1_373 - (nt1_351 * nt1_468));
-        const real nt1_473 = (nt1_374 - (nt1_352 * nt1_468));
-        const real nt1_474 = (nt1_375 - (nt1_353 * nt1_468));
-        const real nt1_475 = (nt1_376 - (nt1_354 * nt1_468));
-        const real nt1_476 = (nt1_377 - (nt1_355 * nt1_468));
-        const real nt1_477 = (nt1_378 - (nt1_356 * nt1_468));
-        const real nt1_478 = (nt1_380 * nt1_457);
-        const real nt1_479 = (nt1_381 - (nt1_348 * nt1_478));
-        const real nt1_480 = (nt1_382 - (nt1_349 * nt1_478));
-        const real nt1_481 = (nt1_383 - (nt1_350 * nt1_478));
-        const real nt1_482 = (nt1_384 - (nt1_351 * nt1_478));
-        const real nt1_483 = (nt1_385 - (nt1_352 * nt1_478));
-        const real nt1_484 = (nt1_386 - (nt1_353 * nt1_478));
-        const real nt1_485 = (nt1_387 - (nt1_354 * nt1_478));
-        const real nt1_486 = (nt1_388 - (nt1_355 * nt1_478));
-        const real nt1_487 = (nt1_389 - (nt1_356 * nt1_478));
-        const real nt1_488 = (nt1_391 * nt1_457);
-        const real nt1_489 = (nt1_392 - (nt1_348 * nt1_488));
-        const real nt1_490 = (nt1_393 - (nt1_349 * nt1_488));
-        const real nt1_491 = (nt1_394 - (nt1_350 * nt1_488));
-        const real nt1_492 = (nt1_395 - (nt1_351 * nt1_488));
-        const real nt1_493 = (nt1_396 - (nt1_352 * nt1_488));
-        const real nt1_494 = (nt1_397 - (nt1_353 * nt1_488));
-        const real nt1_495 = (nt1_398 - (nt1_354 * nt1_488));
-        const real nt1_496 = (nt1_399 - (nt1_355 * nt1_488));
-        const real nt1_497 = (nt1_400 - (nt1_356 * nt1_488));
-        const real nt1_498 = (nt1_402 * nt1_457);
-        const real nt1_499 = (nt1_403 - (nt1_348 * nt1_498));
-        const real nt1_500 = (nt1_404 - (nt1_349 * nt1_498));
-        const real nt1_501 = (nt1_405 - (nt1_350 * nt1_498));
-        const real nt1_502 = (nt1_406 - (nt1_351 * nt1_498));
-        const real nt1_503 = (nt1_407 - (nt1_352 * nt1_498));
-        const real nt1_504 = (nt1_408 - (nt1_353 * nt1_498));
-        const real nt1_505 = (nt1_409 - (nt1_354 * nt1_498));
-        const real nt1_506 = (nt1_410 - (nt1_355 * nt1_498));
-        const real nt1_507 = (nt1_411 - (nt1_356 * nt1_498));
-        const real nt1_508 = (nt1_413 * nt1_457);
-        const real nt1_509 = (nt1_414 - (nt1_348 * nt1_508));
-        const real nt1_510 = (nt1_415 - (nt1_349 * nt1_508));
-        const real nt1_511 = (nt1_416 - (nt1_350 * nt1_508));
-        const real nt1_512 = (nt1_417 - (nt1_351 * nt1_508));
-        const real nt1_513 = (nt1_418 - (nt1_352 * nt1_508));
-        const real nt1_514 = (nt1_419 - (nt1_353 * nt1_508));
-        const real nt1_515 = (nt1_420 - (nt1_354 * nt1_508));
-        const real nt1_516 = (nt1_421 - (nt1_355 * nt1_508));
-        const real nt1_517 = (nt1_422 - (nt1_356 * nt1_508));
-        const real nt1_518 = (nt1_424 * nt1_457);
-        const real nt1_519 = (nt1_425 - (nt1_348 * nt1_518));
-        const real nt1_520 = (nt1_426 - (nt1_349 * nt1_518));
-        const real nt1_521 = (nt1_427 - (nt1_350 * nt1_518));
-        const real nt1_522 = (nt1_428 - (nt1_351 * nt1_518));
-        const real nt1_523 = (nt1_429 - (nt1_352 * nt1_518));
-        const real nt1_524 = (nt1_430 - (nt1_353 * nt1_518));
-        const real nt1_525 = (nt1_431 - (nt1_354 * nt1_518));
-        const real nt1_526 = (nt1_432 - (nt1_355 * nt1_518));
-        const real nt1_527 = (nt1_433 - (nt1_356 * nt1_518));
-        const real nt1_528 = (nt1_435 * nt1_457);
-        const real nt1_529 = (nt1_436 - (nt1_348 * nt1_528));
-        const real nt1_530 = (nt1_437 - (nt1_349 * nt1_528));
-        const real nt1_531 = (nt1_438 - (nt1_350 * nt1_528));
-        const real nt1_532 = (nt1_439 - (nt1_351 * nt1_528));
-        const real nt1_533 = (nt1_440 - (nt1_352 * nt1_528));
-        const real nt1_534 = (nt1_441 - (nt1_353 * nt1_528));
-        const real nt1_535 = (nt1_442 - (nt1_354 * nt1_528));
-        const real nt1_536 = (nt1_443 - (nt1_355 * nt1_528));
-        const real nt1_537 = (nt1_444 - (nt1_356 * nt1_528));
-        const real nt1_538 = (nt1_446 * nt1_457);
-        const real nt1_539 = (nt1_447 - (nt1_348 * nt1_538));
-        const real nt1_540 = (nt1_448 - (nt1_349 * nt1_538));
-        const real nt1_541 = (nt1_449 - (nt1_350 * nt1_538));
-        const real nt1_542 = (nt1_450 - (nt1_351 * nt1_538));
-        const real nt1_543 = (nt1_451 - (nt1_352 * nt1_538));
-        const real nt1_544 = (nt1_452 - (nt1_353 * nt1_538));
-        const real nt1_545 = (nt1_453 - (nt1_354 * nt1_538));
-        const real nt1_546 = (nt1_454 - (nt1_355 * nt1_538));
-        const real nt1_547 = (nt1_455 - (nt1_356 * nt1_538));
-        const int nt1_ok_4_548_part0 = ((fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_464))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_465))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_466))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_467))));
-        const int nt1_548 = (nt1_ok_4_548_part0 & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_460))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_461))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_462))) & (fabs(nt1_459) >= (((real)1e-12) * fabs(nt1_463))));
-        const real nt1_549 = (nt1_548 ? (((real)1.0) / nt1_459) : MC_NAN);
-        const real nt1_550 = (nt1_469 * nt1_549);
-        const real nt1_551 = (nt1_470 - (nt1_460 * nt1_550));
-        const real nt1_552 = (nt1_471 - (nt1_461 * nt1_550));
-        const real nt1_553 = (nt1_472 - (nt1_462 * nt1_550));
-        const real nt1_554 = (nt1_473 - (nt1_463 * nt1_550));
-        const real nt1_555 = (nt1_474 - (nt1_464 * nt1_550));
-        const real nt1_556 = (nt1_475 - (nt1_465 * nt1_550));
-        const real nt1_557 = (nt1_476 - (nt1_466 * nt1_550));
-        const real nt1_558 = (nt1_477 - (nt1_467 * nt1_550));
-        const real nt1_559 = (nt1_479 * nt1_549);
-        const real nt1_560 = (nt1_480 - (nt1_460 * nt1_559));
-        const real nt1_561 = (nt1_481 - (nt1_461 * nt1_559));
-        const real nt1_562 = (nt1_482 - (nt1_462 * nt1_559));
-        const real nt1_563 = (nt1_483 - (nt1_463 * nt1_559));
-        const real nt1_564 = (nt1_484 - (nt1_464 * nt1_559));
-        const real nt1_565 = (nt1_485 - (nt1_465 * nt1_559));
-        const real nt1_566 = (nt1_486 - (nt1_466 * nt1_559));
-        const real nt1_567 = (nt1_487 - (nt1_467 * nt1_559));
-        const real nt1_568 = (nt1_489 * nt1_549);
-        const real nt1_569 = (nt1_490 - (nt1_460 * nt1_568));
-        const real nt1_570 = (nt1_491 - (nt1_461 * nt1_568));
-        const real nt1_571 = (nt1_492 - (nt1_462 * nt1_568));
-        const real nt1_572 = (nt1_493 - (nt1_463 * nt1_568));
-        const real nt1_573 = (nt1_494 - (nt1_464 * nt1_568));
-        const real nt1_574 = (nt1_495 - (nt1_465 * nt1_568));
-        const real nt1_575 = (nt1_496 - (nt1_466 * nt1_568));
-        const real nt1_576 = (nt1_497 - (nt1_467 * nt1_568));
-        const real nt1_577 = (nt1_499 * nt1_549);
-        const real nt1_578 = (nt1_500 - (nt1_460 * nt1_577));
-        const real nt1_579 = (nt1_501 - (nt1_461 * nt1_577));
-        const real nt1_580 = (nt1_502 - (nt1_462 * nt1_577));
-        const real nt1_581 = (nt1_503 - (nt1_463 * nt1_577));
-        const real nt1_582 = (nt1_504 - (nt1_464 * nt1_577));
-        const real nt1_583 = (nt1_505 - (nt1_465 * nt1_577));
-        const real nt1_584 = (nt1_506 - (nt1_466 * nt1_577));
-        const real nt1_585 = (nt1_507 - (nt1_467 * nt1_577));
-        const real nt1_586 = (nt1_509 * nt1_549);
-        const real nt1_587 = (nt1_510 - (nt1_460 * nt1_586));
-        const real nt1_588 = (nt1_511 - (nt1_461 * nt1_586));
-        const real nt1_589 = (nt1_512 - (nt1_462 * nt1_586));
-        const real nt1_590 = (nt1_513 - (nt1_463 * nt1_586));
-        const real nt1_591 = (nt1_514 - (nt1_464 * nt1_586));
-        const real nt1_592 = (nt1_515 - (nt1_465 * nt1_586));
-        const real nt1_593 = (nt1_516 - (nt1_466 * nt1_586));
-        const real nt1_594 = (nt1_517 - (nt1_467 * nt1_586));
-        const real nt1_595 = (nt1_519 * nt1_549);
-        const real nt1_596 = (nt1_520 - (nt1_460 * nt1_595));
-        const real nt1_597 = (nt1_521 - (nt1_461 * nt1_595));
-        const real nt1_598 = (nt1_522 - (nt1_462 * nt1_595));
-        const real nt1_599 = (nt1_523 - (nt1_463 * nt1_595));
-        const real nt1_600 = (nt1_524 - (nt1_464 * nt1_595));
-        const real nt1_601 = (nt1_525 - (nt1_465 * nt1_595));
-        const real nt1_602 = (nt1_526 - (nt1_466 * nt1_595));
-        const real nt1_603 = (nt1_527 - (nt1_467 * nt1_595));
-        const real nt1_604 = (nt1_529 * nt1_549);
-        const real nt1_605 = (nt1_530 - (nt1_460 * nt1_604));
-        const real nt1_606 = (nt1_531 - (nt1_461 * nt1_604));
-        const real nt1_607 = (nt1_532 - (nt1_462 * nt1_604));
-        const real nt1_608 = (nt1_533 - (nt1_463 * nt1_604));
-        const real nt1_609 = (nt1_534 - (nt1_464 * nt1_604));
-        const real nt1_610 = (nt1_535 - (nt1_465 * nt1_604));
-        const real nt1_611 = (nt1_536 - (nt1_466 * nt1_604));
-        const real nt1_612 = (nt1_537 - (nt1_467 * nt1_604));
-        const real nt1_613 = (nt1_539 * nt1_549);
-        const real nt1_614 = (nt1_540 - (nt1_460 * nt1_613));
-        const real nt1_615 = (nt1_541 - (nt1_461 * nt1_613));
-        const real nt1_616 = (nt1_542 - (nt1_462 * nt1_613));
-        const real nt1_617 = (nt1_543 - (nt1_463 * nt1_613));
-        const real nt1_618 = (nt1_544 - (nt1_464 * nt1_613));
-        const real nt1_619 = (nt1_545 - (nt1_465 * nt1_613));
-        const real nt1_620 = (nt1_546 - (nt1_466 * nt1_613));
-        const real nt1_621 = (nt1_547 - (nt1_467 * nt1_613));
-        const int nt1_ok_5_622_part0 = ((fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_555))) & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_556))) & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_557))) & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_558))));
-        const int nt1_622 = (nt1_ok_5_622_part0 & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_552))) & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_553))) & (fabs(nt1_551) >= (((real)1e-12) * fabs(nt1_554))));
-        const real nt1_623 = (nt1_622 ? (((real)1.0) / nt1_551) : MC_NAN);
-        const real nt1_624 = (nt1_560 * nt1_623);
-        const real nt1_625 = (nt1_561 - (nt1_552 * nt1_624));
-        const real nt1_626 = (nt1_562 - (nt1_553 * nt1_624));
-        const real nt1_627 = (nt1_563 - (nt1_554 * nt1_624));
-        const real nt1_628 = (nt1_564 - (nt1_555 * nt1_624));
-        const real nt1_629 = (nt1_565 - (nt1_556 * nt1_624));
-        const real nt1_630 = (nt1_566 - (nt1_557 * nt1_624));
-        const real nt1_631 = (nt1_567 - (nt1_558 * nt1_624));
-        const real nt1_632 = (nt1_569 * nt1_623);
-        const real nt1_633 = (nt1_570 - (nt1_552 * nt1_632));
-        const real nt1_634 = (nt1_571 - (nt1_553 * nt1_632));
-        const real nt1_635 = (nt1_572 - (nt1_554 * nt1_632));
-        const real nt1_636 = (nt1_573 - (nt1_555 * nt1_632));
-        const real nt1_637 = (nt1_574 - (nt1_556 * nt1_632));
-        const real nt1_638 = (nt1_575 - (nt1_557 * nt1_632));
-        const real nt1_639 = (nt1_576 - (nt1_558 * nt1_632));
-        const real nt1_640 = (nt1_578 * nt1_623);
-        const real nt1_641 = (nt1_579 - (nt1_552 * nt1_640));
-        const real nt1_642 = (nt1_580 - (nt1_553 * nt1_640));
-        const real nt1_643 = (nt1_581 - (nt1_554 * nt1_640));
-        const real nt1_644 = (nt1_582 - (nt1_555 * nt1_640));
-        const real nt1_645 = (nt1_583 - (nt1_556 * nt1_640));
-        const real nt1_646 = (nt1_584 - (nt1_557 * nt1_640));
-        const real nt1_647 = (nt1_585 - (nt1_558 * nt1_640));
-        const real nt1_648 = (nt1_587 * nt1_623);
-        const real nt1_649 = (nt1_588 - (nt1_552 * nt1_648));
-        const real nt1_650 = (nt1_589 - (nt1_553 * nt1_648));
-        const real nt1_651 = (nt1_590 - (nt1_554 * nt1_648));
-        const real nt1_652 = (nt1_591 - (nt1_555 * nt1_648));
-        const real nt1_653 = (nt1_592 - (nt1_556 * nt1_648));
-        const real nt1_654 = (nt1_593 - (nt1_557 * nt1_648));
-        const real nt1_655 = (nt1_594 - (nt1_558 * nt1_648));
-        const real nt1_656 = (nt1_596 * nt1_623);
-        const real nt1_657 = (nt1_597 - (nt1_552 * nt1_656));
-        const real nt1_658 = (nt1_598 - (nt1_553 * nt1_656));
-        const real nt1_659 = (nt1_599 - (nt1_554 * nt1_656));
-        const real nt1_660 = (nt1_600 - (nt1_555 * nt1_656));
-        const real nt1_661 = (nt1_601 - (nt1_556 * nt1_656));
-        const real nt1_662 = (nt1_602 - (nt1_557 * nt1_656));
-        const real nt1_663 = (nt1_603 - (nt1_558 * nt1_656));
-        const real nt1_664 = (nt1_605 * nt1_623);
-        const real nt1_665 = (nt1_606 - (nt1_552 * nt1_664));
-        const real nt1_666 = (nt1_607 - (nt1_553 * nt1_664));
-        const real nt1_667 = (nt1_608 - (nt1_554 * nt1_664));
-        const real nt1_668 = (nt1_609 - (nt1_555 * nt1_664));
-        const real nt1_669 = (nt1_610 - (nt1_556 * nt1_664));
-        const real nt1_670 = (nt1_611 - (nt1_557 * nt1_664));
-        const real nt1_671 = (nt1_612 - (nt1_558 * nt1_664));
-        const real nt1_672 = (nt1_614 * nt1_623);
-        const real nt1_673 = (nt1_615 - (nt1_552 * nt1_672));
-        const real nt1_674 = (nt1_616 - (nt1_553 * nt1_672));
-        const real nt1_675 = (nt1_617 - (nt1_554 * nt1_672));
-        const real nt1_676 = (nt1_618 - (nt1_555 * nt1_672));
-        const real nt1_677 = (nt1_619 - (nt1_556 * nt1_672));
-        const real nt1_678 = (nt1_620 - (nt1_557 * nt1_672));
-        const real nt1_679 = (nt1_621 - (nt1_558 * nt1_672));
-        const int nt1_680 = (((real)1.0) >= (((real)1e-12) * fabs(nt1_19)));
-        const real nt1_681 = (nt1_680 ? ((real)1.0) : MC_NAN);
-        const real nt1_682 = (nt1_44 * nt1_681);
-        const real nt1_683 = (nt1_679 - (nt1_19 * nt1_682));
-        const int nt1_ok_7_684_part0 = ((fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_628))) & (fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_629))) & (fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_630))) & (fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_631))));
-        const int nt1_684 = (nt1_ok_7_684_part0 & (fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_626))) & (fabs(nt1_625) >= (((real)1e-12) * fabs(nt1_627))));
-        const real nt1_685 = (nt1_684 ? (((real)1.0) / nt1_625) : MC_NAN);
-        const real nt1_686 = (nt1_633 * nt1_685);
-        const real nt1_687 = (nt1_634 - (nt1_626 * nt1_686));
-        const real nt1_688 = (nt1_635 - (nt1_627 * nt1_686));
-        const real nt1_689 = (nt1_636 - (nt1_628 * nt1_686));
-        const real nt1_690 = (nt1_637 - (nt1_629 * nt1_686));
-        const real nt1_691 = (nt1_638 - (nt1_630 * nt1_686));
-        const real nt1_692 = (nt1_639 - (nt1_631 * nt1_686));
-        const real nt1_693 = (nt1_641 * nt1_685);
-        const real nt1_694 = (nt1_642 - (nt1_626 * nt1_693));
-        const real nt1_695 = (nt1_643 - (nt1_627 * nt1_693));
-        const real nt1_696 = (nt1_644 - (nt1_628 * nt1_693));
-        const real nt1_697 = (nt1_645 - (nt1_629 * nt1_693));
-        const real nt1_698 = (nt1_646 - (nt1_630 * nt1_693));
-        const real nt1_699 = (nt1_647 - (nt1_631 * nt1_693));
-        const real nt1_700 = (nt1_649 * nt1_685);
-        const real nt1_701 = (nt1_650 - (nt1_626 * nt1_700));
-        const real nt1_702 = (nt1_651 - (nt1_627 * nt1_700));
-        const real nt1_703 = (nt1_652 - (nt1_628 * nt1_700));
-        const real nt1_704 = (nt1_653 - (nt1_629 * nt1_700));
-        const real nt1_705 = (nt1_654 - (nt1_630 * nt1_700));
-        const real nt1_706 = (nt1_655 - (nt1_631 * nt1_700));
-        const real nt1_707 = (nt1_657 * nt1_685);
-        const real nt1_708 = (nt1_658 - (nt1_626 * nt1_707));
-        const real nt1_709 = (nt1_659 - (nt1_627 * nt1_707));
-        const real nt1_710 = (nt1_660 - (nt1_628 * nt1_707));
-        const real nt1_711 = (nt1_661 - (nt1_629 * nt1_707));
-        const real nt1_712 = (nt1_662 - (nt1_630 * nt1_707));
-        const real nt1_713 = (nt1_663 - (nt1_631 * nt1_707));
-        const real nt1_714 = (nt1_665 * nt1_685);
-        const real nt1_715 = (nt1_666 - (nt1_626 * nt1_714));
-        const real nt1_716 = (nt1_667 - (nt1_627 * nt1_714));
-        const real nt1_717 = (nt1_668 - (nt1_628 * nt1_714));
-        const real nt1_718 = (nt1_669 - (nt1_629 * nt1_714));
-        const real nt1_719 = (nt1_670 - (nt1_630 * nt1_714));
-        const real nt1_720 = (nt1_671 - (nt1_631 * nt1_714));
-        const real nt1_721 = (nt1_673 * nt1_685);
-        const real nt1_722 = (nt1_674 - (nt1_626 * nt1_721));
-        const real nt1_723 = (nt1_675 - (nt1_627 * nt1_721));
-        const real nt1_724 = (nt1_676 - (nt1_628 * nt1_721));
-        const real nt1_725 = (nt1_677 - (nt1_629 * nt1_721));
-        const real nt1_726 = (nt1_678 - (nt1_630 * nt1_721));
-        const real nt1_727 = (nt1_683 - (nt1_631 * nt1_721));
-        const int nt1_ok_8_728_part0 = ((fabs(nt1_687) >= (((real)1e-12) * fabs(nt1_689))) & (fabs(nt1_687) >= (((real)1e-12) * fabs(nt1_690))) & (fabs(nt1_687) >= (((real)1e-12) * fabs(nt1_691))) & (fabs(nt1_687) >= (((real)1e-12) * fabs(nt1_692))));
-        const int nt1_728 = (nt1_ok_8_728_part0 & (fabs(nt1_687) >= (((real)1e-12) * fabs(nt1_688))));
-        const real nt1_729 = (nt1_728 ? (((real)1.0) / nt1_687) : MC_NAN);
-        const real nt1_730 = (nt1_694 * nt1_729);
-        const real nt1_731 = (nt1_695 - (nt1_688 * nt1_730));
-        const real nt1_732 = (nt1_696 - (nt1_689 * nt1_730));
-        const real nt1_733 = (nt1_697 - (nt1_690 * nt1_730));
-        const real nt1_734 = (nt1_698 - (nt1_691 * nt1_730));
-        const real nt1_735 = (nt1_699 - (nt1_692 * nt1_730));
-        const real nt1_736 = (nt1_701 * nt1_729);
-        const real nt1_737 = (nt1_702 - (nt1_688 * nt1_736));
-        const real nt1_738 = (nt1_703 - (nt1_689 * nt1_736));
-        const real nt1_739 = (nt1_704 - (nt1_690 * nt1_736));
-        const real nt1_740 = (nt1_705 - (nt1_691 * nt1_736));
-        const real nt1_741 = (nt1_706 - (nt1_692 * nt1_736));
-        const real nt1_742 = (nt1_708 * nt1_729);
-        const real nt1_743 = (nt1_709 - (nt1_688 * nt1_742));
-        const real nt1_744 = (nt1_710 - (nt1_689 * nt1_742));
-        const real nt1_745 = (nt1_711 - (nt1_690 * nt1_742));
-        const real nt1_746 = (nt1_712 - (nt1_691 * nt1_742));
-        const real nt1_747 = (nt1_713 - (nt1_692 * nt1_742));
-        const real nt1_748 = (nt1_715 * nt1_729);
-        const real nt1_749 = (nt1_716 - (nt1_688 * nt1_748));
-        const real nt1_750 = (nt1_717 - (nt1_689 * nt1_748));
-        const real nt1_751 = (nt1_718 - (nt1_690 * nt1_748));
-        const real nt1_752 = (nt1_719 - (nt1_691 * nt1_748));
-        const real nt1_753 = (nt1_720 - (nt1_692 * nt1_748));
-        const real nt1_754 = (nt1_722 * nt1_729);
-        const real nt1_755 = (nt1_723 - (nt1_688 * nt1_754));
-        const real nt1_756 = (nt1_724 - (nt1_689 * nt1_754));
-        const real nt1_757 = (nt1_725 - (nt1_690 * nt1_754));
-        const real nt1_758 = (nt1_726 - (nt1_691 * nt1_754));
-        const real nt1_759 = (nt1_727 - (nt1_692 * nt1_754));
-        const int nt1_760 = ((fabs(nt1_731) >= (((real)1e-12) * fabs(nt1_732))) & (fabs(nt1_731) >= (((real)1e-12) * fabs(nt1_733))) & (fabs(nt1_731) >= (((real)1e-12) * fabs(nt1_734))) & (fabs(nt1_731) >= (((real)1e-12) * fabs(nt1_735))));
-        const real nt1_761 = (nt1_760 ? (((real)1.0) / nt1_731) : MC_NAN);
-        const real nt1_762 = (nt1_737 * nt1_761);
-        const real nt1_763 = (nt1_738 - (nt1_732 * nt1_762));
-        const real nt1_764 = (nt1_739 - (nt1_733 * nt1_762));
-        const real nt1_765 = (nt1_740 - (nt1_734 * nt1_762));
-        const real nt1_766 = (nt1_741 - (nt1_735 * nt1_762));
-        const real nt1_767 = (nt1_743 * nt1_761);
-        const real nt1_768 = (nt1_744 - (nt1_732 * nt1_767));
-        const real nt1_769 = (nt1_745 - (nt1_733 * nt1_767));
-        const real nt1_770 = (nt1_746 - (nt1_734 * nt1_767));
-        const real nt1_771 = (nt1_747 - (nt1_735 * nt1_767));
-        const real nt1_772 = (nt1_749 * nt1_761);
-        const real nt1_773 = (nt1_750 - (nt1_732 * nt1_772));
-        const real nt1_774 = (nt1_751 - (nt1_733 * nt1_772));
-        const real nt1_775 = (nt1_752 - (nt1_734 * nt1_772));
-        const real nt1_776 = (nt1_753 - (nt1_735 * nt1_772));
-        const real nt1_777 = (nt1_755 * nt1_761);
-        const real nt1_778 = (nt1_756 - (nt1_732 * nt1_777));
-        const real nt1_779 = (nt1_757 - (nt1_733 * nt1_777));
-        const real nt1_780 = (nt1_758 - (nt1_734 * nt1_777));
-        const real nt1_781 = (nt1_759 - (nt1_735 * nt1_777));
-        const int nt1_782 = ((fabs(nt1_763) >= (((real)1e-12) * fabs(nt1_764))) & (fabs(nt1_763) >= (((real)1e-12) * fabs(nt1_765))) & (fabs(nt1_763) >= (((real)1e-12) * fabs(nt1_766))));
-        const real nt1_783 = (nt1_782 ? (((real)1.0) / nt1_763) : MC_NAN);
-        const real nt1_784 = (nt1_768 * nt1_783);
-        const real nt1_785 = (nt1_769 - (nt1_764 * nt1_784));
-        const real nt1_786 = (nt1_770 - (nt1_765 * nt1_784));
-        const real nt1_787 = (nt1_771 - (nt1_766 * nt1_784));
-        const real nt1_788 = (nt1_773 * nt1_783);
-        const real nt1_789 = (nt1_774 - (nt1_764 * nt1_788));
-        const real nt1_790 = (nt1_775 - (nt1_765 * nt1_788));
-        const real nt1_791 = (nt1_776 - (nt1_766 * nt1_788));
-        const real nt1_792 = (nt1_778 * nt1_783);
-        const real nt1_793 = (nt1_779 - (nt1_764 * nt1_792));
-        const real nt1_794 = (nt1_780 - (nt1_765 * nt1_792));
-        const real nt1_795 = (nt1_781 - (nt1_766 * nt1_792));
-        const int nt1_796 = ((fabs(nt1_785) >= (((real)1e-12) * fabs(nt1_786))) & (fabs(nt1_785) >= (((real)1e-12) * fabs(nt1_787))));
-        const real nt1_797 = (nt1_796 ? (((real)1.0) / nt1_785) : MC_NAN);
-        const real nt1_798 = (nt1_789 * nt1_797);
-        const real nt1_799 = (nt1_790 - (nt1_786 * nt1_798));
-        const real nt1_800 = (nt1_791 - (nt1_787 * nt1_798));
-        const real nt1_801 = (nt1_793 * nt1_797);
-        const real nt1_802 = (nt1_794 - (nt1_786 * nt1_801));
-        const real nt1_803 = (nt1_795 - (nt1_787 * nt1_801));
-        const int nt1_804 = (fabs(nt1_799) >= (((real)1e-12) * fabs(nt1_800)));
-        const real nt1_805 = (nt1_804 ? (((real)1.0) / nt1_799) : MC_NAN);
-        const real nt1_806 = (nt1_802 * nt1_805);
-        const real nt1_807 = (nt1_803 - (nt1_800 * nt1_806));
-        const real nt1_808 = (((real)1.0) / nt1_807);
-        const real nt1_809 = (-nt1_r_0);
-        const real nt1_810 = (-nt1_r_1);
-        const real nt1_811 = (-nt1_r_2);
-        const real nt1_812 = (-nt1_r_3);
-        const real nt1_813 = (-nt1_r_4);
-        const real nt1_814 = (-nt1_r_5);
-        const real nt1_815 = (-nt1_r_6);
-        const real nt1_816 = (-nt1_r_7);
-        const real nt1_817 = (-nt1_r_8);
-        const real nt1_818 = (-nt1_r_9);
-        const real nt1_819 = (-nt1_r_10);
-        const real nt1_820 = (-nt1_r_11);
-        const real nt1_821 = (-nt1_r_12);
-        const real nt1_822 = (-nt1_r_13);
-        const real nt1_823 = (nt1_810 - (nt1_809 * nt1_54));
-        const real nt1_824 = (nt1_811 - (nt1_809 * nt1_67));
-        const real nt1_825 = (nt1_812 - (nt1_809 * nt1_80));
-        const real nt1_826 = (nt1_813 - (nt1_809 * nt1_93));
-        const real nt1_827 = (nt1_814 - (nt1_809 * nt1_106));
-        const real nt1_828 = (nt1_816 - (nt1_809 * nt1_119));
-        const real nt1_829 = (nt1_817 - (nt1_809 * nt1_132));
-        const real nt1_830 = (nt1_818 - (nt1_809 * nt1_145));
-        const real nt1_831 = (nt1_819 - (nt1_809 * nt1_158));
-        const real nt1_832 = (nt1_820 - (nt1_809 * nt1_171));
-        const real nt1_833 = (nt1_821 - (nt1_809 * nt1_184));
-        const real nt1_834 = (nt1_822 - (nt1_809 * nt1_197));
-        const real nt1_835 = (nt1_824 - (nt1_823 * nt1_212));
-        const real nt1_836 = (nt1_825 - (nt1_823 * nt1_224));
-        const real nt1_837 = (nt1_826 - (nt1_823 * nt1_236));
-        const real nt1_838 = (nt1_827 - (nt1_823 * nt1_248));
-        const real nt1_839 = (nt1_828 - (nt1_823 * nt1_260));
-        const real nt1_840 = (nt1_829 - (nt1_823 * nt1_272));
-        const real nt1_841 = (nt1_830 - (nt1_823 * nt1_284));
-        const real nt1_842 = (nt1_831 - (nt1_823 * nt1_296));
-        const real nt1_843 = (nt1_832 - (nt1_823 * nt1_308));
-        const real nt1_844 = (nt1_833 - (nt1_823 * nt1_320));
-        const real nt1_845 = (nt1_834 - (nt1_823 * nt1_332));
-        const real nt1_846 = (nt1_836 - (nt1_835 * nt1_346));
-        const real nt1_847 = (nt1_837 - (nt1_835 * nt1_357));
-        const real nt1_848 = (nt1_838 - (nt1_835 * nt1_368));
-        const real nt1_849 = (nt1_839 - (nt1_835 * nt1_379));
-        const real nt1_850 = (nt1_840 - (nt1_835 * nt1_390));
-        const real nt1_851 = (nt1_841 - (nt1_835 * nt1_401));
-        const real nt1_852 = (nt1_842 - (nt1_835 * nt1_412));
-        const real nt1_853 = (nt1_843 - (nt1_835 * nt1_423));
-        const real nt1_854 = (nt1_844 - (nt1_835 * nt1_434));
-        const real nt1_855 = (nt1_845 - (nt1_835 * nt1_445));
-        const real nt1_856 = (nt1_847 - (nt1_846 * nt1_458));
-        const real nt1_857 = (nt1_848 - (nt1_846 * nt1_468));
-        const real nt1_858 = (nt1_849 - (nt1_846 * nt1_478));
-        const real nt1_859 = (nt1_850 - (nt1_846 * nt1_488));
-        const real nt1_860 = (nt1_851 - (nt1_846 * nt1_498));
-        const real nt1_861 = (nt1_852 - (nt1_846 * nt1_508));
-        const real nt1_862 = (nt1_853 - (nt1_846 * nt1_518));
-        const real nt1_863 = (nt1_854 - (nt1_846 * nt1_528));
-        const real nt1_864 = (nt1_855 - (nt1_846 * nt1_538));
-        const real nt1_865 = (nt1_857 - (nt1_856 * nt1_550));
-        const real nt1_866 = (nt1_858 - (nt1_856 * nt1_559));
-        const real nt1_867 = (nt1_859 - (nt1_856 * nt1_568));
-        const real nt1_868 = (nt1_860 - (nt1_856 * nt1_577));
-        const real nt1_869 = (nt1_861 - (nt1_856 * nt1_586));
-        const real nt1_870 = (nt1_862 - (nt1_856 * nt1_595));
-        const real nt1_871 = (nt1_863 - (nt1_856 * nt1_604));
-        const real nt1_872 = (nt1_864 - (nt1_856 * nt1_613));
-        const real nt1_873 = (nt1_866 - (nt1_865 * nt1_624));
-        const real nt1_874 = (nt1_867 - (nt1_865 * nt1_632));
-        const real nt1_875 = (nt1_868 - (nt1_865 * nt1_640));
-        const real nt1_876 = (nt1_869 - (nt1_865 * nt1_648));
-        const real nt1_877 = (nt1_870 - (nt1_865 * nt1_656));
-        const real nt1_878 = (nt1_871 - (nt1_865 * nt1_664));
-        const real nt1_879 = (nt1_872 - (nt1_865 * nt1_672));
-        const real nt1_880 = (nt1_879 - (nt1_815 * nt1_682));
-        const real nt1_881 = (nt1_874 - (nt1_873 * nt1_686));
-        const real nt1_882 = (nt1_875 - (nt1_873 * nt1_693));
-        const real nt1_883 = (nt1_876 - (nt1_873 * nt1_700));
-        const real nt1_884 = (nt1_877 - (nt1_873 * nt1_707));
-        const real nt1_885 = (nt1_878 - (nt1_873 * nt1_714));
-        const real nt1_886 = (nt1_880 - (nt1_873 * nt1_721));
-        const real nt1_887 = (nt1_882 - (nt1_881 * nt1_730));
-        const real nt1_888 = (nt1_883 - (nt1_881 * nt1_736));
-        const real nt1_889 = (nt1_884 - (nt1_881 * nt1_742));
-        const real nt1_890 = (nt1_885 - (nt1_881 * nt1_748));
-        const real nt1_891 = (nt1_886 - (nt1_881 * nt1_754));
-        const real nt1_892 = (nt1_888 - (nt1_887 * nt1_762));
-        const real nt1_893 = (nt1_889 - (nt1_887 * nt1_767));
-        const real nt1_894 = (nt1_890 - (nt1_887 * nt1_772));
-        const real nt1_895 = (nt1_891 - (nt1_887 * nt1_777));
-        const real nt1_896 = (nt1_893 - (nt1_892 * nt1_784));
-        const real nt1_897 = (nt1_894 - (nt1_892 * nt1_788));
-        const real nt1_898 = (nt1_895 - (nt1_892 * nt1_792));
-        const real nt1_899 = (nt1_897 - (nt1_896 * nt1_798));
-        const real nt1_900 = (nt1_898 - (nt1_896 * nt1_801));
-        const real nt1_901 = (nt1_900 - (nt1_899 * nt1_806));
-        const real nt1_902 = (nt1_901 * nt1_808);
-        const real nt1_903 = (nt1_805 * (nt1_899 - (nt1_800 * nt1_902)));
-        const real nt1_904 = (nt1_797 * (nt1_896 - (nt1_786 * nt1_903) - (nt1_787 * nt1_902)));
-        const real nt1_905 = (nt1_783 * (nt1_892 - (nt1_764 * nt1_904) - (nt1_765 * nt1_903) - (nt1_766 * nt1_902)));
-        const real nt1_906 = (nt1_761 * (nt1_887 - (nt1_732 * nt1_905) - (nt1_733 * nt1_904) - (nt1_734 * nt1_903) - (nt1_735 * nt1_902)));
-        const real nt1_907 = (nt1_729 * (nt1_881 - (nt1_689 * nt1_905) - (nt1_690 * nt1_904) - (nt1_691 * nt1_903) - (nt1_692 * nt1_902) - (nt1_688 * nt1_906)));
-        const real nt1_908 = (nt1_685 * (nt1_873 - (nt1_628 * nt1_905) - (nt1_629 * nt1_904) - (nt1_630 * nt1_903) - (nt1_631 * nt1_902) - (nt1_626 * nt1_907) - (nt1_627 * nt1_906)));
-        const real nt1_909 = (nt1_681 * (nt1_815 - (nt1_19 * nt1_902)));
-        const real nt1_910 = (nt1_623 * (nt1_865 - (nt1_555 * nt1_905) - (nt1_556 * nt1_904) - (nt1_557 * nt1_903) - (nt1_558 * nt1_902) - (nt1_552 * nt1_908) - (nt1_553 * nt1_907) - (nt1_554 * nt1_906)));
-        const real nt1_911 = (nt1_549 * (nt1_856 - (nt1_464 * nt1_905) - (nt1_465 * nt1_904) - (nt1_466 * nt1_903) - (nt1_467 * nt1_902) - (nt1_460 * nt1_910) - (nt1_461 * nt1_908) - (nt1_462 * nt1_907) - (nt1_463 * nt1_906)));
-        const real nt1_912 = (nt1_457 * (nt1_846 - (nt1_353 * nt1_905) - (nt1_354 * nt1_904) - (nt1_355 * nt1_903) - (nt1_356 * nt1_902) - (nt1_348 * nt1_911) - (nt1_349 * nt1_910) - (nt1_350 * nt1_908) - (nt1_351 * nt1_907) - (nt1_352 * nt1_906)));
-        const real nt1_913 = (nt1_345 * (nt1_835 - (nt1_220 * nt1_905) - (nt1_221 * nt1_904) - (nt1_222 * nt1_903) - (nt1_223 * nt1_902) - (nt1_214 * nt1_912) - (nt1_215 * nt1_911) - (nt1_216 * nt1_910) - (nt1_217 * nt1_908) - (nt1_218 * nt1_907) - (nt1_219 * nt1_906)));
-        const real nt1_914 = (nt1_211 * (nt1_823 - (nt1_63 * nt1_905) - (nt1_64 * nt1_904) - (nt1_65 * nt1_903) - (nt1_66 * nt1_902) - (nt1_56 * nt1_913) - (nt1_57 * nt1_912) - (nt1_58 * nt1_911) - (nt1_59 * nt1_910) - (nt1_60 * nt1_908) - (nt1_61 * nt1_907) - (nt1_62 * nt1_906)));
-        const real nt1_915 = (nt1_53 * (nt1_809 - (ncse_69 * nt1_914) - (ncse_72 * nt1_913) - (ncse_75 * nt1_912) - (ncse_76 * nt1_911) - (ncse_77 * nt1_910) - (ncse_78 * nt1_907) - (ncse_79 * nt1_906) - (ncse_82 * nt1_905) - (ncse_83 * nt1_904) - (ncse_84 * nt1_903) - (nt1_3 * nt1_902) - (nt1_2 * nt1_908)));
-        const real nt1_dx_0 = nt1_915;
-        const real nt1_dx_1 = nt1_914;
-        const real nt1_dx_2 = nt1_913;
-        const real nt1_dx_3 = nt1_912;
-        const real nt1_dx_4 = nt1_911;
-        const real nt1_dx_5 = nt1_910;
-        const real nt1_dx_6 = nt1_909;
-        const real nt1_dx_7 = nt1_908;
-        const real nt1_dx_8 = nt1_907;
-        const real nt1_dx_9 = nt1_906;
-        const real nt1_dx_10 = nt1_905;
-        const real nt1_dx_11 = nt1_904;
-        const real nt1_dx_12 = nt1_903;
-        const real nt1_dx_13 = nt1_902;
+        const real nt1_19 = (-ncse_131 * ncse_62);
+        const real nt1_20 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))));
+        const real nt1_21 = (ncse_46 * ncse_63);
+        const real nt1_22 = (-ncse_131 * ncse_88);
+        const real nt1_23 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))));
+        const real nt1_24 = (ncse_47 * ncse_63);
+        const real nt1_25 = (-ncse_102 * ncse_131);
+        const real nt1_26 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))));
+        const real nt1_27 = (ncse_48 * ncse_63);
+        const real nt1_28 = (-ncse_114 * ncse_131);
+        const real nt1_29 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))));
+        const real nt1_30 = (ncse_50 * ncse_63);
+        const real nt1_31 = (-ncse_125 * ncse_131);
+        const real nt1_32 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))));
+        const real nt1_33 = (ncse_51 * ncse_63);
+        const real nt1_34 = (-ncse_129 * ncse_131);
+        const real nt1_35 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))));
+        const real nt1_36 = (ncse_52 * ncse_63);
+        const real nt1_37 = (-ncse_173 * ncse_3);
+        const real nt1_38 = (-ncse_174 * ncse_3);
+        const real nt1_39 = (-ncse_175 * ncse_3);
+        const real nt1_40 = (-ncse_177 * ncse_3);
+        const real nt1_41 = (-ncse_178 * ncse_3);
+        const real nt1_42 = (-ncse_179 * ncse_3);
+        const real nt1_43 = (-((real)0.816496580927726) * p_R * p_d * ncse_171 * ncse_53);
+        const real nt1_44 = (-ncse_173);
+        const real nt1_45 = (-ncse_174);
+        const real nt1_46 = (-ncse_175);
+        const real nt1_47 = (-ncse_177);
+        const real nt1_48 = (-ncse_178);
+        const real nt1_49 = (-ncse_179);
+        const real nt1_50 = ((p_E * ncse_36) - (((real)2.0) * ncse_170 * ncse_55 * state_internal_gamma_rate));
+        const int nt1_ok_0_51_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_69))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_72))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_75))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_76))));
+        const int nt1_ok_0_51_part1 = (nt1_ok_0_51_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_78))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_79))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_82))));
+        const int nt1_51 = (nt1_ok_0_51_part1 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_83))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_84))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_3))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_52 = (nt1_51 ? (((real)1.0) / nt1_1) : MC_NAN);
+        const real nt1_53 = (ncse_69 * nt1_52);
+        const real nt1_54 = (nt1_4 - (ncse_69 * nt1_53));
+        const real nt1_55 = (ncse_91 - (ncse_72 * nt1_53));
+        const real nt1_56 = (ncse_93 - (ncse_75 * nt1_53));
+        const real nt1_57 = (ncse_94 - (ncse_76 * nt1_53));
+        const real nt1_58 = (ncse_95 - (ncse_77 * nt1_53));
+        const real nt1_59 = (ncse_78 - (nt1_2 * nt1_53));
+        const real nt1_60 = (nt1_5 - (ncse_78 * nt1_53));
+        const real nt1_61 = (ncse_96 - (ncse_79 * nt1_53));
+        const real nt1_62 = (ncse_98 - (ncse_82 * nt1_53));
+        const real nt1_63 = (ncse_99 - (ncse_83 * nt1_53));
+        const real nt1_64 = (ncse_100 - (ncse_84 * nt1_53));
+        const real nt1_65 = (nt1_6 - (nt1_3 * nt1_53));
+        const real nt1_66 = (ncse_72 * nt1_52);
+        const real nt1_67 = (ncse_91 - (ncse_69 * nt1_66));
+        const real nt1_68 = (nt1_7 - (ncse_72 * nt1_66));
+        const real nt1_69 = (ncse_104 - (ncse_75 * nt1_66));
+        const real nt1_70 = (ncse_105 - (ncse_76 * nt1_66));
+        const real nt1_71 = (ncse_106 - (ncse_77 * nt1_66));
+        const real nt1_72 = (ncse_79 - (nt1_2 * nt1_66));
+        const real nt1_73 = (ncse_96 - (ncse_78 * nt1_66));
+        const real nt1_74 = (nt1_8 - (ncse_79 * nt1_66));
+        const real nt1_75 = (ncse_108 - (ncse_82 * nt1_66));
+        const real nt1_76 = (ncse_109 - (ncse_83 * nt1_66));
+        const real nt1_77 = (ncse_110 - (ncse_84 * nt1_66));
+        const real nt1_78 = (nt1_9 - (nt1_3 * nt1_66));
+        const real nt1_79 = (ncse_75 * nt1_52);
+        const real nt1_80 = (ncse_93 - (ncse_69 * nt1_79));
+        const real nt1_81 = (ncse_104 - (ncse_72 * nt1_79));
+        const real nt1_82 = (nt1_10 - (ncse_75 * nt1_79));
+        const real nt1_83 = (ncse_117 - (ncse_76 * nt1_79));
+        const real nt1_84 = (ncse_119 - (ncse_77 * nt1_79));
+        const real nt1_85 = (ncse_82 - (nt1_2 * nt1_79));
+        const real nt1_86 = (ncse_98 - (ncse_78 * nt1_79));
+        const real nt1_87 = (ncse_108 - (ncse_79 * nt1_79));
+        const real nt1_88 = (nt1_11 - (ncse_82 * nt1_79));
+        const real nt1_89 = (ncse_121 - (ncse_83 * nt1_79));
+        const real nt1_90 = (ncse_123 - (ncse_84 * nt1_79));
+        const real nt1_91 = (nt1_12 - (nt1_3 * nt1_79));
+        const real nt1_92 = (ncse_76 * nt1_52);
+        const real nt1_93 = (ncse_94 - (ncse_69 * nt1_92));
+        const real nt1_94 = (ncse_105 - (ncse_72 * nt1_92));
+        const real nt1_95 = (ncse_117 - (ncse_75 * nt1_92));
+        const real nt1_96 = (nt1_13 - (ncse_76 * nt1_92));
+        const real nt1_97 = (ncse_126 - (ncse_77 * nt1_92));
+        const real nt1_98 = (ncse_83 - (nt1_2 * nt1_92));
+        const real nt1_99 = (ncse_99 - (ncse_78 * nt1_92));
+        const real nt1_100 = (ncse_109 - (ncse_79 * nt1_92));
+        const real nt1_101 = (ncse_121 - (ncse_82 * nt1_92));
+        const real nt1_102 = (nt1_14 - (ncse_83 * nt1_92));
+        const real nt1_103 = (ncse_127 - (ncse_84 * nt1_92));
+        const real nt1_104 = (nt1_15 - (nt1_3 * nt1_92));
+        const real nt1_105 = (ncse_77 * nt1_52);
+        const real nt1_106 = (ncse_95 - (ncse_69 * nt1_105));
+        const real nt1_107 = (ncse_106 - (ncse_72 * nt1_105));
+        const real nt1_108 = (ncse_119 - (ncse_75 * nt1_105));
+        const real nt1_109 = (ncse_126 - (ncse_76 * nt1_105));
+        const real nt1_110 = (nt1_16 - (ncse_77 * nt1_105));
+        const real nt1_111 = (ncse_84 - (nt1_2 * nt1_105));
+        const real nt1_112 = (ncse_100 - (ncse_78 * nt1_105));
+        const real nt1_113 = (ncse_110 - (ncse_79 * nt1_105));
+        const real nt1_114 = (ncse_123 - (ncse_82 * nt1_105));
+        const real nt1_115 = (ncse_127 - (ncse_83 * nt1_105));
+        const real nt1_116 = (nt1_17 - (ncse_84 * nt1_105));
+        const real nt1_117 = (nt1_18 - (nt1_3 * nt1_105));
+        const real nt1_118 = (nt1_19 * nt1_52);
+        const real nt1_119 = (ncse_132 - (ncse_69 * nt1_118));
+        const real nt1_120 = (ncse_133 - (ncse_72 * nt1_118));
+        const real nt1_121 = (ncse_134 - (ncse_75 * nt1_118));
+        const real nt1_122 = (ncse_135 - (ncse_76 * nt1_118));
+        const real nt1_123 = (ncse_136 - (ncse_77 * nt1_118));
+        const real nt1_124 = (nt1_20 - (nt1_2 * nt1_118));
+        const real nt1_125 = (ncse_140 - (ncse_78 * nt1_118));
+        const real nt1_126 = (ncse_141 - (ncse_79 * nt1_118));
+        const real nt1_127 = (ncse_142 - (ncse_82 * nt1_118));
+        const real nt1_128 = (ncse_143 - (ncse_83 * nt1_118));
+        const real nt1_129 = (ncse_144 - (ncse_84 * nt1_118));
+        const real nt1_130 = (nt1_21 - (nt1_3 * nt1_118));
+        const real nt1_131 = (ncse_132 * nt1_52);
+        const real nt1_132 = (nt1_22 - (ncse_69 * nt1_131));
+        const real nt1_133 = (ncse_145 - (ncse_72 * nt1_131));
+        const real nt1_134 = (ncse_146 - (ncse_75 * nt1_131));
+        const real nt1_135 = (ncse_147 - (ncse_76 * nt1_131));
+        const real nt1_136 = (ncse_148 - (ncse_77 * nt1_131));
+        const real nt1_137 = (ncse_140 - (nt1_2 * nt1_131));
+        const real nt1_138 = (nt1_23 - (ncse_78 * nt1_131));
+        const real nt1_139 = (ncse_149 - (ncse_79 * nt1_131));
+        const real nt1_140 = (ncse_150 - (ncse_82 * nt1_131));
+        const real nt1_141 = (ncse_151 - (ncse_83 * nt1_131));
+        const real nt1_142 = (ncse_152 - (ncse_84 * nt1_131));
+        const real nt1_143 = (nt1_24 - (nt1_3 * nt1_131));
+        const real nt1_144 = (ncse_133 * nt1_52);
+        const real nt1_145 = (ncse_145 - (ncse_69 * nt1_144));
+        const real nt1_146 = (nt1_25 - (ncse_72 * nt1_144));
+        const real nt1_147 = (ncse_153 - (ncse_75 * nt1_144));
+        const real nt1_148 = (ncse_154 - (ncse_76 * nt1_144));
+        const real nt1_149 = (ncse_155 - (ncse_77 * nt1_144));
+        const real nt1_150 = (ncse_141 - (nt1_2 * nt1_144));
+        const real nt1_151 = (ncse_149 - (ncse_78 * nt1_144));
+        const real nt1_152 = (nt1_26 - (ncse_79 * nt1_144));
+        const real nt1_153 = (ncse_156 - (ncse_82 * nt1_144));
+        const real nt1_154 = (ncse_157 - (ncse_83 * nt1_144));
+        const real nt1_155 = (ncse_158 - (ncse_84 * nt1_144));
+        const real nt1_156 = (nt1_27 - (nt1_3 * nt1_144));
+        const real nt1_157 = (ncse_134 * nt1_52);
+        const real nt1_158 = (ncse_146 - (ncse_69 * nt1_157));
+        const real nt1_159 = (ncse_153 - (ncse_72 * nt1_157));
+        const real nt1_160 = (nt1_28 - (ncse_75 * nt1_157));
+        const real nt1_161 = (ncse_161 - (ncse_76 * nt1_157));
+        const real nt1_162 = (ncse_163 - (ncse_77 * nt1_157));
+        const real nt1_163 = (ncse_142 - (nt1_2 * nt1_157));
+        const real nt1_164 = (ncse_150 - (ncse_78 * nt1_157));
+        const real nt1_165 = (ncse_156 - (ncse_79 * nt1_157));
+        const real nt1_166 = (nt1_29 - (ncse_82 * nt1_157));
+        const real nt1_167 = (ncse_165 - (ncse_83 * nt1_157));
+        const real nt1_168 = (ncse_167 - (ncse_84 * nt1_157));
+        const real nt1_169 = (nt1_30 - (nt1_3 * nt1_157));
+        const real nt1_170 = (ncse_135 * nt1_52);
+        const real nt1_171 = (ncse_147 - (ncse_69 * nt1_170));
+        const real nt1_172 = (ncse_154 - (ncse_72 * nt1_170));
+        const real nt1_173 = (ncse_161 - (ncse_75 * nt1_170));
+        const real nt1_174 = (nt1_31 - (ncse_76 * nt1_170));
+        const real nt1_175 = (ncse_168 - (ncse_77 * nt1_170));
+        const real nt1_176 = (ncse_143 - (nt1_2 * nt1_170));
+        const real nt1_177 = (ncse_151 - (ncse_78 * nt1_170));
+        const real nt1_178 = (ncse_157 - (ncse_79 * nt1_170));
+        const real nt1_179 = (ncse_165 - (ncse_82 * nt1_170));
+        const real nt1_180 = (nt1_32 - (ncse_83 * nt1_170));
+        const real nt1_181 = (ncse_169 - (ncse_84 * nt1_170));
+        const real nt1_182 = (nt1_33 - (nt1_3 * nt1_170));
+        const real nt1_183 = (ncse_136 * nt1_52);
+        const real nt1_184 = (ncse_148 - (ncse_69 * nt1_183));
+        const real nt1_185 = (ncse_155 - (ncse_72 * nt1_183));
+        const real nt1_186 = (ncse_163 - (ncse_75 * nt1_183));
+        const real nt1_187 = (ncse_168 - (ncse_76 * nt1_183));
+        const real nt1_188 = (nt1_34 - (ncse_77 * nt1_183));
+        const real nt1_189 = (ncse_144 - (nt1_2 * nt1_183));
+        const real nt1_190 = (ncse_152 - (ncse_78 * nt1_183));
+        const real nt1_191 = (ncse_158 - (ncse_79 * nt1_183));
+        const real nt1_192 = (ncse_167 - (ncse_82 * nt1_183));
+        const real nt1_193 = (ncse_169 - (ncse_83 * nt1_183));
+        const real nt1_194 = (nt1_35 - (ncse_84 * nt1_183));
+        const real nt1_195 = (nt1_36 - (nt1_3 * nt1_183));
+        const real nt1_196 = (nt1_37 * nt1_52);
+        const real nt1_197 = (nt1_38 - (ncse_69 * nt1_196));
+        const real nt1_198 = (nt1_39 - (ncse_72 * nt1_196));
+        const real nt1_199 = (nt1_40 - (ncse_75 * nt1_196));
+        const real nt1_200 = (nt1_41 - (ncse_76 * nt1_196));
+        const real nt1_201 = (nt1_42 - (ncse_77 * nt1_196));
+        const real nt1_202 = (nt1_44 - (nt1_2 * nt1_196));
+        const real nt1_203 = (nt1_45 - (ncse_78 * nt1_196));
+        const real nt1_204 = (nt1_46 - (ncse_79 * nt1_196));
+        const real nt1_205 = (nt1_47 - (ncse_82 * nt1_196));
+        const real nt1_206 = (nt1_48 - (ncse_83 * nt1_196));
+        const real nt1_207 = (nt1_49 - (ncse_84 * nt1_196));
+        const real nt1_208 = (nt1_50 - (nt1_3 * nt1_196));
+        const int nt1_ok_1_209_part0 = ((fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_62))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_63))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_64))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_65))));
+        const int nt1_ok_1_209_part1 = (nt1_ok_1_209_part0 & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_55))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_56))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_57))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_58))));
+        const int nt1_209 = (nt1_ok_1_209_part1 & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_59))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_60))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_61))));
+        const real nt1_210 = (nt1_209 ? (((real)1.0) / nt1_54) : MC_NAN);
+        const real nt1_211 = (nt1_67 * nt1_210);
+        const real nt1_212 = (nt1_68 - (nt1_55 * nt1_211));
+        const real nt1_213 = (nt1_69 - (nt1_56 * nt1_211));
+        const real nt1_214 = (nt1_70 - (nt1_57 * nt1_211));
+        const real nt1_215 = (nt1_71 - (nt1_58 * nt1_211));
+        const real nt1_216 = (nt1_72 - (nt1_59 * nt1_211));
+        const real nt1_217 = (nt1_73 - (nt1_60 * nt1_211));
+        const real nt1_218 = (nt1_74 - (nt1_61 * nt1_211));
+        const real nt1_219 = (nt1_75 - (nt1_62 * nt1_211));
+        const real nt1_220 = (nt1_76 - (nt1_63 * nt1_211));
+        const real nt1_221 = (nt1_77 - (nt1_64 * nt1_211));
+        const real nt1_222 = (nt1_78 - (nt1_65 * nt1_211));
+        const real nt1_223 = (nt1_80 * nt1_210);
+        const real nt1_224 = (nt1_81 - (nt1_55 * nt1_223));
+        const real nt1_225 = (nt1_82 - (nt1_56 * nt1_223));
+        const real nt1_226 = (nt1_83 - (nt1_57 * nt1_223));
+        const real nt1_227 = (nt1_84 - (nt1_58 * nt1_223));
+        const real nt1_228 = (nt1_85 - (nt1_59 * nt1_223));
+        const real nt1_229 = (nt1_86 - (nt1_60 * nt1_223));
+        const real nt1_230 = (nt1_87 - (nt1_61 * nt1_223));
+        const real nt1_231 = (nt1_88 - (nt1_62 * nt1_223));
+        const real nt1_232 = (nt1_89 - (nt1_63 * nt1_223));
+        const real nt1_233 = (nt1_90 - (nt1_64 * nt1_223));
+        const real nt1_234 = (nt1_91 - (nt1_65 * nt1_223));
+        const real nt1_235 = (nt1_93 * nt1_210);
+        const real nt1_236 = (nt1_94 - (nt1_55 * nt1_235));
+        const real nt1_237 = (nt1_95 - (nt1_56 * nt1_235));
+        const real nt1_238 = (nt1_96 - (nt1_57 * nt1_235));
+        const real nt1_239 = (nt1_97 - (nt1_58 * nt1_235));
+        const real nt1_240 = (nt1_98 - (nt1_59 * nt1_235));
+        const real nt1_241 = (nt1_99 - (nt1_60 * nt1_235));
+        const real nt1_242 = (nt1_100 - (nt1_61 * nt1_235));
+        const real nt1_243 = (nt1_101 - (nt1_62 * nt1_235));
+        const real nt1_244 = (nt1_102 - (nt1_63 * nt1_235));
+        const real nt1_245 = (nt1_103 - (nt1_64 * nt1_235));
+        const real nt1_246 = (nt1_104 - (nt1_65 * nt1_235));
+        const real nt1_247 = (nt1_106 * nt1_210);
+        const real nt1_248 = (nt1_107 - (nt1_55 * nt1_247));
+        const real nt1_249 = (nt1_108 - (nt1_56 * nt1_247));
+        const real nt1_250 = (nt1_109 - (nt1_57 * nt1_247));
+        const real nt1_251 = (nt1_110 - (nt1_58 * nt1_247));
+        const real nt1_252 = (nt1_111 - (nt1_59 * nt1_247));
+        const real nt1_253 = (nt1_112 - (nt1_60 * nt1_247));
+        const real nt1_254 = (nt1_113 - (nt1_61 * nt1_247));
+        const real nt1_255 = (nt1_114 - (nt1_62 * nt1_247));
+        const real nt1_256 = (nt1_115 - (nt1_63 * nt1_247));
+        const real nt1_257 = (nt1_116 - (nt1_64 * nt1_247));
+        const real nt1_258 = (nt1_117 - (nt1_65 * nt1_247));
+        const real nt1_259 = (nt1_119 * nt1_210);
+        const real nt1_260 = (nt1_120 - (nt1_55 * nt1_259));
+        const real nt1_261 = (nt1_121 - (nt1_56 * nt1_259));
+        const real nt1_262 = (nt1_122 - (nt1_57 * nt1_259));
+        const real nt1_263 = (nt1_123 - (nt1_58 * nt1_259));
+        const real nt1_264 = (nt1_124 - (nt1_59 * nt1_259));
+        const real nt1_265 = (nt1_125 - (nt1_60 * nt1_259));
+        const real nt1_266 = (nt1_126 - (nt1_61 * nt1_259));
+        const real nt1_267 = (nt1_127 - (nt1_62 * nt1_259));
+        const real nt1_268 = (nt1_128 - (nt1_63 * nt1_259));
+        const real nt1_269 = (nt1_129 - (nt1_64 * nt1_259));
+        const real nt1_270 = (nt1_130 - (nt1_65 * nt1_259));
+        const real nt1_271 = (nt1_132 * nt1_210);
+        const real nt1_272 = (nt1_133 - (nt1_55 * nt1_271));
+        const real nt1_273 = (nt1_134 - (nt1_56 * nt1_271));
+        const real nt1_274 = (nt1_135 - (nt1_57 * nt1_271));
+        const real nt1_275 = (nt1_136 - (nt1_58 * nt1_271));
+        const real nt1_276 = (nt1_137 - (nt1_59 * nt1_271));
+        const real nt1_277 = (nt1_138 - (nt1_60 * nt1_271));
+        const real nt1_278 = (nt1_139 - (nt1_61 * nt1_271));
+        const real nt1_279 = (nt1_140 - (nt1_62 * nt1_271));
+        const real nt1_280 = (nt1_141 - (nt1_63 * nt1_271));
+        const real nt1_281 = (nt1_142 - (nt1_64 * nt1_271));
+        const real nt1_282 = (nt1_143 - (nt1_65 * nt1_271));
+        const real nt1_283 = (nt1_145 * nt1_210);
+        const real nt1_284 = (nt1_146 - (nt1_55 * nt1_283));
+        const real nt1_285 = (nt1_147 - (nt1_56 * nt1_283));
+        const real nt1_286 = (nt1_148 - (nt1_57 * nt1_283));
+        const real nt1_287 = (nt1_149 - (nt1_58 * nt1_283));
+        const real nt1_288 = (nt1_150 - (nt1_59 * nt1_283));
+        const real nt1_289 = (nt1_151 - (nt1_60 * nt1_283));
+        const real nt1_290 = (nt1_152 - (nt1_61 * nt1_283));
+        const real nt1_291 = (nt1_153 - (nt1_62 * nt1_283));
+        const real nt1_292 = (nt1_154 - (nt1_63 * nt1_283));
+        const real nt1_293 = (nt1_155 - (nt1_64 * nt1_283));
+        const real nt1_294 = (nt1_156 - (nt1_65 * nt1_283));
+        const real nt1_295 = (nt1_158 * nt1_210);
+        const real nt1_296 = (nt1_159 - (nt1_55 * nt1_295));
+        const real nt1_297 = (nt1_160 - (nt1_56 * nt1_295));
+        const real nt1_298 = (nt1_161 - (nt1_57 * nt1_295));
+        const real nt1_299 = (nt1_162 - (nt1_58 * nt1_295));
+        const real nt1_300 = (nt1_163 - (nt1_59 * nt1_295));
+        const real nt1_301 = (nt1_164 - (nt1_60 * nt1_295));
+        const real nt1_302 = (nt1_165 - (nt1_61 * nt1_295));
+        const real nt1_303 = (nt1_166 - (nt1_62 * nt1_295));
+        const real nt1_304 = (nt1_167 - (nt1_63 * nt1_295));
+        const real nt1_305 = (nt1_168 - (nt1_64 * nt1_295));
+        const real nt1_306 = (nt1_169 - (nt1_65 * nt1_295));
+        const real nt1_307 = (nt1_171 * nt1_210);
+        const real nt1_308 = (nt1_172 - (nt1_55 * nt1_307));
+        const real nt1_309 = (nt1_173 - (nt1_56 * nt1_307));
+        const real nt1_310 = (nt1_174 - (nt1_57 * nt1_307));
+        const real nt1_311 = (nt1_175 - (nt1_58 * nt1_307));
+        const real nt1_312 = (nt1_176 - (nt1_59 * nt1_307));
+        const real nt1_313 = (nt1_177 - (nt1_60 * nt1_307));
+        const real nt1_314 = (nt1_178 - (nt1_61 * nt1_307));
+        const real nt1_315 = (nt1_179 - (nt1_62 * nt1_307));
+        const real nt1_316 = (nt1_180 - (nt1_63 * nt1_307));
+        const real nt1_317 = (nt1_181 - (nt1_64 * nt1_307));
+        const real nt1_318 = (nt1_182 - (nt1_65 * nt1_307));
+        const real nt1_319 = (nt1_184 * nt1_210);
+        const real nt1_320 = (nt1_185 - (nt1_55 * nt1_319));
+        const real nt1_321 = (nt1_186 - (nt1_56 * nt1_319));
+        const real nt1_322 = (nt1_187 - (nt1_57 * nt1_319));
+        const real nt1_323 = (nt1_188 - (nt1_58 * nt1_319));
+        const real nt1_324 = (nt1_189 - (nt1_59 * nt1_319));
+        const real nt1_325 = (nt1_190 - (nt1_60 * nt1_319));
+        const real nt1_326 = (nt1_191 - (nt1_61 * nt1_319));
+        const real nt1_327 = (nt1_192 - (nt1_62 * nt1_319));
+        const real nt1_328 = (nt1_193 - (nt1_63 * nt1_319));
+        const real nt1_329 = (nt1_194 - (nt1_64 * nt1_319));
+        const real nt1_330 = (nt1_195 - (nt1_65 * nt1_319));
+        const real nt1_331 = (nt1_197 * nt1_210);
+        const real nt1_332 = (nt1_198 - (nt1_55 * nt1_331));
+        const real nt1_333 = (nt1_199 - (nt1_56 * nt1_331));
+        const real nt1_334 = (nt1_200 - (nt1_57 * nt1_331));
+        const real nt1_335 = (nt1_201 - (nt1_58 * nt1_331));
+        const real nt1_336 = (nt1_202 - (nt1_59 * nt1_331));
+        const real nt1_337 = (nt1_203 - (nt1_60 * nt1_331));
+        const real nt1_338 = (nt1_204 - (nt1_61 * nt1_331));
+        const real nt1_339 = (nt1_205 - (nt1_62 * nt1_331));
+        const real nt1_340 = (nt1_206 - (nt1_63 * nt1_331));
+        const real nt1_341 = (nt1_207 - (nt1_64 * nt1_331));
+        const real nt1_342 = (nt1_208 - (nt1_65 * nt1_331));
+        const int nt1_ok_2_343_part0 = ((fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_219))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_220))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_221))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_222))));
+        const int nt1_ok_2_343_part1 = (nt1_ok_2_343_part0 & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_213))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_214))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_215))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_216))));
+        const int nt1_343 = (nt1_ok_2_343_part1 & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_217))) & (fabs(nt1_212) >= (((real)1e-12) * fabs(nt1_218))));
+        const real nt1_344 = (nt1_343 ? (((real)1.0) / nt1_212) : MC_NAN);
+        const real nt1_345 = (nt1_224 * nt1_344);
+        const real nt1_346 = (nt1_225 - (nt1_213 * nt1_345));
+        const real nt1_347 = (nt1_226 - (nt1_214 * nt1_345));
+        const real nt1_348 = (nt1_227 - (nt1_215 * nt1_345));
+        const real nt1_349 = (nt1_228 - (nt1_216 * nt1_345));
+        const real nt1_350 = (nt1_229 - (nt1_217 * nt1_345));
+        const real nt1_351 = (nt1_230 - (nt1_218 * nt1_345));
+        const real nt1_352 = (nt1_231 - (nt1_219 * nt1_345));
+        const real nt1_353 = (nt1_232 - (nt1_220 * nt1_345));
+        const real nt1_354 = (nt1_233 - (nt1_221 * nt1_345));
+        const real nt1_355 = (nt1_234 - (nt1_222 * nt1_345));
+        const real nt1_356 = (nt1_236 * nt1_344);
+        const real nt1_357 = (nt1_237 - (nt1_213 * nt1_356));
+        const real nt1_358 = (nt1_238 - (nt1_214 * nt1_356));
+        const real nt1_359 = (nt1_239 - (nt1_215 * nt1_356));
+        const real nt1_360 = (nt1_240 - (nt1_216 * nt1_356));
+        const real nt1_361 = (nt1_241 - (nt1_217 * nt1_356));
+        const real nt1_362 = (nt1_242 - (nt1_218 * nt1_356));
+        const real nt1_363 = (nt1_243 - (nt1_219 * nt1_356));
+        const real nt1_364 = (nt1_244 - (nt1_220 * nt1_356));
+        const real nt1_365 = (nt1_245 - (nt1_221 * nt1_356));
+        const real nt1_366 = (nt1_246 - (nt1_222 * nt1_356));
+        const real nt1_367 = (nt1_248 * nt1_344);
+        const real nt1_368 = (nt1_249 - (nt1_213 * nt1_367));
+        const real nt1_369 = (nt1_250 - (nt1_214 * nt1_367));
+        const real nt1_370 = (nt1_251 - (nt1_215 * nt1_367));
+        const real nt1_371 = (nt1_252 - (nt1_216 * nt1_367));
+        const real nt1_372 = (nt1_253 - (nt1_217 * nt1_367));
+        const real nt1_373 = (nt1_254 - (nt1_218 * nt1_367));
+        const real nt1_374 = (nt1_255 - (nt1_219 * nt1_367));
+        const real nt1_375 = (nt1_256 - (nt1_220 * nt1_367));
+        const real nt1_376 = (nt1_257 - (nt1_221 * nt1_367));
+        const real nt1_377 = (nt1_258 - (nt1_222 * nt1_367));
+        const real nt1_378 = (nt1_260 * nt1_344);
+        const real nt1_379 = (nt1_261 - (nt1_213 * nt1_378));
+        const real nt1_380 = (nt1_262 - (nt1_214 * nt1_378));
+        const real nt1_381 = (nt1_263 - (nt1_215 * nt1_378));
+        const real nt1_382 = (nt1_264 - (nt1_216 * nt1_378));
+        const real nt1_383 = (nt1_265 - (nt1_217 * nt1_378));
+        const real nt1_384 = (nt1_266 - (nt1_218 * nt1_378));
+        const real nt1_385 = (nt1_267 - (nt1_219 * nt1_378));
+        const real nt1_386 = (nt1_268 - (nt1_220 * nt1_378));
+        const real nt1_387 = (nt1_269 - (nt1_221 * nt1_378));
+        const real nt1_388 = (nt1_270 - (nt1_222 * nt1_378));
+        const real nt1_389 = (nt1_272 * nt1_344);
+        const real nt1_390 = (nt1_273 - (nt1_213 * nt1_389));
+        const real nt1_391 = (nt1_274 - (nt1_214 * nt1_389));
+        const real nt1_392 = (nt1_275 - (nt1_215 * nt1_389));
+        const real nt1_393 = (nt1_276 - (nt1_216 * nt1_389));
+        const real nt1_394 = (nt1_277 - (nt1_217 * nt1_389));
+        const real nt1_395 = (nt1_278 - (nt1_218 * nt1_389));
+        const real nt1_396 = (nt1_279 - (nt1_219 * nt1_389));
+        const real nt1_397 = (nt1_280 - (nt1_220 * nt1_389));
+        const real nt1_398 = (nt1_281 - (nt1_221 * nt1_389));
+        const real nt1_399 = (nt1_282 - (nt1_222 * nt1_389));
+        const real nt1_400 = (nt1_284 * nt1_344);
+        const real nt1_401 = (nt1_285 - (nt1_213 * nt1_400));
+        const real nt1_402 = (nt1_286 - (nt1_214 * nt1_400));
+        const real nt1_403 = (nt1_287 - (nt1_215 * nt1_400));
+        const real nt1_404 = (nt1_288 - (nt1_216 * nt1_400));
+        const real nt1_405 = (nt1_289 - (nt1_217 * nt1_400));
+        const real nt1_406 = (nt1_290 - (nt1_218 * nt1_400));
+        const real nt1_407 = (nt1_291 - (nt1_219 * nt1_400));
+        const real nt1_408 = (nt1_292 - (nt1_220 * nt1_400));
+        const real nt1_409 = (nt1_293 - (nt1_221 * nt1_400));
+        const real nt1_410 = (nt1_294 - (nt1_222 * nt1_400));
+        const real nt1_411 = (nt1_296 * nt1_344);
+        const real nt1_412 = (nt1_297 - (nt1_213 * nt1_411));
+        const real nt1_413 = (nt1_298 - (nt1_214 * nt1_411));
+        const real nt1_414 = (nt1_299 - (nt1_215 * nt1_411));
+        const real nt1_415 = (nt1_300 - (nt1_216 * nt1_411));
+        const real nt1_416 = (nt1_301 - (nt1_217 * nt1_411));
+        const real nt1_417 = (nt1_302 - (nt1_218 * nt1_411));
+        const real nt1_418 = (nt1_303 - (nt1_219 * nt1_411));
+        const real nt1_419 = (nt1_304 - (nt1_220 * nt1_411));
+        const real nt1_420 = (nt1_305 - (nt1_221 * nt1_411));
+        const real nt1_421 = (nt1_306 - (nt1_222 * nt1_411));
+        const real nt1_422 = (nt1_308 * nt1_344);
+        const real nt1_423 = (nt1_309 - (nt1_213 * nt1_422));
+        const real nt1_424 = (nt1_310 - (nt1_214 * nt1_422));
+        const real nt1_425 = (nt1_311 - (nt1_215 * nt1_422));
+        const real nt1_426 = (nt1_312 - (nt1_216 * nt1_422));
+        const real nt1_427 = (nt1_313 - (nt1_217 * nt1_422));
+        const real nt1_428 = (nt1_314 - (nt1_218 * nt1_422));
+        const real nt1_429 = (nt1_315 - (nt1_219 * nt1_422));
+        const real nt1_430 = (nt1_316 - (nt1_220 * nt1_422));
+        const real nt1_431 = (nt1_317 - (nt1_221 * nt1_422));
+        const real nt1_432 = (nt1_318 - (nt1_222 * nt1_422));
+        const real nt1_433 = (nt1_320 * nt1_344);
+        const real nt1_434 = (nt1_321 - (nt1_213 * nt1_433));
+        const real nt1_435 = (nt1_322 - (nt1_214 * nt1_433));
+        const real nt1_436 = (nt1_323 - (nt1_215 * nt1_433));
+        const real nt1_437 = (nt1_324 - (nt1_216 * nt1_433));
+        const real nt1_438 = (nt1_325 - (nt1_217 * nt1_433));
+        const real nt1_439 = (nt1_326 - (nt1_218 * nt1_433));
+        const real nt1_440 = (nt1_327 - (nt1_219 * nt1_433));
+        const real nt1_441 = (nt1_328 - (nt1_220 * nt1_433));
+        const real nt1_442 = (nt1_329 - (nt1_221 * nt1_433));
+        const real nt1_443 = (nt1_330 - (nt1_222 * nt1_433));
+        const real nt1_444 = (nt1_332 * nt1_344);
+        const real nt1_445 = (nt1_333 - (nt1_213 * nt1_444));
+        const real nt1_446 = (nt1_334 - (nt1_214 * nt1_444));
+        const real nt1_447 = (nt1_335 - (nt1_215 * nt1_444));
+        const real nt1_448 = (nt1_336 - (nt1_216 * nt1_444));
+        const real nt1_449 = (nt1_337 - (nt1_217 * nt1_444));
+        const real nt1_450 = (nt1_338 - (nt1_218 * nt1_444));
+        const real nt1_451 = (nt1_339 - (nt1_219 * nt1_444));
+        const real nt1_452 = (nt1_340 - (nt1_220 * nt1_444));
+        const real nt1_453 = (nt1_341 - (nt1_221 * nt1_444));
+        const real nt1_454 = (nt1_342 - (nt1_222 * nt1_444));
+        const int nt1_ok_3_455_part0 = ((fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_352))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_353))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_354))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_355))));
+        const int nt1_ok_3_455_part1 = (nt1_ok_3_455_part0 & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_347))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_348))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_349))) & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_350))));
+        const int nt1_455 = (nt1_ok_3_455_part1 & (fabs(nt1_346) >= (((real)1e-12) * fabs(nt1_351))));
+        const real nt1_456 = (nt1_455 ? (((real)1.0) / nt1_346) : MC_NAN);
+        const real nt1_457 = (nt1_357 * nt1_456);
+        const real nt1_458 = (nt1_358 - (nt1_347 * nt1_457));
+        const real nt1_459 = (nt1_359 - (nt1_348 * nt1_457));
+        const real nt1_460 = (nt1_360 - (nt1_349 * nt1_457));
+        const real nt1_461 = (nt1_361 - (nt1_350 * nt1_457));
+        const real nt1_462 = (nt1_362 - (nt1_351 * nt1_457));
+        const real nt1_463 = (nt1_363 - (nt1_352 * nt1_457));
+        const real nt1_464 = (nt1_364 - (nt1_353 * nt1_457));
+        const real nt1_465 = (nt1_365 - (nt1_354 * nt1_457));
+        const real nt1_466 = (nt1_366 - (nt1_355 * nt1_457));
+        const real nt1_467 = (nt1_368 * nt1_456);
+        const real nt1_468 = (nt1_369 - (nt1_347 * nt1_467));
+        const real nt1_469 = (nt1_370 - (nt1_348 * nt1_467));
+        const real nt1_470 = (nt1_371 - (nt1_349 * nt1_467));
+        const real nt1_471 = (nt1_372 - (nt1_350 * nt1_467));
+        const real nt1_472 = (nt1_373 - (nt1_351 * nt1_467));
+        const real nt1_473 = (nt1_374 - (nt1_352 * nt1_467));
+        const real nt1_474 = (nt1_375 - (nt1_353 * nt1_467));
+        const real nt1_475 = (nt1_376 - (nt1_354 * nt1_467));
+        const real nt1_476 = (nt1_377 - (nt1_355 * nt1_467));
+        const real nt1_477 = (nt1_379 * nt1_456);
+        const real nt1_478 = (nt1_380 - (nt1_347 * nt1_477));
+        const real nt1_479 = (nt1_381 - (nt1_348 * nt1_477));
+        const real nt1_480 = (nt1_382 - (nt1_349 * nt1_477));
+        const real nt1_481 = (nt1_383 - (nt1_350 * nt1_477));
+        const real nt1_482 = (nt1_384 - (nt1_351 * nt1_477));
+        const real nt1_483 = (nt1_385 - (nt1_352 * nt1_477));
+        const real nt1_484 = (nt1_386 - (nt1_353 * nt1_477));
+        const real nt1_485 = (nt1_387 - (nt1_354 * nt1_477));
+        const real nt1_486 = (nt1_388 - (nt1_355 * nt1_477));
+        const real nt1_487 = (nt1_390 * nt1_456);
+        const real nt1_488 = (nt1_391 - (nt1_347 * nt1_487));
+        const real nt1_489 = (nt1_392 - (nt1_348 * nt1_487));
+        const real nt1_490 = (nt1_393 - (nt1_349 * nt1_487));
+        const real nt1_491 = (nt1_394 - (nt1_350 * nt1_487));
+        const real nt1_492 = (nt1_395 - (nt1_351 * nt1_487));
+        const real nt1_493 = (nt1_396 - (nt1_352 * nt1_487));
+        const real nt1_494 = (nt1_397 - (nt1_353 * nt1_487));
+        const real nt1_495 = (nt1_398 - (nt1_354 * nt1_487));
+        const real nt1_496 = (nt1_399 - (nt1_355 * nt1_487));
+        const real nt1_497 = (nt1_401 * nt1_456);
+        const real nt1_498 = (nt1_402 - (nt1_347 * nt1_497));
+        const real nt1_499 = (nt1_403 - (nt1_348 * nt1_497));
+        const real nt1_500 = (nt1_404 - (nt1_349 * nt1_497));
+        const real nt1_501 = (nt1_405 - (nt1_350 * nt1_497));
+        const real nt1_502 = (nt1_406 - (nt1_351 * nt1_497));
+        const real nt1_503 = (nt1_407 - (nt1_352 * nt1_497));
+        const real nt1_504 = (nt1_408 - (nt1_353 * nt1_497));
+        const real nt1_505 = (nt1_409 - (nt1_354 * nt1_497));
+        const real nt1_506 = (nt1_410 - (nt1_355 * nt1_497));
+        const real nt1_507 = (nt1_412 * nt1_456);
+        const real nt1_508 = (nt1_413 - (nt1_347 * nt1_507));
+        const real nt1_509 = (nt1_414 - (nt1_348 * nt1_507));
+        const real nt1_510 = (nt1_415 - (nt1_349 * nt1_507));
+        const real nt1_511 = (nt1_416 - (nt1_350 * nt1_507));
+        const real nt1_512 = (nt1_417 - (nt1_351 * nt1_507));
+        const real nt1_513 = (nt1_418 - (nt1_352 * nt1_507));
+        const real nt1_514 = (nt1_419 - (nt1_353 * nt1_507));
+        const real nt1_515 = (nt1_420 - (nt1_354 * nt1_507));
+        const real nt1_516 = (nt1_421 - (nt1_355 * nt1_507));
+        const real nt1_517 = (nt1_423 * nt1_456);
+        const real nt1_518 = (nt1_424 - (nt1_347 * nt1_517));
+        const real nt1_519 = (nt1_425 - (nt1_348 * nt1_517));
+        const real nt1_520 = (nt1_426 - (nt1_349 * nt1_517));
+        const real nt1_521 = (nt1_427 - (nt1_350 * nt1_517));
+        const real nt1_522 = (nt1_428 - (nt1_351 * nt1_517));
+        const real nt1_523 = (nt1_429 - (nt1_352 * nt1_517));
+        const real nt1_524 = (nt1_430 - (nt1_353 * nt1_517));
+        const real nt1_525 = (nt1_431 - (nt1_354 * nt1_517));
+        const real nt1_526 = (nt1_432 - (nt1_355 * nt1_517));
+        const real nt1_527 = (nt1_434 * nt1_456);
+        const real nt1_528 = (nt1_435 - (nt1_347 * nt1_527));
+        const real nt1_529 = (nt1_436 - (nt1_348 * nt1_527));
+        const real nt1_530 = (nt1_437 - (nt1_349 * nt1_527));
+        const real nt1_531 = (nt1_438 - (nt1_350 * nt1_527));
+        const real nt1_532 = (nt1_439 - (nt1_351 * nt1_527));
+        const real nt1_533 = (nt1_440 - (nt1_352 * nt1_527));
+        const real nt1_534 = (nt1_441 - (nt1_353 * nt1_527));
+        const real nt1_535 = (nt1_442 - (nt1_354 * nt1_527));
+        const real nt1_536 = (nt1_443 - (nt1_355 * nt1_527));
+        const real nt1_537 = (nt1_445 * nt1_456);
+        const real nt1_538 = (nt1_446 - (nt1_347 * nt1_537));
+        const real nt1_539 = (nt1_447 - (nt1_348 * nt1_537));
+        const real nt1_540 = (nt1_448 - (nt1_349 * nt1_537));
+        const real nt1_541 = (nt1_449 - (nt1_350 * nt1_537));
+        const real nt1_542 = (nt1_450 - (nt1_351 * nt1_537));
+        const real nt1_543 = (nt1_451 - (nt1_352 * nt1_537));
+        const real nt1_544 = (nt1_452 - (nt1_353 * nt1_537));
+        const real nt1_545 = (nt1_453 - (nt1_354 * nt1_537));
+        const real nt1_546 = (nt1_454 - (nt1_355 * nt1_537));
+        const int nt1_ok_4_547_part0 = ((fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_463))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_464))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_465))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_466))));
+        const int nt1_547 = (nt1_ok_4_547_part0 & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_459))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_460))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_461))) & (fabs(nt1_458) >= (((real)1e-12) * fabs(nt1_462))));
+        const real nt1_548 = (nt1_547 ? (((real)1.0) / nt1_458) : MC_NAN);
+        const real nt1_549 = (nt1_468 * nt1_548);
+        const real nt1_550 = (nt1_469 - (nt1_459 * nt1_549));
+        const real nt1_551 = (nt1_470 - (nt1_460 * nt1_549));
+        const real nt1_552 = (nt1_471 - (nt1_461 * nt1_549));
+        const real nt1_553 = (nt1_472 - (nt1_462 * nt1_549));
+        const real nt1_554 = (nt1_473 - (nt1_463 * nt1_549));
+        const real nt1_555 = (nt1_474 - (nt1_464 * nt1_549));
+        const real nt1_556 = (nt1_475 - (nt1_465 * nt1_549));
+        const real nt1_557 = (nt1_476 - (nt1_466 * nt1_549));
+        const real nt1_558 = (nt1_478 * nt1_548);
+        const real nt1_559 = (nt1_479 - (nt1_459 * nt1_558));
+        const real nt1_560 = (nt1_480 - (nt1_460 * nt1_558));
+        const real nt1_561 = (nt1_481 - (nt1_461 * nt1_558));
+        const real nt1_562 = (nt1_482 - (nt1_462 * nt1_558));
+        const real nt1_563 = (nt1_483 - (nt1_463 * nt1_558));
+        const real nt1_564 = (nt1_484 - (nt1_464 * nt1_558));
+        const real nt1_565 = (nt1_485 - (nt1_465 * nt1_558));
+        const real nt1_566 = (nt1_486 - (nt1_466 * nt1_558));
+        const real nt1_567 = (nt1_488 * nt1_548);
+        const real nt1_568 = (nt1_489 - (nt1_459 * nt1_567));
+        const real nt1_569 = (nt1_490 - (nt1_460 * nt1_567));
+        const real nt1_570 = (nt1_491 - (nt1_461 * nt1_567));
+        const real nt1_571 = (nt1_492 - (nt1_462 * nt1_567));
+        const real nt1_572 = (nt1_493 - (nt1_463 * nt1_567));
+        const real nt1_573 = (nt1_494 - (nt1_464 * nt1_567));
+        const real nt1_574 = (nt1_495 - (nt1_465 * nt1_567));
+        const real nt1_575 = (nt1_496 - (nt1_466 * nt1_567));
+        const real nt1_576 = (nt1_498 * nt1_548);
+        const real nt1_577 = (nt1_499 - (nt1_459 * nt1_576));
+        const real nt1_578 = (nt1_500 - (nt1_460 * nt1_576));
+        const real nt1_579 = (nt1_501 - (nt1_461 * nt1_576));
+        const real nt1_580 = (nt1_502 - (nt1_462 * nt1_576));
+        const real nt1_581 = (nt1_503 - (nt1_463 * nt1_576));
+        const real nt1_582 = (nt1_504 - (nt1_464 * nt1_576));
+        const real nt1_583 = (nt1_505 - (nt1_465 * nt1_576));
+        const real nt1_584 = (nt1_506 - (nt1_466 * nt1_576));
+        const real nt1_585 = (nt1_508 * nt1_548);
+        const real nt1_586 = (nt1_509 - (nt1_459 * nt1_585));
+        const real nt1_587 = (nt1_510 - (nt1_460 * nt1_585));
+        const real nt1_588 = (nt1_511 - (nt1_461 * nt1_585));
+        const real nt1_589 = (nt1_512 - (nt1_462 * nt1_585));
+        const real nt1_590 = (nt1_513 - (nt1_463 * nt1_585));
+        const real nt1_591 = (nt1_514 - (nt1_464 * nt1_585));
+        const real nt1_592 = (nt1_515 - (nt1_465 * nt1_585));
+        const real nt1_593 = (nt1_516 - (nt1_466 * nt1_585));
+        const real nt1_594 = (nt1_518 * nt1_548);
+        const real nt1_595 = (nt1_519 - (nt1_459 * nt1_594));
+        const real nt1_596 = (nt1_520 - (nt1_460 * nt1_594));
+        const real nt1_597 = (nt1_521 - (nt1_461 * nt1_594));
+        const real nt1_598 = (nt1_522 - (nt1_462 * nt1_594));
+        const real nt1_599 = (nt1_523 - (nt1_463 * nt1_594));
+        const real nt1_600 = (nt1_524 - (nt1_464 * nt1_594));
+        const real nt1_601 = (nt1_525 - (nt1_465 * nt1_594));
+        const real nt1_602 = (nt1_526 - (nt1_466 * nt1_594));
+        const real nt1_603 = (nt1_528 * nt1_548);
+        const real nt1_604 = (nt1_529 - (nt1_459 * nt1_603));
+        const real nt1_605 = (nt1_530 - (nt1_460 * nt1_603));
+        const real nt1_606 = (nt1_531 - (nt1_461 * nt1_603));
+        const real nt1_607 = (nt1_532 - (nt1_462 * nt1_603));
+        const real nt1_608 = (nt1_533 - (nt1_463 * nt1_603));
+        const real nt1_609 = (nt1_534 - (nt1_464 * nt1_603));
+        const real nt1_610 = (nt1_535 - (nt1_465 * nt1_603));
+        const real nt1_611 = (nt1_536 - (nt1_466 * nt1_603));
+        const real nt1_612 = (nt1_538 * nt1_548);
+        const real nt1_613 = (nt1_539 - (nt1_459 * nt1_612));
+        const real nt1_614 = (nt1_540 - (nt1_460 * nt1_612));
+        const real nt1_615 = (nt1_541 - (nt1_461 * nt1_612));
+        const real nt1_616 = (nt1_542 - (nt1_462 * nt1_612));
+        const real nt1_617 = (nt1_543 - (nt1_463 * nt1_612));
+        const real nt1_618 = (nt1_544 - (nt1_464 * nt1_612));
+        const real nt1_619 = (nt1_545 - (nt1_465 * nt1_612));
+        const real nt1_620 = (nt1_546 - (nt1_466 * nt1_612));
+        const int nt1_ok_5_621_part0 = ((fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_554))) & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_555))) & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_556))) & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_557))));
+        const int nt1_621 = (nt1_ok_5_621_part0 & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_551))) & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_552))) & (fabs(nt1_550) >= (((real)1e-12) * fabs(nt1_553))));
+        const real nt1_622 = (nt1_621 ? (((real)1.0) / nt1_550) : MC_NAN);
+        const real nt1_623 = (nt1_559 * nt1_622);
+        const real nt1_624 = (nt1_560 - (nt1_551 * nt1_623));
+        const real nt1_625 = (nt1_561 - (nt1_552 * nt1_623));
+        const real nt1_626 = (nt1_562 - (nt1_553 * nt1_623));
+        const real nt1_627 = (nt1_563 - (nt1_554 * nt1_623));
+        const real nt1_628 = (nt1_564 - (nt1_555 * nt1_623));
+        const real nt1_629 = (nt1_565 - (nt1_556 * nt1_623));
+        const real nt1_630 = (nt1_566 - (nt1_557 * nt1_623));
+        const real nt1_631 = (nt1_568 * nt1_622);
+        const real nt1_632 = (nt1_569 - (nt1_551 * nt1_631));
+        const real nt1_633 = (nt1_570 - (nt1_552 * nt1_631));
+        const real nt1_634 = (nt1_571 - (nt1_553 * nt1_631));
+        const real nt1_635 = (nt1_572 - (nt1_554 * nt1_631));
+        const real nt1_636 = (nt1_573 - (nt1_555 * nt1_631));
+        const real nt1_637 = (nt1_574 - (nt1_556 * nt1_631));
+        const real nt1_638 = (nt1_575 - (nt1_557 * nt1_631));
+        const real nt1_639 = (nt1_577 * nt1_622);
+        const real nt1_640 = (nt1_578 - (nt1_551 * nt1_639));
+        const real nt1_641 = (nt1_579 - (nt1_552 * nt1_639));
+        const real nt1_642 = (nt1_580 - (nt1_553 * nt1_639));
+        const real nt1_643 = (nt1_581 - (nt1_554 * nt1_639));
+        const real nt1_644 = (nt1_582 - (nt1_555 * nt1_639));
+        const real nt1_645 = (nt1_583 - (nt1_556 * nt1_639));
+        const real nt1_646 = (nt1_584 - (nt1_557 * nt1_639));
+        const real nt1_647 = (nt1_586 * nt1_622);
+        const real nt1_648 = (nt1_587 - (nt1_551 * nt1_647));
+        const real nt1_649 = (nt1_588 - (nt1_552 * nt1_647));
+        const real nt1_650 = (nt1_589 - (nt1_553 * nt1_647));
+        const real nt1_651 = (nt1_590 - (nt1_554 * nt1_647));
+        const real nt1_652 = (nt1_591 - (nt1_555 * nt1_647));
+        const real nt1_653 = (nt1_592 - (nt1_556 * nt1_647));
+        const real nt1_654 = (nt1_593 - (nt1_557 * nt1_647));
+        const real nt1_655 = (nt1_595 * nt1_622);
+        const real nt1_656 = (nt1_596 - (nt1_551 * nt1_655));
+        const real nt1_657 = (nt1_597 - (nt1_552 * nt1_655));
+        const real nt1_658 = (nt1_598 - (nt1_553 * nt1_655));
+        const real nt1_659 = (nt1_599 - (nt1_554 * nt1_655));
+        const real nt1_660 = (nt1_600 - (nt1_555 * nt1_655));
+        const real nt1_661 = (nt1_601 - (nt1_556 * nt1_655));
+        const real nt1_662 = (nt1_602 - (nt1_557 * nt1_655));
+        const real nt1_663 = (nt1_604 * nt1_622);
+        const real nt1_664 = (nt1_605 - (nt1_551 * nt1_663));
+        const real nt1_665 = (nt1_606 - (nt1_552 * nt1_663));
+        const real nt1_666 = (nt1_607 - (nt1_553 * nt1_663));
+        const real nt1_667 = (nt1_608 - (nt1_554 * nt1_663));
+        const real nt1_668 = (nt1_609 - (nt1_555 * nt1_663));
+        const real nt1_669 = (nt1_610 - (nt1_556 * nt1_663));
+        const real nt1_670 = (nt1_611 - (nt1_557 * nt1_663));
+        const real nt1_671 = (nt1_613 * nt1_622);
+        const real nt1_672 = (nt1_614 - (nt1_551 * nt1_671));
+        const real nt1_673 = (nt1_615 - (nt1_552 * nt1_671));
+        const real nt1_674 = (nt1_616 - (nt1_553 * nt1_671));
+        const real nt1_675 = (nt1_617 - (nt1_554 * nt1_671));
+        const real nt1_676 = (nt1_618 - (nt1_555 * nt1_671));
+        const real nt1_677 = (nt1_619 - (nt1_556 * nt1_671));
+        const real nt1_678 = (nt1_620 - (nt1_557 * nt1_671));
+        const int nt1_679 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_221)));
+        const real nt1_680 = (nt1_679 ? ((real)1.0) : MC_NAN);
+        const real nt1_681 = (nt1_43 * nt1_680);
+        const real nt1_682 = (nt1_678 - (ncse_221 * nt1_681));
+        const int nt1_ok_7_683_part0 = ((fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_627))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_628))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_629))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_630))));
+        const int nt1_683 = (nt1_ok_7_683_part0 & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_625))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_626))));
+        const real nt1_684 = (nt1_683 ? (((real)1.0) / nt1_624) : MC_NAN);
+        const real nt1_685 = (nt1_632 * nt1_684);
+        const real nt1_686 = (nt1_633 - (nt1_625 * nt1_685));
+        const real nt1_687 = (nt1_634 - (nt1_626 * nt1_685));
+        const real nt1_688 = (nt1_635 - (nt1_627 * nt1_685));
+        const real nt1_689 = (nt1_636 - (nt1_628 * nt1_685));
+        const real nt1_690 = (nt1_637 - (nt1_629 * nt1_685));
+        const real nt1_691 = (nt1_638 - (nt1_630 * nt1_685));
+        const real nt1_692 = (nt1_640 * nt1_684);
+        const real nt1_693 = (nt1_641 - (nt1_625 * nt1_692));
+        const real nt1_694 = (nt1_642 - (nt1_626 * nt1_692));
+        const real nt1_695 = (nt1_643 - (nt1_627 * nt1_692));
+        const real nt1_696 = (nt1_644 - (nt1_628 * nt1_692));
+        const real nt1_697 = (nt1_645 - (nt1_629 * nt1_692));
+        const real nt1_698 = (nt1_646 - (nt1_630 * nt1_692));
+        const real nt1_699 = (nt1_648 * nt1_684);
+        const real nt1_700 = (nt1_649 - (nt1_625 * nt1_699));
+        const real nt1_701 = (nt1_650 - (nt1_626 * nt1_699));
+        const real nt1_702 = (nt1_651 - (nt1_627 * nt1_699));
+        const real nt1_703 = (nt1_652 - (nt1_628 * nt1_699));
+        const real nt1_704 = (nt1_653 - (nt1_629 * nt1_699));
+        const real nt1_705 = (nt1_654 - (nt1_630 * nt1_699));
+        const real nt1_706 = (nt1_656 * nt1_684);
+        const real nt1_707 = (nt1_657 - (nt1_625 * nt1_706));
+        const real nt1_708 = (nt1_658 - (nt1_626 * nt1_706));
+        const real nt1_709 = (nt1_659 - (nt1_627 * nt1_706));
+        const real nt1_710 = (nt1_660 - (nt1_628 * nt1_706));
+        const real nt1_711 = (nt1_661 - (nt1_629 * nt1_706));
+        const real nt1_712 = (nt1_662 - (nt1_630 * nt1_706));
+        const real nt1_713 = (nt1_664 * nt1_684);
+        const real nt1_714 = (nt1_665 - (nt1_625 * nt1_713));
+        const real nt1_715 = (nt1_666 - (nt1_626 * nt1_713));
+        const real nt1_716 = (nt1_667 - (nt1_627 * nt1_713));
+        const real nt1_717 = (nt1_668 - (nt1_628 * nt1_713));
+        const real nt1_718 = (nt1_669 - (nt1_629 * nt1_713));
+        const real nt1_719 = (nt1_670 - (nt1_630 * nt1_713));
+        const real nt1_720 = (nt1_672 * nt1_684);
+        const real nt1_721 = (nt1_673 - (nt1_625 * nt1_720));
+        const real nt1_722 = (nt1_674 - (nt1_626 * nt1_720));
+        const real nt1_723 = (nt1_675 - (nt1_627 * nt1_720));
+        const real nt1_724 = (nt1_676 - (nt1_628 * nt1_720));
+        const real nt1_725 = (nt1_677 - (nt1_629 * nt1_720));
+        const real nt1_726 = (nt1_682 - (nt1_630 * nt1_720));
+        const int nt1_ok_8_727_part0 = ((fabs(nt1_686) >= (((real)1e-12) * fabs(nt1_688))) & (fabs(nt1_686) >= (((real)1e-12) * fabs(nt1_689))) & (fabs(nt1_686) >= (((real)1e-12) * fabs(nt1_690))) & (fabs(nt1_686) >= (((real)1e-12) * fabs(nt1_691))));
+        const int nt1_727 = (nt1_ok_8_727_part0 & (fabs(nt1_686) >= (((real)1e-12) * fabs(nt1_687))));
+        const real nt1_728 = (nt1_727 ? (((real)1.0) / nt1_686) : MC_NAN);
+        const real nt1_729 = (nt1_693 * nt1_728);
+        const real nt1_730 = (nt1_694 - (nt1_687 * nt1_729));
+        const real nt1_731 = (nt1_695 - (nt1_688 * nt1_729));
+        const real nt1_732 = (nt1_696 - (nt1_689 * nt1_729));
+        const real nt1_733 = (nt1_697 - (nt1_690 * nt1_729));
+        const real nt1_734 = (nt1_698 - (nt1_691 * nt1_729));
+        const real nt1_735 = (nt1_700 * nt1_728);
+        const real nt1_736 = (nt1_701 - (nt1_687 * nt1_735));
+        const real nt1_737 = (nt1_702 - (nt1_688 * nt1_735));
+        const real nt1_738 = (nt1_703 - (nt1_689 * nt1_735));
+        const real nt1_739 = (nt1_704 - (nt1_690 * nt1_735));
+        const real nt1_740 = (nt1_705 - (nt1_691 * nt1_735));
+        const real nt1_741 = (nt1_707 * nt1_728);
+        const real nt1_742 = (nt1_708 - (nt1_687 * nt1_741));
+        const real nt1_743 = (nt1_709 - (nt1_688 * nt1_741));
+        const real nt1_744 = (nt1_710 - (nt1_689 * nt1_741));
+        const real nt1_745 = (nt1_711 - (nt1_690 * nt1_741));
+        const real nt1_746 = (nt1_712 - (nt1_691 * nt1_741));
+        const real nt1_747 = (nt1_714 * nt1_728);
+        const real nt1_748 = (nt1_715 - (nt1_687 * nt1_747));
+        const real nt1_749 = (nt1_716 - (nt1_688 * nt1_747));
+        const real nt1_750 = (nt1_717 - (nt1_689 * nt1_747));
+        const real nt1_751 = (nt1_718 - (nt1_690 * nt1_747));
+        const real nt1_752 = (nt1_719 - (nt1_691 * nt1_747));
+        const real nt1_753 = (nt1_721 * nt1_728);
+        const real nt1_754 = (nt1_722 - (nt1_687 * nt1_753));
+        const real nt1_755 = (nt1_723 - (nt1_688 * nt1_753));
+        const real nt1_756 = (nt1_724 - (nt1_689 * nt1_753));
+        const real nt1_757 = (nt1_725 - (nt1_690 * nt1_753));
+        const real nt1_758 = (nt1_726 - (nt1_691 * nt1_753));
+        const int nt1_759 = ((fabs(nt1_730) >= (((real)1e-12) * fabs(nt1_731))) & (fabs(nt1_730) >= (((real)1e-12) * fabs(nt1_732))) & (fabs(nt1_730) >= (((real)1e-12) * fabs(nt1_733))) & (fabs(nt1_730) >= (((real)1e-12) * fabs(nt1_734))));
+        const real nt1_760 = (nt1_759 ? (((real)1.0) / nt1_730) : MC_NAN);
+        const real nt1_761 = (nt1_736 * nt1_760);
+        const real nt1_762 = (nt1_737 - (nt1_731 * nt1_761));
+        const real nt1_763 = (nt1_738 - (nt1_732 * nt1_761));
+        const real nt1_764 = (nt1_739 - (nt1_733 * nt1_761));
+        const real nt1_765 = (nt1_740 - (nt1_734 * nt1_761));
+        const real nt1_766 = (nt1_742 * nt1_760);
+        const real nt1_767 = (nt1_743 - (nt1_731 * nt1_766));
+        const real nt1_768 = (nt1_744 - (nt1_732 * nt1_766));
+        const real nt1_769 = (nt1_745 - (nt1_733 * nt1_766));
+        const real nt1_770 = (nt1_746 - (nt1_734 * nt1_766));
+        const real nt1_771 = (nt1_748 * nt1_760);
+        const real nt1_772 = (nt1_749 - (nt1_731 * nt1_771));
+        const real nt1_773 = (nt1_750 - (nt1_732 * nt1_771));
+        const real nt1_774 = (nt1_751 - (nt1_733 * nt1_771));
+        const real nt1_775 = (nt1_752 - (nt1_734 * nt1_771));
+        const real nt1_776 = (nt1_754 * nt1_760);
+        const real nt1_777 = (nt1_755 - (nt1_731 * nt1_776));
+        const real nt1_778 = (nt1_756 - (nt1_732 * nt1_776));
+        const real nt1_779 = (nt1_757 - (nt1_733 * nt1_776));
+        const real nt1_780 = (nt1_758 - (nt1_734 * nt1_776));
+        const int nt1_781 = ((fabs(nt1_762) >= (((real)1e-12) * fabs(nt1_763))) & (fabs(nt1_762) >= (((real)1e-12) * fabs(nt1_764))) & (fabs(nt1_762) >= (((real)1e-12) * fabs(nt1_765))));
+        const real nt1_782 = (nt1_781 ? (((real)1.0) / nt1_762) : MC_NAN);
+        const real nt1_783 = (nt1_767 * nt1_782);
+        const real nt1_784 = (nt1_768 - (nt1_763 * nt1_783));
+        const real nt1_785 = (nt1_769 - (nt1_764 * nt1_783));
+        const real nt1_786 = (nt1_770 - (nt1_765 * nt1_783));
+        const real nt1_787 = (nt1_772 * nt1_782);
+        const real nt1_788 = (nt1_773 - (nt1_763 * nt1_787));
+        const real nt1_789 = (nt1_774 - (nt1_764 * nt1_787));
+        const real nt1_790 = (nt1_775 - (nt1_765 * nt1_787));
+        const real nt1_791 = (nt1_777 * nt1_782);
+        const real nt1_792 = (nt1_778 - (nt1_763 * nt1_791));
+        const real nt1_793 = (nt1_779 - (nt1_764 * nt1_791));
+        const real nt1_794 = (nt1_780 - (nt1_765 * nt1_791));
+        const int nt1_795 = ((fabs(nt1_784) >= (((real)1e-12) * fabs(nt1_785))) & (fabs(nt1_784) >= (((real)1e-12) * fabs(nt1_786))));
+        const real nt1_796 = (nt1_795 ? (((real)1.0) / nt1_784) : MC_NAN);
+        const real nt1_797 = (nt1_788 * nt1_796);
+        const real nt1_798 = (nt1_789 - (nt1_785 * nt1_797));
+        const real nt1_799 = (nt1_790 - (nt1_786 * nt1_797));
+        const real nt1_800 = (nt1_792 * nt1_796);
+        const real nt1_801 = (nt1_793 - (nt1_785 * nt1_800));
+        const real nt1_802 = (nt1_794 - (nt1_786 * nt1_800));
+        const int nt1_803 = (fabs(nt1_798) >= (((real)1e-12) * fabs(nt1_799)));
+        const real nt1_804 = (nt1_803 ? (((real)1.0) / nt1_798) : MC_NAN);
+        const real nt1_805 = (nt1_801 * nt1_804);
+        const real nt1_806 = (nt1_802 - (nt1_799 * nt1_805));
+        const real nt1_807 = (((real)1.0) / nt1_806);
+        const real nt1_808 = (-nt1_r_0);
+        const real nt1_809 = (-nt1_r_1);
+        const real nt1_810 = (-nt1_r_2);
+        const real nt1_811 = (-nt1_r_3);
+        const real nt1_812 = (-nt1_r_4);
+        const real nt1_813 = (-nt1_r_5);
+        const real nt1_814 = (-nt1_r_6);
+        const real nt1_815 = (-nt1_r_7);
+        const real nt1_816 = (-nt1_r_8);
+        const real nt1_817 = (-nt1_r_9);
+        const real nt1_818 = (-nt1_r_10);
+        const real nt1_819 = (-nt1_r_11);
+        const real nt1_820 = (-nt1_r_12);
+        const real nt1_821 = (-nt1_r_13);
+        const real nt1_822 = (nt1_809 - (nt1_808 * nt1_53));
+        const real nt1_823 = (nt1_810 - (nt1_808 * nt1_66));
+        const real nt1_824 = (nt1_811 - (nt1_808 * nt1_79));
+        const real nt1_825 = (nt1_812 - (nt1_808 * nt1_92));
+        const real nt1_826 = (nt1_813 - (nt1_808 * nt1_105));
+        const real nt1_827 = (nt1_815 - (nt1_808 * nt1_118));
+        const real nt1_828 = (nt1_816 - (nt1_808 * nt1_131));
+        const real nt1_829 = (nt1_817 - (nt1_808 * nt1_144));
+        const real nt1_830 = (nt1_818 - (nt1_808 * nt1_157));
+        const real nt1_831 = (nt1_819 - (nt1_808 * nt1_170));
+        const real nt1_832 = (nt1_820 - (nt1_808 * nt1_183));
+        const real nt1_833 = (nt1_821 - (nt1_808 * nt1_196));
+        const real nt1_834 = (nt1_823 - (nt1_822 * nt1_211));
+        const real nt1_835 = (nt1_824 - (nt1_822 * nt1_223));
+        const real nt1_836 = (nt1_825 - (nt1_822 * nt1_235));
+        const real nt1_837 = (nt1_826 - (nt1_822 * nt1_247));
+        const real nt1_838 = (nt1_827 - (nt1_822 * nt1_259));
+        const real nt1_839 = (nt1_828 - (nt1_822 * nt1_271));
+        const real nt1_840 = (nt1_829 - (nt1_822 * nt1_283));
+        const real nt1_841 = (nt1_830 - (nt1_822 * nt1_295));
+        const real nt1_842 = (nt1_831 - (nt1_822 * nt1_307));
+        const real nt1_843 = (nt1_832 - (nt1_822 * nt1_319));
+        const real nt1_844 = (nt1_833 - (nt1_822 * nt1_331));
+        const real nt1_845 = (nt1_835 - (nt1_834 * nt1_345));
+        const real nt1_846 = (nt1_836 - (nt1_834 * nt1_356));
+        const real nt1_847 = (nt1_837 - (nt1_834 * nt1_367));
+        const real nt1_848 = (nt1_838 - (nt1_834 * nt1_378));
+        const real nt1_849 = (nt1_839 - (nt1_834 * nt1_389));
+        const real nt1_850 = (nt1_840 - (nt1_834 * nt1_400));
+        const real nt1_851 = (nt1_841 - (nt1_834 * nt1_411));
+        const real nt1_852 = (nt1_842 - (nt1_834 * nt1_422));
+        const real nt1_853 = (nt1_843 - (nt1_834 * nt1_433));
+        const real nt1_854 = (nt1_844 - (nt1_834 * nt1_444));
+        const real nt1_855 = (nt1_846 - (nt1_845 * nt1_457));
+        const real nt1_856 = (nt1_847 - (nt1_845 * nt1_467));
+        const real nt1_857 = (nt1_848 - (nt1_845 * nt1_477));
+        const real nt1_858 = (nt1_849 - (nt1_845 * nt1_487));
+        const real nt1_859 = (nt1_850 - (nt1_845 * nt1_497));
+        const real nt1_860 = (nt1_851 - (nt1_845 * nt1_507));
+        const real nt1_861 = (nt1_852 - (nt1_845 * nt1_517));
+        const real nt1_862 = (nt1_853 - (nt1_845 * nt1_527));
+        const real nt1_863 = (nt1_854 - (nt1_845 * nt1_537));
+        const real nt1_864 = (nt1_856 - (nt1_855 * nt1_549));
+        const real nt1_865 = (nt1_857 - (nt1_855 * nt1_558));
+        const real nt1_866 = (nt1_858 - (nt1_855 * nt1_567));
+        const real nt1_867 = (nt1_859 - (nt1_855 * nt1_576));
+        const real nt1_868 = (nt1_860 - (nt1_855 * nt1_585));
+        const real nt1_869 = (nt1_861 - (nt1_855 * nt1_594));
+        const real nt1_870 = (nt1_862 - (nt1_855 * nt1_603));
+        const real nt1_871 = (nt1_863 - (nt1_855 * nt1_612));
+        const real nt1_872 = (nt1_865 - (nt1_864 * nt1_623));
+        const real nt1_873 = (nt1_866 - (nt1_864 * nt1_631));
+        const real nt1_874 = (nt1_867 - (nt1_864 * nt1_639));
+        const real nt1_875 = (nt1_868 - (nt1_864 * nt1_647));
+        const real nt1_876 = (nt1_869 - (nt1_864 * nt1_655));
+        const real nt1_877 = (nt1_870 - (nt1_864 * nt1_663));
+        const real nt1_878 = (nt1_871 - (nt1_864 * nt1_671));
+        const real nt1_879 = (nt1_878 - (nt1_814 * nt1_681));
+        const real nt1_880 = (nt1_873 - (nt1_872 * nt1_685));
+        const real nt1_881 = (nt1_874 - (nt1_872 * nt1_692));
+        const real nt1_882 = (nt1_875 - (nt1_872 * nt1_699));
+        const real nt1_883 = (nt1_876 - (nt1_872 * nt1_706));
+        const real nt1_884 = (nt1_877 - (nt1_872 * nt1_713));
+        const real nt1_885 = (nt1_879 - (nt1_872 * nt1_720));
+        const real nt1_886 = (nt1_881 - (nt1_880 * nt1_729));
+        const real nt1_887 = (nt1_882 - (nt1_880 * nt1_735));
+        const real nt1_888 = (nt1_883 - (nt1_880 * nt1_741));
+        const real nt1_889 = (nt1_884 - (nt1_880 * nt1_747));
+        const real nt1_890 = (nt1_885 - (nt1_880 * nt1_753));
+        const real nt1_891 = (nt1_887 - (nt1_886 * nt1_761));
+        const real nt1_892 = (nt1_888 - (nt1_886 * nt1_766));
+        const real nt1_893 = (nt1_889 - (nt1_886 * nt1_771));
+        const real nt1_894 = (nt1_890 - (nt1_886 * nt1_776));
+        const real nt1_895 = (nt1_892 - (nt1_891 * nt1_783));
+        const real nt1_896 = (nt1_893 - (nt1_891 * nt1_787));
+        const real nt1_897 = (nt1_894 - (nt1_891 * nt1_791));
+        const real nt1_898 = (nt1_896 - (nt1_895 * nt1_797));
+        const real nt1_899 = (nt1_897 - (nt1_895 * nt1_800));
+        const real nt1_900 = (nt1_899 - (nt1_898 * nt1_805));
+        const real nt1_901 = (nt1_900 * nt1_807);
+        const real nt1_902 = (nt1_804 * (nt1_898 - (nt1_799 * nt1_901)));
+        const real nt1_903 = (nt1_796 * (nt1_895 - (nt1_785 * nt1_902) - (nt1_786 * nt1_901)));
+        const real nt1_904 = (nt1_782 * (nt1_891 - (nt1_763 * nt1_903) - (nt1_764 * nt1_902) - (nt1_765 * nt1_901)));
+        const real nt1_905 = (nt1_760 * (nt1_886 - (nt1_731 * nt1_904) - (nt1_732 * nt1_903) - (nt1_733 * nt1_902) - (nt1_734 * nt1_901)));
+        const real nt1_906 = (nt1_728 * (nt1_880 - (nt1_688 * nt1_904) - (nt1_689 * nt1_903) - (nt1_690 * nt1_902) - (nt1_691 * nt1_901) - (nt1_687 * nt1_905)));
+        const real nt1_907 = (nt1_684 * (nt1_872 - (nt1_627 * nt1_904) - (nt1_628 * nt1_903) - (nt1_629 * nt1_902) - (nt1_630 * nt1_901) - (nt1_625 * nt1_906) - (nt1_626 * nt1_905)));
+        const real nt1_908 = (nt1_680 * (nt1_814 - (ncse_221 * nt1_901)));
+        const real nt1_909 = (nt1_622 * (nt1_864 - (nt1_554 * nt1_904) - (nt1_555 * nt1_903) - (nt1_556 * nt1_902) - (nt1_557 * nt1_901) - (nt1_551 * nt1_907) - (nt1_552 * nt1_906) - (nt1_553 * nt1_905)));
+        const real nt1_910 = (nt1_548 * (nt1_855 - (nt1_463 * nt1_904) - (nt1_464 * nt1_903) - (nt1_465 * nt1_902) - (nt1_466 * nt1_901) - (nt1_459 * nt1_909) - (nt1_460 * nt1_907) - (nt1_461 * nt1_906) - (nt1_462 * nt1_905)));
+        const real nt1_911 = (nt1_456 * (nt1_845 - (nt1_352 * nt1_904) - (nt1_353 * nt1_903) - (nt1_354 * nt1_902) - (nt1_355 * nt1_901) - (nt1_347 * nt1_910) - (nt1_348 * nt1_909) - (nt1_349 * nt1_907) - (nt1_350 * nt1_906) - (nt1_351 * nt1_905)));
+        const real nt1_912 = (nt1_344 * (nt1_834 - (nt1_219 * nt1_904) - (nt1_220 * nt1_903) - (nt1_221 * nt1_902) - (nt1_222 * nt1_901) - (nt1_213 * nt1_911) - (nt1_214 * nt1_910) - (nt1_215 * nt1_909) - (nt1_216 * nt1_907) - (nt1_217 * nt1_906) - (nt1_218 * nt1_905)));
+        const real nt1_913 = (nt1_210 * (nt1_822 - (nt1_62 * nt1_904) - (nt1_63 * nt1_903) - (nt1_64 * nt1_902) - (nt1_65 * nt1_901) - (nt1_55 * nt1_912) - (nt1_56 * nt1_911) - (nt1_57 * nt1_910) - (nt1_58 * nt1_909) - (nt1_59 * nt1_907) - (nt1_60 * nt1_906) - (nt1_61 * nt1_905)));
+        const real nt1_914 = (nt1_52 * (nt1_808 - (ncse_69 * nt1_913) - (ncse_72 * nt1_912) - (ncse_75 * nt1_911) - (ncse_76 * nt1_910) - (ncse_77 * nt1_909) - (ncse_78 * nt1_906) - (ncse_79 * nt1_905) - (ncse_82 * nt1_904) - (ncse_83 * nt1_903) - (ncse_84 * nt1_902) - (nt1_3 * nt1_901) - (nt1_2 * nt1_907)));
+        const real nt1_dx_0 = nt1_914;
+        const real nt1_dx_1 = nt1_913;
+        const real nt1_dx_2 = nt1_912;
+        const real nt1_dx_3 = nt1_911;
+        const real nt1_dx_4 = nt1_910;
+        const real nt1_dx_5 = nt1_909;
+        const real nt1_dx_6 = nt1_908;
+        const real nt1_dx_7 = nt1_907;
+        const real nt1_dx_8 = nt1_906;
+        const real nt1_dx_9 = nt1_905;
+        const real nt1_dx_10 = nt1_904;
+        const real nt1_dx_11 = nt1_903;
+        const real nt1_dx_12 = nt1_902;
+        const real nt1_dx_13 = nt1_901;
         if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
         if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
         if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
@@ -6641,7 +6633,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[94 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[95 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[96 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[97 * MC_W + l] = (ncse_43 * ncse_63);
+        if (V & 1) mc_A[97 * MC_W + l] = ncse_221;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[98 * MC_W + l] = (-ncse_131 * ncse_62);
         if (V & 1) mc_A[99 * MC_W + l] = ncse_132;
@@ -6739,7 +6731,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[185 * MC_W + l] = (-ncse_177 * ncse_3);
         if (V & 1) mc_A[186 * MC_W + l] = (-ncse_178 * ncse_3);
         if (V & 1) mc_A[187 * MC_W + l] = (-ncse_179 * ncse_3);
-        if (V & 1) mc_A[188 * MC_W + l] = (-p_R * p_d * ncse_171 * ncse_43 * ncse_53);
+        if (V & 1) mc_A[188 * MC_W + l] = (-((real)0.816496580927726) * p_R * p_d * ncse_171 * ncse_53);
         if (V & 1) mc_A[189 * MC_W + l] = (-ncse_173);
         if (V & 1) mc_A[190 * MC_W + l] = (-ncse_174);
         if (V & 1) mc_A[191 * MC_W + l] = (-ncse_175);
@@ -6971,7 +6963,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_253[MC_W];
     real v_cse_254[MC_W];
     real v_cse_258[MC_W];
-    real v_cse_261[MC_W];
     real v_cse_262[MC_W];
     real v_cse_277[MC_W];
     real v_cse_287[MC_W];
@@ -7229,8 +7220,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_257 = (cse_238 + (cse_138 * cse_239));
         const real cse_258 = (-cse_257);
         const real cse_259 = (cse_160 * cse_258);
-        const real cse_260 = ((real)2.449489742783178);
-        const real cse_261 = (((real)0.3333333333333333) * cse_260);
         const real cse_262 = (((real)0.6666666666666666) * p_C);
         const real cse_263 = (cse_161 * cse_262);
         const real cse_264 = (cse_169 * cse_262);
@@ -7286,13 +7275,13 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_314 = ((cse_137 * cse_306) - (p_g * state_internal_X_5));
         const real cse_315 = mc_exp((-p_d * state_internal_ep));
         const real cse_316 = (((real)1.0) - cse_315);
-        const real cse_317 = (-p_sigma_y + (((real)0.5) * cse_149 * cse_260) - (p_R * cse_316));
+        const real cse_317 = (-p_sigma_y + (((real)1.224744871391589) * cse_149) - (p_R * cse_316));
         const real cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate);
         const real cse_319 = (p_E * p_E);
         const real cse_320 = (cse_3 * cse_3);
         const real cse_321 = (cse_319 * cse_320);
         const real cse_322 = mc_sdiv(((real)1.0), (((real)2.0) * sqrt(mc_pos(((((real)0.6666666666666666) * (cse_317 * cse_317)) + (cse_318 * cse_321))))));
-        const real cse_323 = (-((real)1.0) - (((real)0.6666666666666666) * cse_260 * cse_317 * cse_322));
+        const real cse_323 = (-((real)1.0) - (((real)1.632993161855452) * cse_317 * cse_322));
         const real cse_324 = (cse_153 * cse_323);
         const real cse_325 = (cse_152 * cse_324);
         const real cse_326 = (-cse_325 * cse_6);
@@ -7307,7 +7296,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_335 = (-cse_334 * cse_6);
         const real cse_336 = (cse_137 * cse_331);
         const real cse_337 = (-cse_336 * cse_6);
-        const real cse_338 = (cse_261 * cse_323);
+        const real cse_338 = (((real)0.816496580927726) * cse_323);
         const real cse_339 = (p_R * cse_315 * cse_338);
         const real cse_340 = (((real)2.0) * cse_322);
         if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) + cse_161);
@@ -7407,7 +7396,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[94 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[95 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[96 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[97 * MC_W + l] = (-cse_261 * cse_3);
+        if (V & 14) mc_ls1_A[97 * MC_W + l] = (-((real)0.816496580927726) * cse_3);
         if (V & 14) mc_ls1_A[98 * MC_W + l] = cse_263;
         if (V & 14) mc_ls1_A[99 * MC_W + l] = cse_264;
         if (V & 14) mc_ls1_A[100 * MC_W + l] = cse_265;
@@ -7639,7 +7628,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_253[l] = cse_253;
         if (V & 14) v_cse_254[l] = cse_254;
         if (V & 14) v_cse_258[l] = cse_258;
-        if (V & 14) v_cse_261[l] = cse_261;
         if (V & 14) v_cse_262[l] = cse_262;
         if (V & 14) v_cse_277[l] = cse_277;
         if (V & 14) v_cse_287[l] = cse_287;
@@ -7712,7 +7700,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_133 = v_cse_133[l];
             const real cse_135 = v_cse_135[l];
             const real cse_137 = v_cse_137[l];
-            const real cse_261 = v_cse_261[l];
             const real cse_277 = v_cse_277[l];
             const real cse_287 = v_cse_287[l];
             const real cse_295 = v_cse_295[l];
@@ -7786,7 +7773,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_362 = (cse_133 * cse_341);
             const real cse_372 = (cse_135 * cse_341);
             const real cse_376 = (cse_137 * cse_341);
-            const real cse_379 = (cse_261 * state_internal_gamma_rate);
+            const real cse_379 = (((real)0.816496580927726) * state_internal_gamma_rate);
             const real cse_380 = (cse_277 * state_internal_gamma_rate);
             const real cse_382 = (cse_287 * state_internal_gamma_rate);
             const real cse_383 = (cse_295 * state_internal_gamma_rate);

@@ -57,7 +57,6 @@ def _torch_newton_1(
         ncse_0 = torch.pow(state_internal_svm, p_n)
         ncse_1 = (forces_t - old_forces_t)
         ncse_2 = (3.0 * p_A * ncse_1)
-        ncse_3 = 2.449489742783178
         ncse_4 = (0.3333333333333333 * cse_1)
         ncse_5 = (0.3333333333333333 * cse_2)
         ncse_6 = (0.3333333333333333 * cse_0)
@@ -75,12 +74,13 @@ def _torch_newton_1(
         ncse_12 = (p_n * ncse_11)
         ncse_13 = (ncse_2 * ncse_9)
         ncse_14 = torch.abs(state_internal_svm)
-        ncse_21 = (ncse_3 * torch.abs((ncse_7 * ncse_9)))
-        nt1_r_0 = (-state_internal_svm + (ncse_9 * ((ncse_3 * ncse_7) - (ncse_0 * ncse_2))))
+        ncse_21 = (2.449489742783178 * ncse_7)
+        ncse_22 = (2.449489742783178 * torch.abs((ncse_7 * ncse_9)))
+        nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))))
         norton_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
-        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_21 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8))))))
+        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8))))))
         if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
             break
         nt1_1 = (-1.0 - (ncse_12 * ncse_13))
@@ -131,7 +131,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_9 = (cse_3 + cse_4 - (0.6666666666666666 * cse_0))
     cse_10 = (cse_3 + cse_5 - (0.6666666666666666 * cse_2))
     cse_11 = (cse_4 + cse_5 - (0.6666666666666666 * cse_1))
-    norton_radial_return_solve_guess_state_internal_svm = (p_E * 2.449489742783178 * torch.sqrt(torch.clamp(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)), min=0.0)) / (2.0 + (2.0 * p_nu)))
+    norton_radial_return_solve_guess_state_internal_svm = (2.449489742783178 * p_E * torch.sqrt(torch.clamp(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)), min=0.0)) / (2.0 + (2.0 * p_nu)))
     # Newton solve for state/internal/svm (helper _torch_newton_1)
     (
         state_internal_svm, norton_radial_return_solve_converged,
@@ -151,7 +151,6 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_20 = torch.pow(state_internal_svm, p_n)
     state_internal_creep_rate = (p_A * cse_20)
     cse_22 = (cse_19 * state_internal_creep_rate)
-    cse_23 = 2.449489742783178
     cse_24 = (cse_12 * cse_12)
     cse_25 = (cse_13 * cse_13)
     cse_26 = (cse_14 * cse_14)
@@ -161,7 +160,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_30 = (0.6666666666666666 * cse_2)
     cse_31 = (cse_16 + cse_27 - cse_30)
     cse_32 = torch.sqrt(torch.clamp((cse_24 + cse_25 + cse_26 + (cse_18 * cse_18) + (cse_29 * cse_29) + (cse_31 * cse_31)), min=0.0))
-    cse_33 = (cse_23 * _sdiv(1.0, cse_32))
+    cse_33 = (2.449489742783178 * _sdiv(1.0, cse_32))
     cse_34 = (cse_22 * cse_33)
     cse_35 = (0.5 * cse_34)
     cse_36 = (cse_18 * cse_35)
@@ -212,7 +211,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_48 = (cse_28 + cse_30 - (1.3333333333333333 * cse_0))
         cse_49 = _sdiv(1.0, (2.0 * cse_32))
         cse_50 = (cse_48 * cse_49)
-        cse_51 = (cse_22 * cse_23 * _sdiv(1.0, (cse_32 * cse_32)))
+        cse_51 = (2.449489742783178 * cse_22 * _sdiv(1.0, (cse_32 * cse_32)))
         cse_52 = (0.5 * cse_50 * cse_51)
         cse_54 = (0.16666666666666666 * cse_34)
         cse_55 = (cse_15 + cse_30 - (1.3333333333333333 * cse_1))
@@ -256,7 +255,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_261 = (1.0 / cse_260)
         cse_262 = (3.0 * cse_261)
         cse_263 = (p_E * cse_262)
-        cse_264 = (cse_23 * cse_261)
+        cse_264 = (2.449489742783178 * cse_261)
         cse_265 = (p_E * cse_264)
         cse_266 = (cse_265 * cse_49)
         cse_267 = (2.0 * cse_266)
@@ -553,7 +552,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         ls3_1 = (-1.0 - (cse_263 * cse_44))
         ls3_2 = (1.0 / ls3_1)
         ls3_3 = ((cse_22 * cse_262) - (cse_264 * cse_32))
-        ls3_4 = (-(6.0 * p_E * cse_22 * cse_272) + (2.0 * p_E * cse_23 * cse_272 * cse_32))
+        ls3_4 = (-(6.0 * p_E * cse_22 * cse_272) + (4.898979485566356 * p_E * cse_272 * cse_32))
         ls3_5 = (cse_196 * cse_263)
         ls3_6 = (cse_205 * cse_263)
         ls3_7 = (ls3_3 * ls3_2)
@@ -828,11 +827,11 @@ if triton is not None:
         # constants of the kernel dtype
         K0 = tl.full([], 1e-12, DTYPE)
         K1 = tl.full([], 3.0, DTYPE)
-        K2 = tl.full([], 2.449489742783178, DTYPE)
-        K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 0.6666666666666666, DTYPE)
-        K5 = tl.full([], 2.0, DTYPE)
-        K6 = tl.full([], 1.0, DTYPE)
+        K2 = tl.full([], 0.3333333333333333, DTYPE)
+        K3 = tl.full([], 0.6666666666666666, DTYPE)
+        K4 = tl.full([], 2.0, DTYPE)
+        K5 = tl.full([], 1.0, DTYPE)
+        K6 = tl.full([], 2.449489742783178, DTYPE)
         # Newton solve 1 for state/internal/svm: per-point mask, converged points stop changing
         state_internal_svm = norton_radial_return_solve_guess_state_internal_svm + tl.zeros([BLOCK], dtype=DTYPE)
         norton_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -848,36 +847,36 @@ if triton is not None:
             ncse_0 = tl.exp(p_n * tl.log(state_internal_svm))
             ncse_1 = (forces_t - old_forces_t)
             ncse_2 = (K1 * p_A * ncse_1)
-            ncse_3 = K2
-            ncse_4 = (K3 * cse_1)
-            ncse_5 = (K3 * cse_2)
-            ncse_6 = (K3 * cse_0)
+            ncse_4 = (K2 * cse_1)
+            ncse_5 = (K2 * cse_2)
+            ncse_6 = (K2 * cse_0)
             ncse_15 = (forces_E_3 - old_state_internal_Ep_3)
             ncse_16 = (forces_E_4 - old_state_internal_Ep_4)
             ncse_17 = (forces_E_5 - old_state_internal_Ep_5)
-            ncse_18 = (ncse_4 + ncse_5 - (K4 * cse_0))
-            ncse_19 = (ncse_4 + ncse_6 - (K4 * cse_2))
-            ncse_20 = (ncse_5 + ncse_6 - (K4 * cse_1))
+            ncse_18 = (ncse_4 + ncse_5 - (K3 * cse_0))
+            ncse_19 = (ncse_4 + ncse_6 - (K3 * cse_2))
+            ncse_20 = (ncse_5 + ncse_6 - (K3 * cse_1))
             ncse_7 = tl.sqrt(tl.maximum(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20)), 0.0))
-            ncse_8 = (K6 / (K5 + (K5 * p_nu)))
+            ncse_8 = (K5 / (K4 + (K4 * p_nu)))
             ncse_9 = (p_E * ncse_8)
-            ncse_10 = (-K6 + p_n)
+            ncse_10 = (-K5 + p_n)
             ncse_11 = _mc_powr_shift(ncse_0, state_internal_svm, ncse_10)
             ncse_12 = (p_n * ncse_11)
             ncse_13 = (ncse_2 * ncse_9)
             ncse_14 = tl.abs(state_internal_svm)
-            ncse_21 = (ncse_3 * tl.abs((ncse_7 * ncse_9)))
-            nt1_r_0 = (-state_internal_svm + (ncse_9 * ((ncse_3 * ncse_7) - (ncse_0 * ncse_2))))
+            ncse_21 = (K6 * ncse_7)
+            ncse_22 = (K6 * tl.abs((ncse_7 * ncse_9)))
+            nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))))
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
-            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_21 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8))))))
+            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8))))))
             update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
-            nt1_1 = (-K6 - (ncse_12 * ncse_13))
-            nt1_2 = (K6 / nt1_1)
+            nt1_1 = (-K5 - (ncse_12 * ncse_13))
+            nt1_2 = (K5 / nt1_1)
             nt1_3 = (-nt1_2 * nt1_r_0)
-            nt1_4 = (-p_n * ncse_10 * ncse_13 * nt1_r_0 * _mc_powr_shift(ncse_11, state_internal_svm, (-K5 + p_n)))
+            nt1_4 = (-p_n * ncse_10 * ncse_13 * nt1_r_0 * _mc_powr_shift(ncse_11, state_internal_svm, (-K4 + p_n)))
             nt1_5 = (nt1_1 * nt1_1)
-            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K5 * nt1_1 * nt1_r_0 / (-nt1_4 + (K5 * nt1_5))), nt1_3)
+            nt1_du_0 = tl.where((nt1_5 >= tl.abs(nt1_4)), (-K4 * nt1_1 * nt1_r_0 / (-nt1_4 + (K4 * nt1_5))), nt1_3)
             state_internal_svm = tl.where(update1, state_internal_svm + nt1_du_0, state_internal_svm)
             norton_radial_return_solve_iterations = norton_radial_return_solve_iterations + update1.to(tl.int32)
             it1 += 1
@@ -910,6 +909,7 @@ if triton is not None:
         K9 = tl.full([], 0.16666666666666666, DTYPE)
         K10 = tl.full([], 0.0, DTYPE)
         K11 = tl.full([], 6.0, DTYPE)
+        K12 = tl.full([], 4.898979485566356, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -946,7 +946,7 @@ if triton is not None:
         cse_9 = (cse_3 + cse_4 - (K2 * cse_0))
         cse_10 = (cse_3 + cse_5 - (K2 * cse_2))
         cse_11 = (cse_4 + cse_5 - (K2 * cse_1))
-        norton_radial_return_solve_guess_state_internal_svm = (p_E * K3 * tl.sqrt(tl.maximum(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)), 0.0)) / (K4 + (K4 * p_nu)))
+        norton_radial_return_solve_guess_state_internal_svm = (K3 * p_E * tl.sqrt(tl.maximum(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)), 0.0)) / (K4 + (K4 * p_nu)))
         # Newton solve for state/internal/svm (helper _triton_newton_1)
         (
             state_internal_svm, norton_radial_return_solve_converged,
@@ -974,8 +974,7 @@ if triton is not None:
         cse_14 = (forces_E_5 - old_state_internal_Ep_5)
         cse_26 = (cse_14 * cse_14)
         cse_32 = tl.sqrt(tl.maximum((cse_24 + cse_25 + cse_26 + (cse_18 * cse_18) + (cse_29 * cse_29) + (cse_31 * cse_31)), 0.0))
-        cse_23 = K3
-        cse_33 = (cse_23 * _mc_sdiv(K5, cse_32))
+        cse_33 = (K3 * _mc_sdiv(K5, cse_32))
         cse_19 = (forces_t - old_forces_t)
         cse_22 = (cse_19 * state_internal_creep_rate)
         cse_34 = (cse_22 * cse_33)
@@ -1047,7 +1046,7 @@ if triton is not None:
             cse_49 = _mc_sdiv(K5, (K4 * cse_32))
             cse_260 = (K4 + cse_221)
             cse_261 = (K5 / cse_260)
-            cse_264 = (cse_23 * cse_261)
+            cse_264 = (K3 * cse_261)
             cse_265 = (p_E * cse_264)
             cse_266 = (cse_265 * cse_49)
             cse_267 = (K4 * cse_266)
@@ -1083,7 +1082,7 @@ if triton is not None:
             d4 = ls1_12
             d5 = ls1_13
             d6 = ls1_14
-            cse_51 = (cse_22 * cse_23 * _mc_sdiv(K5, (cse_32 * cse_32)))
+            cse_51 = (K3 * cse_22 * _mc_sdiv(K5, (cse_32 * cse_32)))
             cse_56 = (cse_49 * cse_51)
             cse_94 = (cse_12 * cse_56)
             cse_95 = (K6 * cse_94)
@@ -1452,7 +1451,7 @@ if triton is not None:
             ls3_1 = (-K5 - (cse_263 * cse_44))
             ls3_2 = (K5 / ls3_1)
             ls3_3 = ((cse_22 * cse_262) - (cse_264 * cse_32))
-            ls3_4 = (-(K11 * p_E * cse_22 * cse_272) + (K4 * p_E * cse_23 * cse_272 * cse_32))
+            ls3_4 = (-(K11 * p_E * cse_22 * cse_272) + (K12 * p_E * cse_272 * cse_32))
             ls3_5 = (cse_196 * cse_263)
             ls3_6 = (cse_205 * cse_263)
             ls3_7 = (ls3_3 * ls3_2)
@@ -1674,13 +1673,12 @@ static void newton_1(
     int mc_act[MC_W];
     real v_ncse_1[MC_W];
     real v_ncse_2[MC_W];
-    real v_ncse_3[MC_W];
-    real v_ncse_7[MC_W];
     real v_ncse_8[MC_W];
     real v_ncse_9[MC_W];
     real v_ncse_10[MC_W];
     real v_ncse_13[MC_W];
     real v_ncse_21[MC_W];
+    real v_ncse_22[MC_W];
     MC_SIMD MC_LANES {
         const real norton_radial_return_solve_guess_state_internal_svm = v_norton_radial_return_solve_guess_state_internal_svm[l];
         const real forces_t = v_forces_t[l];
@@ -1701,7 +1699,6 @@ static void newton_1(
         const real state_internal_svm = norton_radial_return_solve_guess_state_internal_svm;
         const real ncse_1 = (forces_t - old_forces_t);
         const real ncse_2 = (((real)3.0) * p_A * ncse_1);
-        const real ncse_3 = ((real)2.449489742783178);
         const real ncse_4 = (((real)0.3333333333333333) * cse_1);
         const real ncse_5 = (((real)0.3333333333333333) * cse_2);
         const real ncse_6 = (((real)0.3333333333333333) * cse_0);
@@ -1716,20 +1713,20 @@ static void newton_1(
         const real ncse_9 = (p_E * ncse_8);
         const real ncse_10 = (-((real)1.0) + p_n);
         const real ncse_13 = (ncse_2 * ncse_9);
-        const real ncse_21 = (ncse_3 * fabs((ncse_7 * ncse_9)));
+        const real ncse_21 = (((real)2.449489742783178) * ncse_7);
+        const real ncse_22 = (((real)2.449489742783178) * fabs((ncse_7 * ncse_9)));
         v_norton_radial_return_solve_converged[l] = 0;
         v_norton_radial_return_solve_iterations[l] = 0;
         mc_act[l] = 1;
         v_state_internal_svm[l] = state_internal_svm;
         v_ncse_1[l] = ncse_1;
         v_ncse_2[l] = ncse_2;
-        v_ncse_3[l] = ncse_3;
-        v_ncse_7[l] = ncse_7;
         v_ncse_8[l] = ncse_8;
         v_ncse_9[l] = ncse_9;
         v_ncse_10[l] = ncse_10;
         v_ncse_13[l] = ncse_13;
         v_ncse_21[l] = ncse_21;
+        v_ncse_22[l] = ncse_22;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -1740,23 +1737,22 @@ static void newton_1(
         const real state_internal_svm = v_state_internal_svm[l];
         const real ncse_10 = v_ncse_10[l];
         const real ncse_2 = v_ncse_2[l];
-        const real ncse_3 = v_ncse_3[l];
-        const real ncse_7 = v_ncse_7[l];
+        const real ncse_21 = v_ncse_21[l];
         const real ncse_9 = v_ncse_9[l];
         const real p_A = MC_P(2, v_p_A[l]);
         const real p_E = MC_P(0, v_p_E[l]);
         const real ncse_1 = v_ncse_1[l];
-        const real ncse_21 = v_ncse_21[l];
+        const real ncse_22 = v_ncse_22[l];
         const real ncse_8 = v_ncse_8[l];
         const real ncse_13 = v_ncse_13[l];
         const real ncse_0 = mc_pow(state_internal_svm, p_n);
         const real ncse_11 = mc_powr_shift(ncse_0, state_internal_svm, ncse_10);
         const real ncse_12 = (p_n * ncse_11);
         const real ncse_14 = fabs(state_internal_svm);
-        const real nt1_r_0 = (-state_internal_svm + (ncse_9 * ((ncse_3 * ncse_7) - (ncse_0 * ncse_2))));
+        const real nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))));
         const real norton_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? norton_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_21 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8))))));
+        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];
@@ -1850,7 +1846,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_9 = (cse_3 + cse_4 - (((real)0.6666666666666666) * cse_0));
         const real cse_10 = (cse_3 + cse_5 - (((real)0.6666666666666666) * cse_2));
         const real cse_11 = (cse_4 + cse_5 - (((real)0.6666666666666666) * cse_1));
-        const real norton_radial_return_solve_guess_state_internal_svm = (p_E * ((real)2.449489742783178) * sqrt(mc_pos(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)))) / (((real)2.0) + (((real)2.0) * p_nu)));
+        const real norton_radial_return_solve_guess_state_internal_svm = (((real)2.449489742783178) * p_E * sqrt(mc_pos(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)))) / (((real)2.0) + (((real)2.0) * p_nu)));
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -1899,7 +1895,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_creep_rate = (p_A * cse_20);
         o_y[7 * MC_W + l] = norton_radial_return_solve_converged ? state_internal_creep_rate : MC_NAN;
         const real cse_22 = (cse_19 * state_internal_creep_rate);
-        const real cse_23 = ((real)2.449489742783178);
         const real cse_24 = (cse_12 * cse_12);
         const real cse_25 = (cse_13 * cse_13);
         const real cse_26 = (cse_14 * cse_14);
@@ -1909,7 +1904,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_30 = (((real)0.6666666666666666) * cse_2);
         const real cse_31 = (cse_16 + cse_27 - cse_30);
         const real cse_32 = sqrt(mc_pos((cse_24 + cse_25 + cse_26 + (cse_18 * cse_18) + (cse_29 * cse_29) + (cse_31 * cse_31))));
-        const real cse_33 = (cse_23 * mc_sdiv(((real)1.0), cse_32));
+        const real cse_33 = (((real)2.449489742783178) * mc_sdiv(((real)1.0), cse_32));
         const real cse_34 = (cse_22 * cse_33);
         const real cse_35 = (((real)0.5) * cse_34);
         const real cse_36 = (cse_18 * cse_35);
@@ -1972,7 +1967,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_48 = (cse_28 + cse_30 - (((real)1.3333333333333333) * cse_0));
         const real cse_49 = mc_sdiv(((real)1.0), (((real)2.0) * cse_32));
         const real cse_50 = (cse_48 * cse_49);
-        const real cse_51 = (cse_22 * cse_23 * mc_sdiv(((real)1.0), (cse_32 * cse_32)));
+        const real cse_51 = (((real)2.449489742783178) * cse_22 * mc_sdiv(((real)1.0), (cse_32 * cse_32)));
         const real cse_52 = (((real)0.5) * cse_50 * cse_51);
         const real cse_54 = (((real)0.16666666666666666) * cse_34);
         const real cse_55 = (cse_15 + cse_30 - (((real)1.3333333333333333) * cse_1));
@@ -2016,7 +2011,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_261 = (((real)1.0) / cse_260);
         const real cse_262 = (((real)3.0) * cse_261);
         const real cse_263 = (p_E * cse_262);
-        const real cse_264 = (cse_23 * cse_261);
+        const real cse_264 = (((real)2.449489742783178) * cse_261);
         const real cse_265 = (p_E * cse_264);
         const real cse_266 = (cse_265 * cse_49);
         const real cse_267 = (((real)2.0) * cse_266);
@@ -2392,7 +2387,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real ls3_1 = (-((real)1.0) - (cse_263 * cse_44));
         const real ls3_2 = (((real)1.0) / ls3_1);
         const real ls3_3 = ((cse_22 * cse_262) - (cse_264 * cse_32));
-        const real ls3_4 = (-(((real)6.0) * p_E * cse_22 * cse_272) + (((real)2.0) * p_E * cse_23 * cse_272 * cse_32));
+        const real ls3_4 = (-(((real)6.0) * p_E * cse_22 * cse_272) + (((real)4.898979485566356) * p_E * cse_272 * cse_32));
         const real ls3_5 = (cse_196 * cse_263);
         const real ls3_6 = (cse_205 * cse_263);
         const real ls3_7 = (ls3_3 * ls3_2);

@@ -69,7 +69,7 @@ def _torch_newton_1(
         ncse_16 = (ncse_5 + ncse_6 - (0.6666666666666666 * cse_0))
         ncse_17 = (ncse_5 + ncse_7 - (0.6666666666666666 * cse_2))
         ncse_18 = (ncse_6 + ncse_7 - (0.6666666666666666 * cse_1))
-        ncse_8 = torch.clamp(((ncse_2 * torch.sqrt(torch.clamp(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), min=0.0))) - (0.3333333333333333 * 2.449489742783178 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
+        ncse_8 = torch.clamp(((ncse_2 * torch.sqrt(torch.clamp(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), min=0.0))) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
         ncse_9 = (-1.0 + p_n)
         ncse_10 = _powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9)
         ncse_11 = (p_n * ncse_10)
@@ -132,7 +132,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_11 = (cse_3 + cse_4 - (0.6666666666666666 * cse_0))
     cse_12 = (cse_3 + cse_5 - (0.6666666666666666 * cse_2))
     cse_13 = (cse_4 + cse_5 - (0.6666666666666666 * cse_1))
-    cse_7 = torch.clamp(((cse_6 * torch.sqrt(torch.clamp(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13)), min=0.0))) - (0.3333333333333333 * 2.449489742783178 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
+    cse_7 = torch.clamp(((cse_6 * torch.sqrt(torch.clamp(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13)), min=0.0))) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
     perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (1.0 / torch.sqrt((((p_eta * p_eta) / (cse_7 * cse_7)) + torch.pow((cse_7 / ((cse_6 + (0.6666666666666666 * p_K)) * (forces_t - old_forces_t))), (-2.0 / p_n)))))
     # Newton solve for state/internal/gamma_rate_root (helper _torch_newton_1)
     (
@@ -170,8 +170,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
     cse_38 = (cse_14 * cse_34)
     cse_39 = (cse_15 * cse_34)
     cse_40 = (cse_16 * cse_34)
-    cse_41 = 0.816496580927726
-    cse_42 = (cse_41 * state_internal_gamma_rate)
+    cse_42 = (0.816496580927726 * state_internal_gamma_rate)
     cse_230 = (cse_0 + cse_35)
     cse_231 = (-cse_230)
     cse_232 = (1.0 + p_nu)
@@ -259,7 +258,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_279 = (p_E * cse_278)
         cse_280 = (2.0 * cse_279)
         cse_281 = (cse_280 + (0.6666666666666666 * p_K))
-        cse_282 = _heaviside(((cse_279 * cse_50) - (cse_41 * (p_sigma_y + (p_K * old_state_internal_ep)))))
+        cse_282 = _heaviside(((cse_279 * cse_50) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))))
         cse_283 = (cse_282 * cse_51)
         cse_284 = (cse_280 * cse_283)
         cse_285 = (4.0 * cse_279 * cse_283)
@@ -371,11 +370,11 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_146 = (-cse_57)
         cse_148 = (-cse_59)
         cse_168 = (1.0 - cse_34)
-        cse_229 = (cse_41 * cse_45)
+        cse_229 = (0.816496580927726 * cse_45)
         cse_252 = (-cse_242)
         cse_255 = (-cse_250)
         cse_289 = (cse_281 * state_internal_gamma_rate)
-        cse_290 = (cse_282 * cse_41)
+        cse_290 = (0.816496580927726 * cse_282)
         # linear solve 2: 1x1, 9 right-hand side(s), unrolled over structural nonzeros
         ls2_1 = (-p_eta - (cse_281 * cse_45))
         ls2_2 = (1.0 / ls2_1)
@@ -628,7 +627,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d270 = (cse_229 * d228)
         d271 = (cse_229 * d229)
         d272 = (cse_229 * d230)
-        d273 = ((cse_221 * cse_41) + (cse_229 * d231))
+        d273 = ((cse_229 * d231) + (0.816496580927726 * cse_221))
         d274 = (cse_44 * d226)
         d275 = (cse_44 * d227)
         d276 = (cse_44 * d228)
@@ -807,6 +806,11 @@ if triton is not None:
         return tl.reshape(t2, [BLOCK, 4])
 
     @triton.jit
+    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
+        t0 = tl.join(a0, a1)
+        return tl.reshape(t0, [BLOCK, 2])
+
+    @triton.jit
     def _mc_row8(a0, a1, a2, a3, a4, a5, a6, a7, BLOCK: tl.constexpr):
         t0 = tl.join(a0, a4)
         t1 = tl.join(a2, a6)
@@ -816,11 +820,6 @@ if triton is not None:
         t5 = tl.join(t2, t3)
         t6 = tl.join(t4, t5)
         return tl.reshape(t6, [BLOCK, 8])
-
-    @triton.jit
-    def _mc_row2(a0, a1, BLOCK: tl.constexpr):
-        t0 = tl.join(a0, a1)
-        return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
     def _mc_powr_shift(P, a, e):
@@ -878,7 +877,7 @@ if triton is not None:
         K1 = tl.full([], 2.0, DTYPE)
         K2 = tl.full([], 0.6666666666666666, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
-        K4 = tl.full([], 2.449489742783178, DTYPE)
+        K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
         # Newton solve 1 for state/internal/gamma_rate_root: per-point mask, converged points stop changing
         state_internal_gamma_rate_root = perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root + tl.zeros([BLOCK], dtype=DTYPE)
@@ -906,7 +905,7 @@ if triton is not None:
             ncse_16 = (ncse_5 + ncse_6 - (K2 * cse_0))
             ncse_17 = (ncse_5 + ncse_7 - (K2 * cse_2))
             ncse_18 = (ncse_6 + ncse_7 - (K2 * cse_1))
-            ncse_8 = tl.maximum(((ncse_2 * tl.sqrt(tl.maximum(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), 0.0))) - (K3 * K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
+            ncse_8 = tl.maximum(((ncse_2 * tl.sqrt(tl.maximum(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), 0.0))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
             ncse_9 = (-K5 + p_n)
             ncse_10 = _mc_powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9)
             ncse_11 = (p_n * ncse_10)
@@ -946,12 +945,11 @@ if triton is not None:
         K1 = tl.full([], 0.3333333333333333, DTYPE)
         K2 = tl.full([], 2.0, DTYPE)
         K3 = tl.full([], 0.6666666666666666, DTYPE)
-        K4 = tl.full([], 2.449489742783178, DTYPE)
+        K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
-        K6 = tl.full([], 0.816496580927726, DTYPE)
-        K7 = tl.full([], 4.0, DTYPE)
-        K8 = tl.full([], 1.3333333333333333, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 4.0, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -989,7 +987,7 @@ if triton is not None:
         cse_11 = (cse_3 + cse_4 - (K3 * cse_0))
         cse_12 = (cse_3 + cse_5 - (K3 * cse_2))
         cse_13 = (cse_4 + cse_5 - (K3 * cse_1))
-        cse_7 = tl.maximum(((cse_6 * tl.sqrt(tl.maximum(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13)), 0.0))) - (K1 * K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
+        cse_7 = tl.maximum(((cse_6 * tl.sqrt(tl.maximum(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13)), 0.0))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
         perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (K5 / tl.sqrt((((p_eta * p_eta) / (cse_7 * cse_7)) + tl.exp((-K2 / p_n) * tl.log((cse_7 / ((cse_6 + (K3 * p_K)) * (forces_t - old_forces_t))))))))
         # Newton solve for state/internal/gamma_rate_root (helper _triton_newton_1)
         (
@@ -1001,6 +999,7 @@ if triton is not None:
             old_state_internal_Ep_5, old_state_internal_ep,
             perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root, o_rtol, o_atol, o_maxit,
             mask, DTYPE, EPS, BLOCK)
+        state_internal_gamma_rate = tl.exp(p_n * tl.log(state_internal_gamma_rate_root))
         cse_17 = (K3 * cse_0)
         cse_18 = (K1 * cse_1)
         cse_19 = (K1 * cse_2)
@@ -1018,10 +1017,28 @@ if triton is not None:
         cse_25 = (cse_16 * cse_16)
         cse_31 = tl.sqrt(tl.maximum((cse_23 + cse_24 + cse_25 + (cse_20 * cse_20) + (cse_28 * cse_28) + (cse_30 * cse_30)), 0.0))
         cse_32 = _mc_sdiv(K5, cse_31)
-        state_internal_gamma_rate = tl.exp(p_n * tl.log(state_internal_gamma_rate_root))
         cse_33 = (cse_32 * state_internal_gamma_rate)
         cse_21 = (forces_t - old_forces_t)
         cse_34 = (cse_21 * cse_33)
+        cse_39 = (cse_15 * cse_34)
+        state_internal_Ep_4 = (cse_39 + old_state_internal_Ep_4)
+        cse_40 = (cse_16 * cse_34)
+        state_internal_Ep_5 = (cse_40 + old_state_internal_Ep_5)
+        cse_42 = (K4 * state_internal_gamma_rate)
+        state_internal_ep = (old_state_internal_ep + (cse_21 * cse_42))
+        # outputs 4 .. 7; NaN where Newton did not converge
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        cse_247 = (cse_15 - cse_39)
+        cse_232 = (K5 + p_nu)
+        cse_233 = (K5 / cse_232)
+        cse_234 = (p_E * cse_233)
+        state_S_4 = (cse_234 * cse_247)
+        cse_248 = (cse_16 - cse_40)
+        state_S_5 = (cse_234 * cse_248)
+        # outputs 12 .. 13; NaN where Newton did not converge
+        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         cse_35 = (cse_20 * cse_34)
         state_internal_Ep_0 = (cse_35 + old_state_internal_Ep_0)
         cse_36 = (cse_28 * cse_34)
@@ -1033,16 +1050,6 @@ if triton is not None:
         # outputs 0 .. 3; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_39 = (cse_15 * cse_34)
-        state_internal_Ep_4 = (cse_39 + old_state_internal_Ep_4)
-        cse_40 = (cse_16 * cse_34)
-        state_internal_Ep_5 = (cse_40 + old_state_internal_Ep_5)
-        cse_41 = K6
-        cse_42 = (cse_41 * state_internal_gamma_rate)
-        state_internal_ep = (old_state_internal_ep + (cse_21 * cse_42))
-        # outputs 4 .. 7; NaN where Newton did not converge
-        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-            tl.store(Y + row[:, None] * y_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_Ep_5, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_ep, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_internal_gamma_rate, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         # outputs 0 .. 7; NaN where Newton did not converge
         if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
             _row8 = _mc_row8(
@@ -1057,9 +1064,6 @@ if triton is not None:
         cse_239 = (K5 - cse_238)
         cse_240 = (K5 / cse_239)
         cse_241 = (p_nu * cse_240)
-        cse_232 = (K5 + p_nu)
-        cse_233 = (K5 / cse_232)
-        cse_234 = (p_E * cse_233)
         cse_242 = (cse_234 * cse_241)
         cse_243 = (cse_237 * cse_242)
         cse_231 = (-cse_230)
@@ -1073,13 +1077,6 @@ if triton is not None:
         # outputs 8 .. 11; NaN where Newton did not converge
         if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
             tl.store(Y + row[:, None] * y_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_0, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_1, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_2, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_3, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        cse_247 = (cse_15 - cse_39)
-        state_S_4 = (cse_234 * cse_247)
-        cse_248 = (cse_16 - cse_40)
-        state_S_5 = (cse_234 * cse_248)
-        # outputs 12 .. 13; NaN where Newton did not converge
-        if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-            tl.store(Y + row[:, None] * y_stride + 12 + tl.arange(0, 2)[None, :], _mc_row2(tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_4, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), state_S_5, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 2)[None, :] < 2))
         # outputs 8 .. 13; NaN where Newton did not converge
         if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
             _zero9 = tl.zeros([BLOCK], dtype=DTYPE)
@@ -1092,21 +1089,21 @@ if triton is not None:
             cse_277 = (K2 + cse_238)
             cse_278 = (K5 / cse_277)
             cse_279 = (p_E * cse_278)
-            cse_282 = tl.where(((cse_279 * cse_50) - (cse_41 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
+            cse_282 = tl.where(((cse_279 * cse_50) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0.0, 1.0, 0.0)
             cse_51 = _mc_sdiv(K5, cse_50)
             cse_283 = (cse_282 * cse_51)
             cse_280 = (K2 * cse_279)
             cse_284 = (cse_280 * cse_283)
-            cse_285 = (K7 * cse_279 * cse_283)
+            cse_285 = (K6 * cse_279 * cse_283)
             cse_286 = (cse_14 * cse_285)
             cse_287 = (cse_15 * cse_285)
             cse_288 = (cse_16 * cse_285)
             cse_281 = (cse_280 + (K3 * p_K))
             cse_44 = (p_n * _mc_powr_shift(state_internal_gamma_rate, state_internal_gamma_rate_root, (-K5 + p_n)))
             cse_45 = (cse_21 * cse_44)
-            cse_48 = (cse_27 + cse_29 - (K8 * cse_0))
-            cse_57 = (cse_17 + cse_29 - (K8 * cse_1))
-            cse_59 = (cse_17 + cse_27 - (K8 * cse_2))
+            cse_48 = (cse_27 + cse_29 - (K7 * cse_0))
+            cse_57 = (cse_17 + cse_29 - (K7 * cse_1))
+            cse_59 = (cse_17 + cse_27 - (K7 * cse_2))
             # linear solve 1: 1x1, 6 right-hand side(s), unrolled over structural nonzeros
             ls1_1 = (-p_eta - (cse_281 * cse_45))
             ls1_2 = (K5 / ls1_1)
@@ -1131,175 +1128,175 @@ if triton is not None:
             cse_52 = (cse_51 * _mc_sdiv(K5, (cse_31 * cse_31)))
             cse_49 = (cse_21 * state_internal_gamma_rate)
             cse_53 = (cse_49 * cse_52)
-            cse_54 = (cse_20 * cse_53)
+            cse_107 = (cse_15 * cse_53)
             cse_46 = (cse_32 * cse_45)
-            cse_47 = (cse_20 * cse_46)
-            cse_43 = (K3 * cse_34)
-            d7 = (cse_43 + (cse_47 * d1) - (cse_48 * cse_54))
-            cse_250 = (cse_234 + cse_242)
-            cse_249 = (-cse_234)
-            d8 = (cse_250 + (cse_249 * d7))
-            cse_56 = (K1 * cse_34)
-            d9 = (-cse_56 + (cse_47 * d2) - (cse_54 * cse_57))
-            d10 = (cse_242 + (cse_249 * d9))
-            d11 = (-cse_56 + (cse_47 * d3) - (cse_54 * cse_59))
-            d12 = (cse_242 + (cse_249 * d11))
+            cse_106 = (cse_15 * cse_46)
+            d7 = ((cse_106 * d1) - (cse_107 * cse_48))
+            cse_251 = (-cse_234)
+            d8 = (cse_251 * d7)
+            d9 = ((cse_106 * d2) - (cse_107 * cse_57))
+            d10 = (cse_251 * d9)
+            d11 = ((cse_106 * d3) - (cse_107 * cse_59))
+            d12 = (cse_251 * d11)
             cse_61 = (K2 * cse_49)
             cse_62 = (cse_52 * cse_61)
-            cse_63 = (cse_20 * cse_62)
-            cse_64 = (cse_14 * cse_63)
-            d13 = (-cse_64 + (cse_47 * d4))
-            d14 = (cse_249 * d13)
-        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
+            cse_101 = (cse_14 * cse_62)
+            cse_102 = (cse_101 * cse_15)
+            d13 = (-cse_102 + (cse_106 * d4))
+            d14 = (cse_251 * d13)
+        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_66 = (cse_15 * cse_63)
-            d15 = (-cse_66 + (cse_47 * d5))
-            d16 = (cse_249 * d15)
-            cse_68 = (cse_16 * cse_63)
-            d17 = (-cse_68 + (cse_47 * d6))
-            d18 = (cse_249 * d17)
-            cse_71 = (cse_28 * cse_53)
-            cse_70 = (cse_28 * cse_46)
-            d19 = (-cse_56 + (cse_70 * d1) - (cse_48 * cse_71))
-            d20 = (cse_242 + (cse_249 * d19))
-            d21 = (cse_43 + (cse_70 * d2) - (cse_57 * cse_71))
-            d22 = (cse_250 + (cse_249 * d21))
-        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
+            cse_95 = (cse_14 * cse_53)
+            cse_94 = (cse_14 * cse_46)
+            d15 = ((cse_94 * d3) - (cse_59 * cse_95))
+            d16 = (cse_251 * d15)
+            cse_99 = (cse_23 * cse_62)
+            d17 = (cse_34 - cse_99 + (cse_94 * d4))
+            d18 = (cse_234 + (cse_251 * d17))
+            d19 = (-cse_102 + (cse_94 * d5))
+            d20 = (cse_251 * d19)
+            cse_104 = (cse_101 * cse_16)
+            d21 = (-cse_104 + (cse_94 * d6))
+            d22 = (cse_251 * d21)
+        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
+                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            cse_112 = (cse_24 * cse_62)
+            d23 = (cse_34 - cse_112 + (cse_106 * d5))
+            d24 = (cse_234 + (cse_251 * d23))
+            cse_114 = (cse_15 * cse_16 * cse_62)
+            d25 = (-cse_114 + (cse_106 * d6))
+            d26 = (cse_251 * d25)
+            cse_117 = (cse_16 * cse_53)
+            cse_116 = (cse_16 * cse_46)
+            d27 = ((cse_116 * d1) - (cse_117 * cse_48))
+            d28 = (cse_251 * d27)
+            d29 = ((cse_116 * d2) - (cse_117 * cse_57))
+            d30 = (cse_251 * d29)
+        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
                 _row11 = _mc_row8(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row11, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d23 = (-cse_56 + (cse_70 * d3) - (cse_59 * cse_71))
-            d24 = (cse_242 + (cse_249 * d23))
-            cse_75 = (cse_28 * cse_62)
-            cse_76 = (cse_14 * cse_75)
-            d25 = (-cse_76 + (cse_70 * d4))
-            d26 = (cse_249 * d25)
-            cse_78 = (cse_15 * cse_75)
-            d27 = (-cse_78 + (cse_70 * d5))
-            d28 = (cse_249 * d27)
-            cse_80 = (cse_16 * cse_75)
-            d29 = (-cse_80 + (cse_70 * d6))
-            d30 = (cse_249 * d29)
-        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            d31 = ((cse_116 * d3) - (cse_117 * cse_59))
+            d32 = (cse_251 * d31)
+            d33 = (-cse_104 + (cse_116 * d4))
+            d34 = (cse_251 * d33)
+            d35 = (-cse_114 + (cse_116 * d5))
+            d36 = (cse_251 * d35)
+            cse_123 = (cse_25 * cse_62)
+            d37 = (cse_34 - cse_123 + (cse_116 * d6))
+            d38 = (cse_234 + (cse_251 * d37))
+        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
+            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_83 = (cse_30 * cse_53)
-            cse_82 = (cse_30 * cse_46)
-            d31 = (-cse_56 + (cse_82 * d1) - (cse_48 * cse_83))
-            d32 = (cse_242 + (cse_249 * d31))
-            d33 = (-cse_56 + (cse_82 * d2) - (cse_57 * cse_83))
-            d34 = (cse_242 + (cse_249 * d33))
-            d35 = (cse_43 + (cse_82 * d3) - (cse_59 * cse_83))
-            d36 = (cse_250 + (cse_249 * d35))
             cse_87 = (cse_30 * cse_62)
-            cse_88 = (cse_14 * cse_87)
-            d37 = (-cse_88 + (cse_82 * d4))
-            d38 = (cse_249 * d37)
-        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
-            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row12 = _mc_row8(
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
-        if V & 14:  # tangent, jacobian, total
             cse_90 = (cse_15 * cse_87)
+            cse_82 = (cse_30 * cse_46)
             d39 = (-cse_90 + (cse_82 * d5))
+            cse_249 = (-cse_234)
             d40 = (cse_249 * d39)
             cse_92 = (cse_16 * cse_87)
             d41 = (-cse_92 + (cse_82 * d6))
             d42 = (cse_249 * d41)
-            cse_95 = (cse_14 * cse_53)
-            cse_94 = (cse_14 * cse_46)
             d43 = ((cse_94 * d1) - (cse_48 * cse_95))
-            cse_251 = (-cse_234)
             d44 = (cse_251 * d43)
             d45 = ((cse_94 * d2) - (cse_57 * cse_95))
             d46 = (cse_251 * d45)
         if V & 2:  # tangent: entries 16 .. 19 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
                 tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 14:  # tangent, jacobian, total
-            d47 = ((cse_94 * d3) - (cse_59 * cse_95))
-            d48 = (cse_251 * d47)
-            cse_99 = (cse_23 * cse_62)
-            d49 = (cse_34 - cse_99 + (cse_94 * d4))
-            d50 = (cse_234 + (cse_251 * d49))
-            cse_101 = (cse_14 * cse_62)
-            cse_102 = (cse_101 * cse_15)
-            d51 = (-cse_102 + (cse_94 * d5))
-            d52 = (cse_251 * d51)
-            cse_104 = (cse_101 * cse_16)
-            d53 = (-cse_104 + (cse_94 * d6))
-            d54 = (cse_251 * d53)
-        if V & 2:  # tangent: entries 20 .. 23 of d outputs / d inputs
-            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 20 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 2:  # tangent: entries 16 .. 23 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row13 = _mc_row8(
+                _row12 = _mc_row8(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0),
-                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 16 + tl.arange(0, 8)[None, :], _row12, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            cse_107 = (cse_15 * cse_53)
-            cse_106 = (cse_15 * cse_46)
-            d55 = ((cse_106 * d1) - (cse_107 * cse_48))
-            d56 = (cse_251 * d55)
-            d57 = ((cse_106 * d2) - (cse_107 * cse_57))
-            d58 = (cse_251 * d57)
-            d59 = ((cse_106 * d3) - (cse_107 * cse_59))
-            d60 = (cse_251 * d59)
-            d61 = (-cse_102 + (cse_106 * d4))
-            d62 = (cse_251 * d61)
-        if V & 2:  # tangent: entries 24 .. 27 of d outputs / d inputs
+            cse_83 = (cse_30 * cse_53)
+            cse_56 = (K1 * cse_34)
+            d47 = (-cse_56 + (cse_82 * d1) - (cse_48 * cse_83))
+            d48 = (cse_242 + (cse_249 * d47))
+            d49 = (-cse_56 + (cse_82 * d2) - (cse_57 * cse_83))
+            d50 = (cse_242 + (cse_249 * d49))
+            cse_43 = (K3 * cse_34)
+            d51 = (cse_43 + (cse_82 * d3) - (cse_59 * cse_83))
+            cse_250 = (cse_234 + cse_242)
+            d52 = (cse_250 + (cse_249 * d51))
+            cse_88 = (cse_14 * cse_87)
+            d53 = (-cse_88 + (cse_82 * d4))
+            d54 = (cse_249 * d53)
+        if V & 2:  # tangent: entries 12 .. 15 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+                tl.store(J + row[:, None] * j_stride + 12 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 14:  # tangent, jacobian, total
-            cse_112 = (cse_24 * cse_62)
-            d63 = (cse_34 - cse_112 + (cse_106 * d5))
-            d64 = (cse_234 + (cse_251 * d63))
-            cse_114 = (cse_15 * cse_16 * cse_62)
-            d65 = (-cse_114 + (cse_106 * d6))
-            d66 = (cse_251 * d65)
-            cse_117 = (cse_16 * cse_53)
-            cse_116 = (cse_16 * cse_46)
-            d67 = ((cse_116 * d1) - (cse_117 * cse_48))
-            d68 = (cse_251 * d67)
-            d69 = ((cse_116 * d2) - (cse_117 * cse_57))
-            d70 = (cse_251 * d69)
-        if V & 2:  # tangent: entries 28 .. 31 of d outputs / d inputs
+            cse_54 = (cse_20 * cse_53)
+            cse_47 = (cse_20 * cse_46)
+            d55 = (cse_43 + (cse_47 * d1) - (cse_48 * cse_54))
+            d56 = (cse_250 + (cse_249 * d55))
+            d57 = (-cse_56 + (cse_47 * d2) - (cse_54 * cse_57))
+            d58 = (cse_242 + (cse_249 * d57))
+            d59 = (-cse_56 + (cse_47 * d3) - (cse_54 * cse_59))
+            d60 = (cse_242 + (cse_249 * d59))
+            cse_63 = (cse_20 * cse_62)
+            cse_64 = (cse_14 * cse_63)
+            d61 = (-cse_64 + (cse_47 * d4))
+            d62 = (cse_249 * d61)
+        if V & 2:  # tangent: entries 0 .. 3 of d outputs / d inputs
             if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
-                tl.store(J + row[:, None] * j_stride + 28 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
-        if V & 2:  # tangent: entries 24 .. 31 of d outputs / d inputs
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 14:  # tangent, jacobian, total
+            cse_66 = (cse_15 * cse_63)
+            d63 = (-cse_66 + (cse_47 * d5))
+            d64 = (cse_249 * d63)
+            cse_68 = (cse_16 * cse_63)
+            d65 = (-cse_68 + (cse_47 * d6))
+            d66 = (cse_249 * d65)
+            cse_71 = (cse_28 * cse_53)
+            cse_70 = (cse_28 * cse_46)
+            d67 = (-cse_56 + (cse_70 * d1) - (cse_48 * cse_71))
+            d68 = (cse_242 + (cse_249 * d67))
+            d69 = (cse_43 + (cse_70 * d2) - (cse_57 * cse_71))
+            d70 = (cse_250 + (cse_249 * d69))
+        if V & 2:  # tangent: entries 4 .. 7 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 4 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 0 .. 7 of d outputs / d inputs
             if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
-                _row14 = _mc_row8(
+                _row13 = _mc_row8(
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
                     tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), BLOCK)
-                tl.store(J + row[:, None] * j_stride + 24 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
+                tl.store(J + row[:, None] * j_stride + tl.arange(0, 8)[None, :], _row13, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 14:  # tangent, jacobian, total
-            d71 = ((cse_116 * d3) - (cse_117 * cse_59))
-            d72 = (cse_251 * d71)
-            d73 = (-cse_104 + (cse_116 * d4))
-            d74 = (cse_251 * d73)
-            d75 = (-cse_114 + (cse_116 * d5))
-            d76 = (cse_251 * d75)
-            cse_123 = (cse_25 * cse_62)
-            d77 = (cse_34 - cse_123 + (cse_116 * d6))
-            d78 = (cse_234 + (cse_251 * d77))
-        if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
-            tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+            d71 = (-cse_56 + (cse_70 * d3) - (cse_59 * cse_71))
+            d72 = (cse_242 + (cse_249 * d71))
+            cse_75 = (cse_28 * cse_62)
+            cse_76 = (cse_14 * cse_75)
+            d73 = (-cse_76 + (cse_70 * d4))
+            d74 = (cse_249 * d73)
+            cse_78 = (cse_15 * cse_75)
+            d75 = (-cse_78 + (cse_70 * d5))
+            d76 = (cse_249 * d75)
+            cse_80 = (cse_16 * cse_75)
+            d77 = (-cse_80 + (cse_70 * d6))
+            d78 = (cse_249 * d77)
+        if V & 2:  # tangent: entries 8 .. 11 of d outputs / d inputs
+            if DTYPE == tl.float64:  # 32 bytes a store (see pair_stores)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
+        if V & 2:  # tangent: entries 8 .. 15 of d outputs / d inputs
+            if DTYPE == tl.float32:  # 32 bytes a store (see pair_stores)
+                _row14 = _mc_row8(
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0),
+                    tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), BLOCK)
+                tl.store(J + row[:, None] * j_stride + 8 + tl.arange(0, 8)[None, :], _row14, mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 8))
         if V & 12:  # jacobian, total
             cse_125 = (cse_20 * cse_33)
             cse_127 = (cse_28 * cse_33)
@@ -1312,11 +1309,11 @@ if triton is not None:
             cse_146 = (-cse_57)
             cse_148 = (-cse_59)
             cse_168 = (K5 - cse_34)
-            cse_229 = (cse_41 * cse_45)
+            cse_229 = (K4 * cse_45)
             cse_252 = (-cse_242)
             cse_255 = (-cse_250)
             cse_289 = (cse_281 * state_internal_gamma_rate)
-            cse_290 = (cse_282 * cse_41)
+            cse_290 = (K4 * cse_282)
             # linear solve 2: 1x1, 9 right-hand side(s), unrolled over structural nonzeros
             ls2_1 = (-p_eta - (cse_281 * cse_45))
             ls2_2 = (K5 / ls2_1)
@@ -1500,7 +1497,7 @@ if triton is not None:
             d224 = (cse_251 * d140)
             d225 = (cse_251 * d141)
         if V & 8:  # total
-            cse_220 = tl.where(state_internal_gamma_rate_root > 0.0, (state_internal_gamma_rate * tl.log(state_internal_gamma_rate_root)), K9)
+            cse_220 = tl.where(state_internal_gamma_rate_root > 0.0, (state_internal_gamma_rate * tl.log(state_internal_gamma_rate_root)), K8)
             cse_221 = (cse_21 * cse_220)
             cse_222 = (cse_221 * cse_32)
             cse_272 = (cse_237 * cse_241)
@@ -1513,7 +1510,7 @@ if triton is not None:
             ls3_1 = (-p_eta - (cse_281 * cse_45))
             ls3_2 = (K5 / ls3_1)
             ls3_3 = ((cse_278 * cse_61) - (cse_278 * cse_282 * cse_50))
-            ls3_4 = (-(K7 * p_E * cse_291 * cse_49) + (K7 * p_E * cse_282 * cse_291 * cse_31))
+            ls3_4 = (-(K6 * p_E * cse_291 * cse_49) + (K6 * p_E * cse_282 * cse_291 * cse_31))
             ls3_5 = ((K3 * cse_49) + (cse_290 * old_state_internal_ep))
             ls3_6 = (cse_221 * cse_281)
             ls3_7 = (ls3_3 * ls3_2)
@@ -1569,7 +1566,7 @@ if triton is not None:
             d270 = (cse_229 * d228)
             d271 = (cse_229 * d229)
             d272 = (cse_229 * d230)
-            d273 = ((cse_221 * cse_41) + (cse_229 * d231))
+            d273 = ((cse_229 * d231) + (K4 * cse_221))
             d274 = (cse_44 * d226)
             d275 = (cse_44 * d227)
             d276 = (cse_44 * d228)
@@ -1615,33 +1612,33 @@ if triton is not None:
         if V & 12:  # jacobian, total
             # d outputs / d inputs of the jacobian, total variant(s): every entry written once, zeros included
             _row15 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d88, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d94, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d100, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d101, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d102, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d103, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d104, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d105, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d19, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d21, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d23, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d25, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d27, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d104, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d105, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d136, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d69, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d71, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d73, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d75, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d77, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d89, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d95, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d106, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d107, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d108, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d109, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d110, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d111, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d137, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d47, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d49, K0), BLOCK)
             _k16 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k16 + (_k16 // 15) * (6 * (V // 8)), _row15, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row17 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d51, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d53, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d39, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d41, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d90, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d96, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d112, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d113, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d114, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d115, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d116, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d117, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d43, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d45, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d47, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d49, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d51, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d53, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d91, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d138, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d43, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d45, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d15, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d17, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d19, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d21, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d91, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d97, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d118, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d119, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d120, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d121, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d122, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d123, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d139, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d55, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d57, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d59, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d61, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d7, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d9, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d11, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d13, K0), BLOCK)
             _k18 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k18 + (_k18 // 15) * (6 * (V // 8)), _row17, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row19 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d63, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d65, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d23, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d25, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d92, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d98, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d124, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d125, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d126, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d127, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d67, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d69, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d71, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d73, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d75, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d77, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d93, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d99, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d130, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d128, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d129, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d140, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d27, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d29, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d31, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d33, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d35, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d37, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d93, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d99, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d130, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d131, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d132, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d133, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d134, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d135, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d141, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d142, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d143, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d144, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d145, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d146, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d147, K0), BLOCK)
@@ -1654,37 +1651,37 @@ if triton is not None:
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d160, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d161, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d162, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d163, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d164, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d165, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d166, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d167, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d168, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d169, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d170, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d171, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0), BLOCK)
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d172, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d178, K0), BLOCK)
             _k22 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k22 + (_k22 // 15) * (6 * (V // 8)), _row21, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row23 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d184, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d185, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d186, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d187, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d173, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d190, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d188, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d189, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d220, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d173, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d179, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d190, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d191, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d192, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d193, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d194, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d195, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d221, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d40, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d42, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d174, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d180, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d196, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d197, K0), BLOCK)
             _k24 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k24 + (_k24 // 15) * (6 * (V // 8)), _row23, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row25 = _mc_row32(
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d198, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d199, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d200, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d201, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d48, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d50, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d52, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d54, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d222, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d44, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d46, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d16, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d18, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d20, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d22, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d175, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d181, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d202, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d203, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d204, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d205, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d206, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d207, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d223, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d56, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d58, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d60, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d62, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d64, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d66, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d8, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d10, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d12, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d14, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d24, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d26, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d176, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d182, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d208, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d209, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d210, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d211, K0), BLOCK)
             _k26 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k26 + (_k26 // 15) * (6 * (V // 8)), _row25, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero27 = tl.zeros([BLOCK], dtype=DTYPE)
             _row28 = _mc_row32(
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d68, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d70, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d72, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d74, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d76, K0),
-                tl.where((perzyna_iso_radial_return_solve_converged & fin), d78, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d212, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d213, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d224, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d28, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d30, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d32, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d34, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d36, K0),
+                tl.where((perzyna_iso_radial_return_solve_converged & fin), d38, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d177, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d183, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d214, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d215, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d216, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d217, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d218, K0),
                 tl.where((perzyna_iso_radial_return_solve_converged & fin), d219, K0), tl.where((perzyna_iso_radial_return_solve_converged & fin), d225, K0), _zero27, _zero27,
                 _zero27, _zero27, _zero27, _zero27,
@@ -1811,7 +1808,7 @@ static void newton_1(
         const real ncse_16 = (ncse_5 + ncse_6 - (((real)0.6666666666666666) * cse_0));
         const real ncse_17 = (ncse_5 + ncse_7 - (((real)0.6666666666666666) * cse_2));
         const real ncse_18 = (ncse_6 + ncse_7 - (((real)0.6666666666666666) * cse_1));
-        const real ncse_8 = mc_pos(((ncse_2 * sqrt(mc_pos(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18))))) - (((real)0.3333333333333333) * ((real)2.449489742783178) * (p_sigma_y + (p_K * old_state_internal_ep)))));
+        const real ncse_8 = mc_pos(((ncse_2 * sqrt(mc_pos(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18))))) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))));
         const real ncse_9 = (-((real)1.0) + p_n);
         v_perzyna_iso_radial_return_solve_converged[l] = 0;
         v_perzyna_iso_radial_return_solve_iterations[l] = 0;
@@ -1945,7 +1942,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_11 = (cse_3 + cse_4 - (((real)0.6666666666666666) * cse_0));
         const real cse_12 = (cse_3 + cse_5 - (((real)0.6666666666666666) * cse_2));
         const real cse_13 = (cse_4 + cse_5 - (((real)0.6666666666666666) * cse_1));
-        const real cse_7 = mc_pos(((cse_6 * sqrt(mc_pos(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13))))) - (((real)0.3333333333333333) * ((real)2.449489742783178) * (p_sigma_y + (p_K * old_state_internal_ep)))));
+        const real cse_7 = mc_pos(((cse_6 * sqrt(mc_pos(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13))))) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))));
         const real perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (((real)1.0) / sqrt((((p_eta * p_eta) / (cse_7 * cse_7)) + mc_pow((cse_7 / ((cse_6 + (((real)0.6666666666666666) * p_K)) * (forces_t - old_forces_t))), (-((real)2.0) / p_n)))));
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
@@ -2015,8 +2012,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_38 = (cse_14 * cse_34);
         const real cse_39 = (cse_15 * cse_34);
         const real cse_40 = (cse_16 * cse_34);
-        const real cse_41 = ((real)0.816496580927726);
-        const real cse_42 = (cse_41 * state_internal_gamma_rate);
+        const real cse_42 = (((real)0.816496580927726) * state_internal_gamma_rate);
         const real cse_230 = (cse_0 + cse_35);
         const real cse_231 = (-cse_230);
         const real cse_232 = (((real)1.0) + p_nu);
@@ -2116,7 +2112,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_279 = (p_E * cse_278);
         const real cse_280 = (((real)2.0) * cse_279);
         const real cse_281 = (cse_280 + (((real)0.6666666666666666) * p_K));
-        const real cse_282 = (((cse_279 * cse_50) - (cse_41 * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0 ? 1 : 0);
+        const real cse_282 = (((cse_279 * cse_50) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))) > 0 ? 1 : 0);
         const real cse_283 = (cse_282 * cse_51);
         const real cse_284 = (cse_280 * cse_283);
         const real cse_285 = (((real)4.0) * cse_279 * cse_283);
@@ -2262,11 +2258,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_146 = (-cse_57);
         const real cse_148 = (-cse_59);
         const real cse_168 = (((real)1.0) - cse_34);
-        const real cse_229 = (cse_41 * cse_45);
+        const real cse_229 = (((real)0.816496580927726) * cse_45);
         const real cse_252 = (-cse_242);
         const real cse_255 = (-cse_250);
         const real cse_289 = (cse_281 * state_internal_gamma_rate);
-        const real cse_290 = (cse_282 * cse_41);
+        const real cse_290 = (((real)0.816496580927726) * cse_282);
         const real ls2_1 = (-p_eta - (cse_281 * cse_45));
         const real ls2_2 = (((real)1.0) / ls2_1);
         const real ls2_3 = (-cse_289);
@@ -2606,7 +2602,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 8) o_j[248 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_229 * d108) : MC_NAN;
         if (V & 8) o_j[249 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_229 * d109) : MC_NAN;
         if (V & 8) o_j[250 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_229 * d110) : MC_NAN;
-        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_221 * cse_41) + (cse_229 * d111)) : MC_NAN;
+        if (V & 8) o_j[251 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? ((cse_229 * d111) + (((real)0.816496580927726) * cse_221)) : MC_NAN;
         if (V & 8) o_j[252 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_44 * d106) : MC_NAN;
         if (V & 8) o_j[253 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_44 * d107) : MC_NAN;
         if (V & 8) o_j[254 * MC_W + l] = perzyna_iso_radial_return_solve_converged ? (cse_44 * d108) : MC_NAN;

@@ -103,10 +103,8 @@ def _torch_newton_1(
         ncse_34 = (-ncse_11 - ncse_29 + (1.3333333333333333 * p_E * ncse_2 * ncse_5))
         ncse_35 = (-ncse_29 - ncse_8 + (1.3333333333333333 * p_E * ncse_10 * ncse_2))
         ncse_36 = (ncse_14 * ncse_31 * ncse_6)
-        ncse_37 = 2.449489742783178
-        ncse_38 = (0.3333333333333333 * ncse_37)
         ncse_39 = (1.0 / p_eta)
-        ncse_40 = (ncse_38 * (-p_sigma_y + (0.5 * ncse_30 * ncse_37) - (p_K * state_internal_ep)))
+        ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_30) - (p_K * state_internal_ep)))
         ncse_41 = (ncse_39 * torch.clamp(ncse_40, min=0.0))
         ncse_42 = torch.pow(ncse_41, p_n)
         ncse_43 = (-0.6666666666666666 * ncse_31)
@@ -178,13 +176,14 @@ def _torch_newton_1(
         ncse_108 = torch.abs(state_internal_Ep_4)
         ncse_109 = torch.abs(state_internal_Ep_5)
         ncse_110 = torch.abs(state_internal_ep)
+        ncse_115 = (0.816496580927726 * ncse_47)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
         nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_36))
         nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36))
         nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36))
-        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_38))
+        nt1_r_6 = (state_internal_ep - old_state_internal_ep - (0.816496580927726 * ncse_14))
         nt1_r_7 = (state_internal_gamma_rate - ncse_42)
         perzyna_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
@@ -192,7 +191,7 @@ def _torch_newton_1(
         nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + torch.abs(old_state_internal_Ep_1)))))
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + torch.abs(old_state_internal_Ep_2)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (ncse_102 * ncse_38) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (ncse_38 * ((ncse_110 * torch.abs(p_K)) + (0.5 * ncse_37 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_84)) + torch.abs(ncse_42)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (0.816496580927726 * ncse_102) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (0.816496580927726 * ((ncse_110 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_84)) + torch.abs(ncse_42)))))
         perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(perzyna_iso_return_map_converged.all()):
             break
@@ -203,8 +202,8 @@ def _torch_newton_1(
             [ncse_58, ncse_65, ncse_71, (1.0 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76)))), ncse_80, ncse_81, 0.0, (ncse_16 * ncse_82)],
             [ncse_60, ncse_67, ncse_73, ncse_80, (1.0 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76)))), ncse_83, 0.0, (ncse_20 * ncse_82)],
             [ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, (1.0 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76)))), 0.0, (ncse_23 * ncse_82)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (ncse_38 * ncse_47)],
-            [(ncse_12 * ncse_87), (ncse_34 * ncse_87), (ncse_35 * ncse_87), (ncse_16 * ncse_88), (ncse_20 * ncse_88), (ncse_23 * ncse_88), (p_K * ncse_38 * ncse_85), 1.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_115],
+            [(ncse_12 * ncse_87), (ncse_34 * ncse_87), (ncse_35 * ncse_87), (ncse_16 * ncse_88), (ncse_20 * ncse_88), (ncse_23 * ncse_88), (0.816496580927726 * p_K * ncse_85), 1.0],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -391,10 +390,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20)
         cse_184 = (-cse_170 - (cse_115 * cse_172))
         cse_185 = (cse_133 * cse_184)
-        cse_186 = 2.449489742783178
-        cse_187 = (0.3333333333333333 * cse_186)
         cse_188 = (1.0 / p_eta)
-        cse_189 = (cse_187 * (-p_sigma_y + (0.5 * cse_122 * cse_186) - (p_K * state_internal_ep)))
+        cse_189 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_122) - (p_K * state_internal_ep)))
         cse_190 = torch.clamp(cse_189, min=0.0)
         cse_191 = (cse_188 * cse_190)
         cse_192 = torch.pow(cse_191, p_n)
@@ -408,7 +405,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_200 = (cse_16 * cse_199)
         cse_201 = (cse_18 * cse_199)
         cse_202 = (cse_199 * cse_20)
-        cse_203 = (cse_187 * cse_194)
+        cse_203 = (0.816496580927726 * cse_194)
         # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
             [(1.0 - cse_134), cse_140, cse_143, cse_147, cse_148, cse_149, 0.0, (cse_125 * cse_151)],
@@ -417,7 +414,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_147, cse_159, cse_167, (1.0 - cse_174), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
             [cse_148, cse_160, cse_168, cse_178, (1.0 - cse_182), cse_183, 0.0, (cse_180 * state_S_4)],
             [cse_149, cse_161, cse_169, cse_179, cse_183, (1.0 - cse_185), 0.0, (cse_180 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (cse_131 * cse_187)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_131)],
             [cse_196, cse_197, cse_198, cse_200, cse_201, cse_202, (p_K * cse_203), 1.0],
         ], X)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
@@ -544,7 +541,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_221 = (cse_220 * state_S_3)
         cse_234 = (cse_220 * state_S_4)
         cse_238 = (cse_220 * state_S_5)
-        cse_241 = (cse_187 * state_internal_gamma_rate)
+        cse_241 = (0.816496580927726 * state_internal_gamma_rate)
         # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
             [cse_205, (-cse_205), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -1540,9 +1537,10 @@ if triton is not None:
         K3 = tl.full([], 1.3333333333333333, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
-        K6 = tl.full([], 2.449489742783178, DTYPE)
-        K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 2.6666666666666665, DTYPE)
+        K6 = tl.full([], 0.816496580927726, DTYPE)
+        K7 = tl.full([], 1.224744871391589, DTYPE)
+        K8 = tl.full([], 2.0, DTYPE)
+        K9 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1602,14 +1600,12 @@ if triton is not None:
             ncse_34 = (-ncse_11 - ncse_29 + (K3 * p_E * ncse_2 * ncse_5))
             ncse_35 = (-ncse_29 - ncse_8 + (K3 * p_E * ncse_10 * ncse_2))
             ncse_36 = (ncse_14 * ncse_31 * ncse_6)
-            ncse_37 = K6
-            ncse_38 = (K4 * ncse_37)
             ncse_39 = (K1 / p_eta)
-            ncse_40 = (ncse_38 * (-p_sigma_y + (K5 * ncse_30 * ncse_37) - (p_K * state_internal_ep)))
+            ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_30) - (p_K * state_internal_ep)))
             ncse_41 = (ncse_39 * tl.maximum(ncse_40, 0.0))
             ncse_42 = tl.exp(p_n * tl.log(ncse_41))
             ncse_43 = (-K2 * ncse_31)
-            ncse_44 = _mc_sdiv(K1, (K7 * ncse_30))
+            ncse_44 = _mc_sdiv(K1, (K8 * ncse_30))
             ncse_45 = (ncse_44 * _mc_sdiv(K1, (ncse_30 * ncse_30)))
             ncse_46 = (K5 * ncse_45)
             ncse_47 = (-ncse_13)
@@ -1641,7 +1637,7 @@ if triton is not None:
             ncse_73 = (ncse_20 * ncse_72)
             ncse_74 = (ncse_23 * ncse_72)
             ncse_75 = (-ncse_31)
-            ncse_76 = (K7 * ncse_45)
+            ncse_76 = (K8 * ncse_45)
             ncse_77 = (p_E * p_E * p_E)
             ncse_78 = (ncse_2 * ncse_2 * ncse_2)
             ncse_79 = (ncse_47 * ncse_54 * ncse_76 * ncse_77 * ncse_78)
@@ -1653,7 +1649,7 @@ if triton is not None:
             ncse_85 = (ncse_39 * ncse_84 * tl.where(ncse_40 > 0.0, 1.0, 0.0))
             ncse_86 = (ncse_44 * ncse_85)
             ncse_87 = (ncse_6 * ncse_86)
-            ncse_88 = (K7 * ncse_17 * ncse_86)
+            ncse_88 = (K8 * ncse_17 * ncse_86)
             ncse_89 = tl.abs(state_internal_Ep_0)
             ncse_90 = tl.abs(state_internal_Ep_1)
             ncse_91 = (ncse_90 + tl.abs(forces_E_1))
@@ -1664,8 +1660,8 @@ if triton is not None:
             ncse_96 = (K3 * ncse_92)
             ncse_97 = tl.abs(state_internal_Ep_2)
             ncse_98 = (ncse_97 + tl.abs(forces_E_2))
-            ncse_114 = tl.abs((K1 / (K1 - (K7 * p_nu))))
-            ncse_99 = (K8 * ncse_92 * (ncse_91 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_114)
+            ncse_114 = tl.abs((K1 / (K1 - (K8 * p_nu))))
+            ncse_99 = (K9 * ncse_92 * (ncse_91 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_114)
             ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
             ncse_101 = tl.abs(state_internal_gamma_rate)
             ncse_102 = (ncse_101 * tl.abs(ncse_13))
@@ -1677,20 +1673,21 @@ if triton is not None:
             ncse_108 = tl.abs(state_internal_Ep_4)
             ncse_109 = tl.abs(state_internal_Ep_5)
             ncse_110 = tl.abs(state_internal_ep)
+            ncse_115 = (K6 * ncse_47)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
             nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_36))
             nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36))
             nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_38))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K6 * ncse_14))
             nt1_r_7 = (state_internal_gamma_rate - ncse_42)
             perzyna_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_return_map_residual_norm, nt1_rnorm0)
             nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + tl.abs(old_state_internal_Ep_1)))))
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + tl.abs(old_state_internal_Ep_2)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (ncse_102 * ncse_38) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (ncse_38 * ((ncse_110 * tl.abs(p_K)) + (K5 * ncse_37 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_84)) + tl.abs(ncse_42)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (K6 * ncse_102) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (K6 * ((ncse_110 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_84)) + tl.abs(ncse_42)))))
             perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~perzyna_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
@@ -1705,33 +1702,32 @@ if triton is not None:
             nt1_10 = (ncse_20 * ncse_82)
             nt1_11 = (K1 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))))
             nt1_12 = (ncse_23 * ncse_82)
-            nt1_13 = (ncse_38 * ncse_47)
-            nt1_14 = (ncse_12 * ncse_87)
-            nt1_15 = (ncse_34 * ncse_87)
-            nt1_16 = (ncse_35 * ncse_87)
-            nt1_17 = (ncse_16 * ncse_88)
-            nt1_18 = (ncse_20 * ncse_88)
-            nt1_19 = (ncse_23 * ncse_88)
-            nt1_20 = (p_K * ncse_38 * ncse_85)
+            nt1_13 = (ncse_12 * ncse_87)
+            nt1_14 = (ncse_34 * ncse_87)
+            nt1_15 = (ncse_35 * ncse_87)
+            nt1_16 = (ncse_16 * ncse_88)
+            nt1_17 = (ncse_20 * ncse_88)
+            nt1_18 = (ncse_23 * ncse_88)
+            nt1_19 = (K6 * p_K * ncse_85)
             nt1_lu = _triton_lu1(
                 nt1_1, ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, nt1_2, ncse_52, nt1_3, ncse_62, ncse_65,
                 ncse_67, ncse_68, nt1_4, ncse_53, ncse_62, nt1_5, ncse_71, ncse_73, ncse_74, nt1_6, ncse_58,
                 ncse_65, ncse_71, nt1_7, ncse_80, ncse_81, nt1_8, ncse_60, ncse_67, ncse_73, ncse_80, nt1_9,
-                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, nt1_13, nt1_14,
-                nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, DTYPE)
-            nt1_21 = (-nt1_r_0)
-            nt1_22 = (-nt1_r_1)
-            nt1_23 = (-nt1_r_2)
-            nt1_24 = (-nt1_r_3)
-            nt1_25 = (-nt1_r_4)
-            nt1_26 = (-nt1_r_5)
-            nt1_27 = (-nt1_r_6)
-            nt1_28 = (-nt1_r_7)
-            (nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36) = _triton_lu1_forward1(
-                nt1_lu, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, nt1_28, DTYPE)
+                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_115, nt1_13,
+                nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
+            nt1_20 = (-nt1_r_0)
+            nt1_21 = (-nt1_r_1)
+            nt1_22 = (-nt1_r_2)
+            nt1_23 = (-nt1_r_3)
+            nt1_24 = (-nt1_r_4)
+            nt1_25 = (-nt1_r_5)
+            nt1_26 = (-nt1_r_6)
+            nt1_27 = (-nt1_r_7)
+            (nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35) = _triton_lu1_forward1(
+                nt1_lu, nt1_20, nt1_21, nt1_22, nt1_23, nt1_24, nt1_25, nt1_26, nt1_27, DTYPE)
             (
                 nt1_du_0, nt1_du_1, nt1_du_2, nt1_du_3, nt1_du_4, nt1_du_5, nt1_du_6, nt1_du_7,
-            ) = _triton_lu1_back1(nt1_lu, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, nt1_36, DTYPE)
+            ) = _triton_lu1_back1(nt1_lu, nt1_28, nt1_29, nt1_30, nt1_31, nt1_32, nt1_33, nt1_34, nt1_35, DTYPE)
             state_internal_Ep_0 = tl.where(update1, state_internal_Ep_0 + nt1_du_0, state_internal_Ep_0)
             state_internal_Ep_1 = tl.where(update1, state_internal_Ep_1 + nt1_du_1, state_internal_Ep_1)
             state_internal_Ep_2 = tl.where(update1, state_internal_Ep_2 + nt1_du_2, state_internal_Ep_2)
@@ -1768,8 +1764,9 @@ if triton is not None:
         K4 = tl.full([], 0.6666666666666666, DTYPE)
         K5 = tl.full([], 1.3333333333333333, DTYPE)
         K6 = tl.full([], 0.5, DTYPE)
-        K7 = tl.full([], 2.449489742783178, DTYPE)
-        K8 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 0.816496580927726, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
+        K9 = tl.full([], 0.0, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1895,28 +1892,9 @@ if triton is not None:
             cse_141 = (-cse_119 - cse_121 + (K5 * p_E * cse_2 * cse_4))
             cse_142 = (-cse_135 - (cse_138 * cse_141))
             cse_143 = (-cse_133 * cse_142)
-            cse_186 = K7
-            cse_187 = (K3 * cse_186)
-            cse_189 = (cse_187 * (-p_sigma_y + (K6 * cse_122 * cse_186) - (p_K * state_internal_ep)))
-            cse_190 = tl.maximum(cse_189, 0.0)
-            cse_188 = (K1 / p_eta)
-            cse_191 = (cse_188 * cse_190)
-            cse_192 = tl.exp(p_n * tl.log(cse_191))
-            cse_193 = (p_n * _mc_powr_shift(cse_192, cse_191, (-K1 + p_n)))
-            cse_194 = (cse_188 * cse_193 * tl.where(cse_189 > 0.0, 1.0, 0.0))
-            cse_195 = (cse_194 * cse_5)
-            cse_196 = (cse_137 * cse_195)
             cse_154 = (cse_126 * cse_136)
-            cse_197 = (cse_154 * cse_195)
-            cse_164 = (cse_126 * cse_141)
-            cse_198 = (cse_164 * cse_195)
             cse_155 = (-cse_135 - (cse_128 * cse_141 * cse_154))
             cse_156 = (-cse_133 * cse_155)
-            cse_171 = (K2 * cse_126)
-            cse_199 = (cse_110 * cse_171 * cse_194)
-            cse_200 = (cse_16 * cse_199)
-            cse_201 = (cse_18 * cse_199)
-            cse_202 = (cse_199 * cse_20)
             cse_129 = (cse_126 * cse_128)
             cse_124 = (-K4 * cse_123)
             cse_130 = (-cse_124 - (cse_129 * (cse_125 * cse_125)))
@@ -1925,6 +1903,19 @@ if triton is not None:
             cse_153 = (cse_133 * cse_152)
             cse_162 = (-cse_124 - (cse_129 * (cse_141 * cse_141)))
             cse_163 = (cse_133 * cse_162)
+            cse_189 = (K7 * (-p_sigma_y + (K8 * cse_122) - (p_K * state_internal_ep)))
+            cse_190 = tl.maximum(cse_189, 0.0)
+            cse_188 = (K1 / p_eta)
+            cse_191 = (cse_188 * cse_190)
+            cse_192 = tl.exp(p_n * tl.log(cse_191))
+            cse_193 = (p_n * _mc_powr_shift(cse_192, cse_191, (-K1 + p_n)))
+            cse_194 = (cse_188 * cse_193 * tl.where(cse_189 > 0.0, 1.0, 0.0))
+            cse_195 = (cse_194 * cse_5)
+            cse_196 = (cse_137 * cse_195)
+            cse_197 = (cse_154 * cse_195)
+            cse_164 = (cse_126 * cse_141)
+            cse_198 = (cse_164 * cse_195)
+            cse_171 = (K2 * cse_126)
             cse_172 = (cse_127 * cse_171)
             cse_170 = (-cse_123)
             cse_173 = (-cse_170 - (cse_111 * cse_172))
@@ -1933,6 +1924,10 @@ if triton is not None:
             cse_182 = (cse_133 * cse_181)
             cse_184 = (-cse_170 - (cse_115 * cse_172))
             cse_185 = (cse_133 * cse_184)
+            cse_199 = (cse_110 * cse_171 * cse_194)
+            cse_200 = (cse_16 * cse_199)
+            cse_201 = (cse_18 * cse_199)
+            cse_202 = (cse_199 * cse_20)
             cse_144 = (cse_127 * cse_137)
             cse_145 = (cse_110 * cse_132)
             cse_146 = (cse_144 * cse_145)
@@ -1954,8 +1949,8 @@ if triton is not None:
             cse_177 = (cse_132 * cse_16 * cse_172 * cse_175 * cse_176)
             cse_178 = (cse_177 * cse_18)
             cse_179 = (cse_177 * cse_20)
-            cse_203 = (cse_187 * cse_194)
             cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20)
+            cse_203 = (K7 * cse_194)
             cse_150 = (K6 * cse_123)
             cse_151 = (cse_131 * cse_150)
             cse_180 = (cse_123 * cse_131)
@@ -1972,7 +1967,7 @@ if triton is not None:
             lu1_10 = (cse_180 * state_S_4)
             lu1_11 = (K1 - cse_185)
             lu1_12 = (cse_180 * state_S_5)
-            lu1_13 = (cse_131 * cse_187)
+            lu1_13 = (K7 * cse_131)
             lu1_14 = (p_K * cse_203)
             lu1_lu = _triton_lu1(
                 lu1_1, cse_140, cse_143, cse_147, cse_148, cse_149, lu1_2, cse_140, lu1_3, cse_156, cse_159,
@@ -2136,7 +2131,7 @@ if triton is not None:
             cse_221 = (cse_220 * state_S_3)
             cse_234 = (cse_220 * state_S_4)
             cse_238 = (cse_220 * state_S_5)
-            cse_241 = (cse_187 * state_internal_gamma_rate)
+            cse_241 = (K7 * state_internal_gamma_rate)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
             (ls2_69, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76) = _triton_lu1_forward3(
                 lu1_lu, cse_205, cse_214, cse_217, cse_221, cse_234, cse_238, cse_241, DTYPE)
@@ -2326,7 +2321,7 @@ if triton is not None:
             ls3_195 = _triton_lu1_forward11(lu1_lu, ls3_187, DTYPE)
             ls3_196 = (-cse_190 * cse_193 * (cse_188 * cse_188))
             ls3_204 = _triton_lu1_forward11(lu1_lu, ls3_196, DTYPE)
-            ls3_205 = tl.where(cse_191 > 0.0, (cse_192 * tl.log(cse_191)), K8)
+            ls3_205 = tl.where(cse_191 > 0.0, (cse_192 * tl.log(cse_191)), K9)
             ls3_213 = _triton_lu1_forward11(lu1_lu, ls3_205, DTYPE)
             (d211, d212, d213, d214, d215, d216, d217, d218) = _triton_lu1_back2(
                 lu1_lu, ls3_155, ls3_156, ls3_157, ls3_158, ls3_159, ls3_160, ls3_162, DTYPE)
@@ -2396,77 +2391,77 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (6 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d4, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (6 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (6 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (6 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (6 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (6 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row28 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K8, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
@@ -2563,8 +2558,6 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_13[MC_W];
     real v_ncse_17[MC_W];
     real v_ncse_26[MC_W];
-    real v_ncse_37[MC_W];
-    real v_ncse_38[MC_W];
     real v_ncse_39[MC_W];
     real v_ncse_47[MC_W];
     real v_ncse_48[MC_W];
@@ -2574,6 +2567,7 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_93[MC_W];
     real v_ncse_96[MC_W];
     real v_ncse_114[MC_W];
+    real v_ncse_115[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2603,8 +2597,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_13 = (forces_t - old_forces_t);
         const real ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_26 = (((real)0.3333333333333333) * ncse_6);
-        const real ncse_37 = ((real)2.449489742783178);
-        const real ncse_38 = (((real)0.3333333333333333) * ncse_37);
         const real ncse_39 = (((real)1.0) / p_eta);
         const real ncse_47 = (-ncse_13);
         const real ncse_48 = (ncse_47 * ncse_6);
@@ -2614,6 +2606,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_93 = (((real)0.6666666666666666) * ncse_92);
         const real ncse_96 = (((real)1.3333333333333333) * ncse_92);
         const real ncse_114 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_115 = (((real)0.816496580927726) * ncse_47);
         v_perzyna_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_converged[l] : 0;
         v_perzyna_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2631,8 +2624,6 @@ MC_INLINE void newton_1_iterate(
         v_ncse_13[l] = ncse_13;
         v_ncse_17[l] = ncse_17;
         v_ncse_26[l] = ncse_26;
-        v_ncse_37[l] = ncse_37;
-        v_ncse_38[l] = ncse_38;
         v_ncse_39[l] = ncse_39;
         v_ncse_47[l] = ncse_47;
         v_ncse_48[l] = ncse_48;
@@ -2642,6 +2633,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_93[l] = ncse_93;
         v_ncse_96[l] = ncse_96;
         v_ncse_114[l] = ncse_114;
+        v_ncse_115[l] = ncse_115;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2670,8 +2662,6 @@ MC_INLINE void newton_1_iterate(
         const real ncse_26 = v_ncse_26[l];
         const real p_K = MC_P(2, v_p_K[l]);
         const real p_sigma_y = MC_P(3, v_p_sigma_y[l]);
-        const real ncse_37 = v_ncse_37[l];
-        const real ncse_38 = v_ncse_38[l];
         const real state_internal_ep = v_state_internal_ep[l];
         const real ncse_39 = v_ncse_39[l];
         const real p_n = MC_P(5, v_p_n[l]);
@@ -2691,6 +2681,7 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real ncse_96 = v_ncse_96[l];
+        const real ncse_115 = v_ncse_115[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2724,7 +2715,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_34 = (-ncse_11 - ncse_29 + (((real)1.3333333333333333) * p_E * ncse_2 * ncse_5));
         const real ncse_35 = (-ncse_29 - ncse_8 + (((real)1.3333333333333333) * p_E * ncse_10 * ncse_2));
         const real ncse_36 = (ncse_14 * ncse_31 * ncse_6);
-        const real ncse_40 = (ncse_38 * (-p_sigma_y + (((real)0.5) * ncse_30 * ncse_37) - (p_K * state_internal_ep)));
+        const real ncse_40 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_30) - (p_K * state_internal_ep)));
         const real ncse_41 = (ncse_39 * mc_pos(ncse_40));
         const real ncse_42 = mc_pow(ncse_41, p_n);
         const real ncse_43 = (-((real)0.6666666666666666) * ncse_31);
@@ -2794,14 +2785,14 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_3 = (-ncse_15 - old_state_internal_Ep_3 - (ncse_16 * ncse_36));
         const real nt1_r_4 = (-ncse_19 - old_state_internal_Ep_4 - (ncse_20 * ncse_36));
         const real nt1_r_5 = (-ncse_22 - old_state_internal_Ep_5 - (ncse_23 * ncse_36));
-        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (ncse_14 * ncse_38));
+        const real nt1_r_6 = (state_internal_ep - old_state_internal_ep - (((real)0.816496580927726) * ncse_14));
         const real nt1_r_7 = (state_internal_gamma_rate - ncse_42);
         const real perzyna_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_return_map_residual_norm : v_nt1_rnorm0[l];
         const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + fabs(old_state_internal_Ep_1)))));
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + fabs(old_state_internal_Ep_2)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (ncse_102 * ncse_38) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (ncse_38 * ((ncse_110 * fabs(p_K)) + (((real)0.5) * ncse_37 * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_84)) + fabs(ncse_42)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (((real)0.816496580927726) * ncse_102) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (((real)0.816496580927726) * ((ncse_110 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_84)) + fabs(ncse_42)))));
         const int nt1_ok = (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -2821,191 +2812,190 @@ MC_INLINE void newton_1_iterate(
         const real nt1_10 = (ncse_20 * ncse_82);
         const real nt1_11 = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))));
         const real nt1_12 = (ncse_23 * ncse_82);
-        const real nt1_13 = (ncse_38 * ncse_47);
-        const real nt1_14 = (ncse_12 * ncse_87);
-        const real nt1_15 = (ncse_34 * ncse_87);
-        const real nt1_16 = (ncse_35 * ncse_87);
-        const real nt1_17 = (ncse_16 * ncse_88);
-        const real nt1_18 = (ncse_20 * ncse_88);
-        const real nt1_19 = (ncse_23 * ncse_88);
-        const real nt1_20 = (p_K * ncse_38 * ncse_85);
-        const int nt1_ok_0_21_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_53))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_58))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))));
-        const int nt1_21 = (nt1_ok_0_21_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_61))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
-        const real nt1_22 = (nt1_21 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_23 = (ncse_52 * nt1_22);
-        const real nt1_24 = (nt1_3 - (ncse_52 * nt1_23));
-        const real nt1_25 = (ncse_62 - (ncse_53 * nt1_23));
-        const real nt1_26 = (ncse_65 - (ncse_58 * nt1_23));
-        const real nt1_27 = (ncse_67 - (ncse_60 * nt1_23));
-        const real nt1_28 = (ncse_68 - (ncse_61 * nt1_23));
-        const real nt1_29 = (nt1_4 - (nt1_2 * nt1_23));
-        const real nt1_30 = (ncse_53 * nt1_22);
-        const real nt1_31 = (ncse_62 - (ncse_52 * nt1_30));
-        const real nt1_32 = (nt1_5 - (ncse_53 * nt1_30));
-        const real nt1_33 = (ncse_71 - (ncse_58 * nt1_30));
-        const real nt1_34 = (ncse_73 - (ncse_60 * nt1_30));
-        const real nt1_35 = (ncse_74 - (ncse_61 * nt1_30));
-        const real nt1_36 = (nt1_6 - (nt1_2 * nt1_30));
-        const real nt1_37 = (ncse_58 * nt1_22);
-        const real nt1_38 = (ncse_65 - (ncse_52 * nt1_37));
-        const real nt1_39 = (ncse_71 - (ncse_53 * nt1_37));
-        const real nt1_40 = (nt1_7 - (ncse_58 * nt1_37));
-        const real nt1_41 = (ncse_80 - (ncse_60 * nt1_37));
-        const real nt1_42 = (ncse_81 - (ncse_61 * nt1_37));
-        const real nt1_43 = (nt1_8 - (nt1_2 * nt1_37));
-        const real nt1_44 = (ncse_60 * nt1_22);
-        const real nt1_45 = (ncse_67 - (ncse_52 * nt1_44));
-        const real nt1_46 = (ncse_73 - (ncse_53 * nt1_44));
-        const real nt1_47 = (ncse_80 - (ncse_58 * nt1_44));
-        const real nt1_48 = (nt1_9 - (ncse_60 * nt1_44));
-        const real nt1_49 = (ncse_83 - (ncse_61 * nt1_44));
-        const real nt1_50 = (nt1_10 - (nt1_2 * nt1_44));
-        const real nt1_51 = (ncse_61 * nt1_22);
-        const real nt1_52 = (ncse_68 - (ncse_52 * nt1_51));
-        const real nt1_53 = (ncse_74 - (ncse_53 * nt1_51));
-        const real nt1_54 = (ncse_81 - (ncse_58 * nt1_51));
-        const real nt1_55 = (ncse_83 - (ncse_60 * nt1_51));
-        const real nt1_56 = (nt1_11 - (ncse_61 * nt1_51));
-        const real nt1_57 = (nt1_12 - (nt1_2 * nt1_51));
-        const real nt1_58 = (nt1_14 * nt1_22);
-        const real nt1_59 = (nt1_15 - (ncse_52 * nt1_58));
-        const real nt1_60 = (nt1_16 - (ncse_53 * nt1_58));
-        const real nt1_61 = (nt1_17 - (ncse_58 * nt1_58));
-        const real nt1_62 = (nt1_18 - (ncse_60 * nt1_58));
-        const real nt1_63 = (nt1_19 - (ncse_61 * nt1_58));
-        const real nt1_64 = (((real)1.0) - (nt1_2 * nt1_58));
-        const int nt1_ok_1_65_part0 = ((fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_27))) & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_28))));
-        const int nt1_65 = (nt1_ok_1_65_part0 & (fabs(nt1_24) >= (((real)1e-12) * fabs(nt1_29))));
-        const real nt1_66 = (nt1_65 ? (((real)1.0) / nt1_24) : MC_NAN);
-        const real nt1_67 = (nt1_31 * nt1_66);
-        const real nt1_68 = (nt1_32 - (nt1_25 * nt1_67));
-        const real nt1_69 = (nt1_33 - (nt1_26 * nt1_67));
-        const real nt1_70 = (nt1_34 - (nt1_27 * nt1_67));
-        const real nt1_71 = (nt1_35 - (nt1_28 * nt1_67));
-        const real nt1_72 = (nt1_36 - (nt1_29 * nt1_67));
-        const real nt1_73 = (nt1_38 * nt1_66);
-        const real nt1_74 = (nt1_39 - (nt1_25 * nt1_73));
-        const real nt1_75 = (nt1_40 - (nt1_26 * nt1_73));
-        const real nt1_76 = (nt1_41 - (nt1_27 * nt1_73));
-        const real nt1_77 = (nt1_42 - (nt1_28 * nt1_73));
-        const real nt1_78 = (nt1_43 - (nt1_29 * nt1_73));
-        const real nt1_79 = (nt1_45 * nt1_66);
-        const real nt1_80 = (nt1_46 - (nt1_25 * nt1_79));
-        const real nt1_81 = (nt1_47 - (nt1_26 * nt1_79));
-        const real nt1_82 = (nt1_48 - (nt1_27 * nt1_79));
-        const real nt1_83 = (nt1_49 - (nt1_28 * nt1_79));
-        const real nt1_84 = (nt1_50 - (nt1_29 * nt1_79));
-        const real nt1_85 = (nt1_52 * nt1_66);
-        const real nt1_86 = (nt1_53 - (nt1_25 * nt1_85));
-        const real nt1_87 = (nt1_54 - (nt1_26 * nt1_85));
-        const real nt1_88 = (nt1_55 - (nt1_27 * nt1_85));
-        const real nt1_89 = (nt1_56 - (nt1_28 * nt1_85));
-        const real nt1_90 = (nt1_57 - (nt1_29 * nt1_85));
-        const real nt1_91 = (nt1_59 * nt1_66);
-        const real nt1_92 = (nt1_60 - (nt1_25 * nt1_91));
-        const real nt1_93 = (nt1_61 - (nt1_26 * nt1_91));
-        const real nt1_94 = (nt1_62 - (nt1_27 * nt1_91));
-        const real nt1_95 = (nt1_63 - (nt1_28 * nt1_91));
-        const real nt1_96 = (nt1_64 - (nt1_29 * nt1_91));
-        const int nt1_97 = ((fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_69))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_70))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_71))) & (fabs(nt1_68) >= (((real)1e-12) * fabs(nt1_72))));
-        const real nt1_98 = (nt1_97 ? (((real)1.0) / nt1_68) : MC_NAN);
-        const real nt1_99 = (nt1_74 * nt1_98);
-        const real nt1_100 = (nt1_75 - (nt1_69 * nt1_99));
-        const real nt1_101 = (nt1_76 - (nt1_70 * nt1_99));
-        const real nt1_102 = (nt1_77 - (nt1_71 * nt1_99));
-        const real nt1_103 = (nt1_78 - (nt1_72 * nt1_99));
-        const real nt1_104 = (nt1_80 * nt1_98);
-        const real nt1_105 = (nt1_81 - (nt1_69 * nt1_104));
-        const real nt1_106 = (nt1_82 - (nt1_70 * nt1_104));
-        const real nt1_107 = (nt1_83 - (nt1_71 * nt1_104));
-        const real nt1_108 = (nt1_84 - (nt1_72 * nt1_104));
-        const real nt1_109 = (nt1_86 * nt1_98);
-        const real nt1_110 = (nt1_87 - (nt1_69 * nt1_109));
-        const real nt1_111 = (nt1_88 - (nt1_70 * nt1_109));
-        const real nt1_112 = (nt1_89 - (nt1_71 * nt1_109));
-        const real nt1_113 = (nt1_90 - (nt1_72 * nt1_109));
-        const real nt1_114 = (nt1_92 * nt1_98);
-        const real nt1_115 = (nt1_93 - (nt1_69 * nt1_114));
-        const real nt1_116 = (nt1_94 - (nt1_70 * nt1_114));
-        const real nt1_117 = (nt1_95 - (nt1_71 * nt1_114));
-        const real nt1_118 = (nt1_96 - (nt1_72 * nt1_114));
-        const int nt1_119 = ((fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_101))) & (fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_102))) & (fabs(nt1_100) >= (((real)1e-12) * fabs(nt1_103))));
-        const real nt1_120 = (nt1_119 ? (((real)1.0) / nt1_100) : MC_NAN);
-        const real nt1_121 = (nt1_105 * nt1_120);
-        const real nt1_122 = (nt1_106 - (nt1_101 * nt1_121));
-        const real nt1_123 = (nt1_107 - (nt1_102 * nt1_121));
-        const real nt1_124 = (nt1_108 - (nt1_103 * nt1_121));
-        const real nt1_125 = (nt1_110 * nt1_120);
-        const real nt1_126 = (nt1_111 - (nt1_101 * nt1_125));
-        const real nt1_127 = (nt1_112 - (nt1_102 * nt1_125));
-        const real nt1_128 = (nt1_113 - (nt1_103 * nt1_125));
-        const real nt1_129 = (nt1_115 * nt1_120);
-        const real nt1_130 = (nt1_116 - (nt1_101 * nt1_129));
-        const real nt1_131 = (nt1_117 - (nt1_102 * nt1_129));
-        const real nt1_132 = (nt1_118 - (nt1_103 * nt1_129));
-        const int nt1_133 = ((fabs(nt1_122) >= (((real)1e-12) * fabs(nt1_123))) & (fabs(nt1_122) >= (((real)1e-12) * fabs(nt1_124))));
-        const real nt1_134 = (nt1_133 ? (((real)1.0) / nt1_122) : MC_NAN);
-        const real nt1_135 = (nt1_126 * nt1_134);
-        const real nt1_136 = (nt1_127 - (nt1_123 * nt1_135));
-        const real nt1_137 = (nt1_128 - (nt1_124 * nt1_135));
-        const real nt1_138 = (nt1_130 * nt1_134);
-        const real nt1_139 = (nt1_131 - (nt1_123 * nt1_138));
-        const real nt1_140 = (nt1_132 - (nt1_124 * nt1_138));
-        const int nt1_141 = (fabs(nt1_136) >= (((real)1e-12) * fabs(nt1_137)));
-        const real nt1_142 = (nt1_141 ? (((real)1.0) / nt1_136) : MC_NAN);
-        const real nt1_143 = (nt1_139 * nt1_142);
-        const real nt1_144 = (nt1_140 - (nt1_137 * nt1_143));
-        const int nt1_145 = (((real)1.0) >= (((real)1e-12) * fabs(nt1_13)));
-        const real nt1_146 = (nt1_145 ? ((real)1.0) : MC_NAN);
-        const real nt1_147 = (nt1_20 * nt1_146);
-        const real nt1_148 = (nt1_144 - (nt1_13 * nt1_147));
-        const real nt1_149 = (((real)1.0) / nt1_148);
-        const real nt1_150 = (-nt1_r_0);
-        const real nt1_151 = (-nt1_r_1);
-        const real nt1_152 = (-nt1_r_2);
-        const real nt1_153 = (-nt1_r_3);
-        const real nt1_154 = (-nt1_r_4);
-        const real nt1_155 = (-nt1_r_5);
-        const real nt1_156 = (-nt1_r_6);
-        const real nt1_157 = (-nt1_r_7);
-        const real nt1_158 = (nt1_151 - (nt1_150 * nt1_23));
-        const real nt1_159 = (nt1_152 - (nt1_150 * nt1_30));
-        const real nt1_160 = (nt1_153 - (nt1_150 * nt1_37));
-        const real nt1_161 = (nt1_154 - (nt1_150 * nt1_44));
-        const real nt1_162 = (nt1_155 - (nt1_150 * nt1_51));
-        const real nt1_163 = (nt1_157 - (nt1_150 * nt1_58));
-        const real nt1_164 = (nt1_159 - (nt1_158 * nt1_67));
-        const real nt1_165 = (nt1_160 - (nt1_158 * nt1_73));
-        const real nt1_166 = (nt1_161 - (nt1_158 * nt1_79));
-        const real nt1_167 = (nt1_162 - (nt1_158 * nt1_85));
-        const real nt1_168 = (nt1_163 - (nt1_158 * nt1_91));
-        const real nt1_169 = (nt1_165 - (nt1_164 * nt1_99));
-        const real nt1_170 = (nt1_166 - (nt1_164 * nt1_104));
-        const real nt1_171 = (nt1_167 - (nt1_164 * nt1_109));
-        const real nt1_172 = (nt1_168 - (nt1_164 * nt1_114));
-        const real nt1_173 = (nt1_170 - (nt1_169 * nt1_121));
-        const real nt1_174 = (nt1_171 - (nt1_169 * nt1_125));
-        const real nt1_175 = (nt1_172 - (nt1_169 * nt1_129));
-        const real nt1_176 = (nt1_174 - (nt1_173 * nt1_135));
-        const real nt1_177 = (nt1_175 - (nt1_173 * nt1_138));
-        const real nt1_178 = (nt1_177 - (nt1_176 * nt1_143));
-        const real nt1_179 = (nt1_178 - (nt1_156 * nt1_147));
-        const real nt1_180 = (nt1_179 * nt1_149);
-        const real nt1_181 = (nt1_146 * (nt1_156 - (nt1_13 * nt1_180)));
-        const real nt1_182 = (nt1_142 * (nt1_176 - (nt1_137 * nt1_180)));
-        const real nt1_183 = (nt1_134 * (nt1_173 - (nt1_123 * nt1_182) - (nt1_124 * nt1_180)));
-        const real nt1_184 = (nt1_120 * (nt1_169 - (nt1_101 * nt1_183) - (nt1_102 * nt1_182) - (nt1_103 * nt1_180)));
-        const real nt1_185 = (nt1_98 * (nt1_164 - (nt1_69 * nt1_184) - (nt1_70 * nt1_183) - (nt1_71 * nt1_182) - (nt1_72 * nt1_180)));
-        const real nt1_186 = (nt1_66 * (nt1_158 - (nt1_25 * nt1_185) - (nt1_26 * nt1_184) - (nt1_27 * nt1_183) - (nt1_28 * nt1_182) - (nt1_29 * nt1_180)));
-        const real nt1_187 = (nt1_22 * (nt1_150 - (ncse_52 * nt1_186) - (ncse_53 * nt1_185) - (ncse_58 * nt1_184) - (ncse_60 * nt1_183) - (ncse_61 * nt1_182) - (nt1_2 * nt1_180)));
-        const real nt1_dx_0 = nt1_187;
-        const real nt1_dx_1 = nt1_186;
-        const real nt1_dx_2 = nt1_185;
-        const real nt1_dx_3 = nt1_184;
-        const real nt1_dx_4 = nt1_183;
-        const real nt1_dx_5 = nt1_182;
-        const real nt1_dx_6 = nt1_181;
-        const real nt1_dx_7 = nt1_180;
+        const real nt1_13 = (ncse_12 * ncse_87);
+        const real nt1_14 = (ncse_34 * ncse_87);
+        const real nt1_15 = (ncse_35 * ncse_87);
+        const real nt1_16 = (ncse_16 * ncse_88);
+        const real nt1_17 = (ncse_20 * ncse_88);
+        const real nt1_18 = (ncse_23 * ncse_88);
+        const real nt1_19 = (((real)0.816496580927726) * p_K * ncse_85);
+        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_53))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_58))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))));
+        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_61))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_21 = (nt1_20 ? (((real)1.0) / nt1_1) : MC_NAN);
+        const real nt1_22 = (ncse_52 * nt1_21);
+        const real nt1_23 = (nt1_3 - (ncse_52 * nt1_22));
+        const real nt1_24 = (ncse_62 - (ncse_53 * nt1_22));
+        const real nt1_25 = (ncse_65 - (ncse_58 * nt1_22));
+        const real nt1_26 = (ncse_67 - (ncse_60 * nt1_22));
+        const real nt1_27 = (ncse_68 - (ncse_61 * nt1_22));
+        const real nt1_28 = (nt1_4 - (nt1_2 * nt1_22));
+        const real nt1_29 = (ncse_53 * nt1_21);
+        const real nt1_30 = (ncse_62 - (ncse_52 * nt1_29));
+        const real nt1_31 = (nt1_5 - (ncse_53 * nt1_29));
+        const real nt1_32 = (ncse_71 - (ncse_58 * nt1_29));
+        const real nt1_33 = (ncse_73 - (ncse_60 * nt1_29));
+        const real nt1_34 = (ncse_74 - (ncse_61 * nt1_29));
+        const real nt1_35 = (nt1_6 - (nt1_2 * nt1_29));
+        const real nt1_36 = (ncse_58 * nt1_21);
+        const real nt1_37 = (ncse_65 - (ncse_52 * nt1_36));
+        const real nt1_38 = (ncse_71 - (ncse_53 * nt1_36));
+        const real nt1_39 = (nt1_7 - (ncse_58 * nt1_36));
+        const real nt1_40 = (ncse_80 - (ncse_60 * nt1_36));
+        const real nt1_41 = (ncse_81 - (ncse_61 * nt1_36));
+        const real nt1_42 = (nt1_8 - (nt1_2 * nt1_36));
+        const real nt1_43 = (ncse_60 * nt1_21);
+        const real nt1_44 = (ncse_67 - (ncse_52 * nt1_43));
+        const real nt1_45 = (ncse_73 - (ncse_53 * nt1_43));
+        const real nt1_46 = (ncse_80 - (ncse_58 * nt1_43));
+        const real nt1_47 = (nt1_9 - (ncse_60 * nt1_43));
+        const real nt1_48 = (ncse_83 - (ncse_61 * nt1_43));
+        const real nt1_49 = (nt1_10 - (nt1_2 * nt1_43));
+        const real nt1_50 = (ncse_61 * nt1_21);
+        const real nt1_51 = (ncse_68 - (ncse_52 * nt1_50));
+        const real nt1_52 = (ncse_74 - (ncse_53 * nt1_50));
+        const real nt1_53 = (ncse_81 - (ncse_58 * nt1_50));
+        const real nt1_54 = (ncse_83 - (ncse_60 * nt1_50));
+        const real nt1_55 = (nt1_11 - (ncse_61 * nt1_50));
+        const real nt1_56 = (nt1_12 - (nt1_2 * nt1_50));
+        const real nt1_57 = (nt1_13 * nt1_21);
+        const real nt1_58 = (nt1_14 - (ncse_52 * nt1_57));
+        const real nt1_59 = (nt1_15 - (ncse_53 * nt1_57));
+        const real nt1_60 = (nt1_16 - (ncse_58 * nt1_57));
+        const real nt1_61 = (nt1_17 - (ncse_60 * nt1_57));
+        const real nt1_62 = (nt1_18 - (ncse_61 * nt1_57));
+        const real nt1_63 = (((real)1.0) - (nt1_2 * nt1_57));
+        const int nt1_ok_1_64_part0 = ((fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_24))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_27))));
+        const int nt1_64 = (nt1_ok_1_64_part0 & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_28))));
+        const real nt1_65 = (nt1_64 ? (((real)1.0) / nt1_23) : MC_NAN);
+        const real nt1_66 = (nt1_30 * nt1_65);
+        const real nt1_67 = (nt1_31 - (nt1_24 * nt1_66));
+        const real nt1_68 = (nt1_32 - (nt1_25 * nt1_66));
+        const real nt1_69 = (nt1_33 - (nt1_26 * nt1_66));
+        const real nt1_70 = (nt1_34 - (nt1_27 * nt1_66));
+        const real nt1_71 = (nt1_35 - (nt1_28 * nt1_66));
+        const real nt1_72 = (nt1_37 * nt1_65);
+        const real nt1_73 = (nt1_38 - (nt1_24 * nt1_72));
+        const real nt1_74 = (nt1_39 - (nt1_25 * nt1_72));
+        const real nt1_75 = (nt1_40 - (nt1_26 * nt1_72));
+        const real nt1_76 = (nt1_41 - (nt1_27 * nt1_72));
+        const real nt1_77 = (nt1_42 - (nt1_28 * nt1_72));
+        const real nt1_78 = (nt1_44 * nt1_65);
+        const real nt1_79 = (nt1_45 - (nt1_24 * nt1_78));
+        const real nt1_80 = (nt1_46 - (nt1_25 * nt1_78));
+        const real nt1_81 = (nt1_47 - (nt1_26 * nt1_78));
+        const real nt1_82 = (nt1_48 - (nt1_27 * nt1_78));
+        const real nt1_83 = (nt1_49 - (nt1_28 * nt1_78));
+        const real nt1_84 = (nt1_51 * nt1_65);
+        const real nt1_85 = (nt1_52 - (nt1_24 * nt1_84));
+        const real nt1_86 = (nt1_53 - (nt1_25 * nt1_84));
+        const real nt1_87 = (nt1_54 - (nt1_26 * nt1_84));
+        const real nt1_88 = (nt1_55 - (nt1_27 * nt1_84));
+        const real nt1_89 = (nt1_56 - (nt1_28 * nt1_84));
+        const real nt1_90 = (nt1_58 * nt1_65);
+        const real nt1_91 = (nt1_59 - (nt1_24 * nt1_90));
+        const real nt1_92 = (nt1_60 - (nt1_25 * nt1_90));
+        const real nt1_93 = (nt1_61 - (nt1_26 * nt1_90));
+        const real nt1_94 = (nt1_62 - (nt1_27 * nt1_90));
+        const real nt1_95 = (nt1_63 - (nt1_28 * nt1_90));
+        const int nt1_96 = ((fabs(nt1_67) >= (((real)1e-12) * fabs(nt1_68))) & (fabs(nt1_67) >= (((real)1e-12) * fabs(nt1_69))) & (fabs(nt1_67) >= (((real)1e-12) * fabs(nt1_70))) & (fabs(nt1_67) >= (((real)1e-12) * fabs(nt1_71))));
+        const real nt1_97 = (nt1_96 ? (((real)1.0) / nt1_67) : MC_NAN);
+        const real nt1_98 = (nt1_73 * nt1_97);
+        const real nt1_99 = (nt1_74 - (nt1_68 * nt1_98));
+        const real nt1_100 = (nt1_75 - (nt1_69 * nt1_98));
+        const real nt1_101 = (nt1_76 - (nt1_70 * nt1_98));
+        const real nt1_102 = (nt1_77 - (nt1_71 * nt1_98));
+        const real nt1_103 = (nt1_79 * nt1_97);
+        const real nt1_104 = (nt1_80 - (nt1_68 * nt1_103));
+        const real nt1_105 = (nt1_81 - (nt1_69 * nt1_103));
+        const real nt1_106 = (nt1_82 - (nt1_70 * nt1_103));
+        const real nt1_107 = (nt1_83 - (nt1_71 * nt1_103));
+        const real nt1_108 = (nt1_85 * nt1_97);
+        const real nt1_109 = (nt1_86 - (nt1_68 * nt1_108));
+        const real nt1_110 = (nt1_87 - (nt1_69 * nt1_108));
+        const real nt1_111 = (nt1_88 - (nt1_70 * nt1_108));
+        const real nt1_112 = (nt1_89 - (nt1_71 * nt1_108));
+        const real nt1_113 = (nt1_91 * nt1_97);
+        const real nt1_114 = (nt1_92 - (nt1_68 * nt1_113));
+        const real nt1_115 = (nt1_93 - (nt1_69 * nt1_113));
+        const real nt1_116 = (nt1_94 - (nt1_70 * nt1_113));
+        const real nt1_117 = (nt1_95 - (nt1_71 * nt1_113));
+        const int nt1_118 = ((fabs(nt1_99) >= (((real)1e-12) * fabs(nt1_100))) & (fabs(nt1_99) >= (((real)1e-12) * fabs(nt1_101))) & (fabs(nt1_99) >= (((real)1e-12) * fabs(nt1_102))));
+        const real nt1_119 = (nt1_118 ? (((real)1.0) / nt1_99) : MC_NAN);
+        const real nt1_120 = (nt1_104 * nt1_119);
+        const real nt1_121 = (nt1_105 - (nt1_100 * nt1_120));
+        const real nt1_122 = (nt1_106 - (nt1_101 * nt1_120));
+        const real nt1_123 = (nt1_107 - (nt1_102 * nt1_120));
+        const real nt1_124 = (nt1_109 * nt1_119);
+        const real nt1_125 = (nt1_110 - (nt1_100 * nt1_124));
+        const real nt1_126 = (nt1_111 - (nt1_101 * nt1_124));
+        const real nt1_127 = (nt1_112 - (nt1_102 * nt1_124));
+        const real nt1_128 = (nt1_114 * nt1_119);
+        const real nt1_129 = (nt1_115 - (nt1_100 * nt1_128));
+        const real nt1_130 = (nt1_116 - (nt1_101 * nt1_128));
+        const real nt1_131 = (nt1_117 - (nt1_102 * nt1_128));
+        const int nt1_132 = ((fabs(nt1_121) >= (((real)1e-12) * fabs(nt1_122))) & (fabs(nt1_121) >= (((real)1e-12) * fabs(nt1_123))));
+        const real nt1_133 = (nt1_132 ? (((real)1.0) / nt1_121) : MC_NAN);
+        const real nt1_134 = (nt1_125 * nt1_133);
+        const real nt1_135 = (nt1_126 - (nt1_122 * nt1_134));
+        const real nt1_136 = (nt1_127 - (nt1_123 * nt1_134));
+        const real nt1_137 = (nt1_129 * nt1_133);
+        const real nt1_138 = (nt1_130 - (nt1_122 * nt1_137));
+        const real nt1_139 = (nt1_131 - (nt1_123 * nt1_137));
+        const int nt1_140 = (fabs(nt1_135) >= (((real)1e-12) * fabs(nt1_136)));
+        const real nt1_141 = (nt1_140 ? (((real)1.0) / nt1_135) : MC_NAN);
+        const real nt1_142 = (nt1_138 * nt1_141);
+        const real nt1_143 = (nt1_139 - (nt1_136 * nt1_142));
+        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_115)));
+        const real nt1_145 = (nt1_144 ? ((real)1.0) : MC_NAN);
+        const real nt1_146 = (nt1_19 * nt1_145);
+        const real nt1_147 = (nt1_143 - (ncse_115 * nt1_146));
+        const real nt1_148 = (((real)1.0) / nt1_147);
+        const real nt1_149 = (-nt1_r_0);
+        const real nt1_150 = (-nt1_r_1);
+        const real nt1_151 = (-nt1_r_2);
+        const real nt1_152 = (-nt1_r_3);
+        const real nt1_153 = (-nt1_r_4);
+        const real nt1_154 = (-nt1_r_5);
+        const real nt1_155 = (-nt1_r_6);
+        const real nt1_156 = (-nt1_r_7);
+        const real nt1_157 = (nt1_150 - (nt1_149 * nt1_22));
+        const real nt1_158 = (nt1_151 - (nt1_149 * nt1_29));
+        const real nt1_159 = (nt1_152 - (nt1_149 * nt1_36));
+        const real nt1_160 = (nt1_153 - (nt1_149 * nt1_43));
+        const real nt1_161 = (nt1_154 - (nt1_149 * nt1_50));
+        const real nt1_162 = (nt1_156 - (nt1_149 * nt1_57));
+        const real nt1_163 = (nt1_158 - (nt1_157 * nt1_66));
+        const real nt1_164 = (nt1_159 - (nt1_157 * nt1_72));
+        const real nt1_165 = (nt1_160 - (nt1_157 * nt1_78));
+        const real nt1_166 = (nt1_161 - (nt1_157 * nt1_84));
+        const real nt1_167 = (nt1_162 - (nt1_157 * nt1_90));
+        const real nt1_168 = (nt1_164 - (nt1_163 * nt1_98));
+        const real nt1_169 = (nt1_165 - (nt1_163 * nt1_103));
+        const real nt1_170 = (nt1_166 - (nt1_163 * nt1_108));
+        const real nt1_171 = (nt1_167 - (nt1_163 * nt1_113));
+        const real nt1_172 = (nt1_169 - (nt1_168 * nt1_120));
+        const real nt1_173 = (nt1_170 - (nt1_168 * nt1_124));
+        const real nt1_174 = (nt1_171 - (nt1_168 * nt1_128));
+        const real nt1_175 = (nt1_173 - (nt1_172 * nt1_134));
+        const real nt1_176 = (nt1_174 - (nt1_172 * nt1_137));
+        const real nt1_177 = (nt1_176 - (nt1_175 * nt1_142));
+        const real nt1_178 = (nt1_177 - (nt1_155 * nt1_146));
+        const real nt1_179 = (nt1_178 * nt1_148);
+        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_115 * nt1_179)));
+        const real nt1_181 = (nt1_141 * (nt1_175 - (nt1_136 * nt1_179)));
+        const real nt1_182 = (nt1_133 * (nt1_172 - (nt1_122 * nt1_181) - (nt1_123 * nt1_179)));
+        const real nt1_183 = (nt1_119 * (nt1_168 - (nt1_100 * nt1_182) - (nt1_101 * nt1_181) - (nt1_102 * nt1_179)));
+        const real nt1_184 = (nt1_97 * (nt1_163 - (nt1_68 * nt1_183) - (nt1_69 * nt1_182) - (nt1_70 * nt1_181) - (nt1_71 * nt1_179)));
+        const real nt1_185 = (nt1_65 * (nt1_157 - (nt1_24 * nt1_184) - (nt1_25 * nt1_183) - (nt1_26 * nt1_182) - (nt1_27 * nt1_181) - (nt1_28 * nt1_179)));
+        const real nt1_186 = (nt1_21 * (nt1_149 - (ncse_52 * nt1_185) - (ncse_53 * nt1_184) - (ncse_58 * nt1_183) - (ncse_60 * nt1_182) - (ncse_61 * nt1_181) - (nt1_2 * nt1_179)));
+        const real nt1_dx_0 = nt1_186;
+        const real nt1_dx_1 = nt1_185;
+        const real nt1_dx_2 = nt1_184;
+        const real nt1_dx_3 = nt1_183;
+        const real nt1_dx_4 = nt1_182;
+        const real nt1_dx_5 = nt1_181;
+        const real nt1_dx_6 = nt1_180;
+        const real nt1_dx_7 = nt1_179;
         if (V & 2) v_state_internal_Ep_0[l] = mc_go ? v_state_internal_Ep_0[l] + nt1_dx_0 : v_state_internal_Ep_0[l];
         if (V & 2) v_state_internal_Ep_1[l] = mc_go ? v_state_internal_Ep_1[l] + nt1_dx_1 : v_state_internal_Ep_1[l];
         if (V & 2) v_state_internal_Ep_2[l] = mc_go ? v_state_internal_Ep_2[l] + nt1_dx_2 : v_state_internal_Ep_2[l];
@@ -3076,7 +3066,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = (ncse_38 * ncse_47);
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_115;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_87);
         if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_87);
@@ -3084,7 +3074,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[59 * MC_W + l] = (ncse_16 * ncse_88);
         if (V & 1) mc_A[60 * MC_W + l] = (ncse_20 * ncse_88);
         if (V & 1) mc_A[61 * MC_W + l] = (ncse_23 * ncse_88);
-        if (V & 1) mc_A[62 * MC_W + l] = (p_K * ncse_38 * ncse_85);
+        if (V & 1) mc_A[62 * MC_W + l] = (((real)0.816496580927726) * p_K * ncse_85);
         if (V & 1) mc_A[63 * MC_W + l] = ((real)1.0);
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
     }
@@ -3274,7 +3264,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_176[MC_W];
     real v_cse_181[MC_W];
     real v_cse_184[MC_W];
-    real v_cse_187[MC_W];
     real v_cse_188[MC_W];
     real v_cse_190[MC_W];
     real v_cse_191[MC_W];
@@ -3457,10 +3446,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20);
         const real cse_184 = (-cse_170 - (cse_115 * cse_172));
         const real cse_185 = (cse_133 * cse_184);
-        const real cse_186 = ((real)2.449489742783178);
-        const real cse_187 = (((real)0.3333333333333333) * cse_186);
         const real cse_188 = (((real)1.0) / p_eta);
-        const real cse_189 = (cse_187 * (-p_sigma_y + (((real)0.5) * cse_122 * cse_186) - (p_K * state_internal_ep)));
+        const real cse_189 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_122) - (p_K * state_internal_ep)));
         const real cse_190 = mc_pos(cse_189);
         const real cse_191 = (cse_188 * cse_190);
         const real cse_192 = mc_pow(cse_191, p_n);
@@ -3474,7 +3461,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_200 = (cse_16 * cse_199);
         const real cse_201 = (cse_18 * cse_199);
         const real cse_202 = (cse_199 * cse_20);
-        const real cse_203 = (cse_187 * cse_194);
+        const real cse_203 = (((real)0.816496580927726) * cse_194);
         if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_134);
         if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_140;
         if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_143;
@@ -3530,7 +3517,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (cse_131 * cse_187);
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_131);
         if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_196;
         if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_197;
         if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_198;
@@ -3638,7 +3625,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_176[l] = cse_176;
         if (V & 14) v_cse_181[l] = cse_181;
         if (V & 14) v_cse_184[l] = cse_184;
-        if (V & 14) v_cse_187[l] = cse_187;
         if (V & 14) v_cse_188[l] = cse_188;
         if (V & 14) v_cse_190[l] = cse_190;
         if (V & 14) v_cse_191[l] = cse_191;
@@ -3702,7 +3688,6 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_187 = v_cse_187[l];
             const real cse_23 = (cse_22 * d1);
             const real cse_24 = (cse_22 * d2);
             const real cse_27 = (cse_22 * d3);
@@ -3765,7 +3750,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_221 = (cse_220 * state_S_3);
             const real cse_234 = (cse_220 * state_S_4);
             const real cse_238 = (cse_220 * state_S_5);
-            const real cse_241 = (cse_187 * state_internal_gamma_rate);
+            const real cse_241 = (((real)0.816496580927726) * state_internal_gamma_rate);
             if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_205;
             if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_205);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);

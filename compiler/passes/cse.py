@@ -196,7 +196,27 @@ def _reduce(exprs: list, counter: Counter, differences: dict, factor: bool = Fal
     replacements, reduced = cse_exprs(exprs, counter)  # sympy.cse(..., order="canonical"), faster
     replacements = differences + replacements
     replacements, reduced = _hoist_power_bases(replacements, reduced, counter)
-    return _share_reciprocals(replacements, reduced)
+    return _inline_numbers(*_share_reciprocals(replacements, reduced))
+
+
+def _inline_numbers(replacements, reduced):
+    """Common subexpressions without symbols (``sqrt(2)``, ``2 + exp(1)``, ``log(3)``) put back where
+    they are used. The printers fold a constant into one literal; named, it was a variable of the
+    generated code holding a Python float, which PyTorch's functions refuse (``sqrt(2)**x``: its
+    derivative's ``torch.log(cse_0)`` raised TypeError, and ``torch.where(cse_0 > 0, ...)`` did), and a
+    Newton solve carried it from lane array to lane array as if it varied."""
+    consts: dict = {}
+    out = []
+    for s, e in replacements:
+        if consts:
+            e = xreplace(e, consts)
+        if isinstance(e, sp.Expr) and e.is_number:
+            consts[s] = e
+        else:
+            out.append((s, e))
+    if not consts:
+        return replacements, reduced
+    return out, [xreplace(r, consts) for r in reduced]
 
 
 def _share_reciprocals(replacements, reduced):

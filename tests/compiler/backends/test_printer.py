@@ -113,3 +113,55 @@ def test_every_function_prints_each_argument_once(backend):
                 expr = rule.cls(*args)
             text = printer(Namer()).doprint(expr)
             assert text.count(Namer()(x)) == 1, (name, pos, text)
+
+
+def test_a_select_on_a_constant_prints_its_branch():
+    """ifpos / ifnonneg whose condition is a constant (the derivative of sqrt(2)**x guards its log on
+    sqrt(2) > 0) are decided at print time on the float64 value: before, the torch code was
+    torch.where(1.414 > 0.0, ...), whose condition is a Python bool (TypeError)."""
+    for printer in (TorchPrinter(Namer()), TritonPrinter(Namer())):
+        assert printer.doprint(F.ifpos(sp.sqrt(2), x, y)) == printer.doprint(x)
+        assert printer.doprint(F.ifpos(1 - sp.sqrt(2), x, y)) == printer.doprint(y)
+        assert printer.doprint(F.ifnonneg(sp.log(1), x, y)) == printer.doprint(x)  # log(1) = 0: >= 0
+        assert printer.doprint(F.ifnonneg(-sp.exp(1), x, y)) == printer.doprint(y)
+    got, text = _eval_torch(F.ifpos(sp.sqrt(2), x * sp.log(sp.sqrt(2)), 0) + y, torch.ones(3, dtype=torch.float64),
+                            torch.zeros(3, dtype=torch.float64))
+    assert torch.allclose(got, torch.full((3,), math.log(2) / 2, dtype=torch.float64)), text
+
+
+def test_constant_factors_print_as_one_literal():
+    """1/3 sqrt(6) y is one literal times y (rounded once from the exact product), not 1/3 * y * sqrt(6)."""
+    text = TorchPrinter(Namer()).doprint(sp.Rational(1, 3) * sp.sqrt(6) * y)
+    assert text.count(".") == 1 and repr(float(sp.sqrt(6) / 3)) in text, text
+    text = TorchPrinter(Namer()).doprint(-x / sp.sqrt(2))  # a constant denominator: a multiplication
+    assert "/" not in text and repr(float(1 / sp.sqrt(2))) in text, text
+    got, _ = _eval_torch(-x * y / sp.sqrt(2), torch.tensor([2.0], dtype=torch.float64), torch.tensor([3.0], dtype=torch.float64))
+    assert abs(float(got) + 6 / math.sqrt(2)) < 1e-15 * 6
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("backend", ["c", "torch", "triton"])
+def test_constant_bases_run_on_every_backend(tmp_path, backend, dtype):
+    """a**x for a constant a that is not a number literal (sqrt(2), exp(1), log(3), 2 + exp(1)): values
+    and d/dx = a**x log(a) against the closed form. The PyTorch code raised TypeError on every one
+    (its derivative's log(a), named as a common subexpression, was torch.log of a Python float)."""
+    import modelc
+
+    bases = {"sqrt(2)": math.sqrt(2), "exp(1)": math.e, "log(3)": math.log(3), "(2 + exp(1))": 2 + math.e}
+    exprs = [f"{b}**x" for b in bases] + ["(2 + exp(1))**(x/4) + log(3)*sqrt(2)**x"]
+    spec = tmp_path / "bases.yaml"
+    spec.write_text("models:\n  bases:\n    inputs: {x: {}}\n    outputs: {%s}\n    equations:\n%s" % (
+        ", ".join(f"o{i}: {{}}" for i in range(len(exprs))), "".join(f"      o{i}: {e}\n" for i, e in enumerate(exprs))))
+    model = modelc.load(spec, "bases").Model(dtype=dtype, backend=backend)
+    xs = torch.linspace(-2, 3, 11, dtype=dtype)
+    out = model({"x": xs}, derivatives=True)
+    xv = xs.double().numpy()
+    a = list(bases.values())
+    want = [ai ** xv for ai in a] + [(2 + math.e) ** (xv / 4) + math.log(3) * math.sqrt(2) ** xv]
+    dwant = [ai ** xv * math.log(ai) for ai in a] + [
+        (2 + math.e) ** (xv / 4) * math.log(2 + math.e) / 4 + math.log(3) * math.sqrt(2) ** xv * math.log(2) / 2]
+    tol = 1e-14 if dtype == torch.float64 else 3e-6
+    for i in range(len(exprs)):
+        assert torch.allclose(out[f"o{i}"].double(), torch.tensor(want[i]), rtol=tol, atol=0), exprs[i]
+        d = out.jacobian[f"o{i}", "x"].double().reshape(-1)
+        assert torch.allclose(d, torch.tensor(dwant[i]), rtol=4 * tol, atol=0), exprs[i]

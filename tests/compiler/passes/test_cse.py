@@ -346,3 +346,25 @@ def test_factored_sums_are_kept_where_they_cost_less(monkeypatch):
     for m in models:
         plain = _ops(m, None)
         assert whole[m]["total"] <= plain["total"], (m, whole[m], plain)
+
+
+def test_constants_are_never_named():
+    """A constant common subexpression (sqrt(6) in sqrt(6)/3 x y and sqrt(6)/3 y^2, which CSE named
+    cse/0; 2 + e and sqrt(2) in the others) stays inline, where the printers fold it into a literal:
+    named, it was a Python float in the generated PyTorch code, which torch.log and torch.where
+    refuse (sqrt(2)**x's derivative)."""
+    x, y = sym("x"), sym("y")
+    r2, r6 = sp.sqrt(2), sp.sqrt(6)
+    m = differentiate(leaf("m", [var("x"), var("y")], {var("a"): r2 * x + r2 ** x, var("b"): r6 / 3 * x * y,
+                                                       var("c"): r6 / 3 * y * y + sp.log(2 + sp.E + x)}))
+    Q = cse(lower(differentiate(m), derivatives=True))
+    assigns = [st for st in Q.body if isinstance(st, Assign)]
+    assert assigns and not [st for st in assigns if sp.sympify(st.value).is_number and st.target.name.startswith("cse")]
+    rng = np.random.default_rng()
+    xv = {"x": rng.uniform(0, 2, 8), "y": rng.uniform(-1, 1, 8)}
+    P = lower(differentiate(m), derivatives=True)
+    (r1, d1, _), (r2_, d2, _) = interpret(P, xv), interpret(Q, xv)
+    for k in r1:
+        np.testing.assert_allclose(r2_[k], r1[k], rtol=1e-14)
+    for k in d1:
+        np.testing.assert_allclose(d2[k], d1[k], rtol=1e-13, atol=1e-15)
