@@ -110,3 +110,67 @@ def test_random_specs_agree_across_backends_and_with_numpy(tmp_path):
             smooth = np.isfinite(fd) & np.isfinite(jt[:, q]) & (np.abs(fp + fm - 2 * want) < 1e-6 * (1 + np.abs(want)))
             bad = smooth & ~(np.abs(jt[:, q] - fd) <= 1e-4 * (1 + np.abs(fd)))
             assert not bad.any(), (names[q], [exprs[i] for i in np.argwhere(bad)[:, 0]])
+
+
+_MONOTONE = [("u + u**3", lambda np, u: u + u**3), ("u + 0.5*tanh(u)", lambda np, u: u + 0.5 * np.tanh(u)),
+             ("exp(u/3) + u", lambda np, u: np.exp(u / 3) + u), ("u + macaulay(u)", lambda np, u: u + np.maximum(u, 0)),
+             ("2*u + sqrt(1 + u**2)", lambda np, u: 2 * u + np.sqrt(1 + u**2))]
+
+
+def _random_right_side(rng, depth):
+    if depth == 0 or rng.random() < 0.25:
+        return ["x", "y"][rng.integers(2)] if rng.random() < 0.7 else ["2.0", "0.5", "(1/3)", "sqrt(2)"][rng.integers(4)]
+    a, b = _random_right_side(rng, depth - 1), _random_right_side(rng, depth - 1)
+    return [f"({a} + {b})", f"({a}*{b})", f"tanh({a})", f"exp(({a})/4)", f"safe_div({a}, 1 + ({b})**2)",
+            f"macaulay({a})", f"sqrt(1 + ({a})**2)"][rng.integers(7)]
+
+
+def test_random_implicit_models_find_the_root_and_its_derivative(tmp_path):
+    """Fresh random implicit models m(u) = g(x, y), m strictly increasing (a unique root) and g a
+    random expression: the C and PyTorch backends' Newton against the root found by bisection in
+    NumPy, and the implicit-function-theorem derivative of w = u^2 + x by x against central
+    differences of the bisection roots."""
+    import numpy as np
+    import torch
+
+    import modelc
+
+    rng = np.random.default_rng()
+    env = dict(exp=np.exp, tanh=np.tanh, sqrt=np.sqrt, macaulay=lambda a: np.maximum(a, 0.0),
+               safe_div=lambda a, b: np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0))
+    for k in range(3):
+        g = _random_right_side(rng, 3)
+        mtext, mfun = _MONOTONE[rng.integers(len(_MONOTONE))]
+        spec = tmp_path / f"n{k}.yaml"
+        spec.write_text(f"models:\n  nm:\n    inputs: {{x: {{}}, y: {{}}}}\n    outputs: {{w: {{}}}}\n"
+                        f"    implicit:\n      unknowns:\n        u: {{var: state/u}}\n      residuals:\n"
+                        f"        u: {mtext} - ({g})\n      guess:\n        u: 0\n"
+                        f"      solver: {{rtol: 1.0e-12, atol: 1.0e-12, max_iter: 60}}\n"
+                        f"    equations:\n      w: u*u + x\n")
+        module = modelc.load(spec, "nm")
+        B = 32
+        x, y = rng.uniform(-2, 2, (2, B))
+
+        def root(xv):
+            with np.errstate(all="ignore"):
+                gv = np.broadcast_to(eval(g, {"__builtins__": {}}, {**env, "x": xv, "y": y}), (B,))
+            lo, hi = np.full(B, -60.0), np.full(B, 60.0)
+            for _ in range(200):
+                mid = (lo + hi) / 2
+                above = mfun(np, mid) > gv
+                lo, hi = np.where(above, lo, mid), np.where(above, mid, hi)
+            return (lo + hi) / 2
+
+        u0 = root(x)
+        h = 1e-6
+        fd = ((root(x + h) ** 2 + x + h) - (root(x - h) ** 2 + x - h)) / (2 * h)
+        smooth = np.abs(root(x + h) + root(x - h) - 2 * u0) < 1e-7 * (1 + np.abs(u0))
+        assert smooth.sum() >= B // 2, (mtext, g)  # kinks (macaulay) at a few points at most
+        for backend in ("c", "torch"):
+            out = module.Model(dtype=torch.float64, backend=backend)({"x": torch.tensor(x), "y": torch.tensor(y)},
+                                                                    derivatives=True)
+            assert bool(out.status.converged.all()), (backend, mtext, g)
+            np.testing.assert_allclose(out["w"].numpy().reshape(B), u0 * u0 + x, rtol=1e-9, atol=1e-9,
+                                       err_msg=f"{backend}: {mtext} = {g}")
+            dw = out.jacobian["w", "x"].numpy().reshape(B)
+            np.testing.assert_allclose(dw[smooth], fd[smooth], rtol=1e-5, atol=1e-6, err_msg=f"{backend}: {mtext} = {g}")
