@@ -581,7 +581,7 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
       )),
     FunctionRule(
         "atan2_", atan2_, 2, "atan2",
-        torch="torch.atan2(torch.as_tensor({0}), torch.as_tensor({1}))",
+        torch="_atan2({0}, {1})",
         triton="_mc_atan2({0}, {1})",
         c="mc_atan2({0}, {1})",  # (vectorizable: the C header)
         numpy=_np("arctan2"),

@@ -93,10 +93,21 @@ def t_powr_shift(P, a, e):
     return torch.where(nz, P / torch.where(nz, a, 1.0), at0.to(a.dtype))
 
 
+def t_atan2(y, x):
+    """atan2(y, x) where one argument may be a Python float (a constant): made a tensor of the
+    other's dtype and device (``torch.as_tensor`` alone made it float32, and a float64 model's
+    atan2(sqrt(2), x) was off by 5e-9)."""
+    if not isinstance(y, torch.Tensor):
+        y = torch.as_tensor(y, dtype=x.dtype, device=x.device)
+    elif not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x, dtype=y.dtype, device=y.device)
+    return torch.atan2(y, x)
+
+
 #: the names the generated PyTorch code calls these helpers by (templates/module.py.j2 imports them)
 TORCH_HELPERS = {"_where": t_where, "_minimum": t_minimum, "_maximum": t_maximum, "_tpow": t_pow,
                  "_ge": t_ge, "_le": t_le, "_sdiv": t_sdiv, "_heaviside": t_heaviside,
-                 "_powr_shift": t_powr_shift}
+                 "_powr_shift": t_powr_shift, "_atan2": t_atan2}
 
 
 def t_batch(v, X: torch.Tensor) -> torch.Tensor:

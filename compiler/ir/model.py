@@ -205,7 +205,8 @@ class Model:
     - composed: ``submodels`` holds the sub-models in evaluation order (topologically sorted, ties by
       declaration order); wiring is by variable name; ``inputs``/``outputs`` are the composed ones.
 
-    ``partials`` is filled by the differentiation pass (structurally zero blocks are absent).
+    ``partials`` is filled by the differentiation pass (structurally zero blocks are absent), which
+    also sets ``differentiated``.
 
     A *resolved* implicit model (what ``passes.compose`` makes of one) has ``implicit`` set and
     exactly one sub-model: its residual system, an explicit (composed) model whose inputs are the
@@ -228,6 +229,9 @@ class Model:
     #: declared initial values of state outputs (``state/...``): expressions over parameters and
     #: numbers only; a composition carries those of its outputs (undeclared ones start at zero)
     initial: tuple[Equation, ...] = ()
+    #: set by the differentiation pass: ``partials`` holds every nonzero block (a leaf whose
+    #: derivatives are all zero, ``sign(x) sqrt(2)``, has none and is differentiated all the same)
+    differentiated: bool = field(default=False, compare=False)
 
     @property
     def is_composed(self) -> bool:

@@ -62,11 +62,11 @@ def differentiable(model: Model) -> tuple[Variable, ...]:
 
 def _done(model: Model, partials: tuple[Partial, ...], submodels: tuple[Model, ...] | None = None) -> Model:
     subs_same = submodels is None or all(a is b for a, b in zip(submodels, model.submodels))
-    if subs_same and partials == model.partials:
+    if subs_same and partials == model.partials and model.differentiated:
         return model
     if submodels is None:
-        return replace(model, partials=partials)
-    return replace(model, partials=partials, submodels=submodels)
+        return replace(model, partials=partials, differentiated=True)
+    return replace(model, partials=partials, submodels=submodels, differentiated=True)
 
 
 def _leaf(model: Model) -> Model:

@@ -102,7 +102,7 @@ def _needs_partials(model: Model, derivatives: bool) -> bool:
             return False
         if m.is_composed:
             return any(leaf_undiff(s) for s in m.submodels)
-        if m.partials:
+        if m.partials or m.differentiated:
             return False
         syms = {s for x in differentiable(m) for s in x.symbols}
         return any(sp.sympify(c).free_symbols & syms for eq in m.equations for c in eq.components)

@@ -165,3 +165,22 @@ def test_constant_bases_run_on_every_backend(tmp_path, backend, dtype):
         assert torch.allclose(out[f"o{i}"].double(), torch.tensor(want[i]), rtol=tol, atol=0), exprs[i]
         d = out.jacobian[f"o{i}", "x"].double().reshape(-1)
         assert torch.allclose(d, torch.tensor(dwant[i]), rtol=4 * tol, atol=0), exprs[i]
+
+
+@pytest.mark.parametrize("backend", ["c", "torch", "triton"])
+def test_atan2_of_a_constant_keeps_float64(tmp_path, backend):
+    """atan2 with a constant argument: the PyTorch spelling made the constant a tensor with
+    torch.as_tensor, float32 by default, and atan2(sqrt(2), x) came out 5e-9 off in a float64 model."""
+    import modelc
+
+    spec = tmp_path / "a.yaml"
+    spec.write_text("models:\n  a:\n    inputs: {x: {}}\n    outputs: {p: {}, q: {}}\n    equations:\n"
+                    "      p: atan2(sqrt(2), x)\n      q: atan2(x, exp(1))\n")
+    xs = torch.linspace(-2, 3, 11, dtype=torch.float64)
+    out = modelc.load(spec, "a").Model(dtype=torch.float64, backend=backend)({"x": xs}, derivatives=True)
+    want_p = torch.tensor([math.atan2(math.sqrt(2), v) for v in xs.tolist()], dtype=torch.float64)
+    want_q = torch.tensor([math.atan2(v, math.e) for v in xs.tolist()], dtype=torch.float64)
+    assert torch.allclose(out["p"], want_p, rtol=4e-16, atol=4e-16)
+    assert torch.allclose(out["q"], want_q, rtol=4e-16, atol=4e-16)
+    dp = out.jacobian["p", "x"].reshape(-1)
+    assert torch.allclose(dp, -math.sqrt(2) / (xs ** 2 + 2), rtol=1e-15, atol=1e-15)

@@ -15,7 +15,8 @@ from modelc.passes.cse import cse
 from modelc.passes.differentiate import differentiate
 from modelc.passes.lower import lower
 from modelc.runtime.types import SR2
-from passes_helpers import central_fd, coupled as _coupled, coupled_inputs as _inputs, implicit, param, psym, seed_models, sym, var, visco
+from modelc import functions as F
+from passes_helpers import central_fd, coupled as _coupled, coupled_inputs as _inputs, implicit, leaf, param, psym, seed_models, sym, var, visco
 
 
 def test_program_without_derivatives_computes_none():
@@ -155,3 +156,19 @@ def test_two_implicit_models_combined_status():
     assert status["iterations"][1] == 4 and np.isnan(res["state/u"][1]) and np.isfinite(res["state/S"][1])
     exact = (-1 + np.sqrt(1 + 4 * 0.1 * 2.0 * 0.5)) / (2 * 0.1 * 2.0)
     np.testing.assert_allclose(res["state/u"][0], exact, rtol=1e-12)
+
+
+def test_a_leaf_whose_derivatives_are_all_zero_lowers():
+    """sign(x) sqrt(2) reads x but every derivative is zero, so the differentiation pass records no
+    partial: lowering took that for "not differentiated" and raised InternalError ("a bug in
+    modelc") on a valid spec. The pass marks the model differentiated; the Jacobian is zero."""
+    x = sym("x")
+    m = differentiate(leaf("m", [var("x")], {var("a"): F.sign(x) * sp.sqrt(2), var("b"): F.heaviside(x) * 3}))
+    assert m.differentiated and not m.partials
+    P = lower(m, derivatives=True)
+    r, d, _ = interpret(P, {"x": np.array([-0.5, 0.0, 2.0])})
+    np.testing.assert_allclose(r["a"], [-np.sqrt(2), 0.0, np.sqrt(2)])
+    np.testing.assert_allclose(r["b"], [0.0, 0.0, 3.0])
+    assert all(np.all(v == 0) for v in d.values())
+    with pytest.raises(Exception, match="not differentiated"):
+        lower(leaf("m", [var("x")], {var("a"): F.sign(x) * x}), derivatives=True)
