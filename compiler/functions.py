@@ -224,6 +224,10 @@ class safe_sqrt(_RealFunction):
 def _fold_select(d, a, b, step):
     if _num(d):
         return a if step(d) else b
+    if getattr(d, "is_number", False):  # a constant condition (sqrt(2)**x's derivative guards on
+        # sqrt(2) > 0): decided on its float64 value, as the printers evaluate every constant;
+        # left as a where(), the PyTorch code's condition was a Python bool (TypeError)
+        return a if step(float(d.evalf(30))) else b
     if a == b:
         return a
     if _num(a) and _num(b):  # no where() with two constant branches: a step instead

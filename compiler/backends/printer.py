@@ -65,9 +65,6 @@ class ExprPrinter:
         sp.Heaviside: "_print_Heaviside",
     }
 
-    #: the custom selects (modelc.functions): name -> whether a constant condition picks the first branch
-    SELECTS: dict[str, Callable[[float], bool]] = {"ifpos": lambda d: d > 0, "ifnonneg": lambda d: d >= 0}
-
     def __init__(self, namer: Callable[[sp.Symbol], str]):
         self.namer = namer
         self.custom = _functions_table()
@@ -90,12 +87,6 @@ class ExprPrinter:
             (arg,) = expr.args
             return self.call(self.UNARY[type(expr)], self._print(arg))
         name = getattr(type(expr), "__name__", "")
-        if isinstance(expr, sp.Function) and name in self.SELECTS and expr.args[0].is_number:
-            # a select on a constant (the derivative of sqrt(2)**x guards its log on sqrt(2) > 0):
-            # decided here, on the float64 value like every constant, not printed as a where() whose
-            # condition is a Python bool (torch.where refuses one)
-            d = float(expr.args[0].evalf(30))
-            return self._print(expr.args[1] if self.SELECTS[name](d) else expr.args[2])
         if isinstance(expr, sp.Function) and name in self.custom:
             return self._print_custom(name, expr)
         raise InternalError(

@@ -15,7 +15,7 @@ allow (the runtime refuses any other value before a kernel runs; see
 :meth:`modelc.runtime.model.CompiledModel._check_param_row`):
 
 - ``safe_sqrt(c**2 q) = c safe_sqrt(q)`` (also ``c**k`` for any real ``k``: the factor's base is
-  positive); the common factors of a sum's terms are found by ``sympy.factor_terms``;
+  positive); the factors common to a sum's terms (:func:`_common`), with its rational content;
 - ``safe_div(a, c r) = safe_div(a, r) / c``.
 
 Both keep the safe functions' values everywhere (0 where the inner ``q`` or ``r`` is 0) and their
