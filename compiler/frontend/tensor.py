@@ -242,24 +242,31 @@ def skew(a: TValue) -> TValue:
     return TValue(WR2, mandel.from_full(WR2, mandel.to_full(R2, a.comps)))
 
 
-def _matrix(a: TValue) -> sp.Matrix:
+def _cofactors(a: TValue) -> tuple[dict, sp.Expr]:
+    """The cofactors ``c[(i, j)]`` of a 3x3 tensor and its determinant, written out as products of
+    its components (never expanded: SymPy's ``Matrix.det`` multiplies out polynomial entries, which
+    took minutes and millions of operations for a nested tensor expression)."""
     f = mandel.to_full(a.type, a.comps)
-    return sp.Matrix(3, 3, lambda i, j: f[(i, j)])
+    c = {}
+    for i in range(3):
+        i1, i2 = (i + 1) % 3, (i + 2) % 3
+        for j in range(3):
+            j1, j2 = (j + 1) % 3, (j + 2) % 3
+            c[(i, j)] = f[(i1, j1)] * f[(i2, j2)] - f[(i1, j2)] * f[(i2, j1)]
+    return c, f[(0, 0)] * c[(0, 0)] + f[(0, 1)] * c[(0, 1)] + f[(0, 2)] * c[(0, 2)]
 
 
 def det(a: TValue) -> TValue:
     _require(a, (SR2, R2), 0, "det()")
-    return TValue.scalar(_matrix(a).det(method="berkowitz"))
+    return TValue.scalar(_cofactors(a)[1])
 
 
 def inv(a: TValue) -> TValue:
     _require(a, (Scalar, SR2, R2), 0, "inv()")
     if a.is_scalar:
         return TValue.scalar(1 / a.expr)
-    m = _matrix(a)
-    d = m.det(method="berkowitz")
-    adj = m.adjugate()
-    full = {(i, j): adj[i, j] / d for i in range(3) for j in range(3)}
+    c, d = _cofactors(a)
+    full = {(i, j): c[(j, i)] / d for i in range(3) for j in range(3)}  # the adjugate over det
     return TValue(a.type, mandel.from_full(a.type, full))
 
 

@@ -174,3 +174,70 @@ def test_random_implicit_models_find_the_root_and_its_derivative(tmp_path):
                                        err_msg=f"{backend}: {mtext} = {g}")
             dw = out.jacobian["w", "x"].numpy().reshape(B)
             np.testing.assert_allclose(dw[smooth], fd[smooth], rtol=1e-5, atol=1e-6, err_msg=f"{backend}: {mtext} = {g}")
+
+
+def _random_with_parameters(rng, depth):
+    if depth == 0 or rng.random() < 0.2:
+        return ["x", "y", "p", "q"][rng.integers(4)] if rng.random() < 0.75 else ["2.0", "(1/3)", "sqrt(2)"][rng.integers(3)]
+    a, b = _random_with_parameters(rng, depth - 1), _random_with_parameters(rng, depth - 1)
+    return [f"({a} + {b})", f"({a}*{b})", f"({a}/(1 + {b}**2))", f"({a})**3", f"exp(({a})/4)",
+            f"log(1 + ({a})**2)", f"safe_div({a}, {b})", f"macaulay({a})", f"max({a}, {b})", f"tanh({a})",
+            f"(2 + ({a})**2)**({b}/4)", f"sign({a})*({b})"][rng.integers(12)]
+
+
+def test_random_specs_parameter_derivatives_and_autograd(tmp_path):
+    """Fresh random specs over inputs x, y and parameters p (one value per point) and q (one shared
+    value): on the C and PyTorch backends, derivatives="total" by p and q against central
+    differences of the spec's text in NumPy, and autograd (x, p and q requiring grad) against the
+    weighted sums of those Jacobian columns."""
+    import numpy as np
+    import torch
+
+    import modelc
+
+    rng = np.random.default_rng()
+    oracle = _oracle()
+    B, h = 40, 1e-6
+    for k in range(2):
+        exprs = [_random_with_parameters(rng, 3) for _ in range(4)]
+        spec = tmp_path / f"p{k}.yaml"
+        spec.write_text("models:\n  r:\n    parameters: {p: {default: 0.7}, q: {default: -0.3}}\n"
+                        "    inputs: {x: {}, y: {}}\n    outputs: {%s}\n    equations:\n%s" % (
+                            ", ".join(f"o{i}: {{}}" for i in range(4)),
+                            "".join(f"      o{i}: {e}\n" for i, e in enumerate(exprs))))
+        module = modelc.load(spec, "r")
+        x, y, p = rng.uniform(-2, 2, (3, B))
+        q = float(rng.uniform(-2, 2))
+
+        def numpy_at(pv, qv):
+            env = {**oracle, "x": x, "y": y, "p": pv, "q": qv}
+            with np.errstate(all="ignore"):
+                return np.stack([np.broadcast_to(eval(e, {"__builtins__": {}}, env), (B,)) for e in exprs])
+
+        want = numpy_at(p, q)
+        fds = {}
+        for name, (plus, minus) in {"p": (numpy_at(p + h, q), numpy_at(p - h, q)),
+                                    "q": (numpy_at(p, q + h), numpy_at(p, q - h))}.items():
+            smooth = np.isfinite(plus - minus) & (np.abs(plus + minus - 2 * want) < 1e-6 * (1 + np.abs(want)))
+            fds[name] = ((plus - minus) / (2 * h), smooth)
+        for backend in ("c", "torch"):
+            m = module.Model(dtype=torch.float64, backend=backend, q=q)
+            out = m({"x": torch.tensor(x), "y": torch.tensor(y)}, derivatives="total", p=torch.tensor(p))
+            got = np.stack([out[f"o{i}"].numpy().reshape(B) for i in range(4)])
+            fin = np.isfinite(want)
+            assert np.all(np.abs(got - want)[fin] <= 1e-9 * (1 + np.abs(want[fin]))), (backend, exprs)
+            J = {n: np.stack([out.jacobian[f"o{i}", n].numpy().reshape(B) for i in range(4)]) for n in ("x", "p", "q")}
+            for name, (fd, smooth) in fds.items():
+                ok = smooth & np.isfinite(J[name])
+                assert ok.sum() >= B, (backend, name, exprs)  # most points are smooth
+                assert np.all(np.abs(J[name] - fd)[ok] <= 1e-4 * (1 + np.abs(fd[ok]))), (backend, name, exprs)
+            xt, pt = torch.tensor(x, requires_grad=True), torch.tensor(p, requires_grad=True)
+            qt = torch.tensor(q, dtype=torch.float64, requires_grad=True)
+            w = rng.normal(size=(4, B))
+            res = m({"x": xt, "y": torch.tensor(y)}, p=pt, q=qt)
+            sum((torch.tensor(w[i]) * res[f"o{i}"].reshape(B)).sum() for i in range(4)).backward()
+            finite = np.isfinite(J["x"]).all(0) & np.isfinite(J["p"]).all(0) & np.isfinite(J["q"]).all(0)
+            np.testing.assert_allclose(xt.grad.numpy()[finite], (w * J["x"]).sum(0)[finite], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(pt.grad.numpy()[finite], (w * J["p"]).sum(0)[finite], rtol=1e-10, atol=1e-12)
+            if finite.all():
+                np.testing.assert_allclose(float(qt.grad), (w * J["q"]).sum(), rtol=1e-9, atol=1e-12)
