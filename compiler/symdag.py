@@ -21,6 +21,7 @@ compares each with SymPy (``srepr``) on fresh random DAGs and on the largest lib
 """
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Iterable
 
@@ -343,3 +344,124 @@ class StrPrinterMemo(StrPrinter):
         if hit is None:
             hit = self._memo[id(expr)] = (expr, super()._print(expr))
         return hit[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# identity testing without expansion
+# --------------------------------------------------------------------------------------------------
+_P = (1 << 61) - 1  # a Mersenne prime: the field the identity test evaluates in
+
+
+class _Undefined(Exception):
+    """A denominator vanished at the chosen point (mod P): the point is unusable."""
+
+
+class _ModPoint:
+    """Every expression's value modulo P at one random point, memoized per distinct subexpression.
+
+    Sums, products and integer powers are evaluated; everything else (a function, a non-integer
+    power, pi) is an uninterpreted function of its head and its arguments' values: one random value
+    per distinct (head, argument values), so equal arguments give equal values whatever their form."""
+
+    def __init__(self, rng) -> None:
+        self.rng, self.memo, self.atoms = rng, {}, {}
+
+    def __call__(self, e) -> int:
+        v = self.memo.get(e)
+        if v is None:
+            v = self.memo[e] = self._eval(e)
+        return v
+
+    def _inverse(self, v: int) -> int:
+        if v % _P == 0:
+            raise _Undefined
+        return pow(v, -1, _P)
+
+    def _eval(self, e) -> int:
+        if e.is_Rational:
+            return e.p % _P * self._inverse(e.q) % _P
+        if e.is_Float:  # its exact binary value, as SymPy's own arithmetic on it takes it
+            return self._eval(sp.Rational(e))
+        if e.is_Add:
+            return sum(self(a) for a in e.args) % _P
+        if e.is_Mul:
+            v = 1
+            for a in e.args:
+                v = v * self(a) % _P
+            return v
+        if e.is_Pow and e.exp.is_Integer:
+            b = self(e.base)
+            return pow(b if e.exp >= 0 else self._inverse(b), abs(int(e.exp)), _P)
+        key = (e.func, tuple(self(a) for a in e.args)) if e.args else e
+        v = self.atoms.get(key)
+        if v is None:
+            v = self.atoms[key] = self.rng.randrange(1, _P)
+        return v
+
+
+class Identity:
+    """Whether two expressions are the same function, without multiplying anything out.
+
+    ``sympy.expand(a - b) == 0`` decides it for polynomials but multiplies out products of sums,
+    which for the product of three tensors of rational entries ran for longer than ten minutes.
+    Here ``a`` and ``b`` are evaluated modulo a 61-bit prime at two random points (the same for
+    every comparison of one ``Identity``: memoized, so a whole tensor's comparisons cost one walk
+    of its DAG), with sums, products and integer powers exact and every other subexpression an
+    uninterpreted function of its arguments. Two different rational functions of degree d agree
+    at a random point with probability at most d / 2**61 (Schwartz-Zippel): a True is wrong with
+    probability below 1e-30 for any expression a spec can hold. A float constant counts with its
+    exact binary value: forms whose constants SymPy rounded differently (0.1*0.1 folded into
+    0.01) differ, as they do for ``expand``. What the atoms hide is not used
+    (``exp(u)**2`` is ``exp(2 u)``, ``sqrt(x)**2`` is ``x``): such pairs count as the same only
+    when their difference multiplies out small (``_EXPAND_TERMS``), else as different, which callers
+    read as "keep both". The points are drawn from a fixed seed: the answer, and so the compiled
+    code, is reproducible."""
+
+    def __init__(self, points: int = 2, seed: int = 20261128) -> None:
+        import random
+
+        rng = random.Random(seed)
+        self._points = [_ModPoint(rng) for _ in range(points)]
+
+    def same(self, a, b) -> bool:
+        if a == b:
+            return True
+        a, b = sp.sympify(a), sp.sympify(b)
+        try:
+            if all(p(a) == p(b) for p in self._points):
+                return True
+        except _Undefined:  # a denominator vanished mod P: undecided here
+            pass
+        # what the atoms hide (exp(u)**2 is exp(2 u)): a pair that multiplies out small is expanded
+        d = a - b
+        return expanded_terms(d, 10 * _EXPAND_TERMS) <= _EXPAND_TERMS and sp.expand(d) == 0
+
+
+_EXPAND_TERMS = 400  # the most terms Identity.same lets a difference multiply out into
+
+
+def expanded_terms(e, cap: int = 10**6) -> int:
+    """An upper bound on the number of terms ``sympy.expand(e)`` can produce (counting into the
+    arguments of functions; every term taken as distinct, so far above what expand keeps where
+    terms cancel), or ``cap`` if it is larger: whether expanding ``e`` is surely cheap, which
+    ``count_ops`` does not say (``(a + b + c)**40`` is 3 operations and 861 terms)."""
+    return _expanded_terms(sp.sympify(e), {}, cap)
+
+
+def _expanded_terms(e, memo: dict, cap: int = 10 * _EXPAND_TERMS) -> int:
+    n = memo.get(e)
+    if n is not None:
+        return n
+    if e.is_Add:
+        n = sum(_expanded_terms(a, memo, cap) for a in e.args)
+    elif e.is_Mul:
+        n = 1
+        for a in e.args:
+            n = min(n * _expanded_terms(a, memo, cap), cap)
+    elif e.is_Pow and e.exp.is_Integer and e.exp > 1:
+        b, k = _expanded_terms(e.base, memo, cap), int(e.exp)  # monomials of degree k in b terms
+        n = cap if b >= cap else min(math.comb(b + k - 1, k), cap)
+    else:
+        n = max([1] + [_expanded_terms(a, memo, cap) for a in e.args])
+    memo[e] = n = min(n, cap)
+    return n

@@ -20,6 +20,7 @@ import sympy as sp
 from modelc import mandel
 from modelc.functions import powr, safe_sqrt
 from modelc.runtime.types import R2, SR2, SSR4, Scalar, TensorType, Vec, WR2
+from modelc.symdag import Identity
 
 
 MAX_EXPONENT = 1024  # a numeric exponent beyond this is refused (9**9**9 would not finish)
@@ -351,8 +352,6 @@ def index_add(a: Indexed, b: Indexed, op: str = "+") -> Indexed:
     return Indexed(a.indices, {k: a.data[k] + sign * b.data[k] for k in a.data})  # terms: fresh sums
 
 
-def _same(a, b) -> bool:
-    return a == b or sp.expand(a - b) == 0  # structural equality first: expand only when needed
 
 
 def from_indexed(a: Indexed) -> TValue:
@@ -362,13 +361,14 @@ def from_indexed(a: Indexed) -> TValue:
         return TValue.scalar(a.data[()])
     if n == 1:
         return TValue(Vec, mandel.from_full(Vec, a.data))
+    same = Identity().same  # symbolically, without multiplying out (symdag.Identity)
     if n == 2:
-        symmetric = all(_same(a.data[(i, j)], a.data[(j, i)]) for i, j in ((0, 1), (0, 2), (1, 2)))
+        symmetric = all(same(a.data[(i, j)], a.data[(j, i)]) for i, j in ((0, 1), (0, 2), (1, 2)))
         t = SR2 if symmetric else R2
         return TValue(t, mandel.from_full(t, a.data))
     if n == 4:
-        minor = all(_same(a.data[(i, j, k, l)], a.data[(j, i, k, l)])
-                    and _same(a.data[(i, j, k, l)], a.data[(i, j, l, k)])
+        minor = all(same(a.data[(i, j, k, l)], a.data[(j, i, k, l)])
+                    and same(a.data[(i, j, k, l)], a.data[(i, j, l, k)])
                     for i, j, k, l in itertools.product(range(3), repeat=4) if i < j or k < l)
         if minor:
             return TValue(SSR4, mandel.from_full(SSR4, a.data))

@@ -10,7 +10,7 @@ import pytest
 import sympy as sp
 
 from modelc import functions as F
-from modelc.symdag import Diff, FreeSymbols, StrPrinterMemo, cse, free_symbols, xreplace
+from modelc.symdag import Diff, FreeSymbols, Identity, StrPrinterMemo, cse, free_symbols, xreplace
 
 X = sp.symbols("x0:5", real=True)
 SEED = int.from_bytes(os.urandom(4), "little")
@@ -123,3 +123,77 @@ def test_diff_is_sympy_diff_on_the_library_radial_returns():
                         assert sp.srepr(Diff(s, free)(c)) == sp.srepr(sp.diff(c, s)), (name, eq.var.name, s)
                         checked += 1
     assert checked > 20
+
+
+# -- Identity: the same function, decided without multiplying out -----------------------------------
+
+def _polys(rng: random.Random, depth: int):
+    """A random rational expression over X and another form of the same function (distributed
+    products, reordered sums, the same function applied to an equal argument)."""
+    if depth == 0 or rng.random() < 0.2:
+        leaf = rng.choice(list(X) + [sp.Integer(3), sp.Rational(-1, 2), sp.Rational(1, 10)])  # floats: below
+        return leaf, leaf
+    (a, a2), (b, b2) = _polys(rng, depth - 1), _polys(rng, depth - 1)
+    k = rng.randrange(6)
+    if k == 0:
+        return a + b, b2 + a2
+    plain = not (a2.has(sp.exp) or b2.has(sp.exp))  # SymPy folds exp(u)**2 into exp(2 u) as it builds
+    if k == 1:
+        return a * b, sp.expand(a2 * b2) if plain and sp.count_ops(a2 * b2) < 60 else b2 * a2
+    if k == 2:
+        return (a + b) ** 2, a2 ** 2 + 2 * a2 * b2 + b2 ** 2 if plain else (b2 + a2) * (a2 + b2)
+    if k == 3:
+        return a / (1 + b ** 2), a2 * (1 + b2 ** 2) ** -1
+    if k == 4:
+        return sp.exp(a * (b + 1)), sp.exp(a2 * b2 + a2)
+    f = sp.Function("f")  # an unknown function of equal arguments
+    return f(a, b), f(a2, b2)
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_identity_accepts_other_forms_of_the_same_function(trial):
+    rng = random.Random(SEED + trial)
+    same = Identity().same
+    for _ in range(20):
+        a, b = _polys(rng, 4)
+        assert same(a, b), (SEED, a, b)
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_identity_refuses_different_functions(trial):
+    """A small change anywhere is seen; on small rational functions SymPy's cancel agrees (the oracle)."""
+    rng = random.Random(SEED + 100 + trial)
+    same = Identity().same
+    for _ in range(20):
+        a, b = _polys(rng, 3)
+        changed = b.xreplace({X[0]: X[0] + sp.Rational(1, 10**9)}) if X[0] in b.free_symbols else b + X[1] ** 7
+        assert not same(a, changed), (SEED, a, changed)
+        if sp.count_ops(a) < 40 and not a.has(sp.exp, sp.Function("f")):  # a rational function: cancel decides
+            assert same(a, b) and sp.expand(sp.numer(sp.together(a - b))) == 0
+            assert not same(a, changed) and sp.expand(sp.numer(sp.together(a - changed))) != 0
+
+
+def test_identity_without_expanding_a_product_of_sums():
+    """(x0 + ... + x4)**40 has 135,751 terms multiplied out; its two forms compare at once."""
+    s = sp.Add(*X)
+    a = s ** 40 * (s + 1)
+    b = s ** 41 + (X[4] + X[3] + X[2] + X[1] + X[0]) ** 40
+    assert Identity().same(a, b)
+    assert not Identity().same(a, b + sp.Rational(1, 10**12))
+
+
+def test_identity_where_the_atoms_hide_something():
+    """A function of equal arguments is the same function, whatever the arguments' form; what a
+    function hides (exp(u)**2 = exp(2 u)) is found by multiplying out a small pair only, and a
+    large one counts as different (callers keep both: an R2 result rather than an SR2)."""
+    same = Identity().same
+    u = X[0] * (X[1] + 1)
+    assert same(sp.exp(u), sp.exp(X[0] + X[0] * X[1]))
+    assert not same(sp.exp(X[0]), sp.exp(X[1]))
+    assert same((X[2] + sp.exp(u)) ** 2, X[2] ** 2 + 2 * X[2] * sp.exp(u) + sp.exp(2 * u))  # small: expanded
+    big = sp.Add(*[X[i] * X[j] for i in range(5) for j in range(5)]) ** 3  # 15**3 terms: not expanded
+    assert not same(big * (X[2] + sp.exp(u)) ** 2, big * sp.expand((X[2] + sp.exp(u)) ** 2))
+    # float constants count exactly: forms built alike compare the same, as with expand
+    c = sp.Float("0.1")
+    assert same(c * X[0] * (X[1] + c), c * X[0] * X[1] + c * c * X[0])
+    assert not same(c * X[0], sp.Float("0.1000000001") * X[0])

@@ -213,3 +213,20 @@ def test_det_and_inv_of_an_expression_keep_its_components_whole(env):
     _, i = env.eval(f"inv({inner})")
     close(d, np.linalg.det(sym_full(arg)))
     close(sym_full(i), np.linalg.inv(sym_full(arg)))
+
+
+def test_index_product_of_large_tensors_is_typed_without_multiplying_out(env):
+    """M N M with M = inv(...) (entries rational functions) is symmetric; deciding that used to
+    multiply the entries out (over ten minutes for this M and N). The result is an SR2 with NumPy's
+    values; M N A, not symmetric, is an R2."""
+    for name, text in (("M", "inv(I2 + 0.1*a + 0.01*ddot(a, b)*b)"), ("N", "dev(a)*ddot(b, b) + ddot(outer(a, b), a)")):
+        env.scope.names[name] = Binding("define", build_expr(text, Loc("t.yaml", 1, 1, text), env.scope))
+    a, b = sym_full(env.num["a"]), sym_full(env.num["b"])
+    M = np.linalg.inv(np.eye(3) + 0.1 * a + 0.01 * np.tensordot(a, b) * b)
+    N = (a - np.trace(a) / 3 * np.eye(3)) * np.tensordot(b, b) + np.tensordot(b, a) * a
+    t, got = env.eval("M[i,k]*N[k,l]*M[l,j]")
+    assert t is SR2
+    close(sym_full(got), M @ N @ M)
+    t, got = env.eval("M[i,k]*N[k,l]*A[l,j]")
+    assert t is R2
+    close(got.reshape(3, 3), M @ N @ env.num["A"].reshape(3, 3))
