@@ -198,7 +198,10 @@ def test_random_specs_parameter_derivatives_and_autograd(tmp_path):
     rng = np.random.default_rng()
     oracle = _oracle()
     B, h = 40, 1e-6
-    for k in range(2):
+    tested = 0
+    for k in range(8):
+        if tested == 2:
+            break
         exprs = [_random_with_parameters(rng, 3) for _ in range(4)]
         spec = tmp_path / f"p{k}.yaml"
         spec.write_text("models:\n  r:\n    parameters: {p: {default: 0.7}, q: {default: -0.3}}\n"
@@ -215,6 +218,9 @@ def test_random_specs_parameter_derivatives_and_autograd(tmp_path):
                 return np.stack([np.broadcast_to(eval(e, {"__builtins__": {}}, env), (B,)) for e in exprs])
 
         want = numpy_at(p, q)
+        if np.isfinite(want).mean() < 0.75:  # overflowing powers of powers: draw another spec
+            continue
+        tested += 1
         fds = {}
         for name, (plus, minus) in {"p": (numpy_at(p + h, q), numpy_at(p - h, q)),
                                     "q": (numpy_at(p, q + h), numpy_at(p, q - h))}.items():
@@ -229,7 +235,7 @@ def test_random_specs_parameter_derivatives_and_autograd(tmp_path):
             J = {n: np.stack([out.jacobian[f"o{i}", n].numpy().reshape(B) for i in range(4)]) for n in ("x", "p", "q")}
             for name, (fd, smooth) in fds.items():
                 ok = smooth & np.isfinite(J[name])
-                assert ok.sum() >= B, (backend, name, exprs)  # most points are smooth
+                assert ok.sum() >= B, (backend, name, exprs)  # most of the 4 x B entries are smooth
                 assert np.all(np.abs(J[name] - fd)[ok] <= 1e-4 * (1 + np.abs(fd[ok]))), (backend, name, exprs)
             xt, pt = torch.tensor(x, requires_grad=True), torch.tensor(p, requires_grad=True)
             qt = torch.tensor(q, dtype=torch.float64, requires_grad=True)
@@ -241,3 +247,4 @@ def test_random_specs_parameter_derivatives_and_autograd(tmp_path):
             np.testing.assert_allclose(pt.grad.numpy()[finite], (w * J["p"]).sum(0)[finite], rtol=1e-10, atol=1e-12)
             if finite.all():
                 np.testing.assert_allclose(float(qt.grad), (w * J["q"]).sum(), rtol=1e-9, atol=1e-12)
+    assert tested == 2, "random specs kept overflowing"
