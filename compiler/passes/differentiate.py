@@ -35,7 +35,7 @@ import sympy as sp
 from modelc.ir import Model, Parameter, Partial, Variable
 from modelc.passes.compose import is_resolved, resolve_implicit
 from modelc.passes.symbols import partial_symbol, ref
-from modelc.symdag import Diff, FreeSymbols
+from modelc.symdag import Diff, FreeSymbols, Identity
 
 Block = tuple[tuple[sp.Expr, ...], ...]
 
@@ -77,7 +77,7 @@ def _leaf(model: Model) -> Model:
         comps = [sp.sympify(c) for c in eq.components]
         frees = [free(c) for c in comps]
         every = free.union(comps)
-        trace = _trace_reads(eq.var, comps)
+        trace = _trace_reads(eq.var, comps, free, diffs)
         for x in differentiable(model):
             if not every & set(x.symbols):
                 continue
@@ -91,13 +91,13 @@ def _leaf(model: Model) -> Model:
 
 def _blind(x: Variable, block: Block, comps=()) -> bool:
     """Whether every row of ``block`` (d o / d x, ``x`` an SR2) sums to zero over its first three
-    columns once expanded: ``o`` reads the deviator of ``x`` only (a J2 flow direction
-    ``dev(M)/|dev(M)|`` of the Mandel stress ``M``). A row too large to expand counts as not zero.
+    columns: ``o`` reads the deviator of ``x`` only (a J2 flow direction
+    ``dev(M)/|dev(M)|`` of the Mandel stress ``M``). A row too large counts as not zero.
 
     First, without expanding: ``o``'s components ``comps`` with ``x`` shifted by ``c I`` (``c`` a
     fresh symbol added to its three normal components) no longer read ``c`` once SymPy has
     collected the terms it collects anyway (``dev(x)`` cancels the shift linearly): then ``o``
-    does not change along ``I`` and every such row sum is zero. Otherwise each row is expanded."""
+    does not change along ``I`` and every such row sum is zero. Otherwise each row sum is tested for zero (``symdag.Identity``)."""
     if x.type.name != "SR2":
         return False
     if comps:
@@ -109,7 +109,7 @@ def _blind(x: Variable, block: Block, comps=()) -> bool:
         s = sp.Add(*row[:3])
         if s == 0:
             continue
-        if sp.count_ops(s) > _TRACE_OPS or sp.expand(s) != 0:
+        if sp.count_ops(s) > _TRACE_OPS or not Identity().same(s, 0):
             return False
     return True
 
@@ -117,17 +117,21 @@ def _blind(x: Variable, block: Block, comps=()) -> bool:
 _TRACE_OPS = 2000  # larger traces are not expanded (bounds the time expand may take)
 
 
-def _trace_reads(var: Variable, comps: list) -> set | None:
-    """The symbols the trace of an SR2 output reads once expanded (None: not an SR2, or too large to
-    expand). ``Ep = old(Ep) + dgamma*s/|s|`` with ``s = 2*G*dev(eps - old(Ep))``: the trace reads
-    ``old(Ep)`` only, so d Ep / d eps and d Ep / d dgamma are traceless. ``expand`` may miss a
-    cancellation (the partial is then not marked: safe), never invent one."""
+def _trace_reads(var: Variable, comps: list, free: FreeSymbols, diffs: dict) -> set | None:
+    """The symbols the trace of an SR2 output really reads: those whose derivative of the trace is
+    not identically zero (None: not an SR2, or too large). ``Ep = old(Ep) + dgamma*s/|s|`` with
+    ``s = 2*G*dev(eps - old(Ep))``: the trace reads ``old(Ep)`` only, so d Ep / d eps and
+    d Ep / d dgamma are traceless. Decided by ``symdag.Identity``, never by multiplying out (an
+    ``expand`` of ``(tr(a) + s)**12 a``'s trace ran for minutes); it may miss a cancellation hidden
+    inside a function (the partial is then not marked: safe), and invents one with probability
+    below 1e-30."""
     if var.type.name != "SR2":
         return None
     tr = sp.Add(*comps[:3])
     if sp.count_ops(tr) > _TRACE_OPS:
         return None
-    return sp.expand(tr).free_symbols
+    same = Identity().same
+    return {s for s in free(tr) if not same(_diff(diffs, s, free)(tr), 0)}
 
 
 def _diff(diffs: dict, s: sp.Symbol, free: FreeSymbols) -> Diff:

@@ -317,3 +317,25 @@ def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up():
         if blind and comps[0] is not d[0]:  # (the expansion alone cannot tell: too many operations)
             assert sp.count_ops(sp.Add(*block[0][:3])) > D._TRACE_OPS and not D._blind(x, block)
     assert D._blind(x, tuple(tuple(sp.diff(c, s) for s in S) for c in d))
+
+
+@pytest.mark.parametrize("traceless", [True, False])
+def test_traceless_decided_without_multiplying_the_trace_out(traceless):
+    """Ep = g**12 dev(eps) (or g**12 eps), g = 1 + tr(eps)/7 + eps:eps/5: the trace was expanded to
+    see which symbols it reads, and g**12 multiplies out into about 3e5 terms (a compile of such a
+    spec ran for minutes). It is now decided by the derivatives of the trace being identically zero
+    (symdag.Identity): traceless exactly when it is, and the derivatives match central differences."""
+    eps = sym("forces/E", SR2)
+    tr = eps[0] + eps[1] + eps[2]
+    g = 1 + tr / 7 + sum(c ** 2 for c in eps) / 5
+    dev = tuple(eps[i] - (tr / 3 if i < 3 else 0) for i in range(6))
+    flow = leaf("flow", [var("forces/E", SR2)],
+                {var("state/Ep", SR2): tuple(g ** 12 * (d if traceless else e) for d, e in zip(dev, eps))})
+    model = differentiate(flow)
+    assert [p.traceless for p in model.partials] == [traceless]
+    rng = np.random.default_rng()
+    x = {"forces/E": rng.uniform(-0.2, 0.2, size=(5, 6))}
+    value, full = lower(model, derivatives=False), lower(model, derivatives=True)
+    _, der, _ = interpret(full, x)
+    fd = central_fd(lambda xx: interpret(value, xx)[0]["state/Ep"].reshape(5, -1), x, "forces/E")
+    np.testing.assert_allclose(der[("state/Ep", "forces/E")], fd, rtol=1e-6, atol=1e-8)
