@@ -289,12 +289,7 @@ def test_blind_derivative_of_a_traceless_total_is_taken_once():
     subs = {s.name: s for s in model.submodels}
     assert [p.traceless for p in subs["first"].partials if p.wrt == "forces/E"] == [True]
     assert [p.blind for p in subs["second"].partials if p.wrt == "state/v"] == [True]
-    rng = np.random.default_rng()
-    x = {"forces/E": rng.uniform(-0.5, 0.5, size=(7, 6))}
-    value, full = lower(model, derivatives=False), lower(model, derivatives=True)
-    _, der, _ = interpret(full, x)
-    fd = central_fd(lambda xx: interpret(value, xx)[0]["state/N"].reshape(7, -1), x, "forces/E")
-    np.testing.assert_allclose(der[("state/N", "forces/E")], fd, rtol=1e-6, atol=1e-8)
+    _assert_matches_fd(model, "state/N", 0.5, 7)
 
 
 def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up():
@@ -333,9 +328,13 @@ def test_traceless_decided_without_multiplying_the_trace_out(traceless):
                 {var("state/Ep", SR2): tuple(g ** 12 * (d if traceless else e) for d, e in zip(dev, eps))})
     model = differentiate(flow)
     assert [p.traceless for p in model.partials] == [traceless]
-    rng = np.random.default_rng()
-    x = {"forces/E": rng.uniform(-0.2, 0.2, size=(5, 6))}
+    _assert_matches_fd(model, "state/Ep", 0.2, 5)
+
+
+def _assert_matches_fd(model, out: str, scale: float, points: int) -> None:
+    """d out / d forces/E of ``model`` (interpreted) against central differences at random strains."""
+    x = {"forces/E": np.random.default_rng().uniform(-scale, scale, size=(points, 6))}
     value, full = lower(model, derivatives=False), lower(model, derivatives=True)
     _, der, _ = interpret(full, x)
-    fd = central_fd(lambda xx: interpret(value, xx)[0]["state/Ep"].reshape(5, -1), x, "forces/E")
-    np.testing.assert_allclose(der[("state/Ep", "forces/E")], fd, rtol=1e-6, atol=1e-8)
+    fd = central_fd(lambda xx: interpret(value, xx)[0][out].reshape(points, -1), x, "forces/E")
+    np.testing.assert_allclose(der[(out, "forces/E")], fd, rtol=1e-6, atol=1e-8)
