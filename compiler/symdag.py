@@ -448,7 +448,7 @@ def expanded_terms(e, cap: int = 10**6) -> int:
     return _expanded_terms(sp.sympify(e), {}, cap)
 
 
-def _expanded_terms(e, memo: dict, cap: int = 10 * _EXPAND_TERMS) -> int:
+def _expanded_terms(e, memo: dict, cap: int) -> int:
     n = memo.get(e)
     if n is not None:
         return n

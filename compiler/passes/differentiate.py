@@ -97,7 +97,8 @@ def _blind(x: Variable, block: Block, comps=()) -> bool:
     First, without expanding: ``o``'s components ``comps`` with ``x`` shifted by ``c I`` (``c`` a
     fresh symbol added to its three normal components) no longer read ``c`` once SymPy has
     collected the terms it collects anyway (``dev(x)`` cancels the shift linearly): then ``o``
-    does not change along ``I`` and every such row sum is zero. Otherwise each row sum is tested for zero (``symdag.Identity``)."""
+    does not change along ``I`` and every such row sum is zero. Otherwise each row sum is tested
+    for zero (``symdag.Identity``)."""
     if x.type.name != "SR2":
         return False
     if comps:
@@ -105,16 +106,17 @@ def _blind(x: Variable, block: Block, comps=()) -> bool:
         shift = {s: s + c for s in x.symbols[:3]}
         if all(c not in sp.sympify(e).xreplace(shift).free_symbols for e in comps):
             return True
+    same = Identity().same
     for row in block:
         s = sp.Add(*row[:3])
         if s == 0:
             continue
-        if sp.count_ops(s) > _TRACE_OPS or not Identity().same(s, 0):
+        if sp.count_ops(s) > _TRACE_OPS or not same(s, 0):
             return False
     return True
 
 
-_TRACE_OPS = 2000  # larger traces are not expanded (bounds the time expand may take)
+_TRACE_OPS = 2000  # larger traces and row sums are not examined (bounds the derivatives taken)
 
 
 def _trace_reads(var: Variable, comps: list, free: FreeSymbols, diffs: dict) -> set | None:
@@ -122,9 +124,9 @@ def _trace_reads(var: Variable, comps: list, free: FreeSymbols, diffs: dict) -> 
     not identically zero (None: not an SR2, or too large). ``Ep = old(Ep) + dgamma*s/|s|`` with
     ``s = 2*G*dev(eps - old(Ep))``: the trace reads ``old(Ep)`` only, so d Ep / d eps and
     d Ep / d dgamma are traceless. Decided by ``symdag.Identity``, never by multiplying out (an
-    ``expand`` of ``(tr(a) + s)**12 a``'s trace ran for minutes); it may miss a cancellation hidden
-    inside a function (the partial is then not marked: safe), and invents one with probability
-    below 1e-30."""
+    ``expand`` of the trace of ``(tr(a) + tr(b) + s + a:b)**12 a`` ran for minutes); it may miss
+    a cancellation hidden inside a function (the partial is then not marked: safe), and invents
+    one with probability below 1e-30."""
     if var.type.name != "SR2":
         return None
     tr = sp.Add(*comps[:3])
