@@ -85,12 +85,14 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
     order: grouping its invariant terms changed float32 tangents by 1e-4), so the arithmetic is that
     of the inline expression. Each new assignment is placed right before its first reader; its
     operands are all defined by then."""
+    free = FreeSymbols()  # memoized: the statements share subexpressions
     varying = set(unknowns)
     for a in body:
-        if sp.sympify(a.value).free_symbols & varying:
+        if free(sp.sympify(a.value)) & varying:
             varying.add(a.target)
     memo: dict[sp.Expr, sp.Symbol] = {}
     pending: list[Assign] = []
+    hoisted: dict[sp.Expr, sp.Expr] = {}  # each distinct subexpression once (a DAG, not a tree)
 
     def name(e):
         s = memo.get(e)
@@ -101,12 +103,18 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
 
     def liftable(e) -> bool:
         return (isinstance(e, sp.Expr) and not isinstance(e, Boolean) and not e.is_Atom
-                and bool(e.free_symbols) and sp.count_ops(e) >= 2)
+                and bool(free(e)) and sp.count_ops(e) >= 2)
 
     def hoist(e):
         if e.is_Atom or not e.args:
             return e
-        if not (e.free_symbols & varying):
+        out = hoisted.get(e)
+        if out is None:
+            out = hoisted[e] = _hoist(e)
+        return out
+
+    def _hoist(e):
+        if not (free(e) & varying):
             return name(e) if liftable(e) else e
         args = [hoist(a) for a in e.args]
         if tuple(args) == e.args:
@@ -150,7 +158,7 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, kno
     keep = [a.target for a in stmts if isinstance(a, Assign) and a.target in live_out]
     matrices = [sp.sympify(e) for ls in solves for m in (ls.A, ls.B) for row in m for e in row]
     exprs = ([flat[t] for t in keep] + [xreplace(e, flat) if flat else e for e in matrices]
-             + [sp.sympify(e).xreplace(flat) for e in extra])
+             + [xreplace(sp.sympify(e), flat) for e in extra])
     if not exprs:
         return [], []
     first = counter.n
@@ -410,20 +418,28 @@ def _factor_sums(exprs: list) -> list:
         return [a for a in sp.Mul.make_args(t) if not a.is_Number]
 
     def group(terms: list):
-        if len(terms) < 2:
+        # a loop over the remaining terms, not a recursion: a sum of 2000 terms that pair up made
+        # 1000 nested calls (Python's recursion limit); Add(f*(..), Add(g*(..), rest)) flattens
+        # to the same sum as Add(f*(..), g*(..), rest)
+        done = []
+        fs = [factors(t) for t in terms]
+        sets = [set(ft) for ft in fs]
+        while len(terms) >= 2:
+            count: dict = {}
+            for ft in fs:
+                for f in ft:
+                    count[f] = count.get(f, 0) + 1
+            best = max(count.values(), default=0)
+            if best < 2:
+                break
+            f = next(f for f, k in count.items() if k == best)  # the first met (dicts keep order)
+            inner = [t for t, st in zip(terms, sets) if f in st]
+            keep = [i for i, st in enumerate(sets) if f not in st]
+            terms, fs, sets = [terms[i] for i in keep], [fs[i] for i in keep], [sets[i] for i in keep]
+            done.append(sp.Mul(f, group([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f]) for t in inner])))
+        if not done:
             return sp.Add(*terms)
-        count: dict = {}
-        for t in terms:
-            for f in factors(t):
-                count[f] = count.get(f, 0) + 1
-        best = max(count.values(), default=0)
-        if best < 2:
-            return sp.Add(*terms)
-        f = next(f for f, k in count.items() if k == best)  # the first met (dicts keep order)
-        inner = [t for t in terms if f in factors(t)]
-        rest = [t for t in terms if f not in factors(t)]
-        bracket = group([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f]) for t in inner])
-        return sp.Add(sp.Mul(f, bracket), group(rest)) if rest else sp.Mul(f, bracket)
+        return sp.Add(*done, *terms) if terms else (done[0] if len(done) == 1 else sp.Add(*done))
 
     def rewrite(e):
         if e.is_Atom or not e.args:

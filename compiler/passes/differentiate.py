@@ -35,7 +35,7 @@ import sympy as sp
 from modelc.ir import Model, Parameter, Partial, Variable
 from modelc.passes.compose import is_resolved, resolve_implicit
 from modelc.passes.symbols import partial_symbol, ref
-from modelc.symdag import Diff, FreeSymbols, Identity
+from modelc.symdag import Diff, FreeSymbols, Identity, distinct_nodes, xreplace
 
 Block = tuple[tuple[sp.Expr, ...], ...]
 
@@ -104,19 +104,21 @@ def _blind(x: Variable, block: Block, comps=()) -> bool:
     if comps:
         c = sp.Dummy("c")
         shift = {s: s + c for s in x.symbols[:3]}
-        if all(c not in sp.sympify(e).xreplace(shift).free_symbols for e in comps):
+        free = FreeSymbols()
+        if all(c not in free(xreplace(sp.sympify(e), shift)) for e in comps):
             return True
     same = Identity().same
     for row in block:
         s = sp.Add(*row[:3])
         if s == 0:
             continue
-        if sp.count_ops(s) > _TRACE_OPS or not same(s, 0):
+        if distinct_nodes((s,), _TRACE_NODES) > _TRACE_NODES or not same(s, 0):
             return False
     return True
 
 
-_TRACE_OPS = 2000  # larger traces and row sums are not examined (bounds the derivatives taken)
+_TRACE_NODES = 2000  # traces and row sums with more distinct subexpressions are not examined (bounds
+# the derivatives taken; a DAG count: sympy.count_ops walks the tree, minutes on shared subexpressions)
 
 
 def _trace_reads(var: Variable, comps: list, free: FreeSymbols, diffs: dict) -> set | None:
@@ -130,7 +132,7 @@ def _trace_reads(var: Variable, comps: list, free: FreeSymbols, diffs: dict) -> 
     if var.type.name != "SR2":
         return None
     tr = sp.Add(*comps[:3])
-    if sp.count_ops(tr) > _TRACE_OPS:
+    if distinct_nodes((tr,), _TRACE_NODES) > _TRACE_NODES:
         return None
     same = Identity().same
     return {s for s in free(tr) if not same(_diff(diffs, s, free)(tr), 0)}

@@ -28,7 +28,7 @@ from modelc.ir import Assign, LinearSolve, Model, Newton, Program, Statement, Va
 from modelc.ir.analysis import prune, reads, writes  # noqa: F401 (reads/writes: re-exported)
 from modelc.passes.differentiate import differentiable
 from modelc.passes.symbols import named, partial_symbol, ref, status_symbols
-from modelc.symdag import Diff, xreplace
+from modelc.symdag import Diff, FreeSymbols, xreplace
 
 
 def lower(model: Model, *, derivatives: bool,
@@ -293,29 +293,38 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
             defs.update(zip(eq.var.symbols, (sp.sympify(c) for c in eq.components)))
 
     collect(system)
-    constants = {s: d for s, d in defs.items() if not d.free_symbols}
+    free = FreeSymbols()
+    constants = {s: d for s, d in defs.items() if not free(d)}
     # what changes from one Newton iteration to the next: the unknowns and what is computed from them
     variant = {s for u in m.implicit.unknowns for s in u.symbols}
     grew = True
     while grew:
         grew = False
         for s, d in defs.items():
-            if s not in variant and d.free_symbols & variant:
+            if s not in variant and free(d) & variant:
                 variant.add(s)
                 grew = True
 
+    memo: dict[tuple[sp.Expr, int], sp.Expr] = {}  # each distinct subexpression once per depth (a DAG)
+
     def mag(e: sp.Expr, depth: int) -> sp.Expr:
-        if not e.free_symbols:  # a constant: its magnitude, folded (never abs_ of a number)
+        hit = memo.get((e, depth))
+        if hit is None:
+            hit = memo[(e, depth)] = _mag(e, depth)
+        return hit
+
+    def _mag(e: sp.Expr, depth: int) -> sp.Expr:
+        if not free(e):  # a constant: its magnitude, folded (never abs_ of a number)
             return sp.Abs(e)
         if e.is_Symbol:
             return mag(defs[e], depth - 1) if (depth > 0 and e in defs) else absf(e)
-        if not e.free_symbols & variant:
+        if not free(e) & variant:
             # fixed during the solve (dt = t - old(t), a trial stress): its own rounding is the same
             # at every iterate, it moves the root but adds no noise; its magnitude is its value
-            e = e.xreplace(constants)
+            e = xreplace(e, constants)
             factors = sp.Mul.make_args(e)  # constant factors folded (never abs_ of a number)
-            const = sp.Mul(*[f for f in factors if not f.free_symbols])
-            return sp.Abs(const) * absf(sp.Mul(*[f for f in factors if f.free_symbols]))
+            const = sp.Mul(*[f for f in factors if not free(f)])
+            return sp.Abs(const) * absf(sp.Mul(*[f for f in factors if free(f)]))
         if e.is_Add:
             return sp.Add(*[mag(a, depth) for a in e.args])
         if e.is_Mul:
@@ -330,7 +339,7 @@ def _residual_scale(m: Model, system: Model) -> tuple[sp.Expr, ...]:
         # grows n-fold); parameters are exact inputs (no round-off to propagate)
         extra = []
         for j, x in enumerate(e.args):
-            if x.free_symbols and not (x.is_Symbol and x.name.startswith("$")):
+            if free(x) and not (x.is_Symbol and x.name.startswith("$")):
                 d = sp.Dummy()
                 args = list(e.args)
                 args[j] = d

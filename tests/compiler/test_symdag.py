@@ -197,3 +197,23 @@ def test_identity_where_the_atoms_hide_something():
     c = sp.Float("0.1")
     assert same(c * X[0] * (X[1] + c), c * X[0] * X[1] + c * c * X[0])
     assert not same(c * X[0], sp.Float("0.1000000001") * X[0])
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_distinct_nodes_counts_the_dag(trial):
+    """distinct_nodes is the number of different subexpressions (SymPy's own preorder walk, its
+    results deduplicated, is the oracle), and it stops at cap + 1 without walking the rest. A chain
+    h -> h*(h + 2) + h doubles the tree at each level and adds a few distinct nodes."""
+    from sympy.core.traversal import preorder_traversal
+
+    from modelc.symdag import distinct_nodes
+
+    exprs = _random_exprs(random.Random(SEED + trial), n=3, steps=12)
+    want = len(set(e for x in exprs for e in preorder_traversal(x)))
+    assert distinct_nodes(exprs, 10**6) == want
+    assert distinct_nodes(exprs, want - 1) == want
+    assert distinct_nodes(exprs, want // 2) == want // 2 + 1
+    h = X[0] + 1
+    for _ in range(60):  # 2**60 nodes as a tree
+        h = sp.Mul(h, h + 2, evaluate=False) + h
+    assert distinct_nodes([h], 10**6) < 400

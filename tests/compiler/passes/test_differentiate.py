@@ -292,12 +292,15 @@ def test_blind_derivative_of_a_traceless_total_is_taken_once():
     _assert_matches_fd(model, "state/N", 0.5, 7)
 
 
-def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up():
-    """A direction of dev(S) too large for the row sums to be expanded (_TRACE_OPS) is still found
-    blind: shifting S's normal components by a fresh c leaves its components free of c. One that
-    reads tr(S) (the same size) is not, nor is a small one that does; the small deviatoric one is
-    blind by either route."""
+def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up(monkeypatch):
+    """A direction of dev(S) too large for the row sums to be examined (more distinct
+    subexpressions than _TRACE_NODES, lowered here to 100) is still found blind: shifting S's
+    normal components by a fresh c leaves its components free of c. One that reads tr(S) (the same
+    size) is not, nor is a small one that does; the small deviatoric one is blind by either route.
+    At the real threshold the row sums are examined: 2561 operations as a tree (over the old
+    count_ops bound of 2000) but 220 distinct subexpressions."""
     from modelc.passes import differentiate as D
+    from modelc.symdag import distinct_nodes
 
     S = sym("state/S", SR2)
     x = var("state/S", SR2)
@@ -309,8 +312,14 @@ def test_blind_proved_by_a_shift_along_the_identity_where_expansion_gives_up():
                          (list(d), True), ([c + tr ** 2 for c in d], False)):
         block = tuple(tuple(sp.diff(c, s) for s in S) for c in comps)
         assert D._blind(x, block, comps) is blind
-        if blind and comps[0] is not d[0]:  # (the expansion alone cannot tell: too many operations)
-            assert sp.count_ops(sp.Add(*block[0][:3])) > D._TRACE_OPS and not D._blind(x, block)
+        if blind and comps[0] is not d[0]:
+            row = sp.Add(*block[0][:3])
+            assert sp.count_ops(row) > 2000 and distinct_nodes((row,), 10**6) < D._TRACE_NODES
+            assert D._blind(x, block)  # the row sums alone decide it at the real threshold
+            with monkeypatch.context() as m:  # (but not where they are too large to examine)
+                m.setattr(D, "_TRACE_NODES", 100)
+                assert distinct_nodes((row,), 10**6) > D._TRACE_NODES and not D._blind(x, block)
+                assert D._blind(x, block, comps)
     assert D._blind(x, tuple(tuple(sp.diff(c, s) for s in S) for c in d))
 
 
