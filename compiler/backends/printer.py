@@ -12,6 +12,9 @@ Conventions, identical in both backends:
 - integer powers are expanded to multiplications (Triton rejects ``**``), half-integer powers use
   ``sqrt``; other powers go to :meth:`pow`;
 - every binary operation is parenthesised (no reliance on precedence tables);
+- a sum, product, ``min`` or ``max`` of more than :data:`CHUNK` operands is printed in groups of at
+  most ``CHUNK`` (a sum of 2500 terms, one chain of additions, overflowed Python's compiler, and
+  Triton's code generator recurses once per operation); up to ``CHUNK`` operands print as one chain;
 - ``Piecewise`` becomes nested ``where``; a Piecewise without a final ``True`` clause is NaN outside its
   conditions.
 """
@@ -26,6 +29,15 @@ from sympy.logic.boolalg import BooleanFalse, BooleanTrue
 from modelc.errors import InternalError
 
 MAX_EXPANDED_POWER = 16  # integer powers up to this are expanded to products
+CHUNK = 32  # the most operands of one printed chain of +, *, min or max (longer ones are grouped)
+
+
+def _grouped(items: list, join: Callable[[list], str]) -> str:
+    """``join(items)`` for at most :data:`CHUNK` items; otherwise the items joined in consecutive
+    groups of ``CHUNK``, and those results grouped again, so no chain is longer than ``CHUNK``."""
+    while len(items) > CHUNK:
+        items = [join(items[i:i + CHUNK]) for i in range(0, len(items), CHUNK)]
+    return join(items)
 
 
 def _functions_table() -> dict:
@@ -133,16 +145,20 @@ class ExprPrinter:
 
     # -- arithmetic ---------------------------------------------------------------------------
     def _print_Add(self, expr: sp.Add) -> str:
-        out = ""
-        for i, term in enumerate(expr.args):
+        terms = []  # (negated, text)
+        for term in expr.args:
             coeff, rest = term.as_coeff_Mul()
             if coeff.is_Number and coeff < 0:
-                text = self._print(-term)
-                out += f" - {text}" if i else f"-{text}"
+                terms.append((True, self._print(-term)))
             else:
-                text = self._print(term)
-                out += f" + {text}" if i else text
-        return f"({out})"
+                terms.append((False, self._print(term)))
+
+        def join(group: list) -> tuple:
+            out = "".join((f" - {t}" if i else f"-{t}") if neg else (f" + {t}" if i else t)
+                          for i, (neg, t) in enumerate(group))
+            return False, f"({out})"
+
+        return _grouped(terms, join)[1] if len(terms) > CHUNK else join(terms)[1]
 
     def _print_Mul(self, expr: sp.Mul) -> str:
         coeff, rest = expr.as_coeff_Mul()
@@ -164,10 +180,18 @@ class ExprPrinter:
                 den.append(self._print(sp.Pow(f.base, -f.exp, evaluate=False)))
             else:
                 num.append(self._print(f))
-        text = " * ".join(num) if num else self._print(sp.S.One)
+        text = self._product(num) if num else self._print(sp.S.One)
         if den:
-            text = f"{text} / {den[0] if len(den) == 1 else '(' + ' * '.join(den) + ')'}"
+            text = f"{text} / {den[0] if len(den) == 1 else '(' + self._product(den) + ')'}"
         return f"({sign}{text})" if (sign or len(num) + len(den) > 1) else text
+
+    @staticmethod
+    def _product(factors: list) -> str:
+        """``a * b * c`` (unparenthesised, as the caller places it); more than :data:`CHUNK`
+        factors in parenthesised groups."""
+        if len(factors) <= CHUNK:
+            return " * ".join(factors)
+        return _grouped(factors, lambda g: "(" + " * ".join(g) + ")")[1:-1]
 
     def _print_Pow(self, expr: sp.Pow) -> str:
         base, exp = expr.base, expr.exp
@@ -198,17 +222,16 @@ class ExprPrinter:
         return self.call(self.ABS, self._print(expr.args[0]))
 
     def _print_Max(self, expr) -> str:
-        args = [self._print(a) for a in expr.args]
-        acc = args[0]
-        for a in args[1:]:
-            acc = self.maximum(acc, a)
-        return acc
+        return _grouped([self._print(a) for a in expr.args], lambda g: self._fold(self.maximum, g))
 
     def _print_Min(self, expr) -> str:
-        args = [self._print(a) for a in expr.args]
+        return _grouped([self._print(a) for a in expr.args], lambda g: self._fold(self.minimum, g))
+
+    @staticmethod
+    def _fold(op, args: list) -> str:
         acc = args[0]
         for a in args[1:]:
-            acc = self.minimum(acc, a)
+            acc = op(acc, a)
         return acc
 
     def _print_sign(self, expr) -> str:

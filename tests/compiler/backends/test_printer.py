@@ -9,6 +9,7 @@ import sympy as sp
 import torch
 
 from modelc import functions as F
+from modelc.backends.c_printer import CPrinter
 from modelc.backends.names import Namer, sanitize
 from modelc.backends.torch_printer import TorchPrinter
 from modelc.backends.triton_printer import TritonPrinter
@@ -184,3 +185,46 @@ def test_atan2_of_a_constant_keeps_float64(tmp_path, backend):
     assert torch.allclose(out["q"], want_q, rtol=4e-16, atol=4e-16)
     dp = out.jacobian["p", "x"].reshape(-1)
     assert torch.allclose(dp, -math.sqrt(2) / (xs ** 2 + 2), rtol=1e-15, atol=1e-15)
+
+
+def _deepest_chain(text: str) -> int:
+    """The deepest nesting of operations (BinOp, Call) in Python source: what Python's compiler
+    and Triton's code generator (one visitor call per node) recurse through."""
+    import ast
+
+    deepest, stack = 0, [(ast.parse(text), 0)]
+    while stack:
+        node, depth = stack.pop()
+        depth += isinstance(node, (ast.BinOp, ast.Call))
+        deepest = max(deepest, depth)
+        stack.extend((c, depth) for c in ast.iter_child_nodes(node))
+    return deepest
+
+
+def test_long_sums_products_and_extrema_print_in_groups():
+    """A sum of 2500 terms printed as one chain of additions overflowed Python's compiler
+    (RecursionError in the generated module's check), and a sum of 400 failed Triton's compile for
+    the GPU (its code generator recurses once per operation). Sums, products, min and max of more
+    than printer.CHUNK operands now print in groups: the values are those of the chain (to
+    rounding), the nesting stays shallow, and up to CHUNK operands print as one chain as before."""
+    from modelc.backends import printer
+
+    zs = sp.symbols("z0:1100", real=True)
+    g = torch.Generator().manual_seed(1)
+    vals = torch.rand(1100, 4, generator=g, dtype=torch.float64) + 0.5
+    namer = Namer()
+    env = {"torch": torch, **rt.TORCH_HELPERS, **{namer(z): v for z, v in zip(zs, vals)}}
+    cases = [(sp.Add(*zs) - 3 * zs[7], vals.sum(0) - 3 * vals[7]),
+             (sp.Add(*[(-1) ** k * zs[k] for k in range(1100)]),
+              sum((-1) ** k * vals[k] for k in range(1100))),
+             (sp.Mul(*zs[:200]) / sp.Mul(*zs[200:300]), vals[:200].prod(0) / vals[200:300].prod(0)),
+             (sp.Max(*zs[:40]), vals[:40].max(0).values), (sp.Min(*zs[:40]), vals[:40].min(0).values)]
+    for expr, want in cases:
+        text = TorchPrinter(namer).doprint(expr)
+        assert _deepest_chain(text) <= 4 * printer.CHUNK, text[:200]
+        compile(text, "printed", "eval")
+        torch.testing.assert_close(eval(text, env), want, rtol=1e-12, atol=0)
+        for pr in (TritonPrinter(Namer()), CPrinter(Namer())):
+            pr.doprint(expr)  # every backend groups through the shared printer
+    short = TorchPrinter(Namer()).doprint(sp.Add(*zs[:printer.CHUNK]))
+    assert short.count("(") == 1 and short.count(" + ") == printer.CHUNK - 1
