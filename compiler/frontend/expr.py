@@ -523,6 +523,10 @@ class Builder:
                                      "arguments multiply the work; simplify the chain")
             done = self.scope.expanded[key] = Builder(self.scope, h.source, bound, self.calls + (h.name,),
                                                       self.check).build(h.body)
+            # each expansion checked at once (one walk of its DAG): a chain of helpers using the
+            # previous one several times grows geometrically, and SymPy's exp() walks its argument
+            # as a tree; checked only at the end, h24 of tanh(h)*h + exp(h/9) ran for hours
+            limits.check_value(done.comps, lambda m, hint: self._raise(m, node, hint))
         return done
 
 

@@ -6,8 +6,9 @@ the model library needs (its deepest expression nests 9 levels, its largest has 
 
 - :func:`read_spec_file`: only regular files (no pipes, devices, folders) of at most
   :data:`MAX_SPEC_BYTES`, valid UTF-8 (the error points at the first bad byte's line and column);
-- :func:`check_value`: a built expression nests at most :data:`MAX_EXPR_DEPTH` levels and has at
-  most :data:`MAX_EXPR_NODES` nodes (after defines and helpers are expanded into it), and holds no
+- :func:`check_value`: a built expression nests at most :data:`MAX_EXPR_DEPTH` levels, has at
+  most :data:`MAX_EXPR_NODES` nodes as a tree and :data:`MAX_EXPR_DISTINCT` distinct subexpressions
+  (after defines and helpers are expanded into it), and holds no
   undefined or non-finite constant (``x/0``, ``0/0``, ``0**-1``, ``log(0)``, ``sqrt(-1)``,
   ``1e309``, ``exp(1000)``).
 """
@@ -21,13 +22,17 @@ import sympy as sp
 
 from modelc.errors import SpecError
 from modelc.ir import Loc
+from modelc.symdag import distinct_nodes
 
 MAX_SPEC_BYTES = 4 * 1024 * 1024   # one spec or include file
 MAX_INCLUDE_DEPTH = 32             # a chain of includes (a includes b includes c ...)
 MAX_YAML_DEPTH = 64                # nested YAML mappings and lists
 MAX_AST_DEPTH = 100                # nested nodes in one expression's text (operators, calls, parentheses)
 MAX_EXPR_DEPTH = 50                # nesting of a built expression, defines and helpers expanded
-MAX_EXPR_NODES = 200_000           # nodes of one built expression component (as a tree)
+MAX_EXPR_NODES = 1_000_000         # nodes of one built expression component (as a tree: SymPy's own
+                                   # constructors walk it, exp() its argument, ~6 us a node)
+MAX_EXPR_DISTINCT = 50_000         # distinct subexpressions of one built value (a DAG, what the passes
+                                   # walk: a sum of 2500 terms tanh(..)*exp(..) has 20,000, 45 s to compile)
 MAX_HELPER_DEPTH = 32              # helper calls nested in helper calls
 MAX_HELPER_CALLS = 10_000          # distinct helper expansions in one model (repeated calls are memoised)
 FLOAT_MAX = 1.7976931348623157e308  # the largest float64: constants beyond it are refused
@@ -154,18 +159,23 @@ def check_value(comps, raise_at) -> None:
     """Refuse a built value (its components) that is too deep, too large, or holds an undefined
     constant: ``raise_at(message, hint)`` raises the located error."""
     memo: dict = {}
-    for c in comps:
-        if not isinstance(c, sp.Basic):
-            continue
+    exprs = [c for c in comps if isinstance(c, sp.Basic)]
+    for c in exprs:
         depth, size = measure(c, memo)
         if depth > MAX_EXPR_DEPTH:
             raise_at(f"this expression nests {depth} levels deep once its defines and helpers are expanded "
                      f"(the limit is {MAX_EXPR_DEPTH})", "split it into define entries that each stay "
                      "shallow, or simplify it")
         if size > MAX_EXPR_NODES:
-            raise_at(f"this expression has {size} nodes once its defines and helpers are expanded (the "
-                     f"limit is {MAX_EXPR_NODES})", "a define or helper used repeatedly inside itself "
-                     "doubles the size each time; simplify the chain")
+            raise_at(f"this expression has {size} nodes once its defines and helpers are expanded, counting "
+                     f"each use of a define or helper again (the limit is {MAX_EXPR_NODES})",
+                     "a define or helper used repeatedly inside itself multiplies the size at each level; "
+                     "simplify the chain")
+    distinct = distinct_nodes(exprs, MAX_EXPR_DISTINCT)
+    if distinct > MAX_EXPR_DISTINCT:
+        raise_at(f"this expression has more than {MAX_EXPR_DISTINCT} distinct subexpressions once its "
+                 "defines and helpers are expanded", "split the model into models composed together, "
+                 "or simplify it")
     for c in comps:
         why = undefined(c) if isinstance(c, sp.Basic) else None
         if why is not None:

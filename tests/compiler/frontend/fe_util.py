@@ -44,3 +44,24 @@ def caret(err) -> str:
             text = lines[i - 1][4:]
             return text[len(m.group(1)):len(m.group(1)) + len(m.group(2))]
     raise AssertionError(f"no caret in:\n{err}")
+
+
+# An implicit model whose residual reads a define (an inverse of a tensor of rational entries,
+# normalised) four times: 267,478 nodes as a tree, 186 distinct subexpressions (test_limits, and
+# its compiled values in tests/compiler/test_driver.py).
+SHARED_DEFINES = """
+models:
+  s:
+    inputs: {a: {var: forces/a, type: SR2}}
+    define:
+      M: safe_div(1, 1 + norm(ddot(outer(a, a), a)))*ddot(outer(a, a), a)
+      Q: inv(3*I2 + 0.1*dev(M))
+      N: safe_div(1, 1 + norm(Q))*Q
+    implicit:
+      unknowns:
+        T: {var: state/T, type: SR2}
+        g: {var: state/g}
+      residuals:
+        T: T - old(T) - (-0.1615*tanh(ddot(dev(T), N))*N + 0.2*tanh(g)*N)
+        g: g - old(g) - 0.1*tanh(norm(dev(T)))
+"""

@@ -14,7 +14,7 @@ import pytest
 from modelc.cli import main
 from modelc.frontend import limits
 
-from fe_util import write
+from fe_util import SHARED_DEFINES, write
 
 MODEL = """
 models:
@@ -167,6 +167,51 @@ def test_helper_chains_that_blow_up_get_a_located_error(tmp_path, capsys):
     assert time.perf_counter() - t0 < 60
     located(err, p)
     assert "nodes" in err or "deep" in err
+
+
+def test_helper_chain_through_exp_gets_a_located_error_quickly(tmp_path, capsys):
+    """Each helper expansion is checked as it is made. Checked only at the end of the equation, the
+    24 levels of tanh(h)*h + exp(h/9) were built first, and SymPy's exp() walks its argument as a
+    tree at every level: hours. Now the level that crosses the node limit is refused."""
+    p = write(tmp_path, _helpers(24, "tanh(h{p}(x))*h{p}(x) + exp(h{p}(x)/9)"))
+    t0 = time.perf_counter()
+    err = check(p, capsys)
+    assert time.perf_counter() - t0 < 60
+    located(err, p)
+    assert f"(the limit is {limits.MAX_EXPR_NODES})" in err
+
+
+def test_defines_used_several_times_count_once(tmp_path, capsys):
+    """A define read several times is one subexpression, not a copy per use: N (an inverse of a
+    tensor of rational entries, normalised) read four times makes a residual of 267,478 nodes as a
+    tree, which the old limit of 200,000 tree nodes refused, with 186 distinct subexpressions.
+    It is accepted, and checked in seconds (the compiled values: tests/compiler/test_driver.py)."""
+    from modelc.driver import load_spec
+
+    p = write(tmp_path, SHARED_DEFINES)
+    t0 = time.perf_counter()
+    capsys.readouterr()
+    assert main(["check", str(p)]) == 0, capsys.readouterr().err
+    assert time.perf_counter() - t0 < 60
+    (model,) = load_spec(p).models
+    comps = [c for r in model.implicit.residuals for c in r.components]
+    memo: dict = {}
+    assert max(limits.measure(c, memo)[1] for c in comps) > 200_000
+
+
+def test_distinct_subexpressions_are_limited(tmp_path, capsys, monkeypatch):
+    """The passes' work grows with the distinct subexpressions (a sum of 2500 terms
+    tanh(..)*exp(..), 20,000 of them, compiles in 45 s): more than MAX_EXPR_DISTINCT is a located
+    error (the limit lowered here to 200: a sum of 100 distinct tanh terms, in four defines of
+    25, has 228 and crosses it at the equation that adds them)."""
+    monkeypatch.setattr(limits, "MAX_EXPR_DISTINCT", 200)
+    p = expr_spec(tmp_path, "d0 + d1 + d2 + d3",
+                  defines="\n".join(f"      d{j}: " + " + ".join(f"tanh(x*{k + 2} + {j})" for k in range(25))
+                                     for j in range(4)))
+    capsys.readouterr()
+    err = check(p, capsys)
+    located(err, p)
+    assert "more than 200 distinct subexpressions" in err
 
 
 def test_helper_recursion_names_the_cycle(tmp_path, capsys):
