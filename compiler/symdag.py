@@ -440,11 +440,9 @@ class Identity:
 _EXPAND_TERMS = 400  # the most terms Identity.same lets a difference multiply out into
 
 
-def distinct_nodes(exprs: Iterable, cap: int) -> int:
-    """The number of distinct subexpressions of ``exprs`` (a shared subtree counts once), or
-    ``cap + 1`` as soon as there are more than ``cap``: the size of the DAG, which bounds what the
-    memoized walks here cost. ``sympy.count_ops`` counts the tree instead, walking every shared
-    subtree again (minutes on a trace whose DAG has a few thousand nodes)."""
+def distinct(exprs: Iterable):
+    """Every distinct subexpression of ``exprs`` once (equal subtrees are one, as the memoized walks
+    here see them), parents before their arguments."""
     seen: set = set()
     stack = [sp.sympify(e) for e in exprs]
     while stack:
@@ -452,10 +450,21 @@ def distinct_nodes(exprs: Iterable, cap: int) -> int:
         if e in seen:
             continue
         seen.add(e)
-        if len(seen) > cap:
-            return cap + 1
+        yield e
         stack.extend(e.args)
-    return len(seen)
+
+
+def distinct_nodes(exprs: Iterable, cap: int) -> int:
+    """The number of distinct subexpressions of ``exprs`` (a shared subtree counts once), or
+    ``cap + 1`` as soon as there are more than ``cap``: the size of the DAG, which bounds what the
+    memoized walks here cost. ``sympy.count_ops`` counts the tree instead, walking every shared
+    subtree again (minutes on a trace whose DAG has a few thousand nodes)."""
+    n = 0
+    for _ in distinct(exprs):
+        n += 1
+        if n > cap:
+            break
+    return n
 
 
 def expanded_terms(e, cap: int = 10**6) -> int:

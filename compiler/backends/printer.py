@@ -158,7 +158,7 @@ class ExprPrinter:
                           for i, (neg, t) in enumerate(group))
             return False, f"({out})"
 
-        return _grouped(terms, join)[1] if len(terms) > CHUNK else join(terms)[1]
+        return _grouped(terms, join)[1]
 
     def _print_Mul(self, expr: sp.Mul) -> str:
         coeff, rest = expr.as_coeff_Mul()
@@ -189,8 +189,6 @@ class ExprPrinter:
     def _product(factors: list) -> str:
         """``a * b * c`` (unparenthesised, as the caller places it); more than :data:`CHUNK`
         factors in parenthesised groups."""
-        if len(factors) <= CHUNK:
-            return " * ".join(factors)
         return _grouped(factors, lambda g: "(" + " * ".join(g) + ")")[1:-1]
 
     def _print_Pow(self, expr: sp.Pow) -> str:

@@ -22,7 +22,7 @@ import sympy as sp
 
 from modelc.errors import SpecError
 from modelc.ir import Loc
-from modelc.symdag import distinct_nodes
+from modelc.symdag import distinct, distinct_nodes
 
 MAX_SPEC_BYTES = 4 * 1024 * 1024   # one spec or include file
 MAX_INCLUDE_DEPTH = 32             # a chain of includes (a includes b includes c ...)
@@ -112,21 +112,9 @@ def measure(expr: sp.Basic, memo: dict) -> tuple[int, int]:
     return depth, size
 
 
-def _distinct(expr: sp.Basic):
-    """Every distinct sub-expression object of ``expr`` once (a shared sub-tree is visited once)."""
-    seen, stack = set(), [expr]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        stack.extend(e.args)
-
-
 def undefined(expr: sp.Basic) -> str | None:
     """Why ``expr`` holds an undefined or non-finite constant, or None."""
-    for e in _distinct(expr):
+    for e in distinct((expr,)):
         if e.is_Atom:
             if e in _UNDEFINED:
                 return _UNDEFINED[e]

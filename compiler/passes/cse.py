@@ -437,9 +437,7 @@ def _factor_sums(exprs: list) -> list:
             keep = [i for i, st in enumerate(sets) if f not in st]
             terms, fs, sets = [terms[i] for i in keep], [fs[i] for i in keep], [sets[i] for i in keep]
             done.append(sp.Mul(f, group([sp.Mul(*[a for a in sp.Mul.make_args(t) if a != f]) for t in inner])))
-        if not done:
-            return sp.Add(*terms)
-        return sp.Add(*done, *terms) if terms else (done[0] if len(done) == 1 else sp.Add(*done))
+        return sp.Add(*done, *terms)  # (one argument: that argument itself)
 
     def rewrite(e):
         if e.is_Atom or not e.args:

@@ -331,21 +331,17 @@ def test_implicit_model_reading_shared_tensor_defines(tmp_path):
 
     import modelc
     from fe_util import SHARED_DEFINES
+    from modelc.runtime.mandel import full_to_sr2, sr2_to_full
 
     spec = tmp_path / "shared.yaml"
     spec.write_text(SHARED_DEFINES)
     module = modelc.load(spec, "s")
-    r2 = np.sqrt(2.0)
-    pairs = [(0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1)]
 
-    def full(m):
-        A = np.zeros(m.shape[:-1] + (3, 3))
-        for k, (i, j) in enumerate(pairs):
-            A[..., i, j] = A[..., j, i] = m[..., k] / (1 if k < 3 else r2)
-        return A
+    def full(m):  # the runtime's Mandel conversions (tests/runtime/test_mandel.py checks them)
+        return sr2_to_full(torch.from_numpy(m)).numpy()
 
     def mandel(A):
-        return np.stack([A[..., i, j] * (1 if k < 3 else r2) for k, (i, j) in enumerate(pairs)], -1)
+        return full_to_sr2(torch.from_numpy(A)).numpy()
 
     def dev(A):
         return A - np.trace(A, axis1=-2, axis2=-1)[:, None, None] / 3 * np.eye(3)
