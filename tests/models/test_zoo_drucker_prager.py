@@ -1,0 +1,287 @@
+"""Drucker-Prager plasticity with non-associated flow (docs/zoo/drucker_prager.yaml, composition
+``drucker_prager``) against an independent oracle: the textbook two-branch return (Souza Neto, Peric
+and Owen, Computational Methods for Plasticity, the smooth-cone return in the plastic multiplier and,
+where it lands past the apex, the apex return in the volumetric plastic strain), written here on full
+3x3 tensors with each scalar equation solved by bisection to the last bit. The spec is one
+formulation for both branches (the deviatoric magnitude ``macaulay(q_tr - G dgamma)``); the oracle
+is two, so agreement says the single formulation is the textbook return.
+
+Fresh random points every run, elastic, on the cone and at the apex (each branch asserted present),
+fresh random parameters beside the defaults, every backend:
+
+- float64 states within where Newton may stop: the spec's rtol of the residual's terms, plus a few
+  roundings (``ENTRY_ROUNDOFF``) of the model and of the oracle. The bound is measured on the
+  reference interpreter by moving the solution by that much (``interpret(..., stop_slack=...)``).
+- float32 states within the same with float32's floored tolerance, plus the inputs rounded to
+  float32 carried by the float64 derivatives, plus the outputs' own rounding.
+- the consistent tangent against central differences of the oracle: it is not symmetric (eta !=
+  eta_bar) and the test asserts it, so a transposed tangent fails; points whose differences would
+  straddle a switch (yield, apex) are left out.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from library_helpers import ENTRY_ROUNDOFF, REPO, RTOL_FLOOR_EPS, U32
+
+SPEC = REPO / "docs" / "zoo" / "drucker_prager.yaml"
+NAME = "drucker_prager"
+DEFAULTS = dict(E=200000.0, nu=0.3, eta=0.6, eta_bar=0.3, xi=1.0, c0=100.0, Q=50.0, b=20.0)
+U64 = 2.0 ** -53
+RTOL = 1e-12  # the spec's solver rtol
+S2 = np.sqrt(2.0)
+MANDEL = ((0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1))
+STATE = ("state/S", "state/internal/Ep", "state/internal/ep")
+
+
+# --------------------------------------------------------------------------------------------------
+# the oracle
+
+
+def _full(m: np.ndarray) -> np.ndarray:
+    a = np.zeros((3, 3))
+    for k, (i, j) in enumerate(MANDEL):
+        a[i, j] = a[j, i] = m[k] * (1.0 if k < 3 else 1.0 / S2)
+    return a
+
+
+def _mandel(a: np.ndarray) -> np.ndarray:
+    return np.array([a[i, j] * (1.0 if k < 3 else S2) for k, (i, j) in enumerate(MANDEL)])
+
+
+def _root(fun, lo: float = 0.0) -> float:
+    """The root of a decreasing ``fun`` with ``fun(lo) > 0``, bisected until the interval is one ulp."""
+    hi = max(2 * lo, 1e-6)
+    while fun(hi) > 0:
+        hi *= 2
+    while True:
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            return mid
+        lo, hi = (mid, hi) if fun(mid) > 0 else (lo, mid)
+
+
+def oracle_step(eps, Ep_old, ep_old, P) -> tuple[np.ndarray, np.ndarray, float, str]:
+    """One step at one point: (S, Ep, ep, branch) with branch 'elastic', 'cone' or 'apex'."""
+    G, K = P["E"] / (2 * (1 + P["nu"])), P["E"] / (3 * (1 - 2 * P["nu"]))
+    eta, eb, xi = P["eta"], P["eta_bar"], P["xi"]
+    c = lambda ep: P["c0"] + P["Q"] * (1 - np.exp(-P["b"] * ep))  # noqa: E731
+    e = _full(eps - Ep_old)
+    vol = np.trace(e)
+    s_tr = 2 * G * (e - vol / 3 * np.eye(3))
+    sqrt_j2 = np.sqrt(0.5 * np.sum(s_tr * s_tr))
+    p_tr = K * vol
+    cone = lambda dg: sqrt_j2 - G * dg + eta * (p_tr - K * eb * dg) - xi * c(ep_old + xi * dg)  # noqa: E731
+    if cone(0.0) <= 0:
+        return _mandel(s_tr + p_tr * np.eye(3)), Ep_old.copy(), ep_old, "elastic"
+    dg = _root(cone)
+    if sqrt_j2 - G * dg >= 0:  # the smooth part of the cone
+        s, p = (1 - G * dg / sqrt_j2) * s_tr, p_tr - K * eb * dg
+        dEp = (s_tr - s) / (2 * G) + eb / 3 * dg * np.eye(3)
+        return _mandel(s + p * np.eye(3)), Ep_old + _mandel(dEp), ep_old + xi * dg, "cone"
+    # the apex: s = 0 and p = (xi / eta) c; the unknown is the volumetric plastic strain increment dv,
+    # with the hardening variable growing by (xi / eta_bar) dv
+    apex = lambda dv: p_tr - K * dv - xi / eta * c(ep_old + xi / eb * dv)  # noqa: E731
+    dv = _root(apex)
+    p = p_tr - K * dv
+    dEp = s_tr / (2 * G) + dv / 3 * np.eye(3)
+    return _mandel(p * np.eye(3)), Ep_old + _mandel(dEp), ep_old + xi / eb * dv, "apex"
+
+
+def oracle(ins: dict, P: dict) -> tuple[dict, list[str]]:
+    rows = [oracle_step(ins["forces/E"][i], ins["old_state/internal/Ep"][i], ins["old_state/internal/ep"][i], P)
+            for i in range(len(ins["forces/E"]))]
+    out = {"state/S": np.array([r[0] for r in rows]), "state/internal/Ep": np.array([r[1] for r in rows]),
+           "state/internal/ep": np.array([r[2] for r in rows])}
+    return out, [r[3] for r in rows]
+
+
+# --------------------------------------------------------------------------------------------------
+# inputs, parameters, the model
+
+
+def _points(rng, P: dict, n: int = 24) -> dict:
+    """n points each of: small strains (elastic), shear with a little tension or compression (the
+    cone), hydrostatic tension (past the apex), scaled to the parameters' yield; old plastic strains
+    and hardening of the size one step leaves. (Over 300 random parameter sets each group stayed in
+    its branch but for at most 2 points of 24.)"""
+    G, K = P["E"] / (2 * (1 + P["nu"])), P["E"] / (3 * (1 - 2 * P["nu"]))
+    y = P["c0"] / G  # the shear strain of the initial yield, about
+    small = rng.normal(0, 0.05 * y, (n, 6))
+    shear = rng.normal(0, 3 * y, (n, 6))
+    shear[:, :3] += rng.uniform(-0.2, 0.2, (n, 1)) * y - shear[:, :3].mean(axis=1, keepdims=True)
+    apex = P["xi"] * (P["c0"] + P["Q"]) / (P["eta"] * K)  # the volumetric strain of the apex, at most
+    tension = rng.normal(0, 0.05 * y, (n, 6))
+    tension[:, :3] += rng.uniform(1.5, 4, (n, 1)) * apex / 3 + 0.3 * y
+    m = 3 * n
+    return {"forces/E": np.concatenate([small, shear, tension]),
+            "old_state/internal/Ep": rng.normal(0, 0.02 * y, (m, 6)),
+            "old_state/internal/ep": rng.uniform(0, 5e-3, m)}
+
+
+def _random_params(rng) -> dict:
+    eta = rng.uniform(0.2, 0.9)
+    return dict(E=rng.uniform(5e4, 3e5), nu=rng.uniform(0.1, 0.4), eta=eta, eta_bar=rng.uniform(0.1, 0.9) * eta,
+                xi=rng.uniform(0.5, 1.5), c0=rng.uniform(50, 150), Q=rng.uniform(0, 100), b=rng.uniform(5, 50))
+
+
+@functools.lru_cache(maxsize=None)
+def _module():
+    import modelc
+
+    return modelc.load(SPEC, NAME)
+
+
+@functools.lru_cache(maxsize=None)
+def _program():
+    from modelc.frontend import load_spec
+    from modelc.passes.compose import compose_spec_model
+    from modelc.passes.cse import cse
+    from modelc.passes.differentiate import differentiate
+    from modelc.passes.lower import lower
+
+    return cse(lower(differentiate(compose_spec_model(load_spec(SPEC), NAME)), derivatives=True))
+
+
+def _call(backend: str, dtype, ins: dict, P: dict, derivatives="tangent"):
+    device = "cuda" if backend == "triton" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") \
+        and torch.cuda.is_available() else "cpu"
+    m = _module().Model(dtype=dtype, backend=backend, device=device)
+    r = m({k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in ins.items()}, derivatives=derivatives,
+          **{k: torch.tensor(v, dtype=dtype, device=device) for k, v in P.items()})
+    out = {k: r[k].detach().cpu().double().numpy() for k in STATE}
+    T = None
+    if derivatives:
+        T = r.jacobian["state/S", "forces/E"]
+        T = getattr(T, "tensor", T).detach().cpu().double().numpy().reshape(-1, 6, 6)
+    assert r.status.converged.all(), f"{backend}: a point did not converge"
+    return out, T
+
+
+def _rounding_scale(k: str, ins: dict, w: np.ndarray, P: dict) -> np.ndarray:
+    """Per point, the size of the terms an output is computed from, larger than the output where they
+    cancel: the stress from the elastic strain E - Ep (terms 3 K |E| and 3 K |Ep|), the plastic
+    strain from the old one and the deviator of E - old(Ep) (terms |E|, |old(Ep)|), ep from its old
+    value and its increment."""
+    big = np.abs(ins["forces/E"]).max(axis=1) + np.abs(ins["old_state/internal/Ep"]).max(axis=1)
+    here = np.abs(w).max(axis=1)
+    if k == "state/S":
+        return (3 * P["E"] / (3 * (1 - 2 * P["nu"])) * big + here)[:, None]
+    if k == "state/internal/Ep":
+        return (big + here)[:, None]
+    return (np.abs(ins["old_state/internal/ep"]) + here)[:, None]
+
+
+def _stop_bound(ins: dict, P: dict, slack: float) -> dict:
+    """Per output, how far each component moves when the Newton stops ``slack`` (relative to its
+    residual's terms) from the root, either side: the reference interpreter, float64."""
+    from modelc.interpret import interpret
+
+    base, _, _ = interpret(_program(), ins, P)
+    bound = {k: np.zeros_like(np.asarray(base[k], dtype=np.float64)) for k in STATE}
+    for sign in (1.0, -1.0):
+        moved, _, _ = interpret(_program(), ins, P, stop_slack=sign * slack)
+        for k in STATE:
+            bound[k] = np.maximum(bound[k], np.abs(np.asarray(moved[k]) - np.asarray(base[k])))
+    return bound
+
+
+BACKENDS = ("torch", "c", "triton")
+
+
+@pytest.fixture(params=["defaults", "random"])
+def case(request):
+    rng = np.random.default_rng()
+    P = DEFAULTS if request.param == "defaults" else _random_params(rng)
+    ins = _points(rng, P)
+    want, branch = oracle(ins, P)
+    for b in ("elastic", "cone", "apex"):  # every branch is exercised
+        assert branch.count(b) >= 12, (b, branch.count(b), P)
+    return ins, P, want, np.array(branch)
+
+
+# --------------------------------------------------------------------------------------------------
+# the tests
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_states_are_the_two_branch_return(case, backend):
+    ins, P, want, _ = case
+    got, _ = _call(backend, torch.float64, ins, P)
+    stop = _stop_bound(ins, P, RTOL + 2 * ENTRY_ROUNDOFF * U64)  # the model's and the oracle's roundings
+    for k in STATE:
+        w = want[k].reshape(len(want[k]), -1)
+        bound = stop[k].reshape(w.shape) + 2 * ENTRY_ROUNDOFF * U64 * _rounding_scale(k, ins, w, P)
+        err = np.abs(got[k].reshape(w.shape) - w)
+        i = np.unravel_index(np.argmax(err / np.maximum(bound, 1e-300)), err.shape)
+        assert np.all(err <= bound), f"{k}: off by {err[i]:.3e} at {i}, bound {bound[i]:.3e}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_states_within_their_rounding(case, backend):
+    ins, P, want, _ = case
+    ins32 = {k: np.asarray(v, dtype=np.float32).astype(np.float64) for k, v in ins.items()}
+    P32 = {k: float(np.float32(v)) for k, v in P.items()}
+    got, _ = _call(backend, torch.float32, ins, P)
+    # the exact step at the inputs rounded to float32 (what the float32 call computes from) ...
+    exact, _ = oracle(ins32, P32)
+    # ... from which the call may differ by where a float32 Newton may stop (its rtol floored at
+    # RTOL_FLOOR_EPS machine epsilons, and the residual's own rounding) and by a few roundings of
+    # the terms each output is computed from
+    stop = _stop_bound(ins32, P32, (2 * RTOL_FLOOR_EPS + ENTRY_ROUNDOFF) * U32)
+    for k in STATE:
+        w = exact[k].reshape(len(want[k]), -1)
+        bound = stop[k].reshape(w.shape) + ENTRY_ROUNDOFF * U32 * _rounding_scale(k, ins32, w, P32)
+        err = np.abs(got[k].reshape(w.shape) - w)
+        i = np.unravel_index(np.argmax(err / np.maximum(bound, 1e-300)), err.shape)
+        assert np.all(err <= bound), f"{k}: off by {err[i]:.3e} at {i}, bound {bound[i]:.3e}"
+
+
+def _fd_tangent(ins: dict, P: dict, h: float) -> tuple[np.ndarray, np.ndarray]:
+    """Central differences d S / d E of the oracle, and whether each point's 12 perturbed steps stay
+    in its own branch (a difference across a switch is not a derivative)."""
+    n = len(ins["forces/E"])
+    fd, same = np.zeros((n, 6, 6)), np.ones(n, bool)
+    for i in range(n):
+        args = (ins["old_state/internal/Ep"][i], ins["old_state/internal/ep"][i], P)
+        branch = oracle_step(ins["forces/E"][i], *args)[3]
+        for j in range(6):
+            d = np.zeros(6)
+            d[j] = h
+            plus, minus = oracle_step(ins["forces/E"][i] + d, *args), oracle_step(ins["forces/E"][i] - d, *args)
+            same[i] &= plus[3] == branch == minus[3]
+            fd[i, :, j] = (plus[0] - minus[0]) / (2 * h)
+    return fd, same
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tangent_is_the_oracles_difference_quotient_and_not_symmetric(case, backend):
+    """Central differences with h = 1e-8 on strains of 1e-5-1e-2: truncation (h/|E|)^2 < 1e-6 of the
+    tangent's size; rounding: each stress carries a few roundings of the terms it is computed from
+    (``_rounding_scale``, and the oracle's root as much), divided by 2 h. The rounding matters where
+    the tangent is small: at the apex with saturated hardening d p / d tr(E) can be 1e-2 MPa."""
+    ins, P, want, branch = case
+    _, T = _call(backend, torch.float64, ins, P)
+    h = 1e-8
+    fd, same = _fd_tangent(ins, P, h)
+    assert same.sum() >= len(same) - 4  # only points within h of a switch are left out
+    size = np.abs(fd).max(axis=(1, 2))
+    rounding = 2 * ENTRY_ROUNDOFF * U64 * _rounding_scale("state/S", ins, want["state/S"], P)[:, 0] / h
+    bound = 1e-6 * size + rounding
+    err = np.abs(T - fd).max(axis=(1, 2))
+    i = int(np.argmax(np.where(same, err / bound, 0)))
+    assert np.all(err[same] <= bound[same]), f"tangent off by {err[i]:.3e} at point {i}, bound {bound[i]:.3e}"
+    # non-associated flow: on the cone the tangent is not symmetric, so its orientation is tested
+    asym = np.abs(T - T.transpose(0, 2, 1)).max(axis=(1, 2)) / np.maximum(size, 1e-300)  # 0 at a saturated apex
+    assert np.all(asym[(branch == "cone") & same] > 1e-3)
+    # at the apex the stress is hydrostatic whatever the deviatoric strain, and so is its change:
+    # d S / d E = k I2 I2 (Mandel: the normal 3 x 3 block one value, nothing else)
+    apex = (branch == "apex") & same
+    vol = T[apex][:, :3, :3].mean(axis=(1, 2))
+    off = np.abs(T[apex] - vol[:, None, None] * np.outer([1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0])).max(axis=(1, 2))
+    assert np.all(off <= rounding[apex] + 1e-6 * size[apex])
