@@ -1,7 +1,7 @@
 """Draw the figures of docs/zoo/*.md: each zoo model run through a uniaxial strain history by the
 runtime driver (the compiled module, torch backend, float64), beside NEML2's reference where one exists.
 
-    python examples/zoo_plots.py            # writes docs/zoo/chaboche.png, gtn.png, norton.png
+    python examples/zoo_plots.py            # writes docs/zoo/chaboche.png, gtn.png, norton.png, drucker_prager.png
 """
 from __future__ import annotations
 
@@ -97,6 +97,52 @@ def norton() -> Path:
     return _save(fig, "norton.png")
 
 
+def drucker_prager() -> Path:
+    """Simple shear at a held volume after a hydrostatic compression: dilatancy (eta_bar) against the
+    held volume builds up pressure, so the shear stress keeps rising; and a hydrostatic tension
+    that ends at the apex of the cone."""
+    m = modelc.load(REPO / "docs" / "zoo" / "drucker_prager.yaml", "drucker_prager").Model(
+        dtype=torch.float64, backend="torch")
+    P = {"E": 200000.0, "nu": 0.3, "eta": 0.6, "xi": 1.0, "c0": 100.0, "Q": 50.0, "b": 20.0}
+    K, steps = P["E"] / (3 * (1 - 2 * P["nu"])), 200
+    eta_bar = np.array([0.0, 0.15, 0.3, 0.6])  # 0.6 = eta: associated flow
+    gam = np.linspace(0.0, 1e-2, steps + 1)
+    strain = np.zeros((steps + 1, len(eta_bar), 6))
+    strain[1:, :, :3] = -2e-4  # p = 3 K tr / 3 = -100 MPa, elastic
+    strain[:, :, 5] = np.sqrt(2) * gam[:, None] / 2  # Mandel xy of the engineering shear gamma
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    for k, c in enumerate(("C0", "C1", "C2", "C3")):
+        out = run_history(m, {"time": np.arange(steps + 1.0)[:, None], "strain": strain[:, k:k + 1]},
+                          params=P | {"eta_bar": float(eta_bar[k])}, progress=False)
+        S = np.asarray(out["state/S"])[:, 0]
+        p, q = S[:, :3].mean(axis=1), np.sqrt(0.5 * np.sum((S - S[:, :3].mean(axis=1, keepdims=True)
+                                                            * np.array([1, 1, 1, 0, 0, 0])) ** 2, axis=1))
+        lab = f"eta_bar = {eta_bar[k]:g}" + (" (associated)" if eta_bar[k] == P["eta"] else "")
+        ax[0].plot(gam, S[:, 5] / np.sqrt(2), color=c, label=lab)
+        ax[1].plot(p, q, color=c)
+    # hydrostatic tension to the apex, then sheared there: the stress stays at the apex
+    t_steps = 60
+    ten = np.zeros((t_steps + 1, 1, 6))
+    ten[:, 0, :3] = np.linspace(0.0, 1.5e-3, t_steps + 1)[:, None]
+    ten[40:, 0, 5] = np.linspace(0.0, 2e-3, t_steps - 39)
+    out = run_history(m, {"time": np.arange(t_steps + 1.0)[:, None], "strain": ten}, params=P | {"eta_bar": 0.3},
+                      progress=False)
+    S = np.asarray(out["state/S"])[:, 0]
+    p = S[:, :3].mean(axis=1)
+    q = np.sqrt(0.5 * np.sum((S - p[:, None] * np.array([1, 1, 1, 0, 0, 0])) ** 2, axis=1))
+    ax[1].plot(p, q, "k--", label="tension to the apex, then shear")
+    for c_, ls in ((P["c0"], ":"), (P["c0"] + P["Q"], "-.")):  # sqrt(J2) + eta p = xi c, xi = 1
+        pp = np.linspace(-700, c_ / P["eta"], 50)
+        ax[1].plot(pp, c_ - P["eta"] * pp, "k", ls=ls, lw=0.8)
+    ax[0].set(xlabel="engineering shear strain gamma_xy", ylabel="shear stress xy (MPa)",
+              title="simple shear at held volume after p = -100 MPa")
+    ax[1].set(xlabel="p = tr(S)/3 (MPa)", ylabel="sqrt(J2) (MPa)",
+              title="stress paths; cones of c0 (dotted), c0 + Q (dash-dot)")
+    ax[0].legend(fontsize=8)
+    ax[1].legend(fontsize=8)
+    return _save(fig, "drucker_prager.png")
+
+
 def _save(fig, name: str) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -106,5 +152,5 @@ def _save(fig, name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for f in (chaboche, gtn, norton):
+    for f in (chaboche, gtn, norton, drucker_prager):
         print("wrote", f())

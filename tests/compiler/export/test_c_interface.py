@@ -140,6 +140,46 @@ def test_parameters_outside_their_bounds_compute_nothing(tmp_path):
     assert call(rows, layout["np"]) == (-2, names.index("d"), True)
 
 
+def test_non_symmetric_tangent_is_row_major_d_stress_d_strain(tmp_path):
+    """A model exported from a spec file (not the bundle): Drucker-Prager with non-associated flow
+    (docs/zoo/drucker_prager.yaml), whose tangent is not symmetric, so ``dsde``'s orientation (row-major,
+    dsde[i][j] = d S_i / d E_j) is checked by central differences of the exported ``_value`` itself."""
+    spec = DOC.parents[1] / "docs" / "zoo" / "drucker_prager.yaml"
+    assert cli_main(["export", "c", str(spec), "--model", "drucker_prager", "--out", str(tmp_path)]) == 0
+    layout = json.loads((tmp_path / "drucker_prager.json").read_text())
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "drucker_prager.c", "-o", "lib.so", "-lm"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c.drucker_prager_value.restype = c.drucker_prager_tangent.restype = ctypes.c_int64
+    dp = ctypes.POINTER(ctypes.c_double)
+    n, h = 16, 1e-9
+    rng = np.random.default_rng()
+    E0 = rng.normal(scale=3e-3, size=(n, 6))
+    E0[:, :3] -= E0[:, :3].mean(axis=1, keepdims=True) + 2e-4  # shear with a little compression: the cone
+    X = np.zeros((13 * n, layout["nx"]))  # the points, then each with one strain component moved by +-h
+    e = {v["name"]: v["offset"] for v in layout["inputs"]}["forces/E"]
+    X[:, e:e + 6] = np.tile(E0, (13, 1))
+    for j in range(6):
+        X[(1 + j) * n:(2 + j) * n, e + j] += h
+        X[(7 + j) * n:(8 + j) * n, e + j] -= h
+    P = np.zeros(layout["np"])
+    c.drucker_prager_default_parameters(P.ctypes.data_as(dp))
+    Y, T, ST = np.zeros((13 * n, layout["ny"])), np.zeros((n, 36)), np.zeros((13 * n, 3))
+    assert c.drucker_prager_value(13 * n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, Y.ctypes.data_as(dp),
+                                  ST.ctypes.data_as(dp)) == 0
+    assert c.drucker_prager_tangent(n, X.ctypes.data_as(dp), P.ctypes.data_as(dp), 0, np.zeros((n, layout["ny"]))
+                                    .ctypes.data_as(dp), T.ctypes.data_as(dp), None) == 0
+    s = {v["name"]: v["offset"] for v in layout["outputs"]}["state/S"]
+    S = Y[:, s:s + 6].reshape(13, n, 6)
+    fd = np.stack([(S[1 + j] - S[7 + j]) / (2 * h) for j in range(6)], axis=-1)  # [point, i, j]
+    T = T.reshape(n, 6, 6)
+    size = np.abs(fd).max(axis=(1, 2), keepdims=True)
+    assert (np.abs(T - fd) <= 1e-6 * size).all()  # h = 1e-9 on strains of 1e-3: both errors below 1e-6
+    assert (np.abs(T - T.transpose(0, 2, 1)).max(axis=(1, 2)) > 1e-2 * size[:, 0, 0]).all()
+    assert (ST[:n, 1] >= 1).all()  # every point took a Newton step: all plastic
+
+
 def test_failed_points_are_counted_and_nan(tmp_path):
     layout = _export("perzyna_iso_coupled", tmp_path)  # the coupled system: its Newton fails on the middle point (the radial return converges)
     r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso_coupled.c", "-o", "lib.so", "-lm"],

@@ -24,6 +24,7 @@ from modelc.runtime.driver import run_history
 from rt_helpers import IN_CI
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
 E, NU, K, SY = 200000.0, 0.3, 2000.0, 100.0
 G, LAM = E / (2 * (1 + NU)), E * NU / ((1 + NU) * (1 - 2 * NU))
 
@@ -39,14 +40,16 @@ def _need(tool: str) -> str:
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    """``build(model) -> (driver executable, umat json)``, exported and compiled once per model."""
+    """``build(model, spec=None) -> (driver executable, umat json)``, exported and compiled once per
+    model (a bundled model, or ``model`` of the spec file ``spec``)."""
     cache = {}
 
-    def get(name: str):
+    def get(name: str, spec: Path | None = None):
         if name not in cache:
             gfortran, cc = _need("gfortran"), _need("cc")
             out = tmp_path_factory.mktemp(name)
-            assert cli_main(["export", "umat", name, "--out", str(out)]) == 0
+            which = [str(spec), "--model", name] if spec else [name]
+            assert cli_main(["export", "umat", *which, "--out", str(out)]) == 0
             src = out / f"{name}_umat.c"
             # the documented stand-alone build works as is
             r = subprocess.run([cc, "-shared", "-fPIC", "-O2", src.name, "-lm"], cwd=out,
@@ -166,6 +169,37 @@ def test_multiaxial_history_matches_python_path(build, tmp_path, name):
                                    atol=1e-9 * max(np.abs(want).max(), 1e-12), err_msg=var)
         off += size
     assert res["equivalent_plastic_strain"][-1, 0] > 0  # it did yield
+
+
+def test_non_symmetric_ddsdde_is_the_difference_quotient_of_the_umats_stress(build, tmp_path):
+    """Drucker-Prager with non-associated flow (docs/zoo/drucker_prager.yaml): its consistent tangent is
+    not symmetric, so DDSDDE's orientation (column-major, DDSDDE(i, j) = d STRESS(i) / d STRAN(j)) is
+    checked by the UMAT's own stress: a plastic increment after a preload, and the same increment with
+    each DSTRAN component moved by +-h (engineering shear, as the host hands it). Central differences
+    with h = 1e-9 on increments of 1e-3 to 4e-3: truncation and rounding both under 1e-6 of the tangent."""
+    driver, info = build("drucker_prager", REPO / "docs" / "zoo" / "drucker_prager.yaml")
+    assert info["props"] == ["E", "nu", "eta", "eta_bar", "xi", "c0", "Q", "b"]
+    rng = np.random.default_rng()
+    pre = np.array([-2e-4, -2e-4, -2e-4, 0, 0, 0])  # a little compression, elastic
+    inc = np.concatenate([rng.uniform(-3e-4, 3e-4, 3), rng.uniform(2e-3, 4e-3, 3) * rng.choice([-1, 1], 3)])
+    props, h = _props(info), 1e-9
+
+    def stress_and_tangent(d):
+        pnew, s, sv, dd = _run_driver(driver, props, info["nstatv"], [0.0, 1.0, 2.0], [pre, d], tmp_path)
+        assert (pnew >= 1).all()
+        return s[1], dd[1], sv
+
+    s, dd, sv = stress_and_tangent(inc)
+    fd = np.zeros((6, 6))
+    for j in range(6):
+        e = np.zeros(6)
+        e[j] = h
+        fd[:, j] = (stress_and_tangent(inc + e)[0] - stress_and_tangent(inc - e)[0]) / (2 * h)
+    size = np.abs(fd).max()
+    np.testing.assert_allclose(dd, fd, rtol=0, atol=1e-6 * size)
+    assert np.abs(dd - dd.T).max() > 1e-2 * size  # not symmetric: a transposed DDSDDE would fail
+    assert info["statev"][-1][0] == "state/internal/ep"
+    assert sv[0, -1] == 0 and sv[1, -1] > 1e-5  # the preload is elastic, the increment plastic
 
 
 def test_pnewdt_when_a_point_does_not_converge(build, tmp_path):
