@@ -17,6 +17,13 @@ Mandel and full tensors are precomputed matrices derived from :mod:`modelc.runti
 matmul each). Parameters: numbers, or one value per element (a tensor of shape ``(n_elem,)``). A
 point whose Newton solve does not converge raises torch-fem's ``ConvergenceError``, so that
 ``Solid.solve`` cuts the load increment back (never a NaN stress in the global system).
+
+Tangent symmetry: torch-fem solves a system of 10,000 degrees of freedom or more with conjugate
+gradients when the material says its tangent is symmetric, else with BiCGSTAB. A compiled model's
+tangent need not be (non-associated flow, GTN), and modelc cannot prove that it is, so a material
+says so only when constructed with ``symmetric_tangent=True``; then every step checks it and refuses
+a tangent that is not symmetric beyond rounding (``SYMMETRY_TOL``), instead of handing CG a matrix
+it cannot solve.
 """
 from __future__ import annotations
 
@@ -38,6 +45,15 @@ except ImportError as exc:  # pragma: no cover - the fem extra is not installed
 __all__ = ["ModelcMaterial", "Conversions"]
 
 STRESS, STRAIN = "state/S", "forces/E"
+#: ``symmetric_tangent=True``: the largest |C - C^T| a step accepts, relative to the point's largest
+#: |C|, in machine epsilons of the model's dtype (2.2e-11 in float64, 1.2e-2 in float32). A symmetric
+#: formulation's tangent differs from its transpose by rounding only: a few eps times the conditioning
+#: of its linear solve, which next to the elastic/plastic switch of a coupled system reaches 1e4-1e5
+#: (tests/models/library_helpers.py, float32 bounds). Measured on the library's models through loading
+#: and reversal: at most 5.4e-14 in float64 and 3.3e-5 in float32 (j2_voce_af_coupled), 1e-16 and 1e-7
+#: on the radial returns. Non-symmetric formulations lie above it in float64 (GTN 3e-4, non-associated
+#: Drucker-Prager 0.3); in float32 only the strongly non-symmetric ones (Drucker-Prager) do.
+SYMMETRY_TOL = 1e5
 _DRIVEN = {STRAIN, "old_forces/E", "forces/t", "old_forces/t"}
 
 
@@ -82,11 +98,17 @@ class ModelcMaterial(MechanicsMaterial):
     ``dtype``: the model's (default: torch's default dtype, which torch-fem uses); ``backend``: as for
     ``Model`` ("auto": C on the CPU). ``dt``: the time increment of every call (set it before a
     solve; with torch-fem's automatic cutbacks a sub-step also advances by ``dt``). ``rho``: mass
-    density. ``parameters``: the model's parameters, numbers or one value per element."""
+    density. ``symmetric_tangent``: say that the model's tangent is symmetric (torch-fem then solves
+    large systems with CG; each step checks it, see the module docstring). ``parameters``: the
+    model's parameters, numbers or one value per element."""
 
     def __init__(self, spec_or_module: Any, model: str | None = None, *, dtype: torch.dtype | None = None,
-                 backend: str = "auto", dt: float = 1.0, rho: float | torch.Tensor = 1.0, **parameters):
+                 backend: str = "auto", dt: float = 1.0, rho: float | torch.Tensor = 1.0,
+                 symmetric_tangent: bool = False, **parameters):
         super().__init__()
+        if not isinstance(symmetric_tangent, bool):
+            raise InputError(f"symmetric_tangent must be True or False, not {symmetric_tangent!r}")
+        self.symmetric_tangent = symmetric_tangent  # read by torch-fem when it picks its linear solver
         self.module = _module(spec_or_module, model)
         dtype = dtype or torch.get_default_dtype()
         self.model = self.module.Model(dtype=dtype, backend=backend)
@@ -121,6 +143,19 @@ class ModelcMaterial(MechanicsMaterial):
                 off += size
         return tuple(layout)
 
+    def _check_symmetric(self, C: torch.Tensor) -> None:
+        size = C.abs().amax(dim=(1, 2))
+        asym = (C - C.transpose(1, 2)).abs().amax(dim=(1, 2))
+        tol = SYMMETRY_TOL * torch.finfo(C.dtype).eps
+        bad = asym > tol * size
+        if bool(bad.any()):
+            i = int(torch.argmax(torch.where(bad, asym / size, 0)))
+            raise InputError(f"model {self.model.NAME}: the material was constructed with symmetric_tangent=True, "
+                             f"but its tangent is not symmetric (max |C - C^T| = {float(asym[i]):.3g}, "
+                             f"{float(asym[i] / size[i]):.3g} of max |C| at point {i}; at most {tol:.3g} allowed): "
+                             "torch-fem's CG needs a symmetric matrix; construct the material with "
+                             "symmetric_tangent=False (the default)")
+
     def step(self, H_inc, F, stress, state, de0, cl, iter):
         """One increment at one integration point of every element (see the module docstring)."""
         batch = H_inc.shape[:-2]
@@ -143,6 +178,8 @@ class ModelcMaterial(MechanicsMaterial):
             raise ConvergenceError(f"modelc material {self.model.NAME}: {res.status.summary()}")
         S = res[STRESS].reshape(B, 6)
         C = res.jacobian[STRESS, STRAIN].reshape(B, 36)
+        if self.symmetric_tangent:
+            self._check_symmetric(C.reshape(B, 6, 6))
         new = [E_new, t_new.reshape(B, 1)]
         new += [res[name].reshape(B, size) for name, _, size in self.state_layout[2:]]
         state_new = torch.cat(new, dim=1).reshape(*batch, self.n_state)

@@ -6,6 +6,7 @@ same global Newton iterations, quadratic convergence; plus the conversions, the 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,44 @@ def test_errors():
         mat.step(H, torch.eye(3)[None], torch.zeros(1, 3, 3), torch.zeros(1, mat.n_state),
                  torch.zeros(1, 3, 3), torch.ones(1, 1), 0)
     assert math.isfinite(mat.dt)
+
+
+DRUCKER_PRAGER = Path(__file__).resolve().parents[3] / "docs" / "zoo" / "drucker_prager.yaml"
+
+
+def _sheared_cube(material, n=2):
+    """A unit cube of n^3 hexahedra, its bottom clamped, its top sheared along x far past yield."""
+    nodes, elements = cube_hexa(n + 1, n + 1, n + 1)
+    cube = Solid(nodes, elements, material)
+    bottom, top = nodes[:, 2] < 1e-9, nodes[:, 2] > 1.0 - 1e-9
+    cube.constraints[bottom, :] = True
+    cube.constraints[top, :] = True
+    cube.displacements[top, 0] = 1e-2
+    return cube
+
+
+def test_tangent_symmetry_is_declared_and_checked():
+    """torch-fem picks CG for large systems when the material says its tangent is symmetric. A modelc
+    material says so only when asked (default False: BiCGSTAB), and then refuses a tangent that is not
+    symmetric: Drucker-Prager with non-associated flow solves with the default and is refused with
+    symmetric_tangent=True (its tangent is not symmetric on the cone, by 0.3 of its size), while
+    j2_linear_iso (symmetric to rounding) runs either way and gives the same result."""
+    from torchfem.sparse import resolve_method
+
+    dp = ModelcMaterial(str(DRUCKER_PRAGER), "drucker_prager")
+    assert dp.symmetric_tangent is False and _sheared_cube(dp).symmetric_tangent is False
+    assert resolve_method(20000, None, _sheared_cube(dp).symmetric_tangent) == "bicgstab"
+    assert resolve_method(20000, None, _sheared_cube(ModelcMaterial("j2_linear_iso", symmetric_tangent=True))
+                          .symmetric_tangent) == "cg"
+    inc = torch.linspace(0.0, 1.0, 4)
+    u, f, sigma, F, state = _sheared_cube(dp).solve(increments=inc, return_intermediate=True)
+    assert float(state[-1, ..., 6 + 6 + 1].max()) > 1e-3  # ep (after E, t and Ep): it yielded
+    with pytest.raises(InputError, match=r"symmetric_tangent=True, but its tangent is not symmetric .*"
+                                         r"construct the material with symmetric_tangent=False"):
+        _sheared_cube(ModelcMaterial(str(DRUCKER_PRAGER), "drucker_prager", symmetric_tangent=True)).solve(
+            increments=inc)
+    results = [_sheared_cube(ModelcMaterial("j2_linear_iso", symmetric_tangent=s)).solve(increments=inc)[1]
+               for s in (False, True)]
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+    with pytest.raises(InputError, match="symmetric_tangent must be True or False"):
+        ModelcMaterial("j2_linear_iso", symmetric_tangent=1)
