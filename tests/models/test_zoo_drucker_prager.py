@@ -285,3 +285,48 @@ def test_tangent_is_the_oracles_difference_quotient_and_not_symmetric(case, back
     vol = T[apex][:, :3, :3].mean(axis=(1, 2))
     off = np.abs(T[apex] - vol[:, None, None] * np.outer([1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0])).max(axis=(1, 2))
     assert np.all(off <= rounding[apex] + 1e-6 * size[apex])
+
+
+def test_gradients_through_a_history_match_central_differences():
+    """The adjoint of a whole history (``simulate``) with non-symmetric step Jacobians: a transposed
+    one would go unnoticed on a symmetric model. Shear under a little compression, then tension past
+    the apex, then unloading, on two points; a random weighted sum of every step's stress. Gradients
+    by eta, eta_bar, c0 and the initial plastic strain against central differences of the whole
+    history (h of 1e-6 relative: truncation and rounding below 1e-6 of the gradient)."""
+    from modelc.runtime.history_grad import simulate
+
+    m = _module().Model(dtype=torch.float64, backend="c")
+    steps = 40
+    t = np.linspace(0.0, 1.0, steps)
+    path = np.zeros((steps, 2, 6))
+    up = np.interp(t, [0, 0.3, 0.6, 1.0], [0, 1, 1, 0.2])
+    path[:, 0, 5] = 4e-3 * up  # shear (Mandel xy), held, unloaded
+    path[:, 0, :3] = -2e-4 * np.minimum(t / 0.1, 1)[:, None]
+    path[:, 1, :3] = (3e-3 * np.interp(t, [0, 0.5, 1.0], [0, 1, 0.3]))[:, None]  # tension past the apex
+    path[:, 1, 4] = 1e-3 * t
+    hist = {"time": np.stack([t, t], axis=1), "strain": path}
+    w = torch.randn(steps, 2, 6, dtype=torch.float64)
+    ep0 = torch.tensor([[1e-4, -5e-5, -5e-5, 2e-5, 0.0, 3e-5]] * 2, dtype=torch.float64)
+
+    def loss(p, e0):
+        r = simulate(m, hist, params=p, initial_state={"state/internal/Ep": e0})
+        assert bool(r["converged"].all())
+        return (r["state/S"] * w).sum(), r
+
+    P = {k: torch.tensor(DEFAULTS[k], dtype=torch.float64, requires_grad=True) for k in ("eta", "eta_bar", "c0")}
+    e0 = ep0.clone().requires_grad_()
+    L, r = loss(P, e0)
+    ep = r["state/internal/ep"].detach().numpy()
+    assert ep[-1].min() > 1e-4  # both points flowed
+    L.backward()
+    with torch.no_grad():
+        for k, v in P.items():
+            h = 1e-6 * float(v)
+            fd = (loss({**P, k: v + h}, ep0)[0] - loss({**P, k: v - h}, ep0)[0]) / (2 * h)
+            assert abs(float(fd - v.grad)) <= 1e-6 * abs(float(fd)), (k, float(fd), float(v.grad))
+        for j in (0, 3, 5):
+            d = torch.zeros_like(ep0)
+            d[:, j] = 1e-9
+            fd = (loss(P, ep0 + d)[0] - loss(P, ep0 - d)[0]) / 2e-9
+            got = e0.grad[:, j].sum()
+            assert abs(float(fd - got)) <= 1e-6 * abs(float(fd)), (j, float(fd), float(got))
