@@ -187,3 +187,31 @@ def test_tangent_symmetry_is_declared_and_checked():
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
     with pytest.raises(InputError, match="symmetric_tangent must be True or False"):
         ModelcMaterial("j2_linear_iso", symmetric_tangent=1)
+
+
+def test_full_tangent_is_d_stress_d_strain_for_a_non_symmetric_model():
+    """torch-fem reads the tangent as C[i, j, k, l] = d sigma_ij / d eps_kl. With Drucker-Prager's
+    non-symmetric tangent (non-associated flow) the step's C is checked against central differences
+    of the step's own stress by each component of the displacement-gradient increment (a transposed
+    major symmetry would fail; minor symmetry makes d/d H_kl the same as d/d eps_kl)."""
+    mat = ModelcMaterial(str(DRUCKER_PRAGER), "drucker_prager")
+    n, h = 3, 1e-9
+    H = torch.zeros(n, 3, 3)
+    H[:, 0, 1] = torch.tensor([3e-3, -4e-3, 5e-3])  # simple shear past yield, a little compression
+    H[:, 1, 2] = 1e-3
+    H[:, [0, 1, 2], [0, 1, 2]] = -2e-4
+    args = (torch.eye(3).expand(n, 3, 3), torch.zeros(n, 3, 3), torch.zeros(n, mat.n_state), torch.zeros(n, 3, 3),
+            torch.ones(n, 1), 0)
+    s, st, C = mat.step(H, *args)
+    assert float(st[:, 6 + 6 + 1].min()) > 1e-4  # plastic
+    fd = torch.zeros(n, 3, 3, 3, 3)
+    for k in range(3):
+        for m in range(3):
+            d = torch.zeros(3, 3)
+            d[k, m] = h
+            fd[..., k, m] = (mat.step(H + d, *args)[0] - mat.step(H - d, *args)[0]) / (2 * h)
+    sym = 0.5 * (fd + fd.transpose(-1, -2))  # what the symmetric strain sees
+    size = float(C.abs().max())
+    torch.testing.assert_close(C, sym, rtol=0, atol=1e-6 * size)
+    major = (C - C.permute(0, 3, 4, 1, 2)).abs().max()
+    assert float(major) > 1e-2 * size  # not symmetric: the orientation is tested
