@@ -55,6 +55,12 @@ def _advance(m: Exported) -> list[dict]:
     return copies
 
 
+def _initial(m: Exported) -> list[dict]:
+    """The writes of ``NAME_initial_state``: each old_state/... input with a declared initial value."""
+    return [{"dst": m.slot("inputs", old).offset, "exprs": exprs, "what": c_comment(f"{old}: the spec's initial")}
+            for old, exprs in m.initial]
+
+
 def _defaults(m: Exported) -> list[str]:
     lines = []
     for v in m.parameters:
@@ -102,7 +108,9 @@ def layout_json(m: Exported) -> dict:
             "default_parameters": f"int {m.symbol}_default_parameters(double *p)",
             "check_parameters": f"int {m.symbol}_check_parameters(int64_t rows, const double *p, int64_t p_stride)",
             "advance": f"void {m.symbol}_advance(int64_t n, double *x, const double *y)",
+            "initial_state": f"int {m.symbol}_initial_state(int64_t n, double *x, const double *p, int64_t p_stride)",
         },
+        "initial": [{"old_state": old, "declared": True} for old, _ in m.initial],
     }
 
 
@@ -113,7 +121,7 @@ def context(m: Exported) -> dict:
             "parameters": _vars(m.parameters, True), "state": list(m.state),
             "point_code": m.point_code, "block_code": m.block_code, "default_lines": _defaults(m),
             "checks": _checks(m),
-            "advance": _advance(m), "input_offsets": [m.slot("inputs", n).offset for n in m.block_inputs],
+            "advance": _advance(m), "initial": _initial(m), "input_offsets": [m.slot("inputs", n).offset for n in m.block_inputs],
             "implicit": m.implicit,
             "stream_bytes": STREAM_MAX_BYTES}
 

@@ -61,6 +61,10 @@ class Exported:
     #: the input variables in the order the batched code takes their pointers (the input axis's,
     #: Layout.axis_inputs: not always the program's)
     block_inputs: tuple[str, ...] = ()
+    #: the declared initial values of the state (the spec's ``initial:``): ``(old_state/x, C
+    #: expressions of its components over the parameter row ``p``)``, for the inputs a first step
+    #: reads; a state without one starts at zero
+    initial: tuple[tuple[str, tuple[str, ...]], ...] = ()
     version: str = __version__
 
     @property
@@ -93,7 +97,7 @@ def _slots(variables) -> tuple[VarSlot, ...]:
 
 
 #: what the exported files define from the prefix (``<symbol>_value``, ``<SYMBOL>_NX``, ``<symbol>_umat``)
-_EXPORTED = ("value", "tangent", "default_parameters", "advance", "umat")
+_EXPORTED = ("value", "tangent", "default_parameters", "check_parameters", "advance", "initial_state", "umat")
 
 
 def c_symbol(name: str, code: str = "") -> str:
@@ -110,6 +114,18 @@ def c_symbol(name: str, code: str = "") -> str:
             any(t.startswith(symbol.upper() + "_") for t in taken):
         symbol += "_model"
     return symbol
+
+
+def _initial_code(value, params: list[VarSlot], inputs: tuple[VarSlot, ...]) -> tuple:
+    """``Exported.initial`` of the value program: its ``initial`` equations printed as C over ``p``."""
+    from modelc.backends.c_printer import CPrinter
+
+    offset = {p.name: p.offset for p in params}
+    column = {sym: f"p[{offset[par.name] + k}]" for par in value.parameters for k, sym in enumerate(par.symbols)}
+    printer = CPrinter(lambda sym: column[sym])
+    names = {v.name for v in inputs}
+    return tuple(("old_" + eq.var.name, tuple(printer.doprint(c) for c in eq.components))
+                 for eq in value.initial if "old_" + eq.var.name in names)
 
 
 def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
@@ -146,4 +162,5 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
                     implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
                     outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
                     point_code=point_code, block_code=block_code,
-                    block_inputs=tuple(v.name for v, _ in Layout.of(tangent).axis_inputs()))
+                    block_inputs=tuple(v.name for v, _ in Layout.of(tangent).axis_inputs()),
+                    initial=_initial_code(done.value, params, _slots(done.value.inputs)))

@@ -49,15 +49,26 @@ def conversions() -> dict[str, list[tuple[int, ...]]]:
             "tangent": tangent}
 
 
+#: STATEV's last slot for a model that declares initial values (the spec's ``initial:``): 0 until the
+#: UMAT has run at the point (Abaqus starts STATEV at zero), then 1
+INITIALIZED = "modelc/initialized"
+
+
 def statev_layout(m: Exported) -> list[tuple[str, str, int]]:
     """``(state output, old_state input, components)`` in STATEV order; ``state/S`` is not in STATEV
-    (the host's STRESS carries it)."""
-    return [(new, old, m.slot("inputs", old).size) for new, old in m.state if new != STRESS]
+    (the host's STRESS carries it). A model with declared initial values gets one more slot,
+    ``(INITIALIZED, "", 1)``, last."""
+    out = [(new, old, m.slot("inputs", old).size) for new, old in m.state if new != STRESS]
+    return out + [(INITIALIZED, "", 1)] if m.initial else out
 
 
 def _input_lines(m: Exported, conv) -> list[str]:
-    lines, statev = [], {old: off for off, (_, old, _) in zip(_offsets(statev_layout(m)), statev_layout(m))}
-    handled = set()
+    layout = statev_layout(m)
+    statev = {old: off for off, (_, old, _) in zip(_offsets(layout), layout)}
+    initial = dict(m.initial)
+    lines, handled = [], set()
+    if initial:  # STATEV is Abaqus' zeros before the first increment: the declared values instead
+        lines.append(f"const int mc_fresh = statev[{_offsets(layout)[-1]}] == 0.0;  /* {INITIALIZED} */")
     for v in m.inputs:
         o = v.offset
         if v.name in (STRAIN, OLD_STRAIN):
@@ -71,6 +82,9 @@ def _input_lines(m: Exported, conv) -> list[str]:
         elif v.name == "old_" + STRESS:
             lines += [f"x[{o + i}] = 0;" for i in range(6)]
             lines += [f"x[{o + mm}] += {f!r} * stress[{a}];" for a, mm, f in conv["stress_in"]]
+        elif v.name in initial:
+            lines += [f"x[{o + i}] = mc_fresh ? {e} : statev[{statev[v.name] + i}];"
+                      for i, e in enumerate(initial[v.name])]
         elif v.name in statev:
             lines += [f"x[{o + i}] = statev[{statev[v.name] + i}];" for i in range(v.size)]
         else:
@@ -95,6 +109,9 @@ def _output_lines(m: Exported, conv) -> list[str]:
     lines += [f"stress[{a}] += {f!r} * y[{s + mm}];" for mm, a, f in conv["stress"]]
     layout = statev_layout(m)
     for off, (new, _, n) in zip(_offsets(layout), layout):
+        if new == INITIALIZED:
+            lines.append(f"statev[{off}] = 1;  /* {INITIALIZED} */")
+            continue
         y0 = m.slot("outputs", new).offset
         lines += [f"statev[{off + i}] = y[{y0 + i}];  /* {c_comment(new)} */" if i == 0 else
                   f"statev[{off + i}] = y[{y0 + i}];" for i in range(n)]
@@ -129,6 +146,7 @@ def export_umat(m: Exported, out_dir: str | Path) -> list[Path]:
            "nstatv": info["nstatv"], "cutback": repr(CUTBACK), "point_code": m.point_code,
            "props_text": c_comment(", ".join(info["props"]) or "(none)"),
            "statev_text": c_comment(", ".join(f"{n} ({k})" for n, k in info["statev"]) or "(none)"),
-           "input_lines": _input_lines(m, conv), "output_lines": _output_lines(m, conv)}
+           "input_lines": _input_lines(m, conv), "output_lines": _output_lines(m, conv),
+           "initialized": info["nstatv"] if m.initial else 0}
     return write_files(out_dir, {f"{m.symbol}_umat.c": template("umat.c.j2").render(ctx),
                                  f"{m.symbol}_umat.json": json.dumps(info, indent=2) + "\n"})

@@ -12,7 +12,11 @@ point of every element) it
   full 3x3x3x3 tensor (both minor symmetries).
 
 The flat state torch-fem stores per integration point is ``[E (6, Mandel), t (1), the model's
-state variables in STATE order]`` (:attr:`ModelcMaterial.state_layout`). Conversions between
+state variables in STATE order]`` (:attr:`ModelcMaterial.state_layout`), and for a model whose spec
+declares initial values (``initial:``, e.g. GTN's porosity phi0) one more slot, ``modelc/initialized``:
+torch-fem starts every state at zero, so while that slot is 0 the step starts those variables from
+their declared values (from the parameters, per element where they are given per element) and
+then sets it to 1. Conversions between
 Mandel and full tensors are precomputed matrices derived from :mod:`modelc.runtime.mandel` (one
 matmul each). Parameters: numbers, or one value per element (a tensor of shape ``(n_elem,)``). A
 point whose Newton solve does not converge raises torch-fem's ``ConvergenceError``, so that
@@ -54,6 +58,8 @@ STRESS, STRAIN = "state/S", "forces/E"
 #: on the radial returns. Non-symmetric formulations lie above it in float64 (GTN 3e-4, non-associated
 #: Drucker-Prager 0.3); in float32 only the strongly non-symmetric ones (Drucker-Prager) do.
 SYMMETRY_TOL = 1e5
+#: the flat state's last slot for a model with declared initial values: 0 before a point's first step
+INITIALIZED = "modelc/initialized"
 _DRIVEN = {STRAIN, "old_forces/E", "forces/t", "old_forces/t"}
 
 
@@ -128,7 +134,9 @@ class ModelcMaterial(MechanicsMaterial):
         self.dt = float(dt)
         self.rho = torch.as_tensor(rho)
         self.is_vectorized = any(v.dim() > 0 for v in self.parameters.values())
+        self.initial = tuple(v.name for v in self.model.INITIAL)  # state/x with a declared initial value
         self.state_layout = self._layout(ins)
+        self._model_state = tuple(e for e in self.state_layout[2:] if e[0] != INITIALIZED)
         self.n_state = sum(size for _, _, size in self.state_layout)
         self._conv = Conversions.build(dtype)
         self._request = [(STRESS, STRAIN)]
@@ -141,6 +149,8 @@ class ModelcMaterial(MechanicsMaterial):
                 size = self.model.input_axis.type_of(name).size
                 layout.append((name[4:], off, size))
                 off += size
+        if self.initial:
+            layout.append((INITIALIZED, off, 1))
         return tuple(layout)
 
     def _check_symmetric(self, C: torch.Tensor) -> None:
@@ -169,9 +179,16 @@ class ModelcMaterial(MechanicsMaterial):
         E_new = E_old + (H - d0) @ c.strain
         t_new = t_old + self.dt
         inputs = {STRAIN: E_new, "forces/t": t_new, "old_forces/E": E_old, "old_forces/t": t_old}
-        for name, off, size in self.state_layout[2:]:
-            inputs["old_" + name] = st[:, off:off + size].reshape(B, *self.model.input_axis.type_of(
-                "old_" + name).base_shape)
+        fresh, init = None, {}
+        if self.initial:  # torch-fem's zeros before a point's first step: the declared values instead
+            fresh = st[:, self.state_layout[-1][1]] == 0
+            if bool(fresh.any()):
+                init = self.model.initial_values((B,), **self.parameters)
+        for name, off, size in self._model_state:
+            old = st[:, off:off + size].reshape(B, *self.model.input_axis.type_of("old_" + name).base_shape)
+            if name in init:
+                old = torch.where(fresh.reshape(B, *[1] * (old.dim() - 1)), init[name].to(old), old)
+            inputs["old_" + name] = old
         inputs = {k: v for k, v in inputs.items() if k in self.model.input_axis}
         res = self.model(inputs, derivatives=self._request, **self.parameters)
         if res.status is not None and not res.status.all_converged:
@@ -181,6 +198,8 @@ class ModelcMaterial(MechanicsMaterial):
         if self.symmetric_tangent:
             self._check_symmetric(C.reshape(B, 6, 6))
         new = [E_new, t_new.reshape(B, 1)]
-        new += [res[name].reshape(B, size) for name, _, size in self.state_layout[2:]]
+        new += [res[name].reshape(B, size) for name, _, size in self._model_state]
+        if self.initial:
+            new.append(torch.ones(B, 1, dtype=dtype, device=E_new.device))
         state_new = torch.cat(new, dim=1).reshape(*batch, self.n_state)
         return (S @ c.stress).reshape(*batch, 3, 3), state_new, (C @ c.tangent).reshape(*batch, 3, 3, 3, 3)

@@ -29,6 +29,14 @@ def _cc() -> str:
     return cc
 
 
+def _library(out: Path, name: str) -> ctypes.CDLL:
+    """``NAME.c`` of an export in ``out`` built alone as a shared library, loaded."""
+    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", f"{name}.c", "-o", "lib.so", "-lm"], cwd=out,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return ctypes.CDLL(str(out / "lib.so"))
+
+
 def _export(name: str, out: Path) -> dict:
     assert cli_main(["export", "c", name, "--out", str(out)]) == 0
     for ext in ("h", "c", "json", "md"):
@@ -108,10 +116,7 @@ def test_parameters_outside_their_bounds_compute_nothing(tmp_path):
     column, for a shared row and for one row per point; the layout file and the ABI page carry the
     bounds."""
     layout = _export("j2_voce_af", tmp_path)
-    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "j2_voce_af.c", "-o", "lib.so", "-lm"], cwd=tmp_path,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c = _library(tmp_path, "j2_voce_af")
     c.j2_voce_af_tangent.restype = ctypes.c_int64
     dp = ctypes.POINTER(ctypes.c_double)
     names = [p["name"] for p in layout["parameters"]]
@@ -147,10 +152,7 @@ def test_non_symmetric_tangent_is_row_major_d_stress_d_strain(tmp_path):
     spec = DOC.parents[1] / "docs" / "zoo" / "drucker_prager.yaml"
     assert cli_main(["export", "c", str(spec), "--model", "drucker_prager", "--out", str(tmp_path)]) == 0
     layout = json.loads((tmp_path / "drucker_prager.json").read_text())
-    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "drucker_prager.c", "-o", "lib.so", "-lm"], cwd=tmp_path,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c = _library(tmp_path, "drucker_prager")
     c.drucker_prager_value.restype = c.drucker_prager_tangent.restype = ctypes.c_int64
     dp = ctypes.POINTER(ctypes.c_double)
     n, h = 16, 1e-9
@@ -178,6 +180,55 @@ def test_non_symmetric_tangent_is_row_major_d_stress_d_strain(tmp_path):
     assert (np.abs(T - fd) <= 1e-6 * size).all()  # h = 1e-9 on strains of 1e-3: both errors below 1e-6
     assert (np.abs(T - T.transpose(0, 2, 1)).max(axis=(1, 2)) > 1e-2 * size[:, 0, 0]).all()
     assert (ST[:n, 1] >= 1).all()  # every point took a Newton step: all plastic
+
+
+def test_initial_state_starts_from_the_declared_values(tmp_path):
+    """gtn's porosity starts at phi0 (the spec's `initial: phi0`), not zero: _initial_state writes it
+    from the parameters (one row per point here), and a history driven with _tangent and _advance
+    from there matches run_history (which starts from the same declared values) at every step. A
+    parameter out of its bounds writes nothing."""
+    layout = _export("gtn", tmp_path)
+    assert layout["initial"] == [{"old_state": "old_state/internal/phi", "declared": True}]
+    c = _library(tmp_path, "gtn")
+    c.gtn_tangent.restype = ctypes.c_int64
+    dp = ctypes.POINTER(ctypes.c_double)
+    n, steps = 3, 12
+    names = [p["name"] for p in layout["parameters"]]
+    P = np.zeros(layout["np"])
+    c.gtn_default_parameters(P.ctypes.data_as(dp))
+    rows = np.tile(P, (n, 1))
+    phi0 = np.array([0.0, 0.01, 0.05])
+    rows[:, names.index("phi0")] = phi0
+    X = np.full((n, layout["nx"]), 7.0)
+    assert c.gtn_initial_state(n, X.ctypes.data_as(dp), rows.ctypes.data_as(dp), layout["np"]) == 0
+    off = {v["name"]: v["offset"] for v in layout["inputs"]}
+    want0 = np.zeros_like(X)
+    want0[:, off["old_state/internal/phi"]] = phi0
+    np.testing.assert_array_equal(X, want0)
+    bad = rows.copy()
+    bad[1, names.index("phi0")] = 1.0  # outside [0, 1)
+    X2 = np.full_like(X, 7.0)
+    assert c.gtn_initial_state(n, X2.ctypes.data_as(dp), bad.ctypes.data_as(dp), layout["np"]) == -2
+    assert (X2 == 7.0).all()
+    t = np.linspace(0.0, 1.0, steps + 1)
+    strain = np.zeros((steps + 1, n, 6))
+    strain[:, :, :3] = 4e-3 * t[:, None, None] * np.array([1.0, -0.2, -0.2])  # tension with dilatation
+    strain[:, :, 5] = 2e-3 * t[:, None]
+    Y, T = np.zeros((n, layout["ny"])), np.zeros((n, 36))
+    model = modelc.load("gtn").Model(backend="torch")
+    want = run_history(model, {"time": np.repeat(t[:, None], n, 1), "strain": strain},
+                       params={"phi0": phi0}, progress=False)
+    ys = {v["name"]: v["offset"] for v in layout["outputs"]}
+    for k in range(1, steps + 1):
+        X[:, off["forces/E"]:off["forces/E"] + 6] = strain[k]
+        X[:, off["forces/t"]] = t[k]
+        assert c.gtn_tangent(n, X.ctypes.data_as(dp), rows.ctypes.data_as(dp), layout["np"], Y.ctypes.data_as(dp),
+                             T.ctypes.data_as(dp), None) == 0
+        np.testing.assert_allclose(Y[:, ys["state/S"]:ys["state/S"] + 6], want["stress"][k], rtol=1e-10, atol=1e-8)
+        np.testing.assert_allclose(Y[:, ys["state/internal/phi"]], want["state/internal/phi"][k], rtol=1e-10,
+                                   atol=1e-15)  # phi0 = 0 stays 0 to rounding (+-2e-20)
+        c.gtn_advance(n, X.ctypes.data_as(dp), Y.ctypes.data_as(dp))
+    assert want["state/internal/phi"][-1, 2] > 0.05  # the voids grew from phi0
 
 
 def test_failed_points_are_counted_and_nan(tmp_path):

@@ -215,3 +215,37 @@ def test_full_tangent_is_d_stress_d_strain_for_a_non_symmetric_model():
     torch.testing.assert_close(C, sym, rtol=0, atol=1e-6 * size)
     major = (C - C.permute(0, 3, 4, 1, 2)).abs().max()
     assert float(major) > 1e-2 * size  # not symmetric: the orientation is tested
+
+
+def test_declared_initial_state_under_torch_fem():
+    """torch-fem starts every state at zero; gtn's porosity must start at phi0 (the spec's `initial:`).
+    Two hexahedra under a homogeneous displacement gradient (every node prescribed), phi0 given per
+    element: every integration point's stress and porosity match run_history, which starts from the
+    declared values, at every increment; the flat state's last slot marks the points initialized."""
+    from modelc.runtime.driver import run_history
+
+    phi0 = torch.tensor([0.005, 0.04])
+    mat = ModelcMaterial("gtn", phi0=phi0)
+    assert mat.state_layout[-1] == ("modelc/initialized", mat.n_state - 1, 1)
+    nodes, elements = cube_hexa(3, 2, 2, Lx=2.0)
+    cube = Solid(nodes, elements, mat)
+    G = torch.tensor([[6e-3, 1e-3, 0.0], [0.0, -1e-3, 2e-3], [0.0, 0.0, -1e-3]])
+    cube.constraints[:, :] = True
+    cube.displacements = nodes @ G.T
+    inc = torch.linspace(0.0, 1.0, 9)
+    u, f, sigma, F, state = cube.solve(increments=inc, return_intermediate=True,
+                                       aggregate_integration_points=False)  # (steps, points, elements, ...)
+    strain = mandel.full_to_sr2(0.5 * (G + G.T))[None, None] * inc[:, None, None, None]  # (steps, 1, 1, 6)
+    strain = strain.expand(-1, 2, -1, -1).reshape(len(inc), 2, 6).numpy()
+    want = run_history(mat.model, {"time": inc[:, None].repeat(1, 2).numpy(), "strain": strain},
+                       params={"phi0": phi0.numpy()}, progress=False)
+    phi_slot = [o for n, o, _ in mat.state_layout if n == "state/internal/phi"][0]
+    for k in range(1, len(inc)):
+        for e in range(2):
+            torch.testing.assert_close(sigma[k, :, e], mandel.sr2_to_full(torch.as_tensor(want["stress"][k, e]))
+                                       .expand(sigma.shape[1], 3, 3), rtol=1e-9, atol=1e-7)
+            torch.testing.assert_close(state[k, :, e, phi_slot],
+                                       torch.full((sigma.shape[1],), float(want["state/internal/phi"][k, e])),
+                                       rtol=1e-9, atol=0)
+    assert bool((state[-1, ..., -1] == 1).all())
+    assert float(want["state/internal/phi"][-1, 1]) > 0.04  # the voids grew from phi0
