@@ -233,10 +233,7 @@ def test_initial_state_starts_from_the_declared_values(tmp_path):
 
 def test_failed_points_are_counted_and_nan(tmp_path):
     layout = _export("perzyna_iso_coupled", tmp_path)  # the coupled system: its Newton fails on the middle point (the radial return converges)
-    r = subprocess.run([_cc(), "-O2", "-fPIC", "-shared", "perzyna_iso_coupled.c", "-o", "lib.so", "-lm"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    c = ctypes.CDLL(str(tmp_path / "lib.so"))
+    c = _library(tmp_path, "perzyna_iso_coupled")
     c.perzyna_iso_coupled_value.restype = ctypes.c_int64
     dp = ctypes.POINTER(ctypes.c_double)
     X = np.zeros((3, layout["nx"]))
