@@ -24,6 +24,8 @@ from modelc.export.render import c_comment, template, write_files
 
 CUTBACK = 0.5  # PNEWDT asked for when a point does not converge
 TIME, OLD_TIME, OLD_STRAIN = "forces/t", "old_forces/t", "old_forces/E"
+#: the temperature (NEML2's name): TEMP + DTEMP at the end of the increment, TEMP at its start
+TEMPERATURE, OLD_TEMPERATURE = "forces/T", "old_forces/T"
 
 
 def _terms(matrix: torch.Tensor) -> list[tuple[int, int, float]]:
@@ -79,6 +81,8 @@ def _input_lines(m: Exported, conv) -> list[str]:
             lines.append(f"x[{o}] = time[1] + *dtime;")
         elif v.name == OLD_TIME:
             lines.append(f"x[{o}] = time[1];")
+        elif v.name in (TEMPERATURE, OLD_TEMPERATURE) and v.size == 1:
+            lines.append(f"x[{o}] = *temp + *dtemp;" if v.name == TEMPERATURE else f"x[{o}] = *temp;")
         elif v.name == "old_" + STRESS:
             lines += [f"x[{o + i}] = 0;" for i in range(6)]
             lines += [f"x[{o + mm}] += {f!r} * stress[{a}];" for a, mm, f in conv["stress_in"]]
@@ -89,7 +93,8 @@ def _input_lines(m: Exported, conv) -> list[str]:
             lines += [f"x[{o + i}] = statev[{statev[v.name] + i}];" for i in range(v.size)]
         else:
             raise InputError(f"{m.spec}: model {m.name!r} has the input {v.name!r}, which a UMAT cannot "
-                             f"provide (it provides {STRAIN}, {OLD_STRAIN}, {TIME}, {OLD_TIME} and the "
+                             f"provide (it provides {STRAIN}, {OLD_STRAIN}, {TIME}, {OLD_TIME}, the "
+                             f"temperature {TEMPERATURE} and {OLD_TEMPERATURE} (Scalar) and the "
                              "old_state/... of the model's own state outputs)")
         handled.add(v.name)
     return lines

@@ -7,6 +7,7 @@ gfortran is required in CI (.ci/run installs it); on a developer machine without
 are skipped with that reason."""
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import shutil
@@ -240,3 +241,74 @@ def test_configuration_errors_stop_the_host(build, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "j2_linear_iso_umat: NPROPS = 3, expected 4" in r.stderr
+
+
+def _umat_library(spec: Path, name: str, out: Path) -> ctypes.CDLL:
+    """The UMAT of ``name`` in ``spec`` built as a shared library, for a host written with ctypes."""
+    assert cli_main(["export", "umat", str(spec), "--model", name, "--out", str(out)]) == 0
+    r = subprocess.run([_need("cc"), "-shared", "-fPIC", "-O2", f"{name}_umat.c", "-o", "umat.so", "-lm"], cwd=out,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return ctypes.CDLL(str(out / "umat.so"))
+
+
+def _call_umat(lib, props, stress, statev, stran, dstran, t, dt, temp, dtemp):
+    """One UMAT call the way a host makes it; returns (pnewdt, DDSDDE as [i, j])."""
+    d = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+    i32 = lambda v: ctypes.byref(ctypes.c_int(v))  # noqa: E731
+    dd, props = np.zeros(36), d(props)
+    scalars = [np.zeros(1) for _ in range(7)]  # sse, spd, scd, rpl, drpldt, predef, dpred
+    pnewdt = np.array([1.0])
+    ptr = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_double))  # noqa: E731
+    lib.umat_(ptr(stress), ptr(statev), ptr(dd), ptr(scalars[0]), ptr(scalars[1]), ptr(scalars[2]),
+              ptr(scalars[3]), ptr(np.zeros(6)), ptr(np.zeros(6)), ptr(scalars[4]), ptr(d(stran)), ptr(d(dstran)),
+              ptr(d([t, t])), ptr(d([dt])), ptr(d([temp])), ptr(d([dtemp])), ptr(scalars[5]), ptr(scalars[6]),
+              ctypes.c_char_p(b"THERMO"), i32(3), i32(3), i32(6), i32(len(statev)), ptr(props), i32(len(props)),
+              ptr(np.zeros(3)), ptr(np.eye(3)), ptr(pnewdt), ptr(d([1.0])), ptr(np.eye(3)), ptr(np.eye(3)),
+              i32(1), i32(1), i32(1), i32(1), i32(1), i32(1), ctypes.c_size_t(6))
+    return float(pnewdt[0]), dd.reshape(6, 6).T  # Fortran column-major -> [i, j]
+
+
+def test_temperature_reaches_the_model(tmp_path):
+    """forces/T = TEMP + DTEMP and old_forces/T = TEMP (tests/compiler/export/specs/thermoelastic.yaml:
+    a modulus that falls with the temperature and a thermal strain accumulated from its change):
+    three increments heating and straining, STRESS, STATEV and DDSDDE against the closed form."""
+    lib = _umat_library(HERE / "specs" / "thermoelastic.yaml", "thermoelastic", tmp_path)
+    info = json.loads((tmp_path / "thermoelastic_umat.json").read_text())
+    P = dict(zip(info["props"], info["props_default"]))
+    rng = np.random.default_rng()
+    stress, statev, stran = np.zeros(6), np.zeros(info["nstatv"]), np.zeros(6)
+    temps = [300.0, 350.0, 420.0, 380.0]  # TEMP at the start of each increment, then the end
+    for k in range(3):
+        dstran = rng.uniform(-1e-3, 1e-3, 6)
+        pnew, dd = _call_umat(lib, list(P.values()), stress, statev, stran, dstran, float(k), 1.0, temps[k],
+                              temps[k + 1] - temps[k])
+        assert pnew >= 1
+        stran = stran + dstran
+        T = temps[k + 1]
+        E = P["E0"] * (1 - P["kE"] * (T - P["T0"]))
+        lam, G = E * P["nu"] / ((1 + P["nu"]) * (1 - 2 * P["nu"])), E / (2 * (1 + P["nu"]))
+        eth = P["alpha"] * (T - temps[0])  # accumulated from the first increment's start
+        e = stran.copy()
+        e[3:] /= 2  # engineering -> tensor shear
+        e[:3] -= eth
+        want = 2 * G * e
+        want[:3] += lam * e[:3].sum()
+        np.testing.assert_allclose(stress, want, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(statev[:3], eth, rtol=1e-12)  # STATEV: eth (Mandel), normal part
+        D = np.zeros((6, 6))
+        D[:3, :3] = lam
+        D[:3, :3] += 2 * G * np.eye(3)
+        D[3:, 3:] = G * np.eye(3)
+        np.testing.assert_allclose(dd, D, rtol=1e-12, atol=1e-6)
+
+
+def test_an_input_the_host_cannot_provide_is_refused(tmp_path, capsys):
+    spec = tmp_path / "pressure.yaml"
+    spec.write_text("models:\n  pressurized:\n    inputs:\n      eps: {var: forces/E, type: SR2}\n"
+                    "      q: {var: forces/q}\n    outputs:\n      S: {var: state/S, type: SR2}\n"
+                    "    equations:\n      S: 1000*eps + q*I2\n")
+    assert cli_main(["export", "umat", str(spec), "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "'forces/q', which a UMAT cannot provide" in err and "forces/T" in err
+    assert not (tmp_path / "out" / "pressurized_umat.c").exists()
