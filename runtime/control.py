@@ -12,7 +12,8 @@ code uses, so the iteration is quadratic wherever the model's tangent is exact):
 Every point solves its own system in one batched ``torch.linalg.solve``: the rows and columns of
 strain-controlled components are replaced by the identity (with a zero right-hand side), so one
 matrix shape serves any mask. A point stops when ``max|r_c| <= rtol * scale + atol`` with ``scale``
-the largest stress magnitude (result or target) of the point, or when its update no longer changes
+the largest stress magnitude of the point (result or target) or of the residual the step starts
+from (a free thermal expansion's, whose targets are all zero), or when its update no longer changes
 ``E`` beyond rounding; it fails (converged = False) when the model fails at it, a value is not
 finite, or ``max_iter`` iterations do not reach the tolerance.
 """
@@ -91,8 +92,14 @@ def solve_mixed(evaluate: Callable[[torch.Tensor], tuple[Any, torch.Tensor, torc
     scale_t = torch.where(control, target, zero).abs().amax(dim=-1)
     if scale is not None:
         scale_t = torch.maximum(scale_t, scale.to(scale_t))
+
     result, S, K, ok = evaluate(E)
     r, rmax, good = residual(S, K, ok)
+    # ... and against the residual the step starts from (the usual relative test of Newton,
+    # |r| <= rtol |r0|): a free thermal expansion has every target zero and a stress that is a
+    # difference of the strain's and the thermal strain's terms, so without it the test would ask
+    # for rtol of zero (round-off kept float64 points iterating to max_iter)
+    scale_t = torch.maximum(scale_t, torch.where(good, rmax, torch.zeros_like(rmax)))
     done = ~good  # a point the model fails at, at the start, has failed
     met = torch.zeros(batch, dtype=torch.bool, device=E.device)
     its = torch.zeros(batch, dtype=torch.int64, device=E.device)

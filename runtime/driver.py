@@ -5,6 +5,7 @@ Step ``n >= 1`` evaluates the model once, from the previous converged step::
 
     forces/E     = strain[n]        old_forces/E = strain[n-1]
     forces/t     = time[n]          old_forces/t = time[n-1]
+    forces/T     = temperature[n]   old_forces/T = temperature[n-1]   (a history with 'temperature')
     old_state/x  = state/x of step n-1 (zero at row 0)
 
 Only the inputs the model declares are passed. Where the history prescribes stress on some
@@ -46,6 +47,7 @@ __all__ = ["run_history", "RunResult", "Carry", "NonConvergenceWarning", "save_r
            "plot_results", "ALIASES", "STRESS", "STRAIN", "TIME"]
 
 STRESS, STRAIN, TIME = "state/S", "forces/E", "forces/t"
+TEMPERATURE = "forces/T"  # NEML2's name; driven by a history's optional 'temperature' array
 
 #: Friendly result keys (the names used by the NEML2 reference files) for state variables, keyed on
 #: the last component of the variable's name. An alias is added only when exactly one variable maps to it.
@@ -370,7 +372,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     dtype = dtype or getattr(model, "dtype", None) or torch.float64
     device = torch.device(device or getattr(model, "device", None) or "cpu")
     in_shapes, out_shapes = variable_shapes(model, "input"), variable_shapes(model, "output")
-    _check_wiring(in_shapes, out_shapes)
+    _check_wiring(in_shapes, out_shapes, hist.temperature is not None)
     call_params = _params(model, params, hist.batch, dtype, device)
     t_steps = _tangent_steps(tangent_steps, hist.steps)
 
@@ -380,6 +382,8 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     if mixed:  # row n: the strain solved at step n (written; the history's own array is not)
         strain = strain.clone()
     time = torch.as_tensor(hist.time, dtype=dtype, device=device)
+    temperature = None if hist.temperature is None else torch.as_tensor(hist.temperature, dtype=dtype,
+                                                                          device=device)
     if mixed:
         targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
         controls = torch.as_tensor(hist.control, device=device)
@@ -408,7 +412,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     if history_buffers.applies(model, dtype, device, alive):
         ctl = history_buffers.Control(targets, controls, target_scale, control) if mixed else None
         done = history_buffers.record(model, in_shapes, out_shapes, strain, time, state, t_steps,
-                                      call_params, bar, ctl)
+                                      call_params, bar, ctl, temperature)
         start, tangents = done.stop, list(done.tangents)
         state = {name: v[-1] for name, v in done.outputs.items()}
         rows, conv_rows, its_rows, res_rows = {name: [] for name in state}, [], [], []
@@ -418,7 +422,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     # of call, so a step never overwrites the result its inputs may still be read from
     reuse, buffers = reuses_results(model), {}
     for n in range(start, steps):
-        inputs = _step_inputs(in_shapes, strain, time, state, n, alive)
+        inputs = _step_inputs(in_shapes, strain, time, state, n, alive, temperature)
         want_tangent = n in t_steps
         old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
         ctrl = controls[n] & alive.unsqueeze(-1) if mixed else None
@@ -471,6 +475,8 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
     arrays: dict[str, np.ndarray] = {"time": hist.time,
                                      "strain": strain.cpu().numpy().astype(np.float64) if mixed else hist.strain,
                                      "labels": np.array(hist.labels)}
+    if hist.temperature is not None:
+        arrays["temperature"] = hist.temperature
     aliases = _aliases(out_shapes)
     for name, vals in rows.items():
         arrays[aliases.get(name, name)] = _rows(done and done.outputs[name], vals)
@@ -506,7 +512,10 @@ def _col(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.reshape(mask.shape + (1,) * (like.dim() - 1))
 
 
-def _check_wiring(ins: Mapping[str, tuple[int, ...]], outs: Mapping[str, tuple[int, ...]]) -> None:
+def _check_wiring(ins: Mapping[str, tuple[int, ...]], outs: Mapping[str, tuple[int, ...]],
+                  temperature: bool = False) -> None:
+    """Every input of the model is driven: the forces the history gives (strain, time, and the
+    temperature when it has one) and the old state from the model's own outputs."""
     if STRESS not in outs:
         raise InputError(f"the model has no output '{STRESS}' (stress), so a strain-controlled history "
                          f"cannot drive it; its outputs: {', '.join(outs) or 'none'}")
@@ -514,7 +523,12 @@ def _check_wiring(ins: Mapping[str, tuple[int, ...]], outs: Mapping[str, tuple[i
         raise InputError(f"the model has no input '{STRAIN}' (total strain), so a strain-controlled "
                          f"history cannot drive it; its inputs: {', '.join(ins) or 'none'}")
     forces = {STRAIN: (6,), TIME: (), "old_forces/E": (6,), "old_forces/t": ()}
+    if temperature:
+        forces.update({TEMPERATURE: (), "old_" + TEMPERATURE: ()})
     for name, shape in ins.items():
+        if name in (TEMPERATURE, "old_" + TEMPERATURE) and not temperature:
+            raise InputError(f"the model reads '{name}' (the temperature): give the history a 'temperature' "
+                             f"array (steps, batch)")
         if name in forces:
             if shape != forces[name]:
                 raise InputError(f"model input '{name}' has base shape {shape}, expected {forces[name]}")
@@ -564,16 +578,27 @@ def _initial_state(model: Any, out_shapes: Mapping[str, tuple[int, ...]], batch:
     return out
 
 
-def _step_inputs(shapes: Mapping[str, tuple[int, ...]], strain: torch.Tensor, time: torch.Tensor,
-                 state: Mapping[str, torch.Tensor], n: int, alive: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Inputs of step n. Failed points get the neutral initial state (zero strain and state, the
-    same time) so that their NaNs never enter a Newton loop."""
+def history_forces(strain: torch.Tensor, time: torch.Tensor, temperature: torch.Tensor | None,
+                   n: int) -> dict[str, torch.Tensor]:
+    """The forces of step ``n`` from a history's rows: ``forces/x`` from row n, ``old_forces/x`` from
+    row n - 1 (strain, time, and the temperature when the history has it)."""
     vals = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+    if temperature is not None:
+        vals.update({TEMPERATURE: temperature[n], "old_" + TEMPERATURE: temperature[n - 1]})
+    return vals
+
+
+def _step_inputs(shapes: Mapping[str, tuple[int, ...]], strain: torch.Tensor, time: torch.Tensor,
+                 state: Mapping[str, torch.Tensor], n: int, alive: torch.Tensor,
+                 temperature: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Inputs of step n. Failed points get the neutral initial state (zero strain and state, the
+    same time and temperature) so that their NaNs never enter a Newton loop."""
+    vals = history_forces(strain, time, temperature, n)
     out: dict[str, torch.Tensor] = {}
     all_alive = bool(alive.all())
     for name in shapes:
         v = vals[name] if name in vals else state["state/" + name[len("old_state/"):]]
-        if name not in (TIME, "old_forces/t") and not all_alive:
+        if name not in (TIME, "old_forces/t", TEMPERATURE, "old_" + TEMPERATURE) and not all_alive:
             v = torch.where(_col(alive, v), v, torch.zeros_like(v))
         out[name] = v
     return out

@@ -12,6 +12,8 @@ stress      (steps, batch, 6) optional    stress targets, Mandel, where ``contro
 control     (steps, batch, 6), (batch,    True where a component is stress-controlled (the driver
             6) or (6,), bool, optional    solves for that strain component), False where the
                                           strain is prescribed; missing: all strain-controlled
+temperature (steps, batch) optional         the temperature of each row (K), for a model that reads
+                                          ``forces/T`` (and ``old_forces/T``, the previous row's)
 labels      (batch,) optional             a short text per point (used in tables and plot legends)
 ==========  ============================  ======================================================
 
@@ -71,6 +73,7 @@ class History:
     source: str = "history"
     stress: np.ndarray | None = None  # (steps, batch, 6) targets; None: no stress control
     control: np.ndarray | None = None  # (steps, batch, 6) bool, True = stress-controlled
+    temperature: np.ndarray | None = None  # (steps, batch): forces/T of each row; None: not given
 
     @property
     def mixed(self) -> bool:
@@ -91,6 +94,8 @@ class History:
         out = {"time": self.time, "strain": self.strain, "labels": np.array(self.labels)}
         if self.control is not None:
             out.update(stress=self.stress, control=self.control)
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
         return out
 
 
@@ -218,7 +223,18 @@ def _validate(arrays: Mapping[str, Any], source: str) -> History:
         strain = np.where(control, 0.0, strain)
     check_values(time, strain, source, stress=stress)
     labels = _labels(arrays.get("labels"), batch, source)
-    return History(time=time, strain=strain, labels=labels, source=source, stress=stress, control=control)
+    temperature = None
+    if "temperature" in arrays:
+        temperature = _float_array(arrays["temperature"], "temperature", source)
+        if temperature.shape != time.shape:
+            raise InputError(f"{source}: 'temperature' must have shape (steps, batch) = {time.shape}, got "
+                             f"{temperature.shape}")
+        bad = ~np.isfinite(temperature)
+        if bad.any():
+            raise InputError(f"{source}: 'temperature' has {int(bad.sum())} non-finite value(s), the first "
+                             f"at index {tuple(int(i) for i in np.argwhere(bad)[0])}")
+    return History(time=time, strain=strain, labels=labels, source=source, stress=stress, control=control,
+                   temperature=temperature)
 
 
 def check_shapes(time: tuple[int, ...], strain: tuple[int, ...], source: str) -> tuple[int, int]:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from modelc.runtime import autograd
-from modelc.runtime.driver import STRAIN, TIME
+from modelc.runtime.driver import history_forces
 
 
 def applies(sensitivities: Any) -> bool:
@@ -50,7 +50,8 @@ def applies(sensitivities: Any) -> bool:
 
 def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[str, torch.Tensor],
         params: dict[str, Any], recompute: bool = False,
-        sensitivities: tuple[str, ...] = ()) -> dict[str, torch.Tensor] | None:
+        sensitivities: tuple[str, ...] = (), temperature: torch.Tensor | None = None
+        ) -> dict[str, torch.Tensor] | None:
     """:func:`simulate`'s result for these arguments (as its per-step path computes it), or None
     when nothing requires grad, a point fails at some step, or parameters over named dims bring
     more than one named dim after the points (the caller then takes that path). ``recompute``
@@ -87,7 +88,7 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
 
     def call(n: int):
         """The model's call of step ``n``, its old state read from the recorded row ``n - 1``."""
-        inputs = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+        inputs = history_forces(strain, time, temperature, n)
         for name in olds:
             out = "state/" + name[len("old_state/"):]
             inputs[name] = state[out].detach() if n == 1 else _row(Y[n - 1], axis, out, outs)
@@ -135,7 +136,7 @@ def run(model, ins, outs, strain: torch.Tensor, time: torch.Tensor, state: dict[
             if J is not None:
                 J[n] = columns(r)
             if n == 1 and steps > 4:
-                direct = _Direct.make(model, ins, outs, strain, time, Y, J, cols, derivatives,
+                direct = _Direct.make(model, ins, outs, strain, time, temperature, Y, J, cols, derivatives,
                                       plain if named else params, tuple(bs), recompute)
 
     def jacobian_at(n: int) -> torch.Tensor:
@@ -174,7 +175,7 @@ class _Direct:
         self.conv = None if status is None else status[0].numpy()
 
     @classmethod
-    def make(cls, model, ins, outs, strain, time, Y, J, cols, derivatives, params, bs,
+    def make(cls, model, ins, outs, strain, time, temperature, Y, J, cols, derivatives, params, bs,
              recompute: bool) -> "_Direct | None":
         from modelc.runtime.history_buffers import _CSteps
 
@@ -184,16 +185,17 @@ class _Direct:
         steps, ny = Y.shape[0], Y.shape[-1]
         B = Y[0].numel() // ny
         Y2 = Y.reshape(steps, B, ny)
-        if len(bs) > 1:  # the strain and time tiled over the named dim, as rows of B points
+        if len(bs) > 1:  # the forces tiled over the named dim, as rows of B points
             def tile(v):
                 return v.reshape(steps, bs[0], *([1] * (len(bs) - 1)), *v.shape[2:]).expand(
                     steps, *bs, *v.shape[2:]).reshape(steps, B, *v.shape[2:]).contiguous()
             strain, time = tile(strain), tile(time)
+            temperature = None if temperature is None else tile(temperature)
         axis = model.output_axis
         olds = {name: axis.span("state/" + name[len("old_state/"):]) for name in ins if name.startswith("old_state/")}
 
         def inputs_at(n: int) -> dict[str, torch.Tensor]:
-            given = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
+            given = history_forces(strain, time, temperature, n)
             for name, (a, b) in olds.items():
                 given[name] = Y2[n - 1, :, a:b].reshape(B, *outs["state/" + name[len("old_state/"):]])
             return {name: given[name] for name in ins}
@@ -210,7 +212,7 @@ class _Direct:
                 return None
         if forward is None:
             return None
-        return cls(forward, again, Y2, J, cols, Jrow, status, (strain, time))
+        return cls(forward, again, Y2, J, cols, Jrow, status, (strain, time, temperature))
 
     def step(self, n: int) -> bool:
         """Run step ``n``; whether every point converged with finite outputs (its row of ``J`` then filled)."""

@@ -78,12 +78,14 @@ def result_over(model: Any, Y: torch.Tensor, status: tuple[torch.Tensor, ...] | 
 
 def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Mapping[str, tuple[int, ...]],
            strain: torch.Tensor, time: torch.Tensor, state: Mapping[str, torch.Tensor],
-           tangent_steps: list[int], params: Any, bar: Any, control: Control | None = None) -> Recorded:
+           tangent_steps: list[int], params: Any, bar: Any, control: Control | None = None,
+           temperature: torch.Tensor | None = None) -> Recorded:
     """Step ``model`` through the strain history ``strain (steps, batch, 6)`` / ``time (steps, batch)``
     from the row-0 ``state`` (output name -> (batch, *shape)) until a point fails or the history
     ends; ``tangent_steps`` and ``params`` as in :func:`~modelc.runtime.driver.drive`. With
     ``control``, the stress-controlled components of ``strain[n]`` are solved (and written there) at
-    each step that has any, as the driver's step loop solves them."""
+    each step that has any, as the driver's step loop solves them. ``temperature (steps, batch)``:
+    the history's, for a model that reads ``forces/T``."""
     steps, batch = strain.shape[0], strain.shape[1]
     dtype, device = model.dtype, model.device
     axis = model.output_axis
@@ -101,6 +103,8 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
     # each input: the (steps, batch, ...) tensor it is a row of, and how many steps back
     given = {_driver.STRAIN: (strain, 0), _driver.TIME: (time, 0), "old_forces/E": (strain, 1),
              "old_forces/t": (time, 1)}
+    if temperature is not None:
+        given.update({_driver.TEMPERATURE: (temperature, 0), "old_" + _driver.TEMPERATURE: (temperature, 1)})
     given.update({name: (rows["state/" + name[len("old_state/"):]], 1) for name in in_shapes
                   if name.startswith("old_state/")})
     sources = [(name, *given[name]) for name in in_shapes]

@@ -150,11 +150,17 @@ def _rows(a: Any, r0: int, r1: int) -> np.ndarray:
     return a.rows(r0, r1) if isinstance(a, _Array) else a[r0:r1]
 
 
+_NO_TEMPERATURE = ("{source}: a history with a 'temperature' array runs with run_history, simulate or "
+                   "`modelc run` (in memory); chunked and distributed runs do not carry it yet")
+
+
 def open_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]") -> HistorySource:
     """Open a history (``.npz`` file, directory of ``.npy`` files, mapping or History) for reading in
     chunks; only the shapes are checked here, the values as each chunk is read."""
     if not isinstance(history, (str, os.PathLike)):
         h = as_history(history)  # small enough to be in memory: validated whole
+        if h.temperature is not None:
+            raise InputError(_NO_TEMPERATURE.format(source=h.source))
         return HistorySource(h.source, h.steps, h.batch, h.time, h.strain, np.array(h.labels), ())
     p = Path(history)
     if p.is_dir():
@@ -180,6 +186,8 @@ def open_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]"
         used = (p,)
     else:
         raise InputError(f"{p}: history file not found")
+    if (p / "temperature.npy").is_file() if p.is_dir() else "temperature.npy" in names:
+        raise InputError(_NO_TEMPERATURE.format(source=p))
     time, strain = arrays["time"], arrays["strain"]
     for a in (time, strain):
         if a.dtype.kind not in "fiu":

@@ -33,7 +33,7 @@ import torch
 
 from modelc.runtime import history_adjoint
 from modelc.runtime.errors import InputError
-from modelc.runtime.driver import STRAIN, TIME, _check_wiring, variable_shapes
+from modelc.runtime.driver import _check_wiring, declared_initial, history_forces, variable_shapes
 from modelc.runtime.histories import as_history
 
 __all__ = ["simulate"]
@@ -54,7 +54,7 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     the whole history. ``checkpoint``: steps per recomputed chunk (bounded memory)."""
     hist = as_history(history)
     ins, outs = variable_shapes(model, "input"), variable_shapes(model, "output")
-    _check_wiring(ins, outs)
+    _check_wiring(ins, outs, hist.temperature is not None)
     params = dict(params or {})
     model._check_param_names(params)
     if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
@@ -62,8 +62,10 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     dt, dev = model.dtype, model.device
     strain = torch.as_tensor(hist.strain, dtype=dt, device=dev)
     time = torch.as_tensor(hist.time, dtype=dt, device=dev)
+    temperature = None if hist.temperature is None else torch.as_tensor(hist.temperature, dtype=dt, device=dev)
     batch = hist.batch
     state = {n: torch.zeros((batch, *s), dtype=dt, device=dev) for n, s in outs.items()}
+    state.update(_declared(model, batch, params, initial_state or {}))
     for n, v in (initial_state or {}).items():
         if n not in state:
             raise InputError(f"initial_state names {n!r}, not an output of model {model.NAME} "
@@ -77,10 +79,11 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
     if history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
-                                   sensitivities=tuple(sens.names) if sens is not None else ())
+                                   sensitivities=tuple(sens.names) if sens is not None else (),
+                                   temperature=temperature)
         if done is not None:
             return done
-    step = _Stepper(model, ins, outs, strain, time, params, sens)
+    step = _Stepper(model, ins, outs, strain, time, params, sens, temperature)
     alive = torch.ones(batch, dtype=torch.bool, device=dev)
     rows = {n: [v] for n, v in state.items()}
     conv = [alive]
@@ -108,6 +111,24 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     return result
 
 
+def _declared(model, batch: int, params: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Row 0's declared initial values (the spec's ``initial:``, from the call's parameters, so a
+    parameter that requires grad, such as gtn's phi0, gets the gradient through them), as
+    ``run_history`` starts from them; the states ``given`` (``initial_state``) are left to it."""
+    from modelc.runtime.tensors import TypedTensor
+
+    names = [v.name for v in getattr(model, "INITIAL", ()) if v.name not in given]
+    if not names:
+        return {}
+    named = sorted(k for k, v in params.items() if isinstance(v, TypedTensor))
+    if named:
+        raise InputError(f"model {model.NAME} declares initial values of {', '.join(names)} (the spec's "
+                         f"'initial:'), which simulate cannot compute from parameters over named dims "
+                         f"({', '.join(named)}): give them in initial_state")
+    values = declared_initial(model, batch, params)
+    return {n: values[n] for n in names}
+
+
 def _like_last(rows: list[torch.Tensor]) -> list[torch.Tensor]:
     """Row 0 (batch ``points``) broadcast to the later rows' batch (``points`` + named dims the
     parameters brought in, after it)."""
@@ -123,19 +144,19 @@ class _Stepper:
     recompute it). With parameters over named dims (TypedTensors) the state is named too: the
     history's batch is ``points``, the state's names are those of the last result."""
 
-    def __init__(self, model, ins, outs, strain, time, params, sens):
+    def __init__(self, model, ins, outs, strain, time, params, sens, temperature=None):
         from modelc.runtime.tensors import TypedTensor
 
         self.model, self.ins, self.outs = model, ins, outs
         self.strain, self.time, self.params, self.sens = strain, time, params, sens
+        self.temperature = temperature
         self.named = any(isinstance(v, TypedTensor) for v in params.values())
         self.state_names: tuple[str, ...] | None = ("points",) if self.named else None
 
     def _inputs(self, n: int, state, alive):
         from modelc.runtime.tensors import TypedTensor
 
-        vals = {STRAIN: self.strain[n], TIME: self.time[n], "old_forces/E": self.strain[n - 1],
-                "old_forces/t": self.time[n - 1]}
+        vals = history_forces(self.strain, self.time, self.temperature, n)
         out = {}
         for name in self.ins:
             if name in vals:

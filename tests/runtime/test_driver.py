@@ -316,8 +316,13 @@ def test_bad_wiring_and_tangent_steps():
         run_history(m, hist, tangent_steps=[0, 2, 5], progress=False)
     m.input_types = {**m.input_types, "forces/T": Scalar}
     m.input_names = tuple(m.input_types)
-    with pytest.raises(InputError, match="model input 'forces/T' is not driven"):
+    with pytest.raises(InputError, match=r"the model reads 'forces/T' \(the temperature\): give the history a "
+                                         r"'temperature' array"):
         run_history(m, hist, progress=False)
+    m.input_types = {**m.input_types, "forces/P": Scalar}
+    m.input_names = tuple(m.input_types)
+    with pytest.raises(InputError, match="model input 'forces/P' is not driven"):
+        run_history(m, {**hist, "temperature": np.zeros_like(hist["time"])}, progress=False)
     m = FakeElastic()
     m.output_axis = AxisStub({})
     with pytest.raises(InputError, match="no output 'state/S'"):
@@ -591,3 +596,46 @@ def test_a_run_continued_from_its_carry_equals_the_whole_run():
     second = run_history(m, rest, progress=False, initial=carry)
     for k in outs + ["converged", "iterations", "residual_norm"]:
         np.testing.assert_array_equal(second[k][1:], whole[k][6:], err_msg=k)
+
+
+THERMO = Path(__file__).resolve().parents[1] / "models" / "specs" / "thermoelastic.yaml"
+
+
+def _thermo_closed_form(strain: np.ndarray, temperature: np.ndarray, p: dict) -> np.ndarray:
+    """The thermoelastic spec's stress (steps, batch, 6): E(T) = E0 (1 - kE (T - T0)), the thermal
+    strain alpha (T - T[row 0]) I accumulated from row 0's temperature."""
+    E = p["E0"] * (1 - p["kE"] * (temperature - p["T0"]))
+    lam, G = E * p["nu"] / ((1 + p["nu"]) * (1 - 2 * p["nu"])), E / (2 * (1 + p["nu"]))
+    e = strain.copy()
+    e[..., :3] -= (p["alpha"] * (temperature - temperature[:1]))[..., None]
+    S = 2 * G[..., None] * e
+    S[..., :3] += (lam * e[..., :3].sum(axis=-1))[..., None]
+    return S
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_a_temperature_history_drives_forces_T(backend):
+    """A history's 'temperature' (steps, batch) is forces/T of each row and old_forces/T of the next
+    (NEML2's names): the thermoelastic spec against its closed form at every step, strain-controlled
+    on a random path and under mixed control with every stress held at zero (free thermal expansion:
+    the strain is the thermal strain alone)."""
+    m = modelc.load(THERMO, "thermoelastic").Model(backend=backend)
+    p = {k: float(v.default[0]) for k, v in m.parameter_info.items()}
+    rng = np.random.default_rng()
+    steps, batch = 25, 3
+    t = np.repeat(np.linspace(0.0, 10.0, steps)[:, None], batch, axis=1)
+    T = 300.0 + np.cumsum(rng.uniform(-20.0, 40.0, (steps, batch)), axis=0)
+    strain = np.concatenate([np.zeros((1, batch, 6)), np.cumsum(rng.normal(0, 2e-4, (steps - 1, batch, 6)), axis=0)])
+    res = run_history(m, {"time": t, "strain": strain, "temperature": T}, progress=False)
+    np.testing.assert_allclose(res["stress"][1:], _thermo_closed_form(strain, T, p)[1:], rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(res["temperature"], T)
+    free = run_history(m, {"time": t, "strain": np.zeros_like(strain), "stress": np.zeros_like(strain),
+                           "control": np.ones(6, bool), "temperature": T}, progress=False)
+    want = np.zeros_like(strain)
+    want[..., :3] = (p["alpha"] * (T - T[:1]))[..., None]
+    np.testing.assert_allclose(free["strain"], want, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(free["stress"], 0.0, atol=1e-9)
+    with pytest.raises(InputError, match=r"'temperature' must have shape \(steps, batch\)"):
+        run_history(m, {"time": t, "strain": strain, "temperature": T[:, :2]}, progress=False)
+    with pytest.raises(InputError, match="the model reads 'forces/T'"):
+        run_history(m, {"time": t, "strain": strain}, progress=False)

@@ -106,3 +106,20 @@ def test_bad_files_are_named(tmp_path):
     np.save(tmp_path / "d" / "time.npy", np.zeros((3, 2)))
     with pytest.raises(InputError, match="needs time.npy and strain.npy; strain.npy is missing"):
         open_history(tmp_path / "d")
+
+
+def test_a_temperature_history_is_refused_not_dropped(tmp_path):
+    """Chunked and distributed runs read time and strain only: a history with a 'temperature' array is
+    refused (in memory, as an .npz file and as a directory), never run without it."""
+    from modelc.runtime.errors import InputError as RuntimeInputError  # (what the runtime raises)
+
+    h = uniaxial_strain_history([0.01, 0.02], 1.0, steps=4)
+    h["temperature"] = np.full(h["time"].shape, 300.0)
+    np.savez(tmp_path / "h.npz", **h)
+    d = tmp_path / "dir"
+    d.mkdir()
+    for k in ("time", "strain", "temperature"):
+        np.save(d / f"{k}.npy", h[k])
+    for source in (h, tmp_path / "h.npz", d):
+        with pytest.raises(RuntimeInputError, match="chunked and distributed runs do not carry it yet"):
+            open_history(source)

@@ -270,10 +270,10 @@ def _call_umat(lib, props, stress, statev, stran, dstran, t, dt, temp, dtemp):
 
 
 def test_temperature_reaches_the_model(tmp_path):
-    """forces/T = TEMP + DTEMP and old_forces/T = TEMP (tests/compiler/export/specs/thermoelastic.yaml:
+    """forces/T = TEMP + DTEMP and old_forces/T = TEMP (tests/models/specs/thermoelastic.yaml:
     a modulus that falls with the temperature and a thermal strain accumulated from its change):
     three increments heating and straining, STRESS, STATEV and DDSDDE against the closed form."""
-    lib = _umat_library(HERE / "specs" / "thermoelastic.yaml", "thermoelastic", tmp_path)
+    lib = _umat_library(REPO / "tests" / "models" / "specs" / "thermoelastic.yaml", "thermoelastic", tmp_path)
     info = json.loads((tmp_path / "thermoelastic_umat.json").read_text())
     P = dict(zip(info["props"], info["props_default"]))
     rng = np.random.default_rng()
