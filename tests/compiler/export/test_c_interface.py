@@ -157,8 +157,10 @@ def test_non_symmetric_tangent_is_row_major_d_stress_d_strain(tmp_path):
     dp = ctypes.POINTER(ctypes.c_double)
     n, h = 16, 1e-9
     rng = np.random.default_rng()
-    E0 = rng.normal(scale=3e-3, size=(n, 6))
-    E0[:, :3] -= E0[:, :3].mean(axis=1, keepdims=True) + 2e-4  # shear with a little compression: the cone
+    E0 = rng.normal(size=(n, 6))
+    E0[:, :3] -= E0[:, :3].mean(axis=1, keepdims=True)  # a deviatoric direction ...
+    E0 *= (rng.uniform(2e-3, 4e-3, n) / np.linalg.norm(E0, axis=1))[:, None]  # ... past yield (c0 / G = 1.3e-3)
+    E0[:, :3] -= 2e-4  # and a little compression: every point on the cone
     X = np.zeros((13 * n, layout["nx"]))  # the points, then each with one strain component moved by +-h
     e = {v["name"]: v["offset"] for v in layout["inputs"]}["forces/E"]
     X[:, e:e + 6] = np.tile(E0, (13, 1))
