@@ -47,7 +47,8 @@ __all__ = ["run_history", "RunResult", "Carry", "NonConvergenceWarning", "save_r
            "plot_results", "ALIASES", "STRESS", "STRAIN", "TIME"]
 
 STRESS, STRAIN, TIME = "state/S", "forces/E", "forces/t"
-TEMPERATURE = "forces/T"  # NEML2's name; driven by a history's optional 'temperature' array
+#: NEML2's names of the temperature (and its previous row's): a history's optional 'temperature' drives them
+TEMPERATURE, OLD_TEMPERATURE = "forces/T", "old_forces/T"
 
 #: Friendly result keys (the names used by the NEML2 reference files) for state variables, keyed on
 #: the last component of the variable's name. An alias is added only when exactly one variable maps to it.
@@ -524,9 +525,9 @@ def _check_wiring(ins: Mapping[str, tuple[int, ...]], outs: Mapping[str, tuple[i
                          f"history cannot drive it; its inputs: {', '.join(ins) or 'none'}")
     forces = {STRAIN: (6,), TIME: (), "old_forces/E": (6,), "old_forces/t": ()}
     if temperature:
-        forces.update({TEMPERATURE: (), "old_" + TEMPERATURE: ()})
+        forces.update({TEMPERATURE: (), OLD_TEMPERATURE: ()})
     for name, shape in ins.items():
-        if name in (TEMPERATURE, "old_" + TEMPERATURE) and not temperature:
+        if name in (TEMPERATURE, OLD_TEMPERATURE) and not temperature:
             raise InputError(f"the model reads '{name}' (the temperature): give the history a 'temperature' "
                              f"array (steps, batch)")
         if name in forces:
@@ -584,7 +585,7 @@ def history_forces(strain: torch.Tensor, time: torch.Tensor, temperature: torch.
     row n - 1 (strain, time, and the temperature when the history has it)."""
     vals = {STRAIN: strain[n], TIME: time[n], "old_forces/E": strain[n - 1], "old_forces/t": time[n - 1]}
     if temperature is not None:
-        vals.update({TEMPERATURE: temperature[n], "old_" + TEMPERATURE: temperature[n - 1]})
+        vals.update({TEMPERATURE: temperature[n], OLD_TEMPERATURE: temperature[n - 1]})
     return vals
 
 
@@ -598,7 +599,7 @@ def _step_inputs(shapes: Mapping[str, tuple[int, ...]], strain: torch.Tensor, ti
     all_alive = bool(alive.all())
     for name in shapes:
         v = vals[name] if name in vals else state["state/" + name[len("old_state/"):]]
-        if name not in (TIME, "old_forces/t", TEMPERATURE, "old_" + TEMPERATURE) and not all_alive:
+        if name not in (TIME, "old_forces/t", TEMPERATURE, OLD_TEMPERATURE) and not all_alive:
             v = torch.where(_col(alive, v), v, torch.zeros_like(v))
         out[name] = v
     return out

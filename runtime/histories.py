@@ -221,18 +221,14 @@ def _validate(arrays: Mapping[str, Any], source: str) -> History:
     control, stress = _control(arrays, time.shape, source)
     if control is not None:  # the strain of stress-controlled components is not used
         strain = np.where(control, 0.0, strain)
-    check_values(time, strain, source, stress=stress)
-    labels = _labels(arrays.get("labels"), batch, source)
     temperature = None
     if "temperature" in arrays:
         temperature = _float_array(arrays["temperature"], "temperature", source)
         if temperature.shape != time.shape:
             raise InputError(f"{source}: 'temperature' must have shape (steps, batch) = {time.shape}, got "
                              f"{temperature.shape}")
-        bad = ~np.isfinite(temperature)
-        if bad.any():
-            raise InputError(f"{source}: 'temperature' has {int(bad.sum())} non-finite value(s), the first "
-                             f"at index {tuple(int(i) for i in np.argwhere(bad)[0])}")
+    check_values(time, strain, source, stress=stress, temperature=temperature)
+    labels = _labels(arrays.get("labels"), batch, source)
     return History(time=time, strain=strain, labels=labels, source=source, stress=stress, control=control,
                    temperature=temperature)
 
@@ -254,11 +250,11 @@ def check_shapes(time: tuple[int, ...], strain: tuple[int, ...], source: str) ->
 
 
 def check_values(time: np.ndarray, strain: np.ndarray, source: str, row0: int = 0, point0: int = 0,
-                 stress: np.ndarray | None = None) -> None:
+                 stress: np.ndarray | None = None, temperature: np.ndarray | None = None) -> None:
     """Finite values, zero strain (and stress targets) at row 0, strictly increasing time; for a
     chunk of a history, ``row0`` and ``point0`` say where it starts (row 0 is checked only when
     ``row0 == 0``)."""
-    for name, a in (("time", time), ("strain", strain), ("stress", stress)):
+    for name, a in (("time", time), ("strain", strain), ("stress", stress), ("temperature", temperature)):
         if a is None:
             continue
         bad = ~np.isfinite(a)

@@ -104,7 +104,7 @@ def record(model: Any, in_shapes: Mapping[str, tuple[int, ...]], out_shapes: Map
     given = {_driver.STRAIN: (strain, 0), _driver.TIME: (time, 0), "old_forces/E": (strain, 1),
              "old_forces/t": (time, 1)}
     if temperature is not None:
-        given.update({_driver.TEMPERATURE: (temperature, 0), "old_" + _driver.TEMPERATURE: (temperature, 1)})
+        given.update({_driver.TEMPERATURE: (temperature, 0), _driver.OLD_TEMPERATURE: (temperature, 1)})
     given.update({name: (rows["state/" + name[len("old_state/"):]], 1) for name in in_shapes
                   if name.startswith("old_state/")})
     sources = [(name, *given[name]) for name in in_shapes]

@@ -157,10 +157,11 @@ def prepare(spec_path: str | Path, model: str | None = None) -> Exported:
     pairs = tuple((o, "old_" + o) for o in outs if "old_" + o in ins and o.startswith("state/"))
     point_code = point_source(tangent, "tangent")
     block_code = cheader.standalone(c_source(tangent))
+    inputs = _slots(done.value.inputs)
     return Exported(name=name, symbol=c_symbol(name, point_code + block_code), spec=str(spec_path),
                     spec_hash=spec.digest,
-                    implicit=bool(done.value.status), inputs=_slots(done.value.inputs),
+                    implicit=bool(done.value.status), inputs=inputs,
                     outputs=_slots(done.value.outputs), parameters=tuple(params), state=pairs,
                     point_code=point_code, block_code=block_code,
                     block_inputs=tuple(v.name for v, _ in Layout.of(tangent).axis_inputs()),
-                    initial=_initial_code(done.value, params, _slots(done.value.inputs)))
+                    initial=_initial_code(done.value, params, inputs))

@@ -21,11 +21,10 @@ from modelc.errors import InputError
 from modelc.export.c_interface import CONVENTIONS
 from modelc.export.model import STRAIN, STRESS, Exported
 from modelc.export.render import c_comment, template, write_files
+from modelc.runtime.driver import OLD_TEMPERATURE, TEMPERATURE  # TEMP + DTEMP and TEMP in the UMAT
 
 CUTBACK = 0.5  # PNEWDT asked for when a point does not converge
 TIME, OLD_TIME, OLD_STRAIN = "forces/t", "old_forces/t", "old_forces/E"
-#: the temperature (NEML2's name): TEMP + DTEMP at the end of the increment, TEMP at its start
-TEMPERATURE, OLD_TEMPERATURE = "forces/T", "old_forces/T"
 
 
 def _terms(matrix: torch.Tensor) -> list[tuple[int, int, float]]:

@@ -348,13 +348,18 @@ def compiled_module(model: str):
     return modelc.load(SPEC, model)
 
 
-def compiled(model: str, backend: str, dtype):
-    """A runnable model; Triton runs on the GPU when there is one, else under the interpreter."""
+def device_for(backend: str) -> str:
+    """Where a backend runs in the tests: Triton on the GPU when there is one, else (under the
+    interpreter) and for the other backends the CPU."""
     import torch
 
-    device = "cuda" if backend == "triton" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") \
+    return "cuda" if backend == "triton" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") \
         and torch.cuda.is_available() else "cpu"
-    return compiled_module(model).Model(dtype=dtype, backend=backend, device=device)
+
+
+def compiled(model: str, backend: str, dtype):
+    """A runnable model; Triton runs on the GPU when there is one, else under the interpreter."""
+    return compiled_module(model).Model(dtype=dtype, backend=backend, device=device_for(backend))
 
 
 def call_compiled(model_obj, inputs: dict[str, np.ndarray], derivatives: bool = True, params=None):

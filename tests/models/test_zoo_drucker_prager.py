@@ -21,13 +21,12 @@ fresh random parameters beside the defaults, every backend:
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 import pytest
 import torch
 
-from library_helpers import ENTRY_ROUNDOFF, REPO, RTOL_FLOOR_EPS, U32
+from library_helpers import ENTRY_ROUNDOFF, REPO, RTOL_FLOOR_EPS, U32, device_for
 
 SPEC = REPO / "docs" / "zoo" / "drucker_prager.yaml"
 NAME = "drucker_prager"
@@ -149,8 +148,7 @@ def _program():
 
 
 def _call(backend: str, dtype, ins: dict, P: dict, derivatives="tangent"):
-    device = "cuda" if backend == "triton" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") \
-        and torch.cuda.is_available() else "cpu"
+    device = device_for(backend)
     m = _module().Model(dtype=dtype, backend=backend, device=device)
     r = m({k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in ins.items()}, derivatives=derivatives,
           **{k: torch.tensor(v, dtype=dtype, device=device) for k, v in P.items()})
