@@ -19,7 +19,7 @@ from modelc.errors import SpecError
 from modelc.frontend import limits
 from modelc.frontend import tensor as T
 from modelc.frontend.tensor import Indexed, OpError, TValue
-from modelc.functions import BY_SPELLING, ifnonneg, ifpos
+from modelc.functions import BY_SPELLING, ifnonneg, ifpos, max_
 from modelc.ir import Loc, Variable
 from modelc.symdag import Diff, FreeSymbols
 
@@ -97,6 +97,9 @@ def parse(src: Source) -> ast.expr:
         msg = "a number of more than 4300 digits" if "integer string conversion" in exc.msg else exc.msg
         raise src.error(f"invalid expression syntax ({msg})", node, hint) from None
     _check_depth(src, tree)
+    tables = {id(a) for node in ast.walk(tree) if isinstance(node, ast.Call) and
+              isinstance(node.func, ast.Name) and node.func.id == "interp"
+              for a in node.args[1:3] if isinstance(a, ast.List)}  # interp's knots and values
     for node in ast.walk(tree):  # dunder names first: the most suspicious thing gets reported
         if isinstance(node, ast.Name) and node.id.startswith("__"):
             raise src.error(f"name {node.id!r} is not allowed in expressions", node)
@@ -118,8 +121,13 @@ def parse(src: Source) -> ast.expr:
             raise src.error(f"operator {type(node.op).__name__} is not allowed in expressions", node, hint)
         if isinstance(node, ast.Compare) and len(node.ops) != 1:
             raise src.error("chained comparisons are not allowed; nest where() instead", node)
+        if isinstance(node, ast.List) and id(node) in tables:
+            continue
         if not isinstance(node, _ALLOWED):
             what = _WHAT.get(type(node))
+            if isinstance(node, ast.List):
+                raise src.error("a list is not allowed in expressions", node,
+                                "a list is only interp's knots or values: interp(x, [x0, x1], [y0, y1])")
             if isinstance(node, ast.cmpop):
                 raise src.error(f"comparison {type(node).__name__} is not allowed; use >, >=, < or <=")
             raise src.error(f"{what or type(node).__name__} is not allowed in expressions",
@@ -242,6 +250,12 @@ SPECIAL = {
             "gradient, i.e. the partial derivatives w.r.t. the 6 Mandel components); x is a variable, a "
             "parameter or a named define (then f is differentiated w.r.t. x as an argument of its own, "
             "the variables x is made of held fixed)",
+    "interp": "interp(x, [x0, x1, ...], [y0, y1, ...]): the piecewise-linear interpolation of the "
+              "Scalar x through the points (x_i, y_i), constant y0 below x0 and y_n above x_n (as "
+              "numpy.interp); the knots x_i are numbers, strictly increasing (checked when the spec "
+              "loads), the values y_i any Scalar expressions (parameters, to calibrate a table). "
+              "Derivative w.r.t. x: the slope of the segment [x_i, x_i+1) that holds x (the right-hand "
+              "slope at a knot), 0 below x0 and from x_n on; w.r.t. y_i: the hat function of knot i",
     "old": "old(x): the value of variable x at the previous step (state/a -> old_state/a, "
            "forces/a -> old_forces/a, else old_ prefix), of an input, output or unknown; added to the model's "
            "inputs",
@@ -307,8 +321,9 @@ class Builder:
         raise self.src.error(message, node, hint)
 
     def _Constant(self, node):
-        v = node.value
-        return TValue.scalar(sp.Integer(v) if isinstance(v, int) else sp.Float(repr(v)))
+        v = node.value  # a float: the float64 itself (its 17-digit repr read back at 56 bits and
+        # rounded again to 53 by a printer lands an ulp off for 1 literal in 1500)
+        return TValue.scalar(sp.Integer(v) if isinstance(v, int) else sp.Float(v, precision=53))
 
     def _Name(self, node):
         b = self._lookup(node.id, node)
@@ -427,6 +442,9 @@ class Builder:
                 raise self.src.error("old(x) takes a variable of the model (an input, output or unknown)",
                                      args[0])
             return self._op(self.scope.old, (b,), node, args)
+        if name == "interp":
+            self._arity(node, 3)
+            return self._interp(args[0], args[1], args[2])
         if name in self.scope.helpers and name not in self.args:
             return self._helper(self.scope.helpers[name], node)
         if name in BUILTINS:
@@ -437,6 +455,48 @@ class Builder:
         known = set(BUILTINS) | set(SPECIAL) | set(self.scope.helpers)
         raise self.src.error(f"unknown function {name!r}", node.func,
                              did_you_mean(name, known) or "define it under 'define:' as name(args): expr")
+
+    def _interp(self, x_node, knots_node, values_node) -> TValue:
+        """interp(x, knots, values) as nested selections on x >= x_i (comparisons of x with the knots
+        as written, so every x falls in exactly one segment: the derivative at a knot is one segment's
+        slope, never two summed or none), the top one outermost; in segment i the value is
+        y_i + s_i max(x - x_i, 0), the distance inside a function so that a numeric slope is not
+        distributed into a cancelling constant (y_i exactly at x_i)."""
+        x = self.build(x_node)
+        if not x.is_scalar:
+            raise self.src.error(f"interp(x, knots, values) needs a Scalar x, got {x.type.name}", x_node)
+        for n, what in ((knots_node, "knots"), (values_node, "values")):
+            if not isinstance(n, ast.List):
+                raise self.src.error(f"interp's {what} must be a list [a, b, ...]", n,
+                                     "interp(x, [x0, x1, ...], [y0, y1, ...])")
+        if len(knots_node.elts) < 2:
+            raise self.src.error(f"interp needs at least 2 knots, got {len(knots_node.elts)}", knots_node)
+        if len(values_node.elts) != len(knots_node.elts):
+            raise self.src.error(f"interp has {len(values_node.elts)} values for {len(knots_node.elts)} knots",
+                                 values_node, "one value per knot")
+        knots = []
+        for e in knots_node.elts:
+            k = self.build(e)
+            if not (k.is_scalar and k.expr.is_number):
+                raise self.src.error("an interp knot must be a number", e,
+                                     "knots are fixed when the spec loads, so that their order is checked; "
+                                     "the values may be parameters")
+            k = k.expr if k.expr.is_Integer else sp.Float(float(k.expr))  # as the printers write it
+            if knots and not k > knots[-1]:
+                raise self.src.error(f"interp's knots must increase strictly: {float(k):g} follows "
+                                     f"{float(knots[-1]):g}", e)
+            knots.append(k)
+        ys = []
+        for e in values_node.elts:
+            y = self.build(e)
+            if not y.is_scalar:
+                raise self.src.error(f"an interp value must be a Scalar, got {y.type.name}", e)
+            ys.append(y.expr)
+        out = ys[0]
+        for i in range(len(knots) - 1):
+            slope = (ys[i + 1] - ys[i]) / (knots[i + 1] - knots[i])
+            out = ifnonneg(x.expr - knots[i], ys[i] + slope * max_(x.expr - knots[i], sp.S.Zero), out)
+        return TValue.scalar(ifnonneg(x.expr - knots[-1], ys[-1], out))
 
     def _diff_expression(self, f_node, x_node, b: Binding) -> TValue:
         """diff(f, x) for a define (or a helper argument) ``x = x(v)`` of the variables v: f is built
