@@ -1,7 +1,8 @@
 """Draw the figures of docs/zoo/*.md: each zoo model run through a uniaxial strain history by the
 runtime driver (the compiled module, torch backend, float64), beside NEML2's reference where one exists.
 
-    python examples/zoo_plots.py            # writes docs/zoo/chaboche.png, gtn.png, norton.png, drucker_prager.png
+    python examples/zoo_plots.py            # writes docs/zoo/chaboche.png, gtn.png, norton.png, drucker_prager.png,
+                                            # thermo_j2.png
 """
 from __future__ import annotations
 
@@ -143,6 +144,43 @@ def drucker_prager() -> Path:
     return _save(fig, "drucker_prager.png")
 
 
+def thermo_j2() -> Path:
+    """The tables (modulus and yield stress in the temperature), and a bar held at zero axial strain,
+    free laterally, heated and cooled: the thermal stress meets the falling yield stress on heating
+    and the reversed one on cooling, leaving a residual tension."""
+    spec = REPO / "docs" / "zoo" / "thermo_j2.yaml"
+    m = modelc.load(spec, "thermo_j2_return").Model(dtype=torch.float64, backend="torch")
+    P = {p.name: p.default[0] for p in m.PARAMETERS}  # (a default is its flat components)
+    knots = np.array([293.0, 573.0, 773.0, 973.0])
+    T = np.linspace(250.0, 1050.0, 400)
+    E = np.interp(T, knots, [P[f"E_{int(k)}"] for k in knots])
+    sy = np.interp(T, knots, [P[f"sy_{int(k)}"] for k in knots])
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].plot(T, E / 1e3, "C0", label="E (GPa)")
+    ax[0].plot(knots, [P[f"E_{int(k)}"] / 1e3 for k in knots], "C0o")
+    ax[0].plot(T, sy, "C1", label="yield stress (MPa)")
+    ax[0].plot(knots, [P[f"sy_{int(k)}"] for k in knots], "C1o")
+    ax[0].set(xlabel="temperature (K)", title="the tables: interp(T, knots, values)")
+    ax[0].legend(fontsize=8)
+    steps = 200
+    t = np.linspace(0.0, 1.0, steps + 1)
+    tops = (523.0, 723.0, 923.0)
+    temp = 293.0 + np.stack([(top - 293.0) * np.interp(t, [0, 0.5, 1], [0, 1, 0]) for top in tops], axis=1)
+    out = run_history(m, {"time": np.stack([t] * len(tops), axis=1), "strain": np.zeros((steps + 1, len(tops), 6)),
+                          "stress": np.zeros((steps + 1, len(tops), 6)), "temperature": temp,
+                          "control": np.array([0, 1, 1, 1, 1, 1], bool)}, progress=False)
+    assert out.ok, out.summary()
+    S = np.asarray(out["stress"])
+    for k, top in enumerate(tops):
+        ax[1].plot(temp[:, k], S[:, k, 0], f"C{k + 2}", label=f"heated to {top:g} K and cooled")
+    ax[1].plot(T, sy, "k:", lw=0.8, label="+- yield stress (unhardened)")
+    ax[1].plot(T, -sy, "k:", lw=0.8)
+    ax[1].set(xlabel="temperature (K)", ylabel="axial stress (MPa)", xlim=(250, 1000),
+              title="bar held at zero axial strain, heated and cooled")
+    ax[1].legend(fontsize=8)
+    return _save(fig, "thermo_j2.png")
+
+
 def _save(fig, name: str) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -152,5 +190,5 @@ def _save(fig, name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for f in (chaboche, gtn, norton, drucker_prager):
+    for f in (chaboche, gtn, norton, drucker_prager, thermo_j2):
         print("wrote", f())

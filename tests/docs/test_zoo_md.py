@@ -9,7 +9,8 @@ import pytest
 from fe_util import REPO
 
 PAGES = {"chaboche": ("spec/chaboche.yaml", "spec/library.yaml"), "gtn": ("spec/gtn.yaml", "spec/library.yaml"),
-         "norton": ("spec/creep.yaml", "spec/library.yaml"), "drucker_prager": ("docs/zoo/drucker_prager.yaml",)}
+         "norton": ("spec/creep.yaml", "spec/library.yaml"), "drucker_prager": ("docs/zoo/drucker_prager.yaml",),
+         "thermo_j2": ("docs/zoo/thermo_j2.yaml",)}
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -110,6 +110,45 @@ def program(model: str, derivatives: bool = True):
     return cse(lower(differentiate(m), derivatives=derivatives))
 
 
+@functools.lru_cache(maxsize=None)
+def spec_program(spec: Path, model: str):
+    """load -> compose -> differentiate -> lower -> cse of ``model`` of a spec file outside the library
+    (the zoo's), for the reference interpreter."""
+    from modelc.frontend import load_spec
+    from modelc.passes.compose import compose_spec_model
+    from modelc.passes.cse import cse
+    from modelc.passes.differentiate import differentiate
+    from modelc.passes.lower import lower
+
+    return cse(lower(differentiate(compose_spec_model(load_spec(spec), model)), derivatives=True))
+
+
+def stop_bound(prog, ins: dict, params: dict, slack: float, names) -> dict[str, np.ndarray]:
+    """Per output of ``names``, how far each component moves when the Newton stops ``slack``
+    (relative to its residual's terms) from the root, either side: the reference interpreter, float64."""
+    from modelc.interpret import interpret
+
+    base, _, _ = interpret(prog, ins, params)
+    bound = {k: np.zeros_like(np.asarray(base[k], dtype=np.float64)) for k in names}
+    for sign in (1.0, -1.0):
+        moved, _, _ = interpret(prog, ins, params, stop_slack=sign * slack)
+        for k in names:
+            bound[k] = np.maximum(bound[k], np.abs(np.asarray(moved[k]) - np.asarray(base[k])))
+    return bound
+
+
+def assert_states_within(got: dict, want: dict, stop: dict, scale, u: float, names) -> None:
+    """Each output of ``names`` within ``stop`` (where the Newton may stop) plus ``ENTRY_ROUNDOFF``
+    roundings of unit ``u`` of ``scale(name, want)`` (per point, the size of the terms the output is
+    computed from), entry by entry; the message names the worst entry."""
+    for k in names:
+        w = want[k].reshape(len(want[k]), -1)
+        bound = stop[k].reshape(w.shape) + ENTRY_ROUNDOFF * u * scale(k, w)
+        err = np.abs(got[k].reshape(w.shape) - w)
+        i = np.unravel_index(np.argmax(err / np.maximum(bound, 1e-300)), err.shape)
+        assert np.all(err <= bound), f"{k}: off by {err[i]:.3e} at {i}, bound {bound[i]:.3e}"
+
+
 def shapes(prog) -> tuple[dict[str, tuple], dict[str, tuple]]:
     """``({input: base shape}, {output: base shape})`` of a program."""
     return ({v.name: tuple(v.type.base_shape) for v in prog.inputs},

@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from library_helpers import ENTRY_ROUNDOFF, REPO, RTOL_FLOOR_EPS, U32, device_for
+from library_helpers import (ENTRY_ROUNDOFF, REPO, RTOL_FLOOR_EPS, U32, assert_states_within, device_for,
+                             spec_program, stop_bound)
 
 SPEC = REPO / "docs" / "zoo" / "drucker_prager.yaml"
 NAME = "drucker_prager"
@@ -136,17 +137,6 @@ def _module():
     return modelc.load(SPEC, NAME)
 
 
-@functools.lru_cache(maxsize=None)
-def _program():
-    from modelc.frontend import load_spec
-    from modelc.passes.compose import compose_spec_model
-    from modelc.passes.cse import cse
-    from modelc.passes.differentiate import differentiate
-    from modelc.passes.lower import lower
-
-    return cse(lower(differentiate(compose_spec_model(load_spec(SPEC), NAME)), derivatives=True))
-
-
 def _call(backend: str, dtype, ins: dict, P: dict, derivatives="tangent"):
     device = device_for(backend)
     m = _module().Model(dtype=dtype, backend=backend, device=device)
@@ -176,17 +166,7 @@ def _rounding_scale(k: str, ins: dict, w: np.ndarray, P: dict) -> np.ndarray:
 
 
 def _stop_bound(ins: dict, P: dict, slack: float) -> dict:
-    """Per output, how far each component moves when the Newton stops ``slack`` (relative to its
-    residual's terms) from the root, either side: the reference interpreter, float64."""
-    from modelc.interpret import interpret
-
-    base, _, _ = interpret(_program(), ins, P)
-    bound = {k: np.zeros_like(np.asarray(base[k], dtype=np.float64)) for k in STATE}
-    for sign in (1.0, -1.0):
-        moved, _, _ = interpret(_program(), ins, P, stop_slack=sign * slack)
-        for k in STATE:
-            bound[k] = np.maximum(bound[k], np.abs(np.asarray(moved[k]) - np.asarray(base[k])))
-    return bound
+    return stop_bound(spec_program(SPEC, NAME), ins, P, slack, STATE)
 
 
 BACKENDS = ("torch", "c", "triton")
@@ -212,12 +192,7 @@ def test_float64_states_are_the_two_branch_return(case, backend):
     ins, P, want, _ = case
     got, _ = _call(backend, torch.float64, ins, P)
     stop = _stop_bound(ins, P, RTOL + 2 * ENTRY_ROUNDOFF * U64)  # the model's and the oracle's roundings
-    for k in STATE:
-        w = want[k].reshape(len(want[k]), -1)
-        bound = stop[k].reshape(w.shape) + 2 * ENTRY_ROUNDOFF * U64 * _rounding_scale(k, ins, w, P)
-        err = np.abs(got[k].reshape(w.shape) - w)
-        i = np.unravel_index(np.argmax(err / np.maximum(bound, 1e-300)), err.shape)
-        assert np.all(err <= bound), f"{k}: off by {err[i]:.3e} at {i}, bound {bound[i]:.3e}"
+    assert_states_within(got, want, stop, lambda k, w: _rounding_scale(k, ins, w, P), 2 * U64, STATE)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -232,12 +207,7 @@ def test_float32_states_within_their_rounding(case, backend):
     # RTOL_FLOOR_EPS machine epsilons, and the residual's own rounding) and by a few roundings of
     # the terms each output is computed from
     stop = _stop_bound(ins32, P32, (2 * RTOL_FLOOR_EPS + ENTRY_ROUNDOFF) * U32)
-    for k in STATE:
-        w = exact[k].reshape(len(want[k]), -1)
-        bound = stop[k].reshape(w.shape) + ENTRY_ROUNDOFF * U32 * _rounding_scale(k, ins32, w, P32)
-        err = np.abs(got[k].reshape(w.shape) - w)
-        i = np.unravel_index(np.argmax(err / np.maximum(bound, 1e-300)), err.shape)
-        assert np.all(err <= bound), f"{k}: off by {err[i]:.3e} at {i}, bound {bound[i]:.3e}"
+    assert_states_within(got, exact, stop, lambda k, w: _rounding_scale(k, ins32, w, P32), U32, STATE)
 
 
 def _fd_tangent(ins: dict, P: dict, h: float) -> tuple[np.ndarray, np.ndarray]:
