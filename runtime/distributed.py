@@ -322,6 +322,10 @@ def _run(ctx: Context, mon: _Monitor, show: _Progress, model: Any, history: Any,
     named = {k for k, v in (params or {}).items() if getattr(v, "batch_names", None) == ("samples",)}
     samples = _samples({**(samples or {}), **{k: params[k] for k in named}})  # TypedTensor(..., ("samples",))
     params = {k: v for k, v in (params or {}).items() if k not in named}
+    if samples and "control" in src.optional:  # each sample solves its own strain: not one per point
+        raise InputError(f"{src.source}: a history with stress control ('control') runs without samples "
+                         f"in a distributed run (the strain solved for differs by sample, and the results "
+                         f"keep one strain per point); run one sample at a time, each with its parameters")
     if ctx.rank == 0:
         plan = _plan(ctx, model, src, out, params, samples, dtype, tangent_steps, chunk_steps, shards,
                      resume, outs)
@@ -447,10 +451,8 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
         mon.check()
         lo, r0 = row, max(row - 1, 0)
         hi = min(plan.steps, max(lo, 1) + plan.chunk_steps)
-        time, strain = src.read(r0, hi, slice(pa, pb))
-        hist = driver.History(time=time[:, point_of] if gather else time,
-                              strain=strain[:, point_of] if gather else strain,
-                              labels=tuple(labels[point_of].tolist()), source=src.source)
+        whole = src.chunk(r0, hi, slice(pa, pb))  # the shard's points; its work items may repeat them
+        hist = whole.take(point_of) if gather else whole
         t_local = [t - r0 for t in plan.tangent_steps if r0 < t < hi]
         with warnings.catch_warnings():  # the summary over all ranks says it, once
             warnings.simplefilter("ignore", driver.NonConvergenceWarning)
@@ -460,7 +462,15 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
             failed[a + p] = r0 + s
         keep = lo - r0  # the carried row 0 belongs to the previous chunk
         arrays = {plan.aliases.get(k, k): res[k][keep:] for k in (*outs, "converged", "iterations", "residual_norm")}
-        arrays["time"], arrays["strain"] = time[keep:], strain[keep:]
+        arrays["time"] = whole.time[keep:]  # per point (with samples too)
+        arrays["strain"] = res["strain"][keep:] if not gather else whole.strain[keep:]  # solved where controlled
+        if whole.temperature is not None:
+            arrays["temperature"] = whole.temperature[keep:]
+        if "control" in src.optional:  # as a single process stores a mixed run's (zero in a chunk without)
+            rows = (whole.steps - keep, whole.batch)
+            arrays["control"] = whole.control[keep:] if whole.control is not None else np.zeros((*rows, 6), bool)
+            arrays["control_iterations"] = res["control_iterations"][keep:] if hist.mixed else \
+                np.zeros(rows, np.int64)
         if plan.tangent_steps:
             tan = res["tangent"] if t_local else np.zeros((0, b - a, 6, 6), res[driver.STRESS].dtype)
             arrays["tangent"] = tan
@@ -500,7 +510,8 @@ def _recover(done: list[tuple[int, int, Path]], outs: list[str], first: int,
         for w in np.flatnonzero(~conv.all(axis=0)).tolist():
             failed.setdefault(first + w, lo + int(np.argmin(conv[:, w])))
     with np.load(done[-1][2]) as f:
-        carry = driver.Carry({n: f[aliases.get(n, n)][-1] for n in outs}, f["converged"][-1].copy())
+        carry = driver.Carry({n: f[aliases.get(n, n)][-1] for n in outs}, f["converged"][-1].copy(),
+                             f["strain"][-1].copy())
     return carry, failed
 
 

@@ -225,7 +225,7 @@ class RunResult(dict):
 
     def carry(self, outputs: Iterable[str]) -> Carry:
         """The state after the last row (for ``run_history(..., initial=...)``)."""
-        return Carry({n: self[n][-1] for n in outputs}, self["converged"][-1].copy())
+        return Carry({n: self[n][-1] for n in outputs}, self["converged"][-1].copy(), self["strain"][-1].copy())
 
     @property
     def ok(self) -> bool:
@@ -254,6 +254,7 @@ class Carry:
 
     state: Mapping[str, np.ndarray]
     alive: np.ndarray
+    strain: np.ndarray | None = None  # (batch, 6): the last row's strain, solved where stress-controlled
 
     def tensors(self, like: Mapping[str, torch.Tensor], dtype: torch.dtype,
                 device: torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -399,6 +400,8 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
             raise InputError("run_history: pass either initial= (a Carry continuing a run) or "
                              "initial_state= (the state at row 0), not both")
         state, alive = initial.tensors(state, dtype, device)
+        if mixed and initial.strain is not None:  # row 0's stress-controlled strain is the one solved for
+            strain[0] = torch.as_tensor(np.asarray(initial.strain), dtype=dtype, device=device)
     else:
         state.update(_initial_state(model, out_shapes, batch, call_params, initial_state, dtype, device))
     rows: dict[str, list[torch.Tensor]] = {n: [v.clone()] for n, v in state.items()}

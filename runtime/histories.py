@@ -47,6 +47,7 @@ __all__ = [
     "load_history",
     "check_shapes",
     "check_values",
+    "validate",
     "bundled_history",
     "bundled_history_path",
     "BUNDLED_HISTORIES",
@@ -88,6 +89,13 @@ class History:
     @property
     def batch(self) -> int:
         return self.time.shape[1]
+
+    def take(self, points: np.ndarray) -> "History":
+        """The history of these points (indices into the batch, repeats allowed), in that order."""
+        pick = lambda a: None if a is None else a[:, points]  # noqa: E731
+        return History(time=self.time[:, points], strain=self.strain[:, points],
+                       labels=tuple(np.array(self.labels)[points].tolist()), source=self.source,
+                       stress=pick(self.stress), control=pick(self.control), temperature=pick(self.temperature))
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """The arrays, as they are written to a history file."""
@@ -185,7 +193,7 @@ def as_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]") 
     if not isinstance(history, Mapping):
         raise InputError(f"a history is a mapping of arrays or a path to an .npz file, "
                          f"not {type(history).__name__}")
-    return _validate(history, "history")
+    return validate(history, "history")
 
 
 def load_history(path: "str | os.PathLike[str]") -> History:
@@ -198,10 +206,14 @@ def load_history(path: "str | os.PathLike[str]") -> History:
             arrays = {k: data[k] for k in data.files}
     except Exception as exc:  # numpy raises several types for a file that is not an npz
         raise InputError(f"{p}: cannot read as an .npz history file ({exc})") from None
-    return _validate(arrays, str(p))
+    return validate(arrays, str(p))
 
 
-def _validate(arrays: Mapping[str, Any], source: str) -> History:
+def validate(arrays: Mapping[str, Any], source: str, row0: int = 0, point0: int = 0) -> History:
+    """A :class:`History` from a mapping of arrays, every rule of the module docstring checked; for a
+    chunk of a longer history (:mod:`modelc.runtime.history_chunks`), ``row0`` and ``point0`` say where
+    it starts, so an error names the row and point of the whole history (and row 0 is checked for
+    zero strain only when the chunk starts there)."""
     if "stress" in arrays and "control" not in arrays and "strain" not in arrays:
         raise InputError(f"{source}: 'stress' is given without a 'control' mask saying which "
                          f"components it prescribes (True = stress-controlled)")
@@ -227,7 +239,7 @@ def _validate(arrays: Mapping[str, Any], source: str) -> History:
         if temperature.shape != time.shape:
             raise InputError(f"{source}: 'temperature' must have shape (steps, batch) = {time.shape}, got "
                              f"{temperature.shape}")
-    check_values(time, strain, source, stress=stress, temperature=temperature)
+    check_values(time, strain, source, row0, point0, stress=stress, temperature=temperature)
     labels = _labels(arrays.get("labels"), batch, source)
     return History(time=time, strain=strain, labels=labels, source=source, stress=stress, control=control,
                    temperature=temperature)

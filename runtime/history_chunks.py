@@ -2,11 +2,13 @@
 
 :func:`open_history` opens a history without reading its arrays: an ``.npz`` file (as written by
 ``np.savez``; a member stored uncompressed is memory-mapped, a compressed one is streamed), a
-directory holding ``time.npy`` and ``strain.npy`` (and optionally ``labels.npy``; memory-mapped), or
-an in-memory mapping / :class:`~modelc.runtime.histories.History`. :meth:`HistorySource.read` returns
-rows ``[r0, r1)`` of some points, validated as :mod:`modelc.runtime.histories` validates a whole
-history (finite values, zero strain at row 0, time increasing strictly). A chunk that starts after
-row 0 starts at the previous chunk's last row, so the check of the time increments crosses chunk
+directory holding ``time.npy`` and ``strain.npy`` (and optionally ``labels.npy``, the mixed
+control's ``stress.npy`` and ``control.npy``, and ``temperature.npy``; memory-mapped), or an
+in-memory mapping / :class:`~modelc.runtime.histories.History`. :meth:`HistorySource.chunk` returns
+rows ``[r0, r1)`` of some points as a History, validated as :mod:`modelc.runtime.histories`
+validates a whole history (finite values, zero strain at row 0, time increasing strictly, the
+control mask and its stress targets, the temperature's shape). A chunk that starts after row 0
+starts at the previous chunk's last row, so the check of the time increments crosses chunk
 boundaries.
 """
 from __future__ import annotations
@@ -15,14 +17,14 @@ import hashlib
 import os
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from modelc.runtime.errors import InputError
-from modelc.runtime.histories import History, as_history, check_shapes, check_values
+from modelc.runtime.histories import History, as_history, check_shapes, validate
 
 __all__ = ["HistorySource", "open_history"]
 
@@ -95,6 +97,10 @@ class _Array:
 # A history, opened
 
 
+#: The arrays a history may hold besides time and strain, read with them chunk by chunk.
+OPTIONAL = ("stress", "control", "temperature")
+
+
 @dataclass(frozen=True)
 class HistorySource:
     """An opened history: :attr:`steps` rows (row 0 included) by :attr:`batch` points."""
@@ -106,15 +112,12 @@ class HistorySource:
     _strain: Any
     _labels: Any  # _Array, an array, or None
     _files: tuple[Path, ...]
+    _more: Mapping[str, Any] = field(default_factory=dict)  # name in OPTIONAL -> _Array or array
 
-    def read(self, r0: int, r1: int, points: slice) -> tuple[np.ndarray, np.ndarray]:
-        """``(time (r1-r0, n), strain (r1-r0, n, 6))`` of rows ``[r0, r1)`` and ``points``, float64."""
-        time = _rows(self._time, r0, r1)[:, points]
-        strain = _rows(self._strain, r0, r1)[:, points]
-        time = np.array(time, dtype=np.float64)
-        strain = np.array(strain, dtype=np.float64)
-        check_values(time, strain, self.source, r0, points.start or 0)
-        return time, strain
+    @property
+    def optional(self) -> tuple[str, ...]:
+        """Which of :data:`OPTIONAL` the history holds."""
+        return tuple(self._more)
 
     def labels(self, points: slice) -> np.ndarray:
         """The labels of ``points`` (``"point i"`` when the history has none), as a str array."""
@@ -126,10 +129,17 @@ class HistorySource:
 
     def chunk(self, r0: int, r1: int, points: slice) -> History:
         """Rows ``[r0, r1)`` of ``points`` as a :class:`History` for the driver (row 0 of it being
-        ``r0``, the last row of the previous chunk when ``r0 > 0``)."""
-        time, strain = self.read(r0, r1, points)
-        return History(time=time, strain=strain, labels=tuple(self.labels(points).tolist()),
-                       source=self.source)
+        ``r0``, the last row of the previous chunk when ``r0 > 0``), validated; an error names the
+        row and point of the whole history."""
+        arrays = {"time": _rows(self._time, r0, r1)[:, points], "strain": _rows(self._strain, r0, r1)[:, points],
+                  "labels": self.labels(points)}
+        for name, a in self._more.items():
+            if len(a.shape) == 3 or name != "control":  # by rows: (steps, batch, ...)
+                arrays[name] = _rows(a, r0, r1)[:, points]
+            else:  # a control mask per point (batch, 6) or for all (6,)
+                whole = a if isinstance(a, np.ndarray) else a.whole()
+                arrays[name] = whole[points] if len(a.shape) == 2 else whole
+        return validate(arrays, self.source, r0, points.start or 0)
 
     def fingerprint(self) -> str:
         """A sha256 of the history's bytes (files streamed in 1 MiB blocks; arrays as stored)."""
@@ -140,8 +150,9 @@ class HistorySource:
                     for block in iter(lambda: f.read(1 << 20), b""):
                         h.update(block)
         else:
-            for a in (self._time, self._strain):
+            for a in (self._time, self._strain, *self._more.values()):
                 h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            h.update(" ".join(self._more).encode())
             h.update("\n".join(self.labels(slice(None)).tolist()).encode())
         return h.hexdigest()
 
@@ -150,21 +161,16 @@ def _rows(a: Any, r0: int, r1: int) -> np.ndarray:
     return a.rows(r0, r1) if isinstance(a, _Array) else a[r0:r1]
 
 
-_NO_TEMPERATURE = ("{source}: a history with a 'temperature' array runs with run_history, simulate or "
-                   "`modelc run` (in memory); chunked and distributed runs do not carry it yet")
-
-
 def open_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]") -> HistorySource:
     """Open a history (``.npz`` file, directory of ``.npy`` files, mapping or History) for reading in
     chunks; only the shapes are checked here, the values as each chunk is read."""
     if not isinstance(history, (str, os.PathLike)):
         h = as_history(history)  # small enough to be in memory: validated whole
-        if h.temperature is not None:
-            raise InputError(_NO_TEMPERATURE.format(source=h.source))
-        return HistorySource(h.source, h.steps, h.batch, h.time, h.strain, np.array(h.labels), ())
+        more = {k: getattr(h, k) for k in OPTIONAL if getattr(h, k) is not None}
+        return HistorySource(h.source, h.steps, h.batch, h.time, h.strain, np.array(h.labels), (), more)
     p = Path(history)
     if p.is_dir():
-        files = {k: p / f"{k}.npy" for k in ("time", "strain", "labels")}
+        files = {k: p / f"{k}.npy" for k in ("time", "strain", "labels", *OPTIONAL)}
         for k in ("time", "strain"):
             if not files[k].is_file():
                 raise InputError(f"{p}: a history directory needs time.npy and strain.npy; "
@@ -181,13 +187,11 @@ def open_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]"
         if missing:
             raise InputError(f"{p}: missing array(s) {', '.join(repr(m) for m in missing)} (a history "
                              f"needs 'time' (steps, batch) and 'strain' (steps, batch, 6))")
-        arrays = {k: _Array(p, f"{k}.npy", str(p), k) for k in ("time", "strain", "labels")
+        arrays = {k: _Array(p, f"{k}.npy", str(p), k) for k in ("time", "strain", "labels", *OPTIONAL)
                   if f"{k}.npy" in names}
         used = (p,)
     else:
         raise InputError(f"{p}: history file not found")
-    if (p / "temperature.npy").is_file() if p.is_dir() else "temperature.npy" in names:
-        raise InputError(_NO_TEMPERATURE.format(source=p))
     time, strain = arrays["time"], arrays["strain"]
     for a in (time, strain):
         if a.dtype.kind not in "fiu":
@@ -196,4 +200,14 @@ def open_history(history: "Mapping[str, Any] | History | str | os.PathLike[str]"
     labels = arrays.get("labels")
     if labels is not None and labels.shape != (batch,):
         raise InputError(f"{p}: 'labels' must have shape (batch,) = ({batch},), got {labels.shape}")
-    return HistorySource(str(p), steps, batch, time, strain, labels, used)
+    more = {k: arrays[k] for k in OPTIONAL if k in arrays}
+    full = {"stress": ((steps, batch, 6),), "temperature": ((steps, batch),),
+            "control": ((steps, batch, 6), (batch, 6), (6,))}
+    for k, a in more.items():  # the shapes now; the values (and the control's rules) chunk by chunk
+        if a.shape not in full[k]:
+            raise InputError(f"{p}: '{k}' must have shape {' or '.join(map(str, full[k]))}, got {a.shape}")
+    if ("stress" in more) != ("control" in more):
+        raise InputError(f"{p}: 'stress' and 'control' come together (the control mask says which "
+                         f"components the stress targets prescribe); this history has only "
+                         f"'{'stress' if 'stress' in more else 'control'}'")
+    return HistorySource(str(p), steps, batch, time, strain, labels, used, more)

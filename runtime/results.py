@@ -36,7 +36,7 @@ __all__ = ["Plan", "Results", "load", "open_dir", "shard_dir", "INDEX", "FORMAT"
 INDEX = "index.json"
 FORMAT = "modelc-results/1"
 #: Arrays indexed by point (not by work item) and where their point axis is.
-POINT_ARRAYS = {"time": 1, "strain": 1, "labels": 0}
+POINT_ARRAYS = {"time": 1, "strain": 1, "labels": 0, "temperature": 1, "control": 1}
 _CHUNK = re.compile(r"rows-(\d{9})-(\d{9})\.npz$")
 
 

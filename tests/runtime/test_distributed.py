@@ -85,6 +85,66 @@ def test_sharded_chunked_run_equals_single_process(j2, tmp_path, dtype, shards, 
         np.testing.assert_array_equal(again.read("time", sl), ref["time"][sl])
 
 
+@pytest.mark.parametrize("source", ["memory", "npz", "dir"])
+def test_stress_control_and_temperature_shard_and_chunk_bit_for_bit(tmp_path, source):
+    """A history with mixed control and a temperature (docs/zoo/thermo_j2.yaml: tables in the
+    temperature): bars free laterally, held at zero axial strain for the first half of the rows
+    (strain control only: no mask in the chunks there) and then pulled, heated and cooled. Sharded
+    and chunked it equals the single process bit for bit, the strain solved for included: a chunk
+    continues from the previous chunk's solved strain (a chunk boundary used to restart it from the
+    history's zero, and the mask and temperature used to be dropped or refused)."""
+    m = modelc.load(ROOT / "docs" / "zoo" / "thermo_j2.yaml", "thermo_j2_return").Model(dtype=torch.float64,
+                                                                                          backend="c")
+    rng = np.random.default_rng()
+    steps, batch = 31, 5
+    t = np.linspace(0.0, 1.0, steps)
+    T = 293.0 + rng.uniform(200.0, 650.0, batch) * np.interp(t, [0, 0.5, 1], [0, 1, 0])[:, None]
+    strain = np.zeros((steps, batch, 6))
+    strain[steps // 2:, :, 0] = np.linspace(0.0, 1.0, steps - steps // 2)[:, None] * rng.uniform(1e-3, 4e-3, batch)
+    control = np.zeros((steps, batch, 6), bool)
+    control[steps // 2:, :, 1:] = True
+    hist = {"time": np.repeat(t[:, None], batch, axis=1), "strain": strain, "stress": np.zeros((steps, batch, 6)),
+            "control": control, "temperature": T}
+    ref = driver.run_history(m, hist, progress=False)
+    assert ref.ok and np.asarray(ref["equivalent_plastic_strain"])[-1].min() > 0
+    assert np.abs(np.asarray(ref["strain"])[-1, :, 1:3]).min() > 1e-4  # lateral strains solved for
+    if source == "npz":
+        np.savez(tmp_path / "h.npz", **hist)
+        hist = tmp_path / "h.npz"
+    elif source == "dir":
+        (tmp_path / "h").mkdir()
+        for k, v in hist.items():
+            np.save(tmp_path / "h" / f"{k}.npy", v)
+        hist = tmp_path / "h"
+    for shards, chunk in ((2, 4), (3, 7), (1, None)):
+        res = run_history(m, hist, tmp_path / f"out{shards}", shards=shards, chunk_steps=chunk, progress=False)
+        _assert_same(ref, res)
+
+
+def test_samples_with_a_temperature_and_stress_control_refused(tmp_path):
+    """Samples over a temperature history: each (point, sample) runs at its point's temperature, so a
+    sample's results equal a single-process run with that sample's parameter; the temperature stays
+    per point. With stress control, a sampled run is refused (each sample solves its own strain,
+    and the results keep one per point) rather than run strain-controlled."""
+    m = modelc.load(ROOT / "docs" / "zoo" / "thermo_j2.yaml", "thermo_j2_return").Model(dtype=torch.float64,
+                                                                                          backend="c")
+    steps, batch = 9, 3
+    t = np.linspace(0.0, 1.0, steps)
+    strain = np.zeros((steps, batch, 6))
+    strain[:, :, 5] = t[:, None] * np.array([2e-3, 4e-3, 6e-3])
+    T = 293.0 + np.outer(t, [100.0, 300.0, 600.0])
+    hist = {"time": np.repeat(t[:, None], batch, axis=1), "strain": strain, "temperature": T}
+    sy = [150.0, 240.0]
+    res = run_history(m, hist, tmp_path / "out", samples={"sy_573": sy}, chunk_steps=3, shards=2, progress=False)
+    np.testing.assert_array_equal(res["temperature"], T)
+    for k, v in enumerate(sy):
+        ref = driver.run_history(m, hist, params={"sy_573": v}, progress=False)
+        np.testing.assert_array_equal(np.asarray(res["stress"])[:, :, k], np.asarray(ref["stress"]))
+    hist.update(stress=np.zeros((steps, batch, 6)), control=np.array([1, 0, 0, 0, 0, 0], bool))
+    with pytest.raises(InputError, match="runs without samples in a distributed run"):
+        run_history(m, hist, tmp_path / "out2", samples={"sy_573": sy}, progress=False)
+
+
 def test_samples_run_every_point_once_per_sample(j2, tmp_path):
     rng = np.random.default_rng()
     B, S = 4, 3
