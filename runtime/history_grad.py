@@ -1,5 +1,6 @@
 """The transient driver, differentiable: a strain-controlled history as torch tensors whose graph
-reaches the parameters and the initial state.
+reaches the parameters and the initial state (a history with stress control is refused: the
+strain it solves for would need its own derivatives).
 
 :func:`simulate` walks the steps exactly as :func:`modelc.runtime.driver.run_history` does (the same
 step inputs: ``forces/E = strain[n]``, ``old_state/x = state/x`` of step n-1, failed points fed the
@@ -53,6 +54,11 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     ``initial_state`` (output name -> ``(batch, *base)``) — gets gradients from a backward through
     the whole history. ``checkpoint``: steps per recomputed chunk (bounded memory)."""
     hist = as_history(history)
+    if hist.mixed:  # never run strain-controlled in its place (it was: silently other numbers)
+        raise InputError(f"{hist.source}: simulate drives strain-controlled histories; this one prescribes "
+                         f"stress ('control' marks {int(hist.control[1:].any(axis=(0, 1)).sum())} component(s)). "
+                         f"run_history runs it (without gradients); gradients along the strain path it solves "
+                         f"for, held fixed, are simulate's of that run's 'strain' as a strain history")
     ins, outs = variable_shapes(model, "input"), variable_shapes(model, "output")
     _check_wiring(ins, outs, hist.temperature is not None)
     params = dict(params or {})

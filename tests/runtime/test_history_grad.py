@@ -137,6 +137,17 @@ def test_bad_arguments_are_clear(model):
                                                                         requires_grad=True)}, progress=False)
 
 
+def test_a_stress_controlled_history_is_refused_not_run_strain_controlled(model):
+    """simulate had no control Newton: it drove a mixed-control history by its strain array alone,
+    zeros where stress is prescribed, and returned another test's numbers (uniaxial strain for
+    uniaxial stress). It refuses it, saying what to do."""
+    h = _history()
+    h.update(stress=np.zeros_like(h["strain"]), control=np.array([0, 1, 1, 1, 1, 1], bool))
+    with pytest.raises(InputError, match="simulate drives strain-controlled histories; this one prescribes stress "
+                                         r"\('control' marks 5 component\(s\)\)"):
+        simulate(model, h)
+
+
 def test_cli_writes_sensitivities(tmp_path, model):
     from modelc.cli import main
 

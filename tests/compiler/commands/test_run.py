@@ -150,6 +150,18 @@ def test_sensitivities_of_an_unknown_parameter_are_named(tmp_path, capsys):
         assert not (tmp_path / "r.npz").exists()
 
 
+def test_sensitivities_of_a_stress_controlled_history_are_refused_before_the_run(tmp_path, capsys):
+    strain = np.zeros((3, 1, 6))
+    strain[:, 0, 0] = [0.0, 1e-3, 2e-3]
+    np.savez(tmp_path / "h.npz", time=np.array([[0.0], [1.0], [2.0]]), strain=strain, stress=np.zeros((3, 1, 6)),
+             control=np.array([0, 1, 1, 0, 0, 0], bool))
+    rc = cli_main(["run", "elastic", "--history", str(tmp_path / "h.npz"), "--out", str(tmp_path / "r.npz"),
+                   "--sensitivities", "E", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "sensitivities are computed for strain-controlled histories only" in err
+    assert "Traceback" not in err and not (tmp_path / "r.npz").exists()
+
+
 def test_sensitivity_names_are_checked_before_the_run(tmp_path, capsys, monkeypatch):
     """A bad --sensitivities name is refused before any step runs (it used to be found after the
     whole run, whose work was then lost)."""
