@@ -1,6 +1,6 @@
-"""The transient driver, differentiable: a strain-controlled history as torch tensors whose graph
-reaches the parameters and the initial state (a history with stress control is refused: the
-strain it solves for would need its own derivatives).
+"""The transient driver, differentiable: a history as torch tensors whose graph reaches the
+parameters and the initial state; with stress control, through the strain solved for too
+(:class:`_Control`).
 
 :func:`simulate` walks the steps exactly as :func:`modelc.runtime.driver.run_history` does (the same
 step inputs: ``forces/E = strain[n]``, ``old_state/x = state/x`` of step n-1, failed points fed the
@@ -28,13 +28,16 @@ Jacobian at all); this module's steps run whenever it hands a run back.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from modelc.runtime import history_adjoint
 from modelc.runtime.errors import InputError
-from modelc.runtime.driver import _check_wiring, declared_initial, history_forces, variable_shapes
+from modelc.runtime.control import ControlOptions
+from modelc.runtime.driver import (STRAIN, STRESS, _check_wiring, _mixed_step, declared_initial, history_forces,
+                                   tangent_block, variable_shapes)
 from modelc.runtime.histories import as_history
 
 __all__ = ["simulate"]
@@ -54,11 +57,6 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     ``initial_state`` (output name -> ``(batch, *base)``) — gets gradients from a backward through
     the whole history. ``checkpoint``: steps per recomputed chunk (bounded memory)."""
     hist = as_history(history)
-    if hist.mixed:  # never run strain-controlled in its place (it was: silently other numbers)
-        raise InputError(f"{hist.source}: simulate drives strain-controlled histories; this one prescribes "
-                         f"stress ('control' marks {int(hist.control[1:].any(axis=(0, 1)).sum())} component(s)). "
-                         f"run_history runs it (without gradients); gradients along the strain path it solves "
-                         f"for, held fixed, are simulate's of that run's 'strain' as a strain history")
     ins, outs = variable_shapes(model, "input"), variable_shapes(model, "output")
     _check_wiring(ins, outs, hist.temperature is not None)
     params = dict(params or {})
@@ -83,13 +81,16 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     sens = _Sensitivities(model, sensitivities, outs) if sensitivities else None
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
-    if history_adjoint.applies(sensitivities):  # the whole history as one node
+    if hist.mixed:
+        _check_mixed(hist, sens, params, checkpoint)
+    elif history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
                                    sensitivities=tuple(sens.names) if sens is not None else (),
                                    temperature=temperature)
         if done is not None:
             return done
-    step = _Stepper(model, ins, outs, strain, time, params, sens, temperature)
+    step = _Stepper(model, ins, outs, strain, time, params, sens, temperature,
+                    _Control(hist, dt, dev) if hist.mixed else None)
     alive = torch.ones(batch, dtype=torch.bool, device=dev)
     rows = {n: [v] for n, v in state.items()}
     conv = [alive]
@@ -112,9 +113,72 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
         alive = oks[-1]
     result = {n: torch.stack(_like_last(v)) for n, v in rows.items()}
     result["converged"] = torch.stack(_like_last(conv))
+    if step.control is not None:  # the strain, solved for where stress-controlled (with its gradient)
+        result["strain"] = torch.stack([strain[0]] + step.control.rows)
     if sens is not None:
         result.update(sens.arrays())
     return result
+
+
+def _check_mixed(hist, sens, params: Mapping[str, Any], checkpoint: int | None) -> None:
+    """What a history with stress control does not run with (yet), said before any work."""
+    why = ("sensitivities= (the forward sensitivities do not carry the solved strain's derivative)" if sens
+           else "checkpoint= (a recomputed chunk would need the strain solved before it)" if checkpoint
+           else "parameters over named dims" if any(type(v).__name__ == "TypedTensor" for v in params.values())
+           else None)
+    if why:
+        raise InputError(f"{hist.source}: a history with stress control ('control') runs in simulate without "
+                         f"{why}; backward() through it gives the gradients")
+
+
+@dataclass
+class _Control:
+    """A history's stress control in simulate. Each stress-controlled step: the driver's control
+    Newton finds the strain E* without a graph (``driver._mixed_step``, the same numbers as
+    ``run_history``); then one Newton correction built on the graph, E = E* + (d - d.detach()) with
+    d = -A^-1 (S(E*, old state, p) - target) on the controlled components (A the tangent there, at
+    E*, held fixed), has E*'s value and the implicit-function theorem's derivative
+    dE/dx = -A^-1 dS/dx for x the old state and the parameters, so the step's outputs, computed at E,
+    carry the total derivative through the solved strain."""
+
+    targets: torch.Tensor   # (steps, batch, 6)
+    controls: torch.Tensor  # (steps, batch, 6) bool
+    scale: torch.Tensor     # (batch,): the driver's target scale
+    solved: torch.Tensor    # (steps, batch, 6): the strain solved so far, no graph
+    rows: list              # E of each step 1.., with the graph
+
+    def __init__(self, hist, dtype, device):
+        self.targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
+        self.controls = torch.as_tensor(hist.control, device=device)
+        self.scale = self.targets.abs().amax(dim=(0, 2))
+        self.solved = torch.as_tensor(hist.strain, dtype=dtype, device=device).clone()
+        self.rows = []
+
+    def strain(self, model, n: int, inputs: dict, alive: torch.Tensor, params: Mapping[str, Any]):
+        """``(E_n, met)``: step n's strain (with the graph where solved for) and whether each point met
+        its targets (True where nothing is controlled)."""
+        ctrl = self.controls[n] & alive.unsqueeze(-1)
+        if not bool(ctrl.any()):
+            E = self.solved[n]
+            self.rows.append(E)
+            return E, torch.ones_like(alive)
+        with torch.no_grad():
+            plain = {k: v.detach() for k, v in inputs.items()}
+            fixed = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in params.items()}
+            old = {STRAIN: self.solved[n - 1]} if "old_forces/E" not in inputs else None
+            step = _mixed_step(model, plain, self.solved, self.targets[n], ctrl, n, alive, fixed, old,
+                               alive.shape[0], ControlOptions(), self.scale)
+            self.solved[n] = step.strain
+            K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype)
+        E_star = step.strain
+        S = model({**inputs, STRAIN: E_star}, False, **params)[STRESS]
+        both = ctrl.unsqueeze(-1) & ctrl.unsqueeze(-2)
+        A = torch.where(both, K, torch.eye(6, dtype=K.dtype, device=K.device))
+        d = -torch.linalg.solve(A, torch.where(ctrl, S - self.targets[n], torch.zeros_like(S)).unsqueeze(-1))
+        d = d.squeeze(-1)
+        E = E_star + (d - d.detach())
+        self.rows.append(E)
+        return E, step.converged | ~ctrl.any(dim=-1)
 
 
 def _declared(model, batch: int, params: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -150,10 +214,10 @@ class _Stepper:
     recompute it). With parameters over named dims (TypedTensors) the state is named too: the
     history's batch is ``points``, the state's names are those of the last result."""
 
-    def __init__(self, model, ins, outs, strain, time, params, sens, temperature=None):
+    def __init__(self, model, ins, outs, strain, time, params, sens, temperature=None, control=None):
         from modelc.runtime.tensors import TypedTensor
 
-        self.model, self.ins, self.outs = model, ins, outs
+        self.model, self.ins, self.outs, self.control = model, ins, outs, control
         self.strain, self.time, self.params, self.sens = strain, time, params, sens
         self.temperature = temperature
         self.named = any(isinstance(v, TypedTensor) for v in params.values())
@@ -182,13 +246,21 @@ class _Stepper:
         oks = []
         for n in range(a, b):
             want = self.sens.request() if self.sens is not None else False
-            r = self.model(self._inputs(n, state, alive), want, **self.params)
+            inputs = self._inputs(n, state, alive)
+            met = None
+            if self.control is not None:  # the strain of the step: solved where stress-controlled
+                if "old_forces/E" in inputs:
+                    inputs["old_forces/E"] = self.control.rows[-1] if self.control.rows else inputs["old_forces/E"]
+                inputs[STRAIN], met = self.control.strain(self.model, n, inputs, alive, self.params)
+            r = self.model(inputs, want, **self.params)
             if self.named:
                 self.state_names = r.batch_names
             bs = r.outputs.batch_shape  # points, then any named dims the parameters brought in
             ok = alive.reshape(*alive.shape, *([1] * (len(bs) - alive.dim()))).expand(bs)
             if r.status is not None:
                 ok = ok & r.status.converged
+            if met is not None:
+                ok = ok & met
             for name in names:
                 v = r[name]
                 ok = ok & torch.isfinite(v.detach()).reshape(*ok.shape, -1).all(dim=-1)

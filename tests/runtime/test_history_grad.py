@@ -1,7 +1,8 @@
 """The differentiable transient driver (modelc.runtime.history_grad): the same numbers as run_history,
 gradients w.r.t. parameters and the initial state against central differences of the whole
 history, checkpointed recomputation (same gradient, Jacobians not kept), forward sensitivities
-equal to the adjoint, named samples of parameters, and `modelc run --sensitivities`."""
+equal to the adjoint, named samples of parameters, stress control (the strain solved for and its
+derivative; closed forms and differences), and `modelc run --sensitivities`."""
 from __future__ import annotations
 
 import sys
@@ -137,15 +138,120 @@ def test_bad_arguments_are_clear(model):
                                                                         requires_grad=True)}, progress=False)
 
 
-def test_a_stress_controlled_history_is_refused_not_run_strain_controlled(model):
-    """simulate had no control Newton: it drove a mixed-control history by its strain array alone,
-    zeros where stress is prescribed, and returned another test's numbers (uniaxial strain for
-    uniaxial stress). It refuses it, saying what to do."""
-    h = _history()
-    h.update(stress=np.zeros_like(h["strain"]), control=np.array([0, 1, 1, 1, 1, 1], bool))
-    with pytest.raises(InputError, match="simulate drives strain-controlled histories; this one prescribes stress "
-                                         r"\('control' marks 5 component\(s\)\)"):
-        simulate(model, h)
+def _uniaxial_stress(rng, steps=25, batch=3):
+    """Uniaxial stress, the xx strain driven (tension then partial unloading, or compression) with
+    random amplitudes (yield never exactly on a step, where a difference quotient would average the
+    two sides of the kink), the other five stresses held at zero."""
+    t = np.linspace(0.0, 1.0, steps)
+    amp = rng.uniform(2e-3, 5e-3, batch) * rng.choice([-1.0, 1.0], batch)
+    strain = np.zeros((steps, batch, 6))
+    strain[:, :, 0] = np.interp(t, [0, 0.6, 1], [0, 1, rng.uniform(0.2, 0.8)])[:, None] * amp
+    return {"time": np.repeat(t[:, None], batch, axis=1), "strain": strain, "stress": np.zeros((steps, batch, 6)),
+            "control": np.array([0, 1, 1, 1, 1, 1], bool)}
+
+
+def _fd_check(m, hist, names, weights, h_rel=1e-6, tol=1e-6, initial_state=None):
+    """Gradients of a random weighted sum of every step's outputs (and of the solved strain) by
+    ``names`` against central differences of whole simulate runs."""
+    P = {k: torch.tensor(float(m.parameter_info[k].default[0]), dtype=torch.float64, requires_grad=True)
+         for k in names}
+
+    def loss(p):
+        r = simulate(m, hist, params=p, initial_state=initial_state)
+        assert bool(r["converged"].all())
+        return sum((r[k] * w).sum() for k, w in weights.items()), r
+
+    L, r = loss(P)
+    L.backward()
+    with torch.no_grad():
+        for k, v in P.items():
+            h = h_rel * abs(float(v))
+            fd = (loss({**P, k: v + h})[0] - loss({**P, k: v - h})[0]) / (2 * h)
+            assert abs(float(fd - v.grad)) <= tol * abs(float(fd)), (k, float(fd), float(v.grad))
+    return r
+
+
+def test_stress_control_values_equal_run_history_and_gradients_match_differences(model):
+    """A uniaxial stress test, the calibration experiment: simulate solves each step's lateral strains
+    with the driver's control Newton (the same numbers as run_history, bit for bit, and the strain
+    it solved for in 'strain'), then carries the implicit-function theorem's derivative of that
+    strain, so gradients by every parameter of the stress and of the lateral strain match central
+    differences of whole histories."""
+    rng = np.random.default_rng()
+    hist = _uniaxial_stress(rng)
+    want = run_history(model, hist, progress=False)
+    got = simulate(model, hist)
+    for k, w in (("state/S", "stress"), ("state/internal/ep", "state/internal/ep"), ("strain", "strain")):
+        np.testing.assert_array_equal(got[k].numpy(), np.asarray(want[w]))
+    assert np.asarray(want["state/internal/ep"])[-1].min() > 1e-4 and np.abs(got["strain"][-1, :, 1].numpy()).min() > 1e-4
+    S, E = got["state/S"], got["strain"]
+    weights = {"state/S": torch.randn_like(S), "strain": 1e5 * torch.randn_like(E)}  # both O(1) per entry
+    _fd_check(model, hist, [p.name for p in model.PARAMETERS], weights)
+
+
+def test_stress_control_with_temperature_tables():
+    """A bar held at zero axial strain, free laterally, heated (docs/zoo/thermo_j2.yaml): the thermal
+    stress meets the yield stress table; gradients by table values and the expansion coefficient."""
+    import modelc
+
+    m = modelc.load(Path(__file__).resolve().parents[2] / "docs" / "zoo" / "thermo_j2.yaml",
+                    "thermo_j2_return").Model(dtype=torch.float64, backend="c")
+    rng = np.random.default_rng()
+    steps, batch = 21, 2
+    t = np.linspace(0.0, 1.0, steps)
+    T = 293.0 + np.outer(np.interp(t, [0, 0.7, 1], [0, 1, 0.5]), rng.uniform(400.0, 600.0, batch))
+    hist = {"time": np.repeat(t[:, None], batch, axis=1), "strain": np.zeros((steps, batch, 6)),
+            "stress": np.zeros((steps, batch, 6)), "control": np.array([0, 1, 1, 1, 1, 1], bool), "temperature": T}
+    want = run_history(m, hist, progress=False)
+    assert np.asarray(want["equivalent_plastic_strain"])[-1].min() > 1e-4
+    w = {"state/S": torch.randn(steps, batch, 6, dtype=torch.float64),
+         "strain": 1e5 * torch.randn(steps, batch, 6, dtype=torch.float64)}
+    r = _fd_check(m, hist, ["sy_573", "sy_773", "alpha", "E_573", "nu"], w)
+    np.testing.assert_array_equal(r["state/S"].detach().numpy(), np.asarray(want["stress"]))
+
+
+def test_stress_control_through_a_model_that_reads_the_old_strain(tmp_path):
+    """A rate-form elastic model, S = old(S) + C : (E - old(E)), reads old_forces/E: under uniaxial
+    stress its lateral strain is -nu E_xx at every step, so d(lateral strain)/d nu = -E_xx and
+    d(S_xx)/d E = E_xx, exactly (closed form), only if the old strain it reads is the one solved at
+    the step before, with its derivative."""
+    import modelc
+
+    spec = tmp_path / "rate.yaml"
+    spec.write_text("""
+models:
+  rate_elastic:
+    parameters: {E: {default: 200000.0}, nu: {default: 0.3}}
+    inputs:
+      eps: {var: forces/E, type: SR2}
+    outputs:
+      S: {var: state/S, type: SR2}
+    define:
+      de: eps - old(eps)
+    equations:
+      S: old(S) + E/(1 + nu)*de + E*nu/((1 + nu)*(1 - 2*nu))*tr(de)*I2
+""")
+    m = modelc.load(spec, "rate_elastic").Model(dtype=torch.float64, backend="c")
+    assert "old_forces/E" in m.input_axis
+    hist = _uniaxial_stress(np.random.default_rng(), steps=9)
+    p = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in (("E", 200000.0), ("nu", 0.3))}
+    r = simulate(m, hist, params=p)
+    exx = torch.as_tensor(hist["strain"][:, :, 0])
+    lateral, sxx = r["strain"][:, :, 1], r["state/S"][:, :, 0]
+    torch.testing.assert_close(lateral, -0.3 * exx, rtol=1e-9, atol=1e-15)
+    g_nu, = torch.autograd.grad(lateral.sum(), p["nu"], retain_graph=True)
+    g_E, = torch.autograd.grad(sxx.sum(), p["E"])
+    torch.testing.assert_close(g_nu, -exx.sum(), rtol=1e-9, atol=0)
+    torch.testing.assert_close(g_E, exx.sum(), rtol=1e-9, atol=0)
+
+
+def test_what_a_stress_controlled_history_does_not_run_with_is_said(model):
+    hist = _uniaxial_stress(np.random.default_rng(), steps=5)
+    for kw, what in (({"sensitivities": ["sigma_y"]}, "sensitivities="), ({"checkpoint": 2}, "checkpoint="),
+                     ({"params": {"sigma_y": TypedTensor(torch.tensor([90.0, 110.0], dtype=torch.float64), "Scalar",
+                                                         batch_names=("samples",))}}, "parameters over named dims")):
+        with pytest.raises(InputError, match=f"a history with stress control .* runs in simulate without {what}"):
+            simulate(model, hist, **kw)
 
 
 def test_cli_writes_sensitivities(tmp_path, model):
