@@ -78,11 +78,11 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
         if tuple(v.shape) != tuple(state[n].shape):
             raise InputError(f"initial_state[{n!r}] has shape {tuple(v.shape)}, expected {tuple(state[n].shape)}")
         state[n] = v
-    sens = _Sensitivities(model, sensitivities, outs) if sensitivities else None
+    sens = _Sensitivities(model, sensitivities, outs, hist.mixed) if sensitivities else None
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
     if hist.mixed:
-        _check_mixed(hist, sens, params, checkpoint)
+        _check_mixed(hist, params, checkpoint)
     elif history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
                                    sensitivities=tuple(sens.names) if sens is not None else (),
@@ -120,10 +120,9 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     return result
 
 
-def _check_mixed(hist, sens, params: Mapping[str, Any], checkpoint: int | None) -> None:
+def _check_mixed(hist, params: Mapping[str, Any], checkpoint: int | None) -> None:
     """What a history with stress control does not run with (yet), said before any work."""
-    why = ("sensitivities= (the forward sensitivities do not carry the solved strain's derivative)" if sens
-           else "checkpoint= (a recomputed chunk would need the strain solved before it)" if checkpoint
+    why = ("checkpoint= (a recomputed chunk would need the strain solved before it)" if checkpoint
            else "parameters over named dims" if any(type(v).__name__ == "TypedTensor" for v in params.values())
            else None)
     if why:
@@ -171,6 +170,9 @@ class _Control:
             self.solved[n] = step.strain
             K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype)
         E_star = step.strain
+        if not torch.is_grad_enabled():  # (forward sensitivities: no graph to build)
+            self.rows.append(E_star)
+            return E_star, step.converged | ~ctrl.any(dim=-1)
         S = model({**inputs, STRAIN: E_star}, False, **params)[STRESS]
         both = ctrl.unsqueeze(-1) & ctrl.unsqueeze(-2)
         A = torch.where(both, K, torch.eye(6, dtype=K.dtype, device=K.device))
@@ -270,30 +272,39 @@ class _Stepper:
                 state[name] = v
                 rows[name].append(v)
             if self.sens is not None:
-                self.sens.step(r.jacobian, ok)
+                self.sens.step(r.jacobian, ok, None if self.control is None else
+                               self.control.controls[n] & alive.unsqueeze(-1))
             alive = ok
             oks.append(ok)
         return (*[torch.stack(rows[n]) for n in names], torch.stack(oks))
 
 
 class _Sensitivities:
-    """d outputs / d parameters carried forward through the steps (no graph)."""
+    """d outputs / d parameters carried forward through the steps (no graph). With stress control
+    (``control=True``) the strain solved for is carried too: at a controlled step
+    dE/dp = -A^-1 (dS/dp at fixed E, through the old state and the old strain as well) on the
+    controlled components, A the tangent there, and every output gets J_E dE/dp."""
 
-    def __init__(self, model, names: Sequence[str], outs):
+    def __init__(self, model, names: Sequence[str], outs, control: bool = False):
         model._check_param_names(dict.fromkeys(names))
         nonscalar = [n for n in names if model.parameter_info[n].type != "Scalar"]
         if nonscalar:
             raise InputError(f"sensitivities: only scalar parameters, not {', '.join(nonscalar)}")
-        self.model, self.names, self.outs = model, list(names), outs
+        self.model, self.names, self.outs, self.control = model, list(names), outs, control
         self.olds = {o: "old_" + o for o in outs if "old_" + o in model.input_axis}
+        self.strains = [c for c in (STRAIN, "old_forces/E") if control and c in model.input_axis]
         self.D = None  # (B, ny, np): d outputs / d parameters of the last step
+        self.dE = None  # (B, 6, np): d strain / d parameters of the last step (stress control)
         self.rows: list[torch.Tensor] = []
+        self.strain_rows: list[torch.Tensor] = []
 
     def request(self):
-        cols = list(self.olds.values()) + self.names
+        cols = self.strains + list(self.olds.values()) + self.names
         return [(o, c) for o in self.outs for c in cols]
 
-    def step(self, jac, ok):
+    def step(self, jac, ok, ctrl: torch.Tensor | None = None):
+        """Step n's sensitivities from its Jacobian; ``ctrl`` (B, 6): the components whose strain was
+        solved for at this step (stress control), None or all False for none."""
         m = self.model
         with torch.no_grad():
             J = jac.tensor.detach()
@@ -304,11 +315,32 @@ class _Sensitivities:
             if self.D is None:
                 self.D = torch.zeros(B, ny, npar, dtype=J.dtype, device=J.device)
                 self.rows.append(self.D)
-            D = J[:, :, jac.col_axis.size - npar:].clone()
+                if self.control:
+                    self.dE = torch.zeros(B, 6, npar, dtype=J.dtype, device=J.device)
+                    self.strain_rows.append(self.dE)
+            D = torch.stack([J[:, :, jac.col_axis.span(k)[0]] for k in self.names], dim=-1)  # by name: the
+            # columns come in the model's order, not the request's
             for o, old in self.olds.items():  # chain rule through the old state
                 a, b = jac.col_axis.span(old)
                 ya, yb = m.output_axis.span(o)
                 D += torch.bmm(J[:, :, a:b], self.D[:, ya:yb, :])
+            if self.control:
+                if "old_forces/E" in self.strains:  # ... and through the strain of the step before
+                    a, b = jac.col_axis.span("old_forces/E")
+                    D += torch.bmm(J[:, :, a:b], self.dE)
+                dE = torch.zeros_like(self.dE)
+                if ctrl is not None and bool(ctrl.any()):
+                    a, b = jac.col_axis.span(STRAIN)
+                    sa, sb = m.output_axis.span(STRESS)
+                    JE = J[:, :, a:b]
+                    both = ctrl.unsqueeze(-1) & ctrl.unsqueeze(-2)
+                    A = torch.where(both, JE[:, sa:sb, :], torch.eye(6, dtype=J.dtype, device=J.device))
+                    rhs = torch.where(ctrl.unsqueeze(-1), D[:, sa:sb, :], torch.zeros_like(D[:, sa:sb, :]))
+                    dE = -torch.linalg.solve(A, rhs)
+                    D += torch.bmm(JE, dE)
+                dE[~ok] = math.nan
+                self.dE = dE
+                self.strain_rows.append(dE)
             D[~ok] = math.nan
             self.D = D
             self.rows.append(D)
@@ -321,4 +353,8 @@ class _Sensitivities:
             base = self.outs[o]
             for k, p in enumerate(self.names):
                 out[f"d({o})/d({p})"] = S[:, :, a:b, k].reshape(S.shape[0], S.shape[1], *base)
+        if self.strain_rows:
+            E = torch.stack(self.strain_rows)  # (steps, B, 6, np)
+            for k, p in enumerate(self.names):
+                out[f"d(strain)/d({p})"] = E[..., k]
         return out

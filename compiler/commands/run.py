@@ -88,10 +88,6 @@ def main(args: argparse.Namespace) -> int:
     dtype = _torch_dtype(args.dtype)
     if args.sensitivities:  # before the work: a bad name costs nothing
         check_sensitivities(model, args.sensitivities)
-        if history.mixed:
-            raise InputError(f"--sensitivities: {history.source} prescribes stress ('control'); sensitivities "
-                             f"are computed for strain-controlled histories only (along a solved strain path "
-                             f"held fixed: run it, then its 'strain' as a strain history with --sensitivities)")
 
     start = _time.perf_counter()
     with warnings.catch_warnings():  # the summary below says it

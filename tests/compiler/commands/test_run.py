@@ -150,16 +150,23 @@ def test_sensitivities_of_an_unknown_parameter_are_named(tmp_path, capsys):
         assert not (tmp_path / "r.npz").exists()
 
 
-def test_sensitivities_of_a_stress_controlled_history_are_refused_before_the_run(tmp_path, capsys):
-    strain = np.zeros((3, 1, 6))
-    strain[:, 0, 0] = [0.0, 1e-3, 2e-3]
-    np.savez(tmp_path / "h.npz", time=np.array([[0.0], [1.0], [2.0]]), strain=strain, stress=np.zeros((3, 1, 6)),
-             control=np.array([0, 1, 1, 0, 0, 0], bool))
+def test_sensitivities_of_a_stress_controlled_history(tmp_path, capsys):
+    """Uniaxial stress on the elastic model: S_xx = E e_xx and the lateral strains -nu e_xx (solved
+    for), so d S_xx / d E = e_xx, d S_xx / d nu = 0 and d e_yy / d nu = -e_xx, in closed form."""
+    strain = np.zeros((4, 2, 6))
+    strain[1:, :, 0] = np.array([[1e-3, -2e-3], [2e-3, -1e-3], [3e-3, 5e-4]])
+    np.savez(tmp_path / "h.npz", time=np.tile(np.arange(4.0)[:, None], (1, 2)), strain=strain,
+             stress=np.zeros((4, 2, 6)), control=np.array([0, 1, 1, 1, 1, 1], bool))
     rc = cli_main(["run", "elastic", "--history", str(tmp_path / "h.npz"), "--out", str(tmp_path / "r.npz"),
-                   "--sensitivities", "E", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "sensitivities are computed for strain-controlled histories only" in err
-    assert "Traceback" not in err and not (tmp_path / "r.npz").exists()
+                   "--sensitivities", "E,nu", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    exx = strain[:, :, 0]
+    with np.load(tmp_path / "r.npz") as r:
+        np.testing.assert_allclose(r["stress"][:, :, 0], E * exx, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(r["d(state/S)/d(E)"][:, :, 0], exx, rtol=1e-10, atol=1e-18)
+        np.testing.assert_allclose(r["d(state/S)/d(nu)"], 0.0, atol=1e-7)
+        np.testing.assert_allclose(r["d(strain)/d(nu)"][:, :, 1], -exx, rtol=1e-10, atol=1e-18)
+        np.testing.assert_allclose(r["strain"][:, :, 1], -0.3 * exx, rtol=1e-10, atol=1e-18)
 
 
 def test_sensitivity_names_are_checked_before_the_run(tmp_path, capsys, monkeypatch):
