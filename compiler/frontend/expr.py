@@ -9,6 +9,7 @@ values (:class:`~modelc.frontend.tensor.TValue`), resolving names in a :class:`S
 from __future__ import annotations
 
 import ast
+import math
 import difflib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -485,6 +486,9 @@ class Builder:
             if knots and not k > knots[-1]:
                 raise self.src.error(f"interp's knots must increase strictly: {float(k):g} follows "
                                      f"{float(knots[-1]):g}", e)
+            if knots and not math.isfinite(float(k - knots[-1])):
+                raise self.src.error(f"interp's knots {float(knots[-1]):g} and {float(k):g} are further apart "
+                                     f"than the largest float64", e)
             knots.append(k)
         ys = []
         for e in values_node.elts:

@@ -274,6 +274,8 @@ def test_interp_values_may_be_parameters_and_differentiate_to_hat_functions():
     ("interp(x, [1], [2])", "interp needs at least 2 knots, got 1", "[1]", ""),
     ("interp(x, [1, 2], [2])", "interp has 1 values for 2 knots", "[2]", "one value per knot"),
     ("interp(x, [0, 2, 2], [1, 2, 3])", "interp's knots must increase strictly: 2 follows 2", "2", ""),
+    ("interp(x, [-1e308, 1e308], [1, 2])", "interp's knots -1e+308 and 1e+308 are further apart than the "
+     "largest float64", "1e308", ""),
     ("interp(x, [0, y], [1, 2])", "an interp knot must be a number", "y",
      "knots are fixed when the spec loads, so that their order is checked; the values may be parameters"),
     ("interp(x, 1, [1, 2])", "interp's knots must be a list [a, b, ...]", "1",

@@ -35,6 +35,9 @@ def _expr(depth: int):
         st.tuples(st.sampled_from(["-", "+", "not ", ""]), sub).map(lambda t: f"{t[0]}({t[1]})"),
         st.tuples(st.sampled_from(FUNCS), st.lists(sub, max_size=3)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
         st.tuples(sub, st.sampled_from(["[i,j]", "[i]", ".T", "[0]"])).map("".join),
+        st.lists(sub, max_size=4).map(lambda t: f"[{', '.join(t)}]"),  # interp's tables, or a list elsewhere
+        st.tuples(sub, st.lists(st.sampled_from(NUMBERS), max_size=4), st.lists(sub, max_size=4)).map(
+            lambda t: f"interp({t[0]}, [{', '.join(t[1])}], [{', '.join(t[2])}])"),
         st.tuples(st.sampled_from(["(", ")", "[", "'", ":", "\\", "\n", "\x00", "é"]), sub).map("".join),
     )
 
