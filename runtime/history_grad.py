@@ -82,15 +82,17 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
     if hist.mixed:
-        _check_mixed(hist, params, checkpoint)
+        _check_mixed(hist, params)
     elif history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
                                    sensitivities=tuple(sens.names) if sens is not None else (),
                                    temperature=temperature)
         if done is not None:
             return done
-    step = _Stepper(model, ins, outs, strain, time, params, sens, temperature,
-                    _Control(hist, dt, dev) if hist.mixed else None)
+    control = _Control(hist, dt, dev) if hist.mixed else None
+    if control is not None:  # the strain solved for is carried like the state (its graph too)
+        state["strain"] = strain[0]
+    step = _Stepper(model, ins, outs, strain, time, params, sens, temperature, control)
     alive = torch.ones(batch, dtype=torch.bool, device=dev)
     rows = {n: [v] for n, v in state.items()}
     conv = [alive]
@@ -113,21 +115,16 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
         alive = oks[-1]
     result = {n: torch.stack(_like_last(v)) for n, v in rows.items()}
     result["converged"] = torch.stack(_like_last(conv))
-    if step.control is not None:  # the strain, solved for where stress-controlled (with its gradient)
-        result["strain"] = torch.stack([strain[0]] + step.control.rows)
     if sens is not None:
         result.update(sens.arrays())
     return result
 
 
-def _check_mixed(hist, params: Mapping[str, Any], checkpoint: int | None) -> None:
+def _check_mixed(hist, params: Mapping[str, Any]) -> None:
     """What a history with stress control does not run with (yet), said before any work."""
-    why = ("checkpoint= (a recomputed chunk would need the strain solved before it)" if checkpoint
-           else "parameters over named dims" if any(type(v).__name__ == "TypedTensor" for v in params.values())
-           else None)
-    if why:
+    if any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError(f"{hist.source}: a history with stress control ('control') runs in simulate without "
-                         f"{why}; backward() through it gives the gradients")
+                         f"parameters over named dims; run each sample's parameters on their own")
 
 
 @dataclass
@@ -138,49 +135,43 @@ class _Control:
     d = -A^-1 (S(E*, old state, p) - target) on the controlled components (A the tangent there, at
     E*, held fixed), has E*'s value and the implicit-function theorem's derivative
     dE/dx = -A^-1 dS/dx for x the old state and the parameters, so the step's outputs, computed at E,
-    carry the total derivative through the solved strain."""
+    carry the total derivative through the solved strain. The strain is carried from step to step
+    as a state (the stepper's ``strain``), so a checkpointed chunk recomputes from it."""
 
     targets: torch.Tensor   # (steps, batch, 6)
     controls: torch.Tensor  # (steps, batch, 6) bool
     scale: torch.Tensor     # (batch,): the driver's target scale
-    solved: torch.Tensor    # (steps, batch, 6): the strain solved so far, no graph
-    rows: list              # E of each step 1.., with the graph
 
     def __init__(self, hist, dtype, device):
         self.targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
         self.controls = torch.as_tensor(hist.control, device=device)
         self.scale = self.targets.abs().amax(dim=(0, 2))
-        self.solved = torch.as_tensor(hist.strain, dtype=dtype, device=device).clone()
-        self.rows = []
 
-    def strain(self, model, n: int, inputs: dict, alive: torch.Tensor, params: Mapping[str, Any]):
-        """``(E_n, met)``: step n's strain (with the graph where solved for) and whether each point met
-        its targets (True where nothing is controlled)."""
+    def strain(self, model, n: int, inputs: dict, alive: torch.Tensor, params: Mapping[str, Any],
+               prescribed: torch.Tensor, previous: torch.Tensor):
+        """``(E_n, met)``: step n's strain (``prescribed`` where strain-controlled; solved, with the
+        graph, where stress-controlled, starting from ``previous``) and whether each point met its
+        targets (True where nothing is controlled)."""
         ctrl = self.controls[n] & alive.unsqueeze(-1)
         if not bool(ctrl.any()):
-            E = self.solved[n]
-            self.rows.append(E)
-            return E, torch.ones_like(alive)
+            return prescribed, torch.ones_like(alive)
         with torch.no_grad():
             plain = {k: v.detach() for k, v in inputs.items()}
             fixed = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in params.items()}
-            old = {STRAIN: self.solved[n - 1]} if "old_forces/E" not in inputs else None
-            step = _mixed_step(model, plain, self.solved, self.targets[n], ctrl, n, alive, fixed, old,
+            rows = torch.stack([previous.detach(), prescribed])  # the driver's rows n - 1 and n
+            old = {STRAIN: rows[0]} if "old_forces/E" not in inputs else None
+            step = _mixed_step(model, plain, rows, self.targets[n], ctrl, 1, alive, fixed, old,
                                alive.shape[0], ControlOptions(), self.scale)
-            self.solved[n] = step.strain
             K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype)
-        E_star = step.strain
+        E_star, met = step.strain, step.converged | ~ctrl.any(dim=-1)
         if not torch.is_grad_enabled():  # (forward sensitivities: no graph to build)
-            self.rows.append(E_star)
-            return E_star, step.converged | ~ctrl.any(dim=-1)
+            return E_star, met
         S = model({**inputs, STRAIN: E_star}, False, **params)[STRESS]
         both = ctrl.unsqueeze(-1) & ctrl.unsqueeze(-2)
         A = torch.where(both, K, torch.eye(6, dtype=K.dtype, device=K.device))
         d = -torch.linalg.solve(A, torch.where(ctrl, S - self.targets[n], torch.zeros_like(S)).unsqueeze(-1))
         d = d.squeeze(-1)
-        E = E_star + (d - d.detach())
-        self.rows.append(E)
-        return E, step.converged | ~ctrl.any(dim=-1)
+        return E_star + (d - d.detach()), met
 
 
 def _declared(model, batch: int, params: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -242,7 +233,8 @@ class _Stepper:
 
     def chunk(self, a: int, b: int, alive: torch.Tensor, *states):
         """Steps a .. b-1 from ``states``: stacked outputs per name, then the converged flags."""
-        names = list(self.outs)
+        outs = list(self.outs)
+        names = outs + (["strain"] if self.control is not None else [])
         state = dict(zip(names, states))
         rows = {n: [] for n in names}
         oks = []
@@ -251,9 +243,11 @@ class _Stepper:
             inputs = self._inputs(n, state, alive)
             met = None
             if self.control is not None:  # the strain of the step: solved where stress-controlled
-                if "old_forces/E" in inputs:
-                    inputs["old_forces/E"] = self.control.rows[-1] if self.control.rows else inputs["old_forces/E"]
-                inputs[STRAIN], met = self.control.strain(self.model, n, inputs, alive, self.params)
+                previous = torch.where(alive.unsqueeze(-1), state["strain"], torch.zeros_like(state["strain"]))
+                if "old_forces/E" in inputs:  # (a failed point's NaNs never enter, as for the state)
+                    inputs["old_forces/E"] = previous
+                inputs[STRAIN], met = self.control.strain(self.model, n, inputs, alive, self.params, self.strain[n],
+                                                          previous)
             r = self.model(inputs, want, **self.params)
             if self.named:
                 self.state_names = r.batch_names
@@ -263,14 +257,18 @@ class _Stepper:
                 ok = ok & r.status.converged
             if met is not None:
                 ok = ok & met
-            for name in names:
+            for name in outs:
                 v = r[name]
                 ok = ok & torch.isfinite(v.detach()).reshape(*ok.shape, -1).all(dim=-1)
-            for name in names:
+            for name in outs:
                 v = r[name]
                 v = torch.where(ok.reshape(ok.shape + (1,) * (v.dim() - ok.dim())), v, torch.full_like(v, math.nan))
                 state[name] = v
                 rows[name].append(v)
+            if self.control is not None:  # a failed point has no solved strain (as in run_history)
+                E = torch.where(self.control.controls[n] & ~ok.unsqueeze(-1), math.nan, inputs[STRAIN])
+                state["strain"] = E
+                rows["strain"].append(E)
             if self.sens is not None:
                 self.sens.step(r.jacobian, ok, None if self.control is None else
                                self.control.controls[n] & alive.unsqueeze(-1))
