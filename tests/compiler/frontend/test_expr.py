@@ -291,6 +291,22 @@ def test_interp_errors_are_located(text, message, under, hint):
     assert caret(err) == under
 
 
+def test_nested_interp_is_a_table_in_two_variables():
+    """A yield stress table in the plastic strain at two temperatures (Abaqus' *PLASTIC with a
+    temperature column) is interp over y of interps over x: against numpy.interp done the same
+    way, at random points inside and outside both ranges."""
+    rng = np.random.default_rng()
+    xs, ys = [0.0, 0.01, 0.05, 0.2], [293.0, 773.0]
+    table = rng.uniform(100.0, 400.0, (2, 4))
+    rows = [f"interp(x, {xs}, {[float(v) for v in table[k]]})" for k in range(2)]
+    expr = _build(f"interp(y, {ys}, [{rows[0]}, {rows[1]}])").expr
+    for x, y in zip(rng.uniform(-0.05, 0.3, 30), rng.uniform(200.0, 900.0, 30)):
+        inner = [np.interp(x, xs, table[k]) for k in range(2)]
+        want = np.interp(y, ys, inner)
+        got = float(expr.subs({X: sp.Float(x, 53), Y: sp.Float(y, 53)}))
+        assert abs(got - want) <= 1e-12 * abs(want)
+
+
 def test_interp_knots_may_be_constant_expressions():
     expr = _build("interp(x, [-1, 2**3, 4*pi], [1, 10, 0])").expr
     assert float(expr.subs(X, 3.5)) == 5.5 and float(expr.subs(X, 20.0)) == 0.0
