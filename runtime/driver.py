@@ -401,7 +401,11 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
                              "initial_state= (the state at row 0), not both")
         state, alive = initial.tensors(state, dtype, device)
         if mixed and initial.strain is not None:  # row 0's stress-controlled strain is the one solved for
-            strain[0] = torch.as_tensor(np.asarray(initial.strain), dtype=dtype, device=device)
+            carried = torch.as_tensor(np.asarray(initial.strain), dtype=dtype, device=device)
+            if carried.shape != strain[0].shape:
+                raise InputError(f"the carried strain has shape {tuple(carried.shape)}, expected "
+                                 f"{tuple(strain[0].shape)} (batch, 6)")
+            strain[0] = carried
     else:
         state.update(_initial_state(model, out_shapes, batch, call_params, initial_state, dtype, device))
     rows: dict[str, list[torch.Tensor]] = {n: [v.clone()] for n, v in state.items()}

@@ -598,6 +598,30 @@ def test_a_run_continued_from_its_carry_equals_the_whole_run():
         np.testing.assert_array_equal(second[k][1:], whole[k][6:], err_msg=k)
 
 
+def test_a_stress_controlled_run_continued_from_its_carry_equals_the_whole_run():
+    """With stress control the carry holds the strain solved at the last row: the second half starts
+    its control Newton and its old strain from it (the history's own row holds zeros there), and
+    equals the whole run bit for bit; a carried strain of the wrong shape is named."""
+    import modelc
+    from modelc.runtime.driver import Carry, variable_shapes
+    from modelc.runtime.histories import as_history, uniaxial_stress_history
+
+    m = modelc.load("j2_linear_iso").Model(dtype=torch.float64, backend="c")
+    hist = as_history(uniaxial_stress_history([0.004, -0.006], [1.0, 2.0], steps=16))
+    whole = run_history(m, hist, progress=False)
+    rows = lambda sl: {k: getattr(hist, k)[sl] for k in ("time", "strain", "stress", "control")}  # noqa: E731
+    first = run_history(m, rows(slice(0, 9)), progress=False)
+    outs = list(variable_shapes(m, "output"))
+    carry = first.carry(outs)
+    assert np.abs(carry.strain[:, 1]).min() > 1e-4  # a lateral strain was solved for
+    rest = rows(slice(8, None))
+    second = run_history(m, rest, progress=False, initial=carry)
+    for k in outs + ["strain", "converged"]:
+        np.testing.assert_array_equal(second[k][1:], whole[k][9:], err_msg=k)
+    with pytest.raises(InputError, match=r"the carried strain has shape \(3, 6\), expected \(2, 6\)"):
+        run_history(m, rest, progress=False, initial=Carry(carry.state, carry.alive, np.zeros((3, 6))))
+
+
 THERMO = Path(__file__).resolve().parents[1] / "models" / "specs" / "thermoelastic.yaml"
 
 
