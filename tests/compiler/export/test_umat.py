@@ -303,6 +303,46 @@ def test_temperature_reaches_the_model(tmp_path):
         np.testing.assert_allclose(dd, D, rtol=1e-12, atol=1e-6)
 
 
+def test_temperature_tables_in_a_plastic_umat_match_the_python_path(tmp_path):
+    """docs/zoo/thermo_j2.yaml (modulus and yield stress as interp tables in forces/T): a strain path
+    through yield while the temperature rises across the tables' knots (293 -> 900 K) and falls,
+    one UMAT call per increment (TEMP, DTEMP), against run_history with the same temperatures:
+    STRESS, DDSDDE and STATEV each increment."""
+    spec = REPO / "docs" / "zoo" / "thermo_j2.yaml"
+    lib = _umat_library(spec, "thermo_j2_return", tmp_path)
+    info = json.loads((tmp_path / "thermo_j2_return_umat.json").read_text())
+    P = dict(zip(info["props"], info["props_default"]))
+    n = 24
+    s = np.linspace(0.0, 1.0, n + 1)
+    temps = 293.0 + 607.0 * np.interp(s, [0, 0.7, 1], [0, 1, 0.6])
+    path = np.outer(np.interp(s, [0, 0.6, 1], [0, 1, 0.3]), [3e-3, -1e-3, -1e-3, 2e-3, 0.0, 1e-3])  # Abaqus Voigt
+    dstran = np.diff(path, axis=0)
+    stress, statev, stran = np.zeros(6), np.zeros(info["nstatv"]), np.zeros(6)
+    got_s, got_dd, got_sv = [], [], []
+    for k in range(n):
+        pnew, dd = _call_umat(lib, list(P.values()), stress, statev, stran, dstran[k], s[k], s[k + 1] - s[k],
+                              temps[k], temps[k + 1] - temps[k])
+        assert pnew >= 1
+        stran = stran + dstran[k]
+        got_s.append(stress.copy()), got_dd.append(dd), got_sv.append(statev.copy())
+    strain_m = mandel.voigt_to_sr2(torch.as_tensor(path), "strain", "abaqus").numpy()
+    model = modelc.load(spec, "thermo_j2_return").Model(backend="torch")
+    res = run_history(model, {"time": s[:, None], "strain": strain_m[:, None, :], "temperature": temps[:, None]},
+                      tangent_steps=range(1, n + 1), progress=False)
+    assert res.ok and res["equivalent_plastic_strain"][-1, 0] > 1e-3  # it yielded, the tables moved it
+    want_s = mandel.sr2_to_voigt(torch.as_tensor(res["stress"][1:, 0]), "stress", "abaqus").numpy()
+    want_dd = mandel.ssr4_to_voigt(torch.as_tensor(res["tangent"][:, 0]), "stiffness", "abaqus").numpy()
+    scale = np.abs(want_s).max()
+    np.testing.assert_allclose(np.array(got_s), want_s, rtol=1e-10, atol=1e-10 * scale)
+    np.testing.assert_allclose(np.array(got_dd), want_dd, rtol=1e-9, atol=1e-9 * P["E_293"])
+    off = 0
+    for var, size in info["statev"]:
+        want = res[var][1:, 0].reshape(n, size)
+        np.testing.assert_allclose(np.array(got_sv)[:, off:off + size], want, rtol=1e-9,
+                                   atol=1e-9 * max(np.abs(want).max(), 1e-12), err_msg=var)
+        off += size
+
+
 def test_an_input_the_host_cannot_provide_is_refused(tmp_path, capsys):
     spec = tmp_path / "pressure.yaml"
     spec.write_text("models:\n  pressurized:\n    inputs:\n      eps: {var: forces/E, type: SR2}\n"
