@@ -435,7 +435,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
         old_forces = {"forces/E": strain[n - 1]} if "old_forces/E" not in in_shapes else None
         ctrl = controls[n] & alive.unsqueeze(-1) if mixed else None
         if ctrl is not None and bool(ctrl.any()):
-            step = _mixed_step(model, inputs, strain, targets[n], ctrl, n, alive, call_params,
+            step = mixed_step(model, inputs, strain, targets[n], ctrl, n, alive, call_params,
                                old_forces, batch, control, target_scale)
             result, strain[n] = step.result, step.strain
             ctl_ok = step.converged | ~ctrl.any(dim=-1)
@@ -665,7 +665,7 @@ def _aliases(outs: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def _mixed_step(model: Any, inputs: dict[str, torch.Tensor], strain: torch.Tensor, target: torch.Tensor,
+def mixed_step(model: Any, inputs: dict[str, torch.Tensor], strain: torch.Tensor, target: torch.Tensor,
                 ctrl: torch.Tensor, n: int, alive: torch.Tensor, params: Any, old_forces: Any, batch: int,
                 options: ControlOptions, scale: torch.Tensor):
     """Solve step ``n`` for the stress-controlled strain components (``ctrl``), starting from the

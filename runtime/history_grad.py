@@ -28,7 +28,6 @@ Jacobian at all); this module's steps run whenever it hands a run back.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -36,7 +35,7 @@ import torch
 from modelc.runtime import history_adjoint
 from modelc.runtime.errors import InputError
 from modelc.runtime.control import ControlOptions
-from modelc.runtime.driver import (STRAIN, STRESS, _check_wiring, _mixed_step, declared_initial, history_forces,
+from modelc.runtime.driver import (STRAIN, STRESS, _check_wiring, mixed_step, declared_initial, history_forces,
                                    tangent_block, variable_shapes)
 from modelc.runtime.histories import as_history
 
@@ -127,10 +126,9 @@ def _check_mixed(hist, params: Mapping[str, Any]) -> None:
                          f"parameters over named dims; run each sample's parameters on their own")
 
 
-@dataclass
 class _Control:
     """A history's stress control in simulate. Each stress-controlled step: the driver's control
-    Newton finds the strain E* without a graph (``driver._mixed_step``, the same numbers as
+    Newton finds the strain E* without a graph (``driver.mixed_step``, the same numbers as
     ``run_history``); then one Newton correction built on the graph, E = E* + (d - d.detach()) with
     d = -A^-1 (S(E*, old state, p) - target) on the controlled components (A the tangent there, at
     E*, held fixed), has E*'s value and the implicit-function theorem's derivative
@@ -138,14 +136,10 @@ class _Control:
     carry the total derivative through the solved strain. The strain is carried from step to step
     as a state (the stepper's ``strain``), so a checkpointed chunk recomputes from it."""
 
-    targets: torch.Tensor   # (steps, batch, 6)
-    controls: torch.Tensor  # (steps, batch, 6) bool
-    scale: torch.Tensor     # (batch,): the driver's target scale
-
     def __init__(self, hist, dtype, device):
-        self.targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)
-        self.controls = torch.as_tensor(hist.control, device=device)
-        self.scale = self.targets.abs().amax(dim=(0, 2))
+        self.targets = torch.as_tensor(hist.stress, dtype=dtype, device=device)  # (steps, batch, 6)
+        self.controls = torch.as_tensor(hist.control, device=device)  # (steps, batch, 6) bool
+        self.scale = self.targets.abs().amax(dim=(0, 2))  # (batch,): the driver's target scale
 
     def strain(self, model, n: int, inputs: dict, alive: torch.Tensor, params: Mapping[str, Any],
                prescribed: torch.Tensor, previous: torch.Tensor):
@@ -160,7 +154,7 @@ class _Control:
             fixed = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in params.items()}
             rows = torch.stack([previous.detach(), prescribed])  # the driver's rows n - 1 and n
             old = {STRAIN: rows[0]} if "old_forces/E" not in inputs else None
-            step = _mixed_step(model, plain, rows, self.targets[n], ctrl, 1, alive, fixed, old,
+            step = mixed_step(model, plain, rows, self.targets[n], ctrl, 1, alive, fixed, old,
                                alive.shape[0], ControlOptions(), self.scale)
             K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype)
         E_star, met = step.strain, step.converged | ~ctrl.any(dim=-1)
