@@ -322,10 +322,6 @@ def _run(ctx: Context, mon: _Monitor, show: _Progress, model: Any, history: Any,
     named = {k for k, v in (params or {}).items() if getattr(v, "batch_names", None) == ("samples",)}
     samples = _samples({**(samples or {}), **{k: params[k] for k in named}})  # TypedTensor(..., ("samples",))
     params = {k: v for k, v in (params or {}).items() if k not in named}
-    if samples and "control" in src.optional:  # each sample solves its own strain: not one per point
-        raise InputError(f"{src.source}: a history with stress control ('control') runs without samples "
-                         f"in a distributed run (the strain solved for differs by sample, and the results "
-                         f"keep one strain per point); run one sample at a time, each with its parameters")
     if ctx.rank == 0:
         plan = _plan(ctx, model, src, out, params, samples, dtype, tangent_steps, chunk_steps, shards,
                      resume, outs)
@@ -425,7 +421,8 @@ def _plan(ctx: Context, model: Any, src: HistorySource, out: Path, params: Mappi
     plan = Plan(model=name, dtype=str(dtype).replace("torch.", ""), steps=src.steps, points=src.batch,
                 history=src.source, fingerprint=fp, shards=tuple(zip(bounds[:-1], bounds[1:])),
                 chunk_steps=chunk_steps, tangent_steps=t_steps, aliases=aliases,
-                samples={k: tuple(float(x) for x in v) for k, v in samples.items()})
+                samples={k: tuple(float(x) for x in v) for k, v in samples.items()},
+                strain_per_item=bool(samples) and "control" in src.optional)
     write_atomic(index, plan.to_json().encode())
     return plan
 
@@ -463,7 +460,8 @@ def _run_shard(ctx: Context, mon: _Monitor, show: _Progress, model: Any, src: Hi
         keep = lo - r0  # the carried row 0 belongs to the previous chunk
         arrays = {plan.aliases.get(k, k): res[k][keep:] for k in (*outs, "converged", "iterations", "residual_norm")}
         arrays["time"] = whole.time[keep:]  # per point (with samples too)
-        arrays["strain"] = res["strain"][keep:] if not gather else whole.strain[keep:]  # solved where controlled
+        # the strain solved for where stress-controlled (per work item with samples: each solves its own)
+        arrays["strain"] = res["strain"][keep:] if not gather or plan.strain_per_item else whole.strain[keep:]
         if whole.temperature is not None:
             arrays["temperature"] = whole.temperature[keep:]
         if "control" in src.optional:  # as a single process stores a mixed run's (zero in a chunk without)

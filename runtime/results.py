@@ -14,7 +14,9 @@ by the rank that computed it, chunk by chunk of steps::
 single-process ``modelc run`` writes (``stress``, ``state/...``, ``converged``, ...), assembled on
 first access of each key; :meth:`Results.read` reads a range of steps only (the chunks that hold it).
 With parameter samples the work items are ``(point, sample)`` pairs, point-major; per-item arrays
-are shaped ``(steps, points, samples, ...)`` and ``samples/<name>`` holds each sample's value.
+are shaped ``(steps, points, samples, ...)`` and ``samples/<name>`` holds each sample's value
+(``time``, ``strain``, ``temperature``, ``control`` and ``labels`` are per point; ``strain`` is per
+work item when the history has stress control, each sample solving its own).
 """
 from __future__ import annotations
 
@@ -59,6 +61,9 @@ class Plan:
     tangent_steps: tuple[int, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    # samples over a stress-controlled history: each work item solves its own strain, which is then
+    # stored per work item (steps, points, samples, 6), not per point
+    strain_per_item: bool = False
     complete: bool = False
     summary: str = ""
 
@@ -288,7 +293,7 @@ class _ShardedArrays(Mapping):
             lo = min(rows[0], rows[-1])
             return self.read(key, slice(lo, max(rows[0], rows[-1]) + 1))[[r - lo for r in rows]]
         lo, hi = rows.start, rows.stop
-        point_axis = POINT_ARRAYS.get(key)
+        point_axis = None if key == "strain" and self.plan.strain_per_item else POINT_ARRAYS.get(key)
         parts, taken = [], 0
         for i, ch in enumerate(self._chunks):
             pieces = [self._get(p, key)[max(lo, a) - a:min(hi, b) - a] for a, b, p in ch if a < hi and b > lo]

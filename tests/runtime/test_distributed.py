@@ -121,11 +121,11 @@ def test_stress_control_and_temperature_shard_and_chunk_bit_for_bit(tmp_path, so
         _assert_same(ref, res)
 
 
-def test_samples_with_a_temperature_and_stress_control_refused(tmp_path):
+def test_samples_with_a_temperature_and_stress_control(tmp_path):
     """Samples over a temperature history: each (point, sample) runs at its point's temperature, so a
     sample's results equal a single-process run with that sample's parameter; the temperature stays
-    per point. With stress control, a sampled run is refused (each sample solves its own strain,
-    and the results keep one per point) rather than run strain-controlled."""
+    per point. With stress control each sample solves its own strain: the results keep the strain
+    per work item, (steps, points, samples, 6), each equal to that sample's single run's."""
     m = modelc.load(ROOT / "docs" / "zoo" / "thermo_j2.yaml", "thermo_j2_return").Model(dtype=torch.float64,
                                                                                           backend="c")
     steps, batch = 9, 3
@@ -137,12 +137,21 @@ def test_samples_with_a_temperature_and_stress_control_refused(tmp_path):
     sy = [150.0, 240.0]
     res = run_history(m, hist, tmp_path / "out", samples={"sy_573": sy}, chunk_steps=3, shards=2, progress=False)
     np.testing.assert_array_equal(res["temperature"], T)
+    assert res["strain"].shape == (steps, batch, 6)  # strain control: per point
     for k, v in enumerate(sy):
         ref = driver.run_history(m, hist, params={"sy_573": v}, progress=False)
         np.testing.assert_array_equal(np.asarray(res["stress"])[:, :, k], np.asarray(ref["stress"]))
-    hist.update(stress=np.zeros((steps, batch, 6)), control=np.array([1, 0, 0, 0, 0, 0], bool))
-    with pytest.raises(InputError, match="runs without samples in a distributed run"):
-        run_history(m, hist, tmp_path / "out2", samples={"sy_573": sy}, progress=False)
+    strain[:, :, 0] = t[:, None] * np.array([4e-3, 6e-3, 8e-3])
+    hist.update(strain=strain, stress=np.zeros((steps, batch, 6)), control=np.array([0, 1, 1, 0, 0, 0], bool))
+    res = run_history(m, hist, tmp_path / "out2", samples={"sy_573": sy}, chunk_steps=3, shards=4, progress=False)
+    assert res["strain"].shape == (steps, batch, 2, 6)
+    for k, v in enumerate(sy):
+        ref = driver.run_history(m, hist, params={"sy_573": v}, progress=False)
+        assert ref.ok
+        for key in ("stress", "strain", "equivalent_plastic_strain"):
+            np.testing.assert_array_equal(np.asarray(res[key])[:, :, k], np.asarray(ref[key]), err_msg=key)
+    lateral = np.asarray(res["strain"])[-1, :, :, 1]
+    assert np.abs(lateral[:, 0] - lateral[:, 1]).max() > 1e-6  # the samples solved different strains
 
 
 def test_samples_run_every_point_once_per_sample(j2, tmp_path):
