@@ -197,14 +197,15 @@ class _Mixed:
     driver's step loop runs it (from the same guess, with the same options). Its model evaluations
     (each with the tangent d stress / d strain) are, on the C backend, the tangent entry point on a
     row of argument words whose strain is a scratch buffer (:class:`_CSteps`), writing into scratch
-    outputs, tangent and status; otherwise, or for a model that sub-steps or whose tangent is
-    constant (computed for one point and broadcast by the call), the driver's own mixed step."""
+    outputs, tangent and status (a tangent that depends on the parameters only, which a call computes
+    for one point and broadcasts, is computed here for every point: the control Newton reads it per
+    point); otherwise, or for a model that sub-steps, the driver's own mixed step."""
 
     def __init__(self, model: Any, steps: int, inputs_at, control: Control, params: Any, batch: int):
         self.model, self.control, self.params, self.batch = model, control, params, batch
         self.direct = None
         if (steps > 3 and model.backend == "c" and model.TANGENT == ((_driver.STRESS,), (_driver.STRAIN,))
-                and "tangent" not in model.CONSTANT_JACOBIAN and model.on_failure != "substep"):
+                and model.on_failure != "substep"):
             dtype, device = model.dtype, model.device
             self.E = torch.empty((batch, 6), dtype=dtype, device=device)
             self.Y = torch.empty((batch, model.output_axis.size), dtype=dtype, device=device)
