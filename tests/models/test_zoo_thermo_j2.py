@@ -210,8 +210,9 @@ def test_tangents_by_strain_and_temperature_are_the_oracles_differences(case, ba
     for i in range(len(on_knot)):
         for which, h in (("forces/E", 1e-8), ("forces/T", 1e-2)):
             fd, same = _fd(ins, P, i, which, h, one_sided=which == "forces/T" and on_knot[i])
-            if not same:  # a difference across yield is no derivative
-                continue
+            near = np.abs(ins["forces/T"][i] - KNOTS).min()
+            if not same or (which == "forces/T" and 0 < near <= 2 * h):  # a difference across yield, or
+                continue  # across a knot (a point within h of one: 2 in 300 random sets), is no derivative
             bound = 1e-6 * np.abs(fd).max() + 4 * ENTRY_ROUNDOFF * U64 * scale[i] / h
             err = np.abs(jac[which][i] - fd).max()
             assert err <= bound, f"d S / d {which} at point {i} (T = {ins['forces/T'][i]}): off by {err:.3e}, " \
