@@ -436,7 +436,7 @@ def drive(model: Any, history: "Mapping[str, Any] | History | str | os.PathLike[
         ctrl = controls[n] & alive.unsqueeze(-1) if mixed else None
         if ctrl is not None and bool(ctrl.any()):
             step = mixed_step(model, inputs, strain, targets[n], ctrl, n, alive, call_params,
-                               old_forces, batch, control, target_scale)
+                              old_forces, batch, control, target_scale)
             result, strain[n] = step.result, step.strain
             ctl_ok = step.converged | ~ctrl.any(dim=-1)
             ctl_rows.append(step.iterations)

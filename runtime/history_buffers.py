@@ -228,7 +228,7 @@ class _Mixed:
         if self.direct is None:
             alive = torch.ones(self.batch, dtype=torch.bool, device=strain.device)
             step = _driver.mixed_step(self.model, inputs, strain, c.targets[n], ctrl, n, alive, self.params,
-                                       old_forces, self.batch, c.options, c.scale)
+                                      old_forces, self.batch, c.options, c.scale)
             _copy_result(step.result, Yn, st)
             tangent = _driver.tangent_block(step.result, _driver.STRESS, _driver.STRAIN).to(Yn.dtype) if want else None
             return step.strain, step.iterations, step.converged, tangent

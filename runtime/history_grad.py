@@ -80,9 +80,7 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     sens = _Sensitivities(model, sensitivities, outs, hist.mixed) if sensitivities else None
     if sens is not None and any(type(v).__name__ == "TypedTensor" for v in params.values()):
         raise InputError("sensitivities= takes parameters per point or shared, not over named dims")
-    if hist.mixed:
-        _check_mixed(hist, params)
-    elif history_adjoint.applies(sensitivities):  # the whole history as one node
+    if not hist.mixed and history_adjoint.applies(sensitivities):  # the whole history as one node
         done = history_adjoint.run(model, ins, outs, strain, time, state, params, recompute=checkpoint is not None,
                                    sensitivities=tuple(sens.names) if sens is not None else (),
                                    temperature=temperature)
@@ -119,13 +117,6 @@ def simulate(model, history, *, params: Mapping[str, Any] | None = None,
     return result
 
 
-def _check_mixed(hist, params: Mapping[str, Any]) -> None:
-    """What a history with stress control does not run with (yet), said before any work."""
-    if any(type(v).__name__ == "TypedTensor" for v in params.values()):
-        raise InputError(f"{hist.source}: a history with stress control ('control') runs in simulate without "
-                         f"parameters over named dims; run each sample's parameters on their own")
-
-
 class _Control:
     """A history's stress control in simulate. Each stress-controlled step: the driver's control
     Newton finds the strain E* without a graph (``driver.mixed_step``, the same numbers as
@@ -142,30 +133,89 @@ class _Control:
         self.scale = self.targets.abs().amax(dim=(0, 2))  # (batch,): the driver's target scale
 
     def strain(self, model, n: int, inputs: dict, alive: torch.Tensor, params: Mapping[str, Any],
-               prescribed: torch.Tensor, previous: torch.Tensor):
-        """``(E_n, met)``: step n's strain (``prescribed`` where strain-controlled; solved, with the
-        graph, where stress-controlled, starting from ``previous``) and whether each point met its
-        targets (True where nothing is controlled)."""
-        ctrl = self.controls[n] & alive.unsqueeze(-1)
+               prescribed: torch.Tensor, previous: torch.Tensor, names: tuple | None = None):
+        """``(E_n, met, ctrl)``: step n's strain (``prescribed`` where strain-controlled; solved, with
+        the graph, where stress-controlled, starting from ``previous``), whether each point met its
+        targets (True where nothing is controlled) and the controlled components, all over the
+        step's batch. With parameters over named dims (``names``: the batch names of ``alive`` and
+        ``previous``, whose batch is ``points`` or the step's) the inputs are TypedTensors: the
+        control Newton runs on them flattened over the step's batch (points x samples ...), each
+        (point, sample) solving its own strain, and E comes back a TypedTensor over those names."""
+        flat = _Flat(inputs, params, names) if names is not None else None
+        lift = flat.lift if flat is not None else (lambda t, _names: t)
+        ctrl = lift(self.controls[n], ("points",)) & lift(alive, names).unsqueeze(-1)
+        prescribed, previous = lift(prescribed, ("points",)), lift(previous, names)
         if not bool(ctrl.any()):
-            return prescribed, torch.ones_like(alive)
+            return prescribed, torch.ones_like(ctrl[..., 0]), ctrl
+        target, scale = lift(self.targets[n], ("points",)), lift(self.scale, ("points",))
+        shape = ctrl.shape[:-1]
         with torch.no_grad():
-            plain = {k: v.detach() for k, v in inputs.items()}
-            fixed = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in params.items()}
-            rows = torch.stack([previous.detach(), prescribed])  # the driver's rows n - 1 and n
+            plain = {k: v.detach() for k, v in (flat.inputs if flat else inputs).items()}
+            fixed = flat.params if flat else {k: v.detach() if isinstance(v, torch.Tensor) else v
+                                              for k, v in params.items()}
+            rows = torch.stack([previous.detach(), prescribed]).reshape(2, -1, 6)  # the driver's rows n - 1, n
             old = {STRAIN: rows[0]} if "old_forces/E" not in inputs else None
-            step = mixed_step(model, plain, rows, self.targets[n], ctrl, 1, alive, fixed, old,
-                               alive.shape[0], ControlOptions(), self.scale)
-            K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype)
-        E_star, met = step.strain, step.converged | ~ctrl.any(dim=-1)
+            c = ctrl.reshape(-1, 6)
+            step = mixed_step(model, plain, rows, target.reshape(-1, 6), c, 1, ~c.new_zeros(c.shape[0]), fixed, old,
+                              c.shape[0], ControlOptions(), scale.reshape(-1))
+            K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype).reshape(*shape, 6, 6)
+        E_star = step.strain.reshape(*shape, 6)
+        met = (step.converged | ~c.any(dim=-1)).reshape(shape)
+        wrap = flat.wrap if flat else (lambda t: t)
         if not torch.is_grad_enabled():  # (forward sensitivities: no graph to build)
-            return E_star, met
-        S = model({**inputs, STRAIN: E_star}, False, **params)[STRESS]
+            return wrap(E_star), met, ctrl
+        r = model({**inputs, STRAIN: wrap(E_star)}, False, **params)
+        S = flat.unwrap(r) if flat else r[STRESS]
         both = ctrl.unsqueeze(-1) & ctrl.unsqueeze(-2)
         A = torch.where(both, K, torch.eye(6, dtype=K.dtype, device=K.device))
-        d = -torch.linalg.solve(A, torch.where(ctrl, S - self.targets[n], torch.zeros_like(S)).unsqueeze(-1))
+        d = -torch.linalg.solve(A, torch.where(ctrl, S - target, torch.zeros_like(S)).unsqueeze(-1))
         d = d.squeeze(-1)
-        return E_star + (d - d.detach()), met
+        return wrap(E_star + (d - d.detach())), met, ctrl
+
+
+class _Flat:
+    """A step's TypedTensor inputs and parameters over named dims, flattened over the step's batch
+    (the broadcast of their names, e.g. points x samples) for the control Newton, which works on a
+    plain batch of points; and plain tensors lifted to that batch from the names they carry."""
+
+    def __init__(self, inputs: Mapping[str, Any], params: Mapping[str, Any], names):
+        from modelc.runtime.tensors import TypedTensor, broadcast_batch
+
+        self.TT = TypedTensor
+        named = [v for v in (*inputs.values(), *params.values()) if isinstance(v, TypedTensor)]
+        self.names, self.size = broadcast_batch(*named)
+        self.inputs = {k: self._flat(v) for k, v in inputs.items()}
+        self.params = {}
+        for k, v in params.items():
+            if isinstance(v, TypedTensor):
+                self.params[k] = self._flat(v).reshape(-1)
+            elif isinstance(v, torch.Tensor) and v.numel() > 1:
+                raise InputError(f"parameter {k!r}: with parameters over named dims and stress control, give "
+                                 f"the others as one value or as TypedTensors")
+            else:
+                self.params[k] = v.detach() if isinstance(v, torch.Tensor) else v
+
+    def _flat(self, v) -> torch.Tensor:
+        t = v.align_to(self.names, self.size).data
+        return t.reshape(-1, *t.shape[len(self.size):])
+
+    def lift(self, t: torch.Tensor, names) -> torch.Tensor:
+        """A plain tensor whose leading dims are ``names`` (``("points",)`` or the step's), over the
+        step's batch."""
+        base = t.shape[len(names):]
+        typ = "SR2" if tuple(base) == (6,) else "Scalar"
+        return self.TT(t, typ, tuple(names)).align_to(self.names, self.size).data
+
+    def wrap(self, E: torch.Tensor):
+        return self.TT(E, "SR2", self.names)
+
+    def unwrap(self, r) -> torch.Tensor:
+        S = r[STRESS]
+        names = tuple(r.batch_names)
+        return S if names == tuple(self.names) else self.TT(S, "SR2", names).align_to(self.names).data
+
+
+
 
 
 def _declared(model, batch: int, params: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -210,6 +260,11 @@ class _Stepper:
         self.named = any(isinstance(v, TypedTensor) for v in params.values())
         self.state_names: tuple[str, ...] | None = ("points",) if self.named else None
 
+    def model_typed(self, v: torch.Tensor, names):
+        from modelc.runtime.tensors import TypedTensor
+
+        return TypedTensor(v, "SR2", names)
+
     def _inputs(self, n: int, state, alive):
         from modelc.runtime.tensors import TypedTensor
 
@@ -238,10 +293,13 @@ class _Stepper:
             met = None
             if self.control is not None:  # the strain of the step: solved where stress-controlled
                 previous = torch.where(alive.unsqueeze(-1), state["strain"], torch.zeros_like(state["strain"]))
+                where = None  # (named dims: previous and alive are over the points, or the last step's batch)
+                if self.named:
+                    where = ("points",) if previous.dim() == 2 else self.state_names
                 if "old_forces/E" in inputs:  # (a failed point's NaNs never enter, as for the state)
-                    inputs["old_forces/E"] = previous
-                inputs[STRAIN], met = self.control.strain(self.model, n, inputs, alive, self.params, self.strain[n],
-                                                          previous)
+                    inputs["old_forces/E"] = self.model_typed(previous, where) if self.named else previous
+                inputs[STRAIN], met, ctrl = self.control.strain(self.model, n, inputs, alive, self.params,
+                                                                self.strain[n], previous, where)
             r = self.model(inputs, want, **self.params)
             if self.named:
                 self.state_names = r.batch_names
@@ -260,12 +318,12 @@ class _Stepper:
                 state[name] = v
                 rows[name].append(v)
             if self.control is not None:  # a failed point has no solved strain (as in run_history)
-                E = torch.where(self.control.controls[n] & ~ok.unsqueeze(-1), math.nan, inputs[STRAIN])
+                E = inputs[STRAIN].data if self.named else inputs[STRAIN]
+                E = torch.where(ctrl & ~ok.unsqueeze(-1), math.nan, E)
                 state["strain"] = E
                 rows["strain"].append(E)
             if self.sens is not None:
-                self.sens.step(r.jacobian, ok, None if self.control is None else
-                               self.control.controls[n] & alive.unsqueeze(-1))
+                self.sens.step(r.jacobian, ok, None if self.control is None else ctrl)
             alive = ok
             oks.append(ok)
         return (*[torch.stack(rows[n]) for n in names], torch.stack(oks))

@@ -283,12 +283,28 @@ def test_stress_control_checkpointed_gives_the_same_gradient(model):
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-13, atol=0)
 
 
-def test_stress_control_with_parameters_over_named_dims_is_refused(model):
-    hist = _uniaxial_stress(np.random.default_rng(), steps=5)
-    sy = TypedTensor(torch.tensor([90.0, 110.0], dtype=torch.float64), "Scalar", batch_names=("samples",))
-    with pytest.raises(InputError, match="a history with stress control .* runs in simulate without parameters over "
-                                         "named dims"):
-        simulate(model, hist, params={"sigma_y": sy})
+def test_stress_control_with_parameter_samples_over_a_named_dim(model):
+    """sigma_y and C over a named samples dim, uniaxial stress: each (point, sample) solves its own
+    lateral strain, so each sample's stress, solved strain and gradient equal its own run's."""
+    hist = _uniaxial_stress(np.random.default_rng(), steps=15, batch=2)
+    sy = torch.tensor([120.0, 160.0, 200.0], dtype=torch.float64, requires_grad=True)
+    C = torch.tensor([5000.0, 9000.0, 2000.0], dtype=torch.float64)
+    named = lambda v: TypedTensor(v, "Scalar", batch_names=("samples",))  # noqa: E731
+    r = simulate(model, hist, params={"sigma_y": named(sy), "C": named(C)})
+    assert r["state/S"].shape == r["strain"].shape == (15, 2, 3, 6)
+    w = torch.randn(15, 2, 6, dtype=torch.float64)
+    ((r["state/S"][:, :, 1] * w).sum() + 1e5 * (r["strain"][:, :, 1] * w).sum()).backward()
+    lateral = r["strain"][-1, :, :, 1].detach()
+    assert (lateral[:, 0] - lateral[:, 2]).abs().min() > 1e-6  # the samples solved different strains
+    for k in range(3):
+        one = torch.tensor(float(sy[k].detach()), dtype=torch.float64, requires_grad=True)
+        rk = simulate(model, hist, params={"sigma_y": one, "C": float(C[k])})
+        for key in ("state/S", "strain", "state/internal/ep"):
+            torch.testing.assert_close(r[key][:, :, k].detach(), rk[key].detach(), rtol=1e-13, atol=1e-12)
+        if k == 1:
+            ((rk["state/S"] * w).sum() + 1e5 * (rk["strain"] * w).sum()).backward()
+            torch.testing.assert_close(sy.grad[1], one.grad, rtol=1e-11, atol=0)
+    assert sy.grad[0] == 0 and sy.grad[2] == 0
 
 
 def test_cli_writes_sensitivities(tmp_path, model):
