@@ -38,6 +38,7 @@ from modelc.runtime.control import ControlOptions
 from modelc.runtime.driver import (STRAIN, STRESS, _check_wiring, mixed_step, declared_initial, history_forces,
                                    tangent_block, variable_shapes)
 from modelc.runtime.histories import as_history
+from modelc.runtime.tensors import TypedTensor, broadcast_batch
 
 __all__ = ["simulate"]
 
@@ -141,7 +142,7 @@ class _Control:
         ``previous``, whose batch is ``points`` or the step's) the inputs are TypedTensors: the
         control Newton runs on them flattened over the step's batch (points x samples ...), each
         (point, sample) solving its own strain, and E comes back a TypedTensor over those names."""
-        flat = _Flat(inputs, params, names) if names is not None else None
+        flat = _Flat(inputs, params) if names is not None else None
         lift = flat.lift if flat is not None else (lambda t, _names: t)
         ctrl = lift(self.controls[n], ("points",)) & lift(alive, names).unsqueeze(-1)
         prescribed, previous = lift(prescribed, ("points",)), lift(previous, names)
@@ -156,8 +157,9 @@ class _Control:
             rows = torch.stack([previous.detach(), prescribed]).reshape(2, -1, 6)  # the driver's rows n - 1, n
             old = {STRAIN: rows[0]} if "old_forces/E" not in inputs else None
             c = ctrl.reshape(-1, 6)
-            step = mixed_step(model, plain, rows, target.reshape(-1, 6), c, 1, ~c.new_zeros(c.shape[0]), fixed, old,
-                              c.shape[0], ControlOptions(), scale.reshape(-1))
+            live = torch.ones(c.shape[0], dtype=torch.bool, device=c.device)  # (c is masked by alive already)
+            step = mixed_step(model, plain, rows, target.reshape(-1, 6), c, 1, live, fixed, old, c.shape[0],
+                              ControlOptions(), scale.reshape(-1))
             K = tangent_block(step.result, STRESS, STRAIN).to(step.strain.dtype).reshape(*shape, 6, 6)
         E_star = step.strain.reshape(*shape, 6)
         met = (step.converged | ~c.any(dim=-1)).reshape(shape)
@@ -178,10 +180,7 @@ class _Flat:
     (the broadcast of their names, e.g. points x samples) for the control Newton, which works on a
     plain batch of points; and plain tensors lifted to that batch from the names they carry."""
 
-    def __init__(self, inputs: Mapping[str, Any], params: Mapping[str, Any], names):
-        from modelc.runtime.tensors import TypedTensor, broadcast_batch
-
-        self.TT = TypedTensor
+    def __init__(self, inputs: Mapping[str, Any], params: Mapping[str, Any]):
         named = [v for v in (*inputs.values(), *params.values()) if isinstance(v, TypedTensor)]
         self.names, self.size = broadcast_batch(*named)
         self.inputs = {k: self._flat(v) for k, v in inputs.items()}
@@ -204,15 +203,15 @@ class _Flat:
         step's batch."""
         base = t.shape[len(names):]
         typ = "SR2" if tuple(base) == (6,) else "Scalar"
-        return self.TT(t, typ, tuple(names)).align_to(self.names, self.size).data
+        return TypedTensor(t, typ, tuple(names)).align_to(self.names, self.size).data
 
     def wrap(self, E: torch.Tensor):
-        return self.TT(E, "SR2", self.names)
+        return TypedTensor(E, "SR2", self.names)
 
     def unwrap(self, r) -> torch.Tensor:
         S = r[STRESS]
         names = tuple(r.batch_names)
-        return S if names == tuple(self.names) else self.TT(S, "SR2", names).align_to(self.names).data
+        return S if names == tuple(self.names) else TypedTensor(S, "SR2", names).align_to(self.names).data
 
 
 
@@ -222,8 +221,6 @@ def _declared(model, batch: int, params: Mapping[str, Any], given: Mapping[str, 
     """Row 0's declared initial values (the spec's ``initial:``, from the call's parameters, so a
     parameter that requires grad, such as gtn's phi0, gets the gradient through them), as
     ``run_history`` starts from them; the states ``given`` (``initial_state``) are left to it."""
-    from modelc.runtime.tensors import TypedTensor
-
     names = [v.name for v in getattr(model, "INITIAL", ()) if v.name not in given]
     if not names:
         return {}
@@ -252,22 +249,13 @@ class _Stepper:
     history's batch is ``points``, the state's names are those of the last result."""
 
     def __init__(self, model, ins, outs, strain, time, params, sens, temperature=None, control=None):
-        from modelc.runtime.tensors import TypedTensor
-
         self.model, self.ins, self.outs, self.control = model, ins, outs, control
         self.strain, self.time, self.params, self.sens = strain, time, params, sens
         self.temperature = temperature
         self.named = any(isinstance(v, TypedTensor) for v in params.values())
         self.state_names: tuple[str, ...] | None = ("points",) if self.named else None
 
-    def model_typed(self, v: torch.Tensor, names):
-        from modelc.runtime.tensors import TypedTensor
-
-        return TypedTensor(v, "SR2", names)
-
     def _inputs(self, n: int, state, alive):
-        from modelc.runtime.tensors import TypedTensor
-
         vals = history_forces(self.strain, self.time, self.temperature, n)
         out = {}
         for name in self.ins:
@@ -297,7 +285,7 @@ class _Stepper:
                 if self.named:
                     where = ("points",) if previous.dim() == 2 else self.state_names
                 if "old_forces/E" in inputs:  # (a failed point's NaNs never enter, as for the state)
-                    inputs["old_forces/E"] = self.model_typed(previous, where) if self.named else previous
+                    inputs["old_forces/E"] = TypedTensor(previous, "SR2", where) if self.named else previous
                 inputs[STRAIN], met, ctrl = self.control.strain(self.model, n, inputs, alive, self.params,
                                                                 self.strain[n], previous, where)
             r = self.model(inputs, want, **self.params)
