@@ -272,6 +272,29 @@ class ifnonneg(_RealFunction):
         return (_ZERO, _ONE - heaviside(-d), heaviside(-d))[argindex - 1]
 
 
+class ifzero(_RealFunction):
+    """a if g == 0 else b (b where g is NaN). d/dg = 0, d/da = ifzero(g, 1, 0), d/db = ifzero(g, 0, 1).
+
+    Internal: :mod:`modelc.passes.gates` writes ``ifzero(g, e|g=0, e)`` for an expression ``e``
+    that multiplies a gate ``g`` (``macaulay(f)``, ``heaviside(f)``, a Newton unknown) by a factor
+    that overflows as a norm goes to 0 (``x x / |x|**3``): where the gate is exactly 0 the product is
+    0 in exact arithmetic, but ``0 * inf`` is NaN in floating point."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, g, a, b):
+        if _num(g):
+            return a if g == 0 else b
+        if a == b:
+            return a
+        return None
+
+    def fdiff(self, argindex=1):
+        g = self.args[0]
+        return (_ZERO, ifzero(g, _ONE, _ZERO), ifzero(g, _ZERO, _ONE))[argindex - 1]
+
+
 class powr(_RealFunction):
     """a**b for a non-integer (or symbolic) exponent b, with a >= 0.
 
@@ -565,6 +588,13 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         c="({0} >= 0 ? {1} : {2})",
         numpy=lambda d, a, b: _where_np(np.asarray(d) >= 0, a, b),
         kink_doc="ifnonneg(0, a, b) = a (the condition d >= 0 is true at 0); d/da = 1 - heaviside(-d)"),
+    FunctionRule(
+        "ifzero", ifzero, 3, None,
+        torch="torch.where({0} == 0.0, {1}, {2})",
+        triton="tl.where({0} == 0.0, {1}, {2})",
+        c="({0} == 0 ? {1} : {2})",
+        numpy=lambda g, a, b: _where_np(np.asarray(g) == 0, a, b),
+        kink_doc="ifzero(0, a, b) = a, ifzero(NaN, a, b) = b; d/da = ifzero(g, 1, 0)"),
     *(FunctionRule(f"{fn}_", cls, 1, fn, torch=f"torch.{fn}({{0}})", triton=f"_mc_{fn}({{0}})",
                    c=f"mc_{fn}({{0}})",  # (vectorizable: the C header)
                    numpy=_np({"asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(fn, fn)),

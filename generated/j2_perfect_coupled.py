@@ -91,10 +91,10 @@ def _torch_newton_1(
         ncse_26 = (ncse_25 * ncse_5)
         ncse_27 = (ncse_10 * ncse_25)
         ncse_28 = (ncse_3 * ncse_7)
-        ncse_110 = (ncse_11 - ncse_24 - ncse_26)
-        ncse_111 = (ncse_28 - ncse_26 - ncse_27)
-        ncse_112 = (ncse_8 - ncse_24 - ncse_27)
-        ncse_29 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_110 * ncse_110) + (ncse_111 * ncse_111) + (ncse_112 * ncse_112)), min=0.0))
+        ncse_111 = (ncse_11 - ncse_24 - ncse_26)
+        ncse_112 = (ncse_28 - ncse_26 - ncse_27)
+        ncse_113 = (ncse_8 - ncse_24 - ncse_27)
+        ncse_29 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), min=0.0))
         ncse_30 = _sdiv(1.0, ncse_29)
         ncse_31 = (0.5 * ncse_30)
         ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate)
@@ -104,76 +104,77 @@ def _torch_newton_1(
         ncse_36 = (ncse_35 * state_internal_gamma_rate)
         ncse_37 = (ncse_2 * ncse_30 * ncse_36)
         ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_29)))
-        ncse_41 = (-0.6666666666666666 * ncse_30)
-        ncse_42 = _sdiv(1.0, (2.0 * ncse_29))
-        ncse_43 = (ncse_42 * _sdiv(1.0, (ncse_29 * ncse_29)))
-        ncse_44 = (0.5 * ncse_43)
-        ncse_45 = (-ncse_13)
-        ncse_46 = (ncse_45 * ncse_6)
-        ncse_47 = (ncse_46 * state_internal_gamma_rate)
-        ncse_48 = (0.3333333333333333 * ncse_30)
-        ncse_49 = (ncse_12 * ncse_44)
-        ncse_50 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_49)))
-        ncse_51 = (-ncse_47 * (-ncse_48 - (ncse_34 * ncse_49)))
-        ncse_52 = (ncse_15 * ncse_16)
-        ncse_53 = (ncse_12 * ncse_45)
-        ncse_54 = (ncse_43 * state_internal_gamma_rate)
-        ncse_55 = (ncse_53 * ncse_54)
-        ncse_56 = (ncse_52 * ncse_55)
-        ncse_57 = (ncse_16 * ncse_55)
-        ncse_58 = (ncse_19 * ncse_57)
-        ncse_59 = (ncse_22 * ncse_57)
-        ncse_60 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_34 * ncse_44)))
-        ncse_61 = (ncse_45 * ncse_54)
-        ncse_62 = (ncse_33 * ncse_61)
-        ncse_63 = (ncse_52 * ncse_62)
-        ncse_64 = (ncse_16 * ncse_62)
-        ncse_65 = (ncse_19 * ncse_64)
-        ncse_66 = (ncse_22 * ncse_64)
-        ncse_67 = (ncse_31 * ncse_45)
-        ncse_68 = (ncse_34 * ncse_61)
-        ncse_69 = (ncse_52 * ncse_68)
-        ncse_70 = (ncse_16 * ncse_68)
-        ncse_71 = (ncse_19 * ncse_70)
-        ncse_72 = (ncse_22 * ncse_70)
-        ncse_73 = (-ncse_30)
-        ncse_74 = (2.0 * ncse_43)
-        ncse_75 = (p_E * p_E * p_E)
-        ncse_76 = (ncse_2 * ncse_2 * ncse_2)
-        ncse_77 = (ncse_15 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate)
-        ncse_78 = (ncse_19 * ncse_77)
-        ncse_79 = (ncse_22 * ncse_77)
-        ncse_80 = (ncse_30 * ncse_46)
-        ncse_81 = (ncse_19 * ncse_22 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate)
-        ncse_82 = _heaviside((-ncse_36 - ncse_40))
-        ncse_83 = (ncse_42 * (-1.0 + ncse_82))
-        ncse_84 = (ncse_6 * ncse_83)
-        ncse_85 = (2.0 * ncse_83)
-        ncse_86 = (ncse_16 * ncse_85)
-        ncse_87 = torch.abs(state_internal_Ep_0)
-        ncse_88 = torch.abs(state_internal_Ep_1)
-        ncse_89 = (ncse_88 + torch.abs(forces_E_1))
-        ncse_90 = torch.abs(p_E)
-        ncse_91 = torch.abs(ncse_2)
-        ncse_92 = (ncse_90 * ncse_91)
-        ncse_93 = (0.6666666666666666 * ncse_92)
-        ncse_94 = (ncse_89 * ncse_93)
-        ncse_95 = (ncse_87 + torch.abs(forces_E_0))
-        ncse_96 = (1.3333333333333333 * ncse_92)
-        ncse_97 = torch.abs(state_internal_Ep_2)
-        ncse_98 = (ncse_97 + torch.abs(forces_E_2))
-        ncse_113 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_99 = (2.6666666666666665 * ncse_92 * (ncse_89 + ncse_95 + ncse_98) * torch.abs(p_nu) * ncse_113)
-        ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
-        ncse_101 = torch.abs(ncse_30)
-        ncse_102 = (torch.abs(ncse_13) * torch.abs(state_internal_gamma_rate))
-        ncse_103 = (0.5 * ncse_101 * ncse_102)
-        ncse_104 = (ncse_93 * ncse_95)
-        ncse_105 = torch.abs(state_internal_Ep_3)
-        ncse_106 = (ncse_102 * ncse_90)
-        ncse_107 = (ncse_101 * ncse_106 * ncse_91)
-        ncse_108 = torch.abs(state_internal_Ep_4)
-        ncse_109 = torch.abs(state_internal_Ep_5)
+        ncse_41 = torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_30)
+        ncse_42 = (-0.6666666666666666 * ncse_41)
+        ncse_43 = _sdiv(1.0, (2.0 * ncse_29))
+        ncse_44 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_43) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (ncse_29 * ncse_29))))
+        ncse_45 = (0.5 * ncse_44)
+        ncse_46 = (-ncse_13)
+        ncse_47 = (ncse_46 * ncse_6)
+        ncse_48 = (ncse_47 * state_internal_gamma_rate)
+        ncse_49 = (0.3333333333333333 * ncse_41)
+        ncse_50 = (ncse_12 * ncse_45)
+        ncse_51 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_50)))
+        ncse_52 = (-ncse_48 * (-ncse_49 - (ncse_34 * ncse_50)))
+        ncse_53 = (ncse_15 * ncse_16)
+        ncse_54 = (ncse_12 * ncse_46)
+        ncse_55 = (ncse_44 * state_internal_gamma_rate)
+        ncse_56 = (ncse_54 * ncse_55)
+        ncse_57 = (ncse_53 * ncse_56)
+        ncse_58 = (ncse_16 * ncse_56)
+        ncse_59 = (ncse_19 * ncse_58)
+        ncse_60 = (ncse_22 * ncse_58)
+        ncse_61 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_34 * ncse_45)))
+        ncse_62 = (ncse_46 * ncse_55)
+        ncse_63 = (ncse_33 * ncse_62)
+        ncse_64 = (ncse_53 * ncse_63)
+        ncse_65 = (ncse_16 * ncse_63)
+        ncse_66 = (ncse_19 * ncse_65)
+        ncse_67 = (ncse_22 * ncse_65)
+        ncse_68 = (ncse_31 * ncse_46)
+        ncse_69 = (ncse_34 * ncse_62)
+        ncse_70 = (ncse_53 * ncse_69)
+        ncse_71 = (ncse_16 * ncse_69)
+        ncse_72 = (ncse_19 * ncse_71)
+        ncse_73 = (ncse_22 * ncse_71)
+        ncse_74 = (-ncse_41)
+        ncse_75 = (2.0 * ncse_44)
+        ncse_76 = (p_E * p_E * p_E)
+        ncse_77 = (ncse_2 * ncse_2 * ncse_2)
+        ncse_78 = (ncse_15 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate)
+        ncse_79 = (ncse_19 * ncse_78)
+        ncse_80 = (ncse_22 * ncse_78)
+        ncse_81 = (ncse_30 * ncse_47)
+        ncse_82 = (ncse_19 * ncse_22 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate)
+        ncse_83 = _heaviside((-ncse_36 - ncse_40))
+        ncse_84 = (ncse_43 * (-1.0 + ncse_83))
+        ncse_85 = (ncse_6 * ncse_84)
+        ncse_86 = (2.0 * ncse_84)
+        ncse_87 = (ncse_16 * ncse_86)
+        ncse_88 = torch.abs(state_internal_Ep_0)
+        ncse_89 = torch.abs(state_internal_Ep_1)
+        ncse_90 = (ncse_89 + torch.abs(forces_E_1))
+        ncse_91 = torch.abs(p_E)
+        ncse_92 = torch.abs(ncse_2)
+        ncse_93 = (ncse_91 * ncse_92)
+        ncse_94 = (0.6666666666666666 * ncse_93)
+        ncse_95 = (ncse_90 * ncse_94)
+        ncse_96 = (ncse_88 + torch.abs(forces_E_0))
+        ncse_97 = (1.3333333333333333 * ncse_93)
+        ncse_98 = torch.abs(state_internal_Ep_2)
+        ncse_99 = (ncse_98 + torch.abs(forces_E_2))
+        ncse_114 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_114)
+        ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+        ncse_102 = torch.abs(ncse_30)
+        ncse_103 = (torch.abs(ncse_13) * torch.abs(state_internal_gamma_rate))
+        ncse_104 = (0.5 * ncse_102 * ncse_103)
+        ncse_105 = (ncse_94 * ncse_96)
+        ncse_106 = torch.abs(state_internal_Ep_3)
+        ncse_107 = (ncse_103 * ncse_91)
+        ncse_108 = (ncse_102 * ncse_107 * ncse_92)
+        ncse_109 = torch.abs(state_internal_Ep_4)
+        ncse_110 = torch.abs(state_internal_Ep_5)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34))
@@ -184,21 +185,21 @@ def _torch_newton_1(
         j2_perfect_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
         if it1 == 0:
             nt1_rnorm0 = j2_perfect_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (0.816496580927726 * ((1.224744871391589 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (0.816496580927726 * ((1.224744871391589 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
         j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_perfect_return_map_converged.all()):
             break
         nt1_A = _matrix([
-            [(1.0 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_12 * ncse_12))))), ncse_50, ncse_51, ncse_56, ncse_58, ncse_59, (ncse_31 * ncse_53)],
-            [ncse_50, (1.0 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_33 * ncse_33))))), ncse_60, ncse_63, ncse_65, ncse_66, (ncse_33 * ncse_67)],
-            [ncse_51, ncse_60, (1.0 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_34 * ncse_34))))), ncse_69, ncse_71, ncse_72, (ncse_34 * ncse_67)],
-            [ncse_56, ncse_63, ncse_69, (1.0 - (ncse_47 * (-ncse_73 - (ncse_17 * ncse_74)))), ncse_78, ncse_79, (ncse_15 * ncse_80)],
-            [ncse_58, ncse_65, ncse_71, ncse_78, (1.0 - (ncse_47 * (-ncse_73 - (ncse_20 * ncse_74)))), ncse_81, (ncse_19 * ncse_80)],
-            [ncse_59, ncse_66, ncse_72, ncse_79, ncse_81, (1.0 - (ncse_47 * (-ncse_73 - (ncse_23 * ncse_74)))), (ncse_22 * ncse_80)],
-            [(-ncse_12 * ncse_84), (-ncse_33 * ncse_84), (-ncse_34 * ncse_84), (-ncse_52 * ncse_85), (-ncse_19 * ncse_86), (-ncse_22 * ncse_86), (ncse_35 * ncse_82)],
+            [(1.0 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12))))), ncse_51, ncse_52, ncse_57, ncse_59, ncse_60, (ncse_31 * ncse_54)],
+            [ncse_51, (1.0 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33))))), ncse_61, ncse_64, ncse_66, ncse_67, (ncse_33 * ncse_68)],
+            [ncse_52, ncse_61, (1.0 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34))))), ncse_70, ncse_72, ncse_73, (ncse_34 * ncse_68)],
+            [ncse_57, ncse_64, ncse_70, (1.0 - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75)))), ncse_79, ncse_80, (ncse_15 * ncse_81)],
+            [ncse_59, ncse_66, ncse_72, ncse_79, (1.0 - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75)))), ncse_82, (ncse_19 * ncse_81)],
+            [ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, (1.0 - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75)))), (ncse_22 * ncse_81)],
+            [(-ncse_12 * ncse_85), (-ncse_33 * ncse_85), (-ncse_34 * ncse_85), (-ncse_53 * ncse_86), (-ncse_19 * ncse_87), (-ncse_22 * ncse_87), (ncse_35 * ncse_83)],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -307,107 +308,109 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_39 = (cse_36 + cse_37 + cse_38)
         cse_40 = (p_E * p_E)
         cse_41 = (cse_26 * cse_40)
-        cse_148 = (cse_32 - cse_30 - cse_31)
-        cse_149 = (cse_33 - cse_30 - cse_34)
-        cse_150 = (cse_35 - cse_31 - cse_34)
-        cse_42 = torch.sqrt(torch.clamp(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_148 * cse_148)) + ((cse_12 * cse_12) * (cse_149 * cse_149)) + ((cse_12 * cse_12) * (cse_150 * cse_150))), min=0.0))
+        cse_150 = (cse_32 - cse_30 - cse_31)
+        cse_151 = (cse_33 - cse_30 - cse_34)
+        cse_152 = (cse_35 - cse_31 - cse_34)
+        cse_42 = torch.sqrt(torch.clamp(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152))), min=0.0))
         cse_43 = _sdiv(1.0, cse_42)
-        cse_44 = (-0.6666666666666666 * cse_43)
-        cse_45 = (-cse_32 - cse_33 + (1.3333333333333333 * cse_0))
-        cse_46 = _sdiv(1.0, (2.0 * cse_42))
-        cse_47 = _sdiv(1.0, (cse_42 * cse_42))
-        cse_48 = (-cse_44 - (0.5 * cse_41 * cse_46 * cse_47 * (cse_45 * cse_45)))
-        cse_49 = (forces_t - old_forces_t)
-        cse_50 = (-cse_49)
-        cse_51 = (cse_50 * state_internal_gamma_rate)
-        cse_52 = (cse_12 * cse_51)
-        cse_53 = (cse_48 * cse_52)
-        cse_54 = (0.3333333333333333 * cse_43)
-        cse_55 = (-cse_32 - cse_35 + (1.3333333333333333 * cse_1))
-        cse_56 = (cse_46 * cse_47)
-        cse_57 = (0.5 * cse_56)
-        cse_58 = (cse_41 * cse_45 * cse_57)
-        cse_59 = (-cse_54 - (cse_55 * cse_58))
-        cse_60 = (-cse_52 * cse_59)
-        cse_61 = (-cse_33 - cse_35 + (1.3333333333333333 * cse_2))
-        cse_62 = (-cse_54 - (cse_58 * cse_61))
-        cse_63 = (-cse_52 * cse_62)
-        cse_64 = (cse_15 * cse_51)
-        cse_65 = (cse_11 * cse_11 * cse_11)
-        cse_66 = (cse_56 * (p_E * p_E * p_E))
-        cse_67 = (cse_45 * cse_66)
-        cse_68 = (cse_65 * cse_67)
-        cse_69 = (cse_64 * cse_68)
-        cse_70 = (cse_17 * cse_51)
-        cse_71 = (cse_68 * cse_70)
-        cse_72 = (cse_19 * cse_51)
-        cse_73 = (cse_68 * cse_72)
-        cse_74 = (cse_43 * cse_50)
-        cse_75 = (0.5 * cse_12)
-        cse_76 = (cse_74 * cse_75)
-        cse_77 = (-cse_44 - (0.5 * cse_41 * cse_46 * cse_47 * (cse_55 * cse_55)))
-        cse_78 = (cse_52 * cse_77)
-        cse_79 = (-cse_54 - (cse_41 * cse_55 * cse_57 * cse_61))
-        cse_80 = (-cse_52 * cse_79)
-        cse_81 = (cse_65 * cse_66)
-        cse_82 = (cse_55 * cse_81)
-        cse_83 = (cse_64 * cse_82)
-        cse_84 = (cse_70 * cse_82)
-        cse_85 = (cse_72 * cse_82)
-        cse_86 = (-cse_44 - (0.5 * cse_41 * cse_46 * cse_47 * (cse_61 * cse_61)))
-        cse_87 = (cse_52 * cse_86)
-        cse_88 = (cse_61 * cse_81)
-        cse_89 = (cse_64 * cse_88)
-        cse_90 = (cse_70 * cse_88)
-        cse_91 = (cse_72 * cse_88)
-        cse_92 = (-cse_43)
-        cse_93 = (2.0 * cse_36)
-        cse_94 = (cse_41 * cse_56)
-        cse_95 = (-cse_92 - (cse_93 * cse_94))
-        cse_96 = (cse_52 * cse_95)
-        cse_97 = (2.0 * cse_81)
-        cse_98 = (cse_64 * cse_97)
-        cse_99 = (cse_17 * cse_98)
-        cse_100 = (cse_19 * cse_98)
-        cse_101 = (2.0 * cse_37)
-        cse_102 = (-cse_92 - (cse_101 * cse_94))
-        cse_103 = (cse_102 * cse_52)
-        cse_104 = (cse_19 * cse_70 * cse_97)
-        cse_105 = (2.0 * cse_38)
-        cse_106 = (-cse_92 - (cse_105 * cse_94))
-        cse_107 = (cse_106 * cse_52)
-        cse_108 = (p_E * cse_49)
-        cse_111 = _heaviside((-(cse_108 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42)))))
-        cse_112 = (-1.0 + cse_111)
-        cse_113 = (cse_112 * cse_46)
-        cse_114 = (cse_113 * cse_41)
-        cse_115 = (-cse_114 * cse_45)
-        cse_116 = (-cse_114 * cse_55)
-        cse_117 = (-cse_114 * cse_61)
-        cse_118 = (2.0 * cse_114)
-        cse_119 = (-cse_118 * cse_15)
-        cse_120 = (-cse_118 * cse_17)
-        cse_121 = (-cse_118 * cse_19)
+        cse_44 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_43)
+        cse_45 = (-0.6666666666666666 * cse_44)
+        cse_46 = (-cse_32 - cse_33 + (1.3333333333333333 * cse_0))
+        cse_47 = _sdiv(1.0, (2.0 * cse_42))
+        cse_48 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_47)
+        cse_49 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_42 * cse_42)))
+        cse_50 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+        cse_51 = (forces_t - old_forces_t)
+        cse_52 = (-cse_51)
+        cse_53 = (cse_52 * state_internal_gamma_rate)
+        cse_54 = (cse_12 * cse_53)
+        cse_55 = (cse_50 * cse_54)
+        cse_56 = (0.3333333333333333 * cse_44)
+        cse_57 = (-cse_32 - cse_35 + (1.3333333333333333 * cse_1))
+        cse_58 = (cse_48 * cse_49)
+        cse_59 = (0.5 * cse_58)
+        cse_60 = (cse_41 * cse_46 * cse_59)
+        cse_61 = (-cse_56 - (cse_57 * cse_60))
+        cse_62 = (-cse_54 * cse_61)
+        cse_63 = (-cse_33 - cse_35 + (1.3333333333333333 * cse_2))
+        cse_64 = (-cse_56 - (cse_60 * cse_63))
+        cse_65 = (-cse_54 * cse_64)
+        cse_66 = (cse_15 * cse_53)
+        cse_67 = (cse_11 * cse_11 * cse_11)
+        cse_68 = (cse_58 * (p_E * p_E * p_E))
+        cse_69 = (cse_46 * cse_68)
+        cse_70 = (cse_67 * cse_69)
+        cse_71 = (cse_66 * cse_70)
+        cse_72 = (cse_17 * cse_53)
+        cse_73 = (cse_70 * cse_72)
+        cse_74 = (cse_19 * cse_53)
+        cse_75 = (cse_70 * cse_74)
+        cse_76 = (cse_43 * cse_52)
+        cse_77 = (0.5 * cse_12)
+        cse_78 = (cse_76 * cse_77)
+        cse_79 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+        cse_80 = (cse_54 * cse_79)
+        cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+        cse_82 = (-cse_54 * cse_81)
+        cse_83 = (cse_67 * cse_68)
+        cse_84 = (cse_57 * cse_83)
+        cse_85 = (cse_66 * cse_84)
+        cse_86 = (cse_72 * cse_84)
+        cse_87 = (cse_74 * cse_84)
+        cse_88 = (-cse_45 - (0.5 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+        cse_89 = (cse_54 * cse_88)
+        cse_90 = (cse_63 * cse_83)
+        cse_91 = (cse_66 * cse_90)
+        cse_92 = (cse_72 * cse_90)
+        cse_93 = (cse_74 * cse_90)
+        cse_94 = (-cse_44)
+        cse_95 = (2.0 * cse_36)
+        cse_96 = (cse_41 * cse_58)
+        cse_97 = (-cse_94 - (cse_95 * cse_96))
+        cse_98 = (cse_54 * cse_97)
+        cse_99 = (2.0 * cse_83)
+        cse_100 = (cse_66 * cse_99)
+        cse_101 = (cse_100 * cse_17)
+        cse_102 = (cse_100 * cse_19)
+        cse_103 = (2.0 * cse_37)
+        cse_104 = (-cse_94 - (cse_103 * cse_96))
+        cse_105 = (cse_104 * cse_54)
+        cse_106 = (cse_19 * cse_72 * cse_99)
+        cse_107 = (2.0 * cse_38)
+        cse_108 = (-cse_94 - (cse_107 * cse_96))
+        cse_109 = (cse_108 * cse_54)
+        cse_110 = (p_E * cse_51)
+        cse_113 = _heaviside((-(cse_110 * state_internal_gamma_rate) - (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_42)))))
+        cse_114 = (-1.0 + cse_113)
+        cse_115 = (cse_114 * cse_47)
+        cse_116 = (cse_115 * cse_41)
+        cse_117 = (-cse_116 * cse_46)
+        cse_118 = (-cse_116 * cse_57)
+        cse_119 = (-cse_116 * cse_63)
+        cse_120 = (2.0 * cse_116)
+        cse_121 = (-cse_120 * cse_15)
+        cse_122 = (-cse_120 * cse_17)
+        cse_123 = (-cse_120 * cse_19)
         # elimination lu1: 7x7, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 - cse_53), cse_60, cse_63, cse_69, cse_71, cse_73, (cse_45 * cse_76)],
-            [cse_60, (1.0 - cse_78), cse_80, cse_83, cse_84, cse_85, (cse_55 * cse_76)],
-            [cse_63, cse_80, (1.0 - cse_87), cse_89, cse_90, cse_91, (cse_61 * cse_76)],
-            [cse_69, cse_83, cse_89, (1.0 - cse_96), cse_99, cse_100, (cse_74 * state_S_3)],
-            [cse_71, cse_84, cse_90, cse_99, (1.0 - cse_103), cse_104, (cse_74 * state_S_4)],
-            [cse_73, cse_85, cse_91, cse_100, cse_104, (1.0 - cse_107), (cse_74 * state_S_5)],
-            [cse_115, cse_116, cse_117, cse_119, cse_120, cse_121, (cse_108 * cse_111)],
+            [(1.0 - cse_55), cse_62, cse_65, cse_71, cse_73, cse_75, (cse_46 * cse_78)],
+            [cse_62, (1.0 - cse_80), cse_82, cse_85, cse_86, cse_87, (cse_57 * cse_78)],
+            [cse_65, cse_82, (1.0 - cse_89), cse_91, cse_92, cse_93, (cse_63 * cse_78)],
+            [cse_71, cse_85, cse_91, (1.0 - cse_98), cse_101, cse_102, (cse_76 * state_S_3)],
+            [cse_73, cse_86, cse_92, cse_101, (1.0 - cse_105), cse_106, (cse_76 * state_S_4)],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (1.0 - cse_109), (cse_76 * state_S_5)],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123, (cse_110 * cse_113)],
         ], X)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
         # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [(-cse_53), cse_60, cse_63, cse_69, cse_71, cse_73],
-            [cse_60, (-cse_78), cse_80, cse_83, cse_84, cse_85],
-            [cse_63, cse_80, (-cse_87), cse_89, cse_90, cse_91],
-            [cse_69, cse_83, cse_89, (-cse_96), cse_99, cse_100],
-            [cse_71, cse_84, cse_90, cse_99, (-cse_103), cse_104],
-            [cse_73, cse_85, cse_91, cse_100, cse_104, (-cse_107)],
-            [cse_115, cse_116, cse_117, cse_119, cse_120, cse_121],
+            [(-cse_55), cse_62, cse_65, cse_71, cse_73, cse_75],
+            [cse_62, (-cse_80), cse_82, cse_85, cse_86, cse_87],
+            [cse_65, cse_82, (-cse_89), cse_91, cse_92, cse_93],
+            [cse_71, cse_85, cse_91, (-cse_98), cse_101, cse_102],
+            [cse_73, cse_86, cse_92, cse_101, (-cse_105), cse_106],
+            [cse_75, cse_87, cse_93, cse_102, cse_106, (-cse_109)],
+            [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
@@ -489,25 +492,25 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d77 = (cse_24 * d35)
         d78 = (cse_12 + (cse_24 * d36))
     if V & 12:  # jacobian, total
-        cse_122 = (cse_43 * state_internal_gamma_rate)
-        cse_123 = (cse_122 * cse_75)
-        cse_124 = (cse_123 * cse_45)
-        cse_133 = (cse_123 * cse_55)
-        cse_135 = (cse_123 * cse_61)
-        cse_136 = (cse_122 * state_S_3)
-        cse_141 = (cse_122 * state_S_4)
-        cse_143 = (cse_122 * state_S_5)
-        cse_145 = (cse_111 * state_internal_gamma_rate)
-        cse_146 = (p_E * cse_145)
+        cse_124 = (cse_43 * state_internal_gamma_rate)
+        cse_125 = (cse_124 * cse_77)
+        cse_126 = (cse_125 * cse_46)
+        cse_135 = (cse_125 * cse_57)
+        cse_137 = (cse_125 * cse_63)
+        cse_138 = (cse_124 * state_S_3)
+        cse_143 = (cse_124 * state_S_4)
+        cse_145 = (cse_124 * state_S_5)
+        cse_147 = (cse_113 * state_internal_gamma_rate)
+        cse_148 = (p_E * cse_147)
         # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_124, (-cse_124), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_133, (-cse_133), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_135, (-cse_135), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_136, (-cse_136), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_141, (-cse_141), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_143, (-cse_143), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [(-cse_146), cse_146, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_126, (-cse_126), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_135, (-cse_135), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_137, (-cse_137), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_138, (-cse_138), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_143, (-cse_143), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_145, (-cse_145), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [(-cse_148), cse_148, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d79 = ls2_X[:, 0, 0]
@@ -619,31 +622,31 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
         cse_28 = (cse_27 * cse_3)
         cse_29 = (p_E * cse_26)
-        cse_125 = (cse_40 * cse_56 * cse_65)
-        cse_126 = (-cse_125 * cse_39)
-        cse_127 = (cse_11 * cse_11 * cse_11 * cse_11)
-        cse_128 = (cse_127 * cse_39)
-        cse_129 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-        cse_130 = (-cse_129 - (cse_0 * cse_26))
-        cse_131 = (-cse_129 - (cse_1 * cse_26))
-        cse_132 = (-cse_129 - (cse_2 * cse_26))
-        cse_134 = (cse_128 * cse_66)
-        cse_137 = (cse_101 + cse_105)
-        cse_138 = ((cse_13 * cse_55) + (cse_14 * cse_61) + (cse_45 * cse_9))
-        cse_139 = ((cse_130 * cse_45) + (cse_131 * cse_55) + (cse_132 * cse_61))
-        cse_140 = (-cse_139 * cse_26)
-        cse_142 = (cse_105 + cse_93)
-        cse_144 = (cse_101 + cse_93)
-        cse_147 = (cse_137 + cse_93)
+        cse_127 = (cse_40 * cse_58 * cse_67)
+        cse_128 = (-cse_127 * cse_39)
+        cse_129 = (cse_11 * cse_11 * cse_11 * cse_11)
+        cse_130 = (cse_129 * cse_39)
+        cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+        cse_132 = (-cse_131 - (cse_0 * cse_26))
+        cse_133 = (-cse_131 - (cse_1 * cse_26))
+        cse_134 = (-cse_131 - (cse_2 * cse_26))
+        cse_136 = (cse_130 * cse_68)
+        cse_139 = (cse_103 + cse_107)
+        cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+        cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63))
+        cse_142 = (-cse_141 * cse_26)
+        cse_144 = (cse_107 + cse_95)
+        cse_146 = (cse_103 + cse_95)
+        cse_149 = (cse_139 + cse_95)
         # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_51 * ((cse_11 * ((cse_13 * cse_59) + (cse_14 * cse_62) + (cse_48 * cse_9))) + (cse_126 * cse_45))), (-cse_51 * ((p_E * ((cse_130 * cse_48) + (cse_131 * cse_59) + (cse_132 * cse_62))) + (cse_128 * cse_67))), 0.0],
-            [(-cse_51 * ((cse_11 * ((cse_13 * cse_77) + (cse_14 * cse_79) + (cse_59 * cse_9))) + (cse_126 * cse_55))), (-cse_51 * ((p_E * ((cse_130 * cse_59) + (cse_131 * cse_77) + (cse_132 * cse_79))) + (cse_134 * cse_55))), 0.0],
-            [(-cse_51 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_86) + (cse_62 * cse_9))) + (cse_126 * cse_61))), (-cse_51 * ((p_E * ((cse_130 * cse_62) + (cse_131 * cse_79) + (cse_132 * cse_86))) + (cse_134 * cse_61))), 0.0],
-            [(-cse_64 * ((cse_11 * cse_95) + (cse_125 * (-cse_137 - cse_138)))), (-cse_64 * ((cse_66 * (cse_140 + (cse_127 * cse_137))) - (cse_29 * cse_95))), 0.0],
-            [(-cse_70 * ((cse_102 * cse_11) + (cse_125 * (-cse_138 - cse_142)))), (-cse_70 * ((cse_66 * (cse_140 + (cse_127 * cse_142))) - (cse_102 * cse_29))), 0.0],
-            [(-cse_72 * ((cse_106 * cse_11) + (cse_125 * (-cse_138 - cse_144)))), (-cse_72 * ((cse_66 * (cse_140 + (cse_127 * cse_144))) - (cse_106 * cse_29))), 0.0],
-            [(-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147))), (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65))), (0.816496580927726 * cse_112)],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46))), (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69))), 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57))), (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57))), 0.0],
+            [(-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63))), (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63))), 0.0],
+            [(-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140)))), (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97))), 0.0],
+            [(-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144)))), (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29))), 0.0],
+            [(-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146)))), (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29))), 0.0],
+            [(-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149))), (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67))), (0.816496580927726 * cse_114)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d183 = ls3_X[:, 0, 0]
@@ -1248,8 +1251,9 @@ if triton is not None:
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 0.816496580927726, DTYPE)
         K7 = tl.full([], 1.224744871391589, DTYPE)
-        K8 = tl.full([], 2.0, DTYPE)
-        K9 = tl.full([], 2.6666666666666665, DTYPE)
+        K8 = tl.full([], 0.0, DTYPE)
+        K9 = tl.full([], 2.0, DTYPE)
+        K10 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1297,10 +1301,10 @@ if triton is not None:
             ncse_26 = (ncse_25 * ncse_5)
             ncse_27 = (ncse_10 * ncse_25)
             ncse_28 = (ncse_3 * ncse_7)
-            ncse_110 = (ncse_11 - ncse_24 - ncse_26)
-            ncse_111 = (ncse_28 - ncse_26 - ncse_27)
-            ncse_112 = (ncse_8 - ncse_24 - ncse_27)
-            ncse_29 = tl.sqrt(tl.maximum((ncse_17 + ncse_20 + ncse_23 + (ncse_110 * ncse_110) + (ncse_111 * ncse_111) + (ncse_112 * ncse_112)), 0.0))
+            ncse_111 = (ncse_11 - ncse_24 - ncse_26)
+            ncse_112 = (ncse_28 - ncse_26 - ncse_27)
+            ncse_113 = (ncse_8 - ncse_24 - ncse_27)
+            ncse_29 = tl.sqrt(tl.maximum((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), 0.0))
             ncse_30 = _mc_sdiv(K1, ncse_29)
             ncse_31 = (K5 * ncse_30)
             ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate)
@@ -1310,76 +1314,77 @@ if triton is not None:
             ncse_36 = (ncse_35 * state_internal_gamma_rate)
             ncse_37 = (ncse_2 * ncse_30 * ncse_36)
             ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_29)))
-            ncse_41 = (-K2 * ncse_30)
-            ncse_42 = _mc_sdiv(K1, (K8 * ncse_29))
-            ncse_43 = (ncse_42 * _mc_sdiv(K1, (ncse_29 * ncse_29)))
-            ncse_44 = (K5 * ncse_43)
-            ncse_45 = (-ncse_13)
-            ncse_46 = (ncse_45 * ncse_6)
-            ncse_47 = (ncse_46 * state_internal_gamma_rate)
-            ncse_48 = (K4 * ncse_30)
-            ncse_49 = (ncse_12 * ncse_44)
-            ncse_50 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_49)))
-            ncse_51 = (-ncse_47 * (-ncse_48 - (ncse_34 * ncse_49)))
-            ncse_52 = (ncse_15 * ncse_16)
-            ncse_53 = (ncse_12 * ncse_45)
-            ncse_54 = (ncse_43 * state_internal_gamma_rate)
-            ncse_55 = (ncse_53 * ncse_54)
-            ncse_56 = (ncse_52 * ncse_55)
-            ncse_57 = (ncse_16 * ncse_55)
-            ncse_58 = (ncse_19 * ncse_57)
-            ncse_59 = (ncse_22 * ncse_57)
-            ncse_60 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_34 * ncse_44)))
-            ncse_61 = (ncse_45 * ncse_54)
-            ncse_62 = (ncse_33 * ncse_61)
-            ncse_63 = (ncse_52 * ncse_62)
-            ncse_64 = (ncse_16 * ncse_62)
-            ncse_65 = (ncse_19 * ncse_64)
-            ncse_66 = (ncse_22 * ncse_64)
-            ncse_67 = (ncse_31 * ncse_45)
-            ncse_68 = (ncse_34 * ncse_61)
-            ncse_69 = (ncse_52 * ncse_68)
-            ncse_70 = (ncse_16 * ncse_68)
-            ncse_71 = (ncse_19 * ncse_70)
-            ncse_72 = (ncse_22 * ncse_70)
-            ncse_73 = (-ncse_30)
-            ncse_74 = (K8 * ncse_43)
-            ncse_75 = (p_E * p_E * p_E)
-            ncse_76 = (ncse_2 * ncse_2 * ncse_2)
-            ncse_77 = (ncse_15 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate)
-            ncse_78 = (ncse_19 * ncse_77)
-            ncse_79 = (ncse_22 * ncse_77)
-            ncse_80 = (ncse_30 * ncse_46)
-            ncse_81 = (ncse_19 * ncse_22 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate)
-            ncse_82 = tl.where((-ncse_36 - ncse_40) > 0.0, 1.0, 0.0)
-            ncse_83 = (ncse_42 * (-K1 + ncse_82))
-            ncse_84 = (ncse_6 * ncse_83)
-            ncse_85 = (K8 * ncse_83)
-            ncse_86 = (ncse_16 * ncse_85)
-            ncse_87 = tl.abs(state_internal_Ep_0)
-            ncse_88 = tl.abs(state_internal_Ep_1)
-            ncse_89 = (ncse_88 + tl.abs(forces_E_1))
-            ncse_90 = tl.abs(p_E)
-            ncse_91 = tl.abs(ncse_2)
-            ncse_92 = (ncse_90 * ncse_91)
-            ncse_93 = (K2 * ncse_92)
-            ncse_94 = (ncse_89 * ncse_93)
-            ncse_95 = (ncse_87 + tl.abs(forces_E_0))
-            ncse_96 = (K3 * ncse_92)
-            ncse_97 = tl.abs(state_internal_Ep_2)
-            ncse_98 = (ncse_97 + tl.abs(forces_E_2))
-            ncse_113 = tl.abs((K1 / (K1 - (K8 * p_nu))))
-            ncse_99 = (K9 * ncse_92 * (ncse_89 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_113)
-            ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
-            ncse_101 = tl.abs(ncse_30)
-            ncse_102 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
-            ncse_103 = (K5 * ncse_101 * ncse_102)
-            ncse_104 = (ncse_93 * ncse_95)
-            ncse_105 = tl.abs(state_internal_Ep_3)
-            ncse_106 = (ncse_102 * ncse_90)
-            ncse_107 = (ncse_101 * ncse_106 * ncse_91)
-            ncse_108 = tl.abs(state_internal_Ep_4)
-            ncse_109 = tl.abs(state_internal_Ep_5)
+            ncse_41 = tl.where(state_internal_gamma_rate == 0.0, K8, ncse_30)
+            ncse_42 = (-K2 * ncse_41)
+            ncse_43 = _mc_sdiv(K1, (K9 * ncse_29))
+            ncse_44 = (tl.where(state_internal_gamma_rate == 0.0, K8, ncse_43) * tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K1, (ncse_29 * ncse_29))))
+            ncse_45 = (K5 * ncse_44)
+            ncse_46 = (-ncse_13)
+            ncse_47 = (ncse_46 * ncse_6)
+            ncse_48 = (ncse_47 * state_internal_gamma_rate)
+            ncse_49 = (K4 * ncse_41)
+            ncse_50 = (ncse_12 * ncse_45)
+            ncse_51 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_50)))
+            ncse_52 = (-ncse_48 * (-ncse_49 - (ncse_34 * ncse_50)))
+            ncse_53 = (ncse_15 * ncse_16)
+            ncse_54 = (ncse_12 * ncse_46)
+            ncse_55 = (ncse_44 * state_internal_gamma_rate)
+            ncse_56 = (ncse_54 * ncse_55)
+            ncse_57 = (ncse_53 * ncse_56)
+            ncse_58 = (ncse_16 * ncse_56)
+            ncse_59 = (ncse_19 * ncse_58)
+            ncse_60 = (ncse_22 * ncse_58)
+            ncse_61 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_34 * ncse_45)))
+            ncse_62 = (ncse_46 * ncse_55)
+            ncse_63 = (ncse_33 * ncse_62)
+            ncse_64 = (ncse_53 * ncse_63)
+            ncse_65 = (ncse_16 * ncse_63)
+            ncse_66 = (ncse_19 * ncse_65)
+            ncse_67 = (ncse_22 * ncse_65)
+            ncse_68 = (ncse_31 * ncse_46)
+            ncse_69 = (ncse_34 * ncse_62)
+            ncse_70 = (ncse_53 * ncse_69)
+            ncse_71 = (ncse_16 * ncse_69)
+            ncse_72 = (ncse_19 * ncse_71)
+            ncse_73 = (ncse_22 * ncse_71)
+            ncse_74 = (-ncse_41)
+            ncse_75 = (K9 * ncse_44)
+            ncse_76 = (p_E * p_E * p_E)
+            ncse_77 = (ncse_2 * ncse_2 * ncse_2)
+            ncse_78 = (ncse_15 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate)
+            ncse_79 = (ncse_19 * ncse_78)
+            ncse_80 = (ncse_22 * ncse_78)
+            ncse_81 = (ncse_30 * ncse_47)
+            ncse_82 = (ncse_19 * ncse_22 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate)
+            ncse_83 = tl.where((-ncse_36 - ncse_40) > 0.0, 1.0, 0.0)
+            ncse_84 = (ncse_43 * (-K1 + ncse_83))
+            ncse_85 = (ncse_6 * ncse_84)
+            ncse_86 = (K9 * ncse_84)
+            ncse_87 = (ncse_16 * ncse_86)
+            ncse_88 = tl.abs(state_internal_Ep_0)
+            ncse_89 = tl.abs(state_internal_Ep_1)
+            ncse_90 = (ncse_89 + tl.abs(forces_E_1))
+            ncse_91 = tl.abs(p_E)
+            ncse_92 = tl.abs(ncse_2)
+            ncse_93 = (ncse_91 * ncse_92)
+            ncse_94 = (K2 * ncse_93)
+            ncse_95 = (ncse_90 * ncse_94)
+            ncse_96 = (ncse_88 + tl.abs(forces_E_0))
+            ncse_97 = (K3 * ncse_93)
+            ncse_98 = tl.abs(state_internal_Ep_2)
+            ncse_99 = (ncse_98 + tl.abs(forces_E_2))
+            ncse_114 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_100 = (K10 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_114)
+            ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+            ncse_102 = tl.abs(ncse_30)
+            ncse_103 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
+            ncse_104 = (K5 * ncse_102 * ncse_103)
+            ncse_105 = (ncse_94 * ncse_96)
+            ncse_106 = tl.abs(state_internal_Ep_3)
+            ncse_107 = (ncse_103 * ncse_91)
+            ncse_108 = (ncse_102 * ncse_107 * ncse_92)
+            ncse_109 = tl.abs(state_internal_Ep_4)
+            ncse_110 = tl.abs(state_internal_Ep_5)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34))
@@ -1389,36 +1394,36 @@ if triton is not None:
             nt1_r_6 = _mc_le((-ncse_40), ncse_36)
             j2_perfect_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_perfect_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (K6 * ((K7 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (K6 * ((K7 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
             j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_perfect_return_map_converged) & (it1 < maxit1)
-            nt1_1 = (K1 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_12 * ncse_12)))))
-            nt1_2 = (ncse_31 * ncse_53)
-            nt1_3 = (K1 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_33 * ncse_33)))))
-            nt1_4 = (ncse_33 * ncse_67)
-            nt1_5 = (K1 - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_34 * ncse_34)))))
-            nt1_6 = (ncse_34 * ncse_67)
-            nt1_7 = (K1 - (ncse_47 * (-ncse_73 - (ncse_17 * ncse_74))))
-            nt1_8 = (ncse_15 * ncse_80)
-            nt1_9 = (K1 - (ncse_47 * (-ncse_73 - (ncse_20 * ncse_74))))
-            nt1_10 = (ncse_19 * ncse_80)
-            nt1_11 = (K1 - (ncse_47 * (-ncse_73 - (ncse_23 * ncse_74))))
-            nt1_12 = (ncse_22 * ncse_80)
-            nt1_13 = (-ncse_12 * ncse_84)
-            nt1_14 = (-ncse_33 * ncse_84)
-            nt1_15 = (-ncse_34 * ncse_84)
-            nt1_16 = (-ncse_52 * ncse_85)
-            nt1_17 = (-ncse_19 * ncse_86)
-            nt1_18 = (-ncse_22 * ncse_86)
-            nt1_19 = (ncse_35 * ncse_82)
+            nt1_1 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))))
+            nt1_2 = (ncse_31 * ncse_54)
+            nt1_3 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33)))))
+            nt1_4 = (ncse_33 * ncse_68)
+            nt1_5 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34)))))
+            nt1_6 = (ncse_34 * ncse_68)
+            nt1_7 = (K1 - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75))))
+            nt1_8 = (ncse_15 * ncse_81)
+            nt1_9 = (K1 - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75))))
+            nt1_10 = (ncse_19 * ncse_81)
+            nt1_11 = (K1 - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75))))
+            nt1_12 = (ncse_22 * ncse_81)
+            nt1_13 = (-ncse_12 * ncse_85)
+            nt1_14 = (-ncse_33 * ncse_85)
+            nt1_15 = (-ncse_34 * ncse_85)
+            nt1_16 = (-ncse_53 * ncse_86)
+            nt1_17 = (-ncse_19 * ncse_87)
+            nt1_18 = (-ncse_22 * ncse_87)
+            nt1_19 = (ncse_35 * ncse_83)
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_50, ncse_51, ncse_56, ncse_58, ncse_59, nt1_2, ncse_50, nt1_3, ncse_60, ncse_63,
-                ncse_65, ncse_66, nt1_4, ncse_51, ncse_60, nt1_5, ncse_69, ncse_71, ncse_72, nt1_6, ncse_56,
-                ncse_63, ncse_69, nt1_7, ncse_78, ncse_79, nt1_8, ncse_58, ncse_65, ncse_71, ncse_78, nt1_9,
-                ncse_81, nt1_10, ncse_59, ncse_66, ncse_72, ncse_79, ncse_81, nt1_11, nt1_12, nt1_13, nt1_14,
+                nt1_1, ncse_51, ncse_52, ncse_57, ncse_59, ncse_60, nt1_2, ncse_51, nt1_3, ncse_61, ncse_64,
+                ncse_66, ncse_67, nt1_4, ncse_52, ncse_61, nt1_5, ncse_70, ncse_72, ncse_73, nt1_6, ncse_57,
+                ncse_64, ncse_70, nt1_7, ncse_79, ncse_80, nt1_8, ncse_59, ncse_66, ncse_72, ncse_79, nt1_9,
+                ncse_82, nt1_10, ncse_60, ncse_67, ncse_73, ncse_80, ncse_82, nt1_11, nt1_12, nt1_13, nt1_14,
                 nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
             nt1_20 = (-nt1_r_0)
             nt1_21 = (-nt1_r_1)
@@ -1464,11 +1469,11 @@ if triton is not None:
         K2 = tl.full([], 1.0, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
         K4 = tl.full([], 0.6666666666666666, DTYPE)
-        K5 = tl.full([], 0.5, DTYPE)
-        K6 = tl.full([], 1.3333333333333333, DTYPE)
-        K7 = tl.full([], 0.816496580927726, DTYPE)
-        K8 = tl.full([], 1.224744871391589, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
+        K6 = tl.full([], 0.5, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 0.816496580927726, DTYPE)
+        K9 = tl.full([], 1.224744871391589, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1563,132 +1568,134 @@ if triton is not None:
             cse_30 = (K3 * cse_0)
             cse_31 = (K3 * cse_1)
             cse_32 = (K4 * cse_2)
-            cse_148 = (cse_32 - cse_30 - cse_31)
+            cse_150 = (cse_32 - cse_30 - cse_31)
             cse_33 = (K4 * cse_1)
             cse_34 = (K3 * cse_2)
-            cse_149 = (cse_33 - cse_30 - cse_34)
+            cse_151 = (cse_33 - cse_30 - cse_34)
             cse_35 = (K4 * cse_0)
-            cse_150 = (cse_35 - cse_31 - cse_34)
+            cse_152 = (cse_35 - cse_31 - cse_34)
             cse_26 = (cse_11 * cse_11)
             cse_40 = (p_E * p_E)
             cse_41 = (cse_26 * cse_40)
-            cse_42 = tl.sqrt(tl.maximum(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_148 * cse_148)) + ((cse_12 * cse_12) * (cse_149 * cse_149)) + ((cse_12 * cse_12) * (cse_150 * cse_150))), 0.0))
-            cse_46 = _mc_sdiv(K2, (K1 * cse_42))
-            cse_47 = _mc_sdiv(K2, (cse_42 * cse_42))
-            cse_56 = (cse_46 * cse_47)
-            cse_57 = (K5 * cse_56)
-            cse_45 = (-cse_32 - cse_33 + (K6 * cse_0))
-            cse_58 = (cse_41 * cse_45 * cse_57)
+            cse_42 = tl.sqrt(tl.maximum(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152))), 0.0))
+            cse_47 = _mc_sdiv(K2, (K1 * cse_42))
+            cse_48 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_47)
+            cse_49 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_42 * cse_42)))
+            cse_58 = (cse_48 * cse_49)
+            cse_59 = (K6 * cse_58)
+            cse_46 = (-cse_32 - cse_33 + (K7 * cse_0))
+            cse_60 = (cse_41 * cse_46 * cse_59)
             cse_43 = _mc_sdiv(K2, cse_42)
-            cse_54 = (K3 * cse_43)
-            cse_55 = (-cse_32 - cse_35 + (K6 * cse_1))
-            cse_59 = (-cse_54 - (cse_55 * cse_58))
-            cse_49 = (forces_t - old_forces_t)
-            cse_50 = (-cse_49)
-            cse_51 = (cse_50 * state_internal_gamma_rate)
-            cse_52 = (cse_12 * cse_51)
-            cse_60 = (-cse_52 * cse_59)
-            cse_61 = (-cse_33 - cse_35 + (K6 * cse_2))
-            cse_62 = (-cse_54 - (cse_58 * cse_61))
-            cse_63 = (-cse_52 * cse_62)
-            cse_79 = (-cse_54 - (cse_41 * cse_55 * cse_57 * cse_61))
-            cse_80 = (-cse_52 * cse_79)
-            cse_66 = (cse_56 * (p_E * p_E * p_E))
-            cse_67 = (cse_45 * cse_66)
-            cse_65 = (cse_11 * cse_11 * cse_11)
-            cse_68 = (cse_65 * cse_67)
-            cse_64 = (cse_15 * cse_51)
-            cse_69 = (cse_64 * cse_68)
-            cse_70 = (cse_17 * cse_51)
-            cse_71 = (cse_68 * cse_70)
-            cse_72 = (cse_19 * cse_51)
-            cse_73 = (cse_68 * cse_72)
-            cse_81 = (cse_65 * cse_66)
-            cse_82 = (cse_55 * cse_81)
-            cse_83 = (cse_64 * cse_82)
-            cse_84 = (cse_70 * cse_82)
-            cse_85 = (cse_72 * cse_82)
-            cse_88 = (cse_61 * cse_81)
-            cse_89 = (cse_64 * cse_88)
-            cse_90 = (cse_70 * cse_88)
-            cse_91 = (cse_72 * cse_88)
-            cse_94 = (cse_41 * cse_56)
-            cse_92 = (-cse_43)
-            cse_93 = (K1 * cse_36)
-            cse_95 = (-cse_92 - (cse_93 * cse_94))
-            cse_96 = (cse_52 * cse_95)
-            cse_97 = (K1 * cse_81)
-            cse_98 = (cse_64 * cse_97)
-            cse_99 = (cse_17 * cse_98)
-            cse_100 = (cse_19 * cse_98)
-            cse_101 = (K1 * cse_37)
-            cse_102 = (-cse_92 - (cse_101 * cse_94))
-            cse_103 = (cse_102 * cse_52)
-            cse_105 = (K1 * cse_38)
-            cse_106 = (-cse_92 - (cse_105 * cse_94))
-            cse_107 = (cse_106 * cse_52)
-            cse_104 = (cse_19 * cse_70 * cse_97)
-            cse_44 = (-K4 * cse_43)
-            cse_48 = (-cse_44 - (K5 * cse_41 * cse_46 * cse_47 * (cse_45 * cse_45)))
-            cse_53 = (cse_48 * cse_52)
-            cse_77 = (-cse_44 - (K5 * cse_41 * cse_46 * cse_47 * (cse_55 * cse_55)))
-            cse_78 = (cse_52 * cse_77)
-            cse_86 = (-cse_44 - (K5 * cse_41 * cse_46 * cse_47 * (cse_61 * cse_61)))
-            cse_87 = (cse_52 * cse_86)
-            cse_108 = (p_E * cse_49)
-            cse_111 = tl.where((-(cse_108 * state_internal_gamma_rate) - (K7 * (-p_sigma_y + (K8 * cse_42)))) > 0.0, 1.0, 0.0)
-            cse_112 = (-K2 + cse_111)
-            cse_113 = (cse_112 * cse_46)
-            cse_114 = (cse_113 * cse_41)
-            cse_115 = (-cse_114 * cse_45)
-            cse_116 = (-cse_114 * cse_55)
-            cse_117 = (-cse_114 * cse_61)
-            cse_118 = (K1 * cse_114)
-            cse_119 = (-cse_118 * cse_15)
-            cse_120 = (-cse_118 * cse_17)
-            cse_121 = (-cse_118 * cse_19)
-            cse_74 = (cse_43 * cse_50)
-            cse_75 = (K5 * cse_12)
-            cse_76 = (cse_74 * cse_75)
+            cse_44 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_43)
+            cse_56 = (K3 * cse_44)
+            cse_57 = (-cse_32 - cse_35 + (K7 * cse_1))
+            cse_61 = (-cse_56 - (cse_57 * cse_60))
+            cse_51 = (forces_t - old_forces_t)
+            cse_52 = (-cse_51)
+            cse_53 = (cse_52 * state_internal_gamma_rate)
+            cse_54 = (cse_12 * cse_53)
+            cse_62 = (-cse_54 * cse_61)
+            cse_63 = (-cse_33 - cse_35 + (K7 * cse_2))
+            cse_64 = (-cse_56 - (cse_60 * cse_63))
+            cse_65 = (-cse_54 * cse_64)
+            cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63))
+            cse_82 = (-cse_54 * cse_81)
+            cse_96 = (cse_41 * cse_58)
+            cse_94 = (-cse_44)
+            cse_95 = (K1 * cse_36)
+            cse_97 = (-cse_94 - (cse_95 * cse_96))
+            cse_98 = (cse_54 * cse_97)
+            cse_103 = (K1 * cse_37)
+            cse_104 = (-cse_94 - (cse_103 * cse_96))
+            cse_105 = (cse_104 * cse_54)
+            cse_107 = (K1 * cse_38)
+            cse_108 = (-cse_94 - (cse_107 * cse_96))
+            cse_109 = (cse_108 * cse_54)
+            cse_68 = (cse_58 * (p_E * p_E * p_E))
+            cse_69 = (cse_46 * cse_68)
+            cse_67 = (cse_11 * cse_11 * cse_11)
+            cse_70 = (cse_67 * cse_69)
+            cse_66 = (cse_15 * cse_53)
+            cse_71 = (cse_66 * cse_70)
+            cse_72 = (cse_17 * cse_53)
+            cse_73 = (cse_70 * cse_72)
+            cse_74 = (cse_19 * cse_53)
+            cse_75 = (cse_70 * cse_74)
+            cse_83 = (cse_67 * cse_68)
+            cse_84 = (cse_57 * cse_83)
+            cse_85 = (cse_66 * cse_84)
+            cse_86 = (cse_72 * cse_84)
+            cse_87 = (cse_74 * cse_84)
+            cse_90 = (cse_63 * cse_83)
+            cse_91 = (cse_66 * cse_90)
+            cse_92 = (cse_72 * cse_90)
+            cse_93 = (cse_74 * cse_90)
+            cse_99 = (K1 * cse_83)
+            cse_100 = (cse_66 * cse_99)
+            cse_101 = (cse_100 * cse_17)
+            cse_102 = (cse_100 * cse_19)
+            cse_45 = (-K4 * cse_44)
+            cse_50 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)))
+            cse_55 = (cse_50 * cse_54)
+            cse_79 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)))
+            cse_80 = (cse_54 * cse_79)
+            cse_88 = (-cse_45 - (K6 * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)))
+            cse_89 = (cse_54 * cse_88)
+            cse_106 = (cse_19 * cse_72 * cse_99)
+            cse_110 = (p_E * cse_51)
+            cse_113 = tl.where((-(cse_110 * state_internal_gamma_rate) - (K8 * (-p_sigma_y + (K9 * cse_42)))) > 0.0, 1.0, 0.0)
+            cse_114 = (-K2 + cse_113)
+            cse_115 = (cse_114 * cse_47)
+            cse_116 = (cse_115 * cse_41)
+            cse_117 = (-cse_116 * cse_46)
+            cse_118 = (-cse_116 * cse_57)
+            cse_119 = (-cse_116 * cse_63)
+            cse_120 = (K1 * cse_116)
+            cse_121 = (-cse_120 * cse_15)
+            cse_122 = (-cse_120 * cse_17)
+            cse_123 = (-cse_120 * cse_19)
+            cse_76 = (cse_43 * cse_52)
+            cse_77 = (K6 * cse_12)
+            cse_78 = (cse_76 * cse_77)
             # elimination lu1: 7x7, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K2 - cse_53)
-            lu1_2 = (cse_45 * cse_76)
-            lu1_3 = (K2 - cse_78)
-            lu1_4 = (cse_55 * cse_76)
-            lu1_5 = (K2 - cse_87)
-            lu1_6 = (cse_61 * cse_76)
-            lu1_7 = (K2 - cse_96)
-            lu1_8 = (cse_74 * state_S_3)
-            lu1_9 = (K2 - cse_103)
-            lu1_10 = (cse_74 * state_S_4)
-            lu1_11 = (K2 - cse_107)
-            lu1_12 = (cse_74 * state_S_5)
-            lu1_13 = (cse_108 * cse_111)
+            lu1_1 = (K2 - cse_55)
+            lu1_2 = (cse_46 * cse_78)
+            lu1_3 = (K2 - cse_80)
+            lu1_4 = (cse_57 * cse_78)
+            lu1_5 = (K2 - cse_89)
+            lu1_6 = (cse_63 * cse_78)
+            lu1_7 = (K2 - cse_98)
+            lu1_8 = (cse_76 * state_S_3)
+            lu1_9 = (K2 - cse_105)
+            lu1_10 = (cse_76 * state_S_4)
+            lu1_11 = (K2 - cse_109)
+            lu1_12 = (cse_76 * state_S_5)
+            lu1_13 = (cse_110 * cse_113)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_60, cse_63, cse_69, cse_71, cse_73, lu1_2, cse_60, lu1_3, cse_80, cse_83, cse_84,
-                cse_85, lu1_4, cse_63, cse_80, lu1_5, cse_89, cse_90, cse_91, lu1_6, cse_69, cse_83, cse_89,
-                lu1_7, cse_99, cse_100, lu1_8, cse_71, cse_84, cse_90, cse_99, lu1_9, cse_104, lu1_10, cse_73,
-                cse_85, cse_91, cse_100, cse_104, lu1_11, lu1_12, cse_115, cse_116, cse_117, cse_119, cse_120,
-                cse_121, lu1_13, DTYPE)
+                lu1_1, cse_62, cse_65, cse_71, cse_73, cse_75, lu1_2, cse_62, lu1_3, cse_82, cse_85, cse_86,
+                cse_87, lu1_4, cse_65, cse_82, lu1_5, cse_91, cse_92, cse_93, lu1_6, cse_71, cse_85, cse_91,
+                lu1_7, cse_101, cse_102, lu1_8, cse_73, cse_86, cse_92, cse_101, lu1_9, cse_106, lu1_10,
+                cse_75, cse_87, cse_93, cse_102, cse_106, lu1_11, lu1_12, cse_117, cse_118, cse_119, cse_121,
+                cse_122, cse_123, lu1_13, DTYPE)
             # linear solve 1: 7x7, 6 right-hand side(s) through elimination lu1
-            ls1_14 = (-cse_53)
+            ls1_14 = (-cse_55)
             (ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21) = _triton_lu1_forward1(
-                lu1_lu, ls1_14, cse_60, cse_63, cse_69, cse_71, cse_73, cse_115, DTYPE)
-            ls1_22 = (-cse_78)
+                lu1_lu, ls1_14, cse_62, cse_65, cse_71, cse_73, cse_75, cse_117, DTYPE)
+            ls1_22 = (-cse_80)
             (ls1_23, ls1_24, ls1_25, ls1_26, ls1_27, ls1_28, ls1_29) = _triton_lu1_forward1(
-                lu1_lu, cse_60, ls1_22, cse_80, cse_83, cse_84, cse_85, cse_116, DTYPE)
-            ls1_30 = (-cse_87)
+                lu1_lu, cse_62, ls1_22, cse_82, cse_85, cse_86, cse_87, cse_118, DTYPE)
+            ls1_30 = (-cse_89)
             (ls1_31, ls1_32, ls1_33, ls1_34, ls1_35, ls1_36, ls1_37) = _triton_lu1_forward1(
-                lu1_lu, cse_63, cse_80, ls1_30, cse_89, cse_90, cse_91, cse_117, DTYPE)
-            ls1_38 = (-cse_96)
+                lu1_lu, cse_65, cse_82, ls1_30, cse_91, cse_92, cse_93, cse_119, DTYPE)
+            ls1_38 = (-cse_98)
             (ls1_39, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45) = _triton_lu1_forward1(
-                lu1_lu, cse_69, cse_83, cse_89, ls1_38, cse_99, cse_100, cse_119, DTYPE)
-            ls1_46 = (-cse_103)
+                lu1_lu, cse_71, cse_85, cse_91, ls1_38, cse_101, cse_102, cse_121, DTYPE)
+            ls1_46 = (-cse_105)
             (ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52, ls1_53) = _triton_lu1_forward1(
-                lu1_lu, cse_71, cse_84, cse_90, cse_99, ls1_46, cse_104, cse_120, DTYPE)
-            ls1_54 = (-cse_107)
+                lu1_lu, cse_73, cse_86, cse_92, cse_101, ls1_46, cse_106, cse_122, DTYPE)
+            ls1_54 = (-cse_109)
             (ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_60, ls1_61) = _triton_lu1_forward1(
-                lu1_lu, cse_73, cse_85, cse_91, cse_100, cse_104, ls1_54, cse_121, DTYPE)
+                lu1_lu, cse_75, cse_87, cse_93, cse_102, cse_106, ls1_54, cse_123, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7) = _triton_lu1_back1(
                 lu1_lu, ls1_15, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, DTYPE)
             (d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back1(
@@ -1800,28 +1807,28 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0), tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_122 = (cse_43 * state_internal_gamma_rate)
-            cse_123 = (cse_122 * cse_75)
-            cse_124 = (cse_123 * cse_45)
-            cse_133 = (cse_123 * cse_55)
-            cse_135 = (cse_123 * cse_61)
-            cse_136 = (cse_122 * state_S_3)
-            cse_141 = (cse_122 * state_S_4)
-            cse_143 = (cse_122 * state_S_5)
-            cse_145 = (cse_111 * state_internal_gamma_rate)
-            cse_146 = (p_E * cse_145)
+            cse_124 = (cse_43 * state_internal_gamma_rate)
+            cse_125 = (cse_124 * cse_77)
+            cse_126 = (cse_125 * cse_46)
+            cse_135 = (cse_125 * cse_57)
+            cse_137 = (cse_125 * cse_63)
+            cse_138 = (cse_124 * state_S_3)
+            cse_143 = (cse_124 * state_S_4)
+            cse_145 = (cse_124 * state_S_5)
+            cse_147 = (cse_113 * state_internal_gamma_rate)
+            cse_148 = (p_E * cse_147)
             # linear solve 2: 7x7, 8 right-hand side(s) through elimination lu1
-            ls2_62 = (-cse_146)
+            ls2_62 = (-cse_148)
             (ls2_63, ls2_64, ls2_65, ls2_66, ls2_67, ls2_68, ls2_69) = _triton_lu1_forward1(
-                lu1_lu, cse_124, cse_133, cse_135, cse_136, cse_141, cse_143, ls2_62, DTYPE)
-            ls2_70 = (-cse_124)
-            ls2_71 = (-cse_133)
-            ls2_72 = (-cse_135)
-            ls2_73 = (-cse_136)
-            ls2_74 = (-cse_141)
-            ls2_75 = (-cse_143)
+                lu1_lu, cse_126, cse_135, cse_137, cse_138, cse_143, cse_145, ls2_62, DTYPE)
+            ls2_70 = (-cse_126)
+            ls2_71 = (-cse_135)
+            ls2_72 = (-cse_137)
+            ls2_73 = (-cse_138)
+            ls2_74 = (-cse_143)
+            ls2_75 = (-cse_145)
             (ls2_76, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82) = _triton_lu1_forward1(
-                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, cse_146, DTYPE)
+                lu1_lu, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, cse_148, DTYPE)
             ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89 = _triton_lu1_forward2(lu1_lu, DTYPE)
             ls2_92, ls2_93, ls2_94, ls2_95, ls2_96 = _triton_lu1_forward3(lu1_lu, DTYPE)
             ls2_100, ls2_101, ls2_102, ls2_103 = _triton_lu1_forward4(lu1_lu, DTYPE)
@@ -1895,42 +1902,42 @@ if triton is not None:
             cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)))
             cse_28 = (cse_27 * cse_3)
             cse_29 = (p_E * cse_26)
-            cse_125 = (cse_40 * cse_56 * cse_65)
-            cse_126 = (-cse_125 * cse_39)
-            cse_127 = (cse_11 * cse_11 * cse_11 * cse_11)
-            cse_128 = (cse_127 * cse_39)
-            cse_129 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
-            cse_130 = (-cse_129 - (cse_0 * cse_26))
-            cse_131 = (-cse_129 - (cse_1 * cse_26))
-            cse_132 = (-cse_129 - (cse_2 * cse_26))
-            cse_134 = (cse_128 * cse_66)
-            cse_137 = (cse_101 + cse_105)
-            cse_138 = ((cse_13 * cse_55) + (cse_14 * cse_61) + (cse_45 * cse_9))
-            cse_139 = ((cse_130 * cse_45) + (cse_131 * cse_55) + (cse_132 * cse_61))
-            cse_140 = (-cse_139 * cse_26)
-            cse_142 = (cse_105 + cse_93)
-            cse_144 = (cse_101 + cse_93)
-            cse_147 = (cse_137 + cse_93)
+            cse_127 = (cse_40 * cse_58 * cse_67)
+            cse_128 = (-cse_127 * cse_39)
+            cse_129 = (cse_11 * cse_11 * cse_11 * cse_11)
+            cse_130 = (cse_129 * cse_39)
+            cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)))
+            cse_132 = (-cse_131 - (cse_0 * cse_26))
+            cse_133 = (-cse_131 - (cse_1 * cse_26))
+            cse_134 = (-cse_131 - (cse_2 * cse_26))
+            cse_136 = (cse_130 * cse_68)
+            cse_139 = (cse_103 + cse_107)
+            cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9))
+            cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63))
+            cse_142 = (-cse_141 * cse_26)
+            cse_144 = (cse_107 + cse_95)
+            cse_146 = (cse_103 + cse_95)
+            cse_149 = (cse_139 + cse_95)
             # linear solve 3: 7x7, 3 right-hand side(s) through elimination lu1
-            ls3_125 = (-cse_51 * ((cse_11 * ((cse_13 * cse_59) + (cse_14 * cse_62) + (cse_48 * cse_9))) + (cse_126 * cse_45)))
-            ls3_126 = (-cse_51 * ((cse_11 * ((cse_13 * cse_77) + (cse_14 * cse_79) + (cse_59 * cse_9))) + (cse_126 * cse_55)))
-            ls3_127 = (-cse_51 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_86) + (cse_62 * cse_9))) + (cse_126 * cse_61)))
-            ls3_128 = (-cse_64 * ((cse_11 * cse_95) + (cse_125 * (-cse_137 - cse_138))))
-            ls3_129 = (-cse_70 * ((cse_102 * cse_11) + (cse_125 * (-cse_138 - cse_142))))
-            ls3_130 = (-cse_72 * ((cse_106 * cse_11) + (cse_125 * (-cse_138 - cse_144))))
-            ls3_131 = (-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147)))
+            ls3_125 = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46)))
+            ls3_126 = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57)))
+            ls3_127 = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63)))
+            ls3_128 = (-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140))))
+            ls3_129 = (-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144))))
+            ls3_130 = (-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146))))
+            ls3_131 = (-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149)))
             (ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138) = _triton_lu1_forward1(
                 lu1_lu, ls3_125, ls3_126, ls3_127, ls3_128, ls3_129, ls3_130, ls3_131, DTYPE)
-            ls3_139 = (-cse_51 * ((p_E * ((cse_130 * cse_48) + (cse_131 * cse_59) + (cse_132 * cse_62))) + (cse_128 * cse_67)))
-            ls3_140 = (-cse_51 * ((p_E * ((cse_130 * cse_59) + (cse_131 * cse_77) + (cse_132 * cse_79))) + (cse_134 * cse_55)))
-            ls3_141 = (-cse_51 * ((p_E * ((cse_130 * cse_62) + (cse_131 * cse_79) + (cse_132 * cse_86))) + (cse_134 * cse_61)))
-            ls3_142 = (-cse_64 * ((cse_66 * (cse_140 + (cse_127 * cse_137))) - (cse_29 * cse_95)))
-            ls3_143 = (-cse_70 * ((cse_66 * (cse_140 + (cse_127 * cse_142))) - (cse_102 * cse_29)))
-            ls3_144 = (-cse_72 * ((cse_66 * (cse_140 + (cse_127 * cse_144))) - (cse_106 * cse_29)))
-            ls3_145 = (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65)))
+            ls3_139 = (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69)))
+            ls3_140 = (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57)))
+            ls3_141 = (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63)))
+            ls3_142 = (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97)))
+            ls3_143 = (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29)))
+            ls3_144 = (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29)))
+            ls3_145 = (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67)))
             (ls3_146, ls3_147, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152) = _triton_lu1_forward1(
                 lu1_lu, ls3_139, ls3_140, ls3_141, ls3_142, ls3_143, ls3_144, ls3_145, DTYPE)
-            ls3_153 = (K7 * cse_112)
+            ls3_153 = (K8 * cse_114)
             ls3_160 = _triton_lu1_forward8(lu1_lu, ls3_153, DTYPE)
             (d183, d184, d185, d186, d187, d188, d189) = _triton_lu1_back1(
                 lu1_lu, ls3_132, ls3_133, ls3_134, ls3_135, ls3_136, ls3_137, ls3_138, DTYPE)
@@ -1961,63 +1968,63 @@ if triton is not None:
                 tl.where((j2_perfect_return_map_converged & fin), d1, K0), tl.where((j2_perfect_return_map_converged & fin), d8, K0), tl.where((j2_perfect_return_map_converged & fin), d15, K0), tl.where((j2_perfect_return_map_converged & fin), d22, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d29, K0), tl.where((j2_perfect_return_map_converged & fin), d36, K0), tl.where((j2_perfect_return_map_converged & fin), d79, K0), tl.where((j2_perfect_return_map_converged & fin), d86, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d93, K0), tl.where((j2_perfect_return_map_converged & fin), d100, K0), tl.where((j2_perfect_return_map_converged & fin), d107, K0), tl.where((j2_perfect_return_map_converged & fin), d114, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d121, K0), tl.where((j2_perfect_return_map_converged & fin), d128, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d2, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d9, K0), tl.where((j2_perfect_return_map_converged & fin), d16, K0), tl.where((j2_perfect_return_map_converged & fin), d23, K0), tl.where((j2_perfect_return_map_converged & fin), d30, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d37, K0), tl.where((j2_perfect_return_map_converged & fin), d80, K0), tl.where((j2_perfect_return_map_converged & fin), d87, K0), tl.where((j2_perfect_return_map_converged & fin), d94, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d101, K0), tl.where((j2_perfect_return_map_converged & fin), d108, K0), tl.where((j2_perfect_return_map_converged & fin), d115, K0), tl.where((j2_perfect_return_map_converged & fin), d122, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
+                tl.where((j2_perfect_return_map_converged & fin), d129, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d3, K0), tl.where((j2_perfect_return_map_converged & fin), d10, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 15) * (3 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d17, K0), tl.where((j2_perfect_return_map_converged & fin), d24, K0), tl.where((j2_perfect_return_map_converged & fin), d31, K0), tl.where((j2_perfect_return_map_converged & fin), d38, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d81, K0), tl.where((j2_perfect_return_map_converged & fin), d88, K0), tl.where((j2_perfect_return_map_converged & fin), d95, K0), tl.where((j2_perfect_return_map_converged & fin), d102, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d109, K0), tl.where((j2_perfect_return_map_converged & fin), d116, K0), tl.where((j2_perfect_return_map_converged & fin), d123, K0), tl.where((j2_perfect_return_map_converged & fin), d130, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d4, K0), tl.where((j2_perfect_return_map_converged & fin), d11, K0), tl.where((j2_perfect_return_map_converged & fin), d18, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d25, K0), tl.where((j2_perfect_return_map_converged & fin), d32, K0), tl.where((j2_perfect_return_map_converged & fin), d39, K0), tl.where((j2_perfect_return_map_converged & fin), d82, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d89, K0), tl.where((j2_perfect_return_map_converged & fin), d96, K0), tl.where((j2_perfect_return_map_converged & fin), d103, K0), tl.where((j2_perfect_return_map_converged & fin), d110, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d117, K0), tl.where((j2_perfect_return_map_converged & fin), d124, K0), tl.where((j2_perfect_return_map_converged & fin), d131, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d5, K0), tl.where((j2_perfect_return_map_converged & fin), d12, K0), tl.where((j2_perfect_return_map_converged & fin), d19, K0), tl.where((j2_perfect_return_map_converged & fin), d26, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 15) * (3 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d33, K0), tl.where((j2_perfect_return_map_converged & fin), d40, K0), tl.where((j2_perfect_return_map_converged & fin), d83, K0), tl.where((j2_perfect_return_map_converged & fin), d90, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d97, K0), tl.where((j2_perfect_return_map_converged & fin), d104, K0), tl.where((j2_perfect_return_map_converged & fin), d111, K0), tl.where((j2_perfect_return_map_converged & fin), d118, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d125, K0), tl.where((j2_perfect_return_map_converged & fin), d132, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d6, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d13, K0), tl.where((j2_perfect_return_map_converged & fin), d20, K0), tl.where((j2_perfect_return_map_converged & fin), d27, K0), tl.where((j2_perfect_return_map_converged & fin), d34, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d41, K0), tl.where((j2_perfect_return_map_converged & fin), d84, K0), tl.where((j2_perfect_return_map_converged & fin), d91, K0), tl.where((j2_perfect_return_map_converged & fin), d98, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d105, K0), tl.where((j2_perfect_return_map_converged & fin), d112, K0), tl.where((j2_perfect_return_map_converged & fin), d119, K0), tl.where((j2_perfect_return_map_converged & fin), d126, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d133, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d7, K0), tl.where((j2_perfect_return_map_converged & fin), d14, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d21, K0), tl.where((j2_perfect_return_map_converged & fin), d28, K0), tl.where((j2_perfect_return_map_converged & fin), d35, K0), tl.where((j2_perfect_return_map_converged & fin), d42, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 15) * (3 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d85, K0), tl.where((j2_perfect_return_map_converged & fin), d92, K0), tl.where((j2_perfect_return_map_converged & fin), d99, K0), tl.where((j2_perfect_return_map_converged & fin), d106, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d113, K0), tl.where((j2_perfect_return_map_converged & fin), d120, K0), tl.where((j2_perfect_return_map_converged & fin), d127, K0), tl.where((j2_perfect_return_map_converged & fin), d134, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d43, K0), tl.where((j2_perfect_return_map_converged & fin), d44, K0), tl.where((j2_perfect_return_map_converged & fin), d45, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d46, K0), tl.where((j2_perfect_return_map_converged & fin), d47, K0), tl.where((j2_perfect_return_map_converged & fin), d48, K0), tl.where((j2_perfect_return_map_converged & fin), d135, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d141, K0), tl.where((j2_perfect_return_map_converged & fin), d147, K0), tl.where((j2_perfect_return_map_converged & fin), d148, K0), tl.where((j2_perfect_return_map_converged & fin), d149, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d150, K0), tl.where((j2_perfect_return_map_converged & fin), d151, K0), tl.where((j2_perfect_return_map_converged & fin), d152, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d49, K0), tl.where((j2_perfect_return_map_converged & fin), d50, K0), tl.where((j2_perfect_return_map_converged & fin), d51, K0), tl.where((j2_perfect_return_map_converged & fin), d52, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d53, K0), tl.where((j2_perfect_return_map_converged & fin), d54, K0), tl.where((j2_perfect_return_map_converged & fin), d136, K0), tl.where((j2_perfect_return_map_converged & fin), d142, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 15) * (3 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d153, K0), tl.where((j2_perfect_return_map_converged & fin), d154, K0), tl.where((j2_perfect_return_map_converged & fin), d155, K0), tl.where((j2_perfect_return_map_converged & fin), d156, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d157, K0), tl.where((j2_perfect_return_map_converged & fin), d158, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d55, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d56, K0), tl.where((j2_perfect_return_map_converged & fin), d57, K0), tl.where((j2_perfect_return_map_converged & fin), d58, K0), tl.where((j2_perfect_return_map_converged & fin), d59, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d60, K0), tl.where((j2_perfect_return_map_converged & fin), d137, K0), tl.where((j2_perfect_return_map_converged & fin), d143, K0), tl.where((j2_perfect_return_map_converged & fin), d159, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d160, K0), tl.where((j2_perfect_return_map_converged & fin), d161, K0), tl.where((j2_perfect_return_map_converged & fin), d162, K0), tl.where((j2_perfect_return_map_converged & fin), d163, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d164, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d61, K0), tl.where((j2_perfect_return_map_converged & fin), d62, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d63, K0), tl.where((j2_perfect_return_map_converged & fin), d64, K0), tl.where((j2_perfect_return_map_converged & fin), d65, K0), tl.where((j2_perfect_return_map_converged & fin), d66, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d138, K0), tl.where((j2_perfect_return_map_converged & fin), d144, K0), tl.where((j2_perfect_return_map_converged & fin), d165, K0), tl.where((j2_perfect_return_map_converged & fin), d166, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 15) * (3 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((j2_perfect_return_map_converged & fin), d167, K0), tl.where((j2_perfect_return_map_converged & fin), d168, K0), tl.where((j2_perfect_return_map_converged & fin), d169, K0), tl.where((j2_perfect_return_map_converged & fin), d170, K0),
-                tl.where((j2_perfect_return_map_converged & fin), K9, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
+                tl.where((j2_perfect_return_map_converged & fin), K5, K0), tl.where((j2_perfect_return_map_converged & fin), d67, K0), tl.where((j2_perfect_return_map_converged & fin), d68, K0), tl.where((j2_perfect_return_map_converged & fin), d69, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d70, K0), tl.where((j2_perfect_return_map_converged & fin), d71, K0), tl.where((j2_perfect_return_map_converged & fin), d72, K0), tl.where((j2_perfect_return_map_converged & fin), d139, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d145, K0), tl.where((j2_perfect_return_map_converged & fin), d171, K0), tl.where((j2_perfect_return_map_converged & fin), d172, K0), tl.where((j2_perfect_return_map_converged & fin), d173, K0),
-                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0),
+                tl.where((j2_perfect_return_map_converged & fin), d174, K0), tl.where((j2_perfect_return_map_converged & fin), d175, K0), tl.where((j2_perfect_return_map_converged & fin), d176, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d73, K0), tl.where((j2_perfect_return_map_converged & fin), d74, K0), tl.where((j2_perfect_return_map_converged & fin), d75, K0), tl.where((j2_perfect_return_map_converged & fin), d76, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d77, K0), tl.where((j2_perfect_return_map_converged & fin), d78, K0), tl.where((j2_perfect_return_map_converged & fin), d140, K0), tl.where((j2_perfect_return_map_converged & fin), d146, K0),
                 tl.where((j2_perfect_return_map_converged & fin), d177, K0), tl.where((j2_perfect_return_map_converged & fin), d178, K0), tl.where((j2_perfect_return_map_converged & fin), d179, K0), tl.where((j2_perfect_return_map_converged & fin), d180, K0), BLOCK)
@@ -2025,7 +2032,7 @@ if triton is not None:
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 15) * (3 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _zero28 = tl.zeros([BLOCK], dtype=DTYPE)
             _k29 = tl.arange(0, 4)[None, :] + 192
-            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K9, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
+            tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 15) * (3 * (V // 8)), _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d181, K0), tl.where((j2_perfect_return_map_converged & fin), d182, K0), tl.where((j2_perfect_return_map_converged & fin), K5, K0), _zero28, BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 3))
             if V & 8:
                 _k30 = tl.arange(0, 4)[None, :]
                 tl.store(J + row[:, None] * j_stride + (_k30 // 3) * 18 + 15 + _k30 % 3, _mc_row4(tl.where((j2_perfect_return_map_converged & fin), d183, K0), tl.where((j2_perfect_return_map_converged & fin), d190, K0), tl.where((j2_perfect_return_map_converged & fin), d197, K0), tl.where((j2_perfect_return_map_converged & fin), d184, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
@@ -2105,16 +2112,16 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_16[MC_W];
     real v_ncse_25[MC_W];
     real v_ncse_35[MC_W];
-    real v_ncse_45[MC_W];
     real v_ncse_46[MC_W];
-    real v_ncse_75[MC_W];
+    real v_ncse_47[MC_W];
     real v_ncse_76[MC_W];
-    real v_ncse_90[MC_W];
+    real v_ncse_77[MC_W];
     real v_ncse_91[MC_W];
     real v_ncse_92[MC_W];
     real v_ncse_93[MC_W];
-    real v_ncse_96[MC_W];
-    real v_ncse_113[MC_W];
+    real v_ncse_94[MC_W];
+    real v_ncse_97[MC_W];
+    real v_ncse_114[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2142,16 +2149,16 @@ MC_INLINE void newton_1_iterate(
         const real ncse_16 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_25 = (((real)0.3333333333333333) * ncse_6);
         const real ncse_35 = (p_E * ncse_13);
-        const real ncse_45 = (-ncse_13);
-        const real ncse_46 = (ncse_45 * ncse_6);
-        const real ncse_75 = (p_E * p_E * p_E);
-        const real ncse_76 = (ncse_2 * ncse_2 * ncse_2);
-        const real ncse_90 = fabs(p_E);
-        const real ncse_91 = fabs(ncse_2);
-        const real ncse_92 = (ncse_90 * ncse_91);
-        const real ncse_93 = (((real)0.6666666666666666) * ncse_92);
-        const real ncse_96 = (((real)1.3333333333333333) * ncse_92);
-        const real ncse_113 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_46 = (-ncse_13);
+        const real ncse_47 = (ncse_46 * ncse_6);
+        const real ncse_76 = (p_E * p_E * p_E);
+        const real ncse_77 = (ncse_2 * ncse_2 * ncse_2);
+        const real ncse_91 = fabs(p_E);
+        const real ncse_92 = fabs(ncse_2);
+        const real ncse_93 = (ncse_91 * ncse_92);
+        const real ncse_94 = (((real)0.6666666666666666) * ncse_93);
+        const real ncse_97 = (((real)1.3333333333333333) * ncse_93);
+        const real ncse_114 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
         v_j2_perfect_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_converged[l] : 0;
         v_j2_perfect_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2169,16 +2176,16 @@ MC_INLINE void newton_1_iterate(
         v_ncse_16[l] = ncse_16;
         v_ncse_25[l] = ncse_25;
         v_ncse_35[l] = ncse_35;
-        v_ncse_45[l] = ncse_45;
         v_ncse_46[l] = ncse_46;
-        v_ncse_75[l] = ncse_75;
+        v_ncse_47[l] = ncse_47;
         v_ncse_76[l] = ncse_76;
-        v_ncse_90[l] = ncse_90;
+        v_ncse_77[l] = ncse_77;
         v_ncse_91[l] = ncse_91;
         v_ncse_92[l] = ncse_92;
         v_ncse_93[l] = ncse_93;
-        v_ncse_96[l] = ncse_96;
-        v_ncse_113[l] = ncse_113;
+        v_ncse_94[l] = ncse_94;
+        v_ncse_97[l] = ncse_97;
+        v_ncse_114[l] = ncse_114;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2207,23 +2214,23 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real ncse_35 = v_ncse_35[l];
         const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
+        const real ncse_47 = v_ncse_47[l];
         const real ncse_46 = v_ncse_46[l];
-        const real ncse_45 = v_ncse_45[l];
-        const real ncse_75 = v_ncse_75[l];
         const real ncse_76 = v_ncse_76[l];
-        const real ncse_93 = v_ncse_93[l];
+        const real ncse_77 = v_ncse_77[l];
+        const real ncse_94 = v_ncse_94[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_113 = v_ncse_113[l];
-        const real ncse_92 = v_ncse_92[l];
-        const real ncse_90 = v_ncse_90[l];
+        const real ncse_114 = v_ncse_114[l];
+        const real ncse_93 = v_ncse_93[l];
         const real ncse_91 = v_ncse_91[l];
+        const real ncse_92 = v_ncse_92[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_96 = v_ncse_96[l];
+        const real ncse_97 = v_ncse_97[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2246,10 +2253,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_26 = (ncse_25 * ncse_5);
         const real ncse_27 = (ncse_10 * ncse_25);
         const real ncse_28 = (ncse_3 * ncse_7);
-        const real ncse_110 = (ncse_11 - ncse_24 - ncse_26);
-        const real ncse_111 = (ncse_28 - ncse_26 - ncse_27);
-        const real ncse_112 = (ncse_8 - ncse_24 - ncse_27);
-        const real ncse_29 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_110 * ncse_110) + (ncse_111 * ncse_111) + (ncse_112 * ncse_112))));
+        const real ncse_111 = (ncse_11 - ncse_24 - ncse_26);
+        const real ncse_112 = (ncse_28 - ncse_26 - ncse_27);
+        const real ncse_113 = (ncse_8 - ncse_24 - ncse_27);
+        const real ncse_29 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113))));
         const real ncse_30 = mc_sdiv(((real)1.0), ncse_29);
         const real ncse_31 = (((real)0.5) * ncse_30);
         const real ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate);
@@ -2258,66 +2265,67 @@ MC_INLINE void newton_1_iterate(
         const real ncse_36 = (ncse_35 * state_internal_gamma_rate);
         const real ncse_37 = (ncse_2 * ncse_30 * ncse_36);
         const real ncse_40 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_29)));
-        const real ncse_41 = (-((real)0.6666666666666666) * ncse_30);
-        const real ncse_42 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_29));
-        const real ncse_43 = (ncse_42 * mc_sdiv(((real)1.0), (ncse_29 * ncse_29)));
-        const real ncse_44 = (((real)0.5) * ncse_43);
-        const real ncse_47 = (ncse_46 * state_internal_gamma_rate);
-        const real ncse_48 = (((real)0.3333333333333333) * ncse_30);
-        const real ncse_49 = (ncse_12 * ncse_44);
-        const real ncse_50 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_49)));
-        const real ncse_51 = (-ncse_47 * (-ncse_48 - (ncse_34 * ncse_49)));
-        const real ncse_52 = (ncse_15 * ncse_16);
-        const real ncse_53 = (ncse_12 * ncse_45);
-        const real ncse_54 = (ncse_43 * state_internal_gamma_rate);
-        const real ncse_55 = (ncse_53 * ncse_54);
-        const real ncse_56 = (ncse_52 * ncse_55);
-        const real ncse_57 = (ncse_16 * ncse_55);
-        const real ncse_58 = (ncse_19 * ncse_57);
-        const real ncse_59 = (ncse_22 * ncse_57);
-        const real ncse_60 = (-ncse_47 * (-ncse_48 - (ncse_33 * ncse_34 * ncse_44)));
-        const real ncse_61 = (ncse_45 * ncse_54);
-        const real ncse_62 = (ncse_33 * ncse_61);
-        const real ncse_63 = (ncse_52 * ncse_62);
-        const real ncse_64 = (ncse_16 * ncse_62);
-        const real ncse_65 = (ncse_19 * ncse_64);
-        const real ncse_66 = (ncse_22 * ncse_64);
-        const real ncse_67 = (ncse_31 * ncse_45);
-        const real ncse_68 = (ncse_34 * ncse_61);
-        const real ncse_69 = (ncse_52 * ncse_68);
-        const real ncse_70 = (ncse_16 * ncse_68);
-        const real ncse_71 = (ncse_19 * ncse_70);
-        const real ncse_72 = (ncse_22 * ncse_70);
-        const real ncse_73 = (-ncse_30);
-        const real ncse_74 = (((real)2.0) * ncse_43);
-        const real ncse_77 = (ncse_15 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate);
-        const real ncse_78 = (ncse_19 * ncse_77);
-        const real ncse_79 = (ncse_22 * ncse_77);
-        const real ncse_80 = (ncse_30 * ncse_46);
-        const real ncse_81 = (ncse_19 * ncse_22 * ncse_45 * ncse_74 * ncse_75 * ncse_76 * state_internal_gamma_rate);
-        const real ncse_82 = ((-ncse_36 - ncse_40) > 0 ? 1 : 0);
-        const real ncse_83 = (ncse_42 * (-((real)1.0) + ncse_82));
-        const real ncse_84 = (ncse_6 * ncse_83);
-        const real ncse_85 = (((real)2.0) * ncse_83);
-        const real ncse_86 = (ncse_16 * ncse_85);
-        const real ncse_87 = fabs(state_internal_Ep_0);
-        const real ncse_88 = fabs(state_internal_Ep_1);
-        const real ncse_89 = (ncse_88 + fabs(forces_E_1));
-        const real ncse_94 = (ncse_89 * ncse_93);
-        const real ncse_95 = (ncse_87 + fabs(forces_E_0));
-        const real ncse_97 = fabs(state_internal_Ep_2);
-        const real ncse_98 = (ncse_97 + fabs(forces_E_2));
-        const real ncse_99 = (((real)2.6666666666666665) * ncse_92 * (ncse_89 + ncse_95 + ncse_98) * fabs(p_nu) * ncse_113);
-        const real ncse_100 = (ncse_99 + (ncse_93 * ncse_98));
-        const real ncse_101 = fabs(ncse_30);
-        const real ncse_102 = (fabs(ncse_13) * fabs(state_internal_gamma_rate));
-        const real ncse_103 = (((real)0.5) * ncse_101 * ncse_102);
-        const real ncse_104 = (ncse_93 * ncse_95);
-        const real ncse_105 = fabs(state_internal_Ep_3);
-        const real ncse_106 = (ncse_102 * ncse_90);
-        const real ncse_107 = (ncse_101 * ncse_106 * ncse_91);
-        const real ncse_108 = fabs(state_internal_Ep_4);
-        const real ncse_109 = fabs(state_internal_Ep_5);
+        const real ncse_41 = (state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_30);
+        const real ncse_42 = (-((real)0.6666666666666666) * ncse_41);
+        const real ncse_43 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_29));
+        const real ncse_44 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_43) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (ncse_29 * ncse_29))));
+        const real ncse_45 = (((real)0.5) * ncse_44);
+        const real ncse_48 = (ncse_47 * state_internal_gamma_rate);
+        const real ncse_49 = (((real)0.3333333333333333) * ncse_41);
+        const real ncse_50 = (ncse_12 * ncse_45);
+        const real ncse_51 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_50)));
+        const real ncse_52 = (-ncse_48 * (-ncse_49 - (ncse_34 * ncse_50)));
+        const real ncse_53 = (ncse_15 * ncse_16);
+        const real ncse_54 = (ncse_12 * ncse_46);
+        const real ncse_55 = (ncse_44 * state_internal_gamma_rate);
+        const real ncse_56 = (ncse_54 * ncse_55);
+        const real ncse_57 = (ncse_53 * ncse_56);
+        const real ncse_58 = (ncse_16 * ncse_56);
+        const real ncse_59 = (ncse_19 * ncse_58);
+        const real ncse_60 = (ncse_22 * ncse_58);
+        const real ncse_61 = (-ncse_48 * (-ncse_49 - (ncse_33 * ncse_34 * ncse_45)));
+        const real ncse_62 = (ncse_46 * ncse_55);
+        const real ncse_63 = (ncse_33 * ncse_62);
+        const real ncse_64 = (ncse_53 * ncse_63);
+        const real ncse_65 = (ncse_16 * ncse_63);
+        const real ncse_66 = (ncse_19 * ncse_65);
+        const real ncse_67 = (ncse_22 * ncse_65);
+        const real ncse_68 = (ncse_31 * ncse_46);
+        const real ncse_69 = (ncse_34 * ncse_62);
+        const real ncse_70 = (ncse_53 * ncse_69);
+        const real ncse_71 = (ncse_16 * ncse_69);
+        const real ncse_72 = (ncse_19 * ncse_71);
+        const real ncse_73 = (ncse_22 * ncse_71);
+        const real ncse_74 = (-ncse_41);
+        const real ncse_75 = (((real)2.0) * ncse_44);
+        const real ncse_78 = (ncse_15 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate);
+        const real ncse_79 = (ncse_19 * ncse_78);
+        const real ncse_80 = (ncse_22 * ncse_78);
+        const real ncse_81 = (ncse_30 * ncse_47);
+        const real ncse_82 = (ncse_19 * ncse_22 * ncse_46 * ncse_75 * ncse_76 * ncse_77 * state_internal_gamma_rate);
+        const real ncse_83 = ((-ncse_36 - ncse_40) > 0 ? 1 : 0);
+        const real ncse_84 = (ncse_43 * (-((real)1.0) + ncse_83));
+        const real ncse_85 = (ncse_6 * ncse_84);
+        const real ncse_86 = (((real)2.0) * ncse_84);
+        const real ncse_87 = (ncse_16 * ncse_86);
+        const real ncse_88 = fabs(state_internal_Ep_0);
+        const real ncse_89 = fabs(state_internal_Ep_1);
+        const real ncse_90 = (ncse_89 + fabs(forces_E_1));
+        const real ncse_95 = (ncse_90 * ncse_94);
+        const real ncse_96 = (ncse_88 + fabs(forces_E_0));
+        const real ncse_98 = fabs(state_internal_Ep_2);
+        const real ncse_99 = (ncse_98 + fabs(forces_E_2));
+        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_114);
+        const real ncse_101 = (ncse_100 + (ncse_94 * ncse_99));
+        const real ncse_102 = fabs(ncse_30);
+        const real ncse_103 = (fabs(ncse_13) * fabs(state_internal_gamma_rate));
+        const real ncse_104 = (((real)0.5) * ncse_102 * ncse_103);
+        const real ncse_105 = (ncse_94 * ncse_96);
+        const real ncse_106 = fabs(state_internal_Ep_3);
+        const real ncse_107 = (ncse_103 * ncse_91);
+        const real ncse_108 = (ncse_102 * ncse_107 * ncse_92);
+        const real ncse_109 = fabs(state_internal_Ep_4);
+        const real ncse_110 = fabs(state_internal_Ep_5);
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34));
@@ -2327,10 +2335,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_6 = mc_le((-ncse_40), ncse_36);
         const real j2_perfect_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)));
         const real nt1_rnorm0 = it == 0 ? j2_perfect_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_87 + (ncse_103 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_88 + (ncse_103 * (ncse_100 + ncse_104 + (ncse_89 * ncse_96))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_105 + (ncse_107 * (ncse_105 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_103 * (ncse_104 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_106 + (((real)0.816496580927726) * ((((real)1.224744871391589) * fabs(ncse_29)) + fabs(p_sigma_y)))))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (((real)0.816496580927726) * ((((real)1.224744871391589) * fabs(ncse_29)) + fabs(p_sigma_y)))))));
         const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -2338,69 +2346,69 @@ MC_INLINE void newton_1_iterate(
         v_j2_perfect_return_map_residual_norm[l] = mc_was ? j2_perfect_return_map_residual_norm : v_j2_perfect_return_map_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
-        const real nt1_1 = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_12 * ncse_12)))));
-        const real nt1_2 = (ncse_31 * ncse_53);
-        const real nt1_3 = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_33 * ncse_33)))));
-        const real nt1_4 = (ncse_33 * ncse_67);
-        const real nt1_5 = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_34 * ncse_34)))));
-        const real nt1_6 = (ncse_34 * ncse_67);
-        const real nt1_7 = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_17 * ncse_74))));
-        const real nt1_8 = (ncse_15 * ncse_80);
-        const real nt1_9 = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_20 * ncse_74))));
-        const real nt1_10 = (ncse_19 * ncse_80);
-        const real nt1_11 = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_23 * ncse_74))));
-        const real nt1_12 = (ncse_22 * ncse_80);
-        const real nt1_13 = (-ncse_12 * ncse_84);
-        const real nt1_14 = (-ncse_33 * ncse_84);
-        const real nt1_15 = (-ncse_34 * ncse_84);
-        const real nt1_16 = (-ncse_52 * ncse_85);
-        const real nt1_17 = (-ncse_19 * ncse_86);
-        const real nt1_18 = (-ncse_22 * ncse_86);
-        const real nt1_19 = (ncse_35 * ncse_82);
-        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_50))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_51))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_56))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_58))));
-        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_1 = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))));
+        const real nt1_2 = (ncse_31 * ncse_54);
+        const real nt1_3 = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33)))));
+        const real nt1_4 = (ncse_33 * ncse_68);
+        const real nt1_5 = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34)))));
+        const real nt1_6 = (ncse_34 * ncse_68);
+        const real nt1_7 = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75))));
+        const real nt1_8 = (ncse_15 * ncse_81);
+        const real nt1_9 = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75))));
+        const real nt1_10 = (ncse_19 * ncse_81);
+        const real nt1_11 = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75))));
+        const real nt1_12 = (ncse_22 * ncse_81);
+        const real nt1_13 = (-ncse_12 * ncse_85);
+        const real nt1_14 = (-ncse_33 * ncse_85);
+        const real nt1_15 = (-ncse_34 * ncse_85);
+        const real nt1_16 = (-ncse_53 * ncse_86);
+        const real nt1_17 = (-ncse_19 * ncse_87);
+        const real nt1_18 = (-ncse_22 * ncse_87);
+        const real nt1_19 = (ncse_35 * ncse_83);
+        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_51))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_57))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))));
+        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
         const real nt1_21 = (nt1_20 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_22 = (ncse_50 * nt1_21);
-        const real nt1_23 = (nt1_3 - (ncse_50 * nt1_22));
-        const real nt1_24 = (ncse_60 - (ncse_51 * nt1_22));
-        const real nt1_25 = (ncse_63 - (ncse_56 * nt1_22));
-        const real nt1_26 = (ncse_65 - (ncse_58 * nt1_22));
-        const real nt1_27 = (ncse_66 - (ncse_59 * nt1_22));
+        const real nt1_22 = (ncse_51 * nt1_21);
+        const real nt1_23 = (nt1_3 - (ncse_51 * nt1_22));
+        const real nt1_24 = (ncse_61 - (ncse_52 * nt1_22));
+        const real nt1_25 = (ncse_64 - (ncse_57 * nt1_22));
+        const real nt1_26 = (ncse_66 - (ncse_59 * nt1_22));
+        const real nt1_27 = (ncse_67 - (ncse_60 * nt1_22));
         const real nt1_28 = (nt1_4 - (nt1_2 * nt1_22));
-        const real nt1_29 = (ncse_51 * nt1_21);
-        const real nt1_30 = (ncse_60 - (ncse_50 * nt1_29));
-        const real nt1_31 = (nt1_5 - (ncse_51 * nt1_29));
-        const real nt1_32 = (ncse_69 - (ncse_56 * nt1_29));
-        const real nt1_33 = (ncse_71 - (ncse_58 * nt1_29));
-        const real nt1_34 = (ncse_72 - (ncse_59 * nt1_29));
+        const real nt1_29 = (ncse_52 * nt1_21);
+        const real nt1_30 = (ncse_61 - (ncse_51 * nt1_29));
+        const real nt1_31 = (nt1_5 - (ncse_52 * nt1_29));
+        const real nt1_32 = (ncse_70 - (ncse_57 * nt1_29));
+        const real nt1_33 = (ncse_72 - (ncse_59 * nt1_29));
+        const real nt1_34 = (ncse_73 - (ncse_60 * nt1_29));
         const real nt1_35 = (nt1_6 - (nt1_2 * nt1_29));
-        const real nt1_36 = (ncse_56 * nt1_21);
-        const real nt1_37 = (ncse_63 - (ncse_50 * nt1_36));
-        const real nt1_38 = (ncse_69 - (ncse_51 * nt1_36));
-        const real nt1_39 = (nt1_7 - (ncse_56 * nt1_36));
-        const real nt1_40 = (ncse_78 - (ncse_58 * nt1_36));
-        const real nt1_41 = (ncse_79 - (ncse_59 * nt1_36));
+        const real nt1_36 = (ncse_57 * nt1_21);
+        const real nt1_37 = (ncse_64 - (ncse_51 * nt1_36));
+        const real nt1_38 = (ncse_70 - (ncse_52 * nt1_36));
+        const real nt1_39 = (nt1_7 - (ncse_57 * nt1_36));
+        const real nt1_40 = (ncse_79 - (ncse_59 * nt1_36));
+        const real nt1_41 = (ncse_80 - (ncse_60 * nt1_36));
         const real nt1_42 = (nt1_8 - (nt1_2 * nt1_36));
-        const real nt1_43 = (ncse_58 * nt1_21);
-        const real nt1_44 = (ncse_65 - (ncse_50 * nt1_43));
-        const real nt1_45 = (ncse_71 - (ncse_51 * nt1_43));
-        const real nt1_46 = (ncse_78 - (ncse_56 * nt1_43));
-        const real nt1_47 = (nt1_9 - (ncse_58 * nt1_43));
-        const real nt1_48 = (ncse_81 - (ncse_59 * nt1_43));
+        const real nt1_43 = (ncse_59 * nt1_21);
+        const real nt1_44 = (ncse_66 - (ncse_51 * nt1_43));
+        const real nt1_45 = (ncse_72 - (ncse_52 * nt1_43));
+        const real nt1_46 = (ncse_79 - (ncse_57 * nt1_43));
+        const real nt1_47 = (nt1_9 - (ncse_59 * nt1_43));
+        const real nt1_48 = (ncse_82 - (ncse_60 * nt1_43));
         const real nt1_49 = (nt1_10 - (nt1_2 * nt1_43));
-        const real nt1_50 = (ncse_59 * nt1_21);
-        const real nt1_51 = (ncse_66 - (ncse_50 * nt1_50));
-        const real nt1_52 = (ncse_72 - (ncse_51 * nt1_50));
-        const real nt1_53 = (ncse_79 - (ncse_56 * nt1_50));
-        const real nt1_54 = (ncse_81 - (ncse_58 * nt1_50));
-        const real nt1_55 = (nt1_11 - (ncse_59 * nt1_50));
+        const real nt1_50 = (ncse_60 * nt1_21);
+        const real nt1_51 = (ncse_67 - (ncse_51 * nt1_50));
+        const real nt1_52 = (ncse_73 - (ncse_52 * nt1_50));
+        const real nt1_53 = (ncse_80 - (ncse_57 * nt1_50));
+        const real nt1_54 = (ncse_82 - (ncse_59 * nt1_50));
+        const real nt1_55 = (nt1_11 - (ncse_60 * nt1_50));
         const real nt1_56 = (nt1_12 - (nt1_2 * nt1_50));
         const real nt1_57 = (nt1_13 * nt1_21);
-        const real nt1_58 = (nt1_14 - (ncse_50 * nt1_57));
-        const real nt1_59 = (nt1_15 - (ncse_51 * nt1_57));
-        const real nt1_60 = (nt1_16 - (ncse_56 * nt1_57));
-        const real nt1_61 = (nt1_17 - (ncse_58 * nt1_57));
-        const real nt1_62 = (nt1_18 - (ncse_59 * nt1_57));
+        const real nt1_58 = (nt1_14 - (ncse_51 * nt1_57));
+        const real nt1_59 = (nt1_15 - (ncse_52 * nt1_57));
+        const real nt1_60 = (nt1_16 - (ncse_57 * nt1_57));
+        const real nt1_61 = (nt1_17 - (ncse_59 * nt1_57));
+        const real nt1_62 = (nt1_18 - (ncse_60 * nt1_57));
         const real nt1_63 = (nt1_19 - (nt1_2 * nt1_57));
         const int nt1_ok_1_64_part0 = ((fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_24))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_27))));
         const int nt1_64 = (nt1_ok_1_64_part0 & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_28))));
@@ -2518,7 +2526,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_176 = (nt1_119 * (nt1_163 - (nt1_100 * nt1_175) - (nt1_101 * nt1_174) - (nt1_102 * nt1_173)));
         const real nt1_177 = (nt1_97 * (nt1_158 - (nt1_68 * nt1_176) - (nt1_69 * nt1_175) - (nt1_70 * nt1_174) - (nt1_71 * nt1_173)));
         const real nt1_178 = (nt1_65 * (nt1_152 - (nt1_24 * nt1_177) - (nt1_25 * nt1_176) - (nt1_26 * nt1_175) - (nt1_27 * nt1_174) - (nt1_28 * nt1_173)));
-        const real nt1_179 = (nt1_21 * (nt1_145 - (ncse_50 * nt1_178) - (ncse_51 * nt1_177) - (ncse_56 * nt1_176) - (ncse_58 * nt1_175) - (ncse_59 * nt1_174) - (nt1_2 * nt1_173)));
+        const real nt1_179 = (nt1_21 * (nt1_145 - (ncse_51 * nt1_178) - (ncse_52 * nt1_177) - (ncse_57 * nt1_176) - (ncse_59 * nt1_175) - (ncse_60 * nt1_174) - (nt1_2 * nt1_173)));
         const real nt1_dx_0 = nt1_179;
         const real nt1_dx_1 = nt1_178;
         const real nt1_dx_2 = nt1_177;
@@ -2534,61 +2542,61 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_Ep_5[l] = mc_go ? v_state_internal_Ep_5[l] + nt1_dx_5 : v_state_internal_Ep_5[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_6 : v_state_internal_gamma_rate[l];
         if (V & 2) v_j2_perfect_return_map_iterations[l] = v_j2_perfect_return_map_iterations[l] + mc_go;
-        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_12 * ncse_12)))));
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_50;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_51;
-        if (V & 1) mc_A[3 * MC_W + l] = ncse_56;
-        if (V & 1) mc_A[4 * MC_W + l] = ncse_58;
-        if (V & 1) mc_A[5 * MC_W + l] = ncse_59;
-        if (V & 1) mc_A[6 * MC_W + l] = (ncse_31 * ncse_53);
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_51;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_52;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_57;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_60;
+        if (V & 1) mc_A[6 * MC_W + l] = (ncse_31 * ncse_54);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[7 * MC_W + l] = ncse_50;
-        if (V & 1) mc_A[8 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_33 * ncse_33)))));
-        if (V & 1) mc_A[9 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_63;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_65;
-        if (V & 1) mc_A[12 * MC_W + l] = ncse_66;
-        if (V & 1) mc_A[13 * MC_W + l] = (ncse_33 * ncse_67);
+        if (V & 1) mc_A[7 * MC_W + l] = ncse_51;
+        if (V & 1) mc_A[8 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_33 * ncse_33)))));
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_64;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_67;
+        if (V & 1) mc_A[13 * MC_W + l] = (ncse_33 * ncse_68);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[14 * MC_W + l] = ncse_51;
-        if (V & 1) mc_A[15 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[16 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_41 - (ncse_44 * (ncse_34 * ncse_34)))));
-        if (V & 1) mc_A[17 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[18 * MC_W + l] = ncse_71;
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_72;
-        if (V & 1) mc_A[20 * MC_W + l] = (ncse_34 * ncse_67);
+        if (V & 1) mc_A[14 * MC_W + l] = ncse_52;
+        if (V & 1) mc_A[15 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[16 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_34 * ncse_34)))));
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_70;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_73;
+        if (V & 1) mc_A[20 * MC_W + l] = (ncse_34 * ncse_68);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
-        if (V & 1) mc_A[21 * MC_W + l] = ncse_56;
-        if (V & 1) mc_A[22 * MC_W + l] = ncse_63;
-        if (V & 1) mc_A[23 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[24 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_17 * ncse_74))));
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_78;
-        if (V & 1) mc_A[26 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[27 * MC_W + l] = (ncse_15 * ncse_80);
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_57;
+        if (V & 1) mc_A[22 * MC_W + l] = ncse_64;
+        if (V & 1) mc_A[23 * MC_W + l] = ncse_70;
+        if (V & 1) mc_A[24 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_17 * ncse_75))));
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[27 * MC_W + l] = (ncse_15 * ncse_81);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
-        if (V & 1) mc_A[28 * MC_W + l] = ncse_58;
-        if (V & 1) mc_A[29 * MC_W + l] = ncse_65;
-        if (V & 1) mc_A[30 * MC_W + l] = ncse_71;
-        if (V & 1) mc_A[31 * MC_W + l] = ncse_78;
-        if (V & 1) mc_A[32 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_20 * ncse_74))));
-        if (V & 1) mc_A[33 * MC_W + l] = ncse_81;
-        if (V & 1) mc_A[34 * MC_W + l] = (ncse_19 * ncse_80);
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[30 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[31 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[32 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_20 * ncse_75))));
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[34 * MC_W + l] = (ncse_19 * ncse_81);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
-        if (V & 1) mc_A[35 * MC_W + l] = ncse_59;
-        if (V & 1) mc_A[36 * MC_W + l] = ncse_66;
-        if (V & 1) mc_A[37 * MC_W + l] = ncse_72;
-        if (V & 1) mc_A[38 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[39 * MC_W + l] = ncse_81;
-        if (V & 1) mc_A[40 * MC_W + l] = (((real)1.0) - (ncse_47 * (-ncse_73 - (ncse_23 * ncse_74))));
-        if (V & 1) mc_A[41 * MC_W + l] = (ncse_22 * ncse_80);
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_60;
+        if (V & 1) mc_A[36 * MC_W + l] = ncse_67;
+        if (V & 1) mc_A[37 * MC_W + l] = ncse_73;
+        if (V & 1) mc_A[38 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[39 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[40 * MC_W + l] = (((real)1.0) - (ncse_48 * (-ncse_74 - (ncse_23 * ncse_75))));
+        if (V & 1) mc_A[41 * MC_W + l] = (ncse_22 * ncse_81);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
-        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_12 * ncse_84);
-        if (V & 1) mc_A[43 * MC_W + l] = (-ncse_33 * ncse_84);
-        if (V & 1) mc_A[44 * MC_W + l] = (-ncse_34 * ncse_84);
-        if (V & 1) mc_A[45 * MC_W + l] = (-ncse_52 * ncse_85);
-        if (V & 1) mc_A[46 * MC_W + l] = (-ncse_19 * ncse_86);
-        if (V & 1) mc_A[47 * MC_W + l] = (-ncse_22 * ncse_86);
-        if (V & 1) mc_A[48 * MC_W + l] = (ncse_35 * ncse_82);
+        if (V & 1) mc_A[42 * MC_W + l] = (-ncse_12 * ncse_85);
+        if (V & 1) mc_A[43 * MC_W + l] = (-ncse_33 * ncse_85);
+        if (V & 1) mc_A[44 * MC_W + l] = (-ncse_34 * ncse_85);
+        if (V & 1) mc_A[45 * MC_W + l] = (-ncse_53 * ncse_86);
+        if (V & 1) mc_A[46 * MC_W + l] = (-ncse_19 * ncse_87);
+        if (V & 1) mc_A[47 * MC_W + l] = (-ncse_22 * ncse_87);
+        if (V & 1) mc_A[48 * MC_W + l] = (ncse_35 * ncse_83);
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
@@ -2740,35 +2748,35 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_39[MC_W];
     real v_cse_40[MC_W];
     real v_cse_43[MC_W];
-    real v_cse_45[MC_W];
-    real v_cse_48[MC_W];
-    real v_cse_49[MC_W];
+    real v_cse_46[MC_W];
+    real v_cse_50[MC_W];
     real v_cse_51[MC_W];
-    real v_cse_55[MC_W];
-    real v_cse_56[MC_W];
-    real v_cse_59[MC_W];
+    real v_cse_53[MC_W];
+    real v_cse_57[MC_W];
+    real v_cse_58[MC_W];
     real v_cse_61[MC_W];
-    real v_cse_62[MC_W];
+    real v_cse_63[MC_W];
     real v_cse_64[MC_W];
-    real v_cse_65[MC_W];
     real v_cse_66[MC_W];
     real v_cse_67[MC_W];
-    real v_cse_70[MC_W];
+    real v_cse_68[MC_W];
+    real v_cse_69[MC_W];
     real v_cse_72[MC_W];
-    real v_cse_75[MC_W];
+    real v_cse_74[MC_W];
     real v_cse_77[MC_W];
     real v_cse_79[MC_W];
-    real v_cse_86[MC_W];
-    real v_cse_93[MC_W];
+    real v_cse_81[MC_W];
+    real v_cse_88[MC_W];
     real v_cse_95[MC_W];
-    real v_cse_101[MC_W];
-    real v_cse_102[MC_W];
-    real v_cse_105[MC_W];
-    real v_cse_106[MC_W];
-    real v_cse_111[MC_W];
-    real v_cse_112[MC_W];
+    real v_cse_97[MC_W];
+    real v_cse_103[MC_W];
+    real v_cse_104[MC_W];
+    real v_cse_107[MC_W];
+    real v_cse_108[MC_W];
     real v_cse_113[MC_W];
-    real v_cse_145[MC_W];
+    real v_cse_114[MC_W];
+    real v_cse_115[MC_W];
+    real v_cse_147[MC_W];
     real v_cse_25[MC_W];
     real v_cse_28[MC_W];
     real v_cse_29[MC_W];
@@ -2808,9 +2816,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
+        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real p_sigma_y = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real cse_0 = (forces_E_0 - state_internal_Ep_0);
         const real cse_1 = (forces_E_1 - state_internal_Ep_1);
@@ -2859,178 +2867,180 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_39 = (cse_36 + cse_37 + cse_38);
         const real cse_40 = (p_E * p_E);
         const real cse_41 = (cse_26 * cse_40);
-        const real cse_148 = (cse_32 - cse_30 - cse_31);
-        const real cse_149 = (cse_33 - cse_30 - cse_34);
-        const real cse_150 = (cse_35 - cse_31 - cse_34);
-        const real cse_42 = sqrt(mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_148 * cse_148)) + ((cse_12 * cse_12) * (cse_149 * cse_149)) + ((cse_12 * cse_12) * (cse_150 * cse_150)))));
+        const real cse_150 = (cse_32 - cse_30 - cse_31);
+        const real cse_151 = (cse_33 - cse_30 - cse_34);
+        const real cse_152 = (cse_35 - cse_31 - cse_34);
+        const real cse_42 = sqrt(mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152)))));
         const real cse_43 = mc_sdiv(((real)1.0), cse_42);
-        const real cse_44 = (-((real)0.6666666666666666) * cse_43);
-        const real cse_45 = (-cse_32 - cse_33 + (((real)1.3333333333333333) * cse_0));
-        const real cse_46 = mc_sdiv(((real)1.0), (((real)2.0) * cse_42));
-        const real cse_47 = mc_sdiv(((real)1.0), (cse_42 * cse_42));
-        const real cse_48 = (-cse_44 - (((real)0.5) * cse_41 * cse_46 * cse_47 * (cse_45 * cse_45)));
-        const real cse_49 = (forces_t - old_forces_t);
-        const real cse_50 = (-cse_49);
-        const real cse_51 = (cse_50 * state_internal_gamma_rate);
-        const real cse_52 = (cse_12 * cse_51);
-        const real cse_53 = (cse_48 * cse_52);
-        const real cse_54 = (((real)0.3333333333333333) * cse_43);
-        const real cse_55 = (-cse_32 - cse_35 + (((real)1.3333333333333333) * cse_1));
-        const real cse_56 = (cse_46 * cse_47);
-        const real cse_57 = (((real)0.5) * cse_56);
-        const real cse_58 = (cse_41 * cse_45 * cse_57);
-        const real cse_59 = (-cse_54 - (cse_55 * cse_58));
-        const real cse_60 = (-cse_52 * cse_59);
-        const real cse_61 = (-cse_33 - cse_35 + (((real)1.3333333333333333) * cse_2));
-        const real cse_62 = (-cse_54 - (cse_58 * cse_61));
-        const real cse_63 = (-cse_52 * cse_62);
-        const real cse_64 = (cse_15 * cse_51);
-        const real cse_65 = (cse_11 * cse_11 * cse_11);
-        const real cse_66 = (cse_56 * (p_E * p_E * p_E));
-        const real cse_67 = (cse_45 * cse_66);
-        const real cse_68 = (cse_65 * cse_67);
-        const real cse_69 = (cse_64 * cse_68);
-        const real cse_70 = (cse_17 * cse_51);
-        const real cse_71 = (cse_68 * cse_70);
-        const real cse_72 = (cse_19 * cse_51);
-        const real cse_73 = (cse_68 * cse_72);
-        const real cse_74 = (cse_43 * cse_50);
-        const real cse_75 = (((real)0.5) * cse_12);
-        const real cse_76 = (cse_74 * cse_75);
-        const real cse_77 = (-cse_44 - (((real)0.5) * cse_41 * cse_46 * cse_47 * (cse_55 * cse_55)));
-        const real cse_78 = (cse_52 * cse_77);
-        const real cse_79 = (-cse_54 - (cse_41 * cse_55 * cse_57 * cse_61));
-        const real cse_80 = (-cse_52 * cse_79);
-        const real cse_81 = (cse_65 * cse_66);
-        const real cse_82 = (cse_55 * cse_81);
-        const real cse_83 = (cse_64 * cse_82);
-        const real cse_84 = (cse_70 * cse_82);
-        const real cse_85 = (cse_72 * cse_82);
-        const real cse_86 = (-cse_44 - (((real)0.5) * cse_41 * cse_46 * cse_47 * (cse_61 * cse_61)));
-        const real cse_87 = (cse_52 * cse_86);
-        const real cse_88 = (cse_61 * cse_81);
-        const real cse_89 = (cse_64 * cse_88);
-        const real cse_90 = (cse_70 * cse_88);
-        const real cse_91 = (cse_72 * cse_88);
-        const real cse_92 = (-cse_43);
-        const real cse_93 = (((real)2.0) * cse_36);
-        const real cse_94 = (cse_41 * cse_56);
-        const real cse_95 = (-cse_92 - (cse_93 * cse_94));
-        const real cse_96 = (cse_52 * cse_95);
-        const real cse_97 = (((real)2.0) * cse_81);
-        const real cse_98 = (cse_64 * cse_97);
-        const real cse_99 = (cse_17 * cse_98);
-        const real cse_100 = (cse_19 * cse_98);
-        const real cse_101 = (((real)2.0) * cse_37);
-        const real cse_102 = (-cse_92 - (cse_101 * cse_94));
-        const real cse_103 = (cse_102 * cse_52);
-        const real cse_104 = (cse_19 * cse_70 * cse_97);
-        const real cse_105 = (((real)2.0) * cse_38);
-        const real cse_106 = (-cse_92 - (cse_105 * cse_94));
-        const real cse_107 = (cse_106 * cse_52);
-        const real cse_108 = (p_E * cse_49);
-        const real cse_111 = ((-(cse_108 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42)))) > 0 ? 1 : 0);
-        const real cse_112 = (-((real)1.0) + cse_111);
-        const real cse_113 = (cse_112 * cse_46);
-        const real cse_114 = (cse_113 * cse_41);
-        const real cse_115 = (-cse_114 * cse_45);
-        const real cse_116 = (-cse_114 * cse_55);
-        const real cse_117 = (-cse_114 * cse_61);
-        const real cse_118 = (((real)2.0) * cse_114);
-        const real cse_119 = (-cse_118 * cse_15);
-        const real cse_120 = (-cse_118 * cse_17);
-        const real cse_121 = (-cse_118 * cse_19);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_53);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_60;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_63;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_69;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_71;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[6 * MC_W + l] = (cse_45 * cse_76);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_60;
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = (((real)1.0) - cse_78);
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_80;
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = (cse_55 * cse_76);
-        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_63;
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = cse_80;
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = (((real)1.0) - cse_87);
-        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_89;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_90;
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_91;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = (cse_61 * cse_76);
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_69;
-        if (V & 14) mc_ls1_A[22 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_89;
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = (((real)1.0) - cse_96);
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (cse_74 * state_S_3);
-        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_71;
-        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_90;
-        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = (((real)1.0) - cse_103);
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_104;
-        if (V & 14) mc_ls1_A[34 * MC_W + l] = (cse_74 * state_S_4);
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_91;
-        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_104;
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = (((real)1.0) - cse_107);
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = (cse_74 * state_S_5);
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = cse_119;
-        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_120;
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_121;
-        if (V & 14) mc_ls1_A[48 * MC_W + l] = (cse_108 * cse_111);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_53);
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_60;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_63;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_69;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_71;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_60;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_78);
-        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_80;
-        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_63;
-        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_80;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_87);
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_89;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_90;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_91;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_69;
-        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_83;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_89;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_96);
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_71;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_84;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_90;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_99;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_103);
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_104;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_73;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_85;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_91;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_100;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_104;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_107);
-        if (V & 14) mc_ls1_B[36 * MC_W + l] = cse_115;
-        if (V & 14) mc_ls1_B[37 * MC_W + l] = cse_116;
-        if (V & 14) mc_ls1_B[38 * MC_W + l] = cse_117;
-        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_119;
-        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_120;
-        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_121;
+        const real cse_44 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_43);
+        const real cse_45 = (-((real)0.6666666666666666) * cse_44);
+        const real cse_46 = (-cse_32 - cse_33 + (((real)1.3333333333333333) * cse_0));
+        const real cse_47 = mc_sdiv(((real)1.0), (((real)2.0) * cse_42));
+        const real cse_48 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_47);
+        const real cse_49 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_42 * cse_42)));
+        const real cse_50 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_46 * cse_46)));
+        const real cse_51 = (forces_t - old_forces_t);
+        const real cse_52 = (-cse_51);
+        const real cse_53 = (cse_52 * state_internal_gamma_rate);
+        const real cse_54 = (cse_12 * cse_53);
+        const real cse_55 = (cse_50 * cse_54);
+        const real cse_56 = (((real)0.3333333333333333) * cse_44);
+        const real cse_57 = (-cse_32 - cse_35 + (((real)1.3333333333333333) * cse_1));
+        const real cse_58 = (cse_48 * cse_49);
+        const real cse_59 = (((real)0.5) * cse_58);
+        const real cse_60 = (cse_41 * cse_46 * cse_59);
+        const real cse_61 = (-cse_56 - (cse_57 * cse_60));
+        const real cse_62 = (-cse_54 * cse_61);
+        const real cse_63 = (-cse_33 - cse_35 + (((real)1.3333333333333333) * cse_2));
+        const real cse_64 = (-cse_56 - (cse_60 * cse_63));
+        const real cse_65 = (-cse_54 * cse_64);
+        const real cse_66 = (cse_15 * cse_53);
+        const real cse_67 = (cse_11 * cse_11 * cse_11);
+        const real cse_68 = (cse_58 * (p_E * p_E * p_E));
+        const real cse_69 = (cse_46 * cse_68);
+        const real cse_70 = (cse_67 * cse_69);
+        const real cse_71 = (cse_66 * cse_70);
+        const real cse_72 = (cse_17 * cse_53);
+        const real cse_73 = (cse_70 * cse_72);
+        const real cse_74 = (cse_19 * cse_53);
+        const real cse_75 = (cse_70 * cse_74);
+        const real cse_76 = (cse_43 * cse_52);
+        const real cse_77 = (((real)0.5) * cse_12);
+        const real cse_78 = (cse_76 * cse_77);
+        const real cse_79 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_57 * cse_57)));
+        const real cse_80 = (cse_54 * cse_79);
+        const real cse_81 = (-cse_56 - (cse_41 * cse_57 * cse_59 * cse_63));
+        const real cse_82 = (-cse_54 * cse_81);
+        const real cse_83 = (cse_67 * cse_68);
+        const real cse_84 = (cse_57 * cse_83);
+        const real cse_85 = (cse_66 * cse_84);
+        const real cse_86 = (cse_72 * cse_84);
+        const real cse_87 = (cse_74 * cse_84);
+        const real cse_88 = (-cse_45 - (((real)0.5) * cse_41 * cse_48 * cse_49 * (cse_63 * cse_63)));
+        const real cse_89 = (cse_54 * cse_88);
+        const real cse_90 = (cse_63 * cse_83);
+        const real cse_91 = (cse_66 * cse_90);
+        const real cse_92 = (cse_72 * cse_90);
+        const real cse_93 = (cse_74 * cse_90);
+        const real cse_94 = (-cse_44);
+        const real cse_95 = (((real)2.0) * cse_36);
+        const real cse_96 = (cse_41 * cse_58);
+        const real cse_97 = (-cse_94 - (cse_95 * cse_96));
+        const real cse_98 = (cse_54 * cse_97);
+        const real cse_99 = (((real)2.0) * cse_83);
+        const real cse_100 = (cse_66 * cse_99);
+        const real cse_101 = (cse_100 * cse_17);
+        const real cse_102 = (cse_100 * cse_19);
+        const real cse_103 = (((real)2.0) * cse_37);
+        const real cse_104 = (-cse_94 - (cse_103 * cse_96));
+        const real cse_105 = (cse_104 * cse_54);
+        const real cse_106 = (cse_19 * cse_72 * cse_99);
+        const real cse_107 = (((real)2.0) * cse_38);
+        const real cse_108 = (-cse_94 - (cse_107 * cse_96));
+        const real cse_109 = (cse_108 * cse_54);
+        const real cse_110 = (p_E * cse_51);
+        const real cse_113 = ((-(cse_110 * state_internal_gamma_rate) - (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_42)))) > 0 ? 1 : 0);
+        const real cse_114 = (-((real)1.0) + cse_113);
+        const real cse_115 = (cse_114 * cse_47);
+        const real cse_116 = (cse_115 * cse_41);
+        const real cse_117 = (-cse_116 * cse_46);
+        const real cse_118 = (-cse_116 * cse_57);
+        const real cse_119 = (-cse_116 * cse_63);
+        const real cse_120 = (((real)2.0) * cse_116);
+        const real cse_121 = (-cse_120 * cse_15);
+        const real cse_122 = (-cse_120 * cse_17);
+        const real cse_123 = (-cse_120 * cse_19);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_55);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_A[6 * MC_W + l] = (cse_46 * cse_78);
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = (((real)1.0) - cse_80);
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = (cse_57 * cse_78);
+        if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = (((real)1.0) - cse_89);
+        if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = (cse_63 * cse_78);
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_A[22 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = (((real)1.0) - cse_98);
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (cse_76 * state_S_3);
+        if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_A[30 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = (((real)1.0) - cse_105);
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_A[34 * MC_W + l] = (cse_76 * state_S_4);
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = (((real)1.0) - cse_109);
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = (cse_76 * state_S_5);
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_123;
+        if (V & 14) mc_ls1_A[48 * MC_W + l] = (cse_110 * cse_113);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_55);
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_62;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_80);
+        if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_65;
+        if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_82;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_89);
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_71;
+        if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_85;
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_91;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_98);
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_73;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_86;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_92;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_101;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_105);
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_75;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_87;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_93;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_102;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_106;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_109);
+        if (V & 14) mc_ls1_B[36 * MC_W + l] = cse_117;
+        if (V & 14) mc_ls1_B[37 * MC_W + l] = cse_118;
+        if (V & 14) mc_ls1_B[38 * MC_W + l] = cse_119;
+        if (V & 14) mc_ls1_B[39 * MC_W + l] = cse_121;
+        if (V & 14) mc_ls1_B[40 * MC_W + l] = cse_122;
+        if (V & 14) mc_ls1_B[41 * MC_W + l] = cse_123;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -3057,34 +3067,34 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_39[l] = cse_39;
         if (V & 14) v_cse_40[l] = cse_40;
         if (V & 14) v_cse_43[l] = cse_43;
-        if (V & 14) v_cse_45[l] = cse_45;
-        if (V & 14) v_cse_48[l] = cse_48;
-        if (V & 14) v_cse_49[l] = cse_49;
+        if (V & 14) v_cse_46[l] = cse_46;
+        if (V & 14) v_cse_50[l] = cse_50;
         if (V & 14) v_cse_51[l] = cse_51;
-        if (V & 14) v_cse_55[l] = cse_55;
-        if (V & 14) v_cse_56[l] = cse_56;
-        if (V & 14) v_cse_59[l] = cse_59;
+        if (V & 14) v_cse_53[l] = cse_53;
+        if (V & 14) v_cse_57[l] = cse_57;
+        if (V & 14) v_cse_58[l] = cse_58;
         if (V & 14) v_cse_61[l] = cse_61;
-        if (V & 14) v_cse_62[l] = cse_62;
+        if (V & 14) v_cse_63[l] = cse_63;
         if (V & 14) v_cse_64[l] = cse_64;
-        if (V & 14) v_cse_65[l] = cse_65;
         if (V & 14) v_cse_66[l] = cse_66;
         if (V & 14) v_cse_67[l] = cse_67;
-        if (V & 14) v_cse_70[l] = cse_70;
+        if (V & 14) v_cse_68[l] = cse_68;
+        if (V & 14) v_cse_69[l] = cse_69;
         if (V & 14) v_cse_72[l] = cse_72;
-        if (V & 14) v_cse_75[l] = cse_75;
+        if (V & 14) v_cse_74[l] = cse_74;
         if (V & 14) v_cse_77[l] = cse_77;
         if (V & 14) v_cse_79[l] = cse_79;
-        if (V & 14) v_cse_86[l] = cse_86;
-        if (V & 14) v_cse_93[l] = cse_93;
+        if (V & 14) v_cse_81[l] = cse_81;
+        if (V & 14) v_cse_88[l] = cse_88;
         if (V & 14) v_cse_95[l] = cse_95;
-        if (V & 14) v_cse_101[l] = cse_101;
-        if (V & 14) v_cse_102[l] = cse_102;
-        if (V & 14) v_cse_105[l] = cse_105;
-        if (V & 14) v_cse_106[l] = cse_106;
-        if (V & 14) v_cse_111[l] = cse_111;
-        if (V & 14) v_cse_112[l] = cse_112;
+        if (V & 14) v_cse_97[l] = cse_97;
+        if (V & 14) v_cse_103[l] = cse_103;
+        if (V & 14) v_cse_104[l] = cse_104;
+        if (V & 14) v_cse_107[l] = cse_107;
+        if (V & 14) v_cse_108[l] = cse_108;
         if (V & 14) v_cse_113[l] = cse_113;
+        if (V & 14) v_cse_114[l] = cse_114;
+        if (V & 14) v_cse_115[l] = cse_115;
     }
     if (V & 14) {
         mc_lu_solve(7, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -3136,14 +3146,14 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
             const real cse_43 = v_cse_43[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_75 = v_cse_75[l];
-            const real cse_45 = v_cse_45[l];
-            const real cse_55 = v_cse_55[l];
-            const real cse_61 = v_cse_61[l];
+            const real cse_77 = v_cse_77[l];
+            const real cse_46 = v_cse_46[l];
+            const real cse_57 = v_cse_57[l];
+            const real cse_63 = v_cse_63[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_111 = v_cse_111[l];
+            const real cse_113 = v_cse_113[l];
             o_j[0 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d2 + d3)) + (p_E * cse_11 * (cse_22 + (cse_23 * d1)))) : MC_NAN;
             o_j[1 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d5 + d6)) + (p_E * cse_11 * (cse_7 + (cse_23 * d4)))) : MC_NAN;
             o_j[2 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d8 + d9)) + (p_E * cse_11 * (cse_7 + (cse_23 * d7)))) : MC_NAN;
@@ -3180,73 +3190,73 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = j2_perfect_return_map_converged ? (cse_24 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = j2_perfect_return_map_converged ? (cse_12 + (cse_24 * d36)) : MC_NAN;
-            const real cse_122 = (cse_43 * state_internal_gamma_rate);
-            const real cse_123 = (cse_122 * cse_75);
-            const real cse_124 = (cse_123 * cse_45);
-            const real cse_133 = (cse_123 * cse_55);
-            const real cse_135 = (cse_123 * cse_61);
-            const real cse_136 = (cse_122 * state_S_3);
-            const real cse_141 = (cse_122 * state_S_4);
-            const real cse_143 = (cse_122 * state_S_5);
-            const real cse_145 = (cse_111 * state_internal_gamma_rate);
-            const real cse_146 = (p_E * cse_145);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_124;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_124);
+            const real cse_124 = (cse_43 * state_internal_gamma_rate);
+            const real cse_125 = (cse_124 * cse_77);
+            const real cse_126 = (cse_125 * cse_46);
+            const real cse_135 = (cse_125 * cse_57);
+            const real cse_137 = (cse_125 * cse_63);
+            const real cse_138 = (cse_124 * state_S_3);
+            const real cse_143 = (cse_124 * state_S_4);
+            const real cse_145 = (cse_124 * state_S_5);
+            const real cse_147 = (cse_113 * state_internal_gamma_rate);
+            const real cse_148 = (p_E * cse_147);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_126;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_126);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[5 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[6 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[8 * MC_W + l] = cse_133;
-            if (V & 12) mc_ls2_B[9 * MC_W + l] = (-cse_133);
+            if (V & 12) mc_ls2_B[8 * MC_W + l] = cse_135;
+            if (V & 12) mc_ls2_B[9 * MC_W + l] = (-cse_135);
             if (V & 12) mc_ls2_B[10 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[11 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[14 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[15 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[16 * MC_W + l] = cse_135;
-            if (V & 12) mc_ls2_B[17 * MC_W + l] = (-cse_135);
+            if (V & 12) mc_ls2_B[16 * MC_W + l] = cse_137;
+            if (V & 12) mc_ls2_B[17 * MC_W + l] = (-cse_137);
             if (V & 12) mc_ls2_B[18 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[19 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[20 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[21 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[23 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[24 * MC_W + l] = cse_136;
-            if (V & 12) mc_ls2_B[25 * MC_W + l] = (-cse_136);
+            if (V & 12) mc_ls2_B[24 * MC_W + l] = cse_138;
+            if (V & 12) mc_ls2_B[25 * MC_W + l] = (-cse_138);
             if (V & 12) mc_ls2_B[26 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[27 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[28 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[30 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[31 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[32 * MC_W + l] = cse_141;
-            if (V & 12) mc_ls2_B[33 * MC_W + l] = (-cse_141);
+            if (V & 12) mc_ls2_B[32 * MC_W + l] = cse_143;
+            if (V & 12) mc_ls2_B[33 * MC_W + l] = (-cse_143);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[35 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[36 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[37 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_143;
-            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_143);
+            if (V & 12) mc_ls2_B[40 * MC_W + l] = cse_145;
+            if (V & 12) mc_ls2_B[41 * MC_W + l] = (-cse_145);
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[45 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[46 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[48 * MC_W + l] = (-cse_146);
-            if (V & 12) mc_ls2_B[49 * MC_W + l] = cse_146;
+            if (V & 12) mc_ls2_B[48 * MC_W + l] = (-cse_148);
+            if (V & 12) mc_ls2_B[49 * MC_W + l] = cse_148;
             if (V & 12) mc_ls2_B[50 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[51 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[54 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[55 * MC_W + l] = ((real)0.0);
-            if (V & 12) v_cse_145[l] = cse_145;
+            if (V & 12) v_cse_147[l] = cse_147;
         }
     }
     if (V & 12) {
@@ -3311,41 +3321,41 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_3 = v_cse_3[l];
             const real cse_26 = v_cse_26[l];
             const real cse_40 = v_cse_40[l];
-            const real cse_56 = v_cse_56[l];
-            const real cse_65 = v_cse_65[l];
+            const real cse_58 = v_cse_58[l];
+            const real cse_67 = v_cse_67[l];
             const real cse_39 = v_cse_39[l];
             const real cse_7 = v_cse_7[l];
             const real cse_0 = v_cse_0[l];
             const real cse_1 = v_cse_1[l];
             const real cse_2 = v_cse_2[l];
-            const real cse_66 = v_cse_66[l];
-            const real cse_101 = v_cse_101[l];
-            const real cse_105 = v_cse_105[l];
+            const real cse_68 = v_cse_68[l];
+            const real cse_103 = v_cse_103[l];
+            const real cse_107 = v_cse_107[l];
             const real cse_13 = v_cse_13[l];
             const real cse_14 = v_cse_14[l];
-            const real cse_45 = v_cse_45[l];
-            const real cse_55 = v_cse_55[l];
-            const real cse_61 = v_cse_61[l];
+            const real cse_46 = v_cse_46[l];
+            const real cse_57 = v_cse_57[l];
+            const real cse_63 = v_cse_63[l];
             const real cse_9 = v_cse_9[l];
-            const real cse_93 = v_cse_93[l];
-            const real cse_48 = v_cse_48[l];
-            const real cse_51 = v_cse_51[l];
-            const real cse_59 = v_cse_59[l];
-            const real cse_62 = v_cse_62[l];
-            const real cse_67 = v_cse_67[l];
-            const real cse_77 = v_cse_77[l];
-            const real cse_79 = v_cse_79[l];
-            const real cse_86 = v_cse_86[l];
-            const real cse_64 = v_cse_64[l];
             const real cse_95 = v_cse_95[l];
-            const real cse_102 = v_cse_102[l];
-            const real cse_70 = v_cse_70[l];
-            const real cse_106 = v_cse_106[l];
+            const real cse_50 = v_cse_50[l];
+            const real cse_53 = v_cse_53[l];
+            const real cse_61 = v_cse_61[l];
+            const real cse_64 = v_cse_64[l];
+            const real cse_69 = v_cse_69[l];
+            const real cse_79 = v_cse_79[l];
+            const real cse_81 = v_cse_81[l];
+            const real cse_88 = v_cse_88[l];
+            const real cse_66 = v_cse_66[l];
+            const real cse_97 = v_cse_97[l];
+            const real cse_104 = v_cse_104[l];
             const real cse_72 = v_cse_72[l];
-            const real cse_113 = v_cse_113[l];
-            const real cse_145 = v_cse_145[l];
-            const real cse_49 = v_cse_49[l];
-            const real cse_112 = v_cse_112[l];
+            const real cse_108 = v_cse_108[l];
+            const real cse_74 = v_cse_74[l];
+            const real cse_115 = v_cse_115[l];
+            const real cse_147 = v_cse_147[l];
+            const real cse_51 = v_cse_51[l];
+            const real cse_114 = v_cse_114[l];
             o_j[134 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d38 + d39)) + (p_E * cse_11 * cse_23 * d37)) : MC_NAN;
             o_j[142 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d39)) + (p_E * cse_11 * cse_23 * d38)) : MC_NAN;
             o_j[150 * MC_W + l] = j2_perfect_return_map_converged ? (-(cse_21 * (d37 + d38)) + (p_E * cse_11 * cse_23 * d39)) : MC_NAN;
@@ -3398,43 +3408,43 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_27 = (cse_6 + (cse_4 * (cse_6 * cse_6)));
             const real cse_28 = (cse_27 * cse_3);
             const real cse_29 = (p_E * cse_26);
-            const real cse_125 = (cse_40 * cse_56 * cse_65);
-            const real cse_126 = (-cse_125 * cse_39);
-            const real cse_127 = (cse_11 * cse_11 * cse_11 * cse_11);
-            const real cse_128 = (cse_127 * cse_39);
-            const real cse_129 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
-            const real cse_130 = (-cse_129 - (cse_0 * cse_26));
-            const real cse_131 = (-cse_129 - (cse_1 * cse_26));
-            const real cse_132 = (-cse_129 - (cse_2 * cse_26));
-            const real cse_134 = (cse_128 * cse_66);
-            const real cse_137 = (cse_101 + cse_105);
-            const real cse_138 = ((cse_13 * cse_55) + (cse_14 * cse_61) + (cse_45 * cse_9));
-            const real cse_139 = ((cse_130 * cse_45) + (cse_131 * cse_55) + (cse_132 * cse_61));
-            const real cse_140 = (-cse_139 * cse_26);
-            const real cse_142 = (cse_105 + cse_93);
-            const real cse_144 = (cse_101 + cse_93);
-            const real cse_147 = (cse_137 + cse_93);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_51 * ((cse_11 * ((cse_13 * cse_59) + (cse_14 * cse_62) + (cse_48 * cse_9))) + (cse_126 * cse_45)));
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_51 * ((p_E * ((cse_130 * cse_48) + (cse_131 * cse_59) + (cse_132 * cse_62))) + (cse_128 * cse_67)));
+            const real cse_127 = (cse_40 * cse_58 * cse_67);
+            const real cse_128 = (-cse_127 * cse_39);
+            const real cse_129 = (cse_11 * cse_11 * cse_11 * cse_11);
+            const real cse_130 = (cse_129 * cse_39);
+            const real cse_131 = (-cse_3 * ((cse_11 * cse_27) - (cse_26 * cse_7)));
+            const real cse_132 = (-cse_131 - (cse_0 * cse_26));
+            const real cse_133 = (-cse_131 - (cse_1 * cse_26));
+            const real cse_134 = (-cse_131 - (cse_2 * cse_26));
+            const real cse_136 = (cse_130 * cse_68);
+            const real cse_139 = (cse_103 + cse_107);
+            const real cse_140 = ((cse_13 * cse_57) + (cse_14 * cse_63) + (cse_46 * cse_9));
+            const real cse_141 = ((cse_132 * cse_46) + (cse_133 * cse_57) + (cse_134 * cse_63));
+            const real cse_142 = (-cse_141 * cse_26);
+            const real cse_144 = (cse_107 + cse_95);
+            const real cse_146 = (cse_103 + cse_95);
+            const real cse_149 = (cse_139 + cse_95);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_61) + (cse_14 * cse_64) + (cse_50 * cse_9))) + (cse_128 * cse_46)));
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_50) + (cse_133 * cse_61) + (cse_134 * cse_64))) + (cse_130 * cse_69)));
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_51 * ((cse_11 * ((cse_13 * cse_77) + (cse_14 * cse_79) + (cse_59 * cse_9))) + (cse_126 * cse_55)));
-            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_51 * ((p_E * ((cse_130 * cse_59) + (cse_131 * cse_77) + (cse_132 * cse_79))) + (cse_134 * cse_55)));
+            if (V & 8) mc_ls3_B[3 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_81) + (cse_61 * cse_9))) + (cse_128 * cse_57)));
+            if (V & 8) mc_ls3_B[4 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_61) + (cse_133 * cse_79) + (cse_134 * cse_81))) + (cse_136 * cse_57)));
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_51 * ((cse_11 * ((cse_13 * cse_79) + (cse_14 * cse_86) + (cse_62 * cse_9))) + (cse_126 * cse_61)));
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_51 * ((p_E * ((cse_130 * cse_62) + (cse_131 * cse_79) + (cse_132 * cse_86))) + (cse_134 * cse_61)));
+            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_53 * ((cse_11 * ((cse_13 * cse_81) + (cse_14 * cse_88) + (cse_64 * cse_9))) + (cse_128 * cse_63)));
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_53 * ((p_E * ((cse_132 * cse_64) + (cse_133 * cse_81) + (cse_134 * cse_88))) + (cse_136 * cse_63)));
             if (V & 8) mc_ls3_B[8 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_64 * ((cse_11 * cse_95) + (cse_125 * (-cse_137 - cse_138))));
-            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_64 * ((cse_66 * (cse_140 + (cse_127 * cse_137))) - (cse_29 * cse_95)));
+            if (V & 8) mc_ls3_B[9 * MC_W + l] = (-cse_66 * ((cse_11 * cse_97) + (cse_127 * (-cse_139 - cse_140))));
+            if (V & 8) mc_ls3_B[10 * MC_W + l] = (-cse_66 * ((cse_68 * (cse_142 + (cse_129 * cse_139))) - (cse_29 * cse_97)));
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_70 * ((cse_102 * cse_11) + (cse_125 * (-cse_138 - cse_142))));
-            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_70 * ((cse_66 * (cse_140 + (cse_127 * cse_142))) - (cse_102 * cse_29)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_72 * ((cse_104 * cse_11) + (cse_127 * (-cse_140 - cse_144))));
+            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_72 * ((cse_68 * (cse_142 + (cse_129 * cse_144))) - (cse_104 * cse_29)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_72 * ((cse_106 * cse_11) + (cse_125 * (-cse_138 - cse_144))));
-            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_72 * ((cse_66 * (cse_140 + (cse_127 * cse_144))) - (cse_106 * cse_29)));
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = (-cse_74 * ((cse_108 * cse_11) + (cse_127 * (-cse_140 - cse_146))));
+            if (V & 8) mc_ls3_B[16 * MC_W + l] = (-cse_74 * ((cse_68 * (cse_142 + (cse_129 * cse_146))) - (cse_108 * cse_29)));
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-(cse_145 * cse_49) - (cse_113 * cse_29 * (cse_138 + cse_147)));
-            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_113 * cse_40 * ((cse_11 * cse_139) - (cse_147 * cse_65)));
-            if (V & 8) mc_ls3_B[20 * MC_W + l] = (((real)0.816496580927726) * cse_112);
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-(cse_147 * cse_51) - (cse_115 * cse_29 * (cse_140 + cse_149)));
+            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_115 * cse_40 * ((cse_11 * cse_141) - (cse_149 * cse_67)));
+            if (V & 8) mc_ls3_B[20 * MC_W + l] = (((real)0.816496580927726) * cse_114);
             if (V & 8) v_cse_25[l] = cse_25;
             if (V & 8) v_cse_28[l] = cse_28;
             if (V & 8) v_cse_29[l] = cse_29;

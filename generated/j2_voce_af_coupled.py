@@ -105,10 +105,10 @@ def _torch_newton_1(
         ncse_31 = (-(0.3333333333333333 * state_internal_X_0) + (0.3333333333333333 * ncse_4))
         ncse_32 = (ncse_13 * ncse_29)
         ncse_33 = (-(0.6666666666666666 * state_internal_X_0) + (ncse_1 * ncse_8))
-        ncse_217 = (-ncse_10 - ncse_31 - ncse_32 + (0.3333333333333333 * state_internal_X_2))
-        ncse_218 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
-        ncse_219 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
-        ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_217 * ncse_217) + (ncse_218 * ncse_218) + (ncse_219 * ncse_219)), min=0.0))
+        ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (0.3333333333333333 * state_internal_X_2))
+        ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
+        ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
+        ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221)), min=0.0))
         ncse_35 = _sdiv(1.0, ncse_34)
         ncse_36 = (forces_t - old_forces_t)
         ncse_37 = (ncse_36 * state_internal_gamma_rate)
@@ -116,12 +116,12 @@ def _torch_newton_1(
         ncse_39 = (0.5 * ncse_38)
         ncse_40 = (ncse_11 - ncse_14 - ncse_33 - (1.3333333333333333 * state_internal_X_1) + (1.3333333333333333 * p_E * ncse_2 * ncse_7))
         ncse_41 = (ncse_5 - ncse_33 - ncse_9 - (1.3333333333333333 * state_internal_X_2) + (1.3333333333333333 * p_E * ncse_13 * ncse_2))
-        ncse_44 = (0.3333333333333333 * ncse_35)
-        ncse_45 = (p_C * ncse_44)
+        ncse_44 = (p_C * ncse_35)
+        ncse_45 = (0.3333333333333333 * ncse_44)
         ncse_46 = ((ncse_16 * ncse_45) - (p_g * state_internal_X_0))
         ncse_47 = ((ncse_40 * ncse_45) - (p_g * state_internal_X_1))
         ncse_48 = ((ncse_41 * ncse_45) - (p_g * state_internal_X_2))
-        ncse_49 = (0.6666666666666666 * p_C * ncse_35)
+        ncse_49 = (0.6666666666666666 * ncse_44)
         ncse_50 = ((ncse_19 * ncse_49) - (p_g * state_internal_X_3))
         ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4))
         ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5))
@@ -129,168 +129,170 @@ def _torch_newton_1(
         ncse_54 = (-p_sigma_y + (1.224744871391589 * ncse_34) - (p_R * (1.0 - ncse_53)))
         ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
         ncse_56 = torch.sqrt(torch.clamp(((0.6666666666666666 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), min=0.0))
-        ncse_57 = (-0.6666666666666666 * ncse_35)
-        ncse_58 = _sdiv(1.0, (2.0 * ncse_34))
-        ncse_59 = (ncse_58 * _sdiv(1.0, (ncse_34 * ncse_34)))
-        ncse_60 = (0.5 * ncse_59)
-        ncse_61 = (ncse_57 + (ncse_60 * (ncse_16 * ncse_16)))
-        ncse_62 = (-ncse_61)
-        ncse_63 = (-ncse_36)
-        ncse_64 = (ncse_63 * state_internal_gamma_rate)
-        ncse_65 = (ncse_3 * ncse_64)
-        ncse_66 = (ncse_16 * ncse_60)
-        ncse_67 = (ncse_44 + (ncse_40 * ncse_66))
-        ncse_68 = (-ncse_67)
-        ncse_69 = (-ncse_65 * ncse_68)
-        ncse_70 = (ncse_44 + (ncse_41 * ncse_66))
-        ncse_71 = (-ncse_70)
-        ncse_72 = (-ncse_65 * ncse_71)
-        ncse_73 = (ncse_59 * ncse_65)
-        ncse_74 = (ncse_16 * ncse_73)
-        ncse_75 = (ncse_19 * ncse_74)
-        ncse_76 = (ncse_23 * ncse_74)
-        ncse_77 = (ncse_27 * ncse_74)
-        ncse_78 = (ncse_64 * ncse_67)
-        ncse_79 = (ncse_64 * ncse_70)
-        ncse_80 = (ncse_59 * ncse_64)
-        ncse_81 = (ncse_16 * ncse_80)
-        ncse_82 = (ncse_19 * ncse_81)
-        ncse_83 = (ncse_23 * ncse_81)
-        ncse_84 = (ncse_27 * ncse_81)
-        ncse_85 = (ncse_35 * ncse_63)
-        ncse_86 = (0.5 * ncse_85)
-        ncse_87 = (ncse_57 + (ncse_60 * (ncse_40 * ncse_40)))
-        ncse_88 = (-ncse_87)
-        ncse_89 = (ncse_44 + (ncse_40 * ncse_41 * ncse_60))
+        ncse_57 = torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_35)
+        ncse_58 = (-0.6666666666666666 * ncse_57)
+        ncse_59 = _sdiv(1.0, (2.0 * ncse_34))
+        ncse_60 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_59) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (ncse_34 * ncse_34))))
+        ncse_61 = (0.5 * ncse_60)
+        ncse_62 = (ncse_58 + (ncse_61 * (ncse_16 * ncse_16)))
+        ncse_63 = (-ncse_62)
+        ncse_64 = (-ncse_36)
+        ncse_65 = (ncse_64 * state_internal_gamma_rate)
+        ncse_66 = (ncse_3 * ncse_65)
+        ncse_67 = (0.3333333333333333 * ncse_57)
+        ncse_68 = (ncse_16 * ncse_61)
+        ncse_69 = (ncse_67 + (ncse_40 * ncse_68))
+        ncse_70 = (-ncse_69)
+        ncse_71 = (-ncse_66 * ncse_70)
+        ncse_72 = (ncse_67 + (ncse_41 * ncse_68))
+        ncse_73 = (-ncse_72)
+        ncse_74 = (-ncse_66 * ncse_73)
+        ncse_75 = (ncse_60 * ncse_66)
+        ncse_76 = (ncse_16 * ncse_75)
+        ncse_77 = (ncse_19 * ncse_76)
+        ncse_78 = (ncse_23 * ncse_76)
+        ncse_79 = (ncse_27 * ncse_76)
+        ncse_80 = (ncse_65 * ncse_69)
+        ncse_81 = (ncse_65 * ncse_72)
+        ncse_82 = (ncse_60 * ncse_65)
+        ncse_83 = (ncse_16 * ncse_82)
+        ncse_84 = (ncse_19 * ncse_83)
+        ncse_85 = (ncse_23 * ncse_83)
+        ncse_86 = (ncse_27 * ncse_83)
+        ncse_87 = (ncse_35 * ncse_64)
+        ncse_88 = (0.5 * ncse_87)
+        ncse_89 = (ncse_58 + (ncse_61 * (ncse_40 * ncse_40)))
         ncse_90 = (-ncse_89)
-        ncse_91 = (-ncse_65 * ncse_90)
-        ncse_92 = (ncse_40 * ncse_73)
-        ncse_93 = (ncse_19 * ncse_92)
-        ncse_94 = (ncse_23 * ncse_92)
-        ncse_95 = (ncse_27 * ncse_92)
-        ncse_96 = (ncse_64 * ncse_89)
-        ncse_97 = (ncse_40 * ncse_80)
-        ncse_98 = (ncse_19 * ncse_97)
-        ncse_99 = (ncse_23 * ncse_97)
-        ncse_100 = (ncse_27 * ncse_97)
-        ncse_101 = (ncse_57 + (ncse_60 * (ncse_41 * ncse_41)))
-        ncse_102 = (-ncse_101)
-        ncse_103 = (ncse_41 * ncse_73)
-        ncse_104 = (ncse_103 * ncse_19)
-        ncse_105 = (ncse_103 * ncse_23)
-        ncse_106 = (ncse_103 * ncse_27)
-        ncse_107 = (ncse_41 * ncse_80)
-        ncse_108 = (ncse_107 * ncse_19)
-        ncse_109 = (ncse_107 * ncse_23)
-        ncse_110 = (ncse_107 * ncse_27)
-        ncse_111 = (-ncse_35)
-        ncse_112 = (2.0 * ncse_59)
-        ncse_113 = (ncse_111 + (ncse_112 * ncse_20))
-        ncse_114 = (-ncse_113)
-        ncse_115 = (ncse_19 * ncse_23)
-        ncse_116 = (ncse_112 * ncse_65)
-        ncse_117 = (ncse_115 * ncse_116)
-        ncse_118 = (ncse_116 * ncse_27)
-        ncse_119 = (ncse_118 * ncse_19)
-        ncse_120 = (ncse_112 * ncse_64)
-        ncse_121 = (ncse_115 * ncse_120)
-        ncse_122 = (ncse_120 * ncse_27)
-        ncse_123 = (ncse_122 * ncse_19)
-        ncse_124 = (ncse_111 + (ncse_112 * ncse_24))
-        ncse_125 = (-ncse_124)
-        ncse_126 = (ncse_118 * ncse_23)
-        ncse_127 = (ncse_122 * ncse_23)
-        ncse_128 = (ncse_111 + (ncse_112 * ncse_28))
-        ncse_129 = (-ncse_128)
-        ncse_130 = (p_C * ncse_8)
-        ncse_131 = (ncse_130 * ncse_64)
-        ncse_132 = (-ncse_131 * ncse_68)
-        ncse_133 = (-ncse_131 * ncse_71)
-        ncse_134 = (ncse_130 * ncse_82)
-        ncse_135 = (ncse_130 * ncse_83)
-        ncse_136 = (ncse_130 * ncse_84)
-        ncse_137 = (-p_g * state_internal_gamma_rate)
-        ncse_138 = (0.6666666666666666 * p_C)
-        ncse_139 = (ncse_138 * state_internal_gamma_rate)
-        ncse_140 = (ncse_138 * ncse_78)
-        ncse_141 = (ncse_138 * ncse_79)
-        ncse_142 = (ncse_138 * ncse_82)
-        ncse_143 = (ncse_138 * ncse_83)
-        ncse_144 = (ncse_138 * ncse_84)
-        ncse_145 = (-ncse_131 * ncse_90)
-        ncse_146 = (ncse_130 * ncse_98)
-        ncse_147 = (ncse_130 * ncse_99)
-        ncse_148 = (ncse_100 * ncse_130)
-        ncse_149 = (ncse_138 * ncse_96)
-        ncse_150 = (ncse_138 * ncse_98)
-        ncse_151 = (ncse_138 * ncse_99)
-        ncse_152 = (ncse_100 * ncse_138)
-        ncse_153 = (ncse_108 * ncse_130)
-        ncse_154 = (ncse_109 * ncse_130)
-        ncse_155 = (ncse_110 * ncse_130)
-        ncse_156 = (ncse_108 * ncse_138)
-        ncse_157 = (ncse_109 * ncse_138)
-        ncse_158 = (ncse_110 * ncse_138)
-        ncse_159 = (p_C * ncse_80)
-        ncse_160 = (1.3333333333333333 * ncse_159 * ncse_3)
-        ncse_161 = (ncse_115 * ncse_160)
-        ncse_162 = (ncse_160 * ncse_27)
-        ncse_163 = (ncse_162 * ncse_19)
-        ncse_164 = (1.3333333333333333 * ncse_159)
-        ncse_165 = (ncse_115 * ncse_164)
-        ncse_166 = (ncse_164 * ncse_27)
-        ncse_167 = (ncse_166 * ncse_19)
-        ncse_168 = (ncse_162 * ncse_23)
-        ncse_169 = (ncse_166 * ncse_23)
-        ncse_170 = _sdiv(1.0, (2.0 * ncse_56))
-        ncse_171 = (-1.0 - (1.632993161855452 * ncse_170 * ncse_54))
-        ncse_172 = (ncse_171 * ncse_58)
-        ncse_173 = (ncse_16 * ncse_172)
-        ncse_174 = (ncse_172 * ncse_40)
-        ncse_175 = (ncse_172 * ncse_41)
-        ncse_176 = (2.0 * ncse_172)
-        ncse_177 = (ncse_176 * ncse_19)
-        ncse_178 = (ncse_176 * ncse_23)
-        ncse_179 = (ncse_176 * ncse_27)
-        ncse_180 = torch.abs(state_internal_Ep_0)
-        ncse_181 = torch.abs(state_internal_X_0)
-        ncse_182 = (ncse_180 + torch.abs(forces_E_0))
-        ncse_183 = torch.abs(p_E)
-        ncse_184 = (ncse_183 * torch.abs(ncse_2))
-        ncse_185 = (1.3333333333333333 * ncse_184)
-        ncse_186 = torch.abs(state_internal_X_2)
-        ncse_187 = torch.abs(state_internal_Ep_2)
-        ncse_188 = (ncse_187 + torch.abs(forces_E_2))
-        ncse_189 = (0.6666666666666666 * ncse_184)
-        ncse_190 = torch.abs(state_internal_Ep_1)
-        ncse_191 = (ncse_190 + torch.abs(forces_E_1))
-        ncse_220 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_192 = (2.6666666666666665 * ncse_184 * (ncse_182 + ncse_188 + ncse_191) * torch.abs(p_nu) * ncse_220)
-        ncse_193 = (ncse_192 + (0.6666666666666666 * ncse_186) + (ncse_188 * ncse_189))
-        ncse_194 = torch.abs(state_internal_X_1)
-        ncse_195 = ((0.6666666666666666 * ncse_194) + (ncse_189 * ncse_191))
-        ncse_196 = (ncse_193 + ncse_195 + (1.3333333333333333 * ncse_181) + (ncse_182 * ncse_185))
-        ncse_197 = torch.abs(ncse_35)
-        ncse_198 = (torch.abs(ncse_36) * torch.abs(state_internal_gamma_rate))
-        ncse_199 = (ncse_197 * ncse_198)
-        ncse_200 = (0.5 * ncse_199)
-        ncse_201 = ((0.6666666666666666 * ncse_181) + (ncse_182 * ncse_189))
-        ncse_202 = (ncse_193 + ncse_201 + (1.3333333333333333 * ncse_194) + (ncse_185 * ncse_191))
-        ncse_203 = (ncse_192 + ncse_195 + ncse_201 + (1.3333333333333333 * ncse_186) + (ncse_185 * ncse_188))
-        ncse_204 = torch.abs(state_internal_Ep_3)
-        ncse_205 = torch.abs(state_internal_X_3)
-        ncse_206 = (ncse_205 + (ncse_184 * (ncse_204 + torch.abs(forces_E_3))))
-        ncse_207 = torch.abs(state_internal_Ep_4)
-        ncse_208 = torch.abs(state_internal_X_4)
-        ncse_209 = (ncse_208 + (ncse_184 * (ncse_207 + torch.abs(forces_E_4))))
-        ncse_210 = torch.abs(state_internal_Ep_5)
-        ncse_211 = torch.abs(state_internal_X_5)
-        ncse_212 = (ncse_211 + (ncse_184 * (ncse_210 + torch.abs(forces_E_5))))
-        ncse_213 = torch.abs(p_g)
-        ncse_214 = (ncse_197 * torch.abs(p_C))
-        ncse_215 = (0.3333333333333333 * ncse_214)
-        ncse_216 = (0.6666666666666666 * ncse_214)
-        ncse_221 = (0.816496580927726 * ncse_63)
+        ncse_91 = (ncse_67 + (ncse_40 * ncse_41 * ncse_61))
+        ncse_92 = (-ncse_91)
+        ncse_93 = (-ncse_66 * ncse_92)
+        ncse_94 = (ncse_40 * ncse_75)
+        ncse_95 = (ncse_19 * ncse_94)
+        ncse_96 = (ncse_23 * ncse_94)
+        ncse_97 = (ncse_27 * ncse_94)
+        ncse_98 = (ncse_65 * ncse_91)
+        ncse_99 = (ncse_40 * ncse_82)
+        ncse_100 = (ncse_19 * ncse_99)
+        ncse_101 = (ncse_23 * ncse_99)
+        ncse_102 = (ncse_27 * ncse_99)
+        ncse_103 = (ncse_58 + (ncse_61 * (ncse_41 * ncse_41)))
+        ncse_104 = (-ncse_103)
+        ncse_105 = (ncse_41 * ncse_75)
+        ncse_106 = (ncse_105 * ncse_19)
+        ncse_107 = (ncse_105 * ncse_23)
+        ncse_108 = (ncse_105 * ncse_27)
+        ncse_109 = (ncse_41 * ncse_82)
+        ncse_110 = (ncse_109 * ncse_19)
+        ncse_111 = (ncse_109 * ncse_23)
+        ncse_112 = (ncse_109 * ncse_27)
+        ncse_113 = (-ncse_57)
+        ncse_114 = (2.0 * ncse_60)
+        ncse_115 = (ncse_113 + (ncse_114 * ncse_20))
+        ncse_116 = (-ncse_115)
+        ncse_117 = (ncse_19 * ncse_23)
+        ncse_118 = (ncse_114 * ncse_66)
+        ncse_119 = (ncse_117 * ncse_118)
+        ncse_120 = (ncse_118 * ncse_27)
+        ncse_121 = (ncse_120 * ncse_19)
+        ncse_122 = (ncse_114 * ncse_65)
+        ncse_123 = (ncse_117 * ncse_122)
+        ncse_124 = (ncse_122 * ncse_27)
+        ncse_125 = (ncse_124 * ncse_19)
+        ncse_126 = (ncse_113 + (ncse_114 * ncse_24))
+        ncse_127 = (-ncse_126)
+        ncse_128 = (ncse_120 * ncse_23)
+        ncse_129 = (ncse_124 * ncse_23)
+        ncse_130 = (ncse_113 + (ncse_114 * ncse_28))
+        ncse_131 = (-ncse_130)
+        ncse_132 = (p_C * ncse_8)
+        ncse_133 = (ncse_132 * ncse_65)
+        ncse_134 = (-ncse_133 * ncse_70)
+        ncse_135 = (-ncse_133 * ncse_73)
+        ncse_136 = (ncse_132 * ncse_84)
+        ncse_137 = (ncse_132 * ncse_85)
+        ncse_138 = (ncse_132 * ncse_86)
+        ncse_139 = (-p_g * state_internal_gamma_rate)
+        ncse_140 = (0.6666666666666666 * p_C)
+        ncse_141 = (ncse_140 * state_internal_gamma_rate)
+        ncse_142 = (ncse_140 * ncse_80)
+        ncse_143 = (ncse_140 * ncse_81)
+        ncse_144 = (ncse_140 * ncse_84)
+        ncse_145 = (ncse_140 * ncse_85)
+        ncse_146 = (ncse_140 * ncse_86)
+        ncse_147 = (-ncse_133 * ncse_92)
+        ncse_148 = (ncse_100 * ncse_132)
+        ncse_149 = (ncse_101 * ncse_132)
+        ncse_150 = (ncse_102 * ncse_132)
+        ncse_151 = (ncse_140 * ncse_98)
+        ncse_152 = (ncse_100 * ncse_140)
+        ncse_153 = (ncse_101 * ncse_140)
+        ncse_154 = (ncse_102 * ncse_140)
+        ncse_155 = (ncse_110 * ncse_132)
+        ncse_156 = (ncse_111 * ncse_132)
+        ncse_157 = (ncse_112 * ncse_132)
+        ncse_158 = (ncse_110 * ncse_140)
+        ncse_159 = (ncse_111 * ncse_140)
+        ncse_160 = (ncse_112 * ncse_140)
+        ncse_161 = (p_C * ncse_82)
+        ncse_162 = (1.3333333333333333 * ncse_161 * ncse_3)
+        ncse_163 = (ncse_117 * ncse_162)
+        ncse_164 = (ncse_162 * ncse_27)
+        ncse_165 = (ncse_164 * ncse_19)
+        ncse_166 = (1.3333333333333333 * ncse_161)
+        ncse_167 = (ncse_117 * ncse_166)
+        ncse_168 = (ncse_166 * ncse_27)
+        ncse_169 = (ncse_168 * ncse_19)
+        ncse_170 = (ncse_164 * ncse_23)
+        ncse_171 = (ncse_168 * ncse_23)
+        ncse_172 = _sdiv(1.0, (2.0 * ncse_56))
+        ncse_173 = (-1.0 - (1.632993161855452 * ncse_172 * ncse_54))
+        ncse_174 = (ncse_173 * ncse_59)
+        ncse_175 = (ncse_16 * ncse_174)
+        ncse_176 = (ncse_174 * ncse_40)
+        ncse_177 = (ncse_174 * ncse_41)
+        ncse_178 = (2.0 * ncse_174)
+        ncse_179 = (ncse_178 * ncse_19)
+        ncse_180 = (ncse_178 * ncse_23)
+        ncse_181 = (ncse_178 * ncse_27)
+        ncse_182 = torch.abs(state_internal_Ep_0)
+        ncse_183 = torch.abs(state_internal_X_0)
+        ncse_184 = (ncse_182 + torch.abs(forces_E_0))
+        ncse_185 = torch.abs(p_E)
+        ncse_186 = (ncse_185 * torch.abs(ncse_2))
+        ncse_187 = (1.3333333333333333 * ncse_186)
+        ncse_188 = torch.abs(state_internal_X_2)
+        ncse_189 = torch.abs(state_internal_Ep_2)
+        ncse_190 = (ncse_189 + torch.abs(forces_E_2))
+        ncse_191 = (0.6666666666666666 * ncse_186)
+        ncse_192 = torch.abs(state_internal_Ep_1)
+        ncse_193 = (ncse_192 + torch.abs(forces_E_1))
+        ncse_222 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_194 = (2.6666666666666665 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * torch.abs(p_nu) * ncse_222)
+        ncse_195 = (ncse_194 + (0.6666666666666666 * ncse_188) + (ncse_190 * ncse_191))
+        ncse_196 = torch.abs(state_internal_X_1)
+        ncse_197 = ((0.6666666666666666 * ncse_196) + (ncse_191 * ncse_193))
+        ncse_198 = (ncse_195 + ncse_197 + (1.3333333333333333 * ncse_183) + (ncse_184 * ncse_187))
+        ncse_199 = torch.abs(ncse_35)
+        ncse_200 = (torch.abs(ncse_36) * torch.abs(state_internal_gamma_rate))
+        ncse_201 = (ncse_199 * ncse_200)
+        ncse_202 = (0.5 * ncse_201)
+        ncse_203 = ((0.6666666666666666 * ncse_183) + (ncse_184 * ncse_191))
+        ncse_204 = (ncse_195 + ncse_203 + (1.3333333333333333 * ncse_196) + (ncse_187 * ncse_193))
+        ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (1.3333333333333333 * ncse_188) + (ncse_187 * ncse_190))
+        ncse_206 = torch.abs(state_internal_Ep_3)
+        ncse_207 = torch.abs(state_internal_X_3)
+        ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + torch.abs(forces_E_3))))
+        ncse_209 = torch.abs(state_internal_Ep_4)
+        ncse_210 = torch.abs(state_internal_X_4)
+        ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + torch.abs(forces_E_4))))
+        ncse_212 = torch.abs(state_internal_Ep_5)
+        ncse_213 = torch.abs(state_internal_X_5)
+        ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + torch.abs(forces_E_5))))
+        ncse_215 = torch.abs(p_g)
+        ncse_216 = (ncse_199 * torch.abs(p_C))
+        ncse_217 = (0.3333333333333333 * ncse_216)
+        ncse_218 = (0.6666666666666666 * ncse_216)
+        ncse_223 = (0.816496580927726 * ncse_64)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
         nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
         nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
@@ -308,31 +310,31 @@ def _torch_newton_1(
         j2_voce_af_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + torch.abs(old_state_internal_Ep_3)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_198) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + torch.abs(old_state_internal_X_0)))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + torch.abs(old_state_internal_X_2)))))
-        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + torch.abs(old_state_internal_X_4)))))
-        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + torch.abs(old_state_internal_Ep_3)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_200) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + torch.abs(old_state_internal_X_0)))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + torch.abs(old_state_internal_X_2)))))
+        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + torch.abs(old_state_internal_X_4)))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
         j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
         nt1_A = _matrix([
-            [(1.0 - (ncse_62 * ncse_65)), ncse_69, ncse_72, ncse_75, ncse_76, ncse_77, 0.0, (ncse_61 * ncse_64), ncse_78, ncse_79, ncse_82, ncse_83, ncse_84, (ncse_16 * ncse_86)],
-            [ncse_69, (1.0 - (ncse_65 * ncse_88)), ncse_91, ncse_93, ncse_94, ncse_95, 0.0, ncse_78, (ncse_64 * ncse_87), ncse_96, ncse_98, ncse_99, ncse_100, (ncse_40 * ncse_86)],
-            [ncse_72, ncse_91, (1.0 - (ncse_102 * ncse_65)), ncse_104, ncse_105, ncse_106, 0.0, ncse_79, ncse_96, (ncse_101 * ncse_64), ncse_108, ncse_109, ncse_110, (ncse_41 * ncse_86)],
-            [ncse_75, ncse_93, ncse_104, (1.0 - (ncse_114 * ncse_65)), ncse_117, ncse_119, 0.0, ncse_82, ncse_98, ncse_108, (ncse_113 * ncse_64), ncse_121, ncse_123, (ncse_19 * ncse_85)],
-            [ncse_76, ncse_94, ncse_105, ncse_117, (1.0 - (ncse_125 * ncse_65)), ncse_126, 0.0, ncse_83, ncse_99, ncse_109, ncse_121, (ncse_124 * ncse_64), ncse_127, (ncse_23 * ncse_85)],
-            [ncse_77, ncse_95, ncse_106, ncse_119, ncse_126, (1.0 - (ncse_129 * ncse_65)), 0.0, ncse_84, ncse_100, ncse_110, ncse_123, ncse_127, (ncse_128 * ncse_64), (ncse_27 * ncse_85)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ncse_221],
-            [(-ncse_131 * ncse_62), ncse_132, ncse_133, ncse_134, ncse_135, ncse_136, 0.0, (1.0 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61)))), ncse_140, ncse_141, ncse_142, ncse_143, ncse_144, (ncse_46 * ncse_63)],
-            [ncse_132, (-ncse_131 * ncse_88), ncse_145, ncse_146, ncse_147, ncse_148, 0.0, ncse_140, (1.0 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87)))), ncse_149, ncse_150, ncse_151, ncse_152, (ncse_47 * ncse_63)],
-            [ncse_133, ncse_145, (-ncse_102 * ncse_131), ncse_153, ncse_154, ncse_155, 0.0, ncse_141, ncse_149, (1.0 + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139)))), ncse_156, ncse_157, ncse_158, (ncse_48 * ncse_63)],
-            [ncse_134, ncse_146, ncse_153, (-ncse_114 * ncse_131), ncse_161, ncse_163, 0.0, ncse_142, ncse_150, ncse_156, (1.0 + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139)))), ncse_165, ncse_167, (ncse_50 * ncse_63)],
-            [ncse_135, ncse_147, ncse_154, ncse_161, (-ncse_125 * ncse_131), ncse_168, 0.0, ncse_143, ncse_151, ncse_157, ncse_165, (1.0 + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139)))), ncse_169, (ncse_51 * ncse_63)],
-            [ncse_136, ncse_148, ncse_155, ncse_163, ncse_168, (-ncse_129 * ncse_131), 0.0, ncse_144, ncse_152, ncse_158, ncse_167, ncse_169, (1.0 + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139)))), (ncse_52 * ncse_63)],
-            [(-ncse_173 * ncse_3), (-ncse_174 * ncse_3), (-ncse_175 * ncse_3), (-ncse_177 * ncse_3), (-ncse_178 * ncse_3), (-ncse_179 * ncse_3), (-0.816496580927726 * p_R * p_d * ncse_171 * ncse_53), (-ncse_173), (-ncse_174), (-ncse_175), (-ncse_177), (-ncse_178), (-ncse_179), ((p_E * ncse_36) - (2.0 * ncse_170 * ncse_55 * state_internal_gamma_rate))],
+            [(1.0 - (ncse_63 * ncse_66)), ncse_71, ncse_74, ncse_77, ncse_78, ncse_79, 0.0, (ncse_62 * ncse_65), ncse_80, ncse_81, ncse_84, ncse_85, ncse_86, (ncse_16 * ncse_88)],
+            [ncse_71, (1.0 - (ncse_66 * ncse_90)), ncse_93, ncse_95, ncse_96, ncse_97, 0.0, ncse_80, (ncse_65 * ncse_89), ncse_98, ncse_100, ncse_101, ncse_102, (ncse_40 * ncse_88)],
+            [ncse_74, ncse_93, (1.0 - (ncse_104 * ncse_66)), ncse_106, ncse_107, ncse_108, 0.0, ncse_81, ncse_98, (ncse_103 * ncse_65), ncse_110, ncse_111, ncse_112, (ncse_41 * ncse_88)],
+            [ncse_77, ncse_95, ncse_106, (1.0 - (ncse_116 * ncse_66)), ncse_119, ncse_121, 0.0, ncse_84, ncse_100, ncse_110, (ncse_115 * ncse_65), ncse_123, ncse_125, (ncse_19 * ncse_87)],
+            [ncse_78, ncse_96, ncse_107, ncse_119, (1.0 - (ncse_127 * ncse_66)), ncse_128, 0.0, ncse_85, ncse_101, ncse_111, ncse_123, (ncse_126 * ncse_65), ncse_129, (ncse_23 * ncse_87)],
+            [ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, (1.0 - (ncse_131 * ncse_66)), 0.0, ncse_86, ncse_102, ncse_112, ncse_125, ncse_129, (ncse_130 * ncse_65), (ncse_27 * ncse_87)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ncse_223],
+            [(-ncse_133 * ncse_63), ncse_134, ncse_135, ncse_136, ncse_137, ncse_138, 0.0, (1.0 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62)))), ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, (ncse_46 * ncse_64)],
+            [ncse_134, (-ncse_133 * ncse_90), ncse_147, ncse_148, ncse_149, ncse_150, 0.0, ncse_142, (1.0 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89)))), ncse_151, ncse_152, ncse_153, ncse_154, (ncse_47 * ncse_64)],
+            [ncse_135, ncse_147, (-ncse_104 * ncse_133), ncse_155, ncse_156, ncse_157, 0.0, ncse_143, ncse_151, (1.0 + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141)))), ncse_158, ncse_159, ncse_160, (ncse_48 * ncse_64)],
+            [ncse_136, ncse_148, ncse_155, (-ncse_116 * ncse_133), ncse_163, ncse_165, 0.0, ncse_144, ncse_152, ncse_158, (1.0 + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141)))), ncse_167, ncse_169, (ncse_50 * ncse_64)],
+            [ncse_137, ncse_149, ncse_156, ncse_163, (-ncse_127 * ncse_133), ncse_170, 0.0, ncse_145, ncse_153, ncse_159, ncse_167, (1.0 + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141)))), ncse_171, (ncse_51 * ncse_64)],
+            [ncse_138, ncse_150, ncse_157, ncse_165, ncse_170, (-ncse_131 * ncse_133), 0.0, ncse_146, ncse_154, ncse_160, ncse_169, ncse_171, (1.0 + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141)))), (ncse_52 * ncse_64)],
+            [(-ncse_175 * ncse_3), (-ncse_176 * ncse_3), (-ncse_177 * ncse_3), (-ncse_179 * ncse_3), (-ncse_180 * ncse_3), (-ncse_181 * ncse_3), (-0.816496580927726 * p_R * p_d * ncse_173 * ncse_53), (-ncse_175), (-ncse_176), (-ncse_177), (-ncse_179), (-ncse_180), (-ncse_181), ((p_E * ncse_36) - (2.0 * ncse_172 * ncse_55 * state_internal_gamma_rate))],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -482,233 +484,235 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_146 = (0.6666666666666666 * cse_15)
         cse_147 = (cse_145 - cse_146)
         cse_148 = (-(0.6666666666666666 * state_internal_X_0) + (0.6666666666666666 * cse_7))
-        cse_392 = (-cse_139 - cse_140 - cse_143 + (0.3333333333333333 * state_internal_X_1))
-        cse_393 = (-cse_140 - cse_144 - cse_147 + (0.3333333333333333 * state_internal_X_2))
-        cse_394 = (cse_148 - cse_139 - cse_144 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
-        cse_149 = torch.sqrt(torch.clamp((cse_134 + cse_136 + cse_138 + (cse_392 * cse_392) + (cse_393 * cse_393) + (cse_394 * cse_394)), min=0.0))
+        cse_384 = (-cse_139 - cse_140 - cse_143 + (0.3333333333333333 * state_internal_X_1))
+        cse_385 = (-cse_140 - cse_144 - cse_147 + (0.3333333333333333 * state_internal_X_2))
+        cse_386 = (cse_148 - cse_139 - cse_144 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
+        cse_149 = torch.sqrt(torch.clamp((cse_134 + cse_136 + cse_138 + (cse_384 * cse_384) + (cse_385 * cse_385) + (cse_386 * cse_386)), min=0.0))
         cse_150 = _sdiv(1.0, cse_149)
-        cse_151 = (-0.6666666666666666 * cse_150)
-        cse_152 = (cse_143 + cse_147 - (1.3333333333333333 * state_internal_X_0) + (1.3333333333333333 * cse_7))
-        cse_153 = _sdiv(1.0, (2.0 * cse_149))
-        cse_154 = _sdiv(1.0, (cse_149 * cse_149))
-        cse_155 = (cse_153 * cse_154)
-        cse_156 = (0.5 * cse_155)
-        cse_157 = (cse_151 + (cse_156 * (cse_152 * cse_152)))
-        cse_158 = (-cse_157)
-        cse_159 = (cse_3 * state_internal_gamma_rate)
-        cse_160 = (cse_159 * cse_6)
-        cse_161 = (cse_158 * cse_160)
-        cse_162 = (0.3333333333333333 * cse_150)
-        cse_163 = (cse_141 - cse_142 - cse_148 - (1.3333333333333333 * state_internal_X_1) + (1.3333333333333333 * p_E * cse_1 * cse_5))
-        cse_164 = (cse_152 * cse_153)
-        cse_165 = (0.5 * cse_154)
-        cse_166 = (cse_164 * cse_165)
-        cse_167 = (cse_162 + (cse_163 * cse_166))
+        cse_151 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_150)
+        cse_152 = (-0.6666666666666666 * cse_151)
+        cse_153 = (cse_143 + cse_147 - (1.3333333333333333 * state_internal_X_0) + (1.3333333333333333 * cse_7))
+        cse_154 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_149 * cse_149)))
+        cse_155 = _sdiv(1.0, (2.0 * cse_149))
+        cse_156 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_155)
+        cse_157 = (cse_154 * cse_156)
+        cse_158 = (0.5 * cse_157)
+        cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)))
+        cse_160 = (-cse_159)
+        cse_161 = (cse_3 * state_internal_gamma_rate)
+        cse_162 = (cse_161 * cse_6)
+        cse_163 = (cse_160 * cse_162)
+        cse_164 = (0.3333333333333333 * cse_151)
+        cse_165 = (cse_141 - cse_142 - cse_148 - (1.3333333333333333 * state_internal_X_1) + (1.3333333333333333 * p_E * cse_1 * cse_5))
+        cse_166 = (cse_153 * cse_158)
+        cse_167 = (cse_164 + (cse_165 * cse_166))
         cse_168 = (-cse_167)
-        cse_169 = (cse_160 * cse_168)
+        cse_169 = (cse_162 * cse_168)
         cse_170 = (cse_145 - cse_146 - cse_148 - (1.3333333333333333 * state_internal_X_2) + (1.3333333333333333 * p_E * cse_2 * cse_5))
-        cse_171 = (cse_162 + (cse_166 * cse_170))
+        cse_171 = (cse_164 + (cse_166 * cse_170))
         cse_172 = (-cse_171)
-        cse_173 = (cse_160 * cse_172)
-        cse_174 = (cse_133 * cse_154)
-        cse_175 = (cse_160 * cse_164)
-        cse_176 = (cse_174 * cse_175)
+        cse_173 = (cse_162 * cse_172)
+        cse_174 = (cse_133 * cse_157)
+        cse_175 = (cse_153 * cse_174)
+        cse_176 = (cse_162 * cse_175)
         cse_177 = (-cse_176)
-        cse_178 = (cse_135 * cse_154)
-        cse_179 = (cse_175 * cse_178)
-        cse_180 = (-cse_179)
-        cse_181 = (cse_137 * cse_154)
-        cse_182 = (cse_175 * cse_181)
-        cse_183 = (-cse_182)
-        cse_184 = (cse_159 * cse_167)
+        cse_178 = (cse_135 * cse_157)
+        cse_179 = (cse_153 * cse_178)
+        cse_180 = (cse_162 * cse_179)
+        cse_181 = (-cse_180)
+        cse_182 = (cse_137 * cse_157)
+        cse_183 = (cse_153 * cse_182)
+        cse_184 = (cse_162 * cse_183)
         cse_185 = (-cse_184)
-        cse_186 = (cse_159 * cse_171)
+        cse_186 = (cse_161 * cse_167)
         cse_187 = (-cse_186)
-        cse_188 = (cse_159 * cse_164)
-        cse_189 = (cse_174 * cse_188)
-        cse_190 = (-cse_189)
-        cse_191 = (cse_178 * cse_188)
-        cse_192 = (-cse_191)
-        cse_193 = (cse_181 * cse_188)
-        cse_194 = (-cse_193)
-        cse_195 = (cse_150 * cse_3)
-        cse_196 = (0.5 * cse_195)
-        cse_197 = (cse_151 + (cse_156 * (cse_163 * cse_163)))
-        cse_198 = (-cse_197)
-        cse_199 = (cse_160 * cse_198)
-        cse_200 = (cse_153 * cse_163)
-        cse_201 = (cse_162 + (cse_165 * cse_170 * cse_200))
+        cse_188 = (cse_161 * cse_171)
+        cse_189 = (-cse_188)
+        cse_190 = (cse_161 * cse_175)
+        cse_191 = (-cse_190)
+        cse_192 = (cse_161 * cse_179)
+        cse_193 = (-cse_192)
+        cse_194 = (cse_161 * cse_183)
+        cse_195 = (-cse_194)
+        cse_196 = (cse_150 * cse_3)
+        cse_197 = (0.5 * cse_196)
+        cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)))
+        cse_199 = (-cse_198)
+        cse_200 = (cse_162 * cse_199)
+        cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170))
         cse_202 = (-cse_201)
-        cse_203 = (cse_160 * cse_202)
-        cse_204 = (cse_160 * cse_200)
-        cse_205 = (cse_174 * cse_204)
+        cse_203 = (cse_162 * cse_202)
+        cse_204 = (cse_165 * cse_174)
+        cse_205 = (cse_162 * cse_204)
         cse_206 = (-cse_205)
-        cse_207 = (cse_178 * cse_204)
-        cse_208 = (-cse_207)
-        cse_209 = (cse_181 * cse_204)
-        cse_210 = (-cse_209)
-        cse_211 = (cse_159 * cse_201)
+        cse_207 = (cse_165 * cse_178)
+        cse_208 = (cse_162 * cse_207)
+        cse_209 = (-cse_208)
+        cse_210 = (cse_165 * cse_182)
+        cse_211 = (cse_162 * cse_210)
         cse_212 = (-cse_211)
-        cse_213 = (cse_159 * cse_200)
-        cse_214 = (cse_174 * cse_213)
-        cse_215 = (-cse_214)
-        cse_216 = (cse_178 * cse_213)
-        cse_217 = (-cse_216)
-        cse_218 = (cse_181 * cse_213)
-        cse_219 = (-cse_218)
-        cse_220 = (cse_151 + (cse_156 * (cse_170 * cse_170)))
-        cse_221 = (-cse_220)
-        cse_222 = (cse_160 * cse_221)
-        cse_223 = (cse_153 * cse_170)
-        cse_224 = (cse_160 * cse_223)
-        cse_225 = (cse_174 * cse_224)
+        cse_213 = (cse_161 * cse_201)
+        cse_214 = (-cse_213)
+        cse_215 = (cse_161 * cse_204)
+        cse_216 = (-cse_215)
+        cse_217 = (cse_161 * cse_207)
+        cse_218 = (-cse_217)
+        cse_219 = (cse_161 * cse_210)
+        cse_220 = (-cse_219)
+        cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)))
+        cse_222 = (-cse_221)
+        cse_223 = (cse_162 * cse_222)
+        cse_224 = (cse_170 * cse_174)
+        cse_225 = (cse_162 * cse_224)
         cse_226 = (-cse_225)
-        cse_227 = (cse_178 * cse_224)
-        cse_228 = (-cse_227)
-        cse_229 = (cse_181 * cse_224)
-        cse_230 = (-cse_229)
-        cse_231 = (cse_159 * cse_223)
-        cse_232 = (cse_174 * cse_231)
-        cse_233 = (-cse_232)
-        cse_234 = (cse_178 * cse_231)
-        cse_235 = (-cse_234)
-        cse_236 = (cse_181 * cse_231)
-        cse_237 = (-cse_236)
-        cse_238 = (-cse_150)
-        cse_239 = (2.0 * cse_155)
-        cse_240 = (cse_238 + (cse_134 * cse_239))
-        cse_241 = (-cse_240)
-        cse_242 = (cse_160 * cse_241)
-        cse_243 = (cse_133 * cse_239)
-        cse_244 = (-cse_135 * cse_160 * cse_243)
-        cse_245 = (cse_137 * cse_243)
-        cse_246 = (-cse_160 * cse_245)
-        cse_247 = (cse_135 * cse_159)
-        cse_248 = (-cse_243 * cse_247)
-        cse_249 = (-cse_159 * cse_245)
-        cse_250 = (cse_238 + (cse_136 * cse_239))
-        cse_251 = (-cse_250)
-        cse_252 = (cse_160 * cse_251)
-        cse_253 = (cse_137 * cse_239)
-        cse_254 = (cse_135 * cse_253)
-        cse_255 = (-cse_160 * cse_254)
-        cse_256 = (-cse_247 * cse_253)
-        cse_257 = (cse_238 + (cse_138 * cse_239))
-        cse_258 = (-cse_257)
-        cse_259 = (cse_160 * cse_258)
-        cse_262 = (0.6666666666666666 * p_C)
-        cse_263 = (cse_161 * cse_262)
-        cse_264 = (cse_169 * cse_262)
-        cse_265 = (cse_173 * cse_262)
-        cse_266 = (-cse_176 * cse_262)
-        cse_267 = (-cse_179 * cse_262)
-        cse_268 = (-cse_182 * cse_262)
-        cse_269 = (-p_g * state_internal_gamma_rate)
-        cse_270 = (cse_262 * state_internal_gamma_rate)
-        cse_271 = (-cse_184 * cse_262)
-        cse_272 = (-cse_186 * cse_262)
-        cse_273 = (-cse_189 * cse_262)
-        cse_274 = (-cse_191 * cse_262)
-        cse_275 = (-cse_193 * cse_262)
-        cse_276 = (p_C * cse_162)
-        cse_277 = ((cse_152 * cse_276) - (p_g * state_internal_X_0))
-        cse_278 = (cse_199 * cse_262)
-        cse_279 = (cse_203 * cse_262)
-        cse_280 = (-cse_205 * cse_262)
-        cse_281 = (-cse_207 * cse_262)
-        cse_282 = (-cse_209 * cse_262)
-        cse_283 = (-cse_211 * cse_262)
-        cse_284 = (-cse_214 * cse_262)
-        cse_285 = (-cse_216 * cse_262)
-        cse_286 = (-cse_218 * cse_262)
-        cse_287 = ((cse_163 * cse_276) - (p_g * state_internal_X_1))
-        cse_288 = (cse_222 * cse_262)
-        cse_289 = (-cse_225 * cse_262)
-        cse_290 = (-cse_227 * cse_262)
-        cse_291 = (-cse_229 * cse_262)
-        cse_292 = (-cse_232 * cse_262)
-        cse_293 = (-cse_234 * cse_262)
-        cse_294 = (-cse_236 * cse_262)
-        cse_295 = ((cse_170 * cse_276) - (p_g * state_internal_X_2))
-        cse_296 = (cse_242 * cse_262)
-        cse_297 = (1.3333333333333333 * p_C * cse_155)
-        cse_298 = (cse_133 * cse_297)
-        cse_299 = (cse_135 * cse_160)
-        cse_300 = (-cse_298 * cse_299)
-        cse_301 = (cse_137 * cse_298)
-        cse_302 = (-cse_160 * cse_301)
-        cse_303 = (-cse_247 * cse_298)
-        cse_304 = (-cse_159 * cse_301)
-        cse_305 = (0.6666666666666666 * cse_150)
-        cse_306 = (p_C * cse_305)
-        cse_307 = ((cse_133 * cse_306) - (p_g * state_internal_X_3))
-        cse_308 = (cse_252 * cse_262)
-        cse_309 = (cse_137 * cse_297)
-        cse_310 = (-cse_299 * cse_309)
-        cse_311 = (-cse_247 * cse_309)
-        cse_312 = ((cse_135 * cse_306) - (p_g * state_internal_X_4))
-        cse_313 = (cse_259 * cse_262)
-        cse_314 = ((cse_137 * cse_306) - (p_g * state_internal_X_5))
-        cse_315 = torch.exp((-p_d * state_internal_ep))
-        cse_316 = (1.0 - cse_315)
-        cse_317 = (-p_sigma_y + (1.224744871391589 * cse_149) - (p_R * cse_316))
-        cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate)
-        cse_319 = (p_E * p_E)
-        cse_320 = (cse_3 * cse_3)
-        cse_321 = (cse_319 * cse_320)
-        cse_322 = _sdiv(1.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_317 * cse_317)) + (cse_318 * cse_321)), min=0.0))))
-        cse_323 = (-1.0 - (1.632993161855452 * cse_317 * cse_322))
-        cse_324 = (cse_153 * cse_323)
-        cse_325 = (cse_152 * cse_324)
-        cse_326 = (-cse_325 * cse_6)
-        cse_327 = (cse_163 * cse_324)
+        cse_227 = (cse_170 * cse_178)
+        cse_228 = (cse_162 * cse_227)
+        cse_229 = (-cse_228)
+        cse_230 = (cse_170 * cse_182)
+        cse_231 = (cse_162 * cse_230)
+        cse_232 = (-cse_231)
+        cse_233 = (cse_161 * cse_224)
+        cse_234 = (-cse_233)
+        cse_235 = (cse_161 * cse_227)
+        cse_236 = (-cse_235)
+        cse_237 = (cse_161 * cse_230)
+        cse_238 = (-cse_237)
+        cse_239 = (-cse_151)
+        cse_240 = (2.0 * cse_157)
+        cse_241 = (cse_239 + (cse_134 * cse_240))
+        cse_242 = (-cse_241)
+        cse_243 = (cse_162 * cse_242)
+        cse_244 = (cse_135 * cse_240)
+        cse_245 = (cse_162 * cse_244)
+        cse_246 = (-cse_133 * cse_245)
+        cse_247 = (cse_133 * cse_240)
+        cse_248 = (cse_137 * cse_162)
+        cse_249 = (-cse_247 * cse_248)
+        cse_250 = (cse_133 * cse_161)
+        cse_251 = (cse_240 * cse_250)
+        cse_252 = (-cse_135 * cse_251)
+        cse_253 = (-cse_137 * cse_251)
+        cse_254 = (cse_239 + (cse_136 * cse_240))
+        cse_255 = (-cse_254)
+        cse_256 = (cse_162 * cse_255)
+        cse_257 = (-cse_137 * cse_245)
+        cse_258 = (cse_137 * cse_161)
+        cse_259 = (-cse_244 * cse_258)
+        cse_260 = (cse_239 + (cse_138 * cse_240))
+        cse_261 = (-cse_260)
+        cse_262 = (cse_162 * cse_261)
+        cse_265 = (0.6666666666666666 * p_C)
+        cse_266 = (cse_163 * cse_265)
+        cse_267 = (cse_169 * cse_265)
+        cse_268 = (cse_173 * cse_265)
+        cse_269 = (-cse_176 * cse_265)
+        cse_270 = (-cse_180 * cse_265)
+        cse_271 = (-cse_184 * cse_265)
+        cse_272 = (-p_g * state_internal_gamma_rate)
+        cse_273 = (cse_265 * state_internal_gamma_rate)
+        cse_274 = (-cse_186 * cse_265)
+        cse_275 = (-cse_188 * cse_265)
+        cse_276 = (-cse_190 * cse_265)
+        cse_277 = (-cse_192 * cse_265)
+        cse_278 = (-cse_194 * cse_265)
+        cse_279 = (0.3333333333333333 * cse_150)
+        cse_280 = (p_C * cse_279)
+        cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0))
+        cse_282 = (cse_200 * cse_265)
+        cse_283 = (cse_203 * cse_265)
+        cse_284 = (-cse_205 * cse_265)
+        cse_285 = (-cse_208 * cse_265)
+        cse_286 = (-cse_211 * cse_265)
+        cse_287 = (-cse_213 * cse_265)
+        cse_288 = (-cse_215 * cse_265)
+        cse_289 = (-cse_217 * cse_265)
+        cse_290 = (-cse_219 * cse_265)
+        cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1))
+        cse_292 = (cse_223 * cse_265)
+        cse_293 = (-cse_225 * cse_265)
+        cse_294 = (-cse_228 * cse_265)
+        cse_295 = (-cse_231 * cse_265)
+        cse_296 = (-cse_233 * cse_265)
+        cse_297 = (-cse_235 * cse_265)
+        cse_298 = (-cse_237 * cse_265)
+        cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2))
+        cse_300 = (cse_243 * cse_265)
+        cse_301 = (1.3333333333333333 * p_C)
+        cse_302 = (cse_174 * cse_301)
+        cse_303 = (cse_135 * cse_302)
+        cse_304 = (-cse_162 * cse_303)
+        cse_305 = (-cse_248 * cse_302)
+        cse_306 = (-cse_161 * cse_303)
+        cse_307 = (-cse_258 * cse_302)
+        cse_308 = (cse_150 * cse_265)
+        cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3))
+        cse_310 = (cse_256 * cse_265)
+        cse_311 = (cse_178 * cse_301)
+        cse_312 = (-cse_248 * cse_311)
+        cse_313 = (-cse_258 * cse_311)
+        cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4))
+        cse_315 = (cse_262 * cse_265)
+        cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5))
+        cse_317 = torch.exp((-p_d * state_internal_ep))
+        cse_318 = (1.0 - cse_317)
+        cse_319 = (-p_sigma_y + (1.224744871391589 * cse_149) - (p_R * cse_318))
+        cse_320 = (state_internal_gamma_rate * state_internal_gamma_rate)
+        cse_321 = (p_E * p_E)
+        cse_322 = (cse_3 * cse_3)
+        cse_323 = (cse_321 * cse_322)
+        cse_324 = _sdiv(1.0, (2.0 * torch.sqrt(torch.clamp(((0.6666666666666666 * (cse_319 * cse_319)) + (cse_320 * cse_323)), min=0.0))))
+        cse_325 = (-1.0 - (1.632993161855452 * cse_319 * cse_324))
+        cse_326 = (cse_155 * cse_325)
+        cse_327 = (cse_153 * cse_326)
         cse_328 = (-cse_327 * cse_6)
-        cse_329 = (cse_170 * cse_324)
+        cse_329 = (cse_165 * cse_326)
         cse_330 = (-cse_329 * cse_6)
-        cse_331 = (2.0 * cse_324)
-        cse_332 = (cse_133 * cse_331)
-        cse_333 = (-cse_332 * cse_6)
-        cse_334 = (cse_135 * cse_331)
+        cse_331 = (cse_170 * cse_326)
+        cse_332 = (-cse_331 * cse_6)
+        cse_333 = (2.0 * cse_326)
+        cse_334 = (cse_133 * cse_333)
         cse_335 = (-cse_334 * cse_6)
-        cse_336 = (cse_137 * cse_331)
+        cse_336 = (cse_135 * cse_333)
         cse_337 = (-cse_336 * cse_6)
-        cse_338 = (0.816496580927726 * cse_323)
-        cse_339 = (p_R * cse_315 * cse_338)
-        cse_340 = (2.0 * cse_322)
+        cse_338 = (cse_137 * cse_333)
+        cse_339 = (-cse_338 * cse_6)
+        cse_340 = (0.816496580927726 * cse_325)
+        cse_341 = (p_R * cse_317 * cse_340)
+        cse_342 = (2.0 * cse_324)
         # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 + cse_161), cse_169, cse_173, cse_177, cse_180, cse_183, 0.0, (-cse_157 * cse_159), cse_185, cse_187, cse_190, cse_192, cse_194, (-cse_152 * cse_196)],
-            [cse_169, (1.0 + cse_199), cse_203, cse_206, cse_208, cse_210, 0.0, cse_185, (-cse_159 * cse_197), cse_212, cse_215, cse_217, cse_219, (-cse_163 * cse_196)],
-            [cse_173, cse_203, (1.0 + cse_222), cse_226, cse_228, cse_230, 0.0, cse_187, cse_212, (-cse_159 * cse_220), cse_233, cse_235, cse_237, (-cse_170 * cse_196)],
-            [cse_177, cse_206, cse_226, (1.0 + cse_242), cse_244, cse_246, 0.0, cse_190, cse_215, cse_233, (-cse_159 * cse_240), cse_248, cse_249, (-cse_133 * cse_195)],
-            [cse_180, cse_208, cse_228, cse_244, (1.0 + cse_252), cse_255, 0.0, cse_192, cse_217, cse_235, cse_248, (-cse_159 * cse_250), cse_256, (-cse_135 * cse_195)],
-            [cse_183, cse_210, cse_230, cse_246, cse_255, (1.0 + cse_259), 0.0, cse_194, cse_219, cse_237, cse_249, cse_256, (-cse_159 * cse_257), (-cse_137 * cse_195)],
+            [(1.0 + cse_163), cse_169, cse_173, cse_177, cse_181, cse_185, 0.0, (-cse_159 * cse_161), cse_187, cse_189, cse_191, cse_193, cse_195, (-cse_153 * cse_197)],
+            [cse_169, (1.0 + cse_200), cse_203, cse_206, cse_209, cse_212, 0.0, cse_187, (-cse_161 * cse_198), cse_214, cse_216, cse_218, cse_220, (-cse_165 * cse_197)],
+            [cse_173, cse_203, (1.0 + cse_223), cse_226, cse_229, cse_232, 0.0, cse_189, cse_214, (-cse_161 * cse_221), cse_234, cse_236, cse_238, (-cse_170 * cse_197)],
+            [cse_177, cse_206, cse_226, (1.0 + cse_243), cse_246, cse_249, 0.0, cse_191, cse_216, cse_234, (-cse_161 * cse_241), cse_252, cse_253, (-cse_133 * cse_196)],
+            [cse_181, cse_209, cse_229, cse_246, (1.0 + cse_256), cse_257, 0.0, cse_193, cse_218, cse_236, cse_252, (-cse_161 * cse_254), cse_259, (-cse_135 * cse_196)],
+            [cse_185, cse_212, cse_232, cse_249, cse_257, (1.0 + cse_262), 0.0, cse_195, cse_220, cse_238, cse_253, cse_259, (-cse_161 * cse_260), (-cse_137 * cse_196)],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (-0.816496580927726 * cse_3)],
-            [cse_263, cse_264, cse_265, cse_266, cse_267, cse_268, 0.0, (1.0 - (cse_3 * (cse_269 + (cse_157 * cse_270)))), cse_271, cse_272, cse_273, cse_274, cse_275, (-cse_277 * cse_3)],
-            [cse_264, cse_278, cse_279, cse_280, cse_281, cse_282, 0.0, cse_271, (1.0 - (cse_3 * (cse_269 + (cse_197 * cse_270)))), cse_283, cse_284, cse_285, cse_286, (-cse_287 * cse_3)],
-            [cse_265, cse_279, cse_288, cse_289, cse_290, cse_291, 0.0, cse_272, cse_283, (1.0 - (cse_3 * (cse_269 + (cse_220 * cse_270)))), cse_292, cse_293, cse_294, (-cse_295 * cse_3)],
-            [cse_266, cse_280, cse_289, cse_296, cse_300, cse_302, 0.0, cse_273, cse_284, cse_292, (1.0 - (cse_3 * (cse_269 + (cse_240 * cse_270)))), cse_303, cse_304, (-cse_3 * cse_307)],
-            [cse_267, cse_281, cse_290, cse_300, cse_308, cse_310, 0.0, cse_274, cse_285, cse_293, cse_303, (1.0 - (cse_3 * (cse_269 + (cse_250 * cse_270)))), cse_311, (-cse_3 * cse_312)],
-            [cse_268, cse_282, cse_291, cse_302, cse_310, cse_313, 0.0, cse_275, cse_286, cse_294, cse_304, cse_311, (1.0 - (cse_3 * (cse_269 + (cse_257 * cse_270)))), (-cse_3 * cse_314)],
-            [cse_326, cse_328, cse_330, cse_333, cse_335, cse_337, (-p_d * cse_339), (-cse_325), (-cse_327), (-cse_329), (-cse_332), (-cse_334), (-cse_336), ((p_E * cse_3) - (cse_321 * cse_340 * state_internal_gamma_rate))],
+            [cse_266, cse_267, cse_268, cse_269, cse_270, cse_271, 0.0, (1.0 - (cse_3 * (cse_272 + (cse_159 * cse_273)))), cse_274, cse_275, cse_276, cse_277, cse_278, (-cse_281 * cse_3)],
+            [cse_267, cse_282, cse_283, cse_284, cse_285, cse_286, 0.0, cse_274, (1.0 - (cse_3 * (cse_272 + (cse_198 * cse_273)))), cse_287, cse_288, cse_289, cse_290, (-cse_291 * cse_3)],
+            [cse_268, cse_283, cse_292, cse_293, cse_294, cse_295, 0.0, cse_275, cse_287, (1.0 - (cse_3 * (cse_272 + (cse_221 * cse_273)))), cse_296, cse_297, cse_298, (-cse_299 * cse_3)],
+            [cse_269, cse_284, cse_293, cse_300, cse_304, cse_305, 0.0, cse_276, cse_288, cse_296, (1.0 - (cse_3 * (cse_272 + (cse_241 * cse_273)))), cse_306, cse_307, (-cse_3 * cse_309)],
+            [cse_270, cse_285, cse_294, cse_304, cse_310, cse_312, 0.0, cse_277, cse_289, cse_297, cse_306, (1.0 - (cse_3 * (cse_272 + (cse_254 * cse_273)))), cse_313, (-cse_3 * cse_314)],
+            [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315, 0.0, cse_278, cse_290, cse_298, cse_307, cse_313, (1.0 - (cse_3 * (cse_272 + (cse_260 * cse_273)))), (-cse_3 * cse_316)],
+            [cse_328, cse_330, cse_332, cse_335, cse_337, cse_339, (-p_d * cse_341), (-cse_327), (-cse_329), (-cse_331), (-cse_334), (-cse_336), (-cse_338), ((p_E * cse_3) - (cse_323 * cse_342 * state_internal_gamma_rate))],
         ], X)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
         # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [cse_161, cse_169, cse_173, cse_177, cse_180, cse_183],
-            [cse_169, cse_199, cse_203, cse_206, cse_208, cse_210],
-            [cse_173, cse_203, cse_222, cse_226, cse_228, cse_230],
-            [cse_177, cse_206, cse_226, cse_242, cse_244, cse_246],
-            [cse_180, cse_208, cse_228, cse_244, cse_252, cse_255],
-            [cse_183, cse_210, cse_230, cse_246, cse_255, cse_259],
+            [cse_163, cse_169, cse_173, cse_177, cse_181, cse_185],
+            [cse_169, cse_200, cse_203, cse_206, cse_209, cse_212],
+            [cse_173, cse_203, cse_223, cse_226, cse_229, cse_232],
+            [cse_177, cse_206, cse_226, cse_243, cse_246, cse_249],
+            [cse_181, cse_209, cse_229, cse_246, cse_256, cse_257],
+            [cse_185, cse_212, cse_232, cse_249, cse_257, cse_262],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_263, cse_264, cse_265, cse_266, cse_267, cse_268],
-            [cse_264, cse_278, cse_279, cse_280, cse_281, cse_282],
-            [cse_265, cse_279, cse_288, cse_289, cse_290, cse_291],
-            [cse_266, cse_280, cse_289, cse_296, cse_300, cse_302],
-            [cse_267, cse_281, cse_290, cse_300, cse_308, cse_310],
-            [cse_268, cse_282, cse_291, cse_302, cse_310, cse_313],
-            [cse_326, cse_328, cse_330, cse_333, cse_335, cse_337],
+            [cse_266, cse_267, cse_268, cse_269, cse_270, cse_271],
+            [cse_267, cse_282, cse_283, cse_284, cse_285, cse_286],
+            [cse_268, cse_283, cse_292, cse_293, cse_294, cse_295],
+            [cse_269, cse_284, cse_293, cse_300, cse_304, cse_305],
+            [cse_270, cse_285, cse_294, cse_304, cse_310, cse_312],
+            [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315],
+            [cse_328, cse_330, cse_332, cse_335, cse_337, cse_339],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
@@ -850,38 +854,38 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d119 = (cse_44 * d35)
         d120 = (cse_6 + (cse_44 * d36))
     if V & 12:  # jacobian, total
-        cse_341 = (cse_150 * state_internal_gamma_rate)
-        cse_342 = (0.5 * cse_341)
-        cse_343 = (cse_152 * cse_342)
-        cse_356 = (cse_163 * cse_342)
-        cse_359 = (cse_170 * cse_342)
-        cse_362 = (cse_133 * cse_341)
-        cse_372 = (cse_135 * cse_341)
-        cse_376 = (cse_137 * cse_341)
-        cse_379 = (0.816496580927726 * state_internal_gamma_rate)
-        cse_380 = (cse_277 * state_internal_gamma_rate)
-        cse_382 = (cse_287 * state_internal_gamma_rate)
-        cse_383 = (cse_295 * state_internal_gamma_rate)
-        cse_384 = (cse_307 * state_internal_gamma_rate)
-        cse_386 = (cse_312 * state_internal_gamma_rate)
-        cse_387 = (cse_314 * state_internal_gamma_rate)
-        cse_388 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_318 * cse_319 * cse_340))
+        cse_343 = (cse_150 * state_internal_gamma_rate)
+        cse_344 = (0.5 * cse_343)
+        cse_345 = (cse_153 * cse_344)
+        cse_352 = (cse_165 * cse_344)
+        cse_355 = (cse_170 * cse_344)
+        cse_358 = (cse_133 * cse_343)
+        cse_363 = (cse_135 * cse_343)
+        cse_367 = (cse_137 * cse_343)
+        cse_370 = (0.816496580927726 * state_internal_gamma_rate)
+        cse_371 = (cse_281 * state_internal_gamma_rate)
+        cse_373 = (cse_291 * state_internal_gamma_rate)
+        cse_374 = (cse_299 * state_internal_gamma_rate)
+        cse_375 = (cse_309 * state_internal_gamma_rate)
+        cse_377 = (cse_314 * state_internal_gamma_rate)
+        cse_379 = (cse_316 * state_internal_gamma_rate)
+        cse_380 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_320 * cse_321 * cse_342))
         # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_343, (-cse_343), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_356, (-cse_356), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_359, (-cse_359), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_362, (-cse_362), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_372, (-cse_372), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_376, (-cse_376), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_379, (-cse_379), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_380, (-cse_380), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_382, (-cse_382), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_383, (-cse_383), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_384, (-cse_384), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_386, (-cse_386), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_387, (-cse_387), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-            [cse_388, (-cse_388), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_345, (-cse_345), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_352, (-cse_352), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_355, (-cse_355), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_358, (-cse_358), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_363, (-cse_363), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_367, (-cse_367), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_370, (-cse_370), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_371, (-cse_371), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_373, (-cse_373), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_374, (-cse_374), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_375, (-cse_375), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_377, (-cse_377), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_379, (-cse_379), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [cse_380, (-cse_380), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
         d121 = ls2_X[:, 0, 0]
@@ -1252,57 +1256,47 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_115 = (cse_103 * cse_17)
         cse_116 = (cse_103 * cse_19)
         cse_117 = (cse_103 * cse_21)
-        cse_344 = (cse_174 * cse_98)
-        cse_345 = (cse_178 * cse_99)
-        cse_346 = (cse_100 * cse_181)
-        cse_347 = (cse_159 * ((cse_158 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_164 * cse_344) - (cse_164 * cse_345) - (cse_164 * cse_346)))
-        cse_348 = (cse_115 * cse_174)
-        cse_349 = (cse_116 * cse_178)
-        cse_350 = (cse_117 * cse_181)
-        cse_351 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (2.0 * p_E * p_nu * cse_109 * cse_5 * cse_8))
-        cse_352 = (-cse_104 - cse_351)
-        cse_353 = (-cse_114 - cse_351)
-        cse_354 = (-cse_113 - cse_351)
-        cse_355 = (cse_159 * ((cse_158 * cse_352) + (cse_164 * cse_348) + (cse_164 * cse_349) + (cse_164 * cse_350) + (cse_168 * cse_354) + (cse_172 * cse_353)))
-        cse_357 = (cse_159 * ((cse_168 * cse_94) + (cse_198 * cse_96) + (cse_202 * cse_97) - (cse_200 * cse_344) - (cse_200 * cse_345) - (cse_200 * cse_346)))
-        cse_358 = (cse_159 * ((cse_168 * cse_352) + (cse_198 * cse_354) + (cse_200 * cse_348) + (cse_200 * cse_349) + (cse_200 * cse_350) + (cse_202 * cse_353)))
-        cse_360 = (cse_159 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_221 * cse_97) - (cse_223 * cse_344) - (cse_223 * cse_345) - (cse_223 * cse_346)))
-        cse_361 = (cse_159 * ((cse_172 * cse_352) + (cse_202 * cse_354) + (cse_221 * cse_353) + (cse_223 * cse_348) + (cse_223 * cse_349) + (cse_223 * cse_350)))
-        cse_363 = (cse_135 * cse_99)
-        cse_364 = (cse_164 * cse_94)
-        cse_365 = (cse_200 * cse_96)
-        cse_366 = (cse_223 * cse_97)
-        cse_367 = (cse_159 * (-(cse_100 * cse_245) - (cse_174 * cse_364) - (cse_174 * cse_365) - (cse_174 * cse_366) - (cse_243 * cse_363) + (cse_17 * cse_241 * cse_5)))
-        cse_368 = (cse_164 * cse_352)
-        cse_369 = (cse_200 * cse_354)
-        cse_370 = (cse_223 * cse_353)
-        cse_371 = (cse_159 * (-(cse_115 * cse_241) - (cse_174 * cse_368) - (cse_174 * cse_369) - (cse_174 * cse_370) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_19) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_21)))
-        cse_373 = (cse_133 * cse_98)
-        cse_374 = (cse_159 * (-(cse_100 * cse_254) - (cse_178 * cse_364) - (cse_178 * cse_365) - (cse_178 * cse_366) + (cse_19 * cse_251 * cse_5) - (cse_135 * cse_239 * cse_373)))
-        cse_375 = (cse_159 * (-(cse_116 * cse_251) - (cse_178 * cse_368) - (cse_178 * cse_369) - (cse_178 * cse_370) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_21)))
-        cse_377 = (cse_159 * (-(cse_181 * cse_364) - (cse_181 * cse_365) - (cse_181 * cse_366) - (cse_253 * cse_363) - (cse_253 * cse_373) + (cse_21 * cse_258 * cse_5)))
-        cse_378 = (cse_159 * (-(cse_117 * cse_258) - (cse_181 * cse_368) - (cse_181 * cse_369) - (cse_181 * cse_370) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_19)))
-        cse_381 = (cse_159 * cse_162)
-        cse_385 = (cse_159 * cse_305)
-        cse_389 = (2.0 * cse_153)
-        cse_390 = (cse_135 * cse_389)
-        cse_391 = (cse_137 * cse_389)
+        cse_346 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)))
+        cse_347 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (2.0 * p_E * p_nu * cse_109 * cse_5 * cse_8))
+        cse_348 = (-cse_104 - cse_347)
+        cse_349 = (-cse_114 - cse_347)
+        cse_350 = (-cse_113 - cse_347)
+        cse_351 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_348) + (cse_168 * cse_350) + (cse_172 * cse_349)))
+        cse_353 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)))
+        cse_354 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_348) + (cse_199 * cse_350) + (cse_202 * cse_349)))
+        cse_356 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)))
+        cse_357 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_348) + (cse_202 * cse_350) + (cse_222 * cse_349)))
+        cse_359 = (cse_244 * cse_99)
+        cse_360 = (cse_100 * cse_137)
+        cse_361 = (cse_161 * (-(cse_133 * cse_359) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_360) + (cse_17 * cse_242 * cse_5)))
+        cse_362 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_348) - (cse_204 * cse_350) - (cse_224 * cse_349) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)))
+        cse_364 = (cse_133 * cse_98)
+        cse_365 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_360) - (cse_244 * cse_364) + (cse_19 * cse_255 * cse_5)))
+        cse_366 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_348) - (cse_207 * cse_350) - (cse_227 * cse_349) + (2.0 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)))
+        cse_368 = (cse_161 * (-(cse_137 * cse_359) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_364)))
+        cse_369 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_348) - (cse_210 * cse_350) - (cse_230 * cse_349) + (2.0 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (2.0 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)))
+        cse_372 = (cse_161 * cse_279)
+        cse_376 = (0.6666666666666666 * cse_150)
+        cse_378 = (cse_161 * cse_376)
+        cse_381 = (2.0 * cse_155)
+        cse_382 = (cse_135 * cse_381)
+        cse_383 = (cse_137 * cse_381)
         # linear solve 3: 14x14, 7 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [cse_347, cse_355, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_357, cse_358, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_360, cse_361, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_367, cse_371, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_374, cse_375, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_377, cse_378, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_346, cse_351, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_353, cse_354, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_356, cse_357, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_361, cse_362, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_365, cse_366, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_368, cse_369, 0.0, 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [(cse_262 * cse_347), (cse_262 * cse_355), 0.0, 0.0, 0.0, (cse_152 * cse_381), (-cse_159 * state_internal_X_0)],
-            [(cse_262 * cse_357), (cse_262 * cse_358), 0.0, 0.0, 0.0, (cse_163 * cse_381), (-cse_159 * state_internal_X_1)],
-            [(cse_262 * cse_360), (cse_262 * cse_361), 0.0, 0.0, 0.0, (cse_170 * cse_381), (-cse_159 * state_internal_X_2)],
-            [(cse_262 * cse_367), (cse_262 * cse_371), 0.0, 0.0, 0.0, (cse_133 * cse_385), (-cse_159 * state_internal_X_3)],
-            [(cse_262 * cse_374), (cse_262 * cse_375), 0.0, 0.0, 0.0, (cse_135 * cse_385), (-cse_159 * state_internal_X_4)],
-            [(cse_262 * cse_377), (cse_262 * cse_378), 0.0, 0.0, 0.0, (cse_137 * cse_385), (-cse_159 * state_internal_X_5)],
-            [(-cse_159 - (cse_323 * (cse_364 + cse_365 + cse_366 + (cse_100 * cse_391) + (cse_373 * cse_389) + (cse_390 * cse_99))) + (2.0 * p_E * cse_318 * cse_320 * cse_322)), (-cse_323 * (-(cse_116 * cse_390) - (cse_117 * cse_391) + (cse_152 * cse_153 * cse_352) + (cse_153 * cse_163 * cse_354) + (cse_153 * cse_170 * cse_353) - (cse_115 * cse_133 * cse_389))), (cse_316 * cse_338), (cse_339 * state_internal_ep), cse_338, 0.0, 0.0],
+            [(cse_265 * cse_346), (cse_265 * cse_351), 0.0, 0.0, 0.0, (cse_153 * cse_372), (-cse_161 * state_internal_X_0)],
+            [(cse_265 * cse_353), (cse_265 * cse_354), 0.0, 0.0, 0.0, (cse_165 * cse_372), (-cse_161 * state_internal_X_1)],
+            [(cse_265 * cse_356), (cse_265 * cse_357), 0.0, 0.0, 0.0, (cse_170 * cse_372), (-cse_161 * state_internal_X_2)],
+            [(cse_265 * cse_361), (cse_265 * cse_362), 0.0, 0.0, 0.0, (cse_250 * cse_376), (-cse_161 * state_internal_X_3)],
+            [(cse_265 * cse_365), (cse_265 * cse_366), 0.0, 0.0, 0.0, (cse_135 * cse_378), (-cse_161 * state_internal_X_4)],
+            [(cse_265 * cse_368), (cse_265 * cse_369), 0.0, 0.0, 0.0, (cse_137 * cse_378), (-cse_161 * state_internal_X_5)],
+            [(-cse_161 - (cse_325 * ((cse_100 * cse_383) + (cse_364 * cse_381) + (cse_382 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (2.0 * p_E * cse_320 * cse_322 * cse_324)), (-cse_325 * (-(cse_116 * cse_382) - (cse_117 * cse_383) + (cse_153 * cse_155 * cse_348) + (cse_155 * cse_165 * cse_350) + (cse_155 * cse_170 * cse_349) - (cse_115 * cse_133 * cse_381))), (cse_318 * cse_340), (cse_341 * state_internal_ep), cse_340, 0.0, 0.0],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d421 = ls3_X[:, 0, 0]
@@ -3505,10 +3499,11 @@ if triton is not None:
         K4 = tl.full([], 0.3333333333333333, DTYPE)
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 1.224744871391589, DTYPE)
-        K7 = tl.full([], 2.0, DTYPE)
-        K8 = tl.full([], 1.632993161855452, DTYPE)
-        K9 = tl.full([], 2.6666666666666665, DTYPE)
-        K10 = tl.full([], 0.816496580927726, DTYPE)
+        K7 = tl.full([], 0.0, DTYPE)
+        K8 = tl.full([], 2.0, DTYPE)
+        K9 = tl.full([], 1.632993161855452, DTYPE)
+        K10 = tl.full([], 2.6666666666666665, DTYPE)
+        K11 = tl.full([], 0.816496580927726, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -3568,10 +3563,10 @@ if triton is not None:
             ncse_31 = (-(K4 * state_internal_X_0) + (K4 * ncse_4))
             ncse_32 = (ncse_13 * ncse_29)
             ncse_33 = (-(K2 * state_internal_X_0) + (ncse_1 * ncse_8))
-            ncse_217 = (-ncse_10 - ncse_31 - ncse_32 + (K4 * state_internal_X_2))
-            ncse_218 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
-            ncse_219 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
-            ncse_34 = tl.sqrt(tl.maximum((ncse_20 + ncse_24 + ncse_28 + (ncse_217 * ncse_217) + (ncse_218 * ncse_218) + (ncse_219 * ncse_219)), 0.0))
+            ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (K4 * state_internal_X_2))
+            ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
+            ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
+            ncse_34 = tl.sqrt(tl.maximum((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221)), 0.0))
             ncse_35 = _mc_sdiv(K1, ncse_34)
             ncse_36 = (forces_t - old_forces_t)
             ncse_37 = (ncse_36 * state_internal_gamma_rate)
@@ -3579,12 +3574,12 @@ if triton is not None:
             ncse_39 = (K5 * ncse_38)
             ncse_40 = (ncse_11 - ncse_14 - ncse_33 - (K3 * state_internal_X_1) + (K3 * p_E * ncse_2 * ncse_7))
             ncse_41 = (ncse_5 - ncse_33 - ncse_9 - (K3 * state_internal_X_2) + (K3 * p_E * ncse_13 * ncse_2))
-            ncse_44 = (K4 * ncse_35)
-            ncse_45 = (p_C * ncse_44)
+            ncse_44 = (p_C * ncse_35)
+            ncse_45 = (K4 * ncse_44)
             ncse_46 = ((ncse_16 * ncse_45) - (p_g * state_internal_X_0))
             ncse_47 = ((ncse_40 * ncse_45) - (p_g * state_internal_X_1))
             ncse_48 = ((ncse_41 * ncse_45) - (p_g * state_internal_X_2))
-            ncse_49 = (K2 * p_C * ncse_35)
+            ncse_49 = (K2 * ncse_44)
             ncse_50 = ((ncse_19 * ncse_49) - (p_g * state_internal_X_3))
             ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4))
             ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5))
@@ -3592,260 +3587,262 @@ if triton is not None:
             ncse_54 = (-p_sigma_y + (K6 * ncse_34) - (p_R * (K1 - ncse_53)))
             ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
             ncse_56 = tl.sqrt(tl.maximum(((K2 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), 0.0))
-            ncse_57 = (-K2 * ncse_35)
-            ncse_58 = _mc_sdiv(K1, (K7 * ncse_34))
-            ncse_59 = (ncse_58 * _mc_sdiv(K1, (ncse_34 * ncse_34)))
-            ncse_60 = (K5 * ncse_59)
-            ncse_61 = (ncse_57 + (ncse_60 * (ncse_16 * ncse_16)))
-            ncse_62 = (-ncse_61)
-            ncse_63 = (-ncse_36)
-            ncse_64 = (ncse_63 * state_internal_gamma_rate)
-            ncse_65 = (ncse_3 * ncse_64)
-            ncse_66 = (ncse_16 * ncse_60)
-            ncse_67 = (ncse_44 + (ncse_40 * ncse_66))
-            ncse_68 = (-ncse_67)
-            ncse_69 = (-ncse_65 * ncse_68)
-            ncse_70 = (ncse_44 + (ncse_41 * ncse_66))
-            ncse_71 = (-ncse_70)
-            ncse_72 = (-ncse_65 * ncse_71)
-            ncse_73 = (ncse_59 * ncse_65)
-            ncse_74 = (ncse_16 * ncse_73)
-            ncse_75 = (ncse_19 * ncse_74)
-            ncse_76 = (ncse_23 * ncse_74)
-            ncse_77 = (ncse_27 * ncse_74)
-            ncse_78 = (ncse_64 * ncse_67)
-            ncse_79 = (ncse_64 * ncse_70)
-            ncse_80 = (ncse_59 * ncse_64)
-            ncse_81 = (ncse_16 * ncse_80)
-            ncse_82 = (ncse_19 * ncse_81)
-            ncse_83 = (ncse_23 * ncse_81)
-            ncse_84 = (ncse_27 * ncse_81)
-            ncse_85 = (ncse_35 * ncse_63)
-            ncse_86 = (K5 * ncse_85)
-            ncse_87 = (ncse_57 + (ncse_60 * (ncse_40 * ncse_40)))
-            ncse_88 = (-ncse_87)
-            ncse_89 = (ncse_44 + (ncse_40 * ncse_41 * ncse_60))
+            ncse_57 = tl.where(state_internal_gamma_rate == 0.0, K7, ncse_35)
+            ncse_58 = (-K2 * ncse_57)
+            ncse_59 = _mc_sdiv(K1, (K8 * ncse_34))
+            ncse_60 = (tl.where(state_internal_gamma_rate == 0.0, K7, ncse_59) * tl.where(state_internal_gamma_rate == 0.0, K7, _mc_sdiv(K1, (ncse_34 * ncse_34))))
+            ncse_61 = (K5 * ncse_60)
+            ncse_62 = (ncse_58 + (ncse_61 * (ncse_16 * ncse_16)))
+            ncse_63 = (-ncse_62)
+            ncse_64 = (-ncse_36)
+            ncse_65 = (ncse_64 * state_internal_gamma_rate)
+            ncse_66 = (ncse_3 * ncse_65)
+            ncse_67 = (K4 * ncse_57)
+            ncse_68 = (ncse_16 * ncse_61)
+            ncse_69 = (ncse_67 + (ncse_40 * ncse_68))
+            ncse_70 = (-ncse_69)
+            ncse_71 = (-ncse_66 * ncse_70)
+            ncse_72 = (ncse_67 + (ncse_41 * ncse_68))
+            ncse_73 = (-ncse_72)
+            ncse_74 = (-ncse_66 * ncse_73)
+            ncse_75 = (ncse_60 * ncse_66)
+            ncse_76 = (ncse_16 * ncse_75)
+            ncse_77 = (ncse_19 * ncse_76)
+            ncse_78 = (ncse_23 * ncse_76)
+            ncse_79 = (ncse_27 * ncse_76)
+            ncse_80 = (ncse_65 * ncse_69)
+            ncse_81 = (ncse_65 * ncse_72)
+            ncse_82 = (ncse_60 * ncse_65)
+            ncse_83 = (ncse_16 * ncse_82)
+            ncse_84 = (ncse_19 * ncse_83)
+            ncse_85 = (ncse_23 * ncse_83)
+            ncse_86 = (ncse_27 * ncse_83)
+            ncse_87 = (ncse_35 * ncse_64)
+            ncse_88 = (K5 * ncse_87)
+            ncse_89 = (ncse_58 + (ncse_61 * (ncse_40 * ncse_40)))
             ncse_90 = (-ncse_89)
-            ncse_91 = (-ncse_65 * ncse_90)
-            ncse_92 = (ncse_40 * ncse_73)
-            ncse_93 = (ncse_19 * ncse_92)
-            ncse_94 = (ncse_23 * ncse_92)
-            ncse_95 = (ncse_27 * ncse_92)
-            ncse_96 = (ncse_64 * ncse_89)
-            ncse_97 = (ncse_40 * ncse_80)
-            ncse_98 = (ncse_19 * ncse_97)
-            ncse_99 = (ncse_23 * ncse_97)
-            ncse_100 = (ncse_27 * ncse_97)
-            ncse_101 = (ncse_57 + (ncse_60 * (ncse_41 * ncse_41)))
-            ncse_102 = (-ncse_101)
-            ncse_103 = (ncse_41 * ncse_73)
-            ncse_104 = (ncse_103 * ncse_19)
-            ncse_105 = (ncse_103 * ncse_23)
-            ncse_106 = (ncse_103 * ncse_27)
-            ncse_107 = (ncse_41 * ncse_80)
-            ncse_108 = (ncse_107 * ncse_19)
-            ncse_109 = (ncse_107 * ncse_23)
-            ncse_110 = (ncse_107 * ncse_27)
-            ncse_111 = (-ncse_35)
-            ncse_112 = (K7 * ncse_59)
-            ncse_113 = (ncse_111 + (ncse_112 * ncse_20))
-            ncse_114 = (-ncse_113)
-            ncse_115 = (ncse_19 * ncse_23)
-            ncse_116 = (ncse_112 * ncse_65)
-            ncse_117 = (ncse_115 * ncse_116)
-            ncse_118 = (ncse_116 * ncse_27)
-            ncse_119 = (ncse_118 * ncse_19)
-            ncse_120 = (ncse_112 * ncse_64)
-            ncse_121 = (ncse_115 * ncse_120)
-            ncse_122 = (ncse_120 * ncse_27)
-            ncse_123 = (ncse_122 * ncse_19)
-            ncse_124 = (ncse_111 + (ncse_112 * ncse_24))
-            ncse_125 = (-ncse_124)
-            ncse_126 = (ncse_118 * ncse_23)
-            ncse_127 = (ncse_122 * ncse_23)
-            ncse_128 = (ncse_111 + (ncse_112 * ncse_28))
-            ncse_129 = (-ncse_128)
-            ncse_130 = (p_C * ncse_8)
-            ncse_131 = (ncse_130 * ncse_64)
-            ncse_132 = (-ncse_131 * ncse_68)
-            ncse_133 = (-ncse_131 * ncse_71)
-            ncse_134 = (ncse_130 * ncse_82)
-            ncse_135 = (ncse_130 * ncse_83)
-            ncse_136 = (ncse_130 * ncse_84)
-            ncse_137 = (-p_g * state_internal_gamma_rate)
-            ncse_138 = (K2 * p_C)
-            ncse_139 = (ncse_138 * state_internal_gamma_rate)
-            ncse_140 = (ncse_138 * ncse_78)
-            ncse_141 = (ncse_138 * ncse_79)
-            ncse_142 = (ncse_138 * ncse_82)
-            ncse_143 = (ncse_138 * ncse_83)
-            ncse_144 = (ncse_138 * ncse_84)
-            ncse_145 = (-ncse_131 * ncse_90)
-            ncse_146 = (ncse_130 * ncse_98)
-            ncse_147 = (ncse_130 * ncse_99)
-            ncse_148 = (ncse_100 * ncse_130)
-            ncse_149 = (ncse_138 * ncse_96)
-            ncse_150 = (ncse_138 * ncse_98)
-            ncse_151 = (ncse_138 * ncse_99)
-            ncse_152 = (ncse_100 * ncse_138)
-            ncse_153 = (ncse_108 * ncse_130)
-            ncse_154 = (ncse_109 * ncse_130)
-            ncse_155 = (ncse_110 * ncse_130)
-            ncse_156 = (ncse_108 * ncse_138)
-            ncse_157 = (ncse_109 * ncse_138)
-            ncse_158 = (ncse_110 * ncse_138)
-            ncse_159 = (p_C * ncse_80)
-            ncse_160 = (K3 * ncse_159 * ncse_3)
-            ncse_161 = (ncse_115 * ncse_160)
-            ncse_162 = (ncse_160 * ncse_27)
-            ncse_163 = (ncse_162 * ncse_19)
-            ncse_164 = (K3 * ncse_159)
-            ncse_165 = (ncse_115 * ncse_164)
-            ncse_166 = (ncse_164 * ncse_27)
-            ncse_167 = (ncse_166 * ncse_19)
-            ncse_168 = (ncse_162 * ncse_23)
-            ncse_169 = (ncse_166 * ncse_23)
-            ncse_170 = _mc_sdiv(K1, (K7 * ncse_56))
-            ncse_171 = (-K1 - (K8 * ncse_170 * ncse_54))
-            ncse_172 = (ncse_171 * ncse_58)
-            ncse_173 = (ncse_16 * ncse_172)
-            ncse_174 = (ncse_172 * ncse_40)
-            ncse_175 = (ncse_172 * ncse_41)
-            ncse_176 = (K7 * ncse_172)
-            ncse_177 = (ncse_176 * ncse_19)
-            ncse_178 = (ncse_176 * ncse_23)
-            ncse_179 = (ncse_176 * ncse_27)
-            ncse_180 = tl.abs(state_internal_Ep_0)
-            ncse_181 = tl.abs(state_internal_X_0)
-            ncse_182 = (ncse_180 + tl.abs(forces_E_0))
-            ncse_183 = tl.abs(p_E)
-            ncse_184 = (ncse_183 * tl.abs(ncse_2))
-            ncse_185 = (K3 * ncse_184)
-            ncse_186 = tl.abs(state_internal_X_2)
-            ncse_187 = tl.abs(state_internal_Ep_2)
-            ncse_188 = (ncse_187 + tl.abs(forces_E_2))
-            ncse_189 = (K2 * ncse_184)
-            ncse_190 = tl.abs(state_internal_Ep_1)
-            ncse_191 = (ncse_190 + tl.abs(forces_E_1))
-            ncse_220 = tl.abs((K1 / (K1 - (K7 * p_nu))))
-            ncse_192 = (K9 * ncse_184 * (ncse_182 + ncse_188 + ncse_191) * tl.abs(p_nu) * ncse_220)
-            ncse_193 = (ncse_192 + (K2 * ncse_186) + (ncse_188 * ncse_189))
-            ncse_194 = tl.abs(state_internal_X_1)
-            ncse_195 = ((K2 * ncse_194) + (ncse_189 * ncse_191))
-            ncse_196 = (ncse_193 + ncse_195 + (K3 * ncse_181) + (ncse_182 * ncse_185))
-            ncse_197 = tl.abs(ncse_35)
-            ncse_198 = (tl.abs(ncse_36) * tl.abs(state_internal_gamma_rate))
-            ncse_199 = (ncse_197 * ncse_198)
-            ncse_200 = (K5 * ncse_199)
-            ncse_201 = ((K2 * ncse_181) + (ncse_182 * ncse_189))
-            ncse_202 = (ncse_193 + ncse_201 + (K3 * ncse_194) + (ncse_185 * ncse_191))
-            ncse_203 = (ncse_192 + ncse_195 + ncse_201 + (K3 * ncse_186) + (ncse_185 * ncse_188))
-            ncse_204 = tl.abs(state_internal_Ep_3)
-            ncse_205 = tl.abs(state_internal_X_3)
-            ncse_206 = (ncse_205 + (ncse_184 * (ncse_204 + tl.abs(forces_E_3))))
-            ncse_207 = tl.abs(state_internal_Ep_4)
-            ncse_208 = tl.abs(state_internal_X_4)
-            ncse_209 = (ncse_208 + (ncse_184 * (ncse_207 + tl.abs(forces_E_4))))
-            ncse_210 = tl.abs(state_internal_Ep_5)
-            ncse_211 = tl.abs(state_internal_X_5)
-            ncse_212 = (ncse_211 + (ncse_184 * (ncse_210 + tl.abs(forces_E_5))))
-            ncse_213 = tl.abs(p_g)
-            ncse_214 = (ncse_197 * tl.abs(p_C))
-            ncse_215 = (K4 * ncse_214)
-            ncse_216 = (K2 * ncse_214)
-            ncse_221 = (K10 * ncse_63)
+            ncse_91 = (ncse_67 + (ncse_40 * ncse_41 * ncse_61))
+            ncse_92 = (-ncse_91)
+            ncse_93 = (-ncse_66 * ncse_92)
+            ncse_94 = (ncse_40 * ncse_75)
+            ncse_95 = (ncse_19 * ncse_94)
+            ncse_96 = (ncse_23 * ncse_94)
+            ncse_97 = (ncse_27 * ncse_94)
+            ncse_98 = (ncse_65 * ncse_91)
+            ncse_99 = (ncse_40 * ncse_82)
+            ncse_100 = (ncse_19 * ncse_99)
+            ncse_101 = (ncse_23 * ncse_99)
+            ncse_102 = (ncse_27 * ncse_99)
+            ncse_103 = (ncse_58 + (ncse_61 * (ncse_41 * ncse_41)))
+            ncse_104 = (-ncse_103)
+            ncse_105 = (ncse_41 * ncse_75)
+            ncse_106 = (ncse_105 * ncse_19)
+            ncse_107 = (ncse_105 * ncse_23)
+            ncse_108 = (ncse_105 * ncse_27)
+            ncse_109 = (ncse_41 * ncse_82)
+            ncse_110 = (ncse_109 * ncse_19)
+            ncse_111 = (ncse_109 * ncse_23)
+            ncse_112 = (ncse_109 * ncse_27)
+            ncse_113 = (-ncse_57)
+            ncse_114 = (K8 * ncse_60)
+            ncse_115 = (ncse_113 + (ncse_114 * ncse_20))
+            ncse_116 = (-ncse_115)
+            ncse_117 = (ncse_19 * ncse_23)
+            ncse_118 = (ncse_114 * ncse_66)
+            ncse_119 = (ncse_117 * ncse_118)
+            ncse_120 = (ncse_118 * ncse_27)
+            ncse_121 = (ncse_120 * ncse_19)
+            ncse_122 = (ncse_114 * ncse_65)
+            ncse_123 = (ncse_117 * ncse_122)
+            ncse_124 = (ncse_122 * ncse_27)
+            ncse_125 = (ncse_124 * ncse_19)
+            ncse_126 = (ncse_113 + (ncse_114 * ncse_24))
+            ncse_127 = (-ncse_126)
+            ncse_128 = (ncse_120 * ncse_23)
+            ncse_129 = (ncse_124 * ncse_23)
+            ncse_130 = (ncse_113 + (ncse_114 * ncse_28))
+            ncse_131 = (-ncse_130)
+            ncse_132 = (p_C * ncse_8)
+            ncse_133 = (ncse_132 * ncse_65)
+            ncse_134 = (-ncse_133 * ncse_70)
+            ncse_135 = (-ncse_133 * ncse_73)
+            ncse_136 = (ncse_132 * ncse_84)
+            ncse_137 = (ncse_132 * ncse_85)
+            ncse_138 = (ncse_132 * ncse_86)
+            ncse_139 = (-p_g * state_internal_gamma_rate)
+            ncse_140 = (K2 * p_C)
+            ncse_141 = (ncse_140 * state_internal_gamma_rate)
+            ncse_142 = (ncse_140 * ncse_80)
+            ncse_143 = (ncse_140 * ncse_81)
+            ncse_144 = (ncse_140 * ncse_84)
+            ncse_145 = (ncse_140 * ncse_85)
+            ncse_146 = (ncse_140 * ncse_86)
+            ncse_147 = (-ncse_133 * ncse_92)
+            ncse_148 = (ncse_100 * ncse_132)
+            ncse_149 = (ncse_101 * ncse_132)
+            ncse_150 = (ncse_102 * ncse_132)
+            ncse_151 = (ncse_140 * ncse_98)
+            ncse_152 = (ncse_100 * ncse_140)
+            ncse_153 = (ncse_101 * ncse_140)
+            ncse_154 = (ncse_102 * ncse_140)
+            ncse_155 = (ncse_110 * ncse_132)
+            ncse_156 = (ncse_111 * ncse_132)
+            ncse_157 = (ncse_112 * ncse_132)
+            ncse_158 = (ncse_110 * ncse_140)
+            ncse_159 = (ncse_111 * ncse_140)
+            ncse_160 = (ncse_112 * ncse_140)
+            ncse_161 = (p_C * ncse_82)
+            ncse_162 = (K3 * ncse_161 * ncse_3)
+            ncse_163 = (ncse_117 * ncse_162)
+            ncse_164 = (ncse_162 * ncse_27)
+            ncse_165 = (ncse_164 * ncse_19)
+            ncse_166 = (K3 * ncse_161)
+            ncse_167 = (ncse_117 * ncse_166)
+            ncse_168 = (ncse_166 * ncse_27)
+            ncse_169 = (ncse_168 * ncse_19)
+            ncse_170 = (ncse_164 * ncse_23)
+            ncse_171 = (ncse_168 * ncse_23)
+            ncse_172 = _mc_sdiv(K1, (K8 * ncse_56))
+            ncse_173 = (-K1 - (K9 * ncse_172 * ncse_54))
+            ncse_174 = (ncse_173 * ncse_59)
+            ncse_175 = (ncse_16 * ncse_174)
+            ncse_176 = (ncse_174 * ncse_40)
+            ncse_177 = (ncse_174 * ncse_41)
+            ncse_178 = (K8 * ncse_174)
+            ncse_179 = (ncse_178 * ncse_19)
+            ncse_180 = (ncse_178 * ncse_23)
+            ncse_181 = (ncse_178 * ncse_27)
+            ncse_182 = tl.abs(state_internal_Ep_0)
+            ncse_183 = tl.abs(state_internal_X_0)
+            ncse_184 = (ncse_182 + tl.abs(forces_E_0))
+            ncse_185 = tl.abs(p_E)
+            ncse_186 = (ncse_185 * tl.abs(ncse_2))
+            ncse_187 = (K3 * ncse_186)
+            ncse_188 = tl.abs(state_internal_X_2)
+            ncse_189 = tl.abs(state_internal_Ep_2)
+            ncse_190 = (ncse_189 + tl.abs(forces_E_2))
+            ncse_191 = (K2 * ncse_186)
+            ncse_192 = tl.abs(state_internal_Ep_1)
+            ncse_193 = (ncse_192 + tl.abs(forces_E_1))
+            ncse_222 = tl.abs((K1 / (K1 - (K8 * p_nu))))
+            ncse_194 = (K10 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * tl.abs(p_nu) * ncse_222)
+            ncse_195 = (ncse_194 + (K2 * ncse_188) + (ncse_190 * ncse_191))
+            ncse_196 = tl.abs(state_internal_X_1)
+            ncse_197 = ((K2 * ncse_196) + (ncse_191 * ncse_193))
+            ncse_198 = (ncse_195 + ncse_197 + (K3 * ncse_183) + (ncse_184 * ncse_187))
+            ncse_199 = tl.abs(ncse_35)
+            ncse_200 = (tl.abs(ncse_36) * tl.abs(state_internal_gamma_rate))
+            ncse_201 = (ncse_199 * ncse_200)
+            ncse_202 = (K5 * ncse_201)
+            ncse_203 = ((K2 * ncse_183) + (ncse_184 * ncse_191))
+            ncse_204 = (ncse_195 + ncse_203 + (K3 * ncse_196) + (ncse_187 * ncse_193))
+            ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (K3 * ncse_188) + (ncse_187 * ncse_190))
+            ncse_206 = tl.abs(state_internal_Ep_3)
+            ncse_207 = tl.abs(state_internal_X_3)
+            ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + tl.abs(forces_E_3))))
+            ncse_209 = tl.abs(state_internal_Ep_4)
+            ncse_210 = tl.abs(state_internal_X_4)
+            ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + tl.abs(forces_E_4))))
+            ncse_212 = tl.abs(state_internal_Ep_5)
+            ncse_213 = tl.abs(state_internal_X_5)
+            ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + tl.abs(forces_E_5))))
+            ncse_215 = tl.abs(p_g)
+            ncse_216 = (ncse_199 * tl.abs(p_C))
+            ncse_217 = (K4 * ncse_216)
+            ncse_218 = (K2 * ncse_216)
+            ncse_223 = (K11 * ncse_64)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
             nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
             nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
             nt1_r_3 = (-ncse_18 - old_state_internal_Ep_3 - (ncse_19 * ncse_38))
             nt1_r_4 = (-ncse_22 - old_state_internal_Ep_4 - (ncse_23 * ncse_38))
             nt1_r_5 = (-ncse_26 - old_state_internal_Ep_5 - (ncse_27 * ncse_38))
-            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K10 * ncse_37))
+            nt1_r_6 = (state_internal_ep - old_state_internal_ep - (K11 * ncse_37))
             nt1_r_7 = (state_internal_X_0 - old_state_internal_X_0 - (ncse_37 * ncse_46))
             nt1_r_8 = (state_internal_X_1 - old_state_internal_X_1 - (ncse_37 * ncse_47))
             nt1_r_9 = (state_internal_X_2 - old_state_internal_X_2 - (ncse_37 * ncse_48))
             nt1_r_10 = (-ncse_17 - old_state_internal_X_3 - (ncse_37 * ncse_50))
             nt1_r_11 = (-ncse_21 - old_state_internal_X_4 - (ncse_37 * ncse_51))
             nt1_r_12 = (-ncse_25 - old_state_internal_X_5 - (ncse_37 * ncse_52))
-            nt1_r_13 = (-ncse_56 - (K10 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
+            nt1_r_13 = (-ncse_56 - (K11 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
             j2_voce_af_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + tl.abs(old_state_internal_Ep_3)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K10 * ncse_198) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + tl.abs(old_state_internal_X_0)))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + tl.abs(old_state_internal_X_2)))))
-            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + tl.abs(old_state_internal_X_4)))))
-            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (K10 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + tl.abs(old_state_internal_Ep_3)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K11 * ncse_200) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + tl.abs(old_state_internal_X_0)))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + tl.abs(old_state_internal_X_2)))))
+            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + tl.abs(old_state_internal_X_4)))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (K11 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
             j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
-            nt1_1 = (K1 - (ncse_62 * ncse_65))
-            nt1_2 = (ncse_61 * ncse_64)
-            nt1_3 = (ncse_16 * ncse_86)
-            nt1_4 = (K1 - (ncse_65 * ncse_88))
-            nt1_5 = (ncse_64 * ncse_87)
-            nt1_6 = (ncse_40 * ncse_86)
-            nt1_7 = (K1 - (ncse_102 * ncse_65))
-            nt1_8 = (ncse_101 * ncse_64)
-            nt1_9 = (ncse_41 * ncse_86)
-            nt1_10 = (K1 - (ncse_114 * ncse_65))
-            nt1_11 = (ncse_113 * ncse_64)
-            nt1_12 = (ncse_19 * ncse_85)
-            nt1_13 = (K1 - (ncse_125 * ncse_65))
-            nt1_14 = (ncse_124 * ncse_64)
-            nt1_15 = (ncse_23 * ncse_85)
-            nt1_16 = (K1 - (ncse_129 * ncse_65))
-            nt1_17 = (ncse_128 * ncse_64)
-            nt1_18 = (ncse_27 * ncse_85)
-            nt1_19 = (-ncse_131 * ncse_62)
-            nt1_20 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))))
-            nt1_21 = (ncse_46 * ncse_63)
-            nt1_22 = (-ncse_131 * ncse_88)
-            nt1_23 = (K1 + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))))
-            nt1_24 = (ncse_47 * ncse_63)
-            nt1_25 = (-ncse_102 * ncse_131)
-            nt1_26 = (K1 + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))))
-            nt1_27 = (ncse_48 * ncse_63)
-            nt1_28 = (-ncse_114 * ncse_131)
-            nt1_29 = (K1 + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))))
-            nt1_30 = (ncse_50 * ncse_63)
-            nt1_31 = (-ncse_125 * ncse_131)
-            nt1_32 = (K1 + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))))
-            nt1_33 = (ncse_51 * ncse_63)
-            nt1_34 = (-ncse_129 * ncse_131)
-            nt1_35 = (K1 + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))))
-            nt1_36 = (ncse_52 * ncse_63)
-            nt1_37 = (-ncse_173 * ncse_3)
-            nt1_38 = (-ncse_174 * ncse_3)
-            nt1_39 = (-ncse_175 * ncse_3)
-            nt1_40 = (-ncse_177 * ncse_3)
-            nt1_41 = (-ncse_178 * ncse_3)
-            nt1_42 = (-ncse_179 * ncse_3)
-            nt1_43 = (-K10 * p_R * p_d * ncse_171 * ncse_53)
-            nt1_44 = (-ncse_173)
-            nt1_45 = (-ncse_174)
-            nt1_46 = (-ncse_175)
-            nt1_47 = (-ncse_177)
-            nt1_48 = (-ncse_178)
-            nt1_49 = (-ncse_179)
-            nt1_50 = ((p_E * ncse_36) - (K7 * ncse_170 * ncse_55 * state_internal_gamma_rate))
+            nt1_1 = (K1 - (ncse_63 * ncse_66))
+            nt1_2 = (ncse_62 * ncse_65)
+            nt1_3 = (ncse_16 * ncse_88)
+            nt1_4 = (K1 - (ncse_66 * ncse_90))
+            nt1_5 = (ncse_65 * ncse_89)
+            nt1_6 = (ncse_40 * ncse_88)
+            nt1_7 = (K1 - (ncse_104 * ncse_66))
+            nt1_8 = (ncse_103 * ncse_65)
+            nt1_9 = (ncse_41 * ncse_88)
+            nt1_10 = (K1 - (ncse_116 * ncse_66))
+            nt1_11 = (ncse_115 * ncse_65)
+            nt1_12 = (ncse_19 * ncse_87)
+            nt1_13 = (K1 - (ncse_127 * ncse_66))
+            nt1_14 = (ncse_126 * ncse_65)
+            nt1_15 = (ncse_23 * ncse_87)
+            nt1_16 = (K1 - (ncse_131 * ncse_66))
+            nt1_17 = (ncse_130 * ncse_65)
+            nt1_18 = (ncse_27 * ncse_87)
+            nt1_19 = (-ncse_133 * ncse_63)
+            nt1_20 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62))))
+            nt1_21 = (ncse_46 * ncse_64)
+            nt1_22 = (-ncse_133 * ncse_90)
+            nt1_23 = (K1 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89))))
+            nt1_24 = (ncse_47 * ncse_64)
+            nt1_25 = (-ncse_104 * ncse_133)
+            nt1_26 = (K1 + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141))))
+            nt1_27 = (ncse_48 * ncse_64)
+            nt1_28 = (-ncse_116 * ncse_133)
+            nt1_29 = (K1 + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141))))
+            nt1_30 = (ncse_50 * ncse_64)
+            nt1_31 = (-ncse_127 * ncse_133)
+            nt1_32 = (K1 + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141))))
+            nt1_33 = (ncse_51 * ncse_64)
+            nt1_34 = (-ncse_131 * ncse_133)
+            nt1_35 = (K1 + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141))))
+            nt1_36 = (ncse_52 * ncse_64)
+            nt1_37 = (-ncse_175 * ncse_3)
+            nt1_38 = (-ncse_176 * ncse_3)
+            nt1_39 = (-ncse_177 * ncse_3)
+            nt1_40 = (-ncse_179 * ncse_3)
+            nt1_41 = (-ncse_180 * ncse_3)
+            nt1_42 = (-ncse_181 * ncse_3)
+            nt1_43 = (-K11 * p_R * p_d * ncse_173 * ncse_53)
+            nt1_44 = (-ncse_175)
+            nt1_45 = (-ncse_176)
+            nt1_46 = (-ncse_177)
+            nt1_47 = (-ncse_179)
+            nt1_48 = (-ncse_180)
+            nt1_49 = (-ncse_181)
+            nt1_50 = ((p_E * ncse_36) - (K8 * ncse_172 * ncse_55 * state_internal_gamma_rate))
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_69, ncse_72, ncse_75, ncse_76, ncse_77, nt1_2, ncse_78, ncse_79, ncse_82, ncse_83,
-                ncse_84, nt1_3, ncse_69, nt1_4, ncse_91, ncse_93, ncse_94, ncse_95, ncse_78, nt1_5, ncse_96,
-                ncse_98, ncse_99, ncse_100, nt1_6, ncse_72, ncse_91, nt1_7, ncse_104, ncse_105, ncse_106,
-                ncse_79, ncse_96, nt1_8, ncse_108, ncse_109, ncse_110, nt1_9, ncse_75, ncse_93, ncse_104,
-                nt1_10, ncse_117, ncse_119, ncse_82, ncse_98, ncse_108, nt1_11, ncse_121, ncse_123, nt1_12,
-                ncse_76, ncse_94, ncse_105, ncse_117, nt1_13, ncse_126, ncse_83, ncse_99, ncse_109, ncse_121,
-                nt1_14, ncse_127, nt1_15, ncse_77, ncse_95, ncse_106, ncse_119, ncse_126, nt1_16, ncse_84,
-                ncse_100, ncse_110, ncse_123, ncse_127, nt1_17, nt1_18, ncse_221, nt1_19, ncse_132, ncse_133,
-                ncse_134, ncse_135, ncse_136, nt1_20, ncse_140, ncse_141, ncse_142, ncse_143, ncse_144, nt1_21,
-                ncse_132, nt1_22, ncse_145, ncse_146, ncse_147, ncse_148, ncse_140, nt1_23, ncse_149, ncse_150,
-                ncse_151, ncse_152, nt1_24, ncse_133, ncse_145, nt1_25, ncse_153, ncse_154, ncse_155, ncse_141,
-                ncse_149, nt1_26, ncse_156, ncse_157, ncse_158, nt1_27, ncse_134, ncse_146, ncse_153, nt1_28,
-                ncse_161, ncse_163, ncse_142, ncse_150, ncse_156, nt1_29, ncse_165, ncse_167, nt1_30, ncse_135,
-                ncse_147, ncse_154, ncse_161, nt1_31, ncse_168, ncse_143, ncse_151, ncse_157, ncse_165, nt1_32,
-                ncse_169, nt1_33, ncse_136, ncse_148, ncse_155, ncse_163, ncse_168, nt1_34, ncse_144, ncse_152,
-                ncse_158, ncse_167, ncse_169, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
+                nt1_1, ncse_71, ncse_74, ncse_77, ncse_78, ncse_79, nt1_2, ncse_80, ncse_81, ncse_84, ncse_85,
+                ncse_86, nt1_3, ncse_71, nt1_4, ncse_93, ncse_95, ncse_96, ncse_97, ncse_80, nt1_5, ncse_98,
+                ncse_100, ncse_101, ncse_102, nt1_6, ncse_74, ncse_93, nt1_7, ncse_106, ncse_107, ncse_108,
+                ncse_81, ncse_98, nt1_8, ncse_110, ncse_111, ncse_112, nt1_9, ncse_77, ncse_95, ncse_106,
+                nt1_10, ncse_119, ncse_121, ncse_84, ncse_100, ncse_110, nt1_11, ncse_123, ncse_125, nt1_12,
+                ncse_78, ncse_96, ncse_107, ncse_119, nt1_13, ncse_128, ncse_85, ncse_101, ncse_111, ncse_123,
+                nt1_14, ncse_129, nt1_15, ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, nt1_16, ncse_86,
+                ncse_102, ncse_112, ncse_125, ncse_129, nt1_17, nt1_18, ncse_223, nt1_19, ncse_134, ncse_135,
+                ncse_136, ncse_137, ncse_138, nt1_20, ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, nt1_21,
+                ncse_134, nt1_22, ncse_147, ncse_148, ncse_149, ncse_150, ncse_142, nt1_23, ncse_151, ncse_152,
+                ncse_153, ncse_154, nt1_24, ncse_135, ncse_147, nt1_25, ncse_155, ncse_156, ncse_157, ncse_143,
+                ncse_151, nt1_26, ncse_158, ncse_159, ncse_160, nt1_27, ncse_136, ncse_148, ncse_155, nt1_28,
+                ncse_163, ncse_165, ncse_144, ncse_152, ncse_158, nt1_29, ncse_167, ncse_169, nt1_30, ncse_137,
+                ncse_149, ncse_156, ncse_163, nt1_31, ncse_170, ncse_145, ncse_153, ncse_159, ncse_167, nt1_32,
+                ncse_171, nt1_33, ncse_138, ncse_150, ncse_157, ncse_165, ncse_170, nt1_34, ncse_146, ncse_154,
+                ncse_160, ncse_169, ncse_171, nt1_35, nt1_36, nt1_37, nt1_38, nt1_39, nt1_40, nt1_41, nt1_42,
                 nt1_43, nt1_44, nt1_45, nt1_46, nt1_47, nt1_48, nt1_49, nt1_50, DTYPE)
             nt1_51 = (-nt1_r_0)
             nt1_52 = (-nt1_r_1)
@@ -3914,12 +3911,12 @@ if triton is not None:
         K2 = tl.full([], 1.0, DTYPE)
         K3 = tl.full([], 0.6666666666666666, DTYPE)
         K4 = tl.full([], 0.3333333333333333, DTYPE)
-        K5 = tl.full([], 1.3333333333333333, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
         K6 = tl.full([], 0.5, DTYPE)
-        K7 = tl.full([], 1.224744871391589, DTYPE)
-        K8 = tl.full([], 1.632993161855452, DTYPE)
-        K9 = tl.full([], 0.816496580927726, DTYPE)
-        K10 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 1.224744871391589, DTYPE)
+        K9 = tl.full([], 1.632993161855452, DTYPE)
+        K10 = tl.full([], 0.816496580927726, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = _mc_load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask[:, None] & (tl.arange(0, 8)[None, :] < 6), zero)  # one trip: see _Rows (detach)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -4023,306 +4020,308 @@ if triton is not None:
             cse_143 = (cse_141 - cse_142)
             cse_139 = (K4 * cse_15)
             cse_140 = (-(K4 * state_internal_X_0) + (K4 * cse_7))
-            cse_392 = (-cse_139 - cse_140 - cse_143 + (K4 * state_internal_X_1))
+            cse_384 = (-cse_139 - cse_140 - cse_143 + (K4 * state_internal_X_1))
             cse_146 = (K3 * cse_15)
             cse_145 = (K3 * state_internal_X_1)
             cse_147 = (cse_145 - cse_146)
             cse_144 = (K4 * cse_16)
-            cse_393 = (-cse_140 - cse_144 - cse_147 + (K4 * state_internal_X_2))
+            cse_385 = (-cse_140 - cse_144 - cse_147 + (K4 * state_internal_X_2))
             cse_148 = (-(K3 * state_internal_X_0) + (K3 * cse_7))
-            cse_394 = (cse_148 - cse_139 - cse_144 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
+            cse_386 = (cse_148 - cse_139 - cse_144 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
             cse_133 = (state_S_3 - state_internal_X_3)
             cse_134 = (cse_133 * cse_133)
             cse_135 = (state_S_4 - state_internal_X_4)
             cse_136 = (cse_135 * cse_135)
             cse_137 = (state_S_5 - state_internal_X_5)
             cse_138 = (cse_137 * cse_137)
-            cse_149 = tl.sqrt(tl.maximum((cse_134 + cse_136 + cse_138 + (cse_392 * cse_392) + (cse_393 * cse_393) + (cse_394 * cse_394)), 0.0))
-            cse_153 = _mc_sdiv(K2, (K1 * cse_149))
-            cse_152 = (cse_143 + cse_147 - (K5 * state_internal_X_0) + (K5 * cse_7))
-            cse_164 = (cse_152 * cse_153)
-            cse_154 = _mc_sdiv(K2, (cse_149 * cse_149))
-            cse_165 = (K6 * cse_154)
-            cse_166 = (cse_164 * cse_165)
+            cse_149 = tl.sqrt(tl.maximum((cse_134 + cse_136 + cse_138 + (cse_384 * cse_384) + (cse_385 * cse_385) + (cse_386 * cse_386)), 0.0))
+            cse_155 = _mc_sdiv(K2, (K1 * cse_149))
+            cse_156 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_155)
+            cse_154 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_149 * cse_149)))
+            cse_157 = (cse_154 * cse_156)
+            cse_158 = (K6 * cse_157)
+            cse_153 = (cse_143 + cse_147 - (K7 * state_internal_X_0) + (K7 * cse_7))
+            cse_166 = (cse_153 * cse_158)
             cse_150 = _mc_sdiv(K2, cse_149)
-            cse_162 = (K4 * cse_150)
-            cse_163 = (cse_141 - cse_142 - cse_148 - (K5 * state_internal_X_1) + (K5 * p_E * cse_1 * cse_5))
-            cse_167 = (cse_162 + (cse_163 * cse_166))
+            cse_151 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_150)
+            cse_164 = (K4 * cse_151)
+            cse_165 = (cse_141 - cse_142 - cse_148 - (K7 * state_internal_X_1) + (K7 * p_E * cse_1 * cse_5))
+            cse_167 = (cse_164 + (cse_165 * cse_166))
             cse_168 = (-cse_167)
             cse_3 = (forces_t - old_forces_t)
-            cse_159 = (cse_3 * state_internal_gamma_rate)
-            cse_160 = (cse_159 * cse_6)
-            cse_169 = (cse_160 * cse_168)
-            cse_262 = (K3 * p_C)
-            cse_264 = (cse_169 * cse_262)
-            cse_170 = (cse_145 - cse_146 - cse_148 - (K5 * state_internal_X_2) + (K5 * p_E * cse_2 * cse_5))
-            cse_171 = (cse_162 + (cse_166 * cse_170))
+            cse_161 = (cse_3 * state_internal_gamma_rate)
+            cse_162 = (cse_161 * cse_6)
+            cse_169 = (cse_162 * cse_168)
+            cse_265 = (K3 * p_C)
+            cse_267 = (cse_169 * cse_265)
+            cse_170 = (cse_145 - cse_146 - cse_148 - (K7 * state_internal_X_2) + (K7 * p_E * cse_2 * cse_5))
+            cse_171 = (cse_164 + (cse_166 * cse_170))
             cse_172 = (-cse_171)
-            cse_173 = (cse_160 * cse_172)
-            cse_265 = (cse_173 * cse_262)
-            cse_200 = (cse_153 * cse_163)
-            cse_201 = (cse_162 + (cse_165 * cse_170 * cse_200))
+            cse_173 = (cse_162 * cse_172)
+            cse_268 = (cse_173 * cse_265)
+            cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170))
             cse_202 = (-cse_201)
-            cse_203 = (cse_160 * cse_202)
-            cse_279 = (cse_203 * cse_262)
-            cse_155 = (cse_153 * cse_154)
-            cse_156 = (K6 * cse_155)
-            cse_151 = (-K3 * cse_150)
-            cse_157 = (cse_151 + (cse_156 * (cse_152 * cse_152)))
-            cse_158 = (-cse_157)
-            cse_161 = (cse_158 * cse_160)
-            cse_263 = (cse_161 * cse_262)
-            cse_184 = (cse_159 * cse_167)
-            cse_271 = (-cse_184 * cse_262)
-            cse_186 = (cse_159 * cse_171)
-            cse_272 = (-cse_186 * cse_262)
-            cse_197 = (cse_151 + (cse_156 * (cse_163 * cse_163)))
-            cse_198 = (-cse_197)
-            cse_199 = (cse_160 * cse_198)
-            cse_278 = (cse_199 * cse_262)
-            cse_220 = (cse_151 + (cse_156 * (cse_170 * cse_170)))
-            cse_221 = (-cse_220)
-            cse_222 = (cse_160 * cse_221)
-            cse_288 = (cse_222 * cse_262)
-            cse_315 = tl.exp((-p_d * state_internal_ep))
-            cse_316 = (K2 - cse_315)
-            cse_317 = (-p_sigma_y + (K7 * cse_149) - (p_R * cse_316))
-            cse_320 = (cse_3 * cse_3)
-            cse_319 = (p_E * p_E)
-            cse_321 = (cse_319 * cse_320)
-            cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate)
-            cse_322 = _mc_sdiv(K2, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_317 * cse_317)) + (cse_318 * cse_321)), 0.0))))
-            cse_323 = (-K2 - (K8 * cse_317 * cse_322))
-            cse_324 = (cse_153 * cse_323)
-            cse_325 = (cse_152 * cse_324)
-            cse_326 = (-cse_325 * cse_6)
-            cse_327 = (cse_163 * cse_324)
-            cse_328 = (-cse_327 * cse_6)
-            cse_329 = (cse_170 * cse_324)
-            cse_330 = (-cse_329 * cse_6)
-            cse_331 = (K1 * cse_324)
-            cse_332 = (cse_133 * cse_331)
-            cse_333 = (-cse_332 * cse_6)
-            cse_334 = (cse_135 * cse_331)
-            cse_335 = (-cse_334 * cse_6)
-            cse_336 = (cse_137 * cse_331)
-            cse_337 = (-cse_336 * cse_6)
-            cse_185 = (-cse_184)
+            cse_203 = (cse_162 * cse_202)
+            cse_283 = (cse_203 * cse_265)
+            cse_152 = (-K3 * cse_151)
+            cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)))
+            cse_160 = (-cse_159)
+            cse_163 = (cse_160 * cse_162)
+            cse_266 = (cse_163 * cse_265)
+            cse_186 = (cse_161 * cse_167)
+            cse_274 = (-cse_186 * cse_265)
+            cse_188 = (cse_161 * cse_171)
+            cse_275 = (-cse_188 * cse_265)
+            cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)))
+            cse_199 = (-cse_198)
+            cse_200 = (cse_162 * cse_199)
+            cse_282 = (cse_200 * cse_265)
+            cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)))
+            cse_222 = (-cse_221)
+            cse_223 = (cse_162 * cse_222)
+            cse_292 = (cse_223 * cse_265)
             cse_187 = (-cse_186)
-            cse_211 = (cse_159 * cse_201)
-            cse_283 = (-cse_211 * cse_262)
-            cse_239 = (K1 * cse_155)
-            cse_238 = (-cse_150)
-            cse_240 = (cse_238 + (cse_134 * cse_239))
-            cse_241 = (-cse_240)
-            cse_242 = (cse_160 * cse_241)
-            cse_296 = (cse_242 * cse_262)
-            cse_250 = (cse_238 + (cse_136 * cse_239))
-            cse_251 = (-cse_250)
-            cse_252 = (cse_160 * cse_251)
-            cse_308 = (cse_252 * cse_262)
-            cse_257 = (cse_238 + (cse_138 * cse_239))
-            cse_258 = (-cse_257)
-            cse_259 = (cse_160 * cse_258)
-            cse_313 = (cse_259 * cse_262)
-            cse_212 = (-cse_211)
-            cse_175 = (cse_160 * cse_164)
-            cse_174 = (cse_133 * cse_154)
-            cse_176 = (cse_174 * cse_175)
-            cse_266 = (-cse_176 * cse_262)
-            cse_178 = (cse_135 * cse_154)
-            cse_179 = (cse_175 * cse_178)
-            cse_267 = (-cse_179 * cse_262)
-            cse_181 = (cse_137 * cse_154)
-            cse_182 = (cse_175 * cse_181)
-            cse_268 = (-cse_182 * cse_262)
-            cse_204 = (cse_160 * cse_200)
-            cse_205 = (cse_174 * cse_204)
-            cse_280 = (-cse_205 * cse_262)
-            cse_207 = (cse_178 * cse_204)
-            cse_281 = (-cse_207 * cse_262)
-            cse_209 = (cse_181 * cse_204)
-            cse_282 = (-cse_209 * cse_262)
-            cse_223 = (cse_153 * cse_170)
-            cse_224 = (cse_160 * cse_223)
-            cse_225 = (cse_174 * cse_224)
-            cse_289 = (-cse_225 * cse_262)
-            cse_227 = (cse_178 * cse_224)
-            cse_290 = (-cse_227 * cse_262)
-            cse_229 = (cse_181 * cse_224)
-            cse_291 = (-cse_229 * cse_262)
-            cse_338 = (K9 * cse_323)
-            cse_339 = (p_R * cse_315 * cse_338)
+            cse_189 = (-cse_188)
+            cse_213 = (cse_161 * cse_201)
+            cse_287 = (-cse_213 * cse_265)
+            cse_240 = (K1 * cse_157)
+            cse_239 = (-cse_151)
+            cse_241 = (cse_239 + (cse_134 * cse_240))
+            cse_242 = (-cse_241)
+            cse_243 = (cse_162 * cse_242)
+            cse_300 = (cse_243 * cse_265)
+            cse_254 = (cse_239 + (cse_136 * cse_240))
+            cse_255 = (-cse_254)
+            cse_256 = (cse_162 * cse_255)
+            cse_310 = (cse_256 * cse_265)
+            cse_260 = (cse_239 + (cse_138 * cse_240))
+            cse_261 = (-cse_260)
+            cse_262 = (cse_162 * cse_261)
+            cse_315 = (cse_262 * cse_265)
+            cse_214 = (-cse_213)
+            cse_317 = tl.exp((-p_d * state_internal_ep))
+            cse_318 = (K2 - cse_317)
+            cse_319 = (-p_sigma_y + (K8 * cse_149) - (p_R * cse_318))
+            cse_322 = (cse_3 * cse_3)
+            cse_321 = (p_E * p_E)
+            cse_323 = (cse_321 * cse_322)
+            cse_320 = (state_internal_gamma_rate * state_internal_gamma_rate)
+            cse_324 = _mc_sdiv(K2, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_319 * cse_319)) + (cse_320 * cse_323)), 0.0))))
+            cse_325 = (-K2 - (K9 * cse_319 * cse_324))
+            cse_326 = (cse_155 * cse_325)
+            cse_327 = (cse_153 * cse_326)
+            cse_328 = (-cse_327 * cse_6)
+            cse_329 = (cse_165 * cse_326)
+            cse_330 = (-cse_329 * cse_6)
+            cse_331 = (cse_170 * cse_326)
+            cse_332 = (-cse_331 * cse_6)
+            cse_333 = (K1 * cse_326)
+            cse_334 = (cse_133 * cse_333)
+            cse_335 = (-cse_334 * cse_6)
+            cse_336 = (cse_135 * cse_333)
+            cse_337 = (-cse_336 * cse_6)
+            cse_338 = (cse_137 * cse_333)
+            cse_339 = (-cse_338 * cse_6)
+            cse_174 = (cse_133 * cse_157)
+            cse_175 = (cse_153 * cse_174)
+            cse_176 = (cse_162 * cse_175)
+            cse_269 = (-cse_176 * cse_265)
+            cse_178 = (cse_135 * cse_157)
+            cse_179 = (cse_153 * cse_178)
+            cse_180 = (cse_162 * cse_179)
+            cse_270 = (-cse_180 * cse_265)
+            cse_182 = (cse_137 * cse_157)
+            cse_183 = (cse_153 * cse_182)
+            cse_184 = (cse_162 * cse_183)
+            cse_271 = (-cse_184 * cse_265)
+            cse_204 = (cse_165 * cse_174)
+            cse_205 = (cse_162 * cse_204)
+            cse_284 = (-cse_205 * cse_265)
+            cse_207 = (cse_165 * cse_178)
+            cse_208 = (cse_162 * cse_207)
+            cse_285 = (-cse_208 * cse_265)
+            cse_210 = (cse_165 * cse_182)
+            cse_211 = (cse_162 * cse_210)
+            cse_286 = (-cse_211 * cse_265)
+            cse_224 = (cse_170 * cse_174)
+            cse_225 = (cse_162 * cse_224)
+            cse_293 = (-cse_225 * cse_265)
+            cse_227 = (cse_170 * cse_178)
+            cse_228 = (cse_162 * cse_227)
+            cse_294 = (-cse_228 * cse_265)
+            cse_230 = (cse_170 * cse_182)
+            cse_231 = (cse_162 * cse_230)
+            cse_295 = (-cse_231 * cse_265)
             cse_177 = (-cse_176)
-            cse_180 = (-cse_179)
-            cse_183 = (-cse_182)
+            cse_181 = (-cse_180)
+            cse_185 = (-cse_184)
             cse_206 = (-cse_205)
-            cse_208 = (-cse_207)
-            cse_210 = (-cse_209)
+            cse_209 = (-cse_208)
+            cse_212 = (-cse_211)
             cse_226 = (-cse_225)
-            cse_228 = (-cse_227)
-            cse_230 = (-cse_229)
-            cse_188 = (cse_159 * cse_164)
-            cse_189 = (cse_174 * cse_188)
-            cse_273 = (-cse_189 * cse_262)
-            cse_191 = (cse_178 * cse_188)
-            cse_274 = (-cse_191 * cse_262)
-            cse_193 = (cse_181 * cse_188)
-            cse_275 = (-cse_193 * cse_262)
-            cse_213 = (cse_159 * cse_200)
-            cse_214 = (cse_174 * cse_213)
-            cse_284 = (-cse_214 * cse_262)
-            cse_216 = (cse_178 * cse_213)
-            cse_285 = (-cse_216 * cse_262)
-            cse_218 = (cse_181 * cse_213)
-            cse_286 = (-cse_218 * cse_262)
-            cse_231 = (cse_159 * cse_223)
-            cse_232 = (cse_174 * cse_231)
-            cse_292 = (-cse_232 * cse_262)
-            cse_234 = (cse_178 * cse_231)
-            cse_293 = (-cse_234 * cse_262)
-            cse_236 = (cse_181 * cse_231)
-            cse_294 = (-cse_236 * cse_262)
-            cse_190 = (-cse_189)
-            cse_192 = (-cse_191)
-            cse_194 = (-cse_193)
-            cse_215 = (-cse_214)
-            cse_217 = (-cse_216)
-            cse_219 = (-cse_218)
-            cse_233 = (-cse_232)
-            cse_235 = (-cse_234)
-            cse_237 = (-cse_236)
-            cse_243 = (cse_133 * cse_239)
-            cse_245 = (cse_137 * cse_243)
-            cse_246 = (-cse_160 * cse_245)
-            cse_253 = (cse_137 * cse_239)
-            cse_254 = (cse_135 * cse_253)
-            cse_255 = (-cse_160 * cse_254)
-            cse_297 = (K5 * p_C * cse_155)
-            cse_298 = (cse_133 * cse_297)
-            cse_299 = (cse_135 * cse_160)
-            cse_300 = (-cse_298 * cse_299)
-            cse_301 = (cse_137 * cse_298)
-            cse_302 = (-cse_160 * cse_301)
-            cse_309 = (cse_137 * cse_297)
-            cse_310 = (-cse_299 * cse_309)
-            cse_340 = (K1 * cse_322)
-            cse_244 = (-cse_135 * cse_160 * cse_243)
-            cse_247 = (cse_135 * cse_159)
-            cse_248 = (-cse_243 * cse_247)
-            cse_249 = (-cse_159 * cse_245)
-            cse_256 = (-cse_247 * cse_253)
-            cse_303 = (-cse_247 * cse_298)
-            cse_304 = (-cse_159 * cse_301)
-            cse_311 = (-cse_247 * cse_309)
-            cse_276 = (p_C * cse_162)
-            cse_277 = ((cse_152 * cse_276) - (p_g * state_internal_X_0))
-            cse_287 = ((cse_163 * cse_276) - (p_g * state_internal_X_1))
-            cse_295 = ((cse_170 * cse_276) - (p_g * state_internal_X_2))
-            cse_195 = (cse_150 * cse_3)
-            cse_196 = (K6 * cse_195)
-            cse_305 = (K3 * cse_150)
-            cse_306 = (p_C * cse_305)
-            cse_307 = ((cse_133 * cse_306) - (p_g * state_internal_X_3))
-            cse_312 = ((cse_135 * cse_306) - (p_g * state_internal_X_4))
-            cse_314 = ((cse_137 * cse_306) - (p_g * state_internal_X_5))
-            cse_270 = (cse_262 * state_internal_gamma_rate)
-            cse_269 = (-p_g * state_internal_gamma_rate)
+            cse_229 = (-cse_228)
+            cse_232 = (-cse_231)
+            cse_190 = (cse_161 * cse_175)
+            cse_276 = (-cse_190 * cse_265)
+            cse_192 = (cse_161 * cse_179)
+            cse_277 = (-cse_192 * cse_265)
+            cse_194 = (cse_161 * cse_183)
+            cse_278 = (-cse_194 * cse_265)
+            cse_215 = (cse_161 * cse_204)
+            cse_288 = (-cse_215 * cse_265)
+            cse_217 = (cse_161 * cse_207)
+            cse_289 = (-cse_217 * cse_265)
+            cse_219 = (cse_161 * cse_210)
+            cse_290 = (-cse_219 * cse_265)
+            cse_233 = (cse_161 * cse_224)
+            cse_296 = (-cse_233 * cse_265)
+            cse_235 = (cse_161 * cse_227)
+            cse_297 = (-cse_235 * cse_265)
+            cse_237 = (cse_161 * cse_230)
+            cse_298 = (-cse_237 * cse_265)
+            cse_301 = (K7 * p_C)
+            cse_302 = (cse_174 * cse_301)
+            cse_303 = (cse_135 * cse_302)
+            cse_304 = (-cse_162 * cse_303)
+            cse_248 = (cse_137 * cse_162)
+            cse_305 = (-cse_248 * cse_302)
+            cse_311 = (cse_178 * cse_301)
+            cse_312 = (-cse_248 * cse_311)
+            cse_340 = (K10 * cse_325)
+            cse_341 = (p_R * cse_317 * cse_340)
+            cse_191 = (-cse_190)
+            cse_193 = (-cse_192)
+            cse_195 = (-cse_194)
+            cse_216 = (-cse_215)
+            cse_218 = (-cse_217)
+            cse_220 = (-cse_219)
+            cse_234 = (-cse_233)
+            cse_236 = (-cse_235)
+            cse_238 = (-cse_237)
+            cse_244 = (cse_135 * cse_240)
+            cse_245 = (cse_162 * cse_244)
+            cse_246 = (-cse_133 * cse_245)
+            cse_247 = (cse_133 * cse_240)
+            cse_249 = (-cse_247 * cse_248)
+            cse_257 = (-cse_137 * cse_245)
+            cse_306 = (-cse_161 * cse_303)
+            cse_258 = (cse_137 * cse_161)
+            cse_307 = (-cse_258 * cse_302)
+            cse_313 = (-cse_258 * cse_311)
+            cse_250 = (cse_133 * cse_161)
+            cse_251 = (cse_240 * cse_250)
+            cse_252 = (-cse_135 * cse_251)
+            cse_253 = (-cse_137 * cse_251)
+            cse_259 = (-cse_244 * cse_258)
+            cse_342 = (K1 * cse_324)
+            cse_279 = (K4 * cse_150)
+            cse_280 = (p_C * cse_279)
+            cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0))
+            cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1))
+            cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2))
+            cse_196 = (cse_150 * cse_3)
+            cse_197 = (K6 * cse_196)
+            cse_308 = (cse_150 * cse_265)
+            cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3))
+            cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4))
+            cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5))
+            cse_273 = (cse_265 * state_internal_gamma_rate)
+            cse_272 = (-p_g * state_internal_gamma_rate)
             # elimination lu1: 14x14, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K2 + cse_161)
-            lu1_2 = (-cse_157 * cse_159)
-            lu1_3 = (-cse_152 * cse_196)
-            lu1_4 = (K2 + cse_199)
-            lu1_5 = (-cse_159 * cse_197)
-            lu1_6 = (-cse_163 * cse_196)
-            lu1_7 = (K2 + cse_222)
-            lu1_8 = (-cse_159 * cse_220)
-            lu1_9 = (-cse_170 * cse_196)
-            lu1_10 = (K2 + cse_242)
-            lu1_11 = (-cse_159 * cse_240)
-            lu1_12 = (-cse_133 * cse_195)
-            lu1_13 = (K2 + cse_252)
-            lu1_14 = (-cse_159 * cse_250)
-            lu1_15 = (-cse_135 * cse_195)
-            lu1_16 = (K2 + cse_259)
-            lu1_17 = (-cse_159 * cse_257)
-            lu1_18 = (-cse_137 * cse_195)
-            lu1_19 = (-K9 * cse_3)
-            lu1_20 = (K2 - (cse_3 * (cse_269 + (cse_157 * cse_270))))
-            lu1_21 = (-cse_277 * cse_3)
-            lu1_22 = (K2 - (cse_3 * (cse_269 + (cse_197 * cse_270))))
-            lu1_23 = (-cse_287 * cse_3)
-            lu1_24 = (K2 - (cse_3 * (cse_269 + (cse_220 * cse_270))))
-            lu1_25 = (-cse_295 * cse_3)
-            lu1_26 = (K2 - (cse_3 * (cse_269 + (cse_240 * cse_270))))
-            lu1_27 = (-cse_3 * cse_307)
-            lu1_28 = (K2 - (cse_3 * (cse_269 + (cse_250 * cse_270))))
-            lu1_29 = (-cse_3 * cse_312)
-            lu1_30 = (K2 - (cse_3 * (cse_269 + (cse_257 * cse_270))))
-            lu1_31 = (-cse_3 * cse_314)
-            lu1_32 = (-p_d * cse_339)
-            lu1_33 = (-cse_325)
-            lu1_34 = (-cse_327)
-            lu1_35 = (-cse_329)
-            lu1_36 = (-cse_332)
-            lu1_37 = (-cse_334)
-            lu1_38 = (-cse_336)
-            lu1_39 = ((p_E * cse_3) - (cse_321 * cse_340 * state_internal_gamma_rate))
+            lu1_1 = (K2 + cse_163)
+            lu1_2 = (-cse_159 * cse_161)
+            lu1_3 = (-cse_153 * cse_197)
+            lu1_4 = (K2 + cse_200)
+            lu1_5 = (-cse_161 * cse_198)
+            lu1_6 = (-cse_165 * cse_197)
+            lu1_7 = (K2 + cse_223)
+            lu1_8 = (-cse_161 * cse_221)
+            lu1_9 = (-cse_170 * cse_197)
+            lu1_10 = (K2 + cse_243)
+            lu1_11 = (-cse_161 * cse_241)
+            lu1_12 = (-cse_133 * cse_196)
+            lu1_13 = (K2 + cse_256)
+            lu1_14 = (-cse_161 * cse_254)
+            lu1_15 = (-cse_135 * cse_196)
+            lu1_16 = (K2 + cse_262)
+            lu1_17 = (-cse_161 * cse_260)
+            lu1_18 = (-cse_137 * cse_196)
+            lu1_19 = (-K10 * cse_3)
+            lu1_20 = (K2 - (cse_3 * (cse_272 + (cse_159 * cse_273))))
+            lu1_21 = (-cse_281 * cse_3)
+            lu1_22 = (K2 - (cse_3 * (cse_272 + (cse_198 * cse_273))))
+            lu1_23 = (-cse_291 * cse_3)
+            lu1_24 = (K2 - (cse_3 * (cse_272 + (cse_221 * cse_273))))
+            lu1_25 = (-cse_299 * cse_3)
+            lu1_26 = (K2 - (cse_3 * (cse_272 + (cse_241 * cse_273))))
+            lu1_27 = (-cse_3 * cse_309)
+            lu1_28 = (K2 - (cse_3 * (cse_272 + (cse_254 * cse_273))))
+            lu1_29 = (-cse_3 * cse_314)
+            lu1_30 = (K2 - (cse_3 * (cse_272 + (cse_260 * cse_273))))
+            lu1_31 = (-cse_3 * cse_316)
+            lu1_32 = (-p_d * cse_341)
+            lu1_33 = (-cse_327)
+            lu1_34 = (-cse_329)
+            lu1_35 = (-cse_331)
+            lu1_36 = (-cse_334)
+            lu1_37 = (-cse_336)
+            lu1_38 = (-cse_338)
+            lu1_39 = ((p_E * cse_3) - (cse_323 * cse_342 * state_internal_gamma_rate))
             lu1_lu = _triton_lu1(
-                lu1_1, cse_169, cse_173, cse_177, cse_180, cse_183, lu1_2, cse_185, cse_187, cse_190, cse_192,
-                cse_194, lu1_3, cse_169, lu1_4, cse_203, cse_206, cse_208, cse_210, cse_185, lu1_5, cse_212,
-                cse_215, cse_217, cse_219, lu1_6, cse_173, cse_203, lu1_7, cse_226, cse_228, cse_230, cse_187,
-                cse_212, lu1_8, cse_233, cse_235, cse_237, lu1_9, cse_177, cse_206, cse_226, lu1_10, cse_244,
-                cse_246, cse_190, cse_215, cse_233, lu1_11, cse_248, cse_249, lu1_12, cse_180, cse_208,
-                cse_228, cse_244, lu1_13, cse_255, cse_192, cse_217, cse_235, cse_248, lu1_14, cse_256, lu1_15,
-                cse_183, cse_210, cse_230, cse_246, cse_255, lu1_16, cse_194, cse_219, cse_237, cse_249,
-                cse_256, lu1_17, lu1_18, lu1_19, cse_263, cse_264, cse_265, cse_266, cse_267, cse_268, lu1_20,
-                cse_271, cse_272, cse_273, cse_274, cse_275, lu1_21, cse_264, cse_278, cse_279, cse_280,
-                cse_281, cse_282, cse_271, lu1_22, cse_283, cse_284, cse_285, cse_286, lu1_23, cse_265,
-                cse_279, cse_288, cse_289, cse_290, cse_291, cse_272, cse_283, lu1_24, cse_292, cse_293,
-                cse_294, lu1_25, cse_266, cse_280, cse_289, cse_296, cse_300, cse_302, cse_273, cse_284,
-                cse_292, lu1_26, cse_303, cse_304, lu1_27, cse_267, cse_281, cse_290, cse_300, cse_308,
-                cse_310, cse_274, cse_285, cse_293, cse_303, lu1_28, cse_311, lu1_29, cse_268, cse_282,
-                cse_291, cse_302, cse_310, cse_313, cse_275, cse_286, cse_294, cse_304, cse_311, lu1_30,
-                lu1_31, cse_326, cse_328, cse_330, cse_333, cse_335, cse_337, lu1_32, lu1_33, lu1_34, lu1_35,
+                lu1_1, cse_169, cse_173, cse_177, cse_181, cse_185, lu1_2, cse_187, cse_189, cse_191, cse_193,
+                cse_195, lu1_3, cse_169, lu1_4, cse_203, cse_206, cse_209, cse_212, cse_187, lu1_5, cse_214,
+                cse_216, cse_218, cse_220, lu1_6, cse_173, cse_203, lu1_7, cse_226, cse_229, cse_232, cse_189,
+                cse_214, lu1_8, cse_234, cse_236, cse_238, lu1_9, cse_177, cse_206, cse_226, lu1_10, cse_246,
+                cse_249, cse_191, cse_216, cse_234, lu1_11, cse_252, cse_253, lu1_12, cse_181, cse_209,
+                cse_229, cse_246, lu1_13, cse_257, cse_193, cse_218, cse_236, cse_252, lu1_14, cse_259, lu1_15,
+                cse_185, cse_212, cse_232, cse_249, cse_257, lu1_16, cse_195, cse_220, cse_238, cse_253,
+                cse_259, lu1_17, lu1_18, lu1_19, cse_266, cse_267, cse_268, cse_269, cse_270, cse_271, lu1_20,
+                cse_274, cse_275, cse_276, cse_277, cse_278, lu1_21, cse_267, cse_282, cse_283, cse_284,
+                cse_285, cse_286, cse_274, lu1_22, cse_287, cse_288, cse_289, cse_290, lu1_23, cse_268,
+                cse_283, cse_292, cse_293, cse_294, cse_295, cse_275, cse_287, lu1_24, cse_296, cse_297,
+                cse_298, lu1_25, cse_269, cse_284, cse_293, cse_300, cse_304, cse_305, cse_276, cse_288,
+                cse_296, lu1_26, cse_306, cse_307, lu1_27, cse_270, cse_285, cse_294, cse_304, cse_310,
+                cse_312, cse_277, cse_289, cse_297, cse_306, lu1_28, cse_313, lu1_29, cse_271, cse_286,
+                cse_295, cse_305, cse_312, cse_315, cse_278, cse_290, cse_298, cse_307, cse_313, lu1_30,
+                lu1_31, cse_328, cse_330, cse_332, cse_335, cse_337, cse_339, lu1_32, lu1_33, lu1_34, lu1_35,
                 lu1_36, lu1_37, lu1_38, lu1_39, DTYPE)
             # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
             (
                 ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51, ls1_52,
                 ls1_53,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_161, cse_169, cse_173, cse_177, cse_180, cse_183, cse_263, cse_264, cse_265,
-                cse_266, cse_267, cse_268, cse_326, DTYPE)
+                lu1_lu, cse_163, cse_169, cse_173, cse_177, cse_181, cse_185, cse_266, cse_267, cse_268,
+                cse_269, cse_270, cse_271, cse_328, DTYPE)
             (
                 ls1_54, ls1_55, ls1_56, ls1_57, ls1_58, ls1_59, ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66,
                 ls1_67,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_169, cse_199, cse_203, cse_206, cse_208, cse_210, cse_264, cse_278, cse_279,
-                cse_280, cse_281, cse_282, cse_328, DTYPE)
+                lu1_lu, cse_169, cse_200, cse_203, cse_206, cse_209, cse_212, cse_267, cse_282, cse_283,
+                cse_284, cse_285, cse_286, cse_330, DTYPE)
             (
                 ls1_68, ls1_69, ls1_70, ls1_71, ls1_72, ls1_73, ls1_75, ls1_76, ls1_77, ls1_78, ls1_79, ls1_80,
                 ls1_81,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_173, cse_203, cse_222, cse_226, cse_228, cse_230, cse_265, cse_279, cse_288,
-                cse_289, cse_290, cse_291, cse_330, DTYPE)
+                lu1_lu, cse_173, cse_203, cse_223, cse_226, cse_229, cse_232, cse_268, cse_283, cse_292,
+                cse_293, cse_294, cse_295, cse_332, DTYPE)
             (
                 ls1_82, ls1_83, ls1_84, ls1_85, ls1_86, ls1_87, ls1_89, ls1_90, ls1_91, ls1_92, ls1_93, ls1_94,
                 ls1_95,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_177, cse_206, cse_226, cse_242, cse_244, cse_246, cse_266, cse_280, cse_289,
-                cse_296, cse_300, cse_302, cse_333, DTYPE)
+                lu1_lu, cse_177, cse_206, cse_226, cse_243, cse_246, cse_249, cse_269, cse_284, cse_293,
+                cse_300, cse_304, cse_305, cse_335, DTYPE)
             (
                 ls1_96, ls1_97, ls1_98, ls1_99, ls1_100, ls1_101, ls1_103, ls1_104, ls1_105, ls1_106, ls1_107,
                 ls1_108, ls1_109,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_180, cse_208, cse_228, cse_244, cse_252, cse_255, cse_267, cse_281, cse_290,
-                cse_300, cse_308, cse_310, cse_335, DTYPE)
+                lu1_lu, cse_181, cse_209, cse_229, cse_246, cse_256, cse_257, cse_270, cse_285, cse_294,
+                cse_304, cse_310, cse_312, cse_337, DTYPE)
             (
                 ls1_110, ls1_111, ls1_112, ls1_113, ls1_114, ls1_115, ls1_117, ls1_118, ls1_119, ls1_120,
                 ls1_121, ls1_122, ls1_123,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_183, cse_210, cse_230, cse_246, cse_255, cse_259, cse_268, cse_282, cse_291,
-                cse_302, cse_310, cse_313, cse_337, DTYPE)
+                lu1_lu, cse_185, cse_212, cse_232, cse_249, cse_257, cse_262, cse_271, cse_286, cse_295,
+                cse_305, cse_312, cse_315, cse_339, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14) = _triton_lu1_back2(
                 lu1_lu, ls1_40, ls1_41, ls1_42, ls1_43, ls1_44, ls1_45, ls1_47, ls1_48, ls1_49, ls1_50, ls1_51,
                 ls1_52, ls1_53, DTYPE)
@@ -4458,43 +4457,43 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             _mc_store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0), BLOCK), mask[:, None] & (tl.arange(0, 4)[None, :] < 4), zero)  # one trip: see _Rows (detach)
         if V & 12:  # jacobian, total
-            cse_341 = (cse_150 * state_internal_gamma_rate)
-            cse_342 = (K6 * cse_341)
-            cse_343 = (cse_152 * cse_342)
-            cse_356 = (cse_163 * cse_342)
-            cse_359 = (cse_170 * cse_342)
-            cse_362 = (cse_133 * cse_341)
-            cse_372 = (cse_135 * cse_341)
-            cse_376 = (cse_137 * cse_341)
-            cse_379 = (K9 * state_internal_gamma_rate)
-            cse_380 = (cse_277 * state_internal_gamma_rate)
-            cse_382 = (cse_287 * state_internal_gamma_rate)
-            cse_383 = (cse_295 * state_internal_gamma_rate)
-            cse_384 = (cse_307 * state_internal_gamma_rate)
-            cse_386 = (cse_312 * state_internal_gamma_rate)
-            cse_387 = (cse_314 * state_internal_gamma_rate)
-            cse_388 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_318 * cse_319 * cse_340))
+            cse_343 = (cse_150 * state_internal_gamma_rate)
+            cse_344 = (K6 * cse_343)
+            cse_345 = (cse_153 * cse_344)
+            cse_352 = (cse_165 * cse_344)
+            cse_355 = (cse_170 * cse_344)
+            cse_358 = (cse_133 * cse_343)
+            cse_363 = (cse_135 * cse_343)
+            cse_367 = (cse_137 * cse_343)
+            cse_370 = (K10 * state_internal_gamma_rate)
+            cse_371 = (cse_281 * state_internal_gamma_rate)
+            cse_373 = (cse_291 * state_internal_gamma_rate)
+            cse_374 = (cse_299 * state_internal_gamma_rate)
+            cse_375 = (cse_309 * state_internal_gamma_rate)
+            cse_377 = (cse_314 * state_internal_gamma_rate)
+            cse_379 = (cse_316 * state_internal_gamma_rate)
+            cse_380 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_320 * cse_321 * cse_342))
             # linear solve 2: 14x14, 15 right-hand side(s) through elimination lu1
             (
                 ls2_124, ls2_125, ls2_126, ls2_127, ls2_128, ls2_129, ls2_130, ls2_131, ls2_132, ls2_133,
                 ls2_134, ls2_135, ls2_136, ls2_137,
             ) = _triton_lu1_forward1(
-                lu1_lu, cse_343, cse_356, cse_359, cse_362, cse_372, cse_376, cse_379, cse_380, cse_382,
-                cse_383, cse_384, cse_386, cse_387, cse_388, DTYPE)
-            ls2_138 = (-cse_343)
-            ls2_139 = (-cse_356)
-            ls2_140 = (-cse_359)
-            ls2_141 = (-cse_362)
-            ls2_142 = (-cse_372)
-            ls2_143 = (-cse_376)
-            ls2_144 = (-cse_379)
-            ls2_145 = (-cse_380)
-            ls2_146 = (-cse_382)
-            ls2_147 = (-cse_383)
-            ls2_148 = (-cse_384)
-            ls2_149 = (-cse_386)
-            ls2_150 = (-cse_387)
-            ls2_151 = (-cse_388)
+                lu1_lu, cse_345, cse_352, cse_355, cse_358, cse_363, cse_367, cse_370, cse_371, cse_373,
+                cse_374, cse_375, cse_377, cse_379, cse_380, DTYPE)
+            ls2_138 = (-cse_345)
+            ls2_139 = (-cse_352)
+            ls2_140 = (-cse_355)
+            ls2_141 = (-cse_358)
+            ls2_142 = (-cse_363)
+            ls2_143 = (-cse_367)
+            ls2_144 = (-cse_370)
+            ls2_145 = (-cse_371)
+            ls2_146 = (-cse_373)
+            ls2_147 = (-cse_374)
+            ls2_148 = (-cse_375)
+            ls2_149 = (-cse_377)
+            ls2_150 = (-cse_379)
+            ls2_151 = (-cse_380)
             (
                 ls2_152, ls2_153, ls2_154, ls2_155, ls2_156, ls2_157, ls2_158, ls2_159, ls2_160, ls2_161,
                 ls2_162, ls2_163, ls2_164, ls2_165,
@@ -4740,87 +4739,77 @@ if triton is not None:
             cse_115 = (cse_103 * cse_17)
             cse_116 = (cse_103 * cse_19)
             cse_117 = (cse_103 * cse_21)
-            cse_344 = (cse_174 * cse_98)
-            cse_345 = (cse_178 * cse_99)
-            cse_346 = (cse_100 * cse_181)
-            cse_347 = (cse_159 * ((cse_158 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_164 * cse_344) - (cse_164 * cse_345) - (cse_164 * cse_346)))
-            cse_348 = (cse_115 * cse_174)
-            cse_349 = (cse_116 * cse_178)
-            cse_350 = (cse_117 * cse_181)
-            cse_351 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (K1 * p_E * p_nu * cse_109 * cse_5 * cse_8))
-            cse_352 = (-cse_104 - cse_351)
-            cse_353 = (-cse_114 - cse_351)
-            cse_354 = (-cse_113 - cse_351)
-            cse_355 = (cse_159 * ((cse_158 * cse_352) + (cse_164 * cse_348) + (cse_164 * cse_349) + (cse_164 * cse_350) + (cse_168 * cse_354) + (cse_172 * cse_353)))
-            cse_357 = (cse_159 * ((cse_168 * cse_94) + (cse_198 * cse_96) + (cse_202 * cse_97) - (cse_200 * cse_344) - (cse_200 * cse_345) - (cse_200 * cse_346)))
-            cse_358 = (cse_159 * ((cse_168 * cse_352) + (cse_198 * cse_354) + (cse_200 * cse_348) + (cse_200 * cse_349) + (cse_200 * cse_350) + (cse_202 * cse_353)))
-            cse_360 = (cse_159 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_221 * cse_97) - (cse_223 * cse_344) - (cse_223 * cse_345) - (cse_223 * cse_346)))
-            cse_361 = (cse_159 * ((cse_172 * cse_352) + (cse_202 * cse_354) + (cse_221 * cse_353) + (cse_223 * cse_348) + (cse_223 * cse_349) + (cse_223 * cse_350)))
-            cse_363 = (cse_135 * cse_99)
-            cse_364 = (cse_164 * cse_94)
-            cse_365 = (cse_200 * cse_96)
-            cse_366 = (cse_223 * cse_97)
-            cse_367 = (cse_159 * (-(cse_100 * cse_245) - (cse_174 * cse_364) - (cse_174 * cse_365) - (cse_174 * cse_366) - (cse_243 * cse_363) + (cse_17 * cse_241 * cse_5)))
-            cse_368 = (cse_164 * cse_352)
-            cse_369 = (cse_200 * cse_354)
-            cse_370 = (cse_223 * cse_353)
-            cse_371 = (cse_159 * (-(cse_115 * cse_241) - (cse_174 * cse_368) - (cse_174 * cse_369) - (cse_174 * cse_370) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_19) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_21)))
-            cse_373 = (cse_133 * cse_98)
-            cse_374 = (cse_159 * (-(cse_100 * cse_254) - (cse_178 * cse_364) - (cse_178 * cse_365) - (cse_178 * cse_366) + (cse_19 * cse_251 * cse_5) - (cse_135 * cse_239 * cse_373)))
-            cse_375 = (cse_159 * (-(cse_116 * cse_251) - (cse_178 * cse_368) - (cse_178 * cse_369) - (cse_178 * cse_370) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_21)))
-            cse_377 = (cse_159 * (-(cse_181 * cse_364) - (cse_181 * cse_365) - (cse_181 * cse_366) - (cse_253 * cse_363) - (cse_253 * cse_373) + (cse_21 * cse_258 * cse_5)))
-            cse_378 = (cse_159 * (-(cse_117 * cse_258) - (cse_181 * cse_368) - (cse_181 * cse_369) - (cse_181 * cse_370) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_19)))
-            cse_381 = (cse_159 * cse_162)
-            cse_385 = (cse_159 * cse_305)
-            cse_389 = (K1 * cse_153)
-            cse_390 = (cse_135 * cse_389)
-            cse_391 = (cse_137 * cse_389)
+            cse_346 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)))
+            cse_347 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (K1 * p_E * p_nu * cse_109 * cse_5 * cse_8))
+            cse_348 = (-cse_104 - cse_347)
+            cse_349 = (-cse_114 - cse_347)
+            cse_350 = (-cse_113 - cse_347)
+            cse_351 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_348) + (cse_168 * cse_350) + (cse_172 * cse_349)))
+            cse_353 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)))
+            cse_354 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_348) + (cse_199 * cse_350) + (cse_202 * cse_349)))
+            cse_356 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)))
+            cse_357 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_348) + (cse_202 * cse_350) + (cse_222 * cse_349)))
+            cse_359 = (cse_244 * cse_99)
+            cse_360 = (cse_100 * cse_137)
+            cse_361 = (cse_161 * (-(cse_133 * cse_359) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_360) + (cse_17 * cse_242 * cse_5)))
+            cse_362 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_348) - (cse_204 * cse_350) - (cse_224 * cse_349) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)))
+            cse_364 = (cse_133 * cse_98)
+            cse_365 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_360) - (cse_244 * cse_364) + (cse_19 * cse_255 * cse_5)))
+            cse_366 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_348) - (cse_207 * cse_350) - (cse_227 * cse_349) + (K1 * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)))
+            cse_368 = (cse_161 * (-(cse_137 * cse_359) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_364)))
+            cse_369 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_348) - (cse_210 * cse_350) - (cse_230 * cse_349) + (K1 * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (K1 * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)))
+            cse_372 = (cse_161 * cse_279)
+            cse_376 = (K3 * cse_150)
+            cse_378 = (cse_161 * cse_376)
+            cse_381 = (K1 * cse_155)
+            cse_382 = (cse_135 * cse_381)
+            cse_383 = (cse_137 * cse_381)
             # linear solve 3: 14x14, 7 right-hand side(s) through elimination lu1
-            ls3_348 = (cse_262 * cse_347)
-            ls3_349 = (cse_262 * cse_357)
-            ls3_350 = (cse_262 * cse_360)
-            ls3_351 = (cse_262 * cse_367)
-            ls3_352 = (cse_262 * cse_374)
-            ls3_353 = (cse_262 * cse_377)
-            ls3_354 = (-cse_159 - (cse_323 * (cse_364 + cse_365 + cse_366 + (cse_100 * cse_391) + (cse_373 * cse_389) + (cse_390 * cse_99))) + (K1 * p_E * cse_318 * cse_320 * cse_322))
+            ls3_348 = (cse_265 * cse_346)
+            ls3_349 = (cse_265 * cse_353)
+            ls3_350 = (cse_265 * cse_356)
+            ls3_351 = (cse_265 * cse_361)
+            ls3_352 = (cse_265 * cse_365)
+            ls3_353 = (cse_265 * cse_368)
+            ls3_354 = (-cse_161 - (cse_325 * ((cse_100 * cse_383) + (cse_364 * cse_381) + (cse_382 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (K1 * p_E * cse_320 * cse_322 * cse_324))
             (
                 ls3_355, ls3_356, ls3_357, ls3_358, ls3_359, ls3_360, ls3_362, ls3_363, ls3_364, ls3_365,
                 ls3_366, ls3_367, ls3_368,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_347, cse_357, cse_360, cse_367, cse_374, cse_377, ls3_348, ls3_349, ls3_350,
+                lu1_lu, cse_346, cse_353, cse_356, cse_361, cse_365, cse_368, ls3_348, ls3_349, ls3_350,
                 ls3_351, ls3_352, ls3_353, ls3_354, DTYPE)
-            ls3_369 = (cse_262 * cse_355)
-            ls3_370 = (cse_262 * cse_358)
-            ls3_371 = (cse_262 * cse_361)
-            ls3_372 = (cse_262 * cse_371)
-            ls3_373 = (cse_262 * cse_375)
-            ls3_374 = (cse_262 * cse_378)
-            ls3_375 = (-cse_323 * (-(cse_116 * cse_390) - (cse_117 * cse_391) + (cse_152 * cse_153 * cse_352) + (cse_153 * cse_163 * cse_354) + (cse_153 * cse_170 * cse_353) - (cse_115 * cse_133 * cse_389)))
+            ls3_369 = (cse_265 * cse_351)
+            ls3_370 = (cse_265 * cse_354)
+            ls3_371 = (cse_265 * cse_357)
+            ls3_372 = (cse_265 * cse_362)
+            ls3_373 = (cse_265 * cse_366)
+            ls3_374 = (cse_265 * cse_369)
+            ls3_375 = (-cse_325 * (-(cse_116 * cse_382) - (cse_117 * cse_383) + (cse_153 * cse_155 * cse_348) + (cse_155 * cse_165 * cse_350) + (cse_155 * cse_170 * cse_349) - (cse_115 * cse_133 * cse_381)))
             (
                 ls3_376, ls3_377, ls3_378, ls3_379, ls3_380, ls3_381, ls3_383, ls3_384, ls3_385, ls3_386,
                 ls3_387, ls3_388, ls3_389,
             ) = _triton_lu1_forward2(
-                lu1_lu, cse_355, cse_358, cse_361, cse_371, cse_375, cse_378, ls3_369, ls3_370, ls3_371,
+                lu1_lu, cse_351, cse_354, cse_357, cse_362, cse_366, cse_369, ls3_369, ls3_370, ls3_371,
                 ls3_372, ls3_373, ls3_374, ls3_375, DTYPE)
-            ls3_390 = (cse_316 * cse_338)
+            ls3_390 = (cse_318 * cse_340)
             ls3_404 = _triton_lu1_forward16(lu1_lu, ls3_390, DTYPE)
-            ls3_405 = (cse_339 * state_internal_ep)
+            ls3_405 = (cse_341 * state_internal_ep)
             ls3_419 = _triton_lu1_forward16(lu1_lu, ls3_405, DTYPE)
-            ls3_433 = _triton_lu1_forward16(lu1_lu, cse_338, DTYPE)
-            ls3_434 = (cse_152 * cse_381)
-            ls3_435 = (cse_163 * cse_381)
-            ls3_436 = (cse_170 * cse_381)
-            ls3_437 = (cse_133 * cse_385)
-            ls3_438 = (cse_135 * cse_385)
-            ls3_439 = (cse_137 * cse_385)
+            ls3_433 = _triton_lu1_forward16(lu1_lu, cse_340, DTYPE)
+            ls3_434 = (cse_153 * cse_372)
+            ls3_435 = (cse_165 * cse_372)
+            ls3_436 = (cse_170 * cse_372)
+            ls3_437 = (cse_250 * cse_376)
+            ls3_438 = (cse_135 * cse_378)
+            ls3_439 = (cse_137 * cse_378)
             (ls3_447, ls3_448, ls3_449, ls3_450, ls3_451, ls3_452, ls3_453) = _triton_lu1_forward17(
                 lu1_lu, ls3_434, ls3_435, ls3_436, ls3_437, ls3_438, ls3_439, DTYPE)
-            ls3_454 = (-cse_159 * state_internal_X_0)
-            ls3_455 = (-cse_159 * state_internal_X_1)
-            ls3_456 = (-cse_159 * state_internal_X_2)
-            ls3_457 = (-cse_159 * state_internal_X_3)
-            ls3_458 = (-cse_159 * state_internal_X_4)
-            ls3_459 = (-cse_159 * state_internal_X_5)
+            ls3_454 = (-cse_161 * state_internal_X_0)
+            ls3_455 = (-cse_161 * state_internal_X_1)
+            ls3_456 = (-cse_161 * state_internal_X_2)
+            ls3_457 = (-cse_161 * state_internal_X_3)
+            ls3_458 = (-cse_161 * state_internal_X_4)
+            ls3_459 = (-cse_161 * state_internal_X_5)
             (ls3_467, ls3_468, ls3_469, ls3_470, ls3_471, ls3_472, ls3_473) = _triton_lu1_forward17(
                 lu1_lu, ls3_454, ls3_455, ls3_456, ls3_457, ls3_458, ls3_459, DTYPE)
             (
@@ -4919,7 +4908,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d149, K0), tl.where((j2_voce_af_return_map_converged & fin), d163, K0), tl.where((j2_voce_af_return_map_converged & fin), d177, K0), tl.where((j2_voce_af_return_map_converged & fin), d191, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d205, K0), tl.where((j2_voce_af_return_map_converged & fin), d219, K0), tl.where((j2_voce_af_return_map_converged & fin), d233, K0), tl.where((j2_voce_af_return_map_converged & fin), d247, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d261, K0), tl.where((j2_voce_af_return_map_converged & fin), d275, K0), tl.where((j2_voce_af_return_map_converged & fin), d289, K0), tl.where((j2_voce_af_return_map_converged & fin), d303, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d317, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d2, K0), tl.where((j2_voce_af_return_map_converged & fin), d16, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d30, K0), tl.where((j2_voce_af_return_map_converged & fin), d44, K0), tl.where((j2_voce_af_return_map_converged & fin), d58, K0), tl.where((j2_voce_af_return_map_converged & fin), d72, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d122, K0), tl.where((j2_voce_af_return_map_converged & fin), d136, K0), tl.where((j2_voce_af_return_map_converged & fin), d150, K0), tl.where((j2_voce_af_return_map_converged & fin), d164, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
@@ -4927,7 +4916,7 @@ if triton is not None:
             _row18 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d178, K0), tl.where((j2_voce_af_return_map_converged & fin), d192, K0), tl.where((j2_voce_af_return_map_converged & fin), d206, K0), tl.where((j2_voce_af_return_map_converged & fin), d220, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d234, K0), tl.where((j2_voce_af_return_map_converged & fin), d248, K0), tl.where((j2_voce_af_return_map_converged & fin), d262, K0), tl.where((j2_voce_af_return_map_converged & fin), d276, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d290, K0), tl.where((j2_voce_af_return_map_converged & fin), d304, K0), tl.where((j2_voce_af_return_map_converged & fin), d318, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d3, K0), tl.where((j2_voce_af_return_map_converged & fin), d17, K0), tl.where((j2_voce_af_return_map_converged & fin), d31, K0), tl.where((j2_voce_af_return_map_converged & fin), d45, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d59, K0), tl.where((j2_voce_af_return_map_converged & fin), d73, K0), tl.where((j2_voce_af_return_map_converged & fin), d123, K0), tl.where((j2_voce_af_return_map_converged & fin), d137, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d151, K0), tl.where((j2_voce_af_return_map_converged & fin), d165, K0), tl.where((j2_voce_af_return_map_converged & fin), d179, K0), tl.where((j2_voce_af_return_map_converged & fin), d193, K0),
@@ -4936,12 +4925,12 @@ if triton is not None:
             _k19 = tl.arange(0, 32)[None, :] + 32
             _mc_store(J + row[:, None] * j_stride + _k19 + (_k19 // 22) * (7 * (V // 8)), _row18, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row20 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d319, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d4, K0), tl.where((j2_voce_af_return_map_converged & fin), d18, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d32, K0), tl.where((j2_voce_af_return_map_converged & fin), d46, K0), tl.where((j2_voce_af_return_map_converged & fin), d60, K0), tl.where((j2_voce_af_return_map_converged & fin), d74, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d124, K0), tl.where((j2_voce_af_return_map_converged & fin), d138, K0), tl.where((j2_voce_af_return_map_converged & fin), d152, K0), tl.where((j2_voce_af_return_map_converged & fin), d166, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d180, K0), tl.where((j2_voce_af_return_map_converged & fin), d194, K0), tl.where((j2_voce_af_return_map_converged & fin), d208, K0), tl.where((j2_voce_af_return_map_converged & fin), d222, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d236, K0), tl.where((j2_voce_af_return_map_converged & fin), d250, K0), tl.where((j2_voce_af_return_map_converged & fin), d264, K0), tl.where((j2_voce_af_return_map_converged & fin), d278, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d292, K0), tl.where((j2_voce_af_return_map_converged & fin), d306, K0), tl.where((j2_voce_af_return_map_converged & fin), d320, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d5, K0), tl.where((j2_voce_af_return_map_converged & fin), d19, K0), tl.where((j2_voce_af_return_map_converged & fin), d33, K0), tl.where((j2_voce_af_return_map_converged & fin), d47, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d61, K0), tl.where((j2_voce_af_return_map_converged & fin), d75, K0), tl.where((j2_voce_af_return_map_converged & fin), d125, K0), tl.where((j2_voce_af_return_map_converged & fin), d139, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
@@ -4950,7 +4939,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d153, K0), tl.where((j2_voce_af_return_map_converged & fin), d167, K0), tl.where((j2_voce_af_return_map_converged & fin), d181, K0), tl.where((j2_voce_af_return_map_converged & fin), d195, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d209, K0), tl.where((j2_voce_af_return_map_converged & fin), d223, K0), tl.where((j2_voce_af_return_map_converged & fin), d237, K0), tl.where((j2_voce_af_return_map_converged & fin), d251, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d265, K0), tl.where((j2_voce_af_return_map_converged & fin), d279, K0), tl.where((j2_voce_af_return_map_converged & fin), d293, K0), tl.where((j2_voce_af_return_map_converged & fin), d307, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d321, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d6, K0), tl.where((j2_voce_af_return_map_converged & fin), d20, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d34, K0), tl.where((j2_voce_af_return_map_converged & fin), d48, K0), tl.where((j2_voce_af_return_map_converged & fin), d62, K0), tl.where((j2_voce_af_return_map_converged & fin), d76, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d126, K0), tl.where((j2_voce_af_return_map_converged & fin), d140, K0), tl.where((j2_voce_af_return_map_converged & fin), d154, K0), tl.where((j2_voce_af_return_map_converged & fin), d168, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d182, K0), tl.where((j2_voce_af_return_map_converged & fin), d196, K0), tl.where((j2_voce_af_return_map_converged & fin), d210, K0), tl.where((j2_voce_af_return_map_converged & fin), d224, K0),
@@ -4958,13 +4947,13 @@ if triton is not None:
             _k23 = tl.arange(0, 32)[None, :] + 96
             _mc_store(J + row[:, None] * j_stride + _k23 + (_k23 // 22) * (7 * (V // 8)), _row22, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row24 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d294, K0), tl.where((j2_voce_af_return_map_converged & fin), d308, K0), tl.where((j2_voce_af_return_map_converged & fin), d322, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d7, K0), tl.where((j2_voce_af_return_map_converged & fin), d21, K0), tl.where((j2_voce_af_return_map_converged & fin), d35, K0), tl.where((j2_voce_af_return_map_converged & fin), d49, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d63, K0), tl.where((j2_voce_af_return_map_converged & fin), d77, K0), tl.where((j2_voce_af_return_map_converged & fin), d127, K0), tl.where((j2_voce_af_return_map_converged & fin), d141, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d155, K0), tl.where((j2_voce_af_return_map_converged & fin), d169, K0), tl.where((j2_voce_af_return_map_converged & fin), d183, K0), tl.where((j2_voce_af_return_map_converged & fin), d197, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d211, K0), tl.where((j2_voce_af_return_map_converged & fin), d225, K0), tl.where((j2_voce_af_return_map_converged & fin), d239, K0), tl.where((j2_voce_af_return_map_converged & fin), d253, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d267, K0), tl.where((j2_voce_af_return_map_converged & fin), d281, K0), tl.where((j2_voce_af_return_map_converged & fin), d295, K0), tl.where((j2_voce_af_return_map_converged & fin), d309, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d323, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d8, K0), tl.where((j2_voce_af_return_map_converged & fin), d22, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d36, K0), tl.where((j2_voce_af_return_map_converged & fin), d50, K0), tl.where((j2_voce_af_return_map_converged & fin), d64, K0), tl.where((j2_voce_af_return_map_converged & fin), d78, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             _mc_store(J + row[:, None] * j_stride + _k25 + (_k25 // 22) * (7 * (V // 8)), _row24, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -4972,7 +4961,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d128, K0), tl.where((j2_voce_af_return_map_converged & fin), d142, K0), tl.where((j2_voce_af_return_map_converged & fin), d156, K0), tl.where((j2_voce_af_return_map_converged & fin), d170, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d184, K0), tl.where((j2_voce_af_return_map_converged & fin), d198, K0), tl.where((j2_voce_af_return_map_converged & fin), d212, K0), tl.where((j2_voce_af_return_map_converged & fin), d226, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d240, K0), tl.where((j2_voce_af_return_map_converged & fin), d254, K0), tl.where((j2_voce_af_return_map_converged & fin), d268, K0), tl.where((j2_voce_af_return_map_converged & fin), d282, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d296, K0), tl.where((j2_voce_af_return_map_converged & fin), d310, K0), tl.where((j2_voce_af_return_map_converged & fin), d324, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d9, K0), tl.where((j2_voce_af_return_map_converged & fin), d23, K0), tl.where((j2_voce_af_return_map_converged & fin), d37, K0), tl.where((j2_voce_af_return_map_converged & fin), d51, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d65, K0), tl.where((j2_voce_af_return_map_converged & fin), d79, K0), tl.where((j2_voce_af_return_map_converged & fin), d129, K0), tl.where((j2_voce_af_return_map_converged & fin), d143, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d157, K0), tl.where((j2_voce_af_return_map_converged & fin), d171, K0), tl.where((j2_voce_af_return_map_converged & fin), d185, K0), tl.where((j2_voce_af_return_map_converged & fin), d199, K0),
@@ -4981,12 +4970,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k27 + (_k27 // 22) * (7 * (V // 8)), _row26, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row28 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d269, K0), tl.where((j2_voce_af_return_map_converged & fin), d283, K0), tl.where((j2_voce_af_return_map_converged & fin), d297, K0), tl.where((j2_voce_af_return_map_converged & fin), d311, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d325, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d10, K0), tl.where((j2_voce_af_return_map_converged & fin), d24, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d38, K0), tl.where((j2_voce_af_return_map_converged & fin), d52, K0), tl.where((j2_voce_af_return_map_converged & fin), d66, K0), tl.where((j2_voce_af_return_map_converged & fin), d80, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d130, K0), tl.where((j2_voce_af_return_map_converged & fin), d144, K0), tl.where((j2_voce_af_return_map_converged & fin), d158, K0), tl.where((j2_voce_af_return_map_converged & fin), d172, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d186, K0), tl.where((j2_voce_af_return_map_converged & fin), d200, K0), tl.where((j2_voce_af_return_map_converged & fin), d214, K0), tl.where((j2_voce_af_return_map_converged & fin), d228, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d242, K0), tl.where((j2_voce_af_return_map_converged & fin), d256, K0), tl.where((j2_voce_af_return_map_converged & fin), d270, K0), tl.where((j2_voce_af_return_map_converged & fin), d284, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d298, K0), tl.where((j2_voce_af_return_map_converged & fin), d312, K0), tl.where((j2_voce_af_return_map_converged & fin), d326, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d11, K0), tl.where((j2_voce_af_return_map_converged & fin), d25, K0), tl.where((j2_voce_af_return_map_converged & fin), d39, K0), tl.where((j2_voce_af_return_map_converged & fin), d53, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             _mc_store(J + row[:, None] * j_stride + _k29 + (_k29 // 22) * (7 * (V // 8)), _row28, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
@@ -4995,7 +4984,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d159, K0), tl.where((j2_voce_af_return_map_converged & fin), d173, K0), tl.where((j2_voce_af_return_map_converged & fin), d187, K0), tl.where((j2_voce_af_return_map_converged & fin), d201, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d215, K0), tl.where((j2_voce_af_return_map_converged & fin), d229, K0), tl.where((j2_voce_af_return_map_converged & fin), d243, K0), tl.where((j2_voce_af_return_map_converged & fin), d257, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d271, K0), tl.where((j2_voce_af_return_map_converged & fin), d285, K0), tl.where((j2_voce_af_return_map_converged & fin), d299, K0), tl.where((j2_voce_af_return_map_converged & fin), d313, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d327, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d12, K0), tl.where((j2_voce_af_return_map_converged & fin), d26, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d40, K0), tl.where((j2_voce_af_return_map_converged & fin), d54, K0), tl.where((j2_voce_af_return_map_converged & fin), d68, K0), tl.where((j2_voce_af_return_map_converged & fin), d82, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d132, K0), tl.where((j2_voce_af_return_map_converged & fin), d146, K0), tl.where((j2_voce_af_return_map_converged & fin), d160, K0), tl.where((j2_voce_af_return_map_converged & fin), d174, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d188, K0), tl.where((j2_voce_af_return_map_converged & fin), d202, K0), tl.where((j2_voce_af_return_map_converged & fin), d216, K0), tl.where((j2_voce_af_return_map_converged & fin), d230, K0), BLOCK)
@@ -5003,13 +4992,13 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k31 + (_k31 // 22) * (7 * (V // 8)), _row30, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row32 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d244, K0), tl.where((j2_voce_af_return_map_converged & fin), d258, K0), tl.where((j2_voce_af_return_map_converged & fin), d272, K0), tl.where((j2_voce_af_return_map_converged & fin), d286, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d300, K0), tl.where((j2_voce_af_return_map_converged & fin), d314, K0), tl.where((j2_voce_af_return_map_converged & fin), d328, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d13, K0), tl.where((j2_voce_af_return_map_converged & fin), d27, K0), tl.where((j2_voce_af_return_map_converged & fin), d41, K0), tl.where((j2_voce_af_return_map_converged & fin), d55, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d69, K0), tl.where((j2_voce_af_return_map_converged & fin), d83, K0), tl.where((j2_voce_af_return_map_converged & fin), d133, K0), tl.where((j2_voce_af_return_map_converged & fin), d147, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d161, K0), tl.where((j2_voce_af_return_map_converged & fin), d175, K0), tl.where((j2_voce_af_return_map_converged & fin), d189, K0), tl.where((j2_voce_af_return_map_converged & fin), d203, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d217, K0), tl.where((j2_voce_af_return_map_converged & fin), d231, K0), tl.where((j2_voce_af_return_map_converged & fin), d245, K0), tl.where((j2_voce_af_return_map_converged & fin), d259, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d273, K0), tl.where((j2_voce_af_return_map_converged & fin), d287, K0), tl.where((j2_voce_af_return_map_converged & fin), d301, K0), tl.where((j2_voce_af_return_map_converged & fin), d315, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d329, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d14, K0), tl.where((j2_voce_af_return_map_converged & fin), d28, K0), BLOCK)
             _k33 = tl.arange(0, 32)[None, :] + 256
             _mc_store(J + row[:, None] * j_stride + _k33 + (_k33 // 22) * (7 * (V // 8)), _row32, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row34 = _mc_row32(
@@ -5017,7 +5006,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d134, K0), tl.where((j2_voce_af_return_map_converged & fin), d148, K0), tl.where((j2_voce_af_return_map_converged & fin), d162, K0), tl.where((j2_voce_af_return_map_converged & fin), d176, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d190, K0), tl.where((j2_voce_af_return_map_converged & fin), d204, K0), tl.where((j2_voce_af_return_map_converged & fin), d218, K0), tl.where((j2_voce_af_return_map_converged & fin), d232, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d246, K0), tl.where((j2_voce_af_return_map_converged & fin), d260, K0), tl.where((j2_voce_af_return_map_converged & fin), d274, K0), tl.where((j2_voce_af_return_map_converged & fin), d288, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d302, K0), tl.where((j2_voce_af_return_map_converged & fin), d316, K0), tl.where((j2_voce_af_return_map_converged & fin), d330, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d85, K0), tl.where((j2_voce_af_return_map_converged & fin), d86, K0), tl.where((j2_voce_af_return_map_converged & fin), d87, K0), tl.where((j2_voce_af_return_map_converged & fin), d88, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d89, K0), tl.where((j2_voce_af_return_map_converged & fin), d90, K0), tl.where((j2_voce_af_return_map_converged & fin), d331, K0), tl.where((j2_voce_af_return_map_converged & fin), d337, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d343, K0), tl.where((j2_voce_af_return_map_converged & fin), d344, K0), tl.where((j2_voce_af_return_map_converged & fin), d345, K0), tl.where((j2_voce_af_return_map_converged & fin), d346, K0), BLOCK)
@@ -5026,12 +5015,12 @@ if triton is not None:
             _row36 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d347, K0), tl.where((j2_voce_af_return_map_converged & fin), d348, K0), tl.where((j2_voce_af_return_map_converged & fin), d379, K0), tl.where((j2_voce_af_return_map_converged & fin), d385, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d386, K0), tl.where((j2_voce_af_return_map_converged & fin), d387, K0), tl.where((j2_voce_af_return_map_converged & fin), d388, K0), tl.where((j2_voce_af_return_map_converged & fin), d389, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d390, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d91, K0), tl.where((j2_voce_af_return_map_converged & fin), d92, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d93, K0), tl.where((j2_voce_af_return_map_converged & fin), d94, K0), tl.where((j2_voce_af_return_map_converged & fin), d95, K0), tl.where((j2_voce_af_return_map_converged & fin), d96, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d332, K0), tl.where((j2_voce_af_return_map_converged & fin), d338, K0), tl.where((j2_voce_af_return_map_converged & fin), d349, K0), tl.where((j2_voce_af_return_map_converged & fin), d350, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d351, K0), tl.where((j2_voce_af_return_map_converged & fin), d352, K0), tl.where((j2_voce_af_return_map_converged & fin), d353, K0), tl.where((j2_voce_af_return_map_converged & fin), d354, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d380, K0), tl.where((j2_voce_af_return_map_converged & fin), d391, K0), tl.where((j2_voce_af_return_map_converged & fin), d392, K0), tl.where((j2_voce_af_return_map_converged & fin), d393, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), BLOCK)
+                tl.where((j2_voce_af_return_map_converged & fin), d394, K0), tl.where((j2_voce_af_return_map_converged & fin), d395, K0), tl.where((j2_voce_af_return_map_converged & fin), d396, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), BLOCK)
             _k37 = tl.arange(0, 32)[None, :] + 320
             _mc_store(J + row[:, None] * j_stride + _k37 + (_k37 // 22) * (7 * (V // 8)), _row36, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _row38 = _mc_row32(
@@ -5040,7 +5029,7 @@ if triton is not None:
                 tl.where((j2_voce_af_return_map_converged & fin), d355, K0), tl.where((j2_voce_af_return_map_converged & fin), d356, K0), tl.where((j2_voce_af_return_map_converged & fin), d357, K0), tl.where((j2_voce_af_return_map_converged & fin), d358, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d359, K0), tl.where((j2_voce_af_return_map_converged & fin), d360, K0), tl.where((j2_voce_af_return_map_converged & fin), d381, K0), tl.where((j2_voce_af_return_map_converged & fin), d397, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d398, K0), tl.where((j2_voce_af_return_map_converged & fin), d399, K0), tl.where((j2_voce_af_return_map_converged & fin), d400, K0), tl.where((j2_voce_af_return_map_converged & fin), d401, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d402, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d103, K0), tl.where((j2_voce_af_return_map_converged & fin), d104, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d105, K0), tl.where((j2_voce_af_return_map_converged & fin), d106, K0), tl.where((j2_voce_af_return_map_converged & fin), d107, K0), tl.where((j2_voce_af_return_map_converged & fin), d108, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d334, K0), tl.where((j2_voce_af_return_map_converged & fin), d340, K0), tl.where((j2_voce_af_return_map_converged & fin), d361, K0), tl.where((j2_voce_af_return_map_converged & fin), d362, K0), BLOCK)
             _k39 = tl.arange(0, 32)[None, :] + 352
@@ -5048,7 +5037,7 @@ if triton is not None:
             _row40 = _mc_row32(
                 tl.where((j2_voce_af_return_map_converged & fin), d363, K0), tl.where((j2_voce_af_return_map_converged & fin), d364, K0), tl.where((j2_voce_af_return_map_converged & fin), d365, K0), tl.where((j2_voce_af_return_map_converged & fin), d366, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d382, K0), tl.where((j2_voce_af_return_map_converged & fin), d403, K0), tl.where((j2_voce_af_return_map_converged & fin), d404, K0), tl.where((j2_voce_af_return_map_converged & fin), d405, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d406, K0), tl.where((j2_voce_af_return_map_converged & fin), d407, K0), tl.where((j2_voce_af_return_map_converged & fin), d408, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d109, K0), tl.where((j2_voce_af_return_map_converged & fin), d110, K0), tl.where((j2_voce_af_return_map_converged & fin), d111, K0), tl.where((j2_voce_af_return_map_converged & fin), d112, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d113, K0), tl.where((j2_voce_af_return_map_converged & fin), d114, K0), tl.where((j2_voce_af_return_map_converged & fin), d335, K0), tl.where((j2_voce_af_return_map_converged & fin), d341, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d367, K0), tl.where((j2_voce_af_return_map_converged & fin), d368, K0), tl.where((j2_voce_af_return_map_converged & fin), d369, K0), tl.where((j2_voce_af_return_map_converged & fin), d370, K0),
@@ -5058,12 +5047,12 @@ if triton is not None:
             _mc_store(J + row[:, None] * j_stride + _k41 + (_k41 // 22) * (7 * (V // 8)), _row40, mask[:, None] & (tl.arange(0, 32)[None, :] < 32), zero)  # one trip: see _Rows (detach)
             _zero42 = tl.zeros([BLOCK], dtype=DTYPE)
             _row43 = _mc_row32(
-                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d414, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0), tl.where((j2_voce_af_return_map_converged & fin), d115, K0), tl.where((j2_voce_af_return_map_converged & fin), d116, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d117, K0), tl.where((j2_voce_af_return_map_converged & fin), d118, K0), tl.where((j2_voce_af_return_map_converged & fin), d119, K0), tl.where((j2_voce_af_return_map_converged & fin), d120, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d336, K0), tl.where((j2_voce_af_return_map_converged & fin), d342, K0), tl.where((j2_voce_af_return_map_converged & fin), d373, K0), tl.where((j2_voce_af_return_map_converged & fin), d374, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d375, K0), tl.where((j2_voce_af_return_map_converged & fin), d376, K0), tl.where((j2_voce_af_return_map_converged & fin), d377, K0), tl.where((j2_voce_af_return_map_converged & fin), d378, K0),
                 tl.where((j2_voce_af_return_map_converged & fin), d384, K0), tl.where((j2_voce_af_return_map_converged & fin), d415, K0), tl.where((j2_voce_af_return_map_converged & fin), d416, K0), tl.where((j2_voce_af_return_map_converged & fin), d417, K0),
-                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K10, K0),
+                tl.where((j2_voce_af_return_map_converged & fin), d418, K0), tl.where((j2_voce_af_return_map_converged & fin), d419, K0), tl.where((j2_voce_af_return_map_converged & fin), d420, K0), tl.where((j2_voce_af_return_map_converged & fin), K5, K0),
                 _zero42, _zero42, _zero42, _zero42,
                 _zero42, _zero42, _zero42, _zero42, BLOCK)
             _k44 = tl.arange(0, 32)[None, :] + 416
@@ -5186,16 +5175,16 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_29[MC_W];
     real v_ncse_36[MC_W];
     real v_ncse_55[MC_W];
-    real v_ncse_63[MC_W];
-    real v_ncse_130[MC_W];
-    real v_ncse_138[MC_W];
-    real v_ncse_183[MC_W];
-    real v_ncse_184[MC_W];
+    real v_ncse_64[MC_W];
+    real v_ncse_132[MC_W];
+    real v_ncse_140[MC_W];
     real v_ncse_185[MC_W];
-    real v_ncse_189[MC_W];
-    real v_ncse_220[MC_W];
-    real v_ncse_213[MC_W];
-    real v_ncse_221[MC_W];
+    real v_ncse_186[MC_W];
+    real v_ncse_187[MC_W];
+    real v_ncse_191[MC_W];
+    real v_ncse_222[MC_W];
+    real v_ncse_215[MC_W];
+    real v_ncse_223[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -5237,16 +5226,16 @@ MC_INLINE void newton_1_iterate(
         const real ncse_29 = (((real)0.3333333333333333) * ncse_3);
         const real ncse_36 = (forces_t - old_forces_t);
         const real ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36));
-        const real ncse_63 = (-ncse_36);
-        const real ncse_130 = (p_C * ncse_8);
-        const real ncse_138 = (((real)0.6666666666666666) * p_C);
-        const real ncse_183 = fabs(p_E);
-        const real ncse_184 = (ncse_183 * fabs(ncse_2));
-        const real ncse_185 = (((real)1.3333333333333333) * ncse_184);
-        const real ncse_189 = (((real)0.6666666666666666) * ncse_184);
-        const real ncse_220 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_213 = fabs(p_g);
-        const real ncse_221 = (((real)0.816496580927726) * ncse_63);
+        const real ncse_64 = (-ncse_36);
+        const real ncse_132 = (p_C * ncse_8);
+        const real ncse_140 = (((real)0.6666666666666666) * p_C);
+        const real ncse_185 = fabs(p_E);
+        const real ncse_186 = (ncse_185 * fabs(ncse_2));
+        const real ncse_187 = (((real)1.3333333333333333) * ncse_186);
+        const real ncse_191 = (((real)0.6666666666666666) * ncse_186);
+        const real ncse_222 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_215 = fabs(p_g);
+        const real ncse_223 = (((real)0.816496580927726) * ncse_64);
         v_j2_voce_af_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_converged[l] : 0;
         v_j2_voce_af_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -5270,16 +5259,16 @@ MC_INLINE void newton_1_iterate(
         v_ncse_29[l] = ncse_29;
         v_ncse_36[l] = ncse_36;
         v_ncse_55[l] = ncse_55;
-        v_ncse_63[l] = ncse_63;
-        v_ncse_130[l] = ncse_130;
-        v_ncse_138[l] = ncse_138;
-        v_ncse_183[l] = ncse_183;
-        v_ncse_184[l] = ncse_184;
+        v_ncse_64[l] = ncse_64;
+        v_ncse_132[l] = ncse_132;
+        v_ncse_140[l] = ncse_140;
         v_ncse_185[l] = ncse_185;
-        v_ncse_189[l] = ncse_189;
-        v_ncse_220[l] = ncse_220;
-        v_ncse_213[l] = ncse_213;
-        v_ncse_221[l] = ncse_221;
+        v_ncse_186[l] = ncse_186;
+        v_ncse_187[l] = ncse_187;
+        v_ncse_191[l] = ncse_191;
+        v_ncse_222[l] = ncse_222;
+        v_ncse_215[l] = ncse_215;
+        v_ncse_223[l] = ncse_223;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -5318,14 +5307,14 @@ MC_INLINE void newton_1_iterate(
         const real p_R = MC_P(2, v_p_R[l]);
         const real p_sigma_y = MC_P(4, v_p_sigma_y[l]);
         const real ncse_55 = v_ncse_55[l];
-        const real ncse_63 = v_ncse_63[l];
-        const real ncse_130 = v_ncse_130[l];
-        const real ncse_138 = v_ncse_138[l];
+        const real ncse_64 = v_ncse_64[l];
+        const real ncse_132 = v_ncse_132[l];
+        const real ncse_140 = v_ncse_140[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_184 = v_ncse_184[l];
-        const real ncse_220 = v_ncse_220[l];
-        const real ncse_189 = v_ncse_189[l];
-        const real ncse_185 = v_ncse_185[l];
+        const real ncse_186 = v_ncse_186[l];
+        const real ncse_222 = v_ncse_222[l];
+        const real ncse_191 = v_ncse_191[l];
+        const real ncse_187 = v_ncse_187[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
@@ -5339,9 +5328,9 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
         const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real ncse_213 = v_ncse_213[l];
-        const real ncse_183 = v_ncse_183[l];
-        const real ncse_221 = v_ncse_221[l];
+        const real ncse_215 = v_ncse_215[l];
+        const real ncse_185 = v_ncse_185[l];
+        const real ncse_223 = v_ncse_223[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_1 = (forces_E_0 + ncse_0);
         const real ncse_4 = (ncse_1 * ncse_3);
@@ -5372,180 +5361,182 @@ MC_INLINE void newton_1_iterate(
         const real ncse_31 = (-(((real)0.3333333333333333) * state_internal_X_0) + (((real)0.3333333333333333) * ncse_4));
         const real ncse_32 = (ncse_13 * ncse_29);
         const real ncse_33 = (-(((real)0.6666666666666666) * state_internal_X_0) + (ncse_1 * ncse_8));
-        const real ncse_217 = (-ncse_10 - ncse_31 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_218 = (-ncse_15 - ncse_30 - ncse_31 + (((real)0.3333333333333333) * state_internal_X_1));
-        const real ncse_219 = (ncse_33 - ncse_30 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_34 = sqrt(mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_217 * ncse_217) + (ncse_218 * ncse_218) + (ncse_219 * ncse_219))));
+        const real ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_2));
+        const real ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (((real)0.3333333333333333) * state_internal_X_1));
+        const real ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
+        const real ncse_34 = sqrt(mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221))));
         const real ncse_35 = mc_sdiv(((real)1.0), ncse_34);
         const real ncse_37 = (ncse_36 * state_internal_gamma_rate);
         const real ncse_38 = (ncse_35 * ncse_37);
         const real ncse_39 = (((real)0.5) * ncse_38);
         const real ncse_40 = (ncse_11 - ncse_14 - ncse_33 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * ncse_2 * ncse_7));
         const real ncse_41 = (ncse_5 - ncse_33 - ncse_9 - (((real)1.3333333333333333) * state_internal_X_2) + (((real)1.3333333333333333) * p_E * ncse_13 * ncse_2));
-        const real ncse_44 = (((real)0.3333333333333333) * ncse_35);
-        const real ncse_45 = (p_C * ncse_44);
+        const real ncse_44 = (p_C * ncse_35);
+        const real ncse_45 = (((real)0.3333333333333333) * ncse_44);
         const real ncse_46 = ((ncse_16 * ncse_45) - (p_g * state_internal_X_0));
         const real ncse_47 = ((ncse_40 * ncse_45) - (p_g * state_internal_X_1));
         const real ncse_48 = ((ncse_41 * ncse_45) - (p_g * state_internal_X_2));
-        const real ncse_49 = (((real)0.6666666666666666) * p_C * ncse_35);
+        const real ncse_49 = (((real)0.6666666666666666) * ncse_44);
         const real ncse_50 = ((ncse_19 * ncse_49) - (p_g * state_internal_X_3));
         const real ncse_51 = ((ncse_23 * ncse_49) - (p_g * state_internal_X_4));
         const real ncse_52 = ((ncse_27 * ncse_49) - (p_g * state_internal_X_5));
         const real ncse_53 = mc_exp((-p_d * state_internal_ep));
         const real ncse_54 = (-p_sigma_y + (((real)1.224744871391589) * ncse_34) - (p_R * (((real)1.0) - ncse_53)));
         const real ncse_56 = sqrt(mc_pos(((((real)0.6666666666666666) * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate)))));
-        const real ncse_57 = (-((real)0.6666666666666666) * ncse_35);
-        const real ncse_58 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_34));
-        const real ncse_59 = (ncse_58 * mc_sdiv(((real)1.0), (ncse_34 * ncse_34)));
-        const real ncse_60 = (((real)0.5) * ncse_59);
-        const real ncse_61 = (ncse_57 + (ncse_60 * (ncse_16 * ncse_16)));
-        const real ncse_62 = (-ncse_61);
-        const real ncse_64 = (ncse_63 * state_internal_gamma_rate);
-        const real ncse_65 = (ncse_3 * ncse_64);
-        const real ncse_66 = (ncse_16 * ncse_60);
-        const real ncse_67 = (ncse_44 + (ncse_40 * ncse_66));
-        const real ncse_68 = (-ncse_67);
-        const real ncse_69 = (-ncse_65 * ncse_68);
-        const real ncse_70 = (ncse_44 + (ncse_41 * ncse_66));
-        const real ncse_71 = (-ncse_70);
-        const real ncse_72 = (-ncse_65 * ncse_71);
-        const real ncse_73 = (ncse_59 * ncse_65);
-        const real ncse_74 = (ncse_16 * ncse_73);
-        const real ncse_75 = (ncse_19 * ncse_74);
-        const real ncse_76 = (ncse_23 * ncse_74);
-        const real ncse_77 = (ncse_27 * ncse_74);
-        const real ncse_78 = (ncse_64 * ncse_67);
-        const real ncse_79 = (ncse_64 * ncse_70);
-        const real ncse_80 = (ncse_59 * ncse_64);
-        const real ncse_81 = (ncse_16 * ncse_80);
-        const real ncse_82 = (ncse_19 * ncse_81);
-        const real ncse_83 = (ncse_23 * ncse_81);
-        const real ncse_84 = (ncse_27 * ncse_81);
-        const real ncse_85 = (ncse_35 * ncse_63);
-        const real ncse_86 = (((real)0.5) * ncse_85);
-        const real ncse_87 = (ncse_57 + (ncse_60 * (ncse_40 * ncse_40)));
-        const real ncse_88 = (-ncse_87);
-        const real ncse_89 = (ncse_44 + (ncse_40 * ncse_41 * ncse_60));
+        const real ncse_57 = (state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_35);
+        const real ncse_58 = (-((real)0.6666666666666666) * ncse_57);
+        const real ncse_59 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_34));
+        const real ncse_60 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_59) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (ncse_34 * ncse_34))));
+        const real ncse_61 = (((real)0.5) * ncse_60);
+        const real ncse_62 = (ncse_58 + (ncse_61 * (ncse_16 * ncse_16)));
+        const real ncse_63 = (-ncse_62);
+        const real ncse_65 = (ncse_64 * state_internal_gamma_rate);
+        const real ncse_66 = (ncse_3 * ncse_65);
+        const real ncse_67 = (((real)0.3333333333333333) * ncse_57);
+        const real ncse_68 = (ncse_16 * ncse_61);
+        const real ncse_69 = (ncse_67 + (ncse_40 * ncse_68));
+        const real ncse_70 = (-ncse_69);
+        const real ncse_71 = (-ncse_66 * ncse_70);
+        const real ncse_72 = (ncse_67 + (ncse_41 * ncse_68));
+        const real ncse_73 = (-ncse_72);
+        const real ncse_74 = (-ncse_66 * ncse_73);
+        const real ncse_75 = (ncse_60 * ncse_66);
+        const real ncse_76 = (ncse_16 * ncse_75);
+        const real ncse_77 = (ncse_19 * ncse_76);
+        const real ncse_78 = (ncse_23 * ncse_76);
+        const real ncse_79 = (ncse_27 * ncse_76);
+        const real ncse_80 = (ncse_65 * ncse_69);
+        const real ncse_81 = (ncse_65 * ncse_72);
+        const real ncse_82 = (ncse_60 * ncse_65);
+        const real ncse_83 = (ncse_16 * ncse_82);
+        const real ncse_84 = (ncse_19 * ncse_83);
+        const real ncse_85 = (ncse_23 * ncse_83);
+        const real ncse_86 = (ncse_27 * ncse_83);
+        const real ncse_87 = (ncse_35 * ncse_64);
+        const real ncse_88 = (((real)0.5) * ncse_87);
+        const real ncse_89 = (ncse_58 + (ncse_61 * (ncse_40 * ncse_40)));
         const real ncse_90 = (-ncse_89);
-        const real ncse_91 = (-ncse_65 * ncse_90);
-        const real ncse_92 = (ncse_40 * ncse_73);
-        const real ncse_93 = (ncse_19 * ncse_92);
-        const real ncse_94 = (ncse_23 * ncse_92);
-        const real ncse_95 = (ncse_27 * ncse_92);
-        const real ncse_96 = (ncse_64 * ncse_89);
-        const real ncse_97 = (ncse_40 * ncse_80);
-        const real ncse_98 = (ncse_19 * ncse_97);
-        const real ncse_99 = (ncse_23 * ncse_97);
-        const real ncse_100 = (ncse_27 * ncse_97);
-        const real ncse_101 = (ncse_57 + (ncse_60 * (ncse_41 * ncse_41)));
-        const real ncse_102 = (-ncse_101);
-        const real ncse_103 = (ncse_41 * ncse_73);
-        const real ncse_104 = (ncse_103 * ncse_19);
-        const real ncse_105 = (ncse_103 * ncse_23);
-        const real ncse_106 = (ncse_103 * ncse_27);
-        const real ncse_107 = (ncse_41 * ncse_80);
-        const real ncse_108 = (ncse_107 * ncse_19);
-        const real ncse_109 = (ncse_107 * ncse_23);
-        const real ncse_110 = (ncse_107 * ncse_27);
-        const real ncse_111 = (-ncse_35);
-        const real ncse_112 = (((real)2.0) * ncse_59);
-        const real ncse_113 = (ncse_111 + (ncse_112 * ncse_20));
-        const real ncse_114 = (-ncse_113);
-        const real ncse_115 = (ncse_19 * ncse_23);
-        const real ncse_116 = (ncse_112 * ncse_65);
-        const real ncse_117 = (ncse_115 * ncse_116);
-        const real ncse_118 = (ncse_116 * ncse_27);
-        const real ncse_119 = (ncse_118 * ncse_19);
-        const real ncse_120 = (ncse_112 * ncse_64);
-        const real ncse_121 = (ncse_115 * ncse_120);
-        const real ncse_122 = (ncse_120 * ncse_27);
-        const real ncse_123 = (ncse_122 * ncse_19);
-        const real ncse_124 = (ncse_111 + (ncse_112 * ncse_24));
-        const real ncse_125 = (-ncse_124);
-        const real ncse_126 = (ncse_118 * ncse_23);
-        const real ncse_127 = (ncse_122 * ncse_23);
-        const real ncse_128 = (ncse_111 + (ncse_112 * ncse_28));
-        const real ncse_129 = (-ncse_128);
-        const real ncse_131 = (ncse_130 * ncse_64);
-        const real ncse_132 = (-ncse_131 * ncse_68);
-        const real ncse_133 = (-ncse_131 * ncse_71);
-        const real ncse_134 = (ncse_130 * ncse_82);
-        const real ncse_135 = (ncse_130 * ncse_83);
-        const real ncse_136 = (ncse_130 * ncse_84);
-        const real ncse_137 = (-p_g * state_internal_gamma_rate);
-        const real ncse_139 = (ncse_138 * state_internal_gamma_rate);
-        const real ncse_140 = (ncse_138 * ncse_78);
-        const real ncse_141 = (ncse_138 * ncse_79);
-        const real ncse_142 = (ncse_138 * ncse_82);
-        const real ncse_143 = (ncse_138 * ncse_83);
-        const real ncse_144 = (ncse_138 * ncse_84);
-        const real ncse_145 = (-ncse_131 * ncse_90);
-        const real ncse_146 = (ncse_130 * ncse_98);
-        const real ncse_147 = (ncse_130 * ncse_99);
-        const real ncse_148 = (ncse_100 * ncse_130);
-        const real ncse_149 = (ncse_138 * ncse_96);
-        const real ncse_150 = (ncse_138 * ncse_98);
-        const real ncse_151 = (ncse_138 * ncse_99);
-        const real ncse_152 = (ncse_100 * ncse_138);
-        const real ncse_153 = (ncse_108 * ncse_130);
-        const real ncse_154 = (ncse_109 * ncse_130);
-        const real ncse_155 = (ncse_110 * ncse_130);
-        const real ncse_156 = (ncse_108 * ncse_138);
-        const real ncse_157 = (ncse_109 * ncse_138);
-        const real ncse_158 = (ncse_110 * ncse_138);
-        const real ncse_159 = (p_C * ncse_80);
-        const real ncse_160 = (((real)1.3333333333333333) * ncse_159 * ncse_3);
-        const real ncse_161 = (ncse_115 * ncse_160);
-        const real ncse_162 = (ncse_160 * ncse_27);
-        const real ncse_163 = (ncse_162 * ncse_19);
-        const real ncse_164 = (((real)1.3333333333333333) * ncse_159);
-        const real ncse_165 = (ncse_115 * ncse_164);
-        const real ncse_166 = (ncse_164 * ncse_27);
-        const real ncse_167 = (ncse_166 * ncse_19);
-        const real ncse_168 = (ncse_162 * ncse_23);
-        const real ncse_169 = (ncse_166 * ncse_23);
-        const real ncse_170 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_56));
-        const real ncse_171 = (-((real)1.0) - (((real)1.632993161855452) * ncse_170 * ncse_54));
-        const real ncse_172 = (ncse_171 * ncse_58);
-        const real ncse_173 = (ncse_16 * ncse_172);
-        const real ncse_174 = (ncse_172 * ncse_40);
-        const real ncse_175 = (ncse_172 * ncse_41);
-        const real ncse_176 = (((real)2.0) * ncse_172);
-        const real ncse_177 = (ncse_176 * ncse_19);
-        const real ncse_178 = (ncse_176 * ncse_23);
-        const real ncse_179 = (ncse_176 * ncse_27);
-        const real ncse_180 = fabs(state_internal_Ep_0);
-        const real ncse_181 = fabs(state_internal_X_0);
-        const real ncse_182 = (ncse_180 + fabs(forces_E_0));
-        const real ncse_186 = fabs(state_internal_X_2);
-        const real ncse_187 = fabs(state_internal_Ep_2);
-        const real ncse_188 = (ncse_187 + fabs(forces_E_2));
-        const real ncse_190 = fabs(state_internal_Ep_1);
-        const real ncse_191 = (ncse_190 + fabs(forces_E_1));
-        const real ncse_192 = (((real)2.6666666666666665) * ncse_184 * (ncse_182 + ncse_188 + ncse_191) * fabs(p_nu) * ncse_220);
-        const real ncse_193 = (ncse_192 + (((real)0.6666666666666666) * ncse_186) + (ncse_188 * ncse_189));
-        const real ncse_194 = fabs(state_internal_X_1);
-        const real ncse_195 = ((((real)0.6666666666666666) * ncse_194) + (ncse_189 * ncse_191));
-        const real ncse_196 = (ncse_193 + ncse_195 + (((real)1.3333333333333333) * ncse_181) + (ncse_182 * ncse_185));
-        const real ncse_197 = fabs(ncse_35);
-        const real ncse_198 = (fabs(ncse_36) * fabs(state_internal_gamma_rate));
-        const real ncse_199 = (ncse_197 * ncse_198);
-        const real ncse_200 = (((real)0.5) * ncse_199);
-        const real ncse_201 = ((((real)0.6666666666666666) * ncse_181) + (ncse_182 * ncse_189));
-        const real ncse_202 = (ncse_193 + ncse_201 + (((real)1.3333333333333333) * ncse_194) + (ncse_185 * ncse_191));
-        const real ncse_203 = (ncse_192 + ncse_195 + ncse_201 + (((real)1.3333333333333333) * ncse_186) + (ncse_185 * ncse_188));
-        const real ncse_204 = fabs(state_internal_Ep_3);
-        const real ncse_205 = fabs(state_internal_X_3);
-        const real ncse_206 = (ncse_205 + (ncse_184 * (ncse_204 + fabs(forces_E_3))));
-        const real ncse_207 = fabs(state_internal_Ep_4);
-        const real ncse_208 = fabs(state_internal_X_4);
-        const real ncse_209 = (ncse_208 + (ncse_184 * (ncse_207 + fabs(forces_E_4))));
-        const real ncse_210 = fabs(state_internal_Ep_5);
-        const real ncse_211 = fabs(state_internal_X_5);
-        const real ncse_212 = (ncse_211 + (ncse_184 * (ncse_210 + fabs(forces_E_5))));
-        const real ncse_214 = (ncse_197 * fabs(p_C));
-        const real ncse_215 = (((real)0.3333333333333333) * ncse_214);
-        const real ncse_216 = (((real)0.6666666666666666) * ncse_214);
+        const real ncse_91 = (ncse_67 + (ncse_40 * ncse_41 * ncse_61));
+        const real ncse_92 = (-ncse_91);
+        const real ncse_93 = (-ncse_66 * ncse_92);
+        const real ncse_94 = (ncse_40 * ncse_75);
+        const real ncse_95 = (ncse_19 * ncse_94);
+        const real ncse_96 = (ncse_23 * ncse_94);
+        const real ncse_97 = (ncse_27 * ncse_94);
+        const real ncse_98 = (ncse_65 * ncse_91);
+        const real ncse_99 = (ncse_40 * ncse_82);
+        const real ncse_100 = (ncse_19 * ncse_99);
+        const real ncse_101 = (ncse_23 * ncse_99);
+        const real ncse_102 = (ncse_27 * ncse_99);
+        const real ncse_103 = (ncse_58 + (ncse_61 * (ncse_41 * ncse_41)));
+        const real ncse_104 = (-ncse_103);
+        const real ncse_105 = (ncse_41 * ncse_75);
+        const real ncse_106 = (ncse_105 * ncse_19);
+        const real ncse_107 = (ncse_105 * ncse_23);
+        const real ncse_108 = (ncse_105 * ncse_27);
+        const real ncse_109 = (ncse_41 * ncse_82);
+        const real ncse_110 = (ncse_109 * ncse_19);
+        const real ncse_111 = (ncse_109 * ncse_23);
+        const real ncse_112 = (ncse_109 * ncse_27);
+        const real ncse_113 = (-ncse_57);
+        const real ncse_114 = (((real)2.0) * ncse_60);
+        const real ncse_115 = (ncse_113 + (ncse_114 * ncse_20));
+        const real ncse_116 = (-ncse_115);
+        const real ncse_117 = (ncse_19 * ncse_23);
+        const real ncse_118 = (ncse_114 * ncse_66);
+        const real ncse_119 = (ncse_117 * ncse_118);
+        const real ncse_120 = (ncse_118 * ncse_27);
+        const real ncse_121 = (ncse_120 * ncse_19);
+        const real ncse_122 = (ncse_114 * ncse_65);
+        const real ncse_123 = (ncse_117 * ncse_122);
+        const real ncse_124 = (ncse_122 * ncse_27);
+        const real ncse_125 = (ncse_124 * ncse_19);
+        const real ncse_126 = (ncse_113 + (ncse_114 * ncse_24));
+        const real ncse_127 = (-ncse_126);
+        const real ncse_128 = (ncse_120 * ncse_23);
+        const real ncse_129 = (ncse_124 * ncse_23);
+        const real ncse_130 = (ncse_113 + (ncse_114 * ncse_28));
+        const real ncse_131 = (-ncse_130);
+        const real ncse_133 = (ncse_132 * ncse_65);
+        const real ncse_134 = (-ncse_133 * ncse_70);
+        const real ncse_135 = (-ncse_133 * ncse_73);
+        const real ncse_136 = (ncse_132 * ncse_84);
+        const real ncse_137 = (ncse_132 * ncse_85);
+        const real ncse_138 = (ncse_132 * ncse_86);
+        const real ncse_139 = (-p_g * state_internal_gamma_rate);
+        const real ncse_141 = (ncse_140 * state_internal_gamma_rate);
+        const real ncse_142 = (ncse_140 * ncse_80);
+        const real ncse_143 = (ncse_140 * ncse_81);
+        const real ncse_144 = (ncse_140 * ncse_84);
+        const real ncse_145 = (ncse_140 * ncse_85);
+        const real ncse_146 = (ncse_140 * ncse_86);
+        const real ncse_147 = (-ncse_133 * ncse_92);
+        const real ncse_148 = (ncse_100 * ncse_132);
+        const real ncse_149 = (ncse_101 * ncse_132);
+        const real ncse_150 = (ncse_102 * ncse_132);
+        const real ncse_151 = (ncse_140 * ncse_98);
+        const real ncse_152 = (ncse_100 * ncse_140);
+        const real ncse_153 = (ncse_101 * ncse_140);
+        const real ncse_154 = (ncse_102 * ncse_140);
+        const real ncse_155 = (ncse_110 * ncse_132);
+        const real ncse_156 = (ncse_111 * ncse_132);
+        const real ncse_157 = (ncse_112 * ncse_132);
+        const real ncse_158 = (ncse_110 * ncse_140);
+        const real ncse_159 = (ncse_111 * ncse_140);
+        const real ncse_160 = (ncse_112 * ncse_140);
+        const real ncse_161 = (p_C * ncse_82);
+        const real ncse_162 = (((real)1.3333333333333333) * ncse_161 * ncse_3);
+        const real ncse_163 = (ncse_117 * ncse_162);
+        const real ncse_164 = (ncse_162 * ncse_27);
+        const real ncse_165 = (ncse_164 * ncse_19);
+        const real ncse_166 = (((real)1.3333333333333333) * ncse_161);
+        const real ncse_167 = (ncse_117 * ncse_166);
+        const real ncse_168 = (ncse_166 * ncse_27);
+        const real ncse_169 = (ncse_168 * ncse_19);
+        const real ncse_170 = (ncse_164 * ncse_23);
+        const real ncse_171 = (ncse_168 * ncse_23);
+        const real ncse_172 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_56));
+        const real ncse_173 = (-((real)1.0) - (((real)1.632993161855452) * ncse_172 * ncse_54));
+        const real ncse_174 = (ncse_173 * ncse_59);
+        const real ncse_175 = (ncse_16 * ncse_174);
+        const real ncse_176 = (ncse_174 * ncse_40);
+        const real ncse_177 = (ncse_174 * ncse_41);
+        const real ncse_178 = (((real)2.0) * ncse_174);
+        const real ncse_179 = (ncse_178 * ncse_19);
+        const real ncse_180 = (ncse_178 * ncse_23);
+        const real ncse_181 = (ncse_178 * ncse_27);
+        const real ncse_182 = fabs(state_internal_Ep_0);
+        const real ncse_183 = fabs(state_internal_X_0);
+        const real ncse_184 = (ncse_182 + fabs(forces_E_0));
+        const real ncse_188 = fabs(state_internal_X_2);
+        const real ncse_189 = fabs(state_internal_Ep_2);
+        const real ncse_190 = (ncse_189 + fabs(forces_E_2));
+        const real ncse_192 = fabs(state_internal_Ep_1);
+        const real ncse_193 = (ncse_192 + fabs(forces_E_1));
+        const real ncse_194 = (((real)2.6666666666666665) * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * fabs(p_nu) * ncse_222);
+        const real ncse_195 = (ncse_194 + (((real)0.6666666666666666) * ncse_188) + (ncse_190 * ncse_191));
+        const real ncse_196 = fabs(state_internal_X_1);
+        const real ncse_197 = ((((real)0.6666666666666666) * ncse_196) + (ncse_191 * ncse_193));
+        const real ncse_198 = (ncse_195 + ncse_197 + (((real)1.3333333333333333) * ncse_183) + (ncse_184 * ncse_187));
+        const real ncse_199 = fabs(ncse_35);
+        const real ncse_200 = (fabs(ncse_36) * fabs(state_internal_gamma_rate));
+        const real ncse_201 = (ncse_199 * ncse_200);
+        const real ncse_202 = (((real)0.5) * ncse_201);
+        const real ncse_203 = ((((real)0.6666666666666666) * ncse_183) + (ncse_184 * ncse_191));
+        const real ncse_204 = (ncse_195 + ncse_203 + (((real)1.3333333333333333) * ncse_196) + (ncse_187 * ncse_193));
+        const real ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (((real)1.3333333333333333) * ncse_188) + (ncse_187 * ncse_190));
+        const real ncse_206 = fabs(state_internal_Ep_3);
+        const real ncse_207 = fabs(state_internal_X_3);
+        const real ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + fabs(forces_E_3))));
+        const real ncse_209 = fabs(state_internal_Ep_4);
+        const real ncse_210 = fabs(state_internal_X_4);
+        const real ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + fabs(forces_E_4))));
+        const real ncse_212 = fabs(state_internal_Ep_5);
+        const real ncse_213 = fabs(state_internal_X_5);
+        const real ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + fabs(forces_E_5))));
+        const real ncse_216 = (ncse_199 * fabs(p_C));
+        const real ncse_217 = (((real)0.3333333333333333) * ncse_216);
+        const real ncse_218 = (((real)0.6666666666666666) * ncse_216);
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39));
         const real nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40));
         const real nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41));
@@ -5562,13 +5553,13 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_13 = (-ncse_56 - (((real)0.816496580927726) * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate));
         const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_180 + (ncse_196 * ncse_200) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_190 + (ncse_200 * ncse_202) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_187 + (ncse_200 * ncse_203) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_204 + (ncse_199 * ncse_206) + fabs(old_state_internal_Ep_3)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_207 + (ncse_199 * ncse_209) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_210 + (ncse_199 * ncse_212) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_198) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_181 + (ncse_198 * ((ncse_181 * ncse_213) + (ncse_196 * ncse_215))) + fabs(old_state_internal_X_0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_194 + (ncse_198 * ((ncse_194 * ncse_213) + (ncse_202 * ncse_215))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_186 + (ncse_198 * ((ncse_186 * ncse_213) + (ncse_203 * ncse_215))) + fabs(old_state_internal_X_2)))));
-        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_205 + (ncse_198 * ((ncse_205 * ncse_213) + (ncse_206 * ncse_216))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_208 + (ncse_198 * ((ncse_208 * ncse_213) + (ncse_209 * ncse_216))) + fabs(old_state_internal_X_4)))));
-        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_211 + (ncse_198 * ((ncse_211 * ncse_213) + (ncse_212 * ncse_216))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_183 * ncse_198) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + fabs(old_state_internal_Ep_3)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_200) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + fabs(old_state_internal_X_0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + fabs(old_state_internal_X_2)))));
+        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + fabs(old_state_internal_X_4)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
         const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -5576,215 +5567,215 @@ MC_INLINE void newton_1_iterate(
         v_j2_voce_af_return_map_residual_norm[l] = mc_was ? j2_voce_af_return_map_residual_norm : v_j2_voce_af_return_map_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
-        const real nt1_1 = (((real)1.0) - (ncse_62 * ncse_65));
-        const real nt1_2 = (ncse_61 * ncse_64);
-        const real nt1_3 = (ncse_16 * ncse_86);
-        const real nt1_4 = (((real)1.0) - (ncse_65 * ncse_88));
-        const real nt1_5 = (ncse_64 * ncse_87);
-        const real nt1_6 = (ncse_40 * ncse_86);
-        const real nt1_7 = (((real)1.0) - (ncse_102 * ncse_65));
-        const real nt1_8 = (ncse_101 * ncse_64);
-        const real nt1_9 = (ncse_41 * ncse_86);
-        const real nt1_10 = (((real)1.0) - (ncse_114 * ncse_65));
-        const real nt1_11 = (ncse_113 * ncse_64);
-        const real nt1_12 = (ncse_19 * ncse_85);
-        const real nt1_13 = (((real)1.0) - (ncse_125 * ncse_65));
-        const real nt1_14 = (ncse_124 * ncse_64);
-        const real nt1_15 = (ncse_23 * ncse_85);
-        const real nt1_16 = (((real)1.0) - (ncse_129 * ncse_65));
-        const real nt1_17 = (ncse_128 * ncse_64);
-        const real nt1_18 = (ncse_27 * ncse_85);
-        const real nt1_19 = (-ncse_131 * ncse_62);
-        const real nt1_20 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))));
-        const real nt1_21 = (ncse_46 * ncse_63);
-        const real nt1_22 = (-ncse_131 * ncse_88);
-        const real nt1_23 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))));
-        const real nt1_24 = (ncse_47 * ncse_63);
-        const real nt1_25 = (-ncse_102 * ncse_131);
-        const real nt1_26 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))));
-        const real nt1_27 = (ncse_48 * ncse_63);
-        const real nt1_28 = (-ncse_114 * ncse_131);
-        const real nt1_29 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))));
-        const real nt1_30 = (ncse_50 * ncse_63);
-        const real nt1_31 = (-ncse_125 * ncse_131);
-        const real nt1_32 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))));
-        const real nt1_33 = (ncse_51 * ncse_63);
-        const real nt1_34 = (-ncse_129 * ncse_131);
-        const real nt1_35 = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))));
-        const real nt1_36 = (ncse_52 * ncse_63);
-        const real nt1_37 = (-ncse_173 * ncse_3);
-        const real nt1_38 = (-ncse_174 * ncse_3);
-        const real nt1_39 = (-ncse_175 * ncse_3);
-        const real nt1_40 = (-ncse_177 * ncse_3);
-        const real nt1_41 = (-ncse_178 * ncse_3);
-        const real nt1_42 = (-ncse_179 * ncse_3);
-        const real nt1_43 = (-((real)0.816496580927726) * p_R * p_d * ncse_171 * ncse_53);
-        const real nt1_44 = (-ncse_173);
-        const real nt1_45 = (-ncse_174);
-        const real nt1_46 = (-ncse_175);
-        const real nt1_47 = (-ncse_177);
-        const real nt1_48 = (-ncse_178);
-        const real nt1_49 = (-ncse_179);
-        const real nt1_50 = ((p_E * ncse_36) - (((real)2.0) * ncse_170 * ncse_55 * state_internal_gamma_rate));
-        const int nt1_ok_0_51_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_69))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_72))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_75))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_76))));
-        const int nt1_ok_0_51_part1 = (nt1_ok_0_51_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_78))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_79))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_82))));
-        const int nt1_51 = (nt1_ok_0_51_part1 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_83))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_84))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_3))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_1 = (((real)1.0) - (ncse_63 * ncse_66));
+        const real nt1_2 = (ncse_62 * ncse_65);
+        const real nt1_3 = (ncse_16 * ncse_88);
+        const real nt1_4 = (((real)1.0) - (ncse_66 * ncse_90));
+        const real nt1_5 = (ncse_65 * ncse_89);
+        const real nt1_6 = (ncse_40 * ncse_88);
+        const real nt1_7 = (((real)1.0) - (ncse_104 * ncse_66));
+        const real nt1_8 = (ncse_103 * ncse_65);
+        const real nt1_9 = (ncse_41 * ncse_88);
+        const real nt1_10 = (((real)1.0) - (ncse_116 * ncse_66));
+        const real nt1_11 = (ncse_115 * ncse_65);
+        const real nt1_12 = (ncse_19 * ncse_87);
+        const real nt1_13 = (((real)1.0) - (ncse_127 * ncse_66));
+        const real nt1_14 = (ncse_126 * ncse_65);
+        const real nt1_15 = (ncse_23 * ncse_87);
+        const real nt1_16 = (((real)1.0) - (ncse_131 * ncse_66));
+        const real nt1_17 = (ncse_130 * ncse_65);
+        const real nt1_18 = (ncse_27 * ncse_87);
+        const real nt1_19 = (-ncse_133 * ncse_63);
+        const real nt1_20 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62))));
+        const real nt1_21 = (ncse_46 * ncse_64);
+        const real nt1_22 = (-ncse_133 * ncse_90);
+        const real nt1_23 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89))));
+        const real nt1_24 = (ncse_47 * ncse_64);
+        const real nt1_25 = (-ncse_104 * ncse_133);
+        const real nt1_26 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141))));
+        const real nt1_27 = (ncse_48 * ncse_64);
+        const real nt1_28 = (-ncse_116 * ncse_133);
+        const real nt1_29 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141))));
+        const real nt1_30 = (ncse_50 * ncse_64);
+        const real nt1_31 = (-ncse_127 * ncse_133);
+        const real nt1_32 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141))));
+        const real nt1_33 = (ncse_51 * ncse_64);
+        const real nt1_34 = (-ncse_131 * ncse_133);
+        const real nt1_35 = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141))));
+        const real nt1_36 = (ncse_52 * ncse_64);
+        const real nt1_37 = (-ncse_175 * ncse_3);
+        const real nt1_38 = (-ncse_176 * ncse_3);
+        const real nt1_39 = (-ncse_177 * ncse_3);
+        const real nt1_40 = (-ncse_179 * ncse_3);
+        const real nt1_41 = (-ncse_180 * ncse_3);
+        const real nt1_42 = (-ncse_181 * ncse_3);
+        const real nt1_43 = (-((real)0.816496580927726) * p_R * p_d * ncse_173 * ncse_53);
+        const real nt1_44 = (-ncse_175);
+        const real nt1_45 = (-ncse_176);
+        const real nt1_46 = (-ncse_177);
+        const real nt1_47 = (-ncse_179);
+        const real nt1_48 = (-ncse_180);
+        const real nt1_49 = (-ncse_181);
+        const real nt1_50 = ((p_E * ncse_36) - (((real)2.0) * ncse_172 * ncse_55 * state_internal_gamma_rate));
+        const int nt1_ok_0_51_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_71))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_74))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_77))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_78))));
+        const int nt1_ok_0_51_part1 = (nt1_ok_0_51_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_79))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_80))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_81))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_84))));
+        const int nt1_51 = (nt1_ok_0_51_part1 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_85))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_86))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_3))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
         const real nt1_52 = (nt1_51 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_53 = (ncse_69 * nt1_52);
-        const real nt1_54 = (nt1_4 - (ncse_69 * nt1_53));
-        const real nt1_55 = (ncse_91 - (ncse_72 * nt1_53));
-        const real nt1_56 = (ncse_93 - (ncse_75 * nt1_53));
-        const real nt1_57 = (ncse_94 - (ncse_76 * nt1_53));
-        const real nt1_58 = (ncse_95 - (ncse_77 * nt1_53));
-        const real nt1_59 = (ncse_78 - (nt1_2 * nt1_53));
-        const real nt1_60 = (nt1_5 - (ncse_78 * nt1_53));
-        const real nt1_61 = (ncse_96 - (ncse_79 * nt1_53));
-        const real nt1_62 = (ncse_98 - (ncse_82 * nt1_53));
-        const real nt1_63 = (ncse_99 - (ncse_83 * nt1_53));
-        const real nt1_64 = (ncse_100 - (ncse_84 * nt1_53));
+        const real nt1_53 = (ncse_71 * nt1_52);
+        const real nt1_54 = (nt1_4 - (ncse_71 * nt1_53));
+        const real nt1_55 = (ncse_93 - (ncse_74 * nt1_53));
+        const real nt1_56 = (ncse_95 - (ncse_77 * nt1_53));
+        const real nt1_57 = (ncse_96 - (ncse_78 * nt1_53));
+        const real nt1_58 = (ncse_97 - (ncse_79 * nt1_53));
+        const real nt1_59 = (ncse_80 - (nt1_2 * nt1_53));
+        const real nt1_60 = (nt1_5 - (ncse_80 * nt1_53));
+        const real nt1_61 = (ncse_98 - (ncse_81 * nt1_53));
+        const real nt1_62 = (ncse_100 - (ncse_84 * nt1_53));
+        const real nt1_63 = (ncse_101 - (ncse_85 * nt1_53));
+        const real nt1_64 = (ncse_102 - (ncse_86 * nt1_53));
         const real nt1_65 = (nt1_6 - (nt1_3 * nt1_53));
-        const real nt1_66 = (ncse_72 * nt1_52);
-        const real nt1_67 = (ncse_91 - (ncse_69 * nt1_66));
-        const real nt1_68 = (nt1_7 - (ncse_72 * nt1_66));
-        const real nt1_69 = (ncse_104 - (ncse_75 * nt1_66));
-        const real nt1_70 = (ncse_105 - (ncse_76 * nt1_66));
-        const real nt1_71 = (ncse_106 - (ncse_77 * nt1_66));
-        const real nt1_72 = (ncse_79 - (nt1_2 * nt1_66));
-        const real nt1_73 = (ncse_96 - (ncse_78 * nt1_66));
-        const real nt1_74 = (nt1_8 - (ncse_79 * nt1_66));
-        const real nt1_75 = (ncse_108 - (ncse_82 * nt1_66));
-        const real nt1_76 = (ncse_109 - (ncse_83 * nt1_66));
-        const real nt1_77 = (ncse_110 - (ncse_84 * nt1_66));
+        const real nt1_66 = (ncse_74 * nt1_52);
+        const real nt1_67 = (ncse_93 - (ncse_71 * nt1_66));
+        const real nt1_68 = (nt1_7 - (ncse_74 * nt1_66));
+        const real nt1_69 = (ncse_106 - (ncse_77 * nt1_66));
+        const real nt1_70 = (ncse_107 - (ncse_78 * nt1_66));
+        const real nt1_71 = (ncse_108 - (ncse_79 * nt1_66));
+        const real nt1_72 = (ncse_81 - (nt1_2 * nt1_66));
+        const real nt1_73 = (ncse_98 - (ncse_80 * nt1_66));
+        const real nt1_74 = (nt1_8 - (ncse_81 * nt1_66));
+        const real nt1_75 = (ncse_110 - (ncse_84 * nt1_66));
+        const real nt1_76 = (ncse_111 - (ncse_85 * nt1_66));
+        const real nt1_77 = (ncse_112 - (ncse_86 * nt1_66));
         const real nt1_78 = (nt1_9 - (nt1_3 * nt1_66));
-        const real nt1_79 = (ncse_75 * nt1_52);
-        const real nt1_80 = (ncse_93 - (ncse_69 * nt1_79));
-        const real nt1_81 = (ncse_104 - (ncse_72 * nt1_79));
-        const real nt1_82 = (nt1_10 - (ncse_75 * nt1_79));
-        const real nt1_83 = (ncse_117 - (ncse_76 * nt1_79));
-        const real nt1_84 = (ncse_119 - (ncse_77 * nt1_79));
-        const real nt1_85 = (ncse_82 - (nt1_2 * nt1_79));
-        const real nt1_86 = (ncse_98 - (ncse_78 * nt1_79));
-        const real nt1_87 = (ncse_108 - (ncse_79 * nt1_79));
-        const real nt1_88 = (nt1_11 - (ncse_82 * nt1_79));
-        const real nt1_89 = (ncse_121 - (ncse_83 * nt1_79));
-        const real nt1_90 = (ncse_123 - (ncse_84 * nt1_79));
+        const real nt1_79 = (ncse_77 * nt1_52);
+        const real nt1_80 = (ncse_95 - (ncse_71 * nt1_79));
+        const real nt1_81 = (ncse_106 - (ncse_74 * nt1_79));
+        const real nt1_82 = (nt1_10 - (ncse_77 * nt1_79));
+        const real nt1_83 = (ncse_119 - (ncse_78 * nt1_79));
+        const real nt1_84 = (ncse_121 - (ncse_79 * nt1_79));
+        const real nt1_85 = (ncse_84 - (nt1_2 * nt1_79));
+        const real nt1_86 = (ncse_100 - (ncse_80 * nt1_79));
+        const real nt1_87 = (ncse_110 - (ncse_81 * nt1_79));
+        const real nt1_88 = (nt1_11 - (ncse_84 * nt1_79));
+        const real nt1_89 = (ncse_123 - (ncse_85 * nt1_79));
+        const real nt1_90 = (ncse_125 - (ncse_86 * nt1_79));
         const real nt1_91 = (nt1_12 - (nt1_3 * nt1_79));
-        const real nt1_92 = (ncse_76 * nt1_52);
-        const real nt1_93 = (ncse_94 - (ncse_69 * nt1_92));
-        const real nt1_94 = (ncse_105 - (ncse_72 * nt1_92));
-        const real nt1_95 = (ncse_117 - (ncse_75 * nt1_92));
-        const real nt1_96 = (nt1_13 - (ncse_76 * nt1_92));
-        const real nt1_97 = (ncse_126 - (ncse_77 * nt1_92));
-        const real nt1_98 = (ncse_83 - (nt1_2 * nt1_92));
-        const real nt1_99 = (ncse_99 - (ncse_78 * nt1_92));
-        const real nt1_100 = (ncse_109 - (ncse_79 * nt1_92));
-        const real nt1_101 = (ncse_121 - (ncse_82 * nt1_92));
-        const real nt1_102 = (nt1_14 - (ncse_83 * nt1_92));
-        const real nt1_103 = (ncse_127 - (ncse_84 * nt1_92));
+        const real nt1_92 = (ncse_78 * nt1_52);
+        const real nt1_93 = (ncse_96 - (ncse_71 * nt1_92));
+        const real nt1_94 = (ncse_107 - (ncse_74 * nt1_92));
+        const real nt1_95 = (ncse_119 - (ncse_77 * nt1_92));
+        const real nt1_96 = (nt1_13 - (ncse_78 * nt1_92));
+        const real nt1_97 = (ncse_128 - (ncse_79 * nt1_92));
+        const real nt1_98 = (ncse_85 - (nt1_2 * nt1_92));
+        const real nt1_99 = (ncse_101 - (ncse_80 * nt1_92));
+        const real nt1_100 = (ncse_111 - (ncse_81 * nt1_92));
+        const real nt1_101 = (ncse_123 - (ncse_84 * nt1_92));
+        const real nt1_102 = (nt1_14 - (ncse_85 * nt1_92));
+        const real nt1_103 = (ncse_129 - (ncse_86 * nt1_92));
         const real nt1_104 = (nt1_15 - (nt1_3 * nt1_92));
-        const real nt1_105 = (ncse_77 * nt1_52);
-        const real nt1_106 = (ncse_95 - (ncse_69 * nt1_105));
-        const real nt1_107 = (ncse_106 - (ncse_72 * nt1_105));
-        const real nt1_108 = (ncse_119 - (ncse_75 * nt1_105));
-        const real nt1_109 = (ncse_126 - (ncse_76 * nt1_105));
-        const real nt1_110 = (nt1_16 - (ncse_77 * nt1_105));
-        const real nt1_111 = (ncse_84 - (nt1_2 * nt1_105));
-        const real nt1_112 = (ncse_100 - (ncse_78 * nt1_105));
-        const real nt1_113 = (ncse_110 - (ncse_79 * nt1_105));
-        const real nt1_114 = (ncse_123 - (ncse_82 * nt1_105));
-        const real nt1_115 = (ncse_127 - (ncse_83 * nt1_105));
-        const real nt1_116 = (nt1_17 - (ncse_84 * nt1_105));
+        const real nt1_105 = (ncse_79 * nt1_52);
+        const real nt1_106 = (ncse_97 - (ncse_71 * nt1_105));
+        const real nt1_107 = (ncse_108 - (ncse_74 * nt1_105));
+        const real nt1_108 = (ncse_121 - (ncse_77 * nt1_105));
+        const real nt1_109 = (ncse_128 - (ncse_78 * nt1_105));
+        const real nt1_110 = (nt1_16 - (ncse_79 * nt1_105));
+        const real nt1_111 = (ncse_86 - (nt1_2 * nt1_105));
+        const real nt1_112 = (ncse_102 - (ncse_80 * nt1_105));
+        const real nt1_113 = (ncse_112 - (ncse_81 * nt1_105));
+        const real nt1_114 = (ncse_125 - (ncse_84 * nt1_105));
+        const real nt1_115 = (ncse_129 - (ncse_85 * nt1_105));
+        const real nt1_116 = (nt1_17 - (ncse_86 * nt1_105));
         const real nt1_117 = (nt1_18 - (nt1_3 * nt1_105));
         const real nt1_118 = (nt1_19 * nt1_52);
-        const real nt1_119 = (ncse_132 - (ncse_69 * nt1_118));
-        const real nt1_120 = (ncse_133 - (ncse_72 * nt1_118));
-        const real nt1_121 = (ncse_134 - (ncse_75 * nt1_118));
-        const real nt1_122 = (ncse_135 - (ncse_76 * nt1_118));
-        const real nt1_123 = (ncse_136 - (ncse_77 * nt1_118));
+        const real nt1_119 = (ncse_134 - (ncse_71 * nt1_118));
+        const real nt1_120 = (ncse_135 - (ncse_74 * nt1_118));
+        const real nt1_121 = (ncse_136 - (ncse_77 * nt1_118));
+        const real nt1_122 = (ncse_137 - (ncse_78 * nt1_118));
+        const real nt1_123 = (ncse_138 - (ncse_79 * nt1_118));
         const real nt1_124 = (nt1_20 - (nt1_2 * nt1_118));
-        const real nt1_125 = (ncse_140 - (ncse_78 * nt1_118));
-        const real nt1_126 = (ncse_141 - (ncse_79 * nt1_118));
-        const real nt1_127 = (ncse_142 - (ncse_82 * nt1_118));
-        const real nt1_128 = (ncse_143 - (ncse_83 * nt1_118));
-        const real nt1_129 = (ncse_144 - (ncse_84 * nt1_118));
+        const real nt1_125 = (ncse_142 - (ncse_80 * nt1_118));
+        const real nt1_126 = (ncse_143 - (ncse_81 * nt1_118));
+        const real nt1_127 = (ncse_144 - (ncse_84 * nt1_118));
+        const real nt1_128 = (ncse_145 - (ncse_85 * nt1_118));
+        const real nt1_129 = (ncse_146 - (ncse_86 * nt1_118));
         const real nt1_130 = (nt1_21 - (nt1_3 * nt1_118));
-        const real nt1_131 = (ncse_132 * nt1_52);
-        const real nt1_132 = (nt1_22 - (ncse_69 * nt1_131));
-        const real nt1_133 = (ncse_145 - (ncse_72 * nt1_131));
-        const real nt1_134 = (ncse_146 - (ncse_75 * nt1_131));
-        const real nt1_135 = (ncse_147 - (ncse_76 * nt1_131));
-        const real nt1_136 = (ncse_148 - (ncse_77 * nt1_131));
-        const real nt1_137 = (ncse_140 - (nt1_2 * nt1_131));
-        const real nt1_138 = (nt1_23 - (ncse_78 * nt1_131));
-        const real nt1_139 = (ncse_149 - (ncse_79 * nt1_131));
-        const real nt1_140 = (ncse_150 - (ncse_82 * nt1_131));
-        const real nt1_141 = (ncse_151 - (ncse_83 * nt1_131));
-        const real nt1_142 = (ncse_152 - (ncse_84 * nt1_131));
+        const real nt1_131 = (ncse_134 * nt1_52);
+        const real nt1_132 = (nt1_22 - (ncse_71 * nt1_131));
+        const real nt1_133 = (ncse_147 - (ncse_74 * nt1_131));
+        const real nt1_134 = (ncse_148 - (ncse_77 * nt1_131));
+        const real nt1_135 = (ncse_149 - (ncse_78 * nt1_131));
+        const real nt1_136 = (ncse_150 - (ncse_79 * nt1_131));
+        const real nt1_137 = (ncse_142 - (nt1_2 * nt1_131));
+        const real nt1_138 = (nt1_23 - (ncse_80 * nt1_131));
+        const real nt1_139 = (ncse_151 - (ncse_81 * nt1_131));
+        const real nt1_140 = (ncse_152 - (ncse_84 * nt1_131));
+        const real nt1_141 = (ncse_153 - (ncse_85 * nt1_131));
+        const real nt1_142 = (ncse_154 - (ncse_86 * nt1_131));
         const real nt1_143 = (nt1_24 - (nt1_3 * nt1_131));
-        const real nt1_144 = (ncse_133 * nt1_52);
-        const real nt1_145 = (ncse_145 - (ncse_69 * nt1_144));
-        const real nt1_146 = (nt1_25 - (ncse_72 * nt1_144));
-        const real nt1_147 = (ncse_153 - (ncse_75 * nt1_144));
-        const real nt1_148 = (ncse_154 - (ncse_76 * nt1_144));
-        const real nt1_149 = (ncse_155 - (ncse_77 * nt1_144));
-        const real nt1_150 = (ncse_141 - (nt1_2 * nt1_144));
-        const real nt1_151 = (ncse_149 - (ncse_78 * nt1_144));
-        const real nt1_152 = (nt1_26 - (ncse_79 * nt1_144));
-        const real nt1_153 = (ncse_156 - (ncse_82 * nt1_144));
-        const real nt1_154 = (ncse_157 - (ncse_83 * nt1_144));
-        const real nt1_155 = (ncse_158 - (ncse_84 * nt1_144));
+        const real nt1_144 = (ncse_135 * nt1_52);
+        const real nt1_145 = (ncse_147 - (ncse_71 * nt1_144));
+        const real nt1_146 = (nt1_25 - (ncse_74 * nt1_144));
+        const real nt1_147 = (ncse_155 - (ncse_77 * nt1_144));
+        const real nt1_148 = (ncse_156 - (ncse_78 * nt1_144));
+        const real nt1_149 = (ncse_157 - (ncse_79 * nt1_144));
+        const real nt1_150 = (ncse_143 - (nt1_2 * nt1_144));
+        const real nt1_151 = (ncse_151 - (ncse_80 * nt1_144));
+        const real nt1_152 = (nt1_26 - (ncse_81 * nt1_144));
+        const real nt1_153 = (ncse_158 - (ncse_84 * nt1_144));
+        const real nt1_154 = (ncse_159 - (ncse_85 * nt1_144));
+        const real nt1_155 = (ncse_160 - (ncse_86 * nt1_144));
         const real nt1_156 = (nt1_27 - (nt1_3 * nt1_144));
-        const real nt1_157 = (ncse_134 * nt1_52);
-        const real nt1_158 = (ncse_146 - (ncse_69 * nt1_157));
-        const real nt1_159 = (ncse_153 - (ncse_72 * nt1_157));
-        const real nt1_160 = (nt1_28 - (ncse_75 * nt1_157));
-        const real nt1_161 = (ncse_161 - (ncse_76 * nt1_157));
-        const real nt1_162 = (ncse_163 - (ncse_77 * nt1_157));
-        const real nt1_163 = (ncse_142 - (nt1_2 * nt1_157));
-        const real nt1_164 = (ncse_150 - (ncse_78 * nt1_157));
-        const real nt1_165 = (ncse_156 - (ncse_79 * nt1_157));
-        const real nt1_166 = (nt1_29 - (ncse_82 * nt1_157));
-        const real nt1_167 = (ncse_165 - (ncse_83 * nt1_157));
-        const real nt1_168 = (ncse_167 - (ncse_84 * nt1_157));
+        const real nt1_157 = (ncse_136 * nt1_52);
+        const real nt1_158 = (ncse_148 - (ncse_71 * nt1_157));
+        const real nt1_159 = (ncse_155 - (ncse_74 * nt1_157));
+        const real nt1_160 = (nt1_28 - (ncse_77 * nt1_157));
+        const real nt1_161 = (ncse_163 - (ncse_78 * nt1_157));
+        const real nt1_162 = (ncse_165 - (ncse_79 * nt1_157));
+        const real nt1_163 = (ncse_144 - (nt1_2 * nt1_157));
+        const real nt1_164 = (ncse_152 - (ncse_80 * nt1_157));
+        const real nt1_165 = (ncse_158 - (ncse_81 * nt1_157));
+        const real nt1_166 = (nt1_29 - (ncse_84 * nt1_157));
+        const real nt1_167 = (ncse_167 - (ncse_85 * nt1_157));
+        const real nt1_168 = (ncse_169 - (ncse_86 * nt1_157));
         const real nt1_169 = (nt1_30 - (nt1_3 * nt1_157));
-        const real nt1_170 = (ncse_135 * nt1_52);
-        const real nt1_171 = (ncse_147 - (ncse_69 * nt1_170));
-        const real nt1_172 = (ncse_154 - (ncse_72 * nt1_170));
-        const real nt1_173 = (ncse_161 - (ncse_75 * nt1_170));
-        const real nt1_174 = (nt1_31 - (ncse_76 * nt1_170));
-        const real nt1_175 = (ncse_168 - (ncse_77 * nt1_170));
-        const real nt1_176 = (ncse_143 - (nt1_2 * nt1_170));
-        const real nt1_177 = (ncse_151 - (ncse_78 * nt1_170));
-        const real nt1_178 = (ncse_157 - (ncse_79 * nt1_170));
-        const real nt1_179 = (ncse_165 - (ncse_82 * nt1_170));
-        const real nt1_180 = (nt1_32 - (ncse_83 * nt1_170));
-        const real nt1_181 = (ncse_169 - (ncse_84 * nt1_170));
+        const real nt1_170 = (ncse_137 * nt1_52);
+        const real nt1_171 = (ncse_149 - (ncse_71 * nt1_170));
+        const real nt1_172 = (ncse_156 - (ncse_74 * nt1_170));
+        const real nt1_173 = (ncse_163 - (ncse_77 * nt1_170));
+        const real nt1_174 = (nt1_31 - (ncse_78 * nt1_170));
+        const real nt1_175 = (ncse_170 - (ncse_79 * nt1_170));
+        const real nt1_176 = (ncse_145 - (nt1_2 * nt1_170));
+        const real nt1_177 = (ncse_153 - (ncse_80 * nt1_170));
+        const real nt1_178 = (ncse_159 - (ncse_81 * nt1_170));
+        const real nt1_179 = (ncse_167 - (ncse_84 * nt1_170));
+        const real nt1_180 = (nt1_32 - (ncse_85 * nt1_170));
+        const real nt1_181 = (ncse_171 - (ncse_86 * nt1_170));
         const real nt1_182 = (nt1_33 - (nt1_3 * nt1_170));
-        const real nt1_183 = (ncse_136 * nt1_52);
-        const real nt1_184 = (ncse_148 - (ncse_69 * nt1_183));
-        const real nt1_185 = (ncse_155 - (ncse_72 * nt1_183));
-        const real nt1_186 = (ncse_163 - (ncse_75 * nt1_183));
-        const real nt1_187 = (ncse_168 - (ncse_76 * nt1_183));
-        const real nt1_188 = (nt1_34 - (ncse_77 * nt1_183));
-        const real nt1_189 = (ncse_144 - (nt1_2 * nt1_183));
-        const real nt1_190 = (ncse_152 - (ncse_78 * nt1_183));
-        const real nt1_191 = (ncse_158 - (ncse_79 * nt1_183));
-        const real nt1_192 = (ncse_167 - (ncse_82 * nt1_183));
-        const real nt1_193 = (ncse_169 - (ncse_83 * nt1_183));
-        const real nt1_194 = (nt1_35 - (ncse_84 * nt1_183));
+        const real nt1_183 = (ncse_138 * nt1_52);
+        const real nt1_184 = (ncse_150 - (ncse_71 * nt1_183));
+        const real nt1_185 = (ncse_157 - (ncse_74 * nt1_183));
+        const real nt1_186 = (ncse_165 - (ncse_77 * nt1_183));
+        const real nt1_187 = (ncse_170 - (ncse_78 * nt1_183));
+        const real nt1_188 = (nt1_34 - (ncse_79 * nt1_183));
+        const real nt1_189 = (ncse_146 - (nt1_2 * nt1_183));
+        const real nt1_190 = (ncse_154 - (ncse_80 * nt1_183));
+        const real nt1_191 = (ncse_160 - (ncse_81 * nt1_183));
+        const real nt1_192 = (ncse_169 - (ncse_84 * nt1_183));
+        const real nt1_193 = (ncse_171 - (ncse_85 * nt1_183));
+        const real nt1_194 = (nt1_35 - (ncse_86 * nt1_183));
         const real nt1_195 = (nt1_36 - (nt1_3 * nt1_183));
         const real nt1_196 = (nt1_37 * nt1_52);
-        const real nt1_197 = (nt1_38 - (ncse_69 * nt1_196));
-        const real nt1_198 = (nt1_39 - (ncse_72 * nt1_196));
-        const real nt1_199 = (nt1_40 - (ncse_75 * nt1_196));
-        const real nt1_200 = (nt1_41 - (ncse_76 * nt1_196));
-        const real nt1_201 = (nt1_42 - (ncse_77 * nt1_196));
+        const real nt1_197 = (nt1_38 - (ncse_71 * nt1_196));
+        const real nt1_198 = (nt1_39 - (ncse_74 * nt1_196));
+        const real nt1_199 = (nt1_40 - (ncse_77 * nt1_196));
+        const real nt1_200 = (nt1_41 - (ncse_78 * nt1_196));
+        const real nt1_201 = (nt1_42 - (ncse_79 * nt1_196));
         const real nt1_202 = (nt1_44 - (nt1_2 * nt1_196));
-        const real nt1_203 = (nt1_45 - (ncse_78 * nt1_196));
-        const real nt1_204 = (nt1_46 - (ncse_79 * nt1_196));
-        const real nt1_205 = (nt1_47 - (ncse_82 * nt1_196));
-        const real nt1_206 = (nt1_48 - (ncse_83 * nt1_196));
-        const real nt1_207 = (nt1_49 - (ncse_84 * nt1_196));
+        const real nt1_203 = (nt1_45 - (ncse_80 * nt1_196));
+        const real nt1_204 = (nt1_46 - (ncse_81 * nt1_196));
+        const real nt1_205 = (nt1_47 - (ncse_84 * nt1_196));
+        const real nt1_206 = (nt1_48 - (ncse_85 * nt1_196));
+        const real nt1_207 = (nt1_49 - (ncse_86 * nt1_196));
         const real nt1_208 = (nt1_50 - (nt1_3 * nt1_196));
         const int nt1_ok_1_209_part0 = ((fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_62))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_63))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_64))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_65))));
         const int nt1_ok_1_209_part1 = (nt1_ok_1_209_part0 & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_55))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_56))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_57))) & (fabs(nt1_54) >= (((real)1e-12) * fabs(nt1_58))));
@@ -6264,10 +6255,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_676 = (nt1_618 - (nt1_555 * nt1_671));
         const real nt1_677 = (nt1_619 - (nt1_556 * nt1_671));
         const real nt1_678 = (nt1_620 - (nt1_557 * nt1_671));
-        const int nt1_679 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_221)));
+        const int nt1_679 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_223)));
         const real nt1_680 = (nt1_679 ? ((real)1.0) : MC_NAN);
         const real nt1_681 = (nt1_43 * nt1_680);
-        const real nt1_682 = (nt1_678 - (ncse_221 * nt1_681));
+        const real nt1_682 = (nt1_678 - (ncse_223 * nt1_681));
         const int nt1_ok_7_683_part0 = ((fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_627))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_628))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_629))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_630))));
         const int nt1_683 = (nt1_ok_7_683_part0 & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_625))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_626))));
         const real nt1_684 = (nt1_683 ? (((real)1.0) / nt1_624) : MC_NAN);
@@ -6495,13 +6486,13 @@ MC_INLINE void newton_1_iterate(
         const real nt1_905 = (nt1_760 * (nt1_886 - (nt1_731 * nt1_904) - (nt1_732 * nt1_903) - (nt1_733 * nt1_902) - (nt1_734 * nt1_901)));
         const real nt1_906 = (nt1_728 * (nt1_880 - (nt1_688 * nt1_904) - (nt1_689 * nt1_903) - (nt1_690 * nt1_902) - (nt1_691 * nt1_901) - (nt1_687 * nt1_905)));
         const real nt1_907 = (nt1_684 * (nt1_872 - (nt1_627 * nt1_904) - (nt1_628 * nt1_903) - (nt1_629 * nt1_902) - (nt1_630 * nt1_901) - (nt1_625 * nt1_906) - (nt1_626 * nt1_905)));
-        const real nt1_908 = (nt1_680 * (nt1_814 - (ncse_221 * nt1_901)));
+        const real nt1_908 = (nt1_680 * (nt1_814 - (ncse_223 * nt1_901)));
         const real nt1_909 = (nt1_622 * (nt1_864 - (nt1_554 * nt1_904) - (nt1_555 * nt1_903) - (nt1_556 * nt1_902) - (nt1_557 * nt1_901) - (nt1_551 * nt1_907) - (nt1_552 * nt1_906) - (nt1_553 * nt1_905)));
         const real nt1_910 = (nt1_548 * (nt1_855 - (nt1_463 * nt1_904) - (nt1_464 * nt1_903) - (nt1_465 * nt1_902) - (nt1_466 * nt1_901) - (nt1_459 * nt1_909) - (nt1_460 * nt1_907) - (nt1_461 * nt1_906) - (nt1_462 * nt1_905)));
         const real nt1_911 = (nt1_456 * (nt1_845 - (nt1_352 * nt1_904) - (nt1_353 * nt1_903) - (nt1_354 * nt1_902) - (nt1_355 * nt1_901) - (nt1_347 * nt1_910) - (nt1_348 * nt1_909) - (nt1_349 * nt1_907) - (nt1_350 * nt1_906) - (nt1_351 * nt1_905)));
         const real nt1_912 = (nt1_344 * (nt1_834 - (nt1_219 * nt1_904) - (nt1_220 * nt1_903) - (nt1_221 * nt1_902) - (nt1_222 * nt1_901) - (nt1_213 * nt1_911) - (nt1_214 * nt1_910) - (nt1_215 * nt1_909) - (nt1_216 * nt1_907) - (nt1_217 * nt1_906) - (nt1_218 * nt1_905)));
         const real nt1_913 = (nt1_210 * (nt1_822 - (nt1_62 * nt1_904) - (nt1_63 * nt1_903) - (nt1_64 * nt1_902) - (nt1_65 * nt1_901) - (nt1_55 * nt1_912) - (nt1_56 * nt1_911) - (nt1_57 * nt1_910) - (nt1_58 * nt1_909) - (nt1_59 * nt1_907) - (nt1_60 * nt1_906) - (nt1_61 * nt1_905)));
-        const real nt1_914 = (nt1_52 * (nt1_808 - (ncse_69 * nt1_913) - (ncse_72 * nt1_912) - (ncse_75 * nt1_911) - (ncse_76 * nt1_910) - (ncse_77 * nt1_909) - (ncse_78 * nt1_906) - (ncse_79 * nt1_905) - (ncse_82 * nt1_904) - (ncse_83 * nt1_903) - (ncse_84 * nt1_902) - (nt1_3 * nt1_901) - (nt1_2 * nt1_907)));
+        const real nt1_914 = (nt1_52 * (nt1_808 - (ncse_71 * nt1_913) - (ncse_74 * nt1_912) - (ncse_77 * nt1_911) - (ncse_78 * nt1_910) - (ncse_79 * nt1_909) - (ncse_80 * nt1_906) - (ncse_81 * nt1_905) - (ncse_84 * nt1_904) - (ncse_85 * nt1_903) - (ncse_86 * nt1_902) - (nt1_3 * nt1_901) - (nt1_2 * nt1_907)));
         const real nt1_dx_0 = nt1_914;
         const real nt1_dx_1 = nt1_913;
         const real nt1_dx_2 = nt1_912;
@@ -6531,95 +6522,95 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_X_5[l] = mc_go ? v_state_internal_X_5[l] + nt1_dx_12 : v_state_internal_X_5[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_13 : v_state_internal_gamma_rate[l];
         if (V & 2) v_j2_voce_af_return_map_iterations[l] = v_j2_voce_af_return_map_iterations[l] + mc_go;
-        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_62 * ncse_65));
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_72;
-        if (V & 1) mc_A[3 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[4 * MC_W + l] = ncse_76;
-        if (V & 1) mc_A[5 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_63 * ncse_66));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_71;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_79;
         if (V & 1) mc_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[7 * MC_W + l] = (ncse_61 * ncse_64);
-        if (V & 1) mc_A[8 * MC_W + l] = ncse_78;
-        if (V & 1) mc_A[9 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_82;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_83;
-        if (V & 1) mc_A[12 * MC_W + l] = ncse_84;
-        if (V & 1) mc_A[13 * MC_W + l] = (ncse_16 * ncse_86);
+        if (V & 1) mc_A[7 * MC_W + l] = (ncse_62 * ncse_65);
+        if (V & 1) mc_A[8 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[9 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[13 * MC_W + l] = (ncse_16 * ncse_88);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[14 * MC_W + l] = ncse_69;
-        if (V & 1) mc_A[15 * MC_W + l] = (((real)1.0) - (ncse_65 * ncse_88));
-        if (V & 1) mc_A[16 * MC_W + l] = ncse_91;
-        if (V & 1) mc_A[17 * MC_W + l] = ncse_93;
-        if (V & 1) mc_A[18 * MC_W + l] = ncse_94;
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_95;
+        if (V & 1) mc_A[14 * MC_W + l] = ncse_71;
+        if (V & 1) mc_A[15 * MC_W + l] = (((real)1.0) - (ncse_66 * ncse_90));
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_93;
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_95;
+        if (V & 1) mc_A[18 * MC_W + l] = ncse_96;
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_97;
         if (V & 1) mc_A[20 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[21 * MC_W + l] = ncse_78;
-        if (V & 1) mc_A[22 * MC_W + l] = (ncse_64 * ncse_87);
-        if (V & 1) mc_A[23 * MC_W + l] = ncse_96;
-        if (V & 1) mc_A[24 * MC_W + l] = ncse_98;
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_99;
-        if (V & 1) mc_A[26 * MC_W + l] = ncse_100;
-        if (V & 1) mc_A[27 * MC_W + l] = (ncse_40 * ncse_86);
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_80;
+        if (V & 1) mc_A[22 * MC_W + l] = (ncse_65 * ncse_89);
+        if (V & 1) mc_A[23 * MC_W + l] = ncse_98;
+        if (V & 1) mc_A[24 * MC_W + l] = ncse_100;
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_101;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[27 * MC_W + l] = (ncse_40 * ncse_88);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[28 * MC_W + l] = ncse_72;
-        if (V & 1) mc_A[29 * MC_W + l] = ncse_91;
-        if (V & 1) mc_A[30 * MC_W + l] = (((real)1.0) - (ncse_102 * ncse_65));
-        if (V & 1) mc_A[31 * MC_W + l] = ncse_104;
-        if (V & 1) mc_A[32 * MC_W + l] = ncse_105;
-        if (V & 1) mc_A[33 * MC_W + l] = ncse_106;
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_93;
+        if (V & 1) mc_A[30 * MC_W + l] = (((real)1.0) - (ncse_104 * ncse_66));
+        if (V & 1) mc_A[31 * MC_W + l] = ncse_106;
+        if (V & 1) mc_A[32 * MC_W + l] = ncse_107;
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_108;
         if (V & 1) mc_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[35 * MC_W + l] = ncse_79;
-        if (V & 1) mc_A[36 * MC_W + l] = ncse_96;
-        if (V & 1) mc_A[37 * MC_W + l] = (ncse_101 * ncse_64);
-        if (V & 1) mc_A[38 * MC_W + l] = ncse_108;
-        if (V & 1) mc_A[39 * MC_W + l] = ncse_109;
-        if (V & 1) mc_A[40 * MC_W + l] = ncse_110;
-        if (V & 1) mc_A[41 * MC_W + l] = (ncse_41 * ncse_86);
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[36 * MC_W + l] = ncse_98;
+        if (V & 1) mc_A[37 * MC_W + l] = (ncse_103 * ncse_65);
+        if (V & 1) mc_A[38 * MC_W + l] = ncse_110;
+        if (V & 1) mc_A[39 * MC_W + l] = ncse_111;
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_112;
+        if (V & 1) mc_A[41 * MC_W + l] = (ncse_41 * ncse_88);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
-        if (V & 1) mc_A[42 * MC_W + l] = ncse_75;
-        if (V & 1) mc_A[43 * MC_W + l] = ncse_93;
-        if (V & 1) mc_A[44 * MC_W + l] = ncse_104;
-        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_114 * ncse_65));
-        if (V & 1) mc_A[46 * MC_W + l] = ncse_117;
-        if (V & 1) mc_A[47 * MC_W + l] = ncse_119;
+        if (V & 1) mc_A[42 * MC_W + l] = ncse_77;
+        if (V & 1) mc_A[43 * MC_W + l] = ncse_95;
+        if (V & 1) mc_A[44 * MC_W + l] = ncse_106;
+        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_116 * ncse_66));
+        if (V & 1) mc_A[46 * MC_W + l] = ncse_119;
+        if (V & 1) mc_A[47 * MC_W + l] = ncse_121;
         if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[49 * MC_W + l] = ncse_82;
-        if (V & 1) mc_A[50 * MC_W + l] = ncse_98;
-        if (V & 1) mc_A[51 * MC_W + l] = ncse_108;
-        if (V & 1) mc_A[52 * MC_W + l] = (ncse_113 * ncse_64);
-        if (V & 1) mc_A[53 * MC_W + l] = ncse_121;
-        if (V & 1) mc_A[54 * MC_W + l] = ncse_123;
-        if (V & 1) mc_A[55 * MC_W + l] = (ncse_19 * ncse_85);
+        if (V & 1) mc_A[49 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[50 * MC_W + l] = ncse_100;
+        if (V & 1) mc_A[51 * MC_W + l] = ncse_110;
+        if (V & 1) mc_A[52 * MC_W + l] = (ncse_115 * ncse_65);
+        if (V & 1) mc_A[53 * MC_W + l] = ncse_123;
+        if (V & 1) mc_A[54 * MC_W + l] = ncse_125;
+        if (V & 1) mc_A[55 * MC_W + l] = (ncse_19 * ncse_87);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
-        if (V & 1) mc_A[56 * MC_W + l] = ncse_76;
-        if (V & 1) mc_A[57 * MC_W + l] = ncse_94;
-        if (V & 1) mc_A[58 * MC_W + l] = ncse_105;
-        if (V & 1) mc_A[59 * MC_W + l] = ncse_117;
-        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) - (ncse_125 * ncse_65));
-        if (V & 1) mc_A[61 * MC_W + l] = ncse_126;
+        if (V & 1) mc_A[56 * MC_W + l] = ncse_78;
+        if (V & 1) mc_A[57 * MC_W + l] = ncse_96;
+        if (V & 1) mc_A[58 * MC_W + l] = ncse_107;
+        if (V & 1) mc_A[59 * MC_W + l] = ncse_119;
+        if (V & 1) mc_A[60 * MC_W + l] = (((real)1.0) - (ncse_127 * ncse_66));
+        if (V & 1) mc_A[61 * MC_W + l] = ncse_128;
         if (V & 1) mc_A[62 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[63 * MC_W + l] = ncse_83;
-        if (V & 1) mc_A[64 * MC_W + l] = ncse_99;
-        if (V & 1) mc_A[65 * MC_W + l] = ncse_109;
-        if (V & 1) mc_A[66 * MC_W + l] = ncse_121;
-        if (V & 1) mc_A[67 * MC_W + l] = (ncse_124 * ncse_64);
-        if (V & 1) mc_A[68 * MC_W + l] = ncse_127;
-        if (V & 1) mc_A[69 * MC_W + l] = (ncse_23 * ncse_85);
+        if (V & 1) mc_A[63 * MC_W + l] = ncse_85;
+        if (V & 1) mc_A[64 * MC_W + l] = ncse_101;
+        if (V & 1) mc_A[65 * MC_W + l] = ncse_111;
+        if (V & 1) mc_A[66 * MC_W + l] = ncse_123;
+        if (V & 1) mc_A[67 * MC_W + l] = (ncse_126 * ncse_65);
+        if (V & 1) mc_A[68 * MC_W + l] = ncse_129;
+        if (V & 1) mc_A[69 * MC_W + l] = (ncse_23 * ncse_87);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
-        if (V & 1) mc_A[70 * MC_W + l] = ncse_77;
-        if (V & 1) mc_A[71 * MC_W + l] = ncse_95;
-        if (V & 1) mc_A[72 * MC_W + l] = ncse_106;
-        if (V & 1) mc_A[73 * MC_W + l] = ncse_119;
-        if (V & 1) mc_A[74 * MC_W + l] = ncse_126;
-        if (V & 1) mc_A[75 * MC_W + l] = (((real)1.0) - (ncse_129 * ncse_65));
+        if (V & 1) mc_A[70 * MC_W + l] = ncse_79;
+        if (V & 1) mc_A[71 * MC_W + l] = ncse_97;
+        if (V & 1) mc_A[72 * MC_W + l] = ncse_108;
+        if (V & 1) mc_A[73 * MC_W + l] = ncse_121;
+        if (V & 1) mc_A[74 * MC_W + l] = ncse_128;
+        if (V & 1) mc_A[75 * MC_W + l] = (((real)1.0) - (ncse_131 * ncse_66));
         if (V & 1) mc_A[76 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[77 * MC_W + l] = ncse_84;
-        if (V & 1) mc_A[78 * MC_W + l] = ncse_100;
-        if (V & 1) mc_A[79 * MC_W + l] = ncse_110;
-        if (V & 1) mc_A[80 * MC_W + l] = ncse_123;
-        if (V & 1) mc_A[81 * MC_W + l] = ncse_127;
-        if (V & 1) mc_A[82 * MC_W + l] = (ncse_128 * ncse_64);
-        if (V & 1) mc_A[83 * MC_W + l] = (ncse_27 * ncse_85);
+        if (V & 1) mc_A[77 * MC_W + l] = ncse_86;
+        if (V & 1) mc_A[78 * MC_W + l] = ncse_102;
+        if (V & 1) mc_A[79 * MC_W + l] = ncse_112;
+        if (V & 1) mc_A[80 * MC_W + l] = ncse_125;
+        if (V & 1) mc_A[81 * MC_W + l] = ncse_129;
+        if (V & 1) mc_A[82 * MC_W + l] = (ncse_130 * ncse_65);
+        if (V & 1) mc_A[83 * MC_W + l] = (ncse_27 * ncse_87);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
         if (V & 1) mc_A[84 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[85 * MC_W + l] = ((real)0.0);
@@ -6634,112 +6625,112 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[94 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[95 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[96 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[97 * MC_W + l] = ncse_221;
+        if (V & 1) mc_A[97 * MC_W + l] = ncse_223;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
-        if (V & 1) mc_A[98 * MC_W + l] = (-ncse_131 * ncse_62);
-        if (V & 1) mc_A[99 * MC_W + l] = ncse_132;
-        if (V & 1) mc_A[100 * MC_W + l] = ncse_133;
-        if (V & 1) mc_A[101 * MC_W + l] = ncse_134;
-        if (V & 1) mc_A[102 * MC_W + l] = ncse_135;
-        if (V & 1) mc_A[103 * MC_W + l] = ncse_136;
+        if (V & 1) mc_A[98 * MC_W + l] = (-ncse_133 * ncse_63);
+        if (V & 1) mc_A[99 * MC_W + l] = ncse_134;
+        if (V & 1) mc_A[100 * MC_W + l] = ncse_135;
+        if (V & 1) mc_A[101 * MC_W + l] = ncse_136;
+        if (V & 1) mc_A[102 * MC_W + l] = ncse_137;
+        if (V & 1) mc_A[103 * MC_W + l] = ncse_138;
         if (V & 1) mc_A[104 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[105 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_61))));
-        if (V & 1) mc_A[106 * MC_W + l] = ncse_140;
-        if (V & 1) mc_A[107 * MC_W + l] = ncse_141;
-        if (V & 1) mc_A[108 * MC_W + l] = ncse_142;
-        if (V & 1) mc_A[109 * MC_W + l] = ncse_143;
-        if (V & 1) mc_A[110 * MC_W + l] = ncse_144;
-        if (V & 1) mc_A[111 * MC_W + l] = (ncse_46 * ncse_63);
+        if (V & 1) mc_A[105 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62))));
+        if (V & 1) mc_A[106 * MC_W + l] = ncse_142;
+        if (V & 1) mc_A[107 * MC_W + l] = ncse_143;
+        if (V & 1) mc_A[108 * MC_W + l] = ncse_144;
+        if (V & 1) mc_A[109 * MC_W + l] = ncse_145;
+        if (V & 1) mc_A[110 * MC_W + l] = ncse_146;
+        if (V & 1) mc_A[111 * MC_W + l] = (ncse_46 * ncse_64);
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
-        if (V & 1) mc_A[112 * MC_W + l] = ncse_132;
-        if (V & 1) mc_A[113 * MC_W + l] = (-ncse_131 * ncse_88);
-        if (V & 1) mc_A[114 * MC_W + l] = ncse_145;
-        if (V & 1) mc_A[115 * MC_W + l] = ncse_146;
-        if (V & 1) mc_A[116 * MC_W + l] = ncse_147;
-        if (V & 1) mc_A[117 * MC_W + l] = ncse_148;
+        if (V & 1) mc_A[112 * MC_W + l] = ncse_134;
+        if (V & 1) mc_A[113 * MC_W + l] = (-ncse_133 * ncse_90);
+        if (V & 1) mc_A[114 * MC_W + l] = ncse_147;
+        if (V & 1) mc_A[115 * MC_W + l] = ncse_148;
+        if (V & 1) mc_A[116 * MC_W + l] = ncse_149;
+        if (V & 1) mc_A[117 * MC_W + l] = ncse_150;
         if (V & 1) mc_A[118 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[119 * MC_W + l] = ncse_140;
-        if (V & 1) mc_A[120 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_139 * ncse_87))));
-        if (V & 1) mc_A[121 * MC_W + l] = ncse_149;
-        if (V & 1) mc_A[122 * MC_W + l] = ncse_150;
-        if (V & 1) mc_A[123 * MC_W + l] = ncse_151;
-        if (V & 1) mc_A[124 * MC_W + l] = ncse_152;
-        if (V & 1) mc_A[125 * MC_W + l] = (ncse_47 * ncse_63);
+        if (V & 1) mc_A[119 * MC_W + l] = ncse_142;
+        if (V & 1) mc_A[120 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89))));
+        if (V & 1) mc_A[121 * MC_W + l] = ncse_151;
+        if (V & 1) mc_A[122 * MC_W + l] = ncse_152;
+        if (V & 1) mc_A[123 * MC_W + l] = ncse_153;
+        if (V & 1) mc_A[124 * MC_W + l] = ncse_154;
+        if (V & 1) mc_A[125 * MC_W + l] = (ncse_47 * ncse_64);
         if (V & 1) mc_B[8 * MC_W + l] = (-nt1_r_8);
-        if (V & 1) mc_A[126 * MC_W + l] = ncse_133;
-        if (V & 1) mc_A[127 * MC_W + l] = ncse_145;
-        if (V & 1) mc_A[128 * MC_W + l] = (-ncse_102 * ncse_131);
-        if (V & 1) mc_A[129 * MC_W + l] = ncse_153;
-        if (V & 1) mc_A[130 * MC_W + l] = ncse_154;
-        if (V & 1) mc_A[131 * MC_W + l] = ncse_155;
+        if (V & 1) mc_A[126 * MC_W + l] = ncse_135;
+        if (V & 1) mc_A[127 * MC_W + l] = ncse_147;
+        if (V & 1) mc_A[128 * MC_W + l] = (-ncse_104 * ncse_133);
+        if (V & 1) mc_A[129 * MC_W + l] = ncse_155;
+        if (V & 1) mc_A[130 * MC_W + l] = ncse_156;
+        if (V & 1) mc_A[131 * MC_W + l] = ncse_157;
         if (V & 1) mc_A[132 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[133 * MC_W + l] = ncse_141;
-        if (V & 1) mc_A[134 * MC_W + l] = ncse_149;
-        if (V & 1) mc_A[135 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_101 * ncse_139))));
-        if (V & 1) mc_A[136 * MC_W + l] = ncse_156;
-        if (V & 1) mc_A[137 * MC_W + l] = ncse_157;
-        if (V & 1) mc_A[138 * MC_W + l] = ncse_158;
-        if (V & 1) mc_A[139 * MC_W + l] = (ncse_48 * ncse_63);
+        if (V & 1) mc_A[133 * MC_W + l] = ncse_143;
+        if (V & 1) mc_A[134 * MC_W + l] = ncse_151;
+        if (V & 1) mc_A[135 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141))));
+        if (V & 1) mc_A[136 * MC_W + l] = ncse_158;
+        if (V & 1) mc_A[137 * MC_W + l] = ncse_159;
+        if (V & 1) mc_A[138 * MC_W + l] = ncse_160;
+        if (V & 1) mc_A[139 * MC_W + l] = (ncse_48 * ncse_64);
         if (V & 1) mc_B[9 * MC_W + l] = (-nt1_r_9);
-        if (V & 1) mc_A[140 * MC_W + l] = ncse_134;
-        if (V & 1) mc_A[141 * MC_W + l] = ncse_146;
-        if (V & 1) mc_A[142 * MC_W + l] = ncse_153;
-        if (V & 1) mc_A[143 * MC_W + l] = (-ncse_114 * ncse_131);
-        if (V & 1) mc_A[144 * MC_W + l] = ncse_161;
-        if (V & 1) mc_A[145 * MC_W + l] = ncse_163;
+        if (V & 1) mc_A[140 * MC_W + l] = ncse_136;
+        if (V & 1) mc_A[141 * MC_W + l] = ncse_148;
+        if (V & 1) mc_A[142 * MC_W + l] = ncse_155;
+        if (V & 1) mc_A[143 * MC_W + l] = (-ncse_116 * ncse_133);
+        if (V & 1) mc_A[144 * MC_W + l] = ncse_163;
+        if (V & 1) mc_A[145 * MC_W + l] = ncse_165;
         if (V & 1) mc_A[146 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[147 * MC_W + l] = ncse_142;
-        if (V & 1) mc_A[148 * MC_W + l] = ncse_150;
-        if (V & 1) mc_A[149 * MC_W + l] = ncse_156;
-        if (V & 1) mc_A[150 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_113 * ncse_139))));
-        if (V & 1) mc_A[151 * MC_W + l] = ncse_165;
-        if (V & 1) mc_A[152 * MC_W + l] = ncse_167;
-        if (V & 1) mc_A[153 * MC_W + l] = (ncse_50 * ncse_63);
+        if (V & 1) mc_A[147 * MC_W + l] = ncse_144;
+        if (V & 1) mc_A[148 * MC_W + l] = ncse_152;
+        if (V & 1) mc_A[149 * MC_W + l] = ncse_158;
+        if (V & 1) mc_A[150 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_115 * ncse_141))));
+        if (V & 1) mc_A[151 * MC_W + l] = ncse_167;
+        if (V & 1) mc_A[152 * MC_W + l] = ncse_169;
+        if (V & 1) mc_A[153 * MC_W + l] = (ncse_50 * ncse_64);
         if (V & 1) mc_B[10 * MC_W + l] = (-nt1_r_10);
-        if (V & 1) mc_A[154 * MC_W + l] = ncse_135;
-        if (V & 1) mc_A[155 * MC_W + l] = ncse_147;
-        if (V & 1) mc_A[156 * MC_W + l] = ncse_154;
-        if (V & 1) mc_A[157 * MC_W + l] = ncse_161;
-        if (V & 1) mc_A[158 * MC_W + l] = (-ncse_125 * ncse_131);
-        if (V & 1) mc_A[159 * MC_W + l] = ncse_168;
+        if (V & 1) mc_A[154 * MC_W + l] = ncse_137;
+        if (V & 1) mc_A[155 * MC_W + l] = ncse_149;
+        if (V & 1) mc_A[156 * MC_W + l] = ncse_156;
+        if (V & 1) mc_A[157 * MC_W + l] = ncse_163;
+        if (V & 1) mc_A[158 * MC_W + l] = (-ncse_127 * ncse_133);
+        if (V & 1) mc_A[159 * MC_W + l] = ncse_170;
         if (V & 1) mc_A[160 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[161 * MC_W + l] = ncse_143;
-        if (V & 1) mc_A[162 * MC_W + l] = ncse_151;
-        if (V & 1) mc_A[163 * MC_W + l] = ncse_157;
-        if (V & 1) mc_A[164 * MC_W + l] = ncse_165;
-        if (V & 1) mc_A[165 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_124 * ncse_139))));
-        if (V & 1) mc_A[166 * MC_W + l] = ncse_169;
-        if (V & 1) mc_A[167 * MC_W + l] = (ncse_51 * ncse_63);
+        if (V & 1) mc_A[161 * MC_W + l] = ncse_145;
+        if (V & 1) mc_A[162 * MC_W + l] = ncse_153;
+        if (V & 1) mc_A[163 * MC_W + l] = ncse_159;
+        if (V & 1) mc_A[164 * MC_W + l] = ncse_167;
+        if (V & 1) mc_A[165 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_126 * ncse_141))));
+        if (V & 1) mc_A[166 * MC_W + l] = ncse_171;
+        if (V & 1) mc_A[167 * MC_W + l] = (ncse_51 * ncse_64);
         if (V & 1) mc_B[11 * MC_W + l] = (-nt1_r_11);
-        if (V & 1) mc_A[168 * MC_W + l] = ncse_136;
-        if (V & 1) mc_A[169 * MC_W + l] = ncse_148;
-        if (V & 1) mc_A[170 * MC_W + l] = ncse_155;
-        if (V & 1) mc_A[171 * MC_W + l] = ncse_163;
-        if (V & 1) mc_A[172 * MC_W + l] = ncse_168;
-        if (V & 1) mc_A[173 * MC_W + l] = (-ncse_129 * ncse_131);
+        if (V & 1) mc_A[168 * MC_W + l] = ncse_138;
+        if (V & 1) mc_A[169 * MC_W + l] = ncse_150;
+        if (V & 1) mc_A[170 * MC_W + l] = ncse_157;
+        if (V & 1) mc_A[171 * MC_W + l] = ncse_165;
+        if (V & 1) mc_A[172 * MC_W + l] = ncse_170;
+        if (V & 1) mc_A[173 * MC_W + l] = (-ncse_131 * ncse_133);
         if (V & 1) mc_A[174 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[175 * MC_W + l] = ncse_144;
-        if (V & 1) mc_A[176 * MC_W + l] = ncse_152;
-        if (V & 1) mc_A[177 * MC_W + l] = ncse_158;
-        if (V & 1) mc_A[178 * MC_W + l] = ncse_167;
-        if (V & 1) mc_A[179 * MC_W + l] = ncse_169;
-        if (V & 1) mc_A[180 * MC_W + l] = (((real)1.0) + (ncse_63 * (ncse_137 + (ncse_128 * ncse_139))));
-        if (V & 1) mc_A[181 * MC_W + l] = (ncse_52 * ncse_63);
+        if (V & 1) mc_A[175 * MC_W + l] = ncse_146;
+        if (V & 1) mc_A[176 * MC_W + l] = ncse_154;
+        if (V & 1) mc_A[177 * MC_W + l] = ncse_160;
+        if (V & 1) mc_A[178 * MC_W + l] = ncse_169;
+        if (V & 1) mc_A[179 * MC_W + l] = ncse_171;
+        if (V & 1) mc_A[180 * MC_W + l] = (((real)1.0) + (ncse_64 * (ncse_139 + (ncse_130 * ncse_141))));
+        if (V & 1) mc_A[181 * MC_W + l] = (ncse_52 * ncse_64);
         if (V & 1) mc_B[12 * MC_W + l] = (-nt1_r_12);
-        if (V & 1) mc_A[182 * MC_W + l] = (-ncse_173 * ncse_3);
-        if (V & 1) mc_A[183 * MC_W + l] = (-ncse_174 * ncse_3);
-        if (V & 1) mc_A[184 * MC_W + l] = (-ncse_175 * ncse_3);
-        if (V & 1) mc_A[185 * MC_W + l] = (-ncse_177 * ncse_3);
-        if (V & 1) mc_A[186 * MC_W + l] = (-ncse_178 * ncse_3);
-        if (V & 1) mc_A[187 * MC_W + l] = (-ncse_179 * ncse_3);
-        if (V & 1) mc_A[188 * MC_W + l] = (-((real)0.816496580927726) * p_R * p_d * ncse_171 * ncse_53);
-        if (V & 1) mc_A[189 * MC_W + l] = (-ncse_173);
-        if (V & 1) mc_A[190 * MC_W + l] = (-ncse_174);
-        if (V & 1) mc_A[191 * MC_W + l] = (-ncse_175);
-        if (V & 1) mc_A[192 * MC_W + l] = (-ncse_177);
-        if (V & 1) mc_A[193 * MC_W + l] = (-ncse_178);
-        if (V & 1) mc_A[194 * MC_W + l] = (-ncse_179);
-        if (V & 1) mc_A[195 * MC_W + l] = ((p_E * ncse_36) - (((real)2.0) * ncse_170 * ncse_55 * state_internal_gamma_rate));
+        if (V & 1) mc_A[182 * MC_W + l] = (-ncse_175 * ncse_3);
+        if (V & 1) mc_A[183 * MC_W + l] = (-ncse_176 * ncse_3);
+        if (V & 1) mc_A[184 * MC_W + l] = (-ncse_177 * ncse_3);
+        if (V & 1) mc_A[185 * MC_W + l] = (-ncse_179 * ncse_3);
+        if (V & 1) mc_A[186 * MC_W + l] = (-ncse_180 * ncse_3);
+        if (V & 1) mc_A[187 * MC_W + l] = (-ncse_181 * ncse_3);
+        if (V & 1) mc_A[188 * MC_W + l] = (-((real)0.816496580927726) * p_R * p_d * ncse_173 * ncse_53);
+        if (V & 1) mc_A[189 * MC_W + l] = (-ncse_175);
+        if (V & 1) mc_A[190 * MC_W + l] = (-ncse_176);
+        if (V & 1) mc_A[191 * MC_W + l] = (-ncse_177);
+        if (V & 1) mc_A[192 * MC_W + l] = (-ncse_179);
+        if (V & 1) mc_A[193 * MC_W + l] = (-ncse_180);
+        if (V & 1) mc_A[194 * MC_W + l] = (-ncse_181);
+        if (V & 1) mc_A[195 * MC_W + l] = ((p_E * ncse_36) - (((real)2.0) * ncse_172 * ncse_55 * state_internal_gamma_rate));
         if (V & 1) mc_B[13 * MC_W + l] = (-nt1_r_13);
     }
     int mc_any = 0;  /* (an omp simd reduction would keep the loop above scalar) */
@@ -6937,50 +6928,52 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_135[MC_W];
     real v_cse_137[MC_W];
     real v_cse_150[MC_W];
-    real v_cse_152[MC_W];
     real v_cse_153[MC_W];
     real v_cse_154[MC_W];
-    real v_cse_158[MC_W];
-    real v_cse_159[MC_W];
-    real v_cse_162[MC_W];
-    real v_cse_163[MC_W];
-    real v_cse_164[MC_W];
+    real v_cse_155[MC_W];
+    real v_cse_156[MC_W];
+    real v_cse_160[MC_W];
+    real v_cse_161[MC_W];
+    real v_cse_165[MC_W];
     real v_cse_168[MC_W];
     real v_cse_170[MC_W];
     real v_cse_172[MC_W];
-    real v_cse_174[MC_W];
-    real v_cse_178[MC_W];
-    real v_cse_181[MC_W];
-    real v_cse_198[MC_W];
-    real v_cse_200[MC_W];
+    real v_cse_175[MC_W];
+    real v_cse_179[MC_W];
+    real v_cse_183[MC_W];
+    real v_cse_199[MC_W];
     real v_cse_202[MC_W];
-    real v_cse_221[MC_W];
-    real v_cse_223[MC_W];
-    real v_cse_239[MC_W];
-    real v_cse_241[MC_W];
-    real v_cse_243[MC_W];
-    real v_cse_245[MC_W];
-    real v_cse_251[MC_W];
-    real v_cse_253[MC_W];
-    real v_cse_254[MC_W];
-    real v_cse_258[MC_W];
-    real v_cse_262[MC_W];
-    real v_cse_277[MC_W];
-    real v_cse_287[MC_W];
-    real v_cse_295[MC_W];
-    real v_cse_305[MC_W];
-    real v_cse_307[MC_W];
-    real v_cse_312[MC_W];
+    real v_cse_204[MC_W];
+    real v_cse_207[MC_W];
+    real v_cse_210[MC_W];
+    real v_cse_222[MC_W];
+    real v_cse_224[MC_W];
+    real v_cse_227[MC_W];
+    real v_cse_230[MC_W];
+    real v_cse_240[MC_W];
+    real v_cse_242[MC_W];
+    real v_cse_244[MC_W];
+    real v_cse_247[MC_W];
+    real v_cse_250[MC_W];
+    real v_cse_255[MC_W];
+    real v_cse_261[MC_W];
+    real v_cse_265[MC_W];
+    real v_cse_279[MC_W];
+    real v_cse_281[MC_W];
+    real v_cse_291[MC_W];
+    real v_cse_299[MC_W];
+    real v_cse_309[MC_W];
     real v_cse_314[MC_W];
     real v_cse_316[MC_W];
     real v_cse_318[MC_W];
-    real v_cse_319[MC_W];
     real v_cse_320[MC_W];
+    real v_cse_321[MC_W];
     real v_cse_322[MC_W];
-    real v_cse_323[MC_W];
-    real v_cse_338[MC_W];
-    real v_cse_339[MC_W];
+    real v_cse_324[MC_W];
+    real v_cse_325[MC_W];
     real v_cse_340[MC_W];
+    real v_cse_341[MC_W];
+    real v_cse_342[MC_W];
     real v_cse_94[MC_W];
     real v_cse_96[MC_W];
     real v_cse_97[MC_W];
@@ -7107,283 +7100,285 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_146 = (((real)0.6666666666666666) * cse_15);
         const real cse_147 = (cse_145 - cse_146);
         const real cse_148 = (-(((real)0.6666666666666666) * state_internal_X_0) + (((real)0.6666666666666666) * cse_7));
-        const real cse_392 = (-cse_139 - cse_140 - cse_143 + (((real)0.3333333333333333) * state_internal_X_1));
-        const real cse_393 = (-cse_140 - cse_144 - cse_147 + (((real)0.3333333333333333) * state_internal_X_2));
-        const real cse_394 = (cse_148 - cse_139 - cse_144 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
-        const real cse_149 = sqrt(mc_pos((cse_134 + cse_136 + cse_138 + (cse_392 * cse_392) + (cse_393 * cse_393) + (cse_394 * cse_394))));
+        const real cse_384 = (-cse_139 - cse_140 - cse_143 + (((real)0.3333333333333333) * state_internal_X_1));
+        const real cse_385 = (-cse_140 - cse_144 - cse_147 + (((real)0.3333333333333333) * state_internal_X_2));
+        const real cse_386 = (cse_148 - cse_139 - cse_144 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
+        const real cse_149 = sqrt(mc_pos((cse_134 + cse_136 + cse_138 + (cse_384 * cse_384) + (cse_385 * cse_385) + (cse_386 * cse_386))));
         const real cse_150 = mc_sdiv(((real)1.0), cse_149);
-        const real cse_151 = (-((real)0.6666666666666666) * cse_150);
-        const real cse_152 = (cse_143 + cse_147 - (((real)1.3333333333333333) * state_internal_X_0) + (((real)1.3333333333333333) * cse_7));
-        const real cse_153 = mc_sdiv(((real)1.0), (((real)2.0) * cse_149));
-        const real cse_154 = mc_sdiv(((real)1.0), (cse_149 * cse_149));
-        const real cse_155 = (cse_153 * cse_154);
-        const real cse_156 = (((real)0.5) * cse_155);
-        const real cse_157 = (cse_151 + (cse_156 * (cse_152 * cse_152)));
-        const real cse_158 = (-cse_157);
-        const real cse_159 = (cse_3 * state_internal_gamma_rate);
-        const real cse_160 = (cse_159 * cse_6);
-        const real cse_161 = (cse_158 * cse_160);
-        const real cse_162 = (((real)0.3333333333333333) * cse_150);
-        const real cse_163 = (cse_141 - cse_142 - cse_148 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * cse_1 * cse_5));
-        const real cse_164 = (cse_152 * cse_153);
-        const real cse_165 = (((real)0.5) * cse_154);
-        const real cse_166 = (cse_164 * cse_165);
-        const real cse_167 = (cse_162 + (cse_163 * cse_166));
+        const real cse_151 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_150);
+        const real cse_152 = (-((real)0.6666666666666666) * cse_151);
+        const real cse_153 = (cse_143 + cse_147 - (((real)1.3333333333333333) * state_internal_X_0) + (((real)1.3333333333333333) * cse_7));
+        const real cse_154 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_149 * cse_149)));
+        const real cse_155 = mc_sdiv(((real)1.0), (((real)2.0) * cse_149));
+        const real cse_156 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_155);
+        const real cse_157 = (cse_154 * cse_156);
+        const real cse_158 = (((real)0.5) * cse_157);
+        const real cse_159 = (cse_152 + (cse_158 * (cse_153 * cse_153)));
+        const real cse_160 = (-cse_159);
+        const real cse_161 = (cse_3 * state_internal_gamma_rate);
+        const real cse_162 = (cse_161 * cse_6);
+        const real cse_163 = (cse_160 * cse_162);
+        const real cse_164 = (((real)0.3333333333333333) * cse_151);
+        const real cse_165 = (cse_141 - cse_142 - cse_148 - (((real)1.3333333333333333) * state_internal_X_1) + (((real)1.3333333333333333) * p_E * cse_1 * cse_5));
+        const real cse_166 = (cse_153 * cse_158);
+        const real cse_167 = (cse_164 + (cse_165 * cse_166));
         const real cse_168 = (-cse_167);
-        const real cse_169 = (cse_160 * cse_168);
+        const real cse_169 = (cse_162 * cse_168);
         const real cse_170 = (cse_145 - cse_146 - cse_148 - (((real)1.3333333333333333) * state_internal_X_2) + (((real)1.3333333333333333) * p_E * cse_2 * cse_5));
-        const real cse_171 = (cse_162 + (cse_166 * cse_170));
+        const real cse_171 = (cse_164 + (cse_166 * cse_170));
         const real cse_172 = (-cse_171);
-        const real cse_173 = (cse_160 * cse_172);
-        const real cse_174 = (cse_133 * cse_154);
-        const real cse_175 = (cse_160 * cse_164);
-        const real cse_176 = (cse_174 * cse_175);
+        const real cse_173 = (cse_162 * cse_172);
+        const real cse_174 = (cse_133 * cse_157);
+        const real cse_175 = (cse_153 * cse_174);
+        const real cse_176 = (cse_162 * cse_175);
         const real cse_177 = (-cse_176);
-        const real cse_178 = (cse_135 * cse_154);
-        const real cse_179 = (cse_175 * cse_178);
-        const real cse_180 = (-cse_179);
-        const real cse_181 = (cse_137 * cse_154);
-        const real cse_182 = (cse_175 * cse_181);
-        const real cse_183 = (-cse_182);
-        const real cse_184 = (cse_159 * cse_167);
+        const real cse_178 = (cse_135 * cse_157);
+        const real cse_179 = (cse_153 * cse_178);
+        const real cse_180 = (cse_162 * cse_179);
+        const real cse_181 = (-cse_180);
+        const real cse_182 = (cse_137 * cse_157);
+        const real cse_183 = (cse_153 * cse_182);
+        const real cse_184 = (cse_162 * cse_183);
         const real cse_185 = (-cse_184);
-        const real cse_186 = (cse_159 * cse_171);
+        const real cse_186 = (cse_161 * cse_167);
         const real cse_187 = (-cse_186);
-        const real cse_188 = (cse_159 * cse_164);
-        const real cse_189 = (cse_174 * cse_188);
-        const real cse_190 = (-cse_189);
-        const real cse_191 = (cse_178 * cse_188);
-        const real cse_192 = (-cse_191);
-        const real cse_193 = (cse_181 * cse_188);
-        const real cse_194 = (-cse_193);
-        const real cse_195 = (cse_150 * cse_3);
-        const real cse_196 = (((real)0.5) * cse_195);
-        const real cse_197 = (cse_151 + (cse_156 * (cse_163 * cse_163)));
-        const real cse_198 = (-cse_197);
-        const real cse_199 = (cse_160 * cse_198);
-        const real cse_200 = (cse_153 * cse_163);
-        const real cse_201 = (cse_162 + (cse_165 * cse_170 * cse_200));
+        const real cse_188 = (cse_161 * cse_171);
+        const real cse_189 = (-cse_188);
+        const real cse_190 = (cse_161 * cse_175);
+        const real cse_191 = (-cse_190);
+        const real cse_192 = (cse_161 * cse_179);
+        const real cse_193 = (-cse_192);
+        const real cse_194 = (cse_161 * cse_183);
+        const real cse_195 = (-cse_194);
+        const real cse_196 = (cse_150 * cse_3);
+        const real cse_197 = (((real)0.5) * cse_196);
+        const real cse_198 = (cse_152 + (cse_158 * (cse_165 * cse_165)));
+        const real cse_199 = (-cse_198);
+        const real cse_200 = (cse_162 * cse_199);
+        const real cse_201 = (cse_164 + (cse_158 * cse_165 * cse_170));
         const real cse_202 = (-cse_201);
-        const real cse_203 = (cse_160 * cse_202);
-        const real cse_204 = (cse_160 * cse_200);
-        const real cse_205 = (cse_174 * cse_204);
+        const real cse_203 = (cse_162 * cse_202);
+        const real cse_204 = (cse_165 * cse_174);
+        const real cse_205 = (cse_162 * cse_204);
         const real cse_206 = (-cse_205);
-        const real cse_207 = (cse_178 * cse_204);
-        const real cse_208 = (-cse_207);
-        const real cse_209 = (cse_181 * cse_204);
-        const real cse_210 = (-cse_209);
-        const real cse_211 = (cse_159 * cse_201);
+        const real cse_207 = (cse_165 * cse_178);
+        const real cse_208 = (cse_162 * cse_207);
+        const real cse_209 = (-cse_208);
+        const real cse_210 = (cse_165 * cse_182);
+        const real cse_211 = (cse_162 * cse_210);
         const real cse_212 = (-cse_211);
-        const real cse_213 = (cse_159 * cse_200);
-        const real cse_214 = (cse_174 * cse_213);
-        const real cse_215 = (-cse_214);
-        const real cse_216 = (cse_178 * cse_213);
-        const real cse_217 = (-cse_216);
-        const real cse_218 = (cse_181 * cse_213);
-        const real cse_219 = (-cse_218);
-        const real cse_220 = (cse_151 + (cse_156 * (cse_170 * cse_170)));
-        const real cse_221 = (-cse_220);
-        const real cse_222 = (cse_160 * cse_221);
-        const real cse_223 = (cse_153 * cse_170);
-        const real cse_224 = (cse_160 * cse_223);
-        const real cse_225 = (cse_174 * cse_224);
+        const real cse_213 = (cse_161 * cse_201);
+        const real cse_214 = (-cse_213);
+        const real cse_215 = (cse_161 * cse_204);
+        const real cse_216 = (-cse_215);
+        const real cse_217 = (cse_161 * cse_207);
+        const real cse_218 = (-cse_217);
+        const real cse_219 = (cse_161 * cse_210);
+        const real cse_220 = (-cse_219);
+        const real cse_221 = (cse_152 + (cse_158 * (cse_170 * cse_170)));
+        const real cse_222 = (-cse_221);
+        const real cse_223 = (cse_162 * cse_222);
+        const real cse_224 = (cse_170 * cse_174);
+        const real cse_225 = (cse_162 * cse_224);
         const real cse_226 = (-cse_225);
-        const real cse_227 = (cse_178 * cse_224);
-        const real cse_228 = (-cse_227);
-        const real cse_229 = (cse_181 * cse_224);
-        const real cse_230 = (-cse_229);
-        const real cse_231 = (cse_159 * cse_223);
-        const real cse_232 = (cse_174 * cse_231);
-        const real cse_233 = (-cse_232);
-        const real cse_234 = (cse_178 * cse_231);
-        const real cse_235 = (-cse_234);
-        const real cse_236 = (cse_181 * cse_231);
-        const real cse_237 = (-cse_236);
-        const real cse_238 = (-cse_150);
-        const real cse_239 = (((real)2.0) * cse_155);
-        const real cse_240 = (cse_238 + (cse_134 * cse_239));
-        const real cse_241 = (-cse_240);
-        const real cse_242 = (cse_160 * cse_241);
-        const real cse_243 = (cse_133 * cse_239);
-        const real cse_244 = (-cse_135 * cse_160 * cse_243);
-        const real cse_245 = (cse_137 * cse_243);
-        const real cse_246 = (-cse_160 * cse_245);
-        const real cse_247 = (cse_135 * cse_159);
-        const real cse_248 = (-cse_243 * cse_247);
-        const real cse_249 = (-cse_159 * cse_245);
-        const real cse_250 = (cse_238 + (cse_136 * cse_239));
-        const real cse_251 = (-cse_250);
-        const real cse_252 = (cse_160 * cse_251);
-        const real cse_253 = (cse_137 * cse_239);
-        const real cse_254 = (cse_135 * cse_253);
-        const real cse_255 = (-cse_160 * cse_254);
-        const real cse_256 = (-cse_247 * cse_253);
-        const real cse_257 = (cse_238 + (cse_138 * cse_239));
-        const real cse_258 = (-cse_257);
-        const real cse_259 = (cse_160 * cse_258);
-        const real cse_262 = (((real)0.6666666666666666) * p_C);
-        const real cse_263 = (cse_161 * cse_262);
-        const real cse_264 = (cse_169 * cse_262);
-        const real cse_265 = (cse_173 * cse_262);
-        const real cse_266 = (-cse_176 * cse_262);
-        const real cse_267 = (-cse_179 * cse_262);
-        const real cse_268 = (-cse_182 * cse_262);
-        const real cse_269 = (-p_g * state_internal_gamma_rate);
-        const real cse_270 = (cse_262 * state_internal_gamma_rate);
-        const real cse_271 = (-cse_184 * cse_262);
-        const real cse_272 = (-cse_186 * cse_262);
-        const real cse_273 = (-cse_189 * cse_262);
-        const real cse_274 = (-cse_191 * cse_262);
-        const real cse_275 = (-cse_193 * cse_262);
-        const real cse_276 = (p_C * cse_162);
-        const real cse_277 = ((cse_152 * cse_276) - (p_g * state_internal_X_0));
-        const real cse_278 = (cse_199 * cse_262);
-        const real cse_279 = (cse_203 * cse_262);
-        const real cse_280 = (-cse_205 * cse_262);
-        const real cse_281 = (-cse_207 * cse_262);
-        const real cse_282 = (-cse_209 * cse_262);
-        const real cse_283 = (-cse_211 * cse_262);
-        const real cse_284 = (-cse_214 * cse_262);
-        const real cse_285 = (-cse_216 * cse_262);
-        const real cse_286 = (-cse_218 * cse_262);
-        const real cse_287 = ((cse_163 * cse_276) - (p_g * state_internal_X_1));
-        const real cse_288 = (cse_222 * cse_262);
-        const real cse_289 = (-cse_225 * cse_262);
-        const real cse_290 = (-cse_227 * cse_262);
-        const real cse_291 = (-cse_229 * cse_262);
-        const real cse_292 = (-cse_232 * cse_262);
-        const real cse_293 = (-cse_234 * cse_262);
-        const real cse_294 = (-cse_236 * cse_262);
-        const real cse_295 = ((cse_170 * cse_276) - (p_g * state_internal_X_2));
-        const real cse_296 = (cse_242 * cse_262);
-        const real cse_297 = (((real)1.3333333333333333) * p_C * cse_155);
-        const real cse_298 = (cse_133 * cse_297);
-        const real cse_299 = (cse_135 * cse_160);
-        const real cse_300 = (-cse_298 * cse_299);
-        const real cse_301 = (cse_137 * cse_298);
-        const real cse_302 = (-cse_160 * cse_301);
-        const real cse_303 = (-cse_247 * cse_298);
-        const real cse_304 = (-cse_159 * cse_301);
-        const real cse_305 = (((real)0.6666666666666666) * cse_150);
-        const real cse_306 = (p_C * cse_305);
-        const real cse_307 = ((cse_133 * cse_306) - (p_g * state_internal_X_3));
-        const real cse_308 = (cse_252 * cse_262);
-        const real cse_309 = (cse_137 * cse_297);
-        const real cse_310 = (-cse_299 * cse_309);
-        const real cse_311 = (-cse_247 * cse_309);
-        const real cse_312 = ((cse_135 * cse_306) - (p_g * state_internal_X_4));
-        const real cse_313 = (cse_259 * cse_262);
-        const real cse_314 = ((cse_137 * cse_306) - (p_g * state_internal_X_5));
-        const real cse_315 = mc_exp((-p_d * state_internal_ep));
-        const real cse_316 = (((real)1.0) - cse_315);
-        const real cse_317 = (-p_sigma_y + (((real)1.224744871391589) * cse_149) - (p_R * cse_316));
-        const real cse_318 = (state_internal_gamma_rate * state_internal_gamma_rate);
-        const real cse_319 = (p_E * p_E);
-        const real cse_320 = (cse_3 * cse_3);
-        const real cse_321 = (cse_319 * cse_320);
-        const real cse_322 = mc_sdiv(((real)1.0), (((real)2.0) * sqrt(mc_pos(((((real)0.6666666666666666) * (cse_317 * cse_317)) + (cse_318 * cse_321))))));
-        const real cse_323 = (-((real)1.0) - (((real)1.632993161855452) * cse_317 * cse_322));
-        const real cse_324 = (cse_153 * cse_323);
-        const real cse_325 = (cse_152 * cse_324);
-        const real cse_326 = (-cse_325 * cse_6);
-        const real cse_327 = (cse_163 * cse_324);
+        const real cse_227 = (cse_170 * cse_178);
+        const real cse_228 = (cse_162 * cse_227);
+        const real cse_229 = (-cse_228);
+        const real cse_230 = (cse_170 * cse_182);
+        const real cse_231 = (cse_162 * cse_230);
+        const real cse_232 = (-cse_231);
+        const real cse_233 = (cse_161 * cse_224);
+        const real cse_234 = (-cse_233);
+        const real cse_235 = (cse_161 * cse_227);
+        const real cse_236 = (-cse_235);
+        const real cse_237 = (cse_161 * cse_230);
+        const real cse_238 = (-cse_237);
+        const real cse_239 = (-cse_151);
+        const real cse_240 = (((real)2.0) * cse_157);
+        const real cse_241 = (cse_239 + (cse_134 * cse_240));
+        const real cse_242 = (-cse_241);
+        const real cse_243 = (cse_162 * cse_242);
+        const real cse_244 = (cse_135 * cse_240);
+        const real cse_245 = (cse_162 * cse_244);
+        const real cse_246 = (-cse_133 * cse_245);
+        const real cse_247 = (cse_133 * cse_240);
+        const real cse_248 = (cse_137 * cse_162);
+        const real cse_249 = (-cse_247 * cse_248);
+        const real cse_250 = (cse_133 * cse_161);
+        const real cse_251 = (cse_240 * cse_250);
+        const real cse_252 = (-cse_135 * cse_251);
+        const real cse_253 = (-cse_137 * cse_251);
+        const real cse_254 = (cse_239 + (cse_136 * cse_240));
+        const real cse_255 = (-cse_254);
+        const real cse_256 = (cse_162 * cse_255);
+        const real cse_257 = (-cse_137 * cse_245);
+        const real cse_258 = (cse_137 * cse_161);
+        const real cse_259 = (-cse_244 * cse_258);
+        const real cse_260 = (cse_239 + (cse_138 * cse_240));
+        const real cse_261 = (-cse_260);
+        const real cse_262 = (cse_162 * cse_261);
+        const real cse_265 = (((real)0.6666666666666666) * p_C);
+        const real cse_266 = (cse_163 * cse_265);
+        const real cse_267 = (cse_169 * cse_265);
+        const real cse_268 = (cse_173 * cse_265);
+        const real cse_269 = (-cse_176 * cse_265);
+        const real cse_270 = (-cse_180 * cse_265);
+        const real cse_271 = (-cse_184 * cse_265);
+        const real cse_272 = (-p_g * state_internal_gamma_rate);
+        const real cse_273 = (cse_265 * state_internal_gamma_rate);
+        const real cse_274 = (-cse_186 * cse_265);
+        const real cse_275 = (-cse_188 * cse_265);
+        const real cse_276 = (-cse_190 * cse_265);
+        const real cse_277 = (-cse_192 * cse_265);
+        const real cse_278 = (-cse_194 * cse_265);
+        const real cse_279 = (((real)0.3333333333333333) * cse_150);
+        const real cse_280 = (p_C * cse_279);
+        const real cse_281 = ((cse_153 * cse_280) - (p_g * state_internal_X_0));
+        const real cse_282 = (cse_200 * cse_265);
+        const real cse_283 = (cse_203 * cse_265);
+        const real cse_284 = (-cse_205 * cse_265);
+        const real cse_285 = (-cse_208 * cse_265);
+        const real cse_286 = (-cse_211 * cse_265);
+        const real cse_287 = (-cse_213 * cse_265);
+        const real cse_288 = (-cse_215 * cse_265);
+        const real cse_289 = (-cse_217 * cse_265);
+        const real cse_290 = (-cse_219 * cse_265);
+        const real cse_291 = ((cse_165 * cse_280) - (p_g * state_internal_X_1));
+        const real cse_292 = (cse_223 * cse_265);
+        const real cse_293 = (-cse_225 * cse_265);
+        const real cse_294 = (-cse_228 * cse_265);
+        const real cse_295 = (-cse_231 * cse_265);
+        const real cse_296 = (-cse_233 * cse_265);
+        const real cse_297 = (-cse_235 * cse_265);
+        const real cse_298 = (-cse_237 * cse_265);
+        const real cse_299 = ((cse_170 * cse_280) - (p_g * state_internal_X_2));
+        const real cse_300 = (cse_243 * cse_265);
+        const real cse_301 = (((real)1.3333333333333333) * p_C);
+        const real cse_302 = (cse_174 * cse_301);
+        const real cse_303 = (cse_135 * cse_302);
+        const real cse_304 = (-cse_162 * cse_303);
+        const real cse_305 = (-cse_248 * cse_302);
+        const real cse_306 = (-cse_161 * cse_303);
+        const real cse_307 = (-cse_258 * cse_302);
+        const real cse_308 = (cse_150 * cse_265);
+        const real cse_309 = ((cse_133 * cse_308) - (p_g * state_internal_X_3));
+        const real cse_310 = (cse_256 * cse_265);
+        const real cse_311 = (cse_178 * cse_301);
+        const real cse_312 = (-cse_248 * cse_311);
+        const real cse_313 = (-cse_258 * cse_311);
+        const real cse_314 = ((cse_135 * cse_308) - (p_g * state_internal_X_4));
+        const real cse_315 = (cse_262 * cse_265);
+        const real cse_316 = ((cse_137 * cse_308) - (p_g * state_internal_X_5));
+        const real cse_317 = mc_exp((-p_d * state_internal_ep));
+        const real cse_318 = (((real)1.0) - cse_317);
+        const real cse_319 = (-p_sigma_y + (((real)1.224744871391589) * cse_149) - (p_R * cse_318));
+        const real cse_320 = (state_internal_gamma_rate * state_internal_gamma_rate);
+        const real cse_321 = (p_E * p_E);
+        const real cse_322 = (cse_3 * cse_3);
+        const real cse_323 = (cse_321 * cse_322);
+        const real cse_324 = mc_sdiv(((real)1.0), (((real)2.0) * sqrt(mc_pos(((((real)0.6666666666666666) * (cse_319 * cse_319)) + (cse_320 * cse_323))))));
+        const real cse_325 = (-((real)1.0) - (((real)1.632993161855452) * cse_319 * cse_324));
+        const real cse_326 = (cse_155 * cse_325);
+        const real cse_327 = (cse_153 * cse_326);
         const real cse_328 = (-cse_327 * cse_6);
-        const real cse_329 = (cse_170 * cse_324);
+        const real cse_329 = (cse_165 * cse_326);
         const real cse_330 = (-cse_329 * cse_6);
-        const real cse_331 = (((real)2.0) * cse_324);
-        const real cse_332 = (cse_133 * cse_331);
-        const real cse_333 = (-cse_332 * cse_6);
-        const real cse_334 = (cse_135 * cse_331);
+        const real cse_331 = (cse_170 * cse_326);
+        const real cse_332 = (-cse_331 * cse_6);
+        const real cse_333 = (((real)2.0) * cse_326);
+        const real cse_334 = (cse_133 * cse_333);
         const real cse_335 = (-cse_334 * cse_6);
-        const real cse_336 = (cse_137 * cse_331);
+        const real cse_336 = (cse_135 * cse_333);
         const real cse_337 = (-cse_336 * cse_6);
-        const real cse_338 = (((real)0.816496580927726) * cse_323);
-        const real cse_339 = (p_R * cse_315 * cse_338);
-        const real cse_340 = (((real)2.0) * cse_322);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) + cse_161);
+        const real cse_338 = (cse_137 * cse_333);
+        const real cse_339 = (-cse_338 * cse_6);
+        const real cse_340 = (((real)0.816496580927726) * cse_325);
+        const real cse_341 = (p_R * cse_317 * cse_340);
+        const real cse_342 = (((real)2.0) * cse_324);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) + cse_163);
         if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_169;
         if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_173;
         if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_177;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_180;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_183;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_185;
         if (V & 14) mc_ls1_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = (-cse_157 * cse_159);
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_185;
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_187;
-        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_190;
-        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_192;
-        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_A[13 * MC_W + l] = (-cse_152 * cse_196);
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = (-cse_159 * cse_161);
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_187;
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = cse_189;
+        if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_191;
+        if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_193;
+        if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_195;
+        if (V & 14) mc_ls1_A[13 * MC_W + l] = (-cse_153 * cse_197);
         if (V & 14) mc_ls1_A[14 * MC_W + l] = cse_169;
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (((real)1.0) + cse_199);
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (((real)1.0) + cse_200);
         if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_203;
         if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_206;
-        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_210;
+        if (V & 14) mc_ls1_A[18 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_212;
         if (V & 14) mc_ls1_A[20 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_185;
-        if (V & 14) mc_ls1_A[22 * MC_W + l] = (-cse_159 * cse_197);
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_212;
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_215;
-        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_219;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (-cse_163 * cse_196);
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_187;
+        if (V & 14) mc_ls1_A[22 * MC_W + l] = (-cse_161 * cse_198);
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = cse_214;
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_216;
+        if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_218;
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_220;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (-cse_165 * cse_197);
         if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_173;
         if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_203;
-        if (V & 14) mc_ls1_A[30 * MC_W + l] = (((real)1.0) + cse_222);
+        if (V & 14) mc_ls1_A[30 * MC_W + l] = (((real)1.0) + cse_223);
         if (V & 14) mc_ls1_A[31 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_228;
-        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_230;
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_232;
         if (V & 14) mc_ls1_A[34 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_187;
-        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_212;
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = (-cse_159 * cse_220);
-        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_233;
-        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_235;
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_237;
-        if (V & 14) mc_ls1_A[41 * MC_W + l] = (-cse_170 * cse_196);
+        if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_189;
+        if (V & 14) mc_ls1_A[36 * MC_W + l] = cse_214;
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = (-cse_161 * cse_221);
+        if (V & 14) mc_ls1_A[38 * MC_W + l] = cse_234;
+        if (V & 14) mc_ls1_A[39 * MC_W + l] = cse_236;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_238;
+        if (V & 14) mc_ls1_A[41 * MC_W + l] = (-cse_170 * cse_197);
         if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_177;
         if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_206;
         if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) + cse_242);
-        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_244;
-        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) + cse_243);
+        if (V & 14) mc_ls1_A[46 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_A[47 * MC_W + l] = cse_249;
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[49 * MC_W + l] = cse_190;
-        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_215;
-        if (V & 14) mc_ls1_A[51 * MC_W + l] = cse_233;
-        if (V & 14) mc_ls1_A[52 * MC_W + l] = (-cse_159 * cse_240);
-        if (V & 14) mc_ls1_A[53 * MC_W + l] = cse_248;
-        if (V & 14) mc_ls1_A[54 * MC_W + l] = cse_249;
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (-cse_133 * cse_195);
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_180;
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_228;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_244;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + cse_252);
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_255;
+        if (V & 14) mc_ls1_A[49 * MC_W + l] = cse_191;
+        if (V & 14) mc_ls1_A[50 * MC_W + l] = cse_216;
+        if (V & 14) mc_ls1_A[51 * MC_W + l] = cse_234;
+        if (V & 14) mc_ls1_A[52 * MC_W + l] = (-cse_161 * cse_241);
+        if (V & 14) mc_ls1_A[53 * MC_W + l] = cse_252;
+        if (V & 14) mc_ls1_A[54 * MC_W + l] = cse_253;
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (-cse_133 * cse_196);
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = (((real)1.0) + cse_256);
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_257;
         if (V & 14) mc_ls1_A[62 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_192;
-        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_217;
-        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_235;
-        if (V & 14) mc_ls1_A[66 * MC_W + l] = cse_248;
-        if (V & 14) mc_ls1_A[67 * MC_W + l] = (-cse_159 * cse_250);
-        if (V & 14) mc_ls1_A[68 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_A[69 * MC_W + l] = (-cse_135 * cse_195);
-        if (V & 14) mc_ls1_A[70 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_A[71 * MC_W + l] = cse_210;
-        if (V & 14) mc_ls1_A[72 * MC_W + l] = cse_230;
-        if (V & 14) mc_ls1_A[73 * MC_W + l] = cse_246;
-        if (V & 14) mc_ls1_A[74 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_A[75 * MC_W + l] = (((real)1.0) + cse_259);
+        if (V & 14) mc_ls1_A[63 * MC_W + l] = cse_193;
+        if (V & 14) mc_ls1_A[64 * MC_W + l] = cse_218;
+        if (V & 14) mc_ls1_A[65 * MC_W + l] = cse_236;
+        if (V & 14) mc_ls1_A[66 * MC_W + l] = cse_252;
+        if (V & 14) mc_ls1_A[67 * MC_W + l] = (-cse_161 * cse_254);
+        if (V & 14) mc_ls1_A[68 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_A[69 * MC_W + l] = (-cse_135 * cse_196);
+        if (V & 14) mc_ls1_A[70 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_A[71 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_A[72 * MC_W + l] = cse_232;
+        if (V & 14) mc_ls1_A[73 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_A[74 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_A[75 * MC_W + l] = (((real)1.0) + cse_262);
         if (V & 14) mc_ls1_A[76 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_194;
-        if (V & 14) mc_ls1_A[78 * MC_W + l] = cse_219;
-        if (V & 14) mc_ls1_A[79 * MC_W + l] = cse_237;
-        if (V & 14) mc_ls1_A[80 * MC_W + l] = cse_249;
-        if (V & 14) mc_ls1_A[81 * MC_W + l] = cse_256;
-        if (V & 14) mc_ls1_A[82 * MC_W + l] = (-cse_159 * cse_257);
-        if (V & 14) mc_ls1_A[83 * MC_W + l] = (-cse_137 * cse_195);
+        if (V & 14) mc_ls1_A[77 * MC_W + l] = cse_195;
+        if (V & 14) mc_ls1_A[78 * MC_W + l] = cse_220;
+        if (V & 14) mc_ls1_A[79 * MC_W + l] = cse_238;
+        if (V & 14) mc_ls1_A[80 * MC_W + l] = cse_253;
+        if (V & 14) mc_ls1_A[81 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_A[82 * MC_W + l] = (-cse_161 * cse_260);
+        if (V & 14) mc_ls1_A[83 * MC_W + l] = (-cse_137 * cse_196);
         if (V & 14) mc_ls1_A[84 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[85 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[86 * MC_W + l] = ((real)0.0);
@@ -7398,188 +7393,188 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[95 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[96 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[97 * MC_W + l] = (-((real)0.816496580927726) * cse_3);
-        if (V & 14) mc_ls1_A[98 * MC_W + l] = cse_263;
-        if (V & 14) mc_ls1_A[99 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_A[100 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_A[101 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_A[102 * MC_W + l] = cse_267;
-        if (V & 14) mc_ls1_A[103 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_A[98 * MC_W + l] = cse_266;
+        if (V & 14) mc_ls1_A[99 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_A[100 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_A[101 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_A[102 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_A[103 * MC_W + l] = cse_271;
         if (V & 14) mc_ls1_A[104 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[105 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_157 * cse_270))));
-        if (V & 14) mc_ls1_A[106 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_A[107 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_A[108 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_A[109 * MC_W + l] = cse_274;
-        if (V & 14) mc_ls1_A[110 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_A[111 * MC_W + l] = (-cse_277 * cse_3);
-        if (V & 14) mc_ls1_A[112 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_A[113 * MC_W + l] = cse_278;
-        if (V & 14) mc_ls1_A[114 * MC_W + l] = cse_279;
-        if (V & 14) mc_ls1_A[115 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_A[116 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_A[117 * MC_W + l] = cse_282;
+        if (V & 14) mc_ls1_A[105 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_159 * cse_273))));
+        if (V & 14) mc_ls1_A[106 * MC_W + l] = cse_274;
+        if (V & 14) mc_ls1_A[107 * MC_W + l] = cse_275;
+        if (V & 14) mc_ls1_A[108 * MC_W + l] = cse_276;
+        if (V & 14) mc_ls1_A[109 * MC_W + l] = cse_277;
+        if (V & 14) mc_ls1_A[110 * MC_W + l] = cse_278;
+        if (V & 14) mc_ls1_A[111 * MC_W + l] = (-cse_281 * cse_3);
+        if (V & 14) mc_ls1_A[112 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_A[113 * MC_W + l] = cse_282;
+        if (V & 14) mc_ls1_A[114 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_A[115 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_A[116 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_A[117 * MC_W + l] = cse_286;
         if (V & 14) mc_ls1_A[118 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[119 * MC_W + l] = cse_271;
-        if (V & 14) mc_ls1_A[120 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_197 * cse_270))));
-        if (V & 14) mc_ls1_A[121 * MC_W + l] = cse_283;
-        if (V & 14) mc_ls1_A[122 * MC_W + l] = cse_284;
-        if (V & 14) mc_ls1_A[123 * MC_W + l] = cse_285;
-        if (V & 14) mc_ls1_A[124 * MC_W + l] = cse_286;
-        if (V & 14) mc_ls1_A[125 * MC_W + l] = (-cse_287 * cse_3);
-        if (V & 14) mc_ls1_A[126 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_A[127 * MC_W + l] = cse_279;
-        if (V & 14) mc_ls1_A[128 * MC_W + l] = cse_288;
-        if (V & 14) mc_ls1_A[129 * MC_W + l] = cse_289;
-        if (V & 14) mc_ls1_A[130 * MC_W + l] = cse_290;
-        if (V & 14) mc_ls1_A[131 * MC_W + l] = cse_291;
+        if (V & 14) mc_ls1_A[119 * MC_W + l] = cse_274;
+        if (V & 14) mc_ls1_A[120 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_198 * cse_273))));
+        if (V & 14) mc_ls1_A[121 * MC_W + l] = cse_287;
+        if (V & 14) mc_ls1_A[122 * MC_W + l] = cse_288;
+        if (V & 14) mc_ls1_A[123 * MC_W + l] = cse_289;
+        if (V & 14) mc_ls1_A[124 * MC_W + l] = cse_290;
+        if (V & 14) mc_ls1_A[125 * MC_W + l] = (-cse_291 * cse_3);
+        if (V & 14) mc_ls1_A[126 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_A[127 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_A[128 * MC_W + l] = cse_292;
+        if (V & 14) mc_ls1_A[129 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_A[130 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_A[131 * MC_W + l] = cse_295;
         if (V & 14) mc_ls1_A[132 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[133 * MC_W + l] = cse_272;
-        if (V & 14) mc_ls1_A[134 * MC_W + l] = cse_283;
-        if (V & 14) mc_ls1_A[135 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_220 * cse_270))));
-        if (V & 14) mc_ls1_A[136 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_A[137 * MC_W + l] = cse_293;
-        if (V & 14) mc_ls1_A[138 * MC_W + l] = cse_294;
-        if (V & 14) mc_ls1_A[139 * MC_W + l] = (-cse_295 * cse_3);
-        if (V & 14) mc_ls1_A[140 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_A[141 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_A[142 * MC_W + l] = cse_289;
-        if (V & 14) mc_ls1_A[143 * MC_W + l] = cse_296;
-        if (V & 14) mc_ls1_A[144 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_A[145 * MC_W + l] = cse_302;
+        if (V & 14) mc_ls1_A[133 * MC_W + l] = cse_275;
+        if (V & 14) mc_ls1_A[134 * MC_W + l] = cse_287;
+        if (V & 14) mc_ls1_A[135 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_221 * cse_273))));
+        if (V & 14) mc_ls1_A[136 * MC_W + l] = cse_296;
+        if (V & 14) mc_ls1_A[137 * MC_W + l] = cse_297;
+        if (V & 14) mc_ls1_A[138 * MC_W + l] = cse_298;
+        if (V & 14) mc_ls1_A[139 * MC_W + l] = (-cse_299 * cse_3);
+        if (V & 14) mc_ls1_A[140 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_A[141 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_A[142 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_A[143 * MC_W + l] = cse_300;
+        if (V & 14) mc_ls1_A[144 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_A[145 * MC_W + l] = cse_305;
         if (V & 14) mc_ls1_A[146 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[147 * MC_W + l] = cse_273;
-        if (V & 14) mc_ls1_A[148 * MC_W + l] = cse_284;
-        if (V & 14) mc_ls1_A[149 * MC_W + l] = cse_292;
-        if (V & 14) mc_ls1_A[150 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_240 * cse_270))));
-        if (V & 14) mc_ls1_A[151 * MC_W + l] = cse_303;
-        if (V & 14) mc_ls1_A[152 * MC_W + l] = cse_304;
-        if (V & 14) mc_ls1_A[153 * MC_W + l] = (-cse_3 * cse_307);
-        if (V & 14) mc_ls1_A[154 * MC_W + l] = cse_267;
-        if (V & 14) mc_ls1_A[155 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_A[156 * MC_W + l] = cse_290;
-        if (V & 14) mc_ls1_A[157 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_A[158 * MC_W + l] = cse_308;
-        if (V & 14) mc_ls1_A[159 * MC_W + l] = cse_310;
+        if (V & 14) mc_ls1_A[147 * MC_W + l] = cse_276;
+        if (V & 14) mc_ls1_A[148 * MC_W + l] = cse_288;
+        if (V & 14) mc_ls1_A[149 * MC_W + l] = cse_296;
+        if (V & 14) mc_ls1_A[150 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_241 * cse_273))));
+        if (V & 14) mc_ls1_A[151 * MC_W + l] = cse_306;
+        if (V & 14) mc_ls1_A[152 * MC_W + l] = cse_307;
+        if (V & 14) mc_ls1_A[153 * MC_W + l] = (-cse_3 * cse_309);
+        if (V & 14) mc_ls1_A[154 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_A[155 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_A[156 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_A[157 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_A[158 * MC_W + l] = cse_310;
+        if (V & 14) mc_ls1_A[159 * MC_W + l] = cse_312;
         if (V & 14) mc_ls1_A[160 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[161 * MC_W + l] = cse_274;
-        if (V & 14) mc_ls1_A[162 * MC_W + l] = cse_285;
-        if (V & 14) mc_ls1_A[163 * MC_W + l] = cse_293;
-        if (V & 14) mc_ls1_A[164 * MC_W + l] = cse_303;
-        if (V & 14) mc_ls1_A[165 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_250 * cse_270))));
-        if (V & 14) mc_ls1_A[166 * MC_W + l] = cse_311;
-        if (V & 14) mc_ls1_A[167 * MC_W + l] = (-cse_3 * cse_312);
-        if (V & 14) mc_ls1_A[168 * MC_W + l] = cse_268;
-        if (V & 14) mc_ls1_A[169 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_A[170 * MC_W + l] = cse_291;
-        if (V & 14) mc_ls1_A[171 * MC_W + l] = cse_302;
-        if (V & 14) mc_ls1_A[172 * MC_W + l] = cse_310;
-        if (V & 14) mc_ls1_A[173 * MC_W + l] = cse_313;
+        if (V & 14) mc_ls1_A[161 * MC_W + l] = cse_277;
+        if (V & 14) mc_ls1_A[162 * MC_W + l] = cse_289;
+        if (V & 14) mc_ls1_A[163 * MC_W + l] = cse_297;
+        if (V & 14) mc_ls1_A[164 * MC_W + l] = cse_306;
+        if (V & 14) mc_ls1_A[165 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_254 * cse_273))));
+        if (V & 14) mc_ls1_A[166 * MC_W + l] = cse_313;
+        if (V & 14) mc_ls1_A[167 * MC_W + l] = (-cse_3 * cse_314);
+        if (V & 14) mc_ls1_A[168 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_A[169 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_A[170 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_A[171 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_A[172 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_A[173 * MC_W + l] = cse_315;
         if (V & 14) mc_ls1_A[174 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[175 * MC_W + l] = cse_275;
-        if (V & 14) mc_ls1_A[176 * MC_W + l] = cse_286;
-        if (V & 14) mc_ls1_A[177 * MC_W + l] = cse_294;
-        if (V & 14) mc_ls1_A[178 * MC_W + l] = cse_304;
-        if (V & 14) mc_ls1_A[179 * MC_W + l] = cse_311;
-        if (V & 14) mc_ls1_A[180 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_269 + (cse_257 * cse_270))));
-        if (V & 14) mc_ls1_A[181 * MC_W + l] = (-cse_3 * cse_314);
-        if (V & 14) mc_ls1_A[182 * MC_W + l] = cse_326;
-        if (V & 14) mc_ls1_A[183 * MC_W + l] = cse_328;
-        if (V & 14) mc_ls1_A[184 * MC_W + l] = cse_330;
-        if (V & 14) mc_ls1_A[185 * MC_W + l] = cse_333;
-        if (V & 14) mc_ls1_A[186 * MC_W + l] = cse_335;
-        if (V & 14) mc_ls1_A[187 * MC_W + l] = cse_337;
-        if (V & 14) mc_ls1_A[188 * MC_W + l] = (-p_d * cse_339);
-        if (V & 14) mc_ls1_A[189 * MC_W + l] = (-cse_325);
-        if (V & 14) mc_ls1_A[190 * MC_W + l] = (-cse_327);
-        if (V & 14) mc_ls1_A[191 * MC_W + l] = (-cse_329);
-        if (V & 14) mc_ls1_A[192 * MC_W + l] = (-cse_332);
-        if (V & 14) mc_ls1_A[193 * MC_W + l] = (-cse_334);
-        if (V & 14) mc_ls1_A[194 * MC_W + l] = (-cse_336);
-        if (V & 14) mc_ls1_A[195 * MC_W + l] = ((p_E * cse_3) - (cse_321 * cse_340 * state_internal_gamma_rate));
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_161;
+        if (V & 14) mc_ls1_A[175 * MC_W + l] = cse_278;
+        if (V & 14) mc_ls1_A[176 * MC_W + l] = cse_290;
+        if (V & 14) mc_ls1_A[177 * MC_W + l] = cse_298;
+        if (V & 14) mc_ls1_A[178 * MC_W + l] = cse_307;
+        if (V & 14) mc_ls1_A[179 * MC_W + l] = cse_313;
+        if (V & 14) mc_ls1_A[180 * MC_W + l] = (((real)1.0) - (cse_3 * (cse_272 + (cse_260 * cse_273))));
+        if (V & 14) mc_ls1_A[181 * MC_W + l] = (-cse_3 * cse_316);
+        if (V & 14) mc_ls1_A[182 * MC_W + l] = cse_328;
+        if (V & 14) mc_ls1_A[183 * MC_W + l] = cse_330;
+        if (V & 14) mc_ls1_A[184 * MC_W + l] = cse_332;
+        if (V & 14) mc_ls1_A[185 * MC_W + l] = cse_335;
+        if (V & 14) mc_ls1_A[186 * MC_W + l] = cse_337;
+        if (V & 14) mc_ls1_A[187 * MC_W + l] = cse_339;
+        if (V & 14) mc_ls1_A[188 * MC_W + l] = (-p_d * cse_341);
+        if (V & 14) mc_ls1_A[189 * MC_W + l] = (-cse_327);
+        if (V & 14) mc_ls1_A[190 * MC_W + l] = (-cse_329);
+        if (V & 14) mc_ls1_A[191 * MC_W + l] = (-cse_331);
+        if (V & 14) mc_ls1_A[192 * MC_W + l] = (-cse_334);
+        if (V & 14) mc_ls1_A[193 * MC_W + l] = (-cse_336);
+        if (V & 14) mc_ls1_A[194 * MC_W + l] = (-cse_338);
+        if (V & 14) mc_ls1_A[195 * MC_W + l] = ((p_E * cse_3) - (cse_323 * cse_342 * state_internal_gamma_rate));
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = cse_163;
         if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_169;
         if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_173;
         if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_177;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_180;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_183;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_185;
         if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_169;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_199;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = cse_200;
         if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_203;
         if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_206;
-        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_210;
+        if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_212;
         if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_173;
         if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_203;
-        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_222;
+        if (V & 14) mc_ls1_B[14 * MC_W + l] = cse_223;
         if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_228;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_230;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_232;
         if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_177;
         if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_206;
         if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_226;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_242;
-        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_244;
-        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_246;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_180;
-        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_208;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_228;
-        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_244;
-        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_252;
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_210;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_230;
-        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_246;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_255;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_259;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = cse_243;
+        if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_181;
+        if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_209;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_229;
+        if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_246;
+        if (V & 14) mc_ls1_B[28 * MC_W + l] = cse_256;
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_185;
+        if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_212;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_232;
+        if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_249;
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_257;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = cse_262;
         if (V & 14) mc_ls1_B[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[39 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[40 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_263;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_267;
-        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_268;
-        if (V & 14) mc_ls1_B[48 * MC_W + l] = cse_264;
-        if (V & 14) mc_ls1_B[49 * MC_W + l] = cse_278;
-        if (V & 14) mc_ls1_B[50 * MC_W + l] = cse_279;
-        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_B[54 * MC_W + l] = cse_265;
-        if (V & 14) mc_ls1_B[55 * MC_W + l] = cse_279;
-        if (V & 14) mc_ls1_B[56 * MC_W + l] = cse_288;
-        if (V & 14) mc_ls1_B[57 * MC_W + l] = cse_289;
-        if (V & 14) mc_ls1_B[58 * MC_W + l] = cse_290;
-        if (V & 14) mc_ls1_B[59 * MC_W + l] = cse_291;
-        if (V & 14) mc_ls1_B[60 * MC_W + l] = cse_266;
-        if (V & 14) mc_ls1_B[61 * MC_W + l] = cse_280;
-        if (V & 14) mc_ls1_B[62 * MC_W + l] = cse_289;
-        if (V & 14) mc_ls1_B[63 * MC_W + l] = cse_296;
-        if (V & 14) mc_ls1_B[64 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_B[65 * MC_W + l] = cse_302;
-        if (V & 14) mc_ls1_B[66 * MC_W + l] = cse_267;
-        if (V & 14) mc_ls1_B[67 * MC_W + l] = cse_281;
-        if (V & 14) mc_ls1_B[68 * MC_W + l] = cse_290;
-        if (V & 14) mc_ls1_B[69 * MC_W + l] = cse_300;
-        if (V & 14) mc_ls1_B[70 * MC_W + l] = cse_308;
-        if (V & 14) mc_ls1_B[71 * MC_W + l] = cse_310;
-        if (V & 14) mc_ls1_B[72 * MC_W + l] = cse_268;
-        if (V & 14) mc_ls1_B[73 * MC_W + l] = cse_282;
-        if (V & 14) mc_ls1_B[74 * MC_W + l] = cse_291;
-        if (V & 14) mc_ls1_B[75 * MC_W + l] = cse_302;
-        if (V & 14) mc_ls1_B[76 * MC_W + l] = cse_310;
-        if (V & 14) mc_ls1_B[77 * MC_W + l] = cse_313;
-        if (V & 14) mc_ls1_B[78 * MC_W + l] = cse_326;
-        if (V & 14) mc_ls1_B[79 * MC_W + l] = cse_328;
-        if (V & 14) mc_ls1_B[80 * MC_W + l] = cse_330;
-        if (V & 14) mc_ls1_B[81 * MC_W + l] = cse_333;
-        if (V & 14) mc_ls1_B[82 * MC_W + l] = cse_335;
-        if (V & 14) mc_ls1_B[83 * MC_W + l] = cse_337;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_266;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_B[48 * MC_W + l] = cse_267;
+        if (V & 14) mc_ls1_B[49 * MC_W + l] = cse_282;
+        if (V & 14) mc_ls1_B[50 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_B[51 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_B[52 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_B[53 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_B[54 * MC_W + l] = cse_268;
+        if (V & 14) mc_ls1_B[55 * MC_W + l] = cse_283;
+        if (V & 14) mc_ls1_B[56 * MC_W + l] = cse_292;
+        if (V & 14) mc_ls1_B[57 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_B[58 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_B[59 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_B[60 * MC_W + l] = cse_269;
+        if (V & 14) mc_ls1_B[61 * MC_W + l] = cse_284;
+        if (V & 14) mc_ls1_B[62 * MC_W + l] = cse_293;
+        if (V & 14) mc_ls1_B[63 * MC_W + l] = cse_300;
+        if (V & 14) mc_ls1_B[64 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_B[65 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_B[66 * MC_W + l] = cse_270;
+        if (V & 14) mc_ls1_B[67 * MC_W + l] = cse_285;
+        if (V & 14) mc_ls1_B[68 * MC_W + l] = cse_294;
+        if (V & 14) mc_ls1_B[69 * MC_W + l] = cse_304;
+        if (V & 14) mc_ls1_B[70 * MC_W + l] = cse_310;
+        if (V & 14) mc_ls1_B[71 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_B[72 * MC_W + l] = cse_271;
+        if (V & 14) mc_ls1_B[73 * MC_W + l] = cse_286;
+        if (V & 14) mc_ls1_B[74 * MC_W + l] = cse_295;
+        if (V & 14) mc_ls1_B[75 * MC_W + l] = cse_305;
+        if (V & 14) mc_ls1_B[76 * MC_W + l] = cse_312;
+        if (V & 14) mc_ls1_B[77 * MC_W + l] = cse_315;
+        if (V & 14) mc_ls1_B[78 * MC_W + l] = cse_328;
+        if (V & 14) mc_ls1_B[79 * MC_W + l] = cse_330;
+        if (V & 14) mc_ls1_B[80 * MC_W + l] = cse_332;
+        if (V & 14) mc_ls1_B[81 * MC_W + l] = cse_335;
+        if (V & 14) mc_ls1_B[82 * MC_W + l] = cse_337;
+        if (V & 14) mc_ls1_B[83 * MC_W + l] = cse_339;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -7602,50 +7597,52 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_135[l] = cse_135;
         if (V & 14) v_cse_137[l] = cse_137;
         if (V & 14) v_cse_150[l] = cse_150;
-        if (V & 14) v_cse_152[l] = cse_152;
         if (V & 14) v_cse_153[l] = cse_153;
         if (V & 14) v_cse_154[l] = cse_154;
-        if (V & 14) v_cse_158[l] = cse_158;
-        if (V & 14) v_cse_159[l] = cse_159;
-        if (V & 14) v_cse_162[l] = cse_162;
-        if (V & 14) v_cse_163[l] = cse_163;
-        if (V & 14) v_cse_164[l] = cse_164;
+        if (V & 14) v_cse_155[l] = cse_155;
+        if (V & 14) v_cse_156[l] = cse_156;
+        if (V & 14) v_cse_160[l] = cse_160;
+        if (V & 14) v_cse_161[l] = cse_161;
+        if (V & 14) v_cse_165[l] = cse_165;
         if (V & 14) v_cse_168[l] = cse_168;
         if (V & 14) v_cse_170[l] = cse_170;
         if (V & 14) v_cse_172[l] = cse_172;
-        if (V & 14) v_cse_174[l] = cse_174;
-        if (V & 14) v_cse_178[l] = cse_178;
-        if (V & 14) v_cse_181[l] = cse_181;
-        if (V & 14) v_cse_198[l] = cse_198;
-        if (V & 14) v_cse_200[l] = cse_200;
+        if (V & 14) v_cse_175[l] = cse_175;
+        if (V & 14) v_cse_179[l] = cse_179;
+        if (V & 14) v_cse_183[l] = cse_183;
+        if (V & 14) v_cse_199[l] = cse_199;
         if (V & 14) v_cse_202[l] = cse_202;
-        if (V & 14) v_cse_221[l] = cse_221;
-        if (V & 14) v_cse_223[l] = cse_223;
-        if (V & 14) v_cse_239[l] = cse_239;
-        if (V & 14) v_cse_241[l] = cse_241;
-        if (V & 14) v_cse_243[l] = cse_243;
-        if (V & 14) v_cse_245[l] = cse_245;
-        if (V & 14) v_cse_251[l] = cse_251;
-        if (V & 14) v_cse_253[l] = cse_253;
-        if (V & 14) v_cse_254[l] = cse_254;
-        if (V & 14) v_cse_258[l] = cse_258;
-        if (V & 14) v_cse_262[l] = cse_262;
-        if (V & 14) v_cse_277[l] = cse_277;
-        if (V & 14) v_cse_287[l] = cse_287;
-        if (V & 14) v_cse_295[l] = cse_295;
-        if (V & 14) v_cse_305[l] = cse_305;
-        if (V & 14) v_cse_307[l] = cse_307;
-        if (V & 14) v_cse_312[l] = cse_312;
+        if (V & 14) v_cse_204[l] = cse_204;
+        if (V & 14) v_cse_207[l] = cse_207;
+        if (V & 14) v_cse_210[l] = cse_210;
+        if (V & 14) v_cse_222[l] = cse_222;
+        if (V & 14) v_cse_224[l] = cse_224;
+        if (V & 14) v_cse_227[l] = cse_227;
+        if (V & 14) v_cse_230[l] = cse_230;
+        if (V & 14) v_cse_240[l] = cse_240;
+        if (V & 14) v_cse_242[l] = cse_242;
+        if (V & 14) v_cse_244[l] = cse_244;
+        if (V & 14) v_cse_247[l] = cse_247;
+        if (V & 14) v_cse_250[l] = cse_250;
+        if (V & 14) v_cse_255[l] = cse_255;
+        if (V & 14) v_cse_261[l] = cse_261;
+        if (V & 14) v_cse_265[l] = cse_265;
+        if (V & 14) v_cse_279[l] = cse_279;
+        if (V & 14) v_cse_281[l] = cse_281;
+        if (V & 14) v_cse_291[l] = cse_291;
+        if (V & 14) v_cse_299[l] = cse_299;
+        if (V & 14) v_cse_309[l] = cse_309;
         if (V & 14) v_cse_314[l] = cse_314;
         if (V & 14) v_cse_316[l] = cse_316;
         if (V & 14) v_cse_318[l] = cse_318;
-        if (V & 14) v_cse_319[l] = cse_319;
         if (V & 14) v_cse_320[l] = cse_320;
+        if (V & 14) v_cse_321[l] = cse_321;
         if (V & 14) v_cse_322[l] = cse_322;
-        if (V & 14) v_cse_323[l] = cse_323;
-        if (V & 14) v_cse_338[l] = cse_338;
-        if (V & 14) v_cse_339[l] = cse_339;
+        if (V & 14) v_cse_324[l] = cse_324;
+        if (V & 14) v_cse_325[l] = cse_325;
         if (V & 14) v_cse_340[l] = cse_340;
+        if (V & 14) v_cse_341[l] = cse_341;
+        if (V & 14) v_cse_342[l] = cse_342;
     }
     if (V & 14) {
         mc_lu_solve(14, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -7695,23 +7692,23 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
             const real cse_150 = v_cse_150[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_152 = v_cse_152[l];
-            const real cse_163 = v_cse_163[l];
+            const real cse_153 = v_cse_153[l];
+            const real cse_165 = v_cse_165[l];
             const real cse_170 = v_cse_170[l];
             const real cse_133 = v_cse_133[l];
             const real cse_135 = v_cse_135[l];
             const real cse_137 = v_cse_137[l];
-            const real cse_277 = v_cse_277[l];
-            const real cse_287 = v_cse_287[l];
-            const real cse_295 = v_cse_295[l];
-            const real cse_307 = v_cse_307[l];
-            const real cse_312 = v_cse_312[l];
+            const real cse_281 = v_cse_281[l];
+            const real cse_291 = v_cse_291[l];
+            const real cse_299 = v_cse_299[l];
+            const real cse_309 = v_cse_309[l];
             const real cse_314 = v_cse_314[l];
+            const real cse_316 = v_cse_316[l];
             const real p_E = MC_P(0, (v_p + 0 * MC_W)[l]);
             const real cse_3 = v_cse_3[l];
-            const real cse_318 = v_cse_318[l];
-            const real cse_319 = v_cse_319[l];
-            const real cse_340 = v_cse_340[l];
+            const real cse_320 = v_cse_320[l];
+            const real cse_321 = v_cse_321[l];
+            const real cse_342 = v_cse_342[l];
             const real cse_24 = (cse_23 * d1);
             const real cse_25 = (cse_23 * d2);
             const real cse_28 = (cse_23 * d3);
@@ -7766,24 +7763,24 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_44 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_44 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = j2_voce_af_return_map_converged ? (cse_6 + (cse_44 * d36)) : MC_NAN;
-            const real cse_341 = (cse_150 * state_internal_gamma_rate);
-            const real cse_342 = (((real)0.5) * cse_341);
-            const real cse_343 = (cse_152 * cse_342);
-            const real cse_356 = (cse_163 * cse_342);
-            const real cse_359 = (cse_170 * cse_342);
-            const real cse_362 = (cse_133 * cse_341);
-            const real cse_372 = (cse_135 * cse_341);
-            const real cse_376 = (cse_137 * cse_341);
-            const real cse_379 = (((real)0.816496580927726) * state_internal_gamma_rate);
-            const real cse_380 = (cse_277 * state_internal_gamma_rate);
-            const real cse_382 = (cse_287 * state_internal_gamma_rate);
-            const real cse_383 = (cse_295 * state_internal_gamma_rate);
-            const real cse_384 = (cse_307 * state_internal_gamma_rate);
-            const real cse_386 = (cse_312 * state_internal_gamma_rate);
-            const real cse_387 = (cse_314 * state_internal_gamma_rate);
-            const real cse_388 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_318 * cse_319 * cse_340));
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_343;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_343);
+            const real cse_343 = (cse_150 * state_internal_gamma_rate);
+            const real cse_344 = (((real)0.5) * cse_343);
+            const real cse_345 = (cse_153 * cse_344);
+            const real cse_352 = (cse_165 * cse_344);
+            const real cse_355 = (cse_170 * cse_344);
+            const real cse_358 = (cse_133 * cse_343);
+            const real cse_363 = (cse_135 * cse_343);
+            const real cse_367 = (cse_137 * cse_343);
+            const real cse_370 = (((real)0.816496580927726) * state_internal_gamma_rate);
+            const real cse_371 = (cse_281 * state_internal_gamma_rate);
+            const real cse_373 = (cse_291 * state_internal_gamma_rate);
+            const real cse_374 = (cse_299 * state_internal_gamma_rate);
+            const real cse_375 = (cse_309 * state_internal_gamma_rate);
+            const real cse_377 = (cse_314 * state_internal_gamma_rate);
+            const real cse_379 = (cse_316 * state_internal_gamma_rate);
+            const real cse_380 = (-(p_E * state_internal_gamma_rate) + (cse_3 * cse_320 * cse_321 * cse_342));
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_345;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_345);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -7797,8 +7794,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[14 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[15 * MC_W + l] = cse_356;
-            if (V & 12) mc_ls2_B[16 * MC_W + l] = (-cse_356);
+            if (V & 12) mc_ls2_B[15 * MC_W + l] = cse_352;
+            if (V & 12) mc_ls2_B[16 * MC_W + l] = (-cse_352);
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[18 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[19 * MC_W + l] = ((real)0.0);
@@ -7812,8 +7809,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[27 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[28 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_359;
-            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_359);
+            if (V & 12) mc_ls2_B[30 * MC_W + l] = cse_355;
+            if (V & 12) mc_ls2_B[31 * MC_W + l] = (-cse_355);
             if (V & 12) mc_ls2_B[32 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)1.0);
@@ -7827,8 +7824,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_362;
-            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_362);
+            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_358;
+            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_358);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
@@ -7842,8 +7839,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[59 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_372;
-            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_372);
+            if (V & 12) mc_ls2_B[60 * MC_W + l] = cse_363;
+            if (V & 12) mc_ls2_B[61 * MC_W + l] = (-cse_363);
             if (V & 12) mc_ls2_B[62 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[63 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[64 * MC_W + l] = ((real)0.0);
@@ -7857,8 +7854,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[72 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[73 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[74 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[75 * MC_W + l] = cse_376;
-            if (V & 12) mc_ls2_B[76 * MC_W + l] = (-cse_376);
+            if (V & 12) mc_ls2_B[75 * MC_W + l] = cse_367;
+            if (V & 12) mc_ls2_B[76 * MC_W + l] = (-cse_367);
             if (V & 12) mc_ls2_B[77 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[78 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[79 * MC_W + l] = ((real)0.0);
@@ -7872,8 +7869,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[87 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[88 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[89 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[90 * MC_W + l] = cse_379;
-            if (V & 12) mc_ls2_B[91 * MC_W + l] = (-cse_379);
+            if (V & 12) mc_ls2_B[90 * MC_W + l] = cse_370;
+            if (V & 12) mc_ls2_B[91 * MC_W + l] = (-cse_370);
             if (V & 12) mc_ls2_B[92 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[93 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[94 * MC_W + l] = ((real)0.0);
@@ -7887,8 +7884,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[102 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[103 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[104 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[105 * MC_W + l] = cse_380;
-            if (V & 12) mc_ls2_B[106 * MC_W + l] = (-cse_380);
+            if (V & 12) mc_ls2_B[105 * MC_W + l] = cse_371;
+            if (V & 12) mc_ls2_B[106 * MC_W + l] = (-cse_371);
             if (V & 12) mc_ls2_B[107 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[108 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[109 * MC_W + l] = ((real)0.0);
@@ -7902,8 +7899,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[117 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[118 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[119 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[120 * MC_W + l] = cse_382;
-            if (V & 12) mc_ls2_B[121 * MC_W + l] = (-cse_382);
+            if (V & 12) mc_ls2_B[120 * MC_W + l] = cse_373;
+            if (V & 12) mc_ls2_B[121 * MC_W + l] = (-cse_373);
             if (V & 12) mc_ls2_B[122 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[123 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[124 * MC_W + l] = ((real)0.0);
@@ -7917,8 +7914,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[132 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[133 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[134 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[135 * MC_W + l] = cse_383;
-            if (V & 12) mc_ls2_B[136 * MC_W + l] = (-cse_383);
+            if (V & 12) mc_ls2_B[135 * MC_W + l] = cse_374;
+            if (V & 12) mc_ls2_B[136 * MC_W + l] = (-cse_374);
             if (V & 12) mc_ls2_B[137 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[138 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[139 * MC_W + l] = ((real)0.0);
@@ -7932,8 +7929,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[147 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[148 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[149 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[150 * MC_W + l] = cse_384;
-            if (V & 12) mc_ls2_B[151 * MC_W + l] = (-cse_384);
+            if (V & 12) mc_ls2_B[150 * MC_W + l] = cse_375;
+            if (V & 12) mc_ls2_B[151 * MC_W + l] = (-cse_375);
             if (V & 12) mc_ls2_B[152 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[153 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[154 * MC_W + l] = ((real)0.0);
@@ -7947,8 +7944,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[162 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[163 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[164 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[165 * MC_W + l] = cse_386;
-            if (V & 12) mc_ls2_B[166 * MC_W + l] = (-cse_386);
+            if (V & 12) mc_ls2_B[165 * MC_W + l] = cse_377;
+            if (V & 12) mc_ls2_B[166 * MC_W + l] = (-cse_377);
             if (V & 12) mc_ls2_B[167 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[168 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[169 * MC_W + l] = ((real)0.0);
@@ -7962,8 +7959,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[177 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[178 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[179 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[180 * MC_W + l] = cse_387;
-            if (V & 12) mc_ls2_B[181 * MC_W + l] = (-cse_387);
+            if (V & 12) mc_ls2_B[180 * MC_W + l] = cse_379;
+            if (V & 12) mc_ls2_B[181 * MC_W + l] = (-cse_379);
             if (V & 12) mc_ls2_B[182 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[183 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[184 * MC_W + l] = ((real)0.0);
@@ -7977,8 +7974,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[192 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[193 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[194 * MC_W + l] = ((real)1.0);
-            if (V & 12) mc_ls2_B[195 * MC_W + l] = cse_388;
-            if (V & 12) mc_ls2_B[196 * MC_W + l] = (-cse_388);
+            if (V & 12) mc_ls2_B[195 * MC_W + l] = cse_380;
+            if (V & 12) mc_ls2_B[196 * MC_W + l] = (-cse_380);
             if (V & 12) mc_ls2_B[197 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[198 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[199 * MC_W + l] = ((real)0.0);
@@ -8104,52 +8101,55 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_6 = v_cse_6[l];
             const real cse_11 = v_cse_11[l];
             const real cse_9 = v_cse_9[l];
-            const real cse_174 = v_cse_174[l];
-            const real cse_178 = v_cse_178[l];
-            const real cse_181 = v_cse_181[l];
-            const real cse_158 = v_cse_158[l];
-            const real cse_159 = v_cse_159[l];
-            const real cse_164 = v_cse_164[l];
+            const real cse_160 = v_cse_160[l];
+            const real cse_161 = v_cse_161[l];
             const real cse_168 = v_cse_168[l];
             const real cse_172 = v_cse_172[l];
+            const real cse_175 = v_cse_175[l];
+            const real cse_179 = v_cse_179[l];
+            const real cse_183 = v_cse_183[l];
             const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
-            const real cse_198 = v_cse_198[l];
-            const real cse_200 = v_cse_200[l];
+            const real cse_199 = v_cse_199[l];
             const real cse_202 = v_cse_202[l];
-            const real cse_221 = v_cse_221[l];
-            const real cse_223 = v_cse_223[l];
-            const real cse_135 = v_cse_135[l];
-            const real cse_241 = v_cse_241[l];
-            const real cse_243 = v_cse_243[l];
-            const real cse_245 = v_cse_245[l];
-            const real cse_133 = v_cse_133[l];
+            const real cse_204 = v_cse_204[l];
+            const real cse_207 = v_cse_207[l];
+            const real cse_210 = v_cse_210[l];
+            const real cse_222 = v_cse_222[l];
+            const real cse_224 = v_cse_224[l];
+            const real cse_227 = v_cse_227[l];
+            const real cse_230 = v_cse_230[l];
+            const real cse_244 = v_cse_244[l];
             const real cse_137 = v_cse_137[l];
-            const real cse_153 = v_cse_153[l];
+            const real cse_133 = v_cse_133[l];
+            const real cse_242 = v_cse_242[l];
+            const real cse_247 = v_cse_247[l];
+            const real cse_135 = v_cse_135[l];
             const real cse_154 = v_cse_154[l];
-            const real cse_239 = v_cse_239[l];
-            const real cse_251 = v_cse_251[l];
-            const real cse_254 = v_cse_254[l];
-            const real cse_253 = v_cse_253[l];
-            const real cse_258 = v_cse_258[l];
-            const real cse_162 = v_cse_162[l];
-            const real cse_305 = v_cse_305[l];
-            const real cse_262 = v_cse_262[l];
-            const real cse_152 = v_cse_152[l];
+            const real cse_156 = v_cse_156[l];
+            const real cse_255 = v_cse_255[l];
+            const real cse_240 = v_cse_240[l];
+            const real cse_261 = v_cse_261[l];
+            const real cse_279 = v_cse_279[l];
+            const real cse_150 = v_cse_150[l];
+            const real cse_155 = v_cse_155[l];
+            const real cse_265 = v_cse_265[l];
+            const real cse_153 = v_cse_153[l];
             const real state_internal_X_0 = v_state_internal_X_0[l];
-            const real cse_163 = v_cse_163[l];
+            const real cse_165 = v_cse_165[l];
             const real state_internal_X_1 = v_state_internal_X_1[l];
             const real cse_170 = v_cse_170[l];
             const real state_internal_X_2 = v_state_internal_X_2[l];
+            const real cse_250 = v_cse_250[l];
             const real state_internal_X_3 = v_state_internal_X_3[l];
             const real state_internal_X_4 = v_state_internal_X_4[l];
             const real state_internal_X_5 = v_state_internal_X_5[l];
-            const real cse_318 = v_cse_318[l];
             const real cse_320 = v_cse_320[l];
             const real cse_322 = v_cse_322[l];
-            const real cse_323 = v_cse_323[l];
-            const real cse_316 = v_cse_316[l];
-            const real cse_338 = v_cse_338[l];
-            const real cse_339 = v_cse_339[l];
+            const real cse_324 = v_cse_324[l];
+            const real cse_325 = v_cse_325[l];
+            const real cse_318 = v_cse_318[l];
+            const real cse_340 = v_cse_340[l];
+            const real cse_341 = v_cse_341[l];
             const real state_internal_ep = v_state_internal_ep[l];
             const real cse_45 = (cse_23 * d37);
             const real cse_46 = (cse_23 * d38);
@@ -8308,78 +8308,68 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_115 = (cse_103 * cse_17);
             const real cse_116 = (cse_103 * cse_19);
             const real cse_117 = (cse_103 * cse_21);
-            const real cse_344 = (cse_174 * cse_98);
-            const real cse_345 = (cse_178 * cse_99);
-            const real cse_346 = (cse_100 * cse_181);
-            const real cse_347 = (cse_159 * ((cse_158 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_164 * cse_344) - (cse_164 * cse_345) - (cse_164 * cse_346)));
-            const real cse_348 = (cse_115 * cse_174);
-            const real cse_349 = (cse_116 * cse_178);
-            const real cse_350 = (cse_117 * cse_181);
-            const real cse_351 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (((real)2.0) * p_E * p_nu * cse_109 * cse_5 * cse_8));
-            const real cse_352 = (-cse_104 - cse_351);
-            const real cse_353 = (-cse_114 - cse_351);
-            const real cse_354 = (-cse_113 - cse_351);
-            const real cse_355 = (cse_159 * ((cse_158 * cse_352) + (cse_164 * cse_348) + (cse_164 * cse_349) + (cse_164 * cse_350) + (cse_168 * cse_354) + (cse_172 * cse_353)));
-            const real cse_357 = (cse_159 * ((cse_168 * cse_94) + (cse_198 * cse_96) + (cse_202 * cse_97) - (cse_200 * cse_344) - (cse_200 * cse_345) - (cse_200 * cse_346)));
-            const real cse_358 = (cse_159 * ((cse_168 * cse_352) + (cse_198 * cse_354) + (cse_200 * cse_348) + (cse_200 * cse_349) + (cse_200 * cse_350) + (cse_202 * cse_353)));
-            const real cse_360 = (cse_159 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_221 * cse_97) - (cse_223 * cse_344) - (cse_223 * cse_345) - (cse_223 * cse_346)));
-            const real cse_361 = (cse_159 * ((cse_172 * cse_352) + (cse_202 * cse_354) + (cse_221 * cse_353) + (cse_223 * cse_348) + (cse_223 * cse_349) + (cse_223 * cse_350)));
-            const real cse_363 = (cse_135 * cse_99);
-            const real cse_364 = (cse_164 * cse_94);
-            const real cse_365 = (cse_200 * cse_96);
-            const real cse_366 = (cse_223 * cse_97);
-            const real cse_367 = (cse_159 * (-(cse_100 * cse_245) - (cse_174 * cse_364) - (cse_174 * cse_365) - (cse_174 * cse_366) - (cse_243 * cse_363) + (cse_17 * cse_241 * cse_5)));
-            const real cse_368 = (cse_164 * cse_352);
-            const real cse_369 = (cse_200 * cse_354);
-            const real cse_370 = (cse_223 * cse_353);
-            const real cse_371 = (cse_159 * (-(cse_115 * cse_241) - (cse_174 * cse_368) - (cse_174 * cse_369) - (cse_174 * cse_370) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_19) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_21)));
-            const real cse_373 = (cse_133 * cse_98);
-            const real cse_374 = (cse_159 * (-(cse_100 * cse_254) - (cse_178 * cse_364) - (cse_178 * cse_365) - (cse_178 * cse_366) + (cse_19 * cse_251 * cse_5) - (cse_135 * cse_239 * cse_373)));
-            const real cse_375 = (cse_159 * (-(cse_116 * cse_251) - (cse_178 * cse_368) - (cse_178 * cse_369) - (cse_178 * cse_370) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_153 * cse_154 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_21)));
-            const real cse_377 = (cse_159 * (-(cse_181 * cse_364) - (cse_181 * cse_365) - (cse_181 * cse_366) - (cse_253 * cse_363) - (cse_253 * cse_373) + (cse_21 * cse_258 * cse_5)));
-            const real cse_378 = (cse_159 * (-(cse_117 * cse_258) - (cse_181 * cse_368) - (cse_181 * cse_369) - (cse_181 * cse_370) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_153 * cse_154 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_153 * cse_154 * cse_19)));
-            const real cse_381 = (cse_159 * cse_162);
-            const real cse_385 = (cse_159 * cse_305);
-            const real cse_389 = (((real)2.0) * cse_153);
-            const real cse_390 = (cse_135 * cse_389);
-            const real cse_391 = (cse_137 * cse_389);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = cse_347;
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = cse_355;
+            const real cse_346 = (cse_161 * ((cse_160 * cse_94) + (cse_168 * cse_96) + (cse_172 * cse_97) - (cse_100 * cse_183) - (cse_175 * cse_98) - (cse_179 * cse_99)));
+            const real cse_347 = (cse_107 - (p_E * cse_11 * cse_5 * cse_8) - (((real)2.0) * p_E * p_nu * cse_109 * cse_5 * cse_8));
+            const real cse_348 = (-cse_104 - cse_347);
+            const real cse_349 = (-cse_114 - cse_347);
+            const real cse_350 = (-cse_113 - cse_347);
+            const real cse_351 = (cse_161 * ((cse_115 * cse_175) + (cse_116 * cse_179) + (cse_117 * cse_183) + (cse_160 * cse_348) + (cse_168 * cse_350) + (cse_172 * cse_349)));
+            const real cse_353 = (cse_161 * ((cse_168 * cse_94) + (cse_199 * cse_96) + (cse_202 * cse_97) - (cse_100 * cse_210) - (cse_204 * cse_98) - (cse_207 * cse_99)));
+            const real cse_354 = (cse_161 * ((cse_115 * cse_204) + (cse_116 * cse_207) + (cse_117 * cse_210) + (cse_168 * cse_348) + (cse_199 * cse_350) + (cse_202 * cse_349)));
+            const real cse_356 = (cse_161 * ((cse_172 * cse_94) + (cse_202 * cse_96) + (cse_222 * cse_97) - (cse_100 * cse_230) - (cse_224 * cse_98) - (cse_227 * cse_99)));
+            const real cse_357 = (cse_161 * ((cse_115 * cse_224) + (cse_116 * cse_227) + (cse_117 * cse_230) + (cse_172 * cse_348) + (cse_202 * cse_350) + (cse_222 * cse_349)));
+            const real cse_359 = (cse_244 * cse_99);
+            const real cse_360 = (cse_100 * cse_137);
+            const real cse_361 = (cse_161 * (-(cse_133 * cse_359) - (cse_175 * cse_94) - (cse_204 * cse_96) - (cse_224 * cse_97) - (cse_247 * cse_360) + (cse_17 * cse_242 * cse_5)));
+            const real cse_362 = (cse_161 * (-(cse_115 * cse_242) - (cse_175 * cse_348) - (cse_204 * cse_350) - (cse_224 * cse_349) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_19) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_21)));
+            const real cse_364 = (cse_133 * cse_98);
+            const real cse_365 = (cse_161 * (-(cse_179 * cse_94) - (cse_207 * cse_96) - (cse_227 * cse_97) - (cse_244 * cse_360) - (cse_244 * cse_364) + (cse_19 * cse_255 * cse_5)));
+            const real cse_366 = (cse_161 * (-(cse_116 * cse_255) - (cse_179 * cse_348) - (cse_207 * cse_350) - (cse_227 * cse_349) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_135 * cse_154 * cse_156 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_21)));
+            const real cse_368 = (cse_161 * (-(cse_137 * cse_359) - (cse_183 * cse_94) - (cse_210 * cse_96) - (cse_230 * cse_97) + (cse_21 * cse_261 * cse_5) - (cse_137 * cse_240 * cse_364)));
+            const real cse_369 = (cse_161 * (-(cse_117 * cse_261) - (cse_183 * cse_348) - (cse_210 * cse_350) - (cse_230 * cse_349) + (((real)2.0) * p_E * cse_102 * cse_133 * cse_137 * cse_154 * cse_156 * cse_17) + (((real)2.0) * p_E * cse_102 * cse_135 * cse_137 * cse_154 * cse_156 * cse_19)));
+            const real cse_372 = (cse_161 * cse_279);
+            const real cse_376 = (((real)0.6666666666666666) * cse_150);
+            const real cse_378 = (cse_161 * cse_376);
+            const real cse_381 = (((real)2.0) * cse_155);
+            const real cse_382 = (cse_135 * cse_381);
+            const real cse_383 = (cse_137 * cse_381);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = cse_346;
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = cse_351;
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[3 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[4 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[6 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = cse_357;
-            if (V & 8) mc_ls3_B[8 * MC_W + l] = cse_358;
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = cse_353;
+            if (V & 8) mc_ls3_B[8 * MC_W + l] = cse_354;
             if (V & 8) mc_ls3_B[9 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[10 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[12 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[13 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[14 * MC_W + l] = cse_360;
-            if (V & 8) mc_ls3_B[15 * MC_W + l] = cse_361;
+            if (V & 8) mc_ls3_B[14 * MC_W + l] = cse_356;
+            if (V & 8) mc_ls3_B[15 * MC_W + l] = cse_357;
             if (V & 8) mc_ls3_B[16 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[18 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[19 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[21 * MC_W + l] = cse_367;
-            if (V & 8) mc_ls3_B[22 * MC_W + l] = cse_371;
+            if (V & 8) mc_ls3_B[21 * MC_W + l] = cse_361;
+            if (V & 8) mc_ls3_B[22 * MC_W + l] = cse_362;
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[24 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[25 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[28 * MC_W + l] = cse_374;
-            if (V & 8) mc_ls3_B[29 * MC_W + l] = cse_375;
+            if (V & 8) mc_ls3_B[28 * MC_W + l] = cse_365;
+            if (V & 8) mc_ls3_B[29 * MC_W + l] = cse_366;
             if (V & 8) mc_ls3_B[30 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[31 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[34 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[35 * MC_W + l] = cse_377;
-            if (V & 8) mc_ls3_B[36 * MC_W + l] = cse_378;
+            if (V & 8) mc_ls3_B[35 * MC_W + l] = cse_368;
+            if (V & 8) mc_ls3_B[36 * MC_W + l] = cse_369;
             if (V & 8) mc_ls3_B[37 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[38 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
@@ -8392,53 +8382,53 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[46 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[47 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[48 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[49 * MC_W + l] = (cse_262 * cse_347);
-            if (V & 8) mc_ls3_B[50 * MC_W + l] = (cse_262 * cse_355);
+            if (V & 8) mc_ls3_B[49 * MC_W + l] = (cse_265 * cse_346);
+            if (V & 8) mc_ls3_B[50 * MC_W + l] = (cse_265 * cse_351);
             if (V & 8) mc_ls3_B[51 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[52 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[53 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[54 * MC_W + l] = (cse_152 * cse_381);
-            if (V & 8) mc_ls3_B[55 * MC_W + l] = (-cse_159 * state_internal_X_0);
-            if (V & 8) mc_ls3_B[56 * MC_W + l] = (cse_262 * cse_357);
-            if (V & 8) mc_ls3_B[57 * MC_W + l] = (cse_262 * cse_358);
+            if (V & 8) mc_ls3_B[54 * MC_W + l] = (cse_153 * cse_372);
+            if (V & 8) mc_ls3_B[55 * MC_W + l] = (-cse_161 * state_internal_X_0);
+            if (V & 8) mc_ls3_B[56 * MC_W + l] = (cse_265 * cse_353);
+            if (V & 8) mc_ls3_B[57 * MC_W + l] = (cse_265 * cse_354);
             if (V & 8) mc_ls3_B[58 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[59 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[60 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[61 * MC_W + l] = (cse_163 * cse_381);
-            if (V & 8) mc_ls3_B[62 * MC_W + l] = (-cse_159 * state_internal_X_1);
-            if (V & 8) mc_ls3_B[63 * MC_W + l] = (cse_262 * cse_360);
-            if (V & 8) mc_ls3_B[64 * MC_W + l] = (cse_262 * cse_361);
+            if (V & 8) mc_ls3_B[61 * MC_W + l] = (cse_165 * cse_372);
+            if (V & 8) mc_ls3_B[62 * MC_W + l] = (-cse_161 * state_internal_X_1);
+            if (V & 8) mc_ls3_B[63 * MC_W + l] = (cse_265 * cse_356);
+            if (V & 8) mc_ls3_B[64 * MC_W + l] = (cse_265 * cse_357);
             if (V & 8) mc_ls3_B[65 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[66 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[67 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[68 * MC_W + l] = (cse_170 * cse_381);
-            if (V & 8) mc_ls3_B[69 * MC_W + l] = (-cse_159 * state_internal_X_2);
-            if (V & 8) mc_ls3_B[70 * MC_W + l] = (cse_262 * cse_367);
-            if (V & 8) mc_ls3_B[71 * MC_W + l] = (cse_262 * cse_371);
+            if (V & 8) mc_ls3_B[68 * MC_W + l] = (cse_170 * cse_372);
+            if (V & 8) mc_ls3_B[69 * MC_W + l] = (-cse_161 * state_internal_X_2);
+            if (V & 8) mc_ls3_B[70 * MC_W + l] = (cse_265 * cse_361);
+            if (V & 8) mc_ls3_B[71 * MC_W + l] = (cse_265 * cse_362);
             if (V & 8) mc_ls3_B[72 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[73 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[74 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[75 * MC_W + l] = (cse_133 * cse_385);
-            if (V & 8) mc_ls3_B[76 * MC_W + l] = (-cse_159 * state_internal_X_3);
-            if (V & 8) mc_ls3_B[77 * MC_W + l] = (cse_262 * cse_374);
-            if (V & 8) mc_ls3_B[78 * MC_W + l] = (cse_262 * cse_375);
+            if (V & 8) mc_ls3_B[75 * MC_W + l] = (cse_250 * cse_376);
+            if (V & 8) mc_ls3_B[76 * MC_W + l] = (-cse_161 * state_internal_X_3);
+            if (V & 8) mc_ls3_B[77 * MC_W + l] = (cse_265 * cse_365);
+            if (V & 8) mc_ls3_B[78 * MC_W + l] = (cse_265 * cse_366);
             if (V & 8) mc_ls3_B[79 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[80 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[81 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[82 * MC_W + l] = (cse_135 * cse_385);
-            if (V & 8) mc_ls3_B[83 * MC_W + l] = (-cse_159 * state_internal_X_4);
-            if (V & 8) mc_ls3_B[84 * MC_W + l] = (cse_262 * cse_377);
-            if (V & 8) mc_ls3_B[85 * MC_W + l] = (cse_262 * cse_378);
+            if (V & 8) mc_ls3_B[82 * MC_W + l] = (cse_135 * cse_378);
+            if (V & 8) mc_ls3_B[83 * MC_W + l] = (-cse_161 * state_internal_X_4);
+            if (V & 8) mc_ls3_B[84 * MC_W + l] = (cse_265 * cse_368);
+            if (V & 8) mc_ls3_B[85 * MC_W + l] = (cse_265 * cse_369);
             if (V & 8) mc_ls3_B[86 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[87 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[88 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[89 * MC_W + l] = (cse_137 * cse_385);
-            if (V & 8) mc_ls3_B[90 * MC_W + l] = (-cse_159 * state_internal_X_5);
-            if (V & 8) mc_ls3_B[91 * MC_W + l] = (-cse_159 - (cse_323 * (cse_364 + cse_365 + cse_366 + (cse_100 * cse_391) + (cse_373 * cse_389) + (cse_390 * cse_99))) + (((real)2.0) * p_E * cse_318 * cse_320 * cse_322));
-            if (V & 8) mc_ls3_B[92 * MC_W + l] = (-cse_323 * (-(cse_116 * cse_390) - (cse_117 * cse_391) + (cse_152 * cse_153 * cse_352) + (cse_153 * cse_163 * cse_354) + (cse_153 * cse_170 * cse_353) - (cse_115 * cse_133 * cse_389)));
-            if (V & 8) mc_ls3_B[93 * MC_W + l] = (cse_316 * cse_338);
-            if (V & 8) mc_ls3_B[94 * MC_W + l] = (cse_339 * state_internal_ep);
-            if (V & 8) mc_ls3_B[95 * MC_W + l] = cse_338;
+            if (V & 8) mc_ls3_B[89 * MC_W + l] = (cse_137 * cse_378);
+            if (V & 8) mc_ls3_B[90 * MC_W + l] = (-cse_161 * state_internal_X_5);
+            if (V & 8) mc_ls3_B[91 * MC_W + l] = (-cse_161 - (cse_325 * ((cse_100 * cse_383) + (cse_364 * cse_381) + (cse_382 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (((real)2.0) * p_E * cse_320 * cse_322 * cse_324));
+            if (V & 8) mc_ls3_B[92 * MC_W + l] = (-cse_325 * (-(cse_116 * cse_382) - (cse_117 * cse_383) + (cse_153 * cse_155 * cse_348) + (cse_155 * cse_165 * cse_350) + (cse_155 * cse_170 * cse_349) - (cse_115 * cse_133 * cse_381)));
+            if (V & 8) mc_ls3_B[93 * MC_W + l] = (cse_318 * cse_340);
+            if (V & 8) mc_ls3_B[94 * MC_W + l] = (cse_341 * state_internal_ep);
+            if (V & 8) mc_ls3_B[95 * MC_W + l] = cse_340;
             if (V & 8) mc_ls3_B[96 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[97 * MC_W + l] = ((real)0.0);
             if (V & 8) v_cse_94[l] = cse_94;

@@ -214,7 +214,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_49 = (cse_21 * state_internal_gamma_rate)
         cse_50 = (2.0 * cse_31)
         cse_51 = _sdiv(1.0, cse_50)
-        cse_52 = (cse_51 * _sdiv(1.0, (cse_31 * cse_31)))
+        cse_52 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_51) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_31 * cse_31))))
         cse_53 = (cse_49 * cse_52)
         cse_54 = (cse_20 * cse_53)
         cse_56 = (0.3333333333333333 * cse_34)
@@ -1126,7 +1126,7 @@ if triton is not None:
             d4 = ls1_12
             d5 = ls1_13
             d6 = ls1_14
-            cse_52 = (cse_51 * _mc_sdiv(K5, (cse_31 * cse_31)))
+            cse_52 = (tl.where(state_internal_gamma_rate == 0.0, K8, cse_51) * tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K5, (cse_31 * cse_31))))
             cse_49 = (cse_21 * state_internal_gamma_rate)
             cse_53 = (cse_49 * cse_52)
             cse_107 = (cse_15 * cse_53)
@@ -2068,7 +2068,7 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_49 = (cse_21 * state_internal_gamma_rate);
         const real cse_50 = (((real)2.0) * cse_31);
         const real cse_51 = mc_sdiv(((real)1.0), cse_50);
-        const real cse_52 = (cse_51 * mc_sdiv(((real)1.0), (cse_31 * cse_31)));
+        const real cse_52 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : cse_51) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_31 * cse_31))));
         const real cse_53 = (cse_49 * cse_52);
         const real cse_54 = (cse_20 * cse_53);
         const real cse_56 = (((real)0.3333333333333333) * cse_34);

@@ -94,10 +94,10 @@ def _torch_newton_1(
         ncse_27 = (ncse_26 * ncse_5)
         ncse_28 = (ncse_10 * ncse_26)
         ncse_29 = (ncse_3 * ncse_7)
-        ncse_111 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_112 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_113 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), min=0.0))
+        ncse_112 = (ncse_11 - ncse_25 - ncse_27)
+        ncse_113 = (ncse_29 - ncse_27 - ncse_28)
+        ncse_114 = (ncse_8 - ncse_25 - ncse_28)
+        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114)), min=0.0))
         ncse_31 = _sdiv(1.0, ncse_30)
         ncse_32 = (0.5 * ncse_31)
         ncse_33 = (ncse_14 * ncse_32)
@@ -108,76 +108,77 @@ def _torch_newton_1(
         ncse_40 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * ncse_30) - (p_K * state_internal_ep)))
         ncse_41 = (ncse_39 * torch.clamp(ncse_40, min=0.0))
         ncse_42 = torch.pow(ncse_41, p_n)
-        ncse_43 = (-0.6666666666666666 * ncse_31)
-        ncse_44 = _sdiv(1.0, (2.0 * ncse_30))
-        ncse_45 = (ncse_44 * _sdiv(1.0, (ncse_30 * ncse_30)))
-        ncse_46 = (0.5 * ncse_45)
-        ncse_47 = (-ncse_13)
-        ncse_48 = (ncse_47 * ncse_6)
-        ncse_49 = (ncse_48 * state_internal_gamma_rate)
-        ncse_50 = (0.3333333333333333 * ncse_31)
-        ncse_51 = (ncse_12 * ncse_46)
-        ncse_52 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_51)))
-        ncse_53 = (-ncse_49 * (-ncse_50 - (ncse_35 * ncse_51)))
-        ncse_54 = (ncse_16 * state_internal_gamma_rate)
-        ncse_55 = (ncse_12 * ncse_47)
-        ncse_56 = (ncse_17 * ncse_45)
-        ncse_57 = (ncse_55 * ncse_56)
-        ncse_58 = (ncse_54 * ncse_57)
-        ncse_59 = (ncse_57 * state_internal_gamma_rate)
-        ncse_60 = (ncse_20 * ncse_59)
-        ncse_61 = (ncse_23 * ncse_59)
-        ncse_62 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_35 * ncse_46)))
-        ncse_63 = (ncse_47 * ncse_56)
-        ncse_64 = (ncse_34 * ncse_63)
-        ncse_65 = (ncse_54 * ncse_64)
-        ncse_66 = (ncse_64 * state_internal_gamma_rate)
-        ncse_67 = (ncse_20 * ncse_66)
-        ncse_68 = (ncse_23 * ncse_66)
-        ncse_69 = (ncse_32 * ncse_47)
-        ncse_70 = (ncse_35 * ncse_63)
-        ncse_71 = (ncse_54 * ncse_70)
-        ncse_72 = (ncse_70 * state_internal_gamma_rate)
-        ncse_73 = (ncse_20 * ncse_72)
-        ncse_74 = (ncse_23 * ncse_72)
-        ncse_75 = (-ncse_31)
-        ncse_76 = (2.0 * ncse_45)
-        ncse_77 = (p_E * p_E * p_E)
-        ncse_78 = (ncse_2 * ncse_2 * ncse_2)
-        ncse_79 = (ncse_47 * ncse_54 * ncse_76 * ncse_77 * ncse_78)
-        ncse_80 = (ncse_20 * ncse_79)
-        ncse_81 = (ncse_23 * ncse_79)
-        ncse_82 = (ncse_31 * ncse_48)
-        ncse_83 = (ncse_20 * ncse_23 * ncse_47 * ncse_76 * ncse_77 * ncse_78 * state_internal_gamma_rate)
-        ncse_84 = (p_n * _powr_shift(ncse_42, ncse_41, (-1.0 + p_n)))
-        ncse_85 = (ncse_39 * ncse_84 * _heaviside(ncse_40))
-        ncse_86 = (ncse_44 * ncse_85)
-        ncse_87 = (ncse_6 * ncse_86)
-        ncse_88 = (2.0 * ncse_17 * ncse_86)
-        ncse_89 = torch.abs(state_internal_Ep_0)
-        ncse_90 = torch.abs(state_internal_Ep_1)
-        ncse_91 = (ncse_90 + torch.abs(forces_E_1))
-        ncse_92 = (torch.abs(p_E) * torch.abs(ncse_2))
-        ncse_93 = (0.6666666666666666 * ncse_92)
-        ncse_94 = (ncse_91 * ncse_93)
-        ncse_95 = (ncse_89 + torch.abs(forces_E_0))
-        ncse_96 = (1.3333333333333333 * ncse_92)
-        ncse_97 = torch.abs(state_internal_Ep_2)
-        ncse_98 = (ncse_97 + torch.abs(forces_E_2))
-        ncse_114 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_99 = (2.6666666666666665 * ncse_92 * (ncse_91 + ncse_95 + ncse_98) * torch.abs(p_nu) * ncse_114)
-        ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
-        ncse_101 = torch.abs(state_internal_gamma_rate)
-        ncse_102 = (ncse_101 * torch.abs(ncse_13))
-        ncse_103 = (ncse_102 * torch.abs(ncse_31))
-        ncse_104 = (0.5 * ncse_103)
-        ncse_105 = (ncse_93 * ncse_95)
-        ncse_106 = torch.abs(state_internal_Ep_3)
-        ncse_107 = (ncse_103 * ncse_92)
-        ncse_108 = torch.abs(state_internal_Ep_4)
-        ncse_109 = torch.abs(state_internal_Ep_5)
-        ncse_110 = torch.abs(state_internal_ep)
-        ncse_115 = (0.816496580927726 * ncse_47)
+        ncse_43 = torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_31)
+        ncse_44 = (-0.6666666666666666 * ncse_43)
+        ncse_45 = _sdiv(1.0, (2.0 * ncse_30))
+        ncse_46 = (torch.where(state_internal_gamma_rate == 0.0, 0.0, ncse_45) * torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (ncse_30 * ncse_30))))
+        ncse_47 = (0.5 * ncse_46)
+        ncse_48 = (-ncse_13)
+        ncse_49 = (ncse_48 * ncse_6)
+        ncse_50 = (ncse_49 * state_internal_gamma_rate)
+        ncse_51 = (0.3333333333333333 * ncse_43)
+        ncse_52 = (ncse_12 * ncse_47)
+        ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)))
+        ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)))
+        ncse_55 = (ncse_16 * state_internal_gamma_rate)
+        ncse_56 = (ncse_12 * ncse_48)
+        ncse_57 = (ncse_17 * ncse_46)
+        ncse_58 = (ncse_56 * ncse_57)
+        ncse_59 = (ncse_55 * ncse_58)
+        ncse_60 = (ncse_58 * state_internal_gamma_rate)
+        ncse_61 = (ncse_20 * ncse_60)
+        ncse_62 = (ncse_23 * ncse_60)
+        ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)))
+        ncse_64 = (ncse_48 * ncse_57)
+        ncse_65 = (ncse_34 * ncse_64)
+        ncse_66 = (ncse_55 * ncse_65)
+        ncse_67 = (ncse_65 * state_internal_gamma_rate)
+        ncse_68 = (ncse_20 * ncse_67)
+        ncse_69 = (ncse_23 * ncse_67)
+        ncse_70 = (ncse_32 * ncse_48)
+        ncse_71 = (ncse_35 * ncse_64)
+        ncse_72 = (ncse_55 * ncse_71)
+        ncse_73 = (ncse_71 * state_internal_gamma_rate)
+        ncse_74 = (ncse_20 * ncse_73)
+        ncse_75 = (ncse_23 * ncse_73)
+        ncse_76 = (-ncse_43)
+        ncse_77 = (2.0 * ncse_46)
+        ncse_78 = (p_E * p_E * p_E)
+        ncse_79 = (ncse_2 * ncse_2 * ncse_2)
+        ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79)
+        ncse_81 = (ncse_20 * ncse_80)
+        ncse_82 = (ncse_23 * ncse_80)
+        ncse_83 = (ncse_31 * ncse_49)
+        ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate)
+        ncse_85 = (p_n * _powr_shift(ncse_42, ncse_41, (-1.0 + p_n)))
+        ncse_86 = (ncse_39 * ncse_85 * _heaviside(ncse_40))
+        ncse_87 = (ncse_45 * ncse_86)
+        ncse_88 = (ncse_6 * ncse_87)
+        ncse_89 = (2.0 * ncse_17 * ncse_87)
+        ncse_90 = torch.abs(state_internal_Ep_0)
+        ncse_91 = torch.abs(state_internal_Ep_1)
+        ncse_92 = (ncse_91 + torch.abs(forces_E_1))
+        ncse_93 = (torch.abs(p_E) * torch.abs(ncse_2))
+        ncse_94 = (0.6666666666666666 * ncse_93)
+        ncse_95 = (ncse_92 * ncse_94)
+        ncse_96 = (ncse_90 + torch.abs(forces_E_0))
+        ncse_97 = (1.3333333333333333 * ncse_93)
+        ncse_98 = torch.abs(state_internal_Ep_2)
+        ncse_99 = (ncse_98 + torch.abs(forces_E_2))
+        ncse_115 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_115)
+        ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+        ncse_102 = torch.abs(state_internal_gamma_rate)
+        ncse_103 = (ncse_102 * torch.abs(ncse_13))
+        ncse_104 = (ncse_103 * torch.abs(ncse_31))
+        ncse_105 = (0.5 * ncse_104)
+        ncse_106 = (ncse_94 * ncse_96)
+        ncse_107 = torch.abs(state_internal_Ep_3)
+        ncse_108 = (ncse_104 * ncse_93)
+        ncse_109 = torch.abs(state_internal_Ep_4)
+        ncse_110 = torch.abs(state_internal_Ep_5)
+        ncse_111 = torch.abs(state_internal_ep)
+        ncse_116 = (0.816496580927726 * ncse_48)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -189,22 +190,22 @@ def _torch_newton_1(
         perzyna_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (0.816496580927726 * ncse_102) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (0.816496580927726 * ((ncse_110 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_84)) + torch.abs(ncse_42)))))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + torch.abs(old_state_internal_Ep_1)))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (0.816496580927726 * ncse_103) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (0.816496580927726 * ((ncse_111 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_85)) + torch.abs(ncse_42)))))
         perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(perzyna_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
-            [(1.0 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12))))), ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, 0.0, (ncse_32 * ncse_55)],
-            [ncse_52, (1.0 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34))))), ncse_62, ncse_65, ncse_67, ncse_68, 0.0, (ncse_34 * ncse_69)],
-            [ncse_53, ncse_62, (1.0 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35))))), ncse_71, ncse_73, ncse_74, 0.0, (ncse_35 * ncse_69)],
-            [ncse_58, ncse_65, ncse_71, (1.0 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76)))), ncse_80, ncse_81, 0.0, (ncse_16 * ncse_82)],
-            [ncse_60, ncse_67, ncse_73, ncse_80, (1.0 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76)))), ncse_83, 0.0, (ncse_20 * ncse_82)],
-            [ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, (1.0 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76)))), 0.0, (ncse_23 * ncse_82)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_115],
-            [(ncse_12 * ncse_87), (ncse_34 * ncse_87), (ncse_35 * ncse_87), (ncse_16 * ncse_88), (ncse_20 * ncse_88), (ncse_23 * ncse_88), (0.816496580927726 * p_K * ncse_85), 1.0],
+            [(1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12))))), ncse_53, ncse_54, ncse_59, ncse_61, ncse_62, 0.0, (ncse_32 * ncse_56)],
+            [ncse_53, (1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34))))), ncse_63, ncse_66, ncse_68, ncse_69, 0.0, (ncse_34 * ncse_70)],
+            [ncse_54, ncse_63, (1.0 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35))))), ncse_72, ncse_74, ncse_75, 0.0, (ncse_35 * ncse_70)],
+            [ncse_59, ncse_66, ncse_72, (1.0 - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77)))), ncse_81, ncse_82, 0.0, (ncse_16 * ncse_83)],
+            [ncse_61, ncse_68, ncse_74, ncse_81, (1.0 - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77)))), ncse_84, 0.0, (ncse_20 * ncse_83)],
+            [ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, (1.0 - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77)))), 0.0, (ncse_23 * ncse_83)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_116],
+            [(ncse_12 * ncse_88), (ncse_34 * ncse_88), (ncse_35 * ncse_88), (ncse_16 * ncse_89), (ncse_20 * ncse_89), (ncse_23 * ncse_89), (0.816496580927726 * p_K * ncse_86), 1.0],
         ], X)
         nt1_B = _matrix([
             [(-nt1_r_0)],
@@ -324,111 +325,116 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_119 = (0.6666666666666666 * cse_14)
         cse_120 = (0.3333333333333333 * cse_15)
         cse_121 = (0.6666666666666666 * cse_6)
-        cse_243 = (cse_118 - cse_116 - cse_117)
-        cse_244 = (cse_119 - cse_116 - cse_120)
-        cse_245 = (cse_121 - cse_117 - cse_120)
-        cse_122 = torch.sqrt(torch.clamp((cse_111 + cse_113 + cse_115 + (cse_243 * cse_243) + (cse_244 * cse_244) + (cse_245 * cse_245)), min=0.0))
+        cse_245 = (cse_118 - cse_116 - cse_117)
+        cse_246 = (cse_119 - cse_116 - cse_120)
+        cse_247 = (cse_121 - cse_117 - cse_120)
+        cse_122 = torch.sqrt(torch.clamp((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247)), min=0.0))
         cse_123 = _sdiv(1.0, cse_122)
-        cse_124 = (-0.6666666666666666 * cse_123)
-        cse_125 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_4))
-        cse_126 = _sdiv(1.0, (2.0 * cse_122))
-        cse_127 = _sdiv(1.0, (cse_122 * cse_122))
-        cse_128 = (0.5 * cse_127)
-        cse_129 = (cse_126 * cse_128)
-        cse_130 = (-cse_124 - (cse_129 * (cse_125 * cse_125)))
-        cse_131 = (old_forces_t - forces_t)
-        cse_132 = (cse_131 * state_internal_gamma_rate)
-        cse_133 = (cse_132 * cse_5)
-        cse_134 = (cse_130 * cse_133)
-        cse_135 = (0.3333333333333333 * cse_123)
-        cse_136 = (-cse_118 - cse_121 + (1.3333333333333333 * p_E * cse_1 * cse_4))
-        cse_137 = (cse_125 * cse_126)
-        cse_138 = (cse_128 * cse_137)
-        cse_139 = (-cse_135 - (cse_136 * cse_138))
-        cse_140 = (-cse_133 * cse_139)
-        cse_141 = (-cse_119 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_4))
-        cse_142 = (-cse_135 - (cse_138 * cse_141))
-        cse_143 = (-cse_133 * cse_142)
-        cse_144 = (cse_127 * cse_137)
-        cse_145 = (cse_110 * cse_132)
-        cse_146 = (cse_144 * cse_145)
-        cse_147 = (cse_146 * cse_16)
-        cse_148 = (cse_146 * cse_18)
-        cse_149 = (cse_146 * cse_20)
-        cse_150 = (0.5 * cse_123)
-        cse_151 = (cse_131 * cse_150)
-        cse_152 = (-cse_124 - (cse_129 * (cse_136 * cse_136)))
-        cse_153 = (cse_133 * cse_152)
-        cse_154 = (cse_126 * cse_136)
-        cse_155 = (-cse_135 - (cse_128 * cse_141 * cse_154))
-        cse_156 = (-cse_133 * cse_155)
-        cse_157 = (cse_127 * cse_154)
-        cse_158 = (cse_145 * cse_157)
+        cse_124 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_123)
+        cse_125 = (-0.6666666666666666 * cse_124)
+        cse_126 = (-cse_118 - cse_119 + (1.3333333333333333 * p_E * cse_0 * cse_4))
+        cse_127 = torch.where(state_internal_gamma_rate == 0.0, 0.0, _sdiv(1.0, (cse_122 * cse_122)))
+        cse_128 = _sdiv(1.0, (2.0 * cse_122))
+        cse_129 = torch.where(state_internal_gamma_rate == 0.0, 0.0, cse_128)
+        cse_130 = (cse_127 * cse_129)
+        cse_131 = (0.5 * cse_130)
+        cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)))
+        cse_133 = (old_forces_t - forces_t)
+        cse_134 = (cse_133 * state_internal_gamma_rate)
+        cse_135 = (cse_134 * cse_5)
+        cse_136 = (cse_132 * cse_135)
+        cse_137 = (0.3333333333333333 * cse_124)
+        cse_138 = (-cse_118 - cse_121 + (1.3333333333333333 * p_E * cse_1 * cse_4))
+        cse_139 = (cse_126 * cse_131)
+        cse_140 = (-cse_137 - (cse_138 * cse_139))
+        cse_141 = (-cse_135 * cse_140)
+        cse_142 = (-cse_119 - cse_121 + (1.3333333333333333 * p_E * cse_2 * cse_4))
+        cse_143 = (-cse_137 - (cse_139 * cse_142))
+        cse_144 = (-cse_135 * cse_143)
+        cse_145 = (cse_126 * cse_130)
+        cse_146 = (cse_110 * cse_134)
+        cse_147 = (cse_145 * cse_146)
+        cse_148 = (cse_147 * cse_16)
+        cse_149 = (cse_147 * cse_18)
+        cse_150 = (cse_147 * cse_20)
+        cse_151 = (0.5 * cse_123)
+        cse_152 = (cse_133 * cse_151)
+        cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)))
+        cse_154 = (cse_135 * cse_153)
+        cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142))
+        cse_156 = (-cse_135 * cse_155)
+        cse_157 = (cse_130 * cse_138)
+        cse_158 = (cse_146 * cse_157)
         cse_159 = (cse_158 * cse_16)
         cse_160 = (cse_158 * cse_18)
         cse_161 = (cse_158 * cse_20)
-        cse_162 = (-cse_124 - (cse_129 * (cse_141 * cse_141)))
-        cse_163 = (cse_133 * cse_162)
-        cse_164 = (cse_126 * cse_141)
-        cse_165 = (cse_127 * cse_164)
-        cse_166 = (cse_145 * cse_165)
-        cse_167 = (cse_16 * cse_166)
-        cse_168 = (cse_166 * cse_18)
-        cse_169 = (cse_166 * cse_20)
-        cse_170 = (-cse_123)
-        cse_171 = (2.0 * cse_126)
-        cse_172 = (cse_127 * cse_171)
-        cse_173 = (-cse_170 - (cse_111 * cse_172))
-        cse_174 = (cse_133 * cse_173)
-        cse_175 = (cse_4 * cse_4 * cse_4)
-        cse_176 = (p_E * p_E * p_E)
-        cse_177 = (cse_132 * cse_16 * cse_172 * cse_175 * cse_176)
+        cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)))
+        cse_163 = (cse_135 * cse_162)
+        cse_164 = (cse_130 * cse_142)
+        cse_165 = (cse_146 * cse_164)
+        cse_166 = (cse_16 * cse_165)
+        cse_167 = (cse_165 * cse_18)
+        cse_168 = (cse_165 * cse_20)
+        cse_169 = (-cse_124)
+        cse_170 = (2.0 * cse_130)
+        cse_171 = (-cse_169 - (cse_111 * cse_170))
+        cse_172 = (cse_135 * cse_171)
+        cse_173 = (cse_16 * cse_170)
+        cse_174 = (cse_4 * cse_4 * cse_4)
+        cse_175 = (p_E * p_E * p_E)
+        cse_176 = (cse_134 * cse_174 * cse_175)
+        cse_177 = (cse_173 * cse_176)
         cse_178 = (cse_177 * cse_18)
         cse_179 = (cse_177 * cse_20)
-        cse_180 = (cse_123 * cse_131)
-        cse_181 = (-cse_170 - (cse_113 * cse_172))
-        cse_182 = (cse_133 * cse_181)
-        cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20)
-        cse_184 = (-cse_170 - (cse_115 * cse_172))
-        cse_185 = (cse_133 * cse_184)
-        cse_188 = (1.0 / p_eta)
-        cse_189 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_122) - (p_K * state_internal_ep)))
-        cse_190 = torch.clamp(cse_189, min=0.0)
-        cse_191 = (cse_188 * cse_190)
-        cse_192 = torch.pow(cse_191, p_n)
-        cse_193 = (p_n * _powr_shift(cse_192, cse_191, (-1.0 + p_n)))
-        cse_194 = (cse_188 * cse_193 * _heaviside(cse_189))
-        cse_195 = (cse_194 * cse_5)
-        cse_196 = (cse_137 * cse_195)
-        cse_197 = (cse_154 * cse_195)
-        cse_198 = (cse_164 * cse_195)
-        cse_199 = (cse_110 * cse_171 * cse_194)
-        cse_200 = (cse_16 * cse_199)
-        cse_201 = (cse_18 * cse_199)
-        cse_202 = (cse_199 * cse_20)
-        cse_203 = (0.816496580927726 * cse_194)
+        cse_180 = (cse_123 * cse_133)
+        cse_181 = (-cse_169 - (cse_113 * cse_170))
+        cse_182 = (cse_135 * cse_181)
+        cse_183 = (cse_170 * cse_18)
+        cse_184 = (cse_176 * cse_183 * cse_20)
+        cse_185 = (-cse_169 - (cse_115 * cse_170))
+        cse_186 = (cse_135 * cse_185)
+        cse_189 = (cse_126 * cse_128)
+        cse_190 = (1.0 / p_eta)
+        cse_191 = (0.816496580927726 * (-p_sigma_y + (1.224744871391589 * cse_122) - (p_K * state_internal_ep)))
+        cse_192 = torch.clamp(cse_191, min=0.0)
+        cse_193 = (cse_190 * cse_192)
+        cse_194 = torch.pow(cse_193, p_n)
+        cse_195 = (p_n * _powr_shift(cse_194, cse_193, (-1.0 + p_n)))
+        cse_196 = (cse_190 * cse_195 * _heaviside(cse_191))
+        cse_197 = (cse_196 * cse_5)
+        cse_198 = (cse_189 * cse_197)
+        cse_199 = (cse_128 * cse_138)
+        cse_200 = (cse_197 * cse_199)
+        cse_201 = (cse_128 * cse_142)
+        cse_202 = (cse_197 * cse_201)
+        cse_203 = (2.0 * cse_128)
+        cse_204 = (cse_110 * cse_196 * cse_203)
+        cse_205 = (cse_16 * cse_204)
+        cse_206 = (cse_18 * cse_204)
+        cse_207 = (cse_20 * cse_204)
+        cse_208 = (0.816496580927726 * cse_196)
         # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
         lu1_A = _matrix([
-            [(1.0 - cse_134), cse_140, cse_143, cse_147, cse_148, cse_149, 0.0, (cse_125 * cse_151)],
-            [cse_140, (1.0 - cse_153), cse_156, cse_159, cse_160, cse_161, 0.0, (cse_136 * cse_151)],
-            [cse_143, cse_156, (1.0 - cse_163), cse_167, cse_168, cse_169, 0.0, (cse_141 * cse_151)],
-            [cse_147, cse_159, cse_167, (1.0 - cse_174), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
-            [cse_148, cse_160, cse_168, cse_178, (1.0 - cse_182), cse_183, 0.0, (cse_180 * state_S_4)],
-            [cse_149, cse_161, cse_169, cse_179, cse_183, (1.0 - cse_185), 0.0, (cse_180 * state_S_5)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_131)],
-            [cse_196, cse_197, cse_198, cse_200, cse_201, cse_202, (p_K * cse_203), 1.0],
+            [(1.0 - cse_136), cse_141, cse_144, cse_148, cse_149, cse_150, 0.0, (cse_126 * cse_152)],
+            [cse_141, (1.0 - cse_154), cse_156, cse_159, cse_160, cse_161, 0.0, (cse_138 * cse_152)],
+            [cse_144, cse_156, (1.0 - cse_163), cse_166, cse_167, cse_168, 0.0, (cse_142 * cse_152)],
+            [cse_148, cse_159, cse_166, (1.0 - cse_172), cse_178, cse_179, 0.0, (cse_180 * state_S_3)],
+            [cse_149, cse_160, cse_167, cse_178, (1.0 - cse_182), cse_184, 0.0, (cse_180 * state_S_4)],
+            [cse_150, cse_161, cse_168, cse_179, cse_184, (1.0 - cse_186), 0.0, (cse_180 * state_S_5)],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_133)],
+            [cse_198, cse_200, cse_202, cse_205, cse_206, cse_207, (p_K * cse_208), 1.0],
         ], X)
         lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
         # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
-            [(-cse_134), cse_140, cse_143, cse_147, cse_148, cse_149],
-            [cse_140, (-cse_153), cse_156, cse_159, cse_160, cse_161],
-            [cse_143, cse_156, (-cse_163), cse_167, cse_168, cse_169],
-            [cse_147, cse_159, cse_167, (-cse_174), cse_178, cse_179],
-            [cse_148, cse_160, cse_168, cse_178, (-cse_182), cse_183],
-            [cse_149, cse_161, cse_169, cse_179, cse_183, (-cse_185)],
+            [(-cse_136), cse_141, cse_144, cse_148, cse_149, cse_150],
+            [cse_141, (-cse_154), cse_156, cse_159, cse_160, cse_161],
+            [cse_144, cse_156, (-cse_163), cse_166, cse_167, cse_168],
+            [cse_148, cse_159, cse_166, (-cse_172), cse_178, cse_179],
+            [cse_149, cse_160, cse_167, cse_178, (-cse_182), cse_184],
+            [cse_150, cse_161, cse_168, cse_179, cse_184, (-cse_186)],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_196, cse_197, cse_198, cse_200, cse_201, cse_202],
+            [cse_198, cse_200, cse_202, cse_205, cse_206, cse_207],
         ], X)
         ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
         d1 = ls1_X[:, 0, 0]
@@ -534,24 +540,24 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         d83 = (cse_43 * d35)
         d84 = (cse_5 + (cse_43 * d36))
     if V & 12:  # jacobian, total
-        cse_204 = (cse_150 * state_internal_gamma_rate)
-        cse_205 = (cse_125 * cse_204)
-        cse_214 = (cse_136 * cse_204)
-        cse_217 = (cse_141 * cse_204)
-        cse_220 = (cse_123 * state_internal_gamma_rate)
-        cse_221 = (cse_220 * state_S_3)
-        cse_234 = (cse_220 * state_S_4)
-        cse_238 = (cse_220 * state_S_5)
-        cse_241 = (0.816496580927726 * state_internal_gamma_rate)
+        cse_209 = (cse_151 * state_internal_gamma_rate)
+        cse_210 = (cse_126 * cse_209)
+        cse_219 = (cse_138 * cse_209)
+        cse_222 = (cse_142 * cse_209)
+        cse_225 = (cse_123 * state_internal_gamma_rate)
+        cse_226 = (cse_225 * state_S_3)
+        cse_232 = (cse_225 * state_S_4)
+        cse_237 = (cse_225 * state_S_5)
+        cse_242 = (0.816496580927726 * state_internal_gamma_rate)
         # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
         ls2_B = _matrix([
-            [cse_205, (-cse_205), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_214, (-cse_214), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_217, (-cse_217), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
-            [cse_221, (-cse_221), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
-            [cse_234, (-cse_234), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
-            [cse_238, (-cse_238), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
-            [cse_241, (-cse_241), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+            [cse_210, (-cse_210), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_219, (-cse_219), 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_222, (-cse_222), 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+            [cse_226, (-cse_226), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+            [cse_232, (-cse_232), 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            [cse_237, (-cse_237), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            [cse_242, (-cse_242), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
         ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
@@ -727,46 +733,43 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
         cse_93 = (cse_16 * cse_81)
         cse_94 = (cse_18 * cse_81)
         cse_95 = (cse_20 * cse_81)
-        cse_206 = (cse_108 * cse_81)
-        cse_207 = (cse_144 * cse_81)
-        cse_208 = (cse_109 * cse_175)
-        cse_209 = (cse_144 * cse_208)
-        cse_210 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_87))
-        cse_211 = (-cse_210 - cse_82)
-        cse_212 = (-cse_210 - cse_92)
-        cse_213 = (-cse_210 - cse_91)
-        cse_215 = (cse_157 * cse_81)
-        cse_216 = (cse_157 * cse_208)
-        cse_218 = (cse_165 * cse_81)
-        cse_219 = (cse_165 * cse_208)
-        cse_222 = (cse_171 * cse_208)
-        cse_223 = (cse_112 * cse_222)
-        cse_224 = (cse_127 * cse_16)
-        cse_225 = (cse_114 * cse_222)
-        cse_226 = (cse_137 * cse_75)
-        cse_227 = (cse_127 * state_S_3)
-        cse_228 = (cse_154 * cse_77)
-        cse_229 = (cse_164 * cse_78)
-        cse_230 = (cse_4 * cse_4 * cse_4 * cse_4)
-        cse_231 = (cse_164 * cse_212)
-        cse_232 = (cse_154 * cse_213)
-        cse_233 = (cse_137 * cse_211)
-        cse_235 = (cse_108 * cse_171 * cse_208)
-        cse_236 = (cse_127 * cse_18)
-        cse_237 = (cse_127 * state_S_4)
-        cse_239 = (cse_127 * cse_20)
-        cse_240 = (cse_127 * state_S_5)
-        cse_242 = (cse_171 * cse_81)
+        cse_211 = (cse_108 * cse_81)
+        cse_212 = (cse_145 * cse_81)
+        cse_213 = (cse_109 * cse_174)
+        cse_214 = (cse_145 * cse_213)
+        cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (2.0 * p_E * p_nu * cse_4 * cse_7 * cse_87))
+        cse_216 = (-cse_215 - cse_82)
+        cse_217 = (-cse_215 - cse_92)
+        cse_218 = (-cse_215 - cse_91)
+        cse_220 = (cse_157 * cse_81)
+        cse_221 = (cse_157 * cse_213)
+        cse_223 = (cse_164 * cse_81)
+        cse_224 = (cse_164 * cse_213)
+        cse_227 = (cse_173 * cse_213)
+        cse_228 = (cse_145 * state_S_3)
+        cse_229 = (cse_157 * state_S_3)
+        cse_230 = (cse_164 * state_S_3)
+        cse_231 = (cse_4 * cse_4 * cse_4 * cse_4)
+        cse_233 = (cse_183 * cse_213)
+        cse_234 = (cse_145 * state_S_4)
+        cse_235 = (cse_157 * state_S_4)
+        cse_236 = (cse_164 * state_S_4)
+        cse_238 = (cse_170 * cse_20 * cse_213)
+        cse_239 = (cse_145 * state_S_5)
+        cse_240 = (cse_157 * state_S_5)
+        cse_241 = (cse_164 * state_S_5)
+        cse_243 = (cse_203 * cse_81)
+        cse_244 = (cse_203 * cse_213)
         # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
         ls3_B = _matrix([
-            [(-cse_132 * ((cse_130 * cse_75) + (cse_139 * cse_77) + (cse_142 * cse_78) - (cse_112 * cse_207) - (cse_114 * cse_207) - (cse_144 * cse_206))), (-cse_132 * ((cse_108 * cse_209) + (cse_112 * cse_209) + (cse_114 * cse_209) + (cse_130 * cse_211) + (cse_139 * cse_213) + (cse_142 * cse_212))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_132 * ((cse_139 * cse_75) + (cse_152 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_215) - (cse_114 * cse_215) - (cse_157 * cse_206))), (-cse_132 * ((cse_108 * cse_216) + (cse_112 * cse_216) + (cse_114 * cse_216) + (cse_139 * cse_211) + (cse_152 * cse_213) + (cse_155 * cse_212))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_132 * ((cse_142 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_218) - (cse_114 * cse_218) - (cse_165 * cse_206))), (-cse_132 * ((cse_108 * cse_219) + (cse_112 * cse_219) + (cse_114 * cse_219) + (cse_142 * cse_211) + (cse_155 * cse_213) + (cse_162 * cse_212))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_132 * (-(cse_223 * cse_224) - (cse_224 * cse_225) - (cse_226 * cse_227) - (cse_227 * cse_228) - (cse_227 * cse_229) + (cse_16 * cse_173 * cse_4))), (-cse_132 * (-(cse_173 * cse_93) - (cse_227 * cse_231) - (cse_227 * cse_232) - (cse_227 * cse_233) + (2.0 * cse_112 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230) + (2.0 * cse_114 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_132 * (-(cse_225 * cse_236) - (cse_226 * cse_237) - (cse_228 * cse_237) - (cse_229 * cse_237) - (cse_235 * cse_236) + (cse_18 * cse_181 * cse_4))), (-cse_132 * (-(cse_181 * cse_94) - (cse_231 * cse_237) - (cse_232 * cse_237) - (cse_233 * cse_237) + (2.0 * cse_108 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230) + (2.0 * cse_114 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230))), 0.0, 0.0, 0.0, 0.0],
-            [(-cse_132 * (-(cse_223 * cse_239) - (cse_226 * cse_240) - (cse_228 * cse_240) - (cse_229 * cse_240) - (cse_235 * cse_239) + (cse_184 * cse_20 * cse_4))), (-cse_132 * (-(cse_184 * cse_95) - (cse_231 * cse_240) - (cse_232 * cse_240) - (cse_233 * cse_240) + (2.0 * cse_108 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230) + (2.0 * cse_112 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211))), (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211))), (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211))), (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4))), (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (2.0 * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (2.0 * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4))), (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (2.0 * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (2.0 * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231))), 0.0, 0.0, 0.0, 0.0],
+            [(-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4))), (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (2.0 * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (2.0 * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231))), 0.0, 0.0, 0.0, 0.0],
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-            [(cse_194 * (cse_226 + cse_228 + cse_229 + (cse_112 * cse_242) + (cse_114 * cse_242) + (cse_171 * cse_206))), (cse_194 * (-cse_223 - cse_225 - cse_235 + (cse_125 * cse_126 * cse_211) + (cse_126 * cse_136 * cse_213) + (cse_126 * cse_141 * cse_212))), (-cse_203 * state_internal_ep), (-cse_203), (-cse_190 * cse_193 * (cse_188 * cse_188)), torch.where(cse_191 > 0.0, (cse_192 * torch.log(cse_191)), 0.0)],
+            [(cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211))), (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217))), (-cse_208 * state_internal_ep), (-cse_208), (-cse_192 * cse_195 * (cse_190 * cse_190)), torch.where(cse_193 > 0.0, (cse_194 * torch.log(cse_193)), 0.0)],
         ], X)
         ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
         d211 = ls3_X[:, 0, 0]
@@ -1540,8 +1543,9 @@ if triton is not None:
         K5 = tl.full([], 0.5, DTYPE)
         K6 = tl.full([], 0.816496580927726, DTYPE)
         K7 = tl.full([], 1.224744871391589, DTYPE)
-        K8 = tl.full([], 2.0, DTYPE)
-        K9 = tl.full([], 2.6666666666666665, DTYPE)
+        K8 = tl.full([], 0.0, DTYPE)
+        K9 = tl.full([], 2.0, DTYPE)
+        K10 = tl.full([], 2.6666666666666665, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1591,10 +1595,10 @@ if triton is not None:
             ncse_27 = (ncse_26 * ncse_5)
             ncse_28 = (ncse_10 * ncse_26)
             ncse_29 = (ncse_3 * ncse_7)
-            ncse_111 = (ncse_11 - ncse_25 - ncse_27)
-            ncse_112 = (ncse_29 - ncse_27 - ncse_28)
-            ncse_113 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(tl.maximum((ncse_18 + ncse_21 + ncse_24 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), 0.0))
+            ncse_112 = (ncse_11 - ncse_25 - ncse_27)
+            ncse_113 = (ncse_29 - ncse_27 - ncse_28)
+            ncse_114 = (ncse_8 - ncse_25 - ncse_28)
+            ncse_30 = tl.sqrt(tl.maximum((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114)), 0.0))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1605,76 +1609,77 @@ if triton is not None:
             ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_30) - (p_K * state_internal_ep)))
             ncse_41 = (ncse_39 * tl.maximum(ncse_40, 0.0))
             ncse_42 = tl.exp(p_n * tl.log(ncse_41))
-            ncse_43 = (-K2 * ncse_31)
-            ncse_44 = _mc_sdiv(K1, (K8 * ncse_30))
-            ncse_45 = (ncse_44 * _mc_sdiv(K1, (ncse_30 * ncse_30)))
-            ncse_46 = (K5 * ncse_45)
-            ncse_47 = (-ncse_13)
-            ncse_48 = (ncse_47 * ncse_6)
-            ncse_49 = (ncse_48 * state_internal_gamma_rate)
-            ncse_50 = (K4 * ncse_31)
-            ncse_51 = (ncse_12 * ncse_46)
-            ncse_52 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_51)))
-            ncse_53 = (-ncse_49 * (-ncse_50 - (ncse_35 * ncse_51)))
-            ncse_54 = (ncse_16 * state_internal_gamma_rate)
-            ncse_55 = (ncse_12 * ncse_47)
-            ncse_56 = (ncse_17 * ncse_45)
-            ncse_57 = (ncse_55 * ncse_56)
-            ncse_58 = (ncse_54 * ncse_57)
-            ncse_59 = (ncse_57 * state_internal_gamma_rate)
-            ncse_60 = (ncse_20 * ncse_59)
-            ncse_61 = (ncse_23 * ncse_59)
-            ncse_62 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_35 * ncse_46)))
-            ncse_63 = (ncse_47 * ncse_56)
-            ncse_64 = (ncse_34 * ncse_63)
-            ncse_65 = (ncse_54 * ncse_64)
-            ncse_66 = (ncse_64 * state_internal_gamma_rate)
-            ncse_67 = (ncse_20 * ncse_66)
-            ncse_68 = (ncse_23 * ncse_66)
-            ncse_69 = (ncse_32 * ncse_47)
-            ncse_70 = (ncse_35 * ncse_63)
-            ncse_71 = (ncse_54 * ncse_70)
-            ncse_72 = (ncse_70 * state_internal_gamma_rate)
-            ncse_73 = (ncse_20 * ncse_72)
-            ncse_74 = (ncse_23 * ncse_72)
-            ncse_75 = (-ncse_31)
-            ncse_76 = (K8 * ncse_45)
-            ncse_77 = (p_E * p_E * p_E)
-            ncse_78 = (ncse_2 * ncse_2 * ncse_2)
-            ncse_79 = (ncse_47 * ncse_54 * ncse_76 * ncse_77 * ncse_78)
-            ncse_80 = (ncse_20 * ncse_79)
-            ncse_81 = (ncse_23 * ncse_79)
-            ncse_82 = (ncse_31 * ncse_48)
-            ncse_83 = (ncse_20 * ncse_23 * ncse_47 * ncse_76 * ncse_77 * ncse_78 * state_internal_gamma_rate)
-            ncse_84 = (p_n * _mc_powr_shift(ncse_42, ncse_41, (-K1 + p_n)))
-            ncse_85 = (ncse_39 * ncse_84 * tl.where(ncse_40 > 0.0, 1.0, 0.0))
-            ncse_86 = (ncse_44 * ncse_85)
-            ncse_87 = (ncse_6 * ncse_86)
-            ncse_88 = (K8 * ncse_17 * ncse_86)
-            ncse_89 = tl.abs(state_internal_Ep_0)
-            ncse_90 = tl.abs(state_internal_Ep_1)
-            ncse_91 = (ncse_90 + tl.abs(forces_E_1))
-            ncse_92 = (tl.abs(p_E) * tl.abs(ncse_2))
-            ncse_93 = (K2 * ncse_92)
-            ncse_94 = (ncse_91 * ncse_93)
-            ncse_95 = (ncse_89 + tl.abs(forces_E_0))
-            ncse_96 = (K3 * ncse_92)
-            ncse_97 = tl.abs(state_internal_Ep_2)
-            ncse_98 = (ncse_97 + tl.abs(forces_E_2))
-            ncse_114 = tl.abs((K1 / (K1 - (K8 * p_nu))))
-            ncse_99 = (K9 * ncse_92 * (ncse_91 + ncse_95 + ncse_98) * tl.abs(p_nu) * ncse_114)
-            ncse_100 = (ncse_99 + (ncse_93 * ncse_98))
-            ncse_101 = tl.abs(state_internal_gamma_rate)
-            ncse_102 = (ncse_101 * tl.abs(ncse_13))
-            ncse_103 = (ncse_102 * tl.abs(ncse_31))
-            ncse_104 = (K5 * ncse_103)
-            ncse_105 = (ncse_93 * ncse_95)
-            ncse_106 = tl.abs(state_internal_Ep_3)
-            ncse_107 = (ncse_103 * ncse_92)
-            ncse_108 = tl.abs(state_internal_Ep_4)
-            ncse_109 = tl.abs(state_internal_Ep_5)
-            ncse_110 = tl.abs(state_internal_ep)
-            ncse_115 = (K6 * ncse_47)
+            ncse_43 = tl.where(state_internal_gamma_rate == 0.0, K8, ncse_31)
+            ncse_44 = (-K2 * ncse_43)
+            ncse_45 = _mc_sdiv(K1, (K9 * ncse_30))
+            ncse_46 = (tl.where(state_internal_gamma_rate == 0.0, K8, ncse_45) * tl.where(state_internal_gamma_rate == 0.0, K8, _mc_sdiv(K1, (ncse_30 * ncse_30))))
+            ncse_47 = (K5 * ncse_46)
+            ncse_48 = (-ncse_13)
+            ncse_49 = (ncse_48 * ncse_6)
+            ncse_50 = (ncse_49 * state_internal_gamma_rate)
+            ncse_51 = (K4 * ncse_43)
+            ncse_52 = (ncse_12 * ncse_47)
+            ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)))
+            ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)))
+            ncse_55 = (ncse_16 * state_internal_gamma_rate)
+            ncse_56 = (ncse_12 * ncse_48)
+            ncse_57 = (ncse_17 * ncse_46)
+            ncse_58 = (ncse_56 * ncse_57)
+            ncse_59 = (ncse_55 * ncse_58)
+            ncse_60 = (ncse_58 * state_internal_gamma_rate)
+            ncse_61 = (ncse_20 * ncse_60)
+            ncse_62 = (ncse_23 * ncse_60)
+            ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)))
+            ncse_64 = (ncse_48 * ncse_57)
+            ncse_65 = (ncse_34 * ncse_64)
+            ncse_66 = (ncse_55 * ncse_65)
+            ncse_67 = (ncse_65 * state_internal_gamma_rate)
+            ncse_68 = (ncse_20 * ncse_67)
+            ncse_69 = (ncse_23 * ncse_67)
+            ncse_70 = (ncse_32 * ncse_48)
+            ncse_71 = (ncse_35 * ncse_64)
+            ncse_72 = (ncse_55 * ncse_71)
+            ncse_73 = (ncse_71 * state_internal_gamma_rate)
+            ncse_74 = (ncse_20 * ncse_73)
+            ncse_75 = (ncse_23 * ncse_73)
+            ncse_76 = (-ncse_43)
+            ncse_77 = (K9 * ncse_46)
+            ncse_78 = (p_E * p_E * p_E)
+            ncse_79 = (ncse_2 * ncse_2 * ncse_2)
+            ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79)
+            ncse_81 = (ncse_20 * ncse_80)
+            ncse_82 = (ncse_23 * ncse_80)
+            ncse_83 = (ncse_31 * ncse_49)
+            ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate)
+            ncse_85 = (p_n * _mc_powr_shift(ncse_42, ncse_41, (-K1 + p_n)))
+            ncse_86 = (ncse_39 * ncse_85 * tl.where(ncse_40 > 0.0, 1.0, 0.0))
+            ncse_87 = (ncse_45 * ncse_86)
+            ncse_88 = (ncse_6 * ncse_87)
+            ncse_89 = (K9 * ncse_17 * ncse_87)
+            ncse_90 = tl.abs(state_internal_Ep_0)
+            ncse_91 = tl.abs(state_internal_Ep_1)
+            ncse_92 = (ncse_91 + tl.abs(forces_E_1))
+            ncse_93 = (tl.abs(p_E) * tl.abs(ncse_2))
+            ncse_94 = (K2 * ncse_93)
+            ncse_95 = (ncse_92 * ncse_94)
+            ncse_96 = (ncse_90 + tl.abs(forces_E_0))
+            ncse_97 = (K3 * ncse_93)
+            ncse_98 = tl.abs(state_internal_Ep_2)
+            ncse_99 = (ncse_98 + tl.abs(forces_E_2))
+            ncse_115 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_100 = (K10 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_115)
+            ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
+            ncse_102 = tl.abs(state_internal_gamma_rate)
+            ncse_103 = (ncse_102 * tl.abs(ncse_13))
+            ncse_104 = (ncse_103 * tl.abs(ncse_31))
+            ncse_105 = (K5 * ncse_104)
+            ncse_106 = (ncse_94 * ncse_96)
+            ncse_107 = tl.abs(state_internal_Ep_3)
+            ncse_108 = (ncse_104 * ncse_93)
+            ncse_109 = tl.abs(state_internal_Ep_4)
+            ncse_110 = tl.abs(state_internal_Ep_5)
+            ncse_111 = tl.abs(state_internal_ep)
+            ncse_116 = (K6 * ncse_48)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -1685,36 +1690,36 @@ if triton is not None:
             nt1_r_7 = (state_internal_gamma_rate - ncse_42)
             perzyna_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (K6 * ncse_102) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (K6 * ((ncse_110 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_84)) + tl.abs(ncse_42)))))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + tl.abs(old_state_internal_Ep_1)))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (K6 * ncse_103) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (K6 * ((ncse_111 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_85)) + tl.abs(ncse_42)))))
             perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~perzyna_iso_return_map_converged) & (it1 < maxit1)
-            nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
-            nt1_2 = (ncse_32 * ncse_55)
-            nt1_3 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))))
-            nt1_4 = (ncse_34 * ncse_69)
-            nt1_5 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35)))))
-            nt1_6 = (ncse_35 * ncse_69)
-            nt1_7 = (K1 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76))))
-            nt1_8 = (ncse_16 * ncse_82)
-            nt1_9 = (K1 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76))))
-            nt1_10 = (ncse_20 * ncse_82)
-            nt1_11 = (K1 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))))
-            nt1_12 = (ncse_23 * ncse_82)
-            nt1_13 = (ncse_12 * ncse_87)
-            nt1_14 = (ncse_34 * ncse_87)
-            nt1_15 = (ncse_35 * ncse_87)
-            nt1_16 = (ncse_16 * ncse_88)
-            nt1_17 = (ncse_20 * ncse_88)
-            nt1_18 = (ncse_23 * ncse_88)
-            nt1_19 = (K6 * p_K * ncse_85)
+            nt1_1 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))))
+            nt1_2 = (ncse_32 * ncse_56)
+            nt1_3 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))))
+            nt1_4 = (ncse_34 * ncse_70)
+            nt1_5 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))))
+            nt1_6 = (ncse_35 * ncse_70)
+            nt1_7 = (K1 - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))))
+            nt1_8 = (ncse_16 * ncse_83)
+            nt1_9 = (K1 - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))))
+            nt1_10 = (ncse_20 * ncse_83)
+            nt1_11 = (K1 - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))))
+            nt1_12 = (ncse_23 * ncse_83)
+            nt1_13 = (ncse_12 * ncse_88)
+            nt1_14 = (ncse_34 * ncse_88)
+            nt1_15 = (ncse_35 * ncse_88)
+            nt1_16 = (ncse_16 * ncse_89)
+            nt1_17 = (ncse_20 * ncse_89)
+            nt1_18 = (ncse_23 * ncse_89)
+            nt1_19 = (K6 * p_K * ncse_86)
             nt1_lu = _triton_lu1(
-                nt1_1, ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, nt1_2, ncse_52, nt1_3, ncse_62, ncse_65,
-                ncse_67, ncse_68, nt1_4, ncse_53, ncse_62, nt1_5, ncse_71, ncse_73, ncse_74, nt1_6, ncse_58,
-                ncse_65, ncse_71, nt1_7, ncse_80, ncse_81, nt1_8, ncse_60, ncse_67, ncse_73, ncse_80, nt1_9,
-                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_115, nt1_13,
+                nt1_1, ncse_53, ncse_54, ncse_59, ncse_61, ncse_62, nt1_2, ncse_53, nt1_3, ncse_63, ncse_66,
+                ncse_68, ncse_69, nt1_4, ncse_54, ncse_63, nt1_5, ncse_72, ncse_74, ncse_75, nt1_6, ncse_59,
+                ncse_66, ncse_72, nt1_7, ncse_81, ncse_82, nt1_8, ncse_61, ncse_68, ncse_74, ncse_81, nt1_9,
+                ncse_84, nt1_10, ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, nt1_11, nt1_12, ncse_116, nt1_13,
                 nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
             nt1_20 = (-nt1_r_0)
             nt1_21 = (-nt1_r_1)
@@ -1763,11 +1768,11 @@ if triton is not None:
         K2 = tl.full([], 2.0, DTYPE)
         K3 = tl.full([], 0.3333333333333333, DTYPE)
         K4 = tl.full([], 0.6666666666666666, DTYPE)
-        K5 = tl.full([], 1.3333333333333333, DTYPE)
+        K5 = tl.full([], 0.0, DTYPE)
         K6 = tl.full([], 0.5, DTYPE)
-        K7 = tl.full([], 0.816496580927726, DTYPE)
-        K8 = tl.full([], 1.224744871391589, DTYPE)
-        K9 = tl.full([], 0.0, DTYPE)
+        K7 = tl.full([], 1.3333333333333333, DTYPE)
+        K8 = tl.full([], 0.816496580927726, DTYPE)
+        K9 = tl.full([], 1.224744871391589, DTYPE)
         # inputs: one tile load per input variable where it lies, split into components (each read once)
         _tile1 = tl.load(IN0 + row[:, None] * in0_stride + tl.arange(0, 8)[None, :], mask=mask[:, None] & (tl.arange(0, 8)[None, :] < 6), other=0.0)
         (forces_E_0, forces_E_1, forces_E_2, forces_E_3, forces_E_4, forces_E_5, _, _) = _mc_cols8(
@@ -1860,12 +1865,12 @@ if triton is not None:
             cse_116 = (K3 * cse_6)
             cse_117 = (K3 * cse_14)
             cse_118 = (K4 * cse_15)
-            cse_243 = (cse_118 - cse_116 - cse_117)
+            cse_245 = (cse_118 - cse_116 - cse_117)
             cse_119 = (K4 * cse_14)
             cse_120 = (K3 * cse_15)
-            cse_244 = (cse_119 - cse_116 - cse_120)
+            cse_246 = (cse_119 - cse_116 - cse_120)
             cse_121 = (K4 * cse_6)
-            cse_245 = (cse_121 - cse_117 - cse_120)
+            cse_247 = (cse_121 - cse_117 - cse_120)
             cse_80 = (cse_4 * cse_4)
             cse_109 = (p_E * p_E)
             cse_110 = (cse_109 * cse_80)
@@ -1875,126 +1880,131 @@ if triton is not None:
             cse_113 = (cse_110 * cse_112)
             cse_114 = (cse_20 * cse_20)
             cse_115 = (cse_110 * cse_114)
-            cse_122 = tl.sqrt(tl.maximum((cse_111 + cse_113 + cse_115 + (cse_243 * cse_243) + (cse_244 * cse_244) + (cse_245 * cse_245)), 0.0))
-            cse_126 = _mc_sdiv(K1, (K2 * cse_122))
-            cse_125 = (-cse_118 - cse_119 + (K5 * p_E * cse_0 * cse_4))
-            cse_137 = (cse_125 * cse_126)
-            cse_127 = _mc_sdiv(K1, (cse_122 * cse_122))
-            cse_128 = (K6 * cse_127)
-            cse_138 = (cse_128 * cse_137)
+            cse_122 = tl.sqrt(tl.maximum((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247)), 0.0))
+            cse_128 = _mc_sdiv(K1, (K2 * cse_122))
+            cse_129 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_128)
+            cse_127 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K1, (cse_122 * cse_122)))
+            cse_130 = (cse_127 * cse_129)
+            cse_131 = (K6 * cse_130)
+            cse_126 = (-cse_118 - cse_119 + (K7 * p_E * cse_0 * cse_4))
+            cse_139 = (cse_126 * cse_131)
             cse_123 = _mc_sdiv(K1, cse_122)
-            cse_135 = (K3 * cse_123)
-            cse_136 = (-cse_118 - cse_121 + (K5 * p_E * cse_1 * cse_4))
-            cse_139 = (-cse_135 - (cse_136 * cse_138))
-            cse_131 = (old_forces_t - forces_t)
-            cse_132 = (cse_131 * state_internal_gamma_rate)
-            cse_133 = (cse_132 * cse_5)
-            cse_140 = (-cse_133 * cse_139)
-            cse_141 = (-cse_119 - cse_121 + (K5 * p_E * cse_2 * cse_4))
-            cse_142 = (-cse_135 - (cse_138 * cse_141))
-            cse_143 = (-cse_133 * cse_142)
-            cse_154 = (cse_126 * cse_136)
-            cse_155 = (-cse_135 - (cse_128 * cse_141 * cse_154))
-            cse_156 = (-cse_133 * cse_155)
-            cse_129 = (cse_126 * cse_128)
-            cse_124 = (-K4 * cse_123)
-            cse_130 = (-cse_124 - (cse_129 * (cse_125 * cse_125)))
-            cse_134 = (cse_130 * cse_133)
-            cse_152 = (-cse_124 - (cse_129 * (cse_136 * cse_136)))
-            cse_153 = (cse_133 * cse_152)
-            cse_162 = (-cse_124 - (cse_129 * (cse_141 * cse_141)))
-            cse_163 = (cse_133 * cse_162)
-            cse_189 = (K7 * (-p_sigma_y + (K8 * cse_122) - (p_K * state_internal_ep)))
-            cse_190 = tl.maximum(cse_189, 0.0)
-            cse_188 = (K1 / p_eta)
-            cse_191 = (cse_188 * cse_190)
-            cse_192 = tl.exp(p_n * tl.log(cse_191))
-            cse_193 = (p_n * _mc_powr_shift(cse_192, cse_191, (-K1 + p_n)))
-            cse_194 = (cse_188 * cse_193 * tl.where(cse_189 > 0.0, 1.0, 0.0))
-            cse_195 = (cse_194 * cse_5)
-            cse_196 = (cse_137 * cse_195)
-            cse_197 = (cse_154 * cse_195)
-            cse_164 = (cse_126 * cse_141)
-            cse_198 = (cse_164 * cse_195)
-            cse_171 = (K2 * cse_126)
-            cse_172 = (cse_127 * cse_171)
-            cse_170 = (-cse_123)
-            cse_173 = (-cse_170 - (cse_111 * cse_172))
-            cse_174 = (cse_133 * cse_173)
-            cse_181 = (-cse_170 - (cse_113 * cse_172))
-            cse_182 = (cse_133 * cse_181)
-            cse_184 = (-cse_170 - (cse_115 * cse_172))
-            cse_185 = (cse_133 * cse_184)
-            cse_199 = (cse_110 * cse_171 * cse_194)
-            cse_200 = (cse_16 * cse_199)
-            cse_201 = (cse_18 * cse_199)
-            cse_202 = (cse_199 * cse_20)
-            cse_144 = (cse_127 * cse_137)
-            cse_145 = (cse_110 * cse_132)
-            cse_146 = (cse_144 * cse_145)
-            cse_147 = (cse_146 * cse_16)
-            cse_148 = (cse_146 * cse_18)
-            cse_149 = (cse_146 * cse_20)
-            cse_157 = (cse_127 * cse_154)
-            cse_158 = (cse_145 * cse_157)
+            cse_124 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_123)
+            cse_137 = (K3 * cse_124)
+            cse_138 = (-cse_118 - cse_121 + (K7 * p_E * cse_1 * cse_4))
+            cse_140 = (-cse_137 - (cse_138 * cse_139))
+            cse_133 = (old_forces_t - forces_t)
+            cse_134 = (cse_133 * state_internal_gamma_rate)
+            cse_135 = (cse_134 * cse_5)
+            cse_141 = (-cse_135 * cse_140)
+            cse_142 = (-cse_119 - cse_121 + (K7 * p_E * cse_2 * cse_4))
+            cse_143 = (-cse_137 - (cse_139 * cse_142))
+            cse_144 = (-cse_135 * cse_143)
+            cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142))
+            cse_156 = (-cse_135 * cse_155)
+            cse_125 = (-K4 * cse_124)
+            cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)))
+            cse_136 = (cse_132 * cse_135)
+            cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)))
+            cse_154 = (cse_135 * cse_153)
+            cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)))
+            cse_163 = (cse_135 * cse_162)
+            cse_170 = (K2 * cse_130)
+            cse_169 = (-cse_124)
+            cse_171 = (-cse_169 - (cse_111 * cse_170))
+            cse_172 = (cse_135 * cse_171)
+            cse_173 = (cse_16 * cse_170)
+            cse_174 = (cse_4 * cse_4 * cse_4)
+            cse_175 = (p_E * p_E * p_E)
+            cse_176 = (cse_134 * cse_174 * cse_175)
+            cse_177 = (cse_173 * cse_176)
+            cse_178 = (cse_177 * cse_18)
+            cse_179 = (cse_177 * cse_20)
+            cse_181 = (-cse_169 - (cse_113 * cse_170))
+            cse_182 = (cse_135 * cse_181)
+            cse_185 = (-cse_169 - (cse_115 * cse_170))
+            cse_186 = (cse_135 * cse_185)
+            cse_183 = (cse_170 * cse_18)
+            cse_184 = (cse_176 * cse_183 * cse_20)
+            cse_191 = (K8 * (-p_sigma_y + (K9 * cse_122) - (p_K * state_internal_ep)))
+            cse_192 = tl.maximum(cse_191, 0.0)
+            cse_190 = (K1 / p_eta)
+            cse_193 = (cse_190 * cse_192)
+            cse_194 = tl.exp(p_n * tl.log(cse_193))
+            cse_195 = (p_n * _mc_powr_shift(cse_194, cse_193, (-K1 + p_n)))
+            cse_196 = (cse_190 * cse_195 * tl.where(cse_191 > 0.0, 1.0, 0.0))
+            cse_197 = (cse_196 * cse_5)
+            cse_189 = (cse_126 * cse_128)
+            cse_198 = (cse_189 * cse_197)
+            cse_199 = (cse_128 * cse_138)
+            cse_200 = (cse_197 * cse_199)
+            cse_201 = (cse_128 * cse_142)
+            cse_202 = (cse_197 * cse_201)
+            cse_145 = (cse_126 * cse_130)
+            cse_146 = (cse_110 * cse_134)
+            cse_147 = (cse_145 * cse_146)
+            cse_148 = (cse_147 * cse_16)
+            cse_149 = (cse_147 * cse_18)
+            cse_150 = (cse_147 * cse_20)
+            cse_157 = (cse_130 * cse_138)
+            cse_158 = (cse_146 * cse_157)
             cse_159 = (cse_158 * cse_16)
             cse_160 = (cse_158 * cse_18)
             cse_161 = (cse_158 * cse_20)
-            cse_165 = (cse_127 * cse_164)
-            cse_166 = (cse_145 * cse_165)
-            cse_167 = (cse_16 * cse_166)
-            cse_168 = (cse_166 * cse_18)
-            cse_169 = (cse_166 * cse_20)
-            cse_175 = (cse_4 * cse_4 * cse_4)
-            cse_176 = (p_E * p_E * p_E)
-            cse_177 = (cse_132 * cse_16 * cse_172 * cse_175 * cse_176)
-            cse_178 = (cse_177 * cse_18)
-            cse_179 = (cse_177 * cse_20)
-            cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20)
-            cse_203 = (K7 * cse_194)
-            cse_150 = (K6 * cse_123)
-            cse_151 = (cse_131 * cse_150)
-            cse_180 = (cse_123 * cse_131)
+            cse_164 = (cse_130 * cse_142)
+            cse_165 = (cse_146 * cse_164)
+            cse_166 = (cse_16 * cse_165)
+            cse_167 = (cse_165 * cse_18)
+            cse_168 = (cse_165 * cse_20)
+            cse_203 = (K2 * cse_128)
+            cse_204 = (cse_110 * cse_196 * cse_203)
+            cse_205 = (cse_16 * cse_204)
+            cse_206 = (cse_18 * cse_204)
+            cse_207 = (cse_20 * cse_204)
+            cse_208 = (K8 * cse_196)
+            cse_151 = (K6 * cse_123)
+            cse_152 = (cse_133 * cse_151)
+            cse_180 = (cse_123 * cse_133)
             # elimination lu1: 8x8, shared by the linear solves below, unrolled over structural nonzeros
-            lu1_1 = (K1 - cse_134)
-            lu1_2 = (cse_125 * cse_151)
-            lu1_3 = (K1 - cse_153)
-            lu1_4 = (cse_136 * cse_151)
+            lu1_1 = (K1 - cse_136)
+            lu1_2 = (cse_126 * cse_152)
+            lu1_3 = (K1 - cse_154)
+            lu1_4 = (cse_138 * cse_152)
             lu1_5 = (K1 - cse_163)
-            lu1_6 = (cse_141 * cse_151)
-            lu1_7 = (K1 - cse_174)
+            lu1_6 = (cse_142 * cse_152)
+            lu1_7 = (K1 - cse_172)
             lu1_8 = (cse_180 * state_S_3)
             lu1_9 = (K1 - cse_182)
             lu1_10 = (cse_180 * state_S_4)
-            lu1_11 = (K1 - cse_185)
+            lu1_11 = (K1 - cse_186)
             lu1_12 = (cse_180 * state_S_5)
-            lu1_13 = (K7 * cse_131)
-            lu1_14 = (p_K * cse_203)
+            lu1_13 = (K8 * cse_133)
+            lu1_14 = (p_K * cse_208)
             lu1_lu = _triton_lu1(
-                lu1_1, cse_140, cse_143, cse_147, cse_148, cse_149, lu1_2, cse_140, lu1_3, cse_156, cse_159,
-                cse_160, cse_161, lu1_4, cse_143, cse_156, lu1_5, cse_167, cse_168, cse_169, lu1_6, cse_147,
-                cse_159, cse_167, lu1_7, cse_178, cse_179, lu1_8, cse_148, cse_160, cse_168, cse_178, lu1_9,
-                cse_183, lu1_10, cse_149, cse_161, cse_169, cse_179, cse_183, lu1_11, lu1_12, lu1_13, cse_196,
-                cse_197, cse_198, cse_200, cse_201, cse_202, lu1_14, DTYPE)
+                lu1_1, cse_141, cse_144, cse_148, cse_149, cse_150, lu1_2, cse_141, lu1_3, cse_156, cse_159,
+                cse_160, cse_161, lu1_4, cse_144, cse_156, lu1_5, cse_166, cse_167, cse_168, lu1_6, cse_148,
+                cse_159, cse_166, lu1_7, cse_178, cse_179, lu1_8, cse_149, cse_160, cse_167, cse_178, lu1_9,
+                cse_184, lu1_10, cse_150, cse_161, cse_168, cse_179, cse_184, lu1_11, lu1_12, lu1_13, cse_198,
+                cse_200, cse_202, cse_205, cse_206, cse_207, lu1_14, DTYPE)
             # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
-            ls1_15 = (-cse_134)
+            ls1_15 = (-cse_136)
             (ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_23) = _triton_lu1_forward2(
-                lu1_lu, ls1_15, cse_140, cse_143, cse_147, cse_148, cse_149, cse_196, DTYPE)
-            ls1_24 = (-cse_153)
+                lu1_lu, ls1_15, cse_141, cse_144, cse_148, cse_149, cse_150, cse_198, DTYPE)
+            ls1_24 = (-cse_154)
             (ls1_25, ls1_26, ls1_27, ls1_28, ls1_29, ls1_30, ls1_32) = _triton_lu1_forward2(
-                lu1_lu, cse_140, ls1_24, cse_156, cse_159, cse_160, cse_161, cse_197, DTYPE)
+                lu1_lu, cse_141, ls1_24, cse_156, cse_159, cse_160, cse_161, cse_200, DTYPE)
             ls1_33 = (-cse_163)
             (ls1_34, ls1_35, ls1_36, ls1_37, ls1_38, ls1_39, ls1_41) = _triton_lu1_forward2(
-                lu1_lu, cse_143, cse_156, ls1_33, cse_167, cse_168, cse_169, cse_198, DTYPE)
-            ls1_42 = (-cse_174)
+                lu1_lu, cse_144, cse_156, ls1_33, cse_166, cse_167, cse_168, cse_202, DTYPE)
+            ls1_42 = (-cse_172)
             (ls1_43, ls1_44, ls1_45, ls1_46, ls1_47, ls1_48, ls1_50) = _triton_lu1_forward2(
-                lu1_lu, cse_147, cse_159, cse_167, ls1_42, cse_178, cse_179, cse_200, DTYPE)
+                lu1_lu, cse_148, cse_159, cse_166, ls1_42, cse_178, cse_179, cse_205, DTYPE)
             ls1_51 = (-cse_182)
             (ls1_52, ls1_53, ls1_54, ls1_55, ls1_56, ls1_57, ls1_59) = _triton_lu1_forward2(
-                lu1_lu, cse_148, cse_160, cse_168, cse_178, ls1_51, cse_183, cse_201, DTYPE)
-            ls1_60 = (-cse_185)
+                lu1_lu, cse_149, cse_160, cse_167, cse_178, ls1_51, cse_184, cse_206, DTYPE)
+            ls1_60 = (-cse_186)
             (ls1_61, ls1_62, ls1_63, ls1_64, ls1_65, ls1_66, ls1_68) = _triton_lu1_forward2(
-                lu1_lu, cse_149, cse_161, cse_169, cse_179, cse_183, ls1_60, cse_202, DTYPE)
+                lu1_lu, cse_150, cse_161, cse_168, cse_179, cse_184, ls1_60, cse_207, DTYPE)
             (d1, d2, d3, d4, d5, d6, d7, d8) = _triton_lu1_back2(
                 lu1_lu, ls1_16, ls1_17, ls1_18, ls1_19, ls1_20, ls1_21, ls1_23, DTYPE)
             (d9, d10, d11, d12, d13, d14, d15, d16) = _triton_lu1_back2(
@@ -2124,25 +2134,25 @@ if triton is not None:
         if V & 2:  # tangent: entries 32 .. 35 of d outputs / d inputs
             tl.store(J + row[:, None] * j_stride + 32 + tl.arange(0, 4)[None, :], _mc_row4(tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0), tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), BLOCK), mask=mask[:, None] & (tl.arange(0, 4)[None, :] < 4))
         if V & 12:  # jacobian, total
-            cse_204 = (cse_150 * state_internal_gamma_rate)
-            cse_205 = (cse_125 * cse_204)
-            cse_214 = (cse_136 * cse_204)
-            cse_217 = (cse_141 * cse_204)
-            cse_220 = (cse_123 * state_internal_gamma_rate)
-            cse_221 = (cse_220 * state_S_3)
-            cse_234 = (cse_220 * state_S_4)
-            cse_238 = (cse_220 * state_S_5)
-            cse_241 = (K7 * state_internal_gamma_rate)
+            cse_209 = (cse_151 * state_internal_gamma_rate)
+            cse_210 = (cse_126 * cse_209)
+            cse_219 = (cse_138 * cse_209)
+            cse_222 = (cse_142 * cse_209)
+            cse_225 = (cse_123 * state_internal_gamma_rate)
+            cse_226 = (cse_225 * state_S_3)
+            cse_232 = (cse_225 * state_S_4)
+            cse_237 = (cse_225 * state_S_5)
+            cse_242 = (K8 * state_internal_gamma_rate)
             # linear solve 2: 8x8, 9 right-hand side(s) through elimination lu1
             (ls2_69, ls2_70, ls2_71, ls2_72, ls2_73, ls2_74, ls2_75, ls2_76) = _triton_lu1_forward3(
-                lu1_lu, cse_205, cse_214, cse_217, cse_221, cse_234, cse_238, cse_241, DTYPE)
-            ls2_77 = (-cse_205)
-            ls2_78 = (-cse_214)
-            ls2_79 = (-cse_217)
-            ls2_80 = (-cse_221)
-            ls2_81 = (-cse_234)
-            ls2_82 = (-cse_238)
-            ls2_83 = (-cse_241)
+                lu1_lu, cse_210, cse_219, cse_222, cse_226, cse_232, cse_237, cse_242, DTYPE)
+            ls2_77 = (-cse_210)
+            ls2_78 = (-cse_219)
+            ls2_79 = (-cse_222)
+            ls2_80 = (-cse_226)
+            ls2_81 = (-cse_232)
+            ls2_82 = (-cse_237)
+            ls2_83 = (-cse_242)
             (ls2_84, ls2_85, ls2_86, ls2_87, ls2_88, ls2_89, ls2_90, ls2_91) = _triton_lu1_forward3(
                 lu1_lu, ls2_77, ls2_78, ls2_79, ls2_80, ls2_81, ls2_82, ls2_83, DTYPE)
             ls2_93, ls2_94, ls2_95, ls2_96, ls2_97, ls2_99 = _triton_lu1_forward4(lu1_lu, DTYPE)
@@ -2267,62 +2277,59 @@ if triton is not None:
             cse_93 = (cse_16 * cse_81)
             cse_94 = (cse_18 * cse_81)
             cse_95 = (cse_20 * cse_81)
-            cse_206 = (cse_108 * cse_81)
-            cse_207 = (cse_144 * cse_81)
-            cse_208 = (cse_109 * cse_175)
-            cse_209 = (cse_144 * cse_208)
-            cse_210 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_87))
-            cse_211 = (-cse_210 - cse_82)
-            cse_212 = (-cse_210 - cse_92)
-            cse_213 = (-cse_210 - cse_91)
-            cse_215 = (cse_157 * cse_81)
-            cse_216 = (cse_157 * cse_208)
-            cse_218 = (cse_165 * cse_81)
-            cse_219 = (cse_165 * cse_208)
-            cse_222 = (cse_171 * cse_208)
-            cse_223 = (cse_112 * cse_222)
-            cse_224 = (cse_127 * cse_16)
-            cse_225 = (cse_114 * cse_222)
-            cse_226 = (cse_137 * cse_75)
-            cse_227 = (cse_127 * state_S_3)
-            cse_228 = (cse_154 * cse_77)
-            cse_229 = (cse_164 * cse_78)
-            cse_230 = (cse_4 * cse_4 * cse_4 * cse_4)
-            cse_231 = (cse_164 * cse_212)
-            cse_232 = (cse_154 * cse_213)
-            cse_233 = (cse_137 * cse_211)
-            cse_235 = (cse_108 * cse_171 * cse_208)
-            cse_236 = (cse_127 * cse_18)
-            cse_237 = (cse_127 * state_S_4)
-            cse_239 = (cse_127 * cse_20)
-            cse_240 = (cse_127 * state_S_5)
-            cse_242 = (cse_171 * cse_81)
+            cse_211 = (cse_108 * cse_81)
+            cse_212 = (cse_145 * cse_81)
+            cse_213 = (cse_109 * cse_174)
+            cse_214 = (cse_145 * cse_213)
+            cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (K2 * p_E * p_nu * cse_4 * cse_7 * cse_87))
+            cse_216 = (-cse_215 - cse_82)
+            cse_217 = (-cse_215 - cse_92)
+            cse_218 = (-cse_215 - cse_91)
+            cse_220 = (cse_157 * cse_81)
+            cse_221 = (cse_157 * cse_213)
+            cse_223 = (cse_164 * cse_81)
+            cse_224 = (cse_164 * cse_213)
+            cse_227 = (cse_173 * cse_213)
+            cse_228 = (cse_145 * state_S_3)
+            cse_229 = (cse_157 * state_S_3)
+            cse_230 = (cse_164 * state_S_3)
+            cse_231 = (cse_4 * cse_4 * cse_4 * cse_4)
+            cse_233 = (cse_183 * cse_213)
+            cse_234 = (cse_145 * state_S_4)
+            cse_235 = (cse_157 * state_S_4)
+            cse_236 = (cse_164 * state_S_4)
+            cse_238 = (cse_170 * cse_20 * cse_213)
+            cse_239 = (cse_145 * state_S_5)
+            cse_240 = (cse_157 * state_S_5)
+            cse_241 = (cse_164 * state_S_5)
+            cse_243 = (cse_203 * cse_81)
+            cse_244 = (cse_203 * cse_213)
             # linear solve 3: 8x8, 6 right-hand side(s) through elimination lu1
-            ls3_148 = (-cse_132 * ((cse_130 * cse_75) + (cse_139 * cse_77) + (cse_142 * cse_78) - (cse_112 * cse_207) - (cse_114 * cse_207) - (cse_144 * cse_206)))
-            ls3_149 = (-cse_132 * ((cse_139 * cse_75) + (cse_152 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_215) - (cse_114 * cse_215) - (cse_157 * cse_206)))
-            ls3_150 = (-cse_132 * ((cse_142 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_218) - (cse_114 * cse_218) - (cse_165 * cse_206)))
-            ls3_151 = (-cse_132 * (-(cse_223 * cse_224) - (cse_224 * cse_225) - (cse_226 * cse_227) - (cse_227 * cse_228) - (cse_227 * cse_229) + (cse_16 * cse_173 * cse_4)))
-            ls3_152 = (-cse_132 * (-(cse_225 * cse_236) - (cse_226 * cse_237) - (cse_228 * cse_237) - (cse_229 * cse_237) - (cse_235 * cse_236) + (cse_18 * cse_181 * cse_4)))
-            ls3_153 = (-cse_132 * (-(cse_223 * cse_239) - (cse_226 * cse_240) - (cse_228 * cse_240) - (cse_229 * cse_240) - (cse_235 * cse_239) + (cse_184 * cse_20 * cse_4)))
-            ls3_154 = (cse_194 * (cse_226 + cse_228 + cse_229 + (cse_112 * cse_242) + (cse_114 * cse_242) + (cse_171 * cse_206)))
+            ls3_148 = (-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211)))
+            ls3_149 = (-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211)))
+            ls3_150 = (-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211)))
+            ls3_151 = (-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4)))
+            ls3_152 = (-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4)))
+            ls3_153 = (-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4)))
+            ls3_154 = (cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211)))
             (ls3_155, ls3_156, ls3_157, ls3_158, ls3_159, ls3_160, ls3_162) = _triton_lu1_forward2(
                 lu1_lu, ls3_148, ls3_149, ls3_150, ls3_151, ls3_152, ls3_153, ls3_154, DTYPE)
-            ls3_163 = (-cse_132 * ((cse_108 * cse_209) + (cse_112 * cse_209) + (cse_114 * cse_209) + (cse_130 * cse_211) + (cse_139 * cse_213) + (cse_142 * cse_212)))
-            ls3_164 = (-cse_132 * ((cse_108 * cse_216) + (cse_112 * cse_216) + (cse_114 * cse_216) + (cse_139 * cse_211) + (cse_152 * cse_213) + (cse_155 * cse_212)))
-            ls3_165 = (-cse_132 * ((cse_108 * cse_219) + (cse_112 * cse_219) + (cse_114 * cse_219) + (cse_142 * cse_211) + (cse_155 * cse_213) + (cse_162 * cse_212)))
-            ls3_166 = (-cse_132 * (-(cse_173 * cse_93) - (cse_227 * cse_231) - (cse_227 * cse_232) - (cse_227 * cse_233) + (K2 * cse_112 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230) + (K2 * cse_114 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230)))
-            ls3_167 = (-cse_132 * (-(cse_181 * cse_94) - (cse_231 * cse_237) - (cse_232 * cse_237) - (cse_233 * cse_237) + (K2 * cse_108 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230) + (K2 * cse_114 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230)))
-            ls3_168 = (-cse_132 * (-(cse_184 * cse_95) - (cse_231 * cse_240) - (cse_232 * cse_240) - (cse_233 * cse_240) + (K2 * cse_108 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230) + (K2 * cse_112 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230)))
-            ls3_169 = (cse_194 * (-cse_223 - cse_225 - cse_235 + (cse_125 * cse_126 * cse_211) + (cse_126 * cse_136 * cse_213) + (cse_126 * cse_141 * cse_212)))
+            ls3_163 = (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217)))
+            ls3_164 = (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217)))
+            ls3_165 = (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217)))
+            ls3_166 = (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (K2 * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (K2 * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231)))
+            ls3_167 = (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (K2 * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (K2 * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231)))
+            ls3_168 = (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (K2 * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (K2 * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231)))
+            ls3_169 = (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217)))
             (ls3_170, ls3_171, ls3_172, ls3_173, ls3_174, ls3_175, ls3_177) = _triton_lu1_forward2(
                 lu1_lu, ls3_163, ls3_164, ls3_165, ls3_166, ls3_167, ls3_168, ls3_169, DTYPE)
-            ls3_178 = (-cse_203 * state_internal_ep)
+            ls3_178 = (-cse_208 * state_internal_ep)
             ls3_186 = _triton_lu1_forward11(lu1_lu, ls3_178, DTYPE)
-            ls3_187 = (-cse_203)
+            ls3_187 = (-cse_208)
             ls3_195 = _triton_lu1_forward11(lu1_lu, ls3_187, DTYPE)
-            ls3_196 = (-cse_190 * cse_193 * (cse_188 * cse_188))
+            ls3_196 = (-cse_192 * cse_195 * (cse_190 * cse_190))
             ls3_204 = _triton_lu1_forward11(lu1_lu, ls3_196, DTYPE)
-            ls3_205 = tl.where(cse_191 > 0.0, (cse_192 * tl.log(cse_191)), K9)
+            ls3_205 = tl.where(cse_193 > 0.0, (cse_194 * tl.log(cse_193)), K5)
             ls3_213 = _triton_lu1_forward11(lu1_lu, ls3_205, DTYPE)
             (d211, d212, d213, d214, d215, d216, d217, d218) = _triton_lu1_back2(
                 lu1_lu, ls3_155, ls3_156, ls3_157, ls3_158, ls3_159, ls3_160, ls3_162, DTYPE)
@@ -2392,77 +2399,77 @@ if triton is not None:
                 tl.where((perzyna_iso_return_map_converged & fin), d1, K0), tl.where((perzyna_iso_return_map_converged & fin), d9, K0), tl.where((perzyna_iso_return_map_converged & fin), d17, K0), tl.where((perzyna_iso_return_map_converged & fin), d25, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d33, K0), tl.where((perzyna_iso_return_map_converged & fin), d41, K0), tl.where((perzyna_iso_return_map_converged & fin), d85, K0), tl.where((perzyna_iso_return_map_converged & fin), d93, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d101, K0), tl.where((perzyna_iso_return_map_converged & fin), d109, K0), tl.where((perzyna_iso_return_map_converged & fin), d117, K0), tl.where((perzyna_iso_return_map_converged & fin), d125, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d133, K0), tl.where((perzyna_iso_return_map_converged & fin), d141, K0), tl.where((perzyna_iso_return_map_converged & fin), d149, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d2, K0), tl.where((perzyna_iso_return_map_converged & fin), d10, K0), tl.where((perzyna_iso_return_map_converged & fin), d18, K0), tl.where((perzyna_iso_return_map_converged & fin), d26, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d34, K0), tl.where((perzyna_iso_return_map_converged & fin), d42, K0), tl.where((perzyna_iso_return_map_converged & fin), d86, K0), tl.where((perzyna_iso_return_map_converged & fin), d94, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d102, K0), tl.where((perzyna_iso_return_map_converged & fin), d110, K0), tl.where((perzyna_iso_return_map_converged & fin), d118, K0), tl.where((perzyna_iso_return_map_converged & fin), d126, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d134, K0), tl.where((perzyna_iso_return_map_converged & fin), d142, K0), tl.where((perzyna_iso_return_map_converged & fin), d150, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k17 = tl.arange(0, 32)[None, :]
             tl.store(J + row[:, None] * j_stride + _k17 + (_k17 // 16) * (6 * (V // 8)), _row16, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row18 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d3, K0), tl.where((perzyna_iso_return_map_converged & fin), d11, K0), tl.where((perzyna_iso_return_map_converged & fin), d19, K0), tl.where((perzyna_iso_return_map_converged & fin), d27, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d35, K0), tl.where((perzyna_iso_return_map_converged & fin), d43, K0), tl.where((perzyna_iso_return_map_converged & fin), d87, K0), tl.where((perzyna_iso_return_map_converged & fin), d95, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d103, K0), tl.where((perzyna_iso_return_map_converged & fin), d111, K0), tl.where((perzyna_iso_return_map_converged & fin), d119, K0), tl.where((perzyna_iso_return_map_converged & fin), d127, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d135, K0), tl.where((perzyna_iso_return_map_converged & fin), d143, K0), tl.where((perzyna_iso_return_map_converged & fin), d151, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d4, K0), tl.where((perzyna_iso_return_map_converged & fin), d12, K0), tl.where((perzyna_iso_return_map_converged & fin), d20, K0), tl.where((perzyna_iso_return_map_converged & fin), d28, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d36, K0), tl.where((perzyna_iso_return_map_converged & fin), d44, K0), tl.where((perzyna_iso_return_map_converged & fin), d88, K0), tl.where((perzyna_iso_return_map_converged & fin), d96, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d104, K0), tl.where((perzyna_iso_return_map_converged & fin), d112, K0), tl.where((perzyna_iso_return_map_converged & fin), d120, K0), tl.where((perzyna_iso_return_map_converged & fin), d128, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d136, K0), tl.where((perzyna_iso_return_map_converged & fin), d144, K0), tl.where((perzyna_iso_return_map_converged & fin), d152, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k19 = tl.arange(0, 32)[None, :] + 32
             tl.store(J + row[:, None] * j_stride + _k19 + (_k19 // 16) * (6 * (V // 8)), _row18, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row20 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d5, K0), tl.where((perzyna_iso_return_map_converged & fin), d13, K0), tl.where((perzyna_iso_return_map_converged & fin), d21, K0), tl.where((perzyna_iso_return_map_converged & fin), d29, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d37, K0), tl.where((perzyna_iso_return_map_converged & fin), d45, K0), tl.where((perzyna_iso_return_map_converged & fin), d89, K0), tl.where((perzyna_iso_return_map_converged & fin), d97, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d105, K0), tl.where((perzyna_iso_return_map_converged & fin), d113, K0), tl.where((perzyna_iso_return_map_converged & fin), d121, K0), tl.where((perzyna_iso_return_map_converged & fin), d129, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d137, K0), tl.where((perzyna_iso_return_map_converged & fin), d145, K0), tl.where((perzyna_iso_return_map_converged & fin), d153, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d6, K0), tl.where((perzyna_iso_return_map_converged & fin), d14, K0), tl.where((perzyna_iso_return_map_converged & fin), d22, K0), tl.where((perzyna_iso_return_map_converged & fin), d30, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d38, K0), tl.where((perzyna_iso_return_map_converged & fin), d46, K0), tl.where((perzyna_iso_return_map_converged & fin), d90, K0), tl.where((perzyna_iso_return_map_converged & fin), d98, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d106, K0), tl.where((perzyna_iso_return_map_converged & fin), d114, K0), tl.where((perzyna_iso_return_map_converged & fin), d122, K0), tl.where((perzyna_iso_return_map_converged & fin), d130, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d138, K0), tl.where((perzyna_iso_return_map_converged & fin), d146, K0), tl.where((perzyna_iso_return_map_converged & fin), d154, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k21 = tl.arange(0, 32)[None, :] + 64
             tl.store(J + row[:, None] * j_stride + _k21 + (_k21 // 16) * (6 * (V // 8)), _row20, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row22 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d7, K0), tl.where((perzyna_iso_return_map_converged & fin), d15, K0), tl.where((perzyna_iso_return_map_converged & fin), d23, K0), tl.where((perzyna_iso_return_map_converged & fin), d31, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d39, K0), tl.where((perzyna_iso_return_map_converged & fin), d47, K0), tl.where((perzyna_iso_return_map_converged & fin), d91, K0), tl.where((perzyna_iso_return_map_converged & fin), d99, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d107, K0), tl.where((perzyna_iso_return_map_converged & fin), d115, K0), tl.where((perzyna_iso_return_map_converged & fin), d123, K0), tl.where((perzyna_iso_return_map_converged & fin), d131, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d139, K0), tl.where((perzyna_iso_return_map_converged & fin), d147, K0), tl.where((perzyna_iso_return_map_converged & fin), d155, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d8, K0), tl.where((perzyna_iso_return_map_converged & fin), d16, K0), tl.where((perzyna_iso_return_map_converged & fin), d24, K0), tl.where((perzyna_iso_return_map_converged & fin), d32, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d40, K0), tl.where((perzyna_iso_return_map_converged & fin), d48, K0), tl.where((perzyna_iso_return_map_converged & fin), d92, K0), tl.where((perzyna_iso_return_map_converged & fin), d100, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d108, K0), tl.where((perzyna_iso_return_map_converged & fin), d116, K0), tl.where((perzyna_iso_return_map_converged & fin), d124, K0), tl.where((perzyna_iso_return_map_converged & fin), d132, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d140, K0), tl.where((perzyna_iso_return_map_converged & fin), d148, K0), tl.where((perzyna_iso_return_map_converged & fin), d156, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k23 = tl.arange(0, 32)[None, :] + 96
             tl.store(J + row[:, None] * j_stride + _k23 + (_k23 // 16) * (6 * (V // 8)), _row22, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row24 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d49, K0), tl.where((perzyna_iso_return_map_converged & fin), d50, K0), tl.where((perzyna_iso_return_map_converged & fin), d51, K0), tl.where((perzyna_iso_return_map_converged & fin), d52, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d53, K0), tl.where((perzyna_iso_return_map_converged & fin), d54, K0), tl.where((perzyna_iso_return_map_converged & fin), d157, K0), tl.where((perzyna_iso_return_map_converged & fin), d163, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d169, K0), tl.where((perzyna_iso_return_map_converged & fin), d170, K0), tl.where((perzyna_iso_return_map_converged & fin), d171, K0), tl.where((perzyna_iso_return_map_converged & fin), d172, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d173, K0), tl.where((perzyna_iso_return_map_converged & fin), d174, K0), tl.where((perzyna_iso_return_map_converged & fin), d205, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d55, K0), tl.where((perzyna_iso_return_map_converged & fin), d56, K0), tl.where((perzyna_iso_return_map_converged & fin), d57, K0), tl.where((perzyna_iso_return_map_converged & fin), d58, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d59, K0), tl.where((perzyna_iso_return_map_converged & fin), d60, K0), tl.where((perzyna_iso_return_map_converged & fin), d158, K0), tl.where((perzyna_iso_return_map_converged & fin), d164, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d175, K0), tl.where((perzyna_iso_return_map_converged & fin), d176, K0), tl.where((perzyna_iso_return_map_converged & fin), d177, K0), tl.where((perzyna_iso_return_map_converged & fin), d178, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d179, K0), tl.where((perzyna_iso_return_map_converged & fin), d180, K0), tl.where((perzyna_iso_return_map_converged & fin), d206, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k25 = tl.arange(0, 32)[None, :] + 128
             tl.store(J + row[:, None] * j_stride + _k25 + (_k25 // 16) * (6 * (V // 8)), _row24, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row26 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d61, K0), tl.where((perzyna_iso_return_map_converged & fin), d62, K0), tl.where((perzyna_iso_return_map_converged & fin), d63, K0), tl.where((perzyna_iso_return_map_converged & fin), d64, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d65, K0), tl.where((perzyna_iso_return_map_converged & fin), d66, K0), tl.where((perzyna_iso_return_map_converged & fin), d159, K0), tl.where((perzyna_iso_return_map_converged & fin), d165, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d181, K0), tl.where((perzyna_iso_return_map_converged & fin), d182, K0), tl.where((perzyna_iso_return_map_converged & fin), d183, K0), tl.where((perzyna_iso_return_map_converged & fin), d184, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d185, K0), tl.where((perzyna_iso_return_map_converged & fin), d186, K0), tl.where((perzyna_iso_return_map_converged & fin), d207, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d67, K0), tl.where((perzyna_iso_return_map_converged & fin), d68, K0), tl.where((perzyna_iso_return_map_converged & fin), d69, K0), tl.where((perzyna_iso_return_map_converged & fin), d70, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d71, K0), tl.where((perzyna_iso_return_map_converged & fin), d72, K0), tl.where((perzyna_iso_return_map_converged & fin), d160, K0), tl.where((perzyna_iso_return_map_converged & fin), d166, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d187, K0), tl.where((perzyna_iso_return_map_converged & fin), d188, K0), tl.where((perzyna_iso_return_map_converged & fin), d189, K0), tl.where((perzyna_iso_return_map_converged & fin), d190, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d191, K0), tl.where((perzyna_iso_return_map_converged & fin), d192, K0), tl.where((perzyna_iso_return_map_converged & fin), d208, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k27 = tl.arange(0, 32)[None, :] + 160
             tl.store(J + row[:, None] * j_stride + _k27 + (_k27 // 16) * (6 * (V // 8)), _row26, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             _row28 = _mc_row32(
                 tl.where((perzyna_iso_return_map_converged & fin), d73, K0), tl.where((perzyna_iso_return_map_converged & fin), d74, K0), tl.where((perzyna_iso_return_map_converged & fin), d75, K0), tl.where((perzyna_iso_return_map_converged & fin), d76, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d77, K0), tl.where((perzyna_iso_return_map_converged & fin), d78, K0), tl.where((perzyna_iso_return_map_converged & fin), d161, K0), tl.where((perzyna_iso_return_map_converged & fin), d167, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d193, K0), tl.where((perzyna_iso_return_map_converged & fin), d194, K0), tl.where((perzyna_iso_return_map_converged & fin), d195, K0), tl.where((perzyna_iso_return_map_converged & fin), d196, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0),
+                tl.where((perzyna_iso_return_map_converged & fin), d197, K0), tl.where((perzyna_iso_return_map_converged & fin), d198, K0), tl.where((perzyna_iso_return_map_converged & fin), d209, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d79, K0), tl.where((perzyna_iso_return_map_converged & fin), d80, K0), tl.where((perzyna_iso_return_map_converged & fin), d81, K0), tl.where((perzyna_iso_return_map_converged & fin), d82, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d83, K0), tl.where((perzyna_iso_return_map_converged & fin), d84, K0), tl.where((perzyna_iso_return_map_converged & fin), d162, K0), tl.where((perzyna_iso_return_map_converged & fin), d168, K0),
                 tl.where((perzyna_iso_return_map_converged & fin), d199, K0), tl.where((perzyna_iso_return_map_converged & fin), d200, K0), tl.where((perzyna_iso_return_map_converged & fin), d201, K0), tl.where((perzyna_iso_return_map_converged & fin), d202, K0),
-                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K9, K0), BLOCK)
+                tl.where((perzyna_iso_return_map_converged & fin), d203, K0), tl.where((perzyna_iso_return_map_converged & fin), d204, K0), tl.where((perzyna_iso_return_map_converged & fin), d210, K0), tl.where((perzyna_iso_return_map_converged & fin), K5, K0), BLOCK)
             _k29 = tl.arange(0, 32)[None, :] + 192
             tl.store(J + row[:, None] * j_stride + _k29 + (_k29 // 16) * (6 * (V // 8)), _row28, mask=mask[:, None] & (tl.arange(0, 32)[None, :] < 32))
             if V & 8:
@@ -2560,15 +2567,15 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_17[MC_W];
     real v_ncse_26[MC_W];
     real v_ncse_39[MC_W];
-    real v_ncse_47[MC_W];
     real v_ncse_48[MC_W];
-    real v_ncse_77[MC_W];
+    real v_ncse_49[MC_W];
     real v_ncse_78[MC_W];
-    real v_ncse_92[MC_W];
+    real v_ncse_79[MC_W];
     real v_ncse_93[MC_W];
-    real v_ncse_96[MC_W];
-    real v_ncse_114[MC_W];
+    real v_ncse_94[MC_W];
+    real v_ncse_97[MC_W];
     real v_ncse_115[MC_W];
+    real v_ncse_116[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2599,15 +2606,15 @@ MC_INLINE void newton_1_iterate(
         const real ncse_17 = ((p_E * p_E) * (ncse_2 * ncse_2));
         const real ncse_26 = (((real)0.3333333333333333) * ncse_6);
         const real ncse_39 = (((real)1.0) / p_eta);
-        const real ncse_47 = (-ncse_13);
-        const real ncse_48 = (ncse_47 * ncse_6);
-        const real ncse_77 = (p_E * p_E * p_E);
-        const real ncse_78 = (ncse_2 * ncse_2 * ncse_2);
-        const real ncse_92 = (fabs(p_E) * fabs(ncse_2));
-        const real ncse_93 = (((real)0.6666666666666666) * ncse_92);
-        const real ncse_96 = (((real)1.3333333333333333) * ncse_92);
-        const real ncse_114 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_115 = (((real)0.816496580927726) * ncse_47);
+        const real ncse_48 = (-ncse_13);
+        const real ncse_49 = (ncse_48 * ncse_6);
+        const real ncse_78 = (p_E * p_E * p_E);
+        const real ncse_79 = (ncse_2 * ncse_2 * ncse_2);
+        const real ncse_93 = (fabs(p_E) * fabs(ncse_2));
+        const real ncse_94 = (((real)0.6666666666666666) * ncse_93);
+        const real ncse_97 = (((real)1.3333333333333333) * ncse_93);
+        const real ncse_115 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_116 = (((real)0.816496580927726) * ncse_48);
         v_perzyna_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_converged[l] : 0;
         v_perzyna_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2626,15 +2633,15 @@ MC_INLINE void newton_1_iterate(
         v_ncse_17[l] = ncse_17;
         v_ncse_26[l] = ncse_26;
         v_ncse_39[l] = ncse_39;
-        v_ncse_47[l] = ncse_47;
         v_ncse_48[l] = ncse_48;
-        v_ncse_77[l] = ncse_77;
+        v_ncse_49[l] = ncse_49;
         v_ncse_78[l] = ncse_78;
-        v_ncse_92[l] = ncse_92;
+        v_ncse_79[l] = ncse_79;
         v_ncse_93[l] = ncse_93;
-        v_ncse_96[l] = ncse_96;
-        v_ncse_114[l] = ncse_114;
+        v_ncse_94[l] = ncse_94;
+        v_ncse_97[l] = ncse_97;
         v_ncse_115[l] = ncse_115;
+        v_ncse_116[l] = ncse_116;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2666,14 +2673,14 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_ep = v_state_internal_ep[l];
         const real ncse_39 = v_ncse_39[l];
         const real p_n = MC_P(5, v_p_n[l]);
+        const real ncse_49 = v_ncse_49[l];
         const real ncse_48 = v_ncse_48[l];
-        const real ncse_47 = v_ncse_47[l];
-        const real ncse_77 = v_ncse_77[l];
         const real ncse_78 = v_ncse_78[l];
-        const real ncse_93 = v_ncse_93[l];
+        const real ncse_79 = v_ncse_79[l];
+        const real ncse_94 = v_ncse_94[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_114 = v_ncse_114[l];
-        const real ncse_92 = v_ncse_92[l];
+        const real ncse_115 = v_ncse_115[l];
+        const real ncse_93 = v_ncse_93[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
@@ -2681,8 +2688,8 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real ncse_96 = v_ncse_96[l];
-        const real ncse_115 = v_ncse_115[l];
+        const real ncse_97 = v_ncse_97[l];
+        const real ncse_116 = v_ncse_116[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2706,10 +2713,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_27 = (ncse_26 * ncse_5);
         const real ncse_28 = (ncse_10 * ncse_26);
         const real ncse_29 = (ncse_3 * ncse_7);
-        const real ncse_111 = (ncse_11 - ncse_25 - ncse_27);
-        const real ncse_112 = (ncse_29 - ncse_27 - ncse_28);
-        const real ncse_113 = (ncse_8 - ncse_25 - ncse_28);
-        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113))));
+        const real ncse_112 = (ncse_11 - ncse_25 - ncse_27);
+        const real ncse_113 = (ncse_29 - ncse_27 - ncse_28);
+        const real ncse_114 = (ncse_8 - ncse_25 - ncse_28);
+        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114))));
         const real ncse_31 = mc_sdiv(((real)1.0), ncse_30);
         const real ncse_32 = (((real)0.5) * ncse_31);
         const real ncse_33 = (ncse_14 * ncse_32);
@@ -2719,67 +2726,68 @@ MC_INLINE void newton_1_iterate(
         const real ncse_40 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_30) - (p_K * state_internal_ep)));
         const real ncse_41 = (ncse_39 * mc_pos(ncse_40));
         const real ncse_42 = mc_pow(ncse_41, p_n);
-        const real ncse_43 = (-((real)0.6666666666666666) * ncse_31);
-        const real ncse_44 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_30));
-        const real ncse_45 = (ncse_44 * mc_sdiv(((real)1.0), (ncse_30 * ncse_30)));
-        const real ncse_46 = (((real)0.5) * ncse_45);
-        const real ncse_49 = (ncse_48 * state_internal_gamma_rate);
-        const real ncse_50 = (((real)0.3333333333333333) * ncse_31);
-        const real ncse_51 = (ncse_12 * ncse_46);
-        const real ncse_52 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_51)));
-        const real ncse_53 = (-ncse_49 * (-ncse_50 - (ncse_35 * ncse_51)));
-        const real ncse_54 = (ncse_16 * state_internal_gamma_rate);
-        const real ncse_55 = (ncse_12 * ncse_47);
-        const real ncse_56 = (ncse_17 * ncse_45);
-        const real ncse_57 = (ncse_55 * ncse_56);
-        const real ncse_58 = (ncse_54 * ncse_57);
-        const real ncse_59 = (ncse_57 * state_internal_gamma_rate);
-        const real ncse_60 = (ncse_20 * ncse_59);
-        const real ncse_61 = (ncse_23 * ncse_59);
-        const real ncse_62 = (-ncse_49 * (-ncse_50 - (ncse_34 * ncse_35 * ncse_46)));
-        const real ncse_63 = (ncse_47 * ncse_56);
-        const real ncse_64 = (ncse_34 * ncse_63);
-        const real ncse_65 = (ncse_54 * ncse_64);
-        const real ncse_66 = (ncse_64 * state_internal_gamma_rate);
-        const real ncse_67 = (ncse_20 * ncse_66);
-        const real ncse_68 = (ncse_23 * ncse_66);
-        const real ncse_69 = (ncse_32 * ncse_47);
-        const real ncse_70 = (ncse_35 * ncse_63);
-        const real ncse_71 = (ncse_54 * ncse_70);
-        const real ncse_72 = (ncse_70 * state_internal_gamma_rate);
-        const real ncse_73 = (ncse_20 * ncse_72);
-        const real ncse_74 = (ncse_23 * ncse_72);
-        const real ncse_75 = (-ncse_31);
-        const real ncse_76 = (((real)2.0) * ncse_45);
-        const real ncse_79 = (ncse_47 * ncse_54 * ncse_76 * ncse_77 * ncse_78);
-        const real ncse_80 = (ncse_20 * ncse_79);
-        const real ncse_81 = (ncse_23 * ncse_79);
-        const real ncse_82 = (ncse_31 * ncse_48);
-        const real ncse_83 = (ncse_20 * ncse_23 * ncse_47 * ncse_76 * ncse_77 * ncse_78 * state_internal_gamma_rate);
-        const real ncse_84 = (p_n * mc_powr_shift(ncse_42, ncse_41, (-((real)1.0) + p_n)));
-        const real ncse_85 = (ncse_39 * ncse_84 * (ncse_40 > 0 ? 1 : 0));
-        const real ncse_86 = (ncse_44 * ncse_85);
-        const real ncse_87 = (ncse_6 * ncse_86);
-        const real ncse_88 = (((real)2.0) * ncse_17 * ncse_86);
-        const real ncse_89 = fabs(state_internal_Ep_0);
-        const real ncse_90 = fabs(state_internal_Ep_1);
-        const real ncse_91 = (ncse_90 + fabs(forces_E_1));
-        const real ncse_94 = (ncse_91 * ncse_93);
-        const real ncse_95 = (ncse_89 + fabs(forces_E_0));
-        const real ncse_97 = fabs(state_internal_Ep_2);
-        const real ncse_98 = (ncse_97 + fabs(forces_E_2));
-        const real ncse_99 = (((real)2.6666666666666665) * ncse_92 * (ncse_91 + ncse_95 + ncse_98) * fabs(p_nu) * ncse_114);
-        const real ncse_100 = (ncse_99 + (ncse_93 * ncse_98));
-        const real ncse_101 = fabs(state_internal_gamma_rate);
-        const real ncse_102 = (ncse_101 * fabs(ncse_13));
-        const real ncse_103 = (ncse_102 * fabs(ncse_31));
-        const real ncse_104 = (((real)0.5) * ncse_103);
-        const real ncse_105 = (ncse_93 * ncse_95);
-        const real ncse_106 = fabs(state_internal_Ep_3);
-        const real ncse_107 = (ncse_103 * ncse_92);
-        const real ncse_108 = fabs(state_internal_Ep_4);
-        const real ncse_109 = fabs(state_internal_Ep_5);
-        const real ncse_110 = fabs(state_internal_ep);
+        const real ncse_43 = (state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_31);
+        const real ncse_44 = (-((real)0.6666666666666666) * ncse_43);
+        const real ncse_45 = mc_sdiv(((real)1.0), (((real)2.0) * ncse_30));
+        const real ncse_46 = ((state_internal_gamma_rate == 0 ? ((real)0.0) : ncse_45) * (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (ncse_30 * ncse_30))));
+        const real ncse_47 = (((real)0.5) * ncse_46);
+        const real ncse_50 = (ncse_49 * state_internal_gamma_rate);
+        const real ncse_51 = (((real)0.3333333333333333) * ncse_43);
+        const real ncse_52 = (ncse_12 * ncse_47);
+        const real ncse_53 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_52)));
+        const real ncse_54 = (-ncse_50 * (-ncse_51 - (ncse_35 * ncse_52)));
+        const real ncse_55 = (ncse_16 * state_internal_gamma_rate);
+        const real ncse_56 = (ncse_12 * ncse_48);
+        const real ncse_57 = (ncse_17 * ncse_46);
+        const real ncse_58 = (ncse_56 * ncse_57);
+        const real ncse_59 = (ncse_55 * ncse_58);
+        const real ncse_60 = (ncse_58 * state_internal_gamma_rate);
+        const real ncse_61 = (ncse_20 * ncse_60);
+        const real ncse_62 = (ncse_23 * ncse_60);
+        const real ncse_63 = (-ncse_50 * (-ncse_51 - (ncse_34 * ncse_35 * ncse_47)));
+        const real ncse_64 = (ncse_48 * ncse_57);
+        const real ncse_65 = (ncse_34 * ncse_64);
+        const real ncse_66 = (ncse_55 * ncse_65);
+        const real ncse_67 = (ncse_65 * state_internal_gamma_rate);
+        const real ncse_68 = (ncse_20 * ncse_67);
+        const real ncse_69 = (ncse_23 * ncse_67);
+        const real ncse_70 = (ncse_32 * ncse_48);
+        const real ncse_71 = (ncse_35 * ncse_64);
+        const real ncse_72 = (ncse_55 * ncse_71);
+        const real ncse_73 = (ncse_71 * state_internal_gamma_rate);
+        const real ncse_74 = (ncse_20 * ncse_73);
+        const real ncse_75 = (ncse_23 * ncse_73);
+        const real ncse_76 = (-ncse_43);
+        const real ncse_77 = (((real)2.0) * ncse_46);
+        const real ncse_80 = (ncse_48 * ncse_55 * ncse_77 * ncse_78 * ncse_79);
+        const real ncse_81 = (ncse_20 * ncse_80);
+        const real ncse_82 = (ncse_23 * ncse_80);
+        const real ncse_83 = (ncse_31 * ncse_49);
+        const real ncse_84 = (ncse_20 * ncse_23 * ncse_48 * ncse_77 * ncse_78 * ncse_79 * state_internal_gamma_rate);
+        const real ncse_85 = (p_n * mc_powr_shift(ncse_42, ncse_41, (-((real)1.0) + p_n)));
+        const real ncse_86 = (ncse_39 * ncse_85 * (ncse_40 > 0 ? 1 : 0));
+        const real ncse_87 = (ncse_45 * ncse_86);
+        const real ncse_88 = (ncse_6 * ncse_87);
+        const real ncse_89 = (((real)2.0) * ncse_17 * ncse_87);
+        const real ncse_90 = fabs(state_internal_Ep_0);
+        const real ncse_91 = fabs(state_internal_Ep_1);
+        const real ncse_92 = (ncse_91 + fabs(forces_E_1));
+        const real ncse_95 = (ncse_92 * ncse_94);
+        const real ncse_96 = (ncse_90 + fabs(forces_E_0));
+        const real ncse_98 = fabs(state_internal_Ep_2);
+        const real ncse_99 = (ncse_98 + fabs(forces_E_2));
+        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_115);
+        const real ncse_101 = (ncse_100 + (ncse_94 * ncse_99));
+        const real ncse_102 = fabs(state_internal_gamma_rate);
+        const real ncse_103 = (ncse_102 * fabs(ncse_13));
+        const real ncse_104 = (ncse_103 * fabs(ncse_31));
+        const real ncse_105 = (((real)0.5) * ncse_104);
+        const real ncse_106 = (ncse_94 * ncse_96);
+        const real ncse_107 = fabs(state_internal_Ep_3);
+        const real ncse_108 = (ncse_104 * ncse_93);
+        const real ncse_109 = fabs(state_internal_Ep_4);
+        const real ncse_110 = fabs(state_internal_Ep_5);
+        const real ncse_111 = fabs(state_internal_ep);
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35));
@@ -2790,10 +2798,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_7 = (state_internal_gamma_rate - ncse_42);
         const real perzyna_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_100 + ncse_94 + (ncse_95 * ncse_96))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_90 + (ncse_104 * (ncse_100 + ncse_105 + (ncse_91 * ncse_96))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_107 * (ncse_106 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_97 + (ncse_104 * (ncse_105 + ncse_94 + ncse_99 + (ncse_96 * ncse_98))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_108 + (ncse_107 * (ncse_108 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_109 + (ncse_107 * (ncse_109 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_110 + (((real)0.816496580927726) * ncse_102) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_101 + (((real)0.816496580927726) * ((ncse_110 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_84)) + fabs(ncse_42)))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + fabs(old_state_internal_Ep_1)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (((real)0.816496580927726) * ncse_103) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (((real)0.816496580927726) * ((ncse_111 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_85)) + fabs(ncse_42)))));
         const int nt1_ok = (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
@@ -2801,69 +2809,69 @@ MC_INLINE void newton_1_iterate(
         v_perzyna_iso_return_map_residual_norm[l] = mc_was ? perzyna_iso_return_map_residual_norm : v_perzyna_iso_return_map_residual_norm[l];
         const int mc_go = mc_was & (nt1_ok == 0) & (it < mc_maxit);
         mc_act[l] = mc_go;
-        const real nt1_1 = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))));
-        const real nt1_2 = (ncse_32 * ncse_55);
-        const real nt1_3 = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))));
-        const real nt1_4 = (ncse_34 * ncse_69);
-        const real nt1_5 = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35)))));
-        const real nt1_6 = (ncse_35 * ncse_69);
-        const real nt1_7 = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76))));
-        const real nt1_8 = (ncse_16 * ncse_82);
-        const real nt1_9 = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76))));
-        const real nt1_10 = (ncse_20 * ncse_82);
-        const real nt1_11 = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))));
-        const real nt1_12 = (ncse_23 * ncse_82);
-        const real nt1_13 = (ncse_12 * ncse_87);
-        const real nt1_14 = (ncse_34 * ncse_87);
-        const real nt1_15 = (ncse_35 * ncse_87);
-        const real nt1_16 = (ncse_16 * ncse_88);
-        const real nt1_17 = (ncse_20 * ncse_88);
-        const real nt1_18 = (ncse_23 * ncse_88);
-        const real nt1_19 = (((real)0.816496580927726) * p_K * ncse_85);
-        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_52))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_53))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_58))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_60))));
-        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_61))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
+        const real nt1_1 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))));
+        const real nt1_2 = (ncse_32 * ncse_56);
+        const real nt1_3 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))));
+        const real nt1_4 = (ncse_34 * ncse_70);
+        const real nt1_5 = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))));
+        const real nt1_6 = (ncse_35 * ncse_70);
+        const real nt1_7 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))));
+        const real nt1_8 = (ncse_16 * ncse_83);
+        const real nt1_9 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))));
+        const real nt1_10 = (ncse_20 * ncse_83);
+        const real nt1_11 = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))));
+        const real nt1_12 = (ncse_23 * ncse_83);
+        const real nt1_13 = (ncse_12 * ncse_88);
+        const real nt1_14 = (ncse_34 * ncse_88);
+        const real nt1_15 = (ncse_35 * ncse_88);
+        const real nt1_16 = (ncse_16 * ncse_89);
+        const real nt1_17 = (ncse_20 * ncse_89);
+        const real nt1_18 = (ncse_23 * ncse_89);
+        const real nt1_19 = (((real)0.816496580927726) * p_K * ncse_86);
+        const int nt1_ok_0_20_part0 = ((fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_53))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_54))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_59))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_61))));
+        const int nt1_20 = (nt1_ok_0_20_part0 & (fabs(nt1_1) >= (((real)1e-12) * fabs(ncse_62))) & (fabs(nt1_1) >= (((real)1e-12) * fabs(nt1_2))));
         const real nt1_21 = (nt1_20 ? (((real)1.0) / nt1_1) : MC_NAN);
-        const real nt1_22 = (ncse_52 * nt1_21);
-        const real nt1_23 = (nt1_3 - (ncse_52 * nt1_22));
-        const real nt1_24 = (ncse_62 - (ncse_53 * nt1_22));
-        const real nt1_25 = (ncse_65 - (ncse_58 * nt1_22));
-        const real nt1_26 = (ncse_67 - (ncse_60 * nt1_22));
-        const real nt1_27 = (ncse_68 - (ncse_61 * nt1_22));
+        const real nt1_22 = (ncse_53 * nt1_21);
+        const real nt1_23 = (nt1_3 - (ncse_53 * nt1_22));
+        const real nt1_24 = (ncse_63 - (ncse_54 * nt1_22));
+        const real nt1_25 = (ncse_66 - (ncse_59 * nt1_22));
+        const real nt1_26 = (ncse_68 - (ncse_61 * nt1_22));
+        const real nt1_27 = (ncse_69 - (ncse_62 * nt1_22));
         const real nt1_28 = (nt1_4 - (nt1_2 * nt1_22));
-        const real nt1_29 = (ncse_53 * nt1_21);
-        const real nt1_30 = (ncse_62 - (ncse_52 * nt1_29));
-        const real nt1_31 = (nt1_5 - (ncse_53 * nt1_29));
-        const real nt1_32 = (ncse_71 - (ncse_58 * nt1_29));
-        const real nt1_33 = (ncse_73 - (ncse_60 * nt1_29));
-        const real nt1_34 = (ncse_74 - (ncse_61 * nt1_29));
+        const real nt1_29 = (ncse_54 * nt1_21);
+        const real nt1_30 = (ncse_63 - (ncse_53 * nt1_29));
+        const real nt1_31 = (nt1_5 - (ncse_54 * nt1_29));
+        const real nt1_32 = (ncse_72 - (ncse_59 * nt1_29));
+        const real nt1_33 = (ncse_74 - (ncse_61 * nt1_29));
+        const real nt1_34 = (ncse_75 - (ncse_62 * nt1_29));
         const real nt1_35 = (nt1_6 - (nt1_2 * nt1_29));
-        const real nt1_36 = (ncse_58 * nt1_21);
-        const real nt1_37 = (ncse_65 - (ncse_52 * nt1_36));
-        const real nt1_38 = (ncse_71 - (ncse_53 * nt1_36));
-        const real nt1_39 = (nt1_7 - (ncse_58 * nt1_36));
-        const real nt1_40 = (ncse_80 - (ncse_60 * nt1_36));
-        const real nt1_41 = (ncse_81 - (ncse_61 * nt1_36));
+        const real nt1_36 = (ncse_59 * nt1_21);
+        const real nt1_37 = (ncse_66 - (ncse_53 * nt1_36));
+        const real nt1_38 = (ncse_72 - (ncse_54 * nt1_36));
+        const real nt1_39 = (nt1_7 - (ncse_59 * nt1_36));
+        const real nt1_40 = (ncse_81 - (ncse_61 * nt1_36));
+        const real nt1_41 = (ncse_82 - (ncse_62 * nt1_36));
         const real nt1_42 = (nt1_8 - (nt1_2 * nt1_36));
-        const real nt1_43 = (ncse_60 * nt1_21);
-        const real nt1_44 = (ncse_67 - (ncse_52 * nt1_43));
-        const real nt1_45 = (ncse_73 - (ncse_53 * nt1_43));
-        const real nt1_46 = (ncse_80 - (ncse_58 * nt1_43));
-        const real nt1_47 = (nt1_9 - (ncse_60 * nt1_43));
-        const real nt1_48 = (ncse_83 - (ncse_61 * nt1_43));
+        const real nt1_43 = (ncse_61 * nt1_21);
+        const real nt1_44 = (ncse_68 - (ncse_53 * nt1_43));
+        const real nt1_45 = (ncse_74 - (ncse_54 * nt1_43));
+        const real nt1_46 = (ncse_81 - (ncse_59 * nt1_43));
+        const real nt1_47 = (nt1_9 - (ncse_61 * nt1_43));
+        const real nt1_48 = (ncse_84 - (ncse_62 * nt1_43));
         const real nt1_49 = (nt1_10 - (nt1_2 * nt1_43));
-        const real nt1_50 = (ncse_61 * nt1_21);
-        const real nt1_51 = (ncse_68 - (ncse_52 * nt1_50));
-        const real nt1_52 = (ncse_74 - (ncse_53 * nt1_50));
-        const real nt1_53 = (ncse_81 - (ncse_58 * nt1_50));
-        const real nt1_54 = (ncse_83 - (ncse_60 * nt1_50));
-        const real nt1_55 = (nt1_11 - (ncse_61 * nt1_50));
+        const real nt1_50 = (ncse_62 * nt1_21);
+        const real nt1_51 = (ncse_69 - (ncse_53 * nt1_50));
+        const real nt1_52 = (ncse_75 - (ncse_54 * nt1_50));
+        const real nt1_53 = (ncse_82 - (ncse_59 * nt1_50));
+        const real nt1_54 = (ncse_84 - (ncse_61 * nt1_50));
+        const real nt1_55 = (nt1_11 - (ncse_62 * nt1_50));
         const real nt1_56 = (nt1_12 - (nt1_2 * nt1_50));
         const real nt1_57 = (nt1_13 * nt1_21);
-        const real nt1_58 = (nt1_14 - (ncse_52 * nt1_57));
-        const real nt1_59 = (nt1_15 - (ncse_53 * nt1_57));
-        const real nt1_60 = (nt1_16 - (ncse_58 * nt1_57));
-        const real nt1_61 = (nt1_17 - (ncse_60 * nt1_57));
-        const real nt1_62 = (nt1_18 - (ncse_61 * nt1_57));
+        const real nt1_58 = (nt1_14 - (ncse_53 * nt1_57));
+        const real nt1_59 = (nt1_15 - (ncse_54 * nt1_57));
+        const real nt1_60 = (nt1_16 - (ncse_59 * nt1_57));
+        const real nt1_61 = (nt1_17 - (ncse_61 * nt1_57));
+        const real nt1_62 = (nt1_18 - (ncse_62 * nt1_57));
         const real nt1_63 = (((real)1.0) - (nt1_2 * nt1_57));
         const int nt1_ok_1_64_part0 = ((fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_24))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_25))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_26))) & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_27))));
         const int nt1_64 = (nt1_ok_1_64_part0 & (fabs(nt1_23) >= (((real)1e-12) * fabs(nt1_28))));
@@ -2946,10 +2954,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_141 = (nt1_140 ? (((real)1.0) / nt1_135) : MC_NAN);
         const real nt1_142 = (nt1_138 * nt1_141);
         const real nt1_143 = (nt1_139 - (nt1_136 * nt1_142));
-        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_115)));
+        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_116)));
         const real nt1_145 = (nt1_144 ? ((real)1.0) : MC_NAN);
         const real nt1_146 = (nt1_19 * nt1_145);
-        const real nt1_147 = (nt1_143 - (ncse_115 * nt1_146));
+        const real nt1_147 = (nt1_143 - (ncse_116 * nt1_146));
         const real nt1_148 = (((real)1.0) / nt1_147);
         const real nt1_149 = (-nt1_r_0);
         const real nt1_150 = (-nt1_r_1);
@@ -2982,13 +2990,13 @@ MC_INLINE void newton_1_iterate(
         const real nt1_177 = (nt1_176 - (nt1_175 * nt1_142));
         const real nt1_178 = (nt1_177 - (nt1_155 * nt1_146));
         const real nt1_179 = (nt1_178 * nt1_148);
-        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_115 * nt1_179)));
+        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_116 * nt1_179)));
         const real nt1_181 = (nt1_141 * (nt1_175 - (nt1_136 * nt1_179)));
         const real nt1_182 = (nt1_133 * (nt1_172 - (nt1_122 * nt1_181) - (nt1_123 * nt1_179)));
         const real nt1_183 = (nt1_119 * (nt1_168 - (nt1_100 * nt1_182) - (nt1_101 * nt1_181) - (nt1_102 * nt1_179)));
         const real nt1_184 = (nt1_97 * (nt1_163 - (nt1_68 * nt1_183) - (nt1_69 * nt1_182) - (nt1_70 * nt1_181) - (nt1_71 * nt1_179)));
         const real nt1_185 = (nt1_65 * (nt1_157 - (nt1_24 * nt1_184) - (nt1_25 * nt1_183) - (nt1_26 * nt1_182) - (nt1_27 * nt1_181) - (nt1_28 * nt1_179)));
-        const real nt1_186 = (nt1_21 * (nt1_149 - (ncse_52 * nt1_185) - (ncse_53 * nt1_184) - (ncse_58 * nt1_183) - (ncse_60 * nt1_182) - (ncse_61 * nt1_181) - (nt1_2 * nt1_179)));
+        const real nt1_186 = (nt1_21 * (nt1_149 - (ncse_53 * nt1_185) - (ncse_54 * nt1_184) - (ncse_59 * nt1_183) - (ncse_61 * nt1_182) - (ncse_62 * nt1_181) - (nt1_2 * nt1_179)));
         const real nt1_dx_0 = nt1_186;
         const real nt1_dx_1 = nt1_185;
         const real nt1_dx_2 = nt1_184;
@@ -3006,59 +3014,59 @@ MC_INLINE void newton_1_iterate(
         if (V & 2) v_state_internal_ep[l] = mc_go ? v_state_internal_ep[l] + nt1_dx_6 : v_state_internal_ep[l];
         if (V & 2) v_state_internal_gamma_rate[l] = mc_go ? v_state_internal_gamma_rate[l] + nt1_dx_7 : v_state_internal_gamma_rate[l];
         if (V & 2) v_perzyna_iso_return_map_iterations[l] = v_perzyna_iso_return_map_iterations[l] + mc_go;
-        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))));
-        if (V & 1) mc_A[1 * MC_W + l] = ncse_52;
-        if (V & 1) mc_A[2 * MC_W + l] = ncse_53;
-        if (V & 1) mc_A[3 * MC_W + l] = ncse_58;
-        if (V & 1) mc_A[4 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[5 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[0 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))));
+        if (V & 1) mc_A[1 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[2 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[3 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[4 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[5 * MC_W + l] = ncse_62;
         if (V & 1) mc_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[7 * MC_W + l] = (ncse_32 * ncse_55);
+        if (V & 1) mc_A[7 * MC_W + l] = (ncse_32 * ncse_56);
         if (V & 1) mc_B[0 * MC_W + l] = (-nt1_r_0);
-        if (V & 1) mc_A[8 * MC_W + l] = ncse_52;
-        if (V & 1) mc_A[9 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_34 * ncse_34)))));
-        if (V & 1) mc_A[10 * MC_W + l] = ncse_62;
-        if (V & 1) mc_A[11 * MC_W + l] = ncse_65;
-        if (V & 1) mc_A[12 * MC_W + l] = ncse_67;
-        if (V & 1) mc_A[13 * MC_W + l] = ncse_68;
+        if (V & 1) mc_A[8 * MC_W + l] = ncse_53;
+        if (V & 1) mc_A[9 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_34 * ncse_34)))));
+        if (V & 1) mc_A[10 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[11 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[12 * MC_W + l] = ncse_68;
+        if (V & 1) mc_A[13 * MC_W + l] = ncse_69;
         if (V & 1) mc_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[15 * MC_W + l] = (ncse_34 * ncse_69);
+        if (V & 1) mc_A[15 * MC_W + l] = (ncse_34 * ncse_70);
         if (V & 1) mc_B[1 * MC_W + l] = (-nt1_r_1);
-        if (V & 1) mc_A[16 * MC_W + l] = ncse_53;
-        if (V & 1) mc_A[17 * MC_W + l] = ncse_62;
-        if (V & 1) mc_A[18 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_35 * ncse_35)))));
-        if (V & 1) mc_A[19 * MC_W + l] = ncse_71;
-        if (V & 1) mc_A[20 * MC_W + l] = ncse_73;
-        if (V & 1) mc_A[21 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[16 * MC_W + l] = ncse_54;
+        if (V & 1) mc_A[17 * MC_W + l] = ncse_63;
+        if (V & 1) mc_A[18 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_35 * ncse_35)))));
+        if (V & 1) mc_A[19 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[20 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[21 * MC_W + l] = ncse_75;
         if (V & 1) mc_A[22 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[23 * MC_W + l] = (ncse_35 * ncse_69);
+        if (V & 1) mc_A[23 * MC_W + l] = (ncse_35 * ncse_70);
         if (V & 1) mc_B[2 * MC_W + l] = (-nt1_r_2);
-        if (V & 1) mc_A[24 * MC_W + l] = ncse_58;
-        if (V & 1) mc_A[25 * MC_W + l] = ncse_65;
-        if (V & 1) mc_A[26 * MC_W + l] = ncse_71;
-        if (V & 1) mc_A[27 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76))));
-        if (V & 1) mc_A[28 * MC_W + l] = ncse_80;
-        if (V & 1) mc_A[29 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[24 * MC_W + l] = ncse_59;
+        if (V & 1) mc_A[25 * MC_W + l] = ncse_66;
+        if (V & 1) mc_A[26 * MC_W + l] = ncse_72;
+        if (V & 1) mc_A[27 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77))));
+        if (V & 1) mc_A[28 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[29 * MC_W + l] = ncse_82;
         if (V & 1) mc_A[30 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[31 * MC_W + l] = (ncse_16 * ncse_82);
+        if (V & 1) mc_A[31 * MC_W + l] = (ncse_16 * ncse_83);
         if (V & 1) mc_B[3 * MC_W + l] = (-nt1_r_3);
-        if (V & 1) mc_A[32 * MC_W + l] = ncse_60;
-        if (V & 1) mc_A[33 * MC_W + l] = ncse_67;
-        if (V & 1) mc_A[34 * MC_W + l] = ncse_73;
-        if (V & 1) mc_A[35 * MC_W + l] = ncse_80;
-        if (V & 1) mc_A[36 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76))));
-        if (V & 1) mc_A[37 * MC_W + l] = ncse_83;
+        if (V & 1) mc_A[32 * MC_W + l] = ncse_61;
+        if (V & 1) mc_A[33 * MC_W + l] = ncse_68;
+        if (V & 1) mc_A[34 * MC_W + l] = ncse_74;
+        if (V & 1) mc_A[35 * MC_W + l] = ncse_81;
+        if (V & 1) mc_A[36 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77))));
+        if (V & 1) mc_A[37 * MC_W + l] = ncse_84;
         if (V & 1) mc_A[38 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[39 * MC_W + l] = (ncse_20 * ncse_82);
+        if (V & 1) mc_A[39 * MC_W + l] = (ncse_20 * ncse_83);
         if (V & 1) mc_B[4 * MC_W + l] = (-nt1_r_4);
-        if (V & 1) mc_A[40 * MC_W + l] = ncse_61;
-        if (V & 1) mc_A[41 * MC_W + l] = ncse_68;
-        if (V & 1) mc_A[42 * MC_W + l] = ncse_74;
-        if (V & 1) mc_A[43 * MC_W + l] = ncse_81;
-        if (V & 1) mc_A[44 * MC_W + l] = ncse_83;
-        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76))));
+        if (V & 1) mc_A[40 * MC_W + l] = ncse_62;
+        if (V & 1) mc_A[41 * MC_W + l] = ncse_69;
+        if (V & 1) mc_A[42 * MC_W + l] = ncse_75;
+        if (V & 1) mc_A[43 * MC_W + l] = ncse_82;
+        if (V & 1) mc_A[44 * MC_W + l] = ncse_84;
+        if (V & 1) mc_A[45 * MC_W + l] = (((real)1.0) - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77))));
         if (V & 1) mc_A[46 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[47 * MC_W + l] = (ncse_23 * ncse_82);
+        if (V & 1) mc_A[47 * MC_W + l] = (ncse_23 * ncse_83);
         if (V & 1) mc_B[5 * MC_W + l] = (-nt1_r_5);
         if (V & 1) mc_A[48 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[49 * MC_W + l] = ((real)0.0);
@@ -3067,15 +3075,15 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = ncse_115;
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_116;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
-        if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_87);
-        if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_87);
-        if (V & 1) mc_A[58 * MC_W + l] = (ncse_35 * ncse_87);
-        if (V & 1) mc_A[59 * MC_W + l] = (ncse_16 * ncse_88);
-        if (V & 1) mc_A[60 * MC_W + l] = (ncse_20 * ncse_88);
-        if (V & 1) mc_A[61 * MC_W + l] = (ncse_23 * ncse_88);
-        if (V & 1) mc_A[62 * MC_W + l] = (((real)0.816496580927726) * p_K * ncse_85);
+        if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_88);
+        if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_88);
+        if (V & 1) mc_A[58 * MC_W + l] = (ncse_35 * ncse_88);
+        if (V & 1) mc_A[59 * MC_W + l] = (ncse_16 * ncse_89);
+        if (V & 1) mc_A[60 * MC_W + l] = (ncse_20 * ncse_89);
+        if (V & 1) mc_A[61 * MC_W + l] = (ncse_23 * ncse_89);
+        if (V & 1) mc_A[62 * MC_W + l] = (((real)0.816496580927726) * p_K * ncse_86);
         if (V & 1) mc_A[63 * MC_W + l] = ((real)1.0);
         if (V & 1) mc_B[7 * MC_W + l] = (-nt1_r_7);
     }
@@ -3240,38 +3248,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
     real v_cse_112[MC_W];
     real v_cse_114[MC_W];
     real v_cse_123[MC_W];
-    real v_cse_125[MC_W];
     real v_cse_126[MC_W];
     real v_cse_127[MC_W];
-    real v_cse_130[MC_W];
+    real v_cse_128[MC_W];
+    real v_cse_129[MC_W];
     real v_cse_132[MC_W];
-    real v_cse_136[MC_W];
-    real v_cse_137[MC_W];
-    real v_cse_139[MC_W];
-    real v_cse_141[MC_W];
+    real v_cse_134[MC_W];
+    real v_cse_138[MC_W];
+    real v_cse_140[MC_W];
     real v_cse_142[MC_W];
-    real v_cse_144[MC_W];
-    real v_cse_150[MC_W];
-    real v_cse_152[MC_W];
-    real v_cse_154[MC_W];
+    real v_cse_143[MC_W];
+    real v_cse_145[MC_W];
+    real v_cse_151[MC_W];
+    real v_cse_153[MC_W];
     real v_cse_155[MC_W];
     real v_cse_157[MC_W];
     real v_cse_162[MC_W];
     real v_cse_164[MC_W];
-    real v_cse_165[MC_W];
+    real v_cse_170[MC_W];
     real v_cse_171[MC_W];
     real v_cse_173[MC_W];
+    real v_cse_174[MC_W];
     real v_cse_175[MC_W];
-    real v_cse_176[MC_W];
     real v_cse_181[MC_W];
-    real v_cse_184[MC_W];
-    real v_cse_188[MC_W];
+    real v_cse_183[MC_W];
+    real v_cse_185[MC_W];
+    real v_cse_189[MC_W];
     real v_cse_190[MC_W];
-    real v_cse_191[MC_W];
     real v_cse_192[MC_W];
     real v_cse_193[MC_W];
     real v_cse_194[MC_W];
+    real v_cse_195[MC_W];
+    real v_cse_196[MC_W];
+    real v_cse_199[MC_W];
+    real v_cse_201[MC_W];
     real v_cse_203[MC_W];
+    real v_cse_208[MC_W];
     real v_cse_75[MC_W];
     real v_cse_77[MC_W];
     real v_cse_78[MC_W];
@@ -3322,9 +3334,9 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real state_internal_Ep_4 = v_state_internal_Ep_4[l];
         const real forces_E_5 = (v_x0 + 5 * MC_W)[l];
         const real state_internal_Ep_5 = v_state_internal_Ep_5[l];
+        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real forces_t = (v_x1 + 0 * MC_W)[l];
         const real old_forces_t = (v_x2 + 0 * MC_W)[l];
-        const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
         const real p_eta = MC_P(4, (v_p + 4 * MC_W)[l]);
         const real p_K = MC_P(2, (v_p + 2 * MC_W)[l]);
         const real p_sigma_y = MC_P(3, (v_p + 3 * MC_W)[l]);
@@ -3380,135 +3392,140 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         const real cse_119 = (((real)0.6666666666666666) * cse_14);
         const real cse_120 = (((real)0.3333333333333333) * cse_15);
         const real cse_121 = (((real)0.6666666666666666) * cse_6);
-        const real cse_243 = (cse_118 - cse_116 - cse_117);
-        const real cse_244 = (cse_119 - cse_116 - cse_120);
-        const real cse_245 = (cse_121 - cse_117 - cse_120);
-        const real cse_122 = sqrt(mc_pos((cse_111 + cse_113 + cse_115 + (cse_243 * cse_243) + (cse_244 * cse_244) + (cse_245 * cse_245))));
+        const real cse_245 = (cse_118 - cse_116 - cse_117);
+        const real cse_246 = (cse_119 - cse_116 - cse_120);
+        const real cse_247 = (cse_121 - cse_117 - cse_120);
+        const real cse_122 = sqrt(mc_pos((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247))));
         const real cse_123 = mc_sdiv(((real)1.0), cse_122);
-        const real cse_124 = (-((real)0.6666666666666666) * cse_123);
-        const real cse_125 = (-cse_118 - cse_119 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
-        const real cse_126 = mc_sdiv(((real)1.0), (((real)2.0) * cse_122));
-        const real cse_127 = mc_sdiv(((real)1.0), (cse_122 * cse_122));
-        const real cse_128 = (((real)0.5) * cse_127);
-        const real cse_129 = (cse_126 * cse_128);
-        const real cse_130 = (-cse_124 - (cse_129 * (cse_125 * cse_125)));
-        const real cse_131 = (old_forces_t - forces_t);
-        const real cse_132 = (cse_131 * state_internal_gamma_rate);
-        const real cse_133 = (cse_132 * cse_5);
-        const real cse_134 = (cse_130 * cse_133);
-        const real cse_135 = (((real)0.3333333333333333) * cse_123);
-        const real cse_136 = (-cse_118 - cse_121 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
-        const real cse_137 = (cse_125 * cse_126);
-        const real cse_138 = (cse_128 * cse_137);
-        const real cse_139 = (-cse_135 - (cse_136 * cse_138));
-        const real cse_140 = (-cse_133 * cse_139);
-        const real cse_141 = (-cse_119 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
-        const real cse_142 = (-cse_135 - (cse_138 * cse_141));
-        const real cse_143 = (-cse_133 * cse_142);
-        const real cse_144 = (cse_127 * cse_137);
-        const real cse_145 = (cse_110 * cse_132);
-        const real cse_146 = (cse_144 * cse_145);
-        const real cse_147 = (cse_146 * cse_16);
-        const real cse_148 = (cse_146 * cse_18);
-        const real cse_149 = (cse_146 * cse_20);
-        const real cse_150 = (((real)0.5) * cse_123);
-        const real cse_151 = (cse_131 * cse_150);
-        const real cse_152 = (-cse_124 - (cse_129 * (cse_136 * cse_136)));
-        const real cse_153 = (cse_133 * cse_152);
-        const real cse_154 = (cse_126 * cse_136);
-        const real cse_155 = (-cse_135 - (cse_128 * cse_141 * cse_154));
-        const real cse_156 = (-cse_133 * cse_155);
-        const real cse_157 = (cse_127 * cse_154);
-        const real cse_158 = (cse_145 * cse_157);
+        const real cse_124 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_123);
+        const real cse_125 = (-((real)0.6666666666666666) * cse_124);
+        const real cse_126 = (-cse_118 - cse_119 + (((real)1.3333333333333333) * p_E * cse_0 * cse_4));
+        const real cse_127 = (state_internal_gamma_rate == 0 ? ((real)0.0) : mc_sdiv(((real)1.0), (cse_122 * cse_122)));
+        const real cse_128 = mc_sdiv(((real)1.0), (((real)2.0) * cse_122));
+        const real cse_129 = (state_internal_gamma_rate == 0 ? ((real)0.0) : cse_128);
+        const real cse_130 = (cse_127 * cse_129);
+        const real cse_131 = (((real)0.5) * cse_130);
+        const real cse_132 = (-cse_125 - (cse_131 * (cse_126 * cse_126)));
+        const real cse_133 = (old_forces_t - forces_t);
+        const real cse_134 = (cse_133 * state_internal_gamma_rate);
+        const real cse_135 = (cse_134 * cse_5);
+        const real cse_136 = (cse_132 * cse_135);
+        const real cse_137 = (((real)0.3333333333333333) * cse_124);
+        const real cse_138 = (-cse_118 - cse_121 + (((real)1.3333333333333333) * p_E * cse_1 * cse_4));
+        const real cse_139 = (cse_126 * cse_131);
+        const real cse_140 = (-cse_137 - (cse_138 * cse_139));
+        const real cse_141 = (-cse_135 * cse_140);
+        const real cse_142 = (-cse_119 - cse_121 + (((real)1.3333333333333333) * p_E * cse_2 * cse_4));
+        const real cse_143 = (-cse_137 - (cse_139 * cse_142));
+        const real cse_144 = (-cse_135 * cse_143);
+        const real cse_145 = (cse_126 * cse_130);
+        const real cse_146 = (cse_110 * cse_134);
+        const real cse_147 = (cse_145 * cse_146);
+        const real cse_148 = (cse_147 * cse_16);
+        const real cse_149 = (cse_147 * cse_18);
+        const real cse_150 = (cse_147 * cse_20);
+        const real cse_151 = (((real)0.5) * cse_123);
+        const real cse_152 = (cse_133 * cse_151);
+        const real cse_153 = (-cse_125 - (cse_131 * (cse_138 * cse_138)));
+        const real cse_154 = (cse_135 * cse_153);
+        const real cse_155 = (-cse_137 - (cse_131 * cse_138 * cse_142));
+        const real cse_156 = (-cse_135 * cse_155);
+        const real cse_157 = (cse_130 * cse_138);
+        const real cse_158 = (cse_146 * cse_157);
         const real cse_159 = (cse_158 * cse_16);
         const real cse_160 = (cse_158 * cse_18);
         const real cse_161 = (cse_158 * cse_20);
-        const real cse_162 = (-cse_124 - (cse_129 * (cse_141 * cse_141)));
-        const real cse_163 = (cse_133 * cse_162);
-        const real cse_164 = (cse_126 * cse_141);
-        const real cse_165 = (cse_127 * cse_164);
-        const real cse_166 = (cse_145 * cse_165);
-        const real cse_167 = (cse_16 * cse_166);
-        const real cse_168 = (cse_166 * cse_18);
-        const real cse_169 = (cse_166 * cse_20);
-        const real cse_170 = (-cse_123);
-        const real cse_171 = (((real)2.0) * cse_126);
-        const real cse_172 = (cse_127 * cse_171);
-        const real cse_173 = (-cse_170 - (cse_111 * cse_172));
-        const real cse_174 = (cse_133 * cse_173);
-        const real cse_175 = (cse_4 * cse_4 * cse_4);
-        const real cse_176 = (p_E * p_E * p_E);
-        const real cse_177 = (cse_132 * cse_16 * cse_172 * cse_175 * cse_176);
+        const real cse_162 = (-cse_125 - (cse_131 * (cse_142 * cse_142)));
+        const real cse_163 = (cse_135 * cse_162);
+        const real cse_164 = (cse_130 * cse_142);
+        const real cse_165 = (cse_146 * cse_164);
+        const real cse_166 = (cse_16 * cse_165);
+        const real cse_167 = (cse_165 * cse_18);
+        const real cse_168 = (cse_165 * cse_20);
+        const real cse_169 = (-cse_124);
+        const real cse_170 = (((real)2.0) * cse_130);
+        const real cse_171 = (-cse_169 - (cse_111 * cse_170));
+        const real cse_172 = (cse_135 * cse_171);
+        const real cse_173 = (cse_16 * cse_170);
+        const real cse_174 = (cse_4 * cse_4 * cse_4);
+        const real cse_175 = (p_E * p_E * p_E);
+        const real cse_176 = (cse_134 * cse_174 * cse_175);
+        const real cse_177 = (cse_173 * cse_176);
         const real cse_178 = (cse_177 * cse_18);
         const real cse_179 = (cse_177 * cse_20);
-        const real cse_180 = (cse_123 * cse_131);
-        const real cse_181 = (-cse_170 - (cse_113 * cse_172));
-        const real cse_182 = (cse_133 * cse_181);
-        const real cse_183 = (cse_132 * cse_172 * cse_175 * cse_176 * cse_18 * cse_20);
-        const real cse_184 = (-cse_170 - (cse_115 * cse_172));
-        const real cse_185 = (cse_133 * cse_184);
-        const real cse_188 = (((real)1.0) / p_eta);
-        const real cse_189 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_122) - (p_K * state_internal_ep)));
-        const real cse_190 = mc_pos(cse_189);
-        const real cse_191 = (cse_188 * cse_190);
-        const real cse_192 = mc_pow(cse_191, p_n);
-        const real cse_193 = (p_n * mc_powr_shift(cse_192, cse_191, (-((real)1.0) + p_n)));
-        const real cse_194 = (cse_188 * cse_193 * (cse_189 > 0 ? 1 : 0));
-        const real cse_195 = (cse_194 * cse_5);
-        const real cse_196 = (cse_137 * cse_195);
-        const real cse_197 = (cse_154 * cse_195);
-        const real cse_198 = (cse_164 * cse_195);
-        const real cse_199 = (cse_110 * cse_171 * cse_194);
-        const real cse_200 = (cse_16 * cse_199);
-        const real cse_201 = (cse_18 * cse_199);
-        const real cse_202 = (cse_199 * cse_20);
-        const real cse_203 = (((real)0.816496580927726) * cse_194);
-        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_134);
-        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_140;
-        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_143;
-        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_147;
-        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_148;
-        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_149;
+        const real cse_180 = (cse_123 * cse_133);
+        const real cse_181 = (-cse_169 - (cse_113 * cse_170));
+        const real cse_182 = (cse_135 * cse_181);
+        const real cse_183 = (cse_170 * cse_18);
+        const real cse_184 = (cse_176 * cse_183 * cse_20);
+        const real cse_185 = (-cse_169 - (cse_115 * cse_170));
+        const real cse_186 = (cse_135 * cse_185);
+        const real cse_189 = (cse_126 * cse_128);
+        const real cse_190 = (((real)1.0) / p_eta);
+        const real cse_191 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * cse_122) - (p_K * state_internal_ep)));
+        const real cse_192 = mc_pos(cse_191);
+        const real cse_193 = (cse_190 * cse_192);
+        const real cse_194 = mc_pow(cse_193, p_n);
+        const real cse_195 = (p_n * mc_powr_shift(cse_194, cse_193, (-((real)1.0) + p_n)));
+        const real cse_196 = (cse_190 * cse_195 * (cse_191 > 0 ? 1 : 0));
+        const real cse_197 = (cse_196 * cse_5);
+        const real cse_198 = (cse_189 * cse_197);
+        const real cse_199 = (cse_128 * cse_138);
+        const real cse_200 = (cse_197 * cse_199);
+        const real cse_201 = (cse_128 * cse_142);
+        const real cse_202 = (cse_197 * cse_201);
+        const real cse_203 = (((real)2.0) * cse_128);
+        const real cse_204 = (cse_110 * cse_196 * cse_203);
+        const real cse_205 = (cse_16 * cse_204);
+        const real cse_206 = (cse_18 * cse_204);
+        const real cse_207 = (cse_20 * cse_204);
+        const real cse_208 = (((real)0.816496580927726) * cse_196);
+        if (V & 14) mc_ls1_A[0 * MC_W + l] = (((real)1.0) - cse_136);
+        if (V & 14) mc_ls1_A[1 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_A[2 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_A[3 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_A[4 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_A[5 * MC_W + l] = cse_150;
         if (V & 14) mc_ls1_A[6 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_125 * cse_151);
-        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_140;
-        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_153);
+        if (V & 14) mc_ls1_A[7 * MC_W + l] = (cse_126 * cse_152);
+        if (V & 14) mc_ls1_A[8 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_A[9 * MC_W + l] = (((real)1.0) - cse_154);
         if (V & 14) mc_ls1_A[10 * MC_W + l] = cse_156;
         if (V & 14) mc_ls1_A[11 * MC_W + l] = cse_159;
         if (V & 14) mc_ls1_A[12 * MC_W + l] = cse_160;
         if (V & 14) mc_ls1_A[13 * MC_W + l] = cse_161;
         if (V & 14) mc_ls1_A[14 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_136 * cse_151);
-        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_143;
+        if (V & 14) mc_ls1_A[15 * MC_W + l] = (cse_138 * cse_152);
+        if (V & 14) mc_ls1_A[16 * MC_W + l] = cse_144;
         if (V & 14) mc_ls1_A[17 * MC_W + l] = cse_156;
         if (V & 14) mc_ls1_A[18 * MC_W + l] = (((real)1.0) - cse_163);
-        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_167;
-        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_A[19 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_A[20 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_A[21 * MC_W + l] = cse_168;
         if (V & 14) mc_ls1_A[22 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_141 * cse_151);
-        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_147;
+        if (V & 14) mc_ls1_A[23 * MC_W + l] = (cse_142 * cse_152);
+        if (V & 14) mc_ls1_A[24 * MC_W + l] = cse_148;
         if (V & 14) mc_ls1_A[25 * MC_W + l] = cse_159;
-        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_167;
-        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_174);
+        if (V & 14) mc_ls1_A[26 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_A[27 * MC_W + l] = (((real)1.0) - cse_172);
         if (V & 14) mc_ls1_A[28 * MC_W + l] = cse_178;
         if (V & 14) mc_ls1_A[29 * MC_W + l] = cse_179;
         if (V & 14) mc_ls1_A[30 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[31 * MC_W + l] = (cse_180 * state_S_3);
-        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_A[32 * MC_W + l] = cse_149;
         if (V & 14) mc_ls1_A[33 * MC_W + l] = cse_160;
-        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_A[34 * MC_W + l] = cse_167;
         if (V & 14) mc_ls1_A[35 * MC_W + l] = cse_178;
         if (V & 14) mc_ls1_A[36 * MC_W + l] = (((real)1.0) - cse_182);
-        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_183;
+        if (V & 14) mc_ls1_A[37 * MC_W + l] = cse_184;
         if (V & 14) mc_ls1_A[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[39 * MC_W + l] = (cse_180 * state_S_4);
-        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_A[40 * MC_W + l] = cse_150;
         if (V & 14) mc_ls1_A[41 * MC_W + l] = cse_161;
-        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_A[42 * MC_W + l] = cse_168;
         if (V & 14) mc_ls1_A[43 * MC_W + l] = cse_179;
-        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_185);
+        if (V & 14) mc_ls1_A[44 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_A[45 * MC_W + l] = (((real)1.0) - cse_186);
         if (V & 14) mc_ls1_A[46 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[47 * MC_W + l] = (cse_180 * state_S_5);
         if (V & 14) mc_ls1_A[48 * MC_W + l] = ((real)0.0);
@@ -3518,63 +3535,63 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) mc_ls1_A[52 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[53 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_131);
-        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_196;
-        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_198;
-        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_200;
-        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_201;
-        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_202;
-        if (V & 14) mc_ls1_A[62 * MC_W + l] = (p_K * cse_203);
+        if (V & 14) mc_ls1_A[55 * MC_W + l] = (((real)0.816496580927726) * cse_133);
+        if (V & 14) mc_ls1_A[56 * MC_W + l] = cse_198;
+        if (V & 14) mc_ls1_A[57 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_A[58 * MC_W + l] = cse_202;
+        if (V & 14) mc_ls1_A[59 * MC_W + l] = cse_205;
+        if (V & 14) mc_ls1_A[60 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_A[61 * MC_W + l] = cse_207;
+        if (V & 14) mc_ls1_A[62 * MC_W + l] = (p_K * cse_208);
         if (V & 14) mc_ls1_A[63 * MC_W + l] = ((real)1.0);
-        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_134);
-        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_140;
-        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_143;
-        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_147;
-        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_148;
-        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_149;
-        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_140;
-        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_153);
+        if (V & 14) mc_ls1_B[0 * MC_W + l] = (-cse_136);
+        if (V & 14) mc_ls1_B[1 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_B[2 * MC_W + l] = cse_144;
+        if (V & 14) mc_ls1_B[3 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_B[4 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_B[5 * MC_W + l] = cse_150;
+        if (V & 14) mc_ls1_B[6 * MC_W + l] = cse_141;
+        if (V & 14) mc_ls1_B[7 * MC_W + l] = (-cse_154);
         if (V & 14) mc_ls1_B[8 * MC_W + l] = cse_156;
         if (V & 14) mc_ls1_B[9 * MC_W + l] = cse_159;
         if (V & 14) mc_ls1_B[10 * MC_W + l] = cse_160;
         if (V & 14) mc_ls1_B[11 * MC_W + l] = cse_161;
-        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_143;
+        if (V & 14) mc_ls1_B[12 * MC_W + l] = cse_144;
         if (V & 14) mc_ls1_B[13 * MC_W + l] = cse_156;
         if (V & 14) mc_ls1_B[14 * MC_W + l] = (-cse_163);
-        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_167;
-        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_168;
-        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_169;
-        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_147;
+        if (V & 14) mc_ls1_B[15 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_B[16 * MC_W + l] = cse_167;
+        if (V & 14) mc_ls1_B[17 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_B[18 * MC_W + l] = cse_148;
         if (V & 14) mc_ls1_B[19 * MC_W + l] = cse_159;
-        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_167;
-        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_174);
+        if (V & 14) mc_ls1_B[20 * MC_W + l] = cse_166;
+        if (V & 14) mc_ls1_B[21 * MC_W + l] = (-cse_172);
         if (V & 14) mc_ls1_B[22 * MC_W + l] = cse_178;
         if (V & 14) mc_ls1_B[23 * MC_W + l] = cse_179;
-        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_148;
+        if (V & 14) mc_ls1_B[24 * MC_W + l] = cse_149;
         if (V & 14) mc_ls1_B[25 * MC_W + l] = cse_160;
-        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_168;
+        if (V & 14) mc_ls1_B[26 * MC_W + l] = cse_167;
         if (V & 14) mc_ls1_B[27 * MC_W + l] = cse_178;
         if (V & 14) mc_ls1_B[28 * MC_W + l] = (-cse_182);
-        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_149;
+        if (V & 14) mc_ls1_B[29 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_B[30 * MC_W + l] = cse_150;
         if (V & 14) mc_ls1_B[31 * MC_W + l] = cse_161;
-        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_169;
+        if (V & 14) mc_ls1_B[32 * MC_W + l] = cse_168;
         if (V & 14) mc_ls1_B[33 * MC_W + l] = cse_179;
-        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_183;
-        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_185);
+        if (V & 14) mc_ls1_B[34 * MC_W + l] = cse_184;
+        if (V & 14) mc_ls1_B[35 * MC_W + l] = (-cse_186);
         if (V & 14) mc_ls1_B[36 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[37 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[38 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[39 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[40 * MC_W + l] = ((real)0.0);
         if (V & 14) mc_ls1_B[41 * MC_W + l] = ((real)0.0);
-        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_196;
-        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_197;
-        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_198;
-        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_200;
-        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_201;
-        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_202;
+        if (V & 14) mc_ls1_B[42 * MC_W + l] = cse_198;
+        if (V & 14) mc_ls1_B[43 * MC_W + l] = cse_200;
+        if (V & 14) mc_ls1_B[44 * MC_W + l] = cse_202;
+        if (V & 14) mc_ls1_B[45 * MC_W + l] = cse_205;
+        if (V & 14) mc_ls1_B[46 * MC_W + l] = cse_206;
+        if (V & 14) mc_ls1_B[47 * MC_W + l] = cse_207;
         v_cse_0[l] = cse_0;
         v_cse_1[l] = cse_1;
         v_cse_2[l] = cse_2;
@@ -3601,38 +3618,42 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
         if (V & 14) v_cse_112[l] = cse_112;
         if (V & 14) v_cse_114[l] = cse_114;
         if (V & 14) v_cse_123[l] = cse_123;
-        if (V & 14) v_cse_125[l] = cse_125;
         if (V & 14) v_cse_126[l] = cse_126;
         if (V & 14) v_cse_127[l] = cse_127;
-        if (V & 14) v_cse_130[l] = cse_130;
+        if (V & 14) v_cse_128[l] = cse_128;
+        if (V & 14) v_cse_129[l] = cse_129;
         if (V & 14) v_cse_132[l] = cse_132;
-        if (V & 14) v_cse_136[l] = cse_136;
-        if (V & 14) v_cse_137[l] = cse_137;
-        if (V & 14) v_cse_139[l] = cse_139;
-        if (V & 14) v_cse_141[l] = cse_141;
+        if (V & 14) v_cse_134[l] = cse_134;
+        if (V & 14) v_cse_138[l] = cse_138;
+        if (V & 14) v_cse_140[l] = cse_140;
         if (V & 14) v_cse_142[l] = cse_142;
-        if (V & 14) v_cse_144[l] = cse_144;
-        if (V & 14) v_cse_150[l] = cse_150;
-        if (V & 14) v_cse_152[l] = cse_152;
-        if (V & 14) v_cse_154[l] = cse_154;
+        if (V & 14) v_cse_143[l] = cse_143;
+        if (V & 14) v_cse_145[l] = cse_145;
+        if (V & 14) v_cse_151[l] = cse_151;
+        if (V & 14) v_cse_153[l] = cse_153;
         if (V & 14) v_cse_155[l] = cse_155;
         if (V & 14) v_cse_157[l] = cse_157;
         if (V & 14) v_cse_162[l] = cse_162;
         if (V & 14) v_cse_164[l] = cse_164;
-        if (V & 14) v_cse_165[l] = cse_165;
+        if (V & 14) v_cse_170[l] = cse_170;
         if (V & 14) v_cse_171[l] = cse_171;
         if (V & 14) v_cse_173[l] = cse_173;
+        if (V & 14) v_cse_174[l] = cse_174;
         if (V & 14) v_cse_175[l] = cse_175;
-        if (V & 14) v_cse_176[l] = cse_176;
         if (V & 14) v_cse_181[l] = cse_181;
-        if (V & 14) v_cse_184[l] = cse_184;
-        if (V & 14) v_cse_188[l] = cse_188;
+        if (V & 14) v_cse_183[l] = cse_183;
+        if (V & 14) v_cse_185[l] = cse_185;
+        if (V & 14) v_cse_189[l] = cse_189;
         if (V & 14) v_cse_190[l] = cse_190;
-        if (V & 14) v_cse_191[l] = cse_191;
         if (V & 14) v_cse_192[l] = cse_192;
         if (V & 14) v_cse_193[l] = cse_193;
         if (V & 14) v_cse_194[l] = cse_194;
+        if (V & 14) v_cse_195[l] = cse_195;
+        if (V & 14) v_cse_196[l] = cse_196;
+        if (V & 14) v_cse_199[l] = cse_199;
+        if (V & 14) v_cse_201[l] = cse_201;
         if (V & 14) v_cse_203[l] = cse_203;
+        if (V & 14) v_cse_208[l] = cse_208;
     }
     if (V & 14) {
         mc_lu_solve(8, 6, mc_ls1_A, mc_ls1_B, (V & 12) ? mc_ls1_piv : 0);
@@ -3680,11 +3701,11 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real d34 = (mc_ls1_B + 33 * MC_W)[l];
             const real d35 = (mc_ls1_B + 34 * MC_W)[l];
             const real d36 = (mc_ls1_B + 35 * MC_W)[l];
-            const real cse_150 = v_cse_150[l];
+            const real cse_151 = v_cse_151[l];
             const real state_internal_gamma_rate = v_state_internal_gamma_rate[l];
-            const real cse_125 = v_cse_125[l];
-            const real cse_136 = v_cse_136[l];
-            const real cse_141 = v_cse_141[l];
+            const real cse_126 = v_cse_126[l];
+            const real cse_138 = v_cse_138[l];
+            const real cse_142 = v_cse_142[l];
             const real cse_123 = v_cse_123[l];
             const real state_S_3 = v_state_S_3[l];
             const real state_S_4 = v_state_S_4[l];
@@ -3743,17 +3764,17 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             o_j[33 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d34) : MC_NAN;
             o_j[34 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_43 * d35) : MC_NAN;
             o_j[35 * MC_W + l] = perzyna_iso_return_map_converged ? (cse_5 + (cse_43 * d36)) : MC_NAN;
-            const real cse_204 = (cse_150 * state_internal_gamma_rate);
-            const real cse_205 = (cse_125 * cse_204);
-            const real cse_214 = (cse_136 * cse_204);
-            const real cse_217 = (cse_141 * cse_204);
-            const real cse_220 = (cse_123 * state_internal_gamma_rate);
-            const real cse_221 = (cse_220 * state_S_3);
-            const real cse_234 = (cse_220 * state_S_4);
-            const real cse_238 = (cse_220 * state_S_5);
-            const real cse_241 = (((real)0.816496580927726) * state_internal_gamma_rate);
-            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_205;
-            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_205);
+            const real cse_209 = (cse_151 * state_internal_gamma_rate);
+            const real cse_210 = (cse_126 * cse_209);
+            const real cse_219 = (cse_138 * cse_209);
+            const real cse_222 = (cse_142 * cse_209);
+            const real cse_225 = (cse_123 * state_internal_gamma_rate);
+            const real cse_226 = (cse_225 * state_S_3);
+            const real cse_232 = (cse_225 * state_S_4);
+            const real cse_237 = (cse_225 * state_S_5);
+            const real cse_242 = (((real)0.816496580927726) * state_internal_gamma_rate);
+            if (V & 12) mc_ls2_B[0 * MC_W + l] = cse_210;
+            if (V & 12) mc_ls2_B[1 * MC_W + l] = (-cse_210);
             if (V & 12) mc_ls2_B[2 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[3 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[4 * MC_W + l] = ((real)0.0);
@@ -3761,8 +3782,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[6 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[7 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[8 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_214;
-            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_214);
+            if (V & 12) mc_ls2_B[9 * MC_W + l] = cse_219;
+            if (V & 12) mc_ls2_B[10 * MC_W + l] = (-cse_219);
             if (V & 12) mc_ls2_B[11 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[12 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[13 * MC_W + l] = ((real)0.0);
@@ -3770,8 +3791,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[15 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[16 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_217;
-            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_217);
+            if (V & 12) mc_ls2_B[18 * MC_W + l] = cse_222;
+            if (V & 12) mc_ls2_B[19 * MC_W + l] = (-cse_222);
             if (V & 12) mc_ls2_B[20 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[21 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[22 * MC_W + l] = ((real)1.0);
@@ -3779,8 +3800,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[24 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[25 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[26 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_221;
-            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_221);
+            if (V & 12) mc_ls2_B[27 * MC_W + l] = cse_226;
+            if (V & 12) mc_ls2_B[28 * MC_W + l] = (-cse_226);
             if (V & 12) mc_ls2_B[29 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[30 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[31 * MC_W + l] = ((real)0.0);
@@ -3788,8 +3809,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[33 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[34 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[35 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_234;
-            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_234);
+            if (V & 12) mc_ls2_B[36 * MC_W + l] = cse_232;
+            if (V & 12) mc_ls2_B[37 * MC_W + l] = (-cse_232);
             if (V & 12) mc_ls2_B[38 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[39 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[40 * MC_W + l] = ((real)0.0);
@@ -3797,8 +3818,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[42 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[43 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[44 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_238;
-            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_238);
+            if (V & 12) mc_ls2_B[45 * MC_W + l] = cse_237;
+            if (V & 12) mc_ls2_B[46 * MC_W + l] = (-cse_237);
             if (V & 12) mc_ls2_B[47 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[48 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[49 * MC_W + l] = ((real)0.0);
@@ -3806,8 +3827,8 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 12) mc_ls2_B[51 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[52 * MC_W + l] = ((real)1.0);
             if (V & 12) mc_ls2_B[53 * MC_W + l] = ((real)0.0);
-            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_241;
-            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_241);
+            if (V & 12) mc_ls2_B[54 * MC_W + l] = cse_242;
+            if (V & 12) mc_ls2_B[55 * MC_W + l] = (-cse_242);
             if (V & 12) mc_ls2_B[56 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[57 * MC_W + l] = ((real)0.0);
             if (V & 12) mc_ls2_B[58 * MC_W + l] = ((real)0.0);
@@ -3902,45 +3923,49 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_18 = v_cse_18[l];
             const real cse_20 = v_cse_20[l];
             const real cse_108 = v_cse_108[l];
-            const real cse_144 = v_cse_144[l];
+            const real cse_145 = v_cse_145[l];
             const real cse_109 = v_cse_109[l];
-            const real cse_175 = v_cse_175[l];
+            const real cse_174 = v_cse_174[l];
             const real p_nu = MC_P(1, (v_p + 1 * MC_W)[l]);
             const real cse_157 = v_cse_157[l];
-            const real cse_165 = v_cse_165[l];
-            const real cse_171 = v_cse_171[l];
-            const real cse_112 = v_cse_112[l];
-            const real cse_127 = v_cse_127[l];
-            const real cse_114 = v_cse_114[l];
-            const real cse_137 = v_cse_137[l];
-            const real state_S_3 = v_state_S_3[l];
-            const real cse_154 = v_cse_154[l];
             const real cse_164 = v_cse_164[l];
+            const real cse_173 = v_cse_173[l];
+            const real state_S_3 = v_state_S_3[l];
+            const real cse_183 = v_cse_183[l];
             const real state_S_4 = v_state_S_4[l];
+            const real cse_170 = v_cse_170[l];
             const real state_S_5 = v_state_S_5[l];
-            const real cse_130 = v_cse_130[l];
+            const real cse_203 = v_cse_203[l];
+            const real cse_112 = v_cse_112[l];
+            const real cse_114 = v_cse_114[l];
             const real cse_132 = v_cse_132[l];
-            const real cse_139 = v_cse_139[l];
-            const real cse_142 = v_cse_142[l];
-            const real cse_152 = v_cse_152[l];
+            const real cse_134 = v_cse_134[l];
+            const real cse_140 = v_cse_140[l];
+            const real cse_143 = v_cse_143[l];
+            const real cse_153 = v_cse_153[l];
             const real cse_155 = v_cse_155[l];
             const real cse_162 = v_cse_162[l];
-            const real cse_173 = v_cse_173[l];
-            const real cse_126 = v_cse_126[l];
-            const real cse_176 = v_cse_176[l];
+            const real cse_171 = v_cse_171[l];
+            const real cse_127 = v_cse_127[l];
+            const real cse_129 = v_cse_129[l];
+            const real cse_175 = v_cse_175[l];
             const real cse_181 = v_cse_181[l];
-            const real cse_184 = v_cse_184[l];
-            const real cse_194 = v_cse_194[l];
-            const real cse_125 = v_cse_125[l];
-            const real cse_136 = v_cse_136[l];
-            const real cse_141 = v_cse_141[l];
-            const real cse_203 = v_cse_203[l];
+            const real cse_185 = v_cse_185[l];
+            const real cse_189 = v_cse_189[l];
+            const real cse_196 = v_cse_196[l];
+            const real cse_199 = v_cse_199[l];
+            const real cse_201 = v_cse_201[l];
+            const real cse_126 = v_cse_126[l];
+            const real cse_128 = v_cse_128[l];
+            const real cse_138 = v_cse_138[l];
+            const real cse_142 = v_cse_142[l];
+            const real cse_208 = v_cse_208[l];
             const real state_internal_ep = v_state_internal_ep[l];
-            const real cse_188 = v_cse_188[l];
             const real cse_190 = v_cse_190[l];
-            const real cse_193 = v_cse_193[l];
-            const real cse_191 = v_cse_191[l];
             const real cse_192 = v_cse_192[l];
+            const real cse_195 = v_cse_195[l];
+            const real cse_193 = v_cse_193[l];
+            const real cse_194 = v_cse_194[l];
             const real cse_44 = (cse_22 * d37);
             const real cse_45 = (cse_22 * d38);
             const real cse_46 = (cse_22 * d39);
@@ -4040,68 +4065,65 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             const real cse_93 = (cse_16 * cse_81);
             const real cse_94 = (cse_18 * cse_81);
             const real cse_95 = (cse_20 * cse_81);
-            const real cse_206 = (cse_108 * cse_81);
-            const real cse_207 = (cse_144 * cse_81);
-            const real cse_208 = (cse_109 * cse_175);
-            const real cse_209 = (cse_144 * cse_208);
-            const real cse_210 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_87));
-            const real cse_211 = (-cse_210 - cse_82);
-            const real cse_212 = (-cse_210 - cse_92);
-            const real cse_213 = (-cse_210 - cse_91);
-            const real cse_215 = (cse_157 * cse_81);
-            const real cse_216 = (cse_157 * cse_208);
-            const real cse_218 = (cse_165 * cse_81);
-            const real cse_219 = (cse_165 * cse_208);
-            const real cse_222 = (cse_171 * cse_208);
-            const real cse_223 = (cse_112 * cse_222);
-            const real cse_224 = (cse_127 * cse_16);
-            const real cse_225 = (cse_114 * cse_222);
-            const real cse_226 = (cse_137 * cse_75);
-            const real cse_227 = (cse_127 * state_S_3);
-            const real cse_228 = (cse_154 * cse_77);
-            const real cse_229 = (cse_164 * cse_78);
-            const real cse_230 = (cse_4 * cse_4 * cse_4 * cse_4);
-            const real cse_231 = (cse_164 * cse_212);
-            const real cse_232 = (cse_154 * cse_213);
-            const real cse_233 = (cse_137 * cse_211);
-            const real cse_235 = (cse_108 * cse_171 * cse_208);
-            const real cse_236 = (cse_127 * cse_18);
-            const real cse_237 = (cse_127 * state_S_4);
-            const real cse_239 = (cse_127 * cse_20);
-            const real cse_240 = (cse_127 * state_S_5);
-            const real cse_242 = (cse_171 * cse_81);
-            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_132 * ((cse_130 * cse_75) + (cse_139 * cse_77) + (cse_142 * cse_78) - (cse_112 * cse_207) - (cse_114 * cse_207) - (cse_144 * cse_206)));
-            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_132 * ((cse_108 * cse_209) + (cse_112 * cse_209) + (cse_114 * cse_209) + (cse_130 * cse_211) + (cse_139 * cse_213) + (cse_142 * cse_212)));
+            const real cse_211 = (cse_108 * cse_81);
+            const real cse_212 = (cse_145 * cse_81);
+            const real cse_213 = (cse_109 * cse_174);
+            const real cse_214 = (cse_145 * cse_213);
+            const real cse_215 = (cse_85 - (p_E * cse_10 * cse_4 * cse_7) - (((real)2.0) * p_E * p_nu * cse_4 * cse_7 * cse_87));
+            const real cse_216 = (-cse_215 - cse_82);
+            const real cse_217 = (-cse_215 - cse_92);
+            const real cse_218 = (-cse_215 - cse_91);
+            const real cse_220 = (cse_157 * cse_81);
+            const real cse_221 = (cse_157 * cse_213);
+            const real cse_223 = (cse_164 * cse_81);
+            const real cse_224 = (cse_164 * cse_213);
+            const real cse_227 = (cse_173 * cse_213);
+            const real cse_228 = (cse_145 * state_S_3);
+            const real cse_229 = (cse_157 * state_S_3);
+            const real cse_230 = (cse_164 * state_S_3);
+            const real cse_231 = (cse_4 * cse_4 * cse_4 * cse_4);
+            const real cse_233 = (cse_183 * cse_213);
+            const real cse_234 = (cse_145 * state_S_4);
+            const real cse_235 = (cse_157 * state_S_4);
+            const real cse_236 = (cse_164 * state_S_4);
+            const real cse_238 = (cse_170 * cse_20 * cse_213);
+            const real cse_239 = (cse_145 * state_S_5);
+            const real cse_240 = (cse_157 * state_S_5);
+            const real cse_241 = (cse_164 * state_S_5);
+            const real cse_243 = (cse_203 * cse_81);
+            const real cse_244 = (cse_203 * cse_213);
+            if (V & 8) mc_ls3_B[0 * MC_W + l] = (-cse_134 * ((cse_132 * cse_75) + (cse_140 * cse_77) + (cse_143 * cse_78) - (cse_112 * cse_212) - (cse_114 * cse_212) - (cse_145 * cse_211)));
+            if (V & 8) mc_ls3_B[1 * MC_W + l] = (-cse_134 * ((cse_108 * cse_214) + (cse_112 * cse_214) + (cse_114 * cse_214) + (cse_132 * cse_216) + (cse_140 * cse_218) + (cse_143 * cse_217)));
             if (V & 8) mc_ls3_B[2 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[3 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[4 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[5 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_132 * ((cse_139 * cse_75) + (cse_152 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_215) - (cse_114 * cse_215) - (cse_157 * cse_206)));
-            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_132 * ((cse_108 * cse_216) + (cse_112 * cse_216) + (cse_114 * cse_216) + (cse_139 * cse_211) + (cse_152 * cse_213) + (cse_155 * cse_212)));
+            if (V & 8) mc_ls3_B[6 * MC_W + l] = (-cse_134 * ((cse_140 * cse_75) + (cse_153 * cse_77) + (cse_155 * cse_78) - (cse_112 * cse_220) - (cse_114 * cse_220) - (cse_157 * cse_211)));
+            if (V & 8) mc_ls3_B[7 * MC_W + l] = (-cse_134 * ((cse_108 * cse_221) + (cse_112 * cse_221) + (cse_114 * cse_221) + (cse_140 * cse_216) + (cse_153 * cse_218) + (cse_155 * cse_217)));
             if (V & 8) mc_ls3_B[8 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[9 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[10 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[11 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_132 * ((cse_142 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_218) - (cse_114 * cse_218) - (cse_165 * cse_206)));
-            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_132 * ((cse_108 * cse_219) + (cse_112 * cse_219) + (cse_114 * cse_219) + (cse_142 * cse_211) + (cse_155 * cse_213) + (cse_162 * cse_212)));
+            if (V & 8) mc_ls3_B[12 * MC_W + l] = (-cse_134 * ((cse_143 * cse_75) + (cse_155 * cse_77) + (cse_162 * cse_78) - (cse_112 * cse_223) - (cse_114 * cse_223) - (cse_164 * cse_211)));
+            if (V & 8) mc_ls3_B[13 * MC_W + l] = (-cse_134 * ((cse_108 * cse_224) + (cse_112 * cse_224) + (cse_114 * cse_224) + (cse_143 * cse_216) + (cse_155 * cse_218) + (cse_162 * cse_217)));
             if (V & 8) mc_ls3_B[14 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[15 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[16 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[17 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_132 * (-(cse_223 * cse_224) - (cse_224 * cse_225) - (cse_226 * cse_227) - (cse_227 * cse_228) - (cse_227 * cse_229) + (cse_16 * cse_173 * cse_4)));
-            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_132 * (-(cse_173 * cse_93) - (cse_227 * cse_231) - (cse_227 * cse_232) - (cse_227 * cse_233) + (((real)2.0) * cse_112 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230) + (((real)2.0) * cse_114 * cse_126 * cse_127 * cse_16 * cse_176 * cse_230)));
+            if (V & 8) mc_ls3_B[18 * MC_W + l] = (-cse_134 * (-(cse_112 * cse_227) - (cse_114 * cse_227) - (cse_228 * cse_75) - (cse_229 * cse_77) - (cse_230 * cse_78) + (cse_16 * cse_171 * cse_4)));
+            if (V & 8) mc_ls3_B[19 * MC_W + l] = (-cse_134 * (-(cse_171 * cse_93) - (cse_216 * cse_228) - (cse_217 * cse_230) - (cse_218 * cse_229) + (((real)2.0) * cse_112 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231) + (((real)2.0) * cse_114 * cse_127 * cse_129 * cse_16 * cse_175 * cse_231)));
             if (V & 8) mc_ls3_B[20 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[21 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[22 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[23 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_132 * (-(cse_225 * cse_236) - (cse_226 * cse_237) - (cse_228 * cse_237) - (cse_229 * cse_237) - (cse_235 * cse_236) + (cse_18 * cse_181 * cse_4)));
-            if (V & 8) mc_ls3_B[25 * MC_W + l] = (-cse_132 * (-(cse_181 * cse_94) - (cse_231 * cse_237) - (cse_232 * cse_237) - (cse_233 * cse_237) + (((real)2.0) * cse_108 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230) + (((real)2.0) * cse_114 * cse_126 * cse_127 * cse_176 * cse_18 * cse_230)));
+            if (V & 8) mc_ls3_B[24 * MC_W + l] = (-cse_134 * (-(cse_108 * cse_233) - (cse_114 * cse_233) - (cse_234 * cse_75) - (cse_235 * cse_77) - (cse_236 * cse_78) + (cse_18 * cse_181 * cse_4)));
+            if (V & 8) mc_ls3_B[25 * MC_W + l] = (-cse_134 * (-(cse_181 * cse_94) - (cse_216 * cse_234) - (cse_217 * cse_236) - (cse_218 * cse_235) + (((real)2.0) * cse_108 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231) + (((real)2.0) * cse_114 * cse_127 * cse_129 * cse_175 * cse_18 * cse_231)));
             if (V & 8) mc_ls3_B[26 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[27 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[28 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[29 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_132 * (-(cse_223 * cse_239) - (cse_226 * cse_240) - (cse_228 * cse_240) - (cse_229 * cse_240) - (cse_235 * cse_239) + (cse_184 * cse_20 * cse_4)));
-            if (V & 8) mc_ls3_B[31 * MC_W + l] = (-cse_132 * (-(cse_184 * cse_95) - (cse_231 * cse_240) - (cse_232 * cse_240) - (cse_233 * cse_240) + (((real)2.0) * cse_108 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230) + (((real)2.0) * cse_112 * cse_126 * cse_127 * cse_176 * cse_20 * cse_230)));
+            if (V & 8) mc_ls3_B[30 * MC_W + l] = (-cse_134 * (-(cse_108 * cse_238) - (cse_112 * cse_238) - (cse_239 * cse_75) - (cse_240 * cse_77) - (cse_241 * cse_78) + (cse_185 * cse_20 * cse_4)));
+            if (V & 8) mc_ls3_B[31 * MC_W + l] = (-cse_134 * (-(cse_185 * cse_95) - (cse_216 * cse_239) - (cse_217 * cse_241) - (cse_218 * cse_240) + (((real)2.0) * cse_108 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231) + (((real)2.0) * cse_112 * cse_127 * cse_129 * cse_175 * cse_20 * cse_231)));
             if (V & 8) mc_ls3_B[32 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[33 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[34 * MC_W + l] = ((real)0.0);
@@ -4112,12 +4134,12 @@ MC_INLINE void block_eval(const mc_args *restrict a, const int64_t i0, const int
             if (V & 8) mc_ls3_B[39 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[40 * MC_W + l] = ((real)0.0);
             if (V & 8) mc_ls3_B[41 * MC_W + l] = ((real)0.0);
-            if (V & 8) mc_ls3_B[42 * MC_W + l] = (cse_194 * (cse_226 + cse_228 + cse_229 + (cse_112 * cse_242) + (cse_114 * cse_242) + (cse_171 * cse_206)));
-            if (V & 8) mc_ls3_B[43 * MC_W + l] = (cse_194 * (-cse_223 - cse_225 - cse_235 + (cse_125 * cse_126 * cse_211) + (cse_126 * cse_136 * cse_213) + (cse_126 * cse_141 * cse_212)));
-            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_203 * state_internal_ep);
-            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_203);
-            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_190 * cse_193 * (cse_188 * cse_188));
-            if (V & 8) mc_ls3_B[47 * MC_W + l] = (cse_191 > 0 ? (cse_192 * mc_log(cse_191)) : ((real)0.0));
+            if (V & 8) mc_ls3_B[42 * MC_W + l] = (cse_196 * ((cse_112 * cse_243) + (cse_114 * cse_243) + (cse_189 * cse_75) + (cse_199 * cse_77) + (cse_201 * cse_78) + (cse_203 * cse_211)));
+            if (V & 8) mc_ls3_B[43 * MC_W + l] = (cse_196 * (-(cse_108 * cse_244) - (cse_112 * cse_244) - (cse_114 * cse_244) + (cse_126 * cse_128 * cse_216) + (cse_128 * cse_138 * cse_218) + (cse_128 * cse_142 * cse_217)));
+            if (V & 8) mc_ls3_B[44 * MC_W + l] = (-cse_208 * state_internal_ep);
+            if (V & 8) mc_ls3_B[45 * MC_W + l] = (-cse_208);
+            if (V & 8) mc_ls3_B[46 * MC_W + l] = (-cse_192 * cse_195 * (cse_190 * cse_190));
+            if (V & 8) mc_ls3_B[47 * MC_W + l] = (cse_193 > 0 ? (cse_194 * mc_log(cse_193)) : ((real)0.0));
             if (V & 8) v_cse_75[l] = cse_75;
             if (V & 8) v_cse_77[l] = cse_77;
             if (V & 8) v_cse_78[l] = cse_78;

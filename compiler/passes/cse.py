@@ -9,7 +9,9 @@ over the whole program, so names never depend on hash order; a Newton body count
 on its own, so the same solve is the same statement in every program of a model) followed by the
 delivered symbols,
 which keep their names. A delivered symbol whose value is itself a common subexpression takes
-that subexpression's place (no copies). Assignments nothing reads disappear.
+that subexpression's place (no copies). Assignments nothing reads disappear. Before the
+``sympy.cse``, the inlined expressions get their strong zeros (:mod:`modelc.passes.gates`: no
+``0 * inf`` where a gate such as ``macaulay(f)`` is 0 and a norm is tiny).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from sympy.logic.boolalg import Boolean
 from modelc.errors import InternalError
 from modelc.ir import Assign, LinearSolve, Newton, Program, Statement
 from modelc.ir.analysis import reads
+from modelc.passes.gates import Gates
 from modelc.passes.symbols import Counter, is_partial_symbol
 from modelc.symdag import cse as cse_exprs
 from modelc.symdag import FreeSymbols, free_symbols, xreplace
@@ -44,29 +47,30 @@ def cse(program: Program) -> Program:
     out: list[Statement] = []
     segment: list[Statement] = []  # Assigns and LinearSolves: one CSE unit (see _segment)
     known: dict = {}  # the differences named so far (_share_differences), for the later segments
+    gates = Gates(u for st in body if isinstance(st, Newton) for u in st.unknowns)
     for k, st in enumerate(body):
         if not isinstance(st, Newton):
             segment.append(st)
             continue
         if segment:
-            out += _segment(segment, (), after[k - 1], counter, known)[0]
+            out += _segment(segment, (), after[k - 1], counter, known, gates)[0]
             segment = []
         # its own counter: a Newton solve comes out the same in every program that holds it
         # (value, Jacobian, tangent), so the backends emit it once per module as a helper; it may
         # read the differences named before it, its own stay inside it
-        out.append(_newton(st, Counter("ncse"), dict(known)))
+        out.append(_newton(st, Counter("ncse"), dict(known), gates))
     if segment:
-        out += _segment(segment, (), after[len(body) - 1], counter, known)[0]
+        out += _segment(segment, (), after[len(body) - 1], counter, known, gates)[0]
     new = replace(program, body=tuple(out))
     return program if _same(new.body, program.body) else new
 
 
-def _newton(st: Newton, counter: Counter, known: dict) -> Newton:
+def _newton(st: Newton, counter: Counter, known: dict, gates: Gates) -> Newton:
     n = len(st.residual)
     ns = len(st.residual_scale)
     extra = (tuple(st.residual) + tuple(e for row in st.jacobian for e in row) + tuple(st.residual_scale)
              + tuple(st.curvature))
-    body, reduced = _segment(list(st.body), extra, set(), counter, known)
+    body, reduced = _segment(list(st.body), extra, set(), counter, known, gates)
     body, reduced = _hoist_invariants(body, reduced, set(st.unknowns), counter)
     residual = tuple(reduced[:n])
     jac = tuple(tuple(reduced[n + i * n + j] for j in range(n)) for i in range(n))
@@ -133,7 +137,8 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
     return out + pending, reduced
 
 
-def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, known: dict):
+def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, known: dict,
+             gates: Gates | None = None):
     """(statements, reduced extra expressions) for one straight-line segment.
 
     A segment may hold linear solves (the implicit-function theorem's ``dR/du X = -dR/dx``): they
@@ -163,6 +168,8 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, kno
         return [], []
     first = counter.n
     alt = [nested[t] for t in keep] + exprs[len(keep):]
+    if gates is not None:  # strong zeros (modelc.passes.gates), on the inlined expressions
+        exprs, alt = [gates(e) for e in exprs], [gates(e) for e in alt]
     best = None
     tries = [(c, False) for c in ([exprs, alt] if alt != exprs else [exprs])]
     tries.append((None, True))  # the cheaper of the two, with common factors taken out of sums
