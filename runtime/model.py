@@ -1338,12 +1338,18 @@ class CompiledModel(torch.nn.Module):
         those it converges into ``Y``, ``J`` and ``status``; the others stay as the kernel left them
         (NaN, not converged). The kernel's step pivots statically where that is safe and guards the
         pivots at risk; far from the solution a guarded pivot can still cancel (4 of 20,000 random
-        gtn points), where partial pivoting converges. Costs one device synchronisation per call (to
-        find the failed points) and, when there are some, a PyTorch call on those points only."""
+        gtn points), where partial pivoting converges. So can the tangent's elimination at a
+        converged point: a derivative row with a NaN is solved again too (j2_voce_af_coupled in
+        float32 at a deviator of 1e-19, where an entry of 1e15 the pivot's row holds trips the guard;
+        tests/models/test_tiny_deviator.py). Costs one device synchronisation per call (to find the
+        failed points) and, when there are some, a PyTorch call on those points only."""
         cv, it, rn = status
-        if bool(cv.all()):  # (the one synchronisation of a call where every point converged)
+        redo = ~cv
+        if J is not None:  # (a NaN derivative of a converged point: the kernel's elimination guard)
+            redo = redo | ~torch.isfinite(J.reshape(J.shape[0], -1)).all(dim=1)
+        if not bool(redo.any()):  # (the one synchronisation of a call where every point converged)
             return
-        fail = torch.nonzero(~cv).flatten()
+        fail = torch.nonzero(redo).flatten()
         n = fail.numel()
         X = callpath.pack(self, [v.expand(n, -1) if v.shape[0] == 1 else v[fail] for v in views], n)
         Pf = P if shared or P.shape[0] == 1 else P[fail]
