@@ -19,9 +19,10 @@ negative power of a norm) becomes ``ifzero(g, 0, a)``. Where ``g`` is 0 the prod
 product of finite numbers and 0; elsewhere it is the same arithmetic as before (same bits). A NaN
 gate keeps the reciprocal (NaN in, NaN out). The reciprocals are the few atoms the whole tangent is
 built from (``safe_div(1, r**2)``, ``safe_div(1, 2 r)``), so after the CSE the cost is a handful of
-selects per gate, and nothing else about the expressions changes (a select around each gated
-product instead stopped the CSE from factoring through it: 20% more time for chaboche2_coupled's
-tangent).
+selects per gate, and nothing else about the expressions changes. (Placed before the inlining, on
+the lowered program's assignments, the selects stood between the CSE and the products it factors:
+chaboche2_coupled's tangent took 20% longer; a select around each gated product, 1.85x for
+j2_linear_iso's: benchmarks/results/20261128T153256Z-cpu-strong-zeros.md.)
 
 The strong zero is exact for any factor (a product with an exact 0 is 0 whenever the other factor
 is finite in exact arithmetic, which a reciprocal of a norm is where the norm is not 0; at a 0 norm
