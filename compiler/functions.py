@@ -275,10 +275,11 @@ class ifnonneg(_RealFunction):
 class ifzero(_RealFunction):
     """a if g == 0 else b (b where g is NaN). d/dg = 0, d/da = ifzero(g, 1, 0), d/db = ifzero(g, 0, 1).
 
-    Internal: :mod:`modelc.passes.gates` writes ``ifzero(g, e|g=0, e)`` for an expression ``e``
-    that multiplies a gate ``g`` (``macaulay(f)``, ``heaviside(f)``, a Newton unknown) by a factor
-    that overflows as a norm goes to 0 (``x x / |x|**3``): where the gate is exactly 0 the product is
-    0 in exact arithmetic, but ``0 * inf`` is NaN in floating point."""
+    Internal: :mod:`modelc.passes.gates` writes ``ifzero(g, 0, r)`` for each reciprocal ``r`` of a
+    norm in a product of a gate ``g`` (``macaulay(f)``, ``heaviside(f)``, a Newton unknown) and a
+    factor that overflows as the norm goes to 0 (``x x / |x|**3``): where the gate is exactly 0 the
+    product is 0 in exact arithmetic, but ``0 * inf`` is NaN in floating point. It appears after
+    differentiation only."""
 
     nargs = 3
 
