@@ -26,7 +26,7 @@ from modelc.ir.analysis import reads
 from modelc.passes.gates import Gates
 from modelc.passes.symbols import Counter, is_partial_symbol
 from modelc.symdag import cse as cse_exprs
-from modelc.symdag import FreeSymbols, free_symbols, xreplace
+from modelc.symdag import FreeSymbols, free_symbols, rebuilt, rebuilt_like, xreplace
 
 
 def cse(program: Program) -> Program:
@@ -123,7 +123,7 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
         args = [hoist(a) for a in e.args]
         if tuple(args) == e.args:
             return e
-        return _rebuilt(e, args)
+        return rebuilt(e, args)
 
     out: list[Assign] = []
     for a in body:
@@ -137,8 +137,7 @@ def _hoist_invariants(body: list[Assign], reduced: list, unknowns: set, counter:
     return out + pending, reduced
 
 
-def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, known: dict,
-             gates: Gates | None = None):
+def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, known: dict, gates: Gates):
     """(statements, reduced extra expressions) for one straight-line segment.
 
     A segment may hold linear solves (the implicit-function theorem's ``dR/du X = -dR/dx``): they
@@ -168,8 +167,7 @@ def _segment(stmts: list[Statement], extra, live_out: set, counter: Counter, kno
         return [], []
     first = counter.n
     alt = [nested[t] for t in keep] + exprs[len(keep):]
-    if gates is not None:  # strong zeros (modelc.passes.gates), on the inlined expressions
-        exprs, alt = [gates(e) for e in exprs], [gates(e) for e in alt]
+    exprs, alt = [gates(e) for e in exprs], [gates(e) for e in alt]  # strong zeros (modelc.passes.gates)
     best = None
     tries = [(c, False) for c in ([exprs, alt] if alt != exprs else [exprs])]
     tries.append((None, True))  # the cheaper of the two, with common factors taken out of sums
@@ -251,7 +249,7 @@ def _share_reciprocals(replacements, reduced):
         if out is not None:
             return out
         args = tuple(rewrite(a) for a in e.args)
-        out = _rebuilt(e, args) if args != e.args else e
+        out = rebuilt(e, args) if args != e.args else e
         if out.is_Pow and out.exp.is_Integer and out.exp <= -2 and out.base in recip:
             out = sp.Pow(recip[out.base], -out.exp, evaluate=False)
         memo[e] = out
@@ -356,7 +354,7 @@ def _pair_counts(exprs: list) -> tuple[dict, set]:
 
 def _with_pairs(exprs: list, chosen: dict) -> list:
     """``exprs`` with every chosen pair of terms ``c*x - c*y`` written ``c*z`` (:func:`_paired`);
-    the nodes above a rewrite are rebuilt the way they were built (:func:`_rebuilt_like`)."""
+    the nodes above a rewrite are rebuilt the way they were built (:func:`~modelc.symdag.rebuilt_like`)."""
     memo: dict = {}
 
     def rewrite(e):
@@ -367,7 +365,7 @@ def _with_pairs(exprs: list, chosen: dict) -> list:
             args = tuple(rewrite(a) for a in e.args)
             if e.is_Add:
                 args = _paired(args, chosen)
-            out = _rebuilt_like(e, args)
+            out = rebuilt_like(e, args)
             if out.is_Add and len(out.args) == 1:
                 out = out.args[0]
             memo[e] = out
@@ -452,7 +450,7 @@ def _factor_sums(exprs: list) -> list:
         out = memo.get(e)
         if out is None:
             args = tuple(rewrite(a) for a in e.args)
-            out = group(list(args)) if e.is_Add else _rebuilt_like(e, args)
+            out = group(list(args)) if e.is_Add else rebuilt_like(e, args)
             memo[e] = out
         return out
 
@@ -506,30 +504,11 @@ def _share_powers(exprs: list) -> list:
         out = memo.get(e)
         if out is None:
             args = tuple(rebuild(a) for a in e.args)
-            out = _rebuilt(e, args) if args != e.args else e
+            out = rebuilt(e, args) if args != e.args else e
             memo[e] = out
         return out
 
     return [rebuild(sp.sympify(e)) for e in exprs]
-
-
-def _rebuilt_like(e, args):
-    """``e`` with new ``args``, built the way ``e`` was: a product that was evaluated is evaluated
-    again (rebuilt unevaluated, it hid its factors from ``cse``: j2_linear_iso's tangent took 1922
-    multiplications instead of 714); anything else, a product kept whole included, unevaluated
-    (:func:`_rebuilt`)."""
-    if args == e.args:
-        return e
-    if e.is_Mul and e.func(*e.args) == e:
-        return e.func(*args)
-    return _rebuilt(e, args)
-
-
-def _rebuilt(e, args):
-    """``e`` with new ``args``; a sum, product or power unevaluated, so its terms keep their order and
-    grouping (the arithmetic of the expression as written, and a product kept whole by
-    :func:`_inline_products` stays one factor)."""
-    return e.func(*args, evaluate=False) if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) else e.func(*args)
 
 
 def _ops(replacements, reduced) -> int:
@@ -605,7 +584,7 @@ def _hoist_power_bases(replacements, reduced, counter: Counter):
             return e
         args = tuple(hoist(a) for a in e.args)
         if args != e.args:  # rebuilt unevaluated: the same arithmetic as the expression printed inline
-            e = _rebuilt(e, args)
+            e = rebuilt(e, args)
         if e.is_Pow and not e.base.is_Atom and _power_prints(e.exp) > 1:
             s = memo.get(e.base)
             if s is None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc.functions import heaviside, ifzero, macaulay, powr, safe_div, safe_sqrt
+from modelc.symdag import rebuilt_like
 
 __all__ = ["Gates", "SINGULAR"]
 
@@ -70,13 +71,12 @@ class Gates:
         if e.args and not e.is_Atom:
             args = tuple(self(a) for a in e.args)
             if any(a is not b for a, b in zip(args, e.args)):
-                out = _rebuilt_like(e, args)
+                out = rebuilt_like(e, args)
         if isinstance(out, sp.Mul):
             gates = [a for a in out.args if self.is_gate(a)]
             if gates:
-                rest = [a for a in out.args if a not in gates]
-                if self.reciprocal(sp.Mul(*rest)) >= SINGULAR:
-                    out = _rebuilt_like(out, tuple(a if a in gates else self._masked(a, gates[0])
+                if sum(self.reciprocal(a) for a in out.args if a not in gates) >= SINGULAR:
+                    out = rebuilt_like(out, tuple(a if a in gates else self._masked(a, gates[0])
                                                    for a in out.args))
         self._memo[e] = _SAME if out is e else out
         return out
@@ -86,9 +86,9 @@ class Gates:
         if not self.reciprocal(e):
             return e
         if isinstance(e, (sp.Add, sp.Mul)):
-            return _rebuilt_like(e, tuple(self._masked(a, g) for a in e.args))
+            return rebuilt_like(e, tuple(self._masked(a, g) for a in e.args))
         if isinstance(e, sp.Pow) and e.exp.is_number and e.exp > 0:  # (a reciprocal, squared)
-            return _rebuilt_like(e, (self._masked(e.base, g), e.exp))
+            return rebuilt_like(e, (self._masked(e.base, g), e.exp))
         return ifzero(g, sp.S.Zero, e)
 
     def is_gate(self, a) -> bool:
@@ -140,14 +140,3 @@ class Gates:
                 hit = max((self.reciprocal(a) for a in e.args), default=0.0)
             self._reciprocal[e] = hit
         return hit
-
-
-def _rebuilt_like(e, args):
-    """``e`` with new ``args``, built the way ``e`` was: a sum, product or power that SymPy evaluated
-    is evaluated again, one built unevaluated (a product the CSE pass keeps whole, a sum keeping its
-    terms' order) stays unevaluated (as :func:`modelc.passes.cse._rebuilt_like`)."""
-    if tuple(args) == e.args:
-        return e
-    if isinstance(e, (sp.Add, sp.Mul, sp.Pow)):
-        return e.func(*args) if e.func(*e.args) == e else e.func(*args, evaluate=False)
-    return e.func(*args)
