@@ -9,8 +9,8 @@ values (:class:`~modelc.frontend.tensor.TValue`), resolving names in a :class:`S
 from __future__ import annotations
 
 import ast
-import math
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
