@@ -25,6 +25,7 @@ Conventions (the derivation is the point of the table):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -222,12 +223,19 @@ class safe_sqrt(_RealFunction):
 
 
 def _fold_select(d, a, b, step):
-    if _num(d):
+    if _num(d) and d is not sp.nan:
         return a if step(d) else b
     if getattr(d, "is_number", False):  # a constant condition (sqrt(2)**x's derivative guards on
         # sqrt(2) > 0): decided on its float64 value, as the printers evaluate every constant;
         # left as a where(), the PyTorch code's condition was a Python bool (TypeError)
-        return a if step(float(d.evalf(30))) else b
+        try:
+            value = complex(d.evalf(30))
+        except TypeError:  # no numeric value (abs_ of a complex constant)
+            value = complex(math.nan)
+        if value.imag == 0 and not math.isnan(value.real):
+            return a if step(value.real) else b
+        return None  # a complex or undefined constant (log(-2)) decides nothing: it stays, and the
+        # frontend's check or the printer refuses it by name, never a TypeError from float()
     if a == b:
         return a
     if _num(a) and _num(b):  # no where() with two constant branches: a step instead

@@ -197,6 +197,22 @@ def test_triton_spellings_run_under_the_interpreter(tmp_path, monkeypatch, dtype
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def test_a_select_folds_only_on_a_real_constant_condition():
+    """ifpos/ifnonneg decide a constant condition on its value, exactly for a rational (1e-400 is
+    positive, though its float64 is 0); a complex or undefined one (log(-2), nan, abs_ of a complex)
+    decides nothing and stays, for the frontend or printer to refuse by name. It raised TypeError
+    ("Cannot convert complex to float") while building the expression, found by the random
+    expressions of test_symdag (about 1 seed in 800)."""
+    assert F.ifpos(sp.sqrt(2) - 1, x, y) == x and F.ifpos(1 - sp.sqrt(2), x, y) == y
+    assert F.ifnonneg(sp.Integer(0), x, y) == x and F.ifpos(sp.Integer(0), x, y) == y
+    assert F.ifpos(sp.Rational(1, 10**400), x, y) == x
+    for d in (sp.log(-2), sp.nan, sp.zoo, F.abs_(sp.log(-3) ** sp.Rational(3, 2)) - 1):
+        for select in (F.ifpos, F.ifnonneg):
+            e = select(d, x, y)
+            assert isinstance(e, select) and e.args[0] == d
+            assert isinstance(select(d, 1, 0), select)  # not a step of an undecided constant
+
+
 def test_custom_functions_evaluate_on_constant_arguments():
     """Constant arguments that do not fold to a SymPy number (pi, sqrt(2)) evaluate through the
     reference implementation, so every printer can write them (abs(pi) in a spec was an internal
