@@ -462,7 +462,7 @@ class Builder:
         as written, so every x falls in exactly one segment: the derivative at a knot is one segment's
         slope, never two summed or none), the top one outermost; in segment i the value is
         y_i + s_i max(x - x_i, 0), the distance inside a function so that a numeric slope is not
-        distributed into a cancelling constant (y_i exactly at x_i)."""
+        distributed into a cancelling constant (y_i exactly at x_i). A NaN x gives NaN."""
         x = self.build(x_node)
         if not x.is_scalar:
             raise self.src.error(f"interp(x, knots, values) needs a Scalar x, got {x.type.name}", x_node)
@@ -496,7 +496,9 @@ class Builder:
             if not y.is_scalar:
                 raise self.src.error(f"an interp value must be a Scalar, got {y.type.name}", e)
             ys.append(y.expr)
-        out = ys[0]
+        # below x0: y0; a NaN x (computed inside the model: sqrt(T - 300) at T < 300) fails every
+        # comparison and lands here, so the last branch gives x itself, NaN, not a plausible y0
+        out = ifnonneg(knots[0] - x.expr, ys[0], x.expr)
         for i in range(len(knots) - 1):
             slope = (ys[i + 1] - ys[i]) / (knots[i + 1] - knots[i])
             out = ifnonneg(x.expr - knots[i], ys[i] + slope * max_(x.expr - knots[i], sp.S.Zero), out)

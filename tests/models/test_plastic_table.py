@@ -138,3 +138,45 @@ def test_tangent_is_the_oracles_difference_quotient():
         assert np.abs(T[i] - fd).max() <= bound, (i, np.abs(T[i] - fd).max(), bound)
         checked += 1
     assert checked >= len(ins["forces/E"]) - 8
+
+
+NAN_SPEC = """
+models:
+  table_of_log:
+    parameters:
+      a: {default: 2.0}
+    inputs:
+      x: {var: forces/x}
+    outputs:
+      y: {var: state/y}
+    equations:
+      y: "interp(log(x), [-1, 0, 2], [a, 3*a, -a])"
+"""
+
+
+@pytest.mark.parametrize("backend", ("torch", "c", "triton"))
+def test_a_table_of_a_nan_computed_inside_the_model_is_nan(tmp_path, backend):
+    """A NaN table argument computed inside the model (log of a negative input) fails every knot
+    comparison: the table gives NaN, not its first value (it gave y0 = 2.0, a plausible number).
+    Elsewhere: numpy.interp, and the derivative by x the slope of the segment times 1/x."""
+    import modelc
+
+    spec = tmp_path / "t.yaml"
+    spec.write_text(NAN_SPEC, encoding="utf-8")
+    device = device_for(backend)
+    m = modelc.load(spec, "table_of_log").Model(dtype=torch.float64, backend=backend, device=device)
+    rng = np.random.default_rng()
+    x = np.concatenate([[-1.0, -1e-300, 0.0], rng.uniform(1e-3, 20.0, 13)])
+    r = m({"forces/x": torch.as_tensor(x, device=device)}, derivatives=True)
+    y = r["state/y"].cpu().numpy()
+    dy = getattr(r.jacobian["state/y", "forces/x"], "tensor", r.jacobian["state/y", "forces/x"])
+    dy = dy.cpu().numpy().reshape(-1)
+    with np.errstate(all="ignore"):
+        lx = np.log(x)
+    assert np.isnan(y[:2]).all(), y[:3]  # (its derivative, steps of the comparisons, is 0 there)
+    assert y[2] == 2.0  # log(0) = -inf: below the first knot, the first value
+    knots, values = np.array([-1.0, 0.0, 2.0]), np.array([2.0, 6.0, -2.0])
+    np.testing.assert_allclose(y[3:], np.interp(lx[3:], knots, values), rtol=1e-14, atol=1e-14)
+    seg = np.searchsorted(knots, lx[3:], side="right") - 1
+    slope = np.where((seg >= 0) & (seg < 2), (np.diff(values) / np.diff(knots))[np.clip(seg, 0, 1)], 0.0)
+    np.testing.assert_allclose(dy[3:], slope / x[3:], rtol=1e-14, atol=0)
