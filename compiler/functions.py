@@ -531,10 +531,11 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
     FunctionRule(
         "macaulay", macaulay, 1, "macaulay",
         torch="torch.clamp({0}, min=0.0)",
-        triton="tl.maximum({0}, 0.0)",
+        triton="_mc_pos({0})",
         c="mc_pos({0})",
         numpy=lambda x: np.maximum(x, 0.0),
-        kink_doc="macaulay(0) = 0; derivative heaviside(x), so 0 at x = 0"),
+        kink_doc="macaulay(0) = 0; derivative heaviside(x), so 0 at x = 0",
+        triton_helpers=("_mc_pos",)),
     FunctionRule(
         "max_", max_, 2, "max",
         torch="_ge({0}, {1})",
@@ -562,10 +563,11 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
     FunctionRule(
         "safe_sqrt", safe_sqrt, 1, "safe_sqrt",
         torch="torch.sqrt(torch.clamp({0}, min=0.0))",
-        triton="tl.sqrt(tl.maximum({0}, 0.0))",
+        triton="tl.sqrt(_mc_pos({0}))",
         c="sqrt(mc_pos({0}))",
         numpy=lambda x: np.sqrt(np.maximum(x, 0.0)),
-        kink_doc="safe_sqrt(x) = 0 for x <= 0; derivative safe_div(1, 2 safe_sqrt(x)), 0 for x <= 0"),
+        kink_doc="safe_sqrt(x) = 0 for x <= 0; derivative safe_div(1, 2 safe_sqrt(x)), 0 for x <= 0",
+        triton_helpers=("_mc_pos",)),
     FunctionRule(
         "powr", powr, 2, None,
         torch="torch.pow({0}, {1})",

@@ -2615,6 +2615,10 @@ if triton is not None:
         return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -7257,12 +7261,12 @@ if triton is not None:
             ncse_422 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (K4 * state_internal_Ep_1))))
             ncse_423 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (K4 * state_internal_Ep_1) + (K4 * state_internal_Ep_2))))
             ncse_424 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (K4 * state_internal_Ep_2))))
-            ncse_33 = tl.sqrt(tl.maximum((ncse_17 + ncse_20 + ncse_23 + (ncse_422 * ncse_422) + (ncse_423 * ncse_423) + (ncse_424 * ncse_424)), 0.0))
+            ncse_33 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_422 * ncse_422) + (ncse_423 * ncse_423) + (ncse_424 * ncse_424))))
             ncse_34 = _mc_sdiv(K2, ncse_33)
             ncse_35 = (K2 / p_eta)
             ncse_36 = tl.exp((-p_d * state_internal_ep))
             ncse_39 = (K5 * (-p_sigma_y + (K6 * ncse_33) - (p_R * (K2 - ncse_36))))
-            ncse_40 = (ncse_35 * tl.maximum(ncse_39, 0.0))
+            ncse_40 = (ncse_35 * _mc_pos(ncse_39))
             ncse_41 = tl.exp(p_n * tl.log(ncse_40))
             ncse_42 = (forces_t - old_forces_t)
             ncse_43 = (ncse_41 * ncse_42)
@@ -8080,11 +8084,11 @@ if triton is not None:
             cse_34 = (cse_33 * cse_33)
             cse_35 = (-state_internal_X1_5 - state_internal_X2_5 + (p_E * cse_11 * cse_17))
             cse_36 = (cse_35 * cse_35)
-            cse_52 = tl.sqrt(tl.maximum((cse_32 + cse_34 + cse_36 + (cse_602 * cse_602) + (cse_603 * cse_603) + (cse_604 * cse_604)), 0.0))
+            cse_52 = tl.sqrt(_mc_pos((cse_32 + cse_34 + cse_36 + (cse_602 * cse_602) + (cse_603 * cse_603) + (cse_604 * cse_604))))
             cse_28 = tl.exp((-p_d * state_internal_ep))
             cse_29 = (K2 - cse_28)
             cse_54 = (K5 * (-p_sigma_y + (K6 * cse_52) - (p_R * cse_29)))
-            cse_55 = tl.maximum(cse_54, 0.0)
+            cse_55 = _mc_pos(cse_54)
             cse_27 = (K2 / p_eta)
             cse_56 = (cse_27 * cse_55)
             cse_57 = tl.exp(p_n * tl.log(cse_56))

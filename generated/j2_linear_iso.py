@@ -605,6 +605,10 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -735,14 +739,14 @@ if triton is not None:
         cse_12 = (cse_4 * cse_4)
         cse_5 = (forces_E_5 - old_state_internal_Ep_5)
         cse_13 = (cse_5 * cse_5)
-        cse_21 = tl.sqrt(tl.maximum((cse_11 + cse_12 + cse_13 + (cse_10 * cse_10) + (cse_17 * cse_17) + (cse_20 * cse_20)), 0.0))
+        cse_21 = tl.sqrt(_mc_pos((cse_11 + cse_12 + cse_13 + (cse_10 * cse_10) + (cse_17 * cse_17) + (cse_20 * cse_20))))
         cse_33 = (K3 * cse_21)
         cse_24 = (K3 * p_nu)
         cse_25 = (K3 + cse_24)
         cse_26 = (K4 / cse_25)
         cse_27 = (p_E * cse_26)
         cse_34 = ((cse_27 * cse_33) - (K5 * (p_sigma_y + (p_K * old_state_internal_ep))))
-        cse_35 = tl.maximum(cse_34, 0.0)
+        cse_35 = _mc_pos(cse_34)
         cse_28 = (K3 * cse_27)
         cse_23 = (K1 * p_K)
         cse_29 = (cse_23 + cse_28)

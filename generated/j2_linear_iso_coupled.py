@@ -900,6 +900,10 @@ if triton is not None:
         return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1447,7 +1451,7 @@ if triton is not None:
             ncse_114 = (ncse_11 - ncse_25 - ncse_27)
             ncse_115 = (ncse_29 - ncse_27 - ncse_28)
             ncse_116 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(tl.maximum((ncse_18 + ncse_21 + ncse_24 + (ncse_114 * ncse_114) + (ncse_115 * ncse_115) + (ncse_116 * ncse_116)), 0.0))
+            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_114 * ncse_114) + (ncse_115 * ncse_115) + (ncse_116 * ncse_116))))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1729,7 +1733,7 @@ if triton is not None:
             cse_26 = (cse_11 * cse_11)
             cse_40 = (p_E * p_E)
             cse_41 = (cse_26 * cse_40)
-            cse_42 = tl.sqrt(tl.maximum(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_152 * cse_152)) + ((cse_12 * cse_12) * (cse_153 * cse_153)) + ((cse_12 * cse_12) * (cse_154 * cse_154))), 0.0))
+            cse_42 = tl.sqrt(_mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_152 * cse_152)) + ((cse_12 * cse_12) * (cse_153 * cse_153)) + ((cse_12 * cse_12) * (cse_154 * cse_154)))))
             cse_47 = _mc_sdiv(K1, (K2 * cse_42))
             cse_48 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_47)
             cse_49 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K1, (cse_42 * cse_42)))

@@ -532,6 +532,10 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -657,13 +661,13 @@ if triton is not None:
         cse_11 = (cse_4 * cse_4)
         cse_5 = (forces_E_5 - old_state_internal_Ep_5)
         cse_12 = (cse_5 * cse_5)
-        cse_18 = tl.sqrt(tl.maximum((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9)), 0.0))
+        cse_18 = tl.sqrt(_mc_pos((cse_10 + cse_11 + cse_12 + (cse_15 * cse_15) + (cse_17 * cse_17) + (cse_9 * cse_9))))
         cse_24 = (K3 * cse_18)
         cse_22 = (K3 * p_nu)
         cse_23 = (K3 + cse_22)
         cse_25 = (cse_24 / cse_23)
         cse_26 = ((p_E * cse_25) - (K4 * p_sigma_y))
-        cse_27 = tl.maximum(cse_26, 0.0)
+        cse_27 = _mc_pos(cse_26)
         cse_20 = (K5 / p_E)
         cse_28 = (cse_20 * cse_27)
         cse_29 = (K6 * cse_23)

@@ -831,6 +831,10 @@ if triton is not None:
         return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1304,7 +1308,7 @@ if triton is not None:
             ncse_111 = (ncse_11 - ncse_24 - ncse_26)
             ncse_112 = (ncse_28 - ncse_26 - ncse_27)
             ncse_113 = (ncse_8 - ncse_24 - ncse_27)
-            ncse_29 = tl.sqrt(tl.maximum((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), 0.0))
+            ncse_29 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113))))
             ncse_30 = _mc_sdiv(K1, ncse_29)
             ncse_31 = (K5 * ncse_30)
             ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate)
@@ -1577,7 +1581,7 @@ if triton is not None:
             cse_26 = (cse_11 * cse_11)
             cse_40 = (p_E * p_E)
             cse_41 = (cse_26 * cse_40)
-            cse_42 = tl.sqrt(tl.maximum(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152))), 0.0))
+            cse_42 = tl.sqrt(_mc_pos(((cse_39 * cse_41) + ((cse_12 * cse_12) * (cse_150 * cse_150)) + ((cse_12 * cse_12) * (cse_151 * cse_151)) + ((cse_12 * cse_12) * (cse_152 * cse_152)))))
             cse_47 = _mc_sdiv(K2, (K1 * cse_42))
             cse_48 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_47)
             cse_49 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_42 * cse_42)))

@@ -1327,6 +1327,10 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1467,7 +1471,7 @@ if triton is not None:
             ncse_22 = (-ncse_12 - ncse_18 + (K3 * old_state_internal_X_2))
             ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (K3 * ncse_2)))
             ncse_23 = (ncse_36 - (ncse_22 * ncse_4))
-            ncse_24 = tl.sqrt(tl.maximum(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9)), 0.0))
+            ncse_24 = tl.sqrt(_mc_pos(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9))))
             ncse_26 = tl.exp((-p_d * (old_state_internal_ep + (K6 * state_internal_dgamma))))
             ncse_27 = (-ncse_24 + (K6 * (p_sigma_y + (p_R * (K2 - ncse_26)))))
             ncse_28 = tl.where((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))) > 0.0, 1.0, 0.0)
@@ -1593,7 +1597,7 @@ if triton is not None:
         cse_5 = (forces_E_5 - old_state_internal_Ep_5)
         cse_25 = ((cse_19 * cse_5) - (cse_8 * old_state_internal_X_5))
         cse_26 = (cse_25 * cse_25)
-        cse_35 = tl.sqrt(tl.maximum((cse_22 + cse_24 + cse_26 + (cse_20 * cse_20) + (cse_31 * cse_31) + (cse_34 * cse_34)), 0.0))
+        cse_35 = tl.sqrt(_mc_pos((cse_22 + cse_24 + cse_26 + (cse_20 * cse_20) + (cse_31 * cse_31) + (cse_34 * cse_34))))
         cse_36 = _mc_sdiv(K4, cse_35)
         cse_37 = (cse_20 * cse_36)
         cse_38 = (cse_37 * state_internal_dgamma)

@@ -1664,6 +1664,10 @@ if triton is not None:
         return tl.reshape(t6, [BLOCK, 8])
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -3566,7 +3570,7 @@ if triton is not None:
             ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (K4 * state_internal_X_2))
             ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
             ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
-            ncse_34 = tl.sqrt(tl.maximum((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221)), 0.0))
+            ncse_34 = tl.sqrt(_mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221))))
             ncse_35 = _mc_sdiv(K1, ncse_34)
             ncse_36 = (forces_t - old_forces_t)
             ncse_37 = (ncse_36 * state_internal_gamma_rate)
@@ -3586,7 +3590,7 @@ if triton is not None:
             ncse_53 = tl.exp((-p_d * state_internal_ep))
             ncse_54 = (-p_sigma_y + (K6 * ncse_34) - (p_R * (K1 - ncse_53)))
             ncse_55 = ((p_E * p_E) * (ncse_36 * ncse_36))
-            ncse_56 = tl.sqrt(tl.maximum(((K2 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate))), 0.0))
+            ncse_56 = tl.sqrt(_mc_pos(((K2 * (ncse_54 * ncse_54)) + (ncse_55 * (state_internal_gamma_rate * state_internal_gamma_rate)))))
             ncse_57 = tl.where(state_internal_gamma_rate == 0.0, K7, ncse_35)
             ncse_58 = (-K2 * ncse_57)
             ncse_59 = _mc_sdiv(K1, (K8 * ncse_34))
@@ -4034,7 +4038,7 @@ if triton is not None:
             cse_136 = (cse_135 * cse_135)
             cse_137 = (state_S_5 - state_internal_X_5)
             cse_138 = (cse_137 * cse_137)
-            cse_149 = tl.sqrt(tl.maximum((cse_134 + cse_136 + cse_138 + (cse_384 * cse_384) + (cse_385 * cse_385) + (cse_386 * cse_386)), 0.0))
+            cse_149 = tl.sqrt(_mc_pos((cse_134 + cse_136 + cse_138 + (cse_384 * cse_384) + (cse_385 * cse_385) + (cse_386 * cse_386))))
             cse_155 = _mc_sdiv(K2, (K1 * cse_149))
             cse_156 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_155)
             cse_154 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K2, (cse_149 * cse_149)))
@@ -4106,7 +4110,7 @@ if triton is not None:
             cse_321 = (p_E * p_E)
             cse_323 = (cse_321 * cse_322)
             cse_320 = (state_internal_gamma_rate * state_internal_gamma_rate)
-            cse_324 = _mc_sdiv(K2, (K1 * tl.sqrt(tl.maximum(((K3 * (cse_319 * cse_319)) + (cse_320 * cse_323)), 0.0))))
+            cse_324 = _mc_sdiv(K2, (K1 * tl.sqrt(_mc_pos(((K3 * (cse_319 * cse_319)) + (cse_320 * cse_323))))))
             cse_325 = (-K2 - (K9 * cse_319 * cse_324))
             cse_326 = (cse_155 * cse_325)
             cse_327 = (cse_153 * cse_326)

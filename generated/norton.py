@@ -744,6 +744,10 @@ if triton is not None:
         return s2, s4, s3, s5
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -853,7 +857,7 @@ if triton is not None:
             ncse_18 = (ncse_4 + ncse_5 - (K3 * cse_0))
             ncse_19 = (ncse_4 + ncse_6 - (K3 * cse_2))
             ncse_20 = (ncse_5 + ncse_6 - (K3 * cse_1))
-            ncse_7 = tl.sqrt(tl.maximum(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20)), 0.0))
+            ncse_7 = tl.sqrt(_mc_pos(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20))))
             ncse_8 = (K5 / (K4 + (K4 * p_nu)))
             ncse_9 = (p_E * ncse_8)
             ncse_10 = (-K5 + p_n)
@@ -943,7 +947,7 @@ if triton is not None:
         cse_9 = (cse_3 + cse_4 - (K2 * cse_0))
         cse_10 = (cse_3 + cse_5 - (K2 * cse_2))
         cse_11 = (cse_4 + cse_5 - (K2 * cse_1))
-        norton_radial_return_solve_guess_state_internal_svm = (K3 * p_E * tl.sqrt(tl.maximum(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)), 0.0)) / (K4 + (K4 * p_nu)))
+        norton_radial_return_solve_guess_state_internal_svm = (K3 * p_E * tl.sqrt(_mc_pos(((cse_6 * cse_6) + (cse_7 * cse_7) + (cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11)))) / (K4 + (K4 * p_nu)))
         # Newton solve for state/internal/svm (helper _triton_newton_1)
         (
             state_internal_svm, norton_radial_return_solve_converged,
@@ -970,7 +974,7 @@ if triton is not None:
         cse_25 = (cse_13 * cse_13)
         cse_14 = (forces_E_5 - old_state_internal_Ep_5)
         cse_26 = (cse_14 * cse_14)
-        cse_32 = tl.sqrt(tl.maximum((cse_24 + cse_25 + cse_26 + (cse_18 * cse_18) + (cse_29 * cse_29) + (cse_31 * cse_31)), 0.0))
+        cse_32 = tl.sqrt(_mc_pos((cse_24 + cse_25 + cse_26 + (cse_18 * cse_18) + (cse_29 * cse_29) + (cse_31 * cse_31))))
         cse_33 = (K3 * _mc_sdiv(K5, cse_32))
         cse_19 = (forces_t - old_forces_t)
         cse_22 = (cse_19 * state_internal_creep_rate)

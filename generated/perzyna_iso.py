@@ -795,6 +795,10 @@ if triton is not None:
         return s6, s10, s8, s12, s7, s11, s9, s13
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -906,7 +910,7 @@ if triton is not None:
             ncse_16 = (ncse_5 + ncse_6 - (K2 * cse_0))
             ncse_17 = (ncse_5 + ncse_7 - (K2 * cse_2))
             ncse_18 = (ncse_6 + ncse_7 - (K2 * cse_1))
-            ncse_8 = tl.maximum(((ncse_2 * tl.sqrt(tl.maximum(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), 0.0))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
+            ncse_8 = _mc_pos(((ncse_2 * tl.sqrt(_mc_pos(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18))))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))))
             ncse_9 = (-K5 + p_n)
             ncse_10 = _mc_powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9)
             ncse_11 = (p_n * ncse_10)
@@ -988,7 +992,7 @@ if triton is not None:
         cse_11 = (cse_3 + cse_4 - (K3 * cse_0))
         cse_12 = (cse_3 + cse_5 - (K3 * cse_2))
         cse_13 = (cse_4 + cse_5 - (K3 * cse_1))
-        cse_7 = tl.maximum(((cse_6 * tl.sqrt(tl.maximum(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13)), 0.0))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))), 0.0)
+        cse_7 = _mc_pos(((cse_6 * tl.sqrt(_mc_pos(((cse_8 * cse_8) + (cse_9 * cse_9) + (cse_10 * cse_10) + (cse_11 * cse_11) + (cse_12 * cse_12) + (cse_13 * cse_13))))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))))
         perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root = (K5 / tl.sqrt((((p_eta * p_eta) / (cse_7 * cse_7)) + tl.exp((-K2 / p_n) * tl.log((cse_7 / ((cse_6 + (K3 * p_K)) * (forces_t - old_forces_t))))))))
         # Newton solve for state/internal/gamma_rate_root (helper _triton_newton_1)
         (
@@ -1016,7 +1020,7 @@ if triton is not None:
         cse_24 = (cse_15 * cse_15)
         cse_16 = (forces_E_5 - old_state_internal_Ep_5)
         cse_25 = (cse_16 * cse_16)
-        cse_31 = tl.sqrt(tl.maximum((cse_23 + cse_24 + cse_25 + (cse_20 * cse_20) + (cse_28 * cse_28) + (cse_30 * cse_30)), 0.0))
+        cse_31 = tl.sqrt(_mc_pos((cse_23 + cse_24 + cse_25 + (cse_20 * cse_20) + (cse_28 * cse_28) + (cse_30 * cse_30))))
         cse_32 = _mc_sdiv(K5, cse_31)
         cse_33 = (cse_32 * state_internal_gamma_rate)
         cse_21 = (forces_t - old_forces_t)

@@ -1019,6 +1019,10 @@ if triton is not None:
         return tl.reshape(t0, [BLOCK, 2])
 
     @triton.jit
+    def _mc_pos(x):
+        return tl.where(x < 0.0, 0.0, x)
+
+    @triton.jit
     def _mc_sdiv(a, b):
         nz = b != 0.0
         return tl.where(nz, a / tl.where(nz, b, 1.0), 0.0)
@@ -1598,7 +1602,7 @@ if triton is not None:
             ncse_112 = (ncse_11 - ncse_25 - ncse_27)
             ncse_113 = (ncse_29 - ncse_27 - ncse_28)
             ncse_114 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(tl.maximum((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114)), 0.0))
+            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114))))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1607,7 +1611,7 @@ if triton is not None:
             ncse_36 = (ncse_14 * ncse_31 * ncse_6)
             ncse_39 = (K1 / p_eta)
             ncse_40 = (K6 * (-p_sigma_y + (K7 * ncse_30) - (p_K * state_internal_ep)))
-            ncse_41 = (ncse_39 * tl.maximum(ncse_40, 0.0))
+            ncse_41 = (ncse_39 * _mc_pos(ncse_40))
             ncse_42 = tl.exp(p_n * tl.log(ncse_41))
             ncse_43 = tl.where(state_internal_gamma_rate == 0.0, K8, ncse_31)
             ncse_44 = (-K2 * ncse_43)
@@ -1880,7 +1884,7 @@ if triton is not None:
             cse_113 = (cse_110 * cse_112)
             cse_114 = (cse_20 * cse_20)
             cse_115 = (cse_110 * cse_114)
-            cse_122 = tl.sqrt(tl.maximum((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247)), 0.0))
+            cse_122 = tl.sqrt(_mc_pos((cse_111 + cse_113 + cse_115 + (cse_245 * cse_245) + (cse_246 * cse_246) + (cse_247 * cse_247))))
             cse_128 = _mc_sdiv(K1, (K2 * cse_122))
             cse_129 = tl.where(state_internal_gamma_rate == 0.0, K5, cse_128)
             cse_127 = tl.where(state_internal_gamma_rate == 0.0, K5, _mc_sdiv(K1, (cse_122 * cse_122)))
@@ -1927,7 +1931,7 @@ if triton is not None:
             cse_183 = (cse_170 * cse_18)
             cse_184 = (cse_176 * cse_183 * cse_20)
             cse_191 = (K8 * (-p_sigma_y + (K9 * cse_122) - (p_K * state_internal_ep)))
-            cse_192 = tl.maximum(cse_191, 0.0)
+            cse_192 = _mc_pos(cse_191)
             cse_190 = (K1 / p_eta)
             cse_193 = (cse_190 * cse_192)
             cse_194 = tl.exp(p_n * tl.log(cse_193))

@@ -19,6 +19,11 @@ Accuracy (the derivations; tests compare with NumPy in float64 and float32):
   (t - 1)/(t + 1), a 4/5 rational approximation, the low bits of pi/2 added back), then the
   quadrant; ``atan2(0, 0) = 0``, ``atan2(+0, x < 0) = pi``.
 
+NaN: no helper clamps with ``tl.minimum``/``tl.maximum``. On the GPU they compile to ``min``/``max``
+instructions that return the non-NaN operand, while the interpreter's NumPy keeps the NaN, so the
+tests could not see a NaN turned into a number (``asinh(nan)`` was ``log(2e8)`` on the GPU); a clamp is
+a ``tl.where`` on a comparison, false for NaN, which keeps it.
+
 Constants go through ``tl.full([], value, x.dtype)`` so a float64 kernel keeps float64 constants (a
 bare Python float is an fp32 constant in a kernel).
 """
@@ -35,6 +40,14 @@ HELPERS: dict[str, tuple[tuple[str, ...], str]] = {
 @triton.jit
 def _mc_sign(x):
     return tl.where(x > 0.0, 1.0, tl.where(x < 0.0, -1.0, 0.0))
+'''),
+    # macaulay: max(x, 0) that keeps a NaN, as C's mc_pos and torch.clamp do (tl.maximum compiles to
+    # max.f64, which returns the non-NaN operand on the GPU, while the interpreter's np.maximum keeps
+    # it: a NaN yield function was a plausible 0 on the GPU only)
+    "_mc_pos": ((), '''
+@triton.jit
+def _mc_pos(x):
+    return tl.where(x < 0.0, 0.0, x)
 '''),
     "_mc_ge": ((), '''
 @triton.jit
@@ -128,17 +141,17 @@ def _mc_cosh(x):
     "_mc_tanh": (("_mc_expm1",), '''
 @triton.jit
 def _mc_tanh(x):
-    a = tl.minimum(tl.abs(x), 20.0)
+    a = tl.abs(x)
+    a = tl.where(a > 20.0, 20.0, a)
     v = _mc_expm1(2.0 * a)
     r = tl.where(a >= 20.0, 1.0, v / (v + 2.0))
-    r = tl.where(x != x, x, r)
     return tl.where(x < 0.0, -r, r)
 '''),
     "_mc_asinh": (("_mc_log1p",), '''
 @triton.jit
 def _mc_asinh(x):
     a = tl.abs(x)
-    s = tl.minimum(a, 1.0e8)
+    s = tl.where(a > 1.0e8, 1.0e8, a)
     r = _mc_log1p(s + s * s / (1.0 + tl.sqrt(1.0 + s * s)))
     r = tl.where(a > 1.0e8, tl.log(a) + tl.full([], 0.6931471805599453, x.dtype), r)
     return tl.where(x < 0.0, -r, r)
@@ -146,7 +159,7 @@ def _mc_asinh(x):
     "_mc_acosh": (("_mc_log1p",), '''
 @triton.jit
 def _mc_acosh(x):
-    t = tl.minimum(x, 1.0e8) - 1.0
+    t = tl.where(x > 1.0e8, 1.0e8, x) - 1.0
     r = _mc_log1p(t + tl.sqrt(2.0 * t + t * t))
     return tl.where(x > 1.0e8, tl.log(x) + tl.full([], 0.6931471805599453, x.dtype), r)
 '''),

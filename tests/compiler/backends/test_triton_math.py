@@ -154,6 +154,49 @@ def test_a_module_calling_the_helpers_compiles_for_sm90(tmp_path):
     assert len(rows) == 4 and all(r[3] and r[4] and r[5] for r in rows), rows
 
 
+#: the functions that keep a NaN argument's NaN on every backend (sign, heaviside, max and min are
+#: comparisons: a NaN compares false, the same on every backend)
+_NAN_KEEPING = ("macaulay", "safe_sqrt", "asinh", "acosh", "tanh", "sinh", "cosh", "expm1", "log1p", "atanh",
+                "abs")
+NAN_SPEC = "models:\n  nanf:\n    inputs: {x: {}}\n    outputs: {%s}\n    equations:\n%s" % (
+    ", ".join(f"o_{f}: {{}}" for f in _NAN_KEEPING + ("atan2", "safe_div")),
+    "".join(f"      o_{f}: {f}(log(x))\n" for f in _NAN_KEEPING)
+    + "      o_atan2: atan2(log(x), 1.0)\n      o_safe_div: safe_div(1, log(x))\n")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("backend", ["torch", "triton", "c"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_nan_computed_inside_a_model_stays_nan_through_every_function(tmp_path, backend, dtype):
+    """log of a negative input is NaN (the input itself is finite, so the call's NaN check passes);
+    every function of it is NaN, on every backend, never a clamped number (on the GPU, Triton's
+    tl.maximum gave macaulay(nan) = 0 and asinh(nan) = log(2e8); see the sm_90 test below)."""
+    path = tmp_path / "nanf.yaml"
+    path.write_text(NAN_SPEC)
+    model = modelc.load(path, "nanf").Model(dtype=dtype, backend=backend)
+    out = model({"x": torch.tensor([-1.0, 0.5, 3.0], dtype=dtype)}, derivatives=False)
+    for f in _NAN_KEEPING + ("atan2", "safe_div"):
+        v = out[f"o_{f}"].numpy()  # (log(0.5) is outside acosh's domain, log(3) outside atanh's)
+        assert np.isnan(v[0]) and np.isfinite(v[1:]).any(), (f, v)
+
+
+def test_no_triton_spelling_clamps_with_a_nan_dropping_min_or_max():
+    """No function's Triton spelling and no helper clamps with tl.minimum/tl.maximum/tl.clamp: on
+    the GPU they return the non-NaN operand (PTX max.f64), under the interpreter np.maximum keeps
+    the NaN, so the test above cannot see the difference; a tl.where on a comparison is false for
+    NaN on both. (macaulay was tl.maximum(x, 0.0): macaulay(nan) = 0 on the GPU only.)"""
+    import re
+
+    from modelc.functions import FUNCTIONS
+
+    dropping = re.compile(r"tl\.(?:minimum|maximum|clamp)\((?![^()]*propagate_nan=tl\.PropagateNan\.ALL)")
+    spellings = {f"function {name}": f.triton for name, f in FUNCTIONS.items() if isinstance(f.triton, str)}
+    spellings.update({f"helper {name}": src for name, (_, src) in tm.HELPERS.items()})
+    assert len(spellings) > 30
+    bad = {what: text for what, text in spellings.items() if dropping.search(text)}
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("width", [2, 8, 32])
 def test_row_helper_puts_each_value_in_its_column(kernels, width):
     """``_mc_row<w>(a0, ..., a<w-1>, BLOCK)`` (the tile every kernel store goes through): column j
