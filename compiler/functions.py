@@ -541,17 +541,19 @@ FUNCTIONS: dict[str, FunctionRule] = {r.name: r for r in (
         torch="_ge({0}, {1})",
         triton="_mc_ge({0}, {1})",
         c="mc_ge({0}, {1})",
-        numpy=lambda a, b: np.where(np.asarray(a) >= b, a, b),
+        numpy=lambda a, b: np.where(np.asarray(a) >= b, a, np.where(np.asarray(a) < b, b, np.add(a, b))),
         triton_helpers=("_mc_ge",),
-        kink_doc="max(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
+        kink_doc="max(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0; "
+                 "NaN if either argument is NaN"),
     FunctionRule(
         "min_", min_, 2, "min",
         torch="_le({0}, {1})",
         triton="_mc_le({0}, {1})",
         c="mc_le({0}, {1})",
-        numpy=lambda a, b: np.where(np.asarray(a) <= b, a, b),
+        numpy=lambda a, b: np.where(np.asarray(a) <= b, a, np.where(np.asarray(a) > b, b, np.add(a, b))),
         triton_helpers=("_mc_le",),
-        kink_doc="min(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0"),
+        kink_doc="min(a, a) = a; at a tie the derivative is the first argument's: d/da = 1, d/db = 0; "
+                 "NaN if either argument is NaN"),
     FunctionRule(
         "safe_div", safe_div, 2, "safe_div",
         torch="_sdiv({0}, {1})",

@@ -1259,7 +1259,7 @@ if triton is not None:
 
     @triton.jit
     def _mc_le(a, b):
-        return tl.where(a <= b, a, b)
+        return tl.where(a <= b, a, tl.where(a > b, b, a + b))
 
     @triton.jit
     def _triton_lu1(

@@ -64,13 +64,14 @@ def t_pow(a, b):
 # The spellings of modelc.functions that would name an argument more than once are these helpers,
 # so an argument is printed (and, in eager PyTorch, evaluated) once at any depth of nesting.
 def t_ge(a, b):
-    """max_(a, b): a where a >= b, else b (NaN in b wins, like the C and Triton spellings)."""
-    return torch.where(a >= b, a, b)
+    """max_(a, b): a where a >= b, else b; NaN where either is NaN (torch.maximum), like the C and
+    Triton spellings."""
+    return t_maximum(a, b)
 
 
 def t_le(a, b):
-    """min_(a, b): a where a <= b, else b."""
-    return torch.where(a <= b, a, b)
+    """min_(a, b): a where a <= b, else b; NaN where either is NaN."""
+    return t_minimum(a, b)
 
 
 def t_sdiv(a, b):
@@ -80,7 +81,7 @@ def t_sdiv(a, b):
 
 
 def t_heaviside(x):
-    """heaviside(x): 1 for x > 0, 0 for x <= 0, NaN for NaN."""
+    """heaviside(x): 1 for x > 0, 0 for x <= 0 and for NaN (as the C and Triton spellings)."""
     return torch.heaviside(x, torch.zeros_like(x))
 
 

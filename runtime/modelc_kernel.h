@@ -71,8 +71,8 @@ MC_INLINE real mc_max(real a, real b) { return (a != a || b != b) ? a + b : (a >
    first argument at a tie), safe_div */
 MC_INLINE real mc_pos(real x) { return x < 0 ? 0 : x; }
 MC_INLINE real mc_sign(real x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
-MC_INLINE real mc_ge(real a, real b) { return a >= b ? a : b; }
-MC_INLINE real mc_le(real a, real b) { return a <= b ? a : b; }
+MC_INLINE real mc_ge(real a, real b) { return a >= b ? a : (a < b ? b : a + b); }
+MC_INLINE real mc_le(real a, real b) { return a <= b ? a : (a > b ? b : a + b); }
 MC_INLINE real mc_sdiv(real a, real b) { return b != 0 ? a / b : 0; }
 
 #if MC_W > 1

@@ -52,12 +52,12 @@ def _mc_pos(x):
     "_mc_ge": ((), '''
 @triton.jit
 def _mc_ge(a, b):
-    return tl.where(a >= b, a, b)
+    return tl.where(a >= b, a, tl.where(a < b, b, a + b))
 '''),
     "_mc_le": ((), '''
 @triton.jit
 def _mc_le(a, b):
-    return tl.where(a <= b, a, b)
+    return tl.where(a <= b, a, tl.where(a > b, b, a + b))
 '''),
     "_mc_sdiv": ((), '''
 @triton.jit

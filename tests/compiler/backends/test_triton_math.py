@@ -154,14 +154,17 @@ def test_a_module_calling_the_helpers_compiles_for_sm90(tmp_path):
     assert len(rows) == 4 and all(r[3] and r[4] and r[5] for r in rows), rows
 
 
-#: the functions that keep a NaN argument's NaN on every backend (sign, heaviside, max and min are
-#: comparisons: a NaN compares false, the same on every backend)
+#: the functions that keep a NaN argument's NaN on every backend (sign and heaviside are comparisons:
+#: a NaN compares false, the same on every backend)
+_NAN_BINARY = ("atan2", "safe_div", "max1", "max2", "min1", "min2")
 _NAN_KEEPING = ("macaulay", "safe_sqrt", "asinh", "acosh", "tanh", "sinh", "cosh", "expm1", "log1p", "atanh",
                 "abs")
 NAN_SPEC = "models:\n  nanf:\n    inputs: {x: {}}\n    outputs: {%s}\n    equations:\n%s" % (
-    ", ".join(f"o_{f}: {{}}" for f in _NAN_KEEPING + ("atan2", "safe_div")),
+    ", ".join(f"o_{f}: {{}}" for f in _NAN_KEEPING + _NAN_BINARY),
     "".join(f"      o_{f}: {f}(log(x))\n" for f in _NAN_KEEPING)
-    + "      o_atan2: atan2(log(x), 1.0)\n      o_safe_div: safe_div(1, log(x))\n")
+    + "      o_atan2: atan2(log(x), 1.0)\n      o_safe_div: safe_div(1, log(x))\n"
+    + "      o_max1: max(log(x), 0)\n      o_max2: max(0, log(x))\n"
+    + "      o_min1: min(log(x), 0)\n      o_min2: min(0, log(x))\n")
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -169,13 +172,14 @@ NAN_SPEC = "models:\n  nanf:\n    inputs: {x: {}}\n    outputs: {%s}\n    equati
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_a_nan_computed_inside_a_model_stays_nan_through_every_function(tmp_path, backend, dtype):
     """log of a negative input is NaN (the input itself is finite, so the call's NaN check passes);
-    every function of it is NaN, on every backend, never a clamped number (on the GPU, Triton's
-    tl.maximum gave macaulay(nan) = 0 and asinh(nan) = log(2e8); see the sm_90 test below)."""
+    every function of it is NaN, on every backend, never a clamped number: max(nan, 0) was 0 on
+    every backend, and on the GPU Triton's tl.maximum gave macaulay(nan) = 0 and asinh(nan) =
+    log(2e8) (see the next test)."""
     path = tmp_path / "nanf.yaml"
     path.write_text(NAN_SPEC)
     model = modelc.load(path, "nanf").Model(dtype=dtype, backend=backend)
     out = model({"x": torch.tensor([-1.0, 0.5, 3.0], dtype=dtype)}, derivatives=False)
-    for f in _NAN_KEEPING + ("atan2", "safe_div"):
+    for f in _NAN_KEEPING + _NAN_BINARY:
         v = out[f"o_{f}"].numpy()  # (log(0.5) is outside acosh's domain, log(3) outside atanh's)
         assert np.isnan(v[0]) and np.isfinite(v[1:]).any(), (f, v)
 
