@@ -544,7 +544,7 @@ def _torch_newton_1(
         nt1_scaled7 = (nt1_scaled6 & (torch.abs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + torch.abs(old_state_internal_X2_1)))) & (torch.abs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + torch.abs(old_state_internal_X2_2)))))
         nt1_scaled8 = (nt1_scaled7 & (torch.abs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + torch.abs(old_state_internal_X2_3)))) & (torch.abs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + torch.abs(old_state_internal_X2_4)))))
         nt1_scaled9 = (nt1_scaled8 & (torch.abs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + torch.abs(old_state_internal_X2_5)))))
-        chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
+        chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < 3e+38)))
         if it1 == maxit1 or bool(chaboche2_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -7193,6 +7193,7 @@ if triton is not None:
         K10 = tl.full([], 0.408248290463863, DTYPE)
         K11 = tl.full([], 2.449489742783178, DTYPE)
         K12 = tl.full([], 2.6666666666666665, DTYPE)
+        K13 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X1[0], state/internal/X1[1], state/internal/X1[2], state/internal/X1[3], state/internal/X1[4], state/internal/X1[5], state/internal/X2[0], state/internal/X2[1], state/internal/X2[2], state/internal/X2[3], state/internal/X2[4], state/internal/X2[5]: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -7687,7 +7688,7 @@ if triton is not None:
             nt1_scaled7 = (nt1_scaled6 & (tl.abs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + tl.abs(old_state_internal_X2_1)))) & (tl.abs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + tl.abs(old_state_internal_X2_2)))))
             nt1_scaled8 = (nt1_scaled7 & (tl.abs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + tl.abs(old_state_internal_X2_3)))) & (tl.abs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + tl.abs(old_state_internal_X2_4)))))
             nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + tl.abs(old_state_internal_X2_5)))))
-            chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
+            chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < K13)))
             update1 = (~chaboche2_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K2 + (ncse_97 * (-ncse_87 - ncse_95)))
             nt1_2 = (-K10 * ncse_117 * ncse_119)
@@ -10793,7 +10794,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled7 = (nt1_scaled6 & (fabs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + fabs(old_state_internal_X2_1)))) & (fabs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + fabs(old_state_internal_X2_2)))));
         const int nt1_scaled8 = (nt1_scaled7 & (fabs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + fabs(old_state_internal_X2_3)))) & (fabs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + fabs(old_state_internal_X2_4)))));
         const int nt1_scaled9 = (nt1_scaled8 & (fabs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + fabs(old_state_internal_X2_5)))));
-        const int nt1_ok = (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol));
+        const int nt1_ok = ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < ((real)3e+38))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_chaboche2_return_map_converged[l] = mc_was ? nt1_ok : v_chaboche2_return_map_converged[l];

@@ -238,7 +238,7 @@ def _torch_newton_1(
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + torch.abs(old_state_internal_Ep_5)))))
         nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((2.0 * ncse_146 * ((ncse_110 * torch.abs((-3.0 * ncse_97))) + torch.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (3.0 * ncse_127))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (1.0 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (2.0 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (2.0 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (2.0 * ncse_147))))))) + torch.abs(old_state_internal_phi)))))
         nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * torch.abs(p_q3)) + (2.0 * ncse_112 * torch.abs(ncse_60))))))
-        gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
+        gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < 3e+38)))
         if it1 == maxit1 or bool(gtn_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -1779,6 +1779,7 @@ if triton is not None:
         K9 = tl.full([], 6.0, DTYPE)
         K10 = tl.full([], 4.0, DTYPE)
         K11 = tl.full([], 1.3333333333333333, DTYPE)
+        K12 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/phi, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1971,7 +1972,7 @@ if triton is not None:
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + tl.abs(old_state_internal_Ep_5)))))
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((K3 * ncse_146 * ((ncse_110 * tl.abs((-K4 * ncse_97))) + tl.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (K4 * ncse_127))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (K2 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (K3 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (K3 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (K3 * ncse_147))))))) + tl.abs(old_state_internal_phi)))))
             nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * tl.abs(p_q3)) + (K3 * ncse_112 * tl.abs(ncse_60))))))
-            gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
+            gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < K12)))
             update1 = (~gtn_return_map_converged) & (it1 < maxit1)
             nt1_1 = (ncse_79 * ncse_80)
             nt1_2 = (ncse_28 * ncse_72)
@@ -3269,7 +3270,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + fabs(old_state_internal_Ep_5)))));
         const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_146 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (((real)2.0) * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (((real)2.0) * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (((real)2.0) * ncse_147))))))) + fabs(old_state_internal_phi)))));
         const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60))))));
-        const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
+        const int nt1_ok = ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < ((real)3e+38))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];

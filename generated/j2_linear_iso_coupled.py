@@ -195,7 +195,7 @@ def _torch_newton_1(
         nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
         nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
         nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (0.816496580927726 * ncse_105) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (0.816496580927726 * ((ncse_113 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)))))))
-        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
+        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < 3e+38)))
         if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -1399,6 +1399,7 @@ if triton is not None:
         K8 = tl.full([], 0.0, DTYPE)
         K9 = tl.full([], 2.0, DTYPE)
         K10 = tl.full([], 2.6666666666666665, DTYPE)
+        K11 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -1549,7 +1550,7 @@ if triton is not None:
             nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
             nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
             nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (K6 * ncse_105) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (K6 * ((ncse_113 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)))))))
-            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
+            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < K11)))
             update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
             nt1_2 = (ncse_32 * ncse_55)
@@ -2548,7 +2549,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
         const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
         const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (((real)0.816496580927726) * ncse_105) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (((real)0.816496580927726) * ((ncse_113 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)))))));
-        const int nt1_ok = (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol));
+        const int nt1_ok = ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < ((real)3e+38))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];

@@ -99,7 +99,7 @@ def _torch_newton_1(
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
-        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))) + (0.816496580927726 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_24)))))
+        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))) + (0.816496580927726 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_24))))))
         if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
         nt1_1 = ((p_E * ncse_28) + ((1.0 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((2.0 * ncse_10 * old_state_internal_X_4) + (2.0 * ncse_11 * old_state_internal_X_5) + (2.0 * ncse_14 * ncse_17) + (2.0 * ncse_19 * ncse_21) + (2.0 * ncse_22 * ncse_23) + (2.0 * ncse_9 * old_state_internal_X_3)) * _sdiv(1.0, (2.0 * ncse_24))))) + (0.6666666666666666 * p_R * p_d * ncse_26))))
@@ -1429,6 +1429,7 @@ if triton is not None:
         K4 = tl.full([], 2.0, DTYPE)
         K5 = tl.full([], 0.3333333333333333, DTYPE)
         K6 = tl.full([], 0.816496580927726, DTYPE)
+        K7 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/dgamma: per-point mask, converged points stop changing
         state_internal_dgamma = K0 + tl.zeros([BLOCK], dtype=DTYPE)
         j2_voce_af_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -1481,7 +1482,7 @@ if triton is not None:
             nt1_r_0 = _mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma))
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
-            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))) + (K6 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_24)))))
+            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < K7) & (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))) + (K6 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_24))))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = ((p_E * ncse_28) + ((K2 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((K4 * ncse_10 * old_state_internal_X_4) + (K4 * ncse_11 * old_state_internal_X_5) + (K4 * ncse_14 * ncse_17) + (K4 * ncse_19 * ncse_21) + (K4 * ncse_22 * ncse_23) + (K4 * ncse_9 * old_state_internal_X_3)) * _mc_sdiv(K2, (K4 * ncse_24))))) + (K3 * p_R * p_d * ncse_26))))
             nt1_2 = (K2 / nt1_1)
@@ -3012,7 +3013,7 @@ static void newton_1(
         const real nt1_r_0 = mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma));
         const real j2_voce_af_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E))) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_24)))));
+        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E))) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_24))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];

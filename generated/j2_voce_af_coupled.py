@@ -317,7 +317,7 @@ def _torch_newton_1(
         nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + torch.abs(old_state_internal_X_2)))))
         nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + torch.abs(old_state_internal_X_4)))))
         nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
-        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
+        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < 3e+38)))
         if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -3508,6 +3508,7 @@ if triton is not None:
         K9 = tl.full([], 1.632993161855452, DTYPE)
         K10 = tl.full([], 2.6666666666666665, DTYPE)
         K11 = tl.full([], 0.816496580927726, DTYPE)
+        K12 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/Ep[0], state/internal/Ep[1], state/internal/Ep[2], state/internal/Ep[3], state/internal/Ep[4], state/internal/Ep[5], state/internal/ep, state/internal/X[0], state/internal/X[1], state/internal/X[2], state/internal/X[3], state/internal/X[4], state/internal/X[5], state/internal/gamma_rate: per-point mask, converged points stop changing
         state_internal_Ep_0 = old_state_internal_Ep_0 + tl.zeros([BLOCK], dtype=DTYPE)
         state_internal_Ep_1 = old_state_internal_Ep_1 + tl.zeros([BLOCK], dtype=DTYPE)
@@ -3778,7 +3779,7 @@ if triton is not None:
             nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + tl.abs(old_state_internal_X_2)))))
             nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + tl.abs(old_state_internal_X_4)))))
             nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (K11 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
-            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
+            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < K12)))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_63 * ncse_66))
             nt1_2 = (ncse_62 * ncse_65)
@@ -5564,7 +5565,7 @@ MC_INLINE void newton_1_iterate(
         const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + fabs(old_state_internal_X_2)))));
         const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + fabs(old_state_internal_X_4)))));
         const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
-        const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
+        const int nt1_ok = ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < ((real)3e+38))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];

@@ -81,7 +81,7 @@ def _torch_newton_1(
         norton_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
-        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8))))))
+        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8)))))))
         if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
             break
         nt1_1 = (-1.0 - (ncse_12 * ncse_13))
@@ -833,6 +833,7 @@ if triton is not None:
         K4 = tl.full([], 2.0, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
         K6 = tl.full([], 2.449489742783178, DTYPE)
+        K7 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/svm: per-point mask, converged points stop changing
         state_internal_svm = norton_radial_return_solve_guess_state_internal_svm + tl.zeros([BLOCK], dtype=DTYPE)
         norton_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -870,7 +871,7 @@ if triton is not None:
             nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))))
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
-            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8))))))
+            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < K7) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8)))))))
             update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = (-K5 - (ncse_12 * ncse_13))
             nt1_2 = (K5 / nt1_1)
@@ -1749,7 +1750,7 @@ static void newton_1(
         const real nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))));
         const real norton_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? norton_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8))))));
+        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8)))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];

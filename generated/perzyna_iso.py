@@ -79,7 +79,7 @@ def _torch_newton_1(
         perzyna_iso_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_radial_return_solve_residual_norm
-        perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * torch.abs(p_eta)) + (((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(ncse_1) * torch.abs(ncse_3)) + torch.abs(ncse_8)))))
+        perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * torch.abs(p_eta)) + (((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(ncse_1) * torch.abs(ncse_3)) + torch.abs(ncse_8))))))
         if it1 == maxit1 or bool(perzyna_iso_radial_return_solve_converged.all()):
             break
         nt1_1 = (-p_eta - (ncse_11 * ncse_4))
@@ -884,6 +884,7 @@ if triton is not None:
         K3 = tl.full([], 0.3333333333333333, DTYPE)
         K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
+        K6 = tl.full([], 3e+38, DTYPE)
         # Newton solve 1 for state/internal/gamma_rate_root: per-point mask, converged points stop changing
         state_internal_gamma_rate_root = perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root + tl.zeros([BLOCK], dtype=DTYPE)
         perzyna_iso_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -918,7 +919,7 @@ if triton is not None:
             nt1_r_0 = (ncse_8 - (p_eta * state_internal_gamma_rate_root) - (ncse_0 * ncse_4))
             perzyna_iso_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_radial_return_solve_residual_norm, nt1_rnorm0)
-            perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * tl.abs(p_eta)) + (((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(ncse_1) * tl.abs(ncse_3)) + tl.abs(ncse_8)))))
+            perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < K6) & (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * tl.abs(p_eta)) + (((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(ncse_1) * tl.abs(ncse_3)) + tl.abs(ncse_8))))))
             update1 = (~perzyna_iso_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = (-p_eta - (ncse_11 * ncse_4))
             nt1_2 = (K5 / nt1_1)
@@ -1845,7 +1846,7 @@ static void newton_1(
         const real nt1_r_0 = (ncse_8 - (p_eta * state_internal_gamma_rate_root) - (ncse_0 * ncse_4));
         const real perzyna_iso_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * fabs(p_eta)) + (((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(ncse_1) * fabs(ncse_3)) + fabs(ncse_8)))));
+        const int nt1_ok = ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * fabs(p_eta)) + (((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(ncse_1) * fabs(ncse_3)) + fabs(ncse_8))))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_perzyna_iso_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_perzyna_iso_radial_return_solve_converged[l];

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sympy as sp
 
 from modelc import ir
-from modelc.ir import RTOL_FLOOR_EPS
+from modelc.ir import FINITE_MAX, RTOL_FLOOR_EPS
 from modelc.passes.expand_solve import expand_solve, factor, halley_step, substitute
 from modelc.backends.names import Namer
 from modelc.backends.printer import ExprPrinter
@@ -281,17 +281,19 @@ class Emitter:
         tolerance is floored at a few ulps of the kernel dtype."""
         rn = st.residual_norm
         res, _, _ = self.newton_symbols(st, k)
-        # rn0 < 3e38 (finite in float32 too): a point whose first residual is inf never "converges" by rtol
+        # rn0 < FINITE_MAX (3e38, finite in float32 too): a point whose first residual is inf never
+        # "converges" by rtol
         tests = [sp.LessThan(rn, self.atol_symbol(k))]
         if st.residual_scale:
             # scaled test (see ir.Newton.residual_scale): every residual is zero to within rtol_eff of
             # the magnitude of its own terms. Unlike rtol * ||R0|| it does not mix units (a residual in
-            # MPa next to one in strain), and it is reachable in float32 (NaN compares false).
+            # MPa next to one in strain), and it is reachable in float32 (NaN compares false). An
+            # overflowed residual is inf with an inf scale, and inf <= rtol * inf holds: ||R|| must be
+            # finite too.
             tests.append(sp.And(*[sp.LessThan(_abs(r), self.rtol_symbol(k) * s)
-                                  for r, s in zip(res, st.residual_scale)]))
+                                  for r, s in zip(res, st.residual_scale)], self._finite(rn)))
         else:
-            tests.append(sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0),
-                                sp.StrictLessThan(rn0, sp.Float(3.0e38, 17))))
+            tests.append(sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0), self._finite(rn0)))
         return sp.Or(*tests)
 
     def convergence_parts(self, st: ir.Newton, rn0: sp.Symbol, k: int) -> tuple[list, sp.Expr]:
@@ -310,7 +312,12 @@ class Emitter:
             sym = sp.Symbol(f"nt{k}.scaled{g}")
             parts.append((sym, sp.And(*([prev] if prev is not None else []), *terms)))
             prev = sym
-        return parts, sp.Or(sp.LessThan(st.residual_norm, self.atol_symbol(k)), prev)
+        return parts, sp.Or(sp.LessThan(st.residual_norm, self.atol_symbol(k)),
+                            sp.And(prev, self._finite(st.residual_norm)))
+
+    @staticmethod
+    def _finite(rn: sp.Symbol) -> sp.Expr:
+        return sp.StrictLessThan(rn, sp.Float(FINITE_MAX, 17))
 
     def rtol_symbol(self, k: int) -> sp.Symbol:
         return sp.Symbol(f"nt{k}.rtol", real=True)

@@ -25,7 +25,7 @@ import numpy as np
 import sympy as sp
 
 from modelc.errors import InputError
-from modelc.ir import RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
+from modelc.ir import FINITE_MAX, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, Program
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
@@ -162,9 +162,9 @@ def _newton(st: Newton, env, batch, dtype) -> None:
         if st.residual_scale:  # the backends' test: every residual zero to rtol of its own terms
             rtol = max(o.rtol, RTOL_FLOOR_EPS * float(np.finfo(dtype).eps))
             scale = np.stack([np.abs(_eval(r, local, batch, dtype)) for r in st.residual_scale], axis=-1)
-            small = np.all(np.abs(R) <= rtol * scale, axis=-1)
+            small = np.all(np.abs(R) <= rtol * scale, axis=-1) & (norm < FINITE_MAX)
         else:
-            small = norm <= o.rtol * norm0
+            small = (norm <= o.rtol * norm0) & (norm0 < FINITE_MAX)  # as the backends
         now = ~failed & ((norm <= o.atol) | small)
         converged |= now
         final_norm = norm if it == 0 else np.where(converged & ~now, final_norm, norm)

@@ -45,6 +45,12 @@ class LinearSolve:
 #: and the reference interpreter, apply it to the residual-scale test of :class:`Newton`)
 RTOL_FLOOR_EPS = 32
 
+#: a relative stopping test accepts a residual (norm) below this only (finite in float32 too): an
+#: iterate whose residual overflowed has an infinite residual scale as well, and inf <= rtol * inf
+#: holds (a float32 chaboche2_coupled step of 2% strain "converged" there, to a stress 15x the
+#: solution's, with a NaN tangent)
+FINITE_MAX = 3.0e38
+
 
 @dataclass(frozen=True, slots=True)
 class Newton:
