@@ -93,8 +93,8 @@ def _torch_newton_1(
         ncse_11 = (0.6666666666666666 * state_internal_X1_1)
         ncse_12 = (0.6666666666666666 * state_internal_X2_1)
         ncse_13 = (ncse_11 + ncse_12)
-        ncse_425 = (1.3333333333333333 * forces_E_0)
-        ncse_14 = (ncse_10 + ncse_13 - (1.3333333333333333 * state_internal_X1_0) - (1.3333333333333333 * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (1.3333333333333333 * state_internal_Ep_0) + ncse_425)))
+        ncse_444 = (1.3333333333333333 * forces_E_0)
+        ncse_14 = (ncse_10 + ncse_13 - (1.3333333333333333 * state_internal_X1_0) - (1.3333333333333333 * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (1.3333333333333333 * state_internal_Ep_0) + ncse_444)))
         ncse_15 = (-state_internal_Ep_3)
         ncse_16 = (-state_internal_X1_3 - state_internal_X2_3 + (p_E * ncse_6 * (forces_E_3 + ncse_15)))
         ncse_17 = (ncse_16 * ncse_16)
@@ -112,12 +112,12 @@ def _torch_newton_1(
         ncse_29 = ((0.3333333333333333 * state_internal_X1_2) + (0.3333333333333333 * state_internal_X2_2))
         ncse_30 = (0.6666666666666666 * state_internal_X1_0)
         ncse_31 = (0.6666666666666666 * state_internal_X2_0)
-        ncse_426 = (0.6666666666666666 * forces_E_0)
-        ncse_32 = (-(0.6666666666666666 * state_internal_Ep_0) + ncse_426)
-        ncse_422 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (0.3333333333333333 * state_internal_Ep_1))))
-        ncse_423 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (0.3333333333333333 * state_internal_Ep_1) + (0.3333333333333333 * state_internal_Ep_2))))
-        ncse_424 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (0.3333333333333333 * state_internal_Ep_2))))
-        ncse_33 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_422 * ncse_422) + (ncse_423 * ncse_423) + (ncse_424 * ncse_424)), min=0.0))
+        ncse_445 = (0.6666666666666666 * forces_E_0)
+        ncse_32 = (-(0.6666666666666666 * state_internal_Ep_0) + ncse_445)
+        ncse_441 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (0.3333333333333333 * state_internal_Ep_1))))
+        ncse_442 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (0.3333333333333333 * state_internal_Ep_1) + (0.3333333333333333 * state_internal_Ep_2))))
+        ncse_443 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (0.3333333333333333 * state_internal_Ep_2))))
+        ncse_33 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_441 * ncse_441) + (ncse_442 * ncse_442) + (ncse_443 * ncse_443)), min=0.0))
         ncse_34 = _sdiv(1.0, ncse_33)
         ncse_35 = (1.0 / p_eta)
         ncse_36 = torch.exp((-p_d * state_internal_ep))
@@ -129,10 +129,10 @@ def _torch_newton_1(
         ncse_44 = (ncse_34 * ncse_43)
         ncse_45 = (0.5 * ncse_44)
         ncse_46 = (ncse_30 + ncse_31)
-        ncse_427 = (1.3333333333333333 * forces_E_1)
-        ncse_47 = (ncse_10 + ncse_46 - (1.3333333333333333 * state_internal_X1_1) - (1.3333333333333333 * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (1.3333333333333333 * state_internal_Ep_1) + ncse_427)))
-        ncse_428 = (1.3333333333333333 * forces_E_2)
-        ncse_48 = (ncse_13 + ncse_46 - (1.3333333333333333 * state_internal_X1_2) - (1.3333333333333333 * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (1.3333333333333333 * state_internal_Ep_2) + ncse_428)))
+        ncse_446 = (1.3333333333333333 * forces_E_1)
+        ncse_47 = (ncse_10 + ncse_46 - (1.3333333333333333 * state_internal_X1_1) - (1.3333333333333333 * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (1.3333333333333333 * state_internal_Ep_1) + ncse_446)))
+        ncse_447 = (1.3333333333333333 * forces_E_2)
+        ncse_48 = (ncse_13 + ncse_46 - (1.3333333333333333 * state_internal_X1_2) - (1.3333333333333333 * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (1.3333333333333333 * state_internal_Ep_2) + ncse_447)))
         ncse_49 = (-p_g1 * state_internal_X1_0)
         ncse_50 = (0.3333333333333333 * ncse_34)
         ncse_51 = (p_C1 * ncse_50)
@@ -466,12 +466,12 @@ def _torch_newton_1(
         ncse_380 = torch.abs(state_internal_Ep_2)
         ncse_381 = torch.abs(forces_E_1)
         ncse_382 = torch.abs(state_internal_Ep_1)
-        ncse_429 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_383 = (2.6666666666666665 * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * torch.abs(p_nu) * ncse_429)
-        ncse_430 = (0.6666666666666666 * ncse_379)
-        ncse_384 = (ncse_383 + ncse_430 + (0.6666666666666666 * ncse_380))
-        ncse_431 = (0.6666666666666666 * ncse_381)
-        ncse_385 = (ncse_431 + (0.6666666666666666 * ncse_382))
+        ncse_448 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_383 = (2.6666666666666665 * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * torch.abs(p_nu) * ncse_448)
+        ncse_449 = (0.6666666666666666 * ncse_379)
+        ncse_384 = (ncse_383 + ncse_449 + (0.6666666666666666 * ncse_380))
+        ncse_450 = (0.6666666666666666 * ncse_381)
+        ncse_385 = (ncse_450 + (0.6666666666666666 * ncse_382))
         ncse_386 = (torch.abs(p_E) * torch.abs(ncse_6))
         ncse_387 = torch.abs(state_internal_X1_2)
         ncse_388 = torch.abs(state_internal_X2_2)
@@ -479,39 +479,58 @@ def _torch_newton_1(
         ncse_390 = torch.abs(state_internal_X1_1)
         ncse_391 = torch.abs(state_internal_X2_1)
         ncse_392 = ((0.6666666666666666 * ncse_390) + (0.6666666666666666 * ncse_391))
-        ncse_432 = (1.3333333333333333 * ncse_378)
-        ncse_393 = (ncse_389 + ncse_392 + (1.3333333333333333 * ncse_376) + (1.3333333333333333 * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (1.3333333333333333 * ncse_375) + ncse_432)))
+        ncse_451 = (1.3333333333333333 * ncse_378)
+        ncse_393 = (ncse_389 + ncse_392 + (1.3333333333333333 * ncse_376) + (1.3333333333333333 * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (1.3333333333333333 * ncse_375) + ncse_451)))
         ncse_394 = torch.abs(ncse_34)
         ncse_395 = (((0.816496580927726 * (((1.0 + torch.abs(ncse_36)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_33)) + torch.abs(p_sigma_y)) * torch.abs(ncse_35) * torch.abs(ncse_90)) + torch.abs(ncse_41)) * torch.abs(ncse_42))
         ncse_396 = (ncse_394 * ncse_395)
         ncse_397 = (0.5 * ncse_396)
-        ncse_433 = (0.6666666666666666 * ncse_378)
-        ncse_398 = ((0.6666666666666666 * ncse_375) + ncse_433)
-        ncse_399 = ((0.6666666666666666 * ncse_376) + (0.6666666666666666 * ncse_377))
-        ncse_434 = (1.3333333333333333 * ncse_381)
-        ncse_400 = (ncse_389 + ncse_399 + (1.3333333333333333 * ncse_390) + (1.3333333333333333 * ncse_391) + (ncse_386 * (ncse_384 + ncse_398 + ncse_434 + (1.3333333333333333 * ncse_382))))
-        ncse_435 = (1.3333333333333333 * ncse_379)
-        ncse_401 = (ncse_392 + ncse_399 + (1.3333333333333333 * ncse_387) + (1.3333333333333333 * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_398 + ncse_435 + (1.3333333333333333 * ncse_380))))
-        ncse_402 = torch.abs(state_internal_Ep_3)
-        ncse_403 = torch.abs(state_internal_X1_3)
-        ncse_404 = torch.abs(state_internal_X2_3)
-        ncse_405 = (ncse_403 + ncse_404 + (ncse_386 * (ncse_402 + torch.abs(forces_E_3))))
-        ncse_406 = torch.abs(state_internal_Ep_4)
-        ncse_407 = torch.abs(state_internal_X1_4)
-        ncse_408 = torch.abs(state_internal_X2_4)
-        ncse_409 = (ncse_407 + ncse_408 + (ncse_386 * (ncse_406 + torch.abs(forces_E_4))))
-        ncse_410 = torch.abs(state_internal_Ep_5)
-        ncse_411 = torch.abs(state_internal_X1_5)
-        ncse_412 = torch.abs(state_internal_X2_5)
-        ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + torch.abs(forces_E_5))))
-        ncse_414 = torch.abs(p_g1)
-        ncse_415 = (ncse_394 * torch.abs(p_C1))
-        ncse_416 = (0.3333333333333333 * ncse_415)
-        ncse_417 = (0.6666666666666666 * ncse_415)
-        ncse_418 = torch.abs(p_g2)
-        ncse_419 = (ncse_394 * torch.abs(p_C2))
-        ncse_420 = (0.3333333333333333 * ncse_419)
-        ncse_421 = (0.6666666666666666 * ncse_419)
+        ncse_398 = (ncse_375 + (ncse_393 * ncse_397) + torch.abs(old_state_internal_Ep_0))
+        ncse_452 = (0.6666666666666666 * ncse_378)
+        ncse_399 = ((0.6666666666666666 * ncse_375) + ncse_452)
+        ncse_400 = ((0.6666666666666666 * ncse_376) + (0.6666666666666666 * ncse_377))
+        ncse_453 = (1.3333333333333333 * ncse_381)
+        ncse_401 = (ncse_389 + ncse_400 + (1.3333333333333333 * ncse_390) + (1.3333333333333333 * ncse_391) + (ncse_386 * (ncse_384 + ncse_399 + ncse_453 + (1.3333333333333333 * ncse_382))))
+        ncse_402 = (ncse_382 + (ncse_397 * ncse_401) + torch.abs(old_state_internal_Ep_1))
+        ncse_454 = (1.3333333333333333 * ncse_379)
+        ncse_403 = (ncse_392 + ncse_400 + (1.3333333333333333 * ncse_387) + (1.3333333333333333 * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_399 + ncse_454 + (1.3333333333333333 * ncse_380))))
+        ncse_404 = (ncse_380 + (ncse_397 * ncse_403) + torch.abs(old_state_internal_Ep_2))
+        ncse_405 = torch.abs(state_internal_Ep_3)
+        ncse_406 = torch.abs(state_internal_X1_3)
+        ncse_407 = torch.abs(state_internal_X2_3)
+        ncse_408 = (ncse_406 + ncse_407 + (ncse_386 * (ncse_405 + torch.abs(forces_E_3))))
+        ncse_409 = (ncse_405 + (ncse_396 * ncse_408) + torch.abs(old_state_internal_Ep_3))
+        ncse_410 = torch.abs(state_internal_Ep_4)
+        ncse_411 = torch.abs(state_internal_X1_4)
+        ncse_412 = torch.abs(state_internal_X2_4)
+        ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + torch.abs(forces_E_4))))
+        ncse_414 = (ncse_410 + (ncse_396 * ncse_413) + torch.abs(old_state_internal_Ep_4))
+        ncse_415 = torch.abs(state_internal_Ep_5)
+        ncse_416 = torch.abs(state_internal_X1_5)
+        ncse_417 = torch.abs(state_internal_X2_5)
+        ncse_418 = (ncse_416 + ncse_417 + (ncse_386 * (ncse_415 + torch.abs(forces_E_5))))
+        ncse_419 = (ncse_415 + (ncse_396 * ncse_418) + torch.abs(old_state_internal_Ep_5))
+        ncse_420 = ((0.816496580927726 * ncse_395) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep))
+        ncse_421 = torch.abs(p_g1)
+        ncse_422 = (ncse_394 * torch.abs(p_C1))
+        ncse_423 = (0.3333333333333333 * ncse_422)
+        ncse_424 = (ncse_376 + (ncse_395 * ((ncse_376 * ncse_421) + (ncse_393 * ncse_423))) + torch.abs(old_state_internal_X1_0))
+        ncse_425 = (ncse_390 + (ncse_395 * ((ncse_390 * ncse_421) + (ncse_401 * ncse_423))) + torch.abs(old_state_internal_X1_1))
+        ncse_426 = (ncse_387 + (ncse_395 * ((ncse_387 * ncse_421) + (ncse_403 * ncse_423))) + torch.abs(old_state_internal_X1_2))
+        ncse_427 = (0.6666666666666666 * ncse_422)
+        ncse_428 = (ncse_406 + (ncse_395 * ((ncse_406 * ncse_421) + (ncse_408 * ncse_427))) + torch.abs(old_state_internal_X1_3))
+        ncse_429 = (ncse_411 + (ncse_395 * ((ncse_411 * ncse_421) + (ncse_413 * ncse_427))) + torch.abs(old_state_internal_X1_4))
+        ncse_430 = (ncse_416 + (ncse_395 * ((ncse_416 * ncse_421) + (ncse_418 * ncse_427))) + torch.abs(old_state_internal_X1_5))
+        ncse_431 = torch.abs(p_g2)
+        ncse_432 = (ncse_394 * torch.abs(p_C2))
+        ncse_433 = (0.3333333333333333 * ncse_432)
+        ncse_434 = (ncse_377 + (ncse_395 * ((ncse_377 * ncse_431) + (ncse_393 * ncse_433))) + torch.abs(old_state_internal_X2_0))
+        ncse_435 = (ncse_391 + (ncse_395 * ((ncse_391 * ncse_431) + (ncse_401 * ncse_433))) + torch.abs(old_state_internal_X2_1))
+        ncse_436 = (ncse_388 + (ncse_395 * ((ncse_388 * ncse_431) + (ncse_403 * ncse_433))) + torch.abs(old_state_internal_X2_2))
+        ncse_437 = (0.6666666666666666 * ncse_432)
+        ncse_438 = (ncse_407 + (ncse_395 * ((ncse_407 * ncse_431) + (ncse_408 * ncse_437))) + torch.abs(old_state_internal_X2_3))
+        ncse_439 = (ncse_412 + (ncse_395 * ((ncse_412 * ncse_431) + (ncse_413 * ncse_437))) + torch.abs(old_state_internal_X2_4))
+        ncse_440 = (ncse_417 + (ncse_395 * ((ncse_417 * ncse_431) + (ncse_418 * ncse_437))) + torch.abs(old_state_internal_X2_5))
         nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_14 * ncse_45))
         nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_45 * ncse_47))
         nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_45 * ncse_48))
@@ -534,17 +553,17 @@ def _torch_newton_1(
         chaboche2_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = chaboche2_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_375 + (ncse_393 * ncse_397) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_382 + (ncse_397 * ncse_400) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_380 + (ncse_397 * ncse_401) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_402 + (ncse_396 * ncse_405) + torch.abs(old_state_internal_Ep_3)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_406 + (ncse_396 * ncse_409) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_410 + (ncse_396 * ncse_413) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_395) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_376 + (ncse_395 * ((ncse_376 * ncse_414) + (ncse_393 * ncse_416))) + torch.abs(old_state_internal_X1_0)))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_390 + (ncse_395 * ((ncse_390 * ncse_414) + (ncse_400 * ncse_416))) + torch.abs(old_state_internal_X1_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_387 + (ncse_395 * ((ncse_387 * ncse_414) + (ncse_401 * ncse_416))) + torch.abs(old_state_internal_X1_2)))))
-        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_403 + (ncse_395 * ((ncse_403 * ncse_414) + (ncse_405 * ncse_417))) + torch.abs(old_state_internal_X1_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_407 + (ncse_395 * ((ncse_407 * ncse_414) + (ncse_409 * ncse_417))) + torch.abs(old_state_internal_X1_4)))))
-        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_411 + (ncse_395 * ((ncse_411 * ncse_414) + (ncse_413 * ncse_417))) + torch.abs(old_state_internal_X1_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * (ncse_377 + (ncse_395 * ((ncse_377 * ncse_418) + (ncse_393 * ncse_420))) + torch.abs(old_state_internal_X2_0)))))
-        nt1_scaled7 = (nt1_scaled6 & (torch.abs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + torch.abs(old_state_internal_X2_1)))) & (torch.abs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + torch.abs(old_state_internal_X2_2)))))
-        nt1_scaled8 = (nt1_scaled7 & (torch.abs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + torch.abs(old_state_internal_X2_3)))) & (torch.abs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + torch.abs(old_state_internal_X2_4)))))
-        nt1_scaled9 = (nt1_scaled8 & (torch.abs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + torch.abs(old_state_internal_X2_5)))))
-        chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_398) > 0.0, ncse_398, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_402) > 0.0, ncse_402, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_404) > 0.0, ncse_404, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_409) > 0.0, ncse_409, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_414) > 0.0, ncse_414, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_419) > 0.0, ncse_419, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_420) > 0.0, ncse_420, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_424) > 0.0, ncse_424, 0.0))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_425) > 0.0, ncse_425, 0.0))) & (torch.abs(nt1_r_9) <= (nt1_rtol * torch.where((3e+38 - ncse_426) > 0.0, ncse_426, 0.0))))
+        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * torch.where((3e+38 - ncse_428) > 0.0, ncse_428, 0.0))) & (torch.abs(nt1_r_11) <= (nt1_rtol * torch.where((3e+38 - ncse_429) > 0.0, ncse_429, 0.0))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * torch.where((3e+38 - ncse_430) > 0.0, ncse_430, 0.0))) & (torch.abs(nt1_r_13) <= (nt1_rtol * torch.where((3e+38 - ncse_434) > 0.0, ncse_434, 0.0))))
+        nt1_scaled7 = (nt1_scaled6 & (torch.abs(nt1_r_14) <= (nt1_rtol * torch.where((3e+38 - ncse_435) > 0.0, ncse_435, 0.0))) & (torch.abs(nt1_r_15) <= (nt1_rtol * torch.where((3e+38 - ncse_436) > 0.0, ncse_436, 0.0))))
+        nt1_scaled8 = (nt1_scaled7 & (torch.abs(nt1_r_16) <= (nt1_rtol * torch.where((3e+38 - ncse_438) > 0.0, ncse_438, 0.0))) & (torch.abs(nt1_r_17) <= (nt1_rtol * torch.where((3e+38 - ncse_439) > 0.0, ncse_439, 0.0))))
+        nt1_scaled9 = (nt1_scaled8 & (torch.abs(nt1_r_18) <= (nt1_rtol * torch.where((3e+38 - ncse_440) > 0.0, ncse_440, 0.0))))
+        chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(chaboche2_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -7238,8 +7257,8 @@ if triton is not None:
             ncse_11 = (K1 * state_internal_X1_1)
             ncse_12 = (K1 * state_internal_X2_1)
             ncse_13 = (ncse_11 + ncse_12)
-            ncse_425 = (K3 * forces_E_0)
-            ncse_14 = (ncse_10 + ncse_13 - (K3 * state_internal_X1_0) - (K3 * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (K3 * state_internal_Ep_0) + ncse_425)))
+            ncse_444 = (K3 * forces_E_0)
+            ncse_14 = (ncse_10 + ncse_13 - (K3 * state_internal_X1_0) - (K3 * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (K3 * state_internal_Ep_0) + ncse_444)))
             ncse_15 = (-state_internal_Ep_3)
             ncse_16 = (-state_internal_X1_3 - state_internal_X2_3 + (p_E * ncse_6 * (forces_E_3 + ncse_15)))
             ncse_17 = (ncse_16 * ncse_16)
@@ -7257,12 +7276,12 @@ if triton is not None:
             ncse_29 = ((K4 * state_internal_X1_2) + (K4 * state_internal_X2_2))
             ncse_30 = (K1 * state_internal_X1_0)
             ncse_31 = (K1 * state_internal_X2_0)
-            ncse_426 = (K1 * forces_E_0)
-            ncse_32 = (-(K1 * state_internal_Ep_0) + ncse_426)
-            ncse_422 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (K4 * state_internal_Ep_1))))
-            ncse_423 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (K4 * state_internal_Ep_1) + (K4 * state_internal_Ep_2))))
-            ncse_424 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (K4 * state_internal_Ep_2))))
-            ncse_33 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_422 * ncse_422) + (ncse_423 * ncse_423) + (ncse_424 * ncse_424))))
+            ncse_445 = (K1 * forces_E_0)
+            ncse_32 = (-(K1 * state_internal_Ep_0) + ncse_445)
+            ncse_441 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (K4 * state_internal_Ep_1))))
+            ncse_442 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (K4 * state_internal_Ep_1) + (K4 * state_internal_Ep_2))))
+            ncse_443 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (K4 * state_internal_Ep_2))))
+            ncse_33 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_441 * ncse_441) + (ncse_442 * ncse_442) + (ncse_443 * ncse_443))))
             ncse_34 = _mc_sdiv(K2, ncse_33)
             ncse_35 = (K2 / p_eta)
             ncse_36 = tl.exp((-p_d * state_internal_ep))
@@ -7274,10 +7293,10 @@ if triton is not None:
             ncse_44 = (ncse_34 * ncse_43)
             ncse_45 = (K7 * ncse_44)
             ncse_46 = (ncse_30 + ncse_31)
-            ncse_427 = (K3 * forces_E_1)
-            ncse_47 = (ncse_10 + ncse_46 - (K3 * state_internal_X1_1) - (K3 * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (K3 * state_internal_Ep_1) + ncse_427)))
-            ncse_428 = (K3 * forces_E_2)
-            ncse_48 = (ncse_13 + ncse_46 - (K3 * state_internal_X1_2) - (K3 * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (K3 * state_internal_Ep_2) + ncse_428)))
+            ncse_446 = (K3 * forces_E_1)
+            ncse_47 = (ncse_10 + ncse_46 - (K3 * state_internal_X1_1) - (K3 * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (K3 * state_internal_Ep_1) + ncse_446)))
+            ncse_447 = (K3 * forces_E_2)
+            ncse_48 = (ncse_13 + ncse_46 - (K3 * state_internal_X1_2) - (K3 * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (K3 * state_internal_Ep_2) + ncse_447)))
             ncse_49 = (-p_g1 * state_internal_X1_0)
             ncse_50 = (K4 * ncse_34)
             ncse_51 = (p_C1 * ncse_50)
@@ -7611,12 +7630,12 @@ if triton is not None:
             ncse_380 = tl.abs(state_internal_Ep_2)
             ncse_381 = tl.abs(forces_E_1)
             ncse_382 = tl.abs(state_internal_Ep_1)
-            ncse_429 = tl.abs((K2 / (K2 - (K9 * p_nu))))
-            ncse_383 = (K12 * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * tl.abs(p_nu) * ncse_429)
-            ncse_430 = (K1 * ncse_379)
-            ncse_384 = (ncse_383 + ncse_430 + (K1 * ncse_380))
-            ncse_431 = (K1 * ncse_381)
-            ncse_385 = (ncse_431 + (K1 * ncse_382))
+            ncse_448 = tl.abs((K2 / (K2 - (K9 * p_nu))))
+            ncse_383 = (K12 * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * tl.abs(p_nu) * ncse_448)
+            ncse_449 = (K1 * ncse_379)
+            ncse_384 = (ncse_383 + ncse_449 + (K1 * ncse_380))
+            ncse_450 = (K1 * ncse_381)
+            ncse_385 = (ncse_450 + (K1 * ncse_382))
             ncse_386 = (tl.abs(p_E) * tl.abs(ncse_6))
             ncse_387 = tl.abs(state_internal_X1_2)
             ncse_388 = tl.abs(state_internal_X2_2)
@@ -7624,39 +7643,58 @@ if triton is not None:
             ncse_390 = tl.abs(state_internal_X1_1)
             ncse_391 = tl.abs(state_internal_X2_1)
             ncse_392 = ((K1 * ncse_390) + (K1 * ncse_391))
-            ncse_432 = (K3 * ncse_378)
-            ncse_393 = (ncse_389 + ncse_392 + (K3 * ncse_376) + (K3 * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (K3 * ncse_375) + ncse_432)))
+            ncse_451 = (K3 * ncse_378)
+            ncse_393 = (ncse_389 + ncse_392 + (K3 * ncse_376) + (K3 * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (K3 * ncse_375) + ncse_451)))
             ncse_394 = tl.abs(ncse_34)
             ncse_395 = (((K5 * (((K2 + tl.abs(ncse_36)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_33)) + tl.abs(p_sigma_y)) * tl.abs(ncse_35) * tl.abs(ncse_90)) + tl.abs(ncse_41)) * tl.abs(ncse_42))
             ncse_396 = (ncse_394 * ncse_395)
             ncse_397 = (K7 * ncse_396)
-            ncse_433 = (K1 * ncse_378)
-            ncse_398 = ((K1 * ncse_375) + ncse_433)
-            ncse_399 = ((K1 * ncse_376) + (K1 * ncse_377))
-            ncse_434 = (K3 * ncse_381)
-            ncse_400 = (ncse_389 + ncse_399 + (K3 * ncse_390) + (K3 * ncse_391) + (ncse_386 * (ncse_384 + ncse_398 + ncse_434 + (K3 * ncse_382))))
-            ncse_435 = (K3 * ncse_379)
-            ncse_401 = (ncse_392 + ncse_399 + (K3 * ncse_387) + (K3 * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_398 + ncse_435 + (K3 * ncse_380))))
-            ncse_402 = tl.abs(state_internal_Ep_3)
-            ncse_403 = tl.abs(state_internal_X1_3)
-            ncse_404 = tl.abs(state_internal_X2_3)
-            ncse_405 = (ncse_403 + ncse_404 + (ncse_386 * (ncse_402 + tl.abs(forces_E_3))))
-            ncse_406 = tl.abs(state_internal_Ep_4)
-            ncse_407 = tl.abs(state_internal_X1_4)
-            ncse_408 = tl.abs(state_internal_X2_4)
-            ncse_409 = (ncse_407 + ncse_408 + (ncse_386 * (ncse_406 + tl.abs(forces_E_4))))
-            ncse_410 = tl.abs(state_internal_Ep_5)
-            ncse_411 = tl.abs(state_internal_X1_5)
-            ncse_412 = tl.abs(state_internal_X2_5)
-            ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + tl.abs(forces_E_5))))
-            ncse_414 = tl.abs(p_g1)
-            ncse_415 = (ncse_394 * tl.abs(p_C1))
-            ncse_416 = (K4 * ncse_415)
-            ncse_417 = (K1 * ncse_415)
-            ncse_418 = tl.abs(p_g2)
-            ncse_419 = (ncse_394 * tl.abs(p_C2))
-            ncse_420 = (K4 * ncse_419)
-            ncse_421 = (K1 * ncse_419)
+            ncse_398 = (ncse_375 + (ncse_393 * ncse_397) + tl.abs(old_state_internal_Ep_0))
+            ncse_452 = (K1 * ncse_378)
+            ncse_399 = ((K1 * ncse_375) + ncse_452)
+            ncse_400 = ((K1 * ncse_376) + (K1 * ncse_377))
+            ncse_453 = (K3 * ncse_381)
+            ncse_401 = (ncse_389 + ncse_400 + (K3 * ncse_390) + (K3 * ncse_391) + (ncse_386 * (ncse_384 + ncse_399 + ncse_453 + (K3 * ncse_382))))
+            ncse_402 = (ncse_382 + (ncse_397 * ncse_401) + tl.abs(old_state_internal_Ep_1))
+            ncse_454 = (K3 * ncse_379)
+            ncse_403 = (ncse_392 + ncse_400 + (K3 * ncse_387) + (K3 * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_399 + ncse_454 + (K3 * ncse_380))))
+            ncse_404 = (ncse_380 + (ncse_397 * ncse_403) + tl.abs(old_state_internal_Ep_2))
+            ncse_405 = tl.abs(state_internal_Ep_3)
+            ncse_406 = tl.abs(state_internal_X1_3)
+            ncse_407 = tl.abs(state_internal_X2_3)
+            ncse_408 = (ncse_406 + ncse_407 + (ncse_386 * (ncse_405 + tl.abs(forces_E_3))))
+            ncse_409 = (ncse_405 + (ncse_396 * ncse_408) + tl.abs(old_state_internal_Ep_3))
+            ncse_410 = tl.abs(state_internal_Ep_4)
+            ncse_411 = tl.abs(state_internal_X1_4)
+            ncse_412 = tl.abs(state_internal_X2_4)
+            ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + tl.abs(forces_E_4))))
+            ncse_414 = (ncse_410 + (ncse_396 * ncse_413) + tl.abs(old_state_internal_Ep_4))
+            ncse_415 = tl.abs(state_internal_Ep_5)
+            ncse_416 = tl.abs(state_internal_X1_5)
+            ncse_417 = tl.abs(state_internal_X2_5)
+            ncse_418 = (ncse_416 + ncse_417 + (ncse_386 * (ncse_415 + tl.abs(forces_E_5))))
+            ncse_419 = (ncse_415 + (ncse_396 * ncse_418) + tl.abs(old_state_internal_Ep_5))
+            ncse_420 = ((K5 * ncse_395) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep))
+            ncse_421 = tl.abs(p_g1)
+            ncse_422 = (ncse_394 * tl.abs(p_C1))
+            ncse_423 = (K4 * ncse_422)
+            ncse_424 = (ncse_376 + (ncse_395 * ((ncse_376 * ncse_421) + (ncse_393 * ncse_423))) + tl.abs(old_state_internal_X1_0))
+            ncse_425 = (ncse_390 + (ncse_395 * ((ncse_390 * ncse_421) + (ncse_401 * ncse_423))) + tl.abs(old_state_internal_X1_1))
+            ncse_426 = (ncse_387 + (ncse_395 * ((ncse_387 * ncse_421) + (ncse_403 * ncse_423))) + tl.abs(old_state_internal_X1_2))
+            ncse_427 = (K1 * ncse_422)
+            ncse_428 = (ncse_406 + (ncse_395 * ((ncse_406 * ncse_421) + (ncse_408 * ncse_427))) + tl.abs(old_state_internal_X1_3))
+            ncse_429 = (ncse_411 + (ncse_395 * ((ncse_411 * ncse_421) + (ncse_413 * ncse_427))) + tl.abs(old_state_internal_X1_4))
+            ncse_430 = (ncse_416 + (ncse_395 * ((ncse_416 * ncse_421) + (ncse_418 * ncse_427))) + tl.abs(old_state_internal_X1_5))
+            ncse_431 = tl.abs(p_g2)
+            ncse_432 = (ncse_394 * tl.abs(p_C2))
+            ncse_433 = (K4 * ncse_432)
+            ncse_434 = (ncse_377 + (ncse_395 * ((ncse_377 * ncse_431) + (ncse_393 * ncse_433))) + tl.abs(old_state_internal_X2_0))
+            ncse_435 = (ncse_391 + (ncse_395 * ((ncse_391 * ncse_431) + (ncse_401 * ncse_433))) + tl.abs(old_state_internal_X2_1))
+            ncse_436 = (ncse_388 + (ncse_395 * ((ncse_388 * ncse_431) + (ncse_403 * ncse_433))) + tl.abs(old_state_internal_X2_2))
+            ncse_437 = (K1 * ncse_432)
+            ncse_438 = (ncse_407 + (ncse_395 * ((ncse_407 * ncse_431) + (ncse_408 * ncse_437))) + tl.abs(old_state_internal_X2_3))
+            ncse_439 = (ncse_412 + (ncse_395 * ((ncse_412 * ncse_431) + (ncse_413 * ncse_437))) + tl.abs(old_state_internal_X2_4))
+            ncse_440 = (ncse_417 + (ncse_395 * ((ncse_417 * ncse_431) + (ncse_418 * ncse_437))) + tl.abs(old_state_internal_X2_5))
             nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_14 * ncse_45))
             nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_45 * ncse_47))
             nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_45 * ncse_48))
@@ -7678,17 +7716,17 @@ if triton is not None:
             nt1_r_18 = (state_internal_X2_5 - old_state_internal_X2_5 - (ncse_43 * ncse_79))
             chaboche2_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, chaboche2_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_375 + (ncse_393 * ncse_397) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_382 + (ncse_397 * ncse_400) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_380 + (ncse_397 * ncse_401) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_402 + (ncse_396 * ncse_405) + tl.abs(old_state_internal_Ep_3)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_406 + (ncse_396 * ncse_409) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_410 + (ncse_396 * ncse_413) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K5 * ncse_395) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_376 + (ncse_395 * ((ncse_376 * ncse_414) + (ncse_393 * ncse_416))) + tl.abs(old_state_internal_X1_0)))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_390 + (ncse_395 * ((ncse_390 * ncse_414) + (ncse_400 * ncse_416))) + tl.abs(old_state_internal_X1_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_387 + (ncse_395 * ((ncse_387 * ncse_414) + (ncse_401 * ncse_416))) + tl.abs(old_state_internal_X1_2)))))
-            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_403 + (ncse_395 * ((ncse_403 * ncse_414) + (ncse_405 * ncse_417))) + tl.abs(old_state_internal_X1_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_407 + (ncse_395 * ((ncse_407 * ncse_414) + (ncse_409 * ncse_417))) + tl.abs(old_state_internal_X1_4)))))
-            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_411 + (ncse_395 * ((ncse_411 * ncse_414) + (ncse_413 * ncse_417))) + tl.abs(old_state_internal_X1_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * (ncse_377 + (ncse_395 * ((ncse_377 * ncse_418) + (ncse_393 * ncse_420))) + tl.abs(old_state_internal_X2_0)))))
-            nt1_scaled7 = (nt1_scaled6 & (tl.abs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + tl.abs(old_state_internal_X2_1)))) & (tl.abs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + tl.abs(old_state_internal_X2_2)))))
-            nt1_scaled8 = (nt1_scaled7 & (tl.abs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + tl.abs(old_state_internal_X2_3)))) & (tl.abs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + tl.abs(old_state_internal_X2_4)))))
-            nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + tl.abs(old_state_internal_X2_5)))))
-            chaboche2_return_map_converged = chaboche2_return_map_converged | ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < K13)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K13 - ncse_398) > 0.0, ncse_398, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K13 - ncse_402) > 0.0, ncse_402, K8))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K13 - ncse_404) > 0.0, ncse_404, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K13 - ncse_409) > 0.0, ncse_409, K8))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K13 - ncse_414) > 0.0, ncse_414, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K13 - ncse_419) > 0.0, ncse_419, K8))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K13 - ncse_420) > 0.0, ncse_420, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K13 - ncse_424) > 0.0, ncse_424, K8))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K13 - ncse_425) > 0.0, ncse_425, K8))) & (tl.abs(nt1_r_9) <= (nt1_rtol * tl.where((K13 - ncse_426) > 0.0, ncse_426, K8))))
+            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * tl.where((K13 - ncse_428) > 0.0, ncse_428, K8))) & (tl.abs(nt1_r_11) <= (nt1_rtol * tl.where((K13 - ncse_429) > 0.0, ncse_429, K8))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * tl.where((K13 - ncse_430) > 0.0, ncse_430, K8))) & (tl.abs(nt1_r_13) <= (nt1_rtol * tl.where((K13 - ncse_434) > 0.0, ncse_434, K8))))
+            nt1_scaled7 = (nt1_scaled6 & (tl.abs(nt1_r_14) <= (nt1_rtol * tl.where((K13 - ncse_435) > 0.0, ncse_435, K8))) & (tl.abs(nt1_r_15) <= (nt1_rtol * tl.where((K13 - ncse_436) > 0.0, ncse_436, K8))))
+            nt1_scaled8 = (nt1_scaled7 & (tl.abs(nt1_r_16) <= (nt1_rtol * tl.where((K13 - ncse_438) > 0.0, ncse_438, K8))) & (tl.abs(nt1_r_17) <= (nt1_rtol * tl.where((K13 - ncse_439) > 0.0, ncse_439, K8))))
+            nt1_scaled9 = (nt1_scaled8 & (tl.abs(nt1_r_18) <= (nt1_rtol * tl.where((K13 - ncse_440) > 0.0, ncse_440, K8))))
+            chaboche2_return_map_converged = chaboche2_return_map_converged | (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol))
             update1 = (~chaboche2_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K2 + (ncse_97 * (-ncse_87 - ncse_95)))
             nt1_2 = (-K10 * ncse_117 * ncse_119)
@@ -10104,14 +10142,14 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_3[MC_W];
     real v_ncse_6[MC_W];
     real v_ncse_7[MC_W];
-    real v_ncse_425[MC_W];
+    real v_ncse_444[MC_W];
     real v_ncse_24[MC_W];
     real v_ncse_28[MC_W];
-    real v_ncse_426[MC_W];
+    real v_ncse_445[MC_W];
     real v_ncse_35[MC_W];
     real v_ncse_42[MC_W];
-    real v_ncse_427[MC_W];
-    real v_ncse_428[MC_W];
+    real v_ncse_446[MC_W];
+    real v_ncse_447[MC_W];
     real v_ncse_58[MC_W];
     real v_ncse_73[MC_W];
     real v_ncse_96[MC_W];
@@ -10123,16 +10161,16 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_378[MC_W];
     real v_ncse_379[MC_W];
     real v_ncse_381[MC_W];
-    real v_ncse_429[MC_W];
-    real v_ncse_430[MC_W];
-    real v_ncse_431[MC_W];
+    real v_ncse_448[MC_W];
+    real v_ncse_449[MC_W];
+    real v_ncse_450[MC_W];
     real v_ncse_386[MC_W];
-    real v_ncse_432[MC_W];
-    real v_ncse_433[MC_W];
-    real v_ncse_434[MC_W];
-    real v_ncse_435[MC_W];
-    real v_ncse_414[MC_W];
-    real v_ncse_418[MC_W];
+    real v_ncse_451[MC_W];
+    real v_ncse_452[MC_W];
+    real v_ncse_453[MC_W];
+    real v_ncse_454[MC_W];
+    real v_ncse_421[MC_W];
+    real v_ncse_431[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -10188,14 +10226,14 @@ MC_INLINE void newton_1_iterate(
         const real ncse_3 = (((real)0.6666666666666666) * forces_E_2);
         const real ncse_6 = (((real)1.0) / (((real)1.0) + p_nu));
         const real ncse_7 = (p_E * ncse_6);
-        const real ncse_425 = (((real)1.3333333333333333) * forces_E_0);
+        const real ncse_444 = (((real)1.3333333333333333) * forces_E_0);
         const real ncse_24 = (((real)0.3333333333333333) * forces_E_1);
         const real ncse_28 = (((real)0.3333333333333333) * forces_E_2);
-        const real ncse_426 = (((real)0.6666666666666666) * forces_E_0);
+        const real ncse_445 = (((real)0.6666666666666666) * forces_E_0);
         const real ncse_35 = (((real)1.0) / p_eta);
         const real ncse_42 = (forces_t - old_forces_t);
-        const real ncse_427 = (((real)1.3333333333333333) * forces_E_1);
-        const real ncse_428 = (((real)1.3333333333333333) * forces_E_2);
+        const real ncse_446 = (((real)1.3333333333333333) * forces_E_1);
+        const real ncse_447 = (((real)1.3333333333333333) * forces_E_2);
         const real ncse_58 = (((real)0.6666666666666666) * p_C1);
         const real ncse_73 = (((real)0.6666666666666666) * p_C2);
         const real ncse_96 = (-ncse_42);
@@ -10207,16 +10245,16 @@ MC_INLINE void newton_1_iterate(
         const real ncse_378 = fabs(forces_E_0);
         const real ncse_379 = fabs(forces_E_2);
         const real ncse_381 = fabs(forces_E_1);
-        const real ncse_429 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_430 = (((real)0.6666666666666666) * ncse_379);
-        const real ncse_431 = (((real)0.6666666666666666) * ncse_381);
+        const real ncse_448 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_449 = (((real)0.6666666666666666) * ncse_379);
+        const real ncse_450 = (((real)0.6666666666666666) * ncse_381);
         const real ncse_386 = (fabs(p_E) * fabs(ncse_6));
-        const real ncse_432 = (((real)1.3333333333333333) * ncse_378);
-        const real ncse_433 = (((real)0.6666666666666666) * ncse_378);
-        const real ncse_434 = (((real)1.3333333333333333) * ncse_381);
-        const real ncse_435 = (((real)1.3333333333333333) * ncse_379);
-        const real ncse_414 = fabs(p_g1);
-        const real ncse_418 = fabs(p_g2);
+        const real ncse_451 = (((real)1.3333333333333333) * ncse_378);
+        const real ncse_452 = (((real)0.6666666666666666) * ncse_378);
+        const real ncse_453 = (((real)1.3333333333333333) * ncse_381);
+        const real ncse_454 = (((real)1.3333333333333333) * ncse_379);
+        const real ncse_421 = fabs(p_g1);
+        const real ncse_431 = fabs(p_g2);
         v_chaboche2_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_chaboche2_return_map_converged[l] : 0;
         v_chaboche2_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_chaboche2_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -10243,14 +10281,14 @@ MC_INLINE void newton_1_iterate(
         v_ncse_3[l] = ncse_3;
         v_ncse_6[l] = ncse_6;
         v_ncse_7[l] = ncse_7;
-        v_ncse_425[l] = ncse_425;
+        v_ncse_444[l] = ncse_444;
         v_ncse_24[l] = ncse_24;
         v_ncse_28[l] = ncse_28;
-        v_ncse_426[l] = ncse_426;
+        v_ncse_445[l] = ncse_445;
         v_ncse_35[l] = ncse_35;
         v_ncse_42[l] = ncse_42;
-        v_ncse_427[l] = ncse_427;
-        v_ncse_428[l] = ncse_428;
+        v_ncse_446[l] = ncse_446;
+        v_ncse_447[l] = ncse_447;
         v_ncse_58[l] = ncse_58;
         v_ncse_73[l] = ncse_73;
         v_ncse_96[l] = ncse_96;
@@ -10262,16 +10300,16 @@ MC_INLINE void newton_1_iterate(
         v_ncse_378[l] = ncse_378;
         v_ncse_379[l] = ncse_379;
         v_ncse_381[l] = ncse_381;
-        v_ncse_429[l] = ncse_429;
-        v_ncse_430[l] = ncse_430;
-        v_ncse_431[l] = ncse_431;
+        v_ncse_448[l] = ncse_448;
+        v_ncse_449[l] = ncse_449;
+        v_ncse_450[l] = ncse_450;
         v_ncse_386[l] = ncse_386;
-        v_ncse_432[l] = ncse_432;
-        v_ncse_433[l] = ncse_433;
-        v_ncse_434[l] = ncse_434;
-        v_ncse_435[l] = ncse_435;
-        v_ncse_414[l] = ncse_414;
-        v_ncse_418[l] = ncse_418;
+        v_ncse_451[l] = ncse_451;
+        v_ncse_452[l] = ncse_452;
+        v_ncse_453[l] = ncse_453;
+        v_ncse_454[l] = ncse_454;
+        v_ncse_421[l] = ncse_421;
+        v_ncse_431[l] = ncse_431;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -10286,7 +10324,7 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_X2_2 = v_state_internal_X2_2[l];
         const real state_internal_X1_1 = v_state_internal_X1_1[l];
         const real state_internal_X2_1 = v_state_internal_X2_1[l];
-        const real ncse_425 = v_ncse_425[l];
+        const real ncse_444 = v_ncse_444[l];
         const real ncse_7 = v_ncse_7[l];
         const real state_internal_Ep_0 = v_state_internal_Ep_0[l];
         const real state_internal_X1_0 = v_state_internal_X1_0[l];
@@ -10306,7 +10344,7 @@ MC_INLINE void newton_1_iterate(
         const real state_internal_X1_5 = v_state_internal_X1_5[l];
         const real state_internal_X2_5 = v_state_internal_X2_5[l];
         const real forces_E_0 = v_forces_E_0[l];
-        const real ncse_426 = v_ncse_426[l];
+        const real ncse_445 = v_ncse_445[l];
         const real ncse_24 = v_ncse_24[l];
         const real ncse_28 = v_ncse_28[l];
         const real p_d = MC_P(3, v_p_d[l]);
@@ -10316,8 +10354,8 @@ MC_INLINE void newton_1_iterate(
         const real ncse_35 = v_ncse_35[l];
         const real p_n = MC_P(6, v_p_n[l]);
         const real ncse_42 = v_ncse_42[l];
-        const real ncse_427 = v_ncse_427[l];
-        const real ncse_428 = v_ncse_428[l];
+        const real ncse_446 = v_ncse_446[l];
+        const real ncse_447 = v_ncse_447[l];
         const real p_g1 = MC_P(8, v_p_g1[l]);
         const real p_C1 = MC_P(7, v_p_C1[l]);
         const real ncse_58 = v_ncse_58[l];
@@ -10332,35 +10370,35 @@ MC_INLINE void newton_1_iterate(
         const real ncse_378 = v_ncse_378[l];
         const real ncse_379 = v_ncse_379[l];
         const real ncse_381 = v_ncse_381[l];
-        const real ncse_429 = v_ncse_429[l];
-        const real ncse_430 = v_ncse_430[l];
-        const real ncse_431 = v_ncse_431[l];
+        const real ncse_448 = v_ncse_448[l];
+        const real ncse_449 = v_ncse_449[l];
+        const real ncse_450 = v_ncse_450[l];
         const real ncse_386 = v_ncse_386[l];
-        const real ncse_432 = v_ncse_432[l];
-        const real ncse_433 = v_ncse_433[l];
-        const real ncse_434 = v_ncse_434[l];
-        const real ncse_435 = v_ncse_435[l];
+        const real ncse_451 = v_ncse_451[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
+        const real ncse_452 = v_ncse_452[l];
+        const real ncse_453 = v_ncse_453[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
+        const real ncse_454 = v_ncse_454[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
+        const real ncse_421 = v_ncse_421[l];
         const real old_state_internal_X1_0 = v_old_state_internal_X1_0[l];
         const real old_state_internal_X1_1 = v_old_state_internal_X1_1[l];
         const real old_state_internal_X1_2 = v_old_state_internal_X1_2[l];
         const real old_state_internal_X1_3 = v_old_state_internal_X1_3[l];
         const real old_state_internal_X1_4 = v_old_state_internal_X1_4[l];
         const real old_state_internal_X1_5 = v_old_state_internal_X1_5[l];
+        const real ncse_431 = v_ncse_431[l];
         const real old_state_internal_X2_0 = v_old_state_internal_X2_0[l];
         const real old_state_internal_X2_1 = v_old_state_internal_X2_1[l];
         const real old_state_internal_X2_2 = v_old_state_internal_X2_2[l];
         const real old_state_internal_X2_3 = v_old_state_internal_X2_3[l];
         const real old_state_internal_X2_4 = v_old_state_internal_X2_4[l];
         const real old_state_internal_X2_5 = v_old_state_internal_X2_5[l];
-        const real ncse_414 = v_ncse_414[l];
-        const real ncse_418 = v_ncse_418[l];
         const real ncse_230 = v_ncse_230[l];
         const real ncse_314 = v_ncse_314[l];
         const real ncse_1 = (((real)0.6666666666666666) * state_internal_Ep_1);
@@ -10373,7 +10411,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_11 = (((real)0.6666666666666666) * state_internal_X1_1);
         const real ncse_12 = (((real)0.6666666666666666) * state_internal_X2_1);
         const real ncse_13 = (ncse_11 + ncse_12);
-        const real ncse_14 = (ncse_10 + ncse_13 - (((real)1.3333333333333333) * state_internal_X1_0) - (((real)1.3333333333333333) * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (((real)1.3333333333333333) * state_internal_Ep_0) + ncse_425)));
+        const real ncse_14 = (ncse_10 + ncse_13 - (((real)1.3333333333333333) * state_internal_X1_0) - (((real)1.3333333333333333) * state_internal_X2_0) + (ncse_7 * (ncse_2 + ncse_5 - (((real)1.3333333333333333) * state_internal_Ep_0) + ncse_444)));
         const real ncse_15 = (-state_internal_Ep_3);
         const real ncse_16 = (-state_internal_X1_3 - state_internal_X2_3 + (p_E * ncse_6 * (forces_E_3 + ncse_15)));
         const real ncse_17 = (ncse_16 * ncse_16);
@@ -10389,11 +10427,11 @@ MC_INLINE void newton_1_iterate(
         const real ncse_29 = ((((real)0.3333333333333333) * state_internal_X1_2) + (((real)0.3333333333333333) * state_internal_X2_2));
         const real ncse_30 = (((real)0.6666666666666666) * state_internal_X1_0);
         const real ncse_31 = (((real)0.6666666666666666) * state_internal_X2_0);
-        const real ncse_32 = (-(((real)0.6666666666666666) * state_internal_Ep_0) + ncse_426);
-        const real ncse_422 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (((real)0.3333333333333333) * state_internal_Ep_1))));
-        const real ncse_423 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (((real)0.3333333333333333) * state_internal_Ep_1) + (((real)0.3333333333333333) * state_internal_Ep_2))));
-        const real ncse_424 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (((real)0.3333333333333333) * state_internal_Ep_2))));
-        const real ncse_33 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_422 * ncse_422) + (ncse_423 * ncse_423) + (ncse_424 * ncse_424))));
+        const real ncse_32 = (-(((real)0.6666666666666666) * state_internal_Ep_0) + ncse_445);
+        const real ncse_441 = (ncse_26 + ncse_27 - ncse_8 - ncse_9 + (ncse_7 * (-ncse_24 - ncse_25 - ncse_5 + (((real)0.3333333333333333) * state_internal_Ep_1))));
+        const real ncse_442 = (ncse_26 + ncse_29 - ncse_30 - ncse_31 + (ncse_7 * (ncse_32 - ncse_24 - ncse_28 + (((real)0.3333333333333333) * state_internal_Ep_1) + (((real)0.3333333333333333) * state_internal_Ep_2))));
+        const real ncse_443 = (ncse_27 + ncse_29 - ncse_11 - ncse_12 + (ncse_7 * (-ncse_2 - ncse_25 - ncse_28 + (((real)0.3333333333333333) * state_internal_Ep_2))));
+        const real ncse_33 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_441 * ncse_441) + (ncse_442 * ncse_442) + (ncse_443 * ncse_443))));
         const real ncse_34 = mc_sdiv(((real)1.0), ncse_33);
         const real ncse_36 = mc_exp((-p_d * state_internal_ep));
         const real ncse_39 = (((real)0.816496580927726) * (-p_sigma_y + (((real)1.224744871391589) * ncse_33) - (p_R * (((real)1.0) - ncse_36))));
@@ -10403,8 +10441,8 @@ MC_INLINE void newton_1_iterate(
         const real ncse_44 = (ncse_34 * ncse_43);
         const real ncse_45 = (((real)0.5) * ncse_44);
         const real ncse_46 = (ncse_30 + ncse_31);
-        const real ncse_47 = (ncse_10 + ncse_46 - (((real)1.3333333333333333) * state_internal_X1_1) - (((real)1.3333333333333333) * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (((real)1.3333333333333333) * state_internal_Ep_1) + ncse_427)));
-        const real ncse_48 = (ncse_13 + ncse_46 - (((real)1.3333333333333333) * state_internal_X1_2) - (((real)1.3333333333333333) * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (((real)1.3333333333333333) * state_internal_Ep_2) + ncse_428)));
+        const real ncse_47 = (ncse_10 + ncse_46 - (((real)1.3333333333333333) * state_internal_X1_1) - (((real)1.3333333333333333) * state_internal_X2_1) + (ncse_7 * (ncse_4 - ncse_3 - ncse_32 - (((real)1.3333333333333333) * state_internal_Ep_1) + ncse_446)));
+        const real ncse_48 = (ncse_13 + ncse_46 - (((real)1.3333333333333333) * state_internal_X1_2) - (((real)1.3333333333333333) * state_internal_X2_2) + (ncse_7 * (ncse_1 - ncse_0 - ncse_32 - (((real)1.3333333333333333) * state_internal_Ep_2) + ncse_447)));
         const real ncse_49 = (-p_g1 * state_internal_X1_0);
         const real ncse_50 = (((real)0.3333333333333333) * ncse_34);
         const real ncse_51 = (p_C1 * ncse_50);
@@ -10727,42 +10765,61 @@ MC_INLINE void newton_1_iterate(
         const real ncse_377 = fabs(state_internal_X2_0);
         const real ncse_380 = fabs(state_internal_Ep_2);
         const real ncse_382 = fabs(state_internal_Ep_1);
-        const real ncse_383 = (((real)2.6666666666666665) * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * fabs(p_nu) * ncse_429);
-        const real ncse_384 = (ncse_383 + ncse_430 + (((real)0.6666666666666666) * ncse_380));
-        const real ncse_385 = (ncse_431 + (((real)0.6666666666666666) * ncse_382));
+        const real ncse_383 = (((real)2.6666666666666665) * (ncse_375 + ncse_378 + ncse_379 + ncse_380 + ncse_381 + ncse_382) * fabs(p_nu) * ncse_448);
+        const real ncse_384 = (ncse_383 + ncse_449 + (((real)0.6666666666666666) * ncse_380));
+        const real ncse_385 = (ncse_450 + (((real)0.6666666666666666) * ncse_382));
         const real ncse_387 = fabs(state_internal_X1_2);
         const real ncse_388 = fabs(state_internal_X2_2);
         const real ncse_389 = ((((real)0.6666666666666666) * ncse_387) + (((real)0.6666666666666666) * ncse_388));
         const real ncse_390 = fabs(state_internal_X1_1);
         const real ncse_391 = fabs(state_internal_X2_1);
         const real ncse_392 = ((((real)0.6666666666666666) * ncse_390) + (((real)0.6666666666666666) * ncse_391));
-        const real ncse_393 = (ncse_389 + ncse_392 + (((real)1.3333333333333333) * ncse_376) + (((real)1.3333333333333333) * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (((real)1.3333333333333333) * ncse_375) + ncse_432)));
+        const real ncse_393 = (ncse_389 + ncse_392 + (((real)1.3333333333333333) * ncse_376) + (((real)1.3333333333333333) * ncse_377) + (ncse_386 * (ncse_384 + ncse_385 + (((real)1.3333333333333333) * ncse_375) + ncse_451)));
         const real ncse_394 = fabs(ncse_34);
         const real ncse_395 = (((((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_36)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_33)) + fabs(p_sigma_y)) * fabs(ncse_35) * fabs(ncse_90)) + fabs(ncse_41)) * fabs(ncse_42));
         const real ncse_396 = (ncse_394 * ncse_395);
         const real ncse_397 = (((real)0.5) * ncse_396);
-        const real ncse_398 = ((((real)0.6666666666666666) * ncse_375) + ncse_433);
-        const real ncse_399 = ((((real)0.6666666666666666) * ncse_376) + (((real)0.6666666666666666) * ncse_377));
-        const real ncse_400 = (ncse_389 + ncse_399 + (((real)1.3333333333333333) * ncse_390) + (((real)1.3333333333333333) * ncse_391) + (ncse_386 * (ncse_384 + ncse_398 + ncse_434 + (((real)1.3333333333333333) * ncse_382))));
-        const real ncse_401 = (ncse_392 + ncse_399 + (((real)1.3333333333333333) * ncse_387) + (((real)1.3333333333333333) * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_398 + ncse_435 + (((real)1.3333333333333333) * ncse_380))));
-        const real ncse_402 = fabs(state_internal_Ep_3);
-        const real ncse_403 = fabs(state_internal_X1_3);
-        const real ncse_404 = fabs(state_internal_X2_3);
-        const real ncse_405 = (ncse_403 + ncse_404 + (ncse_386 * (ncse_402 + fabs(forces_E_3))));
-        const real ncse_406 = fabs(state_internal_Ep_4);
-        const real ncse_407 = fabs(state_internal_X1_4);
-        const real ncse_408 = fabs(state_internal_X2_4);
-        const real ncse_409 = (ncse_407 + ncse_408 + (ncse_386 * (ncse_406 + fabs(forces_E_4))));
-        const real ncse_410 = fabs(state_internal_Ep_5);
-        const real ncse_411 = fabs(state_internal_X1_5);
-        const real ncse_412 = fabs(state_internal_X2_5);
-        const real ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + fabs(forces_E_5))));
-        const real ncse_415 = (ncse_394 * fabs(p_C1));
-        const real ncse_416 = (((real)0.3333333333333333) * ncse_415);
-        const real ncse_417 = (((real)0.6666666666666666) * ncse_415);
-        const real ncse_419 = (ncse_394 * fabs(p_C2));
-        const real ncse_420 = (((real)0.3333333333333333) * ncse_419);
-        const real ncse_421 = (((real)0.6666666666666666) * ncse_419);
+        const real ncse_398 = (ncse_375 + (ncse_393 * ncse_397) + fabs(old_state_internal_Ep_0));
+        const real ncse_399 = ((((real)0.6666666666666666) * ncse_375) + ncse_452);
+        const real ncse_400 = ((((real)0.6666666666666666) * ncse_376) + (((real)0.6666666666666666) * ncse_377));
+        const real ncse_401 = (ncse_389 + ncse_400 + (((real)1.3333333333333333) * ncse_390) + (((real)1.3333333333333333) * ncse_391) + (ncse_386 * (ncse_384 + ncse_399 + ncse_453 + (((real)1.3333333333333333) * ncse_382))));
+        const real ncse_402 = (ncse_382 + (ncse_397 * ncse_401) + fabs(old_state_internal_Ep_1));
+        const real ncse_403 = (ncse_392 + ncse_400 + (((real)1.3333333333333333) * ncse_387) + (((real)1.3333333333333333) * ncse_388) + (ncse_386 * (ncse_383 + ncse_385 + ncse_399 + ncse_454 + (((real)1.3333333333333333) * ncse_380))));
+        const real ncse_404 = (ncse_380 + (ncse_397 * ncse_403) + fabs(old_state_internal_Ep_2));
+        const real ncse_405 = fabs(state_internal_Ep_3);
+        const real ncse_406 = fabs(state_internal_X1_3);
+        const real ncse_407 = fabs(state_internal_X2_3);
+        const real ncse_408 = (ncse_406 + ncse_407 + (ncse_386 * (ncse_405 + fabs(forces_E_3))));
+        const real ncse_409 = (ncse_405 + (ncse_396 * ncse_408) + fabs(old_state_internal_Ep_3));
+        const real ncse_410 = fabs(state_internal_Ep_4);
+        const real ncse_411 = fabs(state_internal_X1_4);
+        const real ncse_412 = fabs(state_internal_X2_4);
+        const real ncse_413 = (ncse_411 + ncse_412 + (ncse_386 * (ncse_410 + fabs(forces_E_4))));
+        const real ncse_414 = (ncse_410 + (ncse_396 * ncse_413) + fabs(old_state_internal_Ep_4));
+        const real ncse_415 = fabs(state_internal_Ep_5);
+        const real ncse_416 = fabs(state_internal_X1_5);
+        const real ncse_417 = fabs(state_internal_X2_5);
+        const real ncse_418 = (ncse_416 + ncse_417 + (ncse_386 * (ncse_415 + fabs(forces_E_5))));
+        const real ncse_419 = (ncse_415 + (ncse_396 * ncse_418) + fabs(old_state_internal_Ep_5));
+        const real ncse_420 = ((((real)0.816496580927726) * ncse_395) + fabs(old_state_internal_ep) + fabs(state_internal_ep));
+        const real ncse_422 = (ncse_394 * fabs(p_C1));
+        const real ncse_423 = (((real)0.3333333333333333) * ncse_422);
+        const real ncse_424 = (ncse_376 + (ncse_395 * ((ncse_376 * ncse_421) + (ncse_393 * ncse_423))) + fabs(old_state_internal_X1_0));
+        const real ncse_425 = (ncse_390 + (ncse_395 * ((ncse_390 * ncse_421) + (ncse_401 * ncse_423))) + fabs(old_state_internal_X1_1));
+        const real ncse_426 = (ncse_387 + (ncse_395 * ((ncse_387 * ncse_421) + (ncse_403 * ncse_423))) + fabs(old_state_internal_X1_2));
+        const real ncse_427 = (((real)0.6666666666666666) * ncse_422);
+        const real ncse_428 = (ncse_406 + (ncse_395 * ((ncse_406 * ncse_421) + (ncse_408 * ncse_427))) + fabs(old_state_internal_X1_3));
+        const real ncse_429 = (ncse_411 + (ncse_395 * ((ncse_411 * ncse_421) + (ncse_413 * ncse_427))) + fabs(old_state_internal_X1_4));
+        const real ncse_430 = (ncse_416 + (ncse_395 * ((ncse_416 * ncse_421) + (ncse_418 * ncse_427))) + fabs(old_state_internal_X1_5));
+        const real ncse_432 = (ncse_394 * fabs(p_C2));
+        const real ncse_433 = (((real)0.3333333333333333) * ncse_432);
+        const real ncse_434 = (ncse_377 + (ncse_395 * ((ncse_377 * ncse_431) + (ncse_393 * ncse_433))) + fabs(old_state_internal_X2_0));
+        const real ncse_435 = (ncse_391 + (ncse_395 * ((ncse_391 * ncse_431) + (ncse_401 * ncse_433))) + fabs(old_state_internal_X2_1));
+        const real ncse_436 = (ncse_388 + (ncse_395 * ((ncse_388 * ncse_431) + (ncse_403 * ncse_433))) + fabs(old_state_internal_X2_2));
+        const real ncse_437 = (((real)0.6666666666666666) * ncse_432);
+        const real ncse_438 = (ncse_407 + (ncse_395 * ((ncse_407 * ncse_431) + (ncse_408 * ncse_437))) + fabs(old_state_internal_X2_3));
+        const real ncse_439 = (ncse_412 + (ncse_395 * ((ncse_412 * ncse_431) + (ncse_413 * ncse_437))) + fabs(old_state_internal_X2_4));
+        const real ncse_440 = (ncse_417 + (ncse_395 * ((ncse_417 * ncse_431) + (ncse_418 * ncse_437))) + fabs(old_state_internal_X2_5));
         const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_14 * ncse_45));
         const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_45 * ncse_47));
         const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_45 * ncse_48));
@@ -10784,17 +10841,17 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_18 = (state_internal_X2_5 - old_state_internal_X2_5 - (ncse_43 * ncse_79));
         const real chaboche2_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_14 * nt1_r_14) + (nt1_r_15 * nt1_r_15) + (nt1_r_16 * nt1_r_16) + (nt1_r_17 * nt1_r_17) + (nt1_r_18 * nt1_r_18) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? chaboche2_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_375 + (ncse_393 * ncse_397) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_382 + (ncse_397 * ncse_400) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_380 + (ncse_397 * ncse_401) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_402 + (ncse_396 * ncse_405) + fabs(old_state_internal_Ep_3)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_406 + (ncse_396 * ncse_409) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_410 + (ncse_396 * ncse_413) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_395) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_376 + (ncse_395 * ((ncse_376 * ncse_414) + (ncse_393 * ncse_416))) + fabs(old_state_internal_X1_0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_390 + (ncse_395 * ((ncse_390 * ncse_414) + (ncse_400 * ncse_416))) + fabs(old_state_internal_X1_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_387 + (ncse_395 * ((ncse_387 * ncse_414) + (ncse_401 * ncse_416))) + fabs(old_state_internal_X1_2)))));
-        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_403 + (ncse_395 * ((ncse_403 * ncse_414) + (ncse_405 * ncse_417))) + fabs(old_state_internal_X1_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_407 + (ncse_395 * ((ncse_407 * ncse_414) + (ncse_409 * ncse_417))) + fabs(old_state_internal_X1_4)))));
-        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_411 + (ncse_395 * ((ncse_411 * ncse_414) + (ncse_413 * ncse_417))) + fabs(old_state_internal_X1_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * (ncse_377 + (ncse_395 * ((ncse_377 * ncse_418) + (ncse_393 * ncse_420))) + fabs(old_state_internal_X2_0)))));
-        const int nt1_scaled7 = (nt1_scaled6 & (fabs(nt1_r_14) <= (nt1_rtol * (ncse_391 + (ncse_395 * ((ncse_391 * ncse_418) + (ncse_400 * ncse_420))) + fabs(old_state_internal_X2_1)))) & (fabs(nt1_r_15) <= (nt1_rtol * (ncse_388 + (ncse_395 * ((ncse_388 * ncse_418) + (ncse_401 * ncse_420))) + fabs(old_state_internal_X2_2)))));
-        const int nt1_scaled8 = (nt1_scaled7 & (fabs(nt1_r_16) <= (nt1_rtol * (ncse_404 + (ncse_395 * ((ncse_404 * ncse_418) + (ncse_405 * ncse_421))) + fabs(old_state_internal_X2_3)))) & (fabs(nt1_r_17) <= (nt1_rtol * (ncse_408 + (ncse_395 * ((ncse_408 * ncse_418) + (ncse_409 * ncse_421))) + fabs(old_state_internal_X2_4)))));
-        const int nt1_scaled9 = (nt1_scaled8 & (fabs(nt1_r_18) <= (nt1_rtol * (ncse_412 + (ncse_395 * ((ncse_412 * ncse_418) + (ncse_413 * ncse_421))) + fabs(old_state_internal_X2_5)))));
-        const int nt1_ok = ((chaboche2_return_map_residual_norm <= nt1_atol) | (nt1_scaled9 & (chaboche2_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_398) > 0 ? ncse_398 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_402) > 0 ? ncse_402 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_404) > 0 ? ncse_404 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_409) > 0 ? ncse_409 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_414) > 0 ? ncse_414 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_419) > 0 ? ncse_419 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_420) > 0 ? ncse_420 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_424) > 0 ? ncse_424 : ((real)0.0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_425) > 0 ? ncse_425 : ((real)0.0)))) & (fabs(nt1_r_9) <= (nt1_rtol * ((((real)3e+38) - ncse_426) > 0 ? ncse_426 : ((real)0.0)))));
+        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * ((((real)3e+38) - ncse_428) > 0 ? ncse_428 : ((real)0.0)))) & (fabs(nt1_r_11) <= (nt1_rtol * ((((real)3e+38) - ncse_429) > 0 ? ncse_429 : ((real)0.0)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * ((((real)3e+38) - ncse_430) > 0 ? ncse_430 : ((real)0.0)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((((real)3e+38) - ncse_434) > 0 ? ncse_434 : ((real)0.0)))));
+        const int nt1_scaled7 = (nt1_scaled6 & (fabs(nt1_r_14) <= (nt1_rtol * ((((real)3e+38) - ncse_435) > 0 ? ncse_435 : ((real)0.0)))) & (fabs(nt1_r_15) <= (nt1_rtol * ((((real)3e+38) - ncse_436) > 0 ? ncse_436 : ((real)0.0)))));
+        const int nt1_scaled8 = (nt1_scaled7 & (fabs(nt1_r_16) <= (nt1_rtol * ((((real)3e+38) - ncse_438) > 0 ? ncse_438 : ((real)0.0)))) & (fabs(nt1_r_17) <= (nt1_rtol * ((((real)3e+38) - ncse_439) > 0 ? ncse_439 : ((real)0.0)))));
+        const int nt1_scaled9 = (nt1_scaled8 & (fabs(nt1_r_18) <= (nt1_rtol * ((((real)3e+38) - ncse_440) > 0 ? ncse_440 : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled9 | (chaboche2_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_chaboche2_return_map_converged[l] = mc_was ? nt1_ok : v_chaboche2_return_map_converged[l];

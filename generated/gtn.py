@@ -118,10 +118,10 @@ def _torch_newton_1(
         ncse_50 = (0.3333333333333333 * ncse_15)
         ncse_51 = (0.3333333333333333 * ncse_9)
         ncse_52 = (0.3333333333333333 * ncse_10)
-        ncse_150 = (-ncse_50 - ncse_51 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
-        ncse_151 = (-ncse_50 - ncse_52 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
-        ncse_152 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
-        ncse_53 = ((1.5 * (ncse_150 * ncse_150)) + (1.5 * (ncse_151 * ncse_151)) + (1.5 * (ncse_152 * ncse_152)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
+        ncse_159 = (-ncse_50 - ncse_51 + (0.6666666666666666 * p_E * ncse_2 * ncse_7))
+        ncse_160 = (-ncse_50 - ncse_52 + (0.6666666666666666 * p_E * ncse_1 * ncse_7))
+        ncse_161 = (-ncse_51 - ncse_52 + (0.6666666666666666 * p_E * ncse_0 * ncse_7))
+        ncse_53 = ((1.5 * (ncse_159 * ncse_159)) + (1.5 * (ncse_160 * ncse_160)) + (1.5 * (ncse_161 * ncse_161)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
         ncse_54 = (ncse_13 * ncse_13 * ncse_13)
         ncse_55 = (2.0 * ncse_54)
         ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
@@ -201,26 +201,35 @@ def _torch_newton_1(
         ncse_130 = torch.abs(state_internal_gamma_rate)
         ncse_131 = torch.abs(ncse_3)
         ncse_132 = (ncse_130 * ncse_131)
-        ncse_133 = (ncse_121 + ncse_123)
-        ncse_134 = torch.abs(state_internal_Ep_3)
-        ncse_135 = (ncse_134 + torch.abs(forces_E_3))
-        ncse_136 = (3.0 * ncse_115 * ncse_120 * ncse_132)
-        ncse_137 = torch.abs(state_internal_Ep_4)
-        ncse_138 = (ncse_137 + torch.abs(forces_E_4))
-        ncse_139 = torch.abs(state_internal_Ep_5)
-        ncse_140 = (ncse_139 + torch.abs(forces_E_5))
-        ncse_141 = (1.5 * (ncse_118 * ncse_118) * (ncse_119 * ncse_119))
-        ncse_142 = (0.3333333333333333 * ncse_121)
-        ncse_143 = (1.3333333333333333 * ncse_127)
-        ncse_144 = (ncse_143 + (0.3333333333333333 * ncse_123))
-        ncse_145 = (0.3333333333333333 * ncse_126)
-        ncse_153 = (ncse_142 + ncse_144 + (0.6666666666666666 * ncse_126))
-        ncse_154 = (ncse_144 + ncse_145 + (0.6666666666666666 * ncse_121))
-        ncse_155 = (ncse_142 + ncse_143 + ncse_145 + (0.6666666666666666 * ncse_123))
-        ncse_146 = ((1.5 * (ncse_153 * ncse_153)) + (1.5 * (ncse_154 * ncse_154)) + (1.5 * (ncse_155 * ncse_155)) + (ncse_141 * (ncse_135 * ncse_135)) + (ncse_141 * (ncse_138 * ncse_138)) + (ncse_141 * (ncse_140 * ncse_140)))
-        ncse_147 = torch.abs((ncse_15 + ncse_20))
-        ncse_148 = torch.abs((ncse_20 + ncse_9))
-        ncse_149 = torch.abs((ncse_10 + ncse_20))
+        ncse_133 = (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (2.0 * ncse_123))))) + torch.abs(old_state_internal_Ep_0))
+        ncse_134 = (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (2.0 * ncse_121))))) + torch.abs(old_state_internal_Ep_1))
+        ncse_135 = (ncse_121 + ncse_123)
+        ncse_136 = (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_135 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_2))
+        ncse_137 = torch.abs(state_internal_Ep_3)
+        ncse_138 = (ncse_137 + torch.abs(forces_E_3))
+        ncse_139 = (3.0 * ncse_115 * ncse_120 * ncse_132)
+        ncse_140 = (ncse_137 + (ncse_138 * ncse_139) + torch.abs(old_state_internal_Ep_3))
+        ncse_141 = torch.abs(state_internal_Ep_4)
+        ncse_142 = (ncse_141 + torch.abs(forces_E_4))
+        ncse_143 = (ncse_141 + (ncse_139 * ncse_142) + torch.abs(old_state_internal_Ep_4))
+        ncse_144 = torch.abs(state_internal_Ep_5)
+        ncse_145 = (ncse_144 + torch.abs(forces_E_5))
+        ncse_146 = (ncse_144 + (ncse_139 * ncse_145) + torch.abs(old_state_internal_Ep_5))
+        ncse_147 = (1.5 * (ncse_118 * ncse_118) * (ncse_119 * ncse_119))
+        ncse_148 = (0.3333333333333333 * ncse_121)
+        ncse_149 = (1.3333333333333333 * ncse_127)
+        ncse_150 = (ncse_149 + (0.3333333333333333 * ncse_123))
+        ncse_151 = (0.3333333333333333 * ncse_126)
+        ncse_162 = (ncse_148 + ncse_150 + (0.6666666666666666 * ncse_126))
+        ncse_163 = (ncse_150 + ncse_151 + (0.6666666666666666 * ncse_121))
+        ncse_164 = (ncse_148 + ncse_149 + ncse_151 + (0.6666666666666666 * ncse_123))
+        ncse_152 = ((1.5 * (ncse_162 * ncse_162)) + (1.5 * (ncse_163 * ncse_163)) + (1.5 * (ncse_164 * ncse_164)) + (ncse_147 * (ncse_138 * ncse_138)) + (ncse_147 * (ncse_142 * ncse_142)) + (ncse_147 * (ncse_145 * ncse_145)))
+        ncse_153 = (ncse_109 + (ncse_132 * ((2.0 * ncse_152 * ((ncse_110 * torch.abs((-3.0 * ncse_97))) + torch.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_135 + (3.0 * ncse_127))))) + torch.abs(old_state_internal_ep))
+        ncse_154 = torch.abs((ncse_15 + ncse_20))
+        ncse_155 = torch.abs((ncse_20 + ncse_9))
+        ncse_156 = torch.abs((ncse_10 + ncse_20))
+        ncse_157 = (ncse_111 + (ncse_131 * (1.0 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_155 + (2.0 * ncse_156))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_156 + (2.0 * ncse_155))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_155 + ncse_156 + (2.0 * ncse_154))))))) + torch.abs(old_state_internal_phi))
+        ncse_158 = ((ncse_115 * ncse_152) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * torch.abs(p_q3)) + (2.0 * ncse_112 * torch.abs(ncse_60)))
         nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
         nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
         nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
@@ -233,12 +242,12 @@ def _torch_newton_1(
         gtn_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
         if it1 == 0:
             nt1_rnorm0 = gtn_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (2.0 * ncse_123))))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (2.0 * ncse_121))))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (2.0 * ncse_126))))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((2.0 * ncse_146 * ((ncse_110 * torch.abs((-3.0 * ncse_97))) + torch.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (3.0 * ncse_127))))) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (1.0 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (2.0 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (2.0 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (2.0 * ncse_147))))))) + torch.abs(old_state_internal_phi)))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (1.0 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * torch.abs(p_q3)) + (2.0 * ncse_112 * torch.abs(ncse_60))))))
-        gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_133) > 0.0, ncse_133, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_134) > 0.0, ncse_134, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_136) > 0.0, ncse_136, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_140) > 0.0, ncse_140, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_143) > 0.0, ncse_143, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_146) > 0.0, ncse_146, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_153) > 0.0, ncse_153, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_157) > 0.0, ncse_157, 0.0))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_158) > 0.0, (1.0 + ncse_158), 0.0))))
+        gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(gtn_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -1853,10 +1862,10 @@ if triton is not None:
             ncse_50 = (K7 * ncse_15)
             ncse_51 = (K7 * ncse_9)
             ncse_52 = (K7 * ncse_10)
-            ncse_150 = (-ncse_50 - ncse_51 + (K8 * p_E * ncse_2 * ncse_7))
-            ncse_151 = (-ncse_50 - ncse_52 + (K8 * p_E * ncse_1 * ncse_7))
-            ncse_152 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_0 * ncse_7))
-            ncse_53 = ((K6 * (ncse_150 * ncse_150)) + (K6 * (ncse_151 * ncse_151)) + (K6 * (ncse_152 * ncse_152)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
+            ncse_159 = (-ncse_50 - ncse_51 + (K8 * p_E * ncse_2 * ncse_7))
+            ncse_160 = (-ncse_50 - ncse_52 + (K8 * p_E * ncse_1 * ncse_7))
+            ncse_161 = (-ncse_51 - ncse_52 + (K8 * p_E * ncse_0 * ncse_7))
+            ncse_53 = ((K6 * (ncse_159 * ncse_159)) + (K6 * (ncse_160 * ncse_160)) + (K6 * (ncse_161 * ncse_161)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)))
             ncse_54 = (ncse_13 * ncse_13 * ncse_13)
             ncse_55 = (K3 * ncse_54)
             ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55))
@@ -1936,26 +1945,35 @@ if triton is not None:
             ncse_130 = tl.abs(state_internal_gamma_rate)
             ncse_131 = tl.abs(ncse_3)
             ncse_132 = (ncse_130 * ncse_131)
-            ncse_133 = (ncse_121 + ncse_123)
-            ncse_134 = tl.abs(state_internal_Ep_3)
-            ncse_135 = (ncse_134 + tl.abs(forces_E_3))
-            ncse_136 = (K4 * ncse_115 * ncse_120 * ncse_132)
-            ncse_137 = tl.abs(state_internal_Ep_4)
-            ncse_138 = (ncse_137 + tl.abs(forces_E_4))
-            ncse_139 = tl.abs(state_internal_Ep_5)
-            ncse_140 = (ncse_139 + tl.abs(forces_E_5))
-            ncse_141 = (K6 * (ncse_118 * ncse_118) * (ncse_119 * ncse_119))
-            ncse_142 = (K7 * ncse_121)
-            ncse_143 = (K11 * ncse_127)
-            ncse_144 = (ncse_143 + (K7 * ncse_123))
-            ncse_145 = (K7 * ncse_126)
-            ncse_153 = (ncse_142 + ncse_144 + (K8 * ncse_126))
-            ncse_154 = (ncse_144 + ncse_145 + (K8 * ncse_121))
-            ncse_155 = (ncse_142 + ncse_143 + ncse_145 + (K8 * ncse_123))
-            ncse_146 = ((K6 * (ncse_153 * ncse_153)) + (K6 * (ncse_154 * ncse_154)) + (K6 * (ncse_155 * ncse_155)) + (ncse_141 * (ncse_135 * ncse_135)) + (ncse_141 * (ncse_138 * ncse_138)) + (ncse_141 * (ncse_140 * ncse_140)))
-            ncse_147 = tl.abs((ncse_15 + ncse_20))
-            ncse_148 = tl.abs((ncse_20 + ncse_9))
-            ncse_149 = tl.abs((ncse_10 + ncse_20))
+            ncse_133 = (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (K3 * ncse_123))))) + tl.abs(old_state_internal_Ep_0))
+            ncse_134 = (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (K3 * ncse_121))))) + tl.abs(old_state_internal_Ep_1))
+            ncse_135 = (ncse_121 + ncse_123)
+            ncse_136 = (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_135 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_2))
+            ncse_137 = tl.abs(state_internal_Ep_3)
+            ncse_138 = (ncse_137 + tl.abs(forces_E_3))
+            ncse_139 = (K4 * ncse_115 * ncse_120 * ncse_132)
+            ncse_140 = (ncse_137 + (ncse_138 * ncse_139) + tl.abs(old_state_internal_Ep_3))
+            ncse_141 = tl.abs(state_internal_Ep_4)
+            ncse_142 = (ncse_141 + tl.abs(forces_E_4))
+            ncse_143 = (ncse_141 + (ncse_139 * ncse_142) + tl.abs(old_state_internal_Ep_4))
+            ncse_144 = tl.abs(state_internal_Ep_5)
+            ncse_145 = (ncse_144 + tl.abs(forces_E_5))
+            ncse_146 = (ncse_144 + (ncse_139 * ncse_145) + tl.abs(old_state_internal_Ep_5))
+            ncse_147 = (K6 * (ncse_118 * ncse_118) * (ncse_119 * ncse_119))
+            ncse_148 = (K7 * ncse_121)
+            ncse_149 = (K11 * ncse_127)
+            ncse_150 = (ncse_149 + (K7 * ncse_123))
+            ncse_151 = (K7 * ncse_126)
+            ncse_162 = (ncse_148 + ncse_150 + (K8 * ncse_126))
+            ncse_163 = (ncse_150 + ncse_151 + (K8 * ncse_121))
+            ncse_164 = (ncse_148 + ncse_149 + ncse_151 + (K8 * ncse_123))
+            ncse_152 = ((K6 * (ncse_162 * ncse_162)) + (K6 * (ncse_163 * ncse_163)) + (K6 * (ncse_164 * ncse_164)) + (ncse_147 * (ncse_138 * ncse_138)) + (ncse_147 * (ncse_142 * ncse_142)) + (ncse_147 * (ncse_145 * ncse_145)))
+            ncse_153 = (ncse_109 + (ncse_132 * ((K3 * ncse_152 * ((ncse_110 * tl.abs((-K4 * ncse_97))) + tl.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_135 + (K4 * ncse_127))))) + tl.abs(old_state_internal_ep))
+            ncse_154 = tl.abs((ncse_15 + ncse_20))
+            ncse_155 = tl.abs((ncse_20 + ncse_9))
+            ncse_156 = tl.abs((ncse_10 + ncse_20))
+            ncse_157 = (ncse_111 + (ncse_131 * (K2 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_155 + (K3 * ncse_156))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_156 + (K3 * ncse_155))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_155 + ncse_156 + (K3 * ncse_154))))))) + tl.abs(old_state_internal_phi))
+            ncse_158 = ((ncse_115 * ncse_152) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * tl.abs(p_q3)) + (K3 * ncse_112 * tl.abs(ncse_60)))
             nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3))
             nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32))
             nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35))
@@ -1967,12 +1985,12 @@ if triton is not None:
             nt1_r_8 = _mc_le((-ncse_62), ncse_63)
             gtn_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)))
             nt1_rnorm0 = tl.where(it1 == 0, gtn_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (K3 * ncse_123))))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (K3 * ncse_121))))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (K3 * ncse_126))))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((K3 * ncse_146 * ((ncse_110 * tl.abs((-K4 * ncse_97))) + tl.abs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (K4 * ncse_127))))) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (K2 + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (K3 * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (K3 * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (K3 * ncse_147))))))) + tl.abs(old_state_internal_phi)))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (K2 + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * tl.abs(p_q3)) + (K3 * ncse_112 * tl.abs(ncse_60))))))
-            gtn_return_map_converged = gtn_return_map_converged | ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < K12)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_133) > 0.0, ncse_133, K0))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_134) > 0.0, ncse_134, K0))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_136) > 0.0, ncse_136, K0))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_140) > 0.0, ncse_140, K0))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_143) > 0.0, ncse_143, K0))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_146) > 0.0, ncse_146, K0))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_153) > 0.0, ncse_153, K0))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_157) > 0.0, ncse_157, K0))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_158) > 0.0, (K2 + ncse_158), K0))))
+            gtn_return_map_converged = gtn_return_map_converged | (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol))
             update1 = (~gtn_return_map_converged) & (it1 < maxit1)
             nt1_1 = (ncse_79 * ncse_80)
             nt1_2 = (ncse_28 * ncse_72)
@@ -2997,7 +3015,7 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_118[MC_W];
     real v_ncse_120[MC_W];
     real v_ncse_131[MC_W];
-    real v_ncse_141[MC_W];
+    real v_ncse_147[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -3036,7 +3054,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_119 = fabs(ncse_7);
         const real ncse_120 = (ncse_118 * ncse_119);
         const real ncse_131 = fabs(ncse_3);
-        const real ncse_141 = (((real)1.5) * (ncse_118 * ncse_118) * (ncse_119 * ncse_119));
+        const real ncse_147 = (((real)1.5) * (ncse_118 * ncse_118) * (ncse_119 * ncse_119));
         v_gtn_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_converged[l] : 0;
         v_gtn_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_gtn_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -3063,7 +3081,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_118[l] = ncse_118;
         v_ncse_120[l] = ncse_120;
         v_ncse_131[l] = ncse_131;
-        v_ncse_141[l] = ncse_141;
+        v_ncse_147[l] = ncse_147;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -3105,13 +3123,13 @@ MC_INLINE void newton_1_iterate(
         const real p_nu = MC_P(2, v_p_nu[l]);
         const real ncse_17 = v_ncse_17[l];
         const real ncse_131 = v_ncse_131[l];
-        const real ncse_141 = v_ncse_141[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
+        const real ncse_147 = v_ncse_147[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real old_state_internal_phi = v_old_state_internal_phi[l];
         const real ncse_118 = v_ncse_118[l];
@@ -3158,10 +3176,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_50 = (((real)0.3333333333333333) * ncse_15);
         const real ncse_51 = (((real)0.3333333333333333) * ncse_9);
         const real ncse_52 = (((real)0.3333333333333333) * ncse_10);
-        const real ncse_150 = (-ncse_50 - ncse_51 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
-        const real ncse_151 = (-ncse_50 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
-        const real ncse_152 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
-        const real ncse_53 = ((((real)1.5) * (ncse_150 * ncse_150)) + (((real)1.5) * (ncse_151 * ncse_151)) + (((real)1.5) * (ncse_152 * ncse_152)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)));
+        const real ncse_159 = (-ncse_50 - ncse_51 + (((real)0.6666666666666666) * p_E * ncse_2 * ncse_7));
+        const real ncse_160 = (-ncse_50 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_1 * ncse_7));
+        const real ncse_161 = (-ncse_51 - ncse_52 + (((real)0.6666666666666666) * p_E * ncse_0 * ncse_7));
+        const real ncse_53 = ((((real)1.5) * (ncse_159 * ncse_159)) + (((real)1.5) * (ncse_160 * ncse_160)) + (((real)1.5) * (ncse_161 * ncse_161)) + (ncse_49 * (ncse_37 * ncse_37)) + (ncse_49 * (ncse_43 * ncse_43)) + (ncse_49 * (ncse_45 * ncse_45)));
         const real ncse_54 = (ncse_13 * ncse_13 * ncse_13);
         const real ncse_55 = (((real)2.0) * ncse_54);
         const real ncse_56 = ((ncse_21 * ncse_47) + (ncse_53 * ncse_55));
@@ -3235,25 +3253,34 @@ MC_INLINE void newton_1_iterate(
         const real ncse_129 = (ncse_126 + ncse_128);
         const real ncse_130 = fabs(state_internal_gamma_rate);
         const real ncse_132 = (ncse_130 * ncse_131);
-        const real ncse_133 = (ncse_121 + ncse_123);
-        const real ncse_134 = fabs(state_internal_Ep_3);
-        const real ncse_135 = (ncse_134 + fabs(forces_E_3));
-        const real ncse_136 = (((real)3.0) * ncse_115 * ncse_120 * ncse_132);
-        const real ncse_137 = fabs(state_internal_Ep_4);
-        const real ncse_138 = (ncse_137 + fabs(forces_E_4));
-        const real ncse_139 = fabs(state_internal_Ep_5);
-        const real ncse_140 = (ncse_139 + fabs(forces_E_5));
-        const real ncse_142 = (((real)0.3333333333333333) * ncse_121);
-        const real ncse_143 = (((real)1.3333333333333333) * ncse_127);
-        const real ncse_144 = (ncse_143 + (((real)0.3333333333333333) * ncse_123));
-        const real ncse_145 = (((real)0.3333333333333333) * ncse_126);
-        const real ncse_153 = (ncse_142 + ncse_144 + (((real)0.6666666666666666) * ncse_126));
-        const real ncse_154 = (ncse_144 + ncse_145 + (((real)0.6666666666666666) * ncse_121));
-        const real ncse_155 = (ncse_142 + ncse_143 + ncse_145 + (((real)0.6666666666666666) * ncse_123));
-        const real ncse_146 = ((((real)1.5) * (ncse_153 * ncse_153)) + (((real)1.5) * (ncse_154 * ncse_154)) + (((real)1.5) * (ncse_155 * ncse_155)) + (ncse_141 * (ncse_135 * ncse_135)) + (ncse_141 * (ncse_138 * ncse_138)) + (ncse_141 * (ncse_140 * ncse_140)));
-        const real ncse_147 = fabs((ncse_15 + ncse_20));
-        const real ncse_148 = fabs((ncse_20 + ncse_9));
-        const real ncse_149 = fabs((ncse_10 + ncse_20));
+        const real ncse_133 = (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (((real)2.0) * ncse_123))))) + fabs(old_state_internal_Ep_0));
+        const real ncse_134 = (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (((real)2.0) * ncse_121))))) + fabs(old_state_internal_Ep_1));
+        const real ncse_135 = (ncse_121 + ncse_123);
+        const real ncse_136 = (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_135 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_2));
+        const real ncse_137 = fabs(state_internal_Ep_3);
+        const real ncse_138 = (ncse_137 + fabs(forces_E_3));
+        const real ncse_139 = (((real)3.0) * ncse_115 * ncse_120 * ncse_132);
+        const real ncse_140 = (ncse_137 + (ncse_138 * ncse_139) + fabs(old_state_internal_Ep_3));
+        const real ncse_141 = fabs(state_internal_Ep_4);
+        const real ncse_142 = (ncse_141 + fabs(forces_E_4));
+        const real ncse_143 = (ncse_141 + (ncse_139 * ncse_142) + fabs(old_state_internal_Ep_4));
+        const real ncse_144 = fabs(state_internal_Ep_5);
+        const real ncse_145 = (ncse_144 + fabs(forces_E_5));
+        const real ncse_146 = (ncse_144 + (ncse_139 * ncse_145) + fabs(old_state_internal_Ep_5));
+        const real ncse_148 = (((real)0.3333333333333333) * ncse_121);
+        const real ncse_149 = (((real)1.3333333333333333) * ncse_127);
+        const real ncse_150 = (ncse_149 + (((real)0.3333333333333333) * ncse_123));
+        const real ncse_151 = (((real)0.3333333333333333) * ncse_126);
+        const real ncse_162 = (ncse_148 + ncse_150 + (((real)0.6666666666666666) * ncse_126));
+        const real ncse_163 = (ncse_150 + ncse_151 + (((real)0.6666666666666666) * ncse_121));
+        const real ncse_164 = (ncse_148 + ncse_149 + ncse_151 + (((real)0.6666666666666666) * ncse_123));
+        const real ncse_152 = ((((real)1.5) * (ncse_162 * ncse_162)) + (((real)1.5) * (ncse_163 * ncse_163)) + (((real)1.5) * (ncse_164 * ncse_164)) + (ncse_147 * (ncse_138 * ncse_138)) + (ncse_147 * (ncse_142 * ncse_142)) + (ncse_147 * (ncse_145 * ncse_145)));
+        const real ncse_153 = (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_152 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_135 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep));
+        const real ncse_154 = fabs((ncse_15 + ncse_20));
+        const real ncse_155 = fabs((ncse_20 + ncse_9));
+        const real ncse_156 = fabs((ncse_10 + ncse_20));
+        const real ncse_157 = (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_155 + (((real)2.0) * ncse_156))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_154 + ncse_156 + (((real)2.0) * ncse_155))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_155 + ncse_156 + (((real)2.0) * ncse_154))))))) + fabs(old_state_internal_phi));
+        const real ncse_158 = ((ncse_115 * ncse_152) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60)));
         const real nt1_r_0 = (state_internal_Ep_0 - old_state_internal_Ep_0 - (ncse_29 * ncse_3));
         const real nt1_r_1 = (state_internal_Ep_1 - old_state_internal_Ep_1 - (ncse_3 * ncse_32));
         const real nt1_r_2 = (state_internal_Ep_2 - old_state_internal_Ep_2 - (ncse_3 * ncse_35));
@@ -3265,12 +3292,12 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_8 = mc_le((-ncse_62), ncse_63);
         const real gtn_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8)));
         const real nt1_rnorm0 = it == 0 ? gtn_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_108 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_121 + ncse_129 + (((real)2.0) * ncse_123))))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_116 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_123 + ncse_129 + (((real)2.0) * ncse_121))))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_134 + (ncse_135 * ncse_136) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_124 + (ncse_132 * (ncse_114 + (ncse_115 * (ncse_128 + ncse_133 + (((real)2.0) * ncse_126))))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_137 + (ncse_136 * ncse_138) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_139 + (ncse_136 * ncse_140) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_109 + (ncse_132 * ((((real)2.0) * ncse_146 * ((ncse_110 * fabs((-((real)3.0) * ncse_97))) + fabs(ncse_54))) + (ncse_113 * ncse_115 * (ncse_126 + ncse_133 + (((real)3.0) * ncse_127))))) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_111 + (ncse_131 * (((real)1.0) + ncse_111) * ((ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_148 + (((real)2.0) * ncse_149))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_147 + ncse_149 + (((real)2.0) * ncse_148))))) + (ncse_130 * (ncse_114 + (ncse_115 * (ncse_148 + ncse_149 + (((real)2.0) * ncse_147))))))) + fabs(old_state_internal_phi)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (((real)1.0) + (ncse_115 * ncse_146) + (ncse_118 * ncse_132) + ((ncse_111 * ncse_111) * fabs(p_q3)) + (((real)2.0) * ncse_112 * fabs(ncse_60))))));
-        const int nt1_ok = ((gtn_return_map_residual_norm <= nt1_atol) | (nt1_scaled4 & (gtn_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_133) > 0 ? ncse_133 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_134) > 0 ? ncse_134 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_136) > 0 ? ncse_136 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_140) > 0 ? ncse_140 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_143) > 0 ? ncse_143 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_146) > 0 ? ncse_146 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_153) > 0 ? ncse_153 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_157) > 0 ? ncse_157 : ((real)0.0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_158) > 0 ? (((real)1.0) + ncse_158) : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled4 | (gtn_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_gtn_return_map_converged[l] = mc_was ? nt1_ok : v_gtn_return_map_converged[l];

@@ -93,10 +93,10 @@ def _torch_newton_1(
         ncse_27 = (ncse_26 * ncse_5)
         ncse_28 = (ncse_10 * ncse_26)
         ncse_29 = (ncse_3 * ncse_7)
-        ncse_114 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_115 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_116 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_114 * ncse_114) + (ncse_115 * ncse_115) + (ncse_116 * ncse_116)), min=0.0))
+        ncse_122 = (ncse_11 - ncse_25 - ncse_27)
+        ncse_123 = (ncse_29 - ncse_27 - ncse_28)
+        ncse_124 = (ncse_8 - ncse_25 - ncse_28)
+        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124)), min=0.0))
         ncse_31 = _sdiv(1.0, ncse_30)
         ncse_32 = (0.5 * ncse_31)
         ncse_33 = (ncse_14 * ncse_32)
@@ -166,20 +166,28 @@ def _torch_newton_1(
         ncse_99 = (1.3333333333333333 * ncse_95)
         ncse_100 = torch.abs(state_internal_Ep_2)
         ncse_101 = (ncse_100 + torch.abs(forces_E_2))
-        ncse_117 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_102 = (2.6666666666666665 * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * torch.abs(p_nu) * ncse_117)
+        ncse_125 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_102 = (2.6666666666666665 * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * torch.abs(p_nu) * ncse_125)
         ncse_103 = (ncse_102 + (ncse_101 * ncse_96))
         ncse_104 = torch.abs(ncse_31)
         ncse_105 = (torch.abs(ncse_13) * torch.abs(state_internal_gamma_rate))
         ncse_106 = (0.5 * ncse_104 * ncse_105)
-        ncse_107 = (ncse_96 * ncse_98)
-        ncse_108 = torch.abs(state_internal_Ep_3)
-        ncse_109 = (ncse_105 * ncse_93)
-        ncse_110 = (ncse_104 * ncse_109 * ncse_94)
-        ncse_111 = torch.abs(state_internal_Ep_4)
-        ncse_112 = torch.abs(state_internal_Ep_5)
-        ncse_113 = torch.abs(state_internal_ep)
-        ncse_118 = (0.816496580927726 * ncse_47)
+        ncse_107 = (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + torch.abs(old_state_internal_Ep_0))
+        ncse_108 = (ncse_96 * ncse_98)
+        ncse_109 = (ncse_91 + (ncse_106 * (ncse_103 + ncse_108 + (ncse_92 * ncse_99))) + torch.abs(old_state_internal_Ep_1))
+        ncse_110 = (ncse_100 + (ncse_106 * (ncse_102 + ncse_108 + ncse_97 + (ncse_101 * ncse_99))) + torch.abs(old_state_internal_Ep_2))
+        ncse_111 = torch.abs(state_internal_Ep_3)
+        ncse_112 = (ncse_105 * ncse_93)
+        ncse_113 = (ncse_104 * ncse_112 * ncse_94)
+        ncse_114 = (ncse_111 + (ncse_113 * (ncse_111 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3))
+        ncse_115 = torch.abs(state_internal_Ep_4)
+        ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4))
+        ncse_117 = torch.abs(state_internal_Ep_5)
+        ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5))
+        ncse_119 = torch.abs(state_internal_ep)
+        ncse_120 = (ncse_119 + (0.816496580927726 * ncse_105) + torch.abs(old_state_internal_ep))
+        ncse_121 = (ncse_112 + (0.816496580927726 * ((ncse_119 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y))))
+        ncse_126 = (0.816496580927726 * ncse_47)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -191,11 +199,11 @@ def _torch_newton_1(
         j2_linear_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = j2_linear_iso_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_106 * (ncse_103 + ncse_107 + (ncse_92 * ncse_99))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (0.816496580927726 * ncse_105) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (0.816496580927726 * ((ncse_113 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)))))))
-        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_107) > 0.0, ncse_107, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_109) > 0.0, ncse_109, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_110) > 0.0, ncse_110, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_114) > 0.0, ncse_114, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_118) > 0.0, ncse_118, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_120) > 0.0, ncse_120, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_121) > 0.0, ncse_121, 0.0))))
+        j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_linear_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -205,7 +213,7 @@ def _torch_newton_1(
             [ncse_58, ncse_65, ncse_71, (1.0 - (ncse_49 * (-ncse_75 - (ncse_18 * ncse_76)))), ncse_80, ncse_81, 0.0, (ncse_16 * ncse_82)],
             [ncse_60, ncse_67, ncse_73, ncse_80, (1.0 - (ncse_49 * (-ncse_75 - (ncse_21 * ncse_76)))), ncse_83, 0.0, (ncse_20 * ncse_82)],
             [ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, (1.0 - (ncse_49 * (-ncse_75 - (ncse_24 * ncse_76)))), 0.0, (ncse_23 * ncse_82)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_118],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_126],
             [(-ncse_12 * ncse_87), (-ncse_34 * ncse_87), (-ncse_35 * ncse_87), (-ncse_54 * ncse_88), (-ncse_20 * ncse_89), (-ncse_23 * ncse_89), (-0.816496580927726 * p_K * ncse_85), (ncse_36 * ncse_84)],
         ], X)
         nt1_B = _matrix([
@@ -1449,10 +1457,10 @@ if triton is not None:
             ncse_27 = (ncse_26 * ncse_5)
             ncse_28 = (ncse_10 * ncse_26)
             ncse_29 = (ncse_3 * ncse_7)
-            ncse_114 = (ncse_11 - ncse_25 - ncse_27)
-            ncse_115 = (ncse_29 - ncse_27 - ncse_28)
-            ncse_116 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_114 * ncse_114) + (ncse_115 * ncse_115) + (ncse_116 * ncse_116))))
+            ncse_122 = (ncse_11 - ncse_25 - ncse_27)
+            ncse_123 = (ncse_29 - ncse_27 - ncse_28)
+            ncse_124 = (ncse_8 - ncse_25 - ncse_28)
+            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1522,20 +1530,28 @@ if triton is not None:
             ncse_99 = (K3 * ncse_95)
             ncse_100 = tl.abs(state_internal_Ep_2)
             ncse_101 = (ncse_100 + tl.abs(forces_E_2))
-            ncse_117 = tl.abs((K1 / (K1 - (K9 * p_nu))))
-            ncse_102 = (K10 * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * tl.abs(p_nu) * ncse_117)
+            ncse_125 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_102 = (K10 * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * tl.abs(p_nu) * ncse_125)
             ncse_103 = (ncse_102 + (ncse_101 * ncse_96))
             ncse_104 = tl.abs(ncse_31)
             ncse_105 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
             ncse_106 = (K5 * ncse_104 * ncse_105)
-            ncse_107 = (ncse_96 * ncse_98)
-            ncse_108 = tl.abs(state_internal_Ep_3)
-            ncse_109 = (ncse_105 * ncse_93)
-            ncse_110 = (ncse_104 * ncse_109 * ncse_94)
-            ncse_111 = tl.abs(state_internal_Ep_4)
-            ncse_112 = tl.abs(state_internal_Ep_5)
-            ncse_113 = tl.abs(state_internal_ep)
-            ncse_118 = (K6 * ncse_47)
+            ncse_107 = (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + tl.abs(old_state_internal_Ep_0))
+            ncse_108 = (ncse_96 * ncse_98)
+            ncse_109 = (ncse_91 + (ncse_106 * (ncse_103 + ncse_108 + (ncse_92 * ncse_99))) + tl.abs(old_state_internal_Ep_1))
+            ncse_110 = (ncse_100 + (ncse_106 * (ncse_102 + ncse_108 + ncse_97 + (ncse_101 * ncse_99))) + tl.abs(old_state_internal_Ep_2))
+            ncse_111 = tl.abs(state_internal_Ep_3)
+            ncse_112 = (ncse_105 * ncse_93)
+            ncse_113 = (ncse_104 * ncse_112 * ncse_94)
+            ncse_114 = (ncse_111 + (ncse_113 * (ncse_111 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3))
+            ncse_115 = tl.abs(state_internal_Ep_4)
+            ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4))
+            ncse_117 = tl.abs(state_internal_Ep_5)
+            ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5))
+            ncse_119 = tl.abs(state_internal_ep)
+            ncse_120 = (ncse_119 + (K6 * ncse_105) + tl.abs(old_state_internal_ep))
+            ncse_121 = (ncse_112 + (K6 * ((ncse_119 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y))))
+            ncse_126 = (K6 * ncse_47)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -1546,11 +1562,11 @@ if triton is not None:
             nt1_r_7 = _mc_le((-ncse_41), ncse_37)
             j2_linear_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_linear_iso_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_106 * (ncse_103 + ncse_107 + (ncse_92 * ncse_99))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (K6 * ncse_105) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (K6 * ((ncse_113 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)))))))
-            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < K11)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K11 - ncse_107) > 0.0, ncse_107, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K11 - ncse_109) > 0.0, ncse_109, K8))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K11 - ncse_110) > 0.0, ncse_110, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K11 - ncse_114) > 0.0, ncse_114, K8))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_118) > 0.0, ncse_118, K8))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_120) > 0.0, ncse_120, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_121) > 0.0, ncse_121, K8))))
+            j2_linear_iso_return_map_converged = j2_linear_iso_return_map_converged | (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_linear_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_49 * (-ncse_43 - (ncse_46 * (ncse_12 * ncse_12)))))
             nt1_2 = (ncse_32 * ncse_55)
@@ -1576,7 +1592,7 @@ if triton is not None:
                 nt1_1, ncse_52, ncse_53, ncse_58, ncse_60, ncse_61, nt1_2, ncse_52, nt1_3, ncse_62, ncse_65,
                 ncse_67, ncse_68, nt1_4, ncse_53, ncse_62, nt1_5, ncse_71, ncse_73, ncse_74, nt1_6, ncse_58,
                 ncse_65, ncse_71, nt1_7, ncse_80, ncse_81, nt1_8, ncse_60, ncse_67, ncse_73, ncse_80, nt1_9,
-                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_118, nt1_13,
+                ncse_83, nt1_10, ncse_61, ncse_68, ncse_74, ncse_81, ncse_83, nt1_11, nt1_12, ncse_126, nt1_13,
                 nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, nt1_20, DTYPE)
             nt1_21 = (-nt1_r_0)
             nt1_22 = (-nt1_r_1)
@@ -2317,8 +2333,8 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_95[MC_W];
     real v_ncse_96[MC_W];
     real v_ncse_99[MC_W];
-    real v_ncse_117[MC_W];
-    real v_ncse_118[MC_W];
+    real v_ncse_125[MC_W];
+    real v_ncse_126[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2357,8 +2373,8 @@ MC_INLINE void newton_1_iterate(
         const real ncse_95 = (ncse_93 * ncse_94);
         const real ncse_96 = (((real)0.6666666666666666) * ncse_95);
         const real ncse_99 = (((real)1.3333333333333333) * ncse_95);
-        const real ncse_117 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_118 = (((real)0.816496580927726) * ncse_47);
+        const real ncse_125 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_126 = (((real)0.816496580927726) * ncse_47);
         v_j2_linear_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_linear_iso_return_map_converged[l] : 0;
         v_j2_linear_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_linear_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2386,8 +2402,8 @@ MC_INLINE void newton_1_iterate(
         v_ncse_95[l] = ncse_95;
         v_ncse_96[l] = ncse_96;
         v_ncse_99[l] = ncse_99;
-        v_ncse_117[l] = ncse_117;
-        v_ncse_118[l] = ncse_118;
+        v_ncse_125[l] = ncse_125;
+        v_ncse_126[l] = ncse_126;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2424,19 +2440,19 @@ MC_INLINE void newton_1_iterate(
         const real ncse_78 = v_ncse_78[l];
         const real ncse_96 = v_ncse_96[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_117 = v_ncse_117[l];
+        const real ncse_125 = v_ncse_125[l];
         const real ncse_95 = v_ncse_95[l];
-        const real ncse_93 = v_ncse_93[l];
-        const real ncse_94 = v_ncse_94[l];
+        const real ncse_99 = v_ncse_99[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
+        const real ncse_93 = v_ncse_93[l];
+        const real ncse_94 = v_ncse_94[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real ncse_99 = v_ncse_99[l];
-        const real ncse_118 = v_ncse_118[l];
+        const real ncse_126 = v_ncse_126[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2460,10 +2476,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_27 = (ncse_26 * ncse_5);
         const real ncse_28 = (ncse_10 * ncse_26);
         const real ncse_29 = (ncse_3 * ncse_7);
-        const real ncse_114 = (ncse_11 - ncse_25 - ncse_27);
-        const real ncse_115 = (ncse_29 - ncse_27 - ncse_28);
-        const real ncse_116 = (ncse_8 - ncse_25 - ncse_28);
-        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_114 * ncse_114) + (ncse_115 * ncse_115) + (ncse_116 * ncse_116))));
+        const real ncse_122 = (ncse_11 - ncse_25 - ncse_27);
+        const real ncse_123 = (ncse_29 - ncse_27 - ncse_28);
+        const real ncse_124 = (ncse_8 - ncse_25 - ncse_28);
+        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_122 * ncse_122) + (ncse_123 * ncse_123) + (ncse_124 * ncse_124))));
         const real ncse_31 = mc_sdiv(((real)1.0), ncse_30);
         const real ncse_32 = (((real)0.5) * ncse_31);
         const real ncse_33 = (ncse_14 * ncse_32);
@@ -2523,18 +2539,26 @@ MC_INLINE void newton_1_iterate(
         const real ncse_98 = (ncse_90 + fabs(forces_E_0));
         const real ncse_100 = fabs(state_internal_Ep_2);
         const real ncse_101 = (ncse_100 + fabs(forces_E_2));
-        const real ncse_102 = (((real)2.6666666666666665) * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * fabs(p_nu) * ncse_117);
+        const real ncse_102 = (((real)2.6666666666666665) * ncse_95 * (ncse_101 + ncse_92 + ncse_98) * fabs(p_nu) * ncse_125);
         const real ncse_103 = (ncse_102 + (ncse_101 * ncse_96));
         const real ncse_104 = fabs(ncse_31);
         const real ncse_105 = (fabs(ncse_13) * fabs(state_internal_gamma_rate));
         const real ncse_106 = (((real)0.5) * ncse_104 * ncse_105);
-        const real ncse_107 = (ncse_96 * ncse_98);
-        const real ncse_108 = fabs(state_internal_Ep_3);
-        const real ncse_109 = (ncse_105 * ncse_93);
-        const real ncse_110 = (ncse_104 * ncse_109 * ncse_94);
-        const real ncse_111 = fabs(state_internal_Ep_4);
-        const real ncse_112 = fabs(state_internal_Ep_5);
-        const real ncse_113 = fabs(state_internal_ep);
+        const real ncse_107 = (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + fabs(old_state_internal_Ep_0));
+        const real ncse_108 = (ncse_96 * ncse_98);
+        const real ncse_109 = (ncse_91 + (ncse_106 * (ncse_103 + ncse_108 + (ncse_92 * ncse_99))) + fabs(old_state_internal_Ep_1));
+        const real ncse_110 = (ncse_100 + (ncse_106 * (ncse_102 + ncse_108 + ncse_97 + (ncse_101 * ncse_99))) + fabs(old_state_internal_Ep_2));
+        const real ncse_111 = fabs(state_internal_Ep_3);
+        const real ncse_112 = (ncse_105 * ncse_93);
+        const real ncse_113 = (ncse_104 * ncse_112 * ncse_94);
+        const real ncse_114 = (ncse_111 + (ncse_113 * (ncse_111 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3));
+        const real ncse_115 = fabs(state_internal_Ep_4);
+        const real ncse_116 = (ncse_115 + (ncse_113 * (ncse_115 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4));
+        const real ncse_117 = fabs(state_internal_Ep_5);
+        const real ncse_118 = (ncse_117 + (ncse_113 * (ncse_117 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5));
+        const real ncse_119 = fabs(state_internal_ep);
+        const real ncse_120 = (ncse_119 + (((real)0.816496580927726) * ncse_105) + fabs(old_state_internal_ep));
+        const real ncse_121 = (ncse_112 + (((real)0.816496580927726) * ((ncse_119 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y))));
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35));
@@ -2545,11 +2569,11 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_7 = mc_le((-ncse_41), ncse_37);
         const real j2_linear_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? j2_linear_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_106 * (ncse_103 + ncse_97 + (ncse_98 * ncse_99))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_106 * (ncse_103 + ncse_107 + (ncse_92 * ncse_99))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_108 + (ncse_110 * (ncse_108 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_100 + (ncse_106 * (ncse_102 + ncse_107 + ncse_97 + (ncse_101 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_111 + (ncse_110 * (ncse_111 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_112 + (ncse_110 * (ncse_112 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_113 + (((real)0.816496580927726) * ncse_105) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_109 + (((real)0.816496580927726) * ((ncse_113 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)))))));
-        const int nt1_ok = ((j2_linear_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_linear_iso_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_107) > 0 ? ncse_107 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_109) > 0 ? ncse_109 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_110) > 0 ? ncse_110 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_118) > 0 ? ncse_118 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_120) > 0 ? ncse_120 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_121) > 0 ? ncse_121 : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled3 | (j2_linear_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_linear_iso_return_map_converged[l] = mc_was ? nt1_ok : v_j2_linear_iso_return_map_converged[l];
@@ -2702,10 +2726,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_142 = (nt1_141 ? (((real)1.0) / nt1_136) : MC_NAN);
         const real nt1_143 = (nt1_139 * nt1_142);
         const real nt1_144 = (nt1_140 - (nt1_137 * nt1_143));
-        const int nt1_145 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_118)));
+        const int nt1_145 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_126)));
         const real nt1_146 = (nt1_145 ? ((real)1.0) : MC_NAN);
         const real nt1_147 = (nt1_19 * nt1_146);
-        const real nt1_148 = (nt1_144 - (ncse_118 * nt1_147));
+        const real nt1_148 = (nt1_144 - (ncse_126 * nt1_147));
         const real nt1_149 = (((real)1.0) / nt1_148);
         const real nt1_150 = (-nt1_r_0);
         const real nt1_151 = (-nt1_r_1);
@@ -2738,7 +2762,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_178 = (nt1_177 - (nt1_176 * nt1_143));
         const real nt1_179 = (nt1_178 - (nt1_156 * nt1_147));
         const real nt1_180 = (nt1_179 * nt1_149);
-        const real nt1_181 = (nt1_146 * (nt1_156 - (ncse_118 * nt1_180)));
+        const real nt1_181 = (nt1_146 * (nt1_156 - (ncse_126 * nt1_180)));
         const real nt1_182 = (nt1_142 * (nt1_176 - (nt1_137 * nt1_180)));
         const real nt1_183 = (nt1_134 * (nt1_173 - (nt1_123 * nt1_182) - (nt1_124 * nt1_180)));
         const real nt1_184 = (nt1_120 * (nt1_169 - (nt1_101 * nt1_183) - (nt1_102 * nt1_182) - (nt1_103 * nt1_180)));
@@ -2823,7 +2847,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = ncse_118;
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_126;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[56 * MC_W + l] = (-ncse_12 * ncse_87);
         if (V & 1) mc_A[57 * MC_W + l] = (-ncse_34 * ncse_87);

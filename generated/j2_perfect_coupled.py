@@ -91,10 +91,10 @@ def _torch_newton_1(
         ncse_26 = (ncse_25 * ncse_5)
         ncse_27 = (ncse_10 * ncse_25)
         ncse_28 = (ncse_3 * ncse_7)
-        ncse_111 = (ncse_11 - ncse_24 - ncse_26)
-        ncse_112 = (ncse_28 - ncse_26 - ncse_27)
-        ncse_113 = (ncse_8 - ncse_24 - ncse_27)
-        ncse_29 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113)), min=0.0))
+        ncse_118 = (ncse_11 - ncse_24 - ncse_26)
+        ncse_119 = (ncse_28 - ncse_26 - ncse_27)
+        ncse_120 = (ncse_8 - ncse_24 - ncse_27)
+        ncse_29 = torch.sqrt(torch.clamp((ncse_17 + ncse_20 + ncse_23 + (ncse_118 * ncse_118) + (ncse_119 * ncse_119) + (ncse_120 * ncse_120)), min=0.0))
         ncse_30 = _sdiv(1.0, ncse_29)
         ncse_31 = (0.5 * ncse_30)
         ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate)
@@ -163,18 +163,25 @@ def _torch_newton_1(
         ncse_97 = (1.3333333333333333 * ncse_93)
         ncse_98 = torch.abs(state_internal_Ep_2)
         ncse_99 = (ncse_98 + torch.abs(forces_E_2))
-        ncse_114 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_114)
+        ncse_121 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_121)
         ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
         ncse_102 = torch.abs(ncse_30)
         ncse_103 = (torch.abs(ncse_13) * torch.abs(state_internal_gamma_rate))
         ncse_104 = (0.5 * ncse_102 * ncse_103)
-        ncse_105 = (ncse_94 * ncse_96)
-        ncse_106 = torch.abs(state_internal_Ep_3)
-        ncse_107 = (ncse_103 * ncse_91)
-        ncse_108 = (ncse_102 * ncse_107 * ncse_92)
-        ncse_109 = torch.abs(state_internal_Ep_4)
-        ncse_110 = torch.abs(state_internal_Ep_5)
+        ncse_105 = (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0))
+        ncse_106 = (ncse_94 * ncse_96)
+        ncse_107 = (ncse_89 + (ncse_104 * (ncse_101 + ncse_106 + (ncse_90 * ncse_97))) + torch.abs(old_state_internal_Ep_1))
+        ncse_108 = (ncse_98 + (ncse_104 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2))
+        ncse_109 = torch.abs(state_internal_Ep_3)
+        ncse_110 = (ncse_103 * ncse_91)
+        ncse_111 = (ncse_102 * ncse_110 * ncse_92)
+        ncse_112 = (ncse_109 + (ncse_111 * (ncse_109 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3))
+        ncse_113 = torch.abs(state_internal_Ep_4)
+        ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4))
+        ncse_115 = torch.abs(state_internal_Ep_5)
+        ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5))
+        ncse_117 = (ncse_110 + (0.816496580927726 * ((1.224744871391589 * torch.abs(ncse_29)) + torch.abs(p_sigma_y))))
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34))
@@ -185,11 +192,11 @@ def _torch_newton_1(
         j2_perfect_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
         if it1 == 0:
             nt1_rnorm0 = j2_perfect_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (0.816496580927726 * ((1.224744871391589 * torch.abs(ncse_29)) + torch.abs(p_sigma_y)))))))
-        j2_perfect_return_map_converged = j2_perfect_return_map_converged | ((j2_perfect_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_perfect_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_105) > 0.0, ncse_105, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_107) > 0.0, ncse_107, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_108) > 0.0, ncse_108, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_112) > 0.0, ncse_112, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_114) > 0.0, ncse_114, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_117) > 0.0, ncse_117, 0.0))))
+        j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_perfect_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -1306,10 +1313,10 @@ if triton is not None:
             ncse_26 = (ncse_25 * ncse_5)
             ncse_27 = (ncse_10 * ncse_25)
             ncse_28 = (ncse_3 * ncse_7)
-            ncse_111 = (ncse_11 - ncse_24 - ncse_26)
-            ncse_112 = (ncse_28 - ncse_26 - ncse_27)
-            ncse_113 = (ncse_8 - ncse_24 - ncse_27)
-            ncse_29 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113))))
+            ncse_118 = (ncse_11 - ncse_24 - ncse_26)
+            ncse_119 = (ncse_28 - ncse_26 - ncse_27)
+            ncse_120 = (ncse_8 - ncse_24 - ncse_27)
+            ncse_29 = tl.sqrt(_mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_118 * ncse_118) + (ncse_119 * ncse_119) + (ncse_120 * ncse_120))))
             ncse_30 = _mc_sdiv(K1, ncse_29)
             ncse_31 = (K5 * ncse_30)
             ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate)
@@ -1378,18 +1385,25 @@ if triton is not None:
             ncse_97 = (K3 * ncse_93)
             ncse_98 = tl.abs(state_internal_Ep_2)
             ncse_99 = (ncse_98 + tl.abs(forces_E_2))
-            ncse_114 = tl.abs((K1 / (K1 - (K9 * p_nu))))
-            ncse_100 = (K10 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_114)
+            ncse_121 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_100 = (K10 * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_121)
             ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
             ncse_102 = tl.abs(ncse_30)
             ncse_103 = (tl.abs(ncse_13) * tl.abs(state_internal_gamma_rate))
             ncse_104 = (K5 * ncse_102 * ncse_103)
-            ncse_105 = (ncse_94 * ncse_96)
-            ncse_106 = tl.abs(state_internal_Ep_3)
-            ncse_107 = (ncse_103 * ncse_91)
-            ncse_108 = (ncse_102 * ncse_107 * ncse_92)
-            ncse_109 = tl.abs(state_internal_Ep_4)
-            ncse_110 = tl.abs(state_internal_Ep_5)
+            ncse_105 = (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0))
+            ncse_106 = (ncse_94 * ncse_96)
+            ncse_107 = (ncse_89 + (ncse_104 * (ncse_101 + ncse_106 + (ncse_90 * ncse_97))) + tl.abs(old_state_internal_Ep_1))
+            ncse_108 = (ncse_98 + (ncse_104 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2))
+            ncse_109 = tl.abs(state_internal_Ep_3)
+            ncse_110 = (ncse_103 * ncse_91)
+            ncse_111 = (ncse_102 * ncse_110 * ncse_92)
+            ncse_112 = (ncse_109 + (ncse_111 * (ncse_109 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3))
+            ncse_113 = tl.abs(state_internal_Ep_4)
+            ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4))
+            ncse_115 = tl.abs(state_internal_Ep_5)
+            ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5))
+            ncse_117 = (ncse_110 + (K6 * ((K7 * tl.abs(ncse_29)) + tl.abs(p_sigma_y))))
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34))
@@ -1399,11 +1413,11 @@ if triton is not None:
             nt1_r_6 = _mc_le((-ncse_40), ncse_36)
             j2_perfect_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_perfect_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (K6 * ((K7 * tl.abs(ncse_29)) + tl.abs(p_sigma_y)))))))
-            j2_perfect_return_map_converged = j2_perfect_return_map_converged | ((j2_perfect_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_perfect_return_map_residual_norm < K11)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K11 - ncse_105) > 0.0, ncse_105, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K11 - ncse_107) > 0.0, ncse_107, K8))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K11 - ncse_108) > 0.0, ncse_108, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K11 - ncse_112) > 0.0, ncse_112, K8))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_114) > 0.0, ncse_114, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_117) > 0.0, ncse_117, K8))))
+            j2_perfect_return_map_converged = j2_perfect_return_map_converged | (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_perfect_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_48 * (-ncse_42 - (ncse_45 * (ncse_12 * ncse_12)))))
             nt1_2 = (ncse_31 * ncse_54)
@@ -2126,7 +2140,7 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_93[MC_W];
     real v_ncse_94[MC_W];
     real v_ncse_97[MC_W];
-    real v_ncse_114[MC_W];
+    real v_ncse_121[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2163,7 +2177,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_93 = (ncse_91 * ncse_92);
         const real ncse_94 = (((real)0.6666666666666666) * ncse_93);
         const real ncse_97 = (((real)1.3333333333333333) * ncse_93);
-        const real ncse_114 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_121 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
         v_j2_perfect_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_converged[l] : 0;
         v_j2_perfect_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_perfect_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2190,7 +2204,7 @@ MC_INLINE void newton_1_iterate(
         v_ncse_93[l] = ncse_93;
         v_ncse_94[l] = ncse_94;
         v_ncse_97[l] = ncse_97;
-        v_ncse_114[l] = ncse_114;
+        v_ncse_121[l] = ncse_121;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2225,17 +2239,17 @@ MC_INLINE void newton_1_iterate(
         const real ncse_77 = v_ncse_77[l];
         const real ncse_94 = v_ncse_94[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_114 = v_ncse_114[l];
+        const real ncse_121 = v_ncse_121[l];
         const real ncse_93 = v_ncse_93[l];
-        const real ncse_91 = v_ncse_91[l];
-        const real ncse_92 = v_ncse_92[l];
+        const real ncse_97 = v_ncse_97[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
+        const real ncse_91 = v_ncse_91[l];
+        const real ncse_92 = v_ncse_92[l];
         const real old_state_internal_Ep_3 = v_old_state_internal_Ep_3[l];
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
-        const real ncse_97 = v_ncse_97[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2258,10 +2272,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_26 = (ncse_25 * ncse_5);
         const real ncse_27 = (ncse_10 * ncse_25);
         const real ncse_28 = (ncse_3 * ncse_7);
-        const real ncse_111 = (ncse_11 - ncse_24 - ncse_26);
-        const real ncse_112 = (ncse_28 - ncse_26 - ncse_27);
-        const real ncse_113 = (ncse_8 - ncse_24 - ncse_27);
-        const real ncse_29 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_111 * ncse_111) + (ncse_112 * ncse_112) + (ncse_113 * ncse_113))));
+        const real ncse_118 = (ncse_11 - ncse_24 - ncse_26);
+        const real ncse_119 = (ncse_28 - ncse_26 - ncse_27);
+        const real ncse_120 = (ncse_8 - ncse_24 - ncse_27);
+        const real ncse_29 = sqrt(mc_pos((ncse_17 + ncse_20 + ncse_23 + (ncse_118 * ncse_118) + (ncse_119 * ncse_119) + (ncse_120 * ncse_120))));
         const real ncse_30 = mc_sdiv(((real)1.0), ncse_29);
         const real ncse_31 = (((real)0.5) * ncse_30);
         const real ncse_32 = (ncse_13 * ncse_31 * state_internal_gamma_rate);
@@ -2320,17 +2334,24 @@ MC_INLINE void newton_1_iterate(
         const real ncse_96 = (ncse_88 + fabs(forces_E_0));
         const real ncse_98 = fabs(state_internal_Ep_2);
         const real ncse_99 = (ncse_98 + fabs(forces_E_2));
-        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_114);
+        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_90 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_121);
         const real ncse_101 = (ncse_100 + (ncse_94 * ncse_99));
         const real ncse_102 = fabs(ncse_30);
         const real ncse_103 = (fabs(ncse_13) * fabs(state_internal_gamma_rate));
         const real ncse_104 = (((real)0.5) * ncse_102 * ncse_103);
-        const real ncse_105 = (ncse_94 * ncse_96);
-        const real ncse_106 = fabs(state_internal_Ep_3);
-        const real ncse_107 = (ncse_103 * ncse_91);
-        const real ncse_108 = (ncse_102 * ncse_107 * ncse_92);
-        const real ncse_109 = fabs(state_internal_Ep_4);
-        const real ncse_110 = fabs(state_internal_Ep_5);
+        const real ncse_105 = (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0));
+        const real ncse_106 = (ncse_94 * ncse_96);
+        const real ncse_107 = (ncse_89 + (ncse_104 * (ncse_101 + ncse_106 + (ncse_90 * ncse_97))) + fabs(old_state_internal_Ep_1));
+        const real ncse_108 = (ncse_98 + (ncse_104 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2));
+        const real ncse_109 = fabs(state_internal_Ep_3);
+        const real ncse_110 = (ncse_103 * ncse_91);
+        const real ncse_111 = (ncse_102 * ncse_110 * ncse_92);
+        const real ncse_112 = (ncse_109 + (ncse_111 * (ncse_109 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3));
+        const real ncse_113 = fabs(state_internal_Ep_4);
+        const real ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4));
+        const real ncse_115 = fabs(state_internal_Ep_5);
+        const real ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5));
+        const real ncse_117 = (ncse_110 + (((real)0.816496580927726) * ((((real)1.224744871391589) * fabs(ncse_29)) + fabs(p_sigma_y))));
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_32));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_32 * ncse_33));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_32 * ncse_34));
@@ -2340,11 +2361,11 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_6 = mc_le((-ncse_40), ncse_36);
         const real j2_perfect_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6)));
         const real nt1_rnorm0 = it == 0 ? j2_perfect_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_88 + (ncse_104 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_89 + (ncse_104 * (ncse_101 + ncse_105 + (ncse_90 * ncse_97))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_106 + (ncse_108 * (ncse_106 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_104 * (ncse_100 + ncse_105 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_107 + (((real)0.816496580927726) * ((((real)1.224744871391589) * fabs(ncse_29)) + fabs(p_sigma_y)))))));
-        const int nt1_ok = ((j2_perfect_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (j2_perfect_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_105) > 0 ? ncse_105 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_107) > 0 ? ncse_107 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_108) > 0 ? ncse_108 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_112) > 0 ? ncse_112 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_117) > 0 ? ncse_117 : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled3 | (j2_perfect_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_perfect_return_map_converged[l] = mc_was ? nt1_ok : v_j2_perfect_return_map_converged[l];

@@ -67,39 +67,41 @@ def _torch_newton_1(
         ncse_6 = (p_E / (2.0 + (2.0 * p_nu)))
         ncse_7 = (2.0 * ncse_6)
         ncse_8 = (ncse_7 + (ncse_4 * ncse_5))
-        ncse_31 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3))
-        ncse_9 = (ncse_31 - (ncse_4 * old_state_internal_X_3))
-        ncse_32 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4))
-        ncse_10 = (ncse_32 - (ncse_4 * old_state_internal_X_4))
-        ncse_33 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5))
-        ncse_11 = (ncse_33 - (ncse_4 * old_state_internal_X_5))
+        ncse_33 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3))
+        ncse_9 = (ncse_33 - (ncse_4 * old_state_internal_X_3))
+        ncse_34 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4))
+        ncse_10 = (ncse_34 - (ncse_4 * old_state_internal_X_4))
+        ncse_35 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5))
+        ncse_11 = (ncse_35 - (ncse_4 * old_state_internal_X_5))
         ncse_12 = (0.3333333333333333 * old_state_internal_X_1)
         ncse_13 = (0.3333333333333333 * old_state_internal_X_2)
         ncse_14 = (-ncse_12 - ncse_13 + (0.6666666666666666 * old_state_internal_X_0))
         ncse_15 = (0.3333333333333333 * ncse_1)
         ncse_16 = (0.3333333333333333 * ncse_2)
-        ncse_34 = (ncse_7 * (ncse_15 + ncse_16 - (0.6666666666666666 * ncse_0)))
-        ncse_17 = (ncse_34 - (ncse_14 * ncse_4))
+        ncse_36 = (ncse_7 * (ncse_15 + ncse_16 - (0.6666666666666666 * ncse_0)))
+        ncse_17 = (ncse_36 - (ncse_14 * ncse_4))
         ncse_18 = (0.3333333333333333 * old_state_internal_X_0)
         ncse_19 = (-ncse_13 - ncse_18 + (0.6666666666666666 * old_state_internal_X_1))
         ncse_20 = (0.3333333333333333 * ncse_0)
-        ncse_35 = (ncse_7 * (ncse_16 + ncse_20 - (0.6666666666666666 * ncse_1)))
-        ncse_21 = (ncse_35 - (ncse_19 * ncse_4))
+        ncse_37 = (ncse_7 * (ncse_16 + ncse_20 - (0.6666666666666666 * ncse_1)))
+        ncse_21 = (ncse_37 - (ncse_19 * ncse_4))
         ncse_22 = (-ncse_12 - ncse_18 + (0.6666666666666666 * old_state_internal_X_2))
-        ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (0.6666666666666666 * ncse_2)))
-        ncse_23 = (ncse_36 - (ncse_22 * ncse_4))
+        ncse_38 = (ncse_7 * (ncse_15 + ncse_20 - (0.6666666666666666 * ncse_2)))
+        ncse_23 = (ncse_38 - (ncse_22 * ncse_4))
         ncse_24 = torch.sqrt(torch.clamp(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9)), min=0.0))
         ncse_26 = torch.exp((-p_d * (old_state_internal_ep + (0.816496580927726 * state_internal_dgamma))))
         ncse_27 = (-ncse_24 + (0.816496580927726 * (p_sigma_y + (p_R * (1.0 - ncse_26)))))
         ncse_28 = _heaviside((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))))
         ncse_29 = (ncse_4 * ncse_4)
         ncse_30 = torch.abs(state_internal_dgamma)
-        ncse_37 = (2.0 * torch.abs(ncse_6))
+        ncse_39 = (2.0 * torch.abs(ncse_6))
+        ncse_31 = (ncse_39 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))
+        ncse_32 = ((0.816496580927726 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_24))
         nt1_r_0 = _le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma))
         j2_voce_af_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_radial_return_solve_residual_norm
-        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (0.6666666666666666 * (((1.0 + (ncse_30 * torch.abs(p_g))) * torch.abs((-ncse_29))) + torch.abs(ncse_4)) * torch.abs(p_C)) + torch.abs(p_E))) + (0.816496580927726 * (((1.0 + torch.abs(ncse_26)) * torch.abs(p_R)) + torch.abs(p_sigma_y))) + torch.abs(ncse_24))))))
+        j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_32 - (ncse_30 * ncse_31)) > 0.0, (ncse_32 + (ncse_30 * ncse_31)), 0.0))))
         if it1 == maxit1 or bool(j2_voce_af_radial_return_solve_converged.all()):
             break
         nt1_1 = ((p_E * ncse_28) + ((1.0 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((2.0 * ncse_10 * old_state_internal_X_4) + (2.0 * ncse_11 * old_state_internal_X_5) + (2.0 * ncse_14 * ncse_17) + (2.0 * ncse_19 * ncse_21) + (2.0 * ncse_22 * ncse_23) + (2.0 * ncse_9 * old_state_internal_X_3)) * _sdiv(1.0, (2.0 * ncse_24))))) + (0.6666666666666666 * p_R * p_d * ncse_26))))
@@ -1451,38 +1453,40 @@ if triton is not None:
             ncse_6 = (p_E / (K4 + (K4 * p_nu)))
             ncse_7 = (K4 * ncse_6)
             ncse_8 = (ncse_7 + (ncse_4 * ncse_5))
-            ncse_31 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3))
-            ncse_9 = (ncse_31 - (ncse_4 * old_state_internal_X_3))
-            ncse_32 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4))
-            ncse_10 = (ncse_32 - (ncse_4 * old_state_internal_X_4))
-            ncse_33 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5))
-            ncse_11 = (ncse_33 - (ncse_4 * old_state_internal_X_5))
+            ncse_33 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3))
+            ncse_9 = (ncse_33 - (ncse_4 * old_state_internal_X_3))
+            ncse_34 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4))
+            ncse_10 = (ncse_34 - (ncse_4 * old_state_internal_X_4))
+            ncse_35 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5))
+            ncse_11 = (ncse_35 - (ncse_4 * old_state_internal_X_5))
             ncse_12 = (K5 * old_state_internal_X_1)
             ncse_13 = (K5 * old_state_internal_X_2)
             ncse_14 = (-ncse_12 - ncse_13 + (K3 * old_state_internal_X_0))
             ncse_15 = (K5 * ncse_1)
             ncse_16 = (K5 * ncse_2)
-            ncse_34 = (ncse_7 * (ncse_15 + ncse_16 - (K3 * ncse_0)))
-            ncse_17 = (ncse_34 - (ncse_14 * ncse_4))
+            ncse_36 = (ncse_7 * (ncse_15 + ncse_16 - (K3 * ncse_0)))
+            ncse_17 = (ncse_36 - (ncse_14 * ncse_4))
             ncse_18 = (K5 * old_state_internal_X_0)
             ncse_19 = (-ncse_13 - ncse_18 + (K3 * old_state_internal_X_1))
             ncse_20 = (K5 * ncse_0)
-            ncse_35 = (ncse_7 * (ncse_16 + ncse_20 - (K3 * ncse_1)))
-            ncse_21 = (ncse_35 - (ncse_19 * ncse_4))
+            ncse_37 = (ncse_7 * (ncse_16 + ncse_20 - (K3 * ncse_1)))
+            ncse_21 = (ncse_37 - (ncse_19 * ncse_4))
             ncse_22 = (-ncse_12 - ncse_18 + (K3 * old_state_internal_X_2))
-            ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (K3 * ncse_2)))
-            ncse_23 = (ncse_36 - (ncse_22 * ncse_4))
+            ncse_38 = (ncse_7 * (ncse_15 + ncse_20 - (K3 * ncse_2)))
+            ncse_23 = (ncse_38 - (ncse_22 * ncse_4))
             ncse_24 = tl.sqrt(_mc_pos(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9))))
             ncse_26 = tl.exp((-p_d * (old_state_internal_ep + (K6 * state_internal_dgamma))))
             ncse_27 = (-ncse_24 + (K6 * (p_sigma_y + (p_R * (K2 - ncse_26)))))
             ncse_28 = tl.where((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))) > 0.0, 1.0, 0.0)
             ncse_29 = (ncse_4 * ncse_4)
             ncse_30 = tl.abs(state_internal_dgamma)
-            ncse_37 = (K4 * tl.abs(ncse_6))
+            ncse_39 = (K4 * tl.abs(ncse_6))
+            ncse_31 = (ncse_39 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))
+            ncse_32 = ((K6 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_24))
             nt1_r_0 = _mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma))
             j2_voce_af_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_radial_return_solve_residual_norm, nt1_rnorm0)
-            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < K7) & (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (K3 * (((K2 + (ncse_30 * tl.abs(p_g))) * tl.abs((-ncse_29))) + tl.abs(ncse_4)) * tl.abs(p_C)) + tl.abs(p_E))) + (K6 * (((K2 + tl.abs(ncse_26)) * tl.abs(p_R)) + tl.abs(p_sigma_y))) + tl.abs(ncse_24))))))
+            j2_voce_af_radial_return_solve_converged = j2_voce_af_radial_return_solve_converged | ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K7 - ncse_32 - (ncse_30 * ncse_31)) > 0.0, (ncse_32 + (ncse_30 * ncse_31)), K0))))
             update1 = (~j2_voce_af_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = ((p_E * ncse_28) + ((K2 - ncse_28) * (ncse_8 + (p_g * ncse_29 * (-(ncse_5 * state_internal_dgamma) - (((K4 * ncse_10 * old_state_internal_X_4) + (K4 * ncse_11 * old_state_internal_X_5) + (K4 * ncse_14 * ncse_17) + (K4 * ncse_19 * ncse_21) + (K4 * ncse_22 * ncse_23) + (K4 * ncse_9 * old_state_internal_X_3)) * _mc_sdiv(K2, (K4 * ncse_24))))) + (K3 * p_R * p_d * ncse_26))))
             nt1_2 = (K2 / nt1_1)
@@ -2898,16 +2902,16 @@ static void newton_1(
     int mc_act[MC_W];
     real v_ncse_5[MC_W];
     real v_ncse_7[MC_W];
-    real v_ncse_31[MC_W];
-    real v_ncse_32[MC_W];
     real v_ncse_33[MC_W];
-    real v_ncse_14[MC_W];
     real v_ncse_34[MC_W];
-    real v_ncse_19[MC_W];
     real v_ncse_35[MC_W];
-    real v_ncse_22[MC_W];
+    real v_ncse_14[MC_W];
     real v_ncse_36[MC_W];
+    real v_ncse_19[MC_W];
     real v_ncse_37[MC_W];
+    real v_ncse_22[MC_W];
+    real v_ncse_38[MC_W];
+    real v_ncse_39[MC_W];
     MC_SIMD MC_LANES {
         const real forces_E_0 = v_forces_E_0[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
@@ -2934,38 +2938,38 @@ static void newton_1(
         const real ncse_5 = (((real)0.6666666666666666) * p_C);
         const real ncse_6 = (p_E / (((real)2.0) + (((real)2.0) * p_nu)));
         const real ncse_7 = (((real)2.0) * ncse_6);
-        const real ncse_31 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3));
-        const real ncse_32 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4));
-        const real ncse_33 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5));
+        const real ncse_33 = (ncse_7 * (forces_E_3 - old_state_internal_Ep_3));
+        const real ncse_34 = (ncse_7 * (forces_E_4 - old_state_internal_Ep_4));
+        const real ncse_35 = (ncse_7 * (forces_E_5 - old_state_internal_Ep_5));
         const real ncse_12 = (((real)0.3333333333333333) * old_state_internal_X_1);
         const real ncse_13 = (((real)0.3333333333333333) * old_state_internal_X_2);
         const real ncse_14 = (-ncse_12 - ncse_13 + (((real)0.6666666666666666) * old_state_internal_X_0));
         const real ncse_15 = (((real)0.3333333333333333) * ncse_1);
         const real ncse_16 = (((real)0.3333333333333333) * ncse_2);
-        const real ncse_34 = (ncse_7 * (ncse_15 + ncse_16 - (((real)0.6666666666666666) * ncse_0)));
+        const real ncse_36 = (ncse_7 * (ncse_15 + ncse_16 - (((real)0.6666666666666666) * ncse_0)));
         const real ncse_18 = (((real)0.3333333333333333) * old_state_internal_X_0);
         const real ncse_19 = (-ncse_13 - ncse_18 + (((real)0.6666666666666666) * old_state_internal_X_1));
         const real ncse_20 = (((real)0.3333333333333333) * ncse_0);
-        const real ncse_35 = (ncse_7 * (ncse_16 + ncse_20 - (((real)0.6666666666666666) * ncse_1)));
+        const real ncse_37 = (ncse_7 * (ncse_16 + ncse_20 - (((real)0.6666666666666666) * ncse_1)));
         const real ncse_22 = (-ncse_12 - ncse_18 + (((real)0.6666666666666666) * old_state_internal_X_2));
-        const real ncse_36 = (ncse_7 * (ncse_15 + ncse_20 - (((real)0.6666666666666666) * ncse_2)));
-        const real ncse_37 = (((real)2.0) * fabs(ncse_6));
+        const real ncse_38 = (ncse_7 * (ncse_15 + ncse_20 - (((real)0.6666666666666666) * ncse_2)));
+        const real ncse_39 = (((real)2.0) * fabs(ncse_6));
         v_j2_voce_af_radial_return_solve_converged[l] = 0;
         v_j2_voce_af_radial_return_solve_iterations[l] = 0;
         mc_act[l] = 1;
         v_state_internal_dgamma[l] = state_internal_dgamma;
         v_ncse_5[l] = ncse_5;
         v_ncse_7[l] = ncse_7;
-        v_ncse_31[l] = ncse_31;
-        v_ncse_32[l] = ncse_32;
         v_ncse_33[l] = ncse_33;
-        v_ncse_14[l] = ncse_14;
         v_ncse_34[l] = ncse_34;
-        v_ncse_19[l] = ncse_19;
         v_ncse_35[l] = ncse_35;
-        v_ncse_22[l] = ncse_22;
+        v_ncse_14[l] = ncse_14;
         v_ncse_36[l] = ncse_36;
+        v_ncse_19[l] = ncse_19;
         v_ncse_37[l] = ncse_37;
+        v_ncse_22[l] = ncse_22;
+        v_ncse_38[l] = ncse_38;
+        v_ncse_39[l] = ncse_39;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2976,44 +2980,46 @@ static void newton_1(
         const real state_internal_dgamma = v_state_internal_dgamma[l];
         const real ncse_5 = v_ncse_5[l];
         const real ncse_7 = v_ncse_7[l];
-        const real ncse_31 = v_ncse_31[l];
-        const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
-        const real ncse_32 = v_ncse_32[l];
-        const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
         const real ncse_33 = v_ncse_33[l];
+        const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
+        const real ncse_34 = v_ncse_34[l];
+        const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
+        const real ncse_35 = v_ncse_35[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
         const real ncse_14 = v_ncse_14[l];
-        const real ncse_34 = v_ncse_34[l];
-        const real ncse_19 = v_ncse_19[l];
-        const real ncse_35 = v_ncse_35[l];
-        const real ncse_22 = v_ncse_22[l];
         const real ncse_36 = v_ncse_36[l];
+        const real ncse_19 = v_ncse_19[l];
+        const real ncse_37 = v_ncse_37[l];
+        const real ncse_22 = v_ncse_22[l];
+        const real ncse_38 = v_ncse_38[l];
         const real p_d = MC_P(6, v_p_d[l]);
         const real old_state_internal_ep = v_old_state_internal_ep[l];
         const real p_R = MC_P(5, v_p_R[l]);
         const real p_sigma_y = MC_P(2, v_p_sigma_y[l]);
         const real p_E = MC_P(0, v_p_E[l]);
         const real p_C = MC_P(3, v_p_C[l]);
-        const real ncse_37 = v_ncse_37[l];
+        const real ncse_39 = v_ncse_39[l];
         const real ncse_3 = (((real)1.0) + (p_g * state_internal_dgamma));
         const real ncse_4 = (((real)1.0) / ncse_3);
         const real ncse_8 = (ncse_7 + (ncse_4 * ncse_5));
-        const real ncse_9 = (ncse_31 - (ncse_4 * old_state_internal_X_3));
-        const real ncse_10 = (ncse_32 - (ncse_4 * old_state_internal_X_4));
-        const real ncse_11 = (ncse_33 - (ncse_4 * old_state_internal_X_5));
-        const real ncse_17 = (ncse_34 - (ncse_14 * ncse_4));
-        const real ncse_21 = (ncse_35 - (ncse_19 * ncse_4));
-        const real ncse_23 = (ncse_36 - (ncse_22 * ncse_4));
+        const real ncse_9 = (ncse_33 - (ncse_4 * old_state_internal_X_3));
+        const real ncse_10 = (ncse_34 - (ncse_4 * old_state_internal_X_4));
+        const real ncse_11 = (ncse_35 - (ncse_4 * old_state_internal_X_5));
+        const real ncse_17 = (ncse_36 - (ncse_14 * ncse_4));
+        const real ncse_21 = (ncse_37 - (ncse_19 * ncse_4));
+        const real ncse_23 = (ncse_38 - (ncse_22 * ncse_4));
         const real ncse_24 = sqrt(mc_pos(((ncse_10 * ncse_10) + (ncse_11 * ncse_11) + (ncse_17 * ncse_17) + (ncse_21 * ncse_21) + (ncse_23 * ncse_23) + (ncse_9 * ncse_9))));
         const real ncse_26 = mc_exp((-p_d * (old_state_internal_ep + (((real)0.816496580927726) * state_internal_dgamma))));
         const real ncse_27 = (-ncse_24 + (((real)0.816496580927726) * (p_sigma_y + (p_R * (((real)1.0) - ncse_26)))));
         const real ncse_28 = ((ncse_27 + (state_internal_dgamma * (ncse_8 - p_E))) > 0 ? 1 : 0);
         const real ncse_29 = (ncse_4 * ncse_4);
         const real ncse_30 = fabs(state_internal_dgamma);
+        const real ncse_31 = (ncse_39 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E));
+        const real ncse_32 = ((((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_24));
         const real nt1_r_0 = mc_le((ncse_27 + (ncse_8 * state_internal_dgamma)), (p_E * state_internal_dgamma));
         const real j2_voce_af_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | ((j2_voce_af_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_30 * (ncse_37 + (((real)0.6666666666666666) * (((((real)1.0) + (ncse_30 * fabs(p_g))) * fabs((-ncse_29))) + fabs(ncse_4)) * fabs(p_C)) + fabs(p_E))) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_26)) * fabs(p_R)) + fabs(p_sigma_y))) + fabs(ncse_24))))));
+        const int nt1_ok = ((j2_voce_af_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_32 - (ncse_30 * ncse_31)) > 0 ? (ncse_32 + (ncse_30 * ncse_31)) : ((real)0.0)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_radial_return_solve_converged[l];

@@ -105,10 +105,10 @@ def _torch_newton_1(
         ncse_31 = (-(0.3333333333333333 * state_internal_X_0) + (0.3333333333333333 * ncse_4))
         ncse_32 = (ncse_13 * ncse_29)
         ncse_33 = (-(0.6666666666666666 * state_internal_X_0) + (ncse_1 * ncse_8))
-        ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (0.3333333333333333 * state_internal_X_2))
-        ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
-        ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
-        ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221)), min=0.0))
+        ncse_233 = (-ncse_10 - ncse_31 - ncse_32 + (0.3333333333333333 * state_internal_X_2))
+        ncse_234 = (-ncse_15 - ncse_30 - ncse_31 + (0.3333333333333333 * state_internal_X_1))
+        ncse_235 = (ncse_33 - ncse_30 - ncse_32 + (0.3333333333333333 * state_internal_X_1) + (0.3333333333333333 * state_internal_X_2))
+        ncse_34 = torch.sqrt(torch.clamp((ncse_20 + ncse_24 + ncse_28 + (ncse_233 * ncse_233) + (ncse_234 * ncse_234) + (ncse_235 * ncse_235)), min=0.0))
         ncse_35 = _sdiv(1.0, ncse_34)
         ncse_36 = (forces_t - old_forces_t)
         ncse_37 = (ncse_36 * state_internal_gamma_rate)
@@ -266,8 +266,8 @@ def _torch_newton_1(
         ncse_191 = (0.6666666666666666 * ncse_186)
         ncse_192 = torch.abs(state_internal_Ep_1)
         ncse_193 = (ncse_192 + torch.abs(forces_E_1))
-        ncse_222 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_194 = (2.6666666666666665 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * torch.abs(p_nu) * ncse_222)
+        ncse_236 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_194 = (2.6666666666666665 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * torch.abs(p_nu) * ncse_236)
         ncse_195 = (ncse_194 + (0.6666666666666666 * ncse_188) + (ncse_190 * ncse_191))
         ncse_196 = torch.abs(state_internal_X_1)
         ncse_197 = ((0.6666666666666666 * ncse_196) + (ncse_191 * ncse_193))
@@ -276,23 +276,37 @@ def _torch_newton_1(
         ncse_200 = (torch.abs(ncse_36) * torch.abs(state_internal_gamma_rate))
         ncse_201 = (ncse_199 * ncse_200)
         ncse_202 = (0.5 * ncse_201)
-        ncse_203 = ((0.6666666666666666 * ncse_183) + (ncse_184 * ncse_191))
-        ncse_204 = (ncse_195 + ncse_203 + (1.3333333333333333 * ncse_196) + (ncse_187 * ncse_193))
-        ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (1.3333333333333333 * ncse_188) + (ncse_187 * ncse_190))
-        ncse_206 = torch.abs(state_internal_Ep_3)
-        ncse_207 = torch.abs(state_internal_X_3)
-        ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + torch.abs(forces_E_3))))
-        ncse_209 = torch.abs(state_internal_Ep_4)
-        ncse_210 = torch.abs(state_internal_X_4)
-        ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + torch.abs(forces_E_4))))
-        ncse_212 = torch.abs(state_internal_Ep_5)
-        ncse_213 = torch.abs(state_internal_X_5)
-        ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + torch.abs(forces_E_5))))
-        ncse_215 = torch.abs(p_g)
-        ncse_216 = (ncse_199 * torch.abs(p_C))
-        ncse_217 = (0.3333333333333333 * ncse_216)
-        ncse_218 = (0.6666666666666666 * ncse_216)
-        ncse_223 = (0.816496580927726 * ncse_64)
+        ncse_203 = (ncse_182 + (ncse_198 * ncse_202) + torch.abs(old_state_internal_Ep_0))
+        ncse_204 = ((0.6666666666666666 * ncse_183) + (ncse_184 * ncse_191))
+        ncse_205 = (ncse_195 + ncse_204 + (1.3333333333333333 * ncse_196) + (ncse_187 * ncse_193))
+        ncse_206 = (ncse_192 + (ncse_202 * ncse_205) + torch.abs(old_state_internal_Ep_1))
+        ncse_207 = (ncse_194 + ncse_197 + ncse_204 + (1.3333333333333333 * ncse_188) + (ncse_187 * ncse_190))
+        ncse_208 = (ncse_189 + (ncse_202 * ncse_207) + torch.abs(old_state_internal_Ep_2))
+        ncse_209 = torch.abs(state_internal_Ep_3)
+        ncse_210 = torch.abs(state_internal_X_3)
+        ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + torch.abs(forces_E_3))))
+        ncse_212 = (ncse_209 + (ncse_201 * ncse_211) + torch.abs(old_state_internal_Ep_3))
+        ncse_213 = torch.abs(state_internal_Ep_4)
+        ncse_214 = torch.abs(state_internal_X_4)
+        ncse_215 = (ncse_214 + (ncse_186 * (ncse_213 + torch.abs(forces_E_4))))
+        ncse_216 = (ncse_213 + (ncse_201 * ncse_215) + torch.abs(old_state_internal_Ep_4))
+        ncse_217 = torch.abs(state_internal_Ep_5)
+        ncse_218 = torch.abs(state_internal_X_5)
+        ncse_219 = (ncse_218 + (ncse_186 * (ncse_217 + torch.abs(forces_E_5))))
+        ncse_220 = (ncse_217 + (ncse_201 * ncse_219) + torch.abs(old_state_internal_Ep_5))
+        ncse_221 = ((0.816496580927726 * ncse_200) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep))
+        ncse_222 = torch.abs(p_g)
+        ncse_223 = (ncse_199 * torch.abs(p_C))
+        ncse_224 = (0.3333333333333333 * ncse_223)
+        ncse_225 = (ncse_183 + (ncse_200 * ((ncse_183 * ncse_222) + (ncse_198 * ncse_224))) + torch.abs(old_state_internal_X_0))
+        ncse_226 = (ncse_196 + (ncse_200 * ((ncse_196 * ncse_222) + (ncse_205 * ncse_224))) + torch.abs(old_state_internal_X_1))
+        ncse_227 = (ncse_188 + (ncse_200 * ((ncse_188 * ncse_222) + (ncse_207 * ncse_224))) + torch.abs(old_state_internal_X_2))
+        ncse_228 = (0.6666666666666666 * ncse_223)
+        ncse_229 = (ncse_210 + (ncse_200 * ((ncse_210 * ncse_222) + (ncse_211 * ncse_228))) + torch.abs(old_state_internal_X_3))
+        ncse_230 = (ncse_214 + (ncse_200 * ((ncse_214 * ncse_222) + (ncse_215 * ncse_228))) + torch.abs(old_state_internal_X_4))
+        ncse_231 = (ncse_218 + (ncse_200 * ((ncse_218 * ncse_222) + (ncse_219 * ncse_228))) + torch.abs(old_state_internal_X_5))
+        ncse_232 = ((ncse_185 * ncse_200) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56))
+        ncse_237 = (0.816496580927726 * ncse_64)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
         nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
         nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
@@ -310,14 +324,14 @@ def _torch_newton_1(
         j2_voce_af_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
         if it1 == 0:
             nt1_rnorm0 = j2_voce_af_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + torch.abs(old_state_internal_Ep_2)))) & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + torch.abs(old_state_internal_Ep_3)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * ((0.816496580927726 * ncse_200) + torch.abs(old_state_internal_ep) + torch.abs(state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + torch.abs(old_state_internal_X_0)))))
-        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + torch.abs(old_state_internal_X_1)))) & (torch.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + torch.abs(old_state_internal_X_2)))))
-        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + torch.abs(old_state_internal_X_3)))) & (torch.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + torch.abs(old_state_internal_X_4)))))
-        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + torch.abs(old_state_internal_X_5)))) & (torch.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (0.816496580927726 * (((1.0 + torch.abs(ncse_53)) * torch.abs(p_R)) + (1.224744871391589 * torch.abs(ncse_34)) + torch.abs(p_sigma_y))) + torch.abs(ncse_56)))))
-        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_203) > 0.0, ncse_203, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_206) > 0.0, ncse_206, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_208) > 0.0, ncse_208, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_212) > 0.0, ncse_212, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_216) > 0.0, ncse_216, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_220) > 0.0, ncse_220, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_221) > 0.0, ncse_221, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_225) > 0.0, ncse_225, 0.0))))
+        nt1_scaled4 = (nt1_scaled3 & (torch.abs(nt1_r_8) <= (nt1_rtol * torch.where((3e+38 - ncse_226) > 0.0, ncse_226, 0.0))) & (torch.abs(nt1_r_9) <= (nt1_rtol * torch.where((3e+38 - ncse_227) > 0.0, ncse_227, 0.0))))
+        nt1_scaled5 = (nt1_scaled4 & (torch.abs(nt1_r_10) <= (nt1_rtol * torch.where((3e+38 - ncse_229) > 0.0, ncse_229, 0.0))) & (torch.abs(nt1_r_11) <= (nt1_rtol * torch.where((3e+38 - ncse_230) > 0.0, ncse_230, 0.0))))
+        nt1_scaled6 = (nt1_scaled5 & (torch.abs(nt1_r_12) <= (nt1_rtol * torch.where((3e+38 - ncse_231) > 0.0, ncse_231, 0.0))) & (torch.abs(nt1_r_13) <= (nt1_rtol * torch.where((3e+38 - ncse_232) > 0.0, ncse_232, 0.0))))
+        j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(j2_voce_af_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -327,7 +341,7 @@ def _torch_newton_1(
             [ncse_77, ncse_95, ncse_106, (1.0 - (ncse_116 * ncse_66)), ncse_119, ncse_121, 0.0, ncse_84, ncse_100, ncse_110, (ncse_115 * ncse_65), ncse_123, ncse_125, (ncse_19 * ncse_87)],
             [ncse_78, ncse_96, ncse_107, ncse_119, (1.0 - (ncse_127 * ncse_66)), ncse_128, 0.0, ncse_85, ncse_101, ncse_111, ncse_123, (ncse_126 * ncse_65), ncse_129, (ncse_23 * ncse_87)],
             [ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, (1.0 - (ncse_131 * ncse_66)), 0.0, ncse_86, ncse_102, ncse_112, ncse_125, ncse_129, (ncse_130 * ncse_65), (ncse_27 * ncse_87)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ncse_223],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ncse_237],
             [(-ncse_133 * ncse_63), ncse_134, ncse_135, ncse_136, ncse_137, ncse_138, 0.0, (1.0 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_62)))), ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, (ncse_46 * ncse_64)],
             [ncse_134, (-ncse_133 * ncse_90), ncse_147, ncse_148, ncse_149, ncse_150, 0.0, ncse_142, (1.0 + (ncse_64 * (ncse_139 + (ncse_141 * ncse_89)))), ncse_151, ncse_152, ncse_153, ncse_154, (ncse_47 * ncse_64)],
             [ncse_135, ncse_147, (-ncse_104 * ncse_133), ncse_155, ncse_156, ncse_157, 0.0, ncse_143, ncse_151, (1.0 + (ncse_64 * (ncse_139 + (ncse_103 * ncse_141)))), ncse_158, ncse_159, ncse_160, (ncse_48 * ncse_64)],
@@ -3568,10 +3582,10 @@ if triton is not None:
             ncse_31 = (-(K4 * state_internal_X_0) + (K4 * ncse_4))
             ncse_32 = (ncse_13 * ncse_29)
             ncse_33 = (-(K2 * state_internal_X_0) + (ncse_1 * ncse_8))
-            ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (K4 * state_internal_X_2))
-            ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
-            ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
-            ncse_34 = tl.sqrt(_mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221))))
+            ncse_233 = (-ncse_10 - ncse_31 - ncse_32 + (K4 * state_internal_X_2))
+            ncse_234 = (-ncse_15 - ncse_30 - ncse_31 + (K4 * state_internal_X_1))
+            ncse_235 = (ncse_33 - ncse_30 - ncse_32 + (K4 * state_internal_X_1) + (K4 * state_internal_X_2))
+            ncse_34 = tl.sqrt(_mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_233 * ncse_233) + (ncse_234 * ncse_234) + (ncse_235 * ncse_235))))
             ncse_35 = _mc_sdiv(K1, ncse_34)
             ncse_36 = (forces_t - old_forces_t)
             ncse_37 = (ncse_36 * state_internal_gamma_rate)
@@ -3729,8 +3743,8 @@ if triton is not None:
             ncse_191 = (K2 * ncse_186)
             ncse_192 = tl.abs(state_internal_Ep_1)
             ncse_193 = (ncse_192 + tl.abs(forces_E_1))
-            ncse_222 = tl.abs((K1 / (K1 - (K8 * p_nu))))
-            ncse_194 = (K10 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * tl.abs(p_nu) * ncse_222)
+            ncse_236 = tl.abs((K1 / (K1 - (K8 * p_nu))))
+            ncse_194 = (K10 * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * tl.abs(p_nu) * ncse_236)
             ncse_195 = (ncse_194 + (K2 * ncse_188) + (ncse_190 * ncse_191))
             ncse_196 = tl.abs(state_internal_X_1)
             ncse_197 = ((K2 * ncse_196) + (ncse_191 * ncse_193))
@@ -3739,23 +3753,37 @@ if triton is not None:
             ncse_200 = (tl.abs(ncse_36) * tl.abs(state_internal_gamma_rate))
             ncse_201 = (ncse_199 * ncse_200)
             ncse_202 = (K5 * ncse_201)
-            ncse_203 = ((K2 * ncse_183) + (ncse_184 * ncse_191))
-            ncse_204 = (ncse_195 + ncse_203 + (K3 * ncse_196) + (ncse_187 * ncse_193))
-            ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (K3 * ncse_188) + (ncse_187 * ncse_190))
-            ncse_206 = tl.abs(state_internal_Ep_3)
-            ncse_207 = tl.abs(state_internal_X_3)
-            ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + tl.abs(forces_E_3))))
-            ncse_209 = tl.abs(state_internal_Ep_4)
-            ncse_210 = tl.abs(state_internal_X_4)
-            ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + tl.abs(forces_E_4))))
-            ncse_212 = tl.abs(state_internal_Ep_5)
-            ncse_213 = tl.abs(state_internal_X_5)
-            ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + tl.abs(forces_E_5))))
-            ncse_215 = tl.abs(p_g)
-            ncse_216 = (ncse_199 * tl.abs(p_C))
-            ncse_217 = (K4 * ncse_216)
-            ncse_218 = (K2 * ncse_216)
-            ncse_223 = (K11 * ncse_64)
+            ncse_203 = (ncse_182 + (ncse_198 * ncse_202) + tl.abs(old_state_internal_Ep_0))
+            ncse_204 = ((K2 * ncse_183) + (ncse_184 * ncse_191))
+            ncse_205 = (ncse_195 + ncse_204 + (K3 * ncse_196) + (ncse_187 * ncse_193))
+            ncse_206 = (ncse_192 + (ncse_202 * ncse_205) + tl.abs(old_state_internal_Ep_1))
+            ncse_207 = (ncse_194 + ncse_197 + ncse_204 + (K3 * ncse_188) + (ncse_187 * ncse_190))
+            ncse_208 = (ncse_189 + (ncse_202 * ncse_207) + tl.abs(old_state_internal_Ep_2))
+            ncse_209 = tl.abs(state_internal_Ep_3)
+            ncse_210 = tl.abs(state_internal_X_3)
+            ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + tl.abs(forces_E_3))))
+            ncse_212 = (ncse_209 + (ncse_201 * ncse_211) + tl.abs(old_state_internal_Ep_3))
+            ncse_213 = tl.abs(state_internal_Ep_4)
+            ncse_214 = tl.abs(state_internal_X_4)
+            ncse_215 = (ncse_214 + (ncse_186 * (ncse_213 + tl.abs(forces_E_4))))
+            ncse_216 = (ncse_213 + (ncse_201 * ncse_215) + tl.abs(old_state_internal_Ep_4))
+            ncse_217 = tl.abs(state_internal_Ep_5)
+            ncse_218 = tl.abs(state_internal_X_5)
+            ncse_219 = (ncse_218 + (ncse_186 * (ncse_217 + tl.abs(forces_E_5))))
+            ncse_220 = (ncse_217 + (ncse_201 * ncse_219) + tl.abs(old_state_internal_Ep_5))
+            ncse_221 = ((K11 * ncse_200) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep))
+            ncse_222 = tl.abs(p_g)
+            ncse_223 = (ncse_199 * tl.abs(p_C))
+            ncse_224 = (K4 * ncse_223)
+            ncse_225 = (ncse_183 + (ncse_200 * ((ncse_183 * ncse_222) + (ncse_198 * ncse_224))) + tl.abs(old_state_internal_X_0))
+            ncse_226 = (ncse_196 + (ncse_200 * ((ncse_196 * ncse_222) + (ncse_205 * ncse_224))) + tl.abs(old_state_internal_X_1))
+            ncse_227 = (ncse_188 + (ncse_200 * ((ncse_188 * ncse_222) + (ncse_207 * ncse_224))) + tl.abs(old_state_internal_X_2))
+            ncse_228 = (K2 * ncse_223)
+            ncse_229 = (ncse_210 + (ncse_200 * ((ncse_210 * ncse_222) + (ncse_211 * ncse_228))) + tl.abs(old_state_internal_X_3))
+            ncse_230 = (ncse_214 + (ncse_200 * ((ncse_214 * ncse_222) + (ncse_215 * ncse_228))) + tl.abs(old_state_internal_X_4))
+            ncse_231 = (ncse_218 + (ncse_200 * ((ncse_218 * ncse_222) + (ncse_219 * ncse_228))) + tl.abs(old_state_internal_X_5))
+            ncse_232 = ((ncse_185 * ncse_200) + (K11 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56))
+            ncse_237 = (K11 * ncse_64)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39))
             nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40))
             nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41))
@@ -3772,14 +3800,14 @@ if triton is not None:
             nt1_r_13 = (-ncse_56 - (K11 * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate))
             j2_voce_af_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)))
             nt1_rnorm0 = tl.where(it1 == 0, j2_voce_af_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + tl.abs(old_state_internal_Ep_2)))) & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + tl.abs(old_state_internal_Ep_3)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * ((K11 * ncse_200) + tl.abs(old_state_internal_ep) + tl.abs(state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + tl.abs(old_state_internal_X_0)))))
-            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + tl.abs(old_state_internal_X_1)))) & (tl.abs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + tl.abs(old_state_internal_X_2)))))
-            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + tl.abs(old_state_internal_X_3)))) & (tl.abs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + tl.abs(old_state_internal_X_4)))))
-            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + tl.abs(old_state_internal_X_5)))) & (tl.abs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (K11 * (((K1 + tl.abs(ncse_53)) * tl.abs(p_R)) + (K6 * tl.abs(ncse_34)) + tl.abs(p_sigma_y))) + tl.abs(ncse_56)))))
-            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < K12)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K12 - ncse_203) > 0.0, ncse_203, K7))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K12 - ncse_206) > 0.0, ncse_206, K7))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K12 - ncse_208) > 0.0, ncse_208, K7))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K12 - ncse_212) > 0.0, ncse_212, K7))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K12 - ncse_216) > 0.0, ncse_216, K7))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K12 - ncse_220) > 0.0, ncse_220, K7))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K12 - ncse_221) > 0.0, ncse_221, K7))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K12 - ncse_225) > 0.0, ncse_225, K7))))
+            nt1_scaled4 = (nt1_scaled3 & (tl.abs(nt1_r_8) <= (nt1_rtol * tl.where((K12 - ncse_226) > 0.0, ncse_226, K7))) & (tl.abs(nt1_r_9) <= (nt1_rtol * tl.where((K12 - ncse_227) > 0.0, ncse_227, K7))))
+            nt1_scaled5 = (nt1_scaled4 & (tl.abs(nt1_r_10) <= (nt1_rtol * tl.where((K12 - ncse_229) > 0.0, ncse_229, K7))) & (tl.abs(nt1_r_11) <= (nt1_rtol * tl.where((K12 - ncse_230) > 0.0, ncse_230, K7))))
+            nt1_scaled6 = (nt1_scaled5 & (tl.abs(nt1_r_12) <= (nt1_rtol * tl.where((K12 - ncse_231) > 0.0, ncse_231, K7))) & (tl.abs(nt1_r_13) <= (nt1_rtol * tl.where((K12 - ncse_232) > 0.0, ncse_232, K7))))
+            j2_voce_af_return_map_converged = j2_voce_af_return_map_converged | (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol))
             update1 = (~j2_voce_af_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_63 * ncse_66))
             nt1_2 = (ncse_62 * ncse_65)
@@ -3839,7 +3867,7 @@ if triton is not None:
                 nt1_10, ncse_119, ncse_121, ncse_84, ncse_100, ncse_110, nt1_11, ncse_123, ncse_125, nt1_12,
                 ncse_78, ncse_96, ncse_107, ncse_119, nt1_13, ncse_128, ncse_85, ncse_101, ncse_111, ncse_123,
                 nt1_14, ncse_129, nt1_15, ncse_79, ncse_97, ncse_108, ncse_121, ncse_128, nt1_16, ncse_86,
-                ncse_102, ncse_112, ncse_125, ncse_129, nt1_17, nt1_18, ncse_223, nt1_19, ncse_134, ncse_135,
+                ncse_102, ncse_112, ncse_125, ncse_129, nt1_17, nt1_18, ncse_237, nt1_19, ncse_134, ncse_135,
                 ncse_136, ncse_137, ncse_138, nt1_20, ncse_142, ncse_143, ncse_144, ncse_145, ncse_146, nt1_21,
                 ncse_134, nt1_22, ncse_147, ncse_148, ncse_149, ncse_150, ncse_142, nt1_23, ncse_151, ncse_152,
                 ncse_153, ncse_154, nt1_24, ncse_135, ncse_147, nt1_25, ncse_155, ncse_156, ncse_157, ncse_143,
@@ -5187,9 +5215,9 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_186[MC_W];
     real v_ncse_187[MC_W];
     real v_ncse_191[MC_W];
+    real v_ncse_236[MC_W];
     real v_ncse_222[MC_W];
-    real v_ncse_215[MC_W];
-    real v_ncse_223[MC_W];
+    real v_ncse_237[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -5238,9 +5266,9 @@ MC_INLINE void newton_1_iterate(
         const real ncse_186 = (ncse_185 * fabs(ncse_2));
         const real ncse_187 = (((real)1.3333333333333333) * ncse_186);
         const real ncse_191 = (((real)0.6666666666666666) * ncse_186);
-        const real ncse_222 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_215 = fabs(p_g);
-        const real ncse_223 = (((real)0.816496580927726) * ncse_64);
+        const real ncse_236 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_222 = fabs(p_g);
+        const real ncse_237 = (((real)0.816496580927726) * ncse_64);
         v_j2_voce_af_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_converged[l] : 0;
         v_j2_voce_af_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_j2_voce_af_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -5271,9 +5299,9 @@ MC_INLINE void newton_1_iterate(
         v_ncse_186[l] = ncse_186;
         v_ncse_187[l] = ncse_187;
         v_ncse_191[l] = ncse_191;
+        v_ncse_236[l] = ncse_236;
         v_ncse_222[l] = ncse_222;
-        v_ncse_215[l] = ncse_215;
-        v_ncse_223[l] = ncse_223;
+        v_ncse_237[l] = ncse_237;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -5317,7 +5345,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_140 = v_ncse_140[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
         const real ncse_186 = v_ncse_186[l];
-        const real ncse_222 = v_ncse_222[l];
+        const real ncse_236 = v_ncse_236[l];
         const real ncse_191 = v_ncse_191[l];
         const real ncse_187 = v_ncse_187[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
@@ -5327,15 +5355,15 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
+        const real ncse_222 = v_ncse_222[l];
         const real old_state_internal_X_0 = v_old_state_internal_X_0[l];
         const real old_state_internal_X_1 = v_old_state_internal_X_1[l];
         const real old_state_internal_X_2 = v_old_state_internal_X_2[l];
         const real old_state_internal_X_3 = v_old_state_internal_X_3[l];
         const real old_state_internal_X_4 = v_old_state_internal_X_4[l];
         const real old_state_internal_X_5 = v_old_state_internal_X_5[l];
-        const real ncse_215 = v_ncse_215[l];
         const real ncse_185 = v_ncse_185[l];
-        const real ncse_223 = v_ncse_223[l];
+        const real ncse_237 = v_ncse_237[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_1 = (forces_E_0 + ncse_0);
         const real ncse_4 = (ncse_1 * ncse_3);
@@ -5366,10 +5394,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_31 = (-(((real)0.3333333333333333) * state_internal_X_0) + (((real)0.3333333333333333) * ncse_4));
         const real ncse_32 = (ncse_13 * ncse_29);
         const real ncse_33 = (-(((real)0.6666666666666666) * state_internal_X_0) + (ncse_1 * ncse_8));
-        const real ncse_219 = (-ncse_10 - ncse_31 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_220 = (-ncse_15 - ncse_30 - ncse_31 + (((real)0.3333333333333333) * state_internal_X_1));
-        const real ncse_221 = (ncse_33 - ncse_30 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
-        const real ncse_34 = sqrt(mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_219 * ncse_219) + (ncse_220 * ncse_220) + (ncse_221 * ncse_221))));
+        const real ncse_233 = (-ncse_10 - ncse_31 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_2));
+        const real ncse_234 = (-ncse_15 - ncse_30 - ncse_31 + (((real)0.3333333333333333) * state_internal_X_1));
+        const real ncse_235 = (ncse_33 - ncse_30 - ncse_32 + (((real)0.3333333333333333) * state_internal_X_1) + (((real)0.3333333333333333) * state_internal_X_2));
+        const real ncse_34 = sqrt(mc_pos((ncse_20 + ncse_24 + ncse_28 + (ncse_233 * ncse_233) + (ncse_234 * ncse_234) + (ncse_235 * ncse_235))));
         const real ncse_35 = mc_sdiv(((real)1.0), ncse_34);
         const real ncse_37 = (ncse_36 * state_internal_gamma_rate);
         const real ncse_38 = (ncse_35 * ncse_37);
@@ -5518,7 +5546,7 @@ MC_INLINE void newton_1_iterate(
         const real ncse_190 = (ncse_189 + fabs(forces_E_2));
         const real ncse_192 = fabs(state_internal_Ep_1);
         const real ncse_193 = (ncse_192 + fabs(forces_E_1));
-        const real ncse_194 = (((real)2.6666666666666665) * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * fabs(p_nu) * ncse_222);
+        const real ncse_194 = (((real)2.6666666666666665) * ncse_186 * (ncse_184 + ncse_190 + ncse_193) * fabs(p_nu) * ncse_236);
         const real ncse_195 = (ncse_194 + (((real)0.6666666666666666) * ncse_188) + (ncse_190 * ncse_191));
         const real ncse_196 = fabs(state_internal_X_1);
         const real ncse_197 = ((((real)0.6666666666666666) * ncse_196) + (ncse_191 * ncse_193));
@@ -5527,21 +5555,35 @@ MC_INLINE void newton_1_iterate(
         const real ncse_200 = (fabs(ncse_36) * fabs(state_internal_gamma_rate));
         const real ncse_201 = (ncse_199 * ncse_200);
         const real ncse_202 = (((real)0.5) * ncse_201);
-        const real ncse_203 = ((((real)0.6666666666666666) * ncse_183) + (ncse_184 * ncse_191));
-        const real ncse_204 = (ncse_195 + ncse_203 + (((real)1.3333333333333333) * ncse_196) + (ncse_187 * ncse_193));
-        const real ncse_205 = (ncse_194 + ncse_197 + ncse_203 + (((real)1.3333333333333333) * ncse_188) + (ncse_187 * ncse_190));
-        const real ncse_206 = fabs(state_internal_Ep_3);
-        const real ncse_207 = fabs(state_internal_X_3);
-        const real ncse_208 = (ncse_207 + (ncse_186 * (ncse_206 + fabs(forces_E_3))));
-        const real ncse_209 = fabs(state_internal_Ep_4);
-        const real ncse_210 = fabs(state_internal_X_4);
-        const real ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + fabs(forces_E_4))));
-        const real ncse_212 = fabs(state_internal_Ep_5);
-        const real ncse_213 = fabs(state_internal_X_5);
-        const real ncse_214 = (ncse_213 + (ncse_186 * (ncse_212 + fabs(forces_E_5))));
-        const real ncse_216 = (ncse_199 * fabs(p_C));
-        const real ncse_217 = (((real)0.3333333333333333) * ncse_216);
-        const real ncse_218 = (((real)0.6666666666666666) * ncse_216);
+        const real ncse_203 = (ncse_182 + (ncse_198 * ncse_202) + fabs(old_state_internal_Ep_0));
+        const real ncse_204 = ((((real)0.6666666666666666) * ncse_183) + (ncse_184 * ncse_191));
+        const real ncse_205 = (ncse_195 + ncse_204 + (((real)1.3333333333333333) * ncse_196) + (ncse_187 * ncse_193));
+        const real ncse_206 = (ncse_192 + (ncse_202 * ncse_205) + fabs(old_state_internal_Ep_1));
+        const real ncse_207 = (ncse_194 + ncse_197 + ncse_204 + (((real)1.3333333333333333) * ncse_188) + (ncse_187 * ncse_190));
+        const real ncse_208 = (ncse_189 + (ncse_202 * ncse_207) + fabs(old_state_internal_Ep_2));
+        const real ncse_209 = fabs(state_internal_Ep_3);
+        const real ncse_210 = fabs(state_internal_X_3);
+        const real ncse_211 = (ncse_210 + (ncse_186 * (ncse_209 + fabs(forces_E_3))));
+        const real ncse_212 = (ncse_209 + (ncse_201 * ncse_211) + fabs(old_state_internal_Ep_3));
+        const real ncse_213 = fabs(state_internal_Ep_4);
+        const real ncse_214 = fabs(state_internal_X_4);
+        const real ncse_215 = (ncse_214 + (ncse_186 * (ncse_213 + fabs(forces_E_4))));
+        const real ncse_216 = (ncse_213 + (ncse_201 * ncse_215) + fabs(old_state_internal_Ep_4));
+        const real ncse_217 = fabs(state_internal_Ep_5);
+        const real ncse_218 = fabs(state_internal_X_5);
+        const real ncse_219 = (ncse_218 + (ncse_186 * (ncse_217 + fabs(forces_E_5))));
+        const real ncse_220 = (ncse_217 + (ncse_201 * ncse_219) + fabs(old_state_internal_Ep_5));
+        const real ncse_221 = ((((real)0.816496580927726) * ncse_200) + fabs(old_state_internal_ep) + fabs(state_internal_ep));
+        const real ncse_223 = (ncse_199 * fabs(p_C));
+        const real ncse_224 = (((real)0.3333333333333333) * ncse_223);
+        const real ncse_225 = (ncse_183 + (ncse_200 * ((ncse_183 * ncse_222) + (ncse_198 * ncse_224))) + fabs(old_state_internal_X_0));
+        const real ncse_226 = (ncse_196 + (ncse_200 * ((ncse_196 * ncse_222) + (ncse_205 * ncse_224))) + fabs(old_state_internal_X_1));
+        const real ncse_227 = (ncse_188 + (ncse_200 * ((ncse_188 * ncse_222) + (ncse_207 * ncse_224))) + fabs(old_state_internal_X_2));
+        const real ncse_228 = (((real)0.6666666666666666) * ncse_223);
+        const real ncse_229 = (ncse_210 + (ncse_200 * ((ncse_210 * ncse_222) + (ncse_211 * ncse_228))) + fabs(old_state_internal_X_3));
+        const real ncse_230 = (ncse_214 + (ncse_200 * ((ncse_214 * ncse_222) + (ncse_215 * ncse_228))) + fabs(old_state_internal_X_4));
+        const real ncse_231 = (ncse_218 + (ncse_200 * ((ncse_218 * ncse_222) + (ncse_219 * ncse_228))) + fabs(old_state_internal_X_5));
+        const real ncse_232 = ((ncse_185 * ncse_200) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56));
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_16 * ncse_39));
         const real nt1_r_1 = (-ncse_6 - old_state_internal_Ep_1 - (ncse_39 * ncse_40));
         const real nt1_r_2 = (-ncse_12 - old_state_internal_Ep_2 - (ncse_39 * ncse_41));
@@ -5558,14 +5600,14 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_13 = (-ncse_56 - (((real)0.816496580927726) * ncse_54) + (p_E * ncse_36 * state_internal_gamma_rate));
         const real j2_voce_af_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_10 * nt1_r_10) + (nt1_r_11 * nt1_r_11) + (nt1_r_12 * nt1_r_12) + (nt1_r_13 * nt1_r_13) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7) + (nt1_r_8 * nt1_r_8) + (nt1_r_9 * nt1_r_9)));
         const real nt1_rnorm0 = it == 0 ? j2_voce_af_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_182 + (ncse_198 * ncse_202) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_192 + (ncse_202 * ncse_204) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_189 + (ncse_202 * ncse_205) + fabs(old_state_internal_Ep_2)))) & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_206 + (ncse_201 * ncse_208) + fabs(old_state_internal_Ep_3)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_209 + (ncse_201 * ncse_211) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_212 + (ncse_201 * ncse_214) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)0.816496580927726) * ncse_200) + fabs(old_state_internal_ep) + fabs(state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_183 + (ncse_200 * ((ncse_183 * ncse_215) + (ncse_198 * ncse_217))) + fabs(old_state_internal_X_0)))));
-        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * (ncse_196 + (ncse_200 * ((ncse_196 * ncse_215) + (ncse_204 * ncse_217))) + fabs(old_state_internal_X_1)))) & (fabs(nt1_r_9) <= (nt1_rtol * (ncse_188 + (ncse_200 * ((ncse_188 * ncse_215) + (ncse_205 * ncse_217))) + fabs(old_state_internal_X_2)))));
-        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * (ncse_207 + (ncse_200 * ((ncse_207 * ncse_215) + (ncse_208 * ncse_218))) + fabs(old_state_internal_X_3)))) & (fabs(nt1_r_11) <= (nt1_rtol * (ncse_210 + (ncse_200 * ((ncse_210 * ncse_215) + (ncse_211 * ncse_218))) + fabs(old_state_internal_X_4)))));
-        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * (ncse_213 + (ncse_200 * ((ncse_213 * ncse_215) + (ncse_214 * ncse_218))) + fabs(old_state_internal_X_5)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((ncse_185 * ncse_200) + (((real)0.816496580927726) * (((((real)1.0) + fabs(ncse_53)) * fabs(p_R)) + (((real)1.224744871391589) * fabs(ncse_34)) + fabs(p_sigma_y))) + fabs(ncse_56)))));
-        const int nt1_ok = ((j2_voce_af_return_map_residual_norm <= nt1_atol) | (nt1_scaled6 & (j2_voce_af_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_203) > 0 ? ncse_203 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_206) > 0 ? ncse_206 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_208) > 0 ? ncse_208 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_212) > 0 ? ncse_212 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_216) > 0 ? ncse_216 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_220) > 0 ? ncse_220 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_221) > 0 ? ncse_221 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_225) > 0 ? ncse_225 : ((real)0.0)))));
+        const int nt1_scaled4 = (nt1_scaled3 & (fabs(nt1_r_8) <= (nt1_rtol * ((((real)3e+38) - ncse_226) > 0 ? ncse_226 : ((real)0.0)))) & (fabs(nt1_r_9) <= (nt1_rtol * ((((real)3e+38) - ncse_227) > 0 ? ncse_227 : ((real)0.0)))));
+        const int nt1_scaled5 = (nt1_scaled4 & (fabs(nt1_r_10) <= (nt1_rtol * ((((real)3e+38) - ncse_229) > 0 ? ncse_229 : ((real)0.0)))) & (fabs(nt1_r_11) <= (nt1_rtol * ((((real)3e+38) - ncse_230) > 0 ? ncse_230 : ((real)0.0)))));
+        const int nt1_scaled6 = (nt1_scaled5 & (fabs(nt1_r_12) <= (nt1_rtol * ((((real)3e+38) - ncse_231) > 0 ? ncse_231 : ((real)0.0)))) & (fabs(nt1_r_13) <= (nt1_rtol * ((((real)3e+38) - ncse_232) > 0 ? ncse_232 : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled6 | (j2_voce_af_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_j2_voce_af_return_map_converged[l] = mc_was ? nt1_ok : v_j2_voce_af_return_map_converged[l];
@@ -6260,10 +6302,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_676 = (nt1_618 - (nt1_555 * nt1_671));
         const real nt1_677 = (nt1_619 - (nt1_556 * nt1_671));
         const real nt1_678 = (nt1_620 - (nt1_557 * nt1_671));
-        const int nt1_679 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_223)));
+        const int nt1_679 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_237)));
         const real nt1_680 = (nt1_679 ? ((real)1.0) : MC_NAN);
         const real nt1_681 = (nt1_43 * nt1_680);
-        const real nt1_682 = (nt1_678 - (ncse_223 * nt1_681));
+        const real nt1_682 = (nt1_678 - (ncse_237 * nt1_681));
         const int nt1_ok_7_683_part0 = ((fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_627))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_628))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_629))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_630))));
         const int nt1_683 = (nt1_ok_7_683_part0 & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_625))) & (fabs(nt1_624) >= (((real)1e-12) * fabs(nt1_626))));
         const real nt1_684 = (nt1_683 ? (((real)1.0) / nt1_624) : MC_NAN);
@@ -6491,7 +6533,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_905 = (nt1_760 * (nt1_886 - (nt1_731 * nt1_904) - (nt1_732 * nt1_903) - (nt1_733 * nt1_902) - (nt1_734 * nt1_901)));
         const real nt1_906 = (nt1_728 * (nt1_880 - (nt1_688 * nt1_904) - (nt1_689 * nt1_903) - (nt1_690 * nt1_902) - (nt1_691 * nt1_901) - (nt1_687 * nt1_905)));
         const real nt1_907 = (nt1_684 * (nt1_872 - (nt1_627 * nt1_904) - (nt1_628 * nt1_903) - (nt1_629 * nt1_902) - (nt1_630 * nt1_901) - (nt1_625 * nt1_906) - (nt1_626 * nt1_905)));
-        const real nt1_908 = (nt1_680 * (nt1_814 - (ncse_223 * nt1_901)));
+        const real nt1_908 = (nt1_680 * (nt1_814 - (ncse_237 * nt1_901)));
         const real nt1_909 = (nt1_622 * (nt1_864 - (nt1_554 * nt1_904) - (nt1_555 * nt1_903) - (nt1_556 * nt1_902) - (nt1_557 * nt1_901) - (nt1_551 * nt1_907) - (nt1_552 * nt1_906) - (nt1_553 * nt1_905)));
         const real nt1_910 = (nt1_548 * (nt1_855 - (nt1_463 * nt1_904) - (nt1_464 * nt1_903) - (nt1_465 * nt1_902) - (nt1_466 * nt1_901) - (nt1_459 * nt1_909) - (nt1_460 * nt1_907) - (nt1_461 * nt1_906) - (nt1_462 * nt1_905)));
         const real nt1_911 = (nt1_456 * (nt1_845 - (nt1_352 * nt1_904) - (nt1_353 * nt1_903) - (nt1_354 * nt1_902) - (nt1_355 * nt1_901) - (nt1_347 * nt1_910) - (nt1_348 * nt1_909) - (nt1_349 * nt1_907) - (nt1_350 * nt1_906) - (nt1_351 * nt1_905)));
@@ -6630,7 +6672,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[94 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[95 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[96 * MC_W + l] = ((real)0.0);
-        if (V & 1) mc_A[97 * MC_W + l] = ncse_223;
+        if (V & 1) mc_A[97 * MC_W + l] = ncse_237;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[98 * MC_W + l] = (-ncse_133 * ncse_63);
         if (V & 1) mc_A[99 * MC_W + l] = ncse_134;

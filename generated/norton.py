@@ -61,13 +61,13 @@ def _torch_newton_1(
         ncse_4 = (0.3333333333333333 * cse_1)
         ncse_5 = (0.3333333333333333 * cse_2)
         ncse_6 = (0.3333333333333333 * cse_0)
-        ncse_15 = (forces_E_3 - old_state_internal_Ep_3)
-        ncse_16 = (forces_E_4 - old_state_internal_Ep_4)
-        ncse_17 = (forces_E_5 - old_state_internal_Ep_5)
-        ncse_18 = (ncse_4 + ncse_5 - (0.6666666666666666 * cse_0))
-        ncse_19 = (ncse_4 + ncse_6 - (0.6666666666666666 * cse_2))
-        ncse_20 = (ncse_5 + ncse_6 - (0.6666666666666666 * cse_1))
-        ncse_7 = torch.sqrt(torch.clamp(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20)), min=0.0))
+        ncse_16 = (forces_E_3 - old_state_internal_Ep_3)
+        ncse_17 = (forces_E_4 - old_state_internal_Ep_4)
+        ncse_18 = (forces_E_5 - old_state_internal_Ep_5)
+        ncse_19 = (ncse_4 + ncse_5 - (0.6666666666666666 * cse_0))
+        ncse_20 = (ncse_4 + ncse_6 - (0.6666666666666666 * cse_2))
+        ncse_21 = (ncse_5 + ncse_6 - (0.6666666666666666 * cse_1))
+        ncse_7 = torch.sqrt(torch.clamp(((ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20) + (ncse_21 * ncse_21)), min=0.0))
         ncse_8 = (1.0 / (2.0 + (2.0 * p_nu)))
         ncse_9 = (p_E * ncse_8)
         ncse_10 = (-1.0 + p_n)
@@ -75,13 +75,14 @@ def _torch_newton_1(
         ncse_12 = (p_n * ncse_11)
         ncse_13 = (ncse_2 * ncse_9)
         ncse_14 = torch.abs(state_internal_svm)
-        ncse_21 = (2.449489742783178 * ncse_7)
         ncse_22 = (2.449489742783178 * torch.abs((ncse_7 * ncse_9)))
-        nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))))
+        ncse_15 = (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8)))
+        ncse_23 = (2.449489742783178 * ncse_7)
+        nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_23 - (ncse_0 * ncse_2))))
         norton_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = norton_radial_return_solve_residual_norm
-        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (3.0 * ((ncse_14 * torch.abs(ncse_12)) + torch.abs(ncse_0)) * torch.abs(p_A) * torch.abs(p_E) * torch.abs(ncse_1) * torch.abs(ncse_8)))))))
+        norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_15) > 0.0, ncse_15, 0.0))))
         if it1 == maxit1 or bool(norton_radial_return_solve_converged.all()):
             break
         nt1_1 = (-1.0 - (ncse_12 * ncse_13))
@@ -834,6 +835,7 @@ if triton is not None:
         K5 = tl.full([], 1.0, DTYPE)
         K6 = tl.full([], 2.449489742783178, DTYPE)
         K7 = tl.full([], 3e+38, DTYPE)
+        K8 = tl.full([], 0.0, DTYPE)
         # Newton solve 1 for state/internal/svm: per-point mask, converged points stop changing
         state_internal_svm = norton_radial_return_solve_guess_state_internal_svm + tl.zeros([BLOCK], dtype=DTYPE)
         norton_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -852,13 +854,13 @@ if triton is not None:
             ncse_4 = (K2 * cse_1)
             ncse_5 = (K2 * cse_2)
             ncse_6 = (K2 * cse_0)
-            ncse_15 = (forces_E_3 - old_state_internal_Ep_3)
-            ncse_16 = (forces_E_4 - old_state_internal_Ep_4)
-            ncse_17 = (forces_E_5 - old_state_internal_Ep_5)
-            ncse_18 = (ncse_4 + ncse_5 - (K3 * cse_0))
-            ncse_19 = (ncse_4 + ncse_6 - (K3 * cse_2))
-            ncse_20 = (ncse_5 + ncse_6 - (K3 * cse_1))
-            ncse_7 = tl.sqrt(_mc_pos(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20))))
+            ncse_16 = (forces_E_3 - old_state_internal_Ep_3)
+            ncse_17 = (forces_E_4 - old_state_internal_Ep_4)
+            ncse_18 = (forces_E_5 - old_state_internal_Ep_5)
+            ncse_19 = (ncse_4 + ncse_5 - (K3 * cse_0))
+            ncse_20 = (ncse_4 + ncse_6 - (K3 * cse_2))
+            ncse_21 = (ncse_5 + ncse_6 - (K3 * cse_1))
+            ncse_7 = tl.sqrt(_mc_pos(((ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20) + (ncse_21 * ncse_21))))
             ncse_8 = (K5 / (K4 + (K4 * p_nu)))
             ncse_9 = (p_E * ncse_8)
             ncse_10 = (-K5 + p_n)
@@ -866,12 +868,13 @@ if triton is not None:
             ncse_12 = (p_n * ncse_11)
             ncse_13 = (ncse_2 * ncse_9)
             ncse_14 = tl.abs(state_internal_svm)
-            ncse_21 = (K6 * ncse_7)
             ncse_22 = (K6 * tl.abs((ncse_7 * ncse_9)))
-            nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))))
+            ncse_15 = (ncse_14 + ncse_22 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8)))
+            ncse_23 = (K6 * ncse_7)
+            nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_23 - (ncse_0 * ncse_2))))
             norton_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, norton_radial_return_solve_residual_norm, nt1_rnorm0)
-            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < K7) & (tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (K1 * ((ncse_14 * tl.abs(ncse_12)) + tl.abs(ncse_0)) * tl.abs(p_A) * tl.abs(p_E) * tl.abs(ncse_1) * tl.abs(ncse_8)))))))
+            norton_radial_return_solve_converged = norton_radial_return_solve_converged | ((norton_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K7 - ncse_15) > 0.0, ncse_15, K8))))
             update1 = (~norton_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = (-K5 - (ncse_12 * ncse_13))
             nt1_2 = (K5 / nt1_1)
@@ -1675,8 +1678,8 @@ static void newton_1(
     real v_ncse_9[MC_W];
     real v_ncse_10[MC_W];
     real v_ncse_13[MC_W];
-    real v_ncse_21[MC_W];
     real v_ncse_22[MC_W];
+    real v_ncse_23[MC_W];
     MC_SIMD MC_LANES {
         const real norton_radial_return_solve_guess_state_internal_svm = v_norton_radial_return_solve_guess_state_internal_svm[l];
         const real forces_t = v_forces_t[l];
@@ -1700,19 +1703,19 @@ static void newton_1(
         const real ncse_4 = (((real)0.3333333333333333) * cse_1);
         const real ncse_5 = (((real)0.3333333333333333) * cse_2);
         const real ncse_6 = (((real)0.3333333333333333) * cse_0);
-        const real ncse_15 = (forces_E_3 - old_state_internal_Ep_3);
-        const real ncse_16 = (forces_E_4 - old_state_internal_Ep_4);
-        const real ncse_17 = (forces_E_5 - old_state_internal_Ep_5);
-        const real ncse_18 = (ncse_4 + ncse_5 - (((real)0.6666666666666666) * cse_0));
-        const real ncse_19 = (ncse_4 + ncse_6 - (((real)0.6666666666666666) * cse_2));
-        const real ncse_20 = (ncse_5 + ncse_6 - (((real)0.6666666666666666) * cse_1));
-        const real ncse_7 = sqrt(mc_pos(((ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20))));
+        const real ncse_16 = (forces_E_3 - old_state_internal_Ep_3);
+        const real ncse_17 = (forces_E_4 - old_state_internal_Ep_4);
+        const real ncse_18 = (forces_E_5 - old_state_internal_Ep_5);
+        const real ncse_19 = (ncse_4 + ncse_5 - (((real)0.6666666666666666) * cse_0));
+        const real ncse_20 = (ncse_4 + ncse_6 - (((real)0.6666666666666666) * cse_2));
+        const real ncse_21 = (ncse_5 + ncse_6 - (((real)0.6666666666666666) * cse_1));
+        const real ncse_7 = sqrt(mc_pos(((ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19) + (ncse_20 * ncse_20) + (ncse_21 * ncse_21))));
         const real ncse_8 = (((real)1.0) / (((real)2.0) + (((real)2.0) * p_nu)));
         const real ncse_9 = (p_E * ncse_8);
         const real ncse_10 = (-((real)1.0) + p_n);
         const real ncse_13 = (ncse_2 * ncse_9);
-        const real ncse_21 = (((real)2.449489742783178) * ncse_7);
         const real ncse_22 = (((real)2.449489742783178) * fabs((ncse_7 * ncse_9)));
+        const real ncse_23 = (((real)2.449489742783178) * ncse_7);
         v_norton_radial_return_solve_converged[l] = 0;
         v_norton_radial_return_solve_iterations[l] = 0;
         mc_act[l] = 1;
@@ -1723,8 +1726,8 @@ static void newton_1(
         v_ncse_9[l] = ncse_9;
         v_ncse_10[l] = ncse_10;
         v_ncse_13[l] = ncse_13;
-        v_ncse_21[l] = ncse_21;
         v_ncse_22[l] = ncse_22;
+        v_ncse_23[l] = ncse_23;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -1734,23 +1737,24 @@ static void newton_1(
         const real p_n = MC_P(3, v_p_n[l]);
         const real state_internal_svm = v_state_internal_svm[l];
         const real ncse_10 = v_ncse_10[l];
-        const real ncse_2 = v_ncse_2[l];
-        const real ncse_21 = v_ncse_21[l];
-        const real ncse_9 = v_ncse_9[l];
         const real p_A = MC_P(2, v_p_A[l]);
         const real p_E = MC_P(0, v_p_E[l]);
         const real ncse_1 = v_ncse_1[l];
         const real ncse_22 = v_ncse_22[l];
         const real ncse_8 = v_ncse_8[l];
+        const real ncse_2 = v_ncse_2[l];
+        const real ncse_23 = v_ncse_23[l];
+        const real ncse_9 = v_ncse_9[l];
         const real ncse_13 = v_ncse_13[l];
         const real ncse_0 = mc_pow(state_internal_svm, p_n);
         const real ncse_11 = mc_powr_shift(ncse_0, state_internal_svm, ncse_10);
         const real ncse_12 = (p_n * ncse_11);
         const real ncse_14 = fabs(state_internal_svm);
-        const real nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_21 - (ncse_0 * ncse_2))));
+        const real ncse_15 = (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8)));
+        const real nt1_r_0 = (-state_internal_svm + (ncse_9 * (ncse_23 - (ncse_0 * ncse_2))));
         const real norton_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? norton_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | ((norton_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * (ncse_14 + ncse_22 + (((real)3.0) * ((ncse_14 * fabs(ncse_12)) + fabs(ncse_0)) * fabs(p_A) * fabs(p_E) * fabs(ncse_1) * fabs(ncse_8)))))));
+        const int nt1_ok = ((norton_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_15) > 0 ? ncse_15 : ((real)0.0)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_norton_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_norton_radial_return_solve_converged[l];

@@ -64,22 +64,23 @@ def _torch_newton_1(
         ncse_5 = (0.3333333333333333 * cse_1)
         ncse_6 = (0.3333333333333333 * cse_2)
         ncse_7 = (0.3333333333333333 * cse_0)
-        ncse_13 = (forces_E_3 - old_state_internal_Ep_3)
-        ncse_14 = (forces_E_4 - old_state_internal_Ep_4)
-        ncse_15 = (forces_E_5 - old_state_internal_Ep_5)
-        ncse_16 = (ncse_5 + ncse_6 - (0.6666666666666666 * cse_0))
-        ncse_17 = (ncse_5 + ncse_7 - (0.6666666666666666 * cse_2))
-        ncse_18 = (ncse_6 + ncse_7 - (0.6666666666666666 * cse_1))
-        ncse_8 = torch.clamp(((ncse_2 * torch.sqrt(torch.clamp(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18)), min=0.0))) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
+        ncse_14 = (forces_E_3 - old_state_internal_Ep_3)
+        ncse_15 = (forces_E_4 - old_state_internal_Ep_4)
+        ncse_16 = (forces_E_5 - old_state_internal_Ep_5)
+        ncse_17 = (ncse_5 + ncse_6 - (0.6666666666666666 * cse_0))
+        ncse_18 = (ncse_5 + ncse_7 - (0.6666666666666666 * cse_2))
+        ncse_19 = (ncse_6 + ncse_7 - (0.6666666666666666 * cse_1))
+        ncse_8 = torch.clamp(((ncse_2 * torch.sqrt(torch.clamp(((ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19)), min=0.0))) - (0.816496580927726 * (p_sigma_y + (p_K * old_state_internal_ep)))), min=0.0)
         ncse_9 = (-1.0 + p_n)
         ncse_10 = _powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9)
         ncse_11 = (p_n * ncse_10)
         ncse_12 = torch.abs(state_internal_gamma_rate_root)
+        ncse_13 = ((ncse_12 * torch.abs(p_eta)) + (((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(ncse_1) * torch.abs(ncse_3)) + torch.abs(ncse_8))
         nt1_r_0 = (ncse_8 - (p_eta * state_internal_gamma_rate_root) - (ncse_0 * ncse_4))
         perzyna_iso_radial_return_solve_residual_norm = torch.abs(nt1_r_0)
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_radial_return_solve_residual_norm
-        perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < 3e+38) & (torch.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * torch.abs(p_eta)) + (((ncse_12 * torch.abs(ncse_11)) + torch.abs(ncse_0)) * torch.abs(ncse_1) * torch.abs(ncse_3)) + torch.abs(ncse_8))))))
+        perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_13) > 0.0, ncse_13, 0.0))))
         if it1 == maxit1 or bool(perzyna_iso_radial_return_solve_converged.all()):
             break
         nt1_1 = (-p_eta - (ncse_11 * ncse_4))
@@ -885,6 +886,7 @@ if triton is not None:
         K4 = tl.full([], 0.816496580927726, DTYPE)
         K5 = tl.full([], 1.0, DTYPE)
         K6 = tl.full([], 3e+38, DTYPE)
+        K7 = tl.full([], 0.0, DTYPE)
         # Newton solve 1 for state/internal/gamma_rate_root: per-point mask, converged points stop changing
         state_internal_gamma_rate_root = perzyna_iso_radial_return_solve_guess_state_internal_gamma_rate_root + tl.zeros([BLOCK], dtype=DTYPE)
         perzyna_iso_radial_return_solve_converged = ~mask  # lanes past the batch count as converged
@@ -905,21 +907,22 @@ if triton is not None:
             ncse_5 = (K3 * cse_1)
             ncse_6 = (K3 * cse_2)
             ncse_7 = (K3 * cse_0)
-            ncse_13 = (forces_E_3 - old_state_internal_Ep_3)
-            ncse_14 = (forces_E_4 - old_state_internal_Ep_4)
-            ncse_15 = (forces_E_5 - old_state_internal_Ep_5)
-            ncse_16 = (ncse_5 + ncse_6 - (K2 * cse_0))
-            ncse_17 = (ncse_5 + ncse_7 - (K2 * cse_2))
-            ncse_18 = (ncse_6 + ncse_7 - (K2 * cse_1))
-            ncse_8 = _mc_pos(((ncse_2 * tl.sqrt(_mc_pos(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18))))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))))
+            ncse_14 = (forces_E_3 - old_state_internal_Ep_3)
+            ncse_15 = (forces_E_4 - old_state_internal_Ep_4)
+            ncse_16 = (forces_E_5 - old_state_internal_Ep_5)
+            ncse_17 = (ncse_5 + ncse_6 - (K2 * cse_0))
+            ncse_18 = (ncse_5 + ncse_7 - (K2 * cse_2))
+            ncse_19 = (ncse_6 + ncse_7 - (K2 * cse_1))
+            ncse_8 = _mc_pos(((ncse_2 * tl.sqrt(_mc_pos(((ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19))))) - (K4 * (p_sigma_y + (p_K * old_state_internal_ep)))))
             ncse_9 = (-K5 + p_n)
             ncse_10 = _mc_powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9)
             ncse_11 = (p_n * ncse_10)
             ncse_12 = tl.abs(state_internal_gamma_rate_root)
+            ncse_13 = ((ncse_12 * tl.abs(p_eta)) + (((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(ncse_1) * tl.abs(ncse_3)) + tl.abs(ncse_8))
             nt1_r_0 = (ncse_8 - (p_eta * state_internal_gamma_rate_root) - (ncse_0 * ncse_4))
             perzyna_iso_radial_return_solve_residual_norm = tl.abs(nt1_r_0)
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_radial_return_solve_residual_norm, nt1_rnorm0)
-            perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < K6) & (tl.abs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * tl.abs(p_eta)) + (((ncse_12 * tl.abs(ncse_11)) + tl.abs(ncse_0)) * tl.abs(ncse_1) * tl.abs(ncse_3)) + tl.abs(ncse_8))))))
+            perzyna_iso_radial_return_solve_converged = perzyna_iso_radial_return_solve_converged | ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K6 - ncse_13) > 0.0, ncse_13, K7))))
             update1 = (~perzyna_iso_radial_return_solve_converged) & (it1 < maxit1)
             nt1_1 = (-p_eta - (ncse_11 * ncse_4))
             nt1_2 = (K5 / nt1_1)
@@ -1808,13 +1811,13 @@ static void newton_1(
         const real ncse_5 = (((real)0.3333333333333333) * cse_1);
         const real ncse_6 = (((real)0.3333333333333333) * cse_2);
         const real ncse_7 = (((real)0.3333333333333333) * cse_0);
-        const real ncse_13 = (forces_E_3 - old_state_internal_Ep_3);
-        const real ncse_14 = (forces_E_4 - old_state_internal_Ep_4);
-        const real ncse_15 = (forces_E_5 - old_state_internal_Ep_5);
-        const real ncse_16 = (ncse_5 + ncse_6 - (((real)0.6666666666666666) * cse_0));
-        const real ncse_17 = (ncse_5 + ncse_7 - (((real)0.6666666666666666) * cse_2));
-        const real ncse_18 = (ncse_6 + ncse_7 - (((real)0.6666666666666666) * cse_1));
-        const real ncse_8 = mc_pos(((ncse_2 * sqrt(mc_pos(((ncse_13 * ncse_13) + (ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18))))) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))));
+        const real ncse_14 = (forces_E_3 - old_state_internal_Ep_3);
+        const real ncse_15 = (forces_E_4 - old_state_internal_Ep_4);
+        const real ncse_16 = (forces_E_5 - old_state_internal_Ep_5);
+        const real ncse_17 = (ncse_5 + ncse_6 - (((real)0.6666666666666666) * cse_0));
+        const real ncse_18 = (ncse_5 + ncse_7 - (((real)0.6666666666666666) * cse_2));
+        const real ncse_19 = (ncse_6 + ncse_7 - (((real)0.6666666666666666) * cse_1));
+        const real ncse_8 = mc_pos(((ncse_2 * sqrt(mc_pos(((ncse_14 * ncse_14) + (ncse_15 * ncse_15) + (ncse_16 * ncse_16) + (ncse_17 * ncse_17) + (ncse_18 * ncse_18) + (ncse_19 * ncse_19))))) - (((real)0.816496580927726) * (p_sigma_y + (p_K * old_state_internal_ep)))));
         const real ncse_9 = (-((real)1.0) + p_n);
         v_perzyna_iso_radial_return_solve_converged[l] = 0;
         v_perzyna_iso_radial_return_solve_iterations[l] = 0;
@@ -1835,18 +1838,19 @@ static void newton_1(
         const real state_internal_gamma_rate_root = v_state_internal_gamma_rate_root[l];
         const real ncse_9 = v_ncse_9[l];
         const real p_eta = MC_P(4, v_p_eta[l]);
-        const real ncse_4 = v_ncse_4[l];
-        const real ncse_8 = v_ncse_8[l];
         const real ncse_1 = v_ncse_1[l];
         const real ncse_3 = v_ncse_3[l];
+        const real ncse_8 = v_ncse_8[l];
+        const real ncse_4 = v_ncse_4[l];
         const real ncse_0 = mc_pow(state_internal_gamma_rate_root, p_n);
         const real ncse_10 = mc_powr_shift(ncse_0, state_internal_gamma_rate_root, ncse_9);
         const real ncse_11 = (p_n * ncse_10);
         const real ncse_12 = fabs(state_internal_gamma_rate_root);
+        const real ncse_13 = ((ncse_12 * fabs(p_eta)) + (((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(ncse_1) * fabs(ncse_3)) + fabs(ncse_8));
         const real nt1_r_0 = (ncse_8 - (p_eta * state_internal_gamma_rate_root) - (ncse_0 * ncse_4));
         const real perzyna_iso_radial_return_solve_residual_norm = fabs(nt1_r_0);
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_radial_return_solve_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_ok = ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | ((perzyna_iso_radial_return_solve_residual_norm < ((real)3e+38)) & (fabs(nt1_r_0) <= (nt1_rtol * ((ncse_12 * fabs(p_eta)) + (((ncse_12 * fabs(ncse_11)) + fabs(ncse_0)) * fabs(ncse_1) * fabs(ncse_3)) + fabs(ncse_8))))));
+        const int nt1_ok = ((perzyna_iso_radial_return_solve_residual_norm <= nt1_atol) | (fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_13) > 0 ? ncse_13 : ((real)0.0)))));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_perzyna_iso_radial_return_solve_converged[l] = mc_was ? nt1_ok : v_perzyna_iso_radial_return_solve_converged[l];

@@ -94,10 +94,10 @@ def _torch_newton_1(
         ncse_27 = (ncse_26 * ncse_5)
         ncse_28 = (ncse_10 * ncse_26)
         ncse_29 = (ncse_3 * ncse_7)
-        ncse_112 = (ncse_11 - ncse_25 - ncse_27)
-        ncse_113 = (ncse_29 - ncse_27 - ncse_28)
-        ncse_114 = (ncse_8 - ncse_25 - ncse_28)
-        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114)), min=0.0))
+        ncse_120 = (ncse_11 - ncse_25 - ncse_27)
+        ncse_121 = (ncse_29 - ncse_27 - ncse_28)
+        ncse_122 = (ncse_8 - ncse_25 - ncse_28)
+        ncse_30 = torch.sqrt(torch.clamp((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122)), min=0.0))
         ncse_31 = _sdiv(1.0, ncse_30)
         ncse_32 = (0.5 * ncse_31)
         ncse_33 = (ncse_14 * ncse_32)
@@ -165,20 +165,28 @@ def _torch_newton_1(
         ncse_97 = (1.3333333333333333 * ncse_93)
         ncse_98 = torch.abs(state_internal_Ep_2)
         ncse_99 = (ncse_98 + torch.abs(forces_E_2))
-        ncse_115 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
-        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_115)
+        ncse_123 = torch.abs((1.0 / (1.0 - (2.0 * p_nu))))
+        ncse_100 = (2.6666666666666665 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * torch.abs(p_nu) * ncse_123)
         ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
         ncse_102 = torch.abs(state_internal_gamma_rate)
         ncse_103 = (ncse_102 * torch.abs(ncse_13))
         ncse_104 = (ncse_103 * torch.abs(ncse_31))
         ncse_105 = (0.5 * ncse_104)
-        ncse_106 = (ncse_94 * ncse_96)
-        ncse_107 = torch.abs(state_internal_Ep_3)
-        ncse_108 = (ncse_104 * ncse_93)
-        ncse_109 = torch.abs(state_internal_Ep_4)
-        ncse_110 = torch.abs(state_internal_Ep_5)
-        ncse_111 = torch.abs(state_internal_ep)
-        ncse_116 = (0.816496580927726 * ncse_48)
+        ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0))
+        ncse_107 = (ncse_94 * ncse_96)
+        ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + torch.abs(old_state_internal_Ep_1))
+        ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2))
+        ncse_110 = torch.abs(state_internal_Ep_3)
+        ncse_111 = (ncse_104 * ncse_93)
+        ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3))
+        ncse_113 = torch.abs(state_internal_Ep_4)
+        ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4))
+        ncse_115 = torch.abs(state_internal_Ep_5)
+        ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5))
+        ncse_117 = torch.abs(state_internal_ep)
+        ncse_118 = (ncse_117 + (0.816496580927726 * ncse_103) + torch.abs(old_state_internal_ep))
+        ncse_119 = (ncse_102 + (0.816496580927726 * ((ncse_117 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_85)) + torch.abs(ncse_42))
+        ncse_124 = (0.816496580927726 * ncse_48)
         nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
         nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
         nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -190,11 +198,11 @@ def _torch_newton_1(
         perzyna_iso_return_map_residual_norm = torch.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
         if it1 == 0:
             nt1_rnorm0 = perzyna_iso_return_map_residual_norm
-        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + torch.abs(old_state_internal_Ep_0)))) & (torch.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + torch.abs(old_state_internal_Ep_1)))))
-        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + torch.abs(forces_E_3))) + torch.abs(old_state_internal_Ep_3)))) & (torch.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + torch.abs(old_state_internal_Ep_2)))))
-        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + torch.abs(forces_E_4))) + torch.abs(old_state_internal_Ep_4)))) & (torch.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + torch.abs(forces_E_5))) + torch.abs(old_state_internal_Ep_5)))))
-        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (0.816496580927726 * ncse_103) + torch.abs(old_state_internal_ep)))) & (torch.abs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (0.816496580927726 * ((ncse_111 * torch.abs(p_K)) + (1.224744871391589 * torch.abs(ncse_30)) + torch.abs(p_sigma_y)) * torch.abs(ncse_39) * torch.abs(ncse_85)) + torch.abs(ncse_42)))))
-        perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | ((perzyna_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (perzyna_iso_return_map_residual_norm < 3e+38)))
+        nt1_scaled0 = ((torch.abs(nt1_r_0) <= (nt1_rtol * torch.where((3e+38 - ncse_106) > 0.0, ncse_106, 0.0))) & (torch.abs(nt1_r_1) <= (nt1_rtol * torch.where((3e+38 - ncse_108) > 0.0, ncse_108, 0.0))))
+        nt1_scaled1 = (nt1_scaled0 & (torch.abs(nt1_r_2) <= (nt1_rtol * torch.where((3e+38 - ncse_109) > 0.0, ncse_109, 0.0))) & (torch.abs(nt1_r_3) <= (nt1_rtol * torch.where((3e+38 - ncse_112) > 0.0, ncse_112, 0.0))))
+        nt1_scaled2 = (nt1_scaled1 & (torch.abs(nt1_r_4) <= (nt1_rtol * torch.where((3e+38 - ncse_114) > 0.0, ncse_114, 0.0))) & (torch.abs(nt1_r_5) <= (nt1_rtol * torch.where((3e+38 - ncse_116) > 0.0, ncse_116, 0.0))))
+        nt1_scaled3 = (nt1_scaled2 & (torch.abs(nt1_r_6) <= (nt1_rtol * torch.where((3e+38 - ncse_118) > 0.0, ncse_118, 0.0))) & (torch.abs(nt1_r_7) <= (nt1_rtol * torch.where((3e+38 - ncse_119) > 0.0, ncse_119, 0.0))))
+        perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
         if it1 == maxit1 or bool(perzyna_iso_return_map_converged.all()):
             break
         nt1_A = _matrix([
@@ -204,7 +212,7 @@ def _torch_newton_1(
             [ncse_59, ncse_66, ncse_72, (1.0 - (ncse_50 * (-ncse_76 - (ncse_18 * ncse_77)))), ncse_81, ncse_82, 0.0, (ncse_16 * ncse_83)],
             [ncse_61, ncse_68, ncse_74, ncse_81, (1.0 - (ncse_50 * (-ncse_76 - (ncse_21 * ncse_77)))), ncse_84, 0.0, (ncse_20 * ncse_83)],
             [ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, (1.0 - (ncse_50 * (-ncse_76 - (ncse_24 * ncse_77)))), 0.0, (ncse_23 * ncse_83)],
-            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_116],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, ncse_124],
             [(ncse_12 * ncse_88), (ncse_34 * ncse_88), (ncse_35 * ncse_88), (ncse_16 * ncse_89), (ncse_20 * ncse_89), (ncse_23 * ncse_89), (0.816496580927726 * p_K * ncse_86), 1.0],
         ], X)
         nt1_B = _matrix([
@@ -1600,10 +1608,10 @@ if triton is not None:
             ncse_27 = (ncse_26 * ncse_5)
             ncse_28 = (ncse_10 * ncse_26)
             ncse_29 = (ncse_3 * ncse_7)
-            ncse_112 = (ncse_11 - ncse_25 - ncse_27)
-            ncse_113 = (ncse_29 - ncse_27 - ncse_28)
-            ncse_114 = (ncse_8 - ncse_25 - ncse_28)
-            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114))))
+            ncse_120 = (ncse_11 - ncse_25 - ncse_27)
+            ncse_121 = (ncse_29 - ncse_27 - ncse_28)
+            ncse_122 = (ncse_8 - ncse_25 - ncse_28)
+            ncse_30 = tl.sqrt(_mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122))))
             ncse_31 = _mc_sdiv(K1, ncse_30)
             ncse_32 = (K5 * ncse_31)
             ncse_33 = (ncse_14 * ncse_32)
@@ -1671,20 +1679,28 @@ if triton is not None:
             ncse_97 = (K3 * ncse_93)
             ncse_98 = tl.abs(state_internal_Ep_2)
             ncse_99 = (ncse_98 + tl.abs(forces_E_2))
-            ncse_115 = tl.abs((K1 / (K1 - (K9 * p_nu))))
-            ncse_100 = (K10 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_115)
+            ncse_123 = tl.abs((K1 / (K1 - (K9 * p_nu))))
+            ncse_100 = (K10 * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * tl.abs(p_nu) * ncse_123)
             ncse_101 = (ncse_100 + (ncse_94 * ncse_99))
             ncse_102 = tl.abs(state_internal_gamma_rate)
             ncse_103 = (ncse_102 * tl.abs(ncse_13))
             ncse_104 = (ncse_103 * tl.abs(ncse_31))
             ncse_105 = (K5 * ncse_104)
-            ncse_106 = (ncse_94 * ncse_96)
-            ncse_107 = tl.abs(state_internal_Ep_3)
-            ncse_108 = (ncse_104 * ncse_93)
-            ncse_109 = tl.abs(state_internal_Ep_4)
-            ncse_110 = tl.abs(state_internal_Ep_5)
-            ncse_111 = tl.abs(state_internal_ep)
-            ncse_116 = (K6 * ncse_48)
+            ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0))
+            ncse_107 = (ncse_94 * ncse_96)
+            ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + tl.abs(old_state_internal_Ep_1))
+            ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2))
+            ncse_110 = tl.abs(state_internal_Ep_3)
+            ncse_111 = (ncse_104 * ncse_93)
+            ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3))
+            ncse_113 = tl.abs(state_internal_Ep_4)
+            ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4))
+            ncse_115 = tl.abs(state_internal_Ep_5)
+            ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5))
+            ncse_117 = tl.abs(state_internal_ep)
+            ncse_118 = (ncse_117 + (K6 * ncse_103) + tl.abs(old_state_internal_ep))
+            ncse_119 = (ncse_102 + (K6 * ((ncse_117 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_85)) + tl.abs(ncse_42))
+            ncse_124 = (K6 * ncse_48)
             nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33))
             nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34))
             nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35))
@@ -1695,11 +1711,11 @@ if triton is not None:
             nt1_r_7 = (state_internal_gamma_rate - ncse_42)
             perzyna_iso_return_map_residual_norm = tl.sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)))
             nt1_rnorm0 = tl.where(it1 == 0, perzyna_iso_return_map_residual_norm, nt1_rnorm0)
-            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + tl.abs(old_state_internal_Ep_0)))) & (tl.abs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + tl.abs(old_state_internal_Ep_1)))))
-            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + tl.abs(forces_E_3))) + tl.abs(old_state_internal_Ep_3)))) & (tl.abs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + tl.abs(old_state_internal_Ep_2)))))
-            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + tl.abs(forces_E_4))) + tl.abs(old_state_internal_Ep_4)))) & (tl.abs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + tl.abs(forces_E_5))) + tl.abs(old_state_internal_Ep_5)))))
-            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (K6 * ncse_103) + tl.abs(old_state_internal_ep)))) & (tl.abs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (K6 * ((ncse_111 * tl.abs(p_K)) + (K7 * tl.abs(ncse_30)) + tl.abs(p_sigma_y)) * tl.abs(ncse_39) * tl.abs(ncse_85)) + tl.abs(ncse_42)))))
-            perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | ((perzyna_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (perzyna_iso_return_map_residual_norm < K11)))
+            nt1_scaled0 = ((tl.abs(nt1_r_0) <= (nt1_rtol * tl.where((K11 - ncse_106) > 0.0, ncse_106, K8))) & (tl.abs(nt1_r_1) <= (nt1_rtol * tl.where((K11 - ncse_108) > 0.0, ncse_108, K8))))
+            nt1_scaled1 = (nt1_scaled0 & (tl.abs(nt1_r_2) <= (nt1_rtol * tl.where((K11 - ncse_109) > 0.0, ncse_109, K8))) & (tl.abs(nt1_r_3) <= (nt1_rtol * tl.where((K11 - ncse_112) > 0.0, ncse_112, K8))))
+            nt1_scaled2 = (nt1_scaled1 & (tl.abs(nt1_r_4) <= (nt1_rtol * tl.where((K11 - ncse_114) > 0.0, ncse_114, K8))) & (tl.abs(nt1_r_5) <= (nt1_rtol * tl.where((K11 - ncse_116) > 0.0, ncse_116, K8))))
+            nt1_scaled3 = (nt1_scaled2 & (tl.abs(nt1_r_6) <= (nt1_rtol * tl.where((K11 - ncse_118) > 0.0, ncse_118, K8))) & (tl.abs(nt1_r_7) <= (nt1_rtol * tl.where((K11 - ncse_119) > 0.0, ncse_119, K8))))
+            perzyna_iso_return_map_converged = perzyna_iso_return_map_converged | (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol))
             update1 = (~perzyna_iso_return_map_converged) & (it1 < maxit1)
             nt1_1 = (K1 - (ncse_50 * (-ncse_44 - (ncse_47 * (ncse_12 * ncse_12)))))
             nt1_2 = (ncse_32 * ncse_56)
@@ -1724,7 +1740,7 @@ if triton is not None:
                 nt1_1, ncse_53, ncse_54, ncse_59, ncse_61, ncse_62, nt1_2, ncse_53, nt1_3, ncse_63, ncse_66,
                 ncse_68, ncse_69, nt1_4, ncse_54, ncse_63, nt1_5, ncse_72, ncse_74, ncse_75, nt1_6, ncse_59,
                 ncse_66, ncse_72, nt1_7, ncse_81, ncse_82, nt1_8, ncse_61, ncse_68, ncse_74, ncse_81, nt1_9,
-                ncse_84, nt1_10, ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, nt1_11, nt1_12, ncse_116, nt1_13,
+                ncse_84, nt1_10, ncse_62, ncse_69, ncse_75, ncse_82, ncse_84, nt1_11, nt1_12, ncse_124, nt1_13,
                 nt1_14, nt1_15, nt1_16, nt1_17, nt1_18, nt1_19, DTYPE)
             nt1_20 = (-nt1_r_0)
             nt1_21 = (-nt1_r_1)
@@ -2579,8 +2595,8 @@ MC_INLINE void newton_1_iterate(
     real v_ncse_93[MC_W];
     real v_ncse_94[MC_W];
     real v_ncse_97[MC_W];
-    real v_ncse_115[MC_W];
-    real v_ncse_116[MC_W];
+    real v_ncse_123[MC_W];
+    real v_ncse_124[MC_W];
     MC_SIMD MC_LANES {
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
@@ -2618,8 +2634,8 @@ MC_INLINE void newton_1_iterate(
         const real ncse_93 = (fabs(p_E) * fabs(ncse_2));
         const real ncse_94 = (((real)0.6666666666666666) * ncse_93);
         const real ncse_97 = (((real)1.3333333333333333) * ncse_93);
-        const real ncse_115 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
-        const real ncse_116 = (((real)0.816496580927726) * ncse_48);
+        const real ncse_123 = fabs((((real)1.0) / (((real)1.0) - (((real)2.0) * p_nu))));
+        const real ncse_124 = (((real)0.816496580927726) * ncse_48);
         v_perzyna_iso_return_map_converged[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_converged[l] : 0;
         v_perzyna_iso_return_map_iterations[l] = (V & 1) && !mc_redo[l] ? v_perzyna_iso_return_map_iterations[l] : 0;
         mc_act[l] = (V & 1) ? mc_redo[l] : 1;
@@ -2645,8 +2661,8 @@ MC_INLINE void newton_1_iterate(
         v_ncse_93[l] = ncse_93;
         v_ncse_94[l] = ncse_94;
         v_ncse_97[l] = ncse_97;
-        v_ncse_115[l] = ncse_115;
-        v_ncse_116[l] = ncse_116;
+        v_ncse_123[l] = ncse_123;
+        v_ncse_124[l] = ncse_124;
     }
     const real nt1_rtol = mc_max(a->rtol >= 0 ? a->rtol : ((real)1e-12), ((real)32.0) * MC_EPS);
     const real nt1_atol = a->atol >= 0 ? a->atol : ((real)1e-12);
@@ -2684,8 +2700,9 @@ MC_INLINE void newton_1_iterate(
         const real ncse_79 = v_ncse_79[l];
         const real ncse_94 = v_ncse_94[l];
         const real p_nu = MC_P(1, v_p_nu[l]);
-        const real ncse_115 = v_ncse_115[l];
+        const real ncse_123 = v_ncse_123[l];
         const real ncse_93 = v_ncse_93[l];
+        const real ncse_97 = v_ncse_97[l];
         const real old_state_internal_Ep_0 = v_old_state_internal_Ep_0[l];
         const real old_state_internal_Ep_1 = v_old_state_internal_Ep_1[l];
         const real old_state_internal_Ep_2 = v_old_state_internal_Ep_2[l];
@@ -2693,8 +2710,7 @@ MC_INLINE void newton_1_iterate(
         const real old_state_internal_Ep_4 = v_old_state_internal_Ep_4[l];
         const real old_state_internal_Ep_5 = v_old_state_internal_Ep_5[l];
         const real old_state_internal_ep = v_old_state_internal_ep[l];
-        const real ncse_97 = v_ncse_97[l];
-        const real ncse_116 = v_ncse_116[l];
+        const real ncse_124 = v_ncse_124[l];
         const real ncse_0 = (-state_internal_Ep_0);
         const real ncse_3 = (forces_E_0 + ncse_0);
         const real ncse_4 = (-state_internal_Ep_1);
@@ -2718,10 +2734,10 @@ MC_INLINE void newton_1_iterate(
         const real ncse_27 = (ncse_26 * ncse_5);
         const real ncse_28 = (ncse_10 * ncse_26);
         const real ncse_29 = (ncse_3 * ncse_7);
-        const real ncse_112 = (ncse_11 - ncse_25 - ncse_27);
-        const real ncse_113 = (ncse_29 - ncse_27 - ncse_28);
-        const real ncse_114 = (ncse_8 - ncse_25 - ncse_28);
-        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_112 * ncse_112) + (ncse_113 * ncse_113) + (ncse_114 * ncse_114))));
+        const real ncse_120 = (ncse_11 - ncse_25 - ncse_27);
+        const real ncse_121 = (ncse_29 - ncse_27 - ncse_28);
+        const real ncse_122 = (ncse_8 - ncse_25 - ncse_28);
+        const real ncse_30 = sqrt(mc_pos((ncse_18 + ncse_21 + ncse_24 + (ncse_120 * ncse_120) + (ncse_121 * ncse_121) + (ncse_122 * ncse_122))));
         const real ncse_31 = mc_sdiv(((real)1.0), ncse_30);
         const real ncse_32 = (((real)0.5) * ncse_31);
         const real ncse_33 = (ncse_14 * ncse_32);
@@ -2781,18 +2797,26 @@ MC_INLINE void newton_1_iterate(
         const real ncse_96 = (ncse_90 + fabs(forces_E_0));
         const real ncse_98 = fabs(state_internal_Ep_2);
         const real ncse_99 = (ncse_98 + fabs(forces_E_2));
-        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_115);
+        const real ncse_100 = (((real)2.6666666666666665) * ncse_93 * (ncse_92 + ncse_96 + ncse_99) * fabs(p_nu) * ncse_123);
         const real ncse_101 = (ncse_100 + (ncse_94 * ncse_99));
         const real ncse_102 = fabs(state_internal_gamma_rate);
         const real ncse_103 = (ncse_102 * fabs(ncse_13));
         const real ncse_104 = (ncse_103 * fabs(ncse_31));
         const real ncse_105 = (((real)0.5) * ncse_104);
-        const real ncse_106 = (ncse_94 * ncse_96);
-        const real ncse_107 = fabs(state_internal_Ep_3);
-        const real ncse_108 = (ncse_104 * ncse_93);
-        const real ncse_109 = fabs(state_internal_Ep_4);
-        const real ncse_110 = fabs(state_internal_Ep_5);
-        const real ncse_111 = fabs(state_internal_ep);
+        const real ncse_106 = (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0));
+        const real ncse_107 = (ncse_94 * ncse_96);
+        const real ncse_108 = (ncse_91 + (ncse_105 * (ncse_101 + ncse_107 + (ncse_92 * ncse_97))) + fabs(old_state_internal_Ep_1));
+        const real ncse_109 = (ncse_98 + (ncse_105 * (ncse_100 + ncse_107 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2));
+        const real ncse_110 = fabs(state_internal_Ep_3);
+        const real ncse_111 = (ncse_104 * ncse_93);
+        const real ncse_112 = (ncse_110 + (ncse_111 * (ncse_110 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3));
+        const real ncse_113 = fabs(state_internal_Ep_4);
+        const real ncse_114 = (ncse_113 + (ncse_111 * (ncse_113 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4));
+        const real ncse_115 = fabs(state_internal_Ep_5);
+        const real ncse_116 = (ncse_115 + (ncse_111 * (ncse_115 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5));
+        const real ncse_117 = fabs(state_internal_ep);
+        const real ncse_118 = (ncse_117 + (((real)0.816496580927726) * ncse_103) + fabs(old_state_internal_ep));
+        const real ncse_119 = (ncse_102 + (((real)0.816496580927726) * ((ncse_117 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_85)) + fabs(ncse_42));
         const real nt1_r_0 = (-ncse_0 - old_state_internal_Ep_0 - (ncse_12 * ncse_33));
         const real nt1_r_1 = (-ncse_4 - old_state_internal_Ep_1 - (ncse_33 * ncse_34));
         const real nt1_r_2 = (-ncse_9 - old_state_internal_Ep_2 - (ncse_33 * ncse_35));
@@ -2803,11 +2827,11 @@ MC_INLINE void newton_1_iterate(
         const real nt1_r_7 = (state_internal_gamma_rate - ncse_42);
         const real perzyna_iso_return_map_residual_norm = sqrt(((nt1_r_0 * nt1_r_0) + (nt1_r_1 * nt1_r_1) + (nt1_r_2 * nt1_r_2) + (nt1_r_3 * nt1_r_3) + (nt1_r_4 * nt1_r_4) + (nt1_r_5 * nt1_r_5) + (nt1_r_6 * nt1_r_6) + (nt1_r_7 * nt1_r_7)));
         const real nt1_rnorm0 = it == 0 ? perzyna_iso_return_map_residual_norm : v_nt1_rnorm0[l];
-        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * (ncse_90 + (ncse_105 * (ncse_101 + ncse_95 + (ncse_96 * ncse_97))) + fabs(old_state_internal_Ep_0)))) & (fabs(nt1_r_1) <= (nt1_rtol * (ncse_91 + (ncse_105 * (ncse_101 + ncse_106 + (ncse_92 * ncse_97))) + fabs(old_state_internal_Ep_1)))));
-        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_3) <= (nt1_rtol * (ncse_107 + (ncse_108 * (ncse_107 + fabs(forces_E_3))) + fabs(old_state_internal_Ep_3)))) & (fabs(nt1_r_2) <= (nt1_rtol * (ncse_98 + (ncse_105 * (ncse_100 + ncse_106 + ncse_95 + (ncse_97 * ncse_99))) + fabs(old_state_internal_Ep_2)))));
-        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * (ncse_109 + (ncse_108 * (ncse_109 + fabs(forces_E_4))) + fabs(old_state_internal_Ep_4)))) & (fabs(nt1_r_5) <= (nt1_rtol * (ncse_110 + (ncse_108 * (ncse_110 + fabs(forces_E_5))) + fabs(old_state_internal_Ep_5)))));
-        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * (ncse_111 + (((real)0.816496580927726) * ncse_103) + fabs(old_state_internal_ep)))) & (fabs(nt1_r_7) <= (nt1_rtol * (ncse_102 + (((real)0.816496580927726) * ((ncse_111 * fabs(p_K)) + (((real)1.224744871391589) * fabs(ncse_30)) + fabs(p_sigma_y)) * fabs(ncse_39) * fabs(ncse_85)) + fabs(ncse_42)))));
-        const int nt1_ok = ((perzyna_iso_return_map_residual_norm <= nt1_atol) | (nt1_scaled3 & (perzyna_iso_return_map_residual_norm < ((real)3e+38))));
+        const int nt1_scaled0 = ((fabs(nt1_r_0) <= (nt1_rtol * ((((real)3e+38) - ncse_106) > 0 ? ncse_106 : ((real)0.0)))) & (fabs(nt1_r_1) <= (nt1_rtol * ((((real)3e+38) - ncse_108) > 0 ? ncse_108 : ((real)0.0)))));
+        const int nt1_scaled1 = (nt1_scaled0 & (fabs(nt1_r_2) <= (nt1_rtol * ((((real)3e+38) - ncse_109) > 0 ? ncse_109 : ((real)0.0)))) & (fabs(nt1_r_3) <= (nt1_rtol * ((((real)3e+38) - ncse_112) > 0 ? ncse_112 : ((real)0.0)))));
+        const int nt1_scaled2 = (nt1_scaled1 & (fabs(nt1_r_4) <= (nt1_rtol * ((((real)3e+38) - ncse_114) > 0 ? ncse_114 : ((real)0.0)))) & (fabs(nt1_r_5) <= (nt1_rtol * ((((real)3e+38) - ncse_116) > 0 ? ncse_116 : ((real)0.0)))));
+        const int nt1_scaled3 = (nt1_scaled2 & (fabs(nt1_r_6) <= (nt1_rtol * ((((real)3e+38) - ncse_118) > 0 ? ncse_118 : ((real)0.0)))) & (fabs(nt1_r_7) <= (nt1_rtol * ((((real)3e+38) - ncse_119) > 0 ? ncse_119 : ((real)0.0)))));
+        const int nt1_ok = (nt1_scaled3 | (perzyna_iso_return_map_residual_norm <= nt1_atol));
         v_nt1_rnorm0[l] = nt1_rnorm0;
         const int mc_was = mc_act[l];
         v_perzyna_iso_return_map_converged[l] = mc_was ? nt1_ok : v_perzyna_iso_return_map_converged[l];
@@ -2959,10 +2983,10 @@ MC_INLINE void newton_1_iterate(
         const real nt1_141 = (nt1_140 ? (((real)1.0) / nt1_135) : MC_NAN);
         const real nt1_142 = (nt1_138 * nt1_141);
         const real nt1_143 = (nt1_139 - (nt1_136 * nt1_142));
-        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_116)));
+        const int nt1_144 = (((real)1.0) >= (((real)1e-12) * fabs(ncse_124)));
         const real nt1_145 = (nt1_144 ? ((real)1.0) : MC_NAN);
         const real nt1_146 = (nt1_19 * nt1_145);
-        const real nt1_147 = (nt1_143 - (ncse_116 * nt1_146));
+        const real nt1_147 = (nt1_143 - (ncse_124 * nt1_146));
         const real nt1_148 = (((real)1.0) / nt1_147);
         const real nt1_149 = (-nt1_r_0);
         const real nt1_150 = (-nt1_r_1);
@@ -2995,7 +3019,7 @@ MC_INLINE void newton_1_iterate(
         const real nt1_177 = (nt1_176 - (nt1_175 * nt1_142));
         const real nt1_178 = (nt1_177 - (nt1_155 * nt1_146));
         const real nt1_179 = (nt1_178 * nt1_148);
-        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_116 * nt1_179)));
+        const real nt1_180 = (nt1_145 * (nt1_155 - (ncse_124 * nt1_179)));
         const real nt1_181 = (nt1_141 * (nt1_175 - (nt1_136 * nt1_179)));
         const real nt1_182 = (nt1_133 * (nt1_172 - (nt1_122 * nt1_181) - (nt1_123 * nt1_179)));
         const real nt1_183 = (nt1_119 * (nt1_168 - (nt1_100 * nt1_182) - (nt1_101 * nt1_181) - (nt1_102 * nt1_179)));
@@ -3080,7 +3104,7 @@ MC_INLINE void newton_1_iterate(
         if (V & 1) mc_A[52 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[53 * MC_W + l] = ((real)0.0);
         if (V & 1) mc_A[54 * MC_W + l] = ((real)1.0);
-        if (V & 1) mc_A[55 * MC_W + l] = ncse_116;
+        if (V & 1) mc_A[55 * MC_W + l] = ncse_124;
         if (V & 1) mc_B[6 * MC_W + l] = (-nt1_r_6);
         if (V & 1) mc_A[56 * MC_W + l] = (ncse_12 * ncse_88);
         if (V & 1) mc_A[57 * MC_W + l] = (ncse_34 * ncse_88);

@@ -287,11 +287,10 @@ class Emitter:
         if st.residual_scale:
             # scaled test (see ir.Newton.residual_scale): every residual is zero to within rtol_eff of
             # the magnitude of its own terms. Unlike rtol * ||R0|| it does not mix units (a residual in
-            # MPa next to one in strain), and it is reachable in float32 (NaN compares false). An
-            # overflowed residual is inf with an inf scale, and inf <= rtol * inf holds: ||R|| must be
-            # finite too.
+            # MPa next to one in strain), and it is reachable in float32 (NaN compares false; a scale
+            # that overflowed is 0, see passes.lower._residual_scale).
             tests.append(sp.And(*[sp.LessThan(_abs(r), self.rtol_symbol(k) * s)
-                                  for r, s in zip(res, st.residual_scale)], self._finite(rn)))
+                                  for r, s in zip(res, st.residual_scale)]))
         else:
             tests.append(sp.And(sp.LessThan(rn, self.rtol_symbol(k) * rn0), self._finite(rn0)))
         return sp.Or(*tests)
@@ -312,8 +311,7 @@ class Emitter:
             sym = sp.Symbol(f"nt{k}.scaled{g}")
             parts.append((sym, sp.And(*([prev] if prev is not None else []), *terms)))
             prev = sym
-        return parts, sp.Or(sp.LessThan(st.residual_norm, self.atol_symbol(k)),
-                            sp.And(prev, self._finite(st.residual_norm)))
+        return parts, sp.Or(sp.LessThan(st.residual_norm, self.atol_symbol(k)), prev)
 
     @staticmethod
     def _finite(rn: sp.Symbol) -> sp.Expr:

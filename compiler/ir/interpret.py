@@ -162,7 +162,7 @@ def _newton(st: Newton, env, batch, dtype) -> None:
         if st.residual_scale:  # the backends' test: every residual zero to rtol of its own terms
             rtol = max(o.rtol, RTOL_FLOOR_EPS * float(np.finfo(dtype).eps))
             scale = np.stack([np.abs(_eval(r, local, batch, dtype)) for r in st.residual_scale], axis=-1)
-            small = np.all(np.abs(R) <= rtol * scale, axis=-1) & (norm < FINITE_MAX)
+            small = np.all(np.abs(R) <= rtol * scale, axis=-1)
         else:
             small = (norm <= o.rtol * norm0) & (norm0 < FINITE_MAX)  # as the backends
         now = ~failed & ((norm <= o.atol) | small)

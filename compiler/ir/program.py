@@ -45,10 +45,11 @@ class LinearSolve:
 #: and the reference interpreter, apply it to the residual-scale test of :class:`Newton`)
 RTOL_FLOOR_EPS = 32
 
-#: a relative stopping test accepts a residual (norm) below this only (finite in float32 too): an
-#: iterate whose residual overflowed has an infinite residual scale as well, and inf <= rtol * inf
-#: holds (a float32 chaboche2_coupled step of 2% strain "converged" there, to a stress 15x the
-#: solution's, with a NaN tangent)
+#: the largest value a relative stopping test trusts (finite in float32 too): ``||R0||`` of the
+#: unscaled test, and each residual scale, which is 0 above it (passes.lower._residual_scale): an
+#: overflowed scale made ``|R| <= rtol * inf`` hold for any finite or infinite residual (float32
+#: chaboche2_coupled "converged" on 2% strain steps to a stress 15x the solution's, norton at its
+#: first guess to 1e28 MPa)
 FINITE_MAX = 3.0e38
 
 

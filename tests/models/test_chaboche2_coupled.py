@@ -234,8 +234,8 @@ def test_float32_large_steps_converge_to_the_solution_or_fail(backend: str) -> N
     """Steps of 1-10% strain from the virgin state, float32 (fresh random points; float64 converges on
     every one). A float32 iterate whose residual overflowed has an infinite residual scale, and the
     scaled stopping test's |R| <= rtol * scale read inf <= inf as met: C said converged at up to 75%
-    of these points, with a stress up to 15x the solution's and a NaN tangent (ir.FINITE_MAX now
-    requires a finite ||R||). A float32 point must now either fail (NaN, not converged; measured:
+    of these points, with a stress up to 15x the solution's and a NaN tangent (a scale above
+    ir.FINITE_MAX now counts as 0). A float32 point must now either fail (NaN, not converged; measured:
     about a third, which the driver sub-steps) or converge to the float64 solution. The bound, 1e-3
     of the largest stress component, is a gross-error check (measured: at most 7e-5 on 2000 points);
     float32 accuracy is bounded closely by the tests above."""

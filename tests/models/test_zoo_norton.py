@@ -122,3 +122,30 @@ def test_interpreter_reports_where_newton_stopped():
     d = eps - eps[:, :3].mean(axis=1, keepdims=True) * np.r_[1.0, 1, 1, 0, 0, 0]
     svm_tr = np.sqrt(1.5) * 2 * G * np.linalg.norm(d, axis=1)
     assert np.all(scale[:, 0] >= 2 * svm_tr * (1 - 1e-12)) and np.all(scale[:, 0] < 10 * svm_tr)
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_float32_first_guess_with_an_overflowing_scale_is_not_converged(backend):
+    """n = 16.7 and a trial stress of 175 MPa: at the first guess (the trial stress) the residual's
+    scale, which carries n y^(n-1) |y|, overflows float32 (5e38) while the residual itself (5e28) does
+    not, and |R| <= rtol * inf held: the step was "converged" after 0 iterations with a stress of
+    1e28 MPa. A scale above ir.FINITE_MAX now counts as 0, so the point is either solved (to the
+    float64 answer, -25.4 MPa in xx) or failed (NaN); float64 solves it."""
+    from library_helpers import STRESS, call_compiled, compiled
+
+    ins = {"forces/E": np.array([[-2.63448669e-06, -1.11932124e-07, 7.79868060e-07, -7.20089474e-07,
+                                  -3.49843901e-07, 4.46725551e-07]]),
+           "forces/t": np.array([4.240107536315918]), "old_forces/t": np.array([0.0]),
+           "old_state/internal/Ep": np.array([[2.00835828e-04, -7.77206005e-05, 1.08554166e-04,
+                                               -8.69680604e-04, -1.09480083e-04, -3.89017805e-05]]),
+           "old_state/internal/ep": np.array([0.0])}
+    params = {"E": np.array([205307.90625]), "nu": np.array([0.17856451869010925]),
+              "A": np.array([1.4174942847579026e-15]), "n": np.array([16.697998046875])}
+    o64, t64, s64 = call_compiled(compiled("norton", backend, torch.float64), ins, params=params)
+    assert s64["converged"].all() and abs(o64[STRESS][0, 0] + 25.396) < 1e-3
+    o32, t32, s32 = call_compiled(compiled("norton", backend, torch.float32), ins, params=params)
+    if s32["converged"][0]:
+        assert np.abs(o32[STRESS] - o64[STRESS]).max() <= 1e-3 * np.abs(o64[STRESS]).max(), o32[STRESS]
+        assert np.isfinite(t32).all()
+    else:
+        assert np.isnan(o32[STRESS]).all()
