@@ -252,6 +252,7 @@ def test_float32_large_steps_converge_to_the_solution_or_fail(backend: str) -> N
     ok = s32["converged"].astype(bool)
     assert ok.sum() >= n // 5, ok.sum()  # (measured: about two thirds converge)
     assert np.isnan(o32[STRESS][~ok]).all() and np.isnan(t32[~ok]).all()
-    assert np.isfinite(t32[ok]).all(), f"{int((~np.isfinite(t32[ok])).any(axis=(1, 2)).sum())} converged tangents not finite"
+    bad = int((~np.isfinite(t32[ok])).any(axis=(1, 2)).sum())
+    assert bad == 0, f"{bad} converged tangents not finite"
     err = np.abs(o32[STRESS] - o64[STRESS]).max(axis=1) / np.abs(o64[STRESS]).max(axis=1)
     assert err[ok].max() <= 1e-3, f"a converged float32 stress {err[ok].max():.2e} off the float64 solution"
