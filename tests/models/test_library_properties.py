@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from library_helpers import (RATE_INDEPENDENT, REF_NAMES, STRESS, compiled, dev, per_point_rel_err,
+from library_helpers import (I6, RATE_INDEPENDENT, REF_NAMES, STRESS, call_compiled, compiled, dev, lame,
+                             per_point_rel_err,
                              reference, reference_params, run_interpreted, von_mises, yield_radius)
 
 SCALES = (1.0, 10.0, 0.1)  # time multipliers: the same strains, 10x slower, 10x faster
@@ -152,3 +153,48 @@ def test_rate_independent_states_respect_consistency(model: str, path: str, runs
     Ep = out["state/internal/Ep"]
     assert np.abs(Ep[..., :3].sum(axis=-1)).max() <= 1e-12
     assert np.abs(dev(Ep) - Ep).max() <= 1e-12
+
+
+# --------------------------------------------------------------------------------------------------
+# the Perzyna rate exponent: n >= 1 (spec/perzyna.yaml, spec/chaboche.yaml, perzyna_iso's radial return)
+PERZYNA = ("perzyna_iso", "perzyna_iso_coupled", "chaboche2_coupled")
+
+
+@pytest.mark.parametrize("model", PERZYNA)
+def test_a_rate_exponent_below_one_is_refused_by_name(model: str) -> None:
+    """Below n = 1 the flow rate's slope is infinite at the yield surface: the elastic tangent came out
+    NaN (0 * inf) and the coupled Newton failed at 1% strain; the bounds now refuse such an n."""
+    from modelc.runtime.errors import InputError
+
+    with pytest.raises(InputError, match=r"parameter n = 0\.5 is outside its bounds \[1, inf\)"):
+        m = compiled(model, "torch", torch.float64)
+        m({v.name: torch.zeros((1, 6) if v.type == "SR2" else (1,), dtype=torch.float64) for v in m.INPUTS},
+          n=0.5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("model", PERZYNA)
+def test_the_lowest_rate_exponent_gives_finite_exact_tangents(model: str, backend: str) -> None:
+    """At n = 1 (the edge of the bounds) elastic points take the elastic stiffness (closed form) and
+    a plastic point the finite-difference tangent of the stresses (central, h = 1e-7 of the strain:
+    truncation ~1e-10, roundoff ~1e-16 x 1e3 MPa / 1e-9 ~ 1e-4 of entries ~1e5 MPa)."""
+    m = compiled(model, backend, torch.float64)
+    strain = np.zeros((4, 6))
+    strain[:, 0] = [0.0, 1e-5, 1e-4, 1e-2]  # the origin, two elastic points, a plastic one
+    strain[3, 1:4] = [-3e-3, -4e-3, 2e-3]
+
+    def call(e, derivatives=True):
+        ins = {v.name: np.zeros((len(e), 6) if v.type == "SR2" else (len(e),)) for v in m.INPUTS}
+        ins["forces/E"], ins["forces/t"] = e, np.ones(len(e))
+        return call_compiled(m, ins, derivatives=derivatives, params={"n": 1.0})
+
+    out, tan, status = call(strain)
+    assert status["converged"].all() and np.isfinite(tan).all()
+    lam, mu, _ = lame(200000.0, 0.3)
+    stiffness = lam * np.outer(I6, I6) + 2 * mu * np.eye(6)
+    assert np.allclose(tan[:3], stiffness, rtol=1e-12, atol=0.0)
+    h = 1e-7 * np.abs(strain[3]).max()
+    fd = np.stack([(call(strain[3:] + h * np.eye(6)[j], False)[0][STRESS][0]
+                    - call(strain[3:] - h * np.eye(6)[j], False)[0][STRESS][0]) / (2 * h) for j in range(6)], axis=1)
+    assert np.abs(tan[3] - fd).max() <= 1e-4 * np.abs(fd).max(), (tan[3], fd)
+    assert not np.allclose(tan[3], stiffness, rtol=1e-3)  # the plastic point is plastic
