@@ -5,7 +5,7 @@
 # model:       chaboche2_coupled, declared at spec/library.yaml:305
 # doc:
 #   Chaboche viscoplasticity, Voce isotropic + two Armstrong-Frederick back stresses, Perzyna flow; one coupled system of 19 unknowns (E, nu, sigma_y, R, d, C1, g1, C2, g2, eta, n)
-# spec hash:   5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb
+# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
 # layout:      X (B, 27) inputs, P (B or 1, 11) parameters, Y (B, 25) outputs,
 #              J (B, 25, 27) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -29,7 +29,7 @@ from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maxim
 from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
-from modelc.runtime.model import t_atan2 as _atan2
+from modelc.runtime.model import t_atan2 as _atan2, t_rowscale as _rowscale
 
 try:
     import triton
@@ -608,7 +608,8 @@ def _torch_newton_1(
             [(-nt1_r_17)],
             [(-nt1_r_18)],
         ], X)
-        nt1_X = torch.linalg.solve_ex(nt1_A, nt1_B, check_errors=False)[0]
+        nt1_s = _rowscale(nt1_A)
+        nt1_X = torch.linalg.solve_ex(nt1_A * nt1_s, nt1_B * nt1_s, check_errors=False)[0]
         nt1_du_0 = nt1_X[:, 0, 0]
         nt1_du_1 = nt1_X[:, 1, 0]
         nt1_du_2 = nt1_X[:, 2, 0]
@@ -1259,7 +1260,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(cse_12 * cse_446), (cse_12 * cse_447), (cse_12 * cse_448), (cse_12 * cse_452), (-cse_454 * cse_81), (cse_12 * cse_455), (-cse_113 * cse_457), cse_446, cse_447, cse_448, cse_452, (cse_80 * (cse_458 + (cse_200 * cse_356))), cse_455, cse_446, cse_447, cse_448, cse_452, (1.0 + (cse_80 * (cse_458 + (cse_57 * (cse_382 + (cse_192 * cse_356)))))), cse_455],
             [(cse_12 * cse_464), (cse_12 * cse_465), (cse_12 * cse_466), (cse_12 * cse_470), (cse_12 * cse_471), (-cse_473 * cse_81), (-cse_113 * cse_475), cse_464, cse_465, cse_466, cse_470, cse_471, (cse_80 * (cse_476 + (cse_209 * cse_356))), cse_464, cse_465, cse_466, cse_470, cse_471, (1.0 + (cse_80 * (cse_476 + (cse_57 * (cse_382 + (cse_203 * cse_356))))))],
         ], X)
-        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        lu1_s = _rowscale(lu1_A)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 19x19, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_79 * cse_81), cse_477, cse_478, cse_481, cse_483, cse_485],
@@ -1282,7 +1284,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_596 * cse_63), (-cse_596 * cse_84), (-cse_596 * cse_94), (-cse_31 * cse_597), (-cse_454 * cse_81), (-cse_35 * cse_597)],
             [(-cse_599 * cse_63), (-cse_599 * cse_84), (-cse_599 * cse_94), (-cse_31 * cse_600), (-cse_33 * cse_600), (-cse_473 * cse_81)],
         ], X)
-        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -1477,7 +1479,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_598, (-cse_598), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
             [cse_601, (-cse_601), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
         ], X)
-        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d151 = ls2_X[:, 0, 0]
         d152 = ls2_X[:, 0, 1]
         d153 = ls2_X[:, 0, 2]
@@ -2095,7 +2097,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(-cse_502 * ((cse_356 * cse_553) + (cse_443 * cse_498))), (-cse_511 * ((cse_356 * cse_554) + (cse_443 * cse_508))), (cse_29 * cse_457), (cse_457 * cse_512), cse_457, (cse_456 * cse_527), (-cse_456 * cse_515), 0.0, 0.0, cse_582, (cse_567 * state_internal_X2_4)],
             [(-cse_502 * ((cse_356 * cse_560) + (cse_461 * cse_498))), (-cse_511 * ((cse_356 * cse_561) + (cse_461 * cse_508))), (cse_29 * cse_475), (cse_475 * cse_512), cse_475, (cse_474 * cse_527), (-cse_474 * cse_515), 0.0, 0.0, cse_586, (cse_567 * state_internal_X2_5)],
         ], X)
-        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d676 = ls3_X[:, 0, 0]
         d677 = ls3_X[:, 0, 1]
         d678 = ls3_X[:, 0, 2]
@@ -18459,7 +18461,7 @@ class Model(CompiledModel):
 
     NAME = 'chaboche2_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb'
+    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

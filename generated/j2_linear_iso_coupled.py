@@ -5,7 +5,7 @@
 # model:       j2_linear_iso_coupled, declared at spec/library.yaml:290
 # doc:
 #   Rate-independent J2 plasticity with linear isotropic hardening (E, nu, sigma_y, K), NEML2's coupled system
-# spec hash:   5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb
+# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
 # layout:      X (B, 16) inputs, P (B or 1, 4) parameters, Y (B, 14) outputs,
 #              J (B, 14, 16) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -29,7 +29,7 @@ from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maxim
 from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
-from modelc.runtime.model import t_atan2 as _atan2
+from modelc.runtime.model import t_atan2 as _atan2, t_rowscale as _rowscale
 
 try:
     import triton
@@ -226,7 +226,8 @@ def _torch_newton_1(
             [(-nt1_r_6)],
             [(-nt1_r_7)],
         ], X)
-        nt1_X = torch.linalg.solve_ex(nt1_A, nt1_B, check_errors=False)[0]
+        nt1_s = _rowscale(nt1_A)
+        nt1_X = torch.linalg.solve_ex(nt1_A * nt1_s, nt1_B * nt1_s, check_errors=False)[0]
         nt1_du_0 = nt1_X[:, 0, 0]
         nt1_du_1 = nt1_X[:, 1, 0]
         nt1_du_2 = nt1_X[:, 2, 0]
@@ -423,7 +424,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, (0.816496580927726 * cse_52)],
             [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123, (-p_K * cse_124), (cse_112 * cse_113)],
         ], X)
-        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        lu1_s = _rowscale(lu1_A)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 8x8, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [(-cse_55), cse_62, cse_65, cse_71, cse_73, cse_75],
@@ -435,7 +437,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             [cse_117, cse_118, cse_119, cse_121, cse_122, cse_123],
         ], X)
-        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -543,7 +545,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_148, (-cse_148), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [(-cse_150), cse_150, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d85 = ls2_X[:, 0, 0]
         d86 = ls2_X[:, 0, 1]
         d87 = ls2_X[:, 0, 2]
@@ -702,7 +704,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [0.0, 0.0, 0.0, 0.0],
             [(-(cse_149 * cse_51) - (cse_115 * cse_29 * (cse_141 + cse_151))), (-cse_115 * cse_40 * ((cse_11 * cse_142) - (cse_151 * cse_67))), (cse_124 * state_internal_ep), cse_124],
         ], X)
-        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d211 = ls3_X[:, 0, 0]
         d212 = ls3_X[:, 0, 1]
         d213 = ls3_X[:, 0, 2]
@@ -4324,7 +4326,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_linear_iso_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb'
+    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

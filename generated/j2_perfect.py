@@ -5,7 +5,7 @@
 # model:       j2_perfect, declared at spec/library.yaml:265
 # doc:
 #   Rate-independent J2 perfect plasticity (E, nu, sigma_y), radial return
-# spec hash:   5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb
+# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
 # layout:      X (B, 14) inputs, P (B or 1, 3) parameters, Y (B, 13) outputs,
 #              J (B, 13, 14) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -29,7 +29,7 @@ from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maxim
 from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
-from modelc.runtime.model import t_atan2 as _atan2
+from modelc.runtime.model import t_atan2 as _atan2, t_rowscale as _rowscale
 
 try:
     import triton
@@ -1858,7 +1858,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_perfect'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb'
+    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

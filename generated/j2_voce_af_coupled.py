@@ -5,7 +5,7 @@
 # model:       j2_voce_af_coupled, declared at spec/library.yaml:295
 # doc:
 #   Rate-independent J2 plasticity, Voce isotropic + Armstrong-Frederick kinematic hardening (E, nu, sigma_y, R, d, C, g), NEML2's coupled system
-# spec hash:   5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb
+# spec hash:   b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3
 # layout:      X (B, 22) inputs, P (B or 1, 7) parameters, Y (B, 20) outputs,
 #              J (B, 20, 22) d outputs / d inputs, status (B,) x 3; see modelc.backends.layout
 # tangent:     J (B, rows, columns) for d (('state/S',), ('forces/E',)) only (the tangent variant)
@@ -29,7 +29,7 @@ from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maxim
 from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
-from modelc.runtime.model import t_atan2 as _atan2
+from modelc.runtime.model import t_atan2 as _atan2, t_rowscale as _rowscale
 
 try:
     import triton
@@ -366,7 +366,8 @@ def _torch_newton_1(
             [(-nt1_r_12)],
             [(-nt1_r_13)],
         ], X)
-        nt1_X = torch.linalg.solve_ex(nt1_A, nt1_B, check_errors=False)[0]
+        nt1_s = _rowscale(nt1_A)
+        nt1_X = torch.linalg.solve_ex(nt1_A * nt1_s, nt1_B * nt1_s, check_errors=False)[0]
         nt1_du_0 = nt1_X[:, 0, 0]
         nt1_du_1 = nt1_X[:, 1, 0]
         nt1_du_2 = nt1_X[:, 2, 0]
@@ -710,7 +711,8 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315, 0.0, cse_278, cse_290, cse_298, cse_307, cse_313, (1.0 - (cse_3 * (cse_272 + (cse_260 * cse_273)))), (-cse_3 * cse_316)],
             [cse_328, cse_330, cse_332, cse_335, cse_337, cse_339, (-p_d * cse_341), (-cse_327), (-cse_329), (-cse_331), (-cse_334), (-cse_336), (-cse_338), ((p_E * cse_3) - (cse_323 * cse_342 * state_internal_gamma_rate))],
         ], X)
-        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A, check_errors=False)[:2]
+        lu1_s = _rowscale(lu1_A)
+        lu1_LU, lu1_piv = torch.linalg.lu_factor_ex(lu1_A * lu1_s, check_errors=False)[:2]
         # linear solve 1: 14x14, 6 right-hand side(s) through elimination lu1
         ls1_B = _matrix([
             [cse_163, cse_169, cse_173, cse_177, cse_181, cse_185],
@@ -728,7 +730,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_271, cse_286, cse_295, cse_305, cse_312, cse_315],
             [cse_328, cse_330, cse_332, cse_335, cse_337, cse_339],
         ], X)
-        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B)
+        ls1_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls1_B * lu1_s)
         d1 = ls1_X[:, 0, 0]
         d2 = ls1_X[:, 0, 1]
         d3 = ls1_X[:, 0, 2]
@@ -901,7 +903,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [cse_379, (-cse_379), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
             [cse_380, (-cse_380), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
         ], X)
-        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B)
+        ls2_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls2_B * lu1_s)
         d121 = ls2_X[:, 0, 0]
         d122 = ls2_X[:, 0, 1]
         d123 = ls2_X[:, 0, 2]
@@ -1312,7 +1314,7 @@ def _torch_eval(X, P, V, O=(-1.0, -1.0, -1)):
             [(cse_265 * cse_368), (cse_265 * cse_369), 0.0, 0.0, 0.0, (cse_137 * cse_378), (-cse_161 * state_internal_X_5)],
             [(-cse_161 - (cse_325 * ((cse_100 * cse_383) + (cse_364 * cse_381) + (cse_382 * cse_99) + (cse_153 * cse_155 * cse_94) + (cse_155 * cse_165 * cse_96) + (cse_155 * cse_170 * cse_97))) + (2.0 * p_E * cse_320 * cse_322 * cse_324)), (-cse_325 * (-(cse_116 * cse_382) - (cse_117 * cse_383) + (cse_153 * cse_155 * cse_348) + (cse_155 * cse_165 * cse_350) + (cse_155 * cse_170 * cse_349) - (cse_115 * cse_133 * cse_381))), (cse_318 * cse_340), (cse_341 * state_internal_ep), cse_340, 0.0, 0.0],
         ], X)
-        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B)
+        ls3_X = torch.linalg.lu_solve(lu1_LU, lu1_piv, ls3_B * lu1_s)
         d421 = ls3_X[:, 0, 0]
         d422 = ls3_X[:, 0, 1]
         d423 = ls3_X[:, 0, 2]
@@ -9604,7 +9606,7 @@ class Model(CompiledModel):
 
     NAME = 'j2_voce_af_coupled'
     SOURCE = 'spec/library.yaml'
-    SPEC_HASH = '5670fc89d594ab273bcf1d25dfc6293c33dd6ba559193087dfbd4791889ba7eb'
+    SPEC_HASH = 'b65d2da76f9bc59064f2dc52009cd960c35d87c9d670e0409f61fd57336132c3'
     INPUTS = (
         VariableInfo('forces/E', 'SR2', 'total strain'),
         VariableInfo('forces/t', 'Scalar', 'time'),

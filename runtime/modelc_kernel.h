@@ -324,9 +324,9 @@ MC_INLINE double mc_powr_shift_d(double P, double a, double e) {
 #define mc_powr_shift(P, a, e) ((real)mc_powr_shift_d((double)(P), (double)(a), (double)(e)))
 
 /* Solve A X = B for every lane of a block, in place (X overwrites B, A its factors): A n x n, B n x m,
-   entry (i, j) of lane l at a[(i * n + j) * MC_W + l]. LU with partial pivoting per lane: at step k,
-   a search over the rows i >= k finds each lane's first row with the largest |a[i][k]| (branch-free
-   selects); then each row that is some lane's pivot is exchanged with row k in those lanes, by
+   entry (i, j) of lane l at a[(i * n + j) * MC_W + l]. LU with scaled partial pivoting per lane: at
+   step k, a search over the rows i >= k finds each lane's first row with the largest |a[i][k]|
+   relative to the row's largest entry (branch-free selects; see mc_lu_solve); then each row that is some lane's pivot is exchanged with row k in those lanes, by
    vectorized selects (usually one or two rows per step; a lane whose pivot is already in place
    exchanges nothing). The factors stay in A: the multipliers below the diagonal, the pivots'
    reciprocals on it. `piv` (NULL: not kept) receives each step's pivot row per lane,
@@ -385,15 +385,34 @@ MC_INLINE void mc_lu_back(const int n, const int m, const real *restrict a, real
         }
     }
 }
+/* Scaled partial pivoting: the pivot of column k is the first row i >= k with the largest
+   |a[i][k]| / max_j |a[i][j]| (each row's largest entry in the matrix as given). Rows of a coupled
+   system come in different units (a strain row's entries ~1, a stress row's ~1e5): plain partial
+   pivoting took the stress row's small-in-its-units entry as the pivot, and the elimination then
+   cancelled its large entries against the strain rows' (j2_perfect_coupled's float32 tangent: 430
+   units of round-off in d Ep / d E instead of 32; tests/models/test_library_tangent.py). Only the
+   choice of the pivots depends on the scales; the arithmetic is that of the unscaled rows. */
 static inline void mc_lu_solve(const int n, const int m, real *restrict a, real *restrict b, int *restrict piv) {
+    real sc[n * MC_W];  /* 1 / the row's largest |entry| (row i at sc[i * MC_W]), exchanged with its row */
+    for (int i = 0; i < n; ++i) {
+        real mx[MC_W];
+        MC_SIMD MC_LANES mx[l] = 0;
+        for (int j = 0; j < n; ++j) {
+            MC_SIMD MC_LANES {
+                const real v = fabs(a[(i * n + j) * MC_W + l]);
+                mx[l] = v > mx[l] ? v : mx[l];
+            }
+        }
+        MC_SIMD MC_LANES sc[i * MC_W + l] = ((real)1) / mx[l];
+    }
     for (int k = 0; k < n; ++k) {
         int own[MC_W];
         int *restrict p = piv ? piv + k * MC_W : own;
         real big[MC_W];
-        MC_SIMD MC_LANES { p[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]); }
+        MC_SIMD MC_LANES { p[l] = k; big[l] = fabs(a[(k * n + k) * MC_W + l]) * sc[k * MC_W + l]; }
         for (int i = k + 1; i < n; ++i) {
             MC_SIMD MC_LANES {
-                const real v = fabs(a[(i * n + k) * MC_W + l]);
+                const real v = fabs(a[(i * n + k) * MC_W + l]) * sc[i * MC_W + l];
                 const int s = v > big[l];
                 big[l] = s ? v : big[l];
                 p[l] = s ? i : p[l];
@@ -404,6 +423,7 @@ static inline void mc_lu_solve(const int n, const int m, real *restrict a, real 
             if (n <= 64 && !((rows >> i) & 1)) continue;
             mc_lu_swap(a, n, k, n, k, i, p);
             mc_lu_swap(b, m, 0, m, k, i, p);
+            mc_lu_swap(sc, 1, 0, 1, k, i, p);
         }
         real *d = a + (k * n + k) * MC_W;
         MC_SIMD MC_LANES d[l] = ((real)1) / d[l];

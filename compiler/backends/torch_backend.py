@@ -8,7 +8,9 @@ norm) or None for an explicit program. Every scalar component is a ``(B,)`` tens
 
 Linear systems with ``n >= TORCH_LINALG_MIN_N`` unknowns go through ``torch.linalg.solve_ex``
 (LAPACK's partially pivoted LU, per point), or, for a matrix that several solves share, one
-``lu_factor_ex`` and a ``lu_solve`` per solve; smaller ones are unrolled like the Triton kernel's.
+``lu_factor_ex`` and a ``lu_solve`` per solve, on rows scaled by powers of two
+(``runtime.model.t_rowscale``: scaled partial pivoting, exactly); smaller ones are unrolled like the
+Triton kernel's.
 
 Newton: a Python loop over iterations on the whole batch with a per-point mask ``converged``; a
 converged point's unknowns stop changing; the loop ends when every point converged or after
@@ -35,8 +37,8 @@ class _LU:
     """A matrix factored once by ``torch.linalg.lu_factor_ex`` for the solves that share it: the
     names of its factors and pivots."""
 
-    def __init__(self, lu: str, piv: str):
-        self.lu, self.piv = lu, piv
+    def __init__(self, lu: str, piv: str, scale: str):
+        self.lu, self.piv, self.scale = lu, piv, scale
 
 
 class TorchEmitter(Emitter):
@@ -62,19 +64,21 @@ class TorchEmitter(Emitter):
         if len(A) < TORCH_LINALG_MIN_N:
             return super().solve(A, B, targets, prefix)
         a, b = self.namer.fresh(f"{prefix}_A"), self.namer.fresh(f"{prefix}_B")
-        x = self.namer.fresh(f"{prefix}_X")
+        x, sc = self.namer.fresh(f"{prefix}_X"), self.namer.fresh(f"{prefix}_s")
         self._gather(a, A)
         self._gather(b, B)
-        self.line(f"{x} = torch.linalg.solve_ex({a}, {b}, check_errors=False)[0]")
+        self.line(f"{sc} = _rowscale({a})")
+        self.line(f"{x} = torch.linalg.solve_ex({a} * {sc}, {b} * {sc}, check_errors=False)[0]")
         self._unpack(x, targets)
 
     def eliminate(self, A, prefix: str):
         if len(A) < TORCH_LINALG_MIN_N:
             return super().eliminate(A, prefix)
         a = self.namer.fresh(f"{prefix}_A")
-        F = _LU(self.namer.fresh(f"{prefix}_LU"), self.namer.fresh(f"{prefix}_piv"))
+        F = _LU(self.namer.fresh(f"{prefix}_LU"), self.namer.fresh(f"{prefix}_piv"), self.namer.fresh(f"{prefix}_s"))
         self._gather(a, A)
-        self.line(f"{F.lu}, {F.piv} = torch.linalg.lu_factor_ex({a}, check_errors=False)[:2]")
+        self.line(f"{F.scale} = _rowscale({a})")
+        self.line(f"{F.lu}, {F.piv} = torch.linalg.lu_factor_ex({a} * {F.scale}, check_errors=False)[:2]")
         return F
 
     def substitute(self, F, B, targets, prefix: str) -> None:
@@ -82,7 +86,7 @@ class TorchEmitter(Emitter):
             return super().substitute(F, B, targets, prefix)
         b, x = self.namer.fresh(f"{prefix}_B"), self.namer.fresh(f"{prefix}_X")
         self._gather(b, B)
-        self.line(f"{x} = torch.linalg.lu_solve({F.lu}, {F.piv}, {b})")
+        self.line(f"{x} = torch.linalg.lu_solve({F.lu}, {F.piv}, {b} * {F.scale})")
         self._unpack(x, targets)
 
     def helper_args(self) -> list[str]:

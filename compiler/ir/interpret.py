@@ -29,13 +29,17 @@ from modelc.ir import FINITE_MAX, RTOL_FLOOR_EPS, Assign, LinearSolve, Newton, P
 
 
 def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[str, object] | None = None,
-              *, solves: list | None = None, stop_slack: float = 0.0, stops: list | None = None):
+              *, solves: list | None = None, stop_slack: float = 0.0, stop_rows=None, stops: list | None = None):
     """Evaluate ``program``: ``(results, derivatives, status)`` dicts of arrays. ``solves``: a list
     that receives the ``(A, B)`` arrays of every :class:`LinearSolve`, in program order (what
     :func:`skeel_condition` reads). ``stop_slack`` (signed): after a converged Newton of one unknown,
     move the unknown by ``stop_slack * residual_scale / |dR/du|`` -- as far from the root as a
     stopping test with that relative tolerance allows -- to see what the stopping test can cost the
-    results computed after it (the tests' float32 bounds). ``stops``: a list that receives, for every
+    results computed after it (the tests' float32 bounds). ``stop_rows`` (an int per batch entry):
+    instead, after every converged Newton with a residual scale, move each entry's unknowns to the
+    root of ``R = stop_slack * scale_k e_k`` (to first order, ``du = J^-1 e_k stop_slack scale_k``)
+    for its row ``k`` (no move where ``k`` is negative or beyond the system): the same for a system
+    of any size, one residual at the edge of its stopping test at a time. ``stops``: a list that receives, for every
     Newton with a residual scale, ``(unknowns, J, scale)`` at its solution: the unknown symbols'
     names, the Jacobian ``dR/du`` ``(batch, n, n)`` and the residual scale (the magnitudes of each
     residual's terms that the stopping test compares with, ``(batch, n)``): how far a stopping test
@@ -76,7 +80,9 @@ def interpret(program: Program, inputs: Mapping[str, object], params: Mapping[st
 
     for st in program.body:
         _run(st, env, batch, dtype)
-        if stop_slack and isinstance(st, Newton) and len(st.unknowns) == 1 and st.residual_scale:
+        if stop_rows is not None and isinstance(st, Newton) and st.residual_scale:
+            _slack_rows(st, env, batch, dtype, stop_slack, np.asarray(stop_rows))
+        elif np.any(stop_slack) and isinstance(st, Newton) and len(st.unknowns) == 1 and st.residual_scale:
             _slack(st, env, batch, dtype, stop_slack)
         if stops is not None and isinstance(st, Newton) and st.residual_scale:
             stops.append(_stop(st, env, batch, dtype))
@@ -205,6 +211,21 @@ def _slack(st: Newton, env, batch, dtype, slack: float) -> None:
     with np.errstate(all="ignore"):
         du = np.where(J != 0, slack * scale / np.abs(J), 0.0)
     env[u] = env[u] + du
+
+
+def _slack_rows(st: Newton, env, batch, dtype, slack, rows: np.ndarray) -> None:
+    """Move each entry's unknowns by ``J^-1 e_k slack scale_k``, ``k = rows[entry]`` (see :func:`interpret`)."""
+    _, J, scale = _stop(st, env, batch, dtype)
+    n = J.shape[-1]
+    rows = np.broadcast_to(rows, scale.shape[:-1])
+    slack = np.broadcast_to(np.asarray(slack, dtype=scale.dtype), rows.shape)
+    rhs = np.zeros(scale.shape, dtype=scale.dtype)
+    idx = np.nonzero((rows >= 0) & (rows < n))
+    rhs[idx + (rows[idx],)] = slack[idx] * scale[idx + (rows[idx],)]
+    du = _solve(J, rhs[..., None])[..., 0]
+    du = np.where(np.isfinite(du), du, 0.0)
+    for j, u in enumerate(st.unknowns):
+        env[u] = env[u] + du[..., j]
 
 
 def _stop(st: Newton, env, batch, dtype) -> tuple:

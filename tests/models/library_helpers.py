@@ -315,31 +315,49 @@ RTOL_FLOOR_EPS = 32
 
 @functools.lru_cache(maxsize=None)
 def tangent_conditioning(model: str, steps: tuple, points: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(cond, T, stop)`` per batch entry of ``forced_inputs(..., steps, points)``: Skeel's condition
-    number of the linear solves the tangent goes through (the implicit-function theorem's ``dR/du``;
-    the largest over the program's solves, 1 for a program without any), the float64 tangent
-    d S / d E ``(batch, 6, 6)``, and how far the tangent moves (max norm) when a scalar Newton stops
-    as far from its root as float32's stopping test allows, all from the reference interpreter
-    (independent of every backend)."""
+    """``(cond, T, stop)`` per batch entry of ``forced_inputs(..., steps, points)``
+    (:func:`conditioning_at`, the reference's parameters)."""
+    prog = program(model, True)
+    ins = forced_inputs([v.name for v in prog.inputs], reference(model), steps, points)
+    return conditioning_at(model, ins, reference_params(model))
+
+
+def conditioning_at(model: str, ins: dict, params: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(cond, T, stop)`` per batch entry of the inputs ``ins`` (parameters ``params``, each a number
+    or one value per entry): Skeel's condition number of the linear solves the tangent goes through
+    (the implicit-function theorem's ``dR/du``; the largest over the program's solves, 1 for a
+    program without any), the float64 tangent d S / d E ``(batch, 6, 6)``, and how far the tangent
+    can move (max norm) where Newton stops as far from its root as float32's stopping test allows:
+    each residual in turn put at the edge of its test (``RTOL_FLOOR_EPS`` machine epsilons of its
+    scale, either sign; ``interpret(stop_rows=...)``), the largest move per residual, summed over
+    the residuals (to first order the tangent's error is a sum of one term per residual). All from
+    the reference interpreter (independent of every backend); the moved solves run as one batch.
+    Entries where the float64 interpreter did not converge have a NaN tangent."""
     from modelc.interpret import interpret, skeel_condition
 
     prog = program(model, True)
-    ins = forced_inputs([v.name for v in prog.inputs], reference(model), steps, points)
+    ins = {v.name: np.asarray(ins[v.name], dtype=np.float64) for v in prog.inputs}
+    batch = len(ins["forces/E"])
     solves: list = []
-    params = reference_params(model)
-    _, der, status = interpret(prog, ins, params, solves=solves)
-    if "converged" in status:
-        assert np.all(np.asarray(status["converged"])), f"{model}: the float64 interpreter did not converge"
-    batch = len(steps) * len(points)
+    stops: list = []
+    _, der, status = interpret(prog, ins, params, solves=solves, stops=stops)
+    ok = np.asarray(status.get("converged", np.ones(batch, bool)), bool)
     cond = np.ones(batch)
     for A, _ in solves:
         cond = np.maximum(cond, skeel_condition(A))
     T = np.asarray(der[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
-    stop = np.zeros(batch)
-    for sign in (1.0, -1.0):  # the float32 floor of the stopping test: RTOL_FLOOR_EPS machine epsilons
-        _, d, _ = interpret(prog, ins, params, stop_slack=sign * RTOL_FLOOR_EPS * 2 * U32)
-        moved = np.asarray(d[(STRESS, STRAIN)], dtype=np.float64).reshape(batch, 6, 6)
-        stop = np.maximum(stop, np.abs(moved - T).max(axis=(1, 2)))
+    T[~ok] = np.nan
+    n = max((J.shape[-1] for _, J, _ in stops), default=0)
+    if n == 0:
+        return cond, T, np.zeros(batch)
+    copies = 2 * n  # (row, sign) pairs, row-major
+    rep = {k: np.concatenate([v] * copies) for k, v in ins.items()}
+    prep = {k: np.concatenate([np.asarray(v)] * copies) if np.ndim(v) else v for k, v in params.items()}
+    rows = np.repeat(np.arange(copies) // 2, batch)
+    slack = np.repeat(np.tile([1.0, -1.0], n), batch) * RTOL_FLOOR_EPS * 2 * U32
+    _, d, _ = interpret(prog, rep, prep, stop_slack=slack, stop_rows=rows)
+    moved = np.asarray(d[(STRESS, STRAIN)], dtype=np.float64).reshape(n, 2, batch, 6, 6)
+    stop = np.abs(moved - T).max(axis=(3, 4)).max(axis=1).sum(axis=0)
     return cond, T, stop
 
 
@@ -354,16 +372,20 @@ def float32_tangent_bound(model: str, steps, points, results: int = 1, reference
     Stability of Numerical Algorithms, Thm. 7.4), with cond_S Skeel's condition number (invariant
     to the units of rows and unknowns); ``e = ENTRY_ROUNDOFF * U32``. (2) Where Newton stops: a
     float32 Newton stops once its residual is within ``RTOL_FLOOR_EPS`` machine epsilons of its
-    terms, so the unknown may sit ``rtol scale / |dR/du|`` from the root, and the tangent is
-    evaluated there; for a scalar Newton (the radial returns) the interpreter moves the solution by
-    exactly that and measures the tangent's change (coupled systems: part (1) covers them, as
-    measured). Each result may err by both parts, two results by twice that, plus ``reference_tol *
+    terms, so the unknowns may sit ``J^-1 r`` from the root with ``|r_k| <= rtol scale_k``, and the
+    tangent is evaluated there; the interpreter moves the solution by that for each residual ``k``
+    in turn and measures the tangent's change (:func:`conditioning_at`). Each result may err by both parts, two results by twice that, plus ``reference_tol *
     max|T|`` when the other side is a reference with its own error (NEML2).
     A point next to the elastic/plastic switch of a Fischer-Burmeister complementarity can have
     cond_S ~ 1e4-1e5: there float32 tangents legitimately differ by 1e-4-1e-3 of their size."""
     cond, T, stop = tangent_conditioning(model, tuple(int(s) for s in steps), tuple(int(p) for p in points))
-    size = np.abs(T).max(axis=(1, 2))
-    return results * (2 * ENTRY_ROUNDOFF * U32 * cond * size + stop) + reference_tol * size
+    assert np.isfinite(T).all(), f"{model}: the float64 interpreter did not converge"
+    return conditioning_bound(cond, T, stop, results) + reference_tol * np.abs(T).max(axis=(1, 2))
+
+
+def conditioning_bound(cond, T, stop, results: int = 1) -> np.ndarray:
+    """:func:`float32_tangent_bound`'s two parts from :func:`conditioning_at`'s ``(cond, T, stop)``."""
+    return results * (2 * ENTRY_ROUNDOFF * U32 * cond * np.abs(T).max(axis=(1, 2)) + stop)
 
 
 def assert_tangent_within(got, expected, bound: np.ndarray, what: str) -> None:

@@ -20,7 +20,8 @@ from modelc.passes.variants import split_variants, standard_variants
 from modelc.runtime import model as rt
 from modelc.runtime.types import Scalar
 
-ENV = {"torch": torch, **rt.TORCH_HELPERS, "_batch": rt.t_batch, "_matrix": rt.t_matrix, "_put": rt.t_put}
+ENV = {"torch": torch, **rt.TORCH_HELPERS, "_batch": rt.t_batch, "_matrix": rt.t_matrix, "_put": rt.t_put,
+       "_rowscale": rt.t_rowscale}
 
 
 def _function(program: Program, helper: bool = False):

@@ -27,7 +27,7 @@ from modelc.runtime.model import t_batch as _batch, t_matrix as _matrix, t_maxim
 from modelc.runtime.model import t_minimum as _minimum, t_put as _put
 from modelc.runtime.model import t_pow as _tpow, t_powr_shift as _powr_shift, t_where as _where
 from modelc.runtime.model import t_ge as _ge, t_heaviside as _heaviside, t_le as _le, t_sdiv as _sdiv
-from modelc.runtime.model import t_atan2 as _atan2
+from modelc.runtime.model import t_atan2 as _atan2, t_rowscale as _rowscale
 
 try:
     import triton
